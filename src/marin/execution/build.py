@@ -1,0 +1,231 @@
+"""``build_step``: the one build/commit path that every runner uses.
+
+The local ``StepRunner``, the Prefect tasks and the Airflow tasks all call this function, so a
+local run, a Prefect run and an Airflow run on one prefix share one lease, one record and one
+status file, and see each other's results.
+
+The order of writes is the whole crash-safety story:
+1. take the lease, then re-check: another runner may have finished meanwhile;
+2. status RUNNING; delete any old record, then clear debris from the output path;
+3. run ``fn`` under a lease heartbeat;
+4. check the lease is still ours (a runner whose lease was taken over must not commit);
+5. write the record (the commit point), then status SUCCESS, then release the lease.
+A crash anywhere before 5 leaves no record, so the step is simply not built.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from marin.execution.canonical import to_canonical
+from marin.execution.context import StepContext
+from marin.execution.drift import explain_drift
+from marin.execution.errors import ConfigError, DriftError, LeaseLostError
+from marin.execution.lease import Heartbeat, Lease, LeaseInfo
+from marin.execution.provenance import collect_provenance, now_iso
+from marin.execution.records import (
+    FAILED,
+    RUNNING,
+    SUCCESS,
+    ArtifactRecord,
+    delete_record,
+    log_path,
+    read_record,
+    write_record,
+    write_status,
+)
+from marin.execution.step_logs import capture_step_output
+from marin.execution.step_spec import StepSpec
+from marin.execution.storage import Location, with_retries
+
+log = logging.getLogger("marin")
+
+DRIFT_POLICIES = ("warn", "rebuild", "error")
+BUILT, CACHED, BUILT_BY_OTHER = "built", "cached", "built-by-other"
+LEASE_WAIT_MAX_DELAY_S = 2.0
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    spec: StepSpec
+    action: str
+    """``built``, ``cached`` or ``built-by-other``."""
+    record: ArtifactRecord
+    output_url: str
+    duration_s: float = 0.0
+    drift: tuple[str, ...] = field(default=())
+
+
+def check_drift_policy(on_drift: str) -> str:
+    if on_drift not in DRIFT_POLICIES:
+        raise ValueError(
+            f"error: on_drift={on_drift!r} is not a policy: use one of {', '.join(DRIFT_POLICIES)}"
+        )
+    return on_drift
+
+
+def run_context(spec: StepSpec, location: Location, region: str | None = None) -> StepContext:
+    return StepContext(
+        output_path=location.url_for(spec.output_path),
+        prefix=location.url,
+        region=region,
+        dep_paths={dep.step_id: location.url_for(dep.output_path) for dep in spec.deps},
+    )
+
+
+def usable_record(
+    spec: StepSpec, record: ArtifactRecord | None, on_drift: str
+) -> tuple[ArtifactRecord | None, tuple[str, ...]]:
+    """Apply the drift policy to a committed record: return it if it may be served."""
+    if record is None:
+        return None, ()
+    if record.fingerprint == spec.fingerprint:
+        return record, ()
+    drift = tuple(explain_drift(record.fingerprint_payload, spec.fingerprint_payload))
+    if on_drift == "error":
+        raise DriftError(
+            "config changed without a version bump: " + "; ".join(drift),
+            "bump the step's version, or run with --on-drift rebuild or warn",
+            spec.step_id,
+        )
+    if on_drift == "warn":
+        log.warning(
+            "drift %s: config changed without a version bump; serving the cached artifact "
+            "(bump the version or use --on-drift rebuild):\n  %s",
+            spec.step_id,
+            "\n  ".join(drift),
+        )
+        return record, drift
+    return None, drift
+
+
+def build_step(
+    spec: StepSpec,
+    location: Location,
+    *,
+    on_drift: str = "warn",
+    force: bool = False,
+    region: str | None = None,
+    lease_ttl: float | None = None,
+    precheck: bool = True,
+) -> BuildOutcome:
+    """Make sure ``spec`` is built under ``location``; build it here if nobody has.
+
+    ``precheck=False`` skips the first record read, for callers (the ``StepRunner``) that have
+    just inspected the step; the re-check after taking the lease always happens.
+    """
+    check_drift_policy(on_drift)
+    url = location.url_for(spec.output_path)
+    rebuild = force or spec.mutable
+    if not rebuild and precheck:
+        record = read_record(location, spec.output_path)
+        cached, drift = usable_record(spec, record, on_drift)
+        if cached is not None:
+            return BuildOutcome(spec, CACHED, cached, url, drift=drift)
+
+    lease = Lease(location, spec.output_path, ttl=lease_ttl)
+    _acquire(lease, spec)
+    try:
+        if not rebuild:
+            # Someone may have committed while we waited for the lease.
+            record = read_record(location, spec.output_path)
+            if record is not None and record.fingerprint == spec.fingerprint:
+                log.info("skip %s: built by another runner", spec.step_id)
+                return BuildOutcome(spec, BUILT_BY_OTHER, record, url)
+        return _build_holding(spec, location, lease, region)
+    finally:
+        lease.release()
+
+
+def _acquire(lease: Lease, spec: StepSpec) -> None:
+    delay = 0.02
+    last_holder: LeaseInfo | None = None
+    while True:
+        holder = lease.try_acquire()
+        if holder is None:
+            return
+        if last_holder is None or holder.holder != last_holder.holder:
+            log.info("wait %s: lease held by %s", spec.step_id, holder.describe())
+        last_holder = holder
+        time.sleep(delay)
+        delay = min(delay * 2, LEASE_WAIT_MAX_DELAY_S)
+
+
+def _clear_output(location: Location, spec: StepSpec) -> None:
+    fs, out = location.fs, location.path(spec.output_path)
+    if with_retries(lambda: fs.exists(out), f"check {out}"):
+        log.info("clear %s: removing debris from an earlier attempt at %s", spec.step_id, out)
+        with_retries(lambda: fs.rm(out, recursive=True), f"clear {out}")
+    if location.is_local:
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+
+
+def _build_holding(
+    spec: StepSpec, location: Location, lease: Lease, region: str | None
+) -> BuildOutcome:
+    started_at, t0 = now_iso(), time.perf_counter()
+    write_status(location, spec.output_path, RUNNING, holder=lease.holder, started_at=started_at)
+    delete_record(location, spec.output_path)
+    _clear_output(location, spec)
+    ctx = run_context(spec, location, region)
+    try:
+        config = to_canonical(spec.build_config(ctx), "config", spec.step_id)
+        with (
+            Heartbeat(lease) as heartbeat,
+            location.fs.open(location.path(log_path(spec.output_path)), "w") as step_log,
+            capture_step_output(step_log),
+        ):
+            raw_result = spec.run(ctx)
+        try:
+            result = to_canonical(raw_result, "result", spec.step_id)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"fn returned a value with no JSON form ({exc.what})",
+                "return plain data (str, numbers, lists, dicts) or None; write big values "
+                "to the output path",
+                spec.step_id,
+            ) from None
+        if heartbeat.lost.is_set() or not lease.renew():
+            raise LeaseLostError(
+                "lost the lease while building; another runner took over",
+                "nothing was committed by this runner; its result is discarded",
+                spec.step_id,
+            )
+    except BaseException as exc:
+        if not isinstance(exc, LeaseLostError):
+            write_status(
+                location,
+                spec.output_path,
+                FAILED,
+                holder=lease.holder,
+                started_at=started_at,
+                finished_at=now_iso(),
+                error=f"{type(exc).__name__}: {exc}",
+                traceback=traceback.format_exc(limit=20),
+            )
+        raise
+    duration = time.perf_counter() - t0
+    provenance: dict[str, Any] = {**collect_provenance(), "lowered": dict(spec.provenance)}
+    record = ArtifactRecord(
+        name=spec.name,
+        version=spec.version,
+        fingerprint=spec.fingerprint,
+        fingerprint_payload=spec.fingerprint_payload,
+        config=config,
+        dep_paths=dict(ctx.dep_paths),
+        output_path=ctx.output_path,
+        result=result,
+        provenance=provenance,
+        started_at=started_at,
+        finished_at=now_iso(),
+        duration_s=round(duration, 6),
+        artifact_type=spec.artifact_type,
+    )
+    write_record(location, record, spec.output_path)  # the commit point
+    write_status(location, spec.output_path, SUCCESS, holder=lease.holder, finished_at=now_iso())
+    return BuildOutcome(spec, BUILT, record, ctx.output_path, duration_s=duration)

@@ -1,0 +1,60 @@
+"""Explain why two fingerprints differ, one field per line.
+
+The Marin maintainers' complaint was that a dry run said a hash changed but not why. Both the
+stored and the current fingerprint payloads are canonical JSON, so a structural diff of the two
+names every changed field by its dotted path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_MISSING = object()
+
+
+_PLAIN = re.compile(r"^[\w.@/:{}+-]+$")
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, str) and _PLAIN.match(value):
+        return value  # `deps.tokens: v1 -> v2` reads better without quotes
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _walk(old: Any, new: Any, path: str, out: list[str]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            _walk(old.get(key, _MISSING), new.get(key, _MISSING), f"{path}.{key}", out)
+        return
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            _walk(a, b, f"{path}[{i}]", out)
+        return
+    if old == new:
+        return
+    if old is _MISSING:
+        out.append(f"{path}: added {_short(new)}")
+    elif new is _MISSING:
+        out.append(f"{path}: removed (was {_short(old)})")
+    else:
+        out.append(f"{path}: {_short(old)} -> {_short(new)}")
+
+
+def explain_drift(old_payload: str, new_payload: str, limit: int = 20) -> list[str]:
+    """Lines like ``config.lr: 0.1 -> 0.2`` or ``deps.tokenized: "v1" -> "v2"``."""
+    try:
+        old, new = json.loads(old_payload), json.loads(new_payload)
+    except ValueError:
+        return ["stored fingerprint payload is unreadable"]
+    lines: list[str] = []
+    for section in ("config", "deps"):
+        _walk(old.get(section, _MISSING), new.get(section, _MISSING), section, lines)
+    if not lines and old != new:
+        lines.append("payload changed outside config and deps")
+    if len(lines) > limit:
+        hidden = len(lines) - limit
+        lines = [*lines[:limit], f"... and {hidden} more changed field(s)"]
+    return lines

@@ -1,0 +1,82 @@
+"""Errors a user can act on.
+
+Every message follows one style, ``error: <what> (step <name>): <how to fix>``, so that a CLI can
+print it as one line and a person knows which step to look at and what to change.
+"""
+
+from __future__ import annotations
+
+
+def format_error(what: str, fix: str, step: str | None = None) -> str:
+    where = f" (step {step})" if step else ""
+    return f"error: {what}{where}: {fix}"
+
+
+class MarinError(Exception):
+    """Base class for errors caused by the pipeline or its inputs rather than by a bug."""
+
+    def __init__(self, what: str, fix: str, step: str | None = None) -> None:
+        self.what = what
+        self.fix = fix
+        self.step = step
+        super().__init__(format_error(what, fix, step))
+
+
+class InvalidStepError(MarinError, ValueError):
+    """A name, version or dependency that cannot form a step."""
+
+
+class ConfigError(MarinError, TypeError):
+    """A config or result value that has no canonical JSON form."""
+
+
+class CycleError(MarinError, ValueError):
+    """The dependency graph has a cycle; ``cycle`` lists the step ids around it."""
+
+    def __init__(self, cycle: list[str]) -> None:
+        self.cycle = cycle
+        super().__init__(
+            "dependency cycle " + " -> ".join(cycle),
+            "a step cannot depend on itself; remove one of these edges",
+            step=cycle[0] if cycle else None,
+        )
+
+
+class DuplicateStepError(MarinError, ValueError):
+    """Two different definitions share one ``name@version`` and so one output path."""
+
+
+class DriftError(MarinError, RuntimeError):
+    """A built step's stored fingerprint differs from the current one under ``on_drift='error'``."""
+
+
+class StorageError(MarinError, OSError):
+    """A prefix or path that cannot be opened or written."""
+
+
+class TargetError(MarinError, ValueError):
+    """A CLI target that does not name a pipeline."""
+
+
+class StepFailedError(MarinError, RuntimeError):
+    """A step's ``fn`` raised; the original exception is ``__cause__``."""
+
+
+class PipelineFailedError(MarinError, RuntimeError):
+    """Several steps failed under ``keep_going``; ``failures`` maps step id to exception."""
+
+    def __init__(self, failures: dict[str, BaseException], blocked: list[str]) -> None:
+        self.failures = failures
+        self.blocked = blocked
+        lines = [f"{step_id}: {type(exc).__name__}: {exc}" for step_id, exc in failures.items()]
+        what = f"{len(failures)} step(s) failed"
+        if blocked:
+            what += f", {len(blocked)} blocked by them"
+        super().__init__(
+            what + " [" + "; ".join(lines) + "]",
+            "fix the failing steps and run again; built steps are kept",
+        )
+
+
+class LeaseLostError(MarinError, RuntimeError):
+    """Another runner took over a step's lease while this one was building it."""

@@ -1,0 +1,59 @@
+"""Walking a lowered graph: every transitive step once, dependencies first."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from marin.execution.drift import explain_drift
+from marin.execution.errors import CycleError, DuplicateStepError
+from marin.execution.step_spec import StepSpec
+
+
+def collect_steps(targets: Iterable[StepSpec]) -> list[StepSpec]:
+    """All steps reachable from ``targets``, deduplicated by output path, deps before dependents.
+
+    Iterative, so a 100,000-deep chain does not hit the recursion limit. Two specs with one output
+    path but different fingerprints are two definitions of one artifact, which is an error.
+    """
+    by_path: dict[str, StepSpec] = {}
+    order: list[StepSpec] = []
+    done: set[int] = set()
+    on_path: dict[int, StepSpec] = {}
+    for root in targets:
+        stack: list[tuple[StepSpec, bool]] = [(root, False)]
+        while stack:
+            spec, expanded = stack.pop()
+            if expanded:
+                del on_path[id(spec)]
+                done.add(id(spec))
+                order.append(spec)
+                continue
+            if id(spec) in done:
+                continue
+            if id(spec) in on_path:
+                path = list(on_path.values())
+                start = next(i for i, s in enumerate(path) if s is spec)
+                raise CycleError([s.step_id for s in path[start:]] + [spec.step_id])
+            known = by_path.get(spec.output_path)
+            if known is not None and known is not spec:
+                if known.fingerprint != spec.fingerprint:
+                    diff = "; ".join(
+                        explain_drift(known.fingerprint_payload, spec.fingerprint_payload, 5)
+                    )
+                    raise DuplicateStepError(
+                        f"two different definitions of {spec.step_id} in one graph ({diff})",
+                        "give one of them another name or bump its version",
+                        spec.step_id,
+                    )
+                continue  # the same step lowered twice: build it once
+            by_path[spec.output_path] = spec
+            on_path[id(spec)] = spec
+            stack.append((spec, True))
+            stack.extend((dep, False) for dep in reversed(spec.deps))
+    return order
+
+
+def canonical_deps(steps: list[StepSpec]) -> dict[str, list[StepSpec]]:
+    """Each step's dependencies, mapped onto the one spec kept per output path."""
+    by_path = {spec.output_path: spec for spec in steps}
+    return {spec.output_path: [by_path[dep.output_path] for dep in spec.deps] for spec in steps}

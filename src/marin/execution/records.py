@@ -1,0 +1,145 @@
+"""The record and status files beside an output.
+
+For an output at ``<prefix>/<name>/<version>`` the metadata lives in the sibling folder
+``<prefix>/<name>/<version>.marin/``: ``record.json`` (the commit point), ``status.json``,
+``lease.json`` and ``log.txt``. Keeping it beside rather than inside the output lets ``fn`` write
+a single file at its output path, and lets a rebuild clear the output without touching the lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from marin.execution.names import METADATA_SUFFIX
+from marin.execution.storage import Location, with_retries
+
+log = logging.getLogger("marin")
+
+RECORD_SCHEMA = 1
+RUNNING, SUCCESS, FAILED = "RUNNING", "SUCCESS", "FAILED"
+
+
+def metadata_dir(output_path: str) -> str:
+    return output_path + METADATA_SUFFIX
+
+
+def record_path(output_path: str) -> str:
+    return f"{metadata_dir(output_path)}/record.json"
+
+
+def status_path(output_path: str) -> str:
+    return f"{metadata_dir(output_path)}/status.json"
+
+
+def lease_path(output_path: str) -> str:
+    return f"{metadata_dir(output_path)}/lease.json"
+
+
+def log_path(output_path: str) -> str:
+    return f"{metadata_dir(output_path)}/log.txt"
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    name: str
+    version: str
+    fingerprint: str
+    fingerprint_payload: str
+    config: Any
+    """The run-time config: the same as the fingerprinted one, with real paths."""
+    dep_paths: dict[str, str]
+    output_path: str
+    result: Any
+    provenance: dict[str, Any]
+    started_at: str
+    finished_at: str
+    duration_s: float
+    artifact_type: str = "artifact"
+    schema: int = RECORD_SCHEMA
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def step_id(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> ArtifactRecord:
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
+            raise ValueError(f"not a schema-{RECORD_SCHEMA} record")
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def read_record(location: Location, output_path: str) -> ArtifactRecord | None:
+    """The committed record, or None. A corrupt record counts as not built, with a warning."""
+    path = location.path(record_path(output_path))
+    try:
+        raw = with_retries(lambda: location.fs.cat_file(path), f"read {path}")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        return ArtifactRecord.from_json(raw.decode())
+    except (ValueError, TypeError, UnicodeDecodeError) as exc:
+        log.warning("corrupt record %s (%s): treating %s as not built", path, exc, output_path)
+        return None
+
+
+def write_atomic(location: Location, path: str, data: bytes) -> None:
+    """Write so that readers see the old content or the new, never a prefix of it.
+
+    Object stores and ``memory://`` make a single put atomic. On local disk a crash mid-write
+    would leave a truncated file, so we write a temporary sibling and rename it into place.
+    """
+    fs = location.fs
+    if location.is_local:
+        parent = os.path.dirname(path)
+        os.makedirs(parent, exist_ok=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    else:
+        with_retries(lambda: fs.pipe_file(path, data), f"write {path}")
+
+
+def write_record(location: Location, record: ArtifactRecord, output_path: str) -> None:
+    write_atomic(location, location.path(record_path(output_path)), record.to_json().encode())
+
+
+def delete_record(location: Location, output_path: str) -> None:
+    path = location.path(record_path(output_path))
+    with contextlib.suppress(FileNotFoundError):
+        with_retries(lambda: location.fs.rm_file(path), f"delete {path}")
+
+
+def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
+    path = location.path(status_path(output_path))
+    try:
+        raw = with_retries(lambda: location.fs.cat_file(path), f"read {path}")
+        status = json.loads(raw.decode())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return status if isinstance(status, dict) else None
+
+
+def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:
+    body = {"state": state, **details}
+    write_atomic(
+        location,
+        location.path(status_path(output_path)),
+        (json.dumps(body, sort_keys=True) + "\n").encode(),
+    )

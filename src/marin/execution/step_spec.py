@@ -1,0 +1,57 @@
+"""``StepSpec``: one lowered, frozen node of a pipeline.
+
+A spec is what every runner consumes: the local ``StepRunner``, the Prefect flow and the Airflow
+tasks. It knows its identity (``name@version``), where its output goes relative to a prefix, and
+its fingerprint; it knows nothing about which prefix or runner it will meet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from marin.execution.context import StepContext
+from marin.execution.names import is_mutable_version
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class StepSpec:
+    name: str
+    version: str
+    deps: tuple[StepSpec, ...]
+    fingerprint: str
+    fingerprint_payload: str
+    """Canonical JSON of ``{name, version, config, deps}``, kept to explain drift field by field."""
+    provenance: Mapping[str, Any]
+    run: Callable[[StepContext], Any]
+    """Called with the run-time context; returns a JSON-serialisable result."""
+    build_config: Callable[[StepContext], Any]
+    artifact_type: str = "artifact"
+    retries: int = 0
+    pool: str | None = None
+    resources: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def step_id(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @property
+    def output_path(self) -> str:
+        """Relative to the prefix; joined to it only at run time."""
+        return f"{self.name}/{self.version}"
+
+    @property
+    def mutable(self) -> bool:
+        return is_mutable_version(self.version)
+
+    def __repr__(self) -> str:
+        return f"StepSpec({self.step_id}, fingerprint={self.fingerprint[:12]})"
+
+
+def fingerprint_of(payload: Mapping[str, Any]) -> tuple[str, str]:
+    """Return ``(fingerprint, canonical payload JSON)`` for an already-canonical payload."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest(), text

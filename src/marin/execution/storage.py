@@ -1,0 +1,122 @@
+"""Where artifacts live: a prefix opened through fsspec.
+
+Everything the engine reads or writes goes through a ``Location``, so local paths, ``file://``,
+``memory://``, ``gs://`` and ``s3://`` behave alike. Local outputs are handed to ``fn`` as plain
+paths, so user code can use ``pathlib``; other backends get full URLs for ``fsspec.open``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from marin.execution.errors import StorageError
+
+log = logging.getLogger("marin")
+T = TypeVar("T")
+
+PREFIX_ENV = "MARIN_PREFIX"
+DEFAULT_PREFIX = "marin-artifacts"
+_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+
+# Errors that retrying cannot fix: the answer is already definite.
+_PERMANENT = (
+    FileNotFoundError,
+    FileExistsError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+)
+RETRY_ATTEMPTS = 5
+RETRY_BASE_DELAY = 0.05
+
+
+def resolve_prefix(prefix: str | None = None) -> str:
+    """The prefix argument, else ``$MARIN_PREFIX``, else ``./marin-artifacts``."""
+    chosen = prefix or os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
+    if "://" not in chosen:
+        chosen = os.path.abspath(os.path.expanduser(chosen))
+    elif chosen.startswith("file://"):
+        chosen = os.path.abspath(chosen[len("file://") :])
+    return chosen.rstrip("/") if chosen != "/" else chosen
+
+
+def with_retries(op: Callable[[], T], what: str) -> T:
+    """Run an I/O operation, retrying transient ``OSError``s with jittered backoff."""
+    for attempt in range(RETRY_ATTEMPTS):
+        try:
+            return op()
+        except _PERMANENT:
+            raise
+        except OSError as exc:
+            if attempt == RETRY_ATTEMPTS - 1:
+                raise
+            delay = RETRY_BASE_DELAY * (2**attempt) * (1 + random.random())
+            log.debug("retrying %s after %s (attempt %d)", what, exc, attempt + 1)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class Location:
+    url: str
+    """The prefix as users see it: an absolute local path, or ``protocol://...``."""
+    fs: fsspec.AbstractFileSystem
+    root: str
+    """The prefix in the file system's own path syntax."""
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, LocalFileSystem)
+
+    def path(self, relative: str) -> str:
+        """A path inside the prefix, in the file system's syntax (for ``self.fs`` calls)."""
+        return f"{self.root.rstrip('/')}/{relative}" if relative else self.root
+
+    def url_for(self, relative: str) -> str:
+        """A path inside the prefix as user code should see it."""
+        return f"{self.url.rstrip('/')}/{relative}" if relative else self.url
+
+    def check_writable(self) -> None:
+        """Fail early, before any step runs, when the prefix cannot hold artifacts."""
+        try:
+            self.fs.makedirs(self.root, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(
+                f"prefix {self.url} cannot be created ({exc.strerror or exc})",
+                "choose a writable prefix with --prefix or MARIN_PREFIX",
+            ) from exc
+        if self.is_local and not os.access(self.root, os.W_OK | os.X_OK):
+            raise StorageError(
+                f"prefix {self.url} is not writable",
+                "choose a writable prefix with --prefix or MARIN_PREFIX, or fix its permissions",
+            )
+
+
+def open_prefix(prefix: str | None = None) -> Location:
+    url = resolve_prefix(prefix)
+    protocol = url.split("://", 1)[0] if "://" in url else "file"
+    try:
+        fs, root = fsspec.core.url_to_fs(url)
+    except ImportError as exc:
+        extra = _EXTRAS.get(protocol)
+        fix = (
+            f"pip install 'marin-execution[{extra}]'"
+            if extra
+            else f"install the fsspec backend package for {protocol}:// ({exc})"
+        )
+        raise StorageError(f"no storage backend installed for {protocol}://", fix) from exc
+    except ValueError as exc:
+        raise StorageError(
+            f"unknown storage protocol {protocol!r} in prefix {url}",
+            "use a local path, memory://, gs://bucket/path or s3://bucket/path",
+        ) from exc
+    return Location(url=url, fs=fs, root=root)

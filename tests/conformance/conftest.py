@@ -1,0 +1,54 @@
+"""The ``runner`` fixture: every scenario runs on every runner that is installed.
+
+An engine's runner lives in ``runner_<engine>.py`` beside this file and is used only when its
+engine imports; the local runner always runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.conformance.scenarios import CALLS_ENV
+
+RUNNERS = {
+    "local": ("tests.conformance.runner_local", "LocalRunner", None),
+    "prefect": ("tests.conformance.runner_prefect", "PrefectRunner", "prefect"),
+    "airflow": ("tests.conformance.runner_airflow", "AirflowRunner", "airflow.sdk"),
+}
+
+
+@pytest.fixture(params=sorted(RUNNERS), scope="session")
+def runner(request: pytest.FixtureRequest) -> Any:
+    module_name, class_name, engine = RUNNERS[request.param]
+    if engine is not None:
+        pytest.importorskip(engine)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            pytest.skip(f"no {request.param} runner yet")
+        raise
+    return getattr(module, class_name)()
+
+
+@pytest.fixture
+def calls_file(tmp_path: Any) -> str:
+    return str(tmp_path / "calls.jsonl")
+
+
+@pytest.fixture
+def local_prefix(tmp_path: Any) -> str:
+    """A prefix every runner can reach: engines may run steps in other processes."""
+    path = tmp_path / f"prefix-{uuid.uuid4().hex[:8]}"
+    os.makedirs(path)
+    return str(path)
+
+
+@pytest.fixture
+def env(calls_file: str) -> dict[str, str]:
+    return {CALLS_ENV: calls_file}

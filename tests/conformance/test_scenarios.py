@@ -1,0 +1,111 @@
+"""The behaviour every runner must share: order, exactly-once, skipping, limits, failure."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+from tests.conformance.scenarios import WIDE_LEAVES, read_calls
+
+S = "tests.conformance.scenarios"
+
+
+def events(calls: list[dict[str, Any]], event: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for call in calls:
+        if call["event"] == event:
+            assert call["step"] not in out, f"{call['step']} {event} twice"
+            out[call["step"]] = call["t"]
+    return out
+
+
+def record(prefix: str, name: str) -> dict[str, Any]:
+    with open(os.path.join(prefix, "conformance", name, "v1.marin", "record.json")) as f:
+        return dict(json.load(f))
+
+
+def test_chain_runs_in_order_once(
+    runner: Any, local_prefix: str, env: dict[str, str], calls_file: str
+) -> None:
+    assert runner.run(f"{S}:chain", prefix=local_prefix, env=env)
+    starts, ends = events(read_calls(calls_file), "start"), events(read_calls(calls_file), "end")
+    assert set(starts) == {"a", "b", "c"}
+    assert ends["a"] <= starts["b"] and ends["b"] <= starts["c"]
+    assert record(local_prefix, "c")["dep_paths"] == {
+        "conformance/b@v1": os.path.join(local_prefix, "conformance/b/v1")
+    }
+
+
+def test_diamond_builds_shared_dependency_once(
+    runner: Any, local_prefix: str, env: dict[str, str], calls_file: str
+) -> None:
+    assert runner.run(f"{S}:diamond", prefix=local_prefix, env=env)
+    calls = read_calls(calls_file)
+    starts, ends = events(calls, "start"), events(calls, "end")
+    assert sorted(starts) == ["bottom", "left", "right", "top"]
+    assert ends["top"] <= min(starts["left"], starts["right"])
+    assert max(ends["left"], ends["right"]) <= starts["bottom"]
+
+
+def test_rerun_skips_everything(
+    runner: Any, local_prefix: str, env: dict[str, str], calls_file: str
+) -> None:
+    assert runner.run(f"{S}:diamond", prefix=local_prefix, env=env)
+    first = len(read_calls(calls_file))
+    records = [
+        os.path.join(local_prefix, "conformance", n, "v1.marin", "record.json")
+        for n in ("top", "left", "right", "bottom")
+    ]
+    mtimes = [os.stat(p).st_mtime_ns for p in records]
+    assert runner.run(f"{S}:diamond", prefix=local_prefix, env=env)
+    assert len(read_calls(calls_file)) == first, "a built step ran again"
+    assert [os.stat(p).st_mtime_ns for p in records] == mtimes
+
+
+def test_concurrency_reaches_but_never_exceeds_limit(
+    runner: Any, local_prefix: str, env: dict[str, str], calls_file: str
+) -> None:
+    if not runner.supports("concurrency"):
+        pytest.skip(f"{runner.name} runs tasks one at a time here")
+    limit = 3
+    assert runner.run(f"{S}:wide", prefix=local_prefix, max_concurrent=limit, env=env)
+    calls = read_calls(calls_file)
+    timeline = sorted((c["t"], 1 if c["event"] == "start" else -1) for c in calls)
+    running = peak = 0
+    for _, delta in timeline:
+        running += delta
+        peak = max(peak, running)
+    assert peak == limit
+    assert len(events(calls, "end")) == WIDE_LEAVES + 2
+
+
+def test_failure_stops_dependents_and_new_steps(
+    runner: Any, local_prefix: str, env: dict[str, str], calls_file: str
+) -> None:
+    if not runner.supports("fail-fast"):
+        pytest.skip(f"{runner.name} has no fail-fast that lets running steps finish")
+    assert not runner.run(f"{S}:failing", prefix=local_prefix, max_concurrent=4, env=env)
+    calls = read_calls(calls_file)
+    starts = events(calls, "start")
+    assert "bad" in events(calls, "fail")
+    assert "after-bad" not in starts
+    assert "after-slow" not in starts, "a new step started after a failure"
+    assert "slow" in events(calls, "end"), "a running step was not allowed to finish"
+    assert not os.path.exists(
+        os.path.join(local_prefix, "conformance", "bad", "v1.marin", "record.json")
+    )
+
+
+def test_keep_going_builds_independent_branches(
+    runner: Any, local_prefix: str, env: dict[str, str], calls_file: str
+) -> None:
+    assert not runner.run(
+        f"{S}:failing", prefix=local_prefix, max_concurrent=4, keep_going=True, env=env
+    )
+    calls = read_calls(calls_file)
+    starts = events(calls, "start")
+    assert "after-bad" not in starts
+    assert "after-slow" in events(calls, "end")

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(params=["local", "memory"])
+def prefix(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """The same tests on local disk and on fsspec's in-memory file system."""
+    if request.param == "local":
+        yield str(tmp_path / "prefix")
+    else:
+        import fsspec
+
+        name = f"memory://t-{uuid.uuid4().hex[:10]}"
+        yield name
+        fs = fsspec.filesystem("memory")
+        if fs.exists(name):
+            fs.rm(name, recursive=True)

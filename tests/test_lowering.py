@@ -1,0 +1,205 @@
+"""Handles, lowering and fingerprints: pure, stable and independent of where data lives."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import pathlib
+from typing import Any
+
+import pytest
+
+from marin.execution.context import StepContext
+from marin.execution.errors import (
+    ConfigError,
+    CycleError,
+    DuplicateStepError,
+    InvalidStepError,
+)
+from marin.execution.lazy import OUT, ArtifactStep, apply, lower
+from marin.execution.step_spec import StepSpec
+
+
+def fn(x: Any = None, out_path: str = "", data: Any = None, items: Any = None) -> None:
+    return None
+
+
+def test_apply_rejects_arguments_fn_does_not_take() -> None:
+    with pytest.raises(TypeError, match=r"nonsense.*step s@v0"):
+        apply("s", fn, version="v0", nonsense=1)
+
+
+def test_spec_fields() -> None:
+    a = apply("data/raw", fn, version="v1", x=1, out_path=OUT)
+    b = apply("data/clean", fn, version="v2", data=a, out_path=OUT).with_options(
+        retries=2, pool="gpu"
+    )
+    spec = b.lower()
+    assert isinstance(spec, StepSpec)
+    assert spec.name == "data/clean" and spec.version == "v2" and spec.step_id == "data/clean@v2"
+    assert spec.output_path == "data/clean/v2"
+    assert [d.step_id for d in spec.deps] == ["data/raw@v1"]
+    assert spec.retries == 2 and spec.pool == "gpu"
+    for key in ("git_commit", "git_dirty", "user", "host", "argv", "time"):
+        assert key in spec.provenance
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.name = "other"  # type: ignore[misc]
+
+
+def test_handles_nested_in_containers_become_dependencies_and_paths() -> None:
+    a, b, c = (apply(n, fn, version="v0", out_path=OUT) for n in ("a", "b", "c"))
+    step = apply("s", fn, version="v0", items={"l": [a, (b,)], "d": {"k": c}}, out_path=OUT)
+    assert {d.step_id for d in step.deps} == {"a@v0", "b@v0", "c@v0"}
+    spec = step.lower()
+    ctx = StepContext(
+        output_path="/p/s/v0", prefix="/p", region=None,
+        dep_paths={f"{n}@v0": f"/p/{n}/v0" for n in "abc"},
+    )  # fmt: skip
+    assert spec.build_config(ctx) == {
+        "items": {"l": ["/p/a/v0", ("/p/b/v0",)], "d": {"k": "/p/c/v0"}},
+        "out_path": "/p/s/v0",
+    }
+
+
+def test_fingerprint_stable_and_independent_of_prefix(tmp_path: Any) -> None:
+    def make() -> ArtifactStep:
+        a = apply("a", fn, version="v0", x={"b": 1, "a": [1, 2]}, out_path=OUT)
+        return apply("b", fn, version="v0", data=a, out_path=OUT)
+
+    first, second = make().lower(), make().lower()
+    assert first.fingerprint == second.fingerprint
+    assert first is not second
+    # Where the data lives never enters the fingerprint: it is only joined at run time.
+    assert "{OUT}" in first.fingerprint_payload and "{DEP:a}" in first.fingerprint_payload
+    assert str(tmp_path) not in first.fingerprint_payload
+
+
+def test_fingerprint_changes_with_a_literal_and_a_dependency_version() -> None:
+    base = apply("b", fn, version="v0", data=apply("a", fn, version="v0", x=1), x=1)
+    literal = apply("b", fn, version="v0", data=apply("a", fn, version="v0", x=1), x=2)
+    dep_version = apply("b", fn, version="v0", data=apply("a", fn, version="v1", x=1), x=1)
+    dep_literal = apply("b", fn, version="v0", data=apply("a", fn, version="v0", x=9), x=1)
+    fps = [h.lower().fingerprint for h in (base, literal, dep_version)]
+    assert len(set(fps)) == 3
+    # Only the dependency's name@version enters: an upstream config change is upstream drift.
+    assert dep_literal.lower().fingerprint == fps[0]
+
+
+def test_memo_shares_one_spec_for_a_shared_dependency() -> None:
+    dataset = apply("dataset", fn, version="v1", x="src")
+    model_a = apply("model_a", fn, version="v0", data=dataset, out_path=OUT)
+    model_b = apply("model_b", fn, version="v0", data=dataset, out_path=OUT)
+    memo: dict[Any, Any] = {}
+    spec_a, spec_b = model_a.lower(memo=memo), model_b.lower(memo=memo)
+    assert spec_a.deps[0] is spec_b.deps[0]
+    without = model_b.lower()
+    assert without.deps[0] is not spec_a.deps[0]
+    specs = lower(model_a, model_b)
+    assert specs[0].deps[0] is specs[1].deps[0]
+
+
+def test_lowering_is_pure(tmp_path: Any, monkeypatch: Any) -> None:
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "p"))
+    calls: list[int] = []
+    step = apply("s", lambda out_path: calls.append(1), version="v0", out_path=OUT)
+    step.lower()
+    assert calls == [] and not (tmp_path / "p").exists()
+
+
+def test_hundred_thousand_deep_chain_lowers_without_recursion() -> None:
+    def link(prev: Any = None) -> None:
+        return None
+
+    handle = apply("c/0", link, version="v0")
+    for i in range(1, 100_000):
+        handle = ArtifactStep(name=f"c/{i}", version="v0", run=lambda ctx: None, deps=(handle,))
+    spec = handle.lower()
+    depth = 0
+    while spec.deps:
+        spec = spec.deps[0]
+        depth += 1
+    assert depth == 99_999
+
+
+def test_cycle_is_named() -> None:
+    a = apply("a", fn, version="v0")
+    b = apply("b", fn, version="v0", data=a)
+    object.__setattr__(a, "deps", (b,))
+    with pytest.raises(CycleError, match=r"cycle (a@v0 -> b@v0 -> a@v0|b@v0 -> a@v0 -> b@v0)"):
+        lower(b)
+
+
+def test_two_definitions_of_one_name_version_are_an_error() -> None:
+    one = apply("same", fn, version="v0", x=1)
+    two = apply("same", fn, version="v0", x=2)
+    with pytest.raises(DuplicateStepError, match=r"same@v0.*config.x: 1 -> 2"):
+        lower(apply("top", fn, version="v0", items=[one, two]))
+    # Two handles with one definition are one step.
+    same = lower(apply("top", fn, version="v0", items=[one, apply("same", fn, version="v0", x=1)]))
+    assert same.deps[0] is same.deps[1]
+
+
+class Color(enum.Enum):
+    RED = 1
+
+
+@dataclasses.dataclass
+class Opt:
+    lr: float
+    path: pathlib.Path
+
+
+def test_canonical_config_handles_rich_types() -> None:
+    value = {"s": {3, 1, 2}, "t": (1, 2), "e": Color.RED, "d": Opt(0.1, pathlib.Path("/x"))}
+    step = apply("s", fn, version="v0", x=value)
+    payload = step.lower().fingerprint_payload
+    assert '"s":[1,2,3]' in payload and '"t":[1,2]' in payload
+    assert '"__enum__":"Color.RED"' in payload and '"path":"/x"' in payload
+    reordered = {"d": Opt(0.1, pathlib.Path("/x")), "e": Color.RED, "t": (1, 2), "s": {2, 3, 1}}
+    assert apply("s", fn, version="v0", x=reordered).lower().fingerprint == step.lower().fingerprint
+
+
+@pytest.mark.parametrize(
+    "bad, path",
+    [
+        (lambda: 1, "config.x"),
+        ({"inner": [1, object()]}, r"config.x.inner\[1\]"),
+    ],
+)
+def test_unserialisable_config_names_the_field(bad: Any, path: str) -> None:
+    with pytest.raises(ConfigError, match=rf"{path} holds a .*step s@v0"):
+        apply("s", fn, version="v0", x=bad).lower()
+
+
+def test_open_file_in_config_is_rejected(tmp_path: Any) -> None:
+    with (
+        open(tmp_path / "f", "w") as handle,
+        pytest.raises(ConfigError, match=r"config.x holds a _io"),
+    ):
+        apply("s", fn, version="v0", x=handle).lower()
+
+
+@pytest.mark.parametrize(
+    "name", ["", "a//b", "../up", "a/../b", "/abs", "gs://bucket/x", "has space", "tab\there",
+             "nl\nx", "ctl\x01", "back\\slash", "meta.marin/x"],
+)  # fmt: skip
+def test_unsafe_names_are_rejected(name: str) -> None:
+    with pytest.raises(InvalidStepError, match="error: "):
+        apply(name, fn, version="v0")
+
+
+@pytest.mark.parametrize("version", ["", "a/b", "..", "v 1", "x\n"])
+def test_unsafe_versions_are_rejected(version: str) -> None:
+    with pytest.raises(InvalidStepError, match=r"version.*step s"):
+        apply("s", fn, version=version)
+
+
+@pytest.mark.parametrize("version", ["v0", "2026.11.29", "dev", "exp-dev", "ünïcode"])
+def test_any_other_version_is_accepted(version: str) -> None:
+    spec = apply("s", fn, version=version).lower()
+    assert spec.mutable == (version in ("dev", "exp-dev"))
+
+
+def test_dependency_that_is_not_a_handle_is_rejected() -> None:
+    with pytest.raises(InvalidStepError, match=r"deps\[0\] is a str.*step s@v0"):
+        ArtifactStep(name="s", version="v0", run=lambda ctx: None, deps=("a/v0",))  # type: ignore[arg-type]
