@@ -41,24 +41,60 @@ def _lowered(target: str) -> list[Any]:
 
 
 def _configure_logging(verbose: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    from marin import terminal_log
+
+    terminal_log.configure(verbose)
 
 
 # --- run ---------------------------------------------------------------------------------------
 
 
+def _use_live_progress(args: argparse.Namespace) -> bool:
+    from marin.execution.step_logs import real_stream
+
+    if args.no_progress or os.environ.get("TERM") == "dumb":
+        return False
+    stream = real_stream(sys.stderr)
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from marin.execution.step_runner import StepRunner
+    from marin.execution.graph import collect_steps
+    from marin.execution.step_runner import RunReport, StepRunner
+    from marin.execution.storage import open_prefix
+    from marin.progress import RunObserver, render_summary
 
     specs = _lowered(args.target)
+    location = open_prefix(args.prefix)
+    observer = RunObserver(location, live=not args.dry_run and _use_live_progress(args))
     runner = StepRunner(
-        max_concurrent=args.max_concurrent, prefix=args.prefix, on_drift=args.on_drift
+        max_concurrent=args.max_concurrent,
+        prefix=args.prefix,
+        on_drift=args.on_drift,
+        listener=observer,
     )
-    report = runner.run(specs, dry_run=args.dry_run, keep_going=args.keep_going, force=args.force)
+    color = sys.stdout.isatty()
+
+    def summary(report: RunReport | None, interrupted: bool = False) -> None:
+        steps = collect_steps(specs)
+        text = render_summary(observer, steps, report, color=color, interrupted=interrupted)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    try:
+        with observer:
+            report = runner.run(
+                specs, dry_run=args.dry_run, keep_going=args.keep_going, force=args.force
+            )
+    except (StepFailedError, PipelineFailedError) as exc:
+        summary(getattr(exc, "report", None))
+        raise
+    except KeyboardInterrupt:
+        if observer.runs:
+            summary(None, interrupted=True)
+        raise
+    if not args.dry_run:
+        summary(report)
     built = sum(1 for o in report.outcomes.values() if o.action == "built")
     skipped = len(report.states) - len(report.to_build) + len(report.pruned)
     verb = "would build" if args.dry_run else "built"
@@ -90,25 +126,104 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- graph -------------------------------------------------------------------------------------
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    from marin.execution.graph import collect_steps
+    from marin.graph_view import render_graph
+
+    steps = collect_steps(_lowered(args.target))
+    states = None
+    if args.prefix:
+        from marin.execution.inspect import inspect_steps
+        from marin.execution.storage import open_prefix
+
+        states = {s.spec.output_path: s for s in inspect_steps(steps, open_prefix(args.prefix))}
+    sys.stdout.write(render_graph(steps, args.format, states))
+    return EXIT_OK
+
+
+# --- show and ls -------------------------------------------------------------------------------
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from marin.catalog import resolve_show_target, show_record
+    from marin.execution.records import read_record
+
+    location, output_path = resolve_show_target(args.what, args.prefix)
+    if args.json:
+        record = read_record(location, output_path)
+        if record is not None:
+            sys.stdout.write(record.to_json())
+            return EXIT_OK
+    text, code = show_record(location, output_path)
+    sys.stdout.write(text)
+    return code
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from marin.catalog import list_entries, ls_json, ls_table
+    from marin.execution.storage import open_prefix
+
+    location = open_prefix(args.prefix)
+    entries = list_entries(location, sizes=not args.no_size)
+    if args.json:
+        print(json.dumps(ls_json(location, entries), indent=2, ensure_ascii=False))
+    else:
+        sys.stdout.write(ls_table(location, entries, color=sys.stdout.isatty()))
+    return EXIT_OK
+
+
 # --- parser ------------------------------------------------------------------------------------
 
 _EPILOG_RUN = """example:
   marin run examples/ngram.py:pipeline --prefix /tmp/marin --max-concurrent 4
+  marin run examples/ngram.py:pipeline --force ngram/dataset --no-progress
+
+On a terminal a live display shows progress; elsewhere (CI, pipes, --no-progress) the run
+prints plain log lines. Each step's own output goes to <output>.marin/log.txt.
+exit codes: 0 success, 1 a step failed, 2 bad input, 130 interrupted.
 """
 _EPILOG_PLAN = """example:
   marin plan examples/ngram.py:pipeline --prefix /tmp/marin
   marin plan examples/ngram.py:pipeline --json | jq '.summary'
+  marin plan examples/ngram.py:pipeline --exit-code || echo "something would run"
+
+The JSON schema is documented in docs/plan-json.md.
+exit codes: 0 (also when steps would run, unless --exit-code), 1 with --exit-code when any
+step is not built (to run, drift, dev, failed-before), 2 bad input.
 """
+_EPILOG_GRAPH = """example:
+  marin graph examples/ngram.py:pipeline --format mermaid > graph.mmd
+  marin graph examples/ngram.py:pipeline --format dot | dot -Tsvg > graph.svg
+  marin graph examples/ngram.py:pipeline --format text --prefix /tmp/marin
+"""
+_EPILOG_SHOW = """example:
+  marin show ngram/dataset@v1 --prefix /tmp/marin
+  marin show /tmp/marin/ngram/dataset/v1
+  marin show ngram/dataset --prefix /tmp/marin --json
+
+exit codes: 0 built, 1 not built (a failed or unfinished attempt is shown), 2 nothing there.
+"""
+_EPILOG_LS = """example:
+  marin ls --prefix /tmp/marin
+  marin ls --prefix s3://bucket/experiments --json --no-size
+"""
+_EPILOG_EXPORT = """example:
+  marin export airflow --help
+  marin export prefect --help
+"""
+PREFIX_HELP = (
+    "where artifacts live: a path, memory://, gs://, s3:// "
+    "(default: $MARIN_PREFIX, else ./marin-artifacts)"
+)
 TARGET_HELP = "the pipeline: path/to/file.py:attr or package.module:attr"
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", help=TARGET_HELP)
-    parser.add_argument(
-        "--prefix",
-        help="where artifacts live: a path, memory://, gs://, s3:// "
-        "(default: $MARIN_PREFIX, else ./marin-artifacts)",
-    )
+    parser.add_argument("--prefix", help=PREFIX_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,6 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a built step whose config changed without a version bump: serve it with a "
         "warning (default), rebuild it, or stop",
     )
+    run.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no live display, plain log lines (the default when stderr is not a terminal)",
+    )
     run.set_defaults(func=cmd_run)
 
     plan = commands.add_parser(
@@ -169,10 +289,55 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.set_defaults(func=cmd_plan)
 
+    graph = commands.add_parser(
+        "graph",
+        help="draw the pipeline as Mermaid, Graphviz DOT or text",
+        description="Render the lowered graph; edges run from a dependency to its reader. With "
+        "--prefix, nodes are styled by status (built, to run, drift, dev, failed before).",
+        epilog=_EPILOG_GRAPH,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    graph.add_argument("target", help=TARGET_HELP)
+    graph.add_argument(
+        "--format", choices=("mermaid", "dot", "text"), default="text", help="default: text"
+    )
+    graph.add_argument("--prefix", help="style nodes by their status under this prefix")
+    graph.set_defaults(func=cmd_graph)
+
+    show = commands.add_parser(
+        "show",
+        help="print one artifact's record: config, fingerprint, deps, provenance, result",
+        description="Print a built step's record. WHAT is name@version, a name with one built "
+        "version, or the path/URL of an output.",
+        epilog=_EPILOG_SHOW,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    show.add_argument("what", metavar="PATH_OR_NAME@VERSION", help="which artifact")
+    show.add_argument("--prefix", help=PREFIX_HELP)
+    show.add_argument("--json", action="store_true", help="the raw record.json")
+    show.set_defaults(func=cmd_show)
+
+    ls = commands.add_parser(
+        "ls",
+        help="list the artifacts built under a prefix",
+        description="List built artifacts: name@version, when, by whom, size, build time; and "
+        "unfinished attempts.",
+        epilog=_EPILOG_LS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ls.add_argument("--prefix", help=PREFIX_HELP)
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.add_argument(
+        "--no-size", action="store_true", help="skip measuring outputs (faster on object stores)"
+    )
+    ls.set_defaults(func=cmd_ls)
+
     export = commands.add_parser(
         "export",
         help="compile a pipeline for another engine (airflow, prefect)",
         description="Compile a pipeline for an external engine.",
+        epilog=_EPILOG_EXPORT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     engines = export.add_subparsers(dest="engine", metavar="ENGINE", required=True)
     for entry in sorted(entry_points(group="marin.exporters"), key=lambda e: e.name):

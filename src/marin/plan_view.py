@@ -1,7 +1,8 @@
 """Rendering a plan: the table a person reads and the JSON a machine reads.
 
-The JSON schema is versioned (``schema``) and documented in docs/plan-json.md; fields are only
-ever added.
+The JSON schema is versioned (``schema``) and documented in docs/plan-json.md; within a schema
+version fields are only ever added, never renamed, removed or retyped
+(tests/ux/test_plan_json.py holds the contract).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def plan_json(states: list[StepState], location: Location) -> dict[str, Any]:
                 "status": s.action,
                 "reason": s.reason,
                 "drift": list(s.drift),
+                "stored_fingerprint": s.record.fingerprint if s.record is not None else None,
                 "deps": [d.step_id for d in s.spec.deps],
             }
             for s in states

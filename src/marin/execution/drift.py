@@ -17,11 +17,17 @@ _MISSING = object()
 _PLAIN = re.compile(r"^[\w.@/:{}+-]+$")
 
 
+MAX_VALUE_CHARS = 80
+
+
 def _short(value: Any) -> str:
     if isinstance(value, str) and _PLAIN.match(value):
-        return value  # `deps.tokens: v1 -> v2` reads better without quotes
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return text if len(text) <= 80 else text[:77] + "..."
+        text = value  # `deps.tokens: v1 -> v2` reads better without quotes
+    else:
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    if len(text) <= MAX_VALUE_CHARS:
+        return text
+    return text[: MAX_VALUE_CHARS - 3] + "..."
 
 
 def _walk(old: Any, new: Any, path: str, out: list[str]) -> None:
@@ -29,8 +35,11 @@ def _walk(old: Any, new: Any, path: str, out: list[str]) -> None:
         for key in sorted(set(old) | set(new)):
             _walk(old.get(key, _MISSING), new.get(key, _MISSING), f"{path}.{key}", out)
         return
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+    if isinstance(old, list) and isinstance(new, list):
+        # Element by element; a longer or shorter list shows as items added or removed at the end.
+        for i in range(max(len(old), len(new))):
+            a = old[i] if i < len(old) else _MISSING
+            b = new[i] if i < len(new) else _MISSING
             _walk(a, b, f"{path}[{i}]", out)
         return
     if old == new:
@@ -44,7 +53,12 @@ def _walk(old: Any, new: Any, path: str, out: list[str]) -> None:
 
 
 def explain_drift(old_payload: str, new_payload: str, limit: int = 20) -> list[str]:
-    """Lines like ``config.lr: 0.1 -> 0.2`` or ``deps.tokenized: "v1" -> "v2"``."""
+    """One line per changed field, at most ``limit`` lines plus a "... and N more" line.
+
+    ``config.lr: 0.1 -> 0.2`` (nested fields by dotted path, list items as ``[i]``),
+    ``config.seed: added 3``, ``config.old: removed (was 1)``, and a dependency whose version
+    changed as ``deps.ngram/dataset: v1 -> v2``.
+    """
     try:
         old, new = json.loads(old_payload), json.loads(new_payload)
     except ValueError:

@@ -1,0 +1,333 @@
+"""``marin ls`` and ``marin show``: what is built under a prefix, and one artifact's record.
+
+Both read only the metadata folders beside the outputs (``<name>/<version>.marin/``), through
+fsspec, so they work on any prefix. ``ls`` walks the prefix without descending into outputs: a
+folder ``X.marin`` marks ``X`` as an artifact, and ``X`` itself (possibly thousands of data
+files) is only measured, never listed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from marin.execution.errors import MarinError
+from marin.execution.names import METADATA_SUFFIX
+from marin.execution.records import (
+    ArtifactRecord,
+    log_path,
+    read_record,
+    read_status,
+    record_path,
+)
+from marin.execution.storage import Location, open_prefix
+
+IO_PARALLELISM = 32
+
+
+class NotFoundError(MarinError, LookupError):
+    """No record (and no status) for what ``marin show`` was asked about."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    output_path: str
+    """Relative to the prefix: ``name/version``."""
+    record: ArtifactRecord | None
+    status: dict[str, Any] | None
+    size: int | None
+
+    @property
+    def step_id(self) -> str:
+        if self.record is not None:
+            return self.record.step_id
+        name, _, version = self.output_path.rpartition("/")
+        return f"{name}@{version}"
+
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if value < 1024 or unit == "TB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_time(iso: str | None) -> str:
+    if not iso:
+        return "-"
+    try:
+        when = datetime.datetime.fromisoformat(iso)
+    except ValueError:
+        return iso
+    if when.tzinfo is not None:
+        when = when.astimezone(datetime.UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def who(record: ArtifactRecord) -> str:
+    prov = record.provenance or {}
+    user, host = prov.get("user"), prov.get("host")
+    return f"{user or '?'}@{host or '?'}"
+
+
+# --- ls ------------------------------------------------------------------------------------------
+
+
+def _relative(location: Location, fs_path: str) -> str:
+    root = location.root.rstrip("/")
+    fs_path = fs_path.rstrip("/")
+    if fs_path == root:
+        return ""
+    return fs_path[len(root) :].lstrip("/") if fs_path.startswith(root + "/") else fs_path
+
+
+def find_artifacts(location: Location) -> list[str]:
+    """Relative output paths that have a metadata folder beside them, sorted."""
+    fs = location.fs
+    found: list[str] = []
+    frontier = [location.root]
+
+    def listing(path: str) -> list[dict[str, Any]]:
+        try:
+            return list(fs.ls(path, detail=True))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    with ThreadPoolExecutor(IO_PARALLELISM, "marin-ls") as pool:
+        while frontier:
+            following: list[str] = []
+            for entries in pool.map(listing, frontier):
+                dirs = [e["name"].rstrip("/") for e in entries if e.get("type") == "directory"]
+                outputs = {d[: -len(METADATA_SUFFIX)] for d in dirs if d.endswith(METADATA_SUFFIX)}
+                found.extend(_relative(location, o) for o in outputs)
+                following.extend(
+                    d for d in dirs if not d.endswith(METADATA_SUFFIX) and d not in outputs
+                )
+            frontier = following
+    return sorted(found)
+
+
+def _size(location: Location, output_path: str) -> int | None:
+    path = location.path(output_path)
+    try:
+        if not location.fs.exists(path):
+            return None
+        return int(location.fs.du(path, total=True))
+    except (OSError, ValueError):
+        return None
+
+
+def list_entries(location: Location, *, sizes: bool = True) -> list[Entry]:
+    paths = find_artifacts(location)
+
+    def entry(path: str) -> Entry:
+        record = read_record(location, path)
+        status = None if record is not None else read_status(location, path)
+        size = _size(location, path) if sizes and record is not None else None
+        return Entry(path, record, status, size)
+
+    if not paths:
+        return []
+    with ThreadPoolExecutor(min(IO_PARALLELISM, len(paths)), "marin-ls") as pool:
+        return list(pool.map(entry, paths))
+
+
+def ls_json(location: Location, entries: list[Entry]) -> dict[str, Any]:
+    return {
+        "prefix": location.url,
+        "artifacts": [
+            {
+                "step": e.step_id,
+                "name": e.record.name,
+                "version": e.record.version,
+                "output_path": location.url_for(e.output_path),
+                "fingerprint": e.record.fingerprint,
+                "finished_at": e.record.finished_at,
+                "duration_s": e.record.duration_s,
+                "user": (e.record.provenance or {}).get("user"),
+                "host": (e.record.provenance or {}).get("host"),
+                "git_commit": (e.record.provenance or {}).get("git_commit"),
+                "size_bytes": e.size,
+            }
+            for e in entries
+            if e.record is not None
+        ],
+        "unfinished": [
+            {
+                "step": e.step_id,
+                "output_path": location.url_for(e.output_path),
+                "state": (e.status or {}).get("state"),
+                "error": (e.status or {}).get("error"),
+            }
+            for e in entries
+            if e.record is None
+        ],
+    }
+
+
+def ls_table(location: Location, entries: list[Entry], *, color: bool = False) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    built = [e for e in entries if e.record is not None]
+    unfinished = [e for e in entries if e.record is None]
+    lines: list[str] = []
+    if built:
+        table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+        for column in ("step", "built at", "by", "size", "took"):
+            table.add_column(column, justify="right" if column in ("size", "took") else "left")
+        for e in built:
+            assert e.record is not None
+            table.add_row(
+                e.step_id,
+                human_time(e.record.finished_at),
+                who(e.record),
+                human_size(e.size),
+                f"{e.record.duration_s:.2f}s",
+            )
+        console = Console(
+            width=250, color_system="auto" if color else None, force_terminal=color, soft_wrap=False
+        )
+        with console.capture() as capture:
+            console.print(table)
+        lines += [line.rstrip() for line in capture.get().splitlines()]
+    total = sum(e.size or 0 for e in built)
+    lines.append(f"{len(built)} artifact(s), {human_size(total)} under {location.url}")
+    for e in unfinished:
+        state = (e.status or {}).get("state", "no record")
+        error = (e.status or {}).get("error")
+        detail = f"{state}: {error}" if error else state
+        lines.append(f"not built: {e.step_id} ({detail}) — marin show {e.step_id}")
+    return "\n".join(lines) + "\n"
+
+
+# --- show ----------------------------------------------------------------------------------------
+
+
+def _strip_metadata(path: str) -> str:
+    path = path.rstrip("/")
+    for tail in ("/record.json", "/status.json", "/log.txt", "/lease.json"):
+        if path.endswith(tail):
+            path = path[: -len(tail)]
+    if path.endswith(METADATA_SUFFIX):
+        path = path[: -len(METADATA_SUFFIX)]
+    return path
+
+
+def _versions_of(location: Location, name: str) -> list[str]:
+    folder = location.path(name)
+    try:
+        entries = location.fs.ls(folder, detail=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    versions = []
+    for e in entries:
+        base = e["name"].rstrip("/").rsplit("/", 1)[-1]
+        if e.get("type") == "directory" and base.endswith(METADATA_SUFFIX):
+            versions.append(base[: -len(METADATA_SUFFIX)])
+    return sorted(versions)
+
+
+def resolve_show_target(what: str, prefix: str | None) -> tuple[Location, str]:
+    """``name@version``, ``name`` (one built version), or a path/URL of an output or its record."""
+    is_url = "://" in what
+    if is_url or what.startswith("/") or what.startswith("."):
+        path = _strip_metadata(what)
+        if not is_url:
+            path = os.path.abspath(path)
+        location = open_prefix(prefix)
+        base = location.url.rstrip("/") + "/"
+        if path.startswith(base):
+            return location, path[len(base) :]
+        parent, _, leaf = path.rpartition("/")
+        return open_prefix(parent or "/"), leaf
+    location = open_prefix(prefix)
+    if "@" in what:
+        name, _, version = what.rpartition("@")
+        return location, f"{name}/{version}"
+    candidate = _strip_metadata(what)
+    if location.fs.exists(location.path(record_path(candidate))):
+        return location, candidate
+    versions = _versions_of(location, candidate)
+    if len(versions) == 1:
+        return location, f"{candidate}/{versions[0]}"
+    if versions:
+        raise NotFoundError(
+            f"{candidate} has several versions under {location.url}: {', '.join(versions)}",
+            f"name one, e.g. marin show {candidate}@{versions[-1]}",
+            candidate,
+        )
+    return location, candidate
+
+
+def _json_block(value: Any, indent: str = "    ") -> list[str]:
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return [indent + line for line in text.splitlines()]
+
+
+def show_record(location: Location, output_path: str) -> tuple[str, int]:
+    """The text ``marin show`` prints and its exit code (0 built, 1 not built)."""
+    record = read_record(location, output_path)
+    status = read_status(location, output_path)
+    url = location.url_for(output_path)
+    log_url = location.url_for(log_path(output_path))
+    if record is None:
+        if status is None:
+            name, _, version = output_path.rpartition("/")
+            raise NotFoundError(
+                f"nothing is built at {url}",
+                "check the name, version and --prefix; `marin ls --prefix P` lists what is built",
+                f"{name}@{version}" if name else None,
+            )
+        name, _, version = output_path.rpartition("/")
+        lines = [
+            f"{name}@{version}: not built ({status.get('state', '?')})",
+            f"  output       {url}",
+        ]
+        for key in ("error", "holder", "started_at", "finished_at"):
+            if status.get(key):
+                lines.append(f"  {key:<12} {status[key]}")
+        trace = status.get("traceback")
+        if trace:
+            lines.append("  traceback")
+            lines += ["    " + line for line in str(trace).rstrip().splitlines()[-12:]]
+        lines.append(f"  log          {log_url}")
+        return "\n".join(lines) + "\n", 1
+
+    prov = record.provenance or {}
+    commit = prov.get("git_commit")
+    dirty = prov.get("git_dirty")
+    git = "-" if not commit else f"{commit} ({'dirty' if dirty else 'clean'})"
+    state = (status or {}).get("state", "SUCCESS")
+    lines = [
+        f"{record.step_id}  ({state.lower() if isinstance(state, str) else state})",
+        f"  output       {url}",
+        f"  type         {record.artifact_type}",
+        f"  fingerprint  {record.fingerprint}",
+        f"  built        {human_time(record.started_at)} -> {human_time(record.finished_at)}",
+        f"  duration     {record.duration_s:.3f}s",
+        f"  by           {who(record)} (pid {prov.get('pid', '?')})",
+        f"  git          {git}",
+        f"  time         {prov.get('time', '-')}",
+        f"  argv         {' '.join(str(a) for a in prov.get('argv', [])) or '-'}",
+        f"  log          {log_url}",
+    ]
+    if record.dep_paths:
+        lines.append("  deps")
+        width = max(len(k) for k in record.dep_paths)
+        lines += [f"    {k:<{width}}  {v}" for k, v in sorted(record.dep_paths.items())]
+    else:
+        lines.append("  deps         (none)")
+    lines.append("  config")
+    lines += _json_block(record.config)
+    lines.append("  result")
+    lines += _json_block(record.result)
+    return "\n".join(lines) + "\n", 0

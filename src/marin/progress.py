@@ -1,0 +1,411 @@
+"""What ``marin run`` shows while it runs and when it ends.
+
+``RunObserver`` is a ``RunListener``: the ``StepRunner`` calls it on its scheduler thread as steps
+start, finish and fail, and it keeps the timings. With ``live=True`` it also drives a ``rich``
+live display on the terminal (done/total, the running steps with their elapsed time, skipped and
+failed counts), refreshed on rich's own thread; all shared state sits behind one lock. Without a
+terminal, nothing is drawn: the runner's own log lines are the progress.
+
+``render_summary`` is the table printed at the end: every step run or skipped with its duration,
+the slowest steps, and for each failure the step, its error and the path of its log.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from marin.execution.records import log_path
+from marin.execution.step_logs import real_stream, set_echo
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.live import Live
+
+    from marin.execution.build import BuildOutcome
+    from marin.execution.step_runner import RunReport
+    from marin.execution.step_spec import StepSpec
+    from marin.execution.storage import Location
+
+MAX_RUNNING_SHOWN = 12
+SLOWEST_SHOWN = 5
+MAX_SKIPPED_LISTED = 200
+
+
+@dataclass
+class StepRun:
+    spec: StepSpec
+    started: float
+    finished: float | None = None
+    action: str = "running"
+    """``running``, ``built``, ``built-by-other``, ``cached`` or ``failed``."""
+    error: BaseException | None = None
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.finished is None else self.finished - self.started
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.2f}s" if seconds < 10 else f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+class RunObserver:
+    """A ``RunListener`` that records what happened and, optionally, shows it live."""
+
+    def __init__(
+        self,
+        location: Location,
+        *,
+        live: bool = False,
+        console: Console | None = None,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.location = location
+        self.clock = clock
+        self.t0 = clock()
+        self.total: int | None = None
+        self.skipped = 0
+        self.runs: dict[str, StepRun] = {}
+        self._lock = threading.Lock()
+        self._live_enabled = live
+        self._console = console
+        self._live: Live | None = None
+        self._partial: dict[int, str] = {}
+        self._log_handler: logging.Handler | None = None
+
+    # -- RunListener --------------------------------------------------------------------------
+
+    def on_plan(self, total: int, skipped: int) -> None:
+        with self._lock:
+            self.total, self.skipped = total, skipped
+
+    def on_start(self, spec: StepSpec) -> None:
+        with self._lock:
+            self.runs[spec.step_id] = StepRun(spec, self.clock())
+
+    def on_finish(self, outcome: BuildOutcome) -> None:
+        with self._lock:
+            run = self.runs.setdefault(outcome.spec.step_id, StepRun(outcome.spec, self.clock()))
+            run.finished, run.action = self.clock(), outcome.action
+
+    def on_fail(self, spec: StepSpec, error: BaseException) -> None:
+        with self._lock:
+            run = self.runs.setdefault(spec.step_id, StepRun(spec, self.clock()))
+            run.finished, run.action, run.error = self.clock(), "failed", error
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            runs = list(self.runs.values())
+        finished = sum(1 for r in runs if r.finished is not None and r.action != "failed")
+        return {
+            "total": self.total or 0,
+            "done": self.skipped + finished,
+            "skipped": self.skipped,
+            "built": finished,
+            "running": sum(1 for r in runs if r.finished is None),
+            "failed": sum(1 for r in runs if r.action == "failed"),
+        }
+
+    def log_url(self, spec: StepSpec) -> str:
+        return self.location.url_for(log_path(spec.output_path))
+
+    # -- the live display ---------------------------------------------------------------------
+
+    def __rich__(self) -> RenderableType:
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.spinner import Spinner
+        from rich.table import Table
+        from rich.text import Text
+
+        now = self.clock()
+        elapsed = format_duration(now - self.t0)
+        if self.total is None:
+            return Spinner("dots", Text(f"checking what needs building … {elapsed}"))
+        c = self.counts()
+        head = Table.grid(padding=(0, 1))
+        head.add_row(
+            ProgressBar(total=max(c["total"], 1), completed=c["done"], width=30),
+            Text(f"{c['done']}/{c['total']} done", style="bold"),
+            Text(f"· {c['running']} running · {c['skipped']} skipped ·"),
+            Text(f"{c['failed']} failed", style="bold red" if c["failed"] else ""),
+            Text(f"· {elapsed}", style="dim"),
+        )
+        with self._lock:
+            running = sorted(
+                (r for r in self.runs.values() if r.finished is None), key=lambda r: r.started
+            )
+        rows = Table.grid(padding=(0, 1))
+        for run in running[:MAX_RUNNING_SHOWN]:
+            rows.add_row(
+                Spinner("dots", style="yellow"),
+                Text(run.spec.step_id),
+                Text(format_duration(now - run.started), style="dim"),
+            )
+        parts: list[RenderableType] = [head, rows]
+        if len(running) > MAX_RUNNING_SHOWN:
+            parts.append(Text(f"  … and {len(running) - MAX_RUNNING_SHOWN} more running"))
+        return Group(*parts)
+
+    def _echo(self, text: str) -> None:
+        """Step output while the display owns the terminal: print whole lines above it."""
+        from rich.text import Text
+
+        key = threading.get_ident()
+        with self._lock:
+            *lines, rest = (self._partial.get(key, "") + text).split("\n")
+            self._partial[key] = rest
+        if self._console is not None:
+            for line in lines:
+                self._console.print(Text(line), soft_wrap=True, highlight=False, markup=False)
+
+    def __enter__(self) -> RunObserver:
+        if not self._live_enabled:
+            return self
+        from rich.console import Console
+        from rich.live import Live
+
+        if self._console is None:
+            self._console = Console(file=real_stream(sys.stderr))
+        self._live = Live(
+            self,
+            console=self._console,
+            refresh_per_second=8,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._take_over_logging()
+        set_echo(self._echo)
+        self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is None:
+            return
+        try:
+            self._live.stop()
+        finally:
+            set_echo(None)
+            self._give_back_logging()
+            for rest in self._partial.values():
+                if rest and self._console is not None:
+                    self._console.print(rest, highlight=False, markup=False)
+            self._partial.clear()
+            self._live = None
+
+    def _take_over_logging(self) -> None:
+        """While the display runs, log lines print above it, and only warnings and errors."""
+        from marin import terminal_log
+
+        console = self._console
+        assert console is not None
+        handler = _ConsoleLogHandler(console)
+        verbose = logging.getLogger().level <= logging.DEBUG
+        handler.setLevel(logging.DEBUG if verbose else logging.WARNING)
+        terminal_log.swap(handler)
+        self._log_handler = handler
+
+    def _give_back_logging(self) -> None:
+        from marin import terminal_log
+
+        if self._log_handler is not None:
+            terminal_log.swap(None)
+            self._log_handler = None
+
+
+class _ConsoleLogHandler(logging.Handler):
+    def __init__(self, console: Console) -> None:
+        super().__init__()
+        self.console = console
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from rich.text import Text
+
+        try:
+            style = (
+                "red"
+                if record.levelno >= logging.ERROR
+                else ("yellow" if record.levelno >= logging.WARNING else "")
+            )
+            self.console.print(
+                Text(self.format(record), style=style), soft_wrap=True, highlight=False
+            )
+        except Exception:  # pragma: no cover - logging must never raise
+            self.handleError(record)
+
+
+# --- the end-of-run summary ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    step: str
+    result: str
+    duration: float | None
+    note: str = ""
+
+
+def summary_rows(
+    observer: RunObserver,
+    steps: list[StepSpec],
+    report: RunReport | None,
+    *,
+    interrupted: bool = False,
+) -> list[SummaryRow]:
+    """One row per step of the run, in pipeline order (dependencies first)."""
+    rows: list[SummaryRow] = []
+    skipped_reason: dict[str, str] = {}
+    blocked: set[str] = set()
+    if report is not None:
+        to_build = set(report.to_build)
+        for path, state in report.states.items():
+            if path not in to_build:
+                why = "built earlier" if state.action == "built" else "drift: served from cache"
+                skipped_reason[path] = why
+        for path in report.pruned:
+            skipped_reason[path] = "not checked: needed only by built steps"
+        blocked = set(report.blocked)
+    with observer._lock:
+        runs = dict(observer.runs)
+    # Without the runner's report (it raised), the runner's counts still tell skipped steps from
+    # blocked ones whenever all the steps that never started are of one kind.
+    unstarted = sum(1 for spec in steps if spec.step_id not in runs)
+    if interrupted:
+        unknown_note = "not started"
+    elif observer.total is not None and observer.skipped == unstarted:
+        unknown_note = "built earlier"
+    elif observer.total is not None and observer.skipped == 0:
+        unknown_note = "blocked by a failure"
+    else:
+        unknown_note = "skipped, or blocked by a failure"
+    for spec in steps:
+        run = runs.get(spec.step_id)
+        if run is not None:
+            if run.action == "failed":
+                error = run.error
+                note = f"{type(error).__name__}: {error}" if error is not None else ""
+                rows.append(SummaryRow(spec.step_id, "failed", run.duration, note))
+            elif run.finished is None:
+                rows.append(SummaryRow(spec.step_id, "interrupted", None))
+            else:
+                label = "built" if run.action == "built" else "built elsewhere"
+                rows.append(SummaryRow(spec.step_id, label, run.duration))
+        elif spec.output_path in skipped_reason:
+            rows.append(SummaryRow(spec.step_id, "skipped", None, skipped_reason[spec.output_path]))
+        elif spec.output_path in blocked:
+            rows.append(SummaryRow(spec.step_id, "not run", None, "blocked by a failure"))
+        elif report is None:
+            rows.append(SummaryRow(spec.step_id, "not run", None, unknown_note))
+    return rows
+
+
+def render_summary(
+    observer: RunObserver,
+    steps: list[StepSpec],
+    report: RunReport | None,
+    *,
+    color: bool = False,
+    width: int = 200,
+    interrupted: bool = False,
+) -> str:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    rows = summary_rows(observer, steps, report, interrupted=interrupted)
+    styles = {
+        "built": "green",
+        "built elsewhere": "green",
+        "skipped": "dim",
+        "failed": "bold red",
+        "not run": "yellow",
+        "interrupted": "yellow",
+    }
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for column in ("step", "result", "duration", "note"):
+        if column == "duration":
+            table.add_column(column, overflow="fold", justify="right")
+        else:
+            table.add_column(column, overflow="fold")
+    skipped_rows = [r for r in rows if r.result == "skipped"]
+    listed_skipped = 0
+    for row in rows:
+        if row.result == "skipped":
+            listed_skipped += 1
+            if listed_skipped > MAX_SKIPPED_LISTED:
+                continue
+        table.add_row(
+            row.step,
+            Text(row.result, style=styles.get(row.result, "") if color else ""),
+            format_duration(row.duration) if row.duration is not None else "-",
+            row.note,
+        )
+    console = Console(
+        width=width,
+        color_system="auto" if color else None,
+        force_terminal=color,
+        no_color=not color,
+        soft_wrap=False,
+    )
+    with console.capture() as capture:
+        console.print(table)
+    lines = [line.rstrip() for line in capture.get().splitlines()]
+    if len(skipped_rows) > MAX_SKIPPED_LISTED:
+        lines.append(f"... and {len(skipped_rows) - MAX_SKIPPED_LISTED} more skipped step(s)")
+
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.result] = counts.get(row.result, 0) + 1
+    order = ("built", "built elsewhere", "skipped", "failed", "not run", "interrupted")
+    parts = [f"{counts[k]} {k}" for k in order if counts.get(k)]
+    wall = format_duration(observer.clock() - observer.t0)
+    lines.append(f"{len(rows)} steps: {', '.join(parts) or 'nothing to do'} in {wall}")
+
+    timed = sorted(
+        (r for r in rows if r.duration is not None and r.result != "skipped"),
+        key=lambda r: -(r.duration or 0.0),
+    )
+    if len(timed) > 1:
+        lines.append("slowest:")
+        lines += [
+            f"  {format_duration(r.duration or 0.0):>8}  {r.step}" for r in timed[:SLOWEST_SHOWN]
+        ]
+
+    with observer._lock:
+        failed = [r for r in observer.runs.values() if r.action == "failed"]
+    for run in failed:
+        error = run.error
+        lines.append("")
+        lines.append(f"failed: {run.spec.step_id}")
+        if error is not None:
+            lines.append(f"  error: {type(error).__name__}: {error}")
+            where = _where(error)
+            if where:
+                lines.append(f"  at:    {where}")
+        lines.append(f"  log:   {observer.log_url(run.spec)}")
+    return "\n".join(lines) + "\n"
+
+
+def _where(error: BaseException) -> str:
+    """The innermost ``file:line in function`` of the step's traceback, if there is one."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return ""
+    frame = frames[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}"

@@ -1,0 +1,37 @@
+"""The one log handler that shows the CLI's log lines on the terminal.
+
+It lives in its own small module (not ``marin.cli``) so that the live progress display can swap
+it out and back even when the CLI runs as ``python -m marin.cli``, where ``marin.cli`` would be
+imported a second time under another name.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+_active: logging.Handler | None = None
+_default: logging.Handler | None = None
+
+
+def configure(verbose: bool) -> None:
+    """Log to the real stderr (never into a step's log); calling it again replaces, not adds."""
+    global _default
+    from marin.execution.step_logs import real_stream
+
+    handler = logging.StreamHandler(real_stream(sys.stderr))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+    _default = handler
+    swap(None)
+    logging.getLogger().setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+def swap(handler: logging.Handler | None) -> None:
+    """Show log lines through ``handler`` instead (a live display prints them); None restores."""
+    global _active
+    root = logging.getLogger()
+    if _active is not None:
+        root.removeHandler(_active)
+    _active = handler if handler is not None else _default
+    if _active is not None:
+        root.addHandler(_active)

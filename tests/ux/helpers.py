@@ -1,0 +1,105 @@
+"""Shared fixtures for the UX tests: the example pipeline built once, and golden-file checks."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = f"{ROOT / 'examples' / 'ngram.py'}:pipeline"
+PIPELINES = ROOT / "tests" / "ux" / "pipelines.py"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+UPDATE = os.environ.get("MARIN_UPDATE_GOLDEN") == "1"
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def marin(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = ROOT, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """The CLI in a subprocess, as a user (or CI: stdout and stderr are pipes) runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "marin.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def normalise(text: str, prefix: str, *, collapse: bool = False) -> str:
+    """Replace the temporary prefix by ``<prefix>``; optionally collapse runs of spaces.
+
+    Table columns are as wide as their widest cell, so a temporary path of another length
+    shifts the columns after it; collapsing makes the comparison independent of that.
+    """
+    text = text.replace(prefix, "<prefix>")
+    if collapse:
+        text = "\n".join(re.sub(r" {2,}", "  ", line).rstrip() for line in text.splitlines())
+        text += "\n"
+    return text
+
+
+def check_golden(name: str, actual: str) -> None:
+    """Compare with tests/ux/golden/<name>; MARIN_UPDATE_GOLDEN=1 rewrites the file instead."""
+    path = GOLDEN / name
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(actual)
+        return
+    if not path.exists():
+        pytest.fail(f"golden file {path} is missing: run with MARIN_UPDATE_GOLDEN=1 to create it")
+    expected = path.read_text()
+    if actual != expected:
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(keepends=True),
+                actual.splitlines(keepends=True),
+                fromfile=f"golden/{name}",
+                tofile="actual",
+            )
+        )
+        pytest.fail(
+            f"output differs from golden/{name} (if the change is intended, regenerate with "
+            f"MARIN_UPDATE_GOLDEN=1 pytest tests/ux):\n{diff}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def built_example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The example pipeline really built once under a temporary prefix."""
+    prefix = str(tmp_path_factory.mktemp("example") / "prefix")
+    result = marin("run", EXAMPLE, "--prefix", prefix)
+    assert result.returncode == 0, result.stderr
+    yield prefix
+
+
+@pytest.fixture(scope="session")
+def drifted_example(tmp_path_factory: pytest.TempPathFactory, built_example: str) -> str:
+    """A copy of the example with ``add_k`` changed and the dataset's version bumped to v2."""
+    source = (ROOT / "examples" / "ngram.py").read_text()
+    edited = source.replace("add_k: float = 0.05", "add_k: float = 0.5").replace(
+        '"ngram/dataset", build_dataset, version="v1"',
+        '"ngram/dataset", build_dataset, version="v2"',
+    )
+    assert edited.count("0.5") > source.count("0.5") and 'version="v2"' in edited
+    path = tmp_path_factory.mktemp("edited") / "ngram_edited.py"
+    path.write_text(edited)
+    return f"{path}:pipeline"
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI.sub("", text)
+
+
+def any_path(*parts: Any) -> str:
+    return os.path.join(*map(str, parts))

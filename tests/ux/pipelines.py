@@ -1,0 +1,35 @@
+"""Small pipelines for the UX tests (loaded by path, like a user's pipeline file)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from marin.execution.lazy import OUT, apply
+
+SLEEP = float(os.environ.get("MARIN_TEST_SLEEP", "0.8"))
+
+
+def slow(label: str, out_path: str, **deps: str) -> dict[str, str]:
+    print(f"step {label} says hello")
+    logging.getLogger("user").warning("step %s logs a warning", label)
+    time.sleep(SLEEP)
+    with open(out_path, "w") as f:
+        f.write(label)
+    return {"label": label}
+
+
+def explode(out_path: str, source: str) -> None:
+    print("about to fail")
+    raise RuntimeError("kaboom: the model diverged")
+
+
+source = apply("demo/source", slow, version="v1", label="source", out_path=OUT)
+left = apply("demo/left", slow, version="v1", label="left", source=source, out_path=OUT)
+right = apply("demo/right", slow, version="v1", label="right", source=source, out_path=OUT)
+pipeline = apply("demo/join", slow, version="v1", label="join", a=left, b=right, out_path=OUT)
+
+failing = [apply("demo/bad", explode, version="v1", source=source, out_path=OUT), right]
+
+dev_step = apply("demo/scratch", slow, version="dev", label="scratch", out_path=OUT)

@@ -1,0 +1,83 @@
+"""``marin plan --json`` keeps schema 1 (docs/plan-json.md): names, types and meanings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.ux.helpers import EXAMPLE, ROOT, marin
+
+TOP = {"schema": int, "prefix": str, "summary": dict, "steps": list}
+SUMMARY = ("total", "built", "run", "drift", "dev", "failed-before")
+STEP = {
+    "step": str,
+    "name": str,
+    "version": str,
+    "fingerprint": str,
+    "stored_fingerprint": (str, type(None)),
+    "output_path": str,
+    "status": str,
+    "reason": str,
+    "drift": list,
+    "deps": list,
+}
+STATUSES = {"built", "run", "drift", "dev", "failed-before"}
+
+
+def check_schema(data: dict[str, Any]) -> None:
+    assert data["schema"] == 1
+    for key, kind in TOP.items():
+        assert isinstance(data[key], kind), key
+    assert set(SUMMARY) <= set(data["summary"])
+    assert all(isinstance(data["summary"][k], int) for k in SUMMARY)
+    assert sum(data["summary"][k] for k in SUMMARY[1:]) == data["summary"]["total"]
+    assert len(data["steps"]) == data["summary"]["total"]
+    seen: set[str] = set()
+    for step in data["steps"]:
+        assert set(STEP) <= set(step), set(STEP) - set(step)
+        for key, kind in STEP.items():
+            assert isinstance(step[key], kind), (step["step"], key)
+        assert step["status"] in STATUSES
+        assert step["step"] == f"{step['name']}@{step['version']}"
+        assert len(step["fingerprint"]) == 64
+        assert step["output_path"].startswith(data["prefix"])
+        assert all(dep in seen for dep in step["deps"]), "dependencies come first"
+        assert all(isinstance(line, str) for line in step["drift"])
+        assert bool(step["drift"]) == (step["status"] == "drift")
+        if step["status"] in ("built", "drift"):
+            assert step["stored_fingerprint"]
+        seen.add(step["step"])
+
+
+def test_fresh_prefix_schema(tmp_path: Path) -> None:
+    result = marin("plan", EXAMPLE, "--prefix", str(tmp_path / "p"), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    check_schema(data)
+    assert data["summary"]["run"] == 11
+    assert all(s["stored_fingerprint"] is None for s in data["steps"])
+
+
+def test_drift_schema(built_example: str, drifted_example: str) -> None:
+    result = marin("plan", drifted_example, "--prefix", built_example, "--json")
+    data = json.loads(result.stdout)
+    check_schema(data)
+    by_step = {s["step"]: s for s in data["steps"]}
+    bigram = by_step["ngram/models/bigram-add-k@v1"]
+    assert bigram["status"] == "drift"
+    assert bigram["stored_fingerprint"] != bigram["fingerprint"]
+    assert bigram["drift"] == ["config.smoothing.k: 0.05 -> 0.5", "deps.ngram/dataset: v1 -> v2"]
+
+
+def test_exit_code_gates_only_with_the_flag(tmp_path: Path, built_example: str) -> None:
+    fresh = str(tmp_path / "p")
+    assert marin("plan", EXAMPLE, "--prefix", fresh, "--json").returncode == 0
+    assert marin("plan", EXAMPLE, "--prefix", fresh, "--json", "--exit-code").returncode == 1
+    assert marin("plan", EXAMPLE, "--prefix", built_example, "--exit-code").returncode == 0
+
+
+def test_documented_fields_match_the_schema() -> None:
+    doc = (ROOT / "docs" / "plan-json.md").read_text()
+    for key in [*TOP, *SUMMARY, *STEP]:
+        assert f"`{key}`" in doc, f"docs/plan-json.md does not document {key}"
