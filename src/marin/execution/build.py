@@ -9,14 +9,18 @@ The order of writes is the whole crash-safety story:
 2. status RUNNING; delete any old record, then clear debris from the output path;
 3. run ``fn`` under a lease heartbeat;
 4. check the lease is still ours (a runner whose lease was taken over must not commit);
-5. write the record (the commit point), then status SUCCESS, then release the lease.
-A crash anywhere before 5 leaves no record, so the step is simply not built.
+5. write the record (the commit point) under ``Lease.commit``, which re-proves ownership, then
+   status SUCCESS, then release the lease.
+A crash anywhere before 5 leaves no record, so the step is simply not built. A corrupt record
+reads as "not built"; a crashed local record write leaves only a temporary file, cleared in 2.
+``marin.execution.faults`` names the crash points the tests kill processes at.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -26,13 +30,15 @@ from marin.execution.canonical import to_canonical
 from marin.execution.context import StepContext
 from marin.execution.drift import explain_drift
 from marin.execution.errors import ConfigError, DriftError, LeaseLostError
-from marin.execution.lease import Heartbeat, Lease, LeaseInfo
+from marin.execution.faults import crash_point
+from marin.execution.lease import Heartbeat, Lease
 from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
     FAILED,
     RUNNING,
     SUCCESS,
     ArtifactRecord,
+    clear_metadata_debris,
     delete_record,
     log_path,
     read_record,
@@ -47,7 +53,9 @@ log = logging.getLogger("marin")
 
 DRIFT_POLICIES = ("warn", "rebuild", "error")
 BUILT, CACHED, BUILT_BY_OTHER = "built", "cached", "built-by-other"
-LEASE_WAIT_MAX_DELAY_S = 2.0
+LEASE_WAIT_FIRST_DELAY_S = 0.02
+LEASE_WAIT_MAX_DELAY_S = 1.0
+LEASE_WAIT_LOG_EVERY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,10 @@ def build_step(
 
     ``precheck=False`` skips the first record read, for callers (the ``StepRunner``) that have
     just inspected the step; the re-check after taking the lease always happens.
+
+    If this runner's lease is taken over while ``fn`` runs (it stalled past the TTL), its result
+    is discarded, never committed; it then waits for the new holder and serves that runner's
+    record ("built-by-other"), or raises ``LeaseLostError`` if the new holder did not commit.
     """
     check_drift_policy(on_drift)
     url = location.url_for(spec.output_path)
@@ -128,9 +140,35 @@ def build_step(
         if cached is not None:
             return BuildOutcome(spec, CACHED, cached, url, drift=drift)
 
+    crash_point("before-lease", spec.step_id)
+    try:
+        return _lease_and_build(spec, location, rebuild, region, lease_ttl, url)
+    except LeaseLostError as lost:
+        log.warning("discard %s: %s", spec.step_id, lost.what)
+        lease = Lease(location, spec.output_path, ttl=lease_ttl)
+        _acquire(lease, spec)  # wait for the runner that took over
+        try:
+            record = read_record(location, spec.output_path)
+        finally:
+            lease.release()
+        if record is not None and record.fingerprint == spec.fingerprint:
+            log.info("skip %s: built by another runner", spec.step_id)
+            return BuildOutcome(spec, BUILT_BY_OTHER, record, url)
+        raise
+
+
+def _lease_and_build(
+    spec: StepSpec,
+    location: Location,
+    rebuild: bool,
+    region: str | None,
+    lease_ttl: float | None,
+    url: str,
+) -> BuildOutcome:
     lease = Lease(location, spec.output_path, ttl=lease_ttl)
     _acquire(lease, spec)
     try:
+        crash_point("after-lease", spec.step_id)
         if not rebuild:
             # Someone may have committed while we waited for the lease.
             record = read_record(location, spec.output_path)
@@ -143,16 +181,19 @@ def build_step(
 
 
 def _acquire(lease: Lease, spec: StepSpec) -> None:
-    delay = 0.02
-    last_holder: LeaseInfo | None = None
+    """Take the lease, waiting with bounded, jittered backoff while someone else holds it."""
+    delay = LEASE_WAIT_FIRST_DELAY_S
+    last_holder: str | None = None
+    last_log = 0.0
     while True:
         holder = lease.try_acquire()
         if holder is None:
             return
-        if last_holder is None or holder.holder != last_holder.holder:
+        now = time.monotonic()
+        if holder.holder != last_holder or now - last_log > LEASE_WAIT_LOG_EVERY_S:
             log.info("wait %s: lease held by %s", spec.step_id, holder.describe())
-        last_holder = holder
-        time.sleep(delay)
+            last_holder, last_log = holder.holder, now
+        time.sleep(delay * (0.5 + random.random() / 2))
         delay = min(delay * 2, LEASE_WAIT_MAX_DELAY_S)
 
 
@@ -161,8 +202,17 @@ def _clear_output(location: Location, spec: StepSpec) -> None:
     if with_retries(lambda: fs.exists(out), f"check {out}"):
         log.info("clear %s: removing debris from an earlier attempt at %s", spec.step_id, out)
         with_retries(lambda: fs.rm(out, recursive=True), f"clear {out}")
+    clear_metadata_debris(location, spec.output_path)
     if location.is_local:
         os.makedirs(os.path.dirname(out), exist_ok=True)
+
+
+def _best_effort_status(location: Location, spec: StepSpec, state: str, **details: Any) -> None:
+    """A status write that must not hide the error being reported (storage may be failing)."""
+    try:
+        write_status(location, spec.output_path, state, **details)
+    except OSError as exc:
+        log.warning("could not write %s status for %s: %s", state, spec.step_id, exc)
 
 
 def _build_holding(
@@ -190,7 +240,28 @@ def _build_holding(
                 "to the output path",
                 spec.step_id,
             ) from None
-        if heartbeat.lost.is_set() or not lease.renew():
+        crash_point("after-output", spec.step_id)
+        duration = time.perf_counter() - t0
+        provenance: dict[str, Any] = {**collect_provenance(), "lowered": dict(spec.provenance)}
+        record = ArtifactRecord(
+            name=spec.name,
+            version=spec.version,
+            fingerprint=spec.fingerprint,
+            fingerprint_payload=spec.fingerprint_payload,
+            config=config,
+            dep_paths=dict(ctx.dep_paths),
+            output_path=ctx.output_path,
+            result=result,
+            provenance=provenance,
+            started_at=started_at,
+            finished_at=now_iso(),
+            duration_s=round(duration, 6),
+            artifact_type=spec.artifact_type,
+        )
+        # The commit point: written only while provably holding the lease.
+        if heartbeat.lost.is_set() or not lease.commit(
+            lambda: write_record(location, record, spec.output_path)
+        ):
             raise LeaseLostError(
                 "lost the lease while building; another runner took over",
                 "nothing was committed by this runner; its result is discarded",
@@ -198,9 +269,9 @@ def _build_holding(
             )
     except BaseException as exc:
         if not isinstance(exc, LeaseLostError):
-            write_status(
+            _best_effort_status(
                 location,
-                spec.output_path,
+                spec,
                 FAILED,
                 holder=lease.holder,
                 started_at=started_at,
@@ -209,23 +280,8 @@ def _build_holding(
                 traceback=traceback.format_exc(limit=20),
             )
         raise
-    duration = time.perf_counter() - t0
-    provenance: dict[str, Any] = {**collect_provenance(), "lowered": dict(spec.provenance)}
-    record = ArtifactRecord(
-        name=spec.name,
-        version=spec.version,
-        fingerprint=spec.fingerprint,
-        fingerprint_payload=spec.fingerprint_payload,
-        config=config,
-        dep_paths=dict(ctx.dep_paths),
-        output_path=ctx.output_path,
-        result=result,
-        provenance=provenance,
-        started_at=started_at,
-        finished_at=now_iso(),
-        duration_s=round(duration, 6),
-        artifact_type=spec.artifact_type,
-    )
-    write_record(location, record, spec.output_path)  # the commit point
-    write_status(location, spec.output_path, SUCCESS, holder=lease.holder, finished_at=now_iso())
+    crash_point("after-record", spec.step_id)
+    _best_effort_status(
+        location, spec, SUCCESS, holder=lease.holder, finished_at=now_iso()
+    )  # the record already committed the step; a lost status write changes nothing
     return BuildOutcome(spec, BUILT, record, ctx.output_path, duration_s=duration)

@@ -1,22 +1,47 @@
 """A lease: the cross-process, cross-runner lock that makes a build exactly-once.
 
 The lease is a small JSON file beside the output (``<output>.marin/lease.json``) holding the
-holder's id, a random token and an expiry. It is created with an atomic create-if-absent:
+holder's id (host, pid, thread), a random token and an expiry. Every backend is reached through
+one small interface, :class:`LeaseStore`, with four operations: an atomic **create-if-absent**, a
+**read** that returns the content with a version, a compare-and-swap **replace** and a
+conditional **delete** (both against that version), plus a **lock** that makes a read-check-write
+sequence exclusive where the backend can. The stores:
 
-- local disk: ``O_CREAT | O_EXCL``; renewal, takeover and release are serialised by ``flock`` on a
-  guard file, so a renewal can never overwrite a takeover;
-- ``memory://``: the same operations under a process-wide lock (the store lives in this process);
-- other fsspec backends: ``pipe_file(mode="create")``, which s3fs sends as ``If-None-Match: *``.
-  Where a backend cannot create conditionally we fall back to check-then-write, which narrows but
-  does not close the race between two simultaneous first acquirers (documented in the README).
+=================  ==========================================  ================================
+backend            create-if-absent                            replace / delete / commit
+=================  ==========================================  ================================
+local disk         write a temp file, ``link()`` it into        under ``flock`` on a guard file:
+                   place (fails if present: ``O_EXCL``          compare, then rename into place
+                   semantics, and the file is never seen
+                   half-written)
+``memory://``      under a process-wide lock (the store         under the same lock
+                   lives in this process)
+``s3://`` (s3fs)   ``PutObject`` with ``If-None-Match: *``      ``PutObject`` / ``DeleteObject``
+                                                                with ``If-Match: <ETag>``
+anything else      ``pipe_file(mode="create")`` when the        read, compare, write: **not
+                   backend supports it, else check-then-write   atomic** (the weaker fallback)
+=================  ==========================================  ================================
 
-A holder that cannot renew has lost the lease and must not commit.
+With the fallback two runners that start a step in the same instant may both build it; each
+still writes a complete record, so nothing half-written is ever served, but ``fn`` can run twice.
+
+A lease whose expiry has passed is taken over. On Linux a lease on local disk whose holder
+process is gone (same machine, same PID namespace, and that PID is dead or reused) is taken over
+at once instead of after the TTL, so a runner killed by SIGKILL or the OOM killer does not stall
+the next run. Set ``MARIN_LEASE_CHECK_PID=0`` to rely on the TTL alone.
+
+While a step runs a heartbeat renews its lease. One shared thread renews every lease the process
+holds. A holder that cannot renew has lost the lease and must not commit: :meth:`Lease.commit`
+re-proves ownership and writes the record under the same lock (local disk, ``memory://``), or
+right after a compare-and-swap renewal that extends the expiry by a whole TTL (S3).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import heapq
+import itertools
 import json
 import logging
 import os
@@ -24,19 +49,24 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from fsspec.asyn import sync
+from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
+from marin.execution import faults
 from marin.execution.records import lease_path, write_atomic
 from marin.execution.storage import Location, with_retries
 
 log = logging.getLogger("marin")
 
-DEFAULT_TTL_S = float(os.environ.get("MARIN_LEASE_TTL", "60"))
-_MEMORY_LOCK = threading.Lock()
+TTL_ENV = "MARIN_LEASE_TTL"
+CHECK_PID_ENV = "MARIN_LEASE_CHECK_PID"
+DEFAULT_TTL_S = float(os.environ.get(TTL_ENV, "60"))
+_MEMORY_LOCK = threading.RLock()
 _held: set[Lease] = set()
 _held_lock = threading.Lock()
 
@@ -51,93 +81,383 @@ def release_all_held() -> int:
     return len(leases)
 
 
+# -- who holds a lease ---------------------------------------------------------------------------
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _process_start(pid: int) -> str | None:
+    stat = _read_text(f"/proc/{pid}/stat")
+    if stat is None:
+        return None
+    # Field 22 (starttime) counted after the parenthesised command name, which may hold spaces.
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _machine() -> str | None:
+    """This kernel boot and PID namespace: PIDs are comparable only within one."""
+    boot = _read_text("/proc/sys/kernel/random/boot_id")
+    try:
+        pidns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    return f"{boot}/{pidns}" if boot else None
+
+
+_MACHINE = _machine()
+
+
+def _process_id() -> str | None:
+    """``<boot>/<pidns>/<pid>/<start time>``: names this process and no other, ever."""
+    if _MACHINE is None:
+        return None
+    pid = os.getpid()
+    start = _process_start(pid)
+    return f"{_MACHINE}/{pid}/{start}" if start else None
+
+
+def _holder_is_dead(process: str | None) -> bool:
+    """True only when certain: same machine and PID namespace, and that process is gone."""
+    if not process or _MACHINE is None or not process.startswith(_MACHINE + "/"):
+        return False
+    if os.environ.get(CHECK_PID_ENV, "1") in ("0", "false", "no"):
+        return False
+    pid, _, start = process[len(_MACHINE) + 1 :].partition("/")
+    if not pid.isdigit():
+        return False
+    return _process_start(int(pid)) != start
+
+
 @dataclass(frozen=True)
 class LeaseInfo:
     holder: str
     token: str
     expires_at: float
+    process: str | None = None
 
     @property
     def expired(self) -> bool:
         return time.time() >= self.expires_at
 
+    @property
+    def holder_dead(self) -> bool:
+        return _holder_is_dead(self.process)
+
     def describe(self) -> str:
         remaining = self.expires_at - time.time()
         return f"{self.holder} (expires in {remaining:.0f}s)"
+
+    @classmethod
+    def parse(cls, raw: bytes) -> LeaseInfo:
+        try:
+            data: dict[str, Any] = json.loads(raw.decode())
+            return cls(
+                str(data["holder"]),
+                str(data["token"]),
+                float(data["expires_at"]),
+                data.get("process"),
+            )
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError):
+            # A torn or foreign lease file protects nothing: treat it as expired.
+            return cls("<unreadable>", "", 0.0)
 
 
 def _holder_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
+# -- backends ------------------------------------------------------------------------------------
+
+
+class LeaseStore(Protocol):
+    """The operations a lease needs from a backend. ``version`` is opaque to callers."""
+
+    kind: str
+    atomic: bool
+    """False for the check-then-write fallback."""
+
+    def create(self, path: str, data: bytes) -> bool:
+        """Write ``data`` at ``path`` if nothing is there; False if something is."""
+        ...
+
+    def read(self, path: str) -> tuple[bytes, Any] | None:
+        """The content and its version, or None."""
+        ...
+
+    def replace(self, path: str, data: bytes, version: Any) -> bool:
+        """Overwrite only if the content is still at ``version``."""
+        ...
+
+    def delete(self, path: str, version: Any) -> bool:
+        """Delete only if the content is still at ``version``."""
+        ...
+
+    def lock(self, path: str) -> contextlib.AbstractContextManager[None]:
+        """Make a read-compare-write sequence exclusive (a no-op where CAS does that)."""
+        ...
+
+
+class _CompareStore:
+    """Stores whose replace/delete compare content under :meth:`lock` (the version is the bytes)."""
+
+    kind = "generic"
+    atomic = False
+
+    def __init__(self, location: Location) -> None:
+        self.location = location
+        self.fs = location.fs
+
+    def read(self, path: str) -> tuple[bytes, Any] | None:
+        try:
+            raw = with_retries(lambda: self.fs.cat_file(path), f"read {path}")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return raw, raw
+
+    def _current(self, path: str) -> bytes | None:
+        found = self.read(path)
+        return None if found is None else found[0]
+
+    def replace(self, path: str, data: bytes, version: Any) -> bool:
+        if self._current(path) != version:
+            return False
+        write_atomic(self.location, path, data)
+        return True
+
+    def delete(self, path: str, version: Any) -> bool:
+        if self._current(path) != version:
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            with_retries(lambda: self.fs.rm_file(path), f"delete {path}")
+        return True
+
+    def lock(self, path: str) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def create(self, path: str, data: bytes) -> bool:
+        try:
+            with_retries(lambda: self.fs.pipe_file(path, data, mode="create"), f"create {path}")
+        except FileExistsError:
+            return self._current(path) == data  # ours, if a retried first attempt landed
+        except (TypeError, NotImplementedError, ValueError):
+            # No conditional create: the documented, weaker fallback (check, then write).
+            if self._current(path) is not None:
+                return False
+            with_retries(lambda: self.fs.pipe_file(path, data), f"create {path}")
+        # A backend that ignores mode="create" overwrites silently: trust only what reads back.
+        return self._current(path) == data
+
+
+class LocalLeaseStore(_CompareStore):
+    kind = "local"
+    atomic = True
+
+    def create(self, path: str, data: bytes) -> bool:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.new-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        try:
+            os.link(tmp, path)  # atomic, fails if present, and never shows a half-written file
+            return True
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: O_EXCL, then write
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return True
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    def read(self, path: str) -> tuple[bytes, Any] | None:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return raw, raw
+
+    def replace(self, path: str, data: bytes, version: Any) -> bool:
+        # Callers hold lock(path). No fsync: a lease lost to a power cut reads as expired.
+        if self._current(path) != version:
+            return False
+        tmp = f"{path}.new-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        return True
+
+    @contextlib.contextmanager
+    def lock(self, path: str) -> Iterator[None]:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".guard", "a") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(guard, fcntl.LOCK_UN)
+
+
+class MemoryLeaseStore(_CompareStore):
+    kind = "memory"
+    atomic = True
+
+    def create(self, path: str, data: bytes) -> bool:
+        with _MEMORY_LOCK:
+            if self.fs.exists(path):
+                return False
+            self.fs.pipe_file(path, data)
+            return True
+
+    @contextlib.contextmanager
+    def lock(self, path: str) -> Iterator[None]:
+        with _MEMORY_LOCK:
+            yield
+
+
+class _PreconditionFailed(Exception):
+    """A conditional request lost its race (HTTP 412); never retried."""
+
+
+def _precondition_failed(exc: OSError) -> bool:
+    cause = exc.__cause__
+    code = getattr(cause, "response", {}).get("Error", {}).get("Code") if cause else None
+    return code in ("PreconditionFailed", "412") or "pre-condition" in str(exc).lower()
+
+
+class S3LeaseStore:
+    """s3fs: ``If-None-Match: *`` to create, ``If-Match: <ETag>`` to replace and delete."""
+
+    kind = "s3"
+    atomic = True
+
+    def __init__(self, location: Location) -> None:
+        self.location = location
+        self.fs: Any = location.fs
+
+    def _key(self, path: str) -> tuple[str, str]:
+        bucket, key, _ = self.fs.split_path(path)
+        return bucket, key
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        bucket, key = self._key(path)
+
+        def call() -> Any:
+            try:
+                return self.fs.call_s3(method, Bucket=bucket, Key=key, **kwargs)
+            except FileExistsError:
+                raise _PreconditionFailed() from None
+            except OSError as exc:
+                if _precondition_failed(exc):
+                    raise _PreconditionFailed() from None
+                raise
+
+        return with_retries(call, f"{method} {path}")
+
+    def create(self, path: str, data: bytes) -> bool:
+        try:
+            self._call("put_object", path, Body=data, IfNoneMatch="*")
+            return True
+        except _PreconditionFailed:
+            pass
+        # A retried PUT whose first attempt landed also fails: the lease is ours if it holds our
+        # bytes.
+        found = self.read(path)
+        return found is not None and found[0] == data
+
+    def read(self, path: str) -> tuple[bytes, Any] | None:
+        bucket, key = self._key(path)
+
+        async def get() -> tuple[bytes, str]:
+            response = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
+            body = response["Body"]
+            try:
+                return await body.read(), response["ETag"]
+            finally:
+                body.close()
+
+        try:
+            raw, etag = with_retries(lambda: sync(self.fs.loop, get), f"read {path}")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return raw, etag
+
+    def _conditional(self, method: str, path: str, version: Any, data: bytes | None) -> bool:
+        kwargs: dict[str, Any] = {"IfMatch": version}
+        if data is not None:
+            kwargs["Body"] = data
+        try:
+            self._call(method, path, **kwargs)
+            return True
+        except FileNotFoundError:
+            return False
+        except _PreconditionFailed:
+            if data is None:
+                return False
+            found = self.read(path)  # a retried PUT whose first attempt landed
+            return found is not None and found[0] == data
+
+    def replace(self, path: str, data: bytes, version: Any) -> bool:
+        return self._conditional("put_object", path, version, data)
+
+    def delete(self, path: str, version: Any) -> bool:
+        return self._conditional("delete_object", path, version, None)
+
+    def lock(self, path: str) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
+def lease_store(location: Location) -> LeaseStore:
+    """The strongest lease store this backend supports."""
+    fs = location.fs
+    if isinstance(fs, LocalFileSystem):
+        return LocalLeaseStore(location)
+    if isinstance(fs, MemoryFileSystem):
+        return MemoryLeaseStore(location)
+    if type(fs).__module__.startswith("s3fs") and hasattr(fs, "call_s3"):
+        return S3LeaseStore(location)
+    return _CompareStore(location)
+
+
+# -- the lease -----------------------------------------------------------------------------------
+
+
 class Lease:
     def __init__(self, location: Location, output_path: str, ttl: float | None = None) -> None:
         self.location = location
+        self.store = lease_store(location)
         self.path = location.path(lease_path(output_path))
         self.ttl = DEFAULT_TTL_S if ttl is None else ttl
         self.token = uuid.uuid4().hex
         self.holder = _holder_id()
-
-    # -- primitives ---------------------------------------------------------------------------
+        self.process = _process_id()
+        self.renewed_at = 0.0
+        """``time.monotonic()`` of the last write that proved we held the lease."""
 
     def _body(self) -> bytes:
-        info = {"holder": self.holder, "token": self.token, "expires_at": time.time() + self.ttl}
+        info = {
+            "holder": self.holder,
+            "token": self.token,
+            "expires_at": time.time() + self.ttl,
+            "process": self.process,
+        }
         return json.dumps(info, sort_keys=True).encode()
 
     def read(self) -> LeaseInfo | None:
-        try:
-            raw = with_retries(lambda: self.location.fs.cat_file(self.path), f"read {self.path}")
-            data: dict[str, Any] = json.loads(raw.decode())
-            return LeaseInfo(data["holder"], data["token"], float(data["expires_at"]))
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            # A torn or foreign lease file protects nothing: treat it as expired.
-            return LeaseInfo("<unreadable>", "", 0.0)
-
-    def _create(self) -> bool:
-        fs = self.location.fs
-        if self.location.is_local:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(self._body())
-            return True
-        try:
-            with_retries(
-                lambda: fs.pipe_file(self.path, self._body(), mode="create"), f"create {self.path}"
-            )
-            return True
-        except FileExistsError:
-            return False
-        except TypeError:  # backend without conditional create: the weaker fallback
-            if fs.exists(self.path):
-                return False
-            fs.pipe_file(self.path, self._body())
-            return True
-
-    @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
-        """Serialise changes to an existing lease file (renew, takeover, release)."""
-        if self.location.is_local:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            with open(self.path + ".guard", "a") as guard:
-                fcntl.flock(guard, fcntl.LOCK_EX)
-                try:
-                    yield
-                finally:
-                    fcntl.flock(guard, fcntl.LOCK_UN)
-        elif isinstance(self.location.fs, MemoryFileSystem):
-            with _MEMORY_LOCK:
-                yield
-        else:
-            yield
-
-    def _write(self) -> None:
-        write_atomic(self.location, self.path, self._body())
+        found = self.store.read(self.path)
+        return None if found is None else LeaseInfo.parse(found[0])
 
     # -- the protocol ---------------------------------------------------------------------------
 
@@ -145,73 +465,171 @@ class Lease:
         """Take the lease; return None on success, else who holds it."""
         holder = self._try_acquire()
         if holder is None:
+            self.renewed_at = time.monotonic()
             with _held_lock:
                 _held.add(self)
         return holder
 
     def _try_acquire(self) -> LeaseInfo | None:
-        if isinstance(self.location.fs, MemoryFileSystem):
-            with _MEMORY_LOCK:
-                if self._create():
-                    return None
-        elif self._create():
+        if self.store.create(self.path, self._body()):
             return None
-        with self._guard():
-            current = self.read()
-            if current is None:
-                if self._create():
+        with self.store.lock(self.path):
+            found = self.store.read(self.path)
+            if found is None:
+                if self.store.create(self.path, self._body()):
                     return None
                 return self.read()
-            if not current.expired:
+            raw, version = found
+            current = LeaseInfo.parse(raw)
+            if current.token == self.token:
+                return None
+            if current.expired:
+                why = "expired lease"
+            elif current.holder_dead:
+                why = "lease of a process that is gone"
+            else:
                 return current
-            log.warning("taking over expired lease on %s from %s", self.path, current.holder)
-            self._write()
+            if not self.store.replace(self.path, self._body(), version):
+                return self.read() or current  # someone else took it over first
+            log.warning("taking over %s on %s from %s", why, self.path, current.holder)
             return None
+
+    def _renew_locked(self) -> bool:
+        found = self.store.read(self.path)
+        if found is None or LeaseInfo.parse(found[0]).token != self.token:
+            return False
+        if not self.store.replace(self.path, self._body(), found[1]):
+            return False
+        self.renewed_at = time.monotonic()
+        return True
 
     def renew(self) -> bool:
         """Extend the expiry if we still hold the lease; False means it was lost."""
-        with self._guard():
-            current = self.read()
-            if current is None or current.token != self.token:
+        with self.store.lock(self.path):
+            return self._renew_locked()
+
+    def commit(self, write: Callable[[], None]) -> bool:
+        """Run ``write`` (the record write) only while provably holding the lease.
+
+        On local disk and ``memory://`` the check and the write happen under the lock that every
+        takeover also needs, so they are atomic. On object stores a compare-and-swap renewal
+        just before the write gives the write a whole TTL; a write that takes longer than half a
+        TTL is reported as lost (a takeover may have started), and the taker's record wins.
+        """
+        with self.store.lock(self.path):
+            if not self._renew_locked():
                 return False
-            self._write()
+            write()
+        if isinstance(self.store, (LocalLeaseStore, MemoryLeaseStore)):
             return True
+        if time.monotonic() - self.renewed_at < self.ttl / 2:
+            return True
+        current = self.read()
+        return current is not None and current.token == self.token
 
     def release(self) -> None:
         with _held_lock:
             _held.discard(self)
-        with self._guard():
-            current = self.read()
-            if current is not None and current.token == self.token:
-                with contextlib.suppress(FileNotFoundError):
-                    self.location.fs.rm_file(self.path)
+        try:
+            with self.store.lock(self.path):
+                found = self.store.read(self.path)
+                if found is not None and LeaseInfo.parse(found[0]).token == self.token:
+                    self.store.delete(self.path, found[1])
+        except OSError as exc:
+            log.warning("could not release lease %s (it expires by itself): %s", self.path, exc)
+
+
+# -- heartbeats: one shared renewal thread per process --------------------------------------------
+
+
+class _Renewer:
+    """Renews every held lease from one daemon thread, each at a third of its TTL."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: list[tuple[float, int, Heartbeat]] = []
+        self._active: set[Heartbeat] = set()
+        self._beating: Heartbeat | None = None
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def add(self, beat: Heartbeat) -> None:
+        with self._cond:
+            self._active.add(beat)
+            heapq.heappush(self._due, (time.monotonic() + beat.interval, next(self._order), beat))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="marin-lease-heartbeat", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def remove(self, beat: Heartbeat) -> None:
+        with self._cond:
+            self._active.discard(beat)
+            while self._beating is beat:  # never return while its renewal is in flight
+                self._cond.wait()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    while self._due and self._due[0][2] not in self._active:
+                        heapq.heappop(self._due)
+                    if not self._due:
+                        self._cond.wait()
+                        continue
+                    delay = self._due[0][0] - time.monotonic()
+                    if delay <= 0:
+                        break
+                    self._cond.wait(delay)
+                _, _, beat = heapq.heappop(self._due)
+                self._beating = beat
+            keep = True
+            try:
+                keep = beat.beat()
+            finally:
+                with self._cond:
+                    self._beating = None
+                    if keep and beat in self._active:
+                        heapq.heappush(
+                            self._due,
+                            (time.monotonic() + beat.interval, next(self._order), beat),
+                        )
+                    self._cond.notify_all()
+
+
+_RENEWER = _Renewer()
 
 
 class Heartbeat:
-    """Renews a lease in the background while its step runs."""
+    """Renews a lease in the background while its step runs (on the shared renewal thread)."""
 
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
         self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._beat, name="marin-lease-heartbeat", daemon=True
-        )
+        self.interval = max(lease.ttl / 3, 0.05)
 
-    def _beat(self) -> None:
-        interval = max(self.lease.ttl / 3, 0.05)
-        while not self._stop.wait(interval):
-            try:
-                if not self.lease.renew():
-                    self.lost.set()
-                    return
-            except OSError as exc:
-                log.warning("could not renew lease %s: %s", self.lease.path, exc)
+    def beat(self) -> bool:
+        """Renew once; False once the lease is lost (stop renewing)."""
+        if faults.heartbeat_paused():
+            return True
+        try:
+            if self.lease.renew():
+                return True
+        except OSError as exc:
+            log.warning("could not renew lease %s: %s", self.lease.path, exc)
+            return True
+        with _held_lock:
+            released = self.lease not in _held  # released under us (Ctrl-C): not a takeover
+        if not released:
+            log.warning("lost lease %s: another runner took it over", self.lease.path)
+        self.lost.set()
+        return False
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        _RENEWER.add(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        _RENEWER.remove(self)

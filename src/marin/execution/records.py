@@ -16,6 +16,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from marin.execution import faults
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.storage import Location, with_retries
 
@@ -94,28 +95,67 @@ def read_record(location: Location, output_path: str) -> ArtifactRecord | None:
         return None
 
 
-def write_atomic(location: Location, path: str, data: bytes) -> None:
+TMP_MARK = ".tmp-"
+
+
+def write_atomic(
+    location: Location, path: str, data: bytes, *, crash_step: str = "", durable: bool = True
+) -> None:
     """Write so that readers see the old content or the new, never a prefix of it.
 
     Object stores and ``memory://`` make a single put atomic. On local disk a crash mid-write
-    would leave a truncated file, so we write a temporary sibling and rename it into place.
+    would leave a truncated file, so we write a temporary sibling and rename it into place (a
+    crash leaves only the temporary file, which the next build of the step clears).
+    ``crash_step`` names the step for the ``record-write`` / ``record-torn`` fault hooks.
+    ``durable=False`` skips the fsync, for advisory files (the status) whose loss in a power cut
+    changes nothing.
     """
     fs = location.fs
+    if crash_step and faults.should_crash("record-torn", crash_step):
+        fs.pipe_file(path, data[: len(data) // 2])  # what a non-atomic store could leave
+        faults.crash_now()
     if location.is_local:
         parent = os.path.dirname(path)
         os.makedirs(parent, exist_ok=True)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
         with open(tmp, "wb") as f:
+            if crash_step and faults.should_crash("record-write", crash_step):
+                f.write(data[: len(data) // 2])
+                f.flush()
+                faults.crash_now()
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     else:
+        if crash_step and faults.should_crash("record-write", crash_step):
+            faults.crash_now()  # a single PUT is all or nothing: the crash leaves no record
         with_retries(lambda: fs.pipe_file(path, data), f"write {path}")
 
 
 def write_record(location: Location, record: ArtifactRecord, output_path: str) -> None:
-    write_atomic(location, location.path(record_path(output_path)), record.to_json().encode())
+    write_atomic(
+        location,
+        location.path(record_path(output_path)),
+        record.to_json().encode(),
+        crash_step=record.step_id,
+    )
+
+
+def clear_metadata_debris(location: Location, output_path: str) -> None:
+    """Remove temporary record files a crashed local write left beside the output."""
+    if not location.is_local:
+        return  # object stores and memory:// write records in one put: no temporary files
+    folder = location.path(metadata_dir(output_path))
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in names:
+        if name.startswith("record.json" + TMP_MARK):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, name))
 
 
 def delete_record(location: Location, output_path: str) -> None:
@@ -142,4 +182,5 @@ def write_status(location: Location, output_path: str, state: str, **details: An
         location,
         location.path(status_path(output_path)),
         (json.dumps(body, sort_keys=True) + "\n").encode(),
+        durable=False,  # advisory: the record, fsynced, is what counts
     )

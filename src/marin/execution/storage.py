@@ -50,17 +50,27 @@ def resolve_prefix(prefix: str | None = None) -> str:
 
 
 def with_retries(op: Callable[[], T], what: str) -> T:
-    """Run an I/O operation, retrying transient ``OSError``s with jittered backoff."""
+    """Run an I/O operation, retrying transient ``OSError``s with jittered exponential backoff.
+
+    Definite answers (not found, exists, permission denied, a ``StorageError``) pass through at
+    once. An error that persists through every attempt becomes a ``StorageError`` naming the
+    operation, with the last error as its cause.
+    """
     for attempt in range(RETRY_ATTEMPTS):
         try:
             return op()
-        except _PERMANENT:
+        except (*_PERMANENT, StorageError):
             raise
         except OSError as exc:
             if attempt == RETRY_ATTEMPTS - 1:
-                raise
+                raise StorageError(
+                    f"storage kept failing: could not {what} after {RETRY_ATTEMPTS} attempts "
+                    f"({type(exc).__name__}: {exc})",
+                    "check that the storage is reachable and writable, then run again; "
+                    "nothing was committed for this step",
+                ) from exc
             delay = RETRY_BASE_DELAY * (2**attempt) * (1 + random.random())
-            log.debug("retrying %s after %s (attempt %d)", what, exc, attempt + 1)
+            log.warning("retrying %s after %s (attempt %d)", what, exc, attempt + 1)
             time.sleep(delay)
     raise AssertionError("unreachable")
 

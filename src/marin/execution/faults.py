@@ -1,0 +1,57 @@
+"""Fault hooks for crash and lease tests, switched on only by environment variables.
+
+The engine calls :func:`crash_point` at the moments a crash matters (before the lease, after the
+output, while writing the record, ...). With ``MARIN_FAULT_CRASH`` unset each call is one
+dictionary lookup. Tests set it in a child process to kill that process with SIGKILL at an exact
+point, so crash tests never depend on sleeping and hoping:
+
+    MARIN_FAULT_CRASH=after-output@chain/3   # SIGKILL after fn returned, before the record
+    MARIN_FAULT_CRASH=record-write           # SIGKILL half-way through the first record write
+
+``MARIN_FAULT_PAUSE_HEARTBEAT=1`` stops this process renewing its leases (a stalled holder), so a
+test can let a lease expire under a live holder and check the holder then refuses to commit.
+
+The points, in the order a build reaches them: ``before-lease``, ``after-lease`` (lease held,
+nothing written), ``after-output`` (``fn`` returned, no record), ``record-write`` (half of the
+record's bytes written: to the temporary file on local disk, where the rename makes the write
+atomic), ``record-torn`` (half of the record written at its final path, as a non-atomic store
+could), ``after-record`` (record committed, status not yet SUCCESS, lease still held).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+CRASH_ENV = "MARIN_FAULT_CRASH"
+PAUSE_HEARTBEAT_ENV = "MARIN_FAULT_PAUSE_HEARTBEAT"
+CRASH_POINTS = (
+    "before-lease",
+    "after-lease",
+    "after-output",
+    "record-write",
+    "record-torn",
+    "after-record",
+)
+
+
+def should_crash(point: str, step: str) -> bool:
+    """Whether ``MARIN_FAULT_CRASH`` asks for a crash at ``point`` (optionally ``@step``)."""
+    wanted = os.environ.get(CRASH_ENV)
+    if not wanted:
+        return False
+    at, _, only = wanted.partition("@")
+    return at == point and (not only or only in (step, step.rsplit("@", 1)[0]))
+
+
+def crash_now() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def crash_point(point: str, step: str) -> None:
+    if should_crash(point, step):
+        crash_now()
+
+
+def heartbeat_paused() -> bool:
+    return os.environ.get(PAUSE_HEARTBEAT_ENV, "") not in ("", "0")

@@ -1,0 +1,118 @@
+"""Fixtures for the reliability tests: child processes, and a real S3 server on loopback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+S3_KEYS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a runner process: this one's, minus any fault switches."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MARIN_FAULT", "MARIN_TEST"))}
+    env.pop("MARIN_LEASE_TTL", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    env.update(extra)
+    return env
+
+
+def start_runner(
+    pipeline: str, prefix: str, env: dict[str, str], max_concurrent: int = 4
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.reliability.pipelines",
+            pipeline,
+            prefix,
+            str(max_concurrent),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_runner(
+    pipeline: str, prefix: str, env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    proc = start_runner(pipeline, prefix, env)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[dict[str, str]]:
+    """moto's S3 server on 127.0.0.1; yields the environment that points s3fs at it."""
+    pytest.importorskip("s3fs")
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {**S3_KEYS, "FSSPEC_S3_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    import fsspec.config
+
+    fsspec.config.set_conf_env(fsspec.config.conf)
+    try:
+        import s3fs
+
+        s3fs.S3FileSystem.clear_instance_cache()
+        fs = s3fs.S3FileSystem()
+        fs.mkdir("marin-tests")
+        yield env
+    finally:
+        server.stop()
+        fsspec.config.conf.get("s3", {}).pop("endpoint_url", None)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(params=["local", "memory", "s3"])
+def store_prefix(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    """One fresh prefix on each backend: local disk, memory:// and S3 (moto) through s3fs."""
+    if request.param == "local":
+        yield str(tmp_path / "prefix")
+    elif request.param == "memory":
+        import fsspec
+
+        name = f"memory://r-{uuid.uuid4().hex[:10]}"
+        yield name
+        fs = fsspec.filesystem("memory")
+        if fs.exists(name):
+            fs.rm(name, recursive=True)
+    else:
+        request.getfixturevalue("s3_server")
+        yield f"s3://marin-tests/{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,103 @@
+"""Bad-input cases of the catalogue (docs/reliability.md) not already covered in tests/test_*.py.
+
+Each case checks the one-line message (``error: <what> (step <name>): <how to fix>``) and that
+nothing is left behind that breaks the next run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from marin.execution.errors import StepFailedError
+from marin.execution.lazy import OUT, apply, resolve, run
+from marin.execution.lease import Lease
+from marin.execution.records import lease_path, read_record, read_status, record_path, status_path
+from marin.execution.storage import open_prefix
+
+
+def write_value(value: str, out_path: str) -> str:
+    with fsspec.open(out_path, "w") as f:
+        f.write(value)
+    return value
+
+
+def test_fn_that_raises_leaves_nothing_that_breaks_the_next_run(
+    prefix: str, tmp_path: Path
+) -> None:
+    switch = tmp_path / "broken"
+    switch.touch()
+
+    def flaky(out_path: str) -> str:
+        with fsspec.open(out_path, "w") as f:
+            f.write("half")
+        if switch.exists():
+            raise RuntimeError("disk full")
+        return "ok"
+
+    step = apply("flaky", flaky, version="v0", out_path=OUT)
+    with pytest.raises(StepFailedError) as info:
+        resolve(step, prefix=prefix)
+    message = str(info.value)
+    assert message.startswith("error: RuntimeError: disk full (step flaky@v0): see the step's log")
+    location = open_prefix(prefix)
+    status = read_status(location, "flaky/v0") or {}
+    assert status.get("state") == "FAILED" and "disk full" in status.get("error", "")
+    assert read_record(location, "flaky/v0") is None
+    assert not location.fs.exists(location.path(lease_path("flaky/v0")))
+    switch.unlink()
+    assert resolve(step, prefix=prefix).record.result == "ok"  # type: ignore[union-attr]
+    assert (read_status(location, "flaky/v0") or {}).get("state") == "SUCCESS"
+
+
+def test_missing_fn_argument_names_it() -> None:
+    with pytest.raises(TypeError, match=r"missing a required argument: 'b' \(step s@v0\): pass"):
+        apply("s", lambda a, b: None, version="v0", a=1)
+
+
+CORRUPTIONS = {
+    "truncated": lambda good: good[: len(good) // 2],
+    "empty": lambda good: b"",
+    "garbage": lambda good: b"\x00\xff\xfe not json",
+    "not an object": lambda good: b"[1, 2, 3]",
+    "wrong schema": lambda good: json.dumps({**json.loads(good), "schema": 99}).encode(),
+    "missing fields": lambda good: b'{"schema": 1, "name": "s"}',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CORRUPTIONS))
+def test_corrupt_record_is_not_built_with_a_warning(prefix: str, kind: str, caplog: Any) -> None:
+    step = apply("s", write_value, version="v0", value="x", out_path=OUT)
+    resolve(step, prefix=prefix)
+    location = open_prefix(prefix)
+    path = location.path(record_path("s/v0"))
+    location.fs.pipe_file(path, CORRUPTIONS[kind](location.fs.cat_file(path)))
+    with caplog.at_level("WARNING", logger="marin"):
+        assert read_record(location, "s/v0") is None
+        artifact = resolve(step, prefix=prefix)  # rebuilt, not a crash
+    assert "corrupt record" in caplog.text and "treating s/v0 as not built" in caplog.text
+    assert artifact.record is not None and read_record(location, "s/v0") is not None
+
+
+def test_corrupt_status_and_lease_files_do_not_block(prefix: str) -> None:
+    step = apply("s", write_value, version="v0", value="x", out_path=OUT)
+    location = open_prefix(prefix)
+    location.fs.makedirs(location.path("s/v0.marin"), exist_ok=True)
+    location.fs.pipe_file(location.path(status_path("s/v0")), b"{not json")
+    location.fs.pipe_file(location.path(lease_path("s/v0")), b"\x00garbage")
+    assert read_status(location, "s/v0") is None
+    assert Lease(location, "s/v0").read().expired  # type: ignore[union-attr]
+    assert resolve(step, prefix=prefix).record is not None
+
+
+def test_result_that_is_not_json_leaves_no_record_and_no_lease(prefix: str) -> None:
+    step = apply("obj", lambda out_path: {1, 2j}, version="v0", out_path=OUT)
+    with pytest.raises(StepFailedError, match=r"no JSON form.*\(step obj@v0\)"):
+        run(step, prefix=prefix)
+    location = open_prefix(prefix)
+    assert read_record(location, "obj/v0") is None
+    assert not location.fs.exists(location.path(lease_path("obj/v0")))

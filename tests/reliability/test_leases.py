@@ -1,0 +1,141 @@
+"""The lease contract and the commit path on local disk, memory:// and S3 (moto via s3fs)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from marin.execution.build import build_step
+from marin.execution.lazy import OUT, apply
+from marin.execution.lease import Heartbeat, Lease, LeaseInfo, lease_store
+from marin.execution.records import lease_path, read_record, read_status
+from marin.execution.storage import open_prefix
+
+
+def test_backends_get_the_strong_store(store_prefix: str) -> None:
+    store = lease_store(open_prefix(store_prefix))
+    assert store.atomic
+    assert store.kind == store_prefix.split("://")[0] if "://" in store_prefix else "local"
+
+
+def test_one_holder_then_release_hands_over(store_prefix: str) -> None:
+    location = open_prefix(store_prefix)
+    first, second = Lease(location, "s/v0"), Lease(location, "s/v0")
+    assert first.try_acquire() is None
+    held = second.try_acquire()
+    assert isinstance(held, LeaseInfo) and held.token == first.token and not held.expired
+    assert first.holder in held.describe()
+    assert not second.renew()
+    assert not second.commit(lambda: pytest.fail("a non-holder must not commit"))
+    second.release()  # not ours: must not delete the holder's lease
+    assert first.read() is not None and first.renew()
+    first.release()
+    assert first.read() is None
+    assert second.try_acquire() is None
+    second.release()
+
+
+def test_expired_lease_is_taken_over_and_the_old_holder_cannot_commit(store_prefix: str) -> None:
+    location = open_prefix(store_prefix)
+    old = Lease(location, "s/v0", ttl=0.3)
+    assert old.try_acquire() is None
+    new = Lease(location, "s/v0", ttl=30)
+    assert new.try_acquire() is not None
+    time.sleep(0.35)
+    assert new.try_acquire() is None, "an expired lease must be taken over"
+    assert not old.renew()
+    wrote = []
+    assert not old.commit(lambda: wrote.append("old"))
+    assert new.commit(lambda: wrote.append("new"))
+    assert wrote == ["new"]
+    old.release()
+    assert new.read() is not None and new.read().token == new.token  # type: ignore[union-attr]
+    new.release()
+
+
+@pytest.mark.parametrize("expired", [False, True], ids=["fresh", "expired"])
+def test_racing_acquirers_exactly_one_wins(store_prefix: str, expired: bool) -> None:
+    """Simultaneous create-if-absent (fresh) or compare-and-swap takeover (expired)."""
+    location = open_prefix(store_prefix)
+    if expired:
+        stale = Lease(location, "s/v0", ttl=0.05)
+        assert stale.try_acquire() is None
+        time.sleep(0.1)
+    racers = [Lease(location, "s/v0") for _ in range(8)]
+    barrier = threading.Barrier(len(racers))
+
+    def race(lease: Lease) -> bool:
+        barrier.wait()
+        return lease.try_acquire() is None
+
+    with ThreadPoolExecutor(len(racers)) as pool:
+        wins = list(pool.map(race, racers))
+    assert wins.count(True) == 1
+    winner = racers[wins.index(True)]
+    assert winner.read().token == winner.token  # type: ignore[union-attr]
+    winner.release()
+
+
+def test_heartbeat_keeps_a_short_lease_alive(store_prefix: str) -> None:
+    location = open_prefix(store_prefix)
+    holder = Lease(location, "s/v0", ttl=0.6)
+    assert holder.try_acquire() is None
+    with Heartbeat(holder) as beat:
+        time.sleep(1.5)  # well past the TTL
+        assert Lease(location, "s/v0").try_acquire() is not None
+    assert not beat.lost.is_set()
+    holder.release()
+
+
+def test_heartbeat_reports_a_stolen_lease(store_prefix: str) -> None:
+    location = open_prefix(store_prefix)
+    holder = Lease(location, "s/v0", ttl=0.3)
+    assert holder.try_acquire() is None
+    with Heartbeat(holder) as beat:
+        # Another runner overwrites the lease, as a takeover after a stall would.
+        thief = Lease(location, "s/v0", ttl=30)
+        thief.store.replace(thief.path, thief._body(), thief.store.read(thief.path)[1])  # type: ignore[index]
+        assert beat.lost.wait(2)
+    assert not holder.commit(lambda: pytest.fail("must not commit"))
+    thief.release()
+
+
+def test_racing_builders_run_fn_once_and_agree(store_prefix: str) -> None:
+    calls: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def fn(out_path: str) -> str:
+        with lock:
+            calls["fn"] += 1
+        time.sleep(0.1)
+        import fsspec
+
+        with fsspec.open(out_path, "w") as f:
+            f.write("x")
+        return "done"
+
+    spec = apply("shared", fn, version="v0", out_path=OUT).lower()
+    location = open_prefix(store_prefix)
+    barrier = threading.Barrier(6)
+
+    def build(_: int) -> Any:
+        barrier.wait()
+        return build_step(spec, location)
+
+    with ThreadPoolExecutor(6) as pool:
+        outcomes = list(pool.map(build, range(6)))
+    assert calls["fn"] == 1
+    actions = Counter(o.action for o in outcomes)
+    assert (
+        actions["built"] == 1
+        and actions["built"] + actions["built-by-other"] + actions["cached"] == 6
+    )
+    assert {o.record.fingerprint for o in outcomes} == {spec.fingerprint}
+    assert read_record(location, spec.output_path) is not None
+    assert (read_status(location, spec.output_path) or {}).get("state") == "SUCCESS"
+    assert not location.fs.exists(location.path(lease_path(spec.output_path)))
