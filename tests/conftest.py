@@ -5,6 +5,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from marin_prefect.testing import isolate_prefect_home  # does not import prefect
+
+# Prefect keeps cache records and its database under PREFECT_HOME; every test session gets its
+# own, set before anything imports Prefect.
+isolate_prefect_home()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from marin_prefect.testing import stop_harness
+
+    stop_harness()
 
 
 @pytest.fixture(params=["local", "memory"])

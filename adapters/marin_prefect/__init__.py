@@ -1,0 +1,28 @@
+"""Run Marin pipelines on Prefect 3.
+
+``to_prefect_flow`` compiles a pipeline into a Prefect flow; ``marin_prefect.flows:marin_pipeline``
+is a deployable entry flow. Importing this package does not import Prefect (the ``marin`` CLI
+loads ``marin_prefect.cli`` and must stay fast); the names below are loaded on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marin_prefect.compile import to_prefect_flow
+    from marin_prefect.flows import marin_pipeline
+
+__all__ = ["marin_pipeline", "to_prefect_flow"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "to_prefect_flow":
+        from marin_prefect.compile import to_prefect_flow
+
+        return to_prefect_flow
+    if name == "marin_pipeline":
+        from marin_prefect.flows import marin_pipeline
+
+        return marin_pipeline
+    raise AttributeError(f"module 'marin_prefect' has no attribute {name!r}")

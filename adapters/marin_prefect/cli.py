@@ -1,0 +1,230 @@
+"""``marin export prefect``: write or update a deployment of the entry flow in ``prefect.yaml``.
+
+Registered with the core CLI through the ``marin.exporters`` entry-point group. This module must
+stay cheap to import: it does not import Prefect (or the pipeline's engine) at import time.
+
+The entry it writes is an ordinary Prefect deployment, deployed with ``prefect deploy``::
+
+    deployments:
+    - name: ngram-pipeline
+      entrypoint: marin_prefect.flows:marin_pipeline
+      parameters: {target: examples/ngram.py:pipeline, max_concurrent: 8, on_drift: warn}
+      work_pool: {name: my-pool}
+
+Re-running the command with the same arguments leaves the file byte-identical; other
+deployments, and keys of this one that Marin does not manage (schedules, tags, job variables),
+are kept. PyYAML does not keep comments, so comments in an existing file are dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import Any
+
+ENTRYPOINT = "marin_prefect.flows:marin_pipeline"
+DRIFT_POLICIES = ("warn", "rebuild", "error")
+_BANNED_NAME_CHARS = re.compile(r"[/%&><]")
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+class ExportError(Exception):
+    """A one-line, user-fixable problem; the CLI prints it and exits 2."""
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``prefect`` exporter to ``marin export``'s sub-parsers."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "prefect",
+        help="write a Prefect deployment of the pipeline to prefect.yaml",
+        description=(
+            "Write, or update in place, a deployment of the Marin entry flow "
+            f"({ENTRYPOINT}) for TARGET in a prefect.yaml. Deploy it with "
+            "`prefect deploy -n NAME` and run it with a worker of the work pool."
+        ),
+    )
+    parser.add_argument("target", metavar="TARGET", help="path/to/file.py:attr or pkg.mod:attr")
+    parser.add_argument(
+        "--name", help="deployment name (default: derived from TARGET, e.g. ngram-pipeline)"
+    )
+    parser.add_argument("--work-pool", dest="work_pool", help="work pool the deployment runs on")
+    parser.add_argument(
+        "-o",
+        "--output",
+        default="prefect.yaml",
+        help="the prefect.yaml to write or update (default: ./prefect.yaml)",
+    )
+    parser.add_argument(
+        "--prefix",
+        help="artifact prefix parameter (default: unset, so $MARIN_PREFIX on the worker decides)",
+    )
+    parser.add_argument("--max-concurrent", dest="max_concurrent", type=int, default=8)
+    parser.add_argument("--on-drift", dest="on_drift", choices=DRIFT_POLICIES, default="warn")
+    parser.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="do not import TARGET to check that it names a pipeline",
+    )
+    parser.set_defaults(func=main)
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        action, name = export(
+            args.target,
+            output=args.output,
+            name=args.name,
+            work_pool=args.work_pool,
+            prefix=args.prefix,
+            max_concurrent=args.max_concurrent,
+            on_drift=args.on_drift,
+            check=args.check,
+        )
+    except ExportError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{action} deployment {name!r} in {args.output}")
+    if action != "unchanged":
+        print(f"deploy it with: prefect deploy --prefect-file {args.output} -n {name}")
+    return EXIT_OK
+
+
+def default_deployment_name(target: str) -> str:
+    location, _, attr = target.rpartition(":")
+    stem = os.path.splitext(os.path.basename(location.replace("\\", "/")))[0]
+    stem = stem.rsplit(".", 1)[-1]
+    base = f"{stem}-{attr}" if stem else attr
+    return _BANNED_NAME_CHARS.sub("-", base.replace(".", "-")).strip("-") or "marin-pipeline"
+
+
+def _check_target(target: str) -> None:
+    from marin.execution.errors import MarinError
+    from marin.execution.targets import load_target
+
+    try:
+        load_target(target)
+    except MarinError as exc:
+        raise ExportError(str(exc)) from None
+    except Exception as exc:
+        raise ExportError(
+            f"error: importing {target} failed: {type(exc).__name__}: {exc}: fix the pipeline "
+            "file, or pass --no-check"
+        ) from None
+
+
+def export(
+    target: str,
+    *,
+    output: str = "prefect.yaml",
+    name: str | None = None,
+    work_pool: str | None = None,
+    prefix: str | None = None,
+    max_concurrent: int = 8,
+    on_drift: str = "warn",
+    check: bool = True,
+) -> tuple[str, str]:
+    """Write or update the deployment; return ``(created|updated|unchanged, name)``."""
+    import yaml
+
+    if ":" not in target or not target.rsplit(":", 1)[1]:
+        raise ExportError(
+            f"error: target {target!r} has no ':attr': use path/to/file.py:attr or "
+            "package.module:attr, e.g. examples/ngram.py:pipeline"
+        )
+    if max_concurrent < 1:
+        raise ExportError(f"error: --max-concurrent {max_concurrent}: use a whole number >= 1")
+    if on_drift not in DRIFT_POLICIES:
+        raise ExportError(f"error: --on-drift {on_drift}: use one of {', '.join(DRIFT_POLICIES)}")
+    name = name or default_deployment_name(target)
+    if _BANNED_NAME_CHARS.search(name) or not name.strip():
+        raise ExportError(
+            f"error: deployment name {name!r} is not allowed by Prefect: "
+            "use a --name without / % & > <"
+        )
+    if check:
+        _check_target(target)
+    target = _portable_target(target, output)
+
+    old_text = ""
+    if os.path.exists(output):
+        with open(output, encoding="utf-8") as f:
+            old_text = f.read()
+    try:
+        document = yaml.safe_load(old_text) if old_text.strip() else None
+    except yaml.YAMLError as exc:
+        raise ExportError(f"error: {output} is not valid YAML ({exc}): fix or remove it") from None
+    if document is None:
+        document = {"name": os.path.basename(os.path.dirname(os.path.abspath(output)))}
+    if not isinstance(document, dict):
+        raise ExportError(f"error: {output} is not a prefect.yaml mapping: fix or remove it")
+    deployments = document.get("deployments")
+    if deployments is None:
+        deployments = document["deployments"] = []
+    if not isinstance(deployments, list):
+        raise ExportError(f"error: {output}: 'deployments' is not a list: fix it")
+
+    parameters: dict[str, Any] = {"target": target}
+    if prefix is not None:
+        parameters["prefix"] = prefix
+    parameters["max_concurrent"] = max_concurrent
+    parameters["on_drift"] = on_drift
+
+    existing = next((d for d in deployments if isinstance(d, dict) and d.get("name") == name), None)
+    if existing is None:
+        entry: dict[str, Any] = {
+            "name": name,
+            "description": f"Marin pipeline {target}",
+            "entrypoint": ENTRYPOINT,
+            "parameters": parameters,
+        }
+        if work_pool:
+            entry["work_pool"] = {"name": work_pool}
+        deployments.append(entry)
+        action = "created"
+    else:
+        existing["entrypoint"] = ENTRYPOINT
+        old_parameters = existing.get("parameters")
+        kept = old_parameters if isinstance(old_parameters, dict) else {}
+        # Marin owns these parameters; any others the user added (e.g. keep_going) are kept.
+        kept = {k: v for k, v in kept.items() if k not in ("target", "prefix")}
+        kept.update(parameters)
+        existing["parameters"] = {
+            **{k: kept[k] for k in parameters},
+            **{k: v for k, v in kept.items() if k not in parameters},
+        }
+        if work_pool:
+            pool = existing.get("work_pool")
+            if isinstance(pool, dict):
+                pool["name"] = work_pool
+            else:
+                existing["work_pool"] = {"name": work_pool}
+        action = "updated"
+
+    new_text = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+    if new_text == old_text:
+        return "unchanged", name
+    tmp = f"{output}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(new_text)
+    os.replace(tmp, output)
+    return action, name
+
+
+def _portable_target(target: str, output: str) -> str:
+    """A file target inside the project, as a path relative to the prefect.yaml's folder.
+
+    Workers run flows from the project folder (Prefect's ``set_working_directory`` pull step), so
+    a relative path works on any machine, where an absolute one would bake in this checkout.
+    """
+    location, _, attr = target.rpartition(":")
+    if not (location.endswith(".py") or os.sep in location) or not os.path.isabs(location):
+        return target
+    project = os.path.dirname(os.path.abspath(output))
+    relative = os.path.relpath(location, project)
+    if relative.startswith(".."):
+        return target
+    return f"{relative.replace(os.sep, '/')}:{attr}"

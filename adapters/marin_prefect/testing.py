@@ -1,0 +1,111 @@
+"""One Prefect test harness per process, shared by every test that runs a flow.
+
+``prefect.testing.utilities.prefect_test_harness`` starts a temporary API server on SQLite, which
+costs about 12 s on 2 cores, so a test session starts it once. Prefect keeps cache records and
+settings under ``PREFECT_HOME``; ``isolate_prefect_home()`` points it at a fresh directory and must
+run before Prefect is imported, so that nothing leaks between sessions or into ``~/.prefect``.
+
+Usage (a session-scoped pytest fixture)::
+
+    from marin_prefect.testing import isolate_prefect_home, start_harness, stop_harness
+    isolate_prefect_home()          # at conftest import time, before anything imports prefect
+    start_harness()                 # idempotent; stop_harness() at session end
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import tempfile
+import threading
+from contextlib import ExitStack
+
+HARNESS_STARTUP_TIMEOUT_S = 60
+
+_lock = threading.Lock()
+_stack: ExitStack | None = None
+_isolated_home: str | None = None
+
+
+def isolate_prefect_home() -> str | None:
+    """Point ``PREFECT_HOME`` at a fresh temporary directory and turn analytics off.
+
+    Call it before the first ``import prefect``: Prefect reads its settings at import time.
+    Idempotent within a process. If Prefect is already imported it returns None and changes
+    nothing; ``start_harness()`` then isolates the home with temporary settings instead.
+    """
+    global _isolated_home
+    with _lock:
+        if _isolated_home is not None:
+            return _isolated_home
+        if "prefect" in sys.modules:
+            return None
+        _isolated_home = tempfile.mkdtemp(prefix="marin-prefect-home-")
+        os.environ["PREFECT_HOME"] = _isolated_home
+        os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+        os.environ.setdefault(
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", str(HARNESS_STARTUP_TIMEOUT_S)
+        )
+        # A test session never talks to a configured server or Prefect Cloud.
+        os.environ.pop("PREFECT_API_URL", None)
+        os.environ.pop("PREFECT_API_KEY", None)
+        os.environ.pop("PREFECT_PROFILES_PATH", None)
+        return _isolated_home
+
+
+def harness_running() -> bool:
+    return _stack is not None
+
+
+def start_harness() -> None:
+    """Enter ``prefect_test_harness`` once for this process (later calls do nothing)."""
+    global _stack
+    with _lock:
+        if _stack is not None:
+            return
+    isolated = isolate_prefect_home() is not None
+    from prefect.testing.utilities import prefect_test_harness
+
+    with _lock:
+        if _stack is not None:
+            return
+        stack = ExitStack()
+        if not isolated:
+            # Prefect was imported first, so the environment came too late: override the
+            # settings that point into the home for as long as the harness runs.
+            from prefect.settings import (
+                PREFECT_HOME,
+                PREFECT_LOCAL_STORAGE_PATH,
+                PREFECT_SERVER_ANALYTICS_ENABLED,
+                temporary_settings,
+            )
+
+            home = tempfile.mkdtemp(prefix="marin-prefect-home-")
+            stack.enter_context(
+                temporary_settings(
+                    updates={
+                        PREFECT_HOME: home,
+                        PREFECT_LOCAL_STORAGE_PATH: os.path.join(home, "storage"),
+                        PREFECT_SERVER_ANALYTICS_ENABLED: False,
+                    }
+                )
+            )
+        stack.enter_context(prefect_test_harness(server_startup_timeout=HARNESS_STARTUP_TIMEOUT_S))
+        _stack = stack
+        atexit.register(_stop_at_exit)
+
+
+def _stop_at_exit() -> None:
+    # At interpreter exit pytest has closed the streams Prefect logs "stopping server" to.
+    logging.raiseExceptions = False
+    stop_harness()
+
+
+def stop_harness() -> None:
+    global _stack
+    with _lock:
+        stack, _stack = _stack, None
+    if stack is not None:
+        stack.close()

@@ -1,0 +1,57 @@
+"""The Prefect adapter behind the conformance interface: each run is a real Prefect flow run.
+
+The Prefect test harness (a temporary API server on SQLite, about 12 s to start) is started once
+per process by ``marin_prefect.testing`` and shared with ``tests/prefect``; it stops at the end
+of the session (``tests/prefect``'s session fixture, or at exit).
+"""
+
+from __future__ import annotations
+
+import os
+
+from marin_prefect.testing import isolate_prefect_home, start_harness
+
+# Before anything below imports Prefect: its settings, and cache records, live in PREFECT_HOME.
+isolate_prefect_home()
+
+from marin.execution.errors import MarinError  # noqa: E402
+
+
+class PrefectRunner:
+    name = "prefect"
+
+    def supports(self, feature: str) -> bool:
+        # ThreadPoolTaskRunner runs steps concurrently, in this process; the flow body dispatches
+        # a step when its last dependency finishes and stops dispatching after a failure.
+        return feature in {"concurrency", "fail-fast", "keep-going", "skip", "retries"}
+
+    def run(
+        self,
+        target: str,
+        *,
+        prefix: str,
+        max_concurrent: int = 8,
+        keep_going: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> bool:
+        """Compile ``target`` and run it as a flow; True iff the flow run completed."""
+        start_harness()
+        from marin_prefect import to_prefect_flow
+
+        saved = {key: os.environ.get(key) for key in env or {}}
+        os.environ.update(env or {})
+        try:
+            try:
+                pipeline = to_prefect_flow(
+                    target, prefix=prefix, max_concurrent=max_concurrent, keep_going=keep_going
+                )
+            except MarinError:
+                return False
+            state = pipeline(return_state=True)
+            return bool(state.is_completed())
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value

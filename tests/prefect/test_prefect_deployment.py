@@ -1,0 +1,175 @@
+"""A real deployment end to end: `prefect server start`, a process work pool, `prefect deploy`
+from the prefect.yaml that `marin export prefect` wrote, `run_deployment`, and a worker."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.deployments import run_deployment
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from marin_prefect.cli import register
+from tests.prefect.prefect_helpers import HERE, child_flow_runs, task_runs
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+POOL = "marin-e2e-pool"
+SERVER_STARTUP_S = 90
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _healthy(api_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api_url}/health", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def prefect_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """`prefect server start` on loopback with its own PREFECT_HOME; yields (api url, env)."""
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        "PREFECT_API_URL": api_url,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+    }
+    log = open(tmp_path / "server.log", "wb")
+    server = subprocess.Popen(
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + SERVER_STARTUP_S
+        while not _healthy(api_url):
+            if server.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                pytest.fail(
+                    f"prefect server did not become healthy on {api_url}:\n"
+                    + (tmp_path / "server.log").read_text()[-3000:]
+                )
+            time.sleep(0.3)
+        yield api_url, env
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
+
+
+def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 120) -> str:
+    done = subprocess.run(
+        cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def test_deployment_runs_on_a_process_worker(
+    prefect_server: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    api_url, env = prefect_server
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(HERE / "prefect_pipelines.py", project / "toy_pipeline.py")
+    prefix = tmp_path / "artifacts"
+    calls = tmp_path / "calls.txt"
+    env = {**env, "MARIN_PREFECT_TEST_CALLS": str(calls)}
+
+    # 1. The user's existing Prefect setup: a process work pool.
+    _run([str(BIN / "prefect"), "work-pool", "create", POOL, "--type", "process"], env, project)
+
+    # 2. `marin export prefect` writes the deployment entry into the project's prefect.yaml.
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(
+        [
+            "prefect",
+            str(project / "toy_pipeline.py") + ":pipeline",
+            "--name",
+            "toy-e2e",
+            "--work-pool",
+            POOL,
+            "--prefix",
+            str(prefix),
+            "--max-concurrent",
+            "2",
+            "-o",
+            str(project / "prefect.yaml"),
+        ]
+    )
+    assert args.func(args) == 0
+
+    # 3. `prefect deploy`, the user's usual tool, reads it.
+    _run(
+        [
+            str(BIN / "prefect"),
+            "--no-prompt",
+            "deploy",
+            "--prefect-file",
+            "prefect.yaml",
+            "-n",
+            "toy-e2e",
+        ],
+        env,
+        project,
+    )
+
+    # 4. Trigger it with run_deployment (scheduled now; the worker below picks it up).
+    with temporary_settings(updates={PREFECT_API_URL: api_url}):
+        flow_run = run_deployment("marin-pipeline/toy-e2e", timeout=0)
+        assert flow_run.parameters["target"] == "toy_pipeline.py:pipeline"
+
+        # 5. A worker of the pool runs it in a subprocess.
+        output = _run(
+            [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--run-once"],
+            env,
+            project,
+            timeout=180,
+        )
+        with get_client(sync_client=True) as client:
+            finished = client.read_flow_run(flow_run.id)
+        assert finished.state is not None and finished.state.is_completed(), (
+            f"{finished.state!r}\n{output[-4000:]}"
+        )
+        children = child_flow_runs(flow_run.id)
+        assert len(children) == 1
+        runs = task_runs(children[0].id, expected=7)
+        assert len(runs) == 7 and all(r.state.is_completed() for r in runs.values())
+
+    # 6. The artifacts and records exist, built by the worker's process.
+    report = prefix / "toy/report/v0"
+    assert json.loads(report.read_text())["scores"]
+    record = json.loads((prefix / "toy/report/v0.marin/record.json").read_text())
+    assert record["name"] == "toy/report"
+    assert len(calls.read_text().splitlines()) == 7
