@@ -1,0 +1,7 @@
+"""Marin's Airflow 3 adapter: ``marin export airflow`` writes DAG files that Airflow runs.
+
+- ``marin_airflow.export``: pure code generation (no Airflow import);
+- ``marin_airflow.runtime``: what each task runs (imports the pipeline only when a task runs);
+- ``marin_airflow.cli``: the ``marin export airflow`` sub-command (entry point ``register``);
+- ``marin_airflow.testing``: a temporary SQLite ``AIRFLOW_HOME`` for tests.
+"""

@@ -1,0 +1,161 @@
+"""``marin export airflow``: registered through the ``marin.exporters`` entry-point group.
+
+Importing this module must stay cheap: it never imports Airflow (parsing the exported file does
+not need it either; Airflow is only needed where the DAG runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from typing import Any
+
+_DESCRIPTION = """\
+Write one Airflow 3 DAG file for a Marin pipeline. The file embeds the step graph as data
+(task ids, edges, name@version, fingerprint, retries, pool) and never imports the pipeline at
+parse time; each task imports it when it runs, refuses to run if the DAG file is stale, and
+builds its step with Marin's build_step (already-built steps end successfully as "cached").
+The output is byte-stable: commit it, and use --check in CI.
+"""
+
+_EPILOG = """\
+examples:
+  marin export airflow examples/ngram.py:pipeline -o dags/
+  marin export airflow examples/ngram.py:pipeline -o dags/ --check   # CI: exit 1 if stale
+  marin export airflow mypkg.pipelines:train --max-concurrent 4 --schedule '0 3 * * *'
+
+then put dags/ in Airflow's dags_folder (or copy the file there) with marin-execution installed
+on the workers, and trigger the DAG. Re-export after changing the pipeline.
+"""
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative: use 0 or more")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive: use 1 or more")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", help="the pipeline: path/to/file.py:attr or package.module:attr")
+    parser.add_argument(
+        "-o",
+        "--output",
+        default="dags",
+        metavar="DIR_OR_FILE",
+        help="a folder (the file is <dag-id>.py inside it) or a .py file (default: dags)",
+    )
+    parser.add_argument("--dag-id", help="the DAG id (default: <file or module>_<attr>)")
+    parser.add_argument(
+        "--max-concurrent",
+        type=_positive,
+        default=8,
+        metavar="N",
+        help="the DAG's max_active_tasks: steps at once in one run (default 8)",
+    )
+    parser.add_argument(
+        "--prefix",
+        help="default artifact prefix baked into the DAG (a run's 'prefix' param or "
+        "$MARIN_PREFIX on the worker override it; default: none baked)",
+    )
+    parser.add_argument(
+        "--schedule",
+        default=None,
+        metavar="CRON|@once|none",
+        help="the DAG's schedule (default: none, trigger manually)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=_non_negative,
+        default=0,
+        metavar="N",
+        help="Airflow retries for steps that declare none themselves (default 0)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 with a diff summary if the file on disk is not what "
+        "would be generated now (for CI and pre-commit)",
+    )
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``airflow`` to ``marin export``'s sub-commands."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "airflow",
+        help="write an Airflow 3 DAG file for a pipeline",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export (or ``--check``); return the exit code. Bad input raises ``ValueError`` (exit 2)."""
+    from marin_airflow.export import (
+        build_export,
+        check_export,
+        pools_hint,
+        write_export,
+    )
+
+    result = build_export(
+        args.target,
+        args.output,
+        dag_id=args.dag_id,
+        max_concurrent=args.max_concurrent,
+        prefix=args.prefix,
+        schedule=args.schedule,
+        retries=args.retries,
+    )
+    if args.check:
+        fresh, message = check_export(result)
+        if fresh:
+            print(message)
+            return 0
+        print(message, file=sys.stderr)
+        where = os.path.relpath(result.root)
+        cd = "" if where == "." else f"cd {shlex.quote(where)} && "
+        print(f"fix: run `{cd}{result.command}` and commit the result", file=sys.stderr)
+        return 1
+    changed = write_export(result)
+    verb = "wrote" if changed else "unchanged"
+    print(f"{verb} {result.path}: DAG {result.dag_id} with {len(result.tasks)} task(s)")
+    hint = pools_hint(result)
+    if hint:
+        print(hint)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m marin_airflow.cli TARGET ...``: the same command without the ``marin`` CLI."""
+    parser = argparse.ArgumentParser(
+        prog="marin export airflow",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except ValueError as exc:  # ExportError, TargetError, InvalidStepError, ...
+        message = str(exc)
+        print(message if message.startswith("error:") else f"error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

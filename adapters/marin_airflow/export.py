@@ -1,0 +1,691 @@
+"""Compile a lowered Marin pipeline into an Airflow 3 DAG file.
+
+This module is pure code generation: it never imports Airflow, and the file it writes never
+imports the pipeline when Airflow parses it. The step graph is embedded in the file as data (task
+ids, edges, ``name@version``, fingerprint, retries, pool); every task calls
+``marin_airflow.runtime.run_step``, which imports the pipeline only when the task runs.
+
+The output is byte-stable: the same pipeline and options always give the same bytes (no
+timestamps, no absolute paths, sorted and stable task ids), so it can be committed and checked in
+CI with ``marin export airflow ... --check``. Every user-controlled string reaches the file only
+through ``repr()`` of plain data, so no name, version or pool can inject code.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import heapq
+import os
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# Airflow's task/DAG id rule is ``^[\w.-]+$`` (at most 250 characters). We keep to ASCII so ids
+# look the same in every UI, log line and URL.
+_ID_MAX = 250
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_ID_VALID = re.compile(r"^[A-Za-z0-9_.-]+$")
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?#LW-]+$")
+
+DEFAULT_MAX_CONCURRENT = 8
+SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly")
+
+
+class ExportError(ValueError):
+    """Bad export input; the message says what and how to fix it (the CLI exits 2)."""
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """One Airflow task: the Marin step it builds and the task ids it waits for."""
+
+    task_id: str
+    step_id: str
+    fingerprint: str
+    retries: int = 0
+    pool: str | None = None
+    upstream: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """The part of a ``StepSpec`` the DAG file needs (plain data, no callables)."""
+
+    step_id: str
+    fingerprint: str
+    deps: tuple[str, ...] = ()
+    """The step ids this step depends on."""
+    retries: int = 0
+    pool: str | None = None
+
+
+@dataclass(frozen=True)
+class DagOptions:
+    dag_id: str
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT
+    prefix: str | None = None
+    schedule: str | None = None
+    """``None`` (trigger only), ``@once``/``@daily``/..., or a 5-field cron expression."""
+    retries: int = 0
+    """Retries for steps that declare none themselves."""
+    export_command: str = ""
+    export_root: str = "."
+    """Where to run ``export_command``: a path relative to the DAG file's folder."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --- task ids ----------------------------------------------------------------------------------
+
+
+def _short_hash(text: str, n: int = 8) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:n]
+
+
+def readable_task_id(step_id: str) -> str:
+    """``tokenized/wiki@v1`` -> ``tokenized.wiki__v1``: Airflow's characters, still readable."""
+    name, _, version = step_id.rpartition("@")
+    if not name:
+        name, version = version, ""
+    base = name.replace("/", ".")
+    if version:
+        base = f"{base}__{version}"
+    base = _ID_UNSAFE.sub("_", base).strip("._") or "step"
+    if len(base) > _ID_MAX - 10:
+        base = base[: _ID_MAX - 10].rstrip("._-")
+    return base
+
+
+def assign_task_ids(step_ids: Iterable[str]) -> dict[str, str]:
+    """Map each step id to a unique, valid, readable task id, independent of input order.
+
+    Step ids whose readable forms collide (``a/b@v0`` and ``a.b@v0``), or that had to be
+    shortened or lost characters, get a short hash of the full step id appended, so the mapping
+    of one step never depends on which other steps exist in another order.
+    """
+    ids = sorted(set(step_ids))
+    groups: dict[str, list[str]] = {}
+    for step_id in ids:
+        groups.setdefault(readable_task_id(step_id), []).append(step_id)
+    result: dict[str, str] = {}
+    for base, members in groups.items():
+        if len(members) == 1:
+            result[members[0]] = base
+        else:
+            for step_id in members:
+                result[step_id] = f"{base}_{_short_hash(step_id)}"
+    taken: dict[str, str] = {}
+    for step_id in ids:
+        task_id = result[step_id]
+        n = 8
+        while task_id in taken and taken[task_id] != step_id:
+            n += 4
+            task_id = f"{readable_task_id(step_id)}_{_short_hash(step_id, n)}"
+        taken[task_id] = step_id
+        result[step_id] = task_id
+        assert _ID_VALID.match(task_id) and len(task_id) <= _ID_MAX, task_id
+    return result
+
+
+def default_dag_id(target: str) -> str:
+    """``examples/ngram.py:pipeline`` -> ``ngram_pipeline``; ``pkg.mod:attr`` -> ``mod_attr``."""
+    location, _, attr = target.rpartition(":")
+    if _is_file_target(location):
+        stem = os.path.splitext(os.path.basename(location))[0]
+    else:
+        stem = location.rsplit(".", 1)[-1]
+    dag_id = _ID_UNSAFE.sub("_", f"{stem}_{attr.replace('.', '_')}").strip("._")
+    return dag_id[:_ID_MAX] or "marin_pipeline"
+
+
+def check_dag_id(dag_id: str) -> str:
+    if not _ID_VALID.match(dag_id) or len(dag_id) > _ID_MAX:
+        raise ExportError(
+            f"error: --dag-id {dag_id!r} is not a valid Airflow DAG id: use at most {_ID_MAX} "
+            "ASCII letters, digits, '_', '.' or '-'"
+        )
+    return dag_id
+
+
+def check_schedule(schedule: str | None) -> str | None:
+    """``None``/``none`` -> ``None`` (manual triggers only); presets and cron pass through."""
+    if schedule is None or schedule.strip().lower() in ("", "none"):
+        return None
+    value = schedule.strip()
+    if value in SCHEDULE_PRESETS:
+        return value
+    fields = value.split()
+    if len(fields) in (5, 6) and all(_CRON_FIELD.match(f) for f in fields):
+        return " ".join(fields)
+    raise ExportError(
+        f"error: --schedule {schedule!r} is not a schedule: use none, "
+        f"{', '.join(SCHEDULE_PRESETS)}, or a cron expression such as '0 3 * * *'"
+    )
+
+
+# --- graph -> tasks ----------------------------------------------------------------------------
+
+
+def graph_digest(steps: Iterable[tuple[str, str]]) -> str:
+    """A short, order-independent hash of ``(step_id, fingerprint)`` pairs."""
+    lines = sorted(f"{sid}\x00{fp}" for sid, fp in steps)
+    return hashlib.sha256("\n".join(lines).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def plan_tasks(steps: Sequence[StepInfo], default_retries: int = 0) -> list[TaskEntry]:
+    """Tasks in a stable topological order (ties broken by task id), edges sorted."""
+    by_id = {s.step_id: s for s in steps}
+    if len(by_id) != len(steps):
+        counts: dict[str, int] = {}
+        for s in steps:
+            counts[s.step_id] = counts.get(s.step_id, 0) + 1
+        dup = next(sid for sid, n in counts.items() if n > 1)
+        raise ExportError(f"error: step {dup} appears twice in the graph (internal error)")
+    task_ids = assign_task_ids(by_id)
+    for s in steps:
+        for dep in s.deps:
+            if dep not in by_id:
+                raise ExportError(
+                    f"error: step {s.step_id} depends on {dep}, which is not in the graph "
+                    "(internal error: pass every transitive step)"
+                )
+    indegree = {s.step_id: len(set(s.deps)) for s in steps}
+    dependents: dict[str, list[str]] = {s.step_id: [] for s in steps}
+    for s in steps:
+        for dep in set(s.deps):
+            dependents[dep].append(s.step_id)
+    ready = [(task_ids[sid], sid) for sid, n in indegree.items() if n == 0]
+    heapq.heapify(ready)
+    ordered: list[TaskEntry] = []
+    while ready:
+        _, sid = heapq.heappop(ready)
+        s = by_id[sid]
+        retries = s.retries if s.retries else default_retries
+        ordered.append(
+            TaskEntry(
+                task_id=task_ids[sid],
+                step_id=sid,
+                fingerprint=s.fingerprint,
+                retries=int(retries),
+                pool=s.pool,
+                upstream=tuple(sorted({task_ids[d] for d in s.deps})),
+            )
+        )
+        for child in dependents[sid]:
+            indegree[child] -= 1
+            if indegree[child] == 0:
+                heapq.heappush(ready, (task_ids[child], child))
+    if len(ordered) != len(steps):
+        stuck = sorted(sid for sid, n in indegree.items() if n > 0)
+        raise ExportError(f"error: dependency cycle among steps {', '.join(stuck[:10])}")
+    return ordered
+
+
+def step_infos(specs: Iterable[Any]) -> list[StepInfo]:
+    """``StepSpec``s (all transitive, as from ``collect_steps``) -> plain ``StepInfo``s."""
+    return [
+        StepInfo(
+            step_id=spec.step_id,
+            fingerprint=spec.fingerprint,
+            deps=tuple(dep.step_id for dep in spec.deps),
+            retries=int(getattr(spec, "retries", 0) or 0),
+            pool=getattr(spec, "pool", None),
+        )
+        for spec in specs
+    ]
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+_HEADER = '''\
+"""Airflow DAG for a Marin pipeline, generated by `marin export airflow`. Do not edit by hand.
+
+Re-run the export command below after changing the pipeline; `--check` verifies in CI that this
+file is up to date. Parsing this file imports only `airflow.sdk` and `marin_airflow.runtime`,
+never the pipeline: the step graph is embedded below as data. When a task runs, it imports the
+pipeline, checks that its step's fingerprint still equals the one recorded here (a mismatch
+fails the task: re-export), and builds the step with Marin's `build_step`. A step that is
+already built ends its task successfully, marked "cached" in the log and in XCom.
+
+Artifacts go to the `prefix` param of the run if set, else $MARIN_PREFIX on the worker, else
+DEFAULT_PREFIX below, else Marin's local default.
+"""
+'''
+
+_BODY = """\
+with DAG(
+    dag_id=DAG_ID,
+    description=DESCRIPTION,
+    doc_md=__doc__,
+    schedule=SCHEDULE,
+    start_date=datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC),
+    catchup=False,
+    max_active_tasks=MAX_CONCURRENT,
+    max_active_runs=1,
+    params={
+        "prefix": Param(
+            None,
+            type=["null", "string"],
+            description="Where artifacts live (path, s3://, gs://, ...). Empty: $MARIN_PREFIX "
+            "on the worker, else the exported default.",
+        ),
+    },
+    tags=["marin"],
+) as dag:
+    tasks = {}
+    for task_id, step in STEPS.items():
+        # literal(): step data is never rendered as a Jinja template.
+        tasks[task_id] = task(
+            task_id=task_id,
+            task_display_name=step["step"],
+            retries=step["retries"],
+            pool=step["pool"],
+            multiple_outputs=True,
+        )(run_step)(
+            target=literal(TARGET),
+            step=literal(step["step"]),
+            fingerprint=literal(step["fingerprint"]),
+            default_prefix=literal(DEFAULT_PREFIX),
+            graph_digest=literal(GRAPH_DIGEST),
+            export_command=literal(EXPORT_COMMAND),
+            export_root=literal(EXPORT_ROOT),
+        )
+    for task_id, step in STEPS.items():
+        for upstream in step["upstream"]:
+            tasks[upstream] >> tasks[task_id]
+"""
+
+
+_SIMPLE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def py_string(text: str) -> str:
+    """A double-quoted Python literal for ``text`` (the style ``ruff format`` keeps).
+
+    Printable characters, including non-ASCII letters, stay readable; quotes, backslashes,
+    line breaks, control characters, lone surrogates and other unprintables are escaped.
+    """
+    out = ['"']
+    for ch in text:
+        if ch in _SIMPLE_ESCAPES:
+            out.append(_SIMPLE_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            code = ord(ch)
+            out.append(
+                f"\\x{code:02x}"
+                if code < 0x100
+                else f"\\u{code:04x}"
+                if code < 0x10000
+                else f"\\U{code:08x}"
+            )
+    out.append('"')
+    return "".join(out)
+
+
+def _r(value: Any) -> str:
+    """A Python literal for plain data; the only way user strings enter the file."""
+    if isinstance(value, str):
+        text = py_string(value)
+    elif value is None or isinstance(value, bool | int):
+        text = repr(value)
+    else:  # pragma: no cover - the renderer only embeds str, int and None
+        raise ExportError(f"error: cannot embed a {type(value).__name__} in a DAG file")
+    if ast.literal_eval(text) != value:  # pragma: no cover - a bug in py_string
+        raise ExportError(f"error: cannot embed {value!r} safely")
+    return text
+
+
+def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> str:
+    """The DAG file text. Deterministic: a function of its arguments only."""
+    check_dag_id(options.dag_id)
+    if options.max_concurrent < 1:
+        raise ExportError("error: --max-concurrent must be at least 1")
+    lines = [_HEADER]
+    lines.append("from __future__ import annotations\n")
+    lines.append("import datetime\n")
+    lines.append("from airflow.sdk import DAG, Param, literal, task\n")
+    lines.append("from marin_airflow.runtime import run_step\n")
+    lines.append("# The command that generated this file, and where to run it (relative to this")
+    lines.append("# file's folder). Re-run it after changing the pipeline.")
+    lines.append(f"EXPORT_COMMAND = {_r(options.export_command)}")
+    lines.append(f"EXPORT_ROOT = {_r(options.export_root)}")
+    lines.append("# The pipeline: a module path, or a file path relative to this file's folder.")
+    lines.append(f"TARGET = {_r(target)}")
+    lines.append(f"DAG_ID = {_r(options.dag_id)}")
+    lines.append(f"DESCRIPTION = {_r('Marin pipeline ' + target)}")
+    lines.append(f"SCHEDULE = {_r(options.schedule)}")
+    lines.append(f"MAX_CONCURRENT = {_r(int(options.max_concurrent))}")
+    lines.append(f"DEFAULT_PREFIX = {_r(options.prefix)}")
+    lines.append("# A hash of every step id and fingerprint below: tasks warn when the pipeline's")
+    lines.append("# graph changed (steps added or removed) since the export.")
+    lines.append(f"GRAPH_DIGEST = {_r(graph_digest((t.step_id, t.fingerprint) for t in tasks))}")
+    lines.append("")
+    lines.append("# Airflow task id -> the Marin step it builds. `upstream`: the task ids it")
+    lines.append("# waits for, exactly the deps of the lowered StepSpec graph.")
+    if not tasks:
+        lines.append("STEPS: dict[str, dict] = {}")
+    else:
+        lines.append("STEPS = {")
+        for t in tasks:
+            lines.append(f"    {_r(t.task_id)}: {{")
+            lines.append(f'        "step": {_r(t.step_id)},')
+            lines.append(f'        "fingerprint": {_r(t.fingerprint)},')
+            lines.append(f'        "retries": {_r(int(t.retries))},')
+            lines.append(f'        "pool": {_r(t.pool)},')
+            if t.upstream:
+                lines.append('        "upstream": [')
+                lines.extend(f"            {_r(u)}," for u in t.upstream)
+                lines.append("        ],")
+            else:
+                lines.append('        "upstream": [],')
+            lines.append("    },")
+        lines.append("}")
+    lines.append("")
+    lines.append(_BODY)
+    text = "\n".join(lines)
+    if any(len(line) > 100 for line in text.splitlines()):
+        # Long step names make long literals; keep linters quiet about a generated file.
+        text = "# ruff: noqa: E501\n" + text
+    return text
+
+
+# --- targets and paths -------------------------------------------------------------------------
+
+
+def _is_file_target(location: str) -> bool:
+    # The same rule as marin.execution.targets.load_target.
+    return location.endswith(".py") or os.sep in location or "/" in location
+
+
+def split_target(target: str) -> tuple[str, str]:
+    location, sep, attr = target.rpartition(":")
+    if not sep or not location or not attr:
+        raise ExportError(
+            f"error: target {target!r} is not path/to/file.py:attr or package.module:attr "
+            "(e.g. examples/ngram.py:pipeline)"
+        )
+    return location, attr
+
+
+def target_reference(target: str, dag_dir: str) -> str:
+    """What the DAG file records: a module path as is, a file path relative to ``dag_dir``.
+
+    Never absolute, so the file is the same on every machine and in every checkout.
+    """
+    location, attr = split_target(target)
+    if not _is_file_target(location):
+        return target
+    rel = os.path.relpath(os.path.abspath(location), os.path.abspath(dag_dir))
+    return f"{rel.replace(os.sep, '/')}:{attr}"
+
+
+def resolve_target(reference: str, dag_dir: str) -> str:
+    """The inverse of ``target_reference``, on the machine that runs the task."""
+    location, attr = split_target(reference)
+    if not _is_file_target(location) or os.path.isabs(location):
+        return reference
+    path = os.path.normpath(os.path.join(dag_dir, location.replace("/", os.sep)))
+    return f"{path}:{attr}"
+
+
+_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+
+def export_root(dag_dir: str, target: str) -> str:
+    """Where the recorded export command runs: the project holding the DAG folder.
+
+    The nearest ancestor of ``dag_dir`` (itself included) with a ``pyproject.toml``,
+    ``setup.py``, ``setup.cfg`` or ``.git`` that also holds a file target; else ``dag_dir``. The
+    command is recorded relative to it, so it reads the same in every checkout of the project.
+    """
+    dag_dir = os.path.abspath(dag_dir)
+    location, _ = split_target(target)
+    target_path = os.path.abspath(location) if _is_file_target(location) else None
+    current = dag_dir
+    while True:
+        marked = any(os.path.exists(os.path.join(current, m)) for m in _ROOT_MARKERS)
+        if marked and (target_path is None or _is_within(target_path, current)):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return dag_dir
+        current = parent
+
+
+def _is_within(path: str, folder: str) -> bool:
+    return os.path.commonpath([path, folder]) == folder
+
+
+def _rel(path: str, start: str) -> str:
+    return os.path.relpath(os.path.abspath(path), start).replace(os.sep, "/")
+
+
+def export_command(
+    target: str,
+    out: str,
+    *,
+    root: str,
+    dag_id: str | None,
+    max_concurrent: int,
+    prefix: str | None,
+    schedule: str | None,
+    retries: int,
+) -> str:
+    """The command that regenerates the file, run in ``root``, with paths relative to it."""
+    location, attr = split_target(target)
+    shown_target = f"{_rel(location, root)}:{attr}" if _is_file_target(location) else target
+    argv = ["marin", "export", "airflow", shown_target, "-o", _rel(out, root)]
+    if dag_id is not None:
+        argv += ["--dag-id", dag_id]
+    if max_concurrent != DEFAULT_MAX_CONCURRENT:
+        argv += ["--max-concurrent", str(max_concurrent)]
+    if prefix is not None:
+        argv += ["--prefix", prefix]
+    if schedule is not None:
+        argv += ["--schedule", schedule]
+    if retries:
+        argv += ["--retries", str(retries)]
+    return shlex.join(argv)
+
+
+# --- the whole export --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: str
+    text: str
+    tasks: tuple[TaskEntry, ...]
+    dag_id: str
+    command: str
+    """The export command recorded in the file (re-run it in ``root`` to regenerate)."""
+    root: str
+
+    @property
+    def pools(self) -> list[str]:
+        return sorted({t.pool for t in self.tasks if t.pool is not None})
+
+
+def output_file(out: str, dag_id: str) -> str:
+    """``-o dags/`` -> ``dags/<dag_id>.py``; ``-o dags/x.py`` -> that file."""
+    if out.endswith(".py"):
+        return out
+    return os.path.join(out, f"{dag_id}.py")
+
+
+def lower_target(target: str) -> list[Any]:
+    """Load and lower a target: every transitive ``StepSpec``, dependencies first."""
+    from marin.execution.graph import collect_steps
+    from marin.execution.lazy import lower
+    from marin.execution.targets import load_target
+
+    handles = load_target(target)
+    specs = lower(handles, memo={})
+    if not isinstance(specs, list):
+        specs = [specs]
+    return collect_steps(specs)
+
+
+def build_export(
+    target: str,
+    out: str = "dags",
+    *,
+    dag_id: str | None = None,
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    prefix: str | None = None,
+    schedule: str | None = None,
+    retries: int = 0,
+    specs: Sequence[Any] | None = None,
+) -> ExportResult:
+    """Generate (but do not write) the DAG file for ``target``.
+
+    ``specs`` may be passed when the caller has already lowered the target.
+    """
+    split_target(target)
+    if retries < 0:
+        raise ExportError("error: --retries must be 0 or more")
+    chosen_id = check_dag_id(dag_id) if dag_id is not None else default_dag_id(target)
+    path = output_file(out, chosen_id)
+    dag_dir = os.path.dirname(os.path.abspath(path))
+    root = export_root(dag_dir, target)
+    steps = step_infos(specs if specs is not None else lower_target(target))
+    tasks = plan_tasks(steps, default_retries=retries)
+    options = DagOptions(
+        dag_id=chosen_id,
+        max_concurrent=max_concurrent,
+        prefix=prefix,
+        schedule=check_schedule(schedule),
+        retries=retries,
+        export_root=_rel(root, dag_dir),
+        export_command=export_command(
+            target,
+            out,
+            root=root,
+            dag_id=dag_id,
+            max_concurrent=max_concurrent,
+            prefix=prefix,
+            schedule=schedule,
+            retries=retries,
+        ),
+    )
+    reference = target_reference(target, dag_dir)
+    text = render_dag(reference, tasks, options)
+    return ExportResult(path, text, tuple(tasks), chosen_id, options.export_command, root)
+
+
+def write_export(result: ExportResult) -> bool:
+    """Write the file if its bytes changed; return True when it was (re)written."""
+    data = result.text.encode("utf-8")
+    try:
+        with open(result.path, "rb") as f:
+            if f.read() == data:
+                return False
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(os.path.abspath(result.path)), exist_ok=True)
+    tmp = f"{result.path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, result.path)  # atomic: the DAG processor never sees half a file
+    return True
+
+
+def embedded_steps(text: str) -> dict[str, dict[str, Any]] | None:
+    """The ``STEPS`` data of a generated file, read with ``ast`` (never executed)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        value: ast.expr | None = None
+        names: list[ast.expr] = []
+        if isinstance(node, ast.AnnAssign):
+            names, value = [node.target], node.value
+        elif isinstance(node, ast.Assign):
+            names, value = list(node.targets), node.value
+        if value is not None and any(isinstance(t, ast.Name) and t.id == "STEPS" for t in names):
+            try:
+                data = ast.literal_eval(value)
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def diff_summary(old: str | None, new: str, path: str, max_lines: int = 60) -> str:
+    """Why ``path`` is stale: steps added/removed/changed, then a unified diff (truncated)."""
+    if old is None:
+        return f"{path} does not exist; run the export command to create it"
+    parts = [f"{path} is stale:"]
+    old_steps, new_steps = embedded_steps(old), embedded_steps(new) or {}
+    if old_steps is None:
+        parts.append("  the file on disk is not a DAG file generated by marin export airflow")
+    else:
+        old_by_step = {v.get("step"): v for v in old_steps.values() if isinstance(v, dict)}
+        new_by_step = {v["step"]: v for v in new_steps.values()}
+        added = sorted(set(new_by_step) - set(old_by_step), key=str)
+        removed = sorted(set(old_by_step) - set(new_by_step), key=str)
+        changed = sorted(
+            (
+                s
+                for s in set(new_by_step) & set(old_by_step)
+                if {k: v for k, v in new_by_step[s].items()}
+                != {k: v for k, v in old_by_step[s].items()}
+            ),
+            key=str,
+        )
+        for label, items in (("added", added), ("removed", removed), ("changed", changed)):
+            if items:
+                shown = ", ".join(str(i) for i in items[:10])
+                more = f" and {len(items) - 10} more" if len(items) > 10 else ""
+                parts.append(f"  {len(items)} step(s) {label}: {shown}{more}")
+        for s in changed[:10]:
+            fields = sorted(
+                k
+                for k in set(new_by_step[s]) | set(old_by_step[s])
+                if new_by_step[s].get(k) != old_by_step[s].get(k)
+            )
+            parts.append(f"    {s}: {', '.join(fields)}")
+        if not (added or removed or changed):
+            parts.append("  the steps are the same; DAG options or the file layout differ")
+    diff = list(
+        difflib.unified_diff(
+            old.splitlines(), new.splitlines(), f"{path} (on disk)", f"{path} (now)", lineterm=""
+        )
+    )
+    parts.append(f"  {sum(1 for d in diff if d[:1] in '+-') - 2} line(s) differ:")
+    parts.extend(diff[:max_lines])
+    if len(diff) > max_lines:
+        parts.append(f"... ({len(diff) - max_lines} more diff lines)")
+    return "\n".join(parts)
+
+
+def check_export(result: ExportResult) -> tuple[bool, str]:
+    """``(fresh, message)``: is the file on disk byte-identical to what we would generate?"""
+    try:
+        with open(result.path, encoding="utf-8", errors="surrogateescape") as f:
+            old: str | None = f.read()
+    except FileNotFoundError:
+        old = None
+    if old == result.text:
+        return True, f"{result.path} is up to date ({len(result.tasks)} tasks)"
+    return False, diff_summary(old, result.text, result.path)
+
+
+def pools_hint(result: ExportResult) -> str:
+    """Commands that create the pools the DAG uses (Airflow fails tasks in missing pools)."""
+    if not result.pools:
+        return ""
+    lines = [f"DAG {result.dag_id} uses Airflow pools that must exist before it runs:"]
+    for pool in result.pools:
+        users = sum(1 for t in result.tasks if t.pool == pool)
+        lines.append(
+            f"  airflow pools set {shlex.quote(pool)} <slots> "
+            f"{shlex.quote(f'Marin pool used by {users} step(s) of {result.dag_id}')}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,325 @@
+"""Exported DAGs under real Airflow 3: DagBag parsing, ``airflow dags test``, a real scheduler.
+
+All Airflow commands run in subprocesses against one migrated SQLite ``AIRFLOW_HOME`` per
+session (see ``conftest.py``); the scheduler test copies that database into its own home.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from marin_airflow.export import build_export, write_export
+from tests.airflow.airflow_pipelines import (
+    CALLS_ENV,
+    FAIL_ENV,
+    FANOUT_WIDTH,
+    LR_ENV,
+    WEIRD_NAME,
+    read_calls,
+)
+
+pytest.importorskip("airflow.sdk")
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+EXAMPLE = f"{ROOT / 'examples' / 'ngram.py'}:pipeline"
+PIPELINES = HERE / "airflow_pipelines.py"
+EXAMPLE_DAG = "ngram_pipeline"
+
+
+def _export(name: str, dags: Path, **options: Any) -> Any:
+    result = build_export(f"{PIPELINES}:{name}", str(dags), **options)
+    write_export(result)
+    return result
+
+
+def _dagbag(sandbox: Any, *folders: Path) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "dagbag_dump.py"), *map(str, folders)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=sandbox.env(),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("DAGBAG-JSON "))
+    return dict(json.loads(line[len("DAGBAG-JSON ") :]))
+
+
+def _events(calls: list[dict[str, Any]], event: str) -> dict[str, float]:
+    return {c["step"]: c["t"] for c in calls if c["event"] == event}
+
+
+def _record(prefix: Path, output_path: str) -> dict[str, Any]:
+    with open(prefix / f"{output_path}.marin" / "record.json") as f:
+        return dict(json.load(f))
+
+
+def _status(prefix: Path, output_path: str) -> str:
+    with open(prefix / f"{output_path}.marin" / "status.json") as f:
+        return str(json.load(f)["state"])
+
+
+def _fail_msg(proc: subprocess.CompletedProcess[str]) -> str:
+    return f"rc={proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+
+def test_dagbag_parses_committed_and_exported_dags(tmp_path: Path, sandbox: Any) -> None:
+    """Airflow's own DagBag: no import errors, exact tasks/edges/limits, no pipeline import."""
+    dags = tmp_path / "dags"
+    toy = _export("toy", dags, max_concurrent=3)
+    sched = _export("scheduling", dags, retries=1, schedule="@daily")
+    bag = _dagbag(sandbox, ROOT / "dags", dags)
+    assert bag["import_errors"] == {}
+    assert bag["pipeline_modules"] == [], "parsing a DAG file imported the pipeline"
+
+    example = bag["dags"][EXAMPLE_DAG]
+    assert example["max_active_tasks"] == 8 and example["max_active_runs"] == 1
+    assert example["schedule"] is None
+    assert example["params"] == {"prefix": None}
+    tasks = example["tasks"]
+    from marin_airflow.export import lower_target, step_infos
+
+    specs = step_infos(lower_target(EXAMPLE))
+    assert len(tasks) == len(specs) == 11
+    by_step = {t["display"]: (tid, t) for tid, t in tasks.items()}
+    ids = {s.step_id: by_step[s.step_id][0] for s in specs}
+    for s in specs:  # edges exactly equal to the lowered StepSpec graph
+        assert by_step[s.step_id][1]["upstream"] == sorted(ids[d] for d in set(s.deps)), s.step_id
+        assert by_step[s.step_id][1]["trigger_rule"] == "all_success"
+    assert tasks["ngram.report__v1"]["upstream"] == [
+        "ngram.eval.bigram-add-k__v1",
+        "ngram.eval.trigram-interpolated__v1",
+    ]
+
+    toy_dag = bag["dags"][toy.dag_id]
+    assert toy_dag["max_active_tasks"] == 3
+    weird = next(t for t in toy_dag["tasks"].values() if t["display"] == f"{WEIRD_NAME}@v1")
+    assert weird["upstream"] == ["af.root__v1"]
+
+    sched_dag = bag["dags"][sched.dag_id]
+    assert sched_dag["schedule"] is not None
+    s_tasks = sched_dag["tasks"]
+    assert s_tasks["sched.a__v1"]["retries"] == 3  # the step's own retries win
+    assert s_tasks["sched.c__v1"]["retries"] == 1  # --retries for the others
+    assert s_tasks["sched.b__v1"]["pool"] == "gpu 'pool'"
+    assert s_tasks["sched.a__v1"]["pool"] == "default_pool"
+    assert s_tasks["sched.c__v1"]["upstream"] == ["sched.a__v1", "sched.b__v1"]
+
+
+# --- airflow dags test -------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_example_dag_matches_local_run_and_reruns_cached(tmp_path: Path, sandbox: Any) -> None:
+    """The committed example DAG under ``airflow dags test``: same artifacts as ``marin run``;
+    a second run builds nothing (every task ends successfully, marked cached)."""
+    from marin.execution.lazy import run
+    from marin.execution.targets import load_target
+
+    af_prefix, local_prefix = tmp_path / "airflow-prefix", tmp_path / "local-prefix"
+    # The prefix comes from the run's `prefix` param; $MARIN_PREFIX must not win over it.
+    env = {"MARIN_PREFIX": str(tmp_path / "wrong-prefix")}
+    proc = sandbox.dags_test(
+        EXAMPLE_DAG, str(ROOT / "dags"), conf={"prefix": str(af_prefix)}, env=env
+    )
+    assert proc.returncode == 0, _fail_msg(proc)
+    assert not (tmp_path / "wrong-prefix").exists()
+    states = sandbox.task_states(EXAMPLE_DAG)
+    assert len(states) == 11 and set(states.values()) == {"success"}, states
+    assert set(sandbox.xcoms(EXAMPLE_DAG, "action").values()) == {"built"}
+
+    run(load_target(EXAMPLE), prefix=str(local_prefix))
+    from marin_airflow.export import lower_target
+
+    specs = lower_target(EXAMPLE)
+    assert len(specs) == 11
+    for spec in specs:
+        a, b = _record(af_prefix, spec.output_path), _record(local_prefix, spec.output_path)
+        assert a["fingerprint"] == b["fingerprint"] == spec.fingerprint
+        assert _status(af_prefix, spec.output_path) == "SUCCESS"
+        for key in ("provenance", "started_at", "finished_at", "duration_s"):
+            a.pop(key), b.pop(key)
+        normalised = json.loads(json.dumps(a).replace(str(af_prefix), str(local_prefix)))
+        assert normalised == b, spec.step_id
+        assert a["output_path"] == str(af_prefix / spec.output_path)
+        # The artifacts themselves are byte-identical.
+        out_a, out_b = af_prefix / spec.output_path, local_prefix / spec.output_path
+        files_a = sorted(p.relative_to(out_a) for p in out_a.rglob("*") if p.is_file()) or [Path()]
+        files_b = sorted(p.relative_to(out_b) for p in out_b.rglob("*") if p.is_file()) or [Path()]
+        assert files_a == files_b
+        for rel in files_a:
+            assert (out_a / rel).read_bytes() == (out_b / rel).read_bytes(), (spec.step_id, rel)
+
+    snapshot = {
+        p: p.stat().st_mtime_ns
+        for p in af_prefix.rglob("*")
+        if p.is_file() and "lease" not in p.name
+    }
+    again = sandbox.dags_test(EXAMPLE_DAG, str(ROOT / "dags"), conf={"prefix": str(af_prefix)})
+    assert again.returncode == 0, _fail_msg(again)
+    assert set(sandbox.task_states(EXAMPLE_DAG).values()) == {"success"}
+    cached = sandbox.xcoms(EXAMPLE_DAG, "cached")
+    assert len(cached) == 11 and set(cached.values()) == {True}, cached
+    assert set(sandbox.xcoms(EXAMPLE_DAG, "action").values()) == {"cached"}
+    assert again.stdout.count("cached: already built at") == 11
+    after = {p: p.stat().st_mtime_ns for p in snapshot}
+    assert after == snapshot, "a cached run rewrote artifacts or records"
+
+
+@pytest.mark.slow
+def test_failure_stale_dag_and_cache_with_call_counts(
+    tmp_path: Path, sandbox: Any, calls: Path
+) -> None:
+    """Run 1: a step raises -> its task fails and its dependents never start.
+    Run 2: a config changed without re-export -> that task fails as stale; built steps are
+    cached and their ``fn`` is never called; the step that failed before builds now."""
+    dags, prefix = tmp_path / "dags", tmp_path / "prefix"
+    env = {CALLS_ENV: str(calls), LR_ENV: "0.1"}
+    result = _export("toy", dags)
+    ids = {t.step_id: t.task_id for t in result.tasks}
+
+    first = sandbox.dags_test(
+        result.dag_id, str(dags), env={**env, FAIL_ENV: "bad", "MARIN_PREFIX": str(prefix)}
+    )
+    assert first.returncode != 0, _fail_msg(first)
+    states = sandbox.task_states(result.dag_id)
+    assert states[ids["af/bad@v1"]] == "failed"
+    assert states[ids["af/after-bad@v1"]] == "upstream_failed"
+    for ok in ("af/root@v1", f"{WEIRD_NAME}@v1", "af/tuned@v1", "af/after-tuned@v1"):
+        assert states[ids[ok]] == "success", (ok, states)
+    run1 = read_calls(str(calls))
+    assert set(_events(run1, "fail")) == {"bad"}
+    assert "after-bad" not in _events(run1, "start")
+    assert set(_events(run1, "end")) == {"root", "weird", "tuned", "after-tuned"}
+    assert _status(prefix, "af/bad/v1") == "FAILED"
+    assert not (prefix / "af/bad/v1.marin/record.json").exists()
+    # The weird name went through Airflow untemplated: its record carries it verbatim.
+    assert _record(prefix, f"{WEIRD_NAME}/v1")["name"] == WEIRD_NAME
+
+    calls.unlink()
+    second = sandbox.dags_test(
+        result.dag_id, str(dags), env={**env, LR_ENV: "0.2"}, conf={"prefix": str(prefix)}
+    )
+    assert second.returncode != 0, _fail_msg(second)
+    states = sandbox.task_states(result.dag_id)
+    assert states[ids["af/tuned@v1"]] == "failed"
+    assert states[ids["af/after-tuned@v1"]] == "upstream_failed"
+    for ok in ("af/root@v1", f"{WEIRD_NAME}@v1", "af/bad@v1", "af/after-bad@v1"):
+        assert states[ids[ok]] == "success", (ok, states)
+    out = second.stdout + second.stderr
+    assert "the DAG file is stale (step af/tuned@v1)" in out
+    assert f"re-run `{result.command}`" in out
+    run2 = read_calls(str(calls))
+    assert sorted(_events(run2, "start")) == ["after-bad", "bad"], "a cached or stale fn ran"
+    actions = sandbox.xcoms(result.dag_id, "action")
+    assert actions[ids["af/root@v1"]] == actions[ids[f"{WEIRD_NAME}@v1"]] == "cached"
+    assert actions[ids["af/bad@v1"]] == "built"
+
+
+# --- a real scheduler ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_scheduler_respects_max_active_tasks_and_dependencies(
+    tmp_path: Path, sandbox: Any, calls: Path
+) -> None:
+    """``airflow standalone`` (scheduler, LocalExecutor, api-server, DAG processor) on loopback
+    runs two DAGs at once: a wide fan-out, which reaches exactly ``max_active_tasks``
+    concurrent steps and never more, in dependency order; and the committed example DAG, which
+    builds every step of the pipeline with the fingerprints of a local lowering."""
+    from marin_airflow.export import lower_target
+    from marin_airflow.testing import AirflowSandbox, free_port, stop_process_group
+
+    limit = 3
+    root = tmp_path / "standalone"
+    box = AirflowSandbox(str(root), pythonpath=[str(ROOT)])
+    box.migrate()
+    dags, prefix = root / "dags", tmp_path / "prefix"
+    fan = _export("fanout", dags, max_concurrent=limit)
+    # The committed DAG file, deployed with the pipeline at the same relative path.
+    (root / "examples").mkdir()
+    shutil.copy(ROOT / "examples" / "ngram.py", root / "examples" / "ngram.py")
+    shutil.copy(ROOT / "dags" / f"{EXAMPLE_DAG}.py", dags / f"{EXAMPLE_DAG}.py")
+    port = free_port()
+    env = box.env(
+        str(dags),
+        {
+            CALLS_ENV: str(calls),
+            "MARIN_PREFIX": str(prefix),  # the workers' prefix: neither DAG bakes one in
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "16",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+        },
+    )
+    log_path = tmp_path / "standalone.log"
+    log = open(log_path, "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "airflow", "standalone"],
+        env=env, cwd=box.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    dag_ids = [fan.dag_id, EXAMPLE_DAG]
+    try:
+        deadline = time.monotonic() + 180
+        while len(box.query("SELECT dag_id FROM dag WHERE is_paused = 0")) < len(dag_ids):
+            assert server.poll() is None, log_path.read_text()[-4000:]
+            assert time.monotonic() < deadline, "the DAG processor never registered the DAGs"
+            time.sleep(1)
+        triggers = [
+            subprocess.Popen(
+                [sys.executable, "-m", "airflow", "dags", "trigger", dag_id],
+                env=env,
+                cwd=box.root,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for dag_id in dag_ids
+        ]
+        for trigger in triggers:
+            out, _ = trigger.communicate(timeout=120)
+            assert trigger.returncode == 0, out[-3000:]
+        states: dict[str, str | None] = {}
+        deadline = time.monotonic() + 300
+        while not all(states.get(d) in ("success", "failed") for d in dag_ids):
+            assert time.monotonic() < deadline, f"DAG runs still {states}"
+            time.sleep(1)
+            states = dict(box.query("SELECT dag_id, state FROM dag_run"))
+        assert states == {d: "success" for d in dag_ids}, log_path.read_text()[-6000:]
+    finally:
+        stop_process_group(server)  # the scheduler and its workers too, not just standalone
+        log.close()
+
+    got = read_calls(str(calls))
+    starts, ends = _events(got, "start"), _events(got, "end")
+    leaves = [f"leaf-{i}" for i in range(FANOUT_WIDTH)]
+    assert set(ends) == {"root", "sink", *leaves}
+    assert all(ends["root"] <= starts[leaf] for leaf in leaves)
+    assert starts["sink"] >= max(ends[leaf] for leaf in leaves)
+    timeline = sorted((c["t"], 1 if c["event"] == "start" else -1) for c in got)
+    running = peak = 0
+    for _, delta in timeline:
+        running += delta
+        peak = max(peak, running)
+    assert peak == limit, f"peak concurrency {peak}, max_active_tasks {limit}"
+    assert len({c["pid"] for c in got if c["step"] in leaves}) > 1  # real worker processes
+
+    for spec in lower_target(EXAMPLE):  # the example pipeline, built by the scheduler
+        assert _record(prefix, spec.output_path)["fingerprint"] == spec.fingerprint
+        assert _status(prefix, spec.output_path) == "SUCCESS"
