@@ -20,8 +20,44 @@ from marin.execution.errors import ConfigError
 _SCALARS = (str, int, bool, type(None))
 
 
+class _NeedsPath(Exception):
+    """Raised by the path-free pass when a value is rejected: redo it, naming the field."""
+
+
 def to_canonical(value: Any, path: str = "config", step: str | None = None) -> Any:
     """Return a JSON-ready structure for ``value``; ``path`` names the field in errors."""
+    # Lowering 100,000 steps canonicalises half a million values, so the first pass does not
+    # build a dotted path for every field; only a rejected value pays for a second, naming pass.
+    try:
+        return _canonical(value, None, step)
+    except _NeedsPath:
+        return _canonical(value, path, step)
+
+
+def _canonical(value: Any, path: str | None, step: str | None) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is list or kind is tuple:
+        if path is None:
+            return [_canonical(item, None, step) for item in value]
+        return [_canonical(item, f"{path}[{i}]", step) for i, item in enumerate(value)]
+    if kind is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                if isinstance(key, enum.Enum):
+                    key = key.name
+                if not isinstance(key, str | int | float | bool):
+                    if path is None:
+                        raise _NeedsPath
+                    raise ConfigError(
+                        f"{path} has a key of type {type(key).__name__}",
+                        "use string keys in configs",
+                        step,
+                    )
+            out[str(key)] = _canonical(item, None if path is None else f"{path}.{key}", step)
+        return out
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, float):
@@ -35,29 +71,22 @@ def to_canonical(value: Any, path: str = "config", step: str | None = None) -> A
     if isinstance(value, bytes):
         return {"__bytes__": value.hex()}
     if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if isinstance(key, enum.Enum):
-                key = key.name
-            if not isinstance(key, str | int | float | bool):
-                raise ConfigError(
-                    f"{path} has a key of type {type(key).__name__}",
-                    "use string keys in configs",
-                    step,
-                )
-            out[str(key)] = to_canonical(item, f"{path}.{key}", step)
-        return out
+        return _canonical(dict(value), path, step)
     if isinstance(value, list | tuple):
-        return [to_canonical(item, f"{path}[{i}]", step) for i, item in enumerate(value)]
+        return _canonical(list(value), path, step)
     if isinstance(value, set | frozenset):
-        items = [to_canonical(item, f"{path}{{}}", step) for item in value]
+        items = [_canonical(item, None if path is None else f"{path}{{}}", step) for item in value]
         return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {
-            f.name: to_canonical(getattr(value, f.name), f"{path}.{f.name}", step)
+            f.name: _canonical(
+                getattr(value, f.name), None if path is None else f"{path}.{f.name}", step
+            )
             for f in dataclasses.fields(value)
         }
         return {"__dataclass__": type(value).__qualname__, **fields}
+    if path is None:
+        raise _NeedsPath
     raise ConfigError(
         f"{path} holds a {type(value).__module__}.{type(value).__qualname__}, "
         "which has no stable JSON form",

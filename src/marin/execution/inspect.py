@@ -6,6 +6,7 @@ steps is inspected on a pool of I/O threads rather than one after another.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,6 +18,9 @@ from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location
 
 IO_PARALLELISM = 64
+SERIAL_MAX_S = 200e-6
+"""Mean seconds per step above which the remaining steps are inspected on threads."""
+_FIRST_PROBE, _PROBE_EVERY = 2, 16
 
 BUILT, RUN, DRIFT, DEV, FAILED_BEFORE = "built", "run", "drift", "dev", "failed-before"
 
@@ -64,10 +68,29 @@ def inspect_step(spec: StepSpec, location: Location, *, forced: bool = False) ->
 def inspect_steps(
     specs: Iterable[StepSpec], location: Location, *, forced: frozenset[str] = frozenset()
 ) -> list[StepState]:
+    """Inspect ``specs`` (results in the same order), on I/O threads when storage is slow.
+
+    The first steps are read one after another and timed. While a step costs less than
+    ``SERIAL_MAX_S`` (local disk, ``memory://``: tens of microseconds), threads would only add
+    overhead, so reading stays serial. Once storage proves slow (an object store, a network
+    file system), the rest are read on ``IO_PARALLELISM`` threads at once.
+    """
     specs = list(specs)
-    if len(specs) <= 1:
-        return [inspect_step(s, location, forced=s.step_id in forced) for s in specs]
-    with ThreadPoolExecutor(min(IO_PARALLELISM, len(specs)), "marin-inspect") as pool:
-        return list(
-            pool.map(lambda s: inspect_step(s, location, forced=s.step_id in forced), specs)
+    states: list[StepState] = []
+    started = time.perf_counter()
+    for i, spec in enumerate(specs):
+        states.append(inspect_step(spec, location, forced=spec.step_id in forced))
+        done = i + 1
+        probe = done % _PROBE_EVERY == 0 or done == _FIRST_PROBE
+        if probe and (time.perf_counter() - started) / done > SERIAL_MAX_S:
+            break
+    rest = specs[len(states) :]
+    if not rest:
+        return states
+    if len(rest) == 1:
+        return [*states, inspect_step(rest[0], location, forced=rest[0].step_id in forced)]
+    with ThreadPoolExecutor(min(IO_PARALLELISM, len(rest)), "marin-inspect") as pool:
+        states.extend(
+            pool.map(lambda s: inspect_step(s, location, forced=s.step_id in forced), rest)
         )
+    return states

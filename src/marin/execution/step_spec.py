@@ -51,7 +51,11 @@ class StepSpec:
         return f"StepSpec({self.step_id}, fingerprint={self.fingerprint[:12]})"
 
 
+# One encoder for every fingerprint: ``json.dumps`` with options builds a new encoder per call.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def fingerprint_of(payload: Mapping[str, Any]) -> tuple[str, str]:
     """Return ``(fingerprint, canonical payload JSON)`` for an already-canonical payload."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = _ENCODER.encode(payload)
     return hashlib.sha256(text.encode()).hexdigest(), text

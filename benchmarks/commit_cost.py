@@ -1,0 +1,198 @@
+"""Where the per-step commit time goes: ``build_step`` with one cost removed at a time.
+
+Each variant monkeypatches one part of the build path *in this process only* (nothing is changed
+on disk), builds the same ``n`` no-op steps one after another (no scheduler, no threads), and
+reports the median time per step. ``baseline - variant`` is what that part costs, so it is what a
+change in ``build.py``/``lease.py``/``records.py`` removing or cheapening it would save.
+
+    .venv/bin/python benchmarks/commit_cost.py [--n 500] [--reps 3]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from workers import fresh_prefix, lowered
+
+import marin.execution.build as build
+from marin.execution.storage import open_prefix
+
+
+class _NoHeartbeat:
+    """A heartbeat that starts no thread (what one shared renewal thread would cost per step)."""
+
+    def __init__(self, lease: Any) -> None:
+        self.lost = threading.Event()
+
+    def __enter__(self) -> _NoHeartbeat:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _NoLease:
+    def __init__(self, location: Any, output_path: str, ttl: float | None = None) -> None:
+        self.holder = "bench"
+        self.ttl = 60.0
+
+    def commit(self, write: Callable[[], Any]) -> bool:
+        write()
+        return True
+
+    def try_acquire(self) -> None:
+        return None
+
+    def renew(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+@contextlib.contextmanager
+def _fast_memory_fs() -> Iterator[None]:
+    """``memory://`` with O(1) ``info``: an index of directories instead of a scan of all keys.
+
+    fsspec's ``MemoryFileSystem.info`` scans every stored key to decide whether a path is a
+    directory, and every write checks each parent with ``isfile`` -> ``info``; so each write
+    costs O(files stored) and a build of N steps costs O(N^2).
+    """
+    from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
+
+    dirs: set[str] = set()
+    original_commit = MemoryFile.commit
+
+    def commit(self: Any) -> None:
+        original_commit(self)
+        parent = self.path.rsplit("/", 1)[0]
+        while parent and parent not in dirs:
+            dirs.add(parent)
+            parent = parent.rsplit("/", 1)[0]
+
+    def info(self: Any, path: str, **kwargs: Any) -> dict[str, Any]:
+        path = self._strip_protocol(path)
+        if path in self.store:
+            f = self.store[path]
+            return {"name": path, "size": f.size, "type": "file", "created": None}
+        if path in dirs or path in self.pseudo_dirs:
+            return {"name": path, "size": 0, "type": "directory"}
+        raise FileNotFoundError(path)
+
+    with _patched(MemoryFile, "commit", commit), _patched(MemoryFileSystem, "info", info):
+        yield
+
+
+@contextlib.contextmanager
+def _both(*managers: contextlib.AbstractContextManager[Any]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for manager in managers:
+            stack.enter_context(manager)
+        yield
+
+
+def _no_fsync() -> contextlib.AbstractContextManager[None]:
+    return _patched(os, "fsync", lambda fd: None)
+
+
+def _shallow_record_json() -> contextlib.AbstractContextManager[None]:
+    """``ArtifactRecord.to_json`` without ``dataclasses.asdict``, which deep-copies every field."""
+    import json
+
+    from marin.execution.records import ArtifactRecord
+
+    fields = tuple(ArtifactRecord.__dataclass_fields__)
+
+    def to_json(self: Any) -> str:
+        data = {name: getattr(self, name) for name in fields}
+        return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+    return _patched(ArtifactRecord, "to_json", to_json)
+
+
+VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
+    "baseline": contextlib.nullcontext,
+    "no heartbeat thread": lambda: _patched(build, "Heartbeat", _NoHeartbeat),
+    "no lease at all": lambda: _both(
+        _patched(build, "Lease", _NoLease), _patched(build, "Heartbeat", _NoHeartbeat)
+    ),
+    "no fsync": _no_fsync,
+    "no status writes": lambda: _patched(build, "write_status", lambda *a, **k: None),
+    "no output clear": lambda: _patched(build, "_clear_output", lambda *a, **k: None),
+    "no old-record delete": lambda: _patched(build, "delete_record", lambda *a, **k: None),
+    "shallow record JSON": _shallow_record_json,
+    "O(1) memory:// info": _fast_memory_fs,
+}
+
+
+def measure(backend: str, n: int, reps: int) -> dict[str, float]:
+    """Median ms per step of ``build_step`` for each variant, plus all of them at once."""
+    _, steps, _ = lowered("random", n, seed=11)
+    results: dict[str, float] = {}
+    names = [*VARIANTS, "all of the above"]
+    for name in names:
+        if backend == "local" and name == "O(1) memory:// info":
+            continue
+        if backend == "memory" and name == "no fsync":
+            continue
+        times = []
+        for rep in range(reps):
+            with fresh_prefix(backend, f"commit{rep}") as prefix, contextlib.ExitStack() as stack:
+                if name == "all of the above":
+                    for other, make in VARIANTS.items():
+                        if other != "no lease at all":  # keep the lease, cheapen the rest
+                            stack.enter_context(make())
+                else:
+                    stack.enter_context(VARIANTS[name]())
+                location = open_prefix(prefix)
+                location.check_writable()
+                t0 = time.perf_counter()
+                for spec in steps:
+                    build.build_step(spec, location, precheck=False)
+                times.append(time.perf_counter() - t0)
+        results[name] = statistics.median(times) / len(steps) * 1e3
+    return results
+
+
+def worker(n_local: int, n_memory: int, reps: int) -> dict[str, Any]:
+    return {"local": measure("local", n_local, reps), "memory": measure("memory", n_memory, reps)}
+
+
+def main() -> None:
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=500)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    out = {backend: measure(backend, args.n, args.reps) for backend in ("local", "memory")}
+    for backend, results in out.items():
+        base = results["baseline"]
+        print(f"{backend} (n={args.n}, ms/step, median of {args.reps})")
+        for name, ms in results.items():
+            print(f"  {name:28s} {ms:7.3f}  saves {base - ms:+7.3f}")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

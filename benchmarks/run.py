@@ -1,0 +1,691 @@
+"""Run every marin-execution benchmark, print a table and write ``benchmarks/results.json``.
+
+    .venv/bin/python benchmarks/run.py            # full: about 6-9 minutes on 2 cores
+    .venv/bin/python benchmarks/run.py --quick    # under a minute (CI runs this)
+    .venv/bin/python benchmarks/run.py --only lowering,makespan --output /tmp/r.json
+
+Each measurement runs in its own subprocess (see ``workers.py``) with a time limit, reports
+medians over repetitions, and every comparison (FIFO vs longest-path, parallel vs serial checks,
+compiled vs hand-written Prefect flows) is measured side by side in the same run, as a ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SECTIONS = (
+    "overhead",
+    "dispatch",
+    "lowering",
+    "cached",
+    "makespan",
+    "rss",
+    "airflow",
+    "prefect",
+    "commit",
+)
+
+
+@dataclass
+class Row:
+    section: str
+    metric: str
+    value: float | None
+    unit: str
+    target: str = ""
+    met: bool | None = None
+    note: str = ""
+
+
+class Harness:
+    def __init__(self, quick: bool, deadline: float) -> None:
+        self.quick = quick
+        self.deadline = deadline
+        self.rows: list[Row] = []
+        self.raw: dict[str, Any] = {}
+        self.errors: dict[str, str] = {}
+        self.failed = False
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def worker(
+        self,
+        name: str,
+        timeout: float,
+        env: dict[str, str] | None = None,
+        **args: Any,
+    ) -> dict[str, Any] | None:
+        """Run ``workers.<name>(**args)`` in a subprocess; None (and a note) on failure."""
+        timeout = max(1.0, min(timeout, self.remaining()))
+        cmd = [sys.executable, os.path.join(HERE, "workers.py"), name, json.dumps(args)]
+        key = f"{name}({', '.join(f'{k}={v}' for k, v in args.items())})"
+        try:
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+            )
+        except subprocess.TimeoutExpired:
+            self.errors[key] = f"timed out after {timeout:.0f}s"
+            print(f"  {key}: timed out after {timeout:.0f}s", flush=True)
+            return None
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
+            self.errors[key] = "\n".join(tail)
+            self.failed = True
+            print(f"  {key}: failed\n    " + "\n    ".join(tail), flush=True)
+            return None
+        result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        self.raw.setdefault(name, []).append({"args": args, "result": result})
+        return result
+
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        row = Row(*args, **kwargs)
+        self.rows.append(row)
+        value = "-" if row.value is None else f"{row.value:.4g}"
+        met = {True: "met", False: "NOT MET", None: ""}[row.met]
+        print(
+            f"  {row.metric}: {value} {row.unit} {row.target} {met} {row.note}".rstrip(), flush=True
+        )
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+# --- sections ------------------------------------------------------------------------------------
+
+
+def bench_overhead(h: Harness) -> None:
+    """(1) StepRunner per no-op step, incl. the record commit; (7) peak RSS."""
+    sizes = [200, 1000] if h.quick else [1000, 10000, 50000]
+    per_step: dict[str, dict[int, float]] = {"local": {}, "memory": {}}
+    rss: dict[int, tuple[int, int]] = {}
+    for backend in ("local", "memory"):
+        previous: float | None = None
+        for n in sizes:
+            reps = 3 if n <= 1000 and not (h.quick and n == sizes[-1]) else 1
+            if previous is not None:
+                # Skip a size whose predicted time (linear from the last one, x2 for safety)
+                # cannot fit: the row says so instead of blowing the harness's budget.
+                predicted = previous * n * reps * 2
+                budget = min(h.remaining() - (40 if h.quick else 300), 240)
+                if predicted > budget:
+                    h.add(
+                        "overhead",
+                        f"{backend} random n={n}",
+                        None,
+                        "ms/step",
+                        note=f"skipped: predicted {predicted:.0f}s > budget {budget:.0f}s",
+                    )
+                    continue
+            timeout = 300 if previous is None else max(60.0, previous * n * reps * 4 + 60)
+            r = h.worker("overhead", timeout, backend=backend, n=n, reps=reps)
+            if r is None:
+                h.add("overhead", f"{backend} random n={n}", None, "ms/step", note="timed out")
+                previous = None if previous is None else previous * 10
+                continue
+            ms = r["run_median_s"] / r["n"] * 1e3
+            previous = ms / 1e3
+            per_step[backend][n] = ms
+            target = 0.5 if backend == "local" else 0.15
+            judged = n == 10000 or (h.quick and n == sizes[-1])
+            h.add(
+                "overhead",
+                f"{backend} random n={n}",
+                ms,
+                "ms/step",
+                f"< {target} @10k" if judged else "",
+                (ms < target) if judged else None,
+                f"median of {reps}",
+            )
+            if backend == "local":
+                rss[r["n"]] = (r["rss_start_kb"], r["rss_peak_kb"])
+    for backend, by_n in per_step.items():
+        ns = sorted(by_n)
+        if len(ns) >= 2:
+            ratio = by_n[ns[-1]] / by_n[ns[0]]
+            h.add(
+                "overhead",
+                f"{backend} linearity: per-step n={ns[-1]} / n={ns[0]}",
+                ratio,
+                "x",
+                "~1 (linear)",
+                ratio < 1.5,
+            )
+    # The scheduler alone: the same graphs with build_step stubbed out (no storage at all).
+    runs = [("random", n) for n in ([sizes[-1]] if h.quick else sizes)]
+    if not h.quick:
+        runs += [("fan", 10000), ("experiment", 10000), ("chain", 10000)]
+    for kind, n in runs:
+        reps = 3 if n <= 10000 else 1
+        r = h.worker("overhead", 120, backend="memory", n=n, reps=reps, kind=kind, stub=True)
+        if r:
+            if kind == "random":
+                h.raw.setdefault("rss_stub", {})[str(r["n"])] = (
+                    r["rss_start_kb"],
+                    r["rss_peak_kb"],
+                )
+            h.add(
+                "overhead",
+                f"scheduler only (build_step stubbed) {kind} n={r['n']}",
+                r["run_median_s"] / r["n"] * 1e3,
+                "ms/step",
+                note="check + Kahn dispatch + thread hand-off, no storage",
+            )
+    h.raw["rss_local"] = {str(k): v for k, v in rss.items()}
+
+
+def bench_dispatch(h: Harness) -> None:
+    """(2) A 2,000-step chain on memory://: how fast a finished step releases the next."""
+    n = 500 if h.quick else 2000
+    r = h.worker("dispatch", 120, n=n, reps=1 if h.quick else 3)
+    if r:
+        wall = r["run_median_s"]
+        h.add(
+            "dispatch",
+            f"chain n={n} memory://",
+            wall,
+            "s",
+            "< 1 s @2000" if h.quick else "< 1 s",
+            wall * 2000 / n < 1,
+            "the whole chain, incl. each step's commit",
+        )
+    n = 2000
+    r = h.worker("dispatch", 60, n=n, reps=3, stub=True)
+    if r:
+        h.add(
+            "dispatch",
+            f"chain n={n}, build_step stubbed",
+            r["run_median_s"],
+            "s",
+            note="the scheduler's own hand-off latency",
+        )
+
+
+def bench_lowering(h: Harness) -> None:
+    """(3) lower() on random DAGs and deep chains: time per step, memory per step."""
+    sizes = [2000, 10000] if h.quick else [10000, 100000]
+    for kind in ("random", "chain"):
+        per_step: dict[int, tuple[float, float]] = {}
+        for n in sizes:
+            reps = (2 if n == sizes[-1] else 1) if h.quick else 3
+            r = h.worker("lowering", 240, kind=kind, n=n, reps=reps)
+            if r is None:
+                h.add("lowering", f"{kind} n={n}", None, "us/step", note="failed (see errors)")
+                continue
+            us = r["lower_median_s"] / n * 1e6
+            kb = r["traced_peak_bytes"] / n / 1024
+            per_step[n] = (us, kb)
+            big = n == sizes[-1]
+            h.add(
+                "lowering",
+                f"{kind} n={n}",
+                us,
+                "us/step",
+                "< 30" if big else "",
+                (us < 30) if big else None,
+                f"traced peak {kb:.2f} KiB/step; no RecursionError",
+            )
+        if len(per_step) == 2:
+            (a, b) = sorted(per_step)
+            h.add(
+                "lowering",
+                f"{kind} memory linearity: KiB/step n={b} / n={a}",
+                per_step[b][1] / per_step[a][1],
+                "x",
+                "~1 (linear)",
+                per_step[b][1] / per_step[a][1] < 1.3,
+            )
+
+
+def bench_cached(h: Harness) -> None:
+    """(4) Cached re-run and full check of a built pipeline; the same 20 ms from storage."""
+    n = 2000 if h.quick else 10000
+    for backend in ("local", "memory"):
+        for kind in ("experiment", "random"):
+            if (backend, kind) != ("local", "experiment") and (h.quick or backend == "memory"):
+                continue
+            r = h.worker("cached", 180, backend=backend, n=n, kind=kind, reps=1 if h.quick else 3)
+            if not r:
+                continue
+            h.add(
+                "cached",
+                f"re-run of built {kind} n={r['n']} ({backend})",
+                r["rerun_s"],
+                "s",
+                "~0",
+                None,
+                f"{r['targets']} target(s) read, {r['rerun_pruned']} pruned unread",
+            )
+            h.add(
+                "cached",
+                f"plan: check all of {kind} n={r['n']} ({backend})",
+                r["plan_s"],
+                "s",
+                note=f"{r['plan_s'] / r['n'] * 1e6:.0f} us/step",
+            )
+    n = 200 if h.quick else 1000
+    r = h.worker(
+        "latency",
+        240,
+        n=n,
+        latency_s=0.020,
+        serial_sample=10 if h.quick else 50,
+        reps=1 if h.quick else 3,
+    )
+    if r:
+        h.add(
+            "cached",
+            f"plan n={r['n']} @20ms/call",
+            r["plan_s"],
+            "s",
+            "< 3 s" if not h.quick else "",
+            (r["plan_s"] < 3) if r["n"] >= 1000 else None,
+            f"{r['plan_calls']} storage calls",
+        )
+        h.add(
+            "cached",
+            f"serial check n={r['n']} @20ms/call (est.)",
+            r["serial_estimate_s"],
+            "s",
+            note=f"measured on {r['serial_sample']} steps, scaled",
+        )
+        h.add(
+            "cached", "speed-up parallel vs serial check", r["serial_estimate_s"] / r["plan_s"], "x"
+        )
+        h.add(
+            "cached",
+            f"re-run of built n={r['n']} @20ms/call",
+            r["rerun_s"],
+            "s",
+            note=f"{r['rerun_calls']} storage calls (targets only: pruning)",
+        )
+
+
+def bench_makespan(h: Harness) -> None:
+    """(5) Makespan efficiency on random DAGs of sleeping steps; FIFO vs longest-path."""
+    concurrency = [2, 8, 32]
+    if h.quick:
+        args: dict[str, Any] = dict(n=30, seeds=[1], low=0.01, high=0.05)
+    else:
+        args = dict(n=80, seeds=[1, 2], low=0.04, high=0.2)
+    r = h.worker("makespan", 240, orders=["longest-path", "fifo"], concurrency=concurrency, **args)
+    if not r:
+        return
+    for mc in concurrency:
+        eff = {
+            order: statistics.median(
+                x["efficiency"]
+                for x in r["runs"]
+                if x["max_concurrent"] == mc and x["order"] == order
+            )
+            for order in ("longest-path", "fifo")
+        }
+        h.add(
+            "makespan",
+            f"efficiency max_concurrent={mc} longest-path",
+            eff["longest-path"],
+            "x",
+            "<= 1.05",
+            eff["longest-path"] <= 1.05,
+        )
+        h.add(
+            "makespan",
+            f"efficiency max_concurrent={mc} fifo",
+            eff["fifo"],
+            "x",
+            note=f"fifo/longest-path = {eff['fifo'] / eff['longest-path']:.3f}",
+        )
+
+
+def bench_commit(h: Harness) -> None:
+    """Where build_step's per-step time goes: each part removed in turn (see commit_cost.py)."""
+    if h.quick:
+        h.add("commit", "commit-path breakdown (skipped in --quick)", None, "ms/step")
+        return
+    r = h.worker("commit", 240, n_local=40, n_memory=300, reps=3)
+    if not r:
+        return
+    for backend, results in r.items():
+        if backend == "worker_rss_peak_kb":
+            continue
+        base = results["baseline"]
+        for name, ms in results.items():
+            h.add(
+                "commit",
+                f"{backend}: build_step, {name}",
+                ms,
+                "ms/step",
+                note=""
+                if name == "baseline"
+                else f"saves {base - ms:.3f} ms ({(base - ms) / base:.0%})",
+            )
+
+
+def bench_rss(h: Harness) -> None:
+    """(7) Peak RSS of lowering + running, from the overhead workers (one process per size).
+
+    Real builds on local disk at the sizes that fit the time budget, and the scheduler with
+    ``build_step`` stubbed (so without the per-step record objects) up to 50,000 steps.
+    """
+    for key, label in (
+        ("rss_local", "local disk, real builds"),
+        ("rss_stub", "build_step stubbed"),
+    ):
+        rss = h.raw.get(key) or {}
+        points = sorted((int(n), start, peak) for n, (start, peak) in rss.items())
+        for n, start, peak in points:
+            h.add(
+                "rss",
+                f"peak RSS lower+run n={n} ({label})",
+                peak / 1024,
+                "MiB",
+                note=f"{(peak - start) / n:.2f} KiB/step above the {start / 1024:.0f} MiB start",
+            )
+        if len(points) >= 2:
+            (n0, s0, p0), (n1, s1, p1) = points[0], points[-1]
+            ratio = ((p1 - s1) / n1) / ((p0 - s0) / n0)
+            h.add(
+                "rss",
+                f"RSS per step n={n1} / n={n0} ({label})",
+                ratio,
+                "x",
+                "~1 (linear)",
+                ratio < 1.5,
+            )
+
+
+def bench_prefect(h: Harness) -> None:
+    """(6) Compiled Prefect flow vs a hand-written plain Prefect flow vs the local runner."""
+    if h.quick:
+        h.add(
+            "prefect",
+            "compiled/plain (skipped in --quick)",
+            None,
+            "x",
+            note="the ephemeral Prefect server alone takes ~12 s to start",
+        )
+        return
+    try:
+        import marin_prefect.compile  # noqa: F401
+    except ImportError as exc:
+        h.add("prefect", "compiled/plain", None, "x", note=f"adapter not importable: {exc}")
+        return
+    r = h.worker("prefect", 300, n=200, reps=2)
+    if not r:
+        return
+    m = r["medians"]
+    h.add("prefect", "server startup", r["startup_s"], "s")
+    h.add("prefect", "compiled flow n=200", m["compiled"], "s")
+    h.add("prefect", "hand-written plain flow n=200", m["plain"], "s")
+    h.add("prefect", "local StepRunner n=200", m["local"], "s")
+    ratio = m["compiled"] / m["plain"]
+    h.add("prefect", "compiled / plain", ratio, "x", "<= 1.1", ratio <= 1.1)
+    h.add("prefect", "local StepRunner / plain Prefect", m["local"] / m["plain"], "x")
+
+
+def bench_airflow(h: Harness) -> None:
+    """(6) Airflow: export time, DagBag parse time, and `airflow dags test` per task."""
+    try:
+        from marin_airflow.export import build_export, write_export
+    except ImportError as exc:
+        h.add("airflow", "export", None, "s", note=f"adapter not importable: {exc}")
+        return
+    sys.path.insert(0, HERE)
+    import graphs
+
+    from marin.execution.graph import collect_steps
+    from marin.execution.lazy import lower
+
+    sizes = [200] if h.quick else [200, 2000, 10000]
+    home = tempfile.mkdtemp(prefix="marin-bench-airflow-")
+    dags = os.path.join(home, "dags")
+    os.makedirs(dags)
+    files = []
+    for n in sizes:
+        _, targets = graphs.random_dag(n, seed=5)
+        steps = collect_steps(lower(targets, memo={}))
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            result = build_export("bench_graphs:pipeline", dags, dag_id=f"bench_{n}", specs=steps)
+            times.append(time.perf_counter() - t0)
+        write_export(result)
+        files.append((n, result.path))
+        h.add(
+            "airflow",
+            f"export n={n}",
+            statistics.median(times),
+            "s",
+            note=f"{os.path.getsize(result.path) / 1024:.0f} KiB file",
+        )
+    env = _airflow_env(home, dags)
+    r = h.worker(
+        "airflow_parse", 300, env=env, files=[p for _, p in files], reps=3 if h.quick else 2
+    )
+    if r:
+        for n, path in files:
+            f = r["files"][path]
+            h.add(
+                "airflow",
+                f"DagBag parse n={n}",
+                f["median_s"],
+                "s",
+                "<= 2 s" if n == 2000 else "",
+                (f["median_s"] <= 2) if n == 2000 else None,
+                f"{f['tasks']} tasks",
+            )
+    try:
+        if not h.quick:
+            bench_airflow_dags_test(h, home, env)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _airflow_env(home: str, dags: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        AIRFLOW_HOME=home,
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_FOLDER=dags,
+        PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+    )
+    return env
+
+
+def bench_airflow_dags_test(h: Harness, home: str, env: dict[str, str]) -> None:
+    dag_file = os.path.join(ROOT, "dags", "ngram_pipeline.py")
+    if not os.path.exists(dag_file):
+        h.add("airflow", "dags test", None, "s/task", note="dags/ngram_pipeline.py is missing")
+        return
+    from marin_airflow.export import embedded_steps
+
+    with open(dag_file) as f:
+        tasks = len(embedded_steps(f.read()) or {})
+    env = dict(env, AIRFLOW__CORE__DAGS_FOLDER=os.path.dirname(dag_file))
+    env["MARIN_PREFIX"] = os.path.join(home, "artifacts")
+    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
+    t0 = time.perf_counter()
+    migrate = subprocess.run(
+        [airflow, "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=max(10, min(180, h.remaining())),
+    )
+    migrate_s = time.perf_counter() - t0
+    if migrate.returncode != 0:
+        h.add("airflow", "db migrate", None, "s", note=migrate.stderr.strip()[-300:])
+        return
+    h.add("airflow", "db migrate (setup, not per task)", migrate_s, "s")
+    try:
+        t0 = time.perf_counter()
+        test = subprocess.run(
+            [airflow, "dags", "test", "ngram_pipeline"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=max(10, min(240, h.remaining())),
+            cwd=ROOT,
+        )
+        wall = time.perf_counter() - t0
+    except subprocess.TimeoutExpired:
+        h.add("airflow", "dags test", None, "s/task", note="timed out")
+        return
+    if test.returncode != 0:
+        h.add(
+            "airflow", "dags test", None, "s/task", note=(test.stderr or test.stdout).strip()[-300:]
+        )
+        return
+    match = re.search(r"run_duration=([0-9.]+)", test.stdout + test.stderr)
+    if match:
+        run_s = float(match.group(1))
+        h.add(
+            "airflow",
+            "`airflow dags test` DAG run per task",
+            run_s / max(tasks, 1),
+            "s/task",
+            note=f"run_duration {run_s:.1f}s for {tasks} tasks, from Airflow's own log",
+        )
+    h.add("airflow", f"`airflow dags test` ngram_pipeline ({tasks} tasks)", wall, "s")
+    h.add(
+        "airflow",
+        "`airflow dags test` per task",
+        wall / max(tasks, 1),
+        "s/task",
+        note="includes process start and DAG parse",
+    )
+
+
+BENCHES = {
+    "overhead": bench_overhead,
+    "dispatch": bench_dispatch,
+    "lowering": bench_lowering,
+    "cached": bench_cached,
+    "makespan": bench_makespan,
+    "rss": bench_rss,
+    "commit": bench_commit,
+    "prefect": bench_prefect,
+    "airflow": bench_airflow,
+}
+
+
+def print_table(rows: list[Row]) -> None:
+    header = ("section", "metric", "value", "unit", "target", "met")
+    lines = [header]
+    for r in rows:
+        value = "-" if r.value is None else f"{r.value:.4g}"
+        met = {True: "yes", False: "NO", None: ""}[r.met]
+        lines.append((r.section, r.metric, value, r.unit, r.target, met))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for i, line in enumerate(lines):
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def markdown(rows: list[Row], meta: dict[str, Any]) -> str:
+    """The results as a Markdown table, for the README's Performance section."""
+    lines = [
+        f"Run {meta['date']} ({meta['mode']}), {meta['cores']} cores {meta['machine']}, "
+        f"Python {meta['python']}, load average {meta['load_before'][0]:.1f} before / "
+        f"{meta['load_after'][0]:.1f} after, {meta['total_s']:.0f} s in all.",
+        "",
+        "| section | metric | median | unit | target | met | note |",
+        "| --- | --- | ---: | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        value = "-" if r.value is None else f"{r.value:.4g}"
+        met = {True: "yes", False: "**no**", None: ""}[r.met]
+        cells = [r.section, r.metric, value, r.unit, r.target, met, r.note]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes, no engines: < 1 minute")
+    parser.add_argument("--output", default=os.path.join(HERE, "results.json"), help="JSON path")
+    parser.add_argument("--markdown", default=None, help="also write the table as Markdown here")
+    parser.add_argument(
+        "--only", default="", help=f"comma-separated sections: {', '.join(SECTIONS)}"
+    )
+    parser.add_argument(
+        "--budget", type=float, default=None, help="seconds (default 55 quick, 570 full)"
+    )
+    args = parser.parse_args(argv)
+    sections = [s for s in args.only.split(",") if s] or list(SECTIONS)
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown sections: {', '.join(unknown)}")
+    if "cached" in sections or "rss" in sections:
+        sections = list(dict.fromkeys(["overhead", *sections]))  # they reuse its measurements
+    budget = args.budget or (55.0 if args.quick else 570.0)
+    started = time.monotonic()
+    h = Harness(args.quick, started + budget)
+    load_before = os.getloadavg()
+    print(
+        f"marin-execution benchmarks ({'quick' if args.quick else 'full'}); "
+        f"load {load_before[0]:.2f}, {os.cpu_count()} cores",
+        flush=True,
+    )
+    for name in SECTIONS:
+        if name not in sections:
+            continue
+        print(f"== {name}", flush=True)
+        t0 = time.monotonic()
+        BENCHES[name](h)
+        h.raw.setdefault("section_seconds", {})[name] = round(time.monotonic() - t0, 2)
+    total = time.monotonic() - started
+    print()
+    print_table(h.rows)
+    print(f"\ntotal {total:.0f}s; load {load_before[0]:.2f} before, {_load():.2f} after")
+    out: dict[str, Any] = {
+        "meta": {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "mode": "quick" if args.quick else "full",
+            "machine": platform.machine(),
+            "processor": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+            "total_s": round(total, 1),
+        },
+        "rows": [asdict(r) for r in h.rows],
+        "errors": h.errors,
+        "raw": h.raw,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w") as f:
+        json.dump(out, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(f"wrote {args.output}")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown(h.rows, out["meta"]))
+        print(f"wrote {args.markdown}")
+    # A crash fails the run (CI keeps the benchmarks from rotting); a slow machine does not.
+    return 1 if h.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

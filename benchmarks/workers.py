@@ -1,0 +1,478 @@
+"""The benchmark workers. Each runs in its own subprocess, started by ``run.py``.
+
+A fresh process per measurement keeps them independent: ``memory://`` is one process-wide store,
+peak RSS (``ru_maxrss``) is per process, and a measurement that blows its time budget can be
+killed without taking the harness down. A worker prints one JSON object as its last line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import logging
+import os
+import random
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import graphs
+
+from marin.execution.graph import collect_steps
+from marin.execution.lazy import lower
+from marin.execution.step_spec import StepSpec
+
+logging.getLogger("marin").setLevel(logging.WARNING)
+
+
+def rss_kb() -> int:
+    """Peak resident set size of this process so far, in KiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def clear_memory_store() -> None:
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    MemoryFileSystem.store.clear()
+    MemoryFileSystem.pseudo_dirs.clear()
+    MemoryFileSystem.pseudo_dirs.append("")
+
+
+@contextlib.contextmanager
+def fresh_prefix(backend: str, tag: str) -> Iterator[str]:
+    """A new empty prefix on ``local`` disk or ``memory://``; removed afterwards."""
+    if backend == "memory":
+        clear_memory_store()
+        yield f"memory://bench-{tag}"
+        clear_memory_store()
+        return
+    root = tempfile.mkdtemp(prefix=f"marin-bench-{tag}-")
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def stub_build_step() -> None:
+    """Replace ``build_step`` in the runner with a no-I/O stub: what is left is the scheduler."""
+    import marin.execution.step_runner as step_runner
+    from marin.execution.build import BuildOutcome
+
+    def build_step(spec: StepSpec, location: Any, **_: Any) -> BuildOutcome:
+        record: Any = None
+        return BuildOutcome(spec, "built", record, "")
+
+    step_runner.build_step = build_step
+
+
+def lowered(kind: str, n: int, seed: int = 0) -> tuple[list[StepSpec], list[StepSpec], float]:
+    _, targets = graphs.make(kind, n, seed=seed)
+    gc.collect()
+    t0 = time.perf_counter()
+    specs = lower(targets, memo={})
+    return specs, collect_steps(specs), time.perf_counter() - t0
+
+
+# --- workers -----------------------------------------------------------------------------------
+
+
+def overhead(
+    backend: str,
+    n: int,
+    reps: int,
+    kind: str = "random",
+    stub: bool = False,
+    cached: bool = False,
+    max_concurrent: int = 8,
+) -> dict[str, Any]:
+    """StepRunner wall time per no-op step; optionally the cached re-run and the full check."""
+    from marin.execution.inspect import inspect_steps
+    from marin.execution.step_runner import StepRunner
+    from marin.execution.storage import open_prefix
+
+    if stub:
+        stub_build_step()
+    rss_start = rss_kb()
+    targets, steps, lower_s = lowered(kind, n)
+    runs: list[float] = []
+    out: dict[str, Any] = {"n": len(steps), "lower_s": lower_s}
+    for rep in range(reps):
+        with fresh_prefix(backend, f"{kind}{n}r{rep}") as prefix:
+            t0 = time.perf_counter()
+            StepRunner(max_concurrent, prefix).run(targets)
+            runs.append(time.perf_counter() - t0)
+            if rep == 0:
+                out["rss_peak_kb"] = rss_kb()
+                out["rss_start_kb"] = rss_start
+            if cached and rep == reps - 1:
+                rerun: list[float] = []
+                plan: list[float] = []
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    report = StepRunner(max_concurrent, prefix).run(targets)
+                    rerun.append(time.perf_counter() - t0)
+                    assert not report.to_build, "a re-run rebuilt steps"
+                    out["rerun_checked"] = len(report.states)
+                    out["rerun_pruned"] = len(report.pruned)
+                    t0 = time.perf_counter()
+                    states = inspect_steps(collect_steps(targets), open_prefix(prefix))
+                    plan.append(time.perf_counter() - t0)
+                    assert all(s.action == "built" for s in states)
+                out["rerun_s"] = statistics.median(rerun)
+                out["plan_s"] = statistics.median(plan)
+    out["run_s"] = runs
+    out["run_median_s"] = statistics.median(runs)
+    return out
+
+
+def seed_built(prefix: str, steps: Sequence[StepSpec]) -> None:
+    """Make ``prefix`` hold a fully built pipeline: one committed record per step.
+
+    The records are the ones ``build_step`` writes, but put in place directly (no lease, status or
+    fsync), so that a 10,000-step built state costs seconds to set up even on a slow disk or on
+    ``memory://``, whose fsspec writes are O(files stored).
+    """
+    from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
+
+    from marin.execution.records import ArtifactRecord, record_path
+    from marin.execution.storage import open_prefix
+
+    location = open_prefix(prefix)
+    memory = isinstance(location.fs, MemoryFileSystem)
+    for spec in steps:
+        url = location.url_for(spec.output_path)
+        record = ArtifactRecord(
+            name=spec.name,
+            version=spec.version,
+            fingerprint=spec.fingerprint,
+            fingerprint_payload=spec.fingerprint_payload,
+            config={},
+            dep_paths={d.step_id: location.url_for(d.output_path) for d in spec.deps},
+            output_path=url,
+            result=None,
+            provenance=dict(spec.provenance),
+            started_at="2026-01-01T00:00:00.000+00:00",
+            finished_at="2026-01-01T00:00:00.001+00:00",
+            duration_s=0.001,
+        )
+        path = location.path(record_path(spec.output_path))
+        data = record.to_json().encode()
+        if memory:
+            MemoryFile(location.fs, location.fs._strip_protocol(path), data).commit()
+        else:
+            location.fs.makedirs(os.path.dirname(path), exist_ok=True)
+            location.fs.pipe_file(path, data)
+
+
+def cached(backend: str, n: int, reps: int = 3, kind: str = "experiment") -> dict[str, Any]:
+    """A fully built ``n``-step pipeline: the re-run (pruned) and the full check (``plan``)."""
+    from marin.execution.inspect import inspect_steps
+    from marin.execution.step_runner import StepRunner
+    from marin.execution.storage import open_prefix
+
+    targets, steps, _ = lowered(kind, n, seed=2)
+    out: dict[str, Any] = {"n": len(steps), "targets": len(targets)}
+    with fresh_prefix(backend, f"cached{n}") as prefix:
+        t0 = time.perf_counter()
+        seed_built(prefix, steps)
+        out["seed_s"] = time.perf_counter() - t0
+        rerun, plan = [], []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            report = StepRunner(8, prefix).run(targets)
+            rerun.append(time.perf_counter() - t0)
+            assert not report.to_build, "a re-run of a built pipeline wanted to build"
+            out["rerun_checked"] = len(report.states)
+            out["rerun_pruned"] = len(report.pruned)
+            t0 = time.perf_counter()
+            states = inspect_steps(collect_steps(targets), open_prefix(prefix))
+            plan.append(time.perf_counter() - t0)
+            assert all(s.action == "built" for s in states)
+    out["rerun_s"] = statistics.median(rerun)
+    out["plan_s"] = statistics.median(plan)
+    return out
+
+
+def lowering(kind: str, n: int, reps: int, trace: bool = True) -> dict[str, Any]:
+    """``lower()`` time per step (fresh memo each repetition) and traced peak bytes per step."""
+    import tracemalloc
+
+    _, targets = graphs.make(kind, n, seed=0)
+    times = []
+    for _ in range(reps):
+        gc.collect()
+        t0 = time.perf_counter()
+        specs = lower(targets, memo={})
+        times.append(time.perf_counter() - t0)
+        del specs
+    out: dict[str, Any] = {"n": n, "lower_s": times, "lower_median_s": statistics.median(times)}
+    if trace:
+        gc.collect()
+        tracemalloc.start()
+        specs = lower(targets, memo={})
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        out["traced_peak_bytes"] = peak
+        del specs
+    return out
+
+
+def latency(n: int, latency_s: float, serial_sample: int, reps: int = 3) -> dict[str, Any]:
+    """Build ``n`` steps on ``memory://``, then check them through a store ``latency_s`` away."""
+    import latency as latency_fs
+
+    from marin.execution.inspect import inspect_step, inspect_steps
+    from marin.execution.step_runner import StepRunner
+    from marin.execution.storage import open_prefix
+
+    latency_fs.register()
+    latency_fs.LatencyFileSystem.LATENCY_S = latency_s
+    targets, steps, _ = lowered("random", n, seed=1)
+    clear_memory_store()
+    seed_built("memory://lat", steps)
+    slow = open_prefix("slowmem://lat")
+    out: dict[str, Any] = {"n": len(steps), "latency_s": latency_s}
+    plan, rerun = [], []
+    for _ in range(reps):
+        latency_fs.LatencyFileSystem.calls = 0
+        t0 = time.perf_counter()
+        states = inspect_steps(steps, slow)
+        plan.append(time.perf_counter() - t0)
+        assert all(s.action == "built" for s in states)
+        out["plan_calls"] = latency_fs.LatencyFileSystem.calls
+        latency_fs.LatencyFileSystem.calls = 0
+        t0 = time.perf_counter()
+        report = StepRunner(8, "slowmem://lat").run(targets)
+        rerun.append(time.perf_counter() - t0)
+        assert not report.to_build
+        out["rerun_calls"] = latency_fs.LatencyFileSystem.calls
+    sample = steps[:serial_sample]
+    t0 = time.perf_counter()
+    for spec in sample:
+        inspect_step(spec, slow)
+    serial = time.perf_counter() - t0
+    out.update(
+        plan_s=statistics.median(plan),
+        rerun_s=statistics.median(rerun),
+        serial_sample=len(sample),
+        serial_sample_s=serial,
+        serial_estimate_s=serial / max(len(sample), 1) * len(steps),
+    )
+    clear_memory_store()
+    return out
+
+
+def _durations(n: int, seed: int, low: float, high: float) -> list[float]:
+    rng = random.Random(seed * 7919 + 1)
+    return [round(rng.uniform(low, high), 4) for _ in range(n)]
+
+
+def makespan(
+    n: int,
+    seeds: Sequence[int],
+    concurrency: Sequence[int],
+    orders: Sequence[str],
+    low: float,
+    high: float,
+) -> dict[str, Any]:
+    """Random DAGs of sleeping steps: makespan / max(critical path, work / max_concurrent)."""
+    from marin.execution.step_runner import StepRunner
+
+    results: list[dict[str, Any]] = []
+    for seed in seeds:
+        durations = _durations(n, seed, low, high)
+        _, handles = graphs.random_dag(
+            n, seed=seed, durations=durations.__getitem__, tag=f"mk{seed}"
+        )
+        targets = lower(handles, memo={})
+        steps = collect_steps(targets)
+        seconds = {s.output_path: durations[int(s.name.rsplit("/s", 1)[1])] for s in steps}
+        finish: dict[str, float] = {}
+        for s in steps:  # deps first
+            start = max((finish[d.output_path] for d in s.deps), default=0.0)
+            finish[s.output_path] = start + seconds[s.output_path]
+        critical = max(finish.values())
+        work = sum(seconds.values())
+        for mc in concurrency:
+            bound = max(critical, work / mc)
+            for order in orders:
+                clear_memory_store()
+                runner = StepRunner(mc, f"memory://mk{seed}-{mc}-{order}")
+                runner.ready_order = order
+                t0 = time.perf_counter()
+                runner.run(targets)
+                wall = time.perf_counter() - t0
+                results.append(
+                    {
+                        "seed": seed,
+                        "max_concurrent": mc,
+                        "order": order,
+                        "makespan_s": wall,
+                        "lower_bound_s": bound,
+                        "critical_path_s": critical,
+                        "work_s": work,
+                        "efficiency": wall / bound,
+                    }
+                )
+    clear_memory_store()
+    return {"n": n, "runs": results}
+
+
+def dispatch(n: int, reps: int, stub: bool = False) -> dict[str, Any]:
+    """A chain of ``n`` no-op steps on ``memory://``: each waits for the previous one."""
+    return overhead("memory", n, reps, kind="chain", stub=stub, max_concurrent=8)
+
+
+# --- engines -----------------------------------------------------------------------------------
+
+
+def prefect(n: int, reps: int, max_concurrent: int = 8) -> dict[str, Any]:
+    """The compiled flow vs a hand-written plain Prefect flow vs the local StepRunner."""
+    from marin_prefect.testing import isolate_prefect_home, start_harness
+
+    isolate_prefect_home()
+    t0 = time.perf_counter()
+    start_harness()
+    startup = time.perf_counter() - t0
+
+    from prefect import Flow, Task
+    from prefect.cache_policies import NO_CACHE
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from marin.execution.build import build_step
+    from marin.execution.step_runner import StepRunner
+    from marin.execution.storage import open_prefix
+    from marin_prefect.compile import to_prefect_flow
+
+    logging.getLogger("prefect").setLevel(logging.WARNING)
+    _, handles = graphs.random_dag(n, seed=3)
+    targets = lower(handles, memo={})
+    steps = collect_steps(targets)
+
+    def plain_flow(prefix: str) -> Flow[[], None]:
+        runner: Any = ThreadPoolTaskRunner(max_workers=max_concurrent)
+        """What a Prefect user writes by hand: one task per step, ``wait_for`` its deps."""
+
+        def body() -> None:
+            location = open_prefix(prefix)
+            location.check_writable()
+            futures: dict[str, Any] = {}
+            for spec in steps:
+
+                def fn(spec: StepSpec = spec) -> str:
+                    return build_step(spec, location).output_url
+
+                task: Any = Task(
+                    fn, name=spec.step_id, task_run_name=spec.step_id, cache_policy=NO_CACHE
+                )
+                futures[spec.output_path] = task.submit(
+                    wait_for=[futures[d.output_path] for d in spec.deps]
+                )
+            for future in futures.values():
+                future.result()
+
+        return Flow(
+            body,
+            name="plain-prefect",
+            task_runner=runner,
+            validate_parameters=False,
+        )
+
+    variants: dict[str, Callable[[str], Any]] = {
+        "compiled": lambda prefix: to_prefect_flow(
+            list(handles), max_concurrent=max_concurrent, prefix=prefix
+        )(),
+        "plain": lambda prefix: plain_flow(prefix)(),
+        "local": lambda prefix: StepRunner(max_concurrent, prefix).run(targets),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    # One untimed warm-up of each (first flow runs pay for imports and server-side caches).
+    for name, fn in variants.items():
+        with fresh_prefix("local", f"pf-warm-{name}") as prefix:
+            fn(prefix)
+    for rep in range(reps):
+        for name, fn in variants.items():
+            with fresh_prefix("local", f"pf-{name}-{rep}") as prefix:
+                t0 = time.perf_counter()
+                fn(prefix)
+                times[name].append(time.perf_counter() - t0)
+    return {
+        "n": len(steps),
+        "startup_s": startup,
+        "times": times,
+        "medians": {k: statistics.median(v) for k, v in times.items()},
+    }
+
+
+def airflow_env(home: str, dags: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        AIRFLOW_HOME=home,
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_FOLDER=dags,
+        AIRFLOW__CORE__UNIT_TEST_MODE="False",
+    )
+    return env
+
+
+def airflow_parse(files: Sequence[str], reps: int) -> dict[str, Any]:
+    """``DagBag`` parse time of generated DAG files (the caller sets a temp ``AIRFLOW_HOME``)."""
+    t0 = time.perf_counter()
+    from airflow.dag_processing.dagbag import DagBag
+
+    import_s = time.perf_counter() - t0
+    out: dict[str, Any] = {"import_s": import_s, "files": {}}
+    for path in files:
+        times = []
+        tasks = 0
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            bag = DagBag(dag_folder=path)
+            times.append(time.perf_counter() - t0)
+            if bag.import_errors:
+                raise RuntimeError(f"{path}: {bag.import_errors}")
+            tasks = sum(len(d.tasks) for d in bag.dags.values())
+        out["files"][path] = {
+            "parse_s": times,
+            "median_s": statistics.median(times),
+            "tasks": tasks,
+        }
+    return out
+
+
+def commit(n_local: int, n_memory: int, reps: int) -> dict[str, Any]:
+    import commit_cost
+
+    return commit_cost.worker(n_local, n_memory, reps)
+
+
+WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
+    "commit": commit,
+    "cached": cached,
+    "overhead": overhead,
+    "lowering": lowering,
+    "latency": latency,
+    "makespan": makespan,
+    "dispatch": dispatch,
+    "prefect": prefect,
+    "airflow_parse": airflow_parse,
+}
+
+
+def main(name: str, args_json: str) -> None:
+    result = WORKERS[name](**json.loads(args_json))
+    result["worker_rss_peak_kb"] = rss_kb()
+    sys.stdout.write("\n" + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
