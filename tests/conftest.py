@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from marin_prefect.testing import isolate_prefect_home  # does not import prefect
 
 # Prefect keeps cache records and its database under PREFECT_HOME; every test session gets its
