@@ -18,13 +18,16 @@ reads as "not built"; a crashed local record write leaves only a temporary file,
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import random
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from marin.execution.canonical import to_canonical
 from marin.execution.context import StepContext
@@ -42,12 +45,13 @@ from marin.execution.records import (
     delete_record,
     log_path,
     read_record,
+    read_status,
     write_record,
     write_status,
 )
 from marin.execution.step_logs import capture_step_output
 from marin.execution.step_spec import StepSpec
-from marin.execution.storage import Location, with_retries
+from marin.execution.storage import Location, durable, with_retries
 
 log = logging.getLogger("marin")
 
@@ -207,6 +211,38 @@ def _clear_output(location: Location, spec: StepSpec) -> None:
         os.makedirs(os.path.dirname(out), exist_ok=True)
 
 
+@contextlib.contextmanager
+def _step_log(location: Location, spec: StepSpec) -> Iterator[IO[str]]:
+    """The step's ``log.txt``: streamed on local disk, written once at the end elsewhere."""
+    path = location.path(log_path(spec.output_path))
+    if location.is_local:
+        with open(path, "w") as stream:
+            yield stream
+        return
+    buffer = io.StringIO()
+    try:
+        yield buffer
+    finally:
+        try:
+            location.put_file(path, buffer.getvalue().encode())
+        except OSError as exc:
+            log.warning("could not write the log of %s: %s", spec.step_id, exc)
+
+
+def _fsync_tree(path: str) -> None:
+    """Durable mode: flush an output (file or folder) to disk before the record commits it."""
+    targets = [path]
+    if os.path.isdir(path):
+        targets = [os.path.join(root, name) for root, dirs, files in os.walk(path)
+                   for name in [*files, *dirs]] + [path]  # fmt: skip
+    for target in targets:
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def _best_effort_status(location: Location, spec: StepSpec, state: str, **details: Any) -> None:
     """A status write that must not hide the error being reported (storage may be failing)."""
     try:
@@ -219,18 +255,22 @@ def _build_holding(
     spec: StepSpec, location: Location, lease: Lease, region: str | None
 ) -> BuildOutcome:
     started_at, t0 = now_iso(), time.perf_counter()
+    # Every attempt writes a status before touching the output, so without one there is no
+    # debris. Local disk checks anyway (a stat is cheap); remote stores save a round trip (and on
+    # memory:// a scan of the whole store).
+    attempted_before = location.is_local or read_status(location, spec.output_path) is not None
     write_status(location, spec.output_path, RUNNING, holder=lease.holder, started_at=started_at)
     delete_record(location, spec.output_path)
-    _clear_output(location, spec)
+    if attempted_before:
+        _clear_output(location, spec)
     ctx = run_context(spec, location, region)
     try:
         config = to_canonical(spec.build_config(ctx), "config", spec.step_id)
-        with (
-            Heartbeat(lease) as heartbeat,
-            location.fs.open(location.path(log_path(spec.output_path)), "w") as step_log,
-            capture_step_output(step_log),
-        ):
-            raw_result = spec.run(ctx)
+        with Heartbeat(lease) as heartbeat, _step_log(location, spec) as step_log:
+            with capture_step_output(step_log):
+                raw_result = spec.run(ctx)
+            if durable() and location.is_local:
+                _fsync_tree(location.path(spec.output_path))
         try:
             result = to_canonical(raw_result, "result", spec.step_id)
         except ConfigError as exc:

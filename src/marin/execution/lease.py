@@ -59,7 +59,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 from marin.execution import faults
 from marin.execution.records import lease_path, write_atomic
-from marin.execution.storage import Location, with_retries
+from marin.execution.storage import Location, open_local, with_retries
 
 log = logging.getLogger("marin")
 
@@ -114,13 +114,21 @@ def _machine() -> str | None:
 _MACHINE = _machine()
 
 
+_process_ids: dict[int, str | None] = {}
+
+
 def _process_id() -> str | None:
-    """``<boot>/<pidns>/<pid>/<start time>``: names this process and no other, ever."""
+    """``<boot>/<pidns>/<pid>/<start time>``: names this process and no other, ever.
+
+    Looked up once per process (keyed by pid, so a forked child gets its own).
+    """
     if _MACHINE is None:
         return None
     pid = os.getpid()
-    start = _process_start(pid)
-    return f"{_MACHINE}/{pid}/{start}" if start else None
+    if pid not in _process_ids:
+        start = _process_start(pid)
+        _process_ids[pid] = f"{_MACHINE}/{pid}/{start}" if start else None
+    return _process_ids[pid]
 
 
 def _holder_is_dead(process: str | None) -> bool:
@@ -260,9 +268,8 @@ class LocalLeaseStore(_CompareStore):
     atomic = True
 
     def create(self, path: str, data: bytes) -> bool:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.new-{uuid.uuid4().hex}"
-        with open(tmp, "wb") as f:
+        with open_local(tmp, "wb") as f:
             f.write(data)
         try:
             os.link(tmp, path)  # atomic, fails if present, and never shows a half-written file
@@ -301,8 +308,7 @@ class LocalLeaseStore(_CompareStore):
 
     @contextlib.contextmanager
     def lock(self, path: str) -> Iterator[None]:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".guard", "a") as guard:
+        with open_local(path + ".guard", "a") as guard:
             fcntl.flock(guard, fcntl.LOCK_EX)
             try:
                 yield
@@ -316,9 +322,9 @@ class MemoryLeaseStore(_CompareStore):
 
     def create(self, path: str, data: bytes) -> bool:
         with _MEMORY_LOCK:
-            if self.fs.exists(path):
+            if self.location.has_file(path):
                 return False
-            self.fs.pipe_file(path, data)
+            self.location.put_file(path, data)
             return True
 
     @contextlib.contextmanager
@@ -517,11 +523,16 @@ class Lease:
         TTL is reported as lost (a takeover may have started), and the taker's record wins.
         """
         with self.store.lock(self.path):
+            if isinstance(self.store, (LocalLeaseStore, MemoryLeaseStore)):
+                # Every takeover needs this lock too, so a token check is proof enough.
+                current = self.read()
+                if current is None or current.token != self.token:
+                    return False
+                write()
+                return True
             if not self._renew_locked():
                 return False
             write()
-        if isinstance(self.store, (LocalLeaseStore, MemoryLeaseStore)):
-            return True
         if time.monotonic() - self.renewed_at < self.ttl / 2:
             return True
         current = self.read()
@@ -562,7 +573,8 @@ class _Renewer:
                     target=self._run, name="marin-lease-heartbeat", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify_all()
+            elif self._due[0][2] is beat:
+                self._cond.notify_all()  # only a new earliest deadline changes the thread's wait
 
     def remove(self, beat: Heartbeat) -> None:
         with self._cond:

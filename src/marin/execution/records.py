@@ -13,12 +13,12 @@ import json
 import logging
 import os
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution import faults
 from marin.execution.names import METADATA_SUFFIX
-from marin.execution.storage import Location, with_retries
+from marin.execution.storage import Location, durable, open_local, with_retries
 
 log = logging.getLogger("marin")
 
@@ -70,7 +70,9 @@ class ArtifactRecord:
         return f"{self.name}@{self.version}"
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+        # A shallow field dict: the values are already plain JSON data (asdict deep-copies them).
+        fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return json.dumps(fields, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> ArtifactRecord:
@@ -99,7 +101,7 @@ TMP_MARK = ".tmp-"
 
 
 def write_atomic(
-    location: Location, path: str, data: bytes, *, crash_step: str = "", durable: bool = True
+    location: Location, path: str, data: bytes, *, crash_step: str = "", durable: bool = False
 ) -> None:
     """Write so that readers see the old content or the new, never a prefix of it.
 
@@ -107,18 +109,15 @@ def write_atomic(
     would leave a truncated file, so we write a temporary sibling and rename it into place (a
     crash leaves only the temporary file, which the next build of the step clears).
     ``crash_step`` names the step for the ``record-write`` / ``record-torn`` fault hooks.
-    ``durable=False`` skips the fsync, for advisory files (the status) whose loss in a power cut
-    changes nothing.
+    ``durable`` fsyncs the file (durable mode, ``MARIN_DURABLE=1``, for records).
     """
     fs = location.fs
     if crash_step and faults.should_crash("record-torn", crash_step):
         fs.pipe_file(path, data[: len(data) // 2])  # what a non-atomic store could leave
         faults.crash_now()
     if location.is_local:
-        parent = os.path.dirname(path)
-        os.makedirs(parent, exist_ok=True)
         tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
-        with open(tmp, "wb") as f:
+        with open_local(tmp, "wb") as f:
             if crash_step and faults.should_crash("record-write", crash_step):
                 f.write(data[: len(data) // 2])
                 f.flush()
@@ -131,7 +130,7 @@ def write_atomic(
     else:
         if crash_step and faults.should_crash("record-write", crash_step):
             faults.crash_now()  # a single PUT is all or nothing: the crash leaves no record
-        with_retries(lambda: fs.pipe_file(path, data), f"write {path}")
+        location.put_file(path, data)
 
 
 def write_record(location: Location, record: ArtifactRecord, output_path: str) -> None:
@@ -140,6 +139,7 @@ def write_record(location: Location, record: ArtifactRecord, output_path: str) -
         location.path(record_path(output_path)),
         record.to_json().encode(),
         crash_step=record.step_id,
+        durable=durable(),
     )
 
 
@@ -182,5 +182,4 @@ def write_status(location: Location, output_path: str, state: str, **details: An
         location,
         location.path(status_path(output_path)),
         (json.dumps(body, sort_keys=True) + "\n").encode(),
-        durable=False,  # advisory: the record, fsynced, is what counts
     )
