@@ -61,9 +61,15 @@ class TargetError(MarinError, ValueError):
 class StepFailedError(MarinError, RuntimeError):
     """A step's ``fn`` raised; the original exception is ``__cause__``."""
 
+    report: object = None
+    """The ``RunReport`` of the failed run, so a summary can list what did get built."""
+
 
 class PipelineFailedError(MarinError, RuntimeError):
     """Several steps failed under ``keep_going``; ``failures`` maps step id to exception."""
+
+    report: object = None
+    """The ``RunReport`` of the failed run, so a summary can list what did get built."""
 
     def __init__(self, failures: dict[str, BaseException], blocked: list[str]) -> None:
         self.failures = failures

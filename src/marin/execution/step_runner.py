@@ -369,18 +369,21 @@ class _StepPool:
 
 def _raise_failures(report: RunReport, by_path: dict[str, StepSpec], keep_going: bool) -> None:
     first_path, first = next(iter(report.failures.items()))
-    if not keep_going:
+    error: StepFailedError | PipelineFailedError
+    if keep_going:
+        failures = {by_path[p].step_id: e for p, e in report.failures.items()}
+        error = PipelineFailedError(failures, [by_path[p].step_id for p in report.blocked])
+    else:
         spec = by_path[first_path]
-        raise StepFailedError(
+        error = StepFailedError(
             f"{type(first).__name__}: {first}",
             "see the step's log at "
             + report.location.url_for(log_path(spec.output_path))
             + "; fix it and run again (built steps are kept)",
             spec.step_id,
-        ) from first
-    failures = {by_path[p].step_id: e for p, e in report.failures.items()}
-    blocked = [by_path[p].step_id for p in report.blocked]
-    raise PipelineFailedError(failures, blocked) from first
+        )
+    error.report = report
+    raise error from first
 
 
 def _report_done(
