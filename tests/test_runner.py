@@ -368,3 +368,27 @@ def test_random_priorities_do_not_change_results(tmp_path: Any) -> None:
     log = Log()
     run(*dag(log, edges), prefix=str(tmp_path), max_concurrent=3)
     assert len(log.order) == 40
+
+
+def test_durable_mode_fsyncs_outputs_and_record(tmp_path: Any, monkeypatch: Any) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def two_files(out_path: str) -> None:
+        os.makedirs(out_path)
+        for name in ("a.bin", "b.bin"):
+            with open(os.path.join(out_path, name), "w") as f:
+                f.write(name)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    resolve(apply("plain", two_files, version="v0", out_path=OUT), prefix=str(tmp_path))
+    assert synced == [], "fsync outside durable mode"
+    monkeypatch.setenv("MARIN_DURABLE", "1")
+    resolve(apply("durable", two_files, version="v0", out_path=OUT), prefix=str(tmp_path))
+    out = str(tmp_path / "durable" / "v0")
+    assert {os.path.join(out, "a.bin"), os.path.join(out, "b.bin"), out} <= set(synced)
+    assert any(p.startswith(str(tmp_path / "durable" / "v0.marin" / "record.json")) for p in synced)
