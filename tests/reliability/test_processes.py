@@ -136,7 +136,9 @@ def test_sigkill_on_s3_then_a_fresh_run_completes(
     record PUT (all or nothing on S3), one after another on one prefix; then a fresh run."""
     prefix = f"s3://marin-tests/crash-{time.time_ns()}"
     env = child_env(MARIN_TEST_SLEEP="0", **s3_server)
-    for fault in ("during-fn@crash/b", "after-output@crash/c", "record-write@crash/d"):
+    # Each fault targets a step downstream of the previous one, so that no earlier run can have
+    # committed it already (crash/c runs beside crash/b and may finish before b's kill).
+    for fault in ("during-fn@crash/b", "after-output@crash/d", "record-write@crash/e"):
         killed = run_runner("crash", prefix, {**env, "MARIN_FAULT_CRASH": fault})
         assert killed.returncode == -signal.SIGKILL, (fault, killed.stderr[-2000:])
         check_committed_steps_are_whole(prefix)
