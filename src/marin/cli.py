@@ -235,7 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
         "run 'marin <command> --help' for each command's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logging, and tracebacks for errors"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     run = commands.add_parser(
@@ -377,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_FAILED
     except (MarinError, UsageError, TypeError, ValueError) as exc:
+        if args.verbose and not isinstance(exc, MarinError | UsageError):
+            raise  # -v: a bug in a pipeline file deserves its traceback
         message = str(exc)
         if not message.startswith("error:"):
             message = f"error: {message}"
