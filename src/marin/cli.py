@@ -155,7 +155,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         record = read_record(location, output_path)
         if record is not None:
-            sys.stdout.write(record.to_json())
+            sys.stdout.write(record.to_json(indent=2))
             return EXIT_OK
     text, code = show_record(location, output_path)
     sys.stdout.write(text)

@@ -69,10 +69,13 @@ class ArtifactRecord:
     def step_id(self) -> str:
         return f"{self.name}@{self.version}"
 
-    def to_json(self) -> str:
+    def to_json(self, indent: int | None = None) -> str:
+        """Sorted-key JSON; compact by default, because ``indent`` makes ``json`` fall back to its
+        pure-Python encoder, which was the largest single cost of a commit. ``marin show --json``
+        pretty-prints."""
         # A shallow field dict: the values are already plain JSON data (asdict deep-copies them).
         fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        return json.dumps(fields, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+        return json.dumps(fields, sort_keys=True, indent=indent, ensure_ascii=False) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> ArtifactRecord:
