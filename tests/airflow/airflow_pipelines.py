@@ -13,6 +13,8 @@ import time
 from typing import Any
 
 from marin.execution.lazy import OUT, ArtifactStep, apply
+from tests.conformance.scenarios import append_call
+from tests.conformance.scenarios import read_calls as read_calls  # re-exported for the tests
 
 CALLS_ENV = "MARIN_AIRFLOW_TEST_CALLS"
 LR_ENV = "MARIN_AIRFLOW_TEST_LR"
@@ -27,21 +29,8 @@ FANOUT_WIDTH = 8
 
 def record(tag: str, event: str) -> None:
     path = os.environ.get(CALLS_ENV)
-    if not path:
-        return
-    line = json.dumps({"step": tag, "event": event, "t": time.time(), "pid": os.getpid()})
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-def read_calls(path: str) -> list[dict[str, Any]]:
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    if path:
+        append_call(path, tag, event)
 
 
 def work(tag: str, inputs: list[str], config: dict[str, Any], out_path: str) -> dict[str, Any]:

@@ -22,8 +22,13 @@ SLEEP_ENV = "MARIN_TEST_SLEEP"
 
 
 def record_call(step: str, event: str) -> None:
+    append_call(os.environ[CALLS_ENV], step, event)
+
+
+def append_call(path: str, step: str, event: str) -> None:
+    """One JSON line per event; ``O_APPEND`` keeps concurrent writers' lines whole."""
     line = json.dumps({"step": step, "event": event, "t": time.time(), "pid": os.getpid()})
-    fd = os.open(os.environ[CALLS_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line + "\n").encode())
     finally:
