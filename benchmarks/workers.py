@@ -33,6 +33,33 @@ from marin.execution.step_spec import StepSpec
 logging.getLogger("marin").setLevel(logging.WARNING)
 
 
+def time_rerun_and_plan(
+    targets: list[Any], prefix: str, reps: int, max_concurrent: int
+) -> dict[str, Any]:
+    """Medians of a re-run of a built pipeline (pruned) and of a full ``plan``-style check."""
+    from marin.execution.inspect import inspect_steps
+    from marin.execution.step_runner import StepRunner
+    from marin.execution.storage import open_prefix
+
+    rerun: list[float] = []
+    plan: list[float] = []
+    out: dict[str, Any] = {}
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        report = StepRunner(max_concurrent, prefix).run(targets)
+        rerun.append(time.perf_counter() - t0)
+        assert not report.to_build, "a re-run of a built pipeline wanted to build"
+        out["rerun_checked"] = len(report.states)
+        out["rerun_pruned"] = len(report.pruned)
+        t0 = time.perf_counter()
+        states = inspect_steps(collect_steps(targets), open_prefix(prefix))
+        plan.append(time.perf_counter() - t0)
+        assert all(s.action == "built" for s in states)
+    out["rerun_s"] = statistics.median(rerun)
+    out["plan_s"] = statistics.median(plan)
+    return out
+
+
 def rss_kb() -> int:
     """Peak resident set size of this process so far, in KiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -90,13 +117,10 @@ def overhead(
     reps: int,
     kind: str = "random",
     stub: bool = False,
-    cached: bool = False,
     max_concurrent: int = 8,
 ) -> dict[str, Any]:
-    """StepRunner wall time per no-op step; optionally the cached re-run and the full check."""
-    from marin.execution.inspect import inspect_steps
+    """StepRunner wall time per no-op step, each repetition on a fresh prefix."""
     from marin.execution.step_runner import StepRunner
-    from marin.execution.storage import open_prefix
 
     if stub:
         stub_build_step()
@@ -112,22 +136,6 @@ def overhead(
             if rep == 0:
                 out["rss_peak_kb"] = rss_kb()
                 out["rss_start_kb"] = rss_start
-            if cached and rep == reps - 1:
-                rerun: list[float] = []
-                plan: list[float] = []
-                for _ in range(3):
-                    t0 = time.perf_counter()
-                    report = StepRunner(max_concurrent, prefix).run(targets)
-                    rerun.append(time.perf_counter() - t0)
-                    assert not report.to_build, "a re-run rebuilt steps"
-                    out["rerun_checked"] = len(report.states)
-                    out["rerun_pruned"] = len(report.pruned)
-                    t0 = time.perf_counter()
-                    states = inspect_steps(collect_steps(targets), open_prefix(prefix))
-                    plan.append(time.perf_counter() - t0)
-                    assert all(s.action == "built" for s in states)
-                out["rerun_s"] = statistics.median(rerun)
-                out["plan_s"] = statistics.median(plan)
     out["run_s"] = runs
     out["run_median_s"] = statistics.median(runs)
     return out
@@ -174,9 +182,6 @@ def seed_built(prefix: str, steps: Sequence[StepSpec]) -> None:
 
 def cached(backend: str, n: int, reps: int = 3, kind: str = "experiment") -> dict[str, Any]:
     """A fully built ``n``-step pipeline: the re-run (pruned) and the full check (``plan``)."""
-    from marin.execution.inspect import inspect_steps
-    from marin.execution.step_runner import StepRunner
-    from marin.execution.storage import open_prefix
 
     targets, steps, _ = lowered(kind, n, seed=2)
     out: dict[str, Any] = {"n": len(steps), "targets": len(targets)}
@@ -184,20 +189,7 @@ def cached(backend: str, n: int, reps: int = 3, kind: str = "experiment") -> dic
         t0 = time.perf_counter()
         seed_built(prefix, steps)
         out["seed_s"] = time.perf_counter() - t0
-        rerun, plan = [], []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            report = StepRunner(8, prefix).run(targets)
-            rerun.append(time.perf_counter() - t0)
-            assert not report.to_build, "a re-run of a built pipeline wanted to build"
-            out["rerun_checked"] = len(report.states)
-            out["rerun_pruned"] = len(report.pruned)
-            t0 = time.perf_counter()
-            states = inspect_steps(collect_steps(targets), open_prefix(prefix))
-            plan.append(time.perf_counter() - t0)
-            assert all(s.action == "built" for s in states)
-    out["rerun_s"] = statistics.median(rerun)
-    out["plan_s"] = statistics.median(plan)
+        out.update(time_rerun_and_plan(targets, prefix, reps, 8))
     return out
 
 

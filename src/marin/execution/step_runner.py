@@ -23,10 +23,9 @@ from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from marin.execution.artifact import Artifact
-from marin.execution.build import BuildOutcome, build_step, check_drift_policy
+from marin.execution.build import BuildOutcome, build_step, check_drift_policy, usable_record
 from marin.execution.errors import (
     CycleError,
-    DriftError,
     InvalidStepError,
     PipelineFailedError,
     StepFailedError,
@@ -131,23 +130,13 @@ class StepRunner:
             for state in inspect_steps(frontier, location, forced=forced):
                 path = state.spec.output_path
                 report.states[path] = state
-                if state.action == DRIFT:
-                    if self.on_drift == "error":
-                        raise DriftError(
-                            "config changed without a version bump: " + "; ".join(state.drift),
-                            "bump the step's version, or run with --on-drift rebuild or warn",
-                            state.spec.step_id,
-                        )
-                    if self.on_drift == "warn":
-                        log.warning(
-                            "drift %s: config changed without a version bump; serving the "
-                            "cached artifact (bump the version or use --on-drift rebuild):\n  %s",
-                            state.spec.step_id,
-                            "\n  ".join(state.drift),
-                        )
-                        continue
-                elif state.action == BUILT:
+                if state.action == BUILT:
                     continue
+                if state.action == DRIFT:
+                    # The one drift policy: warn serves the record, error raises, rebuild builds.
+                    served, _ = usable_record(state.spec, state.record, self.on_drift)
+                    if served is not None:
+                        continue
                 report.to_build.append(path)
                 for dep in deps[path]:
                     if dep.output_path not in seen:
