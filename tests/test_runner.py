@@ -132,15 +132,20 @@ def test_built_targets_prune_their_subtrees(prefix: str) -> None:
     log = Log()
     handles = dag(log, {0: [], 1: [0], 2: [1]})
     run(handles[-1], prefix=prefix)
-    # Remove the middle step's record: a full check would rebuild it; pruning never looks.
+    # Remove the middle step's record: it is needed only by a built step, so it is pruned.
     location = open_prefix(prefix)
     location.fs.rm(location.path("n/1/v0.marin/record.json"))
     report = StepRunner(prefix=prefix).run(lower(handles[-1]))
     assert log.order == ["0", "1", "2"]
-    assert sorted(report.pruned) == ["n/0/v0", "n/1/v0"]
-    # Asking for the middle step itself does rebuild it.
+    assert sorted(report.pruned) == ["n/1/v0"] and sorted(report.skipped) == ["n/0/v0", "n/2/v0"]
+    # Asking for the middle step itself does rebuild it ...
     run(handles[1], prefix=prefix)
     assert log.order == ["0", "1", "2", "1"]
+    # ... and then the step made from its old build is stale, and rebuilt.
+    plan, _ = StepRunner(prefix=prefix).plan(lower(handles[-1]))
+    assert plan.of(lower(handles[-1])).stale == ("upstream n/1@v0 was rebuilt after this step",)
+    run(handles[-1], prefix=prefix)
+    assert log.order == ["0", "1", "2", "1", "2"]
 
 
 def test_shared_dependency_built_exactly_once(prefix: str) -> None:

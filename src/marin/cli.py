@@ -64,18 +64,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     from marin.execution.storage import open_prefix
     from marin.progress import RunObserver, render_summary
 
+    as_json = getattr(args, "json", False)
     specs = _lowered(args.target)
     location = open_prefix(args.prefix)
-    observer = RunObserver(location, live=not args.dry_run and _use_live_progress(args))
+    live = not args.dry_run and not as_json and _use_live_progress(args)
+    observer = RunObserver(location, live=live)
     runner = StepRunner(
         max_concurrent=args.max_concurrent,
         prefix=args.prefix,
         on_drift=args.on_drift,
+        cascade=getattr(args, "cascade", True),
         listener=observer,
     )
+    runner.exit_on_interrupt = True  # the process exits at once, which ends every running fn
     color = sys.stdout.isatty()
 
     def summary(report: RunReport | None, interrupted: bool = False) -> None:
+        if as_json:
+            if report is not None:
+                print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+            return
         steps = collect_steps(specs)
         text = render_summary(observer, steps, report, color=color, interrupted=interrupted)
         sys.stdout.write(text)
@@ -89,14 +97,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (StepFailedError, PipelineFailedError) as exc:
         summary(getattr(exc, "report", None))
         raise
+    except DriftError as exc:
+        if as_json:
+            print(json.dumps({"schema": 1, "ok": False, "error": str(exc), "steps": []}))
+        raise
     except KeyboardInterrupt:
         if observer.runs:
             summary(None, interrupted=True)
         raise
+    if as_json:
+        summary(report)
+        return EXIT_OK
     if not args.dry_run:
         summary(report)
     built = sum(1 for o in report.outcomes.values() if o.action == "built")
-    skipped = len(report.states) - len(report.to_build) + len(report.pruned)
+    skipped = len(report.skipped) + len(report.pruned)
     verb = "would build" if args.dry_run else "built"
     count = len(report.to_build) if args.dry_run else built
     print(f"{verb} {count} step(s), skipped {skipped}; artifacts under {report.location.url}")
@@ -109,19 +124,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from marin.execution.graph import collect_steps
-    from marin.execution.inspect import inspect_steps
-    from marin.execution.storage import open_prefix
-    from marin.plan_view import plan_json, plan_table
+    from marin.execution.step_runner import StepRunner
+    from marin.plan_view import plan_json, plan_table, would_change_anything
 
-    steps = collect_steps(_lowered(args.target))
-    location = open_prefix(args.prefix)
-    states = inspect_steps(steps, location)
+    runner = StepRunner(
+        prefix=args.prefix,
+        on_drift=getattr(args, "on_drift", "warn"),
+        cascade=getattr(args, "cascade", True),
+    )
+    plan, location = runner.plan(_lowered(args.target), force=getattr(args, "force", []))
     if args.json:
-        print(json.dumps(plan_json(states, location), indent=2, ensure_ascii=False))
+        print(json.dumps(plan_json(plan, location), indent=2, ensure_ascii=False))
     else:
-        sys.stdout.write(plan_table(states, location, color=sys.stdout.isatty()))
-    if args.exit_code and any(s.action != "built" for s in states):
+        sys.stdout.write(plan_table(plan, location, color=sys.stdout.isatty()))
+    if args.exit_code and would_change_anything(plan):
         return EXIT_FAILED
     return EXIT_OK
 
@@ -136,10 +152,10 @@ def cmd_graph(args: argparse.Namespace) -> int:
     steps = collect_steps(_lowered(args.target))
     states = None
     if args.prefix:
-        from marin.execution.inspect import inspect_steps
-        from marin.execution.storage import open_prefix
+        from marin.execution.step_runner import StepRunner
 
-        states = {s.spec.output_path: s for s in inspect_steps(steps, open_prefix(args.prefix))}
+        plan, _ = StepRunner(prefix=args.prefix).plan(steps)
+        states = plan.decisions
     sys.stdout.write(render_graph(steps, args.format, states))
     return EXIT_OK
 
@@ -252,10 +268,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="check and report; build nothing")
     run.add_argument(
         "--force",
-        nargs="+",
+        action="append",
         default=[],
         metavar="NAME",
-        help="rebuild these steps (name or name@version)",
+        help="rebuild this step (name or name@version); repeat the flag for more",
+    )
+    run.add_argument("--json", action="store_true", help="print one JSON report (run-json.md)")
+    run.add_argument(
+        "--no-cascade",
+        dest="cascade",
+        action="store_false",
+        help="serve steps whose upstream was rebuilt, with a warning, instead of rebuilding them",
     )
     run.add_argument(
         "--keep-going",
@@ -286,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(plan)
     plan.add_argument("--json", action="store_true", help="machine-readable output (schema 1)")
+    plan.add_argument("--force", action="append", default=[], metavar="NAME")
+    plan.add_argument("--on-drift", choices=("warn", "rebuild", "error"), default="warn")
+    plan.add_argument("--no-cascade", dest="cascade", action="store_false")
     plan.add_argument(
         "--exit-code", action="store_true", help="exit 1 when anything would run (for CI gates)"
     )

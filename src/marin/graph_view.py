@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from marin.execution.decide import Decision
 from marin.execution.graph import canonical_deps
-from marin.execution.inspect import StepState
 from marin.execution.step_spec import StepSpec
 
 FORMATS = ("mermaid", "dot", "text")
@@ -78,14 +78,14 @@ def _mermaid_label(text: str) -> str:
     return escaped.replace("<", "#lt;").replace(">", "#gt;")
 
 
-def _label(step: StepSpec, states: Mapping[str, StepState] | None) -> str:
+def _label(step: StepSpec, states: Mapping[str, Decision] | None) -> str:
     state = states.get(step.output_path) if states else None
     if state is None:
         return step.step_id
-    return f"{step.step_id} · {STATUS_LABEL[state.action]}"
+    return f"{step.step_id} · {STATUS_LABEL[state.status]}"
 
 
-def to_mermaid(steps: Sequence[StepSpec], states: Mapping[str, StepState] | None = None) -> str:
+def to_mermaid(steps: Sequence[StepSpec], states: Mapping[str, Decision] | None = None) -> str:
     ids = mermaid_ids(steps)
     lines = ["flowchart LR"]
     for step in steps:
@@ -97,7 +97,7 @@ def to_mermaid(steps: Sequence[StepSpec], states: Mapping[str, StepState] | None
         for step in steps:
             state = states.get(step.output_path)
             if state is not None:
-                by_status.setdefault(state.action, []).append(ids[step.output_path])
+                by_status.setdefault(state.status, []).append(ids[step.output_path])
         for status, members in by_status.items():
             fill, stroke, text = COLOURS[status]
             name = CLASS_NAMES[status]
@@ -110,7 +110,7 @@ def _dot_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def to_dot(steps: Sequence[StepSpec], states: Mapping[str, StepState] | None = None) -> str:
+def to_dot(steps: Sequence[StepSpec], states: Mapping[str, Decision] | None = None) -> str:
     lines = [
         "digraph marin {",
         "    rankdir=LR;",
@@ -121,7 +121,7 @@ def to_dot(steps: Sequence[StepSpec], states: Mapping[str, StepState] | None = N
         attrs = [f"label={label}"]
         state = states.get(step.output_path) if states else None
         if state is not None:
-            fill, stroke, text = COLOURS[state.action]
+            fill, stroke, text = COLOURS[state.status]
             attrs += [
                 f"fillcolor={_dot_quote(fill)}",
                 f"color={_dot_quote(stroke)}",
@@ -134,7 +134,7 @@ def to_dot(steps: Sequence[StepSpec], states: Mapping[str, StepState] | None = N
     return "\n".join(lines) + "\n"
 
 
-def to_text(steps: Sequence[StepSpec], states: Mapping[str, StepState] | None = None) -> str:
+def to_text(steps: Sequence[StepSpec], states: Mapping[str, Decision] | None = None) -> str:
     """One line per step, indented by depth (the longest chain of dependencies above it)."""
     deps = canonical_deps(list(steps))
     depth: dict[str, int] = {}
@@ -149,7 +149,7 @@ def to_text(steps: Sequence[StepSpec], states: Mapping[str, StepState] | None = 
         line = "  " * depth[step.output_path] + step.step_id
         state = states.get(step.output_path) if states else None
         if state is not None:
-            line = f"{SYMBOLS[state.action]} {STATUS_LABEL[state.action]:<13} {line}"
+            line = f"{SYMBOLS[state.status]} {STATUS_LABEL[state.status]:<13} {line}"
         step_deps = list(dict.fromkeys(d.step_id for d in deps[step.output_path]))
         if step_deps:
             line += "  <- " + ", ".join(step_deps)
@@ -158,7 +158,7 @@ def to_text(steps: Sequence[StepSpec], states: Mapping[str, StepState] | None = 
 
 
 def render_graph(
-    steps: Sequence[StepSpec], fmt: str, states: Mapping[str, StepState] | None = None
+    steps: Sequence[StepSpec], fmt: str, states: Mapping[str, Decision] | None = None
 ) -> str:
     if fmt == "mermaid":
         return to_mermaid(steps, states)

@@ -10,50 +10,79 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from marin.execution.inspect import StepState
+from marin.execution.decide import ACTIONS, BUILD, STATUSES, Decision, Plan
 from marin.execution.storage import Location
 
 PLAN_SCHEMA = 1
 SYMBOLS = {"built": "✓", "run": "▶", "drift": "≠", "dev": "↻", "failed-before": "✗"}
-ORDER = ("built", "run", "drift", "dev", "failed-before")
+ORDER = STATUSES
 
 
-def plan_summary(states: list[StepState]) -> str:
-    counts = Counter(state.action for state in states)
+def plan_summary(plan: Plan) -> str:
+    """``11 steps: 10 built, 1 drift; a run would build 0, skip 11``."""
+    decisions = list(plan.decisions.values())
+    counts = Counter(d.status for d in decisions)
+    actions = Counter(d.action for d in decisions)
     parts = [f"{counts[a]} {'to run' if a == 'run' else a}" for a in ORDER if counts[a]]
-    return f"{len(states)} steps: " + ", ".join(parts)
+    stale = sum(1 for d in decisions if d.stale)
+    if stale:
+        parts.append(f"{stale} stale")
+    would = [f"build {actions['build']}"]
+    would += [f"{a} {actions[a]}" for a in ("skip", "prune") if actions[a]]
+    return f"{len(decisions)} steps: " + ", ".join(parts) + "; a run would " + ", ".join(would)
 
 
-def plan_json(states: list[StepState], location: Location) -> dict[str, Any]:
-    counts = Counter(state.action for state in states)
+def would_change_anything(plan: Plan) -> bool:
+    """``--exit-code``: a step would be built, or served although drifted or stale."""
+    return any(d.action == BUILD or d.served_with_warning for d in plan.decisions.values())
+
+
+def plan_json(plan: Plan, location: Location) -> dict[str, Any]:
+    decisions = list(plan.decisions.values())
+    counts = Counter(d.status for d in decisions)
+    actions = Counter(d.action for d in decisions)
     return {
         "schema": PLAN_SCHEMA,
         "prefix": location.url,
-        "summary": {"total": len(states), **{a: counts[a] for a in ORDER}},
-        "steps": [
-            {
-                "step": s.spec.step_id,
-                "name": s.spec.name,
-                "version": s.spec.version,
-                "fingerprint": s.spec.fingerprint,
-                "output_path": location.url_for(s.spec.output_path),
-                "status": s.action,
-                "reason": s.reason,
-                "drift": list(s.drift),
-                "stored_fingerprint": s.record.fingerprint if s.record is not None else None,
-                "deps": [d.step_id for d in s.spec.deps],
-            }
-            for s in states
-        ],
+        "options": {
+            "on_drift": plan.policy.on_drift,
+            "force": sorted(plan.policy.force),
+            "cascade": plan.policy.cascade,
+        },
+        "summary": {
+            "total": len(decisions),
+            **{a: counts[a] for a in ORDER},
+            "actions": {a: actions[a] for a in ACTIONS},
+        },
+        "steps": [_step_json(d, location) for d in decisions],
     }
 
 
-def plan_table(states: list[StepState], location: Location, color: bool = False) -> str:
+def _step_json(d: Decision, location: Location) -> dict[str, Any]:
+    return {
+        "step": d.spec.step_id,
+        "name": d.spec.name,
+        "version": d.spec.version,
+        "fingerprint": d.spec.fingerprint,
+        "output_path": location.url_for(d.spec.output_path),
+        "status": d.status,
+        "action": d.action,
+        "reason": d.reason,
+        "drift": list(d.drift),
+        "stale": list(d.stale),
+        "lineage": d.lineage,
+        "stored_fingerprint": d.record.fingerprint if d.record is not None else None,
+        "build_id": (d.record.build_id or None) if d.record is not None else None,
+        "deps": [dep.step_id for dep in d.spec.deps],
+    }
+
+
+def plan_table(plan: Plan, location: Location, color: bool = False) -> str:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for column in ("", "status", "step", "fingerprint", "output", "reason"):
+    for column in ("", "action", "status", "step", "fingerprint", "output", "reason"):
         table.add_column(column, overflow="fold")
     styles = {
         "built": "green",
@@ -62,18 +91,19 @@ def plan_table(states: list[StepState], location: Location, color: bool = False)
         "dev": "cyan",
         "failed-before": "red",
     }
-    for state in states:
+    for state in plan.decisions.values():
         reason = state.reason
         if state.drift:
             reason += "".join(f"\n  {line}" for line in state.drift)
         table.add_row(
-            SYMBOLS[state.action],
+            SYMBOLS[state.status],
             state.action,
+            state.status,
             state.spec.step_id,
             state.spec.fingerprint[:12],
             location.url_for(state.spec.output_path),
             reason,
-            style=styles[state.action] if color else None,
+            style=styles[state.status] if color else None,
         )
     console = Console(
         width=250,
@@ -85,4 +115,4 @@ def plan_table(states: list[StepState], location: Location, color: bool = False)
     with console.capture() as capture:
         console.print(table)
     lines = [line.rstrip() for line in capture.get().splitlines()]
-    return "\n".join(lines) + "\n" + plan_summary(states) + "\n"
+    return "\n".join(lines) + "\n" + plan_summary(plan) + "\n"

@@ -271,16 +271,18 @@ def summary_rows(
     """One row per step of the run, in pipeline order (dependencies first)."""
     rows: list[SummaryRow] = []
     skipped_reason: dict[str, str] = {}
-    blocked: set[str] = set()
+    not_run: dict[str, str] = {}
     if report is not None:
-        to_build = set(report.to_build)
-        for path, state in report.states.items():
-            if path not in to_build:
-                why = "built earlier" if state.action == "built" else "drift: served from cache"
-                skipped_reason[path] = why
-        for path in report.pruned:
-            skipped_reason[path] = "not checked: needed only by built steps"
-        blocked = set(report.blocked)
+        for result in report.results():
+            path = result.spec.output_path
+            if result.action == "skipped":
+                skipped_reason[path] = (
+                    "built earlier" if result.reason.startswith("built") else (result.reason)
+                )
+            elif result.action == "pruned":
+                skipped_reason[path] = "pruned: not built, and only built steps read it"
+            elif result.action == "blocked":
+                not_run[path] = result.reason
     with observer._lock:
         runs = dict(observer.runs)
     # Without the runner's report (it raised), the runner's counts still tell skipped steps from
@@ -308,8 +310,8 @@ def summary_rows(
                 rows.append(SummaryRow(spec.step_id, label, run.duration))
         elif spec.output_path in skipped_reason:
             rows.append(SummaryRow(spec.step_id, "skipped", None, skipped_reason[spec.output_path]))
-        elif spec.output_path in blocked:
-            rows.append(SummaryRow(spec.step_id, "not run", None, "blocked by a failure"))
+        elif spec.output_path in not_run:
+            rows.append(SummaryRow(spec.step_id, "not run", None, not_run[spec.output_path]))
         elif report is None:
             rows.append(SummaryRow(spec.step_id, "not run", None, unknown_note))
     return rows

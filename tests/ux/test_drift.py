@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from marin.execution.drift import explain_drift
-from marin.execution.inspect import inspect_step
+from marin.execution.inspect import plan_run
 from marin.execution.lazy import OUT, apply, lower, run
 from marin.execution.storage import open_prefix
 
@@ -89,8 +89,9 @@ def test_inspect_reports_nested_drift_of_a_real_record(tmp_path: Any) -> None:
     changed = apply(
         "d/step", _write, version="v1", value={"opt": {"lr": 0.3}, "new": 2}, out_path=OUT
     )
-    state = inspect_step(lower(changed), open_prefix(prefix))
-    assert state.action == "drift"
+    spec = lower(changed)
+    state = plan_run([spec], open_prefix(prefix)).of(spec)
+    assert state.status == "drift" and state.action == "skip"
     assert list(state.drift) == [
         "config.value.new: added 2",
         "config.value.old: removed (was 1)",

@@ -19,14 +19,14 @@ def test_plan_of_a_fresh_prefix(tmp_path) -> None:
     result = marin("plan", EXAMPLE, "--prefix", prefix)
     assert result.returncode == 0, result.stderr
     check_golden("plan_fresh.txt", normalise(result.stdout, prefix, collapse=True))
-    assert result.stdout.rstrip().endswith("11 steps: 11 to run")
+    assert result.stdout.rstrip().endswith("11 steps: 11 to run; a run would build 11")
 
 
 def test_plan_after_the_real_run(built_example: str) -> None:
     result = marin("plan", EXAMPLE, "--prefix", built_example)
     assert result.returncode == 0, result.stderr
     check_golden("plan_built.txt", normalise(result.stdout, built_example, collapse=True))
-    assert result.stdout.rstrip().endswith("11 steps: 11 built")
+    assert result.stdout.rstrip().endswith("11 steps: 11 built; a run would build 0, skip 11")
 
 
 def test_plan_explains_drift_and_dependency_bumps(built_example: str, drifted_example: str) -> None:
@@ -36,7 +36,11 @@ def test_plan_explains_drift_and_dependency_bumps(built_example: str, drifted_ex
     out = result.stdout
     assert "config.smoothing.k: 0.05 -> 0.5" in out
     assert "deps.ngram/dataset: v1 -> v2" in out
-    assert out.rstrip().endswith("11 steps: 6 built, 1 to run, 4 drift")
+    # Under the default drift policy (warn) the drifted models are served, so the bumped
+    # dataset is needed by nothing that runs: pruned, exactly as `marin run` does.
+    assert out.rstrip().endswith(
+        "11 steps: 6 built, 1 to run, 4 drift; a run would build 0, skip 10, prune 1"
+    )
     gate = marin("plan", drifted_example, "--prefix", built_example, "--exit-code")
     assert gate.returncode == 1
 
@@ -72,8 +76,8 @@ def test_plan_shows_failed_before_and_dev(tmp_path) -> None:
     marin("run", f"{PIPELINES}:failing", "--prefix", prefix, env={"MARIN_TEST_SLEEP": "0"})
     out = marin("plan", f"{PIPELINES}:failing", "--prefix", prefix).stdout
     row = next(line for line in out.splitlines() if "demo/bad@v1" in line)
-    assert row.startswith("✗  failed-before")
+    assert row.startswith("✗  build   failed-before")
     assert "previous failure: RuntimeError: kaboom: the model diverged" in row
-    assert out.rstrip().endswith("3 steps: 2 built, 1 failed-before")
+    assert out.rstrip().endswith("3 steps: 2 built, 1 failed-before; a run would build 1, skip 2")
     dev = marin("plan", f"{PIPELINES}:dev_step", "--prefix", prefix).stdout
-    assert "↻  dev" in dev and "is mutable: rebuilds every run" in dev
+    assert "↻  build   dev" in dev and "is mutable: rebuilds every run" in dev

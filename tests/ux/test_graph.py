@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from marin.execution.graph import collect_steps
-from marin.execution.inspect import StepState
+from marin.execution.decide import Decision
 from marin.execution.lazy import OUT, apply, lower
 from marin.graph_view import mermaid_ids, to_dot, to_mermaid
 from tests.ux.helpers import EXAMPLE, ROOT, UPDATE, marin
@@ -105,8 +105,8 @@ def test_awkward_names_stay_valid_mermaid_and_dot() -> None:
     assert '"odd/\\"quoted\\"#1<x>@v1"' in dot
 
 
-def _state(step, action: str) -> StepState:  # type: ignore[no-untyped-def]
-    return StepState(step, action, "test")
+def _state(step, status: str) -> Decision:  # type: ignore[no-untyped-def]
+    return Decision(step, "skip", status, "test")
 
 
 def test_status_styles_every_node() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -111,8 +112,12 @@ def test_second_run_lists_skipped_steps(tmp_path: Path) -> None:
     assert marin("run", f"{PIPELINES}:pipeline", "--prefix", prefix, env=env).returncode == 0
     again = marin("run", f"{PIPELINES}:pipeline", "--prefix", prefix, env=env)
     assert re.search(r"demo/join@v1\s+skipped\s+-\s+built earlier", again.stdout)
-    assert re.search(r"demo/source@v1\s+skipped\s+-\s+not checked", again.stdout)
+    assert re.search(r"demo/source@v1\s+skipped\s+-\s+built earlier", again.stdout)
     assert "4 steps: 4 skipped" in again.stdout
+    # A missing intermediate under built steps is pruned, and the summary says so.
+    shutil.rmtree(os.path.join(prefix, "demo", "left", "v1.marin"))
+    third = marin("run", f"{PIPELINES}:pipeline", "--prefix", prefix, env=env)
+    assert re.search(r"demo/left@v1\s+skipped\s+-\s+pruned: not built", third.stdout)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="signals")

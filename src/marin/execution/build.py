@@ -23,17 +23,20 @@ import io
 import logging
 import os
 import random
+import threading
 import time
 import traceback
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from marin.execution.canonical import to_canonical
 from marin.execution.context import StepContext
-from marin.execution.drift import explain_drift
-from marin.execution.errors import ConfigError, DriftError, LeaseLostError
+from marin.execution.decide import BUILD, Decision, Policy, Stored, Upstream, decide
+from marin.execution.errors import AbandonedError, ConfigError, LeaseLostError
 from marin.execution.faults import crash_point
+from marin.execution.inspect import read_stored_step
 from marin.execution.lease import Heartbeat, Lease
 from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
@@ -55,7 +58,6 @@ from marin.execution.storage import Location, durable, with_retries
 
 log = logging.getLogger("marin")
 
-DRIFT_POLICIES = ("warn", "rebuild", "error")
 BUILT, CACHED, BUILT_BY_OTHER = "built", "cached", "built-by-other"
 LEASE_WAIT_FIRST_DELAY_S = 0.02
 LEASE_WAIT_MAX_DELAY_S = 1.0
@@ -71,14 +73,8 @@ class BuildOutcome:
     output_url: str
     duration_s: float = 0.0
     drift: tuple[str, ...] = field(default=())
-
-
-def check_drift_policy(on_drift: str) -> str:
-    if on_drift not in DRIFT_POLICIES:
-        raise ValueError(
-            f"error: on_drift={on_drift!r} is not a policy: use one of {', '.join(DRIFT_POLICIES)}"
-        )
-    return on_drift
+    reason: str = ""
+    """Why it was built or served (the decision's reason)."""
 
 
 def run_context(spec: StepSpec, location: Location, region: str | None = None) -> StepContext:
@@ -90,30 +86,32 @@ def run_context(spec: StepSpec, location: Location, region: str | None = None) -
     )
 
 
-def usable_record(
-    spec: StepSpec, record: ArtifactRecord | None, on_drift: str
-) -> tuple[ArtifactRecord | None, tuple[str, ...]]:
-    """Apply the drift policy to a committed record: return it if it may be served."""
-    if record is None:
-        return None, ()
-    if record.fingerprint == spec.fingerprint:
-        return record, ()
-    drift = tuple(explain_drift(record.fingerprint_payload, spec.fingerprint_payload))
-    if on_drift == "error":
-        raise DriftError(
-            "config changed without a version bump: " + "; ".join(drift),
-            "bump the step's version, or run with --on-drift rebuild or warn",
-            spec.step_id,
-        )
-    if on_drift == "warn":
+def warn_if_served_stale(decision: Decision) -> None:
+    """The one warning for a step served although drifted (``warn``) or stale (no cascade)."""
+    if not decision.served_with_warning:
+        return
+    spec = decision.spec
+    if decision.drift:
         log.warning(
             "drift %s: config changed without a version bump; serving the cached artifact "
-            "(bump the version or use --on-drift rebuild):\n  %s",
+            "(bump the version, or use the drift policy rebuild):\n  %s",
             spec.step_id,
-            "\n  ".join(drift),
+            "\n  ".join(decision.drift),
         )
-        return record, drift
-    return None, drift
+    if decision.stale:
+        log.warning(
+            "stale %s: served without rebuilding (no cascade): %s",
+            spec.step_id,
+            "; ".join(decision.stale),
+        )
+
+
+def read_upstream(spec: StepSpec, location: Location) -> list[Upstream]:
+    """Each dependency's current record, for the decision and for the new record's lineage."""
+    unique = {dep.step_id: dep for dep in spec.deps}
+    return [
+        Upstream(step_id, read_record(location, dep.output_path)) for step_id, dep in unique.items()
+    ]
 
 
 def build_step(
@@ -122,31 +120,48 @@ def build_step(
     *,
     on_drift: str = "warn",
     force: bool = False,
+    cascade: bool = True,
+    policy: Policy | None = None,
     region: str | None = None,
     lease_ttl: float | None = None,
-    precheck: bool = True,
+    decision: Decision | None = None,
+    upstream: Sequence[Upstream] | None = None,
+    abandon: threading.Event | None = None,
 ) -> BuildOutcome:
     """Make sure ``spec`` is built under ``location``; build it here if nobody has.
 
-    ``precheck=False`` skips the first record read, for callers (the ``StepRunner``) that have
-    just inspected the step; the re-check after taking the lease always happens.
+    ``policy`` (else ``on_drift``, ``force`` and ``cascade``) is the run's policy. ``decision``
+    is the plan's decision to build this step; without one, the step is decided here first, from
+    its own record and ``upstream`` (each dependency's current record; read when not given).
+    Either way, after taking the lease the step is decided again if its record changed since,
+    so a step another runner just built is served, not rebuilt.
 
     If this runner's lease is taken over while ``fn`` runs (it stalled past the TTL), its result
     is discarded, never committed; it then waits for the new holder and serves that runner's
     record ("built-by-other"), or raises ``LeaseLostError`` if the new holder did not commit.
+
+    ``abandon``: once set (a second Ctrl-C in library mode), a build whose ``fn`` is still
+    running keeps its lease until ``fn`` returns, and then never commits.
     """
-    check_drift_policy(on_drift)
+    if policy is None:
+        policy = Policy(on_drift, frozenset({spec.step_id} if force else ()), cascade)
     url = location.url_for(spec.output_path)
-    rebuild = force or spec.mutable
-    if not rebuild and precheck:
-        record = read_record(location, spec.output_path)
-        cached, drift = usable_record(spec, record, on_drift)
-        if cached is not None:
-            return BuildOutcome(spec, CACHED, cached, url, drift=drift)
+    ups = list(upstream) if upstream is not None else read_upstream(spec, location)
+    if decision is None:
+        decision = decide(spec, read_stored_step(spec, location), ups, policy, needed=True)
+        if decision.action != BUILD:
+            warn_if_served_stale(decision)
+            record = decision.record
+            assert record is not None  # needed=True: only a record is ever served
+            return BuildOutcome(
+                spec, CACHED, record, url, drift=decision.drift, reason=decision.reason
+            )
 
     crash_point("before-lease", spec.step_id)
     try:
-        return _lease_and_build(spec, location, rebuild, region, lease_ttl, url)
+        return _lease_and_build(
+            spec, location, policy, decision, ups, region, lease_ttl, url, abandon
+        )
     except LeaseLostError as lost:
         log.warning("discard %s: %s", spec.step_id, lost.what)
         lease = Lease(location, spec.output_path, ttl=lease_ttl)
@@ -157,31 +172,45 @@ def build_step(
             lease.release()
         if record is not None and record.fingerprint == spec.fingerprint:
             log.info("skip %s: built by another runner", spec.step_id)
-            return BuildOutcome(spec, BUILT_BY_OTHER, record, url)
+            return BuildOutcome(spec, BUILT_BY_OTHER, record, url, reason="built by another runner")
         raise
 
 
 def _lease_and_build(
     spec: StepSpec,
     location: Location,
-    rebuild: bool,
+    policy: Policy,
+    decision: Decision,
+    upstream: Sequence[Upstream],
     region: str | None,
     lease_ttl: float | None,
     url: str,
+    abandon: threading.Event | None,
 ) -> BuildOutcome:
     lease = Lease(location, spec.output_path, ttl=lease_ttl)
     _acquire(lease, spec)
     try:
         crash_point("after-lease", spec.step_id)
-        if not rebuild:
-            # Someone may have committed while we waited for the lease.
-            record = read_record(location, spec.output_path)
-            if record is not None and record.fingerprint == spec.fingerprint:
+        record = read_record(location, spec.output_path)
+        if _build_id(record) != _build_id(decision.record):
+            # Someone committed while we waited for the lease: decide again, on the record's own
+            # lineage (an upstream we rebuilt is a known build by now).
+            known = [
+                Upstream(u.step_id, u.record, u.rebuilt and u.record is None) for u in upstream
+            ]
+            again = decide(spec, Stored(record), known, policy, needed=True)
+            if again.action != BUILD and record is not None:
                 log.info("skip %s: built by another runner", spec.step_id)
-                return BuildOutcome(spec, BUILT_BY_OTHER, record, url)
-        return _build_holding(spec, location, lease, region)
+                return BuildOutcome(
+                    spec, BUILT_BY_OTHER, record, url, reason="built by another runner"
+                )
+        return _build_holding(spec, location, lease, region, upstream, decision.reason, abandon)
     finally:
         lease.release()
+
+
+def _build_id(record: ArtifactRecord | None) -> str | None:
+    return None if record is None else record.build_id
 
 
 def _acquire(lease: Lease, spec: StepSpec) -> None:
@@ -252,7 +281,13 @@ def _best_effort_status(location: Location, spec: StepSpec, state: str, **detail
 
 
 def _build_holding(
-    spec: StepSpec, location: Location, lease: Lease, region: str | None
+    spec: StepSpec,
+    location: Location,
+    lease: Lease,
+    region: str | None,
+    upstream: Sequence[Upstream],
+    reason: str,
+    abandon: threading.Event | None,
 ) -> BuildOutcome:
     started_at, t0 = now_iso(), time.perf_counter()
     # Every attempt writes a status before touching the output, so without one there is no
@@ -297,7 +332,15 @@ def _build_holding(
             finished_at=now_iso(),
             duration_s=round(duration, 6),
             artifact_type=spec.artifact_type,
+            build_id=uuid.uuid4().hex,
+            inputs={u.step_id: u.record.build_id for u in upstream if u.record is not None},
         )
+        if abandon is not None and abandon.is_set():
+            raise AbandonedError(
+                "abandoned after an interrupt: fn finished, but its result is not committed",
+                "run again to build it",
+                spec.step_id,
+            )
         # The commit point: written only while provably holding the lease.
         if heartbeat.lost.is_set() or not lease.commit(
             lambda: write_record(location, record, spec.output_path)
@@ -324,4 +367,4 @@ def _build_holding(
     _best_effort_status(
         location, spec, SUCCESS, holder=lease.holder, finished_at=now_iso()
     )  # the record already committed the step; a lost status write changes nothing
-    return BuildOutcome(spec, BUILT, record, ctx.output_path, duration_s=duration)
+    return BuildOutcome(spec, BUILT, record, ctx.output_path, duration_s=duration, reason=reason)

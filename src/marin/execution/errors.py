@@ -86,3 +86,7 @@ class PipelineFailedError(MarinError, RuntimeError):
 
 class LeaseLostError(MarinError, RuntimeError):
     """Another runner took over a step's lease while this one was building it."""
+
+
+class AbandonedError(MarinError, RuntimeError):
+    """A build abandoned by a second interrupt: its ``fn`` ended, and nothing was committed."""

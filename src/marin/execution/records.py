@@ -64,6 +64,11 @@ class ArtifactRecord:
     artifact_type: str = "artifact"
     schema: int = RECORD_SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)
+    build_id: str = ""
+    """Unique per commit: a dependent records the build it consumed (``inputs``). Empty in records
+    written before lineage existed."""
+    inputs: dict[str, str] = field(default_factory=dict)
+    """Each dependency's ``step_id`` -> the ``build_id`` of the build this one was made from."""
 
     @property
     def step_id(self) -> str:

@@ -1,17 +1,15 @@
 """``StepRunner``: the embedded, threaded executor.
 
-Two phases. First a check, top-down from the targets: a built step is served from its record and
-its whole sub-tree is pruned without being read. Then the steps that need building run in Kahn
-order: each is dispatched the moment its last dependency finishes (a completion queue wakes the
-scheduler; nothing polls or sleeps), at most ``max_concurrent`` at once, longest remaining path
-first so the critical path never waits behind short side branches.
+A run has two phases. First the plan: every step's record is read (in parallel when storage is
+slow) and ``marin.execution.decide`` decides each step, exactly as ``marin plan`` does. Then the
+steps to build run under the one ``Scheduler``: each is dispatched the moment its last dependency
+finishes (a completion queue wakes the loop; nothing polls or sleeps), at most ``max_concurrent``
+at once, critical path first. Every build goes through ``build_step``.
 """
 
 from __future__ import annotations
 
 import contextvars
-import graphlib
-import heapq
 import logging
 import queue
 import threading
@@ -23,22 +21,30 @@ from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from marin.execution.artifact import Artifact
-from marin.execution.build import BuildOutcome, build_step, check_drift_policy, usable_record
-from marin.execution.errors import (
-    CycleError,
-    InvalidStepError,
-    PipelineFailedError,
-    StepFailedError,
-)
-from marin.execution.graph import canonical_deps, collect_steps
-from marin.execution.inspect import BUILT, DRIFT, StepState, inspect_steps
+from marin.execution.build import BuildOutcome, build_step, warn_if_served_stale
+from marin.execution.decide import BUILD, PRUNE, SKIP, Plan, Policy, Upstream
+from marin.execution.errors import InvalidStepError, PipelineFailedError, StepFailedError
+from marin.execution.inspect import plan_run
 from marin.execution.lease import release_all_held
 from marin.execution.records import FAILED, log_path, write_status
+from marin.execution.scheduler import READY_ORDERS, Scheduler
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location, open_prefix
 
 log = logging.getLogger("marin")
 T = TypeVar("T")
+
+# What happened to each step in a run (``marin run --json``).
+BUILT, SKIPPED, PRUNED, FAILED_STEP, BLOCKED, BUILT_BY_OTHER = (
+    "built",
+    "skipped",
+    "pruned",
+    "failed",
+    "blocked",
+    "built-by-other",
+)
+RUN_ACTIONS = (BUILT, SKIPPED, PRUNED, FAILED_STEP, BLOCKED, BUILT_BY_OTHER)
+RUN_REPORT_SCHEMA = 1
 
 
 class RunListener(Protocol):
@@ -50,27 +56,108 @@ class RunListener(Protocol):
     def on_fail(self, spec: StepSpec, error: BaseException) -> None: ...
 
 
+@dataclass(frozen=True)
+class StepResult:
+    """One step of a finished run, in the vocabulary of ``marin run --json``."""
+
+    spec: StepSpec
+    action: str
+    """``built``, ``skipped``, ``pruned``, ``failed``, ``blocked`` or ``built-by-other``."""
+    reason: str
+    output_url: str
+    duration_s: float | None = None
+
+
 @dataclass
 class RunReport:
     location: Location
-    states: dict[str, StepState] = field(default_factory=dict)
-    """The checked steps, by output path (pruned steps are not here)."""
+    plan: Plan | None = None
     outcomes: dict[str, BuildOutcome] = field(default_factory=dict)
+    """By output path: the steps built (or found built by another runner) in this run."""
     failures: dict[str, BaseException] = field(default_factory=dict)
-    blocked: list[str] = field(default_factory=list)
-    pruned: list[str] = field(default_factory=list)
-    to_build: list[str] = field(default_factory=list)
+    not_run: dict[str, str] = field(default_factory=dict)
+    """Steps to build that never started -> why (a failed dependency, fail-fast, an interrupt)."""
+    durations: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def to_build(self) -> list[str]:
+        return self.plan.paths(BUILD) if self.plan else []
+
+    @property
+    def skipped(self) -> list[str]:
+        return self.plan.paths(SKIP) if self.plan else []
+
+    @property
+    def pruned(self) -> list[str]:
+        return self.plan.paths(PRUNE) if self.plan else []
+
+    @property
+    def blocked(self) -> list[str]:
+        return sorted(self.not_run)
 
     def artifact(self, spec: StepSpec) -> Artifact:
         url = self.location.url_for(spec.output_path)
         outcome = self.outcomes.get(spec.output_path)
         if outcome is not None:
             return Artifact(spec, url, outcome.record)
-        state = self.states.get(spec.output_path)
-        return Artifact(spec, url, state.record if state else None)
+        decision = self.plan.decisions.get(spec.output_path) if self.plan else None
+        return Artifact(
+            spec, url, decision.record if decision and decision.action == SKIP else None
+        )
 
+    def results(self) -> list[StepResult]:
+        """Every step of the run, dependencies first."""
+        if self.plan is None:
+            return []
+        out = []
+        for path, decision in self.plan.decisions.items():
+            url = self.location.url_for(path)
+            spec = decision.spec
+            if path in self.outcomes:
+                outcome = self.outcomes[path]
+                action = BUILT if outcome.action == "built" else BUILT_BY_OTHER
+                out.append(StepResult(spec, action, outcome.reason or decision.reason, url,
+                                      self.durations.get(path)))  # fmt: skip
+            elif path in self.failures:
+                error = self.failures[path]
+                out.append(StepResult(spec, FAILED_STEP, f"{type(error).__name__}: {error}", url,
+                                      self.durations.get(path)))  # fmt: skip
+            elif path in self.not_run:
+                out.append(StepResult(spec, BLOCKED, self.not_run[path], url))
+            elif decision.action == SKIP:
+                out.append(StepResult(spec, SKIPPED, decision.reason, url))
+            elif decision.action == PRUNE:
+                out.append(StepResult(spec, PRUNED, decision.reason, url))
+            else:  # planned to build, and the run ended first (a dry run)
+                out.append(StepResult(spec, BLOCKED, "not started", url))
+        return out
 
-READY_ORDERS = ("longest-path", "fifo")
+    def to_json(self) -> dict[str, Any]:
+        """``marin run --json`` (documented in docs/run-json.md)."""
+        results = self.results()
+        counts = {a: sum(1 for r in results if r.action == a) for a in RUN_ACTIONS}
+        policy = self.plan.policy if self.plan else Policy()
+        return {
+            "schema": RUN_REPORT_SCHEMA,
+            "prefix": self.location.url,
+            "ok": not self.failures,
+            "options": {
+                "on_drift": policy.on_drift,
+                "force": sorted(policy.force),
+                "cascade": policy.cascade,
+            },
+            "summary": {"total": len(results), **counts},
+            "steps": [
+                {
+                    "step": r.spec.step_id,
+                    "action": r.action,
+                    "reason": r.reason,
+                    "duration_s": None if r.duration_s is None else round(r.duration_s, 6),
+                    "output_path": r.output_url,
+                }
+                for r in results
+            ],
+        }
 
 
 class StepRunner:
@@ -79,12 +166,19 @@ class StepRunner:
     longest chain of dependents after it, so the critical path never queues behind short side
     branches) or ``fifo`` (the order steps became ready). The benchmarks compare the two."""
 
+    exit_on_interrupt: bool = False
+    """The CLI's choice: on Ctrl-C, mark running steps failed and release their leases at once,
+    because the process exits right after (which ends their ``fn``). A library caller's process
+    lives on, so by default a first Ctrl-C waits for the running steps and a second one abandons
+    them: their leases stay held until their threads end, and they never commit."""
+
     def __init__(
         self,
         max_concurrent: int = 8,
         prefix: str | None = None,
         *,
         on_drift: str = "warn",
+        cascade: bool = True,
         region: str | None = None,
         listener: RunListener | None = None,
     ) -> None:
@@ -94,58 +188,22 @@ class StepRunner:
             )
         self.max_concurrent = max_concurrent
         self.prefix = prefix
-        self.on_drift = check_drift_policy(on_drift)
+        Policy(on_drift, cascade=cascade)  # validates both now, not at run time
+        self.on_drift = on_drift
+        self.cascade = cascade
         self.region = region
         self.listener = listener
 
-    # -- phase 1: what needs building -----------------------------------------------------------
-
-    def _forced_ids(self, force: Iterable[str], steps: list[StepSpec]) -> frozenset[str]:
-        wanted = set(force)
-        ids = {s.step_id for s in steps if s.step_id in wanted or s.name in wanted}
-        matched = {s.step_id for s in steps} | {s.name for s in steps}
-        unknown = sorted(wanted - matched)
-        if unknown:
-            raise InvalidStepError(
-                f"--force names no step in this pipeline: {', '.join(unknown)}",
-                "pass a step name or name@version from `marin plan`",
-            )
-        return frozenset(ids)
-
-    def _check(
-        self,
-        targets: Sequence[StepSpec],
-        by_path: dict[str, StepSpec],
-        deps: dict[str, list[StepSpec]],
-        forced: frozenset[str],
-        location: Location,
-        report: RunReport,
-    ) -> None:
-        roots = [by_path[t.output_path] for t in targets]
-        roots += [s for s in by_path.values() if s.step_id in forced]
-        frontier = list({s.output_path: s for s in roots}.values())
-        seen = {s.output_path for s in frontier}
-        while frontier:
-            following: list[StepSpec] = []
-            for state in inspect_steps(frontier, location, forced=forced):
-                path = state.spec.output_path
-                report.states[path] = state
-                if state.action == BUILT:
-                    continue
-                if state.action == DRIFT:
-                    # The one drift policy: warn serves the record, error raises, rebuild builds.
-                    served, _ = usable_record(state.spec, state.record, self.on_drift)
-                    if served is not None:
-                        continue
-                report.to_build.append(path)
-                for dep in deps[path]:
-                    if dep.output_path not in seen:
-                        seen.add(dep.output_path)
-                        following.append(dep)
-            frontier = following
-        report.pruned = [p for p in by_path if p not in report.states]
-
-    # -- phase 2: build ---------------------------------------------------------------------------
+    def plan(
+        self, steps: StepSpec | Sequence[StepSpec], *, force: Iterable[str] = ()
+    ) -> tuple[Plan, Location]:
+        """What ``run`` with the same arguments would do (``marin plan`` is this)."""
+        targets = [steps] if isinstance(steps, StepSpec) else list(steps)
+        location = open_prefix(self.prefix)
+        plan = plan_run(
+            targets, location, on_drift=self.on_drift, force=force, cascade=self.cascade
+        )
+        return plan, location
 
     def run(
         self,
@@ -155,153 +213,160 @@ class StepRunner:
         keep_going: bool = False,
         force: Iterable[str] = (),
     ) -> RunReport:
-        targets = [steps] if isinstance(steps, StepSpec) else list(steps)
-        all_steps = collect_steps(targets)
-        by_path = {s.output_path: s for s in all_steps}
-        deps = canonical_deps(all_steps)
-        forced = self._forced_ids(force, all_steps)
-        location = open_prefix(self.prefix)
-        report = RunReport(location)
-        self._check(targets, by_path, deps, forced, location, report)
-        building = set(report.to_build)
-        for path, state in report.states.items():
-            if path not in building:
-                why = "built" if state.action == BUILT else "drifted, served from cache"
-                log.info("skip %s: %s", state.spec.step_id, why)
-        if report.pruned:
-            log.info("skip %d step(s): pruned under built steps", len(report.pruned))
-            for path in report.pruned:
-                log.debug("skip %s: pruned", by_path[path].step_id)
-        if self.listener:
-            self.listener.on_plan(len(all_steps), len(all_steps) - len(report.to_build))
-        if dry_run:
-            for path in report.to_build:
-                state = report.states[path]
-                log.info("would build %s: %s", state.spec.step_id, state.reason)
-            return report
-        if report.to_build:
-            location.check_writable()
-            self._execute(report, by_path, deps, forced, keep_going)
-        return report
-
-    def _execute(
-        self,
-        report: RunReport,
-        by_path: dict[str, StepSpec],
-        deps: dict[str, list[StepSpec]],
-        forced: frozenset[str],
-        keep_going: bool,
-    ) -> None:
         if self.ready_order not in READY_ORDERS:
             raise InvalidStepError(
                 f"ready_order={self.ready_order!r}", f"use one of {', '.join(READY_ORDERS)}"
             )
-        # Kahn's algorithm by hand (a counter of unfinished dependencies per step, and each
-        # step's dependents), which is also what ranks the steps: at 50,000 steps graphlib's
-        # bookkeeping, built twice, cost more than the rest of the scheduler.
-        todo = set(report.to_build)
-        dependents: dict[str, list[str]] = {p: [] for p in report.to_build}
-        waiting: dict[str, int] = {}
-        for path in report.to_build:
-            unique = {d.output_path for d in deps[path]}
-            unique &= todo
-            waiting[path] = len(unique)
-            for dep in unique:
-                dependents[dep].append(path)
-        order = _topological_order(report.to_build, dependents, waiting)
-        if len(order) < len(todo):
-            _raise_cycle(todo, deps, by_path)
-        fifo = self.ready_order == "fifo"
-        priority = {} if fifo else _remaining_path_lengths(order, dependents)
-        ready: list[tuple[int, int, str]] = []
-        sequence = 0
+        plan, location = self.plan(steps, force=force)
+        report = RunReport(location, plan)
+        for decision in plan.decisions.values():
+            if decision.action == SKIP:
+                warn_if_served_stale(decision)
+                log.info("skip %s: %s", decision.spec.step_id, decision.reason)
+        if report.pruned:
+            log.info("skip %d step(s): pruned (not built, and not needed)", len(report.pruned))
+            for path in report.pruned:
+                log.debug("skip %s: pruned", plan.decisions[path].spec.step_id)
+        total = len(plan.decisions)
+        if self.listener:
+            self.listener.on_plan(total, total - len(report.to_build))
+        if dry_run:
+            for path in report.to_build:
+                decision = plan.decisions[path]
+                log.info("would build %s: %s", decision.spec.step_id, decision.reason)
+            return report
+        if report.to_build:
+            location.check_writable()
+            self._execute(report, plan, keep_going)
+        return report
+
+    def _execute(self, report: RunReport, plan: Plan, keep_going: bool) -> None:
+        decisions = plan.decisions
+        to_build = set(report.to_build)
+        scheduler = Scheduler(
+            {p: [d.output_path for d in decisions[p].spec.deps] for p in report.to_build},
+            keep_going=keep_going,
+            order=self.ready_order,
+            label=lambda p: decisions[p].spec.step_id,
+        )
+        scheduler.prepare()
         done: queue.SimpleQueue[tuple[str, Future[BuildOutcome]]] = queue.SimpleQueue()
         caller_context = contextvars.copy_context()
-        running: dict[str, float] = {}
-        stopping = False
+        started: dict[str, float] = {}
+        abandon = threading.Event()
+        interrupted = False
 
-        def make_ready(paths: Iterable[str]) -> None:
-            nonlocal sequence
-            for path in paths:
-                heapq.heappush(ready, (0 if fifo else -priority[path], sequence, path))
-                sequence += 1
+        def upstream(spec: StepSpec) -> list[Upstream]:
+            ups = {}
+            for dep in spec.deps:
+                outcome = report.outcomes.get(dep.output_path)
+                if outcome is not None:
+                    ups[dep.step_id] = Upstream(dep.step_id, outcome.record, rebuilt=True)
+                else:
+                    ups[dep.step_id] = Upstream(dep.step_id, decisions[dep.output_path].record)
+            return list(ups.values())
 
-        def finished(path: str) -> None:
-            for child in dependents[path]:
-                waiting[child] -= 1
-                if waiting[child] == 0:
-                    make_ready((child,))
-
-        def build(spec: StepSpec) -> BuildOutcome:
+        def build(spec: StepSpec, ups: list[Upstream]) -> BuildOutcome:
             return build_step(
                 spec,
                 report.location,
-                on_drift=self.on_drift,
-                force=spec.step_id in forced,
+                policy=plan.policy,
                 region=self.region,
-                precheck=False,
+                decision=decisions[spec.output_path],
+                upstream=ups,
+                abandon=abandon,
             )
 
         pool = _StepPool(self.max_concurrent, "marin-step")
 
         def dispatch() -> None:
-            while ready and len(running) < self.max_concurrent and not stopping:
-                _, _, path = heapq.heappop(ready)
-                spec = by_path[path]
+            for path in scheduler.get_ready(self.max_concurrent - len(scheduler.running)):
+                spec = decisions[path].spec
                 log.info("start %s", spec.step_id)
                 if self.listener:
                     self.listener.on_start(spec)
-                running[path] = time.perf_counter()
-                future = pool.submit(caller_context.copy().run, build, spec)
+                started[path] = time.perf_counter()
+                future = pool.submit(caller_context.copy().run, build, spec, upstream(spec))
                 future.add_done_callback(partial(_report_done, done, path))
 
+        def collect(path: str, future: Future[BuildOutcome]) -> None:
+            duration = time.perf_counter() - started[path]
+            report.durations[path] = duration
+            spec = decisions[path].spec
+            error = future.exception()
+            if error is None:
+                outcome = future.result()
+                report.outcomes[path] = outcome
+                if outcome.action == "built":
+                    log.info("finish %s in %.2fs", spec.step_id, duration)
+                if self.listener:
+                    self.listener.on_finish(outcome)
+                scheduler.done(path)
+                return
+            report.failures[path] = error
+            log.error(
+                "fail %s after %.2fs: %s: %s (log: %s)",
+                spec.step_id,
+                duration,
+                type(error).__name__,
+                error,
+                report.location.url_for(log_path(spec.output_path)),
+            )
+            if self.listener:
+                self.listener.on_fail(spec, error)
+            scheduler.failed(path)
+
         try:
-            make_ready([p for p in report.to_build if waiting[p] == 0])
             dispatch()
-            while running:
-                path, future = done.get()
-                started = running.pop(path)
-                spec = by_path[path]
-                error = future.exception()
-                if error is None:
-                    outcome = future.result()
-                    report.outcomes[path] = outcome
-                    if outcome.action == "built":
-                        log.info("finish %s in %.2fs", spec.step_id, time.perf_counter() - started)
-                    if self.listener:
-                        self.listener.on_finish(outcome)
-                    finished(path)
-                else:
-                    report.failures[path] = error
-                    log.error(
-                        "fail %s after %.2fs: %s: %s (log: %s)",
-                        spec.step_id,
-                        time.perf_counter() - started,
-                        type(error).__name__,
-                        error,
-                        report.location.url_for(log_path(spec.output_path)),
-                    )
-                    if self.listener:
-                        self.listener.on_fail(spec, error)
-                    if not keep_going:
-                        stopping = True
-                dispatch()
+            while scheduler.is_active():
+                try:
+                    collect(*done.get())
+                    dispatch()
+                except KeyboardInterrupt:
+                    if self.exit_on_interrupt:
+                        raise
+                    if interrupted:
+                        abandon.set()
+                        log.warning(
+                            "interrupted again: abandoning %d running step(s); they keep their "
+                            "leases until their threads end, and never commit",
+                            len(scheduler.running),
+                        )
+                        raise
+                    interrupted = True
+                    scheduler.stop()
+                    if scheduler.running:
+                        log.warning(
+                            "interrupted: starting no more steps; waiting for %d running step(s) "
+                            "to finish (press Ctrl-C again to abandon them)",
+                            len(scheduler.running),
+                        )
         except BaseException:
-            # Ctrl-C or SIGTERM: leave nothing RUNNING forever and no lease held.
-            for path in running:
-                write_status(report.location, path, FAILED, error="interrupted")
-            release_all_held()
-            # Do not wait for steps still running: their threads are daemons, so a Ctrl-C'd
-            # `marin run` exits now; a step that finishes later cannot commit (its lease is gone).
+            if self.exit_on_interrupt or not scheduler.running:
+                # The process exits now, ending every fn: leave nothing RUNNING, no lease held.
+                for path in scheduler.running:
+                    write_status(report.location, path, FAILED, error="interrupted")
+                release_all_held()
             pool.shutdown(wait=False)
             raise
         pool.shutdown(wait=True)
-        report.blocked = sorted(todo - set(report.outcomes) - set(report.failures))
+        outcome = scheduler.finish()
+        names = {p: decisions[p].spec.step_id for p in to_build}
+        for path, roots in outcome.blocked.items():
+            failed = ", ".join(names[r] for r in roots)
+            report.not_run[path] = f"not run: dependency {failed} failed"
+        for path in outcome.not_started:
+            if interrupted:
+                report.not_run[path] = "not started: the run was interrupted"
+            elif outcome.stopped_by is not None:
+                report.not_run[path] = (
+                    f"not started: the pipeline stopped after {names[outcome.stopped_by]} failed "
+                    "(fail-fast; --keep-going builds independent steps)"
+                )
         if report.failures:
-            _raise_failures(report, by_path, keep_going)
-
-
-_Call = tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
+            _raise_failures(report, keep_going)
+        if interrupted:
+            raise KeyboardInterrupt
 
 
 class _StepPool:
@@ -356,14 +421,16 @@ class _StepPool:
                 thread.join()
 
 
-def _raise_failures(report: RunReport, by_path: dict[str, StepSpec], keep_going: bool) -> None:
+def _raise_failures(report: RunReport, keep_going: bool) -> None:
+    assert report.plan is not None
+    decisions = report.plan.decisions
     first_path, first = next(iter(report.failures.items()))
     error: StepFailedError | PipelineFailedError
     if keep_going:
-        failures = {by_path[p].step_id: e for p, e in report.failures.items()}
-        error = PipelineFailedError(failures, [by_path[p].step_id for p in report.blocked])
+        failures = {decisions[p].spec.step_id: e for p, e in report.failures.items()}
+        error = PipelineFailedError(failures, [decisions[p].spec.step_id for p in report.blocked])
     else:
-        spec = by_path[first_path]
+        spec = decisions[first_path].spec
         error = StepFailedError(
             f"{type(first).__name__}: {first}",
             "see the step's log at "
@@ -381,36 +448,3 @@ def _report_done(
     future: Future[BuildOutcome],
 ) -> None:
     done.put((path, future))
-
-
-def _topological_order(
-    paths: list[str], dependents: dict[str, list[str]], waiting: dict[str, int]
-) -> list[str]:
-    """Dependencies before dependents; shorter than ``paths`` if the graph has a cycle."""
-    remaining = dict(waiting)
-    order = [p for p in paths if remaining[p] == 0]
-    for path in order:  # grows while it is walked
-        for child in dependents[path]:
-            remaining[child] -= 1
-            if remaining[child] == 0:
-                order.append(child)
-    return order
-
-
-def _raise_cycle(
-    todo: set[str], deps: dict[str, list[StepSpec]], by_path: dict[str, StepSpec]
-) -> None:
-    graph = {p: [d.output_path for d in deps[p] if d.output_path in todo] for p in todo}
-    try:
-        graphlib.TopologicalSorter(graph).prepare()
-    except graphlib.CycleError as exc:
-        raise CycleError([by_path[p].step_id for p in exc.args[1]]) from None
-    raise AssertionError("unreachable: the step graph has no cycle")
-
-
-def _remaining_path_lengths(order: list[str], dependents: dict[str, list[str]]) -> dict[str, int]:
-    """Length of the longest chain of dependents after each step (the critical-path rank)."""
-    rank: dict[str, int] = {}
-    for path in reversed(order):
-        rank[path] = 1 + max((rank[d] for d in dependents[path]), default=0)
-    return rank
