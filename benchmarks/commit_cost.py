@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from workers import fresh_prefix, lowered
 
 import marin.execution.build as build
+from marin.execution.decide import Policy, Stored, decide
 from marin.execution.storage import open_prefix
 
 
@@ -167,7 +168,9 @@ def measure(backend: str, n: int, reps: int) -> dict[str, float]:
                 location.check_writable()
                 t0 = time.perf_counter()
                 for spec in steps:
-                    build.build_step(spec, location, precheck=False)
+                    # As a runner does: the plan already decided to build (no record yet).
+                    planned = decide(spec, Stored(), [], Policy(), needed=True)
+                    build.build_step(spec, location, decision=planned, upstream=[])
                 times.append(time.perf_counter() - t0)
         results[name] = statistics.median(times) / len(steps) * 1e3
     return results

@@ -37,7 +37,7 @@ def time_rerun_and_plan(
     targets: list[Any], prefix: str, reps: int, max_concurrent: int
 ) -> dict[str, Any]:
     """Medians of a re-run of a built pipeline (pruned) and of a full ``plan``-style check."""
-    from marin.execution.inspect import inspect_steps
+    from marin.execution.inspect import plan_run
     from marin.execution.step_runner import StepRunner
     from marin.execution.storage import open_prefix
 
@@ -49,12 +49,12 @@ def time_rerun_and_plan(
         report = StepRunner(max_concurrent, prefix).run(targets)
         rerun.append(time.perf_counter() - t0)
         assert not report.to_build, "a re-run of a built pipeline wanted to build"
-        out["rerun_checked"] = len(report.states)
+        out["rerun_checked"] = len(report.skipped) + len(report.pruned)
         out["rerun_pruned"] = len(report.pruned)
         t0 = time.perf_counter()
-        states = inspect_steps(collect_steps(targets), open_prefix(prefix))
+        decisions = plan_run(targets, open_prefix(prefix)).decisions.values()
         plan.append(time.perf_counter() - t0)
-        assert all(s.action == "built" for s in states)
+        assert all(d.status == "built" for d in decisions)
     out["rerun_s"] = statistics.median(rerun)
     out["plan_s"] = statistics.median(plan)
     return out
@@ -221,7 +221,7 @@ def latency(n: int, latency_s: float, serial_sample: int, reps: int = 3) -> dict
     """Build ``n`` steps on ``memory://``, then check them through a store ``latency_s`` away."""
     import latency as latency_fs
 
-    from marin.execution.inspect import inspect_step, inspect_steps
+    from marin.execution.inspect import plan_run, read_stored_step
     from marin.execution.step_runner import StepRunner
     from marin.execution.storage import open_prefix
 
@@ -236,9 +236,9 @@ def latency(n: int, latency_s: float, serial_sample: int, reps: int = 3) -> dict
     for _ in range(reps):
         latency_fs.LatencyFileSystem.calls = 0
         t0 = time.perf_counter()
-        states = inspect_steps(steps, slow)
+        decisions = plan_run(targets, slow).decisions.values()
         plan.append(time.perf_counter() - t0)
-        assert all(s.action == "built" for s in states)
+        assert all(d.status == "built" for d in decisions)
         out["plan_calls"] = latency_fs.LatencyFileSystem.calls
         latency_fs.LatencyFileSystem.calls = 0
         t0 = time.perf_counter()
@@ -249,7 +249,7 @@ def latency(n: int, latency_s: float, serial_sample: int, reps: int = 3) -> dict
     sample = steps[:serial_sample]
     t0 = time.perf_counter()
     for spec in sample:
-        inspect_step(spec, slow)
+        read_stored_step(spec, slow)
     serial = time.perf_counter() - t0
     out.update(
         plan_s=statistics.median(plan),

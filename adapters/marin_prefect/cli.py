@@ -24,8 +24,9 @@ import re
 import sys
 from typing import Any
 
+from marin.execution.decide import DRIFT_POLICIES
+
 ENTRYPOINT = "marin_prefect.flows:marin_pipeline"
-DRIFT_POLICIES = ("warn", "rebuild", "error")
 _BANNED_NAME_CHARS = re.compile(r"[/%&><]")
 EXIT_OK, EXIT_USAGE = 0, 2
 

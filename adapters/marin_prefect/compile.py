@@ -4,15 +4,18 @@ One Marin step becomes one Prefect task run named ``name@version``. Every task c
 ``build_step``, the one build/commit path, so a local run, a Prefect run and an Airflow run of one
 pipeline on one prefix share one lease, one record and one status file.
 
-Scheduling is event-driven in the flow body, like the local ``StepRunner``: a step's task is
-submitted the moment its last dependency finishes, with the dependency futures as ``wait_for`` (so
-Prefect records the edges). A task therefore never occupies a worker thread, nor a global
-concurrency slot, while it only waits on its dependencies, and ``ThreadPoolTaskRunner(max_workers=
-max_concurrent)`` caps how many steps build at once.
+The flow body does what the local ``StepRunner`` does, with the same core parts: it plans every
+step with ``marin.execution.decide`` (so ``marin plan`` with the same options predicts the flow),
+then drives the core ``Scheduler``: a step's task is submitted the moment its last dependency
+finishes, with the dependency futures as ``wait_for`` (so Prefect records the edges), at most
+``max_concurrent`` at once. A task therefore never occupies a worker thread, nor a global
+concurrency slot, while it only waits on its dependencies.
 
 Prefect has no skipped state, so propagation is ours:
 
-- a step that is already built ends ``Completed(name="Cached")`` with its artifact path as result;
+- a step served from its record ends ``Completed(name="Cached")`` with its artifact path as
+  result; a pruned one (not built, and needed by nothing that runs) ends
+  ``Completed(name="Pruned")``;
 - a step whose dependency failed is not run: it ends ``Pending(name="NotReady")`` (the state Prefect
   itself gives a task whose upstream did not complete), with a message naming the failed step;
 - after a failure, with ``keep_going=False`` (the default, as in ``marin run``), steps not yet
@@ -36,13 +39,17 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Pending, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from marin.execution.decide import Policy, Upstream
+
 if TYPE_CHECKING:
     from marin.execution.build import BuildOutcome
+    from marin.execution.decide import Decision
     from marin.execution.step_spec import StepSpec
     from marin.execution.storage import Location
 
 CACHED_STATE_NAME = "Cached"
 NOT_RUN_STATE_NAME = "NotReady"
+PRUNED_STATE_NAME = "Pruned"
 
 # Characters Prefect refuses in flow and deployment names.
 _BANNED_NAME_CHARS = re.compile(r"[/%&><]")
@@ -53,7 +60,7 @@ def safe_prefect_name(text: str) -> str:
     return _BANNED_NAME_CHARS.sub("-", text).strip() or "marin"
 
 
-def lower_target(target_or_handles: Any) -> list[StepSpec]:
+def lower_flow_target(target_or_handles: Any) -> list[StepSpec]:
     """A target string, a handle, a ``StepSpec`` or a list of them -> the lowered target specs."""
     from marin.execution.lazy import ArtifactStep, lower
     from marin.execution.step_spec import StepSpec
@@ -100,6 +107,8 @@ def to_prefect_flow(
     on_drift: str = "warn",
     concurrency_limit: str | None = None,
     keep_going: bool = False,
+    force: Sequence[str] = (),
+    cascade: bool = True,
 ) -> Flow[[], dict[str, str]]:
     """Compile a pipeline into a Prefect flow; calling the flow runs the pipeline.
 
@@ -111,8 +120,12 @@ def to_prefect_flow(
     ``concurrency_limit`` names a Prefect global concurrency limit (create it first, e.g. with
     ``prefect gcl create NAME --limit N``); a step holds one slot only while it builds. The flow
     returns ``{name@version: artifact path}`` for every step.
+
+    ``on_drift``, ``force`` (step names or ``name@version`` ids) and ``cascade`` mean what they
+    mean for ``marin run``: the flow plans with the same decision function, so ``marin plan``
+    with the same options predicts it exactly.
     """
-    from marin.execution.build import check_drift_policy
+    from marin.execution.decide import Policy, check_drift_policy, resolve_force
     from marin.execution.graph import collect_steps
 
     if (
@@ -124,18 +137,21 @@ def to_prefect_flow(
     check_drift_policy(on_drift)
     if concurrency_limit is not None and not concurrency_limit.strip():
         raise ValueError("error: concurrency_limit is empty: pass a global concurrency limit name")
-    targets = lower_target(target_or_handles)
+    if isinstance(force, str):
+        force = [force]
+    targets = lower_flow_target(target_or_handles)
     steps = collect_steps(targets)
     flow_name = name or default_flow_name(target_or_handles, targets)
     options = RunOptions(
         prefix=prefix,
-        on_drift=on_drift,
+        policy=Policy(on_drift, resolve_force(force, steps), cascade),
         concurrency_limit=concurrency_limit,
         keep_going=keep_going,
+        max_concurrent=max_concurrent,
     )
 
     def marin_flow() -> dict[str, str]:
-        return run_steps(steps, options)
+        return run_steps(steps, targets, options)
 
     marin_flow.__doc__ = f"Marin pipeline {flow_name}: {len(steps)} step(s)."
     return Flow(
@@ -151,9 +167,16 @@ def to_prefect_flow(
 @dataclass(frozen=True)
 class RunOptions:
     prefix: str | None = None
-    on_drift: str = "warn"
+    policy: Policy = field(default_factory=lambda: _default_policy())
     concurrency_limit: str | None = None
     keep_going: bool = False
+    max_concurrent: int = 8
+
+
+def _default_policy() -> Policy:
+    from marin.execution.decide import Policy
+
+    return Policy()
 
 
 @dataclass
@@ -162,100 +185,134 @@ class _RunState:
 
     errors: dict[str, BaseException] = field(default_factory=dict)
     """The exception of each step's last attempt (written by the task, read after it ends)."""
+    outcomes: dict[str, BuildOutcome] = field(default_factory=dict)
+    """Written by each build task: the record its dependents' lineage names."""
     failed: dict[str, BaseException] = field(default_factory=dict)
-    blocked: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """Steps not run -> the step ids of the failures that blocked them."""
     outputs: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def run_steps(steps: Sequence[StepSpec], options: RunOptions) -> dict[str, str]:
-    """Run ``steps`` (all transitive, deps first) as task runs of the current flow run."""
-    from marin.execution.errors import PipelineFailedError, StepFailedError
-    from marin.execution.graph import canonical_deps
+def run_steps(
+    steps: Sequence[StepSpec], targets: Sequence[StepSpec], options: RunOptions
+) -> dict[str, str]:
+    """Run ``steps`` (all transitive, deps first) as task runs of the current flow run.
+
+    The plan (``marin.execution.decide``) says which steps build; the one ``Scheduler`` says
+    when. Steps that are served or pruned end at once with their own states.
+    """
+    from marin.execution.build import warn_if_served_stale
+    from marin.execution.decide import BUILD, PRUNE, plan_graph
+    from marin.execution.errors import PipelineFailedError, StepFailedError, describe_error
+    from marin.execution.inspect import read_stored
     from marin.execution.records import log_path
+    from marin.execution.scheduler import Scheduler
     from marin.execution.storage import open_prefix
 
     logger = get_run_logger()
     location = open_prefix(options.prefix)
     location.check_writable()
     logger.info("marin: %d step(s) under %s", len(steps), location.url)
-
+    plan = plan_graph(steps, targets, read_stored(steps, location), options.policy)
+    decisions = plan.decisions
     by_path = {s.output_path: s for s in steps}
-    deps = canonical_deps(list(steps))
-    dependents: dict[str, list[str]] = {p: [] for p in by_path}
-    waiting: dict[str, int] = {}
-    for path, path_deps in deps.items():
-        unique = {d.output_path for d in path_deps}
-        waiting[path] = len(unique)
-        for dep in unique:
-            dependents[dep].append(path)
+    deps = {p: list(dict.fromkeys(d.output_path for d in s.deps)) for p, s in by_path.items()}
 
     state = _RunState()
     futures: dict[str, Any] = {}
+    for path, decision in decisions.items():
+        if decision.action == BUILD:
+            continue
+        warn_if_served_stale(decision)
+        spec = by_path[path]
+        url = location.url_for(path)
+        if decision.action == PRUNE:
+            task = _not_run_task(spec, decision.reason, PRUNED_STATE_NAME, completed=True)
+        else:
+            task = _cached_task(spec, url, decision.reason)
+            state.outputs[spec.step_id] = url
+        futures[path] = task.submit(
+            wait_for=[futures[d] for d in deps[path] if d in futures], return_state=False
+        )
+
+    scheduler = Scheduler(
+        {p: deps[p] for p in plan.to_build},
+        keep_going=options.keep_going,
+        label=lambda p: by_path[p].step_id,
+    )
+    scheduler.prepare()
     finished: queue.SimpleQueue[str] = queue.SimpleQueue()
-    in_flight: set[str] = set()
-    ready = [p for p in by_path if waiting[p] == 0]
-    stop_reason: str | None = None
+
+    def upstream(spec: StepSpec) -> list[Upstream]:
+        ups: dict[str, Upstream] = {}
+        for dep in spec.deps:
+            outcome = state.outcomes.get(dep.output_path)
+            if outcome is not None:
+                ups[dep.step_id] = Upstream(dep.step_id, outcome.record, rebuilt=True)
+            else:
+                ups[dep.step_id] = Upstream(dep.step_id, decisions[dep.output_path].record)
+        return list(ups.values())
 
     def submit(path: str) -> None:
         spec = by_path[path]
-        upstream = [futures[d.output_path] for d in deps[path]]
-        blockers = _blockers(deps[path], state)
-        if blockers:
-            reason = _not_run_message(spec, deps[path], blockers, state)
-            state.blocked[path] = blockers
-            task = _not_run_task(spec, reason)
-        elif stop_reason is not None:
-            state.blocked[path] = ()
-            task = _not_run_task(spec, stop_reason)
-        else:
-            task = _build_task(spec, location, options, state)
-        # allow_failure: a failed dependency must not stop Prefect from giving this step its own
-        # (NotReady) state with our message; the edges are recorded either way.
-        future = task.submit(wait_for=[allow_failure(f) for f in upstream], return_state=False)
+        task = _build_task(spec, location, options, state, decisions[path], upstream(spec))
+        future = task.submit(wait_for=[futures[d] for d in deps[path]], return_state=False)
         futures[path] = future
-        in_flight.add(path)
         # Wakes the loop below when the task run ends: no polling, no sleeping.
         future.add_done_callback(functools.partial(_put_path, finished, path))
 
-    while ready or in_flight:
-        for path in ready:
+    def dispatch() -> None:
+        for path in scheduler.get_ready(options.max_concurrent - len(scheduler.running)):
             submit(path)
-        ready = []
+
+    dispatch()
+    while scheduler.is_active():
         for path in _drain(finished):
-            in_flight.discard(path)
             spec = by_path[path]
             future = futures[path]
             future.wait()  # done already: this keeps the in-memory final state on the future
             final = future.state
             if final.is_completed():
                 state.outputs[spec.step_id] = future.result()
-            elif path not in state.blocked:
-                error = state.errors.get(path) or RuntimeError(
+                scheduler.done(path)
+            else:
+                state.failed[path] = state.errors.get(path) or RuntimeError(
                     f"task run ended {final.name}: {final.message}"
                 )
-                state.failed[path] = error
-                if not options.keep_going and stop_reason is None:
-                    stop_reason = (
-                        f"Not run: the pipeline stopped after {spec.step_id} failed "
-                        "(fail-fast; keep_going=True runs independent steps)"
-                    )
-            for child in dependents[path]:
-                waiting[child] -= 1
-                if waiting[child] == 0:
-                    ready.append(child)
+                scheduler.failed(path)
+        dispatch()
+    outcome = scheduler.finish()
+
+    # Steps that never ran still get a task run (and their edges), with a state that says why.
+    not_run: list[str] = []
+    for path in plan.to_build:
+        if path in outcome.blocked:
+            failed = ", ".join(by_path[r].step_id for r in outcome.blocked[path])
+            reason = f"Not run: dependency {failed} failed"
+        elif path in outcome.not_started and outcome.stopped_by is not None:
+            reason = (
+                f"Not run: the pipeline stopped after {by_path[outcome.stopped_by].step_id} "
+                "failed (fail-fast; keep_going=True runs independent steps)"
+            )
+        else:
+            continue
+        not_run.append(by_path[path].step_id)
+        # allow_failure: a failed dependency must not stop Prefect from giving this step its
+        # own (NotReady) state with our message; the edges are recorded either way.
+        futures[path] = _not_run_task(by_path[path], reason, NOT_RUN_STATE_NAME).submit(
+            wait_for=[allow_failure(futures[d]) for d in deps[path] if d in futures],
+            return_state=False,
+        )
+        futures[path].wait()
 
     if state.failed:
         first_path, first = next(iter(state.failed.items()))
-        blocked_ids = [by_path[p].step_id for p in by_path if p in state.blocked]
         if options.keep_going:
             failures = {by_path[p].step_id: e for p, e in state.failed.items()}
-            raise PipelineFailedError(failures, blocked_ids) from first
+            raise PipelineFailedError(failures, not_run) from first
         spec = by_path[first_path]
-        not_run = f"; not run: {', '.join(blocked_ids)}" if blocked_ids else ""
+        not_run_text = f"; not run: {', '.join(not_run)}" if not_run else ""
         raise StepFailedError(
-            f"{type(first).__name__}: {first}{not_run}",
+            describe_error(first) + not_run_text,
             "see the step's log at "
             + location.url_for(log_path(spec.output_path))
             + "; fix it and run again (built steps are kept)",
@@ -278,27 +335,6 @@ def _drain(finished: queue.SimpleQueue[str]) -> list[str]:
             return paths
 
 
-def _blockers(step_deps: Sequence[StepSpec], state: _RunState) -> tuple[str, ...]:
-    """The failed step ids upstream of a step, through any chain of not-run steps."""
-    roots: dict[str, None] = {}
-    for dep in step_deps:
-        if dep.output_path in state.failed:
-            roots[dep.step_id] = None
-        elif dep.output_path in state.blocked:
-            roots.update(dict.fromkeys(state.blocked[dep.output_path]))
-    return tuple(roots)
-
-
-def _not_run_message(
-    spec: StepSpec, step_deps: Sequence[StepSpec], blockers: tuple[str, ...], state: _RunState
-) -> str:
-    failed = ", ".join(blockers)
-    noun = "dependency" if len(blockers) == 1 else "dependencies"
-    via = [d.step_id for d in step_deps if d.output_path in state.blocked]
-    suffix = f" (via {', '.join(via)})" if via else ""
-    return f"Not run: {noun} {failed} failed{suffix}"
-
-
 def _task(spec: StepSpec, fn: Callable[[], Any], **options: Any) -> Task[[], Any]:
     return Task(
         fn,
@@ -310,46 +346,79 @@ def _task(spec: StepSpec, fn: Callable[[], Any], **options: Any) -> Task[[], Any
     )
 
 
-def _not_run_task(spec: StepSpec, reason: str) -> Task[[], Any]:
+def _not_run_task(
+    spec: StepSpec, reason: str, state_name: str, *, completed: bool = False
+) -> Task[[], Any]:
     def marin_step_not_run() -> State[Any]:
+        if completed:
+            get_run_logger().info("%s", reason)
+            return Completed(name=state_name, message=reason)
         get_run_logger().warning("%s", reason)
-        return Pending(name=NOT_RUN_STATE_NAME, message=reason)
+        return Pending(name=state_name, message=reason)
 
     return _task(spec, marin_step_not_run)
 
 
+def _cached_task(spec: StepSpec, url: str, reason: str) -> Task[[], Any]:
+    def marin_step_cached() -> State[Any]:
+        return Completed(
+            name=CACHED_STATE_NAME,
+            data=url,
+            message=f"{reason}: {url} (fingerprint {spec.fingerprint[:12]})",
+        )
+
+    return _task(spec, marin_step_cached)
+
+
 def _build_task(
-    spec: StepSpec, location: Location, options: RunOptions, state: _RunState
+    spec: StepSpec,
+    location: Location,
+    options: RunOptions,
+    state: _RunState,
+    decision: Decision,
+    upstream: list[Upstream],
 ) -> Task[[], Any]:
     def marin_step() -> Any:
         try:
-            outcome = _build(spec, location, options)
+            outcome = _build(spec, location, options, decision, upstream)
         except BaseException as exc:
             with state.lock:
                 state.errors[spec.output_path] = exc
             raise
+        with state.lock:
+            state.outcomes[spec.output_path] = outcome
         if outcome.action == "built":
             get_run_logger().info(
                 "built %s -> %s in %.2fs", spec.step_id, outcome.output_url, outcome.duration_s
             )
             return outcome.output_url
-        why = "built by another runner" if outcome.action == "built-by-other" else "already built"
-        if outcome.drift:
-            why += " (config drifted without a version bump; served from cache)"
         return Completed(
             name=CACHED_STATE_NAME,
             data=outcome.output_url,
-            message=f"{why}: {outcome.output_url} (fingerprint {spec.fingerprint[:12]})",
+            message=f"built by another runner: {outcome.output_url} "
+            f"(fingerprint {spec.fingerprint[:12]})",
         )
 
     return _task(spec, marin_step, retries=spec.retries)
 
 
-def _build(spec: StepSpec, location: Location, options: RunOptions) -> BuildOutcome:
+def _build(
+    spec: StepSpec,
+    location: Location,
+    options: RunOptions,
+    decision: Decision,
+    upstream: list[Upstream],
+) -> BuildOutcome:
+    """Build one planned step; with a concurrency limit, holding a slot only while it builds."""
     from marin.execution.build import build_step
 
-    if options.concurrency_limit is None or not _needs_slot(spec, location, options.on_drift):
-        return build_step(spec, location, on_drift=options.on_drift)
+    def build() -> BuildOutcome:
+        return build_step(
+            spec, location, policy=options.policy, decision=decision, upstream=upstream
+        )
+
+    if options.concurrency_limit is None:
+        return build()
     from prefect.concurrency.sync import concurrency
 
     logger = get_run_logger()
@@ -368,14 +437,4 @@ def _build(spec: StepSpec, location: Location, options: RunOptions) -> BuildOutc
             options.concurrency_limit,
             time.perf_counter() - asked,
         )
-        return build_step(spec, location, on_drift=options.on_drift)
-
-
-def _needs_slot(spec: StepSpec, location: Location, on_drift: str) -> bool:
-    """Whether building ``spec`` may run ``fn``: a built step is served without taking a slot."""
-    from marin.execution.inspect import BUILT, DRIFT, inspect_step
-
-    action = inspect_step(spec, location).action
-    if action == DRIFT:
-        return on_drift == "rebuild"  # warn serves the cache; error fails without building
-    return action != BUILT
+        return build()

@@ -25,11 +25,15 @@ def marin_pipeline(
     on_drift: str = "warn",
     concurrency_limit: str | None = None,
     keep_going: bool = False,
+    force: list[str] | None = None,
+    cascade: bool = True,
 ) -> dict[str, str]:
     """Run the Marin pipeline ``target`` ("path/to/file.py:attr" or "pkg.module:attr").
 
     Artifacts go under ``prefix``, else ``$MARIN_PREFIX`` on the worker, else the local default.
-    Returns ``{name@version: artifact path}`` for every step.
+    Returns ``{name@version: artifact path}`` for every step. ``on_drift``, ``force`` (step
+    names or ``name@version`` ids to rebuild) and ``cascade`` mean what they mean for
+    ``marin run``.
     """
     pipeline = to_prefect_flow(
         target,
@@ -38,5 +42,7 @@ def marin_pipeline(
         on_drift=on_drift,
         concurrency_limit=concurrency_limit,
         keep_going=keep_going,
+        force=force or (),
+        cascade=cascade,
     )
     return pipeline()

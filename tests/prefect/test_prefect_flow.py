@@ -35,7 +35,7 @@ EXAMPLE = ROOT / "examples" / "ngram.py"
 # The example pipeline once the core ships it; the toy pipeline (same shape) until then.
 EXAMPLE_TARGET = f"{EXAMPLE}:pipeline" if EXAMPLE.exists() else TOY_TARGET
 
-TIMING_KEYS = {"provenance", "started_at", "finished_at", "duration_s"}
+TIMING_KEYS = {"provenance", "started_at", "finished_at", "duration_s", "build_id"}
 
 
 def _records(prefix: Path) -> dict[str, dict[str, Any]]:
@@ -44,6 +44,7 @@ def _records(prefix: Path) -> dict[str, dict[str, Any]]:
     for record in sorted(prefix.rglob("record.json")):
         text = record.read_text().replace(str(prefix), "<PREFIX>")
         data = {k: v for k, v in json.loads(text).items() if k not in TIMING_KEYS}
+        data["inputs"] = sorted(data["inputs"])  # build ids differ per build; the keys must not
         out[str(record.relative_to(prefix))] = data
     return out
 

@@ -12,6 +12,12 @@ def format_error(what: str, fix: str, step: str | None = None) -> str:
     return f"error: {what}{where}: {fix}"
 
 
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` for a summary line, without nesting a second ``error: ...`` prefix."""
+    text = exc.what if isinstance(exc, MarinError) else str(exc)
+    return f"{type(exc).__name__}: {text}"
+
+
 class MarinError(Exception):
     """Base class for errors caused by the pipeline or its inputs rather than by a bug."""
 

@@ -23,7 +23,12 @@ from typing import Any, Protocol, TypeVar
 from marin.execution.artifact import Artifact
 from marin.execution.build import BuildOutcome, build_step, warn_if_served_stale
 from marin.execution.decide import BUILD, PRUNE, SKIP, Plan, Policy, Upstream
-from marin.execution.errors import InvalidStepError, PipelineFailedError, StepFailedError
+from marin.execution.errors import (
+    InvalidStepError,
+    PipelineFailedError,
+    StepFailedError,
+    describe_error,
+)
 from marin.execution.inspect import plan_run
 from marin.execution.lease import release_all_held
 from marin.execution.records import FAILED, log_path, write_status
@@ -432,7 +437,7 @@ def _raise_failures(report: RunReport, keep_going: bool) -> None:
     else:
         spec = decisions[first_path].spec
         error = StepFailedError(
-            f"{type(first).__name__}: {first}",
+            describe_error(first),
             "see the step's log at "
             + report.location.url_for(log_path(spec.output_path))
             + "; fix it and run again (built steps are kept)",
