@@ -7,6 +7,11 @@ pipeline, checks that its step's fingerprint still equals the one recorded here 
 fails the task: re-export), and builds the step with Marin's `build_step`. A step that is
 already built ends its task successfully, marked "cached" in the log and in XCom.
 
+The first task, `marin-plan`, decides every step exactly as `marin plan` does (its log shows
+the plan table) under the run's `on_drift`, `force` and `cascade` params; a drifted step under
+`on_drift=error`, or a bad param, fails it before any step runs. A step that is not built and
+that nothing being built needs ends "pruned".
+
 Artifacts go to the `prefix` param of the run if set, else $MARIN_PREFIX on the worker, else
 DEFAULT_PREFIX below, else Marin's local default.
 """
@@ -17,7 +22,7 @@ import datetime
 
 from airflow.sdk import DAG, Param, literal, task
 
-from marin_airflow.runtime import run_step
+from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step
 
 # The command that generated this file, and where to run it (relative to this
 # file's folder). Re-run it after changing the pipeline.
@@ -30,6 +35,8 @@ DESCRIPTION = "Marin pipeline ../examples/ngram.py:pipeline"
 SCHEDULE = None
 MAX_CONCURRENT = 8
 DEFAULT_PREFIX = None
+# The default drift policy of a run (its `on_drift` param overrides it).
+ON_DRIFT = "warn"
 # A hash of every step id and fingerprint below: tasks warn when the pipeline's
 # graph changed (steps added or removed) since the export.
 GRAPH_DIGEST = "997bd75273f112b0"
@@ -158,12 +165,40 @@ with DAG(
             description="Where artifacts live (path, s3://, gs://, ...). Empty: $MARIN_PREFIX "
             "on the worker, else the exported default.",
         ),
+        "on_drift": Param(
+            ON_DRIFT,
+            enum=["warn", "rebuild", "error"],
+            description="A built step whose config changed without a version bump: serve it "
+            "with a warning, rebuild it, or fail the run before anything runs.",
+        ),
+        "force": Param(
+            [],
+            type="array",
+            items={"type": "string"},
+            description="Steps to rebuild (name or name@version); what was made from them is "
+            "rebuilt too, unless cascade is off.",
+        ),
+        "cascade": Param(
+            True,
+            type="boolean",
+            description="Rebuild steps whose upstream is rebuilt (off: serve them, warning).",
+        ),
     },
     tags=["marin"],
 ) as dag:
+    # literal(): step data is never rendered as a Jinja template.
+    plan = task(task_id=PLAN_TASK_ID, task_display_name="marin plan", multiple_outputs=True)(
+        plan_steps
+    )(
+        target=literal(TARGET),
+        default_prefix=literal(DEFAULT_PREFIX),
+        default_on_drift=literal(ON_DRIFT),
+        graph_digest=literal(GRAPH_DIGEST),
+        export_command=literal(EXPORT_COMMAND),
+        export_root=literal(EXPORT_ROOT),
+    )
     tasks = {}
     for task_id, step in STEPS.items():
-        # literal(): step data is never rendered as a Jinja template.
         tasks[task_id] = task(
             task_id=task_id,
             task_display_name=step["step"],
@@ -175,10 +210,13 @@ with DAG(
             step=literal(step["step"]),
             fingerprint=literal(step["fingerprint"]),
             default_prefix=literal(DEFAULT_PREFIX),
+            default_on_drift=literal(ON_DRIFT),
             graph_digest=literal(GRAPH_DIGEST),
             export_command=literal(EXPORT_COMMAND),
             export_root=literal(EXPORT_ROOT),
         )
     for task_id, step in STEPS.items():
+        if not step["upstream"]:
+            plan >> tasks[task_id]
         for upstream in step["upstream"]:
             tasks[upstream] >> tasks[task_id]

@@ -15,8 +15,10 @@ from typing import Any
 _DESCRIPTION = """\
 Write one Airflow 3 DAG file for a Marin pipeline. The file embeds the step graph as data
 (task ids, edges, name@version, fingerprint, retries, pool) and never imports the pipeline at
-parse time; each task imports it when it runs, refuses to run if the DAG file is stale, and
-builds its step with Marin's build_step (already-built steps end successfully as "cached").
+parse time. Its first task, marin-plan, decides every step as `marin plan` does, under the run's
+params on_drift, force and cascade; each step's task imports the pipeline when it runs, refuses
+to run if the DAG file is stale, and builds its step with Marin's build_step (already-built
+steps end successfully as "cached", unneeded missing ones as "pruned").
 The output is byte-stable: commit it, and use --check in CI.
 """
 
@@ -81,6 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Airflow retries for steps that declare none themselves (default 0)",
     )
     parser.add_argument(
+        "--on-drift",
+        choices=("warn", "rebuild", "error"),
+        default="warn",
+        help="the DAG's default drift policy, its on_drift param (a run may override it): "
+        "serve a drifted step with a warning (default), rebuild it, or fail the run first",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="write nothing; exit 1 with a diff summary if the file on disk is not what "
@@ -119,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         schedule=args.schedule,
         retries=args.retries,
+        on_drift=args.on_drift,
     )
     if args.check:
         fresh, message = check_export(result)

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from marin.execution.decide import check_drift_policy
+
 # Airflow's task/DAG id rule is ``^[\w.-]+$`` (at most 250 characters). We keep to ASCII so ids
 # look the same in every UI, log line and URL.
 _ID_MAX = 250
@@ -75,6 +77,8 @@ class DagOptions:
     export_command: str = ""
     export_root: str = "."
     """Where to run ``export_command``: a path relative to the DAG file's folder."""
+    on_drift: str = "warn"
+    """The default of the DAG's ``on_drift`` param."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -250,6 +254,11 @@ pipeline, checks that its step's fingerprint still equals the one recorded here 
 fails the task: re-export), and builds the step with Marin's `build_step`. A step that is
 already built ends its task successfully, marked "cached" in the log and in XCom.
 
+The first task, `marin-plan`, decides every step exactly as `marin plan` does (its log shows
+the plan table) under the run's `on_drift`, `force` and `cascade` params; a drifted step under
+`on_drift=error`, or a bad param, fails it before any step runs. A step that is not built and
+that nothing being built needs ends "pruned".
+
 Artifacts go to the `prefix` param of the run if set, else $MARIN_PREFIX on the worker, else
 DEFAULT_PREFIX below, else Marin's local default.
 """
@@ -272,12 +281,40 @@ with DAG(
             description="Where artifacts live (path, s3://, gs://, ...). Empty: $MARIN_PREFIX "
             "on the worker, else the exported default.",
         ),
+        "on_drift": Param(
+            ON_DRIFT,
+            enum=["warn", "rebuild", "error"],
+            description="A built step whose config changed without a version bump: serve it "
+            "with a warning, rebuild it, or fail the run before anything runs.",
+        ),
+        "force": Param(
+            [],
+            type="array",
+            items={"type": "string"},
+            description="Steps to rebuild (name or name@version); what was made from them is "
+            "rebuilt too, unless cascade is off.",
+        ),
+        "cascade": Param(
+            True,
+            type="boolean",
+            description="Rebuild steps whose upstream is rebuilt (off: serve them, warning).",
+        ),
     },
     tags=["marin"],
 ) as dag:
+    # literal(): step data is never rendered as a Jinja template.
+    plan = task(task_id=PLAN_TASK_ID, task_display_name="marin plan", multiple_outputs=True)(
+        plan_steps
+    )(
+        target=literal(TARGET),
+        default_prefix=literal(DEFAULT_PREFIX),
+        default_on_drift=literal(ON_DRIFT),
+        graph_digest=literal(GRAPH_DIGEST),
+        export_command=literal(EXPORT_COMMAND),
+        export_root=literal(EXPORT_ROOT),
+    )
     tasks = {}
     for task_id, step in STEPS.items():
-        # literal(): step data is never rendered as a Jinja template.
         tasks[task_id] = task(
             task_id=task_id,
             task_display_name=step["step"],
@@ -289,11 +326,14 @@ with DAG(
             step=literal(step["step"]),
             fingerprint=literal(step["fingerprint"]),
             default_prefix=literal(DEFAULT_PREFIX),
+            default_on_drift=literal(ON_DRIFT),
             graph_digest=literal(GRAPH_DIGEST),
             export_command=literal(EXPORT_COMMAND),
             export_root=literal(EXPORT_ROOT),
         )
     for task_id, step in STEPS.items():
+        if not step["upstream"]:
+            plan >> tasks[task_id]
         for upstream in step["upstream"]:
             tasks[upstream] >> tasks[task_id]
 """
@@ -349,7 +389,7 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
     lines.append("from __future__ import annotations\n")
     lines.append("import datetime\n")
     lines.append("from airflow.sdk import DAG, Param, literal, task\n")
-    lines.append("from marin_airflow.runtime import run_step\n")
+    lines.append("from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step\n")
     lines.append("# The command that generated this file, and where to run it (relative to this")
     lines.append("# file's folder). Re-run it after changing the pipeline.")
     lines.append(f"EXPORT_COMMAND = {_r(options.export_command)}")
@@ -361,6 +401,8 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
     lines.append(f"SCHEDULE = {_r(options.schedule)}")
     lines.append(f"MAX_CONCURRENT = {_r(int(options.max_concurrent))}")
     lines.append(f"DEFAULT_PREFIX = {_r(options.prefix)}")
+    lines.append("# The default drift policy of a run (its `on_drift` param overrides it).")
+    lines.append(f"ON_DRIFT = {_r(check_drift_policy(options.on_drift))}")
     lines.append("# A hash of every step id and fingerprint below: tasks warn when the pipeline's")
     lines.append("# graph changed (steps added or removed) since the export.")
     lines.append(f"GRAPH_DIGEST = {_r(graph_digest((t.step_id, t.fingerprint) for t in tasks))}")
@@ -475,6 +517,7 @@ def export_command(
     prefix: str | None,
     schedule: str | None,
     retries: int,
+    on_drift: str = "warn",
 ) -> str:
     """The command that regenerates the file, run in ``root``, with paths relative to it."""
     location, attr = split_target(target)
@@ -490,6 +533,8 @@ def export_command(
         argv += ["--schedule", schedule]
     if retries:
         argv += ["--retries", str(retries)]
+    if on_drift != "warn":
+        argv += ["--on-drift", on_drift]
     return shlex.join(argv)
 
 
@@ -540,6 +585,7 @@ def build_export(
     prefix: str | None = None,
     schedule: str | None = None,
     retries: int = 0,
+    on_drift: str = "warn",
     specs: Sequence[Any] | None = None,
 ) -> ExportResult:
     """Generate (but do not write) the DAG file for ``target``.
@@ -561,6 +607,7 @@ def build_export(
         prefix=prefix,
         schedule=check_schedule(schedule),
         retries=retries,
+        on_drift=check_drift_policy(on_drift),
         export_root=_rel(root, dag_dir),
         export_command=export_command(
             target,
@@ -571,6 +618,7 @@ def build_export(
             prefix=prefix,
             schedule=schedule,
             retries=retries,
+            on_drift=on_drift,
         ),
     )
     reference = target_reference(target, dag_dir)

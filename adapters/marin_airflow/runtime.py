@@ -15,10 +15,14 @@ from typing import Any
 log = logging.getLogger("marin.airflow")
 
 PREFIX_ENV = "MARIN_PREFIX"
+PLAN_TASK_ID = "marin-plan"
+"""The first task of every exported DAG (a step's task id always holds ``__``, so never this)."""
 
 _lock = threading.Lock()
 _lowered: dict[str, dict[str, Any]] = {}
 """Per process: resolved target -> {step_id: StepSpec}. Airflow may run many tasks per process."""
+_targets: dict[str, list[Any]] = {}
+"""Per process: resolved target -> the lowered target specs (what ``needed`` starts from)."""
 
 
 class StaleDagError(RuntimeError):
@@ -37,16 +41,26 @@ def steps_for(target: str) -> dict[str, Any]:
         cached = _lowered.get(target)
         if cached is not None:
             return cached
-        from marin_airflow.export import lower_target
+        from marin.execution.graph import collect_steps
+        from marin.execution.lazy import lower
+        from marin.execution.targets import load_target
 
-        steps = {spec.step_id: spec for spec in lower_target(target)}
-        _lowered[target] = steps
+        targets = list(lower(load_target(target), memo={}))
+        steps = {spec.step_id: spec for spec in collect_steps(targets)}
+        _lowered[target], _targets[target] = steps, targets
         return steps
+
+
+def targets_for(target: str) -> list[Any]:
+    steps_for(target)
+    with _lock:
+        return _targets[target]
 
 
 def clear_cache() -> None:
     with _lock:
         _lowered.clear()
+        _targets.clear()
 
 
 def _airflow_context() -> Any | None:
@@ -75,12 +89,140 @@ def choose_prefix(param: str | None, default_prefix: str | None) -> str | None:
     return param or os.environ.get(PREFIX_ENV) or default_prefix or None
 
 
+def run_policy(context: Any | None, default_on_drift: str, steps: dict[str, Any]) -> Any:
+    """The run's ``on_drift``, ``force`` and ``cascade`` params -> a core ``Policy``.
+
+    Params are set by whoever triggers the run: untrusted data, validated here (Airflow's own
+    param schema checks them at trigger time too). A bad value fails the task with a clear error.
+    """
+    from marin.execution.decide import Policy, check_drift_policy, resolve_force
+    from marin.execution.errors import InvalidStepError
+
+    params = (context.get("params") if context is not None else None) or {}
+    on_drift = params.get("on_drift") or default_on_drift
+    if not isinstance(on_drift, str):
+        raise InvalidStepError(f"param on_drift={on_drift!r}", "use warn, rebuild or error")
+    check_drift_policy(on_drift)
+    force = params.get("force") or []
+    if isinstance(force, str):
+        force = force.split(",")
+    if not isinstance(force, list) or not all(isinstance(f, str) for f in force):
+        raise InvalidStepError(
+            f"param force={force!r}", "use a list of step names (name or name@version)"
+        )
+    cascade = params.get("cascade", True)
+    if not isinstance(cascade, bool):
+        raise InvalidStepError(f"param cascade={cascade!r}", "use true or false")
+    names = [f.strip() for f in force if f.strip()]
+    return Policy(on_drift, resolve_force(names, list(steps.values())), cascade)
+
+
+def _warn_newer(newer: dict[str, Any], context: Any | None) -> None:
+    """Fields a newer exporter wrote into the DAG file (Airflow's own context keys, which it
+    passes to a ``**kwargs`` callable, are not fields)."""
+    unknown = sorted(k for k in newer if context is None or k not in context)
+    if unknown:
+        log.warning(
+            "marin: ignoring unknown DAG file fields %s; upgrade marin-execution on the workers",
+            ", ".join(unknown),
+        )
+
+
+def _location(prefix: str | None, default_prefix: str | None) -> Any:
+    from marin.execution.storage import open_prefix
+
+    chosen = choose_prefix(prefix, default_prefix)
+    location = open_prefix(chosen)
+    if chosen is None:
+        log.warning(
+            "marin: no prefix param, $MARIN_PREFIX or exported default; using Marin's local "
+            "default %s on this worker",
+            location.url,
+        )
+    return location
+
+
+def plan_steps(
+    *,
+    target: str,
+    default_prefix: str | None = None,
+    default_on_drift: str = "warn",
+    graph_digest: str | None = None,
+    export_command: str = "",
+    export_root: str = ".",
+    prefix: str | None = None,
+    dag_dir: str | None = None,
+    **newer: Any,
+) -> dict[str, Any]:
+    """The DAG's first task: decide every step, as ``marin plan`` does, for the step tasks.
+
+    Returns (one XCom per key) the step ids to ``build`` and to ``prune``, and the policy used.
+    A drifted step under ``on_drift=error`` raises ``DriftError`` here, before any step runs.
+    """
+    from marin.execution.decide import BUILD, PRUNE, plan_graph
+    from marin.execution.inspect import read_stored
+    from marin.plan_view import plan_table
+    from marin_airflow.export import graph_digest as digest_of
+    from marin_airflow.export import resolve_target
+
+    context = _airflow_context()
+    _warn_newer(newer, context)
+    if prefix is None and context is not None:
+        prefix = (context.get("params") or {}).get("prefix") or None
+    dag_dir = dag_dir or _dag_dir(context)
+    resolved = resolve_target(target, dag_dir)
+    steps = steps_for(resolved)
+    if graph_digest is not None:
+        now = digest_of((s.step_id, s.fingerprint) for s in steps.values())
+        if now != graph_digest:
+            log.warning(
+                "marin: the DAG file is stale: the pipeline's steps changed since the export: %s",
+                _fix(export_command, export_root, dag_dir),
+            )
+    policy = run_policy(context, default_on_drift, steps)
+    location = _location(prefix, default_prefix)
+    specs = list(steps.values())
+    plan = plan_graph(specs, targets_for(resolved), read_stored(specs, location), policy)
+    log.info("marin: the plan under %s:\n%s", location.url, plan_table(plan, location))
+    return {
+        "build": [d.spec.step_id for d in plan.decisions.values() if d.action == BUILD],
+        "prune": [d.spec.step_id for d in plan.decisions.values() if d.action == PRUNE],
+        "on_drift": policy.on_drift,
+        "force": sorted(policy.force),
+        "cascade": policy.cascade,
+    }
+
+
+def _from_xcom(context: Any | None, task_id: str, key: str) -> Any:
+    ti = context.get("ti") if context is not None else None
+    if ti is None:
+        return None
+    return ti.xcom_pull(task_ids=task_id, key=key)
+
+
+def _upstream(context: Any | None, spec: Any, location: Any) -> list[Any]:
+    """Each dependency's current record, and whether its task built it in this run."""
+    from marin.execution.build import read_upstream
+    from marin.execution.decide import Upstream
+
+    built_here: set[str] = set()
+    task = context.get("task") if context is not None else None
+    for task_id in sorted(getattr(task, "upstream_task_ids", ()) or ()):
+        if task_id != PLAN_TASK_ID and _from_xcom(context, task_id, "action") == "built":
+            built_here.add(str(_from_xcom(context, task_id, "step")))
+    return [
+        Upstream(u.step_id, u.record, rebuilt=u.step_id in built_here)
+        for u in read_upstream(spec, location)
+    ]
+
+
 def run_step(
     *,
     target: str,
     step: str,
     fingerprint: str,
     default_prefix: str | None = None,
+    default_on_drift: str = "warn",
     export_command: str = "",
     export_root: str = ".",
     graph_digest: str | None = None,
@@ -95,15 +237,10 @@ def run_step(
     lowers to another fingerprint, the DAG file is stale and the task fails without building.
     """
     from marin.execution.build import build_step
-    from marin.execution.storage import open_prefix
     from marin_airflow.export import resolve_target
 
-    if newer:  # a DAG file from a newer exporter than the marin-execution on this worker
-        log.warning(
-            "marin: ignoring unknown DAG file fields %s; upgrade marin-execution on the workers",
-            ", ".join(sorted(newer)),
-        )
     context = _airflow_context()
+    _warn_newer(newer, context)
     if prefix is None and context is not None:
         params = context.get("params") or {}
         prefix = params.get("prefix") or None
@@ -133,17 +270,24 @@ def run_step(
                 "(this step is unchanged and runs; others may be missing or outdated): %s",
                 fix,
             )
-    chosen = choose_prefix(prefix, default_prefix)
-    location = open_prefix(chosen)
-    if chosen is None:
-        log.warning(
-            "marin: no prefix param, $MARIN_PREFIX or exported default; using Marin's local "
-            "default %s on this worker",
-            location.url,
-        )
+    location = _location(prefix, default_prefix)
+    policy = run_policy(context, default_on_drift, steps)
+    pruned = _from_xcom(context, PLAN_TASK_ID, "prune") or []
+    if step in pruned:
+        log.info("marin: step %s pruned: not built, and nothing being built needs it", step)
+        return {
+            "step": step,
+            "action": "pruned",
+            "cached": True,
+            "output_url": location.url_for(spec.output_path),
+            "fingerprint": spec.fingerprint,
+        }
     log.info("marin: step %s: checking %s", step, location.url_for(spec.output_path))
     try:
-        outcome = build_step(spec, location, on_drift="warn")
+        # The same decision as the plan's, from this step's record and its dependencies' records
+        # now (a dependency built earlier in this run is a new build: its dependents rebuild).
+        upstream = _upstream(context, spec, location)
+        outcome = build_step(spec, location, policy=policy, upstream=upstream)
     except BaseException as exc:
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)
         raise

@@ -87,16 +87,23 @@ def test_dagbag_parses_committed_and_exported_dags(tmp_path: Path, sandbox: Any)
     example = bag["dags"][EXAMPLE_DAG]
     assert example["max_active_tasks"] == 8 and example["max_active_runs"] == 1
     assert example["schedule"] is None
-    assert example["params"] == {"prefix": None}
+    assert example["params"] == {
+        "prefix": None,
+        "on_drift": "warn",
+        "force": [],
+        "cascade": True,
+    }
     tasks = example["tasks"]
     from marin_airflow.export import lower_target, step_infos
 
     specs = step_infos(lower_target(EXAMPLE))
-    assert len(tasks) == len(specs) == 11
-    by_step = {t["display"]: (tid, t) for tid, t in tasks.items()}
+    assert len(tasks) == len(specs) + 1 == 12  # the steps and marin-plan, which runs first
+    assert tasks["marin-plan"]["upstream"] == []
+    by_step = {t["display"]: (tid, t) for tid, t in tasks.items() if tid != "marin-plan"}
     ids = {s.step_id: by_step[s.step_id][0] for s in specs}
     for s in specs:  # edges exactly equal to the lowered StepSpec graph
-        assert by_step[s.step_id][1]["upstream"] == sorted(ids[d] for d in set(s.deps)), s.step_id
+        upstream = sorted(ids[d] for d in set(s.deps)) or ["marin-plan"]
+        assert by_step[s.step_id][1]["upstream"] == upstream, s.step_id
         assert by_step[s.step_id][1]["trigger_rule"] == "all_success"
     assert tasks["ngram.report__v1"]["upstream"] == [
         "ngram.eval.bigram-add-k__v1",
@@ -107,6 +114,7 @@ def test_dagbag_parses_committed_and_exported_dags(tmp_path: Path, sandbox: Any)
     assert toy_dag["max_active_tasks"] == 3
     weird = next(t for t in toy_dag["tasks"].values() if t["display"] == f"{WEIRD_NAME}@v1")
     assert weird["upstream"] == ["af.root__v1"]
+    assert toy_dag["tasks"]["af.root__v1"]["upstream"] == ["marin-plan"]
 
     sched_dag = bag["dags"][sched.dag_id]
     assert sched_dag["schedule"] is not None
@@ -137,7 +145,7 @@ def test_example_dag_matches_local_run_and_reruns_cached(tmp_path: Path, sandbox
     assert proc.returncode == 0, _fail_msg(proc)
     assert not (tmp_path / "wrong-prefix").exists()
     states = sandbox.task_states(EXAMPLE_DAG)
-    assert len(states) == 11 and set(states.values()) == {"success"}, states
+    assert len(states) == 12 and set(states.values()) == {"success"}, states
     assert set(sandbox.xcoms(EXAMPLE_DAG, "action").values()) == {"built"}
 
     run(load_target(EXAMPLE), prefix=str(local_prefix))
@@ -149,8 +157,9 @@ def test_example_dag_matches_local_run_and_reruns_cached(tmp_path: Path, sandbox
         a, b = _record(af_prefix, spec.output_path), _record(local_prefix, spec.output_path)
         assert a["fingerprint"] == b["fingerprint"] == spec.fingerprint
         assert _status(af_prefix, spec.output_path) == "SUCCESS"
-        for key in ("provenance", "started_at", "finished_at", "duration_s"):
+        for key in ("provenance", "started_at", "finished_at", "duration_s", "build_id"):
             a.pop(key), b.pop(key)
+        assert sorted(a.pop("inputs")) == sorted(b.pop("inputs")) == sorted(d.step_id for d in spec.deps)
         normalised = json.loads(json.dumps(a).replace(str(af_prefix), str(local_prefix)))
         assert normalised == b, spec.step_id
         assert a["output_path"] == str(af_prefix / spec.output_path)

@@ -105,6 +105,7 @@ _DATA_NAMES = [
     "SCHEDULE",
     "MAX_CONCURRENT",
     "DEFAULT_PREFIX",
+    "ON_DRIFT",
     "GRAPH_DIGEST",
     "STEPS",
 ]
@@ -121,7 +122,7 @@ def _structure(text: str) -> tuple[ast.Module, dict[str, object]]:
         "from __future__ import annotations",
         "import datetime",
         "from airflow.sdk import DAG, Param, literal, task",
-        "from marin_airflow.runtime import run_step",
+        "from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step",
     ]
     data: dict[str, object] = {}
     for node in body[5:-1]:
