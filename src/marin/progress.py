@@ -20,6 +20,7 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from marin.execution.decide import BUILT_REASON
 from marin.execution.records import log_path
 from marin.execution.step_logs import real_stream, set_echo
 
@@ -276,9 +277,8 @@ def summary_rows(
         for result in report.results():
             path = result.spec.output_path
             if result.action == "skipped":
-                skipped_reason[path] = (
-                    "built earlier" if result.reason.startswith("built") else (result.reason)
-                )
+                built = result.reason == BUILT_REASON
+                skipped_reason[path] = "built earlier" if built else result.reason
             elif result.action == "pruned":
                 skipped_reason[path] = "pruned: not built, and only built steps read it"
             elif result.action == "blocked":

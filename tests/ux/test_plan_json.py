@@ -8,8 +8,10 @@ from typing import Any
 
 from tests.ux.helpers import EXAMPLE, ROOT, marin
 
-TOP = {"schema": int, "prefix": str, "summary": dict, "steps": list}
+TOP = {"schema": int, "prefix": str, "options": dict, "summary": dict, "steps": list}
 SUMMARY = ("total", "built", "run", "drift", "dev", "failed-before")
+ACTIONS = ("build", "skip", "prune")
+OPTIONS = {"on_drift": str, "force": list, "cascade": bool}
 STEP = {
     "step": str,
     "name": str,
@@ -21,6 +23,10 @@ STEP = {
     "reason": str,
     "drift": list,
     "deps": list,
+    "action": str,
+    "stale": list,
+    "lineage": str,
+    "build_id": (str, type(None)),
 }
 STATUSES = {"built", "run", "drift", "dev", "failed-before"}
 
@@ -33,12 +39,19 @@ def check_schema(data: dict[str, Any]) -> None:
     assert all(isinstance(data["summary"][k], int) for k in SUMMARY)
     assert sum(data["summary"][k] for k in SUMMARY[1:]) == data["summary"]["total"]
     assert len(data["steps"]) == data["summary"]["total"]
+    actions = data["summary"]["actions"]
+    assert set(actions) == set(ACTIONS) and sum(actions.values()) == data["summary"]["total"]
+    for key, kind in OPTIONS.items():
+        assert isinstance(data["options"][key], kind), key
     seen: set[str] = set()
     for step in data["steps"]:
         assert set(STEP) <= set(step), set(STEP) - set(step)
         for key, kind in STEP.items():
             assert isinstance(step[key], kind), (step["step"], key)
         assert step["status"] in STATUSES
+        assert step["action"] in ACTIONS
+        assert step["lineage"] in ("ok", "stale", "unknown", "none")
+        assert (step["lineage"] == "none") == (step["stored_fingerprint"] is None)
         assert step["step"] == f"{step['name']}@{step['version']}"
         assert len(step["fingerprint"]) == 64
         assert step["output_path"].startswith(data["prefix"])
@@ -79,5 +92,34 @@ def test_exit_code_gates_only_with_the_flag(tmp_path: Path, built_example: str) 
 
 def test_documented_fields_match_the_schema() -> None:
     doc = (ROOT / "docs" / "plan-json.md").read_text()
-    for key in [*TOP, *SUMMARY, *STEP]:
+    for key in [*TOP, *SUMMARY, *STEP, *ACTIONS, *OPTIONS]:
         assert f"`{key}`" in doc, f"docs/plan-json.md does not document {key}"
+
+
+def test_plan_takes_run_options_and_previews_a_forced_cascade(built_example: str) -> None:
+    forced = marin(
+        "plan", EXAMPLE, "--prefix", built_example, "--json", "--force", "ngram/models/bigram-add-k"
+    )
+    assert forced.returncode == 0, forced.stderr
+    data = json.loads(forced.stdout)
+    check_schema(data)
+    assert data["options"]["force"] == ["ngram/models/bigram-add-k@v1"]
+    builds = {s["step"]: s["reason"] for s in data["steps"] if s["action"] == "build"}
+    assert builds == {
+        "ngram/models/bigram-add-k@v1": "forced (--force)",
+        "ngram/eval/bigram-add-k@v1": "stale: upstream ngram/models/bigram-add-k@v1 is rebuilt "
+        "in this run",
+        "ngram/report@v1": "stale: upstream ngram/eval/bigram-add-k@v1 is rebuilt in this run",
+    }
+    no_cascade = marin(
+        "plan", EXAMPLE, "--prefix", built_example, "--json",
+        "--force", "ngram/models/bigram-add-k", "--no-cascade",
+    )  # fmt: skip
+    data = json.loads(no_cascade.stdout)
+    assert [s["step"] for s in data["steps"] if s["action"] == "build"] == [
+        "ngram/models/bigram-add-k@v1"
+    ]
+    report = next(s for s in data["steps"] if s["step"] == "ngram/eval/bigram-add-k@v1")
+    assert report["action"] == "skip" and report["stale"]
+    unknown = marin("plan", EXAMPLE, "--prefix", built_example, "--force", "ngram/nope")
+    assert unknown.returncode == 2 and "--force names no step" in unknown.stderr

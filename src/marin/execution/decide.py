@@ -44,6 +44,7 @@ BUILT, RUN, DRIFT, DEV, FAILED_BEFORE = "built", "run", "drift", "dev", "failed-
 STATUSES = (BUILT, RUN, DRIFT, DEV, FAILED_BEFORE)
 
 DRIFT_POLICIES = ("warn", "rebuild", "error")
+BUILT_REASON = "built: record matches fingerprint"
 
 # Lineage of a usable record against its dependencies' current builds.
 LINEAGE_OK, LINEAGE_STALE, LINEAGE_UNKNOWN, LINEAGE_NONE = "ok", "stale", "unknown", "none"
@@ -135,7 +136,7 @@ def _own_status(spec: StepSpec, stored: Stored) -> tuple[str, str, tuple[str, ..
             return RUN, "unfinished earlier attempt (or running elsewhere now)", ()
         return RUN, "new: no record yet", ()
     if record.fingerprint == spec.fingerprint:
-        return BUILT, "built: record matches fingerprint", ()
+        return BUILT, BUILT_REASON, ()
     drift = tuple(explain_drift(record.fingerprint_payload, spec.fingerprint_payload))
     return DRIFT, "config changed without a version bump", drift
 
@@ -176,10 +177,20 @@ def decide(
     status, why, drift = _own_status(spec, stored)
     record = stored.record
     forced = spec.step_id in policy.force
+    lineage, stale = _lineage(record, upstream) if record is not None else (LINEAGE_NONE, ())
 
     def decision(action: str, reason: str, **extra: Any) -> Decision:
         return Decision(
-            spec, action, status, reason, record, stored.status, drift, forced=forced, **extra
+            spec,
+            action,
+            status,
+            reason,
+            record,
+            stored.status,
+            drift,
+            forced=forced,
+            lineage=lineage,
+            **extra,
         )
 
     if forced:
@@ -200,16 +211,15 @@ def decide(
         if needed:
             return decision(BUILD, why)
         return decision(PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
-    lineage, stale = _lineage(record, upstream)
     if status == DRIFT:
         why = f"{why}: served from cache (on_drift=warn)"
     if lineage == LINEAGE_UNKNOWN:
         why += "; lineage unknown (record written before build ids)"
     if stale and policy.cascade:
-        return decision(BUILD, "stale: " + "; ".join(stale), stale=stale, lineage=lineage)
+        return decision(BUILD, "stale: " + "; ".join(stale), stale=stale)
     if stale:
         why = f"{why}; stale but served (no cascade): " + "; ".join(stale)
-    return decision(SKIP, why, stale=stale, lineage=lineage)
+    return decision(SKIP, why, stale=stale)
 
 
 # --- the graph ---------------------------------------------------------------------------------

@@ -328,15 +328,7 @@ class StepRunner:
                     collect(*done.get())
                     dispatch()
                 except KeyboardInterrupt:
-                    if self.exit_on_interrupt:
-                        raise
-                    if interrupted:
-                        abandon.set()
-                        log.warning(
-                            "interrupted again: abandoning %d running step(s); they keep their "
-                            "leases until their threads end, and never commit",
-                            len(scheduler.running),
-                        )
+                    if self.exit_on_interrupt or interrupted:
                         raise
                     interrupted = True
                     scheduler.stop()
@@ -347,7 +339,16 @@ class StepRunner:
                             len(scheduler.running),
                         )
         except BaseException:
-            if self.exit_on_interrupt or not scheduler.running:
+            if scheduler.running and not self.exit_on_interrupt:
+                # Leaving while fn still runs in this process (a second Ctrl-C, or any error
+                # here): those builds keep their leases until fn returns, and never commit.
+                abandon.set()
+                log.warning(
+                    "interrupted again: abandoning %d running step(s); they keep their leases "
+                    "until their threads end, and never commit",
+                    len(scheduler.running),
+                )
+            else:
                 # The process exits now, ending every fn: leave nothing RUNNING, no lease held.
                 for path in scheduler.running:
                     write_status(report.location, path, FAILED, error="interrupted")

@@ -1,0 +1,141 @@
+"""Ctrl-C during ``run()`` in library mode (a notebook): the process lives on, and so does fn.
+
+The first interrupt starts nothing new and waits for the running steps; a second abandons them:
+their leases stay held until their threads end, and they never commit. A lease is never
+released while this process's ``fn`` still runs (issue: an abandoned thread overwrote an output
+after a re-run had committed a new build).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from marin.execution.lazy import OUT, apply, lower
+from marin.execution.records import lease_path, read_record, read_status
+from marin.execution.step_runner import StepRunner
+from marin.execution.storage import open_prefix
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+
+STARTED = threading.Event()
+RELEASE = threading.Event()
+FINISHED = threading.Event()
+CALLS: list[str] = []
+
+
+def slow(tag: str, out_path: str) -> str:
+    CALLS.append(tag)
+    STARTED.set()
+    assert RELEASE.wait(60), "the test never released the step"
+    Path(out_path).write_text(tag)
+    FINISHED.set()
+    return tag
+
+
+def quick(tag: str, out_path: str) -> str:
+    CALLS.append(tag)
+    Path(out_path).write_text(tag)
+    return tag
+
+
+class Waiter(logging.Handler):
+    """Sets an event when the runner logs a line containing ``text``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> Any:
+    for event in (STARTED, RELEASE, FINISHED):
+        event.clear()
+    CALLS.clear()
+    yield
+    RELEASE.set()  # never leave a step thread blocked
+
+
+def _pipeline() -> list[Any]:
+    a = apply("intr/a", slow, version="v1", tag="a", out_path=OUT)
+    b = apply("intr/b", quick, version="v1", tag="b", out_path=OUT)
+    return list(lower([a, b]))
+
+
+def _interrupt_when(*events: threading.Event, then: Any = None) -> threading.Thread:
+    def go() -> None:
+        for event in events:
+            assert event.wait(30)
+            os.kill(os.getpid(), signal.SIGINT)
+        if then is not None:
+            then()
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_first_interrupt_waits_for_running_steps_and_starts_nothing_new(tmp_path: Path) -> None:
+    prefix = str(tmp_path / "p")
+    waiting = Waiter("waiting for 1 running step(s) to finish")
+    logging.getLogger("marin").addHandler(waiting)
+    try:
+        # One slot: b can only start after a, so the interrupt must stop it from starting.
+        runner = StepRunner(max_concurrent=1, prefix=prefix)
+        runner.ready_order = "fifo"
+
+        def release_once_waiting() -> None:
+            assert waiting.seen.wait(30)
+            RELEASE.set()
+
+        _interrupt_when(STARTED, then=release_once_waiting)
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(_pipeline())
+    finally:
+        logging.getLogger("marin").removeHandler(waiting)
+    assert CALLS == ["a"], "a step started after the interrupt"
+    location = open_prefix(prefix)
+    record = read_record(location, "intr/a/v1")
+    assert record is not None and record.result == "a", "the running step was not let finish"
+    assert not location.fs.exists(location.path(lease_path("intr/a/v1")))
+
+
+def test_second_interrupt_abandons_but_keeps_the_lease_until_fn_ends(tmp_path: Path) -> None:
+    prefix = str(tmp_path / "p")
+    waiting = Waiter("waiting for 1 running step(s) to finish")
+    logging.getLogger("marin").addHandler(waiting)
+    try:
+        runner = StepRunner(max_concurrent=1, prefix=prefix)
+        runner.ready_order = "fifo"
+        _interrupt_when(STARTED, waiting.seen)
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(_pipeline())
+    finally:
+        logging.getLogger("marin").removeHandler(waiting)
+    location = open_prefix(prefix)
+    # fn is still running in this process: its lease must still be held, the step RUNNING.
+    assert not FINISHED.is_set()
+    assert location.fs.exists(location.path(lease_path("intr/a/v1")))
+    assert (read_status(location, "intr/a/v1") or {}).get("state") == "RUNNING"
+    steps = [t for t in threading.enumerate() if t.name.startswith("marin-step")]
+    RELEASE.set()
+    assert FINISHED.wait(30)
+    for thread in steps:
+        thread.join(30)
+    # It finished, but was abandoned: nothing committed, the lease released, the status says so.
+    assert read_record(location, "intr/a/v1") is None
+    assert not location.fs.exists(location.path(lease_path("intr/a/v1")))
+    status = read_status(location, "intr/a/v1") or {}
+    assert status.get("state") == "FAILED" and "AbandonedError" in status.get("error", "")
+    assert CALLS == ["a"]
