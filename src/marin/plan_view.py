@@ -12,6 +12,7 @@ from typing import Any
 
 from marin.execution.inspect import StepState
 from marin.execution.storage import Location
+from marin.terminal_text import safe_rich, safe_text
 
 PLAN_SCHEMA = 1
 SYMBOLS = {"built": "✓", "run": "▶", "drift": "≠", "dev": "↻", "failed-before": "✗"}
@@ -63,16 +64,16 @@ def plan_table(states: list[StepState], location: Location, color: bool = False)
         "failed-before": "red",
     }
     for state in states:
-        reason = state.reason
+        reason = safe_text(state.reason)
         if state.drift:
-            reason += "".join(f"\n  {line}" for line in state.drift)
+            reason += "".join(f"\n  {safe_text(line)}" for line in state.drift)
         table.add_row(
             SYMBOLS[state.action],
             state.action,
-            state.spec.step_id,
+            safe_rich(state.spec.step_id),
             state.spec.fingerprint[:12],
-            location.url_for(state.spec.output_path),
-            reason,
+            safe_rich(location.url_for(state.spec.output_path)),
+            safe_rich(reason, keep_newlines=True),
             style=styles[state.action] if color else None,
         )
     console = Console(
