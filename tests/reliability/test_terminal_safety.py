@@ -21,6 +21,7 @@ import pytest
 
 from marin.cli import main
 from marin.execution.context import StepContext
+from marin.execution.errors import StepFailedError
 from marin.execution.inspect import inspect_steps
 from marin.execution.lazy import apply
 from marin.execution.records import record_path, status_path
@@ -102,7 +103,7 @@ def _built(prefix: str) -> tuple[Path, Path]:
     from marin.execution.lazy import run
 
     run(apply("ok", ok, version="v0"), prefix=prefix)
-    with pytest.raises(Exception):
+    with pytest.raises(StepFailedError):
         run(apply("bad", bad, version="v0"), prefix=prefix)
     return Path(prefix, record_path("ok/v0")), Path(prefix, status_path("bad/v0"))
 
@@ -167,7 +168,9 @@ def test_live_display_and_log_lines_escape(tmp_path: Path) -> None:
     result: dict[str, Any] = {}
     with observer:
         thread = threading.Thread(
-            target=lambda: result.update(r=StepRunner(prefix=location.url, listener=observer).run([spec]))
+            target=lambda: result.update(
+                r=StepRunner(prefix=location.url, listener=observer).run([spec])
+            )
         )
         thread.start()
         assert started.wait(30)
