@@ -53,12 +53,13 @@ def _run_from_deployment() -> tuple[Any, Any] | None:
 
     context = FlowRunContext.get()
     flow_run = context.flow_run if context is not None else None
-    if flow_run is None or flow_run.deployment_id is None:
+    deployment_id = flow_run.deployment_id if flow_run is not None else None
+    if flow_run is None or deployment_id is None:
         return None
     with get_client(sync_client=True) as client:
         # Read back from the server, not from the run's own context, what the run may choose.
         flow_run = client.read_flow_run(flow_run.id)
-        deployment = client.read_deployment(flow_run.deployment_id)
+        deployment = client.read_deployment(deployment_id)
     return flow_run, deployment
 
 
