@@ -59,13 +59,6 @@ def safe_text(value: Any, *, keep_newlines: bool = False) -> str:
     return "".join(out)
 
 
-def safe_markup(value: Any) -> str:
-    """``safe_text`` and then escaped for rich markup, for a string embedded in markup."""
-    from rich.markup import escape
-
-    return escape(safe_text(value))
-
-
 def safe_rich(value: Any, style: str = "", *, keep_newlines: bool = False) -> Any:
     """A rich ``Text`` of ``safe_text(value)``: shown literally, never parsed as markup."""
     from rich.text import Text
