@@ -21,6 +21,7 @@ caller running its own code and is not restricted.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -72,8 +73,10 @@ def check_run_choices(target: str) -> None:
     if found is None:
         return  # called directly: the caller already runs its own code
     flow_run, deployment = found
-    env = (flow_run.job_variables or {}).get("env") or {}
-    overridden = sorted(name for name in WORKER_ONLY_ENV if isinstance(env, dict) and name in env)
+    # Anywhere in the run's job variables (``env``, a dotted ``env.NAME`` key, a nested value):
+    # a false alarm costs a re-trigger, a miss would let the run widen the worker's settings.
+    overrides = json.dumps(flow_run.job_variables or {}, default=str)
+    overridden = [name for name in WORKER_ONLY_ENV if name in overrides]
     if overridden:
         raise _refused(
             f"this run sets {', '.join(overridden)} in its job variables (deployment "

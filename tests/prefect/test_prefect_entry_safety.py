@@ -100,12 +100,9 @@ def test_an_unpinned_deployment_runs_only_allowed_targets(
 def test_a_run_cannot_widen_the_worker_settings(tmp_path: Path, marker: Path) -> None:
     deployment = _deployment({"target": TOY_TARGET, "prefix": str(tmp_path / "p")})
     for name in (ALLOWED_TARGETS_ENV, "MARIN_ALLOWED_PREFIXES"):
-        state = _trigger(
-            deployment,
-            parameters={"target": EVIL},
-            job_variables={"env": {name: f"{EVIL},/"}},
-        )
-        assert state.is_failed() and name in str(state.message), state.message
+        for job_variables in ({"env": {name: f"{EVIL},/"}}, {f"env.{name}": f"{EVIL},/"}):
+            state = _trigger(deployment, parameters={"target": EVIL}, job_variables=job_variables)
+            assert state.is_failed() and name in str(state.message), state.message
     assert not marker.exists()
 
 

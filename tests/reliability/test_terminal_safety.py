@@ -145,6 +145,17 @@ def test_crafted_record_and_status_print_no_escapes(
     assert "[/red][bold]" in shown  # markup printed as text, not interpreted
 
 
+def test_graph_output_escapes_names() -> None:
+    from marin.graph_view import FORMATS, render_graph
+
+    up = _spec("up\x9b31m\u202e[/red]")
+    down = StepSpec(**{**{f: getattr(_spec("down"), f) for f in StepSpec.__slots__}, "deps": (up,)})
+    for fmt in FORMATS:
+        text = render_graph([up, down], fmt)
+        _assert_safe(text)
+        assert "[/red]" in text
+
+
 def test_live_display_and_log_lines_escape(tmp_path: Path) -> None:
     import io
     import logging
