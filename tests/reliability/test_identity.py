@@ -136,3 +136,37 @@ def test_handles_inside_snapshotted_literals_stay_the_same_objects() -> None:
 
     handle = apply("down", down, version="v0", inputs=[up, {"dep": up}])
     assert handle.deps == (up,)
+
+
+def test_hand_made_step_whose_config_changes_after_lower_refuses_to_build(prefix: str) -> None:
+    from marin.execution.errors import StepFailedError
+    from marin.execution.lazy import ArtifactStep
+    from marin.execution.records import record_path
+
+    settings = {"lr": 0.1}
+    ran: list[float] = []
+    handle = ArtifactStep(
+        name="hand-made",
+        version="v0",
+        run=lambda ctx: ran.append(settings["lr"]),
+        build_config=lambda ctx: dict(settings),  # reads live state: not snapshotted
+    )
+    spec = lower(handle)
+    settings["lr"] = 0.9
+    with pytest.raises(StepFailedError) as info:
+        run(spec, prefix=prefix)
+    assert isinstance(info.value.__cause__, ConfigError)
+    assert "changed after the step was lowered" in str(info.value.__cause__)
+    assert ran == []
+    fs, root = fsspec_for(prefix)
+    assert not fs.exists(f"{root}/{record_path('hand-made/v0')}")
+
+    settings["lr"] = 0.1  # back to what was fingerprinted: builds
+    run(spec, prefix=prefix)
+    assert ran == [0.1]
+
+
+def fsspec_for(prefix: str) -> tuple[Any, str]:
+    import fsspec
+
+    return fsspec.core.url_to_fs(prefix)

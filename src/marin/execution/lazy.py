@@ -238,6 +238,41 @@ def apply(name: str, fn: Callable[..., Any], *, version: str, **inputs: Any) -> 
 # --- lowering --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _FingerprintGuard:
+    """``run`` that first checks the config still is the one that was fingerprinted.
+
+    ``apply()`` snapshots its literals, but a hand-made ``ArtifactStep`` may compute its config
+    from state that changes between ``lower()`` and the build; building then would store
+    another config's output under this fingerprint. One extra config evaluation per build.
+    """
+
+    run: Callable[[StepContext], Any]
+    build_config: Callable[[StepContext], Any]
+    deps: tuple[StepSpec, ...]
+    config: Any
+    step_id: str
+
+    @property
+    def wrapped_fn(self) -> Any:
+        return getattr(self.run, "wrapped_fn", self.run)
+
+    def __call__(self, ctx: StepContext) -> Any:
+        now = to_canonical(
+            self.build_config(fingerprint_context(self.deps)), "config", self.step_id
+        )
+        if now != self.config:
+            from marin.execution.errors import ConfigError
+
+            raise ConfigError(
+                "the config changed after the step was lowered; building it would store "
+                "another config's output under the old fingerprint",
+                "do not mutate a config after apply()/lower(); lower the pipeline again",
+                self.step_id,
+            )
+        return self.run(ctx)
+
+
 def _spec_for(
     handle: ArtifactStep,
     deps: tuple[StepSpec, ...],
@@ -287,7 +322,7 @@ def _spec_for(
         fingerprint=fingerprint,
         fingerprint_payload=payload_json,
         provenance=provenance,
-        run=handle.run,
+        run=_FingerprintGuard(handle.run, handle.build_config, deps, config, step_id),
         build_config=handle.build_config,
         artifact_type=handle.artifact_type,
         retries=handle.retries,
