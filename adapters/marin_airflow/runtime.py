@@ -85,8 +85,17 @@ def _dag_dir(context: Any | None) -> str:
 
 
 def choose_prefix(param: str | None, default_prefix: str | None) -> str | None:
-    """The run's ``prefix`` param, else ``$MARIN_PREFIX``, else the exported default."""
-    return param or os.environ.get(PREFIX_ENV) or default_prefix or None
+    """The run's ``prefix`` param, else ``$MARIN_PREFIX``, else the exported default.
+
+    A trigger chooses the param, so on a worker with ``MARIN_ALLOWED_PREFIXES`` a prefix outside
+    the allowed roots fails here, before the pipeline is imported or storage is touched.
+    """
+    chosen = param or os.environ.get(PREFIX_ENV) or default_prefix or None
+    from marin.execution.prefix_policy import check_prefix
+    from marin.execution.storage import resolve_prefix
+
+    check_prefix(resolve_prefix(chosen), chosen)
+    return chosen
 
 
 def run_policy(context: Any | None, default_on_drift: str, steps: dict[str, Any]) -> Any:

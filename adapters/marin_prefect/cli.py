@@ -11,6 +11,9 @@ The entry it writes is an ordinary Prefect deployment, deployed with ``prefect d
       parameters: {target: examples/ngram.py:pipeline, max_concurrent: 8, on_drift: warn}
       work_pool: {name: my-pool}
 
+The ``target`` parameter it stores pins the deployment's target: a run that asks for another one
+fails before importing anything, unless the worker allows it (see ``marin_prefect.flows``).
+
 Re-running the command with the same arguments leaves the file byte-identical; other
 deployments, and keys of this one that Marin does not manage (schedules, tags, job variables),
 are kept. PyYAML does not keep comments, so comments in an existing file are dropped.

@@ -8,13 +8,99 @@ flow object lives at module level under its function's name, so Prefect's module
 
 Each run loads the target, compiles it with ``to_prefect_flow`` and runs it as a child flow run,
 so the parameters (including ``max_concurrent``) apply per run.
+
+Who chooses the target: loading a target imports and runs code, so a run started from a deployment
+may only use the ``target`` stored on the deployment (``marin export prefect`` stores it), which is
+set by whoever may edit deployments. A trigger that passes another ``target`` is refused before
+anything is imported, unless the worker lists that exact target in
+``MARIN_PREFECT_ALLOWED_TARGETS`` (comma separated). The worker's own environment decides this;
+a run that tries to set that variable (or ``MARIN_ALLOWED_PREFIXES``) through its job variables is
+refused too. Calling ``marin_pipeline(...)`` directly from Python, outside any deployment, is the
+caller running its own code and is not restricted.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from typing import Any
+
 from prefect import flow
 
 from marin_prefect.compile import to_prefect_flow
+
+ALLOWED_TARGETS_ENV = "MARIN_PREFECT_ALLOWED_TARGETS"
+ALLOWED_PREFIXES_ENV = "MARIN_ALLOWED_PREFIXES"
+WORKER_ONLY_ENV = (ALLOWED_TARGETS_ENV, ALLOWED_PREFIXES_ENV)
+"""Variables only the worker's owner may set: a run's job variables must not override them."""
+
+
+def allowed_targets() -> frozenset[str]:
+    """The targets this worker lets a run choose, from ``$MARIN_PREFECT_ALLOWED_TARGETS``."""
+    value = os.environ.get(ALLOWED_TARGETS_ENV, "")
+    return frozenset(part.strip() for part in value.split(",") if part.strip())
+
+
+def _refused(what: str, fix: str) -> Exception:
+    from marin.execution.errors import TargetError
+
+    return TargetError(what, fix)
+
+
+def _run_from_deployment() -> tuple[Any, Any] | None:
+    """``(flow run, deployment)`` as the Prefect server stores them, or None outside one."""
+    from prefect.client.orchestration import get_client
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    flow_run = context.flow_run if context is not None else None
+    deployment_id = flow_run.deployment_id if flow_run is not None else None
+    if flow_run is None or deployment_id is None:
+        return None
+    with get_client(sync_client=True) as client:
+        # Read back from the server, not from the run's own context, what the run may choose.
+        flow_run = client.read_flow_run(flow_run.id)
+        deployment = client.read_deployment(deployment_id)
+    return flow_run, deployment
+
+
+def check_run_choices(target: str) -> None:
+    """Refuse a deployment run whose trigger chose the target or worker-only settings.
+
+    Runs before the target is imported and before storage is touched.
+    """
+    found = _run_from_deployment()
+    if found is None:
+        return  # called directly: the caller already runs its own code
+    flow_run, deployment = found
+    # Anywhere in the run's job variables (``env``, a dotted ``env.NAME`` key, a nested value):
+    # a false alarm costs a re-trigger, a miss would let the run widen the worker's settings.
+    overrides = json.dumps(flow_run.job_variables or {}, default=str)
+    overridden = [name for name in WORKER_ONLY_ENV if name in overrides]
+    if overridden:
+        raise _refused(
+            f"this run sets {', '.join(overridden)} in its job variables (deployment "
+            f"{deployment.name})",
+            "those are set on the worker, not by a run; trigger the run without them",
+        )
+    pinned = (deployment.parameters or {}).get("target")
+    if target == pinned:
+        return
+    if target in allowed_targets():
+        return
+    if pinned is None:
+        raise _refused(
+            f"deployment {deployment.name} has no target of its own and {target!r} is not in "
+            f"{ALLOWED_TARGETS_ENV} on this worker",
+            "deploy with a target parameter (marin export prefect TARGET does), or list the "
+            f"target in {ALLOWED_TARGETS_ENV} in the worker's environment",
+        )
+    raise _refused(
+        f"this run asks for target {target!r} but deployment {deployment.name} is pinned to "
+        f"{pinned!r}",
+        "run the deployment without a target parameter; to let runs choose, list the target in "
+        f"{ALLOWED_TARGETS_ENV} in the worker's environment",
+    )
 
 
 @flow(name="marin-pipeline", validate_parameters=True)
@@ -35,6 +121,11 @@ def marin_pipeline(
     names or ``name@version`` ids to rebuild) and ``cascade`` mean what they mean for
     ``marin run``.
     """
+    from marin.execution.prefix_policy import check_prefix
+    from marin.execution.storage import resolve_prefix
+
+    check_run_choices(target)
+    check_prefix(resolve_prefix(prefix), prefix)  # before the pipeline is even imported
     pipeline = to_prefect_flow(
         target,
         max_concurrent=max_concurrent,

@@ -25,6 +25,7 @@ from marin.execution.records import (
     record_path,
 )
 from marin.execution.storage import Location, open_prefix
+from marin.terminal_text import safe_rich, safe_text
 
 IO_PARALLELISM = 32
 
@@ -186,10 +187,11 @@ def ls_table(location: Location, entries: list[Entry], *, color: bool = False) -
             table.add_column(column, justify="right" if column in ("size", "took") else "left")
         for e in built:
             assert e.record is not None
+            # Text objects, never markup: names like ``sweep[lr=0.1]`` are shown as they are.
             table.add_row(
-                e.step_id,
-                human_time(e.record.finished_at),
-                who(e.record),
+                safe_rich(e.step_id),
+                safe_rich(human_time(e.record.finished_at)),
+                safe_rich(who(e.record)),
                 human_size(e.size),
                 f"{e.record.duration_s:.2f}s",
             )
@@ -200,12 +202,13 @@ def ls_table(location: Location, entries: list[Entry], *, color: bool = False) -
             console.print(table)
         lines += [line.rstrip() for line in capture.get().splitlines()]
     total = sum(e.size or 0 for e in built)
-    lines.append(f"{len(built)} artifact(s), {human_size(total)} under {location.url}")
+    lines.append(f"{len(built)} artifact(s), {human_size(total)} under {safe_text(location.url)}")
     for e in unfinished:
         state = (e.status or {}).get("state", "no record")
         error = (e.status or {}).get("error")
-        detail = f"{state}: {error}" if error else state
-        lines.append(f"not built: {e.step_id} ({detail}) — marin show {e.step_id}")
+        detail = safe_text(f"{state}: {error}" if error else state)
+        step = safe_text(e.step_id)
+        lines.append(f"not built: {step} ({detail}) — marin show {step}")
     return "\n".join(lines) + "\n"
 
 
@@ -300,7 +303,7 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
             lines.append("  traceback")
             lines += ["    " + line for line in str(trace).rstrip().splitlines()[-12:]]
         lines.append(f"  log          {log_url}")
-        return "\n".join(lines) + "\n", 1
+        return _terminal_lines(lines), 1
 
     prov = record.provenance or {}
     commit = prov.get("git_commit")
@@ -330,4 +333,9 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
     lines += _json_block(record.config)
     lines.append("  result")
     lines += _json_block(record.result)
-    return "\n".join(lines) + "\n", 0
+    return _terminal_lines(lines), 0
+
+
+def _terminal_lines(lines: list[str]) -> str:
+    """Every line made safe for a terminal: a stored string cannot add lines or escapes."""
+    return "".join(safe_text(line) + "\n" for line in lines)

@@ -23,6 +23,7 @@ from marin.execution.errors import (
     StepFailedError,
     format_error,
 )
+from marin.terminal_text import safe_json, safe_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -82,7 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     def summary(report: RunReport | None, interrupted: bool = False) -> None:
         if as_json:
             if report is not None:
-                print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+                print(safe_json(json.dumps(report.to_json(), indent=2, ensure_ascii=False)))
             return
         steps = collect_steps(specs)
         text = render_summary(observer, steps, report, color=color, interrupted=interrupted)
@@ -99,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise
     except DriftError as exc:
         if as_json:
-            print(json.dumps({"schema": 1, "ok": False, "error": str(exc), "steps": []}))
+            print(safe_json(json.dumps({"schema": 1, "ok": False, "error": str(exc), "steps": []})))
         raise
     except KeyboardInterrupt:
         if observer.runs:
@@ -114,9 +115,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     skipped = len(report.skipped) + len(report.pruned)
     verb = "would build" if args.dry_run else "built"
     count = len(report.to_build) if args.dry_run else built
-    print(f"{verb} {count} step(s), skipped {skipped}; artifacts under {report.location.url}")
+    where = safe_text(report.location.url)
+    print(f"{verb} {count} step(s), skipped {skipped}; artifacts under {where}")
     for spec in specs:
-        print(f"  {spec.step_id}: {report.location.url_for(spec.output_path)}")
+        output = report.location.url_for(spec.output_path)
+        print(f"  {safe_text(spec.step_id)}: {safe_text(output)}")
     return EXIT_OK
 
 
@@ -134,7 +137,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     plan, location = runner.plan(_lowered(args.target), force=getattr(args, "force", []))
     if args.json:
-        print(json.dumps(plan_json(plan, location), indent=2, ensure_ascii=False))
+        print(safe_json(json.dumps(plan_json(plan, location), indent=2, ensure_ascii=False)))
     else:
         sys.stdout.write(plan_table(plan, location, color=sys.stdout.isatty()))
     if args.exit_code and would_change_anything(plan):
@@ -171,7 +174,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         record = read_record(location, output_path)
         if record is not None:
-            sys.stdout.write(record.to_json(indent=2))
+            sys.stdout.write(safe_json(record.to_json(indent=2)))
             return EXIT_OK
     text, code = show_record(location, output_path)
     sys.stdout.write(text)
@@ -185,7 +188,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     location = open_prefix(args.prefix)
     entries = list_entries(location, sizes=not args.no_size)
     if args.json:
-        print(json.dumps(ls_json(location, entries), indent=2, ensure_ascii=False))
+        print(safe_json(json.dumps(ls_json(location, entries), indent=2, ensure_ascii=False)))
     else:
         sys.stdout.write(ls_table(location, entries, color=sys.stdout.isatty()))
     return EXIT_OK
@@ -402,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)  # don't wait for running steps' threads
     except (StepFailedError, PipelineFailedError, DriftError) as exc:
-        print(str(exc), file=sys.stderr)
+        print(safe_text(exc), file=sys.stderr)
         return EXIT_FAILED
     except (MarinError, UsageError, TypeError, ValueError) as exc:
         if args.verbose and not isinstance(exc, MarinError | UsageError):
@@ -410,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(exc)
         if not message.startswith("error:"):
             message = f"error: {message}"
-        print(message, file=sys.stderr)
+        print(safe_text(message), file=sys.stderr)
         return EXIT_USAGE
     return code
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from marin.execution.decide import Decision
 from marin.execution.graph import canonical_deps
 from marin.execution.step_spec import StepSpec
+from marin.terminal_text import safe_text
 
 FORMATS = ("mermaid", "dot", "text")
 STATUS_LABEL = {
@@ -81,8 +82,8 @@ def _mermaid_label(text: str) -> str:
 def _label(step: StepSpec, states: Mapping[str, Decision] | None) -> str:
     state = states.get(step.output_path) if states else None
     if state is None:
-        return step.step_id
-    return f"{step.step_id} · {STATUS_LABEL[state.status]}"
+        return safe_text(step.step_id)
+    return f"{safe_text(step.step_id)} · {STATUS_LABEL[state.status]}"
 
 
 def to_mermaid(steps: Sequence[StepSpec], states: Mapping[str, Decision] | None = None) -> str:
@@ -127,9 +128,10 @@ def to_dot(steps: Sequence[StepSpec], states: Mapping[str, Decision] | None = No
                 f"color={_dot_quote(stroke)}",
                 f"fontcolor={_dot_quote(text)}",
             ]
-        lines.append(f"    {_dot_quote(step.step_id)} [{', '.join(attrs)}];")
+        lines.append(f"    {_dot_quote(safe_text(step.step_id))} [{', '.join(attrs)}];")
     for dep, step in _edges(steps):
-        lines.append(f"    {_dot_quote(dep.step_id)} -> {_dot_quote(step.step_id)};")
+        dep_id, step_id = _dot_quote(safe_text(dep.step_id)), _dot_quote(safe_text(step.step_id))
+        lines.append(f"    {dep_id} -> {step_id};")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -146,11 +148,11 @@ def to_text(steps: Sequence[StepSpec], states: Mapping[str, Decision] | None = N
     lines = []
     for i in order:
         step = steps[i]
-        line = "  " * depth[step.output_path] + step.step_id
+        line = "  " * depth[step.output_path] + safe_text(step.step_id)
         state = states.get(step.output_path) if states else None
         if state is not None:
             line = f"{SYMBOLS[state.status]} {STATUS_LABEL[state.status]:<13} {line}"
-        step_deps = list(dict.fromkeys(d.step_id for d in deps[step.output_path]))
+        step_deps = list(dict.fromkeys(safe_text(d.step_id) for d in deps[step.output_path]))
         if step_deps:
             line += "  <- " + ", ".join(step_deps)
         lines.append(line)

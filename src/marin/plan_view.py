@@ -12,6 +12,7 @@ from typing import Any
 
 from marin.execution.decide import ACTIONS, BUILD, STATUSES, Decision, Plan
 from marin.execution.storage import Location
+from marin.terminal_text import safe_rich, safe_text
 
 PLAN_SCHEMA = 1
 SYMBOLS = {"built": "✓", "run": "▶", "drift": "≠", "dev": "↻", "failed-before": "✗"}
@@ -92,17 +93,17 @@ def plan_table(plan: Plan, location: Location, color: bool = False) -> str:
         "failed-before": "red",
     }
     for state in plan.decisions.values():
-        reason = state.reason
+        reason = safe_text(state.reason)
         if state.drift:
-            reason += "".join(f"\n  {line}" for line in state.drift)
+            reason += "".join(f"\n  {safe_text(line)}" for line in state.drift)
         table.add_row(
             SYMBOLS[state.status],
             state.action,
             state.status,
-            state.spec.step_id,
+            safe_rich(state.spec.step_id),
             state.spec.fingerprint[:12],
-            location.url_for(state.spec.output_path),
-            reason,
+            safe_rich(location.url_for(state.spec.output_path)),
+            safe_rich(reason, keep_newlines=True),
             style=styles[state.status] if color else None,
         )
     console = Console(

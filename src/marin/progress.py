@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from marin.execution.decide import BUILT_REASON
 from marin.execution.records import log_path
 from marin.execution.step_logs import real_stream, set_echo
+from marin.terminal_text import safe_rich, safe_text
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -154,7 +155,7 @@ class RunObserver:
         for run in running[:MAX_RUNNING_SHOWN]:
             rows.add_row(
                 Spinner("dots", style="yellow"),
-                Text(run.spec.step_id),
+                safe_rich(run.spec.step_id),
                 Text(format_duration(now - run.started), style="dim"),
             )
         parts: list[RenderableType] = [head, rows]
@@ -164,7 +165,6 @@ class RunObserver:
 
     def _echo(self, text: str) -> None:
         """Step output while the display owns the terminal: print whole lines above it."""
-        from rich.text import Text
 
         key = threading.get_ident()
         with self._lock:
@@ -172,7 +172,7 @@ class RunObserver:
             self._partial[key] = rest
         if self._console is not None:
             for line in lines:
-                self._console.print(Text(line), soft_wrap=True, highlight=False, markup=False)
+                self._console.print(safe_rich(line), soft_wrap=True, highlight=False, markup=False)
 
     def __enter__(self) -> RunObserver:
         if not self._live_enabled:
@@ -205,7 +205,7 @@ class RunObserver:
             self._give_back_logging()
             for rest in self._partial.values():
                 if rest and self._console is not None:
-                    self._console.print(rest, highlight=False, markup=False)
+                    self._console.print(safe_rich(rest), highlight=False, markup=False)
             self._partial.clear()
             self._live = None
 
@@ -236,7 +236,6 @@ class _ConsoleLogHandler(logging.Handler):
         self.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
 
     def emit(self, record: logging.LogRecord) -> None:
-        from rich.text import Text
 
         try:
             style = (
@@ -245,7 +244,9 @@ class _ConsoleLogHandler(logging.Handler):
                 else ("yellow" if record.levelno >= logging.WARNING else "")
             )
             self.console.print(
-                Text(self.format(record), style=style), soft_wrap=True, highlight=False
+                safe_rich(self.format(record), style, keep_newlines=True),
+                soft_wrap=True,
+                highlight=False,
             )
         except Exception:  # pragma: no cover - logging must never raise
             self.handleError(record)
@@ -353,10 +354,10 @@ def render_summary(
             if listed_skipped > MAX_SKIPPED_LISTED:
                 continue
         table.add_row(
-            row.step,
+            safe_rich(row.step),
             Text(row.result, style=styles.get(row.result, "") if color else ""),
             format_duration(row.duration) if row.duration is not None else "-",
-            row.note,
+            safe_rich(row.note),
         )
     console = Console(
         width=width,
@@ -386,7 +387,8 @@ def render_summary(
     if len(timed) > 1:
         lines.append("slowest:")
         lines += [
-            f"  {format_duration(r.duration or 0.0):>8}  {r.step}" for r in timed[:SLOWEST_SHOWN]
+            f"  {format_duration(r.duration or 0.0):>8}  {safe_text(r.step)}"
+            for r in timed[:SLOWEST_SHOWN]
         ]
 
     with observer._lock:
@@ -394,13 +396,13 @@ def render_summary(
     for run in failed:
         error = run.error
         lines.append("")
-        lines.append(f"failed: {run.spec.step_id}")
+        lines.append(f"failed: {safe_text(run.spec.step_id)}")
         if error is not None:
-            lines.append(f"  error: {type(error).__name__}: {error}")
+            lines.append(f"  error: {safe_text(f'{type(error).__name__}: {error}')}")
             where = _where(error)
             if where:
-                lines.append(f"  at:    {where}")
-        lines.append(f"  log:   {observer.log_url(run.spec)}")
+                lines.append(f"  at:    {safe_text(where)}")
+        lines.append(f"  log:   {safe_text(observer.log_url(run.spec))}")
     return "\n".join(lines) + "\n"
 
 

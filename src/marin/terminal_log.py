@@ -20,10 +20,19 @@ def configure(verbose: bool) -> None:
     from marin.execution.step_logs import real_stream
 
     handler = logging.StreamHandler(real_stream(sys.stderr))
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
     _default = handler
     swap(None)
     logging.getLogger().setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+class SafeFormatter(logging.Formatter):
+    """Log lines carry step names and stored strings: no escape sequence reaches the terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from marin.terminal_text import safe_text
+
+        return safe_text(super().format(record), keep_newlines=True)
 
 
 def swap(handler: logging.Handler | None) -> None:

@@ -56,7 +56,17 @@ def _canonical(value: Any, path: str | None, step: str | None) -> Any:
                         "use string keys in configs",
                         step,
                     )
-            out[str(key)] = _canonical(item, None if path is None else f"{path}.{key}", step)
+            text = str(key)
+            if text in out:
+                if path is None:
+                    raise _NeedsPath
+                first = next(k for k in value if k is not key and _key_text(k) == text)
+                raise ConfigError(
+                    f"{path} has keys {first!r} and {key!r}, which both become {text!r}",
+                    "use keys that stay distinct as strings; JSON keys are strings",
+                    step,
+                )
+            out[text] = _canonical(item, None if path is None else f"{path}.{key}", step)
         return out
     if isinstance(value, _SCALARS):
         return value
@@ -94,6 +104,10 @@ def _canonical(value: Any, path: str | None, step: str | None) -> Any:
         "or a step handle instead",
         step,
     )
+
+
+def _key_text(key: Any) -> str:
+    return key.name if isinstance(key, enum.Enum) and type(key) is not str else str(key)
 
 
 def canonical_json(value: Any, path: str = "config", step: str | None = None) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from marin.execution.drift import explain_drift
 from marin.execution.errors import CycleError, DuplicateStepError
@@ -45,12 +47,45 @@ def collect_steps(targets: Iterable[StepSpec]) -> list[StepSpec]:
                         "give one of them another name or bump its version",
                         spec.step_id,
                     )
+                check_same_fn(known, spec)
                 continue  # the same step lowered twice: build it once
             by_path[spec.output_path] = spec
             on_path[id(spec)] = spec
             stack.append((spec, True))
             stack.extend((dep, False) for dep in reversed(spec.deps))
     return order
+
+
+def fn_identity(run: Callable[..., Any]) -> str:
+    """Which function a step runs: ``module:qualname:first line``, stable within a process.
+
+    Not part of the fingerprint (renaming or moving a function must not rebuild its artifacts),
+    but two steps with one ``name@version`` and one config that run different functions are two
+    definitions of one artifact, not one step to build once.
+    """
+    fn: Any = getattr(run, "wrapped_fn", run)  # apply()'s call object names the user's fn
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = getattr(fn, "__func__", fn)  # bound methods: the function
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    code = getattr(fn, "__code__", None)
+    line = f":{code.co_firstlineno}" if code is not None else ""
+    return f"{module}:{qualname}{line}"
+
+
+def check_same_fn(known: StepSpec, spec: StepSpec) -> None:
+    """Raise ``DuplicateStepError`` when two specs of one step and one config run different fns."""
+    if known.run is spec.run:
+        return
+    first, second = fn_identity(known.run), fn_identity(spec.run)
+    if first != second:
+        raise DuplicateStepError(
+            f"two different functions define {spec.step_id} with the same config "
+            f"({first} and {second})",
+            "give one of them another name or bump its version",
+            spec.step_id,
+        )
 
 
 def canonical_deps(steps: list[StepSpec]) -> dict[str, list[StepSpec]]:

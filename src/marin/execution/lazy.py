@@ -7,6 +7,7 @@ turns a handle graph into specs, purely; ``run``/``resolve`` lower and then hand
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import gc
 import inspect
@@ -122,14 +123,38 @@ class ArtifactStep:
     def __repr__(self) -> str:
         return f"ArtifactStep({self.step_id})"
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> ArtifactStep:
+        # A handle is immutable and its identity is what makes it a dependency: a snapshot of a
+        # config that holds one keeps the handle itself.
+        return self
+
 
 # --- apply -----------------------------------------------------------------------------------
 
 
+def _snapshot(value: Any) -> Any:
+    """A deep copy of a literal (dataclass, set, named tuple, ...), so that changing the caller's
+    object later changes neither the fingerprint nor what ``fn`` receives.
+
+    A value that cannot be copied is kept as it is; if it has no canonical form either, lowering
+    rejects it with a ``ConfigError`` naming the field.
+    """
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return value
+
+
 def _freeze(value: Any, deps: dict[int, ArtifactStep | StepSpec]) -> Any:
-    """Copy containers (so later mutation cannot change identity) and collect handles."""
+    """Copy containers and snapshot literals (so later mutation cannot change what is built
+    under this fingerprint) and collect handles."""
     if isinstance(value, ArtifactStep | StepSpec):
         deps.setdefault(id(value), value)
+        return value
+    if value is OUT:
         return value
     if isinstance(value, list):
         return [_freeze(item, deps) for item in value]
@@ -137,7 +162,7 @@ def _freeze(value: Any, deps: dict[int, ArtifactStep | StepSpec]) -> Any:
         return tuple(_freeze(item, deps) for item in value)
     if isinstance(value, dict):
         return {key: _freeze(item, deps) for key, item in value.items()}
-    return value
+    return _snapshot(value)
 
 
 def _materialise(value: Any, ctx: StepContext) -> Any:
@@ -154,7 +179,9 @@ def _materialise(value: Any, ctx: StepContext) -> Any:
         return tuple(_materialise(item, ctx) for item in value)
     if isinstance(value, dict):
         return {key: _materialise(item, ctx) for key, item in value.items()}
-    return value
+    # fn gets its own copy: a fn that mutates its config cannot change a retry's, nor the config
+    # that a later lowering in this process fingerprints.
+    return _snapshot(value)
 
 
 @dataclass(frozen=True)
@@ -163,6 +190,11 @@ class _ApplyCall:
 
     fn: Callable[..., Any]
     inputs: Mapping[str, Any]
+
+    @property
+    def wrapped_fn(self) -> Callable[..., Any]:
+        """The user's function, which names this step's code in duplicate-step errors."""
+        return self.fn
 
     def config(self, ctx: StepContext) -> dict[str, Any]:
         return _materialise(dict(self.inputs), ctx)
@@ -206,6 +238,41 @@ def apply(name: str, fn: Callable[..., Any], *, version: str, **inputs: Any) -> 
 # --- lowering --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _FingerprintGuard:
+    """``run`` that first checks the config still is the one that was fingerprinted.
+
+    ``apply()`` snapshots its literals, but a hand-made ``ArtifactStep`` may compute its config
+    from state that changes between ``lower()`` and the build; building then would store
+    another config's output under this fingerprint. One extra config evaluation per build.
+    """
+
+    run: Callable[[StepContext], Any]
+    build_config: Callable[[StepContext], Any]
+    deps: tuple[StepSpec, ...]
+    config: Any
+    step_id: str
+
+    @property
+    def wrapped_fn(self) -> Any:
+        return getattr(self.run, "wrapped_fn", self.run)
+
+    def __call__(self, ctx: StepContext) -> Any:
+        now = to_canonical(
+            self.build_config(fingerprint_context(self.deps)), "config", self.step_id
+        )
+        if now != self.config:
+            from marin.execution.errors import ConfigError
+
+            raise ConfigError(
+                "the config changed after the step was lowered; building it would store "
+                "another config's output under the old fingerprint",
+                "do not mutate a config after apply()/lower(); lower the pipeline again",
+                self.step_id,
+            )
+        return self.run(ctx)
+
+
 def _spec_for(
     handle: ArtifactStep,
     deps: tuple[StepSpec, ...],
@@ -228,6 +295,17 @@ def _spec_for(
     known: StepSpec | None = memo.get(("step", step_id))
     if known is not None:
         if known.fingerprint == fingerprint:
+            if known.run is not handle.run:
+                from marin.execution.graph import fn_identity
+
+                first, second = fn_identity(known.run), fn_identity(handle.run)
+                if first != second:
+                    raise DuplicateStepError(
+                        f"two different functions define {step_id} with the same config "
+                        f"({first} and {second})",
+                        "give one of them another name or bump its version",
+                        step_id,
+                    )
             return known  # an identical definition: one spec, built once
         from marin.execution.drift import explain_drift
 
@@ -244,7 +322,7 @@ def _spec_for(
         fingerprint=fingerprint,
         fingerprint_payload=payload_json,
         provenance=provenance,
-        run=handle.run,
+        run=_FingerprintGuard(handle.run, handle.build_config, deps, config, step_id),
         build_config=handle.build_config,
         artifact_type=handle.artifact_type,
         retries=handle.retries,

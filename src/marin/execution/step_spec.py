@@ -50,6 +50,9 @@ class StepSpec:
     def __repr__(self) -> str:
         return f"StepSpec({self.step_id}, fingerprint={self.fingerprint[:12]})"
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> StepSpec:
+        return self  # frozen; a config snapshot keeps the dependency itself
+
 
 # One encoder for every fingerprint: ``json.dumps`` with options builds a new encoder per call.
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -20,6 +20,7 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
 
 from marin.execution.errors import StorageError
+from marin.execution.prefix_policy import check_prefix
 
 log = logging.getLogger("marin")
 T = TypeVar("T")
@@ -158,7 +159,7 @@ class Location:
 
 
 def open_prefix(prefix: str | None = None) -> Location:
-    url = resolve_prefix(prefix)
+    url = check_prefix(resolve_prefix(prefix), prefix)  # MARIN_ALLOWED_PREFIXES, before any I/O
     protocol = url.split("://", 1)[0] if "://" in url else "file"
     try:
         fs, root = fsspec.core.url_to_fs(url)

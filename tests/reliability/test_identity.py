@@ -1,0 +1,172 @@
+"""Issue 11 items 11 and 12: one artifact has one definition, and it is the one fingerprinted.
+
+- Two different ``fn``s with one ``name@version`` and one config used to be merged silently (one
+  handle returned the other's result): now a ``DuplicateStepError`` naming both functions.
+- Config keys that collide as strings (``{1: "a", "1": "b"}``) used to drop one: now rejected.
+- A config changed after ``apply()`` or after ``lower()`` used to run ``fn`` with the new values
+  under the old fingerprint: ``apply()`` now snapshots every literal.
+
+Every build here is real, on local disk and ``memory://`` (the ``prefix`` fixture).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import Any
+
+import pytest
+
+from marin.execution.errors import ConfigError, DuplicateStepError
+from marin.execution.graph import collect_steps
+from marin.execution.lazy import apply, lower, run
+
+
+def train(lr: float) -> dict[str, Any]:
+    return {"fn": "train", "lr": lr}
+
+
+def evaluate(lr: float) -> dict[str, Any]:
+    return {"fn": "evaluate", "lr": lr}
+
+
+def test_two_functions_one_name_version_config_is_a_duplicate(prefix: str) -> None:
+    a = apply("exp", train, version="v0", lr=0.1)
+    b = apply("exp", evaluate, version="v0", lr=0.1)
+    with pytest.raises(DuplicateStepError) as info:
+        run(a, b, prefix=prefix)
+    message = str(info.value)
+    assert "exp@v0" in message and "train" in message and "evaluate" in message
+    with pytest.raises(DuplicateStepError):
+        lower([a, b])
+
+
+def test_duplicate_functions_caught_across_separately_lowered_specs() -> None:
+    spec_a = lower(apply("exp", train, version="v0", lr=0.1))
+    spec_b = lower(apply("exp", evaluate, version="v0", lr=0.1))
+    with pytest.raises(DuplicateStepError, match="evaluate"):
+        collect_steps([spec_a, spec_b])
+
+
+def test_same_function_twice_is_still_one_step(prefix: str) -> None:
+    a = apply("exp", train, version="v0", lr=0.1)
+    b = apply("exp", train, version="v0", lr=0.1)
+    c = apply("exp", functools.partial(train), version="v0", lr=0.1)
+    artifacts = run(a, b, c, prefix=prefix)
+    assert [x.result for x in artifacts] == [{"fn": "train", "lr": 0.1}] * 3
+    assert len(collect_steps(lower([a, b, c]))) == 1
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{1: "a", "1": "b"}, {"outer": {True: 1, "True": 2}}, [{2: "x", "2": "y"}]],
+)
+def test_config_keys_colliding_as_strings_are_rejected(config: Any) -> None:
+    def fn(config: Any) -> None:
+        return None
+
+    with pytest.raises(ConfigError, match="both become") as info:
+        lower(apply("keys", fn, version="v0", config=config))
+    assert "keys@v0" in str(info.value)
+
+
+@dataclasses.dataclass
+class Hparams:
+    lr: float
+    tags: set[str]
+    layers: list[int]
+
+
+def _record_config(prefix: str, name: str) -> Any:
+    import fsspec
+
+    with fsspec.open(f"{prefix}/{name}/v0.marin/record.json", "r") as f:
+        return json.load(f)["config"]
+
+
+def show(hp: Hparams) -> dict[str, Any]:
+    return {"lr": hp.lr, "tags": sorted(hp.tags), "layers": list(hp.layers)}
+
+
+def test_config_mutated_after_apply_builds_what_was_applied(prefix: str) -> None:
+    hp = Hparams(lr=0.1, tags={"a"}, layers=[1, 2])
+    handle = apply("mut-apply", show, version="v0", hp=hp)
+    hp.lr, hp.layers[0] = 0.9, 99
+    hp.tags.add("b")
+    fresh = lower(apply("mut-apply", show, version="v0", hp=Hparams(0.1, {"a"}, [1, 2])))
+    (artifact,) = run(handle, prefix=prefix)
+    assert artifact.result == {"lr": 0.1, "tags": ["a"], "layers": [1, 2]}
+    assert lower(handle).fingerprint == fresh.fingerprint
+    assert _record_config(prefix, "mut-apply")["hp"]["lr"] == 0.1
+
+
+def test_config_mutated_after_lower_builds_what_was_fingerprinted(prefix: str) -> None:
+    hp = Hparams(lr=0.1, tags={"a"}, layers=[1, 2])
+    spec = lower(apply("mut-lower", show, version="v0", hp=hp))
+    hp.lr, hp.layers[0] = 0.9, 99
+    hp.tags.add("b")
+    (artifact,) = run(spec, prefix=prefix)
+    assert artifact.result == {"lr": 0.1, "tags": ["a"], "layers": [1, 2]}
+    # The same definition with the mutated values is another artifact, not a cache hit.
+    other = lower(apply("mut-lower", show, version="v0", hp=hp))
+    assert other.fingerprint != spec.fingerprint
+
+
+def test_fn_mutating_its_config_cannot_change_the_snapshot(prefix: str) -> None:
+    calls: list[float] = []
+
+    def greedy(hp: Hparams) -> float:
+        calls.append(hp.lr)
+        hp.lr *= 10
+        return hp.lr
+
+    handle = apply("greedy", greedy, version="v0", hp=Hparams(1.0, set(), []))
+    before = lower(handle).fingerprint
+    run(handle, prefix=prefix)
+    assert lower(handle).fingerprint == before
+    assert calls == [1.0]
+
+
+def test_handles_inside_snapshotted_literals_stay_the_same_objects() -> None:
+    up = apply("up", train, version="v0", lr=0.5)
+
+    def down(inputs: Any) -> None:
+        return None
+
+    handle = apply("down", down, version="v0", inputs=[up, {"dep": up}])
+    assert handle.deps == (up,)
+
+
+def test_hand_made_step_whose_config_changes_after_lower_refuses_to_build(prefix: str) -> None:
+    from marin.execution.errors import StepFailedError
+    from marin.execution.lazy import ArtifactStep
+    from marin.execution.records import record_path
+
+    settings = {"lr": 0.1}
+    ran: list[float] = []
+    handle = ArtifactStep(
+        name="hand-made",
+        version="v0",
+        run=lambda ctx: ran.append(settings["lr"]),
+        build_config=lambda ctx: dict(settings),  # reads live state: not snapshotted
+    )
+    spec = lower(handle)
+    settings["lr"] = 0.9
+    with pytest.raises(StepFailedError) as info:
+        run(spec, prefix=prefix)
+    assert isinstance(info.value.__cause__, ConfigError)
+    assert "changed after the step was lowered" in str(info.value.__cause__)
+    assert ran == []
+    fs, root = fsspec_for(prefix)
+    assert not fs.exists(f"{root}/{record_path('hand-made/v0')}")
+
+    settings["lr"] = 0.1  # back to what was fingerprinted: builds
+    run(spec, prefix=prefix)
+    assert ran == [0.1]
+
+
+def fsspec_for(prefix: str) -> tuple[Any, str]:
+    import fsspec
+
+    return fsspec.core.url_to_fs(prefix)
