@@ -23,7 +23,7 @@ import pytest
 from marin.cli import main
 from marin.execution.context import StepContext
 from marin.execution.errors import StepFailedError
-from marin.execution.inspect import inspect_steps
+from marin.execution.inspect import plan_run
 from marin.execution.lazy import apply
 from marin.execution.records import record_path, status_path
 from marin.execution.step_runner import StepRunner
@@ -93,7 +93,7 @@ def test_markup_names_render_literally_in_plan_run_summary_and_ls(
     specs = [_spec(name) for name in MARKUP_NAMES]
     location = open_prefix(prefix)
     for color in (False, True):
-        table = plan_table(inspect_steps(specs, location), location, color=color)
+        table = plan_table(plan_run(specs, location), location, color=color)
         plain = re.sub(r"\x1b\[[0-9;]*m", "", table)
         for name in MARKUP_NAMES:
             assert f"{name}@v0" in plain
