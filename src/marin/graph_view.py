@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from marin.execution.graph import canonical_deps
 from marin.execution.inspect import StepState
+from marin.execution.resources import describe_placement
 from marin.execution.step_spec import StepSpec
 
 FORMATS = ("mermaid", "dot", "text")
@@ -153,6 +154,9 @@ def to_text(steps: Sequence[StepSpec], states: Mapping[str, StepState] | None = 
         step_deps = list(dict.fromkeys(d.step_id for d in deps[step.output_path]))
         if step_deps:
             line += "  <- " + ", ".join(step_deps)
+        placement = describe_placement(step)
+        if placement:
+            line += f"  [{placement}]"
         lines.append(line)
     return "\n".join(lines) + "\n"
 

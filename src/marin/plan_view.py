@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 from marin.execution.inspect import StepState
+from marin.execution.resources import describe_placement, placement_of
 from marin.execution.storage import Location
 
 PLAN_SCHEMA = 1
@@ -42,6 +43,7 @@ def plan_json(states: list[StepState], location: Location) -> dict[str, Any]:
                 "drift": list(s.drift),
                 "stored_fingerprint": s.record.fingerprint if s.record is not None else None,
                 "deps": [d.step_id for d in s.spec.deps],
+                "placement": placement_of(s.spec),
             }
             for s in states
         ],
@@ -66,10 +68,11 @@ def plan_table(states: list[StepState], location: Location, color: bool = False)
         reason = state.reason
         if state.drift:
             reason += "".join(f"\n  {line}" for line in state.drift)
+        placement = describe_placement(state.spec)
         table.add_row(
             SYMBOLS[state.action],
             state.action,
-            state.spec.step_id,
+            state.spec.step_id + (f"\n  [{placement}]" if placement else ""),
             state.spec.fingerprint[:12],
             location.url_for(state.spec.output_path),
             reason,
