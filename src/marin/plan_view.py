@@ -43,7 +43,9 @@ def plan_json(states: list[StepState], location: Location) -> dict[str, Any]:
                 "drift": list(s.drift),
                 "stored_fingerprint": s.record.fingerprint if s.record is not None else None,
                 "deps": [d.step_id for d in s.spec.deps],
-                "placement": placement_of(s.spec),
+                # Only for steps with placement options (docs/resources.md), so plans of
+                # pipelines without any are unchanged.
+                **({"placement": placement_of(s.spec)} if describe_placement(s.spec) else {}),
             }
             for s in states
         ],
