@@ -81,6 +81,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Airflow retries for steps that declare none themselves (default 0)",
     )
     parser.add_argument(
+        "--executor",
+        choices=("default", "kubernetes"),
+        default="default",
+        help="kubernetes: each task also gets an executor_config pod override with its "
+        "resources as requests and limits (cpu, memory, nvidia.com/gpu); needs the kubernetes "
+        "package where the DAG is parsed (default: default)",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="write nothing; exit 1 with a diff summary if the file on disk is not what "
@@ -119,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         schedule=args.schedule,
         retries=args.retries,
+        executor=args.executor,
     )
     if args.check:
         fresh, message = check_export(result)

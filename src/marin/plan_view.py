@@ -54,6 +54,7 @@ def plan_json(states: list[StepState], location: Location) -> dict[str, Any]:
 
 def plan_table(states: list[StepState], location: Location, color: bool = False) -> str:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
@@ -74,7 +75,7 @@ def plan_table(states: list[StepState], location: Location, color: bool = False)
         table.add_row(
             SYMBOLS[state.action],
             state.action,
-            state.spec.step_id + (f"\n  [{placement}]" if placement else ""),
+            state.spec.step_id + (escape(f"\n  [{placement}]") if placement else ""),
             state.spec.fingerprint[:12],
             location.url_for(state.spec.output_path),
             reason,

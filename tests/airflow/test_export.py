@@ -121,7 +121,7 @@ def _structure(text: str) -> tuple[ast.Module, dict[str, object]]:
         "from __future__ import annotations",
         "import datetime",
         "from airflow.sdk import DAG, Param, literal, task",
-        "from marin_airflow.runtime import run_step",
+        "from marin_airflow.runtime import run_step, task_placement",
     ]
     data: dict[str, object] = {}
     for node in body[5:-1]:
