@@ -394,13 +394,15 @@ def py_string(text: str) -> str:
     return "".join(out)
 
 
+def _finite_float(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value)
+
+
 def _r(value: Any) -> str:
     """A Python literal for plain data; the only way user strings enter the file."""
     if isinstance(value, str):
         text = py_string(value)
-    elif value is None or isinstance(value, bool | int):
-        text = repr(value)
-    elif isinstance(value, float) and math.isfinite(value):
+    elif value is None or isinstance(value, bool | int) or _finite_float(value):
         text = repr(value)
     else:  # pragma: no cover - the renderer only embeds str, int and None
         raise ExportError(f"error: cannot embed a {type(value).__name__} in a DAG file")
@@ -410,7 +412,7 @@ def _r(value: Any) -> str:
 
 
 def _placement_lines(t: TaskEntry) -> list[str]:
-    """The per-task placement keys, only those a step sets (``runtime.task_placement`` maps them)."""
+    """Per-task placement keys, only those a step sets (``runtime.task_placement`` maps them)."""
     lines = []
     if t.queue is not None:
         lines.append(f'        "queue": {_r(t.queue)},')

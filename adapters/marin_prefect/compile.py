@@ -22,6 +22,7 @@ Prefect has no skipped state, so propagation is ours:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import queue
 import re
@@ -300,12 +301,15 @@ def _not_run_message(
 
 
 def _task(spec: StepSpec, fn: Callable[[], Any], **options: Any) -> Task[[], Any]:
+    from marin_prefect.resources import task_tags
+
     return Task(
         fn,
         name=spec.step_id,
         task_run_name=spec.step_id,
         cache_policy=NO_CACHE,
         description=f"Marin step {spec.step_id} -> {spec.output_path}",
+        tags=task_tags(spec),
         **options,
     )
 
@@ -323,7 +327,8 @@ def _build_task(
 ) -> Task[[], Any]:
     def marin_step() -> Any:
         try:
-            outcome = _build(spec, location, options)
+            with _resources_while_building(spec, location, options):
+                outcome = _build(spec, location, options)
         except BaseException as exc:
             with state.lock:
                 state.errors[spec.output_path] = exc
@@ -342,7 +347,18 @@ def _build_task(
             message=f"{why}: {outcome.output_url} (fingerprint {spec.fingerprint[:12]})",
         )
 
-    return _task(spec, marin_step, retries=spec.retries)
+    return _task(spec, marin_step, retries=spec.retries, timeout_seconds=spec.timeout)
+
+
+def _resources_while_building(
+    spec: StepSpec, location: Location, options: RunOptions
+) -> contextlib.AbstractContextManager[Any]:
+    """The step's ``marin-<kind>`` slots (marin_prefect.resources), only if it will build."""
+    from marin_prefect.resources import resource_concurrency, resource_slots
+
+    if not resource_slots(spec) or not _needs_slot(spec, location, options.on_drift):
+        return contextlib.nullcontext()
+    return resource_concurrency(spec, get_run_logger())
 
 
 def _build(spec: StepSpec, location: Location, options: RunOptions) -> BuildOutcome:
