@@ -68,14 +68,31 @@ def resource_concurrency(spec: Any, logger: Any = None) -> Iterator[list[tuple[s
         return
     from prefect.concurrency.sync import concurrency
 
+    from marin.execution.errors import MarinError
+
     asked = time.perf_counter()
     with contextlib.ExitStack() as stack:
         for name, occupy in slots:
             # strict: a missing limit is an error, not an unlimited run. The lease is renewed
             # while the step builds; a transient renewal error must not kill a long build.
-            stack.enter_context(
-                concurrency(name, occupy=occupy, strict=True, raise_on_lease_renewal_failure=False)
-            )
+            try:
+                stack.enter_context(
+                    concurrency(
+                        name, occupy=occupy, strict=True, raise_on_lease_renewal_failure=False
+                    )
+                )
+            except Exception as exc:
+                # Prefect's ConcurrencySlotAcquisitionError lives in a private module.
+                if type(exc).__name__ != "ConcurrencySlotAcquisitionError":
+                    raise
+                raise MarinError(
+                    f"cannot take {occupy} slot(s) of the Prefect global concurrency limit "
+                    f"{name} ({exc})",
+                    f"create the limit sized for your cluster: prefect gcl create {name} "
+                    "--limit N, or marin export prefect TARGET --create-limits "
+                    "cpu=16,memory=64GiB,gpu=2",
+                    spec.step_id,
+                ) from None
         if logger is not None:
             logger.info(
                 "%s holds %s (waited %.2fs)",

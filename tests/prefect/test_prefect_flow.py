@@ -59,6 +59,11 @@ def _outputs(prefix: Path) -> dict[str, bytes]:
 
 def test_example_as_flow_matches_local_run(tmp_path: Path) -> None:
     prefect_prefix, local_prefix = tmp_path / "prefect", tmp_path / "local"
+    # The example declares cpu and memory, which Prefect counts in global concurrency limits.
+    from marin.execution.resources import parse_capacity
+    from marin_prefect.resources import create_limits, limits_for_capacity
+
+    create_limits(limits_for_capacity(parse_capacity("cpu=4,memory=16GiB")))
     pipeline = to_prefect_flow(EXAMPLE_TARGET, prefix=str(prefect_prefix))
     state = pipeline(return_state=True)
     assert state.is_completed(), state
