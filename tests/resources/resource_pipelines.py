@@ -88,3 +88,55 @@ def overlaps(calls: list[dict[str, Any]]) -> tuple[int, dict[str, int]]:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+# --- pipelines for the engine tests (targets: tests/resources/resource_pipelines.py:NAME) -------
+
+
+def placed() -> list[Any]:
+    """One step per mapping: cpu/memory + queue + timeout, GPUs in the gpu pool, none at all."""
+    from marin.execution.lazy import OUT, apply
+
+    return [
+        apply("place/tokenize", whoami, version="v1", out_path=OUT).with_options(
+            resources={"cpu": 4, "memory": "16GiB"}, queue="cpu-q", timeout="1h30m"
+        ),
+        apply("place/train", whoami, version="v1", out_path=OUT).with_options(
+            resources={"gpu": 2, "cpu": 8, "memory": "64GiB"}, pool="gpu", timeout=7200
+        ),
+        apply("place/eval", whoami, version="v1", out_path=OUT).with_options(
+            resources={"gpu": 1, "cpu": 0.5, "memory": "1.5GiB", "tpu": 4},
+            pool="gpu 'q\"",
+            queue="gpu-q",
+        ),
+        apply("place/plain", whoami, version="v1", out_path=OUT),
+    ]
+
+
+GPU_CAP = {"e0": 1, "e1": 1, "e2": 1, "e3": 1, "train": 2}
+"""The conformance scenario: GPUs per step; run it where the capacity is gpu=2."""
+
+
+def gpu_cap() -> list[Any]:
+    """Steps asking for 6 GPUs in all, on a 2-GPU capacity (the ``gpu`` pool / limit)."""
+    from marin.execution.lazy import OUT, apply
+
+    calls = os.environ.get(CALLS_ENV, "calls.jsonl")
+    return [
+        apply(f"cap/{name}", wait_for_peers, version="v1", calls=calls, step=name,
+              peers=2 if n == 1 else 1, out_path=OUT).with_options(
+            resources={"gpu": n}, pool="gpu"
+        )
+        for name, n in GPU_CAP.items()
+    ]  # fmt: skip
+
+
+def gpu_in_use(calls: list[dict[str, Any]], gpus: dict[str, int]) -> list[int]:
+    """Replay start/end events: the GPUs held after each event, in time order."""
+    held, timeline = 0, []
+    for call in sorted(calls, key=lambda c: (c["t"], c["event"].startswith("start"))):
+        kind = call["event"].split("|")[0]
+        if kind in ("start", "end"):
+            held += gpus[call["step"]] * (1 if kind == "start" else -1)
+            timeline.append(held)
+    return timeline
