@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prefect.client.orchestration import get_client
@@ -26,16 +25,6 @@ from tests.prefect.prefect_helpers import flow_run_id, task_runs
 from tests.resources import resource_pipelines as rp
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
-
-
-def _gpu_in_use(calls: list[dict[str, Any]], gpus: dict[str, int]) -> list[int]:
-    """Replay start/end events: the GPUs held after each event, in time order."""
-    held, timeline = 0, []
-    for call in sorted(calls, key=lambda c: (c["t"], c["event"].startswith("start"))):
-        kind = call["event"].split("|")[0]
-        held += gpus[call["step"]] * (1 if kind == "start" else -1)
-        timeline.append(held)
-    return timeline
 
 
 def test_slots_tags_and_limit_sizes() -> None:
@@ -64,7 +53,7 @@ def test_two_gpu_steps_with_a_limit_of_one_never_overlap(tmp_path: Path) -> None
     flow = to_prefect_flow(steps, prefix=str(tmp_path / "p"), max_concurrent=4)
     state = flow(return_state=True)
     assert state.is_completed(), state
-    timeline = _gpu_in_use(read_calls(calls), {"g0": 1, "g1": 1})
+    timeline = rp.gpu_in_use(read_calls(calls), {"g0": 1, "g1": 1})
     assert max(timeline) == 1 and len(timeline) == 4  # both ran, one at a time
 
     runs = task_runs(flow_run_id(state), expected=2)
@@ -92,7 +81,7 @@ def test_resources_beyond_the_limits_never_exceed_them(tmp_path: Path) -> None:
     ]  # fmt: skip
     state = to_prefect_flow(steps, prefix=str(tmp_path / "p"), max_concurrent=5)(return_state=True)
     assert state.is_completed(), state
-    timeline = _gpu_in_use(read_calls(calls), gpus)
+    timeline = rp.gpu_in_use(read_calls(calls), gpus)
     assert max(timeline) == 2  # never above the limit, and the limit is reached
     assert timeline[-1] == 0 and len(timeline) == 10
 
