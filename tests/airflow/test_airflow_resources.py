@@ -145,7 +145,8 @@ def test_scheduler_never_runs_more_gpu_work_than_the_pool_has_slots(
             time.sleep(1)
             rows = box.query("SELECT state FROM dag_run WHERE dag_id = 'gpu_cap'")
             state = rows[0][0] if rows else None
-        assert state == "success", log_path.read_text()[-6000:]
+        tasks = box.query("SELECT task_id, state FROM task_instance WHERE dag_id = 'gpu_cap'")
+        assert state == "success", f"{tasks}\n{log_path.read_text()[-6000:]}"
     finally:
         stop_process_group(server)
         log.close()

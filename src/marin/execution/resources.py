@@ -26,7 +26,7 @@ import re
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -325,19 +325,13 @@ class Grant:
 class ResourcePool:
     """A machine's capacity, shared by the steps of one run. Thread-safe; never blocks.
 
-    ``devices`` names the GPUs (default: ``"0"``, ``"1"``, ...); a grant carries indices into it,
-    the lowest free ones first, and no index is held by two grants at once.
+    GPUs are devices ``0 .. gpu-1`` as this process numbers them (positions in its
+    ``CUDA_VISIBLE_DEVICES``, see ``visible_gpus``); a grant carries the lowest free indices, and
+    no index is held by two grants at once.
     """
 
-    def __init__(self, capacity: Resources, devices: Sequence[str] | None = None) -> None:
+    def __init__(self, capacity: Resources) -> None:
         self.capacity = capacity
-        names = list(devices) if devices is not None else [str(i) for i in range(capacity.gpu)]
-        if len(names) != capacity.gpu:
-            raise ValueError(
-                f"error: the pool has gpu={capacity.gpu} but {len(names)} device name(s) "
-                f"{names}: give one name per GPU"
-            )
-        self.device_names: tuple[str, ...] = tuple(names)
         self._capacity = capacity.amounts()
         self._used: dict[str, float] = {}
         self._peak: dict[str, float] = {}
@@ -447,10 +441,6 @@ class ResourcePool:
         with self._lock:
             if self._reserved is not None and self._reserved[0] == step_id:
                 self._reserved = None
-
-    def child_environment(self, grant: Grant) -> dict[str, str]:
-        """What a subprocess running the step must see: ``CUDA_VISIBLE_DEVICES``."""
-        return {"CUDA_VISIBLE_DEVICES": ",".join(self.device_names[i] for i in grant.devices)}
 
 
 def _capacity_example(capacity: Resources, request: Resources) -> str:
