@@ -38,6 +38,17 @@ def _placement(sandbox: Any, folder: Path) -> dict[str, Any]:
     return dict(json.loads(line[len("PLACEMENT-JSON ") :]))
 
 
+def _answers(url: str) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def test_pool_slots_and_pod_quantities() -> None:
     assert pool_slots("gpu", [("cpu", 8.0), ("gpu", 2.0)]) == 2
     assert pool_slots("memory", [("memory", 20.5 * GiB)]) == 21
@@ -135,6 +146,12 @@ def test_scheduler_never_runs_more_gpu_work_than_the_pool_has_slots(
         while not box.query("SELECT dag_id FROM dag WHERE is_paused = 0"):
             assert server.poll() is None, log_path.read_text()[-4000:]
             assert time.monotonic() < deadline, "the DAG processor never registered the DAG"
+            time.sleep(1)
+        # Workers report to the API server: trigger only once it answers (on a loaded machine
+        # it comes up after the DAG processor, and tasks queued before then fail).
+        while not _answers(f"http://127.0.0.1:{port}/api/v2/monitor/health"):
+            assert server.poll() is None, log_path.read_text()[-4000:]
+            assert time.monotonic() < deadline, "the API server never answered"
             time.sleep(1)
         trigger = box.airflow("dags", "trigger", "gpu_cap", env=env, timeout=120)
         assert trigger.returncode == 0, trigger.stdout[-3000:]
