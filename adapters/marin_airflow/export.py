@@ -2,7 +2,8 @@
 
 This module is pure code generation: it never imports Airflow, and the file it writes never
 imports the pipeline when Airflow parses it. The step graph is embedded in the file as data (task
-ids, edges, ``name@version``, fingerprint, retries, pool); every task calls
+ids, edges, ``name@version``, fingerprint, retries, pool, and the placement a step declares:
+queue, pool slots, timeout, pod resources); every task calls
 ``marin_airflow.runtime.run_step``, which imports the pipeline only when the task runs.
 
 The output is byte-stable: the same pipeline and options always give the same bytes (no
