@@ -87,15 +87,15 @@ def test_resources_beyond_the_limits_never_exceed_them(tmp_path: Path) -> None:
 
 
 def test_a_missing_limit_is_a_clear_error(tmp_path: Path) -> None:
-    step = apply("tpu-step", rp.whoami, version="v1", out_path=OUT).with_options(
-        resources={"tpu": 1}
+    step = apply("fpga-step", rp.whoami, version="v1", out_path=OUT).with_options(
+        resources={"fpga": 1}
     )
     with get_client(sync_client=True) as client:
         names = {limit.name for limit in client.read_global_concurrency_limits()}
-    assert "marin-tpu" not in names
+    assert "marin-fpga" not in names
     state = to_prefect_flow(step, prefix=str(tmp_path))(return_state=True)
     assert state.is_failed()
-    with pytest.raises(StepFailedError, match="prefect gcl create marin-tpu --limit N"):
+    with pytest.raises(StepFailedError, match="prefect gcl create marin-fpga --limit N"):
         state.result()
 
 
@@ -112,3 +112,19 @@ def test_timeout_becomes_timeout_seconds_and_fails_the_step(tmp_path: Path) -> N
     assert run.state is not None and run.state.is_failed()
     with pytest.raises(ProcessLookupError):  # the isolated process was killed
         os.kill(int(open(pid_file).read()), 0)
+
+
+def test_export_create_limits_sizes_the_limits_the_pipeline_uses() -> None:
+    from marin_prefect.cli import ExportError, resource_limits
+
+    target = "tests/resources/resource_pipelines.py:placed"  # asks for cpu, memory, gpu, tpu
+    hint = resource_limits(target, None)
+    assert "  prefect gcl create marin-tpu --limit <capacity>" in hint
+    with pytest.raises(ExportError, match="no capacity for tpu.*,tpu=N"):
+        resource_limits(target, "cpu=16,memory=64GiB,gpu=2")
+    done = resource_limits(target, "cpu=16,memory=64GiB,gpu=2,tpu=8,unused=3")
+    assert any(line.endswith("marin-tpu (limit 8)") for line in done), done
+    with get_client(sync_client=True) as client:
+        limits = {x.name: x.limit for x in client.read_global_concurrency_limits()}
+    assert limits["marin-tpu"] == 8 and limits["marin-memory-gib"] == 64
+    assert limits["marin-gpu"] == 2 and "marin-unused" not in limits
