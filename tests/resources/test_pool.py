@@ -210,3 +210,22 @@ def test_the_pool_is_thread_safe_and_never_double_books_a_device() -> None:
         t.join()
     assert errors == []
     assert pool.in_use() == {} and pool.peak()["gpu"] <= 4
+
+
+def test_capacity_from_fills_unnamed_kinds_from_the_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from marin.execution.resources import capacity_from
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    machine = machine_capacity()
+    assert capacity_from(None) == machine
+    only_gpu = capacity_from("gpu=2")
+    assert (only_gpu.gpu, only_gpu.cpu, only_gpu.memory) == (2, machine.cpu, machine.memory)
+    assert capacity_from({"cpu": 1, "tpu": 4}) == Resources(
+        cpu=1, memory=machine.memory, gpu=0, extra=(("tpu", 4.0),)
+    )
+    exact = Resources(gpu=2)
+    assert capacity_from(exact) is exact
+    with pytest.raises(InvalidStepError, match="not a number"):
+        capacity_from("gpu=lots")

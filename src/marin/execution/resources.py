@@ -37,6 +37,7 @@ __all__ = [
     "Grant",
     "ResourcePool",
     "Resources",
+    "capacity_from",
     "check_fits",
     "format_amount",
     "machine_capacity",
@@ -310,6 +311,32 @@ def machine_capacity() -> Resources:
         cpu=float(os.cpu_count() or 1),
         memory=_physical_memory(),
         gpu=len(visible_gpus()),
+    )
+
+
+def capacity_from(value: Any = None) -> Resources:
+    """A runner's capacity from what a user passes: ``None`` (this machine), a ``Resources``
+    (taken as complete), a dict, or the ``marin run --resources`` text ``"cpu=16,gpu=2"``.
+
+    In a dict or text, the standard kinds left out default to this machine's (``gpu=2`` alone
+    keeps every CPU and all the memory), so naming one kind never makes the others zero.
+    """
+    if value is None:
+        return machine_capacity()
+    if isinstance(value, Resources):
+        return value
+    if isinstance(value, str):
+        given = parse_capacity(value)
+        named = {part.partition("=")[0].strip() for part in value.split(",")}
+    else:
+        given = parse_resources(value)
+        named = set(value)
+    machine = machine_capacity()
+    return Resources(
+        cpu=given.cpu if "cpu" in named else machine.cpu,
+        memory=given.memory if "memory" in named else machine.memory,
+        gpu=given.gpu if "gpu" in named else machine.gpu,
+        extra=given.extra,
     )
 
 
