@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -217,3 +218,32 @@ def test_devices_reach_the_context_of_a_thread_step(location: Location) -> None:
     with assigned_devices((1, 3)):
         build_step(spec, location)
     assert seen == [(1, 3)]
+
+
+def test_a_function_of_a_script_run_as_main_runs_isolated(tmp_path: Path) -> None:
+    """``python my_pipeline.py``: fn lives in ``__main__``; the child loads the script under
+    ``__mp_main__`` (as multiprocessing's spawn does), so its main block does not run twice."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import os\n"
+        "from marin.execution.lazy import OUT, apply, resolve\n"
+        "def work(out_path):\n"
+        "    print('child says hi')\n"
+        "    return os.getpid()\n"
+        "if __name__ == '__main__':\n"
+        "    print('main block ran')\n"
+        "    step = apply('w', work, version='v1', out_path=OUT).with_options(isolate=True)\n"
+        f"    a = resolve(step, prefix={str(tmp_path / 'p')!r})\n"
+        "    print('child pid differs:', a.record.result != os.getpid())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "child pid differs: True" in result.stdout
+    assert result.stdout.count("main block ran") == 1
+    log = (tmp_path / "p" / "w" / "v1.marin" / "log.txt").read_text()
+    assert "child says hi" in log and "main block ran" not in log

@@ -30,13 +30,14 @@ def _import_file(name: str, path: str) -> None:
 def _prepare(meta: dict[str, Any]) -> None:
     sys.path[:] = list(meta["sys_path"])
     for name, path in meta["module_files"].items():
-        if name in sys.modules:
-            continue
         if name == "__main__":
-            # Like multiprocessing's spawn: the parent's script, loaded under another name so
-            # its `if __name__ == "__main__":` block does not run again.
+            # Like multiprocessing's spawn: the parent's script (this process's own __main__ is
+            # this module), loaded under another name so its `if __name__ == "__main__":` block
+            # does not run again.
             _import_file("__mp_main__", path)
             sys.modules["__main__"] = sys.modules["__mp_main__"]
+            continue
+        if name in sys.modules:
             continue
         try:
             importlib.import_module(name)
