@@ -22,7 +22,7 @@ import datetime
 
 from airflow.sdk import DAG, Param, literal, task
 
-from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step
+from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement
 
 # The command that generated this file, and where to run it (relative to this
 # file's folder). Re-run it after changing the pipeline.
@@ -104,6 +104,7 @@ STEPS = {
         "fingerprint": "d25000c8da23ae3bfd74c81efb315a0b82ffda37049270d0b38350ff3e3e4a0d",
         "retries": 0,
         "pool": None,
+        "timeout_s": 1800,
         "upstream": [
             "ngram.dataset__v1",
         ],
@@ -123,6 +124,7 @@ STEPS = {
         "fingerprint": "108fcd0bfbcaedafa10a280ccc3d8fe316a5656779b62ac639c00f9025a7bbc2",
         "retries": 0,
         "pool": None,
+        "timeout_s": 1800,
         "upstream": [
             "ngram.dataset__v1",
         ],
@@ -205,6 +207,7 @@ with DAG(
             retries=step["retries"],
             pool=step["pool"],
             multiple_outputs=True,
+            **task_placement(step),
         )(run_step)(
             target=literal(TARGET),
             step=literal(step["step"]),

@@ -191,6 +191,10 @@ def write_report(evaluations: dict[str, str], out_path: str) -> dict[str, Any]:
 # --- the pipeline ------------------------------------------------------------------------------
 
 
+TRAIN_RESOURCES = {"cpu": 2, "memory": "4GiB"}
+TOKENIZE_RESOURCES = {"cpu": 1, "memory": "1GiB"}
+
+
 def build_pipeline(
     *, add_k: float = 0.05, lambdas: tuple[float, ...] = (0.6, 0.3, 0.1)
 ) -> ArtifactStep:
@@ -201,6 +205,7 @@ def build_pipeline(
     shards = [
         apply(f"ngram/tokens/shard-{i:02d}", tokenize_shard, version="v1",
               corpus=corpus, shard=i, lowercase=True, out_path=OUT)
+        .with_options(resources=TOKENIZE_RESOURCES)
         for i in range(NUM_SHARDS)
     ]  # fmt: skip
     dataset = apply(
@@ -219,6 +224,12 @@ def build_pipeline(
             out_path=OUT,
         ),
     }  # fmt: skip
+    # Placement, not identity: resources and timeouts never change a fingerprint. Training is
+    # the heavy step; on a cluster it would ask for GPUs (resources={"gpu": 1, ...}).
+    models = {
+        name: model.with_options(resources=TRAIN_RESOURCES, timeout="30m")
+        for name, model in models.items()
+    }
     evaluations = {
         name: apply(f"ngram/eval/{name}", evaluate, version="v1",
                     model=model, dataset=dataset, out_path=OUT)

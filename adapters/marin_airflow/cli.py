@@ -90,6 +90,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "serve a drifted step with a warning (default), rebuild it, or fail the run first",
     )
     parser.add_argument(
+        "--executor",
+        choices=("default", "kubernetes"),
+        default="default",
+        help="kubernetes: each task also gets an executor_config pod override with its "
+        "resources as requests and limits (cpu, memory, nvidia.com/gpu); needs the kubernetes "
+        "package where the DAG is parsed (default: default)",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="write nothing; exit 1 with a diff summary if the file on disk is not what "
@@ -129,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
         schedule=args.schedule,
         retries=args.retries,
         on_drift=args.on_drift,
+        executor=args.executor,
     )
     if args.check:
         fresh, message = check_export(result)

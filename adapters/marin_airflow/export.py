@@ -2,7 +2,8 @@
 
 This module is pure code generation: it never imports Airflow, and the file it writes never
 imports the pipeline when Airflow parses it. The step graph is embedded in the file as data (task
-ids, edges, ``name@version``, fingerprint, retries, pool); every task calls
+ids, edges, ``name@version``, fingerprint, retries, pool, and the placement a step declares:
+queue, pool slots, timeout, pod resources); every task calls
 ``marin_airflow.runtime.run_step``, which imports the pipeline only when the task runs.
 
 The output is byte-stable: the same pipeline and options always give the same bytes (no
@@ -17,6 +18,7 @@ import ast
 import difflib
 import hashlib
 import heapq
+import math
 import os
 import re
 import shlex
@@ -34,6 +36,7 @@ _ID_VALID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?#LW-]+$")
 
 DEFAULT_MAX_CONCURRENT = 8
+EXECUTORS = ("default", "kubernetes")
 SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly")
 
 
@@ -51,6 +54,11 @@ class TaskEntry:
     retries: int = 0
     pool: str | None = None
     upstream: tuple[str, ...] = ()
+    queue: str | None = None
+    pool_slots: int = 1
+    timeout_s: int | float | None = None
+    pod_resources: tuple[tuple[str, str], ...] = ()
+    """Kubernetes quantities (``cpu``, ``memory``, ``nvidia.com/gpu``); only with that executor."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,10 @@ class StepInfo:
     """The step ids this step depends on."""
     retries: int = 0
     pool: str | None = None
+    resources: tuple[tuple[str, float], ...] = ()
+    """The step's resource amounts (``Resources.amounts()``): pool slots and pod requests."""
+    timeout_s: float | None = None
+    queue: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,8 @@ class DagOptions:
     on_drift: str = "warn"
     """The default of the DAG's ``on_drift`` param."""
     extra: dict[str, Any] = field(default_factory=dict)
+    executor: str = "default"
+    """``kubernetes``: tasks also get an ``executor_config`` pod override from their resources."""
 
 
 # --- task ids ----------------------------------------------------------------------------------
@@ -179,7 +193,41 @@ def graph_digest(steps: Iterable[tuple[str, str]]) -> str:
     return hashlib.sha256("\n".join(lines).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def plan_tasks(steps: Sequence[StepInfo], default_retries: int = 0) -> list[TaskEntry]:
+def pool_slots(pool: str | None, resources: Sequence[tuple[str, float]]) -> int:
+    """Slots a step takes in its pool: its amount of the resource the pool is named after.
+
+    A step asking for ``gpu=2`` in the pool ``gpu`` takes 2 slots (``memory`` counts GiB); in
+    any other pool, or without a pool, one slot.
+    """
+    amounts = dict(resources)
+    if pool is None or pool not in amounts:
+        return 1
+    amount = amounts[pool] / 1024**3 if pool == "memory" else amounts[pool]
+    return max(1, math.ceil(amount - 1e-9))
+
+
+def pod_quantities(resources: Sequence[tuple[str, float]]) -> tuple[tuple[str, str], ...]:
+    """Kubernetes requests/limits for a step: ``cpu``, ``memory`` (``Mi``), ``nvidia.com/gpu``.
+
+    Free-form kinds pass through under their own name (``google.com/tpu`` if you name it so).
+    """
+    out: dict[str, str] = {}
+    for kind, amount in resources:
+        if kind == "memory":
+            out["memory"] = f"{math.ceil(amount / 1024**2)}Mi"
+        elif kind == "cpu":
+            millis = math.ceil(amount * 1000 - 1e-6)
+            out["cpu"] = str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+        elif kind == "gpu":
+            out["nvidia.com/gpu"] = str(math.ceil(amount))
+        else:
+            out[kind] = f"{amount:g}"
+    return tuple(sorted(out.items()))
+
+
+def plan_tasks(
+    steps: Sequence[StepInfo], default_retries: int = 0, executor: str = "default"
+) -> list[TaskEntry]:
     """Tasks in a stable topological order (ties broken by task id), edges sorted."""
     by_id = {s.step_id: s for s in steps}
     if len(by_id) != len(steps):
@@ -216,6 +264,10 @@ def plan_tasks(steps: Sequence[StepInfo], default_retries: int = 0) -> list[Task
                 retries=int(retries),
                 pool=s.pool,
                 upstream=tuple(sorted({task_ids[d] for d in s.deps})),
+                queue=s.queue,
+                pool_slots=pool_slots(s.pool, s.resources),
+                timeout_s=_whole(s.timeout_s),
+                pod_resources=pod_quantities(s.resources) if executor == "kubernetes" else (),
             )
         )
         for child in dependents[sid]:
@@ -228,6 +280,18 @@ def plan_tasks(steps: Sequence[StepInfo], default_retries: int = 0) -> list[Task
     return ordered
 
 
+def _whole(value: float | None) -> int | float | None:
+    if value is None:
+        return None
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def _amounts(spec: Any) -> tuple[tuple[str, float], ...]:
+    resources = getattr(spec, "resources", None)
+    amounts = getattr(resources, "amounts", None)
+    return tuple(sorted(amounts().items())) if callable(amounts) else ()
+
+
 def step_infos(specs: Iterable[Any]) -> list[StepInfo]:
     """``StepSpec``s (all transitive, as from ``collect_steps``) -> plain ``StepInfo``s."""
     return [
@@ -237,6 +301,9 @@ def step_infos(specs: Iterable[Any]) -> list[StepInfo]:
             deps=tuple(dep.step_id for dep in spec.deps),
             retries=int(getattr(spec, "retries", 0) or 0),
             pool=getattr(spec, "pool", None),
+            resources=_amounts(spec),
+            timeout_s=getattr(spec, "timeout", None),
+            queue=getattr(spec, "queue", None),
         )
         for spec in specs
     ]
@@ -321,6 +388,7 @@ with DAG(
             retries=step["retries"],
             pool=step["pool"],
             multiple_outputs=True,
+            **task_placement(step),
         )(run_step)(
             target=literal(TARGET),
             step=literal(step["step"]),
@@ -367,17 +435,36 @@ def py_string(text: str) -> str:
     return "".join(out)
 
 
+def _finite_float(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value)
+
+
 def _r(value: Any) -> str:
     """A Python literal for plain data; the only way user strings enter the file."""
     if isinstance(value, str):
         text = py_string(value)
-    elif value is None or isinstance(value, bool | int):
+    elif value is None or isinstance(value, bool | int) or _finite_float(value):
         text = repr(value)
     else:  # pragma: no cover - the renderer only embeds str, int and None
         raise ExportError(f"error: cannot embed a {type(value).__name__} in a DAG file")
     if ast.literal_eval(text) != value:  # pragma: no cover - a bug in py_string
         raise ExportError(f"error: cannot embed {value!r} safely")
     return text
+
+
+def _placement_lines(t: TaskEntry) -> list[str]:
+    """Per-task placement keys, only those a step sets (``runtime.task_placement`` maps them)."""
+    lines = []
+    if t.queue is not None:
+        lines.append(f'        "queue": {_r(t.queue)},')
+    if t.pool_slots != 1:
+        lines.append(f'        "pool_slots": {_r(int(t.pool_slots))},')
+    if t.timeout_s is not None:
+        lines.append(f'        "timeout_s": {_r(t.timeout_s)},')
+    if t.pod_resources:
+        items = ", ".join(f"{_r(k)}: {_r(v)}" for k, v in t.pod_resources)
+        lines.append(f'        "pod_resources": {{{items}}},')
+    return lines
 
 
 def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> str:
@@ -389,7 +476,9 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
     lines.append("from __future__ import annotations\n")
     lines.append("import datetime\n")
     lines.append("from airflow.sdk import DAG, Param, literal, task\n")
-    lines.append("from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step\n")
+    lines.append(
+        "from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement\n"
+    )
     lines.append("# The command that generated this file, and where to run it (relative to this")
     lines.append("# file's folder). Re-run it after changing the pipeline.")
     lines.append(f"EXPORT_COMMAND = {_r(options.export_command)}")
@@ -419,6 +508,7 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
             lines.append(f'        "fingerprint": {_r(t.fingerprint)},')
             lines.append(f'        "retries": {_r(int(t.retries))},')
             lines.append(f'        "pool": {_r(t.pool)},')
+            lines.extend(_placement_lines(t))
             if t.upstream:
                 lines.append('        "upstream": [')
                 lines.extend(f"            {_r(u)}," for u in t.upstream)
@@ -518,6 +608,7 @@ def export_command(
     schedule: str | None,
     retries: int,
     on_drift: str = "warn",
+    executor: str = "default",
 ) -> str:
     """The command that regenerates the file, run in ``root``, with paths relative to it."""
     location, attr = split_target(target)
@@ -535,6 +626,8 @@ def export_command(
         argv += ["--retries", str(retries)]
     if on_drift != "warn":
         argv += ["--on-drift", on_drift]
+    if executor != "default":
+        argv += ["--executor", executor]
     return shlex.join(argv)
 
 
@@ -587,6 +680,7 @@ def build_export(
     retries: int = 0,
     on_drift: str = "warn",
     specs: Sequence[Any] | None = None,
+    executor: str = "default",
 ) -> ExportResult:
     """Generate (but do not write) the DAG file for ``target``.
 
@@ -595,12 +689,16 @@ def build_export(
     split_target(target)
     if retries < 0:
         raise ExportError("error: --retries must be 0 or more")
+    if executor not in EXECUTORS:
+        raise ExportError(
+            f"error: --executor {executor!r} is not known: use one of {', '.join(EXECUTORS)}"
+        )
     chosen_id = check_dag_id(dag_id) if dag_id is not None else default_dag_id(target)
     path = output_file(out, chosen_id)
     dag_dir = os.path.dirname(os.path.abspath(path))
     root = export_root(dag_dir, target)
     steps = step_infos(specs if specs is not None else lower_target(target))
-    tasks = plan_tasks(steps, default_retries=retries)
+    tasks = plan_tasks(steps, default_retries=retries, executor=executor)
     options = DagOptions(
         dag_id=chosen_id,
         max_concurrent=max_concurrent,
@@ -619,7 +717,9 @@ def build_export(
             schedule=schedule,
             retries=retries,
             on_drift=on_drift,
+            executor=executor,
         ),
+        executor=executor,
     )
     reference = target_reference(target, dag_dir)
     text = render_dag(reference, tasks, options)

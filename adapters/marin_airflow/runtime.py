@@ -6,10 +6,12 @@ core and Airflow's context are only imported inside ``run_step``, when a task ac
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 log = logging.getLogger("marin.airflow")
@@ -23,6 +25,45 @@ _lowered: dict[str, dict[str, Any]] = {}
 """Per process: resolved target -> {step_id: StepSpec}. Airflow may run many tasks per process."""
 _targets: dict[str, list[Any]] = {}
 """Per process: resolved target -> the lowered target specs (what ``needed`` starts from)."""
+
+
+def task_placement(step: Mapping[str, Any]) -> dict[str, Any]:
+    """Operator arguments from one ``STEPS`` entry of a generated DAG file (called at parse time).
+
+    ``queue`` -> ``queue``, ``pool_slots`` -> ``pool_slots``, ``timeout_s`` ->
+    ``execution_timeout``, and ``pod_resources`` (``--executor kubernetes`` only) -> an
+    ``executor_config`` pod override with those requests and limits. Keys a step does not set
+    are absent, so Airflow's defaults apply.
+    """
+    out: dict[str, Any] = {}
+    if step.get("queue") is not None:
+        out["queue"] = str(step["queue"])
+    if step.get("pool_slots") is not None:
+        out["pool_slots"] = int(step["pool_slots"])
+    if step.get("timeout_s") is not None:
+        out["execution_timeout"] = datetime.timedelta(seconds=float(step["timeout_s"]))
+    if step.get("pod_resources"):
+        out["executor_config"] = {"pod_override": pod_override(step["pod_resources"])}
+    return out
+
+
+def pod_override(quantities: Mapping[str, str]) -> Any:
+    """A ``V1Pod`` whose ``base`` container requests and is limited to ``quantities``."""
+    from kubernetes.client import models as k8s
+
+    amounts = {str(k): str(v) for k, v in quantities.items()}
+    return k8s.V1Pod(
+        spec=k8s.V1PodSpec(
+            containers=[
+                k8s.V1Container(
+                    name="base",
+                    resources=k8s.V1ResourceRequirements(
+                        requests=dict(amounts), limits=dict(amounts)
+                    ),
+                )
+            ]
+        )
+    )
 
 
 class StaleDagError(RuntimeError):

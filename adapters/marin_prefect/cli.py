@@ -72,6 +72,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         action="store_false",
         help="do not import TARGET to check that it names a pipeline",
     )
+    parser.add_argument(
+        "--create-limits",
+        dest="create_limits",
+        metavar="CAPACITY",
+        help="also create (or resize) the global concurrency limits the pipeline's resources "
+        "use, sized for this capacity, e.g. cpu=16,memory=64GiB,gpu=2 (marin-cpu, "
+        "marin-memory-gib, marin-gpu, ...) on the current Prefect API",
+    )
     parser.set_defaults(func=main)
     return parser
 
@@ -87,6 +95,7 @@ def main(args: argparse.Namespace) -> int:
             max_concurrent=args.max_concurrent,
             on_drift=args.on_drift,
             check=args.check,
+            resource_limits=args.create_limits is not None,
         )
     except ExportError as exc:
         print(str(exc), file=sys.stderr)
@@ -94,7 +103,60 @@ def main(args: argparse.Namespace) -> int:
     print(f"{action} deployment {name!r} in {args.output}")
     if action != "unchanged":
         print(f"deploy it with: prefect deploy --prefect-file {args.output} -n {name}")
+    if args.check or args.create_limits:
+        try:
+            for line in resource_limits(args.target, args.create_limits):
+                print(line)
+        except ExportError as exc:
+            print(str(exc), file=sys.stderr)
+            return EXIT_USAGE
     return EXIT_OK
+
+
+def resource_limits(target: str, capacity: str | None) -> list[str]:
+    """Create the limits the pipeline's resources need (``capacity`` given), or say how to."""
+    from marin.execution.errors import MarinError
+    from marin.execution.graph import collect_steps
+    from marin.execution.lazy import lower
+    from marin.execution.resources import parse_capacity
+    from marin.execution.targets import load_target
+    from marin_prefect.resources import (
+        create_limits,
+        limits_commands,
+        limits_for_capacity,
+        resource_slots,
+    )
+
+    specs = collect_steps(list(lower(load_target(target))))
+    needed = sorted({name for spec in specs for name, _ in resource_slots(spec)})
+    if not needed:
+        return []
+    if capacity is None:
+        return [
+            "the pipeline's resources need these Prefect global concurrency limits "
+            "(or pass --create-limits CAPACITY):",
+            *(f"  prefect gcl create {name} --limit <capacity>" for name in needed),
+        ]
+    try:
+        sizes = dict(limits_for_capacity(parse_capacity(capacity)))
+    except MarinError as exc:
+        raise ExportError(str(exc)) from None
+    missing = [name for name in needed if name not in sizes]
+    if missing:
+        kinds = [n.removeprefix("marin-").replace("memory-gib", "memory") for n in missing]
+        raise ExportError(
+            f"error: --create-limits {capacity!r} gives no capacity for {', '.join(kinds)}, "
+            f"which the pipeline's steps ask for: add them, e.g. --create-limits {capacity},"
+            + ",".join(f"{k}=N" for k in kinds)
+        )
+    limits = [(name, sizes[name]) for name in needed]
+    try:
+        return create_limits(limits)
+    except Exception as exc:
+        raise ExportError(
+            f"error: could not create the limits on the Prefect API ({type(exc).__name__}: "
+            f"{exc}): check PREFECT_API_URL, or run: " + "; ".join(limits_commands(limits))
+        ) from None
 
 
 def default_deployment_name(target: str) -> str:
@@ -130,6 +192,7 @@ def export(
     max_concurrent: int = 8,
     on_drift: str = "warn",
     check: bool = True,
+    resource_limits: bool = False,
 ) -> tuple[str, str]:
     """Write or update the deployment; return ``(created|updated|unchanged, name)``."""
     import yaml
@@ -176,6 +239,8 @@ def export(
         parameters["prefix"] = prefix
     parameters["max_concurrent"] = max_concurrent
     parameters["on_drift"] = on_drift
+    if resource_limits:
+        parameters["resource_limits"] = True
 
     existing = next((d for d in deployments if isinstance(d, dict) and d.get("name") == name), None)
     if existing is None:

@@ -25,6 +25,7 @@ Prefect has no skipped state, so propagation is ours:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import queue
 import re
@@ -109,6 +110,7 @@ def to_prefect_flow(
     keep_going: bool = False,
     force: Sequence[str] = (),
     cascade: bool = True,
+    resource_limits: bool = False,
 ) -> Flow[[], dict[str, str]]:
     """Compile a pipeline into a Prefect flow; calling the flow runs the pipeline.
 
@@ -120,6 +122,11 @@ def to_prefect_flow(
     ``concurrency_limit`` names a Prefect global concurrency limit (create it first, e.g. with
     ``prefect gcl create NAME --limit N``); a step holds one slot only while it builds. The flow
     returns ``{name@version: artifact path}`` for every step.
+
+    ``resource_limits=True``: each building step also holds as many slots of the Prefect global
+    concurrency limits ``marin-<kind>`` (``marin-gpu``, ``marin-memory-gib``, ...) as its
+    ``resources`` ask for (docs/resources.md; ``marin export prefect --create-limits`` makes
+    them). Off by default, so a flow runs where no limits were created.
 
     ``on_drift``, ``force`` (step names or ``name@version`` ids) and ``cascade`` mean what they
     mean for ``marin run``: the flow plans with the same decision function, so ``marin plan``
@@ -148,6 +155,7 @@ def to_prefect_flow(
         concurrency_limit=concurrency_limit,
         keep_going=keep_going,
         max_concurrent=max_concurrent,
+        resource_limits=resource_limits,
     )
 
     def marin_flow() -> dict[str, str]:
@@ -171,6 +179,7 @@ class RunOptions:
     concurrency_limit: str | None = None
     keep_going: bool = False
     max_concurrent: int = 8
+    resource_limits: bool = False
 
 
 def _default_policy() -> Policy:
@@ -336,12 +345,15 @@ def _drain(finished: queue.SimpleQueue[str]) -> list[str]:
 
 
 def _task(spec: StepSpec, fn: Callable[[], Any], **options: Any) -> Task[[], Any]:
+    from marin_prefect.resources import task_tags
+
     return Task(
         fn,
         name=spec.step_id,
         task_run_name=spec.step_id,
         cache_policy=NO_CACHE,
         description=f"Marin step {spec.step_id} -> {spec.output_path}",
+        tags=task_tags(spec),
         **options,
     )
 
@@ -399,7 +411,7 @@ def _build_task(
             f"(fingerprint {spec.fingerprint[:12]})",
         )
 
-    return _task(spec, marin_step, retries=spec.retries)
+    return _task(spec, marin_step, retries=spec.retries, timeout_seconds=spec.timeout)
 
 
 def _build(
@@ -409,32 +421,36 @@ def _build(
     decision: Decision,
     upstream: list[Upstream],
 ) -> BuildOutcome:
-    """Build one planned step; with a concurrency limit, holding a slot only while it builds."""
+    """Build one planned step, holding Prefect concurrency slots only while it builds: one of
+    ``concurrency_limit``, and with ``resource_limits`` the step's ``marin-<kind>`` slots."""
     from marin.execution.build import build_step
 
-    def build() -> BuildOutcome:
+    logger = get_run_logger()
+    with contextlib.ExitStack() as slots:
+        if options.concurrency_limit is not None:
+            from prefect.concurrency.sync import concurrency
+
+            asked = time.perf_counter()
+            # strict: a missing limit is an error, not a warning and an unlimited run. The lease
+            # is renewed while the step builds; a transient renewal error must not kill a build.
+            slots.enter_context(
+                concurrency(
+                    options.concurrency_limit,
+                    occupy=1,
+                    strict=True,
+                    raise_on_lease_renewal_failure=False,
+                )
+            )
+            logger.info(
+                "%s holds a slot of %r (waited %.2fs)",
+                spec.step_id,
+                options.concurrency_limit,
+                time.perf_counter() - asked,
+            )
+        if options.resource_limits:
+            from marin_prefect.resources import resource_concurrency
+
+            slots.enter_context(resource_concurrency(spec, logger))
         return build_step(
             spec, location, policy=options.policy, decision=decision, upstream=upstream
         )
-
-    if options.concurrency_limit is None:
-        return build()
-    from prefect.concurrency.sync import concurrency
-
-    logger = get_run_logger()
-    asked = time.perf_counter()
-    # strict: a missing limit is an error, not a warning and an unlimited run. The lease is
-    # renewed while the step builds; a transient renewal error must not kill a long build.
-    with concurrency(
-        options.concurrency_limit,
-        occupy=1,
-        strict=True,
-        raise_on_lease_renewal_failure=False,
-    ):
-        logger.info(
-            "%s holds a slot of %r (waited %.2fs)",
-            spec.step_id,
-            options.concurrency_limit,
-            time.perf_counter() - asked,
-        )
-        return build()

@@ -113,13 +113,15 @@ def marin_pipeline(
     keep_going: bool = False,
     force: list[str] | None = None,
     cascade: bool = True,
+    resource_limits: bool = False,
 ) -> dict[str, str]:
     """Run the Marin pipeline ``target`` ("path/to/file.py:attr" or "pkg.module:attr").
 
     Artifacts go under ``prefix``, else ``$MARIN_PREFIX`` on the worker, else the local default.
     Returns ``{name@version: artifact path}`` for every step. ``on_drift``, ``force`` (step
     names or ``name@version`` ids to rebuild) and ``cascade`` mean what they mean for
-    ``marin run``.
+    ``marin run``. ``resource_limits``: steps hold slots of the ``marin-<kind>`` global
+    concurrency limits while they build (a deployment made with ``--create-limits`` sets it).
     """
     from marin.execution.prefix_policy import check_prefix
     from marin.execution.storage import resolve_prefix
@@ -135,5 +137,6 @@ def marin_pipeline(
         keep_going=keep_going,
         force=force or (),
         cascade=cascade,
+        resource_limits=resource_limits,
     )
     return pipeline()

@@ -59,6 +59,18 @@ def _use_live_progress(args: argparse.Namespace) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
+def _capacity_arg(text: str) -> str:
+    """``--resources``: checked here (a bad value is a usage error), kept as text."""
+    from marin.execution.errors import MarinError
+    from marin.execution.resources import parse_capacity
+
+    try:
+        parse_capacity(text)
+    except MarinError as exc:
+        raise argparse.ArgumentTypeError(f"{exc.what}: {exc.fix}") from None
+    return text
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from marin.execution.graph import collect_steps
     from marin.execution.step_runner import RunReport, StepRunner
@@ -76,6 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         on_drift=args.on_drift,
         cascade=getattr(args, "cascade", True),
         listener=observer,
+        resources=getattr(args, "resources", None),
     )
     runner.exit_on_interrupt = True  # the process exits at once, which ends every running fn
     color = sys.stdout.isatty()
@@ -294,6 +307,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="warn",
         help="a built step whose config changed without a version bump: serve it with a "
         "warning (default), rebuild it, or stop",
+    )
+    run.add_argument(
+        "--resources",
+        type=_capacity_arg,
+        default=None,
+        metavar="CAPACITY",
+        help="this machine's capacity for steps' declared resources, e.g. "
+        "cpu=16,memory=64GiB,gpu=2 (default: all CPUs, physical memory, visible GPUs)",
     )
     run.add_argument(
         "--no-progress",

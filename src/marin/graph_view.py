@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from marin.execution.decide import Decision
 from marin.execution.graph import canonical_deps
+from marin.execution.resources import describe_placement
 from marin.execution.step_spec import StepSpec
 from marin.terminal_text import safe_text
 
@@ -155,6 +156,9 @@ def to_text(steps: Sequence[StepSpec], states: Mapping[str, Decision] | None = N
         step_deps = list(dict.fromkeys(safe_text(d.step_id) for d in deps[step.output_path]))
         if step_deps:
             line += "  <- " + ", ".join(step_deps)
+        placement = describe_placement(step)
+        if placement:
+            line += f"  [{placement}]"
         lines.append(line)
     return "\n".join(lines) + "\n"
 

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 from marin.execution.decide import ACTIONS, BUILD, STATUSES, Decision, Plan
+from marin.execution.resources import describe_placement
 from marin.execution.storage import Location
 from marin.terminal_text import safe_rich, safe_text
 
@@ -75,6 +76,9 @@ def _step_json(d: Decision, location: Location) -> dict[str, Any]:
         "stored_fingerprint": d.record.fingerprint if d.record is not None else None,
         "build_id": (d.record.build_id or None) if d.record is not None else None,
         "deps": [dep.step_id for dep in d.spec.deps],
+        # Only for steps with placement options (docs/resources.md), so plans of pipelines
+        # without any are unchanged.
+        **({"placement": placement_of(d.spec)} if describe_placement(d.spec) else {}),
     }
 
 
@@ -96,11 +100,15 @@ def plan_table(plan: Plan, location: Location, color: bool = False) -> str:
         reason = safe_text(state.reason)
         if state.drift:
             reason += "".join(f"\n  {safe_text(line)}" for line in state.drift)
+        placement = describe_placement(state.spec)
         table.add_row(
             SYMBOLS[state.status],
             state.action,
             state.status,
-            safe_rich(state.spec.step_id),
+            safe_rich(
+                state.spec.step_id + (f"\n  [{placement}]" if placement else ""),
+                keep_newlines=True,
+            ),
             state.spec.fingerprint[:12],
             safe_rich(location.url_for(state.spec.output_path)),
             safe_rich(reason, keep_newlines=True),

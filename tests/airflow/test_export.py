@@ -122,7 +122,7 @@ def _structure(text: str) -> tuple[ast.Module, dict[str, object]]:
         "from __future__ import annotations",
         "import datetime",
         "from airflow.sdk import DAG, Param, literal, task",
-        "from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step",
+        "from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement",
     ]
     data: dict[str, object] = {}
     for node in body[5:-1]:

@@ -60,6 +60,7 @@ def _outputs(prefix: Path) -> dict[str, bytes]:
 
 def test_example_as_flow_matches_local_run(tmp_path: Path) -> None:
     prefect_prefix, local_prefix = tmp_path / "prefect", tmp_path / "local"
+    # The example declares resources; without resource_limits=True no Prefect limit is needed.
     pipeline = to_prefect_flow(EXAMPLE_TARGET, prefix=str(prefect_prefix))
     state = pipeline(return_state=True)
     assert state.is_completed(), state

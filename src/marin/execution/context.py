@@ -7,7 +7,9 @@ the same questions return concrete paths.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +24,29 @@ def dep_placeholder(name: str) -> str:
     return "{DEP:" + name + "}"
 
 
+_assigned_devices: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
+    "marin_assigned_devices", default=()
+)
+
+
+@contextlib.contextmanager
+def assigned_devices(devices: tuple[int, ...]) -> Iterator[None]:
+    """Run a build with these GPU devices assigned: contexts made inside see ``ctx.devices``.
+
+    The runner wraps ``build_step`` in it with its ``ResourcePool`` grant's devices, so the
+    context that ``build_step`` makes carries them without ``build_step`` knowing about pools.
+    """
+    token = _assigned_devices.set(tuple(int(d) for d in devices))
+    try:
+        yield
+    finally:
+        _assigned_devices.reset(token)
+
+
+def current_devices() -> tuple[int, ...]:
+    return _assigned_devices.get()
+
+
 @dataclass(frozen=True)
 class StepContext:
     output_path: str
@@ -30,6 +55,11 @@ class StepContext:
     dep_paths: Mapping[str, str] = field(default_factory=dict)
     """Dependency ``name@version`` -> its path."""
     fingerprinting: bool = False
+    devices: tuple[int, ...] = field(default_factory=current_devices)
+    """The GPU devices assigned to this build (indices as this process numbers them); () if none.
+
+    An isolated step's subprocess gets ``CUDA_VISIBLE_DEVICES`` set to exactly these devices.
+    """
 
     def dep_path(self, dep: Any) -> str:
         """The path of a dependency given as a handle, a ``StepSpec`` or a ``name@version``."""
@@ -50,4 +80,5 @@ def fingerprint_context(deps: tuple[Any, ...]) -> StepContext:
         region=REGION_PLACEHOLDER,
         dep_paths={dep.step_id: dep_placeholder(dep.name) for dep in deps},
         fingerprinting=True,
+        devices=(),
     )

@@ -11,9 +11,10 @@ import copy
 import dataclasses
 import gc
 import inspect
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 from marin.execution.artifact import Artifact
 from marin.execution.canonical import to_canonical
@@ -21,6 +22,7 @@ from marin.execution.context import StepContext, fingerprint_context
 from marin.execution.errors import CycleError, DuplicateStepError, InvalidStepError
 from marin.execution.names import validate_name, validate_version
 from marin.execution.provenance import collect_provenance
+from marin.execution.resources import NO_RESOURCES, Resources, parse_duration, parse_resources
 from marin.execution.step_spec import StepSpec, fingerprint_of
 
 __all__ = [
@@ -74,7 +76,12 @@ class ArtifactStep:
     artifact_type: str = "artifact"
     retries: int = 0
     pool: str | None = None
-    resources: Mapping[str, Any] = field(default_factory=dict)
+    resources: Resources | Mapping[str, Any] = NO_RESOURCES
+    """A ``Resources`` after construction (a plain dict is parsed and checked)."""
+    timeout: float | str | None = None
+    """Seconds after construction (``"2h"`` is parsed)."""
+    queue: str | None = None
+    isolate: bool = False
 
     def __post_init__(self) -> None:
         validate_name(self.name)
@@ -92,6 +99,7 @@ class ArtifactStep:
             raise InvalidStepError(
                 f"retries={self.retries!r}", "use a whole number >= 0", self.step_id
             )
+        _check_placement(self)
 
     @property
     def step_id(self) -> str:
@@ -105,17 +113,31 @@ class ArtifactStep:
         *,
         retries: int | None = None,
         pool: str | None = None,
-        resources: Mapping[str, Any] | None = None,
+        resources: Resources | Mapping[str, Any] | None = None,
+        timeout: float | str | None = None,
+        queue: str | None = None,
+        isolate: bool | None = None,
         artifact_type: str | None = None,
     ) -> ArtifactStep:
-        """A copy with scheduling options, which the adapters map to their engines' own."""
+        """A copy with scheduling options, which the adapters map to their engines' own.
+
+        ``resources`` (``{"cpu": 4, "memory": "16GiB", "gpu": 1, "tpu": 8}``), ``timeout``
+        (seconds or ``"2h"``), ``queue`` (a worker queue) and ``isolate`` (run ``fn`` in a fresh
+        subprocess) are checked here and never enter the fingerprint: placement is not identity.
+        """
         changes: dict[str, Any] = {}
+        if timeout is not None:
+            changes["timeout"] = timeout
+        if queue is not None:
+            changes["queue"] = queue
+        if isolate is not None:
+            changes["isolate"] = isolate
         if retries is not None:
             changes["retries"] = retries
         if pool is not None:
             changes["pool"] = pool
         if resources is not None:
-            changes["resources"] = dict(resources)
+            changes["resources"] = resources
         if artifact_type is not None:
             changes["artifact_type"] = artifact_type
         return dataclasses.replace(self, **changes)
@@ -127,6 +149,40 @@ class ArtifactStep:
         # A handle is immutable and its identity is what makes it a dependency: a snapshot of a
         # config that holds one keeps the handle itself.
         return self
+
+
+_QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+
+
+def _check_placement(handle: ArtifactStep) -> None:
+    """Parse and check resources, timeout, queue and isolate; errors name the step and field."""
+    if (
+        handle.resources is NO_RESOURCES
+        and handle.timeout is None
+        and handle.queue is None
+        and handle.isolate is False
+    ):
+        return  # the common case, kept cheap for graphs of 100,000 steps
+    step_id = handle.step_id
+    object.__setattr__(handle, "resources", parse_resources(handle.resources, step_id))
+    if handle.timeout is not None:
+        object.__setattr__(handle, "timeout", parse_duration(handle.timeout, step_id))
+    if handle.queue is not None and (
+        not isinstance(handle.queue, str) or not _QUEUE.match(handle.queue)
+    ):
+        raise InvalidStepError(
+            f"queue={handle.queue!r} is not a queue name",
+            "use 1-200 letters, digits, '_', '.', ':' or '-'",
+            step_id,
+        )
+    if not isinstance(handle.isolate, bool):
+        raise InvalidStepError(
+            f"isolate={handle.isolate!r}", "use isolate=True or isolate=False", step_id
+        )
+    if handle.isolate:
+        from marin.execution.isolation import check_importable
+
+        check_importable(handle.run, step_id)
 
 
 # --- apply -----------------------------------------------------------------------------------
@@ -322,15 +378,33 @@ def _spec_for(
         fingerprint=fingerprint,
         fingerprint_payload=payload_json,
         provenance=provenance,
-        run=_FingerprintGuard(handle.run, handle.build_config, deps, config, step_id),
+        run=_FingerprintGuard(_placed_run(handle), handle.build_config, deps, config, step_id),
         build_config=handle.build_config,
         artifact_type=handle.artifact_type,
         retries=handle.retries,
         pool=handle.pool,
-        resources=handle.resources,
+        resources=cast(Resources, handle.resources),
+        timeout=cast("float | None", handle.timeout),
+        queue=handle.queue,
+        isolate=handle.isolate,
     )
     memo[("step", step_id)] = spec
     return spec
+
+
+def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
+    """``handle.run``, wrapped to run isolated or under a timeout when the handle asks."""
+    if not handle.isolate and handle.timeout is None:
+        return handle.run
+    from marin.execution.isolation import wrap_run
+
+    return wrap_run(
+        handle.run,
+        handle.step_id,
+        isolate=handle.isolate,
+        timeout=cast("float | None", handle.timeout),
+        gpus=cast(Resources, handle.resources).gpu,
+    )
 
 
 def _lower_all(

@@ -14,7 +14,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from marin.execution.artifact import Artifact
 from marin.execution.build import BuildOutcome, build_step, warn_if_served_stale
+from marin.execution.context import assigned_devices
 from marin.execution.decide import BUILD, PRUNE, SKIP, Plan, Policy, Upstream
 from marin.execution.errors import (
     InvalidStepError,
@@ -32,6 +33,7 @@ from marin.execution.errors import (
 from marin.execution.inspect import plan_run
 from marin.execution.lease import release_all_held
 from marin.execution.records import FAILED, log_path, write_status
+from marin.execution.resources import Grant, ResourcePool, Resources, capacity_from, check_fits
 from marin.execution.scheduler import READY_ORDERS, Scheduler
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location, open_prefix
@@ -186,7 +188,11 @@ class StepRunner:
         cascade: bool = True,
         region: str | None = None,
         listener: RunListener | None = None,
+        resources: Resources | Mapping[str, Any] | str | None = None,
     ) -> None:
+        """``resources``: the machine's capacity for steps' declared resources (default: this
+        machine's CPUs, memory and visible GPUs; see ``marin.execution.resources``). A step
+        starts only when its resources are free, besides ``max_concurrent``."""
         if not isinstance(max_concurrent, int) or max_concurrent < 1:
             raise InvalidStepError(
                 f"max_concurrent={max_concurrent!r}", "use a whole number >= 1 (default 8)"
@@ -198,6 +204,7 @@ class StepRunner:
         self.cascade = cascade
         self.region = region
         self.listener = listener
+        self.capacity = capacity_from(resources)
 
     def plan(
         self, steps: StepSpec | Sequence[StepSpec], *, force: Iterable[str] = ()
@@ -241,11 +248,15 @@ class StepRunner:
                 log.info("would build %s: %s", decision.spec.step_id, decision.reason)
             return report
         if report.to_build:
+            pool = ResourcePool(self.capacity)
+            check_fits(pool, [plan.decisions[p].spec for p in report.to_build])
             location.check_writable()
-            self._execute(report, plan, keep_going)
+            self._execute(report, plan, keep_going, pool)
         return report
 
-    def _execute(self, report: RunReport, plan: Plan, keep_going: bool) -> None:
+    def _execute(
+        self, report: RunReport, plan: Plan, keep_going: bool, resources: ResourcePool
+    ) -> None:
         decisions = plan.decisions
         to_build = set(report.to_build)
         scheduler = Scheduler(
@@ -271,30 +282,49 @@ class StepRunner:
                     ups[dep.step_id] = Upstream(dep.step_id, decisions[dep.output_path].record)
             return list(ups.values())
 
-        def build(spec: StepSpec, ups: list[Upstream]) -> BuildOutcome:
-            return build_step(
-                spec,
-                report.location,
-                policy=plan.policy,
-                region=self.region,
-                decision=decisions[spec.output_path],
-                upstream=ups,
-                abandon=abandon,
+        grants: dict[str, Grant] = {}
+
+        def admit(path: str) -> bool:
+            """Start a ready step only when its declared resources are free (the pool keeps
+            the first step it refuses reserved, so a big step is not starved by small ones)."""
+            grant = resources.try_acquire(
+                decisions[path].spec.step_id, decisions[path].spec.resources
             )
+            if grant is None:
+                return False
+            grants[path] = grant
+            return True
+
+        def build(spec: StepSpec, ups: list[Upstream], devices: tuple[int, ...]) -> BuildOutcome:
+            with assigned_devices(devices):
+                return build_step(
+                    spec,
+                    report.location,
+                    policy=plan.policy,
+                    region=self.region,
+                    decision=decisions[spec.output_path],
+                    upstream=ups,
+                    abandon=abandon,
+                )
 
         pool = _StepPool(self.max_concurrent, "marin-step")
 
         def dispatch() -> None:
-            for path in scheduler.get_ready(self.max_concurrent - len(scheduler.running)):
+            free = self.max_concurrent - len(scheduler.running)
+            for path in scheduler.get_ready(free, admit):
                 spec = decisions[path].spec
                 log.info("start %s", spec.step_id)
                 if self.listener:
                     self.listener.on_start(spec)
                 started[path] = time.perf_counter()
-                future = pool.submit(caller_context.copy().run, build, spec, upstream(spec))
+                devices = grants[path].devices
+                future = pool.submit(
+                    caller_context.copy().run, build, spec, upstream(spec), devices
+                )
                 future.add_done_callback(partial(_report_done, done, path))
 
         def collect(path: str, future: Future[BuildOutcome]) -> None:
+            resources.release(grants.pop(path))
             duration = time.perf_counter() - started[path]
             report.durations[path] = duration
             spec = decisions[path].spec

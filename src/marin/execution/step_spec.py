@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.context import StepContext
 from marin.execution.names import is_mutable_version
+from marin.execution.resources import NO_RESOURCES, Resources
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -32,7 +33,14 @@ class StepSpec:
     artifact_type: str = "artifact"
     retries: int = 0
     pool: str | None = None
-    resources: Mapping[str, Any] = field(default_factory=dict)
+    resources: Resources = NO_RESOURCES
+    """What the step needs to run (placement, not identity: never in the fingerprint)."""
+    timeout: float | None = None
+    """Seconds ``fn`` may run; lowering wraps ``run`` so that exceeding it fails the build."""
+    queue: str | None = None
+    """The engine's worker queue (Airflow ``queue``, a Prefect tag)."""
+    isolate: bool = False
+    """``fn`` runs in a fresh subprocess (lowering wraps ``run``); see ``isolation.py``."""
 
     @property
     def step_id(self) -> str:

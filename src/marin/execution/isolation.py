@@ -1,0 +1,285 @@
+"""Running a step's ``fn`` in a fresh subprocess (``isolate=True``), or under a timeout in-thread.
+
+Lowering wraps ``spec.run`` in one of these calls; everything else about a build is unchanged:
+``build_step`` still takes the lease, writes the status, and commits the record in the runner's
+process. Only the ``fn`` call moves:
+
+- ``IsolatedCall`` starts ``python -m marin.execution.isolated_child`` (a fresh interpreter, as
+  multiprocessing's spawn does), sends it ``fn`` *by reference* and its already-materialised
+  arguments (paths and plain data), and copies the child's stdout and stderr into the step's log.
+  The child's ``CUDA_VISIBLE_DEVICES`` names exactly the devices assigned to the build. A timeout
+  kills the child's whole process group, and the build fails.
+- ``TimedCall`` (a timeout without isolation) runs ``fn`` on a helper thread and fails the build
+  when the time is up. A Python thread cannot be killed: the abandoned call keeps running in the
+  background until it returns on its own. Use ``isolate=True`` when a step must really stop.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from marin.execution.context import StepContext
+from marin.execution.errors import InvalidStepError, MarinError
+from marin.execution.resources import visible_gpus
+
+CHILD_MODULE = "marin.execution.isolated_child"
+KILL_GRACE_S = 5.0
+
+
+class StepTimeoutError(MarinError, TimeoutError):
+    """A step's ``fn`` ran longer than its ``timeout``."""
+
+
+def _function_of(run: Callable[..., Any]) -> Callable[..., Any]:
+    """The user's function inside a lowered ``run`` (``apply``'s bound call), else ``run``."""
+    fn = getattr(run, "fn", None)
+    return fn if callable(fn) and hasattr(run, "inputs") else run
+
+
+def check_importable(run: Callable[..., Any], step_id: str) -> None:
+    """Raise unless a fresh process can import ``run``'s function by module and name."""
+    fn = _function_of(run)
+    fix = (
+        "isolate=True runs fn in a fresh process, which imports it by name: define it with def "
+        "at the top level of a module (not a lambda, a nested function or a closure)"
+    )
+    if inspect.isfunction(fn) or inspect.isbuiltin(fn):
+        qualname = getattr(fn, "__qualname__", "")
+        module_name = getattr(fn, "__module__", None)
+        if "<lambda>" in qualname or "<locals>" in qualname or not module_name:
+            raise InvalidStepError(
+                f"fn {qualname or fn!r} cannot be imported by reference", fix, step_id
+            )
+        found: Any = sys.modules.get(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part, None)
+        if found is not fn:
+            raise InvalidStepError(
+                f"fn {module_name}.{qualname} is not reachable by that name in its module",
+                fix,
+                step_id,
+            )
+        return
+    try:
+        pickle.dumps(fn)
+    except Exception as exc:
+        raise InvalidStepError(
+            f"fn {fn!r} cannot be sent to a subprocess ({type(exc).__name__}: {exc})", fix, step_id
+        ) from None
+
+
+def _module_files(fn: Callable[..., Any]) -> dict[str, str]:
+    """Files of the modules ``fn`` lives in that a fresh interpreter may not find by name.
+
+    Pipelines loaded from a file (``marin run path/to/file.py:attr``) are registered under a
+    made-up module name; the child loads such a module from its file under the same name.
+    """
+    names = {getattr(fn, "__module__", None), getattr(type(fn), "__module__", None)}
+    files: dict[str, str] = {}
+    for name in names:
+        module = sys.modules.get(name) if name else None
+        path = getattr(module, "__file__", None)
+        if name and path:
+            files[name] = os.path.abspath(path)
+    return files
+
+
+def _child_env(ctx: StepContext, gpus_requested: int) -> dict[str, str]:
+    env = dict(os.environ)
+    if ctx.devices:
+        names = visible_gpus()
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(
+            names[i] if i < len(names) else str(i) for i in ctx.devices
+        )
+    elif gpus_requested == 0:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # a step that asked for no GPU sees none
+    # else: the step asked for GPUs that no local pool assigned (Airflow, Prefect, Kubernetes
+    # placed it): keep what the worker was given.
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass(frozen=True)
+class IsolatedCall:
+    """``spec.run`` for an ``isolate=True`` step: ``fn`` runs in a fresh subprocess."""
+
+    run: Callable[[StepContext], Any]
+    step_id: str
+    timeout: float | None = None
+    gpus: int = 0
+
+    @property
+    def fn(self) -> Callable[..., Any]:
+        return _function_of(self.run)
+
+    def __call__(self, ctx: StepContext) -> Any:
+        run = self.run
+        config = getattr(run, "config", None)
+        args: tuple[Any, ...] = ()
+        if hasattr(run, "inputs") and callable(config):
+            target, kwargs = _function_of(run), config(ctx)
+        else:
+            target, args, kwargs = run, (ctx,), {}
+        meta = {"sys_path": list(sys.path), "module_files": _module_files(target)}
+        with tempfile.TemporaryDirectory(prefix="marin-isolated-") as tmp:
+            payload_path = os.path.join(tmp, "call.pkl")
+            result_path = os.path.join(tmp, "result.pkl")
+            with open(payload_path, "wb") as f:
+                pickle.dump(meta, f)
+                try:
+                    pickle.dump(
+                        {"target": target, "args": args, "kwargs": kwargs},
+                        f,
+                        protocol=pickle.HIGHEST_PROTOCOL,
+                    )
+                except Exception as exc:
+                    raise InvalidStepError(
+                        "cannot send fn and its inputs to a subprocess "
+                        f"({type(exc).__name__}: {exc})",
+                        "isolate=True needs fn importable by name and inputs that pickle",
+                        self.step_id,
+                    ) from None
+            return self._spawn(ctx, payload_path, result_path)
+
+    def _spawn(self, ctx: StepContext, payload_path: str, result_path: str) -> Any:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", CHILD_MODULE, payload_path, result_path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=_child_env(ctx, self.gpus),
+            start_new_session=True,  # its own process group: a timeout kills fn's children too
+        )
+        assert proc.stdout is not None
+        # The copier runs in this build's context, so what it writes lands in the step's log.
+        copier = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(_copy_output, proc.stdout),
+            name=f"marin-output-{self.step_id}",
+            daemon=True,
+        )
+        copier.start()
+        try:
+            proc.wait(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            copier.join(KILL_GRACE_S)
+            raise StepTimeoutError(
+                f"fn ran longer than its timeout of {self.timeout:g}s; its process was killed",
+                "raise the step's timeout (with_options(timeout=...)) or make it faster",
+                self.step_id,
+            ) from None
+        except BaseException:
+            _kill_group(proc)  # interrupted: never leave the child running
+            raise
+        copier.join()
+        proc.stdout.close()
+        return _read_result(result_path, proc.returncode, self.step_id)
+
+
+def _copy_output(stream: Any) -> None:
+    for raw in iter(stream.readline, b""):
+        sys.stdout.write(raw.decode("utf-8", "replace"))
+    sys.stdout.flush()
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
+
+
+def _read_result(path: str, returncode: int, step_id: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            outcome = pickle.load(f)
+    except FileNotFoundError:
+        how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+        raise RuntimeError(
+            f"error: the isolated process of step {step_id} ended with {how} before fn "
+            "returned (see the step's log)"
+        ) from None
+    if outcome["ok"]:
+        return outcome["result"]
+    error = outcome.get("error")
+    if not isinstance(error, BaseException):
+        error = RuntimeError(f"{outcome['type']}: {outcome['message']}")
+    error.add_note(f"raised in the isolated process of step {step_id}:\n{outcome['traceback']}")
+    raise error
+
+
+@dataclass(frozen=True)
+class TimedCall:
+    """``spec.run`` for a step with a timeout but no isolation: fail the build when time is up.
+
+    ``fn`` runs on a helper thread (in the build's context, so its output still reaches the
+    step's log); the build waits at most ``timeout`` seconds. The thread cannot be killed: on
+    timeout it is abandoned and keeps running until ``fn`` returns.
+    """
+
+    run: Callable[[StepContext], Any]
+    step_id: str
+    timeout: float
+
+    @property
+    def fn(self) -> Callable[..., Any]:
+        return _function_of(self.run)
+
+    def __call__(self, ctx: StepContext) -> Any:
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def call() -> None:
+            try:
+                box["result"] = self.run(ctx)
+            except BaseException as exc:
+                box["error"] = exc
+            finally:
+                done.set()
+
+        worker = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(call,),
+            name=f"marin-timed-{self.step_id}",
+            daemon=True,
+        )
+        worker.start()
+        if not done.wait(self.timeout):
+            raise StepTimeoutError(
+                f"fn ran longer than its timeout of {self.timeout:g}s; it runs in a thread, "
+                "which cannot be killed, so it may still be running in the background",
+                "raise the timeout, or use with_options(isolate=True) so a timeout kills fn",
+                self.step_id,
+            )
+        if "error" in box:
+            raise box["error"]
+        return box["result"]
+
+
+def wrap_run(
+    run: Callable[[StepContext], Any],
+    step_id: str,
+    *,
+    isolate: bool,
+    timeout: float | None,
+    gpus: int = 0,
+) -> Callable[[StepContext], Any]:
+    """The ``spec.run`` lowering gives a step with these options."""
+    if isolate:
+        return IsolatedCall(run, step_id, timeout, gpus)
+    if timeout is not None:
+        return TimedCall(run, step_id, timeout)
+    return run

@@ -1,0 +1,142 @@
+"""Module-level step functions for the resource tests: importable by reference, so they can run
+isolated in a fresh subprocess or in another runner's worker.
+
+Steps append JSON lines to the call log named by ``$MARIN_TEST_CALLS`` (the conformance suite's
+format), with the devices they were given, so a test can replay who held what and when.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any
+
+from tests.conformance.scenarios import CALLS_ENV, append_call, read_calls
+
+RELEASE = threading.Event()
+"""Set by a test to let ``wait_for_release`` return (the in-thread timeout test)."""
+
+
+def _log(calls: str, step: str, event: str) -> None:
+    append_call(calls, step, event + "|" + os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+
+
+def wait_for_peers(calls: str, step: str, peers: int, out_path: str) -> dict[str, Any]:
+    """Start, then wait (bounded) until ``peers`` steps have started, so the cap is reached."""
+    _log(calls, step, "start")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        started = sum(1 for c in read_calls(calls) if c["event"].startswith("start|"))
+        if started >= peers:
+            break
+        time.sleep(0.01)
+    print(f"step {step} ran with CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}")
+    os.makedirs(out_path, exist_ok=True)
+    with open(os.path.join(out_path, "done"), "w") as f:
+        f.write(step)
+    _log(calls, step, "end")
+    return {"cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid()}
+
+
+def hang(pid_file: str) -> None:
+    """Write this process's id, then never return (only a kill ends it)."""
+    with open(pid_file, "w") as f:
+        f.write(str(os.getpid()))
+    while True:
+        time.sleep(1)
+
+
+def wait_for_release() -> str:
+    RELEASE.wait(60)
+    return "released"
+
+
+def fail(message: str) -> None:
+    print("about to fail")
+    raise KeyError(message)
+
+
+def whoami(out_path: str) -> dict[str, Any]:
+    os.makedirs(out_path, exist_ok=True)
+    return {"pid": os.getpid(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def calls_env() -> str:
+    return os.environ[CALLS_ENV]
+
+
+def overlaps(calls: list[dict[str, Any]]) -> tuple[int, dict[str, int]]:
+    """Replay a call log: the peak number of steps running at once, and per device."""
+    running = 0
+    peak = 0
+    per_device: dict[str, int] = {}
+    device_peak: dict[str, int] = {}
+    for call in sorted(calls, key=lambda c: (c["t"], c["event"].startswith("start"))):
+        kind, _, devices = call["event"].partition("|")
+        if kind not in ("start", "end"):
+            continue
+        delta = 1 if kind == "start" else -1
+        running += delta
+        peak = max(peak, running)
+        for device in filter(None, devices.split(",")):
+            per_device[device] = per_device.get(device, 0) + delta
+            device_peak[device] = max(device_peak.get(device, 0), per_device[device])
+    return peak, device_peak
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+# --- pipelines for the engine tests (targets: tests/resources/resource_pipelines.py:NAME) -------
+
+
+def placed() -> list[Any]:
+    """One step per mapping: cpu/memory + queue + timeout, GPUs in the gpu pool, none at all."""
+    from marin.execution.lazy import OUT, apply
+
+    return [
+        apply("place/tokenize", whoami, version="v1", out_path=OUT).with_options(
+            resources={"cpu": 4, "memory": "16GiB"}, queue="cpu-q", timeout="1h30m"
+        ),
+        apply("place/train", whoami, version="v1", out_path=OUT).with_options(
+            resources={"gpu": 2, "cpu": 8, "memory": "64GiB"}, pool="gpu", timeout=7200
+        ),
+        apply("place/eval", whoami, version="v1", out_path=OUT).with_options(
+            resources={"gpu": 1, "cpu": 0.5, "memory": "1.5GiB", "tpu": 4},
+            pool="gpu 'q\"",
+            queue="gpu-q",
+        ),
+        apply("place/plain", whoami, version="v1", out_path=OUT),
+    ]
+
+
+GPU_CAP = {"e0": 1, "e1": 1, "e2": 1, "e3": 1, "train": 2}
+"""The conformance scenario: GPUs per step; run it where the capacity is gpu=2."""
+
+
+def gpu_cap() -> list[Any]:
+    """Steps asking for 6 GPUs in all, on a 2-GPU capacity (the ``gpu`` pool / limit)."""
+    from marin.execution.lazy import OUT, apply
+
+    calls = os.environ.get(CALLS_ENV, "calls.jsonl")
+    return [
+        apply(f"cap/{name}", wait_for_peers, version="v1", calls=calls, step=name,
+              peers=2 if n == 1 else 1, out_path=OUT).with_options(
+            resources={"gpu": n}, pool="gpu"
+        )
+        for name, n in GPU_CAP.items()
+    ]  # fmt: skip
+
+
+def gpu_in_use(calls: list[dict[str, Any]], gpus: dict[str, int]) -> list[int]:
+    """Replay start/end events: the GPUs held after each event, in time order."""
+    held, timeline = 0, []
+    for call in sorted(calls, key=lambda c: (c["t"], c["event"].startswith("start"))):
+        kind = call["event"].split("|")[0]
+        if kind in ("start", "end"):
+            held += gpus[call["step"]] * (1 if kind == "start" else -1)
+            timeline.append(held)
+    return timeline

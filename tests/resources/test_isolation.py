@@ -1,0 +1,250 @@
+"""Placement options on handles, device assignment, and ``isolate=True`` subprocess runs.
+
+The local scheduler integration (``StepRunner(resources=...)``) is the lead's; here a tiny driver
+(`_run_with_pool`) stands in for it, using only the building blocks the scheduler will use:
+``ResourcePool.try_acquire``/``release`` and ``assigned_devices`` around the real ``build_step``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from marin.execution.build import build_step
+from marin.execution.context import assigned_devices
+from marin.execution.errors import InvalidStepError
+from marin.execution.isolation import IsolatedCall, StepTimeoutError, TimedCall
+from marin.execution.lazy import OUT, ArtifactStep, apply, lower
+from marin.execution.records import FAILED, log_path, read_record, read_status
+from marin.execution.resources import ResourcePool, Resources, parse_capacity
+from marin.execution.step_spec import StepSpec
+from marin.execution.storage import Location, open_prefix
+from tests.conformance.scenarios import read_calls
+from tests.resources import resource_pipelines as rp
+
+
+@pytest.fixture
+def location(tmp_path: object) -> Location:
+    return open_prefix(str(tmp_path) + "/prefix")
+
+
+def _run_with_pool(specs: Sequence[StepSpec], pool: ResourcePool, location: Location) -> None:
+    """Build independent steps at once, each only while it holds a grant (the lead's loop)."""
+    changed = threading.Condition()
+    errors: list[BaseException] = []
+
+    def one(spec: StepSpec) -> None:
+        with changed:
+            while (grant := pool.try_acquire(spec.step_id, spec.resources)) is None:
+                changed.wait(30)
+        try:
+            with assigned_devices(grant.devices):
+                build_step(spec, location)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            with changed:
+                pool.release(grant)
+                changed.notify_all()
+
+    threads = [threading.Thread(target=one, args=(s,)) for s in specs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+
+
+def test_placement_options_are_validated_and_kept_out_of_the_fingerprint() -> None:
+    plain = apply("train", rp.whoami, version="v1", out_path=OUT)
+    placed = plain.with_options(
+        resources={"gpu": 2, "memory": "16GiB", "cpu": 8}, timeout="2h", queue="gpu-a100",
+        isolate=True,
+    )  # fmt: skip
+    a, b = lower(plain), lower(placed)
+    assert a.fingerprint == b.fingerprint
+    assert b.resources == Resources(cpu=8, memory=16 * 1024**3, gpu=2)
+    assert (b.timeout, b.queue, b.isolate) == (7200.0, "gpu-a100", True)
+    isolated = b.run.run  # inside the fingerprint guard (lazy._FingerprintGuard)
+    assert isinstance(isolated, IsolatedCall) and isolated.fn is rp.whoami
+    timed = lower(plain.with_options(timeout=5))
+    assert isinstance(timed.run.run, TimedCall)
+    assert lower(plain).run.run is plain.run  # no placement wrapper without options
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        ({"resources": {"gpu": "two"}}, "resources.gpu='two' is not an amount"),
+        ({"timeout": "soon"}, "timeout='soon' is not a duration"),
+        ({"queue": "gpu queue; rm -rf"}, "is not a queue name"),
+        ({"queue": ""}, "is not a queue name"),
+    ],
+)
+def test_bad_options_fail_at_with_options_naming_the_step(options: dict, needle: str) -> None:
+    step = apply("train", rp.whoami, version="v1", out_path=OUT)
+    with pytest.raises(InvalidStepError) as info:
+        step.with_options(**options)
+    assert needle in str(info.value) and "(step train@v1)" in str(info.value)
+
+
+def test_isolate_needs_fn_importable_by_reference() -> None:
+    def closure(out_path: str) -> None:
+        return None
+
+    for fn in (closure, lambda out_path: None):
+        step = apply("train", fn, version="v1", out_path=OUT)
+        with pytest.raises(InvalidStepError) as info:
+            step.with_options(isolate=True)
+        text = str(info.value)
+        assert "cannot be imported by reference (step train@v1)" in text
+        assert "top level of a module" in text
+    with pytest.raises(InvalidStepError, match="cannot be imported by reference"):
+        ArtifactStep("raw", "v1", run=lambda ctx: None, isolate=True)
+
+
+def test_isolated_step_runs_in_a_subprocess_and_commits_through_build_step(
+    location: Location,
+) -> None:
+    spec = lower(apply("who", rp.whoami, version="v1", out_path=OUT).with_options(isolate=True))
+    outcome = build_step(spec, location)
+    assert outcome.action == "built"
+    assert outcome.record.result["pid"] != os.getpid()
+    assert outcome.record.result["cuda"] == ""  # asked for no GPU: sees none
+    assert read_record(location, spec.output_path) is not None
+    assert os.path.isdir(location.path(spec.output_path))
+
+
+def test_isolated_errors_and_output_reach_the_runner_and_the_step_log(location: Location) -> None:
+    spec = lower(apply("bad", rp.fail, version="v1", message="boom").with_options(isolate=True))
+    with pytest.raises(KeyError, match="boom") as info:
+        build_step(spec, location)
+    assert any("raised in the isolated process" in n for n in info.value.__notes__)
+    assert read_record(location, spec.output_path) is None
+    status = read_status(location, spec.output_path)
+    assert status is not None and status["state"] == FAILED
+    with open(location.path(log_path(spec.output_path))) as f:
+        assert "about to fail" in f.read()
+
+
+def test_isolated_timeout_kills_the_process_and_commits_nothing(
+    location: Location, tmp_path: object
+) -> None:
+    pid_file = os.path.join(str(tmp_path), "pid")
+    spec = lower(
+        apply("hang", rp.hang, version="v1", pid_file=pid_file).with_options(
+            isolate=True, timeout=3
+        )
+    )
+    with pytest.raises(StepTimeoutError) as info:
+        build_step(spec, location)
+    assert "timeout of 3s; its process was killed (step hang@v1)" in str(info.value)
+    pid = int(open(pid_file).read())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert read_record(location, spec.output_path) is None
+    status = read_status(location, spec.output_path)
+    assert status is not None and status["state"] == FAILED
+
+
+def test_a_timeout_without_isolation_fails_the_step(location: Location) -> None:
+    rp.RELEASE.clear()
+    spec = lower(
+        ArtifactStep("slow", "v1", run=lambda ctx: rp.wait_for_release()).with_options(timeout=0.5)
+    )
+    try:
+        with pytest.raises(StepTimeoutError, match="cannot be killed"):
+            build_step(spec, location)
+    finally:
+        rp.RELEASE.set()  # let the abandoned thread finish
+    assert read_record(location, spec.output_path) is None
+
+
+def test_a_file_loaded_pipeline_runs_isolated(location: Location, tmp_path: object) -> None:
+    from marin.execution.targets import load_target
+
+    path = os.path.join(str(tmp_path), "my_pipe.py")
+    with open(path, "w") as f:
+        f.write(
+            "import os\n"
+            "from marin.execution.lazy import OUT, apply\n"
+            "def pid(out_path):\n"
+            "    return os.getpid()\n"
+            "pipeline = apply('pid', pid, version='v1', out_path=OUT).with_options(isolate=True)\n"
+        )
+    (handle,) = load_target(f"{path}:pipeline")
+    outcome = build_step(lower(handle), location)
+    assert outcome.record.result != os.getpid()
+
+
+def test_gpu_steps_get_distinct_devices_and_cuda_visible_devices(
+    location: Location, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Capacity gpu=2 on a CPU-only machine: 4 isolated 1-GPU steps, never 2 on one device."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    calls = os.path.join(str(tmp_path), "calls.jsonl")
+    steps = [
+        apply(f"eval/{i}", rp.wait_for_peers, version="v1", calls=calls, step=f"eval/{i}",
+              peers=2, out_path=OUT).with_options(
+            resources={"gpu": 1, "cpu": 0.5}, isolate=True
+        )
+        for i in range(4)
+    ]  # fmt: skip
+    specs = lower(steps)
+    pool = ResourcePool(parse_capacity("cpu=2,gpu=2"))
+    t0 = time.monotonic()
+    _run_with_pool(specs, pool, location)
+    assert time.monotonic() - t0 < 110
+    results = [read_record(location, s.output_path) for s in specs]
+    devices = {r.result["cuda"] for r in results if r is not None}
+    assert devices == {"0", "1"}
+    assert len({r.result["pid"] for r in results if r is not None}) == 4
+    peak, per_device = rp.overlaps(read_calls(calls))
+    assert peak == 2  # the cap is reached and never exceeded
+    assert per_device == {"0": 1, "1": 1}  # no device used twice at once
+    assert pool.peak() == {"cpu": 1.0, "gpu": 2.0}
+    for spec in specs:
+        with open(location.path(log_path(spec.output_path))) as f:
+            assert "ran with CUDA_VISIBLE_DEVICES=" in f.read()
+
+
+def test_devices_reach_the_context_of_a_thread_step(location: Location) -> None:
+    seen: list[tuple[int, ...]] = []
+    spec = lower(ArtifactStep("ctx", "v1", run=lambda ctx: seen.append(ctx.devices)))
+    with assigned_devices((1, 3)):
+        build_step(spec, location)
+    assert seen == [(1, 3)]
+
+
+def test_a_function_of_a_script_run_as_main_runs_isolated(tmp_path: Path) -> None:
+    """``python my_pipeline.py``: fn lives in ``__main__``; the child loads the script under
+    ``__mp_main__`` (as multiprocessing's spawn does), so its main block does not run twice."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import os\n"
+        "from marin.execution.lazy import OUT, apply, resolve\n"
+        "def work(out_path):\n"
+        "    print('child says hi')\n"
+        "    return os.getpid()\n"
+        "if __name__ == '__main__':\n"
+        "    print('main block ran')\n"
+        "    step = apply('w', work, version='v1', out_path=OUT).with_options(isolate=True)\n"
+        f"    a = resolve(step, prefix={str(tmp_path / 'p')!r})\n"
+        "    print('child pid differs:', a.record.result != os.getpid())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "child pid differs: True" in result.stdout
+    assert result.stdout.count("main block ran") == 1
+    log = (tmp_path / "p" / "w" / "v1.marin" / "log.txt").read_text()
+    assert "child says hi" in log and "main block ran" not in log
