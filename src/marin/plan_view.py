@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any
 
 from marin.execution.decide import ACTIONS, BUILD, STATUSES, Decision, Plan
-from marin.execution.resources import describe_placement
+from marin.execution.resources import describe_placement, placement_of
 from marin.execution.storage import Location
 from marin.terminal_text import safe_rich, safe_text
 
