@@ -6,7 +6,8 @@ status file, and see each other's results.
 
 The order of writes is the whole crash-safety story:
 1. take the lease, then re-check: another runner may have finished meanwhile;
-2. status RUNNING; delete any old record, then clear debris from the output path;
+2. status RUNNING; delete any old record, then clear what an earlier Marin attempt left at the
+   output path (only that: see ``_earlier_attempt``);
 3. run ``fn`` under a lease heartbeat;
 4. check the lease is still ours (a runner whose lease was taken over must not commit);
 5. write the record (the commit point) under ``Lease.commit``, which re-proves ownership, then
@@ -32,9 +33,10 @@ from typing import IO, Any
 from marin.execution.canonical import to_canonical
 from marin.execution.context import StepContext
 from marin.execution.drift import explain_drift
-from marin.execution.errors import ConfigError, DriftError, LeaseLostError
+from marin.execution.errors import ConfigError, DriftError, LeaseLostError, StorageError
 from marin.execution.faults import crash_point
 from marin.execution.lease import Heartbeat, Lease
+from marin.execution.names import METADATA_SUFFIX
 from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
     FAILED,
@@ -46,6 +48,8 @@ from marin.execution.records import (
     log_path,
     read_record,
     read_status,
+    record_path,
+    status_path,
     write_record,
     write_status,
 )
@@ -201,12 +205,66 @@ def _acquire(lease: Lease, spec: StepSpec) -> None:
         delay = min(delay * 2, LEASE_WAIT_MAX_DELAY_S)
 
 
-def _clear_output(location: Location, spec: StepSpec) -> None:
-    fs, out = location.fs, location.path(spec.output_path)
-    if with_retries(lambda: fs.exists(out), f"check {out}"):
-        log.info("clear %s: removing debris from an earlier attempt at %s", spec.step_id, out)
-        with_retries(lambda: fs.rm(out, recursive=True), f"clear {out}")
+def _earlier_attempt(location: Location, spec: StepSpec) -> str | None:
+    """What an earlier attempt left at the output path: ``"build"``, ``"debris"`` or None.
+
+    An output path may be cleared only when Marin provably wrote there: a status file (every
+    attempt writes RUNNING before touching the output) or a record says so. A folder at the
+    output path with neither is someone's data (a user's folder, or any folder a chosen prefix
+    points at): the step fails, having written nothing, instead of deleting it. Temporary
+    metadata files go first, so a leftover that filled the disk can't make the RUNNING status
+    write fail.
+    """
     clear_metadata_debris(location, spec.output_path)
+    status = read_status(location, spec.output_path)
+    has_record = location.has_file(location.path(record_path(spec.output_path)))
+    if status is None and not has_record:
+        if not location.has_file(location.path(status_path(spec.output_path))):
+            out = location.path(spec.output_path)
+            if location.exists(out):
+                raise StorageError(
+                    f"output path {location.url_for(spec.output_path)} already exists and was "
+                    "not written by Marin (no status or record beside it)",
+                    "move it away (or delete it yourself), then run again; Marin never deletes "
+                    "data it did not write",
+                    spec.step_id,
+                )
+            return None  # the common first build: nothing there, nothing to clear
+    return "build" if has_record or (status or {}).get("state") == SUCCESS else "debris"
+
+
+def _clear_output(location: Location, spec: StepSpec, built: bool) -> None:
+    """Remove the output path (literally: never a glob), unless another step's metadata is in it."""
+    out = location.path(spec.output_path)
+    files = location.list_tree(out)
+    if files or location.exists(out):
+        foreign = _foreign_metadata(out, files)
+        if foreign is not None:
+            raise StorageError(
+                f"output path {location.url_for(spec.output_path)} holds another step's "
+                f"metadata ({foreign}); clearing it would delete that step's artifact",
+                "rename one of the two steps so that neither output is inside the other",
+                spec.step_id,
+            )
+        if built:
+            log.info("clear %s: replacing the previous build at %s", spec.step_id, out)
+        else:
+            log.info("clear %s: removing debris from an earlier attempt at %s", spec.step_id, out)
+        with_retries(lambda: location.remove_tree(out), f"clear {out}")
+    _make_parent(location, out)
+
+
+def _foreign_metadata(out: str, files: list[str]) -> str | None:
+    """The first file under ``out`` that sits in a ``*.marin`` metadata folder, if any."""
+    base = out.rstrip("/") + "/"
+    for file in files:
+        relative = file[len(base) :] if file.startswith(base) else ""
+        if any(part.endswith(METADATA_SUFFIX) for part in relative.split("/")[:-1]):
+            return file
+    return None
+
+
+def _make_parent(location: Location, out: str) -> None:
     if location.is_local:
         os.makedirs(os.path.dirname(out), exist_ok=True)
 
@@ -255,14 +313,13 @@ def _build_holding(
     spec: StepSpec, location: Location, lease: Lease, region: str | None
 ) -> BuildOutcome:
     started_at, t0 = now_iso(), time.perf_counter()
-    # Every attempt writes a status before touching the output, so without one there is no
-    # debris. Local disk checks anyway (a stat is cheap); remote stores save a round trip (and on
-    # memory:// a scan of the whole store).
-    attempted_before = location.is_local or read_status(location, spec.output_path) is not None
+    earlier = _earlier_attempt(location, spec)  # may refuse: nothing is written then
     write_status(location, spec.output_path, RUNNING, holder=lease.holder, started_at=started_at)
     delete_record(location, spec.output_path)
-    if attempted_before:
-        _clear_output(location, spec)
+    if earlier is not None:
+        _clear_output(location, spec, built=earlier == "build")
+    else:
+        _make_parent(location, location.path(spec.output_path))
     ctx = run_context(spec, location, region)
     try:
         config = to_canonical(spec.build_config(ctx), "config", spec.step_id)
