@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -147,9 +146,3 @@ def test_forced_rebuild_says_replacing_and_retry_says_debris(
     build_step(flaky, location)
     cleared = [r.getMessage() for r in caplog.records if r.getMessage().startswith("clear ")]
     assert len(cleared) == 1 and "removing debris from an earlier attempt" in cleared[0], cleared
-
-
-def test_unique_prefix_per_test_is_isolated() -> None:
-    """Sanity for the fixtures above: a fresh uuid prefix starts empty."""
-    location = open_prefix(f"memory://iso-{uuid.uuid4().hex[:8]}")
-    assert not location.exists(location.root)

@@ -217,20 +217,27 @@ def _earlier_attempt(location: Location, spec: StepSpec) -> str | None:
     """
     clear_metadata_debris(location, spec.output_path)
     status = read_status(location, spec.output_path)
-    has_record = location.has_file(location.path(record_path(spec.output_path)))
-    if status is None and not has_record:
-        if not location.has_file(location.path(status_path(spec.output_path))):
-            out = location.path(spec.output_path)
-            if location.exists(out):
-                raise StorageError(
-                    f"output path {location.url_for(spec.output_path)} already exists and was "
-                    "not written by Marin (no status or record beside it)",
-                    "move it away (or delete it yourself), then run again; Marin never deletes "
-                    "data it did not write",
-                    spec.step_id,
-                )
+    record_file = location.path(record_path(spec.output_path))
+    if status is None:
+        out = location.path(spec.output_path)
+        if not location.exists(out):
             return None  # the common first build: nothing there, nothing to clear
-    return "build" if has_record or (status or {}).get("state") == SUCCESS else "debris"
+        has_record = location.has_file(record_file)
+        marin_wrote = has_record or location.has_file(
+            location.path(status_path(spec.output_path))  # present, if unreadable
+        )
+        if not marin_wrote:
+            raise StorageError(
+                f"output path {location.url_for(spec.output_path)} already exists and was not "
+                "written by Marin (no status or record beside it)",
+                "move it away (or delete it yourself), then run again; Marin never deletes "
+                "data it did not write",
+                spec.step_id,
+            )
+        return "build" if has_record else "debris"
+    if status.get("state") == SUCCESS or location.has_file(record_file):
+        return "build"
+    return "debris"
 
 
 def _clear_output(location: Location, spec: StepSpec, built: bool) -> None:

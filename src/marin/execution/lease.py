@@ -91,6 +91,7 @@ def ttl_from_env() -> float:
         )
     return ttl
 
+
 _MEMORY_LOCK = threading.RLock()
 _held: set[Lease] = set()
 _held_lock = threading.Lock()
@@ -203,7 +204,14 @@ class LeaseInfo:
             data = json.loads(raw.decode())
             holder, token, expires = data["holder"], data["token"], data["expires_at"]
             process = data.get("process")
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError, RecursionError):
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            UnicodeDecodeError,
+            AttributeError,
+            RecursionError,
+        ):
             return cls(GARBLED, "", 0.0)
         if (
             not isinstance(holder, str)
@@ -496,10 +504,14 @@ class GCSLeaseStore:
         bucket, key = self._key(path)
         boundary = self._BOUNDARY
         body = (
-            f"--{boundary}\nContent-Type: application/json; charset=UTF-8\n\n"
-            f"{json.dumps({'name': key})}\n--{boundary}\n"
-            "Content-Type: application/octet-stream\n\n"
-        ).encode() + data + f"\n--{boundary}--".encode()
+            (
+                f"--{boundary}\nContent-Type: application/json; charset=UTF-8\n\n"
+                f"{json.dumps({'name': key})}\n--{boundary}\n"
+                "Content-Type: application/octet-stream\n\n"
+            ).encode()
+            + data
+            + f"\n--{boundary}--".encode()
+        )
         try:
             with_retries(
                 lambda: self.fs.call(

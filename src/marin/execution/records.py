@@ -98,9 +98,11 @@ class ArtifactRecord:
                     continue
                 raise ValueError(f"field {name!r} is missing")
             value = fields[name]
-            if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+            if isinstance(value, bool) or not isinstance(value, kind):
                 raise ValueError(f"field {name!r} is a {type(value).__name__}")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in fields["dep_paths"].items()):
+        if not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in fields["dep_paths"].items()
+        ):
             raise ValueError("field 'dep_paths' is not a mapping of strings")
         argv = fields["provenance"].get("argv", [])
         if not isinstance(argv, list):

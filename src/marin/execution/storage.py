@@ -17,6 +17,7 @@ a user or a trigger chooses, may hold those characters too: it is part of every 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -150,8 +151,10 @@ class Location:
             return os.path.lexists(path)
         if self.is_memory:
             store, folder = self.fs.store, path.rstrip("/") + "/"
-            return path in store or path in self.fs.pseudo_dirs or any(
-                key.startswith(folder) for key in list(store)
+            return (
+                path in store
+                or path in self.fs.pseudo_dirs
+                or any(key.startswith(folder) for key in list(store))
             )
         return bool(with_retries(lambda: self.fs.exists(path), f"check {path}"))
 
@@ -184,10 +187,8 @@ class Location:
                 os.unlink(path)
             return
         for file in self.list_tree(path):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 with_retries(lambda f=file: self.fs.rm_file(f), f"delete {file}")  # type: ignore[misc]
-            except FileNotFoundError:
-                pass
         if self.is_memory:  # folders made with makedirs are entries of their own there
             base = path.rstrip("/")
             for folder in [d for d in self.fs.pseudo_dirs if d == base or d.startswith(base + "/")]:
