@@ -219,6 +219,11 @@ def _earlier_attempt(location: Location, spec: StepSpec) -> str | None:
     status = read_status(location, spec.output_path)
     record_file = location.path(record_path(spec.output_path))
     if status is None:
+        if location.is_memory:
+            # memory:// lives in this process: only its own code wrote there, and checking for a
+            # folder means a scan of the whole store (quadratic over a run). Nothing is cleared
+            # without a status or record, and a record alone gets cleared below.
+            return "build" if location.has_file(record_file) else None
         out = location.path(spec.output_path)
         if not location.exists(out):
             return None  # the common first build: nothing there, nothing to clear
