@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import re
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,8 +176,26 @@ def read_record(location: Location, output_path: str) -> ArtifactRecord | None:
     try:
         return ArtifactRecord.from_json(raw.decode())
     except (ValueError, TypeError, UnicodeDecodeError) as exc:
-        log.warning("corrupt record %s (%s): treating %s as not built", path, exc, output_path)
+        if _first_sighting(path, raw):
+            log.warning("corrupt record %s (%s): treating %s as not built", path, exc, output_path)
         return None
+
+
+_seen_corrupt: set[tuple[str, int]] = set()
+_seen_lock = threading.Lock()
+
+
+def _first_sighting(path: str, raw: bytes) -> bool:
+    """True the first time this process reads these corrupt bytes at ``path``: a run reads a
+    record several times (plan, then the re-check under the lease), and one warning is enough."""
+    key = (path, hash(raw))
+    with _seen_lock:
+        if key in _seen_corrupt:
+            return False
+        if len(_seen_corrupt) > 10_000:
+            _seen_corrupt.clear()
+        _seen_corrupt.add(key)
+        return True
 
 
 TMP_MARK = ".tmp-"
@@ -268,10 +287,12 @@ def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
     try:
         status = parse_json(raw.decode())
     except (ValueError, UnicodeDecodeError) as exc:
-        log.warning("corrupt status %s (%s): ignoring it", path, exc)
+        if _first_sighting(path, raw):
+            log.warning("corrupt status %s (%s): ignoring it", path, exc)
         return None
     if not isinstance(status, dict) or not isinstance(status.get("state"), str):
-        log.warning("corrupt status %s (no state): ignoring it", path)
+        if _first_sighting(path, raw):
+            log.warning("corrupt status %s (no state): ignoring it", path)
         return None
     return status
 
