@@ -16,7 +16,7 @@ import pytest
 from marin.execution.build import build_step
 from marin.execution.errors import DuplicateStepError, InvalidStepError, StepFailedError
 from marin.execution.lazy import OUT, apply, lower, resolve
-from marin.execution.records import read_record, status_path, write_status
+from marin.execution.records import read_record, read_status, status_path, write_status
 from marin.execution.storage import open_prefix
 
 
@@ -109,6 +109,8 @@ def test_build_never_clears_a_folder_holding_another_steps_metadata(store_prefix
         resolve(outer, prefix=store_prefix)
     assert location.fs.cat_file(location.path("team/exp/v0/data.txt")) == b"inner"
     assert read_record(location, "team/exp/v0") is not None
+    # Refused before writing anything: the earlier attempt's status is what remains.
+    assert (read_status(location, "team/exp") or {}).get("state") == "FAILED"
 
 
 def test_a_folder_marin_never_wrote_is_not_cleared(store_prefix: str) -> None:

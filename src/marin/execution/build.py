@@ -245,19 +245,23 @@ def _earlier_attempt(location: Location, spec: StepSpec) -> str | None:
     return "debris"
 
 
-def _clear_output(location: Location, spec: StepSpec, built: bool) -> None:
-    """Remove the output path (literally: never a glob), unless another step's metadata is in it."""
+def _check_clearable(location: Location, spec: StepSpec) -> None:
+    """Refuse, before anything is written, to clear a folder holding another step's metadata."""
     out = location.path(spec.output_path)
-    files = location.list_tree(out)
-    if files or location.exists(out):
-        foreign = _foreign_metadata(out, files)
-        if foreign is not None:
-            raise StorageError(
-                f"output path {location.url_for(spec.output_path)} holds another step's "
-                f"metadata ({foreign}); clearing it would delete that step's artifact",
-                "rename one of the two steps so that neither output is inside the other",
-                spec.step_id,
-            )
+    foreign = _foreign_metadata(out, location.list_tree(out))
+    if foreign is not None:
+        raise StorageError(
+            f"output path {location.url_for(spec.output_path)} holds another step's "
+            f"metadata ({foreign}); clearing it would delete that step's artifact",
+            "rename one of the two steps so that neither output is inside the other",
+            spec.step_id,
+        )
+
+
+def _clear_output(location: Location, spec: StepSpec, built: bool) -> None:
+    """Remove the output path, literally (never as a glob); ``built`` picks the message."""
+    out = location.path(spec.output_path)
+    if location.exists(out):
         if built:
             log.info("clear %s: replacing the previous build at %s", spec.step_id, out)
         else:
@@ -325,7 +329,9 @@ def _build_holding(
     spec: StepSpec, location: Location, lease: Lease, region: str | None
 ) -> BuildOutcome:
     started_at, t0 = now_iso(), time.perf_counter()
-    earlier = _earlier_attempt(location, spec)  # may refuse: nothing is written then
+    earlier = _earlier_attempt(location, spec)  # these two may refuse: nothing is written then
+    if earlier is not None:
+        _check_clearable(location, spec)
     write_status(location, spec.output_path, RUNNING, holder=lease.holder, started_at=started_at)
     delete_record(location, spec.output_path)
     if earlier is not None:
