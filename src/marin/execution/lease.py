@@ -527,7 +527,7 @@ class GCSLeaseStore:
                 f"write {path}",
             )
             return True
-        except (FileExistsError, FileNotFoundError):
+        except FileExistsError:
             # 412: someone else's version is there now. A retried request whose first attempt
             # landed also gets 412: the write is ours if the object holds our bytes.
             found = self.read(path)
