@@ -63,6 +63,23 @@ def test_storage_operations_are_literal(store_prefix: str, odd: str) -> None:
     location.remove_tree(location.path("no[such]*"))  # matches nothing: a no-op, never an error
 
 
+@pytest.mark.parametrize("pattern", ["r?n", "r*n", "r[u]n"])
+def test_the_fsspec_calls_marin_relies_on_are_literal(store_prefix: str, pattern: str) -> None:
+    """``storage.py`` uses exists/isfile/info/ls/find/du/cat_file as literal operations: a path
+    that is a pattern matching only a sibling (``run``) must not find that sibling."""
+    location = open_prefix(store_prefix)
+    put(location, "run/v1/f", b"sibling")
+    fs, path = location.fs, location.path(pattern)
+    assert not fs.exists(path) and not location.exists(path)
+    assert not fs.isfile(f"{path}/v1/f")
+    assert fs.find(path) == [] and location.list_tree(path) == []
+    assert fs.du(path) == 0
+    for call in (lambda: fs.info(path), lambda: fs.ls(path), lambda: fs.cat_file(f"{path}/v1/f")):
+        with pytest.raises(FileNotFoundError):
+            call()
+    assert fs.cat_file(location.path("run/v1/f")) == b"sibling"
+
+
 def test_a_glob_prefix_retry_clears_only_its_own_debris(store_prefix: str, tmp_path: Path) -> None:
     """A prefix is chosen by a user or a trigger: ``base/p*`` must not reach ``base/p1``."""
     target = apply("a", write_value, version="v0", value="keep", out_path=OUT)
