@@ -23,7 +23,7 @@ FAIL_ENV = "MARIN_AIRFLOW_TEST_FAIL"
 """Comma-separated tags of steps that raise when they run (not part of any fingerprint)."""
 SLEEP_ENV = "MARIN_AIRFLOW_TEST_SLEEP"
 
-WEIRD_NAME = "af/we'ird\"{{7*7}}-ü"
+WEIRD_NAME = "af/we'ird\"{{7+7}}-ü"  # Jinja braces and quotes; no glob character
 FANOUT_WIDTH = 8
 
 

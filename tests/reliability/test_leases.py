@@ -1,4 +1,5 @@
-"""The lease contract and the commit path on local disk, memory:// and S3 (moto via s3fs)."""
+"""The lease contract and the commit path on local disk, memory://, S3 (moto via s3fs) and GCS
+(fake-gcs-server via gcsfs)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from marin.execution.storage import open_prefix
 def test_backends_get_the_strong_store(store_prefix: str) -> None:
     store = lease_store(open_prefix(store_prefix))
     assert store.atomic
-    assert store.kind == store_prefix.split("://")[0] if "://" in store_prefix else "local"
+    kinds = {"s3": "s3", "gs": "gcs", "memory": "memory"}
+    assert store.kind == (kinds[store_prefix.split("://")[0]] if "://" in store_prefix else "local")
 
 
 def test_one_holder_then_release_hands_over(store_prefix: str) -> None:

@@ -62,6 +62,31 @@ def test_four_processes_race_one_s3_prefix(tmp_path: Path, s3_server: dict[str, 
     assert set(counts.values()) == {1} and len(counts) == 30
 
 
+@pytest.mark.slow
+def test_four_processes_race_one_gcs_prefix(tmp_path: Path, gcs_server: dict[str, str]) -> None:
+    """The same race against GCS (fake-gcs-server): leases use ``ifGenerationMatch``."""
+    prefix = f"gs://marin-tests/race-{os.getpid()}-{time.time_ns()}"
+    counts = race(prefix, tmp_path, 4, {**gcs_server, "MARIN_TEST_SLEEP": "0"})
+    assert set(counts.values()) == {1} and len(counts) == 30
+
+
+@pytest.mark.slow
+def test_processes_racing_to_take_over_expired_gcs_leases_build_each_step_once(
+    tmp_path: Path, gcs_server: dict[str, str]
+) -> None:
+    """Every step starts with an expired lease of a runner that is gone: four processes race to
+    take each one over. Renewal and takeover are generation-matched writes, so exactly one
+    wins each step (with read-compare-write, two could both take over and both build)."""
+    prefix = f"gs://marin-tests/takeover-{os.getpid()}-{time.time_ns()}"
+    location = open_prefix(prefix)
+    for spec in lower(*pipelines.race_pipeline(), memo={}):
+        stale = Lease(location, spec.output_path, ttl=-10)  # expired ten seconds ago
+        assert stale.store.create(stale.path, stale._body())
+        assert stale.read() is not None and stale.read().expired  # type: ignore[union-attr]
+    counts = race(prefix, tmp_path, 4, {**gcs_server, "MARIN_TEST_SLEEP": "0"})
+    assert set(counts.values()) == {1} and len(counts) == 30
+
+
 # -- crash injection --------------------------------------------------------------------------
 
 

@@ -6,7 +6,8 @@ status file, and see each other's results.
 
 The order of writes is the whole crash-safety story:
 1. take the lease, then re-check: another runner may have finished meanwhile;
-2. status RUNNING; delete any old record, then clear debris from the output path;
+2. status RUNNING; delete any old record, then clear what an earlier Marin attempt left at the
+   output path (only that: see ``_earlier_attempt``);
 3. run ``fn`` under a lease heartbeat;
 4. check the lease is still ours (a runner whose lease was taken over must not commit);
 5. write the record (the commit point) under ``Lease.commit``, which re-proves ownership, then
@@ -34,10 +35,11 @@ from typing import IO, Any
 from marin.execution.canonical import to_canonical
 from marin.execution.context import StepContext
 from marin.execution.decide import BUILD, Decision, Policy, Stored, Upstream, decide
-from marin.execution.errors import AbandonedError, ConfigError, LeaseLostError
+from marin.execution.errors import AbandonedError, ConfigError, LeaseLostError, StorageError
 from marin.execution.faults import crash_point
 from marin.execution.inspect import read_stored_step
 from marin.execution.lease import Heartbeat, Lease
+from marin.execution.names import METADATA_SUFFIX
 from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
     FAILED,
@@ -49,6 +51,8 @@ from marin.execution.records import (
     log_path,
     read_record,
     read_status,
+    record_path,
+    status_path,
     write_record,
     write_status,
 )
@@ -230,12 +234,82 @@ def _acquire(lease: Lease, spec: StepSpec) -> None:
         delay = min(delay * 2, LEASE_WAIT_MAX_DELAY_S)
 
 
-def _clear_output(location: Location, spec: StepSpec) -> None:
-    fs, out = location.fs, location.path(spec.output_path)
-    if with_retries(lambda: fs.exists(out), f"check {out}"):
-        log.info("clear %s: removing debris from an earlier attempt at %s", spec.step_id, out)
-        with_retries(lambda: fs.rm(out, recursive=True), f"clear {out}")
+def _earlier_attempt(location: Location, spec: StepSpec) -> str | None:
+    """What an earlier attempt left at the output path: ``"build"``, ``"debris"`` or None.
+
+    An output path may be cleared only when Marin provably wrote there: a status file (every
+    attempt writes RUNNING before touching the output) or a record says so. A folder at the
+    output path with neither is someone's data (a user's folder, or any folder a chosen prefix
+    points at): the step fails, having written nothing, instead of deleting it. Temporary
+    metadata files go first, so a leftover that filled the disk can't make the RUNNING status
+    write fail.
+    """
     clear_metadata_debris(location, spec.output_path)
+    status = read_status(location, spec.output_path)
+    record_file = location.path(record_path(spec.output_path))
+    if status is None:
+        if location.is_memory:
+            # memory:// lives in this process: only its own code wrote there, and checking for a
+            # folder means a scan of the whole store (quadratic over a run). Nothing is cleared
+            # without a status or record, and a record alone gets cleared below.
+            return "build" if location.has_file(record_file) else None
+        out = location.path(spec.output_path)
+        if not location.exists(out):
+            return None  # the common first build: nothing there, nothing to clear
+        has_record = location.has_file(record_file)
+        marin_wrote = has_record or location.has_file(
+            location.path(status_path(spec.output_path))  # present, if unreadable
+        )
+        if not marin_wrote:
+            raise StorageError(
+                f"output path {location.url_for(spec.output_path)} already exists and was not "
+                "written by Marin (no status or record beside it)",
+                "move it away (or delete it yourself), then run again; Marin never deletes "
+                "data it did not write",
+                spec.step_id,
+            )
+        return "build" if has_record else "debris"
+    if status.get("state") == SUCCESS or location.has_file(record_file):
+        return "build"
+    return "debris"
+
+
+def _check_clearable(location: Location, spec: StepSpec) -> None:
+    """Refuse, before anything is written, to clear a folder holding another step's metadata."""
+    out = location.path(spec.output_path)
+    foreign = _foreign_metadata(out, location.list_tree(out))
+    if foreign is not None:
+        raise StorageError(
+            f"output path {location.url_for(spec.output_path)} holds another step's "
+            f"metadata ({foreign}); clearing it would delete that step's artifact",
+            "rename one of the two steps so that neither output is inside the other",
+            spec.step_id,
+        )
+
+
+def _clear_output(location: Location, spec: StepSpec, built: bool) -> None:
+    """Remove the output path, literally (never as a glob); ``built`` picks the message."""
+    out = location.path(spec.output_path)
+    if location.exists(out):
+        if built:
+            log.info("clear %s: replacing the previous build at %s", spec.step_id, out)
+        else:
+            log.info("clear %s: removing debris from an earlier attempt at %s", spec.step_id, out)
+        with_retries(lambda: location.remove_tree(out), f"clear {out}")
+    _make_parent(location, out)
+
+
+def _foreign_metadata(out: str, files: list[str]) -> str | None:
+    """The first file under ``out`` that sits in a ``*.marin`` metadata folder, if any."""
+    base = out.rstrip("/") + "/"
+    for file in files:
+        relative = file[len(base) :] if file.startswith(base) else ""
+        if any(part.endswith(METADATA_SUFFIX) for part in relative.split("/")[:-1]):
+            return file
+    return None
+
+
+def _make_parent(location: Location, out: str) -> None:
     if location.is_local:
         os.makedirs(os.path.dirname(out), exist_ok=True)
 
@@ -290,14 +364,56 @@ def _build_holding(
     abandon: threading.Event | None,
 ) -> BuildOutcome:
     started_at, t0 = now_iso(), time.perf_counter()
-    # Every attempt writes a status before touching the output, so without one there is no
-    # debris. Local disk checks anyway (a stat is cheap); remote stores save a round trip (and on
-    # memory:// a scan of the whole store).
-    attempted_before = location.is_local or read_status(location, spec.output_path) is not None
+    earlier = _earlier_attempt(location, spec)  # these two may refuse: nothing is written then
+    if earlier is not None:
+        _check_clearable(location, spec)
     write_status(location, spec.output_path, RUNNING, holder=lease.holder, started_at=started_at)
+    with _running_lock:
+        _running_here[(location.url, spec.output_path)] = location
+    try:
+        return _run_and_commit(
+            spec, location, lease, region, upstream, reason, abandon, earlier, (started_at, t0)
+        )
+    finally:
+        with _running_lock:
+            _running_here.pop((location.url, spec.output_path), None)
+
+
+_running_lock = threading.Lock()
+_running_here: dict[tuple[str, str], Location] = {}
+"""Steps whose RUNNING status this process wrote and whose attempt has not ended."""
+
+
+def mark_interrupted() -> None:
+    """The process is about to exit mid-build: mark FAILED exactly the attempts it started.
+
+    Only a status this process wrote is overwritten: a step still waiting for its lease wrote
+    nothing, and a FAILED status would wrongly claim Marin wrote its output folder.
+    """
+    with _running_lock:
+        attempts = list(_running_here.items())
+    for (_, path), location in attempts:
+        with contextlib.suppress(OSError):
+            write_status(location, path, FAILED, error="interrupted")
+
+
+def _run_and_commit(
+    spec: StepSpec,
+    location: Location,
+    lease: Lease,
+    region: str | None,
+    upstream: Sequence[Upstream],
+    reason: str,
+    abandon: threading.Event | None,
+    earlier: str | None,
+    started: tuple[str, float],
+) -> BuildOutcome:
+    started_at, t0 = started
     delete_record(location, spec.output_path)
-    if attempted_before:
-        _clear_output(location, spec)
+    if earlier is not None:
+        _clear_output(location, spec, built=earlier == "build")
+    else:
+        _make_parent(location, location.path(spec.output_path))
     ctx = run_context(spec, location, region)
     try:
         config = to_canonical(spec.build_config(ctx), "config", spec.step_id)

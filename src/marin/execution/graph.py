@@ -53,6 +53,7 @@ def collect_steps(targets: Iterable[StepSpec]) -> list[StepSpec]:
             on_path[id(spec)] = spec
             stack.append((spec, True))
             stack.extend((dep, False) for dep in reversed(spec.deps))
+    check_disjoint_outputs(order)
     return order
 
 
@@ -86,6 +87,27 @@ def check_same_fn(known: StepSpec, spec: StepSpec) -> None:
             "give one of them another name or bump its version",
             spec.step_id,
         )
+
+
+def check_disjoint_outputs(steps: list[StepSpec]) -> None:
+    """Refuse a graph where one step's output folder contains another's.
+
+    ``team/exp@v0`` writes ``team/exp/v0`` and ``team@exp`` writes ``team/exp``: building the
+    second would clear a folder holding the first's output and metadata. Checked by looking up
+    every ancestor path of every output (linear in the total path depth).
+    """
+    by_path = {spec.output_path: spec for spec in steps}
+    for spec in steps:
+        parts = spec.output_path.split("/")
+        for end in range(1, len(parts)):
+            outer = by_path.get("/".join(parts[:end]))
+            if outer is not None:
+                raise DuplicateStepError(
+                    f"the output of {outer.step_id} ({outer.output_path}) contains the output of "
+                    f"{spec.step_id} ({spec.output_path}); building one would delete the other",
+                    f"rename one of them, e.g. give {outer.step_id} another name",
+                    outer.step_id,
+                )
 
 
 def canonical_deps(steps: list[StepSpec]) -> dict[str, list[StepSpec]]:

@@ -481,6 +481,9 @@ def lower(
     """Lower handles to specs: one handle gives one ``StepSpec``, several give a list."""
     items, many = _flatten(handles)
     specs = _lower_all(items, memo)
+    from marin.execution.graph import collect_steps
+
+    collect_steps(specs)  # refuse a bad graph here (e.g. one output inside another), not at run
     return specs if many else specs[0]
 
 

@@ -18,6 +18,8 @@ local disk         write a temp file, ``link()`` it into        under ``flock`` 
                    lives in this process)
 ``s3://`` (s3fs)   ``PutObject`` with ``If-None-Match: *``      ``PutObject`` / ``DeleteObject``
                                                                 with ``If-Match: <ETag>``
+``gs://`` (gcsfs)  upload with ``ifGenerationMatch=0``          upload / delete with
+                                                                ``ifGenerationMatch=<generation>``
 anything else      ``pipe_file(mode="create")`` when the        read, compare, write: **not
                    backend supports it, else check-then-write   atomic** (the weaker fallback)
 =================  ==========================================  ================================
@@ -33,7 +35,7 @@ the next run. Set ``MARIN_LEASE_CHECK_PID=0`` to rely on the TTL alone.
 While a step runs a heartbeat renews its lease. One shared thread renews every lease the process
 holds. A holder that cannot renew has lost the lease and must not commit: :meth:`Lease.commit`
 re-proves ownership and writes the record under the same lock (local disk, ``memory://``), or
-right after a compare-and-swap renewal that extends the expiry by a whole TTL (S3).
+right after a compare-and-swap renewal that extends the expiry by a whole TTL (S3, GCS).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import heapq
 import itertools
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -58,6 +61,7 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
 from marin.execution import faults
+from marin.execution.errors import ConfigError
 from marin.execution.records import lease_path, write_atomic
 from marin.execution.storage import Location, open_local, with_retries
 
@@ -65,7 +69,29 @@ log = logging.getLogger("marin")
 
 TTL_ENV = "MARIN_LEASE_TTL"
 CHECK_PID_ENV = "MARIN_LEASE_CHECK_PID"
-DEFAULT_TTL_S = float(os.environ.get(TTL_ENV, "60"))
+DEFAULT_TTL_S = 60.0
+MAX_TTL_S = 7 * 24 * 3600.0
+"""A lease longer than a week is a mistake (or a garbled file): it would block a step for good."""
+
+
+def ttl_from_env() -> float:
+    """``$MARIN_LEASE_TTL`` in seconds (default 60), checked: a positive, finite number."""
+    raw = os.environ.get(TTL_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_TTL_S
+    try:
+        ttl = float(raw)
+    except ValueError:
+        ttl = math.nan
+    if not (0 < ttl <= MAX_TTL_S):
+        raise ConfigError(
+            f"{TTL_ENV}={raw!r} is not a lease duration in seconds",
+            f"set {TTL_ENV} to a number of seconds above 0 and at most {MAX_TTL_S:.0f} "
+            f"(default {DEFAULT_TTL_S:.0f}), or unset it",
+        )
+    return ttl
+
+
 _MEMORY_LOCK = threading.RLock()
 _held: set[Lease] = set()
 _held_lock = threading.Lock()
@@ -162,19 +188,47 @@ class LeaseInfo:
         remaining = self.expires_at - time.time()
         return f"{self.holder} (expires in {remaining:.0f}s)"
 
+    @property
+    def garbled(self) -> bool:
+        return self.holder == GARBLED
+
     @classmethod
     def parse(cls, raw: bytes) -> LeaseInfo:
+        """Any bytes: a well-formed lease, or a garbled one that counts as expired.
+
+        A torn, foreign or hostile lease file protects nothing. Expiries that are not finite,
+        not positive, or further ahead than the longest allowed TTL are garbled too: a lease
+        expiring at NaN or 1e300 would otherwise be waited on forever.
+        """
         try:
-            data: dict[str, Any] = json.loads(raw.decode())
-            return cls(
-                str(data["holder"]),
-                str(data["token"]),
-                float(data["expires_at"]),
-                data.get("process"),
-            )
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError):
-            # A torn or foreign lease file protects nothing: treat it as expired.
-            return cls("<unreadable>", "", 0.0)
+            data = json.loads(raw.decode())
+            holder, token, expires = data["holder"], data["token"], data["expires_at"]
+            process = data.get("process")
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            UnicodeDecodeError,
+            AttributeError,
+            RecursionError,
+        ):
+            return cls(GARBLED, "", 0.0)
+        if (
+            not isinstance(holder, str)
+            or not isinstance(token, str)
+            or not token
+            or isinstance(expires, bool)
+            or not isinstance(expires, (int, float))
+            or not (process is None or isinstance(process, str))
+        ):
+            return cls(GARBLED, "", 0.0)
+        expires_at = float(expires)
+        if not (0 < expires_at <= time.time() + MAX_TTL_S):
+            return cls(GARBLED, "", 0.0)
+        return cls(holder, token, expires_at, process)
+
+
+GARBLED = "<unreadable>"
 
 
 def _holder_id() -> str:
@@ -425,6 +479,99 @@ class S3LeaseStore:
         return contextlib.nullcontext()
 
 
+class GCSLeaseStore:
+    """gcsfs: every write and delete carries a generation precondition (``ifGenerationMatch``).
+
+    ``0`` creates only if absent; the generation read with the content replaces or deletes only
+    that version, so two runners taking over one expired lease can't both win (GCS answers the
+    loser with HTTP 412, which gcsfs raises as ``FileExistsError``).
+    """
+
+    kind = "gcs"
+    atomic = True
+    _BOUNDARY = "==marin-lease=="
+
+    def __init__(self, location: Location) -> None:
+        self.location = location
+        self.fs: Any = location.fs
+
+    def _key(self, path: str) -> tuple[str, str]:
+        bucket, key, _ = self.fs.split_path(path)
+        return bucket, key
+
+    def _upload(self, path: str, data: bytes, generation: str) -> bool:
+        """A one-request multipart upload that succeeds only if the object is at ``generation``."""
+        bucket, key = self._key(path)
+        boundary = self._BOUNDARY
+        body = (
+            (
+                f"--{boundary}\nContent-Type: application/json; charset=UTF-8\n\n"
+                f"{json.dumps({'name': key})}\n--{boundary}\n"
+                "Content-Type: application/octet-stream\n\n"
+            ).encode()
+            + data
+            + f"\n--{boundary}--".encode()
+        )
+        try:
+            with_retries(
+                lambda: self.fs.call(
+                    "POST",
+                    f"{self.fs._location}/upload/storage/v1/b/{{}}/o",
+                    bucket,
+                    uploadType="multipart",
+                    ifGenerationMatch=generation,
+                    headers={"Content-Type": f'multipart/related; boundary="{boundary}"'},
+                    data=body,
+                    json_out=True,
+                ),
+                f"write {path}",
+            )
+            return True
+        except FileExistsError:
+            # 412: someone else's version is there now. A retried request whose first attempt
+            # landed also gets 412: the write is ours if the object holds our bytes.
+            found = self.read(path)
+            return found is not None and found[0] == data
+
+    def create(self, path: str, data: bytes) -> bool:
+        return self._upload(path, data, "0")
+
+    def read(self, path: str) -> tuple[bytes, Any] | None:
+        bucket, key = self._key(path)
+        try:
+            headers, raw = with_retries(
+                lambda: self.fs.call("GET", "b/{}/o/{}", bucket, key, alt="media"), f"read {path}"
+            )
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        generation = headers.get("X-Goog-Generation")
+        if not generation:
+            # No generation, no compare-and-swap: a version nobody can match is the safe answer.
+            return raw, "-1"
+        return raw, str(generation)
+
+    def replace(self, path: str, data: bytes, version: Any) -> bool:
+        return self._upload(path, data, str(version))
+
+    def delete(self, path: str, version: Any) -> bool:
+        bucket, key = self._key(path)
+        try:
+            with_retries(
+                lambda: self.fs.call(
+                    "DELETE", "b/{}/o/{}", bucket, key, ifGenerationMatch=str(version)
+                ),
+                f"delete {path}",
+            )
+        except (FileNotFoundError, FileExistsError):
+            return False
+        with contextlib.suppress(Exception):
+            self.fs.invalidate_cache(path)
+        return True
+
+    def lock(self, path: str) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
 def lease_store(location: Location) -> LeaseStore:
     """The strongest lease store this backend supports."""
     fs = location.fs
@@ -434,6 +581,8 @@ def lease_store(location: Location) -> LeaseStore:
         return MemoryLeaseStore(location)
     if type(fs).__module__.startswith("s3fs") and hasattr(fs, "call_s3"):
         return S3LeaseStore(location)
+    if type(fs).__module__.startswith("gcsfs") and hasattr(fs, "call"):
+        return GCSLeaseStore(location)
     return _CompareStore(location)
 
 
@@ -445,7 +594,7 @@ class Lease:
         self.location = location
         self.store = lease_store(location)
         self.path = location.path(lease_path(output_path))
-        self.ttl = DEFAULT_TTL_S if ttl is None else ttl
+        self.ttl = ttl_from_env() if ttl is None else ttl
         self.token = uuid.uuid4().hex
         self.holder = _holder_id()
         self.process = _process_id()
@@ -489,7 +638,9 @@ class Lease:
             current = LeaseInfo.parse(raw)
             if current.token == self.token:
                 return None
-            if current.expired:
+            if current.garbled:
+                why = "unreadable (garbled) lease"
+            elif current.expired:
                 why = "expired lease"
             elif current.holder_dead:
                 why = "lease of a process that is gone"

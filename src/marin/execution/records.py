@@ -11,7 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
+import re
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,11 +87,94 @@ class ArtifactRecord:
 
     @classmethod
     def from_json(cls, text: str) -> ArtifactRecord:
-        data = json.loads(text)
+        """Parse and type-check a stored record; ``ValueError`` for anything malformed.
+
+        Stored bytes are untrusted: a record written by another version, torn, or crafted must
+        not crash ``run``, ``plan``, ``show`` or ``ls`` later, so every field's type is checked
+        here, and nesting deeper than :data:`MAX_JSON_DEPTH` is refused.
+        """
+        data = parse_json(text)
         if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
             raise ValueError(f"not a schema-{RECORD_SCHEMA} record")
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        fields = {k: v for k, v in data.items() if k in known}
+        for name, kind in _FIELD_TYPES.items():
+            if name not in fields:
+                if name in _OPTIONAL_FIELDS:
+                    continue
+                raise ValueError(f"field {name!r} is missing")
+            value = fields[name]
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise ValueError(f"field {name!r} is a {type(value).__name__}")
+        if not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in fields["dep_paths"].items()
+        ):
+            raise ValueError("field 'dep_paths' is not a mapping of strings")
+        inputs = fields.get("inputs", {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
+            raise ValueError("field 'inputs' is not a mapping of strings")
+        argv = fields["provenance"].get("argv", [])
+        if not isinstance(argv, list):
+            raise ValueError("field 'provenance.argv' is not a list")
+        if not math.isfinite(fields["duration_s"]):
+            raise ValueError("field 'duration_s' is not a finite number")
+        return cls(**fields)
+
+
+MAX_JSON_DEPTH = 200
+"""Stored JSON nested deeper is corrupt (real configs are far shallower; the JSON encoder and the
+pretty printer recurse, so a deeper value would crash ``marin show``)."""
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "version": str,
+    "fingerprint": str,
+    "fingerprint_payload": str,
+    "dep_paths": dict,
+    "output_path": str,
+    "provenance": dict,
+    "started_at": str,
+    "finished_at": str,
+    "duration_s": (int, float),
+    "artifact_type": str,
+    "extra": dict,
+    "build_id": str,
+    "inputs": dict,
+}
+_OPTIONAL_FIELDS = {"artifact_type", "extra", "build_id", "inputs"}
+"""Optional: records written before lineage (``build_id``, ``inputs``) still load."""
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _depth(text: str) -> int:
+    """How deeply brackets nest in JSON text, ignoring those inside strings (no recursion).
+
+    Regular expressions drop the strings and everything but brackets first, so the Python loop
+    only sees brackets (two per container).
+    """
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    depth = deepest = 0
+    for char in brackets:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads`` for stored metadata: any malformed input is a ``ValueError``, never a
+    ``RecursionError`` or a value nested deeper than :data:`MAX_JSON_DEPTH`."""
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def read_record(location: Location, output_path: str) -> ArtifactRecord | None:
@@ -96,13 +182,31 @@ def read_record(location: Location, output_path: str) -> ArtifactRecord | None:
     path = location.path(record_path(output_path))
     try:
         raw = with_retries(lambda: location.fs.cat_file(path), f"read {path}")
-    except (FileNotFoundError, NotADirectoryError):
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     try:
         return ArtifactRecord.from_json(raw.decode())
     except (ValueError, TypeError, UnicodeDecodeError) as exc:
-        log.warning("corrupt record %s (%s): treating %s as not built", path, exc, output_path)
+        if _first_sighting(path, raw):
+            log.warning("corrupt record %s (%s): treating %s as not built", path, exc, output_path)
         return None
+
+
+_seen_corrupt: set[tuple[str, int]] = set()
+_seen_lock = threading.Lock()
+
+
+def _first_sighting(path: str, raw: bytes) -> bool:
+    """True the first time this process reads these corrupt bytes at ``path``: a run reads a
+    record several times (plan, then the re-check under the lease), and one warning is enough."""
+    key = (path, hash(raw))
+    with _seen_lock:
+        if key in _seen_corrupt:
+            return False
+        if len(_seen_corrupt) > 10_000:
+            _seen_corrupt.clear()
+        _seen_corrupt.add(key)
+        return True
 
 
 TMP_MARK = ".tmp-"
@@ -125,16 +229,22 @@ def write_atomic(
         faults.crash_now()
     if location.is_local:
         tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
-        with open_local(tmp, "wb") as f:
-            if crash_step and faults.should_crash("record-write", crash_step):
-                f.write(data[: len(data) // 2])
-                f.flush()
-                faults.crash_now()
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open_local(tmp, "wb") as f:
+                if crash_step and faults.should_crash("record-write", crash_step):
+                    f.write(data[: len(data) // 2])
+                    f.flush()
+                    faults.crash_now()
+                f.write(data)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            # ENOSPC, EIO, an interrupt: never leave a (possibly huge) temporary file behind.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     else:
         if crash_step and faults.should_crash("record-write", crash_step):
             faults.crash_now()  # a single PUT is all or nothing: the crash leaves no record
@@ -152,7 +262,13 @@ def write_record(location: Location, record: ArtifactRecord, output_path: str) -
 
 
 def clear_metadata_debris(location: Location, output_path: str) -> None:
-    """Remove temporary record files a crashed local write left beside the output."""
+    """Remove temporary record and status files a crashed local write left beside the output.
+
+    Called by the lease holder before its first write of an attempt: a leftover of a crash in
+    the middle of a big record write may be what fills the disk, so it goes first. Only this
+    module's own temporary names (``record.json.tmp-*``, ``status.json.tmp-*``) are touched,
+    and only the lease holder writes those.
+    """
     if not location.is_local:
         return  # object stores and memory:// write records in one put: no temporary files
     folder = location.path(metadata_dir(output_path))
@@ -161,7 +277,7 @@ def clear_metadata_debris(location: Location, output_path: str) -> None:
     except (FileNotFoundError, NotADirectoryError):
         return
     for name in names:
-        if name.startswith("record.json" + TMP_MARK):
+        if name.startswith(("record.json" + TMP_MARK, "status.json" + TMP_MARK)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(folder, name))
 
@@ -173,15 +289,23 @@ def delete_record(location: Location, output_path: str) -> None:
 
 
 def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
+    """The status, or None when absent or corrupt (not a JSON object with a string state)."""
     path = location.path(status_path(output_path))
     try:
         raw = with_retries(lambda: location.fs.cat_file(path), f"read {path}")
-        status = json.loads(raw.decode())
-    except (FileNotFoundError, NotADirectoryError):
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
-    except (ValueError, UnicodeDecodeError):
+    try:
+        status = parse_json(raw.decode())
+    except (ValueError, UnicodeDecodeError) as exc:
+        if _first_sighting(path, raw):
+            log.warning("corrupt status %s (%s): ignoring it", path, exc)
         return None
-    return status if isinstance(status, dict) else None
+    if not isinstance(status, dict) or not isinstance(status.get("state"), str):
+        if _first_sighting(path, raw):
+            log.warning("corrupt status %s (no state): ignoring it", path)
+        return None
+    return status
 
 
 def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:

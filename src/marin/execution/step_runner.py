@@ -21,18 +21,24 @@ from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from marin.execution.artifact import Artifact
-from marin.execution.build import BuildOutcome, build_step, warn_if_served_stale
+from marin.execution.build import (
+    BuildOutcome,
+    build_step,
+    mark_interrupted,
+    warn_if_served_stale,
+)
 from marin.execution.context import assigned_devices
 from marin.execution.decide import BUILD, PRUNE, SKIP, Plan, Policy, Upstream
 from marin.execution.errors import (
     InvalidStepError,
+    MarinError,
     PipelineFailedError,
     StepFailedError,
     describe_error,
 )
 from marin.execution.inspect import plan_run
 from marin.execution.lease import release_all_held
-from marin.execution.records import FAILED, log_path, write_status
+from marin.execution.records import log_path
 from marin.execution.resources import Grant, ResourcePool, Resources, capacity_from, check_fits
 from marin.execution.scheduler import READY_ORDERS, Scheduler
 from marin.execution.step_spec import StepSpec
@@ -380,8 +386,7 @@ class StepRunner:
                 )
             else:
                 # The process exits now, ending every fn: leave nothing RUNNING, no lease held.
-                for path in scheduler.running:
-                    write_status(report.location, path, FAILED, error="interrupted")
+                mark_interrupted()
                 release_all_held()
             pool.shutdown(wait=False)
             raise
@@ -465,6 +470,10 @@ def _raise_failures(report: RunReport, keep_going: bool) -> None:
     if keep_going:
         failures = {decisions[p].spec.step_id: e for p, e in report.failures.items()}
         error = PipelineFailedError(failures, [decisions[p].spec.step_id for p in report.blocked])
+    elif isinstance(first, MarinError) and not isinstance(first, StepFailedError):
+        # Marin refused the step (a path it must not touch, a lost lease...): its own message
+        # says what to do; the step's log may not even exist.
+        error = StepFailedError(first.what, first.fix, decisions[first_path].spec.step_id)
     else:
         spec = decisions[first_path].spec
         error = StepFailedError(

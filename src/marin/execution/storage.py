@@ -3,13 +3,25 @@
 Everything the engine reads or writes goes through a ``Location``, so local paths, ``file://``,
 ``memory://``, ``gs://`` and ``s3://`` behave alike. Local outputs are handed to ``fn`` as plain
 paths, so user code can use ``pathlib``; other backends get full URLs for ``fsspec.open``.
+
+Paths are literal. fsspec treats ``*``, ``?`` and ``[...]`` in a path as a glob pattern in
+``rm``, ``glob``, ``expand_path``, ``copy`` and ``get``/``put`` on ``memory://``, ``s3://`` and
+``gs://`` (a step once named ``**`` deleted every sibling's output). The engine therefore never
+calls those: it deletes with :meth:`Location.remove_tree`, which lists with the literal ``find``
+and removes the files it found one by one, keeping only paths at or under the literal path. The
+operations it does call (``exists``, ``info``, ``isfile``, ``ls``, ``find``, ``du``,
+``cat_file``, ``pipe_file``, ``rm_file``) were checked to be literal on local disk, ``memory://``,
+s3fs and gcsfs (``tests/reliability/test_storage_safety.py`` keeps checking it). The prefix, which
+a user or a trigger chooses, may hold those characters too: it is part of every literal path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -133,6 +145,58 @@ class Location:
             self.fs.store[path] = MemoryFile(self.fs, path, data)
         else:
             with_retries(lambda: self.fs.pipe_file(path, data), f"write {path}")
+
+    def exists(self, path: str) -> bool:
+        """Whether anything (a file or a folder) is at ``path``, read literally."""
+        if self.is_local:
+            return os.path.lexists(path)
+        if self.is_memory:
+            store, folder = self.fs.store, path.rstrip("/") + "/"
+            return (
+                path in store
+                or path in self.fs.pseudo_dirs
+                or any(key.startswith(folder) for key in list(store))
+            )
+        return bool(with_retries(lambda: self.fs.exists(path), f"check {path}"))
+
+    def list_tree(self, path: str) -> list[str]:
+        """Every file at or under ``path`` (literal), in the file system's syntax.
+
+        ``find`` lists by prefix on every backend we support; the filter keeps only ``path``
+        itself and paths under ``path/``, so a sibling that merely shares a prefix never appears.
+        """
+        if self.is_local:
+            if not os.path.isdir(path) or os.path.islink(path):
+                return [path] if os.path.lexists(path) else []
+            return [os.path.join(root, name) for root, _, files in os.walk(path) for name in files]
+        base = path.rstrip("/")
+        try:
+            found = with_retries(lambda: self.fs.find(base, withdirs=False), f"list {base}")
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [f for f in found if f.rstrip("/") == base or f.startswith(base + "/")]
+
+    def remove_tree(self, path: str) -> None:
+        """Delete ``path`` and everything under it, treating ``path`` literally on every backend.
+
+        Never ``fs.rm(path, recursive=True)``: fsspec expands glob characters there.
+        """
+        if self.is_local:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            elif os.path.lexists(path):
+                os.unlink(path)
+            return
+        for file in self.list_tree(path):
+            with contextlib.suppress(FileNotFoundError):
+                with_retries(lambda f=file: self.fs.rm_file(f), f"delete {file}")  # type: ignore[misc]
+        if self.is_memory:  # folders made with makedirs are entries of their own there
+            base = path.rstrip("/")
+            for folder in [d for d in self.fs.pseudo_dirs if d == base or d.startswith(base + "/")]:
+                self.fs.pseudo_dirs.remove(folder)
+        invalidate = getattr(self.fs, "invalidate_cache", None)
+        if invalidate is not None:
+            invalidate(path)
 
     def path(self, relative: str) -> str:
         """A path inside the prefix, in the file system's syntax (for ``self.fs`` calls)."""

@@ -1,0 +1,328 @@
+"""Disk full, malformed stored JSON, hostile names and settings (issue 11, items 4, 10, 13)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from marin import catalog
+from marin.execution import records
+from marin.execution.build import build_step
+from marin.execution.errors import ConfigError, InvalidStepError, MarinError
+from marin.execution.lazy import OUT, apply, resolve
+from marin.execution.lease import TTL_ENV, Lease, LeaseInfo, ttl_from_env
+from marin.execution.records import (
+    ArtifactRecord,
+    lease_path,
+    metadata_dir,
+    read_record,
+    read_status,
+    record_path,
+    status_path,
+)
+from marin.execution.storage import open_prefix
+
+
+def write_value(value: str, out_path: str) -> str:
+    with fsspec.open(out_path, "w") as f:
+        f.write(value)
+    return value
+
+
+# -- item 4: a full disk -------------------------------------------------------------------------
+
+
+class DiskFull:
+    """Wraps the real ``open`` used for metadata writes: a write into a matching temporary file
+    writes part of its data, then fails with ENOSPC, as a full disk does."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.fail_record = True
+        self.full_while_leftover = False
+        self.injected = 0
+
+    def __call__(self, path: str, mode: str) -> Any:
+        folder = os.path.dirname(path)
+        leftovers = os.path.isdir(folder) and any(
+            records.TMP_MARK in name for name in os.listdir(folder)
+        )
+        if self.full_while_leftover and leftovers and "status.json" in path:
+            self.injected += 1
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        f = self.real(path, mode)
+        if self.fail_record and os.path.basename(path).startswith("record.json" + records.TMP_MARK):
+            wrapper = self
+
+            class Failing:
+                def __enter__(self) -> Failing:
+                    return self
+
+                def __exit__(self, *exc: object) -> None:
+                    f.close()
+
+                def write(self, data: bytes) -> int:
+                    f.write(data[: len(data) // 2])
+                    f.flush()
+                    wrapper.injected += 1
+                    raise OSError(errno.ENOSPC, "No space left on device", path)
+
+                def flush(self) -> None:
+                    f.flush()
+
+                def fileno(self) -> int:
+                    return int(f.fileno())
+
+            return Failing()
+        return f
+
+
+def test_disk_full_during_the_record_write_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = DiskFull(records.open_local)
+    monkeypatch.setattr(records, "open_local", disk)
+    prefix = str(tmp_path / "prefix")
+    step = apply("big", write_value, version="v0", value="x" * 1000, out_path=OUT)
+    with pytest.raises(MarinError):
+        resolve(step, prefix=prefix)
+    assert disk.injected == 1
+    folder = Path(prefix) / metadata_dir("big/v0")
+    assert [n for n in os.listdir(folder) if records.TMP_MARK in n] == []
+    disk.fail_record = False
+    assert resolve(step, prefix=prefix).record is not None
+
+
+def test_a_leftover_that_fills_the_disk_is_cleared_before_the_first_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash mid-write left a big ``record.json.tmp-*``; the disk is full until it goes.
+    Before the fix, the RUNNING status write failed first, on every run."""
+    prefix = str(tmp_path / "prefix")
+    step = apply("big", write_value, version="v0", value="x", out_path=OUT)
+    folder = Path(prefix) / metadata_dir("big/v0")
+    folder.mkdir(parents=True)
+    (folder / f"record.json{records.TMP_MARK}0123abcd").write_bytes(b"{" * 4096)
+    (folder / "status.json").write_text(json.dumps({"state": "RUNNING"}))  # the crashed attempt
+    disk = DiskFull(records.open_local)
+    disk.fail_record, disk.full_while_leftover = False, True
+    monkeypatch.setattr(records, "open_local", disk)
+    artifact = resolve(step, prefix=prefix)
+    assert artifact.record is not None and artifact.record.result == "x"
+    assert disk.injected == 0, "a status write ran while the leftover still filled the disk"
+    assert [n for n in os.listdir(folder) if records.TMP_MARK in n] == []
+
+
+# -- item 10: malformed stored JSON --------------------------------------------------------------
+
+
+DEEP = b"[" * 200_000 + b"]" * 200_000
+DEEP_OPEN = b'{"a":' * 200_000
+WRONG_TYPES = [
+    {"duration_s": "fast"},
+    {"provenance": ["not", "a", "dict"]},
+    {"dep_paths": {"a": 1}},
+    {"name": 7},
+    {"provenance": {"argv": 5}},
+    {"duration_s": float("nan")},
+    {"finished_at": None},
+]
+
+
+def _good_record(location: Any, prefix: str) -> dict[str, Any]:
+    step = apply("s", write_value, version="v0", value="x", out_path=OUT)
+    resolve(step, prefix=prefix)
+    raw = location.fs.cat_file(location.path(record_path("s/v0")))
+    data: dict[str, Any] = json.loads(raw)
+    return data
+
+
+def _assert_nothing_crashes(location: Any, caplog: pytest.LogCaptureFixture) -> None:
+    assert read_record(location, "s/v0") is None
+    entries = catalog.list_entries(location)
+    catalog.ls_table(location, entries)
+    catalog.ls_json(location, entries)
+    with contextlib.suppress(catalog.NotFoundError):
+        catalog.show_record(location, "s/v0")
+
+
+@pytest.mark.parametrize("bad", [DEEP, DEEP_OPEN], ids=["deep", "deep-unclosed"])
+def test_deeply_nested_metadata_is_corrupt_not_a_crash(
+    prefix: str, bad: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    location = open_prefix(prefix)
+    _good_record(location, prefix)
+    for path in (record_path("s/v0"), status_path("s/v0")):
+        location.fs.pipe_file(location.path(path), bad)
+    caplog.set_level(logging.WARNING, logger="marin")
+    _assert_nothing_crashes(location, caplog)
+    assert read_status(location, "s/v0") is None
+    assert LeaseInfo.parse(bad).garbled
+    # The step rebuilds: a corrupt record is "not built", and the status is rewritten.
+    step = apply("s", write_value, version="v0", value="x", out_path=OUT)
+    assert resolve(step, prefix=prefix).record is not None
+    assert (read_status(location, "s/v0") or {}).get("state") == "SUCCESS"
+
+
+@pytest.mark.parametrize("change", WRONG_TYPES, ids=lambda c: next(iter(c)))
+def test_record_with_wrong_field_types_is_corrupt(
+    prefix: str, change: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    location = open_prefix(prefix)
+    data = {**_good_record(location, prefix), **change}
+    location.fs.pipe_file(location.path(record_path("s/v0")), json.dumps(data).encode())
+    caplog.set_level(logging.WARNING, logger="marin")
+    _assert_nothing_crashes(location, caplog)
+    warnings = [r for r in caplog.records if "corrupt record" in r.getMessage()]
+    assert len(warnings) == 1, "a corrupt record is reported, once"
+    caplog.clear()
+    step = apply("s", write_value, version="v0", value="x", out_path=OUT)
+    location.fs.pipe_file(location.path(record_path("s/v0")), b"[" * 5000 + b"x")
+    assert resolve(step, prefix=prefix).record is not None  # rebuilt
+    warnings = [r for r in caplog.records if "corrupt record" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+
+
+@pytest.mark.parametrize("expires", ["NaN", "Infinity", "1e300", "-5", '"soon"', "true", "0"])
+def test_a_lease_with_an_impossible_expiry_is_taken_over_with_one_warning(
+    prefix: str, expires: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    location = open_prefix(prefix)
+    body = f'{{"holder": "x", "token": "t", "expires_at": {expires}}}'.encode()
+    location.fs.makedirs(location.path(metadata_dir("s/v0")), exist_ok=True)
+    location.fs.pipe_file(location.path(lease_path("s/v0")), body)
+    assert LeaseInfo.parse(body).garbled
+    caplog.set_level(logging.WARNING, logger="marin")
+    spec = apply("s", write_value, version="v0", value="x", out_path=OUT).lower()
+    outcome = build_step(spec, location)  # would wait forever on NaN / 1e300
+    assert outcome.action == "built"
+    takeovers = [r for r in caplog.records if "taking over" in r.getMessage()]
+    assert len(takeovers) == 1 and "garbled" in takeovers[0].getMessage()
+
+
+_json_scalars = st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20)
+_json = st.recursive(
+    _json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.one_of(
+        st.binary(max_size=300),
+        _json.map(lambda v: json.dumps(v).encode()),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "schema",
+                    "name",
+                    "version",
+                    "fingerprint",
+                    "fingerprint_payload",
+                    "config",
+                    "dep_paths",
+                    "output_path",
+                    "result",
+                    "provenance",
+                    "started_at",
+                    "finished_at",
+                    "duration_s",
+                    "artifact_type",
+                    "extra",
+                    "state",
+                    "holder",
+                    "token",
+                    "expires_at",
+                    "process",
+                    "error",
+                    "traceback",
+                ]
+            ),
+            _json,
+        ).map(lambda d: json.dumps({"schema": records.RECORD_SCHEMA, **d}).encode()),
+    )
+)
+def test_any_bytes_in_record_status_or_lease_never_crash(data: bytes) -> None:  # fmt: skip
+    """Whatever bytes the metadata files hold, reading them, ls and show never raise."""
+    location = open_prefix("memory://hypothesis-metadata")
+    for path in (record_path("s/v0"), status_path("s/v0"), lease_path("s/v0")):
+        location.put_file(location.path(path), data)
+    record = read_record(location, "s/v0")
+    assert record is None or isinstance(record, ArtifactRecord)
+    status = read_status(location, "s/v0")
+    assert status is None or isinstance(status.get("state"), str)
+    info = Lease(location, "s/v0", ttl=30).read()
+    assert info is not None and (info.garbled or info.expires_at > 0)
+    entries = catalog.list_entries(location, sizes=False)
+    catalog.ls_table(location, entries)
+    catalog.ls_json(location, entries)
+    with contextlib.suppress(catalog.NotFoundError):
+        catalog.show_record(location, "s/v0")
+
+
+# -- item 13: names and settings -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a\u200bb",  # zero-width space
+        "evil\u202etxt",  # right-to-left override
+        "x\u2066y",  # left-to-right isolate
+        "c1\u0085",  # C1 control (next line)
+        "c1\u009b",  # C1 control (CSI)
+        "priv\ue000",  # private use
+        "sep\u2028",  # line separator
+        "bom\ufeff",  # zero-width no-break space
+    ],
+)
+def test_invisible_and_format_characters_are_rejected(name: str) -> None:
+    with pytest.raises(InvalidStepError, match="invisible|whitespace"):
+        apply(name, write_value, version="v0", value="x", out_path=OUT)
+    with pytest.raises(InvalidStepError):
+        apply("ok", write_value, version=name, value="x", out_path=OUT)
+
+
+def test_names_not_in_nfc_are_rejected() -> None:
+    decomposed = unicodedata.normalize("NFD", "café")
+    assert decomposed != "café"
+    with pytest.raises(InvalidStepError, match="NFC"):
+        apply(decomposed, write_value, version="v0", value="x", out_path=OUT)
+    apply("café", write_value, version="v0", value="x", out_path=OUT)  # NFC is fine
+
+
+def test_a_path_segment_over_255_bytes_is_rejected_at_apply() -> None:
+    with pytest.raises(InvalidStepError, match="255 bytes"):
+        apply("a/" + "é" * 128, write_value, version="v0", value="x", out_path=OUT)  # 256 bytes
+    apply("a/" + "é" * 127, write_value, version="v0", value="x", out_path=OUT)  # 254: fine
+    with pytest.raises(InvalidStepError, match="bytes"):
+        apply("a", write_value, version="v" * 250, value="x", out_path=OUT)  # + ".marin" > 255
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "nan", "inf", "1e300", ""])
+def test_lease_ttl_setting_is_checked(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TTL_ENV, value)
+    if value == "":
+        assert ttl_from_env() == 60.0
+        return
+    with pytest.raises(ConfigError, match=TTL_ENV):
+        ttl_from_env()
+    with pytest.raises(ConfigError, match=TTL_ENV):
+        Lease(open_prefix("memory://ttl-check"), "s/v0")
+    monkeypatch.setenv(TTL_ENV, "2.5")
+    assert Lease(open_prefix("memory://ttl-check"), "s/v0").ttl == 2.5
