@@ -142,15 +142,7 @@ def _code_shape(text: str) -> str:
     return ast.dump(tree)
 
 
-# memory:// expands glob characters in paths (issue 11 item 1, fixed on the storage branch):
-# a retried ``grid[0]`` fails with ``FileNotFoundError: []``. Remove the xfail once that is in.
-_MEMORY = pytest.param(
-    "memory",
-    marks=pytest.mark.xfail(reason="glob paths on memory:// until the storage fix is merged"),
-)
-
-
-@pytest.mark.parametrize("backend", ["local", _MEMORY])
+@pytest.mark.parametrize("backend", ["local", "memory"])
 @settings(
     max_examples=int(os.environ.get("MARIN_HOSTILE_EXAMPLES", "30")),
     deadline=None,
