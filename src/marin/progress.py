@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marin.execution.records import log_path
-from marin.execution.step_logs import real_stream, set_echo
+from marin.execution.step_logs import StepLabelFilter, real_stream, set_echo, terminal_formatter
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -82,8 +82,8 @@ class RunObserver:
         self._live_enabled = live
         self._console = console
         self._live: Live | None = None
-        self._partial: dict[int, str] = {}
         self._log_handler: logging.Handler | None = None
+        self._echo_lock = threading.Lock()  # not self._lock: rich's refresh thread takes that
 
     # -- RunListener --------------------------------------------------------------------------
 
@@ -162,15 +162,14 @@ class RunObserver:
         return Group(*parts)
 
     def _echo(self, text: str) -> None:
-        """Step output while the display owns the terminal: print whole lines above it."""
+        """Step output while the display owns the terminal: whole labelled lines, printed above
+        the display (``step_logs`` only hands over complete lines)."""
         from rich.text import Text
 
-        key = threading.get_ident()
-        with self._lock:
-            *lines, rest = (self._partial.get(key, "") + text).split("\n")
-            self._partial[key] = rest
-        if self._console is not None:
-            for line in lines:
+        if self._console is None:
+            return
+        with self._echo_lock:  # one step's batch of lines at a time
+            for line in text.rstrip("\n").split("\n"):
                 self._console.print(Text(line), soft_wrap=True, highlight=False, markup=False)
 
     def __enter__(self) -> RunObserver:
@@ -202,10 +201,6 @@ class RunObserver:
         finally:
             set_echo(None)
             self._give_back_logging()
-            for rest in self._partial.values():
-                if rest and self._console is not None:
-                    self._console.print(rest, highlight=False, markup=False)
-            self._partial.clear()
             self._live = None
 
     def _take_over_logging(self) -> None:
@@ -232,7 +227,8 @@ class _ConsoleLogHandler(logging.Handler):
     def __init__(self, console: Console) -> None:
         super().__init__()
         self.console = console
-        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+        self.setFormatter(terminal_formatter())
+        self.addFilter(StepLabelFilter())
 
     def emit(self, record: logging.LogRecord) -> None:
         from rich.text import Text
@@ -409,3 +405,63 @@ def _where(error: BaseException) -> str:
         return ""
     frame = frames[-1]
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+# --- pointing at the result ----------------------------------------------------------------------
+
+READABLE_MAX_BYTES = 64 * 1024
+_TEXT_SUFFIXES = (".md", ".markdown", ".txt", ".rst", ".csv", ".tsv", ".json")
+
+
+def readable_result(location: Location, output_path: str) -> str | None:
+    """``"<url> (Markdown, 9 lines)"`` when a target's output is, or holds, a small text file.
+
+    The output itself counts when it is a file of at most 64 KB of UTF-8 text; for a folder,
+    the first small text file directly inside it (Markdown first, then other text suffixes).
+    Read errors mean "nothing to point at", never a failed run.
+    """
+    fs, root = location.fs, location.path(output_path)
+    try:
+        info = fs.info(root)
+        if info.get("type") == "file":
+            candidates = [info]
+        else:
+            entries = [e for e in fs.ls(root, detail=True) if e.get("type") == "file"]
+            candidates = sorted(
+                (e for e in entries if e["name"].lower().endswith(_TEXT_SUFFIXES)),
+                key=lambda e: (not e["name"].lower().endswith((".md", ".markdown")), e["name"]),
+            )
+        for entry in candidates:
+            size = entry.get("size")
+            if size is None or size > READABLE_MAX_BYTES:
+                continue
+            text = _small_text(fs, entry["name"])
+            if text is None:
+                continue
+            kind = "Markdown" if _looks_like_markdown(entry["name"], text) else "text"
+            url = location.url_for(output_path)
+            if entry["name"].rstrip("/") != root.rstrip("/"):
+                url = url.rstrip("/") + "/" + entry["name"].rstrip("/").rsplit("/", 1)[-1]
+            lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+            return f"{url} ({kind}, {lines} line{'s' if lines != 1 else ''})"
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _small_text(fs: Any, path: str) -> str | None:
+    with fs.open(path, "rb") as f:
+        data = f.read(READABLE_MAX_BYTES + 1)
+    if len(data) > READABLE_MAX_BYTES or b"\0" in data:
+        return None
+    try:
+        return str(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
+
+
+def _looks_like_markdown(name: str, text: str) -> bool:
+    if name.lower().endswith((".md", ".markdown")):
+        return True
+    first = text.lstrip().split("\n", 1)[0]
+    return first.startswith("# ") or "\n| --- |" in text or "\n|---|" in text
