@@ -21,7 +21,7 @@ import os
 import re
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 # Airflow's task/DAG id rule is ``^[\w.-]+$`` (at most 250 characters). We keep to ASCII so ids
@@ -70,12 +70,9 @@ class DagOptions:
     prefix: str | None = None
     schedule: str | None = None
     """``None`` (trigger only), ``@once``/``@daily``/..., or a 5-field cron expression."""
-    retries: int = 0
-    """Retries for steps that declare none themselves."""
     export_command: str = ""
     export_root: str = "."
     """Where to run ``export_command``: a path relative to the DAG file's folder."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # --- task ids ----------------------------------------------------------------------------------
@@ -560,7 +557,6 @@ def build_export(
         max_concurrent=max_concurrent,
         prefix=prefix,
         schedule=check_schedule(schedule),
-        retries=retries,
         export_root=_rel(root, dag_dir),
         export_command=export_command(
             target,

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from typing import Any
 
+from marin_prefect.names import BANNED_NAME_CHARS
+
 ENTRYPOINT = "marin_prefect.flows:marin_pipeline"
 DRIFT_POLICIES = ("warn", "rebuild", "error")
-_BANNED_NAME_CHARS = re.compile(r"[/%&><]")
 EXIT_OK, EXIT_USAGE = 0, 2
 
 
@@ -98,7 +98,7 @@ def default_deployment_name(target: str) -> str:
     stem = os.path.splitext(os.path.basename(location.replace("\\", "/")))[0]
     stem = stem.rsplit(".", 1)[-1]
     base = f"{stem}-{attr}" if stem else attr
-    return _BANNED_NAME_CHARS.sub("-", base.replace(".", "-")).strip("-") or "marin-pipeline"
+    return BANNED_NAME_CHARS.sub("-", base.replace(".", "-")).strip("-") or "marin-pipeline"
 
 
 def _check_target(target: str) -> None:
@@ -140,7 +140,7 @@ def export(
     if on_drift not in DRIFT_POLICIES:
         raise ExportError(f"error: --on-drift {on_drift}: use one of {', '.join(DRIFT_POLICIES)}")
     name = name or default_deployment_name(target)
-    if _BANNED_NAME_CHARS.search(name) or not name.strip():
+    if BANNED_NAME_CHARS.search(name) or not name.strip():
         raise ExportError(
             f"error: deployment name {name!r} is not allowed by Prefect: "
             "use a --name without / % & > <"

@@ -36,6 +36,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Pending, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from marin_prefect.names import safe_prefect_name
+
 if TYPE_CHECKING:
     from marin.execution.build import BuildOutcome
     from marin.execution.step_spec import StepSpec
@@ -43,14 +45,6 @@ if TYPE_CHECKING:
 
 CACHED_STATE_NAME = "Cached"
 NOT_RUN_STATE_NAME = "NotReady"
-
-# Characters Prefect refuses in flow and deployment names.
-_BANNED_NAME_CHARS = re.compile(r"[/%&><]")
-
-
-def safe_prefect_name(text: str) -> str:
-    """``text`` with the characters Prefect bans in flow/deployment names replaced by ``-``."""
-    return _BANNED_NAME_CHARS.sub("-", text).strip() or "marin"
 
 
 def lower_target(target_or_handles: Any) -> list[StepSpec]:

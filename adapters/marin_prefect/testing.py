@@ -45,7 +45,9 @@ def isolate_prefect_home() -> str | None:
         _isolated_home = tempfile.mkdtemp(prefix="marin-prefect-home-")
         os.environ["PREFECT_HOME"] = _isolated_home
         # PREFECT_HOME does not move these two: they default to ~/.prefect regardless.
-        os.environ["PREFECT_SERVER_MEMO_STORE_PATH"] = os.path.join(_isolated_home, "memo_store.toml")
+        os.environ["PREFECT_SERVER_MEMO_STORE_PATH"] = os.path.join(
+            _isolated_home, "memo_store.toml"
+        )
         os.environ["PREFECT_RESULTS_LOCAL_STORAGE_PATH"] = os.path.join(_isolated_home, "storage")
         os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
         os.environ.setdefault(

@@ -315,7 +315,10 @@ def check_ls_prefix(prefix: str | None) -> tuple[Location, str | None]:
             "give the folder (or URL) that artifacts are built under",
         )
     if kind is None:
-        return location, f"warning: the prefix {location.url} does not exist (nothing is built there)"
+        return (
+            location,
+            f"warning: the prefix {location.url} does not exist (nothing is built there)",
+        )
     return location, None
 
 

@@ -300,9 +300,7 @@ def _add_global(parser: argparse.ArgumentParser, *, prefix_help: str | None = PR
         help="debug logging, and tracebacks for errors",
     )
     if prefix_help is not None:
-        parser.add_argument(
-            "--prefix", type=_prefix, default=argparse.SUPPRESS, help=prefix_help
-        )
+        parser.add_argument("--prefix", type=_prefix, default=argparse.SUPPRESS, help=prefix_help)
 
 
 def _prefix(text: str) -> str:
@@ -514,7 +512,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)  # don't wait for running steps' threads
     except (StepFailedError, PipelineFailedError, DriftError) as exc:
-        print(str(exc), file=sys.stderr)
+        from marin.progress import one_line
+
+        print(one_line(str(exc)), file=sys.stderr)  # the last line: whole, on one line
         return EXIT_FAILED
     except (MarinError, UsageError, TypeError, ValueError) as exc:
         if args.verbose and not isinstance(exc, MarinError | UsageError):

@@ -337,6 +337,10 @@ def render_summary(
     for column in ("step", "result", "duration", "note"):
         if column == "duration":
             table.add_column(column, overflow="fold", justify="right")
+        elif column == "note":
+            # One line per step: a long error is cut here (never folded mid-phrase onto a next
+            # line) and printed whole under "failed:" below.
+            table.add_column(column, no_wrap=True, overflow="ellipsis")
         else:
             table.add_column(column, overflow="fold")
     skipped_rows = [r for r in rows if r.result == "skipped"]
@@ -350,7 +354,7 @@ def render_summary(
             row.step,
             Text(row.result, style=styles.get(row.result, "") if color else ""),
             format_duration(row.duration) if row.duration is not None else "-",
-            row.note,
+            one_line(row.note),
         )
     console = Console(
         width=width,
@@ -390,12 +394,17 @@ def render_summary(
         lines.append("")
         lines.append(f"failed: {run.spec.step_id}")
         if error is not None:
-            lines.append(f"  error: {type(error).__name__}: {error}")
+            lines.append(f"  error: {one_line(f'{type(error).__name__}: {error}')}")
             where = _where(error)
             if where:
                 lines.append(f"  at:    {where}")
         lines.append(f"  log:   {observer.log_url(run.spec)}")
     return "\n".join(lines) + "\n"
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: an error message is printed whole, never split across lines."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 def _where(error: BaseException) -> str:

@@ -94,13 +94,3 @@ def _canonical(value: Any, path: str | None, step: str | None) -> Any:
         "or a step handle instead",
         step,
     )
-
-
-def canonical_json(value: Any, path: str = "config", step: str | None = None) -> str:
-    return json.dumps(
-        to_canonical(value, path, step),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    )

@@ -29,7 +29,6 @@ class StepContext:
     region: str | None
     dep_paths: Mapping[str, str] = field(default_factory=dict)
     """Dependency ``name@version`` -> its path."""
-    fingerprinting: bool = False
 
     def dep_path(self, dep: Any) -> str:
         """The path of a dependency given as a handle, a ``StepSpec`` or a ``name@version``."""
@@ -49,5 +48,4 @@ def fingerprint_context(deps: tuple[Any, ...]) -> StepContext:
         prefix=PREFIX_PLACEHOLDER,
         region=REGION_PLACEHOLDER,
         dep_paths={dep.step_id: dep_placeholder(dep.name) for dep in deps},
-        fingerprinting=True,
     )
