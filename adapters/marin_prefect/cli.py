@@ -34,16 +34,29 @@ class ExportError(Exception):
     """A one-line, user-fixable problem; the CLI prints it and exits 2."""
 
 
+_EPILOG = """\
+examples:
+  marin export prefect examples/ngram.py:pipeline --work-pool my-pool
+  marin export prefect examples/ngram.py:pipeline --name nightly --max-concurrent 4 \\
+      --on-drift rebuild --prefix s3://bucket/experiments -o deploy/prefect.yaml
+
+then: prefect deploy --prefect-file prefect.yaml -n ngram-pipeline
+      prefect deployment run marin-pipeline/ngram-pipeline
+"""
+
+
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``prefect`` exporter to ``marin export``'s sub-parsers."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "prefect",
         help="write a Prefect deployment of the pipeline to prefect.yaml",
         description=(
-            "Write, or update in place, a deployment of the Marin entry flow "
-            f"({ENTRYPOINT}) for TARGET in a prefect.yaml. Deploy it with "
-            "`prefect deploy -n NAME` and run it with a worker of the work pool."
+            "Write, or update in place, a deployment of the Marin entry flow\n"
+            f"({ENTRYPOINT}) for TARGET in a prefect.yaml.\n"
+            "Deploy it with `prefect deploy -n NAME` and run it with a worker of the work pool."
         ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("target", metavar="TARGET", help="path/to/file.py:attr or pkg.mod:attr")
     parser.add_argument(
@@ -60,8 +73,22 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--prefix",
         help="artifact prefix parameter (default: unset, so $MARIN_PREFIX on the worker decides)",
     )
-    parser.add_argument("--max-concurrent", dest="max_concurrent", type=int, default=8)
-    parser.add_argument("--on-drift", dest="on_drift", choices=DRIFT_POLICIES, default="warn")
+    parser.add_argument(
+        "--max-concurrent",
+        dest="max_concurrent",
+        type=int,
+        default=8,
+        metavar="N",
+        help="steps one flow run builds at once (the flow's max_concurrent parameter; default 8)",
+    )
+    parser.add_argument(
+        "--on-drift",
+        dest="on_drift",
+        choices=DRIFT_POLICIES,
+        default="warn",
+        help="a built step whose config changed without a version bump: serve it with a "
+        "warning (warn, the default), rebuild it (rebuild), or fail the run (error)",
+    )
     parser.add_argument(
         "--no-check",
         dest="check",

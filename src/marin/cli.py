@@ -361,7 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_common(run)
-    run.add_argument("--max-concurrent", type=int, default=8, help="steps at once (default 8)")
+    run.add_argument(
+        "--max-concurrent", type=int, default=8, metavar="N", help="steps at once (default 8)"
+    )
     run.add_argument("--dry-run", action="store_true", help="check and report; build nothing")
     _add_force_and_drift(run)
     run.add_argument(
