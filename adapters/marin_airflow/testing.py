@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -301,6 +302,9 @@ class AirflowServices:
         self._procs: dict[str, subprocess.Popen[Any]] = {}
         self._logs: list[Any] = []
         self._triggered = 0
+        # Components started one by one each invent a JWT secret unless they share one, and the
+        # execution API then rejects the workers' tokens ("Signature verification failed").
+        self._jwt_secret = secrets.token_hex(32)
 
     def env(self) -> dict[str, str]:
         url = f"http://127.0.0.1:{self.port}"
@@ -311,6 +315,7 @@ class AirflowServices:
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__BASE_URL": url,
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+                "AIRFLOW__API_AUTH__JWT_SECRET": self._jwt_secret,
                 "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
                 "AIRFLOW__CORE__PARALLELISM": str(self._parallelism),
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
