@@ -42,13 +42,39 @@ def read_calls(path: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def work(step: str, inputs: list[str], sleep: float, fail: bool, out_path: str) -> dict[str, Any]:
-    """A step that proves its inputs exist, takes ``sleep`` seconds, and writes its output."""
+WAIT_TIMEOUT_S = 120.0
+
+
+def wait_for_event(step: str, event: str, timeout: float = WAIT_TIMEOUT_S) -> None:
+    """Block until the call log has ``event`` for ``step`` (written by any thread or process)."""
+    path = os.environ[CALLS_ENV]
+    deadline = time.monotonic() + timeout
+    while not any(c["step"] == step and c["event"] == event for c in read_calls(path)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{step} never logged {event!r} within {timeout:.0f} s")
+        time.sleep(0.01)
+
+
+def work(
+    step: str,
+    inputs: list[str],
+    sleep: float,
+    fail: bool,
+    out_path: str,
+    after_failure_of: str | None = None,
+) -> dict[str, Any]:
+    """A step that proves its inputs exist, takes ``sleep`` seconds, and writes its output.
+
+    With ``after_failure_of``, it also waits until that step has failed: an ordering by event,
+    not by a sleep that a loaded machine (or a scheduler's task start-up) can outrun.
+    """
     record_call(step, "start")
     for path in inputs:
         fs, p = fsspec.core.url_to_fs(path)
         if not fs.exists(p):
             raise AssertionError(f"{step} started before its input {path} existed")
+    if after_failure_of:
+        wait_for_event(after_failure_of, "fail")
     time.sleep(sleep * float(os.environ.get(SLEEP_ENV, "1")))
     if fail:
         record_call(step, "fail")
@@ -59,10 +85,17 @@ def work(step: str, inputs: list[str], sleep: float, fail: bool, out_path: str) 
     return {"step": step, "inputs": len(inputs)}
 
 
-def step(name: str, *deps: ArtifactStep, sleep: float = 0.0, fail: bool = False) -> ArtifactStep:
+def step(
+    name: str,
+    *deps: ArtifactStep,
+    sleep: float = 0.0,
+    fail: bool = False,
+    after_failure_of: str | None = None,
+) -> ArtifactStep:
+    extra = {"after_failure_of": after_failure_of} if after_failure_of else {}
     return apply(
         f"conformance/{name}", work, version="v1",
-        step=name, inputs=list(deps), sleep=sleep, fail=fail, out_path=OUT,
+        step=name, inputs=list(deps), sleep=sleep, fail=fail, out_path=OUT, **extra,
     )  # fmt: skip
 
 
@@ -88,10 +121,11 @@ def wide() -> ArtifactStep:
 
 
 def failing() -> list[ArtifactStep]:
-    """``bad`` fails at once while ``slow`` is still running; ``after_slow`` is independent."""
+    """``bad`` fails while ``slow`` is still running (``slow`` waits for the failure, by event);
+    ``after_slow`` is independent of ``bad``."""
     root = step("root")
     bad = step("bad", root, fail=True)
     after_bad = step("after-bad", bad)
-    slow = step("slow", root, sleep=0.6)
+    slow = step("slow", root, sleep=0.1, after_failure_of="bad")
     after_slow = step("after-slow", slow)
     return [after_bad, after_slow]
