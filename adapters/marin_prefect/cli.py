@@ -71,7 +71,15 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--prefix",
+        default=argparse.SUPPRESS,  # `marin --prefix P export prefect ...` is kept
         help="artifact prefix parameter (default: unset, so $MARIN_PREFIX on the worker decides)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="debug logging, and tracebacks for errors",
     )
     parser.add_argument(
         "--max-concurrent",
@@ -106,7 +114,7 @@ def main(args: argparse.Namespace) -> int:
             output=args.output,
             name=args.name,
             work_pool=args.work_pool,
-            prefix=args.prefix,
+            prefix=getattr(args, "prefix", None),
             max_concurrent=args.max_concurrent,
             on_drift=args.on_drift,
             check=args.check,

@@ -334,15 +334,19 @@ def render_summary(
         "interrupted": "yellow",
     }
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for column in ("step", "result", "duration", "note"):
-        if column == "duration":
-            table.add_column(column, overflow="fold", justify="right")
-        elif column == "note":
-            # One line per step: a long error is cut here (never folded mid-phrase onto a next
-            # line) and printed whole under "failed:" below.
-            table.add_column(column, no_wrap=True, overflow="ellipsis")
-        else:
-            table.add_column(column, overflow="fold")
+    # One line per step: the step, result and duration columns keep their width, and a long
+    # note (an error) is cut with an ellipsis, never folded mid-phrase onto the next line; the
+    # whole error is printed under "failed:" below.
+    fixed = [
+        max([len("step"), *(len(r.step) for r in rows)]),
+        max([len("result"), *(len(r.result) for r in rows)]),
+        len("duration") + 2,
+    ]
+    table.add_column("step", no_wrap=True, min_width=fixed[0])
+    table.add_column("result", no_wrap=True, min_width=fixed[1])
+    table.add_column("duration", no_wrap=True, justify="right", min_width=fixed[2])
+    note_width = max(20, width - sum(fixed) - 6)  # two spaces between columns
+    table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=note_width)
     skipped_rows = [r for r in rows if r.result == "skipped"]
     listed_skipped = 0
     for row in rows:

@@ -255,3 +255,45 @@ def test_step_log_records_carry_the_step_label_on_the_terminal() -> None:
     assert re.search(r"WARNING from marin$", text, re.M)
     assert re.search(r"WARNING outside$", text, re.M)
     assert "x/y@v1" not in step_log.getvalue() and "from the step" in step_log.getvalue()
+
+
+def test_global_prefix_and_verbose_reach_the_exporters(tmp_path: Path) -> None:
+    dag = tmp_path / "dag.py"
+    result = marin("--prefix", "memory://top", "export", "airflow", EXAMPLE, "-o", str(dag), "-v")
+    assert result.returncode == 0, result.stderr
+    assert 'DEFAULT_PREFIX = "memory://top"' in dag.read_text()
+    yaml_file = tmp_path / "prefect.yaml"
+    result = marin(
+        "--prefix", "memory://top", "export", "prefect", EXAMPLE, "-o", str(yaml_file), "-v",
+        "--no-check",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "prefix: memory://top" in yaml_file.read_text()
+
+
+# --- errors on one line -------------------------------------------------------------------------
+
+LONG = ("the loss went to NaN at step 1200 " * 8).strip()
+
+
+def test_a_long_multi_line_error_is_never_wrapped(tmp_path: Path) -> None:
+    pipeline = tmp_path / "long.py"
+    pipeline.write_text(
+        "from marin.execution.lazy import apply, OUT\n"
+        "def explode(out_path):\n"
+        f"    raise RuntimeError({LONG!r} + '\\n  details: ' + {LONG!r})\n"
+        "pipeline = apply('long/step', explode, version='v0', out_path=OUT)\n"
+    )
+    result = marin("run", f"{pipeline}:pipeline", "--prefix", str(tmp_path / "p"))
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: RuntimeError: " + LONG)
+    assert "details: " + LONG + " (step long/step@v0): see the step's log" in last
+    # The summary: one row per step (the note is cut, never folded), the whole error below.
+    rows = [line for line in result.stdout.splitlines() if line.startswith("long/step@v0")]
+    assert len(rows) == 1 and "failed" in rows[0]
+    assert not any(line.startswith(" " * 20 + "the loss") for line in result.stdout.splitlines())
+    error_lines = [line for line in result.stdout.splitlines() if line.startswith("  error: ")]
+    assert error_lines == [f"  error: RuntimeError: {LONG} details: {LONG}"], (
+        result.stdout
+    )
