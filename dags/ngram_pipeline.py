@@ -158,6 +158,12 @@ with DAG(
             description="Where artifacts live (path, s3://, gs://, ...). Empty: $MARIN_PREFIX "
             "on the worker, else the exported default.",
         ),
+        "keep_going": Param(
+            False,
+            type="boolean",
+            description="After a step fails, keep building independent branches. Off: no new "
+            "step starts (running ones finish), as with marin run.",
+        ),
     },
     tags=["marin"],
 ) as dag:

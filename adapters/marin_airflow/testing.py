@@ -345,10 +345,31 @@ class AirflowServices:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
+            self._wait_for_api()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _wait_for_api(self, timeout: float = 180) -> None:
+        """Until the api-server answers its health check: tasks started before it would fail
+        to reach the execution API."""
+        import urllib.error
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.port}/api/v2/monitor/health"
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the api-server never answered {url}:\n{self.log_tail()}")
+            time.sleep(0.5)
 
     def __enter__(self) -> AirflowServices:
         return self.start()

@@ -86,7 +86,7 @@ def test_dagbag_parses_committed_and_exported_dags(tmp_path: Path, sandbox: Any)
     example = bag["dags"][EXAMPLE_DAG]
     assert example["max_active_tasks"] == 8 and example["max_active_runs"] == 1
     assert example["schedule"] is None
-    assert example["params"] == {"prefix": None}
+    assert example["params"] == {"prefix": None, "keep_going": False}
     tasks = example["tasks"]
     from marin_airflow.export import lower_target, step_infos
 
@@ -181,7 +181,8 @@ def test_example_dag_matches_local_run_and_reruns_cached(tmp_path: Path, sandbox
 def test_failure_stale_dag_and_cache_with_call_counts(
     tmp_path: Path, sandbox: Any, calls: Path
 ) -> None:
-    """Run 1: a step raises -> its task fails and its dependents never start.
+    """Run 1: a step raises -> its task fails and its dependents never start (keep_going: the
+    independent branches still build; fail-fast is covered by the conformance suite).
     Run 2: a config changed without re-export -> that task fails as stale; built steps are
     cached and their ``fn`` is never called; the step that failed before builds now."""
     dags, prefix = tmp_path / "dags", tmp_path / "prefix"
@@ -190,7 +191,10 @@ def test_failure_stale_dag_and_cache_with_call_counts(
     ids = {t.step_id: t.task_id for t in result.tasks}
 
     first = sandbox.dags_test(
-        result.dag_id, str(dags), env={**env, FAIL_ENV: "bad", "MARIN_PREFIX": str(prefix)}
+        result.dag_id,
+        str(dags),
+        env={**env, FAIL_ENV: "bad", "MARIN_PREFIX": str(prefix)},
+        conf={"keep_going": True},
     )
     assert first.returncode != 0, _fail_msg(first)
     states = sandbox.task_states(result.dag_id)
@@ -209,7 +213,10 @@ def test_failure_stale_dag_and_cache_with_call_counts(
 
     calls.unlink()
     second = sandbox.dags_test(
-        result.dag_id, str(dags), env={**env, LR_ENV: "0.2"}, conf={"prefix": str(prefix)}
+        result.dag_id,
+        str(dags),
+        env={**env, LR_ENV: "0.2"},
+        conf={"prefix": str(prefix), "keep_going": True},
     )
     assert second.returncode != 0, _fail_msg(second)
     states = sandbox.task_states(result.dag_id)

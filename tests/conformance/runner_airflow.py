@@ -11,10 +11,9 @@ The workers' environment is fixed when the services start. The one variable that
 test, the call log (``$MARIN_TEST_CALLS``), points at a file of this runner's, whose lines are
 moved into the test's call log after each run; any other variable restarts the services.
 
-Fail-fast: Airflow keeps building independent branches after a failure (and its own DAG
-``fail_fast`` kills running tasks instead of letting them finish), so unless the exported DAG
-declares a ``keep_going`` param, "fail-fast" is unsupported here; a failed run asked for
-``keep_going=False`` then raises instead of passing as if the flag had been honoured.
+``keep_going`` is passed as the run's conf: the exported DAG's ``keep_going`` param. Off (the
+default), a step does not start once another task of the run has failed (it ends skipped, and
+so do its dependents) while running steps finish, as with ``marin run`` and Prefect.
 """
 
 from __future__ import annotations
@@ -31,10 +30,6 @@ from marin_airflow.testing import AirflowSandbox, AirflowServices
 from tests.conformance.scenarios import CALLS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class UnsupportedError(AssertionError):
-    """The runner was asked for behaviour this engine does not have."""
 
 
 class AirflowRunner:
@@ -54,14 +49,8 @@ class AirflowRunner:
         atexit.register(self.close)  # registered after the rmtree: runs before it
 
     def supports(self, feature: str) -> bool:
-        if feature == "fail-fast":
-            return self._has_keep_going_param()
+        # A real scheduler: concurrency, fail-fast and keep-going as the other runners.
         return True
-
-    def _has_keep_going_param(self) -> bool:
-        from marin_airflow import export
-
-        return '"keep_going": Param(' in export._BODY
 
     def _ensure_services(self, env: dict[str, str]) -> AirflowServices:
         wanted = {k: v for k, v in env.items() if k != CALLS_ENV}
@@ -97,12 +86,6 @@ class AirflowRunner:
         state = services.wait_for_run(result.dag_id, run_id)
         self._move_calls(env.get(CALLS_ENV))
         self.last_output = services.log_tail(20000)
-        if state != "success" and not keep_going and not self.supports("fail-fast"):
-            raise UnsupportedError(
-                "airflow ran a failing pipeline with keep_going=False, but the exported DAG has "
-                "no fail-fast: independent branches were built anyway. Check "
-                "runner.supports('fail-fast') first."
-            )
         return state == "success"
 
     def _move_calls(self, destination: str | None) -> None:
