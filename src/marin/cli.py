@@ -186,7 +186,7 @@ _EPILOG_RUN = """example:
   marin run examples/ngram.py:pipeline --prefix /tmp/marin --max-concurrent 4
   marin run examples/ngram.py:pipeline --force ngram/dataset --no-progress
   marin run examples/ngram.py:pipeline --force ngram/corpus,ngram/dataset --no-step-output
-  marin run examples/ngram.py:pipeline --json | jq '.summary'
+  marin run examples/ngram.py:pipeline --json > run-report.json
 
 On a terminal a live display shows progress; elsewhere (CI, pipes, --no-progress) the run
 prints plain log lines. Each step's own output goes to <output>.marin/log.txt, and is echoed

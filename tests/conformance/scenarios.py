@@ -19,6 +19,8 @@ from marin.execution.lazy import OUT, ArtifactStep, apply
 
 CALLS_ENV = "MARIN_TEST_CALLS"
 SLEEP_ENV = "MARIN_TEST_SLEEP"
+LIMIT_ENV = "MARIN_TEST_LIMIT"
+"""The concurrency limit a test runs with: peer steps wait until that many of them run at once."""
 
 
 def record_call(step: str, event: str) -> None:
@@ -55,6 +57,29 @@ def wait_for_event(step: str, event: str, timeout: float = WAIT_TIMEOUT_S) -> No
         time.sleep(0.01)
 
 
+def wait_for_peers(group: str, size: int, timeout: float = WAIT_TIMEOUT_S) -> None:
+    """With ``$MARIN_TEST_LIMIT`` = L, block until as many steps of ``group`` (name prefix) run at
+    once as the limit allows: started >= min(size, ended + L). The runner's cap is then reached
+    by events, whatever each step's start-up costs (threads, or an Airflow task process)."""
+    limit = int(os.environ.get(LIMIT_ENV, "0"))
+    if limit <= 1:
+        return
+    path = os.environ[CALLS_ENV]
+    deadline = time.monotonic() + timeout
+    while True:
+        calls = [c for c in read_calls(path) if c["step"].startswith(group)]
+        started = sum(1 for c in calls if c["event"] == "start")
+        ended = sum(1 for c in calls if c["event"] == "end")
+        if started >= min(size, ended + limit):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"only {started - ended} {group}* steps ran at once within {timeout:.0f} s "
+                f"(limit {limit})"
+            )
+        time.sleep(0.01)
+
+
 def work(
     step: str,
     inputs: list[str],
@@ -62,6 +87,7 @@ def work(
     fail: bool,
     out_path: str,
     after_failure_of: str | None = None,
+    peers: int = 0,
 ) -> dict[str, Any]:
     """A step that proves its inputs exist, takes ``sleep`` seconds, and writes its output.
 
@@ -75,6 +101,8 @@ def work(
             raise AssertionError(f"{step} started before its input {path} existed")
     if after_failure_of:
         wait_for_event(after_failure_of, "fail")
+    if peers:
+        wait_for_peers(step.rstrip("0123456789"), peers)
     time.sleep(sleep * float(os.environ.get(SLEEP_ENV, "1")))
     if fail:
         record_call(step, "fail")
@@ -91,8 +119,11 @@ def step(
     sleep: float = 0.0,
     fail: bool = False,
     after_failure_of: str | None = None,
+    peers: int = 0,
 ) -> ArtifactStep:
-    extra = {"after_failure_of": after_failure_of} if after_failure_of else {}
+    extra: dict[str, Any] = {"after_failure_of": after_failure_of} if after_failure_of else {}
+    if peers:
+        extra["peers"] = peers
     return apply(
         f"conformance/{name}", work, version="v1",
         step=name, inputs=list(deps), sleep=sleep, fail=fail, out_path=OUT, **extra,
@@ -116,7 +147,7 @@ WIDE_LEAVES = 8
 
 def wide() -> ArtifactStep:
     root = step("root")
-    leaves = [step(f"leaf-{i}", root, sleep=0.4) for i in range(WIDE_LEAVES)]
+    leaves = [step(f"leaf-{i}", root, sleep=0.1, peers=WIDE_LEAVES) for i in range(WIDE_LEAVES)]
     return step("sink", *leaves)
 
 
