@@ -342,7 +342,8 @@ def test_killed_mid_step_leaves_it_unbuilt_and_rebuildable(tmp_path: Any) -> Non
     proc = subprocess.Popen(
         [sys.executable, str(script), prefix], stdout=subprocess.PIPE, env=env, text=True
     )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "WRITING"
+    # The step's print, echoed labelled with its step.
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "crashy@v0 | WRITING"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     location = open_prefix(prefix)
