@@ -162,40 +162,6 @@ class AirflowSandbox:
         return {str(task_id): json.loads(value) for task_id, value in rows}
 
 
-def stop_process_group(proc: subprocess.Popen[Any], grace: float = 15.0) -> None:
-    """Stop a process started with ``start_new_session=True`` and everything it started.
-
-    ``airflow standalone``'s scheduler can outlive its parent after SIGTERM (it waits for its
-    LocalExecutor workers), so wait for the whole group to be gone, then SIGKILL what remains.
-    """
-    pgid = proc.pid
-
-    def group_alive() -> bool:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # pragma: no cover - a foreign process reused the id
-            return False
-        return True
-
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace)
-    while group_alive() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if group_alive():
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while group_alive() and time.monotonic() < deadline:  # SIGKILLed members being reaped
-        time.sleep(0.2)
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
