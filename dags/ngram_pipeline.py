@@ -185,6 +185,12 @@ with DAG(
             type="boolean",
             description="Rebuild steps whose upstream is rebuilt (off: serve them, warning).",
         ),
+        "keep_going": Param(
+            False,
+            type="boolean",
+            description="After a step fails, keep building independent branches. Off: no new "
+            "step starts (running ones finish), as with marin run.",
+        ),
     },
     tags=["marin"],
 ) as dag:

@@ -8,6 +8,9 @@ import pytest
 
 from marin_prefect.testing import isolate_prefect_home  # does not import prefect
 
+# Where the extras are installed (or in CI) an unexpected skip fails the run.
+pytest_plugins = ["tests.skip_policy"]
+
 # Prefect keeps cache records and its database under PREFECT_HOME; every test session gets its
 # own, set before anything imports Prefect.
 isolate_prefect_home()

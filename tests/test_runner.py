@@ -28,8 +28,9 @@ from marin.execution.errors import (
     StorageError,
 )
 from marin.execution.lazy import OUT, ArtifactStep, apply, lower, resolve, run
+from marin.execution.lease import Lease
 from marin.execution.records import read_record, read_status
-from marin.execution.step_runner import StepRunner
+from marin.execution.step_runner import READY_ORDERS, StepRunner
 from marin.execution.storage import open_prefix
 
 
@@ -346,14 +347,20 @@ def test_killed_mid_step_leaves_it_unbuilt_and_rebuildable(tmp_path: Any) -> Non
     proc = subprocess.Popen(
         [sys.executable, str(script), prefix], stdout=subprocess.PIPE, env=env, text=True
     )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "WRITING"
+    # The step's print, echoed labelled with its step.
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "crashy@v0 | WRITING"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     location = open_prefix(prefix)
     assert read_record(location, "crashy/v0") is None
     assert os.path.exists(os.path.join(prefix, "crashy/v0/partial.bin"))
     (tmp_path / "prefix/crashy/v0/debris.tmp").write_text("left by the crash")
-    time.sleep(1.1)  # let the dead runner's lease expire
+    # Wait until the dead runner's lease has expired by the wall clock it records, rather than
+    # guessing a sleep: the next run must see "expired", never "held by another runner".
+    held = Lease(location, "crashy/v0").read()
+    assert held is not None, "the killed runner held a lease"
+    while not held.expired:
+        time.sleep(max(held.expires_at - time.time(), 0.01))
     done = subprocess.run(
         [sys.executable, str(script), prefix],
         env={**env, "SLEEP": "0"},
@@ -367,12 +374,43 @@ def test_killed_mid_step_leaves_it_unbuilt_and_rebuildable(tmp_path: Any) -> Non
     assert "taking over expired lease" in done.stderr
 
 
-def test_random_priorities_do_not_change_results(tmp_path: Any) -> None:
+def _built_results(prefix: str, specs: list[Any]) -> dict[str, Any]:
+    location = open_prefix(prefix)
+    results = {}
+    for spec in specs:
+        record = read_record(location, spec.output_path)
+        assert record is not None, f"{spec.step_id} not built under {prefix}"
+        with location.fs.open(location.path(spec.output_path), "r") as f:
+            results[spec.step_id] = (record.result, f.read(), sorted(record.dep_paths))
+    return results
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_priorities_do_not_change_results(tmp_path: Any, seed: int) -> None:
+    """The order ready steps start in (the ready-order policy, and the order targets are given
+    in, which breaks ties) changes the start order but never what gets built."""
     rng = random.Random(7)
     edges = {i: sorted(rng.sample(range(i), min(i, rng.randint(0, 3)))) for i in range(40)}
-    log = Log()
-    run(*dag(log, edges), prefix=str(tmp_path), max_concurrent=3)
-    assert len(log.order) == 40
+    baseline_log = Log()
+    baseline = list(lower(dag(baseline_log, edges), memo={}))
+    StepRunner(max_concurrent=1, prefix=str(tmp_path / "baseline")).run(baseline)
+    expected = _built_results(str(tmp_path / "baseline"), baseline)
+
+    shuffle = random.Random(seed)
+    orders = []
+    for ready_order in READY_ORDERS:
+        log = Log()
+        specs = list(lower(dag(log, edges), memo={}))
+        shuffle.shuffle(specs)
+        runner = StepRunner(max_concurrent=3, prefix=str(tmp_path / ready_order))
+        runner.ready_order = ready_order
+        runner.run(specs)
+        assert sorted(log.order, key=int) == [str(i) for i in range(40)]  # each step once
+        assert _built_results(str(tmp_path / ready_order), specs) == expected
+        orders.append(log.order)
+    assert baseline_log.order != orders[0] or baseline_log.order != orders[1], (
+        "the priorities never changed the start order, so this test proved nothing"
+    )
 
 
 def test_durable_mode_fsyncs_outputs_and_record(tmp_path: Any, monkeypatch: Any) -> None:

@@ -1,4 +1,4 @@
-"""The code examples of the two Marin articles in shared/seeds, run as written.
+"""The code examples of the two Marin articles the project started from, run as written.
 
 The articles leave a few helpers undefined (load_data, train, build_a/b/c); they are defined here
 with the signatures the examples call them with.

@@ -66,8 +66,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--prefix",
+        default=argparse.SUPPRESS,  # `marin --prefix P export airflow ...` is kept
         help="default artifact prefix baked into the DAG (a run's 'prefix' param or "
         "$MARIN_PREFIX on the worker override it; default: none baked)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="debug logging, and tracebacks for errors",
     )
     parser.add_argument(
         "--schedule",
@@ -133,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         args.output,
         dag_id=args.dag_id,
         max_concurrent=args.max_concurrent,
-        prefix=args.prefix,
+        prefix=getattr(args, "prefix", None),
         schedule=args.schedule,
         retries=args.retries,
         on_drift=args.on_drift,

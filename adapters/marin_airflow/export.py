@@ -23,7 +23,7 @@ import os
 import re
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.decide import check_drift_policy
@@ -84,14 +84,11 @@ class DagOptions:
     prefix: str | None = None
     schedule: str | None = None
     """``None`` (trigger only), ``@once``/``@daily``/..., or a 5-field cron expression."""
-    retries: int = 0
-    """Retries for steps that declare none themselves."""
     export_command: str = ""
     export_root: str = "."
     """Where to run ``export_command``: a path relative to the DAG file's folder."""
     on_drift: str = "warn"
     """The default of the DAG's ``on_drift`` param."""
-    extra: dict[str, Any] = field(default_factory=dict)
     executor: str = "default"
     """``kubernetes``: tasks also get an ``executor_config`` pod override from their resources."""
 
@@ -365,6 +362,12 @@ with DAG(
             True,
             type="boolean",
             description="Rebuild steps whose upstream is rebuilt (off: serve them, warning).",
+        ),
+        "keep_going": Param(
+            False,
+            type="boolean",
+            description="After a step fails, keep building independent branches. Off: no new "
+            "step starts (running ones finish), as with marin run.",
         ),
     },
     tags=["marin"],
@@ -704,7 +707,6 @@ def build_export(
         max_concurrent=max_concurrent,
         prefix=prefix,
         schedule=check_schedule(schedule),
-        retries=retries,
         on_drift=check_drift_policy(on_drift),
         export_root=_rel(root, dag_dir),
         export_command=export_command(

@@ -115,6 +115,49 @@ def _airflow_context() -> Any | None:
         return None
 
 
+FAILED_XCOM_KEY = "marin_failed"
+"""Pushed by a step's task the moment its step fails, before Airflow records the task's state."""
+
+
+def failed_task_in_run(context: Any | None) -> str | None:
+    """Fail-fast, as ``marin run`` does it: a task of this DAG run whose step failed, if any.
+
+    Unless the run's ``keep_going`` param is true, a step does not start once another step of the
+    run has failed; it ends skipped, and Airflow's default trigger rule skips its dependents.
+    Steps already running finish (Airflow's own DAG ``fail_fast`` would kill them instead).
+
+    A failed task's state reaches the database only after its process has wound down, so the
+    tasks still "running" are also asked for the XCom a failing step pushes at once. Only those
+    (at most ``max_active_tasks``) are asked, so a task start costs O(concurrency) calls.
+    """
+    if context is None:
+        return None
+    params = context.get("params") or {}
+    ti = context.get("ti")
+    if params.get("keep_going") or ti is None or not hasattr(ti, "get_task_states"):
+        return None
+    states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id]).get(ti.run_id) or {}
+    failed = sorted(task_id for task_id, state in states.items() if state == "failed")
+    if failed:
+        return failed[0]
+    running = sorted(t for t, state in states.items() if state == "running" and t != ti.task_id)
+    for task_id in running:
+        if ti.xcom_pull(task_ids=task_id, key=FAILED_XCOM_KEY):
+            return task_id
+    return None
+
+
+def _announce_failure(context: Any | None, step: str) -> None:
+    """Tell the run's other tasks at once that this step failed (see ``failed_task_in_run``)."""
+    ti = context.get("ti") if context is not None else None
+    if ti is None or not hasattr(ti, "xcom_push"):
+        return
+    try:
+        ti.xcom_push(key=FAILED_XCOM_KEY, value=step)
+    except Exception as exc:  # the failure itself is what the task reports
+        log.warning("marin: could not announce the failure of %s: %s", step, exc)
+
+
 def _dag_dir(context: Any | None) -> str:
     """The folder of the DAG file being run, which relative targets are resolved against."""
     dag = context.get("dag") if context is not None else None
@@ -332,6 +375,14 @@ def run_step(
             "output_url": location.url_for(spec.output_path),
             "fingerprint": spec.fingerprint,
         }
+    stopped_by = failed_task_in_run(context)
+    if stopped_by is not None:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        raise AirflowSkipException(
+            f"not started: the pipeline stopped after {stopped_by} failed (fail-fast; trigger "
+            "the run with keep_going=true to build independent branches)"
+        )
     log.info("marin: step %s: checking %s", step, location.url_for(spec.output_path))
     try:
         # The same decision as the plan's, from this step's record and its dependencies' records
@@ -340,14 +391,21 @@ def run_step(
         outcome = build_step(spec, location, policy=policy, upstream=upstream)
     except BaseException as exc:
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)
+        _announce_failure(context, step)
         raise
     cached = outcome.action != "built"
+    where = outcome.output_url
     if outcome.action == "cached":
-        log.info("marin: step %s cached: already built at %s; nothing to do", step, url(outcome))
+        log.info(
+            "marin: step %s cached: already built at %s (%s); nothing to do",
+            step,
+            where,
+            outcome.reason,
+        )
     elif cached:
-        log.info("marin: step %s cached: built by another runner at %s", step, url(outcome))
+        log.info("marin: step %s cached: built by another runner at %s", step, where)
     else:
-        log.info("marin: step %s built in %.2fs at %s", step, outcome.duration_s, url(outcome))
+        log.info("marin: step %s built in %.2fs at %s", step, outcome.duration_s, where)
     # One XCom per key (the task has multiple_outputs=True): `cached` and `action` say at a
     # glance in the UI whether this run built the step.
     return {
@@ -357,7 +415,3 @@ def run_step(
         "output_url": outcome.output_url,
         "fingerprint": spec.fingerprint,
     }
-
-
-def url(outcome: Any) -> str:
-    return str(outcome.output_url)

@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -161,41 +162,254 @@ class AirflowSandbox:
         return {str(task_id): json.loads(value) for task_id, value in rows}
 
 
-def stop_process_group(proc: subprocess.Popen[Any], grace: float = 15.0) -> None:
-    """Stop a process started with ``start_new_session=True`` and everything it started.
-
-    ``airflow standalone``'s scheduler can outlive its parent after SIGTERM (it waits for its
-    LocalExecutor workers), so wait for the whole group to be gone, then SIGKILL what remains.
-    """
-    pgid = proc.pid
-
-    def group_alive() -> bool:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # pragma: no cover - a foreign process reused the id
-            return False
-        return True
-
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace)
-    while group_alive() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if group_alive():
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while group_alive() and time.monotonic() < deadline:  # SIGKILLed members being reaped
-        time.sleep(0.2)
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# --- a real scheduler, component by component ---------------------------------------------------
+
+
+def session_members(sid: int) -> list[int]:
+    """Every live process whose session id is ``sid`` (Linux ``/proc``).
+
+    Airflow's task runners move into process groups of their own, so a process group misses
+    them; they all stay in the session the component was started in.
+    """
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        # Fields after the command name, which is in parentheses and may contain spaces.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        state, session = fields[0], int(fields[3])
+        if session == sid and state != "Z":
+            members.append(int(entry))
+    return members
+
+
+def stop_session(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
+    """Stop a process started with ``start_new_session=True`` and all of its session.
+
+    SIGTERM, then a second SIGTERM (Airflow's scheduler can hang on the first: "Signal
+    again..."), then SIGKILL for whatever is left. Only that session's processes are signalled.
+    """
+    sid = proc.pid
+
+    def signal_all(sig: int) -> None:
+        for pid in session_members(sid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+    def wait_empty(seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.1)
+            if not session_members(sid):
+                return True
+            time.sleep(0.1)
+        return not session_members(sid)
+
+    for sig in (signal.SIGTERM, signal.SIGTERM):
+        signal_all(sig)
+        if wait_empty(grace):
+            break
+    else:
+        signal_all(signal.SIGKILL)
+        wait_empty(grace)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+
+
+class AirflowServices:
+    """A real Airflow on loopback: ``api-server``, ``scheduler --skip-serve-logs`` and
+    ``dag-processor``, each its own process in its own session, with LocalExecutor and SQLite.
+
+    Not ``airflow standalone``: its log servers bind ``0.0.0.0``/``[::]`` on the fixed ports
+    8793/8794, so two test runs on one machine collide. Here the API server takes a free
+    loopback port and no log server is started (task logs are files under ``AIRFLOW_HOME``).
+
+    Write the DAG files into ``dags_folder`` *before* :meth:`start`: the DAG processor only
+    looks for new files every few minutes. Usage::
+
+        with AirflowServices(sandbox, dags_folder, env={...}) as services:
+            services.wait_for_dags(["my_dag"])
+            run_id = services.trigger("my_dag", conf={"prefix": "/tmp/p"})
+            state = services.wait_for_run("my_dag", run_id)
+    """
+
+    COMPONENTS = (
+        ("api-server", ("api-server", "--host", "127.0.0.1")),
+        ("scheduler", ("scheduler", "--skip-serve-logs")),
+        ("dag-processor", ("dag-processor",)),
+    )
+
+    def __init__(
+        self,
+        sandbox: AirflowSandbox,
+        dags_folder: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        parallelism: int = 8,
+    ) -> None:
+        self.sandbox = sandbox
+        self.dags_folder = os.path.abspath(dags_folder)
+        self.port = free_port()
+        self.log_dir = os.path.join(sandbox.root, "service-logs")
+        self._extra = dict(env or {})
+        self._parallelism = parallelism
+        self._procs: dict[str, subprocess.Popen[Any]] = {}
+        self._logs: list[Any] = []
+        self._triggered = 0
+        # Components started one by one each invent a JWT secret unless they share one, and the
+        # execution API then rejects the workers' tokens ("Signature verification failed").
+        self._jwt_secret = secrets.token_hex(32)
+
+    def env(self) -> dict[str, str]:
+        url = f"http://127.0.0.1:{self.port}"
+        return self.sandbox.env(
+            self.dags_folder,
+            {
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__BASE_URL": url,
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+                "AIRFLOW__API_AUTH__JWT_SECRET": self._jwt_secret,
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": str(self._parallelism),
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                **self._extra,
+            },
+        )
+
+    def start(self) -> AirflowServices:
+        self.sandbox.migrate()
+        os.makedirs(self.log_dir, exist_ok=True)
+        env = self.env()
+        try:
+            for name, args in self.COMPONENTS:
+                log = open(os.path.join(self.log_dir, f"{name}.log"), "w")  # noqa: SIM115
+                self._logs.append(log)
+                argv = [sys.executable, "-m", "airflow", *args]
+                if name == "api-server":
+                    argv += ["--port", str(self.port)]
+                self._procs[name] = subprocess.Popen(
+                    argv,
+                    env=env,
+                    cwd=self.sandbox.root,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            self._wait_for_api()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_for_api(self, timeout: float = 180) -> None:
+        """Until the api-server answers its health check: tasks started before it would fail
+        to reach the execution API."""
+        import urllib.error
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.port}/api/v2/monitor/health"
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the api-server never answered {url}:\n{self.log_tail()}")
+            time.sleep(0.5)
+
+    def __enter__(self) -> AirflowServices:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop every component and everything it started, by session."""
+        for proc in reversed(list(self._procs.values())):
+            stop_session(proc)
+        self._procs.clear()
+        for log in self._logs:
+            log.close()
+        self._logs.clear()
+
+    def log_tail(self, chars: int = 4000) -> str:
+        parts = []
+        for name, _ in self.COMPONENTS:
+            path = os.path.join(self.log_dir, f"{name}.log")
+            if os.path.exists(path):
+                with open(path, errors="replace") as f:
+                    parts.append(f"--- {name}\n{f.read()[-chars:]}")
+        return "\n".join(parts)
+
+    def _check_alive(self) -> None:
+        for name, proc in self._procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"airflow {name} exited {proc.returncode}:\n{self.log_tail()}")
+
+    def wait_for_dags(self, dag_ids: Sequence[str], timeout: float = 240) -> None:
+        """Until the DAG processor has registered every DAG, unpaused."""
+        deadline = time.monotonic() + timeout
+        wanted = set(dag_ids)
+        while True:
+            self._check_alive()
+            with contextlib.suppress(sqlite3.OperationalError):
+                rows = self.sandbox.query("SELECT dag_id FROM dag WHERE is_paused = 0")
+                if wanted <= {str(r[0]) for r in rows}:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the DAG processor never registered {sorted(wanted)}")
+            time.sleep(0.5)
+
+    def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
+        """Trigger a run through the CLI (it talks to the same database); return its run id."""
+        self._triggered += 1
+        run_id = f"marin_test_{self._triggered}_{os.getpid()}_{time.time_ns()}"
+        args = ["dags", "trigger", dag_id, "--run-id", run_id]
+        if conf is not None:
+            args += ["--conf", json.dumps(dict(conf))]
+        proc = subprocess.run(
+            [sys.executable, "-m", "airflow", *args],
+            env=self.env(),
+            cwd=self.sandbox.root,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"airflow dags trigger failed:\n{proc.stdout[-3000:]}{proc.stderr}")
+        return run_id
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
+        """Until the run ends; return its final state (``success`` or ``failed``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            with contextlib.suppress(sqlite3.OperationalError):
+                rows = self.sandbox.query(
+                    "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", (dag_id, run_id)
+                )
+                if rows and rows[0][0] in ("success", "failed"):
+                    return str(rows[0][0])
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} of {dag_id} did not finish:\n{self.log_tail()}")
+            time.sleep(0.5)

@@ -7,7 +7,14 @@ loads ``marin_prefect.cli`` and must stay fast); the names below are loaded on f
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
+
+# A flow run without PREFECT_API_URL starts Prefect's temporary server in this process, whose
+# telemetry heartbeat prints ~130 lines of "sqlite3.OperationalError: database is locked" per
+# run. Analytics off is the default here (a user's own setting wins); it only affects servers
+# this process starts, and Prefect reads it at import, which comes after this package's import.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 if TYPE_CHECKING:
     from marin_prefect.compile import to_prefect_flow

@@ -23,19 +23,29 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from typing import Any
 
 from marin.execution.decide import DRIFT_POLICIES
+from marin_prefect.names import BANNED_NAME_CHARS
 
 ENTRYPOINT = "marin_prefect.flows:marin_pipeline"
-_BANNED_NAME_CHARS = re.compile(r"[/%&><]")
 EXIT_OK, EXIT_USAGE = 0, 2
 
 
 class ExportError(Exception):
     """A one-line, user-fixable problem; the CLI prints it and exits 2."""
+
+
+_EPILOG = """\
+examples:
+  marin export prefect examples/ngram.py:pipeline --work-pool my-pool
+  marin export prefect examples/ngram.py:pipeline --name nightly --max-concurrent 4 \\
+      --on-drift rebuild --prefix s3://bucket/experiments -o deploy/prefect.yaml
+
+then: prefect deploy --prefect-file prefect.yaml -n ngram-pipeline
+      prefect deployment run marin-pipeline/ngram-pipeline
+"""
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -44,10 +54,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "prefect",
         help="write a Prefect deployment of the pipeline to prefect.yaml",
         description=(
-            "Write, or update in place, a deployment of the Marin entry flow "
-            f"({ENTRYPOINT}) for TARGET in a prefect.yaml. Deploy it with "
-            "`prefect deploy -n NAME` and run it with a worker of the work pool."
+            "Write, or update in place, a deployment of the Marin entry flow\n"
+            f"({ENTRYPOINT}) for TARGET in a prefect.yaml.\n"
+            "Deploy it with `prefect deploy -n NAME` and run it with a worker of the work pool."
         ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("target", metavar="TARGET", help="path/to/file.py:attr or pkg.mod:attr")
     parser.add_argument(
@@ -62,10 +74,32 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--prefix",
+        default=argparse.SUPPRESS,  # `marin --prefix P export prefect ...` is kept
         help="artifact prefix parameter (default: unset, so $MARIN_PREFIX on the worker decides)",
     )
-    parser.add_argument("--max-concurrent", dest="max_concurrent", type=int, default=8)
-    parser.add_argument("--on-drift", dest="on_drift", choices=DRIFT_POLICIES, default="warn")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="debug logging, and tracebacks for errors",
+    )
+    parser.add_argument(
+        "--max-concurrent",
+        dest="max_concurrent",
+        type=int,
+        default=8,
+        metavar="N",
+        help="steps one flow run builds at once (the flow's max_concurrent parameter; default 8)",
+    )
+    parser.add_argument(
+        "--on-drift",
+        dest="on_drift",
+        choices=DRIFT_POLICIES,
+        default="warn",
+        help="a built step whose config changed without a version bump: serve it with a "
+        "warning (warn, the default), rebuild it (rebuild), or fail the run (error)",
+    )
     parser.add_argument(
         "--no-check",
         dest="check",
@@ -91,7 +125,7 @@ def main(args: argparse.Namespace) -> int:
             output=args.output,
             name=args.name,
             work_pool=args.work_pool,
-            prefix=args.prefix,
+            prefix=getattr(args, "prefix", None),
             max_concurrent=args.max_concurrent,
             on_drift=args.on_drift,
             check=args.check,
@@ -164,7 +198,7 @@ def default_deployment_name(target: str) -> str:
     stem = os.path.splitext(os.path.basename(location.replace("\\", "/")))[0]
     stem = stem.rsplit(".", 1)[-1]
     base = f"{stem}-{attr}" if stem else attr
-    return _BANNED_NAME_CHARS.sub("-", base.replace(".", "-")).strip("-") or "marin-pipeline"
+    return BANNED_NAME_CHARS.sub("-", base.replace(".", "-")).strip("-") or "marin-pipeline"
 
 
 def _check_target(target: str) -> None:
@@ -207,7 +241,7 @@ def export(
     if on_drift not in DRIFT_POLICIES:
         raise ExportError(f"error: --on-drift {on_drift}: use one of {', '.join(DRIFT_POLICIES)}")
     name = name or default_deployment_name(target)
-    if _BANNED_NAME_CHARS.search(name) or not name.strip():
+    if BANNED_NAME_CHARS.search(name) or not name.strip():
         raise ExportError(
             f"error: deployment name {name!r} is not allowed by Prefect: "
             "use a --name without / % & > <"

@@ -41,6 +41,7 @@ from prefect.states import Completed, Pending, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from marin.execution.decide import Policy, Upstream
+from marin_prefect.names import safe_prefect_name
 
 if TYPE_CHECKING:
     from marin.execution.build import BuildOutcome
@@ -51,14 +52,6 @@ if TYPE_CHECKING:
 CACHED_STATE_NAME = "Cached"
 NOT_RUN_STATE_NAME = "NotReady"
 PRUNED_STATE_NAME = "Pruned"
-
-# Characters Prefect refuses in flow and deployment names.
-_BANNED_NAME_CHARS = re.compile(r"[/%&><]")
-
-
-def safe_prefect_name(text: str) -> str:
-    """``text`` with the characters Prefect bans in flow/deployment names replaced by ``-``."""
-    return _BANNED_NAME_CHARS.sub("-", text).strip() or "marin"
 
 
 def lower_flow_target(target_or_handles: Any) -> list[StepSpec]:

@@ -30,7 +30,8 @@ _isolated_home: str | None = None
 
 
 def isolate_prefect_home() -> str | None:
-    """Point ``PREFECT_HOME`` at a fresh temporary directory and turn analytics off.
+    """Point ``PREFECT_HOME``, the memo store and local result storage at a fresh temporary
+    directory, and turn analytics off.
 
     Call it before the first ``import prefect``: Prefect reads its settings at import time.
     Idempotent within a process. If Prefect is already imported it returns None and changes
@@ -44,6 +45,11 @@ def isolate_prefect_home() -> str | None:
             return None
         _isolated_home = tempfile.mkdtemp(prefix="marin-prefect-home-")
         os.environ["PREFECT_HOME"] = _isolated_home
+        # PREFECT_HOME does not move these two: they default to ~/.prefect regardless.
+        os.environ["PREFECT_SERVER_MEMO_STORE_PATH"] = os.path.join(
+            _isolated_home, "memo_store.toml"
+        )
+        os.environ["PREFECT_RESULTS_LOCAL_STORAGE_PATH"] = os.path.join(_isolated_home, "storage")
         os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
         os.environ.setdefault(
             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", str(HARNESS_STARTUP_TIMEOUT_S)
@@ -77,8 +83,9 @@ def start_harness() -> None:
             # settings that point into the home for as long as the harness runs.
             from prefect.settings import (
                 PREFECT_HOME,
-                PREFECT_LOCAL_STORAGE_PATH,
+                PREFECT_RESULTS_LOCAL_STORAGE_PATH,
                 PREFECT_SERVER_ANALYTICS_ENABLED,
+                PREFECT_SERVER_MEMO_STORE_PATH,
                 temporary_settings,
             )
 
@@ -87,7 +94,8 @@ def start_harness() -> None:
                 temporary_settings(
                     updates={
                         PREFECT_HOME: home,
-                        PREFECT_LOCAL_STORAGE_PATH: os.path.join(home, "storage"),
+                        PREFECT_RESULTS_LOCAL_STORAGE_PATH: os.path.join(home, "storage"),
+                        PREFECT_SERVER_MEMO_STORE_PATH: os.path.join(home, "memo_store.toml"),
                         PREFECT_SERVER_ANALYTICS_ENABLED: False,
                     }
                 )

@@ -258,17 +258,71 @@ def resolve_show_target(what: str, prefix: str | None) -> tuple[Location, str]:
         return location, f"{name}/{version}"
     candidate = _strip_metadata(what)
     if location.fs.exists(location.path(record_path(candidate))):
-        return location, candidate
+        return location, candidate  # a relative output path, name/version
+    # Without '@' the whole argument is a name: never read its last part as a version.
     versions = _versions_of(location, candidate)
-    if len(versions) == 1:
-        return location, f"{candidate}/{versions[0]}"
     if versions:
-        raise NotFoundError(
-            f"{candidate} has several versions under {location.url}: {', '.join(versions)}",
-            f"name one, e.g. marin show {candidate}@{versions[-1]}",
-            candidate,
+        latest = latest_built_version(location, candidate, versions)
+        return location, f"{candidate}/{latest or versions[-1]}"
+    raise NotFoundError(
+        f"nothing named {candidate} is built under {location.url}",
+        _closest_hint(location, candidate),
+        candidate,
+    )
+
+
+def latest_built_version(location: Location, name: str, versions: list[str]) -> str | None:
+    """The version of ``name`` whose record finished last; None when none has a record."""
+    best: tuple[str, str] | None = None
+    for version in versions:
+        record = read_record(location, f"{name}/{version}")
+        if record is None:
+            continue
+        key = (record.finished_at or "", version)
+        if best is None or key > best:
+            best = key
+    return None if best is None else best[1]
+
+
+def _closest_hint(location: Location, name: str) -> str:
+    """Suggest the closest built names (``difflib``), else point at ``marin ls``."""
+    import difflib
+
+    names = sorted({path.rpartition("/")[0] for path in find_artifacts(location)})
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if close:
+        return "did you mean " + " or ".join(close) + "?"
+    return f"`marin ls --prefix {location.url}` lists what is built"
+
+
+def check_ls_prefix(prefix: str | None) -> tuple[Location, str | None]:
+    """Open ``prefix`` for ``marin ls``; return a warning when it does not exist yet.
+
+    A prefix that is a file is bad input (``StorageError``, exit 2); a missing folder is only
+    warned about, since a prefix nothing was built under yet is not an error.
+    """
+    from marin.execution.errors import StorageError
+
+    location = open_prefix(prefix)
+    try:
+        kind = location.fs.info(location.root).get("type")
+    except FileNotFoundError:
+        kind = None
+    except OSError:
+        return location, None
+    if kind is None and location.fs.isdir(location.root):
+        kind = "directory"  # object stores: a "folder" is a common key prefix
+    if kind == "file":
+        raise StorageError(
+            f"--prefix {location.url} is a file, not a folder of artifacts",
+            "give the folder (or URL) that artifacts are built under",
         )
-    return location, candidate
+    if kind is None:
+        return (
+            location,
+            f"warning: the prefix {location.url} does not exist (nothing is built there)",
+        )
+    return location, None
 
 
 def _json_block(value: Any, indent: str = "    ") -> list[str]:

@@ -12,10 +12,12 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
+from marin.execution.decide import DRIFT_POLICIES
 from marin.execution.errors import (
     DriftError,
     MarinError,
@@ -53,7 +55,7 @@ def _configure_logging(verbose: bool) -> None:
 def _use_live_progress(args: argparse.Namespace) -> bool:
     from marin.execution.step_logs import real_stream
 
-    if args.no_progress or os.environ.get("TERM") == "dumb":
+    if args.no_progress or getattr(args, "json", False) or os.environ.get("TERM") == "dumb":
         return False
     stream = real_stream(sys.stderr)
     return bool(getattr(stream, "isatty", lambda: False)())
@@ -75,7 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from marin.execution.graph import collect_steps
     from marin.execution.step_runner import RunReport, StepRunner
     from marin.execution.storage import open_prefix
-    from marin.progress import RunObserver, render_summary
+    from marin.progress import RunObserver, readable_result, render_summary
 
     as_json = getattr(args, "json", False)
     specs = _lowered(args.target)
@@ -133,6 +135,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for spec in specs:
         output = report.location.url_for(spec.output_path)
         print(f"  {safe_text(spec.step_id)}: {safe_text(output)}")
+        readable = None if args.dry_run else readable_result(report.location, spec.output_path)
+        if readable:
+            print(f"    read it: {safe_text(readable)}")
     return EXIT_OK
 
 
@@ -195,10 +200,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from marin.catalog import list_entries, ls_json, ls_table
-    from marin.execution.storage import open_prefix
+    from marin.catalog import check_ls_prefix, list_entries, ls_json, ls_table
 
-    location = open_prefix(args.prefix)
+    location, warning = check_ls_prefix(args.prefix)
+    if warning:
+        print(warning, file=sys.stderr)
     entries = list_entries(location, sizes=not args.no_size)
     if args.json:
         print(safe_json(json.dumps(ls_json(location, entries), indent=2, ensure_ascii=False)))
@@ -212,9 +218,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
 _EPILOG_RUN = """example:
   marin run examples/ngram.py:pipeline --prefix /tmp/marin --max-concurrent 4
   marin run examples/ngram.py:pipeline --force ngram/dataset --no-progress
+  marin run examples/ngram.py:pipeline --force ngram/corpus,ngram/dataset --no-step-output
+  marin run examples/ngram.py:pipeline --json > run-report.json
 
 On a terminal a live display shows progress; elsewhere (CI, pipes, --no-progress) the run
-prints plain log lines. Each step's own output goes to <output>.marin/log.txt.
+prints plain log lines. Each step's own output goes to <output>.marin/log.txt, and is echoed
+to the terminal one whole line at a time, labelled with its step ("ngram/corpus@v1 | ..."),
+unless --no-step-output.
 exit codes: 0 success, 1 a step failed, 2 bad input, 130 interrupted.
 """
 _EPILOG_PLAN = """example:
@@ -234,7 +244,10 @@ _EPILOG_GRAPH = """example:
 _EPILOG_SHOW = """example:
   marin show ngram/dataset@v1 --prefix /tmp/marin
   marin show /tmp/marin/ngram/dataset/v1
-  marin show ngram/dataset --prefix /tmp/marin --json
+  marin show ngram/dataset --prefix /tmp/marin --json   # the latest built version
+
+A name without @version shows its latest built version; a name with nothing built lists the
+closest built names.
 
 exit codes: 0 built, 1 not built (a failed or unfinished attempt is shown), 2 nothing there.
 """
@@ -253,9 +266,101 @@ PREFIX_HELP = (
 TARGET_HELP = "the pipeline: path/to/file.py:attr or package.module:attr"
 
 
+DRIFT_CHOICES = DRIFT_POLICIES
+DRIFT_HELP = (
+    "a built step whose config changed without a version bump: serve it with a warning "
+    "(warn, the default), rebuild it (rebuild), or stop with an error (error)"
+)
+FORCE_HELP = (
+    "rebuild this step even if it is built (name or name@version); repeat the flag or give a "
+    "comma list: --force a --force b,c"
+)
+CASCADE_HELP = (
+    "serve steps whose upstream was rebuilt, with a warning, instead of rebuilding them "
+    "(default: a rebuilt step's readers are rebuilt too)"
+)
+
+
+def _force_names(text: str) -> list[str]:
+    """One ``--force`` value: a name, or a comma list of names (empty items are errors)."""
+    names = [part.strip() for part in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has an empty name: use --force NAME, repeated or as a comma list a,b"
+        )
+    return names
+
+
+class _ExtendForce(argparse.Action):
+    """``--force a --force b,c`` -> ``["a", "b", "c"]``: one name per flag, or a comma list."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        current = list(getattr(namespace, self.dest, None) or [])
+        current.extend(values)
+        setattr(namespace, self.dest, current)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("marin-execution")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", metavar="TARGET", help=TARGET_HELP)
+
+
+def _add_global(parser: argparse.ArgumentParser, *, prefix_help: str | None = PREFIX_HELP) -> None:
+    """Options accepted before and after the sub-command (``marin -v run ...``, ``run -v``).
+
+    The sub-command's copy defaults to SUPPRESS, so it only overrides the top-level value when
+    it was given after the sub-command.
+    """
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="debug logging, and tracebacks for errors",
+    )
+    if prefix_help is not None:
+        parser.add_argument("--prefix", type=_prefix, default=argparse.SUPPRESS, help=prefix_help)
+
+
+def _prefix(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "is empty: give a path or URL, or leave --prefix out to use $MARIN_PREFIX or "
+            "./marin-artifacts"
+        )
+    return text
+
+
+def _add_force_and_drift(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--force",
+        action=_ExtendForce,
+        type=_force_names,
+        default=[],
+        metavar="NAME",
+        help=FORCE_HELP,
+    )
+    parser.add_argument("--on-drift", choices=DRIFT_CHOICES, default="warn", help=DRIFT_HELP)
+    parser.add_argument("--no-cascade", dest="cascade", action="store_false", help=CASCADE_HELP)
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", help=TARGET_HELP)
-    parser.add_argument("--prefix", help=PREFIX_HELP)
+    _add_target(parser)
+    _add_global(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -268,45 +373,36 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {_version()}", help="print the version"
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="debug logging, and tracebacks for errors"
+    )
+    parser.add_argument(
+        "--prefix",
+        type=_prefix,
+        default=None,
+        help="artifact prefix for the sub-command (also accepted after it)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     run = commands.add_parser(
         "run",
         help="build a pipeline's steps that are not built yet",
-        description="Build every step the targets need, skipping steps already built.",
+        description="Build every step TARGET needs, skipping steps already built.",
         epilog=_EPILOG_RUN,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_common(run)
-    run.add_argument("--max-concurrent", type=int, default=8, help="steps at once (default 8)")
+    run.add_argument(
+        "--max-concurrent", type=int, default=8, metavar="N", help="steps at once (default 8)"
+    )
     run.add_argument("--dry-run", action="store_true", help="check and report; build nothing")
-    run.add_argument(
-        "--force",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="rebuild this step (name or name@version); repeat the flag for more",
-    )
-    run.add_argument("--json", action="store_true", help="print one JSON report (run-json.md)")
-    run.add_argument(
-        "--no-cascade",
-        dest="cascade",
-        action="store_false",
-        help="serve steps whose upstream was rebuilt, with a warning, instead of rebuilding them",
-    )
+    _add_force_and_drift(run)
     run.add_argument(
         "--keep-going",
         action="store_true",
         help="after a failure, keep building independent branches",
-    )
-    run.add_argument(
-        "--on-drift",
-        choices=("warn", "rebuild", "error"),
-        default="warn",
-        help="a built step whose config changed without a version bump: serve it with a "
-        "warning (default), rebuild it, or stop",
     )
     run.add_argument(
         "--resources",
@@ -321,6 +417,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="no live display, plain log lines (the default when stderr is not a terminal)",
     )
+    run.add_argument(
+        "--no-step-output",
+        dest="step_output",
+        action="store_false",
+        help="keep what steps print off the terminal (it still goes to each step's log.txt)",
+    )
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print one machine-readable report on stdout at the end (implies --no-progress)",
+    )
     run.set_defaults(func=cmd_run)
 
     plan = commands.add_parser(
@@ -332,10 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_common(plan)
+    _add_force_and_drift(plan)
     plan.add_argument("--json", action="store_true", help="machine-readable output (schema 1)")
-    plan.add_argument("--force", action="append", default=[], metavar="NAME")
-    plan.add_argument("--on-drift", choices=("warn", "rebuild", "error"), default="warn")
-    plan.add_argument("--no-cascade", dest="cascade", action="store_false")
     plan.add_argument(
         "--exit-code", action="store_true", help="exit 1 when anything would run (for CI gates)"
     )
@@ -349,23 +454,27 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG_GRAPH,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    graph.add_argument("target", help=TARGET_HELP)
+    _add_target(graph)
     graph.add_argument(
         "--format", choices=("mermaid", "dot", "text"), default="text", help="default: text"
     )
-    graph.add_argument("--prefix", help="style nodes by their status under this prefix")
+    _add_global(graph, prefix_help="style nodes by their status under this prefix")
     graph.set_defaults(func=cmd_graph)
 
     show = commands.add_parser(
         "show",
         help="print one artifact's record: config, fingerprint, deps, provenance, result",
-        description="Print a built step's record. WHAT is name@version, a name with one built "
-        "version, or the path/URL of an output.",
+        description="Print a built step's record. ARTIFACT is name@version, a name (its latest "
+        "built version), or the path/URL of an output.",
         epilog=_EPILOG_SHOW,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    show.add_argument("what", metavar="PATH_OR_NAME@VERSION", help="which artifact")
-    show.add_argument("--prefix", help=PREFIX_HELP)
+    show.add_argument(
+        "what",
+        metavar="ARTIFACT",
+        help="name@version (ngram/dataset@v1), a name (ngram/dataset), or an output's path/URL",
+    )
+    _add_global(show)
     show.add_argument("--json", action="store_true", help="the raw record.json")
     show.set_defaults(func=cmd_show)
 
@@ -377,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG_LS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ls.add_argument("--prefix", help=PREFIX_HELP)
+    _add_global(ls)
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.add_argument(
         "--no-size", action="store_true", help="skip measuring outputs (faster on object stores)"
@@ -411,10 +520,30 @@ def _unavailable(engine: str, exc: ImportError) -> Any:
     return fail
 
 
+def _route_step_output(args: argparse.Namespace) -> None:
+    """``--no-step-output``: steps' output goes only to their logs. ``run --json``: stdout is
+    the report's, so echoed step output (labelled, whole lines) goes to stderr."""
+    from marin.execution import step_logs
+
+    if getattr(args, "step_output", True) is False:
+        step_logs.PASS_THROUGH.set(False)  # the runner's workers copy this context
+    elif args.command == "run" and getattr(args, "json", False):
+        stderr = step_logs.real_stream(sys.stderr)
+        lock = threading.Lock()
+
+        def to_stderr(text: str) -> None:
+            with lock:
+                stderr.write(text)
+                stderr.flush()
+
+        step_logs.set_echo(to_stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
+    _route_step_output(args)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         code = int(args.func(args))
@@ -426,7 +555,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)  # don't wait for running steps' threads
     except (StepFailedError, PipelineFailedError, DriftError) as exc:
-        print(safe_text(exc), file=sys.stderr)
+        from marin.progress import one_line
+
+        print(one_line(safe_text(exc)), file=sys.stderr)  # the last line: whole, on one line
         return EXIT_FAILED
     except (MarinError, UsageError, TypeError, ValueError) as exc:
         if args.verbose and not isinstance(exc, MarinError | UsageError):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from marin.execution.decide import BUILT_REASON
 from marin.execution.records import log_path
-from marin.execution.step_logs import real_stream, set_echo
+from marin.execution.step_logs import StepLabelFilter, real_stream, set_echo, terminal_formatter
 from marin.terminal_text import safe_rich, safe_text
 
 if TYPE_CHECKING:
@@ -84,8 +84,8 @@ class RunObserver:
         self._live_enabled = live
         self._console = console
         self._live: Live | None = None
-        self._partial: dict[int, str] = {}
         self._log_handler: logging.Handler | None = None
+        self._echo_lock = threading.Lock()  # not self._lock: rich's refresh thread takes that
 
     # -- RunListener --------------------------------------------------------------------------
 
@@ -164,14 +164,12 @@ class RunObserver:
         return Group(*parts)
 
     def _echo(self, text: str) -> None:
-        """Step output while the display owns the terminal: print whole lines above it."""
-
-        key = threading.get_ident()
-        with self._lock:
-            *lines, rest = (self._partial.get(key, "") + text).split("\n")
-            self._partial[key] = rest
-        if self._console is not None:
-            for line in lines:
+        """Step output while the display owns the terminal: whole labelled lines, printed above
+        the display (``step_logs`` only hands over complete lines)."""
+        if self._console is None:
+            return
+        with self._echo_lock:  # one step's batch of lines at a time
+            for line in text.rstrip("\n").split("\n"):
                 self._console.print(safe_rich(line), soft_wrap=True, highlight=False, markup=False)
 
     def __enter__(self) -> RunObserver:
@@ -203,10 +201,6 @@ class RunObserver:
         finally:
             set_echo(None)
             self._give_back_logging()
-            for rest in self._partial.values():
-                if rest and self._console is not None:
-                    self._console.print(safe_rich(rest), highlight=False, markup=False)
-            self._partial.clear()
             self._live = None
 
     def _take_over_logging(self) -> None:
@@ -233,7 +227,8 @@ class _ConsoleLogHandler(logging.Handler):
     def __init__(self, console: Console) -> None:
         super().__init__()
         self.console = console
-        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+        self.setFormatter(terminal_formatter())
+        self.addFilter(StepLabelFilter())
 
     def emit(self, record: logging.LogRecord) -> None:
 
@@ -341,11 +336,19 @@ def render_summary(
         "interrupted": "yellow",
     }
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for column in ("step", "result", "duration", "note"):
-        if column == "duration":
-            table.add_column(column, overflow="fold", justify="right")
-        else:
-            table.add_column(column, overflow="fold")
+    # One line per step: the step, result and duration columns keep their width, and a long
+    # note (an error) is cut with an ellipsis, never folded mid-phrase onto the next line; the
+    # whole error is printed under "failed:" below.
+    fixed = [
+        max([len("step"), *(len(r.step) for r in rows)]),
+        max([len("result"), *(len(r.result) for r in rows)]),
+        len("duration") + 2,
+    ]
+    table.add_column("step", no_wrap=True, min_width=fixed[0])
+    table.add_column("result", no_wrap=True, min_width=fixed[1])
+    table.add_column("duration", no_wrap=True, justify="right", min_width=fixed[2])
+    note_width = max(20, width - sum(fixed) - 6)  # two spaces between columns
+    table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=note_width)
     skipped_rows = [r for r in rows if r.result == "skipped"]
     listed_skipped = 0
     for row in rows:
@@ -357,7 +360,7 @@ def render_summary(
             safe_rich(row.step),
             Text(row.result, style=styles.get(row.result, "") if color else ""),
             format_duration(row.duration) if row.duration is not None else "-",
-            safe_rich(row.note),
+            safe_rich(one_line(row.note)),
         )
     console = Console(
         width=width,
@@ -398,12 +401,17 @@ def render_summary(
         lines.append("")
         lines.append(f"failed: {safe_text(run.spec.step_id)}")
         if error is not None:
-            lines.append(f"  error: {safe_text(f'{type(error).__name__}: {error}')}")
+            lines.append(f"  error: {safe_text(one_line(f'{type(error).__name__}: {error}'))}")
             where = _where(error)
             if where:
                 lines.append(f"  at:    {safe_text(where)}")
         lines.append(f"  log:   {safe_text(observer.log_url(run.spec))}")
     return "\n".join(lines) + "\n"
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: an error message is printed whole, never split across lines."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 def _where(error: BaseException) -> str:
@@ -413,3 +421,63 @@ def _where(error: BaseException) -> str:
         return ""
     frame = frames[-1]
     return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+# --- pointing at the result ----------------------------------------------------------------------
+
+READABLE_MAX_BYTES = 64 * 1024
+_TEXT_SUFFIXES = (".md", ".markdown", ".txt", ".rst", ".csv", ".tsv", ".json")
+
+
+def readable_result(location: Location, output_path: str) -> str | None:
+    """``"<url> (Markdown, 9 lines)"`` when a target's output is, or holds, a small text file.
+
+    The output itself counts when it is a file of at most 64 KB of UTF-8 text; for a folder,
+    the first small text file directly inside it (Markdown first, then other text suffixes).
+    Read errors mean "nothing to point at", never a failed run.
+    """
+    fs, root = location.fs, location.path(output_path)
+    try:
+        info = fs.info(root)
+        if info.get("type") == "file":
+            candidates = [info]
+        else:
+            entries = [e for e in fs.ls(root, detail=True) if e.get("type") == "file"]
+            candidates = sorted(
+                (e for e in entries if e["name"].lower().endswith(_TEXT_SUFFIXES)),
+                key=lambda e: (not e["name"].lower().endswith((".md", ".markdown")), e["name"]),
+            )
+        for entry in candidates:
+            size = entry.get("size")
+            if size is None or size > READABLE_MAX_BYTES:
+                continue
+            text = _small_text(fs, entry["name"])
+            if text is None:
+                continue
+            kind = "Markdown" if _looks_like_markdown(entry["name"], text) else "text"
+            url = location.url_for(output_path)
+            if entry["name"].rstrip("/") != root.rstrip("/"):
+                url = url.rstrip("/") + "/" + entry["name"].rstrip("/").rsplit("/", 1)[-1]
+            lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+            return f"{url} ({kind}, {lines} line{'s' if lines != 1 else ''})"
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _small_text(fs: Any, path: str) -> str | None:
+    with fs.open(path, "rb") as f:
+        data = f.read(READABLE_MAX_BYTES + 1)
+    if len(data) > READABLE_MAX_BYTES or b"\0" in data:
+        return None
+    try:
+        return str(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
+
+
+def _looks_like_markdown(name: str, text: str) -> bool:
+    if name.lower().endswith((".md", ".markdown")):
+        return True
+    first = text.lstrip().split("\n", 1)[0]
+    return first.startswith("# ") or "\n| --- |" in text or "\n|---|" in text

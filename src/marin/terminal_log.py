@@ -17,10 +17,11 @@ _default: logging.Handler | None = None
 def configure(verbose: bool) -> None:
     """Log to the real stderr (never into a step's log); calling it again replaces, not adds."""
     global _default
-    from marin.execution.step_logs import real_stream
+    from marin.execution.step_logs import TERMINAL_FORMAT, StepLabelFilter, real_stream
 
     handler = logging.StreamHandler(real_stream(sys.stderr))
-    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+    handler.setFormatter(SafeFormatter(TERMINAL_FORMAT, "%H:%M:%S", defaults={"marin_label": ""}))
+    handler.addFilter(StepLabelFilter())  # a step's own log lines carry its label
     _default = handler
     swap(None)
     logging.getLogger().setLevel(logging.DEBUG if verbose else logging.INFO)

@@ -10,7 +10,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +91,7 @@ def test_dagbag_parses_committed_and_exported_dags(tmp_path: Path, sandbox: Any)
         "on_drift": "warn",
         "force": [],
         "cascade": True,
+        "keep_going": False,
     }
     tasks = example["tasks"]
     from marin_airflow.export import lower_target, step_infos
@@ -191,7 +191,8 @@ def test_example_dag_matches_local_run_and_reruns_cached(tmp_path: Path, sandbox
 def test_failure_stale_dag_and_cache_with_call_counts(
     tmp_path: Path, sandbox: Any, calls: Path
 ) -> None:
-    """Run 1: a step raises -> its task fails and its dependents never start.
+    """Run 1: a step raises -> its task fails and its dependents never start (keep_going: the
+    independent branches still build; fail-fast is covered by the conformance suite).
     Run 2: a config changed without re-export -> that task fails as stale; built steps are
     cached and their ``fn`` is never called; the step that failed before builds now."""
     dags, prefix = tmp_path / "dags", tmp_path / "prefix"
@@ -200,7 +201,10 @@ def test_failure_stale_dag_and_cache_with_call_counts(
     ids = {t.step_id: t.task_id for t in result.tasks}
 
     first = sandbox.dags_test(
-        result.dag_id, str(dags), env={**env, FAIL_ENV: "bad", "MARIN_PREFIX": str(prefix)}
+        result.dag_id,
+        str(dags),
+        env={**env, FAIL_ENV: "bad", "MARIN_PREFIX": str(prefix)},
+        conf={"keep_going": True},
     )
     assert first.returncode != 0, _fail_msg(first)
     states = sandbox.task_states(result.dag_id)
@@ -219,7 +223,10 @@ def test_failure_stale_dag_and_cache_with_call_counts(
 
     calls.unlink()
     second = sandbox.dags_test(
-        result.dag_id, str(dags), env={**env, LR_ENV: "0.2"}, conf={"prefix": str(prefix)}
+        result.dag_id,
+        str(dags),
+        env={**env, LR_ENV: "0.2"},
+        conf={"prefix": str(prefix), "keep_going": True},
     )
     assert second.returncode != 0, _fail_msg(second)
     states = sandbox.task_states(result.dag_id)
@@ -244,76 +251,38 @@ def test_failure_stale_dag_and_cache_with_call_counts(
 def test_scheduler_respects_max_active_tasks_and_dependencies(
     tmp_path: Path, sandbox: Any, calls: Path
 ) -> None:
-    """``airflow standalone`` (scheduler, LocalExecutor, api-server, DAG processor) on loopback
-    runs two DAGs at once: a wide fan-out, which reaches exactly ``max_active_tasks``
-    concurrent steps and never more, in dependency order; and the committed example DAG, which
-    builds every step of the pipeline with the fingerprints of a local lowering."""
+    """A real Airflow on loopback (api-server, scheduler with LocalExecutor, DAG processor, each
+    started on its own; see ``AirflowServices``) runs two DAGs at once: a wide fan-out, which
+    reaches exactly ``max_active_tasks`` concurrent steps and never more, in dependency order;
+    and the committed example DAG, which builds every step of the pipeline with the
+    fingerprints of a local lowering."""
     from marin_airflow.export import lower_target
-    from marin_airflow.testing import AirflowSandbox, free_port, stop_process_group
+    from marin_airflow.testing import AirflowSandbox, AirflowServices, session_members
 
     limit = 3
-    root = tmp_path / "standalone"
+    root = tmp_path / "services"
     box = AirflowSandbox(str(root), pythonpath=[str(ROOT)])
-    box.migrate()
     dags, prefix = root / "dags", tmp_path / "prefix"
     fan = _export("fanout", dags, max_concurrent=limit)
     # The committed DAG file, deployed with the pipeline at the same relative path.
     (root / "examples").mkdir()
     shutil.copy(ROOT / "examples" / "ngram.py", root / "examples" / "ngram.py")
     shutil.copy(ROOT / "dags" / f"{EXAMPLE_DAG}.py", dags / f"{EXAMPLE_DAG}.py")
-    port = free_port()
-    env = box.env(
+    services = AirflowServices(
+        box,
         str(dags),
-        {
-            CALLS_ENV: str(calls),
-            "MARIN_PREFIX": str(prefix),  # the workers' prefix: neither DAG bakes one in
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(port),
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": "16",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-        },
+        # The workers' prefix: neither DAG bakes one in.
+        env={CALLS_ENV: str(calls), "MARIN_PREFIX": str(prefix)},
+        parallelism=16,
     )
-    log_path = tmp_path / "standalone.log"
-    log = open(log_path, "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "airflow", "standalone"],
-        env=env, cwd=box.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
     dag_ids = [fan.dag_id, EXAMPLE_DAG]
-    try:
-        deadline = time.monotonic() + 180
-        while len(box.query("SELECT dag_id FROM dag WHERE is_paused = 0")) < len(dag_ids):
-            assert server.poll() is None, log_path.read_text()[-4000:]
-            assert time.monotonic() < deadline, "the DAG processor never registered the DAGs"
-            time.sleep(1)
-        triggers = [
-            subprocess.Popen(
-                [sys.executable, "-m", "airflow", "dags", "trigger", dag_id],
-                env=env,
-                cwd=box.root,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            for dag_id in dag_ids
-        ]
-        for trigger in triggers:
-            out, _ = trigger.communicate(timeout=120)
-            assert trigger.returncode == 0, out[-3000:]
-        states: dict[str, str | None] = {}
-        deadline = time.monotonic() + 300
-        while not all(states.get(d) in ("success", "failed") for d in dag_ids):
-            assert time.monotonic() < deadline, f"DAG runs still {states}"
-            time.sleep(1)
-            states = dict(box.query("SELECT dag_id, state FROM dag_run"))
-        assert states == {d: "success" for d in dag_ids}, log_path.read_text()[-6000:]
-    finally:
-        stop_process_group(server)  # the scheduler and its workers too, not just standalone
-        log.close()
+    with services:
+        sessions = [p.pid for p in services._procs.values()]
+        services.wait_for_dags(dag_ids)
+        runs = {dag_id: services.trigger(dag_id) for dag_id in dag_ids}
+        states = {d: services.wait_for_run(d, run_id) for d, run_id in runs.items()}
+        assert states == {d: "success" for d in dag_ids}, services.log_tail(6000)
+    assert all(not session_members(sid) for sid in sessions), "a component outlived stop()"
 
     got = read_calls(str(calls))
     starts, ends = _events(got, "start"), _events(got, "end")

@@ -22,7 +22,17 @@ RUNNERS = {
 }
 
 
-@pytest.fixture(params=sorted(RUNNERS), scope="session")
+# Airflow runs every scenario under a real scheduler (minutes, not seconds): `slow`.
+SLOW_RUNNERS = {"airflow"}
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(name, marks=pytest.mark.slow) if name in SLOW_RUNNERS else name
+        for name in sorted(RUNNERS)
+    ],
+    scope="session",
+)
 def runner(request: pytest.FixtureRequest) -> Any:
     module_name, class_name, engine = RUNNERS[request.param]
     if engine is not None:

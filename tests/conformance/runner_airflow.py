@@ -1,46 +1,66 @@
-"""Airflow 3 behind the conformance interface: export the target, then ``airflow dags test``.
+"""Airflow 3 behind the conformance interface: every run goes through a real scheduler.
 
-Each run writes the exported DAG into a fresh dags folder of one shared, migrated SQLite sandbox
-and runs it with ``airflow dags test`` in a subprocess (tasks one after another, in-process),
-so scenarios that need parallel tasks or fail-fast are reported as unsupported here; the real
-scheduler's concurrency is tested in ``tests/airflow/test_airflow_runs.py``.
+One ``AirflowServices`` per session (api-server, ``scheduler`` with LocalExecutor, DAG
+processor, each its own process on a free loopback port; see ``marin_airflow.testing``) runs every
+scenario. Each run exports the target as a new DAG into the services' dags folder, waits for the
+DAG processor to register it, triggers it with the run's prefix as conf, and waits for the run to
+end. Tasks run in parallel worker processes under the DAG's ``max_active_tasks``, so the
+concurrency cap is observed here as it is for the local and Prefect runners.
+
+The workers' environment is fixed when the services start. The one variable that changes per
+test, the call log (``$MARIN_TEST_CALLS``), points at a file of this runner's, whose lines are
+moved into the test's call log after each run; any other variable restarts the services.
+
+``keep_going`` is passed as the run's conf: the exported DAG's ``keep_going`` param. Off (the
+default), a step does not start once another task of the run has failed (it ends skipped, and
+so do its dependents) while running steps finish, as with ``marin run`` and Prefect.
 """
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from marin_airflow.export import build_export, write_export
-from marin_airflow.testing import AirflowSandbox
+from marin_airflow.testing import AirflowSandbox, AirflowServices
+from tests.conformance.scenarios import CALLS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
-
-# What `airflow dags test` cannot express:
-# - concurrency: it runs tasks one at a time;
-# - fail-fast: Airflow keeps building independent branches after a failure (like keep_going),
-#   and its own DAG fail_fast kills running tasks instead of letting them finish.
-UNSUPPORTED = frozenset({"concurrency", "fail-fast"})
 
 
 class AirflowRunner:
     name = "airflow"
 
     def __init__(self) -> None:
-        self._sandbox: AirflowSandbox | None = None
+        self._root = tempfile.mkdtemp(prefix="marin-airflow-conformance-")
+        atexit.register(shutil.rmtree, self._root, True)
+        self._sandbox = AirflowSandbox(os.path.join(self._root, "sandbox"), pythonpath=[str(ROOT)])
+        self._dags = os.path.join(self._root, "dags")
+        self._calls = os.path.join(self._root, "calls.jsonl")
+        os.makedirs(self._dags, exist_ok=True)
+        self._services: AirflowServices | None = None
+        self._services_env: dict[str, str] = {}
         self._runs = itertools.count()
         self.last_output = ""
+        atexit.register(self.close)  # registered after the rmtree: runs before it
 
     def supports(self, feature: str) -> bool:
-        return feature not in UNSUPPORTED
+        # A real scheduler: concurrency, fail-fast and keep-going as the other runners.
+        return True
 
-    @property
-    def sandbox(self) -> AirflowSandbox:
-        if self._sandbox is None:
-            self._sandbox = AirflowSandbox(pythonpath=[str(ROOT)])
-            self._sandbox.migrate()
-        return self._sandbox
+    def _ensure_services(self, env: dict[str, str]) -> AirflowServices:
+        wanted = {k: v for k, v in env.items() if k != CALLS_ENV}
+        if self._services is not None and wanted != self._services_env:
+            self.close()
+        if self._services is None:
+            worker_env = {**wanted, CALLS_ENV: self._calls}
+            self._services = AirflowServices(self._sandbox, self._dags, env=worker_env).start()
+            self._services_env = wanted
+        return self._services
 
     def run(
         self,
@@ -51,19 +71,34 @@ class AirflowRunner:
         keep_going: bool = False,
         env: dict[str, str] | None = None,
     ) -> bool:
-        """True iff the DAG run succeeded. Airflow always keeps going on independent branches."""
+        """True iff the DAG run succeeded under the real scheduler."""
+        env = dict(env or {})
+        services = self._ensure_services(env)
         n = next(self._runs)
-        dags = os.path.join(self.sandbox.root, f"dags-{n}")
         attr = target.rsplit(":", 1)[-1].replace(".", "_")
         result = build_export(
-            target, dags, dag_id=f"conformance_{attr}_{n}", max_concurrent=max_concurrent
+            target, self._dags, dag_id=f"conformance_{attr}_{n}", max_concurrent=max_concurrent
         )
         write_export(result)
-        proc = self.sandbox.dags_test(
-            result.dag_id, dags, conf={"prefix": prefix}, env=dict(env or {})
-        )
-        self.last_output = proc.stdout[-20000:] + proc.stderr[-5000:]
-        return proc.returncode == 0
+        open(self._calls, "w").close()
+        services.wait_for_dags([result.dag_id])
+        run_id = services.trigger(result.dag_id, {"prefix": prefix, "keep_going": keep_going})
+        state = services.wait_for_run(result.dag_id, run_id)
+        self._move_calls(env.get(CALLS_ENV))
+        self.last_output = services.log_tail(20000)
+        return state == "success"
+
+    def _move_calls(self, destination: str | None) -> None:
+        with open(self._calls) as f:
+            text = f.read()
+        if destination and text:
+            with open(destination, "a") as out:
+                out.write(text)
+
+    def close(self) -> None:
+        if self._services is not None:
+            self._services.stop()
+            self._services = None
 
     def __repr__(self) -> str:
-        return f"AirflowRunner(sandbox={self._sandbox.root if self._sandbox else None!r})"
+        return f"AirflowRunner(root={self._root!r})"

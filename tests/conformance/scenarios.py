@@ -19,6 +19,8 @@ from marin.execution.lazy import OUT, ArtifactStep, apply
 
 CALLS_ENV = "MARIN_TEST_CALLS"
 SLEEP_ENV = "MARIN_TEST_SLEEP"
+LIMIT_ENV = "MARIN_TEST_LIMIT"
+"""The concurrency limit a test runs with: peer steps wait until that many of them run at once."""
 
 
 def record_call(step: str, event: str) -> None:
@@ -42,13 +44,65 @@ def read_calls(path: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def work(step: str, inputs: list[str], sleep: float, fail: bool, out_path: str) -> dict[str, Any]:
-    """A step that proves its inputs exist, takes ``sleep`` seconds, and writes its output."""
+WAIT_TIMEOUT_S = 120.0
+
+
+def wait_for_event(step: str, event: str, timeout: float = WAIT_TIMEOUT_S) -> None:
+    """Block until the call log has ``event`` for ``step`` (written by any thread or process)."""
+    path = os.environ[CALLS_ENV]
+    deadline = time.monotonic() + timeout
+    while not any(c["step"] == step and c["event"] == event for c in read_calls(path)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{step} never logged {event!r} within {timeout:.0f} s")
+        time.sleep(0.01)
+
+
+def wait_for_peers(group: str, size: int, timeout: float = WAIT_TIMEOUT_S) -> None:
+    """With ``$MARIN_TEST_LIMIT`` = L, block until as many steps of ``group`` (name prefix) run at
+    once as the limit allows: started >= min(size, ended + L). The runner's cap is then reached
+    by events, whatever each step's start-up costs (threads, or an Airflow task process)."""
+    limit = int(os.environ.get(LIMIT_ENV, "0"))
+    if limit <= 1:
+        return
+    path = os.environ[CALLS_ENV]
+    deadline = time.monotonic() + timeout
+    while True:
+        calls = [c for c in read_calls(path) if c["step"].startswith(group)]
+        started = sum(1 for c in calls if c["event"] == "start")
+        ended = sum(1 for c in calls if c["event"] == "end")
+        if started >= min(size, ended + limit):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"only {started - ended} {group}* steps ran at once within {timeout:.0f} s "
+                f"(limit {limit})"
+            )
+        time.sleep(0.01)
+
+
+def work(
+    step: str,
+    inputs: list[str],
+    sleep: float,
+    fail: bool,
+    out_path: str,
+    after_failure_of: str | None = None,
+    peers: int = 0,
+) -> dict[str, Any]:
+    """A step that proves its inputs exist, takes ``sleep`` seconds, and writes its output.
+
+    With ``after_failure_of``, it also waits until that step has failed: an ordering by event,
+    not by a sleep that a loaded machine (or a scheduler's task start-up) can outrun.
+    """
     record_call(step, "start")
     for path in inputs:
         fs, p = fsspec.core.url_to_fs(path)
         if not fs.exists(p):
             raise AssertionError(f"{step} started before its input {path} existed")
+    if after_failure_of:
+        wait_for_event(after_failure_of, "fail")
+    if peers:
+        wait_for_peers(step.rstrip("0123456789"), peers)
     time.sleep(sleep * float(os.environ.get(SLEEP_ENV, "1")))
     if fail:
         record_call(step, "fail")
@@ -59,10 +113,20 @@ def work(step: str, inputs: list[str], sleep: float, fail: bool, out_path: str) 
     return {"step": step, "inputs": len(inputs)}
 
 
-def step(name: str, *deps: ArtifactStep, sleep: float = 0.0, fail: bool = False) -> ArtifactStep:
+def step(
+    name: str,
+    *deps: ArtifactStep,
+    sleep: float = 0.0,
+    fail: bool = False,
+    after_failure_of: str | None = None,
+    peers: int = 0,
+) -> ArtifactStep:
+    extra: dict[str, Any] = {"after_failure_of": after_failure_of} if after_failure_of else {}
+    if peers:
+        extra["peers"] = peers
     return apply(
         f"conformance/{name}", work, version="v1",
-        step=name, inputs=list(deps), sleep=sleep, fail=fail, out_path=OUT,
+        step=name, inputs=list(deps), sleep=sleep, fail=fail, out_path=OUT, **extra,
     )  # fmt: skip
 
 
@@ -83,15 +147,16 @@ WIDE_LEAVES = 8
 
 def wide() -> ArtifactStep:
     root = step("root")
-    leaves = [step(f"leaf-{i}", root, sleep=0.4) for i in range(WIDE_LEAVES)]
+    leaves = [step(f"leaf-{i}", root, sleep=0.1, peers=WIDE_LEAVES) for i in range(WIDE_LEAVES)]
     return step("sink", *leaves)
 
 
 def failing() -> list[ArtifactStep]:
-    """``bad`` fails at once while ``slow`` is still running; ``after_slow`` is independent."""
+    """``bad`` fails while ``slow`` is still running (``slow`` waits for the failure, by event);
+    ``after_slow`` is independent of ``bad``."""
     root = step("root")
     bad = step("bad", root, fail=True)
     after_bad = step("after-bad", bad)
-    slow = step("slow", root, sleep=0.6)
+    slow = step("slow", root, sleep=0.1, after_failure_of="bad")
     after_slow = step("after-slow", slow)
     return [after_bad, after_slow]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conformance.scenarios import WIDE_LEAVES, read_calls
+from tests.conformance.scenarios import LIMIT_ENV, WIDE_LEAVES, read_calls
 
 S = "tests.conformance.scenarios"
 
@@ -71,6 +71,7 @@ def test_concurrency_reaches_but_never_exceeds_limit(
     if not runner.supports("concurrency"):
         pytest.skip(f"{runner.name} runs tasks one at a time here")
     limit = 3
+    env = {**env, LIMIT_ENV: str(limit)}  # the leaves meet at the limit by events, not timing
     assert runner.run(f"{S}:wide", prefix=local_prefix, max_concurrent=limit, env=env)
     calls = read_calls(calls_file)
     timeline = sorted((c["t"], 1 if c["event"] == "start" else -1) for c in calls)

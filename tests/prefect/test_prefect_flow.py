@@ -32,8 +32,7 @@ from tests.prefect.prefect_helpers import (
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 EXAMPLE = ROOT / "examples" / "ngram.py"
-# The example pipeline once the core ships it; the toy pipeline (same shape) until then.
-EXAMPLE_TARGET = f"{EXAMPLE}:pipeline" if EXAMPLE.exists() else TOY_TARGET
+EXAMPLE_TARGET = f"{EXAMPLE}:pipeline"
 
 TIMING_KEYS = {"provenance", "started_at", "finished_at", "duration_s", "build_id"}
 

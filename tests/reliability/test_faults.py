@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -113,13 +114,22 @@ def test_latency_everywhere_keeps_racing_runners_exactly_once(faulty: tuple[str,
     FAULTS.add("cat_file pipe_file exists rm rm_file open ls info", r".", times=0, latency=0.005)
     calls: list[str] = []
     handles = pipeline(calls)
-    threads = [
-        threading.Thread(target=run, args=handles, kwargs={"prefix": prefix}) for _ in range(3)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    start = threading.Barrier(3)
+
+    def racer(_: int) -> Any:
+        start.wait(timeout=60)  # the three runners start together
+        return run(*handles, prefix=prefix)
+
+    with ThreadPoolExecutor(3) as pool:
+        # .result() re-raises a runner's exception: each of the three must succeed.
+        results = [f.result(timeout=300) for f in [pool.submit(racer, i) for i in range(3)]]
     # The generic store has no atomic create, but pipe_file(mode="create") on the wrapped local
     # file system still is one: exactly once.
     assert sorted(calls) == ["a", "b", "c"]
+    views = [
+        [(a.url, a.record.fingerprint if a.record else None, a.result) for a in r] for r in results
+    ]
+    assert len(views) == 3 and views[0] == views[1] == views[2], "the runners disagree"
+    location = open_prefix(prefix)
+    for step in ("a", "b", "c"):
+        assert read_record(location, f"f/{step}/v0") is not None, f"f/{step} not built"

@@ -42,13 +42,37 @@ def test_one_holder_then_release_hands_over(store_prefix: str) -> None:
     second.release()
 
 
-def test_expired_lease_is_taken_over_and_the_old_holder_cannot_commit(store_prefix: str) -> None:
+class _Clock:
+    """Stands in for the ``time`` module inside ``marin.execution.lease``: the wall clock can be
+    moved forward, so a test expires a lease without sleeping and without a race against a
+    slow store (a 0.3 s TTL once had to outlive a moto create, a 412 and a GET)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def test_expired_lease_is_taken_over_and_the_old_holder_cannot_commit(
+    store_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import marin.execution.lease as lease_module
+
+    clock = _Clock()
+    monkeypatch.setattr(lease_module, "time", clock)
     location = open_prefix(store_prefix)
-    old = Lease(location, "s/v0", ttl=0.3)
+    old = Lease(location, "s/v0", ttl=30)
     assert old.try_acquire() is None
     new = Lease(location, "s/v0", ttl=30)
-    assert new.try_acquire() is not None
-    time.sleep(0.35)
+    assert new.try_acquire() is not None, "a live lease must not be taken over"
+    clock.offset = 31.0  # past old's TTL (and past the half-TTL renew shortcut)
     assert new.try_acquire() is None, "an expired lease must be taken over"
     assert not old.renew()
     wrote = []

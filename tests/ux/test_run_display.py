@@ -50,9 +50,9 @@ def test_terminal_shows_live_progress_then_a_summary(tmp_path: Path) -> None:
     rest = raw
     # The display is redrawn in place with cursor movement, not printed line after line.
     assert "\x1b[1A" in rest or "\x1b[2K" in rest
-    # Step output and warnings show above the display.
-    assert "step join says hello" in screen
-    assert "WARNING step join logs a warning" in screen
+    # Step output and warnings show above the display, each line labelled with its step.
+    assert "demo/join@v1 | step join says hello" in screen
+    assert "WARNING demo/join@v1 | step join logs a warning" in screen
     # The final summary: every step with its duration, and the slowest ones.
     summary = screen[screen.index("step ") :]
     for name in ("demo/source@v1", "demo/left@v1", "demo/right@v1", "demo/join@v1"):
@@ -74,6 +74,7 @@ def test_terminal_failure_names_step_error_and_log(tmp_path: Path) -> None:
     assert "error: RuntimeError: kaboom: the model diverged" in out
     assert f"log:   {log}" in out
     assert "error: RuntimeError: kaboom: the model diverged (step demo/bad@v1)" in out
+    assert "demo/bad@v1 | about to fail" in out
     assert Path(log).read_text().startswith("about to fail")
 
 
@@ -99,11 +100,50 @@ def test_off_terminal_there_is_no_live_display(tmp_path: Path) -> None:
     assert not LIVE_HEADER.search(both)
     assert "INFO    start demo/left@v1" in result.stderr
     assert re.search(r"demo/join@v1\s+built\s+\d", result.stdout)
-    # Step output is still shown (plain) and captured.
-    assert "step join says hello" in result.stdout
+    # Step output is still shown (plain, with the same labels) and captured unlabelled.
+    assert "demo/join@v1 | step join says hello\n" in result.stdout
+    assert "WARNING demo/join@v1 | step join logs a warning" in result.stderr
+    log = (tmp_path / "p" / "demo" / "join" / "v1.marin" / "log.txt").read_text()
+    assert log.startswith("step join says hello\n") and "step join logs a warning" in log
+    assert "left" not in log and " | " not in log
+
+
+def test_no_step_output_keeps_steps_off_the_terminal_but_in_their_logs(tmp_path: Path) -> None:
+    result = marin(
+        "run", f"{PIPELINES}:pipeline", "--prefix", str(tmp_path / "p"), "--no-step-output",
+        env={"MARIN_TEST_SLEEP": "0"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    both = result.stdout + result.stderr
+    assert "says hello" not in both and "logs a warning" not in both
+    assert "INFO    start demo/join@v1" in result.stderr  # Marin's own lines stay
     log = (tmp_path / "p" / "demo" / "join" / "v1.marin" / "log.txt").read_text()
     assert "step join says hello" in log and "step join logs a warning" in log
-    assert "left" not in log
+
+
+def test_run_json_keeps_step_output_off_stdout(tmp_path: Path) -> None:
+    result = marin(
+        "run", f"{PIPELINES}:pipeline", "--prefix", str(tmp_path / "p"), "--json",
+        env={"MARIN_TEST_SLEEP": "0"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "says hello" not in result.stdout  # stdout is the report's
+    assert "demo/join@v1 | step join says hello" in result.stderr
+
+
+def test_summary_points_at_a_small_text_result(tmp_path: Path) -> None:
+    from tests.ux.helpers import EXAMPLE
+
+    prefix = tmp_path / "p"
+    result = marin("run", EXAMPLE, "--prefix", str(prefix))
+    assert result.returncode == 0, result.stderr
+    report = prefix / "ngram" / "report" / "v1"
+    text = report.read_text()
+    assert text.endswith("\n")
+    lines = text.count("\n")
+    assert f"  ngram/report@v1: {report}\n    read it: {report} (Markdown, {lines} lines)" in (
+        result.stdout
+    )
 
 
 def test_second_run_lists_skipped_steps(tmp_path: Path) -> None:

@@ -418,7 +418,7 @@ def _run_and_commit(
     try:
         config = to_canonical(spec.build_config(ctx), "config", spec.step_id)
         with Heartbeat(lease) as heartbeat, _step_log(location, spec) as step_log:
-            with capture_step_output(step_log):
+            with capture_step_output(step_log, label=spec.step_id):
                 raw_result = spec.run(ctx)
             if durable() and location.is_local:
                 _fsync_tree(location.path(spec.output_path))

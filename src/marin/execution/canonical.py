@@ -108,13 +108,3 @@ def _canonical(value: Any, path: str | None, step: str | None) -> Any:
 
 def _key_text(key: Any) -> str:
     return key.name if isinstance(key, enum.Enum) and type(key) is not str else str(key)
-
-
-def canonical_json(value: Any, path: str = "config", step: str | None = None) -> str:
-    return json.dumps(
-        to_canonical(value, path, step),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    )

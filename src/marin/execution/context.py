@@ -54,7 +54,6 @@ class StepContext:
     region: str | None
     dep_paths: Mapping[str, str] = field(default_factory=dict)
     """Dependency ``name@version`` -> its path."""
-    fingerprinting: bool = False
     devices: tuple[int, ...] = field(default_factory=current_devices)
     """The GPU devices assigned to this build (indices as this process numbers them); () if none.
 
@@ -79,6 +78,5 @@ def fingerprint_context(deps: tuple[Any, ...]) -> StepContext:
         prefix=PREFIX_PLACEHOLDER,
         region=REGION_PLACEHOLDER,
         dep_paths={dep.step_id: dep_placeholder(dep.name) for dep in deps},
-        fingerprinting=True,
         devices=(),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from typing import Any
@@ -45,6 +46,26 @@ def _import_file(path: str) -> Any:
     return module
 
 
+def _check_callable_without_arguments(value: Any, target: str) -> None:
+    """A target function is called with no arguments to get its handles; say so if it needs some."""
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):  # builtins without a signature: let the call decide
+        return
+    required = [
+        p.name
+        for p in signature.parameters.values()
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if required:
+        raise TargetError(
+            f"{target} is a function that needs arguments ({', '.join(required)}); a target "
+            "function is called with no arguments to get the pipeline's handles",
+            "point the target at the handles (e.g. examples/ngram.py:pipeline), or at a "
+            "zero-argument function that builds and returns them",
+        )
+
+
 def load_target(target: str) -> list[ArtifactStep | StepSpec]:
     if ":" not in target:
         raise TargetError(f"target {target!r} has no ':attr'", _FIX)
@@ -64,6 +85,7 @@ def load_target(target: str) -> list[ArtifactStep | StepSpec]:
             raise TargetError(f"{location} has no attribute {attr!r}", _FIX)
         value = getattr(value, part)
     if callable(value) and not isinstance(value, ArtifactStep | StepSpec):
+        _check_callable_without_arguments(value, target)
         value = value()
     items = list(value) if isinstance(value, list | tuple) else [value]
     if not items or not all(isinstance(item, ArtifactStep | StepSpec) for item in items):
