@@ -204,7 +204,7 @@ def run_steps(
     """
     from marin.execution.build import warn_if_served_stale
     from marin.execution.decide import BUILD, PRUNE, plan_graph
-    from marin.execution.errors import PipelineFailedError, StepFailedError, describe_error
+    from marin.execution.errors import PipelineFailedError, step_failed
     from marin.execution.inspect import read_stored
     from marin.execution.records import log_path
     from marin.execution.scheduler import Scheduler
@@ -313,13 +313,8 @@ def run_steps(
             raise PipelineFailedError(failures, not_run) from first
         spec = by_path[first_path]
         not_run_text = f"; not run: {', '.join(not_run)}" if not_run else ""
-        raise StepFailedError(
-            describe_error(first) + not_run_text,
-            "see the step's log at "
-            + location.url_for(log_path(spec.output_path))
-            + "; fix it and run again (built steps are kept)",
-            spec.step_id,
-        ) from first
+        log_url = location.url_for(log_path(spec.output_path))
+        raise step_failed(first, spec.step_id, log_url, not_run_text) from first
     return state.outputs
 
 

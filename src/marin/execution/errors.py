@@ -96,3 +96,18 @@ class LeaseLostError(MarinError, RuntimeError):
 
 class AbandonedError(MarinError, RuntimeError):
     """A build abandoned by a second interrupt: its ``fn`` ended, and nothing was committed."""
+
+
+def step_failed(error: BaseException, step: str, log_url: str, more: str = "") -> StepFailedError:
+    """The one-line failure of a run whose first failed step is ``step`` (every runner's).
+
+    A step's own exception points at its log; a ``MarinError`` (Marin refused the step: a path
+    it must not touch, a missing limit...) keeps its own fix, since the log may not exist.
+    """
+    if isinstance(error, MarinError) and not isinstance(error, StepFailedError):
+        return StepFailedError(error.what + more, error.fix, step)
+    return StepFailedError(
+        describe_error(error) + more,
+        f"see the step's log at {log_url}; fix it and run again (built steps are kept)",
+        step,
+    )

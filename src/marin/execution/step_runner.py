@@ -31,10 +31,9 @@ from marin.execution.context import assigned_devices
 from marin.execution.decide import BUILD, PRUNE, SKIP, Plan, Policy, Upstream
 from marin.execution.errors import (
     InvalidStepError,
-    MarinError,
     PipelineFailedError,
     StepFailedError,
-    describe_error,
+    step_failed,
 )
 from marin.execution.inspect import plan_run
 from marin.execution.lease import release_all_held
@@ -470,18 +469,10 @@ def _raise_failures(report: RunReport, keep_going: bool) -> None:
     if keep_going:
         failures = {decisions[p].spec.step_id: e for p, e in report.failures.items()}
         error = PipelineFailedError(failures, [decisions[p].spec.step_id for p in report.blocked])
-    elif isinstance(first, MarinError) and not isinstance(first, StepFailedError):
-        # Marin refused the step (a path it must not touch, a lost lease...): its own message
-        # says what to do; the step's log may not even exist.
-        error = StepFailedError(first.what, first.fix, decisions[first_path].spec.step_id)
     else:
         spec = decisions[first_path].spec
-        error = StepFailedError(
-            describe_error(first),
-            "see the step's log at "
-            + report.location.url_for(log_path(spec.output_path))
-            + "; fix it and run again (built steps are kept)",
-            spec.step_id,
+        error = step_failed(
+            first, spec.step_id, report.location.url_for(log_path(spec.output_path))
         )
     error.report = report
     raise error from first
