@@ -244,19 +244,12 @@ def run_steps(
     scheduler.prepare()
     finished: queue.SimpleQueue[str] = queue.SimpleQueue()
 
-    def upstream(spec: StepSpec) -> list[Upstream]:
-        ups: dict[str, Upstream] = {}
-        for dep in spec.deps:
-            outcome = state.outcomes.get(dep.output_path)
-            if outcome is not None:
-                ups[dep.step_id] = Upstream(dep.step_id, outcome.record, rebuilt=True)
-            else:
-                ups[dep.step_id] = Upstream(dep.step_id, decisions[dep.output_path].record)
-        return list(ups.values())
-
     def submit(path: str) -> None:
         spec = by_path[path]
-        task = _build_task(spec, location, options, state, decisions[path], upstream(spec))
+        with state.lock:
+            built = {p: o.record for p, o in state.outcomes.items()}
+        ups = plan.upstream(spec, built)
+        task = _build_task(spec, location, options, state, decisions[path], ups)
         future = task.submit(wait_for=[futures[d] for d in deps[path]], return_state=False)
         futures[path] = future
         # Wakes the loop below when the task run ends: no polling, no sleeping.

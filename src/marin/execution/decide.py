@@ -257,6 +257,18 @@ class Plan:
     def to_build(self) -> list[str]:
         return self.paths(BUILD)
 
+    def upstream(self, spec: StepSpec, built: Mapping[str, ArtifactRecord]) -> list[Upstream]:
+        """``spec``'s dependencies as it sees them mid-run: each one built in this run (``built``:
+        output path -> its new record) is ``rebuilt``; the others hold what the plan read."""
+        ups: dict[str, Upstream] = {}
+        for dep in spec.deps:
+            record = built.get(dep.output_path)
+            if record is not None:
+                ups[dep.step_id] = Upstream(dep.step_id, record, rebuilt=True)
+            else:
+                ups[dep.step_id] = Upstream(dep.step_id, self.decisions[dep.output_path].record)
+        return list(ups.values())
+
 
 def plan_graph(
     steps: Sequence[StepSpec],

@@ -37,7 +37,7 @@ from marin.execution.errors import (
 )
 from marin.execution.inspect import plan_run
 from marin.execution.lease import release_all_held
-from marin.execution.records import log_path
+from marin.execution.records import ArtifactRecord, log_path
 from marin.execution.resources import Grant, ResourcePool, Resources, capacity_from, check_fits
 from marin.execution.scheduler import READY_ORDERS, Scheduler
 from marin.execution.step_spec import StepSpec
@@ -277,15 +277,7 @@ class StepRunner:
         abandon = threading.Event()
         interrupted = False
 
-        def upstream(spec: StepSpec) -> list[Upstream]:
-            ups = {}
-            for dep in spec.deps:
-                outcome = report.outcomes.get(dep.output_path)
-                if outcome is not None:
-                    ups[dep.step_id] = Upstream(dep.step_id, outcome.record, rebuilt=True)
-                else:
-                    ups[dep.step_id] = Upstream(dep.step_id, decisions[dep.output_path].record)
-            return list(ups.values())
+        built: dict[str, ArtifactRecord] = {}  # this run's new records, for lineage
 
         grants: dict[str, Grant] = {}
 
@@ -323,9 +315,8 @@ class StepRunner:
                     self.listener.on_start(spec)
                 started[path] = time.perf_counter()
                 devices = grants[path].devices
-                future = pool.submit(
-                    caller_context.copy().run, build, spec, upstream(spec), devices
-                )
+                ups = plan.upstream(spec, built)
+                future = pool.submit(caller_context.copy().run, build, spec, ups, devices)
                 future.add_done_callback(partial(_report_done, done, path))
 
         def collect(path: str, future: Future[BuildOutcome]) -> None:
@@ -337,6 +328,7 @@ class StepRunner:
             if error is None:
                 outcome = future.result()
                 report.outcomes[path] = outcome
+                built[path] = outcome.record
                 if outcome.action == "built":
                     log.info("finish %s in %.2fs", spec.step_id, duration)
                 if self.listener:
