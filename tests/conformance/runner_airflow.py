@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from marin_airflow.export import build_export, write_export
@@ -50,6 +51,9 @@ class AirflowRunner:
         max_concurrent: int = 8,
         keep_going: bool = False,
         env: dict[str, str] | None = None,
+        on_drift: str = "warn",
+        force: Sequence[str] = (),
+        cascade: bool = True,
     ) -> bool:
         """True iff the DAG run succeeded. Airflow always keeps going on independent branches."""
         n = next(self._runs)
@@ -60,7 +64,10 @@ class AirflowRunner:
         )
         write_export(result)
         proc = self.sandbox.dags_test(
-            result.dag_id, dags, conf={"prefix": prefix}, env=dict(env or {})
+            result.dag_id,
+            dags,
+            conf={"prefix": prefix, "on_drift": on_drift, "force": list(force), "cascade": cascade},
+            env=dict(env or {}),
         )
         self.last_output = proc.stdout[-20000:] + proc.stderr[-5000:]
         return proc.returncode == 0
