@@ -20,10 +20,15 @@ from tests.conformance.plan_cases import STATES, Case, needed_by, run_case
 from tests.conformance.runner_local import LocalRunner
 
 MAX_STEPS = 12
+ANY_DRIFT_POLICY = st.sampled_from(("warn", "rebuild", "error"))
 
 
 @st.composite
-def cases(draw: st.DrawFn, max_steps: int = MAX_STEPS) -> Case:
+def cases(
+    draw: st.DrawFn,
+    max_steps: int = MAX_STEPS,
+    on_drift: st.SearchStrategy[str] = ANY_DRIFT_POLICY,
+) -> Case:
     n = draw(st.integers(1, max_steps))
     names = [f"s{i}" for i in range(n)]
     deps: dict[str, list[str]] = {}
@@ -48,7 +53,7 @@ def cases(draw: st.DrawFn, max_steps: int = MAX_STEPS) -> Case:
         deps=deps,
         targets=targets,
         states=states,
-        on_drift=draw(st.sampled_from(("warn", "rebuild", "error"))),
+        on_drift=draw(on_drift),
         force=sorted(draw(st.sets(st.sampled_from(graph), max_size=2)), key=names.index),
         cascade=draw(st.booleans()),
     )
@@ -75,6 +80,18 @@ LOCAL = LocalRunner()
 )
 @given(case=cases())
 def test_plan_predicts_local_run(case: Case) -> None:
+    check_case(LOCAL, case)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(case=cases(on_drift=st.just("error")))
+def test_plan_predicts_local_run_under_on_drift_error(case: Case) -> None:
+    """Drift anywhere in the graph fails the run before anything builds (else it runs as planned)."""
     check_case(LOCAL, case)
 
 

@@ -130,3 +130,35 @@ def test_record_without_lineage_loads_as_unknown_not_stale(any_runner: Any, tmp_
         decision = action(outcome, name)
         assert decision.action == SKIP and decision.lineage == LINEAGE_UNKNOWN
         assert "lineage unknown" in decision.reason and not decision.stale
+
+
+MIXED = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"], "e": ["d"], "f": ["c"], "g": ["e", "f"]}
+MIXED_CASES = {
+    "every-state-warn": Case(
+        MIXED,
+        ["g"],
+        dict(a="built", b="drifted", c="stale", d="missing", e="corrupt", f="old", g="failed"),
+    ),
+    "every-state-rebuild-force-no-cascade": Case(
+        MIXED,
+        ["g"],
+        dict(a="built", b="drifted", c="stale", d="missing", e="corrupt", f="old", g="failed"),
+        on_drift="rebuild",
+        force=["c"],
+        cascade=False,
+    ),
+    "pruned-middle-two-targets": Case(
+        MIXED,
+        ["e", "f"],
+        dict(a="old", b="stale", c="missing", d="built", e="failed", f="drifted", g="built"),
+        on_drift="rebuild",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MIXED_CASES))
+def test_mixed_store_states_run_as_planned(any_runner: Any, tmp_path: Any, name: str) -> None:
+    """The property test's check on a few fixed graphs that hold every store state at once."""
+    outcome = run_case(any_runner, MIXED_CASES[name], str(tmp_path))
+    actions = outcome.actions()
+    assert BUILD in actions.values() and SKIP in actions.values(), actions
