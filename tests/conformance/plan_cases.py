@@ -13,7 +13,8 @@ Store states a step can be put in (``STATES``):
 - ``corrupt``: garbage bytes in ``record.json``;
 - ``failed``: a FAILED status and no record;
 - ``stale``: built, then its first dependency rebuilt after it (its lineage names an old build);
-- ``old``: built, then ``build_id``/``inputs`` stripped from its record (written before lineage).
+- ``old``: built, then ``build_id``/``inputs`` stripped from its record (written before lineage);
+- ``interrupted``: a RUNNING status and no record (an attempt that died without its lease).
 """
 
 from __future__ import annotations
@@ -30,14 +31,14 @@ from marin.execution.decide import BUILD, PRUNE, SKIP, Plan
 from marin.execution.errors import DriftError
 from marin.execution.inspect import plan_run
 from marin.execution.lazy import lower
-from marin.execution.records import FAILED, read_record, record_path, write_status
+from marin.execution.records import FAILED, RUNNING, read_record, record_path, write_status
 from marin.execution.step_runner import StepRunner
 from marin.execution.storage import open_prefix
 from tests.conformance.random_graph import GRAPH_ENV, PREFIX, build
 from tests.conformance.scenarios import CALLS_ENV, read_calls
 
 TARGET = "tests.conformance.random_graph:pipeline"
-STATES = ("built", "missing", "drifted", "corrupt", "failed", "stale", "old")
+STATES = ("built", "missing", "drifted", "corrupt", "failed", "stale", "old", "interrupted")
 DRIFT_OFFSET = 1000
 GARBAGE = b"\x00\xffnot json{"
 
@@ -117,6 +118,9 @@ def set_up_store(case: Case, prefix: str, setup_calls: str) -> None:
         elif state == "failed":
             os.remove(record_file)
             write_status(location, out, FAILED, error="RuntimeError: boom (set up by the test)")
+        elif state == "interrupted":
+            os.remove(record_file)
+            write_status(location, out, RUNNING)
         elif state == "old":
             strip_lineage(record_file)
 
