@@ -165,6 +165,17 @@ def build_ids(case: Case, prefix: str) -> dict[str, str | None]:
     return out
 
 
+def raw_records(case: Case, prefix: str) -> dict[str, bytes | None]:
+    out: dict[str, bytes | None] = {}
+    for name in case.deps:
+        try:
+            with open(os.path.join(prefix, record_path(output_path(name))), "rb") as f:
+                out[name] = f.read()
+        except FileNotFoundError:
+            out[name] = None
+    return out
+
+
 def predict(case: Case, prefix: str) -> Plan | DriftError:
     specs = lower(build(case.description()))
     try:
@@ -187,6 +198,9 @@ class Outcome:
     """Step names whose fn started, in order (from the call log)."""
     before: dict[str, str | None]
     after: dict[str, str | None]
+    raw_before: dict[str, bytes | None] = field(default_factory=dict)
+    """Each step's ``record.json`` bytes (None: no file)."""
+    raw_after: dict[str, bytes | None] = field(default_factory=dict)
 
     def actions(self) -> dict[str, str]:
         assert isinstance(self.plan, Plan)
@@ -199,6 +213,7 @@ def run_case(runner: Any, case: Case, root: str) -> Outcome:
     os.makedirs(prefix, exist_ok=True)
     set_up_store(case, prefix, os.path.join(root, "setup-calls.jsonl"))
     before = build_ids(case, prefix)
+    raw_before = raw_records(case, prefix)
     plan = predict(case, prefix)
     calls = os.path.join(root, "calls.jsonl")
     env = {CALLS_ENV: calls, GRAPH_ENV: json.dumps(case.description())}
@@ -214,6 +229,7 @@ def run_case(runner: Any, case: Case, root: str) -> Outcome:
         )
     ran = [c["step"] for c in read_calls(calls) if c["event"] == "start"]
     outcome = Outcome(plan, ok, ran, before, build_ids(case, prefix))
+    outcome.raw_before, outcome.raw_after = raw_before, raw_records(case, prefix)
     check(runner, case, prefix, outcome)
     return outcome
 
@@ -226,7 +242,7 @@ def check(runner: Any, case: Case, prefix: str, o: Outcome) -> None:
         assert case.on_drift == "error", detail
         assert not o.ok, f"drift under on_drift=error did not fail the run: {detail}"
         assert o.ran == [], f"steps ran despite a DriftError: {detail}"
-        assert o.after == o.before, detail
+        assert o.after == o.before and o.raw_after == o.raw_before, detail
         return
     actions = o.actions()
     planned = {n for n, a in actions.items() if a == BUILD}
@@ -239,11 +255,13 @@ def check(runner: Any, case: Case, prefix: str, o: Outcome) -> None:
         elif action == SKIP:
             # (b) a served record is untouched.
             assert o.before[name] is not None and o.after[name] == o.before[name], (name, detail)
+            assert o.raw_after[name] == o.raw_before[name], f"served {name} was rewritten: {detail}"
         else:
             assert action == PRUNE
             assert o.after[name] is None, f"pruned {name} got a record: {detail}"
+            assert o.raw_after[name] == o.raw_before[name], f"pruned {name} was touched: {detail}"
     for name in set(case.deps) - set(actions):
-        assert o.after[name] == o.before[name], f"{name} is outside the targets: {detail}"
+        assert o.raw_after[name] == o.raw_before[name], f"{name} is outside the targets: {detail}"
     # (d) the local runner's own report speaks the plan's vocabulary.
     report = getattr(runner, "last_report", None)
     if runner.name == "local":
