@@ -23,6 +23,7 @@ import itertools
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from marin_airflow.export import build_export, write_export
@@ -70,6 +71,9 @@ class AirflowRunner:
         max_concurrent: int = 8,
         keep_going: bool = False,
         env: dict[str, str] | None = None,
+        on_drift: str = "warn",
+        force: Sequence[str] = (),
+        cascade: bool = True,
     ) -> bool:
         """True iff the DAG run succeeded under the real scheduler."""
         env = dict(env or {})
@@ -82,7 +86,9 @@ class AirflowRunner:
         write_export(result)
         open(self._calls, "w").close()
         services.wait_for_dags([result.dag_id])
-        run_id = services.trigger(result.dag_id, {"prefix": prefix, "keep_going": keep_going})
+        conf = {"prefix": prefix, "keep_going": keep_going, "on_drift": on_drift,
+                "force": list(force), "cascade": cascade}  # fmt: skip
+        run_id = services.trigger(result.dag_id, conf)
         state = services.wait_for_run(result.dag_id, run_id)
         self._move_calls(env.get(CALLS_ENV))
         self.last_output = services.log_tail(20000)
@@ -102,3 +108,60 @@ class AirflowRunner:
 
     def __repr__(self) -> str:
         return f"AirflowRunner(root={self._root!r})"
+
+
+class AirflowDagsTestRunner:
+    """``airflow dags test``: tasks one after another in a subprocess, no services to start.
+
+    The plan scenarios (tests/conformance/test_plan_scenarios.py) decide, not schedule, so they
+    run here: each case's graph travels in the environment, which would restart the services.
+    """
+
+    name = "airflow"
+
+    def __init__(self) -> None:
+        self._sandbox: AirflowSandbox | None = None
+        self._runs = itertools.count()
+        self.last_output = ""
+
+    def supports(self, feature: str) -> bool:
+        return feature not in ("concurrency", "fail-fast")  # tasks run one at a time
+
+    @property
+    def sandbox(self) -> AirflowSandbox:
+        if self._sandbox is None:
+            self._sandbox = AirflowSandbox(pythonpath=[str(ROOT)])
+            self._sandbox.migrate()
+        return self._sandbox
+
+    def run(
+        self,
+        target: str,
+        *,
+        prefix: str,
+        max_concurrent: int = 8,
+        keep_going: bool = False,
+        env: dict[str, str] | None = None,
+        on_drift: str = "warn",
+        force: Sequence[str] = (),
+        cascade: bool = True,
+    ) -> bool:
+        """True iff the DAG run succeeded. Airflow always keeps going on independent branches."""
+        n = next(self._runs)
+        dags = os.path.join(self.sandbox.root, f"dags-{n}")
+        attr = target.rsplit(":", 1)[-1].replace(".", "_")
+        result = build_export(
+            target, dags, dag_id=f"conformance_{attr}_{n}", max_concurrent=max_concurrent
+        )
+        write_export(result)
+        proc = self.sandbox.dags_test(
+            result.dag_id,
+            dags,
+            conf={"prefix": prefix, "on_drift": on_drift, "force": list(force), "cascade": cascade},
+            env=dict(env or {}),
+        )
+        self.last_output = proc.stdout[-20000:] + proc.stderr[-5000:]
+        return proc.returncode == 0
+
+    def __repr__(self) -> str:
+        return f"AirflowDagsTestRunner(sandbox={self._sandbox.root if self._sandbox else None!r})"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from typing import Any
 
 from marin.execution.errors import MarinError
 from marin.execution.lazy import lower
@@ -12,6 +14,9 @@ from marin.execution.targets import load_target
 
 class LocalRunner:
     name = "local"
+    last_report: Any = None
+    """The last run's ``RunReport`` (None when it failed before planning)."""
+    last_error: MarinError | None = None
 
     def supports(self, feature: str) -> bool:
         return True
@@ -24,16 +29,23 @@ class LocalRunner:
         max_concurrent: int = 8,
         keep_going: bool = False,
         env: dict[str, str] | None = None,
+        on_drift: str = "warn",
+        force: Sequence[str] = (),
+        cascade: bool = True,
     ) -> bool:
         saved = {key: os.environ.get(key) for key in env or {}}
         os.environ.update(env or {})
         try:
             specs = lower(load_target(target))
-            StepRunner(max_concurrent=max_concurrent, prefix=prefix).run(
-                specs, keep_going=keep_going
+            self.last_report = None
+            runner = StepRunner(
+                max_concurrent=max_concurrent, prefix=prefix, on_drift=on_drift, cascade=cascade
             )
+            self.last_report = runner.run(specs, keep_going=keep_going, force=force)
             return True
-        except MarinError:
+        except MarinError as exc:
+            self.last_error = exc
+            self.last_report = getattr(exc, "report", None)
             return False
         finally:
             for key, value in saved.items():

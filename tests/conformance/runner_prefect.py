@@ -8,6 +8,7 @@ of the session (``tests/prefect``'s session fixture, or at exit).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from marin_prefect.testing import isolate_prefect_home, start_harness
 
@@ -33,6 +34,9 @@ class PrefectRunner:
         max_concurrent: int = 8,
         keep_going: bool = False,
         env: dict[str, str] | None = None,
+        on_drift: str = "warn",
+        force: Sequence[str] = (),
+        cascade: bool = True,
     ) -> bool:
         """Compile ``target`` and run it as a flow; True iff the flow run completed."""
         start_harness()
@@ -43,7 +47,13 @@ class PrefectRunner:
         try:
             try:
                 pipeline = to_prefect_flow(
-                    target, prefix=prefix, max_concurrent=max_concurrent, keep_going=keep_going
+                    target,
+                    prefix=prefix,
+                    max_concurrent=max_concurrent,
+                    keep_going=keep_going,
+                    on_drift=on_drift,
+                    force=list(force),
+                    cascade=cascade,
                 )
             except MarinError:
                 return False
