@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import datetime
 
-from airflow.sdk import DAG, Param, literal, task
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG, Param, literal
 
 from marin_airflow.runtime import run_step
 
@@ -163,22 +164,28 @@ with DAG(
 ) as dag:
     tasks = {}
     for task_id, step in STEPS.items():
+        # A plain PythonOperator: the @task decorator costs about 3x more per task to create.
         # literal(): step data is never rendered as a Jinja template.
-        tasks[task_id] = task(
+        tasks[task_id] = PythonOperator(
             task_id=task_id,
             task_display_name=step["step"],
             retries=step["retries"],
             pool=step["pool"],
             multiple_outputs=True,
-        )(run_step)(
-            target=literal(TARGET),
-            step=literal(step["step"]),
-            fingerprint=literal(step["fingerprint"]),
-            default_prefix=literal(DEFAULT_PREFIX),
-            graph_digest=literal(GRAPH_DIGEST),
-            export_command=literal(EXPORT_COMMAND),
-            export_root=literal(EXPORT_ROOT),
+            python_callable=run_step,
+            op_kwargs={
+                "target": literal(TARGET),
+                "step": literal(step["step"]),
+                "fingerprint": literal(step["fingerprint"]),
+                "default_prefix": literal(DEFAULT_PREFIX),
+                "graph_digest": literal(GRAPH_DIGEST),
+                "export_command": literal(EXPORT_COMMAND),
+                "export_root": literal(EXPORT_ROOT),
+            },
         )
+    # Edges go into each task's public upstream/downstream task id sets, which is what `a >> b`
+    # writes too; but `>>` also hashes the whole DAG for every edge (O(tasks x edges)).
     for task_id, step in STEPS.items():
+        tasks[task_id].upstream_task_ids.update(step["upstream"])
         for upstream in step["upstream"]:
-            tasks[upstream] >> tasks[task_id]
+            tasks[upstream].downstream_task_ids.add(task_id)

@@ -277,25 +277,31 @@ with DAG(
 ) as dag:
     tasks = {}
     for task_id, step in STEPS.items():
+        # A plain PythonOperator: the @task decorator costs about 3x more per task to create.
         # literal(): step data is never rendered as a Jinja template.
-        tasks[task_id] = task(
+        tasks[task_id] = PythonOperator(
             task_id=task_id,
             task_display_name=step["step"],
             retries=step["retries"],
             pool=step["pool"],
             multiple_outputs=True,
-        )(run_step)(
-            target=literal(TARGET),
-            step=literal(step["step"]),
-            fingerprint=literal(step["fingerprint"]),
-            default_prefix=literal(DEFAULT_PREFIX),
-            graph_digest=literal(GRAPH_DIGEST),
-            export_command=literal(EXPORT_COMMAND),
-            export_root=literal(EXPORT_ROOT),
+            python_callable=run_step,
+            op_kwargs={
+                "target": literal(TARGET),
+                "step": literal(step["step"]),
+                "fingerprint": literal(step["fingerprint"]),
+                "default_prefix": literal(DEFAULT_PREFIX),
+                "graph_digest": literal(GRAPH_DIGEST),
+                "export_command": literal(EXPORT_COMMAND),
+                "export_root": literal(EXPORT_ROOT),
+            },
         )
+    # Edges go into each task's public upstream/downstream task id sets, which is what `a >> b`
+    # writes too; but `>>` also hashes the whole DAG for every edge (O(tasks x edges)).
     for task_id, step in STEPS.items():
+        tasks[task_id].upstream_task_ids.update(step["upstream"])
         for upstream in step["upstream"]:
-            tasks[upstream] >> tasks[task_id]
+            tasks[upstream].downstream_task_ids.add(task_id)
 """
 
 
@@ -348,7 +354,8 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
     lines = [_HEADER]
     lines.append("from __future__ import annotations\n")
     lines.append("import datetime\n")
-    lines.append("from airflow.sdk import DAG, Param, literal, task\n")
+    lines.append("from airflow.providers.standard.operators.python import PythonOperator")
+    lines.append("from airflow.sdk import DAG, Param, literal\n")
     lines.append("from marin_airflow.runtime import run_step\n")
     lines.append("# The command that generated this file, and where to run it (relative to this")
     lines.append("# file's folder). Re-run it after changing the pipeline.")
