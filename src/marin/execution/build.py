@@ -6,11 +6,13 @@ status file, and see each other's results.
 
 The order of writes is the whole crash-safety story:
 1. take the lease, then re-check: another runner may have finished meanwhile;
-2. status RUNNING; delete any old record, then clear debris from the output path;
+2. delete any old record, then clear debris from the output path (the lease doubles as the
+   RUNNING status, see ``records.read_status``);
 3. run ``fn`` under a lease heartbeat;
 4. check the lease is still ours (a runner whose lease was taken over must not commit);
-5. write the record (the commit point) under ``Lease.commit``, which re-proves ownership, then
-   status SUCCESS, then release the lease.
+5. write the record (the commit point) under ``Lease.commit``, which re-proves ownership (the
+   record is the SUCCESS status; an earlier attempt's status file is removed), then release
+   the lease. A failure writes a FAILED status file.
 A crash anywhere before 5 leaves no record, so the step is simply not built. A corrupt record
 reads as "not built"; a crashed local record write leaves only a temporary file, cleared in 2.
 ``marin.execution.faults`` names the crash points the tests kill processes at.
@@ -38,18 +40,17 @@ from marin.execution.lease import Heartbeat, Lease
 from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
     FAILED,
-    RUNNING,
-    SUCCESS,
     ArtifactRecord,
     clear_metadata_debris,
+    clear_status,
     delete_record,
     log_path,
     read_record,
-    read_status,
+    read_status_file,
     write_record,
     write_status,
 )
-from marin.execution.step_logs import capture_step_output
+from marin.execution.step_logs import LazyLogFile, capture_step_output
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location, durable, with_retries
 
@@ -212,19 +213,31 @@ def _clear_output(location: Location, spec: StepSpec) -> None:
 
 
 @contextlib.contextmanager
-def _step_log(location: Location, spec: StepSpec) -> Iterator[IO[str]]:
-    """The step's ``log.txt``: streamed on local disk, written once at the end elsewhere."""
+def _step_log(location: Location, spec: StepSpec, earlier: bool) -> Iterator[IO[str]]:
+    """The step's ``log.txt``, only if it printed something: streamed on local disk, written
+    once at the end elsewhere. An ``earlier`` attempt's log is removed when this one is silent,
+    so the log beside a record is always that build's."""
     path = location.path(log_path(spec.output_path))
     if location.is_local:
-        with open(path, "w") as stream:
-            yield stream
+        lazy = LazyLogFile(path)
+        try:
+            yield lazy  # type: ignore[misc]  # write/flush: all a stream needs here
+        finally:
+            if not lazy.close():
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                    os.unlink(path)  # a failed unlink is cheaper than a stat first
         return
     buffer = io.StringIO()
     try:
         yield buffer
     finally:
         try:
-            location.put_file(path, buffer.getvalue().encode())
+            text = buffer.getvalue()
+            if text:
+                location.put_file(path, text.encode())
+            elif earlier:
+                with contextlib.suppress(FileNotFoundError):
+                    location.fs.rm_file(path)
         except OSError as exc:
             log.warning("could not write the log of %s: %s", spec.step_id, exc)
 
@@ -255,18 +268,20 @@ def _build_holding(
     spec: StepSpec, location: Location, lease: Lease, region: str | None
 ) -> BuildOutcome:
     started_at, t0 = now_iso(), time.perf_counter()
-    # Every attempt writes a status before touching the output, so without one there is no
-    # debris. Local disk checks anyway (a stat is cheap); remote stores save a round trip (and on
+    # The lease is this attempt's RUNNING status (see records.read_status): no status write.
+    # Debris in the output can only come from an earlier attempt, and every earlier attempt left
+    # a trace: a FAILED status, a lease we took over (it crashed), or a record (a rebuild).
+    # Local disk checks anyway (a stat is cheap); remote stores save a round trip (and on
     # memory:// a scan of the whole store).
-    attempted_before = location.is_local or read_status(location, spec.output_path) is not None
-    write_status(location, spec.output_path, RUNNING, holder=lease.holder, started_at=started_at)
-    delete_record(location, spec.output_path)
-    if attempted_before:
+    had_status = not location.is_local and read_status_file(location, spec.output_path) is not None
+    had_record = delete_record(location, spec.output_path)
+    if location.is_local or had_status or had_record or lease.took_over:
         _clear_output(location, spec)
     ctx = run_context(spec, location, region)
     try:
         config = to_canonical(spec.build_config(ctx), "config", spec.step_id)
-        with Heartbeat(lease) as heartbeat, _step_log(location, spec) as step_log:
+        earlier = had_status or had_record or lease.took_over
+        with Heartbeat(lease) as heartbeat, _step_log(location, spec, earlier) as step_log:
             with capture_step_output(step_log):
                 raw_result = spec.run(ctx)
             if durable() and location.is_local:
@@ -321,7 +336,9 @@ def _build_holding(
             )
         raise
     crash_point("after-record", spec.step_id)
-    _best_effort_status(
-        location, spec, SUCCESS, holder=lease.holder, finished_at=now_iso()
-    )  # the record already committed the step; a lost status write changes nothing
+    # No SUCCESS status: the record says so. Only an earlier attempt's status must go.
+    try:
+        clear_status(location, spec.output_path, known=had_status)
+    except OSError as exc:  # the record already committed the step
+        log.warning("could not clear the old status of %s: %s", spec.step_id, exc)
     return BuildOutcome(spec, BUILT, record, ctx.output_path, duration_s=duration)

@@ -451,6 +451,10 @@ class Lease:
         self.process = _process_id()
         self.renewed_at = 0.0
         """``time.monotonic()`` of the last write that proved we held the lease."""
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        """When this attempt began: the lease doubles as the RUNNING status (``read_status``)."""
+        self.took_over = False
+        """True once this lease replaced an expired or orphaned one: an attempt died before."""
 
     def _body(self) -> bytes:
         info = {
@@ -458,6 +462,7 @@ class Lease:
             "token": self.token,
             "expires_at": time.time() + self.ttl,
             "process": self.process,
+            "started_at": self.started_at,
         }
         return json.dumps(info, sort_keys=True).encode()
 
@@ -498,6 +503,7 @@ class Lease:
             if not self.store.replace(self.path, self._body(), version):
                 return self.read() or current  # someone else took it over first
             log.warning("taking over %s on %s from %s", why, self.path, current.holder)
+            self.took_over = True
             return None
 
     def _renew_locked(self) -> bool:

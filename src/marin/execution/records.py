@@ -161,22 +161,71 @@ def clear_metadata_debris(location: Location, output_path: str) -> None:
                 os.unlink(os.path.join(folder, name))
 
 
-def delete_record(location: Location, output_path: str) -> None:
+def delete_record(location: Location, output_path: str) -> bool:
+    """Remove the record; True if there was one (its output is then an earlier build's)."""
     path = location.path(record_path(output_path))
-    with contextlib.suppress(FileNotFoundError):
+    try:
         with_retries(lambda: location.fs.rm_file(path), f"delete {path}")
+    except FileNotFoundError:
+        return False
+    return True
 
 
-def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
-    path = location.path(status_path(output_path))
+def _read_json(location: Location, path: str) -> dict[str, Any] | None:
     try:
         raw = with_retries(lambda: location.fs.cat_file(path), f"read {path}")
-        status = json.loads(raw.decode())
+        data = json.loads(raw.decode())
     except (FileNotFoundError, NotADirectoryError):
         return None
     except (ValueError, UnicodeDecodeError):
         return None
-    return status if isinstance(status, dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def read_status_file(location: Location, output_path: str) -> dict[str, Any] | None:
+    """The status file alone: written only when an attempt fails (``FAILED``), or by older
+    versions (``RUNNING``/``SUCCESS``)."""
+    return _read_json(location, location.path(status_path(output_path)))
+
+
+def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
+    """The step's state, for readers (``plan``, ``ls``, ``show``); None if nothing was tried.
+
+    A build writes no status of its own when all goes well, to keep the commit path short: its
+    lease *is* its RUNNING status (held while it builds, left behind if it crashed), a failure
+    writes a ``FAILED`` status file, and the record is the ``SUCCESS``. So: a lease means
+    ``RUNNING``; else the status file; else a record means ``SUCCESS``. An unreadable lease
+    protects nothing and says nothing, as in ``Lease``.
+    """
+    lease = _read_json(location, location.path(lease_path(output_path)))
+    if lease is not None and isinstance(lease.get("holder"), str):
+        return {
+            "state": RUNNING,
+            "holder": lease["holder"],
+            "started_at": lease.get("started_at"),
+            "lease_expires_at": lease.get("expires_at"),
+        }
+    status = read_status_file(location, output_path)
+    if status is not None:
+        return status
+    record = read_record(location, output_path)
+    if record is None:
+        return None
+    return {"state": SUCCESS, "started_at": record.started_at, "finished_at": record.finished_at}
+
+
+def clear_status(location: Location, output_path: str, *, known: bool) -> None:
+    """After a commit: drop an earlier attempt's status file, so it cannot contradict the record.
+
+    On local disk a failed unlink is cheaper than finding out first; elsewhere only when the
+    caller ``known`` there was one (it read the status before building).
+    """
+    path = location.path(status_path(output_path))
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        if location.is_local:
+            os.unlink(path)
+        elif known:
+            with_retries(lambda: location.fs.rm_file(path), f"delete {path}")
 
 
 def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:
