@@ -136,7 +136,7 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
         _patched(build, "Lease", _NoLease), _patched(build, "Heartbeat", _NoHeartbeat)
     ),
     "no fsync": _no_fsync,
-    "no status writes": lambda: _patched(build, "write_status", lambda *a, **k: None),
+    "no old-status clear": lambda: _patched(build, "clear_status", lambda *a, **k: None),
     "no output clear": lambda: _patched(build, "_clear_output", lambda *a, **k: None),
     "no old-record delete": lambda: _patched(build, "delete_record", lambda *a, **k: None),
     "shallow record JSON": _shallow_record_json,
@@ -196,3 +196,68 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# --- which storage calls one build makes (the documented budget) --------------------------------
+
+_LOCAL_EVENTS = {
+    "open": "open a file",
+    "os.link": "hard-link the lease into place (atomic create-if-absent)",
+    "os.remove": "unlink a file",
+    "os.rename": "rename a temporary file into place",
+    "os.mkdir": "create a folder",
+    "os.listdir": "list a folder",
+    "os.scandir": "list a folder",
+    "fcntl.flock": "lock or unlock the lease guard",
+}
+_MEMORY_CALLS = ("cat_file", "pipe_file", "rm_file", "exists", "info", "ls", "find", "rm")
+
+
+def count_calls(backend: str, n: int = 20) -> dict[str, float]:
+    """Storage calls per ``build_step`` of a fresh no-op step that prints nothing (the mean
+    over ``n`` steps, after a warm-up). Local disk: Python's audit events (``open`` split by
+    read/write mode, links, unlinks, renames, mkdirs, listings, flocks; ``stat`` is not an audit
+    event). ``memory://``: calls to the file-system object's methods."""
+    _, steps, _ = lowered("random", n + 5, seed=13)
+    counts: dict[str, int] = {}
+    with fresh_prefix(backend, "calls") as prefix:
+        location = open_prefix(prefix)
+        location.check_writable()
+        for spec in steps[:5]:
+            build.build_step(spec, location, precheck=False)
+        active = False
+        if backend == "local":
+
+            def hook(event: str, args: tuple[Any, ...]) -> None:
+                if not active or event not in _LOCAL_EVENTS:
+                    return
+                if event == "open":
+                    mode = str(args[1]) if len(args) > 1 and args[1] is not None else "r"
+                    writes = any(c in mode for c in "wax+") or (
+                        isinstance(args[2], int) and args[2] & (os.O_WRONLY | os.O_RDWR)
+                    )
+                    event = "open for writing" if writes else "open for reading"
+                counts[event] = counts.get(event, 0) + 1
+
+            sys.addaudithook(hook)  # cannot be removed: `active` switches it off
+        else:
+            fs = location.fs
+            for name in _MEMORY_CALLS:
+                real = getattr(fs, name)
+
+                def counted(*a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
+                    if active:
+                        counts[_name] = counts.get(_name, 0) + 1
+                    return _real(*a, **k)
+
+                setattr(fs, name, counted)
+        active = True
+        try:
+            for spec in steps[5:]:
+                build.build_step(spec, location, precheck=False)
+        finally:
+            active = False
+            if backend != "local":
+                for name in _MEMORY_CALLS:
+                    delattr(location.fs, name)
+    return {name: count / n for name, count in sorted(counts.items())}

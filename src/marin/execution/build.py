@@ -6,13 +6,12 @@ status file, and see each other's results.
 
 The order of writes is the whole crash-safety story:
 1. take the lease, then re-check: another runner may have finished meanwhile;
-2. delete any old record, then clear debris from the output path (the lease doubles as the
-   RUNNING status, see ``records.read_status``);
+2. remove an earlier attempt's status file and record, then clear debris from the output path
+   (no RUNNING status is written: the held lease says so, see ``records.read_status``);
 3. run ``fn`` under a lease heartbeat;
 4. check the lease is still ours (a runner whose lease was taken over must not commit);
-5. write the record (the commit point) under ``Lease.commit``, which re-proves ownership (the
-   record is the SUCCESS status; an earlier attempt's status file is removed), then release
-   the lease. A failure writes a FAILED status file.
+5. write the record (the commit point, and the SUCCESS status) under ``Lease.commit``, which
+   re-proves ownership, then release the lease. A failure writes a FAILED status file instead.
 A crash anywhere before 5 leaves no record, so the step is simply not built. A corrupt record
 reads as "not built"; a crashed local record write leaves only a temporary file, cleared in 2.
 ``marin.execution.faults`` names the crash points the tests kill processes at.
@@ -46,7 +45,6 @@ from marin.execution.records import (
     delete_record,
     log_path,
     read_record,
-    read_status_file,
     write_record,
     write_status,
 )
@@ -223,9 +221,9 @@ def _step_log(location: Location, spec: StepSpec, earlier: bool) -> Iterator[IO[
         try:
             yield lazy  # type: ignore[misc]  # write/flush: all a stream needs here
         finally:
-            if not lazy.close():
+            if not lazy.close() and earlier:
                 with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                    os.unlink(path)  # a failed unlink is cheaper than a stat first
+                    os.unlink(path)
         return
     buffer = io.StringIO()
     try:
@@ -273,14 +271,14 @@ def _build_holding(
     # a trace: a FAILED status, a lease we took over (it crashed), or a record (a rebuild).
     # Local disk checks anyway (a stat is cheap); remote stores save a round trip (and on
     # memory:// a scan of the whole store).
-    had_status = not location.is_local and read_status_file(location, spec.output_path) is not None
+    had_status = clear_status(location, spec.output_path)
     had_record = delete_record(location, spec.output_path)
-    if location.is_local or had_status or had_record or lease.took_over:
+    earlier = had_status or had_record or lease.took_over
+    if location.is_local or earlier:
         _clear_output(location, spec)
     ctx = run_context(spec, location, region)
     try:
         config = to_canonical(spec.build_config(ctx), "config", spec.step_id)
-        earlier = had_status or had_record or lease.took_over
         with Heartbeat(lease) as heartbeat, _step_log(location, spec, earlier) as step_log:
             with capture_step_output(step_log):
                 raw_result = spec.run(ctx)
@@ -336,9 +334,5 @@ def _build_holding(
             )
         raise
     crash_point("after-record", spec.step_id)
-    # No SUCCESS status: the record says so. Only an earlier attempt's status must go.
-    try:
-        clear_status(location, spec.output_path, known=had_status)
-    except OSError as exc:  # the record already committed the step
-        log.warning("could not clear the old status of %s: %s", spec.step_id, exc)
+    # No SUCCESS status write: the record says so (records.read_status).
     return BuildOutcome(spec, BUILT, record, ctx.output_path, duration_s=duration)

@@ -214,18 +214,24 @@ def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
     return {"state": SUCCESS, "started_at": record.started_at, "finished_at": record.finished_at}
 
 
-def clear_status(location: Location, output_path: str, *, known: bool) -> None:
-    """After a commit: drop an earlier attempt's status file, so it cannot contradict the record.
+def clear_status(location: Location, output_path: str) -> bool:
+    """At the start of an attempt: drop an earlier attempt's status file; True if there was one.
 
-    On local disk a failed unlink is cheaper than finding out first; elsewhere only when the
-    caller ``known`` there was one (it read the status before building).
+    While this attempt runs its lease says RUNNING; if it fails it writes a new FAILED status;
+    if it commits, the record says SUCCESS; so an old status could only contradict it. On local
+    disk a failed unlink is cheaper than finding out first; elsewhere one read tells.
     """
     path = location.path(status_path(output_path))
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+    if not location.is_local and read_status_file(location, output_path) is None:
+        return False
+    try:
         if location.is_local:
             os.unlink(path)
-        elif known:
+        else:
             with_retries(lambda: location.fs.rm_file(path), f"delete {path}")
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
 
 
 def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:
