@@ -173,6 +173,10 @@ def measure(backend: str, n: int, reps: int) -> dict[str, float]:
     return results
 
 
+def calls_worker() -> dict[str, Any]:
+    return {"local": count_calls("local"), "memory": count_calls("memory")}
+
+
 def worker(n_local: int, n_memory: int, reps: int) -> dict[str, Any]:
     return {"local": measure("local", n_local, reps), "memory": measure("memory", n_memory, reps)}
 
@@ -211,6 +215,7 @@ _LOCAL_EVENTS = {
     "fcntl.flock": "lock or unlock the lease guard",
 }
 _MEMORY_CALLS = ("cat_file", "pipe_file", "rm_file", "exists", "info", "ls", "find", "rm")
+_LOCATION_CALLS = ("put_file", "has_file")
 
 
 def count_calls(backend: str, n: int = 20) -> dict[str, float]:
@@ -251,6 +256,15 @@ def count_calls(backend: str, n: int = 20) -> dict[str, float]:
                     return _real(*a, **k)
 
                 setattr(fs, name, counted)
+            for name in _LOCATION_CALLS:
+                real = getattr(location, name)
+
+                def counted_put(*a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
+                    if active:
+                        counts[_name] = counts.get(_name, 0) + 1
+                    return _real(*a, **k)
+
+                object.__setattr__(location, name, counted_put)  # a frozen dataclass
         active = True
         try:
             for spec in steps[5:]:

@@ -42,6 +42,7 @@ SECTIONS = (
     "prefect",
     "peer",
     "commit",
+    "calls",
 )
 
 
@@ -410,6 +411,41 @@ def bench_makespan(h: Harness) -> None:
         )
 
 
+CALL_REASONS = {
+    "open for writing": "the lease's temporary file (then hard-linked into place), the lease "
+    "guard (flock) at commit and at release, the record's temporary file; a first write into a "
+    "new folder fails once and is retried after the mkdir",
+    "open for reading": "the record re-check after taking the lease, the lease read back at "
+    "commit (proof of ownership) and at release",
+    "os.link": "the lease, created atomically (fails if another runner holds it)",
+    "os.rename": "the record's temporary file renamed into place: the commit point",
+    "os.remove": "the lease's temporary file, the lease at release, and the old status and "
+    "record (a failed unlink when there is none, cheaper than a stat first)",
+    "os.mkdir": "the step's metadata folder and its parents, and the output's parent folder",
+    "os.listdir": "the metadata folder, for temporary files a crashed record write left",
+    "fcntl.flock": "lock and unlock the lease guard, at commit and at release",
+    "cat_file": "the status (an earlier attempt?), the record re-check after taking the lease, "
+    "the new lease read back (a store that ignores create-if-absent is caught), the lease "
+    "read back at commit (proof of ownership) and at release",
+    "rm_file": "the old record (an earlier build?) and the lease at release",
+    "put_file": "the lease (create-if-absent) and the record (the commit point)",
+    "has_file": "does the lease exist: an O(1) check instead of fsspec's scan of the whole store",
+    "pipe_file": "a conditional create (the lease)",
+}
+
+
+def bench_calls(h: Harness) -> None:
+    """The storage calls one build of a silent no-op step makes: the documented budget."""
+    r = h.worker("calls", 120)
+    if not r:
+        return
+    for backend in ("local", "memory"):
+        for name, count in r[backend].items():
+            h.add(
+                "calls", f"{backend}: {name}", count, "calls/step", note=CALL_REASONS.get(name, "")
+            )
+
+
 def bench_commit(h: Harness) -> None:
     """Where build_step's per-step time goes: each part removed in turn (see commit_cost.py)."""
     if h.quick:
@@ -753,6 +789,7 @@ BENCHES = {
     "makespan": bench_makespan,
     "rss": bench_rss,
     "commit": bench_commit,
+    "calls": bench_calls,
     "prefect": bench_prefect,
     "peer": bench_peer,
     "airflow": bench_airflow,
@@ -798,7 +835,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default="", help=f"comma-separated sections: {', '.join(SECTIONS)}"
     )
     parser.add_argument(
-        "--budget", type=float, default=None, help="seconds (default 55 quick, 570 full)"
+        "--budget", type=float, default=None, help="seconds (default 55 quick, 900 full)"
     )
     args = parser.parse_args(argv)
     if args.tables_only:
@@ -809,7 +846,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown sections: {', '.join(unknown)}")
     if "cached" in sections or "rss" in sections:
         sections = list(dict.fromkeys(["overhead", *sections]))  # they reuse its measurements
-    budget = args.budget or (55.0 if args.quick else 570.0)
+    budget = args.budget or (55.0 if args.quick else 900.0)
     started = time.monotonic()
     h = Harness(args.quick, started + budget, known_misses(os.path.join(HERE, "results.json")))
     load_before = os.getloadavg()

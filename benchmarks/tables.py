@@ -124,6 +124,7 @@ BLOCKS: dict[str, dict[str, Block]] = {
         "targets": targets_table,
         "misses": misses_list,
         "commit": lambda results: rows_table(results, "commit"),
+        "calls": lambda results: rows_table(results, "calls"),
         "full": full_table,
     },
 }

@@ -453,6 +453,12 @@ def airflow_parse(files: Sequence[str], reps: int) -> dict[str, Any]:
     return out
 
 
+def calls() -> dict[str, Any]:
+    import commit_cost
+
+    return commit_cost.calls_worker()
+
+
 def commit(n_local: int, n_memory: int, reps: int) -> dict[str, Any]:
     import commit_cost
 
@@ -461,6 +467,7 @@ def commit(n_local: int, n_memory: int, reps: int) -> dict[str, Any]:
 
 WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
     "commit": commit,
+    "calls": calls,
     "cached": cached,
     "overhead": overhead,
     "lowering": lowering,
