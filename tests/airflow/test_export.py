@@ -504,3 +504,26 @@ def test_edges_equal_airflow_wiring_through_dagbag_and_serialization(tmp_path: P
     # Linear: parsing hashes the DAG a constant number of times, `>>` at least once per edge.
     assert out["reference_dag_hash_calls"] >= n_edges
     assert out["dag_hash_calls"] <= 20, out["dag_hash_calls"]
+
+
+def test_runtime_step_for_lowers_only_the_steps_ancestors() -> None:
+    """A task builds one step: it must not lower the whole graph (a 10k-step DAG per task)."""
+    from marin.execution.graph import collect_steps
+    from marin.execution.step_spec import StepSpec
+
+    runtime.clear_cache()
+    from marin_airflow.export import lower_target
+
+    everything = {s.step_id: s for s in collect_steps(lower_target(TOY))}
+    assert len(everything) >= 4
+    # A step with ancestors but not the whole graph behind it.
+    leafish = next(
+        s for s in everything.values() if s.deps and len(collect_steps([s])) < len(everything)
+    )
+    spec = runtime.step_for(TOY, leafish.step_id)
+    assert spec is not None and spec.fingerprint == leafish.fingerprint
+    ancestors = {s.step_id for s in collect_steps([spec])}
+    lowered = {v.step_id for v in runtime._memos[TOY].values() if isinstance(v, StepSpec)}
+    assert lowered == ancestors and len(lowered) < len(everything)
+    assert runtime.step_for(TOY, "af/none@v9") is None
+    runtime.clear_cache()
