@@ -35,11 +35,18 @@ def _cell(text: str) -> str:
 
 def run_line(meta: dict[str, Any]) -> str:
     """Which run the tables show: date, mode, machine, load (other jobs move local-disk rows)."""
-    return (
+    line = (
         f"Run {meta['date']} ({meta['mode']}), {meta['cores']} cores {meta['machine']}, "
         f"Python {meta['python']}, load average {meta['load_before'][0]:.1f} before / "
         f"{meta['load_after'][0]:.1f} after, {meta['total_s']:.0f} s in all."
     )
+    for extra in meta.get("merged", []):
+        line += (
+            f" Sections {', '.join(extra['sections'])} re-run {extra['date']} (the first run's "
+            f"budget ran out), load average {extra['load_before'][0]:.1f} before / "
+            f"{extra['load_after'][0]:.1f} after, {extra['total_s']:.0f} s."
+        )
+    return line
 
 
 def full_table(results: dict[str, Any]) -> str:
