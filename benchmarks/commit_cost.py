@@ -44,6 +44,7 @@ class _NoLease:
     def __init__(self, location: Any, output_path: str, ttl: float | None = None) -> None:
         self.holder = "bench"
         self.ttl = 60.0
+        self.took_over = False
 
     def commit(self, write: Callable[[], Any]) -> bool:
         write()

@@ -459,6 +459,17 @@ def bench_commit(h: Harness) -> None:
             continue
         base = results["baseline"]
         for name, ms in results.items():
+            if backend == "local" and name == "baseline":
+                h.judge(
+                    "commit",
+                    "local: build_step, baseline",
+                    ms,
+                    "ms/step",
+                    "commit.local_serial",
+                    0.25,
+                    note="serially, no threads",
+                )
+                continue
             h.add(
                 "commit",
                 f"{backend}: build_step, {name}",

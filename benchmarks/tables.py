@@ -42,8 +42,8 @@ def run_line(meta: dict[str, Any]) -> str:
     )
     for extra in meta.get("merged", []):
         line += (
-            f" Sections {', '.join(extra['sections'])} re-run {extra['date']} (the first run's "
-            f"budget ran out), load average {extra['load_before'][0]:.1f} before / "
+            f" Section(s) {', '.join(extra['sections'])} re-run separately {extra['date']}, "
+            f"load average {extra['load_before'][0]:.1f} before / "
             f"{extra['load_after'][0]:.1f} after, {extra['total_s']:.0f} s."
         )
     return line
@@ -74,8 +74,8 @@ def _miss(row: dict[str, Any]) -> str:
     if row.get("met"):
         return ""
     if match.group(1) == "<=":
-        return f"{row['value'] / limit:.2g}x over"
-    return f"{limit / row['value']:.2g}x short" if row["value"] else "no result"
+        return f"{row['value'] / limit:.3g}x over"
+    return f"{limit / row['value']:.3g}x short" if row["value"] else "no result"
 
 
 def targets_table(results: dict[str, Any]) -> str:

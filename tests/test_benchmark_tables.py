@@ -12,6 +12,7 @@ import importlib.util
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -96,3 +97,51 @@ def test_markdown_rewrites_only_the_blocks_and_is_idempotent(tmp_path: Path) -> 
 def test_a_missing_marker_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="no block 'targets'"):
         tables.fill("no markers here", {"targets": "x"}, "README.md")
+
+
+def _run_module() -> ModuleType:
+    if "bench_run" in sys.modules:
+        return sys.modules["bench_run"]
+    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "benchmarks" / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_run"] = module  # dataclasses look their module up while being defined
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_mode_judges_targets_with_slack_and_fails_a_tenfold_regression() -> None:
+    run = _run_module()
+    quick = run.Harness(quick=True, deadline=0.0)
+    quick.judge("overhead", "local", 0.9, "ms/step", "overhead.local", 0.5)  # within 2x
+    assert quick.rows[-1].met is True and not quick.missed
+    quick.judge("overhead", "local", 5.0, "ms/step", "overhead.local", 0.5)  # 10x
+    assert quick.rows[-1].met is False and len(quick.missed) == 1
+    quick.judge("peer", "chain", 300.0, "x", "peer.chain", 500.0, ">=")  # within 2x, higher-better
+    assert quick.rows[-1].met is True and len(quick.missed) == 1
+    # A known miss of the committed full run: the bound is 2x what that run measured.
+    known = run.Harness(quick=True, deadline=0.0, known={"overhead.local": 2.0})
+    known.judge("overhead", "local", 3.9, "ms/step", "overhead.local", 0.5)
+    assert known.rows[-1].met is True and not known.missed
+    known.judge("overhead", "local", 20.0, "ms/step", "overhead.local", 0.5)
+    assert known.rows[-1].met is False and known.missed
+    full = run.Harness(quick=False, deadline=0.0)
+    full.judge("overhead", "local", 0.6, "ms/step", "overhead.local", 0.5)  # exact in a full run
+    assert full.rows[-1].met is False and not full.missed  # reported, not a failure
+
+
+def test_merge_replaces_only_the_rerun_sections() -> None:
+    run = _run_module()
+    base = tables.load(str(ROOT / "benchmarks" / "results.json"))
+    new = {
+        "meta": {**base["meta"], "date": "later", "total_s": 1.0},
+        "rows": [{"section": "prefect", "metric": "compiled / plain", "value": 1.0, "unit": "x"}],
+        "errors": {},
+        "raw": {},
+    }
+    merged = run.merge(base, new, ["prefect"])
+    prefect = [r for r in merged["rows"] if r["section"] == "prefect"]
+    assert prefect == new["rows"]
+    others = [r for r in merged["rows"] if r["section"] != "prefect"]
+    assert others == [r for r in base["rows"] if r["section"] != "prefect"]
+    assert "Section(s) prefect re-run separately later" in tables.run_line(merged["meta"])
