@@ -45,6 +45,7 @@ class _NoLease:
     def __init__(self, location: Any, output_path: str, ttl: float | None = None) -> None:
         self.holder = "bench"
         self.ttl = 60.0
+        self.took_over = False
 
     def commit(self, write: Callable[[], Any]) -> bool:
         write()
@@ -130,6 +131,11 @@ def _shallow_record_json() -> contextlib.AbstractContextManager[None]:
     return _patched(ArtifactRecord, "to_json", to_json)
 
 
+def _planned(spec: Any) -> Any:
+    """What a runner's plan hands ``build_step`` for a step with no record: build it."""
+    return decide(spec, Stored(), [], Policy(), needed=True)
+
+
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "baseline": contextlib.nullcontext,
     "no heartbeat thread": lambda: _patched(build, "Heartbeat", _NoHeartbeat),
@@ -176,6 +182,10 @@ def measure(backend: str, n: int, reps: int) -> dict[str, float]:
     return results
 
 
+def calls_worker() -> dict[str, Any]:
+    return {"local": count_calls("local"), "memory": count_calls("memory")}
+
+
 def worker(n_local: int, n_memory: int, reps: int) -> dict[str, Any]:
     return {"local": measure("local", n_local, reps), "memory": measure("memory", n_memory, reps)}
 
@@ -199,3 +209,78 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# --- which storage calls one build makes (the documented budget) --------------------------------
+
+_LOCAL_EVENTS = {
+    "open": "open a file",
+    "os.link": "hard-link the lease into place (atomic create-if-absent)",
+    "os.remove": "unlink a file",
+    "os.rename": "rename a temporary file into place",
+    "os.mkdir": "create a folder",
+    "os.listdir": "list a folder",
+    "os.scandir": "list a folder",
+    "fcntl.flock": "lock or unlock the lease guard",
+}
+_MEMORY_CALLS = ("cat_file", "pipe_file", "rm_file", "exists", "info", "ls", "find", "rm")
+_LOCATION_CALLS = ("put_file", "has_file")
+
+
+def count_calls(backend: str, n: int = 20) -> dict[str, float]:
+    """Storage calls per ``build_step`` of a fresh no-op step that prints nothing (the mean
+    over ``n`` steps, after a warm-up). Local disk: Python's audit events (``open`` split by
+    read/write mode, links, unlinks, renames, mkdirs, listings, flocks; ``stat`` is not an audit
+    event). ``memory://``: calls to the file-system object's methods."""
+    _, steps, _ = lowered("random", n + 5, seed=13)
+    counts: dict[str, int] = {}
+    with fresh_prefix(backend, "calls") as prefix:
+        location = open_prefix(prefix)
+        location.check_writable()
+        for spec in steps[:5]:
+            build.build_step(spec, location, decision=_planned(spec), upstream=[])
+        active = False
+        if backend == "local":
+
+            def hook(event: str, args: tuple[Any, ...]) -> None:
+                if not active or event not in _LOCAL_EVENTS:
+                    return
+                if event == "open":
+                    mode = str(args[1]) if len(args) > 1 and args[1] is not None else "r"
+                    writes = any(c in mode for c in "wax+") or (
+                        isinstance(args[2], int) and args[2] & (os.O_WRONLY | os.O_RDWR)
+                    )
+                    event = "open for writing" if writes else "open for reading"
+                counts[event] = counts.get(event, 0) + 1
+
+            sys.addaudithook(hook)  # cannot be removed: `active` switches it off
+        else:
+            fs = location.fs
+            for name in _MEMORY_CALLS:
+                real = getattr(fs, name)
+
+                def counted(*a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
+                    if active:
+                        counts[_name] = counts.get(_name, 0) + 1
+                    return _real(*a, **k)
+
+                setattr(fs, name, counted)
+            for name in _LOCATION_CALLS:
+                real = getattr(location, name)
+
+                def counted_put(*a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
+                    if active:
+                        counts[_name] = counts.get(_name, 0) + 1
+                    return _real(*a, **k)
+
+                object.__setattr__(location, name, counted_put)  # a frozen dataclass
+        active = True
+        try:
+            for spec in steps[5:]:
+                build.build_step(spec, location, decision=_planned(spec), upstream=[])
+        finally:
+            active = False
+            if backend != "local":
+                for name in _MEMORY_CALLS:
+                    delattr(location.fs, name)
+    return {name: count / n for name, count in sorted(counts.items())}

@@ -28,6 +28,9 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import tables  # noqa: E402  (benchmarks/ is not a package)
+
 SECTIONS = (
     "overhead",
     "dispatch",
@@ -37,7 +40,9 @@ SECTIONS = (
     "rss",
     "airflow",
     "prefect",
+    "peer",
     "commit",
+    "calls",
 )
 
 
@@ -50,12 +55,22 @@ class Row:
     target: str = ""
     met: bool | None = None
     note: str = ""
+    key: str = ""
+    """A size-independent name of the target this row is judged against (``overhead.local``)."""
+
+
+QUICK_SLACK = 2.0
+"""``--quick`` (CI) allows this factor on every target: CI machines are noisy, and the quick
+sizes are smaller; a 10x regression still fails."""
 
 
 class Harness:
-    def __init__(self, quick: bool, deadline: float) -> None:
+    def __init__(self, quick: bool, deadline: float, known: dict[str, float] | None = None) -> None:
         self.quick = quick
         self.deadline = deadline
+        self.known = known or {}
+        """Targets the committed full run missed: key -> its measured value (quick mode only)."""
+        self.missed: list[str] = []
         self.rows: list[Row] = []
         self.raw: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
@@ -92,6 +107,37 @@ class Harness:
         result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
         self.raw.setdefault(name, []).append({"args": args, "result": result})
         return result
+
+    def judge(
+        self,
+        section: str,
+        metric: str,
+        value: float,
+        unit: str,
+        key: str,
+        limit: float,
+        op: str = "<=",
+        note: str = "",
+    ) -> None:
+        """A row checked against a target: exactly in a full run, loosely in ``--quick``.
+
+        ``--quick`` allows ``QUICK_SLACK`` x the target, or x the committed full run's value when
+        that run already missed the target (a known miss, documented in the README), so CI fails
+        on a regression, not on a known miss. A quick-mode miss makes the run exit non-zero.
+        """
+        higher = op == ">="
+        bound, target = limit, f"{op} {limit:g}"
+        if self.quick:
+            base = limit
+            known = self.known.get(key)
+            if known is not None and (known < limit if higher else known > limit):
+                base = known
+            bound = base / QUICK_SLACK if higher else base * QUICK_SLACK
+            target += f" (quick: {op} {bound:.3g})"
+        met = value >= bound if higher else value <= bound
+        if self.quick and not met:
+            self.missed.append(f"{section}: {metric} = {value:.4g} {unit}, bound {bound:.3g}")
+        self.add(section, metric, value, unit, target, met, note, key)
 
     def add(self, *args: Any, **kwargs: Any) -> None:
         row = Row(*args, **kwargs)
@@ -143,29 +189,34 @@ def bench_overhead(h: Harness) -> None:
             previous = ms / 1e3
             per_step[backend][n] = ms
             target = 0.5 if backend == "local" else 0.15
-            judged = n == 10000 or (h.quick and n == sizes[-1])
-            h.add(
-                "overhead",
-                f"{backend} random n={n}",
-                ms,
-                "ms/step",
-                f"< {target} @10k" if judged else "",
-                (ms < target) if judged else None,
-                f"median of {reps}",
-            )
+            if n == 10000 or (h.quick and n == sizes[-1]):
+                h.judge(
+                    "overhead",
+                    f"{backend} random n={n}",
+                    ms,
+                    "ms/step",
+                    f"overhead.{backend}",
+                    target,
+                    note=f"median of {reps}",
+                )
+            else:
+                h.add(
+                    "overhead", f"{backend} random n={n}", ms, "ms/step", note=f"median of {reps}"
+                )
             if backend == "local":
                 rss[r["n"]] = (r["rss_start_kb"], r["rss_peak_kb"])
     for backend, by_n in per_step.items():
         ns = sorted(by_n)
         if len(ns) >= 2:
             ratio = by_n[ns[-1]] / by_n[ns[0]]
-            h.add(
+            h.judge(
                 "overhead",
                 f"{backend} linearity: per-step n={ns[-1]} / n={ns[0]}",
                 ratio,
                 "x",
-                "~1 (linear)",
-                ratio < 1.5,
+                f"overhead.{backend}.linearity",
+                1.5,
+                note="~1 is linear",
             )
     # The scheduler alone: the same graphs with build_step stubbed out (no storage at all).
     runs = [("random", n) for n in ([sizes[-1]] if h.quick else sizes)]
@@ -196,14 +247,14 @@ def bench_dispatch(h: Harness) -> None:
     r = h.worker("dispatch", 120, n=n, reps=1 if h.quick else 3)
     if r:
         wall = r["run_median_s"]
-        h.add(
+        h.judge(
             "dispatch",
-            f"chain n={n} memory://",
-            wall,
+            f"chain n={n} memory://, scaled to n=2000" if n != 2000 else f"chain n={n} memory://",
+            wall * 2000 / n,
             "s",
-            "< 1 s @2000" if h.quick else "< 1 s",
-            wall * 2000 / n < 1,
-            "the whole chain, incl. each step's commit",
+            "dispatch.chain",
+            1.0,
+            note="the whole chain, incl. each step's commit",
         )
     n = 2000
     r = h.worker("dispatch", 60, n=n, reps=3, stub=True)
@@ -231,25 +282,23 @@ def bench_lowering(h: Harness) -> None:
             us = r["lower_median_s"] / n * 1e6
             kb = r["traced_peak_bytes"] / n / 1024
             per_step[n] = (us, kb)
-            big = n == sizes[-1]
-            h.add(
-                "lowering",
-                f"{kind} n={n}",
-                us,
-                "us/step",
-                "< 30" if big else "",
-                (us < 30) if big else None,
-                f"traced peak {kb:.2f} KiB/step; no RecursionError",
-            )
+            note = f"traced peak {kb:.2f} KiB/step; no RecursionError"
+            if n == sizes[-1]:
+                h.judge(
+                    "lowering", f"{kind} n={n}", us, "us/step", f"lowering.{kind}", 30, "<=", note
+                )
+            else:
+                h.add("lowering", f"{kind} n={n}", us, "us/step", note=note)
         if len(per_step) == 2:
             (a, b) = sorted(per_step)
-            h.add(
+            h.judge(
                 "lowering",
                 f"{kind} memory linearity: KiB/step n={b} / n={a}",
                 per_step[b][1] / per_step[a][1],
                 "x",
-                "~1 (linear)",
-                per_step[b][1] / per_step[a][1] < 1.3,
+                f"lowering.{kind}.memory",
+                1.3,
+                note="~1 is linear",
             )
 
 
@@ -289,15 +338,24 @@ def bench_cached(h: Harness) -> None:
         reps=1 if h.quick else 3,
     )
     if r:
-        h.add(
-            "cached",
-            f"plan n={r['n']} @20ms/call",
-            r["plan_s"],
-            "s",
-            "< 3 s" if not h.quick else "",
-            (r["plan_s"] < 3) if r["n"] >= 1000 else None,
-            f"{r['plan_calls']} storage calls",
-        )
+        if r["n"] >= 1000:
+            h.judge(
+                "cached",
+                f"plan n={r['n']} @20ms/call",
+                r["plan_s"],
+                "s",
+                "cached.plan_latency",
+                3.0,
+                note=f"{r['plan_calls']} storage calls",
+            )
+        else:
+            h.add(
+                "cached",
+                f"plan n={r['n']} @20ms/call",
+                r["plan_s"],
+                "s",
+                note=f"{r['plan_calls']} storage calls",
+            )
         h.add(
             "cached",
             f"serial check n={r['n']} @20ms/call (est.)",
@@ -336,13 +394,13 @@ def bench_makespan(h: Harness) -> None:
             )
             for order in ("longest-path", "fifo")
         }
-        h.add(
+        h.judge(
             "makespan",
             f"efficiency max_concurrent={mc} longest-path",
             eff["longest-path"],
             "x",
-            "<= 1.05",
-            eff["longest-path"] <= 1.05,
+            f"makespan.mc{mc}",
+            1.05,
         )
         h.add(
             "makespan",
@@ -351,6 +409,41 @@ def bench_makespan(h: Harness) -> None:
             "x",
             note=f"fifo/longest-path = {eff['fifo'] / eff['longest-path']:.3f}",
         )
+
+
+CALL_REASONS = {
+    "open for writing": "the lease's temporary file (then hard-linked into place), the lease "
+    "guard (flock) at commit and at release, the record's temporary file; a first write into a "
+    "new folder fails once and is retried after the mkdir",
+    "open for reading": "the record re-check after taking the lease, the lease read back at "
+    "commit (proof of ownership) and at release",
+    "os.link": "the lease, created atomically (fails if another runner holds it)",
+    "os.rename": "the record's temporary file renamed into place: the commit point",
+    "os.remove": "the lease's temporary file, the lease at release, and the old status and "
+    "record (a failed unlink when there is none, cheaper than a stat first)",
+    "os.mkdir": "the step's metadata folder and its parents, and the output's parent folder",
+    "os.listdir": "the metadata folder, for temporary files a crashed record write left",
+    "fcntl.flock": "lock and unlock the lease guard, at commit and at release",
+    "cat_file": "the status (an earlier attempt?), the record re-check after taking the lease, "
+    "the new lease read back (a store that ignores create-if-absent is caught), the lease "
+    "read back at commit (proof of ownership) and at release",
+    "rm_file": "the old record (an earlier build?) and the lease at release",
+    "put_file": "the lease (create-if-absent) and the record (the commit point)",
+    "has_file": "does the lease exist: an O(1) check instead of fsspec's scan of the whole store",
+    "pipe_file": "a conditional create (the lease)",
+}
+
+
+def bench_calls(h: Harness) -> None:
+    """The storage calls one build of a silent no-op step makes: the documented budget."""
+    r = h.worker("calls", 120)
+    if not r:
+        return
+    for backend in ("local", "memory"):
+        for name, count in r[backend].items():
+            h.add(
+                "calls", f"{backend}: {name}", count, "calls/step", note=CALL_REASONS.get(name, "")
+            )
 
 
 def bench_commit(h: Harness) -> None:
@@ -366,6 +459,17 @@ def bench_commit(h: Harness) -> None:
             continue
         base = results["baseline"]
         for name, ms in results.items():
+            if backend == "local" and name == "baseline":
+                h.judge(
+                    "commit",
+                    "local: build_step, baseline",
+                    ms,
+                    "ms/step",
+                    "commit.local_serial",
+                    0.25,
+                    note="serially, no threads",
+                )
+                continue
             h.add(
                 "commit",
                 f"{backend}: build_step, {name}",
@@ -400,13 +504,14 @@ def bench_rss(h: Harness) -> None:
         if len(points) >= 2:
             (n0, s0, p0), (n1, s1, p1) = points[0], points[-1]
             ratio = ((p1 - s1) / n1) / ((p0 - s0) / n0)
-            h.add(
+            h.judge(
                 "rss",
                 f"RSS per step n={n1} / n={n0} ({label})",
                 ratio,
                 "x",
-                "~1 (linear)",
-                ratio < 1.5,
+                f"{key}.linearity",
+                1.5,
+                note="~1 is linear",
             )
 
 
@@ -426,17 +531,115 @@ def bench_prefect(h: Harness) -> None:
     except ImportError as exc:
         h.add("prefect", "compiled/plain", None, "x", note=f"adapter not importable: {exc}")
         return
-    r = h.worker("prefect", 300, n=200, reps=2)
+    reps = 4
+    r = h.worker("prefect", 420, n=200, reps=reps, idle_gap_s=2.0)
     if not r:
         return
-    m = r["medians"]
+    m, times = r["medians"], r["times"]
+
+    def spread(values: list[float]) -> str:
+        return f"min {min(values):.3g}, max {max(values):.3g}, {len(values)} runs"
+
     h.add("prefect", "server startup", r["startup_s"], "s")
-    h.add("prefect", "compiled flow n=200", m["compiled"], "s")
-    h.add("prefect", "hand-written plain flow n=200", m["plain"], "s")
-    h.add("prefect", "local StepRunner n=200", m["local"], "s")
-    ratio = m["compiled"] / m["plain"]
-    h.add("prefect", "compiled / plain", ratio, "x", "<= 1.1", ratio <= 1.1)
+    h.add("prefect", "compiled flow n=200", m["compiled"], "s", note=spread(times["compiled"]))
+    h.add("prefect", "hand-written plain flow n=200", m["plain"], "s", note=spread(times["plain"]))
+    h.add("prefect", "local StepRunner n=200", m["local"], "s", note=spread(times["local"]))
+    ratios = r["compiled_over_plain"]
+    ratio = statistics.median(ratios)
+    h.judge(
+        "prefect",
+        "compiled / plain",
+        ratio,
+        "x",
+        "prefect.compiled_over_plain",
+        1.1,
+        note=f"median of per-round ratios ({spread(ratios)}); random order, "
+        f"{r['idle_gap_s']:.0f} s idle before each run",
+    )
     h.add("prefect", "local StepRunner / plain Prefect", m["local"] / m["plain"], "x")
+
+
+PEER_TARGETS = (("chain", 20, 500.0), ("fan", 200, 20.0), ("random", 200, 20.0))
+PEER_INSTALL = (
+    "install it into its own venv with `PEER_DIR=DIR ../shared/peers/setup-marin-peer.sh` "
+    "(never into this project's venv) and set MARIN_PEER_PYTHON=DIR/venv/bin/python"
+)
+
+
+def peer_python() -> str | None:
+    """The peer venv's interpreter: $MARIN_PEER_PYTHON, else the setup script's default."""
+    default = os.path.join(os.environ.get("TMPDIR", "/tmp"), "marinpeer", "venv", "bin", "python")
+    path = os.environ.get("MARIN_PEER_PYTHON") or default
+    return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
+def bench_peer(h: Harness) -> None:
+    """Marin's own StepRunner (PyPI marin-core) vs ours, same graphs, side by side: optional."""
+    python = peer_python()
+    if h.quick or python is None:
+        why = "skipped in --quick" if h.quick else f"peer not installed: {PEER_INSTALL}"
+        h.add("peer", "Marin StepRunner / ours", None, "x", note=why)
+        return
+    sys.path.insert(0, HERE)
+    import graphs
+
+    from marin.execution.graph import collect_steps
+    from marin.execution.lazy import lower
+
+    for kind, n, target in PEER_TARGETS:
+        _, targets = graphs.make(kind, n)
+        steps = collect_steps(lower(targets, memo={}))
+        index = {s.output_path: i for i, s in enumerate(steps)}
+        edges = [
+            [s.step_id.replace("@", "-"), [index[d.output_path] for d in s.deps]] for s in steps
+        ]
+        reps = 1 if kind == "chain" else 2
+        args = json.dumps({"steps": edges, "reps": reps, "max_concurrent": 8})
+        try:
+            proc = subprocess.run(
+                [python, "-I", os.path.join(HERE, "peer_marin.py"), args],
+                capture_output=True,
+                text=True,
+                timeout=max(1.0, min(180.0, h.remaining())),
+                env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")},
+                cwd=tempfile.gettempdir(),
+            )
+        except subprocess.TimeoutExpired:
+            h.add("peer", f"Marin StepRunner {kind} n={n}", None, "s", note="timed out")
+            continue
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            h.add("peer", f"Marin StepRunner {kind} n={n}", None, "s", note=" ".join(tail))
+            continue
+        peer = json.loads(proc.stdout.strip().splitlines()[-1])
+        h.raw.setdefault("peer", []).append({"kind": kind, "n": n, "result": peer})
+        ours = h.worker("overhead", 120, backend="local", n=n, reps=3, kind=kind)
+        if not ours:
+            continue
+        h.add(
+            "peer",
+            f"Marin StepRunner {kind} n={n}",
+            peer["run_median_s"],
+            "s",
+            note=f"median of {reps}; marin-core, max_concurrent=8, local disk",
+        )
+        h.add(
+            "peer",
+            f"ours {kind} n={n}",
+            ours["run_median_s"],
+            "s",
+            note="median of 3; max_concurrent=8, local disk",
+        )
+        ratio = peer["run_median_s"] / ours["run_median_s"]
+        h.judge(
+            "peer",
+            f"speed-up vs Marin StepRunner {kind} n={n}",
+            ratio,
+            "x",
+            f"peer.{kind}",
+            target,
+            ">=",
+        )
 
 
 def bench_airflow(h: Harness) -> None:
@@ -481,15 +684,32 @@ def bench_airflow(h: Harness) -> None:
     if r:
         for n, path in files:
             f = r["files"][path]
-            h.add(
-                "airflow",
-                f"DagBag parse n={n}",
-                f["median_s"],
-                "s",
-                "<= 2 s" if n == 2000 else "",
-                (f["median_s"] <= 2) if n == 2000 else None,
-                f"{f['tasks']} tasks",
-            )
+            limit = {2000: 2.0, 10000: 5.0}.get(n)
+            note = f"{f['tasks']} tasks; Airflow's import adds {r['import_s']:.2f} s"
+            if n == 10000:
+                total = f["median_s"] + r["import_s"]
+                h.add("airflow", f"DagBag parse n={n}", f["median_s"], "s", note=note)
+                h.judge(
+                    "airflow",
+                    f"DagBag parse n={n} incl. Airflow's import",
+                    total,
+                    "s",
+                    "airflow.parse10k",
+                    5.0,
+                    note=f"{f['tasks']} tasks",
+                )
+            elif limit is not None:
+                h.judge(
+                    "airflow",
+                    f"DagBag parse n={n}",
+                    f["median_s"],
+                    "s",
+                    f"airflow.parse{n}",
+                    limit,
+                    note=note,
+                )
+            else:
+                h.add("airflow", f"DagBag parse n={n}", f["median_s"], "s", note=note)
     try:
         if not h.quick:
             bench_airflow_dags_test(h, home, env)
@@ -521,13 +741,17 @@ def bench_airflow_dags_test(h: Harness, home: str, env: dict[str, str]) -> None:
     env["MARIN_PREFIX"] = os.path.join(home, "artifacts")
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
     t0 = time.perf_counter()
-    migrate = subprocess.run(
-        [airflow, "db", "migrate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=max(10, min(180, h.remaining())),
-    )
+    try:
+        migrate = subprocess.run(
+            [airflow, "db", "migrate"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=max(10, min(180, h.remaining())),
+        )
+    except subprocess.TimeoutExpired:
+        h.add("airflow", "db migrate", None, "s", note="timed out (out of budget)")
+        return
     migrate_s = time.perf_counter() - t0
     if migrate.returncode != 0:
         h.add("airflow", "db migrate", None, "s", note=migrate.stderr.strip()[-300:])
@@ -580,7 +804,9 @@ BENCHES = {
     "makespan": bench_makespan,
     "rss": bench_rss,
     "commit": bench_commit,
+    "calls": bench_calls,
     "prefect": bench_prefect,
+    "peer": bench_peer,
     "airflow": bench_airflow,
 }
 
@@ -599,47 +825,52 @@ def print_table(rows: list[Row]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
-def markdown(rows: list[Row], meta: dict[str, Any]) -> str:
-    """The results as a Markdown table, for the README's Performance section."""
-    lines = [
-        f"Run {meta['date']} ({meta['mode']}), {meta['cores']} cores {meta['machine']}, "
-        f"Python {meta['python']}, load average {meta['load_before'][0]:.1f} before / "
-        f"{meta['load_after'][0]:.1f} after, {meta['total_s']:.0f} s in all.",
-        "",
-        "| section | metric | median | unit | target | met | note |",
-        "| --- | --- | ---: | --- | --- | --- | --- |",
-    ]
-    for r in rows:
-        value = "-" if r.value is None else f"{r.value:.4g}"
-        met = {True: "yes", False: "**no**", None: ""}[r.met]
-        cells = [r.section, r.metric, value, r.unit, r.target, met, r.note]
-        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, no engines: < 1 minute")
     parser.add_argument("--output", default=os.path.join(HERE, "results.json"), help="JSON path")
-    parser.add_argument("--markdown", default=None, help="also write the table as Markdown here")
+    parser.add_argument(
+        "--markdown",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FILE",
+        help="rewrite the generated tables in README.md and benchmarks/README.md from the "
+        "results written (and also write the full table to FILE, if given)",
+    )
+    parser.add_argument(
+        "--merge-into",
+        default=None,
+        metavar="RESULTS",
+        help="replace only the sections run here in RESULTS (a full run whose later sections "
+        "ran out of budget); the run line names the re-run sections and when",
+    )
+    parser.add_argument(
+        "--tables-only",
+        action="store_true",
+        help="run nothing: rewrite the README tables from --output (default: the committed "
+        "benchmarks/results.json)",
+    )
     parser.add_argument(
         "--only", default="", help=f"comma-separated sections: {', '.join(SECTIONS)}"
     )
     parser.add_argument(
-        "--budget", type=float, default=None, help="seconds (default 55 quick, 570 full)"
+        "--budget", type=float, default=None, help="seconds (default 55 quick, 900 full)"
     )
     args = parser.parse_args(argv)
+    if args.tables_only:
+        return write_tables(tables.load(args.output), args.markdown or "")
     sections = [s for s in args.only.split(",") if s] or list(SECTIONS)
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown sections: {', '.join(unknown)}")
-    if "cached" in sections or "rss" in sections:
-        sections = list(dict.fromkeys(["overhead", *sections]))  # they reuse its measurements
-    budget = args.budget or (55.0 if args.quick else 570.0)
+    if "rss" in sections:
+        sections = list(dict.fromkeys(["overhead", *sections]))  # it reuses its measurements
+    budget = args.budget or (55.0 if args.quick else 900.0)
     started = time.monotonic()
-    h = Harness(args.quick, started + budget)
+    h = Harness(args.quick, started + budget, known_misses(os.path.join(HERE, "results.json")))
     load_before = os.getloadavg()
     print(
         f"marin-execution benchmarks ({'quick' if args.quick else 'full'}); "
@@ -674,17 +905,70 @@ def main(argv: list[str] | None = None) -> int:
         "errors": h.errors,
         "raw": h.raw,
     }
+    if args.merge_into:
+        out = merge(tables.load(args.merge_into), out, [s for s in SECTIONS if s in sections])
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)
         f.write("\n")
     print(f"wrote {args.output}")
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(markdown(h.rows, out["meta"]))
-        print(f"wrote {args.markdown}")
-    # A crash fails the run (CI keeps the benchmarks from rotting); a slow machine does not.
-    return 1 if h.failed else 0
+    if args.markdown is not None:
+        write_tables(json.loads(json.dumps(out)), args.markdown)
+    if h.missed:
+        print("\ntargets missed beyond the --quick slack (a regression?):")
+        for line in h.missed:
+            print(f"  {line}")
+    # A crash fails the run (CI keeps the benchmarks from rotting), and so does a quick-mode
+    # target miss beyond the slack; a full run reports misses in its table and README.
+    return 1 if h.failed or h.missed else 0
+
+
+def merge(base: dict[str, Any], new: dict[str, Any], sections: list[str]) -> dict[str, Any]:
+    """``base`` with the rows, errors and raw data of ``sections`` taken from ``new``."""
+    rows = [r for r in base["rows"] if r["section"] not in sections]
+    rows += [r for r in new["rows"] if r["section"] in sections]
+    order = {name: i for i, name in enumerate(SECTIONS)}
+    rows.sort(key=lambda r: order.get(r["section"], len(order)))  # stable within a section
+    meta = dict(base["meta"])
+    meta["merged"] = [
+        *meta.get("merged", []),
+        {
+            "sections": sections,
+            "date": new["meta"]["date"],
+            "load_before": new["meta"]["load_before"],
+            "load_after": new["meta"]["load_after"],
+            "total_s": new["meta"]["total_s"],
+        },
+    ]
+    errors = {k: v for k, v in base.get("errors", {}).items() if not k.startswith(tuple(sections))}
+    errors.update(new.get("errors", {}))
+    raw = {**base.get("raw", {}), **new.get("raw", {})}
+    return {"meta": meta, "rows": rows, "errors": errors, "raw": raw}
+
+
+def known_misses(path: str) -> dict[str, float]:
+    """Targets the committed full run missed (key -> measured value): quick mode's baseline."""
+    try:
+        results = tables.load(path)
+    except (OSError, ValueError):
+        return {}
+    if results.get("meta", {}).get("mode") != "full":
+        return {}
+    return {
+        r["key"]: r["value"]
+        for r in results.get("rows", [])
+        if r.get("key") and r.get("met") is False and r.get("value") is not None
+    }
+
+
+def write_tables(results: dict[str, Any], markdown_file: str) -> int:
+    if markdown_file:
+        with open(markdown_file, "w") as f:
+            f.write(tables.full_table(results) + "\n")
+        print(f"wrote {markdown_file}")
+    for path in tables.write(results):
+        print(f"rewrote the generated tables in {os.path.relpath(path, ROOT)}")
+    return 0
 
 
 if __name__ == "__main__":

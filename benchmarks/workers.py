@@ -326,7 +326,7 @@ def dispatch(n: int, reps: int, stub: bool = False) -> dict[str, Any]:
 # --- engines -----------------------------------------------------------------------------------
 
 
-def prefect(n: int, reps: int, max_concurrent: int = 8) -> dict[str, Any]:
+def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0) -> dict[str, Any]:
     """The compiled flow vs a hand-written plain Prefect flow vs the local StepRunner."""
     from marin_prefect.testing import isolate_prefect_home, start_harness
 
@@ -390,17 +390,30 @@ def prefect(n: int, reps: int, max_concurrent: int = 8) -> dict[str, Any]:
     for name, fn in variants.items():
         with fresh_prefix("local", f"pf-warm-{name}") as prefix:
             fn(prefix)
+    # Run order biases the result: a flow run right after a 200-task flow is slower while the
+    # Prefect server catches up. So every round runs the variants in a fresh random order
+    # (seeded) and waits an idle gap before each timed run.
+    rng = random.Random(11)
+    orders: list[list[str]] = []
     for rep in range(reps):
-        for name, fn in variants.items():
+        order = list(variants)
+        rng.shuffle(order)
+        orders.append(order)
+        for name in order:
+            time.sleep(idle_gap_s)
             with fresh_prefix("local", f"pf-{name}-{rep}") as prefix:
                 t0 = time.perf_counter()
-                fn(prefix)
+                variants[name](prefix)
                 times[name].append(time.perf_counter() - t0)
+    ratios = [c / p for c, p in zip(times["compiled"], times["plain"], strict=True)]
     return {
         "n": len(steps),
         "startup_s": startup,
         "times": times,
+        "orders": orders,
+        "idle_gap_s": idle_gap_s,
         "medians": {k: statistics.median(v) for k, v in times.items()},
+        "compiled_over_plain": ratios,
     }
 
 
@@ -440,6 +453,12 @@ def airflow_parse(files: Sequence[str], reps: int) -> dict[str, Any]:
     return out
 
 
+def calls() -> dict[str, Any]:
+    import commit_cost
+
+    return commit_cost.calls_worker()
+
+
 def commit(n_local: int, n_memory: int, reps: int) -> dict[str, Any]:
     import commit_cost
 
@@ -448,6 +467,7 @@ def commit(n_local: int, n_memory: int, reps: int) -> dict[str, Any]:
 
 WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
     "commit": commit,
+    "calls": calls,
     "cached": cached,
     "overhead": overhead,
     "lowering": lowering,

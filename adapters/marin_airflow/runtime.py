@@ -98,10 +98,56 @@ def targets_for(target: str) -> list[Any]:
         return _targets[target]
 
 
+_handles: dict[str, list[Any]] = {}
+"""Per process: resolved target -> its handles (the pipeline file runs once per process)."""
+_memos: dict[str, dict[Any, Any]] = {}
+"""Per process: resolved target -> the ``lower`` memo, so each step is lowered at most once."""
+
+
+def step_for(target: str, step: str) -> Any | None:
+    """The ``StepSpec`` of one step, lowering only it and its ancestors; None if absent.
+
+    A task of a 10,000-step DAG builds one step: lowering the whole graph for it (as
+    ``steps_for`` does) costs every task O(graph). This walks the handles from the targets to
+    the one named ``step`` and lowers just that handle, which lowers its dependencies and
+    nothing else. The handles and the lowering memo are kept per process, so several tasks in
+    one worker share the work.
+    """
+    with _lock:
+        cached = _lowered.get(target)
+        if cached is not None:
+            return cached.get(step)
+        handles = _handles.get(target)
+        if handles is None:
+            from marin.execution.targets import load_target
+
+            handles = _handles[target] = list(load_target(target))
+        memo = _memos.setdefault(target, {})
+    found: Any = None
+    stack, seen = list(handles), set()
+    while stack:  # iterative: a 100,000-deep chain has no recursion limit to hit
+        handle = stack.pop()
+        if id(handle) in seen:
+            continue
+        seen.add(id(handle))
+        if handle.step_id == step:
+            found = handle
+            break
+        stack.extend(handle.deps)
+    if found is None:
+        return None
+    from marin.execution.lazy import lower
+
+    with _lock:  # the memo is shared by this process's tasks
+        return lower(found, memo=memo)
+
+
 def clear_cache() -> None:
     with _lock:
         _lowered.clear()
         _targets.clear()
+        _handles.clear()
+        _memos.clear()
 
 
 def _airflow_context() -> Any | None:

@@ -63,8 +63,11 @@ def _record(prefix: Path, output_path: str) -> dict[str, Any]:
 
 
 def _status(prefix: Path, output_path: str) -> str:
-    with open(prefix / f"{output_path}.marin" / "status.json") as f:
-        return str(json.load(f)["state"])
+    """The step's state as Marin's readers see it (lease, status file, record)."""
+    from marin.execution.records import read_status
+    from marin.execution.storage import open_prefix
+
+    return str((read_status(open_prefix(str(prefix)), output_path) or {}).get("state"))
 
 
 def _fail_msg(proc: subprocess.CompletedProcess[str]) -> str:

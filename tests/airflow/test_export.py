@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -112,20 +114,21 @@ _DATA_NAMES = [
 
 
 def _structure(text: str) -> tuple[ast.Module, dict[str, object]]:
-    """Check the file is exactly: docstring, the 4 imports, data assignments, one ``with``."""
+    """Check the file is exactly: docstring, the 5 imports, data assignments, one ``with``."""
     tree = ast.parse(text)
     body = tree.body
     assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
     assert body[0].value.value == ast.literal_eval(_HEADER)  # the fixed docstring
-    imports = [ast.unparse(node) for node in body[1:5]]
+    imports = [ast.unparse(node) for node in body[1:6]]
     assert imports == [
         "from __future__ import annotations",
         "import datetime",
-        "from airflow.sdk import DAG, Param, literal, task",
+        "from airflow.providers.standard.operators.python import PythonOperator",
+        "from airflow.sdk import DAG, Param, literal",
         "from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement",
     ]
     data: dict[str, object] = {}
-    for node in body[5:-1]:
+    for node in body[6:-1]:
         assert isinstance(node, ast.Assign), ast.dump(node)
         (name,) = node.targets
         assert isinstance(name, ast.Name)
@@ -440,3 +443,88 @@ def test_prefix_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MARIN_PREFIX")
     assert runtime.choose_prefix(None, "/baked") == "/baked"
     assert runtime.choose_prefix(None, None) is None
+
+
+# --- edges at scale: Airflow's own parse and serialization -----------------------------------
+
+
+def _random_steps(n: int, seed: int) -> list[StepInfo]:
+    """A random DAG with fan-in and fan-out: each step depends on up to 3 earlier ones."""
+    rng = random.Random(seed)
+    steps = []
+    for i in range(n):
+        deps = {f"g/s{rng.randrange(i)}@v0" for _ in range(rng.randint(0, 3))} if i else set()
+        steps.append(StepInfo(f"g/s{i}@v0", f"{i:064x}", tuple(sorted(deps))))
+    return steps
+
+
+def test_edges_equal_airflow_wiring_through_dagbag_and_serialization(tmp_path: Path) -> None:
+    """The generated file wires edges without ``>>`` (which hashes the whole DAG per edge, so
+    O(tasks x edges)); Airflow's ``DagBag`` must still see exactly the graph's edges, both ways,
+    the same as ``>>`` gives, and they must survive ``DagSerialization``'s round trip (which
+    stores only downstream ids), as the DAG processor stores the DAG."""
+    pytest.importorskip("airflow.sdk")
+    tasks = plan_tasks(_random_steps(400, seed=7))
+    n_edges = sum(len(t.upstream) for t in tasks)
+    assert n_edges > 500
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    path = dags / "edges.py"
+    path.write_text(render_dag("x.py:p", tasks, DagOptions(dag_id="edges")), encoding="utf-8")
+    env = dict(os.environ)
+    env.update(
+        AIRFLOW_HOME=str(tmp_path / "home"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_FOLDER=str(dags),
+        AIRFLOW__CORE__UNIT_TEST_MODE="False",
+    )
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "edges_check.py"), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("EDGES-JSON "))
+    out = json.loads(line[len("EDGES-JSON ") :])
+    assert out["tasks"] == len(tasks) == 400
+    expected_up = {t.task_id: sorted(t.upstream) for t in tasks}
+    expected_down: dict[str, list[str]] = {t.task_id: [] for t in tasks}
+    for t in tasks:
+        for u in t.upstream:
+            expected_down[u].append(t.task_id)
+    assert out["parsed"] == {
+        "upstream": expected_up,
+        "downstream": {k: sorted(v) for k, v in expected_down.items()},
+    }
+    for key in ("parsed_round_trip", "reference", "reference_round_trip"):
+        assert out[key] == out["parsed"], key
+    assert out["roots"] == out["reference_roots"] and out["leaves"] == out["reference_leaves"]
+    assert out["roots"] == sorted(t.task_id for t in tasks if not t.upstream)
+    # Linear: parsing hashes the DAG a constant number of times, `>>` at least once per edge.
+    assert out["reference_dag_hash_calls"] >= n_edges
+    assert out["dag_hash_calls"] <= 20, out["dag_hash_calls"]
+
+
+def test_runtime_step_for_lowers_only_the_steps_ancestors() -> None:
+    """A task builds one step: it must not lower the whole graph (a 10k-step DAG per task)."""
+    from marin.execution.graph import collect_steps
+    from marin.execution.step_spec import StepSpec
+
+    runtime.clear_cache()
+    from marin_airflow.export import lower_target
+
+    everything = {s.step_id: s for s in collect_steps(lower_target(TOY))}
+    assert len(everything) >= 4
+    # A step with ancestors but not the whole graph behind it.
+    leafish = next(
+        s for s in everything.values() if s.deps and len(collect_steps([s])) < len(everything)
+    )
+    spec = runtime.step_for(TOY, leafish.step_id)
+    assert spec is not None and spec.fingerprint == leafish.fingerprint
+    ancestors = {s.step_id for s in collect_steps([spec])}
+    lowered = {v.step_id for v in runtime._memos[TOY].values() if isinstance(v, StepSpec)}
+    assert lowered == ancestors and len(lowered) < len(everything)
+    assert runtime.step_for(TOY, "af/none@v9") is None
+    runtime.clear_cache()

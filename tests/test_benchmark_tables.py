@@ -1,0 +1,147 @@
+"""The performance numbers in README.md and benchmarks/README.md come from results.json only.
+
+``benchmarks/run.py --markdown`` writes the tables between marker comments; these tests fail
+when the committed README text differs from what ``benchmarks/tables.py`` makes from the
+committed ``benchmarks/results.json``, or when prose around the tables carries a measured number.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tables() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "benchmarks" / "tables.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tables = _tables()
+
+
+def test_readme_tables_equal_what_the_script_makes_from_the_committed_results() -> None:
+    results = tables.load(str(ROOT / "benchmarks" / "results.json"))
+    for path, text in tables.expected(results, str(ROOT)).items():
+        on_disk = Path(path).read_text(encoding="utf-8")
+        assert on_disk == text, (
+            f"{Path(path).relative_to(ROOT)} differs from benchmarks/results.json: run "
+            "`.venv/bin/python benchmarks/run.py --tables-only --markdown`"
+        )
+
+
+def test_every_judged_row_of_the_committed_run_is_in_the_readme() -> None:
+    """Not vacuous: the committed run has targets, and each one's value is shown."""
+    results = tables.load(str(ROOT / "benchmarks" / "results.json"))
+    judged = [r for r in results["rows"] if r.get("met") is not None]
+    assert len(judged) >= 10
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for row in judged:
+        assert f"| {row['metric']} | {row['value']:.4g} {row['unit']} |" in readme, row["metric"]
+
+
+_MEASURED = re.compile(r"\b\d+(\.\d+)?\s?(ms|us|s|x|MiB|KiB|%)(?![\w-])")
+
+
+def _performance_prose(text: str, start: str, stop: str | None) -> str:
+    section = text[text.index(start) :]
+    if stop is not None:
+        section = section[: section.index(stop)]
+    section = tables.strip_blocks(section)
+    return re.sub(r"```.*?```", "", section, flags=re.S)  # commands, not claims
+
+
+def test_no_measured_number_is_written_by_hand() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    bench = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    for name, prose in (
+        ("README.md Performance", _performance_prose(readme, "## Performance", "\n## ")),
+        (
+            "benchmarks/README.md results",
+            _performance_prose(bench, "## Latest full run", "## Files"),
+        ),
+    ):
+        found = [m.group(0) for m in _MEASURED.finditer(prose)]
+        assert not found, f"{name}: hand-written measurements {found}: generate them instead"
+
+
+def test_markdown_rewrites_only_the_blocks_and_is_idempotent(tmp_path: Path) -> None:
+    """On a copy of the READMEs: a changed result changes exactly its cells, nothing else."""
+    for rel in ("README.md", "benchmarks/README.md", "benchmarks/results.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    results = json.loads((tmp_path / "benchmarks" / "results.json").read_text())
+    changed = copy.deepcopy(results)
+    row = next(r for r in changed["rows"] if r.get("met") is not None)
+    row["value"], row["met"] = 123456.0, False
+    before = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert tables.write(changed, str(tmp_path))  # something changed
+    after = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert f"| {row['metric']} | 1.235e+05 {row['unit']} |" in after
+    assert tables.strip_blocks(after) == tables.strip_blocks(before)  # prose untouched
+    assert tables.write(changed, str(tmp_path)) == []  # idempotent
+
+
+def test_a_missing_marker_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="no block 'targets'"):
+        tables.fill("no markers here", {"targets": "x"}, "README.md")
+
+
+def _run_module() -> ModuleType:
+    if "bench_run" in sys.modules:
+        return sys.modules["bench_run"]
+    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "benchmarks" / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_run"] = module  # dataclasses look their module up while being defined
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_mode_judges_targets_with_slack_and_fails_a_tenfold_regression() -> None:
+    run = _run_module()
+    quick = run.Harness(quick=True, deadline=0.0)
+    quick.judge("overhead", "local", 0.9, "ms/step", "overhead.local", 0.5)  # within 2x
+    assert quick.rows[-1].met is True and not quick.missed
+    quick.judge("overhead", "local", 5.0, "ms/step", "overhead.local", 0.5)  # 10x
+    assert quick.rows[-1].met is False and len(quick.missed) == 1
+    quick.judge("peer", "chain", 300.0, "x", "peer.chain", 500.0, ">=")  # within 2x, higher-better
+    assert quick.rows[-1].met is True and len(quick.missed) == 1
+    # A known miss of the committed full run: the bound is 2x what that run measured.
+    known = run.Harness(quick=True, deadline=0.0, known={"overhead.local": 2.0})
+    known.judge("overhead", "local", 3.9, "ms/step", "overhead.local", 0.5)
+    assert known.rows[-1].met is True and not known.missed
+    known.judge("overhead", "local", 20.0, "ms/step", "overhead.local", 0.5)
+    assert known.rows[-1].met is False and known.missed
+    full = run.Harness(quick=False, deadline=0.0)
+    full.judge("overhead", "local", 0.6, "ms/step", "overhead.local", 0.5)  # exact in a full run
+    assert full.rows[-1].met is False and not full.missed  # reported, not a failure
+
+
+def test_merge_replaces_only_the_rerun_sections() -> None:
+    run = _run_module()
+    base = tables.load(str(ROOT / "benchmarks" / "results.json"))
+    new = {
+        "meta": {**base["meta"], "date": "later", "total_s": 1.0},
+        "rows": [{"section": "prefect", "metric": "compiled / plain", "value": 1.0, "unit": "x"}],
+        "errors": {},
+        "raw": {},
+    }
+    merged = run.merge(base, new, ["prefect"])
+    prefect = [r for r in merged["rows"] if r["section"] == "prefect"]
+    assert prefect == new["rows"]
+    others = [r for r in merged["rows"] if r["section"] != "prefect"]
+    assert others == [r for r in base["rows"] if r["section"] != "prefect"]
+    assert "Section(s) prefect re-run separately later" in tables.run_line(merged["meta"])
