@@ -7,7 +7,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +35,6 @@ def _placement(sandbox: Any, folder: Path) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("PLACEMENT-JSON "))
     return dict(json.loads(line[len("PLACEMENT-JSON ") :]))
-
-
-def _answers(url: str) -> bool:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def test_pool_slots_and_pod_quantities() -> None:
@@ -106,67 +94,27 @@ def test_scheduler_never_runs_more_gpu_work_than_the_pool_has_slots(
 ) -> None:
     """Conformance on a real scheduler (LocalExecutor): 4 one-GPU steps and a two-GPU step in a
     ``gpu`` pool of 2 slots. The observed GPUs in use peak at exactly 2."""
-    from marin_airflow.testing import AirflowSandbox, free_port, stop_process_group
+    from marin_airflow.testing import AirflowSandbox, AirflowServices
 
     calls = tmp_path / "calls.jsonl"
     monkeypatch.setenv(CALLS_ENV, str(calls))  # the same value when exporting and in workers
-    root = tmp_path / "standalone"
+    root = tmp_path / "services"
     box = AirflowSandbox(str(root), pythonpath=[str(ROOT)])
     box.migrate()
     dags, prefix = root / "dags", tmp_path / "prefix"
     result = build_export(f"{PIPELINES}:gpu_cap", str(dags), dag_id="gpu_cap", max_concurrent=8)
     write_export(result)
     assert {t.pool_slots for t in result.tasks} == {1, 2}
-    port = free_port()
-    env = box.env(
-        str(dags),
-        {
-            CALLS_ENV: str(calls),
-            "MARIN_PREFIX": str(prefix),
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(port),
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": "8",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-        },
-    )
-    pools = box.airflow("pools", "set", "gpu", "2", "GPUs", env=env, timeout=120)
+    pools = box.airflow("pools", "set", "gpu", "2", "GPUs", timeout=120)
     assert pools.returncode == 0, pools.stderr[-2000:]
-    log_path = tmp_path / "standalone.log"
-    log = open(log_path, "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "airflow", "standalone"],
-        env=env, cwd=box.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 180
-        while not box.query("SELECT dag_id FROM dag WHERE is_paused = 0"):
-            assert server.poll() is None, log_path.read_text()[-4000:]
-            assert time.monotonic() < deadline, "the DAG processor never registered the DAG"
-            time.sleep(1)
-        # Workers report to the API server: trigger only once it answers (on a loaded machine
-        # it comes up after the DAG processor, and tasks queued before then fail).
-        while not _answers(f"http://127.0.0.1:{port}/api/v2/monitor/health"):
-            assert server.poll() is None, log_path.read_text()[-4000:]
-            assert time.monotonic() < deadline, "the API server never answered"
-            time.sleep(1)
-        trigger = box.airflow("dags", "trigger", "gpu_cap", env=env, timeout=120)
-        assert trigger.returncode == 0, trigger.stdout[-3000:]
-        state: str | None = None
-        deadline = time.monotonic() + 300
-        while state not in ("success", "failed"):
-            assert time.monotonic() < deadline, f"DAG run still {state}"
-            time.sleep(1)
-            rows = box.query("SELECT state FROM dag_run WHERE dag_id = 'gpu_cap'")
-            state = rows[0][0] if rows else None
-        tasks = box.query("SELECT task_id, state FROM task_instance WHERE dag_id = 'gpu_cap'")
-        assert state == "success", f"{tasks}\n{log_path.read_text()[-6000:]}"
-    finally:
-        stop_process_group(server)
-        log.close()
+    services = AirflowServices(
+        box, str(dags), env={CALLS_ENV: str(calls), "MARIN_PREFIX": str(prefix)}, parallelism=8
+    )
+    with services:
+        services.wait_for_dags(["gpu_cap"])
+        run_id = services.trigger("gpu_cap")
+        state = services.wait_for_run("gpu_cap", run_id)
+        assert state == "success", services.log_tail(6000)
     timeline = rp.gpu_in_use(read_calls(str(calls)), rp.GPU_CAP)
     assert len(timeline) == 2 * len(rp.GPU_CAP)
     assert max(timeline) == 2, timeline  # never above the pool's 2 slots, and 2 reached
