@@ -42,10 +42,11 @@ def _reference(steps: dict[str, dict[str, Any]]) -> Any:
 
     with DAG(dag_id="reference", schedule=None, start_date=datetime.datetime(2024, 1, 1)) as dag:
         tasks = {
-            task_id: PythonOperator(task_id=task_id, python_callable=print) for task_id in steps
+            task_id: PythonOperator(task_id=task_id, python_callable=print)
+            for task_id in ["marin-plan", *steps]
         }
         for task_id, step in steps.items():
-            for upstream in step["upstream"]:
+            for upstream in step["upstream"] or ["marin-plan"]:  # the plan task runs first
                 tasks[upstream] >> tasks[task_id]
     return dag
 

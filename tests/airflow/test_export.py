@@ -488,12 +488,14 @@ def test_edges_equal_airflow_wiring_through_dagbag_and_serialization(tmp_path: P
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("EDGES-JSON "))
     out = json.loads(line[len("EDGES-JSON ") :])
-    assert out["tasks"] == len(tasks) == 400
-    expected_up = {t.task_id: sorted(t.upstream) for t in tasks}
+    assert out["tasks"] == len(tasks) + 1 == 401  # and marin-plan, upstream of every root step
+    expected_up = {t.task_id: sorted(t.upstream) or ["marin-plan"] for t in tasks}
+    expected_up["marin-plan"] = []
     expected_down: dict[str, list[str]] = {t.task_id: [] for t in tasks}
-    for t in tasks:
-        for u in t.upstream:
-            expected_down[u].append(t.task_id)
+    expected_down["marin-plan"] = []
+    for task_id, ups in expected_up.items():
+        for u in ups:
+            expected_down[u].append(task_id)
     assert out["parsed"] == {
         "upstream": expected_up,
         "downstream": {k: sorted(v) for k, v in expected_down.items()},
@@ -501,7 +503,7 @@ def test_edges_equal_airflow_wiring_through_dagbag_and_serialization(tmp_path: P
     for key in ("parsed_round_trip", "reference", "reference_round_trip"):
         assert out[key] == out["parsed"], key
     assert out["roots"] == out["reference_roots"] and out["leaves"] == out["reference_leaves"]
-    assert out["roots"] == sorted(t.task_id for t in tasks if not t.upstream)
+    assert out["roots"] == ["marin-plan"]
     # Linear: parsing hashes the DAG a constant number of times, `>>` at least once per edge.
     assert out["reference_dag_hash_calls"] >= n_edges
     assert out["dag_hash_calls"] <= 20, out["dag_hash_calls"]
