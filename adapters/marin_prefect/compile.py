@@ -298,6 +298,10 @@ def run_steps(
             return_state=False,
         )
         futures[path].wait()
+    # Served and pruned steps' task runs end at once, but the flow must not return (and have
+    # Prefect cancel them) before they have.
+    for future in futures.values():
+        future.wait()
 
     if state.failed:
         first_path, first = next(iter(state.failed.items()))
