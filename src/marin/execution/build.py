@@ -174,7 +174,9 @@ def build_step(
             record = read_record(location, spec.output_path)
         finally:
             lease.release()
-        if record is not None and record.fingerprint == spec.fingerprint:
+        # The runner that took over finished this very build: serve it, even if it was forced.
+        unforced = Policy(policy.on_drift, policy.force - {spec.step_id}, policy.cascade)
+        if record is not None and _served_from_other(spec, record, ups, unforced):
             log.info("skip %s: built by another runner", spec.step_id)
             return BuildOutcome(spec, BUILT_BY_OTHER, record, url, reason="built by another runner")
         raise
@@ -196,21 +198,26 @@ def _lease_and_build(
     try:
         crash_point("after-lease", spec.step_id)
         record = read_record(location, spec.output_path)
-        if _build_id(record) != _build_id(decision.record):
-            # Someone committed while we waited for the lease: decide again, on the record's own
-            # lineage (an upstream we rebuilt is a known build by now).
-            known = [
-                Upstream(u.step_id, u.record, u.rebuilt and u.record is None) for u in upstream
-            ]
-            again = decide(spec, Stored(record), known, policy, needed=True)
-            if again.action != BUILD and record is not None:
-                log.info("skip %s: built by another runner", spec.step_id)
-                return BuildOutcome(
-                    spec, BUILT_BY_OTHER, record, url, reason="built by another runner"
-                )
+        # Someone committed while we waited for the lease: decide again on that record.
+        changed = _build_id(record) != _build_id(decision.record)
+        if changed and record is not None and _served_from_other(spec, record, upstream, policy):
+            log.info("skip %s: built by another runner", spec.step_id)
+            return BuildOutcome(spec, BUILT_BY_OTHER, record, url, reason="built by another runner")
         return _build_holding(spec, location, lease, region, upstream, decision.reason, abandon)
     finally:
         lease.release()
+
+
+def _served_from_other(
+    spec: StepSpec, record: ArtifactRecord, upstream: Sequence[Upstream], policy: Policy
+) -> bool:
+    """Whether another runner's ``record`` may be served, by the one decision function.
+
+    Judged on the record's own lineage: an upstream rebuilt in this run is a known build by now,
+    so only one whose record is missing still counts as "rebuilt".
+    """
+    known = [Upstream(u.step_id, u.record, u.rebuilt and u.record is None) for u in upstream]
+    return decide(spec, Stored(record), known, policy, needed=True).action != BUILD
 
 
 def _build_id(record: ArtifactRecord | None) -> str | None:
