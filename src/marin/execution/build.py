@@ -375,15 +375,96 @@ def _build_holding(
     if earlier is not None:
         _check_clearable(location, spec)
     write_status(location, spec.output_path, RUNNING, holder=lease.holder, started_at=started_at)
-    with _running_lock:
-        _running_here[(location.url, spec.output_path)] = location
-    try:
-        return _run_and_commit(
-            spec, location, lease, region, upstream, reason, abandon, earlier, (started_at, t0)
+    with _started_here(location, spec.output_path):
+        delete_record(location, spec.output_path)
+        if earlier is not None:
+            _clear_output(location, spec, built=earlier == "build")
+        else:
+            _make_parent(location, location.path(spec.output_path))
+        ctx = run_context(spec, location, region)
+        try:
+            config = to_canonical(spec.build_config(ctx), "config", spec.step_id)
+            with Heartbeat(lease) as heartbeat, _step_log(location, spec) as step_log:
+                with capture_step_output(step_log, label=spec.step_id):
+                    raw_result = spec.run(ctx)
+                if durable() and location.is_local:
+                    _fsync_tree(location.path(spec.output_path))
+            try:
+                result = to_canonical(raw_result, "result", spec.step_id)
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"fn returned a value with no JSON form ({exc.what})",
+                    "return plain data (str, numbers, lists, dicts) or None; write big values "
+                    "to the output path",
+                    spec.step_id,
+                ) from None
+            crash_point("after-output", spec.step_id)
+            duration = time.perf_counter() - t0
+            provenance: dict[str, Any] = {**collect_provenance(), "lowered": dict(spec.provenance)}
+            record = ArtifactRecord(
+                name=spec.name,
+                version=spec.version,
+                fingerprint=spec.fingerprint,
+                fingerprint_payload=spec.fingerprint_payload,
+                config=config,
+                dep_paths=dict(ctx.dep_paths),
+                output_path=ctx.output_path,
+                result=result,
+                provenance=provenance,
+                started_at=started_at,
+                finished_at=now_iso(),
+                duration_s=round(duration, 6),
+                artifact_type=spec.artifact_type,
+                build_id=uuid.uuid4().hex,
+                inputs={u.step_id: u.record.build_id for u in upstream if u.record is not None},
+            )
+            if abandon is not None and abandon.is_set():
+                raise AbandonedError(
+                    "abandoned after an interrupt: fn finished, but its result is not committed",
+                    "run again to build it",
+                    spec.step_id,
+                )
+            # The commit point: written only while provably holding the lease.
+            if heartbeat.lost.is_set() or not lease.commit(
+                lambda: write_record(location, record, spec.output_path)
+            ):
+                raise LeaseLostError(
+                    "lost the lease while building; another runner took over",
+                    "nothing was committed by this runner; its result is discarded",
+                    spec.step_id,
+                )
+        except BaseException as exc:
+            if not isinstance(exc, LeaseLostError):
+                _best_effort_status(
+                    location,
+                    spec,
+                    FAILED,
+                    holder=lease.holder,
+                    started_at=started_at,
+                    finished_at=now_iso(),
+                    error=f"{type(exc).__name__}: {exc}",
+                    traceback=traceback.format_exc(limit=20),
+                )
+            raise
+        crash_point("after-record", spec.step_id)
+        _best_effort_status(
+            location, spec, SUCCESS, holder=lease.holder, finished_at=now_iso()
+        )  # the record already committed the step; a lost status write changes nothing
+        return BuildOutcome(
+            spec, BUILT, record, ctx.output_path, duration_s=duration, reason=reason
         )
+
+
+@contextlib.contextmanager
+def _started_here(location: Location, output_path: str) -> Iterator[None]:
+    """While this process's attempt runs (its RUNNING status written): see ``mark_interrupted``."""
+    with _running_lock:
+        _running_here[(location.url, output_path)] = location
+    try:
+        yield
     finally:
         with _running_lock:
-            _running_here.pop((location.url, spec.output_path), None)
+            _running_here.pop((location.url, output_path), None)
 
 
 _running_lock = threading.Lock()
@@ -402,92 +483,3 @@ def mark_interrupted() -> None:
     for (_, path), location in attempts:
         with contextlib.suppress(OSError):
             write_status(location, path, FAILED, error="interrupted")
-
-
-def _run_and_commit(
-    spec: StepSpec,
-    location: Location,
-    lease: Lease,
-    region: str | None,
-    upstream: Sequence[Upstream],
-    reason: str,
-    abandon: threading.Event | None,
-    earlier: str | None,
-    started: tuple[str, float],
-) -> BuildOutcome:
-    started_at, t0 = started
-    delete_record(location, spec.output_path)
-    if earlier is not None:
-        _clear_output(location, spec, built=earlier == "build")
-    else:
-        _make_parent(location, location.path(spec.output_path))
-    ctx = run_context(spec, location, region)
-    try:
-        config = to_canonical(spec.build_config(ctx), "config", spec.step_id)
-        with Heartbeat(lease) as heartbeat, _step_log(location, spec) as step_log:
-            with capture_step_output(step_log, label=spec.step_id):
-                raw_result = spec.run(ctx)
-            if durable() and location.is_local:
-                _fsync_tree(location.path(spec.output_path))
-        try:
-            result = to_canonical(raw_result, "result", spec.step_id)
-        except ConfigError as exc:
-            raise ConfigError(
-                f"fn returned a value with no JSON form ({exc.what})",
-                "return plain data (str, numbers, lists, dicts) or None; write big values "
-                "to the output path",
-                spec.step_id,
-            ) from None
-        crash_point("after-output", spec.step_id)
-        duration = time.perf_counter() - t0
-        provenance: dict[str, Any] = {**collect_provenance(), "lowered": dict(spec.provenance)}
-        record = ArtifactRecord(
-            name=spec.name,
-            version=spec.version,
-            fingerprint=spec.fingerprint,
-            fingerprint_payload=spec.fingerprint_payload,
-            config=config,
-            dep_paths=dict(ctx.dep_paths),
-            output_path=ctx.output_path,
-            result=result,
-            provenance=provenance,
-            started_at=started_at,
-            finished_at=now_iso(),
-            duration_s=round(duration, 6),
-            artifact_type=spec.artifact_type,
-            build_id=uuid.uuid4().hex,
-            inputs={u.step_id: u.record.build_id for u in upstream if u.record is not None},
-        )
-        if abandon is not None and abandon.is_set():
-            raise AbandonedError(
-                "abandoned after an interrupt: fn finished, but its result is not committed",
-                "run again to build it",
-                spec.step_id,
-            )
-        # The commit point: written only while provably holding the lease.
-        if heartbeat.lost.is_set() or not lease.commit(
-            lambda: write_record(location, record, spec.output_path)
-        ):
-            raise LeaseLostError(
-                "lost the lease while building; another runner took over",
-                "nothing was committed by this runner; its result is discarded",
-                spec.step_id,
-            )
-    except BaseException as exc:
-        if not isinstance(exc, LeaseLostError):
-            _best_effort_status(
-                location,
-                spec,
-                FAILED,
-                holder=lease.holder,
-                started_at=started_at,
-                finished_at=now_iso(),
-                error=f"{type(exc).__name__}: {exc}",
-                traceback=traceback.format_exc(limit=20),
-            )
-        raise
-    crash_point("after-record", spec.step_id)
-    _best_effort_status(
-        location, spec, SUCCESS, holder=lease.holder, finished_at=now_iso()
-    )  # the record already committed the step; a lost status write changes nothing
-    return BuildOutcome(spec, BUILT, record, ctx.output_path, duration_s=duration, reason=reason)
