@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import statistics
 import sys
 import threading
@@ -131,6 +132,11 @@ def _shallow_record_json() -> contextlib.AbstractContextManager[None]:
     return _patched(ArtifactRecord, "to_json", to_json)
 
 
+@contextlib.contextmanager
+def _no_capture(stream: Any, label: str | None = None) -> Iterator[None]:
+    yield
+
+
 def _planned(spec: Any) -> Any:
     """What a runner's plan hands ``build_step`` for a step with no record: build it."""
     return decide(spec, Stored(), [], Policy(), needed=True)
@@ -143,26 +149,32 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
         _patched(build, "Lease", _NoLease), _patched(build, "Heartbeat", _NoHeartbeat)
     ),
     "no fsync": _no_fsync,
-    "no status writes": lambda: _patched(build, "write_status", lambda *a, **k: None),
-    "no output clear": lambda: _patched(build, "_clear_output", lambda *a, **k: None),
-    "no old-record delete": lambda: _patched(build, "delete_record", lambda *a, **k: None),
+    "no output check": lambda: _patched(build, "_output_left_by_marin", lambda *a, **k: False),
+    "no earlier-attempt check": lambda: _patched(build, "metadata_files", lambda *a, **k: set()),
+    "no output capture": lambda: _patched(build, "capture_step_output", _no_capture),
     "shallow record JSON": _shallow_record_json,
     "O(1) memory:// info": _fast_memory_fs,
 }
 
 
 def measure(backend: str, n: int, reps: int) -> dict[str, float]:
-    """Median ms per step of ``build_step`` for each variant, plus all of them at once."""
+    """Median ms per step of ``build_step`` for each variant, plus all of them at once.
+
+    Each repetition runs every variant once, in a fresh random order, so that a machine that
+    slows down during the run (other jobs) does not bias one variant against another.
+    """
     _, steps, _ = lowered("random", n, seed=11)
-    results: dict[str, float] = {}
     names = [*VARIANTS, "all of the above"]
-    for name in names:
-        if backend == "local" and name == "O(1) memory:// info":
-            continue
-        if backend == "memory" and name == "no fsync":
-            continue
-        times = []
-        for rep in range(reps):
+    if backend == "local":
+        names.remove("O(1) memory:// info")
+    else:
+        names.remove("no fsync")
+    times: dict[str, list[float]] = {name: [] for name in names}
+    shuffle = random.Random(7).shuffle
+    for rep in range(reps):
+        order = list(names)
+        shuffle(order)
+        for name in order:
             with fresh_prefix(backend, f"commit{rep}") as prefix, contextlib.ExitStack() as stack:
                 if name == "all of the above":
                     for other, make in VARIANTS.items():
@@ -177,9 +189,8 @@ def measure(backend: str, n: int, reps: int) -> dict[str, float]:
                     # As a runner does: the plan already decided to build (no record yet).
                     planned = decide(spec, Stored(), [], Policy(), needed=True)
                     build.build_step(spec, location, decision=planned, upstream=[])
-                times.append(time.perf_counter() - t0)
-        results[name] = statistics.median(times) / len(steps) * 1e3
-    return results
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(times[name]) / len(steps) * 1e3 for name in names}
 
 
 def calls_worker() -> dict[str, Any]:

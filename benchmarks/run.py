@@ -412,26 +412,24 @@ def bench_makespan(h: Harness) -> None:
 
 
 CALL_REASONS = {
-    "open for writing": "the lease's temporary file and its guard (flock) at commit and at "
-    "release; the temporary files of the RUNNING status, the record and the SUCCESS status; "
-    "log.txt",
-    "open for reading": "the status (did an earlier attempt write here?), the record re-check "
-    "after taking the lease, the lease read back at commit (proof of ownership) and at release",
-    "os.link": "the lease, created atomically (fails if another runner holds it)",
-    "os.rename": "the RUNNING status, the record (the commit point) and the SUCCESS status, each "
-    "written to a temporary file and renamed into place",
-    "os.remove": "the lease's temporary file, the lease at release, and the old record (a failed "
-    "unlink when there is none, cheaper than a stat first)",
-    "os.mkdir": "the step's metadata folder and its parents, and the output's parent folder",
-    "os.listdir": "the metadata folder, for temporary files a crashed write left",
+    "open for writing": "the lease's temporary file (a first failed open creates the metadata "
+    "folder), the lease guard (flock) at commit and at release, the record's temporary file",
+    "open for reading": "the lease read back at commit (proof of ownership) and at release",
+    "os.link": "the lease, created atomically (fails if another runner holds it); held, it is "
+    "the RUNNING status",
+    "os.rename": "the record (the commit point, and the SUCCESS status), written to a temporary "
+    "file and renamed into place",
+    "os.remove": "the lease's temporary file, and the lease at release",
+    "os.mkdir": "the step's metadata folder and its parent (the output's parent), on its first "
+    "build",
+    "os.listdir": "the metadata folder after taking the lease: an earlier record or status, and "
+    "temporary files a crashed write left",
     "fcntl.flock": "lock and unlock the lease guard, at commit and at release",
-    "cat_file": "the status (did an earlier attempt write here?), the record re-check after "
-    "taking the lease, the new lease read back (a store that ignores create-if-absent is "
-    "caught), the lease read back at commit (proof of ownership) and at release",
-    "rm_file": "the old record (an earlier build?) and the lease at release",
-    "put_file": "the lease (create-if-absent), the RUNNING status, the record (the commit "
-    "point), the SUCCESS status and log.txt",
-    "has_file": "does a file exist: an O(1) check instead of fsspec's scan of the whole store",
+    "cat_file": "the lease read back at commit (proof of ownership) and at release",
+    "rm_file": "the lease at release",
+    "put_file": "the lease (create-if-absent) and the record (the commit point)",
+    "has_file": "the lease's create-if-absent check, and an earlier record or status after "
+    "taking the lease (an O(1) check instead of fsspec's scan of the whole store)",
     "pipe_file": "a conditional create (the lease)",
 }
 

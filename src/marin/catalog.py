@@ -20,8 +20,8 @@ from marin.execution.names import METADATA_SUFFIX
 from marin.execution.records import (
     ArtifactRecord,
     log_path,
+    read_attempt,
     read_record,
-    read_status,
     record_path,
 )
 from marin.execution.storage import Location, open_prefix
@@ -131,7 +131,7 @@ def list_entries(location: Location, *, sizes: bool = True) -> list[Entry]:
 
     def entry(path: str) -> Entry:
         record = read_record(location, path)
-        status = None if record is not None else read_status(location, path)
+        status = None if record is not None else read_attempt(location, path)
         size = _size(location, path) if sizes and record is not None else None
         return Entry(path, record, status, size)
 
@@ -333,7 +333,7 @@ def _json_block(value: Any, indent: str = "    ") -> list[str]:
 def show_record(location: Location, output_path: str) -> tuple[str, int]:
     """The text ``marin show`` prints and its exit code (0 built, 1 not built)."""
     record = read_record(location, output_path)
-    status = read_status(location, output_path)
+    status = read_attempt(location, output_path)
     url = location.url_for(output_path)
     log_url = location.url_for(log_path(output_path))
     if record is None:

@@ -145,9 +145,14 @@ def test_a_folder_marin_never_wrote_is_not_cleared(store_prefix: str) -> None:
     message = str(info.value)
     assert "already exists and was not written by Marin" in message and "move it away" in message
     assert location.fs.cat_file(mine) == b"precious"
-    # Nothing was written for the refused attempt: no status claims the folder for Marin.
+    # Nothing was written for the refused attempt (it refused before taking the lease): no
+    # metadata folder claims the output for Marin, so the next attempt refuses too.
     assert not location.has_file(location.path(status_path("users/data/v0")))
+    assert not location.exists(location.path("users/data/v0.marin"))
     assert read_record(location, "users/data/v0") is None
+    with pytest.raises(StepFailedError, match="was not written by Marin"):
+        resolve(step, prefix=store_prefix)
+    assert location.fs.cat_file(mine) == b"precious"
 
 
 def test_forced_rebuild_says_replacing_and_retry_says_debris(

@@ -5,15 +5,21 @@ local run, a Prefect run and an Airflow run on one prefix share one lease, one r
 status file, and see each other's results.
 
 The order of writes is the whole crash-safety story:
-1. take the lease, then re-check: another runner may have finished meanwhile;
-2. status RUNNING; delete any old record, then clear what an earlier Marin attempt left at the
-   output path (only that: see ``_earlier_attempt``);
-3. run ``fn`` under a lease heartbeat;
+1. refuse an output path that holds data Marin did not write, then take the lease (held, it is
+   the step's RUNNING status: no status file is written), then re-check: another runner may
+   have finished meanwhile;
+2. if an earlier attempt left anything (a record, a status file, or a lease this one took
+   over), drop its status file and record, then clear the output path (only then: see
+   ``_earlier_attempt``);
+3. run ``fn`` under a lease heartbeat (``log.txt`` is created only if it prints);
 4. check the lease is still ours (a runner whose lease was taken over must not commit);
-5. write the record (the commit point) under ``Lease.commit``, which re-proves ownership, then
-   status SUCCESS, then release the lease.
-A crash anywhere before 5 leaves no record, so the step is simply not built. A corrupt record
-reads as "not built"; a crashed local record write leaves only a temporary file, cleared in 2.
+5. write the record (the commit point, and the SUCCESS status) under ``Lease.commit``, which
+   re-proves ownership, then release the lease. A failure writes a FAILED status instead.
+A crash anywhere before 5 leaves no record, so the step is simply not built, and leaves its
+lease, which the next attempt takes over. A corrupt record reads as "not built"; a crashed local
+record write leaves only a temporary file, cleared in 2. ``benchmarks/README.md`` counts the
+storage calls this makes. ``marin.execution.faults`` names the crash points the tests kill
+processes at.
 ``marin.execution.faults`` names the crash points the tests kill processes at.
 """
 
@@ -30,7 +36,7 @@ import traceback
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from marin.execution.canonical import to_canonical
 from marin.execution.context import StepContext
@@ -43,20 +49,17 @@ from marin.execution.names import METADATA_SUFFIX
 from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
     FAILED,
-    RUNNING,
-    SUCCESS,
     ArtifactRecord,
-    clear_metadata_debris,
+    clear_status,
     delete_record,
     log_path,
+    metadata_dir,
+    metadata_files,
     read_record,
-    read_status,
-    record_path,
-    status_path,
     write_record,
     write_status,
 )
-from marin.execution.step_logs import capture_step_output
+from marin.execution.step_logs import LazyLogFile, capture_step_output
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location, durable, with_retries
 
@@ -172,6 +175,9 @@ def build_step(
         _acquire(lease, spec)  # wait for the runner that took over
         try:
             record = read_record(location, spec.output_path)
+            if record is None and lease.took_over:
+                # That runner died too; keep the proof that Marin wrote here for the next one.
+                _best_effort_status(location, spec, FAILED, error="interrupted (lease expired)")
         finally:
             lease.release()
         # The runner that took over finished this very build: serve it, even if it was forced.
@@ -193,17 +199,22 @@ def _lease_and_build(
     url: str,
     abandon: threading.Event | None,
 ) -> BuildOutcome:
+    output_seen = _output_left_by_marin(location, spec)  # before the lease: see there
     lease = Lease(location, spec.output_path, ttl=lease_ttl)
     _acquire(lease, spec)
     try:
         crash_point("after-lease", spec.step_id)
-        record = read_record(location, spec.output_path)
+        present = metadata_files(location, spec.output_path)
+        record = read_record(location, spec.output_path) if "record.json" in present else None
         # Someone committed while we waited for the lease: decide again on that record.
         changed = _build_id(record) != _build_id(decision.record)
         if changed and record is not None and _served_from_other(spec, record, upstream, policy):
             log.info("skip %s: built by another runner", spec.step_id)
             return BuildOutcome(spec, BUILT_BY_OTHER, record, url, reason="built by another runner")
-        return _build_holding(spec, location, lease, region, upstream, decision.reason, abandon)
+        earlier = _earlier_attempt(present, lease, output_seen)
+        return _build_holding(
+            spec, location, lease, region, upstream, decision.reason, abandon, earlier
+        )
     finally:
         lease.release()
 
@@ -241,44 +252,47 @@ def _acquire(lease: Lease, spec: StepSpec) -> None:
         delay = min(delay * 2, LEASE_WAIT_MAX_DELAY_S)
 
 
-def _earlier_attempt(location: Location, spec: StepSpec) -> str | None:
+def _output_left_by_marin(location: Location, spec: StepSpec) -> bool:
+    """Whether something is at the output path; fail, having written nothing, if it is not
+    provably Marin's.
+
+    An output path may be cleared only when Marin provably wrote there: its metadata folder
+    beside it (``<output>.marin/``: a record, a status, a lease, a log). Checked before the lease
+    is taken, so that a held or taken-over lease is itself that proof (``_earlier_attempt``):
+    any attempt that held it had passed this check. ``memory://`` lives in this process, where
+    only its own code writes, and a folder check there scans the whole store (quadratic over a
+    run): it answers False, and only a record, status or taken-over lease clears there.
+    """
+    if location.is_memory:
+        return False
+    out = location.path(spec.output_path)
+    if not location.exists(out):
+        return False  # the common first build: nothing there
+    if location.exists(location.path(metadata_dir(spec.output_path))):
+        return True
+    raise StorageError(
+        f"output path {location.url_for(spec.output_path)} already exists and was not "
+        f"written by Marin (no {metadata_dir(spec.output_path).rsplit('/', 1)[-1]} folder "
+        "beside it)",
+        "move it away (or delete it yourself), then run again; Marin never deletes "
+        "data it did not write",
+        spec.step_id,
+    )
+
+
+def _earlier_attempt(present: set[str], lease: Lease, output_seen: bool) -> str | None:
     """What an earlier attempt left at the output path: ``"build"``, ``"debris"`` or None.
 
-    An output path may be cleared only when Marin provably wrote there: a status file (every
-    attempt writes RUNNING before touching the output) or a record says so. A folder at the
-    output path with neither is someone's data (a user's folder, or any folder a chosen prefix
-    points at): the step fails, having written nothing, instead of deleting it. Temporary
-    metadata files go first, so a leftover that filled the disk can't make the RUNNING status
-    write fail.
+    Asked by the lease holder, from the metadata files ``present`` beside the output. A record
+    means an earlier build; a status file (a FAILED attempt, or one of an older version), a
+    lease taken over from an attempt that died, or an output ``_output_left_by_marin`` saw
+    before the lease means debris may be there. With none of these, nothing is cleared.
     """
-    clear_metadata_debris(location, spec.output_path)
-    status = read_status(location, spec.output_path)
-    record_file = location.path(record_path(spec.output_path))
-    if status is None:
-        if location.is_memory:
-            # memory:// lives in this process: only its own code wrote there, and checking for a
-            # folder means a scan of the whole store (quadratic over a run). Nothing is cleared
-            # without a status or record, and a record alone gets cleared below.
-            return "build" if location.has_file(record_file) else None
-        out = location.path(spec.output_path)
-        if not location.exists(out):
-            return None  # the common first build: nothing there, nothing to clear
-        has_record = location.has_file(record_file)
-        marin_wrote = has_record or location.has_file(
-            location.path(status_path(spec.output_path))  # present, if unreadable
-        )
-        if not marin_wrote:
-            raise StorageError(
-                f"output path {location.url_for(spec.output_path)} already exists and was not "
-                "written by Marin (no status or record beside it)",
-                "move it away (or delete it yourself), then run again; Marin never deletes "
-                "data it did not write",
-                spec.step_id,
-            )
-        return "build" if has_record else "debris"
-    if status.get("state") == SUCCESS or location.has_file(record_file):
+    if "record.json" in present:
         return "build"
-    return "debris"
+    if "status.json" in present or lease.took_over or output_seen:
+        return "debris"
+    return None
 
 
 def _check_clearable(location: Location, spec: StepSpec) -> None:
@@ -303,7 +317,6 @@ def _clear_output(location: Location, spec: StepSpec, built: bool) -> None:
         else:
             log.info("clear %s: removing debris from an earlier attempt at %s", spec.step_id, out)
         with_retries(lambda: location.remove_tree(out), f"clear {out}")
-    _make_parent(location, out)
 
 
 def _foreign_metadata(out: str, files: list[str]) -> str | None:
@@ -316,25 +329,32 @@ def _foreign_metadata(out: str, files: list[str]) -> str | None:
     return None
 
 
-def _make_parent(location: Location, out: str) -> None:
-    if location.is_local:
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-
-
 @contextlib.contextmanager
-def _step_log(location: Location, spec: StepSpec) -> Iterator[IO[str]]:
-    """The step's ``log.txt``: streamed on local disk, written once at the end elsewhere."""
+def _step_log(location: Location, spec: StepSpec, earlier: bool) -> Iterator[IO[str]]:
+    """The step's ``log.txt``, only if it printed something: streamed on local disk, written
+    once at the end elsewhere. An ``earlier`` attempt's log is removed when this one is silent,
+    so a log beside a record is always that build's."""
     path = location.path(log_path(spec.output_path))
     if location.is_local:
-        with open(path, "w") as stream:
-            yield stream
+        lazy = LazyLogFile(path)
+        try:
+            yield cast(IO[str], lazy)  # write and flush: all capture_step_output needs
+        finally:
+            if not lazy.close() and earlier:
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                    os.unlink(path)
         return
     buffer = io.StringIO()
     try:
         yield buffer
     finally:
         try:
-            location.put_file(path, buffer.getvalue().encode())
+            text = buffer.getvalue()
+            if text:
+                location.put_file(path, text.encode())
+            elif earlier:
+                with contextlib.suppress(FileNotFoundError):
+                    location.fs.rm_file(path)
         except OSError as exc:
             log.warning("could not write the log of %s: %s", spec.step_id, exc)
 
@@ -369,22 +389,27 @@ def _build_holding(
     upstream: Sequence[Upstream],
     reason: str,
     abandon: threading.Event | None,
+    earlier: str | None,
 ) -> BuildOutcome:
     started_at, t0 = now_iso(), time.perf_counter()
-    earlier = _earlier_attempt(location, spec)  # these two may refuse: nothing is written then
     if earlier is not None:
-        _check_clearable(location, spec)
-    write_status(location, spec.output_path, RUNNING, holder=lease.holder, started_at=started_at)
+        try:
+            _check_clearable(location, spec)  # may refuse: nothing is written then
+        except StorageError as exc:
+            if lease.took_over:  # keep the dead attempt's proof for the next one
+                _best_effort_status(location, spec, FAILED, error=exc.what)
+            raise
     with _started_here(location, spec.output_path):
-        delete_record(location, spec.output_path)
         if earlier is not None:
+            clear_status(location, spec.output_path)  # the held lease says RUNNING now
+            delete_record(location, spec.output_path)
             _clear_output(location, spec, built=earlier == "build")
-        else:
-            _make_parent(location, location.path(spec.output_path))
+        # No folder to make: the lease's folder sits beside the output, so its parent exists.
         ctx = run_context(spec, location, region)
         try:
             config = to_canonical(spec.build_config(ctx), "config", spec.step_id)
-            with Heartbeat(lease) as heartbeat, _step_log(location, spec) as step_log:
+            log_file = _step_log(location, spec, earlier is not None)
+            with Heartbeat(lease) as heartbeat, log_file as step_log:
                 with capture_step_output(step_log, label=spec.step_id):
                     raw_result = spec.run(ctx)
                 if durable() and location.is_local:
@@ -447,9 +472,6 @@ def _build_holding(
                 )
             raise
         crash_point("after-record", spec.step_id)
-        _best_effort_status(
-            location, spec, SUCCESS, holder=lease.holder, finished_at=now_iso()
-        )  # the record already committed the step; a lost status write changes nothing
         return BuildOutcome(
             spec, BUILT, record, ctx.output_path, duration_s=duration, reason=reason
         )
@@ -457,7 +479,7 @@ def _build_holding(
 
 @contextlib.contextmanager
 def _started_here(location: Location, output_path: str) -> Iterator[None]:
-    """While this process's attempt runs (its RUNNING status written): see ``mark_interrupted``."""
+    """While this process's attempt runs (past its checks, lease held): see ``mark_interrupted``."""
     with _running_lock:
         _running_here[(location.url, output_path)] = location
     try:
@@ -469,13 +491,13 @@ def _started_here(location: Location, output_path: str) -> Iterator[None]:
 
 _running_lock = threading.Lock()
 _running_here: dict[tuple[str, str], Location] = {}
-"""Steps whose RUNNING status this process wrote and whose attempt has not ended."""
+"""Steps whose attempt this process started (past its checks) and that have not ended."""
 
 
 def mark_interrupted() -> None:
     """The process is about to exit mid-build: mark FAILED exactly the attempts it started.
 
-    Only a status this process wrote is overwritten: a step still waiting for its lease wrote
+    Only attempts past their checks are marked: a step still waiting for its lease wrote
     nothing, and a FAILED status would wrongly claim Marin wrote its output folder.
     """
     with _running_lock:

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from marin.execution.decide import Plan, Policy, Stored, plan_graph, resolve_force
 from marin.execution.graph import collect_steps
-from marin.execution.records import read_record, read_status
+from marin.execution.records import read_attempt, read_record
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location
 
@@ -28,7 +28,7 @@ def read_stored_step(spec: StepSpec, location: Location) -> Stored:
     record = read_record(location, spec.output_path)
     if record is not None:
         return Stored(record)
-    return Stored(None, read_status(location, spec.output_path))
+    return Stored(None, read_attempt(location, spec.output_path))
 
 
 def read_stored(specs: Iterable[StepSpec], location: Location) -> dict[str, Stored]:

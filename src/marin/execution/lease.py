@@ -229,6 +229,25 @@ class LeaseInfo:
 
 
 GARBLED = "<unreadable>"
+GARBLED_GRACE_S = 1.0
+"""On a store without atomic create, how long the same unreadable lease must stay unreadable
+before it is taken over: a competitor's create writes the file in two steps."""
+
+_garbled_seen: dict[str, tuple[bytes, float]] = {}
+_garbled_lock = threading.Lock()
+
+
+def _garbled_for_a_while(path: str, raw: bytes) -> bool:
+    now = time.monotonic()
+    with _garbled_lock:
+        seen = _garbled_seen.get(path)
+        if seen is None or seen[0] != raw:
+            _garbled_seen[path] = (raw, now)
+            return False
+        if now - seen[1] < GARBLED_GRACE_S:
+            return False
+        del _garbled_seen[path]
+        return True
 
 
 def _holder_id() -> str:
@@ -360,6 +379,13 @@ class LocalLeaseStore(_CompareStore):
         os.replace(tmp, path)
         return True
 
+    def delete(self, path: str, version: Any) -> bool:
+        # Callers hold lock(path) and have just read ``version``: every writer needs that lock,
+        # so it is still current, and a second read to compare would only cost a system call.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return True
+
     @contextlib.contextmanager
     def lock(self, path: str) -> Iterator[None]:
         with open_local(path + ".guard", "a") as guard:
@@ -380,6 +406,12 @@ class MemoryLeaseStore(_CompareStore):
                 return False
             self.location.put_file(path, data)
             return True
+
+    def delete(self, path: str, version: Any) -> bool:
+        # As on local disk: callers hold lock(path), which every writer needs, and just read it.
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(path)
+        return True
 
     @contextlib.contextmanager
     def lock(self, path: str) -> Iterator[None]:
@@ -600,6 +632,11 @@ class Lease:
         self.process = _process_id()
         self.renewed_at = 0.0
         """``time.monotonic()`` of the last write that proved we held the lease."""
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        """When this attempt began: the held lease is the step's RUNNING status."""
+        self.took_over = False
+        """True once this lease replaced an expired, orphaned or garbled one: an attempt that
+        passed its checks died here before (``build._earlier_attempt`` may clear its debris)."""
 
     def _body(self) -> bytes:
         info = {
@@ -607,6 +644,7 @@ class Lease:
             "token": self.token,
             "expires_at": time.time() + self.ttl,
             "process": self.process,
+            "started_at": self.started_at,
         }
         return json.dumps(info, sort_keys=True).encode()
 
@@ -639,6 +677,8 @@ class Lease:
             if current.token == self.token:
                 return None
             if current.garbled:
+                if not self.store.atomic and not _garbled_for_a_while(self.path, raw):
+                    return current  # maybe a create still writing (no atomic create here)
                 why = "unreadable (garbled) lease"
             elif current.expired:
                 why = "expired lease"
@@ -649,6 +689,7 @@ class Lease:
             if not self.store.replace(self.path, self._body(), version):
                 return self.read() or current  # someone else took it over first
             log.warning("taking over %s on %s from %s", why, self.path, current.holder)
+            self.took_over = True
             return None
 
     def _renew_locked(self) -> bool:

@@ -261,25 +261,30 @@ def write_record(location: Location, record: ArtifactRecord, output_path: str) -
     )
 
 
-def clear_metadata_debris(location: Location, output_path: str) -> None:
-    """Remove temporary record and status files a crashed local write left beside the output.
+def metadata_files(location: Location, output_path: str) -> set[str]:
+    """Which of ``record.json`` and ``status.json`` sit beside the output: the lease holder's
+    look at what earlier attempts left, before its first write.
 
-    Called by the lease holder before its first write of an attempt: a leftover of a crash in
-    the middle of a big record write may be what fills the disk, so it goes first. Only this
-    module's own temporary names (``record.json.tmp-*``, ``status.json.tmp-*``) are touched,
-    and only the lease holder writes those.
+    On local disk one listing answers both, and removes the temporary record and status files a
+    crashed write left there (a leftover of a crash in the middle of a big record write may be
+    what fills the disk, so it goes first). Only this module's own temporary names
+    (``record.json.tmp-*``, ``status.json.tmp-*``) are touched, and only the lease holder writes
+    those. Object stores and ``memory://`` write in one put: no temporary files, two checks.
     """
+    names = ("record.json", "status.json")
     if not location.is_local:
-        return  # object stores and memory:// write records in one put: no temporary files
+        folder = metadata_dir(output_path)
+        return {n for n in names if location.has_file(location.path(f"{folder}/{n}"))}
     folder = location.path(metadata_dir(output_path))
     try:
-        names = os.listdir(folder)
+        listing = os.listdir(folder)
     except (FileNotFoundError, NotADirectoryError):
-        return
-    for name in names:
+        return set()
+    for name in listing:
         if name.startswith(("record.json" + TMP_MARK, "status.json" + TMP_MARK)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(folder, name))
+    return {n for n in names if n in listing}
 
 
 def delete_record(location: Location, output_path: str) -> None:
@@ -288,24 +293,74 @@ def delete_record(location: Location, output_path: str) -> None:
         with_retries(lambda: location.fs.rm_file(path), f"delete {path}")
 
 
-def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
-    """The status, or None when absent or corrupt (not a JSON object with a string state)."""
+def clear_status(location: Location, output_path: str) -> None:
+    """Drop an earlier attempt's status file: the new attempt's lease now says RUNNING, and its
+    record or a new FAILED status will say how it ended; an old status could only contradict."""
     path = location.path(status_path(output_path))
+    with contextlib.suppress(FileNotFoundError):
+        with_retries(lambda: location.fs.rm_file(path), f"delete {path}")
+
+
+def _read_json_object(location: Location, path: str, what: str) -> dict[str, Any] | None:
     try:
         raw = with_retries(lambda: location.fs.cat_file(path), f"read {path}")
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     try:
-        status = parse_json(raw.decode())
+        data = parse_json(raw.decode())
     except (ValueError, UnicodeDecodeError) as exc:
         if _first_sighting(path, raw):
-            log.warning("corrupt status %s (%s): ignoring it", path, exc)
+            log.warning("corrupt %s %s (%s): ignoring it", what, path, exc)
         return None
-    if not isinstance(status, dict) or not isinstance(status.get("state"), str):
-        if _first_sighting(path, raw):
+    return data if isinstance(data, dict) else None
+
+
+def read_status_file(location: Location, output_path: str) -> dict[str, Any] | None:
+    """The status file, or None when absent or corrupt (not a JSON object with a string state).
+
+    Builds write one only when an attempt fails (``FAILED``); versions before the lean commit
+    path also wrote ``RUNNING`` and ``SUCCESS``, which still read.
+    """
+    path = location.path(status_path(output_path))
+    status = _read_json_object(location, path, "status")
+    if status is not None and not isinstance(status.get("state"), str):
+        if _first_sighting(path, b"no state"):
             log.warning("corrupt status %s (no state): ignoring it", path)
         return None
     return status
+
+
+def read_attempt(location: Location, output_path: str) -> dict[str, Any] | None:
+    """How the step's latest unfinished or failed attempt stands; None if there is none.
+
+    A build writes no status while all goes well, to keep the commit path short: its lease is
+    its RUNNING status (held while it builds, left behind if it crashed), a failure writes a
+    ``FAILED`` status file, and the record is the SUCCESS. So: the status file if there is one,
+    else ``RUNNING`` while a lease is there. A lease without a string holder says nothing (it
+    protects nothing either, see ``lease.LeaseInfo.parse``).
+    """
+    status = read_status_file(location, output_path)
+    if status is not None:
+        return status
+    lease = _read_json_object(location, location.path(lease_path(output_path)), "lease")
+    if lease is None or not isinstance(lease.get("holder"), str):
+        return None
+    state: dict[str, Any] = {"state": RUNNING, "holder": lease["holder"]}
+    if isinstance(lease.get("started_at"), str):
+        state["started_at"] = lease["started_at"]
+    return state
+
+
+def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
+    """The step's state for readers (``ls``, ``show``, tests): its attempt, else ``SUCCESS``
+    when a record is there, else None (never tried)."""
+    attempt = read_attempt(location, output_path)
+    if attempt is not None:
+        return attempt
+    record = read_record(location, output_path)
+    if record is None:
+        return None
+    return {"state": SUCCESS, "started_at": record.started_at, "finished_at": record.finished_at}
 
 
 def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:

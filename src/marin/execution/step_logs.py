@@ -209,3 +209,36 @@ def capture_step_output(stream: IO[str], label: str | None = None) -> Iterator[N
         if PASS_THROUGH.get():
             for routing, rest in sink.take_pending():
                 routing.emit(label_lines([rest], label))
+
+
+class LazyLogFile:
+    """A step's ``log.txt`` on local disk, created on the first write.
+
+    Most steps print nothing, and creating, writing and closing an empty file for each of them
+    was a measurable share of a no-op build. ``close`` says whether the file was created.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._file: IO[str] | None = None
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        if not text:
+            return 0
+        with self._lock:  # fn's own threads may print at once: one file, created once
+            if self._file is None:
+                self._file = open(self.path, "w")  # noqa: SIM115 - closed in close()
+            return self._file.write(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+
+    def close(self) -> bool:
+        with self._lock:
+            if self._file is None:
+                return False
+            self._file.close()
+            return True

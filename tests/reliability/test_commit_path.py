@@ -1,0 +1,160 @@
+"""The lean commit path: what a build leaves beside its output, on every backend.
+
+A successful build writes only its record (which is its SUCCESS status) and, if the step printed
+something, ``log.txt``; while it runs, its lease is its RUNNING status; a failure writes a FAILED
+status. Readers (``read_status``, the plan, ``marin show``) must report all three states, and
+nothing an earlier attempt left (an old status, an old log) may contradict a later build.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from marin.catalog import show_record
+from marin.execution.build import build_step
+from marin.execution.decide import BUILT, FAILED_BEFORE, RUN
+from marin.execution.inspect import plan_run
+from marin.execution.lazy import OUT, apply
+from marin.execution.lease import Lease
+from marin.execution.records import (
+    FAILED,
+    RUNNING,
+    SUCCESS,
+    lease_path,
+    log_path,
+    read_status,
+    read_status_file,
+    status_path,
+)
+from marin.execution.step_spec import StepSpec
+from marin.execution.storage import Location, open_prefix
+
+
+def quiet(out_path: str) -> str:
+    with fsspec.open(out_path, "w") as f:
+        f.write("x")
+    return "quiet"
+
+
+def chatty(out_path: str, words: str) -> str:
+    if words:
+        print(words)
+    with fsspec.open(out_path, "w") as f:
+        f.write("x")
+    return "chatty"
+
+
+def flaky(out_path: str, switch: str) -> str:
+    print("trying")
+    with fsspec.open(out_path, "w") as f:
+        f.write("partial")
+    if Path(switch).exists():
+        raise RuntimeError("disk full")
+    return "ok"
+
+
+def _exists(location: Location, rel: str) -> bool:
+    return location.has_file(location.path(rel))
+
+
+def _status_of(spec: StepSpec, location: Location) -> str:
+    return plan_run([spec], location).of(spec).status
+
+
+def test_a_silent_build_writes_only_its_record(store_prefix: str) -> None:
+    spec = apply("lean/quiet", quiet, version="v0", out_path=OUT).lower()
+    location = open_prefix(store_prefix)
+    assert read_status(location, spec.output_path) is None
+    assert _status_of(spec, location) == RUN
+    assert build_step(spec, location).action == "built"
+    assert not _exists(location, status_path(spec.output_path))
+    assert not _exists(location, log_path(spec.output_path))  # it printed nothing
+    assert not _exists(location, lease_path(spec.output_path))
+    status = read_status(location, spec.output_path) or {}
+    assert status.get("state") == SUCCESS and status.get("finished_at")
+    assert _status_of(spec, location) == BUILT
+    text, code = show_record(location, spec.output_path)
+    assert code == 0 and text.startswith(f"{spec.step_id}  (success)")
+
+
+def test_a_step_that_prints_gets_its_log_and_a_silent_rebuild_drops_it(store_prefix: str) -> None:
+    location = open_prefix(store_prefix)
+    spec = apply("lean/talk", chatty, version="v0", words="hello from the step", out_path=OUT)
+    loud = spec.lower()
+    build_step(loud, location)
+    log = location.path(log_path(loud.output_path))
+    assert location.fs.cat_file(log).decode() == "hello from the step\n"
+    build_step(loud, location, force=True)
+    assert location.fs.cat_file(log).decode() == "hello from the step\n"  # printed again
+    # Rebuilt by a step that prints nothing: the old log must not stay beside the new record
+    # as if this build had printed it.
+    silent = apply("lean/talk", chatty, version="v0", words="", out_path=OUT).lower()
+    assert build_step(silent, location, on_drift="rebuild").action == "built"
+    assert not _exists(location, log_path(loud.output_path))
+
+
+def test_failed_then_fixed_reports_failed_then_success(store_prefix: str, tmp_path: Path) -> None:
+    switch = tmp_path / "broken"
+    switch.touch()
+    spec = apply("lean/flaky", flaky, version="v0", switch=str(switch), out_path=OUT).lower()
+    location = open_prefix(store_prefix)
+    with pytest.raises(RuntimeError, match="disk full"):
+        build_step(spec, location)
+    status = read_status(location, spec.output_path) or {}
+    assert status.get("state") == FAILED and "disk full" in status.get("error", "")
+    assert _status_of(spec, location) == FAILED_BEFORE
+    assert not _exists(location, lease_path(spec.output_path))
+    switch.unlink()
+    assert build_step(spec, location).action == "built"
+    # The old FAILED status is gone: nothing contradicts the record.
+    assert read_status_file(location, spec.output_path) is None
+    assert (read_status(location, spec.output_path) or {}).get("state") == SUCCESS
+    text, code = show_record(location, spec.output_path)
+    assert code == 0 and "(success)" in text.splitlines()[0]
+
+
+def test_a_held_lease_reads_as_running_with_its_holder(store_prefix: str) -> None:
+    """While a build runs (or after it crashed), readers see RUNNING from its lease alone."""
+    started, release = threading.Event(), threading.Event()
+
+    def held(out_path: str) -> str:
+        started.set()
+        assert release.wait(30)
+        return "done"
+
+    spec = apply("lean/held", held, version="v0", out_path=OUT).lower()
+    location = open_prefix(store_prefix)
+    builder = threading.Thread(target=build_step, args=(spec, location))
+    builder.start()
+    try:
+        assert started.wait(30)
+        status = read_status(location, spec.output_path) or {}
+        assert status.get("state") == RUNNING
+        lease = Lease(location, spec.output_path).read()
+        assert lease is not None and status.get("holder") == lease.holder
+        assert f":{os.getpid()}:" in status["holder"]  # this process's builder thread
+        assert status.get("started_at")
+        decision = plan_run([spec], location).of(spec)
+        assert decision.status == RUN and "unfinished" in decision.reason
+        assert not _exists(location, status_path(spec.output_path))  # no status write
+        text, code = show_record(location, spec.output_path)
+        assert code == 1 and "not built (RUNNING)" in text
+    finally:
+        release.set()
+        builder.join(30)
+    assert (read_status(location, spec.output_path) or {}).get("state") == SUCCESS
+
+
+def test_a_record_lost_by_hand_is_rebuilt_over_the_old_output(tmp_path: Path) -> None:
+    """No status file is left after a build, so the metadata folder is what proves the output
+    is Marin's once its record is gone: the rebuild clears it instead of refusing."""
+    location = open_prefix(str(tmp_path / "p"))
+    spec = apply("lean/lost", quiet, version="v0", out_path=OUT).lower()
+    build_step(spec, location)
+    os.unlink(location.path(f"{spec.output_path}.marin/record.json"))
+    assert build_step(spec, location).action == "built"
