@@ -336,6 +336,8 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
     status = read_attempt(location, output_path)
     url = location.url_for(output_path)
     log_url = location.url_for(log_path(output_path))
+    if not location.has_file(location.path(log_path(output_path))):
+        log_url = "(none: the step printed and logged nothing)"
     if record is None:
         if status is None:
             name, _, version = output_path.rpartition("/")

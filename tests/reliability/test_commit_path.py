@@ -107,6 +107,9 @@ def test_failed_then_fixed_reports_failed_then_success(store_prefix: str, tmp_pa
         build_step(spec, location)
     status = read_status(location, spec.output_path) or {}
     assert status.get("state") == FAILED and "disk full" in status.get("error", "")
+    # The failure message points at the log: it holds what fn printed and the traceback.
+    log = location.fs.cat_file(location.path(log_path(spec.output_path))).decode()
+    assert log.startswith("trying\n") and "RuntimeError: disk full" in log
     assert _status_of(spec, location) == FAILED_BEFORE
     assert not _exists(location, lease_path(spec.output_path))
     switch.unlink()

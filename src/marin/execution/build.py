@@ -411,7 +411,12 @@ def _build_holding(
             log_file = _step_log(location, spec, earlier is not None)
             with Heartbeat(lease) as heartbeat, log_file as step_log:
                 with capture_step_output(step_log, label=spec.step_id):
-                    raw_result = spec.run(ctx)
+                    try:
+                        raw_result = spec.run(ctx)
+                    except BaseException:
+                        # Into the file only: the error message points here for the details.
+                        step_log.write(traceback.format_exc())
+                        raise
                 if durable() and location.is_local:
                     _fsync_tree(location.path(spec.output_path))
             try:
