@@ -48,7 +48,7 @@ class _NoLease:
         self.ttl = 60.0
         self.took_over = False
 
-    def commit(self, write: Callable[[], Any]) -> bool:
+    def commit(self, write: Callable[[], Any], *, release: bool = False) -> bool:
         write()
         return True
 

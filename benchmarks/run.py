@@ -412,21 +412,20 @@ def bench_makespan(h: Harness) -> None:
 
 
 CALL_REASONS = {
-    "open for writing": "the lease's temporary file (a first failed open creates the metadata "
-    "folder), the lease guard (flock) at commit and at release, the record's temporary file",
-    "open for reading": "the lease read back at commit (proof of ownership) and at release",
-    "os.link": "the lease, created atomically (fails if another runner holds it); held, it is "
-    "the RUNNING status",
+    "open for writing": "the lease, created with O_EXCL (atomic, fails if another runner holds "
+    "it; a first failed open creates the metadata folder), the lease guard (flock) at commit, "
+    "the record's temporary file",
+    "open for reading": "the lease read back at commit (proof of ownership)",
     "os.rename": "the record (the commit point, and the SUCCESS status), written to a temporary "
     "file and renamed into place",
-    "os.remove": "the lease's temporary file, and the lease at release",
+    "os.remove": "the lease, released with the commit under the same lock",
     "os.mkdir": "the step's metadata folder and its parent (the output's parent), on its first "
     "build",
     "os.listdir": "the metadata folder after taking the lease: an earlier record or status, and "
     "temporary files a crashed write left",
-    "fcntl.flock": "lock and unlock the lease guard, at commit and at release",
-    "cat_file": "the lease read back at commit (proof of ownership) and at release",
-    "rm_file": "the lease at release",
+    "fcntl.flock": "lock and unlock the lease guard at commit (which also releases the lease)",
+    "cat_file": "the lease read back at commit (proof of ownership)",
+    "rm_file": "the lease, released with the commit",
     "put_file": "the lease (create-if-absent) and the record (the commit point)",
     "has_file": "the lease's create-if-absent check, and an earlier record or status after "
     "taking the lease (an O(1) check instead of fsspec's scan of the whole store)",

@@ -165,3 +165,52 @@ def test_racing_builders_run_fn_once_and_agree(store_prefix: str) -> None:
     assert read_record(location, spec.output_path) is not None
     assert (read_status(location, spec.output_path) or {}).get("state") == "SUCCESS"
     assert not location.fs.exists(location.path(lease_path(spec.output_path)))
+
+
+def test_a_lease_being_created_is_waited_for_then_taken_over_if_it_stays_torn(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Local creates make the file, then write it: an empty or half-written lease may be a
+    competitor mid-create, so it is not taken over at once; one that stays so is."""
+    import marin.execution.lease as lease_module
+
+    location = open_prefix(str(tmp_path / "p"))
+    path = location.path(lease_path("s/v0"))
+    for torn in (b"", b'{"holder": "h:1:2", "tok'):
+        lease_module._garbled_seen.clear()
+        (tmp_path / "p" / "s" / "v0.marin").mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(torn)
+        monkeypatch.setattr(lease_module, "GARBLED_GRACE_S", 3600.0)
+        waiting = Lease(location, "s/v0")
+        held = waiting.try_acquire()
+        assert held is not None and held.garbled, "a torn lease must not be taken over at once"
+        assert read_status(location, "s/v0") is None  # says nothing: no holder to report
+        monkeypatch.setattr(lease_module, "GARBLED_GRACE_S", 0.0)
+        assert waiting.try_acquire() is None and waiting.took_over
+        waiting.release()
+        assert waiting.read() is None
+    # Well-formed JSON that is not a valid lease (here an impossible expiry) was written whole:
+    # it protects nothing and is taken over at once.
+    with open(path, "w") as f:
+        f.write('{"holder": "h", "token": "t", "expires_at": 1e300}')
+    monkeypatch.setattr(lease_module, "GARBLED_GRACE_S", 3600.0)
+    taker = Lease(location, "s/v0")
+    assert taker.try_acquire() is None and taker.took_over
+    taker.release()
+
+
+def test_racing_local_creates_have_exactly_one_winner(tmp_path: Any) -> None:
+    location = open_prefix(str(tmp_path / "p"))
+    for round_ in range(20):
+        leases = [Lease(location, f"race/{round_}") for _ in range(8)]
+        start = threading.Barrier(len(leases))
+
+        def take(lease: Lease, start: threading.Barrier = start) -> bool:
+            start.wait(timeout=30)
+            return lease.try_acquire() is None
+
+        with ThreadPoolExecutor(len(leases)) as pool:
+            won = list(pool.map(take, leases))
+        assert won.count(True) == 1, f"round {round_}: {won.count(True)} holders"
+        assert not any(lease.took_over for lease in leases)

@@ -456,7 +456,7 @@ def _build_holding(
                 )
             # The commit point: written only while provably holding the lease.
             if heartbeat.lost.is_set() or not lease.commit(
-                lambda: write_record(location, record, spec.output_path)
+                lambda: write_record(location, record, spec.output_path), release=True
             ):
                 raise LeaseLostError(
                     "lost the lease while building; another runner took over",

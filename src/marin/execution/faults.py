@@ -15,7 +15,8 @@ The points, in the order a build reaches them: ``before-lease``, ``after-lease``
 nothing written), ``after-output`` (``fn`` returned, no record), ``record-write`` (half of the
 record's bytes written: to the temporary file on local disk, where the rename makes the write
 atomic), ``record-torn`` (half of the record written at its final path, as a non-atomic store
-could), ``after-record`` (record committed, lease still held).
+could), ``after-record`` (record committed; on local disk and ``memory://`` the lease is released
+with it, elsewhere it is still held).
 """
 
 from __future__ import annotations

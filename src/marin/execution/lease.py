@@ -230,8 +230,17 @@ class LeaseInfo:
 
 GARBLED = "<unreadable>"
 GARBLED_GRACE_S = 1.0
-"""On a store without atomic create, how long the same unreadable lease must stay unreadable
-before it is taken over: a competitor's create writes the file in two steps."""
+"""On a store whose create may be seen half done (``torn_create``), how long the same
+unparsable lease must stay so before it is taken over: a competitor may still be writing it."""
+
+
+def _unparsable(raw: bytes) -> bool:
+    try:
+        json.loads(raw)
+    except (ValueError, RecursionError):
+        return True
+    return False
+
 
 _garbled_seen: dict[str, tuple[bytes, float]] = {}
 _garbled_lock = threading.Lock()
@@ -250,8 +259,11 @@ def _garbled_for_a_while(path: str, raw: bytes) -> bool:
         return True
 
 
+_HOST = socket.gethostname()
+
+
 def _holder_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+    return f"{_HOST}:{os.getpid()}:{threading.get_ident()}"
 
 
 # -- backends ------------------------------------------------------------------------------------
@@ -263,6 +275,8 @@ class LeaseStore(Protocol):
     kind: str
     atomic: bool
     """False for the check-then-write fallback."""
+    torn_create: bool
+    """True if a competitor may read a lease ``create`` has made but not yet filled."""
 
     def create(self, path: str, data: bytes) -> bool:
         """Write ``data`` at ``path`` if nothing is there; False if something is."""
@@ -290,6 +304,8 @@ class _CompareStore:
 
     kind = "generic"
     atomic = False
+    torn_create = True
+    """A competitor may read a lease this store is still creating (empty or half written)."""
 
     def __init__(self, location: Location) -> None:
         self.location = location
@@ -337,29 +353,34 @@ class _CompareStore:
 
 
 class LocalLeaseStore(_CompareStore):
+    """``O_CREAT | O_EXCL`` creates (atomic, fails if present), a ``flock`` guard for the rest.
+
+    The create writes its bytes just after making the file, so a competitor may read it empty
+    or half written: ``torn_create`` makes that read a short wait, not a takeover. (A temporary
+    file hard-linked into place would hide that moment, for two more files per build.)
+    """
+
     kind = "local"
     atomic = True
+    torn_create = True
 
     def create(self, path: str, data: bytes) -> bool:
-        tmp = f"{path}.new-{uuid.uuid4().hex}"
-        with open_local(tmp, "wb") as f:
-            f.write(data)
+        flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
         try:
-            os.link(tmp, path)  # atomic, fails if present, and never shows a half-written file
-            return True
+            fd = os.open(path, flags, 0o644)
         except FileExistsError:
             return False
-        except OSError:  # a file system without hard links: O_EXCL, then write
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                fd = os.open(path, flags, 0o644)
             except FileExistsError:
                 return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            return True
+        try:
+            os.write(fd, data)
         finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            os.close(fd)
+        return True
 
     def read(self, path: str) -> tuple[bytes, Any] | None:
         try:
@@ -399,6 +420,7 @@ class LocalLeaseStore(_CompareStore):
 class MemoryLeaseStore(_CompareStore):
     kind = "memory"
     atomic = True
+    torn_create = False
 
     def create(self, path: str, data: bytes) -> bool:
         with _MEMORY_LOCK:
@@ -434,6 +456,7 @@ class S3LeaseStore:
 
     kind = "s3"
     atomic = True
+    torn_create = False
 
     def __init__(self, location: Location) -> None:
         self.location = location
@@ -521,6 +544,7 @@ class GCSLeaseStore:
 
     kind = "gcs"
     atomic = True
+    torn_create = False
     _BOUNDARY = "==marin-lease=="
 
     def __init__(self, location: Location) -> None:
@@ -634,6 +658,9 @@ class Lease:
         """``time.monotonic()`` of the last write that proved we held the lease."""
         self.started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         """When this attempt began: the held lease is the step's RUNNING status."""
+        self._written = b""
+        self._released = False
+        """The last body made for this lease: bytes equal to it are ours, no parse needed."""
         self.took_over = False
         """True once this lease replaced an expired, orphaned or garbled one: an attempt that
         passed its checks died here before (``build._earlier_attempt`` may clear its debris)."""
@@ -646,7 +673,11 @@ class Lease:
             "process": self.process,
             "started_at": self.started_at,
         }
-        return json.dumps(info, sort_keys=True).encode()
+        self._written = json.dumps(info, sort_keys=True).encode()
+        return self._written
+
+    def _ours(self, raw: bytes) -> bool:
+        return raw == self._written or LeaseInfo.parse(raw).token == self.token
 
     def read(self) -> LeaseInfo | None:
         found = self.store.read(self.path)
@@ -677,8 +708,12 @@ class Lease:
             if current.token == self.token:
                 return None
             if current.garbled:
-                if not self.store.atomic and not _garbled_for_a_while(self.path, raw):
-                    return current  # maybe a create still writing (no atomic create here)
+                if (
+                    self.store.torn_create
+                    and _unparsable(raw)
+                    and not _garbled_for_a_while(self.path, raw)
+                ):
+                    return current  # maybe a create still writing its bytes
                 why = "unreadable (garbled) lease"
             elif current.expired:
                 why = "expired lease"
@@ -694,7 +729,7 @@ class Lease:
 
     def _renew_locked(self) -> bool:
         found = self.store.read(self.path)
-        if found is None or LeaseInfo.parse(found[0]).token != self.token:
+        if found is None or not self._ours(found[0]):
             return False
         if not self.store.replace(self.path, self._body(), found[1]):
             return False
@@ -706,21 +741,28 @@ class Lease:
         with self.store.lock(self.path):
             return self._renew_locked()
 
-    def commit(self, write: Callable[[], None]) -> bool:
+    def commit(self, write: Callable[[], None], *, release: bool = False) -> bool:
         """Run ``write`` (the record write) only while provably holding the lease.
 
         On local disk and ``memory://`` the check and the write happen under the lock that every
-        takeover also needs, so they are atomic. On object stores a compare-and-swap renewal
-        just before the write gives the write a whole TTL; a write that takes longer than half a
-        TTL is reported as lost (a takeover may have started), and the taker's record wins.
+        takeover also needs, so they are atomic; with ``release`` the lease is released under
+        the same lock (one lock round and one read fewer than ``release()`` after). On object
+        stores a compare-and-swap renewal just before the write gives the write a whole TTL; a
+        write that takes longer than half a TTL is reported as lost (a takeover may have
+        started), and the taker's record wins; ``release`` is then left to ``release()``.
         """
         with self.store.lock(self.path):
             if isinstance(self.store, (LocalLeaseStore, MemoryLeaseStore)):
                 # Every takeover needs this lock too, so a token check is proof enough.
-                current = self.read()
-                if current is None or current.token != self.token:
+                found = self.store.read(self.path)
+                if found is None or not self._ours(found[0]):
                     return False
                 write()
+                if release:
+                    self.store.delete(self.path, found[1])
+                    self._released = True
+                    with _held_lock:
+                        _held.discard(self)
                 return True
             if not self._renew_locked():
                 return False
@@ -733,11 +775,14 @@ class Lease:
     def release(self) -> None:
         with _held_lock:
             _held.discard(self)
+        if self._released:
+            return
         try:
             with self.store.lock(self.path):
                 found = self.store.read(self.path)
-                if found is not None and LeaseInfo.parse(found[0]).token == self.token:
+                if found is not None and self._ours(found[0]):
                     self.store.delete(self.path, found[1])
+                    self._released = True
         except OSError as exc:
             log.warning("could not release lease %s (it expires by itself): %s", self.path, exc)
 

@@ -306,6 +306,8 @@ def _read_json_object(location: Location, path: str, what: str) -> dict[str, Any
         raw = with_retries(lambda: location.fs.cat_file(path), f"read {path}")
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
+    if not raw:
+        return None  # a lease being created on local disk is empty for a moment
     try:
         data = parse_json(raw.decode())
     except (ValueError, UnicodeDecodeError) as exc:
