@@ -1,9 +1,9 @@
 """Fault hooks for crash and lease tests, switched on only by environment variables.
 
 The engine calls :func:`crash_point` at the moments a crash matters (before the lease, after the
-output, while writing the record, ...). With ``MARIN_FAULT_CRASH`` unset each call is one
-dictionary lookup. Tests set it in a child process to kill that process with SIGKILL at an exact
-point, so crash tests never depend on sleeping and hoping:
+output, while writing the record, ...). ``MARIN_FAULT_CRASH`` is read once, when this module
+is imported, so each call costs next to nothing. Tests set it in a child process to kill that
+process with SIGKILL at an exact point, so crash tests never depend on sleeping and hoping:
 
     MARIN_FAULT_CRASH=after-output@chain/3   # SIGKILL after fn returned, before the record
     MARIN_FAULT_CRASH=record-write           # SIGKILL half-way through the first record write
@@ -36,9 +36,14 @@ CRASH_POINTS = (
 )
 
 
+_WANTED = os.environ.get(CRASH_ENV)
+"""Read once, at import: the tests set it in a child's environment, and a build passes six
+crash points, each of which would otherwise look the variable up."""
+
+
 def should_crash(point: str, step: str) -> bool:
     """Whether ``MARIN_FAULT_CRASH`` asks for a crash at ``point`` (optionally ``@step``)."""
-    wanted = os.environ.get(CRASH_ENV)
+    wanted = _WANTED
     if not wanted:
         return False
     at, _, only = wanted.partition("@")
