@@ -191,6 +191,8 @@ class _RunState:
     """Written by each build task: the record its dependents' lineage names."""
     failed: dict[str, BaseException] = field(default_factory=dict)
     outputs: dict[str, str] = field(default_factory=dict)
+    upstream: dict[str, list[Upstream]] = field(default_factory=dict)
+    """Each dependency's record as the step is submitted (its new record's lineage)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -243,14 +245,20 @@ def run_steps(
     )
     scheduler.prepare()
     finished: queue.SimpleQueue[str] = queue.SimpleQueue()
+    # Made before the first one runs: a Task costs about a millisecond to make, which would
+    # otherwise sit on the critical path between a step and its dependent.
+    build_tasks = {
+        p: _build_task(by_path[p], location, options, state, decisions[p]) for p in plan.to_build
+    }
 
     def submit(path: str) -> None:
         spec = by_path[path]
         with state.lock:
             built = {p: o.record for p, o in state.outcomes.items()}
-        ups = plan.upstream(spec, built)
-        task = _build_task(spec, location, options, state, decisions[path], ups)
-        future = task.submit(wait_for=[futures[d] for d in deps[path]], return_state=False)
+            state.upstream[path] = plan.upstream(spec, built)
+        future = build_tasks[path].submit(
+            wait_for=[futures[d] for d in deps[path]], return_state=False
+        )
         futures[path] = future
         # Wakes the loop below when the task run ends: no polling, no sleeping.
         future.add_done_callback(functools.partial(_put_path, finished, path))
@@ -267,7 +275,11 @@ def run_steps(
             future.wait()  # done already: this keeps the in-memory final state on the future
             final = future.state
             if final.is_completed():
-                state.outputs[spec.step_id] = future.result()
+                with state.lock:  # the task's own outcome: no result round trip through Prefect
+                    built = state.outcomes.get(path)
+                state.outputs[spec.step_id] = (
+                    built.output_url if built is not None else future.result()
+                )
                 scheduler.done(path)
             else:
                 state.failed[path] = state.errors.get(path) or RuntimeError(
@@ -373,9 +385,10 @@ def _build_task(
     options: RunOptions,
     state: _RunState,
     decision: Decision,
-    upstream: list[Upstream],
 ) -> Task[[], Any]:
     def marin_step() -> Any:
+        with state.lock:
+            upstream = state.upstream[spec.output_path]
         try:
             outcome = _build(spec, location, options, decision, upstream)
         except BaseException as exc:
