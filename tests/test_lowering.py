@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import pathlib
 from typing import Any
 
@@ -203,3 +204,83 @@ def test_any_other_version_is_accepted(version: str) -> None:
 def test_dependency_that_is_not_a_handle_is_rejected() -> None:
     with pytest.raises(InvalidStepError, match=r"deps\[0\] is a str.*step s@v0"):
         ArtifactStep(name="s", version="v0", run=lambda ctx: None, deps=("a/v0",))  # type: ignore[arg-type]
+
+
+# --- lower()'s graph check: one walk when it saw the whole graph, collect_steps otherwise -----
+
+
+def test_nested_output_deep_in_a_fresh_graph_is_refused_naming_both_steps() -> None:
+    inner = apply("team/exp", fn, version="v0", out_path=OUT)
+    outer = apply("team", fn, version="exp", out_path=OUT)
+    top = apply("top", fn, version="v0", items=[apply("mid", fn, version="v0", data=inner), outer])
+    with pytest.raises(DuplicateStepError, match=r"team@exp \(team/exp\) contains .*team/exp@v0"):
+        lower(top)
+
+
+def test_nested_output_is_refused_through_a_shared_memo() -> None:
+    """A memo shared with an earlier lower(): the walk no longer sees the whole graph."""
+    inner = apply("team/exp", fn, version="v0", out_path=OUT)
+    outer = apply("team", fn, version="exp", out_path=OUT)
+    memo: dict[Any, Any] = {}
+    lower(inner, memo=memo)
+    with pytest.raises(DuplicateStepError, match="contains the output of team/exp@v0"):
+        lower(apply("top", fn, version="v0", items=[inner, outer]), memo=memo)
+
+
+def test_nested_output_is_refused_below_a_spec_lowered_elsewhere() -> None:
+    inner_spec = apply("team/exp", fn, version="v0", out_path=OUT).lower()
+    outer = apply("team", fn, version="exp", out_path=OUT)
+    with pytest.raises(DuplicateStepError, match="contains the output of team/exp@v0"):
+        lower(apply("top", fn, version="v0", items=[inner_spec, outer]))
+    with pytest.raises(DuplicateStepError, match="contains the output of team/exp@v0"):
+        lower(inner_spec, outer)
+
+
+def test_two_definitions_are_refused_when_one_sits_below_a_spec_lowered_elsewhere() -> None:
+    spec_one = apply("mid", fn, version="v0", data=apply("x", fn, version="v0", x=1)).lower()
+    two = apply("x", fn, version="v0", x=2)
+    with pytest.raises(DuplicateStepError, match=r"x@v0.*config.x: 1 -> 2"):
+        lower(apply("top", fn, version="v0", items=[spec_one, two]))
+
+
+def test_sibling_names_that_share_a_prefix_are_not_nested() -> None:
+    """``a/v0-x`` and ``a/v0/...`` sort between ``a/v0`` and its children: neither is inside."""
+    steps = [apply(n, fn, version=v, out_path=OUT) for n, v in [("a", "v0"), ("a/v0-x", "v1"),
+             ("a/v0.y", "v1"), ("a", "v0.z"), ("ab", "v0")]]  # fmt: skip
+    assert [s.step_id for s in lower(steps)] == [s.step_id for s in steps]
+
+
+# --- the fused config pass gives the reference config, or defers to it ------------------------
+
+
+def _reference_config(spec: StepSpec) -> Any:
+    from marin.execution.canonical import to_canonical
+    from marin.execution.context import fingerprint_context
+
+    return to_canonical(spec.build_config(fingerprint_context(spec.deps)), "config", spec.step_id)
+
+
+def test_fused_config_pass_equals_materialise_then_canonicalise() -> None:
+    from marin.execution.graph import collect_steps
+    from tests.fingerprint_cases import rich_cases
+
+    for spec in collect_steps(lower(rich_cases())):
+        assert json.loads(spec.fingerprint_payload)["config"] == json.loads(
+            json.dumps(_reference_config(spec))
+        ), spec.step_id
+
+
+def test_a_handle_in_the_config_that_is_not_a_dependency_fails_as_before() -> None:
+    """A hand-made handle reusing apply()'s call with other deps takes the reference path."""
+    a = apply("a", fn, version="v0", out_path=OUT)
+    made = apply("s", fn, version="v0", data=a)
+    stray = ArtifactStep(name="s", version="v1", run=made.run, build_config=made.build_config)
+    with pytest.raises(KeyError, match=r"a@v0 is not a dependency of this step"):
+        lower(stray)
+
+
+def test_config_key_collision_and_bad_values_still_name_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"config.x has keys 1 and '1'"):
+        lower(apply("s", fn, version="v0", x={1: "a", "1": "b"}))
+    with pytest.raises(ConfigError, match=r"config.x.inner\[1\]\{\} holds a .*object"):
+        lower(apply("s", fn, version="v0", x={"inner": [1, {object()}]}))

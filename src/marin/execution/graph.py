@@ -94,13 +94,16 @@ def check_disjoint_outputs(steps: list[StepSpec]) -> None:
 
     ``team/exp@v0`` writes ``team/exp/v0`` and ``team@exp`` writes ``team/exp``: building the
     second would clear a folder holding the first's output and metadata. Checked by looking up
-    every ancestor path of every output (linear in the total path depth).
+    every ancestor path of every output (linear in the total path depth), shortest first.
+    ``lower()`` runs this on every graph, so the paths are made once and the ancestors are
+    slices at each ``/`` rather than split-and-join.
     """
-    by_path = {spec.output_path: spec for spec in steps}
-    for spec in steps:
-        parts = spec.output_path.split("/")
-        for end in range(1, len(parts)):
-            outer = by_path.get("/".join(parts[:end]))
+    paths = [f"{spec.name}/{spec.version}" for spec in steps]  # spec.output_path, inlined
+    by_path = dict(zip(paths, steps, strict=True))
+    for path, spec in zip(paths, steps, strict=True):
+        end = path.find("/")
+        while end >= 0:
+            outer = by_path.get(path[:end])
             if outer is not None:
                 raise DuplicateStepError(
                     f"the output of {outer.step_id} ({outer.output_path}) contains the output of "
@@ -108,6 +111,7 @@ def check_disjoint_outputs(steps: list[StepSpec]) -> None:
                     f"rename one of them, e.g. give {outer.step_id} another name",
                     outer.step_id,
                 )
+            end = path.find("/", end + 1)
 
 
 def canonical_deps(steps: list[StepSpec]) -> dict[str, list[StepSpec]]:

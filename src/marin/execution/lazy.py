@@ -17,8 +17,13 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from marin.execution.artifact import Artifact
-from marin.execution.canonical import to_canonical
-from marin.execution.context import StepContext, fingerprint_context
+from marin.execution.canonical import NeedsPath, canonical_value, to_canonical
+from marin.execution.context import (
+    OUTPUT_PLACEHOLDER,
+    StepContext,
+    dep_placeholder,
+    fingerprint_context,
+)
 from marin.execution.errors import CycleError, DuplicateStepError, InvalidStepError
 from marin.execution.names import validate_name, validate_version
 from marin.execution.provenance import collect_provenance
@@ -259,6 +264,9 @@ class _ApplyCall:
         return self.fn(**self.config(ctx))
 
 
+_APPLY_CONFIG = _ApplyCall.config
+
+
 def apply(name: str, fn: Callable[..., Any], *, version: str, **inputs: Any) -> ArtifactStep:
     """A handle that calls ``fn(**inputs)``; handles in ``inputs`` become dependencies."""
     validate_name(name)
@@ -294,20 +302,35 @@ def apply(name: str, fn: Callable[..., Any], *, version: str, **inputs: Any) -> 
 # --- lowering --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class _FingerprintGuard:
     """``run`` that first checks the config still is the one that was fingerprinted.
 
     ``apply()`` snapshots its literals, but a hand-made ``ArtifactStep`` may compute its config
     from state that changes between ``lower()`` and the build; building then would store
     another config's output under this fingerprint. One extra config evaluation per build.
+
+    A plain slotted class, not a frozen dataclass: lowering makes one per step, and a frozen
+    dataclass's ``__init__`` costs twice as much. Nothing assigns to it after construction.
     """
 
-    run: Callable[[StepContext], Any]
-    build_config: Callable[[StepContext], Any]
-    deps: tuple[StepSpec, ...]
-    config: Any
-    step_id: str
+    __slots__ = ("build_config", "config", "deps", "run", "step_id")
+
+    def __init__(
+        self,
+        run: Callable[[StepContext], Any],
+        build_config: Callable[[StepContext], Any],
+        deps: tuple[StepSpec, ...],
+        config: Any,
+        step_id: str,
+    ) -> None:
+        self.run = run
+        self.build_config = build_config
+        self.deps = deps
+        self.config = config
+        self.step_id = step_id
+
+    def __repr__(self) -> str:
+        return f"_FingerprintGuard({self.step_id}, run={self.run!r})"
 
     @property
     def wrapped_fn(self) -> Any:
@@ -329,24 +352,85 @@ class _FingerprintGuard:
         return self.run(ctx)
 
 
+class _Reference(Exception):
+    """The fused config pass met a value it does not mirror: take the reference path."""
+
+
+def _fused_canonical(value: Any, dep_ids: set[int], step_id: str) -> Any:
+    """``to_canonical(_materialise(value, fingerprint_context(deps)))`` in one pass.
+
+    Mirrors ``_materialise`` branch by branch (then ``to_canonical`` of what it returns), without
+    building a context or the materialised copy. Whatever it does not mirror exactly (a key
+    that is not a ``str``, a handle that is not one of this step's own dependencies, a value
+    ``to_canonical`` rejects) raises ``_Reference``, and the caller redoes the config the
+    reference way, which also gives the exact error. ``tests/test_fingerprint_golden.py`` pins
+    the result for every kind of value.
+    """
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if value is OUT:
+        return OUTPUT_PLACEHOLDER
+    if kind is ArtifactStep or kind is StepSpec or isinstance(value, ArtifactStep | StepSpec):
+        if id(value) not in dep_ids:
+            raise _Reference
+        return dep_placeholder(value.name)
+    if kind is list or kind is tuple or isinstance(value, list):
+        return [_fused_canonical(item, dep_ids, step_id) for item in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return [_fused_canonical(item, dep_ids, step_id) for item in value]
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _Reference
+            out[key] = _fused_canonical(item, dep_ids, step_id)
+        return out
+    try:
+        return canonical_value(_snapshot(value), step_id)
+    except NeedsPath:
+        raise _Reference from None
+
+
+def _fingerprint_config(handle: ArtifactStep, deps: tuple[StepSpec, ...], step_id: str) -> Any:
+    """The canonical config that enters the fingerprint.
+
+    For an ``apply()`` handle this is one pass over its frozen inputs (about a third of the cost
+    of building a context, materialising and canonicalising); any other handle, or a config
+    the pass does not mirror, goes the reference way.
+    """
+    run = handle.run
+    if type(run) is _ApplyCall:
+        config = handle.build_config
+        if (
+            getattr(config, "__self__", None) is run
+            and getattr(config, "__func__", None) is _APPLY_CONFIG
+        ):
+            try:
+                dep_ids = {id(dep) for dep in handle.deps}
+                return _fused_canonical(dict(run.inputs), dep_ids, step_id)
+            except _Reference:
+                pass
+    return to_canonical(handle.build_config(fingerprint_context(deps)), "config", step_id)
+
+
 def _spec_for(
     handle: ArtifactStep,
     deps: tuple[StepSpec, ...],
     provenance: Mapping[str, Any],
     memo: dict[Any, Any],
+    created: list[StepSpec],
 ) -> StepSpec:
-    step_id = handle.step_id
-    config = to_canonical(handle.build_config(fingerprint_context(deps)), "config", step_id)
+    """The spec of ``handle``; a new one is also appended to ``created``."""
+    name = handle.name
+    version = handle.version
+    step_id = f"{name}@{version}"
+    config = _fingerprint_config(handle, deps, step_id)
     dep_versions: dict[str, str] = {}
     for dep in deps:
-        key = dep.name if dep.name not in dep_versions else dep.step_id
-        dep_versions[key] = dep.version
-    payload = {
-        "name": handle.name,
-        "version": handle.version,
-        "config": config,
-        "deps": dep_versions,
-    }
+        dep_name = dep.name
+        dep_versions[dep_name if dep_name not in dep_versions else dep.step_id] = dep.version
+    payload = {"name": name, "version": version, "config": config, "deps": dep_versions}
     fingerprint, payload_json = fingerprint_of(payload)
     known: StepSpec | None = memo.get(("step", step_id))
     if known is not None:
@@ -371,15 +455,16 @@ def _spec_for(
             "give one of them another name or bump its version",
             step_id,
         )
+    build_config = handle.build_config
     spec = StepSpec(
-        name=handle.name,
-        version=handle.version,
+        name=name,
+        version=version,
         deps=deps,
         fingerprint=fingerprint,
         fingerprint_payload=payload_json,
         provenance=provenance,
-        run=_FingerprintGuard(_placed_run(handle), handle.build_config, deps, config, step_id),
-        build_config=handle.build_config,
+        run=_FingerprintGuard(_placed_run(handle), build_config, deps, config, step_id),
+        build_config=build_config,
         artifact_type=handle.artifact_type,
         retries=handle.retries,
         pool=handle.pool,
@@ -389,6 +474,7 @@ def _spec_for(
         isolate=handle.isolate,
     )
     memo[("step", step_id)] = spec
+    created.append(spec)
     return spec
 
 
@@ -408,28 +494,59 @@ def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
 
 
 def _lower_all(
-    handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any] | None
+    handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any] | None, check: bool = False
 ) -> list[StepSpec]:
-    """Iterative post-order walk, so a chain 100,000 steps deep lowers without recursion."""
+    """Iterative post-order walk, so a chain 100,000 steps deep lowers without recursion.
+
+    With ``check``, the lowered graph is also checked as ``collect_steps`` checks it at run time
+    (one output inside another, two definitions of one step), so that ``lower()`` refuses it.
+    """
     # Lowering allocates several objects per step and frees almost none, which makes the cyclic
     # garbage collector run over and over for nothing (about 15% of the time at 100,000 steps).
+    # The check runs inside too: after 100,000 new specs, its walk would trigger full collections.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _lower_walk(handles, memo)
+        if memo is None:
+            memo = {}
+        fresh = not memo
+        created: list[StepSpec] = []
+        specs, saw_spec = _lower_walk(handles, memo, created)
+        if check:
+            _check_lowered(specs, created, exact=fresh and not saw_spec)
+        return specs
     finally:
         if collecting:
             gc.enable()
 
 
+def _check_lowered(specs: list[StepSpec], created: list[StepSpec], exact: bool) -> None:
+    """Refuse a bad graph at ``lower()`` time, with the errors ``collect_steps`` raises.
+
+    When the walk started from an empty memo and met no ``StepSpec`` (``exact``), ``created`` is
+    exactly the graph, in ``collect_steps`` order: every handle was lowered here, one spec per
+    ``name@version`` (``_spec_for`` already refused two definitions of one), and specs made from
+    an acyclic walk are acyclic. Only the nested-output check is left, a second walk saved.
+    Otherwise (a shared memo, or specs lowered elsewhere whose deps were never walked here),
+    ``collect_steps`` walks the whole graph.
+    """
+    from marin.execution.graph import check_disjoint_outputs, collect_steps
+
+    if exact:
+        check_disjoint_outputs(created)
+    else:
+        collect_steps(specs)
+
+
 def _lower_walk(
-    handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any] | None
-) -> list[StepSpec]:
-    if memo is None:
-        memo = {}
+    handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any], created: list[StepSpec]
+) -> tuple[list[StepSpec], bool]:
+    """Lower ``handles`` through ``memo``; also say whether any ``StepSpec`` was met."""
     provenance = collect_provenance()
+    saw_spec = False
     for handle in handles:
         if isinstance(handle, StepSpec):
+            saw_spec = True
             memo.setdefault(("step", handle.step_id), handle)
     on_path: list[ArtifactStep] = []
     on_path_ids: set[int] = set()
@@ -447,8 +564,8 @@ def _lower_walk(
             if expanded:
                 on_path.pop()
                 on_path_ids.discard(id(handle))
-                deps = tuple(dep if isinstance(dep, StepSpec) else memo[dep] for dep in handle.deps)
-                memo[handle] = _spec_for(handle, deps, provenance, memo)
+                deps = tuple([d if isinstance(d, StepSpec) else memo[d] for d in handle.deps])
+                memo[handle] = _spec_for(handle, deps, provenance, memo, created)
                 continue
             if handle in memo:
                 continue
@@ -459,12 +576,14 @@ def _lower_walk(
             on_path_ids.add(id(handle))
             stack.append((handle, True))
             for dep in reversed(handle.deps):
-                if isinstance(dep, ArtifactStep) and dep not in memo:
+                if not isinstance(dep, ArtifactStep):
+                    saw_spec = True  # a spec lowered elsewhere: its deps are never walked here
+                elif dep not in memo:
                     if id(dep) in on_path_ids:
                         start = next(i for i, h in enumerate(on_path) if h is dep)
                         raise CycleError([h.step_id for h in on_path[start:]] + [dep.step_id])
                     stack.append((dep, False))
-    return [h if isinstance(h, StepSpec) else memo[h] for h in handles]
+    return [h if isinstance(h, StepSpec) else memo[h] for h in handles], saw_spec
 
 
 def _flatten(handles: Iterable[Any]) -> tuple[list[Any], bool]:
@@ -480,10 +599,8 @@ def lower(
 ) -> Any:
     """Lower handles to specs: one handle gives one ``StepSpec``, several give a list."""
     items, many = _flatten(handles)
-    specs = _lower_all(items, memo)
-    from marin.execution.graph import collect_steps
-
-    collect_steps(specs)  # refuse a bad graph here (e.g. one output inside another), not at run
+    # check: refuse a bad graph here (e.g. one output inside another), not at run time
+    specs = _lower_all(items, memo, check=True)
     return specs if many else specs[0]
 
 
