@@ -400,6 +400,8 @@ def run_step(
     ``target`` is what the DAG file recorded: a module path, or a file path relative to the DAG
     file's folder. ``fingerprint`` is the one computed at export time; if the pipeline now
     lowers to another fingerprint, the DAG file is stale and the task fails without building.
+    Only this step and its ancestors are lowered. ``graph_digest`` (passed by DAG files of older
+    exporters) is not checked here: the ``marin-plan`` task checks it for the whole graph.
     """
     from marin.execution.build import build_step
     from marin_airflow.export import resolve_target

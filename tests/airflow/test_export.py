@@ -114,8 +114,11 @@ _DATA_NAMES = [
 ]
 
 
+_CODE_START = len(_DATA_NAMES) + 6
+
+
 def _structure(text: str) -> tuple[ast.Module, dict[str, object]]:
-    """Check the file is exactly: docstring, the 5 imports, data assignments, one ``with``."""
+    """Check the file is exactly: docstring, the 5 imports, data assignments, then code."""
     tree = ast.parse(text)
     body = tree.body
     assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
@@ -124,25 +127,29 @@ def _structure(text: str) -> tuple[ast.Module, dict[str, object]]:
     assert imports == [
         "from __future__ import annotations",
         "import datetime",
-        "from airflow.providers.standard.operators.python import PythonOperator",
-        "from airflow.sdk import DAG, Param, literal",
+        "from airflow.sdk import DAG, Param",
+        "from marin_airflow.operator import MarinOperator",
         "from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement",
     ]
     data: dict[str, object] = {}
-    for node in body[6:-1]:
+    for node in body[6:_CODE_START]:
         assert isinstance(node, ast.Assign), ast.dump(node)
         (name,) = node.targets
         assert isinstance(name, ast.Name)
         data[name.id] = ast.literal_eval(node.value)  # plain data only: no calls, no names
     assert list(data) == _DATA_NAMES
-    assert isinstance(body[-1], ast.With)
+    assert isinstance(body[_CODE_START], ast.Assign)  # dag = DAG(...)
     return tree, data
+
+
+def _code(tree: ast.Module) -> str:
+    return "\n".join(ast.dump(node) for node in tree.body[_CODE_START:])
 
 
 def _reference_with_block() -> str:
     tasks = [TaskEntry("a", "a@v0", "f" * 64)]
     tree, _ = _structure(render_dag("x.py:p", tasks, DagOptions(dag_id="d")))
-    return ast.dump(tree.body[-1])
+    return _code(tree)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -193,7 +200,7 @@ def test_unsafe_strings_cannot_inject_code(
     }
     assert len(by_task) == len(step_ids)
     # The code part never contains user data: it is the same for every input.
-    assert ast.dump(tree.body[-1]) == _reference_with_block()
+    assert _code(tree) == _reference_with_block()
     # Non-data lines are exactly what a reference render has (comments cannot be injected).
     comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]
     reference = render_dag("x.py:p", [TaskEntry("a", "a@v0", "f" * 64)], DagOptions(dag_id="d"))
