@@ -697,6 +697,13 @@ def bench_airflow(h: Harness) -> None:
                     5.0,
                     note=f"{f['tasks']} tasks",
                 )
+                h.add(
+                    "airflow",
+                    f"DagBag parse n={n} incl. Airflow's import, CPU time",
+                    f["median_cpu_s"] + r["import_cpu_s"],
+                    "s",
+                    note="this process's CPU time: what load from other jobs moves least",
+                )
             elif limit is not None:
                 h.judge(
                     "airflow",

@@ -329,7 +329,7 @@ DEFAULT_PREFIX below, else Marin's local default.
 '''
 
 _BODY = """\
-with DAG(
+dag = DAG(
     dag_id=DAG_ID,
     description=DESCRIPTION,
     doc_md=__doc__,
@@ -371,53 +371,45 @@ with DAG(
         ),
     },
     tags=["marin"],
-) as dag:
-    # Plain PythonOperators: the @task decorator costs about 3x more per task to create.
-    # literal(): step data is never rendered as a Jinja template.
-    tasks = {
-        PLAN_TASK_ID: PythonOperator(
-            task_id=PLAN_TASK_ID,
-            task_display_name="marin plan",
-            multiple_outputs=True,
-            python_callable=plan_steps,
-            op_kwargs={
-                "target": literal(TARGET),
-                "default_prefix": literal(DEFAULT_PREFIX),
-                "default_on_drift": literal(ON_DRIFT),
-                "graph_digest": literal(GRAPH_DIGEST),
-                "export_command": literal(EXPORT_COMMAND),
-                "export_root": literal(EXPORT_ROOT),
-            },
-        )
-    }
-    for task_id, step in STEPS.items():
-        tasks[task_id] = PythonOperator(
-            task_id=task_id,
-            task_display_name=step["step"],
-            retries=step["retries"],
-            pool=step["pool"],
-            multiple_outputs=True,
-            python_callable=run_step,
-            op_kwargs={
-                "target": literal(TARGET),
-                "step": literal(step["step"]),
-                "fingerprint": literal(step["fingerprint"]),
-                "default_prefix": literal(DEFAULT_PREFIX),
-                "default_on_drift": literal(ON_DRIFT),
-                "graph_digest": literal(GRAPH_DIGEST),
-                "export_command": literal(EXPORT_COMMAND),
-                "export_root": literal(EXPORT_ROOT),
-            },
-            **task_placement(step),
-        )
-    # Edges go into each task's public upstream/downstream task id sets, which is what `a >> b`
-    # writes too; but `>>` also hashes the whole DAG for every edge (O(tasks x edges)). The
-    # plan task runs first: every step without dependencies waits for it.
-    for task_id, step in STEPS.items():
-        upstream_ids = step["upstream"] or [PLAN_TASK_ID]
-        tasks[task_id].upstream_task_ids.update(upstream_ids)
-        for upstream in upstream_ids:
-            tasks[upstream].downstream_task_ids.add(task_id)
+)
+# The tasks are made outside `with dag:` and added in one call: inside it, every operator
+# deep-copies the DAG's params (over half the parse time of a 10,000-step DAG), which a task
+# reads from its DAG at run time anyway. A MarinOperator has no template fields: step data is
+# never rendered as a Jinja template. What every task is called with, besides its step:
+COMMON = {
+    "target": TARGET,
+    "default_prefix": DEFAULT_PREFIX,
+    "default_on_drift": ON_DRIFT,
+    "export_command": EXPORT_COMMAND,
+    "export_root": EXPORT_ROOT,
+}
+tasks = {
+    PLAN_TASK_ID: MarinOperator(
+        task_id=PLAN_TASK_ID,
+        task_display_name="marin plan",
+        marin_call=plan_steps,
+        marin_kwargs={**COMMON, "graph_digest": GRAPH_DIGEST},
+    )
+}
+for task_id, step in STEPS.items():
+    tasks[task_id] = MarinOperator(
+        task_id=task_id,
+        task_display_name=step["step"],
+        retries=step["retries"],
+        pool=step["pool"],
+        marin_call=run_step,
+        marin_kwargs={**COMMON, "step": step["step"], "fingerprint": step["fingerprint"]},
+        **task_placement(step),
+    )
+dag.add_tasks(tasks.values())
+# Edges go into each task's public upstream/downstream task id sets, which is what `a >> b`
+# writes too; but `>>` also hashes the whole DAG for every edge (O(tasks x edges)). The
+# plan task runs first: every step without dependencies waits for it.
+for task_id, step in STEPS.items():
+    upstream_ids = step["upstream"] or [PLAN_TASK_ID]
+    tasks[task_id].upstream_task_ids.update(upstream_ids)
+    for upstream in upstream_ids:
+        tasks[upstream].downstream_task_ids.add(task_id)
 """
 
 
@@ -489,8 +481,8 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
     lines = [_HEADER]
     lines.append("from __future__ import annotations\n")
     lines.append("import datetime\n")
-    lines.append("from airflow.providers.standard.operators.python import PythonOperator")
-    lines.append("from airflow.sdk import DAG, Param, literal\n")
+    lines.append("from airflow.sdk import DAG, Param\n")
+    lines.append("from marin_airflow.operator import MarinOperator")
     lines.append(
         "from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement\n"
     )

@@ -98,48 +98,57 @@ def targets_for(target: str) -> list[Any]:
         return _targets[target]
 
 
-_handles: dict[str, list[Any]] = {}
-"""Per process: resolved target -> its handles (the pipeline file runs once per process)."""
+_handles: dict[str, dict[str, Any]] = {}
+"""Per process: resolved target -> every handle of its graph by step id (not lowered)."""
 _memos: dict[str, dict[Any, Any]] = {}
 """Per process: resolved target -> the ``lower`` memo, so each step is lowered at most once."""
+
+
+def handles_for(target: str) -> dict[str, Any]:
+    """Every step handle of ``target`` by step id, without lowering any: once per process.
+
+    Walking handles is cheap (no config is built, nothing is hashed), so a task can find its own
+    step, and check a ``force`` name against the whole pipeline, without lowering the graph.
+    """
+    with _lock:
+        cached = _handles.get(target)
+        if cached is not None:
+            return cached
+        from marin.execution.targets import load_target
+
+        found: dict[str, Any] = {}
+        stack = list(load_target(target))
+        seen: set[int] = set()
+        while stack:  # iterative: a 100,000-deep chain has no recursion limit to hit
+            handle = stack.pop()
+            if id(handle) in seen:
+                continue
+            seen.add(id(handle))
+            found.setdefault(handle.step_id, handle)
+            stack.extend(handle.deps)
+        _handles[target] = found
+        return found
 
 
 def step_for(target: str, step: str) -> Any | None:
     """The ``StepSpec`` of one step, lowering only it and its ancestors; None if absent.
 
     A task of a 10,000-step DAG builds one step: lowering the whole graph for it (as
-    ``steps_for`` does) costs every task O(graph). This walks the handles from the targets to
-    the one named ``step`` and lowers just that handle, which lowers its dependencies and
-    nothing else. The handles and the lowering memo are kept per process, so several tasks in
-    one worker share the work.
+    ``steps_for`` does) costs every task O(graph). This lowers just the handle named ``step``,
+    which lowers its dependencies and nothing else. The handles and the lowering memo are kept
+    per process, so several tasks in one worker share the work.
     """
     with _lock:
         cached = _lowered.get(target)
         if cached is not None:
             return cached.get(step)
-        handles = _handles.get(target)
-        if handles is None:
-            from marin.execution.targets import load_target
-
-            handles = _handles[target] = list(load_target(target))
-        memo = _memos.setdefault(target, {})
-    found: Any = None
-    stack, seen = list(handles), set()
-    while stack:  # iterative: a 100,000-deep chain has no recursion limit to hit
-        handle = stack.pop()
-        if id(handle) in seen:
-            continue
-        seen.add(id(handle))
-        if handle.step_id == step:
-            found = handle
-            break
-        stack.extend(handle.deps)
-    if found is None:
+    handle = handles_for(target).get(step)
+    if handle is None:
         return None
     from marin.execution.lazy import lower
 
     with _lock:  # the memo is shared by this process's tasks
-        return lower(found, memo=memo)
+        return lower(handle, memo=_memos.setdefault(target, {}))
 
 
 def clear_cache() -> None:
@@ -228,11 +237,19 @@ def choose_prefix(param: str | None, default_prefix: str | None) -> str | None:
     return chosen
 
 
-def run_policy(context: Any | None, default_on_drift: str, steps: dict[str, Any]) -> Any:
+def run_policy(
+    context: Any | None,
+    default_on_drift: str,
+    steps: Mapping[str, Any],
+    planned_force: Any = None,
+) -> Any:
     """The run's ``on_drift``, ``force`` and ``cascade`` params -> a core ``Policy``.
 
     Params are set by whoever triggers the run: untrusted data, validated here (Airflow's own
     param schema checks them at trigger time too). A bad value fails the task with a clear error.
+    ``force`` names are resolved against ``steps`` (specs or handles: only ``step_id`` and
+    ``name`` are read), or taken as ``planned_force``, the step ids the ``marin-plan`` task
+    resolved from the same params against the whole graph, when given.
     """
     from marin.execution.decide import Policy, check_drift_policy, resolve_force
     from marin.execution.errors import InvalidStepError
@@ -252,6 +269,15 @@ def run_policy(context: Any | None, default_on_drift: str, steps: dict[str, Any]
     cascade = params.get("cascade", True)
     if not isinstance(cascade, bool):
         raise InvalidStepError(f"param cascade={cascade!r}", "use true or false")
+    if planned_force is not None:
+        if not isinstance(planned_force, list) or not all(
+            isinstance(f, str) for f in planned_force
+        ):
+            raise InvalidStepError(
+                f"XCom force={planned_force!r} of task {PLAN_TASK_ID}",
+                "clear the run and trigger it again",
+            )
+        return Policy(on_drift, frozenset(planned_force), cascade)
     names = [f.strip() for f in force if f.strip()]
     return Policy(on_drift, resolve_force(names, list(steps.values())), cascade)
 
@@ -374,6 +400,8 @@ def run_step(
     ``target`` is what the DAG file recorded: a module path, or a file path relative to the DAG
     file's folder. ``fingerprint`` is the one computed at export time; if the pipeline now
     lowers to another fingerprint, the DAG file is stale and the task fails without building.
+    Only this step and its ancestors are lowered. ``graph_digest`` (passed by DAG files of older
+    exporters) is not checked here: the ``marin-plan`` task checks it for the whole graph.
     """
     from marin.execution.build import build_step
     from marin_airflow.export import resolve_target
@@ -386,8 +414,8 @@ def run_step(
     dag_dir = dag_dir or _dag_dir(context)
     resolved = resolve_target(target, dag_dir)
     fix = _fix(export_command, export_root, dag_dir)
-    steps = steps_for(resolved)
-    spec = steps.get(step)
+    # Only this step and its ancestors are lowered: the whole graph is the plan task's job.
+    spec = step_for(resolved, step)
     if spec is None:
         raise StaleDagError(
             f"error: the DAG file is stale (step {step}): {target} no longer has a step "
@@ -399,18 +427,18 @@ def run_step(
             f"the DAG file but the pipeline now gives {spec.fingerprint} (its config or a "
             f"dependency changed since the export): {fix}"
         )
-    if graph_digest is not None:
-        from marin_airflow.export import graph_digest as digest_of
-
-        now = digest_of((s.step_id, s.fingerprint) for s in steps.values())
-        if now != graph_digest:
-            log.warning(
-                "marin: the DAG file is stale: the pipeline's steps changed since the export "
-                "(this step is unchanged and runs; others may be missing or outdated): %s",
-                fix,
-            )
+    # A fingerprint covers the step's ancestors, so the check above is this step's whole
+    # staleness check; steps added or removed elsewhere (``graph_digest``) are the plan task's
+    # warning. ``force`` was resolved by the plan task against the whole graph; called outside
+    # a DAG run, the names are checked against the pipeline's handles (nothing lowered).
     location = _location(prefix, default_prefix)
-    policy = run_policy(context, default_on_drift, steps)
+    planned_force = _from_xcom(context, PLAN_TASK_ID, "force")
+    policy = run_policy(
+        context,
+        default_on_drift,
+        handles_for(resolved) if planned_force is None else {},
+        planned_force,
+    )
     pruned = _from_xcom(context, PLAN_TASK_ID, "prune") or []
     if step in pruned:
         log.info("marin: step %s pruned: not built, and nothing being built needs it", step)

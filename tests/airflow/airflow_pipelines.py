@@ -77,3 +77,12 @@ def fanout() -> ArtifactStep:
     root = step("fan/root", "root")
     leaves = [step(f"fan/leaf-{i}", f"leaf-{i}", root, sleep=3.0) for i in range(FANOUT_WIDTH)]
     return step("fan/sink", "sink", *leaves)
+
+
+WIDE_WIDTH = 40
+
+
+def wide() -> list[ArtifactStep]:
+    """root -> WIDE_WIDTH leaves, no sink: a leaf's ancestors are 2 of the graph's 41 steps."""
+    root = step("wide/root", "root")
+    return [step(f"wide/leaf-{i}", f"leaf-{i}", root) for i in range(WIDE_WIDTH)]

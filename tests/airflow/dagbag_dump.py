@@ -34,6 +34,8 @@ def main(folders: list[str]) -> None:
                         "pool": t.pool,
                         "display": t.task_display_name,
                         "trigger_rule": str(getattr(t.trigger_rule, "value", t.trigger_rule)),
+                        "operator": type(t).__name__,
+                        "own_params": len(t.params),
                     }
                     for t in dag.tasks
                 },

@@ -97,6 +97,10 @@ def test_dagbag_parses_committed_and_exported_dags(tmp_path: Path, sandbox: Any)
         "keep_going": False,
     }
     tasks = example["tasks"]
+    # Tasks read the params from their DAG at run time; a per-task copy is what made a
+    # 10,000-step file slow to parse (Airflow deep-copies the DAG's params into each operator
+    # made inside `with dag:`).
+    assert {(t["operator"], t["own_params"]) for t in tasks.values()} == {("MarinOperator", 0)}
     from marin_airflow.export import lower_target, step_infos
 
     specs = step_infos(lower_target(EXAMPLE))
@@ -162,7 +166,11 @@ def test_example_dag_matches_local_run_and_reruns_cached(tmp_path: Path, sandbox
         assert _status(af_prefix, spec.output_path) == "SUCCESS"
         for key in ("provenance", "started_at", "finished_at", "duration_s", "build_id"):
             a.pop(key), b.pop(key)
-        assert sorted(a.pop("inputs")) == sorted(b.pop("inputs")) == sorted(d.step_id for d in spec.deps)
+        assert (
+            sorted(a.pop("inputs"))
+            == sorted(b.pop("inputs"))
+            == sorted(d.step_id for d in spec.deps)
+        )
         normalised = json.loads(json.dumps(a).replace(str(af_prefix), str(local_prefix)))
         assert normalised == b, spec.step_id
         assert a["output_path"] == str(af_prefix / spec.output_path)

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -113,8 +114,11 @@ _DATA_NAMES = [
 ]
 
 
+_CODE_START = len(_DATA_NAMES) + 6
+
+
 def _structure(text: str) -> tuple[ast.Module, dict[str, object]]:
-    """Check the file is exactly: docstring, the 5 imports, data assignments, one ``with``."""
+    """Check the file is exactly: docstring, the 5 imports, data assignments, then code."""
     tree = ast.parse(text)
     body = tree.body
     assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
@@ -123,25 +127,29 @@ def _structure(text: str) -> tuple[ast.Module, dict[str, object]]:
     assert imports == [
         "from __future__ import annotations",
         "import datetime",
-        "from airflow.providers.standard.operators.python import PythonOperator",
-        "from airflow.sdk import DAG, Param, literal",
+        "from airflow.sdk import DAG, Param",
+        "from marin_airflow.operator import MarinOperator",
         "from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement",
     ]
     data: dict[str, object] = {}
-    for node in body[6:-1]:
+    for node in body[6:_CODE_START]:
         assert isinstance(node, ast.Assign), ast.dump(node)
         (name,) = node.targets
         assert isinstance(name, ast.Name)
         data[name.id] = ast.literal_eval(node.value)  # plain data only: no calls, no names
     assert list(data) == _DATA_NAMES
-    assert isinstance(body[-1], ast.With)
+    assert isinstance(body[_CODE_START], ast.Assign)  # dag = DAG(...)
     return tree, data
+
+
+def _code(tree: ast.Module) -> str:
+    return "\n".join(ast.dump(node) for node in tree.body[_CODE_START:])
 
 
 def _reference_with_block() -> str:
     tasks = [TaskEntry("a", "a@v0", "f" * 64)]
     tree, _ = _structure(render_dag("x.py:p", tasks, DagOptions(dag_id="d")))
-    return ast.dump(tree.body[-1])
+    return _code(tree)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -192,7 +200,7 @@ def test_unsafe_strings_cannot_inject_code(
     }
     assert len(by_task) == len(step_ids)
     # The code part never contains user data: it is the same for every input.
-    assert ast.dump(tree.body[-1]) == _reference_with_block()
+    assert _code(tree) == _reference_with_block()
     # Non-data lines are exactly what a reference render has (comments cannot be injected).
     comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]
     reference = render_dag("x.py:p", [TaskEntry("a", "a@v0", "f" * 64)], DagOptions(dag_id="d"))
@@ -418,12 +426,14 @@ def test_runtime_builds_then_caches_then_refuses_stale_fingerprint(
     assert "fingerprint" in message and result.command in message
     assert str(tmp_path) in message  # where to run it
 
-    # A changed graph (a step added elsewhere) only warns: this step is still right.
+    # A changed graph (a step added elsewhere) only warns, in the plan task, which lowers the
+    # whole graph anyway: a step's task checks its own fingerprint and lowers only ancestors.
     digest = graph_digest((t.step_id, t.fingerprint) for t in result.tasks)
+    plan_kwargs = {k: v for k, v in kwargs.items() if k not in ("step", "fingerprint")}
     with caplog.at_level("WARNING", logger="marin.airflow"):
-        runtime.run_step(prefix=str(tmp_path / "p"), graph_digest=digest, **kwargs)
+        runtime.plan_steps(prefix=str(tmp_path / "p"), graph_digest=digest, **plan_kwargs)
         assert "stale" not in caplog.text
-        runtime.run_step(prefix=str(tmp_path / "p"), graph_digest="0" * 16, **kwargs)
+        runtime.plan_steps(prefix=str(tmp_path / "p"), graph_digest="0" * 16, **plan_kwargs)
         assert "the DAG file is stale: the pipeline's steps changed" in caplog.text
 
     with pytest.raises(runtime.StaleDagError, match="no longer has a step af/gone@v1"):
@@ -529,4 +539,108 @@ def test_runtime_step_for_lowers_only_the_steps_ancestors() -> None:
     lowered = {v.step_id for v in runtime._memos[TOY].values() if isinstance(v, StepSpec)}
     assert lowered == ancestors and len(lowered) < len(everything)
     assert runtime.step_for(TOY, "af/none@v9") is None
+    runtime.clear_cache()
+
+
+WIDE = f"{HERE / 'airflow_pipelines.py'}:wide"
+
+
+def _count_lowered(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every step the real ``lower`` makes a spec of from now on, by step id."""
+    from marin.execution import lazy
+
+    real = lazy._spec_for
+    made: list[str] = []
+
+    def counting(handle: Any, *args: Any, **kwargs: Any) -> Any:
+        made.append(handle.step_id)
+        return real(handle, *args, **kwargs)
+
+    monkeypatch.setattr(lazy, "_spec_for", counting)
+    return made
+
+
+def test_run_step_lowers_only_the_steps_ancestors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task of a wide graph lowers its own step and its ancestors, never the whole graph:
+    counted at the real ``lower``, the root's task makes 1 spec and a leaf's 2, of 41."""
+    from tests.airflow.airflow_pipelines import WIDE_WIDTH
+
+    made = _count_lowered(monkeypatch)
+    dags = str(tmp_path / "dags")
+    result = build_export(WIDE, dags)
+    assert len(made) == len(result.tasks) == WIDE_WIDTH + 1  # the export lowers everything
+    fingerprints = {t.step_id: t.fingerprint for t in result.tasks}
+
+    def run(step: str) -> dict[str, Any]:
+        return runtime.run_step(
+            target=target_reference(WIDE, dags),
+            step=step,
+            fingerprint=fingerprints[step],
+            dag_dir=dags,
+            prefix=str(tmp_path / "p"),
+        )
+
+    runtime.clear_cache()
+    made.clear()
+    assert run("wide/root@v1")["action"] == "built"
+    assert made == ["wide/root@v1"]
+
+    runtime.clear_cache()  # a fresh worker process
+    made.clear()
+    assert run("wide/leaf-7@v1")["action"] == "built"
+    assert sorted(made) == ["wide/leaf-7@v1", "wide/root@v1"]
+    made.clear()  # a second task in the same process shares the lowered root
+    assert run("wide/leaf-8@v1")["action"] == "built"
+    assert made == ["wide/leaf-8@v1"]
+
+    # A stale DAG file is still caught per step, with the step and the fix named.
+    with pytest.raises(runtime.StaleDagError, match=r"stale \(step wide/leaf-9@v1\).*re-run"):
+        runtime.run_step(
+            target=target_reference(WIDE, dags),
+            step="wide/leaf-9@v1",
+            fingerprint=fingerprints["wide/leaf-8@v1"],
+            dag_dir=dags,
+            export_command=result.command,
+        )
+    runtime.clear_cache()
+
+
+def test_run_step_force_outside_a_dag_run_checks_names_without_lowering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the plan task's XCom, ``force`` names are checked against the whole pipeline's
+    handles (an unknown name fails; a step outside the ancestors is valid but not this step's
+    business), and still only the ancestors are lowered; a forced step rebuilds."""
+    from marin.execution.errors import InvalidStepError
+
+    dags = str(tmp_path / "dags")
+    result = build_export(WIDE, dags)
+    fingerprints = {t.step_id: t.fingerprint for t in result.tasks}
+    params: dict[str, Any] = {}
+    monkeypatch.setattr(runtime, "_airflow_context", lambda: {"params": params})
+
+    def run(step: str = "wide/leaf-1@v1") -> str:
+        out = runtime.run_step(
+            target=target_reference(WIDE, dags),
+            step=step,
+            fingerprint=fingerprints[step],
+            dag_dir=dags,
+            prefix=str(tmp_path / "p"),
+        )
+        return str(out["action"])
+
+    assert run("wide/root@v1") == "built"
+    runtime.clear_cache()
+    made = _count_lowered(monkeypatch)
+    assert run() == "built"
+    params["force"] = ["wide/leaf-2"]  # another branch: valid, and leaf-1 is not forced
+    assert run() == "cached"
+    params["force"] = ["wide/leaf-1@v1"]
+    assert run() == "built"
+    params["force"] = ["wide/nope"]
+    with pytest.raises(InvalidStepError, match="--force names no step in this pipeline"):
+        run()
+    assert sorted(set(made)) == ["wide/leaf-1@v1", "wide/root@v1"]
     runtime.clear_cache()
