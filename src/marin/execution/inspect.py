@@ -11,9 +11,9 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from marin.execution.decide import Plan, Policy, Stored, plan_graph, resolve_force
+from marin.execution.decide import NOTHING_STORED, Plan, Policy, Stored, plan_graph, resolve_force
 from marin.execution.graph import collect_steps
-from marin.execution.records import read_record, read_status
+from marin.execution.records import read_record, read_status, record_path, status_path
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location
 
@@ -25,6 +25,11 @@ _FIRST_PROBE, _PROBE_EVERY = 2, 16
 
 def read_stored_step(spec: StepSpec, location: Location) -> Stored:
     """The step's record, and (only when there is no record) its status, which explains why."""
+    if location.is_memory and not (
+        location.has_file(location.path(record_path(spec.output_path)))
+        or location.has_file(location.path(status_path(spec.output_path)))
+    ):
+        return NOTHING_STORED  # two dict lookups instead of two raised FileNotFoundErrors
     record = read_record(location, spec.output_path)
     if record is not None:
         return Stored(record)
