@@ -171,8 +171,10 @@ def decide(
     """Build, skip or prune ``spec``, and why. Pure: no I/O.
 
     ``upstream`` has one entry per dependency. ``needed``: the step is a target, or a step that
-    is built in this run reads it. Raises ``DriftError`` for a drifted record under
-    ``on_drift="error"`` (unless the step is forced or mutable, which rebuild anyway).
+    is built in this run reads it. ``needed`` matters only when there is no record, and
+    ``upstream`` only when there is one (``plan_graph`` re-decides a step on that basis).
+    Raises ``DriftError`` for a drifted record under ``on_drift="error"`` (unless the step is
+    forced or mutable, which rebuild anyway).
     """
     status, why, drift = _own_status(spec, stored)
     record = stored.record
@@ -293,19 +295,36 @@ def plan_graph(
     needers: dict[str, int] = {p: 0 for p in by_path}
     """How many dependents that build read each step."""
     drifted: dict[str, DriftError] = {}
+    own = {p: stored.get(p, NOTHING_STORED) for p in by_path}
+    # Upstream views are frozen, so one per (dependency, rebuilt) serves every dependent.
+    as_upstream = {
+        p: (Upstream(s.step_id, own[p].record), Upstream(s.step_id, own[p].record, True))
+        for p, s in by_path.items()
+    }
+    last: dict[str, Decision] = {}
+    """Each step's latest decision; dropped when a neighbour's change may alter it."""
 
     def current(path: str) -> Decision:
-        spec = by_path[path]
-        upstream = [
-            Upstream(by_path[d].step_id, stored.get(d, NOTHING_STORED).record, d in building)
-            for d in deps[path]
-        ]
+        upstream = [as_upstream[d][d in building] for d in deps[path]]
         needed = path in target_paths or needers[path] > 0
-        return decide(spec, stored.get(path, NOTHING_STORED), upstream, policy, needed=needed)
+        decision = decide(by_path[path], own[path], upstream, policy, needed=needed)
+        last[path] = decision
+        return decision
+
+    def changed(path: str) -> None:
+        """An input of ``path``'s decision changed: decide it again (a step already building
+        stays building, so only its cached decision goes: its reason may name the change)."""
+        last.pop(path, None)
+        if path not in queued and path not in building:
+            queued.add(path)
+            queue.append(path)
 
     # The least fixed point: a step only ever moves from skip/prune to build, and each move
-    # re-queues the neighbours whose inputs it changes.
-    queue: deque[str] = deque(by_path)
+    # re-queues the neighbours whose inputs it changes: dependencies without a record (now
+    # needed) and dependents with one (an upstream is rebuilt); ``decide`` reads ``needed``
+    # only without a record and ``upstream`` only with one. Dependents go first, so "needed"
+    # reaches a dependency before it is decided: on a new prefix each step is decided once.
+    queue: deque[str] = deque(reversed(by_path))
     queued = set(by_path)
     while queue:
         path = queue.popleft()
@@ -320,13 +339,14 @@ def plan_graph(
         building.add(path)
         for d in deps[path]:
             needers[d] += 1
-        for neighbour in (*deps[path], *dependents[path]):
-            if neighbour not in queued:
-                queued.add(neighbour)
-                queue.append(neighbour)
+            if own[d].record is None:
+                changed(d)
+        for dependent in dependents[path]:
+            if own[dependent].record is not None:
+                changed(dependent)
     if drifted:
-        raise _all_drift(list(drifted.values()))
-    return Plan({p: current(p) for p in by_path}, policy)
+        raise _all_drift([drifted[p] for p in by_path if p in drifted])
+    return Plan({p: last.get(p) or current(p) for p in by_path}, policy)
 
 
 def _all_drift(errors: list[DriftError]) -> DriftError:

@@ -11,9 +11,15 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from marin.execution.decide import Plan, Policy, Stored, plan_graph, resolve_force
+from marin.execution.decide import NOTHING_STORED, Plan, Policy, Stored, plan_graph, resolve_force
 from marin.execution.graph import collect_steps
-from marin.execution.records import read_attempt, read_record
+from marin.execution.records import (
+    lease_path,
+    read_attempt,
+    read_record,
+    record_path,
+    status_path,
+)
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location
 
@@ -25,6 +31,12 @@ _FIRST_PROBE, _PROBE_EVERY = 2, 16
 
 def read_stored_step(spec: StepSpec, location: Location) -> Stored:
     """The step's record, and (only when there is no record) its status, which explains why."""
+    if location.is_memory and not (
+        location.has_file(location.path(record_path(spec.output_path)))
+        or location.has_file(location.path(status_path(spec.output_path)))
+        or location.has_file(location.path(lease_path(spec.output_path)))
+    ):
+        return NOTHING_STORED  # three dict lookups instead of three raised FileNotFoundErrors
     record = read_record(location, spec.output_path)
     if record is not None:
         return Stored(record)

@@ -422,13 +422,13 @@ class ResourcePool:
         urgent one. Raises ``ValueError`` for a request that can never fit (check ``fits_ever``
         at plan time).
         """
-        message = self.fits_ever(request, step_id)
+        wanted = request.amounts()
+        message = self.fits_ever(request, step_id) if wanted else None  # nothing never misfits
         if message is not None:
             raise ValueError(message)
         with self._lock:
             if step_id in self._held:
                 raise ValueError(f"error: step {step_id} already holds resources")
-            wanted = request.amounts()
             reservation = self._reserved
             holdback: dict[str, float] = {}
             if reservation is not None and reservation[0] != step_id:
@@ -461,7 +461,8 @@ class ResourcePool:
             for kind, amount in grant.request.amounts().items():
                 left = self._used.get(kind, 0.0) - amount
                 self._used[kind] = 0.0 if left < _EPS else left
-            self._free_devices = sorted(self._free_devices + list(grant.devices))
+            if grant.devices:
+                self._free_devices = sorted(self._free_devices + list(grant.devices))
 
     def withdraw(self, step_id: str) -> None:
         """Drop ``step_id``'s reservation (it will not start: cancelled, failed upstream...)."""

@@ -23,7 +23,7 @@ import contextvars
 import logging
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import IO, Any
 
 LABEL_SEPARATOR = " | "
@@ -172,6 +172,12 @@ def install() -> None:
     call (a test harness capturing output, for instance), so capture keeps working.
     """
     global _handler
+    if (
+        _handler is not None
+        and isinstance(sys.stdout, _RoutingStream)
+        and isinstance(sys.stderr, _RoutingStream)
+    ):
+        return  # every step calls this: the common case takes no lock
     with _install_lock:
         if not isinstance(sys.stdout, _RoutingStream):
             sys.stdout = _RoutingStream(sys.stdout)
@@ -192,23 +198,37 @@ def set_echo(echo: Callable[[str], None] | None) -> None:
     _echo = echo
 
 
-@contextlib.contextmanager
-def capture_step_output(stream: IO[str], label: str | None = None) -> Iterator[None]:
+class _Capture:
+    """``capture_step_output``'s context manager: a class, since every step enters one."""
+
+    __slots__ = ("_sink", "_token")
+
+    def __init__(self, stream: IO[str], label: str | None) -> None:
+        self._sink = _Sink(stream, label)
+        self._token: contextvars.Token[_Sink | None] | None = None
+
+    def __enter__(self) -> None:
+        install()
+        self._token = _current.set(self._sink)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _current.reset(self._token)
+        if PASS_THROUGH.get():
+            label = self._sink.label
+            for routing, rest in self._sink.take_pending():
+                routing.emit(label_lines([rest], label))
+
+
+def capture_step_output(
+    stream: IO[str], label: str | None = None
+) -> contextlib.AbstractContextManager[None]:
     """Route this context's prints and log records into ``stream`` while the block runs.
 
     ``label`` (the step's ``name@version``) prefixes each line passed through to the terminal.
     A last line without a newline is passed through when the block ends.
     """
-    install()
-    sink = _Sink(stream, label)
-    token = _current.set(sink)
-    try:
-        yield
-    finally:
-        _current.reset(token)
-        if PASS_THROUGH.get():
-            for routing, rest in sink.take_pending():
-                routing.emit(label_lines([rest], label))
+    return _Capture(stream, label)
 
 
 class LazyLogFile:

@@ -15,10 +15,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from marin.execution.artifact import Artifact
 from marin.execution.build import (
@@ -44,7 +42,6 @@ from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location, open_prefix
 
 log = logging.getLogger("marin")
-T = TypeVar("T")
 
 # What happened to each step in a run (``marin run --json``).
 BUILT, SKIPPED, PRUNED, FAILED_STEP, BLOCKED, BUILT_BY_OTHER = (
@@ -271,7 +268,7 @@ class StepRunner:
             label=lambda p: decisions[p].spec.step_id,
         )
         scheduler.prepare()
-        done: queue.SimpleQueue[tuple[str, Future[BuildOutcome]]] = queue.SimpleQueue()
+        done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
         caller_context = contextvars.copy_context()
         started: dict[str, float] = {}
         abandon = threading.Event()
@@ -304,7 +301,7 @@ class StepRunner:
                     abandon=abandon,
                 )
 
-        pool = _StepPool(self.max_concurrent, "marin-step")
+        pool = _StepPool(self.max_concurrent, "marin-step", done)
 
         def dispatch() -> None:
             free = self.max_concurrent - len(scheduler.running)
@@ -316,17 +313,15 @@ class StepRunner:
                 started[path] = time.perf_counter()
                 devices = grants[path].devices
                 ups = plan.upstream(spec, built)
-                future = pool.submit(caller_context.copy().run, build, spec, ups, devices)
-                future.add_done_callback(partial(_report_done, done, path))
+                pool.submit(path, caller_context.copy().run, build, spec, ups, devices)
 
-        def collect(path: str, future: Future[BuildOutcome]) -> None:
+        def collect(path: str, outcome: BuildOutcome | None, error: BaseException | None) -> None:
             resources.release(grants.pop(path))
             duration = time.perf_counter() - started[path]
             report.durations[path] = duration
             spec = decisions[path].spec
-            error = future.exception()
             if error is None:
-                outcome = future.result()
+                assert outcome is not None
                 report.outcomes[path] = outcome
                 built[path] = outcome.record
                 if outcome.action == "built":
@@ -401,49 +396,53 @@ class StepRunner:
             raise KeyboardInterrupt
 
 
+_Done = tuple[str, Any, BaseException | None]
+"""A finished call: its key, its result (None on error) and its error (None on success)."""
+
+
 class _StepPool:
-    """At most ``size`` daemon worker threads running submitted calls, one future per call.
+    """At most ``size`` daemon worker threads running submitted calls; each call's result or
+    error is put on the ``done`` queue with the key it was submitted under.
 
     Unlike ``ThreadPoolExecutor``, whose worker threads the interpreter joins at exit, daemon
     threads never keep an interrupted run alive while a step's ``fn`` is still blocked; and a
-    submit is only a queue put (the runner already caps how many steps run at once).
+    submit is only a queue put (the runner already caps how many steps run at once). There is
+    no ``Future`` per call: the runner only needs the outcome, not a future's locks and callbacks.
     """
 
-    def __init__(self, size: int, name: str) -> None:
+    def __init__(self, size: int, name: str, done: queue.SimpleQueue[_Done]) -> None:
         self._size = size
         self._name = name
-        self._calls: queue.SimpleQueue[
-            tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None
-        ]
+        self._done = done
+        self._calls: queue.SimpleQueue[tuple[str, Callable[..., Any], tuple[Any, ...]] | None]
         self._calls = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
 
-    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
-        future: Future[T] = Future()
-        self._calls.put((future, fn, args))
+    def submit(self, key: str, fn: Callable[..., Any], *args: Any) -> None:
+        self._calls.put((key, fn, args))
         if len(self._threads) < self._size:
             thread = threading.Thread(
                 target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
             )
             thread.start()
             self._threads.append(thread)
-        return future
 
     def _work(self) -> None:
+        calls, done = self._calls, self._done
         while True:
-            call = self._calls.get()
+            call = calls.get()
             if call is None:
                 return
-            future, fn, args = call
-            if not future.set_running_or_notify_cancel():
-                continue
+            key, fn, args = call
+            del call
             try:
                 result = fn(*args)
             except BaseException as exc:
-                future.set_exception(exc)
+                done.put((key, None, exc))
             else:
-                future.set_result(result)
-            del call, future, fn, args
+                done.put((key, result, None))
+                del result
+            del fn, args
 
     def shutdown(self, *, wait: bool) -> None:
         for _ in self._threads:
@@ -468,11 +467,3 @@ def _raise_failures(report: RunReport, keep_going: bool) -> None:
         )
     error.report = report
     raise error from first
-
-
-def _report_done(
-    done: queue.SimpleQueue[tuple[str, Future[BuildOutcome]]],
-    path: str,
-    future: Future[BuildOutcome],
-) -> None:
-    done.put((path, future))
