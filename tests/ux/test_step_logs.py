@@ -95,3 +95,35 @@ def test_pass_through_off_and_echo(capsys: Any) -> None:
         set_echo(None)
     assert "".join(echoed) == "to the display\n"
     assert "to the display" not in capsys.readouterr().out
+
+
+def test_capture_survives_a_reset_of_the_root_loggers_handlers() -> None:
+    # An engine's logging.config.dictConfig (or basicConfig(force=True)) replaces the root
+    # logger's handlers; a step's log records must still reach its log.
+    import io
+    import logging.config
+
+    with capture_step_output(io.StringIO()):
+        pass  # installed
+    root = logging.getLogger()
+    before = list(root.handlers)
+    logging.config.dictConfig(
+        {
+            "version": 1,
+            "incremental": False,
+            "disable_existing_loggers": False,
+            "root": {"level": "WARNING"},
+        }
+    )
+    try:
+        assert not root.handlers
+        step_log = io.StringIO()
+        with capture_step_output(step_log):
+            logging.getLogger("user.after_reset").warning("still captured")
+        # Through the step-log handler (not logging's last-resort print to stderr):
+        assert "WARNING user.after_reset: still captured" in step_log.getvalue()
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in before:
+            root.addHandler(handler)

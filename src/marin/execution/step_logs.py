@@ -172,10 +172,12 @@ def install() -> None:
     call (a test harness capturing output, for instance), so capture keeps working.
     """
     global _handler
+    root = logging.getLogger()
     if (
         _handler is not None
         and isinstance(sys.stdout, _RoutingStream)
         and isinstance(sys.stderr, _RoutingStream)
+        and _handler in root.handlers
     ):
         return  # every step calls this: the common case takes no lock
     with _install_lock:
@@ -188,7 +190,11 @@ def install() -> None:
             _handler.setFormatter(
                 logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
             )
-            logging.getLogger().addHandler(_handler)
+        if _handler not in root.handlers:
+            # Also after someone reset the root logger's handlers since the last call (an
+            # engine's logging.config.dictConfig, basicConfig(force=True)): steps' log records
+            # would silently stop reaching their log.txt.
+            root.addHandler(_handler)
 
 
 def set_echo(echo: Callable[[str], None] | None) -> None:

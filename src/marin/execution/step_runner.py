@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -343,23 +344,34 @@ class StepRunner:
                 self.listener.on_fail(spec, error)
             scheduler.failed(path)
 
+        def first_interrupt() -> None:
+            nonlocal interrupted
+            if self.exit_on_interrupt or interrupted:
+                raise KeyboardInterrupt
+            interrupted = True
+            scheduler.stop()
+            if scheduler.running:
+                log.warning(
+                    "interrupted: starting no more steps; waiting for %d running step(s) "
+                    "to finish (press Ctrl-C again to abandon them)",
+                    len(scheduler.running),
+                )
+
+        sigint = None if self.exit_on_interrupt else _QueuedInterrupts.install(done)
         try:
             dispatch()
             while scheduler.is_active():
                 try:
-                    collect(*done.get())
+                    item = done.get()
+                    if item is _INTERRUPT:
+                        first_interrupt()
+                        continue
+                    collect(*item)
                     dispatch()
                 except KeyboardInterrupt:
-                    if self.exit_on_interrupt or interrupted:
-                        raise
-                    interrupted = True
-                    scheduler.stop()
-                    if scheduler.running:
-                        log.warning(
-                            "interrupted: starting no more steps; waiting for %d running step(s) "
-                            "to finish (press Ctrl-C again to abandon them)",
-                            len(scheduler.running),
-                        )
+                    first_interrupt()  # only when Ctrl-C raised here (another SIGINT handler)
+            if sigint is not None and sigint.count:
+                interrupted = True  # pressed as the last step finished: still an interrupt
         except BaseException:
             if scheduler.running and not self.exit_on_interrupt:
                 # Leaving while fn still runs in this process (a second Ctrl-C, or any error
@@ -376,6 +388,9 @@ class StepRunner:
                 release_all_held()
             pool.shutdown(wait=False)
             raise
+        finally:
+            if sigint is not None:
+                sigint.restore()
         pool.shutdown(wait=True)
         outcome = scheduler.finish()
         names = {p: decisions[p].spec.step_id for p in to_build}
@@ -398,6 +413,43 @@ class StepRunner:
 
 _Done = tuple[str, Any, BaseException | None]
 """A finished call: its key, its result (None on error) and its error (None on success)."""
+
+
+_INTERRUPT: _Done = ("", None, KeyboardInterrupt())
+"""Put on the done queue by the first Ctrl-C, which the run loop then handles between steps."""
+
+
+class _QueuedInterrupts:
+    """The run loop's SIGINT handler while steps run: the first Ctrl-C is queued, a second raises.
+
+    Raised where it lands, a first ``KeyboardInterrupt`` could cut the loop's bookkeeping in
+    half (a step handed to a worker but not yet counted as running) and be taken for the second
+    one, abandoning steps the user meant to let finish. Queued, it is handled between two steps.
+    Installed only from the main thread and over Python's own handler: a caller's handler wins.
+    """
+
+    def __init__(self, done: queue.SimpleQueue[_Done]) -> None:
+        self.count = 0
+        self._done = done
+
+    @classmethod
+    def install(cls, done: queue.SimpleQueue[_Done]) -> _QueuedInterrupts | None:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return None
+        handler = cls(done)
+        signal.signal(signal.SIGINT, handler._on_sigint)
+        return handler
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count > 1:
+            raise KeyboardInterrupt
+        self._done.put(_INTERRUPT)  # SimpleQueue.put is safe to call from a signal handler
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class _StepPool:
