@@ -157,6 +157,51 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
 }
 
 
+SYSCALLS_ALONE = "the same file-system calls alone"
+
+
+def _syscalls_alone(root: str, steps: int) -> float:
+    """Seconds for ``steps`` no-op builds' file-system calls on local disk, without build_step.
+
+    The calls are those ``count_calls`` traces for one build, in the same order, with bodies of
+    about the same size, made straight from ``os`` in a loop: the floor that no Python-side
+    change to ``build.py`` can go below while the build keeps those calls.
+    """
+    import fcntl
+
+    lease_body, record_body = b"L" * 200, b"R" * 1500
+    create = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    t0 = time.perf_counter()
+    for i in range(steps):
+        step = f"{root}/s{i}"
+        meta, lease = f"{step}/v0.marin", f"{step}/v0.marin/lease.json"
+        with contextlib.suppress(FileNotFoundError):
+            os.lstat(f"{step}/v0")  # the output check before the lease
+        try:
+            fd = os.open(lease, create, 0o644)
+        except FileNotFoundError:  # first build: the metadata folder does not exist yet
+            os.mkdir(step)
+            os.mkdir(meta)
+            fd = os.open(lease, create, 0o644)
+        os.write(fd, lease_body)
+        os.close(fd)
+        os.listdir(meta)  # an earlier attempt's files
+        guard = os.open(f"{lease}.guard", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC)
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        fd = os.open(lease, os.O_RDONLY | os.O_CLOEXEC)  # proof of ownership
+        os.read(fd, 65536)
+        os.close(fd)
+        tmp = f"{meta}/record.json.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        os.write(fd, record_body)
+        os.close(fd)
+        os.rename(tmp, f"{meta}/record.json")  # the commit point
+        os.remove(lease)
+        fcntl.flock(guard, fcntl.LOCK_UN)
+        os.close(guard)
+    return time.perf_counter() - t0
+
+
 def measure(backend: str, n: int, reps: int) -> dict[str, float]:
     """Median ms per step of ``build_step`` for each variant, plus all of them at once.
 
@@ -167,6 +212,7 @@ def measure(backend: str, n: int, reps: int) -> dict[str, float]:
     names = [*VARIANTS, "all of the above"]
     if backend == "local":
         names.remove("O(1) memory:// info")
+        names.append(SYSCALLS_ALONE)
     else:
         names.remove("no fsync")
     times: dict[str, list[float]] = {name: [] for name in names}
@@ -176,6 +222,9 @@ def measure(backend: str, n: int, reps: int) -> dict[str, float]:
         shuffle(order)
         for name in order:
             with fresh_prefix(backend, f"commit{rep}") as prefix, contextlib.ExitStack() as stack:
+                if name == SYSCALLS_ALONE:
+                    times[name].append(_syscalls_alone(prefix, len(steps)))
+                    continue
                 if name == "all of the above":
                     for other, make in VARIANTS.items():
                         if other != "no lease at all":  # keep the lease, cheapen the rest
