@@ -69,17 +69,3 @@ def test_fingerprints_do_not_depend_on_a_shared_memo() -> None:
     rest = {s.step_id: s.fingerprint for s in collect_steps(lower(cases, memo=memo))}
     assert {**first, **rest} == RICH
 
-
-def test_the_one_shot_encoder_writes_what_json_encoder_writes() -> None:
-    """``fingerprint_of`` reuses one C encoder (the speed-up); its text is ``JSONEncoder``'s."""
-    import json
-
-    from marin.execution import step_spec
-    from marin.execution.graph import collect_steps
-    from marin.execution.lazy import lower
-
-    assert step_spec._ENCODE is not step_spec._ENCODER.encode  # CPython: the fast path is used
-    for spec in collect_steps(lower(rich_cases())):
-        payload = json.loads(spec.fingerprint_payload)
-        assert step_spec._ENCODE(payload) == step_spec._ENCODER.encode(payload)
-        assert step_spec._ENCODE(payload) == spec.fingerprint_payload

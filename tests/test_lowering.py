@@ -250,7 +250,7 @@ def test_sibling_names_that_share_a_prefix_are_not_nested() -> None:
     assert [s.step_id for s in lower(steps)] == [s.step_id for s in steps]
 
 
-# --- the fused config pass gives the reference config, or defers to it ------------------------
+# --- the fingerprinted config is the config a build sees, with context values as placeholders ---
 
 
 def _reference_config(spec: StepSpec) -> Any:
@@ -260,7 +260,7 @@ def _reference_config(spec: StepSpec) -> Any:
     return to_canonical(spec.build_config(fingerprint_context(spec.deps)), "config", spec.step_id)
 
 
-def test_fused_config_pass_equals_materialise_then_canonicalise() -> None:
+def test_fingerprinted_config_equals_materialise_then_canonicalise() -> None:
     from marin.execution.graph import collect_steps
     from tests.fingerprint_cases import rich_cases
 
@@ -271,7 +271,7 @@ def test_fused_config_pass_equals_materialise_then_canonicalise() -> None:
 
 
 def test_a_handle_in_the_config_that_is_not_a_dependency_fails_as_before() -> None:
-    """A hand-made handle reusing apply()'s call with other deps takes the reference path."""
+    """A hand-made handle reusing apply()'s call with other deps is refused, naming the dep."""
     a = apply("a", fn, version="v0", out_path=OUT)
     made = apply("s", fn, version="v0", data=a)
     stray = ArtifactStep(name="s", version="v1", run=made.run, build_config=made.build_config)

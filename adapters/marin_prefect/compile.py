@@ -276,10 +276,7 @@ def run_steps(
             final = future.state
             if final.is_completed():
                 with state.lock:  # the task's own outcome: no result round trip through Prefect
-                    built = state.outcomes.get(path)
-                state.outputs[spec.step_id] = (
-                    built.output_url if built is not None else future.result()
-                )
+                    state.outputs[spec.step_id] = state.outcomes[path].output_url
                 scheduler.done(path)
             else:
                 state.failed[path] = state.errors.get(path) or RuntimeError(

@@ -20,7 +20,6 @@ lease, which the next attempt takes over. A corrupt record reads as "not built";
 record write leaves only a temporary file, cleared in 2. ``benchmarks/README.md`` counts the
 storage calls this makes. ``marin.execution.faults`` names the crash points the tests kill
 processes at.
-``marin.execution.faults`` names the crash points the tests kill processes at.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from marin.execution.errors import ConfigError
 _SCALARS = (str, int, bool, type(None))
 
 
-class NeedsPath(Exception):
+class _NeedsPath(Exception):
     """Raised by the path-free pass when a value is rejected: redo it, naming the field."""
 
 
@@ -30,17 +30,8 @@ def to_canonical(value: Any, path: str = "config", step: str | None = None) -> A
     # build a dotted path for every field; only a rejected value pays for a second, naming pass.
     try:
         return _canonical(value, None, step)
-    except NeedsPath:
+    except _NeedsPath:
         return _canonical(value, path, step)
-
-
-def canonical_value(value: Any, step: str | None = None) -> Any:
-    """The path-free pass alone: ``to_canonical``'s result, or ``NeedsPath`` if it would fail.
-
-    For a caller that walks the outer structure itself and, on ``NeedsPath``, redoes the whole
-    config with ``to_canonical`` to get the error naming the field.
-    """
-    return _canonical(value, None, step)
 
 
 def _canonical(value: Any, path: str | None, step: str | None) -> Any:
@@ -59,7 +50,7 @@ def _canonical(value: Any, path: str | None, step: str | None) -> Any:
                     key = key.name
                 if not isinstance(key, str | int | float | bool):
                     if path is None:
-                        raise NeedsPath
+                        raise _NeedsPath
                     raise ConfigError(
                         f"{path} has a key of type {type(key).__name__}",
                         "use string keys in configs",
@@ -68,7 +59,7 @@ def _canonical(value: Any, path: str | None, step: str | None) -> Any:
             text = str(key)
             if text in out:
                 if path is None:
-                    raise NeedsPath
+                    raise _NeedsPath
                 first = next(k for k in value if k is not key and _key_text(k) == text)
                 raise ConfigError(
                     f"{path} has keys {first!r} and {key!r}, which both become {text!r}",
@@ -105,7 +96,7 @@ def _canonical(value: Any, path: str | None, step: str | None) -> Any:
         }
         return {"__dataclass__": type(value).__qualname__, **fields}
     if path is None:
-        raise NeedsPath
+        raise _NeedsPath
     raise ConfigError(
         f"{path} holds a {type(value).__module__}.{type(value).__qualname__}, "
         "which has no stable JSON form",

@@ -17,13 +17,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from marin.execution.artifact import Artifact
-from marin.execution.canonical import NeedsPath, canonical_value, to_canonical
-from marin.execution.context import (
-    OUTPUT_PLACEHOLDER,
-    StepContext,
-    dep_placeholder,
-    fingerprint_context,
-)
+from marin.execution.canonical import to_canonical
+from marin.execution.context import StepContext, fingerprint_context
 from marin.execution.errors import CycleError, DuplicateStepError, InvalidStepError
 from marin.execution.names import validate_name, validate_version
 from marin.execution.provenance import collect_provenance
@@ -264,9 +259,6 @@ class _ApplyCall:
         return self.fn(**self.config(ctx))
 
 
-_APPLY_CONFIG = _ApplyCall.config
-
-
 def apply(name: str, fn: Callable[..., Any], *, version: str, **inputs: Any) -> ArtifactStep:
     """A handle that calls ``fn(**inputs)``; handles in ``inputs`` become dependencies."""
     validate_name(name)
@@ -352,68 +344,6 @@ class _FingerprintGuard:
         return self.run(ctx)
 
 
-class _Reference(Exception):
-    """The fused config pass met a value it does not mirror: take the reference path."""
-
-
-def _fused_canonical(value: Any, dep_ids: set[int], step_id: str) -> Any:
-    """``to_canonical(_materialise(value, fingerprint_context(deps)))`` in one pass.
-
-    Mirrors ``_materialise`` branch by branch (then ``to_canonical`` of what it returns), without
-    building a context or the materialised copy. Whatever it does not mirror exactly (a key
-    that is not a ``str``, a handle that is not one of this step's own dependencies, a value
-    ``to_canonical`` rejects) raises ``_Reference``, and the caller redoes the config the
-    reference way, which also gives the exact error. ``tests/test_fingerprint_golden.py`` pins
-    the result for every kind of value.
-    """
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return value
-    if value is OUT:
-        return OUTPUT_PLACEHOLDER
-    if kind is ArtifactStep or kind is StepSpec or isinstance(value, ArtifactStep | StepSpec):
-        if id(value) not in dep_ids:
-            raise _Reference
-        return dep_placeholder(value.name)
-    if kind is list or kind is tuple or isinstance(value, list):
-        return [_fused_canonical(item, dep_ids, step_id) for item in value]
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return [_fused_canonical(item, dep_ids, step_id) for item in value]
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if type(key) is not str:
-                raise _Reference
-            out[key] = _fused_canonical(item, dep_ids, step_id)
-        return out
-    try:
-        return canonical_value(_snapshot(value), step_id)
-    except NeedsPath:
-        raise _Reference from None
-
-
-def _fingerprint_config(handle: ArtifactStep, deps: tuple[StepSpec, ...], step_id: str) -> Any:
-    """The canonical config that enters the fingerprint.
-
-    For an ``apply()`` handle this is one pass over its frozen inputs (about a third of the cost
-    of building a context, materialising and canonicalising); any other handle, or a config
-    the pass does not mirror, goes the reference way.
-    """
-    run = handle.run
-    if type(run) is _ApplyCall:
-        config = handle.build_config
-        if (
-            getattr(config, "__self__", None) is run
-            and getattr(config, "__func__", None) is _APPLY_CONFIG
-        ):
-            try:
-                dep_ids = {id(dep) for dep in handle.deps}
-                return _fused_canonical(dict(run.inputs), dep_ids, step_id)
-            except _Reference:
-                pass
-    return to_canonical(handle.build_config(fingerprint_context(deps)), "config", step_id)
-
-
 def _spec_for(
     handle: ArtifactStep,
     deps: tuple[StepSpec, ...],
@@ -425,7 +355,7 @@ def _spec_for(
     name = handle.name
     version = handle.version
     step_id = f"{name}@{version}"
-    config = _fingerprint_config(handle, deps, step_id)
+    config = to_canonical(handle.build_config(fingerprint_context(deps)), "config", step_id)
     dep_versions: dict[str, str] = {}
     for dep in deps:
         dep_name = dep.name

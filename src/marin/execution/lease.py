@@ -659,8 +659,8 @@ class Lease:
         self.started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         """When this attempt began: the held lease is the step's RUNNING status."""
         self._written = b""
-        self._released = False
         """The last body made for this lease: bytes equal to it are ours, no parse needed."""
+        self._released = False
         self.took_over = False
         """True once this lease replaced an expired, orphaned or garbled one: an attempt that
         passed its checks died here before (``build._earlier_attempt`` may clear its debris)."""

@@ -344,7 +344,8 @@ class StepRunner:
                 self.listener.on_fail(spec, error)
             scheduler.failed(path)
 
-        def first_interrupt() -> None:
+        def on_interrupt() -> None:
+            """A first Ctrl-C: start nothing new and let the running steps finish."""
             nonlocal interrupted
             if self.exit_on_interrupt or interrupted:
                 raise KeyboardInterrupt
@@ -364,12 +365,14 @@ class StepRunner:
                 try:
                     item = done.get()
                     if item is _INTERRUPT:
-                        first_interrupt()
+                        on_interrupt()
                         continue
                     collect(*item)
                     dispatch()
                 except KeyboardInterrupt:
-                    first_interrupt()  # only when Ctrl-C raised here (another SIGINT handler)
+                    if sigint is not None:
+                        raise  # from our handler: a second Ctrl-C
+                    on_interrupt()  # Ctrl-C raised here: the SIGINT handler is not ours
             if sigint is not None and sigint.count:
                 interrupted = True  # pressed as the last step finished: still an interrupt
         except BaseException:

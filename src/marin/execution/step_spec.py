@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import json.encoder
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -67,48 +66,7 @@ class StepSpec:
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _one_shot_encoder() -> Callable[[Any], str]:
-    """``_ENCODER.encode``, minus the C encoder that ``JSONEncoder.iterencode`` builds per call.
-
-    Lowering encodes one payload per step, and making the encoder is a third of the cost. This
-    makes it once, with exactly ``_ENCODER``'s options and no circular-reference markers (a
-    canonical payload is a fresh tree). Where ``json`` has no C encoder, or its signature differs,
-    or it encodes a probe differently, ``_ENCODER.encode`` is used: the bytes never change
-    (``tests/test_fingerprint_golden.py`` pins them).
-    """
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return _ENCODER.encode
-    try:
-        encoder = make(
-            None,
-            _ENCODER.default,
-            json.encoder.encode_basestring,
-            None,
-            _ENCODER.key_separator,
-            _ENCODER.item_separator,
-            True,
-            False,
-            _ENCODER.allow_nan,
-        )
-    except TypeError:
-        return _ENCODER.encode
-
-    def encode(payload: Any) -> str:
-        return "".join(encoder(payload, 0))
-
-    probe = {"b": [1, -2.5e-300, None, True, 'é"\n\u2028'], "a": {"y": {}, "x": [], "2": 10**30}}
-    try:
-        same = encode(probe) == _ENCODER.encode(probe)
-    except Exception:
-        same = False
-    return encode if same else _ENCODER.encode
-
-
-_ENCODE = _one_shot_encoder()
-
-
 def fingerprint_of(payload: Mapping[str, Any]) -> tuple[str, str]:
     """Return ``(fingerprint, canonical payload JSON)`` for an already-canonical payload."""
-    text = _ENCODE(payload)
+    text = _ENCODER.encode(payload)
     return hashlib.sha256(text.encode()).hexdigest(), text
