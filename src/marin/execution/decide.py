@@ -234,8 +234,7 @@ def decide(
         if needed and status == FAILED_BEFORE and not policy.force_run_failed:
             raise FailedBeforeError(
                 f"its last attempt failed ({why}) and the run has force_run_failed=False",
-                "fix the cause and run with force_run_failed=True (the default), or force "
-                "the step",
+                "fix the cause and run with force_run_failed=True (the default), or force the step",
                 spec.step_id,
             )
         if needed:
