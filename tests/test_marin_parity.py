@@ -13,6 +13,8 @@ import pathlib
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marin.execution import fingerprint as public_fingerprint
 from marin.execution.artifact import (
@@ -475,3 +477,42 @@ def test_the_hand_written_pipeline_runs_locally_and_isolated(tmp_path: pathlib.P
     assert isolated.result.pop("pid") != os.getpid()  # ran in a fresh subprocess
     assert isolated.result == mp.expected(prefix, "contract/count-isolated", "v5-16")
     assert _read(f"{prefix}/contract/pinned-corpus") == mp.TEXT
+
+
+def test_a_step_under_a_timeout_reaches_its_context_on_the_helper_thread(prefix: str) -> None:
+    import threading
+
+    seen: list[Any] = []
+
+    def work(config: dict[str, Any]) -> None:
+        seen.append((current_context().output_path, threading.current_thread().name, config))
+
+    step = ArtifactStep(
+        name="timed", version="v1", run=work, build_config=lambda ctx: {"out": ctx.output_path}
+    ).with_options(timeout=60)
+    artifact = step.resolve(prefix=prefix)  # the method form of resolve(handle)
+    out = f"{prefix.rstrip('/')}/timed/v1"
+    assert artifact.path() == out
+    assert seen == [(out, "marin-timed-timed@v1", {"out": out})]
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(value=_json_values, other=_json_values)
+def test_property_a_runtime_arg_reaches_the_config_and_never_the_fingerprint(
+    value: Any, other: Any
+) -> None:
+    def make(arg: Any) -> ArtifactStep:
+        return ArtifactStep(
+            name="prop", version="v1", run=lambda config: None, runtime_args={"arg": arg},
+            build_config=lambda ctx: {"arg": ctx.runtime_arg("arg"), "out": ctx.output_path},
+        )  # fmt: skip
+
+    assert make(value).fingerprint() == make(other).fingerprint()
+    assert materialized_config(make(value), "memory://prop")["arg"] == value

@@ -136,7 +136,9 @@ class IsolatedCall:
             target, args, kwargs = run, (ctx,), {}
         # The child's context: no storage loader (ctx.resolved belongs in build_config, which
         # runs here), so that nothing but plain data crosses the process boundary.
-        child_ctx = dataclasses.replace(ctx, loader=None, _loaded={})
+        child_ctx = dataclasses.replace(
+            ctx, loader=None, _loaded={}, runtime_args=dict(ctx.runtime_args)
+        )
         meta = {"sys_path": list(sys.path), "module_files": _module_files(target)}
         with tempfile.TemporaryDirectory(prefix="marin-isolated-") as tmp:
             payload_path = os.path.join(tmp, "call.pkl")
