@@ -427,6 +427,22 @@ def test_another_artifact_type_for_a_built_name_version_is_a_mismatch(prefix: st
     assert rebuilt.record is not None and rebuilt.record.artifact_type == "checkpoint"
 
 
+def test_artifact_type_may_be_given_as_a_class_as_marin_does(prefix: str) -> None:
+    class Checkpoint:
+        pass
+
+    label = f"{__name__}.test_artifact_type_may_be_given_as_a_class_as_marin_does.<locals>"
+    step = apply("ck", _write, version="v1", path=OUT, text="w", artifact_type=Checkpoint)
+    assert step.artifact_type == f"{label}.Checkpoint"
+    hand = ArtifactStep(name="ck2", version="v1", run=lambda c: None, artifact_type=Checkpoint)  # type: ignore[arg-type]
+    assert hand.artifact_type == f"{label}.Checkpoint"
+    assert ArtifactStep.adopt("a", "v1", "/d", kind=Checkpoint).artifact_type == hand.artifact_type
+    record = resolve(step, prefix=prefix).record
+    assert record is not None and record.artifact_type == f"{label}.Checkpoint"
+    with pytest.raises(InvalidStepError, match="artifact_type=3 is neither"):
+        ArtifactStep(name="ck3", version="v1", run=lambda c: None, artifact_type=3)  # type: ignore[arg-type]
+
+
 def test_force_run_failed_false_does_not_retry_a_failed_step(prefix: str) -> None:
     calls: list[str] = []
     fail = {"now": True}

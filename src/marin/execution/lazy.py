@@ -96,6 +96,8 @@ class ArtifactStep:
     build_config: Callable[[StepContext], Any] = _no_config
     deps: tuple[ArtifactStep | StepSpec, ...] = ()
     artifact_type: str = "artifact"
+    """A label recorded with the build; a class (Marin's ``artifact_type=SomeArtifact``) is
+    stored as its qualified name. A record of another type is refused, not served."""
     retries: int = 0
     pool: str | None = None
     resources: Resources | Mapping[str, Any] = NO_RESOURCES
@@ -119,6 +121,8 @@ class ArtifactStep:
     def __post_init__(self) -> None:
         validate_name(self.name)
         validate_version(self.version, self.name)
+        if type(self.artifact_type) is not str:
+            object.__setattr__(self, "artifact_type", _type_label(self.artifact_type, self))
         if (
             self.runtime_args is not None
             or self.override_path is not None
@@ -184,14 +188,13 @@ class ArtifactStep:
         that ``source`` exists and records it (with ``config``) at ``<prefix>/<name>/<version>``.
         ``kind`` is its ``artifact_type`` (a class is named by its qualified name).
         """
-        artifact_type = kind if isinstance(kind, str) else f"{kind.__module__}.{kind.__qualname__}"
         recorded = _AdoptConfig(source, dict(config) if config is not None else None)
         return cls(
             name=name,
             version=version,
             run=_adopt_run,
             build_config=recorded,
-            artifact_type=artifact_type,
+            artifact_type=kind,  # type: ignore[arg-type]  # a class becomes its label
             adopt_source=source,
             adopt_config=config,
         )
@@ -240,6 +243,19 @@ class ArtifactStep:
 
 
 _QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+
+
+def _type_label(kind: Any, handle: ArtifactStep) -> str:
+    """An ``artifact_type`` given as a class (as Marin passes one) is named by its qualname."""
+    if isinstance(kind, str):
+        return kind
+    if isinstance(kind, type):
+        return f"{kind.__module__}.{kind.__qualname__}"
+    raise InvalidStepError(
+        f"artifact_type={kind!r} is neither a string nor a class",
+        "pass a label such as 'checkpoint' (or the artifact's class)",
+        handle.step_id,
+    )
 
 
 def _check_identity_options(handle: ArtifactStep) -> None:
@@ -452,11 +468,18 @@ class _ApplyCall:
 
 
 def apply(
-    name: str, fn: Callable[..., Any], *, version: str, pin: str | None = None, **inputs: Any
+    name: str,
+    fn: Callable[..., Any],
+    *,
+    version: str,
+    pin: str | None = None,
+    artifact_type: str | type = "artifact",
+    **inputs: Any,
 ) -> ArtifactStep:
     """A handle that calls ``fn(**inputs)``; handles in ``inputs`` become dependencies.
 
     ``pin``: a fixed output path relative to the prefix instead of ``<name>/<version>``.
+    ``artifact_type``: a label (or a class, named by its qualname), as on ``ArtifactStep``.
     """
     validate_name(name)
     step_id = f"{name}@{version}"
@@ -485,6 +508,7 @@ def apply(
         run=call,
         build_config=call.config,
         deps=tuple(deps.values()),
+        artifact_type=artifact_type,  # type: ignore[arg-type]  # a class becomes its label
         override_path=pin,
     )
 
