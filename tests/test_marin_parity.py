@@ -405,6 +405,20 @@ def test_expected_fingerprint_pins_the_recipe_at_lower() -> None:
     assert info.value.step == "corpus@v1" and "bump the version" in info.value.fix
 
 
+def test_a_stored_build_of_another_fingerprint_is_an_error_under_expected_fingerprint(
+    prefix: str,
+) -> None:
+    resolve(source_step(text="old"), prefix=prefix)
+    new = source_step(text="new")
+    assert resolve(new, prefix=prefix).result == {"chars": 3}  # drift: served, with a warning
+    pinned = dataclasses.replace(new, expected_fingerprint=new.fingerprint())
+    with pytest.raises(FingerprintMismatchError, match="config.text: old -> new") as info:
+        resolve(pinned, prefix=prefix)
+    assert info.value.step == "corpus@v1" and "bump the version" in info.value.fix
+    assert resolve(pinned, prefix=prefix, force=["corpus"]).result == {"chars": 3}
+    assert resolve(pinned, prefix=prefix).record.fingerprint == new.fingerprint()  # type: ignore[union-attr]
+
+
 def test_a_fixed_version_depending_on_a_mutable_one_is_refused_at_lower() -> None:
     scratch = source_step("scratch", "dev")
     fixed = apply("report", _read, version="v1", path=scratch)

@@ -36,6 +36,7 @@ from marin.execution.errors import (
     ArtifactTypeMismatchError,
     DriftError,
     FailedBeforeError,
+    FingerprintMismatchError,
     InvalidStepError,
 )
 from marin.execution.records import FAILED, RUNNING, ArtifactRecord
@@ -221,6 +222,14 @@ def decide(
             spec.step_id,
         )
     if status == DRIFT:
+        if spec.pinned_fingerprint:
+            raise FingerprintMismatchError(
+                f"the stored build has fingerprint {record.fingerprint if record else '?'}, but "
+                f"expected_fingerprint pins {spec.fingerprint}: " + "; ".join(drift),
+                "bump the version to build the pinned recipe, or --force the step to rebuild "
+                "it in place",
+                spec.step_id,
+            )
         if policy.on_drift == "error":
             raise DriftError(
                 "config changed without a version bump: " + "; ".join(drift),

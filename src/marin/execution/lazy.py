@@ -690,6 +690,7 @@ def _spec_for(
         runtime_args=handle.runtime_args,
         pin=handle.override_path,
         source=handle.adopt_source,
+        pinned_fingerprint=expected is not None,
     )
     memo[("step", step_id)] = spec
     created.append(spec)

@@ -51,6 +51,9 @@ class StepSpec:
     """Values ``build_config`` reads with ``ctx.runtime_arg(key)`` at run time; never identity."""
     pin: str | None = None
     """A fixed output path relative to the prefix, instead of ``<name>/<version>``."""
+    pinned_fingerprint: bool = False
+    """The handle set ``expected_fingerprint`` (equal to ``fingerprint``, checked at lowering):
+    a stored build of another fingerprint is then an error, not drift."""
     source: str | None = None
     """An adopted step's data location (absolute, or relative to the prefix): what consumers
     read. The step itself only checks it exists and records it at ``<name>/<version>``."""
