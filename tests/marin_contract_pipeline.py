@@ -88,3 +88,12 @@ def expected(prefix: str, name: str, tpu: str) -> dict[str, Any]:
     return {
         "chars": n, "read": n, "tpu": tpu, "context_out": out, "is_fingerprint": False
     }  # fmt: skip
+
+
+def devices_seen(config: dict[str, Any]) -> dict[str, Any]:
+    """What an isolated step's ``run`` sees of its GPU devices."""
+    return {
+        "devices": list(current_context().devices),
+        "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "pid": os.getpid(),
+    }

@@ -546,3 +546,21 @@ def test_property_a_runtime_arg_reaches_the_config_and_never_the_fingerprint(
 
     assert make(value).fingerprint() == make(other).fingerprint()
     assert materialized_config(make(value), "memory://prop")["arg"] == value
+
+
+def test_an_isolated_step_sees_its_devices_as_its_own_process_numbers_them(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from marin.execution.build import build_step
+    from marin.execution.context import assigned_devices
+    from marin.execution.storage import open_prefix
+    from tests import marin_contract_pipeline as mp
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    step = ArtifactStep(name="gpu", version="v1", run=mp.devices_seen, isolate=True)
+    with assigned_devices((1, 3)):
+        outcome = build_step(lower(step), open_prefix(str(tmp_path)))
+    result = outcome.record.result
+    assert result["pid"] != os.getpid()
+    assert result["cuda"] == "1,3"  # the runner's devices 1 and 3 ...
+    assert result["devices"] == [0, 1]  # ... are the child's 0 and 1

@@ -135,9 +135,14 @@ class IsolatedCall:
         else:
             target, args, kwargs = run, (ctx,), {}
         # The child's context: no storage loader (ctx.resolved belongs in build_config, which
-        # runs here), so that nothing but plain data crosses the process boundary.
+        # runs here), so that nothing but plain data crosses the process boundary; and its
+        # devices as the child numbers them (its CUDA_VISIBLE_DEVICES lists exactly these).
         child_ctx = dataclasses.replace(
-            ctx, loader=None, _loaded={}, runtime_args=dict(ctx.runtime_args)
+            ctx,
+            loader=None,
+            _loaded={},
+            runtime_args=dict(ctx.runtime_args),
+            devices=tuple(range(len(ctx.devices))),
         )
         meta = {"sys_path": list(sys.path), "module_files": _module_files(target)}
         with tempfile.TemporaryDirectory(prefix="marin-isolated-") as tmp:
