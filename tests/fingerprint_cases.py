@@ -113,12 +113,12 @@ def rich_cases() -> list[ArtifactStep | StepSpec]:
         ArtifactStep(
             name="rich/hand-made",
             version="v9",
-            run=lambda ctx: None,
+            run=lambda config: None,
             build_config=_hand_made_config,
             deps=(a, spec_dep),
         )
     )
-    steps.append(ArtifactStep(name="rich/no-config", version="v0", run=lambda ctx: None))
+    steps.append(ArtifactStep(name="rich/no-config", version="v0", run=lambda config: None))
     return steps
 
 

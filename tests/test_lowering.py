@@ -113,7 +113,7 @@ def test_hundred_thousand_deep_chain_lowers_without_recursion() -> None:
 
     handle = apply("c/0", link, version="v0")
     for i in range(1, 100_000):
-        handle = ArtifactStep(name=f"c/{i}", version="v0", run=lambda ctx: None, deps=(handle,))
+        handle = ArtifactStep(name=f"c/{i}", version="v0", run=lambda config: None, deps=(handle,))
     spec = handle.lower()
     depth = 0
     while spec.deps:
@@ -203,7 +203,7 @@ def test_any_other_version_is_accepted(version: str) -> None:
 
 def test_dependency_that_is_not_a_handle_is_rejected() -> None:
     with pytest.raises(InvalidStepError, match=r"deps\[0\] is a str.*step s@v0"):
-        ArtifactStep(name="s", version="v0", run=lambda ctx: None, deps=("a/v0",))  # type: ignore[arg-type]
+        ArtifactStep(name="s", version="v0", run=lambda config: None, deps=("a/v0",))  # type: ignore[arg-type]
 
 
 # --- lower()'s graph check: one walk when it saw the whole graph, collect_steps otherwise -----

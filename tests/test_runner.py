@@ -221,7 +221,7 @@ def test_drift_policies(prefix: str, caplog: Any) -> None:
 
     def model(lr: float) -> ArtifactStep:
         return apply("model", log.step("model"), version="v1", deps=[], out_path=OUT).__class__(
-            name="model", version="v1", run=lambda ctx: log.order.append(f"lr={lr}"),
+            name="model", version="v1", run=lambda config: log.order.append(f"lr={lr}"),
             build_config=lambda ctx: {"lr": lr, "out": ctx.output_path},
         )  # fmt: skip
 

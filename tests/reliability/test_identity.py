@@ -148,7 +148,7 @@ def test_hand_made_step_whose_config_changes_after_lower_refuses_to_build(prefix
     handle = ArtifactStep(
         name="hand-made",
         version="v0",
-        run=lambda ctx: ran.append(settings["lr"]),
+        run=lambda config: ran.append(settings["lr"]),
         build_config=lambda ctx: dict(settings),  # reads live state: not snapshotted
     )
     spec = lower(handle)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from marin.execution.build import build_step
-from marin.execution.context import assigned_devices
+from marin.execution.context import assigned_devices, current_context
 from marin.execution.errors import InvalidStepError
 from marin.execution.isolation import IsolatedCall, StepTimeoutError, TimedCall
 from marin.execution.lazy import OUT, ArtifactStep, apply, lower
@@ -74,7 +74,8 @@ def test_placement_options_are_validated_and_kept_out_of_the_fingerprint() -> No
     assert isinstance(isolated, IsolatedCall) and isolated.fn is rp.whoami
     timed = lower(plain.with_options(timeout=5))
     assert isinstance(timed.run.run, TimedCall)
-    assert lower(plain).run.run is plain.run  # no placement wrapper without options
+    bare = lower(plain).run.run  # no placement wrapper without options: run(build_config(ctx))
+    assert bare.run is plain.run and bare.build_config == plain.build_config
 
 
 @pytest.mark.parametrize(
@@ -105,7 +106,7 @@ def test_isolate_needs_fn_importable_by_reference() -> None:
         assert "cannot be imported by reference (step train@v1)" in text
         assert "top level of a module" in text
     with pytest.raises(InvalidStepError, match="cannot be imported by reference"):
-        ArtifactStep("raw", "v1", run=lambda ctx: None, isolate=True)
+        ArtifactStep("raw", "v1", run=lambda config: None, isolate=True)
 
 
 def test_isolated_step_runs_in_a_subprocess_and_commits_through_build_step(
@@ -155,7 +156,7 @@ def test_isolated_timeout_kills_the_process_and_commits_nothing(
 def test_a_timeout_without_isolation_fails_the_step(location: Location) -> None:
     rp.RELEASE.clear()
     spec = lower(
-        ArtifactStep("slow", "v1", run=lambda ctx: rp.wait_for_release()).with_options(timeout=0.5)
+        ArtifactStep("slow", "v1", run=lambda config: rp.wait_for_release()).with_options(timeout=0.5)
     )
     try:
         with pytest.raises(StepTimeoutError, match="cannot be killed"):
@@ -215,7 +216,7 @@ def test_gpu_steps_get_distinct_devices_and_cuda_visible_devices(
 
 def test_devices_reach_the_context_of_a_thread_step(location: Location) -> None:
     seen: list[tuple[int, ...]] = []
-    spec = lower(ArtifactStep("ctx", "v1", run=lambda ctx: seen.append(ctx.devices)))
+    spec = lower(ArtifactStep("ctx", "v1", run=lambda config: seen.append(current_context().devices)))
     with assigned_devices((1, 3)):
         build_step(spec, location)
     assert seen == [(1, 3)]

@@ -116,8 +116,8 @@ def test_fits_ever_names_what_is_asked_and_what_the_machine_has() -> None:
 def test_check_fits_fails_the_plan_for_a_step_that_never_fits() -> None:
     from marin.execution.lazy import ArtifactStep, lower
 
-    small = ArtifactStep("small", "v1", run=lambda ctx: None, resources={"gpu": 1})
-    big = ArtifactStep("big", "v1", run=lambda ctx: None, deps=(small,), resources={"gpu": 3})
+    small = ArtifactStep("small", "v1", run=lambda config: None, resources={"gpu": 1})
+    big = ArtifactStep("big", "v1", run=lambda config: None, deps=(small,), resources={"gpu": 3})
     specs = [small.lower(), lower(big)]
     with pytest.raises(InvalidStepError) as info:
         check_fits(ResourcePool(Resources(cpu=4, gpu=2)), specs)

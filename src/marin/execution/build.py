@@ -25,6 +25,8 @@ processes at.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import io
 import logging
 import os
@@ -37,6 +39,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
+from marin.execution.artifact import load_dependency
 from marin.execution.canonical import to_canonical
 from marin.execution.context import StepContext
 from marin.execution.decide import BUILD, Decision, Policy, Stored, Upstream, decide
@@ -88,7 +91,9 @@ def run_context(spec: StepSpec, location: Location, region: str | None = None) -
         output_path=location.url_for(spec.output_path),
         prefix=location.url,
         region=region,
-        dep_paths={dep.step_id: location.url_for(dep.output_path) for dep in spec.deps},
+        dep_paths={dep.step_id: dep.data_url(location.url) for dep in spec.deps},
+        runtime_args=spec.runtime_args or {},
+        loader=functools.partial(load_dependency, location, spec),
     )
 
 
@@ -180,7 +185,7 @@ def build_step(
         finally:
             lease.release()
         # The runner that took over finished this very build: serve it, even if it was forced.
-        unforced = Policy(policy.on_drift, policy.force - {spec.step_id}, policy.cascade)
+        unforced = dataclasses.replace(policy, force=policy.force - {spec.step_id})
         if record is not None and _served_from_other(spec, record, ups, unforced):
             log.info("skip %s: built by another runner", spec.step_id)
             return BuildOutcome(spec, BUILT_BY_OTHER, record, url, reason="built by another runner")

@@ -13,11 +13,56 @@ import enum
 import json
 import math
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 from marin.execution.errors import ConfigError
 
 _SCALARS = (str, int, bool, type(None))
+
+# Types whose canonical form is built in: registering one would silently change every
+# fingerprint that holds such a value (and the fast paths above never look it up).
+_BUILT_IN = (str, int, float, bool, type(None), list, tuple, dict, set, frozenset, bytes)
+
+_registered: dict[type, Callable[[Any], Any]] = {}
+_lookup_cache: dict[type, tuple[type, Callable[[Any], Any]] | None] = {}
+
+
+def register_fingerprint(kind: type, fn: Callable[[Any], Any]) -> None:
+    """Give values of ``kind`` (and of its subclasses) the canonical form ``fn(value)``.
+
+    ``fn`` returns plain data that says exactly what the value means (``fn(value)`` is itself
+    canonicalised); the fingerprint then holds ``{"__registered__": "<qualname>", "value":
+    ...}``, so it is stable across processes instead of being refused. A subclass uses the
+    nearest registered class along its MRO. Registering a class again replaces its function.
+    """
+    if not isinstance(kind, type):
+        raise ConfigError(
+            f"register_fingerprint got {kind!r}, not a class", "pass the class itself"
+        )
+    if not callable(fn):
+        raise ConfigError(
+            f"register_fingerprint({kind.__qualname__}, {fn!r}): fn is not callable",
+            "pass a function from a value to plain data",
+        )
+    if kind in _BUILT_IN or kind is object:
+        raise ConfigError(
+            f"register_fingerprint({kind.__qualname__}, ...): {kind.__qualname__} already has "
+            "a canonical form",
+            "register your own class (a subclass of it is fine)",
+        )
+    _registered[kind] = fn
+    _lookup_cache.clear()
+
+
+def _registered_for(kind: type) -> tuple[type, Callable[[Any], Any]] | None:
+    try:
+        return _lookup_cache[kind]
+    except KeyError:
+        pass
+    found = next(((base, _registered[base]) for base in kind.__mro__ if base in _registered), None)
+    _lookup_cache[kind] = found
+    return found
 
 
 class _NeedsPath(Exception):
@@ -68,6 +113,10 @@ def _canonical(value: Any, path: str | None, step: str | None) -> Any:
                 )
             out[text] = _canonical(item, None if path is None else f"{path}.{key}", step)
         return out
+    if _registered:
+        found = _registered_for(kind)
+        if found is not None:
+            return _registered_form(value, found, path, step)
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, float):
@@ -104,6 +153,24 @@ def _canonical(value: Any, path: str | None, step: str | None) -> Any:
         "or a step handle instead",
         step,
     )
+
+
+def _registered_form(
+    value: Any, found: tuple[type, Callable[[Any], Any]], path: str | None, step: str | None
+) -> Any:
+    base, fn = found
+    try:
+        form = fn(value)
+    except Exception as exc:
+        if path is None:
+            raise _NeedsPath from None
+        raise ConfigError(
+            f"{path}: the fingerprint function registered for {base.__qualname__} raised "
+            f"{type(exc).__name__}: {exc}",
+            "fix the function passed to register_fingerprint",
+            step,
+        ) from None
+    return {"__registered__": base.__qualname__, "value": _canonical(form, path, step)}
 
 
 def _key_text(key: Any) -> str:

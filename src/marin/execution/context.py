@@ -1,21 +1,32 @@
 """The values a step may ask about where it runs.
 
-A context has two modes. While fingerprinting, every location is a placeholder, so that the same
-pipeline under ``/tmp/a``, ``memory://b`` or ``gs://c`` gets the same fingerprints. At run time
-the same questions return concrete paths.
+A context has two modes. While fingerprinting (``is_fingerprint``), every location and runtime
+arg is a placeholder, so that the same pipeline under ``/tmp/a``, ``memory://b`` or ``gs://c``
+gets the same fingerprints. At run time the same questions return concrete values.
+
+``build_config(ctx)`` receives a context; a step's ``run`` receives only the config. Code that
+needs the run-time context beyond the config (the assigned GPU devices, say) asks
+``current_context()``, the one accessor, which works in ``run`` on every runner.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
+
+from marin.execution.errors import MarinError
 
 OUTPUT_PLACEHOLDER = "{OUT}"
 PREFIX_PLACEHOLDER = "{PREFIX}"
 REGION_PLACEHOLDER = "{REGION}"
+
+
+def runtime_arg_placeholder(key: str) -> str:
+    return "{ARG:" + key + "}"
 
 
 def dep_placeholder(name: str) -> str:
@@ -47,20 +58,49 @@ def current_devices() -> tuple[int, ...]:
     return _assigned_devices.get()
 
 
+class NoStepContextError(MarinError, LookupError):
+    """``current_context()`` was called outside a running step."""
+
+
+class FingerprintTimeError(MarinError, RuntimeError):
+    """A run-time-only question (``ctx.resolved``) was asked while fingerprinting."""
+
+
+_NO_ARGS: Mapping[str, Any] = MappingProxyType({})
+
+
+def _no_args() -> Mapping[str, Any]:
+    return _NO_ARGS
+
+
 @dataclass(frozen=True)
 class StepContext:
+    """What a step's ``build_config`` resolves its config against, at fingerprint or run time.
+
+    Values written as literals in ``build_config`` are the step's identity; values pulled from
+    the context (``output_path``, ``artifact_path(dep)``, ``prefix``, ``region``,
+    ``runtime_arg(key)``) are where and how it runs, and are placeholders while fingerprinting.
+    """
+
     output_path: str
     prefix: str
     region: str | None
     dep_paths: Mapping[str, str] = field(default_factory=dict)
-    """Dependency ``name@version`` -> its path."""
+    """Dependency ``name@version`` -> its path (an adopted dependency's: its source)."""
     devices: tuple[int, ...] = field(default_factory=current_devices)
     """The GPU devices assigned to this build (indices as this process numbers them); () if none.
 
     An isolated step's subprocess gets ``CUDA_VISIBLE_DEVICES`` set to exactly these devices.
     """
+    is_fingerprint: bool = False
+    """True while lowering computes the fingerprint: paths and runtime args are placeholders."""
+    runtime_args: Mapping[str, Any] = field(default_factory=_no_args)
+    """The step's declared runtime args (placeholders while fingerprinting)."""
+    loader: Callable[[str], Any] | None = field(default=None, repr=False, compare=False)
+    """Loads a dependency's artifact by ``name@version`` (set by the runner; None elsewhere)."""
+    _loaded: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    def dep_path(self, dep: Any) -> str:
+    def artifact_path(self, dep: Any) -> str:
         """The path of a dependency given as a handle, a ``StepSpec`` or a ``name@version``."""
         step_id = dep if isinstance(dep, str) else dep.step_id
         try:
@@ -71,12 +111,87 @@ class StepContext:
                 f"{step_id} is not a dependency of this step (its dependencies: {known})"
             ) from None
 
+    dep_path = artifact_path
+    """The same as ``artifact_path`` (this project's earlier name, kept as an alias)."""
 
-def fingerprint_context(deps: tuple[Any, ...]) -> StepContext:
+    def resolved(self, dep: Any) -> Any:
+        """The dependency's built ``Artifact`` (its path, record and result), read once and cached.
+
+        Only at run time: while fingerprinting nothing is built yet, so this raises; branch on
+        ``ctx.is_fingerprint`` to put an identity-bearing summary in the config instead.
+        """
+        step_id = dep if isinstance(dep, str) else dep.step_id
+        if self.is_fingerprint:
+            raise FingerprintTimeError(
+                f"ctx.resolved({step_id}) was called while fingerprinting, before anything is "
+                "built",
+                "branch on ctx.is_fingerprint in build_config and use ctx.artifact_path(dep) "
+                "(or a literal) at fingerprint time",
+            )
+        self.artifact_path(step_id)  # a KeyError naming the real dependencies
+        cached = self._loaded.get(step_id)
+        if cached is None:
+            if self.loader is None:
+                raise NoStepContextError(
+                    f"ctx.resolved({step_id}) has no storage to read here (this context was not "
+                    "made by a runner, or it was sent to an isolated subprocess)",
+                    "call ctx.resolved in build_config, which runs in the runner's process, and "
+                    "pass what run needs in the config",
+                )
+            cached = self._loaded[step_id] = self.loader(step_id)
+        return cached
+
+    def runtime_arg(self, key: str) -> Any:
+        """A declared runtime arg: its value at run time, a placeholder while fingerprinting."""
+        try:
+            return self.runtime_args[key]
+        except KeyError:
+            declared = ", ".join(sorted(self.runtime_args)) or "none"
+            raise KeyError(
+                f"runtime arg {key!r} is not declared by this step (declared: {declared}); "
+                "add it to the handle's runtime_args"
+            ) from None
+
+
+def fingerprint_context(deps: tuple[Any, ...], runtime_args: Any = ()) -> StepContext:
     return StepContext(
         output_path=OUTPUT_PLACEHOLDER,
         prefix=PREFIX_PLACEHOLDER,
         region=REGION_PLACEHOLDER,
         dep_paths={dep.step_id: dep_placeholder(dep.name) for dep in deps},
         devices=(),
+        is_fingerprint=True,
+        runtime_args={key: runtime_arg_placeholder(key) for key in runtime_args}
+        if runtime_args
+        else _NO_ARGS,
     )
+
+
+_current: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(
+    "marin_step_context", default=None
+)
+
+
+@contextlib.contextmanager
+def bound_context(ctx: StepContext) -> Iterator[None]:
+    """Make ``ctx`` what ``current_context()`` returns while a step's ``run`` runs."""
+    token = _current.set(ctx)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def current_context() -> StepContext:
+    """The run-time context of the step whose ``run`` is executing (its devices, paths, args).
+
+    The one way for ``run`` (which receives only its config) to reach the context, on every
+    runner, in an isolated subprocess too. Raises ``NoStepContextError`` outside a step.
+    """
+    ctx = _current.get()
+    if ctx is None:
+        raise NoStepContextError(
+            "current_context() was called outside a running step",
+            "call it from a step's run function; build_config receives the context as ctx",
+        )
+    return ctx

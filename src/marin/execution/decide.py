@@ -32,7 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.drift import explain_drift
-from marin.execution.errors import DriftError, InvalidStepError
+from marin.execution.errors import (
+    ArtifactTypeMismatchError,
+    DriftError,
+    FailedBeforeError,
+    FingerprintMismatchError,
+    InvalidStepError,
+)
 from marin.execution.records import FAILED, RUNNING, ArtifactRecord
 from marin.execution.step_spec import StepSpec
 
@@ -68,11 +74,17 @@ class Policy:
     """Step ids to rebuild (resolve names with ``resolve_force``)."""
     cascade: bool = True
     """Rebuild steps whose upstream is rebuilt; ``False`` serves them with a warning."""
+    force_run_failed: bool = True
+    """Retry a needed step whose last attempt failed; ``False`` fails the run naming it."""
 
     def __post_init__(self) -> None:
         check_drift_policy(self.on_drift)
         if not isinstance(self.cascade, bool):
             raise InvalidStepError(f"cascade={self.cascade!r}", "use True or False")
+        if not isinstance(self.force_run_failed, bool):
+            raise InvalidStepError(
+                f"force_run_failed={self.force_run_failed!r}", "use True or False"
+            )
 
 
 @dataclass(frozen=True)
@@ -199,7 +211,25 @@ def decide(
         return decision(BUILD, "forced (--force)")
     if status == DEV:
         return decision(BUILD, why)
+    if record is not None and record.artifact_type != spec.artifact_type:
+        # Not drift: the fingerprint holds the config, and serving a record built as another
+        # kind of artifact would hand consumers the wrong thing whatever the drift policy.
+        raise ArtifactTypeMismatchError(
+            f"the stored record was built as artifact_type {record.artifact_type!r}, but the "
+            f"step now declares {spec.artifact_type!r}",
+            "bump the step's version for the new kind of artifact (or --force it to rebuild "
+            "in place)",
+            spec.step_id,
+        )
     if status == DRIFT:
+        if spec.pinned_fingerprint:
+            raise FingerprintMismatchError(
+                f"the stored build has fingerprint {record.fingerprint if record else '?'}, but "
+                f"expected_fingerprint pins {spec.fingerprint}: " + "; ".join(drift),
+                "bump the version to build the pinned recipe, or --force the step to rebuild "
+                "it in place",
+                spec.step_id,
+            )
         if policy.on_drift == "error":
             raise DriftError(
                 "config changed without a version bump: " + "; ".join(drift),
@@ -210,6 +240,12 @@ def decide(
         if policy.on_drift == "rebuild":
             return decision(BUILD, f"{why}: rebuilding (on_drift=rebuild)")
     if record is None:
+        if needed and status == FAILED_BEFORE and not policy.force_run_failed:
+            raise FailedBeforeError(
+                f"its last attempt failed ({why}) and the run has force_run_failed=False",
+                "fix the cause and run with force_run_failed=True (the default), or force the step",
+                spec.step_id,
+            )
         if needed:
             return decision(BUILD, why)
         return decision(PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")

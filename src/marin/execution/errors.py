@@ -52,6 +52,18 @@ class DuplicateStepError(MarinError, ValueError):
     """Two different definitions share one ``name@version`` and so one output path."""
 
 
+class FingerprintMismatchError(MarinError, ValueError):
+    """A handle's fingerprint differs from the ``expected_fingerprint`` it pins (at ``lower()``)."""
+
+
+class ArtifactTypeMismatchError(MarinError, ValueError):
+    """A stored record of ``name@version`` was built as another ``artifact_type``."""
+
+
+class FailedBeforeError(MarinError, RuntimeError):
+    """A needed step's last attempt failed and the run says ``force_run_failed=False``."""
+
+
 class DriftError(MarinError, RuntimeError):
     """A built step's stored fingerprint differs from the current one under ``on_drift='error'``."""
 

@@ -98,8 +98,18 @@ def check_disjoint_outputs(steps: list[StepSpec]) -> None:
     ``lower()`` runs this on every graph, so the paths are made once and the ancestors are
     slices at each ``/`` rather than split-and-join.
     """
-    paths = [f"{spec.name}/{spec.version}" for spec in steps]  # spec.output_path, inlined
+    paths = [spec.pin or f"{spec.name}/{spec.version}" for spec in steps]  # output_path, inlined
     by_path = dict(zip(paths, steps, strict=True))
+    if len(by_path) != len(paths):  # only a pin can give two steps one output path
+        seen: dict[str, StepSpec] = {}
+        for path, spec in zip(paths, steps, strict=True):
+            first = seen.setdefault(path, spec)
+            if first is not spec:
+                raise DuplicateStepError(
+                    f"{first.step_id} and {spec.step_id} both write {path}",
+                    "give one of them another pin",
+                    spec.step_id,
+                )
     for path, spec in zip(paths, steps, strict=True):
         end = path.find("/")
         while end >= 0:

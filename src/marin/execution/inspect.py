@@ -80,11 +80,12 @@ def plan_run(
     on_drift: str = "warn",
     force: Iterable[str] = (),
     cascade: bool = True,
+    force_run_failed: bool = True,
 ) -> Plan:
     """Read the whole graph's stored state, then decide every step: what a run would do.
 
     ``force`` takes names or ``name@version`` ids (an unknown one is an error).
     """
     steps = collect_steps(targets)
-    policy = Policy(on_drift, resolve_force(force, steps), cascade)
+    policy = Policy(on_drift, resolve_force(force, steps), cascade, force_run_failed)
     return plan_graph(steps, targets, read_stored(steps, location), policy)

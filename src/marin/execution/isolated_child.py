@@ -1,8 +1,9 @@
 """The subprocess side of ``isolate=True``: ``python -m marin.execution.isolated_child IN OUT``.
 
 ``IN`` holds two pickles: first plain data (the parent's ``sys.path`` and the files of modules
-a fresh interpreter may not find by name), then the call (``fn`` by reference and its
-arguments). The child makes ``fn``'s module importable, runs the call, and pickles
+a fresh interpreter may not find by name), then the call (``fn`` by reference, its arguments
+and the step's run-time context, bound for ``current_context()``). The child makes ``fn``'s
+module importable, runs the call, and pickles
 ``{"ok": True, "result": ...}`` or the error to ``OUT``. What ``fn`` prints goes to this
 process's stdout/stderr, which the parent copies into the step's log. Nothing here touches
 storage: the parent commits the step.
@@ -50,7 +51,14 @@ def _run(call_path: str) -> dict[str, Any]:
         with open(call_path, "rb") as f:
             _prepare(pickle.load(f))
             call = pickle.load(f)
-        result = call["target"](*call["args"], **call["kwargs"])
+        context = call.get("context")
+        if context is None:
+            result = call["target"](*call["args"], **call["kwargs"])
+        else:
+            from marin.execution.context import bound_context
+
+            with bound_context(context):
+                result = call["target"](*call["args"], **call["kwargs"])
         return {"ok": True, "result": result}
     except BaseException as exc:
         return {

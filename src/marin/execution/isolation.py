@@ -5,8 +5,10 @@ Lowering wraps ``spec.run`` in one of these calls; everything else about a build
 process. Only the ``fn`` call moves:
 
 - ``IsolatedCall`` starts ``python -m marin.execution.isolated_child`` (a fresh interpreter, as
-  multiprocessing's spawn does), sends it ``fn`` *by reference* and its already-materialised
-  arguments (paths and plain data), and copies the child's stdout and stderr into the step's log.
+  multiprocessing's spawn does), sends it ``fn`` *by reference*, its config (made by
+  ``build_config`` here, in the runner: paths and plain data) and the run-time context, which the
+  child binds for ``current_context()``, and copies the child's stdout and stderr into the
+  step's log.
   The child's ``CUDA_VISIBLE_DEVICES`` names exactly the devices assigned to the build. A timeout
   kills the child's whole process group, and the build fails.
 - ``TimedCall`` (a timeout without isolation) runs ``fn`` on a helper thread and fails the build
@@ -17,6 +19,7 @@ process. Only the ``fn`` call moves:
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import inspect
 import os
 import pickle
@@ -42,9 +45,9 @@ class StepTimeoutError(MarinError, TimeoutError):
 
 
 def _function_of(run: Callable[..., Any]) -> Callable[..., Any]:
-    """The user's function inside a lowered ``run`` (``apply``'s bound call), else ``run``."""
-    fn = getattr(run, "fn", None)
-    return fn if callable(fn) and hasattr(run, "inputs") else run
+    """The user's function inside a lowered ``run`` (``apply``'s call names it), else ``run``."""
+    fn = getattr(run, "wrapped_fn", run)
+    return fn if callable(fn) else run
 
 
 def check_importable(run: Callable[..., Any], step_id: str) -> None:
@@ -125,12 +128,22 @@ class IsolatedCall:
 
     def __call__(self, ctx: StepContext) -> Any:
         run = self.run
-        config = getattr(run, "config", None)
+        parts = getattr(run, "parts", None)
         args: tuple[Any, ...] = ()
-        if hasattr(run, "inputs") and callable(config):
-            target, kwargs = _function_of(run), config(ctx)
+        if callable(parts):  # lowering's run(build_config(ctx)): the config is made here
+            target, args, kwargs = parts(ctx)
         else:
             target, args, kwargs = run, (ctx,), {}
+        # The child's context: no storage loader (ctx.resolved belongs in build_config, which
+        # runs here), so that nothing but plain data crosses the process boundary; and its
+        # devices as the child numbers them (its CUDA_VISIBLE_DEVICES lists exactly these).
+        child_ctx = dataclasses.replace(
+            ctx,
+            loader=None,
+            _loaded={},
+            runtime_args=dict(ctx.runtime_args),
+            devices=tuple(range(len(ctx.devices))),
+        )
         meta = {"sys_path": list(sys.path), "module_files": _module_files(target)}
         with tempfile.TemporaryDirectory(prefix="marin-isolated-") as tmp:
             payload_path = os.path.join(tmp, "call.pkl")
@@ -139,7 +152,7 @@ class IsolatedCall:
                 pickle.dump(meta, f)
                 try:
                     pickle.dump(
-                        {"target": target, "args": args, "kwargs": kwargs},
+                        {"target": target, "args": args, "kwargs": kwargs, "context": child_ctx},
                         f,
                         protocol=pickle.HIGHEST_PROTOCOL,
                     )

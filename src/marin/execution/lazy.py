@@ -3,6 +3,12 @@
 A handle (``ArtifactStep``) is a recipe: creating one does no I/O and runs nothing. ``lower``
 turns a handle graph into specs, purely; ``run``/``resolve`` lower and then hand the specs to the
 ``StepRunner``.
+
+A handle is built as ``run(build_config(ctx))``: ``build_config`` makes the config from a
+``StepContext`` (placeholders while fingerprinting, live paths at run time) and ``run``
+receives that config and nothing else. ``apply(name, fn, **inputs)`` is the same pair, with
+``run`` calling ``fn(**config)``. Code inside ``run`` that needs the context itself (assigned
+GPU devices, for example) calls ``marin.execution.context.current_context()``.
 """
 
 from __future__ import annotations
@@ -11,26 +17,40 @@ import copy
 import dataclasses
 import gc
 import inspect
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from marin.execution.artifact import Artifact
-from marin.execution.canonical import to_canonical
-from marin.execution.context import StepContext, fingerprint_context
-from marin.execution.errors import CycleError, DuplicateStepError, InvalidStepError
-from marin.execution.names import validate_name, validate_version
+from marin.execution.canonical import register_fingerprint, to_canonical
+from marin.execution.context import (
+    StepContext,
+    bound_context,
+    current_context,
+    fingerprint_context,
+)
+from marin.execution.errors import (
+    CycleError,
+    DuplicateStepError,
+    FingerprintMismatchError,
+    InvalidStepError,
+)
+from marin.execution.names import is_mutable_version, validate_name, validate_version
 from marin.execution.provenance import collect_provenance
 from marin.execution.resources import NO_RESOURCES, Resources, parse_duration, parse_resources
-from marin.execution.step_spec import StepSpec, fingerprint_of
+from marin.execution.step_spec import StepSpec, fingerprint_of, is_absolute_location
 
 __all__ = [
     "OUT",
     "ArtifactStep",
     "StepContext",
     "apply",
+    "current_context",
     "lower",
+    "materialized_config",
+    "register_fingerprint",
     "resolve",
     "run",
 ]
@@ -62,7 +82,8 @@ def _no_config(ctx: StepContext) -> dict[str, Any]:
 
 @dataclass(frozen=True, eq=False)
 class ArtifactStep:
-    """An immutable, cheap handle: the recipe for one artifact.
+    """An immutable, cheap handle: the recipe for one artifact, built as
+    ``run(build_config(ctx))``.
 
     Equality is identity: two handles are "the same step" for sharing purposes when they are the
     same object, and lowering checks separately that one ``name@version`` has one definition.
@@ -70,10 +91,13 @@ class ArtifactStep:
 
     name: str
     version: str
-    run: Callable[[StepContext], Any]
+    run: Callable[[Any], Any]
+    """Receives the config ``build_config(ctx)`` made at run time; returns JSON-able data."""
     build_config: Callable[[StepContext], Any] = _no_config
     deps: tuple[ArtifactStep | StepSpec, ...] = ()
     artifact_type: str = "artifact"
+    """A label recorded with the build; a class (Marin's ``artifact_type=SomeArtifact``) is
+    stored as its qualified name. A record of another type is refused, not served."""
     retries: int = 0
     pool: str | None = None
     resources: Resources | Mapping[str, Any] = NO_RESOURCES
@@ -82,10 +106,30 @@ class ArtifactStep:
     """Seconds after construction (``"2h"`` is parsed)."""
     queue: str | None = None
     isolate: bool = False
+    runtime_args: Mapping[str, Any] | None = None
+    """Values ``build_config`` reads with ``ctx.runtime_arg(key)``: live at run time,
+    placeholders in the fingerprint, so changing one never changes the step's identity."""
+    override_path: str | None = None
+    """A pin: a fixed output path relative to the prefix instead of ``<name>/<version>``."""
+    adopt_source: str | None = None
+    """Set by ``ArtifactStep.adopt``: data built elsewhere that consumers read."""
+    adopt_config: Mapping[str, Any] | None = None
+    """Set by ``ArtifactStep.adopt``: the config recorded (and fingerprinted) for that data."""
+    expected_fingerprint: str | None = None
+    """When set, ``lower()`` raises ``FingerprintMismatchError`` if the fingerprint differs."""
 
     def __post_init__(self) -> None:
         validate_name(self.name)
         validate_version(self.version, self.name)
+        if type(self.artifact_type) is not str:
+            object.__setattr__(self, "artifact_type", _type_label(self.artifact_type, self))
+        if (
+            self.runtime_args is not None
+            or self.override_path is not None
+            or self.adopt_source is not None
+            or self.expected_fingerprint is not None
+        ):
+            _check_identity_options(self)
         deps = tuple(self.deps)
         for i, dep in enumerate(deps):
             if not isinstance(dep, ArtifactStep | StepSpec):
@@ -107,6 +151,53 @@ class ArtifactStep:
 
     def lower(self, memo: dict[Any, Any] | None = None) -> StepSpec:
         return _lower_all([self], memo)[0]
+
+    def fingerprint(self) -> str:
+        """The step's fingerprint (the same under every prefix); lowers the graph, runs nothing."""
+        return self.lower().fingerprint
+
+    def fingerprint_payload(self) -> str:
+        """The canonical JSON the fingerprint hashes: ``{name, version, config, deps}`` (and
+        ``pin`` for a pinned step)."""
+        return self.lower().fingerprint_payload
+
+    def path(self, prefix: str | None = None) -> str:
+        """Where consumers read this artifact under ``prefix`` (default ``$MARIN_PREFIX``): its
+        pin, an adopted step's source, or ``<prefix>/<name>/<version>``."""
+        from marin.execution.storage import resolve_prefix
+
+        return self.lower().data_url(resolve_prefix(prefix))
+
+    def resolve(self, **kwargs: Any) -> Artifact:
+        """Build this handle (or serve it) and return its artifact: ``resolve(handle)``."""
+        return resolve(self, **kwargs)
+
+    @classmethod
+    def adopt(
+        cls,
+        name: str,
+        version: str,
+        source: str,
+        *,
+        kind: str | type = "artifact",
+        config: Mapping[str, Any] | None = None,
+    ) -> ArtifactStep:
+        """A handle for data built elsewhere, at ``source`` (absolute, or relative to the prefix).
+
+        Consumers read ``source``; nothing is moved or recomputed. Building the handle checks
+        that ``source`` exists and records it (with ``config``) at ``<prefix>/<name>/<version>``.
+        ``kind`` is its ``artifact_type`` (a class is named by its qualified name).
+        """
+        recorded = _AdoptConfig(source, dict(config) if config is not None else None)
+        return cls(
+            name=name,
+            version=version,
+            run=_adopt_run,
+            build_config=recorded,
+            artifact_type=kind,  # type: ignore[arg-type]  # a class becomes its label
+            adopt_source=source,
+            adopt_config=config,
+        )
 
     def with_options(
         self,
@@ -152,6 +243,122 @@ class ArtifactStep:
 
 
 _QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+
+
+def _type_label(kind: Any, handle: ArtifactStep) -> str:
+    """An ``artifact_type`` given as a class (as Marin passes one) is named by its qualname."""
+    if isinstance(kind, str):
+        return kind
+    if isinstance(kind, type):
+        return f"{kind.__module__}.{kind.__qualname__}"
+    raise InvalidStepError(
+        f"artifact_type={kind!r} is neither a string nor a class",
+        "pass a label such as 'checkpoint' (or the artifact's class)",
+        handle.step_id,
+    )
+
+
+def _check_identity_options(handle: ArtifactStep) -> None:
+    """Check runtime args, a pin, an adopted source and an expected fingerprint."""
+    step_id = handle.step_id
+    if handle.runtime_args is not None:
+        if not isinstance(handle.runtime_args, Mapping) or not all(
+            isinstance(key, str) for key in handle.runtime_args
+        ):
+            raise InvalidStepError(
+                f"runtime_args={handle.runtime_args!r} is not a mapping with string keys",
+                "pass runtime_args={'key': value, ...}",
+                step_id,
+            )
+        object.__setattr__(handle, "runtime_args", dict(handle.runtime_args))
+    if handle.override_path is not None and handle.adopt_source is not None:
+        raise InvalidStepError(
+            "the step is both adopted (adopt_source) and pinned (override_path/pin)",
+            "use ArtifactStep.adopt for data built elsewhere, or a pin for a fixed output path, "
+            "not both",
+            step_id,
+        )
+    if handle.override_path is not None:
+        _check_pin(handle.override_path, step_id)
+    if handle.adopt_source is not None:
+        _check_source(handle.adopt_source, step_id)
+    if handle.expected_fingerprint is not None and not isinstance(handle.expected_fingerprint, str):
+        raise InvalidStepError(
+            f"expected_fingerprint={handle.expected_fingerprint!r} is not a string",
+            "pass the hex string handle.fingerprint() returned",
+            step_id,
+        )
+
+
+def _check_pin(pin: Any, step_id: str) -> None:
+    """A pin is where Marin writes, so it obeys the rules of a step's own output path."""
+    fix = (
+        "pin a literal path relative to the prefix, such as 'checkpoints/base' (for data that "
+        "lives elsewhere, use ArtifactStep.adopt)"
+    )
+    if not isinstance(pin, str):
+        raise InvalidStepError(f"pin {pin!r} is not a string", fix, step_id)
+    if is_absolute_location(pin) or "::" in pin:
+        raise InvalidStepError(
+            f"pin {pin!r} is not relative to the prefix: Marin writes a pinned step's output "
+            "and record there, and only the prefix is checked against MARIN_ALLOWED_PREFIXES",
+            fix,
+            step_id,
+        )
+    try:
+        validate_name(pin)  # the same grammar as a step's own output path: literal segments
+    except InvalidStepError as exc:
+        raise InvalidStepError(
+            f"pin {pin!r} is not a literal path ({exc.what})", fix, step_id
+        ) from None
+
+
+def _check_source(source: Any, step_id: str) -> None:
+    """An adopted source is only read, but still literally: no glob, no fsspec chaining."""
+    fix = "give the data's literal location, e.g. 'gs://bucket/data/v3' or '/data/v3'"
+    if not isinstance(source, str) or not source:
+        raise InvalidStepError(f"adopt source {source!r} is not a path", fix, step_id)
+    if "::" in source:
+        raise InvalidStepError(
+            f"adopt source {source!r} chains file systems with '::'", fix, step_id
+        )
+    glob = next((c for c in source if c in "*?[]"), None)
+    if glob is not None:
+        raise InvalidStepError(
+            f"adopt source {source!r} contains the glob character {glob!r}", fix, step_id
+        )
+    path = source.partition("://")[2] if "://" in source else source
+    if any(segment in (".", "..") for segment in path.split("/")):
+        raise InvalidStepError(f"adopt source {source!r} has a '.' or '..' segment", fix, step_id)
+
+
+@dataclass(frozen=True)
+class _AdoptConfig:
+    """An adopted step's ``build_config``: the source and the given config, both identity."""
+
+    source: str
+    config: dict[str, Any] | None
+
+    def __call__(self, ctx: StepContext) -> dict[str, Any]:
+        return {"adopt_source": self.source, "config": copy.deepcopy(self.config)}
+
+
+def _adopt_run(config: Mapping[str, Any]) -> None:
+    """An adopted step's ``run``: the data must be there; nothing else is done to it."""
+    import fsspec
+
+    source = config["adopt_source"]
+    if not is_absolute_location(source):
+        source = f"{current_context().prefix.rstrip('/')}/{source}"
+    if "://" in source:
+        fs, path = fsspec.core.url_to_fs(source)
+        found = fs.exists(path)
+    else:
+        found = os.path.exists(source)
+    if not found:
+        raise FileNotFoundError(
+            f"cannot adopt {source}: nothing is there (build the data first, or fix the source)"
+        )
 
 
 def _check_placement(handle: ArtifactStep) -> None:
@@ -242,7 +449,8 @@ def _materialise(value: Any, ctx: StepContext) -> Any:
 
 @dataclass(frozen=True)
 class _ApplyCall:
-    """``fn`` bound to its inputs; handles and ``OUT`` are replaced by paths at call time."""
+    """``apply()``'s ``build_config``/``run`` pair: ``config(ctx)`` replaces handles and ``OUT``
+    in ``fn``'s inputs by paths, and calling it with that config calls ``fn(**config)``."""
 
     fn: Callable[..., Any]
     inputs: Mapping[str, Any]
@@ -255,12 +463,24 @@ class _ApplyCall:
     def config(self, ctx: StepContext) -> dict[str, Any]:
         return _materialise(dict(self.inputs), ctx)
 
-    def __call__(self, ctx: StepContext) -> Any:
-        return self.fn(**self.config(ctx))
+    def __call__(self, config: Mapping[str, Any]) -> Any:
+        return self.fn(**config)
 
 
-def apply(name: str, fn: Callable[..., Any], *, version: str, **inputs: Any) -> ArtifactStep:
-    """A handle that calls ``fn(**inputs)``; handles in ``inputs`` become dependencies."""
+def apply(
+    name: str,
+    fn: Callable[..., Any],
+    *,
+    version: str,
+    pin: str | None = None,
+    artifact_type: str | type = "artifact",
+    **inputs: Any,
+) -> ArtifactStep:
+    """A handle that calls ``fn(**inputs)``; handles in ``inputs`` become dependencies.
+
+    ``pin``: a fixed output path relative to the prefix instead of ``<name>/<version>``.
+    ``artifact_type``: a label (or a class, named by its qualname), as on ``ArtifactStep``.
+    """
     validate_name(name)
     step_id = f"{name}@{version}"
     if not callable(fn):
@@ -288,6 +508,8 @@ def apply(name: str, fn: Callable[..., Any], *, version: str, **inputs: Any) -> 
         run=call,
         build_config=call.config,
         deps=tuple(deps.values()),
+        artifact_type=artifact_type,  # type: ignore[arg-type]  # a class becomes its label
+        override_path=pin,
     )
 
 
@@ -305,7 +527,7 @@ class _FingerprintGuard:
     dataclass's ``__init__`` costs twice as much. Nothing assigns to it after construction.
     """
 
-    __slots__ = ("build_config", "config", "deps", "run", "step_id")
+    __slots__ = ("arg_keys", "build_config", "config", "deps", "run", "step_id")
 
     def __init__(
         self,
@@ -314,12 +536,14 @@ class _FingerprintGuard:
         deps: tuple[StepSpec, ...],
         config: Any,
         step_id: str,
+        arg_keys: tuple[str, ...] = (),
     ) -> None:
         self.run = run
         self.build_config = build_config
         self.deps = deps
         self.config = config
         self.step_id = step_id
+        self.arg_keys = arg_keys
 
     def __repr__(self) -> str:
         return f"_FingerprintGuard({self.step_id}, run={self.run!r})"
@@ -330,7 +554,9 @@ class _FingerprintGuard:
 
     def __call__(self, ctx: StepContext) -> Any:
         now = to_canonical(
-            self.build_config(fingerprint_context(self.deps)), "config", self.step_id
+            self.build_config(fingerprint_context(self.deps, self.arg_keys)),
+            "config",
+            self.step_id,
         )
         if now != self.config:
             from marin.execution.errors import ConfigError
@@ -344,6 +570,37 @@ class _FingerprintGuard:
         return self.run(ctx)
 
 
+class _ConfigCall:
+    """A spec's ``run(ctx)`` for a handle: ``handle.run(handle.build_config(ctx))``, with
+    ``ctx`` bound for ``current_context()`` meanwhile. Slotted: lowering makes one per step."""
+
+    __slots__ = ("build_config", "run")
+
+    def __init__(
+        self, run: Callable[[Any], Any], build_config: Callable[[StepContext], Any]
+    ) -> None:
+        self.run = run
+        self.build_config = build_config
+
+    def __repr__(self) -> str:
+        return f"_ConfigCall(run={self.run!r})"
+
+    @property
+    def wrapped_fn(self) -> Any:
+        return getattr(self.run, "wrapped_fn", self.run)
+
+    def parts(self, ctx: StepContext) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """``(function, args, kwargs)`` of the user's call, for a subprocess to make it."""
+        config = self.build_config(ctx)
+        if isinstance(self.run, _ApplyCall):
+            return self.run.fn, (), dict(config)
+        return self.run, (config,), {}
+
+    def __call__(self, ctx: StepContext) -> Any:
+        with bound_context(ctx):
+            return self.run(self.build_config(ctx))
+
+
 def _spec_for(
     handle: ArtifactStep,
     deps: tuple[StepSpec, ...],
@@ -355,13 +612,41 @@ def _spec_for(
     name = handle.name
     version = handle.version
     step_id = f"{name}@{version}"
-    config = to_canonical(handle.build_config(fingerprint_context(deps)), "config", step_id)
+    arg_keys = tuple(handle.runtime_args) if handle.runtime_args else ()
+    config = to_canonical(
+        handle.build_config(fingerprint_context(deps, arg_keys)), "config", step_id
+    )
     dep_versions: dict[str, str] = {}
+    mutable = is_mutable_version(version)
     for dep in deps:
         dep_name = dep.name
         dep_versions[dep_name if dep_name not in dep_versions else dep.step_id] = dep.version
-    payload = {"name": name, "version": version, "config": config, "deps": dep_versions}
+        if not mutable and dep.mutable:
+            raise InvalidStepError(
+                f"{step_id} has a fixed version but depends on {dep.step_id}, whose version is "
+                f"mutable: {dep.step_id} rebuilds on every run, so {step_id} would too",
+                f"give {name} a mutable version as well (e.g. 'dev' or '{version}-dev'), or "
+                f"give {dep.name} a fixed one",
+                step_id,
+            )
+    payload: dict[str, Any] = {
+        "name": name,
+        "version": version,
+        "config": config,
+        "deps": dep_versions,
+    }
+    if handle.override_path is not None:
+        payload["pin"] = handle.override_path  # a moved output is another artifact
     fingerprint, payload_json = fingerprint_of(payload)
+    expected = handle.expected_fingerprint
+    if expected is not None and expected != fingerprint:
+        raise FingerprintMismatchError(
+            f"the fingerprint is {fingerprint}, but expected_fingerprint pins {expected} "
+            f"(payload: {payload_json[:300]})",
+            "if the change is meant, bump the version and set expected_fingerprint to the new "
+            "handle.fingerprint(); otherwise undo the config change",
+            step_id,
+        )
     known: StepSpec | None = memo.get(("step", step_id))
     if known is not None:
         if known.fingerprint == fingerprint:
@@ -393,7 +678,7 @@ def _spec_for(
         fingerprint=fingerprint,
         fingerprint_payload=payload_json,
         provenance=provenance,
-        run=_FingerprintGuard(_placed_run(handle), build_config, deps, config, step_id),
+        run=_FingerprintGuard(_placed_run(handle), build_config, deps, config, step_id, arg_keys),
         build_config=build_config,
         artifact_type=handle.artifact_type,
         retries=handle.retries,
@@ -402,6 +687,10 @@ def _spec_for(
         timeout=cast("float | None", handle.timeout),
         queue=handle.queue,
         isolate=handle.isolate,
+        runtime_args=handle.runtime_args,
+        pin=handle.override_path,
+        source=handle.adopt_source,
+        pinned_fingerprint=expected is not None,
     )
     memo[("step", step_id)] = spec
     created.append(spec)
@@ -409,13 +698,14 @@ def _spec_for(
 
 
 def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
-    """``handle.run``, wrapped to run isolated or under a timeout when the handle asks."""
+    """``run(build_config(ctx))``, wrapped to run isolated or under a timeout when asked."""
+    call = _ConfigCall(handle.run, handle.build_config)
     if not handle.isolate and handle.timeout is None:
-        return handle.run
+        return call
     from marin.execution.isolation import wrap_run
 
     return wrap_run(
-        handle.run,
+        call,
         handle.step_id,
         isolate=handle.isolate,
         timeout=cast("float | None", handle.timeout),
@@ -546,8 +836,13 @@ def run(
     keep_going: bool = False,
     dry_run: bool = False,
     region: str | None = None,
+    force_run_failed: bool = True,
 ) -> list[Artifact]:
-    """Lower and build ``handles``; return one artifact per handle, in order."""
+    """Lower and build ``handles``; return one artifact per handle, in order.
+
+    ``force_run_failed=False``: a needed step whose last attempt failed is not retried; the
+    run fails (``FailedBeforeError``) naming it, before anything is built.
+    """
     from marin.execution.step_runner import StepRunner
 
     items, _ = _flatten(handles)
@@ -555,10 +850,29 @@ def run(
     runner = StepRunner(
         max_concurrent=max_concurrent, prefix=prefix, on_drift=on_drift, region=region
     )
-    report = runner.run(specs, dry_run=dry_run, keep_going=keep_going, force=tuple(force))
+    report = runner.run(
+        specs,
+        dry_run=dry_run,
+        keep_going=keep_going,
+        force=tuple(force),
+        force_run_failed=force_run_failed,
+    )
     return [report.artifact(spec) for spec in specs]
 
 
 def resolve(handle: ArtifactStep | StepSpec, **kwargs: Any) -> Artifact:
     """Build one handle and return its artifact: ``run(handle)[0]``."""
     return run(handle, **kwargs)[0]
+
+
+def materialized_config(handle: ArtifactStep | StepSpec, prefix: str) -> Any:
+    """The config a run under ``prefix`` would hand ``run`` (for golden tests); runs nothing.
+
+    The context is the one a build gets (paths under ``prefix``, the handle's runtime args),
+    with no region and no devices.
+    """
+    from marin.execution.build import run_context
+    from marin.execution.storage import open_prefix
+
+    spec = handle if isinstance(handle, StepSpec) else handle.lower()
+    return spec.build_config(run_context(spec, open_prefix(prefix)))

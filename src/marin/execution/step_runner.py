@@ -10,6 +10,7 @@ at once, critical path first. Every build goes through ``build_step``.
 from __future__ import annotations
 
 import contextvars
+import copy
 import logging
 import queue
 import signal
@@ -106,7 +107,7 @@ class RunReport:
         return sorted(self.not_run)
 
     def artifact(self, spec: StepSpec) -> Artifact:
-        url = self.location.url_for(spec.output_path)
+        url = spec.data_url(self.location.url)
         outcome = self.outcomes.get(spec.output_path)
         if outcome is not None:
             return Artifact(spec, url, outcome.record)
@@ -170,6 +171,12 @@ class RunReport:
         }
 
 
+def _check_max_concurrent(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidStepError(f"max_concurrent={value!r}", "use a whole number >= 1 (default 8)")
+    return value
+
+
 class StepRunner:
     ready_order: str = "longest-path"
     """Which ready step starts first when a slot frees: ``longest-path`` (the step with the
@@ -196,11 +203,7 @@ class StepRunner:
         """``resources``: the machine's capacity for steps' declared resources (default: this
         machine's CPUs, memory and visible GPUs; see ``marin.execution.resources``). A step
         starts only when its resources are free, besides ``max_concurrent``."""
-        if not isinstance(max_concurrent, int) or max_concurrent < 1:
-            raise InvalidStepError(
-                f"max_concurrent={max_concurrent!r}", "use a whole number >= 1 (default 8)"
-            )
-        self.max_concurrent = max_concurrent
+        self.max_concurrent = _check_max_concurrent(max_concurrent)
         self.prefix = prefix
         Policy(on_drift, cascade=cascade)  # validates both now, not at run time
         self.on_drift = on_drift
@@ -210,13 +213,22 @@ class StepRunner:
         self.capacity = capacity_from(resources)
 
     def plan(
-        self, steps: StepSpec | Sequence[StepSpec], *, force: Iterable[str] = ()
+        self,
+        steps: StepSpec | Sequence[StepSpec],
+        *,
+        force: Iterable[str] = (),
+        force_run_failed: bool = True,
     ) -> tuple[Plan, Location]:
         """What ``run`` with the same arguments would do (``marin plan`` is this)."""
         targets = [steps] if isinstance(steps, StepSpec) else list(steps)
         location = open_prefix(self.prefix)
         plan = plan_run(
-            targets, location, on_drift=self.on_drift, force=force, cascade=self.cascade
+            targets,
+            location,
+            on_drift=self.on_drift,
+            force=force,
+            cascade=self.cascade,
+            force_run_failed=force_run_failed,
         )
         return plan, location
 
@@ -225,14 +237,26 @@ class StepRunner:
         steps: StepSpec | Sequence[StepSpec],
         *,
         dry_run: bool = False,
+        force_run_failed: bool = True,
+        max_concurrent: int | None = None,
         keep_going: bool = False,
         force: Iterable[str] = (),
     ) -> RunReport:
+        """Plan and build ``steps``. ``force_run_failed=False``: a needed step whose last
+        attempt failed is not retried, and the run fails naming it (``decide`` says so).
+        ``max_concurrent`` overrides the runner's for this run."""
         if self.ready_order not in READY_ORDERS:
             raise InvalidStepError(
                 f"ready_order={self.ready_order!r}", f"use one of {', '.join(READY_ORDERS)}"
             )
-        plan, location = self.plan(steps, force=force)
+        if max_concurrent is not None and max_concurrent != self.max_concurrent:
+            runner = copy.copy(self)  # this run only: the runner itself keeps its limit
+            runner.max_concurrent = _check_max_concurrent(max_concurrent)
+            return runner.run(
+                steps, dry_run=dry_run, force_run_failed=force_run_failed,
+                keep_going=keep_going, force=force,
+            )  # fmt: skip
+        plan, location = self.plan(steps, force=force, force_run_failed=force_run_failed)
         report = RunReport(location, plan)
         for decision in plan.decisions.values():
             if decision.action == SKIP:

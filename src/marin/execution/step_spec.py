@@ -20,6 +20,12 @@ from marin.execution.resources import NO_RESOURCES, Resources
 
 @dataclass(frozen=True, eq=False, slots=True)
 class StepSpec:
+    """One lowered step: identity, fingerprint, the runner-facing ``run(ctx)`` and placement.
+
+    ``run`` takes the run-time ``StepContext``: lowering wraps a handle's ``run(config)`` so
+    that a spec's ``run(ctx)`` calls ``handle.run(handle.build_config(ctx))``.
+    """
+
     name: str
     version: str
     deps: tuple[StepSpec, ...]
@@ -41,6 +47,16 @@ class StepSpec:
     """The engine's worker queue (Airflow ``queue``, a Prefect tag)."""
     isolate: bool = False
     """``fn`` runs in a fresh subprocess (lowering wraps ``run``); see ``isolation.py``."""
+    runtime_args: Mapping[str, Any] | None = None
+    """Values ``build_config`` reads with ``ctx.runtime_arg(key)`` at run time; never identity."""
+    pin: str | None = None
+    """A fixed output path relative to the prefix, instead of ``<name>/<version>``."""
+    pinned_fingerprint: bool = False
+    """The handle set ``expected_fingerprint`` (equal to ``fingerprint``, checked at lowering):
+    a stored build of another fingerprint is then an error, not drift."""
+    source: str | None = None
+    """An adopted step's data location (absolute, or relative to the prefix): what consumers
+    read. The step itself only checks it exists and records it at ``<name>/<version>``."""
 
     @property
     def step_id(self) -> str:
@@ -49,7 +65,15 @@ class StepSpec:
     @property
     def output_path(self) -> str:
         """Relative to the prefix; joined to it only at run time."""
-        return f"{self.name}/{self.version}"
+        return self.pin or f"{self.name}/{self.version}"
+
+    def data_url(self, prefix_url: str) -> str:
+        """Where consumers read this step's data under ``prefix_url``: its output, or an
+        adopted step's source."""
+        location = self.source if self.source is not None else self.output_path
+        if is_absolute_location(location):
+            return location
+        return f"{prefix_url.rstrip('/')}/{location}"
 
     @property
     def mutable(self) -> bool:
@@ -60,6 +84,11 @@ class StepSpec:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> StepSpec:
         return self  # frozen; a config snapshot keeps the dependency itself
+
+
+def is_absolute_location(path: str) -> bool:
+    """A URL (``gs://...``) or an absolute local path, as opposed to one under the prefix."""
+    return "://" in path or path.startswith("/")
 
 
 # One encoder for every fingerprint: ``json.dumps`` with options builds a new encoder per call.

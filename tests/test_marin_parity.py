@@ -1,0 +1,566 @@
+"""Marin's lazy API, as a Marin pipeline uses it (issue 21): each test pins one name of it.
+
+The steps are hand-written ``ArtifactStep``s, the way Marin's library steps are written:
+``build_config(ctx)`` makes the config and ``run`` receives that config, nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from marin.execution import fingerprint as public_fingerprint
+from marin.execution.artifact import (
+    Artifact,
+    ArtifactTypeMismatchError,
+    FingerprintMismatchError,
+)
+from marin.execution.canonical import _lookup_cache, _registered
+from marin.execution.context import (
+    FingerprintTimeError,
+    NoStepContextError,
+    StepContext,
+    current_context,
+)
+from marin.execution.errors import (
+    ConfigError,
+    DuplicateStepError,
+    FailedBeforeError,
+    InvalidStepError,
+    StepFailedError,
+)
+from marin.execution.lazy import (
+    OUT,
+    ArtifactStep,
+    apply,
+    lower,
+    materialized_config,
+    register_fingerprint,
+    resolve,
+    run,
+)
+from marin.execution.step_runner import StepRunner
+
+
+def _write(path: str, text: str) -> None:
+    """Write one file under ``path`` on local disk or ``memory://``."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path)
+    fs.makedirs(root, exist_ok=True)
+    fs.pipe_file(f"{root}/data.txt", text.encode())
+
+
+def _read(path: str) -> str:
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path)
+    return bytes(fs.cat_file(f"{root}/data.txt")).decode()
+
+
+def source_step(name: str = "corpus", version: str = "v1", text: str = "hello") -> ArtifactStep:
+    def build_config(ctx: StepContext) -> dict[str, Any]:
+        return {"out": ctx.output_path, "text": text}
+
+    def write(config: dict[str, Any]) -> dict[str, Any]:
+        _write(config["out"], config["text"])
+        return {"chars": len(config["text"])}
+
+    return ArtifactStep(name=name, version=version, run=write, build_config=build_config)
+
+
+# --- run(build_config(ctx)) -----------------------------------------------------------------
+
+
+def test_run_receives_the_config_and_reaches_the_context_through_current_context(
+    prefix: str,
+) -> None:
+    corpus = source_step()
+    seen: list[Any] = []
+
+    def build_config(ctx: StepContext) -> dict[str, Any]:
+        return {"corpus": ctx.artifact_path(corpus), "out": ctx.output_path, "lr": 0.1}
+
+    def train(config: dict[str, Any]) -> str:
+        ctx = current_context()
+        seen.append((config, ctx.output_path, ctx.devices, ctx.is_fingerprint))
+        return _read(config["corpus"])
+
+    model = ArtifactStep(
+        name="model", version="v1", run=train, build_config=build_config, deps=(corpus,)
+    )
+    artifact = resolve(model, prefix=prefix)
+    base = prefix.rstrip("/")
+    config = {"corpus": f"{base}/corpus/v1", "out": f"{base}/model/v1", "lr": 0.1}
+    assert seen == [(config, f"{base}/model/v1", (), False)]
+    assert artifact.result == "hello"
+    assert artifact.record is not None and artifact.record.config == config
+    # The config a run receives, without running anything:
+    assert materialized_config(model, prefix) == config
+
+
+def test_current_context_outside_a_step_is_a_clear_error() -> None:
+    with pytest.raises(NoStepContextError, match="outside a running step"):
+        current_context()
+
+
+def test_apply_is_the_same_build_config_and_run_pair(prefix: str) -> None:
+    contexts: list[str] = []
+
+    def add(a: int, b: int, out_path: str) -> int:
+        try:
+            contexts.append(current_context().output_path)
+        except NoStepContextError:
+            contexts.append("none")
+        return a + b
+
+    step = apply("sum", add, version="v0", a=1, b=2, out_path=OUT)
+    config = materialized_config(step, prefix)
+    assert config == {"a": 1, "b": 2, "out_path": f"{prefix.rstrip('/')}/sum/v0"}
+    assert step.run(config) == 3  # run takes the config: fn(**config)
+    assert resolve(step, prefix=prefix).result == 3
+    assert contexts == ["none", config["out_path"]]
+
+
+# --- StepContext ----------------------------------------------------------------------------
+
+
+def test_is_fingerprint_and_resolved_at_both_times(prefix: str) -> None:
+    corpus = source_step()
+    modes: list[bool] = []
+    loads: list[Any] = []
+
+    def build_config(ctx: StepContext) -> dict[str, Any]:
+        modes.append(ctx.is_fingerprint)
+        if ctx.is_fingerprint:
+            with pytest.raises(FingerprintTimeError, match="while fingerprinting"):
+                ctx.resolved(corpus)
+            return {"corpus": ctx.artifact_path(corpus)}
+        first = ctx.resolved(corpus)
+        assert ctx.resolved(corpus) is first  # read once, cached
+        loads.append(first)
+        return {"corpus": ctx.artifact_path(corpus), "chars": first.result["chars"]}
+
+    stats = ArtifactStep(
+        name="stats", version="v1", run=lambda config: config["chars"], deps=(corpus,),
+        build_config=build_config,
+    )  # fmt: skip
+    lower(stats)
+    assert modes == [True]
+    assert resolve(stats, prefix=prefix).result == 5
+    assert True in modes and False in modes
+    loaded = loads[0]
+    assert isinstance(loaded, Artifact)
+    assert loaded.path() == f"{prefix.rstrip('/')}/corpus/v1"
+    assert loaded.record is not None and loaded.record.result == {"chars": 5}
+
+
+def test_artifact_path_resolved_and_runtime_arg_refuse_what_the_step_did_not_declare() -> None:
+    corpus = source_step()
+    other = source_step("other")
+    ctx = StepContext(
+        output_path="/p/x/v0", prefix="/p", region=None,
+        dep_paths={corpus.step_id: "/p/corpus/v1"}, runtime_args={"tpu": "v4-8"},
+    )  # fmt: skip
+    assert ctx.artifact_path(corpus) == ctx.dep_path(corpus) == "/p/corpus/v1"
+    with pytest.raises(KeyError, match="other@v1 is not a dependency"):
+        ctx.artifact_path(other)
+    with pytest.raises(KeyError, match="other@v1 is not a dependency"):
+        ctx.resolved(other)
+    with pytest.raises(NoStepContextError, match="no storage to read"):
+        ctx.resolved(corpus)  # a context not made by a runner
+    assert ctx.runtime_arg("tpu") == "v4-8"
+    with pytest.raises(KeyError, match="'zone' is not declared.*declared: tpu"):
+        ctx.runtime_arg("zone")
+
+
+def test_runtime_args_are_live_at_run_time_and_never_identity(prefix: str) -> None:
+    got: list[Any] = []
+
+    def make(tpu: str) -> ArtifactStep:
+        return ArtifactStep(
+            name="job", version="v1", runtime_args={"tpu": tpu},
+            build_config=lambda ctx: {"tpu": ctx.runtime_arg("tpu"), "steps": 10},
+            run=got.append,
+        )  # fmt: skip
+
+    small, big = make("v4-8"), make("v5-256")
+    assert small.fingerprint() == big.fingerprint()
+    assert '"tpu":"{ARG:tpu}"' in small.fingerprint_payload()
+    assert small.path(prefix) == big.path(prefix) == f"{prefix.rstrip('/')}/job/v1"
+    run(big, prefix=prefix)
+    assert got == [{"tpu": "v5-256", "steps": 10}]
+    assert materialized_config(small, prefix) == {"tpu": "v4-8", "steps": 10}
+    run(small, prefix=prefix)
+    assert len(got) == 1  # the same identity: served, not rebuilt
+    undeclared = ArtifactStep(
+        name="job2", version="v1", run=got.append,
+        build_config=lambda ctx: {"tpu": ctx.runtime_arg("tpu")},
+    )  # fmt: skip
+    with pytest.raises(KeyError, match="'tpu' is not declared"):
+        lower(undeclared)
+    with pytest.raises(InvalidStepError, match="runtime_args=.*string keys"):
+        ArtifactStep(name="j", version="v1", run=got.append, runtime_args={1: 2})  # type: ignore[dict-item]
+
+
+# --- handle methods, pins, adoption ---------------------------------------------------------
+
+
+def test_fingerprint_methods_match_lowering_and_do_not_depend_on_the_prefix(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    step = source_step()
+    spec = lower(step)
+    assert step.fingerprint() == spec.fingerprint
+    assert step.fingerprint_payload() == spec.fingerprint_payload
+    assert json.loads(step.fingerprint_payload())["config"] == {"out": "{OUT}", "text": "hello"}
+    assert step.path("memory://a") == "memory://a/corpus/v1"
+    assert step.path("gs://b/") == "gs://b/corpus/v1"
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path))
+    assert step.path() == f"{tmp_path}/corpus/v1"
+
+
+def test_a_pinned_step_builds_at_its_pin_with_its_own_fingerprint(prefix: str) -> None:
+    plain = apply("ckpt", _write, version="v1", path=OUT, text="w")
+    pinned = apply("ckpt", _write, version="v1", path=OUT, text="w", pin="checkpoints/base")
+    assert pinned.fingerprint() != plain.fingerprint()
+    assert json.loads(pinned.fingerprint_payload())["pin"] == "checkpoints/base"
+    assert "pin" not in json.loads(plain.fingerprint_payload())
+    assert pinned.path("memory://x") == "memory://x/checkpoints/base"
+    artifact = resolve(pinned, prefix=prefix)
+    assert artifact.path() == f"{prefix.rstrip('/')}/checkpoints/base"
+    assert _read(artifact.path()) == "w"
+    assert artifact.record is not None and artifact.record.output_path == artifact.path()
+
+    consumer = apply("eval", lambda ckpt: _read(ckpt), version="v1", ckpt=pinned)
+    assert resolve(consumer, prefix=prefix).result == "w"
+
+
+@pytest.mark.parametrize(
+    ("pin", "message"),
+    [
+        ("/abs/ckpt", "not relative to the prefix"),
+        ("gs://bucket/ckpt", "not relative to the prefix"),
+        ("memory::gs://b/c", "not relative to the prefix"),
+        ("ckpt/*", "glob character"),
+        ("a/../b", "'..' segment"),
+        (7, "not a string"),
+    ],
+)
+def test_a_pin_must_be_a_literal_path_under_the_prefix(pin: Any, message: str) -> None:
+    with pytest.raises(InvalidStepError, match=message) as info:
+        apply("ckpt", _write, version="v1", path=OUT, text="w", pin=pin)
+    assert info.value.step == "ckpt@v1" and "pin" in info.value.fix
+
+
+def test_a_pin_inside_or_onto_another_steps_output_is_refused_at_lower() -> None:
+    corpus = source_step()
+    inside = apply("x", _write, version="v1", path=OUT, text="w", pin="corpus/v1/sub")
+    with pytest.raises(DuplicateStepError, match="contains the output of x@v1"):
+        lower([corpus, inside])
+    onto = apply("y", _write, version="v1", path=OUT, text="w", pin="corpus/v1")
+    with pytest.raises(DuplicateStepError, match="corpus@v1 and y@v1 both write corpus/v1"):
+        lower([corpus, onto])
+
+
+def test_adopting_and_pinning_together_is_an_error() -> None:
+    adopted = ArtifactStep.adopt("raw", "v1", "/data/raw")
+    with pytest.raises(InvalidStepError, match="both adopted .* and pinned") as info:
+        dataclasses.replace(adopted, override_path="raw/pinned")
+    assert info.value.step == "raw@v1"
+
+
+def test_an_adopted_step_points_consumers_at_its_source(prefix: str, tmp_path: Any) -> None:
+    external = str(tmp_path / "elsewhere" / "tokens")
+    _write(external, "tokens!")
+    adopted = ArtifactStep.adopt(
+        "tokenized/web", "v3", external, kind="tokenized", config={"tokenizer": "gpt2"}
+    )
+    moved = ArtifactStep.adopt("tokenized/web", "v3", external + "2", config={"tokenizer": "gpt2"})
+    assert adopted.fingerprint() != moved.fingerprint()  # the source is identity
+    assert json.loads(adopted.fingerprint_payload())["config"] == {
+        "adopt_source": external,
+        "config": {"tokenizer": "gpt2"},
+    }
+    assert adopted.path("memory://anything") == external
+    train = apply("train", _read, version="v1", path=adopted)
+    artifacts = run(adopted, train, prefix=prefix)
+    assert artifacts[0].path() == external
+    assert artifacts[1].result == "tokens!"
+    record = artifacts[0].record
+    assert record is not None and record.artifact_type == "tokenized"
+    assert record.output_path == f"{prefix.rstrip('/')}/tokenized/web/v3"  # recorded here
+    assert record.config == {"adopt_source": external, "config": {"tokenizer": "gpt2"}}
+    assert not os.path.exists(os.path.join(external, "record.json"))  # the data is untouched
+
+
+def test_adopting_a_relative_source_reads_it_under_the_prefix(prefix: str) -> None:
+    _write(f"{prefix.rstrip('/')}/imports/raw", "raw!")
+    adopted = ArtifactStep.adopt("raw", "v1", "imports/raw")
+    assert adopted.path("memory://p") == "memory://p/imports/raw"
+    reader = apply("read", _read, version="v1", path=adopted)
+    assert resolve(reader, prefix=prefix).result == "raw!"
+
+
+def test_adopting_data_that_is_not_there_fails_the_step_and_records_nothing(
+    prefix: str,
+) -> None:
+    adopted = ArtifactStep.adopt("raw", "v1", "/nonexistent/marin-data/raw")
+    with pytest.raises(StepFailedError, match="cannot adopt /nonexistent/marin-data/raw"):
+        resolve(adopted, prefix=prefix)
+    assert resolve(adopted, prefix=prefix, dry_run=True).record is None
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [("gs://b/x*", "glob character"), ("simplecache::gs://b/x", "'::'"), ("/d/../x", "'..'")],
+)
+def test_an_adopted_source_is_literal(source: str, message: str) -> None:
+    with pytest.raises(InvalidStepError, match=message):
+        ArtifactStep.adopt("raw", "v1", source)
+
+
+# --- registered types -----------------------------------------------------------------------
+
+
+class Tokenizer:
+    """A user type with no canonical form of its own (its repr holds an address)."""
+
+    def __init__(self, name: str, vocab: int) -> None:
+        self.name, self.vocab = name, vocab
+
+
+class FastTokenizer(Tokenizer):
+    pass
+
+
+@pytest.fixture
+def clean_registry() -> Any:
+    saved = dict(_registered)
+    yield
+    _registered.clear()
+    _registered.update(saved)
+    _lookup_cache.clear()
+
+
+def _tokenize_step(tokenizer: Tokenizer) -> ArtifactStep:
+    return apply("tok", lambda tokenizer, out: None, version="v1", tokenizer=tokenizer, out=OUT)
+
+
+def test_register_fingerprint_gives_a_user_type_an_exact_form(
+    clean_registry: Any, prefix: str
+) -> None:
+    with pytest.raises(ConfigError, match="config.tokenizer holds a tests.test_marin_parity"):
+        lower(_tokenize_step(Tokenizer("gpt2", 50257)))
+    register_fingerprint(Tokenizer, lambda t: {"name": t.name, "vocab": t.vocab})
+    step = _tokenize_step(Tokenizer("gpt2", 50257))
+    assert json.loads(step.fingerprint_payload())["config"]["tokenizer"] == {
+        "__registered__": "Tokenizer",
+        "value": {"name": "gpt2", "vocab": 50257},
+    }
+    assert step.fingerprint() == _tokenize_step(Tokenizer("gpt2", 50257)).fingerprint()
+    assert step.fingerprint() != _tokenize_step(Tokenizer("gpt2", 1)).fingerprint()
+    # A subclass is matched along its MRO:
+    assert _tokenize_step(FastTokenizer("gpt2", 50257)).fingerprint() == step.fingerprint()
+    assert step.path(prefix) == f"{prefix.rstrip('/')}/tok/v1"
+    # The public module re-exports the one implementation:
+    assert public_fingerprint.register_fingerprint is register_fingerprint
+
+
+def test_register_fingerprint_refuses_built_in_types_and_reports_a_failing_function(
+    clean_registry: Any,
+) -> None:
+    with pytest.raises(ConfigError, match="str already has a canonical form"):
+        register_fingerprint(str, str.upper)
+    with pytest.raises(ConfigError, match="not a class"):
+        register_fingerprint("Tokenizer", repr)  # type: ignore[arg-type]
+
+    def broken(t: Tokenizer) -> Any:
+        raise ValueError("no vocab")
+
+    register_fingerprint(Tokenizer, broken)
+    with pytest.raises(ConfigError, match="config.tokenizer: the fingerprint function registered"):
+        lower(_tokenize_step(Tokenizer("gpt2", 1)))
+
+
+# --- guarantees -----------------------------------------------------------------------------
+
+
+def test_expected_fingerprint_pins_the_recipe_at_lower() -> None:
+    step = source_step()
+    pinned = dataclasses.replace(step, expected_fingerprint=step.fingerprint())
+    assert lower(pinned).fingerprint == step.fingerprint()
+    changed = dataclasses.replace(
+        source_step(text="changed"), expected_fingerprint=step.fingerprint()
+    )
+    with pytest.raises(FingerprintMismatchError, match="expected_fingerprint pins") as info:
+        lower(changed)
+    assert info.value.step == "corpus@v1" and "bump the version" in info.value.fix
+
+
+def test_a_stored_build_of_another_fingerprint_is_an_error_under_expected_fingerprint(
+    prefix: str,
+) -> None:
+    resolve(source_step(text="old"), prefix=prefix)
+    new = source_step(text="new")
+    assert resolve(new, prefix=prefix).result == {"chars": 3}  # drift: served, with a warning
+    pinned = dataclasses.replace(new, expected_fingerprint=new.fingerprint())
+    with pytest.raises(FingerprintMismatchError, match="config.text: old -> new") as info:
+        resolve(pinned, prefix=prefix)
+    assert info.value.step == "corpus@v1" and "bump the version" in info.value.fix
+    assert resolve(pinned, prefix=prefix, force=["corpus"]).result == {"chars": 3}
+    assert resolve(pinned, prefix=prefix).record.fingerprint == new.fingerprint()  # type: ignore[union-attr]
+
+
+def test_a_fixed_version_depending_on_a_mutable_one_is_refused_at_lower() -> None:
+    scratch = source_step("scratch", "dev")
+    fixed = apply("report", _read, version="v1", path=scratch)
+    with pytest.raises(InvalidStepError) as info:
+        lower(fixed)
+    assert "report@v1 has a fixed version but depends on scratch@dev" in info.value.what
+    assert "report" in info.value.fix and "scratch" in info.value.fix
+    assert info.value.step == "report@v1"
+    lower(apply("report", _read, version="v1-dev", path=scratch))  # mutable on mutable: fine
+
+
+def test_another_artifact_type_for_a_built_name_version_is_a_mismatch(prefix: str) -> None:
+    step = source_step()
+    resolve(step, prefix=prefix)
+    retyped = step.with_options(artifact_type="checkpoint")
+    with pytest.raises(ArtifactTypeMismatchError, match="'artifact'.*'checkpoint'") as info:
+        resolve(retyped, prefix=prefix)
+    assert info.value.step == "corpus@v1" and "bump the step's version" in info.value.fix
+    rebuilt = resolve(retyped, prefix=prefix, force=["corpus"])  # the documented way out
+    assert rebuilt.record is not None and rebuilt.record.artifact_type == "checkpoint"
+
+
+def test_artifact_type_may_be_given_as_a_class_as_marin_does(prefix: str) -> None:
+    class Checkpoint:
+        pass
+
+    label = f"{__name__}.test_artifact_type_may_be_given_as_a_class_as_marin_does.<locals>"
+    step = apply("ck", _write, version="v1", path=OUT, text="w", artifact_type=Checkpoint)
+    assert step.artifact_type == f"{label}.Checkpoint"
+    hand = ArtifactStep(name="ck2", version="v1", run=lambda c: None, artifact_type=Checkpoint)  # type: ignore[arg-type]
+    assert hand.artifact_type == f"{label}.Checkpoint"
+    assert ArtifactStep.adopt("a", "v1", "/d", kind=Checkpoint).artifact_type == hand.artifact_type
+    record = resolve(step, prefix=prefix).record
+    assert record is not None and record.artifact_type == f"{label}.Checkpoint"
+    with pytest.raises(InvalidStepError, match="artifact_type=3 is neither"):
+        ArtifactStep(name="ck3", version="v1", run=lambda c: None, artifact_type=3)  # type: ignore[arg-type]
+
+
+def test_force_run_failed_false_does_not_retry_a_failed_step(prefix: str) -> None:
+    calls: list[str] = []
+    fail = {"now": True}
+
+    def flaky(config: dict[str, Any]) -> str:
+        calls.append(config["out"])
+        if fail["now"]:
+            raise RuntimeError("disk full")
+        return "ok"
+
+    step = ArtifactStep(
+        name="flaky", version="v1", run=flaky, build_config=lambda ctx: {"out": ctx.output_path}
+    )
+    with pytest.raises(StepFailedError, match="disk full"):
+        resolve(step, prefix=prefix)
+    fail["now"] = False
+    with pytest.raises(FailedBeforeError, match="last attempt failed") as info:
+        resolve(step, prefix=prefix, force_run_failed=False)
+    assert info.value.step == "flaky@v1" and "force_run_failed=True" in info.value.fix
+    with pytest.raises(FailedBeforeError):
+        StepRunner(prefix=prefix).run(
+            [lower(step)], dry_run=False, force_run_failed=False, max_concurrent=2
+        )
+    assert len(calls) == 1  # never retried
+    assert resolve(step, prefix=prefix).result == "ok"  # the default retries it
+    assert len(calls) == 2
+
+
+def test_step_runner_run_takes_marins_arguments(prefix: str) -> None:
+    runner = StepRunner(prefix=prefix)
+    report = runner.run([lower(source_step())], dry_run=False, force_run_failed=True,
+                        max_concurrent=1)  # fmt: skip
+    assert list(report.outcomes) == ["corpus/v1"] and runner.max_concurrent == 8
+    with pytest.raises(InvalidStepError, match="max_concurrent=0"):
+        runner.run([lower(source_step())], max_concurrent=0)
+
+
+# --- every runner: the hand-written pipeline of tests/marin_contract_pipeline.py ------------
+
+
+def test_the_hand_written_pipeline_runs_locally_and_isolated(tmp_path: pathlib.Path) -> None:
+    from tests import marin_contract_pipeline as mp
+
+    prefix = str(tmp_path)
+    count, isolated = run(mp.pipeline, prefix=prefix)
+    assert count.result.pop("pid") == os.getpid()
+    assert count.result == mp.expected(prefix, "contract/count", "v4-8")
+    assert isolated.result.pop("pid") != os.getpid()  # ran in a fresh subprocess
+    assert isolated.result == mp.expected(prefix, "contract/count-isolated", "v5-16")
+    assert _read(f"{prefix}/contract/pinned-corpus") == mp.TEXT
+
+
+def test_a_step_under_a_timeout_reaches_its_context_on_the_helper_thread(prefix: str) -> None:
+    import threading
+
+    seen: list[Any] = []
+
+    def work(config: dict[str, Any]) -> None:
+        seen.append((current_context().output_path, threading.current_thread().name, config))
+
+    step = ArtifactStep(
+        name="timed", version="v1", run=work, build_config=lambda ctx: {"out": ctx.output_path}
+    ).with_options(timeout=60)
+    artifact = step.resolve(prefix=prefix)  # the method form of resolve(handle)
+    out = f"{prefix.rstrip('/')}/timed/v1"
+    assert artifact.path() == out
+    assert seen == [(out, "marin-timed-timed@v1", {"out": out})]
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(value=_json_values, other=_json_values)
+def test_property_a_runtime_arg_reaches_the_config_and_never_the_fingerprint(
+    value: Any, other: Any
+) -> None:
+    def make(arg: Any) -> ArtifactStep:
+        return ArtifactStep(
+            name="prop", version="v1", run=lambda config: None, runtime_args={"arg": arg},
+            build_config=lambda ctx: {"arg": ctx.runtime_arg("arg"), "out": ctx.output_path},
+        )  # fmt: skip
+
+    assert make(value).fingerprint() == make(other).fingerprint()
+    assert materialized_config(make(value), "memory://prop")["arg"] == value
+
+
+def test_an_isolated_step_sees_its_devices_as_its_own_process_numbers_them(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from marin.execution.build import build_step
+    from marin.execution.context import assigned_devices
+    from marin.execution.storage import open_prefix
+    from tests import marin_contract_pipeline as mp
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    step = ArtifactStep(name="gpu", version="v1", run=mp.devices_seen, isolate=True)
+    with assigned_devices((1, 3)):
+        outcome = build_step(lower(step), open_prefix(str(tmp_path)))
+    result = outcome.record.result
+    assert result["pid"] != os.getpid()
+    assert result["cuda"] == "1,3"  # the runner's devices 1 and 3 ...
+    assert result["devices"] == [0, 1]  # ... are the child's 0 and 1
