@@ -26,7 +26,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from marin.execution.atomic_file import write_file_atomically
 from marin.execution.decide import check_drift_policy
+from marin.execution.targets import Target
 
 # Airflow's task/DAG id rule is ``^[\w.-]+$`` (at most 250 characters). We keep to ASCII so ids
 # look the same in every UI, log line and URL.
@@ -147,12 +149,8 @@ def assign_task_ids(step_ids: Iterable[str]) -> dict[str, str]:
 
 def default_dag_id(target: str) -> str:
     """``examples/ngram.py:pipeline`` -> ``ngram_pipeline``; ``pkg.mod:attr`` -> ``mod_attr``."""
-    location, _, attr = target.rpartition(":")
-    if _is_file_target(location):
-        stem = os.path.splitext(os.path.basename(location))[0]
-    else:
-        stem = location.rsplit(".", 1)[-1]
-    dag_id = _ID_UNSAFE.sub("_", f"{stem}_{attr.replace('.', '_')}").strip("._")
+    parsed = Target.parse(target)
+    dag_id = _ID_UNSAFE.sub("_", f"{parsed.stem}_{parsed.attr.replace('.', '_')}").strip("._")
     return dag_id[:_ID_MAX] or "marin_pipeline"
 
 
@@ -536,40 +534,25 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
 # --- targets and paths -------------------------------------------------------------------------
 
 
-def _is_file_target(location: str) -> bool:
-    # The same rule as marin.execution.targets.load_target.
-    return location.endswith(".py") or os.sep in location or "/" in location
-
-
-def split_target(target: str) -> tuple[str, str]:
-    location, sep, attr = target.rpartition(":")
-    if not sep or not location or not attr:
-        raise ExportError(
-            f"error: target {target!r} is not path/to/file.py:attr or package.module:attr "
-            "(e.g. examples/ngram.py:pipeline)"
-        )
-    return location, attr
-
-
 def target_reference(target: str, dag_dir: str) -> str:
     """What the DAG file records: a module path as is, a file path relative to ``dag_dir``.
 
     Never absolute, so the file is the same on every machine and in every checkout.
     """
-    location, attr = split_target(target)
-    if not _is_file_target(location):
+    parsed = Target.parse(target)
+    if not parsed.is_file:
         return target
-    rel = os.path.relpath(os.path.abspath(location), os.path.abspath(dag_dir))
-    return f"{rel.replace(os.sep, '/')}:{attr}"
+    rel = os.path.relpath(os.path.abspath(parsed.location), os.path.abspath(dag_dir))
+    return str(parsed.with_location(rel.replace(os.sep, "/")))
 
 
 def resolve_target(reference: str, dag_dir: str) -> str:
     """The inverse of ``target_reference``, on the machine that runs the task."""
-    location, attr = split_target(reference)
-    if not _is_file_target(location) or os.path.isabs(location):
+    parsed = Target.parse(reference)
+    if not parsed.is_file or os.path.isabs(parsed.location):
         return reference
-    path = os.path.normpath(os.path.join(dag_dir, location.replace("/", os.sep)))
-    return f"{path}:{attr}"
+    path = os.path.normpath(os.path.join(dag_dir, parsed.location.replace("/", os.sep)))
+    return str(parsed.with_location(path))
 
 
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -583,8 +566,8 @@ def export_root(dag_dir: str, target: str) -> str:
     command is recorded relative to it, so it reads the same in every checkout of the project.
     """
     dag_dir = os.path.abspath(dag_dir)
-    location, _ = split_target(target)
-    target_path = os.path.abspath(location) if _is_file_target(location) else None
+    parsed = Target.parse(target)
+    target_path = os.path.abspath(parsed.location) if parsed.is_file else None
     current = dag_dir
     while True:
         marked = any(os.path.exists(os.path.join(current, m)) for m in _ROOT_MARKERS)
@@ -618,8 +601,9 @@ def export_command(
     executor: str = "default",
 ) -> str:
     """The command that regenerates the file, run in ``root``, with paths relative to it."""
-    location, attr = split_target(target)
-    shown_target = f"{_rel(location, root)}:{attr}" if _is_file_target(location) else target
+    parsed = Target.parse(target)
+    shown = parsed.with_location(_rel(parsed.location, root)) if parsed.is_file else parsed
+    shown_target = str(shown)
     argv = ["marin", "export", "airflow", shown_target, "-o", _rel(out, root)]
     if dag_id is not None:
         argv += ["--dag-id", dag_id]
@@ -693,7 +677,7 @@ def build_export(
 
     ``specs`` may be passed when the caller has already lowered the target.
     """
-    split_target(target)
+    Target.parse(target)
     if retries < 0:
         raise ExportError("error: --retries must be 0 or more")
     if executor not in EXECUTORS:
@@ -741,11 +725,8 @@ def write_export(result: ExportResult) -> bool:
                 return False
     except FileNotFoundError:
         pass
-    os.makedirs(os.path.dirname(os.path.abspath(result.path)), exist_ok=True)
-    tmp = f"{result.path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, result.path)  # atomic: the DAG processor never sees half a file
+    # Atomic: the DAG processor never sees half a file, and a failed write leaves nothing.
+    write_file_atomically(os.path.abspath(result.path), data, make_parents=True)
     return True
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -85,9 +84,10 @@ def lower_flow_target(target_or_handles: Any) -> list[StepSpec]:
 
 def default_flow_name(target_or_handles: Any, specs: Sequence[StepSpec]) -> str:
     if isinstance(target_or_handles, str):
-        module, _, attr = target_or_handles.rpartition(":")
-        stem = re.sub(r"\.py$", "", module.replace("\\", "/").rsplit("/", 1)[-1])
-        stem = stem.rsplit(".", 1)[-1]
+        from marin.execution.targets import Target
+
+        parsed = Target.parse(target_or_handles)
+        stem, attr = parsed.stem, parsed.attr
         return safe_prefect_name(f"marin-{stem}-{attr}" if stem else f"marin-{attr}")
     return safe_prefect_name("marin-" + specs[-1].name)
 

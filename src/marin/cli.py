@@ -565,7 +565,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(exc)
         if not message.startswith("error:"):
             message = f"error: {message}"
+        if args.verbose:  # -v: the whole traceback, the engine's frames included
+            import traceback
+
+            traceback.print_exception(exc, file=sys.stderr)
         print(safe_text(message), file=sys.stderr)
+        details = getattr(exc, "details", "")
+        if details and not args.verbose:
+            print(safe_text(details, keep_newlines=True), file=sys.stderr)
         return EXIT_USAGE
     return code
 
