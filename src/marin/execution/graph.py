@@ -90,16 +90,28 @@ def check_same_fn(known: StepSpec, spec: StepSpec) -> None:
 
 
 def check_disjoint_outputs(steps: list[StepSpec]) -> None:
-    """Refuse a graph where one step's output folder contains another's.
+    """Refuse a graph where two steps' output folders are one folder, or one contains another.
 
     ``team/exp@v0`` writes ``team/exp/v0`` and ``team@exp`` writes ``team/exp``: building the
-    second would clear a folder holding the first's output and metadata. Checked by looking up
-    every ancestor path of every output (linear in the total path depth), shortest first.
-    ``lower()`` runs this on every graph, so the paths are made once and the ancestors are
-    slices at each ``/`` rather than split-and-join.
+    second would clear a folder holding the first's output and metadata. Paths are compared
+    case-folded, because macOS and Windows disks (and SMB shares of any disk) are
+    case-insensitive: there ``Data@v1`` and ``data@v1`` are one folder, and ``Team@exp`` holds
+    ``team/exp@v0``. Checked by looking up every ancestor path of every output (linear in the
+    total path depth), shortest first. ``lower()`` runs this on every graph, so the paths are
+    made once and the ancestors are slices at each ``/`` rather than split-and-join.
     """
-    paths = [f"{spec.name}/{spec.version}" for spec in steps]  # spec.output_path, inlined
-    by_path = dict(zip(paths, steps, strict=True))
+    paths = [f"{spec.name}/{spec.version}".casefold() for spec in steps]  # spec.output_path
+    by_path: dict[str, StepSpec] = {}
+    for path, spec in zip(paths, steps, strict=True):
+        other = by_path.setdefault(path, spec)
+        if other is not spec and other.output_path != spec.output_path:
+            raise DuplicateStepError(
+                f"{other.step_id} ({other.output_path}) and {spec.step_id} ({spec.output_path}) "
+                "differ only in letter case: on a case-insensitive file system (macOS, Windows) "
+                "they are one folder, and building one would replace the other",
+                f"rename one of them, e.g. give {spec.step_id} another name",
+                spec.step_id,
+            )
     for path, spec in zip(paths, steps, strict=True):
         end = path.find("/")
         while end >= 0:
