@@ -109,6 +109,8 @@ def _character_problem(value: str, field: str) -> _Problem | None:
             "storage would read it as a pattern; use - _ . or = instead",
             lambda v: "".join("-" if c in GLOB_CHARS else c for c in v),
         )
+    if value.isascii():  # _UNSAFE_CHARS caught ASCII's controls; ASCII is NFC: skip the scans
+        return None
     hidden = _invisible(value)
     if hidden is not None:
         return (
@@ -135,7 +137,7 @@ def _portability_problem(value: str, field: str) -> _Problem | None:
             "use - _ . or = instead",
             lambda v: v.replace(":", "-"),
         )
-    lookalike = _lookalike(value)
+    lookalike = None if value.isascii() else _lookalike(value)
     if lookalike is not None:
         return (
             f"{field} {value!r} contains U+{ord(lookalike):04X} "
