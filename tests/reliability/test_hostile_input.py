@@ -150,14 +150,17 @@ _SETTINGS = settings(
 _DRAWS = given(name=_names, version=_text, config=_configs, fail_first=st.booleans())
 
 
-# Draws that once got through (issue 18): '::' is fsspec's URL chaining, so 'model@0::' wrote
-# into 'model@0'; the '.marin' check was case-sensitive. Pinned so every run tries them.
+def _found(test: Any) -> Any:
+    """Draws that once got through (issue 18): '::' is fsspec's URL chaining, so 'model@0::'
+    wrote into 'model@0'; the '.marin' check was case-sensitive. Pinned so every run tries them."""
+    for name, version in [("0::", "a"), ("::", "a"), ("a/b::", "a"), ("model", "0::"),
+                          ("x", "a.MARIN")]:  # fmt: skip
+        test = example(name=name, version=version, config={}, fail_first=False)(test)
+    return test
+
+
 @pytest.mark.parametrize("backend", ["local", "memory"])
-@example(name="0::", version="a", config={}, fail_first=False)
-@example(name="::", version="a", config={}, fail_first=False)
-@example(name="a/b::", version="a", config={}, fail_first=False)
-@example(name="model", version="0::", config={}, fail_first=False)
-@example(name="x", version="a.MARIN", config={}, fail_first=False)
+@_found
 @_SETTINGS
 @_DRAWS
 def test_hostile_input_is_data(
@@ -175,6 +178,7 @@ def test_hostile_input_is_data(
 # it finds is found again; the test above draws new ones each time.
 @pytest.mark.parametrize("backend", ["local", "memory"])
 @seed(18)
+@_found
 @_SETTINGS
 @_DRAWS
 def test_hostile_input_is_data_fixed_seed(
