@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import random
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -78,13 +79,83 @@ def open_local(path: str, mode: str) -> IO[Any]:
 
 
 def resolve_prefix(prefix: str | None = None) -> str:
-    """The prefix argument, else ``$MARIN_PREFIX``, else ``./marin-artifacts``."""
+    """The prefix argument, else ``$MARIN_PREFIX``, else ``./marin-artifacts``, in one spelling.
+
+    Every spelling of one location resolves to one string, so that it is one prefix (one set of
+    artifacts, one lease per step). A local path, also spelled ``file://``, ``file:`` or
+    ``local://`` as fsspec allows, becomes a plain absolute path (``os.path.abspath`` folds
+    ``.``, ``..`` and ``//``). An object-store URL loses its empty and ``.`` segments:
+    ``memory://m/./``, ``memory:///m`` and ``memory://m//`` are ``memory://m``, and ``s3://b/./x``
+    no longer writes keys with a literal ``.`` segment. A ``..`` there is refused rather than
+    folded (an object store has no parent folders, and folding text must never move a prefix
+    out of an allowed root). So is anything fsspec would read as more than a path: ``::`` (a
+    chain of file systems), a second ``://``, and the object-version markers, ``?`` on
+    ``s3://``, ``?`` and ``#`` on ``gs://``. (Checked against the source of fsspec 2026.9, s3fs
+    and gcsfs: nothing else in a path string is interpreted; ``{}`` and ``%`` are literal.)
+    """
     chosen = prefix or os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
-    if "://" not in chosen:
-        chosen = os.path.abspath(os.path.expanduser(chosen))
-    elif chosen.startswith("file://"):
-        chosen = os.path.abspath(chosen[len("file://") :])
-    return chosen.rstrip("/") if chosen != "/" else chosen
+    if "::" in chosen:
+        raise StorageError(
+            f"prefix {chosen!r} contains '::', which fsspec reads as a chain of file systems "
+            "(every path under it would open somewhere else)",
+            "give a local path or a single URL such as s3://bucket/path",
+        )
+    local = _local_path(chosen)
+    if local is None:
+        return _normalise_url(chosen)
+    resolved = os.path.abspath(os.path.expanduser(local))
+    if resolved.startswith("//"):  # POSIX lets '//' mean something else; Linux and macOS don't
+        resolved = "/" + resolved.lstrip("/")
+    return resolved
+
+
+_LOCAL_SPELLINGS = ("file://", "local://", "file:", "local:")
+_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+# s3fs cuts a key at "?versionId=" and gcsfs reads "?generation=" and "#<n>" as an object
+# version: in a prefix they would cut every path under it short.
+_VERSION_MARKERS = {"s3": "?", "s3a": "?", "gs": "?#", "gcs": "?#"}
+
+
+def _local_path(prefix: str) -> str | None:
+    """The path of a local prefix in any of fsspec's spellings, or None for another scheme."""
+    for spelling in _LOCAL_SPELLINGS:
+        if prefix.startswith(spelling):
+            return prefix[len(spelling) :] or "/"
+    return None if "://" in prefix else prefix
+
+
+def _normalise_url(url: str) -> str:
+    """``scheme://a/b``: empty and ``.`` segments dropped; what fsspec would misread refused."""
+    scheme, _, rest = url.partition("://")
+    if not _URL_SCHEME.fullmatch(scheme):
+        raise StorageError(
+            f"prefix {url!r} has {scheme!r} before '://', which is not a URL scheme",
+            "give a local path without '://' or a URL such as s3://bucket/path",
+        )
+    if "://" in rest:
+        raise StorageError(
+            f"prefix {url!r} holds a second '://'", "give a single URL such as s3://bucket/path"
+        )
+    marker = next((c for c in _VERSION_MARKERS.get(scheme, "") if c in rest), None)
+    if marker is not None:
+        raise StorageError(
+            f"prefix {url!r} contains {marker!r}, which {scheme}:// reads as the start of an "
+            "object version, not as part of the path",
+            f"give the prefix without {marker!r}, e.g. {scheme}://bucket/path",
+        )
+    segments = rest.split("/")
+    if ".." in segments:
+        raise StorageError(
+            f"prefix {url!r} has a '..' segment",
+            f"an object store has no parent folders; give the prefix without it, e.g. "
+            f"{scheme}://bucket/path",
+        )
+    kept = [segment for segment in segments if segment not in ("", ".")]
+    if not kept:
+        raise StorageError(
+            f"prefix {url!r} names no bucket or folder", f"add one, e.g. {scheme}://bucket/path"
+        )
+    return f"{scheme}://{'/'.join(kept)}"
 
 
 def with_retries(op: Callable[[], T], what: str) -> T:
@@ -223,7 +294,8 @@ class Location:
 
 
 def open_prefix(prefix: str | None = None) -> Location:
-    url = check_prefix(resolve_prefix(prefix), prefix)  # MARIN_ALLOWED_PREFIXES, before any I/O
+    given = prefix or os.environ.get(PREFIX_ENV)  # so the allow-list sees a '..' it spelled
+    url = check_prefix(resolve_prefix(prefix), given)  # MARIN_ALLOWED_PREFIXES, before any I/O
     protocol = url.split("://", 1)[0] if "://" in url else "file"
     try:
         fs, root = fsspec.core.url_to_fs(url)
