@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.decide import check_drift_policy
+from marin.execution.options import DEFAULT_ON_DRIFT, check_drift_policy
 
 # Airflow's task/DAG id rule is ``^[\w.-]+$`` (at most 250 characters). We keep to ASCII so ids
 # look the same in every UI, log line and URL.
@@ -87,7 +87,7 @@ class DagOptions:
     export_command: str = ""
     export_root: str = "."
     """Where to run ``export_command``: a path relative to the DAG file's folder."""
-    on_drift: str = "warn"
+    on_drift: str = DEFAULT_ON_DRIFT
     """The default of the DAG's ``on_drift`` param."""
     executor: str = "default"
     """``kubernetes``: tasks also get an ``executor_config`` pod override from their resources."""
@@ -614,7 +614,7 @@ def export_command(
     prefix: str | None,
     schedule: str | None,
     retries: int,
-    on_drift: str = "warn",
+    on_drift: str = DEFAULT_ON_DRIFT,
     executor: str = "default",
 ) -> str:
     """The command that regenerates the file, run in ``root``, with paths relative to it."""
@@ -631,7 +631,7 @@ def export_command(
         argv += ["--schedule", schedule]
     if retries:
         argv += ["--retries", str(retries)]
-    if on_drift != "warn":
+    if on_drift != DEFAULT_ON_DRIFT:
         argv += ["--on-drift", on_drift]
     if executor != "default":
         argv += ["--executor", executor]
@@ -685,7 +685,7 @@ def build_export(
     prefix: str | None = None,
     schedule: str | None = None,
     retries: int = 0,
-    on_drift: str = "warn",
+    on_drift: str = DEFAULT_ON_DRIFT,
     specs: Sequence[Any] | None = None,
     executor: str = "default",
 ) -> ExportResult:

@@ -26,7 +26,7 @@ import os
 import sys
 from typing import Any
 
-from marin.execution.decide import DRIFT_POLICIES
+from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, DRIFT_POLICIES
 from marin_prefect.names import BANNED_NAME_CHARS
 
 ENTRYPOINT = "marin_prefect.flows:marin_pipeline"
@@ -88,15 +88,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--max-concurrent",
         dest="max_concurrent",
         type=int,
-        default=8,
+        default=DEFAULT_MAX_CONCURRENT,
         metavar="N",
-        help="steps one flow run builds at once (the flow's max_concurrent parameter; default 8)",
+        help="steps one flow run builds at once (the flow's max_concurrent parameter; "
+        f"default {DEFAULT_MAX_CONCURRENT})",
     )
     parser.add_argument(
         "--on-drift",
         dest="on_drift",
         choices=DRIFT_POLICIES,
-        default="warn",
+        default=DEFAULT_ON_DRIFT,
         help="a built step whose config changed without a version bump: serve it with a "
         "warning (warn, the default), rebuild it (rebuild), or fail the run (error)",
     )
@@ -223,8 +224,8 @@ def export(
     name: str | None = None,
     work_pool: str | None = None,
     prefix: str | None = None,
-    max_concurrent: int = 8,
-    on_drift: str = "warn",
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    on_drift: str = DEFAULT_ON_DRIFT,
     check: bool = True,
     resource_limits: bool = False,
 ) -> tuple[str, str]:

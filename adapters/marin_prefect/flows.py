@@ -27,6 +27,7 @@ from typing import Any
 
 from prefect import flow
 
+from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT
 from marin_prefect.compile import to_prefect_flow
 
 ALLOWED_TARGETS_ENV = "MARIN_PREFECT_ALLOWED_TARGETS"
@@ -107,8 +108,8 @@ def check_run_choices(target: str) -> None:
 def marin_pipeline(
     target: str,
     prefix: str | None = None,
-    max_concurrent: int = 8,
-    on_drift: str = "warn",
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    on_drift: str = DEFAULT_ON_DRIFT,
     concurrency_limit: str | None = None,
     keep_going: bool = False,
     force: list[str] | None = None,

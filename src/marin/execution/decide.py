@@ -32,38 +32,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.drift import explain_drift
-from marin.execution.errors import DriftError, InvalidStepError
+from marin.execution.errors import DriftError, InvalidStepError, list_names
+from marin.execution.options import DEFAULT_ON_DRIFT, check_drift_policy, check_flag
 from marin.execution.records import FAILED, RUNNING, ArtifactRecord
 from marin.execution.step_spec import StepSpec
+from marin.execution.vocabulary import Action, StoredStatus
 
-BUILD, SKIP, PRUNE = "build", "skip", "prune"
-ACTIONS = (BUILD, SKIP, PRUNE)
+ACTIONS = tuple(Action)
+STATUSES = tuple(StoredStatus)
+"""What storage holds for a step (``status`` in ``marin plan --json``), in report order."""
 
-# What storage holds for a step (``status`` in ``marin plan --json``, schema 1).
-BUILT, RUN, DRIFT, DEV, FAILED_BEFORE = "built", "run", "drift", "dev", "failed-before"
-STATUSES = (BUILT, RUN, DRIFT, DEV, FAILED_BEFORE)
-
-DRIFT_POLICIES = ("warn", "rebuild", "error")
 BUILT_REASON = "built: record matches fingerprint"
 
 # Lineage of a usable record against its dependencies' current builds.
 LINEAGE_OK, LINEAGE_STALE, LINEAGE_UNKNOWN, LINEAGE_NONE = "ok", "stale", "unknown", "none"
 
 
-def check_drift_policy(on_drift: str) -> str:
-    if on_drift not in DRIFT_POLICIES:
-        raise InvalidStepError(
-            f"on_drift={on_drift!r} is not a drift policy",
-            f"use one of {', '.join(DRIFT_POLICIES)}",
-        )
-    return on_drift
-
-
 @dataclass(frozen=True)
 class Policy:
     """The choices a run is made with; the same for every runner."""
 
-    on_drift: str = "warn"
+    on_drift: str = DEFAULT_ON_DRIFT
     force: frozenset[str] = frozenset()
     """Step ids to rebuild (resolve names with ``resolve_force``)."""
     cascade: bool = True
@@ -71,8 +60,7 @@ class Policy:
 
     def __post_init__(self) -> None:
         check_drift_policy(self.on_drift)
-        if not isinstance(self.cascade, bool):
-            raise InvalidStepError(f"cascade={self.cascade!r}", "use True or False")
+        check_flag("cascade", self.cascade)
 
 
 @dataclass(frozen=True)
@@ -100,10 +88,9 @@ class Upstream:
 @dataclass(frozen=True)
 class Decision:
     spec: StepSpec
-    action: str
-    """``build``, ``skip`` or ``prune``."""
-    status: str
-    """What storage holds: ``built``, ``run``, ``drift``, ``dev`` or ``failed-before``."""
+    action: Action
+    status: StoredStatus
+    """What storage holds for the step."""
     reason: str
     """One human sentence: why this action."""
     record: ArtifactRecord | None = None
@@ -119,26 +106,26 @@ class Decision:
     @property
     def served_with_warning(self) -> bool:
         """Served although drifted (``warn``) or stale (``cascade=False``): worth a warning."""
-        return self.action == SKIP and bool(self.drift or self.stale)
+        return self.action == Action.SKIP and bool(self.drift or self.stale)
 
 
-def _own_status(spec: StepSpec, stored: Stored) -> tuple[str, str, tuple[str, ...]]:
+def _own_status(spec: StepSpec, stored: Stored) -> tuple[StoredStatus, str, tuple[str, ...]]:
     """(status, reason, drift lines) from the step's own record and status alone."""
     record = stored.record
     if spec.mutable:
-        return DEV, f"version {spec.version!r} is mutable: rebuilds every run", ()
+        return StoredStatus.DEV, f"version {spec.version!r} is mutable: rebuilds every run", ()
     if record is None:
         state = (stored.status or {}).get("state")
         if state == FAILED:
             error = str((stored.status or {}).get("error", ""))
-            return FAILED_BEFORE, f"previous failure: {error}", ()
+            return StoredStatus.FAILED_BEFORE, f"previous failure: {error}", ()
         if state == RUNNING:
-            return RUN, "unfinished earlier attempt (or running elsewhere now)", ()
-        return RUN, "new: no record yet", ()
+            return StoredStatus.RUN, "unfinished earlier attempt (or running elsewhere now)", ()
+        return StoredStatus.RUN, "new: no record yet", ()
     if record.fingerprint == spec.fingerprint:
-        return BUILT, BUILT_REASON, ()
+        return StoredStatus.BUILT, BUILT_REASON, ()
     drift = tuple(explain_drift(record.fingerprint_payload, spec.fingerprint_payload))
-    return DRIFT, "config changed without a version bump", drift
+    return StoredStatus.DRIFT, "config changed without a version bump", drift
 
 
 def _lineage(record: ArtifactRecord, upstream: Sequence[Upstream]) -> tuple[str, tuple[str, ...]]:
@@ -181,7 +168,7 @@ def decide(
     forced = spec.step_id in policy.force
     lineage, stale = _lineage(record, upstream) if record is not None else (LINEAGE_NONE, ())
 
-    def decision(action: str, reason: str, **extra: Any) -> Decision:
+    def decision(action: Action, reason: str, **extra: Any) -> Decision:
         return Decision(
             spec,
             action,
@@ -196,10 +183,10 @@ def decide(
         )
 
     if forced:
-        return decision(BUILD, "forced (--force)")
-    if status == DEV:
-        return decision(BUILD, why)
-    if status == DRIFT:
+        return decision(Action.BUILD, "forced (--force)")
+    if status == StoredStatus.DEV:
+        return decision(Action.BUILD, why)
+    if status == StoredStatus.DRIFT:
         if policy.on_drift == "error":
             raise DriftError(
                 "config changed without a version bump: " + "; ".join(drift),
@@ -208,20 +195,20 @@ def decide(
                 spec.step_id,
             )
         if policy.on_drift == "rebuild":
-            return decision(BUILD, f"{why}: rebuilding (on_drift=rebuild)")
+            return decision(Action.BUILD, f"{why}: rebuilding (on_drift=rebuild)")
     if record is None:
         if needed:
-            return decision(BUILD, why)
-        return decision(PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
-    if status == DRIFT:
+            return decision(Action.BUILD, why)
+        return decision(Action.PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
+    if status == StoredStatus.DRIFT:
         why = f"{why}: served from cache (on_drift=warn)"
     if lineage == LINEAGE_UNKNOWN:
         why += "; lineage unknown (record written before build ids)"
     if stale and policy.cascade:
-        return decision(BUILD, "stale: " + "; ".join(stale), stale=stale)
+        return decision(Action.BUILD, "stale: " + "; ".join(stale), stale=stale)
     if stale:
         why = f"{why}; stale but served (no cascade): " + "; ".join(stale)
-    return decision(SKIP, why, stale=stale)
+    return decision(Action.SKIP, why, stale=stale)
 
 
 # --- the graph ---------------------------------------------------------------------------------
@@ -235,7 +222,7 @@ def resolve_force(names: Iterable[str], steps: Sequence[StepSpec]) -> frozenset[
     unknown = sorted(wanted - known)
     if unknown:
         raise InvalidStepError(
-            f"--force names no step in this pipeline: {', '.join(unknown)}",
+            f"--force names no step in this pipeline: {list_names(unknown)}",
             "pass a step name or name@version from `marin plan`",
         )
     return frozenset(ids)
@@ -252,12 +239,12 @@ class Plan:
     def of(self, spec: StepSpec) -> Decision:
         return self.decisions[spec.output_path]
 
-    def paths(self, action: str) -> list[str]:
+    def paths(self, action: Action) -> list[str]:
         return [p for p, d in self.decisions.items() if d.action == action]
 
     @property
     def to_build(self) -> list[str]:
-        return self.paths(BUILD)
+        return self.paths(Action.BUILD)
 
     def upstream(self, spec: StepSpec, built: Mapping[str, ArtifactRecord]) -> list[Upstream]:
         """``spec``'s dependencies as it sees them mid-run: each one built in this run (``built``:
@@ -334,7 +321,7 @@ def plan_graph(
         except DriftError as exc:
             drifted[path] = exc
             continue
-        if decision.action != BUILD or path in building:
+        if decision.action != Action.BUILD or path in building:
             continue
         building.add(path)
         for d in deps[path]:

@@ -21,6 +21,7 @@ from marin.execution.canonical import to_canonical
 from marin.execution.context import StepContext, fingerprint_context
 from marin.execution.errors import CycleError, DuplicateStepError, InvalidStepError
 from marin.execution.names import validate_name, validate_version
+from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT
 from marin.execution.provenance import collect_provenance
 from marin.execution.resources import NO_RESOURCES, Resources, parse_duration, parse_resources
 from marin.execution.step_spec import StepSpec, fingerprint_of
@@ -540,8 +541,8 @@ def lower(
 def run(
     *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
     prefix: str | None = None,
-    max_concurrent: int = 8,
-    on_drift: str = "warn",
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    on_drift: str = DEFAULT_ON_DRIFT,
     force: Iterable[str] = (),
     keep_going: bool = False,
     dry_run: bool = False,
