@@ -26,7 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.options import DEFAULT_ON_DRIFT, check_drift_policy
+from marin.execution.errors import OptionError
+from marin.execution.options import DEFAULT_ON_DRIFT, check_drift_policy, check_max_concurrent
 
 # Airflow's task/DAG id rule is ``^[\w.-]+$`` (at most 250 characters). We keep to ASCII so ids
 # look the same in every UI, log line and URL.
@@ -476,8 +477,10 @@ def _placement_lines(t: TaskEntry) -> list[str]:
 def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> str:
     """The DAG file text. Deterministic: a function of its arguments only."""
     check_dag_id(options.dag_id)
-    if options.max_concurrent < 1:
-        raise ExportError("error: --max-concurrent must be at least 1")
+    try:  # the core's check, so an export refuses what a run would
+        check_max_concurrent(options.max_concurrent)
+    except OptionError as exc:
+        raise ExportError(str(exc)) from None
     lines = [_HEADER]
     lines.append("from __future__ import annotations\n")
     lines.append("import datetime\n")

@@ -26,7 +26,13 @@ import os
 import sys
 from typing import Any
 
-from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, DRIFT_POLICIES
+from marin.execution.errors import OptionError
+from marin.execution.options import (
+    DEFAULT_MAX_CONCURRENT,
+    DEFAULT_ON_DRIFT,
+    DRIFT_POLICIES,
+    RunOptions,
+)
 from marin_prefect.names import BANNED_NAME_CHARS
 
 ENTRYPOINT = "marin_prefect.flows:marin_pipeline"
@@ -237,10 +243,10 @@ def export(
             f"error: target {target!r} has no ':attr': use path/to/file.py:attr or "
             "package.module:attr, e.g. examples/ngram.py:pipeline"
         )
-    if max_concurrent < 1:
-        raise ExportError(f"error: --max-concurrent {max_concurrent}: use a whole number >= 1")
-    if on_drift not in DRIFT_POLICIES:
-        raise ExportError(f"error: --on-drift {on_drift}: use one of {', '.join(DRIFT_POLICIES)}")
+    try:  # the core's checks, so an export refuses what a run would
+        RunOptions(on_drift=on_drift, max_concurrent=max_concurrent)
+    except OptionError as exc:
+        raise ExportError(str(exc)) from None
     name = name or default_deployment_name(target)
     if BANNED_NAME_CHARS.search(name) or not name.strip():
         raise ExportError(
