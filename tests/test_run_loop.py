@@ -131,6 +131,23 @@ def test_served_step_deleted_after_the_plan_is_rebuilt(prefix: str, caplog: Any)
     assert report.artifact(lower(base)).record == rebuilt
 
 
+def test_requested_served_target_deleted_after_the_plan_is_rebuilt(prefix: str) -> None:
+    """A target served from its record and deleted after the plan (by another process) is built
+    again before the run returns (the run builds another step), so the caller never gets an
+    artifact that is gone."""
+    attempts = Attempts()
+    base = apply("s/base", attempts.fn("base"), version="v0", deps=[], out_path=OUT)
+    other = apply("s/other", attempts.fn("other"), version="v0", deps=[], out_path=OUT)
+    runner(prefix).run(lower([base]))
+    base_spec = lower(base)
+    listener = DeleteOnPlan(prefix, base_spec.output_path)
+    report = runner(prefix, listener=listener).run(lower([base, other]))
+    assert attempts.calls == {"base": 2, "other": 1}
+    assert by_step(report)["s/base@v0"]["action"] == "built"
+    rebuilt = read_record(open_prefix(prefix), base_spec.output_path)
+    assert rebuilt is not None and report.artifact(base_spec).record == rebuilt
+
+
 def test_served_step_that_cannot_be_rebuilt_blocks_its_dependent(prefix: str) -> None:
     attempts = Attempts()
     base = apply("s/base", attempts.fn("base"), version="v0", deps=[], out_path=OUT)

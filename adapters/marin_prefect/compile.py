@@ -4,12 +4,13 @@ One Marin step becomes one Prefect task run named ``name@version``. Every task c
 ``build_step``, the one build/commit path, so a local run, a Prefect run and an Airflow run of one
 pipeline on one prefix share one lease, one record and one status file.
 
-The flow body does what the local ``StepRunner`` does, with the same core parts: it plans every
-step with ``marin.execution.decide`` (so ``marin plan`` with the same options predicts the flow),
-then drives the core ``Scheduler``: a step's task is submitted the moment its last dependency
-finishes, with the dependency futures as ``wait_for`` (so Prefect records the edges), at most
-``max_concurrent`` at once. A task therefore never occupies a worker thread, nor a global
-concurrency slot, while it only waits on its dependencies.
+The flow body is the local ``StepRunner``'s run, with another executor: it plans every step with
+``marin.execution.decide`` (so ``marin plan`` with the same options predicts the flow), then
+drives the core's one run loop (``marin.execution.orchestrate.RunLoop``) on a ``PrefectExecutor``:
+a step's task is submitted the moment its last dependency finishes, with the dependency futures
+as ``wait_for`` (so Prefect records the edges), at most ``max_concurrent`` at once. A task
+therefore never occupies a worker thread, nor a global concurrency slot, while it only waits on
+its dependencies.
 
 Prefect has no skipped state, so propagation is ours:
 
@@ -205,6 +206,7 @@ def run_steps(
         max_concurrent=options.run.max_concurrent,
         keep_going=options.run.keep_going,
         keep_going_hint=KEEP_GOING_PREFECT,
+        targets=[t.output_path for t in targets],
     )
     loop.run()
     executor.mark_not_run(report.not_run)

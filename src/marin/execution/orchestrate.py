@@ -29,7 +29,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from marin.execution.build import BuildOutcome, build_step, mark_interrupted
@@ -101,7 +101,10 @@ class RunLoop:
         exit_on_interrupt: bool = False,
         keep_going_hint: str = KEEP_GOING_CLI,
         retry_delay_s: float = RETRY_FIRST_DELAY_S,
+        targets: Iterable[str] = (),
     ) -> None:
+        """``targets``: the output paths the caller asked for; a served one is re-checked once
+        the other steps are done, and built again if its record vanished meanwhile."""
         self.plan = plan
         self.report = report
         self.executor = executor
@@ -141,6 +144,8 @@ class RunLoop:
         self._failed_as: dict[str, str] = {}
         """A step that could not run because its served dependency's rebuild failed -> it."""
         self._served_failed: set[str] = set()
+        self._targets = list(targets)
+        self._targets_checked = False
         self._last_errors: dict[str, BaseException] = {}
         """A step waiting to retry -> its last attempt's error (its end, if it is not retried)."""
 
@@ -155,7 +160,7 @@ class RunLoop:
         sigint = None if self.exit_on_interrupt else _QueuedInterrupts.install(self._inbox)
         try:
             self._dispatch()
-            while self.scheduler.is_active():
+            while self._active():
                 try:
                     for item in self._wait():
                         if isinstance(item, _Interrupt):
@@ -186,6 +191,22 @@ class RunLoop:
         if self._interrupted:
             raise KeyboardInterrupt
 
+    def _active(self) -> bool:
+        """Something runs, waits to retry, or can start; once nothing does, the caller's served
+        targets are re-checked (once): a vanished one is rebuilt, and the loop goes on for it."""
+        if self.scheduler.is_active() or self._rebuilding or self._retries:
+            return True
+        if self._targets_checked:
+            return False
+        self._targets_checked = True
+        if self._interrupted or self.scheduler.outcome.stopped_by is not None:
+            return False
+        for path in self._targets:
+            served = self._decisions[path].action == Action.SKIP
+            if served and path not in self._served and self._record_gone(path):
+                self._rebuild_served(path, None)
+        return bool(self._rebuilding)
+
     def _wait(self) -> list[_Item]:
         """Block until something ends (or the next retry is due), then take all that has."""
         timeout = None
@@ -202,7 +223,7 @@ class RunLoop:
                 return items
 
     def _leave(self) -> None:
-        if self.scheduler.running and not self.exit_on_interrupt:
+        if (self.scheduler.running or self._rebuilding) and not self.exit_on_interrupt:
             # Leaving while fn still runs in this process (a second Ctrl-C, or any error here):
             # those builds keep their leases until fn returns, and never commit.
             self._abandon.set()
@@ -283,8 +304,9 @@ class RunLoop:
 
     def _devices_for(self, path: str) -> tuple[int, ...]:
         grant = self._grants.get(path)
-        if grant is None and path in self._rebuilding:  # runs in its first dependent's slot
-            grant = self._grants.get(self._rebuilding[path][0])
+        held = self._rebuilding.get(path)
+        if grant is None and held:  # a served step's rebuild runs in its first dependent's slot
+            grant = self._grants.get(held[0])
         return grant.devices if grant is not None else ()
 
     def _build_call(
@@ -329,28 +351,33 @@ class RunLoop:
                 if path in self._rebuilding:
                     vanished.append(path)
                 continue
-            if self._decisions[path].action != Action.SKIP:
-                continue
-            self._served.add(path)
-            try:
-                present = read_record(self.report.location, path) is not None
-            except Exception as exc:  # unreadable now: its dependents cannot trust it either
-                log.warning("skip %s: its record cannot be read now: %s", dep.step_id, exc)
-                present = False
-            if not present:
+            if self._decisions[path].action == Action.SKIP and self._record_gone(path):
                 vanished.append(path)
         return list(dict.fromkeys(vanished))
 
-    def _rebuild_served(self, path: str, held: str) -> None:
+    def _record_gone(self, path: str) -> bool:
+        """Read a served step's record again (once a run): True if it is gone now."""
+        self._served.add(path)
+        try:
+            return read_record(self.report.location, path) is None
+        except Exception as exc:  # unreadable now: what needs it cannot trust it either
+            step_id = self._decisions[path].spec.step_id
+            log.warning("skip %s: its record cannot be read now: %s", step_id, exc)
+            return True
+
+    def _rebuild_served(self, path: str, held: str | None) -> None:
+        """Build a served step whose record vanished, for ``held`` (a step waiting for it), or
+        for the caller (``None``: a requested target)."""
         if path in self._rebuilding:
-            self._rebuilding[path].append(held)
+            if held is not None:
+                self._rebuilding[path].append(held)
             return
         spec = self._decisions[path].spec
         log.warning(
             "build %s: planned to be served, but its record is gone (deleted since the plan)",
             spec.step_id,
         )
-        self._rebuilding[path] = [held]
+        self._rebuilding[path] = [held] if held is not None else []
         self._started[path] = time.perf_counter()
         if self.listener:
             self.listener.on_start(spec)

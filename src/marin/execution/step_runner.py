@@ -117,7 +117,8 @@ class StepRunner:
             max_concurrent=self.max_concurrent,
             keep_going=keep_going,
         )
-        plan, location = self.plan(steps, force=options.force)
+        targets = [steps] if isinstance(steps, StepSpec) else list(steps)
+        plan, location = self.plan(targets, force=options.force)
         report = RunReport(location, plan)
         for decision in plan.decisions.values():
             if decision.action == Action.SKIP:
@@ -151,6 +152,7 @@ class StepRunner:
                 listener=self.listener,
                 exit_on_interrupt=self.exit_on_interrupt,
                 retry_delay_s=self.retry_delay_s,
+                targets=[t.output_path for t in targets],
             )
             loop.run()
             loop.raise_if_failed()
