@@ -112,7 +112,7 @@ class StepRunner:
             )
         options = RunOptions(
             on_drift=self.on_drift,
-            force=tuple(force),
+            force=tuple(force.split(",")) if isinstance(force, str) else tuple(force),
             cascade=self.cascade,
             max_concurrent=self.max_concurrent,
             keep_going=keep_going,
