@@ -205,3 +205,47 @@ def test_bad_runner_options_are_option_errors(kwargs: dict[str, Any], match: str
     with pytest.raises(OptionError, match=match) as caught:
         StepRunner(**kwargs)
     assert isinstance(caught.value, InvalidStepError)  # what these checks raised before
+
+
+# -- the executor seam ------------------------------------------------------------------------
+
+
+class DeferOnce:
+    """Wraps a real ``ThreadExecutor``; reports each step's first submit as deferred, as a
+    multi-driver executor does for a step another runner's live lease holds."""
+
+    retries_steps = False
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.deferred: list[str] = []
+
+    def submit(self, job: Any, on_done: Any) -> None:
+        from marin.execution.executors import Completion, CompletionKind
+
+        if job.path not in self.deferred:
+            self.deferred.append(job.path)
+            on_done(Completion(job, CompletionKind.DEFERRED))
+            return
+        self.inner.submit(job, on_done)
+
+    def shutdown(self, *, wait: bool) -> None:
+        self.inner.shutdown(wait=wait)
+
+
+def test_a_deferred_step_is_put_back_and_built_later(prefix: str) -> None:
+    from marin.execution.executors import ThreadExecutor
+    from marin.execution.orchestrate import RunLoop
+    from marin.execution.report import RunReport
+
+    attempts = Attempts()
+    base = apply("d/base", attempts.fn("base"), version="v0", deps=[], out_path=OUT)
+    top = apply("d/top", attempts.fn("top"), version="v0", deps=[base], out_path=OUT)
+    plan, location = StepRunner(prefix=prefix).plan(lower([top]))
+    report = RunReport(location, plan)
+    executor = DeferOnce(ThreadExecutor(2))
+    RunLoop(plan, report, executor, max_concurrent=2, retry_delay_s=0.01).run()
+    assert executor.deferred == [lower(base).output_path, lower(top).output_path]
+    assert attempts.calls == {"base": 1, "top": 1}
+    steps = by_step(report)
+    assert [(s["action"], s["attempts"]) for s in steps.values()] == [("built", 1), ("built", 1)]
