@@ -78,3 +78,11 @@ def test_force_names_are_resolved_against_the_steps() -> None:
     assert RunOptions(force=("o/s1",)).policy(specs).force == {"o/s1@v0"}
     with pytest.raises(InvalidStepError, match=r"o/n0, .*\(and 2 more\)"):
         RunOptions(force=tuple(f"o/n{i}" for i in range(12))).policy(specs)
+
+
+def test_a_keep_going_failure_lists_a_bounded_number_of_steps() -> None:
+    from marin.execution.errors import PipelineFailedError
+
+    error = PipelineFailedError({f"s{i}@v0": RuntimeError("boom") for i in range(50)}, [])
+    assert "s9@v0: RuntimeError: boom (and 40 more)]" in error.what
+    assert "s10@v0" not in error.what and error.what.startswith("50 step(s) failed")

@@ -87,7 +87,7 @@ class PipelineFailedError(MarinError, RuntimeError):
         if blocked:
             what += f", {len(blocked)} blocked by them"
         super().__init__(
-            what + " [" + "; ".join(lines) + "]",
+            what + " [" + _join_bounded(lines, "; ") + "]",
             "fix the failing steps and run again; built steps are kept",
         )
 
@@ -119,11 +119,15 @@ MAX_NAMES_LISTED = 10
 """An error lists at most this many names (steps, values): a 10,000-name message helps nobody."""
 
 
+def _join_bounded(items: Sequence[str], sep: str, limit: int = MAX_NAMES_LISTED) -> str:
+    more = len(items) - limit
+    shown = sep.join(items[:limit])
+    return f"{shown} (and {more} more)" if more > 0 else shown
+
+
 def list_names(names: Sequence[object], limit: int = MAX_NAMES_LISTED) -> str:
     """``a, b, c`` for at most ``limit`` names, then ``(and N more)``: an error stays one line."""
-    shown = ", ".join(str(n) for n in names[:limit])
-    more = len(names) - limit
-    return f"{shown} (and {more} more)" if more > 0 else shown
+    return _join_bounded([str(n) for n in names], ", ", limit)
 
 
 class OptionError(InvalidStepError):
