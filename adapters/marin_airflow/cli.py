@@ -12,6 +12,8 @@ import shlex
 import sys
 from typing import Any
 
+from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, DRIFT_POLICIES
+
 _DESCRIPTION = """\
 Write one Airflow 3 DAG file for a Marin pipeline. The file embeds the step graph as data
 (task ids, edges, name@version, fingerprint, retries, pool) and never imports the pipeline at
@@ -60,9 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-concurrent",
         type=_positive,
-        default=8,
+        default=DEFAULT_MAX_CONCURRENT,
         metavar="N",
-        help="the DAG's max_active_tasks: steps at once in one run (default 8)",
+        help="the DAG's max_active_tasks: steps at once in one run "
+        f"(default {DEFAULT_MAX_CONCURRENT})",
     )
     parser.add_argument(
         "--prefix",
@@ -92,8 +95,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--on-drift",
-        choices=("warn", "rebuild", "error"),
-        default="warn",
+        choices=DRIFT_POLICIES,
+        default=DEFAULT_ON_DRIFT,
         help="the DAG's default drift policy, its on_drift param (a run may override it): "
         "serve a drifted step with a warning (default), rebuild it, or fail the run first",
     )

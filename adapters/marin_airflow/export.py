@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.atomic_file import write_file_atomically
-from marin.execution.decide import check_drift_policy
+from marin.execution.errors import OptionError
+from marin.execution.options import DEFAULT_ON_DRIFT, check_drift_policy, check_max_concurrent
 from marin.execution.targets import Target
 
 # Airflow's task/DAG id rule is ``^[\w.-]+$`` (at most 250 characters). We keep to ASCII so ids
@@ -89,7 +90,7 @@ class DagOptions:
     export_command: str = ""
     export_root: str = "."
     """Where to run ``export_command``: a path relative to the DAG file's folder."""
-    on_drift: str = "warn"
+    on_drift: str = DEFAULT_ON_DRIFT
     """The default of the DAG's ``on_drift`` param."""
     executor: str = "default"
     """``kubernetes``: tasks also get an ``executor_config`` pod override from their resources."""
@@ -474,8 +475,10 @@ def _placement_lines(t: TaskEntry) -> list[str]:
 def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> str:
     """The DAG file text. Deterministic: a function of its arguments only."""
     check_dag_id(options.dag_id)
-    if options.max_concurrent < 1:
-        raise ExportError("error: --max-concurrent must be at least 1")
+    try:  # the core's check, so an export refuses what a run would
+        check_max_concurrent(options.max_concurrent)
+    except OptionError as exc:
+        raise ExportError(str(exc)) from None
     lines = [_HEADER]
     lines.append("from __future__ import annotations\n")
     lines.append("import datetime\n")
@@ -597,7 +600,7 @@ def export_command(
     prefix: str | None,
     schedule: str | None,
     retries: int,
-    on_drift: str = "warn",
+    on_drift: str = DEFAULT_ON_DRIFT,
     executor: str = "default",
 ) -> str:
     """The command that regenerates the file, run in ``root``, with paths relative to it."""
@@ -615,7 +618,7 @@ def export_command(
         argv += ["--schedule", schedule]
     if retries:
         argv += ["--retries", str(retries)]
-    if on_drift != "warn":
+    if on_drift != DEFAULT_ON_DRIFT:
         argv += ["--on-drift", on_drift]
     if executor != "default":
         argv += ["--executor", executor]
@@ -669,7 +672,7 @@ def build_export(
     prefix: str | None = None,
     schedule: str | None = None,
     retries: int = 0,
-    on_drift: str = "warn",
+    on_drift: str = DEFAULT_ON_DRIFT,
     specs: Sequence[Any] | None = None,
     executor: str = "default",
 ) -> ExportResult:

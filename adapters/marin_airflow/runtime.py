@@ -1,7 +1,8 @@
 """What each task of an exported DAG runs on the Airflow worker.
 
 Importing this module is cheap (the DAG file imports it at parse time): the pipeline, the Marin
-core and Airflow's context are only imported inside ``run_step``, when a task actually runs.
+core (but its option defaults and vocabulary, two small modules) and Airflow's context are only
+imported inside ``run_step``, when a task actually runs.
 """
 
 from __future__ import annotations
@@ -14,9 +15,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from marin.execution.options import DEFAULT_ON_DRIFT
+from marin.execution.vocabulary import BuildOutcomeKind, RunResult
+
 log = logging.getLogger("marin.airflow")
 
 PREFIX_ENV = "MARIN_PREFIX"
+AIRFLOW_FAILED, AIRFLOW_RUNNING = "failed", "running"
+"""Airflow's task instance states (``TaskInstanceState``), named here without importing Airflow."""
 PLAN_TASK_ID = "marin-plan"
 """The first task of every exported DAG (a step's task id always holds ``__``, so never this)."""
 
@@ -192,10 +198,12 @@ def failed_task_in_run(context: Any | None) -> str | None:
     if params.get("keep_going") or ti is None or not hasattr(ti, "get_task_states"):
         return None
     states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id]).get(ti.run_id) or {}
-    failed = sorted(task_id for task_id, state in states.items() if state == "failed")
+    failed = sorted(t for t, state in states.items() if state == AIRFLOW_FAILED)
     if failed:
         return failed[0]
-    running = sorted(t for t, state in states.items() if state == "running" and t != ti.task_id)
+    running = sorted(
+        t for t, state in states.items() if state == AIRFLOW_RUNNING and t != ti.task_id
+    )
     for task_id in running:
         if ti.xcom_pull(task_ids=task_id, key=FAILED_XCOM_KEY):
             return task_id
@@ -251,24 +259,12 @@ def run_policy(
     ``name`` are read), or taken as ``planned_force``, the step ids the ``marin-plan`` task
     resolved from the same params against the whole graph, when given.
     """
-    from marin.execution.decide import Policy, check_drift_policy, resolve_force
+    from marin.execution.decide import Policy
     from marin.execution.errors import InvalidStepError
+    from marin.execution.options import RunOptions
 
     params = (context.get("params") if context is not None else None) or {}
-    on_drift = params.get("on_drift") or default_on_drift
-    if not isinstance(on_drift, str):
-        raise InvalidStepError(f"param on_drift={on_drift!r}", "use warn, rebuild or error")
-    check_drift_policy(on_drift)
-    force = params.get("force") or []
-    if isinstance(force, str):
-        force = force.split(",")
-    if not isinstance(force, list) or not all(isinstance(f, str) for f in force):
-        raise InvalidStepError(
-            f"param force={force!r}", "use a list of step names (name or name@version)"
-        )
-    cascade = params.get("cascade", True)
-    if not isinstance(cascade, bool):
-        raise InvalidStepError(f"param cascade={cascade!r}", "use true or false")
+    options = RunOptions.from_params(params, defaults=RunOptions(on_drift=default_on_drift))
     if planned_force is not None:
         if not isinstance(planned_force, list) or not all(
             isinstance(f, str) for f in planned_force
@@ -277,9 +273,8 @@ def run_policy(
                 f"XCom force={planned_force!r} of task {PLAN_TASK_ID}",
                 "clear the run and trigger it again",
             )
-        return Policy(on_drift, frozenset(planned_force), cascade)
-    names = [f.strip() for f in force if f.strip()]
-    return Policy(on_drift, resolve_force(names, list(steps.values())), cascade)
+        return Policy(options.on_drift, frozenset(planned_force), options.cascade)
+    return options.policy(list(steps.values()))
 
 
 def _warn_newer(newer: dict[str, Any], context: Any | None) -> None:
@@ -311,7 +306,7 @@ def plan_steps(
     *,
     target: str,
     default_prefix: str | None = None,
-    default_on_drift: str = "warn",
+    default_on_drift: str = DEFAULT_ON_DRIFT,
     graph_digest: str | None = None,
     export_command: str = "",
     export_root: str = ".",
@@ -324,8 +319,9 @@ def plan_steps(
     Returns (one XCom per key) the step ids to ``build`` and to ``prune``, and the policy used.
     A drifted step under ``on_drift=error`` raises ``DriftError`` here, before any step runs.
     """
-    from marin.execution.decide import BUILD, PRUNE, plan_graph
+    from marin.execution.decide import plan_graph
     from marin.execution.inspect import read_stored
+    from marin.execution.vocabulary import Action
     from marin.plan_view import plan_table
     from marin_airflow.export import graph_digest as digest_of
     from marin_airflow.export import resolve_target
@@ -350,8 +346,8 @@ def plan_steps(
     plan = plan_graph(specs, targets_for(resolved), read_stored(specs, location), policy)
     log.info("marin: the plan under %s:\n%s", location.url, plan_table(plan, location))
     return {
-        "build": [d.spec.step_id for d in plan.decisions.values() if d.action == BUILD],
-        "prune": [d.spec.step_id for d in plan.decisions.values() if d.action == PRUNE],
+        "build": [d.spec.step_id for d in plan.decisions.values() if d.action == Action.BUILD],
+        "prune": [d.spec.step_id for d in plan.decisions.values() if d.action == Action.PRUNE],
         "on_drift": policy.on_drift,
         "force": sorted(policy.force),
         "cascade": policy.cascade,
@@ -373,7 +369,10 @@ def _upstream(context: Any | None, spec: Any, location: Any) -> list[Any]:
     built_here: set[str] = set()
     task = context.get("task") if context is not None else None
     for task_id in sorted(getattr(task, "upstream_task_ids", ()) or ()):
-        if task_id != PLAN_TASK_ID and _from_xcom(context, task_id, "action") == "built":
+        if (
+            task_id != PLAN_TASK_ID
+            and _from_xcom(context, task_id, "action") == BuildOutcomeKind.BUILT
+        ):
             built_here.add(str(_from_xcom(context, task_id, "step")))
     return [
         Upstream(u.step_id, u.record, rebuilt=u.step_id in built_here)
@@ -387,7 +386,7 @@ def run_step(
     step: str,
     fingerprint: str,
     default_prefix: str | None = None,
-    default_on_drift: str = "warn",
+    default_on_drift: str = DEFAULT_ON_DRIFT,
     export_command: str = "",
     export_root: str = ".",
     graph_digest: str | None = None,
@@ -444,7 +443,7 @@ def run_step(
         log.info("marin: step %s pruned: not built, and nothing being built needs it", step)
         return {
             "step": step,
-            "action": "pruned",
+            "action": RunResult.PRUNED.value,
             "cached": True,
             "output_url": location.url_for(spec.output_path),
             "fingerprint": spec.fingerprint,
@@ -453,10 +452,9 @@ def run_step(
     if stopped_by is not None:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        raise AirflowSkipException(
-            f"not started: the pipeline stopped after {stopped_by} failed (fail-fast; trigger "
-            "the run with keep_going=true to build independent branches)"
-        )
+        from marin.execution.report import KEEP_GOING_AIRFLOW, stopped_reason
+
+        raise AirflowSkipException(stopped_reason(stopped_by, KEEP_GOING_AIRFLOW))
     log.info("marin: step %s: checking %s", step, location.url_for(spec.output_path))
     try:
         # The same decision as the plan's, from this step's record and its dependencies' records
@@ -467,9 +465,9 @@ def run_step(
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)
         _announce_failure(context, step)
         raise
-    cached = outcome.action != "built"
+    cached = outcome.action != BuildOutcomeKind.BUILT
     where = outcome.output_url
-    if outcome.action == "cached":
+    if outcome.action == BuildOutcomeKind.CACHED:
         log.info(
             "marin: step %s cached: already built at %s (%s); nothing to do",
             step,
@@ -484,7 +482,7 @@ def run_step(
     # glance in the UI whether this run built the step.
     return {
         "step": step,
-        "action": outcome.action,
+        "action": outcome.action.value,  # a plain string: XComs are stored as JSON
         "cached": cached,
         "output_url": outcome.output_url,
         "fingerprint": spec.fingerprint,

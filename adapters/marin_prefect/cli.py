@@ -26,8 +26,13 @@ import os
 import sys
 from typing import Any
 
-from marin.execution.decide import DRIFT_POLICIES
 from marin.execution.errors import MarinError
+from marin.execution.options import (
+    DEFAULT_MAX_CONCURRENT,
+    DEFAULT_ON_DRIFT,
+    DRIFT_POLICIES,
+    RunOptions,
+)
 from marin_prefect.names import BANNED_NAME_CHARS
 
 ENTRYPOINT = "marin_prefect.flows:marin_pipeline"
@@ -89,15 +94,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--max-concurrent",
         dest="max_concurrent",
         type=int,
-        default=8,
+        default=DEFAULT_MAX_CONCURRENT,
         metavar="N",
-        help="steps one flow run builds at once (the flow's max_concurrent parameter; default 8)",
+        help="steps one flow run builds at once (the flow's max_concurrent parameter; "
+        f"default {DEFAULT_MAX_CONCURRENT})",
     )
     parser.add_argument(
         "--on-drift",
         dest="on_drift",
         choices=DRIFT_POLICIES,
-        default="warn",
+        default=DEFAULT_ON_DRIFT,
         help="a built step whose config changed without a version bump: serve it with a "
         "warning (warn, the default), rebuild it (rebuild), or fail the run (error)",
     )
@@ -211,8 +217,8 @@ def export(
     name: str | None = None,
     work_pool: str | None = None,
     prefix: str | None = None,
-    max_concurrent: int = 8,
-    on_drift: str = "warn",
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    on_drift: str = DEFAULT_ON_DRIFT,
     check: bool = True,
     resource_limits: bool = False,
 ) -> tuple[str, str]:
@@ -222,10 +228,7 @@ def export(
     from marin.execution.targets import Target
 
     Target.parse(target)  # a TargetError (bad input) before anything is written
-    if max_concurrent < 1:
-        raise ExportError(f"--max-concurrent {max_concurrent}", "use a whole number >= 1")
-    if on_drift not in DRIFT_POLICIES:
-        raise ExportError(f"--on-drift {on_drift}", f"use one of {', '.join(DRIFT_POLICIES)}")
+    RunOptions(on_drift=on_drift, max_concurrent=max_concurrent)  # refuses what a run would
     name = name or default_deployment_name(target)
     if BANNED_NAME_CHARS.search(name) or not name.strip():
         raise ExportError(

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from marin.execution.decide import DRIFT_POLICIES
 from marin.execution.errors import (
     DriftError,
     MarinError,
@@ -25,6 +24,8 @@ from marin.execution.errors import (
     StepFailedError,
     format_error,
 )
+from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, DRIFT_POLICIES
+from marin.execution.vocabulary import BuildOutcomeKind
 from marin.terminal_text import safe_json, safe_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -126,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.dry_run:
         summary(report)
-    built = sum(1 for o in report.outcomes.values() if o.action == "built")
+    built = sum(1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.BUILT)
     skipped = len(report.skipped) + len(report.pruned)
     verb = "would build" if args.dry_run else "built"
     count = len(report.to_build) if args.dry_run else built
@@ -150,7 +151,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     runner = StepRunner(
         prefix=args.prefix,
-        on_drift=getattr(args, "on_drift", "warn"),
+        on_drift=getattr(args, "on_drift", DEFAULT_ON_DRIFT),
         cascade=getattr(args, "cascade", True),
     )
     plan, location = runner.plan(_lowered(args.target), force=getattr(args, "force", []))
@@ -354,7 +355,9 @@ def _add_force_and_drift(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help=FORCE_HELP,
     )
-    parser.add_argument("--on-drift", choices=DRIFT_CHOICES, default="warn", help=DRIFT_HELP)
+    parser.add_argument(
+        "--on-drift", choices=DRIFT_CHOICES, default=DEFAULT_ON_DRIFT, help=DRIFT_HELP
+    )
     parser.add_argument("--no-cascade", dest="cascade", action="store_false", help=CASCADE_HELP)
 
 
@@ -395,7 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(run)
     run.add_argument(
-        "--max-concurrent", type=int, default=8, metavar="N", help="steps at once (default 8)"
+        "--max-concurrent",
+        type=int,
+        default=DEFAULT_MAX_CONCURRENT,
+        metavar="N",
+        help=f"steps at once (default {DEFAULT_MAX_CONCURRENT})",
     )
     run.add_argument("--dry-run", action="store_true", help="check and report; build nothing")
     _add_force_and_drift(run)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from marin.execution.decide import ACTIONS, BUILD, STATUSES, Decision, Plan
+from marin.execution.decide import ACTIONS, STATUSES, Decision, Plan
 from marin.execution.resources import describe_placement, placement_of
 from marin.execution.storage import Location
+from marin.execution.vocabulary import Action, StoredStatus
 from marin.terminal_text import safe_rich, safe_text
 
 PLAN_SCHEMA = 1
@@ -25,18 +26,18 @@ def plan_summary(plan: Plan) -> str:
     decisions = list(plan.decisions.values())
     counts = Counter(d.status for d in decisions)
     actions = Counter(d.action for d in decisions)
-    parts = [f"{counts[a]} {'to run' if a == 'run' else a}" for a in ORDER if counts[a]]
+    parts = [f"{counts[a]} {'to run' if a == StoredStatus.RUN else a}" for a in ORDER if counts[a]]
     stale = sum(1 for d in decisions if d.stale)
     if stale:
         parts.append(f"{stale} stale")
-    would = [f"build {actions['build']}"]
-    would += [f"{a} {actions[a]}" for a in ("skip", "prune") if actions[a]]
+    would = [f"build {actions[Action.BUILD]}"]
+    would += [f"{a} {actions[a]}" for a in (Action.SKIP, Action.PRUNE) if actions[a]]
     return f"{len(decisions)} steps: " + ", ".join(parts) + "; a run would " + ", ".join(would)
 
 
 def would_change_anything(plan: Plan) -> bool:
     """``--exit-code``: a step would be built, or served although drifted or stale."""
-    return any(d.action == BUILD or d.served_with_warning for d in plan.decisions.values())
+    return any(d.action == Action.BUILD or d.served_with_warning for d in plan.decisions.values())
 
 
 def plan_json(plan: Plan, location: Location) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from marin.execution.decide import BUILT_REASON
 from marin.execution.records import log_path
 from marin.execution.step_logs import StepLabelFilter, real_stream, set_echo, terminal_formatter
+from marin.execution.vocabulary import BuildOutcomeKind, RunResult
 from marin.terminal_text import safe_rich, safe_text
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 MAX_RUNNING_SHOWN = 12
 SLOWEST_SHOWN = 5
 MAX_SKIPPED_LISTED = 200
+SKIPPED_LABEL = "skipped"
+"""The summary table's result for a step served from its record."""
 
 
 @dataclass
@@ -44,8 +47,8 @@ class StepRun:
     spec: StepSpec
     started: float
     finished: float | None = None
-    action: str = "running"
-    """``running``, ``built``, ``built-by-other``, ``cached`` or ``failed``."""
+    action: BuildOutcomeKind | RunResult | None = None
+    """How it ended (``RunResult.FAILED``, or the build outcome); None while it runs."""
     error: BaseException | None = None
 
     @property
@@ -105,21 +108,21 @@ class RunObserver:
     def on_fail(self, spec: StepSpec, error: BaseException) -> None:
         with self._lock:
             run = self.runs.setdefault(spec.step_id, StepRun(spec, self.clock()))
-            run.finished, run.action, run.error = self.clock(), "failed", error
+            run.finished, run.action, run.error = self.clock(), RunResult.FAILED, error
 
     # -- queries ------------------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
         with self._lock:
             runs = list(self.runs.values())
-        finished = sum(1 for r in runs if r.finished is not None and r.action != "failed")
+        finished = sum(1 for r in runs if r.finished is not None and r.action != RunResult.FAILED)
         return {
             "total": self.total or 0,
             "done": self.skipped + finished,
             "skipped": self.skipped,
             "built": finished,
             "running": sum(1 for r in runs if r.finished is None),
-            "failed": sum(1 for r in runs if r.action == "failed"),
+            "failed": sum(1 for r in runs if r.action == RunResult.FAILED),
         }
 
     def log_url(self, spec: StepSpec) -> str:
@@ -272,12 +275,12 @@ def summary_rows(
     if report is not None:
         for result in report.results():
             path = result.spec.output_path
-            if result.action == "skipped":
+            if result.action == RunResult.SKIPPED:
                 built = result.reason == BUILT_REASON
                 skipped_reason[path] = "built earlier" if built else result.reason
-            elif result.action == "pruned":
+            elif result.action == RunResult.PRUNED:
                 skipped_reason[path] = "pruned: not built, and only built steps read it"
-            elif result.action == "blocked":
+            elif result.action == RunResult.BLOCKED:
                 not_run[path] = result.reason
     with observer._lock:
         runs = dict(observer.runs)
@@ -295,17 +298,19 @@ def summary_rows(
     for spec in steps:
         run = runs.get(spec.step_id)
         if run is not None:
-            if run.action == "failed":
+            if run.action == RunResult.FAILED:
                 error = run.error
                 note = f"{type(error).__name__}: {error}" if error is not None else ""
                 rows.append(SummaryRow(spec.step_id, "failed", run.duration, note))
             elif run.finished is None:
                 rows.append(SummaryRow(spec.step_id, "interrupted", None))
             else:
-                label = "built" if run.action == "built" else "built elsewhere"
+                label = "built" if run.action == BuildOutcomeKind.BUILT else "built elsewhere"
                 rows.append(SummaryRow(spec.step_id, label, run.duration))
         elif spec.output_path in skipped_reason:
-            rows.append(SummaryRow(spec.step_id, "skipped", None, skipped_reason[spec.output_path]))
+            rows.append(
+                SummaryRow(spec.step_id, SKIPPED_LABEL, None, skipped_reason[spec.output_path])
+            )
         elif spec.output_path in not_run:
             rows.append(SummaryRow(spec.step_id, "not run", None, not_run[spec.output_path]))
         elif report is None:
@@ -349,10 +354,10 @@ def render_summary(
     table.add_column("duration", no_wrap=True, justify="right", min_width=fixed[2])
     note_width = max(20, width - sum(fixed) - 6)  # two spaces between columns
     table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=note_width)
-    skipped_rows = [r for r in rows if r.result == "skipped"]
+    skipped_rows = [r for r in rows if r.result == SKIPPED_LABEL]
     listed_skipped = 0
     for row in rows:
-        if row.result == "skipped":
+        if row.result == SKIPPED_LABEL:
             listed_skipped += 1
             if listed_skipped > MAX_SKIPPED_LISTED:
                 continue
@@ -384,7 +389,7 @@ def render_summary(
     lines.append(f"{len(rows)} steps: {', '.join(parts) or 'nothing to do'} in {wall}")
 
     timed = sorted(
-        (r for r in rows if r.duration is not None and r.result != "skipped"),
+        (r for r in rows if r.duration is not None and r.result != SKIPPED_LABEL),
         key=lambda r: -(r.duration or 0.0),
     )
     if len(timed) > 1:
@@ -395,7 +400,7 @@ def render_summary(
         ]
 
     with observer._lock:
-        failed = [r for r in observer.runs.values() if r.action == "failed"]
+        failed = [r for r in observer.runs.values() if r.action == RunResult.FAILED]
     for run in failed:
         error = run.error
         lines.append("")

@@ -42,12 +42,13 @@ from typing import IO, Any, cast
 from marin.execution.artifact import load_dependency
 from marin.execution.canonical import to_canonical
 from marin.execution.context import StepContext
-from marin.execution.decide import BUILD, Decision, Policy, Stored, Upstream, decide
+from marin.execution.decide import Decision, Policy, Stored, Upstream, decide
 from marin.execution.errors import AbandonedError, ConfigError, LeaseLostError, StorageError
 from marin.execution.faults import crash_point
 from marin.execution.inspect import read_stored_step
 from marin.execution.lease import Heartbeat, Lease
 from marin.execution.names import METADATA_SUFFIX
+from marin.execution.options import DEFAULT_ON_DRIFT
 from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
     FAILED,
@@ -64,10 +65,10 @@ from marin.execution.records import (
 from marin.execution.step_logs import LazyLogFile, capture_step_output
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location, durable, with_retries
+from marin.execution.vocabulary import Action, BuildOutcomeKind
 
 log = logging.getLogger("marin")
 
-BUILT, CACHED, BUILT_BY_OTHER = "built", "cached", "built-by-other"
 LEASE_WAIT_FIRST_DELAY_S = 0.02
 LEASE_WAIT_MAX_DELAY_S = 1.0
 LEASE_WAIT_LOG_EVERY_S = 30.0
@@ -76,8 +77,7 @@ LEASE_WAIT_LOG_EVERY_S = 30.0
 @dataclass(frozen=True)
 class BuildOutcome:
     spec: StepSpec
-    action: str
-    """``built``, ``cached`` or ``built-by-other``."""
+    action: BuildOutcomeKind
     record: ArtifactRecord
     output_url: str
     duration_s: float = 0.0
@@ -129,7 +129,7 @@ def build_step(
     spec: StepSpec,
     location: Location,
     *,
-    on_drift: str = "warn",
+    on_drift: str = DEFAULT_ON_DRIFT,
     force: bool = False,
     cascade: bool = True,
     policy: Policy | None = None,
@@ -160,12 +160,17 @@ def build_step(
     ups = list(upstream) if upstream is not None else read_upstream(spec, location)
     if decision is None:
         decision = decide(spec, read_stored_step(spec, location), ups, policy, needed=True)
-        if decision.action != BUILD:
+        if decision.action != Action.BUILD:
             warn_if_served_stale(decision)
             record = decision.record
             assert record is not None  # needed=True: only a record is ever served
             return BuildOutcome(
-                spec, CACHED, record, url, drift=decision.drift, reason=decision.reason
+                spec,
+                BuildOutcomeKind.CACHED,
+                record,
+                url,
+                drift=decision.drift,
+                reason=decision.reason,
             )
 
     crash_point("before-lease", spec.step_id)
@@ -188,7 +193,9 @@ def build_step(
         unforced = dataclasses.replace(policy, force=policy.force - {spec.step_id})
         if record is not None and _served_from_other(spec, record, ups, unforced):
             log.info("skip %s: built by another runner", spec.step_id)
-            return BuildOutcome(spec, BUILT_BY_OTHER, record, url, reason="built by another runner")
+            return BuildOutcome(
+                spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
+            )
         raise
 
 
@@ -214,7 +221,9 @@ def _lease_and_build(
         changed = _build_id(record) != _build_id(decision.record)
         if changed and record is not None and _served_from_other(spec, record, upstream, policy):
             log.info("skip %s: built by another runner", spec.step_id)
-            return BuildOutcome(spec, BUILT_BY_OTHER, record, url, reason="built by another runner")
+            return BuildOutcome(
+                spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
+            )
         earlier = _earlier_attempt(present, lease, output_seen)
         return _build_holding(
             spec, location, lease, region, upstream, decision.reason, abandon, earlier
@@ -232,7 +241,7 @@ def _served_from_other(
     so only one whose record is missing still counts as "rebuilt".
     """
     known = [Upstream(u.step_id, u.record, u.rebuilt and u.record is None) for u in upstream]
-    return decide(spec, Stored(record), known, policy, needed=True).action != BUILD
+    return decide(spec, Stored(record), known, policy, needed=True).action != Action.BUILD
 
 
 def _build_id(record: ArtifactRecord | None) -> str | None:
@@ -482,7 +491,12 @@ def _build_holding(
             raise
         crash_point("after-record", spec.step_id)
         return BuildOutcome(
-            spec, BUILT, record, ctx.output_path, duration_s=duration, reason=reason
+            spec,
+            BuildOutcomeKind.BUILT,
+            record,
+            ctx.output_path,
+            duration_s=duration,
+            reason=reason,
         )
 
 

@@ -38,38 +38,28 @@ from marin.execution.errors import (
     FailedBeforeError,
     FingerprintMismatchError,
     InvalidStepError,
+    list_names,
 )
+from marin.execution.options import DEFAULT_ON_DRIFT, check_drift_policy, check_flag
 from marin.execution.records import FAILED, RUNNING, ArtifactRecord
 from marin.execution.step_spec import StepSpec
+from marin.execution.vocabulary import Action, StoredStatus
 
-BUILD, SKIP, PRUNE = "build", "skip", "prune"
-ACTIONS = (BUILD, SKIP, PRUNE)
+ACTIONS = tuple(Action)
+STATUSES = tuple(StoredStatus)
+"""What storage holds for a step (``status`` in ``marin plan --json``), in report order."""
 
-# What storage holds for a step (``status`` in ``marin plan --json``, schema 1).
-BUILT, RUN, DRIFT, DEV, FAILED_BEFORE = "built", "run", "drift", "dev", "failed-before"
-STATUSES = (BUILT, RUN, DRIFT, DEV, FAILED_BEFORE)
-
-DRIFT_POLICIES = ("warn", "rebuild", "error")
 BUILT_REASON = "built: record matches fingerprint"
 
 # Lineage of a usable record against its dependencies' current builds.
 LINEAGE_OK, LINEAGE_STALE, LINEAGE_UNKNOWN, LINEAGE_NONE = "ok", "stale", "unknown", "none"
 
 
-def check_drift_policy(on_drift: str) -> str:
-    if on_drift not in DRIFT_POLICIES:
-        raise InvalidStepError(
-            f"on_drift={on_drift!r} is not a drift policy",
-            f"use one of {', '.join(DRIFT_POLICIES)}",
-        )
-    return on_drift
-
-
 @dataclass(frozen=True)
 class Policy:
     """The choices a run is made with; the same for every runner."""
 
-    on_drift: str = "warn"
+    on_drift: str = DEFAULT_ON_DRIFT
     force: frozenset[str] = frozenset()
     """Step ids to rebuild (resolve names with ``resolve_force``)."""
     cascade: bool = True
@@ -79,12 +69,8 @@ class Policy:
 
     def __post_init__(self) -> None:
         check_drift_policy(self.on_drift)
-        if not isinstance(self.cascade, bool):
-            raise InvalidStepError(f"cascade={self.cascade!r}", "use True or False")
-        if not isinstance(self.force_run_failed, bool):
-            raise InvalidStepError(
-                f"force_run_failed={self.force_run_failed!r}", "use True or False"
-            )
+        check_flag("cascade", self.cascade)
+        check_flag("force_run_failed", self.force_run_failed)
 
 
 @dataclass(frozen=True)
@@ -112,10 +98,9 @@ class Upstream:
 @dataclass(frozen=True)
 class Decision:
     spec: StepSpec
-    action: str
-    """``build``, ``skip`` or ``prune``."""
-    status: str
-    """What storage holds: ``built``, ``run``, ``drift``, ``dev`` or ``failed-before``."""
+    action: Action
+    status: StoredStatus
+    """What storage holds for the step."""
     reason: str
     """One human sentence: why this action."""
     record: ArtifactRecord | None = None
@@ -131,26 +116,26 @@ class Decision:
     @property
     def served_with_warning(self) -> bool:
         """Served although drifted (``warn``) or stale (``cascade=False``): worth a warning."""
-        return self.action == SKIP and bool(self.drift or self.stale)
+        return self.action == Action.SKIP and bool(self.drift or self.stale)
 
 
-def _own_status(spec: StepSpec, stored: Stored) -> tuple[str, str, tuple[str, ...]]:
+def _own_status(spec: StepSpec, stored: Stored) -> tuple[StoredStatus, str, tuple[str, ...]]:
     """(status, reason, drift lines) from the step's own record and status alone."""
     record = stored.record
     if spec.mutable:
-        return DEV, f"version {spec.version!r} is mutable: rebuilds every run", ()
+        return StoredStatus.DEV, f"version {spec.version!r} is mutable: rebuilds every run", ()
     if record is None:
         state = (stored.status or {}).get("state")
         if state == FAILED:
             error = str((stored.status or {}).get("error", ""))
-            return FAILED_BEFORE, f"previous failure: {error}", ()
+            return StoredStatus.FAILED_BEFORE, f"previous failure: {error}", ()
         if state == RUNNING:
-            return RUN, "unfinished earlier attempt (or running elsewhere now)", ()
-        return RUN, "new: no record yet", ()
+            return StoredStatus.RUN, "unfinished earlier attempt (or running elsewhere now)", ()
+        return StoredStatus.RUN, "new: no record yet", ()
     if record.fingerprint == spec.fingerprint:
-        return BUILT, BUILT_REASON, ()
+        return StoredStatus.BUILT, BUILT_REASON, ()
     drift = tuple(explain_drift(record.fingerprint_payload, spec.fingerprint_payload))
-    return DRIFT, "config changed without a version bump", drift
+    return StoredStatus.DRIFT, "config changed without a version bump", drift
 
 
 def _lineage(record: ArtifactRecord, upstream: Sequence[Upstream]) -> tuple[str, tuple[str, ...]]:
@@ -193,7 +178,7 @@ def decide(
     forced = spec.step_id in policy.force
     lineage, stale = _lineage(record, upstream) if record is not None else (LINEAGE_NONE, ())
 
-    def decision(action: str, reason: str, **extra: Any) -> Decision:
+    def decision(action: Action, reason: str, **extra: Any) -> Decision:
         return Decision(
             spec,
             action,
@@ -208,9 +193,9 @@ def decide(
         )
 
     if forced:
-        return decision(BUILD, "forced (--force)")
-    if status == DEV:
-        return decision(BUILD, why)
+        return decision(Action.BUILD, "forced (--force)")
+    if status == StoredStatus.DEV:
+        return decision(Action.BUILD, why)
     if record is not None and record.artifact_type != spec.artifact_type:
         # Not drift: the fingerprint holds the config, and serving a record built as another
         # kind of artifact would hand consumers the wrong thing whatever the drift policy.
@@ -221,7 +206,7 @@ def decide(
             "in place)",
             spec.step_id,
         )
-    if status == DRIFT:
+    if status == StoredStatus.DRIFT:
         if spec.pinned_fingerprint:
             raise FingerprintMismatchError(
                 f"the stored build has fingerprint {record.fingerprint if record else '?'}, but "
@@ -238,26 +223,26 @@ def decide(
                 spec.step_id,
             )
         if policy.on_drift == "rebuild":
-            return decision(BUILD, f"{why}: rebuilding (on_drift=rebuild)")
+            return decision(Action.BUILD, f"{why}: rebuilding (on_drift=rebuild)")
     if record is None:
-        if needed and status == FAILED_BEFORE and not policy.force_run_failed:
+        if needed and status == StoredStatus.FAILED_BEFORE and not policy.force_run_failed:
             raise FailedBeforeError(
                 f"its last attempt failed ({why}) and the run has force_run_failed=False",
                 "fix the cause and run with force_run_failed=True (the default), or force the step",
                 spec.step_id,
             )
         if needed:
-            return decision(BUILD, why)
-        return decision(PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
-    if status == DRIFT:
+            return decision(Action.BUILD, why)
+        return decision(Action.PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
+    if status == StoredStatus.DRIFT:
         why = f"{why}: served from cache (on_drift=warn)"
     if lineage == LINEAGE_UNKNOWN:
         why += "; lineage unknown (record written before build ids)"
     if stale and policy.cascade:
-        return decision(BUILD, "stale: " + "; ".join(stale), stale=stale)
+        return decision(Action.BUILD, "stale: " + "; ".join(stale), stale=stale)
     if stale:
         why = f"{why}; stale but served (no cascade): " + "; ".join(stale)
-    return decision(SKIP, why, stale=stale)
+    return decision(Action.SKIP, why, stale=stale)
 
 
 # --- the graph ---------------------------------------------------------------------------------
@@ -271,7 +256,7 @@ def resolve_force(names: Iterable[str], steps: Sequence[StepSpec]) -> frozenset[
     unknown = sorted(wanted - known)
     if unknown:
         raise InvalidStepError(
-            f"--force names no step in this pipeline: {', '.join(unknown)}",
+            f"--force names no step in this pipeline: {list_names(unknown)}",
             "pass a step name or name@version from `marin plan`",
         )
     return frozenset(ids)
@@ -288,12 +273,12 @@ class Plan:
     def of(self, spec: StepSpec) -> Decision:
         return self.decisions[spec.output_path]
 
-    def paths(self, action: str) -> list[str]:
+    def paths(self, action: Action) -> list[str]:
         return [p for p, d in self.decisions.items() if d.action == action]
 
     @property
     def to_build(self) -> list[str]:
-        return self.paths(BUILD)
+        return self.paths(Action.BUILD)
 
     def upstream(self, spec: StepSpec, built: Mapping[str, ArtifactRecord]) -> list[Upstream]:
         """``spec``'s dependencies as it sees them mid-run: each one built in this run (``built``:
@@ -370,7 +355,7 @@ def plan_graph(
         except DriftError as exc:
             drifted[path] = exc
             continue
-        if decision.action != BUILD or path in building:
+        if decision.action != Action.BUILD or path in building:
             continue
         building.add(path)
         for d in deps[path]:

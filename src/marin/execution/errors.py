@@ -6,6 +6,8 @@ print it as one line and a person knows which step to look at and what to change
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 def format_error(what: str, fix: str, step: str | None = None) -> str:
     where = f" (step {step})" if step else ""
@@ -97,7 +99,7 @@ class PipelineFailedError(MarinError, RuntimeError):
         if blocked:
             what += f", {len(blocked)} blocked by them"
         super().__init__(
-            what + " [" + "; ".join(lines) + "]",
+            what + " [" + _join_bounded(lines, "; ") + "]",
             "fix the failing steps and run again; built steps are kept",
         )
 
@@ -123,3 +125,25 @@ def step_failed(error: BaseException, step: str, log_url: str, more: str = "") -
         f"see the step's log at {log_url}; fix it and run again (built steps are kept)",
         step,
     )
+
+
+MAX_NAMES_LISTED = 10
+"""An error lists at most this many names (steps, values): a 10,000-name message helps nobody."""
+
+
+def _join_bounded(items: Sequence[str], sep: str, limit: int = MAX_NAMES_LISTED) -> str:
+    more = len(items) - limit
+    shown = sep.join(items[:limit])
+    return f"{shown} (and {more} more)" if more > 0 else shown
+
+
+def list_names(names: Sequence[object], limit: int = MAX_NAMES_LISTED) -> str:
+    """``a, b, c`` for at most ``limit`` names, then ``(and N more)``: an error stays one line."""
+    return _join_bounded([str(n) for n in names], ", ", limit)
+
+
+class OptionError(InvalidStepError):
+    """A run option (drift policy, force, cascade, max_concurrent, keep-going) that is not valid:
+    from a constructor argument, a CLI flag or an engine's run parameters alike.
+
+    A subclass of ``InvalidStepError`` (a ``ValueError``), which these checks raised before."""

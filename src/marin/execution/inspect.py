@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from marin.execution.decide import NOTHING_STORED, Plan, Policy, Stored, plan_graph, resolve_force
 from marin.execution.graph import collect_steps
+from marin.execution.options import DEFAULT_ON_DRIFT
 from marin.execution.records import (
     lease_path,
     read_attempt,
@@ -77,7 +78,7 @@ def plan_run(
     targets: Sequence[StepSpec],
     location: Location,
     *,
-    on_drift: str = "warn",
+    on_drift: str = DEFAULT_ON_DRIFT,
     force: Iterable[str] = (),
     cascade: bool = True,
     force_run_failed: bool = True,

@@ -38,6 +38,7 @@ from marin.execution.errors import (
     InvalidStepError,
 )
 from marin.execution.names import is_mutable_version, validate_name, validate_version
+from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT
 from marin.execution.provenance import collect_provenance
 from marin.execution.resources import NO_RESOURCES, Resources, parse_duration, parse_resources
 from marin.execution.step_spec import StepSpec, fingerprint_of, is_absolute_location
@@ -830,8 +831,8 @@ def lower(
 def run(
     *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
     prefix: str | None = None,
-    max_concurrent: int = 8,
-    on_drift: str = "warn",
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    on_drift: str = DEFAULT_ON_DRIFT,
     force: Iterable[str] = (),
     keep_going: bool = False,
     dry_run: bool = False,

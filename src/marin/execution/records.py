@@ -22,11 +22,12 @@ from typing import Any
 from marin.execution import faults
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.storage import Location, durable, open_local, with_retries
+from marin.execution.vocabulary import AttemptState
 
 log = logging.getLogger("marin")
 
 RECORD_SCHEMA = 1
-RUNNING, SUCCESS, FAILED = "RUNNING", "SUCCESS", "FAILED"
+RUNNING, SUCCESS, FAILED = AttemptState.RUNNING, AttemptState.SUCCESS, AttemptState.FAILED
 
 
 def metadata_dir(output_path: str) -> str:
