@@ -159,6 +159,17 @@ def clear_cache() -> None:
         _memos.clear()
 
 
+TASK_INSTANCE_FIELDS = ("dag_id", "run_id", "task_id", "try_number", "map_index")
+
+
+def task_instance_ids(context: Any | None) -> dict[str, Any]:
+    """The running task instance's identity, for the record's provenance (``engine``)."""
+    ti = context.get("ti") if context is not None else None
+    ids = {field: getattr(ti, field, None) for field in TASK_INSTANCE_FIELDS}
+    # Plain JSON data only: an Airflow version could hand back richer objects here.
+    return {k: v if isinstance(v, int | str) or v is None else str(v) for k, v in ids.items()}
+
+
 def _airflow_context() -> Any | None:
     if "airflow.sdk" not in sys.modules:  # not inside an Airflow task: don't import Airflow
         return None
@@ -404,6 +415,7 @@ def run_step(
     exporters) is not checked here: the ``marin-plan`` task checks it for the whole graph.
     """
     from marin.execution.build import build_step
+    from marin.execution.provenance import engine_run
     from marin_airflow.export import resolve_target
 
     context = _airflow_context()
@@ -462,7 +474,8 @@ def run_step(
         # The same decision as the plan's, from this step's record and its dependencies' records
         # now (a dependency built earlier in this run is a new build: its dependents rebuild).
         upstream = _upstream(context, spec, location)
-        outcome = build_step(spec, location, policy=policy, upstream=upstream)
+        with engine_run("airflow", task_instance_ids(context)):
+            outcome = build_step(spec, location, policy=policy, upstream=upstream)
     except BaseException as exc:
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)
         _announce_failure(context, step)

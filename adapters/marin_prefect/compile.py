@@ -419,6 +419,7 @@ def _build(
     """Build one planned step, holding Prefect concurrency slots only while it builds: one of
     ``concurrency_limit``, and with ``resource_limits`` the step's ``marin-<kind>`` slots."""
     from marin.execution.build import build_step
+    from marin.execution.provenance import engine_run
 
     logger = get_run_logger()
     with contextlib.ExitStack() as slots:
@@ -446,6 +447,22 @@ def _build(
             from marin_prefect.resources import resource_concurrency
 
             slots.enter_context(resource_concurrency(spec, logger))
-        return build_step(
-            spec, location, policy=options.policy, decision=decision, upstream=upstream
-        )
+        with engine_run("prefect", _task_run_ids()):
+            return build_step(
+                spec, location, policy=options.policy, decision=decision, upstream=upstream
+            )
+
+
+def _task_run_ids() -> dict[str, Any]:
+    """The running Prefect task run's id (and its flow run's), for the record's provenance."""
+    from prefect.context import TaskRunContext
+
+    context = TaskRunContext.get()
+    task_run = getattr(context, "task_run", None)
+    if task_run is None:
+        return {"task_run_id": None, "flow_run_id": None}
+    flow_run_id = getattr(task_run, "flow_run_id", None)
+    return {
+        "task_run_id": str(task_run.id),
+        "flow_run_id": str(flow_run_id) if flow_run_id is not None else None,
+    }
