@@ -304,11 +304,27 @@ def _warn_newer(newer: dict[str, Any], context: Any | None) -> None:
         )
 
 
-def _location(prefix: str | None, default_prefix: str | None) -> Any:
+def _location(
+    prefix: str | None,
+    default_prefix: str | None,
+    shared_prefix_only: bool = False,
+    step: str | None = None,
+) -> Any:
     from marin.execution.storage import open_prefix
 
     chosen = choose_prefix(prefix, default_prefix)
     location = open_prefix(chosen)
+    if shared_prefix_only and (location.is_local or location.is_memory):
+        # Another worker could neither see these artifacts nor honour their leases.
+        from marin.execution.errors import StorageError
+
+        raise StorageError(
+            f"prefix {location.url} is on this worker's own storage, but this DAG's tasks run "
+            "on many machines (exported with --executor celery or kubernetes)",
+            "trigger the run with a 'prefix' param on shared storage (s3://..., gs://...), or "
+            "set MARIN_PREFIX to one on every worker",
+            step,
+        )
     if chosen is None:
         log.warning(
             "marin: no prefix param, $MARIN_PREFIX or exported default; using Marin's local "
@@ -328,6 +344,7 @@ def plan_steps(
     export_root: str = ".",
     prefix: str | None = None,
     dag_dir: str | None = None,
+    shared_prefix_only: bool = False,
     **newer: Any,
 ) -> dict[str, Any]:
     """The DAG's first task: decide every step, as ``marin plan`` does, for the step tasks.
@@ -356,7 +373,7 @@ def plan_steps(
                 _fix(export_command, export_root, dag_dir),
             )
     policy = run_policy(context, default_on_drift, steps)
-    location = _location(prefix, default_prefix)
+    location = _location(prefix, default_prefix, shared_prefix_only)
     specs = list(steps.values())
     plan = plan_graph(specs, targets_for(resolved), read_stored(specs, location), policy)
     log.info("marin: the plan under %s:\n%s", location.url, plan_table(plan, location))
@@ -404,6 +421,7 @@ def run_step(
     graph_digest: str | None = None,
     prefix: str | None = None,
     dag_dir: str | None = None,
+    shared_prefix_only: bool = False,
     **newer: Any,
 ) -> dict[str, Any]:
     """Build one Marin step (or find it built) and return what happened, for XCom.
@@ -443,7 +461,7 @@ def run_step(
     # staleness check; steps added or removed elsewhere (``graph_digest``) are the plan task's
     # warning. ``force`` was resolved by the plan task against the whole graph; called outside
     # a DAG run, the names are checked against the pipeline's handles (nothing lowered).
-    location = _location(prefix, default_prefix)
+    location = _location(prefix, default_prefix, shared_prefix_only, step)
     planned_force = _from_xcom(context, PLAN_TASK_ID, "force")
     policy = run_policy(
         context,
