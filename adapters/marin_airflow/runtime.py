@@ -6,6 +6,7 @@ core and Airflow's context are only imported inside ``run_step``, when a task ac
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
@@ -162,9 +163,12 @@ def clear_cache() -> None:
 TASK_INSTANCE_FIELDS = ("dag_id", "run_id", "task_id", "try_number", "map_index")
 
 
-def task_instance_ids(context: Any | None) -> dict[str, Any]:
-    """The running task instance's identity, for the record's provenance (``engine``)."""
+def task_instance_ids(context: Any | None) -> dict[str, Any] | None:
+    """The running task instance's identity, for the record's provenance (``engine``); None
+    when called outside an Airflow task (no task instance to name)."""
     ti = context.get("ti") if context is not None else None
+    if ti is None:
+        return None
     ids = {field: getattr(ti, field, None) for field in TASK_INSTANCE_FIELDS}
     # Plain JSON data only: an Airflow version could hand back richer objects here.
     return {k: v if isinstance(v, int | str) or v is None else str(v) for k, v in ids.items()}
@@ -492,7 +496,8 @@ def run_step(
         # The same decision as the plan's, from this step's record and its dependencies' records
         # now (a dependency built earlier in this run is a new build: its dependents rebuild).
         upstream = _upstream(context, spec, location)
-        with engine_run("airflow", task_instance_ids(context)):
+        ids = task_instance_ids(context)
+        with engine_run("airflow", ids) if ids is not None else contextlib.nullcontext():
             outcome = build_step(spec, location, policy=policy, upstream=upstream)
     except BaseException as exc:
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)

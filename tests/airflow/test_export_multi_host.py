@@ -4,6 +4,7 @@ retries default to one, and the ``marin-plan`` task's queue can be chosen."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -135,3 +136,21 @@ def test_cli_refuses_celery_without_a_shared_prefix(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: --executor celery --prefix")
     assert "fix: pass --prefix s3://" in proc.stderr and not list(tmp_path.iterdir())
+
+
+def test_a_step_built_outside_an_airflow_task_names_no_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run_step`` called directly (no task instance) leaves no empty Airflow ids behind."""
+    (tmp_path / "events").mkdir()
+    monkeypatch.setenv("MARIN_CELERY_TEST_EVENTS", str(tmp_path / "events"))
+    (spec,) = [s for s in lower_target(MODULE_TARGET) if s.step_id == "flaky/root@v1"]
+    out = run_step(
+        target=MODULE_TARGET,
+        step=spec.step_id,
+        fingerprint=spec.fingerprint,
+        prefix=str(tmp_path / "p"),
+    )
+    assert out["action"] == "built"
+    record = json.loads((tmp_path / "p" / f"{spec.output_path}.marin/record.json").read_text())
+    assert "engine" not in record["provenance"] and record["provenance"]["pid"] == os.getpid()
