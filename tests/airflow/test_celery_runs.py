@@ -20,11 +20,6 @@ import pytest
 
 from tests.airflow.celery_pipelines import EVENTS_ENV, GO_FILE, WORKER_ENV, events
 
-pytest.importorskip("airflow.providers.celery")
-pytest.importorskip("s3fs")
-if shutil.which("redis-server") is None:  # .ci/run installs it
-    pytest.skip("redis-server is not installed", allow_module_level=True)
-
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,6 +80,11 @@ def _records(dag_id: str, steps: list[str]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    # Checked here, not at import: `pytest -m "not slow"` never collects a skip from this module.
+    pytest.importorskip("airflow.providers.celery", reason="pip install -e '.[celery]'")
+    pytest.importorskip("s3fs")
+    if shutil.which("redis-server") is None:  # .ci/run installs it
+        pytest.skip("redis-server is not installed: apt-get install -y redis-server")
     from marin_airflow.celery_testing import CeleryServices, WorkerSpec, start_moto
     from marin_airflow.export import build_export, write_export
     from marin_airflow.testing import AirflowSandbox
