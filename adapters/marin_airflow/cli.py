@@ -29,6 +29,8 @@ examples:
   marin export airflow examples/ngram.py:pipeline -o dags/
   marin export airflow examples/ngram.py:pipeline -o dags/ --check   # CI: exit 1 if stale
   marin export airflow mypkg.pipelines:train --max-concurrent 4 --schedule '0 3 * * *'
+  marin export airflow mypkg.pipelines:train --executor celery --prefix s3://bucket/runs \
+      --plan-queue default   # many workers: shared prefix, retries 1 by default
 
 then put dags/ in Airflow's dags_folder (or copy the file there) with marin-execution installed
 on the workers, and trigger the DAG. Re-export after changing the pipeline.
@@ -89,9 +91,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--retries",
         type=_non_negative,
-        default=0,
+        default=None,
         metavar="N",
-        help="Airflow retries for steps that declare none themselves (default 0)",
+        help="Airflow retries for steps that declare none themselves (default 0; 1 with "
+        "--executor celery or kubernetes, so a task whose worker is lost runs again elsewhere)",
     )
     parser.add_argument(
         "--on-drift",
@@ -102,11 +105,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--executor",
-        choices=("default", "kubernetes"),
+        choices=("default", "celery", "kubernetes"),
         default="default",
-        help="kubernetes: each task also gets an executor_config pod override with its "
-        "resources as requests and limits (cpu, memory, nvidia.com/gpu); needs the kubernetes "
-        "package where the DAG is parsed (default: default)",
+        help="celery or kubernetes: tasks run on many machines, so the export needs a --prefix "
+        "on shared storage (s3://, gs://) and a pipeline every worker can import, and each "
+        "task refuses a prefix on its own disk. kubernetes: each task also gets an "
+        "executor_config pod override with its resources as requests and limits (cpu, "
+        "memory, nvidia.com/gpu); needs the kubernetes package where the DAG is parsed "
+        "(default: default)",
+    )
+    parser.add_argument(
+        "--plan-queue",
+        default=None,
+        metavar="QUEUE",
+        help="the Airflow queue of the marin-plan task (default: the executor's default "
+        "queue; a step's own queue comes from its with_options(queue=...))",
     )
     parser.add_argument(
         "--check",
@@ -149,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         retries=args.retries,
         on_drift=args.on_drift,
         executor=args.executor,
+        plan_queue=args.plan_queue,
     )
     if args.check:
         fresh, message = check_export(result)

@@ -37,9 +37,16 @@ _ID_MAX = 250
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _ID_VALID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?#LW-]+$")
+_QUEUE_VALID = re.compile(r"[A-Za-z0-9_.:-]{1,250}")
 
 DEFAULT_MAX_CONCURRENT = 8
-EXECUTORS = ("default", "kubernetes")
+EXECUTORS = ("default", "celery", "kubernetes")
+MULTI_HOST_EXECUTORS = ("celery", "kubernetes")
+"""Executors whose tasks run on many machines: the export refuses what only one host can see."""
+MULTI_HOST_RETRIES = 1
+"""The default ``--retries`` on a multi-host executor: a task whose worker is lost (killed,
+preempted, out of memory) is retried once on another worker instead of failing the run."""
+_HOST_LOCAL_SCHEMES = ("file", "local", "memory")
 SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly")
 
 
@@ -94,6 +101,8 @@ class DagOptions:
     """The default of the DAG's ``on_drift`` param."""
     executor: str = "default"
     """``kubernetes``: tasks also get an ``executor_config`` pod override from their resources."""
+    plan_queue: str | None = None
+    """The Airflow queue of the ``marin-plan`` task (None: the executor's default queue)."""
 
 
 # --- task ids ----------------------------------------------------------------------------------
@@ -381,13 +390,13 @@ COMMON = {
     "default_on_drift": ON_DRIFT,
     "export_command": EXPORT_COMMAND,
     "export_root": EXPORT_ROOT,
-}
+}<<COMMON_EXTRA>>
 tasks = {
     PLAN_TASK_ID: MarinOperator(
         task_id=PLAN_TASK_ID,
         task_display_name="marin plan",
         marin_call=plan_steps,
-        marin_kwargs={**COMMON, "graph_digest": GRAPH_DIGEST},
+        marin_kwargs={**COMMON, "graph_digest": GRAPH_DIGEST},<<PLAN_EXTRA>>
     )
 }
 for task_id, step in STEPS.items():
@@ -503,6 +512,13 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
     lines.append("# A hash of every step id and fingerprint below: tasks warn when the pipeline's")
     lines.append("# graph changed (steps added or removed) since the export.")
     lines.append(f"GRAPH_DIGEST = {_r(graph_digest((t.step_id, t.fingerprint) for t in tasks))}")
+    # Written only when set, so files exported without these options keep their bytes.
+    if options.executor in MULTI_HOST_EXECUTORS:
+        lines.append("# Tasks run on many machines: each refuses a prefix only its own host sees.")
+        lines.append("SHARED_PREFIX_ONLY = True")
+    if options.plan_queue is not None:
+        lines.append("# The Airflow queue of the marin-plan task.")
+        lines.append(f"PLAN_QUEUE = {_r(options.plan_queue)}")
     lines.append("")
     lines.append("# Airflow task id -> the Marin step it builds. `upstream`: the task ids it")
     lines.append("# waits for, exactly the deps of the lowered StepSpec graph.")
@@ -526,7 +542,16 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
             lines.append("    },")
         lines.append("}")
     lines.append("")
-    lines.append(_BODY)
+    body = _BODY.replace(
+        "<<COMMON_EXTRA>>",
+        '\nCOMMON["shared_prefix_only"] = SHARED_PREFIX_ONLY'
+        if options.executor in MULTI_HOST_EXECUTORS
+        else "",
+    )
+    body = body.replace(
+        "<<PLAN_EXTRA>>", "\n        queue=PLAN_QUEUE," if options.plan_queue is not None else ""
+    )
+    lines.append(body)
     text = "\n".join(lines)
     if any(len(line) > 100 for line in text.splitlines()):
         # Long step names make long literals; keep linters quiet about a generated file.
@@ -602,6 +627,7 @@ def export_command(
     retries: int,
     on_drift: str = DEFAULT_ON_DRIFT,
     executor: str = "default",
+    plan_queue: str | None = None,
 ) -> str:
     """The command that regenerates the file, run in ``root``, with paths relative to it."""
     parsed = Target.parse(target)
@@ -616,13 +642,56 @@ def export_command(
         argv += ["--prefix", prefix]
     if schedule is not None:
         argv += ["--schedule", schedule]
-    if retries:
+    if retries != default_retries(executor):
         argv += ["--retries", str(retries)]
     if on_drift != DEFAULT_ON_DRIFT:
         argv += ["--on-drift", on_drift]
     if executor != "default":
         argv += ["--executor", executor]
+    if plan_queue is not None:
+        argv += ["--plan-queue", plan_queue]
     return shlex.join(argv)
+
+
+def default_retries(executor: str) -> int:
+    """``--retries`` when not given: none on one host, one where a worker can be lost."""
+    return MULTI_HOST_RETRIES if executor in MULTI_HOST_EXECUTORS else 0
+
+
+def check_multi_host(target: str, dag_dir: str, prefix: str | None, executor: str) -> None:
+    """Refuse what only one host can see when tasks run on many (``celery``, ``kubernetes``).
+
+    The artifacts must live on storage every worker reaches (not a local path or ``memory://``,
+    whose lease is also only safe on one host), and a pipeline file must be inside the DAG
+    file's folder, which is what Airflow ships to every worker (or be a module path, imported
+    from the package installed on every worker).
+    """
+    if executor not in MULTI_HOST_EXECUTORS:
+        return
+    flag = f"--executor {executor}"
+    if prefix is None:
+        raise ExportError(
+            f"error: {flag} needs --prefix: tasks run on many machines, and without a baked "
+            "prefix a worker with no $MARIN_PREFIX would write to its own disk; fix: pass "
+            "--prefix s3://bucket/path (or gs://..., any storage every worker reaches)"
+        )
+    scheme = prefix.split("://", 1)[0].lower() if "://" in prefix else "file"
+    if scheme in _HOST_LOCAL_SCHEMES:
+        raise ExportError(
+            f"error: {flag} --prefix {prefix!r} is on one host's {scheme} storage: other "
+            "workers cannot read its artifacts, and its leases only hold on one host; fix: "
+            "pass --prefix s3://bucket/path (or gs://..., any storage every worker reaches)"
+        )
+    parsed = Target.parse(target)
+    if parsed.is_file and not _is_within(
+        os.path.abspath(parsed.location), os.path.abspath(dag_dir)
+    ):
+        raise ExportError(
+            f"error: {flag}: the pipeline file {parsed.location} is outside the DAG folder "
+            f"{dag_dir}, which is all Airflow ships to its workers; fix: use a module path "
+            f"(package.module:{parsed.attr}) installed on every worker, or move the file into "
+            "the DAG folder"
+        )
 
 
 # --- the whole export --------------------------------------------------------------------------
@@ -671,25 +740,35 @@ def build_export(
     max_concurrent: int = DEFAULT_MAX_CONCURRENT,
     prefix: str | None = None,
     schedule: str | None = None,
-    retries: int = 0,
+    retries: int | None = None,
     on_drift: str = DEFAULT_ON_DRIFT,
     specs: Sequence[Any] | None = None,
     executor: str = "default",
+    plan_queue: str | None = None,
 ) -> ExportResult:
     """Generate (but do not write) the DAG file for ``target``.
 
-    ``specs`` may be passed when the caller has already lowered the target.
+    ``specs`` may be passed when the caller has already lowered the target. ``retries`` (for
+    steps that declare none) defaults to :func:`default_retries` of the executor.
     """
     Target.parse(target)
-    if retries < 0:
-        raise ExportError("error: --retries must be 0 or more")
     if executor not in EXECUTORS:
         raise ExportError(
             f"error: --executor {executor!r} is not known: use one of {', '.join(EXECUTORS)}"
         )
+    if retries is None:
+        retries = default_retries(executor)
+    if retries < 0:
+        raise ExportError("error: --retries must be 0 or more")
+    if plan_queue is not None and not _QUEUE_VALID.fullmatch(plan_queue):
+        raise ExportError(
+            f"error: --plan-queue {plan_queue!r} is not a queue name: use 1 to {_ID_MAX} ASCII "
+            "letters, digits, '_', '.', '-' or ':'"
+        )
     chosen_id = check_dag_id(dag_id) if dag_id is not None else default_dag_id(target)
     path = output_file(out, chosen_id)
     dag_dir = os.path.dirname(os.path.abspath(path))
+    check_multi_host(target, dag_dir, prefix, executor)
     root = export_root(dag_dir, target)
     steps = step_infos(specs if specs is not None else lower_target(target))
     tasks = plan_tasks(steps, default_retries=retries, executor=executor)
@@ -711,8 +790,10 @@ def build_export(
             retries=retries,
             on_drift=on_drift,
             executor=executor,
+            plan_queue=plan_queue,
         ),
         executor=executor,
+        plan_queue=plan_queue,
     )
     reference = target_reference(target, dag_dir)
     text = render_dag(reference, tasks, options)

@@ -7,6 +7,7 @@ imported inside ``run_step``, when a task actually runs.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
@@ -165,6 +166,20 @@ def clear_cache() -> None:
         _memos.clear()
 
 
+TASK_INSTANCE_FIELDS = ("dag_id", "run_id", "task_id", "try_number", "map_index")
+
+
+def task_instance_ids(context: Any | None) -> dict[str, Any] | None:
+    """The running task instance's identity, for the record's provenance (``engine``); None
+    when called outside an Airflow task (no task instance to name)."""
+    ti = context.get("ti") if context is not None else None
+    if ti is None:
+        return None
+    ids = {field: getattr(ti, field, None) for field in TASK_INSTANCE_FIELDS}
+    # Plain JSON data only: an Airflow version could hand back richer objects here.
+    return {k: v if isinstance(v, int | str) or v is None else str(v) for k, v in ids.items()}
+
+
 def _airflow_context() -> Any | None:
     if "airflow.sdk" not in sys.modules:  # not inside an Airflow task: don't import Airflow
         return None
@@ -288,11 +303,27 @@ def _warn_newer(newer: dict[str, Any], context: Any | None) -> None:
         )
 
 
-def _location(prefix: str | None, default_prefix: str | None) -> Any:
+def _location(
+    prefix: str | None,
+    default_prefix: str | None,
+    shared_prefix_only: bool = False,
+    step: str | None = None,
+) -> Any:
     from marin.execution.storage import open_prefix
 
     chosen = choose_prefix(prefix, default_prefix)
     location = open_prefix(chosen)
+    if shared_prefix_only and (location.is_local or location.is_memory):
+        # Another worker could neither see these artifacts nor honour their leases.
+        from marin.execution.errors import StorageError
+
+        raise StorageError(
+            f"prefix {location.url} is on this worker's own storage, but this DAG's tasks run "
+            "on many machines (exported with --executor celery or kubernetes)",
+            "trigger the run with a 'prefix' param on shared storage (s3://..., gs://...), or "
+            "set MARIN_PREFIX to one on every worker",
+            step,
+        )
     if chosen is None:
         log.warning(
             "marin: no prefix param, $MARIN_PREFIX or exported default; using Marin's local "
@@ -312,6 +343,7 @@ def plan_steps(
     export_root: str = ".",
     prefix: str | None = None,
     dag_dir: str | None = None,
+    shared_prefix_only: bool = False,
     **newer: Any,
 ) -> dict[str, Any]:
     """The DAG's first task: decide every step, as ``marin plan`` does, for the step tasks.
@@ -341,7 +373,7 @@ def plan_steps(
                 _fix(export_command, export_root, dag_dir),
             )
     policy = run_policy(context, default_on_drift, steps)
-    location = _location(prefix, default_prefix)
+    location = _location(prefix, default_prefix, shared_prefix_only)
     specs = list(steps.values())
     plan = plan_graph(specs, targets_for(resolved), read_stored(specs, location), policy)
     log.info("marin: the plan under %s:\n%s", location.url, plan_table(plan, location))
@@ -392,6 +424,7 @@ def run_step(
     graph_digest: str | None = None,
     prefix: str | None = None,
     dag_dir: str | None = None,
+    shared_prefix_only: bool = False,
     **newer: Any,
 ) -> dict[str, Any]:
     """Build one Marin step (or find it built) and return what happened, for XCom.
@@ -403,6 +436,7 @@ def run_step(
     exporters) is not checked here: the ``marin-plan`` task checks it for the whole graph.
     """
     from marin.execution.build import build_step
+    from marin.execution.provenance import engine_run
     from marin_airflow.export import resolve_target
 
     context = _airflow_context()
@@ -430,7 +464,7 @@ def run_step(
     # staleness check; steps added or removed elsewhere (``graph_digest``) are the plan task's
     # warning. ``force`` was resolved by the plan task against the whole graph; called outside
     # a DAG run, the names are checked against the pipeline's handles (nothing lowered).
-    location = _location(prefix, default_prefix)
+    location = _location(prefix, default_prefix, shared_prefix_only, step)
     planned_force = _from_xcom(context, PLAN_TASK_ID, "force")
     policy = run_policy(
         context,
@@ -460,7 +494,9 @@ def run_step(
         # The same decision as the plan's, from this step's record and its dependencies' records
         # now (a dependency built earlier in this run is a new build: its dependents rebuild).
         upstream = _upstream(context, spec, location)
-        outcome = build_step(spec, location, policy=policy, upstream=upstream)
+        ids = task_instance_ids(context)
+        with engine_run("airflow", ids) if ids is not None else contextlib.nullcontext():
+            outcome = build_step(spec, location, policy=policy, upstream=upstream)
     except BaseException as exc:
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)
         _announce_failure(context, step)
