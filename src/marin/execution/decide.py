@@ -35,6 +35,7 @@ from marin.execution.drift import explain_drift
 from marin.execution.errors import DriftError, InvalidStepError
 from marin.execution.records import FAILED, RUNNING, ArtifactRecord
 from marin.execution.step_spec import StepSpec
+from marin.execution.suggest import did_you_mean
 
 BUILD, SKIP, PRUNE = "build", "skip", "prune"
 ACTIONS = (BUILD, SKIP, PRUNE)
@@ -234,9 +235,11 @@ def resolve_force(names: Iterable[str], steps: Sequence[StepSpec]) -> frozenset[
     known = {s.step_id for s in steps} | {s.name for s in steps}
     unknown = sorted(wanted - known)
     if unknown:
+        hints = [did_you_mean(name, known) for name in unknown]
         raise InvalidStepError(
             f"--force names no step in this pipeline: {', '.join(unknown)}",
-            "pass a step name or name@version from `marin plan`",
+            "; ".join(h for h in hints if h)
+            or "pass a step name or name@version from `marin plan`",
         )
     return frozenset(ids)
 

@@ -259,9 +259,19 @@ class _ApplyCall:
         return self.fn(**self.config(ctx))
 
 
-def apply(name: str, fn: Callable[..., Any], *, version: str, **inputs: Any) -> ArtifactStep:
+def apply(
+    name: str, fn: Callable[..., Any], *, version: str | None = None, **inputs: Any
+) -> ArtifactStep:
     """A handle that calls ``fn(**inputs)``; handles in ``inputs`` become dependencies."""
     validate_name(name)
+    if version is None:
+        # A keyword with a default only so that leaving it out names the step (Python's own
+        # TypeError names neither the step nor the fix).
+        raise InvalidStepError(
+            "apply() needs version=",
+            f"pass version='v1' (bump it when {name}'s code changes its output)",
+            name,
+        )
     step_id = f"{name}@{version}"
     if not callable(fn):
         raise InvalidStepError(f"fn={fn!r} is not callable", "pass the function to run", step_id)

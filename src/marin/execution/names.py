@@ -31,7 +31,13 @@ MAX_SEGMENT_BYTES = 255
 GLOB_CHARS = "*?[]"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _UNSAFE_CHARS = re.compile(r"[\s\x00-\x1f\x7f\\]")
-_FIX = "use a path-like string such as 'tokenized/wiki' (letters, digits, '-', '_', '.')"
+_NAME_FIX = "use a path-like string such as 'tokenized/wiki' (letters, digits, '-', '_', '.')"
+# A version is one segment: the name's example, with its '/', would be wrong advice there.
+_VERSION_FIX = "use one path segment such as 'v2' (letters, digits, '-', '_', '.'; no '/')"
+
+
+def _fix(field: str) -> str:
+    return _VERSION_FIX if field == "version" else _NAME_FIX
 
 
 def _invisible(value: str) -> str | None:
@@ -46,7 +52,9 @@ def _invisible(value: str) -> str | None:
 def _check_characters(value: str, field: str, step: str) -> None:
     if _UNSAFE_CHARS.search(value):
         raise InvalidStepError(
-            f"{field} {value!r} contains whitespace, a backslash or a control character", _FIX, step
+            f"{field} {value!r} contains whitespace, a backslash or a control character",
+            _fix(field),
+            step,
         )
     glob = next((c for c in value if c in GLOB_CHARS), None)
     if glob is not None:
@@ -74,7 +82,7 @@ def _check_characters(value: str, field: str, step: str) -> None:
 
 def _check_segments(value: str, field: str, step: str, allow_slash: bool) -> None:
     if not value:
-        raise InvalidStepError(f"{field} is empty", _FIX, step)
+        raise InvalidStepError(f"{field} is empty", _fix(field), step)
     _check_characters(value, field, step)
     if _SCHEME.match(value) or "://" in value:
         raise InvalidStepError(
@@ -83,14 +91,14 @@ def _check_segments(value: str, field: str, step: str, allow_slash: bool) -> Non
             step,
         )
     if value.startswith("/"):
-        raise InvalidStepError(f"{field} {value!r} starts with '/'", _FIX, step)
+        raise InvalidStepError(f"{field} {value!r} starts with '/'", _fix(field), step)
     segments = value.split("/")
     if not allow_slash and len(segments) > 1:
         raise InvalidStepError(f"{field} {value!r} contains '/'", "use '.' or '-' instead", step)
     for segment in segments:
         if segment in ("", ".", ".."):
             raise InvalidStepError(
-                f"{field} {value!r} has an empty, '.' or '..' segment", _FIX, step
+                f"{field} {value!r} has an empty, '.' or '..' segment", _fix(field), step
             )
         if segment.endswith(METADATA_SUFFIX):
             raise InvalidStepError(
