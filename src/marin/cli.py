@@ -264,6 +264,7 @@ _EPILOG_RUN = """example:
   marin run examples/ngram.py:pipeline --force ngram/dataset --no-progress
   marin run examples/ngram.py:pipeline --force ngram/corpus,ngram/dataset --no-step-output
   marin run examples/ngram.py:pipeline --json > run-report.json
+  marin run examples/ngram.py:pipeline --select 'ngram/eval/*' --exclude 'ngram/eval/trigram*'
 
 On a terminal a live display shows progress; elsewhere (CI, pipes, --no-progress) the run
 prints plain log lines. Each step's own output goes to <output>.marin/log.txt, and is echoed
@@ -275,6 +276,7 @@ _EPILOG_PLAN = """example:
   marin plan examples/ngram.py:pipeline --prefix /tmp/marin
   marin plan examples/ngram.py:pipeline --json | jq '.summary'
   marin plan examples/ngram.py:pipeline --exit-code || echo "something would run"
+  marin plan examples/ngram.py:pipeline --select 'ngram/eval/*'   # only these, and what they need
 
 The JSON schema is documented in docs/plan-json.md.
 exit codes: 0 (also when steps would run, unless --exit-code), 1 with --exit-code when any
@@ -284,6 +286,7 @@ _EPILOG_GRAPH = """example:
   marin graph examples/ngram.py:pipeline --format mermaid > graph.mmd
   marin graph examples/ngram.py:pipeline --format dot | dot -Tsvg > graph.svg
   marin graph examples/ngram.py:pipeline --format text --prefix /tmp/marin
+  marin graph examples/ngram.py:pipeline --select 'ngram/models/*'
 """
 _EPILOG_SHOW = """example:
   marin show ngram/dataset@v1 --prefix /tmp/marin
@@ -312,8 +315,8 @@ reason, the chain of upstream causes (what is rebuilt, which field drifted), the
 record was made from, and the builds upstream and downstream.
 """
 _EPILOG_DIFF = """example:
-  marin diff ngram/dataset@v1 ngram/dataset@v2 --prefix /tmp/marin
-  marin diff 'sweep/lr=0.1@v1' 'sweep/lr=0.2@v1'
+  marin diff ngram/models/bigram-add-k@v1 ngram/models/trigram-interpolated@v1 --prefix /tmp/marin
+  marin diff ngram/dataset@v1 ngram/dataset@v2 --prefix /tmp/marin   # two versions of one step
 
 Each side is what `marin show` takes. Fields are named as drift names them
 (config.smoothing.k: 0.05 -> 0.5, deps.ngram/dataset: v1 -> v2).
