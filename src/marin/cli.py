@@ -185,13 +185,16 @@ def cmd_graph(args: argparse.Namespace) -> int:
     from marin.execution.graph import collect_steps
     from marin.graph_view import render_graph
 
-    steps = collect_steps(_lowered(args.target, args))
+    targets = _lowered(args.target, args)
+    steps = collect_steps(targets)
     states = None
     if args.prefix:
         from marin.execution.step_runner import StepRunner
 
         _reachable(args.prefix)
-        plan, _ = StepRunner(prefix=args.prefix).plan(steps)
+        # The targets, as `marin plan` plans them: with every step a target, a pruned step
+        # would be "needed" and its readers shown stale.
+        plan, _ = StepRunner(prefix=args.prefix).plan(targets)
         states = plan.decisions
     sys.stdout.write(render_graph(steps, args.format, states))
     return EXIT_OK
@@ -432,12 +435,23 @@ SELECT_HELP = (
 EXCLUDE_HELP = "leave out the steps matching this glob, and every step that reads them"
 
 
+def _patterns(text: str) -> list[str]:
+    """One ``--select``/``--exclude`` value: a glob, or a comma list of them."""
+    patterns = [part.strip() for part in text.split(",")]
+    if not all(patterns):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has an empty pattern: give a glob such as 'ngram/eval/*', repeated or as "
+            "a comma list a,b"
+        )
+    return patterns
+
+
 def _add_selection(parser: argparse.ArgumentParser) -> None:
     for flag, text in (("--select", SELECT_HELP), ("--exclude", EXCLUDE_HELP)):
         parser.add_argument(
             flag,
             action=_ExtendForce,
-            type=_force_names,
+            type=_patterns,
             default=[],
             metavar="PATTERN",
             help=text,
@@ -537,7 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
         "graph",
         help="draw the pipeline as Mermaid, Graphviz DOT or text",
         description="Render the lowered graph; edges run from a dependency to its reader. With "
-        "--prefix, nodes are styled by status (built, to run, drift, dev, failed before).",
+        "--prefix, nodes are styled by the status `marin plan` shows (built, stale, drift, to run, "
+        "forced, dev, failed before, pruned).",
         epilog=_EPILOG_GRAPH,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

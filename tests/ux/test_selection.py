@@ -60,3 +60,9 @@ def test_a_pattern_that_matches_nothing_is_an_error(option: str, pattern: str, h
     assert f"error: {option} {pattern!r} matches no step of this pipeline: {hint}" in (
         result.stderr
     )
+
+
+def test_an_empty_pattern_is_a_usage_error() -> None:
+    result = marin("plan", EXAMPLE, "--select", "ngram/corpus,,ngram/dataset")
+    assert result.returncode == 2
+    assert "has an empty pattern: give a glob such as 'ngram/eval/*'" in result.stderr

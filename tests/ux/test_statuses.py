@@ -66,3 +66,17 @@ def test_run_summary_repeats_the_drift_warning(
     ) in summary
     clean = marin("run", EXAMPLE, "--prefix", prefix, "--no-progress")
     assert "warning:" not in clean.stdout
+
+
+def test_graph_shows_the_plans_statuses(built_example: str, drifted_example: str) -> None:
+    """``marin graph --prefix`` plans the targets as ``marin plan`` does: the pruned dataset
+    is "pruned" (it was "to run"), and the report it does not touch stays "built"."""
+    plan = rows(marin("plan", drifted_example, "--prefix", built_example).stdout)
+    graph = marin("graph", drifted_example, "--format", "text", "--prefix", built_example)
+    assert graph.returncode == 0, graph.stderr
+    labels = {"run": "to run", "failed-before": "failed before"}
+    for line in graph.stdout.splitlines():
+        step = next(w for w in line.split() if "@" in w)
+        _, status = plan[step]
+        assert line.split(step)[0].split(None, 1)[1].strip() == labels.get(status, status), line
+    assert "· pruned            ngram/dataset@v2" in graph.stdout
