@@ -44,15 +44,23 @@ def _explains(d: Decision) -> bool:
     return d.action == BUILD or bool(d.drift) or bool(d.stale)
 
 
+def _deps(spec: StepSpec) -> list[StepSpec]:
+    """Each dependency once, by output path (never by hashing specs: that walks their graph)."""
+    return list({dep.output_path: dep for dep in spec.deps}.values())
+
+
+def _line(spec: StepSpec, d: Decision, tail: str = "") -> str:
+    return f"{safe_text(spec.step_id)}: {tail}{d.action} ({shown_status(d)})"
+
+
 def _causes(plan: Plan, spec: StepSpec, depth: int, seen: set[str], out: list[str]) -> None:
     pad = "  " * depth
-    for dep in dict.fromkeys(spec.deps):
+    for dep in _deps(spec):
         d = plan.of(dep)
         if not _explains(d) or dep.output_path in seen:
             continue
         seen.add(dep.output_path)
-        out.append(f"{pad}<- {safe_text(dep.step_id)}: {d.action} ({shown_status(d)}): "
-                   f"{safe_text(d.reason)}")  # fmt: skip
+        out.append(f"{pad}<- {_line(dep, d)}: {safe_text(d.reason)}")
         out += [f"{pad}     {safe_text(line)}" for line in d.drift]
         if depth < MAX_DEPTH:
             _causes(plan, dep, depth + 1, seen, out)
@@ -61,7 +69,7 @@ def _causes(plan: Plan, spec: StepSpec, depth: int, seen: set[str], out: list[st
 def explain_step(plan: Plan, spec: StepSpec) -> str:
     """The text ``marin why`` prints for ``spec``."""
     d = plan.of(spec)
-    lines = [f"{safe_text(spec.step_id)}: {d.action} ({shown_status(d)})"]
+    lines = [_line(spec, d)]
     lines.append(f"  because: {safe_text(d.reason)}")
     lines += [f"    {safe_text(line)}" for line in d.drift]
     if d.record is not None:
@@ -76,7 +84,7 @@ def explain_step(plan: Plan, spec: StepSpec) -> str:
         lines += chain
     if spec.deps:
         lines.append("  upstream:")
-        for dep in dict.fromkeys(spec.deps):
+        for dep in _deps(spec):
             up = plan.of(dep)
             consumed = (d.record.inputs.get(dep.step_id) if d.record is not None else None) or ""
             current = up.record.build_id if up.record is not None else ""
@@ -86,8 +94,7 @@ def explain_step(plan: Plan, spec: StepSpec) -> str:
                 used = "; this record read that build"
             else:
                 used = f"; this record read build {consumed[:12]}, since replaced"
-            lines.append(f"    {safe_text(dep.step_id)}: {_build_id(up)}, {up.action} "
-                         f"({shown_status(up)}){used}")  # fmt: skip
+            lines.append(f"    {_line(dep, up, _build_id(up) + ', ')}{used}")
     readers = [
         x.spec
         for x in plan.decisions.values()
@@ -97,6 +104,5 @@ def explain_step(plan: Plan, spec: StepSpec) -> str:
         lines.append("  downstream:")
         for reader in readers:
             down = plan.of(reader)
-            lines.append(f"    {safe_text(reader.step_id)}: {_build_id(down)}, {down.action} "
-                         f"({shown_status(down)})")  # fmt: skip
+            lines.append(f"    {_line(reader, down, _build_id(down) + ', ')}")
     return "\n".join(lines) + "\n"
