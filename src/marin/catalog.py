@@ -298,7 +298,7 @@ def resolve_show_target(what: str, prefix: str | None) -> tuple[Location, str]:
         return location, f"{candidate}/{latest or versions[-1]}"
     raise NotFoundError(
         f"nothing named {candidate} is built under {location.url}",
-        _closest_hint(location, candidate),
+        closest_hint(location, candidate),
         candidate,
     )
 
@@ -316,14 +316,14 @@ def latest_built_version(location: Location, name: str, versions: list[str]) -> 
     return None if best is None else best[1]
 
 
-def _closest_hint(location: Location, name: str) -> str:
+def closest_hint(location: Location, name: str) -> str:
     """Suggest the closest built names (``difflib``), else point at ``marin ls``."""
-    import difflib
+    from marin.execution.suggest import did_you_mean
 
-    names = sorted({path.rpartition("/")[0] for path in find_artifacts(location)})
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-    if close:
-        return "did you mean " + " or ".join(close) + "?"
+    names = {path.rpartition("/")[0] for path in find_artifacts(location)}
+    hint = did_you_mean(name, names)
+    if hint:
+        return hint
     return f"`marin ls --prefix {location.url}` lists what is built"
 
 

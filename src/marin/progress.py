@@ -399,6 +399,8 @@ def render_summary(
             for r in timed[:SLOWEST_SHOWN]
         ]
 
+    lines += served_with_warning_lines(report)
+
     with observer._lock:
         failed = [r for r in observer.runs.values() if r.action == RunResult.FAILED]
     for run in failed:
@@ -412,6 +414,32 @@ def render_summary(
                 lines.append(f"  at:    {safe_text(where)}")
         lines.append(f"  log:   {safe_text(observer.log_url(run.spec))}")
     return "\n".join(lines) + "\n"
+
+
+def served_with_warning_lines(report: RunReport | None) -> list[str]:
+    """The warnings a run printed while it scrolled, once more where the run ends: steps served
+    although their config drifted (``on_drift=warn``) or their upstream was rebuilt (no
+    cascade)."""
+    if report is None or report.plan is None:
+        return []
+    served = [d for d in report.plan.decisions.values() if d.served_with_warning]
+    drifted = [d for d in served if d.drift]
+    stale = [d for d in served if d.stale and not d.drift]
+    lines = []
+    if drifted:
+        first = safe_text(drifted[0].spec.step_id)
+        lines.append(
+            f"warning: {len(drifted)} step(s) served although their config changed without a "
+            f"version bump (first: {first}); `marin plan` names the changed fields, "
+            "--on-drift rebuild rebuilds them"
+        )
+    if stale:
+        first = safe_text(stale[0].spec.step_id)
+        lines.append(
+            f"warning: {len(stale)} step(s) served although an upstream was rebuilt after them "
+            f"(first: {first}; --no-cascade); run without --no-cascade to rebuild them"
+        )
+    return lines
 
 
 def one_line(text: str) -> str:
@@ -459,7 +487,7 @@ def readable_result(location: Location, output_path: str) -> str | None:
             text = _small_text(fs, entry["name"])
             if text is None:
                 continue
-            kind = "Markdown" if _looks_like_markdown(entry["name"], text) else "text"
+            kind = _kind(entry["name"], text)
             url = location.url_for(output_path)
             if entry["name"].rstrip("/") != root.rstrip("/"):
                 url = url.rstrip("/") + "/" + entry["name"].rstrip("/").rsplit("/", 1)[-1]
@@ -479,6 +507,17 @@ def _small_text(fs: Any, path: str) -> str | None:
         return str(data.decode("utf-8"))
     except UnicodeDecodeError:
         return None
+
+
+_KINDS = {".json": "JSON", ".csv": "CSV", ".tsv": "TSV", ".rst": "reStructuredText"}
+
+
+def _kind(name: str, text: str) -> str:
+    """What a person is about to read: Markdown, JSON, CSV... else ``text``."""
+    if _looks_like_markdown(name, text):
+        return "Markdown"
+    suffix = "." + name.lower().rsplit(".", 1)[-1] if "." in name.rsplit("/", 1)[-1] else ""
+    return _KINDS.get(suffix, "text")
 
 
 def _looks_like_markdown(name: str, text: str) -> bool:

@@ -43,6 +43,7 @@ from marin.execution.errors import (
 from marin.execution.options import DEFAULT_ON_DRIFT, check_drift_policy, check_flag
 from marin.execution.records import FAILED, RUNNING, ArtifactRecord
 from marin.execution.step_spec import StepSpec
+from marin.execution.suggest import did_you_mean
 from marin.execution.vocabulary import Action, StoredStatus
 
 ACTIONS = tuple(Action)
@@ -255,9 +256,11 @@ def resolve_force(names: Iterable[str], steps: Sequence[StepSpec]) -> frozenset[
     known = {s.step_id for s in steps} | {s.name for s in steps}
     unknown = sorted(wanted - known)
     if unknown:
+        hints = [did_you_mean(name, known) for name in unknown]
         raise InvalidStepError(
             f"--force names no step in this pipeline: {list_names(unknown)}",
-            "pass a step name or name@version from `marin plan`",
+            "; ".join(h for h in hints[:10] if h)
+            or "pass a step name or name@version from `marin plan`",
         )
     return frozenset(ids)
 

@@ -18,6 +18,7 @@ _PLAIN = re.compile(r"^[\w.@/:{}+-]+$")
 
 
 MAX_VALUE_CHARS = 80
+OUTSIDE_CONFIG_AND_DEPS = "payload changed outside config and deps"
 
 
 def _short(value: Any) -> str:
@@ -67,7 +68,7 @@ def explain_drift(old_payload: str, new_payload: str, limit: int = 20) -> list[s
     for section in ("config", "deps"):
         _walk(old.get(section, _MISSING), new.get(section, _MISSING), section, lines)
     if not lines and old != new:
-        lines.append("payload changed outside config and deps")
+        lines.append(OUTSIDE_CONFIG_AND_DEPS)
     if len(lines) > limit:
         hidden = len(lines) - limit
         lines = [*lines[:limit], f"... and {hidden} more changed field(s)"]

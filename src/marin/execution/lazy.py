@@ -472,7 +472,7 @@ def apply(
     name: str,
     fn: Callable[..., Any],
     *,
-    version: str,
+    version: str | None = None,
     pin: str | None = None,
     artifact_type: str | type = "artifact",
     **inputs: Any,
@@ -483,6 +483,14 @@ def apply(
     ``artifact_type``: a label (or a class, named by its qualname), as on ``ArtifactStep``.
     """
     validate_name(name)
+    if version is None:
+        # A keyword with a default only so that leaving it out names the step (Python's own
+        # TypeError names neither the step nor the fix).
+        raise InvalidStepError(
+            "apply() needs version=",
+            f"pass version='v1' (bump it when {name}'s code changes its output)",
+            name,
+        )
     step_id = f"{name}@{version}"
     if not callable(fn):
         raise InvalidStepError(f"fn={fn!r} is not callable", "pass the function to run", step_id)

@@ -12,7 +12,6 @@ the pipeline's own traceback frames (never the engine's) in ``details``.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import inspect
@@ -24,6 +23,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from marin.execution.errors import MarinError, TargetError
+from marin.execution.suggest import close_names
 
 if TYPE_CHECKING:
     from marin.execution.lazy import ArtifactStep
@@ -201,7 +201,7 @@ def _candidates(value: Any) -> list[str]:
 
 def _missing_attribute(target: Target, value: Any, part: str) -> TargetError:
     names = _candidates(value)
-    close = difflib.get_close_matches(part, names, n=1)
+    close = close_names(part, names, n=1)
     prefix = target.attr[: -len(part)] if target.attr.endswith(part) else ""
     if close:
         fix = f"did you mean {target.location}:{prefix}{close[0]}?"
