@@ -38,6 +38,7 @@ from marin.execution.decide import Plan, Upstream
 from marin.execution.errors import AbandonedError
 from marin.execution.executors import Completion, CompletionKind, Executor, StepJob
 from marin.execution.lease import release_all_held
+from marin.execution.provenance import current_engine, engine_run
 from marin.execution.records import ArtifactRecord, log_path, read_record
 from marin.execution.report import (
     INTERRUPTED_REASON,
@@ -336,7 +337,16 @@ class RunLoop:
                 )
 
         context = self._context.copy()  # the caller's context variables, in the worker
-        return lambda: context.run(build)
+
+        def in_callers_context() -> BuildOutcome:
+            # An engine's task that runs this job (a Prefect task run) names itself in the
+            # worker's own context, for the record's provenance: carry that over too.
+            engine = current_engine()
+            if engine is None:
+                return context.run(build)
+            return context.run(_with_engine, engine, build)
+
+        return in_callers_context
 
     # -- served steps, re-checked when served -----------------------------------------------
 
@@ -542,3 +552,9 @@ class _QueuedInterrupts:
 
     def restore(self) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _with_engine(engine: dict[str, Any], build: Callable[[], BuildOutcome]) -> BuildOutcome:
+    ids = {key: value for key, value in engine.items() if key != "name"}
+    with engine_run(str(engine["name"]), ids):
+        return build()
