@@ -2,7 +2,8 @@
 
 Edges point the way data flows, from a dependency to the step that reads it. Given the steps'
 states (``marin graph --prefix P``), nodes are styled by status: built, to run, drift, dev,
-failed-before; the status word is also in each label, so the picture reads without colour.
+failed-before, foreign (another step's record in its place); the status word is also in each
+label, so the picture reads without colour.
 
 Mermaid output must render on GitHub: every label is quoted, and node ids are the step ids
 reduced to ``[A-Za-z0-9_]`` behind an ``s_`` prefix (so no id can be a Mermaid keyword such as
@@ -27,8 +28,16 @@ STATUS_LABEL = {
     "drift": "drift",
     "dev": "dev",
     "failed-before": "failed before",
+    "foreign": "foreign",
 }
-SYMBOLS = {"built": "✓", "run": "▶", "drift": "≠", "dev": "↻", "failed-before": "✗"}
+SYMBOLS = {
+    "built": "✓",
+    "run": "▶",
+    "drift": "≠",
+    "dev": "↻",
+    "failed-before": "✗",
+    "foreign": "⊘",
+}
 # (fill, stroke, text) per status: readable in GitHub's light and dark themes.
 COLOURS = {
     "built": ("#d3f9d8", "#2b8a3e", "#0b3d1a"),
@@ -36,6 +45,7 @@ COLOURS = {
     "drift": ("#f3d9fa", "#9c36b5", "#3b0a45"),
     "dev": ("#d0ebff", "#1971c2", "#082a4d"),
     "failed-before": ("#ffe3e3", "#c92a2a", "#4a0808"),
+    "foreign": ("#ffe8cc", "#d9480f", "#4a1a00"),
 }
 CLASS_NAMES = {
     "built": "built",
@@ -43,6 +53,7 @@ CLASS_NAMES = {
     "drift": "drift",
     "dev": "dev",
     "failed-before": "failed",
+    "foreign": "foreign",
 }
 
 

@@ -16,7 +16,14 @@ from marin.execution.storage import Location
 from marin.terminal_text import safe_rich, safe_text
 
 PLAN_SCHEMA = 1
-SYMBOLS = {"built": "✓", "run": "▶", "drift": "≠", "dev": "↻", "failed-before": "✗"}
+SYMBOLS = {
+    "built": "✓",
+    "run": "▶",
+    "drift": "≠",
+    "dev": "↻",
+    "failed-before": "✗",
+    "foreign": "⊘",
+}
 ORDER = STATUSES
 
 
@@ -95,6 +102,7 @@ def plan_table(plan: Plan, location: Location, color: bool = False) -> str:
         "drift": "magenta",
         "dev": "cyan",
         "failed-before": "red",
+        "foreign": "red",
     }
     for state in plan.decisions.values():
         reason = safe_text(state.reason)

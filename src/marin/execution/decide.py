@@ -16,6 +16,11 @@ The rule, per step:
 - **prune** when it has no usable record and nothing that runs needs it: a missing intermediate
   below built steps is not rebuilt.
 
+A record of another step at a step's path (``foreign``: copied there, say) is never served, and
+never replaced: a step that would be built over one is decided ``build`` with a ``refusal``,
+which ``build_step`` raises before it writes anything; the other steps go on as after any
+failed step. Not needed, such a step is pruned.
+
 Under ``on_drift="error"`` a drifted step raises ``DriftError``, wherever it sits in the graph.
 
 Whether a step is "needed" and whether an upstream "is rebuilt" depend on the decisions of the
@@ -32,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.drift import explain_drift
-from marin.execution.errors import DriftError, InvalidStepError
-from marin.execution.records import FAILED, RUNNING, ArtifactRecord
+from marin.execution.errors import DriftError, ForeignRecordError, InvalidStepError
+from marin.execution.records import FAILED, RUNNING, ArtifactRecord, ForeignRecord
 from marin.execution.step_spec import StepSpec
 
 BUILD, SKIP, PRUNE = "build", "skip", "prune"
@@ -41,7 +46,8 @@ ACTIONS = (BUILD, SKIP, PRUNE)
 
 # What storage holds for a step (``status`` in ``marin plan --json``, schema 1).
 BUILT, RUN, DRIFT, DEV, FAILED_BEFORE = "built", "run", "drift", "dev", "failed-before"
-STATUSES = (BUILT, RUN, DRIFT, DEV, FAILED_BEFORE)
+FOREIGN = "foreign"
+STATUSES = (BUILT, RUN, DRIFT, DEV, FAILED_BEFORE, FOREIGN)
 
 DRIFT_POLICIES = ("warn", "rebuild", "error")
 BUILT_REASON = "built: record matches fingerprint"
@@ -81,6 +87,8 @@ class Stored:
 
     record: ArtifactRecord | None = None
     status: Mapping[str, Any] | None = None
+    foreign: ForeignRecord | None = None
+    """A record of another step where this step's record belongs (``record`` is None then)."""
 
 
 NOTHING_STORED = Stored()
@@ -115,6 +123,13 @@ class Decision:
     lineage: str = LINEAGE_NONE
     """For a record: ``ok``, ``stale``, or ``unknown`` (written before build ids existed)."""
     forced: bool = False
+    refusal: tuple[str, str] | None = None
+    """``(what, fix)`` when the step must be built but may not be (a foreign record is in the
+    way): ``build_step`` raises it as a ``ForeignRecordError`` before writing anything."""
+
+    def raise_if_refused(self) -> None:
+        if self.refusal is not None:
+            raise ForeignRecordError(*self.refusal, self.spec.step_id)
 
     @property
     def served_with_warning(self) -> bool:
@@ -125,6 +140,8 @@ class Decision:
 def _own_status(spec: StepSpec, stored: Stored) -> tuple[str, str, tuple[str, ...]]:
     """(status, reason, drift lines) from the step's own record and status alone."""
     record = stored.record
+    if stored.foreign is not None:
+        return FOREIGN, stored.foreign.why, ()
     if spec.mutable:
         return DEV, f"version {spec.version!r} is mutable: rebuilds every run", ()
     if record is None:
@@ -195,6 +212,19 @@ def decide(
             **extra,
         )
 
+    if stored.foreign is not None:
+        if forced or needed or spec.mutable:
+            # Building would replace the other step's record, which is not this step's to
+            # delete; and serving it would serve another step's artifact.
+            file = stored.foreign.path
+            refusal = (
+                f"{file} is not the record of {spec.step_id} ({why}); building the step "
+                "would replace it",
+                f"move {file} (or its whole folder) away, then run again: Marin never "
+                "serves or deletes another step's record",
+            )
+            return decision(BUILD, f"{why}: a run refuses to build over it", refusal=refusal)
+        return decision(PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
     if forced:
         return decision(BUILD, "forced (--force)")
     if status == DEV:
