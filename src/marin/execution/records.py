@@ -122,7 +122,8 @@ class ArtifactRecord:
                 isinstance(value, bool) != (kind is bool) or not isinstance(value, kind)
             ):
                 raise ValueError(f"field 'provenance.{key}' is a {type(value).__name__}")
-        if not all(isinstance(a, str) for a in provenance.get("argv") or []):
+        argv = provenance.get("argv", [])  # present, it is a list (``show`` joins it)
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             raise ValueError("field 'provenance.argv' is not a list of strings")
         try:
             finite = math.isfinite(fields["duration_s"])
@@ -181,12 +182,11 @@ _PROVENANCE_TYPES: dict[str, type | tuple[type, ...]] = {
     "user": str,
     "host": str,
     "pid": int,
-    "argv": list,
     "time": str,
     "lowered": dict,
 }
-"""What ``collect_provenance`` writes (each may be absent or null; other keys are kept as they
-are): ``marin show`` and ``ls`` print these."""
+"""What ``collect_provenance`` writes (each may be absent or null; ``argv``, checked apart, may
+not be null; other keys are kept as they are): ``marin show`` and ``ls`` print these."""
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
