@@ -18,8 +18,9 @@ import pytest
 
 from marin import catalog
 from marin.execution.build import build_step
-from marin.execution.decide import BUILD, FOREIGN, Policy, Stored, decide
+from marin.execution.decide import BUILD, FOREIGN, PRUNE, Policy, Stored, decide
 from marin.execution.errors import ForeignRecordError, MarinError, SymlinkError
+from marin.execution.inspect import read_stored_step
 from marin.execution.records import lease_path, metadata_dir, read_record, record_path
 from marin.execution.step_runner import StepRunner
 from marin.execution.storage import open_prefix
@@ -159,7 +160,7 @@ def test_another_steps_record_is_refused_on_every_store(store_prefix: str) -> No
     assert (decision.status, decision.action, decision.record) == (FOREIGN, BUILD, None)
     assert decision.refusal is not None
     # Not needed (a dependent is served from its own record): pruned, still not served.
-    assert decide(s, plan_stored(location, s), [], Policy(), needed=False).action == "prune"
+    assert decide(s, read_stored_step(s, location), [], Policy(), needed=False).action == PRUNE
 
     for force in ((), ("s",)):
         with pytest.raises(MarinError) as failed:  # the run's failure, caused by the refusal
@@ -174,12 +175,6 @@ def test_another_steps_record_is_refused_on_every_store(store_prefix: str) -> No
     with pytest.raises(ForeignRecordError, match="record belongs to other@v0"):
         build_step(s, location, decision=planned, upstream=[])
     assert location.fs.cat_file(location.path(record_path("s/v0"))) == copied
-
-
-def plan_stored(location: Any, spec: Any) -> Stored:
-    from marin.execution.inspect import read_stored_step
-
-    return read_stored_step(spec, location)
 
 
 def test_a_record_naming_another_output_is_foreign(tmp_path: Path) -> None:
@@ -207,7 +202,9 @@ def test_a_record_naming_another_output_is_foreign(tmp_path: Path) -> None:
 
 
 def _tree(path: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()
+    }
 
 
 def test_a_linked_metadata_folder_is_refused_and_what_it_points_to_survives(
@@ -241,9 +238,7 @@ def test_a_linked_metadata_folder_is_refused_and_what_it_points_to_survives(
 
 
 @pytest.mark.parametrize("name", ["record.json", "status.json", "lease.json", "log.txt"])
-def test_a_linked_metadata_file_is_never_read_written_or_deleted(
-    tmp_path: Path, name: str
-) -> None:
+def test_a_linked_metadata_file_is_never_read_written_or_deleted(tmp_path: Path, name: str) -> None:
     prefix, outside = tmp_path / "p", tmp_path / "outside.json"
     location, spec = open_prefix(str(prefix)), pipelines.s.lower()
     StepRunner(prefix=str(prefix)).run([spec])
