@@ -144,10 +144,12 @@ class ArtifactRecord:
         A record names its step and its output; one copied or moved beside another step's
         output (a user "renaming" a step by copying folders) names the step it was built for.
         The output path is compared below the prefix only, so a prefix moved or copied as a
-        whole (or reached through another spelling, such as a link) keeps its records.
+        whole (or reached through another spelling, such as a link) keeps its records. With no
+        name in ``output_path`` (``marin show <output path>`` opens the output's parent folder,
+        not knowing the prefix) only the version and the output path's tail are compared.
         """
         name, _, version = output_path.rpartition("/")
-        if (self.name, self.version) != (name, version):
+        if self.version != version or (name and self.name != name):
             return f"record belongs to {self.step_id}"
         if not (self.output_path == output_path or self.output_path.endswith("/" + output_path)):
             return f"record was written for the output {self.output_path}"
