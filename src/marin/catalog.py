@@ -147,12 +147,13 @@ def list_entries(location: Location, *, sizes: bool = True) -> list[Entry]:
         return list(pool.map(entry, paths))
 
 
+FOREIGN_STATE = "FOREIGN"
+"""The state ``ls`` and ``show`` give a step whose folder holds another step's record."""
+
+
 def _foreign_status(found: ForeignRecord) -> dict[str, Any]:
     """How ``ls`` and ``show`` report another step's record in a step's place: not built."""
     return {"state": FOREIGN_STATE, "error": f"{found.why}: {found.path}"}
-
-
-FOREIGN_STATE = "FOREIGN"
 
 
 def ls_json(location: Location, entries: list[Entry]) -> dict[str, Any]:
