@@ -19,6 +19,8 @@ from marin.execution.errors import MarinError
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.records import (
     ArtifactRecord,
+    ForeignRecord,
+    load_record,
     log_path,
     read_attempt,
     read_record,
@@ -66,10 +68,10 @@ def human_time(iso: str | None) -> str:
         return "-"
     try:
         when = datetime.datetime.fromisoformat(iso)
-    except ValueError:
+        if when.tzinfo is not None:
+            when = when.astimezone(datetime.UTC)
+    except (ValueError, OverflowError):  # a stored time such as year 1 at +14:00 has no UTC
         return iso
-    if when.tzinfo is not None:
-        when = when.astimezone(datetime.UTC)
     return when.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
@@ -136,6 +138,8 @@ def find_artifacts(location: Location) -> list[str]:
 
 def _size(location: Location, output_path: str) -> int | None:
     path = location.path(output_path)
+    if location.is_local and os.path.islink(path):
+        return None  # measuring would walk whatever the link points to
     try:
         if not location.fs.exists(path):
             return None
@@ -148,15 +152,26 @@ def list_entries(location: Location, *, sizes: bool = True) -> list[Entry]:
     paths = find_artifacts(location)
 
     def entry(path: str) -> Entry:
-        record = read_record(location, path)
-        status = None if record is not None else read_attempt(location, path)
-        size = _size(location, path) if sizes and record is not None else None
-        return Entry(path, record, status, size)
+        found = load_record(location, path)
+        if isinstance(found, ForeignRecord):
+            return Entry(path, None, _foreign_status(found), None)
+        status = None if found is not None else read_attempt(location, path)
+        size = _size(location, path) if sizes and found is not None else None
+        return Entry(path, found, status, size)
 
     if not paths:
         return []
     with ThreadPoolExecutor(min(IO_PARALLELISM, len(paths)), "marin-ls") as pool:
         return list(pool.map(entry, paths))
+
+
+FOREIGN_STATE = "FOREIGN"
+"""The state ``ls`` and ``show`` give a step whose folder holds another step's record."""
+
+
+def _foreign_status(found: ForeignRecord) -> dict[str, Any]:
+    """How ``ls`` and ``show`` report another step's record in a step's place: not built."""
+    return {"state": FOREIGN_STATE, "error": f"{found.why}: {found.path}"}
 
 
 def ls_json(location: Location, entries: list[Entry]) -> dict[str, Any]:
@@ -289,7 +304,7 @@ def resolve_show_target(what: str, prefix: str | None) -> tuple[Location, str]:
         name, _, version = what.rpartition("@")
         return location, f"{name}/{version}"
     candidate = _strip_metadata(what)
-    if location.fs.exists(location.path(record_path(candidate))):
+    if location.has_file(location.path(record_path(candidate))):
         return location, candidate  # a relative output path, name/version
     # Without '@' the whole argument is a name: never read its last part as a version.
     versions = _versions_of(location, candidate)
@@ -364,8 +379,11 @@ def _json_block(value: Any, indent: str = "    ") -> list[str]:
 
 def show_record(location: Location, output_path: str) -> tuple[str, int]:
     """The text ``marin show`` prints and its exit code (0 built, 1 not built)."""
-    record = read_record(location, output_path)
+    found = load_record(location, output_path)
+    record = found if isinstance(found, ArtifactRecord) else None
     status = read_attempt(location, output_path)
+    if isinstance(found, ForeignRecord):
+        status = {**(status or {}), **_foreign_status(found)}
     url = location.url_for(output_path)
     log_url = location.url_for(log_path(output_path))
     if not location.has_file(location.path(log_path(output_path))):

@@ -284,7 +284,7 @@ _EPILOG_PLAN = """example:
 
 The JSON schema is documented in docs/plan-json.md.
 exit codes: 0 (also when steps would run, unless --exit-code), 1 with --exit-code when any
-step is not built (to run, drift, dev, failed-before), 2 bad input.
+step is not built (to run, drift, dev, failed-before, foreign), 2 bad input.
 """
 _EPILOG_GRAPH = """example:
   marin graph examples/ngram.py:pipeline --format mermaid > graph.mmd
@@ -542,8 +542,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan = commands.add_parser(
         "plan",
         help="show what a run would do and why; changes nothing",
-        description="List every step with its status (built, run, drift, dev, failed-before), "
-        "fingerprint, output path and reason. Drift is explained field by field.",
+        description="List every step with its status (built, run, drift, dev, failed-before, "
+        "foreign), fingerprint, output path and reason. Drift is explained field by field.",
         epilog=_EPILOG_PLAN,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

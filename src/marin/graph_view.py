@@ -2,8 +2,9 @@
 
 Edges point the way data flows, from a dependency to the step that reads it. Given the steps'
 states (``marin graph --prefix P``), nodes are styled by status, the one ``marin plan``
-shows beside the action: built, stale, drift, to run, forced, dev, failed-before, pruned; the
-status word is also in each label, so the picture reads without colour.
+shows beside the action: built, stale, drift, to run, forced, dev, failed-before, pruned,
+foreign (another step's record in its place); the status word is also in each label, so the
+picture reads without colour.
 
 Mermaid output must render on GitHub: every label is quoted, and node ids are the step ids
 reduced to ``[A-Za-z0-9_]`` behind an ``s_`` prefix (so no id can be a Mermaid keyword such as
@@ -32,6 +33,7 @@ STATUS_LABEL = {
     "stale": "stale",
     "forced": "forced",
     "pruned": "pruned",
+    "foreign": "foreign",
 }
 # (fill, stroke, text) per status: readable in GitHub's light and dark themes.
 COLOURS = {
@@ -43,6 +45,7 @@ COLOURS = {
     "stale": ("#ffe8cc", "#d9480f", "#4a1d00"),
     "forced": ("#fff3bf", "#e67700", "#4a2800"),
     "pruned": ("#f1f3f5", "#868e96", "#212529"),
+    "foreign": ("#fff0f6", "#a61e4d", "#3d0a1c"),
 }
 CLASS_NAMES = {
     "built": "built",
@@ -53,6 +56,7 @@ CLASS_NAMES = {
     "stale": "stale",
     "forced": "forced",
     "pruned": "pruned",
+    "foreign": "foreign",
 }
 
 

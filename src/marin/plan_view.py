@@ -18,7 +18,7 @@ from marin.execution.vocabulary import Action, StoredStatus
 from marin.terminal_text import safe_rich, safe_text
 
 PLAN_SCHEMA = 1
-SHOWN = ("built", "stale", "drift", "run", "forced", "dev", "failed-before", "pruned")
+SHOWN = ("built", "stale", "drift", "run", "forced", "dev", "failed-before", "pruned", "foreign")
 """The status column: what storage holds, in words that agree with the action (a pruned step
 is ``pruned``, never ``run``; a step rebuilt because its upstream is, ``stale``, never
 ``built``). The JSON keeps ``status`` (storage alone) and ``action`` apart."""
@@ -31,6 +31,7 @@ SYMBOLS = {
     "dev": "↻",
     "failed-before": "✗",
     "pruned": "·",
+    "foreign": "⊘",
 }
 STYLES = {
     "built": "green",
@@ -41,6 +42,7 @@ STYLES = {
     "dev": "cyan",
     "failed-before": "red",
     "pruned": "dim",
+    "foreign": "red",
 }
 ORDER = STATUSES
 DEFAULT_WIDTH = 250
@@ -51,6 +53,8 @@ FINGERPRINT_COLUMN_MIN_WIDTH = 100
 
 def shown_status(d: Decision) -> str:
     """The status a person reads next to ``d.action``: never one that contradicts it."""
+    if d.status == StoredStatus.FOREIGN:
+        return "foreign"  # another step's record: never served, never built over
     if d.action == Action.PRUNE:
         return "pruned"
     if d.forced:

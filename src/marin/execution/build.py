@@ -53,8 +53,10 @@ from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
     FAILED,
     ArtifactRecord,
+    ForeignRecord,
     clear_status,
     delete_record,
+    load_record,
     log_path,
     metadata_dir,
     metadata_files,
@@ -172,6 +174,7 @@ def build_step(
                 drift=decision.drift,
                 reason=decision.reason,
             )
+    decision.raise_if_refused()  # another step's record is in the way: nothing is written
 
     crash_point("before-lease", spec.step_id)
     try:
@@ -216,7 +219,12 @@ def _lease_and_build(
     try:
         crash_point("after-lease", spec.step_id)
         present = metadata_files(location, spec.output_path)
-        record = read_record(location, spec.output_path) if "record.json" in present else None
+        found = load_record(location, spec.output_path) if "record.json" in present else None
+        if isinstance(found, ForeignRecord):
+            # Copied in after the plan: refused like any other step's record, never replaced.
+            decide(spec, Stored(foreign=found), upstream, policy, needed=True).raise_if_refused()
+            raise AssertionError(f"decide() must refuse to build over {found.path}")
+        record = found
         # Someone committed while we waited for the lease: decide again on that record.
         changed = _build_id(record) != _build_id(decision.record)
         if changed and record is not None and _served_from_other(spec, record, upstream, policy):

@@ -16,6 +16,11 @@ The rule, per step:
 - **prune** when it has no usable record and nothing that runs needs it: a missing intermediate
   below built steps is not rebuilt.
 
+A record of another step at a step's path (``foreign``: copied there, say) is never served, and
+never replaced: a step that would be built over one is decided ``build`` with a ``refusal``,
+which ``build_step`` raises before it writes anything; the other steps go on as after any
+failed step. Not needed, such a step is pruned.
+
 Under ``on_drift="error"`` a drifted step raises ``DriftError``, wherever it sits in the graph.
 
 Whether a step is "needed" and whether an upstream "is rebuilt" depend on the decisions of the
@@ -37,11 +42,12 @@ from marin.execution.errors import (
     DriftError,
     FailedBeforeError,
     FingerprintMismatchError,
+    ForeignRecordError,
     InvalidStepError,
     list_names,
 )
 from marin.execution.options import DEFAULT_ON_DRIFT, check_drift_policy, check_flag
-from marin.execution.records import FAILED, RUNNING, ArtifactRecord
+from marin.execution.records import FAILED, RUNNING, ArtifactRecord, ForeignRecord
 from marin.execution.step_spec import StepSpec
 from marin.execution.suggest import did_you_mean
 from marin.execution.vocabulary import Action, StoredStatus
@@ -80,6 +86,8 @@ class Stored:
 
     record: ArtifactRecord | None = None
     status: Mapping[str, Any] | None = None
+    foreign: ForeignRecord | None = None
+    """A record of another step where this step's record belongs (``record`` is None then)."""
 
 
 NOTHING_STORED = Stored()
@@ -113,6 +121,13 @@ class Decision:
     lineage: str = LINEAGE_NONE
     """For a record: ``ok``, ``stale``, or ``unknown`` (written before build ids existed)."""
     forced: bool = False
+    refusal: tuple[str, str] | None = None
+    """``(what, fix)`` when the step must be built but may not be (a foreign record is in the
+    way): ``build_step`` raises it as a ``ForeignRecordError`` before writing anything."""
+
+    def raise_if_refused(self) -> None:
+        if self.refusal is not None:
+            raise ForeignRecordError(*self.refusal, self.spec.step_id)
 
     @property
     def served_with_warning(self) -> bool:
@@ -123,6 +138,8 @@ class Decision:
 def _own_status(spec: StepSpec, stored: Stored) -> tuple[StoredStatus, str, tuple[str, ...]]:
     """(status, reason, drift lines) from the step's own record and status alone."""
     record = stored.record
+    if stored.foreign is not None:
+        return StoredStatus.FOREIGN, stored.foreign.why, ()
     if spec.mutable:
         return StoredStatus.DEV, f"version {spec.version!r} is mutable: rebuilds every run", ()
     if record is None:
@@ -193,6 +210,19 @@ def decide(
             **extra,
         )
 
+    if stored.foreign is not None:
+        if forced or needed or spec.mutable:
+            # Building would replace the other step's record, which is not this step's to
+            # delete; and serving it would serve another step's artifact.
+            file = stored.foreign.path
+            refusal = (
+                f"{file} is not the record of {spec.step_id} ({why}); building the step "
+                "would replace it",
+                f"move {file} (or its whole folder) away, then run again: Marin never "
+                "serves or deletes another step's record",
+            )
+            return decision(Action.BUILD, f"{why}: a run refuses to build over it", refusal=refusal)
+        return decision(Action.PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
     if forced:
         return decision(Action.BUILD, "forced (--force)")
     if status == StoredStatus.DEV:

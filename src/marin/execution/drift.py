@@ -62,7 +62,11 @@ def explain_drift(old_payload: str, new_payload: str, limit: int = 20) -> list[s
     """
     try:
         old, new = json.loads(old_payload), json.loads(new_payload)
-    except ValueError:
+    except (ValueError, RecursionError):
+        return ["stored fingerprint payload is unreadable"]
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        # Stored payloads are checked when a record is read (``ArtifactRecord.from_json``);
+        # this keeps the function total for any caller.
         return ["stored fingerprint payload is unreadable"]
     lines: list[str] = []
     for section in ("config", "deps"):

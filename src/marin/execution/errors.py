@@ -74,6 +74,16 @@ class StorageError(MarinError, OSError):
     """A prefix or path that cannot be opened or written."""
 
 
+class SymlinkError(StorageError):
+    """A path below the prefix is a symbolic link: Marin never follows one to anything it
+    writes, reads as state, or deletes (``Location.check_no_links``)."""
+
+
+class ForeignRecordError(MarinError, RuntimeError):
+    """A step's metadata folder holds another step's record: building the step would replace
+    that record, so the build is refused (``decide`` says so; ``build_step`` raises this)."""
+
+
 class TargetError(MarinError, ValueError):
     """A CLI target that does not name a pipeline."""
 

@@ -63,7 +63,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 from marin.execution import faults
 from marin.execution.errors import ConfigError
 from marin.execution.records import lease_path, write_atomic
-from marin.execution.storage import Location, open_local, with_retries
+from marin.execution.storage import Location, open_local, read_no_follow, with_retries
 
 log = logging.getLogger("marin")
 
@@ -164,7 +164,7 @@ def _holder_is_dead(process: str | None) -> bool:
     if os.environ.get(CHECK_PID_ENV, "1") in ("0", "false", "no"):
         return False
     pid, _, start = process[len(_MACHINE) + 1 :].partition("/")
-    if not pid.isdigit():
+    if not (pid.isascii() and pid.isdigit()):  # "²".isdigit(), but int("²") fails
         return False
     return _process_start(int(pid)) != start
 
@@ -222,10 +222,9 @@ class LeaseInfo:
             or not (process is None or isinstance(process, str))
         ):
             return cls(GARBLED, "", 0.0)
-        expires_at = float(expires)
-        if not (0 < expires_at <= time.time() + MAX_TTL_S):
+        if not (0 < expires <= time.time() + MAX_TTL_S):  # before float(): 10**400 overflows
             return cls(GARBLED, "", 0.0)
-        return cls(holder, token, expires_at, process)
+        return cls(holder, token, float(expires), process)
 
 
 GARBLED = "<unreadable>"
@@ -365,6 +364,8 @@ class LocalLeaseStore(_CompareStore):
     torn_create = True
 
     def create(self, path: str, data: bytes) -> bool:
+        # O_EXCL never follows a link at ``path``; the folders above it must not be links.
+        self.location.check_no_links(os.path.dirname(path))
         flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
         try:
             fd = os.open(path, flags, 0o644)
@@ -384,8 +385,7 @@ class LocalLeaseStore(_CompareStore):
 
     def read(self, path: str) -> tuple[bytes, Any] | None:
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
+            raw = read_no_follow(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
         return raw, raw

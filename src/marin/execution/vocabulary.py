@@ -29,6 +29,8 @@ class StoredStatus(StrEnum):
     DRIFT = "drift"
     DEV = "dev"
     FAILED_BEFORE = "failed-before"
+    FOREIGN = "foreign"
+    """The step's metadata folder holds another step's record: never served nor replaced."""
 
 
 class AttemptState(StrEnum):
