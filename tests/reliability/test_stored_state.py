@@ -18,12 +18,13 @@ import pytest
 
 from marin import catalog
 from marin.execution.build import build_step
-from marin.execution.decide import BUILD, FOREIGN, PRUNE, Policy, Stored, decide
+from marin.execution.decide import Policy, Stored, decide
 from marin.execution.errors import ForeignRecordError, MarinError, SymlinkError
 from marin.execution.inspect import read_stored_step
 from marin.execution.records import lease_path, metadata_dir, read_record, record_path
 from marin.execution.step_runner import StepRunner
 from marin.execution.storage import open_prefix
+from marin.execution.vocabulary import Action, StoredStatus
 from tests.reliability import stored_state_pipelines as pipelines
 from tests.reliability.conftest import REPO
 
@@ -99,7 +100,7 @@ def test_a_payload_that_is_no_object_is_rebuilt_on_every_store(
     for on_drift, force in (("warn", ()), ("error", ()), ("rebuild", ()), ("warn", ("s",))):
         _corrupt_payload(location, payload)
         plan, _ = StepRunner(prefix=store_prefix, on_drift=on_drift).plan([changed], force=force)
-        assert plan.of(changed).action == BUILD and plan.of(changed).record is None
+        assert plan.of(changed).action == Action.BUILD and plan.of(changed).record is None
         StepRunner(prefix=store_prefix, on_drift=on_drift).run([changed], force=force)
         rebuilt = read_record(location, "s/v0")
         assert rebuilt is not None and rebuilt.result == "s-changed"
@@ -157,10 +158,10 @@ def test_another_steps_record_is_refused_on_every_store(store_prefix: str) -> No
 
     plan, _ = StepRunner(prefix=store_prefix).plan([s, t])
     decision = plan.of(s)
-    assert (decision.status, decision.action, decision.record) == (FOREIGN, BUILD, None)
+    assert (decision.status, decision.action, decision.record) == (StoredStatus.FOREIGN, Action.BUILD, None)
     assert decision.refusal is not None
     # Not needed (a dependent is served from its own record): pruned, still not served.
-    assert decide(s, read_stored_step(s, location), [], Policy(), needed=False).action == PRUNE
+    assert decide(s, read_stored_step(s, location), [], Policy(), needed=False).action == Action.PRUNE
 
     for force in ((), ("s",)):
         with pytest.raises(MarinError) as failed:  # the run's failure, caused by the refusal
@@ -187,7 +188,7 @@ def test_a_record_naming_another_output_is_foreign(tmp_path: Path) -> None:
     location.fs.pipe_file(path, json.dumps({**data, "output_path": "/else/x/v0"}).encode())
     plan, _ = StepRunner(prefix=prefix).plan([pipelines.s.lower()])
     decision = plan.of(pipelines.s.lower())
-    assert decision.status == FOREIGN and "written for the output /else/x/v0" in decision.reason
+    assert decision.status == StoredStatus.FOREIGN and "written for the output /else/x/v0" in decision.reason
     # A prefix moved as a whole keeps its records: only the part below the prefix is compared.
     moved = str(tmp_path / "moved")
     os.rename(prefix, moved)
