@@ -21,7 +21,13 @@ from marin import catalog
 from marin.execution import lease as lease_module
 from marin.execution import records
 from marin.execution.build import build_step
-from marin.execution.errors import ConfigError, DriftError, InvalidStepError, MarinError
+from marin.execution.errors import (
+    ArtifactTypeMismatchError,
+    ConfigError,
+    DriftError,
+    InvalidStepError,
+    MarinError,
+)
 from marin.execution.inspect import plan_run
 from marin.execution.lazy import OUT, apply, resolve
 from marin.execution.lease import TTL_ENV, Lease, LeaseInfo, ttl_from_env
@@ -339,7 +345,8 @@ def _changed(base: dict[str, Any], changes: dict[str, Any]) -> bytes:
         if isinstance(value, str):
             value = value.replace(_MACHINE_MARK, lease_module._MACHINE or "none")
         if key.startswith("provenance."):
-            doc["provenance"][key.split(".", 1)[1]] = value
+            if isinstance(doc.get("provenance"), dict):  # else a draw replaced it whole
+                doc["provenance"][key.split(".", 1)[1]] = value
         else:
             doc[key] = value
     return json.dumps(doc).encode()
@@ -349,7 +356,8 @@ def _every_reader_survives(
     record: dict[str, Any], status: dict[str, Any], lease: dict[str, Any]
 ) -> None:
     """Whatever the fields hold, reading, planning (all drift policies, forced or not), ``ls``
-    and ``show`` never raise anything but a ``DriftError`` under ``on_drift="error"``."""
+    and ``show`` never raise anything but a ``DriftError`` under ``on_drift="error"``, or the
+    artifact-type refusal, which ``--force`` gets past."""
     location = open_prefix(_FUZZ_PREFIX)
     base_record, base_status, base_lease = _base_files()
     files = {
@@ -373,6 +381,11 @@ def _every_reader_survives(
                 plan = plan_run([spec], location, on_drift=on_drift, force=force)
             except DriftError:
                 assert on_drift == "error"
+                continue
+            except ArtifactTypeMismatchError as exc:
+                # A refusal with a fix (bump the version, or --force), not a crash: a forced
+                # plan never gets here.
+                assert not force and "--force" in exc.fix
                 continue
             decision = plan.of(spec)
             assert decision.record is None or decision.record.step_id == "s@v0"
@@ -404,6 +417,7 @@ _found = [
     example(record={"finished_at": "0001-01-01T00:00:00+14:00"}, status={}, lease={}),
     example(record={}, status={}, lease={"expires_at": 10**400}),
     example(record={}, status={}, lease={"process": f"{_MACHINE_MARK}/²/1"}),
+    example(record={"artifact_type": ""}, status={}, lease={}),  # found by the random run
 ]
 
 
