@@ -6,6 +6,8 @@ print it as one line and a person knows which step to look at and what to change
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 def format_error(what: str, fix: str, step: str | None = None) -> str:
     where = f" (step {step})" if step else ""
@@ -94,8 +96,34 @@ class LeaseLostError(MarinError, RuntimeError):
     """Another runner took over a step's lease while this one was building it."""
 
 
+class LeaseVanishedError(MarinError, RuntimeError):
+    """A step's lease file was deleted while it built (by its own ``fn``, by hand, or by
+    ``marin unlock``): nobody took over, but the build can no longer prove it is the only one."""
+
+
+class InputChangedError(MarinError, RuntimeError):
+    """A dependency was rebuilt by another runner while a step was being built from it."""
+
+
+class ReentrantBuildError(MarinError, RuntimeError):
+    """A ``run()`` from inside a step's ``fn`` asked for a step that very build holds."""
+
+
 class AbandonedError(MarinError, RuntimeError):
     """A build abandoned by a second interrupt: its ``fn`` ended, and nothing was committed."""
+
+
+def brief(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: errors repeat untrusted input only so far."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} characters)"
+
+
+def first_few(names: Sequence[str], shown: int = 10) -> str:
+    """``a, b, c`` for at most ``shown`` names, then ``and N more``: bounded, whatever the input."""
+    listed = ", ".join(brief(n, 60) if len(n) > 60 else n for n in names[:shown])
+    more = len(names) - shown
+    return f"{listed} and {more} more" if more > 0 else listed
 
 
 def step_failed(error: BaseException, step: str, log_url: str, more: str = "") -> StepFailedError:

@@ -35,7 +35,7 @@ from marin.execution.errors import (
     step_failed,
 )
 from marin.execution.inspect import plan_run
-from marin.execution.lease import release_all_held
+from marin.execution.lease import release_all_held, ttl_from_env
 from marin.execution.records import ArtifactRecord, log_path
 from marin.execution.resources import Grant, ResourcePool, Resources, capacity_from, check_fits
 from marin.execution.scheduler import READY_ORDERS, Scheduler
@@ -232,6 +232,9 @@ class StepRunner:
             raise InvalidStepError(
                 f"ready_order={self.ready_order!r}", f"use one of {', '.join(READY_ORDERS)}"
             )
+        # Engine settings are read once, here: a fn that changes the environment can't make a
+        # later step fail on a setting it never had.
+        lease_ttl = ttl_from_env()
         plan, location = self.plan(steps, force=force)
         report = RunReport(location, plan)
         for decision in plan.decisions.values():
@@ -254,11 +257,16 @@ class StepRunner:
             pool = ResourcePool(self.capacity)
             check_fits(pool, [plan.decisions[p].spec for p in report.to_build])
             location.check_writable()
-            self._execute(report, plan, keep_going, pool)
+            self._execute(report, plan, keep_going, pool, lease_ttl)
         return report
 
     def _execute(
-        self, report: RunReport, plan: Plan, keep_going: bool, resources: ResourcePool
+        self,
+        report: RunReport,
+        plan: Plan,
+        keep_going: bool,
+        resources: ResourcePool,
+        lease_ttl: float,
     ) -> None:
         decisions = plan.decisions
         to_build = set(report.to_build)
@@ -297,6 +305,7 @@ class StepRunner:
                     report.location,
                     policy=plan.policy,
                     region=self.region,
+                    lease_ttl=lease_ttl,
                     decision=decisions[spec.output_path],
                     upstream=ups,
                     abandon=abandon,
