@@ -189,7 +189,15 @@ def failed_task_in_run(context: Any | None) -> str | None:
         return None
     params = context.get("params") or {}
     ti = context.get("ti")
-    if params.get("keep_going") or ti is None or not hasattr(ti, "get_task_states"):
+    keep_going = params.get("keep_going")
+    if keep_going is not None and not isinstance(keep_going, bool):
+        from marin.execution.errors import InvalidStepError, brief
+
+        raise InvalidStepError(
+            f"param keep_going={brief(keep_going)} is a {type(keep_going).__name__}",
+            "set keep_going to true or false",
+        )
+    if keep_going or ti is None or not hasattr(ti, "get_task_states"):
         return None
     states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id]).get(ti.run_id) or {}
     failed = sorted(task_id for task_id, state in states.items() if state == "failed")
@@ -223,12 +231,20 @@ def _dag_dir(context: Any | None) -> str:
     return os.path.abspath(folder) if folder else os.getcwd()
 
 
-def choose_prefix(param: str | None, default_prefix: str | None) -> str | None:
+def choose_prefix(param: object, default_prefix: str | None) -> str | None:
     """The run's ``prefix`` param, else ``$MARIN_PREFIX``, else the exported default.
 
     A trigger chooses the param, so on a worker with ``MARIN_ALLOWED_PREFIXES`` a prefix outside
     the allowed roots fails here, before the pipeline is imported or storage is touched.
     """
+    from marin.execution.errors import InvalidStepError, brief
+
+    if param is not None and not isinstance(param, str):
+        raise InvalidStepError(
+            f"param prefix={brief(param)} is a {type(param).__name__}, not a path or URL",
+            f"set prefix to a string (a path, gs://..., s3://...), or leave it empty for "
+            f"${PREFIX_ENV}, then the exported default",
+        )
     chosen = param or os.environ.get(PREFIX_ENV) or default_prefix or None
     from marin.execution.prefix_policy import check_prefix
     from marin.execution.storage import resolve_prefix
@@ -251,35 +267,52 @@ def run_policy(
     ``name`` are read), or taken as ``planned_force``, the step ids the ``marin-plan`` task
     resolved from the same params against the whole graph, when given.
     """
-    from marin.execution.decide import Policy, check_drift_policy, resolve_force
-    from marin.execution.errors import InvalidStepError
+    from marin.execution.decide import DRIFT_POLICIES, Policy, check_drift_policy, resolve_force
+    from marin.execution.errors import InvalidStepError, brief
 
     params = (context.get("params") if context is not None else None) or {}
-    on_drift = params.get("on_drift") or default_on_drift
-    if not isinstance(on_drift, str):
-        raise InvalidStepError(f"param on_drift={on_drift!r}", "use warn, rebuild or error")
+    # Unset means the default; any other value is checked (a falsy 0 or [] is not "unset").
+    on_drift = _param(params, "on_drift", default_on_drift)
+    if not isinstance(on_drift, str) or on_drift not in DRIFT_POLICIES:
+        raise InvalidStepError(
+            f"param on_drift={brief(on_drift)} is not a drift policy",
+            f"set on_drift to one of {', '.join(DRIFT_POLICIES)}",
+        )
     check_drift_policy(on_drift)
-    force = params.get("force") or []
+    force = _param(params, "force", [])
     if isinstance(force, str):
         force = force.split(",")
     if not isinstance(force, list) or not all(isinstance(f, str) for f in force):
         raise InvalidStepError(
-            f"param force={force!r}", "use a list of step names (name or name@version)"
+            f"param force={brief(force)} is not a list of step names",
+            "set force to a list of step names (name or name@version), or a comma list",
         )
-    cascade = params.get("cascade", True)
+    cascade = _param(params, "cascade", True)
     if not isinstance(cascade, bool):
-        raise InvalidStepError(f"param cascade={cascade!r}", "use true or false")
+        raise InvalidStepError(f"param cascade={brief(cascade)}", "set cascade to true or false")
     if planned_force is not None:
         if not isinstance(planned_force, list) or not all(
             isinstance(f, str) for f in planned_force
         ):
             raise InvalidStepError(
-                f"XCom force={planned_force!r} of task {PLAN_TASK_ID}",
+                f"XCom force={brief(planned_force)} of task {PLAN_TASK_ID}",
                 "clear the run and trigger it again",
             )
         return Policy(on_drift, frozenset(planned_force), cascade)
     names = [f.strip() for f in force if f.strip()]
     return Policy(on_drift, resolve_force(names, list(steps.values())), cascade)
+
+
+def _param(params: Mapping[str, Any], name: str, default: Any) -> Any:
+    """A run param, or ``default`` when it is unset (absent, None or the empty string)."""
+    value = params.get(name)
+    return default if value is None or (isinstance(value, str) and not value) else value
+
+
+def _prefix_param(context: Any | None) -> Any:
+    """The run's ``prefix`` param as given (checked by ``choose_prefix``), None when unset."""
+    params = (context.get("params") if context is not None else None) or {}
+    return _param(params, "prefix", None)
 
 
 def _warn_newer(newer: dict[str, Any], context: Any | None) -> None:
@@ -293,7 +326,7 @@ def _warn_newer(newer: dict[str, Any], context: Any | None) -> None:
         )
 
 
-def _location(prefix: str | None, default_prefix: str | None) -> Any:
+def _location(prefix: object, default_prefix: str | None) -> Any:
     from marin.execution.storage import open_prefix
 
     chosen = choose_prefix(prefix, default_prefix)
@@ -332,8 +365,8 @@ def plan_steps(
 
     context = _airflow_context()
     _warn_newer(newer, context)
-    if prefix is None and context is not None:
-        prefix = (context.get("params") or {}).get("prefix") or None
+    if prefix is None:
+        prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)
     resolved = resolve_target(target, dag_dir)
     steps = steps_for(resolved)
@@ -408,9 +441,8 @@ def run_step(
 
     context = _airflow_context()
     _warn_newer(newer, context)
-    if prefix is None and context is not None:
-        params = context.get("params") or {}
-        prefix = params.get("prefix") or None
+    if prefix is None:
+        prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)
     resolved = resolve_target(target, dag_dir)
     fix = _fix(export_command, export_root, dag_dir)

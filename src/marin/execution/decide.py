@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.drift import explain_drift
-from marin.execution.errors import DriftError, InvalidStepError
+from marin.execution.errors import DriftError, InvalidStepError, first_few
 from marin.execution.records import FAILED, RUNNING, ArtifactRecord
 from marin.execution.step_spec import StepSpec
 
@@ -234,8 +234,9 @@ def resolve_force(names: Iterable[str], steps: Sequence[StepSpec]) -> frozenset[
     known = {s.step_id for s in steps} | {s.name for s in steps}
     unknown = sorted(wanted - known)
     if unknown:
+        # Bounded: the names may come from an engine param of any size.
         raise InvalidStepError(
-            f"--force names no step in this pipeline: {', '.join(unknown)}",
+            f"--force names no step in this pipeline: {first_few(unknown)}",
             "pass a step name or name@version from `marin plan`",
         )
     return frozenset(ids)
