@@ -5,6 +5,8 @@ local run, a Prefect run and an Airflow run on one prefix share one lease, one r
 status file, and see each other's results.
 
 The order of writes is the whole crash-safety story:
+0. wait out any dependency whose lease another runner holds (it is being rebuilt), and read each
+   dependency's record afresh: the builds this one consumes (``_inputs_at_start``);
 1. refuse an output path that holds data Marin did not write, then take the lease (held, it is
    the step's RUNNING status: no status file is written), then re-check: another runner may
    have finished meanwhile;
@@ -12,7 +14,9 @@ The order of writes is the whole crash-safety story:
    over), drop its status file and record, then clear the output path (only then: see
    ``_earlier_attempt``);
 3. run ``fn`` under a lease heartbeat (``log.txt`` is created only if it prints);
-4. check the lease is still ours (a runner whose lease was taken over must not commit);
+4. check every dependency still holds the build this one started from (a rebuilder deletes the
+   record before it touches the output, so this proves ``fn`` read whole inputs), and that the
+   lease is still ours (a runner whose lease was taken over must not commit);
 5. write the record (the commit point, and the SUCCESS status) under ``Lease.commit``, which
    re-proves ownership, then release the lease. A failure writes a FAILED status instead.
 A crash anywhere before 5 leaves no record, so the step is simply not built, and leaves its

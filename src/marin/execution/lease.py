@@ -225,11 +225,7 @@ class LeaseInfo:
     @property
     def on_this_machine(self) -> bool:
         """Held by a process of this machine and PID namespace (whose liveness is knowable)."""
-        return (
-            bool(self.process)
-            and _MACHINE is not None
-            and (str(self.process).startswith(_MACHINE + "/"))
-        )
+        return bool(self.process and _MACHINE and self.process.startswith(_MACHINE + "/"))
 
     @property
     def live(self) -> bool:
@@ -482,7 +478,7 @@ class LocalLeaseStore(_CompareStore):
     @contextlib.contextmanager
     def lock(self, path: str) -> Iterator[None]:
         try:
-            guard = open(path + ".guard", "a")  # noqa: SIM115 - closed below
+            guard = open(path + ".guard", "a")  # noqa: SIM115 - closed by the with below
         except FileNotFoundError:
             # Never re-created here: a lease whose folder vanished under its holder must read
             # as vanished (see Lease.folder_gone), not be answered from a fresh empty folder.
@@ -786,46 +782,47 @@ class Lease:
         if self.store.create(self.path, self._body()):
             return None
         try:
-            return self._try_take(self.store.lock(self.path))
+            with self.store.lock(self.path):
+                return self._take_locked()
         except MetadataFolderGone:  # deleted since the create found a lease there: try again
             return None if self.store.create(self.path, self._body()) else self.read()
 
-    def _try_take(self, locked: contextlib.AbstractContextManager[None]) -> LeaseInfo | None:
-        with locked:
-            found = self.store.read(self.path)
-            if found is None:
-                if self.store.create(self.path, self._body()):
-                    return None
-                return self.read()
-            raw, version = found
-            current = LeaseInfo.parse(raw, self.ttl)
-            if current.token == self.token:
+    def _take_locked(self) -> LeaseInfo | None:
+        """Under the lock: take the lease if nobody holds it any more; else who holds it."""
+        found = self.store.read(self.path)
+        if found is None:
+            if self.store.create(self.path, self._body()):
                 return None
-            if current.garbled:
-                if (
-                    self.store.torn_create
-                    and _unparsable(raw)
-                    and not _garbled_for_a_while(self.path, raw)
-                ):
-                    return current  # maybe a create still writing its bytes
-                why = "unreadable (garbled) lease"
-            elif current.expired:
-                why = "expired lease"
-            elif current.skewed:
-                ahead = (current.expires_at - time.time()) / 3600
-                why = (
-                    f"lease expiring {ahead:.1f} h ahead, far beyond its TTL of "
-                    f"{current.ttl or self.ttl:.0f}s (a clock running ahead, or a planted lease)"
-                )
-            elif current.holder_dead:
-                why = "lease of a process that is gone"
-            else:
-                return current
-            if not self.store.replace(self.path, self._body(), version):
-                return self.read() or current  # someone else took it over first
-            log.warning("taking over %s on %s from %s", why, self.path, current.holder)
-            self.took_over = True
+            return self.read()
+        raw, version = found
+        current = LeaseInfo.parse(raw, self.ttl)
+        if current.token == self.token:
             return None
+        if current.garbled:
+            if (
+                self.store.torn_create
+                and _unparsable(raw)
+                and not _garbled_for_a_while(self.path, raw)
+            ):
+                return current  # maybe a create still writing its bytes
+            why = "unreadable (garbled) lease"
+        elif current.expired:
+            why = "expired lease"
+        elif current.skewed:
+            ahead = (current.expires_at - time.time()) / 3600
+            why = (
+                f"lease expiring {ahead:.1f} h ahead, far beyond its TTL of "
+                f"{current.ttl or self.ttl:.0f}s (a clock running ahead, or a planted lease)"
+            )
+        elif current.holder_dead:
+            why = "lease of a process that is gone"
+        else:
+            return current
+        if not self.store.replace(self.path, self._body(), version):
+            return self.read() or current  # someone else took it over first
+        log.warning("taking over %s on %s from %s", why, self.path, current.holder)
+        self.took_over = True
+        return None
 
     def _renew_locked(self) -> bool:
         found = self.store.read(self.path)
@@ -917,13 +914,16 @@ def break_lease(location: Location, output_path: str, info: LeaseInfo) -> bool:
     """
     store = lease_store(location)
     path = location.path(lease_path(output_path))
-    with store.lock(path):
-        found = store.read(path)
-        if found is None:
-            return True
-        if found[0] != info.raw:
-            return False
-        return store.delete(path, found[1])
+    try:
+        with store.lock(path):
+            found = store.read(path)
+            if found is None:
+                return True
+            if found[0] != info.raw:
+                return False
+            return store.delete(path, found[1])
+    except MetadataFolderGone:
+        return True  # the folder, and the lease with it, went meanwhile
 
 
 # -- heartbeats: one shared renewal thread per process --------------------------------------------
