@@ -41,17 +41,19 @@ def _lease_there(location: Location) -> bool:
     return bool(location.fs.exists(location.path(lease_path("s/v0"))))
 
 
+# Expiries are given relative to the moment the test runs (not to collection time).
 @pytest.mark.parametrize(
-    "lease",
-    [_planted(6 * DAY), _planted(6 * DAY, ttl=60)],
+    ("expires_in", "extra"),
+    [(6 * DAY, {}), (6 * DAY, {"ttl": 60})],
     ids=["no-ttl-stored", "ttl-60s"],
 )
 def test_a_lease_expiring_far_beyond_its_own_ttl_is_taken_over_at_once(
-    store_prefix: str, lease: dict[str, Any]
+    store_prefix: str, expires_in: float, extra: dict[str, Any]
 ) -> None:
     """Under the one-week cap, but six days beyond a 60 s TTL: a clock running ahead, or a
     planted lease. It no longer blocks the step for six days."""
     location = open_prefix(store_prefix)
+    lease = _planted(expires_in, **extra)
     _plant(location, lease)
     assert LeaseInfo.parse(json.dumps(lease).encode()).skewed
     taker = Lease(location, "s/v0", ttl=60)
@@ -60,15 +62,15 @@ def test_a_lease_expiring_far_beyond_its_own_ttl_is_taken_over_at_once(
 
 
 @pytest.mark.parametrize(
-    "lease",
-    [_planted(6 * DAY, ttl=7 * DAY), _planted(60 + CLOCK_SKEW_S / 2)],
+    ("expires_in", "extra"),
+    [(6 * DAY, {"ttl": 7 * DAY}), (60 + CLOCK_SKEW_S / 2, {})],
     ids=["own-ttl-a-week", "within-the-skew-allowance"],
 )
 def test_a_lease_within_its_own_ttl_still_protects_its_step(
-    store_prefix: str, lease: dict[str, Any]
+    store_prefix: str, expires_in: float, extra: dict[str, Any]
 ) -> None:
     location = open_prefix(store_prefix)
-    _plant(location, lease)
+    _plant(location, _planted(expires_in, **extra))
     held = Lease(location, "s/v0", ttl=60).try_acquire()
     assert held is not None and held.token == "planted" and held.live
 
