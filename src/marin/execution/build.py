@@ -359,6 +359,8 @@ def _check_inputs_unchanged(
     unchanged record here proves ``fn`` read a whole, committed input. One record read per
     dependency.
     """
+    if not upstream:
+        return
     deps = {dep.step_id: dep for dep in spec.deps}
     for up in upstream:
         dep = deps.get(up.step_id)
