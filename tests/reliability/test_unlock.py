@@ -17,6 +17,10 @@ from marin.execution.lazy import OUT, apply
 from marin.execution.lease import CLOCK_SKEW_S, Lease, LeaseInfo
 from marin.execution.records import lease_path, metadata_dir, read_status
 from marin.execution.storage import Location, open_prefix
+from tests.reliability.test_terminal_safety import _restore_logging  # noqa: F401 - autouse
+
+# ``_restore_logging``: the in-process ``main()`` configures the root logger on pytest's capture
+# stream; later tests must get theirs back.
 
 DAY = 24 * 3600.0
 
