@@ -45,6 +45,7 @@ class _NoHeartbeat:
 class _NoLease:
     def __init__(self, location: Any, output_path: str, ttl: float | None = None) -> None:
         self.holder = "bench"
+        self.token = "bench"
         self.ttl = 60.0
         self.took_over = False
 

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from marin.execution.options import DEFAULT_ON_DRIFT
+from marin.execution.options import DEFAULT_ON_DRIFT, RunOptions
 from marin.execution.vocabulary import BuildOutcomeKind, RunResult
 
 log = logging.getLogger("marin.airflow")
@@ -210,7 +210,8 @@ def failed_task_in_run(context: Any | None) -> str | None:
         return None
     params = context.get("params") or {}
     ti = context.get("ti")
-    if params.get("keep_going") or ti is None or not hasattr(ti, "get_task_states"):
+    keep_going = RunOptions.from_params(params).keep_going
+    if keep_going or ti is None or not hasattr(ti, "get_task_states"):
         return None
     states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id]).get(ti.run_id) or {}
     failed = sorted(t for t, state in states.items() if state == AIRFLOW_FAILED)
@@ -246,12 +247,20 @@ def _dag_dir(context: Any | None) -> str:
     return os.path.abspath(folder) if folder else os.getcwd()
 
 
-def choose_prefix(param: str | None, default_prefix: str | None) -> str | None:
+def choose_prefix(param: object, default_prefix: str | None) -> str | None:
     """The run's ``prefix`` param, else ``$MARIN_PREFIX``, else the exported default.
 
     A trigger chooses the param, so on a worker with ``MARIN_ALLOWED_PREFIXES`` a prefix outside
     the allowed roots fails here, before the pipeline is imported or storage is touched.
     """
+    from marin.execution.errors import InvalidStepError, brief
+
+    if param is not None and not isinstance(param, str):
+        raise InvalidStepError(
+            f"param prefix={brief(param)} is a {type(param).__name__}, not a path or URL",
+            f"set prefix to a string (a path, gs://..., s3://...), or leave it empty for "
+            f"${PREFIX_ENV}, then the exported default",
+        )
     chosen = param or os.environ.get(PREFIX_ENV) or default_prefix or None
     from marin.execution.prefix_policy import check_prefix
     from marin.execution.storage import resolve_prefix
@@ -275,8 +284,7 @@ def run_policy(
     resolved from the same params against the whole graph, when given.
     """
     from marin.execution.decide import Policy
-    from marin.execution.errors import InvalidStepError
-    from marin.execution.options import RunOptions
+    from marin.execution.errors import InvalidStepError, brief
 
     params = (context.get("params") if context is not None else None) or {}
     options = RunOptions.from_params(params, defaults=RunOptions(on_drift=default_on_drift))
@@ -285,11 +293,25 @@ def run_policy(
             isinstance(f, str) for f in planned_force
         ):
             raise InvalidStepError(
-                f"XCom force={planned_force!r} of task {PLAN_TASK_ID}",
+                f"XCom force={brief(planned_force)} of task {PLAN_TASK_ID}",
                 "clear the run and trigger it again",
             )
-        return Policy(options.on_drift, frozenset(planned_force), options.cascade)
+        return Policy(
+            options.on_drift, frozenset(planned_force), options.cascade, options.force_run_failed
+        )
     return options.policy(list(steps.values()))
+
+
+def _param(params: Mapping[str, Any], name: str, default: Any) -> Any:
+    """A run param, or ``default`` when it is unset (absent, None or the empty string)."""
+    value = params.get(name)
+    return default if value is None or (isinstance(value, str) and not value) else value
+
+
+def _prefix_param(context: Any | None) -> Any:
+    """The run's ``prefix`` param as given (checked by ``choose_prefix``), None when unset."""
+    params = (context.get("params") if context is not None else None) or {}
+    return _param(params, "prefix", None)
 
 
 def _warn_newer(newer: dict[str, Any], context: Any | None) -> None:
@@ -304,7 +326,7 @@ def _warn_newer(newer: dict[str, Any], context: Any | None) -> None:
 
 
 def _location(
-    prefix: str | None,
+    prefix: object,
     default_prefix: str | None,
     shared_prefix_only: bool = False,
     step: str | None = None,
@@ -360,8 +382,8 @@ def plan_steps(
 
     context = _airflow_context()
     _warn_newer(newer, context)
-    if prefix is None and context is not None:
-        prefix = (context.get("params") or {}).get("prefix") or None
+    if prefix is None:
+        prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)
     resolved = resolve_target(target, dag_dir)
     steps = steps_for(resolved)
@@ -441,9 +463,8 @@ def run_step(
 
     context = _airflow_context()
     _warn_newer(newer, context)
-    if prefix is None and context is not None:
-        params = context.get("params") or {}
-        prefix = params.get("prefix") or None
+    if prefix is None:
+        prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)
     resolved = resolve_target(target, dag_dir)
     fix = _fix(export_command, export_root, dag_dir)

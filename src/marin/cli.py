@@ -141,11 +141,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.dry_run:
         summary(report)
     built = sum(1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.BUILT)
+    by_other = sum(
+        1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.BUILT_BY_OTHER
+    )
     skipped = len(report.skipped) + len(report.pruned)
     verb = "would build" if args.dry_run else "built"
     count = len(report.to_build) if args.dry_run else built
     where = safe_text(report.location.url)
-    print(f"{verb} {count} step(s), skipped {skipped}; artifacts under {where}")
+    elsewhere = f", {by_other} built by another runner" if by_other else ""
+    print(f"{verb} {count} step(s){elsewhere}, skipped {skipped}; artifacts under {where}")
     for spec in specs:
         # Each output once: the readable file in it (or the output itself, if it is one) with
         # what it is, else the output.
@@ -261,6 +265,20 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_FAILED if diff_records(a, b) else EXIT_OK
 
 
+# --- unlock ------------------------------------------------------------------------------------
+
+
+def cmd_unlock(args: argparse.Namespace) -> int:
+    from marin.execution.storage import open_prefix
+    from marin.unlock import step_output_path, unlock
+
+    output_path = step_output_path(args.step)
+    location = open_prefix(args.prefix)
+    result = unlock(location, output_path, args.step, force=args.force)
+    print(safe_text(result.message), file=sys.stdout if result.unlocked else sys.stderr)
+    return EXIT_OK if result.unlocked else EXIT_FAILED
+
+
 # --- parser ------------------------------------------------------------------------------------
 
 _EPILOG_RUN = """example:
@@ -326,6 +344,19 @@ _EPILOG_DIFF = """example:
 Each side is what `marin show` takes. Fields are named as drift names them
 (config.smoothing.k: 0.05 -> 0.5, deps.ngram/dataset: v1 -> v2).
 exit codes: 0 the same definition, 1 they differ, 2 not found or bad input.
+"""
+_EPILOG_UNLOCK = """example:
+  marin unlock ngram/dataset@v1 --prefix /tmp/marin
+  marin unlock ngram/dataset@v1 --prefix s3://bucket/experiments --force
+
+A step's lease (<output>.marin/lease.json) says which runner is building it; others wait for
+it. It ends by itself when its holder finishes, when it expires (MARIN_LEASE_TTL, default 60 s),
+or at once when its holder's process on this machine is gone. Unlock a step whose lease blocks
+it anyway: a holder that died on another machine with a long TTL, or a planted lease.
+The command says who held the lease (host, pid, since when). A lease that still protects a
+build (not expired, and its process alive or on another machine) is refused unless --force;
+a build whose lease is broken discards its result when it notices, and never commits.
+exit codes: 0 unlocked (or no lease), 1 refused, 2 bad input.
 """
 _EPILOG_EXPORT = """example:
   marin export airflow --help
@@ -615,11 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ls.add_argument(
         "--status",
-        choices=(
-            "built",
-            "unfinished",
-            "failed",
-        ),  # marin.ls_filter.LsStatus (not imported: cheap --help)
+        # marin.ls_filter.LsStatus's values (not imported: --help stays cheap)
+        choices=("built", "unfinished", "failed"),
         help="only built artifacts, only unfinished attempts (running or failed), or only "
         "failed ones",
     )
@@ -666,6 +694,24 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("b", metavar="B", help="the other one")
     _add_global(diff)
     diff.set_defaults(func=cmd_diff)
+
+    unlock = commands.add_parser(
+        "unlock",
+        help="break a step's lease by hand (a lease left by a dead or skewed runner)",
+        description="Remove the lease of STEP (name@version), saying who held it. A live lease "
+        "is refused unless --force.",
+        epilog=_EPILOG_UNLOCK,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    unlock.add_argument("step", metavar="STEP", help="the step, as name@version")
+    _add_global(unlock)
+    unlock.add_argument(
+        "--force",
+        action="store_true",
+        help="break the lease even if its holder may still be building (it then discards "
+        "its result)",
+    )
+    unlock.set_defaults(func=cmd_unlock)
 
     export = commands.add_parser(
         "export",

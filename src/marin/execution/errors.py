@@ -118,8 +118,27 @@ class LeaseLostError(MarinError, RuntimeError):
     """Another runner took over a step's lease while this one was building it."""
 
 
+class LeaseVanishedError(MarinError, RuntimeError):
+    """A step's lease file was deleted while it built (by its own ``fn``, by hand, or by
+    ``marin unlock``): nobody took over, but the build can no longer prove it is the only one."""
+
+
+class InputChangedError(MarinError, RuntimeError):
+    """A dependency was rebuilt by another runner while a step was being built from it."""
+
+
+class ReentrantBuildError(MarinError, RuntimeError):
+    """A ``run()`` from inside a step's ``fn`` asked for a step that very build holds."""
+
+
 class AbandonedError(MarinError, RuntimeError):
     """A build abandoned by a second interrupt: its ``fn`` ended, and nothing was committed."""
+
+
+def brief(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: errors repeat untrusted input only so far."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} characters)"
 
 
 def step_failed(error: BaseException, step: str, log_url: str, more: str = "") -> StepFailedError:
@@ -149,7 +168,8 @@ def _join_bounded(items: Sequence[str], sep: str, limit: int = MAX_NAMES_LISTED)
 
 def list_names(names: Sequence[object], limit: int = MAX_NAMES_LISTED) -> str:
     """``a, b, c`` for at most ``limit`` names, then ``(and N more)``: an error stays one line."""
-    return _join_bounded([str(n) for n in names], ", ", limit)
+    texts = [str(n) for n in names[: limit + 1]]
+    return _join_bounded([t if len(t) <= 60 else f"{t[:59]}…" for t in texts], ", ", limit)
 
 
 class OptionError(InvalidStepError):

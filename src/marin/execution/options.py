@@ -101,16 +101,19 @@ class RunOptions:
         """The options an engine's run parameters ask for (an Airflow run's conf or params, a
         Prefect flow's parameters): untrusted data, checked like any argument.
 
-        A missing or ``None`` parameter takes its value from ``defaults`` (the exported or
-        deployed choice), else the default; any other value must be valid: ``on_drift=0`` is an
-        error, not the default. Keys that are not run options are ignored.
+        A missing, ``None`` or empty-string parameter takes its value from ``defaults`` (the
+        exported or deployed choice), else the default; any other value must be valid:
+        ``on_drift=0`` is an error, not the default. Keys that are not run options are ignored.
         """
         base = defaults or cls()
         if params is not None and not isinstance(params, Mapping):
             raise OptionError(
                 f"run parameters {_short(params)}", "pass a mapping of option names to values"
             )
-        given = {k: v for k, v in (params or {}).items() if k in _FIELDS and v is not None}
+        # Unset is absent, None or "" (an empty form field); 0, [] or False are values.
+        given = {
+            k: v for k, v in (params or {}).items() if k in _FIELDS and v is not None and v != ""
+        }
         return cls(
             on_drift=given.get("on_drift", base.on_drift),
             force=given.get("force", base.force),

@@ -37,7 +37,7 @@ from marin.execution.context import assigned_devices
 from marin.execution.decide import Plan, Upstream
 from marin.execution.errors import AbandonedError
 from marin.execution.executors import Completion, CompletionKind, Executor, StepJob
-from marin.execution.lease import release_all_held
+from marin.execution.lease import release_all_held, ttl_from_env
 from marin.execution.provenance import current_engine, engine_run
 from marin.execution.records import ArtifactRecord, log_path, read_record
 from marin.execution.report import (
@@ -117,6 +117,9 @@ class RunLoop:
         self.exit_on_interrupt = exit_on_interrupt
         self.keep_going_hint = keep_going_hint
         self.retry_delay_s = retry_delay_s
+        # Engine settings are read once per run, here: a fn that changes the environment
+        # cannot make a later step fail on a setting it never had.
+        self.lease_ttl = ttl_from_env()
         self._decisions = plan.decisions
         self._to_build = plan.to_build
         self.scheduler = Scheduler(
@@ -317,11 +320,12 @@ class RunLoop:
         upstream: list[Upstream] | None,
         devices: tuple[int, ...],
     ) -> Callable[[], BuildOutcome]:
-        location, policy, region, abandon = (
+        location, policy, region, abandon, lease_ttl = (
             self.report.location,
             self.plan.policy,
             self.region,
             self._abandon,
+            self.lease_ttl,
         )
 
         def build() -> BuildOutcome:
@@ -334,6 +338,7 @@ class RunLoop:
                     decision=decision,
                     upstream=upstream,
                     abandon=abandon,
+                    lease_ttl=lease_ttl,
                 )
 
         context = self._context.copy()  # the caller's context variables, in the worker
