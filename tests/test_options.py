@@ -86,3 +86,11 @@ def test_a_keep_going_failure_lists_a_bounded_number_of_steps() -> None:
     error = PipelineFailedError({f"s{i}@v0": RuntimeError("boom") for i in range(50)}, [])
     assert "s9@v0: RuntimeError: boom (and 40 more)]" in error.what
     assert "s10@v0" not in error.what and error.what.startswith("50 step(s) failed")
+
+
+def test_an_empty_param_is_unset_like_an_empty_form_field() -> None:
+    defaults = RunOptions(on_drift="rebuild", max_concurrent=3)
+    options = RunOptions.from_params(
+        {"on_drift": "", "force": "", "max_concurrent": None}, defaults=defaults
+    )
+    assert (options.on_drift, options.force, options.max_concurrent) == ("rebuild", (), 3)

@@ -168,8 +168,10 @@ def _join_bounded(items: Sequence[str], sep: str, limit: int = MAX_NAMES_LISTED)
 
 def list_names(names: Sequence[object], limit: int = MAX_NAMES_LISTED) -> str:
     """``a, b, c`` for at most ``limit`` names, then ``(and N more)``: an error stays one line."""
-    texts = [str(n) for n in names[: limit + 1]]
-    return _join_bounded([t if len(t) <= 60 else f"{t[:59]}…" for t in texts], ", ", limit)
+    shown = [str(n) for n in names[:limit]]
+    shown = [t if len(t) <= 60 else f"{t[:59]}…" for t in shown]  # each name bounded too
+    more = len(names) - limit
+    return ", ".join(shown) + (f" (and {more} more)" if more > 0 else "")
 
 
 class OptionError(InvalidStepError):
