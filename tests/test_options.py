@@ -31,7 +31,6 @@ def test_params_are_read_and_normalised() -> None:
     ("params", "match"),
     [
         ({"on_drift": 0}, r"on_drift=0 is not a drift policy"),  # not the default
-        ({"on_drift": ""}, r"on_drift='' is not a drift policy"),
         ({"on_drift": ["warn"]}, r"on_drift=\['warn'\]"),
         ({"force": {"a": 1}}, r"force=\{'a': 1\}: use a list of step names"),
         ({"force": [1]}, r"force=\[1\]"),
