@@ -75,6 +75,7 @@ def _capacity_arg(text: str) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from marin.execution.graph import collect_steps
+    from marin.execution.lineage import pipeline_run
     from marin.execution.step_runner import RunReport, StepRunner
     from marin.execution.storage import open_prefix
     from marin.progress import RunObserver, readable_result, render_summary
@@ -106,7 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     try:
-        with observer:
+        with observer, pipeline_run(args.target, runner="local"):  # the lineage parent run
             report = runner.run(
                 specs, dry_run=args.dry_run, keep_going=args.keep_going, force=args.force
             )
