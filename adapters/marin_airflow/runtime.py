@@ -404,6 +404,7 @@ def run_step(
     exporters) is not checked here: the ``marin-plan`` task checks it for the whole graph.
     """
     from marin.execution.build import build_step
+    from marin_airflow.assets import dag_run_lineage, record_built
     from marin_airflow.export import resolve_target
 
     context = _airflow_context()
@@ -462,12 +463,15 @@ def run_step(
         # The same decision as the plan's, from this step's record and its dependencies' records
         # now (a dependency built earlier in this run is a new build: its dependents rebuild).
         upstream = _upstream(context, spec, location)
-        outcome = build_step(spec, location, policy=policy, upstream=upstream)
+        with dag_run_lineage(context):  # the OpenLineage parent: this DAG run
+            outcome = build_step(spec, location, policy=policy, upstream=upstream)
     except BaseException as exc:
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)
         _announce_failure(context, step)
         raise
     cached = outcome.action != "built"
+    if not cached:  # an asset event only for a real build (docs/lineage.md)
+        record_built(context, step, outcome.output_url, outcome.record)
     where = outcome.output_url
     if outcome.action == "cached":
         log.info(

@@ -338,18 +338,28 @@ def _drain(finished: queue.SimpleQueue[str]) -> list[str]:
             return paths
 
 
-def _task(spec: StepSpec, fn: Callable[[], Any], **options: Any) -> Task[[], Any]:
+def _task(
+    spec: StepSpec, fn: Callable[[], Any], materialize: Location | None = None, **options: Any
+) -> Task[[], Any]:
+    """A task running ``fn`` for ``spec``; with ``materialize`` (the run's location), one that
+    records a materialization of the step's output asset when it succeeds (marin_prefect.assets)."""
     from marin_prefect.resources import task_tags
 
-    return Task(
-        fn,
-        name=spec.step_id,
-        task_run_name=spec.step_id,
-        cache_policy=NO_CACHE,
-        description=f"Marin step {spec.step_id} -> {spec.output_path}",
-        tags=task_tags(spec),
+    options = {
+        "name": spec.step_id,
+        "task_run_name": spec.step_id,
+        "cache_policy": NO_CACHE,
+        "description": f"Marin step {spec.step_id} -> {spec.output_path}",
+        "tags": task_tags(spec),
         **options,
-    )
+    }
+    if materialize is not None:
+        from marin_prefect.assets import materializing_task
+
+        task = materializing_task(spec, materialize, fn, **options)
+        if task is not None:
+            return cast(Task[[], Any], task)
+    return Task(fn, **options)
 
 
 def _not_run_task(
@@ -383,6 +393,8 @@ def _build_task(
     state: _RunState,
     decision: Decision,
 ) -> Task[[], Any]:
+    from marin_prefect.assets import describe_build
+
     def marin_step() -> Any:
         with state.lock:
             upstream = state.upstream[spec.output_path]
@@ -395,6 +407,7 @@ def _build_task(
         with state.lock:
             state.outcomes[spec.output_path] = outcome
         if outcome.action == "built":
+            describe_build(spec, location, outcome)  # the materialization's metadata
             get_run_logger().info(
                 "built %s -> %s in %.2fs", spec.step_id, outcome.output_url, outcome.duration_s
             )
@@ -406,7 +419,9 @@ def _build_task(
             f"(fingerprint {spec.fingerprint[:12]})",
         )
 
-    return _task(spec, marin_step, retries=spec.retries, timeout_seconds=spec.timeout)
+    return _task(
+        spec, marin_step, materialize=location, retries=spec.retries, timeout_seconds=spec.timeout
+    )
 
 
 def _build(
@@ -419,6 +434,7 @@ def _build(
     """Build one planned step, holding Prefect concurrency slots only while it builds: one of
     ``concurrency_limit``, and with ``resource_limits`` the step's ``marin-<kind>`` slots."""
     from marin.execution.build import build_step
+    from marin_prefect.assets import flow_run_lineage
 
     logger = get_run_logger()
     with contextlib.ExitStack() as slots:
@@ -446,6 +462,7 @@ def _build(
             from marin_prefect.resources import resource_concurrency
 
             slots.enter_context(resource_concurrency(spec, logger))
-        return build_step(
-            spec, location, policy=options.policy, decision=decision, upstream=upstream
-        )
+        with flow_run_lineage():  # the OpenLineage parent: this flow run
+            return build_step(
+                spec, location, policy=options.policy, decision=decision, upstream=upstream
+            )
