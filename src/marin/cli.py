@@ -554,6 +554,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         sys.stderr.flush()
+        from marin.execution.lineage import abort_unfinished
+
+        abort_unfinished()  # OpenLineage ABORT for builds cut short (bounded; none when off)
         os._exit(EXIT_INTERRUPTED)  # don't wait for running steps' threads
     except (StepFailedError, PipelineFailedError, DriftError) as exc:
         from marin.progress import one_line

@@ -302,3 +302,51 @@ def test_off_unless_configured_and_openlineage_not_imported(tmp_path: Path) -> N
     )
     assert run(configured, "b") == "True"
     assert [e["eventType"] for e in read_events(events)] == ["START", "COMPLETE"]
+
+
+_BLOCKING_PIPELINE = """
+import time
+from marin.execution.lazy import OUT, apply
+
+def hold(out_path):
+    time.sleep(600)  # until the test interrupts the run
+
+pipeline = apply("lin/held", hold, version="v1", out_path=OUT)
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_marin_run_interrupted_mid_build_sends_abort(tmp_path: Path) -> None:
+    import signal
+
+    pipeline = tmp_path / "held.py"
+    pipeline.write_text(_BLOCKING_PIPELINE)
+    events = tmp_path / "events.jsonl"
+    config = tmp_path / "openlineage.yml"
+    config.write_text(f"transport:\n  type: file\n  log_file_path: {events}\n  append: true\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENLINEAGE")}
+    env.update(OPENLINEAGE_CONFIG=str(config), PYTHONPATH=str(ROOT))
+    marin = Path(sys.executable).parent / "marin"
+    proc = subprocess.Popen(
+        [str(marin), "run", f"{pipeline}:pipeline", "--prefix", str(tmp_path / "art")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not read_events(events):  # the START is written by the run's sender thread
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    sent = read_events(events)
+    for event in sent:
+        check_event(event)
+    assert [e["eventType"] for e in sent] == ["START", "ABORT"]
+    assert sent[0]["run"]["runId"] == sent[1]["run"]["runId"]
+    assert sent[1]["run"]["facets"]["parent"]["job"]["name"] == f"{pipeline}:pipeline"

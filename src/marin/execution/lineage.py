@@ -209,7 +209,10 @@ def build_started(
         host=_host(),
     )
     _sender().submit(event)
-    return LineageRun(event)
+    run = LineageRun(event)
+    with _open_lock:
+        _open_runs[build_id] = run
+    return run
 
 
 def build_finished(
@@ -221,6 +224,9 @@ def build_finished(
     abandoned build or a lost lease (the result was discarded, not failed)."""
     if run is None:
         return
+    with _open_lock:
+        if _open_runs.pop(run.started.build_id, None) is None:
+            return  # already ended (abort_unfinished)
     from marin.execution.errors import AbandonedError, LeaseLostError
 
     if error is None:
@@ -234,6 +240,26 @@ def build_finished(
     from dataclasses import replace
 
     _sender().submit(replace(run.started, state=state, time=now_iso(), error=message, extra=extra))
+
+
+_open_lock = threading.Lock()
+_open_runs: dict[str, LineageRun] = {}
+"""Builds that sent START and no end event yet, by build id."""
+
+
+def abort_unfinished(reason: str = "interrupted") -> None:
+    """The process exits mid-build (``marin run`` after Ctrl-C, which does not wait for running
+    ``fn``s): send ABORT for every build still running, and wait (bounded) for it to go."""
+    with _open_lock:
+        runs = list(_open_runs.values())
+        _open_runs.clear()
+    if not runs:
+        return
+    from dataclasses import replace
+
+    for run in runs:
+        _sender().submit(replace(run.started, state=ABORT, time=now_iso(), error=reason))
+    flush()
 
 
 def _host() -> str:
