@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,7 +61,7 @@ def _facet_validator(jsonschema: Any, registry: Any, name: str) -> Any:
 @pytest.fixture
 def fresh_sender(monkeypatch: pytest.MonkeyPatch) -> Iterator[lineage.LineageSender]:
     """A sender of this test's own (a new client, reading this test's configuration)."""
-    for name in list(__import__("os").environ):
+    for name in list(os.environ):
         if name.startswith("OPENLINEAGE"):
             monkeypatch.delenv(name)
     sender = lineage.LineageSender()
@@ -69,7 +70,14 @@ def fresh_sender(monkeypatch: pytest.MonkeyPatch) -> Iterator[lineage.LineageSen
     try:
         yield sender
     finally:
+        sender.flush(30)
         lineage.use_sender(previous)
+        # The client turns OPENLINEAGE_URL into OPENLINEAGE__TRANSPORT__* variables of the
+        # process; left behind, they would configure every later test's subprocesses.
+        # (Not through monkeypatch: it would put them back at its own teardown.)
+        for name in list(os.environ):
+            if name.startswith("OPENLINEAGE__"):
+                os.environ.pop(name, None)
         lineage.reset_config_cache()
 
 
