@@ -459,6 +459,7 @@ def run_step(
     """
     from marin.execution.build import build_step
     from marin.execution.provenance import engine_run
+    from marin_airflow.assets import dag_run_lineage, record_built
     from marin_airflow.export import resolve_target
 
     context = _airflow_context()
@@ -516,13 +517,18 @@ def run_step(
         # now (a dependency built earlier in this run is a new build: its dependents rebuild).
         upstream = _upstream(context, spec, location)
         ids = task_instance_ids(context)
-        with engine_run("airflow", ids) if ids is not None else contextlib.nullcontext():
+        with (
+            engine_run("airflow", ids) if ids is not None else contextlib.nullcontext(),
+            dag_run_lineage(context),  # the OpenLineage parent: this DAG run
+        ):
             outcome = build_step(spec, location, policy=policy, upstream=upstream)
     except BaseException as exc:
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)
         _announce_failure(context, step)
         raise
     cached = outcome.action != BuildOutcomeKind.BUILT
+    if not cached:  # an asset event only for a real build (docs/lineage.md)
+        record_built(context, step, outcome.output_url, outcome.record)
     where = outcome.output_url
     if outcome.action == BuildOutcomeKind.CACHED:
         log.info(

@@ -320,6 +320,8 @@ class PrefectExecutor:
         on_done(Completion(job, CompletionKind.FAILED, error=error))
 
     def _build_task(self, path: str) -> Task[[], Any]:
+        from marin_prefect.assets import describe_build
+
         spec = self._specs[path]
 
         def marin_step() -> Any:
@@ -335,6 +337,7 @@ class PrefectExecutor:
                 self._outcomes[path] = outcome
                 self._errors.pop(path, None)  # an earlier attempt's
             if outcome.action == BuildOutcomeKind.BUILT:
+                describe_build(spec, self._location, outcome)  # the materialization's metadata
                 get_run_logger().info(
                     "built %s -> %s in %.2fs", spec.step_id, outcome.output_url, outcome.duration_s
                 )
@@ -346,21 +349,37 @@ class PrefectExecutor:
                 f"(fingerprint {spec.fingerprint[:12]})",
             )
 
-        return _task(spec, marin_step, retries=spec.retries, timeout_seconds=spec.timeout)
+        return _task(
+            spec,
+            marin_step,
+            materialize=self._location,
+            retries=spec.retries,
+            timeout_seconds=spec.timeout,
+        )
 
 
-def _task(spec: StepSpec, fn: Callable[[], Any], **options: Any) -> Task[[], Any]:
+def _task(
+    spec: StepSpec, fn: Callable[[], Any], materialize: Location | None = None, **options: Any
+) -> Task[[], Any]:
+    """A task running ``fn`` for ``spec``; with ``materialize`` (the run's location), one that
+    records a materialization of the step's output asset when it succeeds (marin_prefect.assets)."""
     from marin_prefect.resources import task_tags
 
-    return Task(
-        fn,
-        name=spec.step_id,
-        task_run_name=spec.step_id,
-        cache_policy=NO_CACHE,
-        description=f"Marin step {spec.step_id} -> {spec.output_path}",
-        tags=task_tags(spec),
+    options = {
+        "name": spec.step_id,
+        "task_run_name": spec.step_id,
+        "cache_policy": NO_CACHE,
+        "description": f"Marin step {spec.step_id} -> {spec.output_path}",
+        "tags": task_tags(spec),
         **options,
-    )
+    }
+    if materialize is not None:
+        from marin_prefect.assets import materializing_task
+
+        task = materializing_task(spec, materialize, fn, **options)
+        if task is not None:
+            return cast(Task[[], Any], task)
+    return Task(fn, **options)
 
 
 def _not_run_task(
@@ -391,6 +410,7 @@ def _build(job: StepJob, options: FlowOptions) -> BuildOutcome:
     """Run one attempt, holding Prefect concurrency slots only while it builds: one of
     ``concurrency_limit``, and with ``resource_limits`` the step's ``marin-<kind>`` slots."""
     from marin.execution.provenance import engine_run
+    from marin_prefect.assets import flow_run_lineage
 
     spec = job.spec
     logger = get_run_logger()
@@ -419,7 +439,8 @@ def _build(job: StepJob, options: FlowOptions) -> BuildOutcome:
             from marin_prefect.resources import resource_concurrency
 
             slots.enter_context(resource_concurrency(spec, logger))
-        with engine_run("prefect", _task_run_ids()):
+        # The record names this task run; the OpenLineage parent is this flow run.
+        with engine_run("prefect", _task_run_ids()), flow_run_lineage():
             return job.build()
 
 

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from marin.execution.artifact_names import artifact_names
 from marin.execution.errors import MarinError
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.records import (
@@ -419,6 +420,7 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
     lines = [
         f"{record.step_id}  ({state.lower() if isinstance(state, str) else state})",
         f"  output       {url}",
+        *_lineage_lines(location, output_path),
         f"  type         {record.artifact_type}",
         f"  fingerprint  {record.fingerprint}",
         f"  built        {human_time(record.started_at)} -> {human_time(record.finished_at)}",
@@ -441,6 +443,15 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
     lines.append("  result")
     lines += _json_block(record.result)
     return _terminal_lines(lines), 0
+
+
+def _lineage_lines(location: Location, output_path: str) -> list[str]:
+    """How OpenLineage and the engines' assets name the artifact (docs/lineage.md)."""
+    names = artifact_names(location, output_path)
+    return [
+        f"  dataset      {names.dataset_namespace} {names.dataset_name} (OpenLineage)",
+        f"  asset        {names.asset_uri} (Airflow, Prefect)",
+    ]
 
 
 def _terminal_lines(lines: list[str]) -> str:

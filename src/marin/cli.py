@@ -88,6 +88,7 @@ def _capacity_arg(text: str) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from marin.execution.graph import collect_steps
+    from marin.execution.lineage import pipeline_run
     from marin.execution.step_runner import RunReport, StepRunner
     from marin.execution.storage import open_prefix
     from marin.progress import RunObserver, readable_result, render_summary
@@ -120,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     try:
-        with observer:
+        with observer, pipeline_run(args.target, runner="local"):  # the lineage parent run
             report = runner.run(
                 specs, dry_run=args.dry_run, keep_going=args.keep_going, force=args.force
             )
@@ -773,6 +774,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         sys.stderr.flush()
+        from marin.execution.lineage import abort_unfinished
+
+        abort_unfinished()  # OpenLineage ABORT for builds cut short (bounded; none when off)
         os._exit(EXIT_INTERRUPTED)  # don't wait for running steps' threads
     except (StepFailedError, PipelineFailedError, DriftError) as exc:
         from marin.progress import one_line

@@ -11,6 +11,7 @@ import os
 from collections import Counter
 from typing import Any
 
+from marin.execution.artifact_names import artifact_names
 from marin.execution.decide import ACTIONS, STATUSES, Decision, Plan
 from marin.execution.resources import describe_placement, placement_of
 from marin.execution.storage import Location
@@ -113,6 +114,8 @@ def _step_json(d: Decision, location: Location) -> dict[str, Any]:
         "version": d.spec.version,
         "fingerprint": d.spec.fingerprint,
         "output_path": location.url_for(d.spec.output_path),
+        # How OpenLineage, Airflow and Prefect name the output (docs/lineage.md).
+        "artifact": artifact_names(location, d.spec.output_path).to_json(),
         "status": d.status,
         "action": d.action,
         "reason": d.reason,

@@ -67,6 +67,7 @@ from marin.execution.lease import (
     read_lease,
     ttl_from_env,
 )
+from marin.execution.lineage import build_finished, build_started
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.options import DEFAULT_ON_DRIFT
 from marin.execution.provenance import collect_provenance, now_iso
@@ -554,6 +555,8 @@ def _build_holding(
             _clear_output(location, spec, built=earlier == "build")
         # No folder to make: the lease's folder sits beside the output, so its parent exists.
         ctx = run_context(spec, location, region)
+        build_id = uuid.uuid4().hex  # known from the start: the OpenLineage run id
+        lineage_run = build_started(spec, location, upstream, build_id)  # None when off
         try:
             config = to_canonical(spec.build_config(ctx), "config", spec.step_id)
             log_file = _step_log(location, spec, earlier is not None)
@@ -593,7 +596,7 @@ def _build_holding(
                 finished_at=now_iso(),
                 duration_s=round(duration, 6),
                 artifact_type=spec.artifact_type,
-                build_id=uuid.uuid4().hex,
+                build_id=build_id,
                 inputs={u.step_id: u.record.build_id for u in upstream if u.record is not None},
             )
             if abandon is not None and abandon.is_set():
@@ -609,6 +612,7 @@ def _build_holding(
             ):
                 raise _lost(location, spec, lease)
         except BaseException as exc:
+            build_finished(lineage_run, exc)
             if not isinstance(exc, LeaseLostError):
                 _best_effort_status(
                     location,
@@ -621,6 +625,7 @@ def _build_holding(
                     traceback=traceback.format_exc(limit=20),
                 )
             raise
+        build_finished(lineage_run, None, record)
         crash_point("after-record", spec.step_id)
         return BuildOutcome(
             spec,

@@ -14,6 +14,7 @@ lease holds, so the loop puts it back and tries again later instead of blocking 
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 from collections.abc import Callable
@@ -98,11 +99,15 @@ class ThreadExecutor:
     def __init__(self, size: int, name: str = "marin-step") -> None:
         self._size = size
         self._name = name
-        self._jobs: queue.SimpleQueue[tuple[StepJob, OnDone] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[StepJob, OnDone, contextvars.Context] | None] = (
+            queue.SimpleQueue()
+        )
         self._threads: list[threading.Thread] = []
 
     def submit(self, job: StepJob, on_done: OnDone) -> None:
-        self._jobs.put((job, on_done))
+        # The submitter's context variables (the caller's: the loop runs on its thread) go with
+        # the job, as a task runner's do; a thread of its own would start with none of them.
+        self._jobs.put((job, on_done, contextvars.copy_context()))
         if len(self._threads) < self._size:
             thread = threading.Thread(
                 target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
@@ -116,16 +121,16 @@ class ThreadExecutor:
             item = jobs.get()
             if item is None:
                 return
-            job, on_done = item
+            job, on_done, context = item
             del item
             try:
-                outcome = job.build()
+                outcome = context.run(job.build)
             except BaseException as exc:
                 on_done(Completion(job, CompletionKind.FAILED, error=exc))
             else:
                 on_done(Completion(job, CompletionKind.DONE, outcome=outcome))
                 del outcome
-            del job, on_done
+            del job, on_done, context
 
     def shutdown(self, *, wait: bool) -> None:
         for _ in self._threads:

@@ -21,7 +21,6 @@ plus a ``PrefectExecutor``. The Airflow runtime has no loop: Airflow's scheduler
 
 from __future__ import annotations
 
-import contextvars
 import heapq
 import itertools
 import logging
@@ -38,7 +37,6 @@ from marin.execution.decide import Plan, Upstream
 from marin.execution.errors import AbandonedError
 from marin.execution.executors import Completion, CompletionKind, Executor, StepJob
 from marin.execution.lease import release_all_held, ttl_from_env
-from marin.execution.provenance import current_engine, engine_run
 from marin.execution.records import ArtifactRecord, log_path, read_record
 from marin.execution.report import (
     INTERRUPTED_REASON,
@@ -129,7 +127,6 @@ class RunLoop:
             label=lambda p: self._decisions[p].spec.step_id,
         )
         self._inbox: queue.SimpleQueue[_Item] = queue.SimpleQueue()
-        self._context = contextvars.copy_context()
         self._abandon = threading.Event()
         self._interrupted = False
         self._started: dict[str, float] = {}
@@ -341,17 +338,7 @@ class RunLoop:
                     lease_ttl=lease_ttl,
                 )
 
-        context = self._context.copy()  # the caller's context variables, in the worker
-
-        def in_callers_context() -> BuildOutcome:
-            # An engine's task that runs this job (a Prefect task run) names itself in the
-            # worker's own context, for the record's provenance: carry that over too.
-            engine = current_engine()
-            if engine is None:
-                return context.run(build)
-            return context.run(_with_engine, engine, build)
-
-        return in_callers_context
+        return build
 
     # -- served steps, re-checked when served -----------------------------------------------
 
@@ -557,9 +544,3 @@ class _QueuedInterrupts:
 
     def restore(self) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def _with_engine(engine: dict[str, Any], build: Callable[[], BuildOutcome]) -> BuildOutcome:
-    ids = {key: value for key, value in engine.items() if key != "name"}
-    with engine_run(str(engine["name"]), ids):
-        return build()
