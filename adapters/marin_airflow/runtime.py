@@ -16,6 +16,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from marin.execution.errors import MarinError
 from marin.execution.options import DEFAULT_ON_DRIFT, RunOptions
 from marin.execution.vocabulary import BuildOutcomeKind, RunResult
 
@@ -73,8 +74,8 @@ def pod_override(quantities: Mapping[str, str]) -> Any:
     )
 
 
-class StaleDagError(RuntimeError):
-    """The DAG file no longer matches the pipeline; the message says how to re-export."""
+class StaleDagError(MarinError, RuntimeError):
+    """The DAG file no longer matches the pipeline; ``fix`` says how to re-export it."""
 
 
 def _fix(export_command: str, export_root: str, dag_dir: str) -> str:
@@ -473,14 +474,18 @@ def run_step(
     spec = step_for(resolved, step)
     if spec is None:
         raise StaleDagError(
-            f"error: the DAG file is stale (step {step}): {target} no longer has a step "
-            f"{step} (renamed, or its version was bumped): {fix}"
+            f"the DAG file is stale: {target} no longer has a step {step} (renamed, or its "
+            "version was bumped)",
+            fix,
+            step,
         )
     if spec.fingerprint != fingerprint:
         raise StaleDagError(
-            f"error: the DAG file is stale (step {step}): field fingerprint is {fingerprint} in "
-            f"the DAG file but the pipeline now gives {spec.fingerprint} (its config or a "
-            f"dependency changed since the export): {fix}"
+            f"the DAG file is stale: field fingerprint is {fingerprint} in the DAG file but the "
+            f"pipeline now gives {spec.fingerprint} (its config or a dependency changed since "
+            "the export)",
+            fix,
+            step,
         )
     # A fingerprint covers the step's ancestors, so the check above is this step's whole
     # staleness check; steps added or removed elsewhere (``graph_digest``) are the plan task's

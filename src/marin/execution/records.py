@@ -143,6 +143,15 @@ class ArtifactRecord:
             raise ValueError("field 'fingerprint_payload' is not a JSON object")
         return cls(**fields)
 
+    def _pinned_at(self, output_path: str) -> bool:
+        """A pinned step's record sits at its pin, not at ``name/version``: its payload says so.
+        (Parsed only on this rare path; ``from_json`` checked it is a bounded JSON object.)"""
+        try:
+            payload = json.loads(self.fingerprint_payload)
+        except ValueError:
+            return False
+        return isinstance(payload, dict) and payload.get("pin") == output_path
+
     def owner_mismatch(self, output_path: str) -> str | None:
         """Why this record is not the record of the step at ``output_path`` (``name/version``,
         relative to the prefix), or None when it is.
@@ -155,7 +164,9 @@ class ArtifactRecord:
         not knowing the prefix) only the version and the output path's tail are compared.
         """
         name, _, version = output_path.rpartition("/")
-        if self.version != version or (name and self.name != name):
+        if (self.version != version or (name and self.name != name)) and not self._pinned_at(
+            output_path
+        ):
             return f"record belongs to {self.step_id}"
         if not (self.output_path == output_path or self.output_path.endswith("/" + output_path)):
             return f"record was written for the output {self.output_path}"
