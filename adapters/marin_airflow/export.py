@@ -89,6 +89,8 @@ class StepInfo:
 
 @dataclass(frozen=True)
 class DagOptions:
+    """The DAG-level choices baked into a generated file (its id, limits, schedule, params)."""
+
     dag_id: str
     max_concurrent: int = DEFAULT_MAX_CONCURRENT
     prefix: str | None = None
@@ -712,6 +714,9 @@ def check_multi_host(target: str, dag_dir: str, prefix: str | None, executor: st
 
 @dataclass(frozen=True)
 class ExportResult:
+    """A generated DAG file, not yet written: its path, text, tasks and the command that
+    regenerates it (run in ``root``)."""
+
     path: str
     text: str
     tasks: tuple[TaskEntry, ...]

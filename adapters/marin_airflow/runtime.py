@@ -217,13 +217,13 @@ def failed_task_in_run(context: Any | None) -> str | None:
     states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id]).get(ti.run_id) or {}
     failed = sorted(t for t, state in states.items() if state == AIRFLOW_FAILED)
     if failed:
-        return failed[0]
+        return str(failed[0])
     running = sorted(
         t for t, state in states.items() if state == AIRFLOW_RUNNING and t != ti.task_id
     )
     for task_id in running:
         if ti.xcom_pull(task_ids=task_id, key=FAILED_XCOM_KEY):
-            return task_id
+            return str(task_id)
     return None
 
 
@@ -243,7 +243,7 @@ def _dag_dir(context: Any | None) -> str:
     dag = context.get("dag") if context is not None else None
     fileloc = getattr(dag, "fileloc", None)
     if fileloc:
-        return os.path.dirname(os.path.abspath(fileloc))
+        return os.path.dirname(os.path.abspath(str(fileloc)))
     folder = os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")
     return os.path.abspath(folder) if folder else os.getcwd()
 

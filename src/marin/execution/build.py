@@ -101,6 +101,11 @@ LEASE_WAIT_LOG_EVERY_S = 30.0
 
 @dataclass(frozen=True)
 class BuildOutcome:
+    """What ``build_step`` did with a step: built it here, served it (cached), or found it built
+    by another runner; with the committed record and where the artifact lives.
+
+    Invariant: ``record`` is always a committed record of ``spec`` (a failure raises instead)."""
+
     spec: StepSpec
     action: BuildOutcomeKind
     record: ArtifactRecord

@@ -462,7 +462,7 @@ class _ApplyCall:
         return self.fn
 
     def config(self, ctx: StepContext) -> dict[str, Any]:
-        return _materialise(dict(self.inputs), ctx)
+        return cast(dict[str, Any], _materialise(dict(self.inputs), ctx))
 
     def __call__(self, config: Mapping[str, Any]) -> Any:
         return self.fn(**config)

@@ -503,6 +503,9 @@ class MetadataFolderGone(FileNotFoundError):
 
 
 class MemoryLeaseStore(_CompareStore):
+    """Leases on ``memory://``: the store lives in this process, so one lock makes every
+    operation atomic."""
+
     kind = "memory"
     atomic = True
     torn_create = False
@@ -731,6 +734,12 @@ def lease_store(location: Location) -> LeaseStore:
 
 
 class Lease:
+    """A cross-process lock on one step's output: ``lease.json`` beside it, holding a token,
+    its holder and an expiry that a ``Heartbeat`` renews.
+
+    Only its holder (the token) may renew, commit under, or release it; an expired one, or
+    one whose local holder died, is taken over. A held lease is the RUNNING status."""
+
     def __init__(self, location: Location, output_path: str, ttl: float | None = None) -> None:
         self.location = location
         self.store = lease_store(location)

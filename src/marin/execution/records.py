@@ -58,6 +58,9 @@ def log_path(output_path: str) -> str:
 
 @dataclass(frozen=True)
 class ArtifactRecord:
+    """The commit point of one build: written last, atomically, beside the output; its presence
+    is the SUCCESS status. Stored JSON is untrusted: ``from_json`` checks every field."""
+
     name: str
     version: str
     fingerprint: str
