@@ -29,6 +29,10 @@ PLAN_TASK_ID = "marin-plan"
 """The first task of every exported DAG (a step's task id always holds ``__``, so never this)."""
 
 _lock = threading.Lock()
+"""Guards the dicts below and ``_target_locks``; held only to read or insert, never to load."""
+_target_locks: dict[str, threading.Lock] = {}
+"""Per target: held while it is loaded or lowered, so tasks of one process share that work while
+tasks of other pipelines never wait for it."""
 _lowered: dict[str, dict[str, Any]] = {}
 """Per process: resolved target -> {step_id: StepSpec}. Airflow may run many tasks per process."""
 _targets: dict[str, list[Any]] = {}
@@ -84,19 +88,30 @@ def _fix(export_command: str, export_root: str, dag_dir: str) -> str:
     return f"re-run `{command}` in {where} and deploy the regenerated DAG file"
 
 
+def _target_lock(target: str) -> threading.Lock:
+    with _lock:
+        return _target_locks.setdefault(target, threading.Lock())
+
+
 def steps_for(target: str) -> dict[str, Any]:
     """Load and lower ``target`` once per process; every transitive step by its id."""
     with _lock:
         cached = _lowered.get(target)
+    if cached is not None:
+        return cached
+    from marin.execution.graph import collect_steps
+    from marin.execution.lazy import lower
+    from marin.execution.targets import load_target
+
+    with _target_lock(target):
+        with _lock:
+            cached = _lowered.get(target)  # another task lowered it while this one waited
         if cached is not None:
             return cached
-        from marin.execution.graph import collect_steps
-        from marin.execution.lazy import lower
-        from marin.execution.targets import load_target
-
         targets = list(lower(load_target(target), memo={}))
         steps = {spec.step_id: spec for spec in collect_steps(targets)}
-        _lowered[target], _targets[target] = steps, targets
+        with _lock:
+            _lowered[target], _targets[target] = steps, targets
         return steps
 
 
@@ -120,10 +135,15 @@ def handles_for(target: str) -> dict[str, Any]:
     """
     with _lock:
         cached = _handles.get(target)
+    if cached is not None:
+        return cached
+    from marin.execution.targets import load_target
+
+    with _target_lock(target):
+        with _lock:
+            cached = _handles.get(target)
         if cached is not None:
             return cached
-        from marin.execution.targets import load_target
-
         found: dict[str, Any] = {}
         stack = list(load_target(target))
         seen: set[int] = set()
@@ -134,7 +154,8 @@ def handles_for(target: str) -> dict[str, Any]:
             seen.add(id(handle))
             found.setdefault(handle.step_id, handle)
             stack.extend(handle.deps)
-        _handles[target] = found
+        with _lock:
+            _handles[target] = found
         return found
 
 
@@ -155,8 +176,10 @@ def step_for(target: str, step: str) -> Any | None:
         return None
     from marin.execution.lazy import lower
 
-    with _lock:  # the memo is shared by this process's tasks
-        return lower(handle, memo=_memos.setdefault(target, {}))
+    with _target_lock(target):  # the memo is shared by this process's tasks of the target
+        with _lock:
+            memo = _memos.setdefault(target, {})
+        return lower(handle, memo=memo)
 
 
 def clear_cache() -> None:
