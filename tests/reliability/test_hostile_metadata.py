@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from marin import catalog
-from marin.execution import lease as lease_module
 from marin.execution import records
 from marin.execution.build import build_step
 from marin.execution.errors import (
@@ -31,6 +30,7 @@ from marin.execution.errors import (
 from marin.execution.inspect import plan_run
 from marin.execution.lazy import OUT, apply, resolve
 from marin.execution.lease import TTL_ENV, Lease, LeaseInfo, ttl_from_env
+from marin.execution.lease import holder as lease_holder
 from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
     ArtifactRecord,
@@ -343,7 +343,7 @@ def _changed(base: dict[str, Any], changes: dict[str, Any]) -> bytes:
     doc = json.loads(json.dumps(base))
     for key, value in changes.items():
         if isinstance(value, str):
-            value = value.replace(_MACHINE_MARK, lease_module._MACHINE or "none")
+            value = value.replace(_MACHINE_MARK, lease_holder._MACHINE or "none")
         if key.startswith("provenance."):
             if isinstance(doc.get("provenance"), dict):  # else a draw replaced it whole
                 doc["provenance"][key.split(".", 1)[1]] = value
