@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from marin import catalog
-from marin.execution import records
+from marin.execution import atomic_file, records
 from marin.execution.build import build_step
 from marin.execution.errors import (
     ArtifactTypeMismatchError,
@@ -99,11 +99,18 @@ class DiskFull:
         return f
 
 
+def _full_disk(monkeypatch: pytest.MonkeyPatch) -> DiskFull:
+    """A ``DiskFull`` in the path of every atomic metadata write (the temporary file's open)."""
+    real = atomic_file._create
+    disk = DiskFull(lambda path, mode: real(path, True))
+    monkeypatch.setattr(atomic_file, "_create", lambda tmp, make_parents: disk(tmp, "xb"))
+    return disk
+
+
 def test_disk_full_during_the_record_write_leaves_no_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    disk = DiskFull(records.open_local)
-    monkeypatch.setattr(records, "open_local", disk)
+    disk = _full_disk(monkeypatch)
     prefix = str(tmp_path / "prefix")
     step = apply("big", write_value, version="v0", value="x" * 1000, out_path=OUT)
     with pytest.raises(MarinError):
@@ -126,9 +133,8 @@ def test_a_leftover_that_fills_the_disk_is_cleared_before_the_first_write(
     folder.mkdir(parents=True)
     (folder / f"record.json{records.TMP_MARK}0123abcd").write_bytes(b"{" * 4096)
     (folder / "status.json").write_text(json.dumps({"state": "RUNNING"}))  # the crashed attempt
-    disk = DiskFull(records.open_local)
+    disk = _full_disk(monkeypatch)
     disk.fail_record, disk.full_while_leftover = False, True
-    monkeypatch.setattr(records, "open_local", disk)
     artifact = resolve(step, prefix=prefix)
     assert artifact.record is not None and artifact.record.result == "x"
     assert disk.injected == 0, "a status write ran while the leftover still filled the disk"

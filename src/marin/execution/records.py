@@ -15,17 +15,16 @@ import math
 import os
 import re
 import threading
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from marin.execution import faults
+from marin.execution.atomic_file import TMP_MARK, write_file_atomically
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.storage import (
     Location,
     durable,
-    open_local,
     symlink_refused,
 )
 from marin.execution.vocabulary import AttemptState
@@ -313,9 +312,6 @@ def _first_sighting(path: str, raw: bytes) -> bool:
         return True
 
 
-TMP_MARK = ".tmp-"
-
-
 def write_atomic(
     location: Location, path: str, data: bytes, *, crash_step: str = "", durable: bool = False
 ) -> None:
@@ -333,23 +329,15 @@ def write_atomic(
         faults.crash_now()
     if location.is_local:
         location.check_no_links(os.path.dirname(path))  # a rename never follows the file itself
-        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
-        try:
-            with open_local(tmp, "wb") as f:
-                if crash_step and faults.should_crash("record-write", crash_step):
-                    f.write(data[: len(data) // 2])
-                    f.flush()
-                    faults.crash_now()
-                f.write(data)
-                if durable:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            # ENOSPC, EIO, an interrupt: never leave a (possibly huge) temporary file behind.
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+
+        def torn_write(f: IO[bytes]) -> None:
+            if crash_step and faults.should_crash("record-write", crash_step):
+                f.write(data[: len(data) // 2])
+                f.flush()
+                faults.crash_now()
+
+        # ENOSPC, EIO, an interrupt: the helper never leaves a (possibly huge) temporary file.
+        write_file_atomically(path, data, fsync=durable, make_parents=True, on_open=torn_write)
     else:
         if crash_step and faults.should_crash("record-write", crash_step):
             faults.crash_now()  # a single PUT is all or nothing: the crash leaves no record
