@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -162,10 +163,30 @@ class AirflowSandbox:
         return {str(task_id): json.loads(value) for task_id, value in rows}
 
 
+_PORT_RANGE = (20000, 32000)
+"""Below Linux's ephemeral range (32768-60999): a port handed out by ``bind(0)``, or taken by
+an outgoing connection, is never one of these, so a port found free stays free more often
+until the server that needs it binds."""
+
+
 def free_port() -> int:
+    """A loopback port free now, outside the ephemeral range when one can be found there."""
+    rng = random.Random()
+    for _ in range(50):
+        port = rng.randrange(*_PORT_RANGE)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class PortTakenError(RuntimeError):
+    """The api-server's port was taken by another process between its choice and the bind."""
 
 
 # --- a real scheduler, component by component ---------------------------------------------------
@@ -295,6 +316,16 @@ class AirflowServices:
     def start(self) -> AirflowServices:
         self.sandbox.migrate()
         os.makedirs(self.log_dir, exist_ok=True)
+        for attempt in range(3):
+            try:
+                return self._start_components()
+            except PortTakenError:
+                if attempt == 2:
+                    raise
+                self.port = free_port()  # a port race with another process: choose again
+        raise AssertionError("unreachable")
+
+    def _start_components(self) -> AirflowServices:
         env = self.env()
         try:
             for name, args in self.COMPONENTS:
@@ -364,7 +395,10 @@ class AirflowServices:
     def _check_alive(self) -> None:
         for name, proc in self._procs.items():
             if proc.poll() is not None:
-                raise RuntimeError(f"airflow {name} exited {proc.returncode}:\n{self.log_tail()}")
+                tail = self.log_tail()
+                if name == "api-server" and "address already in use" in tail:
+                    raise PortTakenError(f"port {self.port} was taken:\n{tail}")
+                raise RuntimeError(f"airflow {name} exited {proc.returncode}:\n{tail}")
 
     def wait_for_dags(self, dag_ids: Sequence[str], timeout: float = 240) -> None:
         """Until the DAG processor has registered every DAG, unpaused."""
