@@ -179,6 +179,26 @@ def test_a_module_constant_a_helper_reads_is_code(project: Project) -> None:
     ]
 
 
+def test_a_constant_imported_by_name_from_a_project_module_is_code(project: Project) -> None:
+    config = "SCALE = 3\n"
+    pipe = """\
+    from {config} import SCALE
+
+
+    def step(x):
+        return x * SCALE
+    """
+    before = project.load(config=config, pipe=pipe)
+    same = project.load(config="SCALE = 3  # unchanged\n", pipe=pipe)
+    after = project.load(config="SCALE = 4\n", pipe=pipe)
+    old = code_digest(before["pipe"].step)
+    assert code_digest(same["pipe"].step).digest == old.digest
+    new = code_digest(after["pipe"].step)
+    assert explain_code_drift(old, new) == [
+        f"code: step changed ({new.parts[0].file}, line 4: a module-level constant it reads)"
+    ]
+
+
 def test_a_value_computed_at_import_is_data_not_code(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -272,6 +272,8 @@ class _SourceIndex:
     constants: dict[str, list[str]] = field(default_factory=dict)
     assigned: set[str] = field(default_factory=set)
     """Top-level names assigned anything but a literal (run-time data, not code)."""
+    imports: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Top-level ``from module import name [as alias]``: alias -> (module, name)."""
 
 
 def _index_source(tree: ast.Module) -> _SourceIndex:
@@ -299,6 +301,10 @@ def _index_source(tree: ast.Module) -> _SourceIndex:
 
 
 def _index_assignment(statement: ast.stmt, index: _SourceIndex) -> None:
+    if isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
+        for alias in statement.names:
+            index.imports[alias.asname or alias.name] = (statement.module, alias.name)
+        return
     if isinstance(statement, ast.Assign):
         targets, value = statement.targets, statement.value
     elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
@@ -623,10 +629,25 @@ def _resolve_all(
         if target is not None:
             callees.setdefault(id(target), target)
         elif owner_index is not None and not isinstance(obj, types.ModuleType):
-            values = owner_index.constants.get(owner_name)
-            if values and owner_name not in owner_index.assigned:
+            values = _constant(owner_index, owner_name)
+            if values:
                 constants.append(f"{'.'.join(chain)}=" + "|".join(values))
     return constants, list(callees.values())
+
+
+def _constant(index: _SourceIndex, name: str) -> list[str] | None:
+    """The literal source of a module-level constant ``name``, also one imported by name from
+    another project module (``from config import SCALE``); None when it is run-time data."""
+    if name in index.assigned:
+        return None
+    values = index.constants.get(name)
+    if values is None and name in index.imports:
+        module_name, original = index.imports[name]
+        module = sys.modules.get(module_name)
+        other = _module_index(module) if module is not None else None
+        if other is not None and original not in other.assigned:
+            values = other.constants.get(original)
+    return values
 
 
 def _static_attr(cls: type, attr: str) -> Any:
