@@ -25,13 +25,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from marin.execution import code_digest as cd
-from marin.execution.code_digest import (
-    CodeDigest,
-    code_digest,
-    code_drifted,
-    explain_code_drift,
-    is_project_file,
-)
+from marin.execution.code_digest import CodeDigest, code_digest
+from marin.execution.code_drift import code_drifted, explain_code_drift
+from marin.execution.code_source import is_project_file
 from marin.execution.lazy import OUT, apply
 
 

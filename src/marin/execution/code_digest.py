@@ -18,23 +18,18 @@ like config drift. It never enters a path or a fingerprint.
   function is unknown has no digest; an unknown callee is named in ``CodeDigest.unseen``.
 
 Computed once per function object per process (``code_digest`` caches by the object), so a
-pipeline of 100,000 steps sharing one ``fn`` parses it once.
+pipeline of 100,000 steps sharing one ``fn`` parses it once. Where the source is and what its
+normalised syntax is comes from ``code_source.py``; comparing two digests, from
+``code_drift.py``.
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
 import functools
-import hashlib
-import importlib.util
-import linecache
-import os
 import re
-import site
 import sys
-import sysconfig
 import threading
 import types
 import weakref
@@ -42,13 +37,27 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from marin.execution.code_source import (
+    References,
+    SourceIndex,
+    clear_source_cache,
+    constant_source,
+    display_path,
+    dump,
+    first_line,
+    is_project_file,
+    module_index,
+    sha,
+    source_index,
+    split_definition,
+)
+
 SCHEME = "ast1"
 """Stored with every digest; a record of another scheme compares as unknown, never as drift."""
 _STATEMENT_CHARS = 12
 _MAX_PARTS = 10_000
 _MAX_TEXT = 1_000
 _HEX = re.compile(r"^[0-9a-f]+$")
-_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,264 +206,6 @@ def _parse_digest(data: Any) -> CodeDigest:
     return CodeDigest(digest, tuple(parts), unknown)
 
 
-# --- what counts as the project ---------------------------------------------------------------
-
-
-def _folder(path: str) -> str:
-    return os.path.join(os.path.normcase(os.path.abspath(path)), "")
-
-
-@functools.cache
-def _outside_roots() -> tuple[str, ...]:
-    """Folders whose code is not the project's: the standard library, installed packages, and
-    the engine itself (an engine upgrade is not a change to a step's code)."""
-    roots: set[str] = set()
-    for variables in (None, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}):
-        paths = sysconfig.get_paths(vars=variables) if variables else sysconfig.get_paths()
-        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-            if paths.get(key):
-                roots.add(paths[key])
-    with contextlib.suppress(AttributeError):  # some virtualenv builds have no getsitepackages
-        roots.update(site.getsitepackages())
-    roots.add(site.getusersitepackages())
-    here = os.path.dirname(os.path.abspath(__file__))
-    roots.add(os.path.dirname(here))  # the marin package
-    for adapter in ("marin_airflow", "marin_prefect"):
-        try:
-            spec = importlib.util.find_spec(adapter)
-        except (ImportError, ValueError):
-            spec = None
-        for location in (spec.submodule_search_locations or []) if spec else []:
-            roots.add(location)
-    out: set[str] = set()
-    for root in roots:
-        out.add(_folder(root))
-        out.add(_folder(os.path.realpath(root)))
-    return tuple(sorted(out))
-
-
-@functools.lru_cache(maxsize=4096)
-def is_project_file(filename: str) -> bool:
-    """Whether code in ``filename`` belongs to the project (and is followed): by location only."""
-    if not filename or filename.startswith("<") or not filename.endswith(".py"):
-        return False
-    path = os.path.normcase(os.path.abspath(filename))
-    parts = path.split(os.sep)
-    if "site-packages" in parts or "dist-packages" in parts:
-        return False
-    real = os.path.normcase(os.path.realpath(filename))
-    return not any(path.startswith(r) or real.startswith(r) for r in _outside_roots())
-
-
-@functools.lru_cache(maxsize=4096)
-def display_path(filename: str) -> str:
-    """``examples/ngram.py``: relative to the working folder, else to the ``sys.path`` entry it
-    was imported from, else absolute. Shown only; never part of a digest."""
-    path = os.path.abspath(filename)
-    bases = [os.getcwd(), *sorted((os.path.abspath(p or ".") for p in sys.path), key=len)[::-1]]
-    for base in bases:
-        if path.startswith(os.path.join(base, "")):
-            return os.path.relpath(path, base).replace(os.sep, "/")
-    return path
-
-
-# --- the source index of one file ---------------------------------------------------------------
-
-
-@dataclass
-class _SourceIndex:
-    """One parsed project file: its functions, classes and lambdas by name or line, and the
-    literal values its top level assigns."""
-
-    functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = field(default_factory=dict)
-    classes: dict[str, list[ast.ClassDef]] = field(default_factory=dict)
-    lambdas: dict[int, list[ast.Lambda]] = field(default_factory=dict)
-    constants: dict[str, list[str]] = field(default_factory=dict)
-    assigned: set[str] = field(default_factory=set)
-    """Top-level names assigned anything but a literal (run-time data, not code)."""
-    imports: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """Top-level ``from module import name [as alias]``: alias -> (module, name)."""
-
-
-def _index_source(tree: ast.Module) -> _SourceIndex:
-    index = _SourceIndex()
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
-                qualname = prefix + child.name
-                index.functions.setdefault(qualname, []).append(child)
-                visit(child, qualname + ".<locals>.")
-            elif isinstance(child, ast.ClassDef):
-                qualname = prefix + child.name
-                index.classes.setdefault(qualname, []).append(child)
-                visit(child, qualname + ".")
-            else:
-                if isinstance(child, ast.Lambda):
-                    index.lambdas.setdefault(child.lineno, []).append(child)
-                visit(child, prefix)
-
-    visit(tree, "")
-    for statement in tree.body:
-        _index_assignment(statement, index)
-    return index
-
-
-def _index_assignment(statement: ast.stmt, index: _SourceIndex) -> None:
-    if isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
-        for alias in statement.names:
-            index.imports[alias.asname or alias.name] = (statement.module, alias.name)
-        return
-    if isinstance(statement, ast.Assign):
-        targets, value = statement.targets, statement.value
-    elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
-        targets, value = [statement.target], statement.value
-    elif isinstance(statement, ast.AugAssign):
-        targets, value = [statement.target], None
-    else:
-        return
-    for target in targets:
-        if not isinstance(target, ast.Name):
-            continue
-        literal = value is not None and len(targets) == 1 and _is_literal(value)
-        if literal and value is not None:
-            index.constants.setdefault(target.id, []).append(_dump(value))
-        else:
-            index.assigned.add(target.id)
-
-
-def _is_literal(node: ast.expr) -> bool:
-    try:
-        ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-    return True
-
-
-_INDEX: dict[str, tuple[list[str], _SourceIndex | str]] = {}
-
-
-def _source_index(filename: str, module_globals: dict[str, Any] | None) -> _SourceIndex | str:
-    """The parsed file, once per version of it; a string says why there is none.
-
-    ``linecache`` re-reads a file whose size or modification time changed (one ``stat``), and
-    hands out the same list of lines while it did not: a file is parsed again only after an
-    edit, so a long-lived process (an Airflow DAG processor, a notebook) that re-imports a
-    module digests the code it now runs.
-    """
-    linecache.checkcache(filename)
-    lines = linecache.getlines(
-        filename, module_globals if isinstance(module_globals, dict) else None
-    )
-    known = _INDEX.get(filename)
-    if known is not None and known[0] is lines:
-        return known[1]
-    result: _SourceIndex | str
-    if not lines:
-        result = f"its source file {display_path(filename)} cannot be read"
-    else:
-        try:
-            result = _index_source(ast.parse("".join(lines), filename))
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            result = f"its source file {display_path(filename)} does not parse"
-    _INDEX[filename] = (lines, result)
-    return result
-
-
-# --- normalised syntax --------------------------------------------------------------------------
-
-
-def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
-    first = body[0] if body else None
-    if (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
-        return body[1:]
-    return body
-
-
-_References = dict[tuple[str, ...], None]
-"""Every ``name`` and ``name.attr.attr`` a definition reads, in order, without repeats."""
-
-
-def _write(node: Any, out: list[str], refs: _References, skip: str = "") -> None:
-    """A canonical text of ``node`` (field names and values, no positions, no docstrings),
-    collecting the names it reads into ``refs`` on the way (one pass over the tree).
-
-    ``skip`` names a field of ``node`` itself to leave out (a definition's body, for its header).
-    Locals that shadow a global are taken for the global: that can only add a callee (a
-    spurious report when it changes), never hide one.
-    """
-    if isinstance(node, ast.AST):
-        if isinstance(node, ast.Name | ast.Attribute):
-            chain = _chain(node)
-            if chain:
-                refs.setdefault(chain, None)
-        out.append(type(node).__name__)
-        out.append("(")
-        for name in node._fields:
-            if name == "type_comment" or name == skip:
-                continue
-            value = getattr(node, name, None)
-            if name == "body" and isinstance(node, _DEFS):
-                value = _without_docstring(node.body)
-            if value is None or value == []:
-                continue  # fields a later Python adds (type_params=[]) do not move the digest
-            out.append(name)
-            out.append("=")
-            _write(value, out, refs)
-            out.append(",")
-        out.append(")")
-    elif isinstance(node, list):
-        out.append("[")
-        for item in node:
-            _write(item, out, refs)
-            out.append(",")
-        out.append("]")
-    else:
-        out.append(repr(node))
-
-
-def _dump(node: Any, refs: _References | None = None) -> str:
-    out: list[str] = []
-    _write(node, out, {} if refs is None else refs)
-    return "".join(out)
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _first_line(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> int:
-    """The line a code object reports as its first: the first decorator's, if any."""
-    return min([node.lineno, *(d.lineno for d in node.decorator_list)])
-
-
-def _split(node: ast.AST, refs: _References) -> tuple[str, list[ast.AST]]:
-    """A definition's header (everything but its body) and its body's statements."""
-    if isinstance(node, ast.Lambda):
-        return _dump(node.args, refs), [node.body]
-    assert isinstance(node, _DEFS)
-    out: list[str] = []
-    _write(node, out, refs, skip="body")
-    return "".join(out), list(_without_docstring(node.body))
-
-
-# --- names a definition refers to ---------------------------------------------------------------
-
-
-def _chain(node: ast.AST) -> tuple[str, ...] | None:
-    attrs: list[str] = []
-    while isinstance(node, ast.Attribute):
-        attrs.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-        return (node.id, *reversed(attrs))
-    return None
-
-
 # --- the parts ----------------------------------------------------------------------------------
 
 _MISSING = object()
@@ -539,7 +290,7 @@ def _find(obj: Any) -> _Found | None:
         return None
     file = display_path(filename)
     first = obj.__code__.co_firstlineno if isinstance(obj, types.FunctionType) else 0
-    index = _source_index(filename, namespace if isinstance(namespace, dict) else None)
+    index = source_index(filename, namespace if isinstance(namespace, dict) else None)
     if isinstance(index, str):
         return _Found(_unknown_part(qualname, file, first, index), ())
     nodes = _nodes(obj, qualname, index)
@@ -547,17 +298,17 @@ def _find(obj: Any) -> _Found | None:
         reason = "its source does not match the running code (edited since it was imported?)"
         return _Found(_unknown_part(qualname, file, first, reason), ())
     headers, statements, lines = [], [], []
-    references: _References = {}
+    references: References = {}
     for node in nodes:
-        header, body = _split(node, references)
+        header, body = split_definition(node, references)
         headers.append(header)
-        statements += [_sha(_dump(s, references))[:_STATEMENT_CHARS] for s in body]
+        statements += [sha(dump(s, references))[:_STATEMENT_CHARS] for s in body]
         lines += [getattr(s, "lineno", 0) for s in body]
     constants, callees = _resolve_all(list(references), namespace, closure, index)
-    header = _sha("\n".join(headers))[:_STATEMENT_CHARS]
-    constants_hash = _sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
-    digest = _sha("\n".join([SCHEME, header, *statements, constants_hash]))
-    line = _first_line(nodes[0]) if not isinstance(nodes[0], ast.Lambda) else nodes[0].lineno
+    header = sha("\n".join(headers))[:_STATEMENT_CHARS]
+    constants_hash = sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
+    digest = sha("\n".join([SCHEME, header, *statements, constants_hash]))
+    line = first_line(nodes[0]) if not isinstance(nodes[0], ast.Lambda) else nodes[0].lineno
     part = CodePart(
         qualname, file, line, digest, header, tuple(statements), constants_hash,
         statement_lines=tuple(lines),
@@ -576,7 +327,7 @@ def _unknown_part(name: str, file: str, line: int, reason: str) -> CodePart:
     return CodePart(name, file, line, None, unknown=reason)
 
 
-def _nodes(obj: Any, qualname: str, index: _SourceIndex) -> list[Any]:
+def _nodes(obj: Any, qualname: str, index: SourceIndex) -> list[Any]:
     """The definition(s) of ``obj`` in its file. Several candidates (two lambdas on one line,
     a class defined in two branches) are hashed together: over-eager, never blind."""
     if isinstance(obj, type):
@@ -587,7 +338,7 @@ def _nodes(obj: Any, qualname: str, index: _SourceIndex) -> list[Any]:
         found = index.lambdas.get(code.co_firstlineno, [])
         matching = [n for n in found if _lambda_args(n) == names]
         return matching or found
-    return [n for n in index.functions.get(qualname, []) if _first_line(n) == code.co_firstlineno]
+    return [n for n in index.functions.get(qualname, []) if first_line(n) == code.co_firstlineno]
 
 
 def _lambda_args(node: ast.Lambda) -> list[str]:
@@ -599,7 +350,7 @@ def _resolve_all(
     references: list[tuple[str, ...]],
     namespace: Mapping[str, Any],
     closure: Mapping[str, Any],
-    index: _SourceIndex,
+    index: SourceIndex,
 ) -> tuple[list[str], list[Any]]:
     """The literal constants (``name=dump``) and the callee objects that ``references`` name."""
     constants: list[str] = []
@@ -609,14 +360,14 @@ def _resolve_all(
         obj = closure.get(head, _MISSING) if head in closure else namespace.get(head, _MISSING)
         if obj is _MISSING:
             continue  # a builtin, a local or a name not yet bound
-        owner_index: _SourceIndex | None = index if head not in closure else None
+        owner_index: SourceIndex | None = index if head not in closure else None
         owner_name = head
         for attr in chain[1:]:
             if isinstance(obj, types.ModuleType):
                 inner = vars(obj).get(attr, _MISSING)
                 if inner is _MISSING:
                     break
-                found = _module_index(obj)
+                found = module_index(obj)
                 owner_index, owner_name, obj = found, attr, inner
             elif isinstance(obj, type):
                 inner = _static_attr(obj, attr)
@@ -629,25 +380,10 @@ def _resolve_all(
         if target is not None:
             callees.setdefault(id(target), target)
         elif owner_index is not None and not isinstance(obj, types.ModuleType):
-            values = _constant(owner_index, owner_name)
+            values = constant_source(owner_index, owner_name)
             if values:
                 constants.append(f"{'.'.join(chain)}=" + "|".join(values))
     return constants, list(callees.values())
-
-
-def _constant(index: _SourceIndex, name: str) -> list[str] | None:
-    """The literal source of a module-level constant ``name``, also one imported by name from
-    another project module (``from config import SCALE``); None when it is run-time data."""
-    if name in index.assigned:
-        return None
-    values = index.constants.get(name)
-    if values is None and name in index.imports:
-        module_name, original = index.imports[name]
-        module = sys.modules.get(module_name)
-        other = _module_index(module) if module is not None else None
-        if other is not None and original not in other.assigned:
-            values = other.constants.get(original)
-    return values
 
 
 def _static_attr(cls: type, attr: str) -> Any:
@@ -655,14 +391,6 @@ def _static_attr(cls: type, attr: str) -> Any:
         if attr in vars(klass):
             return vars(klass)[attr]
     return _MISSING
-
-
-def _module_index(module: types.ModuleType) -> _SourceIndex | None:
-    filename = getattr(module, "__file__", None) or ""
-    if not is_project_file(filename):
-        return None
-    index = _source_index(filename, vars(module))
-    return index if isinstance(index, _SourceIndex) else None
 
 
 # --- the digest ---------------------------------------------------------------------------------
@@ -740,7 +468,7 @@ def _digest_of(root: Any) -> CodeDigest:
     if parts[0].digest is None:
         return CodeDigest(None, (parts[0],), f"{parts[0].name}: {parts[0].unknown}")
     tokens = sorted(p.digest or f"unknown:{p.name}" for p in parts)
-    return CodeDigest(_sha("\n".join([SCHEME, *tokens])), tuple(parts))
+    return CodeDigest(sha("\n".join([SCHEME, *tokens])), tuple(parts))
 
 
 def clear_cache() -> None:
@@ -748,63 +476,4 @@ def clear_cache() -> None:
     with _LOCK:
         _PARTS.clear()
         _DIGESTS.clear()
-        _INDEX.clear()
-        is_project_file.cache_clear()
-        display_path.cache_clear()
-
-
-# --- what changed -------------------------------------------------------------------------------
-
-
-def code_drifted(stored: CodeDigest, current: CodeDigest) -> bool:
-    """Both digests known, of one scheme, and different: the only case reported as drift."""
-    return (
-        stored.digest is not None
-        and current.digest is not None
-        and stored.scheme == current.scheme
-        and stored.digest != current.digest
-    )
-
-
-def explain_code_drift(stored: CodeDigest, current: CodeDigest, limit: int = 20) -> list[str]:
-    """One line per changed part, ``code: train_model changed (examples/ngram.py, line 42)``;
-    a callee says so: ``code: tokenize changed (examples/ngram.py, line 17), called by
-    train_model``. Empty when nothing is reported as drift."""
-    if not code_drifted(stored, current):
-        return []
-    before = {p.name: p for p in stored.parts}
-    now = {p.name for p in current.parts}
-    lines: list[str] = []
-    for part in current.parts:
-        old = before.get(part.name)
-        if old is None:
-            lines.append(f"code: {part.via or part.name} now calls {part.name} ({_where(part)})")
-        elif old.digest != part.digest and old.digest is not None and part.digest is not None:
-            line, why = _changed_line(old, part)
-            text = f"code: {part.name} changed ({part.file}, line {line}{why})"
-            lines.append(text + (f", called by {part.via}" if part.via else ""))
-    for old in stored.parts:
-        if old.name not in now:
-            lines.append(f"code: {old.via or current.name} no longer calls {old.name}")
-    if not lines:
-        lines.append(f"code: {current.name} changed")
-    if len(lines) > limit:
-        lines = [*lines[:limit], f"... and {len(lines) - limit} more changed part(s)"]
-    return lines
-
-
-def _where(part: CodePart) -> str:
-    return f"{part.file}, line {part.line}"
-
-
-def _changed_line(old: CodePart, new: CodePart) -> tuple[int, str]:
-    """The current line of the first difference, and a note when it is not in the syntax."""
-    if old.header != new.header:
-        return new.line, ""
-    for i, statement in enumerate(new.statements):
-        if i >= len(old.statements) or old.statements[i] != statement:
-            return (new.statement_lines[i] if i < len(new.statement_lines) else new.line), ""
-    if len(old.statements) > len(new.statements):
-        last = new.statement_lines[-1] if new.statement_lines else new.line
-        return last, ": statements removed at the end"
-    return new.line, ": a module-level constant it reads"
+        clear_source_cache()
