@@ -45,6 +45,7 @@ class _NoHeartbeat:
 class _NoLease:
     def __init__(self, location: Any, output_path: str, ttl: float | None = None) -> None:
         self.holder = "bench"
+        self.token = "bench"
         self.ttl = 60.0
         self.took_over = False
 
@@ -185,7 +186,10 @@ def _syscalls_alone(root: str, steps: int) -> float:
             fd = os.open(lease, create, 0o644)
         os.write(fd, lease_body)
         os.close(fd)
-        os.listdir(meta)  # an earlier attempt's files
+        os.lstat(step)  # no symbolic link on the way (Location.check_no_links, once per run)
+        os.lstat(meta)
+        with os.scandir(meta) as entries:  # an earlier attempt's files, and links among them
+            [entry.is_symlink() for entry in entries]
         guard = os.open(f"{lease}.guard", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC)
         fcntl.flock(guard, fcntl.LOCK_EX)
         fd = os.open(lease, os.O_RDONLY | os.O_CLOEXEC)  # proof of ownership

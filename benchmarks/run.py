@@ -424,6 +424,9 @@ CALL_REASONS = {
     "build",
     "os.listdir": "the metadata folder after taking the lease: an earlier record or status, and "
     "temporary files a crashed write left",
+    "os.scandir": "the metadata folder after taking the lease: an earlier record or status, "
+    "temporary files a crashed write left, and (from the entry types, at no extra call) any "
+    "symbolic link, which is refused",
     "fcntl.flock": "lock and unlock the lease guard at commit (which also releases the lease)",
     "cat_file": "the lease read back at commit (proof of ownership)",
     "rm_file": "the lease, released with the commit",

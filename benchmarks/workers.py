@@ -90,14 +90,15 @@ def fresh_prefix(backend: str, tag: str) -> Iterator[str]:
 
 def stub_build_step() -> None:
     """Replace ``build_step`` in the runner with a no-I/O stub: what is left is the scheduler."""
-    import marin.execution.step_runner as step_runner
+    import marin.execution.orchestrate as orchestrate
     from marin.execution.build import BuildOutcome
+    from marin.execution.vocabulary import BuildOutcomeKind
 
     def build_step(spec: StepSpec, location: Any, **_: Any) -> BuildOutcome:
         record: Any = None
-        return BuildOutcome(spec, "built", record, "")
+        return BuildOutcome(spec, BuildOutcomeKind.BUILT, record, "")
 
-    step_runner.build_step = build_step
+    orchestrate.build_step = build_step
 
 
 def lowered(kind: str, n: int, seed: int = 0) -> tuple[list[StepSpec], list[StepSpec], float]:

@@ -13,7 +13,9 @@ the plan table) under the run's `on_drift`, `force` and `cascade` params; a drif
 that nothing being built needs ends "pruned".
 
 Artifacts go to the `prefix` param of the run if set, else $MARIN_PREFIX on the worker, else
-DEFAULT_PREFIX below, else Marin's local default.
+DEFAULT_PREFIX below, else Marin's local default. Each step task's outlet is the asset alias
+`marin:<name@version>`: a task that builds its step adds an event for the Asset at the
+artifact's URL to it (a cached step adds none), so DAGs can be scheduled on Marin artifacts.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import datetime
 
 from airflow.sdk import DAG, Param
 
+from marin_airflow.assets import task_assets
 from marin_airflow.operator import MarinOperator
 from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement
 
@@ -223,6 +226,9 @@ for task_id, step in STEPS.items():
         marin_call=run_step,
         marin_kwargs={**COMMON, "step": step["step"], "fingerprint": step["fingerprint"]},
         **task_placement(step),
+        # Outlet: the step's asset alias, filled with the real artifact URL when the task
+        # builds the step (never on a cache hit); inlets: its dependencies' aliases.
+        **task_assets(step, STEPS),
     )
 dag.add_tasks(tasks.values())
 # Edges go into each task's public upstream/downstream task id sets, which is what `a >> b`

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from marin.execution import decide as decide_module
 from marin.execution.decide import (
-    BUILD,
     Decision,
     Policy,
     Stored,
@@ -28,6 +27,7 @@ from marin.execution.decide import (
 from marin.execution.errors import DriftError
 from marin.execution.records import FAILED, ArtifactRecord
 from marin.execution.step_spec import StepSpec
+from marin.execution.vocabulary import Action
 
 STORED = ("nothing", "built", "drifted", "stale", "old", "failed")
 
@@ -111,7 +111,7 @@ def reference(
                 action = current(s).action
             except DriftError:
                 continue
-            if action == BUILD and s.output_path not in building:
+            if action == Action.BUILD and s.output_path not in building:
                 building.add(s.output_path)
                 changed = True
     errors: list[DriftError] = []

@@ -12,6 +12,8 @@ import shlex
 import sys
 from typing import Any
 
+from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, DRIFT_POLICIES
+
 _DESCRIPTION = """\
 Write one Airflow 3 DAG file for a Marin pipeline. The file embeds the step graph as data
 (task ids, edges, name@version, fingerprint, retries, pool) and never imports the pipeline at
@@ -27,6 +29,8 @@ examples:
   marin export airflow examples/ngram.py:pipeline -o dags/
   marin export airflow examples/ngram.py:pipeline -o dags/ --check   # CI: exit 1 if stale
   marin export airflow mypkg.pipelines:train --max-concurrent 4 --schedule '0 3 * * *'
+  marin export airflow mypkg.pipelines:train --executor celery --prefix s3://bucket/runs \
+      --plan-queue default   # many workers: shared prefix, retries 1 by default
 
 then put dags/ in Airflow's dags_folder (or copy the file there) with marin-execution installed
 on the workers, and trigger the DAG. Re-export after changing the pipeline.
@@ -60,9 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-concurrent",
         type=_positive,
-        default=8,
+        default=DEFAULT_MAX_CONCURRENT,
         metavar="N",
-        help="the DAG's max_active_tasks: steps at once in one run (default 8)",
+        help="the DAG's max_active_tasks: steps at once in one run "
+        f"(default {DEFAULT_MAX_CONCURRENT})",
     )
     parser.add_argument(
         "--prefix",
@@ -86,24 +91,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--retries",
         type=_non_negative,
-        default=0,
+        default=None,
         metavar="N",
-        help="Airflow retries for steps that declare none themselves (default 0)",
+        help="Airflow retries for steps that declare none themselves (default 0; 1 with "
+        "--executor celery or kubernetes, so a task whose worker is lost runs again elsewhere)",
     )
     parser.add_argument(
         "--on-drift",
-        choices=("warn", "rebuild", "error"),
-        default="warn",
+        choices=DRIFT_POLICIES,
+        default=DEFAULT_ON_DRIFT,
         help="the DAG's default drift policy, its on_drift param (a run may override it): "
         "serve a drifted step with a warning (default), rebuild it, or fail the run first",
     )
     parser.add_argument(
         "--executor",
-        choices=("default", "kubernetes"),
+        choices=("default", "celery", "kubernetes"),
         default="default",
-        help="kubernetes: each task also gets an executor_config pod override with its "
-        "resources as requests and limits (cpu, memory, nvidia.com/gpu); needs the kubernetes "
-        "package where the DAG is parsed (default: default)",
+        help="celery or kubernetes: tasks run on many machines, so the export needs a --prefix "
+        "on shared storage (s3://, gs://) and a pipeline every worker can import, and each "
+        "task refuses a prefix on its own disk. kubernetes: each task also gets an "
+        "executor_config pod override with its resources as requests and limits (cpu, "
+        "memory, nvidia.com/gpu); needs the kubernetes package where the DAG is parsed "
+        "(default: default)",
+    )
+    parser.add_argument(
+        "--plan-queue",
+        default=None,
+        metavar="QUEUE",
+        help="the Airflow queue of the marin-plan task (default: the executor's default "
+        "queue; a step's own queue comes from its with_options(queue=...))",
     )
     parser.add_argument(
         "--check",
@@ -146,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         retries=args.retries,
         on_drift=args.on_drift,
         executor=args.executor,
+        plan_queue=args.plan_queue,
     )
     if args.check:
         fresh, message = check_export(result)

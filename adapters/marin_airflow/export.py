@@ -26,7 +26,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.decide import check_drift_policy
+from marin.execution.atomic_file import write_file_atomically
+from marin.execution.errors import OptionError
+from marin.execution.options import DEFAULT_ON_DRIFT, check_drift_policy, check_max_concurrent
+from marin.execution.targets import Target
 
 # Airflow's task/DAG id rule is ``^[\w.-]+$`` (at most 250 characters). We keep to ASCII so ids
 # look the same in every UI, log line and URL.
@@ -34,9 +37,16 @@ _ID_MAX = 250
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _ID_VALID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?#LW-]+$")
+_QUEUE_VALID = re.compile(r"[A-Za-z0-9_.:-]{1,250}")
 
 DEFAULT_MAX_CONCURRENT = 8
-EXECUTORS = ("default", "kubernetes")
+EXECUTORS = ("default", "celery", "kubernetes")
+MULTI_HOST_EXECUTORS = ("celery", "kubernetes")
+"""Executors whose tasks run on many machines: the export refuses what only one host can see."""
+MULTI_HOST_RETRIES = 1
+"""The default ``--retries`` on a multi-host executor: a task whose worker is lost (killed,
+preempted, out of memory) is retried once on another worker instead of failing the run."""
+_HOST_LOCAL_SCHEMES = ("file", "local", "memory")
 SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly")
 
 
@@ -87,10 +97,12 @@ class DagOptions:
     export_command: str = ""
     export_root: str = "."
     """Where to run ``export_command``: a path relative to the DAG file's folder."""
-    on_drift: str = "warn"
+    on_drift: str = DEFAULT_ON_DRIFT
     """The default of the DAG's ``on_drift`` param."""
     executor: str = "default"
     """``kubernetes``: tasks also get an ``executor_config`` pod override from their resources."""
+    plan_queue: str | None = None
+    """The Airflow queue of the ``marin-plan`` task (None: the executor's default queue)."""
 
 
 # --- task ids ----------------------------------------------------------------------------------
@@ -147,12 +159,8 @@ def assign_task_ids(step_ids: Iterable[str]) -> dict[str, str]:
 
 def default_dag_id(target: str) -> str:
     """``examples/ngram.py:pipeline`` -> ``ngram_pipeline``; ``pkg.mod:attr`` -> ``mod_attr``."""
-    location, _, attr = target.rpartition(":")
-    if _is_file_target(location):
-        stem = os.path.splitext(os.path.basename(location))[0]
-    else:
-        stem = location.rsplit(".", 1)[-1]
-    dag_id = _ID_UNSAFE.sub("_", f"{stem}_{attr.replace('.', '_')}").strip("._")
+    parsed = Target.parse(target)
+    dag_id = _ID_UNSAFE.sub("_", f"{parsed.stem}_{parsed.attr.replace('.', '_')}").strip("._")
     return dag_id[:_ID_MAX] or "marin_pipeline"
 
 
@@ -324,7 +332,9 @@ the plan table) under the run's `on_drift`, `force` and `cascade` params; a drif
 that nothing being built needs ends "pruned".
 
 Artifacts go to the `prefix` param of the run if set, else $MARIN_PREFIX on the worker, else
-DEFAULT_PREFIX below, else Marin's local default.
+DEFAULT_PREFIX below, else Marin's local default. Each step task's outlet is the asset alias
+`marin:<name@version>`: a task that builds its step adds an event for the Asset at the
+artifact's URL to it (a cached step adds none), so DAGs can be scheduled on Marin artifacts.
 """
 '''
 
@@ -382,13 +392,13 @@ COMMON = {
     "default_on_drift": ON_DRIFT,
     "export_command": EXPORT_COMMAND,
     "export_root": EXPORT_ROOT,
-}
+}<<COMMON_EXTRA>>
 tasks = {
     PLAN_TASK_ID: MarinOperator(
         task_id=PLAN_TASK_ID,
         task_display_name="marin plan",
         marin_call=plan_steps,
-        marin_kwargs={**COMMON, "graph_digest": GRAPH_DIGEST},
+        marin_kwargs={**COMMON, "graph_digest": GRAPH_DIGEST},<<PLAN_EXTRA>>
     )
 }
 for task_id, step in STEPS.items():
@@ -400,6 +410,9 @@ for task_id, step in STEPS.items():
         marin_call=run_step,
         marin_kwargs={**COMMON, "step": step["step"], "fingerprint": step["fingerprint"]},
         **task_placement(step),
+        # Outlet: the step's asset alias, filled with the real artifact URL when the task
+        # builds the step (never on a cache hit); inlets: its dependencies' aliases.
+        **task_assets(step, STEPS),
     )
 dag.add_tasks(tasks.values())
 # Edges go into each task's public upstream/downstream task id sets, which is what `a >> b`
@@ -476,12 +489,15 @@ def _placement_lines(t: TaskEntry) -> list[str]:
 def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> str:
     """The DAG file text. Deterministic: a function of its arguments only."""
     check_dag_id(options.dag_id)
-    if options.max_concurrent < 1:
-        raise ExportError("error: --max-concurrent must be at least 1")
+    try:  # the core's check, so an export refuses what a run would
+        check_max_concurrent(options.max_concurrent)
+    except OptionError as exc:
+        raise ExportError(str(exc)) from None
     lines = [_HEADER]
     lines.append("from __future__ import annotations\n")
     lines.append("import datetime\n")
     lines.append("from airflow.sdk import DAG, Param\n")
+    lines.append("from marin_airflow.assets import task_assets")
     lines.append("from marin_airflow.operator import MarinOperator")
     lines.append(
         "from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement\n"
@@ -502,6 +518,13 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
     lines.append("# A hash of every step id and fingerprint below: tasks warn when the pipeline's")
     lines.append("# graph changed (steps added or removed) since the export.")
     lines.append(f"GRAPH_DIGEST = {_r(graph_digest((t.step_id, t.fingerprint) for t in tasks))}")
+    # Written only when set, so files exported without these options keep their bytes.
+    if options.executor in MULTI_HOST_EXECUTORS:
+        lines.append("# Tasks run on many machines: each refuses a prefix only its own host sees.")
+        lines.append("SHARED_PREFIX_ONLY = True")
+    if options.plan_queue is not None:
+        lines.append("# The Airflow queue of the marin-plan task.")
+        lines.append(f"PLAN_QUEUE = {_r(options.plan_queue)}")
     lines.append("")
     lines.append("# Airflow task id -> the Marin step it builds. `upstream`: the task ids it")
     lines.append("# waits for, exactly the deps of the lowered StepSpec graph.")
@@ -525,7 +548,16 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
             lines.append("    },")
         lines.append("}")
     lines.append("")
-    lines.append(_BODY)
+    body = _BODY.replace(
+        "<<COMMON_EXTRA>>",
+        '\nCOMMON["shared_prefix_only"] = SHARED_PREFIX_ONLY'
+        if options.executor in MULTI_HOST_EXECUTORS
+        else "",
+    )
+    body = body.replace(
+        "<<PLAN_EXTRA>>", "\n        queue=PLAN_QUEUE," if options.plan_queue is not None else ""
+    )
+    lines.append(body)
     text = "\n".join(lines)
     if any(len(line) > 100 for line in text.splitlines()):
         # Long step names make long literals; keep linters quiet about a generated file.
@@ -536,40 +568,25 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
 # --- targets and paths -------------------------------------------------------------------------
 
 
-def _is_file_target(location: str) -> bool:
-    # The same rule as marin.execution.targets.load_target.
-    return location.endswith(".py") or os.sep in location or "/" in location
-
-
-def split_target(target: str) -> tuple[str, str]:
-    location, sep, attr = target.rpartition(":")
-    if not sep or not location or not attr:
-        raise ExportError(
-            f"error: target {target!r} is not path/to/file.py:attr or package.module:attr "
-            "(e.g. examples/ngram.py:pipeline)"
-        )
-    return location, attr
-
-
 def target_reference(target: str, dag_dir: str) -> str:
     """What the DAG file records: a module path as is, a file path relative to ``dag_dir``.
 
     Never absolute, so the file is the same on every machine and in every checkout.
     """
-    location, attr = split_target(target)
-    if not _is_file_target(location):
+    parsed = Target.parse(target)
+    if not parsed.is_file:
         return target
-    rel = os.path.relpath(os.path.abspath(location), os.path.abspath(dag_dir))
-    return f"{rel.replace(os.sep, '/')}:{attr}"
+    rel = os.path.relpath(os.path.abspath(parsed.location), os.path.abspath(dag_dir))
+    return str(parsed.with_location(rel.replace(os.sep, "/")))
 
 
 def resolve_target(reference: str, dag_dir: str) -> str:
     """The inverse of ``target_reference``, on the machine that runs the task."""
-    location, attr = split_target(reference)
-    if not _is_file_target(location) or os.path.isabs(location):
+    parsed = Target.parse(reference)
+    if not parsed.is_file or os.path.isabs(parsed.location):
         return reference
-    path = os.path.normpath(os.path.join(dag_dir, location.replace("/", os.sep)))
-    return f"{path}:{attr}"
+    path = os.path.normpath(os.path.join(dag_dir, parsed.location.replace("/", os.sep)))
+    return str(parsed.with_location(path))
 
 
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -583,8 +600,8 @@ def export_root(dag_dir: str, target: str) -> str:
     command is recorded relative to it, so it reads the same in every checkout of the project.
     """
     dag_dir = os.path.abspath(dag_dir)
-    location, _ = split_target(target)
-    target_path = os.path.abspath(location) if _is_file_target(location) else None
+    parsed = Target.parse(target)
+    target_path = os.path.abspath(parsed.location) if parsed.is_file else None
     current = dag_dir
     while True:
         marked = any(os.path.exists(os.path.join(current, m)) for m in _ROOT_MARKERS)
@@ -614,12 +631,14 @@ def export_command(
     prefix: str | None,
     schedule: str | None,
     retries: int,
-    on_drift: str = "warn",
+    on_drift: str = DEFAULT_ON_DRIFT,
     executor: str = "default",
+    plan_queue: str | None = None,
 ) -> str:
     """The command that regenerates the file, run in ``root``, with paths relative to it."""
-    location, attr = split_target(target)
-    shown_target = f"{_rel(location, root)}:{attr}" if _is_file_target(location) else target
+    parsed = Target.parse(target)
+    shown = parsed.with_location(_rel(parsed.location, root)) if parsed.is_file else parsed
+    shown_target = str(shown)
     argv = ["marin", "export", "airflow", shown_target, "-o", _rel(out, root)]
     if dag_id is not None:
         argv += ["--dag-id", dag_id]
@@ -629,13 +648,56 @@ def export_command(
         argv += ["--prefix", prefix]
     if schedule is not None:
         argv += ["--schedule", schedule]
-    if retries:
+    if retries != default_retries(executor):
         argv += ["--retries", str(retries)]
-    if on_drift != "warn":
+    if on_drift != DEFAULT_ON_DRIFT:
         argv += ["--on-drift", on_drift]
     if executor != "default":
         argv += ["--executor", executor]
+    if plan_queue is not None:
+        argv += ["--plan-queue", plan_queue]
     return shlex.join(argv)
+
+
+def default_retries(executor: str) -> int:
+    """``--retries`` when not given: none on one host, one where a worker can be lost."""
+    return MULTI_HOST_RETRIES if executor in MULTI_HOST_EXECUTORS else 0
+
+
+def check_multi_host(target: str, dag_dir: str, prefix: str | None, executor: str) -> None:
+    """Refuse what only one host can see when tasks run on many (``celery``, ``kubernetes``).
+
+    The artifacts must live on storage every worker reaches (not a local path or ``memory://``,
+    whose lease is also only safe on one host), and a pipeline file must be inside the DAG
+    file's folder, which is what Airflow ships to every worker (or be a module path, imported
+    from the package installed on every worker).
+    """
+    if executor not in MULTI_HOST_EXECUTORS:
+        return
+    flag = f"--executor {executor}"
+    if prefix is None:
+        raise ExportError(
+            f"error: {flag} needs --prefix: tasks run on many machines, and without a baked "
+            "prefix a worker with no $MARIN_PREFIX would write to its own disk; fix: pass "
+            "--prefix s3://bucket/path (or gs://..., any storage every worker reaches)"
+        )
+    scheme = prefix.split("://", 1)[0].lower() if "://" in prefix else "file"
+    if scheme in _HOST_LOCAL_SCHEMES:
+        raise ExportError(
+            f"error: {flag} --prefix {prefix!r} is on one host's {scheme} storage: other "
+            "workers cannot read its artifacts, and its leases only hold on one host; fix: "
+            "pass --prefix s3://bucket/path (or gs://..., any storage every worker reaches)"
+        )
+    parsed = Target.parse(target)
+    if parsed.is_file and not _is_within(
+        os.path.abspath(parsed.location), os.path.abspath(dag_dir)
+    ):
+        raise ExportError(
+            f"error: {flag}: the pipeline file {parsed.location} is outside the DAG folder "
+            f"{dag_dir}, which is all Airflow ships to its workers; fix: use a module path "
+            f"(package.module:{parsed.attr}) installed on every worker, or move the file into "
+            "the DAG folder"
+        )
 
 
 # --- the whole export --------------------------------------------------------------------------
@@ -684,25 +746,35 @@ def build_export(
     max_concurrent: int = DEFAULT_MAX_CONCURRENT,
     prefix: str | None = None,
     schedule: str | None = None,
-    retries: int = 0,
-    on_drift: str = "warn",
+    retries: int | None = None,
+    on_drift: str = DEFAULT_ON_DRIFT,
     specs: Sequence[Any] | None = None,
     executor: str = "default",
+    plan_queue: str | None = None,
 ) -> ExportResult:
     """Generate (but do not write) the DAG file for ``target``.
 
-    ``specs`` may be passed when the caller has already lowered the target.
+    ``specs`` may be passed when the caller has already lowered the target. ``retries`` (for
+    steps that declare none) defaults to :func:`default_retries` of the executor.
     """
-    split_target(target)
-    if retries < 0:
-        raise ExportError("error: --retries must be 0 or more")
+    Target.parse(target)
     if executor not in EXECUTORS:
         raise ExportError(
             f"error: --executor {executor!r} is not known: use one of {', '.join(EXECUTORS)}"
         )
+    if retries is None:
+        retries = default_retries(executor)
+    if retries < 0:
+        raise ExportError("error: --retries must be 0 or more")
+    if plan_queue is not None and not _QUEUE_VALID.fullmatch(plan_queue):
+        raise ExportError(
+            f"error: --plan-queue {plan_queue!r} is not a queue name: use 1 to {_ID_MAX} ASCII "
+            "letters, digits, '_', '.', '-' or ':'"
+        )
     chosen_id = check_dag_id(dag_id) if dag_id is not None else default_dag_id(target)
     path = output_file(out, chosen_id)
     dag_dir = os.path.dirname(os.path.abspath(path))
+    check_multi_host(target, dag_dir, prefix, executor)
     root = export_root(dag_dir, target)
     steps = step_infos(specs if specs is not None else lower_target(target))
     tasks = plan_tasks(steps, default_retries=retries, executor=executor)
@@ -724,8 +796,10 @@ def build_export(
             retries=retries,
             on_drift=on_drift,
             executor=executor,
+            plan_queue=plan_queue,
         ),
         executor=executor,
+        plan_queue=plan_queue,
     )
     reference = target_reference(target, dag_dir)
     text = render_dag(reference, tasks, options)
@@ -741,11 +815,8 @@ def write_export(result: ExportResult) -> bool:
                 return False
     except FileNotFoundError:
         pass
-    os.makedirs(os.path.dirname(os.path.abspath(result.path)), exist_ok=True)
-    tmp = f"{result.path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, result.path)  # atomic: the DAG processor never sees half a file
+    # Atomic: the DAG processor never sees half a file, and a failed write leaves nothing.
+    write_file_atomically(os.path.abspath(result.path), data, make_parents=True)
     return True
 
 

@@ -1,11 +1,13 @@
 """What each task of an exported DAG runs on the Airflow worker.
 
 Importing this module is cheap (the DAG file imports it at parse time): the pipeline, the Marin
-core and Airflow's context are only imported inside ``run_step``, when a task actually runs.
+core (but its option defaults and vocabulary, two small modules) and Airflow's context are only
+imported inside ``run_step``, when a task actually runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
@@ -14,9 +16,14 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from marin.execution.options import DEFAULT_ON_DRIFT, RunOptions
+from marin.execution.vocabulary import BuildOutcomeKind, RunResult
+
 log = logging.getLogger("marin.airflow")
 
 PREFIX_ENV = "MARIN_PREFIX"
+AIRFLOW_FAILED, AIRFLOW_RUNNING = "failed", "running"
+"""Airflow's task instance states (``TaskInstanceState``), named here without importing Airflow."""
 PLAN_TASK_ID = "marin-plan"
 """The first task of every exported DAG (a step's task id always holds ``__``, so never this)."""
 
@@ -159,6 +166,20 @@ def clear_cache() -> None:
         _memos.clear()
 
 
+TASK_INSTANCE_FIELDS = ("dag_id", "run_id", "task_id", "try_number", "map_index")
+
+
+def task_instance_ids(context: Any | None) -> dict[str, Any] | None:
+    """The running task instance's identity, for the record's provenance (``engine``); None
+    when called outside an Airflow task (no task instance to name)."""
+    ti = context.get("ti") if context is not None else None
+    if ti is None:
+        return None
+    ids = {field: getattr(ti, field, None) for field in TASK_INSTANCE_FIELDS}
+    # Plain JSON data only: an Airflow version could hand back richer objects here.
+    return {k: v if isinstance(v, int | str) or v is None else str(v) for k, v in ids.items()}
+
+
 def _airflow_context() -> Any | None:
     if "airflow.sdk" not in sys.modules:  # not inside an Airflow task: don't import Airflow
         return None
@@ -189,13 +210,16 @@ def failed_task_in_run(context: Any | None) -> str | None:
         return None
     params = context.get("params") or {}
     ti = context.get("ti")
-    if params.get("keep_going") or ti is None or not hasattr(ti, "get_task_states"):
+    keep_going = RunOptions.from_params(params).keep_going
+    if keep_going or ti is None or not hasattr(ti, "get_task_states"):
         return None
     states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id]).get(ti.run_id) or {}
-    failed = sorted(task_id for task_id, state in states.items() if state == "failed")
+    failed = sorted(t for t, state in states.items() if state == AIRFLOW_FAILED)
     if failed:
         return failed[0]
-    running = sorted(t for t, state in states.items() if state == "running" and t != ti.task_id)
+    running = sorted(
+        t for t, state in states.items() if state == AIRFLOW_RUNNING and t != ti.task_id
+    )
     for task_id in running:
         if ti.xcom_pull(task_ids=task_id, key=FAILED_XCOM_KEY):
             return task_id
@@ -223,12 +247,20 @@ def _dag_dir(context: Any | None) -> str:
     return os.path.abspath(folder) if folder else os.getcwd()
 
 
-def choose_prefix(param: str | None, default_prefix: str | None) -> str | None:
+def choose_prefix(param: object, default_prefix: str | None) -> str | None:
     """The run's ``prefix`` param, else ``$MARIN_PREFIX``, else the exported default.
 
     A trigger chooses the param, so on a worker with ``MARIN_ALLOWED_PREFIXES`` a prefix outside
     the allowed roots fails here, before the pipeline is imported or storage is touched.
     """
+    from marin.execution.errors import InvalidStepError, brief
+
+    if param is not None and not isinstance(param, str):
+        raise InvalidStepError(
+            f"param prefix={brief(param)} is a {type(param).__name__}, not a path or URL",
+            f"set prefix to a string (a path, gs://..., s3://...), or leave it empty for "
+            f"${PREFIX_ENV}, then the exported default",
+        )
     chosen = param or os.environ.get(PREFIX_ENV) or default_prefix or None
     from marin.execution.prefix_policy import check_prefix
     from marin.execution.storage import resolve_prefix
@@ -251,35 +283,35 @@ def run_policy(
     ``name`` are read), or taken as ``planned_force``, the step ids the ``marin-plan`` task
     resolved from the same params against the whole graph, when given.
     """
-    from marin.execution.decide import Policy, check_drift_policy, resolve_force
-    from marin.execution.errors import InvalidStepError
+    from marin.execution.decide import Policy
+    from marin.execution.errors import InvalidStepError, brief
 
     params = (context.get("params") if context is not None else None) or {}
-    on_drift = params.get("on_drift") or default_on_drift
-    if not isinstance(on_drift, str):
-        raise InvalidStepError(f"param on_drift={on_drift!r}", "use warn, rebuild or error")
-    check_drift_policy(on_drift)
-    force = params.get("force") or []
-    if isinstance(force, str):
-        force = force.split(",")
-    if not isinstance(force, list) or not all(isinstance(f, str) for f in force):
-        raise InvalidStepError(
-            f"param force={force!r}", "use a list of step names (name or name@version)"
-        )
-    cascade = params.get("cascade", True)
-    if not isinstance(cascade, bool):
-        raise InvalidStepError(f"param cascade={cascade!r}", "use true or false")
+    options = RunOptions.from_params(params, defaults=RunOptions(on_drift=default_on_drift))
     if planned_force is not None:
         if not isinstance(planned_force, list) or not all(
             isinstance(f, str) for f in planned_force
         ):
             raise InvalidStepError(
-                f"XCom force={planned_force!r} of task {PLAN_TASK_ID}",
+                f"XCom force={brief(planned_force)} of task {PLAN_TASK_ID}",
                 "clear the run and trigger it again",
             )
-        return Policy(on_drift, frozenset(planned_force), cascade)
-    names = [f.strip() for f in force if f.strip()]
-    return Policy(on_drift, resolve_force(names, list(steps.values())), cascade)
+        return Policy(
+            options.on_drift, frozenset(planned_force), options.cascade, options.force_run_failed
+        )
+    return options.policy(list(steps.values()))
+
+
+def _param(params: Mapping[str, Any], name: str, default: Any) -> Any:
+    """A run param, or ``default`` when it is unset (absent, None or the empty string)."""
+    value = params.get(name)
+    return default if value is None or (isinstance(value, str) and not value) else value
+
+
+def _prefix_param(context: Any | None) -> Any:
+    """The run's ``prefix`` param as given (checked by ``choose_prefix``), None when unset."""
+    params = (context.get("params") if context is not None else None) or {}
+    return _param(params, "prefix", None)
 
 
 def _warn_newer(newer: dict[str, Any], context: Any | None) -> None:
@@ -293,11 +325,27 @@ def _warn_newer(newer: dict[str, Any], context: Any | None) -> None:
         )
 
 
-def _location(prefix: str | None, default_prefix: str | None) -> Any:
+def _location(
+    prefix: object,
+    default_prefix: str | None,
+    shared_prefix_only: bool = False,
+    step: str | None = None,
+) -> Any:
     from marin.execution.storage import open_prefix
 
     chosen = choose_prefix(prefix, default_prefix)
     location = open_prefix(chosen)
+    if shared_prefix_only and (location.is_local or location.is_memory):
+        # Another worker could neither see these artifacts nor honour their leases.
+        from marin.execution.errors import StorageError
+
+        raise StorageError(
+            f"prefix {location.url} is on this worker's own storage, but this DAG's tasks run "
+            "on many machines (exported with --executor celery or kubernetes)",
+            "trigger the run with a 'prefix' param on shared storage (s3://..., gs://...), or "
+            "set MARIN_PREFIX to one on every worker",
+            step,
+        )
     if chosen is None:
         log.warning(
             "marin: no prefix param, $MARIN_PREFIX or exported default; using Marin's local "
@@ -311,12 +359,13 @@ def plan_steps(
     *,
     target: str,
     default_prefix: str | None = None,
-    default_on_drift: str = "warn",
+    default_on_drift: str = DEFAULT_ON_DRIFT,
     graph_digest: str | None = None,
     export_command: str = "",
     export_root: str = ".",
     prefix: str | None = None,
     dag_dir: str | None = None,
+    shared_prefix_only: bool = False,
     **newer: Any,
 ) -> dict[str, Any]:
     """The DAG's first task: decide every step, as ``marin plan`` does, for the step tasks.
@@ -324,16 +373,17 @@ def plan_steps(
     Returns (one XCom per key) the step ids to ``build`` and to ``prune``, and the policy used.
     A drifted step under ``on_drift=error`` raises ``DriftError`` here, before any step runs.
     """
-    from marin.execution.decide import BUILD, PRUNE, plan_graph
+    from marin.execution.decide import plan_graph
     from marin.execution.inspect import read_stored
+    from marin.execution.vocabulary import Action
     from marin.plan_view import plan_table
     from marin_airflow.export import graph_digest as digest_of
     from marin_airflow.export import resolve_target
 
     context = _airflow_context()
     _warn_newer(newer, context)
-    if prefix is None and context is not None:
-        prefix = (context.get("params") or {}).get("prefix") or None
+    if prefix is None:
+        prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)
     resolved = resolve_target(target, dag_dir)
     steps = steps_for(resolved)
@@ -345,13 +395,13 @@ def plan_steps(
                 _fix(export_command, export_root, dag_dir),
             )
     policy = run_policy(context, default_on_drift, steps)
-    location = _location(prefix, default_prefix)
+    location = _location(prefix, default_prefix, shared_prefix_only)
     specs = list(steps.values())
     plan = plan_graph(specs, targets_for(resolved), read_stored(specs, location), policy)
     log.info("marin: the plan under %s:\n%s", location.url, plan_table(plan, location))
     return {
-        "build": [d.spec.step_id for d in plan.decisions.values() if d.action == BUILD],
-        "prune": [d.spec.step_id for d in plan.decisions.values() if d.action == PRUNE],
+        "build": [d.spec.step_id for d in plan.decisions.values() if d.action == Action.BUILD],
+        "prune": [d.spec.step_id for d in plan.decisions.values() if d.action == Action.PRUNE],
         "on_drift": policy.on_drift,
         "force": sorted(policy.force),
         "cascade": policy.cascade,
@@ -373,7 +423,10 @@ def _upstream(context: Any | None, spec: Any, location: Any) -> list[Any]:
     built_here: set[str] = set()
     task = context.get("task") if context is not None else None
     for task_id in sorted(getattr(task, "upstream_task_ids", ()) or ()):
-        if task_id != PLAN_TASK_ID and _from_xcom(context, task_id, "action") == "built":
+        if (
+            task_id != PLAN_TASK_ID
+            and _from_xcom(context, task_id, "action") == BuildOutcomeKind.BUILT
+        ):
             built_here.add(str(_from_xcom(context, task_id, "step")))
     return [
         Upstream(u.step_id, u.record, rebuilt=u.step_id in built_here)
@@ -387,12 +440,13 @@ def run_step(
     step: str,
     fingerprint: str,
     default_prefix: str | None = None,
-    default_on_drift: str = "warn",
+    default_on_drift: str = DEFAULT_ON_DRIFT,
     export_command: str = "",
     export_root: str = ".",
     graph_digest: str | None = None,
     prefix: str | None = None,
     dag_dir: str | None = None,
+    shared_prefix_only: bool = False,
     **newer: Any,
 ) -> dict[str, Any]:
     """Build one Marin step (or find it built) and return what happened, for XCom.
@@ -404,13 +458,14 @@ def run_step(
     exporters) is not checked here: the ``marin-plan`` task checks it for the whole graph.
     """
     from marin.execution.build import build_step
+    from marin.execution.provenance import engine_run
+    from marin_airflow.assets import dag_run_lineage, record_built
     from marin_airflow.export import resolve_target
 
     context = _airflow_context()
     _warn_newer(newer, context)
-    if prefix is None and context is not None:
-        params = context.get("params") or {}
-        prefix = params.get("prefix") or None
+    if prefix is None:
+        prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)
     resolved = resolve_target(target, dag_dir)
     fix = _fix(export_command, export_root, dag_dir)
@@ -431,7 +486,7 @@ def run_step(
     # staleness check; steps added or removed elsewhere (``graph_digest``) are the plan task's
     # warning. ``force`` was resolved by the plan task against the whole graph; called outside
     # a DAG run, the names are checked against the pipeline's handles (nothing lowered).
-    location = _location(prefix, default_prefix)
+    location = _location(prefix, default_prefix, shared_prefix_only, step)
     planned_force = _from_xcom(context, PLAN_TASK_ID, "force")
     policy = run_policy(
         context,
@@ -444,7 +499,7 @@ def run_step(
         log.info("marin: step %s pruned: not built, and nothing being built needs it", step)
         return {
             "step": step,
-            "action": "pruned",
+            "action": RunResult.PRUNED.value,
             "cached": True,
             "output_url": location.url_for(spec.output_path),
             "fingerprint": spec.fingerprint,
@@ -453,23 +508,29 @@ def run_step(
     if stopped_by is not None:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        raise AirflowSkipException(
-            f"not started: the pipeline stopped after {stopped_by} failed (fail-fast; trigger "
-            "the run with keep_going=true to build independent branches)"
-        )
+        from marin.execution.report import KEEP_GOING_AIRFLOW, stopped_reason
+
+        raise AirflowSkipException(stopped_reason(stopped_by, KEEP_GOING_AIRFLOW))
     log.info("marin: step %s: checking %s", step, location.url_for(spec.output_path))
     try:
         # The same decision as the plan's, from this step's record and its dependencies' records
         # now (a dependency built earlier in this run is a new build: its dependents rebuild).
         upstream = _upstream(context, spec, location)
-        outcome = build_step(spec, location, policy=policy, upstream=upstream)
+        ids = task_instance_ids(context)
+        with (
+            engine_run("airflow", ids) if ids is not None else contextlib.nullcontext(),
+            dag_run_lineage(context),  # the OpenLineage parent: this DAG run
+        ):
+            outcome = build_step(spec, location, policy=policy, upstream=upstream)
     except BaseException as exc:
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)
         _announce_failure(context, step)
         raise
-    cached = outcome.action != "built"
+    cached = outcome.action != BuildOutcomeKind.BUILT
+    if not cached:  # an asset event only for a real build (docs/lineage.md)
+        record_built(context, step, outcome.output_url, outcome.record)
     where = outcome.output_url
-    if outcome.action == "cached":
+    if outcome.action == BuildOutcomeKind.CACHED:
         log.info(
             "marin: step %s cached: already built at %s (%s); nothing to do",
             step,
@@ -484,7 +545,7 @@ def run_step(
     # glance in the UI whether this run built the step.
     return {
         "step": step,
-        "action": outcome.action,
+        "action": outcome.action.value,  # a plain string: XComs are stored as JSON
         "cached": cached,
         "output_url": outcome.output_url,
         "fingerprint": spec.fingerprint,

@@ -26,15 +26,21 @@ import os
 import sys
 from typing import Any
 
-from marin.execution.decide import DRIFT_POLICIES
+from marin.execution.errors import MarinError
+from marin.execution.options import (
+    DEFAULT_MAX_CONCURRENT,
+    DEFAULT_ON_DRIFT,
+    DRIFT_POLICIES,
+    RunOptions,
+)
 from marin_prefect.names import BANNED_NAME_CHARS
 
 ENTRYPOINT = "marin_prefect.flows:marin_pipeline"
 EXIT_OK, EXIT_USAGE = 0, 2
 
 
-class ExportError(Exception):
-    """A one-line, user-fixable problem; the CLI prints it and exits 2."""
+class ExportError(MarinError):
+    """A one-line, user-fixable problem with an export; the CLI prints it and exits 2."""
 
 
 _EPILOG = """\
@@ -88,15 +94,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--max-concurrent",
         dest="max_concurrent",
         type=int,
-        default=8,
+        default=DEFAULT_MAX_CONCURRENT,
         metavar="N",
-        help="steps one flow run builds at once (the flow's max_concurrent parameter; default 8)",
+        help="steps one flow run builds at once (the flow's max_concurrent parameter; "
+        f"default {DEFAULT_MAX_CONCURRENT})",
     )
     parser.add_argument(
         "--on-drift",
         dest="on_drift",
         choices=DRIFT_POLICIES,
-        default="warn",
+        default=DEFAULT_ON_DRIFT,
         help="a built step whose config changed without a version bump: serve it with a "
         "warning (warn, the default), rebuild it (rebuild), or fail the run (error)",
     )
@@ -131,7 +138,7 @@ def main(args: argparse.Namespace) -> int:
             check=args.check,
             resource_limits=args.create_limits is not None,
         )
-    except ExportError as exc:
+    except MarinError as exc:  # ExportError, TargetError, a bad step...
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
     print(f"{action} deployment {name!r} in {args.output}")
@@ -141,7 +148,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             for line in resource_limits(args.target, args.create_limits):
                 print(line)
-        except ExportError as exc:
+        except MarinError as exc:
             print(str(exc), file=sys.stderr)
             return EXIT_USAGE
     return EXIT_OK
@@ -149,7 +156,6 @@ def main(args: argparse.Namespace) -> int:
 
 def resource_limits(target: str, capacity: str | None) -> list[str]:
     """Create the limits the pipeline's resources need (``capacity`` given), or say how to."""
-    from marin.execution.errors import MarinError
     from marin.execution.graph import collect_steps
     from marin.execution.lazy import lower
     from marin.execution.resources import parse_capacity
@@ -171,49 +177,37 @@ def resource_limits(target: str, capacity: str | None) -> list[str]:
             "(or pass --create-limits CAPACITY):",
             *(f"  prefect gcl create {name} --limit <capacity>" for name in needed),
         ]
-    try:
-        sizes = dict(limits_for_capacity(parse_capacity(capacity)))
-    except MarinError as exc:
-        raise ExportError(str(exc)) from None
+    sizes = dict(limits_for_capacity(parse_capacity(capacity)))  # a MarinError is bad input
     missing = [name for name in needed if name not in sizes]
     if missing:
         kinds = [n.removeprefix("marin-").replace("memory-gib", "memory") for n in missing]
         raise ExportError(
-            f"error: --create-limits {capacity!r} gives no capacity for {', '.join(kinds)}, "
-            f"which the pipeline's steps ask for: add them, e.g. --create-limits {capacity},"
-            + ",".join(f"{k}=N" for k in kinds)
+            f"--create-limits {capacity!r} gives no capacity for {', '.join(kinds)}, "
+            "which the pipeline's steps ask for",
+            f"add them, e.g. --create-limits {capacity}," + ",".join(f"{k}=N" for k in kinds),
         )
     limits = [(name, sizes[name]) for name in needed]
     try:
         return create_limits(limits)
     except Exception as exc:
         raise ExportError(
-            f"error: could not create the limits on the Prefect API ({type(exc).__name__}: "
-            f"{exc}): check PREFECT_API_URL, or run: " + "; ".join(limits_commands(limits))
+            f"could not create the limits on the Prefect API ({type(exc).__name__}: {exc})",
+            "check PREFECT_API_URL, or run: " + "; ".join(limits_commands(limits)),
         ) from None
 
 
 def default_deployment_name(target: str) -> str:
-    location, _, attr = target.rpartition(":")
-    stem = os.path.splitext(os.path.basename(location.replace("\\", "/")))[0]
-    stem = stem.rsplit(".", 1)[-1]
-    base = f"{stem}-{attr}" if stem else attr
+    from marin.execution.targets import Target
+
+    parsed = Target.parse(target)
+    base = f"{parsed.stem}-{parsed.attr}" if parsed.stem else parsed.attr
     return BANNED_NAME_CHARS.sub("-", base.replace(".", "-")).strip("-") or "marin-pipeline"
 
 
 def _check_target(target: str) -> None:
-    from marin.execution.errors import MarinError
     from marin.execution.targets import load_target
 
-    try:
-        load_target(target)
-    except MarinError as exc:
-        raise ExportError(str(exc)) from None
-    except Exception as exc:
-        raise ExportError(
-            f"error: importing {target} failed: {type(exc).__name__}: {exc}: fix the pipeline "
-            "file, or pass --no-check"
-        ) from None
+    load_target(target)  # a broken pipeline is a MarinError naming the file, line and fix
 
 
 def export(
@@ -223,28 +217,22 @@ def export(
     name: str | None = None,
     work_pool: str | None = None,
     prefix: str | None = None,
-    max_concurrent: int = 8,
-    on_drift: str = "warn",
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    on_drift: str = DEFAULT_ON_DRIFT,
     check: bool = True,
     resource_limits: bool = False,
 ) -> tuple[str, str]:
     """Write or update the deployment; return ``(created|updated|unchanged, name)``."""
     import yaml
 
-    if ":" not in target or not target.rsplit(":", 1)[1]:
-        raise ExportError(
-            f"error: target {target!r} has no ':attr': use path/to/file.py:attr or "
-            "package.module:attr, e.g. examples/ngram.py:pipeline"
-        )
-    if max_concurrent < 1:
-        raise ExportError(f"error: --max-concurrent {max_concurrent}: use a whole number >= 1")
-    if on_drift not in DRIFT_POLICIES:
-        raise ExportError(f"error: --on-drift {on_drift}: use one of {', '.join(DRIFT_POLICIES)}")
+    from marin.execution.targets import Target
+
+    Target.parse(target)  # a TargetError (bad input) before anything is written
+    RunOptions(on_drift=on_drift, max_concurrent=max_concurrent)  # refuses what a run would
     name = name or default_deployment_name(target)
     if BANNED_NAME_CHARS.search(name) or not name.strip():
         raise ExportError(
-            f"error: deployment name {name!r} is not allowed by Prefect: "
-            "use a --name without / % & > <"
+            f"deployment name {name!r} is not allowed by Prefect", "use a --name without / % & > <"
         )
     if check:
         _check_target(target)
@@ -257,16 +245,16 @@ def export(
     try:
         document = yaml.safe_load(old_text) if old_text.strip() else None
     except yaml.YAMLError as exc:
-        raise ExportError(f"error: {output} is not valid YAML ({exc}): fix or remove it") from None
+        raise ExportError(f"{output} is not valid YAML ({exc})", "fix or remove it") from None
     if document is None:
         document = {"name": os.path.basename(os.path.dirname(os.path.abspath(output)))}
     if not isinstance(document, dict):
-        raise ExportError(f"error: {output} is not a prefect.yaml mapping: fix or remove it")
+        raise ExportError(f"{output} is not a prefect.yaml mapping", "fix or remove it")
     deployments = document.get("deployments")
     if deployments is None:
         deployments = document["deployments"] = []
     if not isinstance(deployments, list):
-        raise ExportError(f"error: {output}: 'deployments' is not a list: fix it")
+        raise ExportError(f"{output}: 'deployments' is not a list", "fix it")
 
     parameters: dict[str, Any] = {"target": target}
     if prefix is not None:
@@ -310,10 +298,9 @@ def export(
     new_text = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
     if new_text == old_text:
         return "unchanged", name
-    tmp = f"{output}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(new_text)
-    os.replace(tmp, output)
+    from marin.execution.atomic_file import write_file_atomically
+
+    write_file_atomically(output, new_text.encode("utf-8"))
     return action, name
 
 
@@ -323,11 +310,13 @@ def _portable_target(target: str, output: str) -> str:
     Workers run flows from the project folder (Prefect's ``set_working_directory`` pull step), so
     a relative path works on any machine, where an absolute one would bake in this checkout.
     """
-    location, _, attr = target.rpartition(":")
-    if not (location.endswith(".py") or os.sep in location) or not os.path.isabs(location):
+    from marin.execution.targets import Target
+
+    parsed = Target.parse(target)
+    if not parsed.is_file or not os.path.isabs(parsed.location):
         return target
     project = os.path.dirname(os.path.abspath(output))
-    relative = os.path.relpath(location, project)
+    relative = os.path.relpath(parsed.location, project)
     if relative.startswith(".."):
         return target
-    return f"{relative.replace(os.sep, '/')}:{attr}"
+    return str(parsed.with_location(relative.replace(os.sep, "/")))

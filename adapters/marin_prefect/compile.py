@@ -4,12 +4,13 @@ One Marin step becomes one Prefect task run named ``name@version``. Every task c
 ``build_step``, the one build/commit path, so a local run, a Prefect run and an Airflow run of one
 pipeline on one prefix share one lease, one record and one status file.
 
-The flow body does what the local ``StepRunner`` does, with the same core parts: it plans every
-step with ``marin.execution.decide`` (so ``marin plan`` with the same options predicts the flow),
-then drives the core ``Scheduler``: a step's task is submitted the moment its last dependency
-finishes, with the dependency futures as ``wait_for`` (so Prefect records the edges), at most
-``max_concurrent`` at once. A task therefore never occupies a worker thread, nor a global
-concurrency slot, while it only waits on its dependencies.
+The flow body is the local ``StepRunner``'s run, with another executor: it plans every step with
+``marin.execution.decide`` (so ``marin plan`` with the same options predicts the flow), then
+drives the core's one run loop (``marin.execution.orchestrate.RunLoop``) on a ``PrefectExecutor``:
+a step's task is submitted the moment its last dependency finishes, with the dependency futures
+as ``wait_for`` (so Prefect records the edges), at most ``max_concurrent`` at once. A task
+therefore never occupies a worker thread, nor a global concurrency slot, while it only waits on
+its dependencies.
 
 Prefect has no skipped state, so propagation is ours:
 
@@ -27,12 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from prefect import Flow, Task, allow_failure, get_run_logger
@@ -40,12 +39,14 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Pending, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from marin.execution.decide import Policy, Upstream
+from marin.execution.decide import Plan, Policy
+from marin.execution.executors import Completion, CompletionKind, OnDone, StepJob
+from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, RunOptions
+from marin.execution.vocabulary import BuildOutcomeKind
 from marin_prefect.names import safe_prefect_name
 
 if TYPE_CHECKING:
     from marin.execution.build import BuildOutcome
-    from marin.execution.decide import Decision
     from marin.execution.step_spec import StepSpec
     from marin.execution.storage import Location
 
@@ -85,9 +86,10 @@ def lower_flow_target(target_or_handles: Any) -> list[StepSpec]:
 
 def default_flow_name(target_or_handles: Any, specs: Sequence[StepSpec]) -> str:
     if isinstance(target_or_handles, str):
-        module, _, attr = target_or_handles.rpartition(":")
-        stem = re.sub(r"\.py$", "", module.replace("\\", "/").rsplit("/", 1)[-1])
-        stem = stem.rsplit(".", 1)[-1]
+        from marin.execution.targets import Target
+
+        parsed = Target.parse(target_or_handles)
+        stem, attr = parsed.stem, parsed.attr
         return safe_prefect_name(f"marin-{stem}-{attr}" if stem else f"marin-{attr}")
     return safe_prefect_name("marin-" + specs[-1].name)
 
@@ -96,9 +98,9 @@ def to_prefect_flow(
     target_or_handles: Any,
     *,
     name: str | None = None,
-    max_concurrent: int = 8,
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
     prefix: str | None = None,
-    on_drift: str = "warn",
+    on_drift: str = DEFAULT_ON_DRIFT,
     concurrency_limit: str | None = None,
     keep_going: bool = False,
     force: Sequence[str] = (),
@@ -125,29 +127,25 @@ def to_prefect_flow(
     mean for ``marin run``: the flow plans with the same decision function, so ``marin plan``
     with the same options predicts it exactly.
     """
-    from marin.execution.decide import Policy, check_drift_policy, resolve_force
     from marin.execution.graph import collect_steps
 
-    if (
-        isinstance(max_concurrent, bool)
-        or not isinstance(max_concurrent, int)
-        or max_concurrent < 1
-    ):
-        raise ValueError(f"error: max_concurrent={max_concurrent!r}: use a whole number >= 1")
-    check_drift_policy(on_drift)
+    run = RunOptions(
+        on_drift=on_drift,
+        force=(force,) if isinstance(force, str) else tuple(force),
+        cascade=cascade,
+        max_concurrent=max_concurrent,
+        keep_going=keep_going,
+    )
     if concurrency_limit is not None and not concurrency_limit.strip():
         raise ValueError("error: concurrency_limit is empty: pass a global concurrency limit name")
-    if isinstance(force, str):
-        force = [force]
     targets = lower_flow_target(target_or_handles)
     steps = collect_steps(targets)
     flow_name = name or default_flow_name(target_or_handles, targets)
-    options = RunOptions(
+    options = FlowOptions(
+        run=run,
+        policy=run.policy(steps),
         prefix=prefix,
-        policy=Policy(on_drift, resolve_force(force, steps), cascade),
         concurrency_limit=concurrency_limit,
-        keep_going=keep_going,
-        max_concurrent=max_concurrent,
         resource_limits=resource_limits,
     )
 
@@ -166,190 +164,222 @@ def to_prefect_flow(
 
 
 @dataclass(frozen=True)
-class RunOptions:
+class FlowOptions:
+    """What a compiled flow runs with: the core's run options (checked), the policy they make
+    for this pipeline (``force`` resolved at compile time), and Prefect's own choices."""
+
+    run: RunOptions
+    policy: Policy
     prefix: str | None = None
-    policy: Policy = field(default_factory=lambda: _default_policy())
     concurrency_limit: str | None = None
-    keep_going: bool = False
-    max_concurrent: int = 8
     resource_limits: bool = False
 
 
-def _default_policy() -> Policy:
-    from marin.execution.decide import Policy
-
-    return Policy()
-
-
-@dataclass
-class _RunState:
-    """What the flow body knows about each step, by output path."""
-
-    errors: dict[str, BaseException] = field(default_factory=dict)
-    """The exception of each step's last attempt (written by the task, read after it ends)."""
-    outcomes: dict[str, BuildOutcome] = field(default_factory=dict)
-    """Written by each build task: the record its dependents' lineage names."""
-    failed: dict[str, BaseException] = field(default_factory=dict)
-    outputs: dict[str, str] = field(default_factory=dict)
-    upstream: dict[str, list[Upstream]] = field(default_factory=dict)
-    """Each dependency's record as the step is submitted (its new record's lineage)."""
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
 def run_steps(
-    steps: Sequence[StepSpec], targets: Sequence[StepSpec], options: RunOptions
+    steps: Sequence[StepSpec], targets: Sequence[StepSpec], options: FlowOptions
 ) -> dict[str, str]:
     """Run ``steps`` (all transitive, deps first) as task runs of the current flow run.
 
-    The plan (``marin.execution.decide``) says which steps build; the one ``Scheduler`` says
-    when. Steps that are served or pruned end at once with their own states.
+    The plan (``marin.execution.decide``) says which steps build; the core's one run loop
+    (``marin.execution.orchestrate``) says when, on a ``PrefectExecutor``. Steps that are served
+    or pruned end at once with their own states; steps that never ran end ``NotReady``.
     """
-    from marin.execution.build import warn_if_served_stale
-    from marin.execution.decide import BUILD, PRUNE, plan_graph
-    from marin.execution.errors import PipelineFailedError, step_failed
+    from marin.execution.decide import plan_graph
     from marin.execution.inspect import read_stored
-    from marin.execution.records import log_path
-    from marin.execution.scheduler import Scheduler
+    from marin.execution.orchestrate import RunLoop
+    from marin.execution.report import KEEP_GOING_PREFECT, RunReport
     from marin.execution.storage import open_prefix
+    from marin.execution.vocabulary import Action
 
     logger = get_run_logger()
     location = open_prefix(options.prefix)
     location.check_writable()
     logger.info("marin: %d step(s) under %s", len(steps), location.url)
     plan = plan_graph(steps, targets, read_stored(steps, location), options.policy)
-    decisions = plan.decisions
-    by_path = {s.output_path: s for s in steps}
-    deps = {p: list(dict.fromkeys(d.output_path for d in s.deps)) for p, s in by_path.items()}
-
-    state = _RunState()
-    futures: dict[str, Any] = {}
-    for path, decision in decisions.items():
-        if decision.action == BUILD:
-            continue
-        warn_if_served_stale(decision)
-        spec = by_path[path]
-        url = location.url_for(path)
-        if decision.action == PRUNE:
-            task = _not_run_task(spec, decision.reason, PRUNED_STATE_NAME, completed=True)
-        else:
-            task = _cached_task(spec, url, decision.reason)
-            state.outputs[spec.step_id] = url
-        futures[path] = task.submit(
-            wait_for=[futures[d] for d in deps[path] if d in futures], return_state=False
-        )
-
-    scheduler = Scheduler(
-        {p: deps[p] for p in plan.to_build},
-        keep_going=options.keep_going,
-        label=lambda p: by_path[p].step_id,
+    report = RunReport(location, plan)
+    executor = PrefectExecutor(plan, location, options)
+    executor.settle()
+    loop = RunLoop(
+        plan,
+        report,
+        executor,
+        max_concurrent=options.run.max_concurrent,
+        keep_going=options.run.keep_going,
+        keep_going_hint=KEEP_GOING_PREFECT,
+        targets=[t.output_path for t in targets],
     )
-    scheduler.prepare()
-    finished: queue.SimpleQueue[str] = queue.SimpleQueue()
-    # Made before the first one runs: a Task costs about a millisecond to make, which would
-    # otherwise sit on the critical path between a step and its dependent.
-    build_tasks = {
-        p: _build_task(by_path[p], location, options, state, decisions[p]) for p in plan.to_build
-    }
-
-    def submit(path: str) -> None:
-        spec = by_path[path]
-        with state.lock:
-            built = {p: o.record for p, o in state.outcomes.items()}
-            state.upstream[path] = plan.upstream(spec, built)
-        future = build_tasks[path].submit(
-            wait_for=[futures[d] for d in deps[path]], return_state=False
-        )
-        futures[path] = future
-        # Wakes the loop below when the task run ends: no polling, no sleeping.
-        future.add_done_callback(functools.partial(_put_path, finished, path))
-
-    def dispatch() -> None:
-        for path in scheduler.get_ready(options.max_concurrent - len(scheduler.running)):
-            submit(path)
-
-    dispatch()
-    while scheduler.is_active():
-        for path in _drain(finished):
-            spec = by_path[path]
-            future = futures[path]
-            future.wait()  # done already: this keeps the in-memory final state on the future
-            final = future.state
-            if final.is_completed():
-                with state.lock:  # the task's own outcome: no result round trip through Prefect
-                    state.outputs[spec.step_id] = state.outcomes[path].output_url
-                scheduler.done(path)
-            else:
-                state.failed[path] = state.errors.get(path) or RuntimeError(
-                    f"task run ended {final.name}: {final.message}"
-                )
-                scheduler.failed(path)
-        dispatch()
-    outcome = scheduler.finish()
-
-    # Steps that never ran still get a task run (and their edges), with a state that says why.
-    not_run: list[str] = []
-    for path in plan.to_build:
-        if path in outcome.blocked:
-            failed = ", ".join(by_path[r].step_id for r in outcome.blocked[path])
-            reason = f"Not run: dependency {failed} failed"
-        elif path in outcome.not_started and outcome.stopped_by is not None:
-            reason = (
-                f"Not run: the pipeline stopped after {by_path[outcome.stopped_by].step_id} "
-                "failed (fail-fast; keep_going=True runs independent steps)"
-            )
-        else:
-            continue
-        not_run.append(by_path[path].step_id)
-        # allow_failure: a failed dependency must not stop Prefect from giving this step its
-        # own (NotReady) state with our message; the edges are recorded either way.
-        futures[path] = _not_run_task(by_path[path], reason, NOT_RUN_STATE_NAME).submit(
-            wait_for=[allow_failure(futures[d]) for d in deps[path] if d in futures],
-            return_state=False,
-        )
-        futures[path].wait()
+    loop.run()
+    executor.mark_not_run(report.not_run)
     # Served and pruned steps' task runs end at once, but the flow must not return (and have
     # Prefect cancel them) before they have.
-    for future in futures.values():
-        future.wait()
-
-    if state.failed:
-        first_path, first = next(iter(state.failed.items()))
-        if options.keep_going:
-            failures = {by_path[p].step_id: e for p, e in state.failed.items()}
-            raise PipelineFailedError(failures, not_run) from first
-        spec = by_path[first_path]
-        not_run_text = f"; not run: {', '.join(not_run)}" if not_run else ""
-        log_url = location.url_for(log_path(spec.output_path))
-        raise step_failed(first, spec.step_id, log_url, not_run_text) from first
-    return state.outputs
+    executor.shutdown(wait=True)
+    loop.raise_if_failed(not_run_in_message=True)
+    outputs: dict[str, str] = {}
+    for path, decision in plan.decisions.items():
+        if path in report.outcomes:
+            outputs[decision.spec.step_id] = report.outcomes[path].output_url
+        elif decision.action == Action.SKIP:
+            outputs[decision.spec.step_id] = location.url_for(path)
+    return outputs
 
 
-def _put_path(finished: queue.SimpleQueue[str], path: str, _future: Any) -> None:
-    finished.put(path)
+class PrefectExecutor:
+    """The run loop's executor in a compiled flow: each attempt is a Prefect task run.
+
+    Whatever the flow's task runner is (threads, or Dask through ``DaskTaskRunner``), a step's
+    task is submitted when the loop starts it, with its dependencies' futures as ``wait_for`` so
+    Prefect records the edges; a task therefore never occupies a worker, nor a concurrency slot,
+    while it only waits on its dependencies. Prefect retries a failed task itself (``retries``
+    and ``timeout`` of the step), so ``retries_steps`` is True and the loop does not retry.
+
+    The task body reads its job from this object (a parameterless task: Prefect would otherwise
+    walk the job's spec and config as task inputs) and leaves its outcome or error here, which
+    the loop gets without a result round trip through Prefect.
+    """
+
+    retries_steps = True
+
+    def __init__(self, plan: Plan, location: Location, options: FlowOptions) -> None:
+        self._plan = plan
+        self._location = location
+        self._options = options
+        self._specs = {p: d.spec for p, d in plan.decisions.items()}
+        self._deps = {
+            p: list(dict.fromkeys(d.output_path for d in s.deps)) for p, s in self._specs.items()
+        }
+        self._futures: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._jobs: dict[str, StepJob] = {}
+        self._outcomes: dict[str, BuildOutcome] = {}
+        self._errors: dict[str, BaseException] = {}
+        # Made before the first one runs: a Task costs about a millisecond to make, which would
+        # otherwise sit on the critical path between a step and its dependent.
+        self._tasks = {p: self._build_task(p) for p in plan.to_build}
+
+    def settle(self) -> None:
+        """Give every served and pruned step its task run (and its edges) at once."""
+        from marin.execution.build import warn_if_served_stale
+        from marin.execution.vocabulary import Action
+
+        for path, decision in self._plan.decisions.items():
+            if decision.action == Action.BUILD:
+                continue
+            warn_if_served_stale(decision)
+            spec = self._specs[path]
+            if decision.action == Action.PRUNE:
+                task = _not_run_task(spec, decision.reason, PRUNED_STATE_NAME, completed=True)
+            else:
+                task = _cached_task(spec, self._location.url_for(path), decision.reason)
+            self._futures[path] = task.submit(wait_for=self._waits(path), return_state=False)
+
+    def submit(self, job: StepJob, on_done: OnDone) -> None:
+        path = job.path
+        with self._lock:
+            self._jobs[path] = job
+            self._outcomes.pop(path, None)
+            self._errors.pop(path, None)
+        task = self._tasks.get(path) or self._build_task(path)  # a vanished served step
+        future = task.submit(wait_for=self._waits(path), return_state=False)
+        self._futures[path] = future
+        # Tells the loop when the task run ends: no polling, no sleeping.
+        future.add_done_callback(functools.partial(self._ended, job, on_done))
+
+    def shutdown(self, *, wait: bool) -> None:
+        if wait:
+            for future in list(self._futures.values()):
+                future.wait()
+
+    def mark_not_run(self, not_run: dict[str, str]) -> None:
+        """Steps that never ran still get a task run (and their edges), with a state that says
+        why (the run loop's words)."""
+        for path in self._plan.to_build:
+            reason = not_run.get(path)
+            if reason is None:
+                continue
+            # allow_failure: a failed dependency must not stop Prefect from giving this step its
+            # own (NotReady) state with our message; the edges are recorded either way.
+            task = _not_run_task(self._specs[path], reason, NOT_RUN_STATE_NAME)
+            self._futures[path] = task.submit(
+                wait_for=[allow_failure(f) for f in self._waits(path)], return_state=False
+            )
+            self._futures[path].wait()
+
+    def _waits(self, path: str) -> list[Any]:
+        return [self._futures[d] for d in self._deps[path] if d in self._futures]
+
+    def _ended(self, job: StepJob, on_done: OnDone, future: Any) -> None:
+        with self._lock:
+            outcome = self._outcomes.get(job.path)
+            error = self._errors.get(job.path)
+        if outcome is not None:
+            on_done(Completion(job, CompletionKind.DONE, outcome=outcome))
+            return
+        if error is None:  # ended by Prefect itself (a crash, a cancellation)
+            final = future.state
+            error = RuntimeError(f"task run ended {final.name}: {final.message}")
+        on_done(Completion(job, CompletionKind.FAILED, error=error))
+
+    def _build_task(self, path: str) -> Task[[], Any]:
+        from marin_prefect.assets import describe_build
+
+        spec = self._specs[path]
+
+        def marin_step() -> Any:
+            with self._lock:
+                job = self._jobs[path]
+            try:
+                outcome = _build(job, self._options)
+            except BaseException as exc:
+                with self._lock:
+                    self._errors[path] = exc
+                raise
+            with self._lock:
+                self._outcomes[path] = outcome
+                self._errors.pop(path, None)  # an earlier attempt's
+            if outcome.action == BuildOutcomeKind.BUILT:
+                describe_build(spec, self._location, outcome)  # the materialization's metadata
+                get_run_logger().info(
+                    "built %s -> %s in %.2fs", spec.step_id, outcome.output_url, outcome.duration_s
+                )
+                return outcome.output_url
+            return Completed(
+                name=CACHED_STATE_NAME,
+                data=outcome.output_url,
+                message=f"built by another runner: {outcome.output_url} "
+                f"(fingerprint {spec.fingerprint[:12]})",
+            )
+
+        return _task(
+            spec,
+            marin_step,
+            materialize=self._location,
+            retries=spec.retries,
+            timeout_seconds=spec.timeout,
+        )
 
 
-def _drain(finished: queue.SimpleQueue[str]) -> list[str]:
-    """Block until one task run has ended, then take every other one that has ended too."""
-    paths = [finished.get()]
-    while True:
-        try:
-            paths.append(finished.get_nowait())
-        except queue.Empty:
-            return paths
-
-
-def _task(spec: StepSpec, fn: Callable[[], Any], **options: Any) -> Task[[], Any]:
+def _task(
+    spec: StepSpec, fn: Callable[[], Any], materialize: Location | None = None, **options: Any
+) -> Task[[], Any]:
+    """A task running ``fn`` for ``spec``; with ``materialize`` (the run's location), one that
+    records a materialization of the step's output asset when it succeeds (marin_prefect.assets)."""
     from marin_prefect.resources import task_tags
 
-    return Task(
-        fn,
-        name=spec.step_id,
-        task_run_name=spec.step_id,
-        cache_policy=NO_CACHE,
-        description=f"Marin step {spec.step_id} -> {spec.output_path}",
-        tags=task_tags(spec),
+    options = {
+        "name": spec.step_id,
+        "task_run_name": spec.step_id,
+        "cache_policy": NO_CACHE,
+        "description": f"Marin step {spec.step_id} -> {spec.output_path}",
+        "tags": task_tags(spec),
         **options,
-    )
+    }
+    if materialize is not None:
+        from marin_prefect.assets import materializing_task
+
+        task = materializing_task(spec, materialize, fn, **options)
+        if task is not None:
+            return cast(Task[[], Any], task)
+    return Task(fn, **options)
 
 
 def _not_run_task(
@@ -376,50 +406,13 @@ def _cached_task(spec: StepSpec, url: str, reason: str) -> Task[[], Any]:
     return _task(spec, marin_step_cached)
 
 
-def _build_task(
-    spec: StepSpec,
-    location: Location,
-    options: RunOptions,
-    state: _RunState,
-    decision: Decision,
-) -> Task[[], Any]:
-    def marin_step() -> Any:
-        with state.lock:
-            upstream = state.upstream[spec.output_path]
-        try:
-            outcome = _build(spec, location, options, decision, upstream)
-        except BaseException as exc:
-            with state.lock:
-                state.errors[spec.output_path] = exc
-            raise
-        with state.lock:
-            state.outcomes[spec.output_path] = outcome
-        if outcome.action == "built":
-            get_run_logger().info(
-                "built %s -> %s in %.2fs", spec.step_id, outcome.output_url, outcome.duration_s
-            )
-            return outcome.output_url
-        return Completed(
-            name=CACHED_STATE_NAME,
-            data=outcome.output_url,
-            message=f"built by another runner: {outcome.output_url} "
-            f"(fingerprint {spec.fingerprint[:12]})",
-        )
-
-    return _task(spec, marin_step, retries=spec.retries, timeout_seconds=spec.timeout)
-
-
-def _build(
-    spec: StepSpec,
-    location: Location,
-    options: RunOptions,
-    decision: Decision,
-    upstream: list[Upstream],
-) -> BuildOutcome:
-    """Build one planned step, holding Prefect concurrency slots only while it builds: one of
+def _build(job: StepJob, options: FlowOptions) -> BuildOutcome:
+    """Run one attempt, holding Prefect concurrency slots only while it builds: one of
     ``concurrency_limit``, and with ``resource_limits`` the step's ``marin-<kind>`` slots."""
-    from marin.execution.build import build_step
+    from marin.execution.provenance import engine_run
+    from marin_prefect.assets import flow_run_lineage
 
+    spec = job.spec
     logger = get_run_logger()
     with contextlib.ExitStack() as slots:
         if options.concurrency_limit is not None:
@@ -446,6 +439,21 @@ def _build(
             from marin_prefect.resources import resource_concurrency
 
             slots.enter_context(resource_concurrency(spec, logger))
-        return build_step(
-            spec, location, policy=options.policy, decision=decision, upstream=upstream
-        )
+        # The record names this task run; the OpenLineage parent is this flow run.
+        with engine_run("prefect", _task_run_ids()), flow_run_lineage():
+            return job.build()
+
+
+def _task_run_ids() -> dict[str, Any]:
+    """The running Prefect task run's id (and its flow run's), for the record's provenance."""
+    from prefect.context import TaskRunContext
+
+    context = TaskRunContext.get()
+    task_run = getattr(context, "task_run", None)
+    if task_run is None:
+        return {"task_run_id": None, "flow_run_id": None}
+    flow_run_id = getattr(task_run, "flow_run_id", None)
+    return {
+        "task_run_id": str(task_run.id),
+        "flow_run_id": str(flow_run_id) if flow_run_id is not None else None,
+    }

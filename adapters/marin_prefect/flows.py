@@ -27,6 +27,7 @@ from typing import Any
 
 from prefect import flow
 
+from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, RunOptions
 from marin_prefect.compile import to_prefect_flow
 
 ALLOWED_TARGETS_ENV = "MARIN_PREFECT_ALLOWED_TARGETS"
@@ -107,8 +108,8 @@ def check_run_choices(target: str) -> None:
 def marin_pipeline(
     target: str,
     prefix: str | None = None,
-    max_concurrent: int = 8,
-    on_drift: str = "warn",
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    on_drift: str = DEFAULT_ON_DRIFT,
     concurrency_limit: str | None = None,
     keep_going: bool = False,
     force: list[str] | None = None,
@@ -128,15 +129,25 @@ def marin_pipeline(
 
     check_run_choices(target)
     check_prefix(resolve_prefix(prefix), prefix)  # before the pipeline is even imported
+    # The run's parameters are whoever triggered it's data: checked like any option, first.
+    options = RunOptions.from_params(
+        {
+            "on_drift": on_drift,
+            "force": force,
+            "cascade": cascade,
+            "max_concurrent": max_concurrent,
+            "keep_going": keep_going,
+        }
+    )
     pipeline = to_prefect_flow(
         target,
-        max_concurrent=max_concurrent,
+        max_concurrent=options.max_concurrent,
         prefix=prefix,
-        on_drift=on_drift,
+        on_drift=options.on_drift,
         concurrency_limit=concurrency_limit,
-        keep_going=keep_going,
-        force=force or (),
-        cascade=cascade,
+        keep_going=options.keep_going,
+        force=options.force,
+        cascade=options.cascade,
         resource_limits=resource_limits,
     )
     return pipeline()

@@ -15,10 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from marin.execution.artifact_names import artifact_names
 from marin.execution.errors import MarinError
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.records import (
     ArtifactRecord,
+    ForeignRecord,
+    load_record,
     log_path,
     read_attempt,
     read_record,
@@ -66,10 +69,10 @@ def human_time(iso: str | None) -> str:
         return "-"
     try:
         when = datetime.datetime.fromisoformat(iso)
-    except ValueError:
+        if when.tzinfo is not None:
+            when = when.astimezone(datetime.UTC)
+    except (ValueError, OverflowError):  # a stored time such as year 1 at +14:00 has no UTC
         return iso
-    if when.tzinfo is not None:
-        when = when.astimezone(datetime.UTC)
     return when.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
@@ -77,6 +80,24 @@ def who(record: ArtifactRecord) -> str:
     prov = record.provenance or {}
     user, host = prov.get("user"), prov.get("host")
     return f"{user or '?'}@{host or '?'}"
+
+
+def engine_of(record: ArtifactRecord) -> dict[str, Any] | None:
+    """The engine unit that built the record (``provenance.engine``), if it names one.
+
+    Stored JSON is untrusted: anything but a mapping is shown as absent.
+    """
+    engine = (record.provenance or {}).get("engine")
+    return engine if isinstance(engine, dict) else None
+
+
+def engine_text(record: ArtifactRecord) -> str:
+    """``airflow dag_id=d run_id=r task_id=t try_number=2 map_index=-1``, or ``-``."""
+    engine = engine_of(record)
+    if engine is None:
+        return "-"
+    ids = " ".join(f"{k}={v}" for k, v in engine.items() if k != "name" and v is not None)
+    return f"{engine.get('name', '?')} {ids}".strip()
 
 
 # --- ls ------------------------------------------------------------------------------------------
@@ -118,6 +139,8 @@ def find_artifacts(location: Location) -> list[str]:
 
 def _size(location: Location, output_path: str) -> int | None:
     path = location.path(output_path)
+    if location.is_local and os.path.islink(path):
+        return None  # measuring would walk whatever the link points to
     try:
         if not location.fs.exists(path):
             return None
@@ -130,15 +153,26 @@ def list_entries(location: Location, *, sizes: bool = True) -> list[Entry]:
     paths = find_artifacts(location)
 
     def entry(path: str) -> Entry:
-        record = read_record(location, path)
-        status = None if record is not None else read_attempt(location, path)
-        size = _size(location, path) if sizes and record is not None else None
-        return Entry(path, record, status, size)
+        found = load_record(location, path)
+        if isinstance(found, ForeignRecord):
+            return Entry(path, None, _foreign_status(found), None)
+        status = None if found is not None else read_attempt(location, path)
+        size = _size(location, path) if sizes and found is not None else None
+        return Entry(path, found, status, size)
 
     if not paths:
         return []
     with ThreadPoolExecutor(min(IO_PARALLELISM, len(paths)), "marin-ls") as pool:
         return list(pool.map(entry, paths))
+
+
+FOREIGN_STATE = "FOREIGN"
+"""The state ``ls`` and ``show`` give a step whose folder holds another step's record."""
+
+
+def _foreign_status(found: ForeignRecord) -> dict[str, Any]:
+    """How ``ls`` and ``show`` report another step's record in a step's place: not built."""
+    return {"state": FOREIGN_STATE, "error": f"{found.why}: {found.path}"}
 
 
 def ls_json(location: Location, entries: list[Entry]) -> dict[str, Any]:
@@ -155,6 +189,8 @@ def ls_json(location: Location, entries: list[Entry]) -> dict[str, Any]:
                 "duration_s": e.record.duration_s,
                 "user": (e.record.provenance or {}).get("user"),
                 "host": (e.record.provenance or {}).get("host"),
+                "pid": (e.record.provenance or {}).get("pid"),
+                "engine": engine_of(e.record),
                 "git_commit": (e.record.provenance or {}).get("git_commit"),
                 "size_bytes": e.size,
             }
@@ -174,7 +210,10 @@ def ls_json(location: Location, entries: list[Entry]) -> dict[str, Any]:
     }
 
 
-def ls_table(location: Location, entries: list[Entry], *, color: bool = False) -> str:
+def ls_table(
+    location: Location, entries: list[Entry], *, color: bool = False, where: bool = False
+) -> str:
+    """The ``marin ls`` table; ``where`` adds where each step was built: pid and engine unit."""
     from rich.console import Console
     from rich.table import Table
 
@@ -183,18 +222,27 @@ def ls_table(location: Location, entries: list[Entry], *, color: bool = False) -
     lines: list[str] = []
     if built:
         table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-        for column in ("step", "built at", "by", "size", "took"):
+        columns = ["step", "built at", "by", "size", "took"]
+        if where:
+            columns += ["pid", "engine"]
+        for column in columns:
             table.add_column(column, justify="right" if column in ("size", "took") else "left")
         for e in built:
             assert e.record is not None
             # Text objects, never markup: names like ``sweep[lr=0.1]`` are shown as they are.
-            table.add_row(
+            row = [
                 safe_rich(e.step_id),
                 safe_rich(human_time(e.record.finished_at)),
                 safe_rich(who(e.record)),
                 human_size(e.size),
                 f"{e.record.duration_s:.2f}s",
-            )
+            ]
+            if where:
+                row += [
+                    safe_rich(str((e.record.provenance or {}).get("pid", "?"))),
+                    safe_rich(engine_text(e.record)),
+                ]
+            table.add_row(*row)
         console = Console(
             width=250, color_system="auto" if color else None, force_terminal=color, soft_wrap=False
         )
@@ -257,7 +305,7 @@ def resolve_show_target(what: str, prefix: str | None) -> tuple[Location, str]:
         name, _, version = what.rpartition("@")
         return location, f"{name}/{version}"
     candidate = _strip_metadata(what)
-    if location.fs.exists(location.path(record_path(candidate))):
+    if location.has_file(location.path(record_path(candidate))):
         return location, candidate  # a relative output path, name/version
     # Without '@' the whole argument is a name: never read its last part as a version.
     versions = _versions_of(location, candidate)
@@ -266,7 +314,7 @@ def resolve_show_target(what: str, prefix: str | None) -> tuple[Location, str]:
         return location, f"{candidate}/{latest or versions[-1]}"
     raise NotFoundError(
         f"nothing named {candidate} is built under {location.url}",
-        _closest_hint(location, candidate),
+        closest_hint(location, candidate),
         candidate,
     )
 
@@ -284,14 +332,14 @@ def latest_built_version(location: Location, name: str, versions: list[str]) -> 
     return None if best is None else best[1]
 
 
-def _closest_hint(location: Location, name: str) -> str:
+def closest_hint(location: Location, name: str) -> str:
     """Suggest the closest built names (``difflib``), else point at ``marin ls``."""
-    import difflib
+    from marin.execution.suggest import did_you_mean
 
-    names = sorted({path.rpartition("/")[0] for path in find_artifacts(location)})
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-    if close:
-        return "did you mean " + " or ".join(close) + "?"
+    names = {path.rpartition("/")[0] for path in find_artifacts(location)}
+    hint = did_you_mean(name, names)
+    if hint:
+        return hint
     return f"`marin ls --prefix {location.url}` lists what is built"
 
 
@@ -332,8 +380,11 @@ def _json_block(value: Any, indent: str = "    ") -> list[str]:
 
 def show_record(location: Location, output_path: str) -> tuple[str, int]:
     """The text ``marin show`` prints and its exit code (0 built, 1 not built)."""
-    record = read_record(location, output_path)
+    found = load_record(location, output_path)
+    record = found if isinstance(found, ArtifactRecord) else None
     status = read_attempt(location, output_path)
+    if isinstance(found, ForeignRecord):
+        status = {**(status or {}), **_foreign_status(found)}
     url = location.url_for(output_path)
     log_url = location.url_for(log_path(output_path))
     if not location.has_file(location.path(log_path(output_path))):
@@ -369,11 +420,13 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
     lines = [
         f"{record.step_id}  ({state.lower() if isinstance(state, str) else state})",
         f"  output       {url}",
+        *_lineage_lines(location, output_path),
         f"  type         {record.artifact_type}",
         f"  fingerprint  {record.fingerprint}",
         f"  built        {human_time(record.started_at)} -> {human_time(record.finished_at)}",
         f"  duration     {record.duration_s:.3f}s",
         f"  by           {who(record)} (pid {prov.get('pid', '?')})",
+        f"  engine       {engine_text(record)}",
         f"  git          {git}",
         f"  time         {prov.get('time', '-')}",
         f"  argv         {' '.join(str(a) for a in prov.get('argv', [])) or '-'}",
@@ -390,6 +443,15 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
     lines.append("  result")
     lines += _json_block(record.result)
     return _terminal_lines(lines), 0
+
+
+def _lineage_lines(location: Location, output_path: str) -> list[str]:
+    """How OpenLineage and the engines' assets name the artifact (docs/lineage.md)."""
+    names = artifact_names(location, output_path)
+    return [
+        f"  dataset      {names.dataset_namespace} {names.dataset_name} (OpenLineage)",
+        f"  asset        {names.asset_uri} (Airflow, Prefect)",
+    ]
 
 
 def _terminal_lines(lines: list[str]) -> str:

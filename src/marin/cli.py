@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from marin.execution.decide import DRIFT_POLICIES
 from marin.execution.errors import (
     DriftError,
     MarinError,
@@ -25,6 +24,8 @@ from marin.execution.errors import (
     StepFailedError,
     format_error,
 )
+from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, DRIFT_POLICIES
+from marin.execution.vocabulary import BuildOutcomeKind
 from marin.terminal_text import safe_json, safe_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -36,11 +37,23 @@ class UsageError(Exception):
     """Bad command-line input: exit code 2."""
 
 
-def _lowered(target: str) -> list[Any]:
+def _lowered(target: str, args: argparse.Namespace | None = None) -> list[Any]:
+    """The target's specs, narrowed by ``--select``/``--exclude`` when ``args`` has them."""
     from marin.execution.lazy import lower
     from marin.execution.targets import load_target
+    from marin.selection import select_steps
 
-    return list(lower(load_target(target), memo={}))
+    specs = list(lower(load_target(target), memo={}))
+    select, exclude = getattr(args, "select", []), getattr(args, "exclude", [])
+    return select_steps(specs, select, exclude)
+
+
+def _reachable(prefix: str | None) -> None:
+    """Probe the prefix's storage once, briefly, before planning (local disk: no probe)."""
+    from marin.execution.storage import open_prefix
+    from marin.execution.storage_probe import probe_prefix
+
+    probe_prefix(open_prefix(prefix))
 
 
 def _configure_logging(verbose: bool) -> None:
@@ -75,12 +88,14 @@ def _capacity_arg(text: str) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from marin.execution.graph import collect_steps
+    from marin.execution.lineage import pipeline_run
     from marin.execution.step_runner import RunReport, StepRunner
     from marin.execution.storage import open_prefix
     from marin.progress import RunObserver, readable_result, render_summary
 
     as_json = getattr(args, "json", False)
-    specs = _lowered(args.target)
+    specs = _lowered(args.target, args)
+    _reachable(args.prefix)
     location = open_prefix(args.prefix)
     live = not args.dry_run and not as_json and _use_live_progress(args)
     observer = RunObserver(location, live=live)
@@ -106,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     try:
-        with observer:
+        with observer, pipeline_run(args.target, runner="local"):  # the lineage parent run
             report = runner.run(
                 specs, dry_run=args.dry_run, keep_going=args.keep_going, force=args.force
             )
@@ -126,18 +141,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.dry_run:
         summary(report)
-    built = sum(1 for o in report.outcomes.values() if o.action == "built")
+    built = sum(1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.BUILT)
+    by_other = sum(
+        1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.BUILT_BY_OTHER
+    )
     skipped = len(report.skipped) + len(report.pruned)
     verb = "would build" if args.dry_run else "built"
     count = len(report.to_build) if args.dry_run else built
     where = safe_text(report.location.url)
-    print(f"{verb} {count} step(s), skipped {skipped}; artifacts under {where}")
+    elsewhere = f", {by_other} built by another runner" if by_other else ""
+    print(f"{verb} {count} step(s){elsewhere}, skipped {skipped}; artifacts under {where}")
     for spec in specs:
-        output = report.location.url_for(spec.output_path)
-        print(f"  {safe_text(spec.step_id)}: {safe_text(output)}")
+        # Each output once: the readable file in it (or the output itself, if it is one) with
+        # what it is, else the output.
         readable = None if args.dry_run else readable_result(report.location, spec.output_path)
-        if readable:
-            print(f"    read it: {safe_text(readable)}")
+        output = readable or report.location.url_for(spec.output_path)
+        print(f"  {safe_text(spec.step_id)}: {safe_text(output)}")
     return EXIT_OK
 
 
@@ -150,10 +169,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     runner = StepRunner(
         prefix=args.prefix,
-        on_drift=getattr(args, "on_drift", "warn"),
+        on_drift=getattr(args, "on_drift", DEFAULT_ON_DRIFT),
         cascade=getattr(args, "cascade", True),
     )
-    plan, location = runner.plan(_lowered(args.target), force=getattr(args, "force", []))
+    specs = _lowered(args.target, args)
+    _reachable(args.prefix)
+    plan, location = runner.plan(specs, force=getattr(args, "force", []))
     if args.json:
         print(safe_json(json.dumps(plan_json(plan, location), indent=2, ensure_ascii=False)))
     else:
@@ -170,12 +191,16 @@ def cmd_graph(args: argparse.Namespace) -> int:
     from marin.execution.graph import collect_steps
     from marin.graph_view import render_graph
 
-    steps = collect_steps(_lowered(args.target))
+    targets = _lowered(args.target, args)
+    steps = collect_steps(targets)
     states = None
     if args.prefix:
         from marin.execution.step_runner import StepRunner
 
-        plan, _ = StepRunner(prefix=args.prefix).plan(steps)
+        _reachable(args.prefix)
+        # The targets, as `marin plan` plans them: with every step a target, a pruned step
+        # would be "needed" and its readers shown stale.
+        plan, _ = StepRunner(prefix=args.prefix).plan(targets)
         states = plan.decisions
     sys.stdout.write(render_graph(steps, args.format, states))
     return EXIT_OK
@@ -201,16 +226,58 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     from marin.catalog import check_ls_prefix, list_entries, ls_json, ls_table
+    from marin.ls_filter import LsFilter
 
+    wanted = LsFilter.from_args(args)  # bad filters fail before any listing
+    _reachable(args.prefix)
     location, warning = check_ls_prefix(args.prefix)
     if warning:
         print(warning, file=sys.stderr)
-    entries = list_entries(location, sizes=not args.no_size)
+    entries = wanted.apply(list_entries(location, sizes=not args.no_size))
     if args.json:
         print(safe_json(json.dumps(ls_json(location, entries), indent=2, ensure_ascii=False)))
     else:
-        sys.stdout.write(ls_table(location, entries, color=sys.stdout.isatty()))
+        sys.stdout.write(ls_table(location, entries, color=sys.stdout.isatty(), where=args.where))
     return EXIT_OK
+
+
+# --- why and diff -----------------------------------------------------------------------------
+
+
+def cmd_why(args: argparse.Namespace) -> int:
+    from marin.execution.graph import collect_steps
+    from marin.execution.step_runner import StepRunner
+    from marin.why import explain_step, find_step
+
+    runner = StepRunner(prefix=args.prefix, on_drift=args.on_drift, cascade=args.cascade)
+    specs = _lowered(args.target, args)
+    spec = find_step(collect_steps(specs), args.step)
+    _reachable(args.prefix)
+    plan, _ = runner.plan(specs, force=args.force)
+    sys.stdout.write(explain_step(plan, spec))
+    return EXIT_OK
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from marin.record_diff import diff_records, read_built, render_diff
+
+    a, b = read_built(args.a, args.prefix), read_built(args.b, args.prefix)
+    sys.stdout.write(render_diff(a, b))
+    return EXIT_FAILED if diff_records(a, b) else EXIT_OK
+
+
+# --- unlock ------------------------------------------------------------------------------------
+
+
+def cmd_unlock(args: argparse.Namespace) -> int:
+    from marin.execution.storage import open_prefix
+    from marin.unlock import step_output_path, unlock
+
+    output_path = step_output_path(args.step)
+    location = open_prefix(args.prefix)
+    result = unlock(location, output_path, args.step, force=args.force)
+    print(safe_text(result.message), file=sys.stdout if result.unlocked else sys.stderr)
+    return EXIT_OK if result.unlocked else EXIT_FAILED
 
 
 # --- parser ------------------------------------------------------------------------------------
@@ -220,6 +287,7 @@ _EPILOG_RUN = """example:
   marin run examples/ngram.py:pipeline --force ngram/dataset --no-progress
   marin run examples/ngram.py:pipeline --force ngram/corpus,ngram/dataset --no-step-output
   marin run examples/ngram.py:pipeline --json > run-report.json
+  marin run examples/ngram.py:pipeline --select 'ngram/eval/*' --exclude 'ngram/eval/trigram*'
 
 On a terminal a live display shows progress; elsewhere (CI, pipes, --no-progress) the run
 prints plain log lines. Each step's own output goes to <output>.marin/log.txt, and is echoed
@@ -231,15 +299,17 @@ _EPILOG_PLAN = """example:
   marin plan examples/ngram.py:pipeline --prefix /tmp/marin
   marin plan examples/ngram.py:pipeline --json | jq '.summary'
   marin plan examples/ngram.py:pipeline --exit-code || echo "something would run"
+  marin plan examples/ngram.py:pipeline --select 'ngram/eval/*'   # only these, and what they need
 
 The JSON schema is documented in docs/plan-json.md.
 exit codes: 0 (also when steps would run, unless --exit-code), 1 with --exit-code when any
-step is not built (to run, drift, dev, failed-before), 2 bad input.
+step is not built (to run, drift, dev, failed-before, foreign), 2 bad input.
 """
 _EPILOG_GRAPH = """example:
   marin graph examples/ngram.py:pipeline --format mermaid > graph.mmd
   marin graph examples/ngram.py:pipeline --format dot | dot -Tsvg > graph.svg
   marin graph examples/ngram.py:pipeline --format text --prefix /tmp/marin
+  marin graph examples/ngram.py:pipeline --select 'ngram/models/*'
 """
 _EPILOG_SHOW = """example:
   marin show ngram/dataset@v1 --prefix /tmp/marin
@@ -254,6 +324,40 @@ exit codes: 0 built, 1 not built (a failed or unfinished attempt is shown), 2 no
 _EPILOG_LS = """example:
   marin ls --prefix /tmp/marin
   marin ls --prefix s3://bucket/experiments --json --no-size
+  marin ls --prefix s3://bucket/experiments --where   # pid and Airflow/Prefect task per step
+  marin ls --prefix /tmp/marin --json --name 'ngram/eval/*' --status built --after 2026-01-01
+  marin ls --prefix /tmp/marin --json --by alice --git-commit 3f2c1ab | jq '.artifacts[].step'
+
+The filters apply to the table and the JSON alike; the JSON is documented in docs/ls-json.md.
+"""
+_EPILOG_WHY = """example:
+  marin why examples/ngram.py:pipeline ngram/report --prefix /tmp/marin
+  marin why examples/ngram.py:pipeline ngram/eval/bigram-add-k@v1 --on-drift rebuild
+
+It explains the decisions `marin plan` shows (the same plan, never a second decision): the
+reason, the chain of upstream causes (what is rebuilt, which field drifted), the build the
+record was made from, and the builds upstream and downstream.
+"""
+_EPILOG_DIFF = """example:
+  marin diff ngram/models/bigram-add-k@v1 ngram/models/trigram-interpolated@v1 --prefix /tmp/marin
+  marin diff ngram/dataset@v1 ngram/dataset@v2 --prefix /tmp/marin   # two versions of one step
+
+Each side is what `marin show` takes. Fields are named as drift names them
+(config.smoothing.k: 0.05 -> 0.5, deps.ngram/dataset: v1 -> v2).
+exit codes: 0 the same definition, 1 they differ, 2 not found or bad input.
+"""
+_EPILOG_UNLOCK = """example:
+  marin unlock ngram/dataset@v1 --prefix /tmp/marin
+  marin unlock ngram/dataset@v1 --prefix s3://bucket/experiments --force
+
+A step's lease (<output>.marin/lease.json) says which runner is building it; others wait for
+it. It ends by itself when its holder finishes, when it expires (MARIN_LEASE_TTL, default 60 s),
+or at once when its holder's process on this machine is gone. Unlock a step whose lease blocks
+it anyway: a holder that died on another machine with a long TTL, or a planted lease.
+The command says who held the lease (host, pid, since when). A lease that still protects a
+build (not expired, and its process alive or on another machine) is refused unless --force;
+a build whose lease is broken discards its result when it notices, and never commits.
+exit codes: 0 unlocked (or no lease), 1 refused, 2 bad input.
 """
 _EPILOG_EXPORT = """example:
   marin export airflow --help
@@ -354,13 +458,46 @@ def _add_force_and_drift(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help=FORCE_HELP,
     )
-    parser.add_argument("--on-drift", choices=DRIFT_CHOICES, default="warn", help=DRIFT_HELP)
+    parser.add_argument(
+        "--on-drift", choices=DRIFT_CHOICES, default=DEFAULT_ON_DRIFT, help=DRIFT_HELP
+    )
     parser.add_argument("--no-cascade", dest="cascade", action="store_false", help=CASCADE_HELP)
+
+
+SELECT_HELP = (
+    "only the steps matching this glob (on name or name@version, e.g. 'ngram/eval/*'), and "
+    "what they need; repeat the flag or give a comma list"
+)
+EXCLUDE_HELP = "leave out the steps matching this glob, and every step that reads them"
+
+
+def _patterns(text: str) -> list[str]:
+    """One ``--select``/``--exclude`` value: a glob, or a comma list of them."""
+    patterns = [part.strip() for part in text.split(",")]
+    if not all(patterns):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has an empty pattern: give a glob such as 'ngram/eval/*', repeated or as "
+            "a comma list a,b"
+        )
+    return patterns
+
+
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    for flag, text in (("--select", SELECT_HELP), ("--exclude", EXCLUDE_HELP)):
+        parser.add_argument(
+            flag,
+            action=_ExtendForce,
+            type=_patterns,
+            default=[],
+            metavar="PATTERN",
+            help=text,
+        )
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     _add_target(parser)
     _add_global(parser)
+    _add_selection(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -395,7 +532,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(run)
     run.add_argument(
-        "--max-concurrent", type=int, default=8, metavar="N", help="steps at once (default 8)"
+        "--max-concurrent",
+        type=int,
+        default=DEFAULT_MAX_CONCURRENT,
+        metavar="N",
+        help=f"steps at once (default {DEFAULT_MAX_CONCURRENT})",
     )
     run.add_argument("--dry-run", action="store_true", help="check and report; build nothing")
     _add_force_and_drift(run)
@@ -433,8 +574,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan = commands.add_parser(
         "plan",
         help="show what a run would do and why; changes nothing",
-        description="List every step with its status (built, run, drift, dev, failed-before), "
-        "fingerprint, output path and reason. Drift is explained field by field.",
+        description="List every step with its status (built, run, drift, dev, failed-before, "
+        "foreign), fingerprint, output path and reason. Drift is explained field by field.",
         epilog=_EPILOG_PLAN,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -450,7 +591,8 @@ def build_parser() -> argparse.ArgumentParser:
         "graph",
         help="draw the pipeline as Mermaid, Graphviz DOT or text",
         description="Render the lowered graph; edges run from a dependency to its reader. With "
-        "--prefix, nodes are styled by status (built, to run, drift, dev, failed before).",
+        "--prefix, nodes are styled by the status `marin plan` shows (built, stale, drift, to run, "
+        "forced, dev, failed before, pruned).",
         epilog=_EPILOG_GRAPH,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -459,6 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=("mermaid", "dot", "text"), default="text", help="default: text"
     )
     _add_global(graph, prefix_help="style nodes by their status under this prefix")
+    _add_selection(graph)
     graph.set_defaults(func=cmd_graph)
 
     show = commands.add_parser(
@@ -491,7 +634,85 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument(
         "--no-size", action="store_true", help="skip measuring outputs (faster on object stores)"
     )
+    ls.add_argument(
+        "--where",
+        action="store_true",
+        help="also show where each step was built: process id and the engine's task "
+        "(Airflow task instance, Prefect task run)",
+    )
+    ls.add_argument(
+        "--name",
+        metavar="PATTERN",
+        help="only steps whose name or name@version matches this glob (e.g. 'ngram/eval/*')",
+    )
+    ls.add_argument(
+        "--status",
+        # marin.ls_filter.LsStatus's values (not imported: --help stays cheap)
+        choices=("built", "unfinished", "failed"),
+        help="only built artifacts, only unfinished attempts (running or failed), or only "
+        "failed ones",
+    )
+    ls.add_argument(
+        "--after",
+        metavar="WHEN",
+        help="only artifacts finished at or after WHEN (ISO date or time; UTC unless it has a "
+        "zone)",
+    )
+    ls.add_argument("--before", metavar="WHEN", help="only artifacts finished before WHEN")
+    ls.add_argument("--by", metavar="WHO", help="only artifacts built by this user (or user@host)")
+    ls.add_argument(
+        "--git-commit",
+        dest="git_commit",
+        metavar="SHA",
+        help="only artifacts built from this git commit (a prefix of it is enough)",
+    )
     ls.set_defaults(func=cmd_ls)
+
+    why = commands.add_parser(
+        "why",
+        help="why a step would be built or is served, and which builds it is made of",
+        description="Explain one step's decision in the plan a run would make: its reason, "
+        "the chain of upstream causes, and the build ids upstream and downstream.",
+        epilog=_EPILOG_WHY,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_target(why)
+    why.add_argument("step", metavar="STEP", help="a step name or name@version")
+    _add_global(why)
+    _add_selection(why)
+    _add_force_and_drift(why)
+    why.set_defaults(func=cmd_why)
+
+    diff = commands.add_parser(
+        "diff",
+        help="the field-level config difference between two built steps",
+        description="Compare two built steps' records field by field (two versions of one "
+        "step, or two points of a sweep), with the differ drift uses.",
+        epilog=_EPILOG_DIFF,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    diff.add_argument("a", metavar="A", help="name@version, a name, or an output's path/URL")
+    diff.add_argument("b", metavar="B", help="the other one")
+    _add_global(diff)
+    diff.set_defaults(func=cmd_diff)
+
+    unlock = commands.add_parser(
+        "unlock",
+        help="break a step's lease by hand (a lease left by a dead or skewed runner)",
+        description="Remove the lease of STEP (name@version), saying who held it. A live lease "
+        "is refused unless --force.",
+        epilog=_EPILOG_UNLOCK,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    unlock.add_argument("step", metavar="STEP", help="the step, as name@version")
+    _add_global(unlock)
+    unlock.add_argument(
+        "--force",
+        action="store_true",
+        help="break the lease even if its holder may still be building (it then discards "
+        "its result)",
+    )
+    unlock.set_defaults(func=cmd_unlock)
 
     export = commands.add_parser(
         "export",
@@ -553,6 +774,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         sys.stderr.flush()
+        from marin.execution.lineage import abort_unfinished
+
+        abort_unfinished()  # OpenLineage ABORT for builds cut short (bounded; none when off)
         os._exit(EXIT_INTERRUPTED)  # don't wait for running steps' threads
     except (StepFailedError, PipelineFailedError, DriftError) as exc:
         from marin.progress import one_line
@@ -565,7 +789,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(exc)
         if not message.startswith("error:"):
             message = f"error: {message}"
+        if args.verbose:  # -v: the whole traceback, the engine's frames included
+            import traceback
+
+            traceback.print_exception(exc, file=sys.stderr)
         print(safe_text(message), file=sys.stderr)
+        details = getattr(exc, "details", "")
+        if details and not args.verbose:
+            print(safe_text(details, keep_newlines=True), file=sys.stderr)
         return EXIT_USAGE
     return code
 

@@ -1,8 +1,10 @@
 """``marin graph``: the lowered graph as Mermaid, Graphviz DOT or plain text.
 
 Edges point the way data flows, from a dependency to the step that reads it. Given the steps'
-states (``marin graph --prefix P``), nodes are styled by status: built, to run, drift, dev,
-failed-before; the status word is also in each label, so the picture reads without colour.
+states (``marin graph --prefix P``), nodes are styled by status, the one ``marin plan``
+shows beside the action: built, stale, drift, to run, forced, dev, failed-before, pruned,
+foreign (another step's record in its place); the status word is also in each label, so the
+picture reads without colour.
 
 Mermaid output must render on GitHub: every label is quoted, and node ids are the step ids
 reduced to ``[A-Za-z0-9_]`` behind an ``s_`` prefix (so no id can be a Mermaid keyword such as
@@ -18,6 +20,7 @@ from marin.execution.decide import Decision
 from marin.execution.graph import canonical_deps
 from marin.execution.resources import describe_placement
 from marin.execution.step_spec import StepSpec
+from marin.plan_view import SYMBOLS, shown_status
 from marin.terminal_text import safe_text
 
 FORMATS = ("mermaid", "dot", "text")
@@ -27,8 +30,11 @@ STATUS_LABEL = {
     "drift": "drift",
     "dev": "dev",
     "failed-before": "failed before",
+    "stale": "stale",
+    "forced": "forced",
+    "pruned": "pruned",
+    "foreign": "foreign",
 }
-SYMBOLS = {"built": "✓", "run": "▶", "drift": "≠", "dev": "↻", "failed-before": "✗"}
 # (fill, stroke, text) per status: readable in GitHub's light and dark themes.
 COLOURS = {
     "built": ("#d3f9d8", "#2b8a3e", "#0b3d1a"),
@@ -36,6 +42,10 @@ COLOURS = {
     "drift": ("#f3d9fa", "#9c36b5", "#3b0a45"),
     "dev": ("#d0ebff", "#1971c2", "#082a4d"),
     "failed-before": ("#ffe3e3", "#c92a2a", "#4a0808"),
+    "stale": ("#ffe8cc", "#d9480f", "#4a1d00"),
+    "forced": ("#fff3bf", "#e67700", "#4a2800"),
+    "pruned": ("#f1f3f5", "#868e96", "#212529"),
+    "foreign": ("#fff0f6", "#a61e4d", "#3d0a1c"),
 }
 CLASS_NAMES = {
     "built": "built",
@@ -43,6 +53,10 @@ CLASS_NAMES = {
     "drift": "drift",
     "dev": "dev",
     "failed-before": "failed",
+    "stale": "stale",
+    "forced": "forced",
+    "pruned": "pruned",
+    "foreign": "foreign",
 }
 
 
@@ -84,7 +98,7 @@ def _label(step: StepSpec, states: Mapping[str, Decision] | None) -> str:
     state = states.get(step.output_path) if states else None
     if state is None:
         return safe_text(step.step_id)
-    return f"{safe_text(step.step_id)} · {STATUS_LABEL[state.status]}"
+    return f"{safe_text(step.step_id)} · {STATUS_LABEL[shown_status(state)]}"
 
 
 def to_mermaid(steps: Sequence[StepSpec], states: Mapping[str, Decision] | None = None) -> str:
@@ -99,7 +113,7 @@ def to_mermaid(steps: Sequence[StepSpec], states: Mapping[str, Decision] | None 
         for step in steps:
             state = states.get(step.output_path)
             if state is not None:
-                by_status.setdefault(state.status, []).append(ids[step.output_path])
+                by_status.setdefault(shown_status(state), []).append(ids[step.output_path])
         for status, members in by_status.items():
             fill, stroke, text = COLOURS[status]
             name = CLASS_NAMES[status]
@@ -123,7 +137,7 @@ def to_dot(steps: Sequence[StepSpec], states: Mapping[str, Decision] | None = No
         attrs = [f"label={label}"]
         state = states.get(step.output_path) if states else None
         if state is not None:
-            fill, stroke, text = COLOURS[state.status]
+            fill, stroke, text = COLOURS[shown_status(state)]
             attrs += [
                 f"fillcolor={_dot_quote(fill)}",
                 f"color={_dot_quote(stroke)}",
@@ -152,7 +166,7 @@ def to_text(steps: Sequence[StepSpec], states: Mapping[str, Decision] | None = N
         line = "  " * depth[step.output_path] + safe_text(step.step_id)
         state = states.get(step.output_path) if states else None
         if state is not None:
-            line = f"{SYMBOLS[state.status]} {STATUS_LABEL[state.status]:<13} {line}"
+            line = f"{SYMBOLS[shown_status(state)]} {STATUS_LABEL[shown_status(state)]:<13} {line}"
         step_deps = list(dict.fromkeys(safe_text(d.step_id) for d in deps[step.output_path]))
         if step_deps:
             line += "  <- " + ", ".join(step_deps)

@@ -7,36 +7,83 @@ version fields are only ever added, never renamed, removed or retyped
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
-from marin.execution.decide import ACTIONS, BUILD, STATUSES, Decision, Plan
+from marin.execution.artifact_names import artifact_names
+from marin.execution.decide import ACTIONS, STATUSES, Decision, Plan
 from marin.execution.resources import describe_placement, placement_of
 from marin.execution.storage import Location
+from marin.execution.vocabulary import Action, StoredStatus
 from marin.terminal_text import safe_rich, safe_text
 
 PLAN_SCHEMA = 1
-SYMBOLS = {"built": "✓", "run": "▶", "drift": "≠", "dev": "↻", "failed-before": "✗"}
+SHOWN = ("built", "stale", "drift", "run", "forced", "dev", "failed-before", "pruned", "foreign")
+"""The status column: what storage holds, in words that agree with the action (a pruned step
+is ``pruned``, never ``run``; a step rebuilt because its upstream is, ``stale``, never
+``built``). The JSON keeps ``status`` (storage alone) and ``action`` apart."""
+SYMBOLS = {
+    "built": "✓",
+    "stale": "↑",
+    "drift": "≠",
+    "run": "▶",
+    "forced": "▶",
+    "dev": "↻",
+    "failed-before": "✗",
+    "pruned": "·",
+    "foreign": "⊘",
+}
+STYLES = {
+    "built": "green",
+    "stale": "yellow",
+    "drift": "magenta",
+    "run": "yellow",
+    "forced": "yellow",
+    "dev": "cyan",
+    "failed-before": "red",
+    "pruned": "dim",
+    "foreign": "red",
+}
 ORDER = STATUSES
+DEFAULT_WIDTH = 250
+"""Without a terminal (a pipe, a file) and without ``$COLUMNS``: wide enough never to wrap."""
+OUTPUT_COLUMN_MIN_WIDTH = 150
+FINGERPRINT_COLUMN_MIN_WIDTH = 100
+
+
+def shown_status(d: Decision) -> str:
+    """The status a person reads next to ``d.action``: never one that contradicts it."""
+    if d.status == StoredStatus.FOREIGN:
+        return "foreign"  # another step's record: never served, never built over
+    if d.action == Action.PRUNE:
+        return "pruned"
+    if d.forced:
+        return "forced"
+    if d.status in (StoredStatus.DEV, StoredStatus.FAILED_BEFORE, StoredStatus.DRIFT):
+        return d.status
+    if d.stale:
+        return "stale"  # built, but an upstream is (or was) rebuilt since
+    return d.status  # ``built`` when served, ``run`` when built for want of a record
 
 
 def plan_summary(plan: Plan) -> str:
-    """``11 steps: 10 built, 1 drift; a run would build 0, skip 11``."""
+    """``11 steps: 6 built, 4 drift, 1 pruned; a run would build 0, skip 10, prune 1``.
+
+    The statuses are those of the table, so each one belongs to one action and the two halves
+    count the same steps two ways, never one thing in both."""
     decisions = list(plan.decisions.values())
-    counts = Counter(d.status for d in decisions)
+    counts = Counter(shown_status(d) for d in decisions)
     actions = Counter(d.action for d in decisions)
-    parts = [f"{counts[a]} {'to run' if a == 'run' else a}" for a in ORDER if counts[a]]
-    stale = sum(1 for d in decisions if d.stale)
-    if stale:
-        parts.append(f"{stale} stale")
-    would = [f"build {actions['build']}"]
-    would += [f"{a} {actions[a]}" for a in ("skip", "prune") if actions[a]]
+    parts = [f"{counts[s]} {'to run' if s == 'run' else s}" for s in SHOWN if counts[s]]
+    would = [f"build {actions[Action.BUILD]}"]
+    would += [f"{a} {actions[a]}" for a in (Action.SKIP, Action.PRUNE) if actions[a]]
     return f"{len(decisions)} steps: " + ", ".join(parts) + "; a run would " + ", ".join(would)
 
 
 def would_change_anything(plan: Plan) -> bool:
     """``--exit-code``: a step would be built, or served although drifted or stale."""
-    return any(d.action == BUILD or d.served_with_warning for d in plan.decisions.values())
+    return any(d.action == Action.BUILD or d.served_with_warning for d in plan.decisions.values())
 
 
 def plan_json(plan: Plan, location: Location) -> dict[str, Any]:
@@ -67,6 +114,8 @@ def _step_json(d: Decision, location: Location) -> dict[str, Any]:
         "version": d.spec.version,
         "fingerprint": d.spec.fingerprint,
         "output_path": location.url_for(d.spec.output_path),
+        # How OpenLineage, Airflow and Prefect name the output (docs/lineage.md).
+        "artifact": artifact_names(location, d.spec.output_path).to_json(),
         "status": d.status,
         "action": d.action,
         "reason": d.reason,
@@ -82,40 +131,66 @@ def _step_json(d: Decision, location: Location) -> dict[str, Any]:
     }
 
 
-def plan_table(plan: Plan, location: Location, color: bool = False) -> str:
+def terminal_width() -> int:
+    """The width to render for: the terminal's, else ``$COLUMNS``, else ``DEFAULT_WIDTH``."""
+    import shutil
+    import sys
+
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    return DEFAULT_WIDTH
+
+
+def plan_table(
+    plan: Plan, location: Location, color: bool = False, width: int | None = None
+) -> str:
+    """The table fits ``width`` (the terminal's): outputs are shown relative to the prefix,
+    which is printed once above, and the reason column wraps. ``--json`` has the full data."""
     from rich.console import Console
     from rich.table import Table
 
+    width = width or terminal_width()
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for column in ("", "action", "status", "step", "fingerprint", "output", "reason"):
-        table.add_column(column, overflow="fold")
-    styles = {
-        "built": "green",
-        "run": "yellow",
-        "drift": "magenta",
-        "dev": "cyan",
-        "failed-before": "red",
-    }
+    # Narrow terminals drop the columns whose data is elsewhere (the fingerprint is in --json,
+    # an output is always NAME/VERSION under the prefix) and let the step name fold too.
+    with_fingerprint = width >= FINGERPRINT_COLUMN_MIN_WIDTH
+    for column in ("", "action", "status"):
+        table.add_column(column, no_wrap=True)
+    if with_fingerprint:
+        table.add_column("step", no_wrap=True)
+        table.add_column("fingerprint", no_wrap=True)
+    else:
+        table.add_column("step", overflow="fold", ratio=2)
+    # An output is always NAME/VERSION under the prefix: on a narrow terminal the column only
+    # takes the reason's room, so it goes (the header says where outputs are).
+    with_output = width >= OUTPUT_COLUMN_MIN_WIDTH
+    if with_output:
+        table.add_column("output", overflow="fold")
+    table.add_column("reason", overflow="fold", ratio=1 if with_fingerprint else 3, min_width=20)
     for state in plan.decisions.values():
         reason = safe_text(state.reason)
         if state.drift:
             reason += "".join(f"\n  {safe_text(line)}" for line in state.drift)
         placement = describe_placement(state.spec)
-        table.add_row(
-            SYMBOLS[state.status],
+        shown = shown_status(state)
+        cells = [
+            SYMBOLS[shown],
             state.action,
-            state.status,
+            shown,
             safe_rich(
                 state.spec.step_id + (f"\n  [{placement}]" if placement else ""),
                 keep_newlines=True,
             ),
-            state.spec.fingerprint[:12],
-            safe_rich(location.url_for(state.spec.output_path)),
+            *([state.spec.fingerprint[:12]] if with_fingerprint else []),
+            *([safe_rich(state.spec.output_path)] if with_output else []),
             safe_rich(reason, keep_newlines=True),
-            style=styles[state.status] if color else None,
-        )
+        ]
+        table.add_row(*cells, style=STYLES[shown] if color else None)
     console = Console(
-        width=250,
+        width=width,
         color_system="auto" if color else None,
         record=True,
         force_terminal=color,
@@ -124,4 +199,6 @@ def plan_table(plan: Plan, location: Location, color: bool = False) -> str:
     with console.capture() as capture:
         console.print(table)
     lines = [line.rstrip() for line in capture.get().splitlines()]
-    return "\n".join(lines) + "\n" + plan_summary(plan) + "\n"
+    where = "outputs below are relative to it" if with_output else "outputs: <prefix>/NAME/VERSION"
+    head = f"prefix: {safe_text(location.url)} ({where})"
+    return head + "\n" + "\n".join(lines) + "\n" + plan_summary(plan) + "\n"

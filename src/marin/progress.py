@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from marin.execution.decide import BUILT_REASON
 from marin.execution.records import log_path
 from marin.execution.step_logs import StepLabelFilter, real_stream, set_echo, terminal_formatter
+from marin.execution.vocabulary import BuildOutcomeKind, RunResult
 from marin.terminal_text import safe_rich, safe_text
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 MAX_RUNNING_SHOWN = 12
 SLOWEST_SHOWN = 5
 MAX_SKIPPED_LISTED = 200
+SKIPPED_LABEL = "skipped"
+"""The summary table's result for a step served from its record."""
 
 
 @dataclass
@@ -44,8 +47,8 @@ class StepRun:
     spec: StepSpec
     started: float
     finished: float | None = None
-    action: str = "running"
-    """``running``, ``built``, ``built-by-other``, ``cached`` or ``failed``."""
+    action: BuildOutcomeKind | RunResult | None = None
+    """How it ended (``RunResult.FAILED``, or the build outcome); None while it runs."""
     error: BaseException | None = None
 
     @property
@@ -105,21 +108,21 @@ class RunObserver:
     def on_fail(self, spec: StepSpec, error: BaseException) -> None:
         with self._lock:
             run = self.runs.setdefault(spec.step_id, StepRun(spec, self.clock()))
-            run.finished, run.action, run.error = self.clock(), "failed", error
+            run.finished, run.action, run.error = self.clock(), RunResult.FAILED, error
 
     # -- queries ------------------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
         with self._lock:
             runs = list(self.runs.values())
-        finished = sum(1 for r in runs if r.finished is not None and r.action != "failed")
+        finished = sum(1 for r in runs if r.finished is not None and r.action != RunResult.FAILED)
         return {
             "total": self.total or 0,
             "done": self.skipped + finished,
             "skipped": self.skipped,
             "built": finished,
             "running": sum(1 for r in runs if r.finished is None),
-            "failed": sum(1 for r in runs if r.action == "failed"),
+            "failed": sum(1 for r in runs if r.action == RunResult.FAILED),
         }
 
     def log_url(self, spec: StepSpec) -> str:
@@ -272,12 +275,12 @@ def summary_rows(
     if report is not None:
         for result in report.results():
             path = result.spec.output_path
-            if result.action == "skipped":
+            if result.action == RunResult.SKIPPED:
                 built = result.reason == BUILT_REASON
                 skipped_reason[path] = "built earlier" if built else result.reason
-            elif result.action == "pruned":
+            elif result.action == RunResult.PRUNED:
                 skipped_reason[path] = "pruned: not built, and only built steps read it"
-            elif result.action == "blocked":
+            elif result.action == RunResult.BLOCKED:
                 not_run[path] = result.reason
     with observer._lock:
         runs = dict(observer.runs)
@@ -295,17 +298,19 @@ def summary_rows(
     for spec in steps:
         run = runs.get(spec.step_id)
         if run is not None:
-            if run.action == "failed":
+            if run.action == RunResult.FAILED:
                 error = run.error
                 note = f"{type(error).__name__}: {error}" if error is not None else ""
                 rows.append(SummaryRow(spec.step_id, "failed", run.duration, note))
             elif run.finished is None:
                 rows.append(SummaryRow(spec.step_id, "interrupted", None))
             else:
-                label = "built" if run.action == "built" else "built elsewhere"
+                label = "built" if run.action == BuildOutcomeKind.BUILT else "built elsewhere"
                 rows.append(SummaryRow(spec.step_id, label, run.duration))
         elif spec.output_path in skipped_reason:
-            rows.append(SummaryRow(spec.step_id, "skipped", None, skipped_reason[spec.output_path]))
+            rows.append(
+                SummaryRow(spec.step_id, SKIPPED_LABEL, None, skipped_reason[spec.output_path])
+            )
         elif spec.output_path in not_run:
             rows.append(SummaryRow(spec.step_id, "not run", None, not_run[spec.output_path]))
         elif report is None:
@@ -349,10 +354,10 @@ def render_summary(
     table.add_column("duration", no_wrap=True, justify="right", min_width=fixed[2])
     note_width = max(20, width - sum(fixed) - 6)  # two spaces between columns
     table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=note_width)
-    skipped_rows = [r for r in rows if r.result == "skipped"]
+    skipped_rows = [r for r in rows if r.result == SKIPPED_LABEL]
     listed_skipped = 0
     for row in rows:
-        if row.result == "skipped":
+        if row.result == SKIPPED_LABEL:
             listed_skipped += 1
             if listed_skipped > MAX_SKIPPED_LISTED:
                 continue
@@ -384,7 +389,7 @@ def render_summary(
     lines.append(f"{len(rows)} steps: {', '.join(parts) or 'nothing to do'} in {wall}")
 
     timed = sorted(
-        (r for r in rows if r.duration is not None and r.result != "skipped"),
+        (r for r in rows if r.duration is not None and r.result != SKIPPED_LABEL),
         key=lambda r: -(r.duration or 0.0),
     )
     if len(timed) > 1:
@@ -394,8 +399,10 @@ def render_summary(
             for r in timed[:SLOWEST_SHOWN]
         ]
 
+    lines += served_with_warning_lines(report)
+
     with observer._lock:
-        failed = [r for r in observer.runs.values() if r.action == "failed"]
+        failed = [r for r in observer.runs.values() if r.action == RunResult.FAILED]
     for run in failed:
         error = run.error
         lines.append("")
@@ -407,6 +414,32 @@ def render_summary(
                 lines.append(f"  at:    {safe_text(where)}")
         lines.append(f"  log:   {safe_text(observer.log_url(run.spec))}")
     return "\n".join(lines) + "\n"
+
+
+def served_with_warning_lines(report: RunReport | None) -> list[str]:
+    """The warnings a run printed while it scrolled, once more where the run ends: steps served
+    although their config drifted (``on_drift=warn``) or their upstream was rebuilt (no
+    cascade)."""
+    if report is None or report.plan is None:
+        return []
+    served = [d for d in report.plan.decisions.values() if d.served_with_warning]
+    drifted = [d for d in served if d.drift]
+    stale = [d for d in served if d.stale and not d.drift]
+    lines = []
+    if drifted:
+        first = safe_text(drifted[0].spec.step_id)
+        lines.append(
+            f"warning: {len(drifted)} step(s) served although their config changed without a "
+            f"version bump (first: {first}); `marin plan` names the changed fields, "
+            "--on-drift rebuild rebuilds them"
+        )
+    if stale:
+        first = safe_text(stale[0].spec.step_id)
+        lines.append(
+            f"warning: {len(stale)} step(s) served although an upstream was rebuilt after them "
+            f"(first: {first}; --no-cascade); run without --no-cascade to rebuild them"
+        )
+    return lines
 
 
 def one_line(text: str) -> str:
@@ -454,7 +487,7 @@ def readable_result(location: Location, output_path: str) -> str | None:
             text = _small_text(fs, entry["name"])
             if text is None:
                 continue
-            kind = "Markdown" if _looks_like_markdown(entry["name"], text) else "text"
+            kind = _kind(entry["name"], text)
             url = location.url_for(output_path)
             if entry["name"].rstrip("/") != root.rstrip("/"):
                 url = url.rstrip("/") + "/" + entry["name"].rstrip("/").rsplit("/", 1)[-1]
@@ -474,6 +507,17 @@ def _small_text(fs: Any, path: str) -> str | None:
         return str(data.decode("utf-8"))
     except UnicodeDecodeError:
         return None
+
+
+_KINDS = {".json": "JSON", ".csv": "CSV", ".tsv": "TSV", ".rst": "reStructuredText"}
+
+
+def _kind(name: str, text: str) -> str:
+    """What a person is about to read: Markdown, JSON, CSV... else ``text``."""
+    if _looks_like_markdown(name, text):
+        return "Markdown"
+    suffix = "." + name.lower().rsplit(".", 1)[-1] if "." in name.rsplit("/", 1)[-1] else ""
+    return _KINDS.get(suffix, "text")
 
 
 def _looks_like_markdown(name: str, text: str) -> bool:

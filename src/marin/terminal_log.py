@@ -25,6 +25,13 @@ def configure(verbose: bool) -> None:
     _default = handler
     swap(None)
     logging.getLogger().setLevel(logging.DEBUG if verbose else logging.INFO)
+    # The storage libraries log their retries, with tracebacks, long before they give up; the
+    # engine reports the failure once, as a one-line error. ``-v`` shows them again.
+    for name in STORAGE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.CRITICAL)
+
+
+STORAGE_LOGGERS = ("aiobotocore", "botocore", "s3fs", "gcsfs", "aiohttp", "urllib3", "fsspec")
 
 
 class SafeFormatter(logging.Formatter):

@@ -36,6 +36,8 @@ def main(folders: list[str]) -> None:
                         "trigger_rule": str(getattr(t.trigger_rule, "value", t.trigger_rule)),
                         "operator": type(t).__name__,
                         "own_params": len(t.params),
+                        "queue": t.queue,
+                        "kwargs": dict(getattr(t, "marin_kwargs", {})),
                     }
                     for t in dag.tasks
                 },

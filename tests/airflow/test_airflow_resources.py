@@ -53,7 +53,14 @@ def test_pool_slots_and_pod_quantities() -> None:
 def test_dagbag_tasks_carry_every_mapped_field(tmp_path: Path, sandbox: Any) -> None:
     target = f"{PIPELINES}:placed"
     plain = build_export(target, str(tmp_path / "plain"), dag_id="placed")
-    k8s = build_export(target, str(tmp_path / "k8s"), dag_id="placed_k8s", executor="kubernetes")
+    # Tasks on many machines: a shared prefix, and the pipeline by module path.
+    k8s = build_export(
+        "tests.resources.resource_pipelines:placed",
+        str(tmp_path / "k8s"),
+        dag_id="placed_k8s",
+        executor="kubernetes",
+        prefix="s3://bucket/placed",
+    )
     write_export(plain)
     write_export(k8s)
     # Byte-stable, data-only: the same export twice gives the same bytes, and the executor

@@ -114,25 +114,26 @@ _DATA_NAMES = [
 ]
 
 
-_CODE_START = len(_DATA_NAMES) + 6
+_CODE_START = len(_DATA_NAMES) + 7
 
 
 def _structure(text: str) -> tuple[ast.Module, dict[str, object]]:
-    """Check the file is exactly: docstring, the 5 imports, data assignments, then code."""
+    """Check the file is exactly: docstring, the 6 imports, data assignments, then code."""
     tree = ast.parse(text)
     body = tree.body
     assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
     assert body[0].value.value == ast.literal_eval(_HEADER)  # the fixed docstring
-    imports = [ast.unparse(node) for node in body[1:6]]
+    imports = [ast.unparse(node) for node in body[1:7]]
     assert imports == [
         "from __future__ import annotations",
         "import datetime",
         "from airflow.sdk import DAG, Param",
+        "from marin_airflow.assets import task_assets",
         "from marin_airflow.operator import MarinOperator",
         "from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement",
     ]
     data: dict[str, object] = {}
-    for node in body[6:_CODE_START]:
+    for node in body[7:_CODE_START]:
         assert isinstance(node, ast.Assign), ast.dump(node)
         (name,) = node.targets
         assert isinstance(name, ast.Name)

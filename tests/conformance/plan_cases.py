@@ -27,15 +27,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.execution.decide import BUILD, PRUNE, SKIP, Plan
+from marin.execution.decide import Plan
 from marin.execution.errors import DriftError
 from marin.execution.inspect import plan_run
 from marin.execution.lazy import lower
 from marin.execution.records import FAILED, RUNNING, read_record, record_path, write_status
 from marin.execution.step_runner import StepRunner
 from marin.execution.storage import open_prefix
+from marin.execution.vocabulary import Action
 from tests.conformance.random_graph import GRAPH_ENV, PREFIX, build
 from tests.conformance.scenarios import CALLS_ENV, read_calls
+
+BUILD, SKIP, PRUNE = Action.BUILD, Action.SKIP, Action.PRUNE
 
 TARGET = "tests.conformance.random_graph:pipeline"
 STATES = ("built", "missing", "drifted", "corrupt", "failed", "stale", "old", "interrupted")

@@ -31,6 +31,7 @@ from marin_airflow.testing import AirflowSandbox, AirflowServices
 from tests.conformance.scenarios import CALLS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
+RETRY_DELAY_ENV = "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY"
 
 
 class AirflowRunner:
@@ -58,7 +59,8 @@ class AirflowRunner:
         if self._services is not None and wanted != self._services_env:
             self.close()
         if self._services is None:
-            worker_env = {**wanted, CALLS_ENV: self._calls}
+            # A task's retry waits 300 s by default; the retry scenario needs seconds.
+            worker_env = {**wanted, CALLS_ENV: self._calls, RETRY_DELAY_ENV: "1"}
             self._services = AirflowServices(self._sandbox, self._dags, env=worker_env).start()
             self._services_env = wanted
         return self._services

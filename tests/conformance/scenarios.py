@@ -88,13 +88,22 @@ def work(
     out_path: str,
     after_failure_of: str | None = None,
     peers: int = 0,
+    failing_attempts: int = 0,
 ) -> dict[str, Any]:
     """A step that proves its inputs exist, takes ``sleep`` seconds, and writes its output.
 
     With ``after_failure_of``, it also waits until that step has failed: an ordering by event,
     not by a sleep that a loaded machine (or a scheduler's task start-up) can outrun.
+    With ``failing_attempts`` = N, its first N attempts fail: attempts are counted in the call
+    log, which every process appends to (an Airflow retry runs in a new worker process).
     """
     record_call(step, "start")
+    if failing_attempts:
+        calls = read_calls(os.environ[CALLS_ENV])
+        attempt = sum(1 for c in calls if c["step"] == step and c["event"] == "start")
+        if attempt <= failing_attempts:
+            record_call(step, "fail")
+            raise RuntimeError(f"{step}: attempt {attempt} fails on purpose")
     for path in inputs:
         fs, p = fsspec.core.url_to_fs(path)
         if not fs.exists(p):
@@ -120,10 +129,13 @@ def step(
     fail: bool = False,
     after_failure_of: str | None = None,
     peers: int = 0,
+    failing_attempts: int = 0,
 ) -> ArtifactStep:
     extra: dict[str, Any] = {"after_failure_of": after_failure_of} if after_failure_of else {}
     if peers:
         extra["peers"] = peers
+    if failing_attempts:  # only when set: the other scenarios' fingerprints stay as they were
+        extra["failing_attempts"] = failing_attempts
     return apply(
         f"conformance/{name}", work, version="v1",
         step=name, inputs=list(deps), sleep=sleep, fail=fail, out_path=OUT, **extra,
@@ -160,3 +172,11 @@ def failing() -> list[ArtifactStep]:
     slow = step("slow", root, sleep=0.1, after_failure_of="bad")
     after_slow = step("after-slow", slow)
     return [after_bad, after_slow]
+
+
+def flaky() -> ArtifactStep:
+    """``flaky`` fails on its first attempt and succeeds on its second (``retries=1``); its
+    dependent runs once, after it."""
+    root = step("root")
+    flaky = step("flaky", root, failing_attempts=1).with_options(retries=1)
+    return step("after-flaky", flaky)

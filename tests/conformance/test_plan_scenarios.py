@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 
-from marin.execution.decide import BUILD, LINEAGE_UNKNOWN, PRUNE, SKIP, Plan
+from marin.execution.decide import LINEAGE_UNKNOWN, Plan
 from marin.execution.errors import DriftError
+from marin.execution.vocabulary import Action
 from tests.conformance.conftest import RUNNERS
 from tests.conformance.plan_cases import Case, Outcome, chain_deps, run_case
+
+BUILD, SKIP, PRUNE = Action.BUILD, Action.SKIP, Action.PRUNE
 
 CHAIN = chain_deps(["a", "b", "c"])
 """a -> b -> c, target c."""

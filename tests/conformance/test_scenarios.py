@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -110,3 +111,30 @@ def test_keep_going_builds_independent_branches(
     starts = events(calls, "start")
     assert "after-bad" not in starts
     assert "after-slow" in events(calls, "end")
+
+
+def test_failed_attempt_is_retried(
+    runner: Any, local_prefix: str, env: dict[str, str], calls_file: str
+) -> None:
+    """``with_options(retries=1)``: a step that fails on its first attempt is built by its second,
+    on every runner, with the same records and the same calls (the local runner retries in its
+    run loop; Prefect and Airflow with their engine's own task retries)."""
+    assert runner.run(f"{S}:flaky", prefix=local_prefix, env=env)
+    calls = read_calls(calls_file)
+    assert Counter((c["step"], c["event"]) for c in calls) == {
+        ("root", "start"): 1,
+        ("root", "end"): 1,
+        ("flaky", "start"): 2,
+        ("flaky", "fail"): 1,
+        ("flaky", "end"): 1,
+        ("after-flaky", "start"): 1,
+        ("after-flaky", "end"): 1,
+    }
+    starts = [c["t"] for c in calls if c["step"] == "after-flaky" and c["event"] == "start"]
+    flaky_end = next(c["t"] for c in calls if c["step"] == "flaky" and c["event"] == "end")
+    assert flaky_end <= starts[0], "the dependent started before the retry succeeded"
+    flaky, after = record(local_prefix, "flaky"), record(local_prefix, "after-flaky")
+    assert (flaky["name"], flaky["result"]) == ("conformance/flaky", {"step": "flaky", "inputs": 1})
+    assert after["inputs"] == {"conformance/flaky@v1": flaky["build_id"]}
+    assert runner.run(f"{S}:flaky", prefix=local_prefix, env=env)
+    assert len(read_calls(calls_file)) == len(calls), "a re-run rebuilt a step built by a retry"

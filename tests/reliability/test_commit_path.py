@@ -17,7 +17,6 @@ import pytest
 
 from marin.catalog import show_record
 from marin.execution.build import build_step
-from marin.execution.decide import BUILT, FAILED_BEFORE, RUN
 from marin.execution.inspect import plan_run
 from marin.execution.lazy import OUT, apply
 from marin.execution.lease import Lease
@@ -33,6 +32,9 @@ from marin.execution.records import (
 )
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location, open_prefix
+from marin.execution.vocabulary import StoredStatus
+
+BUILT, FAILED_BEFORE, RUN = StoredStatus.BUILT, StoredStatus.FAILED_BEFORE, StoredStatus.RUN
 
 
 def quiet(out_path: str) -> str:

@@ -39,8 +39,11 @@ def test_plan_explains_drift_and_dependency_bumps(built_example: str, drifted_ex
     # Under the default drift policy (warn) the drifted models are served, so the bumped
     # dataset is needed by nothing that runs: pruned, exactly as `marin run` does.
     assert out.rstrip().endswith(
-        "11 steps: 6 built, 1 to run, 4 drift; a run would build 0, skip 10, prune 1"
+        "11 steps: 6 built, 4 drift, 1 pruned; a run would build 0, skip 10, prune 1"
     )
+    # The status never contradicts the action: the pruned dataset is "pruned", not "run".
+    row = next(line for line in out.splitlines() if "ngram/dataset@v2" in line)
+    assert row.startswith("·  prune   pruned")
     gate = marin("plan", drifted_example, "--prefix", built_example, "--exit-code")
     assert gate.returncode == 1
 

@@ -27,7 +27,9 @@ STEP = {
     "stale": list,
     "lineage": str,
     "build_id": (str, type(None)),
+    "artifact": dict,
 }
+ARTIFACT = ("url", "dataset_namespace", "dataset_name", "asset_uri")
 STATUSES = {"built", "run", "drift", "dev", "failed-before"}
 
 
@@ -55,6 +57,8 @@ def check_schema(data: dict[str, Any]) -> None:
         assert step["step"] == f"{step['name']}@{step['version']}"
         assert len(step["fingerprint"]) == 64
         assert step["output_path"].startswith(data["prefix"])
+        assert set(step["artifact"]) == set(ARTIFACT)
+        assert step["artifact"]["url"] == step["output_path"]
         assert all(dep in seen for dep in step["deps"]), "dependencies come first"
         assert all(isinstance(line, str) for line in step["drift"])
         assert bool(step["drift"]) == (step["status"] == "drift")

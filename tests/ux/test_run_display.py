@@ -141,9 +141,20 @@ def test_summary_points_at_a_small_text_result(tmp_path: Path) -> None:
     text = report.read_text()
     assert text.endswith("\n")
     lines = text.count("\n")
-    assert f"  ngram/report@v1: {report}\n    read it: {report} (Markdown, {lines} lines)" in (
-        result.stdout
-    )
+    assert f"  ngram/report@v1: {report} (Markdown, {lines} lines)\n" in result.stdout
+    assert result.stdout.count(str(report)) == 1  # each output path once
+
+
+def test_summary_calls_a_json_result_json(tmp_path: Path) -> None:
+    from marin.execution.storage import open_prefix
+    from marin.progress import readable_result
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "metrics.json").write_text('{"bleu": 0.3}\n')
+    (tmp_path / "table.csv").write_text("a,b\n1,2\n")
+    location = open_prefix(str(tmp_path))
+    assert readable_result(location, "out") == f"{tmp_path}/out/metrics.json (JSON, 1 line)"
+    assert readable_result(location, "table.csv") == f"{tmp_path}/table.csv (CSV, 2 lines)"
 
 
 def test_second_run_lists_skipped_steps(tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ local run, a Prefect run and an Airflow run on one prefix share one lease, one r
 status file, and see each other's results.
 
 The order of writes is the whole crash-safety story:
+0. wait out any dependency whose lease another runner holds (it is being rebuilt), and read each
+   dependency's record afresh: the builds this one consumes (``_inputs_at_start``);
 1. refuse an output path that holds data Marin did not write, then take the lease (held, it is
    the step's RUNNING status: no status file is written), then re-check: another runner may
    have finished meanwhile;
@@ -12,7 +14,9 @@ The order of writes is the whole crash-safety story:
    over), drop its status file and record, then clear the output path (only then: see
    ``_earlier_attempt``);
 3. run ``fn`` under a lease heartbeat (``log.txt`` is created only if it prints);
-4. check the lease is still ours (a runner whose lease was taken over must not commit);
+4. check every dependency still holds the build this one started from (a rebuilder deletes the
+   record before it touches the output, so this proves ``fn`` read whole inputs), and that the
+   lease is still ours (a runner whose lease was taken over must not commit);
 5. write the record (the commit point, and the SUCCESS status) under ``Lease.commit``, which
    re-proves ownership, then release the lease. A failure writes a FAILED status instead.
 A crash anywhere before 5 leaves no record, so the step is simply not built, and leaves its
@@ -35,39 +39,61 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
 from marin.execution.artifact import load_dependency
 from marin.execution.canonical import to_canonical
 from marin.execution.context import StepContext
-from marin.execution.decide import BUILD, Decision, Policy, Stored, Upstream, decide
-from marin.execution.errors import AbandonedError, ConfigError, LeaseLostError, StorageError
+from marin.execution.decide import Decision, Policy, Stored, Upstream, decide
+from marin.execution.errors import (
+    AbandonedError,
+    ConfigError,
+    InputChangedError,
+    LeaseLostError,
+    LeaseVanishedError,
+    ReentrantBuildError,
+    StorageError,
+)
 from marin.execution.faults import crash_point
 from marin.execution.inspect import read_stored_step
-from marin.execution.lease import Heartbeat, Lease
+from marin.execution.lease import (
+    Heartbeat,
+    Lease,
+    LeaseInfo,
+    enclosing,
+    held_by_enclosing_build,
+    read_lease,
+    ttl_from_env,
+)
+from marin.execution.lineage import build_finished, build_started
 from marin.execution.names import METADATA_SUFFIX
+from marin.execution.options import DEFAULT_ON_DRIFT
 from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
     FAILED,
     ArtifactRecord,
+    ForeignRecord,
     clear_status,
     delete_record,
+    lease_path,
+    load_record,
     log_path,
     metadata_dir,
     metadata_files,
     read_record,
+    read_status_file,
     write_record,
     write_status,
 )
 from marin.execution.step_logs import LazyLogFile, capture_step_output
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location, durable, with_retries
+from marin.execution.vocabulary import Action, BuildOutcomeKind
 
 log = logging.getLogger("marin")
 
-BUILT, CACHED, BUILT_BY_OTHER = "built", "cached", "built-by-other"
 LEASE_WAIT_FIRST_DELAY_S = 0.02
 LEASE_WAIT_MAX_DELAY_S = 1.0
 LEASE_WAIT_LOG_EVERY_S = 30.0
@@ -76,8 +102,7 @@ LEASE_WAIT_LOG_EVERY_S = 30.0
 @dataclass(frozen=True)
 class BuildOutcome:
     spec: StepSpec
-    action: str
-    """``built``, ``cached`` or ``built-by-other``."""
+    action: BuildOutcomeKind
     record: ArtifactRecord
     output_url: str
     duration_s: float = 0.0
@@ -129,7 +154,7 @@ def build_step(
     spec: StepSpec,
     location: Location,
     *,
-    on_drift: str = "warn",
+    on_drift: str = DEFAULT_ON_DRIFT,
     force: bool = False,
     cascade: bool = True,
     policy: Policy | None = None,
@@ -153,21 +178,37 @@ def build_step(
 
     ``abandon``: once set (a second Ctrl-C in library mode), a build whose ``fn`` is still
     running keeps its lease until ``fn`` returns, and then never commits.
+
+    Inputs: a build never starts from a dependency another runner is rebuilding (it waits for
+    that runner's lease, then reads the dependency's record afresh: the new record's build is
+    what this build consumes), and never commits when a dependency's build changed while it ran
+    (``InputChangedError``, naming the dependency; nothing is committed).
+
+    ``lease_ttl``: the lease duration; None reads ``$MARIN_LEASE_TTL`` once, here, before
+    ``fn`` runs (a runner reads it once per run and passes it).
     """
+    lease_ttl = ttl_from_env() if lease_ttl is None else lease_ttl
     if policy is None:
         policy = Policy(on_drift, frozenset({spec.step_id} if force else ()), cascade)
     url = location.url_for(spec.output_path)
     ups = list(upstream) if upstream is not None else read_upstream(spec, location)
     if decision is None:
         decision = decide(spec, read_stored_step(spec, location), ups, policy, needed=True)
-        if decision.action != BUILD:
+        if decision.action != Action.BUILD:
             warn_if_served_stale(decision)
             record = decision.record
             assert record is not None  # needed=True: only a record is ever served
             return BuildOutcome(
-                spec, CACHED, record, url, drift=decision.drift, reason=decision.reason
+                spec,
+                BuildOutcomeKind.CACHED,
+                record,
+                url,
+                drift=decision.drift,
+                reason=decision.reason,
             )
+    decision.raise_if_refused()  # another step's record is in the way: nothing is written
 
+    ups = _inputs_at_start(spec, location, ups, lease_ttl)
     crash_point("before-lease", spec.step_id)
     try:
         return _lease_and_build(
@@ -185,10 +226,11 @@ def build_step(
         finally:
             lease.release()
         # The runner that took over finished this very build: serve it, even if it was forced.
-        unforced = dataclasses.replace(policy, force=policy.force - {spec.step_id})
-        if record is not None and _served_from_other(spec, record, ups, unforced):
+        if record is not None and _served_from_other(spec, record, ups, _unforced(policy, spec)):
             log.info("skip %s: built by another runner", spec.step_id)
-            return BuildOutcome(spec, BUILT_BY_OTHER, record, url, reason="built by another runner")
+            return BuildOutcome(
+                spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
+            )
         raise
 
 
@@ -209,12 +251,22 @@ def _lease_and_build(
     try:
         crash_point("after-lease", spec.step_id)
         present = metadata_files(location, spec.output_path)
-        record = read_record(location, spec.output_path) if "record.json" in present else None
-        # Someone committed while we waited for the lease: decide again on that record.
+        found = load_record(location, spec.output_path) if "record.json" in present else None
+        if isinstance(found, ForeignRecord):
+            # Copied in after the plan: refused like any other step's record, never replaced.
+            decide(spec, Stored(foreign=found), upstream, policy, needed=True).raise_if_refused()
+            raise AssertionError(f"decide() must refuse to build over {found.path}")
+        record = found
+        # Someone committed after this run decided: decide again on that record. A build that
+        # another runner committed since counts as this run's, even a forced one (two
+        # concurrent `--force s` build s once), as on the lease-lost path.
         changed = _build_id(record) != _build_id(decision.record)
-        if changed and record is not None and _served_from_other(spec, record, upstream, policy):
+        unforced = _unforced(policy, spec)
+        if changed and record is not None and _served_from_other(spec, record, upstream, unforced):
             log.info("skip %s: built by another runner", spec.step_id)
-            return BuildOutcome(spec, BUILT_BY_OTHER, record, url, reason="built by another runner")
+            return BuildOutcome(
+                spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
+            )
         earlier = _earlier_attempt(present, lease, output_seen)
         return _build_holding(
             spec, location, lease, region, upstream, decision.reason, abandon, earlier
@@ -232,7 +284,15 @@ def _served_from_other(
     so only one whose record is missing still counts as "rebuilt".
     """
     known = [Upstream(u.step_id, u.record, u.rebuilt and u.record is None) for u in upstream]
-    return decide(spec, Stored(record), known, policy, needed=True).action != BUILD
+    return decide(spec, Stored(record), known, policy, needed=True).action != Action.BUILD
+
+
+def _unforced(policy: Policy, spec: StepSpec) -> Policy:
+    """``policy`` without forcing ``spec``: for judging a build another runner committed after
+    this run decided, which is the forced build this run asked for."""
+    if spec.step_id not in policy.force:
+        return policy
+    return dataclasses.replace(policy, force=policy.force - {spec.step_id})
 
 
 def _build_id(record: ArtifactRecord | None) -> str | None:
@@ -241,19 +301,104 @@ def _build_id(record: ArtifactRecord | None) -> str | None:
 
 def _acquire(lease: Lease, spec: StepSpec) -> None:
     """Take the lease, waiting with bounded, jittered backoff while someone else holds it."""
+    _wait_out(spec, spec.step_id, lease.try_acquire, "lease held by")
+
+
+def _wait_out(
+    spec: StepSpec, waited_for: str, probe: Callable[[], LeaseInfo | None], what: str
+) -> None:
+    """Call ``probe`` until it returns None (no live holder), with bounded, jittered backoff,
+    logging who holds the lease. A lease held by the build whose ``fn`` made this very call
+    would never be released: that is a ``ReentrantBuildError`` at once, not a hang."""
     delay = LEASE_WAIT_FIRST_DELAY_S
     last_holder: str | None = None
     last_log = 0.0
     while True:
-        holder = lease.try_acquire()
+        holder = probe()
         if holder is None:
             return
+        if held_by_enclosing_build(holder):
+            raise ReentrantBuildError(
+                f"{waited_for} is being built by the very build whose fn asked for it "
+                "(run() called from inside its own fn): waiting for its lease would never end",
+                "don't run a step, or anything that reads it, from inside its own fn; make the "
+                "other steps its dependencies, or run them after it",
+                spec.step_id,
+            )
         now = time.monotonic()
         if holder.holder != last_holder or now - last_log > LEASE_WAIT_LOG_EVERY_S:
-            log.info("wait %s: lease held by %s", spec.step_id, holder.describe())
+            log.info("wait %s: %s %s", spec.step_id, what, holder.describe())
             last_holder, last_log = holder.holder, now
         time.sleep(delay * (0.5 + random.random() / 2))
         delay = min(delay * 2, LEASE_WAIT_MAX_DELAY_S)
+
+
+def _inputs_at_start(
+    spec: StepSpec, location: Location, upstream: Sequence[Upstream], lease_ttl: float
+) -> list[Upstream]:
+    """Each dependency's build as this build starts from it: never one being rebuilt.
+
+    A dependency whose lease is live is being rebuilt by its holder, who clears its output
+    (after deleting its record) and writes it anew: wait for that build to end. Then the
+    dependency's record is read afresh: that build is the one this build consumes and records in
+    its ``inputs``. A dependency that had a record when the run decided and has none now was
+    being rebuilt and did not commit: this build fails, naming it, before ``fn`` runs. Costs
+    one lease read and one record read per dependency.
+    """
+    if not upstream:
+        return []
+    deps = {dep.step_id: dep for dep in spec.deps}
+    fresh: list[Upstream] = []
+    for up in upstream:
+        dep = deps.get(up.step_id)
+        if dep is None:
+            fresh.append(up)
+            continue
+
+        def live(dep: StepSpec = dep) -> LeaseInfo | None:
+            info = read_lease(location, dep.output_path, lease_ttl)
+            return info if info is not None and info.live else None
+
+        _wait_out(spec, dep.step_id, live, f"input {dep.step_id} is being rebuilt; lease held by")
+        record = read_record(location, dep.output_path)
+        if record is None and up.record is not None:
+            raise InputChangedError(
+                f"input {dep.step_id} has no record any more: another runner began rebuilding "
+                "it after this run decided, and did not commit",
+                f"build {dep.step_id} again (or wait for the runner rebuilding it), then run "
+                "this step again; nothing was started for it",
+                spec.step_id,
+            )
+        fresh.append(Upstream(up.step_id, record, up.rebuilt))
+    return fresh
+
+
+def _check_inputs_unchanged(
+    spec: StepSpec, location: Location, upstream: Sequence[Upstream]
+) -> None:
+    """Right before the commit: every dependency still holds the build this one started from.
+
+    A rebuilder deletes a dependency's record before it touches that dependency's output, so an
+    unchanged record here proves ``fn`` read a whole, committed input. One record read per
+    dependency.
+    """
+    if not upstream:
+        return
+    deps = {dep.step_id: dep for dep in spec.deps}
+    for up in upstream:
+        dep = deps.get(up.step_id)
+        if dep is None or up.record is None:
+            continue
+        now = read_record(location, dep.output_path)
+        if now is None or now.build_id != up.record.build_id:
+            became = "no record: a rebuild is under way" if now is None else "a new build"
+            raise InputChangedError(
+                f"input {dep.step_id} was rebuilt by another runner while this step was being "
+                f"built from it (it holds {became} now); this attempt is discarded",
+                f"nothing was committed for this step; run again to build it from the new "
+                f"{dep.step_id}",
+                spec.step_id,
+            )
 
 
 def _output_left_by_marin(location: Location, spec: StepSpec) -> bool:
@@ -410,11 +555,13 @@ def _build_holding(
             _clear_output(location, spec, built=earlier == "build")
         # No folder to make: the lease's folder sits beside the output, so its parent exists.
         ctx = run_context(spec, location, region)
+        build_id = uuid.uuid4().hex  # known from the start: the OpenLineage run id
+        lineage_run = build_started(spec, location, upstream, build_id)  # None when off
         try:
             config = to_canonical(spec.build_config(ctx), "config", spec.step_id)
             log_file = _step_log(location, spec, earlier is not None)
             with Heartbeat(lease) as heartbeat, log_file as step_log:
-                with capture_step_output(step_log, label=spec.step_id):
+                with capture_step_output(step_log, label=spec.step_id), enclosing(lease):
                     try:
                         raw_result = spec.run(ctx)
                     except BaseException:
@@ -449,7 +596,7 @@ def _build_holding(
                 finished_at=now_iso(),
                 duration_s=round(duration, 6),
                 artifact_type=spec.artifact_type,
-                build_id=uuid.uuid4().hex,
+                build_id=build_id,
                 inputs={u.step_id: u.record.build_id for u in upstream if u.record is not None},
             )
             if abandon is not None and abandon.is_set():
@@ -458,16 +605,14 @@ def _build_holding(
                     "run again to build it",
                     spec.step_id,
                 )
+            _check_inputs_unchanged(spec, location, upstream)
             # The commit point: written only while provably holding the lease.
             if heartbeat.lost.is_set() or not lease.commit(
                 lambda: write_record(location, record, spec.output_path), release=True
             ):
-                raise LeaseLostError(
-                    "lost the lease while building; another runner took over",
-                    "nothing was committed by this runner; its result is discarded",
-                    spec.step_id,
-                )
+                raise _lost(location, spec, lease)
         except BaseException as exc:
+            build_finished(lineage_run, exc)
             if not isinstance(exc, LeaseLostError):
                 _best_effort_status(
                     location,
@@ -480,10 +625,53 @@ def _build_holding(
                     traceback=traceback.format_exc(limit=20),
                 )
             raise
+        build_finished(lineage_run, None, record)
         crash_point("after-record", spec.step_id)
         return BuildOutcome(
-            spec, BUILT, record, ctx.output_path, duration_s=duration, reason=reason
+            spec,
+            BuildOutcomeKind.BUILT,
+            record,
+            ctx.output_path,
+            duration_s=duration,
+            reason=reason,
         )
+
+
+def _lost(location: Location, spec: StepSpec, lease: Lease) -> LeaseLostError | LeaseVanishedError:
+    """Why this build no longer holds its lease, truthfully: another runner took it over
+    (``LeaseLostError``: the caller then serves that runner's build), or it was deleted and
+    nobody took over (``LeaseVanishedError``). Only this rare path looks at storage for it."""
+    taken = LeaseLostError(
+        "lost the lease while building; another runner took over",
+        "nothing was committed by this runner; its result is discarded",
+        spec.step_id,
+    )
+    if not lease.vanished:
+        return taken
+    folder = metadata_dir(spec.output_path)
+    url = location.url_for(folder)
+    # No lease file. On local disk the lease's lock found whether its whole folder went.
+    gone = lease.folder_gone or (
+        not location.is_local and not location.exists(location.path(folder))
+    )
+    if not gone:
+        # A runner that took over and finished released the lease: its record or its FAILED
+        # status is there (a status left by `marin unlock` says so).
+        if read_record(location, spec.output_path) is not None:
+            return taken
+        status = read_status_file(location, spec.output_path)
+        if status is not None and "marin unlock" not in str(status.get("error", "")):
+            return taken
+    if gone:
+        what = f"the step's metadata folder {url} was deleted while fn ran (by fn, or by hand)"
+        fix = "write only at the output path, never under its .marin folder; then run again"
+    else:
+        what = (
+            f"the step's lease {location.url_for(lease_path(spec.output_path))} was deleted "
+            "while fn ran (broken with `marin unlock`, or by hand)"
+        )
+        fix = "run again; nothing was committed by this attempt"
+    return LeaseVanishedError(what + "; its result is discarded", fix, spec.step_id)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,11 @@ The rule, per step:
 - **prune** when it has no usable record and nothing that runs needs it: a missing intermediate
   below built steps is not rebuilt.
 
+A record of another step at a step's path (``foreign``: copied there, say) is never served, and
+never replaced: a step that would be built over one is decided ``build`` with a ``refusal``,
+which ``build_step`` raises before it writes anything; the other steps go on as after any
+failed step. Not needed, such a step is pruned.
+
 Under ``on_drift="error"`` a drifted step raises ``DriftError``, wherever it sits in the graph.
 
 Whether a step is "needed" and whether an upstream "is rebuilt" depend on the decisions of the
@@ -37,39 +42,31 @@ from marin.execution.errors import (
     DriftError,
     FailedBeforeError,
     FingerprintMismatchError,
+    ForeignRecordError,
     InvalidStepError,
+    list_names,
 )
-from marin.execution.records import FAILED, RUNNING, ArtifactRecord
+from marin.execution.options import DEFAULT_ON_DRIFT, check_drift_policy, check_flag
+from marin.execution.records import FAILED, RUNNING, ArtifactRecord, ForeignRecord
 from marin.execution.step_spec import StepSpec
+from marin.execution.suggest import did_you_mean
+from marin.execution.vocabulary import Action, StoredStatus
 
-BUILD, SKIP, PRUNE = "build", "skip", "prune"
-ACTIONS = (BUILD, SKIP, PRUNE)
+ACTIONS = tuple(Action)
+STATUSES = tuple(StoredStatus)
+"""What storage holds for a step (``status`` in ``marin plan --json``), in report order."""
 
-# What storage holds for a step (``status`` in ``marin plan --json``, schema 1).
-BUILT, RUN, DRIFT, DEV, FAILED_BEFORE = "built", "run", "drift", "dev", "failed-before"
-STATUSES = (BUILT, RUN, DRIFT, DEV, FAILED_BEFORE)
-
-DRIFT_POLICIES = ("warn", "rebuild", "error")
 BUILT_REASON = "built: record matches fingerprint"
 
 # Lineage of a usable record against its dependencies' current builds.
 LINEAGE_OK, LINEAGE_STALE, LINEAGE_UNKNOWN, LINEAGE_NONE = "ok", "stale", "unknown", "none"
 
 
-def check_drift_policy(on_drift: str) -> str:
-    if on_drift not in DRIFT_POLICIES:
-        raise InvalidStepError(
-            f"on_drift={on_drift!r} is not a drift policy",
-            f"use one of {', '.join(DRIFT_POLICIES)}",
-        )
-    return on_drift
-
-
 @dataclass(frozen=True)
 class Policy:
     """The choices a run is made with; the same for every runner."""
 
-    on_drift: str = "warn"
+    on_drift: str = DEFAULT_ON_DRIFT
     force: frozenset[str] = frozenset()
     """Step ids to rebuild (resolve names with ``resolve_force``)."""
     cascade: bool = True
@@ -79,12 +76,8 @@ class Policy:
 
     def __post_init__(self) -> None:
         check_drift_policy(self.on_drift)
-        if not isinstance(self.cascade, bool):
-            raise InvalidStepError(f"cascade={self.cascade!r}", "use True or False")
-        if not isinstance(self.force_run_failed, bool):
-            raise InvalidStepError(
-                f"force_run_failed={self.force_run_failed!r}", "use True or False"
-            )
+        check_flag("cascade", self.cascade)
+        check_flag("force_run_failed", self.force_run_failed)
 
 
 @dataclass(frozen=True)
@@ -93,6 +86,8 @@ class Stored:
 
     record: ArtifactRecord | None = None
     status: Mapping[str, Any] | None = None
+    foreign: ForeignRecord | None = None
+    """A record of another step where this step's record belongs (``record`` is None then)."""
 
 
 NOTHING_STORED = Stored()
@@ -112,10 +107,9 @@ class Upstream:
 @dataclass(frozen=True)
 class Decision:
     spec: StepSpec
-    action: str
-    """``build``, ``skip`` or ``prune``."""
-    status: str
-    """What storage holds: ``built``, ``run``, ``drift``, ``dev`` or ``failed-before``."""
+    action: Action
+    status: StoredStatus
+    """What storage holds for the step."""
     reason: str
     """One human sentence: why this action."""
     record: ArtifactRecord | None = None
@@ -127,30 +121,39 @@ class Decision:
     lineage: str = LINEAGE_NONE
     """For a record: ``ok``, ``stale``, or ``unknown`` (written before build ids existed)."""
     forced: bool = False
+    refusal: tuple[str, str] | None = None
+    """``(what, fix)`` when the step must be built but may not be (a foreign record is in the
+    way): ``build_step`` raises it as a ``ForeignRecordError`` before writing anything."""
+
+    def raise_if_refused(self) -> None:
+        if self.refusal is not None:
+            raise ForeignRecordError(*self.refusal, self.spec.step_id)
 
     @property
     def served_with_warning(self) -> bool:
         """Served although drifted (``warn``) or stale (``cascade=False``): worth a warning."""
-        return self.action == SKIP and bool(self.drift or self.stale)
+        return self.action == Action.SKIP and bool(self.drift or self.stale)
 
 
-def _own_status(spec: StepSpec, stored: Stored) -> tuple[str, str, tuple[str, ...]]:
+def _own_status(spec: StepSpec, stored: Stored) -> tuple[StoredStatus, str, tuple[str, ...]]:
     """(status, reason, drift lines) from the step's own record and status alone."""
     record = stored.record
+    if stored.foreign is not None:
+        return StoredStatus.FOREIGN, stored.foreign.why, ()
     if spec.mutable:
-        return DEV, f"version {spec.version!r} is mutable: rebuilds every run", ()
+        return StoredStatus.DEV, f"version {spec.version!r} is mutable: rebuilds every run", ()
     if record is None:
         state = (stored.status or {}).get("state")
         if state == FAILED:
             error = str((stored.status or {}).get("error", ""))
-            return FAILED_BEFORE, f"previous failure: {error}", ()
+            return StoredStatus.FAILED_BEFORE, f"previous failure: {error}", ()
         if state == RUNNING:
-            return RUN, "unfinished earlier attempt (or running elsewhere now)", ()
-        return RUN, "new: no record yet", ()
+            return StoredStatus.RUN, "unfinished earlier attempt (or running elsewhere now)", ()
+        return StoredStatus.RUN, "new: no record yet", ()
     if record.fingerprint == spec.fingerprint:
-        return BUILT, BUILT_REASON, ()
+        return StoredStatus.BUILT, BUILT_REASON, ()
     drift = tuple(explain_drift(record.fingerprint_payload, spec.fingerprint_payload))
-    return DRIFT, "config changed without a version bump", drift
+    return StoredStatus.DRIFT, "config changed without a version bump", drift
 
 
 def _lineage(record: ArtifactRecord, upstream: Sequence[Upstream]) -> tuple[str, tuple[str, ...]]:
@@ -193,7 +196,7 @@ def decide(
     forced = spec.step_id in policy.force
     lineage, stale = _lineage(record, upstream) if record is not None else (LINEAGE_NONE, ())
 
-    def decision(action: str, reason: str, **extra: Any) -> Decision:
+    def decision(action: Action, reason: str, **extra: Any) -> Decision:
         return Decision(
             spec,
             action,
@@ -207,10 +210,23 @@ def decide(
             **extra,
         )
 
+    if stored.foreign is not None:
+        if forced or needed or spec.mutable:
+            # Building would replace the other step's record, which is not this step's to
+            # delete; and serving it would serve another step's artifact.
+            file = stored.foreign.path
+            refusal = (
+                f"{file} is not the record of {spec.step_id} ({why}); building the step "
+                "would replace it",
+                f"move {file} (or its whole folder) away, then run again: Marin never "
+                "serves or deletes another step's record",
+            )
+            return decision(Action.BUILD, f"{why}: a run refuses to build over it", refusal=refusal)
+        return decision(Action.PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
     if forced:
-        return decision(BUILD, "forced (--force)")
-    if status == DEV:
-        return decision(BUILD, why)
+        return decision(Action.BUILD, "forced (--force)")
+    if status == StoredStatus.DEV:
+        return decision(Action.BUILD, why)
     if record is not None and record.artifact_type != spec.artifact_type:
         # Not drift: the fingerprint holds the config, and serving a record built as another
         # kind of artifact would hand consumers the wrong thing whatever the drift policy.
@@ -221,7 +237,7 @@ def decide(
             "in place)",
             spec.step_id,
         )
-    if status == DRIFT:
+    if status == StoredStatus.DRIFT:
         if spec.pinned_fingerprint:
             raise FingerprintMismatchError(
                 f"the stored build has fingerprint {record.fingerprint if record else '?'}, but "
@@ -238,26 +254,26 @@ def decide(
                 spec.step_id,
             )
         if policy.on_drift == "rebuild":
-            return decision(BUILD, f"{why}: rebuilding (on_drift=rebuild)")
+            return decision(Action.BUILD, f"{why}: rebuilding (on_drift=rebuild)")
     if record is None:
-        if needed and status == FAILED_BEFORE and not policy.force_run_failed:
+        if needed and status == StoredStatus.FAILED_BEFORE and not policy.force_run_failed:
             raise FailedBeforeError(
                 f"its last attempt failed ({why}) and the run has force_run_failed=False",
                 "fix the cause and run with force_run_failed=True (the default), or force the step",
                 spec.step_id,
             )
         if needed:
-            return decision(BUILD, why)
-        return decision(PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
-    if status == DRIFT:
+            return decision(Action.BUILD, why)
+        return decision(Action.PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
+    if status == StoredStatus.DRIFT:
         why = f"{why}: served from cache (on_drift=warn)"
     if lineage == LINEAGE_UNKNOWN:
         why += "; lineage unknown (record written before build ids)"
     if stale and policy.cascade:
-        return decision(BUILD, "stale: " + "; ".join(stale), stale=stale)
+        return decision(Action.BUILD, "stale: " + "; ".join(stale), stale=stale)
     if stale:
         why = f"{why}; stale but served (no cascade): " + "; ".join(stale)
-    return decision(SKIP, why, stale=stale)
+    return decision(Action.SKIP, why, stale=stale)
 
 
 # --- the graph ---------------------------------------------------------------------------------
@@ -270,9 +286,11 @@ def resolve_force(names: Iterable[str], steps: Sequence[StepSpec]) -> frozenset[
     known = {s.step_id for s in steps} | {s.name for s in steps}
     unknown = sorted(wanted - known)
     if unknown:
+        hints = [did_you_mean(name, known) for name in unknown]
         raise InvalidStepError(
-            f"--force names no step in this pipeline: {', '.join(unknown)}",
-            "pass a step name or name@version from `marin plan`",
+            f"--force names no step in this pipeline: {list_names(unknown)}",
+            "; ".join(h for h in hints[:10] if h)
+            or "pass a step name or name@version from `marin plan`",
         )
     return frozenset(ids)
 
@@ -288,12 +306,12 @@ class Plan:
     def of(self, spec: StepSpec) -> Decision:
         return self.decisions[spec.output_path]
 
-    def paths(self, action: str) -> list[str]:
+    def paths(self, action: Action) -> list[str]:
         return [p for p, d in self.decisions.items() if d.action == action]
 
     @property
     def to_build(self) -> list[str]:
-        return self.paths(BUILD)
+        return self.paths(Action.BUILD)
 
     def upstream(self, spec: StepSpec, built: Mapping[str, ArtifactRecord]) -> list[Upstream]:
         """``spec``'s dependencies as it sees them mid-run: each one built in this run (``built``:
@@ -370,7 +388,7 @@ def plan_graph(
         except DriftError as exc:
             drifted[path] = exc
             continue
-        if decision.action != BUILD or path in building:
+        if decision.action != Action.BUILD or path in building:
             continue
         building.add(path)
         for d in deps[path]:

@@ -18,6 +18,7 @@ _PLAIN = re.compile(r"^[\w.@/:{}+-]+$")
 
 
 MAX_VALUE_CHARS = 80
+OUTSIDE_CONFIG_AND_DEPS = "payload changed outside config and deps"
 
 
 def _short(value: Any) -> str:
@@ -61,13 +62,17 @@ def explain_drift(old_payload: str, new_payload: str, limit: int = 20) -> list[s
     """
     try:
         old, new = json.loads(old_payload), json.loads(new_payload)
-    except ValueError:
+    except (ValueError, RecursionError):
+        return ["stored fingerprint payload is unreadable"]
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        # Stored payloads are checked when a record is read (``ArtifactRecord.from_json``);
+        # this keeps the function total for any caller.
         return ["stored fingerprint payload is unreadable"]
     lines: list[str] = []
     for section in ("config", "deps"):
         _walk(old.get(section, _MISSING), new.get(section, _MISSING), section, lines)
     if not lines and old != new:
-        lines.append("payload changed outside config and deps")
+        lines.append(OUTSIDE_CONFIG_AND_DEPS)
     if len(lines) > limit:
         hidden = len(lines) - limit
         lines = [*lines[:limit], f"... and {hidden} more changed field(s)"]

@@ -6,6 +6,8 @@ print it as one line and a person knows which step to look at and what to change
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 def format_error(what: str, fix: str, step: str | None = None) -> str:
     where = f" (step {step})" if step else ""
@@ -72,6 +74,16 @@ class StorageError(MarinError, OSError):
     """A prefix or path that cannot be opened or written."""
 
 
+class SymlinkError(StorageError):
+    """A path below the prefix is a symbolic link: Marin never follows one to anything it
+    writes, reads as state, or deletes (``Location.check_no_links``)."""
+
+
+class ForeignRecordError(MarinError, RuntimeError):
+    """A step's metadata folder holds another step's record: building the step would replace
+    that record, so the build is refused (``decide`` says so; ``build_step`` raises this)."""
+
+
 class TargetError(MarinError, ValueError):
     """A CLI target that does not name a pipeline."""
 
@@ -97,7 +109,7 @@ class PipelineFailedError(MarinError, RuntimeError):
         if blocked:
             what += f", {len(blocked)} blocked by them"
         super().__init__(
-            what + " [" + "; ".join(lines) + "]",
+            what + " [" + _join_bounded(lines, "; ") + "]",
             "fix the failing steps and run again; built steps are kept",
         )
 
@@ -106,8 +118,27 @@ class LeaseLostError(MarinError, RuntimeError):
     """Another runner took over a step's lease while this one was building it."""
 
 
+class LeaseVanishedError(MarinError, RuntimeError):
+    """A step's lease file was deleted while it built (by its own ``fn``, by hand, or by
+    ``marin unlock``): nobody took over, but the build can no longer prove it is the only one."""
+
+
+class InputChangedError(MarinError, RuntimeError):
+    """A dependency was rebuilt by another runner while a step was being built from it."""
+
+
+class ReentrantBuildError(MarinError, RuntimeError):
+    """A ``run()`` from inside a step's ``fn`` asked for a step that very build holds."""
+
+
 class AbandonedError(MarinError, RuntimeError):
     """A build abandoned by a second interrupt: its ``fn`` ended, and nothing was committed."""
+
+
+def brief(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: errors repeat untrusted input only so far."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} characters)"
 
 
 def step_failed(error: BaseException, step: str, log_url: str, more: str = "") -> StepFailedError:
@@ -123,3 +154,28 @@ def step_failed(error: BaseException, step: str, log_url: str, more: str = "") -
         f"see the step's log at {log_url}; fix it and run again (built steps are kept)",
         step,
     )
+
+
+MAX_NAMES_LISTED = 10
+"""An error lists at most this many names (steps, values): a 10,000-name message helps nobody."""
+
+
+def _join_bounded(items: Sequence[str], sep: str, limit: int = MAX_NAMES_LISTED) -> str:
+    more = len(items) - limit
+    shown = sep.join(items[:limit])
+    return f"{shown} (and {more} more)" if more > 0 else shown
+
+
+def list_names(names: Sequence[object], limit: int = MAX_NAMES_LISTED) -> str:
+    """``a, b, c`` for at most ``limit`` names, then ``(and N more)``: an error stays one line."""
+    shown = [str(n) for n in names[:limit]]
+    shown = [t if len(t) <= 60 else f"{t[:59]}…" for t in shown]  # each name bounded too
+    more = len(names) - limit
+    return ", ".join(shown) + (f" (and {more} more)" if more > 0 else "")
+
+
+class OptionError(InvalidStepError):
+    """A run option (drift policy, force, cascade, max_concurrent, keep-going) that is not valid:
+    from a constructor argument, a CLI flag or an engine's run parameters alike.
+
+    A subclass of ``InvalidStepError`` (a ``ValueError``), which these checks raised before."""

@@ -90,26 +90,36 @@ def check_same_fn(known: StepSpec, spec: StepSpec) -> None:
 
 
 def check_disjoint_outputs(steps: list[StepSpec]) -> None:
-    """Refuse a graph where one step's output folder contains another's.
+    """Refuse a graph where two steps' output folders are one folder, or one contains another.
 
     ``team/exp@v0`` writes ``team/exp/v0`` and ``team@exp`` writes ``team/exp``: building the
-    second would clear a folder holding the first's output and metadata. Checked by looking up
-    every ancestor path of every output (linear in the total path depth), shortest first.
-    ``lower()`` runs this on every graph, so the paths are made once and the ancestors are
-    slices at each ``/`` rather than split-and-join.
+    second would clear a folder holding the first's output and metadata. Paths are compared
+    case-folded, because macOS and Windows disks (and SMB shares of any disk) are
+    case-insensitive: there ``Data@v1`` and ``data@v1`` are one folder, and ``Team@exp`` holds
+    ``team/exp@v0``. Checked by looking up every ancestor path of every output (linear in the
+    total path depth), shortest first. ``lower()`` runs this on every graph, so the paths are
+    made once and the ancestors are slices at each ``/`` rather than split-and-join.
     """
-    paths = [spec.pin or f"{spec.name}/{spec.version}" for spec in steps]  # output_path, inlined
-    by_path = dict(zip(paths, steps, strict=True))
-    if len(by_path) != len(paths):  # only a pin can give two steps one output path
-        seen: dict[str, StepSpec] = {}
-        for path, spec in zip(paths, steps, strict=True):
-            first = seen.setdefault(path, spec)
-            if first is not spec:
-                raise DuplicateStepError(
-                    f"{first.step_id} and {spec.step_id} both write {path}",
-                    "give one of them another pin",
-                    spec.step_id,
-                )
+    # spec.output_path, inlined; case-folded (see above)
+    paths = [(spec.pin or f"{spec.name}/{spec.version}").casefold() for spec in steps]
+    by_path: dict[str, StepSpec] = {}
+    for path, spec in zip(paths, steps, strict=True):
+        other = by_path.setdefault(path, spec)
+        if other is spec:
+            continue
+        if other.output_path == spec.output_path:  # only a pin can give two steps one path
+            raise DuplicateStepError(
+                f"{other.step_id} and {spec.step_id} both write {spec.output_path}",
+                "give one of them another pin",
+                spec.step_id,
+            )
+        raise DuplicateStepError(
+            f"{other.step_id} ({other.output_path}) and {spec.step_id} ({spec.output_path}) "
+            "differ only in letter case: on a case-insensitive file system (macOS, Windows) "
+            "they are one folder, and building one would replace the other",
+            f"rename one of them, e.g. give {spec.step_id} another name",
+            spec.step_id,
+        )
     for path, spec in zip(paths, steps, strict=True):
         end = path.find("/")
         while end >= 0:

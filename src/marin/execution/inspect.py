@@ -13,10 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from marin.execution.decide import NOTHING_STORED, Plan, Policy, Stored, plan_graph, resolve_force
 from marin.execution.graph import collect_steps
+from marin.execution.options import DEFAULT_ON_DRIFT
 from marin.execution.records import (
+    ArtifactRecord,
     lease_path,
+    load_record,
     read_attempt,
-    read_record,
     record_path,
     status_path,
 )
@@ -30,17 +32,18 @@ _FIRST_PROBE, _PROBE_EVERY = 2, 16
 
 
 def read_stored_step(spec: StepSpec, location: Location) -> Stored:
-    """The step's record, and (only when there is no record) its status, which explains why."""
+    """The step's record, and (only when there is no record) its status, which explains why,
+    and a record of another step found in its place."""
     if location.is_memory and not (
         location.has_file(location.path(record_path(spec.output_path)))
         or location.has_file(location.path(status_path(spec.output_path)))
         or location.has_file(location.path(lease_path(spec.output_path)))
     ):
         return NOTHING_STORED  # three dict lookups instead of three raised FileNotFoundErrors
-    record = read_record(location, spec.output_path)
-    if record is not None:
-        return Stored(record)
-    return Stored(None, read_attempt(location, spec.output_path))
+    found = load_record(location, spec.output_path)
+    if isinstance(found, ArtifactRecord):
+        return Stored(found)
+    return Stored(None, read_attempt(location, spec.output_path), found)
 
 
 def read_stored(specs: Iterable[StepSpec], location: Location) -> dict[str, Stored]:
@@ -77,7 +80,7 @@ def plan_run(
     targets: Sequence[StepSpec],
     location: Location,
     *,
-    on_drift: str = "warn",
+    on_drift: str = DEFAULT_ON_DRIFT,
     force: Iterable[str] = (),
     cascade: bool = True,
     force_run_failed: bool = True,

@@ -38,6 +38,7 @@ from marin.execution.errors import (
     InvalidStepError,
 )
 from marin.execution.names import is_mutable_version, validate_name, validate_version
+from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT
 from marin.execution.provenance import collect_provenance
 from marin.execution.resources import NO_RESOURCES, Resources, parse_duration, parse_resources
 from marin.execution.step_spec import StepSpec, fingerprint_of, is_absolute_location
@@ -471,7 +472,7 @@ def apply(
     name: str,
     fn: Callable[..., Any],
     *,
-    version: str,
+    version: str | None = None,
     pin: str | None = None,
     artifact_type: str | type = "artifact",
     **inputs: Any,
@@ -482,6 +483,14 @@ def apply(
     ``artifact_type``: a label (or a class, named by its qualname), as on ``ArtifactStep``.
     """
     validate_name(name)
+    if version is None:
+        # A keyword with a default only so that leaving it out names the step (Python's own
+        # TypeError names neither the step nor the fix).
+        raise InvalidStepError(
+            "apply() needs version=",
+            f"pass version='v1' (bump it when {name}'s code changes its output)",
+            name,
+        )
     step_id = f"{name}@{version}"
     if not callable(fn):
         raise InvalidStepError(f"fn={fn!r} is not callable", "pass the function to run", step_id)
@@ -830,8 +839,8 @@ def lower(
 def run(
     *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
     prefix: str | None = None,
-    max_concurrent: int = 8,
-    on_drift: str = "warn",
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    on_drift: str = DEFAULT_ON_DRIFT,
     force: Iterable[str] = (),
     keep_going: bool = False,
     dry_run: bool = False,

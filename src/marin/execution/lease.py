@@ -41,6 +41,7 @@ right after a compare-and-swap renewal that extends the expiry by a whole TTL (S
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import heapq
 import itertools
@@ -53,7 +54,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fsspec.asyn import sync
@@ -63,7 +64,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 from marin.execution import faults
 from marin.execution.errors import ConfigError
 from marin.execution.records import lease_path, write_atomic
-from marin.execution.storage import Location, open_local, with_retries
+from marin.execution.storage import Location, read_no_follow, with_retries
 
 log = logging.getLogger("marin")
 
@@ -72,6 +73,10 @@ CHECK_PID_ENV = "MARIN_LEASE_CHECK_PID"
 DEFAULT_TTL_S = 60.0
 MAX_TTL_S = 7 * 24 * 3600.0
 """A lease longer than a week is a mistake (or a garbled file): it would block a step for good."""
+CLOCK_SKEW_S = 300.0
+"""How far a lease's expiry may lie beyond now plus the lease's own TTL: the clock skew tolerated
+between the hosts that share a prefix. Further ahead, the lease was written by a clock running
+ahead, or planted, and it is taken over instead of blocking its step for days."""
 
 
 def ttl_from_env() -> float:
@@ -94,7 +99,29 @@ def ttl_from_env() -> float:
 
 _MEMORY_LOCK = threading.RLock()
 _held: set[Lease] = set()
+"""The process's registry of the leases it holds."""
 _held_lock = threading.Lock()
+_enclosing: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "marin_enclosing_builds", default=frozenset()
+)
+"""Tokens of the leases held by the builds whose ``fn`` encloses this context (a ``run()``
+called from inside ``fn`` copies the context into its worker threads)."""
+
+
+@contextlib.contextmanager
+def enclosing(lease: Lease) -> Iterator[None]:
+    """While ``fn`` runs under ``lease``: any build started from inside it knows the lease is
+    its own enclosing build's, and fails instead of waiting for it forever."""
+    reset = _enclosing.set(_enclosing.get() | {lease.token})
+    try:
+        yield
+    finally:
+        _enclosing.reset(reset)
+
+
+def held_by_enclosing_build(info: LeaseInfo) -> bool:
+    """Whether ``info`` is the lease of a build whose ``fn`` is running this very code."""
+    return bool(info.token) and info.token in _enclosing.get()
 
 
 def release_all_held() -> int:
@@ -164,17 +191,28 @@ def _holder_is_dead(process: str | None) -> bool:
     if os.environ.get(CHECK_PID_ENV, "1") in ("0", "false", "no"):
         return False
     pid, _, start = process[len(_MACHINE) + 1 :].partition("/")
-    if not pid.isdigit():
+    if not (pid.isascii() and pid.isdigit()):  # "²".isdigit(), but int("²") fails
         return False
     return _process_start(int(pid)) != start
 
 
 @dataclass(frozen=True)
 class LeaseInfo:
+    """One lease as read from storage: who holds it, until when, and since when."""
+
     holder: str
     token: str
     expires_at: float
     process: str | None = None
+    ttl: float | None = None
+    """The holder's TTL (None in leases written before it was stored)."""
+    started_at: str | None = None
+    """When the holding attempt began (UTC, ISO 8601), if the lease says."""
+    skewed: bool = False
+    """Its expiry lies further beyond now than its TTL allows (``CLOCK_SKEW_S``): a clock
+    running ahead, or a planted lease. It protects nothing, like an expired one."""
+    raw: bytes = field(default=b"", repr=False, compare=False)
+    """The bytes it was parsed from (what a conditional delete compares against)."""
 
     @property
     def expired(self) -> bool:
@@ -184,26 +222,49 @@ class LeaseInfo:
     def holder_dead(self) -> bool:
         return _holder_is_dead(self.process)
 
+    @property
+    def on_this_machine(self) -> bool:
+        """Held by a process of this machine and PID namespace (whose liveness is knowable)."""
+        return bool(self.process and _MACHINE and self.process.startswith(_MACHINE + "/"))
+
+    @property
+    def live(self) -> bool:
+        """Whether it still protects its step: readable, not expired or skewed, holder alive."""
+        return not (self.garbled or self.skewed or self.expired or self.holder_dead)
+
     def describe(self) -> str:
         remaining = self.expires_at - time.time()
         return f"{self.holder} (expires in {remaining:.0f}s)"
+
+    def who(self) -> str:
+        """Host, pid and thread of the holder, and since when: for ``marin unlock``."""
+        parts = self.holder.split(":")  # host:pid:thread, as ``_holder_id`` writes it
+        host = ":".join(parts[:-2]) if len(parts) >= 3 else self.holder
+        pid = parts[-2] if len(parts) >= 3 else "?"
+        since = f", since {self.started_at}" if self.started_at else ""
+        return f"host {host}, pid {pid}{since}"
 
     @property
     def garbled(self) -> bool:
         return self.holder == GARBLED
 
     @classmethod
-    def parse(cls, raw: bytes) -> LeaseInfo:
+    def parse(cls, raw: bytes, default_ttl: float = DEFAULT_TTL_S) -> LeaseInfo:
         """Any bytes: a well-formed lease, or a garbled one that counts as expired.
 
         A torn, foreign or hostile lease file protects nothing. Expiries that are not finite,
         not positive, or further ahead than the longest allowed TTL are garbled too: a lease
-        expiring at NaN or 1e300 would otherwise be waited on forever.
+        expiring at NaN or 1e300 would otherwise be waited on forever. An expiry within that
+        week but beyond now plus the lease's own TTL (``default_ttl``, the reader's, for leases
+        that do not store theirs) and ``CLOCK_SKEW_S`` is ``skewed``: taken over like an
+        expired one.
         """
         try:
             data = json.loads(raw.decode())
             holder, token, expires = data["holder"], data["token"], data["expires_at"]
             process = data.get("process")
+            ttl = data.get("ttl")
+            started_at = data.get("started_at")
         except (
             ValueError,
             KeyError,
@@ -217,15 +278,28 @@ class LeaseInfo:
             not isinstance(holder, str)
             or not isinstance(token, str)
             or not token
-            or isinstance(expires, bool)
-            or not isinstance(expires, (int, float))
+            or not _is_number(expires)
             or not (process is None or isinstance(process, str))
+            or not (ttl is None or (_is_number(ttl) and 0 < ttl <= MAX_TTL_S))
         ):
             return cls(GARBLED, "", 0.0)
-        expires_at = float(expires)
-        if not (0 < expires_at <= time.time() + MAX_TTL_S):
+        expires_at, now = float(expires), time.time()
+        if not (0 < expires_at <= now + MAX_TTL_S):
             return cls(GARBLED, "", 0.0)
-        return cls(holder, token, expires_at, process)
+        own_ttl = default_ttl if ttl is None else float(ttl)
+        skewed = expires_at > now + own_ttl + CLOCK_SKEW_S
+        since = started_at if isinstance(started_at, str) else None
+        return cls(holder, token, expires_at, process, ttl, since, skewed, raw)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite int or float (not a bool). ``10**400`` is none: no float holds it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 GARBLED = "<unreadable>"
@@ -365,6 +439,8 @@ class LocalLeaseStore(_CompareStore):
     torn_create = True
 
     def create(self, path: str, data: bytes) -> bool:
+        # O_EXCL never follows a link at ``path``; the folders above it must not be links.
+        self.location.check_no_links(os.path.dirname(path))
         flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
         try:
             fd = os.open(path, flags, 0o644)
@@ -384,8 +460,7 @@ class LocalLeaseStore(_CompareStore):
 
     def read(self, path: str) -> tuple[bytes, Any] | None:
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
+            raw = read_no_follow(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
         return raw, raw
@@ -409,12 +484,22 @@ class LocalLeaseStore(_CompareStore):
 
     @contextlib.contextmanager
     def lock(self, path: str) -> Iterator[None]:
-        with open_local(path + ".guard", "a") as guard:
+        try:
+            guard = open(path + ".guard", "a")  # noqa: SIM115 - closed by the with below
+        except FileNotFoundError:
+            # Never re-created here: a lease whose folder vanished under its holder must read
+            # as vanished (see Lease.folder_gone), not be answered from a fresh empty folder.
+            raise MetadataFolderGone(path) from None
+        with guard:
             fcntl.flock(guard, fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(guard, fcntl.LOCK_UN)
+
+
+class MetadataFolderGone(FileNotFoundError):
+    """The folder a local lease lives in is gone (deleted while the lease was held)."""
 
 
 class MemoryLeaseStore(_CompareStore):
@@ -664,6 +749,11 @@ class Lease:
         self.took_over = False
         """True once this lease replaced an expired, orphaned or garbled one: an attempt that
         passed its checks died here before (``build._earlier_attempt`` may clear its debris)."""
+        self.vanished = False
+        """True once a renewal or the commit found no lease file at all: it was deleted (the
+        metadata folder removed, or ``marin unlock``), not taken over by another runner."""
+        self.folder_gone = False
+        """On local disk: the whole metadata folder was found gone, not just the lease."""
 
     def _body(self) -> bytes:
         info = {
@@ -672,6 +762,7 @@ class Lease:
             "expires_at": time.time() + self.ttl,
             "process": self.process,
             "started_at": self.started_at,
+            "ttl": self.ttl,
         }
         self._written = json.dumps(info, sort_keys=True).encode()
         return self._written
@@ -681,7 +772,7 @@ class Lease:
 
     def read(self) -> LeaseInfo | None:
         found = self.store.read(self.path)
-        return None if found is None else LeaseInfo.parse(found[0])
+        return None if found is None else LeaseInfo.parse(found[0], self.ttl)
 
     # -- the protocol ---------------------------------------------------------------------------
 
@@ -697,39 +788,53 @@ class Lease:
     def _try_acquire(self) -> LeaseInfo | None:
         if self.store.create(self.path, self._body()):
             return None
-        with self.store.lock(self.path):
-            found = self.store.read(self.path)
-            if found is None:
-                if self.store.create(self.path, self._body()):
-                    return None
-                return self.read()
-            raw, version = found
-            current = LeaseInfo.parse(raw)
-            if current.token == self.token:
+        try:
+            with self.store.lock(self.path):
+                return self._take_locked()
+        except MetadataFolderGone:  # deleted since the create found a lease there: try again
+            return None if self.store.create(self.path, self._body()) else self.read()
+
+    def _take_locked(self) -> LeaseInfo | None:
+        """Under the lock: take the lease if nobody holds it any more; else who holds it."""
+        found = self.store.read(self.path)
+        if found is None:
+            if self.store.create(self.path, self._body()):
                 return None
-            if current.garbled:
-                if (
-                    self.store.torn_create
-                    and _unparsable(raw)
-                    and not _garbled_for_a_while(self.path, raw)
-                ):
-                    return current  # maybe a create still writing its bytes
-                why = "unreadable (garbled) lease"
-            elif current.expired:
-                why = "expired lease"
-            elif current.holder_dead:
-                why = "lease of a process that is gone"
-            else:
-                return current
-            if not self.store.replace(self.path, self._body(), version):
-                return self.read() or current  # someone else took it over first
-            log.warning("taking over %s on %s from %s", why, self.path, current.holder)
-            self.took_over = True
+            return self.read()
+        raw, version = found
+        current = LeaseInfo.parse(raw, self.ttl)
+        if current.token == self.token:
             return None
+        if current.garbled:
+            if (
+                self.store.torn_create
+                and _unparsable(raw)
+                and not _garbled_for_a_while(self.path, raw)
+            ):
+                return current  # maybe a create still writing its bytes
+            why = "unreadable (garbled) lease"
+        elif current.expired:
+            why = "expired lease"
+        elif current.skewed:
+            ahead = (current.expires_at - time.time()) / 3600
+            why = (
+                f"lease expiring {ahead:.1f} h ahead, far beyond its TTL of "
+                f"{current.ttl or self.ttl:.0f}s (a clock running ahead, or a planted lease)"
+            )
+        elif current.holder_dead:
+            why = "lease of a process that is gone"
+        else:
+            return current
+        if not self.store.replace(self.path, self._body(), version):
+            return self.read() or current  # someone else took it over first
+        log.warning("taking over %s on %s from %s", why, self.path, current.holder)
+        self.took_over = True
+        return None
 
     def _renew_locked(self) -> bool:
         found = self.store.read(self.path)
         if found is None or not self._ours(found[0]):
+            self.vanished = found is None
             return False
         if not self.store.replace(self.path, self._body(), found[1]):
             return False
@@ -738,8 +843,12 @@ class Lease:
 
     def renew(self) -> bool:
         """Extend the expiry if we still hold the lease; False means it was lost."""
-        with self.store.lock(self.path):
-            return self._renew_locked()
+        try:
+            with self.store.lock(self.path):
+                return self._renew_locked()
+        except MetadataFolderGone:
+            self.vanished = self.folder_gone = True
+            return False
 
     def commit(self, write: Callable[[], None], *, release: bool = False) -> bool:
         """Run ``write`` (the record write) only while provably holding the lease.
@@ -751,22 +860,27 @@ class Lease:
         write that takes longer than half a TTL is reported as lost (a takeover may have
         started), and the taker's record wins; ``release`` is then left to ``release()``.
         """
-        with self.store.lock(self.path):
-            if isinstance(self.store, (LocalLeaseStore, MemoryLeaseStore)):
-                # Every takeover needs this lock too, so a token check is proof enough.
-                found = self.store.read(self.path)
-                if found is None or not self._ours(found[0]):
+        try:
+            with self.store.lock(self.path):
+                if isinstance(self.store, (LocalLeaseStore, MemoryLeaseStore)):
+                    # Every takeover needs this lock too, so a token check is proof enough.
+                    found = self.store.read(self.path)
+                    if found is None or not self._ours(found[0]):
+                        self.vanished = found is None
+                        return False
+                    write()
+                    if release:
+                        self.store.delete(self.path, found[1])
+                        self._released = True
+                        with _held_lock:
+                            _held.discard(self)
+                    return True
+                if not self._renew_locked():
                     return False
                 write()
-                if release:
-                    self.store.delete(self.path, found[1])
-                    self._released = True
-                    with _held_lock:
-                        _held.discard(self)
-                return True
-            if not self._renew_locked():
-                return False
-            write()
+        except MetadataFolderGone:  # only the lock raises it: nothing was written
+            self.vanished = self.folder_gone = True
+            return False
         if time.monotonic() - self.renewed_at < self.ttl / 2:
             return True
         current = self.read()
@@ -783,8 +897,40 @@ class Lease:
                 if found is not None and self._ours(found[0]):
                     self.store.delete(self.path, found[1])
                     self._released = True
+        except MetadataFolderGone:
+            self._released = True  # its folder, and so the lease, is gone: nothing to release
         except OSError as exc:
             log.warning("could not release lease %s (it expires by itself): %s", self.path, exc)
+
+
+def read_lease(location: Location, output_path: str, ttl: float | None = None) -> LeaseInfo | None:
+    """The step's lease as it stands (None: no lease file), one read. ``ttl`` judges a lease
+    that does not store its own (default: ``$MARIN_LEASE_TTL``)."""
+    found = lease_store(location).read(location.path(lease_path(output_path)))
+    if found is None:
+        return None
+    return LeaseInfo.parse(found[0], ttl_from_env() if ttl is None else ttl)
+
+
+def break_lease(location: Location, output_path: str, info: LeaseInfo) -> bool:
+    """Delete the step's lease if it is still the one ``info`` describes (``marin unlock``).
+
+    The delete is conditional (the same compare as a takeover), so a lease renewed or taken
+    over since ``info`` was read is left alone: False. The holder, if it lives, finds its lease
+    gone at its next renewal or at its commit, and discards its result.
+    """
+    store = lease_store(location)
+    path = location.path(lease_path(output_path))
+    try:
+        with store.lock(path):
+            found = store.read(path)
+            if found is None:
+                return True
+            if found[0] != info.raw:
+                return False
+            return store.delete(path, found[1])
+    except MetadataFolderGone:
+        return True  # the folder, and the lease with it, went meanwhile
 
 
 # -- heartbeats: one shared renewal thread per process --------------------------------------------
@@ -871,7 +1017,10 @@ class Heartbeat:
             return True
         with _held_lock:
             released = self.lease not in _held  # released under us (Ctrl-C): not a takeover
-        if not released:
+        if not released and self.lease.vanished:
+            log.warning("lost lease %s: the lease file was deleted while the step ran",
+                        self.lease.path)  # fmt: skip
+        elif not released:
             log.warning("lost lease %s: another runner took it over", self.lease.path)
         self.lost.set()
         return False

@@ -16,17 +16,24 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution import faults
 from marin.execution.names import METADATA_SUFFIX
-from marin.execution.storage import Location, durable, open_local, with_retries
+from marin.execution.storage import (
+    Location,
+    durable,
+    open_local,
+    symlink_refused,
+)
+from marin.execution.vocabulary import AttemptState
 
 log = logging.getLogger("marin")
 
 RECORD_SCHEMA = 1
-RUNNING, SUCCESS, FAILED = "RUNNING", "SUCCESS", "FAILED"
+RUNNING, SUCCESS, FAILED = AttemptState.RUNNING, AttemptState.SUCCESS, AttemptState.FAILED
 
 
 def metadata_dir(output_path: str) -> str:
@@ -113,12 +120,46 @@ class ArtifactRecord:
         inputs = fields.get("inputs", {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
             raise ValueError("field 'inputs' is not a mapping of strings")
-        argv = fields["provenance"].get("argv", [])
-        if not isinstance(argv, list):
-            raise ValueError("field 'provenance.argv' is not a list")
-        if not math.isfinite(fields["duration_s"]):
+        provenance = fields["provenance"]
+        for key, kind in _PROVENANCE_TYPES.items():
+            value = provenance.get(key)
+            # A bool is an int to isinstance: a pid of true is as wrong as a git_dirty of 1.
+            if value is not None and (
+                isinstance(value, bool) != (kind is bool) or not isinstance(value, kind)
+            ):
+                raise ValueError(f"field 'provenance.{key}' is a {type(value).__name__}")
+        argv = provenance.get("argv", [])  # present, it is a list (``show`` joins it)
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            raise ValueError("field 'provenance.argv' is not a list of strings")
+        try:
+            finite = math.isfinite(fields["duration_s"])
+        except OverflowError:  # an integer too large for a float
+            finite = False
+        if not finite:
             raise ValueError("field 'duration_s' is not a finite number")
+        # The one string field read as JSON again (``explain_drift``): it gets the same guards
+        # as the record's own text, so a document nested inside it can't crash a plan either.
+        if not isinstance(parse_json(fields["fingerprint_payload"]), dict):
+            raise ValueError("field 'fingerprint_payload' is not a JSON object")
         return cls(**fields)
+
+    def owner_mismatch(self, output_path: str) -> str | None:
+        """Why this record is not the record of the step at ``output_path`` (``name/version``,
+        relative to the prefix), or None when it is.
+
+        A record names its step and its output; one copied or moved beside another step's
+        output (a user "renaming" a step by copying folders) names the step it was built for.
+        The output path is compared below the prefix only, so a prefix moved or copied as a
+        whole (or reached through another spelling, such as a link) keeps its records. With no
+        name in ``output_path`` (``marin show <output path>`` opens the output's parent folder,
+        not knowing the prefix) only the version and the output path's tail are compared.
+        """
+        name, _, version = output_path.rpartition("/")
+        if self.version != version or (name and self.name != name):
+            return f"record belongs to {self.step_id}"
+        if not (self.output_path == output_path or self.output_path.endswith("/" + output_path)):
+            return f"record was written for the output {self.output_path}"
+        return None
 
 
 MAX_JSON_DEPTH = 200
@@ -143,6 +184,17 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 _OPTIONAL_FIELDS = {"artifact_type", "extra", "build_id", "inputs"}
 """Optional: records written before lineage (``build_id``, ``inputs``) still load."""
+_PROVENANCE_TYPES: dict[str, type | tuple[type, ...]] = {
+    "git_commit": str,
+    "git_dirty": bool,
+    "user": str,
+    "host": str,
+    "pid": int,
+    "time": str,
+    "lowered": dict,
+}
+"""What ``collect_provenance`` writes (each may be absent or null; ``argv``, checked apart, may
+not be null; other keys are kept as they are): ``marin show`` and ``ls`` print these."""
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -177,19 +229,57 @@ def parse_json(text: str) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
-def read_record(location: Location, output_path: str) -> ArtifactRecord | None:
-    """The committed record, or None. A corrupt record counts as not built, with a warning."""
+@dataclass(frozen=True)
+class ForeignRecord:
+    """A well-formed record beside a step's output that is not that step's: it names another
+    step, or another output. It is never served as the step's record and never deleted by it:
+    ``decide`` refuses to build the step over it, naming the file."""
+
+    path: str
+    """The record file, as the file system names it."""
+    record: ArtifactRecord
+    """What the file holds (the record of ``record.step_id``)."""
+    why: str
+    """``record belongs to other@v0``, or the output it was written for."""
+
+
+def load_record(location: Location, output_path: str) -> ArtifactRecord | ForeignRecord | None:
+    """The one reader of ``record.json``: the step's committed record, a ``ForeignRecord``
+    when the file holds another step's, or None (no record, or a corrupt one).
+
+    A corrupt record counts as not built, with a warning naming the file (once per process):
+    the next build replaces it, so no person has to delete anything.
+    """
     path = location.path(record_path(output_path))
     try:
-        raw = with_retries(lambda: location.fs.cat_file(path), f"read {path}")
+        raw = location.read_file(path)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     try:
-        return ArtifactRecord.from_json(raw.decode())
+        record = ArtifactRecord.from_json(raw.decode())
     except (ValueError, TypeError, UnicodeDecodeError) as exc:
         if _first_sighting(path, raw):
             log.warning("corrupt record %s (%s): treating %s as not built", path, exc, output_path)
         return None
+    why = record.owner_mismatch(output_path)
+    if why is None:
+        return record
+    return ForeignRecord(path, record, why)
+
+
+def read_record(location: Location, output_path: str) -> ArtifactRecord | None:
+    """The step's committed record, or None: not built, corrupt, or another step's (warned
+    about once per process; ``load_record`` says which)."""
+    found = load_record(location, output_path)
+    if isinstance(found, ForeignRecord):
+        if _first_sighting(found.path, found.why.encode()):
+            name, _, version = output_path.rpartition("/")
+            log.warning(
+                "foreign record %s (%s): %s@%s is not built",
+                found.path, found.why, name, version,
+            )  # fmt: skip
+        return None
+    return found
 
 
 _seen_corrupt: set[tuple[str, int]] = set()
@@ -228,6 +318,7 @@ def write_atomic(
         fs.pipe_file(path, data[: len(data) // 2])  # what a non-atomic store could leave
         faults.crash_now()
     if location.is_local:
+        location.check_no_links(os.path.dirname(path))  # a rename never follows the file itself
         tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
         try:
             with open_local(tmp, "wb") as f:
@@ -276,10 +367,17 @@ def metadata_files(location: Location, output_path: str) -> set[str]:
         folder = metadata_dir(output_path)
         return {n for n in names if location.has_file(location.path(f"{folder}/{n}"))}
     folder = location.path(metadata_dir(output_path))
+    # The folder may not be a link, nor hold one: every file in it is Marin's to read, replace
+    # or delete, and the listing says which entries are links at no extra system call.
+    location.check_no_links(folder)
     try:
-        listing = os.listdir(folder)
+        with os.scandir(folder) as entries:
+            listing = {entry.name: entry.is_symlink() for entry in entries}
     except (FileNotFoundError, NotADirectoryError):
         return set()
+    link = next((name for name, is_link in listing.items() if is_link), None)
+    if link is not None:
+        raise symlink_refused(os.path.join(folder, link))
     for name in listing:
         if name.startswith(("record.json" + TMP_MARK, "status.json" + TMP_MARK)):
             with contextlib.suppress(FileNotFoundError):
@@ -288,43 +386,65 @@ def metadata_files(location: Location, output_path: str) -> set[str]:
 
 
 def delete_record(location: Location, output_path: str) -> None:
-    path = location.path(record_path(output_path))
     with contextlib.suppress(FileNotFoundError):
-        with_retries(lambda: location.fs.rm_file(path), f"delete {path}")
+        location.rm_file(location.path(record_path(output_path)))
 
 
 def clear_status(location: Location, output_path: str) -> None:
     """Drop an earlier attempt's status file: the new attempt's lease now says RUNNING, and its
     record or a new FAILED status will say how it ended; an old status could only contradict."""
-    path = location.path(status_path(output_path))
     with contextlib.suppress(FileNotFoundError):
-        with_retries(lambda: location.fs.rm_file(path), f"delete {path}")
+        location.rm_file(location.path(status_path(output_path)))
 
 
-def _read_json_object(location: Location, path: str, what: str) -> dict[str, Any] | None:
+def _read_json_object(
+    location: Location, path: str, what: str, types: Mapping[str, type]
+) -> dict[str, Any] | None:
+    """A small metadata file (a status, a lease) as a JSON object whose ``types`` fields, where
+    present and not null, have those types; None for anything else (with one warning)."""
     try:
-        raw = with_retries(lambda: location.fs.cat_file(path), f"read {path}")
+        raw = location.read_file(path)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     if not raw:
         return None  # a lease being created on local disk is empty for a moment
     try:
         data = parse_json(raw.decode())
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        for key, kind in types.items():
+            value = data.get(key)
+            if value is not None and not isinstance(value, kind):
+                raise ValueError(f"field {key!r} is a {type(value).__name__}")
     except (ValueError, UnicodeDecodeError) as exc:
         if _first_sighting(path, raw):
             log.warning("corrupt %s %s (%s): ignoring it", what, path, exc)
         return None
-    return data if isinstance(data, dict) else None
+    return data
+
+
+_STATUS_TYPES = {
+    "state": str,
+    "error": str,
+    "holder": str,
+    "started_at": str,
+    "finished_at": str,
+    "traceback": str,
+}
+"""The fields a status file may have: ``write_status``'s callers write these, as strings."""
+_LEASE_TYPES = {"holder": str, "started_at": str}
+"""The lease fields a status reader uses (``lease.LeaseInfo.parse`` checks the rest)."""
 
 
 def read_status_file(location: Location, output_path: str) -> dict[str, Any] | None:
-    """The status file, or None when absent or corrupt (not a JSON object with a string state).
+    """The status file, or None when absent or corrupt (not a JSON object with a string state,
+    or a field of the wrong type).
 
     Builds write one only when an attempt fails (``FAILED``); versions before the lean commit
     path also wrote ``RUNNING`` and ``SUCCESS``, which still read.
     """
     path = location.path(status_path(output_path))
-    status = _read_json_object(location, path, "status")
+    status = _read_json_object(location, path, "status", _STATUS_TYPES)
     if status is not None and not isinstance(status.get("state"), str):
         if _first_sighting(path, b"no state"):
             log.warning("corrupt status %s (no state): ignoring it", path)
@@ -344,7 +464,9 @@ def read_attempt(location: Location, output_path: str) -> dict[str, Any] | None:
     status = read_status_file(location, output_path)
     if status is not None:
         return status
-    lease = _read_json_object(location, location.path(lease_path(output_path)), "lease")
+    lease = _read_json_object(
+        location, location.path(lease_path(output_path)), "lease", _LEASE_TYPES
+    )
     if lease is None or not isinstance(lease.get("holder"), str):
         return None
     state: dict[str, Any] = {"state": RUNNING, "holder": lease["holder"]}

@@ -26,6 +26,8 @@ import threading
 from collections.abc import Callable
 from typing import IO, Any
 
+from marin.execution.storage import open_local
+
 LABEL_SEPARATOR = " | "
 
 
@@ -254,7 +256,8 @@ class LazyLogFile:
             return 0
         with self._lock:  # fn's own threads may print at once: one file, created once
             if self._file is None:
-                self._file = open(self.path, "w")  # noqa: SIM115 - closed in close()
+                # Never through a link at log.txt (open_local refuses one).
+                self._file = open_local(self.path, "w")
             return self._file.write(text)
 
     def flush(self) -> None:

@@ -13,25 +13,36 @@ operations it does call (``exists``, ``info``, ``isfile``, ``ls``, ``find``, ``d
 ``cat_file``, ``pipe_file``, ``rm_file``) were checked to be literal on local disk, ``memory://``,
 s3fs and gcsfs (``tests/reliability/test_storage_safety.py`` keeps checking it). The prefix, which
 a user or a trigger chooses, may hold those characters too: it is part of every literal path.
+
+Symbolic links are never followed below the prefix on local disk (object stores have none). The
+prefix itself may be a link (users point it at a bigger disk); every component below it that
+Marin walks through to reach a metadata file or an output, and every metadata file, must be
+real: :meth:`Location.check_no_links` walks the folders once per run (``lstat``, cached), and
+the files are opened with ``O_NOFOLLOW``, replaced by ``rename`` and deleted by ``unlink``, none
+of which follow a link. A link is refused with a ``SymlinkError`` naming it. ``fn`` may make
+links inside its own output: clearing an output deletes such links, never what they point to.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import random
+import re
 import shutil
+import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
 
-from marin.execution.errors import StorageError
+from marin.execution.errors import StorageError, SymlinkError
 from marin.execution.prefix_policy import check_prefix
 
 log = logging.getLogger("marin")
@@ -64,27 +75,141 @@ def durable() -> bool:
     return os.environ.get(DURABLE_ENV, "0") not in ("", "0", "false", "no")
 
 
+def _no_follow(path: str, flags: int) -> int:
+    """``os.open`` that refuses a symbolic link as the file itself (``O_NOFOLLOW``)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise symlink_refused(path) from None
+        raise
+
+
 def open_local(path: str, mode: str) -> IO[Any]:
-    """``open`` that creates missing parent folders only when it has to.
+    """``open`` for Marin's own files: never through a symbolic link at ``path``, and creating
+    missing parent folders only when it has to.
 
     Metadata files are written several times per step; a ``makedirs`` before each write costs a
     ``mkdir`` system call that fails with EEXIST almost every time.
     """
     try:
-        return open(path, mode)
+        return open(path, mode, opener=_no_follow)
     except FileNotFoundError:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        return open(path, mode)
+        return open(path, mode, opener=_no_follow)
+
+
+def read_no_follow(path: str) -> bytes:
+    """A local metadata file's bytes, never through a symbolic link (``SymlinkError``).
+
+    ``O_NONBLOCK`` so a FIFO planted under a metadata file's name cannot hang the reader; only a
+    regular file is read (a folder is ``IsADirectoryError``, as ``open`` would say).
+    """
+    fd = _no_follow(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+        if not stat.S_ISREG(mode):
+            raise StorageError(
+                f"{path} is not a regular file",
+                "remove it: Marin's metadata files are plain files it writes itself",
+            )
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def symlink_refused(path: str) -> SymlinkError:
+    return SymlinkError(
+        f"{path} is a symbolic link; Marin never follows a link below the prefix to anything "
+        "it reads, writes or deletes",
+        "replace the link by the real folder or file (move what it points to into place), or "
+        "point --prefix at the real location (the prefix itself may be a link)",
+    )
 
 
 def resolve_prefix(prefix: str | None = None) -> str:
-    """The prefix argument, else ``$MARIN_PREFIX``, else ``./marin-artifacts``."""
+    """The prefix argument, else ``$MARIN_PREFIX``, else ``./marin-artifacts``, in one spelling.
+
+    Every spelling of one location resolves to one string, so that it is one prefix (one set of
+    artifacts, one lease per step). A local path, also spelled ``file://``, ``file:`` or
+    ``local://`` as fsspec allows, becomes a plain absolute path (``os.path.abspath`` folds
+    ``.``, ``..`` and ``//``). An object-store URL loses its empty and ``.`` segments:
+    ``memory://m/./``, ``memory:///m`` and ``memory://m//`` are ``memory://m``, and ``s3://b/./x``
+    no longer writes keys with a literal ``.`` segment. A ``..`` there is refused rather than
+    folded (an object store has no parent folders, and folding text must never move a prefix
+    out of an allowed root). So is anything fsspec would read as more than a path: ``::`` (a
+    chain of file systems), a second ``://``, and the object-version markers, ``?`` on
+    ``s3://``, ``?`` and ``#`` on ``gs://``. (Checked against the source of fsspec 2026.9, s3fs
+    and gcsfs: nothing else in a path string is interpreted; ``{}`` and ``%`` are literal.)
+    """
     chosen = prefix or os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
-    if "://" not in chosen:
-        chosen = os.path.abspath(os.path.expanduser(chosen))
-    elif chosen.startswith("file://"):
-        chosen = os.path.abspath(chosen[len("file://") :])
-    return chosen.rstrip("/") if chosen != "/" else chosen
+    if "::" in chosen:
+        raise StorageError(
+            f"prefix {chosen!r} contains '::', which fsspec reads as a chain of file systems "
+            "(every path under it would open somewhere else)",
+            "give a local path or a single URL such as s3://bucket/path",
+        )
+    local = _local_path(chosen)
+    if local is None:
+        return _normalise_url(chosen)
+    resolved = os.path.abspath(os.path.expanduser(local))
+    if resolved.startswith("//"):  # POSIX lets '//' mean something else; Linux and macOS don't
+        resolved = "/" + resolved.lstrip("/")
+    return resolved
+
+
+_LOCAL_SPELLINGS = ("file://", "local://", "file:", "local:")
+_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+# s3fs cuts a key at "?versionId=" and gcsfs reads "?generation=" and "#<n>" as an object
+# version: in a prefix they would cut every path under it short.
+_VERSION_MARKERS = {"s3": "?", "s3a": "?", "gs": "?#", "gcs": "?#"}
+
+
+def _local_path(prefix: str) -> str | None:
+    """The path of a local prefix in any of fsspec's spellings, or None for another scheme."""
+    for spelling in _LOCAL_SPELLINGS:
+        if prefix.startswith(spelling):
+            return prefix[len(spelling) :] or "/"
+    return None if "://" in prefix else prefix
+
+
+def _normalise_url(url: str) -> str:
+    """``scheme://a/b``: empty and ``.`` segments dropped; what fsspec would misread refused."""
+    scheme, _, rest = url.partition("://")
+    if not _URL_SCHEME.fullmatch(scheme):
+        raise StorageError(
+            f"prefix {url!r} has {scheme!r} before '://', which is not a URL scheme",
+            "give a local path without '://' or a URL such as s3://bucket/path",
+        )
+    if "://" in rest:
+        raise StorageError(
+            f"prefix {url!r} holds a second '://'", "give a single URL such as s3://bucket/path"
+        )
+    marker = next((c for c in _VERSION_MARKERS.get(scheme, "") if c in rest), None)
+    if marker is not None:
+        raise StorageError(
+            f"prefix {url!r} contains {marker!r}, which {scheme}:// reads as the start of an "
+            "object version, not as part of the path",
+            f"give the prefix without {marker!r}, e.g. {scheme}://bucket/path",
+        )
+    segments = rest.split("/")
+    if ".." in segments:
+        raise StorageError(
+            f"prefix {url!r} has a '..' segment",
+            f"an object store has no parent folders; give the prefix without it, e.g. "
+            f"{scheme}://bucket/path",
+        )
+    kept = [segment for segment in segments if segment not in ("", ".")]
+    if not kept:
+        raise StorageError(
+            f"prefix {url!r} names no bucket or folder", f"add one, e.g. {scheme}://bucket/path"
+        )
+    return f"{scheme}://{'/'.join(kept)}"
 
 
 def with_retries(op: Callable[[], T], what: str) -> T:
@@ -115,11 +240,16 @@ def with_retries(op: Callable[[], T], what: str) -> T:
 
 @dataclass(frozen=True)
 class Location:
+    """A prefix opened through fsspec: every path Marin reads, writes or deletes goes through it,
+    literally, and (on local disk) never through a symbolic link below the prefix."""
+
     url: str
     """The prefix as users see it: an absolute local path, or ``protocol://...``."""
     fs: fsspec.AbstractFileSystem
     root: str
     """The prefix in the file system's own path syntax."""
+    _real_dirs: set[str] = field(default_factory=set, compare=False, repr=False)
+    """Local folders below the prefix already seen to be real folders, not links (this run's)."""
 
     @property
     def is_local(self) -> bool:
@@ -129,10 +259,73 @@ class Location:
     def is_memory(self) -> bool:
         return isinstance(self.fs, MemoryFileSystem)
 
+    def check_no_links(self, path: str) -> None:
+        """Refuse (``SymlinkError``) when ``path`` or a folder on the way to it, below the
+        prefix, is a symbolic link. Local disk only: object stores have no links.
+
+        One ``lstat`` per folder the first time this ``Location`` walks through it (a run opens
+        one, so that is once per step per run); a folder seen real is remembered, so a step's
+        later calls cost a set lookup. What does not exist yet stops the walk: nothing below it
+        exists either, and Marin creates it as a real folder. The prefix itself is not checked.
+        A link swapped in after the check is caught only where the final open or rename cannot
+        follow links (see the module docstring); a folder swapped in between is a race against
+        a writer who can already alter the prefix (docs/reliability.md, threat model).
+        """
+        if not self.is_local:
+            return
+        known = self._real_dirs
+        if path in known:
+            return
+        root = self.root.rstrip("/")
+        if not path.startswith(root + "/"):
+            return  # the prefix itself, which may be a link
+        current = root
+        for part in path[len(root) + 1 :].split("/"):
+            current = f"{current}/{part}"
+            if current in known:
+                continue
+            try:
+                mode = os.lstat(current).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            if stat.S_ISLNK(mode):
+                raise symlink_refused(current)
+            if not stat.S_ISDIR(mode):
+                return
+            known.add(current)
+
+    def _check_parent(self, path: str) -> None:
+        parent = path.rpartition("/")[0]
+        if parent not in self._real_dirs:
+            self.check_no_links(parent)
+
+    def read_file(self, path: str) -> bytes:
+        """A metadata file's bytes; ``FileNotFoundError`` when it is absent. On local disk
+        never through a link (the file itself is opened with ``O_NOFOLLOW``)."""
+        if not self.is_local:
+            return with_retries(lambda: self.fs.cat_file(path), f"read {path}")
+        self._check_parent(path)
+        return read_no_follow(path)
+
+    def rm_file(self, path: str) -> None:
+        """Delete one metadata file (``FileNotFoundError`` when absent). ``unlink`` deletes a
+        link, never what it points to; the folders above are checked first."""
+        if not self.is_local:
+            with_retries(lambda: self.fs.rm_file(path), f"delete {path}")
+            return
+        self._check_parent(path)
+        os.unlink(path)
+
     def has_file(self, path: str) -> bool:
         """Whether a metadata file exists (O(1) on ``memory://``, whose ``exists`` scans)."""
         if self.is_memory:
             return path in self.fs.store
+        if self.is_local:
+            self._check_parent(path)
+            try:
+                return stat.S_ISREG(os.lstat(path).st_mode)
+            except (FileNotFoundError, NotADirectoryError):
+                return False
         return bool(with_retries(lambda: self.fs.isfile(path), f"check {path}"))
 
     def put_file(self, path: str, data: bytes) -> None:
@@ -149,6 +342,7 @@ class Location:
     def exists(self, path: str) -> bool:
         """Whether anything (a file or a folder) is at ``path``, read literally."""
         if self.is_local:
+            self._check_parent(path)
             return os.path.lexists(path)
         if self.is_memory:
             store, folder = self.fs.store, path.rstrip("/") + "/"
@@ -166,6 +360,7 @@ class Location:
         itself and paths under ``path/``, so a sibling that merely shares a prefix never appears.
         """
         if self.is_local:
+            self._check_parent(path)
             if not os.path.isdir(path) or os.path.islink(path):
                 return [path] if os.path.lexists(path) else []
             return [os.path.join(root, name) for root, _, files in os.walk(path) for name in files]
@@ -179,9 +374,12 @@ class Location:
     def remove_tree(self, path: str) -> None:
         """Delete ``path`` and everything under it, treating ``path`` literally on every backend.
 
-        Never ``fs.rm(path, recursive=True)``: fsspec expands glob characters there.
+        Never ``fs.rm(path, recursive=True)``: fsspec expands glob characters there. On local
+        disk a link at ``path`` or inside it (``fn`` may make links in its output) is deleted
+        itself, never followed (``shutil.rmtree`` on Linux works through folder descriptors).
         """
         if self.is_local:
+            self._check_parent(path)
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
             elif os.path.lexists(path):
@@ -223,7 +421,8 @@ class Location:
 
 
 def open_prefix(prefix: str | None = None) -> Location:
-    url = check_prefix(resolve_prefix(prefix), prefix)  # MARIN_ALLOWED_PREFIXES, before any I/O
+    given = prefix or os.environ.get(PREFIX_ENV)  # so the allow-list sees a '..' it spelled
+    url = check_prefix(resolve_prefix(prefix), given)  # MARIN_ALLOWED_PREFIXES, before any I/O
     protocol = url.split("://", 1)[0] if "://" in url else "file"
     try:
         fs, root = fsspec.core.url_to_fs(url)

@@ -1,0 +1,360 @@
+"""Airflow on Celery for tests: Redis, moto's S3 server and Celery workers set up as machines.
+
+Beside :class:`~marin_airflow.testing.AirflowServices` (api-server, scheduler, dag-processor on
+loopback), :class:`CeleryServices` runs the CeleryExecutor with a real Redis broker and real
+``airflow celery worker`` processes. Each worker is set up as a separate machine would be: its
+own working directory, ``HOME``, ``TMPDIR``, ``AIRFLOW_HOME`` (task logs) and its own copy of the
+DAG folder. The workers share only the engine's services (broker, metadata database, execution
+API) and the object store the artifacts live on.
+
+The metadata database is SQLite (Airflow calls it development-only, but its CeleryExecutor works
+with it; see docs/scaling.md). Every service is its own process in its own session, stopped by
+session: SIGTERM, SIGTERM again, then SIGKILL (:func:`~marin_airflow.testing.stop_session`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from marin_airflow.testing import (
+    AirflowSandbox,
+    AirflowServices,
+    free_port,
+    session_members,
+    stop_session,
+)
+
+S3_KEYS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+LOST_WORKER_SETTINGS = {
+    # How fast a task whose worker vanished is noticed and run again (defaults: 300 s, 300 s).
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "15",
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "3",
+    "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "2",
+}
+"""The Airflow settings that decide how soon a lost worker's task is retried (docs/airflow.md)."""
+
+
+class ServiceProcess:
+    """One long-running program in a session of its own, its output in a log file."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: str, **popen: Any) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        try:
+            self.proc = subprocess.Popen(
+                list(argv),
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                **popen,
+            )
+        except BaseException:
+            self._log.close()
+            raise
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def check_alive(self) -> None:
+        if not self.alive():
+            raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f"--- {self.name}\n{f.read()[-chars:]}"
+
+    def kill_session(self) -> None:
+        """SIGKILL every process of the session at once, as a lost machine: nothing cleans up."""
+        sid = self.proc.pid
+        while members := session_members(sid):
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=0.2)
+        self._log.close()
+
+    def stop(self) -> None:
+        stop_session(self.proc)
+        self._log.close()
+
+
+def wait_for(what: str, ready: Any, timeout: float, alive: Any = None) -> None:
+    """Poll ``ready()`` until it is true; fail at once if ``alive()`` raises."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if alive is not None:
+            alive()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def _answers(port: int, request: bytes, expect: bytes) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+            conn.sendall(request)
+            return conn.recv(64).startswith(expect)
+    except OSError:
+        return False
+
+
+def start_redis(root: str) -> tuple[ServiceProcess, int]:
+    """Debian's ``redis-server`` on a free loopback port, nothing persisted; until it answers."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed: apt-get install -y redis-server")
+    port = free_port()
+    data = os.path.join(root, "redis")
+    os.makedirs(data, exist_ok=True)
+    argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly"]
+    service = ServiceProcess("redis", [*argv, "no", "--dir", data], f"{data}.log")
+    wait_for("redis", lambda: _answers(port, b"PING\r\n", b"+PONG"), 30, service.check_alive)
+    return service, port
+
+
+def start_moto(root: str, bucket: str) -> tuple[ServiceProcess, dict[str, str]]:
+    """moto's S3 server on a free loopback port, with ``bucket`` made; the env that points
+    boto and s3fs at it."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [os.path.join(os.path.dirname(sys.executable), "moto_server")]
+    service = ServiceProcess(
+        "moto", [*argv, "-H", "127.0.0.1", "-p", str(port)], f"{root}/moto.log"
+    )
+
+    def bucket_made() -> bool:
+        # The bucket's creation doubles as the readiness check.
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(urllib.request.Request(f"{url}/{bucket}", method="PUT")):
+                return True
+        except OSError:
+            return False
+
+    wait_for("moto_server", bucket_made, 60, service.check_alive)
+    env = {**S3_KEYS, "AWS_ENDPOINT_URL": url, "FSSPEC_S3_ENDPOINT_URL": url}
+    return service, env
+
+
+@dataclass
+class WorkerSpec:
+    """A Celery worker: its name (its Celery host is ``<name>@<host>``), queues and env."""
+
+    name: str
+    queues: tuple[str, ...]
+    concurrency: int = 2
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+class CeleryServices(AirflowServices):
+    """Airflow with the CeleryExecutor: Redis, the three Airflow components, and workers.
+
+    Usage::
+
+        workers = [WorkerSpec("cpu", ("default",)), WorkerSpec("gpu", ("default", "gpu"))]
+        with CeleryServices(sandbox, dags, workers, env=s3_env) as services:
+            services.wait_for_dags(["my_dag"])
+            run_id = services.trigger("my_dag")  # through the REST API, as a user does
+            assert services.wait_for_run("my_dag", run_id) == "success"
+            services.kill_worker("cpu")          # the machine is lost
+    """
+
+    def __init__(
+        self,
+        sandbox: AirflowSandbox,
+        dags_folder: str,
+        workers: Sequence[WorkerSpec],
+        *,
+        env: Mapping[str, str] | None = None,
+        parallelism: int = 8,
+    ) -> None:
+        super().__init__(sandbox, dags_folder, env=env, parallelism=parallelism)
+        self.workers = {w.name: w for w in workers}
+        self.redis_port = 0
+        self._redis: ServiceProcess | None = None
+        self._workers: dict[str, ServiceProcess] = {}
+        self._token: str | None = None
+        self.sessions: list[int] = []
+        """Every session this harness started (lost workers too): empty after :meth:`stop`."""
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        env.update(
+            {
+                "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+                "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+                # Every machine names the one metadata database (the result backend too).
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.sandbox.db_path}",
+                **LOST_WORKER_SETTINGS,
+            }
+        )
+        env.update(self._extra)
+        return env
+
+    def start(self) -> CeleryServices:
+        os.makedirs(self.log_dir, exist_ok=True)
+        try:
+            self._redis, self.redis_port = start_redis(self.log_dir)
+            self.sessions.append(self._redis.proc.pid)
+            try:
+                super().start()
+            finally:
+                self.sessions += [p.pid for p in self._procs.values()]
+            # All at once: each takes tens of seconds to come up on a busy machine.
+            for name in self.workers:
+                self._launch_worker(name)
+            for name in self.workers:
+                self._wait_for_worker(name)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def worker_root(self, name: str) -> str:
+        """The worker's machine: its working directory, with ``home``, ``tmp``, ``airflow``."""
+        return os.path.join(self.sandbox.root, "machines", name)
+
+    def start_worker(self, name: str) -> None:
+        """Start (or restart) worker ``name``; return once Celery says it is ready."""
+        self._launch_worker(name)
+        self._wait_for_worker(name)
+
+    def _launch_worker(self, name: str) -> None:
+        spec = self.workers[name]
+        root = self.worker_root(name)
+        dags = os.path.join(root, "dags")  # the DAG files as shipped to this machine
+        shutil.rmtree(dags, ignore_errors=True)
+        shutil.copytree(self.dags_folder, dags, ignore=shutil.ignore_patterns("__pycache__"))
+        for sub in ("home", "tmp", "airflow"):
+            os.makedirs(os.path.join(root, sub), exist_ok=True)
+        env = self.env()
+        env.update(
+            {
+                "HOME": os.path.join(root, "home"),
+                "TMPDIR": os.path.join(root, "tmp"),
+                "AIRFLOW_HOME": os.path.join(root, "airflow"),
+                "AIRFLOW__CORE__DAGS_FOLDER": dags,
+                **spec.env,
+            }
+        )
+        argv = [sys.executable, "-m", "airflow", "celery", "worker", "--skip-serve-logs"]
+        argv += ["--queues", ",".join(spec.queues), "--concurrency", str(spec.concurrency)]
+        argv += ["--celery-hostname", self.celery_host(name)]
+        log_path = os.path.join(self.log_dir, f"worker-{name}.log")
+        self._workers[name] = ServiceProcess(f"worker {name}", argv, log_path, env=env, cwd=root)
+        self.sessions.append(self._workers[name].proc.pid)
+
+    def _wait_for_worker(self, name: str, timeout: float = 180) -> None:
+        worker = self._workers[name]
+
+        def ready() -> bool:
+            with open(worker.log_path, errors="replace") as f:
+                return f"{self.celery_host(name)} ready." in f.read()
+
+        wait_for(f"Celery worker {name}", ready, timeout, worker.check_alive)
+
+    def rest(self, method: str, path: str, body: Any = None) -> Any:
+        """One call of the api-server's REST API as a user makes it (bearer token), as JSON.
+
+        The harness runs the simple auth manager with every user an admin, so ``GET
+        /auth/token`` hands out a token without credentials.
+        """
+        import json
+        import urllib.request
+
+        base = f"http://127.0.0.1:{self.port}"
+        if self._token is None:
+            with urllib.request.urlopen(f"{base}/auth/token", timeout=30) as response:
+                self._token = str(json.load(response)["access_token"])
+        request = urllib.request.Request(
+            f"{base}{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.load(response)
+
+    def trigger_rest(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
+        """Trigger a run with ``POST /api/v2/dags/ID/dagRuns``; return its run id."""
+        body = {"logical_date": None, "conf": dict(conf or {})}
+        return str(self.rest("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)["dag_run_id"])
+
+    def celery_host(self, name: str) -> str:
+        return f"{name}@{socket.gethostname()}"
+
+    def kill_worker(self, name: str) -> None:
+        """SIGKILL worker ``name``'s whole session (it and every task runner it started)."""
+        self._workers.pop(name).kill_session()
+
+    def celery_control(self, *args: str) -> None:
+        """``airflow celery <args>`` (add-queue, remove-queue, ...) against the live workers."""
+        proc = subprocess.run(
+            [sys.executable, "-m", "airflow", "celery", *args],
+            env=self.env(),
+            cwd=self.sandbox.root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"airflow celery {' '.join(args)}:\n{proc.stdout}{proc.stderr}")
+
+    def stop(self) -> None:
+        """Stop every worker and Airflow component at once (each by its session), then Redis."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        stops = [w.stop for w in self._workers.values()]
+        stops += [functools.partial(stop_session, p) for p in self._procs.values()]
+        with ThreadPoolExecutor(max(1, len(stops))) as pool:
+            list(pool.map(lambda stop: stop(), stops))
+        self._workers.clear()
+        super().stop()  # nothing left to signal: closes the component logs
+        if self._redis is not None:
+            self._redis.stop()
+            self._redis = None
+
+    def _check_alive(self) -> None:
+        super()._check_alive()
+        for worker in self._workers.values():
+            worker.check_alive()
+
+    def log_tail(self, chars: int = 4000) -> str:
+        parts = [super().log_tail(chars)]
+        parts += [w.log_tail(chars) for w in self._workers.values()]
+        return "\n".join(parts)
+
+    def task_log(self, worker: str, dag_id: str, run_id: str, task_id: str, attempt: int) -> str:
+        """A task attempt's log as the worker machine wrote it (empty if it has none)."""
+        logs = os.path.join(self.worker_root(worker), "airflow", "logs")
+        path = os.path.join(
+            logs,
+            f"dag_id={dag_id}",
+            f"run_id={run_id}",
+            f"task_id={task_id}",
+            f"attempt={attempt}.log",
+        )
+        try:
+            with open(path, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""

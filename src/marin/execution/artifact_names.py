@@ -1,0 +1,60 @@
+"""The names of one artifact outside Marin: its URL, its OpenLineage dataset and its asset key.
+
+The one place these are computed. OpenLineage events, Airflow assets, Prefect assets,
+``marin show`` and ``marin plan --json`` all read them from here, so a catalog, an Airflow
+asset and a Prefect asset of one artifact always name the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from marin.execution.storage import Location
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactNames:
+    """How one step's output is named by each system that can see it."""
+
+    url: str
+    """The artifact's URL as Marin prints it: an absolute local path or ``protocol://...``."""
+    dataset_namespace: str
+    """OpenLineage dataset namespace: ``file`` for local paths, ``s3://bucket``, ``gs://bucket``."""
+    dataset_name: str
+    """OpenLineage dataset name within the namespace: the path (local) or the object key."""
+    asset_uri: str
+    """The asset key for Airflow ``Asset(uri=...)`` and Prefect assets: always ``scheme://...``."""
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "url": self.url,
+            "dataset_namespace": self.dataset_namespace,
+            "dataset_name": self.dataset_name,
+            "asset_uri": self.asset_uri,
+        }
+
+
+def names_for_url(url: str) -> ArtifactNames:
+    """The names of the artifact at ``url`` (what ``Location.url_for`` returns).
+
+    OpenLineage's naming convention (spec/Naming.md): a local file is namespace ``file`` and
+    its absolute path as name; an object store is ``scheme://bucket`` and the key without a
+    leading slash. Other fsspec protocols follow the object-store form. ``memory://`` is
+    process-local, so its names are only meaningful within the one process.
+    """
+    if "://" not in url:
+        path = url if url.startswith("/") else "/" + url
+        # ``quote`` keeps ``/``: a path with spaces or ``#`` still makes one valid file URI.
+        return ArtifactNames(url, "file", path, "file://" + quote(path, safe="/"))
+    scheme, rest = url.split("://", 1)
+    authority, _, key = rest.partition("/")
+    if scheme == "memory":
+        # memory:// has no bucket: the first path part is part of the path.
+        return ArtifactNames(url, "memory", "/" + rest.lstrip("/"), url)
+    return ArtifactNames(url, f"{scheme}://{authority}", key, url)
+
+
+def artifact_names(location: Location, output_path: str) -> ArtifactNames:
+    """The names of the step output at ``output_path`` (relative) under ``location``."""
+    return names_for_url(location.url_for(output_path))

@@ -1,0 +1,45 @@
+"""Did you mean: the one place that suggests a known name for a mistyped one.
+
+Every command that takes a step name (``--force``, ``marin show``, ``--select``, ``marin why``,
+``marin diff``) suggests from the names that actually exist, through :func:`close_names`, so a
+typo reads the same wherever it is made.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+CUTOFF = 0.6
+"""``difflib``'s similarity ratio below which a name is not worth suggesting."""
+MARGIN = 0.05
+"""Candidates within this ratio of the best one are suggested beside it."""
+
+
+def close_names(word: str, known: Iterable[str], n: int = 3) -> list[str]:
+    """The names of ``known`` closest to ``word``, best first (none when nothing is close).
+
+    A word with ``@version`` is compared with the ``name@version`` candidates, a bare name with
+    the bare names (when ``known`` has both), and only candidates about as close as the best
+    one are kept: ``ngram/datset`` suggests ``ngram/dataset``, not also ``ngram/report``.
+    """
+    pool = sorted(set(known))
+    same_kind = [k for k in pool if ("@" in k) == ("@" in word)]
+    scored = []
+    for candidate in same_kind or pool:
+        matcher = difflib.SequenceMatcher(None, word, candidate)
+        if matcher.real_quick_ratio() >= CUTOFF and matcher.quick_ratio() >= CUTOFF:
+            ratio = matcher.ratio()
+            if ratio >= CUTOFF:
+                scored.append((ratio, candidate))
+    scored.sort(key=lambda item: (-item[0], item[1]))
+    if not scored:
+        return []
+    best = scored[0][0]
+    return [c for ratio, c in scored[:n] if ratio >= best - MARGIN]
+
+
+def did_you_mean(word: str, known: Iterable[str], n: int = 3) -> str:
+    """``"did you mean a or b?"``, or ``""`` when nothing is close."""
+    close = close_names(word, known, n)
+    return f"did you mean {' or '.join(close)}?" if close else ""

@@ -1,0 +1,63 @@
+"""The words a run is described in, as ``StrEnum``s: one home, checked by mypy.
+
+Each member *is* its string (``Action.BUILD == "build"``, ``json.dumps`` writes ``"build"``), so
+every JSON output, log line and stored file stays byte-identical to the bare strings these
+replace. Code compares members, never literals, so a misspelt word is a type error, not a silent
+``False``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Action(StrEnum):
+    """What the plan does with a step (``action`` in ``marin plan --json``)."""
+
+    BUILD = "build"
+    SKIP = "skip"
+    """Served from its record."""
+    PRUNE = "prune"
+    """Not built, and needed by nothing that runs."""
+
+
+class StoredStatus(StrEnum):
+    """What storage holds for a step, as the plan reads it (``status`` in ``marin plan --json``)."""
+
+    BUILT = "built"
+    RUN = "run"
+    DRIFT = "drift"
+    DEV = "dev"
+    FAILED_BEFORE = "failed-before"
+    FOREIGN = "foreign"
+    """The step's metadata folder holds another step's record: never served nor replaced."""
+
+
+class AttemptState(StrEnum):
+    """The ``state`` of a step's status file: how its last attempt stands."""
+
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+
+
+class BuildOutcomeKind(StrEnum):
+    """How ``build_step`` made sure a step is built (``BuildOutcome.action``)."""
+
+    BUILT = "built"
+    """Built here, by this call."""
+    CACHED = "cached"
+    """Decided again and served from its record (no decision was given)."""
+    BUILT_BY_OTHER = "built-by-other"
+    """Another runner built it while this one waited for the lease."""
+
+
+class RunResult(StrEnum):
+    """What happened to one step in a run (``action`` in ``marin run --json``)."""
+
+    BUILT = "built"
+    SKIPPED = "skipped"
+    PRUNED = "pruned"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    BUILT_BY_OTHER = "built-by-other"

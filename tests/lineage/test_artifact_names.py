@@ -1,0 +1,58 @@
+"""One source of truth for an artifact's URL, OpenLineage dataset and asset key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from marin.catalog import show_record
+from marin.execution.artifact_names import artifact_names, names_for_url
+from marin.execution.build import build_step
+from marin.execution.inspect import plan_run
+from marin.execution.lazy import OUT, apply
+from marin.execution.storage import open_prefix
+from marin.plan_view import plan_json
+
+
+def write(out_path: str) -> str:
+    with fsspec.open(out_path, "w") as f:
+        f.write("x")
+    return "ok"
+
+
+@pytest.mark.parametrize(
+    ("url", "namespace", "name", "asset"),
+    [
+        ("/data/run/lm/v1", "file", "/data/run/lm/v1", "file:///data/run/lm/v1"),
+        ("/data/a b#c/v1", "file", "/data/a b#c/v1", "file:///data/a%20b%23c/v1"),
+        ("s3://bkt/exp/lm/v1", "s3://bkt", "exp/lm/v1", "s3://bkt/exp/lm/v1"),
+        ("gs://bkt/lm/v1", "gs://bkt", "lm/v1", "gs://bkt/lm/v1"),
+        ("memory://t-1/lm/v1", "memory", "/t-1/lm/v1", "memory://t-1/lm/v1"),
+    ],
+)
+def test_names_follow_the_openlineage_convention(
+    url: str, namespace: str, name: str, asset: str
+) -> None:
+    names = names_for_url(url)
+    assert (names.url, names.dataset_namespace, names.dataset_name, names.asset_uri) == (
+        url,
+        namespace,
+        name,
+        asset,
+    )
+
+
+def test_show_and_plan_json_print_the_same_names(tmp_path: Path) -> None:
+    spec = apply("names/one", write, version="v1", out_path=OUT).lower()
+    location = open_prefix(str(tmp_path / "art"))
+    assert build_step(spec, location).action == "built"
+    names = artifact_names(location, spec.output_path)
+    text, code = show_record(location, spec.output_path)
+    assert code == 0
+    assert f"  dataset      file {tmp_path}/art/names/one/v1 (OpenLineage)" in text
+    assert f"  asset        file://{tmp_path}/art/names/one/v1 (Airflow, Prefect)" in text
+    data = json.loads(json.dumps(plan_json(plan_run([spec], location), location)))
+    assert data["steps"][0]["artifact"] == names.to_json()
