@@ -428,9 +428,12 @@ def _upstream(context: Any | None, spec: Any, location: Any) -> list[Any]:
             and _from_xcom(context, task_id, "action") == BuildOutcomeKind.BUILT
         ):
             built_here.add(str(_from_xcom(context, task_id, "step")))
+    # Read after its task ended, a dependency built in this run is committed: its record is the
+    # new build, which a dependent compares with what it consumed (early cutoff).
     return [
-        Upstream(u.step_id, u.record, rebuilt=u.step_id in built_here)
+        Upstream(u.step_id, u.record, rebuilt=built, committed=built)
         for u in read_upstream(spec, location)
+        for built in [u.step_id in built_here]
     ]
 
 

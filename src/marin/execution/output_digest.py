@@ -73,7 +73,7 @@ class OutputDigest:
         digest, files, size = data.get("digest"), data.get("files"), data.get("bytes")
         unknown, checksums = data.get("unknown"), data.get("checksums", "")
         valid = (
-            (digest is None or _is_digest(digest))
+            (digest is None or is_output_digest(digest))
             and type(files) is int
             and files >= 0
             and type(size) is int
@@ -88,7 +88,8 @@ class OutputDigest:
         return cls(digest, files, size, unknown if digest is None else None, checksums)
 
 
-def _is_digest(value: Any) -> bool:
+def is_output_digest(value: Any) -> bool:
+    """Whether ``value`` is a well-formed stored output digest (``tree1:`` and 64 hex digits)."""
     if not isinstance(value, str) or not value.startswith(SCHEME + ":"):
         return False
     hexpart = value[len(SCHEME) + 1 :]
@@ -103,6 +104,11 @@ def same_output(consumed: OutputDigest | None, rebuilt: OutputDigest | None) -> 
         and consumed.digest is not None
         and consumed.digest == rebuilt.digest
     )
+
+
+def same_digest(consumed: str | None, rebuilt: OutputDigest) -> bool:
+    """Whether a rebuild's output has the digest a dependent consumed (both known)."""
+    return consumed is not None and consumed == rebuilt.digest
 
 
 def output_digest(location: Location, path: str) -> OutputDigest:
