@@ -275,7 +275,8 @@ def run_policy(
     steps: Mapping[str, Any],
     planned_force: Any = None,
 ) -> Any:
-    """The run's ``on_drift``, ``force`` and ``cascade`` params -> a core ``Policy``.
+    """The run's ``on_drift``, ``on_code_drift``, ``force`` and ``cascade`` params -> a core
+    ``Policy``.
 
     Params are set by whoever triggers the run: untrusted data, validated here (Airflow's own
     param schema checks them at trigger time too). A bad value fails the task with a clear error.
@@ -297,7 +298,11 @@ def run_policy(
                 "clear the run and trigger it again",
             )
         return Policy(
-            options.on_drift, frozenset(planned_force), options.cascade, options.force_run_failed
+            options.on_drift,
+            frozenset(planned_force),
+            options.cascade,
+            options.force_run_failed,
+            options.on_code_drift,
         )
     return options.policy(list(steps.values()))
 
@@ -403,6 +408,7 @@ def plan_steps(
         "build": [d.spec.step_id for d in plan.decisions.values() if d.action == Action.BUILD],
         "prune": [d.spec.step_id for d in plan.decisions.values() if d.action == Action.PRUNE],
         "on_drift": policy.on_drift,
+        "on_code_drift": policy.on_code_drift,
         "force": sorted(policy.force),
         "cascade": policy.cascade,
     }
