@@ -46,7 +46,7 @@ class Project:
         """
         self.count += 1
         folder = self.root / f"v{self.count}"
-        folder.mkdir()
+        folder.mkdir(parents=True)
         names = {name: f"{name}_{uuid.uuid4().hex[:8]}" for name in sources}
         modules = {}
         for name, source in sources.items():
