@@ -701,7 +701,9 @@ def _spec_for(
         pin=handle.override_path,
         source=handle.adopt_source,
         pinned_fingerprint=expected is not None,
-        code=code_digest(handle.run),  # cached per function object: one parse per process
+        # Cached per function object (one parse per process); apply()'s call object names the
+        # user's function, which is the cache's key: no unwrapping per step.
+        code=code_digest(getattr(handle.run, "wrapped_fn", handle.run)),
     )
     memo[("step", step_id)] = spec
     created.append(spec)
