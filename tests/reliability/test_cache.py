@@ -23,6 +23,7 @@ from marin.execution.lazy import lower
 from marin.execution.records import read_record
 from marin.execution.step_runner import StepRunner
 from marin.execution.storage import open_prefix
+from marin.plan_view import plan_table
 from tests.test_code_digest import Project
 
 from .conftest import REPO, child_env
@@ -120,6 +121,9 @@ def test_a_changed_constant_in_a_helper_is_drift_naming_the_helper(
     line = f"code: tokenize changed ({helper_file}, line 2), called by make_dataset"
     assert plan["dataset"].code_drift == (line,)
     assert plan["model"].code_drift == () and plan["eval"].code_drift == ()
+    # `marin plan`'s table shows it under the step's reason, as it shows config drift.
+    whole, location = StepRunner(prefix=store_prefix).plan(lower(edited.pipeline()))
+    assert "code: tokenize changed" in plan_table(whole, location, width=400)
     # warn (the default): served, with the warning naming what changed.
     with caplog.at_level(logging.WARNING, logger="marin"):
         ran, _ = run_steps(edited, store_prefix)

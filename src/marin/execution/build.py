@@ -386,7 +386,7 @@ def _inputs_at_start(
                 "this step again; nothing was started for it",
                 spec.step_id,
             )
-        fresh.append(Upstream(up.step_id, record, up.rebuilt))
+        fresh.append(Upstream(up.step_id, record, up.rebuilt, up.committed))
     return fresh
 
 
