@@ -24,6 +24,7 @@ from marin.execution.records import read_record
 from marin.execution.step_runner import StepRunner
 from marin.execution.storage import open_prefix
 from marin.plan_view import plan_table
+from marin.progress import served_with_warning_lines
 from tests.test_code_digest import Project
 
 from .conftest import REPO, child_env
@@ -126,9 +127,14 @@ def test_a_changed_constant_in_a_helper_is_drift_naming_the_helper(
     assert "code: tokenize changed" in plan_table(whole, location, width=400)
     # warn (the default): served, with the warning naming what changed.
     with caplog.at_level(logging.WARNING, logger="marin"):
-        ran, _ = run_steps(edited, store_prefix)
+        ran, report = run_steps(edited, store_prefix)
     assert ran == []
     assert "code drift ngram/dataset@v1" in caplog.text and line in caplog.text
+    assert served_with_warning_lines(report) == [  # repeated where `marin run` ends
+        "warning: 1 step(s) served although their code changed since they were built (first: "
+        "ngram/dataset@v1); `marin plan` names what changed, --on-code-drift rebuild rebuilds "
+        "them in place"
+    ]
     # rebuild: in place, at the same path, and what read it is rebuilt as its output changed.
     assert plan_of(edited, store_prefix, on_code_drift="rebuild")["dataset"].reason == (
         "code changed: rebuilding (on_code_drift=rebuild)"
