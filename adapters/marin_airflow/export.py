@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.atomic_file import write_file_atomically
-from marin.execution.errors import OptionError
+from marin.execution.errors import MarinError, list_names
 from marin.execution.options import DEFAULT_ON_DRIFT, check_drift_policy, check_max_concurrent
 from marin.execution.targets import Target
 
@@ -50,8 +50,8 @@ _HOST_LOCAL_SCHEMES = ("file", "local", "memory")
 SCHEDULE_PRESETS = ("@once", "@hourly", "@daily", "@weekly", "@monthly", "@yearly")
 
 
-class ExportError(ValueError):
-    """Bad export input; the message says what and how to fix it (the CLI exits 2)."""
+class ExportError(MarinError, ValueError):
+    """Bad export input, in the core's ``what / fix / step`` shape (the CLI exits 2)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,8 @@ class StepInfo:
 
 @dataclass(frozen=True)
 class DagOptions:
+    """The DAG-level choices baked into a generated file (its id, limits, schedule, params)."""
+
     dag_id: str
     max_concurrent: int = DEFAULT_MAX_CONCURRENT
     prefix: str | None = None
@@ -167,8 +169,8 @@ def default_dag_id(target: str) -> str:
 def check_dag_id(dag_id: str) -> str:
     if not _ID_VALID.match(dag_id) or len(dag_id) > _ID_MAX:
         raise ExportError(
-            f"error: --dag-id {dag_id!r} is not a valid Airflow DAG id: use at most {_ID_MAX} "
-            "ASCII letters, digits, '_', '.' or '-'"
+            f"--dag-id {dag_id!r} is not a valid Airflow DAG id",
+            f"use at most {_ID_MAX} ASCII letters, digits, '_', '.' or '-'",
         )
     return dag_id
 
@@ -184,8 +186,8 @@ def check_schedule(schedule: str | None) -> str | None:
     if len(fields) in (5, 6) and all(_CRON_FIELD.match(f) for f in fields):
         return " ".join(fields)
     raise ExportError(
-        f"error: --schedule {schedule!r} is not a schedule: use none, "
-        f"{', '.join(SCHEDULE_PRESETS)}, or a cron expression such as '0 3 * * *'"
+        f"--schedule {schedule!r} is not a schedule",
+        f"use none, {', '.join(SCHEDULE_PRESETS)}, or a cron expression such as '0 3 * * *'",
     )
 
 
@@ -240,14 +242,18 @@ def plan_tasks(
         for s in steps:
             counts[s.step_id] = counts.get(s.step_id, 0) + 1
         dup = next(sid for sid, n in counts.items() if n > 1)
-        raise ExportError(f"error: step {dup} appears twice in the graph (internal error)")
+        raise ExportError(
+            f"step {dup} appears twice in the graph (internal error)", "pass each step once", dup
+        )
     task_ids = assign_task_ids(by_id)
     for s in steps:
         for dep in s.deps:
             if dep not in by_id:
                 raise ExportError(
-                    f"error: step {s.step_id} depends on {dep}, which is not in the graph "
-                    "(internal error: pass every transitive step)"
+                    f"step {s.step_id} depends on {dep}, which is not in the graph (internal "
+                    "error)",
+                    "pass every transitive step",
+                    s.step_id,
                 )
     indegree = {s.step_id: len(set(s.deps)) for s in steps}
     dependents: dict[str, list[str]] = {s.step_id: [] for s in steps}
@@ -281,7 +287,10 @@ def plan_tasks(
                 heapq.heappush(ready, (task_ids[child], child))
     if len(ordered) != len(steps):
         stuck = sorted(sid for sid, n in indegree.items() if n > 0)
-        raise ExportError(f"error: dependency cycle among steps {', '.join(stuck[:10])}")
+        raise ExportError(
+            f"dependency cycle among steps {list_names(stuck)}",
+            "a step cannot depend on itself; remove one of these edges",
+        )
     return ordered
 
 
@@ -472,9 +481,12 @@ def _r(value: Any) -> str:
     elif value is None or isinstance(value, bool | int) or _finite_float(value):
         text = repr(value)
     else:  # pragma: no cover - the renderer only embeds str, int and None
-        raise ExportError(f"error: cannot embed a {type(value).__name__} in a DAG file")
+        raise ExportError(
+            f"cannot embed a {type(value).__name__} in a DAG file",
+            "pass plain data (str, numbers, lists, dicts)",
+        )
     if ast.literal_eval(text) != value:  # pragma: no cover - a bug in py_string
-        raise ExportError(f"error: cannot embed {value!r} safely")
+        raise ExportError(f"cannot embed {value!r} safely", "report this as a bug")
     return text
 
 
@@ -496,10 +508,7 @@ def _placement_lines(t: TaskEntry) -> list[str]:
 def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> str:
     """The DAG file text. Deterministic: a function of its arguments only."""
     check_dag_id(options.dag_id)
-    try:  # the core's check, so an export refuses what a run would
-        check_max_concurrent(options.max_concurrent)
-    except OptionError as exc:
-        raise ExportError(str(exc)) from None
+    check_max_concurrent(options.max_concurrent)  # the core's check: refuse what a run would
     lines = [_HEADER]
     lines.append("from __future__ import annotations\n")
     lines.append("import datetime\n")
@@ -684,26 +693,26 @@ def check_multi_host(target: str, dag_dir: str, prefix: str | None, executor: st
     flag = f"--executor {executor}"
     if prefix is None:
         raise ExportError(
-            f"error: {flag} needs --prefix: tasks run on many machines, and without a baked "
-            "prefix a worker with no $MARIN_PREFIX would write to its own disk; fix: pass "
-            "--prefix s3://bucket/path (or gs://..., any storage every worker reaches)"
+            f"{flag} needs --prefix: tasks run on many machines, and without a baked prefix a "
+            "worker with no $MARIN_PREFIX would write to its own disk",
+            "pass --prefix s3://bucket/path (or gs://..., any storage every worker reaches)",
         )
     scheme = prefix.split("://", 1)[0].lower() if "://" in prefix else "file"
     if scheme in _HOST_LOCAL_SCHEMES:
         raise ExportError(
-            f"error: {flag} --prefix {prefix!r} is on one host's {scheme} storage: other "
-            "workers cannot read its artifacts, and its leases only hold on one host; fix: "
-            "pass --prefix s3://bucket/path (or gs://..., any storage every worker reaches)"
+            f"{flag} --prefix {prefix!r} is on one host's {scheme} storage: other workers "
+            "cannot read its artifacts, and its leases only hold on one host",
+            "pass --prefix s3://bucket/path (or gs://..., any storage every worker reaches)",
         )
     parsed = Target.parse(target)
     if parsed.is_file and not _is_within(
         os.path.abspath(parsed.location), os.path.abspath(dag_dir)
     ):
         raise ExportError(
-            f"error: {flag}: the pipeline file {parsed.location} is outside the DAG folder "
-            f"{dag_dir}, which is all Airflow ships to its workers; fix: use a module path "
-            f"(package.module:{parsed.attr}) installed on every worker, or move the file into "
-            "the DAG folder"
+            f"{flag}: the pipeline file {parsed.location} is outside the DAG folder {dag_dir}, "
+            "which is all Airflow ships to its workers",
+            f"use a module path (package.module:{parsed.attr}) installed on every worker, or "
+            "move the file into the DAG folder",
         )
 
 
@@ -712,6 +721,9 @@ def check_multi_host(target: str, dag_dir: str, prefix: str | None, executor: st
 
 @dataclass(frozen=True)
 class ExportResult:
+    """A generated DAG file, not yet written: its path, text, tasks and the command that
+    regenerates it (run in ``root``)."""
+
     path: str
     text: str
     tasks: tuple[TaskEntry, ...]
@@ -767,16 +779,16 @@ def build_export(
     Target.parse(target)
     if executor not in EXECUTORS:
         raise ExportError(
-            f"error: --executor {executor!r} is not known: use one of {', '.join(EXECUTORS)}"
+            f"--executor {executor!r} is not known", f"use one of {', '.join(EXECUTORS)}"
         )
     if retries is None:
         retries = default_retries(executor)
     if retries < 0:
-        raise ExportError("error: --retries must be 0 or more")
+        raise ExportError(f"--retries {retries}", "use a whole number, 0 or more")
     if plan_queue is not None and not _QUEUE_VALID.fullmatch(plan_queue):
         raise ExportError(
-            f"error: --plan-queue {plan_queue!r} is not a queue name: use 1 to {_ID_MAX} ASCII "
-            "letters, digits, '_', '.', '-' or ':'"
+            f"--plan-queue {plan_queue!r} is not a queue name",
+            f"use 1 to {_ID_MAX} ASCII letters, digits, '_', '.', '-' or ':'",
         )
     chosen_id = check_dag_id(dag_id) if dag_id is not None else default_dag_id(target)
     path = output_file(out, chosen_id)

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from marin.execution.errors import MarinError
 from marin.execution.options import DEFAULT_ON_DRIFT, RunOptions
 from marin.execution.vocabulary import BuildOutcomeKind, RunResult
 
@@ -28,6 +29,10 @@ PLAN_TASK_ID = "marin-plan"
 """The first task of every exported DAG (a step's task id always holds ``__``, so never this)."""
 
 _lock = threading.Lock()
+"""Guards the dicts below and ``_target_locks``; held only to read or insert, never to load."""
+_target_locks: dict[str, threading.Lock] = {}
+"""Per target: held while it is loaded or lowered, so tasks of one process share that work while
+tasks of other pipelines never wait for it."""
 _lowered: dict[str, dict[str, Any]] = {}
 """Per process: resolved target -> {step_id: StepSpec}. Airflow may run many tasks per process."""
 _targets: dict[str, list[Any]] = {}
@@ -73,8 +78,8 @@ def pod_override(quantities: Mapping[str, str]) -> Any:
     )
 
 
-class StaleDagError(RuntimeError):
-    """The DAG file no longer matches the pipeline; the message says how to re-export."""
+class StaleDagError(MarinError, RuntimeError):
+    """The DAG file no longer matches the pipeline; ``fix`` says how to re-export it."""
 
 
 def _fix(export_command: str, export_root: str, dag_dir: str) -> str:
@@ -83,19 +88,30 @@ def _fix(export_command: str, export_root: str, dag_dir: str) -> str:
     return f"re-run `{command}` in {where} and deploy the regenerated DAG file"
 
 
+def _target_lock(target: str) -> threading.Lock:
+    with _lock:
+        return _target_locks.setdefault(target, threading.Lock())
+
+
 def steps_for(target: str) -> dict[str, Any]:
     """Load and lower ``target`` once per process; every transitive step by its id."""
     with _lock:
         cached = _lowered.get(target)
+    if cached is not None:
+        return cached
+    from marin.execution.graph import collect_steps
+    from marin.execution.lazy import lower
+    from marin.execution.targets import load_target
+
+    with _target_lock(target):
+        with _lock:
+            cached = _lowered.get(target)  # another task lowered it while this one waited
         if cached is not None:
             return cached
-        from marin.execution.graph import collect_steps
-        from marin.execution.lazy import lower
-        from marin.execution.targets import load_target
-
         targets = list(lower(load_target(target), memo={}))
         steps = {spec.step_id: spec for spec in collect_steps(targets)}
-        _lowered[target], _targets[target] = steps, targets
+        with _lock:
+            _lowered[target], _targets[target] = steps, targets
         return steps
 
 
@@ -119,10 +135,15 @@ def handles_for(target: str) -> dict[str, Any]:
     """
     with _lock:
         cached = _handles.get(target)
+    if cached is not None:
+        return cached
+    from marin.execution.targets import load_target
+
+    with _target_lock(target):
+        with _lock:
+            cached = _handles.get(target)
         if cached is not None:
             return cached
-        from marin.execution.targets import load_target
-
         found: dict[str, Any] = {}
         stack = list(load_target(target))
         seen: set[int] = set()
@@ -133,7 +154,8 @@ def handles_for(target: str) -> dict[str, Any]:
             seen.add(id(handle))
             found.setdefault(handle.step_id, handle)
             stack.extend(handle.deps)
-        _handles[target] = found
+        with _lock:
+            _handles[target] = found
         return found
 
 
@@ -154,8 +176,10 @@ def step_for(target: str, step: str) -> Any | None:
         return None
     from marin.execution.lazy import lower
 
-    with _lock:  # the memo is shared by this process's tasks
-        return lower(handle, memo=_memos.setdefault(target, {}))
+    with _target_lock(target):  # the memo is shared by this process's tasks of the target
+        with _lock:
+            memo = _memos.setdefault(target, {})
+        return lower(handle, memo=memo)
 
 
 def clear_cache() -> None:
@@ -216,13 +240,13 @@ def failed_task_in_run(context: Any | None) -> str | None:
     states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id]).get(ti.run_id) or {}
     failed = sorted(t for t, state in states.items() if state == AIRFLOW_FAILED)
     if failed:
-        return failed[0]
+        return str(failed[0])
     running = sorted(
         t for t, state in states.items() if state == AIRFLOW_RUNNING and t != ti.task_id
     )
     for task_id in running:
         if ti.xcom_pull(task_ids=task_id, key=FAILED_XCOM_KEY):
-            return task_id
+            return str(task_id)
     return None
 
 
@@ -242,7 +266,7 @@ def _dag_dir(context: Any | None) -> str:
     dag = context.get("dag") if context is not None else None
     fileloc = getattr(dag, "fileloc", None)
     if fileloc:
-        return os.path.dirname(os.path.abspath(fileloc))
+        return os.path.dirname(os.path.abspath(str(fileloc)))
     folder = os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")
     return os.path.abspath(folder) if folder else os.getcwd()
 
@@ -482,14 +506,18 @@ def run_step(
     spec = step_for(resolved, step)
     if spec is None:
         raise StaleDagError(
-            f"error: the DAG file is stale (step {step}): {target} no longer has a step "
-            f"{step} (renamed, or its version was bumped): {fix}"
+            f"the DAG file is stale: {target} no longer has a step {step} (renamed, or its "
+            "version was bumped)",
+            fix,
+            step,
         )
     if spec.fingerprint != fingerprint:
         raise StaleDagError(
-            f"error: the DAG file is stale (step {step}): field fingerprint is {fingerprint} in "
-            f"the DAG file but the pipeline now gives {spec.fingerprint} (its config or a "
-            f"dependency changed since the export): {fix}"
+            f"the DAG file is stale: field fingerprint is {fingerprint} in the DAG file but the "
+            f"pipeline now gives {spec.fingerprint} (its config or a dependency changed since "
+            "the export)",
+            fix,
+            step,
         )
     # A fingerprint covers the step's ancestors, so the check above is this step's whole
     # staleness check; steps added or removed elsewhere (``graph_digest``) are the plan task's

@@ -39,6 +39,9 @@ class NotFoundError(MarinError, LookupError):
 
 @dataclass(frozen=True)
 class Entry:
+    """One step found under a prefix (``marin ls``/``show``): its record or last attempt's status,
+    and its output's size when measured."""
+
     output_path: str
     """Relative to the prefix: ``name/version``."""
     record: ArtifactRecord | None

@@ -44,6 +44,8 @@ SKIPPED_LABEL = "skipped"
 
 @dataclass
 class StepRun:
+    """One step as the live display follows it: when it started and how it ended."""
+
     spec: StepSpec
     started: float
     finished: float | None = None
@@ -255,6 +257,8 @@ class _ConsoleLogHandler(logging.Handler):
 
 @dataclass(frozen=True)
 class SummaryRow:
+    """One line of the run summary: a step, its result, its duration and a note."""
+
     step: str
     result: str
     duration: float | None

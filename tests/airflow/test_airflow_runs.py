@@ -246,7 +246,8 @@ def test_failure_stale_dag_and_cache_with_call_counts(
     for ok in ("af/root@v1", f"{WEIRD_NAME}@v1", "af/bad@v1", "af/after-bad@v1"):
         assert states[ids[ok]] == "success", (ok, states)
     out = second.stdout + second.stderr
-    assert "the DAG file is stale (step af/tuned@v1)" in out
+    assert "error: the DAG file is stale: field fingerprint is" in out
+    assert "(step af/tuned@v1): re-run" in out
     assert f"re-run `{result.command}`" in out
     run2 = read_calls(str(calls))
     assert sorted(_events(run2, "start")) == ["after-bad", "bad"], "a cached or stale fn ran"

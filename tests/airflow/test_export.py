@@ -423,7 +423,7 @@ def test_runtime_builds_then_caches_then_refuses_stale_fingerprint(
     with pytest.raises(runtime.StaleDagError) as err:
         runtime.run_step(prefix=str(tmp_path / "p"), **{**kwargs, "fingerprint": "0" * 64})
     message = str(err.value)
-    assert "DAG file is stale (step af/root@v1)" in message
+    assert "DAG file is stale: " in message and "(step af/root@v1): re-run" in message
     assert "fingerprint" in message and result.command in message
     assert str(tmp_path) in message  # where to run it
 
@@ -597,7 +597,7 @@ def test_run_step_lowers_only_the_steps_ancestors(
     assert made == ["wide/leaf-8@v1"]
 
     # A stale DAG file is still caught per step, with the step and the fix named.
-    with pytest.raises(runtime.StaleDagError, match=r"stale \(step wide/leaf-9@v1\).*re-run"):
+    with pytest.raises(runtime.StaleDagError, match=r"stale: .*\(step wide/leaf-9@v1\): re-run"):
         runtime.run_step(
             target=target_reference(WIDE, dags),
             step="wide/leaf-9@v1",

@@ -18,8 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from marin import catalog
-from marin.execution import lease as lease_module
-from marin.execution import records
+from marin.execution import atomic_file, records
 from marin.execution.build import build_step
 from marin.execution.code_digest import code_digest
 from marin.execution.errors import (
@@ -32,6 +31,7 @@ from marin.execution.errors import (
 from marin.execution.inspect import plan_run
 from marin.execution.lazy import OUT, apply, resolve
 from marin.execution.lease import TTL_ENV, Lease, LeaseInfo, ttl_from_env
+from marin.execution.lease import holder as lease_holder
 from marin.execution.output_digest import OutputDigest
 from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
@@ -101,11 +101,18 @@ class DiskFull:
         return f
 
 
+def _full_disk(monkeypatch: pytest.MonkeyPatch) -> DiskFull:
+    """A ``DiskFull`` in the path of every atomic metadata write (the temporary file's open)."""
+    real = atomic_file._create
+    disk = DiskFull(lambda path, mode: real(path, True))
+    monkeypatch.setattr(atomic_file, "_create", lambda tmp, make_parents: disk(tmp, "xb"))
+    return disk
+
+
 def test_disk_full_during_the_record_write_leaves_no_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    disk = DiskFull(records.open_local)
-    monkeypatch.setattr(records, "open_local", disk)
+    disk = _full_disk(monkeypatch)
     prefix = str(tmp_path / "prefix")
     step = apply("big", write_value, version="v0", value="x" * 1000, out_path=OUT)
     with pytest.raises(MarinError):
@@ -128,9 +135,8 @@ def test_a_leftover_that_fills_the_disk_is_cleared_before_the_first_write(
     folder.mkdir(parents=True)
     (folder / f"record.json{records.TMP_MARK}0123abcd").write_bytes(b"{" * 4096)
     (folder / "status.json").write_text(json.dumps({"state": "RUNNING"}))  # the crashed attempt
-    disk = DiskFull(records.open_local)
+    disk = _full_disk(monkeypatch)
     disk.fail_record, disk.full_while_leftover = False, True
-    monkeypatch.setattr(records, "open_local", disk)
     artifact = resolve(step, prefix=prefix)
     assert artifact.record is not None and artifact.record.result == "x"
     assert disk.injected == 0, "a status write ran while the leftover still filled the disk"
@@ -352,15 +358,15 @@ def _changed(base: dict[str, Any], changes: dict[str, Any]) -> bytes:
     doc = json.loads(json.dumps(base))
     for key, value in changes.items():
         if isinstance(value, str):
-            value = value.replace(_MACHINE_MARK, lease_module._MACHINE or "none")
-        if key.startswith(_NESTED):
-            outer, inner = key.split(".", 1)
-            if isinstance(doc.get(outer), dict):  # else a draw replaced it whole
-                doc[outer][inner] = value
-        elif key.startswith("code.part."):  # a field of the code digest's first part
+            value = value.replace(_MACHINE_MARK, lease_holder._MACHINE or "none")
+        if key.startswith("code.part."):  # a field of the code digest's first part
             parts = doc.get("code", {}).get("parts") if isinstance(doc.get("code"), dict) else None
             if isinstance(parts, list) and parts and isinstance(parts[0], dict):
                 parts[0][key.rsplit(".", 1)[1]] = value
+        elif key.startswith(_NESTED):
+            outer, inner = key.split(".", 1)
+            if isinstance(doc.get(outer), dict):  # else a draw replaced it whole
+                doc[outer][inner] = value
         else:
             doc[key] = value
     return json.dumps(doc).encode()

@@ -92,7 +92,7 @@ from marin.execution.records import (
 from marin.execution.step_logs import LazyLogFile, capture_step_output
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location, durable, with_retries
-from marin.execution.vocabulary import Action, BuildOutcomeKind
+from marin.execution.vocabulary import Action, BuildOutcomeKind, Leftover
 
 log = logging.getLogger("marin")
 
@@ -103,6 +103,11 @@ LEASE_WAIT_LOG_EVERY_S = 30.0
 
 @dataclass(frozen=True)
 class BuildOutcome:
+    """What ``build_step`` did with a step: built it here, served it (cached), or found it built
+    by another runner; with the committed record and where the artifact lives.
+
+    Invariant: ``record`` is always a committed record of ``spec`` (a failure raises instead)."""
+
     spec: StepSpec
     action: BuildOutcomeKind
     record: ArtifactRecord
@@ -446,8 +451,8 @@ def _output_left_by_marin(location: Location, spec: StepSpec) -> bool:
     )
 
 
-def _earlier_attempt(present: set[str], lease: Lease, output_seen: bool) -> str | None:
-    """What an earlier attempt left at the output path: ``"build"``, ``"debris"`` or None.
+def _earlier_attempt(present: set[str], lease: Lease, output_seen: bool) -> Leftover | None:
+    """What an earlier attempt left at the output path: a build, debris, or nothing (None).
 
     Asked by the lease holder, from the metadata files ``present`` beside the output. A record
     means an earlier build; a status file (a FAILED attempt, or one of an older version), a
@@ -455,9 +460,9 @@ def _earlier_attempt(present: set[str], lease: Lease, output_seen: bool) -> str 
     before the lease means debris may be there. With none of these, nothing is cleared.
     """
     if "record.json" in present:
-        return "build"
+        return Leftover.BUILD
     if "status.json" in present or lease.took_over or output_seen:
-        return "debris"
+        return Leftover.DEBRIS
     return None
 
 
@@ -584,7 +589,7 @@ def _build_holding(
     upstream: Sequence[Upstream],
     reason: str,
     abandon: threading.Event | None,
-    earlier: str | None,
+    earlier: Leftover | None,
     previous: ArtifactRecord | None = None,
 ) -> BuildOutcome:
     started_at, t0 = now_iso(), time.perf_counter()
@@ -600,7 +605,7 @@ def _build_holding(
         if earlier is not None:
             clear_status(location, spec.output_path)  # the held lease says RUNNING now
             delete_record(location, spec.output_path)
-            _clear_output(location, spec, built=earlier == "build")
+            _clear_output(location, spec, built=earlier == Leftover.BUILD)
         # No folder to make: the lease's folder sits beside the output, so its parent exists.
         ctx = run_context(spec, location, region)
         build_id = uuid.uuid4().hex  # known from the start: the OpenLineage run id

@@ -122,6 +122,11 @@ class Upstream:
 
 @dataclass(frozen=True)
 class Decision:
+    """``decide()``'s verdict for one step: the action (build, skip or prune), what storage
+    holds (status), and why, with the record it read and any drift or staleness it found.
+
+    Invariant: ``action == SKIP`` only with a ``record`` (only a record is ever served)."""
+
     spec: StepSpec
     action: Action
     status: StoredStatus

@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, cast, overload
 
 from marin.execution.artifact import Artifact
 from marin.execution.canonical import register_fingerprint, to_canonical
@@ -463,7 +463,7 @@ class _ApplyCall:
         return self.fn
 
     def config(self, ctx: StepContext) -> dict[str, Any]:
-        return _materialise(dict(self.inputs), ctx)
+        return cast(dict[str, Any], _materialise(dict(self.inputs), ctx))
 
     def __call__(self, config: Mapping[str, Any]) -> Any:
         return self.fn(**config)
@@ -826,11 +826,34 @@ def _flatten(handles: Iterable[Any]) -> tuple[list[Any], bool]:
     return items, len(items) != 1
 
 
+@overload
+def lower(
+    handle: ArtifactStep | StepSpec, /, *, memo: dict[Any, Any] | None = None
+) -> StepSpec: ...
+
+
+@overload
+def lower(
+    handles: Sequence[ArtifactStep | StepSpec], /, *, memo: dict[Any, Any] | None = None
+) -> list[StepSpec]: ...
+
+
+@overload
+def lower(
+    first: ArtifactStep | StepSpec,
+    second: ArtifactStep | StepSpec,
+    /,
+    *more: ArtifactStep | StepSpec,
+    memo: dict[Any, Any] | None = None,
+) -> list[StepSpec]: ...
+
+
 def lower(
     *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
     memo: dict[Any, Any] | None = None,
-) -> Any:
-    """Lower handles to specs: one handle gives one ``StepSpec``, several give a list."""
+) -> StepSpec | list[StepSpec]:
+    """Lower handles to specs: one handle gives one ``StepSpec``; a list of handles, or several
+    handles, give a list."""
     items, many = _flatten(handles)
     # check: refuse a bad graph here (e.g. one output inside another), not at run time
     specs = _lower_all(items, memo, check=True)

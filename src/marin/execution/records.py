@@ -15,19 +15,18 @@ import math
 import os
 import re
 import threading
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from marin.execution import faults
+from marin.execution.atomic_file import TMP_MARK, write_file_atomically
 from marin.execution.code_digest import CodeDigest
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.output_digest import OutputDigest, is_output_digest
 from marin.execution.storage import (
     Location,
     durable,
-    open_local,
     symlink_refused,
 )
 from marin.execution.vocabulary import AttemptState
@@ -60,6 +59,9 @@ def log_path(output_path: str) -> str:
 
 @dataclass(frozen=True)
 class ArtifactRecord:
+    """The commit point of one build: written last, atomically, beside the output; its presence
+    is the SUCCESS status. Stored JSON is untrusted: ``from_json`` checks every field."""
+
     name: str
     version: str
     fingerprint: str
@@ -164,6 +166,15 @@ class ArtifactRecord:
         fields["replaced"] = _digest_map(fields.get("replaced"), limit=1)
         return cls(**fields)
 
+    def _pinned_at(self, output_path: str) -> bool:
+        """A pinned step's record sits at its pin, not at ``name/version``: its payload says so.
+        (Parsed only on this rare path; ``from_json`` checked it is a bounded JSON object.)"""
+        try:
+            payload = json.loads(self.fingerprint_payload)
+        except ValueError:
+            return False
+        return isinstance(payload, dict) and payload.get("pin") == output_path
+
     def owner_mismatch(self, output_path: str) -> str | None:
         """Why this record is not the record of the step at ``output_path`` (``name/version``,
         relative to the prefix), or None when it is.
@@ -176,7 +187,9 @@ class ArtifactRecord:
         not knowing the prefix) only the version and the output path's tail are compared.
         """
         name, _, version = output_path.rpartition("/")
-        if self.version != version or (name and self.name != name):
+        if (self.version != version or (name and self.name != name)) and not self._pinned_at(
+            output_path
+        ):
             return f"record belongs to {self.step_id}"
         if not (self.output_path == output_path or self.output_path.endswith("/" + output_path)):
             return f"record was written for the output {self.output_path}"
@@ -327,9 +340,6 @@ def _first_sighting(path: str, raw: bytes) -> bool:
         return True
 
 
-TMP_MARK = ".tmp-"
-
-
 def write_atomic(
     location: Location, path: str, data: bytes, *, crash_step: str = "", durable: bool = False
 ) -> None:
@@ -347,23 +357,15 @@ def write_atomic(
         faults.crash_now()
     if location.is_local:
         location.check_no_links(os.path.dirname(path))  # a rename never follows the file itself
-        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
-        try:
-            with open_local(tmp, "wb") as f:
-                if crash_step and faults.should_crash("record-write", crash_step):
-                    f.write(data[: len(data) // 2])
-                    f.flush()
-                    faults.crash_now()
-                f.write(data)
-                if durable:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            # ENOSPC, EIO, an interrupt: never leave a (possibly huge) temporary file behind.
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+
+        def torn_write(f: IO[bytes]) -> None:
+            if crash_step and faults.should_crash("record-write", crash_step):
+                f.write(data[: len(data) // 2])
+                f.flush()
+                faults.crash_now()
+
+        # ENOSPC, EIO, an interrupt: the helper never leaves a (possibly huge) temporary file.
+        write_file_atomically(path, data, fsync=durable, make_parents=True, on_open=torn_write)
     else:
         if crash_step and faults.should_crash("record-write", crash_step):
             faults.crash_now()  # a single PUT is all or nothing: the crash leaves no record

@@ -42,6 +42,12 @@ class Outcome:
 
 
 class Scheduler:
+    """The one scheduler: dependency counting and ready order over output paths, with fail-fast
+    or keep-going. Pure mechanism (no threads, no I/O): the run loop decides how a step runs.
+
+    Protocol: ``prepare()``, then ``get_ready(n)`` / ``done(p)`` / ``failed(p)`` while
+    ``is_active()``, then ``finish()`` for what was blocked or never started."""
+
     def __init__(
         self,
         deps: Mapping[str, Iterable[str]],

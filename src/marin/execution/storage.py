@@ -303,7 +303,8 @@ class Location:
         """A metadata file's bytes; ``FileNotFoundError`` when it is absent. On local disk
         never through a link (the file itself is opened with ``O_NOFOLLOW``)."""
         if not self.is_local:
-            return with_retries(lambda: self.fs.cat_file(path), f"read {path}")
+            data: bytes = with_retries(lambda: self.fs.cat_file(path), f"read {path}")
+            return data
         self._check_parent(path)
         return read_no_follow(path)
 

@@ -61,3 +61,12 @@ class RunResult(StrEnum):
     FAILED = "failed"
     BLOCKED = "blocked"
     BUILT_BY_OTHER = "built-by-other"
+
+
+class Leftover(StrEnum):
+    """What an earlier attempt left at a step's output path, as the lease holder finds it."""
+
+    BUILD = "build"
+    """A committed build (a record): a rebuild replaces it."""
+    DEBRIS = "debris"
+    """An attempt that died or failed: what it wrote is cleared."""

@@ -1,0 +1,98 @@
+"""The ``LeaseStore`` interface every backend implements, and the generic store: the weaker
+check-then-write fallback for a file system with no conditional create."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Protocol
+
+from marin.execution.records import write_atomic
+from marin.execution.storage import Location, with_retries
+
+
+class LeaseStore(Protocol):
+    """The operations a lease needs from a backend. ``version`` is opaque to callers."""
+
+    kind: str
+    atomic: bool
+    """False for the check-then-write fallback."""
+    torn_create: bool
+    """True if a competitor may read a lease ``create`` has made but not yet filled."""
+    lock_excludes_writers: bool
+    """True if every write of the lease (a takeover, a renewal, a delete) happens under
+    :meth:`lock`: then, under it, a token check proves ownership and the commit needs no
+    compare-and-swap renewal first."""
+
+    def create(self, path: str, data: bytes) -> bool:
+        """Write ``data`` at ``path`` if nothing is there; False if something is."""
+        ...
+
+    def read(self, path: str) -> tuple[bytes, Any] | None:
+        """The content and its version, or None."""
+        ...
+
+    def replace(self, path: str, data: bytes, version: Any) -> bool:
+        """Overwrite only if the content is still at ``version``."""
+        ...
+
+    def delete(self, path: str, version: Any) -> bool:
+        """Delete only if the content is still at ``version``."""
+        ...
+
+    def lock(self, path: str) -> contextlib.AbstractContextManager[None]:
+        """Make a read-compare-write sequence exclusive (a no-op where CAS does that)."""
+        ...
+
+
+class _CompareStore:
+    """Stores whose replace/delete compare content under :meth:`lock` (the version is the bytes)."""
+
+    kind = "generic"
+    atomic = False
+    torn_create = True
+    """A competitor may read a lease this store is still creating (empty or half written)."""
+    lock_excludes_writers = False
+
+    def __init__(self, location: Location) -> None:
+        self.location = location
+        self.fs = location.fs
+
+    def read(self, path: str) -> tuple[bytes, Any] | None:
+        try:
+            raw = with_retries(lambda: self.fs.cat_file(path), f"read {path}")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return raw, raw
+
+    def _current(self, path: str) -> bytes | None:
+        found = self.read(path)
+        return None if found is None else found[0]
+
+    def replace(self, path: str, data: bytes, version: Any) -> bool:
+        if self._current(path) != version:
+            return False
+        write_atomic(self.location, path, data)
+        return True
+
+    def delete(self, path: str, version: Any) -> bool:
+        if self._current(path) != version:
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            with_retries(lambda: self.fs.rm_file(path), f"delete {path}")
+        return True
+
+    def lock(self, path: str) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def create(self, path: str, data: bytes) -> bool:
+        try:
+            with_retries(lambda: self.fs.pipe_file(path, data, mode="create"), f"create {path}")
+        except FileExistsError:
+            return self._current(path) == data  # ours, if a retried first attempt landed
+        except (TypeError, NotImplementedError, ValueError):
+            # No conditional create: the documented, weaker fallback (check, then write).
+            if self._current(path) is not None:
+                return False
+            with_retries(lambda: self.fs.pipe_file(path, data), f"create {path}")
+        # A backend that ignores mode="create" overwrites silently: trust only what reads back.
+        return self._current(path) == data
