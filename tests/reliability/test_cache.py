@@ -155,6 +155,11 @@ def test_code_drift_under_error_stops_the_run_before_anything_runs(
     with pytest.raises(CodeDriftError, match=r"code changed since the step was built: code: tokenize changed"):
         run_steps(edited, store_prefix, on_code_drift="error")
     assert edited.CALLS == []
+    # Every step whose code changed is named in the one error (the plan finds them all).
+    both_drift = HELPERS.replace("w.lower()", "w.upper()")
+    both = load(project, helpers=both_drift, pipeline=PIPELINE.replace("count = len(", "count = 1 + len("))
+    with pytest.raises(CodeDriftError, match=r"2 steps' code changed since they were built \[ngram/dataset@v1: .*; ngram/model@v1: .*code: train changed"):
+        run_steps(both, store_prefix, on_code_drift="error")
     # Config drift keeps its own policy: --on-drift error does not stop on code drift.
     ran, _ = run_steps(edited, store_prefix, on_drift="error")
     assert ran == []

@@ -23,6 +23,13 @@ failed step. Not needed, such a step is pruned.
 
 Under ``on_drift="error"`` a drifted step raises ``DriftError``, wherever it sits in the graph.
 
+Two advisory inputs come from the records (issue 25, docs/caching.md): **code drift** (the
+step's code digest differs from its record's; ``on_code_drift`` says warn, rebuild or error,
+a ``CodeDriftError``), and **early cutoff**: an upstream rebuilt since a record, whose output
+digest is the one the record consumed, does not make it stale. An upstream rebuilt in this run
+that has not committed yet makes a step a build ``unless_unchanged``: the runner decides it
+again, with this function, once that upstream has committed.
+
 Whether a step is "needed" and whether an upstream "is rebuilt" depend on the decisions of the
 steps around it, so ``plan_graph`` finds the least fixed point: it re-decides a step whenever a
 neighbour's decision changes until nothing changes. The rule stays in ``decide``; the solver
@@ -250,7 +257,8 @@ def decide(
     is built in this run reads it. ``needed`` matters only when there is no record, and
     ``upstream`` only when there is one (``plan_graph`` re-decides a step on that basis).
     Raises ``DriftError`` for a drifted record under ``on_drift="error"`` (unless the step is
-    forced or mutable, which rebuild anyway).
+    forced or mutable, which rebuild anyway), and ``CodeDriftError`` for a record whose code
+    changed under ``on_code_drift="error"``.
     """
     status, why, drift = _own_status(spec, stored)
     record = stored.record
@@ -498,6 +506,11 @@ def _all_drift(errors: list[DriftError]) -> DriftError:
     if len(errors) == 1:
         return errors[0]
     lines = [f"{e.step}: {e.what}" for e in errors]
+    if all(isinstance(e, CodeDriftError) for e in errors):
+        return CodeDriftError(
+            f"{len(errors)} steps' code changed since they were built [" + "; ".join(lines) + "]",
+            errors[0].fix,
+        )
     return DriftError(
         f"{len(errors)} steps changed without a version bump [" + "; ".join(lines) + "]",
         errors[0].fix,
