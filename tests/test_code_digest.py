@@ -538,14 +538,29 @@ def _relayout(source: str, comments: list[int], blank: list[int]) -> str:
     return "\n".join(out) + "\n"
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
+_layouts = given(
     comments=st.lists(st.integers(0, 12), max_size=6),
     blank=st.lists(st.integers(1, 12), max_size=4),
 )
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@_layouts
 def test_relayout_and_comments_never_change_the_digest(
     tmp_path: Path, comments: list[int], blank: list[int]
 ) -> None:
+    _check_layout(tmp_path, comments, blank)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@_layouts
+def test_relayout_and_comments_never_change_the_digest_random_run(
+    tmp_path: Path, comments: list[int], blank: list[int]
+) -> None:
+    _check_layout(tmp_path, comments, blank)
+
+
+def _check_layout(tmp_path: Path, comments: list[int], blank: list[int]) -> None:
     path = tmp_path / f"p_{uuid.uuid4().hex[:8]}.py"
     path.write_text(BODY)
     original = code_digest(import_file(path.stem, path).step)
