@@ -470,7 +470,21 @@ def commit(n_local: int, n_memory: int, reps: int) -> dict[str, Any]:
     return commit_cost.worker(n_local, n_memory, reps)
 
 
+def code_digest(n: int, lookups: int, reps: int) -> dict[str, Any]:
+    import cache_cost
+
+    return cache_cost.code_digest_worker(n, lookups, reps)
+
+
+def output_digest(total_mib: int, file_mib: int, small_files: int, reps: int) -> dict[str, Any]:
+    import cache_cost
+
+    return cache_cost.output_digest_worker(total_mib, file_mib, small_files, reps)
+
+
 WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
+    "code_digest": code_digest,
+    "output_digest": output_digest,
     "commit": commit,
     "calls": calls,
     "cached": cached,

@@ -177,6 +177,13 @@ dag = DAG(
             description="A built step whose config changed without a version bump: serve it "
             "with a warning, rebuild it, or fail the run before anything runs.",
         ),
+        "on_code_drift": Param(
+            "warn",
+            enum=["warn", "rebuild", "error"],
+            description="A built step whose code changed since it was built (advisory, "
+            "docs/caching.md): serve it with a warning, rebuild it in place, or fail the run "
+            "before anything runs.",
+        ),
         "force": Param(
             [],
             type="array",

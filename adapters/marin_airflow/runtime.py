@@ -299,7 +299,8 @@ def run_policy(
     steps: Mapping[str, Any],
     planned_force: Any = None,
 ) -> Any:
-    """The run's ``on_drift``, ``force`` and ``cascade`` params -> a core ``Policy``.
+    """The run's ``on_drift``, ``on_code_drift``, ``force`` and ``cascade`` params -> a core
+    ``Policy``.
 
     Params are set by whoever triggers the run: untrusted data, validated here (Airflow's own
     param schema checks them at trigger time too). A bad value fails the task with a clear error.
@@ -321,7 +322,11 @@ def run_policy(
                 "clear the run and trigger it again",
             )
         return Policy(
-            options.on_drift, frozenset(planned_force), options.cascade, options.force_run_failed
+            options.on_drift,
+            frozenset(planned_force),
+            options.cascade,
+            options.force_run_failed,
+            options.on_code_drift,
         )
     return options.policy(list(steps.values()))
 
@@ -427,6 +432,7 @@ def plan_steps(
         "build": [d.spec.step_id for d in plan.decisions.values() if d.action == Action.BUILD],
         "prune": [d.spec.step_id for d in plan.decisions.values() if d.action == Action.PRUNE],
         "on_drift": policy.on_drift,
+        "on_code_drift": policy.on_code_drift,
         "force": sorted(policy.force),
         "cascade": policy.cascade,
     }
@@ -452,9 +458,12 @@ def _upstream(context: Any | None, spec: Any, location: Any) -> list[Any]:
             and _from_xcom(context, task_id, "action") == BuildOutcomeKind.BUILT
         ):
             built_here.add(str(_from_xcom(context, task_id, "step")))
+    # Read after its task ended, a dependency built in this run is committed: its record is the
+    # new build, which a dependent compares with what it consumed (early cutoff).
     return [
-        Upstream(u.step_id, u.record, rebuilt=u.step_id in built_here)
+        Upstream(u.step_id, u.record, rebuilt=built, committed=built)
         for u in read_upstream(spec, location)
+        for built in [u.step_id in built_here]
     ]
 
 

@@ -41,7 +41,12 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from marin.execution.decide import Plan, Policy
 from marin.execution.executors import Completion, CompletionKind, OnDone, StepJob
-from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, RunOptions
+from marin.execution.options import (
+    DEFAULT_MAX_CONCURRENT,
+    DEFAULT_ON_CODE_DRIFT,
+    DEFAULT_ON_DRIFT,
+    RunOptions,
+)
 from marin.execution.vocabulary import BuildOutcomeKind
 from marin_prefect.names import safe_prefect_name
 
@@ -106,6 +111,7 @@ def to_prefect_flow(
     force: Sequence[str] = (),
     cascade: bool = True,
     resource_limits: bool = False,
+    on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
 ) -> Flow[[], dict[str, str]]:
     """Compile a pipeline into a Prefect flow; calling the flow runs the pipeline.
 
@@ -123,9 +129,9 @@ def to_prefect_flow(
     ``resources`` ask for (docs/resources.md; ``marin export prefect --create-limits`` makes
     them). Off by default, so a flow runs where no limits were created.
 
-    ``on_drift``, ``force`` (step names or ``name@version`` ids) and ``cascade`` mean what they
-    mean for ``marin run``: the flow plans with the same decision function, so ``marin plan``
-    with the same options predicts it exactly.
+    ``on_drift``, ``force`` (step names or ``name@version`` ids), ``cascade`` and
+    ``on_code_drift`` mean what they mean for ``marin run``: the flow plans with the same
+    decision function, so ``marin plan`` with the same options predicts it exactly.
     """
     from marin.execution.graph import collect_steps
 
@@ -135,6 +141,7 @@ def to_prefect_flow(
         cascade=cascade,
         max_concurrent=max_concurrent,
         keep_going=keep_going,
+        on_code_drift=on_code_drift,
     )
     if concurrency_limit is not None and not concurrency_limit.strip():
         raise ValueError("error: concurrency_limit is empty: pass a global concurrency limit name")

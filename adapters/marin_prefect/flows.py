@@ -27,7 +27,12 @@ from typing import Any
 
 from prefect import flow
 
-from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, RunOptions
+from marin.execution.options import (
+    DEFAULT_MAX_CONCURRENT,
+    DEFAULT_ON_CODE_DRIFT,
+    DEFAULT_ON_DRIFT,
+    RunOptions,
+)
 from marin_prefect.compile import to_prefect_flow
 
 ALLOWED_TARGETS_ENV = "MARIN_PREFECT_ALLOWED_TARGETS"
@@ -115,13 +120,14 @@ def marin_pipeline(
     force: list[str] | None = None,
     cascade: bool = True,
     resource_limits: bool = False,
+    on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
 ) -> dict[str, str]:
     """Run the Marin pipeline ``target`` ("path/to/file.py:attr" or "pkg.module:attr").
 
     Artifacts go under ``prefix``, else ``$MARIN_PREFIX`` on the worker, else the local default.
     Returns ``{name@version: artifact path}`` for every step. ``on_drift``, ``force`` (step
-    names or ``name@version`` ids to rebuild) and ``cascade`` mean what they mean for
-    ``marin run``. ``resource_limits``: steps hold slots of the ``marin-<kind>`` global
+    names or ``name@version`` ids to rebuild), ``cascade`` and ``on_code_drift`` mean what they
+    mean for ``marin run``. ``resource_limits``: steps hold slots of the ``marin-<kind>`` global
     concurrency limits while they build (a deployment made with ``--create-limits`` sets it).
     """
     from marin.execution.prefix_policy import check_prefix
@@ -137,6 +143,7 @@ def marin_pipeline(
             "cascade": cascade,
             "max_concurrent": max_concurrent,
             "keep_going": keep_going,
+            "on_code_drift": on_code_drift,
         }
     )
     pipeline = to_prefect_flow(
@@ -149,5 +156,6 @@ def marin_pipeline(
         force=options.force,
         cascade=options.cascade,
         resource_limits=resource_limits,
+        on_code_drift=options.on_code_drift,
     )
     return pipeline()

@@ -24,7 +24,12 @@ from marin.execution.errors import (
     StepFailedError,
     format_error,
 )
-from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, DRIFT_POLICIES
+from marin.execution.options import (
+    DEFAULT_MAX_CONCURRENT,
+    DEFAULT_ON_CODE_DRIFT,
+    DEFAULT_ON_DRIFT,
+    DRIFT_POLICIES,
+)
 from marin.execution.vocabulary import BuildOutcomeKind
 from marin.terminal_text import safe_json, safe_text
 
@@ -103,6 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_concurrent=args.max_concurrent,
         prefix=args.prefix,
         on_drift=args.on_drift,
+        on_code_drift=getattr(args, "on_code_drift", DEFAULT_ON_CODE_DRIFT),
         cascade=getattr(args, "cascade", True),
         listener=observer,
         resources=getattr(args, "resources", None),
@@ -145,7 +151,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     by_other = sum(
         1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.BUILT_BY_OTHER
     )
-    skipped = len(report.skipped) + len(report.pruned)
+    cut_off = sum(1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.CACHED)
+    skipped = len(report.skipped) + len(report.pruned) + cut_off
     verb = "would build" if args.dry_run else "built"
     count = len(report.to_build) if args.dry_run else built
     where = safe_text(report.location.url)
@@ -170,6 +177,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     runner = StepRunner(
         prefix=args.prefix,
         on_drift=getattr(args, "on_drift", DEFAULT_ON_DRIFT),
+        on_code_drift=getattr(args, "on_code_drift", DEFAULT_ON_CODE_DRIFT),
         cascade=getattr(args, "cascade", True),
     )
     specs = _lowered(args.target, args)
@@ -249,7 +257,12 @@ def cmd_why(args: argparse.Namespace) -> int:
     from marin.execution.step_runner import StepRunner
     from marin.why import explain_step, find_step
 
-    runner = StepRunner(prefix=args.prefix, on_drift=args.on_drift, cascade=args.cascade)
+    runner = StepRunner(
+        prefix=args.prefix,
+        on_drift=args.on_drift,
+        on_code_drift=args.on_code_drift,
+        cascade=args.cascade,
+    )
     specs = _lowered(args.target, args)
     spec = find_step(collect_steps(specs), args.step)
     _reachable(args.prefix)
@@ -375,6 +388,12 @@ DRIFT_HELP = (
     "a built step whose config changed without a version bump: serve it with a warning "
     "(warn, the default), rebuild it (rebuild), or stop with an error (error)"
 )
+CODE_DRIFT_HELP = (
+    "a built step whose code (its function, or a same-project function or class it calls) "
+    "changed since it was built: serve it with a warning (warn, the default), rebuild it in "
+    "place (rebuild), or stop with an error (error); separate from --on-drift, because code "
+    "drift is advisory (docs/caching.md)"
+)
 FORCE_HELP = (
     "rebuild this step even if it is built (name or name@version); repeat the flag or give a "
     "comma list: --force a --force b,c"
@@ -460,6 +479,12 @@ def _add_force_and_drift(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--on-drift", choices=DRIFT_CHOICES, default=DEFAULT_ON_DRIFT, help=DRIFT_HELP
+    )
+    parser.add_argument(
+        "--on-code-drift",
+        choices=DRIFT_CHOICES,
+        default=DEFAULT_ON_CODE_DRIFT,
+        help=CODE_DRIFT_HELP,
     )
     parser.add_argument("--no-cascade", dest="cascade", action="store_false", help=CASCADE_HELP)
 

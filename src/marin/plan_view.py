@@ -97,6 +97,7 @@ def plan_json(plan: Plan, location: Location) -> dict[str, Any]:
             "on_drift": plan.policy.on_drift,
             "force": sorted(plan.policy.force),
             "cascade": plan.policy.cascade,
+            "on_code_drift": plan.policy.on_code_drift,
         },
         "summary": {
             "total": len(decisions),
@@ -121,6 +122,12 @@ def _step_json(d: Decision, location: Location) -> dict[str, Any]:
         "reason": d.reason,
         "drift": list(d.drift),
         "stale": list(d.stale),
+        # Issue 25 (docs/caching.md): what changed in the step's code since its record; the
+        # upstream steps whose rebuild makes it build unless their output is unchanged; the
+        # upstream steps rebuilt since its record with the output it consumed.
+        "code_drift": list(d.code_drift),
+        "unless_unchanged": list(d.unless_unchanged),
+        "unchanged": list(d.unchanged),
         "lineage": d.lineage,
         "stored_fingerprint": d.record.fingerprint if d.record is not None else None,
         "build_id": (d.record.build_id or None) if d.record is not None else None,
@@ -174,6 +181,8 @@ def plan_table(
         reason = safe_text(state.reason)
         if state.drift:
             reason += "".join(f"\n  {safe_text(line)}" for line in state.drift)
+        if state.code_drift:
+            reason += "".join(f"\n  {safe_text(line)}" for line in state.code_drift)
         placement = describe_placement(state.spec)
         shown = shown_status(state)
         cells = [

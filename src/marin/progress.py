@@ -422,8 +422,8 @@ def render_summary(
 
 def served_with_warning_lines(report: RunReport | None) -> list[str]:
     """The warnings a run printed while it scrolled, once more where the run ends: steps served
-    although their config drifted (``on_drift=warn``) or their upstream was rebuilt (no
-    cascade)."""
+    although their config drifted (``on_drift=warn``), their upstream was rebuilt (no
+    cascade) or their code changed (``on_code_drift=warn``)."""
     if report is None or report.plan is None:
         return []
     served = [d for d in report.plan.decisions.values() if d.served_with_warning]
@@ -442,6 +442,14 @@ def served_with_warning_lines(report: RunReport | None) -> list[str]:
         lines.append(
             f"warning: {len(stale)} step(s) served although an upstream was rebuilt after them "
             f"(first: {first}; --no-cascade); run without --no-cascade to rebuild them"
+        )
+    code = [d for d in served if d.code_drift]
+    if code:
+        first = safe_text(code[0].spec.step_id)
+        lines.append(
+            f"warning: {len(code)} step(s) served although their code changed since they were "
+            f"built (first: {first}); `marin plan` names what changed, --on-code-drift rebuild "
+            "rebuilds them in place"
         )
     return lines
 

@@ -92,6 +92,7 @@ def test_dagbag_parses_committed_and_exported_dags(tmp_path: Path, sandbox: Any)
     assert example["params"] == {
         "prefix": None,
         "on_drift": "warn",
+        "on_code_drift": "warn",
         "force": [],
         "cascade": True,
         "keep_going": False,

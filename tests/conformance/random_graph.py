@@ -10,12 +10,18 @@ The description::
 Steps are listed dependencies first. ``value`` is a config field: building a step with one value
 and planning it with another, at the same version, is drift. Each step appends ``start`` and
 ``end`` to the call log of ``tests.conformance.scenarios`` (the side channel the tests count).
+
+A step's output is ``<name>=<value>`` and a nonce, so every build's bytes differ (no early
+cutoff), unless the description's ``"outputs"`` maps the step to a fixed suffix: then two builds
+with one suffix write the same bytes (the "rebuilt, same output" state), and suffixes ``a`` and
+``b`` differ in one byte. It is not config, so it moves no fingerprint.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import uuid
 from typing import Any
 
 import fsspec
@@ -35,8 +41,10 @@ def graph_step(step: str, inputs: list[str], value: int, out_path: str) -> dict[
         fs, p = fsspec.core.url_to_fs(path)
         if not fs.exists(p):
             raise AssertionError(f"{step} started before its input {path} existed")
+    outputs = json.loads(os.environ.get(GRAPH_ENV, "{}")).get("outputs") or {}
+    suffix = outputs.get(step, uuid.uuid4().hex)
     with fsspec.open(out_path, "w", auto_mkdir=True) as f:
-        f.write(f"{step}={value}")
+        f.write(f"{step}={value}:{suffix}")
     record_call(step, "end")
     return {"step": step, "value": value}
 

@@ -127,6 +127,40 @@ def test_record_from_an_older_upstream_build_is_rebuilt(any_runner: Any, tmp_pat
     assert b.action == BUILD and "upstream graph/a@v1 was rebuilt after this step" in b.reason
 
 
+def test_rebuilt_with_the_same_output_serves_its_readers(any_runner: Any, tmp_path: Any) -> None:
+    """Early cutoff (issue 25): the forced step's new bytes equal the old ones, so what read it
+    is served, and says why; the plan said it would be rebuilt unless that happened."""
+    same = {"a": "x", "b": "y", "c": "z"}
+    case = Case(CHAIN, ["c"], built(CHAIN), force=["a"], setup_outputs=same, run_outputs=same)
+    outcome = run_case(any_runner, case, str(tmp_path))
+    assert outcome.ran == ["a"]
+    planned = action(outcome, "b")
+    assert planned.action == BUILD and planned.unless_unchanged == ("graph/a@v1",)
+    assert planned.reason == (
+        "stale: upstream graph/a@v1 is rebuilt in this run "
+        "(rebuilt unless the upstream output is unchanged)"
+    )
+    report = getattr(any_runner, "last_report", None)
+    if report is not None:  # the local runner's `marin run --json` report
+        b = next(s for s in report.to_json()["steps"] if s["step"] == "graph/b@v1")
+        assert b["action"] == "skipped"
+        assert b["reason"].endswith("upstream graph/a@v1 rebuilt, output unchanged")
+
+
+def test_rebuilt_with_one_byte_different_cascades(any_runner: Any, tmp_path: Any) -> None:
+    case = Case(
+        CHAIN,
+        ["c"],
+        built(CHAIN),
+        force=["a"],
+        setup_outputs={"a": "a", "b": "y", "c": "z"},
+        run_outputs={"a": "b", "b": "y", "c": "z"},
+    )
+    outcome = run_case(any_runner, case, str(tmp_path))
+    assert outcome.ran == ["a", "b"]  # b's own bytes are the same again: c is cut off
+    assert action(outcome, "c").unless_unchanged == ("graph/b@v1",)
+
+
 def test_record_without_lineage_loads_as_unknown_not_stale(any_runner: Any, tmp_path: Any) -> None:
     case = Case(CHAIN, ["c"], built(CHAIN, b="old", c="old"))
     outcome = run_case(any_runner, case, str(tmp_path))

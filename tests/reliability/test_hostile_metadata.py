@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from marin import catalog
 from marin.execution import atomic_file, records
 from marin.execution.build import build_step
+from marin.execution.code_digest import code_digest
 from marin.execution.errors import (
     ArtifactTypeMismatchError,
     ConfigError,
@@ -31,6 +32,7 @@ from marin.execution.inspect import plan_run
 from marin.execution.lazy import OUT, apply, resolve
 from marin.execution.lease import TTL_ENV, Lease, LeaseInfo, ttl_from_env
 from marin.execution.lease import holder as lease_holder
+from marin.execution.output_digest import OutputDigest
 from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
     ArtifactRecord,
@@ -322,6 +324,11 @@ _hostile = st.one_of(_hostile_scalars, _json, _nested_documents)
 
 _RECORD_FIELDS = [*ArtifactRecord.__dataclass_fields__, "schema"]
 _PROVENANCE_FIELDS = ["git_commit", "git_dirty", "user", "host", "pid", "argv", "time", "lowered"]
+_CODE_FIELDS = ["scheme", "digest", "unknown", "parts"]
+_CODE_PART_FIELDS = ["name", "file", "line", "digest", "header", "statements", "constants", "via"]
+_OUTPUT_FIELDS = ["digest", "files", "bytes", "unknown", "checksums"]
+_NESTED = ("provenance.", "code.", "output.")
+"""Nested fields the fuzz reaches one by one (issue 25's digests, besides provenance)."""
 _STATUS_FIELDS = ["state", "error", "holder", "started_at", "finished_at", "traceback"]
 _LEASE_FIELDS = ["holder", "token", "expires_at", "process", "started_at"]
 _FUZZ_STEP = apply("s", write_value, version="v0", value="x", out_path=OUT).lower()
@@ -337,6 +344,8 @@ def _base_files() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         fingerprint_payload=_FUZZ_STEP.fingerprint_payload, config={"value": "x"}, dep_paths={},
         output_path=f"{_FUZZ_PREFIX}/s/v0", result="x", provenance=collect_provenance(),
         started_at=now_iso(), finished_at=now_iso(), duration_s=0.5, build_id="b" * 32,
+        code=code_digest(write_value), output=OutputDigest("tree1:" + "a" * 64, 1, 1),
+        input_digests={"d@v0": "tree1:" + "b" * 64}, replaced={"c" * 32: "tree1:" + "c" * 64},
     )  # fmt: skip
     status = {"state": "FAILED", "error": "boom", "holder": "h", "started_at": now_iso(),
               "finished_at": now_iso(), "traceback": "Traceback..."}  # fmt: skip
@@ -350,9 +359,14 @@ def _changed(base: dict[str, Any], changes: dict[str, Any]) -> bytes:
     for key, value in changes.items():
         if isinstance(value, str):
             value = value.replace(_MACHINE_MARK, lease_holder._MACHINE or "none")
-        if key.startswith("provenance."):
-            if isinstance(doc.get("provenance"), dict):  # else a draw replaced it whole
-                doc["provenance"][key.split(".", 1)[1]] = value
+        if key.startswith("code.part."):  # a field of the code digest's first part
+            parts = doc.get("code", {}).get("parts") if isinstance(doc.get("code"), dict) else None
+            if isinstance(parts, list) and parts and isinstance(parts[0], dict):
+                parts[0][key.rsplit(".", 1)[1]] = value
+        elif key.startswith(_NESTED):
+            outer, inner = key.split(".", 1)
+            if isinstance(doc.get(outer), dict):  # else a draw replaced it whole
+                doc[outer][inner] = value
         else:
             doc[key] = value
     return json.dumps(doc).encode()
@@ -406,7 +420,13 @@ def _every_reader_survives(
 
 _fields_fuzz = given(
     record=st.dictionaries(
-        st.sampled_from(_RECORD_FIELDS + [f"provenance.{k}" for k in _PROVENANCE_FIELDS]),
+        st.sampled_from(
+            _RECORD_FIELDS
+            + [f"provenance.{k}" for k in _PROVENANCE_FIELDS]
+            + [f"code.{k}" for k in _CODE_FIELDS]
+            + [f"code.part.{k}" for k in _CODE_PART_FIELDS]
+            + [f"output.{k}" for k in _OUTPUT_FIELDS]
+        ),
         _hostile,
         max_size=3,
     ),
@@ -424,6 +444,15 @@ _found = [
     example(record={}, status={}, lease={"expires_at": 10**400}),
     example(record={}, status={}, lease={"process": f"{_MACHINE_MARK}/²/1"}),
     example(record={"artifact_type": ""}, status={}, lease={}),  # found by the random run
+    # Issue 25's fields, each behind an otherwise valid record: unknown, never a crash.
+    example(record={"code.digest": "zz"}, status={}, lease={}),
+    example(record={"code.part.line": True}, status={}, lease={}),
+    example(record={"code.part.statements": [None]}, status={}, lease={}),
+    example(record={"code.scheme": ["ast1"]}, status={}, lease={}),
+    example(record={"output.files": True}, status={}, lease={}),
+    example(record={"output.digest": "tree1:" + "A" * 64}, status={}, lease={}),
+    example(record={"input_digests": {"d@v0": 5}}, status={}, lease={}),
+    example(record={"replaced": []}, status={}, lease={}),
 ]
 
 

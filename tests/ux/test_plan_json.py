@@ -11,7 +11,7 @@ from tests.ux.helpers import EXAMPLE, ROOT, marin
 TOP = {"schema": int, "prefix": str, "options": dict, "summary": dict, "steps": list}
 SUMMARY = ("total", "built", "run", "drift", "dev", "failed-before")
 ACTIONS = ("build", "skip", "prune")
-OPTIONS = {"on_drift": str, "force": list, "cascade": bool}
+OPTIONS = {"on_drift": str, "force": list, "cascade": bool, "on_code_drift": str}
 STEP = {
     "step": str,
     "name": str,
@@ -28,6 +28,9 @@ STEP = {
     "lineage": str,
     "build_id": (str, type(None)),
     "artifact": dict,
+    "code_drift": list,
+    "unless_unchanged": list,
+    "unchanged": list,
 }
 ARTIFACT = ("url", "dataset_namespace", "dataset_name", "asset_uri")
 STATUSES = {"built", "run", "drift", "dev", "failed-before"}
@@ -112,8 +115,9 @@ def test_plan_takes_run_options_and_previews_a_forced_cascade(built_example: str
     assert builds == {
         "ngram/models/bigram-add-k@v1": "forced (--force)",
         "ngram/eval/bigram-add-k@v1": "stale: upstream ngram/models/bigram-add-k@v1 is rebuilt "
-        "in this run",
-        "ngram/report@v1": "stale: upstream ngram/eval/bigram-add-k@v1 is rebuilt in this run",
+        "in this run (rebuilt unless the upstream output is unchanged)",
+        "ngram/report@v1": "stale: upstream ngram/eval/bigram-add-k@v1 is rebuilt in this run "
+        "(rebuilt unless the upstream output is unchanged)",
     }
     no_cascade = marin(
         "plan", EXAMPLE, "--prefix", built_example, "--json",

@@ -45,6 +45,7 @@ from typing import IO, Any, cast
 
 from marin.execution.artifact import load_dependency
 from marin.execution.canonical import to_canonical
+from marin.execution.code_digest import code_digest
 from marin.execution.context import StepContext
 from marin.execution.decide import Decision, Policy, Stored, Upstream, decide
 from marin.execution.errors import (
@@ -70,6 +71,7 @@ from marin.execution.lease import (
 from marin.execution.lineage import build_finished, build_started
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.options import DEFAULT_ON_DRIFT
+from marin.execution.output_digest import OutputDigest, output_digest
 from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
     FAILED,
@@ -145,6 +147,13 @@ def warn_if_served_stale(decision: Decision) -> None:
             spec.step_id,
             "; ".join(decision.stale),
         )
+    if decision.code_drift:
+        log.warning(
+            "code drift %s: its code changed since it was built; serving the cached artifact "
+            "(bump the version, --force it, or use the code drift policy rebuild):\n  %s",
+            spec.step_id,
+            "\n  ".join(decision.code_drift),
+        )
 
 
 def read_upstream(spec: StepSpec, location: Location) -> list[Upstream]:
@@ -197,20 +206,28 @@ def build_step(
         policy = Policy(on_drift, frozenset({spec.step_id} if force else ()), cascade)
     url = location.url_for(spec.output_path)
     ups = list(upstream) if upstream is not None else read_upstream(spec, location)
+    if decision is not None and decision.unless_unchanged:
+        # Planned only because upstream steps are rebuilt in this run: now that they have
+        # committed, the one decision function says whether their output changed (early cutoff).
+        decision = decide(
+            spec, Stored(decision.record, decision.stored_status), ups, policy, needed=True
+        )
+        if decision.action != Action.BUILD:
+            log.info("skip %s: %s", spec.step_id, decision.reason)
     if decision is None:
         decision = decide(spec, read_stored_step(spec, location), ups, policy, needed=True)
-        if decision.action != Action.BUILD:
-            warn_if_served_stale(decision)
-            record = decision.record
-            assert record is not None  # needed=True: only a record is ever served
-            return BuildOutcome(
-                spec,
-                BuildOutcomeKind.CACHED,
-                record,
-                url,
-                drift=decision.drift,
-                reason=decision.reason,
-            )
+    if decision.action != Action.BUILD:
+        warn_if_served_stale(decision)
+        record = decision.record
+        assert record is not None  # needed=True: only a record is ever served
+        return BuildOutcome(
+            spec,
+            BuildOutcomeKind.CACHED,
+            record,
+            url,
+            drift=decision.drift,
+            reason=decision.reason,
+        )
     decision.raise_if_refused()  # another step's record is in the way: nothing is written
 
     ups = _inputs_at_start(spec, location, ups, lease_ttl)
@@ -274,7 +291,7 @@ def _lease_and_build(
             )
         earlier = _earlier_attempt(present, lease, output_seen)
         return _build_holding(
-            spec, location, lease, region, upstream, decision.reason, abandon, earlier
+            spec, location, lease, region, upstream, decision.reason, abandon, earlier, record
         )
     finally:
         lease.release()
@@ -374,7 +391,7 @@ def _inputs_at_start(
                 "this step again; nothing was started for it",
                 spec.step_id,
             )
-        fresh.append(Upstream(up.step_id, record, up.rebuilt))
+        fresh.append(Upstream(up.step_id, record, up.rebuilt, up.committed))
     return fresh
 
 
@@ -513,6 +530,35 @@ def _step_log(location: Location, spec: StepSpec, earlier: bool) -> Iterator[IO[
             log.warning("could not write the log of %s: %s", spec.step_id, exc)
 
 
+_MEMORY_FIRST_BUILD = (
+    "memory:// digests an output when it is rebuilt only (finding a first build's files "
+    "would scan the whole process-wide store, for every step)"
+)
+
+
+def _output_digest(location: Location, spec: StepSpec, first_build: bool) -> OutputDigest:
+    """The digest this build commits: of its output, or unknown where it cannot be cheap."""
+    if spec.source is not None:
+        return OutputDigest(None, unknown="an adopted step's data is outside its output path")
+    if location.is_memory and first_build:
+        return OutputDigest(None, unknown=_MEMORY_FIRST_BUILD)
+    return output_digest(location, location.path(spec.output_path))
+
+
+def _replaced_digest(
+    location: Location, spec: StepSpec, previous: ArtifactRecord | None
+) -> dict[str, str]:
+    """The build being replaced -> its output digest: from its record, or (a record written
+    without one) computed now, before its output is cleared. Its dependents compare their
+    consumed build with it when they recorded no digest of their own."""
+    if previous is None or not previous.build_id:
+        return {}
+    digest = previous.output.digest
+    if digest is None and spec.source is None:
+        digest = output_digest(location, location.path(spec.output_path)).digest
+    return {previous.build_id: digest} if digest is not None else {}
+
+
 def _fsync_tree(path: str) -> None:
     """Durable mode: flush an output (file or folder) to disk before the record commits it."""
     targets = [path]
@@ -544,6 +590,7 @@ def _build_holding(
     reason: str,
     abandon: threading.Event | None,
     earlier: Leftover | None,
+    previous: ArtifactRecord | None = None,
 ) -> BuildOutcome:
     started_at, t0 = now_iso(), time.perf_counter()
     if earlier is not None:
@@ -554,6 +601,7 @@ def _build_holding(
                 _best_effort_status(location, spec, FAILED, error=exc.what)
             raise
     with _started_here(location, spec.output_path):
+        replaced = _replaced_digest(location, spec, previous)  # before its output is cleared
         if earlier is not None:
             clear_status(location, spec.output_path)  # the held lease says RUNNING now
             delete_record(location, spec.output_path)
@@ -575,6 +623,8 @@ def _build_holding(
                         raise
                 if durable() and location.is_local:
                     _fsync_tree(location.path(spec.output_path))
+                # Under the heartbeat: hashing a large local output takes a while.
+                output = _output_digest(location, spec, first_build=previous is None)
             try:
                 result = to_canonical(raw_result, "result", spec.step_id)
             except ConfigError as exc:
@@ -603,6 +653,14 @@ def _build_holding(
                 artifact_type=spec.artifact_type,
                 build_id=build_id,
                 inputs={u.step_id: u.record.build_id for u in upstream if u.record is not None},
+                code=spec.code or code_digest(spec.run),
+                output=output,
+                input_digests={
+                    u.step_id: u.record.output.digest
+                    for u in upstream
+                    if u.record is not None and u.record.output.digest is not None
+                },
+                replaced=replaced,
             )
             if abandon is not None and abandon.is_set():
                 raise AbandonedError(

@@ -23,6 +23,13 @@ failed step. Not needed, such a step is pruned.
 
 Under ``on_drift="error"`` a drifted step raises ``DriftError``, wherever it sits in the graph.
 
+Two advisory inputs come from the records (issue 25, docs/caching.md): **code drift** (the
+step's code digest differs from its record's; ``on_code_drift`` says warn, rebuild or error,
+a ``CodeDriftError``), and **early cutoff**: an upstream rebuilt since a record, whose output
+digest is the one the record consumed, does not make it stale. An upstream rebuilt in this run
+that has not committed yet makes a step a build ``unless_unchanged``: the runner decides it
+again, with this function, once that upstream has committed.
+
 Whether a step is "needed" and whether an upstream "is rebuilt" depend on the decisions of the
 steps around it, so ``plan_graph`` finds the least fixed point: it re-decides a step whenever a
 neighbour's decision changes until nothing changes. The rule stays in ``decide``; the solver
@@ -36,9 +43,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from marin.execution.code_digest import CodeDigest
+from marin.execution.code_drift import explain_code_drift
 from marin.execution.drift import explain_drift
 from marin.execution.errors import (
     ArtifactTypeMismatchError,
+    CodeDriftError,
     DriftError,
     FailedBeforeError,
     FingerprintMismatchError,
@@ -46,7 +56,13 @@ from marin.execution.errors import (
     InvalidStepError,
     list_names,
 )
-from marin.execution.options import DEFAULT_ON_DRIFT, check_drift_policy, check_flag
+from marin.execution.options import (
+    DEFAULT_ON_CODE_DRIFT,
+    DEFAULT_ON_DRIFT,
+    check_drift_policy,
+    check_flag,
+)
+from marin.execution.output_digest import same_digest
 from marin.execution.records import FAILED, RUNNING, ArtifactRecord, ForeignRecord
 from marin.execution.step_spec import StepSpec
 from marin.execution.suggest import did_you_mean
@@ -73,9 +89,13 @@ class Policy:
     """Rebuild steps whose upstream is rebuilt; ``False`` serves them with a warning."""
     force_run_failed: bool = True
     """Retry a needed step whose last attempt failed; ``False`` fails the run naming it."""
+    on_code_drift: str = DEFAULT_ON_CODE_DRIFT
+    """A built step whose code changed since its record: ``warn`` (serve it), ``rebuild`` or
+    ``error``. Separate from ``on_drift``: code drift is advisory (see docs/caching.md)."""
 
     def __post_init__(self) -> None:
         check_drift_policy(self.on_drift)
+        check_drift_policy(self.on_code_drift, "on_code_drift")
         check_flag("cascade", self.cascade)
         check_flag("force_run_failed", self.force_run_failed)
 
@@ -102,6 +122,9 @@ class Upstream:
     """Its current record (None: not built, or not read because it is rebuilt anyway)."""
     rebuilt: bool = False
     """It is built in this run (planned, or done already), so it becomes a new build."""
+    committed: bool = False
+    """Rebuilt and committed already: ``record`` is the new build, so a dependent can compare
+    its output with the one it consumed (early cutoff) instead of assuming it changed."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +152,13 @@ class Decision:
     refusal: tuple[str, str] | None = None
     """``(what, fix)`` when the step must be built but may not be (a foreign record is in the
     way): ``build_step`` raises it as a ``ForeignRecordError`` before writing anything."""
+    code_drift: tuple[str, ...] = field(default=())
+    """For a record whose step's code changed since: one line per changed function or class."""
+    unless_unchanged: tuple[str, ...] = field(default=())
+    """A build only because these upstream steps are rebuilt in this run: their new output may
+    turn out unchanged, and then this step is served instead (decided again once they commit)."""
+    unchanged: tuple[str, ...] = field(default=())
+    """Upstream steps rebuilt since this record, whose output is the one it consumed."""
 
     def raise_if_refused(self) -> None:
         if self.refusal is not None:
@@ -137,7 +167,7 @@ class Decision:
     @property
     def served_with_warning(self) -> bool:
         """Served although drifted (``warn``) or stale (``cascade=False``): worth a warning."""
-        return self.action == Action.SKIP and bool(self.drift or self.stale)
+        return self.action == Action.SKIP and bool(self.drift or self.stale or self.code_drift)
 
 
 def _own_status(spec: StepSpec, stored: Stored) -> tuple[StoredStatus, str, tuple[str, ...]]:
@@ -161,23 +191,56 @@ def _own_status(spec: StepSpec, stored: Stored) -> tuple[StoredStatus, str, tupl
     return StoredStatus.DRIFT, "config changed without a version bump", drift
 
 
-def _lineage(record: ArtifactRecord, upstream: Sequence[Upstream]) -> tuple[str, tuple[str, ...]]:
+def _lineage(
+    record: ArtifactRecord, upstream: Sequence[Upstream]
+) -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(lineage, stale lines, upstream ids rebuilt in this run but not committed yet, upstream
+    ids rebuilt since ``record`` whose output is the one it consumed)."""
     stale: list[str] = []
+    pending: list[str] = []
+    unchanged: list[str] = []
     unknown = False
     for dep in upstream:
-        if dep.rebuilt:
+        if dep.rebuilt and not dep.committed:
             stale.append(f"upstream {dep.step_id} is rebuilt in this run")
+            pending.append(dep.step_id)
             continue
         if dep.record is None:
             continue  # a missing intermediate: this build stays valid (it is pruned)
         consumed = record.inputs.get(dep.step_id)
         if consumed is None:
-            unknown = True
+            if dep.rebuilt:  # no lineage to compare with: rebuilt means changed, as planned
+                stale.append(f"upstream {dep.step_id} is rebuilt in this run")
+            else:
+                unknown = True
         elif consumed != dep.record.build_id:
-            stale.append(f"upstream {dep.step_id} was rebuilt after this step")
+            if same_digest(_consumed_digest(record, dep.step_id, dep.record), dep.record.output):
+                unchanged.append(dep.step_id)  # early cutoff: the bytes it read are still there
+            elif dep.rebuilt:
+                stale.append(f"upstream {dep.step_id} is rebuilt in this run")
+            else:
+                stale.append(f"upstream {dep.step_id} was rebuilt after this step")
     if stale:
-        return LINEAGE_STALE, tuple(stale)
-    return (LINEAGE_UNKNOWN if unknown else LINEAGE_OK), ()
+        # Only uncommitted rebuilds: the step is built unless their output turns out unchanged.
+        only_pending = len(pending) == len(stale)
+        return LINEAGE_STALE, tuple(stale), tuple(pending) if only_pending else (), ()
+    return (LINEAGE_UNKNOWN if unknown else LINEAGE_OK), (), (), tuple(unchanged)
+
+
+def _consumed_digest(record: ArtifactRecord, dep_id: str, dep: ArtifactRecord) -> str | None:
+    """The output digest of the build of ``dep_id`` that ``record`` consumed: recorded with it,
+    else the digest ``dep``'s record keeps of the build it replaced, if that is the one."""
+    digest = record.input_digests.get(dep_id)
+    if digest is None:
+        digest = dep.replaced.get(record.inputs.get(dep_id, ""))
+    return digest
+
+
+def _unchanged_note(ids: Sequence[str]) -> str:
+    return "; ".join(f"upstream {i} rebuilt, output unchanged" for i in ids)
+
+
+UNLESS_UNCHANGED = "rebuilt unless the upstream output is unchanged"
 
 
 def decide(
@@ -194,12 +257,20 @@ def decide(
     is built in this run reads it. ``needed`` matters only when there is no record, and
     ``upstream`` only when there is one (``plan_graph`` re-decides a step on that basis).
     Raises ``DriftError`` for a drifted record under ``on_drift="error"`` (unless the step is
-    forced or mutable, which rebuild anyway).
+    forced or mutable, which rebuild anyway), and ``CodeDriftError`` for a record whose code
+    changed under ``on_code_drift="error"``.
     """
     status, why, drift = _own_status(spec, stored)
     record = stored.record
     forced = spec.step_id in policy.force
-    lineage, stale = _lineage(record, upstream) if record is not None else (LINEAGE_NONE, ())
+    lineage, stale, pending, unchanged = (
+        _lineage(record, upstream) if record is not None else (LINEAGE_NONE, (), (), ())
+    )
+    code_drift = (
+        tuple(explain_code_drift(record.code, spec.code or _NO_CODE))
+        if record is not None and status in (StoredStatus.BUILT, StoredStatus.DRIFT)
+        else ()
+    )
 
     def decision(action: Action, reason: str, **extra: Any) -> Decision:
         return Decision(
@@ -212,6 +283,7 @@ def decide(
             drift,
             forced=forced,
             lineage=lineage,
+            code_drift=code_drift,
             **extra,
         )
 
@@ -260,6 +332,17 @@ def decide(
             )
         if policy.on_drift == "rebuild":
             return decision(Action.BUILD, f"{why}: rebuilding (on_drift=rebuild)")
+    if code_drift:
+        if policy.on_code_drift == "error":
+            raise CodeDriftError(
+                "code changed since the step was built: " + "; ".join(code_drift),
+                "bump the step's version to build the new code at a new path, --force the "
+                "step to rebuild it in place, or choose the code drift policy rebuild or warn "
+                "(--on-code-drift, or on_code_drift=)",
+                spec.step_id,
+            )
+        if policy.on_code_drift == "rebuild":
+            return decision(Action.BUILD, "code changed: rebuilding (on_code_drift=rebuild)")
     if record is None:
         if needed and status == StoredStatus.FAILED_BEFORE and not policy.force_run_failed:
             raise FailedBeforeError(
@@ -272,13 +355,23 @@ def decide(
         return decision(Action.PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
     if status == StoredStatus.DRIFT:
         why = f"{why}: served from cache (on_drift=warn)"
+    if code_drift:
+        why += "; code changed: served from cache (on_code_drift=warn)"
     if lineage == LINEAGE_UNKNOWN:
         why += "; lineage unknown (record written before build ids)"
     if stale and policy.cascade:
-        return decision(Action.BUILD, "stale: " + "; ".join(stale), stale=stale)
+        reason = "stale: " + "; ".join(stale)
+        if pending:
+            reason += f" ({UNLESS_UNCHANGED})"
+        return decision(Action.BUILD, reason, stale=stale, unless_unchanged=pending)
     if stale:
         why = f"{why}; stale but served (no cascade): " + "; ".join(stale)
-    return decision(Action.SKIP, why, stale=stale)
+    if unchanged:
+        why = f"{why}; {_unchanged_note(unchanged)}"
+    return decision(Action.SKIP, why, stale=stale, unchanged=unchanged)
+
+
+_NO_CODE = CodeDigest.from_record(None)
 
 
 # --- the graph ---------------------------------------------------------------------------------
@@ -320,12 +413,13 @@ class Plan:
 
     def upstream(self, spec: StepSpec, built: Mapping[str, ArtifactRecord]) -> list[Upstream]:
         """``spec``'s dependencies as it sees them mid-run: each one built in this run (``built``:
-        output path -> its new record) is ``rebuilt``; the others hold what the plan read."""
+        output path -> its new record) is ``rebuilt`` and ``committed``; the others hold what
+        the plan read."""
         ups: dict[str, Upstream] = {}
         for dep in spec.deps:
             record = built.get(dep.output_path)
             if record is not None:
-                ups[dep.step_id] = Upstream(dep.step_id, record, rebuilt=True)
+                ups[dep.step_id] = Upstream(dep.step_id, record, rebuilt=True, committed=True)
             else:
                 ups[dep.step_id] = Upstream(dep.step_id, self.decisions[dep.output_path].record)
         return list(ups.values())
@@ -412,6 +506,11 @@ def _all_drift(errors: list[DriftError]) -> DriftError:
     if len(errors) == 1:
         return errors[0]
     lines = [f"{e.step}: {e.what}" for e in errors]
+    if all(isinstance(e, CodeDriftError) for e in errors):
+        return CodeDriftError(
+            f"{len(errors)} steps' code changed since they were built [" + "; ".join(lines) + "]",
+            errors[0].fix,
+        )
     return DriftError(
         f"{len(errors)} steps changed without a version bump [" + "; ".join(lines) + "]",
         errors[0].fix,

@@ -70,6 +70,10 @@ class DriftError(MarinError, RuntimeError):
     """A built step's stored fingerprint differs from the current one under ``on_drift='error'``."""
 
 
+class CodeDriftError(DriftError):
+    """A built step's code changed since its record under ``on_code_drift='error'``."""
+
+
 class StorageError(MarinError, OSError):
     """A prefix or path that cannot be opened or written."""
 

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from marin.execution.decide import NOTHING_STORED, Plan, Policy, Stored, plan_graph, resolve_force
 from marin.execution.graph import collect_steps
-from marin.execution.options import DEFAULT_ON_DRIFT
+from marin.execution.options import DEFAULT_ON_CODE_DRIFT, DEFAULT_ON_DRIFT
 from marin.execution.records import (
     ArtifactRecord,
     lease_path,
@@ -84,11 +84,12 @@ def plan_run(
     force: Iterable[str] = (),
     cascade: bool = True,
     force_run_failed: bool = True,
+    on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
 ) -> Plan:
     """Read the whole graph's stored state, then decide every step: what a run would do.
 
     ``force`` takes names or ``name@version`` ids (an unknown one is an error).
     """
     steps = collect_steps(targets)
-    policy = Policy(on_drift, resolve_force(force, steps), cascade, force_run_failed)
+    policy = Policy(on_drift, resolve_force(force, steps), cascade, force_run_failed, on_code_drift)
     return plan_graph(steps, targets, read_stored(steps, location), policy)

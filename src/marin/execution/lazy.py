@@ -25,6 +25,7 @@ from typing import Any, cast, overload
 
 from marin.execution.artifact import Artifact
 from marin.execution.canonical import register_fingerprint, to_canonical
+from marin.execution.code_digest import code_digest
 from marin.execution.context import (
     StepContext,
     bound_context,
@@ -700,6 +701,9 @@ def _spec_for(
         pin=handle.override_path,
         source=handle.adopt_source,
         pinned_fingerprint=expected is not None,
+        # Cached per function object (one parse per process); apply()'s call object names the
+        # user's function, which is the cache's key: no unwrapping per step.
+        code=code_digest(getattr(handle.run, "wrapped_fn", handle.run)),
     )
     memo[("step", step_id)] = spec
     created.append(spec)

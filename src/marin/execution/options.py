@@ -21,17 +21,19 @@ if TYPE_CHECKING:
 
 DRIFT_POLICIES = ("warn", "rebuild", "error")
 DEFAULT_ON_DRIFT = "warn"
+DEFAULT_ON_CODE_DRIFT = "warn"
 DEFAULT_MAX_CONCURRENT = 8
 DEFAULT_CASCADE = True
 DEFAULT_KEEP_GOING = False
 DEFAULT_FORCE_RUN_FAILED = True
 
 
-def check_drift_policy(on_drift: object) -> str:
-    """``on_drift`` if it is a drift policy; ``OptionError`` otherwise (a non-string too)."""
+def check_drift_policy(on_drift: object, name: str = "on_drift") -> str:
+    """``on_drift`` (or ``on_code_drift``, by ``name``) if it is a drift policy;
+    ``OptionError`` otherwise (a non-string too). Both default to ``warn``."""
     if not isinstance(on_drift, str) or on_drift not in DRIFT_POLICIES:
         raise OptionError(
-            f"on_drift={_short(on_drift)} is not a drift policy",
+            f"{name}={_short(on_drift)} is not a drift policy",
             f"use one of {', '.join(DRIFT_POLICIES)} (default {DEFAULT_ON_DRIFT})",
         )
     return on_drift
@@ -85,9 +87,12 @@ class RunOptions:
     keep_going: bool = DEFAULT_KEEP_GOING
     force_run_failed: bool = DEFAULT_FORCE_RUN_FAILED
     """False: a needed step whose last attempt failed is not retried; the run fails naming it."""
+    on_code_drift: str = DEFAULT_ON_CODE_DRIFT
+    """A built step whose code changed since its record: warn (serve it), rebuild or error."""
 
     def __post_init__(self) -> None:
         check_drift_policy(self.on_drift)
+        check_drift_policy(self.on_code_drift, "on_code_drift")
         object.__setattr__(self, "force", check_force(self.force))
         check_flag("cascade", self.cascade)
         check_max_concurrent(self.max_concurrent)
@@ -121,6 +126,7 @@ class RunOptions:
             max_concurrent=given.get("max_concurrent", base.max_concurrent),
             keep_going=given.get("keep_going", base.keep_going),
             force_run_failed=given.get("force_run_failed", base.force_run_failed),
+            on_code_drift=given.get("on_code_drift", base.on_code_drift),
         )
 
     def policy(self, steps: Sequence[StepSpec]) -> Policy:
@@ -128,11 +134,23 @@ class RunOptions:
         from marin.execution.decide import Policy, resolve_force
 
         return Policy(
-            self.on_drift, resolve_force(self.force, steps), self.cascade, self.force_run_failed
+            self.on_drift,
+            resolve_force(self.force, steps),
+            self.cascade,
+            self.force_run_failed,
+            self.on_code_drift,
         )
 
 
-_FIELDS = ("on_drift", "force", "cascade", "max_concurrent", "keep_going", "force_run_failed")
+_FIELDS = (
+    "on_drift",
+    "force",
+    "cascade",
+    "max_concurrent",
+    "keep_going",
+    "force_run_failed",
+    "on_code_drift",
+)
 
 
 def _short(value: object) -> str:

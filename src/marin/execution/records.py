@@ -21,7 +21,9 @@ from typing import IO, Any
 
 from marin.execution import faults
 from marin.execution.atomic_file import TMP_MARK, write_file_atomically
+from marin.execution.code_digest import CodeDigest
 from marin.execution.names import METADATA_SUFFIX
+from marin.execution.output_digest import OutputDigest, is_output_digest
 from marin.execution.storage import (
     Location,
     durable,
@@ -81,6 +83,16 @@ class ArtifactRecord:
     written before lineage existed."""
     inputs: dict[str, str] = field(default_factory=dict)
     """Each dependency's ``step_id`` -> the ``build_id`` of the build this one was made from."""
+    code: CodeDigest = field(default_factory=lambda: CodeDigest.from_record(None))
+    """The code digest of the step's function when it was built (unknown in older records)."""
+    output: OutputDigest = field(default_factory=lambda: OutputDigest.from_record(None))
+    """The digest of the output tree this build committed (unknown in older records)."""
+    input_digests: dict[str, str] = field(default_factory=dict)
+    """Each dependency's ``step_id`` -> the output digest of the build this one consumed (only
+    the known ones): a rebuilt dependency with the same digest leaves this build current."""
+    replaced: dict[str, str] = field(default_factory=dict)
+    """The ``build_id`` of the build this one replaced at its path -> that build's output
+    digest, when known: a dependent that recorded no digest for it can still be compared."""
 
     @property
     def step_id(self) -> str:
@@ -90,8 +102,11 @@ class ArtifactRecord:
         """Sorted-key JSON; compact by default, because ``indent`` makes ``json`` fall back to its
         pure-Python encoder, which was the largest single cost of a commit. ``marin show --json``
         pretty-prints."""
-        # A shallow field dict: the values are already plain JSON data (asdict deep-copies them).
+        # A shallow field dict: the values are already plain JSON data (asdict deep-copies them),
+        # except the two digests, which say how they are stored.
         fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        fields["code"] = self.code.to_record()
+        fields["output"] = self.output.to_record()
         return json.dumps(fields, sort_keys=True, indent=indent, ensure_ascii=False) + "\n"
 
     @classmethod
@@ -143,6 +158,12 @@ class ArtifactRecord:
         # as the record's own text, so a document nested inside it can't crash a plan either.
         if not isinstance(parse_json(fields["fingerprint_payload"]), dict):
             raise ValueError("field 'fingerprint_payload' is not a JSON object")
+        # The cache's fields (issue 25) only ever allow skipping work: a corrupt one loads as
+        # unknown (no code drift reported, no early cutoff), and the record stays usable.
+        fields["code"] = CodeDigest.from_record(fields.get("code"))
+        fields["output"] = OutputDigest.from_record(fields.get("output"))
+        fields["input_digests"] = _digest_map(fields.get("input_digests"))
+        fields["replaced"] = _digest_map(fields.get("replaced"), limit=1)
         return cls(**fields)
 
     def _pinned_at(self, output_path: str) -> bool:
@@ -173,6 +194,13 @@ class ArtifactRecord:
         if not (self.output_path == output_path or self.output_path.endswith("/" + output_path)):
             return f"record was written for the output {self.output_path}"
         return None
+
+
+def _digest_map(value: Any, limit: int = 10_000) -> dict[str, str]:
+    """A stored ``name -> output digest`` map, keeping only well-formed entries."""
+    if not isinstance(value, dict) or len(value) > limit:
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and is_output_digest(v)}
 
 
 MAX_JSON_DEPTH = 200

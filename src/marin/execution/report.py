@@ -57,6 +57,15 @@ class StepResult:
     """How many attempts the step took (``retries``), for a step that ran; None otherwise."""
 
 
+_RESULT_OF_OUTCOME = {
+    BuildOutcomeKind.BUILT: RunResult.BUILT,
+    BuildOutcomeKind.BUILT_BY_OTHER: RunResult.BUILT_BY_OTHER,
+    # Planned to build only because an upstream was rebuilt, and served once its output
+    # turned out unchanged (early cutoff): the reason says so.
+    BuildOutcomeKind.CACHED: RunResult.SKIPPED,
+}
+
+
 @dataclass
 class RunReport:
     """Everything one run did, by output path: filled by the run loop as steps end.
@@ -113,8 +122,7 @@ class RunReport:
             ran = (self.durations.get(path), self.attempts.get(path))
             if path in self.outcomes:
                 outcome = self.outcomes[path]
-                built = outcome.action == BuildOutcomeKind.BUILT
-                action = RunResult.BUILT if built else RunResult.BUILT_BY_OTHER
+                action = _RESULT_OF_OUTCOME[outcome.action]
                 out.append(StepResult(spec, action, outcome.reason or decision.reason, url, *ran))
             elif path in self.failures:
                 error = self.failures[path]
@@ -143,6 +151,7 @@ class RunReport:
                 "on_drift": policy.on_drift,
                 "force": sorted(policy.force),
                 "cascade": policy.cascade,
+                "on_code_drift": policy.on_code_drift,
             },
             "summary": {"total": len(results), **counts},
             "steps": [

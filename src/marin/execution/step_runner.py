@@ -22,6 +22,7 @@ from marin.execution.inspect import plan_run
 from marin.execution.options import (
     DEFAULT_FORCE_RUN_FAILED,
     DEFAULT_MAX_CONCURRENT,
+    DEFAULT_ON_CODE_DRIFT,
     DEFAULT_ON_DRIFT,
     RunOptions,
 )
@@ -76,6 +77,7 @@ class StepRunner:
         on_drift: str = DEFAULT_ON_DRIFT,
         cascade: bool = True,
         region: str | None = None,
+        on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
         listener: RunListener | None = None,
         resources: Resources | Mapping[str, Any] | str | None = None,
     ) -> None:
@@ -83,10 +85,16 @@ class StepRunner:
         machine's CPUs, memory and visible GPUs; see ``marin.execution.resources``). A step
         starts only when its resources are free, besides ``max_concurrent``."""
         # Checked now, not at run time.
-        RunOptions(on_drift=on_drift, cascade=cascade, max_concurrent=max_concurrent)
+        RunOptions(
+            on_drift=on_drift,
+            cascade=cascade,
+            max_concurrent=max_concurrent,
+            on_code_drift=on_code_drift,
+        )
         self.max_concurrent = max_concurrent
         self.prefix = prefix
         self.on_drift = on_drift
+        self.on_code_drift = on_code_drift
         self.cascade = cascade
         self.region = region
         self.listener = listener
@@ -109,6 +117,7 @@ class StepRunner:
             force=force,
             cascade=self.cascade,
             force_run_failed=force_run_failed,
+            on_code_drift=self.on_code_drift,
         )
         return plan, location
 
@@ -136,6 +145,7 @@ class StepRunner:
             max_concurrent=self.max_concurrent if max_concurrent is None else max_concurrent,
             keep_going=keep_going,
             force_run_failed=force_run_failed,
+            on_code_drift=self.on_code_drift,
         )
         targets = [steps] if isinstance(steps, StepSpec) else list(steps)
         plan, location = self.plan(

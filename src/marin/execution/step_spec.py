@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from marin.execution.code_digest import CodeDigest
 from marin.execution.context import StepContext
 from marin.execution.names import is_mutable_version
 from marin.execution.resources import NO_RESOURCES, Resources
@@ -57,6 +58,9 @@ class StepSpec:
     source: str | None = None
     """An adopted step's data location (absolute, or relative to the prefix): what consumers
     read. The step itself only checks it exists and records it at ``<name>/<version>``."""
+    code: CodeDigest | None = None
+    """The code digest of the step's function (``code_digest.py``), set by lowering: reported
+    as code drift against its record's, never part of the path or the fingerprint."""
 
     @property
     def step_id(self) -> str:

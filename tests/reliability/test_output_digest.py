@@ -1,0 +1,229 @@
+"""The output digest (issue 25's early cutoff), on local disk, memory://, S3 and GCS emulators.
+
+Same bytes give the same digest; one byte, one name or one file more gives another; paths are
+literal; symbolic links are hashed, never followed; object stores are not read back; anything
+uncertain is unknown (which only ever costs a rebuild).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+from fsspec.implementations.dirfs import DirFileSystem
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from marin.execution.output_digest import OutputDigest, output_digest, same_output
+from marin.execution.storage import Location, open_prefix
+
+from .faulty_fs import FAULTS
+
+TREE = {"part-0.txt": b"alpha\n", "sub/part-1.txt": b"beta\n", "sub/deeper/x.bin": b"\x00\x01"}
+
+
+def write_tree(location: Location, relative: str, files: dict[str, bytes]) -> str:
+    base = location.path(relative)
+    for name, data in files.items():
+        location.fs.makedirs(os.path.dirname(f"{base}/{name}"), exist_ok=True)
+        location.fs.pipe_file(f"{base}/{name}", data)
+    return base
+
+
+def digest_of(location: Location, relative: str, files: dict[str, bytes]) -> OutputDigest:
+    base = write_tree(location, relative, files)
+    return output_digest(location, base)
+
+
+def test_the_same_bytes_give_the_same_digest_and_one_byte_another(store_prefix: str) -> None:
+    location = open_prefix(store_prefix)
+    first = digest_of(location, "a/v1", TREE)
+    again = digest_of(location, "b/v1", dict(TREE))  # another path, the same tree
+    assert first.digest is not None and first.files == 3
+    assert first.bytes == sum(len(v) for v in TREE.values())
+    assert again == first
+    assert same_output(first, again)
+    one_byte = digest_of(location, "c/v1", {**TREE, "sub/part-1.txt": b"betb\n"})
+    renamed = digest_of(
+        location, "d/v1", {"part-0.txt": b"alpha\n", "sub/part-2.txt": b"beta\n", "sub/deeper/x.bin": b"\x00\x01"}
+    )
+    extra = digest_of(location, "e/v1", {**TREE, "more.txt": b""})
+    digests = {first.digest, one_byte.digest, renamed.digest, extra.digest}
+    assert len(digests) == 4
+    assert not same_output(first, one_byte)
+
+
+def test_a_rewrite_of_the_same_bytes_keeps_the_digest(store_prefix: str) -> None:
+    """A rebuild writes its output again: the checksums a store keeps follow the content."""
+    location = open_prefix(store_prefix)
+    first = digest_of(location, "a/v1", TREE)
+    location.remove_tree(location.path("a/v1"))
+    assert digest_of(location, "a/v1", TREE) == first
+
+
+def test_paths_are_literal_and_siblings_never_count(store_prefix: str) -> None:
+    location = open_prefix(store_prefix)
+    alone = digest_of(location, "x/[ab]", {"f": b"1"})
+    write_tree(location, "x/a", {"f": b"other"})
+    write_tree(location, "x/[ab]x", {"f": b"shares a prefix"})
+    write_tree(location, "x/[ab].marin", {"record.json": b"{}"})
+    assert output_digest(location, location.path("x/[ab]")) == alone
+    assert alone.files == 1
+
+
+def test_a_single_file_output_and_a_missing_one(store_prefix: str) -> None:
+    location = open_prefix(store_prefix)
+    location.fs.makedirs(location.path("s"), exist_ok=True)
+    location.fs.pipe_file(location.path("s/v1"), b"one file")
+    single = output_digest(location, location.path("s/v1"))
+    assert single.digest is not None and single.files == 1 and single.bytes == 8
+    missing = output_digest(location, location.path("nothing/here"))
+    assert missing.digest is not None and missing.files == 0
+    assert missing.digest != single.digest
+
+
+def test_local_disk_and_memory_agree_on_the_same_tree(tmp_path: Path) -> None:
+    local = digest_of(open_prefix(str(tmp_path / "p")), "a/v1", TREE)
+    memory = digest_of(open_prefix("memory://digest-agree"), "a/v1", TREE)
+    open_prefix("memory://digest-agree").remove_tree("/digest-agree")
+    assert local == memory
+    assert local.checksums == "sha256"
+
+
+def test_symbolic_links_are_hashed_never_followed(tmp_path: Path) -> None:
+    location = open_prefix(str(tmp_path / "p"))
+    base = write_tree(location, "a/v1", {"data.txt": b"x"})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("first")
+    os.symlink(outside / "secret.txt", f"{base}/file-link")
+    os.symlink(outside, f"{base}/dir-link")
+    before = output_digest(location, base)
+    assert before.files == 3  # the data file and two links; nothing behind the links
+    (outside / "secret.txt").write_text("changed behind the link")
+    (outside / "new.txt").write_text("new behind the link")
+    assert output_digest(location, base) == before
+    os.remove(f"{base}/file-link")
+    os.symlink(outside / "new.txt", f"{base}/file-link")
+    assert output_digest(location, base) != before  # the link's own text changed
+
+
+def test_an_output_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
+    location = open_prefix(str(tmp_path / "p"))
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "big.bin").write_bytes(b"y" * 100)
+    os.makedirs(location.path("a"))
+    os.symlink(target, location.path("a/v1"))
+    digest = output_digest(location, location.path("a/v1"))
+    assert digest.files == 1 and digest.bytes == 0
+
+
+def test_a_fifo_is_counted_not_opened(tmp_path: Path) -> None:
+    location = open_prefix(str(tmp_path / "p"))
+    base = write_tree(location, "a/v1", {"data.txt": b"x"})
+    os.mkfifo(f"{base}/pipe")  # opening it for reading would block forever
+    digest = output_digest(location, base)
+    assert digest.digest is not None and digest.files == 2
+
+
+class _NoReads:
+    """Wraps a real object-store file system: listing works, reading any data fails."""
+
+    def __init__(self, fs: Any) -> None:
+        self._fs = fs
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("open", "_open", "cat", "cat_file", "_cat_file", "get", "get_file", "read_block"):
+            raise AssertionError(f"the output digest read data back ({name})")
+        return getattr(self._fs, name)
+
+
+@pytest.mark.parametrize("backend", ["s3", pytest.param("gs", marks=pytest.mark.slow)])
+def test_object_stores_use_their_checksums_and_read_nothing_back(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    request.getfixturevalue("s3_server" if backend == "s3" else "gcs_server")
+    prefix = f"{'s3' if backend == 's3' else 'gs'}://marin-tests/nr-{os.getpid()}-{id(request)}"
+    location = open_prefix(prefix)
+    base = write_tree(location, "a/v1", TREE)
+    wrapped = Location(location.url, _NoReads(location.fs), location.root)  # type: ignore[arg-type]
+    digest = output_digest(wrapped, base)
+    assert digest.digest is not None and digest.files == 3
+    assert digest.checksums == {"s3": "etag", "gs": "md5"}[backend]
+    assert digest == output_digest(location, base)
+    location.remove_tree(location.path(""))
+
+
+def test_a_store_without_checksums_is_unknown(tmp_path: Path) -> None:
+    """A backend whose listing carries no content checksum: not guessed, not read back."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "f.txt").write_text("x")
+    fs = DirFileSystem(path=str(tmp_path), fs=fsspec.filesystem("file"))
+    digest = output_digest(Location("dir://", fs, ""), "a")
+    assert digest.digest is None
+    assert digest.unknown is not None and "no content checksum" in digest.unknown
+    assert not same_output(digest, digest)
+
+
+def test_storage_that_keeps_failing_gives_unknown_not_an_error(tmp_path: Path) -> None:
+    FAULTS.clear()
+    FAULTS.add("ls info", r"/out", times=None)
+    try:
+        location = open_prefix(f"faulty://{tmp_path}")
+        digest = output_digest(location, location.path("out"))
+    finally:
+        FAULTS.clear()
+    assert digest.digest is None
+    assert digest.unknown is not None and "could not be read" in digest.unknown
+
+
+# --- stored digests are untrusted data ----------------------------------------------------------
+
+
+def test_a_stored_output_digest_round_trips(tmp_path: Path) -> None:
+    digest = digest_of(open_prefix(str(tmp_path / "p")), "a/v1", TREE)
+    assert OutputDigest.from_record(json.loads(json.dumps(digest.to_record()))) == digest
+    assert OutputDigest.from_record(None).digest is None
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=80),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20,
+)
+VALID = {"digest": "tree1:" + "a" * 64, "files": 2, "bytes": 10, "unknown": None, "checksums": "etag"}
+
+
+def _check(field: str, value: Any) -> None:
+    loaded = OutputDigest.from_record({**VALID, field: value})
+    assert isinstance(loaded, OutputDigest)
+    if loaded.digest is not None:  # only a well-formed digest is ever compared
+        assert loaded.digest.startswith("tree1:") and len(loaded.digest) == 70
+        assert type(loaded.files) is int and type(loaded.bytes) is int
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.sampled_from(sorted(VALID)), _JSON)
+@example("files", True)  # bool is an int in Python: not a count
+@example("digest", "tree1:" + "A" * 64)
+@example("bytes", -1)
+@example("checksums", "\x1b[31m")  # shown to people: no terminal escapes
+def test_a_corrupt_stored_output_digest_loads_as_unknown_or_valid(field: str, value: Any) -> None:
+    _check(field, value)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.sampled_from(sorted(VALID)), _JSON)
+def test_a_corrupt_stored_output_digest_random_run(field: str, value: Any) -> None:
+    _check(field, value)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(_JSON)
+def test_any_json_loads_as_an_output_digest(value: Any) -> None:
+    assert isinstance(OutputDigest.from_record(value), OutputDigest)

@@ -1,0 +1,569 @@
+"""The code digest (issue 25): normalised syntax, same-project callees, unknown said, what changed.
+
+Each version of a little project is written to its own folder and imported under fresh module
+names, so two versions live side by side in one process, as a stored record and the code of
+today do.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import json
+import os
+import sys
+import textwrap
+import types
+import uuid
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from marin.execution import code_digest as cd
+from marin.execution.code_digest import CodeDigest, code_digest
+from marin.execution.code_drift import code_drifted, explain_code_drift
+from marin.execution.code_source import is_project_file
+from marin.execution.lazy import OUT, apply
+
+
+class Project:
+    """Writes versions of a small project under ``tmp_path`` and imports each one."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.count = 0
+
+    def load(self, **sources: str) -> dict[str, types.ModuleType]:
+        """Write ``name.py`` for each source (in order) into a new folder and import them.
+
+        A source may import an earlier one as ``{name}``; it is imported under a fresh module
+        name, so versions never share a module.
+        """
+        self.count += 1
+        folder = self.root / f"v{self.count}"
+        folder.mkdir(parents=True)
+        names = {name: f"{name}_{uuid.uuid4().hex[:8]}" for name in sources}
+        modules = {}
+        for name, source in sources.items():
+            path = folder / f"{name}.py"
+            path.write_text(textwrap.dedent(source).format(**names))
+            modules[name] = import_file(names[name], path)
+        return modules
+
+
+def import_file(name: str, path: Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return Project(tmp_path)
+
+
+HELPERS = """\
+SCALE = 3
+
+
+def tokenize(text):
+    words = text.split()
+    return [w.lower() for w in words]
+
+
+def weight(x):
+    return x * SCALE
+"""
+
+PIPE = """\
+import json
+from {helpers} import tokenize, weight
+
+
+def train_model(text, out_path):
+    tokens = tokenize(text)
+    return json.dumps([weight(len(tokens))])
+"""
+
+
+def test_comments_docstrings_and_formatting_do_not_count(project: Project) -> None:
+    before = project.load(helpers=HELPERS, pipe=PIPE)
+    after = project.load(
+        helpers='''\
+        """A module docstring, new."""
+        SCALE = 3  # a comment
+
+
+        def tokenize(text):
+            """Split and lower-case (a docstring that was not there)."""
+            # a comment line
+            words = text.split(   )
+            return [w.lower()
+                    for w in words]
+
+
+        def weight(x):
+            return (x * SCALE)
+        ''',
+        pipe="""\
+        import json
+        from {helpers} import tokenize, weight
+
+
+        def train_model(text, out_path):  # trailing comment
+            tokens = tokenize(text)
+
+            return json.dumps(
+                [weight(len(tokens))],
+            )
+        """,
+    )
+    old = code_digest(before["pipe"].train_model)
+    new = code_digest(after["pipe"].train_model)
+    assert old.digest is not None
+    assert [p.name for p in new.parts] == ["train_model", "tokenize", "weight"]
+    assert new.digest == old.digest
+    assert not code_drifted(old, new)
+    assert explain_code_drift(old, new) == []
+
+
+def test_a_changed_constant_in_a_same_project_helper_is_drift_naming_the_helper(
+    project: Project,
+) -> None:
+    before = project.load(helpers=HELPERS, pipe=PIPE)
+    after = project.load(
+        helpers=HELPERS.replace("return [w.lower() for w in words]", "return [w.lower() for w in words[:2]]"),
+        pipe=PIPE,
+    )
+    old = code_digest(before["pipe"].train_model)
+    new = code_digest(after["pipe"].train_model)
+    assert code_drifted(old, new)
+    file = new.parts[1].file
+    assert file.endswith("v2/helpers.py")
+    assert explain_code_drift(old, new) == [
+        f"code: tokenize changed ({file}, line 6), called by train_model"
+    ]
+
+
+def test_a_changed_step_function_names_its_line(project: Project) -> None:
+    before = project.load(helpers=HELPERS, pipe=PIPE)
+    after = project.load(helpers=HELPERS, pipe=PIPE.replace("len(tokens)", "len(tokens) + 1"))
+    old = code_digest(before["pipe"].train_model)
+    new = code_digest(after["pipe"].train_model)
+    assert explain_code_drift(old, new) == [
+        f"code: train_model changed ({new.parts[0].file}, line 7)"
+    ]
+
+
+def test_a_module_constant_a_helper_reads_is_code(project: Project) -> None:
+    before = project.load(helpers=HELPERS, pipe=PIPE)
+    after = project.load(helpers=HELPERS.replace("SCALE = 3", "SCALE = 4"), pipe=PIPE)
+    old = code_digest(before["pipe"].train_model)
+    new = code_digest(after["pipe"].train_model)
+    file = new.parts[2].file
+    assert explain_code_drift(old, new) == [
+        f"code: weight changed ({file}, line 9: a module-level constant it reads), "
+        "called by train_model"
+    ]
+
+
+def test_a_constant_imported_by_name_from_a_project_module_is_code(project: Project) -> None:
+    config = "SCALE = 3\n"
+    pipe = """\
+    from {config} import SCALE
+
+
+    def step(x):
+        return x * SCALE
+    """
+    before = project.load(config=config, pipe=pipe)
+    same = project.load(config="SCALE = 3  # unchanged\n", pipe=pipe)
+    after = project.load(config="SCALE = 4\n", pipe=pipe)
+    old = code_digest(before["pipe"].step)
+    assert code_digest(same["pipe"].step).digest == old.digest
+    new = code_digest(after["pipe"].step)
+    assert explain_code_drift(old, new) == [
+        f"code: step changed ({new.parts[0].file}, line 4: a module-level constant it reads)"
+    ]
+
+
+def test_a_value_computed_at_import_is_data_not_code(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = HELPERS.replace("SCALE = 3", "import os\nSCALE = int(os.environ['CD_SCALE'])")
+    monkeypatch.setenv("CD_SCALE", "3")
+    before = project.load(helpers=source, pipe=PIPE)
+    monkeypatch.setenv("CD_SCALE", "4")
+    after = project.load(helpers=source, pipe=PIPE)
+    assert after["helpers"].SCALE == 4
+    old = code_digest(before["pipe"].train_model)
+    assert code_digest(after["pipe"].train_model).digest == old.digest
+
+
+def test_installed_packages_and_the_standard_library_are_not_followed(project: Project) -> None:
+    modules = project.load(
+        pipe="""\
+        import json
+        import fsspec
+
+
+        def write(value, out_path):
+            with fsspec.open(out_path, "w") as f:
+                f.write(json.dumps(value))
+        """
+    )
+    digest = code_digest(modules["pipe"].write)
+    assert [p.name for p in digest.parts] == ["write"]
+    assert not is_project_file(json.__file__)
+    assert fsspec.__file__ is not None and not is_project_file(fsspec.__file__)
+    assert not is_project_file(cd.__file__)  # the engine itself
+    assert is_project_file(str(project.root / "v1" / "pipe.py"))
+    assert not is_project_file("<string>")
+
+
+def test_unknown_is_said_never_guessed(project: Project) -> None:
+    namespace: dict[str, Any] = {}
+    exec("def made(x):\n    return x\n", namespace)
+    cases = {
+        len: "len is a builtin or C function: no Python source",
+        namespace["made"]: "made: defined at run time (<string>)",
+        json.dumps: "dumps is in an installed package or the standard library",
+    }
+    for fn, reason in cases.items():
+        digest = code_digest(fn)
+        assert digest.digest is None
+        assert digest.unknown is not None and digest.unknown.startswith(reason), digest.unknown
+    known = code_digest(project.load(helpers=HELPERS, pipe=PIPE)["pipe"].train_model)
+    assert not code_drifted(code_digest(len), known)
+    assert not code_drifted(known, code_digest(len))
+    assert explain_code_drift(CodeDigest.from_record(None), known) == []
+
+
+def test_a_callee_made_at_run_time_is_named_unseen(project: Project) -> None:
+    modules = project.load(
+        helpers='exec("def made(x):\\n    return x\\n")\n',
+        pipe="""\
+        from {helpers} import made
+
+
+        def step(x):
+            return made(x)
+        """,
+    )
+    digest = code_digest(modules["pipe"].step)
+    assert digest.digest is not None
+    assert digest.unseen == ["made (defined at run time (<string>))"]
+
+
+def test_callees_are_followed_transitively_and_named_with_their_caller(project: Project) -> None:
+    inner = "def normalise(w):\n    return w.strip()\n"
+    middle = """\
+    from {inner} import normalise
+
+
+    def tokenize(text):
+        return [normalise(w) for w in text.split()]
+    """
+    pipe = """\
+    from {middle} import tokenize
+
+
+    def train_model(text):
+        return tokenize(text)
+    """
+    before = project.load(inner=inner, middle=middle, pipe=pipe)
+    after = project.load(inner=inner.replace("w.strip()", "w.strip('.')"), middle=middle, pipe=pipe)
+    old = code_digest(before["pipe"].train_model)
+    new = code_digest(after["pipe"].train_model)
+    assert [(p.name, p.via) for p in new.parts] == [
+        ("train_model", None),
+        ("tokenize", "train_model"),
+        ("normalise", "tokenize"),
+    ]
+    assert explain_code_drift(old, new) == [
+        f"code: normalise changed ({new.parts[2].file}, line 2), called by tokenize"
+    ]
+
+
+def test_added_and_removed_callees(project: Project) -> None:
+    helpers = "def a(x):\n    return x\n\n\ndef b(x):\n    return -x\n"
+    before = project.load(helpers=helpers, pipe="from {helpers} import a, b\n\ndef f(x):\n    return a(x)\n")
+    after = project.load(helpers=helpers, pipe="from {helpers} import a, b\n\ndef f(x):\n    return b(x)\n")
+    old = code_digest(before["pipe"].f)
+    new = code_digest(after["pipe"].f)
+    lines = explain_code_drift(old, new)
+    assert lines == [
+        f"code: f changed ({new.parts[0].file}, line 4)",
+        f"code: f now calls b ({new.parts[1].file}, line 5)",
+        "code: f no longer calls a",
+    ]
+
+
+def test_a_changed_method_names_the_class_and_the_method(project: Project) -> None:
+    helpers = """\
+    class Tokenizer:
+        lower = True
+
+        def split(self, text):
+            return text.split()
+    """
+    pipe = """\
+    from {helpers} import Tokenizer
+
+
+    def step(text):
+        return Tokenizer().split(text)
+    """
+    before = project.load(helpers=helpers, pipe=pipe)
+    after = project.load(helpers=helpers.replace("text.split()", "text.split(',')"), pipe=pipe)
+    old = code_digest(before["pipe"].step)
+    new = code_digest(after["pipe"].step)
+    assert explain_code_drift(old, new) == [
+        f"code: Tokenizer changed ({new.parts[1].file}, line 4), called by step"
+    ]
+
+
+def test_decorators_are_followed_and_the_step_function_is_the_root(project: Project) -> None:
+    helpers = """\
+    import functools
+
+
+    def logged(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+        return wrapper
+    """
+    pipe = """\
+    from {helpers} import logged
+
+
+    @logged
+    def train_model(x):
+        return x + 1
+    """
+    before = project.load(helpers=helpers, pipe=pipe)
+    after = project.load(
+        helpers=helpers.replace("return fn(*args, **kwargs)", "return fn(*args, **kwargs) or 0"),
+        pipe=pipe,
+    )
+    old = code_digest(before["pipe"].train_model)
+    new = code_digest(after["pipe"].train_model)
+    assert new.name == "train_model"
+    assert [p.name for p in new.parts] == ["train_model", "logged"]
+    assert explain_code_drift(old, new) == [
+        f"code: logged changed ({new.parts[1].file}, line 6), called by train_model"
+    ]
+
+
+def test_two_lambdas_on_one_line_are_told_apart(project: Project) -> None:
+    modules = project.load(pipe="STEPS = (lambda a: a + 1, lambda b: b + 2)\n")
+    first, second = modules["pipe"].STEPS
+    one, two = code_digest(first), code_digest(second)
+    assert one.digest is not None and two.digest is not None
+    assert one.digest != two.digest
+
+
+def test_the_step_function_behind_apply_partial_and_methods(project: Project) -> None:
+    modules = project.load(
+        pipe="""\
+        class Trainer:
+            def __call__(self, x):
+                return x
+
+            def fit(self, x):
+                return x * 2
+
+
+        def train(x, out_path):
+            return x
+        """
+    )
+    pipe = modules["pipe"]
+    digest = code_digest(pipe.train)
+    handle = apply("train", pipe.train, version="v1", x=1, out_path=OUT)
+    assert code_digest(handle.run) is digest
+    assert code_digest(functools.partial(pipe.train, 1)) is digest
+    assert code_digest(pipe.Trainer().fit) is code_digest(pipe.Trainer.fit)
+    assert code_digest(pipe.Trainer()).name == "Trainer"
+
+
+def test_computed_once_per_function_object_and_again_after_an_edit(project: Project) -> None:
+    modules = project.load(pipe="def step(x):\n    return x\n")
+    path = Path(modules["pipe"].__file__ or "")
+    first = code_digest(modules["pipe"].step)
+    assert code_digest(modules["pipe"].step) is first  # cached by the object
+    path.write_text("def step(x):\n    return x + 1\n")
+    os.utime(path, ns=(0, 0))  # a modification time the first version surely did not have
+    assert code_digest(modules["pipe"].step) is first  # this object still runs the old code
+    edited = import_file(f"pipe_{uuid.uuid4().hex[:8]}", path)
+    again = code_digest(edited.step)
+    assert again.digest is not None and again.digest != first.digest
+
+
+def test_a_source_edited_since_import_is_unknown(project: Project) -> None:
+    modules = project.load(pipe="def step(x):\n    return x\n")
+    path = Path(modules["pipe"].__file__ or "")
+    path.write_text("# the function moved down\n\n\ndef step(x):\n    return x\n")
+    os.utime(path, ns=(0, 0))
+    cd.clear_cache()
+    digest = code_digest(modules["pipe"].step)
+    assert digest.digest is None
+    assert digest.unknown == (
+        "step: its source does not match the running code (edited since it was imported?)"
+    )
+
+
+def test_another_scheme_is_not_drift(project: Project) -> None:
+    digest = code_digest(project.load(pipe="def step(x):\n    return x\n")["pipe"].step)
+    stored = digest.to_record()
+    stored["scheme"] = "ast0"
+    old = CodeDigest.from_record(stored)
+    assert old.digest is None and old.unknown is not None and "another scheme" in old.unknown
+    assert not code_drifted(old, digest)
+
+
+# --- stored digests are untrusted data ----------------------------------------------------------
+
+
+def _valid_record(project_root: Path) -> dict[str, Any]:
+    project = Project(project_root)
+    modules = project.load(helpers=HELPERS, pipe=PIPE)
+    return code_digest(modules["pipe"].train_model).to_record()
+
+
+def test_a_stored_digest_round_trips(project: Project) -> None:
+    digest = code_digest(project.load(helpers=HELPERS, pipe=PIPE)["pipe"].train_model)
+    stored = json.loads(json.dumps(digest.to_record(), sort_keys=True))
+    loaded = CodeDigest.from_record(stored)
+    assert loaded == digest
+    assert loaded.parts[1].via == "train_model"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=80),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20,
+)
+_FIELDS = ("scheme", "digest", "unknown", "parts")
+_PART_FIELDS = ("name", "file", "line", "digest", "header", "statements", "constants", "unknown", "via")
+
+
+def _corrupt(record: dict[str, Any], where: str, field: str, value: Any) -> dict[str, Any]:
+    record = json.loads(json.dumps(record))
+    target = record if where == "top" or not record["parts"] else record["parts"][0]
+    target[field] = value
+    return record
+
+
+def _check_corrupt(record: dict[str, Any], where: str, field: str, value: Any) -> None:
+    loaded = CodeDigest.from_record(_corrupt(record, where, field, value))
+    assert isinstance(loaded, CodeDigest)
+    # Whatever loaded, reporting on it never raises, and a digest it keeps is a hex string.
+    assert loaded.digest is None or all(c in "0123456789abcdef" for c in loaded.digest)
+    explain_code_drift(loaded, CodeDigest.from_record(record))
+    assert loaded.unseen is not None
+
+
+@pytest.fixture(scope="module")
+def valid_record(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _valid_record(tmp_path_factory.mktemp("valid"))
+
+
+_corruptions = given(
+    where=st.sampled_from(["top", "part"]),
+    field=st.sampled_from(_FIELDS + _PART_FIELDS),
+    value=_JSON,
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@_corruptions
+@example(where="part", field="line", value=True)  # bool is an int in Python: not a line number
+@example(where="part", field="statements", value=["zz"])
+@example(where="top", field="parts", value=[None])
+def test_a_corrupt_stored_digest_loads_as_unknown_or_valid(
+    valid_record: dict[str, Any], where: str, field: str, value: Any
+) -> None:
+    _check_corrupt(valid_record, where, field, value)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@_corruptions
+def test_a_corrupt_stored_digest_random_run(
+    valid_record: dict[str, Any], where: str, field: str, value: Any
+) -> None:
+    _check_corrupt(valid_record, where, field, value)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(_JSON)
+def test_any_json_loads_without_raising(value: Any) -> None:
+    assert isinstance(CodeDigest.from_record(value), CodeDigest)
+
+
+# --- the property: layout never counts ----------------------------------------------------------
+
+BODY = '''\
+def step(text, n=3):
+    """Docstring."""
+    words = [w for w in text.split() if len(w) > n]
+    total = 0
+    for i, w in enumerate(words):
+        if i % 2:
+            total += len(w)
+        else:
+            total -= 1
+    return {"total": total, "first": words[:1]}
+'''
+
+
+def _relayout(source: str, comments: list[int], blank: list[int]) -> str:
+    """``source`` re-printed by ``ast.unparse`` (all its own layout), with comments and blank
+    lines inserted at the given statement lines."""
+    lines = ast.unparse(ast.parse(source)).splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if i in blank:
+            out.append("")
+        out.append(line + ("  # note" if i in comments else ""))
+    return "\n".join(out) + "\n"
+
+
+_layouts = given(
+    comments=st.lists(st.integers(0, 12), max_size=6),
+    blank=st.lists(st.integers(1, 12), max_size=4),
+)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@_layouts
+def test_relayout_and_comments_never_change_the_digest(
+    tmp_path: Path, comments: list[int], blank: list[int]
+) -> None:
+    _check_layout(tmp_path, comments, blank)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@_layouts
+def test_relayout_and_comments_never_change_the_digest_random_run(
+    tmp_path: Path, comments: list[int], blank: list[int]
+) -> None:
+    _check_layout(tmp_path, comments, blank)
+
+
+def _check_layout(tmp_path: Path, comments: list[int], blank: list[int]) -> None:
+    path = tmp_path / f"p_{uuid.uuid4().hex[:8]}.py"
+    path.write_text(BODY)
+    original = code_digest(import_file(path.stem, path).step)
+    other = tmp_path / f"q_{uuid.uuid4().hex[:8]}.py"
+    other.write_text(_relayout(BODY, comments, blank))
+    assert code_digest(import_file(other.stem, other).step).digest == original.digest
