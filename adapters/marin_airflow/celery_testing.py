@@ -308,14 +308,7 @@ class CeleryServices(AirflowServices):
 
     def celery_control(self, *args: str) -> None:
         """``airflow celery <args>`` (add-queue, remove-queue, ...) against the live workers."""
-        proc = subprocess.run(
-            [sys.executable, "-m", "airflow", "celery", *args],
-            env=self.env(),
-            cwd=self.sandbox.root,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = self.airflow("celery", *args, timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"airflow celery {' '.join(args)}:\n{proc.stdout}{proc.stderr}")
 

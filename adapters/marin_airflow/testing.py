@@ -421,17 +421,21 @@ class AirflowServices:
         args = ["dags", "trigger", dag_id, "--run-id", run_id]
         if conf is not None:
             args += ["--conf", json.dumps(dict(conf))]
-        proc = subprocess.run(
+        proc = self.airflow(*args)
+        if proc.returncode != 0:
+            raise RuntimeError(f"airflow dags trigger failed:\n{proc.stdout[-3000:]}{proc.stderr}")
+        return run_id
+
+    def airflow(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        """The ``airflow`` command against these services (their environment and folder)."""
+        return subprocess.run(
             [sys.executable, "-m", "airflow", *args],
             env=self.env(),
             cwd=self.sandbox.root,
             capture_output=True,
             text=True,
-            timeout=180,
+            timeout=timeout,
         )
-        if proc.returncode != 0:
-            raise RuntimeError(f"airflow dags trigger failed:\n{proc.stdout[-3000:]}{proc.stderr}")
-        return run_id
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
         """Until the run ends; return its final state (``success`` or ``failed``)."""
