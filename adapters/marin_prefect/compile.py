@@ -390,6 +390,8 @@ def _cached_task(spec: StepSpec, url: str, reason: str) -> Task[[], Any]:
 def _build(job: StepJob, options: FlowOptions) -> BuildOutcome:
     """Run one attempt, holding Prefect concurrency slots only while it builds: one of
     ``concurrency_limit``, and with ``resource_limits`` the step's ``marin-<kind>`` slots."""
+    from marin.execution.provenance import engine_run
+
     spec = job.spec
     logger = get_run_logger()
     with contextlib.ExitStack() as slots:
@@ -417,4 +419,20 @@ def _build(job: StepJob, options: FlowOptions) -> BuildOutcome:
             from marin_prefect.resources import resource_concurrency
 
             slots.enter_context(resource_concurrency(spec, logger))
-        return job.build()
+        with engine_run("prefect", _task_run_ids()):
+            return job.build()
+
+
+def _task_run_ids() -> dict[str, Any]:
+    """The running Prefect task run's id (and its flow run's), for the record's provenance."""
+    from prefect.context import TaskRunContext
+
+    context = TaskRunContext.get()
+    task_run = getattr(context, "task_run", None)
+    if task_run is None:
+        return {"task_run_id": None, "flow_run_id": None}
+    flow_run_id = getattr(task_run, "flow_run_id", None)
+    return {
+        "task_run_id": str(task_run.id),
+        "flow_run_id": str(flow_run_id) if flow_run_id is not None else None,
+    }

@@ -79,6 +79,24 @@ def who(record: ArtifactRecord) -> str:
     return f"{user or '?'}@{host or '?'}"
 
 
+def engine_of(record: ArtifactRecord) -> dict[str, Any] | None:
+    """The engine unit that built the record (``provenance.engine``), if it names one.
+
+    Stored JSON is untrusted: anything but a mapping is shown as absent.
+    """
+    engine = (record.provenance or {}).get("engine")
+    return engine if isinstance(engine, dict) else None
+
+
+def engine_text(record: ArtifactRecord) -> str:
+    """``airflow dag_id=d run_id=r task_id=t try_number=2 map_index=-1``, or ``-``."""
+    engine = engine_of(record)
+    if engine is None:
+        return "-"
+    ids = " ".join(f"{k}={v}" for k, v in engine.items() if k != "name" and v is not None)
+    return f"{engine.get('name', '?')} {ids}".strip()
+
+
 # --- ls ------------------------------------------------------------------------------------------
 
 
@@ -155,6 +173,8 @@ def ls_json(location: Location, entries: list[Entry]) -> dict[str, Any]:
                 "duration_s": e.record.duration_s,
                 "user": (e.record.provenance or {}).get("user"),
                 "host": (e.record.provenance or {}).get("host"),
+                "pid": (e.record.provenance or {}).get("pid"),
+                "engine": engine_of(e.record),
                 "git_commit": (e.record.provenance or {}).get("git_commit"),
                 "size_bytes": e.size,
             }
@@ -174,7 +194,10 @@ def ls_json(location: Location, entries: list[Entry]) -> dict[str, Any]:
     }
 
 
-def ls_table(location: Location, entries: list[Entry], *, color: bool = False) -> str:
+def ls_table(
+    location: Location, entries: list[Entry], *, color: bool = False, where: bool = False
+) -> str:
+    """The ``marin ls`` table; ``where`` adds where each step was built: pid and engine unit."""
     from rich.console import Console
     from rich.table import Table
 
@@ -183,18 +206,27 @@ def ls_table(location: Location, entries: list[Entry], *, color: bool = False) -
     lines: list[str] = []
     if built:
         table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-        for column in ("step", "built at", "by", "size", "took"):
+        columns = ["step", "built at", "by", "size", "took"]
+        if where:
+            columns += ["pid", "engine"]
+        for column in columns:
             table.add_column(column, justify="right" if column in ("size", "took") else "left")
         for e in built:
             assert e.record is not None
             # Text objects, never markup: names like ``sweep[lr=0.1]`` are shown as they are.
-            table.add_row(
+            row = [
                 safe_rich(e.step_id),
                 safe_rich(human_time(e.record.finished_at)),
                 safe_rich(who(e.record)),
                 human_size(e.size),
                 f"{e.record.duration_s:.2f}s",
-            )
+            ]
+            if where:
+                row += [
+                    safe_rich(str((e.record.provenance or {}).get("pid", "?"))),
+                    safe_rich(engine_text(e.record)),
+                ]
+            table.add_row(*row)
         console = Console(
             width=250, color_system="auto" if color else None, force_terminal=color, soft_wrap=False
         )
@@ -374,6 +406,7 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
         f"  built        {human_time(record.started_at)} -> {human_time(record.finished_at)}",
         f"  duration     {record.duration_s:.3f}s",
         f"  by           {who(record)} (pid {prov.get('pid', '?')})",
+        f"  engine       {engine_text(record)}",
         f"  git          {git}",
         f"  time         {prov.get('time', '-')}",
         f"  argv         {' '.join(str(a) for a in prov.get('argv', [])) or '-'}",

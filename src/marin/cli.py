@@ -210,7 +210,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         print(safe_json(json.dumps(ls_json(location, entries), indent=2, ensure_ascii=False)))
     else:
-        sys.stdout.write(ls_table(location, entries, color=sys.stdout.isatty()))
+        sys.stdout.write(ls_table(location, entries, color=sys.stdout.isatty(), where=args.where))
     return EXIT_OK
 
 
@@ -255,6 +255,7 @@ exit codes: 0 built, 1 not built (a failed or unfinished attempt is shown), 2 no
 _EPILOG_LS = """example:
   marin ls --prefix /tmp/marin
   marin ls --prefix s3://bucket/experiments --json --no-size
+  marin ls --prefix s3://bucket/experiments --where   # pid and Airflow/Prefect task per step
 """
 _EPILOG_EXPORT = """example:
   marin export airflow --help
@@ -497,6 +498,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.add_argument(
         "--no-size", action="store_true", help="skip measuring outputs (faster on object stores)"
+    )
+    ls.add_argument(
+        "--where",
+        action="store_true",
+        help="also show where each step was built: process id and the engine's task "
+        "(Airflow task instance, Prefect task run)",
     )
     ls.set_defaults(func=cmd_ls)
 

@@ -87,6 +87,17 @@ def test_example_as_flow_matches_local_run(tmp_path: Path) -> None:
         assert waited == {d.step_id for d in spec.deps}, spec.step_id
         assert runs[spec.step_id].state.is_completed()
 
+    # Who built what: each record names the Prefect task run that built it; a local run's none.
+    for spec in specs:
+        path = f"{spec.output_path}.marin/record.json"
+        prov = json.loads((prefect_prefix / path).read_text())["provenance"]
+        assert prov["engine"] == {
+            "name": "prefect",
+            "task_run_id": str(runs[spec.step_id].id),
+            "flow_run_id": str(flow_run_id(state)),
+        }, spec.step_id
+        assert "engine" not in json.loads((local_prefix / path).read_text())["provenance"]
+
 
 def test_second_run_is_all_cached_and_never_calls_fn(tmp_path: Path, calls: Path) -> None:
     prefix = tmp_path / "p"

@@ -2,10 +2,16 @@
 
 Provenance explains a record; it never enters a fingerprint. The git and host facts are looked up
 once per process, because lowering 100,000 steps must not spawn 100,000 ``git`` processes.
+
+An engine adapter (Airflow, Prefect) says which of its units of work is building a step with
+:func:`engine_run` around ``build_step``: the record then names that task instance or task run
+beside the host and process id, so "who built what" is answered across many workers.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime
 import functools
 import getpass
@@ -13,7 +19,32 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+_engine: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "marin_engine", default=None
+)
+"""The engine's own id of the work running in this context (a contextvar: each Airflow task or
+Prefect task thread sees only its own)."""
+
+
+@contextlib.contextmanager
+def engine_run(engine: str, ids: Mapping[str, Any]) -> Iterator[None]:
+    """Within this block, records built here name ``engine`` and its ``ids`` (plain data: the
+    Airflow task instance's dag_id/run_id/task_id/try_number/map_index, the Prefect task run id).
+    """
+    token = _engine.set({"name": engine, **{str(k): v for k, v in ids.items()}})
+    try:
+        yield
+    finally:
+        _engine.reset(token)
+
+
+def current_engine() -> dict[str, Any] | None:
+    """What :func:`engine_run` set for this context, or None outside an engine's task."""
+    value = _engine.get()
+    return dict(value) if value is not None else None
 
 
 @functools.cache
@@ -49,8 +80,10 @@ def now_iso() -> str:
 
 
 def collect_provenance() -> dict[str, Any]:
+    """Git state, user, host, process id, argv and time; and ``engine`` (see :func:`engine_run`)
+    when an engine's task is running here."""
     commit, dirty = _git_state(os.getcwd())
-    return {
+    facts: dict[str, Any] = {
         "git_commit": commit,
         "git_dirty": dirty,
         "user": _user(),
@@ -59,3 +92,7 @@ def collect_provenance() -> dict[str, Any]:
         "argv": list(sys.argv),
         "time": now_iso(),
     }
+    engine = current_engine()
+    if engine is not None:
+        facts["engine"] = engine
+    return facts
