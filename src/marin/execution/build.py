@@ -44,6 +44,7 @@ from marin.execution.canonical import to_canonical
 from marin.execution.context import StepContext
 from marin.execution.decide import Decision, Policy, Stored, Upstream, decide
 from marin.execution.errors import AbandonedError, ConfigError, LeaseLostError, StorageError
+from marin.execution.executors import Deferred
 from marin.execution.faults import crash_point
 from marin.execution.inspect import read_stored_step
 from marin.execution.lease import Heartbeat, Lease
@@ -138,6 +139,7 @@ def build_step(
     decision: Decision | None = None,
     upstream: Sequence[Upstream] | None = None,
     abandon: threading.Event | None = None,
+    defer_if_held: bool = False,
 ) -> BuildOutcome:
     """Make sure ``spec`` is built under ``location``; build it here if nobody has.
 
@@ -153,6 +155,10 @@ def build_step(
 
     ``abandon``: once set (a second Ctrl-C in library mode), a build whose ``fn`` is still
     running keeps its lease until ``fn`` returns, and then never commits.
+
+    ``defer_if_held``: when another runner's live lease holds the step, raise ``Deferred`` at
+    once (having written nothing) instead of waiting for it, so a run loop can go on with other
+    steps meanwhile (drivers sharing one prefix) and call again later.
     """
     if policy is None:
         policy = Policy(on_drift, frozenset({spec.step_id} if force else ()), cascade)
@@ -176,7 +182,7 @@ def build_step(
     crash_point("before-lease", spec.step_id)
     try:
         return _lease_and_build(
-            spec, location, policy, decision, ups, region, lease_ttl, url, abandon
+            spec, location, policy, decision, ups, region, lease_ttl, url, abandon, defer_if_held
         )
     except LeaseLostError as lost:
         log.warning("discard %s: %s", spec.step_id, lost.what)
@@ -209,10 +215,11 @@ def _lease_and_build(
     lease_ttl: float | None,
     url: str,
     abandon: threading.Event | None,
+    defer_if_held: bool = False,
 ) -> BuildOutcome:
     output_seen = _output_left_by_marin(location, spec)  # before the lease: see there
     lease = Lease(location, spec.output_path, ttl=lease_ttl)
-    _acquire(lease, spec)
+    _acquire(lease, spec, defer=defer_if_held)
     try:
         crash_point("after-lease", spec.step_id)
         present = metadata_files(location, spec.output_path)
@@ -248,8 +255,9 @@ def _build_id(record: ArtifactRecord | None) -> str | None:
     return None if record is None else record.build_id
 
 
-def _acquire(lease: Lease, spec: StepSpec) -> None:
-    """Take the lease, waiting with bounded, jittered backoff while someone else holds it."""
+def _acquire(lease: Lease, spec: StepSpec, *, defer: bool = False) -> None:
+    """Take the lease, waiting with bounded, jittered backoff while someone else holds it; with
+    ``defer``, raise ``Deferred`` instead of waiting."""
     delay = LEASE_WAIT_FIRST_DELAY_S
     last_holder: str | None = None
     last_log = 0.0
@@ -257,6 +265,8 @@ def _acquire(lease: Lease, spec: StepSpec) -> None:
         holder = lease.try_acquire()
         if holder is None:
             return
+        if defer:
+            raise Deferred(spec.step_id, holder.holder, holder.expires_at)
         now = time.monotonic()
         if holder.holder != last_holder or now - last_log > LEASE_WAIT_LOG_EVERY_S:
             log.info("wait %s: lease held by %s", spec.step_id, holder.describe())
