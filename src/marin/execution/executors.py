@@ -16,6 +16,7 @@ comes back to that one later (``marin.execution.orchestrate``).
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 from collections.abc import Callable
@@ -116,11 +117,15 @@ class ThreadExecutor:
     def __init__(self, size: int, name: str = "marin-step") -> None:
         self._size = size
         self._name = name
-        self._jobs: queue.SimpleQueue[tuple[StepJob, OnDone] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[StepJob, OnDone, contextvars.Context] | None] = (
+            queue.SimpleQueue()
+        )
         self._threads: list[threading.Thread] = []
 
     def submit(self, job: StepJob, on_done: OnDone) -> None:
-        self._jobs.put((job, on_done))
+        # The submitter's context variables (the caller's: the loop runs on its thread) go with
+        # the job, as a task runner's do; a thread of its own would start with none of them.
+        self._jobs.put((job, on_done, contextvars.copy_context()))
         if len(self._threads) < self._size:
             thread = threading.Thread(
                 target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
@@ -134,10 +139,10 @@ class ThreadExecutor:
             item = jobs.get()
             if item is None:
                 return
-            job, on_done = item
+            job, on_done, context = item
             del item
             try:
-                outcome = job.build()
+                outcome = context.run(job.build)
             except Deferred as held:
                 on_done(Completion(job, CompletionKind.DEFERRED, error=held))
             except BaseException as exc:
@@ -145,7 +150,7 @@ class ThreadExecutor:
             else:
                 on_done(Completion(job, CompletionKind.DONE, outcome=outcome))
                 del outcome
-            del job, on_done
+            del job, on_done, context
 
     def shutdown(self, *, wait: bool) -> None:
         for _ in self._threads:

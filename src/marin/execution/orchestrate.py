@@ -25,7 +25,6 @@ plus a ``PrefectExecutor``. The Airflow runtime has no loop: Airflow's scheduler
 
 from __future__ import annotations
 
-import contextvars
 import heapq
 import itertools
 import logging
@@ -84,10 +83,11 @@ class RunListener(Protocol):
 class BuildCall:
     """``build_step`` with the loop's arguments bound: a ``StepJob``'s ``build``.
 
-    Calling it builds here, in the caller's context variables (each call's own copy). An executor
-    that builds elsewhere (another process, a Dask worker) reads the arguments instead and calls
-    ``build_step`` there with them: the same decision, lineage and policy, without the
-    process-local parts (``abandon``, ``context``, the open ``location``).
+    Calling it builds here, in the calling thread's context (an engine's task that runs it names
+    itself there, for the record's provenance). An executor that builds elsewhere (another
+    process, a Dask worker) reads the arguments instead and calls ``build_step`` there with
+    them: the same decision, lineage and policy, without the process-local parts (``abandon``,
+    the open ``location``).
     """
 
     spec: StepSpec
@@ -100,12 +100,8 @@ class BuildCall:
     devices: tuple[int, ...]
     abandon: threading.Event
     defer_if_held: bool
-    context: contextvars.Context
 
     def __call__(self) -> BuildOutcome:
-        return self.context.run(self._build)
-
-    def _build(self) -> BuildOutcome:
         with assigned_devices(self.devices):
             return build_step(
                 self.spec,
@@ -180,7 +176,6 @@ class RunLoop:
             label=lambda p: self._decisions[p].spec.step_id,
         )
         self._inbox: queue.SimpleQueue[_Item] = queue.SimpleQueue()
-        self._context = contextvars.copy_context()
         self._abandon = threading.Event()
         self._interrupted = False
         self._started: dict[str, float] = {}
@@ -396,7 +391,6 @@ class RunLoop:
             devices,
             self._abandon,
             self.share_work,
-            self._context.copy(),  # the caller's context variables, in the worker
         )
 
     # -- served steps, re-checked when served -----------------------------------------------
