@@ -1,8 +1,8 @@
 """A pipeline for drivers that share the work, loaded by ``marin run`` from this file's path.
 
 Three independent chains of four steps (12 steps, three wide). Each ``fn`` appends
-``start <step> <pid>`` to ``$MARIN_SHARED_EVENTS`` before its work and ``end <step> <pid>``
-after it (one ``O_APPEND`` write each, so lines of racing processes never interleave), and
+``start <step> <pid> <time>`` to ``$MARIN_SHARED_EVENTS`` before its work and ``end <step>
+<pid> <time>`` after it (one ``O_APPEND`` write each, so lines of racing processes never interleave), and
 sleeps ``$MARIN_SHARED_SLEEP`` seconds (default 1) as its work.
 """
 
@@ -24,7 +24,7 @@ def _note(event: str, step: str) -> None:
         return
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, f"{event} {step} {os.getpid()}\n".encode())
+        os.write(fd, f"{event} {step} {os.getpid()} {time.time():.3f}\n".encode())
     finally:
         os.close(fd)
 
