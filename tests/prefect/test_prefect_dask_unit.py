@@ -8,7 +8,9 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,8 +57,6 @@ def _payload(tmp_path: Path) -> tuple[str, Path, str]:
     target = f"{folder / 'shipped.py'}:pipeline"
     spec = lower(list(load_target(target)))[0]
     plan, location = StepRunner(prefix=str(tmp_path / "p")).plan(spec)
-    import threading
-
     call = BuildCall(spec, location, plan.policy, None, plan.of(spec), [], (), threading.Event(), False)
     payload = tmp_path / "payload.bin"
     payload.write_bytes(pack(call, FlowOptions(run=None, policy=plan.policy)))  # type: ignore[arg-type]
@@ -135,3 +135,41 @@ def test_marin_errors_survive_pickling_as_themselves(error: MarinError) -> None:
     back = pickle.loads(pickle.dumps(error))
     assert type(back) is type(error) and str(back) == str(error)
     assert (back.what, back.fix, back.step) == (error.what, error.fix, error.step)
+
+
+ENTERED = threading.Event()
+GO = threading.Event()
+"""The slow pipeline file below sets ENTERED while it runs, then waits for GO."""
+
+
+def test_two_threads_loading_one_file_target_both_get_the_whole_module(tmp_path: Path) -> None:
+    """A Dask worker's threads each load the target first: one must not get the module the
+    other is still running (it was registered before it ran: 'has no attribute pipeline')."""
+    (tmp_path / "slowload.py").write_text(
+        "from tests.prefect import test_prefect_dask_unit as t\n"
+        "t.ENTERED.set()\n"
+        "t.GO.wait(30)\n"
+        "from marin.execution.lazy import OUT, apply\n"
+        "def make(out_path):\n"
+        "    return 1\n"
+        "pipeline = [apply('slow/one', make, version='v1', out_path=OUT)]\n"
+    )
+    target = f"{tmp_path / 'slowload.py'}:pipeline"
+    results: dict[str, Any] = {}
+
+    def load(name: str) -> None:
+        try:
+            results[name] = [h.name for h in load_target(target)]
+        except Exception as exc:
+            results[name] = exc
+
+    first = threading.Thread(target=load, args=("first",))
+    first.start()
+    assert ENTERED.wait(30)
+    second = threading.Thread(target=load, args=("second",))
+    second.start()
+    second.join(1.0)  # before the fix it ended here, with the half-run module's error
+    GO.set()
+    first.join(30)
+    second.join(30)
+    assert results == {"first": ["slow/one"], "second": ["slow/one"]}
