@@ -29,7 +29,7 @@ from marin.execution.targets import load_target
 from marin_prefect.compile import CACHED_STATE_NAME, to_prefect_flow
 from marin_prefect.dask_testing import DaskCluster
 from tests.prefect.prefect_helpers import flow_run_id, task_runs
-from tests.reliability.conftest import REPO, child_env, s3_server  # noqa: F401
+from tests.reliability.conftest import REPO, child_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -67,7 +67,7 @@ def start_cluster(root: Path, s3: dict[str, str], log: Path, **extra: str) -> Da
 @pytest.fixture(scope="module")
 def cluster(
     tmp_path_factory: pytest.TempPathFactory,
-    s3_server: dict[str, str],  # noqa: F811
+    s3_server: dict[str, str],
 ) -> Iterator[tuple[DaskCluster, Path]]:
     root = tmp_path_factory.mktemp("dask")
     log = root / "events.txt"
@@ -156,7 +156,7 @@ def test_a_worker_that_cannot_load_the_pipeline_fails_the_step_naming_it(
 
 def test_a_worker_killed_mid_build_is_recovered_on_the_other_with_one_commit(
     tmp_path: Path,
-    s3_server: dict[str, str],  # noqa: F811
+    s3_server: dict[str, str],
     in_repo: None,
 ) -> None:
     """SIGKILL of the building worker's process group; Dask reruns the task on the other
