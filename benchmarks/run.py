@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/run.py            # full: about 6-9 minutes on 2 cores
     .venv/bin/python benchmarks/run.py --quick    # under a minute (CI runs this)
     .venv/bin/python benchmarks/run.py --only lowering,makespan --output /tmp/r.json
+    .venv/bin/python benchmarks/run.py --distributed   # also the Dask and multi-driver rows
 
 Each measurement runs in its own subprocess (see ``workers.py``) with a time limit, reports
 medians over repetitions, and every comparison (FIFO vs longest-path, parallel vs serial checks,
@@ -40,6 +41,7 @@ SECTIONS = (
     "rss",
     "airflow",
     "prefect",
+    "distributed",
     "peer",
     "commit",
     "calls",
@@ -76,6 +78,8 @@ class Harness:
         self.raw: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
         self.failed = False
+        self.distributed = False
+        """Run the distributed section (``--distributed``): it starts servers, so opt-in."""
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -574,6 +578,57 @@ def bench_prefect(h: Harness) -> None:
     h.add("prefect", "local StepRunner / plain Prefect", m["local"] / m["plain"], "x")
 
 
+DISTRIBUTED_ROWS = ("local", "prefect-threads", "prefect-dask")
+DISTRIBUTED_NOTE = "needs --distributed (starts a Prefect server and a Dask cluster: ~1 minute)"
+CELERY_NOTE = (
+    "not measured here: its harness (Redis, the Airflow api-server, scheduler and dag-processor, "
+    "two Celery workers) takes ~15 s to start and each task waits for the scheduler loop; "
+    "tests/airflow/test_celery_runs.py exercises it"
+)
+
+
+def bench_distributed(h: Harness) -> None:
+    """(6b) Per-step overhead of the Dask path beside the local runner and Prefect's threads on
+    one no-op graph, and three ``marin run`` drivers against one on a shared graph."""
+    if h.quick or not h.distributed:
+        h.add("distributed", "prefect-dask per step (skipped)", None, "ms", note=DISTRIBUTED_NOTE)
+        return
+    try:
+        import prefect_dask  # noqa: F401
+    except ImportError as exc:
+        h.add("distributed", "prefect-dask per step", None, "ms", note=f"not installed: {exc}")
+        return
+    r = h.worker("distributed", 600, n=40, reps=3)
+    if not r:
+        return
+    n = r["n"]
+    for name in DISTRIBUTED_ROWS:
+        spread = f"{min(r['times'][name]):.3g}-{max(r['times'][name]):.3g} s per run"
+        h.add("distributed", f"{name} per step (n={n} no-op)", r["per_step_ms"][name], "ms",
+              note=spread)  # fmt: skip
+    h.judge(
+        "distributed",
+        "prefect-dask / prefect-threads",
+        r["medians"]["prefect-dask"] / r["medians"]["prefect-threads"],
+        "x",
+        "distributed.dask_over_threads",
+        3.0,
+        note="the same compiled flow; each build pickled to one of two local Dask workers",
+    )
+    h.add("distributed", "celery per step", None, "ms", note=CELERY_NOTE)
+    one, three = r["drivers"]["1"], r["drivers"]["3"]
+    h.judge(
+        "distributed",
+        "3 drivers / 1 driver (work span)",
+        three["work_s"] / one["work_s"],
+        "x",
+        "distributed.three_drivers",
+        0.6,
+        note=f"12 steps of {r['drivers_sleep_s']:g} s, three wide, one at a time per driver; "
+        f"wall clock {three['wall_s']:.1f} s vs {one['wall_s']:.1f} s",
+    )
+
+
 PEER_TARGETS = (("chain", 20, 500.0), ("fan", 200, 20.0), ("random", 200, 20.0))
 PEER_INSTALL = (
     "install it into its own venv with `PEER_DIR=DIR ../shared/peers/setup-marin-peer.sh` "
@@ -884,6 +939,7 @@ BENCHES = {
     "commit": bench_commit,
     "calls": bench_calls,
     "prefect": bench_prefect,
+    "distributed": bench_distributed,
     "peer": bench_peer,
     "airflow": bench_airflow,
 }
@@ -935,6 +991,11 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default="", help=f"comma-separated sections: {', '.join(SECTIONS)}"
     )
     parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="also run the distributed section (a Prefect server, a Dask cluster, three drivers)",
+    )
+    parser.add_argument(
         "--budget", type=float, default=None, help="seconds (default 55 quick, 900 full)"
     )
     args = parser.parse_args(argv)
@@ -949,6 +1010,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.budget or (55.0 if args.quick else 900.0)
     started = time.monotonic()
     h = Harness(args.quick, started + budget, known_misses(os.path.join(HERE, "results.json")))
+    h.distributed = args.distributed or "distributed" in args.only.split(",")
     load_before = os.getloadavg()
     print(
         f"marin-execution benchmarks ({'quick' if args.quick else 'full'}); "

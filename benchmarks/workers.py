@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -31,6 +32,7 @@ from marin.execution.lazy import lower
 from marin.execution.step_spec import StepSpec
 
 logging.getLogger("marin").setLevel(logging.WARNING)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def time_rerun_and_plan(
@@ -418,6 +420,107 @@ def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0)
     }
 
 
+def distributed(n: int, reps: int, drivers_sleep_s: float = 0.5) -> dict[str, Any]:
+    """Per-step overhead of the same no-op graph (a file target) on the local StepRunner, the
+    compiled Prefect flow on threads and on a real Dask cluster (a scheduler and two worker
+    processes); then one vs three ``marin run`` drivers sharing a 12-step, three-wide graph."""
+    os.environ["MARIN_BENCH_NOOP_N"] = str(n)
+    from marin_prefect.testing import isolate_prefect_home, start_harness
+
+    isolate_prefect_home()
+    start_harness()
+    from prefect.settings import PREFECT_API_URL
+    from prefect_dask import DaskTaskRunner
+
+    from marin.execution.step_runner import StepRunner
+    from marin.execution.targets import load_target
+    from marin_prefect.compile import to_prefect_flow
+    from marin_prefect.dask_testing import DaskCluster
+
+    logging.getLogger("prefect").setLevel(logging.WARNING)
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+    target = os.path.join(os.path.dirname(os.path.abspath(__file__)), "noop_graph.py:pipeline")
+    steps = collect_steps(lower(list(load_target(target)), memo={}))
+    root = tempfile.mkdtemp(prefix="marin-bench-dask-")
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    times: dict[str, list[float]] = {"local": [], "prefect-threads": [], "prefect-dask": []}
+    try:
+        with DaskCluster(Path(root), env) as cluster:
+            cluster.add_worker("a")
+            cluster.add_worker("b", resources={"GPU": 1})
+            cluster.wait_for_workers(2)
+            variants: dict[str, Callable[[str], Any]] = {
+                "local": lambda prefix: StepRunner(8, prefix).run(steps),
+                "prefect-threads": lambda prefix: to_prefect_flow(
+                    target, max_concurrent=8, prefix=prefix
+                )(),
+                "prefect-dask": lambda prefix: to_prefect_flow(
+                    target,
+                    max_concurrent=8,
+                    prefix=prefix,
+                    task_runner=DaskTaskRunner(address=cluster.address),
+                )(),
+            }
+            for name, fn in variants.items():  # untimed warm-up: imports, worker caches
+                with fresh_prefix("local", f"dk-warm-{name}") as prefix:
+                    fn(prefix)
+            rng = random.Random(5)
+            for rep in range(reps):
+                order = list(variants)
+                rng.shuffle(order)
+                for name in order:
+                    with fresh_prefix("local", f"dk-{name}-{rep}") as prefix:
+                        t0 = time.perf_counter()
+                        variants[name](prefix)
+                        times[name].append(time.perf_counter() - t0)
+        drivers = {k: _drivers(k, drivers_sleep_s) for k in (1, 3)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "n": len(steps),
+        "times": times,
+        "medians": medians,
+        "per_step_ms": {k: 1000 * v / len(steps) for k, v in medians.items()},
+        "drivers": drivers,
+        "drivers_sleep_s": drivers_sleep_s,
+    }
+
+
+def _drivers(count: int, sleep_s: float) -> dict[str, float]:
+    """``count`` ``marin run`` processes (one step at a time each, own cwd/HOME/TMPDIR) on one
+    local prefix and the 12-step, three-wide graph of tests/reliability/shared_pipeline.py."""
+    import subprocess
+
+    root = tempfile.mkdtemp(prefix="marin-bench-drivers-")
+    events = os.path.join(root, "events.txt")
+    target = os.path.join(ROOT, "tests", "reliability", "shared_pipeline.py") + ":pipeline"
+    env = {**os.environ, "MARIN_SHARED_EVENTS": events, "MARIN_SHARED_SLEEP": str(sleep_s)}
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")])
+    procs = []
+    t0 = time.perf_counter()
+    try:
+        for i in range(count):
+            home = os.path.join(root, f"d{i}")
+            for sub in ("home", "tmp"):
+                os.makedirs(os.path.join(home, sub))
+            own = {**env, "HOME": f"{home}/home", "TMPDIR": f"{home}/tmp"}
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "marin.cli", "run", target, "--prefix",
+                 os.path.join(root, "prefix"), "--max-concurrent", "1", "--no-progress"],
+                cwd=home, env=own, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ))  # fmt: skip
+        codes = [p.wait(300) for p in procs]
+        wall = time.perf_counter() - t0
+        if any(codes):
+            raise RuntimeError(f"a driver failed: exit codes {codes}")
+        with open(events) as f:
+            stamps = [float(line.split()[3]) for line in f]
+        return {"wall_s": wall, "work_s": max(stamps) - min(stamps)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def airflow_env(home: str, dags: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -494,6 +597,7 @@ WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
     "makespan": makespan,
     "dispatch": dispatch,
     "prefect": prefect,
+    "distributed": distributed,
     "airflow_parse": airflow_parse,
 }
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -35,3 +36,45 @@ def prefix(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
         fs = fsspec.filesystem("memory")
         if fs.exists(name):
             fs.rm(name, recursive=True)
+
+
+from tests.reliability.conftest import S3_KEYS, free_port  # noqa: E402
+
+
+# One moto S3 server per session for every test folder (reliability, prefect): a second
+# session fixture of the same name elsewhere would start a second server under the same
+# environment variables.
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[dict[str, str]]:
+    """moto's S3 server on 127.0.0.1; yields the environment that points s3fs at it."""
+    pytest.importorskip("s3fs")
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {**S3_KEYS, "FSSPEC_S3_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    import fsspec.config
+
+    fsspec.config.set_conf_env(fsspec.config.conf)
+    try:
+        import s3fs
+
+        s3fs.S3FileSystem.clear_instance_cache()
+        fs = s3fs.S3FileSystem()
+        fs.mkdir("marin-tests")
+        yield env
+    finally:
+        server.stop()
+        fsspec.config.conf.get("s3", {}).pop("endpoint_url", None)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -22,6 +22,11 @@ Prefect has no skipped state, so propagation is ours:
 - after a failure, with ``keep_going=False`` (the default, as in ``marin run``), steps not yet
   started are not started either; the flow run fails with the core's ``StepFailedError`` (or
   ``PipelineFailedError`` with ``keep_going=True``) chained to the step's own exception.
+
+The task runner is the flow's choice (``task_runner=``): threads of the flow run's process by
+default, or any Prefect task runner. With one that runs tasks in other processes (Dask's
+``DaskTaskRunner``), each build is sent to the worker as its target and pickled arguments and
+built there (``marin_prefect.dask``); the loop, the plan and the states stay here.
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ from marin.execution.options import (
     DEFAULT_ON_DRIFT,
     RunOptions,
 )
+from marin.execution.orchestrate import BuildCall
 from marin.execution.vocabulary import BuildOutcomeKind
+from marin_prefect.dask import is_dask_runner
 from marin_prefect.names import safe_prefect_name
 
 if TYPE_CHECKING:
@@ -112,6 +119,7 @@ def to_prefect_flow(
     cascade: bool = True,
     resource_limits: bool = False,
     on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
+    task_runner: Any = None,
 ) -> Flow[[], dict[str, str]]:
     """Compile a pipeline into a Prefect flow; calling the flow runs the pipeline.
 
@@ -132,6 +140,13 @@ def to_prefect_flow(
     ``on_drift``, ``force`` (step names or ``name@version`` ids), ``cascade`` and
     ``on_code_drift`` mean what they mean for ``marin run``: the flow plans with the same
     decision function, so ``marin plan`` with the same options predicts it exactly.
+
+    ``task_runner``: any Prefect task runner (default: ``ThreadPoolTaskRunner`` with
+    ``max_concurrent`` threads). With ``prefect_dask.DaskTaskRunner(address=...)`` each build
+    runs in a Dask worker process; a step's accelerators become Dask worker resources (a
+    ``gpu=1`` step runs only on a worker started with ``--resources GPU=N``). Every worker needs
+    the pipeline's code at the same path (or module) and a prefix on shared storage
+    (docs/scaling.md).
     """
     from marin.execution.graph import collect_steps
 
@@ -148,16 +163,24 @@ def to_prefect_flow(
     targets = lower_flow_target(target_or_handles)
     steps = collect_steps(targets)
     flow_name = name or default_flow_name(target_or_handles, targets)
+    if task_runner is None:
+        task_runner = ThreadPoolTaskRunner(max_workers=max_concurrent)
+    remote = not isinstance(task_runner, ThreadPoolTaskRunner)
     options = FlowOptions(
         run=run,
         policy=run.policy(steps),
         prefix=prefix,
         concurrency_limit=concurrency_limit,
         resource_limits=resource_limits,
+        remote=remote,
+        target=remote_target(target_or_handles) if remote else None,
+        dask=remote and is_dask_runner(task_runner),
     )
 
+    body = _FlowBody(flow_name, steps, targets, options)
+
     def marin_flow() -> dict[str, str]:
-        return run_steps(steps, targets, options)
+        return body()
 
     marin_flow.__doc__ = f"Marin pipeline {flow_name}: {len(steps)} step(s)."
     return Flow(
@@ -165,9 +188,54 @@ def to_prefect_flow(
         name=flow_name,
         description=f"Marin pipeline: {len(steps)} step(s), targets "
         + ", ".join(t.step_id for t in targets),
-        task_runner=cast(Any, ThreadPoolTaskRunner(max_workers=max_concurrent)),
+        task_runner=cast(Any, task_runner),
         validate_parameters=False,
     )
+
+
+class _FlowBody:
+    """A compiled flow's body: its steps and options, bound.
+
+    Prefect ships the flow object in every task's context, to every remote worker (and a Dask
+    scheduler unpickles it), where the pipeline's functions resolve only after the target is
+    loaded. No worker runs the body, so it pickles as a stub that says so.
+    """
+
+    def __init__(
+        self, name: str, steps: Sequence[StepSpec], targets: Sequence[StepSpec], options: Any
+    ) -> None:
+        self.name, self.steps, self.targets, self.options = name, steps, targets, options
+
+    def __call__(self) -> dict[str, str]:
+        return run_steps(self.steps, self.targets, self.options)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_ShippedFlowBody, (self.name,))
+
+
+class _ShippedFlowBody:
+    """What a remote worker gets of a flow's body: nothing to run."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self) -> dict[str, str]:
+        raise RuntimeError(f"the body of flow {self.name} runs only where the flow was made")
+
+
+def remote_target(target_or_handles: Any) -> str | None:
+    """The target a worker loads before it unpickles a build: a file made absolute (a worker
+    runs in its own folder), a module path as it is; None for handles (pickled as they are)."""
+    if not isinstance(target_or_handles, str):
+        return None
+    import os
+
+    from marin.execution.targets import Target
+
+    parsed = Target.parse(target_or_handles)
+    if parsed.is_file:
+        parsed = parsed.with_location(os.path.abspath(parsed.location))
+    return str(parsed)
 
 
 @dataclass(frozen=True)
@@ -180,6 +248,13 @@ class FlowOptions:
     prefix: str | None = None
     concurrency_limit: str | None = None
     resource_limits: bool = False
+    remote: bool = False
+    """The task runner runs tasks in other processes: builds are sent as ``marin_prefect.dask``
+    packs them, and the outcome comes back as the task's result."""
+    target: str | None = None
+    """What a remote worker loads first (``remote_target``)."""
+    dask: bool = False
+    """The task runner is Dask's: a step's accelerators annotate its Dask task's resources."""
 
 
 def run_steps(
@@ -286,7 +361,18 @@ class PrefectExecutor:
             self._outcomes.pop(path, None)
             self._errors.pop(path, None)
         task = self._tasks.get(path) or self._build_task(path)  # a vanished served step
-        future = task.submit(wait_for=self._waits(path), return_state=False)
+        if self._options.remote:
+            from marin_prefect.dask import pack, placement
+
+            assert isinstance(job.build, BuildCall)
+            payload = pack(job.build, self._options)
+            where = placement(job.spec) if self._options.dask else contextlib.nullcontext()
+            with where:
+                future = task.submit(
+                    self._options.target, payload, wait_for=self._waits(path), return_state=False
+                )
+        else:
+            future = task.submit(wait_for=self._waits(path), return_state=False)
         self._futures[path] = future
         # Tells the loop when the task run ends: no polling, no sleeping.
         future.add_done_callback(functools.partial(self._ended, job, on_done))
@@ -315,9 +401,12 @@ class PrefectExecutor:
         return [self._futures[d] for d in self._deps[path] if d in self._futures]
 
     def _ended(self, job: StepJob, on_done: OnDone, future: Any) -> None:
-        with self._lock:
-            outcome = self._outcomes.get(job.path)
-            error = self._errors.get(job.path)
+        if self._options.remote:
+            outcome, error = _remote_result(job, future)
+        else:
+            with self._lock:
+                outcome = self._outcomes.get(job.path)
+                error = self._errors.get(job.path)
         if outcome is not None:
             on_done(Completion(job, CompletionKind.DONE, outcome=outcome))
             return
@@ -326,16 +415,20 @@ class PrefectExecutor:
             error = RuntimeError(f"task run ended {final.name}: {final.message}")
         on_done(Completion(job, CompletionKind.FAILED, error=error))
 
-    def _build_task(self, path: str) -> Task[[], Any]:
+    def _build_task(self, path: str) -> Task[..., Any]:
         from marin_prefect.assets import describe_build
 
         spec = self._specs[path]
+        if self._options.remote:  # a module-level function: the worker imports it
+            return _task(
+                spec, marin_remote_step, retries=spec.retries, timeout_seconds=spec.timeout
+            )
 
         def marin_step() -> Any:
             with self._lock:
                 job = self._jobs[path]
             try:
-                outcome = _build(job, self._options)
+                outcome = hold_slots_and_build(spec, self._options, job.build)
             except BaseException as exc:
                 with self._lock:
                     self._errors[path] = exc
@@ -345,16 +438,7 @@ class PrefectExecutor:
                 self._errors.pop(path, None)  # an earlier attempt's
             if outcome.action == BuildOutcomeKind.BUILT:
                 describe_build(spec, self._location, outcome)  # the materialization's metadata
-                get_run_logger().info(
-                    "built %s -> %s in %.2fs", spec.step_id, outcome.output_url, outcome.duration_s
-                )
-                return outcome.output_url
-            return Completed(
-                name=CACHED_STATE_NAME,
-                data=outcome.output_url,
-                message=f"built by another runner: {outcome.output_url} "
-                f"(fingerprint {spec.fingerprint[:12]})",
-            )
+            return _step_result(spec.step_id, spec.fingerprint, outcome, outcome.output_url)
 
         return _task(
             spec,
@@ -365,9 +449,53 @@ class PrefectExecutor:
         )
 
 
+def _step_result(step_id: str, fingerprint: str, outcome: Any, data: Any) -> Any:
+    """A build task's return: ``data`` when built here, a ``Cached`` state with it when another
+    runner built the step meanwhile."""
+    if outcome.action == BuildOutcomeKind.BUILT:
+        get_run_logger().info(
+            "built %s -> %s in %.2fs", step_id, outcome.output_url, outcome.duration_s
+        )
+        return data
+    return Completed(
+        name=CACHED_STATE_NAME,
+        data=data,
+        message=f"built by another runner: {outcome.output_url} (fingerprint {fingerprint[:12]})",
+    )
+
+
+def marin_remote_step(target: str | None, payload: bytes) -> Any:
+    """A build task's body on a remote worker (Dask): see ``marin_prefect.dask``. Returns the
+    ``RemoteOutcome`` (as a ``Cached`` state's data when another runner built the step)."""
+    from marin_prefect.dask import build_remote
+
+    remote = build_remote(target, payload)
+    step_id = remote.record.name + "@" + remote.record.version
+    return _step_result(step_id, remote.record.fingerprint, remote, remote)
+
+
+def _remote_result(job: StepJob, future: Any) -> tuple[Any, BaseException | None]:
+    """A remote build task's outcome (or error), from its final state, which the task runner
+    brings back with the result: the worker's process left nothing in this one."""
+    from marin_prefect.dask import RemoteOutcome
+
+    future.wait()  # done already (this runs from its done callback): keeps the final state
+    wrapped = getattr(future, "wrapped_future", None)
+    if wrapped is not None and getattr(wrapped, "status", None) == "error":
+        return None, wrapped.exception()  # the task runner's own failure (a lost worker)
+    try:
+        value = future.result(raise_on_failure=True)
+    except BaseException as exc:
+        return None, exc
+    if isinstance(value, RemoteOutcome):
+        return value.outcome(job.spec), None
+    state = future.state
+    return None, RuntimeError(f"task run ended {state.name}: {state.message}")
+
+
 def _task(
-    spec: StepSpec, fn: Callable[[], Any], materialize: Location | None = None, **options: Any
-) -> Task[[], Any]:
+    spec: StepSpec, fn: Callable[..., Any], materialize: Location | None = None, **options: Any
+) -> Task[..., Any]:
     """A task running ``fn`` for ``spec``; with ``materialize`` (the run's location), one that
     records a materialization of the step's output asset when it succeeds (marin_prefect.assets)."""
     from marin_prefect.resources import task_tags
@@ -385,7 +513,7 @@ def _task(
 
         task = materializing_task(spec, materialize, fn, **options)
         if task is not None:
-            return cast(Task[[], Any], task)
+            return cast(Task[..., Any], task)
     return Task(fn, **options)
 
 
@@ -403,23 +531,27 @@ def _not_run_task(
 
 
 def _cached_task(spec: StepSpec, url: str, reason: str) -> Task[[], Any]:
+    # Only plain data in the closure: on Dask this task is pickled to a worker.
+    message = f"{reason}: {url} (fingerprint {spec.fingerprint[:12]})"
+
     def marin_step_cached() -> State[Any]:
-        return Completed(
-            name=CACHED_STATE_NAME,
-            data=url,
-            message=f"{reason}: {url} (fingerprint {spec.fingerprint[:12]})",
-        )
+        return Completed(name=CACHED_STATE_NAME, data=url, message=message)
 
     return _task(spec, marin_step_cached)
 
 
-def _build(job: StepJob, options: FlowOptions) -> BuildOutcome:
+def hold_slots_and_build(
+    spec: StepSpec,
+    options: FlowOptions,
+    build: Callable[[], BuildOutcome],
+    where: dict[str, Any] | None = None,
+) -> BuildOutcome:
     """Run one attempt, holding Prefect concurrency slots only while it builds: one of
-    ``concurrency_limit``, and with ``resource_limits`` the step's ``marin-<kind>`` slots."""
+    ``concurrency_limit``, and with ``resource_limits`` the step's ``marin-<kind>`` slots. The
+    record names the task run (and ``where``: the Dask worker, on a remote build)."""
     from marin.execution.provenance import engine_run
     from marin_prefect.assets import flow_run_lineage
 
-    spec = job.spec
     logger = get_run_logger()
     with contextlib.ExitStack() as slots:
         if options.concurrency_limit is not None:
@@ -447,8 +579,8 @@ def _build(job: StepJob, options: FlowOptions) -> BuildOutcome:
 
             slots.enter_context(resource_concurrency(spec, logger))
         # The record names this task run; the OpenLineage parent is this flow run.
-        with engine_run("prefect", _task_run_ids()), flow_run_lineage():
-            return job.build()
+        with engine_run("prefect", {**_task_run_ids(), **(where or {})}), flow_run_lineage():
+            return build()
 
 
 def _task_run_ids() -> dict[str, Any]:

@@ -17,6 +17,11 @@ anything is imported, unless the worker lists that exact target in
 a run that tries to set that variable (or ``MARIN_ALLOWED_PREFIXES``) through its job variables is
 refused too. Calling ``marin_pipeline(...)`` directly from Python, outside any deployment, is the
 caller running its own code and is not restricted.
+
+Where the steps build is the worker's choice too: with ``MARIN_PREFECT_DASK_ADDRESS`` set in the
+Prefect worker's environment, each run sends its builds to that Dask scheduler's workers
+(``marin_prefect.dask``); unset, they build on the flow run's threads. It is not a parameter, and
+a run that sets it through its job variables is refused like the variables above.
 """
 
 from __future__ import annotations
@@ -34,10 +39,11 @@ from marin.execution.options import (
     RunOptions,
 )
 from marin_prefect.compile import to_prefect_flow
+from marin_prefect.dask import DASK_ADDRESS_ENV, task_runner_from_env
 
 ALLOWED_TARGETS_ENV = "MARIN_PREFECT_ALLOWED_TARGETS"
 ALLOWED_PREFIXES_ENV = "MARIN_ALLOWED_PREFIXES"
-WORKER_ONLY_ENV = (ALLOWED_TARGETS_ENV, ALLOWED_PREFIXES_ENV)
+WORKER_ONLY_ENV = (ALLOWED_TARGETS_ENV, ALLOWED_PREFIXES_ENV, DASK_ADDRESS_ENV)
 """Variables only the worker's owner may set: a run's job variables must not override them."""
 
 
@@ -157,5 +163,6 @@ def marin_pipeline(
         cascade=options.cascade,
         resource_limits=resource_limits,
         on_code_drift=options.on_code_drift,
+        task_runner=task_runner_from_env(),  # the worker's setting, never the run's
     )
     return pipeline()

@@ -99,7 +99,7 @@ def test_an_unpinned_deployment_runs_only_allowed_targets(
 
 def test_a_run_cannot_widen_the_worker_settings(tmp_path: Path, marker: Path) -> None:
     deployment = _deployment({"target": TOY_TARGET, "prefix": str(tmp_path / "p")})
-    for name in (ALLOWED_TARGETS_ENV, "MARIN_ALLOWED_PREFIXES"):
+    for name in (ALLOWED_TARGETS_ENV, "MARIN_ALLOWED_PREFIXES", "MARIN_PREFECT_DASK_ADDRESS"):
         for job_variables in ({"env": {name: f"{EVIL},/"}}, {f"env.{name}": f"{EVIL},/"}):
             state = _trigger(deployment, parameters={"target": EVIL}, job_variables=job_variables)
             assert state.is_failed() and name in str(state.message), state.message

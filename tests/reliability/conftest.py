@@ -64,42 +64,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[dict[str, str]]:
-    """moto's S3 server on 127.0.0.1; yields the environment that points s3fs at it."""
-    pytest.importorskip("s3fs")
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {**S3_KEYS, "FSSPEC_S3_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    import fsspec.config
-
-    fsspec.config.set_conf_env(fsspec.config.conf)
-    try:
-        import s3fs
-
-        s3fs.S3FileSystem.clear_instance_cache()
-        fs = s3fs.S3FileSystem()
-        fs.mkdir("marin-tests")
-        yield env
-    finally:
-        server.stop()
-        fsspec.config.conf.get("s3", {}).pop("endpoint_url", None)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 GCS_BUCKET = "marin-tests"
 # gcsfs reads this once, when it is first imported, to pick its file system class; with it on,
 # every call against the emulator probes the bucket over gRPC and waits for a timeout. Set it

@@ -57,6 +57,7 @@ from marin.execution.errors import (
     ReentrantBuildError,
     StorageError,
 )
+from marin.execution.executors import Deferred
 from marin.execution.faults import crash_point
 from marin.execution.inspect import read_stored_step
 from marin.execution.lease import (
@@ -177,6 +178,7 @@ def build_step(
     decision: Decision | None = None,
     upstream: Sequence[Upstream] | None = None,
     abandon: threading.Event | None = None,
+    defer_if_held: bool = False,
 ) -> BuildOutcome:
     """Make sure ``spec`` is built under ``location``; build it here if nobody has.
 
@@ -200,6 +202,10 @@ def build_step(
 
     ``lease_ttl``: the lease duration; None reads ``$MARIN_LEASE_TTL`` once, here, before
     ``fn`` runs (a runner reads it once per run and passes it).
+
+    ``defer_if_held``: when another runner's live lease holds the step, raise ``Deferred`` at
+    once (having written nothing) instead of waiting for it, so a run loop can go on with other
+    steps meanwhile (drivers sharing one prefix) and call again later.
     """
     lease_ttl = ttl_from_env() if lease_ttl is None else lease_ttl
     if policy is None:
@@ -234,7 +240,7 @@ def build_step(
     crash_point("before-lease", spec.step_id)
     try:
         return _lease_and_build(
-            spec, location, policy, decision, ups, region, lease_ttl, url, abandon
+            spec, location, policy, decision, ups, region, lease_ttl, url, abandon, defer_if_held
         )
     except LeaseLostError as lost:
         log.warning("discard %s: %s", spec.step_id, lost.what)
@@ -266,10 +272,11 @@ def _lease_and_build(
     lease_ttl: float | None,
     url: str,
     abandon: threading.Event | None,
+    defer_if_held: bool = False,
 ) -> BuildOutcome:
     output_seen = _output_left_by_marin(location, spec)  # before the lease: see there
     lease = Lease(location, spec.output_path, ttl=lease_ttl)
-    _acquire(lease, spec)
+    _acquire(lease, spec, defer=defer_if_held)
     try:
         crash_point("after-lease", spec.step_id)
         present = metadata_files(location, spec.output_path)
@@ -321,17 +328,24 @@ def _build_id(record: ArtifactRecord | None) -> str | None:
     return None if record is None else record.build_id
 
 
-def _acquire(lease: Lease, spec: StepSpec) -> None:
-    """Take the lease, waiting with bounded, jittered backoff while someone else holds it."""
-    _wait_out(spec, spec.step_id, lease.try_acquire, "lease held by")
+def _acquire(lease: Lease, spec: StepSpec, *, defer: bool = False) -> None:
+    """Take the lease, waiting with bounded, jittered backoff while someone else holds it; with
+    ``defer``, raise ``Deferred`` instead of waiting."""
+    _wait_out(spec, spec.step_id, lease.try_acquire, "lease held by", defer=defer)
 
 
 def _wait_out(
-    spec: StepSpec, waited_for: str, probe: Callable[[], LeaseInfo | None], what: str
+    spec: StepSpec,
+    waited_for: str,
+    probe: Callable[[], LeaseInfo | None],
+    what: str,
+    *,
+    defer: bool = False,
 ) -> None:
     """Call ``probe`` until it returns None (no live holder), with bounded, jittered backoff,
     logging who holds the lease. A lease held by the build whose ``fn`` made this very call
-    would never be released: that is a ``ReentrantBuildError`` at once, not a hang."""
+    would never be released: that is a ``ReentrantBuildError`` at once, not a hang. With
+    ``defer``, another runner's live lease raises ``Deferred`` instead of a wait."""
     delay = LEASE_WAIT_FIRST_DELAY_S
     last_holder: str | None = None
     last_log = 0.0
@@ -347,6 +361,8 @@ def _wait_out(
                 "other steps its dependencies, or run them after it",
                 spec.step_id,
             )
+        if defer:
+            raise Deferred(spec.step_id, holder.holder, holder.expires_at)
         now = time.monotonic()
         if holder.holder != last_holder or now - last_log > LEASE_WAIT_LOG_EVERY_S:
             log.info("wait %s: %s %s", spec.step_id, what, holder.describe())

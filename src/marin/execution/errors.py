@@ -21,13 +21,30 @@ def describe_error(exc: BaseException) -> str:
 
 
 class MarinError(Exception):
-    """Base class for errors caused by the pipeline or its inputs rather than by a bug."""
+    """Base class for errors caused by the pipeline or its inputs rather than by a bug.
+
+    Picklable whatever a subclass's ``__init__`` takes: an error raised on a remote worker (a
+    Dask worker building a step) reaches the driver as itself, with its fields.
+    """
 
     def __init__(self, what: str, fix: str, step: str | None = None) -> None:
         self.what = what
         self.fix = fix
         self.step = step
         super().__init__(format_error(what, fix, step))
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_restore_error, (type(self), self.args, dict(self.__dict__)))
+
+
+def _restore_error(
+    cls: type[MarinError], args: tuple[object, ...], state: dict[str, object]
+) -> MarinError:
+    """Unpickle a ``MarinError`` without calling its ``__init__`` (subclasses differ in it)."""
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class InvalidStepError(MarinError, ValueError):

@@ -7,9 +7,11 @@ callback (from any thread), ``shutdown``. ``ThreadExecutor`` runs attempts on da
 this process (``StepRunner``); ``marin_prefect.compile.PrefectExecutor`` runs each as a Prefect
 task run (threads or Dask, whatever the flow's task runner is).
 
-A later executor plugs in here, not in a new loop: one that spreads steps over machines, or a
-multi-driver mode that reports ``CompletionKind.DEFERRED`` for a step another runner's live
-lease holds, so the loop puts it back and tries again later instead of blocking a slot.
+A later executor plugs in here, not in a new loop (one that spreads steps over machines, say).
+Drivers that share one prefix cooperate through this seam too: a build the loop asked to defer
+raises ``Deferred`` when another runner's live lease holds its step, the executor reports
+``CompletionKind.DEFERRED``, and the loop frees the slot, goes on with other ready steps and
+comes back to that one later (``marin.execution.orchestrate``).
 """
 
 from __future__ import annotations
@@ -35,8 +37,24 @@ class CompletionKind(StrEnum):
     FAILED = "failed"
     """Raised ``error``; the loop retries it if the executor does not retry by itself."""
     DEFERRED = "deferred"
-    """Not attempted now (another runner holds the step): the loop submits it again later,
-    without counting an attempt."""
+    """Not attempted now (another runner holds the step; ``error`` may be the ``Deferred``):
+    the loop frees its slot and submits it again later, without counting an attempt."""
+
+
+class Deferred(Exception):
+    """A build that did not start: another runner's live lease holds the step right now.
+
+    Raised by ``build_step(..., defer_if_held=True)`` before it writes anything; an executor
+    reports it as ``CompletionKind.DEFERRED`` (with this as the completion's ``error``), never as
+    a failure. ``expires_at`` (the holder's clock, seconds since the epoch) is when the lease
+    may be taken over if its holder stops renewing it.
+    """
+
+    def __init__(self, step_id: str, holder: str, expires_at: float) -> None:
+        super().__init__(f"{step_id}: lease held by {holder}")
+        self.step_id = step_id
+        self.holder = holder
+        self.expires_at = expires_at
 
 
 @dataclass(frozen=True)
@@ -125,6 +143,8 @@ class ThreadExecutor:
             del item
             try:
                 outcome = context.run(job.build)
+            except Deferred as held:
+                on_done(Completion(job, CompletionKind.DEFERRED, error=held))
             except BaseException as exc:
                 on_done(Completion(job, CompletionKind.FAILED, error=exc))
             else:

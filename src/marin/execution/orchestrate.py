@@ -11,7 +11,11 @@
 - re-checks a served dependency when its first dependent that builds starts (another process
   may have deleted it since the plan read it): a vanished one is built first (or fails);
 - retries a failed attempt ``spec.retries`` times with a short backoff, unless the executor's
-  engine retries by itself (Prefect), and puts back a ``deferred`` one;
+  engine retries by itself (Prefect);
+- with ``share_work`` (drivers sharing one prefix), a step another runner's live lease holds is
+  reported ``deferred`` by the executor: its slot is freed for other ready steps, and it is made
+  ready again after a bounded backoff (never past the holder's lease expiry), when its build
+  serves the other runner's record (``built-by-other``) or takes over a lease that expired;
 - on Ctrl-C starts nothing new and lets running steps finish (a second one abandons them);
 - words every "not run" reason (``marin.execution.report``), for the caller to raise.
 
@@ -28,14 +32,21 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from marin.execution.build import BuildOutcome, build_step, mark_interrupted
+from marin.execution.build import (
+    LEASE_WAIT_FIRST_DELAY_S,
+    LEASE_WAIT_MAX_DELAY_S,
+    BuildOutcome,
+    build_step,
+    mark_interrupted,
+)
 from marin.execution.context import assigned_devices
-from marin.execution.decide import Plan, Upstream
+from marin.execution.decide import Decision, Plan, Policy, Upstream
 from marin.execution.errors import AbandonedError
-from marin.execution.executors import Completion, CompletionKind, Executor, StepJob
+from marin.execution.executors import Completion, CompletionKind, Deferred, Executor, StepJob
 from marin.execution.lease import release_all_held, ttl_from_env
 from marin.execution.records import ArtifactRecord, log_path, read_record
 from marin.execution.report import (
@@ -48,6 +59,7 @@ from marin.execution.report import (
 from marin.execution.resources import Grant, ResourcePool
 from marin.execution.scheduler import Scheduler
 from marin.execution.step_spec import StepSpec
+from marin.execution.storage import Location
 from marin.execution.vocabulary import Action, BuildOutcomeKind
 
 log = logging.getLogger("marin")
@@ -65,6 +77,45 @@ class RunListener(Protocol):
     def on_start(self, spec: StepSpec) -> None: ...
     def on_finish(self, outcome: BuildOutcome) -> None: ...
     def on_fail(self, spec: StepSpec, error: BaseException) -> None: ...
+
+
+@dataclass(frozen=True)
+class BuildCall:
+    """``build_step`` with the loop's arguments bound: a ``StepJob``'s ``build``.
+
+    Calling it builds here, in the calling thread's context (an engine's task that runs it names
+    itself there, for the record's provenance). An executor that builds elsewhere (another
+    process, a Dask worker) reads the arguments instead and calls ``build_step`` there with
+    them: the same decision, lineage and policy, without the process-local parts (``abandon``,
+    the open ``location``).
+    """
+
+    spec: StepSpec
+    location: Location
+    policy: Policy
+    region: str | None
+    decision: Decision | None
+    """The plan's decision; None for a vanished served step (decided again from storage)."""
+    upstream: list[Upstream] | None
+    devices: tuple[int, ...]
+    abandon: threading.Event
+    defer_if_held: bool
+    lease_ttl: float
+    """Read once per run (``$MARIN_LEASE_TTL``), by the loop."""
+
+    def __call__(self) -> BuildOutcome:
+        with assigned_devices(self.devices):
+            return build_step(
+                self.spec,
+                self.location,
+                policy=self.policy,
+                region=self.region,
+                decision=self.decision,
+                upstream=self.upstream,
+                abandon=self.abandon,
+                defer_if_held=self.defer_if_held,
+                lease_ttl=self.lease_ttl,
+            )
 
 
 class _Interrupt:
@@ -101,9 +152,12 @@ class RunLoop:
         keep_going_hint: str = KEEP_GOING_CLI,
         retry_delay_s: float = RETRY_FIRST_DELAY_S,
         targets: Iterable[str] = (),
+        share_work: bool = False,
     ) -> None:
         """``targets``: the output paths the caller asked for; a served one is re-checked once
-        the other steps are done, and built again if its record vanished meanwhile."""
+        the other steps are done, and built again if its record vanished meanwhile.
+        ``share_work``: builds do not wait for another runner's lease in a slot; they are
+        deferred instead (see the module docstring)."""
         self.plan = plan
         self.report = report
         self.executor = executor
@@ -118,6 +172,7 @@ class RunLoop:
         # Engine settings are read once per run, here: a fn that changes the environment
         # cannot make a later step fail on a setting it never had.
         self.lease_ttl = ttl_from_env()
+        self.share_work = share_work
         self._decisions = plan.decisions
         self._to_build = plan.to_build
         self.scheduler = Scheduler(
@@ -149,6 +204,13 @@ class RunLoop:
         self._targets_checked = False
         self._last_errors: dict[str, BaseException] = {}
         """A step waiting to retry -> its last attempt's error (its end, if it is not retried)."""
+        self._parked: list[tuple[float, int, StepJob]] = []
+        """Deferred steps (another runner held them), out of their slots: (due time, tie, job)."""
+        self._resumed: dict[str, StepJob] = {}
+        """Deferred steps ready again: their next dispatch resubmits the same attempt."""
+        self._deferrals: dict[str, int] = {}
+        self._holders: dict[str, str] = {}
+        """A deferred step -> the holder last logged for it (each new holder is logged once)."""
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -195,7 +257,9 @@ class RunLoop:
     def _active(self) -> bool:
         """Something runs, waits to retry, or can start; once nothing does, the caller's served
         targets are re-checked (once): a vanished one is rebuilt, and the loop goes on for it."""
-        if self.scheduler.is_active() or self._rebuilding or self._retries:
+        if self._parked and self.scheduler.stopped:
+            self._parked.clear()  # stopped: they stay not started
+        if self.scheduler.is_active() or self._rebuilding or self._retries or self._parked:
             return True
         if self._targets_checked:
             return False
@@ -211,8 +275,9 @@ class RunLoop:
     def _wait(self) -> list[_Item]:
         """Block until something ends (or the next retry is due), then take all that has."""
         timeout = None
-        if self._retries:
-            timeout = max(0.0, self._retries[0][0] - time.monotonic())
+        due = [heap[0][0] for heap in (self._retries, self._parked) if heap]
+        if due:
+            timeout = max(0.0, min(due) - time.monotonic())
         try:
             items = [self._inbox.get(timeout=timeout)]
         except queue.Empty:
@@ -245,6 +310,7 @@ class RunLoop:
             raise KeyboardInterrupt
         self._interrupted = True
         self.scheduler.stop()
+        self._parked.clear()  # deferred: not started, as the scheduler says
         waiting, self._retries = self._retries, []
         for _, _, job in waiting:  # waiting to retry: their last attempt is their end
             error = self._last_errors.pop(job.path, None)
@@ -273,6 +339,10 @@ class RunLoop:
     def _dispatch(self) -> None:
         free = self.max_concurrent - len(self.scheduler.running)
         for path in self.scheduler.get_ready(free, self._admit):
+            resumed = self._resumed.pop(path, None)
+            if resumed is not None:  # deferred, and admitted again: the same attempt
+                self._submit(path, resumed.attempt)
+                continue
             spec = self._decisions[path].spec
             log.info("start %s", spec.step_id)
             if self.listener:
@@ -316,29 +386,19 @@ class RunLoop:
         decision: Any,
         upstream: list[Upstream] | None,
         devices: tuple[int, ...],
-    ) -> Callable[[], BuildOutcome]:
-        location, policy, region, abandon, lease_ttl = (
+    ) -> BuildCall:
+        return BuildCall(
+            spec,
             self.report.location,
             self.plan.policy,
             self.region,
+            decision,
+            upstream,
+            devices,
             self._abandon,
+            self.share_work,
             self.lease_ttl,
         )
-
-        def build() -> BuildOutcome:
-            with assigned_devices(devices):
-                return build_step(
-                    spec,
-                    location,
-                    policy=policy,
-                    region=region,
-                    decision=decision,
-                    upstream=upstream,
-                    abandon=abandon,
-                    lease_ttl=lease_ttl,
-                )
-
-        return build
 
     # -- served steps, re-checked when served -----------------------------------------------
 
@@ -406,7 +466,7 @@ class RunLoop:
     def _collect(self, done: Completion) -> None:
         job = done.job
         if done.kind == CompletionKind.DEFERRED:
-            self._later(job, self.retry_delay_s)
+            self._defer(job, done.error)
             return
         if done.kind == CompletionKind.FAILED:
             assert done.error is not None
@@ -455,11 +515,41 @@ class RunLoop:
         self._later(StepJob(job.path, job.spec, job.attempt + 1, job.build), delay)
         return True
 
+    def _defer(self, job: StepJob, why: BaseException | None) -> None:
+        """Another runner holds ``job``'s step: free its slot, and make it ready again after a
+        backoff (0.02 s doubling to 1 s, as a build waiting for a lease polls), or sooner if the
+        holder's lease expires first. A served step being rebuilt keeps its dependent's slot."""
+        path = job.path
+        count = self._deferrals[path] = self._deferrals.get(path, 0) + 1
+        delay = min(LEASE_WAIT_MAX_DELAY_S, LEASE_WAIT_FIRST_DELAY_S * 2 ** (count - 1))
+        if isinstance(why, Deferred):
+            # Never 0: a clock skewed against the holder's must not make this a busy loop.
+            until_expiry = why.expires_at - time.time()
+            delay = max(LEASE_WAIT_FIRST_DELAY_S, min(delay, until_expiry))
+            if self._holders.get(path) != why.holder:
+                self._holders[path] = why.holder
+                log.info(
+                    "wait %s: lease held by %s (expires in %.0fs); going on with other steps",
+                    job.spec.step_id,
+                    why.holder,
+                    max(0.0, until_expiry),
+                )
+        if path in self._rebuilding:
+            self._later(job, delay)
+            return
+        self._release(path)
+        self.scheduler.defer(path)
+        heapq.heappush(self._parked, (time.monotonic() + delay, next(self._sequence), job))
+
     def _later(self, job: StepJob, delay: float) -> None:
         heapq.heappush(self._retries, (time.monotonic() + delay, next(self._sequence), job))
 
     def _fire_due_retries(self) -> None:
         now = time.monotonic()
+        while self._parked and self._parked[0][0] <= now:
+            _, _, job = heapq.heappop(self._parked)
+            self._resumed[job.path] = job
+            self.scheduler.resume(job.path)
         while self._retries and self._retries[0][0] <= now:
             _, _, job = heapq.heappop(self._retries)
             self._last_errors.pop(job.path, None)

@@ -6,6 +6,12 @@ steps to build go through the one run loop (``marin.execution.orchestrate``) on 
 ``ThreadExecutor``: each is dispatched the moment its last dependency finishes, at most
 ``max_concurrent`` at once, critical path first, retried ``retries`` times if it fails. Every
 build goes through ``build_step``.
+
+Runners share the work: several ``StepRunner``s (or ``marin run`` processes, on one machine or
+many) on one prefix finish one graph together. A step another runner's live lease holds does not
+wait in a slot: it is deferred, this runner goes on with other ready steps, and comes back to it
+when that lease is released (it then serves the other runner's record: ``built-by-other``) or
+expires (it takes over and builds it).
 """
 
 from __future__ import annotations
@@ -185,6 +191,7 @@ class StepRunner:
                 exit_on_interrupt=self.exit_on_interrupt,
                 retry_delay_s=self.retry_delay_s,
                 targets=[t.output_path for t in targets],
+                share_work=True,
             )
             loop.run()
             loop.raise_if_failed()

@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from types import ModuleType
@@ -139,9 +140,20 @@ def _import_failed(exc: BaseException, source: str, files: tuple[str, ...]) -> P
     )
 
 
+_import_lock = threading.RLock()
+"""A file's module is registered before it runs (see ``_import_file``): another thread loading
+the same file meanwhile must wait for it, not get the half-run module (a Dask worker builds on
+several threads, each loading the target first). Reentrant: a pipeline file may load another."""
+
+
 def _import_file(path: str) -> ModuleType:
     if not os.path.isfile(path):
         raise TargetError(f"no file {path}", _FIX)
+    with _import_lock:
+        return _import_file_locked(path)
+
+
+def _import_file_locked(path: str) -> ModuleType:
     abspath = os.path.abspath(path)
     stem = os.path.splitext(os.path.basename(abspath))[0]
     module_name = f"marin_target_{stem}"
