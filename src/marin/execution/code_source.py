@@ -74,11 +74,32 @@ def is_project_file(filename: str) -> bool:
     return not any(path.startswith(r) or real.startswith(r) for r in _outside_roots())
 
 
+_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+
+@functools.lru_cache(maxsize=1024)
+def _project_root(folder: str) -> str | None:
+    """The nearest folder at or above ``folder`` that holds a project marker, if any."""
+    current = folder
+    while True:
+        if any(os.path.exists(os.path.join(current, m)) for m in _ROOT_MARKERS):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+
+
 @functools.lru_cache(maxsize=4096)
 def display_path(filename: str) -> str:
-    """``examples/ngram.py``: relative to the working folder, else to the ``sys.path`` entry it
-    was imported from, else absolute. Shown only; never part of a digest."""
+    """``examples/ngram.py``: relative to the project holding the file (the nearest folder with
+    a ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git``), so every runner, whatever
+    its working folder, records the same; else relative to the working folder or the
+    ``sys.path`` entry it was imported from, else absolute. Shown only; never part of a digest."""
     path = os.path.abspath(filename)
+    root = _project_root(os.path.dirname(path))
+    if root is not None:
+        return os.path.relpath(path, root).replace(os.sep, "/")
     bases = [os.getcwd(), *sorted((os.path.abspath(p or ".") for p in sys.path), key=len)[::-1]]
     for base in bases:
         if path.startswith(os.path.join(base, "")):
