@@ -100,8 +100,8 @@ class BuildCall:
     devices: tuple[int, ...]
     abandon: threading.Event
     defer_if_held: bool
-    lease_ttl: float
-    """Read once per run (``$MARIN_LEASE_TTL``), by the loop."""
+    lease_ttl: float | None = None
+    """Read once per run (``$MARIN_LEASE_TTL``) by the loop; None: ``build_step`` reads it."""
 
     def __call__(self) -> BuildOutcome:
         with assigned_devices(self.devices):
