@@ -197,7 +197,9 @@ def unpack(target: str | None, payload: bytes, identity: dict[str, Any]) -> Remo
 def build_remote(target: str | None, payload: bytes) -> RemoteOutcome:
     """A step's build on this worker: ``build_step`` with the driver's arguments, holding the
     flow's Prefect concurrency slots as a local build does. The record names this worker."""
-    from marin.execution.build import build_step
+    import threading
+
+    from marin.execution.orchestrate import BuildCall
     from marin.execution.storage import open_prefix
     from marin_prefect.compile import hold_slots_and_build
 
@@ -206,17 +208,12 @@ def build_remote(target: str | None, payload: bytes) -> RemoteOutcome:
     spec = build.spec
     # The worker's own prefix policy (MARIN_ALLOWED_PREFIXES) applies to what the driver sent.
     location = open_prefix(build.prefix)
-
-    def run() -> BuildOutcome:
-        return build_step(
-            spec,
-            location,
-            policy=build.policy,
-            region=build.region,
-            decision=build.decision,
-            upstream=build.upstream,
-        )
-
+    # The loop's own build call, rebuilt from what the driver sent: no devices assigned here, and
+    # no abandon flag (that is the driver process's Ctrl-C); the worker reads its own lease TTL.
+    run = BuildCall(
+        spec, location, build.policy, build.region, build.decision, build.upstream, (),
+        threading.Event(), False,
+    )  # fmt: skip
     outcome = hold_slots_and_build(spec, build.options, run, identity)
     return RemoteOutcome(
         outcome.action, outcome.record, outcome.output_url, outcome.duration_s, outcome.drift,
