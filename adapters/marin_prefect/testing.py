@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -27,6 +28,23 @@ HARNESS_STARTUP_TIMEOUT_S = 60
 _lock = threading.Lock()
 _stack: ExitStack | None = None
 _isolated_home: str | None = None
+_homes_made: list[str] = []
+"""Every temporary Prefect home this process made; removed at exit, after the harness stops."""
+
+
+def _make_home() -> str:
+    home = tempfile.mkdtemp(prefix="marin-prefect-home-")
+    if not _homes_made:
+        # Registered before the harness's own exit hook, so it runs after it (atexit is LIFO):
+        # the server has stopped writing into the home when it is removed.
+        atexit.register(_remove_homes)
+    _homes_made.append(home)
+    return home
+
+
+def _remove_homes() -> None:
+    while _homes_made:
+        shutil.rmtree(_homes_made.pop(), ignore_errors=True)
 
 
 def isolate_prefect_home() -> str | None:
@@ -43,7 +61,7 @@ def isolate_prefect_home() -> str | None:
             return _isolated_home
         if "prefect" in sys.modules:
             return None
-        _isolated_home = tempfile.mkdtemp(prefix="marin-prefect-home-")
+        _isolated_home = _make_home()
         os.environ["PREFECT_HOME"] = _isolated_home
         # PREFECT_HOME does not move these two: they default to ~/.prefect regardless.
         os.environ["PREFECT_SERVER_MEMO_STORE_PATH"] = os.path.join(
@@ -89,7 +107,7 @@ def start_harness() -> None:
                 temporary_settings,
             )
 
-            home = tempfile.mkdtemp(prefix="marin-prefect-home-")
+            home = _make_home()
             stack.enter_context(
                 temporary_settings(
                     updates={

@@ -65,3 +65,19 @@ def test_test_helpers_keep_prefect_out_of_the_users_home(tmp_path: Path) -> None
     for key in ("home", "memo_store", "results"):
         assert not str(got[key]).startswith(user_home), (key, got[key])
         assert "marin-prefect-home-" in str(got[key]), (key, got[key])
+
+
+def test_test_helpers_remove_their_temporary_prefect_home_at_exit(tmp_path: Path) -> None:
+    # The home is made in the child's TMPDIR, so the check sees only this child's folders.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    setup = (
+        "from pathlib import Path\n"
+        "from marin_prefect.testing import isolate_prefect_home\n"
+        "home = isolate_prefect_home()\n"
+        "Path(home, 'written-by-prefect').write_text('x')\n"
+        "print(json.dumps({'isolated': home}))"
+    )
+    got = settings_after(setup, tmp_path, TMPDIR=str(tmp))
+    assert str(got["home"]).startswith(str(tmp)), got
+    assert list(tmp.glob("marin-prefect-home-*")) == [], "the child left its Prefect home behind"
