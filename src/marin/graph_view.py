@@ -20,43 +20,44 @@ from marin.execution.decide import Decision
 from marin.execution.graph import canonical_deps
 from marin.execution.resources import describe_placement
 from marin.execution.step_spec import StepSpec
+from marin.execution.vocabulary import ShownStatus
 from marin.plan_view import SYMBOLS, shown_status
 from marin.terminal_text import safe_text
 
 FORMATS = ("mermaid", "dot", "text")
 STATUS_LABEL = {
-    "built": "built",
-    "run": "to run",
-    "drift": "drift",
-    "dev": "dev",
-    "failed-before": "failed before",
-    "stale": "stale",
-    "forced": "forced",
-    "pruned": "pruned",
-    "foreign": "foreign",
+    ShownStatus.BUILT: "built",
+    ShownStatus.RUN: "to run",
+    ShownStatus.DRIFT: "drift",
+    ShownStatus.DEV: "dev",
+    ShownStatus.FAILED_BEFORE: "failed before",
+    ShownStatus.STALE: "stale",
+    ShownStatus.FORCED: "forced",
+    ShownStatus.PRUNED: "pruned",
+    ShownStatus.FOREIGN: "foreign",
 }
 # (fill, stroke, text) per status: readable in GitHub's light and dark themes.
 COLOURS = {
-    "built": ("#d3f9d8", "#2b8a3e", "#0b3d1a"),
-    "run": ("#fff3bf", "#e67700", "#4a2800"),
-    "drift": ("#f3d9fa", "#9c36b5", "#3b0a45"),
-    "dev": ("#d0ebff", "#1971c2", "#082a4d"),
-    "failed-before": ("#ffe3e3", "#c92a2a", "#4a0808"),
-    "stale": ("#ffe8cc", "#d9480f", "#4a1d00"),
-    "forced": ("#fff3bf", "#e67700", "#4a2800"),
-    "pruned": ("#f1f3f5", "#868e96", "#212529"),
-    "foreign": ("#fff0f6", "#a61e4d", "#3d0a1c"),
+    ShownStatus.BUILT: ("#d3f9d8", "#2b8a3e", "#0b3d1a"),
+    ShownStatus.RUN: ("#fff3bf", "#e67700", "#4a2800"),
+    ShownStatus.DRIFT: ("#f3d9fa", "#9c36b5", "#3b0a45"),
+    ShownStatus.DEV: ("#d0ebff", "#1971c2", "#082a4d"),
+    ShownStatus.FAILED_BEFORE: ("#ffe3e3", "#c92a2a", "#4a0808"),
+    ShownStatus.STALE: ("#ffe8cc", "#d9480f", "#4a1d00"),
+    ShownStatus.FORCED: ("#fff3bf", "#e67700", "#4a2800"),
+    ShownStatus.PRUNED: ("#f1f3f5", "#868e96", "#212529"),
+    ShownStatus.FOREIGN: ("#fff0f6", "#a61e4d", "#3d0a1c"),
 }
 CLASS_NAMES = {
-    "built": "built",
-    "run": "torun",
-    "drift": "drift",
-    "dev": "dev",
-    "failed-before": "failed",
-    "stale": "stale",
-    "forced": "forced",
-    "pruned": "pruned",
-    "foreign": "foreign",
+    ShownStatus.BUILT: "built",
+    ShownStatus.RUN: "torun",
+    ShownStatus.DRIFT: "drift",
+    ShownStatus.DEV: "dev",
+    ShownStatus.FAILED_BEFORE: "failed",
+    ShownStatus.STALE: "stale",
+    ShownStatus.FORCED: "forced",
+    ShownStatus.PRUNED: "pruned",
+    ShownStatus.FOREIGN: "foreign",
 }
 
 
@@ -109,7 +110,7 @@ def to_mermaid(steps: Sequence[StepSpec], states: Mapping[str, Decision] | None 
     for dep, step in _edges(steps):
         lines.append(f"    {ids[dep.output_path]} --> {ids[step.output_path]}")
     if states:
-        by_status: dict[str, list[str]] = {}
+        by_status: dict[ShownStatus, list[str]] = {}
         for step in steps:
             state = states.get(step.output_path)
             if state is not None:

@@ -15,35 +15,33 @@ from marin.execution.artifact_names import artifact_names
 from marin.execution.decide import ACTIONS, STATUSES, Decision, Plan
 from marin.execution.resources import describe_placement, placement_of
 from marin.execution.storage import Location
-from marin.execution.vocabulary import Action, StoredStatus
+from marin.execution.vocabulary import Action, ShownStatus, StoredStatus
 from marin.terminal_text import safe_rich, safe_text
 
 PLAN_SCHEMA = 1
-SHOWN = ("built", "stale", "drift", "run", "forced", "dev", "failed-before", "pruned", "foreign")
-"""The status column: what storage holds, in words that agree with the action (a pruned step
-is ``pruned``, never ``run``; a step rebuilt because its upstream is, ``stale``, never
-``built``). The JSON keeps ``status`` (storage alone) and ``action`` apart."""
+SHOWN = tuple(ShownStatus)
+"""The status column's words, in the order the summary counts them."""
 SYMBOLS = {
-    "built": "✓",
-    "stale": "↑",
-    "drift": "≠",
-    "run": "▶",
-    "forced": "▶",
-    "dev": "↻",
-    "failed-before": "✗",
-    "pruned": "·",
-    "foreign": "⊘",
+    ShownStatus.BUILT: "✓",
+    ShownStatus.STALE: "↑",
+    ShownStatus.DRIFT: "≠",
+    ShownStatus.RUN: "▶",
+    ShownStatus.FORCED: "▶",
+    ShownStatus.DEV: "↻",
+    ShownStatus.FAILED_BEFORE: "✗",
+    ShownStatus.PRUNED: "·",
+    ShownStatus.FOREIGN: "⊘",
 }
 STYLES = {
-    "built": "green",
-    "stale": "yellow",
-    "drift": "magenta",
-    "run": "yellow",
-    "forced": "yellow",
-    "dev": "cyan",
-    "failed-before": "red",
-    "pruned": "dim",
-    "foreign": "red",
+    ShownStatus.BUILT: "green",
+    ShownStatus.STALE: "yellow",
+    ShownStatus.DRIFT: "magenta",
+    ShownStatus.RUN: "yellow",
+    ShownStatus.FORCED: "yellow",
+    ShownStatus.DEV: "cyan",
+    ShownStatus.FAILED_BEFORE: "red",
+    ShownStatus.PRUNED: "dim",
+    ShownStatus.FOREIGN: "red",
 }
 ORDER = STATUSES
 DEFAULT_WIDTH = 250
@@ -52,19 +50,20 @@ OUTPUT_COLUMN_MIN_WIDTH = 150
 FINGERPRINT_COLUMN_MIN_WIDTH = 100
 
 
-def shown_status(d: Decision) -> str:
+def shown_status(d: Decision) -> ShownStatus:
     """The status a person reads next to ``d.action``: never one that contradicts it."""
     if d.status == StoredStatus.FOREIGN:
-        return "foreign"  # another step's record: never served, never built over
+        return ShownStatus.FOREIGN  # another step's record: never served, never built over
     if d.action == Action.PRUNE:
-        return "pruned"
+        return ShownStatus.PRUNED
     if d.forced:
-        return "forced"
+        return ShownStatus.FORCED
     if d.status in (StoredStatus.DEV, StoredStatus.FAILED_BEFORE, StoredStatus.DRIFT):
-        return d.status
+        return ShownStatus(d.status)
     if d.stale:
-        return "stale"  # built, but an upstream is (or was) rebuilt since
-    return d.status  # ``built`` when served, ``run`` when built for want of a record
+        return ShownStatus.STALE  # built, but an upstream is (or was) rebuilt since
+    # ``built`` when served, ``run`` when built for want of a record.
+    return ShownStatus(d.status)
 
 
 def plan_summary(plan: Plan) -> str:
@@ -75,7 +74,7 @@ def plan_summary(plan: Plan) -> str:
     decisions = list(plan.decisions.values())
     counts = Counter(shown_status(d) for d in decisions)
     actions = Counter(d.action for d in decisions)
-    parts = [f"{counts[s]} {'to run' if s == 'run' else s}" for s in SHOWN if counts[s]]
+    parts = [f"{counts[s]} {'to run' if s == ShownStatus.RUN else s}" for s in SHOWN if counts[s]]
     would = [f"build {actions[Action.BUILD]}"]
     would += [f"{a} {actions[a]}" for a in (Action.SKIP, Action.PRUNE) if actions[a]]
     return f"{len(decisions)} steps: " + ", ".join(parts) + "; a run would " + ", ".join(would)

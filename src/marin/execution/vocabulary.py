@@ -33,6 +33,23 @@ class StoredStatus(StrEnum):
     """The step's metadata folder holds another step's record: never served nor replaced."""
 
 
+class ShownStatus(StrEnum):
+    """The status column of ``marin plan``, ``graph`` and ``why``: what storage holds, in words
+    that agree with the action (a pruned step reads ``pruned``, never ``run``; a step rebuilt
+    because its upstream is, ``stale``, never ``built``). The JSON keeps ``status`` (a
+    :class:`StoredStatus`) and ``action`` apart; this is for people."""
+
+    BUILT = "built"
+    STALE = "stale"
+    DRIFT = "drift"
+    RUN = "run"
+    FORCED = "forced"
+    DEV = "dev"
+    FAILED_BEFORE = "failed-before"
+    PRUNED = "pruned"
+    FOREIGN = "foreign"
+
+
 class AttemptState(StrEnum):
     """The ``state`` of a step's status file: how its last attempt stands."""
 
