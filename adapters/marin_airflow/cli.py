@@ -21,6 +21,8 @@ parse time. Its first task, marin-plan, decides every step as `marin plan` does,
 params on_drift, force and cascade; each step's task imports the pipeline when it runs, refuses
 to run if the DAG file is stale, and builds its step with Marin's build_step (already-built
 steps end successfully as "cached", unneeded missing ones as "pruned").
+--select/--exclude export part of the pipeline: the steps `marin plan` shows with them, which
+is also all marin-plan plans (fixed at export; a run cannot widen or narrow it).
 The output is byte-stable: commit it, and use --check in CI.
 """
 
@@ -28,6 +30,7 @@ _EPILOG = """\
 examples:
   marin export airflow examples/ngram.py:pipeline -o dags/
   marin export airflow examples/ngram.py:pipeline -o dags/ --check   # CI: exit 1 if stale
+  marin export airflow examples/ngram.py:pipeline -o /tmp/marin/dags --select 'ngram/eval/*'
   marin export airflow mypkg.pipelines:train --max-concurrent 4 --schedule '0 3 * * *'
   marin export airflow mypkg.pipelines:train --executor celery --prefix s3://bucket/runs \
       --plan-queue default   # many workers: shared prefix, retries 1 by default
@@ -52,7 +55,10 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from marin.cli import _add_selection
+
     parser.add_argument("target", help="the pipeline: path/to/file.py:attr or package.module:attr")
+    _add_selection(parser)  # the same --select/--exclude as `marin plan`
     parser.add_argument(
         "-o",
         "--output",
@@ -163,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
         on_drift=args.on_drift,
         executor=args.executor,
         plan_queue=args.plan_queue,
+        select=args.select,
+        exclude=args.exclude,
     )
     if args.check:
         fresh, message = check_export(result)

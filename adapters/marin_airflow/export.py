@@ -28,7 +28,12 @@ from typing import Any
 
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.errors import MarinError, list_names
-from marin.execution.options import DEFAULT_ON_DRIFT, check_drift_policy, check_max_concurrent
+from marin.execution.options import (
+    DEFAULT_ON_DRIFT,
+    check_drift_policy,
+    check_max_concurrent,
+    check_patterns,
+)
 from marin.execution.targets import Target
 
 # Airflow's task/DAG id rule is ``^[\w.-]+$`` (at most 250 characters). We keep to ASCII so ids
@@ -105,6 +110,10 @@ class DagOptions:
     """``kubernetes``: tasks also get an ``executor_config`` pod override from their resources."""
     plan_queue: str | None = None
     """The Airflow queue of the ``marin-plan`` task (None: the executor's default queue)."""
+    select: tuple[str, ...] = ()
+    """``--select`` globs: the ``marin-plan`` task plans only these steps and what they need."""
+    exclude: tuple[str, ...] = ()
+    """``--exclude`` globs: left out, with every step that reads them, from that plan."""
 
 
 # --- task ids ----------------------------------------------------------------------------------
@@ -490,6 +499,16 @@ def _r(value: Any) -> str:
     return text
 
 
+def _r_list(values: Sequence[str]) -> str:
+    """A list literal of strings, each through ``_r``."""
+    return "[" + ", ".join(_r(v) for v in values) + "]"
+
+
+def _list_annotation(values: Sequence[str]) -> str:
+    """``: list[str]`` for an empty list, whose type a type checker cannot infer."""
+    return "" if values else ": list[str]"
+
+
 def _placement_lines(t: TaskEntry) -> list[str]:
     """Per-task placement keys, only those a step sets (``runtime.task_placement`` maps them)."""
     lines = []
@@ -541,6 +560,11 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
     if options.plan_queue is not None:
         lines.append("# The Airflow queue of the marin-plan task.")
         lines.append(f"PLAN_QUEUE = {_r(options.plan_queue)}")
+    if options.select or options.exclude:
+        lines.append("# The export's --select/--exclude: STEPS holds only these steps and what")
+        lines.append("# they need, and marin-plan plans just them. Re-export to change them.")
+        lines.append(f"SELECT{_list_annotation(options.select)} = {_r_list(options.select)}")
+        lines.append(f"EXCLUDE{_list_annotation(options.exclude)} = {_r_list(options.exclude)}")
     lines.append("")
     lines.append("# Airflow task id -> the Marin step it builds. `upstream`: the task ids it")
     lines.append("# waits for, exactly the deps of the lowered StepSpec graph.")
@@ -564,12 +588,12 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
             lines.append("    },")
         lines.append("}")
     lines.append("")
-    body = _BODY.replace(
-        "<<COMMON_EXTRA>>",
-        '\nCOMMON["shared_prefix_only"] = SHARED_PREFIX_ONLY'
-        if options.executor in MULTI_HOST_EXECUTORS
-        else "",
-    )
+    common_extra = ""
+    if options.executor in MULTI_HOST_EXECUTORS:
+        common_extra += '\nCOMMON["shared_prefix_only"] = SHARED_PREFIX_ONLY'
+    if options.select or options.exclude:
+        common_extra += '\nCOMMON["select"] = SELECT\nCOMMON["exclude"] = EXCLUDE'
+    body = _BODY.replace("<<COMMON_EXTRA>>", common_extra)
     body = body.replace(
         "<<PLAN_EXTRA>>", "\n        queue=PLAN_QUEUE," if options.plan_queue is not None else ""
     )
@@ -650,6 +674,8 @@ def export_command(
     on_drift: str = DEFAULT_ON_DRIFT,
     executor: str = "default",
     plan_queue: str | None = None,
+    select: Sequence[str] = (),
+    exclude: Sequence[str] = (),
 ) -> str:
     """The command that regenerates the file, run in ``root``, with paths relative to it."""
     parsed = Target.parse(target)
@@ -672,6 +698,9 @@ def export_command(
         argv += ["--executor", executor]
     if plan_queue is not None:
         argv += ["--plan-queue", plan_queue]
+    for flag, patterns in (("--select", select), ("--exclude", exclude)):
+        for pattern in patterns:
+            argv += [flag, pattern]
     return shlex.join(argv)
 
 
@@ -744,17 +773,19 @@ def output_file(out: str, dag_id: str) -> str:
     return os.path.join(out, f"{dag_id}.py")
 
 
-def lower_target(target: str) -> list[Any]:
-    """Load and lower a target: every transitive ``StepSpec``, dependencies first."""
+def lower_target(target: str, select: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Any]:
+    """Load and lower a target: every transitive ``StepSpec``, dependencies first; with
+    ``select``/``exclude``, only the steps ``marin plan`` would show with them."""
     from marin.execution.graph import collect_steps
     from marin.execution.lazy import lower
     from marin.execution.targets import load_target
+    from marin.selection import select_steps
 
     handles = load_target(target)
     specs = lower(handles, memo={})
     if not isinstance(specs, list):
         specs = [specs]
-    return collect_steps(specs)
+    return collect_steps(select_steps(specs, select, exclude))
 
 
 def build_export(
@@ -770,13 +801,20 @@ def build_export(
     specs: Sequence[Any] | None = None,
     executor: str = "default",
     plan_queue: str | None = None,
+    select: Sequence[str] = (),
+    exclude: Sequence[str] = (),
 ) -> ExportResult:
     """Generate (but do not write) the DAG file for ``target``.
 
     ``specs`` may be passed when the caller has already lowered the target. ``retries`` (for
-    steps that declare none) defaults to :func:`default_retries` of the executor.
+    steps that declare none) defaults to :func:`default_retries` of the executor. ``select``
+    and ``exclude`` (globs, as for ``marin plan``) keep only part of the pipeline: the file
+    holds those steps, and its ``marin-plan`` task plans just them.
     """
     Target.parse(target)
+    # Sorted: the selection is a set of globs, so its spelling never changes the file's bytes.
+    select = tuple(sorted(check_patterns(select, "--select")))
+    exclude = tuple(sorted(check_patterns(exclude, "--exclude")))
     if executor not in EXECUTORS:
         raise ExportError(
             f"--executor {executor!r} is not known", f"use one of {', '.join(EXECUTORS)}"
@@ -795,7 +833,14 @@ def build_export(
     dag_dir = os.path.dirname(os.path.abspath(path))
     check_multi_host(target, dag_dir, prefix, executor)
     root = export_root(dag_dir, target)
-    steps = step_infos(specs if specs is not None else lower_target(target))
+    if specs is None:
+        specs = lower_target(target, select, exclude)
+    elif select or exclude:
+        from marin.execution.graph import collect_steps
+        from marin.selection import select_steps
+
+        specs = collect_steps(select_steps(list(specs), select, exclude))
+    steps = step_infos(specs)
     tasks = plan_tasks(steps, default_retries=retries, executor=executor)
     options = DagOptions(
         dag_id=chosen_id,
@@ -816,9 +861,13 @@ def build_export(
             on_drift=on_drift,
             executor=executor,
             plan_queue=plan_queue,
+            select=select,
+            exclude=exclude,
         ),
         executor=executor,
         plan_queue=plan_queue,
+        select=select,
+        exclude=exclude,
     )
     reference = target_reference(target, dag_dir)
     text = render_dag(reference, tasks, options)

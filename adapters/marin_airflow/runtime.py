@@ -13,11 +13,11 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from marin.execution.errors import MarinError
-from marin.execution.options import DEFAULT_ON_DRIFT, RunOptions
+from marin.execution.options import DEFAULT_ON_DRIFT, RunOptions, check_patterns
 from marin.execution.vocabulary import BuildOutcomeKind, RunResult
 
 log = logging.getLogger("marin.airflow")
@@ -395,17 +395,25 @@ def plan_steps(
     prefix: str | None = None,
     dag_dir: str | None = None,
     shared_prefix_only: bool = False,
+    select: Sequence[str] = (),
+    exclude: Sequence[str] = (),
     **newer: Any,
 ) -> dict[str, Any]:
     """The DAG's first task: decide every step, as ``marin plan`` does, for the step tasks.
+
+    ``select`` and ``exclude`` are the export's ``--select``/``--exclude`` (from the DAG file,
+    never from the run's params): only the steps they leave are planned, as ``marin plan``
+    plans them with those options, so they are exactly the DAG file's steps.
 
     Returns (one XCom per key) the step ids to ``build`` and to ``prune``, and the policy used.
     A drifted step under ``on_drift=error`` raises ``DriftError`` here, before any step runs.
     """
     from marin.execution.decide import plan_graph
+    from marin.execution.graph import collect_steps
     from marin.execution.inspect import read_stored
     from marin.execution.vocabulary import Action
     from marin.plan_view import plan_table
+    from marin.selection import select_steps
     from marin_airflow.export import graph_digest as digest_of
     from marin_airflow.export import resolve_target
 
@@ -415,9 +423,16 @@ def plan_steps(
         prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)
     resolved = resolve_target(target, dag_dir)
-    steps = steps_for(resolved)
+    # The DAG file is data: its selection is checked like any option before it is used.
+    targets = select_steps(
+        targets_for(resolved),
+        check_patterns(select, "SELECT"),
+        check_patterns(exclude, "EXCLUDE"),
+    )
+    specs = collect_steps(targets)
+    steps = {spec.step_id: spec for spec in specs}
     if graph_digest is not None:
-        now = digest_of((s.step_id, s.fingerprint) for s in steps.values())
+        now = digest_of((s.step_id, s.fingerprint) for s in specs)
         if now != graph_digest:
             log.warning(
                 "marin: the DAG file is stale: the pipeline's steps changed since the export: %s",
@@ -425,8 +440,7 @@ def plan_steps(
             )
     policy = run_policy(context, default_on_drift, steps)
     location = _location(prefix, default_prefix, shared_prefix_only)
-    specs = list(steps.values())
-    plan = plan_graph(specs, targets_for(resolved), read_stored(specs, location), policy)
+    plan = plan_graph(specs, targets, read_stored(specs, location), policy)
     log.info("marin: the plan under %s:\n%s", location.url, plan_table(plan, location))
     return {
         "build": [d.spec.step_id for d in plan.decisions.values() if d.action == Action.BUILD],
@@ -480,6 +494,8 @@ def run_step(
     prefix: str | None = None,
     dag_dir: str | None = None,
     shared_prefix_only: bool = False,
+    select: Sequence[str] = (),
+    exclude: Sequence[str] = (),
     **newer: Any,
 ) -> dict[str, Any]:
     """Build one Marin step (or find it built) and return what happened, for XCom.
@@ -489,12 +505,15 @@ def run_step(
     lowers to another fingerprint, the DAG file is stale and the task fails without building.
     Only this step and its ancestors are lowered. ``graph_digest`` (passed by DAG files of older
     exporters) is not checked here: the ``marin-plan`` task checks it for the whole graph.
+    ``select`` and ``exclude`` (an export's selection) need nothing here: the DAG file holds only
+    the selected steps, and a step lowers only itself and its ancestors, all of them selected.
     """
     from marin.execution.build import build_step
     from marin.execution.provenance import engine_run
     from marin_airflow.assets import dag_run_lineage, record_built
     from marin_airflow.export import resolve_target
 
+    del select, exclude  # already applied: see above
     context = _airflow_context()
     _warn_newer(newer, context)
     if prefix is None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from marin.execution.errors import MarinError
@@ -32,10 +33,13 @@ from marin.execution.options import (
     DEFAULT_ON_DRIFT,
     DRIFT_POLICIES,
     RunOptions,
+    check_patterns,
 )
 from marin_prefect.names import BANNED_NAME_CHARS
 
 ENTRYPOINT = "marin_prefect.flows:marin_pipeline"
+_OWNED_PARAMETERS = ("target", "prefix", "select", "exclude")
+"""Parameters a re-export replaces, or removes when it no longer gives them."""
 EXIT_OK, EXIT_USAGE = 0, 2
 
 
@@ -46,6 +50,7 @@ class ExportError(MarinError):
 _EPILOG = """\
 examples:
   marin export prefect examples/ngram.py:pipeline --work-pool my-pool
+  marin export prefect examples/ngram.py:pipeline --select 'ngram/eval/*' -o /tmp/marin/prefect.yaml
   marin export prefect examples/ngram.py:pipeline --name nightly --max-concurrent 4 \\
       --on-drift rebuild --prefix s3://bucket/experiments -o deploy/prefect.yaml
 
@@ -67,7 +72,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from marin.cli import _add_selection
+
     parser.add_argument("target", metavar="TARGET", help="path/to/file.py:attr or pkg.mod:attr")
+    # The same --select/--exclude as `marin plan`; stored as the select/exclude parameters.
+    _add_selection(parser)
     parser.add_argument(
         "--name", help="deployment name (default: derived from TARGET, e.g. ngram-pipeline)"
     )
@@ -137,6 +146,8 @@ def main(args: argparse.Namespace) -> int:
             on_drift=args.on_drift,
             check=args.check,
             resource_limits=args.create_limits is not None,
+            select=args.select,
+            exclude=args.exclude,
         )
     except MarinError as exc:  # ExportError, TargetError, a bad step...
         print(str(exc), file=sys.stderr)
@@ -146,7 +157,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"deploy it with: prefect deploy --prefect-file {args.output} -n {name}")
     if args.check or args.create_limits:
         try:
-            for line in resource_limits(args.target, args.create_limits):
+            for line in resource_limits(
+                args.target, args.create_limits, select=args.select, exclude=args.exclude
+            ):
                 print(line)
         except MarinError as exc:
             print(str(exc), file=sys.stderr)
@@ -154,12 +167,16 @@ def main(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def resource_limits(target: str, capacity: str | None) -> list[str]:
-    """Create the limits the pipeline's resources need (``capacity`` given), or say how to."""
-    from marin.execution.graph import collect_steps
-    from marin.execution.lazy import lower
+def resource_limits(
+    target: str,
+    capacity: str | None,
+    *,
+    select: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> list[str]:
+    """Create the limits the pipeline's resources need (``capacity`` given), or say how to:
+    those of the steps ``select``/``exclude`` leave, which are all a run of it builds."""
     from marin.execution.resources import parse_capacity
-    from marin.execution.targets import load_target
     from marin_prefect.resources import (
         create_limits,
         limits_commands,
@@ -167,7 +184,7 @@ def resource_limits(target: str, capacity: str | None) -> list[str]:
         resource_slots,
     )
 
-    specs = collect_steps(list(lower(load_target(target))))
+    specs = _selected_steps(target, select, exclude)
     needed = sorted({name for spec in specs for name, _ in resource_slots(spec)})
     if not needed:
         return []
@@ -204,10 +221,23 @@ def default_deployment_name(target: str) -> str:
     return BANNED_NAME_CHARS.sub("-", base.replace(".", "-")).strip("-") or "marin-pipeline"
 
 
-def _check_target(target: str) -> None:
+def _check_target(target: str, select: Sequence[str], exclude: Sequence[str]) -> None:
     from marin.execution.targets import load_target
 
-    load_target(target)  # a broken pipeline is a MarinError naming the file, line and fix
+    if select or exclude:  # a pattern matching no step: an error with the closest names
+        _selected_steps(target, select, exclude)
+    else:
+        load_target(target)  # a broken pipeline is a MarinError naming the file, line and fix
+
+
+def _selected_steps(target: str, select: Sequence[str], exclude: Sequence[str]) -> list[Any]:
+    """Every step a run of the deployment would plan: the selection and what it needs."""
+    from marin.execution.graph import collect_steps
+    from marin.execution.lazy import lower
+    from marin.execution.targets import load_target
+    from marin.selection import select_steps
+
+    return collect_steps(select_steps(list(lower(load_target(target))), select, exclude))
 
 
 def export(
@@ -221,21 +251,28 @@ def export(
     on_drift: str = DEFAULT_ON_DRIFT,
     check: bool = True,
     resource_limits: bool = False,
+    select: Sequence[str] = (),
+    exclude: Sequence[str] = (),
 ) -> tuple[str, str]:
-    """Write or update the deployment; return ``(created|updated|unchanged, name)``."""
+    """Write or update the deployment; return ``(created|updated|unchanged, name)``.
+
+    ``select``/``exclude`` (globs, as for ``marin plan``) become the deployment's ``select`` and
+    ``exclude`` parameters: its runs build only those steps and what they need."""
     import yaml
 
     from marin.execution.targets import Target
 
     Target.parse(target)  # a TargetError (bad input) before anything is written
     RunOptions(on_drift=on_drift, max_concurrent=max_concurrent)  # refuses what a run would
+    select = check_patterns(select, "--select")
+    exclude = check_patterns(exclude, "--exclude")
     name = name or default_deployment_name(target)
     if BANNED_NAME_CHARS.search(name) or not name.strip():
         raise ExportError(
             f"deployment name {name!r} is not allowed by Prefect", "use a --name without / % & > <"
         )
     if check:
-        _check_target(target)
+        _check_target(target, select, exclude)
     target = _portable_target(target, output)
 
     old_text = ""
@@ -263,6 +300,11 @@ def export(
     parameters["on_drift"] = on_drift
     if resource_limits:
         parameters["resource_limits"] = True
+    # Written only when given, so deployments exported without them keep their bytes.
+    if select:
+        parameters["select"] = list(select)
+    if exclude:
+        parameters["exclude"] = list(exclude)
 
     existing = next((d for d in deployments if isinstance(d, dict) and d.get("name") == name), None)
     if existing is None:
@@ -281,7 +323,7 @@ def export(
         old_parameters = existing.get("parameters")
         kept = old_parameters if isinstance(old_parameters, dict) else {}
         # Marin owns these parameters; any others the user added (e.g. keep_going) are kept.
-        kept = {k: v for k, v in kept.items() if k not in ("target", "prefix")}
+        kept = {k: v for k, v in kept.items() if k not in _OWNED_PARAMETERS}
         kept.update(parameters)
         existing["parameters"] = {
             **{k: kept[k] for k in parameters},

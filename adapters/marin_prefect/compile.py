@@ -120,6 +120,8 @@ def to_prefect_flow(
     resource_limits: bool = False,
     on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
     task_runner: Any = None,
+    select: Sequence[str] = (),
+    exclude: Sequence[str] = (),
 ) -> Flow[[], dict[str, str]]:
     """Compile a pipeline into a Prefect flow; calling the flow runs the pipeline.
 
@@ -147,8 +149,13 @@ def to_prefect_flow(
     ``gpu=1`` step runs only on a worker started with ``--resources GPU=N``). Every worker needs
     the pipeline's code at the same path (or module) and a prefix on shared storage
     (docs/scaling.md).
+
+    ``select`` and ``exclude`` (globs, as ``marin run --select/--exclude`` takes) keep only the
+    matching steps and what they need; a pattern that matches no step is an error naming it and
+    the closest names.
     """
     from marin.execution.graph import collect_steps
+    from marin.selection import select_steps
 
     run = RunOptions(
         on_drift=on_drift,
@@ -160,7 +167,9 @@ def to_prefect_flow(
     )
     if concurrency_limit is not None and not concurrency_limit.strip():
         raise ValueError("error: concurrency_limit is empty: pass a global concurrency limit name")
-    targets = lower_flow_target(target_or_handles)
+    targets = select_steps(
+        lower_flow_target(target_or_handles), select, exclude, options=("select", "exclude")
+    )
     steps = collect_steps(targets)
     flow_name = name or default_flow_name(target_or_handles, targets)
     if task_runner is None:

@@ -37,6 +37,7 @@ from marin.execution.options import (
     DEFAULT_ON_CODE_DRIFT,
     DEFAULT_ON_DRIFT,
     RunOptions,
+    check_patterns,
 )
 from marin_prefect.compile import to_prefect_flow
 from marin_prefect.dask import DASK_ADDRESS_ENV, task_runner_from_env
@@ -127,6 +128,8 @@ def marin_pipeline(
     cascade: bool = True,
     resource_limits: bool = False,
     on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
+    select: list[str] | None = None,
+    exclude: list[str] | None = None,
 ) -> dict[str, str]:
     """Run the Marin pipeline ``target`` ("path/to/file.py:attr" or "pkg.module:attr").
 
@@ -135,6 +138,9 @@ def marin_pipeline(
     names or ``name@version`` ids to rebuild), ``cascade`` and ``on_code_drift`` mean what they
     mean for ``marin run``. ``resource_limits``: steps hold slots of the ``marin-<kind>`` global
     concurrency limits while they build (a deployment made with ``--create-limits`` sets it).
+    ``select`` and ``exclude`` (globs on step names, as ``marin run --select/--exclude`` takes;
+    ``marin export prefect --select`` stores them) build only part of the pipeline. Like
+    ``force``, a run may set them: they choose among the pinned target's steps, never code.
     """
     from marin.execution.prefix_policy import check_prefix
     from marin.execution.storage import resolve_prefix
@@ -152,6 +158,9 @@ def marin_pipeline(
             "on_code_drift": on_code_drift,
         }
     )
+    # Before the pipeline is imported; whether each matches a step is checked once it is.
+    chosen = check_patterns(select or [], "select")
+    dropped = check_patterns(exclude or [], "exclude")
     pipeline = to_prefect_flow(
         target,
         max_concurrent=options.max_concurrent,
@@ -163,6 +172,8 @@ def marin_pipeline(
         cascade=options.cascade,
         resource_limits=resource_limits,
         on_code_drift=options.on_code_drift,
+        select=chosen,
+        exclude=dropped,
         task_runner=task_runner_from_env(),  # the worker's setting, never the run's
     )
     return pipeline()

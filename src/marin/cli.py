@@ -20,6 +20,7 @@ from typing import Any
 from marin.execution.errors import (
     DriftError,
     MarinError,
+    OptionError,
     PipelineFailedError,
     StepFailedError,
     format_error,
@@ -29,6 +30,7 @@ from marin.execution.options import (
     DEFAULT_ON_CODE_DRIFT,
     DEFAULT_ON_DRIFT,
     DRIFT_POLICIES,
+    check_patterns,
 )
 from marin.execution.vocabulary import BuildOutcomeKind
 from marin.terminal_text import safe_json, safe_text
@@ -498,13 +500,10 @@ EXCLUDE_HELP = "leave out the steps matching this glob, and every step that read
 
 def _patterns(text: str) -> list[str]:
     """One ``--select``/``--exclude`` value: a glob, or a comma list of them."""
-    patterns = [part.strip() for part in text.split(",")]
-    if not all(patterns):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} has an empty pattern: give a glob such as 'ngram/eval/*', repeated or as "
-            "a comma list a,b"
-        )
-    return patterns
+    try:
+        return list(check_patterns(text))
+    except OptionError as exc:  # argparse prints it as a usage error (exit 2)
+        raise argparse.ArgumentTypeError(f"{exc.what}: {exc.fix}") from None
 
 
 def _add_selection(parser: argparse.ArgumentParser) -> None:

@@ -44,14 +44,21 @@ def _matching(patterns: Sequence[str], steps: Sequence[StepSpec], option: str) -
 
 
 def select_steps(
-    targets: Sequence[StepSpec], select: Sequence[str] = (), exclude: Sequence[str] = ()
+    targets: Sequence[StepSpec],
+    select: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    *,
+    options: tuple[str, str] = ("--select", "--exclude"),
 ) -> list[StepSpec]:
-    """The targets a selection leaves: ``targets`` unchanged when both are empty."""
+    """The targets a selection leaves: ``targets`` unchanged when both are empty.
+
+    ``options`` are the names errors give the two (an engine's run parameters are called
+    ``select`` and ``exclude``, not flags)."""
     if not select and not exclude:
         return list(targets)
     steps = collect_steps(targets)
-    chosen = _matching(select, steps, "--select") if select else None
-    dropped = _matching(exclude, steps, "--exclude") if exclude else set()
+    chosen = _matching(select, steps, options[0]) if select else None
+    dropped = _matching(exclude, steps, options[1]) if exclude else set()
     # Steps come dependencies first, so one pass carries an exclusion to every reader.
     for spec in steps:
         if any(dep.output_path in dropped for dep in spec.deps):
@@ -65,7 +72,7 @@ def select_steps(
         result = [s for s in steps if s.output_path in chosen and s.output_path not in dropped]
     if not result:
         raise InvalidStepError(
-            "--select and --exclude leave no step to work on",
-            "loosen --exclude (it also leaves out every step that reads an excluded one)",
+            f"{options[0]} and {options[1]} leave no step to work on",
+            f"loosen {options[1]} (it also leaves out every step that reads an excluded one)",
         )
     return result

@@ -1,5 +1,6 @@
 """The README's command-line examples and the ``--help`` examples of ``why``, ``diff``,
-``--select``/``--exclude`` and ``ls --json`` run as written (issue 22)."""
+``--select``/``--exclude`` (on ``run``, ``plan``, ``graph`` and both exporters) and ``ls --json``
+run as written (issue 22)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,11 @@ def help_examples() -> list[str]:
     parser = build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices  # type: ignore[union-attr]
     found = []
-    for name in ("run", "plan", "graph", "why", "diff", "ls"):
-        epilog = commands[name].epilog or ""
+    engines = next(a for a in commands["export"]._actions if a.dest == "engine").choices  # type: ignore[union-attr]
+    parsers = [commands[n] for n in ("run", "plan", "graph", "why", "diff", "ls")]
+    parsers += [engines[n] for n in ("airflow", "prefect")]
+    for command in parsers:
+        epilog = command.epilog or ""
         found += [line.strip() for line in epilog.splitlines() if line.strip().startswith("marin ")]
     return [line for line in found if NEW.search(line) and "s3://" not in line]
 

@@ -72,6 +72,24 @@ def check_force(force: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(f.strip() for f in sorted(force) if f.strip()))
 
 
+def check_patterns(patterns: object, name: str | None = None) -> tuple[str, ...]:
+    """``--select``/``--exclude`` globs on step names: a list of strings, each a glob or a comma
+    list of them (as a CLI flag or a form field gives it), in the order given without repeats.
+    ``name`` is the option or parameter (``select``), named in the error; an empty pattern is an
+    error, never "all"."""
+    given = [patterns] if isinstance(patterns, str) else patterns
+    label = f"{name}={_short(patterns)}" if name else _short(patterns)
+    if not isinstance(given, list | tuple) or not all(isinstance(p, str) for p in given):
+        raise OptionError(label, "use a list of globs on step names, such as ['ngram/eval/*']")
+    stripped = [part.strip() for p in given for part in p.split(",")]
+    if not all(stripped):
+        raise OptionError(
+            f"{label} has an empty pattern",
+            "give a glob such as 'ngram/eval/*', repeated or as a comma list a,b",
+        )
+    return tuple(dict.fromkeys(stripped))
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """The options of one run, valid by construction (``__post_init__`` checks every field).
