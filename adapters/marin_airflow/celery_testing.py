@@ -359,6 +359,10 @@ class CeleryServices(AirflowServices):
             self._redis = None
         if self._postgres is not None:  # last: every client of it is gone
             self._postgres.stop()
+            # Its directory is gone now; its log stays beside the other services' logs.
+            log = os.path.join(self.log_dir, "postgres.log")
+            with contextlib.suppress(OSError), open(log, "w") as f:
+                f.write(self._postgres.last_log)
             self._postgres = None
 
     def unpaused_dags(self) -> set[str]:

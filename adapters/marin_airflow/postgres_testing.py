@@ -96,6 +96,8 @@ class PostgresServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._as_system_user = os.geteuid() == 0
+        self.last_log = ""
+        """The server's log as :meth:`stop` found it (its directory is removed)."""
 
     @property
     def data_dir(self) -> str:
@@ -222,5 +224,7 @@ class PostgresServer:
             self._log.close()
             self._log = None
         if self.root:
+            with contextlib.suppress(OSError), open(self.log_path, errors="replace") as f:
+                self.last_log = f.read()
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = ""

@@ -56,6 +56,7 @@ def test_a_server_on_its_own_socket_is_gone_after_stop() -> None:
         server.stop()
     assert not os.path.exists(root)
     assert session_members(pid) == []
+    assert "database system is ready to accept connections" in server.last_log  # kept
     server.stop()  # twice is harmless
 
 
