@@ -15,10 +15,15 @@ from tests import skip_policy
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_pytest(tmp_path: Path, body: str, strict: str) -> subprocess.CompletedProcess[str]:
+def run_pytest(
+    tmp_path: Path, body: str, strict: str, ci: str | None = None
+) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_sample.py").write_text(textwrap.dedent(body))
     (tmp_path / "test_passing.py").write_text("def test_ok():\n    pass\n")
     env = {**os.environ, "MARIN_STRICT_SKIPS": strict, "PYTHONPATH": str(ROOT)}
+    env.pop("CI", None)
+    if ci is not None:
+        env["CI"] = ci
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.skip_policy", "-rs", "-q",
          "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
@@ -48,6 +53,13 @@ ALLOWED = """
         pass
 """
 
+NO_POSTGRES = """
+    import pytest
+
+    def test_celery():
+        pytest.skip("PostgreSQL is not installed: apt-get install -y postgresql")
+"""
+
 
 @pytest.mark.parametrize("body", [UNEXPECTED, AT_COLLECTION], ids=["in-test", "at-collection"])
 def test_an_unexpected_skip_fails_a_strict_run(tmp_path: Path, body: str) -> None:
@@ -63,6 +75,15 @@ def test_an_allowed_skip_passes_a_strict_run(tmp_path: Path) -> None:
     result = run_pytest(tmp_path, ALLOWED, "1")
     assert result.returncode == 0, result.stdout
     assert "SKIPPED" in result.stdout and "Graphviz" in result.stdout
+
+
+def test_a_system_package_ci_installs_may_skip_only_outside_ci(tmp_path: Path) -> None:
+    outside = run_pytest(tmp_path, NO_POSTGRES, "1")
+    assert outside.returncode == 0, outside.stdout
+    assert "SKIPPED" in outside.stdout and "PostgreSQL is not installed" in outside.stdout
+    in_ci = run_pytest(tmp_path, NO_POSTGRES, "1", ci="true")
+    assert in_ci.returncode == 1, in_ci.stdout
+    assert "unexpected skip: PostgreSQL is not installed" in in_ci.stdout
 
 
 def test_strict_by_default_where_the_extras_are_installed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,9 +7,11 @@ own working directory, ``HOME``, ``TMPDIR``, ``AIRFLOW_HOME`` (task logs) and it
 DAG folder. The workers share only the engine's services (broker, metadata database, execution
 API) and the object store the artifacts live on.
 
-The metadata database is SQLite (Airflow calls it development-only, but its CeleryExecutor works
-with it; see docs/scaling.md). Every service is its own process in its own session, stopped by
-session: SIGTERM, SIGTERM again, then SIGKILL (:func:`~marin_airflow.testing.stop_session`).
+The metadata database is PostgreSQL, as in a deployment (Airflow calls SQLite development-only):
+Debian's server, started by the harness on a Unix socket in a temporary directory of its own
+(:class:`~marin_airflow.postgres_testing.PostgresServer`), migrated once per harness, and removed
+at teardown. Every service is its own process in its own session, stopped by session: SIGTERM,
+SIGTERM again, then SIGKILL (:func:`~marin_airflow.testing.stop_session`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from marin_airflow.postgres_testing import PostgresServer
 from marin_airflow.testing import (
     AirflowSandbox,
     AirflowServices,
@@ -191,6 +194,7 @@ class CeleryServices(AirflowServices):
         self.workers = {w.name: w for w in workers}
         self.redis_port = 0
         self._redis: ServiceProcess | None = None
+        self._postgres: PostgresServer | None = None
         self._workers: dict[str, ServiceProcess] = {}
         self._token: str | None = None
         self.sessions: list[int] = []
@@ -203,16 +207,32 @@ class CeleryServices(AirflowServices):
                 "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
                 "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{self.redis_port}/0",
                 # Every machine names the one metadata database (the result backend too).
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.sandbox.db_path}",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_url(),
+                "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{self.database_url()}",
                 **LOST_WORKER_SETTINGS,
             }
         )
         env.update(self._extra)
         return env
 
+    def database_url(self) -> str:
+        """The PostgreSQL metadata database's SQLAlchemy URL (only once :meth:`start` runs)."""
+        if self._postgres is None:
+            raise RuntimeError("the metadata database is not started: call start() first")
+        return self._postgres.sqlalchemy_url()
+
+    def migrate(self) -> None:
+        """``airflow db migrate`` into the harness's PostgreSQL (a fresh cluster every time)."""
+        proc = self.airflow("db", "migrate", timeout=300)
+        if proc.returncode != 0:
+            raise RuntimeError(f"airflow db migrate:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+
     def start(self) -> CeleryServices:
         os.makedirs(self.log_dir, exist_ok=True)
         try:
+            # Before anything that reads env(): every component names this database.
+            self._postgres = PostgresServer().start()
+            self.sessions.append(self._postgres.pid)
             self._redis, self.redis_port = start_redis(self.log_dir)
             self.sessions.append(self._redis.proc.pid)
             try:
@@ -302,6 +322,18 @@ class CeleryServices(AirflowServices):
     def celery_host(self, name: str) -> str:
         return f"{name}@{socket.gethostname()}"
 
+    def worker_session(self, name: str) -> int:
+        """The session id of worker ``name``'s machine: every task process it runs is in it."""
+        return self._workers[name].proc.pid
+
+    def task_instance(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> Any:
+        """One try of a task instance as the REST API reports it (its ``pid``, ``hostname``)."""
+        import urllib.parse
+
+        run = urllib.parse.quote(run_id, safe="")
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances/{task_id}/tries/{try_number}"
+        return self.rest("GET", path)
+
     def kill_worker(self, name: str) -> None:
         """SIGKILL worker ``name``'s whole session (it and every task runner it started)."""
         self._workers.pop(name).kill_session()
@@ -325,14 +357,47 @@ class CeleryServices(AirflowServices):
         if self._redis is not None:
             self._redis.stop()
             self._redis = None
+        if self._postgres is not None:  # last: every client of it is gone
+            self._postgres.stop()
+            # Its directory is gone now; its log stays beside the other services' logs.
+            log = os.path.join(self.log_dir, "postgres.log")
+            with contextlib.suppress(OSError), open(log, "w") as f:
+                f.write(self._postgres.last_log)
+            self._postgres = None
+
+    def unpaused_dags(self) -> set[str]:
+        """The unpaused DAGs, from the REST API (the database is not a file to read here)."""
+        import urllib.error
+
+        try:
+            listing = self.rest("GET", "/api/v2/dags?paused=false&limit=1000")
+        except (urllib.error.URLError, OSError):
+            return set()
+        return {str(d["dag_id"]) for d in listing.get("dags", [])}
+
+    def run_state(self, dag_id: str, run_id: str) -> str | None:
+        """A DAG run's state from the REST API (None until the run is visible there)."""
+        import urllib.error
+        import urllib.parse
+
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
+        try:
+            state = self.rest("GET", path).get("state")
+        except (urllib.error.URLError, OSError):  # 404 until the run exists; a busy server
+            return None
+        return str(state) if state is not None else None
 
     def _check_alive(self) -> None:
+        if self._postgres is not None:
+            self._postgres.check_alive()
         super()._check_alive()
         for worker in self._workers.values():
             worker.check_alive()
 
     def log_tail(self, chars: int = 4000) -> str:
         parts = [super().log_tail(chars)]
+        if self._postgres is not None:
+            parts.append(self._postgres.log_tail(chars))
         parts += [w.log_tail(chars) for w in self._workers.values()]
         return "\n".join(parts)
 

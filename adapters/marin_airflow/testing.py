@@ -313,8 +313,12 @@ class AirflowServices:
             },
         )
 
-    def start(self) -> AirflowServices:
+    def migrate(self) -> None:
+        """Create the metadata database the components share (the sandbox's SQLite here)."""
         self.sandbox.migrate()
+
+    def start(self) -> AirflowServices:
+        self.migrate()
         os.makedirs(self.log_dir, exist_ok=True)
         for attempt in range(3):
             try:
@@ -406,13 +410,27 @@ class AirflowServices:
         wanted = set(dag_ids)
         while True:
             self._check_alive()
-            with contextlib.suppress(sqlite3.OperationalError):
-                rows = self.sandbox.query("SELECT dag_id FROM dag WHERE is_paused = 0")
-                if wanted <= {str(r[0]) for r in rows}:
-                    return
+            if wanted <= self.unpaused_dags():
+                return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the DAG processor never registered {sorted(wanted)}")
             time.sleep(0.5)
+
+    def unpaused_dags(self) -> set[str]:
+        """The DAG ids registered and unpaused so far (none while the database is busy)."""
+        with contextlib.suppress(sqlite3.OperationalError):
+            rows = self.sandbox.query("SELECT dag_id FROM dag WHERE is_paused = 0")
+            return {str(r[0]) for r in rows}
+        return set()
+
+    def run_state(self, dag_id: str, run_id: str) -> str | None:
+        """A DAG run's state now (None while it is not visible yet)."""
+        with contextlib.suppress(sqlite3.OperationalError):
+            rows = self.sandbox.query(
+                "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", (dag_id, run_id)
+            )
+            return str(rows[0][0]) if rows and rows[0][0] is not None else None
+        return None
 
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
         """Trigger a run through the CLI (it talks to the same database); return its run id."""
@@ -442,12 +460,9 @@ class AirflowServices:
         deadline = time.monotonic() + timeout
         while True:
             self._check_alive()
-            with contextlib.suppress(sqlite3.OperationalError):
-                rows = self.sandbox.query(
-                    "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", (dag_id, run_id)
-                )
-                if rows and rows[0][0] in ("success", "failed"):
-                    return str(rows[0][0])
+            state = self.run_state(dag_id, run_id)
+            if state in ("success", "failed"):
+                return state
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} of {dag_id} did not finish:\n{self.log_tail()}")
             time.sleep(0.5)

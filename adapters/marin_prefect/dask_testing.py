@@ -98,6 +98,14 @@ class DaskCluster:
         with Client(self.address, timeout=STARTUP_TIMEOUT_S) as client:
             client.wait_for_workers(count, timeout=STARTUP_TIMEOUT_S)
 
+    def worker_addresses(self) -> dict[str, str]:
+        """Each live worker's address as the scheduler knows it, by worker name."""
+        from distributed import Client
+
+        with Client(self.address, timeout=STARTUP_TIMEOUT_S) as client:
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+        return {str(info["name"]): str(address) for address, info in workers.items()}
+
     def kill_worker(self, name: str) -> None:
         """SIGKILL the worker's whole process group, as a machine that is lost."""
         proc = self.workers[name]

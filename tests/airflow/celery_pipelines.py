@@ -1,8 +1,8 @@
 """Pipelines for the Airflow-on-Celery tests, imported by module path on every worker.
 
 Every call of a step's ``fn`` leaves one JSON file in ``$MARIN_CELERY_TEST_EVENTS`` (a folder the
-test owns) naming the step, the event, the worker (``$MARIN_TEST_WORKER``, set per worker) and the
-process id, so a test proves where each step ran and that it was built once. Outputs go to the
+test owns) naming the step, the event, the worker (``$MARIN_TEST_WORKER``, set per worker), the
+process id and its session id (each Celery worker runs in a session of its own), so a test proves where each step ran and that it was built once. Outputs go to the
 step's output path on the object store, through fsspec.
 """
 
@@ -26,6 +26,7 @@ GO_FILE = "go"
 def note(tag: str, event: str, **extra: Any) -> None:
     folder = os.environ[EVENTS_ENV]
     data = {"step": tag, "event": event, "worker": os.environ.get(WORKER_ENV), "pid": os.getpid()}
+    data["sid"] = os.getsid(0)  # the session of the Celery worker whose task process this is
     name = f"{tag.replace('/', '~')}.{event}.{uuid.uuid4().hex}.json"
     tmp = os.path.join(folder, f".{name}.tmp")
     with open(tmp, "w") as f:

@@ -1,10 +1,11 @@
 """Airflow on Celery, for real: one pipeline across two worker machines on loopback.
 
-Redis, the api-server, scheduler and dag-processor, and two ``airflow celery worker`` processes
-(``cpu`` consumes ``default``; ``gpu`` consumes ``default`` and ``gpu``), each set up as its own
-machine (working directory, ``HOME``, ``TMPDIR``, ``AIRFLOW_HOME``, DAG folder); artifacts on
-moto's S3 server. Runs are triggered through the REST API, as a user does. The tests share one
-set of services and run in file order: the lost-worker test, which kills a worker, is last.
+Redis, PostgreSQL (the metadata database), the api-server, scheduler and dag-processor, and two
+``airflow celery worker`` processes (``cpu`` consumes ``default``; ``gpu`` consumes ``default``
+and ``gpu``), each set up as its own machine (working directory, ``HOME``, ``TMPDIR``,
+``AIRFLOW_HOME``, DAG folder); artifacts on moto's S3 server. Runs are triggered through the
+REST API, as a user does. The tests share one set of services and run in file order: the
+lost-worker test, which kills a worker, is last.
 """
 
 from __future__ import annotations
@@ -87,6 +88,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         pytest.skip("redis-server is not installed: apt-get install -y redis-server")
     from marin_airflow.celery_testing import CeleryServices, WorkerSpec, start_moto
     from marin_airflow.export import build_export, write_export
+    from marin_airflow.postgres_testing import PostgresUnavailable, find_bin_dir
+
+    try:  # the metadata database: allowed to be missing outside CI only (tests/skip_policy.py)
+        find_bin_dir()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
     from marin_airflow.testing import AirflowSandbox
 
     root = tmp_path_factory.mktemp("celery")
@@ -141,6 +148,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         s3fs.S3FileSystem.clear_instance_cache()
 
 
+def _assert_built_by(cluster: Cluster, record: Any, worker: str) -> None:
+    """Who built what, as the record says it, is the worker that ran the step: the record's
+    process is the one Airflow's task instance (that try) ran in, and that process belonged to
+    worker ``worker``'s machine (its session)."""
+    prov, engine = record.provenance, record.provenance["engine"]
+    ti = cluster.services.task_instance(
+        engine["dag_id"], engine["run_id"], engine["task_id"], engine["try_number"]
+    )
+    assert (ti["pid"], ti["try_number"]) == (prov["pid"], engine["try_number"]), (ti, prov)
+    ended = [e for e in cluster.events(record.name) if e["event"] == "end"]
+    ended = [e for e in ended if e["pid"] == prov["pid"]]
+    assert [e["sid"] for e in ended] == [cluster.services.worker_session(worker)], ended
+
+
 def _ran_on(evs: list[dict[str, Any]], event: str = "end") -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for e in evs:
@@ -161,16 +182,17 @@ def test_gpu_steps_run_only_on_the_gpu_worker_and_a_rerun_serves_all(cluster: Cl
     assert {ran[f"cel/data-{i}"][0] for i in range(4)} == {"cpu", "gpu"}, ran
 
     records = _records("cel_routed", [f"{s}@v1" for s in steps])
-    pids = {e["step"]: e["pid"] for e in cluster.events("cel/") if e["event"] == "end"}
+    ends = {e["step"]: e for e in cluster.events("cel/") if e["event"] == "end"}
     for step_id, record in records.items():
         prov = record.provenance
         step = step_id.rpartition("@")[0]
-        assert prov["pid"] == pids[step] and prov["host"], prov  # the process that ran fn
+        assert prov["pid"] == ends[step]["pid"] and prov["host"], prov  # the process that ran fn
         engine = prov["engine"]
         assert engine["name"] == "airflow" and engine["dag_id"] == "cel_routed", engine
         assert engine["run_id"] == run_id and engine["try_number"] == 1, engine
         assert engine["task_id"] == step.replace("/", ".") + "__v1", engine
         assert record.result["worker"] == ran[step][0]
+        _assert_built_by(cluster, record, ran[step][0])
 
     before = len(cluster.events("cel/"))
     cluster.run("cel_routed")
@@ -202,6 +224,7 @@ def test_a_step_failing_on_one_worker_succeeds_on_its_retry_elsewhere(cluster: C
     engine = records["flaky/step@v1"].provenance["engine"]
     assert engine["try_number"] == 2 and engine["run_id"] == run_id, engine
     assert records["flaky/step@v1"].result["worker"] == good
+    _assert_built_by(cluster, records["flaky/step@v1"], good)
     assert records["flaky/after@v1"].inputs == {"flaky/step@v1": records["flaky/step@v1"].build_id}
     starts = _ran_on(evs, "start")
     assert len(starts["flaky/root"]) == len(starts["flaky/after"]) == 1, starts
@@ -235,6 +258,7 @@ def test_a_killed_worker_is_replaced_and_its_step_committed_once(cluster: Cluste
     record = victim["kill/victim@v1"]
     assert record.provenance["engine"]["try_number"] == 2, record.provenance
     assert record.provenance["pid"] == [e["pid"] for e in evs if e["step"] == "kill/victim"][-1]
+    _assert_built_by(cluster, record, alive)
     assert victim["kill/after@v1"].inputs == {"kill/victim@v1": record.build_id}
     assert (read_status(_location("cel_victim"), "kill/victim/v1") or {}).get("state") == "SUCCESS"
     # The retry found the dead attempt's lease held (by the killed process, on this "other"

@@ -23,8 +23,9 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from marin_airflow.export import build_export, write_export
 from marin_airflow.testing import AirflowSandbox, AirflowServices
@@ -36,6 +37,7 @@ RETRY_DELAY_ENV = "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY"
 
 class AirflowRunner:
     name = "airflow"
+    engine = "airflow"
 
     def __init__(self) -> None:
         self._root = tempfile.mkdtemp(prefix="marin-airflow-conformance-")
@@ -95,6 +97,19 @@ class AirflowRunner:
         self._move_calls(env.get(CALLS_ENV))
         self.last_output = services.log_tail(20000)
         return state == "success"
+
+    def engine_unit(self, engine: Mapping[str, Any]) -> dict[str, Any]:
+        """What Airflow's metadata database holds about the task instance a record names: the
+        process it ran in, and its try."""
+        assert self._services is not None
+        rows = self._services.sandbox.query(
+            "SELECT dag_id, run_id, task_id, map_index, try_number, pid FROM task_instance "
+            "WHERE dag_id = ? AND run_id = ? AND task_id = ? AND map_index = ?",
+            (engine["dag_id"], engine["run_id"], engine["task_id"], engine["map_index"]),
+        )
+        assert len(rows) == 1, f"no task instance {dict(engine)}"
+        keys = ("dag_id", "run_id", "task_id", "map_index", "try_number", "pid")
+        return dict(zip(keys, rows[0], strict=True))
 
     def _move_calls(self, destination: str | None) -> None:
         with open(self._calls) as f:

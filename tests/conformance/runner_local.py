@@ -14,6 +14,8 @@ from marin.execution.targets import load_target
 
 class LocalRunner:
     name = "local"
+    engine: str | None = None
+    """No engine: a record names its host and process, and no engine's unit of work."""
     last_report: Any = None
     """The last run's ``RunReport`` (None when it failed before planning)."""
     last_error: MarinError | None = None

@@ -8,7 +8,8 @@ of the session (``tests/prefect``'s session fixture, or at exit).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from marin_prefect.testing import isolate_prefect_home, start_harness
 
@@ -20,6 +21,17 @@ from marin.execution.errors import MarinError  # noqa: E402
 
 class PrefectRunner:
     name = "prefect"
+    engine = "prefect"
+
+    def engine_unit(self, engine: Mapping[str, Any]) -> dict[str, Any]:
+        """What Prefect's API holds about the task run a record names (its ``engine``)."""
+        from uuid import UUID
+
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            task_run = client.read_task_run(UUID(str(engine["task_run_id"])))
+        return {"step_id": task_run.name, "flow_run_id": str(task_run.flow_run_id)}
 
     def supports(self, feature: str) -> bool:
         # ThreadPoolTaskRunner runs steps concurrently, in this process; the flow body dispatches

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -23,13 +24,14 @@ LIMIT_ENV = "MARIN_TEST_LIMIT"
 """The concurrency limit a test runs with: peer steps wait until that many of them run at once."""
 
 
-def record_call(step: str, event: str) -> None:
-    append_call(os.environ[CALLS_ENV], step, event)
+def record_call(step: str, event: str, **extra: Any) -> None:
+    append_call(os.environ[CALLS_ENV], step, event, **extra)
 
 
-def append_call(path: str, step: str, event: str) -> None:
+def append_call(path: str, step: str, event: str, **extra: Any) -> None:
     """One JSON line per event; ``O_APPEND`` keeps concurrent writers' lines whole."""
-    line = json.dumps({"step": step, "event": event, "t": time.time(), "pid": os.getpid()})
+    data = {"step": step, "event": event, "t": time.time(), "pid": os.getpid(), **extra}
+    line = json.dumps(data)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line + "\n").encode())
@@ -42,6 +44,28 @@ def read_calls(path: str) -> list[dict[str, Any]]:
         return []
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def observed_engine() -> dict[str, Any] | None:
+    """The engine's own id of the unit of work running this step's fn, asked of the engine
+    itself (never of Marin): the Prefect task run, or the Airflow task instance; None under
+    the local runner. A record must name the same one (tests/conformance/test_scenarios.py).
+    An engine that is not imported here is not running this fn, so none is imported."""
+    if "prefect" in sys.modules:
+        from prefect.runtime import flow_run, task_run
+
+        if task_run.id is not None:
+            return {"name": "prefect", "task_run_id": task_run.id, "flow_run_id": flow_run.id}
+    if "airflow.sdk" in sys.modules:
+        from airflow.sdk import get_current_context
+
+        try:
+            ti = get_current_context()["ti"]
+        except Exception:  # no task instance is running here
+            return None
+        fields = ("dag_id", "run_id", "task_id", "try_number", "map_index")
+        return {"name": "airflow", **{field: getattr(ti, field) for field in fields}}
+    return None
 
 
 WAIT_TIMEOUT_S = 120.0
@@ -118,7 +142,7 @@ def work(
         raise RuntimeError(f"boom in {step}")
     with fsspec.open(out_path, "w", auto_mkdir=True) as f:
         f.write(step)
-    record_call(step, "end")
+    record_call(step, "end", engine=observed_engine())
     return {"step": step, "inputs": len(inputs)}
 
 

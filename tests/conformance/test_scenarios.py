@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections import Counter
 from typing import Any
 
@@ -138,3 +139,32 @@ def test_failed_attempt_is_retried(
     assert after["inputs"] == {"conformance/flaky@v1": flaky["build_id"]}
     assert runner.run(f"{S}:flaky", prefix=local_prefix, env=env)
     assert len(read_calls(calls_file)) == len(calls), "a re-run rebuilt a step built by a retry"
+
+
+def test_every_record_says_who_built_it(
+    runner: Any, local_prefix: str, env: dict[str, str], calls_file: str
+) -> None:
+    """Who built what: each record names the host and the process that ran its step's fn and,
+    on an engine, the unit of work that built it: the one the engine itself said was running,
+    asked from inside the fn (``observed_engine``), which the engine's own API then confirms
+    (Prefect: that task run is this step's, in this flow run; Airflow: that task instance ran
+    in this process). The local runner names no engine. Four steps, two of them concurrent:
+    each record names its own unit, never a sibling's."""
+    assert runner.run(f"{S}:diamond", prefix=local_prefix, env=env)
+    ends = {c["step"]: c for c in read_calls(calls_file) if c["event"] == "end"}
+    assert sorted(ends) == ["bottom", "left", "right", "top"]
+    units = set()
+    for name, end in ends.items():
+        prov = record(local_prefix, name)["provenance"]
+        assert prov["host"] == socket.gethostname() and prov["pid"] == end["pid"], prov
+        if runner.engine is None:
+            assert end["engine"] is None and "engine" not in prov, prov
+            continue
+        seen = end["engine"]
+        assert seen is not None and seen["name"] == runner.engine, seen
+        assert {key: prov["engine"].get(key) for key in seen} == seen, (prov["engine"], seen)
+        expected = {"step_id": f"conformance/{name}@v1", "pid": prov["pid"], **prov["engine"]}
+        unit = runner.engine_unit(prov["engine"])
+        assert unit == {key: expected[key] for key in unit}, (unit, expected)
+        units.add(json.dumps(prov["engine"], sort_keys=True))
+    assert runner.engine is None or len(units) == 4, units

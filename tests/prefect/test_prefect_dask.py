@@ -99,6 +99,7 @@ def test_steps_build_once_spread_over_both_workers_gpu_steps_on_the_gpu_worker(
     assert Counter(s for e, s, _, _ in ran if e == "start") == {s.step_id: 1 for s in specs}
     runs = task_runs(flow_run_id(state), expected=len(specs))
     location = open_prefix(prefix)
+    addresses = dask.worker_addresses()
     built_on: dict[str, str] = {}
     for spec in specs:
         record = read_record(location, spec.output_path)
@@ -109,7 +110,7 @@ def test_steps_build_once_spread_over_both_workers_gpu_steps_on_the_gpu_worker(
         # Who built what: the worker's own process, host and address, and the task run.
         assert record.provenance["pid"] == dask.workers[worker].pid == record.result["pid"]
         assert record.provenance["host"] == socket.gethostname()
-        assert engine["dask_address"].startswith("tcp://127.0.0.1:")
+        assert engine["dask_address"] == addresses[worker], (engine, addresses)
         assert engine["task_run_id"] == str(runs[spec.step_id].id)
         built_on[spec.step_id] = worker
     assert {built_on[s] for s in GPU_STEPS} == {"gpu"}, built_on
@@ -178,6 +179,7 @@ def test_a_worker_killed_mid_build_is_recovered_on_the_other_with_one_commit(
             assert time.monotonic() < deadline and thread.is_alive(), "the step never started"
             time.sleep(0.02)  # polls the marker the step's fn writes
         _, _, victim, victim_pid = events(log)[0]
+        addresses = dask.worker_addresses()
         dask.kill_worker(victim)
         thread.join(120)
         assert not thread.is_alive() and result[0].is_completed(), result
@@ -188,5 +190,8 @@ def test_a_worker_killed_mid_build_is_recovered_on_the_other_with_one_commit(
         spec = lower(load_target(SLOW))[0]
         record = read_record(open_prefix(prefix), spec.output_path)
         assert record is not None and record.provenance["engine"]["dask_worker"] == survivor
+        # Who built it: the survivor's process, at the address the scheduler knew it by.
+        assert record.provenance["pid"] == dask.workers[survivor].pid
+        assert record.provenance["engine"]["dask_address"] == addresses[survivor]
     finally:
         dask.close()
