@@ -275,13 +275,14 @@ _open_pipelines: dict[str, PipelineEvent] = {}
 def pipeline_started(steps: int) -> PipelineEvent | None:
     """Queue the START of the current pipeline run (``pipeline_run``) as its run loop starts.
 
-    None (and no event) when lineage is off, when no pipeline run was named (a library
+    None (and no event) when lineage is off, when the run has no step to build (every step
+    served: the Prefect flow still runs its loop then), when no pipeline run was named (a library
     ``StepRunner`` outside ``pipeline_run``: its parent is the process, which has no end), or
     when the run has started already (a loop inside a loop of the same run): the outermost loop
     owns the pipeline run's events.
     """
-    if not lineage_enabled():
-        return None
+    if steps == 0 or not lineage_enabled():
+        return None  # nothing to build: no run to claim, as a cache hit claims none
     pipeline = _pipeline.get()
     if pipeline is _PROCESS_RUN:
         return None
