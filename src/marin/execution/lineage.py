@@ -3,7 +3,9 @@
 ``build_step`` calls ``build_started`` when a build begins (lease held, checks passed) and
 ``build_finished`` when it commits, fails or is interrupted: START, then one of COMPLETE, FAIL
 or ABORT, with the build id as the run id. A step served from cache emits nothing: no run
-happened, and a COMPLETE would claim one did (docs/lineage.md).
+happened, and a COMPLETE would claim one did (docs/lineage.md). The run loop calls
+``pipeline_started``/``pipeline_finished``: the pipeline run's own START and end, the parent
+job every step run names.
 
 Off unless configured the way the OpenLineage client is (``OPENLINEAGE_URL``,
 ``OPENLINEAGE_CONFIG``, ``OPENLINEAGE__TRANSPORT__*``, an ``openlineage.yml`` in the working
