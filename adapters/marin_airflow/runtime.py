@@ -481,6 +481,23 @@ def _upstream(context: Any | None, spec: Any, location: Any) -> list[Any]:
     ]
 
 
+def _record_datasets(context: Any | None, inputs: Any, output: Any | None = None) -> None:
+    """Tell this task's operator what its run reads and wrote, for Airflow's OpenLineage
+    provider (``MarinOperator.get_openlineage_facets_on_complete``): the same names as
+    Marin's own events (``artifact_names``)."""
+    from marin_airflow.operator import MarinOperator, TaskDatasets
+
+    task = context.get("task") if context is not None else None
+    if not isinstance(task, MarinOperator):
+        return
+    task.record_datasets(
+        TaskDatasets(
+            inputs=[(n.dataset_namespace, n.dataset_name) for n in inputs],
+            output=None if output is None else (output.dataset_namespace, output.dataset_name),
+        )
+    )
+
+
 def run_step(
     *,
     target: str,
@@ -508,6 +525,7 @@ def run_step(
     ``select`` and ``exclude`` (an export's selection) need nothing here: the DAG file holds only
     the selected steps, and a step lowers only itself and its ancestors, all of them selected.
     """
+    from marin.execution.artifact_names import step_datasets
     from marin.execution.build import build_step
     from marin.execution.provenance import engine_run
     from marin_airflow.assets import dag_run_lineage, record_built
@@ -568,6 +586,8 @@ def run_step(
 
         raise AirflowSkipException(stopped_reason(stopped_by, KEEP_GOING_AIRFLOW))
     log.info("marin: step %s: checking %s", step, location.url_for(spec.output_path))
+    inputs, output = step_datasets(location, spec)
+    _record_datasets(context, inputs.values())
     try:
         # The same decision as the plan's, from this step's record and its dependencies' records
         # now (a dependency built earlier in this run is a new build: its dependents rebuild).
@@ -583,8 +603,9 @@ def run_step(
         _announce_failure(context, step)
         raise
     cached = outcome.action != BuildOutcomeKind.BUILT
-    if not cached:  # an asset event only for a real build (docs/lineage.md)
+    if not cached:  # an asset event, and an output for OpenLineage, only for a real build
         record_built(context, step, outcome.output_url, outcome.record)
+        _record_datasets(context, inputs.values(), output)
     where = outcome.output_url
     if outcome.action == BuildOutcomeKind.CACHED:
         log.info(

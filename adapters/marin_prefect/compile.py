@@ -281,6 +281,7 @@ def run_steps(
     from marin.execution.report import KEEP_GOING_PREFECT, RunReport
     from marin.execution.storage import open_prefix
     from marin.execution.vocabulary import Action
+    from marin_prefect.assets import flow_run_lineage
 
     logger = get_run_logger()
     location = open_prefix(options.prefix)
@@ -299,7 +300,8 @@ def run_steps(
         keep_going_hint=KEEP_GOING_PREFECT,
         targets=[t.output_path for t in targets],
     )
-    loop.run()
+    with flow_run_lineage():  # the loop sends this flow run's own OpenLineage START and end
+        loop.run()
     executor.mark_not_run(report.not_run)
     # Served and pruned steps' task runs end at once, but the flow must not return (and have
     # Prefect cancel them) before they have.

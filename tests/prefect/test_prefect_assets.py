@@ -95,14 +95,25 @@ def test_a_materialization_per_built_step_with_its_upstream_assets_none_when_cac
     again = _materialized(_settled(since, f"marin.test.{uuid.uuid4().hex}"))
     assert {key: len(found) for key, found in again.items()} == {k: 1 for k in keys.values()}
 
-    # The same builds sent OpenLineage events, children of the Prefect flow run.
+    # The same builds sent OpenLineage events, children of the Prefect flow run, whose own
+    # START and COMPLETE (the first run's; the cached one built nothing) come first and last.
     assert lineage.flush(30)
-    sent = read_events(ol_events)
-    assert len(sent) == 2 * len(steps)
-    for event in sent:
+    everything = read_events(ol_events)
+    for event in everything:
         check_event(event)
+    assert [e["eventType"] for e in everything if e["job"]["name"] == "ngram-assets"] == [
+        "START",
+        "COMPLETE",
+    ]
+    flow_start, *sent, flow_end = everything
+    assert flow_start["job"]["name"] == flow_end["job"]["name"] == "ngram-assets"
+    assert flow_start["run"]["runId"] == flow_end["run"]["runId"]
+    assert flow_start["run"]["facets"]["marinPipeline"]["runner"] == "prefect"
+    assert len(sent) == 2 * len(steps)
     parents = {json.dumps(e["run"]["facets"]["parent"]["job"]) for e in sent}
     assert len(parents) == 1 and json.loads(parents.pop())["name"] == "ngram-assets"
+    parent_runs = {e["run"]["facets"]["parent"]["run"]["runId"] for e in sent}
+    assert parent_runs == {flow_start["run"]["runId"]}
     assert {e["run"]["facets"]["marin"]["runner"] for e in sent} == {"prefect"}
 
 

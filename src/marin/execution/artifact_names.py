@@ -8,9 +8,13 @@ asset and a Prefect asset of one artifact always name the same thing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from marin.execution.storage import Location
+
+if TYPE_CHECKING:
+    from marin.execution.step_spec import StepSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +62,16 @@ def names_for_url(url: str) -> ArtifactNames:
 def artifact_names(location: Location, output_path: str) -> ArtifactNames:
     """The names of the step output at ``output_path`` (relative) under ``location``."""
     return names_for_url(location.url_for(output_path))
+
+
+def step_datasets(
+    location: Location, spec: StepSpec
+) -> tuple[dict[str, ArtifactNames], ArtifactNames]:
+    """A step's inputs (its dependencies' outputs, by step id, each once, in dependency order)
+    and its own output: what every lineage event of the step names (Marin's own OpenLineage
+    events and what Airflow's OpenLineage provider reports for its task)."""
+    inputs = {
+        dep.step_id: artifact_names(location, dep.output_path)
+        for dep in {d.step_id: d for d in spec.deps}.values()
+    }
+    return inputs, artifact_names(location, spec.output_path)

@@ -3,7 +3,9 @@
 ``build_step`` calls ``build_started`` when a build begins (lease held, checks passed) and
 ``build_finished`` when it commits, fails or is interrupted: START, then one of COMPLETE, FAIL
 or ABORT, with the build id as the run id. A step served from cache emits nothing: no run
-happened, and a COMPLETE would claim one did (docs/lineage.md).
+happened, and a COMPLETE would claim one did (docs/lineage.md). The run loop calls
+``pipeline_started``/``pipeline_finished``: the pipeline run's own START and end, the parent
+job every step run names.
 
 Off unless configured the way the OpenLineage client is (``OPENLINEAGE_URL``,
 ``OPENLINEAGE_CONFIG``, ``OPENLINEAGE__TRANSPORT__*``, an ``openlineage.yml`` in the working
@@ -114,6 +116,22 @@ class BuildEvent:
 
 
 @dataclass(frozen=True)
+class PipelineEvent:
+    """One event of a pipeline run itself (the parent job of its step runs), for the sender
+    thread to turn into a ``RunEvent``: START when its run loop starts, then one of COMPLETE,
+    FAIL or ABORT when the loop ends."""
+
+    state: str
+    time: str
+    job_namespace: str
+    pipeline: PipelineRun
+    host: str
+    steps: int
+    """The steps the run set out to build (its plan's ``to_build``)."""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class LineageRun:
     """A build that sent START and still owes its end event."""
 
@@ -176,18 +194,14 @@ def build_started(
     """Queue the START of a build; None (and no cost) when lineage is off."""
     if not lineage_enabled():
         return None
-    from marin.execution.artifact_names import artifact_names
+    from marin.execution.artifact_names import step_datasets
 
     builds = {u.step_id: u.record.build_id for u in upstream if u.record is not None}
-    inputs = []
-    for dep in {d.step_id: d for d in spec.deps}.values():
-        names = artifact_names(location, dep.output_path)
-        inputs.append(
-            StepDataset(
-                names.dataset_namespace, names.dataset_name, dep.step_id, builds.get(dep.step_id)
-            )
-        )
-    out = artifact_names(location, spec.output_path)
+    named, out = step_datasets(location, spec)
+    inputs = [
+        StepDataset(n.dataset_namespace, n.dataset_name, step_id, builds.get(step_id))
+        for step_id, n in named.items()
+    ]
     parent = _pipeline.get()
     event = BuildEvent(
         state=START,
@@ -242,15 +256,83 @@ _open_runs: dict[str, LineageRun] = {}
 
 def abort_unfinished(reason: str = "interrupted") -> None:
     """The process exits mid-build (``marin run`` after Ctrl-C, which does not wait for running
-    ``fn``s): send ABORT for every build still running, and wait (bounded) for it to go."""
+    ``fn``s): send ABORT for every build still running, then for every pipeline run still
+    open, and wait (bounded) for them to go."""
+    _abort_builds(None, reason)
     with _open_lock:
-        runs = list(_open_runs.values())
-        _open_runs.clear()
-    if not runs:
+        pipelines = list(_open_pipelines.values())
+        _open_pipelines.clear()
+    for event in pipelines:
+        _sender().submit(replace(event, state=ABORT, time=now_iso(), error=reason))
+    # Always: a run loop that ended its pipeline run as it unwound queued its ABORTs already
+    # (nothing is open any more), and they must go before the process exits. Returns at once
+    # when nothing is queued or lineage is off.
+    flush()
+
+
+_open_pipelines: dict[str, PipelineEvent] = {}
+"""Pipeline runs that sent START and no end event yet, by run id (guarded by ``_open_lock``)."""
+
+
+def pipeline_started(steps: int) -> PipelineEvent | None:
+    """Queue the START of the current pipeline run (``pipeline_run``) as its run loop starts.
+
+    None (and no event) when lineage is off, when the run has no step to build (every step
+    served: the Prefect flow still runs its loop then), when no pipeline run was named (a library
+    ``StepRunner`` outside ``pipeline_run``: its parent is the process, which has no end), or
+    when the run has started already (a loop inside a loop of the same run): the outermost loop
+    owns the pipeline run's events.
+    """
+    if steps == 0 or not lineage_enabled():
+        return None  # nothing to build: no run to claim, as a cache hit claims none
+    pipeline = _pipeline.get()
+    if pipeline is _PROCESS_RUN:
+        return None
+    event = PipelineEvent(START, now_iso(), job_namespace(), pipeline, _host(), steps)
+    with _open_lock:
+        if pipeline.run_id in _open_pipelines:
+            return None
+        _open_pipelines[pipeline.run_id] = event
+    _sender().submit(event)
+    return event
+
+
+def pipeline_finished(
+    started: PipelineEvent | None, error: BaseException | None = None, failed: int = 0
+) -> None:
+    """Queue the end of a pipeline run: COMPLETE, FAIL (``failed`` steps, or the loop raised),
+    or ABORT (interrupted). Its builds still open are sent ABORT first, so every step's end
+    precedes the pipeline's."""
+    if started is None:
         return
+    with _open_lock:
+        if _open_pipelines.pop(started.pipeline.run_id, None) is None:
+            return  # already ended (abort_unfinished)
+    if isinstance(error, KeyboardInterrupt | SystemExit):
+        state, message = ABORT, "interrupted"
+    elif error is not None:
+        state, message = FAIL, f"{type(error).__name__}: {error}"[:2000]
+    elif failed:
+        state, message = FAIL, f"{failed} step(s) failed"
+    else:
+        state, message = COMPLETE, None
+    if state == ABORT:
+        _abort_builds(started.pipeline.run_id, message or "interrupted")
+    _sender().submit(replace(started, state=state, time=now_iso(), error=message))
+
+
+def _abort_builds(parent_run_id: str | None, reason: str) -> int:
+    """Send ABORT for the open builds of one pipeline run (every one, for None)."""
+    with _open_lock:
+        ids = [
+            build_id
+            for build_id, run in _open_runs.items()
+            if parent_run_id is None or run.started.parent.run_id == parent_run_id
+        ]
+        runs = [_open_runs.pop(build_id) for build_id in ids]
     for run in runs:
         _sender().submit(replace(run.started, state=ABORT, time=now_iso(), error=reason))
-    flush()
+    return len(runs)
 
 
 def _host() -> str:

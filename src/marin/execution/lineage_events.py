@@ -1,4 +1,5 @@
-"""``BuildEvent`` -> an OpenLineage ``RunEvent``, through the official client's types.
+"""``BuildEvent`` and ``PipelineEvent`` -> an OpenLineage ``RunEvent``, through the official
+client's types.
 
 Imported only by the lineage sender's thread (``lineage.py``), and only once lineage is
 configured: nothing here runs, and openlineage is not imported, on a build's own thread.
@@ -20,7 +21,7 @@ from openlineage.client.facet_v2 import (
     parent_run,
 )
 
-from marin.execution.lineage import BuildEvent, StepDataset
+from marin.execution.lineage import BuildEvent, PipelineEvent, StepDataset
 
 PRODUCER = "https://github.com/marin-community/marin/tree/main/marin-execution"
 FACET_SCHEMA = "https://github.com/marin-community/marin/tree/main/marin-execution/docs/lineage.md"
@@ -62,6 +63,19 @@ class MarinJobFacet(JobFacet):
         return FACET_SCHEMA + "#marinjobfacet"
 
 
+@attr.define
+class MarinPipelineRunFacet(RunFacet):
+    """Marin's own facts about a pipeline run: ``run.facets.marinPipeline``."""
+
+    runner: str
+    host: str
+    stepsToBuild: int
+
+    @staticmethod
+    def _get_schema() -> str:
+        return FACET_SCHEMA + "#marinpipelinerunfacet"
+
+
 def make_client() -> OpenLineageClient:
     """The client, configured the standard way (openlineage.yml, OPENLINEAGE_* variables)."""
     return OpenLineageClient()
@@ -76,7 +90,9 @@ def _dataset(cls: Any, data: StepDataset) -> Any:
     return cls(namespace=data.namespace, name=data.name)
 
 
-def to_run_event(event: BuildEvent) -> RunEvent:
+def to_run_event(event: BuildEvent | PipelineEvent) -> RunEvent:
+    if isinstance(event, PipelineEvent):
+        return _pipeline_run_event(event)
     run_facets: dict[str, RunFacet] = {
         "parent": parent_run.ParentRunFacet(
             run=parent_run.Run(runId=event.parent.run_id),
@@ -111,4 +127,32 @@ def to_run_event(event: BuildEvent) -> RunEvent:
         producer=PRODUCER,
         inputs=[_dataset(InputDataset, d) for d in event.inputs],
         outputs=[_dataset(OutputDataset, event.output)],
+    )
+
+
+def _pipeline_run_event(event: PipelineEvent) -> RunEvent:
+    """The pipeline run's own event: the job every step run names in its ``parent`` facet
+    (same namespace, name and run id), with no datasets of its own (its steps carry them)."""
+    run_facets: dict[str, RunFacet] = {
+        "marinPipeline": MarinPipelineRunFacet(
+            runner=event.pipeline.runner, host=event.host, stepsToBuild=event.steps
+        )
+    }
+    if event.error is not None:
+        run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+            message=event.error, programmingLanguage="python"
+        )
+    job_facets: dict[str, JobFacet] = {
+        "jobType": job_type_job.JobTypeJobFacet(
+            processingType="BATCH", integration="MARIN", jobType="PIPELINE"
+        ),
+    }
+    return RunEvent(
+        eventType=_STATES[event.state],
+        eventTime=event.time,
+        run=Run(runId=event.pipeline.run_id, facets=run_facets),
+        job=Job(namespace=event.job_namespace, name=event.pipeline.name, facets=job_facets),
+        producer=PRODUCER,
+        inputs=[],
+        outputs=[],
     )

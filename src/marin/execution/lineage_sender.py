@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from marin.execution.lineage import BuildEvent
+    from marin.execution.lineage import BuildEvent, PipelineEvent
 
 log = logging.getLogger("marin")
 
@@ -34,7 +34,7 @@ class LineageSender:
     """
 
     def __init__(self, maxsize: int = QUEUE_SIZE, client: Any = None) -> None:
-        self._queue: queue.Queue[BuildEvent] = queue.Queue(maxsize)
+        self._queue: queue.Queue[BuildEvent | PipelineEvent] = queue.Queue(maxsize)
         self._client = client
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -42,7 +42,7 @@ class LineageSender:
         self.sent = 0
         self.dropped = 0
 
-    def submit(self, event: BuildEvent) -> None:
+    def submit(self, event: BuildEvent | PipelineEvent) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:

@@ -48,6 +48,7 @@ from marin.execution.decide import Decision, Plan, Policy, Upstream
 from marin.execution.errors import AbandonedError
 from marin.execution.executors import Completion, CompletionKind, Deferred, Executor, StepJob
 from marin.execution.lease import release_all_held, ttl_from_env
+from marin.execution.lineage import pipeline_finished, pipeline_started
 from marin.execution.records import ArtifactRecord, log_path, read_record
 from marin.execution.report import (
     INTERRUPTED_REASON,
@@ -220,6 +221,9 @@ class RunLoop:
         Raises here only ``KeyboardInterrupt`` (a second Ctrl-C, or the CLI's first), or a bug.
         """
         self.scheduler.prepare()
+        # The pipeline run's own OpenLineage START/end (None, and nothing sent, when lineage is
+        # off or no pipeline run is named): the parent every build of this loop names.
+        pipeline = pipeline_started(len(self._to_build))
         sigint = None if self.exit_on_interrupt else _QueuedInterrupts.install(self._inbox)
         try:
             self._dispatch()
@@ -238,14 +242,21 @@ class RunLoop:
                     self._on_interrupt()  # Ctrl-C raised here: the SIGINT handler is not ours
             if sigint is not None and sigint.count:
                 self._interrupted = True  # pressed as the last step finished: still one
-        except BaseException:
+        except BaseException as exc:
             self._leave()
+            pipeline_finished(pipeline, exc)  # ABORT (after its open builds' ABORTs), or FAIL
             raise
         finally:
             if sigint is not None:
                 sigint.restore()
         self.executor.shutdown(wait=True)
         self._word_not_run()
+        # After every build's own end event: the executor has shut down.
+        pipeline_finished(
+            pipeline,
+            KeyboardInterrupt() if self._interrupted else None,
+            failed=len(self.report.failures),
+        )
 
     def raise_if_failed(self, *, not_run_in_message: bool = False) -> None:
         """The run's end as the caller sees it: its failure (``report.raise_failures``) if a
