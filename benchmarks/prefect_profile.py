@@ -45,7 +45,9 @@ def profile(n: int, top: int) -> None:
 
     isolate_prefect_home()
     start_harness()
-    logging.getLogger("prefect").setLevel(logging.WARNING)
+    # Prefect configures its run loggers' levels itself: quiet each, not only their parent.
+    for logger in ("prefect", "prefect.task_runs", "prefect.flow_runs"):
+        logging.getLogger(logger).setLevel(logging.WARNING)
     _, variants = workers.prefect_variants(n)
     for name in FLOWS:  # untimed warm-up, as the benchmark does
         with workers.fresh_prefix("local", f"prof-warm-{name}") as prefix:
