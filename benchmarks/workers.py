@@ -507,13 +507,16 @@ def distributed(n: int, reps: int, drivers_sleep_s: float = 0.5) -> dict[str, An
     }
 
 
-def celery(n: int, reps: int, worker_slots: int = 4, run_timeout_s: float = 240) -> dict[str, Any]:
+def celery(
+    n: int, reps: int, worker_slots: int = 4, run_timeout_s: float = 240, budget_s: float = 540
+) -> dict[str, Any]:
     """The same no-op graph exported as an Airflow DAG and run on the Celery harness (Redis, the
     api-server, scheduler and dag-processor, two ``airflow celery worker`` machines of
     ``worker_slots`` each), beside the local StepRunner, rounds in random order: wall time from
     the REST trigger to the DAG run's success as the REST API reports it. The harness start-up
     is timed apart and excluded. Artifacts on a fresh local prefix per run (every worker is on
-    this host, so its leases hold), given as the run's ``prefix`` param."""
+    this host, so its leases hold), given as the run's ``prefix`` param. Past ``budget_s`` a
+    run's wait fails, and the services are stopped before the harness's time limit."""
     from marin.execution.step_runner import StepRunner
     from marin.execution.targets import load_target
     from marin_airflow.celery_testing import CeleryServices, WorkerSpec
@@ -522,6 +525,7 @@ def celery(n: int, reps: int, worker_slots: int = 4, run_timeout_s: float = 240)
 
     if shutil.which("redis-server") is None:
         raise RuntimeError("redis-server is not installed: apt-get install -y redis-server")
+    deadline = time.monotonic() + budget_s
     os.environ["MARIN_BENCH_NOOP_N"] = str(n)
     # A module path, imported here and on every worker from this checkout (the sandbox puts it
     # on the workers' PYTHONPATH), so no worker depends on where the DAG file was copied.
@@ -544,12 +548,13 @@ def celery(n: int, reps: int, worker_slots: int = 4, run_timeout_s: float = 240)
     try:
         t0 = time.perf_counter()
         services.start()
-        services.wait_for_dags([dag_id])
+        services.wait_for_dags([dag_id], timeout=max(1.0, deadline - time.monotonic()))
         startup = time.perf_counter() - t0
 
         def on_celery(prefix: str) -> None:
             run_id = services.trigger_rest(dag_id, conf={"prefix": prefix})
-            run = _rest_run_end(services, dag_id, run_id, run_timeout_s)
+            left = min(run_timeout_s, deadline - time.monotonic())
+            run = _rest_run_end(services, dag_id, run_id, left)
             if run["state"] != "success":
                 raise RuntimeError(f"run {run_id} ended {run['state']}:\n{services.log_tail()}")
             airflow_s.append(_iso_span(run["start_date"], run["end_date"]))
