@@ -329,15 +329,11 @@ def dispatch(n: int, reps: int, stub: bool = False) -> dict[str, Any]:
 # --- engines -----------------------------------------------------------------------------------
 
 
-def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0) -> dict[str, Any]:
-    """The compiled flow vs a hand-written plain Prefect flow vs the local StepRunner."""
-    from marin_prefect.testing import isolate_prefect_home, start_harness
-
-    isolate_prefect_home()
-    t0 = time.perf_counter()
-    start_harness()
-    startup = time.perf_counter() - t0
-
+def prefect_variants(
+    n: int, max_concurrent: int = 8
+) -> tuple[list[StepSpec], dict[str, Callable[[str], Any]]]:
+    """The ``prefect`` section's runs of the ``n``-step random graph, each a function of a fresh
+    prefix (also profiled by ``prefect_profile.py``); call inside a Prefect harness."""
     from prefect import Flow, Task
     from prefect.cache_policies import NO_CACHE
     from prefect.task_runners import ThreadPoolTaskRunner
@@ -346,15 +342,16 @@ def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0)
     from marin.execution.step_runner import StepRunner
     from marin.execution.storage import open_prefix
     from marin_prefect.compile import to_prefect_flow
+    from marin_prefect.resources import task_tags
 
-    logging.getLogger("prefect").setLevel(logging.WARNING)
     _, handles = graphs.random_dag(n, seed=3)
     targets = lower(handles, memo={})
     steps = collect_steps(targets)
 
-    def plain_flow(prefix: str) -> Flow[[], None]:
+    def plain_flow(prefix: str, tagged: bool = False) -> Flow[[], None]:
+        """What a Prefect user writes by hand: one task per step, ``wait_for`` its deps; with
+        ``tagged``, each task carries the compiled flow's tags for its step (``task_tags``)."""
         runner: Any = ThreadPoolTaskRunner(max_workers=max_concurrent)
-        """What a Prefect user writes by hand: one task per step, ``wait_for`` its deps."""
 
         def body() -> None:
             location = open_prefix(prefix)
@@ -366,7 +363,11 @@ def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0)
                     return build_step(spec, location).output_url
 
                 task: Any = Task(
-                    fn, name=spec.step_id, task_run_name=spec.step_id, cache_policy=NO_CACHE
+                    fn,
+                    name=spec.step_id,
+                    task_run_name=spec.step_id,
+                    cache_policy=NO_CACHE,
+                    tags=task_tags(spec) if tagged else None,
                 )
                 futures[spec.output_path] = task.submit(
                     wait_for=[futures[d.output_path] for d in spec.deps]
@@ -386,8 +387,25 @@ def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0)
             list(handles), max_concurrent=max_concurrent, prefix=prefix
         )(),
         "plain": lambda prefix: plain_flow(prefix)(),
+        # The same hand-written flow with the compiled flow's tags: Prefect's task engine asks
+        # the server for the slots of every tag's limit (``tag:<name>``) before each tagged
+        # task runs, limit or none, so this variant isolates that round trip's cost.
+        "plain-tagged": lambda prefix: plain_flow(prefix, tagged=True)(),
         "local": lambda prefix: StepRunner(max_concurrent, prefix).run(targets),
     }
+    return steps, variants
+
+
+def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0) -> dict[str, Any]:
+    """The compiled flow vs a hand-written plain Prefect flow vs the local StepRunner."""
+    from marin_prefect.testing import isolate_prefect_home, start_harness
+
+    isolate_prefect_home()
+    t0 = time.perf_counter()
+    start_harness()
+    startup = time.perf_counter() - t0
+    logging.getLogger("prefect").setLevel(logging.WARNING)
+    steps, variants = prefect_variants(n, max_concurrent)
     times: dict[str, list[float]] = {name: [] for name in variants}
     # One untimed warm-up of each (first flow runs pay for imports and server-side caches).
     for name, fn in variants.items():
@@ -409,6 +427,7 @@ def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0)
                 variants[name](prefix)
                 times[name].append(time.perf_counter() - t0)
     ratios = [c / p for c, p in zip(times["compiled"], times["plain"], strict=True)]
+    tagged = [c / p for c, p in zip(times["compiled"], times["plain-tagged"], strict=True)]
     return {
         "n": len(steps),
         "startup_s": startup,
@@ -417,6 +436,7 @@ def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0)
         "idle_gap_s": idle_gap_s,
         "medians": {k: statistics.median(v) for k, v in times.items()},
         "compiled_over_plain": ratios,
+        "compiled_over_plain_tagged": tagged,
     }
 
 
@@ -485,6 +505,111 @@ def distributed(n: int, reps: int, drivers_sleep_s: float = 0.5) -> dict[str, An
         "drivers": drivers,
         "drivers_sleep_s": drivers_sleep_s,
     }
+
+
+def celery(
+    n: int, reps: int, worker_slots: int = 4, run_timeout_s: float = 240, budget_s: float = 540
+) -> dict[str, Any]:
+    """The same no-op graph exported as an Airflow DAG and run on the Celery harness (Redis, the
+    api-server, scheduler and dag-processor, two ``airflow celery worker`` machines of
+    ``worker_slots`` each), beside the local StepRunner, rounds in random order: wall time from
+    the REST trigger to the DAG run's success as the REST API reports it. The harness start-up
+    is timed apart and excluded. Artifacts on a fresh local prefix per run (every worker is on
+    this host, so its leases hold), given as the run's ``prefix`` param. Past ``budget_s`` a
+    run's wait fails, and the services are stopped before the harness's time limit."""
+    from marin.execution.step_runner import StepRunner
+    from marin.execution.targets import load_target
+    from marin_airflow.celery_testing import CeleryServices, WorkerSpec
+    from marin_airflow.export import build_export, write_export
+    from marin_airflow.testing import AirflowSandbox
+
+    if shutil.which("redis-server") is None:
+        raise RuntimeError("redis-server is not installed: apt-get install -y redis-server")
+    deadline = time.monotonic() + budget_s
+    os.environ["MARIN_BENCH_NOOP_N"] = str(n)
+    # A module path, imported here and on every worker from this checkout (the sandbox puts it
+    # on the workers' PYTHONPATH), so no worker depends on where the DAG file was copied.
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    target = "benchmarks.noop_graph:pipeline"
+    steps = collect_steps(lower(list(load_target(target)), memo={}))
+    dag_id = "bench_celery_noop"
+    root = tempfile.mkdtemp(prefix="marin-bench-celery-")
+    dags = os.path.join(root, "dags")
+    write_export(build_export(target, dags, dag_id=dag_id, max_concurrent=2 * worker_slots))
+    env = {"MARIN_BENCH_NOOP_N": str(n)}
+    workers = [
+        WorkerSpec(name, ("default",), concurrency=worker_slots, env=env) for name in ("a", "b")
+    ]
+    sandbox = AirflowSandbox(os.path.join(root, "airflow"), pythonpath=[ROOT])
+    services = CeleryServices(sandbox, dags, workers, env=env, parallelism=2 * worker_slots)
+    times: dict[str, list[float]] = {"local": [], "celery": []}
+    airflow_s: list[float] = []
+    try:
+        t0 = time.perf_counter()
+        services.start()
+        services.wait_for_dags([dag_id], timeout=max(1.0, deadline - time.monotonic()))
+        startup = time.perf_counter() - t0
+
+        def on_celery(prefix: str) -> None:
+            run_id = services.trigger_rest(dag_id, conf={"prefix": prefix})
+            left = min(run_timeout_s, deadline - time.monotonic())
+            run = _rest_run_end(services, dag_id, run_id, left)
+            if run["state"] != "success":
+                raise RuntimeError(f"run {run_id} ended {run['state']}:\n{services.log_tail()}")
+            airflow_s.append(_iso_span(run["start_date"], run["end_date"]))
+
+        variants: dict[str, Callable[[str], Any]] = {
+            "local": lambda prefix: StepRunner(2 * worker_slots, prefix).run(steps),
+            "celery": on_celery,
+        }
+        for name, fn in variants.items():  # untimed warm-up: the workers' first imports
+            with fresh_prefix("local", f"cel-warm-{name}") as prefix:
+                fn(prefix)
+        airflow_s.clear()
+        rng = random.Random(7)
+        for rep in range(reps):
+            order = list(variants)
+            rng.shuffle(order)
+            for name in order:
+                with fresh_prefix("local", f"cel-{name}-{rep}") as prefix:
+                    t0 = time.perf_counter()
+                    variants[name](prefix)
+                    times[name].append(time.perf_counter() - t0)
+    finally:
+        services.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "n": len(steps),
+        "startup_s": startup,
+        "worker_slots": worker_slots,
+        "times": times,
+        "airflow_run_s": airflow_s,
+        "medians": medians,
+        "per_step_ms": {k: 1000 * v / len(steps) for k, v in medians.items()},
+    }
+
+
+def _rest_run_end(services: Any, dag_id: str, run_id: str, timeout: float) -> dict[str, Any]:
+    """Poll ``GET /api/v2/dags/ID/dagRuns/RUN`` until the run ends (as a user watching it does);
+    the run's JSON. The poll interval bounds the timing error of one run."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run: dict[str, Any] = services.rest("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        if run["state"] in ("success", "failed"):
+            return run
+        services._check_alive()
+        if time.monotonic() > deadline:
+            tail = services.log_tail()
+            raise TimeoutError(f"run {run_id} did not end in {timeout:.0f}s:\n{tail}")
+        time.sleep(0.1)
+
+
+def _iso_span(start: str, end: str) -> float:
+    from datetime import datetime
+
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
 def _drivers(count: int, sleep_s: float) -> dict[str, float]:
@@ -598,6 +723,7 @@ WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
     "dispatch": dispatch,
     "prefect": prefect,
     "distributed": distributed,
+    "celery": celery,
     "airflow_parse": airflow_parse,
 }
 
