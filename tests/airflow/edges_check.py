@@ -46,7 +46,8 @@ def _reference(steps: dict[str, dict[str, Any]]) -> Any:
             for task_id in ["marin-plan", *steps]
         }
         for task_id, step in steps.items():
-            for upstream in step["upstream"] or ["marin-plan"]:  # the plan task runs first
+            # The plan task runs first and is upstream of every step (it may skip any).
+            for upstream in ["marin-plan", *step["upstream"]]:
                 tasks[upstream] >> tasks[task_id]
     return dag
 
