@@ -414,14 +414,7 @@ COMMON = {
     "export_command": EXPORT_COMMAND,
     "export_root": EXPORT_ROOT,
 }<<COMMON_EXTRA>>
-tasks = {
-    PLAN_TASK_ID: MarinPlanOperator(
-        task_id=PLAN_TASK_ID,
-        task_display_name="marin plan",
-        marin_call=plan_steps,
-        marin_kwargs={**COMMON, "graph_digest": GRAPH_DIGEST},<<PLAN_EXTRA>>
-    )
-}
+tasks = {}
 for task_id, step in STEPS.items():
     tasks[task_id] = MarinOperator(
         task_id=task_id,
@@ -437,6 +430,15 @@ for task_id, step in STEPS.items():
         # builds the step (never on a cache hit); inlets: its dependencies' aliases.
         **task_assets(step, STEPS),
     )
+# The plan task, upstream of every step, is added last: Airflow's cycle check walks the tasks in
+# the order they were added, and from the plan task first it would rescan its children once
+# per child (quadratic in the number of steps).
+tasks[PLAN_TASK_ID] = MarinPlanOperator(
+    task_id=PLAN_TASK_ID,
+    task_display_name="marin plan",
+    marin_call=plan_steps,
+    marin_kwargs={**COMMON, "graph_digest": GRAPH_DIGEST},<<PLAN_EXTRA>>
+)
 dag.add_tasks(tasks.values())
 # Edges go into each task's public upstream/downstream task id sets, which is what `a >> b`
 # writes too; but `>>` also hashes the whole DAG for every edge (O(tasks x edges)). The
@@ -578,7 +580,7 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
         else "",
     )
     body = body.replace(
-        "<<PLAN_EXTRA>>", "\n        queue=PLAN_QUEUE," if options.plan_queue is not None else ""
+        "<<PLAN_EXTRA>>", "\n    queue=PLAN_QUEUE," if options.plan_queue is not None else ""
     )
     lines.append(body)
     text = "\n".join(lines)

@@ -515,6 +515,7 @@ def test_edges_equal_airflow_wiring_through_dagbag_and_serialization(tmp_path: P
         assert out[key] == out["parsed"], key
     assert out["roots"] == out["reference_roots"] and out["leaves"] == out["reference_leaves"]
     assert out["roots"] == ["marin-plan"]
+    assert out["last_task"] == "marin-plan", "the plan task must be added last (cycle check)"
     # Linear: parsing hashes the DAG a constant number of times, `>>` at least once per edge.
     assert out["reference_dag_hash_calls"] >= n_edges
     assert out["dag_hash_calls"] <= 20, out["dag_hash_calls"]
