@@ -686,6 +686,82 @@ def airflow_parse(files: Sequence[str], reps: int) -> dict[str, Any]:
     return out
 
 
+def airflow_cached(reps: int, max_concurrent: int = 4) -> dict[str, Any]:
+    """Under a real scheduler on loopback (``marin_airflow.testing.AirflowServices``): a fully
+    cached re-run of a 100-step DAG against the first run of a 1-step DAG.
+
+    Each run is timed from the DAG run's ``queued_at`` to its ``end_date`` as the scheduler
+    recorded them (the ``airflow dags trigger`` command's own start-up is not the DAG's cost).
+    The 1-step DAG builds on a fresh prefix every time; the 100-step DAG is built once, untimed,
+    then re-run on the same prefix. The two kinds alternate in a seeded random order.
+    """
+    from marin_airflow.export import build_export, write_export
+    from marin_airflow.testing import AirflowSandbox, AirflowServices
+
+    root = tempfile.mkdtemp(prefix="marin-bench-afsched-")
+    here = os.path.dirname(os.path.abspath(__file__))
+    dags = os.path.join(root, "dags")
+    exports = {
+        name: build_export(
+            os.path.join(here, f"airflow_graphs.py:{name}"),
+            dags,
+            dag_id=f"bench_{name}",
+            max_concurrent=max_concurrent,
+        )
+        for name in ("hundred", "one")
+    }
+    for result in exports.values():
+        write_export(result)
+    sandbox = AirflowSandbox(os.path.join(root, "sandbox"), pythonpath=[ROOT])
+    times: dict[str, list[float]] = {"cached100": [], "first1": []}
+    tasks_run: dict[str, list[int]] = {"cached100": [], "first1": []}
+
+    def timed(dag_id: str, prefix: str) -> tuple[float, int]:
+        run_id = services.trigger(dag_id, {"prefix": prefix})
+        state = services.wait_for_run(dag_id, run_id, timeout=600)
+        if state != "success":
+            raise RuntimeError(f"{dag_id} run {run_id} ended {state}:\n{services.log_tail()}")
+        (span,) = sandbox.query(
+            "SELECT (julianday(end_date) - julianday(queued_at)) * 86400 FROM dag_run "
+            "WHERE dag_id = ? AND run_id = ?",
+            (dag_id, run_id),
+        )
+        (launched,) = sandbox.query(
+            "SELECT COUNT(*) FROM task_instance WHERE dag_id = ? AND run_id = ? "
+            "AND pid IS NOT NULL",
+            (dag_id, run_id),
+        )
+        return float(span[0]), int(launched[0])
+
+    try:
+        with AirflowServices(sandbox, dags, parallelism=8) as services:
+            services.wait_for_dags([r.dag_id for r in exports.values()])
+            built = os.path.join(root, "prefix-100")
+            timed("bench_hundred", built)  # the build: untimed
+            timed("bench_one", os.path.join(root, "prefix-1-warm"))  # warm-up
+            rng = random.Random(7)
+            for rep in range(reps):
+                order = ["cached100", "first1"]
+                rng.shuffle(order)
+                for kind in order:
+                    if kind == "cached100":
+                        span, launched = timed("bench_hundred", built)
+                    else:
+                        span, launched = timed("bench_one", os.path.join(root, f"prefix-1-{rep}"))
+                    times[kind].append(span)
+                    tasks_run[kind].append(launched)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "times": times,
+        "medians": medians,
+        "tasks_launched": tasks_run,
+        "ratio": medians["cached100"] / medians["first1"],
+        "steps": len(exports["hundred"].tasks),
+    }
+
+
 def calls() -> dict[str, Any]:
     import commit_cost
 
@@ -725,6 +801,7 @@ WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
     "distributed": distributed,
     "celery": celery,
     "airflow_parse": airflow_parse,
+    "airflow_cached": airflow_cached,
 }
 
 

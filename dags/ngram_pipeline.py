@@ -4,13 +4,18 @@ Re-run the export command below after changing the pipeline; `--check` verifies 
 file is up to date. Parsing this file imports only `airflow.sdk` and `marin_airflow.runtime`,
 never the pipeline: the step graph is embedded below as data. When a task runs, it imports the
 pipeline, checks that its step's fingerprint still equals the one recorded here (a mismatch
-fails the task: re-export), and builds the step with Marin's `build_step`. A step that is
-already built ends its task successfully, marked "cached" in the log and in XCom.
+fails the task: re-export), and builds the step with Marin's `build_step`.
 
 The first task, `marin-plan`, decides every step exactly as `marin plan` does (its log shows
 the plan table) under the run's `on_drift`, `force` and `cascade` params; a drifted step under
-`on_drift=error`, or a bad param, fails it before any step runs. A step that is not built and
-that nothing being built needs ends "pruned".
+`on_drift=error`, or a bad param, fails it before any step runs. It is upstream of every step
+task and skips the task of each step it does not build, so a cached step costs no task launch:
+a step served from its record (cached) or pruned (not built, and nothing being built needs it)
+ends "skipped", and the plan task's XComs `skip` (cached) and `prune` list them by step, as its
+log does. Step tasks run when no upstream failed (trigger rule `none_failed`): a skipped,
+cached upstream never holds back a step that must build; a failed one blocks its dependents.
+So a served step below a step that runs (with `cascade` off) keeps its task, which ends
+"cached" in its own XCom, as does a step the plan builds that another run built meanwhile.
 
 Artifacts go to the `prefix` param of the run if set, else $MARIN_PREFIX on the worker, else
 DEFAULT_PREFIX below, else Marin's local default. Each step task's outlet is the asset alias
@@ -22,10 +27,10 @@ from __future__ import annotations
 
 import datetime
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, TriggerRule
 
 from marin_airflow.assets import task_assets
-from marin_airflow.operator import MarinOperator
+from marin_airflow.operator import MarinOperator, MarinPlanOperator
 from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement
 
 # The command that generated this file, and where to run it (relative to this
@@ -216,20 +221,15 @@ COMMON = {
     "export_command": EXPORT_COMMAND,
     "export_root": EXPORT_ROOT,
 }
-tasks = {
-    PLAN_TASK_ID: MarinOperator(
-        task_id=PLAN_TASK_ID,
-        task_display_name="marin plan",
-        marin_call=plan_steps,
-        marin_kwargs={**COMMON, "graph_digest": GRAPH_DIGEST},
-    )
-}
+tasks = {}
 for task_id, step in STEPS.items():
     tasks[task_id] = MarinOperator(
         task_id=task_id,
         task_display_name=step["step"],
         retries=step["retries"],
         pool=step["pool"],
+        # A skipped upstream is one the plan served or pruned: it must not skip this task.
+        trigger_rule=TriggerRule.NONE_FAILED,
         marin_call=run_step,
         marin_kwargs={**COMMON, "step": step["step"], "fingerprint": step["fingerprint"]},
         **task_placement(step),
@@ -237,12 +237,21 @@ for task_id, step in STEPS.items():
         # builds the step (never on a cache hit); inlets: its dependencies' aliases.
         **task_assets(step, STEPS),
     )
+# The plan task, upstream of every step, is added last: Airflow's cycle check walks the tasks in
+# the order they were added, and from the plan task first it would rescan its children once
+# per child (quadratic in the number of steps).
+tasks[PLAN_TASK_ID] = MarinPlanOperator(
+    task_id=PLAN_TASK_ID,
+    task_display_name="marin plan",
+    marin_call=plan_steps,
+    marin_kwargs={**COMMON, "graph_digest": GRAPH_DIGEST},
+)
 dag.add_tasks(tasks.values())
 # Edges go into each task's public upstream/downstream task id sets, which is what `a >> b`
 # writes too; but `>>` also hashes the whole DAG for every edge (O(tasks x edges)). The
-# plan task runs first: every step without dependencies waits for it.
+# plan task runs first and is a direct upstream of every step, which it may skip.
 for task_id, step in STEPS.items():
-    upstream_ids = step["upstream"] or [PLAN_TASK_ID]
+    upstream_ids = [PLAN_TASK_ID, *step["upstream"]]
     tasks[task_id].upstream_task_ids.update(upstream_ids)
     for upstream in upstream_ids:
         tasks[upstream].downstream_task_ids.add(task_id)

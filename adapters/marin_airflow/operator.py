@@ -1,10 +1,11 @@
-"""The one operator every task of an exported DAG is: call a Marin runtime function.
+"""The operators every task of an exported DAG is: call a Marin runtime function.
 
 A generated DAG file imports this module at parse time, so it stays small: Airflow's
-``BaseOperator`` and nothing of the pipeline or the Marin core. It is lighter to create than a
-``PythonOperator`` (at 10,000 tasks, parse time is mostly operator construction): it has no
-template fields, so the step data it holds is never rendered as a Jinja template (no
-``literal()`` wrapping needed) and there are no template values to scan for XCom references.
+``BaseOperator`` and ``SkipMixin``, the core's vocabulary, and nothing of the pipeline. A
+``MarinOperator`` is lighter to create than a ``PythonOperator`` (at 10,000 tasks, parse time is
+mostly operator construction): it has no template fields, so the step data it holds is never
+rendered as a Jinja template (no ``literal()`` wrapping needed) and there are no template values
+to scan for XCom references.
 
 It also answers Airflow's OpenLineage provider (``apache-airflow-providers-openlineage``), when
 a user runs it: a step task's events carry the datasets Marin's own events name for the step
@@ -14,11 +15,13 @@ only when it asks, so a DAG file parses without it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, SkipMixin
+
+from marin.execution.vocabulary import Action
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,7 @@ class MarinOperator(BaseOperator):
         self.marin_datasets: TaskDatasets | None = None
         """What this task's run read and wrote (``record_datasets``); None until it knows."""
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any) -> dict[str, Any] | None:
         return self.marin_call(**self.marin_kwargs)
 
     def record_datasets(self, datasets: TaskDatasets) -> None:
@@ -94,3 +97,68 @@ def _operator_lineage(datasets: TaskDatasets | None) -> Any:
         inputs=[Dataset(namespace=ns, name=name) for ns, name in datasets.inputs],
         outputs=[] if datasets.output is None else [Dataset(*datasets.output)],
     )
+
+
+def step_tasks(downstream: Iterable[Any]) -> list[MarinOperator]:
+    """The tasks among ``downstream`` that build a step (``marin_kwargs`` names it)."""
+    return [t for t in downstream if isinstance(t, MarinOperator) and "step" in t.marin_kwargs]
+
+
+def tasks_to_skip(tasks: Sequence[MarinOperator], launch: Iterable[str]) -> list[MarinOperator]:
+    """The step tasks that need no launch: neither a step in ``launch`` nor downstream of one.
+
+    A served step downstream of a step that runs (``cascade`` off, or a stale step) keeps its
+    task, which ends "cached": skipped, it could not be blocked by a failure upstream, and a
+    DAG run whose failed step has only skipped leaves below it would end "success".
+    """
+    by_id = {t.task_id: t for t in tasks}
+    wanted = set(launch)
+    running = {t.task_id for t in tasks if t.marin_kwargs["step"] in wanted}
+    stack = list(running)
+    while stack:  # iterative, O(tasks + edges): a 10,000-step chain has no recursion to hit
+        for child in by_id[stack.pop()].downstream_task_ids:
+            if child in by_id and child not in running:
+                running.add(child)
+                stack.append(child)
+    return [t for t in tasks if t.task_id not in running]
+
+
+class MarinPlanOperator(MarinOperator, SkipMixin):
+    """The ``marin-plan`` task: decide every step, then skip the task of every step not built.
+
+    The plan task is a direct upstream of every step task, so Airflow's ``SkipMixin.skip`` can
+    mark the tasks of served (cached) and pruned steps ``skipped`` before the scheduler ever
+    queues them: they cost no task launch, no worker slot, no pod. Step tasks use the
+    ``none_failed`` trigger rule, so a skipped upstream never holds back a dependent that must
+    build, while a failed one still blocks it (``upstream_failed``).
+
+    The plan's keys (``build``, ``skip``, ``prune``, ``stale``: step ids; the policy used) are
+    pushed as XComs before the skip, which ends ``execute`` by raising: that is how a task tells
+    its supervisor which downstream tasks to skip. A stale step (its fingerprint in the DAG file
+    is not the pipeline's) is never skipped: its task runs and fails, saying to re-export.
+    ``inherits_from_skipmixin`` stays False on purpose: with it, Airflow's scheduler would read
+    this task's XCom (a list as long as the DAG) for every step task it considers; without it,
+    a cleared skipped task simply runs and finds its step built.
+    """
+
+    def execute(self, context: Any) -> None:
+        tasks = step_tasks(self.downstream_list)
+        fingerprints = {t.marin_kwargs["step"]: t.marin_kwargs.get("fingerprint") for t in tasks}
+        plan = self.marin_call(**self.marin_kwargs, dag_fingerprints=fingerprints)
+        ti = context["ti"]
+        for key, value in plan.items():
+            ti.xcom_push(key, value)
+        skipped = tasks_to_skip(tasks, [*plan[Action.BUILD], *plan["stale"]])
+        names = {t.marin_kwargs["step"] for t in skipped}
+        # What an Airflow user reads for the tasks skipped here (the XComs list them too).
+        for action, what in ((Action.SKIP, "cached (served)"), (Action.PRUNE, "pruned")):
+            steps = [step for step in plan[action] if step in names]
+            if steps:
+                self.log.info(
+                    "marin: %d step(s) %s, their tasks skipped without a launch: %s",
+                    len(steps),
+                    what,
+                    ", ".join(steps),
+                )
+        # Raises DownstreamTasksSkipped when there is something to skip; the task still succeeds.
+        self.skip(ti, skipped)

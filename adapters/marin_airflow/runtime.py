@@ -223,8 +223,10 @@ def failed_task_in_run(context: Any | None) -> str | None:
     """Fail-fast, as ``marin run`` does it: a task of this DAG run whose step failed, if any.
 
     Unless the run's ``keep_going`` param is true, a step does not start once another step of the
-    run has failed; it ends skipped, and Airflow's default trigger rule skips its dependents.
-    Steps already running finish (Airflow's own DAG ``fail_fast`` would kill them instead).
+    run has failed; it ends skipped, and so does each of its dependents when it starts (their
+    ``none_failed`` trigger rule lets them start, so that a step the plan served, also skipped,
+    never holds back a step that must build). Steps already running finish (Airflow's own DAG
+    ``fail_fast`` would kill them instead).
 
     A failed task's state reaches the database only after its process has wound down, so the
     tasks still "running" are also asked for the XCom a failing step pushes at once. Only those
@@ -397,6 +399,7 @@ def plan_steps(
     shared_prefix_only: bool = False,
     select: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    dag_fingerprints: Mapping[str, str] | None = None,
     **newer: Any,
 ) -> dict[str, Any]:
     """The DAG's first task: decide every step, as ``marin plan`` does, for the step tasks.
@@ -405,9 +408,16 @@ def plan_steps(
     never from the run's params): only the steps they leave are planned, as ``marin plan``
     plans them with those options, so they are exactly the DAG file's steps.
 
-    Returns (one XCom per key) the step ids to ``build`` and to ``prune``, and the policy used.
-    A drifted step under ``on_drift=error`` raises ``DriftError`` here, before any step runs.
+    ``dag_fingerprints`` (step id -> the fingerprint in the DAG file, passed by the plan
+    operator) names the ``stale`` steps: gone from the pipeline or lowered to another
+    fingerprint. Their tasks must run whatever the plan decides, to fail as stale.
+
+    Returns (one XCom per key) the step ids to ``build``, to serve (``skip``: cached) and to
+    ``prune``, and the policy used. In a DAG file whose plan task is a ``MarinPlanOperator``,
+    the tasks of the steps not built are then skipped without a launch. A drifted step under
+    ``on_drift=error`` raises ``DriftError`` here, before any step runs.
     """
+    from marin.execution.build import warn_if_served_stale
     from marin.execution.decide import plan_graph
     from marin.execution.graph import collect_steps
     from marin.execution.inspect import read_stored
@@ -442,9 +452,28 @@ def plan_steps(
     location = _location(prefix, default_prefix, shared_prefix_only)
     plan = plan_graph(specs, targets, read_stored(specs, location), policy)
     log.info("marin: the plan under %s:\n%s", location.url, plan_table(plan, location))
+    stale = sorted(
+        step
+        for step, fp in (dag_fingerprints or {}).items()
+        if step not in steps or steps[step].fingerprint != fp
+    )
+    by_action: dict[str, list[str]] = {action: [] for action in Action}
+    for d in plan.decisions.values():
+        by_action[d.action].append(d.spec.step_id)
+        if d.action == Action.SKIP:
+            # Its task may never run (MarinPlanOperator skips it): warn here, as build_step does.
+            warn_if_served_stale(d)
+    if stale:
+        log.warning(
+            "marin: %d step(s) of the DAG file are stale, their tasks run to fail: %s",
+            len(stale),
+            ", ".join(stale),
+        )
     return {
-        "build": [d.spec.step_id for d in plan.decisions.values() if d.action == Action.BUILD],
-        "prune": [d.spec.step_id for d in plan.decisions.values() if d.action == Action.PRUNE],
+        Action.BUILD.value: by_action[Action.BUILD],
+        Action.SKIP.value: by_action[Action.SKIP],
+        Action.PRUNE.value: by_action[Action.PRUNE],
+        "stale": stale,
         "on_drift": policy.on_drift,
         "on_code_drift": policy.on_code_drift,
         "force": sorted(policy.force),

@@ -70,6 +70,16 @@ def _status(prefix: Path, output_path: str) -> str:
     return str((read_status(open_prefix(str(prefix)), output_path) or {}).get("state"))
 
 
+def _launched(sandbox: Any, dag_id: str) -> list[str]:
+    """The task ids of the latest run that had a process (a task skipped before it was
+    queued never has one)."""
+    rows = sandbox.query(
+        "SELECT task_id FROM task_instance WHERE dag_id = ? AND run_id = ? AND pid IS NOT NULL",
+        (dag_id, sandbox.latest_run_id(dag_id)),
+    )
+    return sorted(str(r[0]) for r in rows)
+
+
 def _fail_msg(proc: subprocess.CompletedProcess[str]) -> str:
     return f"rc={proc.returncode}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-3000:]}"
 
@@ -101,7 +111,11 @@ def test_dagbag_parses_committed_and_exported_dags(tmp_path: Path, sandbox: Any)
     # Tasks read the params from their DAG at run time; a per-task copy is what made a
     # 10,000-step file slow to parse (Airflow deep-copies the DAG's params into each operator
     # made inside `with dag:`).
-    assert {(t["operator"], t["own_params"]) for t in tasks.values()} == {("MarinOperator", 0)}
+    assert {(t["operator"], t["own_params"]) for t in tasks.values()} == {
+        ("MarinOperator", 0),
+        ("MarinPlanOperator", 0),
+    }
+    assert tasks["marin-plan"]["operator"] == "MarinPlanOperator"
     from marin_airflow.export import lower_target, step_infos
 
     specs = step_infos(lower_target(EXAMPLE))
@@ -109,11 +123,13 @@ def test_dagbag_parses_committed_and_exported_dags(tmp_path: Path, sandbox: Any)
     assert tasks["marin-plan"]["upstream"] == []
     by_step = {t["display"]: (tid, t) for tid, t in tasks.items() if tid != "marin-plan"}
     ids = {s.step_id: by_step[s.step_id][0] for s in specs}
-    for s in specs:  # edges exactly equal to the lowered StepSpec graph
-        upstream = sorted(ids[d] for d in set(s.deps)) or ["marin-plan"]
+    for s in specs:  # edges: the lowered StepSpec graph, and the plan task, which may skip any
+        upstream = sorted(["marin-plan", *(ids[d] for d in set(s.deps))])
         assert by_step[s.step_id][1]["upstream"] == upstream, s.step_id
-        assert by_step[s.step_id][1]["trigger_rule"] == "all_success"
+        # A skipped (served) upstream must not skip a step that builds; a failed one blocks it.
+        assert by_step[s.step_id][1]["trigger_rule"] == "none_failed"
     assert tasks["ngram.report__v1"]["upstream"] == [
+        "marin-plan",
         "ngram.eval.bigram-add-k__v1",
         "ngram.eval.trigram-interpolated__v1",
     ]
@@ -121,7 +137,7 @@ def test_dagbag_parses_committed_and_exported_dags(tmp_path: Path, sandbox: Any)
     toy_dag = bag["dags"][toy.dag_id]
     assert toy_dag["max_active_tasks"] == 3
     weird = next(t for t in toy_dag["tasks"].values() if t["display"] == f"{WEIRD_NAME}@v1")
-    assert weird["upstream"] == ["af.root__v1"]
+    assert weird["upstream"] == ["af.root__v1", "marin-plan"]
     assert toy_dag["tasks"]["af.root__v1"]["upstream"] == ["marin-plan"]
 
     sched_dag = bag["dags"][sched.dag_id]
@@ -131,7 +147,7 @@ def test_dagbag_parses_committed_and_exported_dags(tmp_path: Path, sandbox: Any)
     assert s_tasks["sched.c__v1"]["retries"] == 1  # --retries for the others
     assert s_tasks["sched.b__v1"]["pool"] == "gpu 'pool'"
     assert s_tasks["sched.a__v1"]["pool"] == "default_pool"
-    assert s_tasks["sched.c__v1"]["upstream"] == ["sched.a__v1", "sched.b__v1"]
+    assert s_tasks["sched.c__v1"]["upstream"] == ["marin-plan", "sched.a__v1", "sched.b__v1"]
 
 
 # --- airflow dags test -------------------------------------------------------------------------
@@ -140,7 +156,9 @@ def test_dagbag_parses_committed_and_exported_dags(tmp_path: Path, sandbox: Any)
 @pytest.mark.slow
 def test_example_dag_matches_local_run_and_reruns_cached(tmp_path: Path, sandbox: Any) -> None:
     """The committed example DAG under ``airflow dags test``: same artifacts as ``marin run``;
-    a second run builds nothing (every task ends successfully, marked cached)."""
+    a second run launches no step task (the plan task skips every one, listing them as
+    cached); a third, forcing one step, runs only it and what was made from it, although
+    their other upstream tasks end skipped."""
     from marin.execution.lazy import run
     from marin.execution.targets import load_target
 
@@ -157,7 +175,7 @@ def test_example_dag_matches_local_run_and_reruns_cached(tmp_path: Path, sandbox
     assert set(sandbox.xcoms(EXAMPLE_DAG, "action").values()) == {"built"}
 
     run(load_target(EXAMPLE), prefix=str(local_prefix))
-    from marin_airflow.export import lower_target
+    from marin_airflow.export import assign_task_ids, lower_target
 
     specs = lower_target(EXAMPLE)
     assert len(specs) == 11
@@ -190,13 +208,46 @@ def test_example_dag_matches_local_run_and_reruns_cached(tmp_path: Path, sandbox
     }
     again = sandbox.dags_test(EXAMPLE_DAG, str(ROOT / "dags"), conf={"prefix": str(af_prefix)})
     assert again.returncode == 0, _fail_msg(again)
-    assert set(sandbox.task_states(EXAMPLE_DAG).values()) == {"success"}
-    cached = sandbox.xcoms(EXAMPLE_DAG, "cached")
-    assert len(cached) == 11 and set(cached.values()) == {True}, cached
-    assert set(sandbox.xcoms(EXAMPLE_DAG, "action").values()) == {"cached"}
-    assert again.stdout.count("cached: already built at") == 11
+    states = sandbox.task_states(EXAMPLE_DAG)
+    assert states.pop("marin-plan") == "success"
+    assert len(states) == 11 and set(states.values()) == {"skipped"}, states
+    assert _launched(sandbox, EXAMPLE_DAG) == ["marin-plan"], "a cached step's task was launched"
+    assert sorted(sandbox.xcoms(EXAMPLE_DAG, "skip")["marin-plan"]) == sorted(
+        s.step_id for s in specs
+    )
+    assert sandbox.xcoms(EXAMPLE_DAG, "build") == {"marin-plan": []}
+    assert sandbox.xcoms(EXAMPLE_DAG, "action") == {}, "a step task ran"
+    assert "cached: already built at" not in again.stdout
+    out = again.stdout + again.stderr
+    assert "11 step(s) cached (served), their tasks skipped without a launch" in out
     after = {p: p.stat().st_mtime_ns for p in snapshot}
     assert after == snapshot, "a cached run rewrote artifacts or records"
+
+    # Forcing the bigram model runs it, its eval and the report. The report's other upstream
+    # (the trigram eval) is skipped, served: that must not skip the report.
+    forced = sandbox.dags_test(
+        EXAMPLE_DAG,
+        str(ROOT / "dags"),
+        conf={"prefix": str(af_prefix), "force": ["ngram/models/bigram-add-k"]},
+    )
+    assert forced.returncode == 0, _fail_msg(forced)
+    rebuilt = ["ngram/eval/bigram-add-k@v1", "ngram/models/bigram-add-k@v1", "ngram/report@v1"]
+    states = sandbox.task_states(EXAMPLE_DAG)
+    by_id = assign_task_ids(s.step_id for s in specs)
+    for step_id, task_id in by_id.items():
+        assert states[task_id] == ("success" if step_id in rebuilt else "skipped"), step_id
+    assert sorted(sandbox.xcoms(EXAMPLE_DAG, "build")["marin-plan"]) == rebuilt
+    # Their tasks ran; the model's new output is byte for byte the old one, so its dependents
+    # find it unchanged at task time and are served (early cutoff, as with marin run).
+    actions = sandbox.xcoms(EXAMPLE_DAG, "action")
+    assert actions == {
+        by_id["ngram/models/bigram-add-k@v1"]: "built",
+        by_id["ngram/eval/bigram-add-k@v1"]: "cached",
+        by_id["ngram/report@v1"]: "cached",
+    }, actions
+    assert sorted(_launched(sandbox, EXAMPLE_DAG)) == sorted(
+        ["marin-plan", *(by_id[s] for s in rebuilt)]
+    )
 
 
 @pytest.mark.slow
@@ -244,8 +295,10 @@ def test_failure_stale_dag_and_cache_with_call_counts(
     states = sandbox.task_states(result.dag_id)
     assert states[ids["af/tuned@v1"]] == "failed"
     assert states[ids["af/after-tuned@v1"]] == "upstream_failed"
-    for ok in ("af/root@v1", f"{WEIRD_NAME}@v1", "af/bad@v1", "af/after-bad@v1"):
+    for ok in ("af/bad@v1", "af/after-bad@v1"):
         assert states[ids[ok]] == "success", (ok, states)
+    for served in ("af/root@v1", f"{WEIRD_NAME}@v1"):  # cached: skipped by the plan task
+        assert states[ids[served]] == "skipped", (served, states)
     out = second.stdout + second.stderr
     assert "error: the DAG file is stale: field fingerprint is" in out
     assert "(step af/tuned@v1): re-run" in out
@@ -253,8 +306,44 @@ def test_failure_stale_dag_and_cache_with_call_counts(
     run2 = read_calls(str(calls))
     assert sorted(_events(run2, "start")) == ["after-bad", "bad"], "a cached or stale fn ran"
     actions = sandbox.xcoms(result.dag_id, "action")
-    assert actions[ids["af/root@v1"]] == actions[ids[f"{WEIRD_NAME}@v1"]] == "cached"
+    assert ids["af/root@v1"] not in actions and ids[f"{WEIRD_NAME}@v1"] not in actions
+    # The plan serves tuned (its record is there, its config drifted: warn), but the DAG file
+    # is stale for it: its task runs, to fail, and its dependent is blocked, not skipped.
+    assert sorted(sandbox.xcoms(result.dag_id, "skip")["marin-plan"]) == sorted(
+        ["af/root@v1", f"{WEIRD_NAME}@v1", "af/tuned@v1", "af/after-tuned@v1"]
+    )
+    assert sandbox.xcoms(result.dag_id, "stale") == {"marin-plan": ["af/tuned@v1"]}
     assert actions[ids["af/bad@v1"]] == "built"
+
+
+@pytest.mark.slow
+def test_a_served_step_below_a_failed_one_is_blocked_not_skipped(
+    tmp_path: Path, sandbox: Any, calls: Path
+) -> None:
+    """``cascade`` off, the root forced and failing: the plan serves every step below it, but
+    their tasks are not skipped: each ends ``upstream_failed``, and the DAG run fails (skipped
+    leaves below a failed step would make it end "success"). The steps beside stay skipped."""
+    dags, prefix = tmp_path / "dags", tmp_path / "prefix"
+    env = {CALLS_ENV: str(calls), LR_ENV: "0.1"}
+    result = _export("toy", dags)
+    ids = {t.step_id: t.task_id for t in result.tasks}
+    first = sandbox.dags_test(result.dag_id, str(dags), env=env, conf={"prefix": str(prefix)})
+    assert first.returncode == 0, _fail_msg(first)
+    second = sandbox.dags_test(
+        result.dag_id,
+        str(dags),
+        env={**env, FAIL_ENV: "bad"},
+        conf={"prefix": str(prefix), "force": ["af/bad"], "cascade": False},
+    )
+    assert second.returncode != 0, _fail_msg(second)
+    states = sandbox.task_states(result.dag_id)
+    assert sandbox.xcoms(result.dag_id, "build") == {"marin-plan": ["af/bad@v1"]}
+    assert "af/after-bad@v1" in sandbox.xcoms(result.dag_id, "skip")["marin-plan"]
+    assert states[ids["af/bad@v1"]] == "failed"
+    assert states[ids["af/after-bad@v1"]] == "upstream_failed"
+    for served in ("af/root@v1", f"{WEIRD_NAME}@v1", "af/tuned@v1", "af/after-tuned@v1"):
+        assert states[ids[served]] == "skipped", (served, states)
+    assert _launched(sandbox, result.dag_id) == sorted(["marin-plan", ids["af/bad@v1"]])
 
 
 # --- a real scheduler ----------------------------------------------------------------------------

@@ -127,9 +127,9 @@ def _structure(text: str) -> tuple[ast.Module, dict[str, object]]:
     assert imports == [
         "from __future__ import annotations",
         "import datetime",
-        "from airflow.sdk import DAG, Param",
+        "from airflow.sdk import DAG, Param, TriggerRule",
         "from marin_airflow.assets import task_assets",
-        "from marin_airflow.operator import MarinOperator",
+        "from marin_airflow.operator import MarinOperator, MarinPlanOperator",
         "from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement",
     ]
     data: dict[str, object] = {}
@@ -499,8 +499,8 @@ def test_edges_equal_airflow_wiring_through_dagbag_and_serialization(tmp_path: P
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("EDGES-JSON "))
     out = json.loads(line[len("EDGES-JSON ") :])
-    assert out["tasks"] == len(tasks) + 1 == 401  # and marin-plan, upstream of every root step
-    expected_up = {t.task_id: sorted(t.upstream) or ["marin-plan"] for t in tasks}
+    assert out["tasks"] == len(tasks) + 1 == 401  # and marin-plan, upstream of every step
+    expected_up = {t.task_id: sorted(["marin-plan", *t.upstream]) for t in tasks}
     expected_up["marin-plan"] = []
     expected_down: dict[str, list[str]] = {t.task_id: [] for t in tasks}
     expected_down["marin-plan"] = []
@@ -515,6 +515,7 @@ def test_edges_equal_airflow_wiring_through_dagbag_and_serialization(tmp_path: P
         assert out[key] == out["parsed"], key
     assert out["roots"] == out["reference_roots"] and out["leaves"] == out["reference_leaves"]
     assert out["roots"] == ["marin-plan"]
+    assert out["last_task"] == "marin-plan", "the plan task must be added last (cycle check)"
     # Linear: parsing hashes the DAG a constant number of times, `>>` at least once per edge.
     assert out["reference_dag_hash_calls"] >= n_edges
     assert out["dag_hash_calls"] <= 20, out["dag_hash_calls"]
