@@ -76,8 +76,9 @@ class MarinOperator(BaseOperator):
         return _operator_lineage(None)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """A build: its dependencies' outputs in, its output out. Found built (cached, or
-        built by another runner): the inputs only, as no output was written by this run."""
+        """A build: its dependencies' outputs in, its output out. Found built when it ran
+        (another runner built it after the plan): the inputs only, as this run wrote no output.
+        A step the plan serves has no task run, so no event at all."""
         return _operator_lineage(self.marin_datasets)
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
