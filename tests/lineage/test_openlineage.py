@@ -208,13 +208,15 @@ def test_a_dead_lineage_endpoint_costs_a_build_a_bounded_time_and_one_warning(
     try:
         with caplog.at_level(logging.WARNING):
             took = []
-            for i in range(3):
+            for i in range(4):
                 spec = apply(f"lin/dead{i}", write, version="v1", out_path=OUT).lower()
                 t0 = time.perf_counter()
                 assert build_step(spec, location).action == "built"
                 took.append(time.perf_counter() - t0)
-            # The builds never waited for the endpoint (each send waits up to ~2 s here).
-            assert max(took) < 0.5, took
+            # The builds never waited for the endpoint: against the hanging one, each send waits
+            # at least its 1 s timeout, two sends per build. The first build is not timed: it pays the one-time import
+            # of the OpenLineage client, which on a loaded machine alone can take a second.
+            assert max(took[1:]) < 1.0, took
             t0 = time.perf_counter()
             flushed = lineage.flush(0.5)
             assert time.perf_counter() - t0 < 1.5  # the exit flush is bounded too
@@ -223,7 +225,7 @@ def test_a_dead_lineage_endpoint_costs_a_build_a_bounded_time_and_one_warning(
         # One warning in all, from any logger (urllib3's retry lines included).
         warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(warnings) == 1, [r.getMessage() for r in warnings]
-        assert fresh_sender.dropped == 6 and fresh_sender.sent == 0
+        assert fresh_sender.dropped == 8 and fresh_sender.sent == 0
     finally:
         hang.close()
 
