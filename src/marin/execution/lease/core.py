@@ -204,7 +204,8 @@ class Lease:
                         return False
                     write()
                     if release:
-                        self.store.delete(self.path, found[1])
+                        # Read under this very lock, which every writer needs: still ours.
+                        self.store.delete_held(self.path)
                         self._released = True
                         with _held_lock:
                             _held.discard(self)
