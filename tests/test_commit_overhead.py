@@ -123,6 +123,9 @@ def test_the_parse_cache_is_bounded() -> None:
     for i in range(10):
         cache.put(str(i).encode(), rec)
     assert [cache.get(str(i).encode()) for i in range(10)] == [None] * 7 + [rec] * 3
+    big = b"x" * (records._PARSED_MAX_BYTES + 1)
+    cache.put(big, rec)
+    assert cache.get(big) is None and cache.get(b"9") is rec  # not kept, and evicted nothing
 
 
 @pytest.mark.parametrize("backend", ["local", "memory"])

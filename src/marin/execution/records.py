@@ -349,6 +349,8 @@ class _ParsedRecords:
             return self._items.get(raw)
 
     def put(self, raw: bytes, record: ArtifactRecord) -> None:
+        if len(raw) > _PARSED_MAX_BYTES:
+            return  # a rare big record (a large config or result) is parsed each time
         with self._lock:
             self._items.pop(raw, None)
             self._items[raw] = record
@@ -356,8 +358,11 @@ class _ParsedRecords:
                 del self._items[next(iter(self._items))]  # the oldest entry
 
 
+_PARSED_MAX_BYTES = 16 * 1024
+"""Records larger than this are not kept (a no-op step's record is about 1.5 KiB)."""
 _PARSED = _ParsedRecords(4096)
-"""Bounded: about a few MiB of record bytes at most (see ``_ParsedRecords``)."""
+"""Bounded in entries and in each entry's size: at most 64 MiB of record bytes, a few MiB for
+typical records (see ``_ParsedRecords``)."""
 
 _seen_corrupt: set[tuple[str, int]] = set()
 _seen_lock = threading.Lock()
