@@ -118,21 +118,6 @@ def _no_fsync() -> contextlib.AbstractContextManager[None]:
     return _patched(os, "fsync", lambda fd: None)
 
 
-def _shallow_record_json() -> contextlib.AbstractContextManager[None]:
-    """``ArtifactRecord.to_json`` without ``dataclasses.asdict``, which deep-copies every field."""
-    import json
-
-    from marin.execution.records import ArtifactRecord
-
-    fields = tuple(ArtifactRecord.__dataclass_fields__)
-
-    def to_json(self: Any) -> str:
-        data = {name: getattr(self, name) for name in fields}
-        return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
-
-    return _patched(ArtifactRecord, "to_json", to_json)
-
-
 @contextlib.contextmanager
 def _no_capture(stream: Any, label: str | None = None) -> Iterator[None]:
     yield
@@ -153,7 +138,6 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
     "no output check": lambda: _patched(build, "_output_left_by_marin", lambda *a, **k: False),
     "no earlier-attempt check": lambda: _patched(build, "metadata_files", lambda *a, **k: set()),
     "no output capture": lambda: _patched(build, "capture_step_output", _no_capture),
-    "shallow record JSON": _shallow_record_json,
     "O(1) memory:// info": _fast_memory_fs,
 }
 

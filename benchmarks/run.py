@@ -457,6 +457,8 @@ def bench_calls(h: Harness) -> None:
 
 
 SYSCALLS_ALONE = "the same file-system calls alone"  # commit_cost.SYSCALLS_ALONE's row
+COMMIT_VS_CALLS = 1.2
+"""Issue 23: serial local ``build_step`` at most this times its file-system calls alone."""
 
 
 def bench_commit(h: Harness) -> None:
@@ -473,14 +475,18 @@ def bench_commit(h: Harness) -> None:
         base = results["baseline"]
         for name, ms in results.items():
             if backend == "local" and name == "baseline":
+                h.add("commit", "local: build_step, baseline", ms, "ms/step", note="serially")
+                # Issue 23's target: within 1.2x of its own file-system calls made straight
+                # from os, both measured in this worker, alternating (a ratio: the machine's
+                # speed cancels out).
                 h.judge(
                     "commit",
-                    "local: build_step, baseline",
-                    ms,
-                    "ms/step",
-                    "commit.local_serial",
-                    0.25,
-                    note="serially, no threads",
+                    f"local: build_step / {SYSCALLS_ALONE}",
+                    ms / results[SYSCALLS_ALONE],
+                    "x",
+                    "commit.local_vs_calls",
+                    COMMIT_VS_CALLS,
+                    note="serially, no threads; same run",
                 )
                 continue
             if name == SYSCALLS_ALONE:
@@ -703,7 +709,8 @@ def bench_celery(h: Harness) -> None:
     )
 
 
-PEER_TARGETS = (("chain", 20, 500.0), ("fan", 200, 20.0), ("random", 200, 20.0))
+PEER_TARGETS = (("chain", 20, 500.0), ("fan", 200, 25.0), ("random", 200, 25.0))
+"""Issue 23: at least 25x Marin's StepRunner on the 200-step graphs, 500x on the 20-chain."""
 PEER_INSTALL = (
     "install it into its own venv with `PEER_DIR=DIR ../shared/peers/setup-marin-peer.sh` "
     "(never into this project's venv) and set MARIN_PEER_PYTHON=DIR/venv/bin/python"

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from collections.abc import Callable
 from typing import IO
+
+from marin.execution.ids import new_id
 
 TMP_MARK = ".tmp-"
 """What a temporary sibling's name adds to the final name (``record.json.tmp-<hex>``)."""
@@ -31,7 +32,7 @@ def write_file_atomically(
     creates missing parent folders. ``on_open`` is called with the open temporary file before
     ``data`` is written: the fault hooks use it to leave a torn temporary file.
     """
-    tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
+    tmp = f"{path}{TMP_MARK}{new_id()}"
     try:
         with _create(tmp, make_parents) as f:
             if on_open is not None:

@@ -38,7 +38,6 @@ import random
 import threading
 import time
 import traceback
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
@@ -59,6 +58,7 @@ from marin.execution.errors import (
 )
 from marin.execution.executors import Deferred
 from marin.execution.faults import crash_point
+from marin.execution.ids import new_id
 from marin.execution.inspect import read_stored_step
 from marin.execution.lease import (
     Heartbeat,
@@ -624,7 +624,7 @@ def _build_holding(
             _clear_output(location, spec, built=earlier == Leftover.BUILD)
         # No folder to make: the lease's folder sits beside the output, so its parent exists.
         ctx = run_context(spec, location, region)
-        build_id = uuid.uuid4().hex  # known from the start: the OpenLineage run id
+        build_id = new_id()  # known from the start: the OpenLineage run id
         lineage_run = build_started(spec, location, upstream, build_id)  # None when off
         try:
             config = to_canonical(spec.build_config(ctx), "config", spec.step_id)

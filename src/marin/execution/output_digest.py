@@ -39,6 +39,8 @@ from marin.execution.storage import Location, with_retries
 
 SCHEME = "tree1"
 _CHECKSUMS = re.compile(r"^[a-z0-9+]{0,40}$")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+"""The 64 hex digits after ``tree1:`` (``fullmatch``: nothing more, no trailing newline)."""
 _CHUNK = 1 << 20
 
 
@@ -92,8 +94,7 @@ def is_output_digest(value: Any) -> bool:
     """Whether ``value`` is a well-formed stored output digest (``tree1:`` and 64 hex digits)."""
     if not isinstance(value, str) or not value.startswith(SCHEME + ":"):
         return False
-    hexpart = value[len(SCHEME) + 1 :]
-    return len(hexpart) == 64 and all(c in "0123456789abcdef" for c in hexpart)
+    return _HEX64.fullmatch(value, len(SCHEME) + 1) is not None
 
 
 def same_output(consumed: OutputDigest | None, rebuilt: OutputDigest | None) -> bool:

@@ -79,19 +79,37 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
 
 
+_facts: dict[int, dict[str, Any]] = {}
+"""pid -> the facts that hold for the whole process (see ``_process_facts``)."""
+
+
+def _process_facts() -> dict[str, Any]:
+    """Git state (of the working directory of the process's first build), user, host and pid:
+    looked up once per process, keyed by pid so that a forked child looks again.
+
+    Once, because each is a system call (``getcwd``, ``gethostname``) that also hands the GIL
+    to another thread, on every build of a run; and the git state was already looked up once
+    per directory and never again, so it never reflected edits made during a run either.
+    """
+    pid = os.getpid()
+    facts = _facts.get(pid)
+    if facts is None:
+        commit, dirty = _git_state(os.getcwd())
+        facts = {
+            "git_commit": commit,
+            "git_dirty": dirty,
+            "user": _user(),
+            "host": socket.gethostname(),
+            "pid": pid,
+        }
+        _facts[pid] = facts  # a race only computes the same facts twice
+    return facts
+
+
 def collect_provenance() -> dict[str, Any]:
     """Git state, user, host, process id, argv and time; and ``engine`` (see :func:`engine_run`)
     when an engine's task is running here."""
-    commit, dirty = _git_state(os.getcwd())
-    facts: dict[str, Any] = {
-        "git_commit": commit,
-        "git_dirty": dirty,
-        "user": _user(),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "argv": list(sys.argv),
-        "time": now_iso(),
-    }
+    facts: dict[str, Any] = {**_process_facts(), "argv": list(sys.argv), "time": now_iso()}
     engine = current_engine()
     if engine is not None:
         facts["engine"] = engine

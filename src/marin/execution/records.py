@@ -296,12 +296,17 @@ def load_record(location: Location, output_path: str) -> ArtifactRecord | Foreig
         raw = location.read_file(path)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
-    try:
-        record = ArtifactRecord.from_json(raw.decode())
-    except (ValueError, TypeError, UnicodeDecodeError) as exc:
-        if _first_sighting(path, raw):
-            log.warning("corrupt record %s (%s): treating %s as not built", path, exc, output_path)
-        return None
+    record = _PARSED.get(raw)
+    if record is None:
+        try:
+            record = ArtifactRecord.from_json(raw.decode())
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            if _first_sighting(path, raw):
+                log.warning(
+                    "corrupt record %s (%s): treating %s as not built", path, exc, output_path
+                )
+            return None
+        _PARSED.put(raw, record)
     why = record.owner_mismatch(output_path)
     if why is None:
         return record
@@ -322,6 +327,42 @@ def read_record(location: Location, output_path: str) -> ArtifactRecord | None:
         return None
     return found
 
+
+class _ParsedRecords:
+    """Stored record bytes -> the record ``from_json`` makes of them, for the last few thousand
+    distinct records this process read or wrote.
+
+    ``from_json`` is a pure function of the bytes, so a hit is exactly as strict as parsing
+    again: the full field validation ran on these very bytes (or this process built the record
+    they are the JSON of). A run reads each dependency's record at the dependent's start and
+    again before its commit; only changed bytes cost a parse. Keyed by the whole bytes, never a
+    hash of them. Records are frozen and never mutated, so sharing one object is safe.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._items: dict[bytes, ArtifactRecord] = {}
+
+    def get(self, raw: bytes) -> ArtifactRecord | None:
+        with self._lock:
+            return self._items.get(raw)
+
+    def put(self, raw: bytes, record: ArtifactRecord) -> None:
+        if len(raw) > _PARSED_MAX_BYTES:
+            return  # a rare big record (a large config or result) is parsed each time
+        with self._lock:
+            self._items.pop(raw, None)
+            self._items[raw] = record
+            if len(self._items) > self._size:
+                del self._items[next(iter(self._items))]  # the oldest entry
+
+
+_PARSED_MAX_BYTES = 16 * 1024
+"""Records larger than this are not kept (a no-op step's record is about 1.5 KiB)."""
+_PARSED = _ParsedRecords(4096)
+"""Bounded in entries and in each entry's size: at most 64 MiB of record bytes, a few MiB for
+typical records (see ``_ParsedRecords``)."""
 
 _seen_corrupt: set[tuple[str, int]] = set()
 _seen_lock = threading.Lock()
@@ -373,13 +414,17 @@ def write_atomic(
 
 
 def write_record(location: Location, record: ArtifactRecord, output_path: str) -> None:
+    data = record.to_json().encode()
     write_atomic(
         location,
         location.path(record_path(output_path)),
-        record.to_json().encode(),
+        data,
         crash_step=record.step_id,
         durable=durable(),
     )
+    # Its dependents read these very bytes back (at their start and before their commit): what
+    # they parse to is ``record`` itself (``from_json(to_json())`` is the identity, tested).
+    _PARSED.put(data, record)
 
 
 def metadata_files(location: Location, output_path: str) -> set[str]:

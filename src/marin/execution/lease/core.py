@@ -9,9 +9,9 @@ import json
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 
+from marin.execution.ids import new_id
 from marin.execution.lease.backends import lease_store
 from marin.execution.lease.holder import _holder_id, _process_id
 from marin.execution.lease.info import LeaseInfo, _garbled_for_a_while, _unparsable
@@ -70,7 +70,7 @@ class Lease:
         self.store = lease_store(location)
         self.path = location.path(lease_path(output_path))
         self.ttl = ttl_from_env() if ttl is None else ttl
-        self.token = uuid.uuid4().hex
+        self.token = new_id()
         self.holder = _holder_id()
         self.process = _process_id()
         self.renewed_at = 0.0
@@ -204,7 +204,8 @@ class Lease:
                         return False
                     write()
                     if release:
-                        self.store.delete(self.path, found[1])
+                        # Read under this very lock, which every writer needs: still ours.
+                        self.store.delete_held(self.path)
                         self._released = True
                         with _held_lock:
                             _held.discard(self)

@@ -6,6 +6,7 @@ import contextlib
 import json
 from typing import Any
 
+from marin.execution.lease.store import no_held_delete
 from marin.execution.storage import Location, with_retries
 
 
@@ -84,6 +85,9 @@ class GCSLeaseStore:
 
     def replace(self, path: str, data: bytes, version: Any) -> bool:
         return self._upload(path, data, str(version))
+
+    def delete_held(self, path: str) -> None:
+        raise no_held_delete(self)
 
     def delete(self, path: str, version: Any) -> bool:
         bucket, key = self._key(path)

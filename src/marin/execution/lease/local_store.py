@@ -69,6 +69,10 @@ class LocalLeaseStore(_CompareStore):
             os.unlink(path)
         return True
 
+    def delete_held(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
     @contextlib.contextmanager
     def lock(self, path: str) -> Iterator[None]:
         try:

@@ -37,6 +37,10 @@ class MemoryLeaseStore(_CompareStore):
                 self.fs.rm_file(path)
             return True
 
+    def delete_held(self, path: str) -> None:
+        with _MEMORY_LOCK, contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(path)
+
     @contextlib.contextmanager
     def lock(self, path: str) -> Iterator[None]:
         with _MEMORY_LOCK:

@@ -8,6 +8,7 @@ from typing import Any
 
 from fsspec.asyn import sync
 
+from marin.execution.lease.store import no_held_delete
 from marin.execution.storage import Location, with_retries
 
 
@@ -97,6 +98,9 @@ class S3LeaseStore:
 
     def replace(self, path: str, data: bytes, version: Any) -> bool:
         return self._conditional("put_object", path, version, data)
+
+    def delete_held(self, path: str) -> None:
+        raise no_held_delete(self)
 
     def delete(self, path: str, version: Any) -> bool:
         return self._conditional("delete_object", path, version, None)

@@ -39,9 +39,22 @@ class LeaseStore(Protocol):
         """Delete only if the content is still at ``version``."""
         ...
 
+    def delete_held(self, path: str) -> None:
+        """Delete the lease at ``path``, which the caller, holding :meth:`lock`, has just read
+        and found its own. Only where ``lock_excludes_writers``: nothing can have written it
+        since that read, so the compare of :meth:`delete` would only read it again."""
+        ...
+
     def lock(self, path: str) -> contextlib.AbstractContextManager[None]:
         """Make a read-compare-write sequence exclusive (a no-op where CAS does that)."""
         ...
+
+
+def no_held_delete(store: LeaseStore) -> NotImplementedError:
+    """What ``delete_held`` raises on a store whose lock does not exclude writers."""
+    return NotImplementedError(
+        f"the {store.kind} lease store's lock does not exclude writers: use delete(path, version)"
+    )
 
 
 class _CompareStore:
@@ -80,6 +93,12 @@ class _CompareStore:
         with contextlib.suppress(FileNotFoundError):
             with_retries(lambda: self.fs.rm_file(path), f"delete {path}")
         return True
+
+    def delete_held(self, path: str) -> None:
+        if not self.lock_excludes_writers:
+            raise no_held_delete(self)
+        with contextlib.suppress(FileNotFoundError):
+            with_retries(lambda: self.fs.rm_file(path), f"delete {path}")
 
     def lock(self, path: str) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()

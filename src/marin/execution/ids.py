@@ -1,0 +1,25 @@
+"""Unique ids for builds, leases and temporary files, without a system call per id.
+
+``uuid.uuid4()`` reads ``os.urandom`` each time: a system call, which also hands the GIL to
+another thread, on every build (twice: the build id and the lease token) and every local atomic
+write. These ids must be unique, not secret (a lease token is stored in the lease file, which
+every reader of the prefix sees), so a private generator seeded once from ``os.urandom`` does.
+
+It is private so that no user code can reseed it: a step that calls ``random.seed(0)`` must not
+make two processes draw the same lease tokens. A forked child reseeds it (``register_at_fork``),
+so parent and child never share a sequence.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import uuid
+
+_rng = random.Random()  # seeded from os.urandom
+os.register_at_fork(after_in_child=_rng.seed)
+
+
+def new_id() -> str:
+    """32 hex digits: a random (version 4) UUID, as ``uuid.uuid4().hex`` spells it."""
+    return uuid.UUID(int=_rng.getrandbits(128), version=4).hex
