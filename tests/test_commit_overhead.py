@@ -2,7 +2,7 @@
 
 A dependency's record is parsed once per distinct bytes (a record this process wrote is not
 parsed at all), the lease is read once at commit, ids cost no system call, and the process's
-provenance facts are looked up once per process. Each test pins one of those, and the premise
+provenance facts are looked up once per process and working directory. Each test pins one of those, and the premise
 that keeps it as strict as before.
 """
 
@@ -166,3 +166,23 @@ def test_a_forked_child_draws_other_ids_and_names_its_own_pid() -> None:
     assert child_id != new_id()
     assert child_recorded == child_pid != str(os.getpid())
     assert collect_provenance()["pid"] == os.getpid()
+
+
+def test_a_process_that_changes_directory_records_the_new_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    monkeypatch.chdir(ROOT)
+    here = collect_provenance()["git_commit"]
+    other = tmp_path / "other-checkout"
+    other.mkdir()
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    for argv in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "other"]):
+        subprocess.run(["git", *argv], cwd=other, check=True, env=env)
+    theirs = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=other, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    monkeypatch.chdir(other)
+    assert collect_provenance()["git_commit"] == theirs != here

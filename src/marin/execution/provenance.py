@@ -79,30 +79,32 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
 
 
-_facts: dict[int, dict[str, Any]] = {}
-"""pid -> the facts that hold for the whole process (see ``_process_facts``)."""
+_facts: dict[tuple[int, str], dict[str, Any]] = {}
+"""(pid, working directory) -> the facts that hold for it (see ``_process_facts``)."""
 
 
 def _process_facts() -> dict[str, Any]:
-    """Git state (of the working directory of the process's first build), user, host and pid:
-    looked up once per process, keyed by pid so that a forked child looks again.
+    """Git state (of the working directory), user, host and pid: looked up once per process
+    and working directory, so that a forked child, or a process that changed directory into
+    another checkout, looks again.
 
-    Once, because each is a system call (``getcwd``, ``gethostname``) that also hands the GIL
-    to another thread, on every build of a run; and the git state was already looked up once
-    per directory and never again, so it never reflected edits made during a run either.
+    Once, because ``gethostname`` is a system call that also hands the GIL to another thread on
+    every build of a run, and the git state is two ``git`` processes (it was already looked up
+    once per directory, so it never reflected edits made during a run either). The
+    ``getcwd`` that keys it stays: a record must name the checkout it was built from.
     """
-    pid = os.getpid()
-    facts = _facts.get(pid)
+    key = (os.getpid(), os.getcwd())
+    facts = _facts.get(key)
     if facts is None:
-        commit, dirty = _git_state(os.getcwd())
+        commit, dirty = _git_state(key[1])
         facts = {
             "git_commit": commit,
             "git_dirty": dirty,
             "user": _user(),
             "host": socket.gethostname(),
-            "pid": pid,
+            "pid": key[0],
         }
-        _facts[pid] = facts  # a race only computes the same facts twice
+        _facts[key] = facts  # a race only computes the same facts twice
     return facts
 
 
