@@ -19,8 +19,8 @@ Write one Airflow 3 DAG file for a Marin pipeline. The file embeds the step grap
 (task ids, edges, name@version, fingerprint, retries, pool) and never imports the pipeline at
 parse time. Its first task, marin-plan, decides every step as `marin plan` does, under the run's
 params on_drift, force and cascade; each step's task imports the pipeline when it runs, refuses
-to run if the DAG file is stale, and builds its step with Marin's build_step (already-built
-steps end successfully as "cached", unneeded missing ones as "pruned").
+to run if the DAG file is stale, and builds its step with Marin's build_step. marin-plan skips
+the tasks of the steps it serves (cached) or prunes: they launch no task process.
 --select/--exclude export part of the pipeline: the steps `marin plan` shows with them, which
 is also all marin-plan plans (fixed at export; a run cannot widen or narrow it).
 The output is byte-stable: commit it, and use --check in CI.
