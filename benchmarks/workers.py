@@ -19,7 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,40 @@ def fresh_prefix(backend: str, tag: str) -> Iterator[str]:
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def timed_rounds(
+    variants: Mapping[str, Callable[[str], Any]],
+    reps: int,
+    *,
+    seed: int,
+    tag: str,
+    idle_gap_s: float = 0.0,
+    after_warmup: Callable[[], None] | None = None,
+) -> tuple[dict[str, list[float]], list[list[str]]]:
+    """Each variant once untimed (the warm-up: first runs pay for imports and caches), then
+    ``reps`` rounds, each in a fresh random order (seeded: run order biases a comparison),
+    each run on a fresh local prefix after ``idle_gap_s``. Returns the wall times per variant
+    and each round's order."""
+    for name, fn in variants.items():
+        with fresh_prefix("local", f"{tag}-warm-{name}") as prefix:
+            fn(prefix)
+    if after_warmup is not None:
+        after_warmup()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    orders: list[list[str]] = []
+    rng = random.Random(seed)
+    for rep in range(reps):
+        order = list(variants)
+        rng.shuffle(order)
+        orders.append(order)
+        for name in order:
+            time.sleep(idle_gap_s)
+            with fresh_prefix("local", f"{tag}-{name}-{rep}") as prefix:
+                t0 = time.perf_counter()
+                variants[name](prefix)
+                times[name].append(time.perf_counter() - t0)
+    return times, orders
 
 
 def stub_build_step() -> None:
@@ -406,26 +440,10 @@ def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0)
     startup = time.perf_counter() - t0
     logging.getLogger("prefect").setLevel(logging.WARNING)
     steps, variants = prefect_variants(n, max_concurrent)
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    # One untimed warm-up of each (first flow runs pay for imports and server-side caches).
-    for name, fn in variants.items():
-        with fresh_prefix("local", f"pf-warm-{name}") as prefix:
-            fn(prefix)
     # Run order biases the result: a flow run right after a 200-task flow is slower while the
     # Prefect server catches up. So every round runs the variants in a fresh random order
     # (seeded) and waits an idle gap before each timed run.
-    rng = random.Random(11)
-    orders: list[list[str]] = []
-    for rep in range(reps):
-        order = list(variants)
-        rng.shuffle(order)
-        orders.append(order)
-        for name in order:
-            time.sleep(idle_gap_s)
-            with fresh_prefix("local", f"pf-{name}-{rep}") as prefix:
-                t0 = time.perf_counter()
-                variants[name](prefix)
-                times[name].append(time.perf_counter() - t0)
+    times, orders = timed_rounds(variants, reps, seed=11, tag="pf", idle_gap_s=idle_gap_s)
     ratios = [c / p for c, p in zip(times["compiled"], times["plain"], strict=True)]
     tagged = [c / p for c, p in zip(times["compiled"], times["plain-tagged"], strict=True)]
     return {
@@ -463,7 +481,6 @@ def distributed(n: int, reps: int, drivers_sleep_s: float = 0.5) -> dict[str, An
     steps = collect_steps(lower(list(load_target(target)), memo={}))
     root = tempfile.mkdtemp(prefix="marin-bench-dask-")
     env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-    times: dict[str, list[float]] = {"local": [], "prefect-threads": [], "prefect-dask": []}
     try:
         with DaskCluster(Path(root), env) as cluster:
             cluster.add_worker("a")
@@ -481,18 +498,7 @@ def distributed(n: int, reps: int, drivers_sleep_s: float = 0.5) -> dict[str, An
                     task_runner=DaskTaskRunner(address=cluster.address),
                 )(),
             }
-            for name, fn in variants.items():  # untimed warm-up: imports, worker caches
-                with fresh_prefix("local", f"dk-warm-{name}") as prefix:
-                    fn(prefix)
-            rng = random.Random(5)
-            for rep in range(reps):
-                order = list(variants)
-                rng.shuffle(order)
-                for name in order:
-                    with fresh_prefix("local", f"dk-{name}-{rep}") as prefix:
-                        t0 = time.perf_counter()
-                        variants[name](prefix)
-                        times[name].append(time.perf_counter() - t0)
+            times, _ = timed_rounds(variants, reps, seed=5, tag="dk")
         drivers = {k: _drivers(k, drivers_sleep_s) for k in (1, 3)}
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -543,7 +549,6 @@ def celery(
     ]
     sandbox = AirflowSandbox(os.path.join(root, "airflow"), pythonpath=[ROOT])
     services = CeleryServices(sandbox, dags, workers, env=env, parallelism=2 * worker_slots)
-    times: dict[str, list[float]] = {"local": [], "celery": []}
     airflow_s: list[float] = []
     try:
         t0 = time.perf_counter()
@@ -563,19 +568,8 @@ def celery(
             "local": lambda prefix: StepRunner(2 * worker_slots, prefix).run(steps),
             "celery": on_celery,
         }
-        for name, fn in variants.items():  # untimed warm-up: the workers' first imports
-            with fresh_prefix("local", f"cel-warm-{name}") as prefix:
-                fn(prefix)
-        airflow_s.clear()
-        rng = random.Random(7)
-        for rep in range(reps):
-            order = list(variants)
-            rng.shuffle(order)
-            for name in order:
-                with fresh_prefix("local", f"cel-{name}-{rep}") as prefix:
-                    t0 = time.perf_counter()
-                    variants[name](prefix)
-                    times[name].append(time.perf_counter() - t0)
+        # The warm-up's Airflow span is not one of the timed runs'.
+        times, _ = timed_rounds(variants, reps, seed=7, tag="cel", after_warmup=airflow_s.clear)
     finally:
         services.stop()
         shutil.rmtree(root, ignore_errors=True)
