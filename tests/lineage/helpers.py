@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pytest
 
 from marin.execution import lineage
@@ -17,6 +18,13 @@ from marin.execution import lineage
 SPEC = Path(__file__).parent / "spec"
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = f"{ROOT / 'examples' / 'ngram.py'}:pipeline"
+
+
+def write(out_path: str, text: str = "x") -> str:
+    """A step fn: write ``text`` to its output."""
+    with fsspec.open(out_path, "w") as f:
+        f.write(text)
+    return "ok"
 
 
 def validator() -> Any:

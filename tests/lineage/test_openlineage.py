@@ -13,7 +13,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import pytest
 
 pytest.importorskip("openlineage.client")
@@ -35,15 +34,10 @@ from tests.lineage.helpers import (
     file_transport,
     fresh_sender,
     read_events,
+    write,
 )
 
 __all__ = ["fresh_sender"]  # the fixture, imported for pytest
-
-
-def write(out_path: str, text: str = "x") -> str:
-    with fsspec.open(out_path, "w") as f:
-        f.write(text)
-    return "ok"
 
 
 def explode(out_path: str) -> str:

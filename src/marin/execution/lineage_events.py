@@ -109,10 +109,7 @@ def to_run_event(event: BuildEvent | PipelineEvent) -> RunEvent:
             durationSeconds=event.extra.get("duration_s"),
         ),
     }
-    if event.error is not None:
-        run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
-            message=event.error, programmingLanguage="python"
-        )
+    _add_error(run_facets, event.error)
     job_facets: dict[str, JobFacet] = {
         "jobType": job_type_job.JobTypeJobFacet(
             processingType="BATCH", integration="MARIN", jobType="STEP"
@@ -130,6 +127,14 @@ def to_run_event(event: BuildEvent | PipelineEvent) -> RunEvent:
     )
 
 
+def _add_error(run_facets: dict[str, RunFacet], error: str | None) -> None:
+    """A failed run's message, as OpenLineage's standard ``errorMessage`` facet."""
+    if error is not None:
+        run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+            message=error, programmingLanguage="python"
+        )
+
+
 def _pipeline_run_event(event: PipelineEvent) -> RunEvent:
     """The pipeline run's own event: the job every step run names in its ``parent`` facet
     (same namespace, name and run id), with no datasets of its own (its steps carry them)."""
@@ -138,10 +143,7 @@ def _pipeline_run_event(event: PipelineEvent) -> RunEvent:
             runner=event.pipeline.runner, host=event.host, stepsToBuild=event.steps
         )
     }
-    if event.error is not None:
-        run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
-            message=event.error, programmingLanguage="python"
-        )
+    _add_error(run_facets, event.error)
     job_facets: dict[str, JobFacet] = {
         "jobType": job_type_job.JobTypeJobFacet(
             processingType="BATCH", integration="MARIN", jobType="PIPELINE"
