@@ -446,7 +446,7 @@ tasks[PLAN_TASK_ID] = MarinPlanOperator(
     task_id=PLAN_TASK_ID,
     task_display_name="marin plan",
     marin_call=plan_steps,
-    marin_kwargs={**COMMON, "graph_digest": GRAPH_DIGEST},<<PLAN_EXTRA>>
+    marin_kwargs={**COMMON, "graph_digest": GRAPH_DIGEST<<PLAN_KWARGS>>},<<PLAN_EXTRA>>
 )
 dag.add_tasks(tasks.values())
 # Edges go into each task's public upstream/downstream task id sets, which is what `a >> b`
@@ -600,9 +600,12 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
     common_extra = ""
     if options.executor in MULTI_HOST_EXECUTORS:
         common_extra += '\nCOMMON["shared_prefix_only"] = SHARED_PREFIX_ONLY'
-    if options.select or options.exclude:
-        common_extra += '\nCOMMON["select"] = SELECT\nCOMMON["exclude"] = EXCLUDE'
     body = _BODY.replace("<<COMMON_EXTRA>>", common_extra)
+    # The selection is the plan task's alone: a step task lowers only its step and ancestors.
+    selected = options.select or options.exclude
+    body = body.replace(
+        "<<PLAN_KWARGS>>", ', "select": SELECT, "exclude": EXCLUDE' if selected else ""
+    )
     body = body.replace(
         "<<PLAN_EXTRA>>", "\n    queue=PLAN_QUEUE," if options.plan_queue is not None else ""
     )

@@ -540,8 +540,6 @@ def run_step(
     prefix: str | None = None,
     dag_dir: str | None = None,
     shared_prefix_only: bool = False,
-    select: Sequence[str] = (),
-    exclude: Sequence[str] = (),
     **newer: Any,
 ) -> dict[str, Any]:
     """Build one Marin step (or find it built) and return what happened, for XCom.
@@ -551,8 +549,6 @@ def run_step(
     lowers to another fingerprint, the DAG file is stale and the task fails without building.
     Only this step and its ancestors are lowered. ``graph_digest`` (passed by DAG files of older
     exporters) is not checked here: the ``marin-plan`` task checks it for the whole graph.
-    ``select`` and ``exclude`` (an export's selection) need nothing here: the DAG file holds only
-    the selected steps, and a step lowers only itself and its ancestors, all of them selected.
     """
     from marin.execution.artifact_names import step_datasets
     from marin.execution.build import build_step
@@ -560,7 +556,6 @@ def run_step(
     from marin_airflow.assets import dag_run_lineage, record_built
     from marin_airflow.export import resolve_target
 
-    del select, exclude  # already applied: see above
     context = _airflow_context()
     _warn_newer(newer, context)
     if prefix is None:
