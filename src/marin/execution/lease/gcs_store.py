@@ -6,11 +6,11 @@ import contextlib
 import json
 from typing import Any
 
-from marin.execution.lease.store import no_held_delete
-from marin.execution.storage import Location, with_retries
+from marin.execution.lease.store import ConditionalObjectStore
+from marin.execution.storage import with_retries
 
 
-class GCSLeaseStore:
+class GCSLeaseStore(ConditionalObjectStore):
     """gcsfs: every write and delete carries a generation precondition (``ifGenerationMatch``).
 
     ``0`` creates only if absent; the generation read with the content replaces or deletes only
@@ -19,18 +19,7 @@ class GCSLeaseStore:
     """
 
     kind = "gcs"
-    atomic = True
-    torn_create = False
-    lock_excludes_writers = False  # conditional requests instead: see replace/delete
     _BOUNDARY = "==marin-lease=="
-
-    def __init__(self, location: Location) -> None:
-        self.location = location
-        self.fs: Any = location.fs
-
-    def _key(self, path: str) -> tuple[str, str]:
-        bucket, key, _ = self.fs.split_path(path)
-        return bucket, key
 
     def _upload(self, path: str, data: bytes, generation: str) -> bool:
         """A one-request multipart upload that succeeds only if the object is at ``generation``."""
@@ -86,9 +75,6 @@ class GCSLeaseStore:
     def replace(self, path: str, data: bytes, version: Any) -> bool:
         return self._upload(path, data, str(version))
 
-    def delete_held(self, path: str) -> None:
-        raise no_held_delete(self)
-
     def delete(self, path: str, version: Any) -> bool:
         bucket, key = self._key(path)
         try:
@@ -103,6 +89,3 @@ class GCSLeaseStore:
         with contextlib.suppress(Exception):
             self.fs.invalidate_cache(path)
         return True
-
-    def lock(self, path: str) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()

@@ -3,13 +3,12 @@ and ``If-Match``."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from fsspec.asyn import sync
 
-from marin.execution.lease.store import no_held_delete
-from marin.execution.storage import Location, with_retries
+from marin.execution.lease.store import ConditionalObjectStore
+from marin.execution.storage import with_retries
 
 
 class _PreconditionFailed(Exception):
@@ -22,21 +21,10 @@ def _precondition_failed(exc: OSError) -> bool:
     return code in ("PreconditionFailed", "412") or "pre-condition" in str(exc).lower()
 
 
-class S3LeaseStore:
+class S3LeaseStore(ConditionalObjectStore):
     """s3fs: ``If-None-Match: *`` to create, ``If-Match: <ETag>`` to replace and delete."""
 
     kind = "s3"
-    atomic = True
-    torn_create = False
-    lock_excludes_writers = False  # conditional requests instead: see replace/delete
-
-    def __init__(self, location: Location) -> None:
-        self.location = location
-        self.fs: Any = location.fs
-
-    def _key(self, path: str) -> tuple[str, str]:
-        bucket, key, _ = self.fs.split_path(path)
-        return bucket, key
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         bucket, key = self._key(path)
@@ -99,11 +87,5 @@ class S3LeaseStore:
     def replace(self, path: str, data: bytes, version: Any) -> bool:
         return self._conditional("put_object", path, version, data)
 
-    def delete_held(self, path: str) -> None:
-        raise no_held_delete(self)
-
     def delete(self, path: str, version: Any) -> bool:
         return self._conditional("delete_object", path, version, None)
-
-    def lock(self, path: str) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()

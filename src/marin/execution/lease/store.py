@@ -50,11 +50,36 @@ class LeaseStore(Protocol):
         ...
 
 
-def no_held_delete(store: LeaseStore) -> NotImplementedError:
-    """What ``delete_held`` raises on a store whose lock does not exclude writers."""
+def no_held_delete(kind: str) -> NotImplementedError:
+    """What ``delete_held`` raises on a store (of ``kind``) whose lock does not exclude writers."""
     return NotImplementedError(
-        f"the {store.kind} lease store's lock does not exclude writers: use delete(path, version)"
+        f"the {kind} lease store's lock does not exclude writers: use delete(path, version)"
     )
+
+
+class ConditionalObjectStore:
+    """Object stores (S3, GCS) whose create, replace and delete are conditional requests: the
+    store itself refuses a write that lost its race, so no lock is needed and none excludes
+    writers (``delete_held`` is refused: delete by version). Subclasses make the requests."""
+
+    kind = "object-store"
+    atomic = True
+    torn_create = False
+    lock_excludes_writers = False
+
+    def __init__(self, location: Location) -> None:
+        self.location = location
+        self.fs: Any = location.fs
+
+    def _key(self, path: str) -> tuple[str, str]:
+        bucket, key, _ = self.fs.split_path(path)
+        return bucket, key
+
+    def delete_held(self, path: str) -> None:
+        raise no_held_delete(self.kind)
+
+    def lock(self, path: str) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
 
 class _CompareStore:
@@ -96,7 +121,7 @@ class _CompareStore:
 
     def delete_held(self, path: str) -> None:
         if not self.lock_excludes_writers:
-            raise no_held_delete(self)
+            raise no_held_delete(self.kind)
         with contextlib.suppress(FileNotFoundError):
             with_retries(lambda: self.fs.rm_file(path), f"delete {path}")
 
