@@ -18,8 +18,8 @@ from marin.execution.build import BuildOutcome, build_step
 from marin.execution.decide import Policy, Stored, Upstream, decide
 from marin.execution.errors import InputChangedError, LeaseVanishedError, StepFailedError
 from marin.execution.lazy import OUT, apply, run
-from marin.execution.lease import TTL_ENV
-from marin.execution.records import read_record, read_status
+from marin.execution.lease import TTL_ENV, Lease
+from marin.execution.records import delete_record, read_record, read_status
 from marin.execution.storage import open_prefix
 
 WAIT_S = 30.0
@@ -186,6 +186,42 @@ def test_a_build_whose_input_was_rebuilt_while_it_ran_does_not_commit(store_pref
     assert (read_status(location, use.output_path) or {}).get("state") == "FAILED"
     again = build_step(use, location)  # the next attempt builds from the new s
     assert again.action == "built" and again.record.result == "build-2"
+
+
+def test_a_rebuild_that_holds_the_lease_but_kept_the_record_is_caught_at_the_commit(
+    store_prefix: str,
+) -> None:
+    """The window the start check leaves open: a rebuilder of ``s`` has taken its lease and not
+    yet deleted its record. ``use`` starts from that record (it is the build the run knows, so
+    no lease is read); the rebuilder then deletes it, as it does before touching the output,
+    and ``use`` discards its attempt instead of committing from a changing input."""
+    location = open_prefix(store_prefix)
+    read_it, go = threading.Event(), threading.Event()
+
+    def reader(src: str, out_path: str) -> str:
+        token = _whole(src)
+        read_it.set()
+        assert go.wait(WAIT_S)
+        return token
+
+    s, use = _pipeline(Source(), reader)
+    first = build_step(s, location)
+    rebuilder = Lease(location, s.output_path, ttl=60.0)
+    assert rebuilder.try_acquire() is None  # another runner's live lease, record still there
+    try:
+        attempt = Background(
+            lambda: build_step(use, location, upstream=[Upstream(s.step_id, first.record)])
+        )
+        assert read_it.wait(WAIT_S), "use waited although s's record is the known build"
+        delete_record(location, s.output_path)  # the rebuilder's first write
+        go.set()
+        with pytest.raises(InputChangedError) as caught:
+            attempt.result()
+    finally:
+        go.set()
+        rebuilder.release()
+    assert caught.value.step == use.step_id and "no record" in caught.value.what
+    assert read_record(location, use.output_path) is None
 
 
 # -- item 6: two concurrent forced rebuilds of one step ------------------------------------------

@@ -138,6 +138,42 @@ def test_handles_inside_snapshotted_literals_stay_the_same_objects() -> None:
     assert handle.deps == (up,)
 
 
+def test_apply_keeps_the_fingerprint_guard_only_for_inputs_that_are_not_plain_data(
+    prefix: str,
+) -> None:
+    """Plain-data inputs cannot change after apply() (its copies are private): no guard, no
+    second config evaluation per build. An object that apply() cannot copy, whose canonical
+    form reads its live state, keeps the guard, which refuses the changed config."""
+    import threading
+
+    from marin.execution.canonical import register_fingerprint
+    from marin.execution.errors import StepFailedError
+    from marin.execution.lazy import OUT, _FingerprintGuard
+
+    plain = lower(apply("plain", train, version="v0", lr=0.5))
+    assert not isinstance(plain.run, _FingerprintGuard)
+    nested = lower(
+        apply("nested", lambda cfg, out: None, version="v0", cfg={"a": [1, 2.5]}, out=OUT)
+    )
+    assert not isinstance(nested.run, _FingerprintGuard)
+
+    class Knob:
+        def __init__(self) -> None:
+            self.lr = 0.1
+            self.lock = threading.Lock()  # deepcopy fails: apply() keeps the object itself
+
+    register_fingerprint(Knob, lambda knob: {"lr": knob.lr})
+    knob = Knob()
+    ran: list[float] = []
+    spec = lower(apply("knob", lambda knob: ran.append(knob.lr), version="v0", knob=knob))
+    assert isinstance(spec.run, _FingerprintGuard)
+    knob.lr = 0.9
+    with pytest.raises(StepFailedError) as info:
+        run(spec, prefix=prefix)
+    assert "changed after the step was lowered" in str(info.value.__cause__)
+    assert ran == []
+
+
 def test_hand_made_step_whose_config_changes_after_lower_refuses_to_build(prefix: str) -> None:
     from marin.execution.errors import StepFailedError
     from marin.execution.lazy import ArtifactStep

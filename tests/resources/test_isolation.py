@@ -70,11 +70,11 @@ def test_placement_options_are_validated_and_kept_out_of_the_fingerprint() -> No
     assert a.fingerprint == b.fingerprint
     assert b.resources == Resources(cpu=8, memory=16 * 1024**3, gpu=2)
     assert (b.timeout, b.queue, b.isolate) == (7200.0, "gpu-a100", True)
-    isolated = b.run.run  # inside the fingerprint guard (lazy._FingerprintGuard)
+    isolated = b.run  # plain-data inputs: no fingerprint guard around it (lazy._guarded_run)
     assert isinstance(isolated, IsolatedCall) and isolated.fn is rp.whoami
     timed = lower(plain.with_options(timeout=5))
-    assert isinstance(timed.run.run, TimedCall)
-    bare = lower(plain).run.run  # no placement wrapper without options: run(build_config(ctx))
+    assert isinstance(timed.run, TimedCall)
+    bare = lower(plain).run  # no placement wrapper without options: run(build_config(ctx))
     assert bare.run is plain.run and bare.build_config == plain.build_config
 
 

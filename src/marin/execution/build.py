@@ -376,12 +376,16 @@ def _inputs_at_start(
 ) -> list[Upstream]:
     """Each dependency's build as this build starts from it: never one being rebuilt.
 
-    A dependency whose lease is live is being rebuilt by its holder, who clears its output
-    (after deleting its record) and writes it anew: wait for that build to end. Then the
+    A dependency whose lease is live is being rebuilt by its holder, who deletes its record
+    before it touches its output, then writes it anew: wait for that build to end. Then the
     dependency's record is read afresh: that build is the one this build consumes and records in
     its ``inputs``. A dependency that had a record when the run decided and has none now was
-    being rebuilt and did not commit: this build fails, naming it, before ``fn`` runs. Costs
-    one lease read and one record read per dependency.
+    being rebuilt and did not commit: this build fails, naming it, before ``fn`` runs.
+
+    One record read per dependency; the lease is read only when that record is not the build
+    the run knows (missing, or another build). A record still holding the known build proves no
+    rebuild has got past its first write: one that took the lease since will delete this very
+    record before it touches the output, and ``_check_inputs_unchanged`` then refuses to commit.
     """
     if not upstream:
         return []
@@ -392,13 +396,18 @@ def _inputs_at_start(
         if dep is None:
             fresh.append(up)
             continue
-
-        def live(dep: StepSpec = dep) -> LeaseInfo | None:
-            info = read_lease(location, dep.output_path, lease_ttl)
-            return info if info is not None and info.live else None
-
-        _wait_out(spec, dep.step_id, live, f"input {dep.step_id} is being rebuilt; lease held by")
         record = read_record(location, dep.output_path)
+        known = None if up.record is None else up.record.build_id
+        if record is None or record.build_id != known:
+
+            def live(dep: StepSpec = dep) -> LeaseInfo | None:
+                info = read_lease(location, dep.output_path, lease_ttl)
+                return info if info is not None and info.live else None
+
+            _wait_out(
+                spec, dep.step_id, live, f"input {dep.step_id} is being rebuilt; lease held by"
+            )
+            record = read_record(location, dep.output_path)
         if record is None and up.record is not None:
             raise InputChangedError(
                 f"input {dep.step_id} has no record any more: another runner began rebuilding "

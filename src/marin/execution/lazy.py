@@ -430,6 +430,23 @@ def _freeze(value: Any, deps: dict[int, ArtifactStep | StepSpec]) -> Any:
     return _snapshot(value)
 
 
+def _is_fixed(value: Any) -> bool:
+    """Whether a frozen input is plain data only (JSON scalars in lists, tuples and dicts, with
+    handles and ``OUT``): nothing whose canonical form can change after ``apply()``, since
+    ``_freeze`` copied every container and nobody else holds the copies. A dataclass or any
+    other object may compute its form from state elsewhere, so it keeps the guard."""
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return True
+    if value is OUT or isinstance(value, ArtifactStep | StepSpec):
+        return True
+    if kind is list or kind is tuple:
+        return all(_is_fixed(item) for item in value)
+    if kind is dict:
+        return all(type(key) is str and _is_fixed(item) for key, item in value.items())
+    return False
+
+
 def _materialise(value: Any, ctx: StepContext) -> Any:
     kind = type(value)
     if kind is str or kind is int or kind is float or kind is bool or value is None:
@@ -456,6 +473,9 @@ class _ApplyCall:
 
     fn: Callable[..., Any]
     inputs: Mapping[str, Any]
+    fixed: bool = False
+    """The inputs are plain data (``_is_fixed``): the config cannot change after lowering, so
+    the spec needs no ``_FingerprintGuard``."""
 
     @property
     def wrapped_fn(self) -> Callable[..., Any]:
@@ -511,7 +531,7 @@ def apply(
             ) from None
     deps: dict[int, ArtifactStep | StepSpec] = {}
     frozen = {key: _freeze(value, deps) for key, value in inputs.items()}
-    call = _ApplyCall(fn, frozen)
+    call = _ApplyCall(fn, frozen, all(_is_fixed(value) for value in frozen.values()))
     return ArtifactStep(
         name=name,
         version=version,
@@ -688,7 +708,7 @@ def _spec_for(
         fingerprint=fingerprint,
         fingerprint_payload=payload_json,
         provenance=provenance,
-        run=_FingerprintGuard(_placed_run(handle), build_config, deps, config, step_id, arg_keys),
+        run=_guarded_run(handle, deps, config, step_id, arg_keys),
         build_config=build_config,
         artifact_type=handle.artifact_type,
         retries=handle.retries,
@@ -708,6 +728,27 @@ def _spec_for(
     memo[("step", step_id)] = spec
     created.append(spec)
     return spec
+
+
+def _guarded_run(
+    handle: ArtifactStep,
+    deps: tuple[StepSpec, ...],
+    config: Any,
+    step_id: str,
+    arg_keys: tuple[str, ...],
+) -> Callable[[StepContext], Any]:
+    """The spec's ``run``: under a ``_FingerprintGuard`` unless it is ``apply()``'s own call on
+    plain-data inputs, whose config provably is the fingerprinted one (the guard would evaluate
+    it once more per build for nothing)."""
+    run = _placed_run(handle)
+    call = handle.run
+    if (
+        isinstance(call, _ApplyCall)
+        and call.fixed
+        and getattr(handle.build_config, "__self__", None) is call
+    ):
+        return run
+    return _FingerprintGuard(run, handle.build_config, deps, config, step_id, arg_keys)
 
 
 def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:

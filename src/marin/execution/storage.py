@@ -75,7 +75,7 @@ def durable() -> bool:
     return os.environ.get(DURABLE_ENV, "0") not in ("", "0", "false", "no")
 
 
-def _no_follow(path: str, flags: int) -> int:
+def open_no_follow(path: str, flags: int) -> int:
     """``os.open`` that refuses a symbolic link as the file itself (``O_NOFOLLOW``)."""
     try:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
@@ -93,10 +93,10 @@ def open_local(path: str, mode: str) -> IO[Any]:
     ``mkdir`` system call that fails with EEXIST almost every time.
     """
     try:
-        return open(path, mode, opener=_no_follow)
+        return open(path, mode, opener=open_no_follow)
     except FileNotFoundError:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        return open(path, mode, opener=_no_follow)
+        return open(path, mode, opener=open_no_follow)
 
 
 def read_no_follow(path: str) -> bytes:
@@ -105,17 +105,23 @@ def read_no_follow(path: str) -> bytes:
     ``O_NONBLOCK`` so a FIFO planted under a metadata file's name cannot hang the reader; only a
     regular file is read (a folder is ``IsADirectoryError``, as ``open`` would say).
     """
-    fd = _no_follow(path, os.O_RDONLY | os.O_NONBLOCK)
+    fd = open_no_follow(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(info.st_mode):
             raise StorageError(
                 f"{path} is not a regular file",
                 "remove it: Marin's metadata files are plain files it writes itself",
             )
-        chunks = []
+        # One read in the common case: a regular file's read that returns less than asked for
+        # has reached its end. Only a file that grew since the fstat is read on.
+        want = info.st_size + 1
+        data = os.read(fd, want)
+        if len(data) < want:
+            return data
+        chunks = [data]
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
         return b"".join(chunks)
@@ -250,14 +256,15 @@ class Location:
     """The prefix in the file system's own path syntax."""
     _real_dirs: set[str] = field(default_factory=set, compare=False, repr=False)
     """Local folders below the prefix already seen to be real folders, not links (this run's)."""
+    is_local: bool = field(init=False, compare=False, repr=False)
+    """Local disk: links are checked, and writes are a temporary file renamed into place."""
+    is_memory: bool = field(init=False, compare=False, repr=False)
+    """``memory://``: one process-wide store, read and written straight through its dict."""
 
-    @property
-    def is_local(self) -> bool:
-        return isinstance(self.fs, LocalFileSystem)
-
-    @property
-    def is_memory(self) -> bool:
-        return isinstance(self.fs, MemoryFileSystem)
+    def __post_init__(self) -> None:
+        # Asked several times per storage call: worked out once per Location.
+        object.__setattr__(self, "is_local", isinstance(self.fs, LocalFileSystem))
+        object.__setattr__(self, "is_memory", isinstance(self.fs, MemoryFileSystem))
 
     def check_no_links(self, path: str) -> None:
         """Refuse (``SymlinkError``) when ``path`` or a folder on the way to it, below the
@@ -302,6 +309,13 @@ class Location:
     def read_file(self, path: str) -> bytes:
         """A metadata file's bytes; ``FileNotFoundError`` when it is absent. On local disk
         never through a link (the file itself is opened with ``O_NOFOLLOW``)."""
+        if self.is_memory:
+            # Straight from the store, as put_file writes it (cat_file's protocol stripping and
+            # retries are for real backends; this dict cannot fail transiently).
+            try:
+                return bytes(self.fs.store[path].getbuffer())
+            except KeyError:
+                raise FileNotFoundError(errno.ENOENT, "No such file", path) from None
         if not self.is_local:
             data: bytes = with_retries(lambda: self.fs.cat_file(path), f"read {path}")
             return data

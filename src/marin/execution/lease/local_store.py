@@ -10,7 +10,7 @@ from typing import Any
 
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.lease.store import _CompareStore
-from marin.execution.storage import read_no_follow
+from marin.execution.storage import open_no_follow, read_no_follow
 
 
 class LocalLeaseStore(_CompareStore):
@@ -75,18 +75,22 @@ class LocalLeaseStore(_CompareStore):
 
     @contextlib.contextmanager
     def lock(self, path: str) -> Iterator[None]:
+        # A bare descriptor (flock needs nothing more), opened for writing because flock on NFS
+        # needs that, never through a link; a Python file object would add four system calls.
         try:
-            guard = open(path + ".guard", "a")  # noqa: SIM115 - closed by the with below
+            guard = open_no_follow(path + ".guard", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         except FileNotFoundError:
             # Never re-created here: a lease whose folder vanished under its holder must read
             # as vanished (see Lease.folder_gone), not be answered from a fresh empty folder.
             raise MetadataFolderGone(path) from None
-        with guard:
+        try:
             fcntl.flock(guard, fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(guard, fcntl.LOCK_UN)
+        finally:
+            os.close(guard)
 
 
 class MetadataFolderGone(FileNotFoundError):
