@@ -173,3 +173,22 @@ def test_the_commit_target_is_build_step_over_its_own_calls_in_the_same_run() ->
     harness.rows.clear()
     run.bench_commit(harness)
     assert [r.met for r in harness.rows if r.met is not None] == [False]
+
+
+def test_the_commit_comparison_table_is_what_its_script_makes_from_its_results() -> None:
+    """``benchmarks/commits.md`` (quoted in notes on whether a change moved the benchmarks) is
+    generated from ``benchmarks/commits.json`` by ``compare_commits.py``, never typed."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_compare_commits", ROOT / "benchmarks" / "compare_commits.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = json.loads((ROOT / "benchmarks" / "commits.json").read_text(encoding="utf-8"))
+    made = module._markdown(results)
+    assert (ROOT / "benchmarks" / "commits.md").read_text(encoding="utf-8") == made
+    assert len(results["commits"]) >= 2 and all(
+        len(c["rounds"][b]) == results["meta"]["rounds"]
+        for c in results["commits"]
+        for b in results["meta"]["backends"]
+    )

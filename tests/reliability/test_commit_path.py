@@ -163,3 +163,35 @@ def test_a_record_lost_by_hand_is_rebuilt_over_the_old_output(tmp_path: Path) ->
     build_step(spec, location)
     os.unlink(location.path(f"{spec.output_path}.marin/record.json"))
     assert build_step(spec, location).action == "built"
+
+
+def test_a_record_the_reader_already_holds_is_recognised_by_its_bytes_without_a_parse(
+    store_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dependent re-reads each input's record twice per build; a long run's records fall out
+    of the parse cache. Given the record it holds (``known``), a reader of the same bytes gets
+    that very record with no parse; other bytes are parsed as always, never taken for it."""
+    from marin.execution import records
+
+    location = open_prefix(store_prefix)
+    spec = apply("held", quiet, version="v0", out_path=OUT).lower()
+    built = build_step(spec, location).record
+    monkeypatch.setattr(records, "_PARSED", records._ParsedRecords(4))
+    for i in range(8):  # push the record out of the (small) parse cache
+        records._PARSED.put(f"{i}".encode(), built)
+    parses: list[str] = []
+    real = records.ArtifactRecord.from_json
+    monkeypatch.setattr(
+        records.ArtifactRecord,
+        "from_json",
+        classmethod(lambda cls, text: parses.append(text) or real(text)),
+    )
+    assert records.read_record(location, spec.output_path, built) is built
+    assert parses == []
+    again = build_step(spec, location, force=True).record  # new bytes at the same path
+    monkeypatch.setattr(records, "_PARSED", records._ParsedRecords(4))
+    parses.clear()
+    now = records.read_record(location, spec.output_path, built)
+    assert now is not None and now is not built and now.build_id == again.build_id
+    assert len(parses) == 1
+    assert records.read_record(location, spec.output_path) == now  # no known: parsed as before

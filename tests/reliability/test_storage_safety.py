@@ -175,3 +175,34 @@ def test_forced_rebuild_says_replacing_and_retry_says_debris(
     build_step(flaky, location)
     cleared = [r.getMessage() for r in caplog.records if r.getMessage().startswith("clear ")]
     assert len(cleared) == 1 and "removing debris from an earlier attempt" in cleared[0], cleared
+
+
+def test_a_memory_store_subclass_that_overrides_reads_is_read_through_them() -> None:
+    """``memory://`` is read straight from its dict, but a subclass with its own ``cat_file``
+    (the benchmarks' latency store simulating an object store) must see every read."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from marin.execution.storage import Location
+
+    class CountingMemory(MemoryFileSystem):
+        protocol = "countingmem"
+        reads: list[str] = []
+
+        def cat_file(self, path: Any, *args: Any, **kwargs: Any) -> Any:
+            self.reads.append(path)
+            return super().cat_file(path, *args, **kwargs)
+
+    fs = CountingMemory()
+    fs.pipe_file("/counted/a.json", b"{}")
+    assert Location("countingmem://counted", fs, "/counted").read_file("/counted/a.json") == b"{}"
+    assert CountingMemory.reads == ["/counted/a.json"]
+    plain = MemoryFileSystem()
+    plain.pipe_file("/plain-read/a.json", b"[]")
+    assert (
+        Location("memory://plain-read", plain, "/plain-read").read_file("/plain-read/a.json")
+        == b"[]"
+    )
+    with pytest.raises(FileNotFoundError):
+        Location("memory://plain-read", plain, "/plain-read").read_file("/plain-read/none")
+    for path in ("/counted/a.json", "/plain-read/a.json"):
+        plain.rm_file(path)

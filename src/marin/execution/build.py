@@ -396,7 +396,7 @@ def _inputs_at_start(
         if dep is None:
             fresh.append(up)
             continue
-        record = read_record(location, dep.output_path)
+        record = read_record(location, dep.output_path, up.record)
         known = None if up.record is None else up.record.build_id
         if record is None or record.build_id != known:
 
@@ -436,7 +436,7 @@ def _check_inputs_unchanged(
         dep = deps.get(up.step_id)
         if dep is None or up.record is None:
             continue
-        now = read_record(location, dep.output_path)
+        now = read_record(location, dep.output_path, up.record)
         if now is None or now.build_id != up.record.build_id:
             became = "no record: a rebuild is under way" if now is None else "a new build"
             raise InputChangedError(

@@ -8,7 +8,9 @@ a single file at its output path, and lets a rebuild clear the output without to
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -284,9 +286,30 @@ class ForeignRecord:
     """``record belongs to other@v0``, or the output it was written for."""
 
 
-def load_record(location: Location, output_path: str) -> ArtifactRecord | ForeignRecord | None:
+def _stored_digest(raw: bytes) -> bytes:
+    return hashlib.sha256(raw).digest()
+
+
+def _remember_stored(record: ArtifactRecord, raw: bytes) -> None:
+    """Note on ``record`` the SHA-256 of the bytes it was read from or written as.
+
+    Kept beside the fields (never one of them: not in its JSON, not compared), so that a reader
+    who already holds this record can recognise the same bytes again without parsing them.
+    """
+    object.__setattr__(record, "_stored_sha256", _stored_digest(raw))
+
+
+def load_record(
+    location: Location, output_path: str, known: ArtifactRecord | None = None
+) -> ArtifactRecord | ForeignRecord | None:
     """The one reader of ``record.json``: the step's committed record, a ``ForeignRecord``
     when the file holds another step's, or None (no record, or a corrupt one).
+
+    ``known``: a record the caller holds for this step (its dependency's build, as the run
+    knows it). When the file holds exactly the bytes ``known`` was read from or written as
+    (same SHA-256), ``known`` itself is the answer, with no parse: a run re-reads each
+    dependency's record at every dependent's start and again before its commit, and a long
+    run's records fall out of the parse cache.
 
     A corrupt record counts as not built, with a warning naming the file (once per process):
     the next build replaces it, so no person has to delete anything.
@@ -296,7 +319,13 @@ def load_record(location: Location, output_path: str) -> ArtifactRecord | Foreig
         raw = location.read_file(path)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
-    record = _PARSED.get(raw)
+    record = None
+    if known is not None:
+        seen = getattr(known, "_stored_sha256", None)
+        if seen is not None and seen == _stored_digest(raw):
+            record = known
+    if record is None:
+        record = _PARSED.get(raw)
     if record is None:
         try:
             record = ArtifactRecord.from_json(raw.decode())
@@ -306,6 +335,7 @@ def load_record(location: Location, output_path: str) -> ArtifactRecord | Foreig
                     "corrupt record %s (%s): treating %s as not built", path, exc, output_path
                 )
             return None
+        _remember_stored(record, raw)
         _PARSED.put(raw, record)
     why = record.owner_mismatch(output_path)
     if why is None:
@@ -313,10 +343,12 @@ def load_record(location: Location, output_path: str) -> ArtifactRecord | Foreig
     return ForeignRecord(path, record, why)
 
 
-def read_record(location: Location, output_path: str) -> ArtifactRecord | None:
+def read_record(
+    location: Location, output_path: str, known: ArtifactRecord | None = None
+) -> ArtifactRecord | None:
     """The step's committed record, or None: not built, corrupt, or another step's (warned
-    about once per process; ``load_record`` says which)."""
-    found = load_record(location, output_path)
+    about once per process; ``load_record`` says which, and what ``known`` saves)."""
+    found = load_record(location, output_path, known)
     if isinstance(found, ForeignRecord):
         if _first_sighting(found.path, found.why.encode()):
             name, _, version = output_path.rpartition("/")
@@ -342,7 +374,9 @@ class _ParsedRecords:
     def __init__(self, size: int) -> None:
         self._size = size
         self._lock = threading.Lock()
-        self._items: dict[bytes, ArtifactRecord] = {}
+        # An OrderedDict, not a dict: evicting a plain dict's oldest entry leaves a hole at its
+        # front that every later `next(iter(...))` walks over (a run slowed down as it went).
+        self._items: collections.OrderedDict[bytes, ArtifactRecord] = collections.OrderedDict()
 
     def get(self, raw: bytes) -> ArtifactRecord | None:
         with self._lock:
@@ -352,10 +386,10 @@ class _ParsedRecords:
         if len(raw) > _PARSED_MAX_BYTES:
             return  # a rare big record (a large config or result) is parsed each time
         with self._lock:
-            self._items.pop(raw, None)
             self._items[raw] = record
+            self._items.move_to_end(raw)
             if len(self._items) > self._size:
-                del self._items[next(iter(self._items))]  # the oldest entry
+                self._items.popitem(last=False)  # the oldest entry
 
 
 _PARSED_MAX_BYTES = 16 * 1024
@@ -424,6 +458,7 @@ def write_record(location: Location, record: ArtifactRecord, output_path: str) -
     )
     # Its dependents read these very bytes back (at their start and before their commit): what
     # they parse to is ``record`` itself (``from_json(to_json())`` is the identity, tested).
+    _remember_stored(record, data)
     _PARSED.put(data, record)
 
 
