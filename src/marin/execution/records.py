@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
 import json
 import logging
 import math
@@ -286,17 +285,15 @@ class ForeignRecord:
     """``record belongs to other@v0``, or the output it was written for."""
 
 
-def _stored_digest(raw: bytes) -> bytes:
-    return hashlib.sha256(raw).digest()
-
-
 def _remember_stored(record: ArtifactRecord, raw: bytes) -> None:
-    """Note on ``record`` the SHA-256 of the bytes it was read from or written as.
+    """Keep on ``record`` the bytes it was read from or written as.
 
     Kept beside the fields (never one of them: not in its JSON, not compared), so that a reader
-    who already holds this record can recognise the same bytes again without parsing them.
+    who already holds this record recognises the same bytes again by comparing them, without a
+    parse. The bytes themselves, not a hash of them: an exact answer, and a comparison never
+    releases the GIL (hashlib does, for a record's size: a thread switch per read).
     """
-    object.__setattr__(record, "_stored_sha256", _stored_digest(raw))
+    object.__setattr__(record, "_stored_bytes", raw)
 
 
 def load_record(
@@ -306,8 +303,8 @@ def load_record(
     when the file holds another step's, or None (no record, or a corrupt one).
 
     ``known``: a record the caller holds for this step (its dependency's build, as the run
-    knows it). When the file holds exactly the bytes ``known`` was read from or written as
-    (same SHA-256), ``known`` itself is the answer, with no parse: a run re-reads each
+    knows it). When the file holds exactly the bytes ``known`` was read from or written as,
+    ``known`` itself is the answer, with no parse: a run re-reads each
     dependency's record at every dependent's start and again before its commit, and a long
     run's records fall out of the parse cache.
 
@@ -320,10 +317,8 @@ def load_record(
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     record = None
-    if known is not None:
-        seen = getattr(known, "_stored_sha256", None)
-        if seen is not None and seen == _stored_digest(raw):
-            record = known
+    if known is not None and getattr(known, "_stored_bytes", None) == raw:
+        record = known
     if record is None:
         record = _PARSED.get(raw)
     if record is None:
