@@ -157,18 +157,26 @@ def test_a_build_waits_for_an_input_that_another_runner_is_rebuilding(
     assert built.record.inputs == {s.step_id: rebuilt.record.build_id}
 
 
+class HeldReader:
+    """The fn of ``use``: reads ``s`` whole, sets ``read_it``, then waits for ``go``."""
+
+    def __init__(self) -> None:
+        self.read_it = threading.Event()
+        self.go = threading.Event()
+
+    def __call__(self, src: str, out_path: str) -> str:
+        token = _whole(src)
+        self.read_it.set()
+        assert self.go.wait(WAIT_S)
+        return token
+
+
 def test_a_build_whose_input_was_rebuilt_while_it_ran_does_not_commit(store_prefix: str) -> None:
     """``use`` reads ``s``; then another runner rebuilds ``s`` before ``use`` commits: ``use``
     discards its attempt, names the input, and leaves no record (nothing stale reads as valid)."""
     location = open_prefix(store_prefix)
-    read_it, go = threading.Event(), threading.Event()
-
-    def reader(src: str, out_path: str) -> str:
-        token = _whole(src)
-        read_it.set()
-        assert go.wait(WAIT_S)
-        return token
-
+    reader = HeldReader()
+    read_it, go = reader.read_it, reader.go
     s, use = _pipeline(Source(), reader)
     first = build_step(s, location)
     attempt = Background(
@@ -196,14 +204,8 @@ def test_a_rebuild_that_holds_the_lease_but_kept_the_record_is_caught_at_the_com
     no lease is read); the rebuilder then deletes it, as it does before touching the output,
     and ``use`` discards its attempt instead of committing from a changing input."""
     location = open_prefix(store_prefix)
-    read_it, go = threading.Event(), threading.Event()
-
-    def reader(src: str, out_path: str) -> str:
-        token = _whole(src)
-        read_it.set()
-        assert go.wait(WAIT_S)
-        return token
-
+    reader = HeldReader()
+    read_it, go = reader.read_it, reader.go
     s, use = _pipeline(Source(), reader)
     first = build_step(s, location)
     rebuilder = Lease(location, s.output_path, ttl=60.0)
