@@ -18,6 +18,7 @@ import datetime
 import json
 import os
 import platform
+import random
 import re
 import shutil
 import statistics
@@ -226,6 +227,7 @@ def bench_overhead(h: Harness) -> None:
                 1.5,
                 note="~1 is linear",
             )
+    _threads(h)
     # The scheduler alone: the same graphs with build_step stubbed out (no storage at all).
     runs = [("random", n) for n in ([sizes[-1]] if h.quick else sizes)]
     if not h.quick:
@@ -247,6 +249,38 @@ def bench_overhead(h: Harness) -> None:
                 note="check + Kahn dispatch + thread hand-off, no storage",
             )
     h.raw["rss_local"] = {str(k): v for k, v in rss.items()}
+
+
+def _threads(h: Harness) -> None:
+    """The runner on one thread against eight, side by side, with the context switches each
+    makes per step: where eight threads cost more than one, that is the GIL changing hands
+    around each system call (a thread that blocks, and one that waits to run Python again)."""
+    n = 500 if h.quick else 5000
+    rounds = 1 if h.quick else 3
+    order = random.Random(23)
+    for backend in ("local", "memory"):
+        ms: dict[int, list[float]] = {1: [], 8: []}
+        switches: dict[int, list[float]] = {1: [], 8: []}
+        for _ in range(rounds):
+            sizes = [1, 8]
+            order.shuffle(sizes)
+            for mc in sizes:
+                r = h.worker("overhead", 300, backend=backend, n=n, reps=1, max_concurrent=mc)
+                if r is None:
+                    continue
+                ms[mc].append(r["run_median_s"] / r["n"] * 1e3)
+                switches[mc].append(r["context_switches"][0] / r["n"])
+        for mc in (1, 8):
+            if not ms[mc]:
+                h.add("overhead", f"{backend} random n={n}, {mc} thread(s)", None, "ms/step",
+                      note="timed out")  # fmt: skip
+                continue
+            note = f"median of {len(ms[mc])}, in random order with the other"
+            h.add("overhead", f"{backend} random n={n}, {mc} thread(s)",
+                  statistics.median(ms[mc]), "ms/step", note=note)  # fmt: skip
+            h.add("overhead", f"{backend} random n={n}, {mc} thread(s): context switches",
+                  statistics.median(switches[mc]), "per step",
+                  note="getrusage: voluntary and involuntary, all threads")  # fmt: skip
 
 
 def bench_dispatch(h: Harness) -> None:

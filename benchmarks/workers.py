@@ -164,18 +164,29 @@ def overhead(
     rss_start = rss_kb()
     targets, steps, lower_s = lowered(kind, n)
     runs: list[float] = []
+    switches: list[int] = []
     out: dict[str, Any] = {"n": len(steps), "lower_s": lower_s}
     for rep in range(reps):
         with fresh_prefix(backend, f"{kind}{n}r{rep}") as prefix:
+            before = _context_switches()
             t0 = time.perf_counter()
             StepRunner(max_concurrent, prefix).run(targets)
             runs.append(time.perf_counter() - t0)
+            switches.append(_context_switches() - before)
             if rep == 0:
                 out["rss_peak_kb"] = rss_kb()
                 out["rss_start_kb"] = rss_start
     out["run_s"] = runs
     out["run_median_s"] = statistics.median(runs)
+    out["context_switches"] = switches
     return out
+
+
+def _context_switches() -> int:
+    """This process's context switches so far, all its threads (voluntary: a thread blocked, on
+    a lock, the GIL or I/O; involuntary: the kernel preempted it)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
 
 
 def seed_built(prefix: str, steps: Sequence[StepSpec]) -> None:

@@ -22,8 +22,9 @@ import pytest
 
 from marin.execution import records
 from marin.execution.build import build_step
-from marin.execution.ids import new_id
+from marin.execution.ids import current_pid, new_id
 from marin.execution.lazy import OUT, apply
+from marin.execution.lease.holder import _holder_id
 from marin.execution.provenance import collect_provenance
 from marin.execution.records import ArtifactRecord, read_record, record_path
 from marin.execution.storage import open_prefix
@@ -155,17 +156,18 @@ def test_a_forked_child_draws_other_ids_and_names_its_own_pid() -> None:
     pid = os.fork()
     if pid == 0:  # the child: report, then leave at once
         try:
-            os.write(write_end, f"{new_id()} {collect_provenance()['pid']} {os.getpid()}".encode())
+            facts = f"{collect_provenance()['pid']} {current_pid()} {_holder_id().split(':')[1]}"
+            os.write(write_end, f"{new_id()} {facts} {os.getpid()}".encode())
         finally:
             os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end) as pipe:
-        child_id, child_recorded, child_pid = pipe.read().split()
+        child_id, child_recorded, child_cached, child_holder, child_pid = pipe.read().split()
     os.waitpid(pid, 0)
     assert new_id.__globals__["_rng"].getstate() == parent_next  # the child drew, not us
     assert child_id != new_id()
-    assert child_recorded == child_pid != str(os.getpid())
-    assert collect_provenance()["pid"] == os.getpid()
+    assert child_recorded == child_cached == child_holder == child_pid != str(os.getpid())
+    assert collect_provenance()["pid"] == current_pid() == os.getpid()
 
 
 def test_a_process_that_changes_directory_records_the_new_checkout(
@@ -186,3 +188,90 @@ def test_a_process_that_changes_directory_records_the_new_checkout(
     ).stdout.strip()
     monkeypatch.chdir(other)
     assert collect_provenance()["git_commit"] == theirs != here
+
+
+def _noop(out: str) -> None:
+    return None
+
+
+def test_a_first_local_build_looks_at_each_folder_it_makes_no_more_than_it_must(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first build's folders do not exist yet. Before: the output check looked at the missing
+    step folder and then at the output inside it; the lease's ``makedirs`` stat'ed both folders
+    before making them; and the listing after the lease looked at both again. Now a missing
+    folder answers for everything below it, and a folder this build made with ``mkdir`` (which
+    never follows a link) is known real. A link planted on the way is still refused:
+    tests/reliability/test_storage_safety.py."""
+    from marin.execution.decide import Policy, Stored, decide
+    from marin.execution.lazy import lower
+
+    location = open_prefix(str(tmp_path))
+    location.check_writable()
+    first, second = lower(
+        [apply(f"group/{n}", _noop, version="v1", out=OUT) for n in ("a", "b")], memo={}
+    )
+    build_step(first, location)  # the group folder exists from here on, as in a run
+    looked: list[tuple[str, str]] = []
+    opened: list[str] = []
+    for name in ("lstat", "stat"):
+        real = getattr(os, name)
+
+        def counted(path: Any, *a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
+            looked.append((_name, os.path.relpath(path, tmp_path)))
+            return _real(path, *a, **k)
+
+        monkeypatch.setattr(os, name, counted)
+
+    active = [True]
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if active[0] and event == "open" and str(args[0]).startswith(str(tmp_path)):
+            opened.append(os.path.relpath(args[0], tmp_path))
+
+    sys.addaudithook(hook)  # cannot be removed: `active` switches it off
+    planned = decide(second, Stored(), [], Policy(), needed=True)
+    build_step(second, location, decision=planned, upstream=[])
+    found = list(looked)
+    active[0] = False
+    monkeypatch.undo()
+    assert found == [
+        ("lstat", "group/b"),  # the output check: no step folder, so no output in it
+        ("lstat", "group/b"),  # the lease's create: no link on the way to its folder
+        ("lstat", "group/b/v1"),  # after fn: did it write an output?
+    ]
+    lease = "group/b/v1.marin/lease.json"
+    assert [p.split(".tmp-")[0] for p in opened] == [
+        lease,  # the create fails: no folder yet; the folders are made, and then
+        lease,  # it succeeds
+        f"{lease}.guard",  # the commit: the lock, the lease read back, the record
+        lease,
+        "group/b/v1.marin/record.json",
+    ]
+    assert read_record(location, second.output_path) is not None
+
+
+def test_a_read_below_a_missing_folder_opens_nothing(tmp_path: Path) -> None:
+    """The walk that checks a metadata file's folders for links already saw the folder missing:
+    the read answers ``FileNotFoundError`` from that, as the open would have."""
+    location = open_prefix(str(tmp_path))
+    opened: list[str] = []
+    active = [True]
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if active[0] and event == "open" and str(args[0]).startswith(str(tmp_path)):
+            opened.append(str(args[0]))
+
+    sys.addaudithook(hook)  # cannot be removed: `active` switches it off
+    try:
+        with pytest.raises(FileNotFoundError):
+            location.read_file(f"{tmp_path}/step/v1.marin/record.json")
+        assert not location.has_file(f"{tmp_path}/step/v1.marin/status.json")
+        active[0] = False
+        (tmp_path / "step" / "v1.marin").mkdir(parents=True)
+        (tmp_path / "step" / "v1.marin" / "record.json").write_text("{}")
+        active[0] = True
+        assert location.read_file(f"{tmp_path}/step/v1.marin/record.json") == b"{}"
+    finally:
+        active[0] = False
+    assert opened == [f"{tmp_path}/step/v1.marin/record.json"]  # only the file that is there

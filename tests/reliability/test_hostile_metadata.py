@@ -57,16 +57,19 @@ def write_value(value: str, out_path: str) -> str:
 
 
 class DiskFull:
-    """Wraps the real ``open`` used for metadata writes: a write into a matching temporary file
-    writes part of its data, then fails with ENOSPC, as a full disk does."""
+    """Wraps the real create and write of metadata files' temporary files: a write into a
+    matching temporary file writes part of its data, then fails with ENOSPC, as a full disk
+    does."""
 
-    def __init__(self, real: Any) -> None:
-        self.real = real
+    def __init__(self, create: Any, write: Any) -> None:
+        self.real_create = create
+        self.real_write = write
         self.fail_record = True
         self.full_while_leftover = False
         self.injected = 0
+        self._failing: set[int] = set()
 
-    def __call__(self, path: str, mode: str) -> Any:
+    def create(self, path: str) -> int:
         folder = os.path.dirname(path)
         leftovers = os.path.isdir(folder) and any(
             records.TMP_MARK in name for name in os.listdir(folder)
@@ -74,38 +77,27 @@ class DiskFull:
         if self.full_while_leftover and leftovers and "status.json" in path:
             self.injected += 1
             raise OSError(errno.ENOSPC, "No space left on device", path)
-        f = self.real(path, mode)
+        fd: int = self.real_create(path)
         if self.fail_record and os.path.basename(path).startswith("record.json" + records.TMP_MARK):
-            wrapper = self
+            self._failing.add(fd)
+        return fd
 
-            class Failing:
-                def __enter__(self) -> Failing:
-                    return self
-
-                def __exit__(self, *exc: object) -> None:
-                    f.close()
-
-                def write(self, data: bytes) -> int:
-                    f.write(data[: len(data) // 2])
-                    f.flush()
-                    wrapper.injected += 1
-                    raise OSError(errno.ENOSPC, "No space left on device", path)
-
-                def flush(self) -> None:
-                    f.flush()
-
-                def fileno(self) -> int:
-                    return int(f.fileno())
-
-            return Failing()
-        return f
+    def write(self, fd: int, data: Any) -> int:
+        if fd not in self._failing:
+            return int(self.real_write(fd, data))
+        self._failing.discard(fd)
+        self.real_write(fd, bytes(data[: len(data) // 2]))
+        self.injected += 1
+        raise OSError(errno.ENOSPC, "No space left on device")
 
 
 def _full_disk(monkeypatch: pytest.MonkeyPatch) -> DiskFull:
-    """A ``DiskFull`` in the path of every atomic metadata write (the temporary file's open)."""
+    """A ``DiskFull`` in the path of every atomic metadata write (the temporary file's create,
+    and its writes)."""
     real = atomic_file._create
-    disk = DiskFull(lambda path, mode: real(path, True))
-    monkeypatch.setattr(atomic_file, "_create", lambda tmp, make_parents: disk(tmp, "xb"))
+    disk = DiskFull(lambda path: real(path, True), os.write)
+    monkeypatch.setattr(atomic_file, "_create", lambda tmp, make_parents: disk.create(tmp))
+    monkeypatch.setattr(os, "write", disk.write)
     return disk
 
 

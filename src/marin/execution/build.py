@@ -606,6 +606,15 @@ def _best_effort_status(location: Location, spec: StepSpec, state: str, **detail
         log.warning("could not write %s status for %s: %s", state, spec.step_id, exc)
 
 
+def _run_with_config(spec: StepSpec, config: Any) -> Callable[[StepContext], Any]:
+    """``spec.run``, given the config the build has made already when ``run`` would only make
+    the same one again (``apply()``'s plain call: no guard, no isolation, no timeout)."""
+    with_config = getattr(spec.run, "with_config", None)
+    if with_config is None or getattr(spec.run, "build_config", None) != spec.build_config:
+        return spec.run
+    return lambda ctx: with_config(ctx, config)
+
+
 def _build_holding(
     spec: StepSpec,
     location: Location,
@@ -636,12 +645,14 @@ def _build_holding(
         build_id = new_id()  # known from the start: the OpenLineage run id
         lineage_run = build_started(spec, location, upstream, build_id)  # None when off
         try:
-            config = to_canonical(spec.build_config(ctx), "config", spec.step_id)
+            made = spec.build_config(ctx)
+            config = to_canonical(made, "config", spec.step_id)  # a copy: fn may mutate made
+            run = _run_with_config(spec, made)
             log_file = _step_log(location, spec, earlier is not None)
             with Heartbeat(lease) as heartbeat, log_file as step_log:
                 with capture_step_output(step_log, label=spec.step_id), enclosing(lease):
                     try:
-                        raw_result = spec.run(ctx)
+                        raw_result = run(ctx)
                     except BaseException:
                         # Into the file only: the error message points here for the details.
                         step_log.write(traceback.format_exc())
@@ -661,7 +672,11 @@ def _build_holding(
                 ) from None
             crash_point("after-output", spec.step_id)
             duration = time.perf_counter() - t0
-            provenance: dict[str, Any] = {**collect_provenance(), "lowered": dict(spec.provenance)}
+            finished_at = now_iso()
+            provenance: dict[str, Any] = {
+                **collect_provenance(finished_at),
+                "lowered": dict(spec.provenance),
+            }
             record = ArtifactRecord(
                 name=spec.name,
                 version=spec.version,
@@ -673,7 +688,7 @@ def _build_holding(
                 result=result,
                 provenance=provenance,
                 started_at=started_at,
-                finished_at=now_iso(),
+                finished_at=finished_at,
                 duration_s=round(duration, 6),
                 artifact_type=spec.artifact_type,
                 build_id=build_id,

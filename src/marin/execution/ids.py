@@ -8,6 +8,9 @@ every reader of the prefix sees), so a private generator seeded once from ``os.u
 It is private so that no user code can reseed it: a step that calls ``random.seed(0)`` must not
 make two processes draw the same lease tokens. A forked child reseeds it (``register_at_fork``),
 so parent and child never share a sequence.
+
+The process id is kept the same way: ``os.getpid`` is a system call too (glibc does not cache
+it), asked by the lease holder and the provenance of every build.
 """
 
 from __future__ import annotations
@@ -17,7 +20,21 @@ import random
 import uuid
 
 _rng = random.Random()  # seeded from os.urandom
-os.register_at_fork(after_in_child=_rng.seed)
+_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    global _pid
+    _rng.seed()
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def current_pid() -> int:
+    """``os.getpid()``, without the system call (a forked child has its own, set at the fork)."""
+    return _pid
 
 
 def new_id() -> str:

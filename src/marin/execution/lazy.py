@@ -630,6 +630,13 @@ class _ConfigCall:
         with bound_context(ctx):
             return self.run(self.build_config(ctx))
 
+    def with_config(self, ctx: StepContext, config: Any) -> Any:
+        """``self(ctx)`` with ``config`` made already by this spec's ``build_config(ctx)``: the
+        build makes it once for the record and for ``fn``. The record keeps its canonical copy,
+        so a ``fn`` that mutates its config cannot change what the record says."""
+        with bound_context(ctx):
+            return self.run(config)
+
 
 def _spec_for(
     handle: ArtifactStep,

@@ -22,6 +22,8 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from marin.execution.ids import current_pid
+
 _engine: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "marin_engine", default=None
 )
@@ -93,7 +95,7 @@ def _process_facts() -> dict[str, Any]:
     once per directory, so it never reflected edits made during a run either). The
     ``getcwd`` that keys it stays: a record must name the checkout it was built from.
     """
-    key = (os.getpid(), os.getcwd())
+    key = (current_pid(), os.getcwd())
     facts = _facts.get(key)
     if facts is None:
         commit, dirty = _git_state(key[1])
@@ -108,10 +110,14 @@ def _process_facts() -> dict[str, Any]:
     return facts
 
 
-def collect_provenance() -> dict[str, Any]:
-    """Git state, user, host, process id, argv and time; and ``engine`` (see :func:`engine_run`)
-    when an engine's task is running here."""
-    facts: dict[str, Any] = {**_process_facts(), "argv": list(sys.argv), "time": now_iso()}
+def collect_provenance(time: str | None = None) -> dict[str, Any]:
+    """Git state, user, host, process id, argv and ``time`` (now, unless the caller has just
+    read the clock); and ``engine`` (see :func:`engine_run`) when an engine's task runs here."""
+    facts: dict[str, Any] = {
+        **_process_facts(),
+        "argv": list(sys.argv),
+        "time": now_iso() if time is None else time,
+    }
     engine = current_engine()
     if engine is not None:
         facts["engine"] = engine

@@ -18,7 +18,7 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 from marin.execution import faults
 from marin.execution.atomic_file import TMP_MARK, write_file_atomically
@@ -428,10 +428,9 @@ def write_atomic(
     if location.is_local:
         location.check_no_links(os.path.dirname(path))  # a rename never follows the file itself
 
-        def torn_write(f: IO[bytes]) -> None:
+        def torn_write(fd: int) -> None:
             if crash_step and faults.should_crash("record-write", crash_step):
-                f.write(data[: len(data) // 2])
-                f.flush()
+                os.write(fd, data[: len(data) // 2])
                 faults.crash_now()
 
         # ENOSPC, EIO, an interrupt: the helper never leaves a (possibly huge) temporary file.

@@ -272,9 +272,10 @@ class Location:
         reads_store = self.is_memory and type(self.fs).cat_file is MemoryFileSystem.cat_file
         object.__setattr__(self, "_reads_store", reads_store)
 
-    def check_no_links(self, path: str) -> None:
+    def check_no_links(self, path: str) -> bool:
         """Refuse (``SymlinkError``) when ``path`` or a folder on the way to it, below the
-        prefix, is a symbolic link. Local disk only: object stores have no links.
+        prefix, is a symbolic link. Local disk only: object stores have no links. False when the
+        walk found a folder on the way missing (so nothing is at ``path`` either), else True.
 
         One ``lstat`` per folder the first time this ``Location`` walks through it (a run opens
         one, so that is once per step per run); a folder seen real is remembered, so a step's
@@ -285,13 +286,13 @@ class Location:
         a writer who can already alter the prefix (docs/reliability.md, threat model).
         """
         if not self.is_local:
-            return
+            return True
         known = self._real_dirs
         if path in known:
-            return
+            return True
         root = self.root.rstrip("/")
         if not path.startswith(root + "/"):
-            return  # the prefix itself, which may be a link
+            return True  # the prefix itself, which may be a link
         current = root
         for part in path[len(root) + 1 :].split("/"):
             current = f"{current}/{part}"
@@ -299,18 +300,27 @@ class Location:
                 continue
             try:
                 mode = os.lstat(current).st_mode
-            except (FileNotFoundError, NotADirectoryError):
-                return
+            except FileNotFoundError:
+                return False
+            except NotADirectoryError:
+                return True  # below a file: the caller's own call says so
             if stat.S_ISLNK(mode):
                 raise symlink_refused(current)
             if not stat.S_ISDIR(mode):
-                return
+                return True
             known.add(current)
+        return True
 
-    def _check_parent(self, path: str) -> None:
+    def _check_parent(self, path: str) -> bool:
+        """``check_no_links`` of ``path``'s folder: False when that folder is not there."""
         parent = path.rpartition("/")[0]
-        if parent not in self._real_dirs:
-            self.check_no_links(parent)
+        return parent in self._real_dirs or self.check_no_links(parent)
+
+    def made_real_dir(self, path: str) -> None:
+        """``path`` is a folder this process just made with ``mkdir`` (which never follows a
+        link at the name it makes): a real folder, so ``check_no_links`` need not look at it."""
+        if self.is_local:
+            self._real_dirs.add(path)
 
     def read_file(self, path: str) -> bytes:
         """A metadata file's bytes; ``FileNotFoundError`` when it is absent. On local disk
@@ -325,7 +335,8 @@ class Location:
         if not self.is_local:
             data: bytes = with_retries(lambda: self.fs.cat_file(path), f"read {path}")
             return data
-        self._check_parent(path)
+        if not self._check_parent(path):  # no folder, so no file: no open to find out
+            raise FileNotFoundError(errno.ENOENT, "No such file", path)
         return read_no_follow(path)
 
     def rm_file(self, path: str) -> None:
@@ -342,7 +353,8 @@ class Location:
         if self.is_memory:
             return path in self.fs.store
         if self.is_local:
-            self._check_parent(path)
+            if not self._check_parent(path):
+                return False
             try:
                 return stat.S_ISREG(os.lstat(path).st_mode)
             except (FileNotFoundError, NotADirectoryError):
@@ -363,8 +375,8 @@ class Location:
     def exists(self, path: str) -> bool:
         """Whether anything (a file or a folder) is at ``path``, read literally."""
         if self.is_local:
-            self._check_parent(path)
-            return os.path.lexists(path)
+            # A missing folder on the way answers without a second look (a first build's output).
+            return self._check_parent(path) and os.path.lexists(path)
         if self.is_memory:
             store, folder = self.fs.store, path.rstrip("/") + "/"
             return (

@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 
+from marin.execution.ids import current_pid
 from marin.execution.lease.settings import CHECK_PID_ENV
 
 
@@ -50,7 +51,7 @@ def _process_id() -> str | None:
     """
     if _MACHINE is None:
         return None
-    pid = os.getpid()
+    pid = current_pid()
     if pid not in _process_ids:
         start = _process_start(pid)
         _process_ids[pid] = f"{_MACHINE}/{pid}/{start}" if start else None
@@ -73,4 +74,4 @@ _HOST = socket.gethostname()
 
 
 def _holder_id() -> str:
-    return f"{_HOST}:{os.getpid()}:{threading.get_ident()}"
+    return f"{_HOST}:{current_pid()}:{threading.get_ident()}"

@@ -35,7 +35,7 @@ class LocalLeaseStore(_CompareStore):
         except FileExistsError:
             return False
         except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._make_folders(os.path.dirname(path))
             try:
                 fd = os.open(path, flags, 0o644)
             except FileExistsError:
@@ -45,6 +45,34 @@ class LocalLeaseStore(_CompareStore):
         finally:
             os.close(fd)
         return True
+
+    def _make_folders(self, folder: str) -> None:
+        """``os.makedirs(folder, exist_ok=True)``, telling the location which folders it made.
+
+        The folders above the first missing one were just checked for links. Each folder that
+        ``mkdir`` makes here is a real folder (``mkdir`` never follows a link at the name it
+        makes; one found there is ``FileExistsError``, left to the checks to refuse), so the
+        listing right after the lease needs no ``lstat`` of them.
+        """
+        missing: list[str] = []
+        current = folder
+        while True:  # up from the lease's folder to the deepest one that exists
+            try:
+                os.mkdir(current)
+            except FileNotFoundError:
+                missing.append(current)
+                current = os.path.dirname(current)
+                continue
+            except FileExistsError:
+                break  # made by someone else meanwhile: not known to be real
+            self.location.made_real_dir(current)
+            break
+        for below in reversed(missing):
+            try:
+                os.mkdir(below)
+            except FileExistsError:
+                continue  # a racing runner made it
+            self.location.made_real_dir(below)
 
     def read(self, path: str) -> tuple[bytes, Any] | None:
         try:
