@@ -161,19 +161,21 @@ def _syscalls_alone(root: str, steps: int) -> float:
         step = f"{root}/s{i}"
         meta, lease = f"{step}/v0.marin", f"{step}/v0.marin/lease.json"
         with contextlib.suppress(FileNotFoundError):
-            os.lstat(f"{step}/v0")  # the output check before the lease
+            os.lstat(step)  # the output check before the lease: no step folder, so no output
+        with contextlib.suppress(FileNotFoundError):
+            os.lstat(step)  # the lease's: no symbolic link on the way (Location.check_no_links)
         try:
             fd = os.open(lease, create, 0o644)
         except FileNotFoundError:  # first build: the metadata folder does not exist yet
-            os.mkdir(step)
+            os.mkdir(step)  # made here, so known real: no lstat of either folder later
             os.mkdir(meta)
             fd = os.open(lease, create, 0o644)
         os.write(fd, lease_body)
         os.close(fd)
-        os.lstat(step)  # no symbolic link on the way (Location.check_no_links, once per run)
-        os.lstat(meta)
         with os.scandir(meta) as entries:  # an earlier attempt's files, and links among them
             [entry.is_symlink() for entry in entries]
+        with contextlib.suppress(FileNotFoundError):
+            os.lstat(f"{step}/v0")  # after fn: did it write an output?
         guard = os.open(f"{lease}.guard", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC)
         fcntl.flock(guard, fcntl.LOCK_EX)
         fd = os.open(lease, os.O_RDONLY | os.O_CLOEXEC)  # proof of ownership

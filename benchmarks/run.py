@@ -863,10 +863,28 @@ def bench_airflow(h: Harness) -> None:
             note=f"{os.path.getsize(result.path) / 1024:.0f} KiB file",
         )
     env = _airflow_env(home, dags)
+    # The floor: the largest graph's tasks and edges as bare operators, added the same way.
+    floor = os.path.join(home, "floor", f"bare_{sizes[-1]}.py")
+    os.makedirs(os.path.dirname(floor))
+    _, targets = graphs.random_dag(sizes[-1], seed=5)
+    _write_bare_dag(floor, collect_steps(lower(targets, memo={})))
     r = h.worker(
-        "airflow_parse", 300, env=env, files=[p for _, p in files], reps=3 if h.quick else 2
+        "airflow_parse",
+        300,
+        env=env,
+        files=[*(p for _, p in files), floor],
+        reps=3 if h.quick else 2,
     )
     if r:
+        bare = r["files"][floor]
+        h.add(
+            "airflow",
+            f"DagBag parse n={sizes[-1]}, bare operators, incl. Airflow's import",
+            bare["median_s"] + r["import_s"],
+            "s",
+            note=f"the floor: the same {bare['tasks']} tasks and edges as bare BaseOperators, "
+            f"no step data; {bare['median_s']:.2f} s of it the parse",
+        )
         for n, path in files:
             f = r["files"][path]
             limit = {2000: 2.0, 10000: 3.0}.get(n)
@@ -914,6 +932,40 @@ AIRFLOW_SCHEDULER_NOTE = (
     "needs --airflow-scheduler (starts an Airflow api-server, scheduler and dag-processor on "
     "loopback: ~2 minutes)"
 )
+
+
+def _write_bare_dag(path: str, steps: list[Any]) -> None:
+    """A DAG file with one bare ``BaseOperator`` per step, plus a first task upstream of all, and
+    the steps' edges, added as the export adds them (``add_tasks``, then the id sets): what
+    Airflow itself costs to parse a DAG of that shape, with none of Marin's data or arguments."""
+    index = {spec.output_path: i for i, spec in enumerate(steps)}
+    upstream = {i: sorted(index[d.output_path] for d in spec.deps) for i, spec in enumerate(steps)}
+    lines = [
+        '"""Bare operators in the shape of a benchmark DAG (benchmarks/run.py)."""',
+        "import datetime",
+        "from airflow.sdk import DAG, BaseOperator",
+        "",
+        "",
+        "class Bare(BaseOperator):",
+        "    def execute(self, context):",
+        "        return None",
+        "",
+        "",
+        f"UPSTREAM = {upstream!r}",
+        f"dag = DAG(dag_id='bare_{len(steps)}', schedule=None, catchup=False,",
+        "          start_date=datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC))",
+        "tasks = {f't{i}': Bare(task_id=f't{i}') for i in UPSTREAM}",
+        "tasks['first'] = Bare(task_id='first')",
+        "dag.add_tasks(tasks.values())",
+        "for i, ups in UPSTREAM.items():",
+        "    ids = ['first', *(f't{u}' for u in ups)]",
+        "    tasks[f't{i}'].upstream_task_ids.update(ids)",
+        "    for u in ids:",
+        "        tasks[u].downstream_task_ids.add(f't{i}')",
+        "",
+    ]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
 
 
 def bench_airflow_scheduler(h: Harness) -> None:

@@ -49,30 +49,22 @@ class LocalLeaseStore(_CompareStore):
     def _make_folders(self, folder: str) -> None:
         """``os.makedirs(folder, exist_ok=True)``, telling the location which folders it made.
 
-        The folders above the first missing one were just checked for links. Each folder that
-        ``mkdir`` makes here is a real folder (``mkdir`` never follows a link at the name it
-        makes; one found there is ``FileExistsError``, left to the checks to refuse), so the
-        listing right after the lease needs no ``lstat`` of them.
+        A first build's lease folder (``<output>.marin``) and its parent (the step's folder) are
+        both missing: they are made top-down, two ``mkdir`` calls and no ``stat``. Each folder
+        ``mkdir`` makes here is a real folder (it never follows a link at the name it makes; one
+        found there is ``FileExistsError``, left to the link checks), so the listing right
+        after the lease needs no ``lstat`` of them. The folders above were checked for links
+        just before. Deeper missing folders (a new group's first step) take ``makedirs``.
         """
-        missing: list[str] = []
-        current = folder
-        while True:  # up from the lease's folder to the deepest one that exists
+        for made in (os.path.dirname(folder), folder):
             try:
-                os.mkdir(current)
+                os.mkdir(made)
+            except FileExistsError:
+                continue  # there already, or made by a racing runner: not known real
             except FileNotFoundError:
-                missing.append(current)
-                current = os.path.dirname(current)
-                continue
-            except FileExistsError:
-                break  # made by someone else meanwhile: not known to be real
-            self.location.made_real_dir(current)
-            break
-        for below in reversed(missing):
-            try:
-                os.mkdir(below)
-            except FileExistsError:
-                continue  # a racing runner made it
-            self.location.made_real_dir(below)
+                os.makedirs(folder, exist_ok=True)
+                return
+            self.location.made_real_dir(made)
 
     def read(self, path: str) -> tuple[bytes, Any] | None:
         try:
