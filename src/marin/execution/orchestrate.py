@@ -47,6 +47,7 @@ from marin.execution.context import assigned_devices
 from marin.execution.decide import Decision, Plan, Policy, Upstream
 from marin.execution.errors import AbandonedError
 from marin.execution.executors import Completion, CompletionKind, Deferred, Executor, StepJob
+from marin.execution.heap import frozen_for_run
 from marin.execution.lease import release_all_held, ttl_from_env
 from marin.execution.lineage import pipeline_finished, pipeline_started
 from marin.execution.records import ArtifactRecord, log_path, read_record
@@ -219,7 +220,13 @@ class RunLoop:
         """Run every step to build and fill the report; then call ``raise_if_failed``.
 
         Raises here only ``KeyboardInterrupt`` (a second Ctrl-C, or the CLI's first), or a bug.
+        The objects the run starts with (its lowered graph) are out of the garbage collector's
+        scans meanwhile (``marin.execution.heap``).
         """
+        with frozen_for_run():
+            self._run()
+
+    def _run(self) -> None:
         self.scheduler.prepare()
         # The pipeline run's own OpenLineage START/end (None, and nothing sent, when lineage is
         # off or no pipeline run is named): the parent every build of this loop names.

@@ -1,0 +1,87 @@
+"""A run's starting objects are out of the garbage collector's scans while it runs
+(``marin.execution.heap``): frozen for the run, thawed after it, and a process's own freeze is
+never touched."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from marin.execution.lazy import OUT, ArtifactStep, apply
+from marin.execution.step_runner import StepRunner
+
+seen: dict[str, int] = {}
+"""Step name -> ``gc.get_freeze_count()`` while its fn ran."""
+release_slow = threading.Event()
+slow_started = threading.Event()
+
+
+def record_freeze(out: str, label: str) -> str:
+    seen[label] = gc.get_freeze_count()
+    return label
+
+
+def slow(out: str) -> str:
+    slow_started.set()
+    assert release_slow.wait(60), "the test never released the slow step"
+    seen["slow, after the other run ended"] = gc.get_freeze_count()
+    return "slow"
+
+
+@pytest.fixture(autouse=True)
+def thawed() -> Iterator[None]:
+    gc.unfreeze()
+    seen.clear()
+    release_slow.clear()
+    slow_started.clear()
+    yield
+    gc.unfreeze()
+
+
+def _prefix() -> str:
+    return f"memory://heap-{uuid.uuid4().hex}"
+
+
+def _step(label: str) -> ArtifactStep:
+    return apply(label, record_freeze, version="v1", out=OUT, label=label)
+
+
+def test_a_run_freezes_what_it_starts_with_and_thaws_it_after() -> None:
+    assert gc.get_freeze_count() == 0
+    StepRunner(2, _prefix()).run(_step("a").lower())
+    assert seen["a"] > 0  # the graph and everything before the run, out of the scans
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_its_own_heap_keeps_it_as_it_was() -> None:
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    StepRunner(2, _prefix()).run(_step("b").lower())
+    assert seen["b"] == frozen  # the run froze nothing more
+    assert gc.get_freeze_count() == frozen  # and did not thaw the process's own
+
+
+def test_overlapping_runs_thaw_only_when_the_last_one_ends() -> None:
+    slow_step = apply("slow", slow, version="v1", out=OUT)
+    errors: list[BaseException] = []
+
+    def run_slow() -> None:
+        try:
+            StepRunner(1, _prefix()).run(slow_step.lower())
+        except BaseException as exc:
+            errors.append(exc)
+
+    first = threading.Thread(target=run_slow)
+    first.start()
+    assert slow_started.wait(60)
+    StepRunner(1, _prefix()).run(_step("quick").lower())
+    assert seen["quick"] > 0
+    release_slow.set()
+    first.join(60)
+    assert not errors
+    assert seen["slow, after the other run ended"] > 0  # still frozen: the slow run went on
+    assert gc.get_freeze_count() == 0
