@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 _TIMER = """
-import gc, json, shutil, statistics, sys, tempfile, time, uuid
+import gc, json, os, shutil, statistics, sys, tempfile, time, uuid
 sys.path.insert(0, {bench!r})
 import graphs
 from marin.execution.lazy import lower
@@ -41,6 +41,8 @@ _, handles = graphs.make("random", n, seed=0)
 specs = lower(handles, memo={{}})
 runs = []
 for rep in range(reps):
+    if backend == "local":
+        os.sync()  # the last run's files written back now, not during this one
     root = tempfile.mkdtemp(prefix="marin-cmp-") if backend == "local" else None
     prefix = root or f"memory://cmp-{{uuid.uuid4().hex}}"
     gc.collect()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -37,6 +38,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     graph: list[list[Any]] = args["steps"]
     times = []
     for rep in range(int(args.get("reps", 1))):
+        os.sync()  # the last run's files written back now, not during this one
         with tempfile.TemporaryDirectory(prefix="marin-peer-") as prefix:
             specs: list[Any] = []
             for name, deps in graph:

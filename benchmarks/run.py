@@ -1253,7 +1253,10 @@ def main(argv: list[str] | None = None) -> int:
         "raw": h.raw,
     }
     if args.merge_into:
-        out = merge(tables.load(args.merge_into), out, [s for s in SECTIONS if s in sections])
+        # A section that only says it was skipped (distributed, without --distributed) keeps
+        # the rows it has in the file.
+        ran = [s for s in SECTIONS if s in sections and (s != "distributed" or h.distributed)]
+        out = merge(tables.load(args.merge_into), out, ran)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)

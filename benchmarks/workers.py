@@ -77,12 +77,17 @@ def clear_memory_store() -> None:
 
 @contextlib.contextmanager
 def fresh_prefix(backend: str, tag: str) -> Iterator[str]:
-    """A new empty prefix on ``local`` disk or ``memory://``; removed afterwards."""
+    """A new empty prefix on ``local`` disk or ``memory://``; removed afterwards.
+
+    On local disk the file system is synced first: the files an earlier run created and removed
+    are otherwise written back by the kernel during the next one, which then measures that
+    writeback (a local row moved by up to ten times between runs without it)."""
     if backend == "memory":
         clear_memory_store()
         yield f"memory://bench-{tag}"
         clear_memory_store()
         return
+    os.sync()
     root = tempfile.mkdtemp(prefix=f"marin-bench-{tag}-")
     try:
         yield root
