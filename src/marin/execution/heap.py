@@ -3,8 +3,8 @@
 A run holds its lowered graph (several objects per step) for its whole length and allocates a
 record, an outcome and a few events per build. Each allocation counts towards the cyclic
 collector's next pass, and each full pass walks every tracked object, the whole graph included:
-on a run of 10,000 no-op steps that was a fifth of the run loop's time, spent finding no
-garbage in objects that outlive the run. ``gc.freeze()`` moves every object tracked so far out
+on a run of many small steps that is a large share of its time, spent finding no garbage in
+objects that outlive the run. ``gc.freeze()`` moves every object tracked so far out
 of the collector's reach until ``gc.unfreeze()``, at no cost per object, while everything made
 during the run (a step's own garbage included) is collected as usual. Lowering goes further
 and switches the collector off, because it frees almost nothing (``lazy._lower_all``).

@@ -18,10 +18,11 @@ Symbolic links are never followed below the prefix on local disk (object stores 
 prefix itself may be a link (users point it at a bigger disk); every component below it that
 Marin walks through to reach a metadata file or an output, and every metadata file, must be
 real: :meth:`Location.check_no_links` walks the folders once per run (``lstat``, cached; a
-folder it finds missing answers for all below it, and one Marin just made with ``mkdir`` needs no
-look), and the files are opened with ``O_NOFOLLOW``, replaced by ``rename`` and deleted by ``unlink``, none
-of which follow a link. A link is refused with a ``SymlinkError`` naming it. ``fn`` may make
-links inside its own output: clearing an output deletes such links, never what they point to.
+folder it finds missing answers for all below it, and one Marin just made with ``mkdir`` needs
+no look), and the files are opened with ``O_NOFOLLOW``, replaced by ``rename`` and deleted by
+``unlink``, none of which follow a link. A link is refused with a ``SymlinkError`` naming it.
+``fn`` may make links inside its own output: clearing an output deletes such links, never what
+they point to.
 """
 
 from __future__ import annotations
