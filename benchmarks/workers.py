@@ -81,7 +81,7 @@ def fresh_prefix(backend: str, tag: str) -> Iterator[str]:
 
     On local disk the file system is synced first: the files an earlier run created and removed
     are otherwise written back by the kernel during the next one, which then measures that
-    writeback (a local row moved by up to ten times between runs without it)."""
+    writeback (a local row moved severalfold between runs without it)."""
     if backend == "memory":
         clear_memory_store()
         yield f"memory://bench-{tag}"

@@ -59,10 +59,12 @@ def test_a_run_freezes_what_it_starts_with_and_thaws_it_after() -> None:
 
 def test_a_process_that_froze_its_own_heap_keeps_it_as_it_was() -> None:
     gc.freeze()
-    frozen = gc.get_freeze_count()
+    frozen = gc.get_freeze_count()  # frozen objects that are freed leave the count: it only falls
+    made_since = [[] for _ in range(5_000)]  # tracked, and not frozen: a run that froze adds them
     StepRunner(2, _prefix()).run(_step("b").lower())
-    assert seen["b"] == frozen  # the run froze nothing more
-    assert gc.get_freeze_count() == frozen  # and did not thaw the process's own
+    assert 0 < seen["b"] <= frozen  # the run froze nothing more
+    assert 0 < gc.get_freeze_count() <= frozen  # and did not thaw the process's own
+    del made_since  # alive until here: through the whole run
 
 
 def test_overlapping_runs_thaw_only_when_the_last_one_ends() -> None:
