@@ -242,8 +242,7 @@ def test_a_first_local_build_looks_at_each_folder_it_makes_no_more_than_it_must(
     ]
     lease = "group/b/v1.marin/lease.json"
     assert [p.split(".tmp-")[0] for p in opened] == [
-        lease,  # the create fails: no folder yet; the folders are made, and then
-        lease,  # it succeeds
+        lease,  # the create, once: the link check saw no folder, so it was made first
         f"{lease}.guard",  # the commit: the lock, the lease read back, the record
         lease,
         "group/b/v1.marin/record.json",

@@ -215,3 +215,21 @@ def test_racing_local_creates_have_exactly_one_winner(tmp_path: Any) -> None:
             won = list(pool.map(take, leases))
         assert won.count(True) == 1, f"round {round_}: {won.count(True)} holders"
         assert not any(lease.took_over for lease in leases)
+
+
+def test_a_local_lease_folder_deleted_after_it_was_seen_is_made_again(tmp_path: Any) -> None:
+    """The location remembers the folders a first build made as real, so the next lease create
+    skips the link check's walk; if they were deleted meanwhile (a step folder removed by hand
+    between two runs on one location), the create makes them again instead of failing."""
+    import shutil
+
+    location = open_prefix(str(tmp_path))
+    first = Lease(location, "step/v0")
+    assert first.try_acquire() is None
+    first.release()
+    assert f"{tmp_path}/step/v0.marin" in location._real_dirs  # what the next create trusts
+    shutil.rmtree(tmp_path / "step")
+    again = Lease(location, "step/v0")
+    assert again.try_acquire() is None
+    assert again.read() is not None
+    again.release()

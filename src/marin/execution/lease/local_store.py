@@ -27,15 +27,19 @@ class LocalLeaseStore(_CompareStore):
     lock_excludes_writers = True
 
     def create(self, path: str, data: bytes) -> bool:
-        # O_EXCL never follows a link at ``path``; the folders above it must not be links.
-        self.location.check_no_links(os.path.dirname(path))
+        # O_EXCL never follows a link at ``path``; the folders above it must not be links. A
+        # folder the check found missing (a first build) is made before the one create: an
+        # open there could only fail.
+        folder = os.path.dirname(path)
+        if not self.location.check_no_links(folder):
+            self._make_folders(folder)
         flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
         try:
             fd = os.open(path, flags, 0o644)
         except FileExistsError:
             return False
         except FileNotFoundError:
-            self._make_folders(os.path.dirname(path))
+            self._make_folders(folder)  # gone since this location last saw it there
             try:
                 fd = os.open(path, flags, 0o644)
             except FileExistsError:
