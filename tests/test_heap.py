@@ -1,6 +1,6 @@
-"""A run's starting objects are out of the garbage collector's scans while it runs
-(``marin.execution.heap``): frozen for the run, thawed after it, and a process's own freeze is
-never touched."""
+"""The objects a run and its plan start with are out of the garbage collector's scans meanwhile
+(``marin.execution.heap``): frozen for the run and the plan, thawed after them, and a process's
+own freeze is never touched."""
 
 from __future__ import annotations
 
@@ -86,4 +86,32 @@ def test_overlapping_runs_thaw_only_when_the_last_one_ends() -> None:
     first.join(60)
     assert not errors
     assert seen["slow, after the other run ended"] > 0  # still frozen: the slow run went on
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_plan_reads_and_decides_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan before a run (and ``marin plan``) allocates views and decisions per step: the
+    collector's passes it sets off skip the graph too, and the heap is thawed after it."""
+    import marin.execution.decide as decide_module
+    import marin.execution.inspect as inspect_module
+    from marin.execution.inspect import plan_run
+    from marin.execution.storage import open_prefix
+
+    counts: dict[str, list[int]] = {"read": [], "decide": []}
+    real_read, real_decide = inspect_module.read_stored_step, decide_module.decide
+
+    def read(*args: object, **kwargs: object) -> object:
+        counts["read"].append(gc.get_freeze_count())
+        return real_read(*args, **kwargs)  # type: ignore[arg-type]
+
+    def decide(*args: object, **kwargs: object) -> object:
+        counts["decide"].append(gc.get_freeze_count())
+        return real_decide(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(inspect_module, "read_stored_step", read)
+    monkeypatch.setattr(decide_module, "decide", decide)
+    plan = plan_run([_step("planned").lower()], open_prefix(_prefix()))
+    assert len(plan.decisions) == 1
+    assert counts["read"] and all(count > 0 for count in counts["read"])
+    assert counts["decide"] and all(count > 0 for count in counts["decide"])
     assert gc.get_freeze_count() == 0

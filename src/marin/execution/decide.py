@@ -56,6 +56,7 @@ from marin.execution.errors import (
     InvalidStepError,
     list_names,
 )
+from marin.execution.heap import frozen_heap
 from marin.execution.options import (
     DEFAULT_ON_CODE_DRIFT,
     DEFAULT_ON_DRIFT,
@@ -437,6 +438,16 @@ def plan_graph(
     ``on_drift="error"`` every drifted step is found, wherever it sits, and one ``DriftError``
     names them all before anything can run.
     """
+    with frozen_heap():  # the graph is out of the collector's scans meanwhile
+        return _plan_graph(steps, targets, stored, policy)
+
+
+def _plan_graph(
+    steps: Sequence[StepSpec],
+    targets: Sequence[StepSpec],
+    stored: Mapping[str, Stored],
+    policy: Policy,
+) -> Plan:
     by_path = {s.output_path: s for s in steps}
     deps = {p: list(dict.fromkeys(d.output_path for d in s.deps)) for p, s in by_path.items()}
     dependents: dict[str, list[str]] = {p: [] for p in by_path}

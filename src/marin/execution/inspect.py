@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from marin.execution.decide import NOTHING_STORED, Plan, Policy, Stored, plan_graph, resolve_force
 from marin.execution.graph import collect_steps
+from marin.execution.heap import frozen_heap
 from marin.execution.options import DEFAULT_ON_CODE_DRIFT, DEFAULT_ON_DRIFT
 from marin.execution.records import (
     ArtifactRecord,
@@ -53,8 +54,14 @@ def read_stored(specs: Iterable[StepSpec], location: Location) -> dict[str, Stor
     The first steps are read one after another and timed. While a step costs less than
     ``SERIAL_MAX_S`` (local disk, ``memory://``: tens of microseconds), threads would only add
     overhead, so reading stays serial. Once storage proves slow (an object store, a network file
-    system), the rest are read on ``IO_PARALLELISM`` threads at once.
+    system), the rest are read on ``IO_PARALLELISM`` threads at once. The graph is out of the
+    collector's scans meanwhile (``marin.execution.heap``).
     """
+    with frozen_heap():
+        return _read_stored(specs, location)
+
+
+def _read_stored(specs: Iterable[StepSpec], location: Location) -> dict[str, Stored]:
     todo = [s for s in specs if not s.mutable]
     out: dict[str, Stored] = {}
     started = time.perf_counter()

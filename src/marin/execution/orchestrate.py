@@ -47,7 +47,7 @@ from marin.execution.context import assigned_devices
 from marin.execution.decide import Decision, Plan, Policy, Upstream
 from marin.execution.errors import AbandonedError
 from marin.execution.executors import Completion, CompletionKind, Deferred, Executor, StepJob
-from marin.execution.heap import frozen_for_run
+from marin.execution.heap import frozen_heap
 from marin.execution.lease import release_all_held, ttl_from_env
 from marin.execution.lineage import pipeline_finished, pipeline_started
 from marin.execution.records import ArtifactRecord, log_path, read_record
@@ -223,7 +223,7 @@ class RunLoop:
         The objects the run starts with (its lowered graph) are out of the garbage collector's
         scans meanwhile (``marin.execution.heap``).
         """
-        with frozen_for_run():
+        with frozen_heap():
             self._run()
 
     def _run(self) -> None:
