@@ -17,7 +17,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -26,6 +26,7 @@ from workers import fresh_prefix, lowered
 
 import marin.execution.build as build
 from marin.execution.decide import Policy, Stored, decide
+from marin.execution.step_spec import StepSpec
 from marin.execution.storage import open_prefix
 
 
@@ -145,37 +146,50 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
 SYSCALLS_ALONE = "the same file-system calls alone"
 
 
-def _syscalls_alone(root: str, steps: int) -> float:
+def _syscalls_alone(root: str, steps: int, inputs: Sequence[int] = ()) -> float:
     """Seconds for ``steps`` no-op builds' file-system calls on local disk, without build_step.
 
     The calls are those ``count_calls`` traces for one build, in the same order, with bodies of
     about the same size, made straight from ``os`` in a loop: the floor that no Python-side
-    change to ``build.py`` can go below while the build keeps those calls.
+    change to ``build.py`` can go below while the build keeps those calls. ``inputs``: each
+    step's number of dependencies (none when not given), whose records a build reads twice, at
+    its start and right before its commit (an open, ``fstat``, read and close each).
     """
     import fcntl
 
     lease_body, record_body = b"L" * 200, b"R" * 1500
     create = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    read_flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+    def read_inputs(i: int) -> None:
+        if i == 0 or i >= len(inputs):
+            return
+        for _ in range(inputs[i]):
+            fd = os.open(f"{root}/s{i - 1}/v0.marin/record.json", read_flags)
+            os.fstat(fd)
+            os.read(fd, 65536)
+            os.close(fd)
+
     t0 = time.perf_counter()
     for i in range(steps):
         step = f"{root}/s{i}"
         meta, lease = f"{step}/v0.marin", f"{step}/v0.marin/lease.json"
+        read_inputs(i)  # the inputs at the start
         with contextlib.suppress(FileNotFoundError):
             os.lstat(step)  # the output check before the lease: no step folder, so no output
-        with contextlib.suppress(FileNotFoundError):
-            os.lstat(step)  # the lease's: no symbolic link on the way (Location.check_no_links)
         try:
-            fd = os.open(lease, create, 0o644)
+            os.lstat(step)  # the lease's: no symbolic link on the way (Location.check_no_links)
         except FileNotFoundError:  # first build: the metadata folder does not exist yet
             os.mkdir(step)  # made here, so known real: no lstat of either folder later
             os.mkdir(meta)
-            fd = os.open(lease, create, 0o644)
+        fd = os.open(lease, create, 0o644)
         os.write(fd, lease_body)
         os.close(fd)
         with os.scandir(meta) as entries:  # an earlier attempt's files, and links among them
             [entry.is_symlink() for entry in entries]
         with contextlib.suppress(FileNotFoundError):
             os.lstat(f"{step}/v0")  # after fn: did it write an output?
+        read_inputs(i)  # the inputs again, right before the commit
         guard = os.open(f"{lease}.guard", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC)
         fcntl.flock(guard, fcntl.LOCK_EX)
         fd = os.open(lease, os.O_RDONLY | os.O_CLOEXEC)  # proof of ownership
@@ -230,6 +244,39 @@ def measure(backend: str, n: int, reps: int) -> dict[str, float]:
                     build.build_step(spec, location, decision=planned, upstream=[])
                 times[name].append(time.perf_counter() - t0)
     return {name: statistics.median(times[name]) / len(steps) * 1e3 for name in names}
+
+
+def calls_alone_worker(
+    backend: str, n: int, threads: int, kind: str = "random", reps: int = 1
+) -> dict[str, Any]:
+    """Seconds for the file-system calls of the ``n``-step ``kind`` graph's builds alone (each
+    step's own and its inputs' reads), split over ``threads`` threads as a runner's builds are,
+    each thread in a folder of its own: the floor of a runner row on the same file system. The
+    median of ``reps``, each on a fresh prefix."""
+    _, steps, _ = lowered(kind, n)
+    shares = [steps[k::threads] for k in range(threads)]
+    runs: list[float] = []
+    for rep in range(reps):
+        with fresh_prefix(backend, f"alone{threads}r{rep}") as prefix:
+            roots = [f"{prefix}/t{k}" for k in range(threads)]
+            for root in roots:
+                os.mkdir(root)
+            workers = [
+                threading.Thread(target=_syscalls_alone, args=(root, len(share), _inputs(share)))
+                for root, share in zip(roots, shares, strict=True)
+            ]
+            t0 = time.perf_counter()
+            for thread in workers:
+                thread.start()
+            for thread in workers:
+                thread.join()
+            runs.append(time.perf_counter() - t0)
+    return {"n": len(steps), "seconds": statistics.median(runs), "runs": runs}
+
+
+def _inputs(steps: Sequence[StepSpec]) -> list[int]:
+    """Each step's number of distinct dependencies: the records its build reads."""
+    return [len({dep.step_id for dep in spec.deps}) for spec in steps]
 
 
 def calls_worker() -> dict[str, Any]:

@@ -32,7 +32,8 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-import tables  # noqa: E402  (benchmarks/ is not a package)
+import file_systems  # noqa: E402  (benchmarks/ is not a package)
+import tables  # noqa: E402
 
 SECTIONS = (
     "overhead",
@@ -254,33 +255,56 @@ def bench_overhead(h: Harness) -> None:
 def _threads(h: Harness) -> None:
     """The runner on one thread against eight, side by side, with the context switches each
     makes per step: where eight threads cost more than one, that is the GIL changing hands
-    around each system call (a thread that blocks, and one that waits to run Python again)."""
+    around each system call (a thread that blocks, and one that waits to run Python again).
+
+    On local disk and on tmpfs (the same code on a local path, with no disk below it), also
+    the builds' file-system calls alone on as many threads: the floor of that runner row, so
+    that what the runner adds above the file system is measured, not guessed."""
     n = 500 if h.quick else 5000
     rounds = 1 if h.quick else 3
     order = random.Random(23)
-    for backend in ("local", "memory"):
-        ms: dict[int, list[float]] = {1: [], 8: []}
+    backends = ["local", "tmpfs", "memory"]
+    if not file_systems.tmpfs_available():
+        backends.remove("tmpfs")
+        h.add("overhead", f"tmpfs random n={n}", None, "ms/step",
+              note=f"skipped: {file_systems.TMPFS} is not a tmpfs mount here")  # fmt: skip
+    for backend in backends:
+        kinds = ["runner"] if backend == "memory" else ["runner", "calls"]
+        ms: dict[tuple[str, int], list[float]] = {(k, mc): [] for k in kinds for mc in (1, 8)}
         switches: dict[int, list[float]] = {1: [], 8: []}
         for _ in range(rounds):
-            sizes = [1, 8]
-            order.shuffle(sizes)
-            for mc in sizes:
+            runs = list(ms)
+            order.shuffle(runs)
+            for kind, mc in runs:
+                if kind == "calls":
+                    r = h.worker("calls_alone", 300, backend=backend, n=n, threads=mc)
+                    if r is not None:
+                        ms[kind, mc].append(r["seconds"] / r["n"] * 1e3)
+                    continue
                 r = h.worker("overhead", 300, backend=backend, n=n, reps=1, max_concurrent=mc)
                 if r is None:
                     continue
-                ms[mc].append(r["run_median_s"] / r["n"] * 1e3)
+                ms[kind, mc].append(r["run_median_s"] / r["n"] * 1e3)
                 switches[mc].append(r["context_switches"][0] / r["n"])
-        for mc in (1, 8):
-            if not ms[mc]:
-                h.add("overhead", f"{backend} random n={n}, {mc} thread(s)", None, "ms/step",
-                      note="timed out")  # fmt: skip
+        for (kind, mc), values in ms.items():
+            metric = f"{backend} random n={n}, {mc} thread(s)"
+            if kind == "calls":
+                metric += f": {SYSCALLS_ALONE}"
+            if not values:
+                h.add("overhead", metric, None, "ms/step", note="timed out")
                 continue
-            note = f"median of {len(ms[mc])}, in random order with the other"
-            h.add("overhead", f"{backend} random n={n}, {mc} thread(s)",
-                  statistics.median(ms[mc]), "ms/step", note=note)  # fmt: skip
-            h.add("overhead", f"{backend} random n={n}, {mc} thread(s): context switches",
-                  statistics.median(switches[mc]), "per step",
-                  note="getrusage: voluntary and involuntary, all threads")  # fmt: skip
+            note = f"median of {len(values)}, in random order with the others"
+            if kind == "calls":
+                note += "; no runner, no build_step: the builds' calls to os, inputs' reads too"
+            h.add("overhead", metric, statistics.median(values), "ms/step", note=note)
+            if kind == "runner":
+                h.add(
+                    "overhead",
+                    f"{metric}: context switches",
+                    statistics.median(switches[mc]),
+                    "per step",
+                    note="getrusage: voluntary and involuntary, all threads",
+                )
 
 
 def bench_dispatch(h: Harness) -> None:
@@ -455,8 +479,8 @@ def bench_makespan(h: Harness) -> None:
 
 CALL_REASONS = {
     "open for writing": "the lease, created with O_EXCL (atomic, fails if another runner holds "
-    "it; a first failed open creates the metadata folder), the lease guard (flock) at commit, "
-    "the record's temporary file",
+    "it; on a first build after its folders, which the link check saw missing), the lease guard "
+    "(flock) at commit, the record's temporary file",
     "open for reading": "the lease read back at commit (proof of ownership)",
     "os.rename": "the record (the commit point), written to a temporary file and renamed into "
     "place",
@@ -825,6 +849,17 @@ def bench_peer(h: Harness) -> None:
             target,
             ">=",
         )
+        alone = h.worker("calls_alone", 120, backend="local", n=n, threads=8, kind=kind, reps=3)
+        if alone:
+            needed = peer["run_median_s"] / target
+            h.add(
+                "peer",
+                f"ours {kind} n={n}: {SYSCALLS_ALONE}",
+                alone["seconds"],
+                "s",
+                note=f"median of 3; our builds' calls to os on 8 threads, no runner; "
+                f"{target:g} times the peer needs {needed:.3g} s in all",
+            )
 
 
 def bench_airflow(h: Harness) -> None:
@@ -1280,8 +1315,14 @@ def merge(base: dict[str, Any], new: dict[str, Any], sections: list[str]) -> dic
     order = {name: i for i, name in enumerate(SECTIONS)}
     rows.sort(key=lambda r: order.get(r["section"], len(order)))  # stable within a section
     meta = dict(base["meta"])
+    # An earlier re-run keeps only the sections whose rows are still its own.
+    earlier = [
+        {**extra, "sections": kept}
+        for extra in meta.get("merged", [])
+        if (kept := [s for s in extra["sections"] if s not in sections])
+    ]
     meta["merged"] = [
-        *meta.get("merged", []),
+        *earlier,
         {
             "sections": sections,
             "date": new["meta"]["date"],

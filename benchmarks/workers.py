@@ -25,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import file_systems
 import graphs
 
 from marin.execution.graph import collect_steps
@@ -77,7 +78,8 @@ def clear_memory_store() -> None:
 
 @contextlib.contextmanager
 def fresh_prefix(backend: str, tag: str) -> Iterator[str]:
-    """A new empty prefix on ``local`` disk or ``memory://``; removed afterwards.
+    """A new empty prefix on ``local`` disk, on ``tmpfs`` (a local path in memory: the same
+    code as local disk, without the disk), or ``memory://``; removed afterwards.
 
     On local disk the file system is synced first: the files an earlier run created and removed
     are otherwise written back by the kernel during the next one, which then measures that
@@ -88,7 +90,8 @@ def fresh_prefix(backend: str, tag: str) -> Iterator[str]:
         clear_memory_store()
         return
     os.sync()
-    root = tempfile.mkdtemp(prefix=f"marin-bench-{tag}-")
+    where = file_systems.TMPFS if backend == "tmpfs" else None
+    root = tempfile.mkdtemp(prefix=f"marin-bench-{tag}-", dir=where)
     try:
         yield root
     finally:
@@ -778,6 +781,14 @@ def calls() -> dict[str, Any]:
     return commit_cost.calls_worker()
 
 
+def calls_alone(
+    backend: str, n: int, threads: int, kind: str = "random", reps: int = 1
+) -> dict[str, Any]:
+    import commit_cost
+
+    return commit_cost.calls_alone_worker(backend, n, threads, kind, reps)
+
+
 def commit(n_local: int, n_memory: int, reps: int) -> dict[str, Any]:
     import commit_cost
 
@@ -801,6 +812,7 @@ WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
     "output_digest": output_digest,
     "commit": commit,
     "calls": calls,
+    "calls_alone": calls_alone,
     "cached": cached,
     "overhead": overhead,
     "lowering": lowering,

@@ -146,6 +146,10 @@ def test_merge_replaces_only_the_rerun_sections() -> None:
     others = [r for r in merged["rows"] if r["section"] != "prefect"]
     assert others == [r for r in base["rows"] if r["section"] != "prefect"]
     assert "Section(s) prefect re-run separately later" in tables.run_line(merged["meta"])
+    again = run.merge(merged, {**new, "meta": {**new["meta"], "date": "last"}}, ["prefect", "rss"])
+    line = tables.run_line(again["meta"])
+    assert "re-run separately later" not in line  # none of its rows are left
+    assert "Section(s) prefect, rss re-run separately last" in line
 
 
 def test_the_commit_target_is_build_step_over_its_own_calls_in_the_same_run() -> None:
