@@ -259,7 +259,9 @@ def _threads(h: Harness) -> None:
 
     On local disk and on tmpfs (the same code on a local path, with no disk below it), also
     the builds' file-system calls alone on as many threads: the floor of that runner row, so
-    that what the runner adds above the file system is measured, not guessed."""
+    that what the runner adds above the file system is measured, not guessed. And eight threads
+    once more with the run loop's thread pinned to one CPU (an experiment, not what Marin does):
+    how much of the hand-off cost is the GIL passing between CPUs."""
     n = 500 if h.quick else 5000
     rounds = 1 if h.quick else 3
     order = random.Random(23)
@@ -271,6 +273,7 @@ def _threads(h: Harness) -> None:
     for backend in backends:
         kinds = ["runner"] if backend == "memory" else ["runner", "calls"]
         ms: dict[tuple[str, int], list[float]] = {(k, mc): [] for k in kinds for mc in (1, 8)}
+        ms["pinned", 8] = []
         switches: dict[int, list[float]] = {1: [], 8: []}
         for _ in range(rounds):
             runs = list(ms)
@@ -281,21 +284,28 @@ def _threads(h: Harness) -> None:
                     if r is not None:
                         ms[kind, mc].append(r["seconds"] / r["n"] * 1e3)
                     continue
-                r = h.worker("overhead", 300, backend=backend, n=n, reps=1, max_concurrent=mc)
+                pin = kind == "pinned"
+                r = h.worker("overhead", 300, backend=backend, n=n, reps=1, max_concurrent=mc,
+                             pin_loop=pin)  # fmt: skip
                 if r is None:
                     continue
                 ms[kind, mc].append(r["run_median_s"] / r["n"] * 1e3)
-                switches[mc].append(r["context_switches"][0] / r["n"])
+                if not pin:
+                    switches[mc].append(r["context_switches"][0] / r["n"])
         for (kind, mc), values in ms.items():
             metric = f"{backend} random n={n}, {mc} thread(s)"
             if kind == "calls":
                 metric += f": {SYSCALLS_ALONE}"
+            elif kind == "pinned":
+                metric += ", run loop pinned to one CPU"
             if not values:
                 h.add("overhead", metric, None, "ms/step", note="timed out")
                 continue
             note = f"median of {len(values)}, in random order with the others"
             if kind == "calls":
                 note += "; no runner, no build_step: the builds' calls to os, inputs' reads too"
+            elif kind == "pinned":
+                note += "; an experiment: the loop's thread on one CPU, the workers free"
             h.add("overhead", metric, statistics.median(values), "ms/step", note=note)
             if kind == "runner":
                 h.add(

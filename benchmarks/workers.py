@@ -156,6 +156,24 @@ def lowered(kind: str, n: int, seed: int = 0) -> tuple[list[StepSpec], list[Step
 # --- workers -----------------------------------------------------------------------------------
 
 
+def pin_run_loop() -> None:
+    """Run the loop's thread on one CPU of this process's set for the run's length (the worker
+    threads stay free): an experiment on where the GIL's hand-offs cost, not what Marin does."""
+    import marin.execution.orchestrate as orchestrate
+
+    run = orchestrate.RunLoop.run
+
+    def pinned(self: Any) -> None:
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {min(before)})
+        try:
+            run(self)
+        finally:
+            os.sched_setaffinity(0, before)
+
+    orchestrate.RunLoop.run = pinned  # type: ignore[method-assign]
+
+
 def overhead(
     backend: str,
     n: int,
@@ -163,12 +181,15 @@ def overhead(
     kind: str = "random",
     stub: bool = False,
     max_concurrent: int = 8,
+    pin_loop: bool = False,
 ) -> dict[str, Any]:
     """StepRunner wall time per no-op step, each repetition on a fresh prefix."""
     from marin.execution.step_runner import StepRunner
 
     if stub:
         stub_build_step()
+    if pin_loop:
+        pin_run_loop()
     rss_start = rss_kb()
     targets, steps, lower_s = lowered(kind, n)
     runs: list[float] = []
