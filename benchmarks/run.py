@@ -266,6 +266,11 @@ def _threads(h: Harness) -> None:
     rounds = 1 if h.quick else 3
     order = random.Random(23)
     backends = ["local", "tmpfs", "memory"]
+    # Pinning needs a second CPU to leave, and Linux's per-thread affinity.
+    can_pin = hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1
+    if not can_pin:
+        h.add("overhead", f"random n={n}, run loop pinned to one CPU", None, "ms/step",
+              note="skipped: one CPU, or no per-thread CPU affinity here")  # fmt: skip
     if not file_systems.tmpfs_available():
         backends.remove("tmpfs")
         h.add("overhead", f"tmpfs random n={n}", None, "ms/step",
@@ -273,7 +278,8 @@ def _threads(h: Harness) -> None:
     for backend in backends:
         kinds = ["runner"] if backend == "memory" else ["runner", "calls"]
         ms: dict[tuple[str, int], list[float]] = {(k, mc): [] for k in kinds for mc in (1, 8)}
-        ms["pinned", 8] = []
+        if can_pin:
+            ms["pinned", 8] = []
         switches: dict[int, list[float]] = {1: [], 8: []}
         for _ in range(rounds):
             runs = list(ms)
