@@ -66,6 +66,11 @@ class Row:
 
 
 QUICK_SLACK = 2.0
+LOCAL_DISK_SLACK = 4.0
+"""Quick mode's slack for the runner's local-disk row: this VM's disk alone moves it by up to
+three times between runs (as the calls-alone rows show), so twice would fail CI on the disk's
+spells, not on the code. A tenfold regression still fails."""
+LOCAL_DISK_KEYS = frozenset({"overhead.local"})
 """``--quick`` (CI) allows this factor on every target: CI machines are noisy, and the quick
 sizes are smaller; a 10x regression still fails."""
 
@@ -131,9 +136,10 @@ class Harness:
     ) -> None:
         """A row checked against a target: exactly in a full run, loosely in ``--quick``.
 
-        ``--quick`` allows ``QUICK_SLACK`` x the target, or x the committed full run's value when
-        that run already missed the target (a known miss, documented in the README), so CI fails
-        on a regression, not on a known miss. A quick-mode miss makes the run exit non-zero.
+        ``--quick`` allows ``QUICK_SLACK`` x the target (``LOCAL_DISK_SLACK`` for the local-disk
+        runner row), or x the committed full run's value when that run already missed the target
+        (a known miss, documented in the README), so CI fails on a regression, not on a known
+        miss. A quick-mode miss makes the run exit non-zero.
         """
         higher = op == ">="
         bound, target = limit, f"{op} {limit:g}"
@@ -142,7 +148,8 @@ class Harness:
             known = self.known.get(key)
             if known is not None and (known < limit if higher else known > limit):
                 base = known
-            bound = base / QUICK_SLACK if higher else base * QUICK_SLACK
+            slack = LOCAL_DISK_SLACK if key in LOCAL_DISK_KEYS else QUICK_SLACK
+            bound = base / slack if higher else base * slack
             target += f" (quick: {op} {bound:.3g})"
         met = value >= bound if higher else value <= bound
         if self.quick and not met:
@@ -280,6 +287,9 @@ def _threads(h: Harness) -> None:
         ms: dict[tuple[str, int], list[float]] = {(k, mc): [] for k in kinds for mc in (1, 8)}
         if can_pin:
             ms["pinned", 8] = []
+        if h.quick:  # within CI's minute: the runner rows, and each other kind once
+            once = {"local": (), "tmpfs": (("calls", 8),), "memory": (("pinned", 8),)}[backend]
+            ms = {k: [] for k in ms if (k[0] == "runner" and backend != "tmpfs") or k in once}
         switches: dict[int, list[float]] = {1: [], 8: []}
         for _ in range(rounds):
             runs = list(ms)
