@@ -70,7 +70,6 @@ LOCAL_DISK_SLACK = 4.0
 """Quick mode's slack for the runner's local-disk row: this VM's disk alone moves it by up to
 three times between runs (as the calls-alone rows show), so twice would fail CI on the disk's
 spells, not on the code. A tenfold regression still fails."""
-LOCAL_DISK_KEYS = frozenset({"overhead.local"})
 """``--quick`` (CI) allows this factor on every target: CI machines are noisy, and the quick
 sizes are smaller; a 10x regression still fails."""
 
@@ -148,7 +147,7 @@ class Harness:
             known = self.known.get(key)
             if known is not None and (known < limit if higher else known > limit):
                 base = known
-            slack = LOCAL_DISK_SLACK if key in LOCAL_DISK_KEYS else QUICK_SLACK
+            slack = LOCAL_DISK_SLACK if key == "overhead.local" else QUICK_SLACK
             bound = base / slack if higher else base * slack
             target += f" (quick: {op} {bound:.3g})"
         met = value >= bound if higher else value <= bound
