@@ -286,18 +286,31 @@ def _threads(h: Harness) -> None:
         ms: dict[tuple[str, int], list[float]] = {(k, mc): [] for k in kinds for mc in (1, 8)}
         if can_pin:
             ms["pinned", 8] = []
+        if backend == "memory":  # no file system below: the builds' own Python is the floor
+            ms["serial", 1] = []
+            ms["handed", 1] = []
+            if can_pin:
+                ms["handed on one CPU", 1] = []
         if h.quick:  # within CI's minute: the runner rows, and each other kind once
             once = {"local": (), "tmpfs": (("calls", 8),), "memory": (("pinned", 8),)}[backend]
             ms = {k: [] for k in ms if (k[0] == "runner" and backend != "tmpfs") or k in once}
         switches: dict[int, list[float]] = {1: [], 8: []}
+        alone_switches: dict[str, list[float]] = {kind: [] for kind in BUILDS_ALONE}
         for _ in range(rounds):
             runs = list(ms)
             order.shuffle(runs)
             for kind, mc in runs:
-                if kind == "calls":
-                    r = h.worker("calls_alone", 300, backend=backend, n=n, threads=mc)
+                if kind == "calls" or kind in BUILDS_ALONE:
+                    if kind == "calls":
+                        r = h.worker("calls_alone", 300, backend=backend, n=n, threads=mc)
+                    else:
+                        one_cpu = kind.endswith("one CPU")
+                        r = h.worker("builds_alone", 300, backend=backend, n=n,
+                                     handed=kind != "serial", one_cpu=one_cpu)  # fmt: skip
                     if r is not None:
                         ms[kind, mc].append(r["seconds"] / r["n"] * 1e3)
+                        if kind in BUILDS_ALONE:
+                            alone_switches[kind].append(r["context_switches"] / r["n"])
                     continue
                 pin = kind == "pinned"
                 r = h.worker("overhead", 300, backend=backend, n=n, reps=1, max_concurrent=mc,
@@ -313,6 +326,8 @@ def _threads(h: Harness) -> None:
                 metric += f": {SYSCALLS_ALONE}"
             elif kind == "pinned":
                 metric += ", run loop pinned to one CPU"
+            elif kind in BUILDS_ALONE:
+                metric = f"{backend} random n={n}: {BUILDS_ALONE[kind]}"
             if not values:
                 h.add("overhead", metric, None, "ms/step", note="timed out")
                 continue
@@ -321,15 +336,39 @@ def _threads(h: Harness) -> None:
                 note += "; no runner, no build_step: the builds' calls to os, inputs' reads too"
             elif kind == "pinned":
                 note += "; an experiment: the loop's thread on one CPU, the workers free"
+            elif kind in BUILDS_ALONE:
+                note += "; no runner: build_step with the upstream records a run passes"
             h.add("overhead", metric, statistics.median(values), "ms/step", note=note)
-            if kind == "runner":
+            counted = switches[mc] if kind == "runner" else alone_switches.get(kind)
+            if counted:
                 h.add(
                     "overhead",
                     f"{metric}: context switches",
-                    statistics.median(switches[mc]),
+                    statistics.median(counted),
                     "per step",
                     note="getrusage: voluntary and involuntary, all threads",
                 )
+    if can_pin and not h.quick:
+        _round_trip(h)
+
+
+BUILDS_ALONE = {
+    "serial": "the builds alone, one after another",
+    "handed": "the builds alone, each handed to one thread and back",
+    "handed on one CPU": "the builds alone, each handed to one thread and back, both on one CPU",
+}
+"""The ``memory://`` rows without a runner (``hand_off.builds_alone_worker``)."""
+
+
+def _round_trip(h: Harness) -> None:
+    """What one hand-off between two threads costs here, with nothing else done."""
+    r = h.worker("round_trip", 120, count=20000, reps=5)
+    if r is None:
+        h.add("overhead", "thread round trip", None, "us", note="timed out")
+        return
+    for name, where in (("across", "on two CPUs"), ("same", "both on one CPU")):
+        h.add("overhead", f"thread round trip through two queues, {where}", r[name], "us",
+              note="median of 5 x 20,000; one item there and back, nothing else done")  # fmt: skip
 
 
 def bench_dispatch(h: Harness) -> None:

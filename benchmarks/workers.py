@@ -197,11 +197,11 @@ def overhead(
     out: dict[str, Any] = {"n": len(steps), "lower_s": lower_s}
     for rep in range(reps):
         with fresh_prefix(backend, f"{kind}{n}r{rep}") as prefix:
-            before = _context_switches()
+            before = context_switches()
             t0 = time.perf_counter()
             StepRunner(max_concurrent, prefix).run(targets)
             runs.append(time.perf_counter() - t0)
-            switches.append(_context_switches() - before)
+            switches.append(context_switches() - before)
             if rep == 0:
                 out["rss_peak_kb"] = rss_kb()
                 out["rss_start_kb"] = rss_start
@@ -211,7 +211,7 @@ def overhead(
     return out
 
 
-def _context_switches() -> int:
+def context_switches() -> int:
     """This process's context switches so far, all its threads (voluntary: a thread blocked, on
     a lock, the GIL or I/O; involuntary: the kernel preempted it)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -810,6 +810,20 @@ def calls_alone(
     return commit_cost.calls_alone_worker(backend, n, threads, kind, reps)
 
 
+def builds_alone(
+    backend: str, n: int, handed: bool, reps: int = 1, one_cpu: bool = False
+) -> dict[str, Any]:
+    import hand_off
+
+    return hand_off.builds_alone_worker(backend, n, handed, reps, one_cpu)
+
+
+def round_trip(count: int, reps: int) -> dict[str, Any]:
+    import hand_off
+
+    return hand_off.round_trip_worker(count, reps)
+
+
 def commit(n_local: int, n_memory: int, reps: int) -> dict[str, Any]:
     import commit_cost
 
@@ -834,6 +848,8 @@ WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
     "commit": commit,
     "calls": calls,
     "calls_alone": calls_alone,
+    "builds_alone": builds_alone,
+    "round_trip": round_trip,
     "cached": cached,
     "overhead": overhead,
     "lowering": lowering,
