@@ -267,7 +267,9 @@ def _threads(h: Harness) -> None:
     the builds' file-system calls alone on as many threads: the floor of that runner row, so
     that what the runner adds above the file system is measured, not guessed. And eight threads
     once more with the run loop's thread pinned to one CPU (an experiment, not what Marin does):
-    how much of the hand-off cost is the GIL passing between CPUs."""
+    how much of the hand-off cost is the GIL passing between CPUs. On ``memory://``, where there
+    are no calls to time, the builds without a runner instead (``BUILDS_ALONE``), and a bare
+    thread round trip: the builds' own Python apart from the hand-offs around them."""
     n = 500 if h.quick else 5000
     rounds = 1 if h.quick else 3
     order = random.Random(23)
