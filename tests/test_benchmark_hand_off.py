@@ -49,12 +49,30 @@ def test_the_builds_alone_build_every_step_once_with_the_run_upstream(
     assert any(upstream for _, _, upstream, _ in calls)  # the graph has dependencies to pass
 
 
-def test_a_round_trip_is_timed_on_the_cpus_asked_and_gives_them_back() -> None:
+def test_a_round_trip_runs_each_thread_on_the_cpu_asked_and_gives_the_cpus_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     before = os.sched_getaffinity(0)
+    pinned: list[tuple[str, set[int]]] = []
+    real = os.sched_setaffinity
+
+    def recorded(pid: int, cpus: set[int]) -> None:
+        pinned.append((threading.current_thread().name, set(cpus)))
+        real(pid, cpus)
+
+    monkeypatch.setattr(os, "sched_setaffinity", recorded)
     result = hand_off.round_trip_worker(200, 1)
+
+    first = min(before)
     assert result["same"] > 0
+    assert ("MainThread", {first}) in pinned
+    assert pinned[-1] == ("MainThread", before)  # the caller's CPUs are given back
+    echoed = {frozenset(cpus) for name, cpus in pinned if name != "MainThread"}
     if len(before) > 1:
+        second = sorted(before)[1]
         assert result["across"] > 0
+        assert echoed == {frozenset({second}), frozenset({first})}  # across, then the same
     else:
         assert result["across"] is None  # one CPU: there is no other to hand over to
+        assert echoed == {frozenset({first})}
     assert os.sched_getaffinity(0) == before
