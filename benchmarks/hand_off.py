@@ -105,21 +105,19 @@ def builds_alone_worker(
     }
 
 
-def _round_trips(count: int, cpus: tuple[int, int] | None) -> float:
+def _round_trips(count: int, cpus: tuple[int, int]) -> float:
     """Seconds for ``count`` round trips between this thread and another; ``cpus``: the CPU of
-    each (None: wherever the kernel puts them)."""
+    each."""
     there: queue.SimpleQueue[int | None] = queue.SimpleQueue()
     back: queue.SimpleQueue[int] = queue.SimpleQueue()
 
     def echo() -> None:
-        if cpus is not None:
-            os.sched_setaffinity(0, {cpus[1]})
+        os.sched_setaffinity(0, {cpus[1]})
         while (item := there.get()) is not None:
             back.put(item)
 
     before = os.sched_getaffinity(0)
-    if cpus is not None:
-        os.sched_setaffinity(0, {cpus[0]})
+    os.sched_setaffinity(0, {cpus[0]})
     thread = threading.Thread(target=echo, daemon=True)
     thread.start()
     try:
