@@ -26,19 +26,10 @@ from typing import Any
 from workers import context_switches, fresh_prefix, lowered
 
 from marin.execution.build import BuildOutcome, build_step
-from marin.execution.decide import Policy, Stored, Upstream, decide
+from marin.execution.decide import Policy, plan_graph
 from marin.execution.records import ArtifactRecord
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import open_prefix
-
-
-def _upstream(spec: StepSpec, built: dict[str, ArtifactRecord]) -> list[Upstream]:
-    """As a run passes them: each dependency built in this run, rebuilt and committed."""
-    ups = {
-        dep.step_id: Upstream(dep.step_id, built[dep.output_path], rebuilt=True, committed=True)
-        for dep in spec.deps
-    }
-    return list(ups.values())
 
 
 def _handed_to_a_thread() -> tuple[Callable[[Callable[[], BuildOutcome]], BuildOutcome], Any]:
@@ -72,8 +63,10 @@ def builds_alone_worker(
     ``one_cpu``: the whole process (both threads) on one CPU of its set."""
     if one_cpu:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    _, steps, _ = lowered("random", n)
-    planned = [decide(spec, Stored(), [], Policy(), needed=True) for spec in steps]
+    targets, steps, _ = lowered("random", n)
+    # A fresh prefix holds nothing: the plan a runner makes there builds every step.
+    plan = plan_graph(steps, targets, {}, Policy())
+    assert len(plan.to_build) == len(steps), "a fresh prefix must build every step"
     runs: list[float] = []
     switches: list[int] = []
     for rep in range(reps):
@@ -85,12 +78,11 @@ def builds_alone_worker(
             gc.freeze()
             before = context_switches()
             t0 = time.perf_counter()
-            for spec, decision in zip(steps, planned, strict=True):
-                ups = _upstream(spec, built)
+            for spec in steps:
+                ups = plan.upstream(spec, built)  # as the run loop passes them
 
-                def job(spec: StepSpec = spec, planned: Any = decision, ups: Any = ups,
-                        at: Any = location) -> Any:  # fmt: skip
-                    return build_step(spec, at, decision=planned, upstream=ups)
+                def job(spec: StepSpec = spec, ups: Any = ups, at: Any = location) -> Any:
+                    return build_step(spec, at, decision=plan.of(spec), upstream=ups)
 
                 built[spec.output_path] = call(job).record
             runs.append(time.perf_counter() - t0)

@@ -66,12 +66,12 @@ class Row:
 
 
 QUICK_SLACK = 2.0
+"""``--quick`` (CI) allows this factor on every target: CI machines are noisy, and the quick
+sizes are smaller; a 10x regression still fails."""
 LOCAL_DISK_SLACK = 4.0
 """Quick mode's slack for the runner's local-disk row: this VM's disk alone moves it by up to
 three times between runs (as the calls-alone rows show), so twice would fail CI on the disk's
 spells, not on the code. A tenfold regression still fails."""
-"""``--quick`` (CI) allows this factor on every target: CI machines are noisy, and the quick
-sizes are smaller; a 10x regression still fails."""
 
 
 class Harness:
@@ -306,9 +306,8 @@ def _threads(h: Harness) -> None:
                     if kind == "calls":
                         r = h.worker("calls_alone", 300, backend=backend, n=n, threads=mc)
                     else:
-                        one_cpu = kind.endswith("one CPU")
-                        r = h.worker("builds_alone", 300, backend=backend, n=n,
-                                     handed=kind != "serial", one_cpu=one_cpu)  # fmt: skip
+                        how = BUILDS_ALONE[kind][1]
+                        r = h.worker("builds_alone", 300, backend=backend, n=n, **how)
                     if r is not None:
                         ms[kind, mc].append(r["seconds"] / r["n"] * 1e3)
                         if kind in BUILDS_ALONE:
@@ -329,7 +328,7 @@ def _threads(h: Harness) -> None:
             elif kind == "pinned":
                 metric += ", run loop pinned to one CPU"
             elif kind in BUILDS_ALONE:
-                metric = f"{backend} random n={n}: {BUILDS_ALONE[kind]}"
+                metric = f"{backend} random n={n}: {BUILDS_ALONE[kind][0]}"
             if not values:
                 h.add("overhead", metric, None, "ms/step", note="timed out")
                 continue
@@ -354,12 +353,16 @@ def _threads(h: Harness) -> None:
         _round_trip(h)
 
 
-BUILDS_ALONE = {
-    "serial": "the builds alone, one after another",
-    "handed": "the builds alone, each handed to one thread and back",
-    "handed on one CPU": "the builds alone, each handed to one thread and back, both on one CPU",
+BUILDS_ALONE: dict[str, tuple[str, dict[str, bool]]] = {
+    "serial": ("the builds alone, one after another", {"handed": False}),
+    "handed": ("the builds alone, each handed to one thread and back", {"handed": True}),
+    "handed on one CPU": (
+        "the builds alone, each handed to one thread and back, both on one CPU",
+        {"handed": True, "one_cpu": True},
+    ),
 }
-"""The ``memory://`` rows without a runner (``hand_off.builds_alone_worker``)."""
+"""The ``memory://`` rows without a runner: kind -> (its row's words, the arguments of
+``hand_off.builds_alone_worker`` that make it)."""
 
 
 def _round_trip(h: Harness) -> None:
