@@ -306,8 +306,9 @@ def _threads(h: Harness) -> None:
                     if kind == "calls":
                         r = h.worker("calls_alone", 300, backend=backend, n=n, threads=mc)
                     else:
-                        how = BUILDS_ALONE[kind][1]
-                        r = h.worker("builds_alone", 300, backend=backend, n=n, **how)
+                        _, handed, one_cpu = BUILDS_ALONE[kind]
+                        r = h.worker("builds_alone", 300, backend=backend, n=n, handed=handed,
+                                     one_cpu=one_cpu)  # fmt: skip
                     if r is not None:
                         ms[kind, mc].append(r["seconds"] / r["n"] * 1e3)
                         if kind in BUILDS_ALONE:
@@ -353,16 +354,17 @@ def _threads(h: Harness) -> None:
         _round_trip(h)
 
 
-BUILDS_ALONE: dict[str, tuple[str, dict[str, bool]]] = {
-    "serial": ("the builds alone, one after another", {"handed": False}),
-    "handed": ("the builds alone, each handed to one thread and back", {"handed": True}),
+BUILDS_ALONE: dict[str, tuple[str, bool, bool]] = {
+    "serial": ("the builds alone, one after another", False, False),
+    "handed": ("the builds alone, each handed to one thread and back", True, False),
     "handed on one CPU": (
         "the builds alone, each handed to one thread and back, both on one CPU",
-        {"handed": True, "one_cpu": True},
+        True,
+        True,
     ),
 }
-"""The ``memory://`` rows without a runner: kind -> (its row's words, the arguments of
-``hand_off.builds_alone_worker`` that make it)."""
+"""The ``memory://`` rows without a runner: kind -> (its row's words, and the ``handed`` and
+``one_cpu`` arguments of ``hand_off.builds_alone_worker`` that make it)."""
 
 
 def _round_trip(h: Harness) -> None:
