@@ -6,6 +6,7 @@ Airflow's runtime; the sandbox's database is migrated once and copied for later 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,3 +30,25 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 def calls(tmp_path: Path) -> Path:
     """The side-effect file the toy steps append their events to."""
     return tmp_path / "calls.jsonl"
+
+
+@pytest.fixture
+def marin_airflow_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """``caplog``, listening on the ``marin.airflow`` logger itself, at WARNING and above.
+
+    Airflow's first import in a process (inside a runtime call, when a test runs alone or
+    first) configures logging and removes pytest's capturing handler from the root logger, so a
+    warning logged after it would reach ``caplog`` in the full suite only. A handler on the
+    logger itself survives that; the logger stops propagating meanwhile, so nothing is
+    captured twice."""
+    logger = logging.getLogger("marin.airflow")
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(caplog.handler)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+    try:
+        yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)
+        logger.setLevel(level)
+        logger.propagate = propagate

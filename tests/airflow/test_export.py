@@ -390,7 +390,7 @@ def test_marin_cli_entry_point(tmp_path: Path) -> None:
 
 
 def test_runtime_builds_then_caches_then_refuses_stale_fingerprint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marin_airflow_log: pytest.LogCaptureFixture
 ) -> None:
     from tests.airflow.airflow_pipelines import CALLS_ENV, LR_ENV, read_calls
 
@@ -431,11 +431,10 @@ def test_runtime_builds_then_caches_then_refuses_stale_fingerprint(
     # whole graph anyway: a step's task checks its own fingerprint and lowers only ancestors.
     digest = graph_digest((t.step_id, t.fingerprint) for t in result.tasks)
     plan_kwargs = {k: v for k, v in kwargs.items() if k not in ("step", "fingerprint")}
-    with caplog.at_level("WARNING", logger="marin.airflow"):
-        runtime.plan_steps(prefix=str(tmp_path / "p"), graph_digest=digest, **plan_kwargs)
-        assert "stale" not in caplog.text
-        runtime.plan_steps(prefix=str(tmp_path / "p"), graph_digest="0" * 16, **plan_kwargs)
-        assert "the DAG file is stale: the pipeline's steps changed" in caplog.text
+    runtime.plan_steps(prefix=str(tmp_path / "p"), graph_digest=digest, **plan_kwargs)
+    assert "stale" not in marin_airflow_log.text
+    runtime.plan_steps(prefix=str(tmp_path / "p"), graph_digest="0" * 16, **plan_kwargs)
+    assert "the DAG file is stale: the pipeline's steps changed" in marin_airflow_log.text
 
     with pytest.raises(runtime.StaleDagError, match="no longer has a step af/gone@v1"):
         runtime.run_step(prefix=str(tmp_path / "p"), **{**kwargs, "step": "af/gone@v1"})

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import json
-import logging
 import shlex
 from pathlib import Path
 from typing import Any
@@ -118,25 +117,24 @@ def test_a_pattern_that_matches_nothing_exits_2_and_writes_nothing(
 
 
 def test_the_plan_task_plans_only_the_selection(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, marin_airflow_log: pytest.LogCaptureFixture
 ) -> None:
     dags = tmp_path / "dags"
     result = build_export(EXAMPLE, str(dags), select=["ngram/eval/bigram*"])
     values = constants(result.text)
     runtime.clear_cache()
-    with caplog.at_level(logging.WARNING, logger="marin.airflow"):
-        plan = runtime.plan_steps(
-            target=values["TARGET"],
-            graph_digest=values["GRAPH_DIGEST"],
-            select=values["SELECT"],
-            exclude=values["EXCLUDE"],
-            prefix=str(tmp_path / "p"),
-            dag_dir=str(dags),
-        )
+    plan = runtime.plan_steps(
+        target=values["TARGET"],
+        graph_digest=values["GRAPH_DIGEST"],
+        select=values["SELECT"],
+        exclude=values["EXCLUDE"],
+        prefix=str(tmp_path / "p"),
+        dag_dir=str(dags),
+    )
     assert set(plan["build"]) == {t.step_id for t in result.tasks}
     assert plan["prune"] == []
     # The digest is of the selected steps, so a selected export is not reported stale.
-    assert "stale" not in caplog.text
+    assert "stale" not in marin_airflow_log.text
 
 
 def test_a_bad_selection_in_the_dag_file_is_an_option_error(tmp_path: Path) -> None:
