@@ -34,7 +34,6 @@ import functools
 import io
 import logging
 import os
-import random
 import threading
 import time
 import traceback
@@ -58,7 +57,7 @@ from marin.execution.errors import (
 )
 from marin.execution.executors import Deferred
 from marin.execution.faults import crash_point
-from marin.execution.ids import new_id
+from marin.execution.ids import jitter, new_id
 from marin.execution.inspect import read_stored_step
 from marin.execution.lease import (
     Heartbeat,
@@ -367,7 +366,7 @@ def _wait_out(
         if holder.holder != last_holder or now - last_log > LEASE_WAIT_LOG_EVERY_S:
             log.info("wait %s: %s %s", spec.step_id, what, holder.describe())
             last_holder, last_log = holder.holder, now
-        time.sleep(delay * (0.5 + random.random() / 2))
+        time.sleep(delay * (0.5 + jitter() / 2))
         delay = min(delay * 2, LEASE_WAIT_MAX_DELAY_S)
 
 

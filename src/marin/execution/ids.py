@@ -1,4 +1,5 @@
-"""Unique ids for builds, leases and temporary files, without a system call per id.
+"""Unique ids for builds, leases and temporary files, without a system call per id; and the
+jitter of every backoff, from the same private generator.
 
 ``uuid.uuid4()`` reads ``os.urandom`` each time: a system call, which also hands the GIL to
 another thread, on every build (twice: the build id and the lease token) and every local atomic
@@ -7,7 +8,10 @@ every reader of the prefix sees), so a private generator seeded once from ``os.u
 
 It is private so that no user code can reseed it: a step that calls ``random.seed(0)`` must not
 make two processes draw the same lease tokens. A forked child reseeds it (``register_at_fork``),
-so parent and child never share a sequence.
+so parent and child never share a sequence. The backoffs draw their jitter from it too: a
+draw from the ``random`` module would move the global state that a step's ``fn`` may have
+seeded for a reproducible experiment (another thread's retry would change what its next draw
+returns), and after a ``random.seed(0)`` in every process, their retries would run in step.
 
 The process id is kept the same way: ``os.getpid`` is a system call too (glibc does not cache
 it), asked by the lease holder and the provenance of every build.
@@ -40,3 +44,9 @@ def current_pid() -> int:
 def new_id() -> str:
     """32 hex digits: a random (version 4) UUID, as ``uuid.uuid4().hex`` spells it."""
     return uuid.UUID(int=_rng.getrandbits(128), version=4).hex
+
+
+def jitter() -> float:
+    """A uniform draw in [0, 1), for a backoff's jitter; the global ``random`` state is neither
+    read nor moved (see the module docstring)."""
+    return _rng.random()

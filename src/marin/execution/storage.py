@@ -31,7 +31,6 @@ import contextlib
 import errno
 import logging
 import os
-import random
 import re
 import shutil
 import stat
@@ -45,6 +44,7 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
 
 from marin.execution.errors import StorageError, SymlinkError
+from marin.execution.ids import jitter
 from marin.execution.prefix_policy import check_prefix
 
 log = logging.getLogger("marin")
@@ -240,7 +240,7 @@ def with_retries(op: Callable[[], T], what: str) -> T:
                     "check that the storage is reachable and writable, then run again; "
                     "nothing was committed for this step",
                 ) from exc
-            delay = RETRY_BASE_DELAY * (2**attempt) * (1 + random.random())
+            delay = RETRY_BASE_DELAY * (2**attempt) * (1 + jitter())
             log.warning("retrying %s after %s (attempt %d)", what, exc, attempt + 1)
             time.sleep(delay)
     raise AssertionError("unreachable")
