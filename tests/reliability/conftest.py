@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
 import sys
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +156,37 @@ def store_prefix(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]
     else:
         request.getfixturevalue("gcs_server")
         yield f"gs://{GCS_BUCKET}/{uuid.uuid4().hex[:10]}"
+
+
+class LogEvent(logging.Handler):
+    """Sets ``event`` when the ``marin`` logger emits a message containing ``text``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.text = text
+        self.event = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.event.set()
+
+
+@pytest.fixture
+def log_event() -> Iterator[Callable[[str], threading.Event]]:
+    """``watch(text)``: an event set once the ``marin`` logger emits a message containing ``text``
+    (INFO and above, for this test): tests synchronise on log lines, not sleeps."""
+    logger = logging.getLogger("marin")
+    handlers: list[LogEvent] = []
+    level = logger.level
+    logger.setLevel(logging.INFO)
+
+    def watch(text: str) -> threading.Event:
+        handler = LogEvent(text)
+        logger.addHandler(handler)
+        handlers.append(handler)
+        return handler.event
+
+    yield watch
+    for handler in handlers:
+        logger.removeHandler(handler)
+    logger.setLevel(level)

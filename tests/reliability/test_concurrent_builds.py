@@ -4,11 +4,10 @@ with an event and lets the other go on a log line it waits for: no sleeps."""
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import fsspec
@@ -24,38 +23,6 @@ from marin.execution.storage import open_prefix
 
 WAIT_S = 30.0
 """How long a test waits for an event that the fixed code always reaches at once."""
-
-
-class LogEvent(logging.Handler):
-    """Sets ``event`` when the ``marin`` logger emits a message containing ``text``."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(logging.DEBUG)
-        self.text = text
-        self.event = threading.Event()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.text in record.getMessage():
-            self.event.set()
-
-
-@pytest.fixture
-def log_event() -> Iterator[Callable[[str], threading.Event]]:
-    logger = logging.getLogger("marin")
-    handlers: list[LogEvent] = []
-    level = logger.level
-    logger.setLevel(logging.INFO)
-
-    def watch(text: str) -> threading.Event:
-        handler = LogEvent(text)
-        logger.addHandler(handler)
-        handlers.append(handler)
-        return handler.event
-
-    yield watch
-    for handler in handlers:
-        logger.removeHandler(handler)
-    logger.setLevel(level)
 
 
 class Background:

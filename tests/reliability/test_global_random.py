@@ -3,10 +3,9 @@ for a reproducible experiment draws the same numbers whatever another build's re
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,18 +21,6 @@ WAIT_S = 30.0
 
 def _noop(out_path: str) -> str:
     return "built"
-
-
-class _Seen(logging.Handler):
-    """Sets ``event`` once a ``marin`` log message contains ``text``."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text, self.event = text, threading.Event()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.text in record.getMessage():
-            self.event.set()
 
 
 @pytest.fixture
@@ -64,18 +51,14 @@ def test_a_storage_retry_leaves_the_global_random_state_alone(
 
 
 def test_waiting_for_a_held_lease_leaves_the_global_random_state_alone(
-    seeded: object, tmp_path: Path
+    seeded: object, tmp_path: Path, log_event: Callable[[str], threading.Event]
 ) -> None:
     step = apply("g/s", _noop, version="v0", out_path=OUT).lower()
     location = open_prefix(str(tmp_path / "prefix"))
     location.check_writable()
     held = Lease(location, step.output_path, ttl=60)
     assert held.try_acquire() is None
-    seen = _Seen("wait g/s@v0: lease held by")
-    logger = logging.getLogger("marin")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(seen)
+    waiting = log_event("wait g/s@v0: lease held by")
     outcome: list[str] = []
     waiter = threading.Thread(
         target=lambda: outcome.append(build_step(step, location).action), daemon=True
@@ -84,11 +67,9 @@ def test_waiting_for_a_held_lease_leaves_the_global_random_state_alone(
         waiter.start()
         # The wait logs first, then sleeps a jittered delay: the draw has been made by the time
         # the lease is released and the waiter takes it.
-        assert seen.event.wait(WAIT_S), "the build did not wait for the held lease"
+        assert waiting.wait(WAIT_S), "the build did not wait for the held lease"
     finally:
         held.release()
         waiter.join(WAIT_S)
-        logger.removeHandler(seen)
-        logger.setLevel(level)
     assert outcome == ["built"]
     assert random.getstate() == seeded
