@@ -113,11 +113,13 @@ def work(
     after_failure_of: str | None = None,
     peers: int = 0,
     failing_attempts: int = 0,
+    after_start_of: str | None = None,
 ) -> dict[str, Any]:
     """A step that proves its inputs exist, takes ``sleep`` seconds, and writes its output.
 
     With ``after_failure_of``, it also waits until that step has failed: an ordering by event,
-    not by a sleep that a loaded machine (or a scheduler's task start-up) can outrun.
+    not by a sleep that a loaded machine (or a scheduler's task start-up) can outrun. With
+    ``after_start_of``, it waits (before failing or ending) until that step has started.
     With ``failing_attempts`` = N, its first N attempts fail: attempts are counted in the call
     log, which every process appends to (an Airflow retry runs in a new worker process).
     """
@@ -132,6 +134,8 @@ def work(
         fs, p = fsspec.core.url_to_fs(path)
         if not fs.exists(p):
             raise AssertionError(f"{step} started before its input {path} existed")
+    if after_start_of:
+        wait_for_event(after_start_of, "start")
     if after_failure_of:
         wait_for_event(after_failure_of, "fail")
     if peers:
@@ -154,8 +158,11 @@ def step(
     after_failure_of: str | None = None,
     peers: int = 0,
     failing_attempts: int = 0,
+    after_start_of: str | None = None,
 ) -> ArtifactStep:
     extra: dict[str, Any] = {"after_failure_of": after_failure_of} if after_failure_of else {}
+    if after_start_of:
+        extra["after_start_of"] = after_start_of
     if peers:
         extra["peers"] = peers
     if failing_attempts:  # only when set: the other scenarios' fingerprints stay as they were
@@ -188,10 +195,12 @@ def wide() -> ArtifactStep:
 
 
 def failing() -> list[ArtifactStep]:
-    """``bad`` fails while ``slow`` is still running (``slow`` waits for the failure, by event);
-    ``after_slow`` is independent of ``bad``."""
+    """``bad`` fails while ``slow`` is still running: ``bad`` fails only once ``slow`` has
+    started, and ``slow`` ends only after that failure, both by event (otherwise a task start-up
+    slower than ``bad`` on a loaded machine meets the failure first, and fail-fast rightly never
+    starts ``slow``); ``after_slow`` is independent of ``bad``."""
     root = step("root")
-    bad = step("bad", root, fail=True)
+    bad = step("bad", root, fail=True, after_start_of="slow")
     after_bad = step("after-bad", bad)
     slow = step("slow", root, sleep=0.1, after_failure_of="bad")
     after_slow = step("after-slow", slow)
