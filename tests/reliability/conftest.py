@@ -174,7 +174,7 @@ class LogEvent(logging.Handler):
 @pytest.fixture
 def log_event() -> Iterator[Callable[[str], threading.Event]]:
     """``watch(text)``: an event set once the ``marin`` logger emits a message containing ``text``
-    (INFO and above, for this test): tests synchronise on log lines, not sleeps."""
+    (the logger is at INFO while the test runs), so that tests wait on log lines, not sleeps."""
     logger = logging.getLogger("marin")
     handlers: list[LogEvent] = []
     level = logger.level
