@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from file_systems import TMPFS, tmpfs_available
+
 ROOT = Path(__file__).resolve().parent.parent
 
 _TIMER = """
@@ -43,7 +45,8 @@ runs = []
 for rep in range(reps):
     if backend == "local":
         os.sync()  # the last run's files written back now, not during this one
-    root = tempfile.mkdtemp(prefix="marin-cmp-") if backend == "local" else None
+    where = {{"local": None, "tmpfs": {tmpfs!r}}}
+    root = tempfile.mkdtemp(prefix="marin-cmp-", dir=where[backend]) if backend in where else None
     prefix = root or f"memory://cmp-{{uuid.uuid4().hex}}"
     gc.collect()
     t0 = time.perf_counter()
@@ -70,7 +73,9 @@ def _worktree(rev: str, where: Path) -> tuple[str, Path]:
 
 
 def _time(src: Path, backend: str, n: int, reps: int, mc: int) -> float:
-    code = _TIMER.format(bench=str(ROOT / "benchmarks"), backend=backend, n=n, reps=reps, mc=mc)
+    code = _TIMER.format(
+        bench=str(ROOT / "benchmarks"), backend=backend, n=n, reps=reps, mc=mc, tmpfs=TMPFS
+    )
     env = {**os.environ, "PYTHONPATH": str(src)}
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900
@@ -110,12 +115,22 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="runs per round (median)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-concurrent", type=int, default=8)
-    parser.add_argument("--backends", default="memory,local")
+    parser.add_argument(
+        "--backends",
+        default="memory,local",
+        help="comma-separated: memory, local (a temp dir on disk), tmpfs (one under "
+        f"{TMPFS}: the same code as local, with no disk below it)",
+    )
     parser.add_argument("--idle", type=float, default=1.0, help="seconds idle before each run")
     parser.add_argument("--output", help="write the results as JSON here")
     parser.add_argument("--markdown", help="write the table as Markdown here")
     args = parser.parse_args()
     backends = args.backends.split(",")
+    unknown = sorted(set(backends) - {"memory", "local", "tmpfs"})
+    if unknown:
+        parser.error(f"unknown backend(s) {', '.join(unknown)}: use memory, local or tmpfs")
+    if "tmpfs" in backends and not tmpfs_available():
+        parser.error(f"no tmpfs is mounted at {TMPFS} here: leave tmpfs out of --backends")
     rng = random.Random(0)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="marin-commits-") as scratch:

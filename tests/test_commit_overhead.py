@@ -274,3 +274,59 @@ def test_a_read_below_a_missing_folder_opens_nothing(tmp_path: Path) -> None:
     finally:
         active[0] = False
     assert opened == [f"{tmp_path}/step/v1.marin/record.json"]  # only the file that is there
+
+
+def test_a_metadata_read_is_one_read_with_no_fstat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each build reads its inputs' records twice and its lease once: every such read is an
+    ``open``, one ``read`` and a ``close``. Before, an ``fstat`` for the size came first (one
+    more system call, and one more hand-off of the GIL, per read)."""
+    from marin.execution import storage
+
+    record = tmp_path / "record.json"
+    record.write_bytes(b'{"a": 1}')
+    calls: list[str] = []
+    for name in ("fstat", "read"):
+        real = getattr(os, name)
+
+        def counted(*a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
+            calls.append(_name)
+            return _real(*a, **k)
+
+        monkeypatch.setattr(os, name, counted)
+    assert storage.read_no_follow(str(record)) == b'{"a": 1}'
+    monkeypatch.undo()
+    assert calls == ["read"]
+
+
+def test_a_metadata_read_still_reads_whole_files_and_refuses_what_is_not_a_file(
+    tmp_path: Path,
+) -> None:
+    """The premise: a short read of a regular file is its end. A file larger than the first
+    read is read on to its end, an empty one is empty, a folder is ``IsADirectoryError``, and
+    a FIFO (with no writer: an open that must not hang) is refused as not a regular file."""
+    from marin.execution import storage
+    from marin.execution.errors import StorageError
+
+    big = tmp_path / "big.json"
+    payload = os.urandom(storage._FIRST_READ * 3 + 17)
+    big.write_bytes(payload)
+    assert storage.read_no_follow(str(big)) == payload
+    exact = tmp_path / "exact.json"
+    exact.write_bytes(payload[: storage._FIRST_READ])
+    assert storage.read_no_follow(str(exact)) == payload[: storage._FIRST_READ]
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    assert storage.read_no_follow(str(empty)) == b""
+    with pytest.raises(IsADirectoryError) as folder:
+        storage.read_no_follow(str(tmp_path))
+    assert folder.value.filename == str(tmp_path)
+    fifo = tmp_path / "record.json"
+    os.mkfifo(fifo)
+    with pytest.raises(StorageError, match="not a regular file"):
+        storage.read_no_follow(str(fifo))
+    # As a read of the step's record: refused, never parsed as an empty or garbled one.
+    location = open_prefix(str(tmp_path))
+    with pytest.raises(StorageError, match="not a regular file"):
+        location.read_file(str(fifo))

@@ -101,30 +101,42 @@ def open_local(path: str, mode: str) -> IO[Any]:
         return open(path, mode, opener=open_no_follow)
 
 
+_FIRST_READ = 32 * 1024
+"""Bytes asked for by a metadata read's first ``read``: more than a record usually holds (a
+no-op step's is about 2 KiB), so one read answers, with no ``fstat`` for the size first."""
+
+
 def read_no_follow(path: str) -> bytes:
     """A local metadata file's bytes, never through a symbolic link (``SymlinkError``).
 
-    ``O_NONBLOCK`` so a FIFO planted under a metadata file's name cannot hang the reader; only a
-    regular file is read (a folder is ``IsADirectoryError``, as ``open`` would say).
+    ``O_NONBLOCK`` so a FIFO planted under a metadata file's name cannot hang the reader. A
+    folder is ``IsADirectoryError``, as ``open`` would say.
+
+    One ``read`` in the common case, with no ``fstat`` before it (every system call hands the
+    GIL to another thread, and each build reads its inputs' records twice): a regular file's
+    read that returns less than it asked for has reached the file's end. Only an answer that
+    says nothing (an empty read, a FIFO with nothing in it) or one that fills the whole read is
+    looked at further: a file that is not a regular one is then refused, and a large one read
+    on. A FIFO whose writer has already put bytes in reads like a planted file: those bytes,
+    untrusted data like any metadata file's.
     """
     fd = open_no_follow(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-        if not stat.S_ISREG(info.st_mode):
+        try:
+            data = os.read(fd, _FIRST_READ)
+        except IsADirectoryError:
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", path) from None
+        except BlockingIOError:  # a FIFO with a writer and nothing written yet
+            data = b""
+        if 0 < len(data) < _FIRST_READ:
+            return data
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise StorageError(
                 f"{path} is not a regular file",
                 "remove it: Marin's metadata files are plain files it writes itself",
             )
-        # One read in the common case: a regular file's read that returns less than asked for
-        # has reached its end. Only a file that grew since the fstat is read on.
-        want = info.st_size + 1
-        data = os.read(fd, want)
-        if len(data) < want:
-            return data
         chunks = [data]
-        while chunk := os.read(fd, 1 << 20):
+        while data and (chunk := os.read(fd, 1 << 20)):
             chunks.append(chunk)
         return b"".join(chunks)
     finally:
