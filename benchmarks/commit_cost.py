@@ -27,7 +27,7 @@ from workers import fresh_prefix, lowered
 import marin.execution.build as build
 from marin.execution.decide import Policy, Stored, decide
 from marin.execution.step_spec import StepSpec
-from marin.execution.storage import open_prefix
+from marin.execution.storage import _FIRST_READ, open_prefix
 
 
 class _NoHeartbeat:
@@ -153,7 +153,7 @@ def _syscalls_alone(root: str, steps: int, inputs: Sequence[int] = ()) -> float:
     about the same size, made straight from ``os`` in a loop: the floor that no Python-side
     change to ``build.py`` can go below while the build keeps those calls. ``inputs``: each
     step's number of dependencies (none when not given), whose records a build reads twice, at
-    its start and right before its commit (an open, ``fstat``, read and close each).
+    its start and right before its commit (an open, one read and a close each).
     """
     import fcntl
 
@@ -166,8 +166,7 @@ def _syscalls_alone(root: str, steps: int, inputs: Sequence[int] = ()) -> float:
             return
         for _ in range(inputs[i]):
             fd = os.open(f"{root}/s{i - 1}/v0.marin/record.json", read_flags)
-            os.fstat(fd)
-            os.read(fd, 65536)
+            os.read(fd, _FIRST_READ)
             os.close(fd)
 
     t0 = time.perf_counter()
@@ -193,7 +192,7 @@ def _syscalls_alone(root: str, steps: int, inputs: Sequence[int] = ()) -> float:
         guard = os.open(f"{lease}.guard", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC)
         fcntl.flock(guard, fcntl.LOCK_EX)
         fd = os.open(lease, os.O_RDONLY | os.O_CLOEXEC)  # proof of ownership
-        os.read(fd, 65536)
+        os.read(fd, _FIRST_READ)
         os.close(fd)
         tmp = f"{meta}/record.json.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)

@@ -190,6 +190,10 @@ def test_a_process_that_changes_directory_records_the_new_checkout(
     assert collect_provenance()["git_commit"] == theirs != here
 
 
+def _noop_reader(deps: list[str], out: str) -> None:
+    """A no-op step with dependencies (the benchmarks' graphs' kind)."""
+
+
 def _noop(out: str) -> None:
     return None
 
@@ -330,3 +334,69 @@ def test_a_metadata_read_still_reads_whole_files_and_refuses_what_is_not_a_file(
     location = open_prefix(str(tmp_path))
     with pytest.raises(StorageError, match="not a regular file"):
         location.read_file(str(fifo))
+
+
+_FILE_CALLS = {
+    "open": "open", "read": "read", "write": "write", "close": "close", "fstat": "fstat",
+    "lstat": "lstat", "stat": "stat", "mkdir": "mkdir", "makedirs": "makedirs",
+    "rename": "rename", "replace": "rename", "remove": "unlink", "unlink": "unlink",
+    "scandir": "scandir", "listdir": "listdir",
+}  # fmt: skip
+"""The ``os`` functions a local build reaches the file system through -> the system call they
+make (``replace`` and ``rename`` are one, as are ``remove`` and ``unlink``)."""
+
+
+def _file_calls(monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> dict[str, int]:
+    """How many times ``run`` calls each of ``_FILE_CALLS`` and ``fcntl.flock``."""
+    import collections
+    import fcntl
+
+    calls: collections.Counter[str] = collections.Counter()
+    with monkeypatch.context() as patch:
+        for module, names in ((os, _FILE_CALLS), (fcntl, {"flock": "flock"})):
+            for name, call in names.items():
+                real = getattr(module, name)
+
+                def counted(*a: Any, _real: Any = real, _call: str = call, **k: Any) -> Any:
+                    calls[_call] += 1
+                    return _real(*a, **k)
+
+                patch.setattr(module, name, counted)
+        run()
+    return dict(calls)
+
+
+def test_the_same_file_system_calls_alone_are_the_calls_a_build_makes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The benchmarks' floor for local builds (``commit_cost._syscalls_alone``: the row "the
+    same file-system calls alone") is only a floor if it makes what a build makes: the same
+    calls, as many times, for a first build and for one that reads an input's record."""
+    from marin.execution.decide import Policy, plan_graph
+    from marin.execution.lazy import lower
+
+    warm = open_prefix(str(tmp_path / "warm"))
+    warm.check_writable()
+    build_step(lower([apply("warm", _noop, version="v0", out=OUT)], memo={})[0], warm)
+    first = apply("s0", _noop_reader, version="v0", deps=[], out=OUT)
+    second = apply("s1", _noop_reader, version="v0", deps=[first], out=OUT)
+    specs = lower([first, second], memo={})
+    plan = plan_graph(specs, specs[-1:], {}, Policy())
+    location = open_prefix(str(tmp_path / "built"))
+    location.check_writable()
+    built: dict[str, ArtifactRecord] = {}
+
+    def builds() -> None:
+        for spec in specs:
+            ups = plan.upstream(spec, built)
+            outcome = build_step(spec, location, decision=plan.of(spec), upstream=ups)
+            built[spec.output_path] = outcome.record
+
+    by_build = _file_calls(monkeypatch, builds)
+    (tmp_path / "alone").mkdir()
+    by_floor = _file_calls(
+        monkeypatch, lambda: _commit_cost()._syscalls_alone(str(tmp_path / "alone"), 2, [0, 1])
+    )
+    assert by_build == by_floor
+    assert by_build["read"] == 4  # the lease read back twice; the input's record twice
+    assert "fstat" not in by_build
