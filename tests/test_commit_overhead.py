@@ -149,6 +149,29 @@ def test_ids_are_unique_whatever_a_step_does_to_random() -> None:
     assert len(first) == 32 and first[12] == "4"  # a version-4 UUID, as uuid4().hex spells it
 
 
+class _Bits(random.Random):
+    """A generator whose 128-bit draws are given: the extremes, then seeded random ones."""
+
+    def __init__(self, given: list[int]) -> None:
+        super().__init__(7)
+        self.given = given
+
+    def getrandbits(self, k: int) -> int:
+        return self.given.pop(0) if self.given else super().getrandbits(k)
+
+
+def test_an_id_is_the_uuid4_of_its_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uuid
+
+    from marin.execution import ids
+
+    given = [0, (1 << 128) - 1]
+    monkeypatch.setattr(ids, "_rng", _Bits(list(given)))
+    twin = _Bits(list(given))
+    for _ in range(2000):
+        assert new_id() == uuid.UUID(int=twin.getrandbits(128), version=4).hex
+
+
 def test_a_forked_child_draws_other_ids_and_names_its_own_pid() -> None:
     collect_provenance()  # the parent's facts are cached before the fork
     parent_next = new_id.__globals__["_rng"].getstate()
@@ -188,6 +211,35 @@ def test_a_process_that_changes_directory_records_the_new_checkout(
     ).stdout.strip()
     monkeypatch.chdir(other)
     assert collect_provenance()["git_commit"] == theirs != here
+
+
+@pytest.mark.parametrize(
+    "nanos",
+    [
+        0,
+        1_764_700_799_999_999_999,  # the last nanosecond of a day: the next one is a new date
+        1_764_700_800_000_000_000,
+        1_764_700_800_000_999_999,  # below a millisecond: truncated, as isoformat does
+        1_764_700_800_123_456_789,
+        4_102_444_800_500_000_000,  # 2100-01-01, past 2038
+    ],
+)
+def test_now_is_the_text_isoformat_gives(nanos: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime
+
+    from marin.execution import provenance
+
+    def expected(ns: int) -> str:
+        stamp = datetime.datetime.fromtimestamp(ns // 1_000_000_000, datetime.UTC)
+        stamp += datetime.timedelta(microseconds=ns % 1_000_000_000 // 1000)
+        return stamp.isoformat(timespec="milliseconds")
+
+    # Each instant after another one in the same second, and after one in another second:
+    # the per-second text is reused only for its own second.
+    for before in (nanos - 1, nanos - 1_000_000_000, nanos + 1_000_000_000, nanos):
+        for ns in (before, nanos):
+            monkeypatch.setattr(provenance.time, "time_ns", lambda ns=ns: ns)
+            assert provenance.now_iso() == expected(ns)
 
 
 def _noop_reader(deps: list[str], out: str) -> None:

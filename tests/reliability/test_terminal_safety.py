@@ -11,6 +11,7 @@ made as ``StepSpec``s directly, so the tests do not depend on which names the gr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
@@ -169,7 +170,7 @@ def test_graph_output_escapes_names() -> None:
     from marin.graph_view import FORMATS, render_graph
 
     up = _spec("up\x9b31m\u202e[/red]")
-    down = StepSpec(**{**{f: getattr(_spec("down"), f) for f in StepSpec.__slots__}, "deps": (up,)})
+    down = dataclasses.replace(_spec("down"), deps=(up,))
     for fmt in FORMATS:
         text = render_graph([up, down], fmt)
         _assert_safe(text)
@@ -192,7 +193,7 @@ def test_live_display_and_log_lines_escape(tmp_path: Path) -> None:
         assert release.wait(30)
 
     spec = _spec("live[/red]")
-    spec = StepSpec(**{**{f: getattr(spec, f) for f in spec.__slots__}, "run": slow})
+    spec = dataclasses.replace(spec, run=slow)
     observer = RunObserver(location, live=True, console=console)
     result: dict[str, Any] = {}
     with observer:

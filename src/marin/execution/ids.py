@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import random
-import uuid
 
 _rng = random.Random()  # seeded from os.urandom
 _pid = os.getpid()
@@ -41,9 +40,17 @@ def current_pid() -> int:
     return _pid
 
 
+# A version 4 UUID is 128 random bits with six of them fixed (RFC 9562, section 5.4): the
+# version nibble 0100 at bits 76-79 and the variant 10 at bits 62-63, counted from the right.
+_FIXED_BITS = (0xF000 << 64) | (0xC000 << 48)
+_VERSION_4 = (0x4000 << 64) | (0x8000 << 48)
+
+
 def new_id() -> str:
-    """32 hex digits: a random (version 4) UUID, as ``uuid.uuid4().hex`` spells it."""
-    return uuid.UUID(int=_rng.getrandbits(128), version=4).hex
+    """32 hex digits: a random (version 4) UUID, as ``uuid.uuid4().hex`` spells it. The bits
+    are set here, not by ``uuid.UUID(version=4)``, which took three times as long, twice per
+    build."""
+    return f"{_rng.getrandbits(128) & ~_FIXED_BITS | _VERSION_4:032x}"
 
 
 def jitter() -> float:

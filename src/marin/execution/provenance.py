@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import datetime
 import functools
 import getpass
 import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -77,8 +77,22 @@ def _user() -> str:
         return str(os.getuid())
 
 
+_second: tuple[int | None, str] = (None, "")
+"""The last whole second formatted (Unix seconds, its UTC text): a build reads the clock twice
+and a run many times a second, so the date and time are formatted once per second."""
+
+
 def now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+    """Now in UTC, to the millisecond: the text of
+    ``datetime.now(UTC).isoformat(timespec="milliseconds")``, at a third of its cost (``isoformat``
+    with a time zone was a few microseconds per call, twice per build)."""
+    global _second
+    seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
+    known = _second  # one read: another thread may replace it (a tuple, swapped whole)
+    if known[0] != seconds:
+        known = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+        _second = known
+    return f"{known[1]}.{nanos // 1_000_000:03d}+00:00"
 
 
 _facts: dict[tuple[int, str], dict[str, Any]] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.code_digest import CodeDigest
@@ -62,14 +62,15 @@ class StepSpec:
     """The code digest of the step's function (``code_digest.py``), set by lowering: reported
     as code drift against its record's, never part of the path or the fingerprint."""
 
-    @property
-    def step_id(self) -> str:
-        return f"{self.name}@{self.version}"
+    # Derived once, at construction: the scheduler and a build read them dozens of times per step.
+    step_id: str = field(init=False, repr=False)
+    """``name@version``: the step's identity in logs, records and errors."""
+    output_path: str = field(init=False, repr=False)
+    """Relative to the prefix; joined to it only at run time."""
 
-    @property
-    def output_path(self) -> str:
-        """Relative to the prefix; joined to it only at run time."""
-        return self.pin or f"{self.name}/{self.version}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "step_id", f"{self.name}@{self.version}")
+        object.__setattr__(self, "output_path", self.pin or f"{self.name}/{self.version}")
 
     def data_url(self, prefix_url: str) -> str:
         """Where consumers read this step's data under ``prefix_url``: its output, or an
