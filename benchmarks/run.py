@@ -32,7 +32,8 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-import file_systems  # noqa: E402  (benchmarks/ is not a package)
+import calibration  # noqa: E402  (benchmarks/ is not a package)
+import file_systems  # noqa: E402
 import tables  # noqa: E402
 
 SECTIONS = (
@@ -67,7 +68,10 @@ class Row:
 
 QUICK_SLACK = 2.0
 """``--quick`` (CI) allows this factor on every target: CI machines are noisy, and the quick
-sizes are smaller; a 10x regression still fails."""
+sizes are smaller; a 10x regression still fails. A time bound is multiplied again by how much
+slower this machine is at Python (``Harness.slowdown``)."""
+REFERENCE = "reference Python loop (stdlib only, no Marin code)"
+"""The metric of each section's first row: this machine's speed at Python (``calibration.py``)."""
 LOCAL_DISK_SLACK = 4.0
 """Quick mode's slack for the runner's local-disk row: this VM's disk alone moves it by up to
 three times between runs (as the calls-alone rows show), so twice would fail CI on the disk's
@@ -75,11 +79,22 @@ spells, not on the code. A tenfold regression still fails."""
 
 
 class Harness:
-    def __init__(self, quick: bool, deadline: float, known: dict[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        quick: bool,
+        deadline: float,
+        known: dict[str, float] | None = None,
+        committed_reference: dict[str, float] | None = None,
+    ) -> None:
         self.quick = quick
         self.deadline = deadline
         self.known = known or {}
         """Targets the committed full run missed: key -> its measured value (quick mode only)."""
+        self.committed_reference = committed_reference or {}
+        """Section -> the reference loop's time (ms) in the committed run, measured right
+        before that section (``calibration.py``; quick mode only)."""
+        self.reference_ms: dict[str, float] = {}
+        """Section -> the reference loop's time in this run, measured right before it."""
         self.missed: list[str] = []
         self.rows: list[Row] = []
         self.raw: dict[str, Any] = {}
@@ -138,7 +153,9 @@ class Harness:
         ``--quick`` allows ``QUICK_SLACK`` x the target (``LOCAL_DISK_SLACK`` for the local-disk
         runner row), or x the committed full run's value when that run already missed the target
         (a known miss, documented in the README), so CI fails on a regression, not on a known
-        miss. A quick-mode miss makes the run exit non-zero.
+        miss. A time (any unit but a ratio's ``x``) is allowed that much more again where this
+        machine ran the reference loop slower than the committed run's machine did. A
+        quick-mode miss makes the run exit non-zero.
         """
         higher = op == ">="
         bound, target = limit, f"{op} {limit:g}"
@@ -148,12 +165,34 @@ class Harness:
             if known is not None and (known < limit if higher else known > limit):
                 base = known
             slack = LOCAL_DISK_SLACK if key == "overhead.local" else QUICK_SLACK
-            bound = base / slack if higher else base * slack
-            target += f" (quick: {op} {bound:.3g})"
+            slower = self.slowdown(section) if unit != "x" else 1.0
+            bound = base / (slack * slower) if higher else base * slack * slower
+            machine = f", {slower:.2g}x for this machine" if slower > 1 else ""
+            target += f" (quick: {op} {bound:.3g}{machine})"
         met = value >= bound if higher else value <= bound
         if self.quick and not met:
             self.missed.append(f"{section}: {metric} = {value:.4g} {unit}, bound {bound:.3g}")
         self.add(section, metric, value, unit, target, met, note, key)
+
+    def slowdown(self, section: str) -> float:
+        """How much slower this machine ran Python just before ``section`` than the committed
+        run's machine did (at least one: see ``calibration.py``)."""
+        return calibration.slowdown(
+            self.reference_ms.get(section), self.committed_reference.get(section)
+        )
+
+    def measure_reference(self, section: str) -> None:
+        """Time the reference loop, as the first row of ``section``: this VM's speed at Python
+        moves within a minute, so each section is judged by the speed measured next to it."""
+        r = self.worker("reference", 30, reps=calibration.REPS)
+        if r is None:
+            self.add(section, REFERENCE, None, "ms", note="failed")
+            return
+        self.reference_ms[section] = r["ms"]
+        note = (
+            f"median of {len(r['runs'])}; calibration.py: --quick scales this section's times by it"
+        )
+        self.add(section, REFERENCE, r["ms"], "ms", note=note)
 
     def add(self, *args: Any, **kwargs: Any) -> None:
         row = Row(*args, **kwargs)
@@ -183,9 +222,11 @@ def bench_overhead(h: Harness) -> None:
             reps = 3 if n <= 1000 and not (h.quick and n == sizes[-1]) else 1
             if previous is not None:
                 # Skip a size whose predicted time (linear from the last one, x2 for safety)
-                # cannot fit: the row says so instead of blowing the harness's budget.
+                # cannot fit: the row says so instead of blowing the harness's budget. One size
+                # gets up to 400 s: the 50,000-step local run, which the local linearity
+                # target is judged on, takes over 120 s on a slow machine here.
                 predicted = previous * n * reps * 2
-                budget = min(h.remaining() - (40 if h.quick else 300), 240)
+                budget = min(h.remaining() - (40 if h.quick else 300), 400)
                 if predicted > budget:
                     h.add(
                         "overhead",
@@ -1321,7 +1362,10 @@ def main(argv: list[str] | None = None) -> int:
         sections = list(dict.fromkeys(["overhead", *sections]))  # it reuses its measurements
     budget = args.budget or (55.0 if args.quick else 900.0)
     started = time.monotonic()
-    h = Harness(args.quick, started + budget, known_misses(os.path.join(HERE, "results.json")))
+    committed = _committed(os.path.join(HERE, "results.json"))
+    h = Harness(
+        args.quick, started + budget, known_misses(committed), committed_references(committed)
+    )
     h.distributed = args.distributed or "distributed" in args.only.split(",")
     h.airflow_scheduler = args.airflow_scheduler
     load_before = os.getloadavg()
@@ -1335,6 +1379,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"== {name}", flush=True)
         t0 = time.monotonic()
+        h.measure_reference(name)
         BENCHES[name](h)
         h.raw.setdefault("section_seconds", {})[name] = round(time.monotonic() - t0, 2)
     total = time.monotonic() - started
@@ -1408,18 +1453,31 @@ def merge(base: dict[str, Any], new: dict[str, Any], sections: list[str]) -> dic
     return {"meta": meta, "rows": rows, "errors": errors, "raw": raw}
 
 
-def known_misses(path: str) -> dict[str, float]:
-    """Targets the committed full run missed (key -> measured value): quick mode's baseline."""
+def _committed(path: str) -> dict[str, Any]:
+    """The committed full run, or nothing (no file, or not a full run's)."""
     try:
         results = tables.load(path)
     except (OSError, ValueError):
         return {}
-    if results.get("meta", {}).get("mode") != "full":
-        return {}
+    return results if results.get("meta", {}).get("mode") == "full" else {}
+
+
+def known_misses(results: dict[str, Any]) -> dict[str, float]:
+    """Targets the committed full run missed (key -> measured value): quick mode's baseline."""
     return {
         r["key"]: r["value"]
         for r in results.get("rows", [])
         if r.get("key") and r.get("met") is False and r.get("value") is not None
+    }
+
+
+def committed_references(results: dict[str, Any]) -> dict[str, float]:
+    """Section -> the reference loop's time in the committed run, measured right before it
+    (its first row; a section re-run and merged in brings its own)."""
+    return {
+        r["section"]: r["value"]
+        for r in results.get("rows", [])
+        if r.get("metric") == REFERENCE and r.get("value")
     }
 
 

@@ -830,6 +830,12 @@ def commit(n_local: int, n_memory: int, reps: int) -> dict[str, Any]:
     return commit_cost.worker(n_local, n_memory, reps)
 
 
+def reference(reps: int) -> dict[str, Any]:
+    import calibration
+
+    return calibration.worker(reps)
+
+
 def code_digest(n: int, lookups: int, reps: int) -> dict[str, Any]:
     import cache_cost
 
@@ -843,6 +849,7 @@ def output_digest(total_mib: int, file_mib: int, small_files: int, reps: int) ->
 
 
 WORKERS: dict[str, Callable[..., dict[str, Any]]] = {
+    "reference": reference,
     "code_digest": code_digest,
     "output_digest": output_digest,
     "commit": commit,

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -135,6 +136,84 @@ def test_quick_mode_judges_targets_with_slack_and_fails_a_tenfold_regression() -
     full = run.Harness(quick=False, deadline=0.0)
     full.judge("overhead", "local", 0.6, "ms/step", "overhead.local", 0.5)  # exact in a full run
     assert full.rows[-1].met is False and not full.missed  # reported, not a failure
+
+
+def test_quick_mode_allows_a_slower_machine_more_time_never_a_faster_one_less() -> None:
+    """A time bound grows by how much slower this run's reference loop ran, right before the
+    section, than the committed run's did before the same section (``calibration.py``); a
+    ratio's bound does not."""
+    run = _run_module()
+    quick = run.Harness(quick=True, deadline=0.0, committed_reference={"dispatch": 40.0})
+    quick.reference_ms = {"dispatch": 120.0, "lowering": 120.0}  # three times slower
+    quick.judge("dispatch", "chain", 5.9, "s", "dispatch.chain", 1.0)  # 2 x 3 = 6
+    assert quick.rows[-1].met is True and not quick.missed
+    assert quick.rows[-1].target == "<= 1 (quick: <= 6, 3x for this machine)"
+    quick.judge("dispatch", "chain", 6.1, "s", "dispatch.chain", 1.0)
+    assert quick.rows[-1].met is False and len(quick.missed) == 1
+    quick.judge("dispatch", "linearity", 2.7, "x", "dispatch.linearity", 1.3)  # a ratio: 2.6
+    assert quick.rows[-1].met is False and len(quick.missed) == 2
+    quick.judge("lowering", "random", 61.0, "us/step", "lowering.random", 30.0)  # none committed
+    assert quick.rows[-1].met is False and len(quick.missed) == 3
+    faster = run.Harness(quick=True, deadline=0.0, committed_reference={"dispatch": 40.0})
+    faster.reference_ms = {"dispatch": 10.0}
+    faster.judge("dispatch", "chain", 1.9, "s", "dispatch.chain", 1.0)  # still 2, not 0.5
+    assert faster.rows[-1].met is True and faster.rows[-1].target == "<= 1 (quick: <= 2)"
+    unmeasured = run.Harness(quick=True, deadline=0.0, committed_reference={"dispatch": 40.0})
+    unmeasured.judge("dispatch", "chain", 2.1, "s", "dispatch.chain", 1.0)  # loop failed: 2
+    assert unmeasured.rows[-1].met is False
+
+
+def test_each_section_is_judged_by_the_reference_measured_before_it(tmp_path: Path) -> None:
+    """Each section's first row is the reference loop; the committed run's rows give quick
+    mode its baselines, a section re-run and merged in bringing its own."""
+    run = _run_module()
+    harness = run.Harness(quick=False, deadline=time.monotonic() + 60)
+    harness.measure_reference("dispatch")
+    row = harness.rows[-1]
+    assert (row.section, row.metric, row.unit) == ("dispatch", run.REFERENCE, "ms")
+    assert row.value == harness.reference_ms["dispatch"] > 0
+    base = tables.load(str(ROOT / "benchmarks" / "results.json"))
+    new = {
+        "meta": {**base["meta"], "date": "later", "total_s": 1.0},
+        "rows": [
+            {"section": "lowering", "metric": run.REFERENCE, "value": 75.0, "unit": "ms"},
+            {"section": "lowering", "metric": "random", "value": 1.0, "unit": "us/step"},
+        ],
+    }
+    merged = run.merge(base, new, ["lowering"])
+    references = run.committed_references(merged)
+    assert references["lowering"] == 75.0
+    assert references["dispatch"] == run.committed_references(base)["dispatch"]
+
+
+def test_the_committed_run_measured_the_reference_for_every_timed_target() -> None:
+    """Without it, --quick would judge that target on CI's machine by the committed machine's
+    clock (the failure this yardstick is for)."""
+    run = _run_module()
+    committed = tables.load(str(ROOT / "benchmarks" / "results.json"))
+    references = run.committed_references(committed)
+    timed = {
+        r["section"] for r in committed["rows"] if r.get("met") is not None and r["unit"] != "x"
+    }
+    assert timed and timed <= set(references)
+
+
+def test_the_reference_loop_runs_no_marin_code_and_always_does_the_same_work() -> None:
+    """A regression in Marin must not be able to slow the yardstick and so hide itself."""
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import calibration; "
+        "a = calibration.reference_pass(); b = calibration.reference_pass(); "
+        "r = calibration.worker(3); "
+        "print(a == b, len(r['runs']), r['ms'] > 0, "
+        "sorted(m for m in sys.modules if m.split('.')[0].startswith('marin')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT / "benchmarks")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == ["True", "3", "True", "[]"]
 
 
 def test_merge_replaces_only_the_rerun_sections() -> None:
