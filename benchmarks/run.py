@@ -99,6 +99,10 @@ class Harness:
         self.rows: list[Row] = []
         self.raw: dict[str, Any] = {}
         self.errors: dict[str, str] = {}
+        """``"section: worker(args)"`` -> why that worker gave no result (a merge drops a re-run
+        section's old errors by that prefix: a worker's name need not start with its section's)."""
+        self.section = ""
+        """The section being run: it prefixes the errors' keys."""
         self.failed = False
         self.distributed = False
         """Run the distributed section (``--distributed``): it starts servers, so opt-in."""
@@ -118,23 +122,26 @@ class Harness:
         """Run ``workers.<name>(**args)`` in a subprocess; None (and a note) on failure."""
         timeout = max(1.0, min(timeout, self.remaining()))
         cmd = [sys.executable, os.path.join(HERE, "workers.py"), name, json.dumps(args)]
-        key = f"{name}({', '.join(f'{k}={v}' for k, v in args.items())})"
+        call = f"{name}({', '.join(f'{k}={v}' for k, v in args.items())})"
+        key = f"{self.section}: {call}"
         try:
             proc = subprocess.run(
                 cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
             )
         except subprocess.TimeoutExpired:
             self.errors[key] = f"timed out after {timeout:.0f}s"
-            print(f"  {key}: timed out after {timeout:.0f}s", flush=True)
+            print(f"  {call}: timed out after {timeout:.0f}s", flush=True)
             return None
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
             self.errors[key] = "\n".join(tail)
             self.failed = True
-            print(f"  {key}: failed\n    " + "\n    ".join(tail), flush=True)
+            print(f"  {call}: failed\n    " + "\n    ".join(tail), flush=True)
             return None
         result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-        self.raw.setdefault(name, []).append({"args": args, "result": result})
+        self.raw.setdefault(name, []).append(
+            {"section": self.section, "args": args, "result": result}
+        )
         return result
 
     def judge(
@@ -933,7 +940,9 @@ def bench_peer(h: Harness) -> None:
             h.add("peer", f"Marin StepRunner {kind} n={n}", None, "s", note=" ".join(tail))
             continue
         peer = json.loads(proc.stdout.strip().splitlines()[-1])
-        h.raw.setdefault("peer", []).append({"kind": kind, "n": n, "result": peer})
+        h.raw.setdefault("peer", []).append(
+            {"section": h.section, "kind": kind, "n": n, "result": peer}
+        )
         ours = h.worker("overhead", 120, backend="local", n=n, reps=3, kind=kind)
         if not ours:
             continue
@@ -1379,6 +1388,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"== {name}", flush=True)
         t0 = time.monotonic()
+        h.section = name
         h.measure_reference(name)
         BENCHES[name](h)
         h.raw.setdefault("section_seconds", {})[name] = round(time.monotonic() - t0, 2)
@@ -1447,10 +1457,30 @@ def merge(base: dict[str, Any], new: dict[str, Any], sections: list[str]) -> dic
             "total_s": new["meta"]["total_s"],
         },
     ]
-    errors = {k: v for k, v in base.get("errors", {}).items() if not k.startswith(tuple(sections))}
+    errors = {
+        k: v for k, v in base.get("errors", {}).items() if k.partition(": ")[0] not in sections
+    }
     errors.update(new.get("errors", {}))
-    raw = {**base.get("raw", {}), **new.get("raw", {})}
-    return {"meta": meta, "rows": rows, "errors": errors, "raw": raw}
+    return {"meta": meta, "rows": rows, "errors": errors, "raw": _merge_raw(base, new, sections)}
+
+
+def _merge_raw(base: dict[str, Any], new: dict[str, Any], sections: list[str]) -> dict[str, Any]:
+    """The raw data of ``base`` with ``new``'s for ``sections``. A worker's repetitions name
+    their section: one that several sections call (the reference loop: all of them) keeps the
+    other sections' repetitions. Other raw data is one section's, and the re-run's replaces it."""
+    raw = dict(base.get("raw", {}))
+    for key, value in new.get("raw", {}).items():
+        old = raw.get(key)
+        if key == "section_seconds" and isinstance(old, dict):
+            value = {**old, **value}
+        elif isinstance(old, list) and isinstance(value, list):
+            # Repetitions from before they named a section are the re-run's to replace.
+            others = [
+                e for e in old if isinstance(e, dict) and e.get("section") not in (*sections, None)
+            ]
+            value = others + value
+        raw[key] = value
+    return raw
 
 
 def _committed(path: str) -> dict[str, Any]:

@@ -237,6 +237,52 @@ def test_merge_replaces_only_the_rerun_sections() -> None:
     assert "Section(s) prefect, rss re-run separately last" in line
 
 
+def test_merge_drops_only_the_rerun_sections_errors_and_repetitions() -> None:
+    """A re-run section's old errors and raw repetitions go, whatever its workers are called
+    (the cache section's are ``code_digest`` and ``output_digest``); another section's stay,
+    even one whose name starts with the re-run's (``cached``), and so do its repetitions of a
+    worker that every section calls (the reference loop)."""
+    run = _run_module()
+    ref = [
+        {"section": s, "args": {}, "result": {"ms": ms}}
+        for s, ms in (("cached", 1.0), ("cache", 2.0))
+    ]
+    base = {
+        "meta": {"date": "first", "mode": "full"},
+        "rows": [],
+        "errors": {
+            "cache: code_digest(n=1)": "timed out after 1s",
+            "cached: plan(n=1)": "failed",
+        },
+        "raw": {"reference": ref, "section_seconds": {"cached": 5.0, "cache": 1.0}},
+    }
+    new = {
+        "meta": {"date": "later", "load_before": [0], "load_after": [0], "total_s": 1.0},
+        "rows": [],
+        "errors": {},
+        "raw": {
+            "reference": [{"section": "cache", "args": {}, "result": {"ms": 3.0}}],
+            "section_seconds": {"cache": 9.0},
+        },
+    }
+    merged = run.merge(base, new, ["cache"])
+    assert merged["errors"] == {"cached: plan(n=1)": "failed"}
+    kept = [(e["section"], e["result"]["ms"]) for e in merged["raw"]["reference"]]
+    assert kept == [("cached", 1.0), ("cache", 3.0)]
+    assert merged["raw"]["section_seconds"] == {"cached": 5.0, "cache": 9.0}
+
+
+def test_a_workers_error_and_repetitions_name_its_section() -> None:
+    """The keys a merge goes by are written by the harness itself."""
+    run = _run_module()
+    h = run.Harness(quick=True, deadline=time.monotonic() + 60)
+    h.section = "cache"
+    assert h.worker("reference", 30, reps=1) is not None
+    assert [e["section"] for e in h.raw["reference"]] == ["cache"]
+    assert h.worker("no_such_worker", 30) is None
+    assert list(h.errors) == ["cache: no_such_worker()"]
+
+
 def test_the_commit_target_is_build_step_over_its_own_calls_in_the_same_run() -> None:
     """Issue 23's target: serial local build_step at most 1.2x the row that makes the same
     file-system calls straight from os, a ratio of two rows of one worker (not a fixed ms)."""
