@@ -143,7 +143,12 @@ def test_quick_mode_allows_a_slower_machine_more_time_never_a_faster_one_less() 
     section, than the committed run's did before the same section (``calibration.py``); a
     ratio's bound does not."""
     run = _run_module()
+
+    def as_fast_after(section: str, metric: str) -> float:
+        return 1.0  # the machine no slower right after a miss (the next test times it)
+
     quick = run.Harness(quick=True, deadline=0.0, committed_reference={"dispatch": 40.0})
+    quick.slowdown_now = as_fast_after  # type: ignore[method-assign]
     quick.reference_ms = {"dispatch": 120.0, "lowering": 120.0}  # three times slower
     quick.judge("dispatch", "chain", 5.9, "s", "dispatch.chain", 1.0)  # 2 x 3 = 6
     assert quick.rows[-1].met is True and not quick.missed
@@ -159,8 +164,34 @@ def test_quick_mode_allows_a_slower_machine_more_time_never_a_faster_one_less() 
     faster.judge("dispatch", "chain", 1.9, "s", "dispatch.chain", 1.0)  # still 2, not 0.5
     assert faster.rows[-1].met is True and faster.rows[-1].target == "<= 1 (quick: <= 2)"
     unmeasured = run.Harness(quick=True, deadline=0.0, committed_reference={"dispatch": 40.0})
+    unmeasured.slowdown_now = as_fast_after  # type: ignore[method-assign]
     unmeasured.judge("dispatch", "chain", 2.1, "s", "dispatch.chain", 1.0)  # loop failed: 2
     assert unmeasured.rows[-1].met is False
+
+
+def test_a_quick_time_that_misses_is_judged_again_by_the_loop_timed_right_after_it() -> None:
+    """This VM's speed can drop within a section, after the reference at its head (CI failed
+    so): a time that misses is judged by the slower of that reference and the loop timed right
+    after it, which gets its own row. A time that is met, and a ratio, time nothing more."""
+    run = _run_module()
+    # The committed run's loop took a microsecond: any real loop now is far slower than that.
+    h = run.Harness(
+        quick=True, deadline=time.monotonic() + 60, committed_reference={"dispatch": 0.001}
+    )
+    h.reference_ms = {"dispatch": 0.001}  # as fast as the committed run at the section's head
+    h.judge("dispatch", "chain", 1.9, "s", "dispatch.chain", 1.0)  # met: 2
+    h.judge("dispatch", "ratio", 9.0, "x", "dispatch.ratio", 1.0)  # a ratio: missed, as is
+    assert [r.met for r in h.rows] == [True, False] and len(h.missed) == 1
+    h.judge("dispatch", "chain", 50.0, "s", "dispatch.chain", 1.0)  # missed by the head's: 2
+    again, judged = h.rows[-2:]
+    assert (again.section, again.metric, again.unit) == (
+        "dispatch",
+        f"{run.REFERENCE}, again after: chain",
+        "ms",
+    )
+    assert again.value is not None and again.value > 1.0
+    assert judged.met is True and len(h.missed) == 1
+    assert "x for this machine" in judged.target
 
 
 def test_each_section_is_judged_by_the_reference_measured_before_it(tmp_path: Path) -> None:
