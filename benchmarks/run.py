@@ -74,10 +74,14 @@ REFERENCE = "reference Python loop (stdlib only, no Marin code)"
 """The metric of each section's first row: this machine's speed at Python (``calibration.py``)."""
 AGAIN_NOTE = "--quick only: a time that missed is judged by the slower of this and the first"
 """The note of the reference loop timed again right after a quick time that missed."""
-LOCAL_DISK_SLACK = 4.0
-"""Quick mode's slack for the runner's local-disk row: this VM's disk alone moves it by up to
-three times between runs (as the calls-alone rows show), so twice would fail CI on the disk's
-spells, not on the code. A tenfold regression still fails."""
+RUNNER_SLACK = {"overhead.local": 4.0, "overhead.memory": 4.0}
+"""Quick mode's slack for the runner's two eight-thread rows, which move more than twofold with
+no change to the code, for reasons the reference loop does not see: on local disk this VM's disk
+alone moves the row up to threefold between runs (as the calls-alone rows show); on
+``memory://`` the thread hand-off between this VM's two virtual CPUs does (its eight-thread rows
+at 5,000 and 10,000 steps of one committed run differ twofold, and CI measured its quick row at
+twice the value of a quick run minutes before). Twice would fail CI on those spells, not on the
+code. A tenfold regression still fails."""
 
 
 class Harness:
@@ -159,13 +163,13 @@ class Harness:
     ) -> None:
         """A row checked against a target: exactly in a full run, loosely in ``--quick``.
 
-        ``--quick`` allows ``QUICK_SLACK`` x the target (``LOCAL_DISK_SLACK`` for the local-disk
-        runner row), or x the committed full run's value when that run already missed the target
-        (a known miss, documented in the README), so CI fails on a regression, not on a known
-        miss. A time (any unit but a ratio's ``x``) is allowed that much more again where this
-        machine ran the reference loop slower than the committed run's machine did: before the
-        section, or, for a time that misses by that, right after it was measured. A quick-mode
-        miss makes the run exit non-zero.
+        ``--quick`` allows ``QUICK_SLACK`` x the target (``RUNNER_SLACK`` for the runner's
+        eight-thread rows), or x the committed full run's value when that run already missed the
+        target (a known miss, documented in the README), so CI fails on a regression, not on a
+        known miss. A time (any unit but a ratio's ``x``) is allowed that much more again where
+        this machine ran the reference loop slower than the committed run's machine did: before
+        the section, or, for a time that misses by that, right after it was measured. A
+        quick-mode miss makes the run exit non-zero.
         """
         higher = op == ">="
 
@@ -178,7 +182,7 @@ class Harness:
             known = self.known.get(key)
             if known is not None and (known < limit if higher else known > limit):
                 base = known
-            slack = LOCAL_DISK_SLACK if key == "overhead.local" else QUICK_SLACK
+            slack = RUNNER_SLACK.get(key, QUICK_SLACK)
 
             def quick_bound(slower: float) -> float:
                 return base / (slack * slower) if higher else base * slack * slower
@@ -186,7 +190,7 @@ class Harness:
             timed = unit != "x"
             slower = self.slowdown(section) if timed else 1.0
             bound = quick_bound(slower)
-            if timed and not meets(bound):
+            if timed and not meets(bound) and section in self.committed_reference:
                 # This VM's speed can change within a section, after the reference at its
                 # head: a time that misses is judged again by the loop timed right after it.
                 slower = max(slower, self.slowdown_now(section, metric))
