@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -121,15 +122,17 @@ def test_quick_mode_judges_targets_with_slack_and_fails_a_tenfold_regression() -
     assert quick.rows[-1].met is False and len(quick.missed) == 1
     quick.judge("peer", "chain", 300.0, "x", "peer.chain", 500.0, ">=")  # within 2x, higher-better
     assert quick.rows[-1].met is True and len(quick.missed) == 1
-    # The runner rows get four times (this VM's disk, and on memory:// its thread hand-off,
-    # move them twofold and more); other time rows keep two.
+    # The runner rows and the dispatch chain get four times (this VM's disk, and on memory://
+    # its thread hand-off, move them twofold and more); other time rows keep two.
     quick.judge("overhead", "local", 1.9, "ms/step", "overhead.local", 0.5)
     assert quick.rows[-1].met is True and len(quick.missed) == 1
     quick.judge("overhead", "memory", 0.57, "ms/step", "overhead.memory", 0.15)
     assert quick.rows[-1].met is True and len(quick.missed) == 1
     quick.judge("overhead", "memory", 0.61, "ms/step", "overhead.memory", 0.15)
     assert quick.rows[-1].met is False and len(quick.missed) == 2
-    quick.judge("dispatch", "chain", 2.1, "s", "dispatch.chain", 1.0)
+    quick.judge("dispatch", "chain", 3.9, "s", "dispatch.chain", 1.0)  # a hand-off chain: 4
+    assert quick.rows[-1].met is True and len(quick.missed) == 2
+    quick.judge("lowering", "random", 61.0, "us/step", "lowering.random", 30.0)  # 2: 60
     assert quick.rows[-1].met is False and len(quick.missed) == 3
     # A known miss of the committed full run: the bound is 2x what that run measured.
     known = run.Harness(quick=True, deadline=0.0, known={"overhead.local": 2.0})
@@ -145,7 +148,7 @@ def test_quick_mode_judges_targets_with_slack_and_fails_a_tenfold_regression() -
 def test_quick_mode_allows_a_slower_machine_more_time_never_a_faster_one_less() -> None:
     """A time bound grows by how much slower this run's reference loop ran, right before the
     section, than the committed run's did before the same section (``calibration.py``); a
-    ratio's bound does not."""
+    ratio's bound does not (a key with the plain slack of two: not the chain's)."""
     run = _run_module()
 
     def as_fast_after(section: str, metric: str) -> float:
@@ -154,10 +157,10 @@ def test_quick_mode_allows_a_slower_machine_more_time_never_a_faster_one_less() 
     quick = run.Harness(quick=True, deadline=0.0, committed_reference={"dispatch": 40.0})
     quick.slowdown_now = as_fast_after  # type: ignore[method-assign]
     quick.reference_ms = {"dispatch": 120.0, "lowering": 120.0}  # three times slower
-    quick.judge("dispatch", "chain", 5.9, "s", "dispatch.chain", 1.0)  # 2 x 3 = 6
+    quick.judge("dispatch", "chain", 5.9, "s", "dispatch.stubbed", 1.0)  # 2 x 3 = 6
     assert quick.rows[-1].met is True and not quick.missed
     assert quick.rows[-1].target == "<= 1 (quick: <= 6, 3x for this machine)"
-    quick.judge("dispatch", "chain", 6.1, "s", "dispatch.chain", 1.0)
+    quick.judge("dispatch", "chain", 6.1, "s", "dispatch.stubbed", 1.0)
     assert quick.rows[-1].met is False and len(quick.missed) == 1
     quick.judge("dispatch", "linearity", 2.7, "x", "dispatch.linearity", 1.3)  # a ratio: 2.6
     assert quick.rows[-1].met is False and len(quick.missed) == 2
@@ -165,11 +168,11 @@ def test_quick_mode_allows_a_slower_machine_more_time_never_a_faster_one_less() 
     assert quick.rows[-1].met is False and len(quick.missed) == 3
     faster = run.Harness(quick=True, deadline=0.0, committed_reference={"dispatch": 40.0})
     faster.reference_ms = {"dispatch": 10.0}
-    faster.judge("dispatch", "chain", 1.9, "s", "dispatch.chain", 1.0)  # still 2, not 0.5
+    faster.judge("dispatch", "chain", 1.9, "s", "dispatch.stubbed", 1.0)  # still 2, not 0.5
     assert faster.rows[-1].met is True and faster.rows[-1].target == "<= 1 (quick: <= 2)"
     unmeasured = run.Harness(quick=True, deadline=0.0, committed_reference={"dispatch": 40.0})
     unmeasured.slowdown_now = as_fast_after  # type: ignore[method-assign]
-    unmeasured.judge("dispatch", "chain", 2.1, "s", "dispatch.chain", 1.0)  # loop failed: 2
+    unmeasured.judge("dispatch", "chain", 2.1, "s", "dispatch.stubbed", 1.0)  # loop failed: 2
     assert unmeasured.rows[-1].met is False
 
 
@@ -183,10 +186,10 @@ def test_a_quick_time_that_misses_is_judged_again_by_the_loop_timed_right_after_
         quick=True, deadline=time.monotonic() + 60, committed_reference={"dispatch": 0.001}
     )
     h.reference_ms = {"dispatch": 0.001}  # as fast as the committed run at the section's head
-    h.judge("dispatch", "chain", 1.9, "s", "dispatch.chain", 1.0)  # met: 2
+    h.judge("dispatch", "chain", 1.9, "s", "dispatch.stubbed", 1.0)  # met: 2
     h.judge("dispatch", "ratio", 9.0, "x", "dispatch.ratio", 1.0)  # a ratio: missed, as is
     assert [r.met for r in h.rows] == [True, False] and len(h.missed) == 1
-    h.judge("dispatch", "chain", 50.0, "s", "dispatch.chain", 1.0)  # missed by the head's: 2
+    h.judge("dispatch", "chain", 50.0, "s", "dispatch.stubbed", 1.0)  # missed by the head's: 2
     again, judged = h.rows[-2:]
     assert (again.section, again.metric, again.unit) == (
         "dispatch",
@@ -316,6 +319,36 @@ def test_a_workers_error_and_repetitions_name_its_section() -> None:
     assert [e["section"] for e in h.raw["reference"]] == ["cache"]
     assert h.worker("no_such_worker", 30) is None
     assert list(h.errors) == ["cache: no_such_worker()"]
+
+
+def test_a_worker_that_times_out_is_killed_with_what_it_started() -> None:
+    """A timed-out worker's children (a Prefect server, say) go with it: one left running by a
+    timed-out section slowed every later measurement of a run."""
+    run = _run_module()
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    with pytest.raises(subprocess.TimeoutExpired) as caught:
+        run.run_process([sys.executable, "-c", script], 3.0)
+    grandchild = int(caught.value.output.split()[0])
+    deadline = time.monotonic() + 30
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)  # polls the condition itself: init reaps the killed orphan
+    assert not _alive(grandchild)
+    done = run.run_process([sys.executable, "-c", "print('ok')"], 30.0)
+    assert (done.returncode, done.stdout) == (0, "ok\n")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie has exited: not running any more
+        return stat.read().split(") ")[-1][0] != "Z"
 
 
 def test_the_commit_target_is_build_step_over_its_own_calls_in_the_same_run() -> None:
