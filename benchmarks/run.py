@@ -211,8 +211,9 @@ class Harness:
         )
 
     def slowdown_now(self, section: str, metric: str) -> float:
-        """``slowdown`` by the reference loop timed now, right after ``metric`` was measured;
-        its own row follows the section's (one if the loop fails)."""
+        """``slowdown`` by the reference loop timed now, right after ``metric`` was measured.
+        The reading is a row of the section, just before the judged one (empty if the loop
+        failed, which leaves the bound as it was)."""
         r = self.worker("reference", 30, reps=calibration.REPS)
         ms = None if r is None else r["ms"]
         self.add(section, f"{REFERENCE}, again after: {metric}", ms, "ms", note=AGAIN_NOTE)
