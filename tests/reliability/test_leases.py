@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -14,6 +16,7 @@ import pytest
 from marin.execution.build import build_step
 from marin.execution.lazy import OUT, apply
 from marin.execution.lease import Heartbeat, Lease, LeaseInfo, lease_store
+from marin.execution.lease.heartbeat import _COMPACT_SLACK
 from marin.execution.records import lease_path, read_record, read_status
 from marin.execution.storage import open_prefix
 
@@ -117,6 +120,39 @@ def test_heartbeat_keeps_a_short_lease_alive(store_prefix: str) -> None:
         assert Lease(location, "s/v0").try_acquire() is not None
     assert not beat.lost.is_set()
     holder.release()
+
+
+def test_ended_heartbeats_are_dropped_before_their_deadline(store_prefix: str) -> None:
+    """Builds end long before their lease's first renewal is due: the shared renewer must not
+    keep each one's heartbeat, lease and event until then (a fast run kept every build's, and
+    its per-step time grew with the run), and a heartbeat still running is still renewed."""
+    location = open_prefix(store_prefix)
+    kept_lease = Lease(location, "kept/v0", ttl=0.3)
+    assert kept_lease.try_acquire() is None
+    with Heartbeat(kept_lease) as kept:
+        ended = []
+        for i in range(300):
+            lease = Lease(location, f"s{i}/v0", ttl=60)  # first renewal due in 20 s
+            assert lease.try_acquire() is None
+            with Heartbeat(lease) as beat:
+                pass
+            lease.release()
+            ended.append(weakref.ref(beat))
+        del beat
+        gc.collect()
+        assert sum(ref() is not None for ref in ended) <= 2 + _COMPACT_SLACK
+        renewed = threading.Event()
+        renew = kept.beat
+
+        def renew_and_signal() -> bool:
+            alive = renew()
+            renewed.set()
+            return alive
+
+        kept.beat = renew_and_signal  # type: ignore[method-assign]
+        assert renewed.wait(5), "the running heartbeat was not renewed after the compaction"
+    assert not kept.lost.is_set()
+    kept_lease.release()
 
 
 def test_heartbeat_reports_a_stolen_lease(store_prefix: str) -> None:

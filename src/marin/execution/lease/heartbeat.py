@@ -14,6 +14,11 @@ from marin.execution.lease.core import Lease, _held, _held_lock
 log = logging.getLogger("marin")
 
 
+_COMPACT_SLACK = 64
+"""Stale heap entries tolerated beyond the live ones before ``_Renewer.remove`` compacts:
+compaction costs one pass over the heap, so it runs once per that many removals at least."""
+
+
 class _Renewer:
     """Renews every held lease from one daemon thread, each at a third of its TTL."""
 
@@ -40,6 +45,13 @@ class _Renewer:
     def remove(self, beat: Heartbeat) -> None:
         with self._cond:
             self._active.discard(beat)
+            # A removed beat's entry stays in the heap until its deadline (a third of its TTL
+            # away), and most builds end long before that: compact once the stale entries
+            # outnumber the live ones, or a fast run keeps every build's heartbeat, lease and
+            # event alive (the collector scanning them made per-step time grow with the run).
+            if len(self._due) > 2 * len(self._active) + _COMPACT_SLACK:
+                self._due = [entry for entry in self._due if entry[2] in self._active]
+                heapq.heapify(self._due)
             while self._beating is beat:  # never return while its renewal is in flight
                 self._cond.wait()
 
