@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +16,13 @@ pytest_plugins = ["tests.skip_policy"]
 # Prefect keeps cache records and its database under PREFECT_HOME; every test session gets its
 # own, set before anything imports Prefect.
 isolate_prefect_home()
+
+# A shell that starts a job in the background without job control starts it with SIGINT
+# ignored, and an ignored SIGINT is inherited by every process the tests start: the Ctrl-C
+# tests would then send an interrupt nobody receives. Python's own handler is what a user's
+# terminal gives, and exec resets it to the default in child processes.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
