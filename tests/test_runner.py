@@ -444,3 +444,41 @@ def test_durable_mode_fsyncs_outputs_and_record(tmp_path: Any, monkeypatch: Any)
     out = str(tmp_path / "durable" / "v0")
     assert {os.path.join(out, "a.bin"), os.path.join(out, "b.bin"), out} <= set(synced)
     assert any(p.startswith(str(tmp_path / "durable" / "v0.marin" / "record.json")) for p in synced)
+
+
+def _wander_off(elsewhere: str, out_path: str) -> str:
+    os.chdir(elsewhere)  # a step's fn that changes the process's directory
+    return "moved"
+
+
+def _stay(tag: str, out_path: str) -> str:
+    return tag
+
+
+def test_records_name_the_checkout_the_run_was_launched_from(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run reads its working directory once: a step that changes directory does not make
+    later records name another checkout's git state (or none)."""
+    checkout, elsewhere = tmp_path / "checkout", tmp_path / "elsewhere"
+    checkout.mkdir()
+    elsewhere.mkdir()
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (checkout / "pipeline.py").write_text("steps\n")
+    subprocess.run([*git, "add", "pipeline.py"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    head = subprocess.run(
+        [*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    monkeypatch.chdir(checkout)  # restored after the test, wherever the step went
+    prefix = str(tmp_path / "p")
+    wander = apply("cwd/wander", _wander_off, version="v1", elsewhere=str(elsewhere), out_path=OUT)
+    after = apply("cwd/after", _stay, version="v1", tag=wander, out_path=OUT)
+    StepRunner(max_concurrent=1, prefix=prefix).run(lower([after]))
+    assert os.getcwd() == str(elsewhere)  # the step did move the process
+    location = open_prefix(prefix)
+    for step in ("cwd/wander/v1", "cwd/after/v1"):
+        record = read_record(location, step)
+        assert record is not None
+        assert record.provenance["git_commit"] == head, step

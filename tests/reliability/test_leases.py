@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+import uuid
 import weakref
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ import pytest
 
 from marin.execution.build import build_step
 from marin.execution.lazy import OUT, apply
-from marin.execution.lease import Heartbeat, Lease, LeaseInfo, lease_store
+from marin.execution.lease import Heartbeat, Lease, LeaseInfo, heartbeat, lease_store
 from marin.execution.lease.heartbeat import _COMPACT_SLACK
 from marin.execution.records import lease_path, read_record, read_status
 from marin.execution.storage import open_prefix
@@ -153,6 +154,89 @@ def test_ended_heartbeats_are_dropped_before_their_deadline(store_prefix: str) -
         assert renewed.wait(5), "the running heartbeat was not renewed after the compaction"
     assert not kept.lost.is_set()
     kept_lease.release()
+
+
+def _fresh_renewer(monkeypatch: pytest.MonkeyPatch) -> tuple[heartbeat._Renewer, list[int]]:
+    """A renewer of the test's own (no other test's heartbeats in its heap), and a count of
+    the times anything woke its thread."""
+    renewer = heartbeat._Renewer()
+    monkeypatch.setattr(heartbeat, "_RENEWER", renewer)
+    wakes = [0]
+    notify_all = renewer._cond.notify_all
+
+    def counted() -> None:
+        wakes[0] += 1
+        notify_all()
+
+    monkeypatch.setattr(renewer._cond, "notify_all", counted)
+    return renewer, wakes
+
+
+def test_builds_ending_before_their_renewal_never_wake_the_renewer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A build's heartbeat whose first renewal is due after the renewer's next look must not
+    wake it: a woken thread takes the GIL at the building thread's next system call, and a
+    serial memory:// build paid a hand-off between CPUs at each one (issue 23). The renewer
+    used to be woken again and again once it had found its heap empty."""
+    _, wakes = _fresh_renewer(monkeypatch)
+    location = open_prefix(f"memory://wake-{uuid.uuid4().hex[:8]}")
+    for i in range(3 * _COMPACT_SLACK):  # compacted to empty twice on the way
+        lease = Lease(location, f"s{i}/v0", ttl=60)
+        assert lease.try_acquire() is None
+        with Heartbeat(lease):
+            pass
+        lease.release()
+    assert wakes[0] == 0
+
+
+def test_a_heartbeat_after_the_renewer_went_idle_is_renewed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The other side of not waking the renewer: once it has given up on more heartbeats (it
+    waits with no deadline), a new one wakes it, and one due before its next look does too."""
+    renewer, wakes = _fresh_renewer(monkeypatch)
+    asleep = threading.Event()
+    wait = renewer._cond.wait
+
+    def observed(timeout: float | None = None) -> bool:
+        if timeout is None:
+            asleep.set()  # the thread has found nothing to renew for a whole interval
+        return wait(timeout)
+
+    monkeypatch.setattr(renewer._cond, "wait", observed)
+    location = open_prefix(f"memory://idle-{uuid.uuid4().hex[:8]}")
+    first = Lease(location, "first/v0", ttl=0.3)
+    assert first.try_acquire() is None
+    with Heartbeat(first):
+        pass
+    first.release()
+    assert asleep.wait(5), "the renewer never went to sleep"
+
+    def renewals(beat: Heartbeat) -> threading.Event:
+        renewed = threading.Event()
+        renew = beat.beat
+
+        def renew_and_signal() -> bool:
+            alive = renew()
+            renewed.set()
+            return alive
+
+        beat.beat = renew_and_signal  # type: ignore[method-assign]
+        return renewed
+
+    slow_lease, fast_lease = Lease(location, "slow/v0", ttl=60), Lease(location, "fast/v0", ttl=0.3)
+    assert slow_lease.try_acquire() is None and fast_lease.try_acquire() is None
+    with Heartbeat(slow_lease) as slow:  # wakes the sleeping thread, which then waits 20 s
+        assert wakes[0] == 1
+        fast = Heartbeat(fast_lease)
+        renewed = renewals(fast)
+        with fast:  # due in 0.1 s: before the thread's next look, so it is woken again
+            assert renewed.wait(5), "a heartbeat due before the renewer's next look was not renewed"
+        assert wakes[0] >= 2
+    assert not slow.lost.is_set() and not fast.lost.is_set()
+    slow_lease.release()
+    fast_lease.release()
 
 
 def test_heartbeat_reports_a_stolen_lease(store_prefix: str) -> None:

@@ -178,6 +178,7 @@ def build_step(
     upstream: Sequence[Upstream] | None = None,
     abandon: threading.Event | None = None,
     defer_if_held: bool = False,
+    working_dir: str | None = None,
 ) -> BuildOutcome:
     """Make sure ``spec`` is built under ``location``; build it here if nobody has.
 
@@ -205,6 +206,12 @@ def build_step(
     ``defer_if_held``: when another runner's live lease holds the step, raise ``Deferred`` at
     once (having written nothing) instead of waiting for it, so a run loop can go on with other
     steps meanwhile (drivers sharing one prefix) and call again later.
+
+    ``working_dir``: the directory whose checkout the record's provenance names (its git state);
+    None reads this process's working directory at the build. A run loop reads it once, when
+    the run starts: the checkout the pipeline was launched from, even if a step's ``fn``
+    changes directory meanwhile (a ``getcwd`` per build also handed the GIL to another build's
+    thread, a cost on every build of a run).
     """
     lease_ttl = ttl_from_env() if lease_ttl is None else lease_ttl
     if policy is None:
@@ -239,8 +246,9 @@ def build_step(
     crash_point("before-lease", spec.step_id)
     try:
         return _lease_and_build(
-            spec, location, policy, decision, ups, region, lease_ttl, url, abandon, defer_if_held
-        )
+            spec, location, policy, decision, ups, region, lease_ttl, url, abandon, defer_if_held,
+            working_dir,
+        )  # fmt: skip
     except LeaseLostError as lost:
         log.warning("discard %s: %s", spec.step_id, lost.what)
         lease = Lease(location, spec.output_path, ttl=lease_ttl)
@@ -272,6 +280,7 @@ def _lease_and_build(
     url: str,
     abandon: threading.Event | None,
     defer_if_held: bool = False,
+    working_dir: str | None = None,
 ) -> BuildOutcome:
     output_seen = _output_left_by_marin(location, spec)  # before the lease: see there
     lease = Lease(location, spec.output_path, ttl=lease_ttl)
@@ -297,8 +306,9 @@ def _lease_and_build(
             )
         earlier = _earlier_attempt(present, lease, output_seen)
         return _build_holding(
-            spec, location, lease, region, upstream, decision.reason, abandon, earlier, record
-        )
+            spec, location, lease, region, upstream, decision.reason, abandon, earlier, record,
+            working_dir,
+        )  # fmt: skip
     finally:
         lease.release()
 
@@ -624,6 +634,7 @@ def _build_holding(
     abandon: threading.Event | None,
     earlier: Leftover | None,
     previous: ArtifactRecord | None = None,
+    working_dir: str | None = None,
 ) -> BuildOutcome:
     started_at, t0 = now_iso(), time.perf_counter()
     if earlier is not None:
@@ -673,7 +684,7 @@ def _build_holding(
             duration = time.perf_counter() - t0
             finished_at = now_iso()
             provenance: dict[str, Any] = {
-                **collect_provenance(finished_at),
+                **collect_provenance(finished_at, working_dir),
                 "lowered": dict(spec.provenance),
             }
             record = ArtifactRecord(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import queue
 import signal
 import threading
@@ -104,6 +105,9 @@ class BuildCall:
     defer_if_held: bool
     lease_ttl: float | None = None
     """Read once per run (``$MARIN_LEASE_TTL``) by the loop; None: ``build_step`` reads it."""
+    working_dir: str | None = None
+    """The loop's working directory, read once per run (its checkout is the records'
+    provenance); None: ``build_step`` reads its own (a build on another machine)."""
 
     def __call__(self) -> BuildOutcome:
         with assigned_devices(self.devices):
@@ -117,6 +121,7 @@ class BuildCall:
                 abandon=self.abandon,
                 defer_if_held=self.defer_if_held,
                 lease_ttl=self.lease_ttl,
+                working_dir=self.working_dir,
             )
 
 
@@ -172,8 +177,10 @@ class RunLoop:
         self.keep_going_hint = keep_going_hint
         self.retry_delay_s = retry_delay_s
         # Engine settings are read once per run, here: a fn that changes the environment
-        # cannot make a later step fail on a setting it never had.
+        # cannot make a later step fail on a setting it never had. So is the directory whose
+        # checkout the records name: the one the run was launched from.
         self.lease_ttl = ttl_from_env()
+        self.working_dir = os.getcwd()
         self.share_work = share_work
         self._decisions = plan.decisions
         self._to_build = plan.to_build
@@ -348,6 +355,8 @@ class RunLoop:
         if self.resources is None:
             return True
         spec = self._decisions[path].spec
+        if not spec.resources.amounts():
+            return True  # asks for nothing: always fits, and a grant would hold no devices
         grant = self.resources.try_acquire(spec.step_id, spec.resources)
         if grant is None:
             return False
@@ -416,6 +425,7 @@ class RunLoop:
             self._abandon,
             self.share_work,
             self.lease_ttl,
+            self.working_dir,
         )
 
     # -- served steps, re-checked when served -----------------------------------------------

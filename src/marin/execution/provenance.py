@@ -99,17 +99,18 @@ _facts: dict[tuple[int, str], dict[str, Any]] = {}
 """(pid, working directory) -> the facts that hold for it (see ``_process_facts``)."""
 
 
-def _process_facts() -> dict[str, Any]:
-    """Git state (of the working directory), user, host and pid: looked up once per process
-    and working directory, so that a forked child, or a process that changed directory into
-    another checkout, looks again.
+def _process_facts(working_dir: str | None = None) -> dict[str, Any]:
+    """Git state (of ``working_dir``, else the working directory), user, host and pid: looked
+    up once per process and directory, so that a forked child, or a process that changed
+    directory into another checkout, looks again.
 
     Once, because ``gethostname`` is a system call that also hands the GIL to another thread on
     every build of a run, and the git state is two ``git`` processes (it was already looked up
     once per directory, so it never reflected edits made during a run either). The
-    ``getcwd`` that keys it stays: a record must name the checkout it was built from.
+    ``getcwd`` that keys it stays where no caller knows the directory: a record must name the
+    checkout it was built from.
     """
-    key = (current_pid(), os.getcwd())
+    key = (current_pid(), os.getcwd() if working_dir is None else working_dir)
     facts = _facts.get(key)
     if facts is None:
         commit, dirty = _git_state(key[1])
@@ -124,11 +125,12 @@ def _process_facts() -> dict[str, Any]:
     return facts
 
 
-def collect_provenance(time: str | None = None) -> dict[str, Any]:
-    """Git state, user, host, process id, argv and ``time`` (now, unless the caller has just
-    read the clock); and ``engine`` (see :func:`engine_run`) when an engine's task runs here."""
+def collect_provenance(time: str | None = None, working_dir: str | None = None) -> dict[str, Any]:
+    """Git state (of ``working_dir``'s checkout, else the working directory's), user, host,
+    process id, argv and ``time`` (now, unless the caller has just read the clock); and
+    ``engine`` (see :func:`engine_run`) when an engine's task runs here."""
     facts: dict[str, Any] = {
-        **_process_facts(),
+        **_process_facts(working_dir),
         "argv": list(sys.argv),
         "time": now_iso() if time is None else time,
     }

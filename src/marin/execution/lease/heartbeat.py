@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import threading
 import time
 
@@ -23,24 +24,35 @@ class _Renewer:
     """Renews every held lease from one daemon thread, each at a third of its TTL."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
         self._due: list[tuple[float, int, Heartbeat]] = []
         self._active: set[Heartbeat] = set()
         self._beating: Heartbeat | None = None
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
+        self._wake_at = math.inf
+        """When the thread looks at the heap next (``time.monotonic()``; inf: not until told)."""
+        self._idle_wait = 0.0
+        """The interval of the last beat added: how long an idle thread waits before it gives
+        up expecting more (see ``_run``)."""
 
     def add(self, beat: Heartbeat) -> None:
         with self._cond:
             self._active.add(beat)
-            heapq.heappush(self._due, (time.monotonic() + beat.interval, next(self._order), beat))
+            due = time.monotonic() + beat.interval
+            heapq.heappush(self._due, (due, next(self._order), beat))
+            self._idle_wait = beat.interval
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="marin-lease-heartbeat", daemon=True
                 )
                 self._thread.start()
-            elif self._due[0][2] is beat:
-                self._cond.notify_all()  # only a new earliest deadline changes the thread's wait
+            elif due < self._wake_at:
+                # Only a deadline before the thread's next look changes its wait. Waking it
+                # costs the building thread more than the notify: a woken thread that wants
+                # the GIL takes it at the builder's next system call, and on this VM a build
+                # then paid for a hand-off between CPUs at each of its calls (issue 23).
+                self._cond.notify_all()
 
     def remove(self, beat: Heartbeat) -> None:
         with self._cond:
@@ -58,16 +70,28 @@ class _Renewer:
     def _run(self) -> None:
         while True:
             with self._cond:
+                idle = False
                 while True:
                     while self._due and self._due[0][2] not in self._active:
                         heapq.heappop(self._due)
+                    now = time.monotonic()
                     if not self._due:
-                        self._cond.wait()
+                        if idle or not self._idle_wait:
+                            self._wake_at = math.inf  # idle for a whole interval: sleep
+                            self._cond.wait()
+                        else:
+                            # Builds come and go faster than their interval: the next one's
+                            # deadline is at least an interval away, so waiting that long
+                            # means an add need not wake this thread.
+                            idle = True
+                            self._wake_at = now + self._idle_wait
+                            self._cond.wait(self._idle_wait)
                         continue
-                    delay = self._due[0][0] - time.monotonic()
-                    if delay <= 0:
+                    idle = False
+                    self._wake_at = self._due[0][0]
+                    if self._wake_at <= now:
                         break
-                    self._cond.wait(delay)
+                    self._cond.wait(self._wake_at - now)
                 _, _, beat = heapq.heappop(self._due)
                 self._beating = beat
             keep = True
