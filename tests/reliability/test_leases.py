@@ -123,6 +123,20 @@ def test_heartbeat_keeps_a_short_lease_alive(store_prefix: str) -> None:
     holder.release()
 
 
+def _renewals(beat: Heartbeat) -> threading.Event:
+    """An event set each time ``beat`` is renewed (by the shared renewal thread)."""
+    renewed = threading.Event()
+    renew = beat.beat
+
+    def renew_and_signal() -> bool:
+        alive = renew()
+        renewed.set()
+        return alive
+
+    beat.beat = renew_and_signal  # type: ignore[method-assign]
+    return renewed
+
+
 def test_ended_heartbeats_are_dropped_before_their_deadline(store_prefix: str) -> None:
     """Builds end long before their lease's first renewal is due: the shared renewer must not
     keep each one's heartbeat, lease and event until then (a fast run kept every build's, and
@@ -142,15 +156,7 @@ def test_ended_heartbeats_are_dropped_before_their_deadline(store_prefix: str) -
         del beat
         gc.collect()
         assert sum(ref() is not None for ref in ended) <= 2 + _COMPACT_SLACK
-        renewed = threading.Event()
-        renew = kept.beat
-
-        def renew_and_signal() -> bool:
-            alive = renew()
-            renewed.set()
-            return alive
-
-        kept.beat = renew_and_signal  # type: ignore[method-assign]
+        renewed = _renewals(kept)
         assert renewed.wait(5), "the running heartbeat was not renewed after the compaction"
     assert not kept.lost.is_set()
     kept_lease.release()
@@ -213,24 +219,12 @@ def test_a_heartbeat_after_the_renewer_went_idle_is_renewed(
     first.release()
     assert asleep.wait(5), "the renewer never went to sleep"
 
-    def renewals(beat: Heartbeat) -> threading.Event:
-        renewed = threading.Event()
-        renew = beat.beat
-
-        def renew_and_signal() -> bool:
-            alive = renew()
-            renewed.set()
-            return alive
-
-        beat.beat = renew_and_signal  # type: ignore[method-assign]
-        return renewed
-
     slow_lease, fast_lease = Lease(location, "slow/v0", ttl=60), Lease(location, "fast/v0", ttl=0.3)
     assert slow_lease.try_acquire() is None and fast_lease.try_acquire() is None
     with Heartbeat(slow_lease) as slow:  # wakes the sleeping thread, which then waits 20 s
         assert wakes[0] == 1
         fast = Heartbeat(fast_lease)
-        renewed = renewals(fast)
+        renewed = _renewals(fast)
         with fast:  # due in 0.1 s: before the thread's next look, so it is woken again
             assert renewed.wait(5), "a heartbeat due before the renewer's next look was not renewed"
         assert wakes[0] >= 2

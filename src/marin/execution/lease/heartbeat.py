@@ -46,6 +46,7 @@ class _Renewer:
                 self._thread = threading.Thread(
                     target=self._run, name="marin-lease-heartbeat", daemon=True
                 )
+                self._wake_at = -math.inf  # a new thread looks at the heap first thing
                 self._thread.start()
             elif due < self._wake_at:
                 # Only a deadline before the thread's next look changes its wait. Waking it
