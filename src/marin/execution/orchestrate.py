@@ -180,7 +180,11 @@ class RunLoop:
         # cannot make a later step fail on a setting it never had. So is the directory whose
         # checkout the records name: the one the run was launched from.
         self.lease_ttl = ttl_from_env()
-        self.working_dir = os.getcwd()
+        self.working_dir: str | None
+        try:
+            self.working_dir = os.getcwd()
+        except OSError:  # deleted under the process: each build reports it, as before
+            self.working_dir = None
         self.share_work = share_work
         self._decisions = plan.decisions
         self._to_build = plan.to_build

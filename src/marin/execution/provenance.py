@@ -96,7 +96,7 @@ def now_iso() -> str:
 
 
 _facts: dict[tuple[int, str], dict[str, Any]] = {}
-"""(pid, working directory) -> the facts that hold for it (see ``_process_facts``)."""
+"""(pid, directory) -> the facts that hold for it (see ``_process_facts``)."""
 
 
 def _process_facts(working_dir: str | None = None) -> dict[str, Any]:
