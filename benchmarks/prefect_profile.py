@@ -15,6 +15,7 @@ task); read the shares and the call counts, not the seconds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -39,12 +40,27 @@ WATCHED = {
 
 
 def profile(n: int, top: int) -> None:
-    import yappi
+    from prefect_server import prefect_server_on_postgres
 
+    from marin_airflow.postgres_testing import PostgresUnavailable
     from marin_prefect.testing import isolate_prefect_home, start_harness
 
     isolate_prefect_home()
-    start_harness()
+    with contextlib.ExitStack() as stack:
+        try:  # the section's own server (prefect_server.py)
+            stack.enter_context(prefect_server_on_postgres())
+        except PostgresUnavailable:
+            start_harness()
+        from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+        # As the section runs them: no flow-run heartbeat (workers.prefect says why).
+        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+            _profile_flows(n, top)
+
+
+def _profile_flows(n: int, top: int) -> None:
+    import yappi
+
     # Prefect configures its run loggers' levels itself: quiet each, not only their parent.
     for logger in ("prefect", "prefect.task_runs", "prefect.flow_runs"):
         logging.getLogger(logger).setLevel(logging.WARNING)

@@ -810,7 +810,13 @@ def bench_prefect(h: Harness) -> None:
     def spread(values: list[float]) -> str:
         return f"min {min(values):.3g}, max {max(values):.3g}, {len(values)} runs"
 
-    h.add("prefect", "server startup", r["startup_s"], "s")
+    # Results from before the server ran on PostgreSQL name no database (the SQLite harness).
+    database = r.get("server_database", "")
+    startup_notes = {
+        "postgresql": "PostgreSQL, then `prefect server start` on it",
+        "sqlite": "Prefect's test harness on SQLite (PostgreSQL is not installed)",
+    }
+    h.add("prefect", "server startup", r["startup_s"], "s", note=startup_notes.get(database, ""))
     h.add("prefect", "compiled flow n=200", m["compiled"], "s", note=spread(times["compiled"]))
     h.add("prefect", "hand-written plain flow n=200", m["plain"], "s", note=spread(times["plain"]))
     h.add("prefect", "local StepRunner n=200", m["local"], "s", note=spread(times["local"]))
@@ -824,6 +830,7 @@ def bench_prefect(h: Harness) -> None:
         )
     ratios = r["compiled_over_plain"]
     ratio = statistics.median(ratios)
+    heartbeat_off = r.get("flow_heartbeat") is False
     h.judge(
         "prefect",
         "compiled / plain",
@@ -832,7 +839,14 @@ def bench_prefect(h: Harness) -> None:
         "prefect.compiled_over_plain",
         1.1,
         note=f"median of per-round ratios ({spread(ratios)}); random order, "
-        f"{r['idle_gap_s']:.0f} s idle before each run",
+        f"{r['idle_gap_s']:.0f} s idle before each run"
+        # Results from before the heartbeat was turned off have no such key.
+        + ("; no flow-run heartbeat (its 1 s sleeps round a run's end)" if heartbeat_off else "")
+        + (
+            "; server on SQLite: its 2 s back-offs on a locked database land in the times"
+            if database == "sqlite"
+            else ""
+        ),
     )
     if "compiled_over_plain_tagged" in r:
         tagged = r["compiled_over_plain_tagged"]
