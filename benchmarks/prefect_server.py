@@ -21,32 +21,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 
-STARTUP_TIMEOUT_S = 120.0
 KEEP_ALIVE_S = 600
 """Longer than any idle gap the section waits, so no pooled connection is closed under it."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _healthy(api_url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{api_url}/health", timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager
@@ -58,46 +37,15 @@ def prefect_server_on_postgres() -> Iterator[str]:
     Call before ``import prefect``: Prefect reads ``PREFECT_API_URL`` at import time.
     """
     from marin_airflow.postgres_testing import PostgresServer
+    from marin_prefect.testing import loopback_server
 
     database = PostgresServer().start()
     home = tempfile.mkdtemp(prefix="marin-bench-prefect-server-")
-    log_path = os.path.join(home, "server.log")
-    server: subprocess.Popen[bytes] | None = None
     try:
-        port = _free_port()
-        api_url = f"http://127.0.0.1:{port}/api"
-        env = {
-            **os.environ,
-            "PREFECT_HOME": home,
-            "PREFECT_API_URL": api_url,
-            "PREFECT_API_DATABASE_CONNECTION_URL": database.sqlalchemy_url("asyncpg"),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_UI_ENABLED": "false",
-        }
-        prefect_cli = os.path.join(os.path.dirname(sys.executable), "prefect")
-        argv = [prefect_cli, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
-        argv += ["--keep-alive-timeout", str(KEEP_ALIVE_S)]
-        with open(log_path, "wb") as log:
-            server = subprocess.Popen(
-                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not _healthy(api_url):
-            if server.poll() is not None or time.monotonic() > deadline:
-                with open(log_path, errors="replace") as f:
-                    raise RuntimeError(
-                        f"prefect server not healthy on {api_url}:\n{f.read()[-3000:]}"
-                    )
-            time.sleep(0.2)
-        os.environ["PREFECT_API_URL"] = api_url
-        yield api_url
+        url = database.sqlalchemy_url("asyncpg")
+        with loopback_server(home, database_url=url, keep_alive_s=KEEP_ALIVE_S) as (api_url, _):
+            os.environ["PREFECT_API_URL"] = api_url
+            yield api_url
     finally:
-        if server is not None and server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
         database.stop()
         shutil.rmtree(home, ignore_errors=True)

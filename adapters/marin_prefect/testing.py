@@ -10,17 +10,27 @@ Usage (a session-scoped pytest fixture)::
     from marin_prefect.testing import isolate_prefect_home, start_harness, stop_harness
     isolate_prefect_home()          # at conftest import time, before anything imports prefect
     start_harness()                 # idempotent; stop_harness() at session end
+
+``loopback_server()`` instead runs ``prefect server start`` in a process of its own, as a
+deployment does (the deployment tests, and the benchmark's server on PostgreSQL).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import shutil
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
+import time
+import urllib.request
+from collections.abc import Iterator
 from contextlib import ExitStack
 
 HARNESS_STARTUP_TIMEOUT_S = 60
@@ -135,3 +145,73 @@ def stop_harness() -> None:
         stack, _stack = _stack, None
     if stack is not None:
         stack.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _healthy(api_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api_url}/health", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def loopback_server(
+    home: str,
+    *,
+    database_url: str | None = None,
+    keep_alive_s: int | None = None,
+    startup_timeout_s: float = 90.0,
+) -> Iterator[tuple[str, dict[str, str]]]:
+    """``prefect server start`` on loopback, as a deployment runs it, with ``home`` as its
+    ``PREFECT_HOME`` (its log is ``home/server.log``); yields the API URL and the environment
+    that points a process at it; stops the server's whole session at exit.
+
+    ``database_url`` (``PREFECT_API_DATABASE_CONNECTION_URL``) replaces the default SQLite
+    database under ``home``; ``keep_alive_s`` the server's keep-alive timeout (5 s by default).
+    """
+    os.makedirs(home, exist_ok=True)
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    env = {
+        **os.environ,
+        "PREFECT_HOME": home,
+        "PREFECT_API_URL": api_url,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+    }
+    if database_url is not None:
+        env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
+    prefect_cli = os.path.join(os.path.dirname(sys.executable), "prefect")
+    argv = [prefect_cli, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    if keep_alive_s is not None:
+        argv += ["--keep-alive-timeout", str(keep_alive_s)]
+    log_path = os.path.join(home, "server.log")
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while not _healthy(api_url):
+            if server.poll() is not None or time.monotonic() > deadline:
+                with open(log_path, errors="replace") as f:
+                    raise RuntimeError(
+                        f"prefect server did not become healthy on {api_url}:\n{f.read()[-3000:]}"
+                    )
+            time.sleep(0.3)
+        yield api_url, env
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()

@@ -7,12 +7,8 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +18,7 @@ from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from marin_prefect.cli import register
+from marin_prefect.testing import loopback_server
 from tests.prefect.prefect_helpers import HERE, child_flow_runs, task_runs
 
 pytestmark = pytest.mark.slow
@@ -31,60 +28,12 @@ POOL = "marin-e2e-pool"
 SERVER_STARTUP_S = 90
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _healthy(api_url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{api_url}/health", timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def prefect_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """`prefect server start` on loopback with its own PREFECT_HOME; yields (api url, env)."""
-    port = _free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
-    env = {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PREFECT_HOME": str(tmp_path / "prefect-home"),
-        "PREFECT_API_URL": api_url,
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_UI_ENABLED": "false",
-    }
-    log = open(tmp_path / "server.log", "wb")
-    server = subprocess.Popen(
-        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + SERVER_STARTUP_S
-        while not _healthy(api_url):
-            if server.poll() is not None or time.monotonic() > deadline:
-                log.flush()
-                pytest.fail(
-                    f"prefect server did not become healthy on {api_url}:\n"
-                    + (tmp_path / "server.log").read_text()[-3000:]
-                )
-            time.sleep(0.3)
-        yield api_url, env
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
+    home = str(tmp_path / "prefect-home")
+    with loopback_server(home, startup_timeout_s=SERVER_STARTUP_S) as (api_url, env):
+        yield api_url, {**env, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 120) -> str:
