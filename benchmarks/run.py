@@ -793,7 +793,7 @@ def bench_prefect(h: Harness) -> None:
             "compiled/plain (skipped in --quick)",
             None,
             "x",
-            note="the ephemeral Prefect server alone takes ~12 s to start",
+            note="starts PostgreSQL and a Prefect server, then times 200-task flows for minutes",
         )
         return
     try:
