@@ -15,7 +15,6 @@ task); read the shares and the call counts, not the seconds.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import sys
@@ -40,22 +39,13 @@ WATCHED = {
 
 
 def profile(n: int, top: int) -> None:
-    from prefect_server import prefect_server_on_postgres
+    from prefect_server import section_server, without_flow_heartbeat
 
-    from marin_airflow.postgres_testing import PostgresUnavailable
-    from marin_prefect.testing import isolate_prefect_home, start_harness
+    from marin_prefect.testing import isolate_prefect_home
 
     isolate_prefect_home()
-    with contextlib.ExitStack() as stack:
-        try:  # the section's own server (prefect_server.py)
-            stack.enter_context(prefect_server_on_postgres())
-        except PostgresUnavailable:
-            start_harness()
-        from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-
-        # As the section runs them: no flow-run heartbeat (workers.prefect says why).
-        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-            _profile_flows(n, top)
+    with section_server(), without_flow_heartbeat():  # as the section runs its flows
+        _profile_flows(n, top)
 
 
 def _profile_flows(n: int, top: int) -> None:

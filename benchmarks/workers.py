@@ -472,41 +472,27 @@ def prefect_variants(
 
 def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0) -> dict[str, Any]:
     """The compiled flow vs a hand-written plain Prefect flow vs the local StepRunner."""
-    from prefect_server import prefect_server_on_postgres
+    from prefect_server import section_server, without_flow_heartbeat
 
-    from marin_airflow.postgres_testing import PostgresUnavailable
-    from marin_prefect.testing import isolate_prefect_home, start_harness
+    from marin_prefect.testing import isolate_prefect_home
 
     isolate_prefect_home()
-    with contextlib.ExitStack() as stack:
-        t0 = time.perf_counter()
-        try:
-            stack.enter_context(prefect_server_on_postgres())
-            database = "postgresql"
-        except PostgresUnavailable:
-            start_harness()  # SQLite: its 503 back-offs land in the times (prefect_server.py)
-            database = "sqlite"
+    t0 = time.perf_counter()
+    with section_server() as database:
         startup = time.perf_counter() - t0
-        result = _prefect_rounds(n, reps, max_concurrent, idle_gap_s)
-    return {"startup_s": startup, "server_database": database, **result}
-
-
-def _prefect_rounds(n: int, reps: int, max_concurrent: int, idle_gap_s: float) -> dict[str, Any]:
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-
-    logging.getLogger("prefect").setLevel(logging.WARNING)
-    steps, variants = prefect_variants(n, max_concurrent)
-    # Run order biases the result: a flow run right after a 200-task flow is slower while the
-    # Prefect server catches up. So every round runs the variants in a fresh random order
-    # (seeded) and waits an idle gap before each timed run. No flow-run heartbeat, for every
-    # variant alike: its thread sleeps in whole seconds and a flow's end joins it, which rounds
-    # a run's wall time up by as much as a second. Users keep their heartbeat.
-    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-        times, orders = timed_rounds(variants, reps, seed=11, tag="pf", idle_gap_s=idle_gap_s)
+        logging.getLogger("prefect").setLevel(logging.WARNING)
+        steps, variants = prefect_variants(n, max_concurrent)
+        # Run order biases the result: a flow run right after a 200-task flow is slower while
+        # the Prefect server catches up. So every round runs the variants in a fresh random
+        # order (seeded) and waits an idle gap before each timed run.
+        with without_flow_heartbeat():
+            times, orders = timed_rounds(variants, reps, seed=11, tag="pf", idle_gap_s=idle_gap_s)
     ratios = [c / p for c, p in zip(times["compiled"], times["plain"], strict=True)]
     tagged = [c / p for c, p in zip(times["compiled"], times["plain-tagged"], strict=True)]
     return {
         "n": len(steps),
+        "startup_s": startup,
+        "server_database": database,
         "times": times,
         "orders": orders,
         "idle_gap_s": idle_gap_s,
