@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 from typing import Any
@@ -45,6 +46,21 @@ def hang(pid_file: str) -> None:
     with open(pid_file, "w") as f:
         f.write(str(os.getpid()))
     while True:
+        time.sleep(1)
+
+
+def start_helpers(pid_file: str, then_hang: bool = False) -> None:
+    """Start two helper processes that keep this process's stdout open (a metrics server, a
+    data-loader worker), write their ids, then return, or hang when ``then_hang``. The second
+    leaves the process group in its own session, as a daemonising server does."""
+    helpers = [
+        subprocess.Popen(["sleep", "600"]),
+        subprocess.Popen(["sleep", "600"], start_new_session=True),
+    ]
+    with open(pid_file, "w") as f:
+        f.write(" ".join(str(pid) for pid in [p.pid for p in helpers] + [os.getpid()]))
+    print("helpers started", flush=True)
+    while then_hang:
         time.sleep(1)
 
 

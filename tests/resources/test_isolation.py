@@ -7,7 +7,10 @@ The local scheduler integration (``StepRunner(resources=...)``) is the lead's; h
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -156,7 +159,9 @@ def test_isolated_timeout_kills_the_process_and_commits_nothing(
 def test_a_timeout_without_isolation_fails_the_step(location: Location) -> None:
     rp.RELEASE.clear()
     spec = lower(
-        ArtifactStep("slow", "v1", run=lambda config: rp.wait_for_release()).with_options(timeout=0.5)
+        ArtifactStep("slow", "v1", run=lambda config: rp.wait_for_release()).with_options(
+            timeout=0.5
+        )
     )
     try:
         with pytest.raises(StepTimeoutError, match="cannot be killed"):
@@ -216,7 +221,9 @@ def test_gpu_steps_get_distinct_devices_and_cuda_visible_devices(
 
 def test_devices_reach_the_context_of_a_thread_step(location: Location) -> None:
     seen: list[tuple[int, ...]] = []
-    spec = lower(ArtifactStep("ctx", "v1", run=lambda config: seen.append(current_context().devices)))
+    spec = lower(
+        ArtifactStep("ctx", "v1", run=lambda config: seen.append(current_context().devices))
+    )
     with assigned_devices((1, 3)):
         build_step(spec, location)
     assert seen == [(1, 3)]
@@ -249,3 +256,66 @@ def test_a_function_of_a_script_run_as_main_runs_isolated(tmp_path: Path) -> Non
     assert result.stdout.count("main block ran") == 1
     log = (tmp_path / "p" / "w" / "v1.marin" / "log.txt").read_text()
     assert "child says hi" in log and "main block ran" not in log
+
+
+def _exits_within(pid: int, seconds: float) -> bool:
+    """Whether process ``pid`` has exited, or does within ``seconds`` (its pidfd becomes
+    readable when it exits: an event, no polling); no such process means it is gone already."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], seconds)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+def _helper_pids(pid_file: str) -> tuple[int, int, int]:
+    in_group, own_session, child = (int(p) for p in open(pid_file).read().split())
+    return in_group, own_session, child
+
+
+def test_an_isolated_step_that_leaves_helpers_running_ends_them_and_does_not_wait(
+    location: Location, tmp_path: object
+) -> None:
+    """Issue 43 item 6: fn starts helpers that hold its stdout open and returns; the build
+    ends at once (not when the helpers close the pipe), and the step's process group is gone."""
+    pid_file = os.path.join(str(tmp_path), "pids")
+    step = apply("serve", rp.start_helpers, version="v1", pid_file=pid_file)
+    spec = lower(step.with_options(isolate=True, timeout=120))
+    done = threading.Event()
+    builder = threading.Thread(target=lambda: (build_step(spec, location), done.set()), daemon=True)
+    builder.start()
+    finished = done.wait(60)
+    in_group, own_session, _ = _helper_pids(pid_file)
+    try:
+        assert finished, "the build waited for fn's helper processes"
+        assert read_record(location, spec.output_path) is not None
+        assert _exits_within(in_group, 30)  # the step's process group ended with the step
+        with open(location.path(log_path(spec.output_path))) as f:
+            assert "helpers started" in f.read()
+    finally:
+        for pid in (in_group, own_session):  # the one in its own session is out of reach
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_an_isolated_step_that_times_out_ends_its_helpers_too(
+    location: Location, tmp_path: object
+) -> None:
+    pid_file = os.path.join(str(tmp_path), "pids")
+    step = apply("serve", rp.start_helpers, version="v1", pid_file=pid_file, then_hang=True)
+    spec = lower(step.with_options(isolate=True, timeout=3))
+    started = time.monotonic()
+    try:
+        with pytest.raises(StepTimeoutError, match="timeout of 3s; its process was killed"):
+            build_step(spec, location)
+        assert time.monotonic() - started < 30
+        in_group, _, child = _helper_pids(pid_file)
+        assert _exits_within(child, 30) and _exits_within(in_group, 30)
+        assert read_record(location, spec.output_path) is None
+    finally:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            os.kill(_helper_pids(pid_file)[1], signal.SIGKILL)

@@ -9,8 +9,10 @@ process. Only the ``fn`` call moves:
   ``build_config`` here, in the runner: paths and plain data) and the run-time context, which the
   child binds for ``current_context()``, and copies the child's stdout and stderr into the
   step's log.
-  The child's ``CUDA_VISIBLE_DEVICES`` names exactly the devices assigned to the build. A timeout
-  kills the child's whole process group, and the build fails.
+  The child's ``CUDA_VISIBLE_DEVICES`` names exactly the devices assigned to the build. The
+  child runs in its own process group, which is killed when the step ends (``fn`` returned,
+  raised or ran past its timeout): helper processes ``fn`` started end with it, and the runner
+  never waits for them. The result comes back through a file, not through the output pipe.
 - ``TimedCall`` (a timeout without isolation) runs ``fn`` on a helper thread and fails the build
   when the time is up. A Python thread cannot be killed: the abandoned call keeps running in the
   background until it returns on its own. Use ``isolate=True`` when a step must really stop.
@@ -18,11 +20,13 @@ process. Only the ``fn`` call moves:
 
 from __future__ import annotations
 
+import codecs
 import contextvars
 import dataclasses
 import inspect
 import os
 import pickle
+import select
 import signal
 import subprocess
 import sys
@@ -30,14 +34,15 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, cast
 
 from marin.execution.context import StepContext
 from marin.execution.errors import InvalidStepError, MarinError
 from marin.execution.resources import visible_gpus
 
 CHILD_MODULE = "marin.execution.isolated_child"
-KILL_GRACE_S = 5.0
+_CHUNK = 65536
+_DRAIN_READS = 64  # after the step ended: at most 4 MiB more, then the pipe is closed
 
 
 class StepTimeoutError(MarinError, TimeoutError):
@@ -172,39 +177,96 @@ class IsolatedCall:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=_child_env(ctx, self.gpus),
-            start_new_session=True,  # its own process group: a timeout kills fn's children too
+            start_new_session=True,  # its own process group: ended with the step
         )
         assert proc.stdout is not None
-        # The copier runs in this build's context, so what it writes lands in the step's log.
-        copier = threading.Thread(
-            target=contextvars.copy_context().run,
-            args=(_copy_output, proc.stdout),
-            name=f"marin-output-{self.step_id}",
-            daemon=True,
-        )
-        copier.start()
+        copier = _OutputCopier(proc.stdout, self.step_id)
         try:
-            proc.wait(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
+            exited = _wait_exit(proc, self.timeout)
+        finally:
+            # Success, failure, timeout or interrupt: whatever fn started ends with the step.
+            # (The result comes from a file, never from the pipe, which a helper process fn
+            # started may hold open forever.)
             _kill_group(proc)
-            copier.join(KILL_GRACE_S)
+            copier.stop()
+        if not exited:
             raise StepTimeoutError(
                 f"fn ran longer than its timeout of {self.timeout:g}s; its process was killed",
                 "raise the step's timeout (with_options(timeout=...)) or make it faster",
                 self.step_id,
             ) from None
-        except BaseException:
-            _kill_group(proc)  # interrupted: never leave the child running
-            raise
-        copier.join()
-        proc.stdout.close()
-        return _read_result(result_path, proc.returncode, self.step_id)
+        return _read_result(result_path, cast(int, proc.returncode), self.step_id)
 
 
-def _copy_output(stream: Any) -> None:
-    for raw in iter(stream.readline, b""):
-        sys.stdout.write(raw.decode("utf-8", "replace"))
-    sys.stdout.flush()
+def _wait_exit(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:
+    """Wait at most ``timeout`` for the child to exit; whether it did.
+
+    Through a pidfd the child is not reaped, so its pid, and with it its process group's id,
+    stays reserved until ``_kill_group`` has signalled the group: the kill can reach no one
+    else's processes. Without pidfds (not Linux), ``wait`` reaps it first.
+    """
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+class _OutputCopier:
+    """Copies the child's output into the step's log until told to stop.
+
+    Never waits for the pipe to close: a process ``fn`` started (and put in its own session,
+    out of reach of the group kill) may hold it open forever. ``stop`` copies what is buffered
+    already, then closes the pipe.
+    """
+
+    def __init__(self, stream: IO[bytes], step_id: str) -> None:
+        self._stream = stream
+        self._wake_read, self._wake_write = os.pipe()
+        # It runs in this build's context, so what it writes lands in the step's log.
+        self._thread = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(self._copy,),
+            name=f"marin-output-{step_id}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def _copy(self) -> None:
+        fd = self._stream.fileno()
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        wait: float | None = None  # until there is output or stop() is called
+        reads_left = _DRAIN_READS
+        while reads_left > 0:
+            ready, _, _ = select.select([fd, self._wake_read], [], [], wait)
+            if fd in ready:
+                data = os.read(fd, _CHUNK)
+                if not data:
+                    break  # every writer has closed the pipe
+                sys.stdout.write(decoder.decode(data))
+                if wait == 0:  # stopping: only what is buffered, and boundedly
+                    reads_left -= 1
+            elif wait == 0:
+                break
+            else:
+                wait = 0  # stop() called: copy what is readable at once, then end
+        sys.stdout.write(decoder.decode(b"", final=True))
+        sys.stdout.flush()
+
+    def stop(self) -> None:
+        os.write(self._wake_write, b"x")
+        self._thread.join()
+        for fd in (self._wake_read, self._wake_write):
+            os.close(fd)
+        self._stream.close()
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
