@@ -64,6 +64,33 @@ def start_helpers(pid_file: str, then_hang: bool = False) -> None:
         time.sleep(1)
 
 
+ATTEMPTS: list[int] = []
+LATE_WRITTEN = threading.Event()
+
+
+def write_per_attempt(out_path: str) -> int:
+    """Attempt 1 writes a file, then (timed out, abandoned) waits for ``RELEASE`` and writes
+    another one late. A later attempt releases it, waits for that late write, writes its own."""
+    attempt = len(ATTEMPTS) + 1
+    ATTEMPTS.append(attempt)
+    os.makedirs(out_path, exist_ok=True)
+    if attempt == 1:
+        _touch(out_path, "attempt-1")
+        RELEASE.wait(60)
+        _touch(out_path, "attempt-1-late")
+        LATE_WRITTEN.set()
+        return attempt
+    RELEASE.set()
+    LATE_WRITTEN.wait(10)
+    _touch(out_path, f"attempt-{attempt}")
+    return attempt
+
+
+def _touch(folder: str, name: str) -> None:
+    with open(os.path.join(folder, name), "w") as f:
+        f.write(name)
+
+
 def wait_for_release() -> str:
     RELEASE.wait(60)
     return "released"

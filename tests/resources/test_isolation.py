@@ -13,7 +13,7 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from marin.execution.context import assigned_devices, current_context
 from marin.execution.errors import InvalidStepError
 from marin.execution.isolation import IsolatedCall, StepTimeoutError, TimedCall
 from marin.execution.lazy import OUT, ArtifactStep, apply, lower
+from marin.execution.lease import read_lease
 from marin.execution.records import FAILED, log_path, read_record, read_status
 from marin.execution.resources import ResourcePool, Resources, parse_capacity
 from marin.execution.step_spec import StepSpec
@@ -319,3 +320,57 @@ def test_an_isolated_step_that_times_out_ends_its_helpers_too(
     finally:
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):
             os.kill(_helper_pids(pid_file)[1], signal.SIGKILL)
+
+
+@pytest.fixture
+def attempts() -> Iterator[None]:
+    rp.ATTEMPTS.clear()
+    rp.RELEASE.clear()
+    rp.LATE_WRITTEN.clear()
+    yield
+    rp.RELEASE.set()  # let any abandoned attempt finish
+
+
+def test_a_timeout_with_retries_and_no_isolation_is_refused(tmp_path: Path, attempts: None) -> None:
+    """Issue 43 item 7: attempt 1 timed out, the retry cleared the output, attempt 1's thread
+    wrote into it late, and the commit held both attempts' files. The combination is refused
+    before anything runs; isolated, a timeout kills the attempt, so retries are fine."""
+    from marin.execution.step_runner import StepRunner
+
+    step = apply("mix", rp.write_per_attempt, version="v1", out_path=OUT)
+    runner = StepRunner(prefix=str(tmp_path / "p"))
+    with pytest.raises(InvalidStepError) as info:
+        runner.run(lower(step.with_options(timeout=0.5, retries=1)))
+    text = str(info.value)
+    assert "timeout=0.5 with retries=1" in text and "(step mix@v1)" in text
+    assert "use isolate=True so a timeout can kill the attempt" in text
+    assert rp.ATTEMPTS == []
+    assert lower(step.with_options(timeout=0.5, retries=1, isolate=True)).retries == 1
+
+
+def test_a_timed_out_thread_holds_the_lease_until_it_returns(
+    location: Location, attempts: None
+) -> None:
+    """Without retries, a later build of the step must not clear and fill the output while the
+    abandoned thread can still write into it: the lease stays held until that fn returns."""
+    spec = lower(
+        apply("late", rp.write_per_attempt, version="v1", out_path=OUT).with_options(timeout=0.5)
+    )
+    with pytest.raises(StepTimeoutError, match="cannot be killed"):
+        build_step(spec, location)
+    held = read_lease(location, spec.output_path)
+    assert held is not None and not held.expired  # the abandoned fn still runs
+    done = threading.Event()
+    outcome: dict[str, object] = {}
+
+    def build_again() -> None:
+        try:
+            outcome["built"] = build_step(spec, location).action
+        except BaseException as exc:
+            outcome["error"] = exc
+        done.set()
+
+    threading.Thread(target=build_again, daemon=True).start()
+    rp.RELEASE.set()  # attempt 1 writes its late file and returns; only then may the next build
+    assert done.wait(60) and outcome == {"built": "built"}
+    assert sorted(os.listdir(location.path(spec.output_path))) == ["attempt-2"]

@@ -59,6 +59,7 @@ from marin.execution.executors import Deferred
 from marin.execution.faults import crash_point
 from marin.execution.ids import jitter, new_id
 from marin.execution.inspect import read_stored_step
+from marin.execution.isolation import StepTimeoutError
 from marin.execution.lease import (
     Heartbeat,
     Lease,
@@ -285,6 +286,7 @@ def _lease_and_build(
     output_seen = _output_left_by_marin(location, spec)  # before the lease: see there
     lease = Lease(location, spec.output_path, ttl=lease_ttl)
     _acquire(lease, spec, defer=defer_if_held)
+    still_running: threading.Event | None = None
     try:
         crash_point("after-lease", spec.step_id)
         present = metadata_files(location, spec.output_path)
@@ -309,8 +311,27 @@ def _lease_and_build(
             spec, location, lease, region, upstream, decision.reason, abandon, earlier, record,
             working_dir,
         )  # fmt: skip
+    except StepTimeoutError as timed_out:
+        still_running, timed_out.still_running = timed_out.still_running, None
+        raise
     finally:
+        _release_after(lease, still_running)
+
+
+def _release_after(lease: Lease, still_running: threading.Event | None) -> None:
+    """Release the lease, or, while a timed-out ``fn`` still runs on its abandoned thread, keep
+    it (renewed) until that ``fn`` returns: no build may clear or fill an output that ``fn`` can
+    still write into (its late files would be committed with the other build's)."""
+    if still_running is None or still_running.is_set():
         lease.release()
+        return
+
+    def hold() -> None:
+        with Heartbeat(lease):
+            still_running.wait()
+        lease.release()
+
+    threading.Thread(target=hold, name=f"marin-fence-{lease.path}", daemon=True).start()
 
 
 def _served_from_other(

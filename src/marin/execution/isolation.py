@@ -15,7 +15,8 @@ process. Only the ``fn`` call moves:
   never waits for them. The result comes back through a file, not through the output pipe.
 - ``TimedCall`` (a timeout without isolation) runs ``fn`` on a helper thread and fails the build
   when the time is up. A Python thread cannot be killed: the abandoned call keeps running in the
-  background until it returns on its own. Use ``isolate=True`` when a step must really stop.
+  background until it returns on its own, holding the step's lease (nothing it writes late can
+  mix into another build). Use ``isolate=True`` when a step must really stop.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from typing import IO, Any, cast
 
 from marin.execution.context import StepContext
-from marin.execution.errors import InvalidStepError, MarinError
+from marin.execution.errors import InvalidStepError, MarinError, _restore_error
 from marin.execution.resources import visible_gpus
 
 CHILD_MODULE = "marin.execution.isolated_child"
@@ -47,6 +48,14 @@ _DRAIN_READS = 64  # after the step ended: at most 4 MiB more, then the pipe is 
 
 class StepTimeoutError(MarinError, TimeoutError):
     """A step's ``fn`` ran longer than its ``timeout``."""
+
+    still_running: threading.Event | None = None
+    """Set when an abandoned in-thread ``fn`` returns; ``build_step`` holds the step's lease
+    until then (kept in this process: not pickled)."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        state = {k: v for k, v in self.__dict__.items() if k != "still_running"}
+        return (_restore_error, (type(self), self.args, state))
 
 
 def _function_of(run: Callable[..., Any]) -> Callable[..., Any]:
@@ -302,7 +311,9 @@ class TimedCall:
 
     ``fn`` runs on a helper thread (in the build's context, so its output still reaches the
     step's log); the build waits at most ``timeout`` seconds. The thread cannot be killed: on
-    timeout it is abandoned and keeps running until ``fn`` returns.
+    timeout it is abandoned and keeps running until ``fn`` returns, and the step's lease stays
+    held until then, so no other build clears or writes that output meanwhile. Lowering refuses
+    ``retries`` with such a timeout (a retry in this runner would wait for that lease anyway).
     """
 
     run: Callable[[StepContext], Any]
@@ -333,12 +344,14 @@ class TimedCall:
         )
         worker.start()
         if not done.wait(self.timeout):
-            raise StepTimeoutError(
+            error = StepTimeoutError(
                 f"fn ran longer than its timeout of {self.timeout:g}s; it runs in a thread, "
                 "which cannot be killed, so it may still be running in the background",
                 "raise the timeout, or use with_options(isolate=True) so a timeout kills fn",
                 self.step_id,
             )
+            error.still_running = done  # the build keeps its lease until fn returns
+            raise error
         if "error" in box:
             raise box["error"]
         return box["result"]

@@ -376,6 +376,14 @@ def _check_placement(handle: ArtifactStep) -> None:
     object.__setattr__(handle, "resources", parse_resources(handle.resources, step_id))
     if handle.timeout is not None:
         object.__setattr__(handle, "timeout", parse_duration(handle.timeout, step_id))
+        if handle.retries and handle.isolate is False:
+            # A thread cannot be killed: the timed-out attempt would write into its retry's output.
+            raise InvalidStepError(
+                f"timeout={handle.timeout:g} with retries={handle.retries} runs each attempt in "
+                "a thread that a timeout cannot stop",
+                "use isolate=True so a timeout can kill the attempt (or drop retries)",
+                step_id,
+            )
     if handle.queue is not None and (
         not isinstance(handle.queue, str) or not _QUEUE.match(handle.queue)
     ):
