@@ -33,6 +33,9 @@ from typing import Any
 from marin.execution.errors import InvalidStepError, format_error
 
 __all__ = [
+    "MAX_AMOUNT",
+    "MAX_MEMORY",
+    "MAX_TIMEOUT_S",
     "NO_RESOURCES",
     "Grant",
     "ResourcePool",
@@ -77,17 +80,42 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhd])")
 
 
+MAX_AMOUNT = 10**15
+"""The largest amount of ``cpu``, ``gpu`` or another kind a step may ask for or a pool have."""
+MAX_MEMORY = 2**60
+"""The largest ``memory``: 1 EiB, in bytes."""
+MAX_TIMEOUT_S = 365 * 86400
+"""The longest ``timeout``: 365 days (engines' own timeouts overflow on absurd values)."""
+
+
 def _error(what: str, fix: str, step: str | None) -> InvalidStepError:
     return InvalidStepError(what, fix, step)
 
 
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut short: an error message names the value, it never floods a line."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
 def _number(value: Any) -> float | None:
-    """``value`` as a finite number, or ``None`` (bools are not numbers here)."""
+    """``value`` as a float, ``±inf`` past any float (``10**400``: refused as too large by the
+    caller, never an ``OverflowError``), or ``None`` (NaN; bools are not numbers here)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    if not math.isfinite(value):
-        return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int no float can hold
+        return math.inf if value > 0 else -math.inf
+    return None if math.isnan(number) else number
+
+
+def _too_large(field_name: str, value: Any, maximum: str, step: str | None) -> InvalidStepError:
+    return _error(
+        f"{field_name}={_shown(value)} is more than the maximum of {maximum}",
+        f"use at most {maximum}",
+        step,
+    )
 
 
 def parse_memory(value: Any, step: str | None = None, field_name: str = "resources.memory") -> int:
@@ -97,30 +125,34 @@ def parse_memory(value: Any, step: str | None = None, field_name: str = "resourc
         match = _MEMORY.match(value)
         unit = match.group(2).lower() if match else None
         if match and unit in _MEMORY_UNITS:
-            number = float(match.group(1)) * _MEMORY_UNITS[unit]
+            number = float(match.group(1)) * _MEMORY_UNITS[unit]  # inf for 400 digits
     if number is None or number < 0:
         raise _error(
-            f"{field_name}={value!r} is not an amount of memory",
+            f"{field_name}={_shown(value)} is not an amount of memory",
             'use bytes (an integer) or a string such as "16GiB", "512MiB" or "64GB"',
             step,
         )
+    if number > MAX_MEMORY:
+        raise _too_large(field_name, value, "1EiB (2**60 bytes)", step)
     return math.ceil(number)
 
 
 def parse_duration(value: Any, step: str | None = None, field_name: str = "timeout") -> float:
-    """Seconds from ``90``, ``"90s"``, ``"30m"``, ``"2h"`` or ``"1h30m"``; must be > 0."""
+    """Seconds from ``90``, ``"90s"``, ``"30m"``, ``"2h"`` or ``"1h30m"``; > 0, at most 365 days."""
     seconds = _number(value)
     if seconds is None and isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
         parts = _DURATION.findall(text)
         if parts and "".join(n + u for n, u in parts) == text:
-            seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+            seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)  # inf for 400 digits
     if seconds is None or seconds <= 0:
         raise _error(
-            f"{field_name}={value!r} is not a duration",
+            f"{field_name}={_shown(value)} is not a duration",
             'use seconds > 0 (a number) or a string such as "90s", "30m", "2h" or "1h30m"',
             step,
         )
+    if seconds > MAX_TIMEOUT_S:
+        raise _too_large(field_name, value, f'{MAX_TIMEOUT_S} seconds ("365d")', step)
     return seconds
 
 
@@ -220,11 +252,9 @@ def parse_resources(value: Any, step: str | None = None) -> Resources:
             continue
         number = _number(raw)
         if number is None or number < 0:
-            raise _error(
-                f"{field_name}={raw!r} is not an amount",
-                "use a number >= 0",
-                step,
-            )
+            raise _error(f"{field_name}={_shown(raw)} is not an amount", "use a number >= 0", step)
+        if number > MAX_AMOUNT:
+            raise _too_large(field_name, raw, f"{MAX_AMOUNT:.0e}", step)
         if key == "gpu":
             if not number.is_integer():
                 raise _error(
@@ -261,7 +291,7 @@ def parse_capacity(text: str) -> Resources:
             amounts[key] = raw
             continue
         try:
-            amounts[key] = float(raw)
+            amounts[key] = float(raw)  # "1e400" is inf: refused as more than the maximum
         except ValueError:
             raise _error(
                 f"--resources {text!r}: {key}={raw!r} is not a number",
