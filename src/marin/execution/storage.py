@@ -168,6 +168,11 @@ def resolve_prefix(prefix: str | None = None) -> str:
     and gcsfs: nothing else in a path string is interpreted; ``{}`` and ``%`` are literal.)
     """
     chosen = prefix or os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
+    if "\x00" in chosen:  # refused before any I/O (os calls fail late with a ValueError)
+        raise StorageError(
+            f"prefix {chosen!r} contains a NUL byte, which no file system allows in a path",
+            "remove it from the prefix",
+        )
     if "::" in chosen:
         raise StorageError(
             f"prefix {chosen!r} contains '::', which fsspec reads as a chain of file systems "
