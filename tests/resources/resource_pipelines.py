@@ -183,3 +183,14 @@ def gpu_in_use(calls: list[dict[str, Any]], gpus: dict[str, int]) -> list[int]:
             held += gpus[call["step"]] * (1 if kind == "start" else -1)
             timeline.append(held)
     return timeline
+
+
+class NeedsTwo(Exception):
+    """Pickles (as its one message) but cannot be unpickled: ``__init__`` needs two arguments."""
+
+    def __init__(self, what: str, why: str) -> None:
+        super().__init__(f"{what} failed: {why}")
+
+
+def fail_oddly() -> None:
+    raise NeedsTwo("tokenize", "no vocab")

@@ -374,3 +374,20 @@ def test_a_timed_out_thread_holds_the_lease_until_it_returns(
     rp.RELEASE.set()  # attempt 1 writes its late file and returns; only then may the next build
     assert done.wait(60) and outcome == {"built": "built"}
     assert sorted(os.listdir(location.path(spec.output_path))) == ["attempt-2"]
+
+
+def test_an_isolated_error_the_runner_cannot_unpickle_keeps_its_type_and_message(
+    location: Location,
+) -> None:
+    """Issue 43 item 12: the parent's unpickling TypeError hid the real error."""
+    spec = lower(apply("odd", rp.fail_oddly, version="v1").with_options(isolate=True))
+    with pytest.raises(RuntimeError) as info:
+        build_step(spec, location)
+    assert str(info.value) == (
+        "tests.resources.resource_pipelines.NeedsTwo: tokenize failed: no vocab"
+    )
+    notes = "\n".join(info.value.__notes__)
+    assert "raised in the isolated process of step odd@v1" in notes
+    assert 'raise NeedsTwo("tokenize", "no vocab")' in notes
+    status = read_status(location, spec.output_path)
+    assert status is not None and "NeedsTwo" in status["error"]

@@ -4,7 +4,8 @@
 a fresh interpreter may not find by name), then the call (``fn`` by reference, its arguments
 and the step's run-time context, bound for ``current_context()``). The child makes ``fn``'s
 module importable, runs the call, and pickles
-``{"ok": True, "result": ...}`` or the error to ``OUT``. What ``fn`` prints goes to this
+``{"ok": True, "result": <pickle>}`` or the error (its type, message, traceback and, as a
+pickle of its own, the exception) to ``OUT``. What ``fn`` prints goes to this
 process's stdout/stderr, which the parent copies into the step's log. Nothing here touches
 storage: the parent commits the step.
 """
@@ -61,24 +62,26 @@ def _run(call_path: str) -> dict[str, Any]:
                 result = call["target"](*call["args"], **call["kwargs"])
         return {"ok": True, "result": result}
     except BaseException as exc:
+        kind = type(exc)
         return {
             "ok": False,
-            "type": type(exc).__name__,
+            "type": kind.__qualname__
+            if kind.__module__ == "builtins"
+            else f"{kind.__module__}.{kind.__qualname__}",
             "message": str(exc),
             "traceback": traceback.format_exc(),
             "error": exc,
         }
 
 
-def main(argv: list[str]) -> int:
-    call_path, result_path = argv
-    outcome = _run(call_path)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        data = pickle.dumps(outcome)
-    except Exception:
-        if outcome["ok"]:
+def _encode(outcome: dict[str, Any]) -> bytes:
+    """The outcome as a pickle of plain data: the result and the error are pickled on their
+    own, so that one the runner cannot load (an exception class whose ``__init__`` takes other
+    arguments) costs only itself; the error's type, message and traceback always arrive."""
+    if "result" in outcome:
+        try:
+            outcome["result"] = pickle.dumps(outcome["result"])
+        except Exception:
             outcome = {
                 "ok": False,
                 "type": "TypeError",
@@ -86,9 +89,20 @@ def main(argv: list[str]) -> int:
                 "return plain data (str, numbers, lists, dicts)",
                 "traceback": "",
             }
-        else:
-            outcome.pop("error", None)
-        data = pickle.dumps(outcome)
+    if "error" in outcome:
+        try:
+            outcome["error"] = pickle.dumps(outcome["error"])
+        except Exception:
+            del outcome["error"]
+    return pickle.dumps(outcome)
+
+
+def main(argv: list[str]) -> int:
+    call_path, result_path = argv
+    outcome = _run(call_path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    data = _encode(outcome)
     with open(result_path, "wb") as f:
         f.write(data)
     return 0

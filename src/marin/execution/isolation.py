@@ -289,7 +289,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 def _read_result(path: str, returncode: int, step_id: str) -> Any:
     try:
         with open(path, "rb") as f:
-            outcome = pickle.load(f)
+            outcome = pickle.load(f)  # plain data: the result and error are pickles of their own
     except FileNotFoundError:
         how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
         raise RuntimeError(
@@ -297,8 +297,18 @@ def _read_result(path: str, returncode: int, step_id: str) -> Any:
             "returned (see the step's log)"
         ) from None
     if outcome["ok"]:
-        return outcome["result"]
-    error = outcome.get("error")
+        try:
+            return pickle.loads(outcome["result"])
+        except Exception as exc:
+            raise RuntimeError(
+                f"error: step {step_id}'s fn returned a value that cannot be loaded in the "
+                f"runner ({type(exc).__name__}: {exc}): return plain data (str, numbers, lists, "
+                "dicts)"
+            ) from None
+    try:
+        error = pickle.loads(outcome["error"])
+    except Exception:  # absent, or its class cannot be rebuilt here: its type name and message
+        error = None
     if not isinstance(error, BaseException):
         error = RuntimeError(f"{outcome['type']}: {outcome['message']}")
     error.add_note(f"raised in the isolated process of step {step_id}:\n{outcome['traceback']}")
