@@ -10,9 +10,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
-import os
 import re
-import select
 import shutil
 import subprocess
 import sys
@@ -21,6 +19,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.pids import exits_within
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -335,23 +335,9 @@ def test_a_worker_that_times_out_is_killed_with_what_it_started() -> None:
     with pytest.raises(subprocess.TimeoutExpired) as caught:
         run.run_process([sys.executable, "-c", script], 3.0)
     grandchild = int(caught.value.output.split()[0])
-    assert _exits_within(grandchild, 30.0)
+    assert exits_within(grandchild, 30.0)
     done = run.run_process([sys.executable, "-c", "print('ok')"], 30.0)
     assert (done.returncode, done.stdout) == (0, "ok\n")
-
-
-def _exits_within(pid: int, seconds: float) -> bool:
-    """Whether process ``pid`` has exited, or does within ``seconds``: its pidfd becomes
-    readable when it exits (an event, no polling); no such process means it is gone already."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        readable, _, _ = select.select([fd], [], [], seconds)
-        return bool(readable)
-    finally:
-        os.close(fd)
 
 
 def test_the_commit_target_is_build_step_over_its_own_calls_in_the_same_run() -> None:

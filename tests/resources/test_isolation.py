@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import threading
 import time
@@ -29,6 +28,7 @@ from marin.execution.resources import ResourcePool, Resources, parse_capacity
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location, open_prefix
 from tests.conformance.scenarios import read_calls
+from tests.pids import exits_within
 from tests.resources import resource_pipelines as rp
 
 
@@ -259,20 +259,6 @@ def test_a_function_of_a_script_run_as_main_runs_isolated(tmp_path: Path) -> Non
     assert "child says hi" in log and "main block ran" not in log
 
 
-def _exits_within(pid: int, seconds: float) -> bool:
-    """Whether process ``pid`` has exited, or does within ``seconds`` (its pidfd becomes
-    readable when it exits: an event, no polling); no such process means it is gone already."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        readable, _, _ = select.select([fd], [], [], seconds)
-        return bool(readable)
-    finally:
-        os.close(fd)
-
-
 def _helper_pids(pid_file: str) -> tuple[int, int, int]:
     in_group, own_session, child = (int(p) for p in open(pid_file).read().split())
     return in_group, own_session, child
@@ -294,7 +280,7 @@ def test_an_isolated_step_that_leaves_helpers_running_ends_them_and_does_not_wai
     try:
         assert finished, "the build waited for fn's helper processes"
         assert read_record(location, spec.output_path) is not None
-        assert _exits_within(in_group, 30)  # the step's process group ended with the step
+        assert exits_within(in_group, 30)  # the step's process group ended with the step
         with open(location.path(log_path(spec.output_path))) as f:
             assert "helpers started" in f.read()
     finally:
@@ -315,7 +301,7 @@ def test_an_isolated_step_that_times_out_ends_its_helpers_too(
             build_step(spec, location)
         assert time.monotonic() - started < 30
         in_group, _, child = _helper_pids(pid_file)
-        assert _exits_within(child, 30) and _exits_within(in_group, 30)
+        assert exits_within(child, 30) and exits_within(in_group, 30)
         assert read_record(location, spec.output_path) is None
     finally:
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):
