@@ -71,6 +71,27 @@ def test_a_missing_library_in_a_module_target_is_not_called_a_missing_module(
     assert "name a file instead" not in result.stderr
 
 
+def test_a_module_target_that_fails_to_import_shows_the_same_frames_as_a_file(
+    tmp_path: Path,
+) -> None:
+    """``mod:pipeline`` and ``mod.py:pipeline`` print the user's frames only, the same ones
+    (a module target showed importlib's own frame)."""
+    (tmp_path / "my_broken_mod.py").write_text("import json\nimport no_such_library_xyz\n")
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    outputs = [
+        marin("plan", target, "--prefix", str(tmp_path / "p"), env={"PYTHONPATH": path})
+        for target in ("my_broken_mod:pipeline", f"{tmp_path / 'my_broken_mod.py'}:pipeline")
+    ]
+    frames = []
+    for result in outputs:
+        assert result.returncode == 2, result.stderr
+        rest = result.stderr.strip().splitlines()[1:]
+        assert rest and all(str(tmp_path) in line for line in rest if "File " in line), rest
+        assert "importlib" not in result.stderr and "Traceback" not in result.stderr
+        frames.append(rest)
+    assert frames[0] == frames[1]
+
+
 def test_a_module_target_that_does_not_exist_says_so() -> None:
     result = marin("plan", "no_such_module_xyz.sub:pipeline")
     assert result.returncode == 2

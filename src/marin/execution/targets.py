@@ -94,10 +94,13 @@ class PipelineImportError(TargetError):
 def _user_frames(exc: BaseException, files: tuple[str, ...]) -> list[traceback.FrameSummary]:
     """The frames of ``exc``'s traceback outside the engine and the import machinery."""
     engine = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # importlib.import_module's own frame is a file, not "<frozen ...>" as the rest of the
+    # import machinery: a module target showed it, a file target did not.
+    machinery = (engine + os.sep, os.path.dirname(os.path.abspath(importlib.__file__)) + os.sep)
     frames = [
         frame
         for frame in traceback.extract_tb(exc.__traceback__)
-        if not os.path.abspath(frame.filename).startswith(engine + os.sep)
+        if not os.path.abspath(frame.filename).startswith(machinery)
         and not frame.filename.startswith("<frozen ")
     ]
     if isinstance(exc, SyntaxError) and exc.filename:
