@@ -92,6 +92,22 @@ def test_a_module_target_that_fails_to_import_shows_the_same_frames_as_a_file(
     assert frames[0] == frames[1]
 
 
+def test_a_misnamed_keyword_is_named_with_did_you_mean_through_the_cli(tmp_path: Path) -> None:
+    path = tmp_path / "misnamed.py"
+    path.write_text(
+        "from marin.execution.lazy import apply\n\n"
+        "def train(lr, epochs=1):\n    return lr\n\n"
+        "pipeline = [apply('train', train, version='v1', learning_rate=0.1)]\n"
+    )
+    result = marin("plan", f"{path}:pipeline", "--prefix", str(tmp_path / "p"))
+    assert result.returncode == 2, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert "train takes no input 'learning_rate' (did you mean lr?)" in first, first
+    assert "missing the required input 'lr'" in first, first
+    assert "rename learning_rate= to lr=" in first, first
+    assert "TypeError: error:" not in first and first.count("error:") == 1, first
+
+
 def test_a_module_target_that_does_not_exist_says_so() -> None:
     result = marin("plan", "no_such_module_xyz.sub:pipeline")
     assert result.returncode == 2

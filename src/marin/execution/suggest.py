@@ -8,6 +8,7 @@ typo reads the same wherever it is made.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 CUTOFF = 0.6
@@ -34,7 +35,8 @@ def close_names(word: str, known: Iterable[str], n: int = 3) -> list[str]:
                 scored.append((ratio, candidate))
     scored.sort(key=lambda item: (-item[0], item[1]))
     if not scored:
-        return []
+        # Too short to be similar, but an abbreviation: learning_rate -> lr, lr -> learning_rate.
+        return [c for c in same_kind or pool if _initials(word) == c or _initials(c) == word][:n]
     best = scored[0][0]
     return [c for ratio, c in scored[:n] if ratio >= best - MARGIN]
 
@@ -43,3 +45,9 @@ def did_you_mean(word: str, known: Iterable[str], n: int = 3) -> str:
     """``"did you mean a or b?"``, or ``""`` when nothing is close."""
     close = close_names(word, known, n)
     return f"did you mean {' or '.join(close)}?" if close else ""
+
+
+def _initials(word: str) -> str:
+    """``learning_rate`` -> ``lr``; a word of one part has none (``""``)."""
+    parts = [part for part in re.split(r"[_\-]", word) if part]
+    return "".join(part[0] for part in parts) if len(parts) > 1 else ""
