@@ -423,7 +423,7 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
     lines = [
         f"{record.step_id}  ({state.lower() if isinstance(state, str) else state})",
         f"  output       {url}",
-        *([f"  source       {record.source} (adopted: consumers read it)"] if record.source else []),
+        *([f"  source       {record.source} (adopted: read there)"] if record.source else []),
         *_lineage_lines(location, output_path),
         f"  type         {record.artifact_type}",
         f"  fingerprint  {record.fingerprint}",
