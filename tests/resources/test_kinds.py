@@ -31,6 +31,11 @@ def test_a_typo_of_a_standard_kind_is_caught_in_a_step_and_in_a_capacity(
         parse_capacity(f"{typo}={amount}")
 
 
+def test_an_uppercase_standard_kind_gets_did_you_mean() -> None:
+    with pytest.raises(InvalidStepError, match="did you mean cpu\\?"):
+        parse_resources({"CPU": 1}, "train@v1")
+
+
 @pytest.mark.parametrize("kind", ["tpu", "npu", "gpu_a100", "license"])
 def test_a_custom_kind_stays_possible_and_is_said_to_be_custom(kind: str) -> None:
     request = parse_resources({kind: 2, "cpu": 1})

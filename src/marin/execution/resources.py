@@ -232,9 +232,12 @@ def parse_resources(value: Any, step: str | None = None) -> Resources:
     extra: dict[str, float] = {}
     for key, raw in value.items():
         if not isinstance(key, str) or not _KIND.match(key):
+            lower = key.strip().lower() if isinstance(key, str) else ""
+            hint = did_you_mean(lower, STANDARD_KINDS, n=1, cutoff=_TYPO) if lower else ""
             raise _error(
                 f"resources has the key {key!r}",
-                "name resource kinds with lowercase letters, digits, '_', '.' or '-' "
+                (f"{hint} " if hint else "")
+                + "name resource kinds with lowercase letters, digits, '_', '.' or '-' "
                 '(e.g. "cpu", "gpu", "tpu")',
                 step,
             )
@@ -402,15 +405,12 @@ class ResourcePool:
 
     def shortfall(self, request: Resources) -> tuple[str, str] | None:
         """``(what, fix)`` when ``request`` can never fit this pool, else ``None``."""
-        missing = [
-            kind
-            for kind, amount in request.amounts().items()
-            if amount > self._capacity.get(kind, 0.0) + _EPS
-        ]
+        wanted = request.amounts()
+        missing = [k for k, amount in wanted.items() if amount > self._capacity.get(k, 0.0) + _EPS]
         if not missing:
             return None
         short = ", ".join(
-            f"{kind}={format_amount(kind, request.amounts()[kind])} but the machine has "
+            f"{kind}={format_amount(kind, wanted[kind])} but the machine has "
             f"{format_amount(kind, self._capacity.get(kind, 0.0))}"
             for kind in missing
         )
