@@ -10,7 +10,7 @@ import pytest
 from marin.execution.errors import InvalidStepError
 from marin.execution.lazy import apply
 from marin.execution.resources import ResourcePool, parse_capacity, parse_resources
-from tests.ux.helpers import EXAMPLE, marin
+from tests.ux.helpers import EXAMPLE, marin, plan_file
 
 
 def _noop() -> None:
@@ -54,16 +54,18 @@ def test_the_cli_catches_a_typo_in_resources(tmp_path: Path) -> None:
     assert not (tmp_path / "p").exists()  # refused before anything ran
 
 
+def _one_step(resources: str) -> str:
+    return (
+        "from marin.execution.lazy import apply\n\n"
+        "def f():\n    return 1\n\n"
+        f"pipeline = [apply('a', f, version='v1').with_options(resources={resources})]\n"
+    )
+
+
 def test_a_step_declaring_a_typo_fails_plan_with_did_you_mean_not_capacity_advice(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "typo.py"
-    path.write_text(
-        "from marin.execution.lazy import apply\n\n"
-        "def f():\n    return 1\n\n"
-        "pipeline = [apply('a', f, version='v1').with_options(resources={'cpus': 1})]\n"
-    )
-    result = marin("plan", f"{path}:pipeline", "--prefix", str(tmp_path / "p"))
+    path, result = plan_file(tmp_path, _one_step("{'cpus': 1}"))
     assert result.returncode == 2, result.stderr
     first = result.stderr.splitlines()[0]
     assert first.startswith(f"error: importing {path} failed at {path}, line 6: "), first
@@ -73,12 +75,6 @@ def test_a_step_declaring_a_typo_fails_plan_with_did_you_mean_not_capacity_advic
 
 
 def test_plan_says_a_custom_kind_is_custom(tmp_path: Path) -> None:
-    path = tmp_path / "custom.py"
-    path.write_text(
-        "from marin.execution.lazy import apply\n\n"
-        "def f():\n    return 1\n\n"
-        "pipeline = [apply('a', f, version='v1').with_options(resources={'tpu': 2})]\n"
-    )
-    result = marin("plan", f"{path}:pipeline", "--prefix", str(tmp_path / "p"))
+    _, result = plan_file(tmp_path, _one_step("{'tpu': 2}"))
     assert result.returncode == 0, result.stderr
     assert "[tpu=2 (tpu: custom)]" in result.stdout, result.stdout

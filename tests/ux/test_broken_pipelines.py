@@ -11,7 +11,7 @@ import pytest
 
 from marin.execution.errors import TargetError
 from marin.execution.targets import PipelineImportError, Target, load_target
-from tests.ux.helpers import EXAMPLE, ROOT, marin
+from tests.ux.helpers import EXAMPLE, ROOT, marin, plan_file
 
 BROKEN = {
     "missing_library": (
@@ -93,13 +93,12 @@ def test_a_module_target_that_fails_to_import_shows_the_same_frames_as_a_file(
 
 
 def test_a_misnamed_keyword_is_named_with_did_you_mean_through_the_cli(tmp_path: Path) -> None:
-    path = tmp_path / "misnamed.py"
-    path.write_text(
+    _, result = plan_file(
+        tmp_path,
         "from marin.execution.lazy import apply\n\n"
         "def train(lr, epochs=1):\n    return lr\n\n"
-        "pipeline = [apply('train', train, version='v1', learning_rate=0.1)]\n"
+        "pipeline = [apply('train', train, version='v1', learning_rate=0.1)]\n",
     )
-    result = marin("plan", f"{path}:pipeline", "--prefix", str(tmp_path / "p"))
     assert result.returncode == 2, result.stderr
     first = result.stderr.splitlines()[0]
     assert "train takes no input 'learning_rate' (did you mean lr?)" in first, first
