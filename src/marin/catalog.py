@@ -346,6 +346,25 @@ def closest_hint(location: Location, name: str) -> str:
     return f"`marin ls --prefix {location.url}` lists what is built"
 
 
+def _not_built_hint(location: Location, name: str, version: str) -> str:
+    """For ``marin show NAME@VERSION`` of nothing: the versions of ``name`` that exist, else the
+    closest built ``name@version``, else where to look."""
+    from marin.execution.suggest import close_names, did_you_mean
+
+    fallback = "check the name, version and --prefix; `marin ls --prefix P` lists what is built"
+    if not name:
+        return fallback
+    versions = _versions_of(location, name)
+    if versions:
+        pick = close_names(version, versions, n=1) or [
+            latest_built_version(location, name, versions) or versions[-1]
+        ]
+        exist = "exists" if len(versions) == 1 else "exist"
+        return f"{', '.join(versions)} of {name} {exist} here: did you mean {name}@{pick[0]}?"
+    built = {"@".join(path.rsplit("/", 1)) for path in find_artifacts(location)}
+    return did_you_mean(f"{name}@{version}", built) or fallback
+
+
 def check_ls_prefix(prefix: str | None) -> tuple[Location, str | None]:
     """Open ``prefix`` for ``marin ls``; return a warning when it does not exist yet.
 
@@ -397,7 +416,7 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
             name, _, version = output_path.rpartition("/")
             raise NotFoundError(
                 f"nothing is built at {url}",
-                "check the name, version and --prefix; `marin ls --prefix P` lists what is built",
+                _not_built_hint(location, name, version),
                 f"{name}@{version}" if name else None,
             )
         name, _, version = output_path.rpartition("/")
@@ -423,6 +442,7 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
     lines = [
         f"{record.step_id}  ({state.lower() if isinstance(state, str) else state})",
         f"  output       {url}",
+        *([f"  source       {record.source} (adopted: read there)"] if record.source else []),
         *_lineage_lines(location, output_path),
         f"  type         {record.artifact_type}",
         f"  fingerprint  {record.fingerprint}",

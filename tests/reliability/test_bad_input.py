@@ -55,8 +55,20 @@ def test_fn_that_raises_leaves_nothing_that_breaks_the_next_run(
 
 
 def test_missing_fn_argument_names_it() -> None:
-    with pytest.raises(TypeError, match=r"missing a required argument: 'b' \(step s@v0\): pass"):
+    with pytest.raises(TypeError, match=r"missing the required input 'b' \(step s@v0\): pass"):
         apply("s", lambda a, b: None, version="v0", a=1)
+
+
+def test_a_misnamed_input_names_both_the_unexpected_and_the_missing_one() -> None:
+    def train(lr: float, epochs: int = 1) -> float:
+        return lr
+
+    with pytest.raises(TypeError) as info:  # a TypeError, as Marin raises
+        apply("t", train, version="v1", learning_rate=0.1)
+    message = str(info.value)
+    assert "takes no input 'learning_rate' (did you mean lr?)" in message
+    assert "missing the required input 'lr'" in message
+    assert "rename learning_rate= to lr=" in message and message.count("error:") == 1
 
 
 CORRUPTIONS = {

@@ -35,6 +35,15 @@ def marin(
     )
 
 
+def plan_file(
+    tmp_path: Path, source: str, name: str = "pipeline_under_test"
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """Write ``source`` as ``<name>.py`` and run ``marin plan`` on its ``pipeline``."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    return path, marin("plan", f"{path}:pipeline", "--prefix", str(tmp_path / "p"))
+
+
 def normalise(text: str, prefix: str, *, collapse: bool = False) -> str:
     """Replace the temporary prefix by ``<prefix>``; optionally collapse runs of spaces.
 

@@ -11,7 +11,7 @@ import pytest
 
 from marin.execution.errors import TargetError
 from marin.execution.targets import PipelineImportError, Target, load_target
-from tests.ux.helpers import EXAMPLE, ROOT, marin
+from tests.ux.helpers import EXAMPLE, ROOT, marin, plan_file
 
 BROKEN = {
     "missing_library": (
@@ -69,6 +69,42 @@ def test_a_missing_library_in_a_module_target_is_not_called_a_missing_module(
     assert "pip install no_such_library_xyz" in result.stderr
     assert "cannot import module 'my_pipeline_mod'" not in result.stderr
     assert "name a file instead" not in result.stderr
+
+
+def test_a_module_target_that_fails_to_import_shows_the_same_frames_as_a_file(
+    tmp_path: Path,
+) -> None:
+    """``mod:pipeline`` and ``mod.py:pipeline`` print the user's frames only, the same ones
+    (a module target showed importlib's own frame)."""
+    (tmp_path / "my_broken_mod.py").write_text("import json\nimport no_such_library_xyz\n")
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    outputs = [
+        marin("plan", target, "--prefix", str(tmp_path / "p"), env={"PYTHONPATH": path})
+        for target in ("my_broken_mod:pipeline", f"{tmp_path / 'my_broken_mod.py'}:pipeline")
+    ]
+    frames = []
+    for result in outputs:
+        assert result.returncode == 2, result.stderr
+        rest = result.stderr.strip().splitlines()[1:]
+        assert rest and all(str(tmp_path) in line for line in rest if "File " in line), rest
+        assert "importlib" not in result.stderr and "Traceback" not in result.stderr
+        frames.append(rest)
+    assert frames[0] == frames[1]
+
+
+def test_a_misnamed_keyword_is_named_with_did_you_mean_through_the_cli(tmp_path: Path) -> None:
+    _, result = plan_file(
+        tmp_path,
+        "from marin.execution.lazy import apply\n\n"
+        "def train(lr, epochs=1):\n    return lr\n\n"
+        "pipeline = [apply('train', train, version='v1', learning_rate=0.1)]\n",
+    )
+    assert result.returncode == 2, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert "train takes no input 'learning_rate' (did you mean lr?)" in first, first
+    assert "missing the required input 'lr'" in first, first
+    assert "rename learning_rate= to lr=" in first, first
+    assert "TypeError: error:" not in first and first.count("error:") == 1, first
 
 
 def test_a_module_target_that_does_not_exist_says_so() -> None:

@@ -65,6 +65,8 @@ def test_apply_without_version_names_the_step_and_a_valid_fix() -> None:
         (["plan", EXAMPLE, "--exclude"], "ngram/reprt"),
         (["why", EXAMPLE], "ngram/datset"),
         (["show", "--prefix", "{prefix}"], "ngram/datset"),
+        (["show", "--prefix", "{prefix}"], "ngram/datset@v1"),
+        (["show", "--prefix", "{prefix}"], "ngram/dataset@v2"),
         (["diff", "ngram/report@v1", "--prefix", "{prefix}"], "ngram/reprot@v1"),
     ],
 )
@@ -80,3 +82,9 @@ def test_did_you_mean_everywhere_a_name_is_taken(
     for name in match.group(1).split(" or "):
         fixed = marin(*args, name, *extra)
         assert fixed.returncode in (0, 1), fixed.stderr  # diff: 1 means "they differ"
+
+
+def test_show_of_a_version_that_does_not_exist_says_which_do(built_example: str) -> None:
+    bad = marin("show", "ngram/dataset@v2", "--prefix", built_example)
+    assert bad.returncode == 2, bad.stderr
+    assert "v1 of ngram/dataset exists here: did you mean ngram/dataset@v1?" in bad.stderr

@@ -489,8 +489,8 @@ def _output_left_by_marin(location: Location, spec: StepSpec) -> bool:
     only its own code writes, and a folder check there scans the whole store (quadratic over a
     run): it answers False, and only a record, status or taken-over lease clears there.
     """
-    if location.is_memory:
-        return False
+    if location.is_memory or spec.source is not None:
+        return False  # an adopted step writes nothing there (see _clear_output)
     out = location.path(spec.output_path)
     if not location.exists(out):
         return False  # the common first build: nothing there
@@ -501,7 +501,8 @@ def _output_left_by_marin(location: Location, spec: StepSpec) -> bool:
         f"written by Marin (no {metadata_dir(spec.output_path).rsplit('/', 1)[-1]} folder "
         "beside it)",
         "move it away (or delete it yourself), then run again; Marin never deletes "
-        "data it did not write",
+        f"data it did not write (to serve that data as {spec.step_id}, adopt it where it is: "
+        f"ArtifactStep.adopt({spec.name!r}, {spec.version!r}, {spec.output_path!r}))",
         spec.step_id,
     )
 
@@ -523,6 +524,8 @@ def _earlier_attempt(present: set[str], lease: Lease, output_seen: bool) -> Left
 
 def _check_clearable(location: Location, spec: StepSpec) -> None:
     """Refuse, before anything is written, to clear a folder holding another step's metadata."""
+    if spec.source is not None:
+        return  # nothing is cleared (_clear_output), and its data may be large
     out = location.path(spec.output_path)
     foreign = _foreign_metadata(out, location.list_tree(out))
     if foreign is not None:
@@ -536,6 +539,10 @@ def _check_clearable(location: Location, spec: StepSpec) -> None:
 
 def _clear_output(location: Location, spec: StepSpec, built: bool) -> None:
     """Remove the output path, literally (never as a glob); ``built`` picks the message."""
+    if spec.source is not None:
+        # An adopted step's build writes only its record: its output path may be the adopted
+        # data itself (adopted in place), or hold or lie inside it. Never Marin's to delete.
+        return
     out = location.path(spec.output_path)
     if location.exists(out):
         if built:
@@ -594,7 +601,7 @@ _MEMORY_FIRST_BUILD = (
 def _output_digest(location: Location, spec: StepSpec, first_build: bool) -> OutputDigest:
     """The digest this build commits: of its output, or unknown where it cannot be cheap."""
     if spec.source is not None:
-        return OutputDigest(None, unknown="an adopted step's data is outside its output path")
+        return OutputDigest(None, unknown="an adopted step's data was not built by Marin")
     if location.is_memory and first_build:
         return OutputDigest(None, unknown=_MEMORY_FIRST_BUILD)
     return output_digest(location, location.path(spec.output_path))
@@ -732,6 +739,7 @@ def _build_holding(
                     if u.record is not None and u.record.output.digest is not None
                 },
                 replaced=replaced,
+                source=spec.data_url(location.url) if spec.source is not None else None,
             )
             if abandon is not None and abandon.is_set():
                 raise AbandonedError(

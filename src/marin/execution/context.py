@@ -62,8 +62,11 @@ class NoStepContextError(MarinError, LookupError):
     """``current_context()`` was called outside a running step."""
 
 
-class FingerprintTimeError(MarinError, RuntimeError):
-    """A run-time-only question (``ctx.resolved``) was asked while fingerprinting."""
+class FingerprintTimeError(MarinError, ValueError, RuntimeError):
+    """A run-time-only question (``ctx.resolved``) was asked while fingerprinting.
+
+    A ``ValueError``, as Marin raises (callers catch that); still a ``RuntimeError`` too, as it
+    was here before."""
 
 
 _NO_ARGS: Mapping[str, Any] = MappingProxyType({})

@@ -51,6 +51,10 @@ class InvalidStepError(MarinError, ValueError):
     """A name, version or dependency that cannot form a step."""
 
 
+class ApplyInputsError(MarinError, TypeError):
+    """``apply()`` inputs that do not fit ``fn``'s parameters (a ``TypeError``, as in Marin)."""
+
+
 class ConfigError(MarinError, TypeError):
     """A config or result value that has no canonical JSON form."""
 

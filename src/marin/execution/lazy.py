@@ -33,6 +33,7 @@ from marin.execution.context import (
     fingerprint_context,
 )
 from marin.execution.errors import (
+    ApplyInputsError,
     CycleError,
     DuplicateStepError,
     FingerprintMismatchError,
@@ -43,6 +44,7 @@ from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT
 from marin.execution.provenance import collect_provenance
 from marin.execution.resources import NO_RESOURCES, Resources, parse_duration, parse_resources
 from marin.execution.step_spec import StepSpec, fingerprint_of, is_absolute_location
+from marin.execution.suggest import close_names
 
 __all__ = [
     "OUT",
@@ -531,12 +533,7 @@ def apply(
         try:
             signature.bind(**inputs)
         except TypeError as exc:
-            fn_name = getattr(fn, "__qualname__", repr(fn))
-            params = ", ".join(signature.parameters)
-            raise TypeError(
-                f"error: apply() inputs do not fit {fn_name}: {exc} (step {step_id}): "
-                f"pass exactly the parameters of {fn_name}({params})"
-            ) from None
+            raise _inputs_mismatch(fn, signature, inputs, str(exc), step_id) from None
     deps: dict[int, ArtifactStep | StepSpec] = {}
     frozen = {key: _freeze(value, deps) for key, value in inputs.items()}
     call = _ApplyCall(fn, frozen, all(_is_fixed(value) for value in frozen.values()))
@@ -549,6 +546,46 @@ def apply(
         artifact_type=artifact_type,  # type: ignore[arg-type]  # a class becomes its label
         override_path=pin,
     )
+
+
+def _inputs_mismatch(
+    fn: Callable[..., Any],
+    signature: inspect.Signature,
+    inputs: Mapping[str, Any],
+    reason: str,
+    step_id: str,
+) -> ApplyInputsError:
+    """Every input ``fn`` does not take (with did-you-mean) and every parameter left out, at once:
+    a misnamed keyword is both, and naming only one of them hides the mistake."""
+    params = signature.parameters.values()
+    fn_name = getattr(fn, "__qualname__", repr(fn))
+    by_keyword = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    named = {p.name for p in params}  # a positional-only one passed by keyword: Python says so
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params)
+    unexpected = [] if takes_any else [key for key in inputs if key not in named]
+    missing = [
+        p.name
+        for p in params
+        if p.name in by_keyword and p.default is p.empty and p.name not in inputs
+    ]
+    renames: list[str] = []
+    problems: list[str] = []
+    for key in unexpected:
+        close = close_names(key, missing or [n for n in by_keyword if n not in inputs], n=1)
+        if not close and len(unexpected) == len(missing) == 1:
+            close = missing  # one wrong name and one missing: surely the same input
+        problems.append(f"{fn_name} takes no input {key!r}")
+        if close:
+            problems[-1] += f" (did you mean {close[0]}?)"
+            renames.append(f"{key}= to {close[0]}=")
+    if missing:
+        plural = "s" if len(missing) > 1 else ""
+        problems.append(f"missing the required input{plural} " + ", ".join(map(repr, missing)))
+    fix = f"pass exactly the parameters of {fn_name}({', '.join(signature.parameters)})"
+    if renames:
+        fix = f"rename {', '.join(renames)}; {fix}"
+    what = "; ".join(problems) if problems else reason
+    return ApplyInputsError(f"apply() inputs do not fit {fn_name}: {what}", fix, step_id)
 
 
 # --- lowering --------------------------------------------------------------------------------

@@ -94,6 +94,10 @@ class ArtifactRecord:
     replaced: dict[str, str] = field(default_factory=dict)
     """The ``build_id`` of the build this one replaced at its path -> that build's output
     digest, when known: a dependent that recorded no digest for it can still be compared."""
+    source: str | None = None
+    """An adopted step's data, resolved (``gs://b/data``, ``/data/raw``): what its consumers
+    read (Marin's ``record.source``). None for a step that built its own output; not written
+    then, so such records keep their bytes."""
 
     @property
     def step_id(self) -> str:
@@ -110,6 +114,8 @@ class ArtifactRecord:
         fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
         fields["code"] = self.code.to_record()
         fields["output"] = self.output.to_record()
+        if self.source is None:
+            del fields["source"]
         text = json.dumps(
             fields, sort_keys=True, indent=indent, ensure_ascii=False, check_circular=False
         )
@@ -170,6 +176,8 @@ class ArtifactRecord:
         fields["output"] = OutputDigest.from_record(fields.get("output"))
         fields["input_digests"] = _digest_map(fields.get("input_digests"))
         fields["replaced"] = _digest_map(fields.get("replaced"), limit=1)
+        if not isinstance(fields.get("source"), str | None):
+            raise ValueError(f"field 'source' is a {type(fields['source']).__name__}")
         return cls(**fields)
 
     def _pinned_at(self, output_path: str) -> bool:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.errors import InvalidStepError, format_error
+from marin.execution.suggest import did_you_mean
 
 __all__ = [
     "MAX_AMOUNT",
@@ -52,6 +53,9 @@ __all__ = [
 ]
 
 STANDARD_KINDS = ("cpu", "memory", "gpu")
+_TYPO = 0.75
+"""How like a standard kind a custom one may not be: ``cpus`` (0.86) and ``memroy`` are typos,
+``tpu`` and ``npu`` (0.67 from ``gpu``) are kinds of their own."""
 _KIND = re.compile(r"^[a-z][a-z0-9_.-]{0,62}$")
 _EPS = 1e-9
 
@@ -96,6 +100,26 @@ def _shown(value: Any) -> str:
     """``repr(value)``, cut short: an error message names the value, it never floods a line."""
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _check_kind(kind: str, where: str, step: str | None) -> None:
+    """Refuse a kind that reads as a typo of a standard one: counted as a custom kind, it
+    would never meet the step's real need, and no capacity would name it."""
+    if kind in STANDARD_KINDS:
+        return
+    hint = did_you_mean(kind, STANDARD_KINDS, n=1, cutoff=_TYPO)
+    if hint:
+        raise _error(
+            f"{where} names the resource kind {kind!r}",
+            f"{hint} (the standard kinds are cpu, memory and gpu; a custom kind, such as "
+            "tpu, must not look like one of them)",
+            step,
+        )
+
+
+def custom_kinds(resources: Resources) -> list[str]:
+    """The kinds of ``resources`` other than cpu, memory and gpu (``["tpu"]``)."""
+    return [kind for kind, _ in resources.extra]
 
 
 def _number(value: Any) -> float | None:
@@ -240,13 +264,17 @@ def parse_resources(value: Any, step: str | None = None) -> Resources:
     extra: dict[str, float] = {}
     for key, raw in value.items():
         if not isinstance(key, str) or not _KIND.match(key):
+            lower = key.strip().lower() if isinstance(key, str) else ""
+            hint = did_you_mean(lower, STANDARD_KINDS, n=1, cutoff=_TYPO) if lower else ""
             raise _error(
                 f"resources has the key {key!r}",
-                "name resource kinds with lowercase letters, digits, '_', '.' or '-' "
+                (f"{hint} " if hint else "")
+                + "name resource kinds with lowercase letters, digits, '_', '.' or '-' "
                 '(e.g. "cpu", "gpu", "tpu")',
                 step,
             )
         field_name = f"resources.{key}"
+        _check_kind(key, "resources", step)
         if key == "memory":
             memory = parse_memory(raw, step, field_name)
             continue
@@ -287,6 +315,7 @@ def parse_capacity(text: str) -> Resources:
             )
         if key in amounts:
             raise _error(f"--resources {text!r} names {key!r} twice", "give each kind once", None)
+        _check_kind(key, f"--resources {text!r}", None)
         if key == "memory":
             amounts[key] = raw
             continue
@@ -406,16 +435,20 @@ class ResourcePool:
 
     def shortfall(self, request: Resources) -> tuple[str, str] | None:
         """``(what, fix)`` when ``request`` can never fit this pool, else ``None``."""
-        short = [
-            f"{kind}={format_amount(kind, amount)} but the machine has "
-            f"{format_amount(kind, self._capacity.get(kind, 0.0))}"
-            for kind, amount in request.amounts().items()
-            if amount > self._capacity.get(kind, 0.0) + _EPS
-        ]
-        if not short:
+        wanted = request.amounts()
+        missing = [k for k, amount in wanted.items() if amount > self._capacity.get(k, 0.0) + _EPS]
+        if not missing:
             return None
+        short = ", ".join(
+            f"{kind}={format_amount(kind, wanted[kind])} but the machine has "
+            f"{format_amount(kind, self._capacity.get(kind, 0.0))}"
+            for kind in missing
+        )
+        custom = [kind for kind in missing if kind not in STANDARD_KINDS]
+        if custom:  # said to be custom: a machine has none of it until its capacity says so
+            short += f" ({', '.join(custom)}: a custom kind, which only --resources provides)"
         return (
-            f"the step asks for {', '.join(short)}",
+            f"the step asks for {short}",
             "lower its resources, or declare the machine's capacity with "
             f"marin run --resources {_capacity_example(self.capacity, request)} "
             "(StepRunner(resources=...))",
@@ -534,7 +567,9 @@ def describe_placement(spec: Any) -> str:
     parts: list[str] = []
     resources = getattr(spec, "resources", NO_RESOURCES)
     if isinstance(resources, Resources) and resources:
-        parts.append(resources.describe())
+        custom = custom_kinds(resources)
+        # Said to be custom: a typo'd kind is refused, but a real one needs --resources too.
+        parts.append(resources.describe() + (f" ({', '.join(custom)}: custom)" if custom else ""))
     timeout = getattr(spec, "timeout", None)
     if timeout is not None:
         parts.append(f"timeout {format_duration(timeout)}")

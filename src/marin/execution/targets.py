@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import sysconfig
 import threading
 import traceback
 from dataclasses import dataclass
@@ -91,14 +92,29 @@ class PipelineImportError(TargetError):
         self.details = details
 
 
+_STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
+
+
+def _is_machinery(filename: str, engine: str) -> bool:
+    """A frame of the engine, the standard library (``importlib.import_module``'s, which a
+    module target showed and a file target did not; ``dataclasses.replace``'s) or generated
+    code (``<frozen importlib._bootstrap>``, a dataclass's ``<string>`` ``__init__``)."""
+    if filename.startswith("<"):
+        return True
+    path = os.path.abspath(filename)
+    if path.startswith(engine):
+        return True
+    in_packages = "site-packages" in path or "dist-packages" in path  # a library: kept
+    return path.startswith(_STDLIB) and not in_packages
+
+
 def _user_frames(exc: BaseException, files: tuple[str, ...]) -> list[traceback.FrameSummary]:
     """The frames of ``exc``'s traceback outside the engine and the import machinery."""
-    engine = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    engine = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     frames = [
         frame
         for frame in traceback.extract_tb(exc.__traceback__)
-        if not os.path.abspath(frame.filename).startswith(engine + os.sep)
-        and not frame.filename.startswith("<frozen ")
+        if not _is_machinery(frame.filename, engine)
     ]
     if isinstance(exc, SyntaxError) and exc.filename:
         frames.append(traceback.FrameSummary(exc.filename, exc.lineno or 0, "<module>"))
