@@ -41,7 +41,7 @@ WATCHED = {
 def profile(n: int, top: int) -> None:
     from prefect_server import section_server, without_flow_heartbeat
 
-    from marin_prefect.testing import isolate_prefect_home
+    from marin_testing.prefect import isolate_prefect_home
 
     isolate_prefect_home()
     with section_server(), without_flow_heartbeat():  # as the section runs its flows

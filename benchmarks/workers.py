@@ -474,7 +474,7 @@ def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0)
     """The compiled flow vs a hand-written plain Prefect flow vs the local StepRunner."""
     from prefect_server import section_server, without_flow_heartbeat
 
-    from marin_prefect.testing import isolate_prefect_home
+    from marin_testing.prefect import isolate_prefect_home
 
     isolate_prefect_home()
     t0 = time.perf_counter()
@@ -508,7 +508,7 @@ def distributed(n: int, reps: int, drivers_sleep_s: float = 0.5) -> dict[str, An
     compiled Prefect flow on threads and on a real Dask cluster (a scheduler and two worker
     processes); then one vs three ``marin run`` drivers sharing a 12-step, three-wide graph."""
     os.environ["MARIN_BENCH_NOOP_N"] = str(n)
-    from marin_prefect.testing import isolate_prefect_home, start_harness
+    from marin_testing.prefect import isolate_prefect_home, start_harness
 
     isolate_prefect_home()
     start_harness()
@@ -518,7 +518,7 @@ def distributed(n: int, reps: int, drivers_sleep_s: float = 0.5) -> dict[str, An
     from marin.execution.step_runner import StepRunner
     from marin.execution.targets import load_target
     from marin_prefect.compile import to_prefect_flow
-    from marin_prefect.dask_testing import DaskCluster
+    from marin_testing.dask import DaskCluster
 
     logging.getLogger("prefect").setLevel(logging.WARNING)
     logging.getLogger("distributed").setLevel(logging.WARNING)
@@ -570,9 +570,9 @@ def celery(
     run's wait fails, and the services are stopped before the harness's time limit."""
     from marin.execution.step_runner import StepRunner
     from marin.execution.targets import load_target
-    from marin_airflow.celery_testing import CeleryServices, WorkerSpec
     from marin_airflow.export import build_export, write_export
-    from marin_airflow.testing import AirflowSandbox
+    from marin_testing.airflow import AirflowSandbox
+    from marin_testing.celery import CeleryServices, WorkerSpec
 
     if shutil.which("redis-server") is None:
         raise RuntimeError("redis-server is not installed: apt-get install -y redis-server")
@@ -726,7 +726,7 @@ def airflow_parse(files: Sequence[str], reps: int) -> dict[str, Any]:
 
 
 def airflow_cached(reps: int, max_concurrent: int = 4) -> dict[str, Any]:
-    """Under a real scheduler on loopback (``marin_airflow.testing.AirflowServices``): a fully
+    """Under a real scheduler on loopback (``marin_testing.airflow.AirflowServices``): a fully
     cached re-run of a 100-step DAG against the first run of a 1-step DAG.
 
     Each run is timed from the DAG run's ``queued_at`` to its ``end_date`` as the scheduler
@@ -735,7 +735,7 @@ def airflow_cached(reps: int, max_concurrent: int = 4) -> dict[str, Any]:
     then re-run on the same prefix. The two kinds alternate in a seeded random order.
     """
     from marin_airflow.export import build_export, write_export
-    from marin_airflow.testing import AirflowSandbox, AirflowServices
+    from marin_testing.airflow import AirflowSandbox, AirflowServices
 
     root = tempfile.mkdtemp(prefix="marin-bench-afsched-")
     here = os.path.dirname(os.path.abspath(__file__))
