@@ -60,3 +60,13 @@ def test_runtime_adapter_modules_do_not_load_the_test_harnesses(
     assert done.returncode == 0, done.stderr[-2000:]
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert loaded == {name: [] for name in modules}
+
+
+def test_the_airflow_task_runtime_does_not_load_the_exporter() -> None:
+    """A task reads the DAG file's contract (``marin_airflow.contract``), not the code generator."""
+    probe = "import sys, marin_airflow.runtime; print('marin_airflow.export' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"
