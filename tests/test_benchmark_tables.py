@@ -358,17 +358,18 @@ def test_the_commit_target_is_build_step_over_its_own_calls_in_the_same_run() ->
     """Issue 23's target: serial local build_step at most 1.2x the row that makes the same
     file-system calls straight from os, a ratio of two rows of one worker (not a fixed ms)."""
     run = _run_module()
+    commit = run.SECTIONS["commit"]  # benchmarks/sections/commit.py
     measured = {
-        "local": {"baseline": 1.1, run.SYSCALLS_ALONE: 1.0, "no heartbeat thread": 1.05},
+        "local": {"baseline": 1.1, commit.SYSCALLS_ALONE: 1.0, "no heartbeat thread": 1.05},
         "memory": {"baseline": 0.2},
     }
     harness = run.Harness(quick=False, deadline=time.monotonic() + 60)
     harness.worker = lambda *args, **kwargs: measured  # the worker's JSON, as run.py reads it
-    run.bench_commit(harness)
+    commit.bench(harness)
     judged = [r for r in harness.rows if r.met is not None]
     assert [(r.metric, r.unit, r.target, r.key) for r in judged] == [
         (
-            f"local: build_step / {run.SYSCALLS_ALONE}",
+            f"local: build_step / {commit.SYSCALLS_ALONE}",
             "x",
             "<= 1.2",
             "commit.local_vs_calls",
@@ -377,7 +378,7 @@ def test_the_commit_target_is_build_step_over_its_own_calls_in_the_same_run() ->
     assert judged[0].value == pytest.approx(1.1) and judged[0].met is True
     measured["local"]["baseline"] = 1.3
     harness.rows.clear()
-    run.bench_commit(harness)
+    commit.bench(harness)
     assert [r.met for r in harness.rows if r.met is not None] == [False]
 
 
