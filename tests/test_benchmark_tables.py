@@ -322,6 +322,19 @@ def test_a_workers_error_and_repetitions_name_its_section() -> None:
     assert list(h.errors) == ["cache: no_such_worker()"]
 
 
+def test_every_worker_of_the_committed_run_is_registered_and_importable() -> None:
+    """Each section's ``WORKERS`` names the functions ``worker.py`` runs, under the names the
+    committed results file keeps their repetitions by."""
+    run = _run_module()
+    harness = run.Harness(quick=True, deadline=0.0, workers=run.WORKERS)
+    committed = tables.load(str(ROOT / "benchmarks" / "results.json"))
+    workers = {k for k, v in committed["raw"].items() if isinstance(v, list)} - {"peer"}
+    assert set(harness.workers) == workers
+    for spec in harness.workers.values():
+        module, _, function = spec.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), spec
+
+
 def test_a_worker_that_times_out_is_killed_with_what_it_started() -> None:
     """A timed-out worker's children (a Prefect server, say) go with it: one left running by a
     timed-out section slowed every later measurement of a run."""

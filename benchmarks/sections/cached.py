@@ -216,8 +216,6 @@ def latency(n: int, latency_s: float, serial_sample: int, reps: int = 3) -> dict
 
 
 WORKERS: dict[str, str] = {
-    "time_rerun_and_plan": "sections.cached:time_rerun_and_plan",
-    "seed_built": "sections.cached:seed_built",
     "cached": "sections.cached:cached",
     "latency": "sections.cached:latency",
 }

@@ -191,6 +191,5 @@ def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0)
 
 
 WORKERS: dict[str, str] = {
-    "prefect_variants": "sections.prefect:prefect_variants",
     "prefect": "sections.prefect:prefect",
 }
