@@ -86,7 +86,8 @@ def print_table(rows: list[Row]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (``.ci/run`` runs ``--quick``)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -98,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         const="",
         default=None,
         metavar="FILE",
-        help="rewrite the generated tables in README.md and benchmarks/README.md from the "
-        "results written (and also write the full table to FILE, if given)",
+        help="rewrite the generated tables in README.md, benchmarks/README.md and "
+        "benchmarks/results.md from the results written (and also write the full table to "
+        "FILE, if given)",
     )
     parser.add_argument(
         "--merge-into",
@@ -135,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds (default 55 quick, 3600 full: a full run with --distributed and "
         "--airflow-scheduler takes about half an hour on 2 cores)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.tables_only:
         return write_tables(tables.load(args.output), args.markdown or "")
@@ -163,36 +170,12 @@ def main(argv: list[str] | None = None) -> int:
         f"load {load_before[0]:.2f}, {os.cpu_count()} cores",
         flush=True,
     )
-    for name in SECTIONS:
-        if name not in sections:
-            continue
-        print(f"== {name}", flush=True)
-        t0 = time.monotonic()
-        h.section = name
-        h.measure_reference(name)
-        SECTIONS[name].bench(h)
-        h.raw.setdefault("section_seconds", {})[name] = round(time.monotonic() - t0, 2)
+    run_sections(h, sections)
     total = time.monotonic() - started
     print()
     print_table(h.rows)
     print(f"\ntotal {total:.0f}s; load {load_before[0]:.2f} before, {_load():.2f} after")
-    out: dict[str, Any] = {
-        "meta": {
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "mode": "quick" if args.quick else "full",
-            "machine": platform.machine(),
-            "processor": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_before": load_before,
-            "load_after": os.getloadavg(),
-            "total_s": round(total, 1),
-        },
-        "rows": [asdict(r) for r in h.rows],
-        "errors": h.errors,
-        "raw": h.raw,
-    }
+    out = results(h, args.quick, load_before, total)
     if args.merge_into:
         # A section that only says it was skipped (distributed, without --distributed) keeps
         # the rows it has in the file.
@@ -212,6 +195,42 @@ def main(argv: list[str] | None = None) -> int:
     # A crash fails the run (CI keeps the benchmarks from rotting), and so does a quick-mode
     # target miss beyond the slack; a full run reports misses in its table and README.
     return 1 if h.failed or h.missed else 0
+
+
+def run_sections(h: Harness, sections: list[str]) -> None:
+    """Each chosen section in ``SECTIONS`` order, after the reference loop, timed."""
+    for name in SECTIONS:
+        if name not in sections:
+            continue
+        print(f"== {name}", flush=True)
+        t0 = time.monotonic()
+        h.section = name
+        h.measure_reference(name)
+        SECTIONS[name].bench(h)
+        h.raw.setdefault("section_seconds", {})[name] = round(time.monotonic() - t0, 2)
+
+
+def results(
+    h: Harness, quick: bool, load_before: tuple[float, float, float], total: float
+) -> dict[str, Any]:
+    """What ``results.json`` holds: the run's machine and load, rows, errors and raw results."""
+    return {
+        "meta": {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "mode": "quick" if quick else "full",
+            "machine": platform.machine(),
+            "processor": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+            "total_s": round(total, 1),
+        },
+        "rows": [asdict(r) for r in h.rows],
+        "errors": h.errors,
+        "raw": h.raw,
+    }
 
 
 def merge(base: dict[str, Any], new: dict[str, Any], sections: list[str]) -> dict[str, Any]:
