@@ -29,7 +29,7 @@ from marin.execution.lazy import lower
 def bench(h: Harness) -> None:
     """(6) Airflow: export time, DagBag parse time, and `airflow dags test` per task."""
     try:
-        from marin_airflow.export import build_export, write_export
+        import marin_airflow.export  # noqa: F401
     except ImportError as exc:
         h.add("airflow", "export", None, "s", note=f"adapter not importable: {exc}")
         return
@@ -38,7 +38,35 @@ def bench(h: Harness) -> None:
     home = tempfile.mkdtemp(prefix="marin-bench-airflow-")
     dags = os.path.join(home, "dags")
     os.makedirs(dags)
-    files = []
+    files = _exports(h, sizes, dags)
+    env = _airflow_env(home, dags)
+    # The floor: the largest graph's tasks and edges as bare operators, added the same way.
+    floor = os.path.join(home, "floor", f"bare_{sizes[-1]}.py")
+    os.makedirs(os.path.dirname(floor))
+    _, targets = graphs.random_dag(sizes[-1], seed=5)
+    _write_bare_dag(floor, collect_steps(lower(targets, memo={})))
+    r = h.worker(
+        "airflow_parse",
+        300,
+        env=env,
+        files=[*(p for _, p in files), floor],
+        reps=3 if h.quick else 2,
+    )
+    if r:
+        _parse_rows(h, r, files, floor)
+    try:
+        if not h.quick:
+            bench_airflow_dags_test(h, home, env)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    bench_airflow_scheduler(h)
+
+
+def _exports(h: Harness, sizes: list[int], dags: str) -> list[tuple[int, str]]:
+    """``marin export airflow`` of a random DAG per size into ``dags``, timed: (size, file)."""
+    from marin_airflow.export import build_export, write_export
+
+    files: list[tuple[int, str]] = []
     for n in sizes:
         _, targets = graphs.random_dag(n, seed=5)
         steps = collect_steps(lower(targets, memo={}))
@@ -56,70 +84,55 @@ def bench(h: Harness) -> None:
             "s",
             note=f"{os.path.getsize(result.path) / 1024:.0f} KiB file",
         )
-    env = _airflow_env(home, dags)
-    # The floor: the largest graph's tasks and edges as bare operators, added the same way.
-    floor = os.path.join(home, "floor", f"bare_{sizes[-1]}.py")
-    os.makedirs(os.path.dirname(floor))
-    _, targets = graphs.random_dag(sizes[-1], seed=5)
-    _write_bare_dag(floor, collect_steps(lower(targets, memo={})))
-    r = h.worker(
-        "airflow_parse",
-        300,
-        env=env,
-        files=[*(p for _, p in files), floor],
-        reps=3 if h.quick else 2,
+    return files
+
+
+def _parse_rows(h: Harness, r: dict[str, Any], files: list[tuple[int, str]], floor: str) -> None:
+    """The ``DagBag`` parse rows: the bare-operator floor, then each exported file's."""
+    bare = r["files"][floor]
+    h.add(
+        "airflow",
+        f"DagBag parse n={files[-1][0]}, bare operators, incl. Airflow's import",
+        bare["median_s"] + r["import_s"],
+        "s",
+        note=f"the floor: the same {bare['tasks']} tasks and edges as bare BaseOperators, "
+        f"no step data; {bare['median_s']:.2f} s of it the parse",
     )
-    if r:
-        bare = r["files"][floor]
-        h.add(
-            "airflow",
-            f"DagBag parse n={sizes[-1]}, bare operators, incl. Airflow's import",
-            bare["median_s"] + r["import_s"],
-            "s",
-            note=f"the floor: the same {bare['tasks']} tasks and edges as bare BaseOperators, "
-            f"no step data; {bare['median_s']:.2f} s of it the parse",
-        )
-        for n, path in files:
-            f = r["files"][path]
-            limit = {2000: 2.0, 10000: 3.0}.get(n)
-            note = f"{f['tasks']} tasks; Airflow's import adds {r['import_s']:.2f} s"
-            if n == 10000:
-                total = f["median_s"] + r["import_s"]
-                h.add("airflow", f"DagBag parse n={n}", f["median_s"], "s", note=note)
-                h.judge(
-                    "airflow",
-                    f"DagBag parse n={n} incl. Airflow's import",
-                    total,
-                    "s",
-                    "airflow.parse10k",
-                    3.0,
-                    note=f"{f['tasks']} tasks",
-                )
-                h.add(
-                    "airflow",
-                    f"DagBag parse n={n} incl. Airflow's import, CPU time",
-                    f["median_cpu_s"] + r["import_cpu_s"],
-                    "s",
-                    note="this process's CPU time: what load from other jobs moves least",
-                )
-            elif limit is not None:
-                h.judge(
-                    "airflow",
-                    f"DagBag parse n={n}",
-                    f["median_s"],
-                    "s",
-                    f"airflow.parse{n}",
-                    limit,
-                    note=note,
-                )
-            else:
-                h.add("airflow", f"DagBag parse n={n}", f["median_s"], "s", note=note)
-    try:
-        if not h.quick:
-            bench_airflow_dags_test(h, home, env)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-    bench_airflow_scheduler(h)
+    for n, path in files:
+        f = r["files"][path]
+        limit = {2000: 2.0, 10000: 3.0}.get(n)
+        note = f"{f['tasks']} tasks; Airflow's import adds {r['import_s']:.2f} s"
+        if n == 10000:
+            total = f["median_s"] + r["import_s"]
+            h.add("airflow", f"DagBag parse n={n}", f["median_s"], "s", note=note)
+            h.judge(
+                "airflow",
+                f"DagBag parse n={n} incl. Airflow's import",
+                total,
+                "s",
+                "airflow.parse10k",
+                3.0,
+                note=f"{f['tasks']} tasks",
+            )
+            h.add(
+                "airflow",
+                f"DagBag parse n={n} incl. Airflow's import, CPU time",
+                f["median_cpu_s"] + r["import_cpu_s"],
+                "s",
+                note="this process's CPU time: what load from other jobs moves least",
+            )
+        elif limit is not None:
+            h.judge(
+                "airflow",
+                f"DagBag parse n={n}",
+                f["median_s"],
+                "s",
+                f"airflow.parse{n}",
+                limit,
+                note=note,
+            )
+        else:
+            h.add("airflow", f"DagBag parse n={n}", f["median_s"], "s", note=note)
 
 
 AIRFLOW_SCHEDULER_NOTE = (

@@ -44,6 +44,11 @@ def bench(h: Harness) -> None:
                 "s",
                 note=f"{r['plan_s'] / r['n'] * 1e6:.0f} us/step",
             )
+    _latency(h)
+
+
+def _latency(h: Harness) -> None:
+    """The same check through a store 20 ms away per call: parallel, and serial (estimated)."""
     n = 200 if h.quick else 1000
     r = h.worker(
         "latency",

@@ -26,58 +26,7 @@ def bench(h: Harness) -> None:
     per_step: dict[str, dict[int, float]] = {"local": {}, "memory": {}}
     rss: dict[int, tuple[int, int]] = {}
     for backend in ("local", "memory"):
-        previous: float | None = None
-        for n in sizes:
-            if h.quick:
-                reps = 1 if n == sizes[-1] else 3
-            else:
-                # Medians of three where a target is judged: one repetition at each larger
-                # size moved the memory:// linearity ratio past its target in one full run, and
-                # re-timed alone it was even. The 50,000-step local run keeps one (a repetition
-                # takes minutes on a slow disk here).
-                reps = 1 if backend == "local" and n == sizes[-1] else 3
-            if previous is not None:
-                # Skip a size whose predicted time (linear from the last one, x2 for safety)
-                # cannot fit: the row says so instead of blowing the harness's budget. One size
-                # gets up to 400 s: the 50,000-step local run, which the local linearity
-                # target is judged on, takes over 120 s on a slow machine here.
-                predicted = previous * n * reps * 2
-                budget = min(h.remaining() - (40 if h.quick else 300), 400)
-                if predicted > budget:
-                    h.add(
-                        "overhead",
-                        f"{backend} random n={n}",
-                        None,
-                        "ms/step",
-                        note=f"skipped: predicted {predicted:.0f}s > budget {budget:.0f}s",
-                    )
-                    continue
-            timeout = 300 if previous is None else max(60.0, previous * n * reps * 4 + 60)
-            r = h.worker("overhead", timeout, backend=backend, n=n, reps=reps)
-            if r is None:
-                h.add("overhead", f"{backend} random n={n}", None, "ms/step", note="timed out")
-                previous = None if previous is None else previous * 10
-                continue
-            ms = r["run_median_s"] / r["n"] * 1e3
-            previous = ms / 1e3
-            per_step[backend][n] = ms
-            target = 0.5 if backend == "local" else 0.15
-            if n == 10000 or (h.quick and n == sizes[-1]):
-                h.judge(
-                    "overhead",
-                    f"{backend} random n={n}",
-                    ms,
-                    "ms/step",
-                    f"overhead.{backend}",
-                    target,
-                    note=f"median of {reps}",
-                )
-            else:
-                h.add(
-                    "overhead", f"{backend} random n={n}", ms, "ms/step", note=f"median of {reps}"
-                )
-            if backend == "local":
-                rss[r["n"]] = (r["rss_start_kb"], r["rss_peak_kb"])
+        _sizes(h, backend, sizes, per_step[backend], rss)
     for backend, by_n in per_step.items():
         ns = sorted(by_n)
         if len(ns) >= 2:
@@ -92,7 +41,63 @@ def bench(h: Harness) -> None:
                 note="~1 is linear",
             )
     _threads(h)
-    # The scheduler alone: the same graphs with build_step stubbed out (no storage at all).
+    _scheduler_only(h, sizes)
+    h.raw["rss_local"] = {str(k): v for k, v in rss.items()}
+
+
+def _reps(h: Harness, backend: str, n: int, sizes: list[int]) -> int:
+    if h.quick:
+        return 1 if n == sizes[-1] else 3
+    # Medians of three where a target is judged: one repetition at each larger size moved the
+    # memory:// linearity ratio past its target in one full run, and re-timed alone it was even.
+    # The 50,000-step local run keeps one (a repetition takes minutes on a slow disk here).
+    return 1 if backend == "local" and n == sizes[-1] else 3
+
+
+def _sizes(
+    h: Harness,
+    backend: str,
+    sizes: list[int],
+    per_step: dict[int, float],
+    rss: dict[int, tuple[int, int]],
+) -> None:
+    """The runner at each size on ``backend``: ms per step into ``per_step``, and on local disk
+    the worker's start and peak RSS into ``rss``."""
+    previous: float | None = None
+    for n in sizes:
+        reps = _reps(h, backend, n, sizes)
+        if previous is not None:
+            # Skip a size whose predicted time (linear from the last one, x2 for safety) cannot
+            # fit: the row says so instead of blowing the harness's budget. One size gets up to
+            # 400 s: the 50,000-step local run, which the local linearity target is judged on,
+            # takes over 120 s on a slow machine here.
+            predicted = previous * n * reps * 2
+            budget = min(h.remaining() - (40 if h.quick else 300), 400)
+            if predicted > budget:
+                skipped = f"skipped: predicted {predicted:.0f}s > budget {budget:.0f}s"
+                h.add("overhead", f"{backend} random n={n}", None, "ms/step", note=skipped)
+                continue
+        timeout = 300 if previous is None else max(60.0, previous * n * reps * 4 + 60)
+        r = h.worker("overhead", timeout, backend=backend, n=n, reps=reps)
+        if r is None:
+            h.add("overhead", f"{backend} random n={n}", None, "ms/step", note="timed out")
+            previous = None if previous is None else previous * 10
+            continue
+        ms = r["run_median_s"] / r["n"] * 1e3
+        previous = ms / 1e3
+        per_step[n] = ms
+        metric, note = f"{backend} random n={n}", f"median of {reps}"
+        if n == 10000 or (h.quick and n == sizes[-1]):
+            target = 0.5 if backend == "local" else 0.15
+            h.judge("overhead", metric, ms, "ms/step", f"overhead.{backend}", target, note=note)
+        else:
+            h.add("overhead", metric, ms, "ms/step", note=note)
+        if backend == "local":
+            rss[r["n"]] = (r["rss_start_kb"], r["rss_peak_kb"])
+
+
+def _scheduler_only(h: Harness, sizes: list[int]) -> None:
+    """The scheduler alone: the same graphs with build_step stubbed out (no storage at all)."""
     runs = [("random", n) for n in ([sizes[-1]] if h.quick else sizes)]
     if not h.quick:
         runs += [("fan", 10000), ("experiment", 10000), ("chain", 10000)]
@@ -112,7 +117,6 @@ def bench(h: Harness) -> None:
                 "ms/step",
                 note="check + Kahn dispatch + thread hand-off, no storage",
             )
-    h.raw["rss_local"] = {str(k): v for k, v in rss.items()}
 
 
 def _threads(h: Harness) -> None:
@@ -141,74 +145,92 @@ def _threads(h: Harness) -> None:
         h.add("overhead", f"tmpfs random n={n}", None, "ms/step",
               note=f"skipped: {file_systems.TMPFS} is not a tmpfs mount here")  # fmt: skip
     for backend in backends:
-        kinds = ["runner"] if backend == "memory" else ["runner", "calls"]
-        ms: dict[tuple[str, int], list[float]] = {(k, mc): [] for k in kinds for mc in (1, 8)}
-        if can_pin:
-            ms["pinned", 8] = []
-        if backend == "memory":  # no file system below: the builds' own Python is the floor
-            ms["serial", 1] = []
-            ms["handed", 1] = []
-            if can_pin:
-                ms["handed on one CPU", 1] = []
-        if h.quick:  # within CI's minute: the runner rows, and each other kind once
-            once = {"local": (), "tmpfs": (("calls", 8),), "memory": (("pinned", 8),)}[backend]
-            ms = {k: [] for k in ms if (k[0] == "runner" and backend != "tmpfs") or k in once}
-        switches: dict[int, list[float]] = {1: [], 8: []}
-        alone_switches: dict[str, list[float]] = {kind: [] for kind in BUILDS_ALONE}
+        ms: Timings = {kind: [] for kind in _thread_kinds(h, backend, can_pin)}
+        switches: Timings = {kind: [] for kind in ms}
         for _ in range(rounds):
             runs = list(ms)
             order.shuffle(runs)
-            for kind, mc in runs:
-                if kind == "calls" or kind in BUILDS_ALONE:
-                    if kind == "calls":
-                        r = h.worker("calls_alone", 300, backend=backend, n=n, threads=mc)
-                    else:
-                        _, handed, one_cpu = BUILDS_ALONE[kind]
-                        r = h.worker("builds_alone", 300, backend=backend, n=n, handed=handed,
-                                     one_cpu=one_cpu)  # fmt: skip
-                    if r is not None:
-                        ms[kind, mc].append(r["seconds"] / r["n"] * 1e3)
-                        if kind in BUILDS_ALONE:
-                            alone_switches[kind].append(r["context_switches"] / r["n"])
-                    continue
-                pin = kind == "pinned"
-                r = h.worker("overhead", 300, backend=backend, n=n, reps=1, max_concurrent=mc,
-                             pin_loop=pin)  # fmt: skip
-                if r is None:
-                    continue
-                ms[kind, mc].append(r["run_median_s"] / r["n"] * 1e3)
-                if not pin:
-                    switches[mc].append(r["context_switches"][0] / r["n"])
-        for (kind, mc), values in ms.items():
-            metric = f"{backend} random n={n}, {mc} thread(s)"
-            if kind == "calls":
-                metric += f": {SYSCALLS_ALONE}"
-            elif kind == "pinned":
-                metric += ", run loop pinned to one CPU"
-            elif kind in BUILDS_ALONE:
-                metric = f"{backend} random n={n}: {BUILDS_ALONE[kind][0]}"
-            if not values:
-                h.add("overhead", metric, None, "ms/step", note="timed out")
-                continue
-            note = f"median of {len(values)}, in random order with the others"
-            if kind == "calls":
-                note += "; no runner, no build_step: the builds' calls to os, inputs' reads too"
-            elif kind == "pinned":
-                note += "; an experiment: the loop's thread on one CPU, the workers free"
-            elif kind in BUILDS_ALONE:
-                note += "; no runner: build_step with the upstream records a run passes"
-            h.add("overhead", metric, statistics.median(values), "ms/step", note=note)
-            counted = switches[mc] if kind == "runner" else alone_switches.get(kind)
-            if counted:
-                h.add(
-                    "overhead",
-                    f"{metric}: context switches",
-                    statistics.median(counted),
-                    "per step",
-                    note="getrusage: voluntary and involuntary, all threads",
-                )
+            for kind in runs:
+                _thread_run(h, backend, n, kind, ms, switches)
+        _thread_rows(h, backend, n, ms, switches)
     if can_pin and not h.quick:
         _round_trip(h)
+
+
+Timings = dict[tuple[str, int], list[float]]
+"""(kind, threads) -> ms per step, or context switches per step, one per round."""
+
+
+def _thread_kinds(h: Harness, backend: str, can_pin: bool) -> list[tuple[str, int]]:
+    """What ``_threads`` times on ``backend``: (kind, threads) pairs, in the order rows print."""
+    kinds = ["runner"] if backend == "memory" else ["runner", "calls"]
+    chosen = [(k, mc) for k in kinds for mc in (1, 8)]
+    if can_pin:
+        chosen.append(("pinned", 8))
+    if backend == "memory":  # no file system below: the builds' own Python is the floor
+        chosen += [("serial", 1), ("handed", 1)]
+        if can_pin:
+            chosen.append(("handed on one CPU", 1))
+    if h.quick:  # within CI's minute: the runner rows, and each other kind once
+        once = {"local": (), "tmpfs": (("calls", 8),), "memory": (("pinned", 8),)}[backend]
+        chosen = [k for k in chosen if (k[0] == "runner" and backend != "tmpfs") or k in once]
+    return chosen
+
+
+def _thread_run(
+    h: Harness, backend: str, n: int, kind: tuple[str, int], ms: Timings, switches: Timings
+) -> None:
+    """One run of ``kind``: its ms per step, and its context switches per step (the runner on
+    its own threads, and the builds alone; not the pinned experiment nor the calls alone)."""
+    name, mc = kind
+    if name == "calls":
+        r = h.worker("calls_alone", 300, backend=backend, n=n, threads=mc)
+    elif name in BUILDS_ALONE:
+        _, handed, one_cpu = BUILDS_ALONE[name]
+        r = h.worker("builds_alone", 300, backend=backend, n=n, handed=handed, one_cpu=one_cpu)
+    else:
+        r = h.worker("overhead", 300, backend=backend, n=n, reps=1, max_concurrent=mc,
+                     pin_loop=name == "pinned")  # fmt: skip
+        if r is not None:
+            ms[kind].append(r["run_median_s"] / r["n"] * 1e3)
+            if name == "runner":
+                switches[kind].append(r["context_switches"][0] / r["n"])
+        return
+    if r is not None:
+        ms[kind].append(r["seconds"] / r["n"] * 1e3)
+        if name in BUILDS_ALONE:
+            switches[kind].append(r["context_switches"] / r["n"])
+
+
+def _thread_rows(h: Harness, backend: str, n: int, ms: Timings, switches: Timings) -> None:
+    for (kind, mc), values in ms.items():
+        metric = f"{backend} random n={n}, {mc} thread(s)"
+        if kind == "calls":
+            metric += f": {SYSCALLS_ALONE}"
+        elif kind == "pinned":
+            metric += ", run loop pinned to one CPU"
+        elif kind in BUILDS_ALONE:
+            metric = f"{backend} random n={n}: {BUILDS_ALONE[kind][0]}"
+        if not values:
+            h.add("overhead", metric, None, "ms/step", note="timed out")
+            continue
+        note = f"median of {len(values)}, in random order with the others"
+        if kind == "calls":
+            note += "; no runner, no build_step: the builds' calls to os, inputs' reads too"
+        elif kind == "pinned":
+            note += "; an experiment: the loop's thread on one CPU, the workers free"
+        elif kind in BUILDS_ALONE:
+            note += "; no runner: build_step with the upstream records a run passes"
+        h.add("overhead", metric, statistics.median(values), "ms/step", note=note)
+        counted = switches[kind, mc]
+        if counted:
+            h.add(
+                "overhead",
+                f"{metric}: context switches",
+                statistics.median(counted),
+                "per step",
+                note="getrusage: voluntary and involuntary, all threads",
+            )
 
 
 BUILDS_ALONE: dict[str, tuple[str, bool, bool]] = {

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import tempfile
+from typing import Any
 
 import graphs
 from commit_cost import SYSCALLS_ALONE
@@ -42,72 +43,65 @@ def bench(h: Harness) -> None:
         why = "skipped in --quick" if h.quick else f"peer not installed: {PEER_INSTALL}"
         h.add("peer", "Marin StepRunner / ours", None, "x", note=why)
         return
-
     for kind, n, target in PEER_TARGETS:
-        _, targets = graphs.make(kind, n)
-        steps = collect_steps(lower(targets, memo={}))
-        index = {s.output_path: i for i, s in enumerate(steps)}
-        edges = [
-            [s.step_id.replace("@", "-"), [index[d.output_path] for d in s.deps]] for s in steps
-        ]
         reps = 1 if kind == "chain" else 2
-        args = json.dumps({"steps": edges, "reps": reps, "max_concurrent": 8})
-        try:
-            proc = run_process(
-                [python, "-I", os.path.join(HERE, "peer_marin.py"), args],
-                max(1.0, min(180.0, h.remaining())),
-                env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")},
-                cwd=tempfile.gettempdir(),
-            )
-        except subprocess.TimeoutExpired:
-            h.add("peer", f"Marin StepRunner {kind} n={n}", None, "s", note="timed out")
+        peer = peer_run(h, python, kind, n, reps)
+        if peer is None:
             continue
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            h.add("peer", f"Marin StepRunner {kind} n={n}", None, "s", note=" ".join(tail))
-            continue
-        peer = json.loads(proc.stdout.strip().splitlines()[-1])
         h.raw.setdefault("peer", []).append(
             {"section": h.section, "kind": kind, "n": n, "result": peer}
         )
         ours = h.worker("overhead", 120, backend="local", n=n, reps=3, kind=kind)
-        if not ours:
-            continue
+        if ours:
+            _compare(h, kind, n, target, reps, peer["run_median_s"], ours["run_median_s"])
+
+
+def peer_run(h: Harness, python: str, kind: str, n: int, reps: int) -> dict[str, Any] | None:
+    """The peer's result on the ``kind`` graph of ``n`` steps, run by ``peer_marin.py`` in the
+    peer's venv; None, and a row saying why, if it timed out or failed."""
+    _, targets = graphs.make(kind, n)
+    steps = collect_steps(lower(targets, memo={}))
+    index = {s.output_path: i for i, s in enumerate(steps)}
+    edges = [[s.step_id.replace("@", "-"), [index[d.output_path] for d in s.deps]] for s in steps]
+    args = json.dumps({"steps": edges, "reps": reps, "max_concurrent": 8})
+    try:
+        proc = run_process(
+            [python, "-I", os.path.join(HERE, "peer_marin.py"), args],
+            max(1.0, min(180.0, h.remaining())),
+            env={"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")},
+            cwd=tempfile.gettempdir(),
+        )
+    except subprocess.TimeoutExpired:
+        h.add("peer", f"Marin StepRunner {kind} n={n}", None, "s", note="timed out")
+        return None
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        h.add("peer", f"Marin StepRunner {kind} n={n}", None, "s", note=" ".join(tail))
+        return None
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _compare(
+    h: Harness, kind: str, n: int, target: float, reps: int, peer_s: float, ours_s: float
+) -> None:
+    """The two times, their ratio judged, and our builds' file-system calls alone beside them."""
+    h.add("peer", f"Marin StepRunner {kind} n={n}", peer_s, "s",
+          note=f"median of {reps}; marin-core, max_concurrent=8, local disk")  # fmt: skip
+    h.add("peer", f"ours {kind} n={n}", ours_s, "s",
+          note="median of 3; max_concurrent=8, local disk")  # fmt: skip
+    h.judge("peer", f"speed-up vs Marin StepRunner {kind} n={n}", peer_s / ours_s, "x",
+            f"peer.{kind}", target, ">=")  # fmt: skip
+    alone = h.worker("calls_alone", 120, backend="local", n=n, threads=8, kind=kind, reps=3)
+    if alone:
         h.add(
             "peer",
-            f"Marin StepRunner {kind} n={n}",
-            peer["run_median_s"],
+            f"ours {kind} n={n}: {SYSCALLS_ALONE}",
+            alone["seconds"],
             "s",
-            note=f"median of {reps}; marin-core, max_concurrent=8, local disk",
+            note=f"median of 3; our builds' calls to os on 8 threads, no runner; "
+            f"{target:g} times the peer needs {peer_s / target:.3g} s in all",
         )
-        h.add(
-            "peer",
-            f"ours {kind} n={n}",
-            ours["run_median_s"],
-            "s",
-            note="median of 3; max_concurrent=8, local disk",
-        )
-        ratio = peer["run_median_s"] / ours["run_median_s"]
-        h.judge(
-            "peer",
-            f"speed-up vs Marin StepRunner {kind} n={n}",
-            ratio,
-            "x",
-            f"peer.{kind}",
-            target,
-            ">=",
-        )
-        alone = h.worker("calls_alone", 120, backend="local", n=n, threads=8, kind=kind, reps=3)
-        if alone:
-            needed = peer["run_median_s"] / target
-            h.add(
-                "peer",
-                f"ours {kind} n={n}: {SYSCALLS_ALONE}",
-                alone["seconds"],
-                "s",
-                note=f"median of 3; our builds' calls to os on 8 threads, no runner; "
-                f"{target:g} times the peer needs {needed:.3g} s in all",
-            )
 
 
 WORKERS: dict[str, str] = {}

@@ -20,6 +20,11 @@ from marin.execution.graph import collect_steps
 from marin.execution.lazy import lower
 from marin.execution.step_spec import StepSpec
 
+
+def spread(values: list[float]) -> str:
+    return f"min {min(values):.3g}, max {max(values):.3g}, {len(values)} runs"
+
+
 STARTUP_NOTES = {
     "postgresql": "PostgreSQL, then `prefect server start` on it",
     "sqlite": "Prefect's test harness on SQLite (PostgreSQL is not installed)",
@@ -43,15 +48,10 @@ def bench(h: Harness) -> None:
     except ImportError as exc:
         h.add("prefect", "compiled/plain", None, "x", note=f"adapter not importable: {exc}")
         return
-    reps = 4
-    r = h.worker("prefect", 420, n=200, reps=reps, idle_gap_s=2.0)
+    r = h.worker("prefect", 420, n=200, reps=4, idle_gap_s=2.0)
     if not r:
         return
     m, times = r["medians"], r["times"]
-
-    def spread(values: list[float]) -> str:
-        return f"min {min(values):.3g}, max {max(values):.3g}, {len(values)} runs"
-
     database = r["server_database"]
     h.add("prefect", "server startup", r["startup_s"], "s", note=STARTUP_NOTES[database])
     h.add("prefect", "compiled flow n=200", m["compiled"], "s", note=spread(times["compiled"]))
