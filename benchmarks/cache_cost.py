@@ -1,6 +1,6 @@
 """What issue 25's cache costs: code digests of many functions, output digests of big outputs.
 
-``run.py`` calls these in a worker subprocess (``workers.py code_digest`` / ``output_digest``):
+The ``cache`` section (``sections/cache.py``) runs these in worker subprocesses:
 
 - **code digest**: a generated module of ``n`` distinct step functions (each with its own body
   and constant, sharing a few helpers, as a real pipeline's steps do), digested cold (parsed and

@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from workers import fresh_prefix, lowered
+from common import fresh_prefix, lowered
 
 import marin.execution.build as build
 from marin.execution.decide import Policy, Stored, decide

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from workers import context_switches, fresh_prefix, lowered
+from common import context_switches, fresh_prefix, lowered
 
 from marin.execution.build import BuildOutcome, build_step
 from marin.execution.decide import Policy, plan_graph

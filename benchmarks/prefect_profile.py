@@ -1,9 +1,10 @@
 """Where the compiled Prefect flow's time goes, against the hand-written one (the ``prefect`` rows).
 
-Runs the ``prefect`` section's flows (``workers.prefect_variants``) once each after a warm-up,
-under ``yappi`` with the wall clock on every thread (cProfile sees only the calling thread, and a
-flow's tasks run on the task runner's threads), and prints, per flow, the functions with the most
-time of their own, then the Prefect calls that only some flows make. yappi is not a dependency::
+Runs the ``prefect`` section's flows (``sections.prefect.prefect_variants``) once each after a
+warm-up, under ``yappi`` with the wall clock on every thread (cProfile sees only the calling
+thread, and a flow's tasks run on the task runner's threads), and prints, per flow, the
+functions with the most time of their own, then the Prefect calls that only some flows make.
+yappi is not a dependency::
 
     .venv/bin/pip install yappi
     .venv/bin/python benchmarks/prefect_profile.py --n 200 --top 25
@@ -23,7 +24,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import workers
+from common import fresh_prefix
+from sections.prefect import prefect_variants
 
 FLOWS = ("compiled", "plain", "plain-tagged")
 """The flows profiled (the local StepRunner is not a Prefect flow)."""
@@ -41,7 +43,7 @@ WATCHED = {
 def profile(n: int, top: int) -> None:
     from prefect_server import section_server, without_flow_heartbeat
 
-    from marin_prefect.testing import isolate_prefect_home
+    from marin_testing.prefect import isolate_prefect_home
 
     isolate_prefect_home()
     with section_server(), without_flow_heartbeat():  # as the section runs its flows
@@ -54,9 +56,9 @@ def _profile_flows(n: int, top: int) -> None:
     # Prefect configures its run loggers' levels itself: quiet each, not only their parent.
     for logger in ("prefect", "prefect.task_runs", "prefect.flow_runs"):
         logging.getLogger(logger).setLevel(logging.WARNING)
-    _, variants = workers.prefect_variants(n)
+    _, variants = prefect_variants(n)
     for name in FLOWS:  # untimed warm-up, as the benchmark does
-        with workers.fresh_prefix("local", f"prof-warm-{name}") as prefix:
+        with fresh_prefix("local", f"prof-warm-{name}") as prefix:
             variants[name](prefix)
     watched: dict[str, dict[str, tuple[int, float]]] = {}
     for name in FLOWS:
@@ -64,7 +66,7 @@ def _profile_flows(n: int, top: int) -> None:
         yappi.clear_stats()
         yappi.set_clock_type("wall")
         yappi.start()
-        with workers.fresh_prefix("local", f"prof-{name}") as prefix:
+        with fresh_prefix("local", f"prof-{name}") as prefix:
             t0 = time.perf_counter()
             variants[name](prefix)
             wall = time.perf_counter() - t0

@@ -1,7 +1,7 @@
 """A Prefect server for the ``prefect`` section, run as a deployment runs one.
 
 ``prefect server start`` on loopback, its database on PostgreSQL (a throw-away cluster on a Unix
-socket: ``marin_airflow.postgres_testing``), the flows in the calling process talking to it over
+socket: ``marin_testing.postgres``), the flows in the calling process talking to it over
 ``PREFECT_API_URL``. Prefect's test harness keeps its database in SQLite, and on it the timings
 fall on levels about two seconds apart: while the server writes a finished flow's events, a
 request finds the database locked, the server answers 503 and the client backs off for about
@@ -42,8 +42,8 @@ def prefect_server_on_postgres() -> Iterator[str]:
     Raises ``PostgresUnavailable`` (before starting anything) where PostgreSQL is not installed.
     Call before ``import prefect``: Prefect reads ``PREFECT_API_URL`` at import time.
     """
-    from marin_airflow.postgres_testing import PostgresServer
-    from marin_prefect.testing import loopback_server
+    from marin_testing.postgres import PostgresServer
+    from marin_testing.prefect import loopback_server
 
     database = PostgresServer().start()
     home = tempfile.mkdtemp(prefix="marin-bench-prefect-server-")
@@ -78,8 +78,8 @@ def section_server() -> Iterator[str]:
     Prefect's SQLite test harness where PostgreSQL is not installed; yields which database
     (``"postgresql"`` or ``"sqlite"``). Call after ``isolate_prefect_home()`` and before
     ``import prefect``."""
-    from marin_airflow.postgres_testing import PostgresUnavailable
-    from marin_prefect.testing import start_harness
+    from marin_testing.postgres import PostgresUnavailable
+    from marin_testing.prefect import start_harness
 
     with contextlib.ExitStack() as stack:
         try:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from marin_prefect.testing import isolate_prefect_home  # does not import prefect
+from marin_testing.prefect import isolate_prefect_home  # does not import prefect
 
 # Where the extras are installed (or in CI) an unexpected skip fails the run.
 pytest_plugins = ["tests.skip_policy"]
@@ -26,7 +26,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    from marin_prefect.testing import stop_harness
+    from marin_testing.prefect import stop_harness
 
     stop_harness()
 

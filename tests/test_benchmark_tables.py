@@ -322,6 +322,19 @@ def test_a_workers_error_and_repetitions_name_its_section() -> None:
     assert list(h.errors) == ["cache: no_such_worker()"]
 
 
+def test_every_worker_of_the_committed_run_is_registered_and_importable() -> None:
+    """Each section's ``WORKERS`` names the functions ``worker.py`` runs, under the names the
+    committed results file keeps their repetitions by."""
+    run = _run_module()
+    harness = run.Harness(quick=True, deadline=0.0, workers=run.WORKERS)
+    committed = tables.load(str(ROOT / "benchmarks" / "results.json"))
+    workers = {k for k, v in committed["raw"].items() if isinstance(v, list)} - {"peer"}
+    assert set(harness.workers) == workers
+    for spec in harness.workers.values():
+        module, _, function = spec.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), spec
+
+
 def test_a_worker_that_times_out_is_killed_with_what_it_started() -> None:
     """A timed-out worker's children (a Prefect server, say) go with it: one left running by a
     timed-out section slowed every later measurement of a run."""
@@ -344,17 +357,18 @@ def test_the_commit_target_is_build_step_over_its_own_calls_in_the_same_run() ->
     """Issue 23's target: serial local build_step at most 1.2x the row that makes the same
     file-system calls straight from os, a ratio of two rows of one worker (not a fixed ms)."""
     run = _run_module()
+    commit = run.SECTIONS["commit"]  # benchmarks/sections/commit.py
     measured = {
-        "local": {"baseline": 1.1, run.SYSCALLS_ALONE: 1.0, "no heartbeat thread": 1.05},
+        "local": {"baseline": 1.1, commit.SYSCALLS_ALONE: 1.0, "no heartbeat thread": 1.05},
         "memory": {"baseline": 0.2},
     }
     harness = run.Harness(quick=False, deadline=time.monotonic() + 60)
     harness.worker = lambda *args, **kwargs: measured  # the worker's JSON, as run.py reads it
-    run.bench_commit(harness)
+    commit.bench(harness)
     judged = [r for r in harness.rows if r.met is not None]
     assert [(r.metric, r.unit, r.target, r.key) for r in judged] == [
         (
-            f"local: build_step / {run.SYSCALLS_ALONE}",
+            f"local: build_step / {commit.SYSCALLS_ALONE}",
             "x",
             "<= 1.2",
             "commit.local_vs_calls",
@@ -363,7 +377,7 @@ def test_the_commit_target_is_build_step_over_its_own_calls_in_the_same_run() ->
     assert judged[0].value == pytest.approx(1.1) and judged[0].met is True
     measured["local"]["baseline"] = 1.3
     harness.rows.clear()
-    run.bench_commit(harness)
+    commit.bench(harness)
     assert [r.met for r in harness.rows if r.met is not None] == [False]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import graphlib
 import hashlib
 import heapq
 import math
@@ -35,6 +36,7 @@ from marin.execution.options import (
     check_patterns,
 )
 from marin.execution.targets import Target
+from marin_airflow.contract import graph_digest, target_reference
 
 # Airflow's task/DAG id rule is ``^[\w.-]+$`` (at most 250 characters). We keep to ASCII so ids
 # look the same in every UI, log line and URL.
@@ -203,12 +205,6 @@ def check_schedule(schedule: str | None) -> str | None:
 # --- graph -> tasks ----------------------------------------------------------------------------
 
 
-def graph_digest(steps: Iterable[tuple[str, str]]) -> str:
-    """A short, order-independent hash of ``(step_id, fingerprint)`` pairs."""
-    lines = sorted(f"{sid}\x00{fp}" for sid, fp in steps)
-    return hashlib.sha256("\n".join(lines).encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
 def pool_slots(pool: str | None, resources: Sequence[tuple[str, float]]) -> int:
     """Slots a step takes in its pool: its amount of the resource the pool is named after.
 
@@ -241,10 +237,8 @@ def pod_quantities(resources: Sequence[tuple[str, float]]) -> tuple[tuple[str, s
     return tuple(sorted(out.items()))
 
 
-def plan_tasks(
-    steps: Sequence[StepInfo], default_retries: int = 0, executor: str = "default"
-) -> list[TaskEntry]:
-    """Tasks in a stable topological order (ties broken by task id), edges sorted."""
+def _check_steps(steps: Sequence[StepInfo]) -> dict[str, StepInfo]:
+    """The steps by id, each once, every dependency among them (the lowering guarantees both)."""
     by_id = {s.step_id: s for s in steps}
     if len(by_id) != len(steps):
         counts: dict[str, int] = {}
@@ -254,7 +248,6 @@ def plan_tasks(
         raise ExportError(
             f"step {dup} appears twice in the graph (internal error)", "pass each step once", dup
         )
-    task_ids = assign_task_ids(by_id)
     for s in steps:
         for dep in s.deps:
             if dep not in by_id:
@@ -264,16 +257,40 @@ def plan_tasks(
                     "pass every transitive step",
                     s.step_id,
                 )
-    indegree = {s.step_id: len(set(s.deps)) for s in steps}
-    dependents: dict[str, list[str]] = {s.step_id: [] for s in steps}
-    for s in steps:
-        for dep in set(s.deps):
-            dependents[dep].append(s.step_id)
-    ready = [(task_ids[sid], sid) for sid, n in indegree.items() if n == 0]
-    heapq.heapify(ready)
-    ordered: list[TaskEntry] = []
-    while ready:
+    return by_id
+
+
+def _stable_order(by_id: dict[str, StepInfo], task_ids: dict[str, str]) -> list[str]:
+    """Step ids dependencies first; among the ready steps, the smallest task id first, so the
+    same graph always gives the same DAG file."""
+    sorter = graphlib.TopologicalSorter({sid: set(s.deps) for sid, s in by_id.items()})
+    try:
+        sorter.prepare()
+    except graphlib.CycleError as cycle:
+        stuck = sorted(set(cycle.args[1]))
+        raise ExportError(
+            f"dependency cycle among steps {list_names(stuck)}",
+            "a step cannot depend on itself; remove one of these edges",
+        ) from None
+    ready: list[tuple[str, str]] = []
+    ordered: list[str] = []
+    while sorter.is_active():
+        for sid in sorter.get_ready():
+            heapq.heappush(ready, (task_ids[sid], sid))
         _, sid = heapq.heappop(ready)
+        ordered.append(sid)
+        sorter.done(sid)
+    return ordered
+
+
+def plan_tasks(
+    steps: Sequence[StepInfo], default_retries: int = 0, executor: str = "default"
+) -> list[TaskEntry]:
+    """Tasks in a stable topological order (ties broken by task id), edges sorted."""
+    by_id = _check_steps(steps)
+    task_ids = assign_task_ids(by_id)
+    ordered: list[TaskEntry] = []
+    for sid in _stable_order(by_id, task_ids):
         s = by_id[sid]
         retries = s.retries if s.retries else default_retries
         ordered.append(
@@ -289,16 +306,6 @@ def plan_tasks(
                 timeout_s=_whole(s.timeout_s),
                 pod_resources=pod_quantities(s.resources) if executor == "kubernetes" else (),
             )
-        )
-        for child in dependents[sid]:
-            indegree[child] -= 1
-            if indegree[child] == 0:
-                heapq.heappush(ready, (task_ids[child], child))
-    if len(ordered) != len(steps):
-        stuck = sorted(sid for sid, n in indegree.items() if n > 0)
-        raise ExportError(
-            f"dependency cycle among steps {list_names(stuck)}",
-            "a step cannot depend on itself; remove one of these edges",
         )
     return ordered
 
@@ -618,27 +625,6 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
 
 
 # --- targets and paths -------------------------------------------------------------------------
-
-
-def target_reference(target: str, dag_dir: str) -> str:
-    """What the DAG file records: a module path as is, a file path relative to ``dag_dir``.
-
-    Never absolute, so the file is the same on every machine and in every checkout.
-    """
-    parsed = Target.parse(target)
-    if not parsed.is_file:
-        return target
-    rel = os.path.relpath(os.path.abspath(parsed.location), os.path.abspath(dag_dir))
-    return str(parsed.with_location(rel.replace(os.sep, "/")))
-
-
-def resolve_target(reference: str, dag_dir: str) -> str:
-    """The inverse of ``target_reference``, on the machine that runs the task."""
-    parsed = Target.parse(reference)
-    if not parsed.is_file or os.path.isabs(parsed.location):
-        return reference
-    path = os.path.normpath(os.path.join(dag_dir, parsed.location.replace("/", os.sep)))
-    return str(parsed.with_location(path))
 
 
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")

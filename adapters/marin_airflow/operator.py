@@ -22,6 +22,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, SkipMixin
 
 from marin.execution.vocabulary import Action
+from marin_airflow.contract import XComKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +150,7 @@ class MarinPlanOperator(MarinOperator, SkipMixin):
         ti = context["ti"]
         for key, value in plan.items():
             ti.xcom_push(key, value)
-        skipped = tasks_to_skip(tasks, [*plan[Action.BUILD], *plan["stale"]])
+        skipped = tasks_to_skip(tasks, [*plan[Action.BUILD], *plan[XComKey.STALE]])
         names = {t.marin_kwargs["step"] for t in skipped}
         # What an Airflow user reads for the tasks skipped here (the XComs list them too).
         for action, what in ((Action.SKIP, "cached (served)"), (Action.PRUNE, "pruned")):

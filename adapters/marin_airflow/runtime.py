@@ -18,15 +18,15 @@ from typing import Any
 
 from marin.execution.errors import MarinError
 from marin.execution.options import DEFAULT_ON_DRIFT, RunOptions, check_patterns
-from marin.execution.vocabulary import BuildOutcomeKind, RunResult
+from marin.execution.vocabulary import Action, BuildOutcomeKind, RunResult
+from marin_airflow.contract import PLAN_TASK_ID, XComKey, resolve_target
+from marin_airflow.contract import graph_digest as digest_of
 
 log = logging.getLogger("marin.airflow")
 
 PREFIX_ENV = "MARIN_PREFIX"
 AIRFLOW_FAILED, AIRFLOW_RUNNING = "failed", "running"
 """Airflow's task instance states (``TaskInstanceState``), named here without importing Airflow."""
-PLAN_TASK_ID = "marin-plan"
-"""The first task of every exported DAG (a step's task id always holds ``__``, so never this)."""
 
 _lock = threading.Lock()
 """Guards the dicts below and ``_target_locks``; held only to read or insert, never to load."""
@@ -215,10 +215,6 @@ def _airflow_context() -> Any | None:
         return None
 
 
-FAILED_XCOM_KEY = "marin_failed"
-"""Pushed by a step's task the moment its step fails, before Airflow records the task's state."""
-
-
 def failed_task_in_run(context: Any | None) -> str | None:
     """Fail-fast, as ``marin run`` does it: a task of this DAG run whose step failed, if any.
 
@@ -247,7 +243,7 @@ def failed_task_in_run(context: Any | None) -> str | None:
         t for t, state in states.items() if state == AIRFLOW_RUNNING and t != ti.task_id
     )
     for task_id in running:
-        if ti.xcom_pull(task_ids=task_id, key=FAILED_XCOM_KEY):
+        if ti.xcom_pull(task_ids=task_id, key=XComKey.FAILED.value):
             return str(task_id)
     return None
 
@@ -258,7 +254,7 @@ def _announce_failure(context: Any | None, step: str) -> None:
     if ti is None or not hasattr(ti, "xcom_push"):
         return
     try:
-        ti.xcom_push(key=FAILED_XCOM_KEY, value=step)
+        ti.xcom_push(key=XComKey.FAILED.value, value=step)
     except Exception as exc:  # the failure itself is what the task reports
         log.warning("marin: could not announce the failure of %s: %s", step, exc)
 
@@ -421,11 +417,8 @@ def plan_steps(
     from marin.execution.decide import plan_graph
     from marin.execution.graph import collect_steps
     from marin.execution.inspect import read_stored
-    from marin.execution.vocabulary import Action
     from marin.plan_view import plan_table
     from marin.selection import select_steps
-    from marin_airflow.export import graph_digest as digest_of
-    from marin_airflow.export import resolve_target
 
     context = _airflow_context()
     _warn_newer(newer, context)
@@ -473,11 +466,11 @@ def plan_steps(
         Action.BUILD.value: by_action[Action.BUILD],
         Action.SKIP.value: by_action[Action.SKIP],
         Action.PRUNE.value: by_action[Action.PRUNE],
-        "stale": stale,
-        "on_drift": policy.on_drift,
-        "on_code_drift": policy.on_code_drift,
-        "force": sorted(policy.force),
-        "cascade": policy.cascade,
+        XComKey.STALE.value: stale,
+        XComKey.ON_DRIFT.value: policy.on_drift,
+        XComKey.ON_CODE_DRIFT.value: policy.on_code_drift,
+        XComKey.FORCE.value: sorted(policy.force),
+        XComKey.CASCADE.value: policy.cascade,
     }
 
 
@@ -485,7 +478,7 @@ def _from_xcom(context: Any | None, task_id: str, key: str) -> Any:
     ti = context.get("ti") if context is not None else None
     if ti is None:
         return None
-    return ti.xcom_pull(task_ids=task_id, key=key)
+    return ti.xcom_pull(task_ids=task_id, key=str(key))
 
 
 def _upstream(context: Any | None, spec: Any, location: Any) -> list[Any]:
@@ -498,9 +491,9 @@ def _upstream(context: Any | None, spec: Any, location: Any) -> list[Any]:
     for task_id in sorted(getattr(task, "upstream_task_ids", ()) or ()):
         if (
             task_id != PLAN_TASK_ID
-            and _from_xcom(context, task_id, "action") == BuildOutcomeKind.BUILT
+            and _from_xcom(context, task_id, XComKey.ACTION) == BuildOutcomeKind.BUILT
         ):
-            built_here.add(str(_from_xcom(context, task_id, "step")))
+            built_here.add(str(_from_xcom(context, task_id, XComKey.STEP)))
     # Read after its task ended, a dependency built in this run is committed: its record is the
     # new build, which a dependent compares with what it consumed (early cutoff).
     return [
@@ -554,7 +547,6 @@ def run_step(
     from marin.execution.build import build_step
     from marin.execution.provenance import engine_run
     from marin_airflow.assets import dag_run_lineage, record_built
-    from marin_airflow.export import resolve_target
 
     context = _airflow_context()
     _warn_newer(newer, context)
@@ -585,19 +577,19 @@ def run_step(
     # warning. ``force`` was resolved by the plan task against the whole graph; called outside
     # a DAG run, the names are checked against the pipeline's handles (nothing lowered).
     location = _location(prefix, default_prefix, shared_prefix_only, step)
-    planned_force = _from_xcom(context, PLAN_TASK_ID, "force")
+    planned_force = _from_xcom(context, PLAN_TASK_ID, XComKey.FORCE)
     policy = run_policy(
         context,
         default_on_drift,
         handles_for(resolved) if planned_force is None else {},
         planned_force,
     )
-    pruned = _from_xcom(context, PLAN_TASK_ID, "prune") or []
+    pruned = _from_xcom(context, PLAN_TASK_ID, Action.PRUNE) or []
     if step in pruned:
         log.info("marin: step %s pruned: not built, and nothing being built needs it", step)
         return {
-            "step": step,
-            "action": RunResult.PRUNED.value,
+            XComKey.STEP.value: step,
+            XComKey.ACTION.value: RunResult.PRUNED.value,
             "cached": True,
             "output_url": location.url_for(spec.output_path),
             "fingerprint": spec.fingerprint,
@@ -645,8 +637,8 @@ def run_step(
     # One XCom per key (the task has multiple_outputs=True): `cached` and `action` say at a
     # glance in the UI whether this run built the step.
     return {
-        "step": step,
-        "action": outcome.action.value,  # a plain string: XComs are stored as JSON
+        XComKey.STEP.value: step,
+        XComKey.ACTION.value: outcome.action.value,  # a plain string: XComs are stored as JSON
         "cached": cached,
         "output_url": outcome.output_url,
         "fingerprint": spec.fingerprint,

@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="session")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     pytest.importorskip("airflow.sdk")
-    from marin_airflow.testing import AirflowSandbox
+    from marin_testing.airflow import AirflowSandbox
 
     box = AirflowSandbox(str(tmp_path_factory.mktemp("airflow")), pythonpath=[str(ROOT)])
     box.migrate()

@@ -62,7 +62,7 @@ def test_a_consumer_dag_runs_after_real_builds_only(tmp_path: Path, calls: Path)
     The REST API lists the asset and its events with the artifact URL; the tasks' OpenLineage
     events name the DAG run as their parent."""
     pytest.importorskip("airflow.sdk")
-    from marin_airflow.testing import AirflowSandbox, AirflowServices
+    from marin_testing.airflow import AirflowSandbox, AirflowServices
 
     root = tmp_path / "services"
     box = AirflowSandbox(str(root), pythonpath=[str(ROOT)])

@@ -12,7 +12,8 @@ import pytest
 
 from marin.execution.errors import InvalidStepError
 from marin_airflow import runtime
-from marin_airflow.export import build_export, target_reference
+from marin_airflow.contract import target_reference
+from marin_airflow.export import build_export
 
 HERE = Path(__file__).resolve().parent
 TOY = f"{HERE / 'airflow_pipelines.py'}:toy"

@@ -101,7 +101,7 @@ def test_scheduler_never_runs_more_gpu_work_than_the_pool_has_slots(
 ) -> None:
     """Conformance on a real scheduler (LocalExecutor): 4 one-GPU steps and a two-GPU step in a
     ``gpu`` pool of 2 slots. The observed GPUs in use peak at exactly 2."""
-    from marin_airflow.testing import AirflowSandbox, AirflowServices
+    from marin_testing.airflow import AirflowSandbox, AirflowServices
 
     calls = tmp_path / "calls.jsonl"
     monkeypatch.setenv(CALLS_ENV, str(calls))  # the same value when exporting and in workers

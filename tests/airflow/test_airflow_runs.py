@@ -359,7 +359,7 @@ def test_scheduler_respects_max_active_tasks_and_dependencies(
     and the committed example DAG, which builds every step of the pipeline with the
     fingerprints of a local lowering."""
     from marin_airflow.export import lower_target
-    from marin_airflow.testing import AirflowSandbox, AirflowServices, session_members
+    from marin_testing.airflow import AirflowSandbox, AirflowServices, session_members
 
     limit = 3
     root = tmp_path / "services"

@@ -45,7 +45,7 @@ class Cluster:
 
     def wait_for_event(self, step: str, event: str, timeout: float = 180) -> dict[str, Any]:
         """Until a step's fn has left ``event``; return it (the test's synchronisation point)."""
-        from marin_airflow.celery_testing import wait_for
+        from marin_testing.celery import wait_for
 
         found: list[dict[str, Any]] = []
 
@@ -86,15 +86,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     pytest.importorskip("s3fs")
     if shutil.which("redis-server") is None:  # .ci/run installs it
         pytest.skip("redis-server is not installed: apt-get install -y redis-server")
-    from marin_airflow.celery_testing import CeleryServices, WorkerSpec, start_moto
     from marin_airflow.export import build_export, write_export
-    from marin_airflow.postgres_testing import PostgresUnavailable, find_bin_dir
+    from marin_testing.celery import CeleryServices, WorkerSpec, start_moto
+    from marin_testing.postgres import PostgresUnavailable, find_bin_dir
 
     try:  # the metadata database: allowed to be missing outside CI only (tests/skip_policy.py)
         find_bin_dir()
     except PostgresUnavailable as exc:
         pytest.skip(str(exc))
-    from marin_airflow.testing import AirflowSandbox
+    from marin_testing.airflow import AirflowSandbox
 
     root = tmp_path_factory.mktemp("celery")
     moto, s3_env = start_moto(str(root), BUCKET)
@@ -135,7 +135,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     finally:
         services.stop()
         moto.stop()
-        from marin_airflow.testing import session_members
+        from marin_testing.airflow import session_members
 
         left = {sid: session_members(sid) for sid in [*services.sessions, moto.proc.pid]}
         assert not any(left.values()), f"processes left running: {left}"

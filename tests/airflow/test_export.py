@@ -21,20 +21,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from marin_airflow import cli, runtime
+from marin_airflow.contract import graph_digest, resolve_target, target_reference
 from marin_airflow.export import (
     _HEADER,
     DagOptions,
+    ExportError,
     StepInfo,
     TaskEntry,
     assign_task_ids,
     build_export,
     check_export,
     default_dag_id,
-    graph_digest,
     plan_tasks,
     render_dag,
-    resolve_target,
-    target_reference,
     write_export,
 )
 
@@ -271,6 +270,23 @@ def test_edges_and_order_follow_the_graph() -> None:
     assert [t.task_id for t in tasks] == ["a__v0", "b__v0", "c__v0"]
     assert [t.upstream for t in tasks] == [(), ("a__v0",), ("a__v0", "b__v0")]
     assert [t.retries for t in tasks] == [2, 2, 2]
+
+
+def test_order_takes_the_smallest_ready_task_id_each_time() -> None:
+    """Not level by level: ``b`` is ready once ``a`` is placed and comes before ``c``."""
+    steps = [StepInfo("c@v0", "3"), StepInfo("b@v0", "2", ("a@v0",)), StepInfo("a@v0", "1")]
+    assert [t.task_id for t in plan_tasks(steps)] == ["a__v0", "b__v0", "c__v0"]
+
+
+def test_a_dependency_cycle_is_an_export_error_naming_its_steps() -> None:
+    steps = [
+        StepInfo("a@v0", "1", ("c@v0",)),
+        StepInfo("b@v0", "2", ("a@v0",)),
+        StepInfo("c@v0", "3", ("b@v0",)),
+        StepInfo("d@v0", "4"),
+    ]
+    with pytest.raises(ExportError, match=r"dependency cycle among steps a@v0, b@v0, c@v0"):
+        plan_tasks(steps)
 
 
 def test_default_dag_id() -> None:

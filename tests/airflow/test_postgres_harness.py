@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 
 def _server_class() -> Any:
-    from marin_airflow.postgres_testing import PostgresServer, PostgresUnavailable, find_bin_dir
+    from marin_testing.postgres import PostgresServer, PostgresUnavailable, find_bin_dir
 
     try:  # allowed to be missing outside CI only (tests/skip_policy.py)
         find_bin_dir()
@@ -36,7 +36,7 @@ def test_a_server_on_its_own_socket_is_gone_after_stop() -> None:
     pytest.importorskip("psycopg2", reason="pip install -e '.[celery]'")
     import psycopg2
 
-    from marin_airflow.testing import session_members
+    from marin_testing.airflow import session_members
 
     server = _server_class()().start()
     root, pid = server.root, server.pid
@@ -61,7 +61,7 @@ def test_a_server_on_its_own_socket_is_gone_after_stop() -> None:
 
 
 def test_a_start_that_fails_half_way_leaves_nothing_behind() -> None:
-    from marin_airflow.testing import session_members
+    from marin_testing.airflow import session_members
 
     started: dict[str, Any] = {}
 

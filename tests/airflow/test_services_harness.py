@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from marin_airflow.testing import session_members, stop_session
+from marin_testing.airflow import session_members, stop_session
 
 # Ignores the first SIGTERM (as Airflow's scheduler can: "Signal again..."), exits on the second;
 # its child moves to a process group of its own, as Airflow's task runners do.

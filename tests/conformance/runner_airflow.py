@@ -1,7 +1,7 @@
 """Airflow 3 behind the conformance interface: every run goes through a real scheduler.
 
 One ``AirflowServices`` per session (api-server, ``scheduler`` with LocalExecutor, DAG
-processor, each its own process on a free loopback port; see ``marin_airflow.testing``) runs every
+processor, each its own process on a free loopback port; see ``marin_testing.airflow``) runs every
 scenario. Each run exports the target as a new DAG into the services' dags folder, waits for the
 DAG processor to register it, triggers it with the run's prefix as conf, and waits for the run to
 end. Tasks run in parallel worker processes under the DAG's ``max_active_tasks``, so the
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from marin_airflow.export import build_export, write_export
-from marin_airflow.testing import AirflowSandbox, AirflowServices
+from marin_testing.airflow import AirflowSandbox, AirflowServices
 from tests.conformance.scenarios import CALLS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """The Prefect adapter behind the conformance interface: each run is a real Prefect flow run.
 
 The Prefect test harness (a temporary API server on SQLite, about 12 s to start) is started once
-per process by ``marin_prefect.testing`` and shared with ``tests/prefect``; it stops at the end
+per process by ``marin_testing.prefect`` and shared with ``tests/prefect``; it stops at the end
 of the session (``tests/prefect``'s session fixture, or at exit).
 """
 
@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from marin_prefect.testing import isolate_prefect_home, start_harness
+from marin_testing.prefect import isolate_prefect_home, start_harness
 
 # Before anything below imports Prefect: its settings, and cache records, live in PREFECT_HOME.
 isolate_prefect_home()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from marin_prefect.testing import isolate_prefect_home, start_harness, stop_harness
+from marin_testing.prefect import isolate_prefect_home, start_harness, stop_harness
 
 isolate_prefect_home()
 

@@ -27,7 +27,7 @@ from marin.execution.records import read_record
 from marin.execution.storage import open_prefix
 from marin.execution.targets import load_target
 from marin_prefect.compile import CACHED_STATE_NAME, to_prefect_flow
-from marin_prefect.dask_testing import DaskCluster
+from marin_testing.dask import DaskCluster
 from tests.prefect.prefect_helpers import flow_run_id, task_runs
 from tests.reliability.conftest import REPO, child_env
 

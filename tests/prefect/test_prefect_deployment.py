@@ -18,7 +18,7 @@ from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from marin_prefect.cli import register
-from marin_prefect.testing import loopback_server
+from marin_testing.prefect import loopback_server
 from tests.prefect.prefect_helpers import HERE, child_flow_runs, task_runs
 
 pytestmark = pytest.mark.slow

@@ -34,7 +34,9 @@ print(json.dumps({{
 
 def settings_after(setup: str, tmp_path: Path, **env: str) -> dict[str, object]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    clean.update({"HOME": str(tmp_path / "user-home"), "PYTHONPATH": str(ROOT), **env})
+    # The child imports the code under test: this checkout first, then the parent's own path.
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    clean.update({"HOME": str(tmp_path / "user-home"), "PYTHONPATH": path, **env})
     proc = subprocess.run(
         [sys.executable, "-c", SHOW_SETTINGS.format(setup=setup)],
         capture_output=True, text=True, env=clean, timeout=120, cwd=tmp_path,
@@ -55,7 +57,7 @@ def test_importing_marin_prefect_turns_server_analytics_off(tmp_path: Path) -> N
 
 def test_test_helpers_keep_prefect_out_of_the_users_home(tmp_path: Path) -> None:
     setup = (
-        "from marin_prefect.testing import isolate_prefect_home\n"
+        "from marin_testing.prefect import isolate_prefect_home\n"
         "home = isolate_prefect_home()\n"
         "print(json.dumps({'isolated': home}))"
     )
@@ -73,7 +75,7 @@ def test_test_helpers_remove_their_temporary_prefect_home_at_exit(tmp_path: Path
     tmp.mkdir()
     setup = (
         "from pathlib import Path\n"
-        "from marin_prefect.testing import isolate_prefect_home\n"
+        "from marin_testing.prefect import isolate_prefect_home\n"
         "home = isolate_prefect_home()\n"
         "Path(home, 'written-by-prefect').write_text('x')\n"
         "print(json.dumps({'isolated': home}))"

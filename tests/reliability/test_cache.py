@@ -292,7 +292,8 @@ def test_the_airflow_plan_task_reports_code_drift_and_fails_under_error(
 ) -> None:
     pytest.importorskip("airflow")
     from marin_airflow import runtime
-    from marin_airflow.export import build_export, target_reference, write_export
+    from marin_airflow.contract import target_reference
+    from marin_airflow.export import build_export, write_export
 
     code = tmp_path / "code"
     code.mkdir()

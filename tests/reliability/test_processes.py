@@ -306,7 +306,7 @@ def test_signal_releases_leases_and_leaves_nothing_running(tmp_path: Path, sig: 
 
 PREFECT_RUNNER = """
 import json, sys
-from marin_prefect.testing import isolate_prefect_home
+from marin_testing.prefect import isolate_prefect_home
 isolate_prefect_home()
 from marin_prefect import to_prefect_flow
 flow = to_prefect_flow("tests/reliability/pipelines.py:race", prefix=sys.argv[1], max_concurrent=4)

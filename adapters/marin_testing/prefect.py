@@ -7,7 +7,7 @@ run before Prefect is imported, so that nothing leaks between sessions or into `
 
 Usage (a session-scoped pytest fixture)::
 
-    from marin_prefect.testing import isolate_prefect_home, start_harness, stop_harness
+    from marin_testing.prefect import isolate_prefect_home, start_harness, stop_harness
     isolate_prefect_home()          # at conftest import time, before anything imports prefect
     start_harness()                 # idempotent; stop_harness() at session end
 

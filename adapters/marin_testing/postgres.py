@@ -1,6 +1,6 @@
 """A throw-away PostgreSQL server for tests: Debian's binaries, one temporary cluster, no TCP.
 
-The Celery harness (:mod:`marin_airflow.celery_testing`) runs Airflow's metadata database on it,
+The Celery harness (:mod:`marin_testing.celery`) runs Airflow's metadata database on it,
 as a deployment would (Airflow calls SQLite development-only). ``initdb`` makes a cluster in a
 temporary directory of its own; ``postgres`` listens only on a Unix socket in that directory
 (``listen_addresses=''``), so nothing else on the machine can reach it and two test runs never
@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
-from marin_airflow.testing import stop_session
+from marin_testing.airflow import stop_session
 
 BIN_DIRS = ("/usr/lib/postgresql/*/bin",)
 """Where Debian installs the server binaries (``initdb`` and ``postgres`` are not on PATH)."""

@@ -1,6 +1,6 @@
 """Airflow on Celery for tests: Redis, moto's S3 server and Celery workers set up as machines.
 
-Beside :class:`~marin_airflow.testing.AirflowServices` (api-server, scheduler, dag-processor on
+Beside :class:`~marin_testing.airflow.AirflowServices` (api-server, scheduler, dag-processor on
 loopback), :class:`CeleryServices` runs the CeleryExecutor with a real Redis broker and real
 ``airflow celery worker`` processes. Each worker is set up as a separate machine would be: its
 own working directory, ``HOME``, ``TMPDIR``, ``AIRFLOW_HOME`` (task logs) and its own copy of the
@@ -9,9 +9,9 @@ API) and the object store the artifacts live on.
 
 The metadata database is PostgreSQL, as in a deployment (Airflow calls SQLite development-only):
 Debian's server, started by the harness on a Unix socket in a temporary directory of its own
-(:class:`~marin_airflow.postgres_testing.PostgresServer`), migrated once per harness, and removed
+(:class:`~marin_testing.postgres.PostgresServer`), migrated once per harness, and removed
 at teardown. Every service is its own process in its own session, stopped by session: SIGTERM,
-SIGTERM again, then SIGKILL (:func:`~marin_airflow.testing.stop_session`).
+SIGTERM again, then SIGKILL (:func:`~marin_testing.airflow.stop_session`).
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin_airflow.postgres_testing import PostgresServer
-from marin_airflow.testing import (
+from marin_testing.airflow import (
     AirflowSandbox,
     AirflowServices,
     free_port,
     session_members,
     stop_session,
 )
+from marin_testing.postgres import PostgresServer
 
 S3_KEYS = {
     "AWS_ACCESS_KEY_ID": "testing",
