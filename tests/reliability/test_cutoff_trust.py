@@ -12,6 +12,7 @@ the digest sees. Local disk, ``memory://`` and S3 (moto) where the thing exists 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -190,9 +191,13 @@ def damaged_then_read(prefix: str) -> None:
     assert run(prefix, 0) == ["reader"]
 
 
-def test_force_repairs_what_was_built_from_a_damaged_output(store_prefix: str) -> None:
+def test_force_repairs_what_was_built_from_a_damaged_output(
+    store_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
     damaged_then_read(store_prefix)
-    assert run(store_prefix, 0, force=("cut/up",)) == ["up", "reader"]
+    with caplog.at_level(logging.WARNING, logger="marin"):
+        assert run(store_prefix, 0, force=("cut/up",)) == ["up", "reader"]
+    assert "clear cut/up@v1: its output is not what its record claimed" in caplog.text
     assert_plan_is_honest(store_prefix, 0)
     location = open_prefix(store_prefix)
     record = read_record(location, "cut/up/v1")

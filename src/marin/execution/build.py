@@ -608,7 +608,9 @@ def _replaced_digest(
             artifact_type=previous.artifact_type,
         )
     if there.digest != claimed:
-        log.info(
+        # Changed bytes are news (a hand edit, another step's fn); an unknown digest is not.
+        log.log(
+            logging.INFO if there.digest is None else logging.WARNING,
             "clear %s: its output is not what its record claimed (%s); what was built from it "
             "is rebuilt",
             spec.step_id,
