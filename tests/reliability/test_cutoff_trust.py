@@ -138,12 +138,15 @@ def test_a_changed_file_mode_rebuilds_the_reader(tmp_path: Path) -> None:
     assert rebuilt_with(str(tmp_path / "p"), mode(0o644), mode(0o600)) == ["up", "reader"]
 
 
-def test_an_added_empty_folder_rebuilds_the_reader(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["local", "memory"])
+def test_an_added_empty_folder_rebuilds_the_reader(backend: str, tmp_path: Path) -> None:
     def with_folder(out: str) -> None:
         text("same")(out)
-        os.makedirs(out + "/empty")
+        fs, path = fsspec.core.url_to_fs(out)
+        fs.makedirs(path + "/empty")
 
-    assert rebuilt_with(str(tmp_path / "p"), text("same"), with_folder) == ["up", "reader"]
+    prefix = str(tmp_path / "p") if backend == "local" else f"memory://cut-{tmp_path.name}"
+    assert rebuilt_with(prefix, text("same"), with_folder) == ["up", "reader"]
 
 
 def test_what_a_link_inside_the_output_points_to_rebuilds_the_reader(tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ the digest **unknown** (no cutoff, the cascade happens as today).
   holds bytes makes the digest unknown. A multipart S3 upload's ETag depends on its part size,
   so the same bytes uploaded differently do not match: a missed cutoff, never a wrong one. A
   store that keeps no checksum gives an unknown digest.
-- **memory://** hashes the bytes it holds (they are in this process already).
+- **memory://** hashes the bytes it holds (they are in this process already), and counts its
+  empty folders.
 
 A result with no canonical JSON form makes the digest unknown. Paths are literal (``find``
 lists by prefix; only the path itself and paths under ``path/`` are kept, never a sibling that
@@ -252,7 +253,21 @@ def _memory_entries(location: Location, path: str) -> list[tuple[str, str, int]]
             continue
         data = bytes(file.getvalue())
         out.append((name, f"sha256:{_sha(data)}:{len(data)}", len(data)))
-    return out
+    return out + _empty_memory_folders(location, base, [name for name, _, _ in out])
+
+
+def _empty_memory_folders(
+    location: Location, base: str, files: list[str]
+) -> list[tuple[str, str, int]]:
+    """The folders ``makedirs`` made under ``base`` that hold nothing: a reader lists them. (A
+    folder holding files shows in their names, whether or not it was made explicitly.)"""
+    folders = [n for d in list(location.fs.pseudo_dirs) if (n := _relative(d, base)) is not None]
+    names = files + folders
+    return [
+        (folder, f"{_DIR}:", 0)
+        for folder in folders
+        if not any(n != folder and (not folder or n.startswith(folder + "/")) for n in names)
+    ]
 
 
 def _relative(key: str, base: str) -> str | None:
