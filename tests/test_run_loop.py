@@ -167,8 +167,11 @@ def test_served_step_that_cannot_be_rebuilt_blocks_its_dependent(prefix: str) ->
     )
 
 
-def test_a_run_that_builds_nothing_reads_no_record_again(prefix: str, monkeypatch: Any) -> None:
-    """The re-check costs nothing unless a step builds: a cached re-run reads no more."""
+def test_a_run_that_builds_nothing_reads_each_target_once_more(
+    prefix: str, monkeypatch: Any
+) -> None:
+    """The re-check is cheap: a cached re-run reads each served target's record once more, at
+    its end, and nothing else (issue 43, item 11)."""
     import marin.execution.orchestrate as orchestrate
 
     attempts = Attempts()
@@ -183,9 +186,42 @@ def test_a_run_that_builds_nothing_reads_no_record_again(prefix: str, monkeypatc
 
     monkeypatch.setattr(orchestrate, "read_record", counting)
     runner(prefix).run(lower([top]))
-    assert reads == []
+    assert reads == [lower(top).output_path]
+    reads.clear()
     runner(prefix).run(lower([top]), force=["s/top"])  # top builds: its served input is read
     assert reads == [lower(base).output_path]
+
+
+def test_a_served_target_deleted_after_the_plan_of_a_run_that_builds_nothing_is_rebuilt(
+    prefix: str,
+) -> None:
+    """Issue 43, item 11: nothing to build, the target deleted between plan and run: the run
+    does not report it built without it; it builds it again (and records it)."""
+    attempts = Attempts()
+    base = apply("s/base", attempts.fn("base"), version="v0", deps=[], out_path=OUT)
+    top = apply("s/top", attempts.fn("top"), version="v0", deps=[base], out_path=OUT)
+    runner(prefix).run(lower([top]))
+    top_spec = lower(top)
+    report = runner(prefix, listener=DeleteOnPlan(prefix, top_spec.output_path)).run(top_spec)
+    assert attempts.calls == {"base": 1, "top": 2}
+    assert by_step(report)["s/top@v0"]["action"] == "built"
+    location = open_prefix(prefix)
+    rebuilt = read_record(location, top_spec.output_path)
+    assert rebuilt is not None and report.artifact(top_spec).record == rebuilt
+    assert location.exists(location.path(top_spec.output_path))
+
+
+def test_a_served_target_deleted_after_the_plan_that_cannot_be_rebuilt_fails_the_run(
+    prefix: str,
+) -> None:
+    attempts = Attempts()
+    base = apply("s/base", attempts.fn("base"), version="v0", deps=[], out_path=OUT)
+    runner(prefix).run(lower([base]))
+    attempts.failing = {"base": 2}  # its rebuild (call 2) fails
+    listener = DeleteOnPlan(prefix, lower(base).output_path)
+    with pytest.raises(StepFailedError, match=r"attempt 2 fails \(step s/base@v0\)") as caught:
+        runner(prefix, listener=listener).run(lower([base]))
+    assert by_step(caught.value.report)["s/base@v0"]["action"] == "failed"
 
 
 # -- options ---------------------------------------------------------------------------------

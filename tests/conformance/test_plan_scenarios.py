@@ -128,23 +128,28 @@ def test_record_from_an_older_upstream_build_is_rebuilt(any_runner: Any, tmp_pat
 
 
 def test_rebuilt_with_the_same_output_serves_its_readers(any_runner: Any, tmp_path: Any) -> None:
-    """Early cutoff (issue 25): the forced step's new bytes equal the old ones, so what read it
-    is served, and says why; the plan said it would be rebuilt unless that happened."""
+    """Early cutoff (issue 25): a rebuilt step's new bytes equal the old ones, so what read it
+    is served, and says why; the plan said it would be rebuilt unless that happened. A step
+    named by ``--force`` is never cut off (issue 43: forcing repairs what read it), so the
+    forced step's reader is rebuilt, and the cutoff happens below it."""
     same = {"a": "x", "b": "y", "c": "z"}
     case = Case(CHAIN, ["c"], built(CHAIN), force=["a"], setup_outputs=same, run_outputs=same)
     outcome = run_case(any_runner, case, str(tmp_path))
-    assert outcome.ran == ["a"]
-    planned = action(outcome, "b")
-    assert planned.action == BUILD and planned.unless_unchanged == ("graph/a@v1",)
+    assert outcome.ran == ["a", "b"]
+    forced_reader = action(outcome, "b")
+    assert forced_reader.action == BUILD and forced_reader.unless_unchanged == ()
+    assert forced_reader.reason == "stale: upstream graph/a@v1 is rebuilt in this run"
+    planned = action(outcome, "c")
+    assert planned.action == BUILD and planned.unless_unchanged == ("graph/b@v1",)
     assert planned.reason == (
-        "stale: upstream graph/a@v1 is rebuilt in this run "
+        "stale: upstream graph/b@v1 is rebuilt in this run "
         "(rebuilt unless the upstream output is unchanged)"
     )
     report = getattr(any_runner, "last_report", None)
     if report is not None:  # the local runner's `marin run --json` report
-        b = next(s for s in report.to_json()["steps"] if s["step"] == "graph/b@v1")
-        assert b["action"] == "skipped"
-        assert b["reason"].endswith("upstream graph/a@v1 rebuilt, output unchanged")
+        c = next(s for s in report.to_json()["steps"] if s["step"] == "graph/c@v1")
+        assert c["action"] == "skipped"
+        assert c["reason"].endswith("upstream graph/b@v1 rebuilt, output unchanged")
 
 
 def test_rebuilt_with_one_byte_different_cascades(any_runner: Any, tmp_path: Any) -> None:

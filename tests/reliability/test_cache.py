@@ -211,17 +211,29 @@ def test_the_cli_exits_1_on_code_drift_under_error_and_says_what_changed(
 # --- early cutoff -------------------------------------------------------------------------------
 
 
-def test_a_forced_rebuild_with_identical_output_serves_its_readers(
-    store_prefix: str, project: Project
-) -> None:
-    module = load(project)
-    run_steps(module, store_prefix)
+ALL = ("ngram/dataset", "ngram/model", "ngram/eval")
+SAME_TOKENS = HELPERS.replace(
+    "    words = text.split()\n    return [w.lower() for w in words]",
+    "    return [word.lower() for word in text.split()]",
+)
+
+
+def settled(module: Any, prefix: str) -> None:
+    """Built, then rebuilt: every record has an output digest (memory:// digests rebuilds only),
+    and each one replaced was checked against the bytes it left."""
+    run_steps(module, prefix)
+    run_steps(module, prefix, force=ALL)
+
+
+def test_a_harmless_rebuild_serves_its_readers(store_prefix: str, project: Project) -> None:
+    settled(load(project), store_prefix)
     location = open_prefix(store_prefix)
     before = {p: read_record(location, p) for p in ("ngram/model/v1", "ngram/eval/v1")}
-    plan = plan_of(module, store_prefix, force=("ngram/dataset",))
-    assert plan["model"].action == "build"
+    module = load(project, helpers=SAME_TOKENS)  # code drift: the same tokens, written anew
+    plan = plan_of(module, store_prefix, on_code_drift="rebuild")
+    assert plan["dataset"].action == "build" and plan["model"].action == "build"
     assert plan["model"].unless_unchanged == ("ngram/dataset@v1",)
-    ran, report = run_steps(module, store_prefix, force=("ngram/dataset",))
+    ran, report = run_steps(module, store_prefix, on_code_drift="rebuild")
     assert ran == ["dataset"]
     steps = {s["step"]: s for s in report.to_json()["steps"]}
     assert steps["ngram/model@v1"]["action"] == "skipped"
@@ -234,11 +246,27 @@ def test_a_forced_rebuild_with_identical_output_serves_its_readers(
     assert later["model"].action == "skip" and later["model"].unchanged == ("ngram/dataset@v1",)
 
 
-def test_one_byte_of_difference_cascades(store_prefix: str, project: Project) -> None:
+def test_a_forced_rebuild_rebuilds_its_readers_and_cuts_off_below(
+    store_prefix: str, project: Project
+) -> None:
+    """``--force`` repairs (issue 43): what read the forced step is rebuilt whatever its new
+    bytes; the model's bytes come out the same, so the evaluation is served."""
     module = load(project)
-    run_steps(module, store_prefix)
+    settled(module, store_prefix)
+    plan = plan_of(module, store_prefix, force=("ngram/dataset",))
+    assert plan["model"].action == "build" and plan["model"].unless_unchanged == ()
+    assert plan["eval"].unless_unchanged == ("ngram/model@v1",)
+    ran, report = run_steps(module, store_prefix, force=("ngram/dataset",))
+    assert ran == ["dataset", "model"]
+    steps = {s["step"]: s for s in report.to_json()["steps"]}
+    assert steps["ngram/eval@v1"]["action"] == "skipped"
+    assert steps["ngram/eval@v1"]["reason"].endswith("upstream ngram/model@v1 rebuilt, output unchanged")
+
+
+def test_one_byte_of_difference_cascades(store_prefix: str, project: Project) -> None:
+    settled(load(project), store_prefix)
     changed = load(project, pipeline=PIPELINE.replace('" ".join(', '"  ".join('))
-    ran, report = run_steps(changed, store_prefix, force=("ngram/dataset",))
+    ran, report = run_steps(changed, store_prefix, on_code_drift="rebuild")
     # The dataset's bytes changed (one more space), the model's count did not: the model is
     # rebuilt, and the evaluation, which read only the model, is cut off there.
     assert ran == ["dataset", "model"]
@@ -246,24 +274,32 @@ def test_one_byte_of_difference_cascades(store_prefix: str, project: Project) ->
     assert steps == {"ngram/dataset@v1": "built", "ngram/model@v1": "built", "ngram/eval@v1": "skipped"}
 
 
-def test_a_record_from_before_output_digests_is_compared_by_the_build_it_replaced(
+def test_records_from_before_this_digest_scheme_give_no_cutoff_once(
     tmp_path: Path, project: Project
 ) -> None:
-    """Old records carry no digests: the rebuild digests the output it replaces before
-    clearing it, so the first rebuild after an upgrade can already cut off."""
+    """Old records carry no digest, or one of the older scheme (``tree1``, files only): what
+    they consumed cannot be proven unchanged, so the first rebuild cascades (a missed cutoff,
+    never a wrong one); the records it writes make the next rebuild cut off."""
     prefix = str(tmp_path / "p")
     module = load(project)
     run_steps(module, prefix)
-    for step in ("ngram/dataset/v1", "ngram/model/v1", "ngram/eval/v1"):
+    for step, older in (("ngram/dataset/v1", True), ("ngram/model/v1", False), ("ngram/eval/v1", True)):
         path = Path(prefix) / f"{step}.marin" / "record.json"
         data = json.loads(path.read_text())
-        for field in ("output", "input_digests", "replaced", "code"):
-            data.pop(field, None)
+        if older:
+            data["output"]["digest"] = "tree1:" + "0" * 64
+            data["input_digests"] = {k: "tree1:" + "0" * 64 for k in data["input_digests"]}
+        else:
+            for field in ("output", "input_digests", "replaced", "code"):
+                data.pop(field, None)
         path.write_text(json.dumps(data))
-    ran, _ = run_steps(module, prefix, force=("ngram/dataset",))
-    assert ran == ["dataset"]
+    harmless = load(project, helpers=SAME_TOKENS)
+    ran, _ = run_steps(harmless, prefix, on_code_drift="rebuild")
+    assert ran == ["dataset", "model", "eval"]
     record = read_record(open_prefix(prefix), "ngram/dataset/v1")
-    assert record is not None and len(record.replaced) == 1
+    assert record is not None and record.replaced == {}
+    ran, _ = run_steps(load(project), prefix, on_code_drift="rebuild")
+    assert ran == ["dataset"]
 
 
 # --- the engines --------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The output digest (issue 25's early cutoff), on local disk, memory://, S3 and GCS emulators.
 
 Same bytes give the same digest; one byte, one name or one file more gives another; paths are
-literal; symbolic links are hashed, never followed; object stores are not read back; anything
-uncertain is unknown (which only ever costs a rebuild).
+literal; a symbolic link makes the digest unknown, never followed; local modes and folders count;
+object stores are not read back; anything uncertain is unknown (which only ever costs a rebuild).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fsspec.implementations.dirfs import DirFileSystem
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from marin.execution.output_digest import OutputDigest, output_digest, same_output
+from marin.execution.output_digest import SCHEME, OutputDigest, output_digest, same_output
 from marin.execution.storage import Location, open_prefix
 
 from .faulty_fs import FAULTS
@@ -86,49 +86,98 @@ def test_a_single_file_output_and_a_missing_one(store_prefix: str) -> None:
     assert missing.digest != single.digest
 
 
-def test_local_disk_and_memory_agree_on_the_same_tree(tmp_path: Path) -> None:
+def test_local_disk_and_memory_hash_the_same_content(tmp_path: Path) -> None:
     local = digest_of(open_prefix(str(tmp_path / "p")), "a/v1", TREE)
     memory = digest_of(open_prefix("memory://digest-agree"), "a/v1", TREE)
     open_prefix("memory://digest-agree").remove_tree("/digest-agree")
-    assert local == memory
-    assert local.checksums == "sha256"
+    assert local.digest is not None and memory.digest is not None
+    assert (local.files, local.bytes, local.checksums) == (memory.files, memory.bytes, "sha256")
 
 
-def test_symbolic_links_are_hashed_never_followed(tmp_path: Path) -> None:
+def test_a_symbolic_link_in_an_output_makes_it_unknown(tmp_path: Path) -> None:
+    """A reader follows a link to whatever is behind it, outside the output: not seen, so
+    unknown (never followed, never "unchanged")."""
     location = open_prefix(str(tmp_path / "p"))
-    base = write_tree(location, "a/v1", {"data.txt": b"x"})
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.txt").write_text("first")
-    os.symlink(outside / "secret.txt", f"{base}/file-link")
-    os.symlink(outside, f"{base}/dir-link")
-    before = output_digest(location, base)
-    assert before.files == 3  # the data file and two links; nothing behind the links
-    (outside / "secret.txt").write_text("changed behind the link")
-    (outside / "new.txt").write_text("new behind the link")
-    assert output_digest(location, base) == before
-    os.remove(f"{base}/file-link")
-    os.symlink(outside / "new.txt", f"{base}/file-link")
-    assert output_digest(location, base) != before  # the link's own text changed
+    for link, to in (("file-link", outside / "secret.txt"), ("sub/dir-link", outside)):
+        base = write_tree(location, f"{link}/v1", {"data.txt": b"x", "sub/y": b"y"})
+        os.symlink(to, f"{base}/{link}")
+        digest = output_digest(location, base)
+        assert digest.digest is None and not same_output(digest, digest)
+        assert digest.unknown is not None and "symbolic link" in digest.unknown
 
 
-def test_an_output_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
+def test_an_output_that_is_a_link_is_unknown_and_not_followed(tmp_path: Path) -> None:
     location = open_prefix(str(tmp_path / "p"))
     target = tmp_path / "elsewhere"
     target.mkdir()
     (target / "big.bin").write_bytes(b"y" * 100)
     os.makedirs(location.path("a"))
     os.symlink(target, location.path("a/v1"))
-    digest = output_digest(location, location.path("a/v1"))
-    assert digest.files == 1 and digest.bytes == 0
+    os.symlink(target / "big.bin", location.path("a/v2"))
+    for version in ("v1", "v2"):
+        digest = output_digest(location, location.path(f"a/{version}"))
+        assert digest.digest is None and digest.unknown is not None
+        assert "symbolic link" in digest.unknown
 
 
-def test_a_fifo_is_counted_not_opened(tmp_path: Path) -> None:
+def test_a_fifo_is_unknown_and_never_opened(tmp_path: Path) -> None:
     location = open_prefix(str(tmp_path / "p"))
     base = write_tree(location, "a/v1", {"data.txt": b"x"})
     os.mkfifo(f"{base}/pipe")  # opening it for reading would block forever
     digest = output_digest(location, base)
-    assert digest.digest is not None and digest.files == 2
+    assert digest.digest is None and digest.unknown is not None
+    assert "not a regular file" in digest.unknown
+
+
+def test_modes_and_folders_are_part_of_a_local_digest(tmp_path: Path) -> None:
+    location = open_prefix(str(tmp_path / "p"))
+    first = digest_of(location, "a/v1", TREE)
+    same = digest_of(location, "b/v1", TREE)
+    assert first == same
+    for name in ("part-0.txt", "sub"):  # a file's mode, a folder's mode
+        path = location.path(f"b/v1/{name}")
+        mode = os.stat(path).st_mode
+        os.chmod(path, 0o700)
+        assert output_digest(location, location.path("b/v1")) != first
+        os.chmod(path, mode)
+        assert output_digest(location, location.path("b/v1")) == first
+    os.mkdir(location.path("b/v1/empty"))
+    with_empty = output_digest(location, location.path("b/v1"))
+    assert with_empty.digest != first.digest and with_empty.files == first.files
+    os.makedirs(location.path("c/v1"))  # an empty folder is not nothing
+    assert output_digest(location, location.path("c/v1")) != output_digest(
+        location, location.path("d/v1")
+    )
+
+
+def test_the_result_and_the_artifact_type_are_part_of_the_digest(store_prefix: str) -> None:
+    """What a reader gets through ``ctx.resolved(dep)`` besides the files."""
+    location = open_prefix(store_prefix)
+    base = write_tree(location, "a/v1", TREE)
+    plain = output_digest(location, base)
+    assert plain.digest is not None
+    assert output_digest(location, base, result=None, artifact_type="artifact") == plain
+    scored = output_digest(location, base, result={"ppl": 12.5})
+    assert scored.digest is not None and scored != plain
+    assert output_digest(location, base, result={"ppl": 12.5}) == scored
+    assert output_digest(location, base, result={"ppl": 13.0}) != scored
+    assert output_digest(location, base, result=[1, "a"]) != output_digest(
+        location, base, result=[1, "b"]
+    )
+    assert output_digest(location, base, artifact_type="model").digest not in (None, plain.digest)
+    no_json = output_digest(location, base, result=float("nan"))
+    assert no_json.digest is None and no_json.unknown is not None
+    assert "canonical JSON" in no_json.unknown
+
+
+def test_a_digest_of_the_older_scheme_never_matches(tmp_path: Path) -> None:
+    digest = digest_of(open_prefix(str(tmp_path / "p")), "a/v1", TREE)
+    assert digest.digest is not None and digest.digest.startswith(SCHEME + ":")
+    older = OutputDigest.from_record({**digest.to_record(), "digest": "tree1:" + "a" * 64})
+    assert older.digest is None and not same_output(older, digest)
 
 
 class _NoReads:
@@ -196,21 +245,22 @@ _JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=20,
 )
-VALID = {"digest": "tree1:" + "a" * 64, "files": 2, "bytes": 10, "unknown": None, "checksums": "etag"}
+VALID = {"digest": SCHEME + ":" + "a" * 64, "files": 2, "bytes": 10, "unknown": None, "checksums": "etag"}
 
 
 def _check(field: str, value: Any) -> None:
     loaded = OutputDigest.from_record({**VALID, field: value})
     assert isinstance(loaded, OutputDigest)
     if loaded.digest is not None:  # only a well-formed digest is ever compared
-        assert loaded.digest.startswith("tree1:") and len(loaded.digest) == 70
+        assert loaded.digest.startswith(SCHEME + ":") and len(loaded.digest) == 70
         assert type(loaded.files) is int and type(loaded.bytes) is int
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(st.sampled_from(sorted(VALID)), _JSON)
 @example("files", True)  # bool is an int in Python: not a count
-@example("digest", "tree1:" + "A" * 64)
+@example("digest", SCHEME + ":" + "A" * 64)
+@example("digest", "tree1:" + "a" * 64)  # the older scheme
 @example("bytes", -1)
 @example("checksums", "\x1b[31m")  # shown to people: no terminal escapes
 def test_a_corrupt_stored_output_digest_loads_as_unknown_or_valid(field: str, value: Any) -> None:
@@ -227,3 +277,23 @@ def test_a_corrupt_stored_output_digest_random_run(field: str, value: Any) -> No
 @given(_JSON)
 def test_any_json_loads_as_an_output_digest(value: Any) -> None:
     assert isinstance(OutputDigest.from_record(value), OutputDigest)
+
+
+def test_an_s3_folder_marker_hides_nothing(s3_server: dict[str, str]) -> None:
+    """A zero-byte key ending in ``/`` (what consoles make for a folder) holds nothing and is
+    skipped; a key ending in ``/`` that holds bytes makes the digest unknown."""
+    import boto3
+
+    location = open_prefix(f"s3://marin-tests/marker-{os.getpid()}")
+    base = write_tree(location, "a/v1", TREE)
+    before = output_digest(location, base)
+    client = boto3.client("s3", endpoint_url=s3_server["FSSPEC_S3_ENDPOINT_URL"])
+    key = base.split("/", 1)[1]
+    client.put_object(Bucket="marin-tests", Key=f"{key}/sub/", Body=b"")
+    location.fs.invalidate_cache()
+    assert output_digest(location, base) == before
+    client.put_object(Bucket="marin-tests", Key=f"{key}/sub/", Body=b"hidden bytes")
+    location.fs.invalidate_cache()
+    marked = output_digest(location, base)
+    assert marked.digest is None and marked.unknown is not None
+    location.remove_tree(location.path(""))

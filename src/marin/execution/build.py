@@ -72,7 +72,7 @@ from marin.execution.lease import (
 from marin.execution.lineage import build_finished, build_started
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.options import DEFAULT_ON_DRIFT
-from marin.execution.output_digest import OutputDigest, output_digest
+from marin.execution.output_digest import OutputDigest, is_output_digest, output_digest
 from marin.execution.provenance import collect_provenance, now_iso
 from marin.execution.records import (
     FAILED,
@@ -598,27 +598,54 @@ _MEMORY_FIRST_BUILD = (
 )
 
 
-def _output_digest(location: Location, spec: StepSpec, first_build: bool) -> OutputDigest:
-    """The digest this build commits: of its output, or unknown where it cannot be cheap."""
+def _output_digest(
+    location: Location, spec: StepSpec, first_build: bool, result: Any
+) -> OutputDigest:
+    """The digest this build commits: of what its readers get, or unknown where it cannot be
+    cheap."""
     if spec.source is not None:
         return OutputDigest(None, unknown="an adopted step's data was not built by Marin")
     if location.is_memory and first_build:
         return OutputDigest(None, unknown=_MEMORY_FIRST_BUILD)
-    return output_digest(location, location.path(spec.output_path))
+    return output_digest(
+        location, location.path(spec.output_path), result=result, artifact_type=spec.artifact_type
+    )
 
 
 def _replaced_digest(
-    location: Location, spec: StepSpec, previous: ArtifactRecord | None
+    location: Location, spec: StepSpec, previous: ArtifactRecord | None, lease: Lease
 ) -> dict[str, str]:
-    """The build being replaced -> its output digest: from its record, or (a record written
-    without one) computed now, before its output is cleared. Its dependents compare their
-    consumed build with it when they recorded no digest of their own."""
-    if previous is None or not previous.build_id:
+    """The build being replaced -> its output digest, when its bytes are still the ones its
+    record claims: digested now, before they are cleared.
+
+    Its dependents were built from what was there, not from what the record claims: an output
+    changed after its commit (a hand edit, another step's ``fn``) gives nothing here, so they
+    are not cut off (``decide._consumed_digest``). A record that claims no digest (or one of an
+    older scheme) cannot be checked, and is not digested at all.
+    """
+    if previous is None or not previous.build_id or spec.source is not None:
         return {}
-    digest = previous.output.digest
-    if digest is None and spec.source is None:
-        digest = output_digest(location, location.path(spec.output_path)).digest
-    return {previous.build_id: digest} if digest is not None else {}
+    claimed = previous.output.digest
+    if claimed is None or not is_output_digest(claimed):
+        return {}
+    with Heartbeat(lease):  # hashing a large local output takes a while
+        there = output_digest(
+            location,
+            location.path(spec.output_path),
+            result=previous.result,
+            artifact_type=previous.artifact_type,
+        )
+    if there.digest != claimed:
+        # Changed bytes are news (a hand edit, another step's fn); an unknown digest is not.
+        log.log(
+            logging.INFO if there.digest is None else logging.WARNING,
+            "clear %s: its output is not what its record claimed (%s); what was built from it "
+            "is rebuilt",
+            spec.step_id,
+            there.unknown or "changed since its commit",
+        )
+        return {}
+    return {previous.build_id: claimed}
 
 
 def _fsync_tree(path: str) -> None:
@@ -633,6 +660,19 @@ def _fsync_tree(path: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _canonical_result(raw_result: Any, spec: StepSpec) -> Any:
+    """``fn``'s returned value as the record keeps it (plain JSON data), or a clear error."""
+    try:
+        return to_canonical(raw_result, "result", spec.step_id)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"fn returned a value with no JSON form ({exc.what})",
+            "return plain data (str, numbers, lists, dicts) or None; write big values "
+            "to the output path",
+            spec.step_id,
+        ) from None
 
 
 def _best_effort_status(location: Location, spec: StepSpec, state: str, **details: Any) -> None:
@@ -673,7 +713,7 @@ def _build_holding(
                 _best_effort_status(location, spec, FAILED, error=exc.what)
             raise
     with _started_here(location, spec.output_path):
-        replaced = _replaced_digest(location, spec, previous)  # before its output is cleared
+        replaced = _replaced_digest(location, spec, previous, lease)  # before it is cleared
         if earlier is not None:
             clear_status(location, spec.output_path)  # the held lease says RUNNING now
             delete_record(location, spec.output_path)
@@ -697,17 +737,9 @@ def _build_holding(
                         raise
                 if durable() and location.is_local:
                     _fsync_tree(location.path(spec.output_path))
+                result = _canonical_result(raw_result, spec)
                 # Under the heartbeat: hashing a large local output takes a while.
-                output = _output_digest(location, spec, first_build=previous is None)
-            try:
-                result = to_canonical(raw_result, "result", spec.step_id)
-            except ConfigError as exc:
-                raise ConfigError(
-                    f"fn returned a value with no JSON form ({exc.what})",
-                    "return plain data (str, numbers, lists, dicts) or None; write big values "
-                    "to the output path",
-                    spec.step_id,
-                ) from None
+                output = _output_digest(location, spec, previous is None, result)
             crash_point("after-output", spec.step_id)
             duration = time.perf_counter() - t0
             finished_at = now_iso()

@@ -26,9 +26,11 @@ Under ``on_drift="error"`` a drifted step raises ``DriftError``, wherever it sit
 Two advisory inputs come from the records (issue 25, docs/caching.md): **code drift** (the
 step's code digest differs from its record's; ``on_code_drift`` says warn, rebuild or error,
 a ``CodeDriftError``), and **early cutoff**: an upstream rebuilt since a record, whose output
-digest is the one the record consumed, does not make it stale. An upstream rebuilt in this run
-that has not committed yet makes a step a build ``unless_unchanged``: the runner decides it
-again, with this function, once that upstream has committed.
+digest is the one the record consumed, does not make it stale (unless the user named that
+upstream with ``--force``: forcing a step repairs it, and everything read from it). An
+upstream rebuilt in this run that has not committed yet makes a step a build
+``unless_unchanged``: the runner decides it again, with this function, once that upstream has
+committed.
 
 Whether a step is "needed" and whether an upstream "is rebuilt" depend on the decisions of the
 steps around it, so ``plan_graph`` finds the least fixed point: it re-decides a step whenever a
@@ -193,10 +195,14 @@ def _own_status(spec: StepSpec, stored: Stored) -> tuple[StoredStatus, str, tupl
 
 
 def _lineage(
-    record: ArtifactRecord, upstream: Sequence[Upstream]
+    record: ArtifactRecord, upstream: Sequence[Upstream], forced: frozenset[str]
 ) -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(lineage, stale lines, upstream ids rebuilt in this run but not committed yet, upstream
-    ids rebuilt since ``record`` whose output is the one it consumed)."""
+    ids rebuilt since ``record`` whose output is the one it consumed).
+
+    An upstream named by ``--force`` (``forced``) is never cut off: forcing a step is how a user
+    repairs it, so what was built from its old bytes is rebuilt whatever its new output is.
+    """
     stale: list[str] = []
     pending: list[str] = []
     unchanged: list[str] = []
@@ -204,7 +210,8 @@ def _lineage(
     for dep in upstream:
         if dep.rebuilt and not dep.committed:
             stale.append(f"upstream {dep.step_id} is rebuilt in this run")
-            pending.append(dep.step_id)
+            if dep.step_id not in forced:
+                pending.append(dep.step_id)
             continue
         if dep.record is None:
             continue  # a missing intermediate: this build stays valid (it is pruned)
@@ -215,9 +222,11 @@ def _lineage(
             else:
                 unknown = True
         elif consumed != dep.record.build_id:
-            if same_digest(_consumed_digest(record, dep.step_id, dep.record), dep.record.output):
+            if dep.step_id not in forced and same_digest(
+                _consumed_digest(record, dep.step_id, dep.record), dep.record.output
+            ):
                 unchanged.append(dep.step_id)  # early cutoff: the bytes it read are still there
-            elif dep.rebuilt:
+            elif dep.rebuilt or dep.step_id in forced:
                 stale.append(f"upstream {dep.step_id} is rebuilt in this run")
             else:
                 stale.append(f"upstream {dep.step_id} was rebuilt after this step")
@@ -229,12 +238,15 @@ def _lineage(
 
 
 def _consumed_digest(record: ArtifactRecord, dep_id: str, dep: ArtifactRecord) -> str | None:
-    """The output digest of the build of ``dep_id`` that ``record`` consumed: recorded with it,
-    else the digest ``dep``'s record keeps of the build it replaced, if that is the one."""
-    digest = record.input_digests.get(dep_id)
-    if digest is None:
-        digest = dep.replaced.get(record.inputs.get(dep_id, ""))
-    return digest
+    """The digest of what ``record`` consumed of ``dep_id``, as far as it is proven: ``dep``
+    (the current build) replaced exactly that build, and found its bytes still the ones that
+    build claimed (``replaced``; the rebuild digests them before clearing them). A damaged
+    output, or a build replaced twice since, gives None: no cutoff."""
+    verified = dep.replaced.get(record.inputs.get(dep_id, ""))
+    claimed = record.input_digests.get(dep_id)
+    if verified is None or (claimed is not None and claimed != verified):
+        return None
+    return verified
 
 
 def _unchanged_note(ids: Sequence[str]) -> str:
@@ -265,7 +277,9 @@ def decide(
     record = stored.record
     forced = spec.step_id in policy.force
     lineage, stale, pending, unchanged = (
-        _lineage(record, upstream) if record is not None else (LINEAGE_NONE, (), (), ())
+        _lineage(record, upstream, policy.force)
+        if record is not None
+        else (LINEAGE_NONE, (), (), ())
     )
     code_drift = (
         tuple(explain_code_drift(record.code, spec.code or _NO_CODE))

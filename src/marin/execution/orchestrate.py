@@ -452,12 +452,7 @@ class RunLoop:
     def _record_gone(self, path: str) -> bool:
         """Read a served step's record again (once a run): True if it is gone now."""
         self._served.add(path)
-        try:
-            return read_record(self.report.location, path) is None
-        except Exception as exc:  # unreadable now: what needs it cannot trust it either
-            step_id = self._decisions[path].spec.step_id
-            log.warning("skip %s: its record cannot be read now: %s", step_id, exc)
-            return True
+        return record_gone(self.report.location, self._decisions[path])
 
     def _rebuild_served(self, path: str, held: str | None) -> None:
         """Build a served step whose record vanished, for ``held`` (a step waiting for it), or
@@ -633,6 +628,23 @@ class RunLoop:
             elif outcome.stopped_by is not None:
                 stopped = names[self._failed_as.get(outcome.stopped_by, outcome.stopped_by)]
                 self.report.not_run[path] = stopped_reason(stopped, self.keep_going_hint)
+
+
+def record_gone(location: Location, decision: Decision) -> bool:
+    """Read a served step's record again: True if it is gone (or unreadable) now."""
+    try:
+        return read_record(location, decision.spec.output_path) is None
+    except Exception as exc:  # unreadable now: what needs it cannot trust it either
+        log.warning("skip %s: its record cannot be read now: %s", decision.spec.step_id, exc)
+        return True
+
+
+def served_targets_gone(plan: Plan, location: Location, targets: Iterable[str]) -> bool:
+    """Whether a served target's record is gone now (one record read per served target): a run
+    that builds nothing asks before it reports success, and runs the loop, which rebuilds it,
+    if one is. (A run that builds something has the loop re-check its targets at its end.)"""
+    decisions = [plan.decisions[path] for path in dict.fromkeys(targets)]
+    return any(d.action == Action.SKIP and record_gone(location, d) for d in decisions)
 
 
 class _QueuedInterrupts:

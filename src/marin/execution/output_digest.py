@@ -1,25 +1,34 @@
-"""The output digest of a step: one hash of its output tree, for early cutoff.
+"""The output digest of a step: one hash of everything a reader of it can consume, for early cutoff.
 
-A digest covers the relative name and the content of every file at or under the output path.
-When a rebuilt step's new digest equals the one its dependents consumed, their inputs did not
-change and they need not be rebuilt. Comparing is only safe in one direction, so everything
-that is not certain makes the digest **unknown** (no cutoff, the cascade happens as today).
+A reader gets three things from a dependency: its output tree, the value its ``fn`` returned
+(the record's ``result``, read through ``ctx.resolved(dep).result``) and its artifact type. The
+digest covers all three: the artifact type, the result as canonical JSON, and the relative
+name, kind and content of every entry at or under the output path. When a rebuilt step's new
+digest equals the one its dependents consumed, nothing they can read changed and they need not
+be rebuilt. Comparing is only safe in one direction, so everything that is not certain makes
+the digest **unknown** (no cutoff, the cascade happens as today).
 
-- **Local disk** hashes the content (SHA-256). Symbolic links inside an output are never
-  followed: a link is hashed by the text it points to, so a link to data outside the output
-  cannot hide a change there, nor make Marin read a file it was not given. Files are opened
-  with ``O_NOFOLLOW`` so a link swapped in after the listing is not read either; FIFOs, sockets
-  and devices count by their kind, never opened.
+- **Local disk** hashes the content (SHA-256), each file's and folder's permission bits, and
+  every folder (an empty one too). A symbolic link anywhere in the output, or an output path
+  that is itself a link, makes the digest unknown: what a reader finds behind a link is outside
+  the output, and is never followed. Files are opened with ``O_NOFOLLOW``, so a link swapped in
+  after the listing is not read either. FIFOs, sockets and devices make it unknown too (never
+  opened: a reader's bytes from them cannot be known).
 - **Object stores** use the checksums the store already keeps, from one literal listing
   (``fs.find(path, detail=True)``): S3's ``ETag``, GCS's ``md5Hash`` (else ``crc32c``: 32 bits,
   so two different contents of one size match by chance once in four billion), with each
-  object's size. No data is read back. A multipart S3 upload's ETag depends on its part
-  size, so the same bytes uploaded differently do not match: a missed cutoff, never a wrong one.
-  A store that keeps no checksum gives an unknown digest.
-- **memory://** hashes the bytes it holds (they are in this process already).
+  object's size. No data is read back. Objects have no modes and folders no existence of their
+  own: a zero-byte folder marker (a key ending in ``/``) holds nothing and is skipped; one that
+  holds bytes makes the digest unknown. A multipart S3 upload's ETag depends on its part size,
+  so the same bytes uploaded differently do not match: a missed cutoff, never a wrong one. A
+  store that keeps no checksum gives an unknown digest.
+- **memory://** hashes the bytes it holds (they are in this process already), and counts its
+  empty folders.
 
-Paths are literal (``find`` lists by prefix; only the path itself and paths under ``path/`` are
-kept, never a sibling that shares a prefix).
+A result with no canonical JSON form makes the digest unknown. Paths are literal (``find``
+lists by prefix; only the path itself and paths under ``path/`` are kept, never a sibling that
+shares a prefix). The scheme (``tree2:``) is part of every digest, so a digest of an older
+scheme (``tree1:``, which covered the files only) never equals a new one.
 """
 
 from __future__ import annotations
@@ -37,10 +46,10 @@ from typing import Any
 from marin.execution.errors import StorageError
 from marin.execution.storage import Location, with_retries
 
-SCHEME = "tree1"
+SCHEME = "tree2"
 _CHECKSUMS = re.compile(r"^[a-z0-9+]{0,40}$")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-"""The 64 hex digits after ``tree1:`` (``fullmatch``: nothing more, no trailing newline)."""
+"""The 64 hex digits after ``tree2:`` (``fullmatch``: nothing more, no trailing newline)."""
 _CHUNK = 1 << 20
 
 
@@ -112,14 +121,20 @@ def same_digest(consumed: str | None, rebuilt: OutputDigest) -> bool:
     return consumed is not None and consumed == rebuilt.digest
 
 
-def output_digest(location: Location, path: str) -> OutputDigest:
-    """The digest of everything at or under ``path`` (the file system's syntax), literally.
+def output_digest(
+    location: Location, path: str, *, result: Any = None, artifact_type: str = "artifact"
+) -> OutputDigest:
+    """The digest of what a reader of the build at ``path`` consumes: the artifact type, the
+    returned value ``result`` (canonical JSON) and everything at or under ``path`` (the file
+    system's syntax), literally.
 
     A path with nothing there has the digest of an empty tree (a step may write nothing).
-    Storage that fails, or a file with no checksum, gives an unknown digest, never an error:
-    the digest only ever allows skipping work, so not knowing it is always safe.
+    Storage that fails, a file with no checksum, a link, or a result with no canonical JSON
+    gives an unknown digest, never an error: the digest only ever allows skipping work, so not
+    knowing it is always safe.
     """
     try:
+        header = _reader_view(result, artifact_type)
         if location.is_local:
             entries = list(_local_entries(path))
         elif location.is_memory:
@@ -132,16 +147,33 @@ def output_digest(location: Location, path: str) -> OutputDigest:
         return OutputDigest(None, unknown=f"the output could not be read ({exc})")
     entries.sort()
     h = hashlib.sha256(SCHEME.encode())
-    total = 0
+    h.update(header)
+    total = files = 0
     kinds = set()
     for name, token, size in entries:
         h.update(json.dumps(name).encode() + b" " + token.encode() + b"\n")
         total += size
-        kinds.add(token.split(":", 1)[0])
+        kind = token.split(":", 1)[0]
+        files += kind != _DIR
+        kinds.add(kind)
     kinds &= {"sha256", "etag", "md5", "crc32c"}
-    return OutputDigest(
-        f"{SCHEME}:{h.hexdigest()}", len(entries), total, None, "+".join(sorted(kinds))
-    )
+    return OutputDigest(f"{SCHEME}:{h.hexdigest()}", files, total, None, "+".join(sorted(kinds)))
+
+
+def _reader_view(result: Any, artifact_type: str) -> bytes:
+    """The artifact type and the result, as the digest's first line: a reader gets both through
+    ``ctx.resolved(dep)``. Entry lines start with a quoted name, so the two cannot be confused."""
+    try:
+        text = json.dumps(
+            [artifact_type, result],
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=False,
+        )
+        return b"reader " + text.encode() + b"\n"
+    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+        raise _Unknown(f"the step's returned value has no canonical JSON form ({exc})") from None
 
 
 class _Unknown(Exception):
@@ -151,8 +183,11 @@ class _Unknown(Exception):
 # --- local disk ---------------------------------------------------------------------------------
 
 
+_DIR = "dir"
+
+
 def _local_entries(root: str) -> Iterator[tuple[str, str, int]]:
-    """``(relative name, token, size)`` of every entry, links and special files by kind."""
+    """``(relative name, token, size)`` of every file and folder (the output's own too)."""
     try:
         st = os.lstat(root)
     except FileNotFoundError:
@@ -160,6 +195,7 @@ def _local_entries(root: str) -> Iterator[tuple[str, str, int]]:
     if not stat.S_ISDIR(st.st_mode):
         yield _local_entry(root, "", st)
         return
+    yield "", f"{_DIR}:{stat.S_IMODE(st.st_mode):o}", 0
     folders = [(root, "")]
     while folders:
         folder, rel = folders.pop()
@@ -169,28 +205,35 @@ def _local_entries(root: str) -> Iterator[tuple[str, str, int]]:
                 st = entry.stat(follow_symlinks=False)
                 if stat.S_ISDIR(st.st_mode):
                     folders.append((entry.path, name))
+                    yield name, f"{_DIR}:{stat.S_IMODE(st.st_mode):o}", 0
                 else:
                     yield _local_entry(entry.path, name, st)
 
 
 def _local_entry(path: str, name: str, st: os.stat_result) -> tuple[str, str, int]:
-    if stat.S_ISLNK(st.st_mode):
-        return name, "link:" + _sha(os.fsencode(os.readlink(path))), 0
     if not stat.S_ISREG(st.st_mode):
-        return name, f"special:{stat.S_IFMT(st.st_mode):o}", 0
+        raise _not_a_file(path, st)
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        if exc.errno == errno.ELOOP:  # became a link after the listing: hash it as one
-            return name, "link:" + _sha(os.fsencode(os.readlink(path))), 0
+        if exc.errno == errno.ELOOP:  # became a link after the listing
+            raise _Unknown(f"{path} is a symbolic link (readers would follow it)") from None
         raise
     with os.fdopen(fd, "rb", buffering=0) as f:
         opened = os.fstat(f.fileno())
         if not stat.S_ISREG(opened.st_mode):
-            return name, f"special:{stat.S_IFMT(opened.st_mode):o}", 0
+            raise _not_a_file(path, opened)
         digest = hashlib.file_digest(f, "sha256").hexdigest()
-    return name, f"sha256:{digest}:{opened.st_size}", opened.st_size
+    mode = stat.S_IMODE(opened.st_mode)
+    return name, f"sha256:{digest}:{opened.st_size}:{mode:o}", opened.st_size
+
+
+def _not_a_file(path: str, st: os.stat_result) -> _Unknown:
+    """A link, FIFO, socket or device in an output: what a reader gets from it is unknown."""
+    if stat.S_ISLNK(st.st_mode):
+        return _Unknown(f"{path} is a symbolic link (readers would follow it)")
+    return _Unknown(f"{path} is not a regular file or folder (mode {stat.S_IFMT(st.st_mode):o})")
 
 
 def _sha(data: bytes) -> str:
@@ -210,7 +253,21 @@ def _memory_entries(location: Location, path: str) -> list[tuple[str, str, int]]
             continue
         data = bytes(file.getvalue())
         out.append((name, f"sha256:{_sha(data)}:{len(data)}", len(data)))
-    return out
+    return out + _empty_memory_folders(location, base, [name for name, _, _ in out])
+
+
+def _empty_memory_folders(
+    location: Location, base: str, files: list[str]
+) -> list[tuple[str, str, int]]:
+    """The folders ``makedirs`` made under ``base`` that hold nothing: a reader lists them. (A
+    folder holding files shows in their names, whether or not it was made explicitly.)"""
+    folders = [n for d in list(location.fs.pseudo_dirs) if (n := _relative(d, base)) is not None]
+    names = files + folders
+    return [
+        (folder, f"{_DIR}:", 0)
+        for folder in folders
+        if not any(n != folder and (not folder or n.startswith(folder + "/")) for n in names)
+    ]
 
 
 def _relative(key: str, base: str) -> str | None:
@@ -233,17 +290,23 @@ def _store_entries(location: Location, path: str) -> list[tuple[str, str, int]]:
         return []
     out = []
     for key, info in dict(found).items():
-        if key.endswith("/"):
-            continue  # a folder marker object: folders are not content
         name = _relative(key, base)
         if name is None:
             continue
-        size = info.get("size") if isinstance(info, dict) else None
-        size = size if type(size) is int and size >= 0 else 0
+        if key.endswith("/"):
+            if isinstance(info, dict) and type(info.get("size")) is int and info["size"] == 0:
+                continue  # an empty folder marker: folders are not content on a store
+            raise _Unknown(f"the folder marker {key} may hold bytes")
+        size = _size(info)
         out.append((name, f"{_checksum(info, key)}:{size}", size))
     if not out:
         _confirm_empty(location, base)
     return out
+
+
+def _size(info: Any) -> int:
+    size = info.get("size") if isinstance(info, dict) else None
+    return size if type(size) is int and size >= 0 else 0
 
 
 def _confirm_empty(location: Location, base: str) -> None:

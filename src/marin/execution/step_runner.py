@@ -32,7 +32,12 @@ from marin.execution.options import (
     DEFAULT_ON_DRIFT,
     RunOptions,
 )
-from marin.execution.orchestrate import RETRY_FIRST_DELAY_S, RunListener, RunLoop
+from marin.execution.orchestrate import (
+    RETRY_FIRST_DELAY_S,
+    RunListener,
+    RunLoop,
+    served_targets_gone,
+)
 from marin.execution.report import RUN_ACTIONS, RUN_REPORT_SCHEMA, RunReport, StepResult
 from marin.execution.resources import ResourcePool, Resources, capacity_from, check_fits
 from marin.execution.scheduler import READY_ORDERS
@@ -174,7 +179,10 @@ class StepRunner:
                 decision = plan.decisions[path]
                 log.info("would build %s: %s", decision.spec.step_id, decision.reason)
             return report
-        if report.to_build:
+        target_paths = [t.output_path for t in targets]
+        # Nothing to build: the served targets are re-checked here, before success is reported
+        # (one record read each); one deleted since the plan is rebuilt by the loop.
+        if report.to_build or served_targets_gone(plan, location, target_paths):
             pool = ResourcePool(self.capacity)
             check_fits(pool, [plan.decisions[p].spec for p in report.to_build])
             location.check_writable()
@@ -190,7 +198,7 @@ class StepRunner:
                 listener=self.listener,
                 exit_on_interrupt=self.exit_on_interrupt,
                 retry_delay_s=self.retry_delay_s,
-                targets=[t.output_path for t in targets],
+                targets=target_paths,
                 share_work=True,
             )
             loop.run()
