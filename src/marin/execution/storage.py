@@ -165,8 +165,9 @@ def resolve_prefix(prefix: str | None = None) -> str:
     out of an allowed root). So is anything fsspec would read as more than a path: ``::`` (a
     chain of file systems), a second ``://``, and the object-version markers, ``?`` on
     ``s3://``, ``?`` and ``#`` on ``gs://``; and credentials (``ftp://user:pw@host``), which
-    Marin would show wherever it names an artifact. (Checked against the source of fsspec 2026.9, s3fs
-    and gcsfs: nothing else in a path string is interpreted; ``{}`` and ``%`` are literal.)
+    Marin would show wherever it names an artifact. (Checked against the source of fsspec
+    2026.9, s3fs and gcsfs: nothing else in a path string is interpreted; ``{}`` and ``%`` are
+    literal.)
     """
     chosen = prefix or os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
     _refuse_credentials(chosen)  # first: every other error below prints the prefix
