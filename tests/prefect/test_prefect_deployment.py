@@ -126,7 +126,7 @@ def test_deployment_runs_on_a_process_worker(
     # 7. A flow run whose step's task failed (after its build) ends Failed on a worker too.
     shutil.copy(HERE / "fault_pipeline.py", project / "fault_pipeline.py")
     args = parser.parse_args(
-        ["prefect", "fault_pipeline.py:pipeline", "--name", "fault-e2e", "--work-pool", POOL,
+        ["prefect", str(project / "fault_pipeline.py") + ":pipeline", "--name", "fault-e2e", "--work-pool", POOL,
          "--prefix", str(tmp_path / "faulty"), "-o", str(project / "fault.yaml")]
     )  # fmt: skip
     assert args.func(args) == 0
