@@ -21,7 +21,9 @@ Prefect has no skipped state, so propagation is ours:
   itself gives a task whose upstream did not complete), with a message naming the failed step;
 - after a failure, with ``keep_going=False`` (the default, as in ``marin run``), steps not yet
   started are not started either; the flow run fails with the core's ``StepFailedError`` (or
-  ``PipelineFailedError`` with ``keep_going=True``) chained to the step's own exception.
+  ``PipelineFailedError`` with ``keep_going=True``) chained to the step's own exception;
+- a task run that fails after its step's build (anything in Prefect's hands) fails its step
+  too, and a flow with any failed task run never ends Completed.
 
 The task runner is the flow's choice (``task_runner=``): threads of the flow run's process by
 default, or any Prefect task runner. With one that runs tasks in other processes (Dask's
