@@ -144,6 +144,16 @@ def test_a_prefix_with_credentials_is_refused_without_showing_them(
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("engine, out", [("airflow", "dags"), ("prefect", "prefect.yaml")])
+def test_an_export_refuses_a_prefix_with_credentials(engine: str, out: str, tmp_path: Any) -> None:
+    pytest.importorskip(engine)
+    where = str(tmp_path / out)
+    result = marin("export", engine, EXAMPLE, "--prefix", "s3://k:hunter2@b/p", "-o", where)
+    assert result.returncode == 2, result.stderr
+    assert "hunter2" not in result.stdout + result.stderr and "holds credentials" in result.stderr
+    assert not os.path.exists(where)  # nothing written with the secret in it
+
+
 def test_an_ftp_prefix_to_a_closed_port_is_one_line_and_exit_2() -> None:
     import socket
 

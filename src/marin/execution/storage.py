@@ -170,7 +170,7 @@ def resolve_prefix(prefix: str | None = None) -> str:
     literal.)
     """
     chosen = prefix or os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
-    _refuse_credentials(chosen)  # first: every other error below prints the prefix
+    refuse_credentials(chosen)  # first: every other error below prints the prefix
     if "::" in chosen:
         raise StorageError(
             f"prefix {chosen!r} contains '::', which fsspec reads as a chain of file systems "
@@ -186,7 +186,7 @@ def resolve_prefix(prefix: str | None = None) -> str:
     return resolved
 
 
-def _refuse_credentials(prefix: str) -> None:
+def refuse_credentials(prefix: str) -> None:
     """Refuse ``scheme://user:password@host/...``: fsspec would log in with it, and Marin would
     print, log and send the secret wherever it names an artifact (lineage, assets, ``marin
     show``, plans, errors). The message shows the prefix without it."""
