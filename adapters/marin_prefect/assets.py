@@ -1,9 +1,9 @@
 """Prefect assets for Marin artifacts: a building step's task materializes its output.
 
 A step to build runs as a Prefect ``MaterializingTask`` whose asset is the step's output (key:
-``prefect_asset_key``, the artifact's URL with what Prefect refuses in a key escaped; name: the
-step id) and whose
-``asset_deps`` are its dependencies' outputs, so the Prefect UI draws the artifact graph. On
+``artifact_names.prefect_asset_key``, the artifact's URL with what Prefect refuses in a key
+escaped; name: the step id) and whose ``asset_deps`` are its dependencies' outputs, so the
+Prefect UI draws the artifact graph. On
 success Prefect records a ``prefect.asset.materialization.succeeded`` event for it, with the
 upstream assets as related resources. A step served from cache runs as a plain task and
 records nothing; a step another runner built while this one waited ends in the ``Cached``
@@ -21,30 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 from prefect.assets import Asset, AssetProperties, add_asset_metadata
-from prefect.types.names import RESTRICTED_ASSET_CHARACTERS
 
-from marin.execution.artifact_names import ArtifactNames, artifact_names
+from marin.execution.artifact_names import artifact_names, prefect_asset_key
 from marin.execution.step_spec import StepSpec
 from marin.execution.storage import Location
 
 log = logging.getLogger("marin")
-
-KEY_ESCAPE = "~"
-"""Starts an escape in a Prefect asset key: ``~`` and two hex digits stand for one character."""
-_ESCAPED = frozenset(RESTRICTED_ASSET_CHARACTERS) | {KEY_ESCAPE}
-
-
-def prefect_asset_key(names: ArtifactNames) -> str:
-    """The Prefect asset key of an artifact: its URL with what Prefect refuses escaped.
-
-    Prefect refuses ``%`` (so the percent-encoded ``asset_uri`` of ``e/50%`` or of a prefix with
-    a space), spaces, quotes, ``#``, ``{}``... in a key. A local artifact's key is ``file://``
-    and its raw path, an object store's its URL, with each refused character and ``~`` itself
-    written ``~`` and two hex digits: one key per URL (the escape is reversible), and the key
-    of a plain URL is the ``asset_uri`` (``marin show``) unchanged.
-    """
-    raw = "file://" + names.dataset_name if names.dataset_namespace == "file" else names.url
-    return "".join(f"{KEY_ESCAPE}{ord(c):02X}" if c in _ESCAPED else c for c in raw)
 
 
 def step_asset(spec: StepSpec, location: Location) -> Asset:

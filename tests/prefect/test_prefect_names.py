@@ -11,11 +11,10 @@ import fsspec
 import pytest
 
 import marin_prefect.compile as compile_module
-from marin.execution.artifact_names import names_for_url
+from marin.execution.artifact_names import PREFECT_REFUSED, names_for_url, prefect_asset_key
 from marin.execution.lazy import OUT, ArtifactStep, apply
 from marin.execution.names import validate_name
 from marin_prefect import to_prefect_flow
-from marin_prefect.assets import prefect_asset_key
 from tests.prefect.prefect_helpers import flow_run_id, task_runs
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -50,6 +49,9 @@ def chain(names: tuple[str, ...]) -> list[ArtifactStep]:
 
 def test_asset_keys_are_injective_and_prefect_accepts_them() -> None:
     from prefect.assets import Asset
+    from prefect.types.names import RESTRICTED_ASSET_CHARACTERS
+
+    assert set(RESTRICTED_ASSET_CHARACTERS) == PREFECT_REFUSED  # Prefect's rule, as Marin has it
 
     urls = [f"/tmp/p q/{n}/v1" for n in ODD_NAMES] + [f"s3://b/{n}/v1" for n in ODD_NAMES]
     urls += ["/tmp/a~25", "/tmp/a%"]  # an escape's own spelling and what it stands for
