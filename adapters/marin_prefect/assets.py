@@ -3,11 +3,11 @@
 A step to build runs as a Prefect ``MaterializingTask`` whose asset is the step's output (key:
 ``artifact_names.prefect_asset_key``, the artifact's URL with what Prefect refuses in a key
 escaped; name: the step id) and whose ``asset_deps`` are its dependencies' outputs, so the
-Prefect UI draws the artifact graph. On
-success Prefect records a ``prefect.asset.materialization.succeeded`` event for it, with the
-upstream assets as related resources. A step served from cache runs as a plain task and
-records nothing; a step another runner built while this one waited ends in the ``Cached``
-state, for which Prefect records no materialization either.
+Prefect UI draws the artifact graph. On success Prefect records a
+``prefect.asset.materialization.succeeded`` event for it, with the upstream assets as related
+resources. A step served from cache runs as a plain task and records nothing; a step another
+runner built while this one waited ends in the ``Cached`` state, for which Prefect records no
+materialization either.
 
 Assets are advisory: nothing here may fail a build. An asset Prefect still refuses (a key over
 its length limit) makes the step a plain task, and any error while describing a build is one
