@@ -119,3 +119,48 @@ def test_default_prefix_is_local_folder(tmp_path: Any) -> None:
     assert not (tmp_path / "marin-artifacts").exists()
     via_env = marin("run", EXAMPLE, "--dry-run", env={"MARIN_PREFIX": "memory://from-env"})
     assert "artifacts under memory://from-env" in via_env.stdout
+
+
+@pytest.mark.parametrize(
+    "secret_prefix", ["ftp://alice:hunter2@host/p", "s3://key:hunter2@bucket/p"]
+)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("plan", EXAMPLE),
+        ("run", EXAMPLE),
+        ("show", "ngram/dataset@v1"),
+        ("plan", "--json", EXAMPLE),
+    ],
+)
+def test_a_prefix_with_credentials_is_refused_without_showing_them(
+    args: tuple[str, ...], secret_prefix: str
+) -> None:
+    for given in (("--prefix", secret_prefix), ()):
+        result = marin(*args, *given, env={"MARIN_PREFIX": secret_prefix})
+        assert result.returncode == 2, result.stderr
+        assert "hunter2" not in result.stdout + result.stderr
+        assert "holds credentials" in result.stderr and "credential settings" in result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("engine, out", [("airflow", "dags"), ("prefect", "prefect.yaml")])
+def test_an_export_refuses_a_prefix_with_credentials(engine: str, out: str, tmp_path: Any) -> None:
+    pytest.importorskip(engine)
+    where = str(tmp_path / out)
+    result = marin("export", engine, EXAMPLE, "--prefix", "s3://k:hunter2@b/p", "-o", where)
+    assert result.returncode == 2, result.stderr
+    assert "hunter2" not in result.stdout + result.stderr and "holds credentials" in result.stderr
+    assert not os.path.exists(where)  # nothing written with the secret in it
+
+
+def test_an_ftp_prefix_to_a_closed_port_is_one_line_and_exit_2() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on once it is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = marin("plan", EXAMPLE, "--prefix", f"ftp://127.0.0.1:{port}/p")
+    assert result.returncode == 2, result.stderr
+    assert f"storage for ftp://127.0.0.1:{port}/p cannot be reached" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1

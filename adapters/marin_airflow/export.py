@@ -826,6 +826,10 @@ def build_export(
             f"--plan-queue {plan_queue!r} is not a queue name",
             f"use 1 to {_ID_MAX} ASCII letters, digits, '_', '.', '-' or ':'",
         )
+    if prefix is not None:
+        from marin.execution.storage import refuse_credentials
+
+        refuse_credentials(prefix)  # it would be written into the DAG file
     chosen_id = check_dag_id(dag_id) if dag_id is not None else default_dag_id(target)
     path = output_file(out, chosen_id)
     dag_dir = os.path.dirname(os.path.abspath(path))

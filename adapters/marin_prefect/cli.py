@@ -263,6 +263,10 @@ def export(
     from marin.execution.targets import Target
 
     Target.parse(target)  # a TargetError (bad input) before anything is written
+    if prefix is not None:
+        from marin.execution.storage import refuse_credentials
+
+        refuse_credentials(prefix)  # it would be written into prefect.yaml
     RunOptions(on_drift=on_drift, max_concurrent=max_concurrent)  # refuses what a run would
     select = check_patterns(select, "--select")
     exclude = check_patterns(exclude, "--exclude")

@@ -21,7 +21,9 @@ Prefect has no skipped state, so propagation is ours:
   itself gives a task whose upstream did not complete), with a message naming the failed step;
 - after a failure, with ``keep_going=False`` (the default, as in ``marin run``), steps not yet
   started are not started either; the flow run fails with the core's ``StepFailedError`` (or
-  ``PipelineFailedError`` with ``keep_going=True``) chained to the step's own exception.
+  ``PipelineFailedError`` with ``keep_going=True``) chained to the step's own exception;
+- a task run that fails after its step's build (anything in Prefect's hands) fails its step
+  too, and a flow with any failed task run never ends Completed.
 
 The task runner is the flow's choice (``task_runner=``): threads of the flow run's process by
 default, or any Prefect task runner. With one that runs tasks in other processes (Dask's
@@ -307,6 +309,7 @@ def run_steps(
     # Prefect cancel them) before they have.
     executor.shutdown(wait=True)
     loop.raise_if_failed(not_run_in_message=True)
+    executor.raise_if_a_task_failed()
     outputs: dict[str, str] = {}
     for path, decision in plan.decisions.items():
         if path in report.outcomes:
@@ -393,6 +396,25 @@ class PrefectExecutor:
             for future in list(self._futures.values()):
                 future.wait()
 
+    def raise_if_a_task_failed(self) -> None:
+        """A flow whose step's task run failed must not end Completed, whatever failed in it
+        (call after ``shutdown(wait=True)``: each future then holds its final state)."""
+        from marin.execution.errors import StepFailedError
+
+        failed = {
+            self._specs[path].step_id: future.state
+            for path, future in self._futures.items()
+            if future.state.is_failed() or future.state.is_crashed()
+        }
+        if failed:
+            raise StepFailedError(
+                f"{len(failed)} task run(s) failed: "
+                + "; ".join(
+                    f"{step}: {state.name}: {state.message}" for step, state in failed.items()
+                ),
+                "see the task runs' logs; built steps are kept",
+            )
+
     def mark_not_run(self, not_run: dict[str, str]) -> None:
         """Steps that never ran still get a task run (and their edges), with a state that says
         why (the run loop's words)."""
@@ -415,9 +437,12 @@ class PrefectExecutor:
         if self._options.remote:
             outcome, error = _remote_result(job, future)
         else:
+            future.wait()  # done already (this runs from its done callback): keeps the final state
             with self._lock:
                 outcome = self._outcomes.get(job.path)
                 error = self._errors.get(job.path)
+            if not future.state.is_completed():  # failed after its build: the step failed
+                outcome = None
         if outcome is not None:
             on_done(Completion(job, CompletionKind.DONE, outcome=outcome))
             return
@@ -513,7 +538,8 @@ def _task(
 
     options = {
         "name": spec.step_id,
-        "task_run_name": spec.step_id,
+        # Prefect formats a task run name with str.format: braces in a step name are literal.
+        "task_run_name": spec.step_id.replace("{", "{{").replace("}", "}}"),
         "cache_policy": NO_CACHE,
         "description": f"Marin step {spec.step_id} -> {spec.output_path}",
         "tags": task_tags(spec),

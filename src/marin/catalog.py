@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.artifact_names import artifact_names
+from marin.execution.artifact_names import artifact_names, prefect_asset_key
 from marin.execution.errors import MarinError
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.records import (
@@ -471,9 +471,14 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
 def _lineage_lines(location: Location, output_path: str) -> list[str]:
     """How OpenLineage and the engines' assets name the artifact (docs/lineage.md)."""
     names = artifact_names(location, output_path)
+    lines = [f"  dataset      {names.dataset_namespace} {names.dataset_name} (OpenLineage)"]
+    prefect_key = prefect_asset_key(names)
+    if prefect_key == names.asset_uri:
+        return [*lines, f"  asset        {names.asset_uri} (Airflow, Prefect)"]
     return [
-        f"  dataset      {names.dataset_namespace} {names.dataset_name} (OpenLineage)",
-        f"  asset        {names.asset_uri} (Airflow, Prefect)",
+        *lines,
+        f"  asset        {names.asset_uri} (Airflow)",
+        f"  asset        {prefect_key} (Prefect)",
     ]
 
 

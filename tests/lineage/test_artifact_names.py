@@ -56,3 +56,12 @@ def test_show_and_plan_json_print_the_same_names(tmp_path: Path) -> None:
     assert f"  asset        file://{tmp_path}/art/names/one/v1 (Airflow, Prefect)" in text
     data = json.loads(json.dumps(plan_json(plan_run([spec], location), location)))
     assert data["steps"][0]["artifact"] == names.to_json()
+
+
+def test_show_prints_prefects_own_key_when_it_differs(tmp_path: Path) -> None:
+    spec = apply("e/50%", write, version="v1", out_path=OUT).lower()
+    location = open_prefix(str(tmp_path / "a b"))
+    assert build_step(spec, location).action == "built"
+    text, _ = show_record(location, spec.output_path)
+    assert f"  asset        file://{tmp_path}/a%20b/e/50%25/v1 (Airflow)" in text
+    assert f"  asset        file://{tmp_path}/a~20b/e/50~25/v1 (Prefect)" in text

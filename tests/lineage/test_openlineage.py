@@ -357,3 +357,95 @@ def test_marin_run_interrupted_mid_build_sends_abort(tmp_path: Path) -> None:
     assert sent[0]["run"]["runId"] == sent[3]["run"]["runId"]
     assert sent[2]["run"]["facets"]["parent"]["job"]["name"] == target
     assert sent[2]["run"]["facets"]["parent"]["run"]["runId"] == sent[0]["run"]["runId"]
+
+
+class _HugeAnswers:
+    """An HTTP endpoint on loopback answering every POST with ``status`` and a body of
+    ``body_bytes`` (a 307 redirects to ``/final``, which answers 201), sent until the client
+    closes; ``sent`` holds the body bytes each connection got out before that."""
+
+    def __init__(self, status: int, body_bytes: int) -> None:
+        self.status, self.body_bytes = status, body_bytes
+        self.sent: list[int] = []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.threads: list[threading.Thread] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return  # closed
+            thread = threading.Thread(target=self._answer, args=(conn,), daemon=True)
+            self.threads.append(thread)
+            thread.start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+        conn.settimeout(20)
+        sent, chunk = 0, b"x" * 65536
+        with conn, conn.makefile("rb") as reader:
+            while True:  # requests on this connection, one after another
+                head = [reader.readline()]
+                while head[-1] not in (b"\r\n", b""):
+                    head.append(reader.readline())
+                if head[-1] == b"":
+                    break
+                length = next(
+                    (
+                        int(h.split(b":")[1])
+                        for h in head
+                        if h.lower().startswith(b"content-length")
+                    ),
+                    0,
+                )
+                reader.read(length)
+                final = head[0].split()[1] == b"/final"
+                status = 201 if final or self.status != 307 else 307
+                status = status if final or self.status == 307 else self.status
+                conn.sendall(
+                    f"HTTP/1.1 {status} X\r\nContent-Length: {self.body_bytes}\r\n"
+                    f"Location: {self.url}/final\r\n\r\n".encode()
+                )
+                try:
+                    while sent < self.body_bytes:
+                        conn.sendall(chunk)
+                        sent += len(chunk)
+                except OSError:  # the client closed: the rest was never read
+                    break
+        self.sent.append(sent)
+
+
+@pytest.mark.parametrize("status", [201, 500, 307])
+def test_a_huge_lineage_answer_is_never_read(
+    status: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_sender: lineage.LineageSender,
+) -> None:
+    body = 96 * 1024 * 1024
+    endpoint = _HugeAnswers(status, body)
+    config = tmp_path / "openlineage.yml"
+    config.write_text(
+        f"transport:\n  type: http\n  url: {endpoint.url}\n  timeout: 10\n  retry:\n"
+        "    total: 2\n    backoff_factor: 0.01\n"
+    )
+    monkeypatch.setenv("OPENLINEAGE_CONFIG", str(config))
+    try:
+        spec = apply("lin/huge", write, version="v1", out_path=OUT).lower()
+        assert build_step(spec, open_prefix(str(tmp_path / "art"))).action == "built"
+        assert lineage.flush(60)
+        for thread in list(endpoint.threads):
+            thread.join(30)
+        # Two events; a 500 is retried twice, a 307 followed: every answer's body dropped.
+        assert len(endpoint.sent) >= 2, endpoint.sent
+        # What the kernel buffers took (about 200 KiB here); the client read none of it.
+        assert max(endpoint.sent) < 2 * 1024 * 1024, endpoint.sent
+        assert (fresh_sender.sent, fresh_sender.dropped) == ((0, 2) if status == 500 else (2, 0))
+    finally:
+        endpoint.server.close()

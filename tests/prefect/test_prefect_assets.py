@@ -137,8 +137,12 @@ def test_an_output_url_prefect_cannot_key_builds_without_an_asset(
     assert {a.key for a in fine.asset_deps} == {
         artifact_names(ok, dep.output_path).asset_uri for dep in spec.deps
     }
+    # A space in the prefix: the file URI has "%20", which Prefect refuses; the key escapes it.
+    spaced = materializing_task(spec, open_prefix(str(tmp_path / "a b")), lambda: None)
+    assert isinstance(spaced, MaterializingTask)
+    assert [a.key for a in spaced.assets] == [f"file://{tmp_path}/a~20b/{spec.output_path}"]
     with caplog.at_level("WARNING", logger="marin"):
-        # A space in the prefix: the file URI has "%20", and Prefect allows no "%" in a key.
-        refused = materializing_task(spec, open_prefix(str(tmp_path / "a b")), lambda: None)
+        # Prefect allows at most 512 characters in a key.
+        refused = materializing_task(spec, open_prefix(str(tmp_path / ("a" * 500))), lambda: None)
     assert refused is None
     assert f"no Prefect asset for {spec.step_id}" in caplog.text

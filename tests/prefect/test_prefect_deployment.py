@@ -122,3 +122,25 @@ def test_deployment_runs_on_a_process_worker(
     record = json.loads((prefix / "toy/report/v0.marin/record.json").read_text())
     assert record["name"] == "toy/report"
     assert len(calls.read_text().splitlines()) == 7
+
+    # 7. A flow run whose step's task failed (after its build) ends Failed on a worker too.
+    shutil.copy(HERE / "fault_pipeline.py", project / "fault_pipeline.py")
+    args = parser.parse_args(
+        ["prefect", str(project / "fault_pipeline.py") + ":pipeline", "--name", "fault-e2e", "--work-pool", POOL,
+         "--prefix", str(tmp_path / "faulty"), "-o", str(project / "fault.yaml")]
+    )  # fmt: skip
+    assert args.func(args) == 0
+    deploy = [str(BIN / "prefect"), "--no-prompt", "deploy", "--prefect-file", "fault.yaml"]
+    _run([*deploy, "-n", "fault-e2e"], env, project)
+    with temporary_settings(updates={PREFECT_API_URL: api_url}):
+        flow_run = run_deployment("marin-pipeline/fault-e2e", timeout=0)
+        worker = [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--run-once"]
+        output = _run(worker, env, project, timeout=180)
+        with get_client(sync_client=True) as client:
+            finished = client.read_flow_run(flow_run.id)
+        assert finished.state is not None and finished.state.is_failed(), (
+            f"{finished.state!r}\n{output[-4000:]}"
+        )
+        (child,) = child_flow_runs(flow_run.id)
+        assert child.state is not None and child.state.is_failed()
+        assert "f/b@v1" in str(child.state.message)

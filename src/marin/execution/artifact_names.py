@@ -28,7 +28,8 @@ class ArtifactNames:
     dataset_name: str
     """OpenLineage dataset name within the namespace: the path (local) or the object key."""
     asset_uri: str
-    """The asset key for Airflow ``Asset(uri=...)`` and Prefect assets: always ``scheme://...``."""
+    """The asset key for Airflow ``Asset(uri=...)`` and Prefect assets: always ``scheme://...``
+    (Prefect's escapes what it refuses: ``prefect_asset_key``)."""
 
     def to_json(self) -> dict[str, str]:
         return {
@@ -57,6 +58,27 @@ def names_for_url(url: str) -> ArtifactNames:
         # memory:// has no bucket: the first path part is part of the path.
         return ArtifactNames(url, "memory", "/" + rest.lstrip("/"), url)
     return ArtifactNames(url, f"{scheme}://{authority}", key, url)
+
+
+PREFECT_REFUSED = frozenset("\n\r\t\0 #?&%\"'<>[]{}|\\^`")
+"""What Prefect refuses in an asset key (its ``RESTRICTED_ASSET_CHARACTERS``, which
+``tests/prefect/test_prefect_names.py`` checks this against; Prefect is not imported here)."""
+KEY_ESCAPE = "~"
+"""Starts an escape in a Prefect asset key: ``~`` and two hex digits stand for one character."""
+
+
+def prefect_asset_key(names: ArtifactNames) -> str:
+    """The Prefect asset key of an artifact: its URL with what Prefect refuses escaped.
+
+    Prefect refuses ``%`` (so the percent-encoded ``asset_uri`` of ``e/50%`` or of a prefix with
+    a space), spaces, quotes, ``#``, ``{}``... in a key. A local artifact's key is ``file://``
+    and its raw path, an object store's its URL, with each refused character and ``~`` itself
+    written ``~`` and two hex digits: one key per URL (the escape is reversible), and the key
+    of a plain URL is its ``asset_uri`` unchanged.
+    """
+    raw = "file://" + names.dataset_name if names.dataset_namespace == "file" else names.url
+    escaped = PREFECT_REFUSED | {KEY_ESCAPE}
+    return "".join(f"{KEY_ESCAPE}{ord(c):02X}" if c in escaped else c for c in raw)
 
 
 def artifact_names(location: Location, output_path: str) -> ArtifactNames:

@@ -77,8 +77,13 @@ class MarinPipelineRunFacet(RunFacet):
 
 
 def make_client() -> OpenLineageClient:
-    """The client, configured the standard way (openlineage.yml, OPENLINEAGE_* variables)."""
-    return OpenLineageClient()
+    """The client, configured the standard way (openlineage.yml, OPENLINEAGE_* variables),
+    its HTTP transports reading no response body (``lineage_http``)."""
+    from marin.execution.lineage_http import bound_http_transports
+
+    client = OpenLineageClient()
+    bound_http_transports(client.transport)
+    return client
 
 
 def _run_id(build_id: str) -> str:

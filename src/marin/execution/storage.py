@@ -164,10 +164,13 @@ def resolve_prefix(prefix: str | None = None) -> str:
     folded (an object store has no parent folders, and folding text must never move a prefix
     out of an allowed root). So is anything fsspec would read as more than a path: ``::`` (a
     chain of file systems), a second ``://``, and the object-version markers, ``?`` on
-    ``s3://``, ``?`` and ``#`` on ``gs://``. (Checked against the source of fsspec 2026.9, s3fs
-    and gcsfs: nothing else in a path string is interpreted; ``{}`` and ``%`` are literal.)
+    ``s3://``, ``?`` and ``#`` on ``gs://``; and credentials (``ftp://user:pw@host``), which
+    Marin would show wherever it names an artifact. (Checked against the source of fsspec
+    2026.9, s3fs and gcsfs: nothing else in a path string is interpreted; ``{}`` and ``%`` are
+    literal.)
     """
     chosen = prefix or os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
+    refuse_credentials(chosen)  # first: every other error below prints the prefix
     if "\x00" in chosen:  # refused before any I/O (os calls fail late with a ValueError)
         raise StorageError(
             f"prefix {chosen!r} contains a NUL byte, which no file system allows in a path",
@@ -186,6 +189,23 @@ def resolve_prefix(prefix: str | None = None) -> str:
     if resolved.startswith("//"):  # POSIX lets '//' mean something else; Linux and macOS don't
         resolved = "/" + resolved.lstrip("/")
     return resolved
+
+
+def refuse_credentials(prefix: str) -> None:
+    """Refuse ``scheme://user:password@host/...``: fsspec would log in with it, and Marin would
+    print, log and send the secret wherever it names an artifact (lineage, assets, ``marin
+    show``, plans, errors). The message shows the prefix without it."""
+    scheme, sep, rest = prefix.partition("://")
+    authority, slash, path = rest.partition("/")
+    if not sep or "@" not in authority:
+        return
+    shown = f"{scheme}://***@{authority.rpartition('@')[2]}{slash}{path}"
+    raise StorageError(
+        f"prefix {shown!r} holds credentials (user or password before '@')",
+        "remove them from the prefix and give them through the file system's own credential "
+        "settings (its environment variables, config file or ~/.netrc): Marin shows the prefix "
+        "in logs, plans and lineage",
+    )
 
 
 _LOCAL_SPELLINGS = ("file://", "local://", "file:", "local:")
@@ -490,5 +510,12 @@ def open_prefix(prefix: str | None = None) -> Location:
         raise StorageError(
             f"unknown storage protocol {protocol!r} in prefix {url}",
             "use a local path, memory://, gs://bucket/path or s3://bucket/path",
+        ) from exc
+    except OSError as exc:  # a file system that connects when made (ftp://, sftp://)
+        from marin.execution.storage_probe import one_line
+
+        raise StorageError(
+            f"storage for {url} cannot be reached: {one_line(exc)}",
+            "check the network, the host and the port, then run again",
         ) from exc
     return Location(url=url, fs=fs, root=root)

@@ -77,7 +77,8 @@ def describe_access(location: Location) -> str:
     return f"the {protocol}:// file system ({type(fs).__name__})"
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """``exc`` as ``Type: message`` on one line of at most about 300 characters."""
     text = " ".join(str(exc).split()) or type(exc).__name__
     return f"{type(exc).__name__}: {text[:300]}"
 
@@ -118,5 +119,5 @@ def probe_prefix(location: Location, timeout: float | None = None) -> None:
         if isinstance(exc, PermissionError):
             fix = "check the credentials' permissions on this bucket and path"
         raise StorageError(
-            f"storage for {location.url} cannot be reached: {_one_line(exc)} (tried {tried})", fix
+            f"storage for {location.url} cannot be reached: {one_line(exc)} (tried {tried})", fix
         ) from exc
