@@ -143,7 +143,7 @@ def test_rebuilt_with_the_same_output_serves_its_readers(any_runner: Any, tmp_pa
     report = getattr(any_runner, "last_report", None)
     if report is not None:  # the local runner's `marin run --json` report
         b = next(s for s in report.to_json()["steps"] if s["step"] == "graph/b@v1")
-        assert b["action"] == "skipped"
+        assert b["action"] == "unchanged"
         assert b["reason"].endswith("upstream graph/a@v1 rebuilt, output unchanged")
 
 
