@@ -7,13 +7,14 @@ Engine adapters add their own ``marin export <engine>`` sub-commands through the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -93,6 +94,31 @@ def _capacity_arg(text: str) -> str:
     return text
 
 
+@contextlib.contextmanager
+def _first_interrupt_only() -> Iterator[None]:
+    """The first Ctrl-C ends the run (``KeyboardInterrupt``); later ones are ignored until the
+    process exits, so a second one in quick succession (``timeout -s INT``, an impatient key)
+    cannot cut short the release of leases or the summary being drawn. ``main`` exits at once
+    after the summary; the previous handler is back if the run ends otherwise."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def first(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, first)
+    interrupted = False
+    try:
+        yield
+    except KeyboardInterrupt:
+        interrupted = True  # also when SIGTERM raised it
+        raise
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN if interrupted else previous)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from marin.execution.graph import collect_steps
     from marin.execution.lineage import pipeline_run
@@ -129,7 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     try:
-        with observer, pipeline_run(args.target, runner="local"):  # the lineage parent run
+        with _first_interrupt_only(), observer, pipeline_run(args.target, runner="local"):
             report = runner.run(
                 specs, dry_run=args.dry_run, keep_going=args.keep_going, force=args.force
             )
@@ -142,7 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise
     except KeyboardInterrupt:
         if observer.runs:
-            summary(None, interrupted=True)
+            summary(None, interrupted=True)  # _first_interrupt_only: a second one cannot cut it
         raise
     if as_json:
         summary(report)
@@ -611,8 +637,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_force_and_drift(plan)
     plan.add_argument("--json", action="store_true", help="machine-readable output (schema 1)")
     plan.add_argument(
-        "--exit-code", action="store_true", help="exit 1 when a run would build anything, or serve a config-drifted or stale step "
-        "(for CI gates; advisory code drift alone exits 0)"
+        "--exit-code",
+        action="store_true",
+        help="exit 1 when a run would build anything, or serve a config-drifted or stale step "
+        "(for CI gates; advisory code drift alone exits 0)",
     )
     plan.set_defaults(func=cmd_plan)
 

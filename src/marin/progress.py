@@ -437,8 +437,9 @@ def render_summary(
     timed = sorted((r for r in rows if r.duration is not None), key=lambda r: -(r.duration or 0.0))
     if len(timed) > 1:
         lines.append("slowest:")
+        name_room = width - 12  # "  " + the duration in 8 + "  "
         lines += [
-            f"  {format_duration(r.duration or 0.0):>8}  {safe_text(cut_middle(r.step, width - 12))}"
+            f"  {format_duration(r.duration or 0.0):>8}  {safe_text(cut_middle(r.step, name_room))}"
             for r in timed[:SLOWEST_SHOWN]
         ]
 
