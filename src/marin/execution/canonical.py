@@ -74,9 +74,17 @@ def to_canonical(value: Any, path: str = "config", step: str | None = None) -> A
     # Lowering 100,000 steps canonicalises half a million values, so the first pass does not
     # build a dotted path for every field; only a rejected value pays for a second, naming pass.
     try:
-        return _canonical(value, None, step)
-    except _NeedsPath:
-        return _canonical(value, path, step)
+        try:
+            return _canonical(value, None, step)
+        except _NeedsPath:
+            return _canonical(value, path, step)
+    except RecursionError:
+        raise ConfigError(
+            f"{path} is nested too deeply to fingerprint, or the forms register_fingerprint "
+            "functions return lead back to one another",
+            "flatten the value, and make each register_fingerprint function return plain data",
+            step,
+        ) from None
 
 
 def _canonical(value: Any, path: str | None, step: str | None) -> Any:
@@ -170,6 +178,16 @@ def _registered_form(
             "fix the function passed to register_fingerprint",
             step,
         ) from None
+    if _registered_for(type(form)) == found:  # it would be encoded by fn again, for ever
+        if path is None:
+            raise _NeedsPath
+        raise ConfigError(
+            f"{path}: the fingerprint function registered for {base.__qualname__} returned a "
+            f"{type(form).__qualname__}, which that same function would encode again",
+            "return plain data from the function passed to register_fingerprint (a dict of its "
+            "fields, a string)",
+            step,
+        )
     return {"__registered__": base.__qualname__, "value": _canonical(form, path, step)}
 
 
