@@ -21,14 +21,14 @@ from tests.ux.pipelines import LONG
 COLUMNS = 80
 
 
-def spawn_80(*args: str, sleep: str = "0") -> pexpect.spawn:
-    """``marin run`` on an 80x40 pseudo-terminal; the width comes from the terminal itself."""
+def spawn_80(*args: str, sleep: str = "0", command: str = "run") -> pexpect.spawn:
+    """``marin COMMAND`` on an 80x40 pseudo-terminal; the width comes from the terminal itself."""
     env = {**os.environ, "TERM": "xterm-256color", "MARIN_TEST_SLEEP": sleep}
     for name in ("COLUMNS", "LINES", "NO_COLOR"):
         env.pop(name, None)
     return pexpect.spawn(
         sys.executable,
-        ["-m", "marin.cli", "run", *args],
+        ["-m", "marin.cli", command, *args],
         cwd=str(ROOT),
         env=env,
         dimensions=(40, COLUMNS),
@@ -95,6 +95,14 @@ def test_long_names_fit_80_columns_and_stay_whole_in_json(tmp_path: Path) -> Non
     slowest = [line for line in lines if "s  demo/" in line]
     assert len(slowest) == 2 and all("…" in line for line in slowest), slowest
     assert slowest[0].endswith("@v1") and "long-name@v1" in slowest[0] + slowest[1]
+    # marin ls too: its table fits, the names cut the same way.
+    ls = spawn_80("--prefix", prefix, command="ls")
+    listing = strip_ansi(ls.read()).replace("\r\n", "\n").splitlines()
+    ls.close()
+    assert ls.exitstatus == 0, listing
+    table = listing[: next(i for i, line in enumerate(listing) if "artifact(s)" in line)]
+    assert len(table) == 3 and all(len(line) <= COLUMNS for line in table), table
+    assert all("…" in line for line in table[1:]), table
     report = json.loads(
         marin("run", f"{PIPELINES}:long_names", "--prefix", prefix, "--json").stdout
     )
