@@ -28,7 +28,7 @@ from marin.execution.records import (
     record_path,
 )
 from marin.execution.storage import Location, open_prefix
-from marin.terminal_text import cut_middle, safe_text
+from marin.terminal_text import cut_middle, safe_text, table_lines
 
 IO_PARALLELISM = 32
 
@@ -235,7 +235,6 @@ LS_STEP_MIN_WIDTH = 24
 
 
 def _built_table(rows: list[list[str]], color: bool, where: bool, width: int) -> list[str]:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -253,15 +252,7 @@ def _built_table(rows: list[list[str]], color: bool, where: bool, width: int) ->
     for row in rows:
         # Text objects, never markup: names like ``sweep[lr=0.1]`` are shown as they are.
         table.add_row(Text(cut_middle(row[0], widths[0])), *(Text(cell) for cell in row[1:]))
-    console = Console(
-        width=max(width, sum(widths) + 2 * (len(columns) - 1)),
-        color_system="auto" if color else None,
-        force_terminal=color,
-        soft_wrap=False,
-    )
-    with console.capture() as capture:
-        console.print(table)
-    return [line.rstrip() for line in capture.get().splitlines()]
+    return table_lines(table, max(width, sum(widths) + 2 * (len(columns) - 1)), color)
 
 
 def ls_table(

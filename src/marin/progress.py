@@ -24,7 +24,7 @@ from marin.execution.decide import BUILT_REASON
 from marin.execution.records import log_path
 from marin.execution.step_logs import StepLabelFilter, real_stream, set_echo, terminal_formatter
 from marin.execution.vocabulary import BuildOutcomeKind, RunResult
-from marin.terminal_text import cut_middle, safe_rich, safe_text
+from marin.terminal_text import cut_middle, safe_rich, safe_text, table_lines
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -366,7 +366,6 @@ def _summary_table(rows: list[SummaryRow], color: bool, width: int) -> list[str]
     """One line per step, never wider than ``width``: the result and duration columns keep
     their width, a long step name is cut in the middle and a long note (an error) at its end,
     never folded onto the next line (the whole error is printed under "failed:" below)."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -394,16 +393,7 @@ def _summary_table(rows: list[SummaryRow], color: bool, width: int) -> list[str]
             format_duration(row.duration) if row.duration is not None else "-",
             safe_rich(one_line(row.note)),
         )
-    console = Console(
-        width=width,
-        color_system="auto" if color else None,
-        force_terminal=color,
-        no_color=not color,
-        soft_wrap=False,
-    )
-    with console.capture() as capture:
-        console.print(table)
-    return [line.rstrip() for line in capture.get().splitlines()]
+    return table_lines(table, width, color)
 
 
 def render_summary(

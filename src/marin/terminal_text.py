@@ -96,3 +96,19 @@ def cut_middle(text: str, width: int) -> str:
     keep = width - 1
     head = keep // 2
     return text[:head] + "…" + text[len(text) - (keep - head) :]
+
+
+def table_lines(table: Any, width: int, color: bool) -> list[str]:
+    """A rich table rendered ``width`` columns wide, as lines without trailing spaces."""
+    from rich.console import Console
+
+    console = Console(
+        width=width,
+        color_system="auto" if color else None,
+        force_terminal=color,
+        no_color=not color,
+        soft_wrap=False,
+    )
+    with console.capture() as capture:
+        console.print(table)
+    return [line.rstrip() for line in capture.get().splitlines()]
