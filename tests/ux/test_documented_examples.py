@@ -136,6 +136,7 @@ def _run_block(commands: list[Command], cwd: Path, replace: dict[str, str]) -> l
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "MARIN_PREFIX")}
     # The tools installed beside this Python (``airflow``), as in the README's virtualenv.
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    env["TMPDIR"] = str(cwd.parent)  # `mktemp -d` (a throw-away AIRFLOW_HOME) goes there too
     done = subprocess.run(
         ["bash", "-c", "\n".join(script)],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=900,
