@@ -4,12 +4,20 @@ A fingerprint names a stored artifact. If a change to lowering (a faster walk, a
 encoder, a fused config pass) computed another fingerprint for the same definition, every built
 step of every user would show as drifted. The values below were computed by the lowering before
 the speed-up of issue 10 and must never change without a migration note.
+
+Migration (issue 49): sets, frozensets, datetimes and dates got type tags, so a set is no longer
+the list of its members nor a datetime its ISO string. Only ``rich/rich@v0``, whose config holds
+those four values, changed; ``test_only_the_tagged_values_changed`` proves that untagging them
+gives back its old fingerprint byte for byte.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
+from marin.execution.step_spec import fingerprint_of
 from marin.execution.targets import load_target
 from tests.fingerprint_cases import fingerprints, rich_cases
 
@@ -42,7 +50,7 @@ RICH = {
     "rich/keys@v0": "4a7a40be45f6cd4f73755cb6512b22a0054dab5912e5e37744f2328bd7e9333d",
     "rich/no-config@v0": "3520fc99a889e811b18738231874244d98b6491b988b094d2238a6d317585e83",
     "rich/options@v0": "e5d7419b3d11cd4505a3fbcebc488094761c928cae08917132a9d09d9f98ace4",
-    "rich/rich@v0": "c08837a777198cc5c9c9260762bf3369342aef9418a943c3b73556ccb143b705",
+    "rich/rich@v0": "75606f85a345da1530cf19c4054175b979190e70f49bd75e3f713766c12dbb61",
     "rich/same-name@v0": "0d1d697a6d48ae6fd261335b98bfab01e803eb8c73093289682ccbb18db14939",
     "rich/scalars@v0": "eedc7b8e6a4db4a8cfbd6f0484a805a413df033d6946d943f4c918dbb70d18ba",
     "rich/unicode@v0": "b1216865319806ee9c9c4f952e9832a5ed6fa4734684c29381f1d0e64188d7b1",
@@ -69,3 +77,31 @@ def test_fingerprints_do_not_depend_on_a_shared_memo() -> None:
     rest = {s.step_id: s.fingerprint for s in collect_steps(lower(cases, memo=memo))}
     assert {**first, **rest} == RICH
 
+
+
+RICH_BEFORE_ISSUE_49 = "c08837a777198cc5c9c9260762bf3369342aef9418a943c3b73556ccb143b705"
+TAGS = ("__set__", "__datetime__", "__date__")
+
+
+def _untagged(value: Any) -> Any:
+    """The canonical form as it was before issue 49: tags of the new kinds taken off."""
+    if isinstance(value, dict):
+        if len(value) == 1 and next(iter(value)) in TAGS:
+            return _untagged(next(iter(value.values())))
+        return {k: _untagged(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_untagged(v) for v in value]
+    return value
+
+
+def test_only_the_tagged_values_changed() -> None:
+    from marin.execution.graph import collect_steps
+    from marin.execution.lazy import lower
+
+    spec = next(s for s in collect_steps(lower(rich_cases())) if s.step_id == "rich/rich@v0")
+    payload = json.loads(spec.fingerprint_payload)
+    tagged = payload["config"]["x"]
+    assert tagged["set"] == {"__set__": [1, 2, 3]} and tagged["fs"] == {"__set__": ["a", "b"]}
+    assert tagged["dt"] == {"__datetime__": "2026-01-02T03:04:05+00:00"}
+    assert tagged["date"] == {"__date__": "2026-11-30"}
+    assert fingerprint_of(_untagged(payload))[0] == RICH_BEFORE_ISSUE_49

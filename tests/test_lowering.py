@@ -154,7 +154,7 @@ def test_canonical_config_handles_rich_types() -> None:
     value = {"s": {3, 1, 2}, "t": (1, 2), "e": Color.RED, "d": Opt(0.1, pathlib.Path("/x"))}
     step = apply("s", fn, version="v0", x=value)
     payload = step.lower().fingerprint_payload
-    assert '"s":[1,2,3]' in payload and '"t":[1,2]' in payload
+    assert '"s":{"__set__":[1,2,3]}' in payload and '"t":[1,2]' in payload  # issue 49
     assert '"__enum__":"Color.RED"' in payload and '"path":"/x"' in payload
     reordered = {"d": Opt(0.1, pathlib.Path("/x")), "e": Color.RED, "t": (1, 2), "s": {2, 3, 1}}
     assert apply("s", fn, version="v0", x=reordered).lower().fingerprint == step.lower().fingerprint

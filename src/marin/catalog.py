@@ -28,7 +28,7 @@ from marin.execution.records import (
     record_path,
 )
 from marin.execution.storage import Location, open_prefix
-from marin.terminal_text import safe_rich, safe_text
+from marin.terminal_text import cut_middle, safe_text, table_lines
 
 IO_PARALLELISM = 32
 
@@ -213,45 +213,69 @@ def ls_json(location: Location, entries: list[Entry]) -> dict[str, Any]:
     }
 
 
-def ls_table(
-    location: Location, entries: list[Entry], *, color: bool = False, where: bool = False
-) -> str:
-    """The ``marin ls`` table; ``where`` adds where each step was built: pid and engine unit."""
-    from rich.console import Console
+def _built_row(e: Entry, where: bool) -> list[str]:
+    """One built step's cells, as plain (safe) text."""
+    assert e.record is not None
+    row = [
+        safe_text(e.step_id),
+        safe_text(human_time(e.record.finished_at)),
+        safe_text(who(e.record)),
+        human_size(e.size),
+        f"{e.record.duration_s:.2f}s",
+    ]
+    if where:
+        row += [
+            safe_text(str((e.record.provenance or {}).get("pid", "?"))),
+            safe_text(engine_text(e.record)),
+        ]
+    return row
+
+
+LS_STEP_MIN_WIDTH = 24
+
+
+def _built_table(rows: list[list[str]], color: bool, where: bool, width: int) -> list[str]:
     from rich.table import Table
+    from rich.text import Text
+
+    columns = ["step", "built at", "by", "size", "took"] + (["pid", "engine"] if where else [])
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    # The step column takes what the others leave (two spaces between columns).
+    room = width - sum(widths[1:]) - 2 * (len(columns) - 1)
+    widths[0] = min(widths[0], max(LS_STEP_MIN_WIDTH, room))
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for column, column_width in zip(columns, widths, strict=True):
+        right = column in ("size", "took")
+        table.add_column(
+            column, justify="right" if right else "left", no_wrap=True, width=column_width
+        )
+    for row in rows:
+        # Text objects, never markup: names like ``sweep[lr=0.1]`` are shown as they are.
+        table.add_row(Text(cut_middle(row[0], widths[0])), *(Text(cell) for cell in row[1:]))
+    return table_lines(table, max(width, sum(widths) + 2 * (len(columns) - 1)), color)
+
+
+def ls_table(
+    location: Location,
+    entries: list[Entry],
+    *,
+    color: bool = False,
+    where: bool = False,
+    width: int | None = None,
+) -> str:
+    """The ``marin ls`` table; ``where`` adds where each step was built: pid and engine unit.
+
+    It fits ``width`` (default: the terminal's): a long step name is cut in the middle, and
+    ``--json`` has it whole."""
+    from marin.plan_view import terminal_width
 
     built = [e for e in entries if e.record is not None]
     unfinished = [e for e in entries if e.record is None]
     lines: list[str] = []
     if built:
-        table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-        columns = ["step", "built at", "by", "size", "took"]
-        if where:
-            columns += ["pid", "engine"]
-        for column in columns:
-            table.add_column(column, justify="right" if column in ("size", "took") else "left")
-        for e in built:
-            assert e.record is not None
-            # Text objects, never markup: names like ``sweep[lr=0.1]`` are shown as they are.
-            row = [
-                safe_rich(e.step_id),
-                safe_rich(human_time(e.record.finished_at)),
-                safe_rich(who(e.record)),
-                human_size(e.size),
-                f"{e.record.duration_s:.2f}s",
-            ]
-            if where:
-                row += [
-                    safe_rich(str((e.record.provenance or {}).get("pid", "?"))),
-                    safe_rich(engine_text(e.record)),
-                ]
-            table.add_row(*row)
-        console = Console(
-            width=250, color_system="auto" if color else None, force_terminal=color, soft_wrap=False
+        lines += _built_table(
+            [_built_row(e, where) for e in built], color, where, width or terminal_width()
         )
-        with console.capture() as capture:
-            console.print(table)
-        lines += [line.rstrip() for line in capture.get().splitlines()]
     total = sum(e.size or 0 for e in built)
     lines.append(f"{len(built)} artifact(s), {human_size(total)} under {safe_text(location.url)}")
     for e in unfinished:

@@ -7,13 +7,14 @@ Engine adapters add their own ``marin export <engine>`` sub-commands through the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -32,7 +33,7 @@ from marin.execution.options import (
     DRIFT_POLICIES,
     check_patterns,
 )
-from marin.execution.vocabulary import BuildOutcomeKind
+from marin.execution.vocabulary import BuildOutcomeKind, RunResult
 from marin.terminal_text import safe_json, safe_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -93,6 +94,31 @@ def _capacity_arg(text: str) -> str:
     return text
 
 
+@contextlib.contextmanager
+def _first_interrupt_only() -> Iterator[None]:
+    """The first Ctrl-C ends the run (``KeyboardInterrupt``); later ones are ignored until the
+    process exits, so a second one in quick succession (``timeout -s INT``, an impatient key)
+    cannot cut short the release of leases or the summary being drawn. ``main`` exits at once
+    after the summary; the previous handler is back if the run ends otherwise."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def first(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, first)
+    interrupted = False
+    try:
+        yield
+    except KeyboardInterrupt:
+        interrupted = True  # also when SIGTERM raised it
+        raise
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN if interrupted else previous)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from marin.execution.graph import collect_steps
     from marin.execution.lineage import pipeline_run
@@ -129,7 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     try:
-        with observer, pipeline_run(args.target, runner="local"):  # the lineage parent run
+        with _first_interrupt_only(), observer, pipeline_run(args.target, runner="local"):
             report = runner.run(
                 specs, dry_run=args.dry_run, keep_going=args.keep_going, force=args.force
             )
@@ -142,7 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise
     except KeyboardInterrupt:
         if observer.runs:
-            summary(None, interrupted=True)
+            summary(None, interrupted=True)  # _first_interrupt_only: a second one cannot cut it
         raise
     if as_json:
         summary(report)
@@ -153,12 +179,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     by_other = sum(
         1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.BUILT_BY_OTHER
     )
+    # Early cutoff: planned because an upstream was rebuilt, served as its output was the same.
     cut_off = sum(1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.CACHED)
-    skipped = len(report.skipped) + len(report.pruned) + cut_off
+    skipped = len(report.skipped) + len(report.pruned)
     verb = "would build" if args.dry_run else "built"
     count = len(report.to_build) if args.dry_run else built
     where = safe_text(report.location.url)
     elsewhere = f", {by_other} built by another runner" if by_other else ""
+    elsewhere += f", {cut_off} {RunResult.UNCHANGED}" if cut_off else ""
     print(f"{verb} {count} step(s){elsewhere}, skipped {skipped}; artifacts under {where}")
     for spec in specs:
         # Each output once: the readable file in it (or the output itself, if it is one) with
@@ -317,8 +345,10 @@ _EPILOG_PLAN = """example:
   marin plan examples/ngram.py:pipeline --select 'ngram/eval/*'   # only these, and what they need
 
 The JSON schema is documented in docs/plan-json.md.
-exit codes: 0 (also when steps would run, unless --exit-code), 1 with --exit-code when any
-step is not built (to run, drift, dev, failed-before, foreign), 2 bad input.
+exit codes: 0 (also when steps would run, unless --exit-code), 1 with --exit-code when a run
+would build a step, or serve one whose config drifted (--on-drift warn) or that is stale
+(--no-cascade); code drift counts only where a run rebuilds it (--on-code-drift rebuild),
+2 bad input.
 """
 _EPILOG_GRAPH = """example:
   marin graph examples/ngram.py:pipeline --format mermaid > graph.mmd
@@ -607,7 +637,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_force_and_drift(plan)
     plan.add_argument("--json", action="store_true", help="machine-readable output (schema 1)")
     plan.add_argument(
-        "--exit-code", action="store_true", help="exit 1 when anything would run (for CI gates)"
+        "--exit-code",
+        action="store_true",
+        help="exit 1 when a run would build anything, or serve a config-drifted or stale step "
+        "(for CI gates; advisory code drift alone exits 0)",
     )
     plan.set_defaults(func=cmd_plan)
 

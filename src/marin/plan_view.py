@@ -81,8 +81,13 @@ def plan_summary(plan: Plan) -> str:
 
 
 def would_change_anything(plan: Plan) -> bool:
-    """``--exit-code``: a step would be built, or served although drifted or stale."""
-    return any(d.action == Action.BUILD or d.served_with_warning for d in plan.decisions.values())
+    """``--exit-code``: a run would build a step, or serve one although its config drifted or
+    an upstream was rebuilt since (``--no-cascade``). Code drift is advisory: it counts only
+    where the run rebuilds it (``--on-code-drift rebuild``), as a build."""
+    return any(
+        d.action == Action.BUILD or (d.action == Action.SKIP and (d.drift or d.stale))
+        for d in plan.decisions.values()
+    )
 
 
 def plan_json(plan: Plan, location: Location) -> dict[str, Any]:
@@ -102,6 +107,8 @@ def plan_json(plan: Plan, location: Location) -> dict[str, Any]:
             "total": len(decisions),
             **{a: counts[a] for a in ORDER},
             "actions": {a: actions[a] for a in ACTIONS},
+            # Steps whose code changed since their record, whatever a run does with them.
+            "code_drift": sum(1 for d in decisions if d.code_drift),
         },
         "steps": [_step_json(d, location) for d in decisions],
     }

@@ -24,7 +24,7 @@ from marin.execution.decide import BUILT_REASON
 from marin.execution.records import log_path
 from marin.execution.step_logs import StepLabelFilter, real_stream, set_echo, terminal_formatter
 from marin.execution.vocabulary import BuildOutcomeKind, RunResult
-from marin.terminal_text import safe_rich, safe_text
+from marin.terminal_text import cut_middle, safe_rich, safe_text, table_lines
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -38,8 +38,32 @@ if TYPE_CHECKING:
 MAX_RUNNING_SHOWN = 12
 SLOWEST_SHOWN = 5
 MAX_SKIPPED_LISTED = 200
-SKIPPED_LABEL = "skipped"
-"""The summary table's result for a step served from its record."""
+SKIPPED_LABEL = RunResult.SKIPPED
+"""The summary table's result for a step served from its record (or pruned)."""
+NOT_RUN_LABEL = "not run"
+INTERRUPTED_LABEL = "interrupted"
+SUMMARY_ORDER = (
+    RunResult.BUILT,
+    RunResult.BUILT_BY_OTHER,
+    RunResult.UNCHANGED,
+    SKIPPED_LABEL,
+    RunResult.FAILED,
+    NOT_RUN_LABEL,
+    INTERRUPTED_LABEL,
+)
+"""The summary's results, in the order its count line names them: the words of
+``marin run --json`` (docs/run-json.md), plus the two only a cut-short run shows."""
+SUMMARY_STYLES = {
+    RunResult.BUILT: "green",
+    RunResult.BUILT_BY_OTHER: "green",
+    RunResult.UNCHANGED: "green",
+    SKIPPED_LABEL: "dim",
+    RunResult.FAILED: "bold red",
+    NOT_RUN_LABEL: "yellow",
+    INTERRUPTED_LABEL: "yellow",
+}
+STEP_MIN_WIDTH = 24
+NOTE_MIN_WIDTH = 20
 
 
 @dataclass
@@ -276,6 +300,7 @@ def summary_rows(
     rows: list[SummaryRow] = []
     skipped_reason: dict[str, str] = {}
     not_run: dict[str, str] = {}
+    unchanged_reason: dict[str, str] = {}
     if report is not None:
         for result in report.results():
             path = result.spec.output_path
@@ -286,6 +311,8 @@ def summary_rows(
                 skipped_reason[path] = "pruned: not built, and only built steps read it"
             elif result.action == RunResult.BLOCKED:
                 not_run[path] = result.reason
+            elif result.action == RunResult.UNCHANGED:
+                unchanged_reason[path] = _unchanged_note(result.reason)
     with observer._lock:
         runs = dict(observer.runs)
     # Without the runner's report (it raised), the runner's counts still tell skipped steps from
@@ -302,24 +329,71 @@ def summary_rows(
     for spec in steps:
         run = runs.get(spec.step_id)
         if run is not None:
-            if run.action == RunResult.FAILED:
-                error = run.error
-                note = f"{type(error).__name__}: {error}" if error is not None else ""
-                rows.append(SummaryRow(spec.step_id, "failed", run.duration, note))
-            elif run.finished is None:
-                rows.append(SummaryRow(spec.step_id, "interrupted", None))
-            else:
-                label = "built" if run.action == BuildOutcomeKind.BUILT else "built elsewhere"
-                rows.append(SummaryRow(spec.step_id, label, run.duration))
+            rows.append(_row_of_run(spec, run, unchanged_reason.get(spec.output_path, "")))
         elif spec.output_path in skipped_reason:
             rows.append(
                 SummaryRow(spec.step_id, SKIPPED_LABEL, None, skipped_reason[spec.output_path])
             )
         elif spec.output_path in not_run:
-            rows.append(SummaryRow(spec.step_id, "not run", None, not_run[spec.output_path]))
+            rows.append(SummaryRow(spec.step_id, NOT_RUN_LABEL, None, not_run[spec.output_path]))
         elif report is None:
-            rows.append(SummaryRow(spec.step_id, "not run", None, unknown_note))
+            rows.append(SummaryRow(spec.step_id, NOT_RUN_LABEL, None, unknown_note))
     return rows
+
+
+def _row_of_run(spec: StepSpec, run: StepRun, unchanged_note: str) -> SummaryRow:
+    """The row of a step the runner started: its result in ``marin run --json``'s words."""
+    if run.action == RunResult.FAILED:
+        error = run.error
+        note = f"{type(error).__name__}: {error}" if error is not None else ""
+        return SummaryRow(spec.step_id, RunResult.FAILED, run.duration, note)
+    if run.finished is None:
+        return SummaryRow(spec.step_id, INTERRUPTED_LABEL, None)
+    if run.action == BuildOutcomeKind.CACHED:
+        # Early cutoff: checked, not built; its few milliseconds are no build time.
+        return SummaryRow(spec.step_id, RunResult.UNCHANGED, None, unchanged_note)
+    result = RunResult.BUILT if run.action == BuildOutcomeKind.BUILT else RunResult.BUILT_BY_OTHER
+    return SummaryRow(spec.step_id, result, run.duration)
+
+
+def _unchanged_note(reason: str) -> str:
+    """``upstream X rebuilt, output unchanged``: the plan's reason without its ``built: ...``."""
+    note = reason.removeprefix(BUILT_REASON).lstrip("; ")
+    return note or "upstream unchanged"
+
+
+def _summary_table(rows: list[SummaryRow], color: bool, width: int) -> list[str]:
+    """One line per step, never wider than ``width``: the result and duration columns keep
+    their width, a long step name is cut in the middle and a long note (an error) at its end,
+    never folded onto the next line (the whole error is printed under "failed:" below)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    result_width = max([len("result"), *(len(r.result) for r in rows)])
+    duration_width = len("duration")
+    # Two spaces between columns; a note, when there is one, keeps at least NOTE_MIN_WIDTH.
+    room = width - result_width - duration_width - 6
+    longest = max([len("step"), *(len(r.step) for r in rows)])
+    step_width = max(STEP_MIN_WIDTH, min(longest, room - NOTE_MIN_WIDTH))
+    note_width = max(1, room - step_width)
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    table.add_column("step", no_wrap=True, width=step_width)
+    table.add_column("result", no_wrap=True, width=result_width)
+    table.add_column("duration", no_wrap=True, justify="right", width=duration_width)
+    table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=note_width)
+    listed_skipped = 0
+    for row in rows:
+        if row.result == SKIPPED_LABEL:
+            listed_skipped += 1
+            if listed_skipped > MAX_SKIPPED_LISTED:
+                continue
+        table.add_row(
+            safe_rich(cut_middle(row.step, step_width)),
+            Text(row.result, style=SUMMARY_STYLES.get(row.result, "") if color else ""),
+            format_duration(row.duration) if row.duration is not None else "-",
+            safe_rich(one_line(row.note)),
+        )
+    return table_lines(table, width, color)
 
 
 def render_summary(
@@ -328,78 +402,34 @@ def render_summary(
     report: RunReport | None,
     *,
     color: bool = False,
-    width: int = 200,
+    width: int | None = None,
     interrupted: bool = False,
 ) -> str:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    """The end-of-run summary, fitted to ``width`` (default: the terminal's): long step names
+    are cut in the middle (``marin run --json`` has them whole)."""
+    from marin.plan_view import terminal_width
 
+    width = width or terminal_width()
     rows = summary_rows(observer, steps, report, interrupted=interrupted)
-    styles = {
-        "built": "green",
-        "built elsewhere": "green",
-        "skipped": "dim",
-        "failed": "bold red",
-        "not run": "yellow",
-        "interrupted": "yellow",
-    }
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    # One line per step: the step, result and duration columns keep their width, and a long
-    # note (an error) is cut with an ellipsis, never folded mid-phrase onto the next line; the
-    # whole error is printed under "failed:" below.
-    fixed = [
-        max([len("step"), *(len(r.step) for r in rows)]),
-        max([len("result"), *(len(r.result) for r in rows)]),
-        len("duration") + 2,
-    ]
-    table.add_column("step", no_wrap=True, min_width=fixed[0])
-    table.add_column("result", no_wrap=True, min_width=fixed[1])
-    table.add_column("duration", no_wrap=True, justify="right", min_width=fixed[2])
-    note_width = max(20, width - sum(fixed) - 6)  # two spaces between columns
-    table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=note_width)
-    skipped_rows = [r for r in rows if r.result == SKIPPED_LABEL]
-    listed_skipped = 0
-    for row in rows:
-        if row.result == SKIPPED_LABEL:
-            listed_skipped += 1
-            if listed_skipped > MAX_SKIPPED_LISTED:
-                continue
-        table.add_row(
-            safe_rich(row.step),
-            Text(row.result, style=styles.get(row.result, "") if color else ""),
-            format_duration(row.duration) if row.duration is not None else "-",
-            safe_rich(one_line(row.note)),
-        )
-    console = Console(
-        width=width,
-        color_system="auto" if color else None,
-        force_terminal=color,
-        no_color=not color,
-        soft_wrap=False,
-    )
-    with console.capture() as capture:
-        console.print(table)
-    lines = [line.rstrip() for line in capture.get().splitlines()]
-    if len(skipped_rows) > MAX_SKIPPED_LISTED:
-        lines.append(f"... and {len(skipped_rows) - MAX_SKIPPED_LISTED} more skipped step(s)")
+    lines = _summary_table(rows, color, width)
+    skipped = sum(1 for r in rows if r.result == SKIPPED_LABEL)
+    if skipped > MAX_SKIPPED_LISTED:
+        lines.append(f"... and {skipped - MAX_SKIPPED_LISTED} more skipped step(s)")
 
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.result] = counts.get(row.result, 0) + 1
-    order = ("built", "built elsewhere", "skipped", "failed", "not run", "interrupted")
-    parts = [f"{counts[k]} {k}" for k in order if counts.get(k)]
+    parts = [f"{counts[k]} {k}" for k in SUMMARY_ORDER if counts.get(k)]
     wall = format_duration(observer.clock() - observer.t0)
     lines.append(f"{len(rows)} steps: {', '.join(parts) or 'nothing to do'} in {wall}")
 
-    timed = sorted(
-        (r for r in rows if r.duration is not None and r.result != SKIPPED_LABEL),
-        key=lambda r: -(r.duration or 0.0),
-    )
+    # Only real work is timed: served, cut-off and not-run steps have no duration.
+    timed = sorted((r for r in rows if r.duration is not None), key=lambda r: -(r.duration or 0.0))
     if len(timed) > 1:
         lines.append("slowest:")
+        name_room = width - 12  # "  " + the duration in 8 + "  "
         lines += [
-            f"  {format_duration(r.duration or 0.0):>8}  {safe_text(r.step)}"
+            f"  {format_duration(r.duration or 0.0):>8}  {safe_text(cut_middle(r.step, name_room))}"
             for r in timed[:SLOWEST_SHOWN]
         ]
 

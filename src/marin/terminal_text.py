@@ -84,3 +84,31 @@ def safe_json(text: str) -> str:
         else:
             out.append(f"\\u{ord(char):04x}")
     return "".join(out)
+
+
+def cut_middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut in the middle (``ngram/ver…/long-name``):
+    a step name's start and its last part are what tell two steps apart."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    keep = width - 1
+    head = keep // 2
+    return text[:head] + "…" + text[len(text) - (keep - head) :]
+
+
+def table_lines(table: Any, width: int, color: bool) -> list[str]:
+    """A rich table rendered ``width`` columns wide, as lines without trailing spaces."""
+    from rich.console import Console
+
+    console = Console(
+        width=width,
+        color_system="auto" if color else None,
+        force_terminal=color,
+        no_color=not color,
+        soft_wrap=False,
+    )
+    with console.capture() as capture:
+        console.print(table)
+    return [line.rstrip() for line in capture.get().splitlines()]

@@ -148,7 +148,7 @@ def test_rebuilt_with_the_same_output_serves_its_readers(any_runner: Any, tmp_pa
     report = getattr(any_runner, "last_report", None)
     if report is not None:  # the local runner's `marin run --json` report
         c = next(s for s in report.to_json()["steps"] if s["step"] == "graph/c@v1")
-        assert c["action"] == "skipped"
+        assert c["action"] == "unchanged"
         assert c["reason"].endswith("upstream graph/b@v1 rebuilt, output unchanged")
 
 

@@ -33,3 +33,11 @@ pipeline = apply("demo/join", slow, version="v1", label="join", a=left, b=right,
 failing = [apply("demo/bad", explode, version="v1", source=source, out_path=OUT), right]
 
 dev_step = apply("demo/scratch", slow, version="dev", label="scratch", out_path=OUT)
+
+# Names longer than an 80-column terminal's step column (issue 49).
+LONG = "demo/very-long-names/an-experiment-sweep/learning-rate-0.0003-warmup-2000"
+long_source = apply(f"{LONG}/source", slow, version="v1", label="ls", out_path=OUT)
+long_names = apply(
+    f"{LONG}/trained-model-with-a-long-name", slow, version="v1", label="lm",
+    source=long_source, out_path=OUT,
+)  # fmt: skip

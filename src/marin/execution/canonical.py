@@ -1,6 +1,9 @@
 """Canonical JSON: one byte string per config, so that equal configs hash equally.
 
-Only values with an unambiguous, address-free meaning are accepted. A lambda, an open file or any
+Only values with an unambiguous, address-free meaning are accepted. Values that JSON would
+spell alike but that mean something else carry a type tag (``{"__set__": [...]}``,
+``{"__datetime__": "..."}``); a tuple is a list, as in Marin and in a config read from JSON or
+YAML (docs/caching.md, "The fingerprint: what is the same config"). A lambda, an open file or any
 object whose ``repr`` holds a memory address would make the fingerprint depend on the process, so
 it is rejected with the dotted path of the field that holds it.
 """
@@ -133,8 +136,12 @@ def _canonical(value: Any, path: str | None, step: str | None) -> Any:
         return {"__enum__": f"{type(value).__qualname__}.{value.name}"}
     if isinstance(value, pathlib.PurePath):
         return value.as_posix()
-    if isinstance(value, datetime.datetime | datetime.date):
-        return value.isoformat()
+    # Tagged (issue 49): a point in time is not the string that spells it, nor a day. Naive and
+    # aware datetimes differ already, by the offset their ISO form carries.
+    if isinstance(value, datetime.datetime):
+        return {"__datetime__": value.isoformat()}
+    if isinstance(value, datetime.date):
+        return {"__date__": value.isoformat()}
     if isinstance(value, bytes):
         return {"__bytes__": value.hex()}
     if isinstance(value, dict):
@@ -142,8 +149,10 @@ def _canonical(value: Any, path: str | None, step: str | None) -> Any:
     if isinstance(value, list | tuple):
         return _canonical(list(value), path, step)
     if isinstance(value, set | frozenset):
+        # Tagged (issue 49): its members, in no order, are not a list; a set and a frozenset
+        # of the same members are one value (as in Marin).
         items = [_canonical(item, None if path is None else f"{path}{{}}", step) for item in value]
-        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
+        return {"__set__": sorted(items, key=lambda item: json.dumps(item, sort_keys=True))}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {
             f.name: _canonical(

@@ -60,9 +60,9 @@ class StepResult:
 _RESULT_OF_OUTCOME = {
     BuildOutcomeKind.BUILT: RunResult.BUILT,
     BuildOutcomeKind.BUILT_BY_OTHER: RunResult.BUILT_BY_OTHER,
-    # Planned to build only because an upstream was rebuilt, and served once its output
-    # turned out unchanged (early cutoff): the reason says so.
-    BuildOutcomeKind.CACHED: RunResult.SKIPPED,
+    # In a run, a build is re-decided (and served) only when it was planned because an
+    # upstream was rebuilt, and that upstream's output turned out unchanged (early cutoff).
+    BuildOutcomeKind.CACHED: RunResult.UNCHANGED,
 }
 
 

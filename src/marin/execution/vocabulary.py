@@ -78,6 +78,9 @@ class RunResult(StrEnum):
     FAILED = "failed"
     BLOCKED = "blocked"
     BUILT_BY_OTHER = "built-by-other"
+    UNCHANGED = "unchanged"
+    """Planned to build only because an upstream was rebuilt, and served from its record once
+    that upstream's new output turned out to be the bytes it had read (early cutoff)."""
 
 
 class Leftover(StrEnum):
