@@ -40,3 +40,8 @@ def pipeline() -> list[ArtifactStep]:
 def scratch() -> list[ArtifactStep]:
     """An abandoned experiment beside the pipeline: garbage once only ``pipeline`` is kept."""
     return [step("scratch", "v1", step("raw", "v1"))]
+
+
+def other() -> list[ArtifactStep]:
+    """A pipeline sharing nothing with the others: keeping it keeps none of theirs."""
+    return [step("other", "v1")]

@@ -85,7 +85,7 @@ def delete_step(location: Location, slot: Slot) -> Outcome:
             faults.crash_point(GC_CRASH_POINT, slot.step_id)
             location.remove_tree(location.path(slot.output_path))
             _remove_metadata(location, slot.output_path, lease)
-    except OSError as exc:
+    except OSError as exc:  # a StorageError (retries exhausted) is one too
         return Outcome(False, failed=f"{type(exc).__name__}: {exc}")
     finally:
         lease.release()

@@ -185,7 +185,9 @@ def list_prefix(location: Location) -> Listing:
         empty_below[folder] = not slots
         for child in deeper:
             parents[child] = folder
-    foreign.extend(_unmarked_folders(empty_below, parents))
+    unmarked = _unmarked_folders(empty_below, parents)
+    tops = tuple(f.path + "/" for f in unmarked)
+    foreign = [f for f in foreign if not f.path.startswith(tops)] + unmarked
     with ThreadPoolExecutor(IO_PARALLELISM, "marin-gc") as pool:
         read = list(pool.map(lambda c: _read_slot(location, *c), candidates))
     foreign.extend(r for r in read if isinstance(r, Foreign))
