@@ -27,7 +27,12 @@ def write_step(text: str, inputs: list[str], out_path: str) -> dict[str, Any]:
 
 def step(name: str, version: str, *deps: ArtifactStep, text: str = "") -> ArtifactStep:
     return apply(
-        f"gc/{name}", write_step, version=version, text=text or name, inputs=list(deps), out_path=OUT
+        f"gc/{name}",
+        write_step,
+        version=version,
+        text=text or name,
+        inputs=list(deps),
+        out_path=OUT,
     )
 
 

@@ -41,7 +41,11 @@ def stored_files(location: Location) -> dict[str, bytes]:
             for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
                 path = os.path.join(folder, name)
                 rel = os.path.relpath(path, root)
-                out[rel] = b"->" + os.readlink(path).encode() if os.path.islink(path) else Path(path).read_bytes()
+                out[rel] = (
+                    b"->" + os.readlink(path).encode()
+                    if os.path.islink(path)
+                    else Path(path).read_bytes()
+                )
         return out
     found = location.fs.find(root, withdirs=False)
     return {f[len(root) + 1 :]: location.fs.cat_file(f) for f in found}
@@ -65,7 +69,9 @@ def check_gc(targets: list[Any], location: Location, **options: Any) -> Any:
     return real
 
 
-def test_version_bump_upstream_keeps_the_kept_targets_old_inputs(prefix: str, monkeypatch: Any) -> None:
+def test_version_bump_upstream_keeps_the_kept_targets_old_inputs(
+    prefix: str, monkeypatch: Any
+) -> None:
     run(pipeline(), prefix=prefix)
     run(scratch(), prefix=prefix)
     monkeypatch.setenv("MARIN_TEST_GC_TOK", "v2")  # the pipeline moved on: tok@v2, train drifts
@@ -75,7 +81,9 @@ def test_version_bump_upstream_keeps_the_kept_targets_old_inputs(prefix: str, mo
     kept = {k.step: k.why for k in report.kept}
     assert kept["gc/tok@v1"] == "gc/train@v1 was built from it"
     monkeypatch.setenv("MARIN_TEST_GC_TOK", "v1")
-    plan_actions = {d.spec.step_id: d.action for d in _plan(pipeline(), location).decisions.values()}
+    plan_actions = {
+        d.spec.step_id: d.action for d in _plan(pipeline(), location).decisions.values()
+    }
     assert set(plan_actions.values()) == {Action.SKIP}  # the old result is whole and current
 
 
@@ -103,7 +111,12 @@ def histories(draw: Any) -> dict[str, Any]:
     bumped = draw(st.sets(st.integers(0, n - 1), max_size=n))
     targets = draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=3))
     keep_versions = draw(st.one_of(st.none(), st.integers(0, 2)))
-    return {"deps": deps, "bumped": sorted(bumped), "targets": sorted(targets), "keep": keep_versions}
+    return {
+        "deps": deps,
+        "bumped": sorted(bumped),
+        "targets": sorted(targets),
+        "keep": keep_versions,
+    }
 
 
 def _graph(deps: list[list[int]], bumped: set[int]) -> list[Any]:
@@ -169,7 +182,13 @@ def test_foreign_folders_links_and_records_are_left_alone(tmp_path: Path) -> Non
     outside_before = sorted(str(p) for p in outside.rglob("*"))
     report = check_gc(pipeline(), location)
     assert [c.step for c in report.collected] == ["gc/scratch@v1"]
-    assert {x.path for x in report.not_marins} == {"data", "gc/copy/v1", "gc/plain/v1", "gc/sl/v1", "linked"}
+    assert {x.path for x in report.not_marins} == {
+        "data",
+        "gc/copy/v1",
+        "gc/plain/v1",
+        "gc/sl/v1",
+        "linked",
+    }
     assert sorted(str(p) for p in outside.rglob("*")) == outside_before
     assert (outside / "gc/hidden/v1/data.txt").read_text() == "not to be touched"
 
@@ -257,7 +276,9 @@ def test_a_reader_of_a_collected_input_never_commits_and_a_crash_leaves_no_build
 # --- the command ------------------------------------------------------------------------------
 
 
-def test_cli_json_and_the_api_report_the_same(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+def test_cli_json_and_the_api_report_the_same(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
     monkeypatch.chdir(REPO)
     prefix = str(tmp_path / "p")
     run(pipeline(), prefix=prefix)
@@ -289,7 +310,9 @@ def test_cli_usage_errors_exit_2(argv: list[str], capsys: Any) -> None:
     assert exit_info.value.code == 2
 
 
-def test_cli_exits_1_naming_what_could_not_be_deleted(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+def test_cli_exits_1_naming_what_could_not_be_deleted(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
     from tests.reliability.faulty_fs import FAULTS
 
     monkeypatch.chdir(REPO)

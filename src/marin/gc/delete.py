@@ -94,7 +94,8 @@ def delete_step(location: Location, slot: Slot) -> Outcome:
 
 def _remove_metadata(location: Location, output_path: str, lease: Lease) -> None:
     """The metadata folder's files, the status (Marin's mark) last but the lease; then the
-    lease (released by its holder, so a builder waiting on it sees it end) and the folder."""
+    lease (released by its holder, so a builder waiting on it sees it end) and the folder.
+    One listing of the folder (on an object store, a second would find it empty)."""
     folder = location.path(metadata_dir(output_path))
     files = location.list_tree(folder)
     last = [f for f in files if f.rsplit("/", 1)[-1] in (*_LEASE_FILES, "status.json")]
@@ -104,7 +105,11 @@ def _remove_metadata(location: Location, output_path: str, lease: Lease) -> None
     with contextlib.suppress(FileNotFoundError):
         location.rm_file(f"{folder}/status.json")
     lease.release()
-    location.remove_tree(folder)
+    if location.is_local or location.is_memory:
+        # What is left: the lease's guard file (local disk), the folder entries themselves. A
+        # build that takes the lease in this instant finds its folder gone and discards its
+        # attempt (``MetadataFolderGone``). An object store has no folders: nothing is left.
+        location.remove_tree(folder)
     _prune_empty_parents(location, output_path)
 
 

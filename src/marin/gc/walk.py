@@ -175,6 +175,9 @@ def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot |
 
 def list_prefix(location: Location) -> Listing:
     """Walk the prefix; read each slot's record (and status when it has none) in parallel."""
+    invalidate = getattr(location.fs, "invalidate_cache", None)
+    if invalidate is not None:
+        invalidate()  # an object store's listing cache may predate the last builds
     candidates: list[tuple[str, str]] = []
     foreign: list[Foreign] = []
     empty_below: dict[str, bool] = {}
