@@ -251,7 +251,7 @@ def test_a_reader_of_a_collected_input_never_commits_and_a_crash_leaves_no_build
     def build() -> None:
         try:
             run([reader], prefix=prefix)
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+        except BaseException as exc:  # the test inspects it
             failure.append(exc)
 
     thread = threading.Thread(target=build)
