@@ -339,6 +339,18 @@ def test_older_than_and_keep_versions_keep_recent_builds(prefix: str) -> None:
     report = collect_garbage(pipeline(), prefix, dry_run=True, older_than="1d")
     assert report.collected == []  # everything was built within the day
     report = collect_garbage(pipeline(), prefix, dry_run=True, keep_versions=1)
-    assert [c.step for c in report.collected] == ["gc/scratch@v2", "gc/scratch@v1"] or [
-        c.step for c in report.collected
-    ] == ["gc/scratch@v1", "gc/scratch@v2"]
+    assert sorted(c.step for c in report.collected) == ["gc/scratch@v1", "gc/scratch@v2"]
+
+
+def test_an_adopted_steps_data_is_never_deleted(tmp_path: Path) -> None:
+    from marin.execution.lazy import ArtifactStep
+
+    prefix = tmp_path / "p"
+    (prefix / "gc/inplace/v1").mkdir(parents=True)
+    (prefix / "gc/inplace/v1/data.txt").write_text("the user's, adopted in place")
+    run([ArtifactStep.adopt("gc/inplace", "v1", "gc/inplace/v1")], prefix=str(prefix))
+    assert read_record(open_prefix(str(prefix)), "gc/inplace/v1") is not None
+    report = collect_garbage(pipeline(), str(prefix))
+    assert [(c.step, c.state) for c in report.collected] == [("gc/inplace@v1", "adopted")]
+    assert (prefix / "gc/inplace/v1/data.txt").read_text() == "the user's, adopted in place"
+    assert not (prefix / "gc/inplace/v1.marin").exists()

@@ -11,7 +11,7 @@ from marin.execution.lease import read_lease
 from marin.execution.records import metadata_dir
 from marin.execution.storage import Location, open_prefix
 from marin.gc.collect import check_keep_versions, decide, parse_age
-from marin.gc.delete import delete_step
+from marin.gc.delete import adopted, delete_step
 from marin.gc.report import Collected, GcReport, Left
 from marin.gc.walk import Slot, list_prefix, tree_size
 from marin.unlock import describe_lease
@@ -35,7 +35,7 @@ def _needed_paths(targets: Sequence[Target]) -> set[str]:
 
 def _state(slot: Slot) -> str:
     if slot.record is not None:
-        return "built"
+        return "adopted" if adopted(slot) else "built"
     return str((slot.status or {}).get("state", "unknown")).lower()
 
 
@@ -89,9 +89,9 @@ def _collect_one(
 ) -> Collected | None:
     """Measure, then delete (a dry run: check the lease only) one step, into ``report``;
     what it deleted, if it did."""
-    size = tree_size(location, slot.output_path) + tree_size(
-        location, metadata_dir(slot.output_path)
-    )
+    size = tree_size(location, metadata_dir(slot.output_path))
+    if not adopted(slot):
+        size += tree_size(location, slot.output_path)
     item = Collected(slot.step_id, slot.output_path, _state(slot), size)
     if report.dry_run:
         info = read_lease(location, slot.output_path)

@@ -56,6 +56,10 @@ class Decision:
     """Inputs of kept builds that are no longer stored: one sentence each."""
 
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+"""The age given a build whose time cannot be read: the oldest (``--keep-versions``)."""
+
+
 def _parse_time(text: str | None) -> datetime.datetime | None:
     if not text:
         return None
@@ -81,7 +85,7 @@ def _roots(
             if slot.record is not None:
                 by_name.setdefault(slot.name, []).append(slot)
         for group in by_name.values():
-            group.sort(key=lambda s: (s.when or "", s.output_path), reverse=True)
+            group.sort(key=lambda s: (_parse_time(s.when) or _EPOCH, s.output_path), reverse=True)
             for slot in group[:keep_versions]:
                 kept.setdefault(slot.output_path, f"among the newest {keep_versions} versions")
     if cutoff is not None:

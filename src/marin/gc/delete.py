@@ -10,7 +10,8 @@ heartbeat renewing it:
 3. the record is deleted: from here on every reader sees "not built"; a build that started from
    this record fails its changed-input check before its commit, rather than committing
    something made from a half-deleted input;
-4. the output, then the metadata folder's other files, then the lease, then the folder.
+4. the output (never an adopted step's: that data is not Marin's), then the metadata
+   folder's other files, then the lease, then the folder.
 
 A crash anywhere leaves either the whole build (record and data) or no record: nothing reads as
 built without its data.
@@ -52,6 +53,12 @@ class Outcome:
     failed: str = ""
 
 
+def adopted(slot: Slot) -> bool:
+    """An adopted step (``ArtifactStep.adopt``): its data is not Marin's (adopted in place, it
+    is never moved or deleted), so only its record and metadata folder go."""
+    return slot.record is not None and slot.record.source is not None
+
+
 def _changed(location: Location, slot: Slot) -> str:
     """Why ``slot`` no longer holds the build the listing saw ('' when it still does)."""
     found = load_record(location, slot.output_path)
@@ -83,7 +90,8 @@ def delete_step(location: Location, slot: Slot) -> Outcome:
             write_status(location, slot.output_path, FAILED, error=MARKER)
             delete_record(location, slot.output_path)
             faults.crash_point(GC_CRASH_POINT, slot.step_id)
-            location.remove_tree(location.path(slot.output_path))
+            if not adopted(slot):
+                location.remove_tree(location.path(slot.output_path))
             _remove_metadata(location, slot.output_path, lease)
     except OSError as exc:  # a StorageError (retries exhausted) is one too
         return Outcome(False, failed=f"{type(exc).__name__}: {exc}")
