@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from marin.execution.errors import OptionError
-from marin.gc.walk import Slot
+from marin.gc.walk import Slot, built_at, name_of
+from marin.ls_filter import _finished as parse_time
 
 _AGE = re.compile(r"\s*(\d+)\s*([smhdw])\s*")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -60,16 +61,6 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 """The age given a build whose time cannot be read: the oldest (``--keep-versions``)."""
 
 
-def _parse_time(text: str | None) -> datetime.datetime | None:
-    if not text:
-        return None
-    try:
-        when = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
-
-
 def _roots(
     slots: Iterable[Slot],
     needed: Iterable[str],
@@ -83,14 +74,16 @@ def _roots(
         by_name: dict[str, list[Slot]] = {}
         for slot in by_path.values():
             if slot.record is not None:
-                by_name.setdefault(slot.name, []).append(slot)
+                by_name.setdefault(name_of(slot), []).append(slot)
         for group in by_name.values():
-            group.sort(key=lambda s: (_parse_time(s.when) or _EPOCH, s.output_path), reverse=True)
+            group.sort(
+                key=lambda s: (parse_time(built_at(s)) or _EPOCH, s.output_path), reverse=True
+            )
             for slot in group[:keep_versions]:
                 kept.setdefault(slot.output_path, f"among the newest {keep_versions} versions")
     if cutoff is not None:
         for slot in by_path.values():
-            when = _parse_time(slot.when)
+            when = parse_time(built_at(slot))
             if when is None:
                 kept.setdefault(slot.output_path, "its age is unknown")
             elif when >= cutoff:

@@ -14,11 +14,10 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
+from marin.catalog import Entry
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.records import (
-    ArtifactRecord,
     ForeignRecord,
     load_record,
     read_status_file,
@@ -30,34 +29,21 @@ IO_PARALLELISM = 32
 DIR, FILE, LINK = "dir", "file", "link"
 
 
-@dataclass(frozen=True)
-class Slot:
-    """A ``<name>/<version>`` folder pair Marin wrote: its record, else its last status."""
+Slot = Entry
+"""A ``<name>/<version>`` Marin wrote: its record, else its last status (``size`` unused)."""
 
-    output_path: str
-    """Relative to the prefix."""
-    record: ArtifactRecord | None
-    status: dict[str, Any] | None
 
-    @property
-    def step_id(self) -> str:
-        if self.record is not None:
-            return self.record.step_id
-        name, _, version = self.output_path.rpartition("/")
-        return f"{name}@{version}"
+def name_of(slot: Slot) -> str:
+    return slot.record.name if slot.record is not None else slot.output_path.rpartition("/")[0]
 
-    @property
-    def name(self) -> str:
-        return self.record.name if self.record is not None else self.output_path.rpartition("/")[0]
 
-    @property
-    def when(self) -> str | None:
-        """When it was built (the record), else when its last attempt ended or began."""
-        if self.record is not None:
-            return self.record.finished_at
-        status = self.status or {}
-        found = status.get("finished_at") or status.get("started_at")
-        return found if isinstance(found, str) else None
+def built_at(slot: Slot) -> str | None:
+    """When it was built (the record), else when its last attempt ended or began."""
+    if slot.record is not None:
+        return slot.record.finished_at
+    status = slot.status or {}
+    found = status.get("finished_at") or status.get("started_at")
+    return found if isinstance(found, str) else None
 
 
 @dataclass(frozen=True)
@@ -166,10 +152,10 @@ def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot |
             output_path, f"its metadata folder holds another step's record ({found.why})"
         )
     if found is not None:
-        return Slot(output_path, found, None)
+        return Slot(output_path, found, None, None)
     status = read_status_file(location, output_path)
     if status is not None:
-        return Slot(output_path, None, status)
+        return Slot(output_path, None, status, None)
     return Foreign(output_path, "its metadata folder holds no record or status of this step")
 
 
