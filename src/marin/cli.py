@@ -771,6 +771,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     unlock.set_defaults(func=cmd_unlock)
 
+    from marin.gc.command import add_gc_parser
+
+    add_gc_parser(commands, _add_global)
+
     export = commands.add_parser(
         "export",
         help="compile a pipeline for another engine (airflow, prefect)",

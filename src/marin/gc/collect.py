@@ -1,0 +1,164 @@
+"""What ``marin gc`` keeps, as a pure function of what the walk found.
+
+Kept: every step of the targets' graph (as ``marin plan`` sees it); every build a kept record
+was made from, by build id, transitively through records' ``inputs``; optionally the newest N
+versions of each name, and anything built more recently than a cutoff. Everything else Marin
+wrote is collected. A kept record's input is the exact build it names: when its path now holds
+another build, the old one's data is gone already, and that is said (never "kept").
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from marin.execution.errors import OptionError
+from marin.gc.walk import Slot, built_at, name_of
+from marin.ls_filter import _finished as parse_time
+
+_AGE = re.compile(r"\s*(\d+)\s*([smhdw])\s*")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> datetime.timedelta:
+    """``--older-than``: ``30d``, ``12h``, ``90m``, ``2w``, ``45s``."""
+    match = _AGE.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise OptionError(
+            f"--older-than {text!r} is not an age",
+            "give a number and a unit: 30d, 12h, 90m, 2w or 45s",
+        )
+    return datetime.timedelta(seconds=int(match[1]) * _UNITS[match[2]])
+
+
+def check_keep_versions(value: object) -> int | None:
+    """``--keep-versions``: None (off) or an integer of at least 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise OptionError(
+            f"keep_versions {value!r} is not a whole number of versions",
+            "give 0 or more, e.g. --keep-versions 2 (or leave it out)",
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The keep/collect split of a prefix's slots."""
+
+    kept: dict[str, str]
+    """Output path -> why it is kept."""
+    collect: list[Slot]
+    """What is not kept, in deletion order (dependents before what they were built from)."""
+    gone: list[str]
+    """Inputs of kept builds that are no longer stored: one sentence each."""
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+"""The age given a build whose time cannot be read: the oldest (``--keep-versions``)."""
+
+
+def _roots(
+    slots: Iterable[Slot],
+    needed: Iterable[str],
+    keep_versions: int | None,
+    cutoff: datetime.datetime | None,
+) -> dict[str, str]:
+    """The slots kept for their own sake (before their inputs are added)."""
+    by_path = {s.output_path: s for s in slots}
+    kept = {p: "needed by the targets" for p in needed if p in by_path}
+    if keep_versions is not None:
+        by_name: dict[str, list[Slot]] = {}
+        for slot in by_path.values():
+            if slot.record is not None:
+                by_name.setdefault(name_of(slot), []).append(slot)
+        for group in by_name.values():
+            group.sort(
+                key=lambda s: (parse_time(built_at(s)) or _EPOCH, s.output_path), reverse=True
+            )
+            for slot in group[:keep_versions]:
+                kept.setdefault(slot.output_path, f"among the newest {keep_versions} versions")
+    if cutoff is not None:
+        for slot in by_path.values():
+            when = parse_time(built_at(slot))
+            if when is None:
+                kept.setdefault(slot.output_path, "its age is unknown")
+            elif when >= cutoff:
+                kept.setdefault(slot.output_path, "built more recently than the cutoff")
+    return kept
+
+
+def _add_inputs(slots: list[Slot], kept: dict[str, str]) -> list[str]:
+    """Keep every build a kept record was made from, transitively; say which are gone."""
+    by_step: dict[str, list[Slot]] = {}
+    for slot in slots:
+        if slot.record is not None:
+            by_step.setdefault(slot.record.step_id, []).append(slot)
+    by_path = {s.output_path: s for s in slots}
+    gone: list[str] = []
+    todo = list(kept)
+    while todo:
+        slot = by_path[todo.pop()]
+        record = slot.record
+        if record is None:
+            continue
+        for dep in sorted(set(record.dep_paths) | set(record.inputs)):
+            build = record.inputs.get(dep)
+            stored = by_step.get(dep, [])
+            # Pre-lineage records name no build: keep whatever that step has stored.
+            match = [s for s in stored if build is None or s.record.build_id == build]  # type: ignore[union-attr]
+            for found in match:
+                if found.output_path not in kept:
+                    kept[found.output_path] = f"{record.step_id} was built from it"
+                    todo.append(found.output_path)
+            if not match and build is not None:
+                now = "another build" if stored else "nothing"
+                gone.append(
+                    f"{record.step_id} was built from {dep} build {build}, which is no longer "
+                    f"stored (its path holds {now}): that data is gone already"
+                )
+    return sorted(set(gone))
+
+
+def decide(
+    slots: list[Slot],
+    needed: Iterable[str],
+    *,
+    keep_versions: int | None = None,
+    cutoff: datetime.datetime | None = None,
+) -> Decision:
+    """Split ``slots`` into kept and collected. ``needed``: the output paths of every step of
+    the targets' graph; ``cutoff``: keep anything built at or after it."""
+    kept = _roots(slots, needed, keep_versions, cutoff)
+    gone = _add_inputs(slots, kept)
+    collect = [s for s in slots if s.output_path not in kept]
+    return Decision(kept, _deletion_order(collect), gone)
+
+
+def _deletion_order(collect: list[Slot]) -> list[Slot]:
+    """Dependents before the builds they were made from (by step id), else by path: a crash
+    midway never leaves a collected step's reader standing on nothing."""
+    ids: Mapping[str, Slot] = {s.step_id: s for s in collect}
+    readers: dict[str, int] = {s.step_id: 0 for s in collect}
+    for slot in collect:
+        for dep in slot.record.inputs if slot.record is not None else {}:
+            if dep in readers:
+                readers[dep] += 1
+    order: list[Slot] = []
+    ready = sorted((sid for sid, n in readers.items() if n == 0), reverse=True)
+    while ready:
+        sid = ready.pop()
+        order.append(ids[sid])
+        slot = ids[sid]
+        for dep in sorted(slot.record.inputs if slot.record is not None else {}, reverse=True):
+            if dep in readers:
+                readers[dep] -= 1
+                if readers[dep] == 0:
+                    ready.append(dep)
+    placed = {s.output_path for s in order}
+    return order + sorted(
+        (s for s in collect if s.output_path not in placed), key=lambda s: s.output_path
+    )

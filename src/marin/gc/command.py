@@ -1,0 +1,122 @@
+"""The ``marin gc`` sub-command: its parser and what it prints (``marin.cli`` adds it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from marin.execution.errors import MarinError
+
+PROGRESS_MIN_STEPS = 20
+"""A real run deleting at least this many steps shows a progress bar (on a terminal)."""
+
+_EPILOG = """examples:
+  marin gc examples/ngram.py:pipeline --dry-run     what would be deleted, with sizes
+  marin gc examples/ngram.py:pipeline --keep-versions 2 --older-than 30d
+exit status: 0 done, 1 something could not be deleted (named), 2 usage error."""
+
+
+def _keep_versions(text: str) -> int:
+    from marin.gc.collect import check_keep_versions
+
+    try:
+        value = check_keep_versions(int(text))
+    except ValueError:  # int() of a non-number, or an OptionError
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more") from None
+    assert value is not None
+    return value
+
+
+def _age(text: str) -> str:
+    from marin.gc.collect import parse_age
+
+    try:
+        parse_age(text)
+    except MarinError as exc:
+        raise argparse.ArgumentTypeError(f"{exc.what}: {exc.fix}") from None
+    return text
+
+
+def add_gc_parser(commands: Any, add_global: Any) -> None:
+    """Add ``gc`` to the ``marin`` sub-commands; ``add_global`` adds ``--prefix`` and ``-v``."""
+    gc = commands.add_parser(
+        "gc",
+        help="delete what Marin built that the given pipelines no longer need",
+        description="Delete every step under the prefix that no TARGET needs: kept are every "
+        "step the targets' plan holds, every build their records were made from (transitively), "
+        "and what --keep-versions and --older-than keep. Only folders holding Marin's record or "
+        "status of that step are deleted; a step being built (live lease) is skipped.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    gc.add_argument("targets", metavar="TARGET", nargs="+", help="a pipeline to keep: file.py:attr")
+    add_global(gc)
+    gc.add_argument(
+        "--keep-versions",
+        type=_keep_versions,
+        metavar="N",
+        help="also keep each name's N newest versions",
+    )
+    gc.add_argument(
+        "--older-than",
+        type=_age,
+        metavar="AGE",
+        help="delete only what was built longer ago than AGE (30d, 12h, 2w)",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="delete nothing; list what would go")
+    gc.add_argument("--json", action="store_true", help="one machine-readable report on stdout")
+    gc.set_defaults(func=cmd_gc)
+
+
+class _Printer:
+    """Prints each deleted step as it goes; a progress bar on a terminal for long runs."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __call__(self, item: Any, done: int, total: int) -> None:
+        from marin.gc.report import collected_line
+
+        if self.bar is None and total >= PROGRESS_MIN_STEPS and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(file=sys.stderr), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("deleting", total=total)
+        # The live display redirects stdout: each line appears above the bar.
+        print(collected_line(item, False), flush=True)
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from marin.gc.api import collect_garbage
+    from marin.gc.report import render
+    from marin.terminal_text import safe_json
+
+    printer = None if args.json or args.dry_run else _Printer()
+    try:
+        report = collect_garbage(
+            args.targets,
+            args.prefix,
+            keep_versions=args.keep_versions,
+            older_than=args.older_than,
+            dry_run=args.dry_run,
+            on_deleted=printer,
+        )
+    finally:
+        if printer is not None:
+            printer.close()
+    if args.json:
+        print(safe_json(json.dumps(report.to_json(), indent=2, ensure_ascii=False)))
+    else:
+        sys.stdout.write(render(report, listed=args.dry_run))
+    return 0 if report.ok else 1

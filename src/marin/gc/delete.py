@@ -1,0 +1,135 @@
+"""Deleting one collected step, safely against the builds and readers running meanwhile.
+
+Under the step's own lease (a live lease means someone is building it: skipped), with its
+heartbeat renewing it:
+
+1. the record is read again: a step rebuilt since the listing is skipped;
+2. a status marks the folder as Marin's while it is being deleted (a crash past step 3 would
+   otherwise leave a metadata folder with neither record nor status, which no later ``gc``
+   could prove is Marin's);
+3. the record is deleted: from here on every reader sees "not built"; a build that started from
+   this record fails its changed-input check before its commit, rather than committing
+   something made from a half-deleted input;
+4. the output (never an adopted step's: that data is not Marin's), then the metadata
+   folder's other files, then the lease, then the folder.
+
+A crash anywhere leaves either the whole build (record and data) or no record: nothing reads as
+built without its data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+from marin.execution import faults
+from marin.execution.lease import Heartbeat, Lease
+from marin.execution.records import (
+    FAILED,
+    ArtifactRecord,
+    delete_record,
+    load_record,
+    metadata_dir,
+    write_status,
+)
+from marin.execution.storage import Location
+from marin.gc.walk import Slot
+from marin.unlock import describe_lease
+
+GC_CRASH_POINT = "gc-after-record"
+"""``MARIN_FAULT_CRASH=gc-after-record@<step>``: SIGKILL a ``gc`` right after it deleted that
+step's record, with its output still there (the crash tests)."""
+MARKER = "marin gc was deleting this step and did not finish: run `marin gc` again"
+_LEASE_FILES = ("lease.json", "lease.json.guard")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How deleting one step went: ``deleted``, else ``skipped`` or ``failed`` with why."""
+
+    deleted: bool
+    skipped: str = ""
+    failed: str = ""
+
+
+def adopted(slot: Slot) -> bool:
+    """An adopted step (``ArtifactStep.adopt``): its data is not Marin's (adopted in place, it
+    is never moved or deleted), so only its record and metadata folder go."""
+    return slot.record is not None and slot.record.source is not None
+
+
+def _changed(location: Location, slot: Slot) -> str:
+    """Why ``slot`` no longer holds the build the listing saw ('' when it still does)."""
+    found = load_record(location, slot.output_path)
+    now = found.build_id if isinstance(found, ArtifactRecord) else None
+    was = slot.record.build_id if slot.record is not None else None
+    if now == was and (found is None) == (slot.record is None):
+        return ""
+    return (
+        "built again since the listing"
+        if now is not None
+        else "its record changed since the listing"
+    )
+
+
+def delete_step(location: Location, slot: Slot) -> Outcome:
+    """Delete ``slot``'s record, output and metadata folder, in that order, under its lease."""
+    lease = Lease(location, slot.output_path)
+    try:
+        holder = lease.try_acquire()
+    except OSError as exc:
+        return Outcome(False, failed=f"could not take its lease ({exc})")
+    if holder is not None:
+        return Outcome(False, skipped=f"its lease is live, {describe_lease(holder)}")
+    try:
+        with Heartbeat(lease):
+            why = _changed(location, slot)
+            if why:
+                return Outcome(False, skipped=why)
+            write_status(location, slot.output_path, FAILED, error=MARKER)
+            delete_record(location, slot.output_path)
+            faults.crash_point(GC_CRASH_POINT, slot.step_id)
+            if not adopted(slot):
+                location.remove_tree(location.path(slot.output_path))
+            _remove_metadata(location, slot.output_path, lease)
+    except OSError as exc:  # a StorageError (retries exhausted) is one too
+        return Outcome(False, failed=f"{type(exc).__name__}: {exc}")
+    finally:
+        lease.release()
+    return Outcome(True)
+
+
+def _remove_metadata(location: Location, output_path: str, lease: Lease) -> None:
+    """The metadata folder's files, the status (Marin's mark) last but the lease; then the
+    lease (released by its holder, so a builder waiting on it sees it end) and the folder.
+    One listing of the folder (on an object store, a second would find it empty)."""
+    folder = location.path(metadata_dir(output_path))
+    files = location.list_tree(folder)
+    last = [f for f in files if f.rsplit("/", 1)[-1] in (*_LEASE_FILES, "status.json")]
+    for path in [f for f in files if f not in last]:
+        with contextlib.suppress(FileNotFoundError):
+            location.rm_file(path)
+    with contextlib.suppress(FileNotFoundError):
+        location.rm_file(f"{folder}/status.json")
+    lease.release()
+    if location.is_local or location.is_memory:
+        # What is left: the lease's guard file (local disk), the folder entries themselves. A
+        # build that takes the lease in this instant finds its folder gone and discards its
+        # attempt (``MetadataFolderGone``). An object store has no folders: nothing is left.
+        location.remove_tree(folder)
+    _prune_empty_parents(location, output_path)
+
+
+def _prune_empty_parents(location: Location, output_path: str) -> None:
+    """On local disk, remove the name folders the deletion left empty (``rmdir`` removes only
+    an empty folder, never a link), up to the prefix; object stores have no folders."""
+    if not location.is_local:
+        return
+    parent = output_path.rpartition("/")[0]
+    while parent:
+        try:
+            os.rmdir(location.path(parent))
+        except OSError:  # not empty, gone, or not a folder: stop there
+            return
+        parent = parent.rpartition("/")[0]

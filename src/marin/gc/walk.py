@@ -1,0 +1,233 @@
+"""``marin gc``'s look at a prefix: every ``<name>/<version>`` slot, and what is not Marin's.
+
+The walk lists folders only, one listing per folder (a delimiter listing on object stores): an
+output beside a metadata folder ``X.marin`` is never listed, so a prefix of N steps costs about
+N + (number of name folders) list calls whatever the outputs hold. Links are never followed
+(local disk): a link anywhere below the prefix is reported, not entered. Only slots whose
+metadata folder holds a record or a status of *that* step are Marin's; everything else found is
+listed as not Marin's and never touched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from marin.catalog import Entry
+from marin.execution.names import METADATA_SUFFIX
+from marin.execution.records import (
+    ForeignRecord,
+    load_record,
+    read_status_file,
+)
+from marin.execution.storage import Location, with_retries
+
+IO_PARALLELISM = 32
+
+DIR, FILE, LINK = "dir", "file", "link"
+
+
+Slot = Entry
+"""A ``<name>/<version>`` Marin wrote: its record, else its last status (``size`` unused)."""
+
+
+def name_of(slot: Slot) -> str:
+    return slot.record.name if slot.record is not None else slot.output_path.rpartition("/")[0]
+
+
+def built_at(slot: Slot) -> str | None:
+    """When it was built (the record), else when its last attempt ended or began."""
+    if slot.record is not None:
+        return slot.record.finished_at
+    status = slot.status or {}
+    found = status.get("finished_at") or status.get("started_at")
+    return found if isinstance(found, str) else None
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """Something under the prefix that Marin cannot prove it wrote: never touched."""
+
+    path: str
+    """Relative to the prefix."""
+    why: str
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a walk of a prefix found."""
+
+    slots: list[Slot]
+    foreign: list[Foreign]
+
+
+def _entries(location: Location, folder: str) -> list[tuple[str, str]]:
+    """``(name, kind)`` of each entry of ``folder`` (a file system path): one listing."""
+    if location.is_local:
+        try:
+            with os.scandir(folder) as found:
+                return [(e.name, _local_kind(e)) for e in found]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+    try:
+        listed = with_retries(lambda: location.fs.ls(folder, detail=True), f"list {folder}")
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    base = folder.rstrip("/") + "/"
+    out = []
+    for entry in listed:
+        name = str(entry["name"]).rstrip("/")
+        if not name.startswith(base) or "/" in name[len(base) :]:
+            continue  # not a direct child (a key spelled with '//', the folder itself)
+        out.append((name[len(base) :], DIR if entry.get("type") == "directory" else FILE))
+    return out
+
+
+def _local_kind(entry: os.DirEntry[str]) -> str:
+    if entry.is_symlink():
+        return LINK
+    return DIR if entry.is_dir(follow_symlinks=False) else FILE
+
+
+def _join(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
+def _split(
+    folder: str, entries: list[tuple[str, str]], found: list[Foreign]
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """One folder's entries: the slots in it (output path, output kind or ''), and the
+    folders to descend into. Links and stray files go to ``found``."""
+    kinds = dict(entries)
+    meta = {
+        n[: -len(METADATA_SUFFIX)] for n, k in entries if k == DIR and n.endswith(METADATA_SUFFIX)
+    }
+    slots = [(_join(folder, out), kinds.get(out, "")) for out in sorted(meta)]
+    deeper: list[str] = []
+    for name, kind in sorted(entries):
+        path = _join(folder, name)
+        is_meta = name.endswith(METADATA_SUFFIX) and name[: -len(METADATA_SUFFIX)] in meta
+        if name in meta or is_meta:
+            if kind == LINK:  # a link named like an output is never Marin's to touch
+                found.append(Foreign(path, "a symbolic link (never followed)"))
+            continue
+        if kind == LINK:
+            found.append(Foreign(path, "a symbolic link (never followed)"))
+        elif kind == FILE:
+            found.append(Foreign(path, "a file without Marin metadata"))
+        else:
+            deeper.append(path)
+    return slots, deeper
+
+
+def walk(
+    location: Location,
+) -> Iterator[tuple[str, list[tuple[str, str]], list[str], list[Foreign]]]:
+    """Breadth-first over the prefix's folders, listing a level's folders in parallel: yields
+    each folder with its slots, the folders below it, and what it holds that is not Marin's."""
+    frontier = [""]
+    with ThreadPoolExecutor(IO_PARALLELISM, "marin-gc") as pool:
+        while frontier:
+            listings = pool.map(lambda rel: _entries(location, location.path(rel)), frontier)
+            following: list[str] = []
+            for folder, entries in zip(frontier, listings, strict=True):
+                found: list[Foreign] = []
+                slots, deeper = _split(folder, entries, found)
+                following.extend(deeper)
+                yield folder, slots, deeper, found
+            frontier = following
+
+
+def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot | Foreign:
+    """A slot's record or status, or why it is not provably Marin's."""
+    if output_kind == LINK:
+        return Foreign(output_path, "its output is a symbolic link (never followed)")
+    if "/" not in output_path:
+        return Foreign(output_path, "a metadata folder at the top of the prefix (no step name)")
+    found = load_record(location, output_path)
+    if isinstance(found, ForeignRecord):
+        return Foreign(
+            output_path, f"its metadata folder holds another step's record ({found.why})"
+        )
+    if found is not None:
+        return Slot(output_path, found, None, None)
+    status = read_status_file(location, output_path)
+    if status is not None:
+        return Slot(output_path, None, status, None)
+    return Foreign(output_path, "its metadata folder holds no record or status of this step")
+
+
+def list_prefix(location: Location) -> Listing:
+    """Walk the prefix; read each slot's record (and status when it has none) in parallel."""
+    invalidate = getattr(location.fs, "invalidate_cache", None)
+    if invalidate is not None:
+        invalidate()  # an object store's listing cache may predate the last builds
+    candidates: list[tuple[str, str]] = []
+    foreign: list[Foreign] = []
+    empty_below: dict[str, bool] = {}
+    parents: dict[str, str] = {}
+    for folder, slots, deeper, found in walk(location):
+        candidates.extend(slots)
+        foreign.extend(found)
+        empty_below[folder] = not slots
+        for child in deeper:
+            parents[child] = folder
+    unmarked = _unmarked_folders(empty_below, parents)
+    tops = tuple(f.path + "/" for f in unmarked)
+    foreign = [f for f in foreign if not f.path.startswith(tops)] + unmarked
+    with ThreadPoolExecutor(IO_PARALLELISM, "marin-gc") as pool:
+        read = list(pool.map(lambda c: _read_slot(location, *c), candidates))
+    foreign.extend(r for r in read if isinstance(r, Foreign))
+    return Listing(
+        sorted((r for r in read if isinstance(r, Slot)), key=lambda s: s.output_path),
+        sorted(foreign, key=lambda f: f.path),
+    )
+
+
+def _unmarked_folders(empty: dict[str, bool], parents: dict[str, str]) -> list[Foreign]:
+    """The topmost folders with no Marin metadata anywhere below them (listed once each)."""
+    holds = {folder for folder, none in empty.items() if not none}
+    for folder in list(holds):
+        while folder in parents:
+            folder = parents[folder]
+            holds.add(folder)
+    unmarked = {f for f in empty if f and f not in holds}
+    return [
+        Foreign(f, "a folder without Marin metadata")
+        for f in sorted(unmarked)
+        if parents.get(f, "") not in unmarked
+    ]
+
+
+def tree_size(location: Location, relative: str) -> int:
+    """Bytes stored at or under ``relative`` (links counted as themselves, never followed)."""
+    path = location.path(relative)
+    if location.is_local:
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return 0
+        if not os.path.isdir(path) or os.path.islink(path):
+            return info.st_size
+        total = 0
+        for root, _, files in os.walk(path):  # os.walk never follows links by default
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(root, name)).st_size
+                except FileNotFoundError:
+                    continue
+        return total
+    base = path.rstrip("/")
+    try:
+        found = with_retries(
+            lambda: location.fs.find(base, withdirs=False, detail=True), f"list {base}"
+        )
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    return sum(
+        int(info.get("size") or 0)
+        for name, info in found.items()
+        if name.rstrip("/") == base or name.startswith(base + "/")
+    )

@@ -1,0 +1,356 @@
+"""``marin gc`` (issue 47): what it keeps, what it never touches, and its safety under builds and
+readers running meanwhile. Real file systems (local disk and ``memory://``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from marin.cli import main
+from marin.execution.decide import Action
+from marin.execution.lazy import OUT, apply, lower, run
+from marin.execution.lease import Lease
+from marin.execution.records import read_record, read_status_file
+from marin.execution.storage import Location, open_prefix
+from marin.gc import collect_garbage
+from marin.gc.delete import MARKER
+from tests.gc.pipelines import pipeline, scratch, step
+from tests.reliability.conftest import child_env
+from tests.reliability.test_terminal_safety import _restore_logging  # noqa: F401 - autouse
+
+REPO = Path(__file__).resolve().parents[2]
+TARGET = "tests/gc/pipelines.py:pipeline"
+
+
+def stored_files(location: Location) -> dict[str, bytes]:
+    """Every file under the prefix (relative path -> bytes), links listed as links."""
+    root = location.root.rstrip("/")
+    if location.is_local:
+        out: dict[str, bytes] = {}
+        for folder, dirs, files in os.walk(root):
+            for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, root)
+                out[rel] = (
+                    b"->" + os.readlink(path).encode()
+                    if os.path.islink(path)
+                    else Path(path).read_bytes()
+                )
+        return out
+    found = location.fs.find(root, withdirs=False)
+    return {f[len(root) + 1 :]: location.fs.cat_file(f) for f in found}
+
+
+def under(path: str, folders: set[str]) -> bool:
+    return any(path.startswith((f + "/", f + ".marin/")) or path == f for f in folders)
+
+
+def check_gc(targets: list[Any], location: Location, **options: Any) -> Any:
+    """Run a dry run, then a real one: the same list; only the collected folders changed."""
+    before = stored_files(location)
+    dry = collect_garbage(targets, location, dry_run=True, **options)
+    assert stored_files(location) == before  # a dry run changes nothing
+    real = collect_garbage(targets, location, **options)
+    assert real.to_json()["collected"] == dry.to_json()["collected"]
+    assert real.ok, real.failed
+    gone = {c.output_path for c in real.collected}
+    after = stored_files(location)
+    assert after == {p: b for p, b in before.items() if not under(p, gone)}
+    return real
+
+
+def test_version_bump_upstream_keeps_the_kept_targets_old_inputs(
+    prefix: str, monkeypatch: Any
+) -> None:
+    run(pipeline(), prefix=prefix)
+    run(scratch(), prefix=prefix)
+    monkeypatch.setenv("MARIN_TEST_GC_TOK", "v2")  # the pipeline moved on: tok@v2, train drifts
+    location = open_prefix(prefix)
+    report = check_gc(pipeline(), location)
+    assert [c.step for c in report.collected] == ["gc/scratch@v1"]
+    kept = {k.step: k.why for k in report.kept}
+    assert kept["gc/tok@v1"] == "gc/train@v1 was built from it"
+    monkeypatch.setenv("MARIN_TEST_GC_TOK", "v1")
+    plan_actions = {
+        d.spec.step_id: d.action for d in _plan(pipeline(), location).decisions.values()
+    }
+    assert set(plan_actions.values()) == {Action.SKIP}  # the old result is whole and current
+
+
+def _plan(handles: Any, location: Location) -> Any:
+    from marin.execution.inspect import plan_run
+
+    return plan_run(lower(handles), location)
+
+
+def test_replaced_input_is_said_to_be_gone(prefix: str) -> None:
+    run(pipeline(), prefix=prefix)
+    raw2 = step("raw", "v1", text="other")  # the same path rebuilt from another config
+    run([raw2], prefix=prefix, force=["gc/raw"], on_drift="warn")
+    report = collect_garbage(pipeline(), prefix, dry_run=True)
+    assert any("gc/tok@v1 was built from gc/raw@v1 build" in note for note in report.gone)
+
+
+# --- the property: random graphs, version bumps, targets ------------------------------------
+
+
+@st.composite
+def histories(draw: Any) -> dict[str, Any]:
+    n = draw(st.integers(2, 6))
+    deps = [sorted(draw(st.sets(st.integers(0, i - 1), max_size=2))) if i else [] for i in range(n)]
+    bumped = draw(st.sets(st.integers(0, n - 1), max_size=n))
+    targets = draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=3))
+    keep_versions = draw(st.one_of(st.none(), st.integers(0, 2)))
+    return {
+        "deps": deps,
+        "bumped": sorted(bumped),
+        "targets": sorted(targets),
+        "keep": keep_versions,
+    }
+
+
+def _graph(deps: list[list[int]], bumped: set[int]) -> list[Any]:
+    handles: list[Any] = []
+    moved: list[bool] = []
+    for i, ds in enumerate(deps):
+        moved.append(i in bumped or any(moved[d] for d in ds))
+        handles.append(step(f"p{i}", "v2" if moved[i] else "v1", *[handles[d] for d in ds]))
+    return handles
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(case=histories())
+@example(case={"deps": [[], [0], [1]], "bumped": [1], "targets": [2], "keep": None})
+def test_gc_on_random_histories_keeps_every_target_built_and_current(case: dict[str, Any]) -> None:
+    import uuid
+
+    prefix = f"memory://gc-{uuid.uuid4().hex[:10]}"
+    first = _graph(case["deps"], set())
+    run(first, prefix=prefix)
+    now = _graph(case["deps"], set(case["bumped"]))
+    targets = [now[i] for i in case["targets"]]
+    run(targets, prefix=prefix)
+    location = open_prefix(prefix)
+    report = check_gc(targets, location, keep_versions=case["keep"])
+    decisions = _plan(targets, location).decisions.values()
+    assert all(d.action != Action.BUILD for d in decisions), [d.reason for d in decisions]
+    # Every kept record's inputs are still stored, as the exact builds it names.
+    for kept in report.kept:
+        record = read_record(location, kept.path)
+        for dep, build in record.inputs.items():
+            name, _, version = dep.rpartition("@")
+            assert read_record(location, f"{name}/{version}").build_id == build
+    fsspec.filesystem("memory").rm(location.root, recursive=True)
+
+
+# --- never touch what is not provably Marin's -----------------------------------------------
+
+
+def test_foreign_folders_links_and_records_are_left_alone(tmp_path: Path) -> None:
+    prefix = tmp_path / "p"
+    run(pipeline(), prefix=str(prefix))
+    run(scratch(), prefix=str(prefix))
+    outside = tmp_path / "outside"
+    (outside / "gc/hidden/v1.marin").mkdir(parents=True)
+    (outside / "gc/hidden/v1").mkdir()
+    (outside / "gc/hidden/v1/data.txt").write_text("not to be touched")
+    record = (prefix / "gc/scratch/v1.marin/record.json").read_bytes()
+    (outside / "gc/hidden/v1.marin/record.json").write_bytes(record)
+    (prefix / "linked").symlink_to(outside)  # a link to a folder holding a "step": not entered
+    (prefix / "gc/copy/v1.marin").mkdir(parents=True)
+    (prefix / "gc/copy/v1.marin/record.json").write_bytes(record)  # another step's record
+    (prefix / "gc/copy/v1").mkdir()
+    (prefix / "gc/plain/v1.marin").mkdir(parents=True)  # a metadata folder with no record
+    (prefix / "gc/plain/v1.marin/notes.txt").write_text("mine")
+    (prefix / "data").mkdir()
+    (prefix / "data/x.bin").write_bytes(b"x")
+    (prefix / "gc/sl/v1.marin").mkdir(parents=True)
+    (prefix / "gc/sl/v1.marin/status.json").write_text('{"state": "FAILED"}')
+    (prefix / "gc/sl/v1").symlink_to(outside / "gc/hidden/v1")  # an output that is a link
+    location = open_prefix(str(prefix))
+    outside_before = sorted(str(p) for p in outside.rglob("*"))
+    report = check_gc(pipeline(), location)
+    assert [c.step for c in report.collected] == ["gc/scratch@v1"]
+    assert {x.path for x in report.not_marins} == {
+        "data",
+        "gc/copy/v1",
+        "gc/plain/v1",
+        "gc/sl/v1",
+        "linked",
+    }
+    assert sorted(str(p) for p in outside.rglob("*")) == outside_before
+    assert (outside / "gc/hidden/v1/data.txt").read_text() == "not to be touched"
+
+
+# --- concurrency: live leases, readers of a collected input, crashes ------------------------
+
+
+def test_a_candidate_with_a_live_lease_is_skipped(prefix: str) -> None:
+    run(pipeline(), prefix=prefix)
+    run(scratch(), prefix=prefix)
+    location = open_prefix(prefix)
+    lease = Lease(location, "gc/scratch/v1")  # a build of it under way (this process lives)
+    assert lease.try_acquire() is None
+    try:
+        for dry_run in (True, False):
+            report = collect_garbage(pipeline(), location, dry_run=dry_run)
+            assert report.collected == [] and report.ok
+            assert [s.step for s in report.skipped] == ["gc/scratch@v1"]
+            assert "its lease is live" in report.skipped[0].why
+        assert read_record(location, "gc/scratch/v1") is not None
+    finally:
+        lease.release()
+    assert [c.step for c in collect_garbage(pipeline(), location).collected] == ["gc/scratch@v1"]
+
+
+def _gc_process(prefix: str, target: str, crash: str) -> subprocess.CompletedProcess[str]:
+    env = child_env(MARIN_FAULT_CRASH=crash)
+    code = "import sys; from marin.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, "gc", target, "--prefix", prefix],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+STARTED, GO = threading.Event(), threading.Event()
+
+
+def reader_step(out_path: str, source: str) -> str:
+    with fsspec.open(f"{source}/data.txt") as f:
+        data = f.read()
+    STARTED.set()
+    GO.wait(30)  # meanwhile gc deletes the input's record, and dies before its data
+    with fsspec.open(f"{out_path}/data.txt", "wb", auto_mkdir=True) as f:
+        f.write(data)
+    return "read"
+
+
+def test_a_reader_of_a_collected_input_never_commits_and_a_crash_leaves_no_build(
+    tmp_path: Path,
+) -> None:
+    prefix = str(tmp_path / "p")
+    run(scratch(), prefix=prefix)  # raw and scratch: neither is needed by `other`
+    location = open_prefix(prefix)
+    raw = step("raw", "v1")
+    STARTED.clear()
+    GO.clear()
+    reader = apply("gc/reader", reader_step, version="v1", out_path=OUT, source=raw)
+    failure: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            run([reader], prefix=prefix)
+        except BaseException as exc:  # the test inspects it
+            failure.append(exc)
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    assert STARTED.wait(30)
+    crashed = _gc_process(prefix, "tests/gc/pipelines.py:other", "gc-after-record@gc/raw")
+    assert crashed.returncode == -9, crashed.stderr
+    assert read_record(location, "gc/raw/v1") is None  # the record went first...
+    assert (tmp_path / "p/gc/raw/v1/data.txt").exists()  # ...the data is still there
+    assert read_status_file(location, "gc/raw/v1")["error"] == MARKER
+    GO.set()
+    thread.join(30)
+    assert failure and "gc/raw@v1" in str(failure[0])
+    assert read_record(location, "gc/reader/v1") is None  # never committed
+    plan = _plan(scratch(), location)
+    assert plan.decisions["gc/raw/v1"].action == Action.BUILD  # reads as not built
+    finished = _gc_process(prefix, "tests/gc/pipelines.py:other", "")
+    assert finished.returncode == 0, finished.stderr
+    assert not (tmp_path / "p/gc/raw").exists()  # the next gc finishes the job
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def test_cli_json_and_the_api_report_the_same(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.chdir(REPO)
+    prefix = str(tmp_path / "p")
+    run(pipeline(), prefix=prefix)
+    run(scratch(), prefix=prefix)
+    assert main(["gc", TARGET, "--prefix", prefix, "--dry-run", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    api = collect_garbage([TARGET], prefix, dry_run=True).to_json()
+    assert printed == api
+    assert [c["step"] for c in printed["collected"]] == ["gc/scratch@v1"]
+    assert printed["total_bytes"] == printed["collected"][0]["size_bytes"] > 0
+    assert main(["gc", TARGET, "--prefix", prefix]) == 0
+    out = capsys.readouterr().out
+    assert "deleted gc/scratch@v1" in out and "1 step(s) deleted" in out
+    assert not (tmp_path / "p/gc/scratch").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["gc"],
+        ["gc", TARGET, "--keep-versions", "-1"],
+        ["gc", TARGET, "--keep-versions", "two"],
+        ["gc", TARGET, "--older-than", "3 fortnights"],
+    ],
+)
+def test_cli_usage_errors_exit_2(argv: list[str], capsys: Any) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+
+
+def test_cli_exits_1_naming_what_could_not_be_deleted(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    from tests.reliability.faulty_fs import FAULTS
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr("marin.execution.storage.RETRY_BASE_DELAY", 0.001)
+    prefix = f"faulty://{tmp_path}/p"
+    run(pipeline(), prefix=prefix)
+    run(scratch(), prefix=prefix)
+    FAULTS.add("rm_file", r"gc/scratch/v1/data\.txt$", times=None)
+    try:
+        assert main(["gc", TARGET, "--prefix", prefix]) == 1
+    finally:
+        FAULTS.clear()
+    err = capsys.readouterr().out
+    assert "error: could not delete gc/scratch@v1" in err
+    location = open_prefix(prefix)
+    assert read_record(location, "gc/scratch/v1") is None  # half deleted: reads as not built
+    assert main(["gc", TARGET, "--prefix", prefix]) == 0  # and the next run finishes it
+    assert not [p for p in (tmp_path / "p/gc/scratch").rglob("*") if p.is_file()]
+
+
+def test_older_than_and_keep_versions_keep_recent_builds(prefix: str) -> None:
+    for version in ("v1", "v2", "v3"):
+        run([step("scratch", version, step("raw", "v1"))], prefix=prefix)
+    report = collect_garbage(pipeline(), prefix, dry_run=True, older_than="1d")
+    assert report.collected == []  # everything was built within the day
+    report = collect_garbage(pipeline(), prefix, dry_run=True, keep_versions=1)
+    assert sorted(c.step for c in report.collected) == ["gc/scratch@v1", "gc/scratch@v2"]
+
+
+def test_an_adopted_steps_data_is_never_deleted(tmp_path: Path) -> None:
+    from marin.execution.lazy import ArtifactStep
+
+    prefix = tmp_path / "p"
+    (prefix / "gc/inplace/v1").mkdir(parents=True)
+    (prefix / "gc/inplace/v1/data.txt").write_text("the user's, adopted in place")
+    run([ArtifactStep.adopt("gc/inplace", "v1", "gc/inplace/v1")], prefix=str(prefix))
+    assert read_record(open_prefix(str(prefix)), "gc/inplace/v1") is not None
+    report = collect_garbage(pipeline(), str(prefix))
+    assert [(c.step, c.state) for c in report.collected] == [("gc/inplace@v1", "adopted")]
+    assert (prefix / "gc/inplace/v1/data.txt").read_text() == "the user's, adopted in place"
+    assert not (prefix / "gc/inplace/v1.marin").exists()
