@@ -49,13 +49,13 @@ from marin.execution.decide import Decision, Policy, Stored, Upstream, decide
 from marin.execution.errors import (
     AbandonedError,
     ConfigError,
+    Deferred,
     InputChangedError,
     LeaseLostError,
     LeaseVanishedError,
     ReentrantBuildError,
     StorageError,
 )
-from marin.execution.executors import Deferred
 from marin.execution.faults import crash_point
 from marin.execution.ids import jitter, new_id
 from marin.execution.inspect import read_stored_step

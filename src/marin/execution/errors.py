@@ -204,3 +204,19 @@ class OptionError(InvalidStepError):
     from a constructor argument, a CLI flag or an engine's run parameters alike.
 
     A subclass of ``InvalidStepError`` (a ``ValueError``), which these checks raised before."""
+
+
+class Deferred(Exception):
+    """A build that did not start: another runner's live lease holds the step right now.
+
+    Raised by ``build_step(..., defer_if_held=True)`` before it writes anything; an executor
+    reports it as ``CompletionKind.DEFERRED`` (with this as the completion's ``error``), never as
+    a failure. ``expires_at`` (the holder's clock, seconds since the epoch) is when the lease
+    may be taken over if its holder stops renewing it.
+    """
+
+    def __init__(self, step_id: str, holder: str, expires_at: float) -> None:
+        super().__init__(f"{step_id}: lease held by {holder}")
+        self.step_id = step_id
+        self.holder = holder
+        self.expires_at = expires_at

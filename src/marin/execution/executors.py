@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
+from marin.execution.errors import Deferred
+
 if TYPE_CHECKING:
     from marin.execution.build import BuildOutcome
     from marin.execution.step_spec import StepSpec
@@ -39,22 +41,6 @@ class CompletionKind(StrEnum):
     DEFERRED = "deferred"
     """Not attempted now (another runner holds the step; ``error`` may be the ``Deferred``):
     the loop frees its slot and submits it again later, without counting an attempt."""
-
-
-class Deferred(Exception):
-    """A build that did not start: another runner's live lease holds the step right now.
-
-    Raised by ``build_step(..., defer_if_held=True)`` before it writes anything; an executor
-    reports it as ``CompletionKind.DEFERRED`` (with this as the completion's ``error``), never as
-    a failure. ``expires_at`` (the holder's clock, seconds since the epoch) is when the lease
-    may be taken over if its holder stops renewing it.
-    """
-
-    def __init__(self, step_id: str, holder: str, expires_at: float) -> None:
-        super().__init__(f"{step_id}: lease held by {holder}")
-        self.step_id = step_id
-        self.holder = holder
-        self.expires_at = expires_at
 
 
 @dataclass(frozen=True)
