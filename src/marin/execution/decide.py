@@ -41,7 +41,7 @@ only feeds it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,20 +55,13 @@ from marin.execution.errors import (
     FailedBeforeError,
     FingerprintMismatchError,
     ForeignRecordError,
-    InvalidStepError,
-    list_names,
 )
 from marin.execution.heap import frozen_heap
-from marin.execution.options import (
-    DEFAULT_ON_CODE_DRIFT,
-    DEFAULT_ON_DRIFT,
-    check_drift_policy,
-    check_flag,
-)
+from marin.execution.options import Policy as Policy  # declared with RunOptions; re-exported
+from marin.execution.options import resolve_force as resolve_force
 from marin.execution.output_digest import same_digest
 from marin.execution.records import FAILED, RUNNING, ArtifactRecord, ForeignRecord
 from marin.execution.step_spec import StepSpec
-from marin.execution.suggest import did_you_mean
 from marin.execution.vocabulary import Action, StoredStatus
 
 ACTIONS = tuple(Action)
@@ -79,28 +72,6 @@ BUILT_REASON = "built: record matches fingerprint"
 
 # Lineage of a usable record against its dependencies' current builds.
 LINEAGE_OK, LINEAGE_STALE, LINEAGE_UNKNOWN, LINEAGE_NONE = "ok", "stale", "unknown", "none"
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The choices a run is made with; the same for every runner."""
-
-    on_drift: str = DEFAULT_ON_DRIFT
-    force: frozenset[str] = frozenset()
-    """Step ids to rebuild (resolve names with ``resolve_force``)."""
-    cascade: bool = True
-    """Rebuild steps whose upstream is rebuilt; ``False`` serves them with a warning."""
-    force_run_failed: bool = True
-    """Retry a needed step whose last attempt failed; ``False`` fails the run naming it."""
-    on_code_drift: str = DEFAULT_ON_CODE_DRIFT
-    """A built step whose code changed since its record: ``warn`` (serve it), ``rebuild`` or
-    ``error``. Separate from ``on_drift``: code drift is advisory (see docs/caching.md)."""
-
-    def __post_init__(self) -> None:
-        check_drift_policy(self.on_drift)
-        check_drift_policy(self.on_code_drift, "on_code_drift")
-        check_flag("cascade", self.cascade)
-        check_flag("force_run_failed", self.force_run_failed)
 
 
 @dataclass(frozen=True)
@@ -390,22 +361,6 @@ _NO_CODE = CodeDigest.from_record(None)
 
 
 # --- the graph ---------------------------------------------------------------------------------
-
-
-def resolve_force(names: Iterable[str], steps: Sequence[StepSpec]) -> frozenset[str]:
-    """``--force`` names (``name`` or ``name@version``) -> step ids; unknown names are errors."""
-    wanted = {n for n in names}
-    ids = {s.step_id for s in steps if s.step_id in wanted or s.name in wanted}
-    known = {s.step_id for s in steps} | {s.name for s in steps}
-    unknown = sorted(wanted - known)
-    if unknown:
-        hints = [did_you_mean(name, known) for name in unknown]
-        raise InvalidStepError(
-            f"--force names no step in this pipeline: {list_names(unknown)}",
-            "; ".join(h for h in hints[:10] if h)
-            or "pass a step name or name@version from `marin plan`",
-        )
-    return frozenset(ids)
 
 
 @dataclass

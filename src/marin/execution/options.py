@@ -9,14 +9,14 @@ the fix, whether it came from a Python argument, a CLI flag or an engine's run p
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from marin.execution.errors import OptionError, list_names
+from marin.execution.errors import InvalidStepError, OptionError, list_names
+from marin.execution.suggest import did_you_mean
 
 if TYPE_CHECKING:
-    from marin.execution.decide import Policy
     from marin.execution.step_spec import StepSpec
 
 DRIFT_POLICIES = ("warn", "rebuild", "error")
@@ -149,8 +149,6 @@ class RunOptions:
 
     def policy(self, steps: Sequence[StepSpec]) -> Policy:
         """The core ``Policy`` these options make for ``steps`` (force names resolved)."""
-        from marin.execution.decide import Policy, resolve_force
-
         return Policy(
             self.on_drift,
             resolve_force(self.force, steps),
@@ -178,3 +176,41 @@ def _short(value: object) -> str:
         return "[" + list_names([repr(v) for v in items]) + "]"
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The choices a run is made with; the same for every runner."""
+
+    on_drift: str = DEFAULT_ON_DRIFT
+    force: frozenset[str] = frozenset()
+    """Step ids to rebuild (resolve names with ``resolve_force``)."""
+    cascade: bool = DEFAULT_CASCADE
+    """Rebuild steps whose upstream is rebuilt; ``False`` serves them with a warning."""
+    force_run_failed: bool = DEFAULT_FORCE_RUN_FAILED
+    """Retry a needed step whose last attempt failed; ``False`` fails the run naming it."""
+    on_code_drift: str = DEFAULT_ON_CODE_DRIFT
+    """A built step whose code changed since its record: ``warn`` (serve it), ``rebuild`` or
+    ``error``. Separate from ``on_drift``: code drift is advisory (see docs/caching.md)."""
+
+    def __post_init__(self) -> None:
+        check_drift_policy(self.on_drift)
+        check_drift_policy(self.on_code_drift, "on_code_drift")
+        check_flag("cascade", self.cascade)
+        check_flag("force_run_failed", self.force_run_failed)
+
+
+def resolve_force(names: Iterable[str], steps: Sequence[StepSpec]) -> frozenset[str]:
+    """``--force`` names (``name`` or ``name@version``) -> step ids; unknown names are errors."""
+    wanted = {n for n in names}
+    ids = {s.step_id for s in steps if s.step_id in wanted or s.name in wanted}
+    known = {s.step_id for s in steps} | {s.name for s in steps}
+    unknown = sorted(wanted - known)
+    if unknown:
+        hints = [did_you_mean(name, known) for name in unknown]
+        raise InvalidStepError(
+            f"--force names no step in this pipeline: {list_names(unknown)}",
+            "; ".join(h for h in hints[:10] if h)
+            or "pass a step name or name@version from `marin plan`",
+        )
+    return frozenset(ids)
