@@ -29,9 +29,10 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
+from marin.execution.lineage_model import BuildEvent, PipelineEvent, PipelineRun, StepDataset
 from marin.execution.lineage_sender import LineageSender, flush, use_sender
 from marin.execution.lineage_sender import sender as _sender
 from marin.execution.provenance import now_iso
@@ -43,18 +44,6 @@ if TYPE_CHECKING:
     from marin.execution.storage import Location
 
 START, COMPLETE, FAIL, ABORT = "START", "COMPLETE", "FAIL", "ABORT"
-
-
-@dataclass(frozen=True, slots=True)
-class PipelineRun:
-    """The pipeline run a step run belongs to: the OpenLineage parent job and run."""
-
-    name: str
-    """The parent job's name: the pipeline target, the Airflow DAG id, the Prefect flow name."""
-    run_id: str
-    """A UUID (any form ``uuid.UUID`` reads)."""
-    runner: str
-    """``local``, ``prefect``, ``airflow`` or ``library``."""
 
 
 _PROCESS_RUN = PipelineRun("marin", str(uuid.uuid4()), "library")
@@ -82,53 +71,6 @@ def _as_uuid(text: str, name: str) -> str:
         return str(uuid.UUID(text))
     except ValueError:
         return str(uuid.uuid5(uuid.NAMESPACE_URL, f"marin:{name}:{text}"))
-
-
-@dataclass(frozen=True, slots=True)
-class StepDataset:
-    """One input or output of a build, as OpenLineage names it (``artifact_names``)."""
-
-    namespace: str
-    name: str
-    step_id: str
-    build_id: str | None = None
-
-
-@dataclass(frozen=True)
-class BuildEvent:
-    """What the sender thread turns into one OpenLineage ``RunEvent`` (no client types here,
-    so that the build thread never imports openlineage)."""
-
-    state: str
-    time: str
-    job_namespace: str
-    step_id: str
-    build_id: str
-    fingerprint: str
-    version: str
-    artifact_type: str
-    inputs: tuple[StepDataset, ...]
-    output: StepDataset
-    parent: PipelineRun
-    host: str
-    error: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PipelineEvent:
-    """One event of a pipeline run itself (the parent job of its step runs), for the sender
-    thread to turn into a ``RunEvent``: START when its run loop starts, then one of COMPLETE,
-    FAIL or ABORT when the loop ends."""
-
-    state: str
-    time: str
-    job_namespace: str
-    pipeline: PipelineRun
-    host: str
-    steps: int
-    """The steps the run set out to build (its plan's ``to_build``)."""
-    error: str | None = None
 
 
 @dataclass(frozen=True)

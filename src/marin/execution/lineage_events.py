@@ -21,7 +21,7 @@ from openlineage.client.facet_v2 import (
     parent_run,
 )
 
-from marin.execution.lineage import BuildEvent, PipelineEvent, StepDataset
+from marin.execution.lineage_model import BuildEvent, PipelineEvent, StepDataset
 
 PRODUCER = "https://github.com/marin-community/marin/tree/main/marin-execution"
 FACET_SCHEMA = "https://github.com/marin-community/marin/tree/main/marin-execution/docs/lineage.md"

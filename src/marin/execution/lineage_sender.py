@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from marin.execution.lineage import BuildEvent, PipelineEvent
+    from marin.execution.lineage_model import BuildEvent, PipelineEvent
 
 log = logging.getLogger("marin")
 
