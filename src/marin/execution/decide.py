@@ -59,7 +59,7 @@ from marin.execution.errors import (
 from marin.execution.heap import frozen_heap
 from marin.execution.options import Policy as Policy  # declared with RunOptions; re-exported
 from marin.execution.options import resolve_force as resolve_force
-from marin.execution.output_digest import same_digest
+from marin.execution.output_value import same_digest
 from marin.execution.records import FAILED, RUNNING, ArtifactRecord, ForeignRecord
 from marin.execution.step_spec import StepSpec
 from marin.execution.vocabulary import Action, StoredStatus

@@ -24,7 +24,7 @@ from marin.execution import faults
 from marin.execution.atomic_file import TMP_MARK, write_file_atomically
 from marin.execution.code_digest import CodeDigest
 from marin.execution.names import METADATA_SUFFIX
-from marin.execution.output_digest import OutputDigest, is_output_digest
+from marin.execution.output_value import OutputDigest, is_output_digest
 from marin.execution.storage import (
     Location,
     durable,
