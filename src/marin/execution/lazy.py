@@ -40,12 +40,12 @@ from marin.execution.errors import (
     InvalidStepError,
 )
 from marin.execution.names import is_mutable_version, validate_name, validate_version
-from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT
 from marin.execution.provenance import collect_provenance
 from marin.execution.resources import NO_RESOURCES, Resources, parse_duration, parse_resources
 from marin.execution.step_spec import StepSpec, fingerprint_of, is_absolute_location
 from marin.execution.suggest import close_names
 
+# run, resolve, materialized_config: run_api's, served by ``__getattr__`` below.
 __all__ = [
     "OUT",
     "ArtifactStep",
@@ -53,10 +53,7 @@ __all__ = [
     "apply",
     "current_context",
     "lower",
-    "materialized_config",
     "register_fingerprint",
-    "resolve",
-    "run",
 ]
 
 
@@ -173,8 +170,15 @@ class ArtifactStep:
         return self.lower().data_url(resolve_prefix(prefix))
 
     def resolve(self, **kwargs: Any) -> Artifact:
-        """Build this handle (or serve it) and return its artifact: ``resolve(handle)``."""
-        return resolve(self, **kwargs)
+        """Build this handle (or serve it) and return its artifact: ``resolve(handle)``.
+
+        Raises what ``resolve`` raises. The runner sits above the handles: it is reached at call
+        time through the package's front door (``marin.execution``), never imported here.
+        """
+        import marin.execution
+
+        artifact: Artifact = marin.execution.resolve(self, **kwargs)
+        return artifact
 
     @classmethod
     def adopt(
@@ -953,55 +957,15 @@ def lower(
     return specs if many else specs[0]
 
 
-# --- running ---------------------------------------------------------------------------------
+# relayout: public re-exports begin (tools/relayout.py moves these to the thin lazy.py)
+def __getattr__(name: str) -> Any:
+    """``run``, ``resolve`` and ``materialized_config`` at Marin's import path, imported when
+    first asked for: they live in ``run_api`` (above the handles, which they lower and run)."""
+    if name in ("run", "resolve", "materialized_config"):
+        from marin.execution import run_api
+
+        return getattr(run_api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def run(
-    *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
-    prefix: str | None = None,
-    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
-    on_drift: str = DEFAULT_ON_DRIFT,
-    force: Iterable[str] = (),
-    keep_going: bool = False,
-    dry_run: bool = False,
-    region: str | None = None,
-    force_run_failed: bool = True,
-) -> list[Artifact]:
-    """Lower and build ``handles``; return one artifact per handle, in order.
-
-    ``force_run_failed=False``: a needed step whose last attempt failed is not retried; the
-    run fails (``FailedBeforeError``) naming it, before anything is built.
-    """
-    from marin.execution.step_runner import StepRunner
-
-    items, _ = _flatten(handles)
-    specs = _lower_all(items, None)
-    runner = StepRunner(
-        max_concurrent=max_concurrent, prefix=prefix, on_drift=on_drift, region=region
-    )
-    report = runner.run(
-        specs,
-        dry_run=dry_run,
-        keep_going=keep_going,
-        force=tuple(force),
-        force_run_failed=force_run_failed,
-    )
-    return [report.artifact(spec) for spec in specs]
-
-
-def resolve(handle: ArtifactStep | StepSpec, **kwargs: Any) -> Artifact:
-    """Build one handle and return its artifact: ``run(handle)[0]``."""
-    return run(handle, **kwargs)[0]
-
-
-def materialized_config(handle: ArtifactStep | StepSpec, prefix: str) -> Any:
-    """The config a run under ``prefix`` would hand ``run`` (for golden tests); runs nothing.
-
-    The context is the one a build gets (paths under ``prefix``, the handle's runtime args),
-    with no region and no devices.
-    """
-    from marin.execution.build import run_context
-    from marin.execution.storage import open_prefix
-
-    spec = handle if isinstance(handle, StepSpec) else handle.lower()
-    return spec.build_config(run_context(spec, open_prefix(prefix)))
+# relayout: public re-exports end
