@@ -45,11 +45,9 @@ def _outside_roots() -> tuple[str, ...]:
     with contextlib.suppress(AttributeError):  # some virtualenv builds have no getsitepackages
         roots.update(site.getsitepackages())
     roots.add(site.getusersitepackages())
-    here = os.path.dirname(os.path.abspath(__file__))
-    roots.add(os.path.dirname(here))  # the marin package
-    for adapter in ("marin_airflow", "marin_prefect"):
+    for package in ("marin", "marin_airflow", "marin_prefect"):  # the engine and its adapters
         try:
-            spec = importlib.util.find_spec(adapter)
+            spec = importlib.util.find_spec(package)
         except (ImportError, ValueError):
             spec = None
         for location in (spec.submodule_search_locations or []) if spec else []:

@@ -110,7 +110,8 @@ def _is_machinery(filename: str, engine: str) -> bool:
 
 def _user_frames(exc: BaseException, files: tuple[str, ...]) -> list[traceback.FrameSummary]:
     """The frames of ``exc``'s traceback outside the engine and the import machinery."""
-    engine = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    # the marin package's folder (imported before any of its modules), at any depth of this one
+    engine = os.path.dirname(os.path.abspath(sys.modules["marin"].__file__ or "")) + os.sep
     frames = [
         frame
         for frame in traceback.extract_tb(exc.__traceback__)
