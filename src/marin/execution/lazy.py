@@ -45,7 +45,7 @@ from marin.execution.resources import NO_RESOURCES, Resources, parse_duration, p
 from marin.execution.step_spec import StepSpec, fingerprint_of, is_absolute_location
 from marin.execution.suggest import close_names
 
-# run, resolve, materialized_config: run_api's, served by ``__getattr__`` below.
+# relayout: run, resolve and materialized_config are run_api's (the __getattr__ below)
 __all__ = [
     "OUT",
     "ArtifactStep",
