@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import io
 import re
 import shutil
 import subprocess
 import sys
 import textwrap
+import tokenize
 from pathlib import Path
 
 PKG = "marin.execution"
@@ -244,7 +246,11 @@ def thin_exports(old: str) -> dict[str, list[str]]:
 
 def thin_module(old: str) -> str:
     sources = thin_exports(old)
-    every = sorted(n for names in sources.values() for n in names)
+    # ruff's order for __all__ (RUF022): constants, then classes, then the rest
+    every = sorted(
+        (n for names in sources.values() for n in names),
+        key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n),
+    )
     where = " and ".join(f"``{PKG}.{m}``" for m in sources)
     doc = f"Marin's import path, a real module (not deprecated): the code is in {where}."
     lines = ['"""' + textwrap.fill(doc, 96) + '\n"""', "", THIN_MARK, ""]
@@ -262,7 +268,7 @@ def write_packages() -> list[Path]:
         init = EXEC / layer / "__init__.py"
         if init.exists():
             continue
-        text = f'"""The {layer} layer: {owns}."""\n'
+        text = '"""' + textwrap.fill(f"The {layer} layer: {owns}.", 96) + '\n"""\n'
         for old in SHADOWED:
             if old == layer:
                 text += shadow_forwarder(old)
@@ -300,24 +306,27 @@ def __getattr__(name: str) -> Any:
 '''
 
 
-def write_alias_table() -> Path:
+def write_alias_table() -> list[Path]:
     path = EXEC / "_moved.py"
     moved = sorted((old, new) for old, new in MOVES.items() if old not in THIN)
     rows = "".join(f'    "{PKG}.{old}": "{PKG}.{new}",\n' for old, new in moved)
     shadowed = ", ".join(f'"{PKG}.{old}"' for old in sorted(SHADOWED))
     template = (Path(__file__).parent / "moved_template.py").read_text()
     text = template.replace("    # ROWS\n", rows).replace('"__SHADOWED__"', shadowed)
+    written = []
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
         git("add", str(path))
         print(f"wrote   {path} ({rows.count(chr(10))} old names)")
+        written.append(path)
     init = EXEC / "__init__.py"
     hook = "from marin.execution import _moved  # noqa: E402  old paths, for one release\n"
     text = init.read_text()
     if hook not in text:
         init.write_text(text.rstrip() + "\n\n" + hook + "\n_moved.install()\n")
         print(f"wrote   {init} (installs the old paths)")
-    return path
+        written.append(init)
+    return written
 
 
 # --- the import rewrite ------------------------------------------------------------------------
@@ -327,11 +336,14 @@ _SUBMODULES_OF = {
     for layer in LAYERS
 }
 _OLD = "|".join(OLD_NAMES)
-_DOTTED = re.compile(r"(?<![\w.])marin\.execution\.(" + _OLD + r")(?!\w)((?:\.\w+)*)")
+# a dotted name anywhere (strings, docs, ``import x``), not a ``from x import`` (done above)
+_DOTTED = re.compile(
+    r"(?<![\w.])marin\.execution\.(" + _OLD + r")(?!\w)((?:\.\w+)*)(?![\w.])(?!\s+import\b)"
+)
 _PATHS = re.compile(r"(?<![\w/])marin/execution/(?:(" + _OLD + r")\.py(?!\w)|(lease)/)")
 _FROM = re.compile(r"^([ \t]*)from marin\.execution import (\([^)]*\)|[^\n]*)", re.M)
 _FROM_MOD = re.compile(
-    r"^([ \t]*)from marin\.execution\.(\w+)((?:\.\w+)*) import ([^\n(]*|\([^)]*\))", re.M
+    r"^([ \t]*)from marin\.execution\.(\w+)((?:\.\w+)*) import (\([^)]*\)|[^\n(]+)", re.M
 )
 
 
@@ -374,7 +386,7 @@ def _rewrite_dotted(match: re.Match[str], doc: bool) -> str:
 def _rewrite_from_package(match: re.Match[str], doc: bool) -> str:
     indent, clause = match.group(1), match.group(2)
     names = _names(clause)
-    if names is None:
+    if not names:
         return match.group(0)
     keep, lines = [], []
     for name, alias in names:
@@ -399,7 +411,7 @@ def _rewrite_from_module(match: re.Match[str], doc: bool, in_engine: bool) -> st
     if old not in MOVES:
         return match.group(0)
     names = _names(clause)
-    if names is None:
+    if not names:
         return match.group(0)
     if old in SHADOWED and not sub and all(n in _SUBMODULES_OF[old] for n, _ in names):
         return match.group(0)  # the new package's own modules
@@ -415,6 +427,8 @@ def _rewrite_from_module(match: re.Match[str], doc: bool, in_engine: bool) -> st
         module = old if (name in public and not in_engine) else _target(old, name, False)
         assert module is not None
         groups.setdefault(module, []).append(name + (f" as {alias}" if alias else ""))
+    if list(groups) == [old]:
+        return match.group(0)  # Marin's public names, at Marin's path
     return "\n".join(
         f"{indent}from {PKG}.{m} import {', '.join(ns)}" for m, ns in sorted(groups.items())
     )
@@ -440,6 +454,46 @@ def rewrite_text(text: str, doc: bool, in_engine: bool) -> str:
     return _rewrite_paths(text)
 
 
+def _prose_lines(text: str) -> set[int]:
+    """The (0-based) lines of ``text`` inside a docstring or a comment: safe to re-wrap."""
+    lines: set[int] = set()
+    previous = tokenize.NEWLINE
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            docstring = tok.type == tokenize.STRING and previous in (
+                tokenize.NEWLINE,
+                tokenize.INDENT,
+                tokenize.DEDENT,
+                tokenize.NL,
+            )
+            whole_line_comment = tok.type == tokenize.COMMENT and tok.line.lstrip()[:1] == "#"
+            if docstring or whole_line_comment:
+                lines.update(range(tok.start[0] - 1, tok.end[0]))
+            if tok.type not in (tokenize.COMMENT, tokenize.NL):
+                previous = tok.type
+    except (tokenize.TokenError, SyntaxError):
+        return set()
+    return lines
+
+
+def wrap_long_prose(text: str, before: str, limit: int = 100) -> str:
+    """Break a docstring or comment line that a longer module name pushed past ``limit`` (a
+    line that was long ``before`` the rewrite is left as it was)."""
+    prose, out = _prose_lines(text), []
+    old = set(before.split("\n"))
+    for number, line in enumerate(text.split("\n")):
+        while number in prose and line not in old and len(line) > limit and " " in line.strip():
+            cut = line.rfind(" ", 0, limit + 1)
+            indent = len(line) - len(line.lstrip())
+            if cut <= indent:
+                break
+            lead = line[:indent] + ("# " if line.lstrip().startswith("#") else "")
+            out.append(line[:cut].rstrip())
+            line = lead + line[cut + 1 :]
+        out.append(line)
+    return "\n".join(out)
+
+
 def candidate_files() -> list[Path]:
     files: list[Path] = []
     for folder in CODE_DIRS + DOC_DIRS:
@@ -456,6 +510,8 @@ def rewrite_all() -> list[Path]:
         doc = path.suffix == ".md" or path.parts[0] in DOC_DIRS
         in_engine = str(path).startswith(str(EXEC)) or path.parts[0] == "adapters"
         new = rewrite_text(text, doc, in_engine)
+        if path.suffix == ".py" and new != text:
+            new = wrap_long_prose(new, text)
         if new != text:
             path.write_text(new)
             touched.append(path)
@@ -464,14 +520,17 @@ def rewrite_all() -> list[Path]:
 
 
 def tidy(paths: list[Path]) -> None:
+    """Sort the rewritten imports; format the touched engine code (as the project formats it:
+    ``ruff format src adapters``, so that a test's other lines are left as they are)."""
     py = [str(p) for p in paths if p.suffix == ".py"]
-    if not py:
-        return
+    engine = [p for p in py if p.startswith(("src/", "adapters/"))]
     found = shutil.which("ruff")
     ruff = [found] if found else [sys.executable, "-m", "ruff"]
-    subprocess.run([*ruff, "check", "--fix", "--select", "I", "--quiet", *py], check=True)
-    subprocess.run([*ruff, "format", "--quiet", *py], check=True)
-    print(f"ruff    import order and format on {len(py)} files")
+    if py:
+        subprocess.run([*ruff, "check", "--fix", "--select", "I", "--quiet", *py], check=True)
+    if engine:
+        subprocess.run([*ruff, "format", "--quiet", *engine], check=True)
+    print(f"ruff    import order on {len(py)} files, format on {len(engine)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -490,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         for old, src, dst in todo:
             move(old, src, dst)
-        touched = [*THIN_WRITTEN, *write_packages(), write_alias_table(), EXEC / "__init__.py"]
+        touched = [*THIN_WRITTEN, *write_packages(), *write_alias_table()]
         touched += rewrite_all()
         tidy(touched)
     except (RelayoutError, subprocess.CalledProcessError) as exc:
