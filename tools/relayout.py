@@ -3,7 +3,9 @@
 Run from the repository's root, on a clean tree::
 
     python tools/relayout.py            # move, rewrite imports, write the alias table
-    python tools/relayout.py --check    # say what it would do, change nothing
+    python tools/relayout.py --check    # say what would move, change nothing
+
+Then commit what it did (``git add -A``): it stages the moves and the files it writes.
 
 It is idempotent: a module already at its new path is left there, and the import rewrite only
 touches old names, so running it again after another branch merges (bringing old imports back)
@@ -116,6 +118,7 @@ SKIP = {
     "src/marin/execution/_moved.py",  # the old names themselves
     "tests/test_moved_modules.py",  # written for the new layout: it names old paths on purpose
     "tests/test_layering.py",
+    "tests/test_relayout.py",  # its inputs are old names
 }
 
 OLD_NAMES = sorted(MOVES, key=len, reverse=True)
@@ -237,7 +240,8 @@ def _public_names(path: Path) -> list[str]:
 def thin_exports(old: str) -> dict[str, list[str]]:
     """The names a thin module re-exports, by the module they come from."""
     sources: dict[str, list[str]] = {}
-    for name in _public_names(_path(MOVES[old])):
+    moved = _path(MOVES[old])
+    for name in _public_names(moved if moved.exists() else _old_path(old)):
         sources.setdefault(MOVES[old], []).append(name)
     for name, new in SPLIT_NAMES.get(old, {}).items():
         sources.setdefault(new, []).append(name)
@@ -340,7 +344,7 @@ _OLD = "|".join(OLD_NAMES)
 _DOTTED = re.compile(
     r"(?<![\w.])marin\.execution\.(" + _OLD + r")(?!\w)((?:\.\w+)*)(?![\w.])(?!\s+import\b)"
 )
-_PATHS = re.compile(r"(?<![\w/])marin/execution/(?:(" + _OLD + r")\.py(?!\w)|(lease)/)")
+_PATHS = re.compile(r"(?<!\w)marin/execution/(?:(" + _OLD + r")\.py(?!\w)|(lease)/)")
 _FROM = re.compile(r"^([ \t]*)from marin\.execution import (\([^)]*\)|[^\n]*)", re.M)
 _FROM_MOD = re.compile(
     r"^([ \t]*)from marin\.execution\.(\w+)((?:\.\w+)*) import (\([^)]*\)|[^\n(]+)", re.M
@@ -410,16 +414,14 @@ def _rewrite_from_module(match: re.Match[str], doc: bool, in_engine: bool) -> st
     indent, old, sub, clause = match.groups()
     if old not in MOVES:
         return match.group(0)
-    names = _names(clause)
-    if not names:
-        return match.group(0)
-    if old in SHADOWED and not sub and all(n in _SUBMODULES_OF[old] for n, _ in names):
+    names = _names(clause)  # None: not plain names (inline code in a doc, say)
+    if old in SHADOWED and not sub and names and all(n in _SUBMODULES_OF[old] for n, _ in names):
         return match.group(0)  # the new package's own modules
     if sub or old not in THIN:
         if old in SHADOWED and sub and sub.split(".")[1] in _SUBMODULES_OF[old]:
             return match.group(0)
         return f"{indent}from {PKG}.{MOVES[old]}{sub} import {clause}"
-    if doc:
+    if doc or not names:
         return match.group(0)
     public = {n for ns in thin_exports(old).values() for n in ns}
     groups: dict[str, list[str]] = {}
@@ -536,9 +538,21 @@ def tidy(paths: list[Path]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="say what would move; change nothing")
+    parser.add_argument(
+        "--allow-dirty", action="store_true", help="run on a tree with uncommitted changes"
+    )
     args = parser.parse_args(argv)
     if not EXEC.is_dir():
         print(f"error: no {EXEC} here: run from the repository's root", file=sys.stderr)
+        return 2
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    if dirty and not (args.allow_dirty or args.check):
+        print("error: uncommitted changes (commit them, or --allow-dirty)", file=sys.stderr)
         return 2
     try:
         check_flat_folder()
