@@ -86,10 +86,13 @@ for w in caught:
 
 def test_marin_paths_export_the_moved_objects() -> None:
     from marin.execution import lazy, step_runner, step_spec
-    from marin.execution.pipeline import handles
-    from marin.execution.pipeline import step_spec as spec_module
-    from marin.execution.run import api, runner
 
+    new = importlib.import_module
+    handles, api = new("marin.execution.pipeline.handles"), new("marin.execution.run.api")
+    runner, spec_module = (
+        new("marin.execution.run.runner"),
+        new("marin.execution.pipeline.step_spec"),
+    )
     assert lazy.ArtifactStep is handles.ArtifactStep and lazy.run is api.run
     assert step_runner.StepRunner is runner.StepRunner
     assert step_spec.StepSpec is spec_module.StepSpec
