@@ -84,6 +84,10 @@ def test_the_engine_imports_the_implementation_and_docs_keep_marin_paths() -> No
     assert relayout.rewrite_text(doc, doc=True, in_engine=False) == (
         "see `marin.execution.store.location` and src/marin/execution/run/loop.py"
     )
+    inline = "call `from marin.execution.context import current_context`."
+    assert relayout.rewrite_text(inline, doc=True, in_engine=False) == (
+        "call `from marin.execution.pipeline.context import current_context`."
+    )
 
 
 def test_the_new_build_package_is_not_taken_for_the_old_module() -> None:

@@ -341,9 +341,7 @@ _SUBMODULES_OF = {
 }
 _OLD = "|".join(OLD_NAMES)
 # a dotted name anywhere (strings, docs, ``import x``), not a ``from x import`` (done above)
-_DOTTED = re.compile(
-    r"(?<![\w.])marin\.execution\.(" + _OLD + r")(?!\w)((?:\.\w+)*)(?![\w.])(?!\s+import\b)"
-)
+_DOTTED = re.compile(r"(?<![\w.])marin\.execution\.(" + _OLD + r")(?!\w)((?:\.\w+)*)(?![\w.])")
 _PATHS = re.compile(r"(?<!\w)marin/execution/(?:(" + _OLD + r")\.py(?!\w)|(lease)/)")
 _FROM = re.compile(r"^([ \t]*)from marin\.execution import (\([^)]*\)|[^\n]*)", re.M)
 _FROM_MOD = re.compile(
@@ -377,6 +375,9 @@ def _target(old: str, attr: str | None, doc: bool) -> str | None:
 
 
 def _rewrite_dotted(match: re.Match[str], doc: bool) -> str:
+    line_start = match.string.rfind("\n", 0, match.start()) + 1
+    if match.string[line_start : match.start()].strip() == "from":
+        return match.group(0)  # a from-import statement: done by _rewrite_from_module
     old, rest = match.group(1), match.group(2)
     attrs = [a for a in rest.split(".") if a]
     if old in SHADOWED and attrs and attrs[0] in _SUBMODULES_OF[old]:
