@@ -90,6 +90,7 @@ MOVES: dict[str, str] = {
     "lineage_model": "build.lineage.model",
     "lineage_sender": "build.lineage.sender",
     "lineage_events": "build.lineage.openlineage",
+    "lineage_http": "build.lineage.http",
     "artifact_names": "build.lineage.names",
     # run/
     "scheduler": "run.scheduler",
