@@ -220,3 +220,9 @@ class Deferred(Exception):
         self.step_id = step_id
         self.holder = holder
         self.expires_at = expires_at
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as ``Type: message`` on one line of at most about 300 characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:300]}"

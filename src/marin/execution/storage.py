@@ -43,7 +43,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
 
-from marin.execution.errors import StorageError, SymlinkError
+from marin.execution.errors import StorageError, SymlinkError, one_line
 from marin.execution.ids import jitter
 from marin.execution.prefix_policy import check_prefix
 
@@ -512,8 +512,6 @@ def open_prefix(prefix: str | None = None) -> Location:
             "use a local path, memory://, gs://bucket/path or s3://bucket/path",
         ) from exc
     except OSError as exc:  # a file system that connects when made (ftp://, sftp://)
-        from marin.execution.storage_probe import one_line
-
         raise StorageError(
             f"storage for {url} cannot be reached: {one_line(exc)}",
             "check the network, the host and the port, then run again",

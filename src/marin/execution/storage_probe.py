@@ -14,7 +14,7 @@ import os
 import threading
 from typing import Any
 
-from marin.execution.errors import StorageError
+from marin.execution.errors import StorageError, one_line
 from marin.execution.storage import Location
 
 PROBE_TIMEOUT_ENV = "MARIN_STORAGE_PROBE_TIMEOUT"
@@ -75,12 +75,6 @@ def describe_access(location: Location) -> str:
         creds = f"credentials from {source}" if source else f"credentials: {method or 'default'}"
         return f"endpoint {endpoint}, {creds}"
     return f"the {protocol}:// file system ({type(fs).__name__})"
-
-
-def one_line(exc: BaseException) -> str:
-    """``exc`` as ``Type: message`` on one line of at most about 300 characters."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return f"{type(exc).__name__}: {text[:300]}"
 
 
 def probe_prefix(location: Location, timeout: float | None = None) -> None:
