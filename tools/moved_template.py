@@ -38,12 +38,17 @@ def new_name(old: str) -> str | None:
 
 
 def _caller_level() -> int:
-    """The ``stacklevel`` of the first frame outside the import machinery and this module."""
+    """The ``stacklevel`` of the first frame outside the import machinery and this module.
+
+    ``warnings`` itself skips the frames of ``importlib._bootstrap`` when it counts, so those
+    are not counted here either."""
     frame, level = sys._getframe(1), 1
     while frame.f_back is not None and (
         "importlib" in frame.f_code.co_filename or frame.f_code.co_filename == __file__
     ):
-        frame, level = frame.f_back, level + 1
+        frame = frame.f_back
+        name = frame.f_code.co_filename
+        level += 0 if "importlib" in name and "_bootstrap" in name else 1
     return level
 
 
