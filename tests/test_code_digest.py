@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from marin.execution import code_digest as cd
 from marin.execution.code_digest import CodeDigest, code_digest
 from marin.execution.code_drift import code_drifted, explain_code_drift
-from marin.execution.code_source import is_project_file
+from marin.execution.code_source import is_project_module
 from marin.execution.lazy import OUT, apply
 
 
@@ -222,11 +222,12 @@ def test_installed_packages_and_the_standard_library_are_not_followed(project: P
     )
     digest = code_digest(modules["pipe"].write)
     assert [p.name for p in digest.parts] == ["write"]
-    assert not is_project_file(json.__file__)
-    assert fsspec.__file__ is not None and not is_project_file(fsspec.__file__)
-    assert not is_project_file(cd.__file__)  # the engine itself
-    assert is_project_file(str(project.root / "v1" / "pipe.py"))
-    assert not is_project_file("<string>")
+    assert not is_project_module("json", json.__file__)
+    assert fsspec.__file__ is not None and not is_project_module("fsspec", fsspec.__file__)
+    assert not is_project_module(cd.__name__, cd.__file__)  # the engine itself
+    pipe = modules["pipe"]
+    assert pipe.__file__ is not None and is_project_module(pipe.__name__, pipe.__file__)
+    assert not is_project_module("made", "<string>")
 
 
 def test_unknown_is_said_never_guessed(project: Project) -> None:
