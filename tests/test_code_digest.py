@@ -755,3 +755,79 @@ def test_a_package_from_a_checkout_and_from_its_installed_wheel_digest_alike(
         for name in [m for m in sys.modules if m.split(".")[0] == "tinypkg"]:
             del sys.modules[name]
         cd.clear_cache()
+
+
+CLI_PIPELINE = """\
+import types
+
+import lazy_object_proxy
+
+from dispatch import dispatch
+from fifo_helper import scale
+from marin.execution.lazy import OUT, apply
+
+
+def _load_model():
+    open({marker!r}, "w").close()  # a side effect that must never happen while planning
+    return types.SimpleNamespace(size=1)
+
+
+MODEL = lazy_object_proxy.Proxy(_load_model)
+
+
+def first(x, out_path):
+    return dispatch(x) + scale(x)
+
+
+def second(x, out_path):
+    return scale(x) + MODEL.size
+
+
+pipeline = [
+    apply("cd/first", first, version="v1", x=1, out_path=OUT),
+    apply("cd/second", second, version="v1", x=2, out_path=OUT),
+]
+"""
+
+
+def marin_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "marin.cli", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_marin_plan_run_and_export_work_with_one_warning(tmp_path: Path) -> None:
+    """A 600-branch helper, a lazy proxy whose factory fails, and a helper whose ``.py`` is a
+    FIFO (its code imported from a ``.pyc`` beside it)."""
+    import py_compile
+
+    folder = tmp_path / "pipeline"
+    folder.mkdir()
+    marker = tmp_path / "the-factory-ran"
+    (folder / "dispatch.py").write_text(elif_chain(600))
+    helper = folder / "fifo_helper.py"
+    helper.write_text("def scale(x):\n    return 3 * x\n")
+    py_compile.compile(str(helper), cfile=str(folder / "fifo_helper.pyc"), doraise=True)
+    helper.unlink()
+    os.mkfifo(helper)  # its code names it as its source; reading it would block forever
+    (folder / "pipe.py").write_text(CLI_PIPELINE.format(marker=str(marker)))
+    target, prefix = f"{folder / 'pipe.py'}:pipeline", str(tmp_path / "prefix")
+
+    def marin_ok(*args: str) -> None:
+        done = marin_cli(*args, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        warnings = [line for line in done.stderr.splitlines() if "code digest" in line]
+        assert len(warnings) == 1, done.stderr  # once per run, not once per step
+        assert "fifo_helper.py is not a regular file" in warnings[0]
+        assert "Traceback" not in done.stderr
+
+    policies = ("warn", "rebuild", "error")
+    for policy in policies:
+        marin_ok("plan", target, "--prefix", prefix, "--on-code-drift", policy)
+    marin_ok("export", "airflow", target, "--output", str(tmp_path / "dags"))
+    assert not marker.exists()  # the proxy's factory never ran while planning
+    for policy in policies:  # the steps' records now hold their code digests
+        marin_ok("run", target, "--prefix", prefix, "--on-code-drift", policy)
+        marin_ok("plan", target, "--prefix", prefix, "--on-code-drift", policy)
+    assert marker.exists()  # running a step resolves the proxy, as it should
