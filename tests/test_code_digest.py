@@ -663,6 +663,9 @@ def test_a_fifo_named_py_is_unknown_with_one_warning_never_read(
         while not done.wait(0.05):  # code that opened the FIFO: let each open() return
             with contextlib.suppress(OSError):  # ENXIO: no reader waiting at this moment
                 os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        path.unlink()  # tools that read every loaded module's file (Hypothesis) must not block
+        for module in modules.values():
+            sys.modules.pop(module.__name__, None)
     step, helper = found
     assert step.digest is not None
     assert [u.split(" ", 1)[0] for u in step.unseen] == ["tokenize", "weight"]

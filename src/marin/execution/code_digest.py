@@ -8,9 +8,13 @@ like config drift. It never enters a path or a fingerprint.
 
 - **Normalised**: comments, docstrings, formatting and line numbers do not count; the serialiser
   skips empty fields, so the digest does not move between Python versions that only add fields.
-- **Same project** is decided by file location: a ``.py`` file that is not under the standard
-  library, any ``site-packages``/``dist-packages`` folder or the engine's own packages. Installed
-  packages are not followed (their version is the environment's business, not the pipeline's).
+- **Same project** is decided by module name (``code_source.is_project_module``), never by
+  where the module was imported from: not the standard library, not the engine, not a package
+  of an installed distribution other than the project's own. Installed libraries are not
+  followed (their version is the environment's business, not the pipeline's).
+- **Advisory**: it never raises, blocks or runs user code (types are read with ``type()``,
+  attributes from namespaces, never through ``getattr``: a lazy proxy stays unresolved); a
+  part that cannot be digested is unknown, with one warning.
 - **Module-level constants** a function reads (``SCALE = 3`` at the top of its module) count
   when the source assigns them a literal; a name assigned anything else is run-time data.
 - **Unknown** is said, never guessed: a builtin, a function made at run time (``exec``, a
@@ -56,8 +60,10 @@ from marin.execution.code_source import (
     warn_once,
 )
 
-SCHEME = "ast1"
-"""Stored with every digest; a record of another scheme compares as unknown, never as drift."""
+SCHEME = "ast2"
+"""Stored with every digest; a record of another scheme compares as unknown, never as drift.
+``ast2``: which callees are followed is decided by module name (``ast1``: by file location),
+so an ``ast1`` record of code that is now followed must not read as drift."""
 _STATEMENT_CHARS = 12
 _MAX_PARTS = 10_000
 _MAX_TEXT = 1_000

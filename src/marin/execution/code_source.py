@@ -41,9 +41,14 @@ def _normalise(distribution: str) -> str:
     return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
-@functools.cache
 def _installed() -> dict[str, frozenset[str]]:
     """Top-level module name -> the (normalised) installed distributions that provide it."""
+    return _installed_on(tuple(sys.path))
+
+
+@functools.lru_cache(maxsize=4)
+def _installed_on(path: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    """What ``_installed`` answers for one ``sys.path`` (the distributions found on it)."""
     try:
         found = importlib.metadata.packages_distributions()
     except Exception:  # a broken distribution's metadata: nothing is known to be installed
@@ -51,11 +56,12 @@ def _installed() -> dict[str, frozenset[str]]:
     return {top: frozenset(_normalise(d) for d in dists) for top, dists in found.items()}
 
 
-@functools.cache
-def _own_distributions() -> frozenset[str]:
-    """The project's own distribution: ``[project] name`` of the ``pyproject.toml`` nearest the
-    working folder, if any (installed as a wheel in CI, it is still the project's code)."""
-    root = _project_root(os.path.abspath(os.getcwd()))
+@functools.lru_cache(maxsize=16)
+def _own_distributions(folder: str) -> frozenset[str]:
+    """The project's own distribution: ``[project] name`` of the ``pyproject.toml`` nearest
+    ``folder`` (the working folder), if any: installed as a wheel in CI, it is still the
+    project's code."""
+    root = _project_root(folder)
     path = os.path.join(root, "pyproject.toml") if root else ""
     try:
         with open(path, "rb") as f:
@@ -80,7 +86,7 @@ def is_project_module(module: str, filename: str) -> bool:
     if not top or top in sys.stdlib_module_names or top in _ENGINE:
         return False
     providers = _installed().get(top)
-    return not providers or bool(providers & _own_distributions())
+    return not providers or bool(providers & _own_distributions(os.path.abspath(os.getcwd())))
 
 
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -422,6 +428,5 @@ def clear_source_cache() -> None:
     """Forget every parsed file and project answer (tests that move files use it)."""
     _INDEX.clear()
     is_project_module.cache_clear()
-    _installed.cache_clear()
-    _own_distributions.cache_clear()
+    _project_root.cache_clear()
     display_path.cache_clear()

@@ -10,6 +10,7 @@ that is not certain makes the digest **unknown** (no cutoff, the cascade happens
   cannot hide a change there, nor make Marin read a file it was not given. Files are opened
   with ``O_NOFOLLOW`` so a link swapped in after the listing is not read either; FIFOs, sockets
   and devices count by their kind, never opened.
+  A sparse file's holes are hashed by their length, never read.
 - **Object stores** use the checksums the store already keeps, from one literal listing
   (``fs.find(path, detail=True)``): S3's ``ETag``, GCS's ``md5Hash`` (else ``crc32c``: 32 bits,
   so two different contents of one size match by chance once in four billion), with each
