@@ -12,6 +12,7 @@ import contextlib
 import functools
 import importlib.util
 import json
+import linecache
 import os
 import subprocess
 import sys
@@ -695,6 +696,19 @@ def test_a_part_that_fails_is_unknown_with_one_warning(
     warnings = [r.getMessage() for r in caplog.records if "code digest" in r.getMessage()]
     assert warnings == ["code digest: tokenize: its digest failed (RecursionError); "
                         "code drift is not checked there"]  # fmt: skip
+
+
+def test_a_notebook_cell_registered_in_linecache_is_digested() -> None:
+    filename = f"/nonexistent/ipykernel_{uuid.uuid4().hex[:8]}/cell.py"  # as IPython names cells
+    source = "def cell_step(x):\n    return x + 1\n"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    try:
+        namespace: dict[str, Any] = {"__name__": "__main__"}
+        exec(compile(source, filename, "exec"), namespace)
+        digest = code_digest(namespace["cell_step"])
+        assert digest.digest is not None and [p.name for p in digest.parts] == ["cell_step"]
+    finally:
+        linecache.cache.pop(filename, None)
 
 
 def build_wheel(folder: Path, name: str, files: dict[str, str]) -> Path:

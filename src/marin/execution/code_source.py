@@ -86,7 +86,11 @@ def is_project_module(module: str, filename: str) -> bool:
     if not top or top in sys.stdlib_module_names or top in _ENGINE:
         return False
     providers = _installed().get(top)
-    return not providers or bool(providers & _own_distributions(os.path.abspath(os.getcwd())))
+    try:
+        here = os.getcwd()
+    except OSError:  # the working folder was deleted: no project of its own
+        return not providers
+    return not providers or bool(providers & _own_distributions(here))
 
 
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -221,62 +225,82 @@ _MAX_SOURCE = 16 << 20
 _INDEX: dict[str, tuple[tuple[int, ...], SourceIndex | str]] = {}
 
 
-def _read_source(filename: str) -> tuple[tuple[int, ...], str | None]:
-    """``(version, text)`` of a regular file, read without ever blocking; text None if there
-    is none to read. A FIFO, a device or a folder is never opened for reading (a FIFO named
-    ``x.py`` would block a plan forever); the version (inode, size, modification time) tells
-    an edit. A file not on disk may be a notebook cell IPython put in ``linecache``: its lines
-    are read from there (a plain dict; no loader is asked, so no import hook runs)."""
+def _read_source(
+    filename: str, known: tuple[int, ...] | None
+) -> tuple[tuple[int, ...], str | None]:
+    """``(version, text)`` of a regular file, read without ever blocking; text None when it
+    is still at version ``known`` (not read again) or there is none to read. A FIFO, a device
+    or a folder is never opened for reading (a FIFO named ``x.py`` would block a plan forever);
+    the version (device, inode, size, modification time) tells an edit. A file not on disk may
+    be a notebook cell IPython put in ``linecache``: its lines are read from there (a plain
+    dict; no loader is asked, so no import hook runs)."""
     try:
         st = os.stat(filename)
     except OSError:
-        cached = linecache.cache.get(filename)
-        lines = cached[2] if isinstance(cached, tuple) and len(cached) == 4 else None
-        ok = isinstance(lines, list) and all(isinstance(line, str) for line in lines)
-        return (), "".join(lines) if ok and lines else None
+        return (), _registered_lines(filename)
+    _check_regular(filename, st)
+    if _version(st) == known:
+        return _version(st), None
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    with open(os.open(filename, flags), "rb", closefd=True) as f:
+        opened = os.fstat(f.fileno())
+        _check_regular(filename, opened)  # swapped for something else after the stat
+        data = f.read(_MAX_SOURCE + 1)
+    _check_regular(filename, opened, len(data))
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return _version(opened), data.decode(encoding)
+
+
+def _registered_lines(filename: str) -> str | None:
+    """The source IPython registered in ``linecache`` for a cell (modification time None);
+    a deleted file's stale lines are not used."""
+    cached: Any = linecache.cache.get(filename)
+    if not (isinstance(cached, tuple) and len(cached) == 4 and cached[1] is None):
+        return None
+    lines = cached[2]
+    ok = isinstance(lines, list) and all(isinstance(line, str) for line in lines)
+    return "".join(lines) if ok and lines else None
+
+
+def _version(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _check_regular(filename: str, st: os.stat_result, size: int | None = None) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise _Problem(f"{display_path(filename)} is not a regular file")
-    if st.st_size > _MAX_SOURCE:
+    if (st.st_size if size is None else size) > _MAX_SOURCE:
         raise _Problem(f"{display_path(filename)} is larger than {_MAX_SOURCE >> 20} MiB")
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(filename, flags)
-    with open(fd, "rb", closefd=True) as f:
-        opened = os.fstat(f.fileno())
-        if not stat.S_ISREG(opened.st_mode):  # swapped for something else after the stat
-            raise _Problem(f"{display_path(filename)} is not a regular file")
-        data = f.read(_MAX_SOURCE + 1)
-    if len(data) > _MAX_SOURCE:
-        raise _Problem(f"{display_path(filename)} is larger than {_MAX_SOURCE >> 20} MiB")
-    version = (opened.st_dev, opened.st_ino, opened.st_size, opened.st_mtime_ns)
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    return version, data.decode(encoding)
 
 
 def source_index(filename: str) -> SourceIndex | str:
     """The parsed file, once per version of it; a string says why there is none.
 
-    A file is parsed again only after an edit (its size, modification time or inode changed:
-    one ``stat``), so a long-lived process (an Airflow DAG processor, a notebook) that
-    re-imports a module digests the code it now runs.
+    A file is read and parsed again only after an edit (its size, modification time or inode
+    changed: one ``stat``), so a long-lived process (an Airflow DAG processor, a notebook)
+    that re-imports a module digests the code it now runs.
     """
+    known = _INDEX.get(filename)
     try:
-        version, text = _read_source(filename)
+        version, text = _read_source(filename, known[0] if known is not None else None)
     except _Problem as exc:
         warn_once(str(exc))
         return f"{exc}: not read"
     except (OSError, SyntaxError, LookupError, UnicodeDecodeError):
         version, text = (), None
-    known = _INDEX.get(filename)
     if known is not None and version and known[0] == version:
         return known[1]
     result: SourceIndex | str
     if text is None:
-        result = f"its source file {display_path(filename)} cannot be read (or is not a file)"
+        result = f"its source file {display_path(filename)} cannot be read"
     else:
         try:
             result = _index_tree(ast.parse(text, filename))
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+        except (SyntaxError, ValueError):
             result = f"its source file {display_path(filename)} does not parse"
+        except (RecursionError, MemoryError) as exc:  # nested past what the parser takes
+            result = f"its source file {display_path(filename)} is too deep to parse"
+            warn_once(f"{result} ({type(exc).__name__})")
     _INDEX[filename] = (version, result)
     return result
 
