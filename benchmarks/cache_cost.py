@@ -76,8 +76,8 @@ def code_digest_worker(n: int, lookups: int, reps: int) -> dict[str, Any]:
             warm.append(time.perf_counter() - t0)
         assert all(d.digest is not None and len(d.parts) == 2 for d in digests)
         assert len({d.digest for d in digests}) == n  # every function is its own code
-        # What lowering pays per step of a pipeline sharing one fn: the digest of each step's
-        # apply() call object, as ``lazy._spec_for`` asks for it (the function found behind it).
+        # What lowering pays per step of a pipeline sharing one fn: the digest of the function
+        # behind each step's apply() call object, as ``lazy._spec_for`` asks for it.
         from marin.execution.lazy import OUT, apply
 
         runs = [
@@ -86,7 +86,7 @@ def code_digest_worker(n: int, lookups: int, reps: int) -> dict[str, Any]:
         ]
         t0 = time.perf_counter()
         for run in runs:
-            cd.code_digest(run)
+            cd.code_digest(getattr(run, "wrapped_fn", run))
         lookup_s = time.perf_counter() - t0
         return {
             "n": n,

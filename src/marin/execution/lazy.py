@@ -732,9 +732,9 @@ def _spec_for(
         pin=handle.override_path,
         source=handle.adopt_source,
         pinned_fingerprint=expected is not None,
-        # Cached per function object (one parse per process); the digest finds the user's
-        # function behind apply()'s call object without touching the user's objects.
-        code=code_digest(handle.run),
+        # Cached per function object (one parse per process): apply()'s call object holds the
+        # user's function, the cache's key (``type() is``: never a user object's __class__).
+        code=code_digest(handle.run.fn if type(handle.run) is _ApplyCall else handle.run),
     )
     memo[("step", step_id)] = spec
     created.append(spec)
