@@ -474,10 +474,10 @@ class _ApplyCall:
     fn: Callable[..., Any]
     inputs: Mapping[str, Any]
     fixed: bool = False
-    wraps_field: ClassVar[str] = "fn"
-    """The field holding the user's code, for the code digest (which never calls a property)."""
     """The inputs are plain data (``_is_fixed``): the config cannot change after lowering, so
     the spec needs no ``_FingerprintGuard``."""
+    wraps_field: ClassVar[str] = "fn"
+    """The field holding the user's code, for the code digest (which never calls a property)."""
 
     @property
     def wrapped_fn(self) -> Callable[..., Any]:
