@@ -180,6 +180,41 @@ def test_a_digest_of_the_older_scheme_never_matches(tmp_path: Path) -> None:
     assert older.digest is None and not same_output(older, digest)
 
 
+def _bytes_read() -> int:
+    """The bytes this process passed through read()/pread() so far (Linux: /proc/self/io)."""
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("rchar:")).split()[1])
+
+
+def _sparse(path: str, size: int, data: dict[int, bytes]) -> None:
+    with open(path, "wb") as f:
+        f.truncate(size)  # a preallocated checkpoint: all hole but what is written
+        for offset, chunk in data.items():
+            f.seek(offset)
+            f.write(chunk)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="counts reads in /proc/self/io")
+def test_a_sparse_file_is_digested_without_reading_its_holes(tmp_path: Path) -> None:
+    location = open_prefix(str(tmp_path / "p"))
+    base = write_tree(location, "a/v1", {"data.txt": b"x"})
+    size, end = 6 << 30, (6 << 30) - (1 << 20)
+    _sparse(f"{base}/ckpt.bin", size, {0: b"head" * 1024, end: b"tail" * 1024})
+    with open(f"{base}/ckpt.bin", "rb") as f:
+        if os.lseek(f.fileno(), 0, getattr(os, "SEEK_HOLE", 0)) >= size:
+            pytest.skip("this file system does not report holes")
+    before = _bytes_read()
+    digest = output_digest(location, base)
+    assert _bytes_read() - before < 16 << 20  # the data extents, never 6 GiB of holes
+    assert digest.digest is not None and digest.bytes == size + 1
+    again = output_digest(location, base)
+    assert again.digest == digest.digest
+    _sparse(f"{base}/ckpt.bin", size, {0: b"head" * 1024, end: b"tail" * 1024, 3 << 30: b"!"})
+    assert output_digest(location, base).digest != digest.digest  # a byte in a hole counts
+    _sparse(f"{base}/ckpt.bin", size, {0: b"head" * 1024, end: b"tail" * 1023 + b"TAIL"})
+    assert output_digest(location, base).digest != digest.digest  # and one in a data extent
+
+
 class _NoReads:
     """Wraps a real object-store file system: listing works, reading any data fails."""
 

@@ -8,9 +8,13 @@ like config drift. It never enters a path or a fingerprint.
 
 - **Normalised**: comments, docstrings, formatting and line numbers do not count; the serialiser
   skips empty fields, so the digest does not move between Python versions that only add fields.
-- **Same project** is decided by file location: a ``.py`` file that is not under the standard
-  library, any ``site-packages``/``dist-packages`` folder or the engine's own packages. Installed
-  packages are not followed (their version is the environment's business, not the pipeline's).
+- **Same project** is decided by module name (``code_source.is_project_module``), never by
+  where the module was imported from: not the standard library, not the engine, not a package
+  of an installed distribution other than the project's own. Installed libraries are not
+  followed (their version is the environment's business, not the pipeline's).
+- **Advisory**: it never raises, blocks or runs user code (types are read with ``type()``,
+  attributes from namespaces, never through ``getattr``: a lazy proxy stays unresolved); a
+  part that cannot be digested is unknown, with one warning.
 - **Module-level constants** a function reads (``SCALE = 3`` at the top of its module) count
   when the source assigns them a literal; a name assigned anything else is run-time data.
 - **Unknown** is said, never guessed: a builtin, a function made at run time (``exec``, a
@@ -26,6 +30,7 @@ normalised syntax is comes from ``code_source.py``; comparing two digests, from
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import functools
 import re
@@ -35,7 +40,7 @@ import types
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from marin.execution.code_source import (
     References,
@@ -45,15 +50,20 @@ from marin.execution.code_source import (
     display_path,
     dump,
     first_line,
-    is_project_file,
+    is_project_module,
+    module_file,
     module_index,
+    module_namespace,
     sha,
     source_index,
     split_definition,
+    warn_once,
 )
 
-SCHEME = "ast1"
-"""Stored with every digest; a record of another scheme compares as unknown, never as drift."""
+SCHEME = "ast2"
+"""Stored with every digest; a record of another scheme compares as unknown, never as drift.
+``ast2``: which callees are followed is decided by module name (``ast1``: by file location),
+so an ``ast1`` record of code that is now followed must not read as drift."""
 _STATEMENT_CHARS = 12
 _MAX_PARTS = 10_000
 _MAX_TEXT = 1_000
@@ -219,18 +229,45 @@ class _Found:
     callees: tuple[Any, ...]
 
 
+# Reading a user object never runs its code: its type is read with ``type()`` (``isinstance``
+# falls back to ``obj.__class__``, which resolves a lazy proxy), and attributes come from the
+# C-level slots of functions, methods, partials and classes, never through ``getattr``.
+_TYPE_MODULE = type.__dict__["__module__"]
+_TYPE_QUALNAME = type.__dict__["__qualname__"]
+_TYPE_MRO = type.__dict__["__mro__"]
+_TYPE_DICT = type.__dict__["__dict__"]
+_PARTIAL_FUNC = functools.partial.__dict__["func"]
+
+
+def _is_class(obj: Any) -> bool:
+    return issubclass(type(obj), type)
+
+
+def _class_module(cls: type) -> str:
+    value = _TYPE_MODULE.__get__(cls, type)
+    return value if type(value) is str else ""
+
+
+def _static_attr(cls: type, attr: str) -> Any:
+    """``attr`` as the class (or a base) stores it: a descriptor is not called."""
+    for klass in _TYPE_MRO.__get__(cls, type):
+        namespace = _TYPE_DICT.__get__(klass, type)
+        if attr in namespace:
+            return namespace[attr]
+    return _MISSING
+
+
 def _unwrap(obj: Any) -> Any:
     """The function whose code runs behind a partial, a bound method or decorators (whose own
     names stay in the function's syntax, so a project decorator is still followed)."""
     for _ in range(100):  # a cycle of __wrapped__ ends somewhere
-        if isinstance(obj, functools.partial):
-            obj = obj.func
-        elif isinstance(obj, types.MethodType):
+        kind = type(obj)
+        if issubclass(kind, functools.partial):
+            obj = _PARTIAL_FUNC.__get__(obj, kind)
+        elif kind is types.MethodType:
             obj = obj.__func__
-        elif isinstance(obj, types.FunctionType) and isinstance(
-            getattr(obj, "__wrapped__", None), types.FunctionType
-        ):
-            obj = obj.__wrapped__  # type: ignore[attr-defined]
+        elif kind is types.FunctionType and type(obj.__dict__.get("__wrapped__")) is kind:
+            obj = obj.__dict__["__wrapped__"]
         else:
             break
     return obj
@@ -238,9 +275,16 @@ def _unwrap(obj: Any) -> Any:
 
 def _step_function(run: Any) -> Any:
     """The user's code behind a spec's ``run``: lowering's wrappers and ``apply()``'s call
-    object name it as ``wrapped_fn`` (as ``graph.fn_identity`` reads it)."""
+    object hold it in the field their class names in ``wraps_field`` (a function may name it
+    as ``wrapped_fn``, as ``graph.fn_identity`` reads it)."""
     for _ in range(100):
-        inner = getattr(run, "wrapped_fn", run) if not isinstance(run, type) else run
+        kind = type(run)
+        if kind is types.FunctionType:
+            inner = run.__dict__.get("wrapped_fn", run)
+        else:
+            name = _static_attr(kind, "wraps_field")
+            engine = _class_module(kind).startswith("marin.")
+            inner = object.__getattribute__(run, name) if engine and type(name) is str else run
         if inner is run:
             break
         run = inner
@@ -248,7 +292,7 @@ def _step_function(run: Any) -> Any:
 
 
 def _is_code(obj: Any) -> bool:
-    return isinstance(obj, types.FunctionType | type)
+    return type(obj) is types.FunctionType or _is_class(obj)
 
 
 def _callee(obj: Any) -> Any:
@@ -256,41 +300,41 @@ def _callee(obj: Any) -> Any:
     obj = _unwrap(obj)
     if _is_code(obj):
         return obj
-    if isinstance(obj, types.ModuleType | types.BuiltinFunctionType) or obj is None:
-        return None
     kind = type(obj)
-    if isinstance(kind, type) and kind.__module__ not in ("builtins", "types"):
+    if obj is None or issubclass(kind, types.ModuleType) or kind is types.BuiltinFunctionType:
+        return None
+    if _class_module(kind) not in ("builtins", "types"):
         return kind  # an instance (a configured model object): its class is its code
     return None
 
 
-def _module_file(obj: Any) -> tuple[str, Mapping[str, Any] | None]:
-    module = sys.modules.get(getattr(obj, "__module__", "") or "")
-    return (getattr(module, "__file__", None) or "", vars(module) if module else None)
+def _where(obj: Any) -> tuple[str, str, str, Mapping[str, Any]]:
+    """``(module name, file, qualified name, namespace)`` of a function or class."""
+    if type(obj) is types.FunctionType:
+        code = obj.__code__
+        module = obj.__module__
+        return (module if type(module) is str else "", code.co_filename, code.co_qualname,
+                obj.__globals__)  # fmt: skip
+    module = _class_module(obj)
+    found = sys.modules.get(module)
+    namespace = module_namespace(found) or {}
+    return module, module_file(found), _TYPE_QUALNAME.__get__(obj, type), namespace
 
 
 def _find(obj: Any) -> _Found | None:
     """The part of a function or class; None when it is not the project's (not followed)."""
-    if isinstance(obj, types.FunctionType):
-        code = obj.__code__
-        filename = code.co_filename
-        qualname = code.co_qualname
-        namespace: Mapping[str, Any] = obj.__globals__
-        closure = dict(
-            zip(code.co_freevars, (_cell(c) for c in obj.__closure__ or ()), strict=False)
-        )
-    else:
-        filename, module_globals = _module_file(obj)
-        qualname = obj.__qualname__
-        namespace = module_globals or {}
-        closure = {}
+    module, filename, qualname, namespace = _where(obj)
+    closure: dict[str, Any] = {}
+    if type(obj) is types.FunctionType:
+        cells = (_cell(c) for c in obj.__closure__ or ())
+        closure = dict(zip(obj.__code__.co_freevars, cells, strict=False))
     if filename.startswith("<"):
         return _Found(_unknown_part(qualname, filename, 0, f"defined at run time ({filename})"), ())
-    if not is_project_file(filename):
+    if not is_project_module(module, filename):
         return None
     file = display_path(filename)
-    first = obj.__code__.co_firstlineno if isinstance(obj, types.FunctionType) else 0
-    index = source_index(filename, namespace if isinstance(namespace, dict) else None)
+    first = obj.__code__.co_firstlineno if type(obj) is types.FunctionType else 0
+    index = source_index(filename)
     if isinstance(index, str):
         return _Found(_unknown_part(qualname, file, first, index), ())
     nodes = _nodes(obj, qualname, index)
@@ -330,7 +374,7 @@ def _unknown_part(name: str, file: str, line: int, reason: str) -> CodePart:
 def _nodes(obj: Any, qualname: str, index: SourceIndex) -> list[Any]:
     """The definition(s) of ``obj`` in its file. Several candidates (two lambdas on one line,
     a class defined in two branches) are hashed together: over-eager, never blind."""
-    if isinstance(obj, type):
+    if _is_class(obj):
         return list(index.classes.get(qualname, []))
     code = obj.__code__
     if qualname.endswith("<lambda>"):
@@ -363,13 +407,14 @@ def _resolve_all(
         owner_index: SourceIndex | None = index if head not in closure else None
         owner_name = head
         for attr in chain[1:]:
-            if isinstance(obj, types.ModuleType):
-                inner = vars(obj).get(attr, _MISSING)
+            members = module_namespace(obj)
+            if members is not None:
+                inner = members.get(attr, _MISSING)
                 if inner is _MISSING:
                     break
                 found = module_index(obj)
                 owner_index, owner_name, obj = found, attr, inner
-            elif isinstance(obj, type):
+            elif _is_class(obj):
                 inner = _static_attr(obj, attr)
                 if inner is _MISSING or not _is_code(_unwrap(inner)):
                     break
@@ -379,35 +424,80 @@ def _resolve_all(
         target = _callee(obj)
         if target is not None:
             callees.setdefault(id(target), target)
-        elif owner_index is not None and not isinstance(obj, types.ModuleType):
+        elif owner_index is not None and module_namespace(obj) is None:
             values = constant_source(owner_index, owner_name)
             if values:
                 constants.append(f"{'.'.join(chain)}=" + "|".join(values))
     return constants, list(callees.values())
 
 
-def _static_attr(cls: type, attr: str) -> Any:
-    for klass in cls.__mro__:
-        if attr in vars(klass):
-            return vars(klass)[attr]
-    return _MISSING
-
-
 # --- the digest ---------------------------------------------------------------------------------
 
+_V = TypeVar("_V")
+
+
+class _ByObject(Generic[_V]):
+    """A cache keyed by an object's identity that does not keep it alive (a
+    ``WeakKeyDictionary`` would hash the key: a metaclass or a callable object may define
+    ``__hash__``, which is user code)."""
+
+    def __init__(self) -> None:
+        self._items: dict[int, tuple[weakref.ref[Any], _V]] = {}
+
+    def get(self, obj: Any) -> _V | None:
+        item = self._items.get(id(obj))
+        return item[1] if item is not None and item[0]() is obj else None
+
+    def put(self, obj: Any, value: _V) -> None:
+        key, items = id(obj), self._items
+
+        def forget(ref: weakref.ref[Any]) -> None:
+            if items.get(key, (None,))[0] is ref:
+                items.pop(key, None)
+
+        with contextlib.suppress(TypeError):  # not weakly referable (a builtin): not cached
+            items[key] = (weakref.ref(obj, forget), value)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
 _LOCK = threading.RLock()
-_PARTS: weakref.WeakKeyDictionary[Any, _Found | None] = weakref.WeakKeyDictionary()
-_DIGESTS: weakref.WeakKeyDictionary[Any, CodeDigest] = weakref.WeakKeyDictionary()
+_PARTS: _ByObject[_Found | None] = _ByObject()
+_NOT_FOLLOWED = _Found(CodePart("", "", 0, None), ())
+_DIGESTS: _ByObject[CodeDigest] = _ByObject()
 
 
 def _found(obj: Any) -> _Found | None:
+    known = _PARTS.get(obj)
+    if known is not None:
+        return None if known is _NOT_FOLLOWED else known
     try:
-        return _PARTS[obj]
-    except KeyError:
-        pass
-    result = _find(obj)
-    _PARTS[obj] = result
+        result = _find(obj)
+    except Exception as exc:  # advisory: a part that cannot be digested is unknown, said once
+        name = _name_of(obj)
+        reason = f"its digest failed ({type(exc).__name__})"
+        warn_once(f"{name}: {reason}")
+        result = _Found(_unknown_part(name, "?", 0, reason), ())
+    _PARTS.put(obj, _NOT_FOLLOWED if result is None else result)
     return result
+
+
+_C_FUNCTIONS = (
+    types.BuiltinFunctionType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+)
+
+
+def _name_of(obj: Any) -> str:
+    """A function's or class's qualified name (else its type's), read without running code."""
+    if type(obj) is types.FunctionType:
+        return str(obj.__code__.co_qualname)
+    if type(obj) in _C_FUNCTIONS:  # their names are C-level slots
+        return str(obj.__qualname__)
+    return str(_TYPE_QUALNAME.__get__(obj if _is_class(obj) else type(obj), type))
 
 
 def _walk(root: Any) -> Iterator[tuple[CodePart, str | None]]:
@@ -428,25 +518,34 @@ def _walk(root: Any) -> Iterator[tuple[CodePart, str | None]]:
 
 def code_digest(fn: Callable[..., Any] | Any) -> CodeDigest:
     """The code digest of a step's function (or callable object, or a spec's ``run``), once per
-    object per process."""
-    try:
-        cached = _DIGESTS.get(fn)  # the common case, without unwrapping or the lock
-    except TypeError:  # not weakly referable (a builtin): never cached, said unknown below
-        cached = None
+    object per process. Never raises and never runs user code: it is advisory, so any problem
+    makes it unknown, with one warning."""
+    cached = _DIGESTS.get(fn)  # the common case, without unwrapping or the lock
     if cached is not None:
         return cached
+    try:
+        digest = _root_digest(fn)
+    except Exception as exc:
+        problem = f"the code of {_name_of(fn)} could not be digested ({type(exc).__name__})"
+        warn_once(problem)
+        digest = unknown_digest(problem)
+    _DIGESTS.put(fn, digest)
+    return digest
+
+
+def _root_digest(fn: Any) -> CodeDigest:
     root = _step_function(fn)
     if not _is_code(root):
         root = _callee(root)
         if root is None:
-            what = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+            what = _name_of(_unwrap(fn))
             return unknown_digest(f"{what} is a builtin or C function: no Python source")
     with _LOCK:
         cached = _DIGESTS.get(root)
         if cached is not None:
             return cached
         digest = _digest_of(root)
-        _DIGESTS[root] = digest
+        _DIGESTS.put(root, digest)
         return digest
 
 
@@ -460,9 +559,9 @@ def _digest_of(root: Any) -> CodeDigest:
         names.add(name)
         parts.append(dataclasses.replace(part, name=name, via=via))
     if not parts:
-        where = _module_file(root)[0] or getattr(getattr(root, "__code__", None), "co_filename", "")
+        _, where, qualname, _ = _where(root)
         return unknown_digest(
-            f"{root.__qualname__} is in an installed package or the standard library "
+            f"{qualname} is in an installed package or the standard library "
             f"({display_path(where) if where else 'no file'}): not followed"
         )
     if parts[0].digest is None:

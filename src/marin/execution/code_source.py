@@ -1,75 +1,96 @@
 """Where a function's source is, and its syntax with comments, docstrings and layout removed.
 
-The code digest (``code_digest.py``) is built from what this module answers: whether a file is
-the project's (by location: not the standard library, not an installed package, not the
-engine), the parsed source of a file (once per version of the file), and a canonical text of a
+The code digest (``code_digest.py``) is built from what this module answers: whether a module is
+the project's (by name: not the standard library, not an installed package, not the engine),
+the parsed source of a file (once per version of the file), and a canonical text of a
 definition's syntax tree in which only what the code does counts.
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
 import hashlib
-import importlib.util
+import importlib.metadata
+import io
 import linecache
+import logging
 import os
-import site
+import re
+import stat
 import sys
-import sysconfig
+import threading
+import tokenize
+import tomllib
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
+log = logging.getLogger("marin")
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 # --- what counts as the project ---------------------------------------------------------------
 
 
-def _folder(path: str) -> str:
-    return os.path.join(os.path.normcase(os.path.abspath(path)), "")
+_ENGINE = frozenset({"marin", "marin_airflow", "marin_prefect"})
+"""The engine's own packages: an engine upgrade is not a change to a step's code."""
 
 
-@functools.cache
-def _outside_roots() -> tuple[str, ...]:
-    """Folders whose code is not the project's: the standard library, installed packages, and
-    the engine itself (an engine upgrade is not a change to a step's code)."""
-    roots: set[str] = set()
-    for variables in (None, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}):
-        paths = sysconfig.get_paths(vars=variables) if variables else sysconfig.get_paths()
-        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-            if paths.get(key):
-                roots.add(paths[key])
-    with contextlib.suppress(AttributeError):  # some virtualenv builds have no getsitepackages
-        roots.update(site.getsitepackages())
-    roots.add(site.getusersitepackages())
-    for package in ("marin", "marin_airflow", "marin_prefect"):  # the engine and its adapters
-        try:
-            spec = importlib.util.find_spec(package)
-        except (ImportError, ValueError):
-            spec = None
-        for location in (spec.submodule_search_locations or []) if spec else []:
-            roots.add(location)
-    out: set[str] = set()
-    for root in roots:
-        out.add(_folder(root))
-        out.add(_folder(os.path.realpath(root)))
-    return tuple(sorted(out))
+def _normalise(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+def _installed() -> dict[str, frozenset[str]]:
+    """Top-level module name -> the (normalised) installed distributions that provide it."""
+    return _installed_on(tuple(sys.path))
+
+
+@functools.lru_cache(maxsize=4)
+def _installed_on(path: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    """What ``_installed`` answers for one ``sys.path`` (the distributions found on it)."""
+    try:
+        found = importlib.metadata.packages_distributions()
+    except Exception:  # a broken distribution's metadata: nothing is known to be installed
+        return {}
+    return {top: frozenset(_normalise(d) for d in dists) for top, dists in found.items()}
+
+
+@functools.lru_cache(maxsize=16)
+def _own_distributions(folder: str) -> frozenset[str]:
+    """The project's own distribution: ``[project] name`` of the ``pyproject.toml`` nearest
+    ``folder`` (the working folder), if any: installed as a wheel in CI, it is still the
+    project's code."""
+    root = _project_root(folder)
+    path = os.path.join(root, "pyproject.toml") if root else ""
+    try:
+        with open(path, "rb") as f:
+            name = tomllib.load(f).get("project", {}).get("name")
+    except (OSError, ValueError, AttributeError):
+        return frozenset()
+    return frozenset({_normalise(name)}) if isinstance(name, str) else frozenset()
 
 
 @functools.lru_cache(maxsize=4096)
-def is_project_file(filename: str) -> bool:
-    """Whether code in ``filename`` belongs to the project (and is followed): by location only."""
-    if not filename or filename.startswith("<") or not filename.endswith(".py"):
+def is_project_module(module: str, filename: str) -> bool:
+    """Whether code of ``module`` (defined in ``filename``) is the project's, and followed.
+
+    Decided by the module's name, never by where it was imported from, so a package imported
+    from a checkout and the same package installed as a wheel are followed alike: not the
+    standard library, not the engine, and not a package an installed distribution provides,
+    unless that distribution is the project's own. Only Python source files are followed.
+    """
+    if not filename.endswith(".py") or filename.startswith("<"):
         return False
-    path = os.path.normcase(os.path.abspath(filename))
-    parts = path.split(os.sep)
-    if "site-packages" in parts or "dist-packages" in parts:
+    top = module.partition(".")[0]
+    if not top or top in sys.stdlib_module_names or top in _ENGINE:
         return False
-    real = os.path.normcase(os.path.realpath(filename))
-    return not any(path.startswith(r) or real.startswith(r) for r in _outside_roots())
+    providers = _installed().get(top)
+    try:
+        here = os.getcwd()
+    except OSError:  # the working folder was deleted: no project of its own
+        return not providers
+    return not providers or bool(providers & _own_distributions(here))
 
 
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -105,6 +126,20 @@ def display_path(filename: str) -> str:
     return path
 
 
+_WARNED: set[str] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def warn_once(problem: str) -> None:
+    """Log a problem of the code digest once per process (not once per step): code drift is
+    advisory, so a problem makes a part unknown and is said, never raised."""
+    with _WARNED_LOCK:
+        if problem in _WARNED or len(_WARNED) > 1000:
+            return
+        _WARNED.add(problem)
+    log.warning("code digest: %s; code drift is not checked there", problem)
+
+
 # --- the source index of one file ---------------------------------------------------------------
 
 
@@ -124,24 +159,27 @@ class SourceIndex:
 
 
 def _index_tree(tree: ast.Module) -> SourceIndex:
+    """Every definition and lambda of ``tree``, in source order (an explicit stack: a deeply
+    nested file must not recurse past Python's limit)."""
     index = SourceIndex()
-
-    def visit(node: ast.AST, prefix: str) -> None:
+    stack: list[tuple[ast.AST, str]] = [(tree, "")]
+    while stack:
+        node, prefix = stack.pop()
+        todo: list[tuple[ast.AST, str]] = []
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                 qualname = prefix + child.name
                 index.functions.setdefault(qualname, []).append(child)
-                visit(child, qualname + ".<locals>.")
+                todo.append((child, qualname + ".<locals>."))
             elif isinstance(child, ast.ClassDef):
                 qualname = prefix + child.name
                 index.classes.setdefault(qualname, []).append(child)
-                visit(child, qualname + ".")
+                todo.append((child, qualname + "."))
             else:
                 if isinstance(child, ast.Lambda):
                     index.lambdas.setdefault(child.lineno, []).append(child)
-                visit(child, prefix)
-
-    visit(tree, "")
+                todo.append((child, prefix))
+        stack.extend(reversed(todo))
     for statement in tree.body:
         _index_assignment(statement, index)
     return index
@@ -178,33 +216,92 @@ def _is_literal(node: ast.expr) -> bool:
     return True
 
 
-_INDEX: dict[str, tuple[list[str], SourceIndex | str]] = {}
+class _Problem(Exception):
+    """A source file that must not be read (not a regular file, too large)."""
 
 
-def source_index(filename: str, module_globals: dict[str, Any] | None) -> SourceIndex | str:
+_MAX_SOURCE = 16 << 20
+"""A larger ``.py`` file (generated data, not code) is not parsed: its parts are unknown."""
+_INDEX: dict[str, tuple[tuple[int, ...], SourceIndex | str]] = {}
+
+
+def _read_source(
+    filename: str, known: tuple[int, ...] | None
+) -> tuple[tuple[int, ...], str | None]:
+    """``(version, text)`` of a regular file, read without ever blocking; text None when it
+    is still at version ``known`` (not read again) or there is none to read. A FIFO, a device
+    or a folder is never opened for reading (a FIFO named ``x.py`` would block a plan forever);
+    the version (device, inode, size, modification time) tells an edit. A file not on disk may
+    be a notebook cell IPython put in ``linecache``: its lines are read from there (a plain
+    dict; no loader is asked, so no import hook runs)."""
+    try:
+        st = os.stat(filename)
+    except OSError:
+        return (), _registered_lines(filename)
+    _check_regular(filename, st)
+    if _version(st) == known:
+        return _version(st), None
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    with open(os.open(filename, flags), "rb", closefd=True) as f:
+        opened = os.fstat(f.fileno())
+        _check_regular(filename, opened)  # swapped for something else after the stat
+        data = f.read(_MAX_SOURCE + 1)
+    _check_regular(filename, opened, len(data))
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return _version(opened), data.decode(encoding)
+
+
+def _registered_lines(filename: str) -> str | None:
+    """The source IPython registered in ``linecache`` for a cell (modification time None);
+    a deleted file's stale lines are not used."""
+    cached: Any = linecache.cache.get(filename)
+    if not (isinstance(cached, tuple) and len(cached) == 4 and cached[1] is None):
+        return None
+    lines = cached[2]
+    ok = isinstance(lines, list) and all(isinstance(line, str) for line in lines)
+    return "".join(lines) if ok and lines else None
+
+
+def _version(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _check_regular(filename: str, st: os.stat_result, size: int | None = None) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise _Problem(f"{display_path(filename)} is not a regular file")
+    if (st.st_size if size is None else size) > _MAX_SOURCE:
+        raise _Problem(f"{display_path(filename)} is larger than {_MAX_SOURCE >> 20} MiB")
+
+
+def source_index(filename: str) -> SourceIndex | str:
     """The parsed file, once per version of it; a string says why there is none.
 
-    ``linecache`` re-reads a file whose size or modification time changed (one ``stat``), and
-    hands out the same list of lines while it did not: a file is parsed again only after an
-    edit, so a long-lived process (an Airflow DAG processor, a notebook) that re-imports a
-    module digests the code it now runs.
+    A file is read and parsed again only after an edit (its size, modification time or inode
+    changed: one ``stat``), so a long-lived process (an Airflow DAG processor, a notebook)
+    that re-imports a module digests the code it now runs.
     """
-    linecache.checkcache(filename)
-    lines = linecache.getlines(
-        filename, module_globals if isinstance(module_globals, dict) else None
-    )
     known = _INDEX.get(filename)
-    if known is not None and known[0] is lines:
+    try:
+        version, text = _read_source(filename, known[0] if known is not None else None)
+    except _Problem as exc:
+        warn_once(str(exc))
+        return f"{exc}: not read"
+    except (OSError, SyntaxError, LookupError, UnicodeDecodeError):
+        version, text = (), None
+    if known is not None and version and known[0] == version:
         return known[1]
     result: SourceIndex | str
-    if not lines:
+    if text is None:
         result = f"its source file {display_path(filename)} cannot be read"
     else:
         try:
-            result = _index_tree(ast.parse("".join(lines), filename))
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            result = _index_tree(ast.parse(text, filename))
+        except (SyntaxError, ValueError):
             result = f"its source file {display_path(filename)} does not parse"
-    _INDEX[filename] = (lines, result)
+        except (RecursionError, MemoryError) as exc:  # nested past what the parser takes
+            result = f"its source file {display_path(filename)} is too deep to parse"
+            warn_once(f"{result} ({type(exc).__name__})")
+    _INDEX[filename] = (version, result)
     return result
 
 
@@ -226,42 +323,45 @@ References = dict[tuple[str, ...], None]
 """Every ``name`` and ``name.attr.attr`` a definition reads, in order, without repeats."""
 
 
-def _write(node: Any, out: list[str], refs: References, skip: str = "") -> None:
-    """A canonical text of ``node`` (field names and values, no positions, no docstrings),
+def _write(root: Any, out: list[str], refs: References, skip: str = "") -> None:
+    """A canonical text of ``root`` (field names and values, no positions, no docstrings),
     collecting the names it reads into ``refs`` on the way (one pass over the tree).
 
-    ``skip`` names a field of ``node`` itself to leave out (a definition's body, for its header).
+    ``skip`` names a field of ``root`` itself to leave out (a definition's body, for its header).
     Locals that shadow a global are taken for the global: that can only add a callee (a
-    spurious report when it changes), never hide one.
+    spurious report when it changes), never hide one. Iterative, with its own stack: a
+    generated 600-branch ``elif`` chain nests deeper than Python's recursion limit.
     """
-    if isinstance(node, ast.AST):
-        if isinstance(node, ast.Name | ast.Attribute):
-            chain = _chain(node)
-            if chain:
-                refs.setdefault(chain, None)
-        out.append(type(node).__name__)
-        out.append("(")
-        for name in node._fields:
-            if name == "type_comment" or name == skip:
-                continue
-            value = getattr(node, name, None)
-            if name == "body" and isinstance(node, DEFINITIONS):
-                value = _without_docstring(node.body)
-            if value is None or value == []:
-                continue  # fields a later Python adds (type_params=[]) do not move the digest
-            out.append(name)
-            out.append("=")
-            _write(value, out, refs)
-            out.append(",")
-        out.append(")")
-    elif isinstance(node, list):
-        out.append("[")
-        for item in node:
-            _write(item, out, refs)
-            out.append(",")
-        out.append("]")
-    else:
-        out.append(repr(node))
+    stack: list[str | tuple[Any, str]] = [(root, skip)]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):  # text to write; a node (or a value) is always in a tuple
+            out.append(item)
+            continue
+        node, skip_field = item
+        if isinstance(node, ast.AST):
+            if isinstance(node, ast.Name | ast.Attribute):
+                chain = _chain(node)
+                if chain:
+                    refs.setdefault(chain, None)
+            todo: list[str | tuple[Any, str]] = [type(node).__name__, "("]
+            for name in node._fields:
+                if name == "type_comment" or name == skip_field:
+                    continue
+                value = getattr(node, name, None)
+                if name == "body" and isinstance(node, DEFINITIONS):
+                    value = _without_docstring(node.body)
+                if value is None or value == []:
+                    continue  # fields a later Python adds (type_params=[]) do not move it
+                todo += [name, "=", (value, ""), ","]
+            stack.extend(reversed([*todo, ")"]))
+        elif isinstance(node, list):
+            todo = ["["]
+            for element in node:
+                todo += [(element, ""), ","]
+            stack.extend(reversed([*todo, "]"]))
+        else:
+            out.append(repr(node))
 
 
 def dump(node: Any, refs: References | None = None) -> str:
@@ -317,16 +417,40 @@ def constant_source(index: SourceIndex, name: str) -> list[str] | None:
     return values
 
 
-def module_index(module: types.ModuleType) -> SourceIndex | None:
-    filename = getattr(module, "__file__", None) or ""
-    if not is_project_file(filename):
+def module_file(module: Any) -> str:
+    """A module's ``__file__``, read from its namespace without running code (a lazy module
+    object's ``__getattr__`` imports things; a proxy in ``sys.modules`` resolves)."""
+    namespace = module_namespace(module)
+    filename = namespace.get("__file__") if namespace is not None else None
+    return filename if type(filename) is str else ""
+
+
+def module_namespace(module: Any) -> dict[str, Any] | None:
+    """A real module's own namespace (its ``__dict__`` slot, whatever a subclass defines);
+    None for anything that is not a module."""
+    if not issubclass(type(module), types.ModuleType):
         return None
-    index = source_index(filename, vars(module))
+    namespace = _MODULE_DICT.__get__(module, types.ModuleType)
+    return namespace if type(namespace) is dict else None
+
+
+_MODULE_DICT = vars(types.ModuleType)["__dict__"]
+
+
+def module_index(module: Any) -> SourceIndex | None:
+    """The parsed source of a project module, else None."""
+    namespace = module_namespace(module)
+    name = namespace.get("__name__") if namespace is not None else None
+    filename = module_file(module)
+    if type(name) is not str or not is_project_module(name, filename):
+        return None
+    index = source_index(filename)
     return index if isinstance(index, SourceIndex) else None
 
 
 def clear_source_cache() -> None:
-    """Forget every parsed file and location answer (tests that move files use it)."""
+    """Forget every parsed file and project answer (tests that move files use it)."""
     _INDEX.clear()
-    is_project_file.cache_clear()
+    is_project_module.cache_clear()
+    _project_root.cache_clear()
     display_path.cache_clear()

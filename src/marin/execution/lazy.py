@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast, overload
+from typing import Any, ClassVar, cast, overload
 
 from marin.execution.artifact import Artifact
 from marin.execution.canonical import register_fingerprint, to_canonical
@@ -490,6 +490,8 @@ class _ApplyCall:
     fixed: bool = False
     """The inputs are plain data (``_is_fixed``): the config cannot change after lowering, so
     the spec needs no ``_FingerprintGuard``."""
+    wraps_field: ClassVar[str] = "fn"
+    """The field holding the user's code, for the code digest (which never calls a property)."""
 
     @property
     def wrapped_fn(self) -> Callable[..., Any]:
@@ -607,6 +609,7 @@ class _FingerprintGuard:
     """
 
     __slots__ = ("arg_keys", "build_config", "config", "deps", "run", "step_id")
+    wraps_field = "run"
 
     def __init__(
         self,
@@ -654,6 +657,7 @@ class _ConfigCall:
     ``ctx`` bound for ``current_context()`` meanwhile. Slotted: lowering makes one per step."""
 
     __slots__ = ("build_config", "run")
+    wraps_field = "run"
 
     def __init__(
         self, run: Callable[[Any], Any], build_config: Callable[[StepContext], Any]
@@ -777,9 +781,9 @@ def _spec_for(
         pin=handle.override_path,
         source=handle.adopt_source,
         pinned_fingerprint=expected is not None,
-        # Cached per function object (one parse per process); apply()'s call object names the
-        # user's function, which is the cache's key: no unwrapping per step.
-        code=code_digest(getattr(handle.run, "wrapped_fn", handle.run)),
+        # Cached per function object (one parse per process): apply()'s call object holds the
+        # user's function, the cache's key (``type() is``: never a user object's __class__).
+        code=code_digest(handle.run.fn if type(handle.run) is _ApplyCall else handle.run),
     )
     memo[("step", step_id)] = spec
     created.append(spec)

@@ -14,6 +14,7 @@ the digest **unknown** (no cutoff, the cascade happens as today).
   the output, and is never followed. Files are opened with ``O_NOFOLLOW``, so a link swapped in
   after the listing is not read either. FIFOs, sockets and devices make it unknown too (never
   opened: a reader's bytes from them cannot be known).
+  A sparse file's holes are hashed by their length, never read.
 - **Object stores** use the checksums the store already keeps, from one literal listing
   (``fs.find(path, detail=True)``): S3's ``ETag``, GCS's ``md5Hash`` (else ``crc32c``: 32 bits,
   so two different contents of one size match by chance once in four billion), with each
@@ -154,9 +155,9 @@ def _local_entry(path: str, name: str, st: os.stat_result) -> tuple[str, str, in
         opened = os.fstat(f.fileno())
         if not stat.S_ISREG(opened.st_mode):
             raise _not_a_file(path, opened)
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
+        token = _content_token(f, opened.st_size)
     mode = stat.S_IMODE(opened.st_mode)
-    return name, f"sha256:{digest}:{opened.st_size}:{mode:o}", opened.st_size
+    return name, f"{token}:{opened.st_size}:{mode:o}", opened.st_size
 
 
 def _not_a_file(path: str, st: os.stat_result) -> _Unknown:
@@ -164,6 +165,58 @@ def _not_a_file(path: str, st: os.stat_result) -> _Unknown:
     if stat.S_ISLNK(st.st_mode):
         return _Unknown(f"{path} is a symbolic link (readers would follow it)")
     return _Unknown(f"{path} is not a regular file or folder (mode {stat.S_IFMT(st.st_mode):o})")
+
+
+def _content_token(f: Any, size: int) -> str:
+    """The SHA-256 of a regular file's bytes. A sparse file (a preallocated 6 GiB checkpoint)
+    is hashed by its extents instead, each data extent's length and bytes and each hole's
+    length only, so its holes are never read: a distinct token (the same bytes written
+    densely do not match it: a missed cutoff, never a wrong one)."""
+    try:
+        extents = _extents(f.fileno(), size)
+    finally:
+        os.lseek(f.fileno(), 0, os.SEEK_SET)  # probing moved the offset; hashing reads from 0
+    if extents is None:
+        return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
+    h = hashlib.sha256()
+    for start, end, data in extents:
+        h.update(b"%s%d\n" % (b"D" if data else b"H", end - start))
+        offset = start
+        while data and offset < end:
+            chunk = os.pread(f.fileno(), min(_CHUNK, end - offset), offset)
+            if not chunk:
+                raise OSError(errno.EIO, "the file shrank while it was read")
+            h.update(chunk)
+            offset += len(chunk)
+    return "sha256:holes:" + h.hexdigest()
+
+
+def _extents(fd: int, size: int) -> list[tuple[int, int, bool]] | None:
+    """``(start, end, is data)`` covering the file, or None when it has no hole (or the file
+    system cannot say: then every byte is read)."""
+    seek_data, seek_hole = getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None)
+    if seek_data is None or seek_hole is None or size == 0:
+        return None
+    try:
+        if os.lseek(fd, 0, seek_hole) >= size:
+            return None
+    except OSError:  # EINVAL: no hole support here
+        return None
+    extents, position = [], 0
+    while position < size:
+        try:
+            data = min(os.lseek(fd, position, seek_data), size)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: only a hole up to the end
+                raise
+            data = size
+        if data > position:
+            extents.append((position, data, False))
+        if data >= size:
+            break
+        position = min(os.lseek(fd, data, seek_hole), size)
+        extents.append((data, position, True))
+    return extents
 
 
 def _sha(data: bytes) -> str:
