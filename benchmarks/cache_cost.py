@@ -50,7 +50,7 @@ def _module_source(n: int) -> str:
 
 def code_digest_worker(n: int, lookups: int, reps: int) -> dict[str, Any]:
     """Cold and cached digests of ``n`` distinct functions; cached lookups of one shared one."""
-    from marin.execution import code_digest as cd
+    from marin.execution.digest import code as cd
 
     folder = tempfile.mkdtemp(prefix="marin-bench-code-")
     try:
@@ -103,8 +103,8 @@ def output_digest_worker(
     total_mib: int, file_mib: int, small_files: int, reps: int
 ) -> dict[str, Any]:
     """Local-disk output digests of one large output and of one of many small files."""
-    from marin.execution.output_digest import output_digest
-    from marin.execution.storage import open_prefix
+    from marin.execution.build.output_tree import output_digest
+    from marin.execution.store.location import open_prefix
 
     root = tempfile.mkdtemp(prefix="marin-bench-output-")
     try:

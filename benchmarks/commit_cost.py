@@ -24,10 +24,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import fresh_prefix, lowered
 
-import marin.execution.build as build
-from marin.execution.decide import Policy, Stored, decide
+import marin.execution.build.commit as build
+from marin.execution.plan.decide import Policy, Stored, decide
 from marin.execution.step_spec import StepSpec
-from marin.execution.storage import _FIRST_READ, open_prefix
+from marin.execution.store.location import _FIRST_READ, open_prefix
 
 
 class _NoHeartbeat:

@@ -16,8 +16,8 @@ from typing import Any
 import file_systems
 import graphs
 
-from marin.execution.graph import collect_steps
 from marin.execution.lazy import lower
+from marin.execution.pipeline.graph import collect_steps
 from marin.execution.step_spec import StepSpec
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -95,8 +95,8 @@ def timed_rounds(
 
 def stub_build_step() -> None:
     """Replace ``build_step`` in the runner with a no-I/O stub: what is left is the scheduler."""
-    import marin.execution.orchestrate as orchestrate
-    from marin.execution.build import BuildOutcome
+    import marin.execution.run.loop as orchestrate
+    from marin.execution.build.commit import BuildOutcome
     from marin.execution.vocabulary import BuildOutcomeKind
 
     def build_step(spec: StepSpec, location: Any, **_: Any) -> BuildOutcome:

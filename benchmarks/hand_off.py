@@ -25,11 +25,11 @@ from typing import Any
 
 from common import context_switches, fresh_prefix, lowered
 
-from marin.execution.build import BuildOutcome, build_step
-from marin.execution.decide import Policy, plan_graph
-from marin.execution.records import ArtifactRecord
+from marin.execution.build.commit import BuildOutcome, build_step
+from marin.execution.plan.decide import Policy, plan_graph
 from marin.execution.step_spec import StepSpec
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import ArtifactRecord
 
 
 def _handed_to_a_thread() -> tuple[Callable[[Callable[[], BuildOutcome]], BuildOutcome], Any]:

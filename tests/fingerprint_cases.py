@@ -14,8 +14,8 @@ import enum
 import pathlib
 from typing import Any, NamedTuple
 
-from marin.execution.context import StepContext
 from marin.execution.lazy import OUT, ArtifactStep, apply, lower
+from marin.execution.pipeline.context import StepContext
 from marin.execution.step_spec import StepSpec
 
 
@@ -123,6 +123,6 @@ def rich_cases() -> list[ArtifactStep | StepSpec]:
 
 
 def fingerprints(targets: list[Any]) -> dict[str, str]:
-    from marin.execution.graph import collect_steps
+    from marin.execution.pipeline.graph import collect_steps
 
     return {spec.step_id: spec.fingerprint for spec in collect_steps(lower(list(targets)))}

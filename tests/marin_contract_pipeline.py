@@ -12,8 +12,8 @@ from typing import Any
 
 import fsspec
 
-from marin.execution.context import StepContext, current_context
 from marin.execution.lazy import ArtifactStep
+from marin.execution.pipeline.context import StepContext, current_context
 
 TEXT = "hello marin"
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from marin.execution.canonical import _lookup_cache, _registered, register_fingerprint
 from marin.execution.errors import ConfigError, StorageError
 from marin.execution.lazy import OUT, apply, lower
-from marin.execution.storage import open_prefix
+from marin.execution.pipeline.canonical import _lookup_cache, _registered, register_fingerprint
+from marin.execution.store.location import open_prefix
 
 
 class Opaque:

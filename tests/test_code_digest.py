@@ -29,10 +29,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from marin.execution import code_digest as cd
-from marin.execution.code_digest import CodeDigest, code_digest
-from marin.execution.code_drift import code_drifted, explain_code_drift
-from marin.execution.code_source import is_project_module
+from marin.execution.digest import code as cd
+from marin.execution.digest.code import CodeDigest, code_digest
+from marin.execution.digest.code_drift import code_drifted, explain_code_drift
+from marin.execution.digest.source import is_project_module
 from marin.execution.lazy import OUT, apply, lower
 
 

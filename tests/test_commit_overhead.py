@@ -20,14 +20,14 @@ from typing import Any
 import fsspec
 import pytest
 
-from marin.execution import records
-from marin.execution.build import build_step
+from marin.execution.build.commit import build_step
 from marin.execution.ids import current_pid, new_id
 from marin.execution.lazy import OUT, apply
-from marin.execution.lease.holder import _holder_id
-from marin.execution.provenance import collect_provenance
-from marin.execution.records import ArtifactRecord, read_record, record_path
-from marin.execution.storage import open_prefix
+from marin.execution.pipeline.provenance import collect_provenance
+from marin.execution.store import records
+from marin.execution.store.lease.holder import _holder_id
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import ArtifactRecord, read_record, record_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -227,7 +227,7 @@ def test_a_process_that_changes_directory_records_the_new_checkout(
 def test_now_is_the_text_isoformat_gives(nanos: int, monkeypatch: pytest.MonkeyPatch) -> None:
     import datetime
 
-    from marin.execution import provenance
+    from marin.execution.pipeline import provenance
 
     def expected(ns: int) -> str:
         stamp = datetime.datetime.fromtimestamp(ns // 1_000_000_000, datetime.UTC)
@@ -259,8 +259,8 @@ def test_a_first_local_build_looks_at_each_folder_it_makes_no_more_than_it_must(
     folder answers for everything below it, and a folder this build made with ``mkdir`` (which
     never follows a link) is known real. A link planted on the way is still refused:
     tests/reliability/test_storage_safety.py."""
-    from marin.execution.decide import Policy, Stored, decide
     from marin.execution.lazy import lower
+    from marin.execution.plan.decide import Policy, Stored, decide
 
     location = open_prefix(str(tmp_path))
     location.check_writable()
@@ -338,7 +338,7 @@ def test_a_metadata_read_is_one_read_with_no_fstat(
     """Each build reads its inputs' records twice and its lease once: every such read is an
     ``open``, one ``read`` and a ``close``. Before, an ``fstat`` for the size came first (one
     more system call, and one more hand-off of the GIL, per read)."""
-    from marin.execution import storage
+    from marin.execution.store import location as storage
 
     record = tmp_path / "record.json"
     record.write_bytes(b'{"a": 1}')
@@ -362,8 +362,8 @@ def test_a_metadata_read_still_reads_whole_files_and_refuses_what_is_not_a_file(
     """The premise: a short read of a regular file is its end. A file larger than the first
     read is read on to its end, an empty one is empty, a folder is ``IsADirectoryError``, and
     a FIFO (with no writer: an open that must not hang) is refused as not a regular file."""
-    from marin.execution import storage
     from marin.execution.errors import StorageError
+    from marin.execution.store import location as storage
 
     big = tmp_path / "big.json"
     payload = os.urandom(storage._FIRST_READ * 3 + 17)
@@ -424,8 +424,8 @@ def test_the_same_file_system_calls_alone_are_the_calls_a_build_makes(
     """The benchmarks' floor for local builds (``commit_cost._syscalls_alone``: the row "the
     same file-system calls alone") is only a floor if it makes what a build makes: the same
     calls, as many times, for a first build and for one that reads an input's record."""
-    from marin.execution.decide import Policy, plan_graph
     from marin.execution.lazy import lower
+    from marin.execution.plan.decide import Policy, plan_graph
 
     warm = open_prefix(str(tmp_path / "warm"))
     warm.check_writable()

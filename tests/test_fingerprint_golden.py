@@ -17,8 +17,8 @@ import json
 import os
 from typing import Any
 
+from marin.execution.pipeline.targets import load_target
 from marin.execution.step_spec import fingerprint_of
-from marin.execution.targets import load_target
 from tests.fingerprint_cases import fingerprints, rich_cases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,8 +68,8 @@ def test_fingerprints_of_every_kind_of_config_value_are_unchanged() -> None:
 
 def test_fingerprints_do_not_depend_on_a_shared_memo() -> None:
     """Lowering through one memo (the slow, fully checked path) gives the same fingerprints."""
-    from marin.execution.graph import collect_steps
     from marin.execution.lazy import lower
+    from marin.execution.pipeline.graph import collect_steps
 
     memo: dict[object, object] = {}
     cases = rich_cases()
@@ -95,8 +95,8 @@ def _untagged(value: Any) -> Any:
 
 
 def test_only_the_tagged_values_changed() -> None:
-    from marin.execution.graph import collect_steps
     from marin.execution.lazy import lower
+    from marin.execution.pipeline.graph import collect_steps
 
     spec = next(s for s in collect_steps(lower(rich_cases())) if s.step_id == "rich/rich@v0")
     payload = json.loads(spec.fingerprint_payload)

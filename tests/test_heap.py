@@ -92,10 +92,10 @@ def test_overlapping_runs_thaw_only_when_the_last_one_ends() -> None:
 def test_a_plan_reads_and_decides_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
     """The plan before a run (and ``marin plan``) allocates views and decisions per step: the
     collector's passes it sets off skip the graph too, and the heap is thawed after it."""
-    import marin.execution.decide as decide_module
-    import marin.execution.inspect as inspect_module
-    from marin.execution.inspect import plan_run
-    from marin.execution.storage import open_prefix
+    import marin.execution.plan.decide as decide_module
+    import marin.execution.plan.read as inspect_module
+    from marin.execution.plan.read import plan_run
+    from marin.execution.store.location import open_prefix
 
     counts: dict[str, list[int]] = {"read": [], "decide": []}
     real_read, real_decide = inspect_module.read_stored_step, decide_module.decide

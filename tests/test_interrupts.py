@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from marin.execution.lazy import OUT, apply, lower
-from marin.execution.records import lease_path, read_record, read_status
 from marin.execution.step_runner import StepRunner
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import lease_path, read_record, read_status
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from marin.execution.context import StepContext
 from marin.execution.errors import (
     ConfigError,
     CycleError,
@@ -18,6 +17,7 @@ from marin.execution.errors import (
     InvalidStepError,
 )
 from marin.execution.lazy import OUT, ArtifactStep, apply, lower
+from marin.execution.pipeline.context import StepContext
 from marin.execution.step_spec import StepSpec
 
 
@@ -254,14 +254,14 @@ def test_sibling_names_that_share_a_prefix_are_not_nested() -> None:
 
 
 def _reference_config(spec: StepSpec) -> Any:
-    from marin.execution.canonical import to_canonical
-    from marin.execution.context import fingerprint_context
+    from marin.execution.pipeline.canonical import to_canonical
+    from marin.execution.pipeline.context import fingerprint_context
 
     return to_canonical(spec.build_config(fingerprint_context(spec.deps)), "config", spec.step_id)
 
 
 def test_fingerprinted_config_equals_materialise_then_canonicalise() -> None:
-    from marin.execution.graph import collect_steps
+    from marin.execution.pipeline.graph import collect_steps
     from tests.fingerprint_cases import rich_cases
 
     for spec in collect_steps(lower(rich_cases())):

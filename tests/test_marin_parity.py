@@ -18,19 +18,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marin.execution import fingerprint as public_fingerprint
-from marin.execution.artifact import (
-    Artifact,
-    ArtifactTypeMismatchError,
-    FingerprintMismatchError,
-)
-from marin.execution.canonical import _lookup_cache, _registered
-from marin.execution.context import (
-    FingerprintTimeError,
-    NoStepContextError,
-    StepContext,
-    current_context,
-)
 from marin.execution.errors import (
     ConfigError,
     DuplicateStepError,
@@ -47,6 +34,19 @@ from marin.execution.lazy import (
     register_fingerprint,
     resolve,
     run,
+)
+from marin.execution.pipeline import fingerprint as public_fingerprint
+from marin.execution.pipeline.artifact import (
+    Artifact,
+    ArtifactTypeMismatchError,
+    FingerprintMismatchError,
+)
+from marin.execution.pipeline.canonical import _lookup_cache, _registered
+from marin.execution.pipeline.context import (
+    FingerprintTimeError,
+    NoStepContextError,
+    StepContext,
+    current_context,
 )
 from marin.execution.step_runner import StepRunner
 
@@ -334,8 +334,8 @@ def test_an_adopted_record_names_its_source_and_marin_show_prints_it(
     prefix: str, tmp_path: Any
 ) -> None:
     from marin.catalog import show_record
-    from marin.execution.records import ArtifactRecord
-    from marin.execution.storage import open_prefix
+    from marin.execution.store.location import open_prefix
+    from marin.execution.store.records import ArtifactRecord
 
     external = str(tmp_path / "elsewhere" / "raw")
     _write(external, "raw!")
@@ -612,9 +612,9 @@ def test_property_a_runtime_arg_reaches_the_config_and_never_the_fingerprint(
 def test_an_isolated_step_sees_its_devices_as_its_own_process_numbers_them(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from marin.execution.build import build_step
-    from marin.execution.context import assigned_devices
-    from marin.execution.storage import open_prefix
+    from marin.execution.build.commit import build_step
+    from marin.execution.pipeline.context import assigned_devices
+    from marin.execution.store.location import open_prefix
     from tests import marin_contract_pipeline as mp
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

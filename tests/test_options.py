@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from marin.execution.errors import OptionError
-from marin.execution.options import DEFAULT_ON_DRIFT, RunOptions
+from marin.execution.plan.options import DEFAULT_ON_DRIFT, RunOptions
 
 
 def test_missing_or_null_params_take_the_defaults() -> None:

@@ -15,8 +15,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from marin.execution import decide as decide_module
-from marin.execution.decide import (
+from marin.execution.errors import DriftError
+from marin.execution.plan import decide as decide_module
+from marin.execution.plan.decide import (
     Decision,
     Policy,
     Stored,
@@ -24,9 +25,8 @@ from marin.execution.decide import (
     decide,
     plan_graph,
 )
-from marin.execution.errors import DriftError
-from marin.execution.records import FAILED, ArtifactRecord
 from marin.execution.step_spec import StepSpec
+from marin.execution.store.records import FAILED, ArtifactRecord
 from marin.execution.vocabulary import Action
 
 STORED = ("nothing", "built", "drifted", "stale", "old", "failed")

@@ -12,9 +12,9 @@ import pytest
 
 from marin.execution.errors import InvalidStepError, PipelineFailedError, StepFailedError
 from marin.execution.lazy import OUT, apply, lower
-from marin.execution.records import metadata_dir, read_record
 from marin.execution.step_runner import StepRunner
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import metadata_dir, read_record
 
 
 class Attempts:
@@ -172,7 +172,7 @@ def test_a_run_that_builds_nothing_reads_each_target_once_more(
 ) -> None:
     """The re-check is cheap: a cached re-run reads each served target's record once more, at
     its end, and nothing else (issue 43, item 11)."""
-    import marin.execution.orchestrate as orchestrate
+    import marin.execution.run.loop as orchestrate
 
     attempts = Attempts()
     base = apply("s/base", attempts.fn("base"), version="v0", deps=[], out_path=OUT)
@@ -257,7 +257,7 @@ class DeferOnce:
         self.deferred: list[str] = []
 
     def submit(self, job: Any, on_done: Any) -> None:
-        from marin.execution.executors import Completion, CompletionKind
+        from marin.execution.run.executors import Completion, CompletionKind
 
         if job.path not in self.deferred:
             self.deferred.append(job.path)
@@ -270,9 +270,9 @@ class DeferOnce:
 
 
 def test_a_deferred_step_is_put_back_and_built_later(prefix: str) -> None:
-    from marin.execution.executors import ThreadExecutor
-    from marin.execution.orchestrate import RunLoop
-    from marin.execution.report import RunReport
+    from marin.execution.run.executors import ThreadExecutor
+    from marin.execution.run.loop import RunLoop
+    from marin.execution.run.report import RunReport
 
     attempts = Attempts()
     base = apply("d/base", attempts.fn("base"), version="v0", deps=[], out_path=OUT)
@@ -296,7 +296,7 @@ def test_a_step_held_by_another_runner_frees_its_slot(prefix: str, caplog: Any) 
     back and builds the held step once the lease is released."""
     import threading
 
-    from marin.execution.lease import Lease
+    from marin.execution.store.lease import Lease
 
     order: list[str] = []
 
@@ -338,7 +338,7 @@ def test_a_step_held_by_another_runner_frees_its_slot(prefix: str, caplog: Any) 
 
 
 def test_scheduler_defer_frees_the_slot_and_resume_makes_it_ready_again() -> None:
-    from marin.execution.scheduler import Scheduler
+    from marin.execution.run.scheduler import Scheduler
 
     s = Scheduler({"a": [], "b": [], "c": ["a"]})
     s.prepare()
@@ -358,7 +358,7 @@ def test_scheduler_defer_frees_the_slot_and_resume_makes_it_ready_again() -> Non
 
 
 def test_a_deferred_step_stays_not_started_when_the_run_stops() -> None:
-    from marin.execution.scheduler import Scheduler
+    from marin.execution.run.scheduler import Scheduler
 
     s = Scheduler({"a": [], "b": []})
     s.prepare()

@@ -28,10 +28,10 @@ from marin.execution.errors import (
     StorageError,
 )
 from marin.execution.lazy import OUT, ArtifactStep, apply, lower, resolve, run
-from marin.execution.lease import Lease
-from marin.execution.records import read_record, read_status
 from marin.execution.step_runner import READY_ORDERS, StepRunner
-from marin.execution.storage import open_prefix
+from marin.execution.store.lease import Lease
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record, read_status
 
 
 def write(out_path: str, value: Any = None, deps: Any = ()) -> dict[str, Any]:

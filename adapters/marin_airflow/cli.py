@@ -12,7 +12,7 @@ import shlex
 import sys
 from typing import Any
 
-from marin.execution.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, DRIFT_POLICIES
+from marin.execution.plan.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, DRIFT_POLICIES
 
 _DESCRIPTION = """\
 Write one Airflow 3 DAG file for a Marin pipeline. The file embeds the step graph as data

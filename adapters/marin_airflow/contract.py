@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable
 from enum import StrEnum
 
-from marin.execution.targets import Target
+from marin.execution.pipeline.targets import Target
 
 PLAN_TASK_ID = "marin-plan"
 """The first task of every exported DAG (a step's task id always holds ``__``, so never this)."""

@@ -29,13 +29,13 @@ from typing import Any
 
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.errors import MarinError, list_names
-from marin.execution.options import (
+from marin.execution.pipeline.targets import Target
+from marin.execution.plan.options import (
     DEFAULT_ON_DRIFT,
     check_drift_policy,
     check_max_concurrent,
     check_patterns,
 )
-from marin.execution.targets import Target
 from marin_airflow.contract import graph_digest, target_reference
 
 # Airflow's task/DAG id rule is ``^[\w.-]+$`` (at most 250 characters). We keep to ASCII so ids
@@ -774,9 +774,9 @@ def output_file(out: str, dag_id: str) -> str:
 def lower_target(target: str, select: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Any]:
     """Load and lower a target: every transitive ``StepSpec``, dependencies first; with
     ``select``/``exclude``, only the steps ``marin plan`` would show with them."""
-    from marin.execution.graph import collect_steps
-    from marin.execution.lazy import lower
-    from marin.execution.targets import load_target
+    from marin.execution.pipeline.graph import collect_steps
+    from marin.execution.pipeline.handles import lower
+    from marin.execution.pipeline.targets import load_target
     from marin.selection import select_steps
 
     handles = load_target(target)
@@ -827,7 +827,7 @@ def build_export(
             f"use 1 to {_ID_MAX} ASCII letters, digits, '_', '.', '-' or ':'",
         )
     if prefix is not None:
-        from marin.execution.storage import refuse_credentials
+        from marin.execution.store.location import refuse_credentials
 
         refuse_credentials(prefix)  # it would be written into the DAG file
     chosen_id = check_dag_id(dag_id) if dag_id is not None else default_dag_id(target)
@@ -838,7 +838,7 @@ def build_export(
     if specs is None:
         specs = lower_target(target, select, exclude)
     elif select or exclude:
-        from marin.execution.graph import collect_steps
+        from marin.execution.pipeline.graph import collect_steps
         from marin.selection import select_steps
 
         specs = collect_steps(select_steps(list(specs), select, exclude))

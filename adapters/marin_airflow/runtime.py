@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from marin.execution.errors import MarinError
-from marin.execution.options import DEFAULT_ON_DRIFT, RunOptions, check_patterns
+from marin.execution.plan.options import DEFAULT_ON_DRIFT, RunOptions, check_patterns
 from marin.execution.vocabulary import Action, BuildOutcomeKind, RunResult
 from marin_airflow.contract import PLAN_TASK_ID, XComKey, resolve_target
 from marin_airflow.contract import graph_digest as digest_of
@@ -99,9 +99,9 @@ def steps_for(target: str) -> dict[str, Any]:
         cached = _lowered.get(target)
     if cached is not None:
         return cached
-    from marin.execution.graph import collect_steps
-    from marin.execution.lazy import lower
-    from marin.execution.targets import load_target
+    from marin.execution.pipeline.graph import collect_steps
+    from marin.execution.pipeline.handles import lower
+    from marin.execution.pipeline.targets import load_target
 
     with _target_lock(target):
         with _lock:
@@ -137,7 +137,7 @@ def handles_for(target: str) -> dict[str, Any]:
         cached = _handles.get(target)
     if cached is not None:
         return cached
-    from marin.execution.targets import load_target
+    from marin.execution.pipeline.targets import load_target
 
     with _target_lock(target):
         with _lock:
@@ -174,7 +174,7 @@ def step_for(target: str, step: str) -> Any | None:
     handle = handles_for(target).get(step)
     if handle is None:
         return None
-    from marin.execution.lazy import lower
+    from marin.execution.pipeline.handles import lower
 
     with _target_lock(target):  # the memo is shared by this process's tasks of the target
         with _lock:
@@ -284,8 +284,8 @@ def choose_prefix(param: object, default_prefix: str | None) -> str | None:
             f"${PREFIX_ENV}, then the exported default",
         )
     chosen = param or os.environ.get(PREFIX_ENV) or default_prefix or None
-    from marin.execution.prefix_policy import check_prefix
-    from marin.execution.storage import resolve_prefix
+    from marin.execution.store.location import resolve_prefix
+    from marin.execution.store.prefix_policy import check_prefix
 
     check_prefix(resolve_prefix(chosen), chosen)
     return chosen
@@ -306,8 +306,8 @@ def run_policy(
     ``name`` are read), or taken as ``planned_force``, the step ids the ``marin-plan`` task
     resolved from the same params against the whole graph, when given.
     """
-    from marin.execution.decide import Policy
     from marin.execution.errors import InvalidStepError, brief
+    from marin.execution.plan.decide import Policy
 
     params = (context.get("params") if context is not None else None) or {}
     options = RunOptions.from_params(params, defaults=RunOptions(on_drift=default_on_drift))
@@ -358,7 +358,7 @@ def _location(
     shared_prefix_only: bool = False,
     step: str | None = None,
 ) -> Any:
-    from marin.execution.storage import open_prefix
+    from marin.execution.store.location import open_prefix
 
     chosen = choose_prefix(prefix, default_prefix)
     location = open_prefix(chosen)
@@ -413,10 +413,10 @@ def plan_steps(
     the tasks of the steps not built are then skipped without a launch. A drifted step under
     ``on_drift=error`` raises ``DriftError`` here, before any step runs.
     """
-    from marin.execution.build import warn_if_served_stale
-    from marin.execution.decide import plan_graph
-    from marin.execution.graph import collect_steps
-    from marin.execution.inspect import read_stored
+    from marin.execution.build.commit import warn_if_served_stale
+    from marin.execution.pipeline.graph import collect_steps
+    from marin.execution.plan.decide import plan_graph
+    from marin.execution.plan.read import read_stored
     from marin.plan_view import plan_table
     from marin.selection import select_steps
 
@@ -483,8 +483,8 @@ def _from_xcom(context: Any | None, task_id: str, key: str) -> Any:
 
 def _upstream(context: Any | None, spec: Any, location: Any) -> list[Any]:
     """Each dependency's current record, and whether its task built it in this run."""
-    from marin.execution.build import read_upstream
-    from marin.execution.decide import Upstream
+    from marin.execution.build.commit import read_upstream
+    from marin.execution.plan.decide import Upstream
 
     built_here: set[str] = set()
     task = context.get("task") if context is not None else None
@@ -543,9 +543,9 @@ def run_step(
     Only this step and its ancestors are lowered. ``graph_digest`` (passed by DAG files of older
     exporters) is not checked here: the ``marin-plan`` task checks it for the whole graph.
     """
-    from marin.execution.artifact_names import step_datasets
-    from marin.execution.build import build_step
-    from marin.execution.provenance import engine_run
+    from marin.execution.build.commit import build_step
+    from marin.execution.build.lineage.names import step_datasets
+    from marin.execution.pipeline.provenance import engine_run
     from marin_airflow.assets import dag_run_lineage, record_built
 
     context = _airflow_context()
@@ -598,7 +598,7 @@ def run_step(
     if stopped_by is not None:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from marin.execution.report import KEEP_GOING_AIRFLOW, stopped_reason
+        from marin.execution.run.report import KEEP_GOING_AIRFLOW, stopped_reason
 
         raise AirflowSkipException(stopped_reason(stopped_by, KEEP_GOING_AIRFLOW))
     log.info("marin: step %s: checking %s", step, location.url_for(spec.output_path))

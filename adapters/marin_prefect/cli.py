@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marin.execution.errors import MarinError
-from marin.execution.options import (
+from marin.execution.plan.options import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_ON_DRIFT,
     DRIFT_POLICIES,
@@ -176,7 +176,7 @@ def resource_limits(
 ) -> list[str]:
     """Create the limits the pipeline's resources need (``capacity`` given), or say how to:
     those of the steps ``select``/``exclude`` leave, which are all a run of it builds."""
-    from marin.execution.resources import parse_capacity
+    from marin.execution.pipeline.resources import parse_capacity
     from marin_prefect.resources import (
         create_limits,
         limits_commands,
@@ -214,7 +214,7 @@ def resource_limits(
 
 
 def default_deployment_name(target: str) -> str:
-    from marin.execution.targets import Target
+    from marin.execution.pipeline.targets import Target
 
     parsed = Target.parse(target)
     base = f"{parsed.stem}-{parsed.attr}" if parsed.stem else parsed.attr
@@ -222,7 +222,7 @@ def default_deployment_name(target: str) -> str:
 
 
 def _check_target(target: str, select: Sequence[str], exclude: Sequence[str]) -> None:
-    from marin.execution.targets import load_target
+    from marin.execution.pipeline.targets import load_target
 
     if select or exclude:  # a pattern matching no step: an error with the closest names
         _selected_steps(target, select, exclude)
@@ -232,9 +232,9 @@ def _check_target(target: str, select: Sequence[str], exclude: Sequence[str]) ->
 
 def _selected_steps(target: str, select: Sequence[str], exclude: Sequence[str]) -> list[Any]:
     """Every step a run of the deployment would plan: the selection and what it needs."""
-    from marin.execution.graph import collect_steps
-    from marin.execution.lazy import lower
-    from marin.execution.targets import load_target
+    from marin.execution.pipeline.graph import collect_steps
+    from marin.execution.pipeline.handles import lower
+    from marin.execution.pipeline.targets import load_target
     from marin.selection import select_steps
 
     return collect_steps(select_steps(list(lower(load_target(target))), select, exclude))
@@ -260,11 +260,11 @@ def export(
     ``exclude`` parameters: its runs build only those steps and what they need."""
     import yaml
 
-    from marin.execution.targets import Target
+    from marin.execution.pipeline.targets import Target
 
     Target.parse(target)  # a TargetError (bad input) before anything is written
     if prefix is not None:
-        from marin.execution.storage import refuse_credentials
+        from marin.execution.store.location import refuse_credentials
 
         refuse_credentials(prefix)  # it would be written into prefect.yaml
     RunOptions(on_drift=on_drift, max_concurrent=max_concurrent)  # refuses what a run would
@@ -356,7 +356,7 @@ def _portable_target(target: str, output: str) -> str:
     Workers run flows from the project folder (Prefect's ``set_working_directory`` pull step), so
     a relative path works on any machine, where an absolute one would bake in this checkout.
     """
-    from marin.execution.targets import Target
+    from marin.execution.pipeline.targets import Target
 
     parsed = Target.parse(target)
     if not parsed.is_file or not os.path.isabs(parsed.location):

@@ -5,8 +5,8 @@ One Marin step becomes one Prefect task run named ``name@version``. Every task c
 pipeline on one prefix share one lease, one record and one status file.
 
 The flow body is the local ``StepRunner``'s run, with another executor: it plans every step with
-``marin.execution.decide`` (so ``marin plan`` with the same options predicts the flow), then
-drives the core's one run loop (``marin.execution.orchestrate.RunLoop``) on a ``PrefectExecutor``:
+``marin.execution.plan.decide`` (so ``marin plan`` with the same options predicts the flow), then
+drives the core's one run loop (``marin.execution.run.loop.RunLoop``) on a ``PrefectExecutor``:
 a step's task is submitted the moment its last dependency finishes, with the dependency futures
 as ``wait_for`` (so Prefect records the edges), at most ``max_concurrent`` at once. A task
 therefore never occupies a worker thread, nor a global concurrency slot, while it only waits on
@@ -46,23 +46,23 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Pending, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from marin.execution.decide import Plan, Policy
-from marin.execution.executors import Completion, CompletionKind, OnDone, StepJob
-from marin.execution.options import (
+from marin.execution.plan.decide import Plan, Policy
+from marin.execution.plan.options import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_ON_CODE_DRIFT,
     DEFAULT_ON_DRIFT,
     RunOptions,
 )
-from marin.execution.orchestrate import BuildCall
+from marin.execution.run.executors import Completion, CompletionKind, OnDone, StepJob
+from marin.execution.run.loop import BuildCall
 from marin.execution.vocabulary import BuildOutcomeKind
 from marin_prefect.dask import is_dask_runner
 from marin_prefect.names import safe_prefect_name
 
 if TYPE_CHECKING:
-    from marin.execution.build import BuildOutcome
-    from marin.execution.step_spec import StepSpec
-    from marin.execution.storage import Location
+    from marin.execution.build.commit import BuildOutcome
+    from marin.execution.pipeline.step_spec import StepSpec
+    from marin.execution.store.location import Location
 
 CACHED_STATE_NAME = "Cached"
 NOT_RUN_STATE_NAME = "NotReady"
@@ -71,11 +71,11 @@ PRUNED_STATE_NAME = "Pruned"
 
 def lower_flow_target(target_or_handles: Any) -> list[StepSpec]:
     """A target string, a handle, a ``StepSpec`` or a list of them -> the lowered target specs."""
-    from marin.execution.lazy import ArtifactStep, lower
-    from marin.execution.step_spec import StepSpec
+    from marin.execution.pipeline.handles import ArtifactStep, lower
+    from marin.execution.pipeline.step_spec import StepSpec
 
     if isinstance(target_or_handles, str):
-        from marin.execution.targets import load_target
+        from marin.execution.pipeline.targets import load_target
 
         items: list[Any] = list(load_target(target_or_handles))
     elif isinstance(target_or_handles, ArtifactStep | StepSpec):
@@ -100,7 +100,7 @@ def lower_flow_target(target_or_handles: Any) -> list[StepSpec]:
 
 def default_flow_name(target_or_handles: Any, specs: Sequence[StepSpec]) -> str:
     if isinstance(target_or_handles, str):
-        from marin.execution.targets import Target
+        from marin.execution.pipeline.targets import Target
 
         parsed = Target.parse(target_or_handles)
         stem, attr = parsed.stem, parsed.attr
@@ -156,7 +156,7 @@ def to_prefect_flow(
     matching steps and what they need; a pattern that matches no step is an error naming it and
     the closest names.
     """
-    from marin.execution.graph import collect_steps
+    from marin.execution.pipeline.graph import collect_steps
     from marin.selection import select_steps
 
     run = RunOptions(
@@ -241,7 +241,7 @@ def remote_target(target_or_handles: Any) -> str | None:
         return None
     import os
 
-    from marin.execution.targets import Target
+    from marin.execution.pipeline.targets import Target
 
     parsed = Target.parse(target_or_handles)
     if parsed.is_file:
@@ -273,15 +273,15 @@ def run_steps(
 ) -> dict[str, str]:
     """Run ``steps`` (all transitive, deps first) as task runs of the current flow run.
 
-    The plan (``marin.execution.decide``) says which steps build; the core's one run loop
-    (``marin.execution.orchestrate``) says when, on a ``PrefectExecutor``. Steps that are served
+    The plan (``marin.execution.plan.decide``) says which steps build; the core's one run loop
+    (``marin.execution.run.loop``) says when, on a ``PrefectExecutor``. Steps that are served
     or pruned end at once with their own states; steps that never ran end ``NotReady``.
     """
-    from marin.execution.decide import plan_graph
-    from marin.execution.inspect import read_stored
-    from marin.execution.orchestrate import RunLoop
-    from marin.execution.report import KEEP_GOING_PREFECT, RunReport
-    from marin.execution.storage import open_prefix
+    from marin.execution.plan.decide import plan_graph
+    from marin.execution.plan.read import read_stored
+    from marin.execution.run.loop import RunLoop
+    from marin.execution.run.report import KEEP_GOING_PREFECT, RunReport
+    from marin.execution.store.location import open_prefix
     from marin.execution.vocabulary import Action
     from marin_prefect.assets import flow_run_lineage
 
@@ -354,7 +354,7 @@ class PrefectExecutor:
 
     def settle(self) -> None:
         """Give every served and pruned step its task run (and its edges) at once."""
-        from marin.execution.build import warn_if_served_stale
+        from marin.execution.build.commit import warn_if_served_stale
         from marin.execution.vocabulary import Action
 
         for path, decision in self._plan.decisions.items():
@@ -586,7 +586,7 @@ def hold_slots_and_build(
     """Run one attempt, holding Prefect concurrency slots only while it builds: one of
     ``concurrency_limit``, and with ``resource_limits`` the step's ``marin-<kind>`` slots. The
     record names the task run (and ``where``: the Dask worker, on a remote build)."""
-    from marin.execution.provenance import engine_run
+    from marin.execution.pipeline.provenance import engine_run
     from marin_prefect.assets import flow_run_lineage
 
     logger = get_run_logger()

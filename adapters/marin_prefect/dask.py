@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 from marin.execution.errors import MarinError
 
 if TYPE_CHECKING:
-    from marin.execution.build import BuildOutcome
-    from marin.execution.decide import Decision, Policy, Upstream
-    from marin.execution.orchestrate import BuildCall
-    from marin.execution.step_spec import StepSpec
+    from marin.execution.build.commit import BuildOutcome
+    from marin.execution.pipeline.step_spec import StepSpec
+    from marin.execution.plan.decide import Decision, Policy, Upstream
+    from marin.execution.run.loop import BuildCall
     from marin.execution.vocabulary import BuildOutcomeKind
     from marin_prefect.compile import FlowOptions
 
@@ -124,7 +124,7 @@ class RemoteOutcome:
     reason: str
 
     def outcome(self, spec: StepSpec) -> BuildOutcome:
-        from marin.execution.build import BuildOutcome
+        from marin.execution.build.commit import BuildOutcome
 
         return BuildOutcome(
             spec, self.action, self.record, self.output_url, self.duration_s, self.drift,
@@ -166,7 +166,7 @@ def unpack(target: str | None, payload: bytes, identity: dict[str, Any]) -> Remo
     fails (naming this worker and the target)."""
     import pickle
 
-    from marin.execution.targets import load_target
+    from marin.execution.pipeline.targets import load_target
 
     fix = (
         "install the pipeline's code on every Dask worker at the same path (or as a module "
@@ -199,8 +199,8 @@ def build_remote(target: str | None, payload: bytes) -> RemoteOutcome:
     flow's Prefect concurrency slots as a local build does. The record names this worker."""
     import threading
 
-    from marin.execution.orchestrate import BuildCall
-    from marin.execution.storage import open_prefix
+    from marin.execution.run.loop import BuildCall
+    from marin.execution.store.location import open_prefix
     from marin_prefect.compile import hold_slots_and_build
 
     identity = worker_identity()

@@ -32,7 +32,7 @@ from typing import Any
 
 from prefect import flow
 
-from marin.execution.options import (
+from marin.execution.plan.options import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_ON_CODE_DRIFT,
     DEFAULT_ON_DRIFT,
@@ -142,8 +142,8 @@ def marin_pipeline(
     ``marin export prefect --select`` stores them) build only part of the pipeline. Like
     ``force``, a run may set them: they choose among the pinned target's steps, never code.
     """
-    from marin.execution.prefix_policy import check_prefix
-    from marin.execution.storage import resolve_prefix
+    from marin.execution.store.location import resolve_prefix
+    from marin.execution.store.prefix_policy import check_prefix
 
     check_run_choices(target)
     check_prefix(resolve_prefix(prefix), prefix)  # before the pipeline is even imported

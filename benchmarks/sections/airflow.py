@@ -22,8 +22,8 @@ import graphs
 from common import HERE, ROOT
 from harness import Harness
 
-from marin.execution.graph import collect_steps
 from marin.execution.lazy import lower
+from marin.execution.pipeline.graph import collect_steps
 
 
 def bench(h: Harness) -> None:

@@ -100,9 +100,9 @@ def time_rerun_and_plan(
     targets: list[Any], prefix: str, reps: int, max_concurrent: int
 ) -> dict[str, Any]:
     """Medians of a re-run of a built pipeline (pruned) and of a full ``plan``-style check."""
-    from marin.execution.inspect import plan_run
+    from marin.execution.plan.read import plan_run
     from marin.execution.step_runner import StepRunner
-    from marin.execution.storage import open_prefix
+    from marin.execution.store.location import open_prefix
 
     rerun: list[float] = []
     plan: list[float] = []
@@ -132,8 +132,8 @@ def seed_built(prefix: str, steps: Sequence[StepSpec]) -> None:
     """
     from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
 
-    from marin.execution.records import ArtifactRecord, record_path
-    from marin.execution.storage import open_prefix
+    from marin.execution.store.location import open_prefix
+    from marin.execution.store.records import ArtifactRecord, record_path
 
     location = open_prefix(prefix)
     memory = isinstance(location.fs, MemoryFileSystem)
@@ -179,9 +179,9 @@ def latency(n: int, latency_s: float, serial_sample: int, reps: int = 3) -> dict
     """Build ``n`` steps on ``memory://``, then check them through a store ``latency_s`` away."""
     import latency as latency_fs
 
-    from marin.execution.inspect import plan_run, read_stored_step
+    from marin.execution.plan.read import plan_run, read_stored_step
     from marin.execution.step_runner import StepRunner
-    from marin.execution.storage import open_prefix
+    from marin.execution.store.location import open_prefix
 
     latency_fs.register()
     latency_fs.LatencyFileSystem.LATENCY_S = latency_s

@@ -21,8 +21,8 @@ from typing import Any
 from common import HERE, ROOT, timed_rounds
 from harness import Harness
 
-from marin.execution.graph import collect_steps
 from marin.execution.lazy import lower
+from marin.execution.pipeline.graph import collect_steps
 
 DISTRIBUTED_ROWS = ("local", "prefect-threads", "prefect-dask")
 
@@ -148,8 +148,8 @@ def distributed(n: int, reps: int, drivers_sleep_s: float = 0.5) -> dict[str, An
     from prefect.settings import PREFECT_API_URL
     from prefect_dask import DaskTaskRunner
 
+    from marin.execution.pipeline.targets import load_target
     from marin.execution.step_runner import StepRunner
-    from marin.execution.targets import load_target
     from marin_prefect.compile import to_prefect_flow
     from marin_testing.dask import DaskCluster
 
@@ -201,8 +201,8 @@ def celery(
     is timed apart and excluded. Artifacts on a fresh local prefix per run (every worker is on
     this host, so its leases hold), given as the run's ``prefix`` param. Past ``budget_s`` a
     run's wait fails, and the services are stopped before the harness's time limit."""
+    from marin.execution.pipeline.targets import load_target
     from marin.execution.step_runner import StepRunner
-    from marin.execution.targets import load_target
     from marin_airflow.export import build_export, write_export
     from marin_testing.airflow import AirflowSandbox
     from marin_testing.celery import CeleryServices, WorkerSpec

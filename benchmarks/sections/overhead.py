@@ -260,7 +260,7 @@ def _round_trip(h: Harness) -> None:
 def pin_run_loop() -> None:
     """Run the loop's thread on one CPU of this process's set for the run's length (the worker
     threads stay free): an experiment on where the GIL's hand-offs cost, not what Marin does."""
-    import marin.execution.orchestrate as orchestrate
+    import marin.execution.run.loop as orchestrate
 
     run = orchestrate.RunLoop.run
 

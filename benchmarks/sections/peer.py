@@ -16,8 +16,8 @@ from commit_cost import SYSCALLS_ALONE
 from common import HERE
 from harness import Harness, run_process
 
-from marin.execution.graph import collect_steps
 from marin.execution.lazy import lower
+from marin.execution.pipeline.graph import collect_steps
 
 PEER_TARGETS = (("chain", 20, 500.0), ("fan", 200, 25.0), ("random", 200, 25.0))
 """Issue 23: at least 25x Marin's StepRunner on the 200-step graphs, 500x on the 20-chain."""

@@ -16,8 +16,8 @@ import graphs
 from common import timed_rounds
 from harness import Harness
 
-from marin.execution.graph import collect_steps
 from marin.execution.lazy import lower
+from marin.execution.pipeline.graph import collect_steps
 from marin.execution.step_spec import StepSpec
 
 
@@ -99,9 +99,9 @@ def prefect_variants(
     from prefect.cache_policies import NO_CACHE
     from prefect.task_runners import ThreadPoolTaskRunner
 
-    from marin.execution.build import build_step
+    from marin.execution.build.commit import build_step
     from marin.execution.step_runner import StepRunner
-    from marin.execution.storage import open_prefix
+    from marin.execution.store.location import open_prefix
     from marin_prefect.compile import to_prefect_flow
     from marin_prefect.resources import task_tags
 

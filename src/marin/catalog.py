@@ -15,10 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.artifact_names import artifact_names, prefect_asset_key
+from marin.execution.build.lineage.names import artifact_names, prefect_asset_key
 from marin.execution.errors import MarinError
 from marin.execution.names import METADATA_SUFFIX
-from marin.execution.records import (
+from marin.execution.store.location import Location, open_prefix
+from marin.execution.store.records import (
     ArtifactRecord,
     ForeignRecord,
     load_record,
@@ -27,7 +28,6 @@ from marin.execution.records import (
     read_record,
     record_path,
 )
-from marin.execution.storage import Location, open_prefix
 from marin.terminal_text import cut_middle, safe_text, table_lines
 
 IO_PARALLELISM = 32

@@ -26,7 +26,7 @@ from marin.execution.errors import (
     StepFailedError,
     format_error,
 )
-from marin.execution.options import (
+from marin.execution.plan.options import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_ON_CODE_DRIFT,
     DEFAULT_ON_DRIFT,
@@ -48,7 +48,7 @@ class UsageError(Exception):
 def _lowered(target: str, args: argparse.Namespace | None = None) -> list[Any]:
     """The target's specs, narrowed by ``--select``/``--exclude`` when ``args`` has them."""
     from marin.execution.lazy import lower
-    from marin.execution.targets import load_target
+    from marin.execution.pipeline.targets import load_target
     from marin.selection import select_steps
 
     specs = list(lower(load_target(target), memo={}))
@@ -58,8 +58,8 @@ def _lowered(target: str, args: argparse.Namespace | None = None) -> list[Any]:
 
 def _reachable(prefix: str | None) -> None:
     """Probe the prefix's storage once, briefly, before planning (local disk: no probe)."""
-    from marin.execution.storage import open_prefix
-    from marin.execution.storage_probe import probe_prefix
+    from marin.execution.store.location import open_prefix
+    from marin.execution.store.probe import probe_prefix
 
     probe_prefix(open_prefix(prefix))
 
@@ -74,7 +74,7 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def _use_live_progress(args: argparse.Namespace) -> bool:
-    from marin.execution.step_logs import real_stream
+    from marin.execution.build.step_logs import real_stream
 
     if args.no_progress or getattr(args, "json", False) or os.environ.get("TERM") == "dumb":
         return False
@@ -85,7 +85,7 @@ def _use_live_progress(args: argparse.Namespace) -> bool:
 def _capacity_arg(text: str) -> str:
     """``--resources``: checked here (a bad value is a usage error), kept as text."""
     from marin.execution.errors import MarinError
-    from marin.execution.resources import parse_capacity
+    from marin.execution.pipeline.resources import parse_capacity
 
     try:
         parse_capacity(text)
@@ -120,10 +120,10 @@ def _first_interrupt_only() -> Iterator[None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from marin.execution.graph import collect_steps
-    from marin.execution.lineage import pipeline_run
+    from marin.execution.build.lineage import pipeline_run
+    from marin.execution.pipeline.graph import collect_steps
     from marin.execution.step_runner import RunReport, StepRunner
-    from marin.execution.storage import open_prefix
+    from marin.execution.store.location import open_prefix
     from marin.progress import RunObserver, readable_result, render_summary
 
     as_json = getattr(args, "json", False)
@@ -226,7 +226,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from marin.execution.graph import collect_steps
+    from marin.execution.pipeline.graph import collect_steps
     from marin.graph_view import render_graph
 
     targets = _lowered(args.target, args)
@@ -249,7 +249,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from marin.catalog import resolve_show_target, show_record
-    from marin.execution.records import read_record
+    from marin.execution.store.records import read_record
 
     location, output_path = resolve_show_target(args.what, args.prefix)
     if args.json:
@@ -283,7 +283,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_why(args: argparse.Namespace) -> int:
-    from marin.execution.graph import collect_steps
+    from marin.execution.pipeline.graph import collect_steps
     from marin.execution.step_runner import StepRunner
     from marin.why import explain_step, find_step
 
@@ -313,7 +313,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_unlock(args: argparse.Namespace) -> int:
-    from marin.execution.storage import open_prefix
+    from marin.execution.store.location import open_prefix
     from marin.unlock import step_output_path, unlock
 
     output_path = step_output_path(args.step)
@@ -805,7 +805,7 @@ def _unavailable(engine: str, exc: ImportError) -> Any:
 def _route_step_output(args: argparse.Namespace) -> None:
     """``--no-step-output``: steps' output goes only to their logs. ``run --json``: stdout is
     the report's, so echoed step output (labelled, whole lines) goes to stderr."""
-    from marin.execution import step_logs
+    from marin.execution.build import step_logs
 
     if getattr(args, "step_output", True) is False:
         step_logs.PASS_THROUGH.set(False)  # the runner's workers copy this context
@@ -835,7 +835,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         sys.stderr.flush()
-        from marin.execution.lineage import abort_unfinished
+        from marin.execution.build.lineage import abort_unfinished
 
         abort_unfinished()  # OpenLineage ABORT for builds cut short (bounded; none when off)
         os._exit(EXIT_INTERRUPTED)  # don't wait for running steps' threads

@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from marin.execution.decide import Decision
-from marin.execution.graph import canonical_deps
-from marin.execution.resources import describe_placement
+from marin.execution.pipeline.graph import canonical_deps
+from marin.execution.pipeline.resources import describe_placement
+from marin.execution.plan.decide import Decision
 from marin.execution.step_spec import StepSpec
 from marin.execution.vocabulary import ShownStatus
 from marin.plan_view import SYMBOLS, shown_status

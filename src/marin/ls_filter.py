@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from marin.catalog import Entry, who
 from marin.execution.errors import MarinError
-from marin.execution.records import FAILED
+from marin.execution.store.records import FAILED
 
 
 class LsStatus(StrEnum):

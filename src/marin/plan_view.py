@@ -11,10 +11,10 @@ import os
 from collections import Counter
 from typing import Any
 
-from marin.execution.artifact_names import artifact_names
-from marin.execution.decide import ACTIONS, STATUSES, Decision, Plan
-from marin.execution.resources import describe_placement, placement_of
-from marin.execution.storage import Location
+from marin.execution.build.lineage.names import artifact_names
+from marin.execution.pipeline.resources import describe_placement, placement_of
+from marin.execution.plan.decide import ACTIONS, STATUSES, Decision, Plan
+from marin.execution.store.location import Location
 from marin.execution.vocabulary import Action, ShownStatus, StoredStatus
 from marin.terminal_text import safe_rich, safe_text
 

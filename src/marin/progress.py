@@ -20,9 +20,14 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from marin.execution.decide import BUILT_REASON
-from marin.execution.records import log_path
-from marin.execution.step_logs import StepLabelFilter, real_stream, set_echo, terminal_formatter
+from marin.execution.build.step_logs import (
+    StepLabelFilter,
+    real_stream,
+    set_echo,
+    terminal_formatter,
+)
+from marin.execution.plan.decide import BUILT_REASON
+from marin.execution.store.records import log_path
 from marin.execution.vocabulary import BuildOutcomeKind, RunResult
 from marin.terminal_text import cut_middle, safe_rich, safe_text, table_lines
 
@@ -30,10 +35,10 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.live import Live
 
-    from marin.execution.build import BuildOutcome
+    from marin.execution.build.commit import BuildOutcome
     from marin.execution.step_runner import RunReport
     from marin.execution.step_spec import StepSpec
-    from marin.execution.storage import Location
+    from marin.execution.store.location import Location
 
 MAX_RUNNING_SHOWN = 12
 SLOWEST_SHOWN = 5

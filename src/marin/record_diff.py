@@ -1,14 +1,14 @@
 """``marin diff A B``: the field-level difference between two steps' records.
 
 Two versions of one step, or two points of a sweep: both records' fingerprint payloads are
-compared by the differ drift uses (``marin.execution.drift``), so ``marin diff`` and
+compared by the differ drift uses (``marin.execution.digest.config_drift``), so ``marin diff`` and
 ``marin plan`` name a changed field the same way.
 """
 
 from __future__ import annotations
 
-from marin.execution.drift import OUTSIDE_CONFIG_AND_DEPS, explain_drift
-from marin.execution.records import ArtifactRecord, read_record
+from marin.execution.digest.config_drift import OUTSIDE_CONFIG_AND_DEPS, explain_drift
+from marin.execution.store.records import ArtifactRecord, read_record
 from marin.terminal_text import safe_text
 
 DIFF_LIMIT = 200

@@ -14,7 +14,7 @@ import fnmatch
 from collections.abc import Sequence
 
 from marin.execution.errors import InvalidStepError
-from marin.execution.graph import collect_steps
+from marin.execution.pipeline.graph import collect_steps
 from marin.execution.step_spec import StepSpec
 from marin.execution.suggest import did_you_mean
 

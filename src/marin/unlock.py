@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 
 from marin.execution.errors import InvalidStepError
-from marin.execution.lease import LeaseInfo, break_lease, read_lease
 from marin.execution.names import validate_name, validate_version
-from marin.execution.records import FAILED, lease_path, read_record, write_status
-from marin.execution.storage import Location
+from marin.execution.store.lease import LeaseInfo, break_lease, read_lease
+from marin.execution.store.location import Location
+from marin.execution.store.records import FAILED, lease_path, read_record, write_status
 from marin.terminal_text import safe_text
 
 

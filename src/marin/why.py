@@ -1,6 +1,6 @@
 """``marin why STEP``: why a step would be built or is served, and which builds it is made of.
 
-It reads the plan a run would make (``marin.execution.inspect.plan_run``, through the same
+It reads the plan a run would make (``marin.execution.plan.read.plan_run``, through the same
 ``StepRunner.plan`` that ``marin plan`` uses) and only explains its decisions: it never decides
 anything itself. The chain of causes follows the upstream steps whose own decision explains
 this one (one that is rebuilt, drifted, or stale), each with its reason.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from marin.execution.decide import Decision, Plan
 from marin.execution.errors import InvalidStepError
+from marin.execution.plan.decide import Decision, Plan
 from marin.execution.step_spec import StepSpec
 from marin.execution.suggest import did_you_mean
 from marin.execution.vocabulary import Action

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 from marin.execution.lazy import lower
-from marin.execution.records import read_record
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
 from marin_airflow import runtime
 from tests import marin_contract_pipeline as mp
 

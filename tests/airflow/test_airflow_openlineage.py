@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from marin.execution.artifact_names import step_datasets
+from marin.execution.build.lineage.names import step_datasets
 from marin_airflow.runtime import PLAN_TASK_ID
 from tests.airflow.conftest import ROOT
 from tests.lineage.helpers import EXAMPLE, check_event, read_events
@@ -43,7 +43,7 @@ def _by_task(events: list[dict[str, Any]], state: str) -> dict[str, dict[str, An
 def test_the_provider_reports_marins_datasets_for_each_step_task(
     tmp_path: Path, sandbox: Any
 ) -> None:
-    from marin.execution.storage import open_prefix
+    from marin.execution.store.location import open_prefix
     from marin_airflow.export import assign_task_ids, lower_target
 
     provider_log, marin_log = tmp_path / "provider.jsonl", tmp_path / "marin.jsonl"

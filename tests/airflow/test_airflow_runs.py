@@ -64,8 +64,8 @@ def _record(prefix: Path, output_path: str) -> dict[str, Any]:
 
 def _status(prefix: Path, output_path: str) -> str:
     """The step's state as Marin's readers see it (lease, status file, record)."""
-    from marin.execution.records import read_status
-    from marin.execution.storage import open_prefix
+    from marin.execution.store.location import open_prefix
+    from marin.execution.store.records import read_status
 
     return str((read_status(open_prefix(str(prefix)), output_path) or {}).get("state"))
 
@@ -160,7 +160,7 @@ def test_example_dag_matches_local_run_and_reruns_cached(tmp_path: Path, sandbox
     cached); a third, forcing one step, runs only it and what was made from it, although
     their other upstream tasks end skipped."""
     from marin.execution.lazy import run
-    from marin.execution.targets import load_target
+    from marin.execution.pipeline.targets import load_target
 
     af_prefix, local_prefix = tmp_path / "airflow-prefix", tmp_path / "local-prefix"
     # The prefix comes from the run's `prefix` param; $MARIN_PREFIX must not win over it.

@@ -61,13 +61,13 @@ class Cluster:
 
 
 def _location(dag_id: str) -> Any:
-    from marin.execution.storage import open_prefix
+    from marin.execution.store.location import open_prefix
 
     return open_prefix(f"s3://{BUCKET}/{dag_id}")
 
 
 def _records(dag_id: str, steps: list[str]) -> dict[str, Any]:
-    from marin.execution.records import read_record
+    from marin.execution.store.records import read_record
 
     location = _location(dag_id)
     out = {}
@@ -231,7 +231,7 @@ def test_a_step_failing_on_one_worker_succeeds_on_its_retry_elsewhere(cluster: C
 
 
 def test_a_killed_worker_is_replaced_and_its_step_committed_once(cluster: Cluster) -> None:
-    from marin.execution.records import read_status
+    from marin.execution.store.records import read_status
 
     services = cluster.services
     run_id = services.trigger_rest("cel_victim")

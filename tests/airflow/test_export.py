@@ -538,7 +538,7 @@ def test_edges_equal_airflow_wiring_through_dagbag_and_serialization(tmp_path: P
 
 def test_runtime_step_for_lowers_only_the_steps_ancestors() -> None:
     """A task builds one step: it must not lower the whole graph (a 10k-step DAG per task)."""
-    from marin.execution.graph import collect_steps
+    from marin.execution.pipeline.graph import collect_steps
     from marin.execution.step_spec import StepSpec
 
     runtime.clear_cache()
@@ -564,7 +564,7 @@ WIDE = f"{HERE / 'airflow_pipelines.py'}:wide"
 
 def _count_lowered(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every step the real ``lower`` makes a spec of from now on, by step id."""
-    from marin.execution import lazy
+    from marin.execution.pipeline import handles as lazy
 
     real = lazy._spec_for
     made: list[str] = []

@@ -27,13 +27,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.execution.decide import Plan
 from marin.execution.errors import DriftError
-from marin.execution.inspect import plan_run
 from marin.execution.lazy import lower
-from marin.execution.records import FAILED, RUNNING, read_record, record_path, write_status
+from marin.execution.plan.decide import Plan
+from marin.execution.plan.read import plan_run
 from marin.execution.step_runner import StepRunner
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import FAILED, RUNNING, read_record, record_path, write_status
 from marin.execution.vocabulary import Action
 from tests.conformance.random_graph import GRAPH_ENV, PREFIX, build
 from tests.conformance.scenarios import CALLS_ENV, read_calls

@@ -8,8 +8,8 @@ from typing import Any
 
 from marin.execution.errors import MarinError
 from marin.execution.lazy import lower
+from marin.execution.pipeline.targets import load_target
 from marin.execution.step_runner import StepRunner
-from marin.execution.targets import load_target
 
 
 class LocalRunner:

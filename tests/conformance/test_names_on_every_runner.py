@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from marin.execution.errors import InvalidStepError
 from marin.execution.names import validate_name
-from marin.execution.records import read_record
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
 from tests.conformance.conftest import RUNNERS
 from tests.conformance.plan_cases import TARGET, environ, output_path
 from tests.conformance.random_graph import GRAPH_ENV

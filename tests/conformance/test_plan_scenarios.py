@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from marin.execution.decide import LINEAGE_UNKNOWN, Plan
 from marin.execution.errors import DriftError
+from marin.execution.plan.decide import LINEAGE_UNKNOWN, Plan
 from marin.execution.vocabulary import Action
 from tests.conformance.conftest import RUNNERS
 from tests.conformance.plan_cases import Case, Outcome, chain_deps, run_case

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from marin.cli import main
-from marin.execution.decide import Action
 from marin.execution.lazy import OUT, apply, lower, run
-from marin.execution.lease import Lease
-from marin.execution.records import read_record, read_status_file
-from marin.execution.storage import Location, open_prefix
+from marin.execution.plan.decide import Action
+from marin.execution.store.lease import Lease
+from marin.execution.store.location import Location, open_prefix
+from marin.execution.store.records import read_record, read_status_file
 from marin.gc import collect_garbage
 from marin.gc.delete import MARKER
 from tests.gc.pipelines import pipeline, scratch, step
@@ -88,7 +88,7 @@ def test_version_bump_upstream_keeps_the_kept_targets_old_inputs(
 
 
 def _plan(handles: Any, location: Location) -> Any:
-    from marin.execution.inspect import plan_run
+    from marin.execution.plan.read import plan_run
 
     return plan_run(lower(handles), location)
 
@@ -316,7 +316,7 @@ def test_cli_exits_1_naming_what_could_not_be_deleted(
     from tests.reliability.faulty_fs import FAULTS
 
     monkeypatch.chdir(REPO)
-    monkeypatch.setattr("marin.execution.storage.RETRY_BASE_DELAY", 0.001)
+    monkeypatch.setattr("marin.execution.store.location.RETRY_BASE_DELAY", 0.001)
     prefix = f"faulty://{tmp_path}/p"
     run(pipeline(), prefix=prefix)
     run(scratch(), prefix=prefix)

@@ -9,11 +9,11 @@ import fsspec
 import pytest
 
 from marin.catalog import show_record
-from marin.execution.artifact_names import artifact_names, names_for_url
-from marin.execution.build import build_step
-from marin.execution.inspect import plan_run
+from marin.execution.build.commit import build_step
+from marin.execution.build.lineage.names import artifact_names, names_for_url
 from marin.execution.lazy import OUT, apply
-from marin.execution.storage import open_prefix
+from marin.execution.plan.read import plan_run
+from marin.execution.store.location import open_prefix
 from marin.plan_view import plan_json
 
 

@@ -17,15 +17,15 @@ import pytest
 
 pytest.importorskip("openlineage.client")
 
-from marin.execution import lineage
-from marin.execution.artifact_names import artifact_names
-from marin.execution.build import build_step
-from marin.execution.graph import collect_steps
+from marin.execution.build import lineage
+from marin.execution.build.commit import build_step
+from marin.execution.build.lineage.names import artifact_names
 from marin.execution.lazy import OUT, apply, lower
-from marin.execution.records import read_record
+from marin.execution.pipeline.graph import collect_steps
+from marin.execution.pipeline.targets import load_target
 from marin.execution.step_runner import StepRunner
-from marin.execution.storage import open_prefix
-from marin.execution.targets import load_target
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
 from tests.lineage.helpers import (
     EXAMPLE,
     ROOT,
@@ -254,9 +254,9 @@ def test_a_full_queue_drops_events_with_one_warning(
 _SCRIPT = """
 import sys
 import fsspec
-from marin.execution.build import build_step
+from marin.execution.build.commit import build_step
 from marin.execution.lazy import OUT, apply
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
 
 def write(out_path):
     with fsspec.open(out_path, "w") as f:
@@ -264,7 +264,7 @@ def write(out_path):
 
 spec = apply("lin/sub", write, version="v1", out_path=OUT).lower()
 assert build_step(spec, open_prefix(sys.argv[1])).action == "built"
-from marin.execution import lineage
+from marin.execution.build import lineage
 assert lineage.flush(30)
 print("openlineage" in sys.modules)
 """

@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("openlineage.client")
 
-from marin.execution import lineage
+from marin.execution.build import lineage
 from marin.execution.errors import StepFailedError
-from marin.execution.graph import collect_steps
 from marin.execution.lazy import OUT, apply, lower
+from marin.execution.pipeline.graph import collect_steps
+from marin.execution.pipeline.targets import load_target
 from marin.execution.step_runner import StepRunner
-from marin.execution.targets import load_target
 from tests.lineage.helpers import (
     EXAMPLE,
     ROOT,

@@ -16,12 +16,12 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.events import emit_event
 
-from marin.execution import lineage
-from marin.execution.artifact_names import artifact_names
-from marin.execution.graph import collect_steps
+from marin.execution.build import lineage
+from marin.execution.build.lineage.names import artifact_names
 from marin.execution.lazy import lower
-from marin.execution.storage import open_prefix
-from marin.execution.targets import load_target
+from marin.execution.pipeline.graph import collect_steps
+from marin.execution.pipeline.targets import load_target
+from marin.execution.store.location import open_prefix
 from marin_prefect import to_prefect_flow
 from tests.lineage.helpers import EXAMPLE, check_event, file_transport, fresh_sender, read_events
 

@@ -21,11 +21,11 @@ import pytest
 pytest.importorskip("prefect_dask")
 pytest.importorskip("s3fs")
 
-from marin.execution.graph import collect_steps
 from marin.execution.lazy import lower
-from marin.execution.records import read_record
-from marin.execution.storage import open_prefix
-from marin.execution.targets import load_target
+from marin.execution.pipeline.graph import collect_steps
+from marin.execution.pipeline.targets import load_target
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
 from marin_prefect.compile import CACHED_STATE_NAME, to_prefect_flow
 from marin_testing.dask import DaskCluster
 from tests.prefect.prefect_helpers import flow_run_id, task_runs

@@ -16,8 +16,8 @@ import pytest
 
 from marin.execution.errors import CycleError, MarinError, StorageError, TargetError
 from marin.execution.lazy import OUT, apply, lower
+from marin.execution.pipeline.targets import load_target
 from marin.execution.step_runner import StepRunner
-from marin.execution.targets import load_target
 from marin_prefect.compile import FlowOptions, remote_target
 from marin_prefect.dask import (
     DASK_ADDRESS_ENV,
@@ -49,7 +49,7 @@ print(build.spec.step_id, build.spec.fingerprint)
 
 
 def _payload(tmp_path: Path) -> tuple[str, Path, str]:
-    from marin.execution.orchestrate import BuildCall
+    from marin.execution.run.loop import BuildCall
 
     folder = tmp_path / "code"
     folder.mkdir()

@@ -16,8 +16,8 @@ from prefect.flows import load_flow_from_entrypoint
 
 import tests.prefect.prefect_pipelines as toy
 from marin.execution.errors import PipelineFailedError, StepFailedError
-from marin.execution.graph import collect_steps
 from marin.execution.lazy import OUT, apply, lower, run
+from marin.execution.pipeline.graph import collect_steps
 from marin_prefect import to_prefect_flow
 from marin_prefect.compile import CACHED_STATE_NAME, NOT_RUN_STATE_NAME
 from tests.prefect.prefect_helpers import (
@@ -64,7 +64,7 @@ def test_example_as_flow_matches_local_run(tmp_path: Path) -> None:
     state = pipeline(return_state=True)
     assert state.is_completed(), state
 
-    from marin.execution.targets import load_target
+    from marin.execution.pipeline.targets import load_target
 
     handles = load_target(EXAMPLE_TARGET)
     run(handles, prefix=str(local_prefix))

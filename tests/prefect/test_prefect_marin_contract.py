@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from marin.execution.records import read_record
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
 from marin_prefect import to_prefect_flow
 from tests import marin_contract_pipeline as mp
 

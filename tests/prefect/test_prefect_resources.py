@@ -11,7 +11,7 @@ from prefect.client.orchestration import get_client
 
 from marin.execution.errors import StepFailedError
 from marin.execution.lazy import OUT, apply
-from marin.execution.resources import parse_capacity, parse_resources
+from marin.execution.pipeline.resources import parse_capacity, parse_resources
 from marin_prefect import to_prefect_flow
 from marin_prefect.resources import (
     create_limits,

@@ -121,8 +121,8 @@ held = [step("held/one")]
 def verify(handles: list[ArtifactStep], prefix: str) -> dict[str, Any]:
     """Every artifact committed and complete, as this process sees it."""
     from marin.execution.lazy import lower
-    from marin.execution.records import read_record
-    from marin.execution.storage import open_prefix
+    from marin.execution.store.location import open_prefix
+    from marin.execution.store.records import read_record
 
     location = open_prefix(prefix)
     seen = {}

@@ -15,9 +15,15 @@ import pytest
 
 from marin.execution.errors import StepFailedError
 from marin.execution.lazy import OUT, apply, resolve, run
-from marin.execution.lease import Lease
-from marin.execution.records import lease_path, read_record, read_status, record_path, status_path
-from marin.execution.storage import open_prefix
+from marin.execution.store.lease import Lease
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import (
+    lease_path,
+    read_record,
+    read_status,
+    record_path,
+    status_path,
+)
 
 
 def write_value(value: str, out_path: str) -> str:

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from marin.execution.code_digest import clear_cache
+from marin.execution.digest.code import clear_cache
 from marin.execution.errors import CodeDriftError
 from marin.execution.lazy import lower
-from marin.execution.records import read_record
 from marin.execution.step_runner import StepRunner
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
 from marin.plan_view import plan_table
 from marin.progress import served_with_warning_lines
 from tests.test_code_digest import Project
@@ -389,7 +389,7 @@ def test_the_prefect_flow_reports_code_drift_and_fails_under_error(tmp_path: Pat
 
 def test_an_on_code_drift_that_is_not_a_policy_is_a_clear_error() -> None:
     from marin.execution.errors import OptionError
-    from marin.execution.options import RunOptions
+    from marin.execution.plan.options import RunOptions
 
     with pytest.raises(OptionError, match=r"on_code_drift='ERROR' is not a drift policy.*warn, rebuild, error"):
         RunOptions.from_params({"on_code_drift": "ERROR"})

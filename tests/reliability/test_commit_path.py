@@ -16,11 +16,13 @@ import fsspec
 import pytest
 
 from marin.catalog import show_record
-from marin.execution.build import build_step
-from marin.execution.inspect import plan_run
+from marin.execution.build.commit import build_step
 from marin.execution.lazy import OUT, apply
-from marin.execution.lease import Lease
-from marin.execution.records import (
+from marin.execution.plan.read import plan_run
+from marin.execution.step_spec import StepSpec
+from marin.execution.store.lease import Lease
+from marin.execution.store.location import Location, open_prefix
+from marin.execution.store.records import (
     FAILED,
     RUNNING,
     SUCCESS,
@@ -30,8 +32,6 @@ from marin.execution.records import (
     read_status_file,
     status_path,
 )
-from marin.execution.step_spec import StepSpec
-from marin.execution.storage import Location, open_prefix
 from marin.execution.vocabulary import StoredStatus
 
 BUILT, FAILED_BEFORE, RUN = StoredStatus.BUILT, StoredStatus.FAILED_BEFORE, StoredStatus.RUN
@@ -171,7 +171,7 @@ def test_a_record_the_reader_already_holds_is_recognised_by_its_bytes_without_a_
     """A dependent re-reads each input's record twice per build; a long run's records fall out
     of the parse cache. Given the record it holds (``known``), a reader of the same bytes gets
     that very record with no parse; other bytes are parsed as always, never taken for it."""
-    from marin.execution import records
+    from marin.execution.store import records
 
     location = open_prefix(store_prefix)
     spec = apply("held", quiet, version="v0", out_path=OUT).lower()

@@ -13,13 +13,13 @@ from typing import Any
 import fsspec
 import pytest
 
-from marin.execution.build import BuildOutcome, build_step
-from marin.execution.decide import Policy, Stored, Upstream, decide
+from marin.execution.build.commit import BuildOutcome, build_step
 from marin.execution.errors import InputChangedError, LeaseVanishedError, StepFailedError
 from marin.execution.lazy import OUT, apply, run
-from marin.execution.lease import TTL_ENV, Lease
-from marin.execution.records import delete_record, read_record, read_status
-from marin.execution.storage import open_prefix
+from marin.execution.plan.decide import Policy, Stored, Upstream, decide
+from marin.execution.store.lease import TTL_ENV, Lease
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import delete_record, read_record, read_status
 
 WAIT_S = 30.0
 """How long a test waits for an event that the fixed code always reaches at once."""

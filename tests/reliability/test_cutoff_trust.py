@@ -22,9 +22,9 @@ import fsspec
 import pytest
 
 from marin.execution.lazy import OUT, apply, lower
-from marin.execution.records import read_record
 from marin.execution.step_runner import StepRunner
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
 from marin.execution.vocabulary import Action
 
 UP, READER = "cut/up@v1", "cut/reader@v1"

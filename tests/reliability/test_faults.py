@@ -14,9 +14,9 @@ import pytest
 
 from marin.execution.errors import StepFailedError, StorageError
 from marin.execution.lazy import OUT, apply, run
-from marin.execution.lease import lease_store
-from marin.execution.records import lease_path, read_record, read_status
-from marin.execution.storage import open_prefix
+from marin.execution.store.lease import lease_store
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import lease_path, read_record, read_status
 from tests.reliability.faulty_fs import FAULTS
 
 STATUS_OR_RECORD = r"\.marin/(status|record)\.json$"

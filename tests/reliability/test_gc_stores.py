@@ -9,8 +9,8 @@ from collections import Counter
 from typing import Any
 
 from marin.execution.lazy import run
-from marin.execution.records import ArtifactRecord, read_record, record_path
-from marin.execution.storage import Location, open_prefix
+from marin.execution.store.location import Location, open_prefix
+from marin.execution.store.records import ArtifactRecord, read_record, record_path
 from marin.gc import collect_garbage
 from marin.gc.walk import list_prefix
 from tests.gc.pipelines import other, pipeline, scratch, step

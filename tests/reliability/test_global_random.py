@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from marin.execution import storage
-from marin.execution.build import build_step
+from marin.execution.build.commit import build_step
 from marin.execution.lazy import OUT, apply
-from marin.execution.lease import Lease
-from marin.execution.storage import open_prefix, with_retries
+from marin.execution.store import location as storage
+from marin.execution.store.lease import Lease
+from marin.execution.store.location import open_prefix, with_retries
 
 WAIT_S = 30.0
 

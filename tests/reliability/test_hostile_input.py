@@ -35,7 +35,7 @@ from marin.catalog import show_record
 from marin.cli import main
 from marin.execution.errors import ConfigError, InvalidStepError
 from marin.execution.lazy import OUT, ArtifactStep, apply, lower
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
 from marin.terminal_text import safe_text
 from marin_airflow.export import build_export, embedded_steps
 

@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from marin import catalog
-from marin.execution import atomic_file, records
-from marin.execution.build import build_step
-from marin.execution.code_digest import code_digest
+from marin.execution import atomic_file
+from marin.execution.build.commit import build_step
+from marin.execution.build.output_tree import OutputDigest
+from marin.execution.digest.code import code_digest
 from marin.execution.errors import (
     ArtifactTypeMismatchError,
     ConfigError,
@@ -28,13 +29,14 @@ from marin.execution.errors import (
     InvalidStepError,
     MarinError,
 )
-from marin.execution.inspect import plan_run
 from marin.execution.lazy import OUT, apply, resolve
-from marin.execution.lease import TTL_ENV, Lease, LeaseInfo, ttl_from_env
-from marin.execution.lease import holder as lease_holder
-from marin.execution.output_digest import OutputDigest
-from marin.execution.provenance import collect_provenance, now_iso
-from marin.execution.records import (
+from marin.execution.pipeline.provenance import collect_provenance, now_iso
+from marin.execution.plan.read import plan_run
+from marin.execution.store import records
+from marin.execution.store.lease import TTL_ENV, Lease, LeaseInfo, ttl_from_env
+from marin.execution.store.lease import holder as lease_holder
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import (
     ArtifactRecord,
     lease_path,
     metadata_dir,
@@ -43,7 +45,6 @@ from marin.execution.records import (
     record_path,
     status_path,
 )
-from marin.execution.storage import open_prefix
 from marin.plan_view import plan_json, plan_table
 
 

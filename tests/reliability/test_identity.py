@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from marin.execution.errors import ConfigError, DuplicateStepError
-from marin.execution.graph import collect_steps
 from marin.execution.lazy import apply, lower, run
+from marin.execution.pipeline.graph import collect_steps
 
 
 def train(lr: float) -> dict[str, Any]:
@@ -146,9 +146,10 @@ def test_apply_keeps_the_fingerprint_guard_only_for_inputs_that_are_not_plain_da
     form reads its live state, keeps the guard, which refuses the changed config."""
     import threading
 
-    from marin.execution.canonical import register_fingerprint
     from marin.execution.errors import StepFailedError
-    from marin.execution.lazy import OUT, _FingerprintGuard
+    from marin.execution.lazy import OUT
+    from marin.execution.pipeline.canonical import register_fingerprint
+    from marin.execution.pipeline.handles import _FingerprintGuard
 
     plain = lower(apply("plain", train, version="v0", lr=0.5))
     assert not isinstance(plain.run, _FingerprintGuard)
@@ -177,7 +178,7 @@ def test_apply_keeps_the_fingerprint_guard_only_for_inputs_that_are_not_plain_da
 def test_hand_made_step_whose_config_changes_after_lower_refuses_to_build(prefix: str) -> None:
     from marin.execution.errors import StepFailedError
     from marin.execution.lazy import ArtifactStep
-    from marin.execution.records import record_path
+    from marin.execution.store.records import record_path
 
     settings = {"lr": 0.1}
     ran: list[float] = []

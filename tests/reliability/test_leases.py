@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from marin.execution.build import build_step
+from marin.execution.build.commit import build_step
 from marin.execution.lazy import OUT, apply
-from marin.execution.lease import Heartbeat, Lease, LeaseInfo, heartbeat, lease_store
-from marin.execution.lease.heartbeat import _COMPACT_SLACK
-from marin.execution.records import lease_path, read_record, read_status
-from marin.execution.storage import open_prefix
+from marin.execution.store.lease import Heartbeat, Lease, LeaseInfo, heartbeat, lease_store
+from marin.execution.store.lease.heartbeat import _COMPACT_SLACK
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import lease_path, read_record, read_status
 
 
 def test_backends_get_the_strong_store(store_prefix: str) -> None:
@@ -47,7 +47,8 @@ def test_one_holder_then_release_hands_over(store_prefix: str) -> None:
 
 
 class _Clock:
-    """Stands in for the ``time`` module inside ``marin.execution.lease``'s modules: the clock can be
+    """Stands in for the ``time`` module inside ``marin.execution.store.lease``'s modules: the clock
+    can be
     moved forward, so a test expires a lease without sleeping and without a race against a
     slow store (a 0.3 s TTL once had to outlive a moto create, a 412 and a GET)."""
 
@@ -67,7 +68,7 @@ class _Clock:
 def test_expired_lease_is_taken_over_and_the_old_holder_cannot_commit(
     store_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from marin.execution.lease import core, info
+    from marin.execution.store.lease import core, info
 
     clock = _Clock()
     for module in (core, info):  # the lease protocol's clock, and the one expiries are judged by
@@ -288,7 +289,7 @@ def test_a_lease_being_created_is_waited_for_then_taken_over_if_it_stays_torn(
 ) -> None:
     """Local creates make the file, then write it: an empty or half-written lease may be a
     competitor mid-create, so it is not taken over at once; one that stays so is."""
-    import marin.execution.lease.info as lease_module  # the garbled-lease grace period
+    import marin.execution.store.lease.info as lease_module  # the garbled-lease grace period
 
     location = open_prefix(str(tmp_path / "p"))
     path = location.path(lease_path("s/v0"))

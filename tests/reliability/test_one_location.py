@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from marin.execution.errors import DuplicateStepError, InvalidStepError, StorageError
 from marin.execution.lazy import OUT, apply, lower, resolve, run
 from marin.execution.names import validate_name, validate_version
-from marin.execution.storage import open_prefix, resolve_prefix
+from marin.execution.store.location import open_prefix, resolve_prefix
 
 
 def write_id(step_id: str, out: str) -> str:

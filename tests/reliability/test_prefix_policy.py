@@ -15,8 +15,8 @@ import pytest
 
 from marin.execution.errors import StorageError
 from marin.execution.lazy import OUT, apply, run
-from marin.execution.prefix_policy import ALLOWED_ENV, check_prefix
-from marin.execution.storage import open_prefix, resolve_prefix
+from marin.execution.store.location import open_prefix, resolve_prefix
+from marin.execution.store.prefix_policy import ALLOWED_ENV, check_prefix
 from marin_airflow.runtime import choose_prefix
 
 

@@ -18,10 +18,16 @@ import pytest
 
 from marin.execution.faults import CRASH_POINTS
 from marin.execution.lazy import lower
-from marin.execution.lease import Lease
-from marin.execution.lease.info import LeaseInfo
-from marin.execution.records import TMP_MARK, lease_path, read_record, read_status, record_path
-from marin.execution.storage import open_prefix
+from marin.execution.store.lease import Lease
+from marin.execution.store.lease.info import LeaseInfo
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import (
+    TMP_MARK,
+    lease_path,
+    read_record,
+    read_status,
+    record_path,
+)
 from tests.reliability import pipelines
 from tests.reliability.conftest import REPO, child_env, run_runner, start_runner
 

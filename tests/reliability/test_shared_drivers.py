@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from marin.execution.lazy import lower
-from marin.execution.records import read_record
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
 from tests.reliability import shared_pipeline
 from tests.reliability.conftest import REPO, child_env
 

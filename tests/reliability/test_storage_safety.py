@@ -13,11 +13,11 @@ from typing import Any
 import fsspec
 import pytest
 
-from marin.execution.build import build_step
+from marin.execution.build.commit import build_step
 from marin.execution.errors import DuplicateStepError, InvalidStepError, StepFailedError
 from marin.execution.lazy import OUT, apply, lower, resolve
-from marin.execution.records import read_record, read_status, status_path, write_status
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record, read_status, status_path, write_status
 
 
 def write_value(value: str, out_path: str) -> str:
@@ -182,7 +182,7 @@ def test_a_memory_store_subclass_that_overrides_reads_is_read_through_them() -> 
     (the benchmarks' latency store simulating an object store) must see every read."""
     from fsspec.implementations.memory import MemoryFileSystem
 
-    from marin.execution.storage import Location
+    from marin.execution.store.location import Location
 
     class CountingMemory(MemoryFileSystem):
         protocol = "countingmem"

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from marin import catalog
-from marin.execution.build import build_step
-from marin.execution.decide import Policy, Stored, decide
+from marin.execution.build.commit import build_step
 from marin.execution.errors import ForeignRecordError, MarinError, SymlinkError
-from marin.execution.inspect import read_stored_step
-from marin.execution.records import lease_path, metadata_dir, read_record, record_path
+from marin.execution.plan.decide import Policy, Stored, decide
+from marin.execution.plan.read import read_stored_step
 from marin.execution.step_runner import StepRunner
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import lease_path, metadata_dir, read_record, record_path
 from marin.execution.vocabulary import Action, StoredStatus
 from tests.reliability import stored_state_pipelines as pipelines
 from tests.reliability.conftest import REPO

@@ -22,14 +22,14 @@ from typing import Any
 import pytest
 
 from marin.cli import main
-from marin.execution.context import StepContext
 from marin.execution.errors import StepFailedError
-from marin.execution.inspect import plan_run
 from marin.execution.lazy import apply
-from marin.execution.records import record_path, status_path
+from marin.execution.pipeline.context import StepContext
+from marin.execution.plan.read import plan_run
 from marin.execution.step_runner import StepRunner
 from marin.execution.step_spec import StepSpec, fingerprint_of
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import record_path, status_path
 from marin.plan_view import plan_table
 from marin.progress import RunObserver, render_summary
 from marin.terminal_text import safe_json, safe_text

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from marin.cli import build_parser, main
-from marin.execution.build import build_step
+from marin.execution.build.commit import build_step
 from marin.execution.lazy import OUT, apply
-from marin.execution.lease import CLOCK_SKEW_S, Lease, LeaseInfo
-from marin.execution.records import lease_path, metadata_dir, read_status
-from marin.execution.storage import Location, open_prefix
+from marin.execution.store.lease import CLOCK_SKEW_S, Lease, LeaseInfo
+from marin.execution.store.location import Location, open_prefix
+from marin.execution.store.records import lease_path, metadata_dir, read_status
 from tests.reliability.test_terminal_safety import _restore_logging  # noqa: F401 - autouse
 
 # ``_restore_logging``: the in-process ``main()`` configures the root logger on pytest's capture

@@ -12,7 +12,7 @@ import pytest
 
 from marin.execution.errors import InvalidStepError
 from marin.execution.lazy import OUT, apply
-from marin.execution.resources import MAX_TIMEOUT_S, parse_capacity, parse_duration
+from marin.execution.pipeline.resources import MAX_TIMEOUT_S, parse_capacity, parse_duration
 from tests.resources import resource_pipelines as rp
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from marin.execution.build import build_step
-from marin.execution.context import assigned_devices, current_context
+from marin.execution.build.commit import build_step
 from marin.execution.errors import InvalidStepError
-from marin.execution.isolation import IsolatedCall, StepTimeoutError, TimedCall
 from marin.execution.lazy import OUT, ArtifactStep, apply, lower
-from marin.execution.lease import read_lease
-from marin.execution.records import FAILED, log_path, read_record, read_status
-from marin.execution.resources import ResourcePool, Resources, parse_capacity
+from marin.execution.pipeline.context import assigned_devices, current_context
+from marin.execution.pipeline.isolation import IsolatedCall, StepTimeoutError, TimedCall
+from marin.execution.pipeline.resources import ResourcePool, Resources, parse_capacity
 from marin.execution.step_spec import StepSpec
-from marin.execution.storage import Location, open_prefix
+from marin.execution.store.lease import read_lease
+from marin.execution.store.location import Location, open_prefix
+from marin.execution.store.records import FAILED, log_path, read_record, read_status
 from tests.conformance.scenarios import read_calls
 from tests.pids import exits_within
 from tests.resources import resource_pipelines as rp
@@ -173,7 +173,7 @@ def test_a_timeout_without_isolation_fails_the_step(location: Location) -> None:
 
 
 def test_a_file_loaded_pipeline_runs_isolated(location: Location, tmp_path: object) -> None:
-    from marin.execution.targets import load_target
+    from marin.execution.pipeline.targets import load_target
 
     path = os.path.join(str(tmp_path), "my_pipe.py")
     with open(path, "w") as f:

@@ -9,7 +9,7 @@ import pytest
 
 from marin.execution.errors import InvalidStepError
 from marin.execution.lazy import apply
-from marin.execution.resources import ResourcePool, parse_capacity, parse_resources
+from marin.execution.pipeline.resources import ResourcePool, parse_capacity, parse_resources
 from tests.ux.helpers import EXAMPLE, marin, plan_file
 
 

@@ -15,9 +15,9 @@ import pytest
 
 from marin.execution.errors import InvalidStepError
 from marin.execution.lazy import lower
-from marin.execution.records import read_record
-from marin.execution.resources import parse_capacity
-from marin.execution.storage import open_prefix
+from marin.execution.pipeline.resources import parse_capacity
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
 from tests.conformance.scenarios import CALLS_ENV, read_calls
 from tests.resources import resource_pipelines as rp
 

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from marin.execution.errors import InvalidStepError
-from marin.execution.resources import (
+from marin.execution.pipeline.resources import (
     Grant,
     ResourcePool,
     Resources,
@@ -215,7 +215,7 @@ def test_the_pool_is_thread_safe_and_never_double_books_a_device() -> None:
 def test_capacity_from_fills_unnamed_kinds_from_the_machine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from marin.execution.resources import capacity_from
+    from marin.execution.pipeline.resources import capacity_from
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     machine = machine_capacity()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from marin.execution.errors import TargetError
-from marin.execution.targets import PipelineImportError, Target, load_target
+from marin.execution.pipeline.targets import PipelineImportError, Target, load_target
 from tests.ux.helpers import EXAMPLE, ROOT, marin, plan_file
 
 BROKEN = {

@@ -232,7 +232,11 @@ def test_concurrent_partial_writes_never_split_a_line_between_steps(
 def test_step_log_records_carry_the_step_label_on_the_terminal() -> None:
     import logging
 
-    from marin.execution.step_logs import StepLabelFilter, capture_step_output, terminal_formatter
+    from marin.execution.build.step_logs import (
+        StepLabelFilter,
+        capture_step_output,
+        terminal_formatter,
+    )
 
     out = io.StringIO()
     handler = logging.StreamHandler(out)

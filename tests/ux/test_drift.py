@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from marin.execution.drift import explain_drift
-from marin.execution.inspect import plan_run
+from marin.execution.digest.config_drift import explain_drift
 from marin.execution.lazy import OUT, apply, lower, run
-from marin.execution.storage import open_prefix
+from marin.execution.plan.read import plan_run
+from marin.execution.store.location import open_prefix
 
 
 def payload(config: Any, deps: dict[str, str] | None = None) -> str:

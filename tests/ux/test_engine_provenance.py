@@ -10,11 +10,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from marin.execution.build import build_step
+from marin.execution.build.commit import build_step
 from marin.execution.lazy import OUT, apply, lower
-from marin.execution.provenance import current_engine, engine_run
-from marin.execution.records import read_record, record_path
-from marin.execution.storage import open_prefix
+from marin.execution.pipeline.provenance import current_engine, engine_run
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record, record_path
 from tests.ux.helpers import marin
 
 AIRFLOW_IDS = {

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from marin.execution.decide import Decision
-from marin.execution.graph import collect_steps
 from marin.execution.lazy import OUT, apply, lower
+from marin.execution.pipeline.graph import collect_steps
+from marin.execution.plan.decide import Decision
 from marin.graph_view import mermaid_ids, to_dot, to_mermaid
 from tests.ux.helpers import EXAMPLE, ROOT, UPDATE, marin
 

@@ -146,7 +146,7 @@ def test_summary_points_at_a_small_text_result(tmp_path: Path) -> None:
 
 
 def test_summary_calls_a_json_result_json(tmp_path: Path) -> None:
-    from marin.execution.storage import open_prefix
+    from marin.execution.store.location import open_prefix
     from marin.progress import readable_result
 
     (tmp_path / "out").mkdir()

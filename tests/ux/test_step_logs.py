@@ -9,11 +9,11 @@ from typing import Any
 
 import fsspec
 
+from marin.execution.build.step_logs import PASS_THROUGH, capture_step_output, set_echo
 from marin.execution.lazy import OUT, apply
-from marin.execution.records import log_path
-from marin.execution.step_logs import PASS_THROUGH, capture_step_output, set_echo
 from marin.execution.step_runner import StepRunner
-from marin.execution.storage import open_prefix
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import log_path
 
 N_STEPS = 8
 REPEAT = 200

@@ -4,7 +4,7 @@ The front door: ``marin.execution.apply``, ``lower``, ``resolve``, ``OUT``, ``Ar
 ``StepContext``, ``current_context``, ``StepRunner``, ``StepSpec`` and ``RunOptions``, each
 imported on first use (importing this package imports nothing else). ``run`` is not among them:
 ``marin.execution.run`` names the run layer's package; the function is
-``marin.execution.lazy.run``.
+``marin.execution.run.api.run``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _FRONT_DOOR = {
     ),
     "StepRunner": "marin.execution.step_runner",
     "StepSpec": "marin.execution.step_spec",
-    "RunOptions": "marin.execution.options",
+    "RunOptions": "marin.execution.plan.options",
 }
 """Each public name -> the module it comes from (Marin's public modules, and the options)."""
 
@@ -46,3 +46,8 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_FRONT_DOOR))
+
+
+from marin.execution import _moved  # noqa: E402  old paths, for one release
+
+_moved.install()

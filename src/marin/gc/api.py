@@ -6,10 +6,10 @@ import datetime
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from marin.execution.graph import collect_steps
-from marin.execution.lease import read_lease
-from marin.execution.records import metadata_dir
-from marin.execution.storage import Location, open_prefix
+from marin.execution.pipeline.graph import collect_steps
+from marin.execution.store.lease import read_lease
+from marin.execution.store.location import Location, open_prefix
+from marin.execution.store.records import metadata_dir
 from marin.gc.collect import check_keep_versions, decide, parse_age
 from marin.gc.delete import adopted, delete_step
 from marin.gc.report import Collected, GcReport, Left
@@ -23,7 +23,7 @@ Target = Any
 def _needed_paths(targets: Sequence[Target]) -> set[str]:
     """The output path of every step the targets' graph holds (what ``marin plan`` plans)."""
     from marin.execution.lazy import lower
-    from marin.execution.targets import load_target
+    from marin.execution.pipeline.targets import load_target
 
     handles: list[Any] = []
     for target in targets:

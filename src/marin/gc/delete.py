@@ -24,8 +24,9 @@ import os
 from dataclasses import dataclass
 
 from marin.execution import faults
-from marin.execution.lease import Heartbeat, Lease
-from marin.execution.records import (
+from marin.execution.store.lease import Heartbeat, Lease
+from marin.execution.store.location import Location
+from marin.execution.store.records import (
     FAILED,
     ArtifactRecord,
     delete_record,
@@ -33,7 +34,6 @@ from marin.execution.records import (
     metadata_dir,
     write_status,
 )
-from marin.execution.storage import Location
 from marin.gc.walk import Slot
 from marin.unlock import describe_lease
 

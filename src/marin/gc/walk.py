@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 from marin.catalog import Entry
 from marin.execution.names import METADATA_SUFFIX
-from marin.execution.records import (
+from marin.execution.store.location import Location, with_retries
+from marin.execution.store.records import (
     ForeignRecord,
     load_record,
     read_status_file,
 )
-from marin.execution.storage import Location, with_retries
 
 IO_PARALLELISM = 32
 

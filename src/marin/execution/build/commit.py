@@ -1,0 +1,878 @@
+"""``build_step``: the one build/commit path that every runner uses.
+
+The local ``StepRunner``, the Prefect tasks and the Airflow tasks all call this function, so a
+local run, a Prefect run and an Airflow run on one prefix share one lease, one record and one
+status file, and see each other's results.
+
+The order of writes is the whole crash-safety story:
+0. wait out any dependency whose lease another runner holds (it is being rebuilt), and read each
+   dependency's record afresh: the builds this one consumes (``_inputs_at_start``);
+1. refuse an output path that holds data Marin did not write, then take the lease (held, it is
+   the step's RUNNING status: no status file is written), then re-check: another runner may
+   have finished meanwhile;
+2. if an earlier attempt left anything (a record, a status file, or a lease this one took
+   over), drop its status file and record, then clear the output path (only then: see
+   ``_earlier_attempt``);
+3. run ``fn`` under a lease heartbeat (``log.txt`` is created only if it prints);
+4. check every dependency still holds the build this one started from (a rebuilder deletes the
+   record before it touches the output, so this proves ``fn`` read whole inputs), and that the
+   lease is still ours (a runner whose lease was taken over must not commit);
+5. write the record (the commit point, and the SUCCESS status) under ``Lease.commit``, which
+   re-proves ownership, then release the lease. A failure writes a FAILED status instead.
+A crash anywhere before 5 leaves no record, so the step is simply not built, and leaves its
+lease, which the next attempt takes over. A corrupt record reads as "not built"; a crashed local
+record write leaves only a temporary file, cleared in 2. ``benchmarks/README.md`` counts the
+storage calls this makes. ``marin.execution.faults`` names the crash points the tests kill
+processes at.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import io
+import logging
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, cast
+
+from marin.execution.build.lineage import build_finished, build_started
+from marin.execution.build.output_tree import OutputDigest, is_output_digest, output_digest
+from marin.execution.build.step_logs import LazyLogFile, capture_step_output
+from marin.execution.digest.code import code_digest
+from marin.execution.errors import (
+    AbandonedError,
+    ConfigError,
+    Deferred,
+    InputChangedError,
+    LeaseLostError,
+    LeaseVanishedError,
+    ReentrantBuildError,
+    StorageError,
+)
+from marin.execution.faults import crash_point
+from marin.execution.ids import jitter, new_id
+from marin.execution.names import METADATA_SUFFIX
+from marin.execution.pipeline.artifact import load_dependency
+from marin.execution.pipeline.canonical import to_canonical
+from marin.execution.pipeline.context import StepContext
+from marin.execution.pipeline.isolation import StepTimeoutError
+from marin.execution.pipeline.provenance import collect_provenance, now_iso
+from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.plan.decide import Decision, Policy, Stored, Upstream, decide
+from marin.execution.plan.options import DEFAULT_ON_DRIFT
+from marin.execution.plan.read import read_stored_step
+from marin.execution.store.lease import (
+    Heartbeat,
+    Lease,
+    LeaseInfo,
+    enclosing,
+    held_by_enclosing_build,
+    read_lease,
+    ttl_from_env,
+)
+from marin.execution.store.location import Location, durable, with_retries
+from marin.execution.store.records import (
+    FAILED,
+    ArtifactRecord,
+    ForeignRecord,
+    clear_status,
+    delete_record,
+    lease_path,
+    load_record,
+    log_path,
+    metadata_dir,
+    metadata_files,
+    read_record,
+    read_status_file,
+    write_record,
+    write_status,
+)
+from marin.execution.vocabulary import Action, BuildOutcomeKind, Leftover
+
+log = logging.getLogger("marin")
+
+LEASE_WAIT_FIRST_DELAY_S = 0.02
+LEASE_WAIT_MAX_DELAY_S = 1.0
+LEASE_WAIT_LOG_EVERY_S = 30.0
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """What ``build_step`` did with a step: built it here, served it (cached), or found it built
+    by another runner; with the committed record and where the artifact lives.
+
+    Invariant: ``record`` is always a committed record of ``spec`` (a failure raises instead)."""
+
+    spec: StepSpec
+    action: BuildOutcomeKind
+    record: ArtifactRecord
+    output_url: str
+    duration_s: float = 0.0
+    drift: tuple[str, ...] = field(default=())
+    reason: str = ""
+    """Why it was built or served (the decision's reason)."""
+
+
+def run_context(spec: StepSpec, location: Location, region: str | None = None) -> StepContext:
+    return StepContext(
+        output_path=location.url_for(spec.output_path),
+        prefix=location.url,
+        region=region,
+        dep_paths={dep.step_id: dep.data_url(location.url) for dep in spec.deps},
+        runtime_args=spec.runtime_args or {},
+        loader=functools.partial(load_dependency, location, spec),
+    )
+
+
+def warn_if_served_stale(decision: Decision) -> None:
+    """The one warning for a step served although drifted (``warn``) or stale (no cascade)."""
+    if not decision.served_with_warning:
+        return
+    spec = decision.spec
+    if decision.drift:
+        log.warning(
+            "drift %s: config changed without a version bump; serving the cached artifact "
+            "(bump the version, or use the drift policy rebuild):\n  %s",
+            spec.step_id,
+            "\n  ".join(decision.drift),
+        )
+    if decision.stale:
+        log.warning(
+            "stale %s: served without rebuilding (no cascade): %s",
+            spec.step_id,
+            "; ".join(decision.stale),
+        )
+    if decision.code_drift:
+        log.warning(
+            "code drift %s: its code changed since it was built; serving the cached artifact "
+            "(bump the version, --force it, or use the code drift policy rebuild):\n  %s",
+            spec.step_id,
+            "\n  ".join(decision.code_drift),
+        )
+
+
+def read_upstream(spec: StepSpec, location: Location) -> list[Upstream]:
+    """Each dependency's current record, for the decision and for the new record's lineage."""
+    unique = {dep.step_id: dep for dep in spec.deps}
+    return [
+        Upstream(step_id, read_record(location, dep.output_path)) for step_id, dep in unique.items()
+    ]
+
+
+def build_step(
+    spec: StepSpec,
+    location: Location,
+    *,
+    on_drift: str = DEFAULT_ON_DRIFT,
+    force: bool = False,
+    cascade: bool = True,
+    policy: Policy | None = None,
+    region: str | None = None,
+    lease_ttl: float | None = None,
+    decision: Decision | None = None,
+    upstream: Sequence[Upstream] | None = None,
+    abandon: threading.Event | None = None,
+    defer_if_held: bool = False,
+    working_dir: str | None = None,
+) -> BuildOutcome:
+    """Make sure ``spec`` is built under ``location``; build it here if nobody has.
+
+    ``policy`` (else ``on_drift``, ``force`` and ``cascade``) is the run's policy. ``decision``
+    is the plan's decision to build this step; without one, the step is decided here first, from
+    its own record and ``upstream`` (each dependency's current record; read when not given).
+    Either way, after taking the lease the step is decided again if its record changed since,
+    so a step another runner just built is served, not rebuilt.
+
+    If this runner's lease is taken over while ``fn`` runs (it stalled past the TTL), its result
+    is discarded, never committed; it then waits for the new holder and serves that runner's
+    record ("built-by-other"), or raises ``LeaseLostError`` if the new holder did not commit.
+
+    ``abandon``: once set (a second Ctrl-C in library mode), a build whose ``fn`` is still
+    running keeps its lease until ``fn`` returns, and then never commits.
+
+    Inputs: a build never starts from a dependency another runner is rebuilding (it waits for
+    that runner's lease, then reads the dependency's record afresh: the new record's build is
+    what this build consumes), and never commits when a dependency's build changed while it ran
+    (``InputChangedError``, naming the dependency; nothing is committed).
+
+    ``lease_ttl``: the lease duration; None reads ``$MARIN_LEASE_TTL`` once, here, before
+    ``fn`` runs (a runner reads it once per run and passes it).
+
+    ``defer_if_held``: when another runner's live lease holds the step, raise ``Deferred`` at
+    once (having written nothing) instead of waiting for it, so a run loop can go on with other
+    steps meanwhile (drivers sharing one prefix) and call again later.
+
+    ``working_dir``: the directory whose checkout the record's provenance names (its git state);
+    None reads this process's working directory at the build. A run loop reads it once, when
+    the run starts: the checkout the pipeline was launched from, even if a step's ``fn``
+    changes directory meanwhile (a ``getcwd`` per build also handed the GIL to another build's
+    thread, a cost on every build of a run).
+    """
+    lease_ttl = ttl_from_env() if lease_ttl is None else lease_ttl
+    if policy is None:
+        policy = Policy(on_drift, frozenset({spec.step_id} if force else ()), cascade)
+    url = location.url_for(spec.output_path)
+    ups = list(upstream) if upstream is not None else read_upstream(spec, location)
+    if decision is not None and decision.unless_unchanged:
+        # Planned only because upstream steps are rebuilt in this run: now that they have
+        # committed, the one decision function says whether their output changed (early cutoff).
+        decision = decide(
+            spec, Stored(decision.record, decision.stored_status), ups, policy, needed=True
+        )
+        if decision.action != Action.BUILD:
+            log.info("skip %s: %s", spec.step_id, decision.reason)
+    if decision is None:
+        decision = decide(spec, read_stored_step(spec, location), ups, policy, needed=True)
+    if decision.action != Action.BUILD:
+        warn_if_served_stale(decision)
+        record = decision.record
+        assert record is not None  # needed=True: only a record is ever served
+        return BuildOutcome(
+            spec,
+            BuildOutcomeKind.CACHED,
+            record,
+            url,
+            drift=decision.drift,
+            reason=decision.reason,
+        )
+    decision.raise_if_refused()  # another step's record is in the way: nothing is written
+
+    ups = _inputs_at_start(spec, location, ups, lease_ttl)
+    crash_point("before-lease", spec.step_id)
+    try:
+        return _lease_and_build(
+            spec, location, policy, decision, ups, region, lease_ttl, url, abandon, defer_if_held,
+            working_dir,
+        )  # fmt: skip
+    except LeaseLostError as lost:
+        log.warning("discard %s: %s", spec.step_id, lost.what)
+        lease = Lease(location, spec.output_path, ttl=lease_ttl)
+        _acquire(lease, spec)  # wait for the runner that took over
+        try:
+            record = read_record(location, spec.output_path)
+            if record is None and lease.took_over:
+                # That runner died too; keep the proof that Marin wrote here for the next one.
+                _best_effort_status(location, spec, FAILED, error="interrupted (lease expired)")
+        finally:
+            lease.release()
+        # The runner that took over finished this very build: serve it, even if it was forced.
+        if record is not None and _served_from_other(spec, record, ups, _unforced(policy, spec)):
+            log.info("skip %s: built by another runner", spec.step_id)
+            return BuildOutcome(
+                spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
+            )
+        raise
+
+
+def _lease_and_build(
+    spec: StepSpec,
+    location: Location,
+    policy: Policy,
+    decision: Decision,
+    upstream: Sequence[Upstream],
+    region: str | None,
+    lease_ttl: float | None,
+    url: str,
+    abandon: threading.Event | None,
+    defer_if_held: bool = False,
+    working_dir: str | None = None,
+) -> BuildOutcome:
+    output_seen = _output_left_by_marin(location, spec)  # before the lease: see there
+    lease = Lease(location, spec.output_path, ttl=lease_ttl)
+    _acquire(lease, spec, defer=defer_if_held)
+    still_running: threading.Event | None = None
+    try:
+        crash_point("after-lease", spec.step_id)
+        present = metadata_files(location, spec.output_path)
+        found = load_record(location, spec.output_path) if "record.json" in present else None
+        if isinstance(found, ForeignRecord):
+            # Copied in after the plan: refused like any other step's record, never replaced.
+            decide(spec, Stored(foreign=found), upstream, policy, needed=True).raise_if_refused()
+            raise AssertionError(f"decide() must refuse to build over {found.path}")
+        record = found
+        # Someone committed after this run decided: decide again on that record. A build that
+        # another runner committed since counts as this run's, even a forced one (two
+        # concurrent `--force s` build s once), as on the lease-lost path.
+        changed = _build_id(record) != _build_id(decision.record)
+        unforced = _unforced(policy, spec)
+        if changed and record is not None and _served_from_other(spec, record, upstream, unforced):
+            log.info("skip %s: built by another runner", spec.step_id)
+            return BuildOutcome(
+                spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
+            )
+        earlier = _earlier_attempt(present, lease, output_seen)
+        return _build_holding(
+            spec, location, lease, region, upstream, decision.reason, abandon, earlier, record,
+            working_dir,
+        )  # fmt: skip
+    except StepTimeoutError as timed_out:
+        still_running, timed_out.still_running = timed_out.still_running, None
+        raise
+    finally:
+        _release_after(lease, still_running)
+
+
+def _release_after(lease: Lease, still_running: threading.Event | None) -> None:
+    """Release the lease, or, while a timed-out ``fn`` still runs on its abandoned thread, keep
+    it (renewed) until that ``fn`` returns: no build may clear or fill an output that ``fn`` can
+    still write into (its late files would be committed with the other build's)."""
+    if still_running is None or still_running.is_set():
+        lease.release()
+        return
+
+    def hold() -> None:
+        with Heartbeat(lease):
+            still_running.wait()
+        lease.release()
+
+    threading.Thread(target=hold, name=f"marin-fence-{lease.path}", daemon=True).start()
+
+
+def _served_from_other(
+    spec: StepSpec, record: ArtifactRecord, upstream: Sequence[Upstream], policy: Policy
+) -> bool:
+    """Whether another runner's ``record`` may be served, by the one decision function.
+
+    Judged on the record's own lineage: an upstream rebuilt in this run is a known build by now,
+    so only one whose record is missing still counts as "rebuilt".
+    """
+    known = [Upstream(u.step_id, u.record, u.rebuilt and u.record is None) for u in upstream]
+    return decide(spec, Stored(record), known, policy, needed=True).action != Action.BUILD
+
+
+def _unforced(policy: Policy, spec: StepSpec) -> Policy:
+    """``policy`` without forcing ``spec``: for judging a build another runner committed after
+    this run decided, which is the forced build this run asked for."""
+    if spec.step_id not in policy.force:
+        return policy
+    return dataclasses.replace(policy, force=policy.force - {spec.step_id})
+
+
+def _build_id(record: ArtifactRecord | None) -> str | None:
+    return None if record is None else record.build_id
+
+
+def _acquire(lease: Lease, spec: StepSpec, *, defer: bool = False) -> None:
+    """Take the lease, waiting with bounded, jittered backoff while someone else holds it; with
+    ``defer``, raise ``Deferred`` instead of waiting."""
+    _wait_out(spec, spec.step_id, lease.try_acquire, "lease held by", defer=defer)
+
+
+def _wait_out(
+    spec: StepSpec,
+    waited_for: str,
+    probe: Callable[[], LeaseInfo | None],
+    what: str,
+    *,
+    defer: bool = False,
+) -> None:
+    """Call ``probe`` until it returns None (no live holder), with bounded, jittered backoff,
+    logging who holds the lease. A lease held by the build whose ``fn`` made this very call
+    would never be released: that is a ``ReentrantBuildError`` at once, not a hang. With
+    ``defer``, another runner's live lease raises ``Deferred`` instead of a wait."""
+    delay = LEASE_WAIT_FIRST_DELAY_S
+    last_holder: str | None = None
+    last_log = 0.0
+    while True:
+        holder = probe()
+        if holder is None:
+            return
+        if held_by_enclosing_build(holder):
+            raise ReentrantBuildError(
+                f"{waited_for} is being built by the very build whose fn asked for it "
+                "(run() called from inside its own fn): waiting for its lease would never end",
+                "don't run a step, or anything that reads it, from inside its own fn; make the "
+                "other steps its dependencies, or run them after it",
+                spec.step_id,
+            )
+        if defer:
+            raise Deferred(spec.step_id, holder.holder, holder.expires_at)
+        now = time.monotonic()
+        if holder.holder != last_holder or now - last_log > LEASE_WAIT_LOG_EVERY_S:
+            log.info("wait %s: %s %s", spec.step_id, what, holder.describe())
+            last_holder, last_log = holder.holder, now
+        time.sleep(delay * (0.5 + jitter() / 2))
+        delay = min(delay * 2, LEASE_WAIT_MAX_DELAY_S)
+
+
+def _inputs_at_start(
+    spec: StepSpec, location: Location, upstream: Sequence[Upstream], lease_ttl: float
+) -> list[Upstream]:
+    """Each dependency's build as this build starts from it: never one being rebuilt.
+
+    A dependency whose lease is live is being rebuilt by its holder, who deletes its record
+    before it touches its output, then writes it anew: wait for that build to end. Then the
+    dependency's record is read afresh: that build is the one this build consumes and records in
+    its ``inputs``. A dependency that had a record when the run decided and has none now was
+    being rebuilt and did not commit: this build fails, naming it, before ``fn`` runs.
+
+    One record read per dependency; the lease is read only when that record is not the build
+    the run knows (missing, or another build). A record still holding the known build proves no
+    rebuild has got past its first write: one that took the lease since will delete this very
+    record before it touches the output, and ``_check_inputs_unchanged`` then refuses to commit.
+    """
+    if not upstream:
+        return []
+    deps = {dep.step_id: dep for dep in spec.deps}
+    fresh: list[Upstream] = []
+    for up in upstream:
+        dep = deps.get(up.step_id)
+        if dep is None:
+            fresh.append(up)
+            continue
+        record = read_record(location, dep.output_path, up.record)
+        known = None if up.record is None else up.record.build_id
+        if record is None or record.build_id != known:
+
+            def live(dep: StepSpec = dep) -> LeaseInfo | None:
+                info = read_lease(location, dep.output_path, lease_ttl)
+                return info if info is not None and info.live else None
+
+            _wait_out(
+                spec, dep.step_id, live, f"input {dep.step_id} is being rebuilt; lease held by"
+            )
+            record = read_record(location, dep.output_path)
+        if record is None and up.record is not None:
+            raise InputChangedError(
+                f"input {dep.step_id} has no record any more: another runner began rebuilding "
+                "it after this run decided, and did not commit",
+                f"build {dep.step_id} again (or wait for the runner rebuilding it), then run "
+                "this step again; nothing was started for it",
+                spec.step_id,
+            )
+        fresh.append(Upstream(up.step_id, record, up.rebuilt, up.committed))
+    return fresh
+
+
+def _check_inputs_unchanged(
+    spec: StepSpec, location: Location, upstream: Sequence[Upstream]
+) -> None:
+    """Right before the commit: every dependency still holds the build this one started from.
+
+    A rebuilder deletes a dependency's record before it touches that dependency's output, so an
+    unchanged record here proves ``fn`` read a whole, committed input. One record read per
+    dependency.
+    """
+    if not upstream:
+        return
+    deps = {dep.step_id: dep for dep in spec.deps}
+    for up in upstream:
+        dep = deps.get(up.step_id)
+        if dep is None or up.record is None:
+            continue
+        now = read_record(location, dep.output_path, up.record)
+        if now is None or now.build_id != up.record.build_id:
+            became = "no record: a rebuild is under way" if now is None else "a new build"
+            raise InputChangedError(
+                f"input {dep.step_id} was rebuilt by another runner while this step was being "
+                f"built from it (it holds {became} now); this attempt is discarded",
+                f"nothing was committed for this step; run again to build it from the new "
+                f"{dep.step_id}",
+                spec.step_id,
+            )
+
+
+def _output_left_by_marin(location: Location, spec: StepSpec) -> bool:
+    """Whether something is at the output path; fail, having written nothing, if it is not
+    provably Marin's.
+
+    An output path may be cleared only when Marin provably wrote there: its metadata folder
+    beside it (``<output>.marin/``: a record, a status, a lease, a log). Checked before the lease
+    is taken, so that a held or taken-over lease is itself that proof (``_earlier_attempt``):
+    any attempt that held it had passed this check. ``memory://`` lives in this process, where
+    only its own code writes, and a folder check there scans the whole store (quadratic over a
+    run): it answers False, and only a record, status or taken-over lease clears there.
+    """
+    if location.is_memory or spec.source is not None:
+        return False  # an adopted step writes nothing there (see _clear_output)
+    out = location.path(spec.output_path)
+    if not location.exists(out):
+        return False  # the common first build: nothing there
+    if location.exists(location.path(metadata_dir(spec.output_path))):
+        return True
+    raise StorageError(
+        f"output path {location.url_for(spec.output_path)} already exists and was not "
+        f"written by Marin (no {metadata_dir(spec.output_path).rsplit('/', 1)[-1]} folder "
+        "beside it)",
+        "move it away (or delete it yourself), then run again; Marin never deletes "
+        f"data it did not write (to serve that data as {spec.step_id}, adopt it where it is: "
+        f"ArtifactStep.adopt({spec.name!r}, {spec.version!r}, {spec.output_path!r}))",
+        spec.step_id,
+    )
+
+
+def _earlier_attempt(present: set[str], lease: Lease, output_seen: bool) -> Leftover | None:
+    """What an earlier attempt left at the output path: a build, debris, or nothing (None).
+
+    Asked by the lease holder, from the metadata files ``present`` beside the output. A record
+    means an earlier build; a status file (a FAILED attempt, or one of an older version), a
+    lease taken over from an attempt that died, or an output ``_output_left_by_marin`` saw
+    before the lease means debris may be there. With none of these, nothing is cleared.
+    """
+    if "record.json" in present:
+        return Leftover.BUILD
+    if "status.json" in present or lease.took_over or output_seen:
+        return Leftover.DEBRIS
+    return None
+
+
+def _check_clearable(location: Location, spec: StepSpec) -> None:
+    """Refuse, before anything is written, to clear a folder holding another step's metadata."""
+    if spec.source is not None:
+        return  # nothing is cleared (_clear_output), and its data may be large
+    out = location.path(spec.output_path)
+    foreign = _foreign_metadata(out, location.list_tree(out))
+    if foreign is not None:
+        raise StorageError(
+            f"output path {location.url_for(spec.output_path)} holds another step's "
+            f"metadata ({foreign}); clearing it would delete that step's artifact",
+            "rename one of the two steps so that neither output is inside the other",
+            spec.step_id,
+        )
+
+
+def _clear_output(location: Location, spec: StepSpec, built: bool) -> None:
+    """Remove the output path, literally (never as a glob); ``built`` picks the message."""
+    if spec.source is not None:
+        # An adopted step's build writes only its record: its output path may be the adopted
+        # data itself (adopted in place), or hold or lie inside it. Never Marin's to delete.
+        return
+    out = location.path(spec.output_path)
+    if location.exists(out):
+        if built:
+            log.info("clear %s: replacing the previous build at %s", spec.step_id, out)
+        else:
+            log.info("clear %s: removing debris from an earlier attempt at %s", spec.step_id, out)
+        with_retries(lambda: location.remove_tree(out), f"clear {out}")
+
+
+def _foreign_metadata(out: str, files: list[str]) -> str | None:
+    """The first file under ``out`` that sits in a ``*.marin`` metadata folder, if any."""
+    base = out.rstrip("/") + "/"
+    for file in files:
+        relative = file[len(base) :] if file.startswith(base) else ""
+        if any(part.endswith(METADATA_SUFFIX) for part in relative.split("/")[:-1]):
+            return file
+    return None
+
+
+@contextlib.contextmanager
+def _step_log(location: Location, spec: StepSpec, earlier: bool) -> Iterator[IO[str]]:
+    """The step's ``log.txt``, only if it printed something: streamed on local disk, written
+    once at the end elsewhere. An ``earlier`` attempt's log is removed when this one is silent,
+    so a log beside a record is always that build's."""
+    path = location.path(log_path(spec.output_path))
+    if location.is_local:
+        lazy = LazyLogFile(path)
+        try:
+            yield cast(IO[str], lazy)  # write and flush: all capture_step_output needs
+        finally:
+            if not lazy.close() and earlier:
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                    os.unlink(path)
+        return
+    buffer = io.StringIO()
+    try:
+        yield buffer
+    finally:
+        try:
+            text = buffer.getvalue()
+            if text:
+                location.put_file(path, text.encode())
+            elif earlier:
+                with contextlib.suppress(FileNotFoundError):
+                    location.fs.rm_file(path)
+        except OSError as exc:
+            log.warning("could not write the log of %s: %s", spec.step_id, exc)
+
+
+_MEMORY_FIRST_BUILD = (
+    "memory:// digests an output when it is rebuilt only (finding a first build's files "
+    "would scan the whole process-wide store, for every step)"
+)
+
+
+def _output_digest(
+    location: Location, spec: StepSpec, first_build: bool, result: Any
+) -> OutputDigest:
+    """The digest this build commits: of what its readers get, or unknown where it cannot be
+    cheap."""
+    if spec.source is not None:
+        return OutputDigest(None, unknown="an adopted step's data was not built by Marin")
+    if location.is_memory and first_build:
+        return OutputDigest(None, unknown=_MEMORY_FIRST_BUILD)
+    return output_digest(
+        location, location.path(spec.output_path), result=result, artifact_type=spec.artifact_type
+    )
+
+
+def _replaced_digest(
+    location: Location, spec: StepSpec, previous: ArtifactRecord | None, lease: Lease
+) -> dict[str, str]:
+    """The build being replaced -> its output digest, when its bytes are still the ones its
+    record claims: digested now, before they are cleared.
+
+    Its dependents were built from what was there, not from what the record claims: an output
+    changed after its commit (a hand edit, another step's ``fn``) gives nothing here, so they
+    are not cut off (``decide._consumed_digest``). A record that claims no digest (or one of an
+    older scheme) cannot be checked, and is not digested at all.
+    """
+    if previous is None or not previous.build_id or spec.source is not None:
+        return {}
+    claimed = previous.output.digest
+    if claimed is None or not is_output_digest(claimed):
+        return {}
+    with Heartbeat(lease):  # hashing a large local output takes a while
+        there = output_digest(
+            location,
+            location.path(spec.output_path),
+            result=previous.result,
+            artifact_type=previous.artifact_type,
+        )
+    if there.digest != claimed:
+        # Changed bytes are news (a hand edit, another step's fn); an unknown digest is not.
+        log.log(
+            logging.INFO if there.digest is None else logging.WARNING,
+            "clear %s: its output is not what its record claimed (%s); what was built from it "
+            "is rebuilt",
+            spec.step_id,
+            there.unknown or "changed since its commit",
+        )
+        return {}
+    return {previous.build_id: claimed}
+
+
+def _fsync_tree(path: str) -> None:
+    """Durable mode: flush an output (file or folder) to disk before the record commits it."""
+    targets = [path]
+    if os.path.isdir(path):
+        targets = [os.path.join(root, name) for root, dirs, files in os.walk(path)
+                   for name in [*files, *dirs]] + [path]  # fmt: skip
+    for target in targets:
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _canonical_result(raw_result: Any, spec: StepSpec) -> Any:
+    """``fn``'s returned value as the record keeps it (plain JSON data), or a clear error."""
+    try:
+        return to_canonical(raw_result, "result", spec.step_id)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"fn returned a value with no JSON form ({exc.what})",
+            "return plain data (str, numbers, lists, dicts) or None; write big values "
+            "to the output path",
+            spec.step_id,
+        ) from None
+
+
+def _best_effort_status(location: Location, spec: StepSpec, state: str, **details: Any) -> None:
+    """A status write that must not hide the error being reported (storage may be failing)."""
+    try:
+        write_status(location, spec.output_path, state, **details)
+    except OSError as exc:
+        log.warning("could not write %s status for %s: %s", state, spec.step_id, exc)
+
+
+def _run_with_config(spec: StepSpec, config: Any) -> Callable[[StepContext], Any]:
+    """``spec.run``, given the config the build has made already when ``run`` would only make
+    the same one again (``apply()``'s plain call: no guard, no isolation, no timeout)."""
+    with_config = getattr(spec.run, "with_config", None)
+    if with_config is None or getattr(spec.run, "build_config", None) != spec.build_config:
+        return spec.run
+    return lambda ctx: with_config(ctx, config)
+
+
+def _build_holding(
+    spec: StepSpec,
+    location: Location,
+    lease: Lease,
+    region: str | None,
+    upstream: Sequence[Upstream],
+    reason: str,
+    abandon: threading.Event | None,
+    earlier: Leftover | None,
+    previous: ArtifactRecord | None = None,
+    working_dir: str | None = None,
+) -> BuildOutcome:
+    started_at, t0 = now_iso(), time.perf_counter()
+    if earlier is not None:
+        try:
+            _check_clearable(location, spec)  # may refuse: nothing is written then
+        except StorageError as exc:
+            if lease.took_over:  # keep the dead attempt's proof for the next one
+                _best_effort_status(location, spec, FAILED, error=exc.what)
+            raise
+    with _started_here(location, spec.output_path):
+        replaced = _replaced_digest(location, spec, previous, lease)  # before it is cleared
+        if earlier is not None:
+            clear_status(location, spec.output_path)  # the held lease says RUNNING now
+            delete_record(location, spec.output_path)
+            _clear_output(location, spec, built=earlier == Leftover.BUILD)
+        # No folder to make: the lease's folder sits beside the output, so its parent exists.
+        ctx = run_context(spec, location, region)
+        build_id = new_id()  # known from the start: the OpenLineage run id
+        lineage_run = build_started(spec, location, upstream, build_id)  # None when off
+        try:
+            made = spec.build_config(ctx)
+            config = to_canonical(made, "config", spec.step_id)  # a copy: fn may mutate made
+            run = _run_with_config(spec, made)
+            log_file = _step_log(location, spec, earlier is not None)
+            with Heartbeat(lease) as heartbeat, log_file as step_log:
+                with capture_step_output(step_log, label=spec.step_id), enclosing(lease):
+                    try:
+                        raw_result = run(ctx)
+                    except BaseException:
+                        # Into the file only: the error message points here for the details.
+                        step_log.write(traceback.format_exc())
+                        raise
+                if durable() and location.is_local:
+                    _fsync_tree(location.path(spec.output_path))
+                result = _canonical_result(raw_result, spec)
+                # Under the heartbeat: hashing a large local output takes a while.
+                output = _output_digest(location, spec, previous is None, result)
+            crash_point("after-output", spec.step_id)
+            duration = time.perf_counter() - t0
+            finished_at = now_iso()
+            provenance: dict[str, Any] = {
+                **collect_provenance(finished_at, working_dir),
+                "lowered": dict(spec.provenance),
+            }
+            record = ArtifactRecord(
+                name=spec.name,
+                version=spec.version,
+                fingerprint=spec.fingerprint,
+                fingerprint_payload=spec.fingerprint_payload,
+                config=config,
+                dep_paths=dict(ctx.dep_paths),
+                output_path=ctx.output_path,
+                result=result,
+                provenance=provenance,
+                started_at=started_at,
+                finished_at=finished_at,
+                duration_s=round(duration, 6),
+                artifact_type=spec.artifact_type,
+                build_id=build_id,
+                inputs={u.step_id: u.record.build_id for u in upstream if u.record is not None},
+                code=spec.code or code_digest(spec.run),
+                output=output,
+                input_digests={
+                    u.step_id: u.record.output.digest
+                    for u in upstream
+                    if u.record is not None and u.record.output.digest is not None
+                },
+                replaced=replaced,
+                source=spec.data_url(location.url) if spec.source is not None else None,
+            )
+            if abandon is not None and abandon.is_set():
+                raise AbandonedError(
+                    "abandoned after an interrupt: fn finished, but its result is not committed",
+                    "run again to build it",
+                    spec.step_id,
+                )
+            _check_inputs_unchanged(spec, location, upstream)
+            # The commit point: written only while provably holding the lease.
+            if heartbeat.lost.is_set() or not lease.commit(
+                lambda: write_record(location, record, spec.output_path), release=True
+            ):
+                raise _lost(location, spec, lease)
+        except BaseException as exc:
+            build_finished(lineage_run, exc)
+            if not isinstance(exc, LeaseLostError):
+                _best_effort_status(
+                    location,
+                    spec,
+                    FAILED,
+                    holder=lease.holder,
+                    started_at=started_at,
+                    finished_at=now_iso(),
+                    error=f"{type(exc).__name__}: {exc}",
+                    traceback=traceback.format_exc(limit=20),
+                )
+            raise
+        build_finished(lineage_run, None, record)
+        crash_point("after-record", spec.step_id)
+        return BuildOutcome(
+            spec,
+            BuildOutcomeKind.BUILT,
+            record,
+            ctx.output_path,
+            duration_s=duration,
+            reason=reason,
+        )
+
+
+def _lost(location: Location, spec: StepSpec, lease: Lease) -> LeaseLostError | LeaseVanishedError:
+    """Why this build no longer holds its lease, truthfully: another runner took it over
+    (``LeaseLostError``: the caller then serves that runner's build), or it was deleted and
+    nobody took over (``LeaseVanishedError``). Only this rare path looks at storage for it."""
+    taken = LeaseLostError(
+        "lost the lease while building; another runner took over",
+        "nothing was committed by this runner; its result is discarded",
+        spec.step_id,
+    )
+    if not lease.vanished:
+        return taken
+    folder = metadata_dir(spec.output_path)
+    url = location.url_for(folder)
+    # No lease file. On local disk the lease's lock found whether its whole folder went.
+    gone = lease.folder_gone or (
+        not location.is_local and not location.exists(location.path(folder))
+    )
+    if not gone:
+        # A runner that took over and finished released the lease: its record or its FAILED
+        # status is there (a status left by `marin unlock` says so).
+        if read_record(location, spec.output_path) is not None:
+            return taken
+        status = read_status_file(location, spec.output_path)
+        if status is not None and "marin unlock" not in str(status.get("error", "")):
+            return taken
+    if gone:
+        what = f"the step's metadata folder {url} was deleted while fn ran (by fn, or by hand)"
+        fix = "write only at the output path, never under its .marin folder; then run again"
+    else:
+        what = (
+            f"the step's lease {location.url_for(lease_path(spec.output_path))} was deleted "
+            "while fn ran (broken with `marin unlock`, or by hand)"
+        )
+        fix = "run again; nothing was committed by this attempt"
+    return LeaseVanishedError(what + "; its result is discarded", fix, spec.step_id)
+
+
+@contextlib.contextmanager
+def _started_here(location: Location, output_path: str) -> Iterator[None]:
+    """While this process's attempt runs (past its checks, lease held): see ``mark_interrupted``."""
+    with _running_lock:
+        _running_here[(location.url, output_path)] = location
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running_here.pop((location.url, output_path), None)
+
+
+_running_lock = threading.Lock()
+_running_here: dict[tuple[str, str], Location] = {}
+"""Steps whose attempt this process started (past its checks) and that have not ended."""
+
+
+def mark_interrupted() -> None:
+    """The process is about to exit mid-build: mark FAILED exactly the attempts it started.
+
+    Only attempts past their checks are marked: a step still waiting for its lease wrote
+    nothing, and a FAILED status would wrongly claim Marin wrote its output folder.
+    """
+    with _running_lock:
+        attempts = list(_running_here.items())
+    for (_, path), location in attempts:
+        with contextlib.suppress(OSError):
+            write_status(location, path, FAILED, error="interrupted")

@@ -1,0 +1,1 @@
+"""The digest layer: code and output digests; config and code drift explanations."""

@@ -1,0 +1,3 @@
+"""The pipeline layer: handles and lowering, specs, canonical form, context, graph, resources,
+targets, isolation.
+"""

@@ -1,0 +1,140 @@
+"""Walking a lowered graph: every transitive step once, dependencies first."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from marin.execution.digest.config_drift import explain_drift
+from marin.execution.errors import CycleError, DuplicateStepError
+from marin.execution.pipeline.step_spec import StepSpec
+
+
+def collect_steps(targets: Iterable[StepSpec]) -> list[StepSpec]:
+    """All steps reachable from ``targets``, deduplicated by output path, deps before dependents.
+
+    Iterative, so a 100,000-deep chain does not hit the recursion limit. Two specs with one output
+    path but different fingerprints are two definitions of one artifact, which is an error.
+    """
+    by_path: dict[str, StepSpec] = {}
+    order: list[StepSpec] = []
+    done: set[int] = set()
+    on_path: dict[int, StepSpec] = {}
+    for root in targets:
+        stack: list[tuple[StepSpec, bool]] = [(root, False)]
+        while stack:
+            spec, expanded = stack.pop()
+            if expanded:
+                del on_path[id(spec)]
+                done.add(id(spec))
+                order.append(spec)
+                continue
+            if id(spec) in done:
+                continue
+            if id(spec) in on_path:
+                path = list(on_path.values())
+                start = next(i for i, s in enumerate(path) if s is spec)
+                raise CycleError([s.step_id for s in path[start:]] + [spec.step_id])
+            known = by_path.get(spec.output_path)
+            if known is not None and known is not spec:
+                if known.fingerprint != spec.fingerprint:
+                    diff = "; ".join(
+                        explain_drift(known.fingerprint_payload, spec.fingerprint_payload, 5)
+                    )
+                    raise DuplicateStepError(
+                        f"two different definitions of {spec.step_id} in one graph ({diff})",
+                        "give one of them another name or bump its version",
+                        spec.step_id,
+                    )
+                check_same_fn(known, spec)
+                continue  # the same step lowered twice: build it once
+            by_path[spec.output_path] = spec
+            on_path[id(spec)] = spec
+            stack.append((spec, True))
+            stack.extend((dep, False) for dep in reversed(spec.deps))
+    check_disjoint_outputs(order)
+    return order
+
+
+def fn_identity(run: Callable[..., Any]) -> str:
+    """Which function a step runs: ``module:qualname:first line``, stable within a process.
+
+    Not part of the fingerprint (renaming or moving a function must not rebuild its artifacts),
+    but two steps with one ``name@version`` and one config that run different functions are two
+    definitions of one artifact, not one step to build once.
+    """
+    fn: Any = getattr(run, "wrapped_fn", run)  # apply()'s call object names the user's fn
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = getattr(fn, "__func__", fn)  # bound methods: the function
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    code = getattr(fn, "__code__", None)
+    line = f":{code.co_firstlineno}" if code is not None else ""
+    return f"{module}:{qualname}{line}"
+
+
+def check_same_fn(known: StepSpec, spec: StepSpec) -> None:
+    """Raise ``DuplicateStepError`` when two specs of one step and one config run different fns."""
+    if known.run is spec.run:
+        return
+    first, second = fn_identity(known.run), fn_identity(spec.run)
+    if first != second:
+        raise DuplicateStepError(
+            f"two different functions define {spec.step_id} with the same config "
+            f"({first} and {second})",
+            "give one of them another name or bump its version",
+            spec.step_id,
+        )
+
+
+def check_disjoint_outputs(steps: list[StepSpec]) -> None:
+    """Refuse a graph where two steps' output folders are one folder, or one contains another.
+
+    ``team/exp@v0`` writes ``team/exp/v0`` and ``team@exp`` writes ``team/exp``: building the
+    second would clear a folder holding the first's output and metadata. Paths are compared
+    case-folded, because macOS and Windows disks (and SMB shares of any disk) are
+    case-insensitive: there ``Data@v1`` and ``data@v1`` are one folder, and ``Team@exp`` holds
+    ``team/exp@v0``. Checked by looking up every ancestor path of every output (linear in the
+    total path depth), shortest first. ``lower()`` runs this on every graph, so the paths are
+    made once and the ancestors are slices at each ``/`` rather than split-and-join.
+    """
+    # spec.output_path, inlined; case-folded (see above)
+    paths = [(spec.pin or f"{spec.name}/{spec.version}").casefold() for spec in steps]
+    by_path: dict[str, StepSpec] = {}
+    for path, spec in zip(paths, steps, strict=True):
+        other = by_path.setdefault(path, spec)
+        if other is spec:
+            continue
+        if other.output_path == spec.output_path:  # only a pin can give two steps one path
+            raise DuplicateStepError(
+                f"{other.step_id} and {spec.step_id} both write {spec.output_path}",
+                "give one of them another pin",
+                spec.step_id,
+            )
+        raise DuplicateStepError(
+            f"{other.step_id} ({other.output_path}) and {spec.step_id} ({spec.output_path}) "
+            "differ only in letter case: on a case-insensitive file system (macOS, Windows) "
+            "they are one folder, and building one would replace the other",
+            f"rename one of them, e.g. give {spec.step_id} another name",
+            spec.step_id,
+        )
+    for path, spec in zip(paths, steps, strict=True):
+        end = path.find("/")
+        while end >= 0:
+            outer = by_path.get(path[:end])
+            if outer is not None:
+                raise DuplicateStepError(
+                    f"the output of {outer.step_id} ({outer.output_path}) contains the output of "
+                    f"{spec.step_id} ({spec.output_path}); building one would delete the other",
+                    f"rename one of them, e.g. give {outer.step_id} another name",
+                    outer.step_id,
+                )
+            end = path.find("/", end + 1)
+
+
+def canonical_deps(steps: list[StepSpec]) -> dict[str, list[StepSpec]]:
+    """Each step's dependencies, mapped onto the one spec kept per output path."""
+    by_path = {spec.output_path: spec for spec in steps}
+    return {spec.output_path: [by_path[dep.output_path] for dep in spec.deps] for spec in steps}

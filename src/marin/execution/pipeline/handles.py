@@ -1,0 +1,965 @@
+"""Lazy handles and their lowering into ``StepSpec`` graphs.
+
+A handle (``ArtifactStep``) is a recipe: creating one does no I/O and runs nothing. ``lower``
+turns a handle graph into specs, purely; ``run``/``resolve`` lower and then hand the specs to the
+``StepRunner``.
+
+A handle is built as ``run(build_config(ctx))``: ``build_config`` makes the config from a
+``StepContext`` (placeholders while fingerprinting, live paths at run time) and ``run``
+receives that config and nothing else. ``apply(name, fn, **inputs)`` is the same pair, with
+``run`` calling ``fn(**config)``. Code inside ``run`` that needs the context itself (assigned
+GPU devices, for example) calls ``marin.execution.pipeline.context.current_context()``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import gc
+import inspect
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, cast, overload
+
+from marin.execution.digest.code import code_digest
+from marin.execution.errors import (
+    ApplyInputsError,
+    CycleError,
+    DuplicateStepError,
+    FingerprintMismatchError,
+    InvalidStepError,
+)
+from marin.execution.names import is_mutable_version, validate_name, validate_version
+from marin.execution.pipeline.artifact import Artifact
+from marin.execution.pipeline.canonical import register_fingerprint, to_canonical
+from marin.execution.pipeline.context import (
+    StepContext,
+    bound_context,
+    current_context,
+    fingerprint_context,
+)
+from marin.execution.pipeline.provenance import collect_provenance
+from marin.execution.pipeline.resources import (
+    NO_RESOURCES,
+    Resources,
+    parse_duration,
+    parse_resources,
+)
+from marin.execution.pipeline.step_spec import StepSpec, fingerprint_of, is_absolute_location
+from marin.execution.suggest import close_names
+
+__all__ = [
+    "OUT",
+    "ArtifactStep",
+    "StepContext",
+    "apply",
+    "current_context",
+    "lower",
+    "register_fingerprint",
+]
+
+
+class _OutputPath:
+    """The ``OUT`` placeholder: becomes the step's own output path."""
+
+    _instance: _OutputPath | None = None
+
+    def __new__(cls) -> _OutputPath:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "OUT"
+
+    def __reduce__(self) -> tuple[type[_OutputPath], tuple[()]]:
+        return (_OutputPath, ())
+
+
+OUT = _OutputPath()
+
+
+def _no_config(ctx: StepContext) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True, eq=False)
+class ArtifactStep:
+    """An immutable, cheap handle: the recipe for one artifact, built as
+    ``run(build_config(ctx))``.
+
+    Equality is identity: two handles are "the same step" for sharing purposes when they are the
+    same object, and lowering checks separately that one ``name@version`` has one definition.
+    """
+
+    name: str
+    version: str
+    run: Callable[[Any], Any]
+    """Receives the config ``build_config(ctx)`` made at run time; returns JSON-able data."""
+    build_config: Callable[[StepContext], Any] = _no_config
+    deps: tuple[ArtifactStep | StepSpec, ...] = ()
+    artifact_type: str = "artifact"
+    """A label recorded with the build; a class (Marin's ``artifact_type=SomeArtifact``) is
+    stored as its qualified name. A record of another type is refused, not served."""
+    retries: int = 0
+    pool: str | None = None
+    resources: Resources | Mapping[str, Any] = NO_RESOURCES
+    """A ``Resources`` after construction (a plain dict is parsed and checked)."""
+    timeout: float | str | None = None
+    """Seconds after construction (``"2h"`` is parsed)."""
+    queue: str | None = None
+    isolate: bool = False
+    runtime_args: Mapping[str, Any] | None = None
+    """Values ``build_config`` reads with ``ctx.runtime_arg(key)``: live at run time,
+    placeholders in the fingerprint, so changing one never changes the step's identity."""
+    override_path: str | None = None
+    """A pin: a fixed output path relative to the prefix instead of ``<name>/<version>``."""
+    adopt_source: str | None = None
+    """Set by ``ArtifactStep.adopt``: data built elsewhere that consumers read."""
+    adopt_config: Mapping[str, Any] | None = None
+    """Set by ``ArtifactStep.adopt``: the config recorded (and fingerprinted) for that data."""
+    expected_fingerprint: str | None = None
+    """When set, ``lower()`` raises ``FingerprintMismatchError`` if the fingerprint differs."""
+
+    def __post_init__(self) -> None:
+        validate_name(self.name)
+        validate_version(self.version, self.name)
+        if type(self.artifact_type) is not str:
+            object.__setattr__(self, "artifact_type", _type_label(self.artifact_type, self))
+        if (
+            self.runtime_args is not None
+            or self.override_path is not None
+            or self.adopt_source is not None
+            or self.expected_fingerprint is not None
+        ):
+            _check_identity_options(self)
+        deps = tuple(self.deps)
+        for i, dep in enumerate(deps):
+            if not isinstance(dep, ArtifactStep | StepSpec):
+                raise InvalidStepError(
+                    f"deps[{i}] is a {type(dep).__name__}, not a step handle",
+                    "depend on the ArtifactStep returned by apply(), not on its value or path",
+                    self.step_id,
+                )
+        object.__setattr__(self, "deps", deps)
+        if not isinstance(self.retries, int) or self.retries < 0:
+            raise InvalidStepError(
+                f"retries={self.retries!r}", "use a whole number >= 0", self.step_id
+            )
+        _check_placement(self)
+
+    @property
+    def step_id(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def lower(self, memo: dict[Any, Any] | None = None) -> StepSpec:
+        return _lower_all([self], memo)[0]
+
+    def fingerprint(self) -> str:
+        """The step's fingerprint (the same under every prefix); lowers the graph, runs nothing."""
+        return self.lower().fingerprint
+
+    def fingerprint_payload(self) -> str:
+        """The canonical JSON the fingerprint hashes: ``{name, version, config, deps}`` (and
+        ``pin`` for a pinned step)."""
+        return self.lower().fingerprint_payload
+
+    def path(self, prefix: str | None = None) -> str:
+        """Where consumers read this artifact under ``prefix`` (default ``$MARIN_PREFIX``): its
+        pin, an adopted step's source, or ``<prefix>/<name>/<version>``."""
+        from marin.execution.store.location import resolve_prefix
+
+        return self.lower().data_url(resolve_prefix(prefix))
+
+    def resolve(self, **kwargs: Any) -> Artifact:
+        """Build this handle (or serve it) and return its artifact: ``resolve(handle)``.
+
+        Raises what ``resolve`` raises. The runner sits above the handles: it is reached at call
+        time through the package's front door (``marin.execution``), never imported here.
+        """
+        import marin.execution
+
+        artifact: Artifact = marin.execution.resolve(self, **kwargs)
+        return artifact
+
+    @classmethod
+    def adopt(
+        cls,
+        name: str,
+        version: str,
+        source: str,
+        *,
+        kind: str | type = "artifact",
+        config: Mapping[str, Any] | None = None,
+    ) -> ArtifactStep:
+        """A handle for data built elsewhere, at ``source`` (absolute, or relative to the prefix).
+
+        Consumers read ``source``; nothing is moved or recomputed. Building the handle checks
+        that ``source`` exists and records it (with ``config``) at ``<prefix>/<name>/<version>``.
+        ``kind`` is its ``artifact_type`` (a class is named by its qualified name).
+        """
+        recorded = _AdoptConfig(source, dict(config) if config is not None else None)
+        return cls(
+            name=name,
+            version=version,
+            run=_adopt_run,
+            build_config=recorded,
+            artifact_type=kind,  # type: ignore[arg-type]  # a class becomes its label
+            adopt_source=source,
+            adopt_config=config,
+        )
+
+    def with_options(
+        self,
+        *,
+        retries: int | None = None,
+        pool: str | None = None,
+        resources: Resources | Mapping[str, Any] | None = None,
+        timeout: float | str | None = None,
+        queue: str | None = None,
+        isolate: bool | None = None,
+        artifact_type: str | None = None,
+    ) -> ArtifactStep:
+        """A copy with scheduling options, which the adapters map to their engines' own.
+
+        ``resources`` (``{"cpu": 4, "memory": "16GiB", "gpu": 1, "tpu": 8}``), ``timeout``
+        (seconds or ``"2h"``), ``queue`` (a worker queue) and ``isolate`` (run ``fn`` in a fresh
+        subprocess) are checked here and never enter the fingerprint: placement is not identity.
+        """
+        changes: dict[str, Any] = {}
+        if timeout is not None:
+            changes["timeout"] = timeout
+        if queue is not None:
+            changes["queue"] = queue
+        if isolate is not None:
+            changes["isolate"] = isolate
+        if retries is not None:
+            changes["retries"] = retries
+        if pool is not None:
+            changes["pool"] = pool
+        if resources is not None:
+            changes["resources"] = resources
+        if artifact_type is not None:
+            changes["artifact_type"] = artifact_type
+        return dataclasses.replace(self, **changes)
+
+    def __repr__(self) -> str:
+        return f"ArtifactStep({self.step_id})"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ArtifactStep:
+        # A handle is immutable and its identity is what makes it a dependency: a snapshot of a
+        # config that holds one keeps the handle itself.
+        return self
+
+
+_QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+
+
+def _type_label(kind: Any, handle: ArtifactStep) -> str:
+    """An ``artifact_type`` given as a class (as Marin passes one) is named by its qualname."""
+    if isinstance(kind, str):
+        return kind
+    if isinstance(kind, type):
+        return f"{kind.__module__}.{kind.__qualname__}"
+    raise InvalidStepError(
+        f"artifact_type={kind!r} is neither a string nor a class",
+        "pass a label such as 'checkpoint' (or the artifact's class)",
+        handle.step_id,
+    )
+
+
+def _check_identity_options(handle: ArtifactStep) -> None:
+    """Check runtime args, a pin, an adopted source and an expected fingerprint."""
+    step_id = handle.step_id
+    if handle.runtime_args is not None:
+        if not isinstance(handle.runtime_args, Mapping) or not all(
+            isinstance(key, str) for key in handle.runtime_args
+        ):
+            raise InvalidStepError(
+                f"runtime_args={handle.runtime_args!r} is not a mapping with string keys",
+                "pass runtime_args={'key': value, ...}",
+                step_id,
+            )
+        object.__setattr__(handle, "runtime_args", dict(handle.runtime_args))
+    if handle.override_path is not None and handle.adopt_source is not None:
+        raise InvalidStepError(
+            "the step is both adopted (adopt_source) and pinned (override_path/pin)",
+            "use ArtifactStep.adopt for data built elsewhere, or a pin for a fixed output path, "
+            "not both",
+            step_id,
+        )
+    if handle.override_path is not None:
+        _check_pin(handle.override_path, step_id)
+    if handle.adopt_source is not None:
+        _check_source(handle.adopt_source, step_id)
+    if handle.expected_fingerprint is not None and not isinstance(handle.expected_fingerprint, str):
+        raise InvalidStepError(
+            f"expected_fingerprint={handle.expected_fingerprint!r} is not a string",
+            "pass the hex string handle.fingerprint() returned",
+            step_id,
+        )
+
+
+def _check_pin(pin: Any, step_id: str) -> None:
+    """A pin is where Marin writes, so it obeys the rules of a step's own output path."""
+    fix = (
+        "pin a literal path relative to the prefix, such as 'checkpoints/base' (for data that "
+        "lives elsewhere, use ArtifactStep.adopt)"
+    )
+    if not isinstance(pin, str):
+        raise InvalidStepError(f"pin {pin!r} is not a string", fix, step_id)
+    if is_absolute_location(pin) or "::" in pin:
+        raise InvalidStepError(
+            f"pin {pin!r} is not relative to the prefix: Marin writes a pinned step's output "
+            "and record there, and only the prefix is checked against MARIN_ALLOWED_PREFIXES",
+            fix,
+            step_id,
+        )
+    try:
+        validate_name(pin)  # the same grammar as a step's own output path: literal segments
+    except InvalidStepError as exc:
+        raise InvalidStepError(
+            f"pin {pin!r} is not a literal path ({exc.what})", fix, step_id
+        ) from None
+
+
+def _check_source(source: Any, step_id: str) -> None:
+    """An adopted source is only read, but still literally: no glob, no fsspec chaining."""
+    fix = "give the data's literal location, e.g. 'gs://bucket/data/v3' or '/data/v3'"
+    if not isinstance(source, str) or not source:
+        raise InvalidStepError(f"adopt source {source!r} is not a path", fix, step_id)
+    if "::" in source:
+        raise InvalidStepError(
+            f"adopt source {source!r} chains file systems with '::'", fix, step_id
+        )
+    glob = next((c for c in source if c in "*?[]"), None)
+    if glob is not None:
+        raise InvalidStepError(
+            f"adopt source {source!r} contains the glob character {glob!r}", fix, step_id
+        )
+    path = source.partition("://")[2] if "://" in source else source
+    if any(segment in (".", "..") for segment in path.split("/")):
+        raise InvalidStepError(f"adopt source {source!r} has a '.' or '..' segment", fix, step_id)
+
+
+@dataclass(frozen=True)
+class _AdoptConfig:
+    """An adopted step's ``build_config``: the source and the given config, both identity."""
+
+    source: str
+    config: dict[str, Any] | None
+
+    def __call__(self, ctx: StepContext) -> dict[str, Any]:
+        return {"adopt_source": self.source, "config": copy.deepcopy(self.config)}
+
+
+def _adopt_run(config: Mapping[str, Any]) -> None:
+    """An adopted step's ``run``: the data must be there; nothing else is done to it."""
+    import fsspec
+
+    source = config["adopt_source"]
+    if not is_absolute_location(source):
+        source = f"{current_context().prefix.rstrip('/')}/{source}"
+    if "://" in source:
+        fs, path = fsspec.core.url_to_fs(source)
+        found = fs.exists(path)
+    else:
+        found = os.path.exists(source)
+    if not found:
+        raise FileNotFoundError(
+            f"cannot adopt {source}: nothing is there (build the data first, or fix the source)"
+        )
+
+
+def _check_placement(handle: ArtifactStep) -> None:
+    """Parse and check resources, timeout, queue and isolate; errors name the step and field."""
+    if (
+        handle.resources is NO_RESOURCES
+        and handle.timeout is None
+        and handle.queue is None
+        and handle.isolate is False
+    ):
+        return  # the common case, kept cheap for graphs of 100,000 steps
+    step_id = handle.step_id
+    object.__setattr__(handle, "resources", parse_resources(handle.resources, step_id))
+    if handle.timeout is not None:
+        object.__setattr__(handle, "timeout", parse_duration(handle.timeout, step_id))
+        if handle.retries and handle.isolate is False:
+            # A thread cannot be killed: the timed-out attempt would write into its retry's output.
+            raise InvalidStepError(
+                f"timeout={handle.timeout:g} with retries={handle.retries} runs each attempt in "
+                "a thread that a timeout cannot stop",
+                "use isolate=True so a timeout can kill the attempt (or drop retries)",
+                step_id,
+            )
+    if handle.queue is not None and (
+        not isinstance(handle.queue, str) or not _QUEUE.match(handle.queue)
+    ):
+        raise InvalidStepError(
+            f"queue={handle.queue!r} is not a queue name",
+            "use 1-200 letters, digits, '_', '.', ':' or '-'",
+            step_id,
+        )
+    if not isinstance(handle.isolate, bool):
+        raise InvalidStepError(
+            f"isolate={handle.isolate!r}", "use isolate=True or isolate=False", step_id
+        )
+    if handle.isolate:
+        from marin.execution.pipeline.isolation import check_importable
+
+        check_importable(handle.run, step_id)
+
+
+# --- apply -----------------------------------------------------------------------------------
+
+
+def _snapshot(value: Any) -> Any:
+    """A deep copy of a literal (dataclass, set, named tuple, ...), so that changing the caller's
+    object later changes neither the fingerprint nor what ``fn`` receives.
+
+    A value that cannot be copied is kept as it is; if it has no canonical form either, lowering
+    rejects it with a ``ConfigError`` naming the field.
+    """
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return value
+
+
+def _freeze(value: Any, deps: dict[int, ArtifactStep | StepSpec]) -> Any:
+    """Copy containers and snapshot literals (so later mutation cannot change what is built
+    under this fingerprint) and collect handles."""
+    if isinstance(value, ArtifactStep | StepSpec):
+        deps.setdefault(id(value), value)
+        return value
+    if value is OUT:
+        return value
+    if isinstance(value, list):
+        return [_freeze(item, deps) for item in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_freeze(item, deps) for item in value)
+    if isinstance(value, dict):
+        return {key: _freeze(item, deps) for key, item in value.items()}
+    return _snapshot(value)
+
+
+def _is_fixed(value: Any) -> bool:
+    """Whether a frozen input is plain data only (JSON scalars in lists, tuples and dicts, with
+    handles and ``OUT``): nothing whose canonical form can change after ``apply()``, since
+    ``_freeze`` copied every container and nobody else holds the copies. A dataclass or any
+    other object may compute its form from state elsewhere, so it keeps the guard."""
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return True
+    if value is OUT or isinstance(value, ArtifactStep | StepSpec):
+        return True
+    if kind is list or kind is tuple:
+        return all(_is_fixed(item) for item in value)
+    if kind is dict:
+        return all(type(key) is str and _is_fixed(item) for key, item in value.items())
+    return False
+
+
+def _materialise(value: Any, ctx: StepContext) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value  # the common literals, without the isinstance chain below
+    if value is OUT:
+        return ctx.output_path
+    if isinstance(value, ArtifactStep | StepSpec):
+        return ctx.dep_path(value)
+    if isinstance(value, list):
+        return [_materialise(item, ctx) for item in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_materialise(item, ctx) for item in value)
+    if isinstance(value, dict):
+        return {key: _materialise(item, ctx) for key, item in value.items()}
+    # fn gets its own copy: a fn that mutates its config cannot change a retry's, nor the config
+    # that a later lowering in this process fingerprints.
+    return _snapshot(value)
+
+
+@dataclass(frozen=True)
+class _ApplyCall:
+    """``apply()``'s ``build_config``/``run`` pair: ``config(ctx)`` replaces handles and ``OUT``
+    in ``fn``'s inputs by paths, and calling it with that config calls ``fn(**config)``."""
+
+    fn: Callable[..., Any]
+    inputs: Mapping[str, Any]
+    fixed: bool = False
+    """The inputs are plain data (``_is_fixed``): the config cannot change after lowering, so
+    the spec needs no ``_FingerprintGuard``."""
+    wraps_field: ClassVar[str] = "fn"
+    """The field holding the user's code, for the code digest (which never calls a property)."""
+
+    @property
+    def wrapped_fn(self) -> Callable[..., Any]:
+        """The user's function, which names this step's code in duplicate-step errors."""
+        return self.fn
+
+    def config(self, ctx: StepContext) -> dict[str, Any]:
+        return cast(dict[str, Any], _materialise(dict(self.inputs), ctx))
+
+    def __call__(self, config: Mapping[str, Any]) -> Any:
+        return self.fn(**config)
+
+
+def apply(
+    name: str,
+    fn: Callable[..., Any],
+    *,
+    version: str | None = None,
+    pin: str | None = None,
+    artifact_type: str | type = "artifact",
+    **inputs: Any,
+) -> ArtifactStep:
+    """A handle that calls ``fn(**inputs)``; handles in ``inputs`` become dependencies.
+
+    ``pin``: a fixed output path relative to the prefix instead of ``<name>/<version>``.
+    ``artifact_type``: a label (or a class, named by its qualname), as on ``ArtifactStep``.
+    """
+    validate_name(name)
+    if version is None:
+        # A keyword with a default only so that leaving it out names the step (Python's own
+        # TypeError names neither the step nor the fix).
+        raise InvalidStepError(
+            "apply() needs version=",
+            f"pass version='v1' (bump it when {name}'s code changes its output)",
+            name,
+        )
+    step_id = f"{name}@{version}"
+    if not callable(fn):
+        raise InvalidStepError(f"fn={fn!r} is not callable", "pass the function to run", step_id)
+    try:
+        signature = inspect.signature(fn)
+    except ValueError:
+        signature = None  # builtins without a signature: let the call itself check
+    if signature is not None:
+        try:
+            signature.bind(**inputs)
+        except TypeError as exc:
+            raise _inputs_mismatch(fn, signature, inputs, str(exc), step_id) from None
+    deps: dict[int, ArtifactStep | StepSpec] = {}
+    frozen = {key: _freeze(value, deps) for key, value in inputs.items()}
+    call = _ApplyCall(fn, frozen, all(_is_fixed(value) for value in frozen.values()))
+    return ArtifactStep(
+        name=name,
+        version=version,
+        run=call,
+        build_config=call.config,
+        deps=tuple(deps.values()),
+        artifact_type=artifact_type,  # type: ignore[arg-type]  # a class becomes its label
+        override_path=pin,
+    )
+
+
+def _inputs_mismatch(
+    fn: Callable[..., Any],
+    signature: inspect.Signature,
+    inputs: Mapping[str, Any],
+    reason: str,
+    step_id: str,
+) -> ApplyInputsError:
+    """Every input ``fn`` does not take (with did-you-mean) and every parameter left out, at once:
+    a misnamed keyword is both, and naming only one of them hides the mistake."""
+    params = signature.parameters.values()
+    fn_name = getattr(fn, "__qualname__", repr(fn))
+    by_keyword = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    named = {p.name for p in params}  # a positional-only one passed by keyword: Python says so
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params)
+    unexpected = [] if takes_any else [key for key in inputs if key not in named]
+    missing = [
+        p.name
+        for p in params
+        if p.name in by_keyword and p.default is p.empty and p.name not in inputs
+    ]
+    renames: list[str] = []
+    problems: list[str] = []
+    for key in unexpected:
+        close = close_names(key, missing or [n for n in by_keyword if n not in inputs], n=1)
+        if not close and len(unexpected) == len(missing) == 1:
+            close = missing  # one wrong name and one missing: surely the same input
+        problems.append(f"{fn_name} takes no input {key!r}")
+        if close:
+            problems[-1] += f" (did you mean {close[0]}?)"
+            renames.append(f"{key}= to {close[0]}=")
+    if missing:
+        plural = "s" if len(missing) > 1 else ""
+        problems.append(f"missing the required input{plural} " + ", ".join(map(repr, missing)))
+    fix = f"pass exactly the parameters of {fn_name}({', '.join(signature.parameters)})"
+    if renames:
+        fix = f"rename {', '.join(renames)}; {fix}"
+    what = "; ".join(problems) if problems else reason
+    return ApplyInputsError(f"apply() inputs do not fit {fn_name}: {what}", fix, step_id)
+
+
+# --- lowering --------------------------------------------------------------------------------
+
+
+class _FingerprintGuard:
+    """``run`` that first checks the config still is the one that was fingerprinted.
+
+    ``apply()`` snapshots its literals, but a hand-made ``ArtifactStep`` may compute its config
+    from state that changes between ``lower()`` and the build; building then would store
+    another config's output under this fingerprint. One extra config evaluation per build.
+
+    A plain slotted class, not a frozen dataclass: lowering makes one per step, and a frozen
+    dataclass's ``__init__`` costs twice as much. Nothing assigns to it after construction.
+    """
+
+    __slots__ = ("arg_keys", "build_config", "config", "deps", "run", "step_id")
+    wraps_field = "run"
+
+    def __init__(
+        self,
+        run: Callable[[StepContext], Any],
+        build_config: Callable[[StepContext], Any],
+        deps: tuple[StepSpec, ...],
+        config: Any,
+        step_id: str,
+        arg_keys: tuple[str, ...] = (),
+    ) -> None:
+        self.run = run
+        self.build_config = build_config
+        self.deps = deps
+        self.config = config
+        self.step_id = step_id
+        self.arg_keys = arg_keys
+
+    def __repr__(self) -> str:
+        return f"_FingerprintGuard({self.step_id}, run={self.run!r})"
+
+    @property
+    def wrapped_fn(self) -> Any:
+        return getattr(self.run, "wrapped_fn", self.run)
+
+    def __call__(self, ctx: StepContext) -> Any:
+        now = to_canonical(
+            self.build_config(fingerprint_context(self.deps, self.arg_keys)),
+            "config",
+            self.step_id,
+        )
+        if now != self.config:
+            from marin.execution.errors import ConfigError
+
+            raise ConfigError(
+                "the config changed after the step was lowered; building it would store "
+                "another config's output under the old fingerprint",
+                "do not mutate a config after apply()/lower(); lower the pipeline again",
+                self.step_id,
+            )
+        return self.run(ctx)
+
+
+class _ConfigCall:
+    """A spec's ``run(ctx)`` for a handle: ``handle.run(handle.build_config(ctx))``, with
+    ``ctx`` bound for ``current_context()`` meanwhile. Slotted: lowering makes one per step."""
+
+    __slots__ = ("build_config", "run")
+    wraps_field = "run"
+
+    def __init__(
+        self, run: Callable[[Any], Any], build_config: Callable[[StepContext], Any]
+    ) -> None:
+        self.run = run
+        self.build_config = build_config
+
+    def __repr__(self) -> str:
+        return f"_ConfigCall(run={self.run!r})"
+
+    @property
+    def wrapped_fn(self) -> Any:
+        return getattr(self.run, "wrapped_fn", self.run)
+
+    def parts(self, ctx: StepContext) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """``(function, args, kwargs)`` of the user's call, for a subprocess to make it."""
+        config = self.build_config(ctx)
+        if isinstance(self.run, _ApplyCall):
+            return self.run.fn, (), dict(config)
+        return self.run, (config,), {}
+
+    def __call__(self, ctx: StepContext) -> Any:
+        with bound_context(ctx):
+            return self.run(self.build_config(ctx))
+
+    def with_config(self, ctx: StepContext, config: Any) -> Any:
+        """``self(ctx)`` with ``config`` made already by this spec's ``build_config(ctx)``: the
+        build makes it once for the record and for ``fn``. The record keeps its canonical copy,
+        so a ``fn`` that mutates its config cannot change what the record says."""
+        with bound_context(ctx):
+            return self.run(config)
+
+
+def _spec_for(
+    handle: ArtifactStep,
+    deps: tuple[StepSpec, ...],
+    provenance: Mapping[str, Any],
+    memo: dict[Any, Any],
+    created: list[StepSpec],
+) -> StepSpec:
+    """The spec of ``handle``; a new one is also appended to ``created``."""
+    name = handle.name
+    version = handle.version
+    step_id = f"{name}@{version}"
+    arg_keys = tuple(handle.runtime_args) if handle.runtime_args else ()
+    config = to_canonical(
+        handle.build_config(fingerprint_context(deps, arg_keys)), "config", step_id
+    )
+    dep_versions: dict[str, str] = {}
+    mutable = is_mutable_version(version)
+    for dep in deps:
+        dep_name = dep.name
+        dep_versions[dep_name if dep_name not in dep_versions else dep.step_id] = dep.version
+        if not mutable and dep.mutable:
+            raise InvalidStepError(
+                f"{step_id} has a fixed version but depends on {dep.step_id}, whose version is "
+                f"mutable: {dep.step_id} rebuilds on every run, so {step_id} would too",
+                f"give {name} a mutable version as well (e.g. 'dev' or '{version}-dev'), or "
+                f"give {dep.name} a fixed one",
+                step_id,
+            )
+    payload: dict[str, Any] = {
+        "name": name,
+        "version": version,
+        "config": config,
+        "deps": dep_versions,
+    }
+    if handle.override_path is not None:
+        payload["pin"] = handle.override_path  # a moved output is another artifact
+    fingerprint, payload_json = fingerprint_of(payload)
+    expected = handle.expected_fingerprint
+    if expected is not None and expected != fingerprint:
+        raise FingerprintMismatchError(
+            f"the fingerprint is {fingerprint}, but expected_fingerprint pins {expected} "
+            f"(payload: {payload_json[:300]})",
+            "if the change is meant, bump the version and set expected_fingerprint to the new "
+            "handle.fingerprint(); otherwise undo the config change",
+            step_id,
+        )
+    known: StepSpec | None = memo.get(("step", step_id))
+    if known is not None:
+        if known.fingerprint == fingerprint:
+            if known.run is not handle.run:
+                from marin.execution.pipeline.graph import fn_identity
+
+                first, second = fn_identity(known.run), fn_identity(handle.run)
+                if first != second:
+                    raise DuplicateStepError(
+                        f"two different functions define {step_id} with the same config "
+                        f"({first} and {second})",
+                        "give one of them another name or bump its version",
+                        step_id,
+                    )
+            return known  # an identical definition: one spec, built once
+        from marin.execution.digest.config_drift import explain_drift
+
+        diff = "; ".join(explain_drift(known.fingerprint_payload, payload_json, limit=5))
+        raise DuplicateStepError(
+            f"two different definitions of {step_id} in one graph ({diff})",
+            "give one of them another name or bump its version",
+            step_id,
+        )
+    build_config = handle.build_config
+    spec = StepSpec(
+        name=name,
+        version=version,
+        deps=deps,
+        fingerprint=fingerprint,
+        fingerprint_payload=payload_json,
+        provenance=provenance,
+        run=_guarded_run(handle, deps, config, step_id, arg_keys),
+        build_config=build_config,
+        artifact_type=handle.artifact_type,
+        retries=handle.retries,
+        pool=handle.pool,
+        resources=cast(Resources, handle.resources),
+        timeout=cast("float | None", handle.timeout),
+        queue=handle.queue,
+        isolate=handle.isolate,
+        runtime_args=handle.runtime_args,
+        pin=handle.override_path,
+        source=handle.adopt_source,
+        pinned_fingerprint=expected is not None,
+        # Cached per function object (one parse per process): apply()'s call object holds the
+        # user's function, the cache's key (``type() is``: never a user object's __class__).
+        code=code_digest(handle.run.fn if type(handle.run) is _ApplyCall else handle.run),
+    )
+    memo[("step", step_id)] = spec
+    created.append(spec)
+    return spec
+
+
+def _guarded_run(
+    handle: ArtifactStep,
+    deps: tuple[StepSpec, ...],
+    config: Any,
+    step_id: str,
+    arg_keys: tuple[str, ...],
+) -> Callable[[StepContext], Any]:
+    """The spec's ``run``: under a ``_FingerprintGuard`` unless it is ``apply()``'s own call on
+    plain-data inputs, whose config provably is the fingerprinted one (the guard would evaluate
+    it once more per build for nothing)."""
+    run = _placed_run(handle)
+    call = handle.run
+    if (
+        isinstance(call, _ApplyCall)
+        and call.fixed
+        and getattr(handle.build_config, "__self__", None) is call
+    ):
+        return run
+    return _FingerprintGuard(run, handle.build_config, deps, config, step_id, arg_keys)
+
+
+def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
+    """``run(build_config(ctx))``, wrapped to run isolated or under a timeout when asked."""
+    call = _ConfigCall(handle.run, handle.build_config)
+    if not handle.isolate and handle.timeout is None:
+        return call
+    from marin.execution.pipeline.isolation import wrap_run
+
+    return wrap_run(
+        call,
+        handle.step_id,
+        isolate=handle.isolate,
+        timeout=cast("float | None", handle.timeout),
+        gpus=cast(Resources, handle.resources).gpu,
+    )
+
+
+def _lower_all(
+    handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any] | None, check: bool = False
+) -> list[StepSpec]:
+    """Iterative post-order walk, so a chain 100,000 steps deep lowers without recursion.
+
+    With ``check``, the lowered graph is also checked as ``collect_steps`` checks it at run time
+    (one output inside another, two definitions of one step), so that ``lower()`` refuses it.
+    """
+    # Lowering allocates several objects per step and frees almost none, which makes the cyclic
+    # garbage collector run over and over for nothing (about 15% of the time at 100,000 steps).
+    # The check runs inside too: after 100,000 new specs, its walk would trigger full collections.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        if memo is None:
+            memo = {}
+        fresh = not memo
+        created: list[StepSpec] = []
+        specs, saw_spec = _lower_walk(handles, memo, created)
+        if check:
+            _check_lowered(specs, created, exact=fresh and not saw_spec)
+        return specs
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _check_lowered(specs: list[StepSpec], created: list[StepSpec], exact: bool) -> None:
+    """Refuse a bad graph at ``lower()`` time, with the errors ``collect_steps`` raises.
+
+    When the walk started from an empty memo and met no ``StepSpec`` (``exact``), ``created`` is
+    exactly the graph, in ``collect_steps`` order: every handle was lowered here, one spec per
+    ``name@version`` (``_spec_for`` already refused two definitions of one), and specs made from
+    an acyclic walk are acyclic. Only the nested-output check is left, a second walk saved.
+    Otherwise (a shared memo, or specs lowered elsewhere whose deps were never walked here),
+    ``collect_steps`` walks the whole graph.
+    """
+    from marin.execution.pipeline.graph import check_disjoint_outputs, collect_steps
+
+    if exact:
+        check_disjoint_outputs(created)
+    else:
+        collect_steps(specs)
+
+
+def _lower_walk(
+    handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any], created: list[StepSpec]
+) -> tuple[list[StepSpec], bool]:
+    """Lower ``handles`` through ``memo``; also say whether any ``StepSpec`` was met."""
+    provenance = collect_provenance()
+    saw_spec = False
+    for handle in handles:
+        if isinstance(handle, StepSpec):
+            saw_spec = True
+            memo.setdefault(("step", handle.step_id), handle)
+    on_path: list[ArtifactStep] = []
+    on_path_ids: set[int] = set()
+    for root in handles:
+        if isinstance(root, StepSpec) or root in memo:
+            continue
+        if not isinstance(root, ArtifactStep):
+            raise InvalidStepError(
+                f"lower() got a {type(root).__name__}",
+                "pass ArtifactStep handles (from apply()) or StepSpecs",
+            )
+        stack: list[tuple[ArtifactStep, bool]] = [(root, False)]
+        while stack:
+            handle, expanded = stack.pop()
+            if expanded:
+                on_path.pop()
+                on_path_ids.discard(id(handle))
+                deps = tuple([d if isinstance(d, StepSpec) else memo[d] for d in handle.deps])
+                memo[handle] = _spec_for(handle, deps, provenance, memo, created)
+                continue
+            if handle in memo:
+                continue
+            if id(handle) in on_path_ids:
+                start = next(i for i, h in enumerate(on_path) if h is handle)
+                raise CycleError([h.step_id for h in on_path[start:]] + [handle.step_id])
+            on_path.append(handle)
+            on_path_ids.add(id(handle))
+            stack.append((handle, True))
+            for dep in reversed(handle.deps):
+                if not isinstance(dep, ArtifactStep):
+                    saw_spec = True  # a spec lowered elsewhere: its deps are never walked here
+                elif dep not in memo:
+                    if id(dep) in on_path_ids:
+                        start = next(i for i, h in enumerate(on_path) if h is dep)
+                        raise CycleError([h.step_id for h in on_path[start:]] + [dep.step_id])
+                    stack.append((dep, False))
+    return [h if isinstance(h, StepSpec) else memo[h] for h in handles], saw_spec
+
+
+def _flatten(handles: Iterable[Any]) -> tuple[list[Any], bool]:
+    items = list(handles)
+    if len(items) == 1 and isinstance(items[0], list | tuple):
+        return list(items[0]), True
+    return items, len(items) != 1
+
+
+@overload
+def lower(
+    handle: ArtifactStep | StepSpec, /, *, memo: dict[Any, Any] | None = None
+) -> StepSpec: ...
+
+
+@overload
+def lower(
+    handles: Sequence[ArtifactStep | StepSpec], /, *, memo: dict[Any, Any] | None = None
+) -> list[StepSpec]: ...
+
+
+@overload
+def lower(
+    first: ArtifactStep | StepSpec,
+    second: ArtifactStep | StepSpec,
+    /,
+    *more: ArtifactStep | StepSpec,
+    memo: dict[Any, Any] | None = None,
+) -> list[StepSpec]: ...
+
+
+def lower(
+    *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
+    memo: dict[Any, Any] | None = None,
+) -> StepSpec | list[StepSpec]:
+    """Lower handles to specs: one handle gives one ``StepSpec``; a list of handles, or several
+    handles, give a list."""
+    items, many = _flatten(handles)
+    # check: refuse a bad graph here (e.g. one output inside another), not at run time
+    specs = _lower_all(items, memo, check=True)
+    return specs if many else specs[0]

@@ -1,0 +1,106 @@
+"""``StepSpec``: one lowered, frozen node of a pipeline.
+
+A spec is what every runner consumes: the local ``StepRunner``, the Prefect flow and the Airflow
+tasks. It knows its identity (``name@version``), where its output goes relative to a prefix, and
+its fingerprint; it knows nothing about which prefix or runner it will meet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from marin.execution.digest.code import CodeDigest
+from marin.execution.names import is_mutable_version
+from marin.execution.pipeline.context import StepContext
+from marin.execution.pipeline.resources import NO_RESOURCES, Resources
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class StepSpec:
+    """One lowered step: identity, fingerprint, the runner-facing ``run(ctx)`` and placement.
+
+    ``run`` takes the run-time ``StepContext``: lowering wraps a handle's ``run(config)`` so
+    that a spec's ``run(ctx)`` calls ``handle.run(handle.build_config(ctx))``.
+    """
+
+    name: str
+    version: str
+    deps: tuple[StepSpec, ...]
+    fingerprint: str
+    fingerprint_payload: str
+    """Canonical JSON of ``{name, version, config, deps}``, kept to explain drift field by field."""
+    provenance: Mapping[str, Any]
+    run: Callable[[StepContext], Any]
+    """Called with the run-time context; returns a JSON-serialisable result."""
+    build_config: Callable[[StepContext], Any]
+    artifact_type: str = "artifact"
+    retries: int = 0
+    pool: str | None = None
+    resources: Resources = NO_RESOURCES
+    """What the step needs to run (placement, not identity: never in the fingerprint)."""
+    timeout: float | None = None
+    """Seconds ``fn`` may run; lowering wraps ``run`` so that exceeding it fails the build."""
+    queue: str | None = None
+    """The engine's worker queue (Airflow ``queue``, a Prefect tag)."""
+    isolate: bool = False
+    """``fn`` runs in a fresh subprocess (lowering wraps ``run``); see ``isolation.py``."""
+    runtime_args: Mapping[str, Any] | None = None
+    """Values ``build_config`` reads with ``ctx.runtime_arg(key)`` at run time; never identity."""
+    pin: str | None = None
+    """A fixed output path relative to the prefix, instead of ``<name>/<version>``."""
+    pinned_fingerprint: bool = False
+    """The handle set ``expected_fingerprint`` (equal to ``fingerprint``, checked at lowering):
+    a stored build of another fingerprint is then an error, not drift."""
+    source: str | None = None
+    """An adopted step's data location (absolute, or relative to the prefix): what consumers
+    read. The step itself only checks it exists and records it at ``<name>/<version>``."""
+    code: CodeDigest | None = None
+    """The code digest of the step's function (``code_digest.py``), set by lowering: reported
+    as code drift against its record's, never part of the path or the fingerprint."""
+
+    # Derived once, at construction: the scheduler and a build read them dozens of times per step.
+    step_id: str = field(init=False, repr=False)
+    """``name@version``: the step's identity in logs, records and errors."""
+    output_path: str = field(init=False, repr=False)
+    """Relative to the prefix; joined to it only at run time."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "step_id", f"{self.name}@{self.version}")
+        object.__setattr__(self, "output_path", self.pin or f"{self.name}/{self.version}")
+
+    def data_url(self, prefix_url: str) -> str:
+        """Where consumers read this step's data under ``prefix_url``: its output, or an
+        adopted step's source."""
+        location = self.source if self.source is not None else self.output_path
+        if is_absolute_location(location):
+            return location
+        return f"{prefix_url.rstrip('/')}/{location}"
+
+    @property
+    def mutable(self) -> bool:
+        return is_mutable_version(self.version)
+
+    def __repr__(self) -> str:
+        return f"StepSpec({self.step_id}, fingerprint={self.fingerprint[:12]})"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> StepSpec:
+        return self  # frozen; a config snapshot keeps the dependency itself
+
+
+def is_absolute_location(path: str) -> bool:
+    """A URL (``gs://...``) or an absolute local path, as opposed to one under the prefix."""
+    return "://" in path or path.startswith("/")
+
+
+# One encoder for every fingerprint: ``json.dumps`` with options builds a new encoder per call.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def fingerprint_of(payload: Mapping[str, Any]) -> tuple[str, str]:
+    """Return ``(fingerprint, canonical payload JSON)`` for an already-canonical payload."""
+    text = _ENCODER.encode(payload)
+    return hashlib.sha256(text.encode()).hexdigest(), text

@@ -1,0 +1,1 @@
+"""The plan layer: run options and policy, the decision, reading stored state."""

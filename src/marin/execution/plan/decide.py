@@ -1,0 +1,497 @@
+"""The one decision: is a step built, served from its record, or pruned, and why?
+
+``decide`` is the only code that answers "build, skip or prune". It is pure (no storage, no
+logging): it sees one step, what storage holds for it, what its dependencies hold or are about to
+become, and the run's ``Policy``. ``marin plan``, the ``StepRunner``, the compiled Prefect flow,
+the Airflow tasks and ``build_step``'s re-check after taking the lease all call it, so a plan
+predicts a run exactly, whichever runner does the run.
+
+The rule, per step:
+
+- **build** when it is forced, has a mutable version, drifted under ``on_drift="rebuild"``, is
+  stale (``cascade``: an upstream is rebuilt in this run, or its record was made from an upstream
+  build that has since been replaced), or has no usable record and something needs it;
+- **skip** (serve the record) when it has a usable record and is not stale (a drifted record is
+  usable under ``warn``; a stale one under ``cascade=False``, with a warning);
+- **prune** when it has no usable record and nothing that runs needs it: a missing intermediate
+  below built steps is not rebuilt.
+
+A record of another step at a step's path (``foreign``: copied there, say) is never served, and
+never replaced: a step that would be built over one is decided ``build`` with a ``refusal``,
+which ``build_step`` raises before it writes anything; the other steps go on as after any
+failed step. Not needed, such a step is pruned.
+
+Under ``on_drift="error"`` a drifted step raises ``DriftError``, wherever it sits in the graph.
+
+Two advisory inputs come from the records (issue 25, docs/caching.md): **code drift** (the
+step's code digest differs from its record's; ``on_code_drift`` says warn, rebuild or error,
+a ``CodeDriftError``), and **early cutoff**: an upstream rebuilt since a record, whose output
+digest is the one the record consumed, does not make it stale (unless the user named that
+upstream with ``--force``: forcing a step repairs it, and everything read from it). An
+upstream rebuilt in this run that has not committed yet makes a step a build
+``unless_unchanged``: the runner decides it again, with this function, once that upstream has
+committed.
+
+Whether a step is "needed" and whether an upstream "is rebuilt" depend on the decisions of the
+steps around it, so ``plan_graph`` finds the least fixed point: it re-decides a step whenever a
+neighbour's decision changes until nothing changes. The rule stays in ``decide``; the solver
+only feeds it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from marin.execution.digest.code import CodeDigest
+from marin.execution.digest.code_drift import explain_code_drift
+from marin.execution.digest.config_drift import explain_drift
+from marin.execution.digest.output import same_digest
+from marin.execution.errors import (
+    ArtifactTypeMismatchError,
+    CodeDriftError,
+    DriftError,
+    FailedBeforeError,
+    FingerprintMismatchError,
+    ForeignRecordError,
+)
+from marin.execution.heap import frozen_heap
+from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.plan.options import Policy as Policy  # declared with RunOptions; re-exported
+from marin.execution.plan.options import resolve_force as resolve_force
+from marin.execution.store.records import FAILED, RUNNING, ArtifactRecord, ForeignRecord
+from marin.execution.vocabulary import Action, StoredStatus
+
+ACTIONS = tuple(Action)
+STATUSES = tuple(StoredStatus)
+"""What storage holds for a step (``status`` in ``marin plan --json``), in report order."""
+
+BUILT_REASON = "built: record matches fingerprint"
+
+# Lineage of a usable record against its dependencies' current builds.
+LINEAGE_OK, LINEAGE_STALE, LINEAGE_UNKNOWN, LINEAGE_NONE = "ok", "stale", "unknown", "none"
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What storage holds for one step: its committed record and its last status, if any."""
+
+    record: ArtifactRecord | None = None
+    status: Mapping[str, Any] | None = None
+    foreign: ForeignRecord | None = None
+    """A record of another step where this step's record belongs (``record`` is None then)."""
+
+
+NOTHING_STORED = Stored()
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One dependency as its dependent sees it when deciding."""
+
+    step_id: str
+    record: ArtifactRecord | None
+    """Its current record (None: not built, or not read because it is rebuilt anyway)."""
+    rebuilt: bool = False
+    """It is built in this run (planned, or done already), so it becomes a new build."""
+    committed: bool = False
+    """Rebuilt and committed already: ``record`` is the new build, so a dependent can compare
+    its output with the one it consumed (early cutoff) instead of assuming it changed."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``decide()``'s verdict for one step: the action (build, skip or prune), what storage
+    holds (status), and why, with the record it read and any drift or staleness it found.
+
+    Invariant: ``action == SKIP`` only with a ``record`` (only a record is ever served)."""
+
+    spec: StepSpec
+    action: Action
+    status: StoredStatus
+    """What storage holds for the step."""
+    reason: str
+    """One human sentence: why this action."""
+    record: ArtifactRecord | None = None
+    stored_status: Mapping[str, Any] | None = None
+    drift: tuple[str, ...] = field(default=())
+    """For a drifted record: one line per changed field."""
+    stale: tuple[str, ...] = field(default=())
+    """Why the record is out of date with its upstream (``upstream X was rebuilt ...``)."""
+    lineage: str = LINEAGE_NONE
+    """For a record: ``ok``, ``stale``, or ``unknown`` (written before build ids existed)."""
+    forced: bool = False
+    refusal: tuple[str, str] | None = None
+    """``(what, fix)`` when the step must be built but may not be (a foreign record is in the
+    way): ``build_step`` raises it as a ``ForeignRecordError`` before writing anything."""
+    code_drift: tuple[str, ...] = field(default=())
+    """For a record whose step's code changed since: one line per changed function or class."""
+    unless_unchanged: tuple[str, ...] = field(default=())
+    """A build only because these upstream steps are rebuilt in this run: their new output may
+    turn out unchanged, and then this step is served instead (decided again once they commit)."""
+    unchanged: tuple[str, ...] = field(default=())
+    """Upstream steps rebuilt since this record, whose output is the one it consumed."""
+
+    def raise_if_refused(self) -> None:
+        if self.refusal is not None:
+            raise ForeignRecordError(*self.refusal, self.spec.step_id)
+
+    @property
+    def served_with_warning(self) -> bool:
+        """Served although drifted (``warn``) or stale (``cascade=False``): worth a warning."""
+        return self.action == Action.SKIP and bool(self.drift or self.stale or self.code_drift)
+
+
+def _own_status(spec: StepSpec, stored: Stored) -> tuple[StoredStatus, str, tuple[str, ...]]:
+    """(status, reason, drift lines) from the step's own record and status alone."""
+    record = stored.record
+    if stored.foreign is not None:
+        return StoredStatus.FOREIGN, stored.foreign.why, ()
+    if spec.mutable:
+        return StoredStatus.DEV, f"version {spec.version!r} is mutable: rebuilds every run", ()
+    if record is None:
+        state = (stored.status or {}).get("state")
+        if state == FAILED:
+            error = str((stored.status or {}).get("error", ""))
+            return StoredStatus.FAILED_BEFORE, f"previous failure: {error}", ()
+        if state == RUNNING:
+            return StoredStatus.RUN, "unfinished earlier attempt (or running elsewhere now)", ()
+        return StoredStatus.RUN, "new: no record yet", ()
+    if record.fingerprint == spec.fingerprint:
+        return StoredStatus.BUILT, BUILT_REASON, ()
+    drift = tuple(explain_drift(record.fingerprint_payload, spec.fingerprint_payload))
+    return StoredStatus.DRIFT, "config changed without a version bump", drift
+
+
+def _lineage(
+    record: ArtifactRecord, upstream: Sequence[Upstream], forced: frozenset[str]
+) -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(lineage, stale lines, upstream ids rebuilt in this run but not committed yet, upstream
+    ids rebuilt since ``record`` whose output is the one it consumed).
+
+    An upstream named by ``--force`` (``forced``) is never cut off: forcing a step is how a user
+    repairs it, so what was built from its old bytes is rebuilt whatever its new output is.
+    """
+    stale: list[str] = []
+    pending: list[str] = []
+    unchanged: list[str] = []
+    unknown = False
+    for dep in upstream:
+        if dep.rebuilt and not dep.committed:
+            stale.append(f"upstream {dep.step_id} is rebuilt in this run")
+            if dep.step_id not in forced:
+                pending.append(dep.step_id)
+            continue
+        if dep.record is None:
+            continue  # a missing intermediate: this build stays valid (it is pruned)
+        consumed = record.inputs.get(dep.step_id)
+        if consumed is None:
+            if dep.rebuilt:  # no lineage to compare with: rebuilt means changed, as planned
+                stale.append(f"upstream {dep.step_id} is rebuilt in this run")
+            else:
+                unknown = True
+        elif consumed != dep.record.build_id:
+            if dep.step_id not in forced and same_digest(
+                _consumed_digest(record, dep.step_id, dep.record), dep.record.output
+            ):
+                unchanged.append(dep.step_id)  # early cutoff: the bytes it read are still there
+            elif dep.rebuilt or dep.step_id in forced:
+                stale.append(f"upstream {dep.step_id} is rebuilt in this run")
+            else:
+                stale.append(f"upstream {dep.step_id} was rebuilt after this step")
+    if stale:
+        # Only uncommitted rebuilds: the step is built unless their output turns out unchanged.
+        only_pending = len(pending) == len(stale)
+        return LINEAGE_STALE, tuple(stale), tuple(pending) if only_pending else (), ()
+    return (LINEAGE_UNKNOWN if unknown else LINEAGE_OK), (), (), tuple(unchanged)
+
+
+def _consumed_digest(record: ArtifactRecord, dep_id: str, dep: ArtifactRecord) -> str | None:
+    """The digest of what ``record`` consumed of ``dep_id``, as far as it is proven: ``dep``
+    (the current build) replaced exactly that build, and found its bytes still the ones that
+    build claimed (``replaced``; the rebuild digests them before clearing them). A damaged
+    output, or a build replaced twice since, gives None: no cutoff."""
+    verified = dep.replaced.get(record.inputs.get(dep_id, ""))
+    claimed = record.input_digests.get(dep_id)
+    if verified is None or (claimed is not None and claimed != verified):
+        return None
+    return verified
+
+
+def _unchanged_note(ids: Sequence[str]) -> str:
+    return "; ".join(f"upstream {i} rebuilt, output unchanged" for i in ids)
+
+
+UNLESS_UNCHANGED = "rebuilt unless the upstream output is unchanged"
+
+
+def decide(
+    spec: StepSpec,
+    stored: Stored,
+    upstream: Sequence[Upstream],
+    policy: Policy,
+    *,
+    needed: bool,
+) -> Decision:
+    """Build, skip or prune ``spec``, and why. Pure: no I/O.
+
+    ``upstream`` has one entry per dependency. ``needed``: the step is a target, or a step that
+    is built in this run reads it. ``needed`` matters only when there is no record, and
+    ``upstream`` only when there is one (``plan_graph`` re-decides a step on that basis).
+    Raises ``DriftError`` for a drifted record under ``on_drift="error"`` (unless the step is
+    forced or mutable, which rebuild anyway), and ``CodeDriftError`` for a record whose code
+    changed under ``on_code_drift="error"``.
+    """
+    status, why, drift = _own_status(spec, stored)
+    record = stored.record
+    forced = spec.step_id in policy.force
+    lineage, stale, pending, unchanged = (
+        _lineage(record, upstream, policy.force)
+        if record is not None
+        else (LINEAGE_NONE, (), (), ())
+    )
+    code_drift = (
+        tuple(explain_code_drift(record.code, spec.code or _NO_CODE))
+        if record is not None and status in (StoredStatus.BUILT, StoredStatus.DRIFT)
+        else ()
+    )
+
+    def decision(action: Action, reason: str, **extra: Any) -> Decision:
+        return Decision(
+            spec,
+            action,
+            status,
+            reason,
+            record,
+            stored.status,
+            drift,
+            forced=forced,
+            lineage=lineage,
+            code_drift=code_drift,
+            **extra,
+        )
+
+    if stored.foreign is not None:
+        if forced or needed or spec.mutable:
+            # Building would replace the other step's record, which is not this step's to
+            # delete; and serving it would serve another step's artifact.
+            file = stored.foreign.path
+            refusal = (
+                f"{file} is not the record of {spec.step_id} ({why}); building the step "
+                "would replace it",
+                f"move {file} (or its whole folder) away, then run again: Marin never "
+                "serves or deletes another step's record",
+            )
+            return decision(Action.BUILD, f"{why}: a run refuses to build over it", refusal=refusal)
+        return decision(Action.PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
+    if forced:
+        return decision(Action.BUILD, "forced (--force)")
+    if status == StoredStatus.DEV:
+        return decision(Action.BUILD, why)
+    if record is not None and record.artifact_type != spec.artifact_type:
+        # Not drift: the fingerprint holds the config, and serving a record built as another
+        # kind of artifact would hand consumers the wrong thing whatever the drift policy.
+        raise ArtifactTypeMismatchError(
+            f"the stored record was built as artifact_type {record.artifact_type!r}, but the "
+            f"step now declares {spec.artifact_type!r}",
+            "bump the step's version for the new kind of artifact (or --force it to rebuild "
+            "in place)",
+            spec.step_id,
+        )
+    if status == StoredStatus.DRIFT:
+        if spec.pinned_fingerprint:
+            raise FingerprintMismatchError(
+                f"the stored build has fingerprint {record.fingerprint if record else '?'}, but "
+                f"expected_fingerprint pins {spec.fingerprint}: " + "; ".join(drift),
+                "bump the version to build the pinned recipe, or --force the step to rebuild "
+                "it in place",
+                spec.step_id,
+            )
+        if policy.on_drift == "error":
+            raise DriftError(
+                "config changed without a version bump: " + "; ".join(drift),
+                "bump the step's version, or choose the drift policy rebuild or warn "
+                "(--on-drift, or on_drift=)",
+                spec.step_id,
+            )
+        if policy.on_drift == "rebuild":
+            return decision(Action.BUILD, f"{why}: rebuilding (on_drift=rebuild)")
+    if code_drift:
+        if policy.on_code_drift == "error":
+            raise CodeDriftError(
+                "code changed since the step was built: " + "; ".join(code_drift),
+                "bump the step's version to build the new code at a new path, --force the "
+                "step to rebuild it in place, or choose the code drift policy rebuild or warn "
+                "(--on-code-drift, or on_code_drift=)",
+                spec.step_id,
+            )
+        if policy.on_code_drift == "rebuild":
+            return decision(Action.BUILD, "code changed: rebuilding (on_code_drift=rebuild)")
+    if record is None:
+        if needed and status == StoredStatus.FAILED_BEFORE and not policy.force_run_failed:
+            raise FailedBeforeError(
+                f"its last attempt failed ({why}) and the run has force_run_failed=False",
+                "fix the cause and run with force_run_failed=True (the default), or force the step",
+                spec.step_id,
+            )
+        if needed:
+            return decision(Action.BUILD, why)
+        return decision(Action.PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
+    if status == StoredStatus.DRIFT:
+        why = f"{why}: served from cache (on_drift=warn)"
+    if code_drift:
+        why += "; code changed: served from cache (on_code_drift=warn)"
+    if lineage == LINEAGE_UNKNOWN:
+        why += "; lineage unknown (record written before build ids)"
+    if stale and policy.cascade:
+        reason = "stale: " + "; ".join(stale)
+        if pending:
+            reason += f" ({UNLESS_UNCHANGED})"
+        return decision(Action.BUILD, reason, stale=stale, unless_unchanged=pending)
+    if stale:
+        why = f"{why}; stale but served (no cascade): " + "; ".join(stale)
+    if unchanged:
+        why = f"{why}; {_unchanged_note(unchanged)}"
+    return decision(Action.SKIP, why, stale=stale, unchanged=unchanged)
+
+
+_NO_CODE = CodeDigest.from_record(None)
+
+
+# --- the graph ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """Every step's decision, in dependency order (dependencies before dependents)."""
+
+    decisions: dict[str, Decision]
+    """By output path."""
+    policy: Policy
+
+    def of(self, spec: StepSpec) -> Decision:
+        return self.decisions[spec.output_path]
+
+    def paths(self, action: Action) -> list[str]:
+        return [p for p, d in self.decisions.items() if d.action == action]
+
+    @property
+    def to_build(self) -> list[str]:
+        return self.paths(Action.BUILD)
+
+    def upstream(self, spec: StepSpec, built: Mapping[str, ArtifactRecord]) -> list[Upstream]:
+        """``spec``'s dependencies as it sees them mid-run: each one built in this run (``built``:
+        output path -> its new record) is ``rebuilt`` and ``committed``; the others hold what
+        the plan read."""
+        ups: dict[str, Upstream] = {}
+        for dep in spec.deps:
+            record = built.get(dep.output_path)
+            if record is not None:
+                ups[dep.step_id] = Upstream(dep.step_id, record, rebuilt=True, committed=True)
+            else:
+                ups[dep.step_id] = Upstream(dep.step_id, self.decisions[dep.output_path].record)
+        return list(ups.values())
+
+
+def plan_graph(
+    steps: Sequence[StepSpec],
+    targets: Sequence[StepSpec],
+    stored: Mapping[str, Stored],
+    policy: Policy,
+) -> Plan:
+    """Decide every step of ``steps`` (all of them, dependencies first; see ``collect_steps``).
+
+    ``stored`` maps output path -> what storage holds (missing: nothing). Under
+    ``on_drift="error"`` every drifted step is found, wherever it sits, and one ``DriftError``
+    names them all before anything can run.
+    """
+    with frozen_heap():  # the graph is out of the collector's scans meanwhile
+        return _plan_graph(steps, targets, stored, policy)
+
+
+def _plan_graph(
+    steps: Sequence[StepSpec],
+    targets: Sequence[StepSpec],
+    stored: Mapping[str, Stored],
+    policy: Policy,
+) -> Plan:
+    by_path = {s.output_path: s for s in steps}
+    deps = {p: list(dict.fromkeys(d.output_path for d in s.deps)) for p, s in by_path.items()}
+    dependents: dict[str, list[str]] = {p: [] for p in by_path}
+    for path, ds in deps.items():
+        for d in ds:
+            dependents[d].append(path)
+    target_paths = {t.output_path for t in targets}
+    building: set[str] = set()
+    needers: dict[str, int] = {p: 0 for p in by_path}
+    """How many dependents that build read each step."""
+    drifted: dict[str, DriftError] = {}
+    own = {p: stored.get(p, NOTHING_STORED) for p in by_path}
+    # Upstream views are frozen, so one per (dependency, rebuilt) serves every dependent.
+    as_upstream = {
+        p: (Upstream(s.step_id, own[p].record), Upstream(s.step_id, own[p].record, True))
+        for p, s in by_path.items()
+    }
+    last: dict[str, Decision] = {}
+    """Each step's latest decision; dropped when a neighbour's change may alter it."""
+
+    def current(path: str) -> Decision:
+        upstream = [as_upstream[d][d in building] for d in deps[path]]
+        needed = path in target_paths or needers[path] > 0
+        decision = decide(by_path[path], own[path], upstream, policy, needed=needed)
+        last[path] = decision
+        return decision
+
+    def changed(path: str) -> None:
+        """An input of ``path``'s decision changed: decide it again (a step already building
+        stays building, so only its cached decision goes: its reason may name the change)."""
+        last.pop(path, None)
+        if path not in queued and path not in building:
+            queued.add(path)
+            queue.append(path)
+
+    # The least fixed point: a step only ever moves from skip/prune to build, and each move
+    # re-queues the neighbours whose inputs it changes: dependencies without a record (now
+    # needed) and dependents with one (an upstream is rebuilt); ``decide`` reads ``needed``
+    # only without a record and ``upstream`` only with one. Dependents go first, so "needed"
+    # reaches a dependency before it is decided: on a new prefix each step is decided once.
+    queue: deque[str] = deque(reversed(by_path))
+    queued = set(by_path)
+    while queue:
+        path = queue.popleft()
+        queued.discard(path)
+        try:
+            decision = current(path)
+        except DriftError as exc:
+            drifted[path] = exc
+            continue
+        if decision.action != Action.BUILD or path in building:
+            continue
+        building.add(path)
+        for d in deps[path]:
+            needers[d] += 1
+            if own[d].record is None:
+                changed(d)
+        for dependent in dependents[path]:
+            if own[dependent].record is not None:
+                changed(dependent)
+    if drifted:
+        raise _all_drift([drifted[p] for p in by_path if p in drifted])
+    return Plan({p: last.get(p) or current(p) for p in by_path}, policy)
+
+
+def _all_drift(errors: list[DriftError]) -> DriftError:
+    if len(errors) == 1:
+        return errors[0]
+    lines = [f"{e.step}: {e.what}" for e in errors]
+    if all(isinstance(e, CodeDriftError) for e in errors):
+        return CodeDriftError(
+            f"{len(errors)} steps' code changed since they were built [" + "; ".join(lines) + "]",
+            errors[0].fix,
+        )
+    return DriftError(
+        f"{len(errors)} steps changed without a version bump [" + "; ".join(lines) + "]",
+        errors[0].fix,
+    )

@@ -1,0 +1,109 @@
+"""Read what storage holds for many steps at once: their records and statuses.
+
+This is the only I/O of a plan; the decision itself is ``marin.execution.plan.decide``. Reads go to
+storage, which may be an object store 20 ms away, so a batch of steps is read on a pool of I/O
+threads rather than one after another, once storage proves slow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from marin.execution.heap import frozen_heap
+from marin.execution.pipeline.graph import collect_steps
+from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.plan.decide import (
+    NOTHING_STORED,
+    Plan,
+    Policy,
+    Stored,
+    plan_graph,
+    resolve_force,
+)
+from marin.execution.plan.options import DEFAULT_ON_CODE_DRIFT, DEFAULT_ON_DRIFT
+from marin.execution.store.location import Location
+from marin.execution.store.records import (
+    ArtifactRecord,
+    lease_path,
+    load_record,
+    read_attempt,
+    record_path,
+    status_path,
+)
+
+IO_PARALLELISM = 64
+SERIAL_MAX_S = 200e-6
+"""Mean seconds per step above which the remaining steps are read on threads."""
+_FIRST_PROBE, _PROBE_EVERY = 2, 16
+
+
+def read_stored_step(spec: StepSpec, location: Location) -> Stored:
+    """The step's record, and (only when there is no record) its status, which explains why,
+    and a record of another step found in its place."""
+    if location.is_memory and not (
+        location.has_file(location.path(record_path(spec.output_path)))
+        or location.has_file(location.path(status_path(spec.output_path)))
+        or location.has_file(location.path(lease_path(spec.output_path)))
+    ):
+        return NOTHING_STORED  # three dict lookups instead of three raised FileNotFoundErrors
+    found = load_record(location, spec.output_path)
+    if isinstance(found, ArtifactRecord):
+        return Stored(found)
+    return Stored(None, read_attempt(location, spec.output_path), found)
+
+
+def read_stored(specs: Iterable[StepSpec], location: Location) -> dict[str, Stored]:
+    """What storage holds for each of ``specs``, by output path (mutable steps are not read:
+    they rebuild whatever is stored).
+
+    The first steps are read one after another and timed. While a step costs less than
+    ``SERIAL_MAX_S`` (local disk, ``memory://``: tens of microseconds), threads would only add
+    overhead, so reading stays serial. Once storage proves slow (an object store, a network file
+    system), the rest are read on ``IO_PARALLELISM`` threads at once. The graph is out of the
+    collector's scans meanwhile (``marin.execution.heap``).
+    """
+    with frozen_heap():
+        return _read_stored(specs, location)
+
+
+def _read_stored(specs: Iterable[StepSpec], location: Location) -> dict[str, Stored]:
+    todo = [s for s in specs if not s.mutable]
+    out: dict[str, Stored] = {}
+    started = time.perf_counter()
+    for i, spec in enumerate(todo):
+        out[spec.output_path] = read_stored_step(spec, location)
+        done = i + 1
+        probe = done % _PROBE_EVERY == 0 or done == _FIRST_PROBE
+        if probe and (time.perf_counter() - started) / done > SERIAL_MAX_S:
+            break
+    rest = todo[len(out) :]
+    if len(rest) == 1:
+        out[rest[0].output_path] = read_stored_step(rest[0], location)
+    elif rest:
+        with ThreadPoolExecutor(min(IO_PARALLELISM, len(rest)), "marin-inspect") as pool:
+            for spec, stored in zip(
+                rest, pool.map(lambda s: read_stored_step(s, location), rest), strict=True
+            ):
+                out[spec.output_path] = stored
+    return out
+
+
+def plan_run(
+    targets: Sequence[StepSpec],
+    location: Location,
+    *,
+    on_drift: str = DEFAULT_ON_DRIFT,
+    force: Iterable[str] = (),
+    cascade: bool = True,
+    force_run_failed: bool = True,
+    on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
+) -> Plan:
+    """Read the whole graph's stored state, then decide every step: what a run would do.
+
+    ``force`` takes names or ``name@version`` ids (an unknown one is an error).
+    """
+    steps = collect_steps(targets)
+    policy = Policy(on_drift, resolve_force(force, steps), cascade, force_run_failed, on_code_drift)
+    return plan_graph(steps, targets, read_stored(steps, location), policy)

@@ -1,0 +1,67 @@
+"""Running handles: ``run``, ``resolve`` and ``materialized_config``.
+
+These lower handles (``marin.execution.lazy``) and hand the specs to the ``StepRunner``; they
+sit above both, so the handle layer never imports the runner. ``marin.execution.lazy`` still
+exports them (Marin's import path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from marin.execution.build.commit import run_context
+from marin.execution.pipeline.artifact import Artifact
+from marin.execution.pipeline.handles import ArtifactStep, _flatten, _lower_all
+from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.plan.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT
+from marin.execution.run.runner import StepRunner
+from marin.execution.store.location import open_prefix
+
+__all__ = ["materialized_config", "resolve", "run"]
+
+
+def run(
+    *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
+    prefix: str | None = None,
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    on_drift: str = DEFAULT_ON_DRIFT,
+    force: Iterable[str] = (),
+    keep_going: bool = False,
+    dry_run: bool = False,
+    region: str | None = None,
+    force_run_failed: bool = True,
+) -> list[Artifact]:
+    """Lower and build ``handles``; return one artifact per handle, in order.
+
+    ``force_run_failed=False``: a needed step whose last attempt failed is not retried; the
+    run fails (``FailedBeforeError``) naming it, before anything is built.
+    """
+    items, _ = _flatten(handles)
+    specs = _lower_all(items, None)
+    runner = StepRunner(
+        max_concurrent=max_concurrent, prefix=prefix, on_drift=on_drift, region=region
+    )
+    report = runner.run(
+        specs,
+        dry_run=dry_run,
+        keep_going=keep_going,
+        force=tuple(force),
+        force_run_failed=force_run_failed,
+    )
+    return [report.artifact(spec) for spec in specs]
+
+
+def resolve(handle: ArtifactStep | StepSpec, **kwargs: Any) -> Artifact:
+    """Build one handle and return its artifact: ``run(handle)[0]``."""
+    return run(handle, **kwargs)[0]
+
+
+def materialized_config(handle: ArtifactStep | StepSpec, prefix: str) -> Any:
+    """The config a run under ``prefix`` would hand ``run`` (for golden tests); runs nothing.
+
+    The context is the one a build gets (paths under ``prefix``, the handle's runtime args),
+    with no region and no devices.
+    """
+    spec = handle if isinstance(handle, StepSpec) else handle.lower()
+    return spec.build_config(run_context(spec, open_prefix(prefix)))

@@ -1,0 +1,680 @@
+"""The one run loop: every runner that schedules steps itself drives its plan through here.
+
+``RunLoop.run`` takes a plan (``decide``'s), a ``RunReport`` to fill and an ``Executor``, and:
+
+- drives the one ``Scheduler``: a step is handed to the executor the moment its last dependency
+  finishes, at most ``max_concurrent`` at once, critical path first, and (given a
+  ``ResourcePool``) only when its declared resources are free;
+- collects completions through one inbox (the executor's callbacks and a queued Ctrl-C both
+  land there: nothing polls);
+- gives each step its dependencies' new records for lineage, as they are when it starts;
+- re-checks a served dependency when its first dependent that builds starts (another process
+  may have deleted it since the plan read it): a vanished one is built first (or fails);
+- retries a failed attempt ``spec.retries`` times with a short backoff, unless the executor's
+  engine retries by itself (Prefect);
+- with ``share_work`` (drivers sharing one prefix), a step another runner's live lease holds is
+  reported ``deferred`` by the executor: its slot is freed for other ready steps, and it is made
+  ready again after a bounded backoff (never past the holder's lease expiry), when its build
+  serves the other runner's record (``built-by-other``) or takes over a lease that expired;
+- on Ctrl-C starts nothing new and lets running steps finish (a second one abandons them);
+- words every "not run" reason (``marin.execution.run.report``), for the caller to raise.
+
+``StepRunner`` is this loop plus a ``ThreadExecutor``; the compiled Prefect flow is this loop
+plus a ``PrefectExecutor``. The Airflow runtime has no loop: Airflow's scheduler is the loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from marin.execution.build.commit import (
+    LEASE_WAIT_FIRST_DELAY_S,
+    LEASE_WAIT_MAX_DELAY_S,
+    BuildOutcome,
+    build_step,
+    mark_interrupted,
+)
+from marin.execution.build.lineage import pipeline_finished, pipeline_started
+from marin.execution.errors import AbandonedError
+from marin.execution.heap import frozen_heap
+from marin.execution.pipeline.context import assigned_devices
+from marin.execution.pipeline.resources import Grant, ResourcePool
+from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.plan.decide import Decision, Plan, Policy, Upstream
+from marin.execution.run.executors import Completion, CompletionKind, Deferred, Executor, StepJob
+from marin.execution.run.report import (
+    INTERRUPTED_REASON,
+    KEEP_GOING_CLI,
+    RunReport,
+    blocked_reason,
+    stopped_reason,
+)
+from marin.execution.run.scheduler import Scheduler
+from marin.execution.store.lease import release_all_held, ttl_from_env
+from marin.execution.store.location import Location
+from marin.execution.store.records import ArtifactRecord, log_path, read_record
+from marin.execution.vocabulary import Action, BuildOutcomeKind
+
+log = logging.getLogger("marin")
+
+RETRY_FIRST_DELAY_S = 0.5
+RETRY_MAX_DELAY_S = 10.0
+"""The local retry backoff: 0.5 s, then doubling, at most 10 s (short: a step's own transient
+error, not an outage; Prefect and Airflow use their engine's own delays)."""
+
+
+class RunListener(Protocol):
+    """Hooks for progress displays; called on the run loop's thread."""
+
+    def on_plan(self, total: int, skipped: int) -> None: ...
+    def on_start(self, spec: StepSpec) -> None: ...
+    def on_finish(self, outcome: BuildOutcome) -> None: ...
+    def on_fail(self, spec: StepSpec, error: BaseException) -> None: ...
+
+
+@dataclass(frozen=True)
+class BuildCall:
+    """``build_step`` with the loop's arguments bound: a ``StepJob``'s ``build``.
+
+    Calling it builds here, in the calling thread's context (an engine's task that runs it names
+    itself there, for the record's provenance). An executor that builds elsewhere (another
+    process, a Dask worker) reads the arguments instead and calls ``build_step`` there with
+    them: the same decision, lineage and policy, without the process-local parts (``abandon``,
+    the open ``location``).
+    """
+
+    spec: StepSpec
+    location: Location
+    policy: Policy
+    region: str | None
+    decision: Decision | None
+    """The plan's decision; None for a vanished served step (decided again from storage)."""
+    upstream: list[Upstream] | None
+    devices: tuple[int, ...]
+    abandon: threading.Event
+    defer_if_held: bool
+    lease_ttl: float | None = None
+    """Read once per run (``$MARIN_LEASE_TTL``) by the loop; None: ``build_step`` reads it."""
+    working_dir: str | None = None
+    """The loop's working directory, read once per run (its checkout is the records'
+    provenance); None: ``build_step`` reads its own (a build on another machine)."""
+
+    def __call__(self) -> BuildOutcome:
+        with assigned_devices(self.devices):
+            return build_step(
+                self.spec,
+                self.location,
+                policy=self.policy,
+                region=self.region,
+                decision=self.decision,
+                upstream=self.upstream,
+                abandon=self.abandon,
+                defer_if_held=self.defer_if_held,
+                lease_ttl=self.lease_ttl,
+                working_dir=self.working_dir,
+            )
+
+
+class _Interrupt:
+    """Put in the inbox by the first Ctrl-C, which the loop then handles between two steps."""
+
+
+_INTERRUPT = _Interrupt()
+_Item = Completion | _Interrupt
+
+
+class RunLoop:
+    """One run of a plan's steps to build, on one executor (see the module docstring).
+
+    Made per run and used once. ``exit_on_interrupt`` is the CLI's choice: on Ctrl-C, mark
+    running steps failed and release their leases at once, because the process exits right
+    after. A library caller's process lives on, so by default a first Ctrl-C waits for the
+    running steps and a second one abandons them (they keep their leases until their threads
+    end, and never commit).
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        report: RunReport,
+        executor: Executor,
+        *,
+        max_concurrent: int,
+        keep_going: bool = False,
+        resources: ResourcePool | None = None,
+        order: str = "longest-path",
+        region: str | None = None,
+        listener: RunListener | None = None,
+        exit_on_interrupt: bool = False,
+        keep_going_hint: str = KEEP_GOING_CLI,
+        retry_delay_s: float = RETRY_FIRST_DELAY_S,
+        targets: Iterable[str] = (),
+        share_work: bool = False,
+    ) -> None:
+        """``targets``: the output paths the caller asked for; a served one is re-checked once
+        the other steps are done, and built again if its record vanished meanwhile.
+        ``share_work``: builds do not wait for another runner's lease in a slot; they are
+        deferred instead (see the module docstring)."""
+        self.plan = plan
+        self.report = report
+        self.executor = executor
+        self.max_concurrent = max_concurrent
+        self.keep_going = keep_going
+        self.resources = resources
+        self.region = region
+        self.listener = listener
+        self.exit_on_interrupt = exit_on_interrupt
+        self.keep_going_hint = keep_going_hint
+        self.retry_delay_s = retry_delay_s
+        # Engine settings are read once per run, here: a fn that changes the environment
+        # cannot make a later step fail on a setting it never had. So is the directory whose
+        # checkout the records name: the one the run was launched from.
+        self.lease_ttl = ttl_from_env()
+        self.working_dir: str | None
+        try:
+            self.working_dir = os.getcwd()
+        except OSError:  # deleted under the process: each build reports it, as before
+            self.working_dir = None
+        self.share_work = share_work
+        self._decisions = plan.decisions
+        self._to_build = plan.to_build
+        self.scheduler = Scheduler(
+            {p: [d.output_path for d in self._decisions[p].spec.deps] for p in self._to_build},
+            keep_going=keep_going,
+            order=order,
+            label=lambda p: self._decisions[p].spec.step_id,
+        )
+        self._inbox: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._abandon = threading.Event()
+        self._interrupted = False
+        self._started: dict[str, float] = {}
+        self._grants: dict[str, Grant] = {}
+        self._built: dict[str, ArtifactRecord] = {}
+        """This run's new records, by output path: the lineage of what starts after them."""
+        self._retries: list[tuple[float, int, StepJob]] = []
+        """Attempts waiting for their backoff: (due time, tie-break, job)."""
+        self._sequence = itertools.count()
+        self._served: set[str] = set()
+        """Served steps re-checked already (present, or rebuilt in this run)."""
+        self._held: dict[str, set[str]] = {}
+        """A step to build -> the served dependencies it waits for (their records vanished)."""
+        self._rebuilding: dict[str, list[str]] = {}
+        """A vanished served step being rebuilt -> the steps held for it."""
+        self._failed_as: dict[str, str] = {}
+        """A step that could not run because its served dependency's rebuild failed -> it."""
+        self._served_failed: set[str] = set()
+        self._targets = list(targets)
+        self._targets_checked = False
+        self._last_errors: dict[str, BaseException] = {}
+        """A step waiting to retry -> its last attempt's error (its end, if it is not retried)."""
+        self._parked: list[tuple[float, int, StepJob]] = []
+        """Deferred steps (another runner held them), out of their slots: (due time, tie, job)."""
+        self._resumed: dict[str, StepJob] = {}
+        """Deferred steps ready again: their next dispatch resubmits the same attempt."""
+        self._deferrals: dict[str, int] = {}
+        self._holders: dict[str, str] = {}
+        """A deferred step -> the holder last logged for it (each new holder is logged once)."""
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run every step to build and fill the report; then call ``raise_if_failed``.
+
+        Raises here only ``KeyboardInterrupt`` (a second Ctrl-C, or the CLI's first), or a bug.
+        The objects the run starts with (its lowered graph) are out of the garbage collector's
+        scans meanwhile (``marin.execution.heap``).
+        """
+        with frozen_heap():
+            self._run()
+
+    def _run(self) -> None:
+        self.scheduler.prepare()
+        # The pipeline run's own OpenLineage START/end (None, and nothing sent, when lineage is
+        # off or no pipeline run is named): the parent every build of this loop names.
+        pipeline = pipeline_started(len(self._to_build))
+        sigint = None if self.exit_on_interrupt else _QueuedInterrupts.install(self._inbox)
+        try:
+            self._dispatch()
+            while self._active():
+                try:
+                    for item in self._wait():
+                        if isinstance(item, _Interrupt):
+                            self._on_interrupt()
+                        else:
+                            self._collect(item)
+                    self._fire_due_retries()
+                    self._dispatch()
+                except KeyboardInterrupt:
+                    if sigint is not None:
+                        raise  # from our handler: a second Ctrl-C
+                    self._on_interrupt()  # Ctrl-C raised here: the SIGINT handler is not ours
+            if sigint is not None and sigint.count:
+                self._interrupted = True  # pressed as the last step finished: still one
+        except BaseException as exc:
+            self._leave()
+            pipeline_finished(pipeline, exc)  # ABORT (after its open builds' ABORTs), or FAIL
+            raise
+        finally:
+            if sigint is not None:
+                sigint.restore()
+        self.executor.shutdown(wait=True)
+        self._word_not_run()
+        # After every build's own end event: the executor has shut down.
+        pipeline_finished(
+            pipeline,
+            KeyboardInterrupt() if self._interrupted else None,
+            failed=len(self.report.failures),
+        )
+
+    def raise_if_failed(self, *, not_run_in_message: bool = False) -> None:
+        """The run's end as the caller sees it: its failure (``report.raise_failures``) if a
+        step failed, else ``KeyboardInterrupt`` if a first Ctrl-C stopped it."""
+        self.report.raise_failures(self.keep_going, not_run_in_message=not_run_in_message)
+        if self._interrupted:
+            raise KeyboardInterrupt
+
+    def _active(self) -> bool:
+        """Something runs, waits to retry, or can start; once nothing does, the caller's served
+        targets are re-checked (once): a vanished one is rebuilt, and the loop goes on for it."""
+        if self._parked and self.scheduler.stopped:
+            self._parked.clear()  # stopped: they stay not started
+        if self.scheduler.is_active() or self._rebuilding or self._retries or self._parked:
+            return True
+        if self._targets_checked:
+            return False
+        self._targets_checked = True
+        if self._interrupted or self.scheduler.outcome.stopped_by is not None:
+            return False
+        for path in self._targets:
+            served = self._decisions[path].action == Action.SKIP
+            if served and path not in self._served and self._record_gone(path):
+                self._rebuild_served(path, None)
+        return bool(self._rebuilding)
+
+    def _wait(self) -> list[_Item]:
+        """Block until something ends (or the next retry is due), then take all that has."""
+        timeout = None
+        due = [heap[0][0] for heap in (self._retries, self._parked) if heap]
+        if due:
+            timeout = max(0.0, min(due) - time.monotonic())
+        try:
+            items = [self._inbox.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                items.append(self._inbox.get_nowait())
+            except queue.Empty:
+                return items
+
+    def _leave(self) -> None:
+        if (self.scheduler.running or self._rebuilding) and not self.exit_on_interrupt:
+            # Leaving while fn still runs in this process (a second Ctrl-C, or any error here):
+            # those builds keep their leases until fn returns, and never commit.
+            self._abandon.set()
+            log.warning(
+                "interrupted again: abandoning %d running step(s); they keep their leases "
+                "until their threads end, and never commit",
+                len(self.scheduler.running),
+            )
+        else:
+            # The process exits now, ending every fn: leave nothing RUNNING, no lease held.
+            mark_interrupted()
+            release_all_held()
+        self.executor.shutdown(wait=False)
+
+    def _on_interrupt(self) -> None:
+        """A first Ctrl-C: start nothing new and let the running steps finish."""
+        if self.exit_on_interrupt or self._interrupted:
+            raise KeyboardInterrupt
+        self._interrupted = True
+        self.scheduler.stop()
+        self._parked.clear()  # deferred: not started, as the scheduler says
+        waiting, self._retries = self._retries, []
+        for _, _, job in waiting:  # waiting to retry: their last attempt is their end
+            error = self._last_errors.pop(job.path, None)
+            self._fail(job.path, error or RuntimeError("interrupted before it could start"))
+        if self.scheduler.running:
+            log.warning(
+                "interrupted: starting no more steps; waiting for %d running step(s) "
+                "to finish (press Ctrl-C again to abandon them)",
+                len(self.scheduler.running),
+            )
+
+    # -- starting steps ---------------------------------------------------------------------
+
+    def _admit(self, path: str) -> bool:
+        """Start a ready step only when its declared resources are free (the pool keeps the
+        first step it refuses reserved, so a big step is not starved by small ones)."""
+        if self.resources is None:
+            return True
+        spec = self._decisions[path].spec
+        if not spec.resources.amounts():
+            return True  # asks for nothing: always fits, and a grant would hold no devices
+        grant = self.resources.try_acquire(spec.step_id, spec.resources)
+        if grant is None:
+            return False
+        self._grants[path] = grant
+        return True
+
+    def _dispatch(self) -> None:
+        free = self.max_concurrent - len(self.scheduler.running)
+        for path in self.scheduler.get_ready(free, self._admit):
+            resumed = self._resumed.pop(path, None)
+            if resumed is not None:  # deferred, and admitted again: the same attempt
+                self._submit(path, resumed.attempt)
+                continue
+            spec = self._decisions[path].spec
+            log.info("start %s", spec.step_id)
+            if self.listener:
+                self.listener.on_start(spec)
+            self._started[path] = time.perf_counter()
+            lost = next((d for d in spec.deps if d.output_path in self._served_failed), None)
+            if lost is not None:  # a served dependency vanished, and its rebuild failed
+                self._failed_as[path] = lost.output_path
+                self._release(path)
+                self.scheduler.failed(path)
+                continue
+            vanished = self._vanished_deps(spec)
+            if vanished:
+                self._held[path] = set(vanished)
+                for dep in vanished:
+                    self._rebuild_served(dep, path)
+                continue
+            self._submit(path, 1)
+
+    def _submit(self, path: str, attempt: int) -> None:
+        decision = self._decisions[path]
+        spec = decision.spec
+        if path in self._rebuilding:  # a vanished served step: decided again from storage
+            build = self._build_call(spec, None, None, self._devices_for(path))
+        else:
+            upstream = self.plan.upstream(spec, self._built)
+            build = self._build_call(spec, decision, upstream, self._devices_for(path))
+        self.report.attempts[path] = attempt
+        self.executor.submit(StepJob(path, spec, attempt, build), self._inbox.put)
+
+    def _devices_for(self, path: str) -> tuple[int, ...]:
+        grant = self._grants.get(path)
+        held = self._rebuilding.get(path)
+        if grant is None and held:  # a served step's rebuild runs in its first dependent's slot
+            grant = self._grants.get(held[0])
+        return grant.devices if grant is not None else ()
+
+    def _build_call(
+        self,
+        spec: StepSpec,
+        decision: Any,
+        upstream: list[Upstream] | None,
+        devices: tuple[int, ...],
+    ) -> BuildCall:
+        return BuildCall(
+            spec,
+            self.report.location,
+            self.plan.policy,
+            self.region,
+            decision,
+            upstream,
+            devices,
+            self._abandon,
+            self.share_work,
+            self.lease_ttl,
+            self.working_dir,
+        )
+
+    # -- served steps, re-checked when served -----------------------------------------------
+
+    def _vanished_deps(self, spec: StepSpec) -> list[str]:
+        """``spec``'s served dependencies whose record is gone now (each read once a run).
+
+        Only a step that builds asks, so a run that builds nothing reads nothing more."""
+        vanished = []
+        for dep in spec.deps:
+            path = dep.output_path
+            if path in self._served or path in self._rebuilding:
+                if path in self._rebuilding:
+                    vanished.append(path)
+                continue
+            if self._decisions[path].action == Action.SKIP and self._record_gone(path):
+                vanished.append(path)
+        return list(dict.fromkeys(vanished))
+
+    def _record_gone(self, path: str) -> bool:
+        """Read a served step's record again (once a run): True if it is gone now."""
+        self._served.add(path)
+        return record_gone(self.report.location, self._decisions[path])
+
+    def _rebuild_served(self, path: str, held: str | None) -> None:
+        """Build a served step whose record vanished, for ``held`` (a step waiting for it), or
+        for the caller (``None``: a requested target)."""
+        if path in self._rebuilding:
+            if held is not None:
+                self._rebuilding[path].append(held)
+            return
+        spec = self._decisions[path].spec
+        log.warning(
+            "build %s: planned to be served, but its record is gone (deleted since the plan)",
+            spec.step_id,
+        )
+        self._rebuilding[path] = [held] if held is not None else []
+        self._started[path] = time.perf_counter()
+        if self.listener:
+            self.listener.on_start(spec)
+        self._submit(path, 1)
+
+    def _served_ended(self, path: str, error: BaseException | None) -> None:
+        if error is not None:
+            self._served_failed.add(path)
+        for held in self._rebuilding.pop(path):
+            waiting = self._held[held]
+            if error is not None:
+                self._failed_as[held] = path
+                self._held.pop(held)
+                self._release(held)
+                self.scheduler.failed(held)
+                continue
+            waiting.discard(path)
+            if not waiting:
+                self._held.pop(held)
+                self._submit(held, 1)
+
+    # -- completions ------------------------------------------------------------------------
+
+    def _collect(self, done: Completion) -> None:
+        job = done.job
+        if done.kind == CompletionKind.DEFERRED:
+            self._defer(job, done.error)
+            return
+        if done.kind == CompletionKind.FAILED:
+            assert done.error is not None
+            if self._retry(job, done.error):
+                return
+            self._fail(job.path, done.error)
+            return
+        assert done.outcome is not None
+        path, outcome = job.path, done.outcome
+        duration = time.perf_counter() - self._started[path]
+        self.report.durations[path] = duration
+        self.report.outcomes[path] = outcome
+        self._built[path] = outcome.record
+        if outcome.action == BuildOutcomeKind.BUILT:
+            log.info("finish %s in %.2fs", job.spec.step_id, duration)
+        if self.listener:
+            self.listener.on_finish(outcome)
+        if path in self._rebuilding:
+            self._served_ended(path, None)
+            return
+        self._release(path)
+        self.scheduler.done(path)
+
+    def _retry(self, job: StepJob, error: BaseException) -> bool:
+        """Schedule another attempt if the step has retries left and the loop owns retries."""
+        if (
+            self.executor.retries_steps
+            or job.attempt > job.spec.retries
+            or self._interrupted
+            or not isinstance(error, Exception)
+            or isinstance(error, AbandonedError)
+        ):
+            return False
+        delay = min(RETRY_MAX_DELAY_S, self.retry_delay_s * 2 ** (job.attempt - 1))
+        log.warning(
+            "retry %s (attempt %d of %d) in %.1fs: attempt %d failed: %s: %s",
+            job.spec.step_id,
+            job.attempt + 1,
+            job.spec.retries + 1,
+            delay,
+            job.attempt,
+            type(error).__name__,
+            error,
+        )
+        self._last_errors[job.path] = error
+        self._later(StepJob(job.path, job.spec, job.attempt + 1, job.build), delay)
+        return True
+
+    def _defer(self, job: StepJob, why: BaseException | None) -> None:
+        """Another runner holds ``job``'s step: free its slot, and make it ready again after a
+        backoff (0.02 s doubling to 1 s, as a build waiting for a lease polls), or sooner if the
+        holder's lease expires first. A served step being rebuilt keeps its dependent's slot."""
+        path = job.path
+        count = self._deferrals[path] = self._deferrals.get(path, 0) + 1
+        delay = min(LEASE_WAIT_MAX_DELAY_S, LEASE_WAIT_FIRST_DELAY_S * 2 ** (count - 1))
+        if isinstance(why, Deferred):
+            # Never 0: a clock skewed against the holder's must not make this a busy loop.
+            until_expiry = why.expires_at - time.time()
+            delay = max(LEASE_WAIT_FIRST_DELAY_S, min(delay, until_expiry))
+            if self._holders.get(path) != why.holder:
+                self._holders[path] = why.holder
+                log.info(
+                    "wait %s: lease held by %s (expires in %.0fs); going on with other steps",
+                    job.spec.step_id,
+                    why.holder,
+                    max(0.0, until_expiry),
+                )
+        if path in self._rebuilding:
+            self._later(job, delay)
+            return
+        self._release(path)
+        self.scheduler.defer(path)
+        heapq.heappush(self._parked, (time.monotonic() + delay, next(self._sequence), job))
+
+    def _later(self, job: StepJob, delay: float) -> None:
+        heapq.heappush(self._retries, (time.monotonic() + delay, next(self._sequence), job))
+
+    def _fire_due_retries(self) -> None:
+        now = time.monotonic()
+        while self._parked and self._parked[0][0] <= now:
+            _, _, job = heapq.heappop(self._parked)
+            self._resumed[job.path] = job
+            self.scheduler.resume(job.path)
+        while self._retries and self._retries[0][0] <= now:
+            _, _, job = heapq.heappop(self._retries)
+            self._last_errors.pop(job.path, None)
+            self.report.attempts[job.path] = job.attempt
+            if job.attempt > 1:
+                log.info("start %s (attempt %d of %d)", job.spec.step_id, job.attempt,
+                         job.spec.retries + 1)  # fmt: skip
+            self.executor.submit(job, self._inbox.put)
+
+    def _fail(self, path: str, error: BaseException) -> None:
+        spec = self._decisions[path].spec
+        duration = time.perf_counter() - self._started[path]
+        self.report.durations[path] = duration
+        self.report.failures[path] = error
+        log.error(
+            "fail %s after %.2fs: %s: %s (log: %s)",
+            spec.step_id,
+            duration,
+            type(error).__name__,
+            error,
+            self.report.location.url_for(log_path(spec.output_path)),
+        )
+        if self.listener:
+            self.listener.on_fail(spec, error)
+        if path in self._rebuilding:
+            self._served_ended(path, error)
+            return
+        self._release(path)
+        self.scheduler.failed(path)
+
+    def _release(self, path: str) -> None:
+        grant = self._grants.pop(path, None)
+        if grant is not None and self.resources is not None:
+            self.resources.release(grant)
+
+    # -- how it ended -----------------------------------------------------------------------
+
+    def _word_not_run(self) -> None:
+        outcome = self.scheduler.finish()
+        names = {p: d.spec.step_id for p, d in self._decisions.items()}
+        for path in self._failed_as:
+            self.report.not_run[path] = blocked_reason([names[self._failed_as[path]]])
+        for path, roots in outcome.blocked.items():
+            failed = [names[self._failed_as.get(r, r)] for r in roots]
+            self.report.not_run[path] = blocked_reason(list(dict.fromkeys(failed)))
+        for path in outcome.not_started:
+            if self._interrupted:
+                self.report.not_run[path] = INTERRUPTED_REASON
+            elif outcome.stopped_by is not None:
+                stopped = names[self._failed_as.get(outcome.stopped_by, outcome.stopped_by)]
+                self.report.not_run[path] = stopped_reason(stopped, self.keep_going_hint)
+
+
+def record_gone(location: Location, decision: Decision) -> bool:
+    """Read a served step's record again: True if it is gone (or unreadable) now."""
+    try:
+        return read_record(location, decision.spec.output_path) is None
+    except Exception as exc:  # unreadable now: what needs it cannot trust it either
+        log.warning("skip %s: its record cannot be read now: %s", decision.spec.step_id, exc)
+        return True
+
+
+def served_targets_gone(plan: Plan, location: Location, targets: Iterable[str]) -> bool:
+    """Whether a served target's record is gone now (one record read per served target): a run
+    that builds nothing asks before it reports success, and runs the loop, which rebuilds it,
+    if one is. (A run that builds something has the loop re-check its targets at its end.)"""
+    decisions = [plan.decisions[path] for path in dict.fromkeys(targets)]
+    return any(d.action == Action.SKIP and record_gone(location, d) for d in decisions)
+
+
+class _QueuedInterrupts:
+    """The run loop's SIGINT handler while steps run: the first Ctrl-C is queued, a second raises.
+
+    Raised where it lands, a first ``KeyboardInterrupt`` could cut the loop's bookkeeping in
+    half (a step handed to a worker but not yet counted as running) and be taken for the second
+    one, abandoning steps the user meant to let finish. Queued, it is handled between two steps.
+    Installed only from the main thread and over Python's own handler: a caller's handler wins.
+    """
+
+    def __init__(self, inbox: queue.SimpleQueue[_Item]) -> None:
+        self.count = 0
+        self._inbox = inbox
+
+    @classmethod
+    def install(cls, inbox: queue.SimpleQueue[_Item]) -> _QueuedInterrupts | None:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return None
+        handler = cls(inbox)
+        signal.signal(signal.SIGINT, handler._on_sigint)
+        return handler
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count > 1:
+            raise KeyboardInterrupt
+        self._inbox.put(_INTERRUPT)  # SimpleQueue.put is safe to call from a signal handler
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

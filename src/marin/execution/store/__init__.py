@@ -1,0 +1,1 @@
+"""The store layer: the location (fsspec), prefix policy, the storage probe, records, leases."""

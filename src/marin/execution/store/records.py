@@ -1,0 +1,613 @@
+"""The record and status files beside an output.
+
+For an output at ``<prefix>/<name>/<version>`` the metadata lives in the sibling folder
+``<prefix>/<name>/<version>.marin/``: ``record.json`` (the commit point), ``status.json``,
+``lease.json`` and ``log.txt``. Keeping it beside rather than inside the output lets ``fn`` write
+a single file at its output path, and lets a rebuild clear the output without touching the lease.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from marin.execution import faults
+from marin.execution.atomic_file import TMP_MARK, write_file_atomically
+from marin.execution.digest.code import CodeDigest
+from marin.execution.digest.output import OutputDigest, is_output_digest
+from marin.execution.names import METADATA_SUFFIX
+from marin.execution.store.location import (
+    Location,
+    durable,
+    symlink_refused,
+)
+from marin.execution.vocabulary import AttemptState
+
+log = logging.getLogger("marin")
+
+RECORD_SCHEMA = 1
+RUNNING, SUCCESS, FAILED = AttemptState.RUNNING, AttemptState.SUCCESS, AttemptState.FAILED
+
+
+def metadata_dir(output_path: str) -> str:
+    return output_path + METADATA_SUFFIX
+
+
+def record_path(output_path: str) -> str:
+    return f"{metadata_dir(output_path)}/record.json"
+
+
+def status_path(output_path: str) -> str:
+    return f"{metadata_dir(output_path)}/status.json"
+
+
+def lease_path(output_path: str) -> str:
+    return f"{metadata_dir(output_path)}/lease.json"
+
+
+def log_path(output_path: str) -> str:
+    return f"{metadata_dir(output_path)}/log.txt"
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    """The commit point of one build: written last, atomically, beside the output; its presence
+    is the SUCCESS status. Stored JSON is untrusted: ``from_json`` checks every field."""
+
+    name: str
+    version: str
+    fingerprint: str
+    fingerprint_payload: str
+    config: Any
+    """The run-time config: the same as the fingerprinted one, with real paths."""
+    dep_paths: dict[str, str]
+    output_path: str
+    result: Any
+    provenance: dict[str, Any]
+    started_at: str
+    finished_at: str
+    duration_s: float
+    artifact_type: str = "artifact"
+    schema: int = RECORD_SCHEMA
+    extra: dict[str, Any] = field(default_factory=dict)
+    build_id: str = ""
+    """Unique per commit: a dependent records the build it consumed (``inputs``). Empty in records
+    written before lineage existed."""
+    inputs: dict[str, str] = field(default_factory=dict)
+    """Each dependency's ``step_id`` -> the ``build_id`` of the build this one was made from."""
+    code: CodeDigest = field(default_factory=lambda: CodeDigest.from_record(None))
+    """The code digest of the step's function when it was built (unknown in older records)."""
+    output: OutputDigest = field(default_factory=lambda: OutputDigest.from_record(None))
+    """The digest of the output tree this build committed (unknown in older records)."""
+    input_digests: dict[str, str] = field(default_factory=dict)
+    """Each dependency's ``step_id`` -> the output digest of the build this one consumed (only
+    the known ones): a rebuilt dependency with the same digest leaves this build current."""
+    replaced: dict[str, str] = field(default_factory=dict)
+    """The ``build_id`` of the build this one replaced at its path -> that build's output
+    digest, when known: a dependent that recorded no digest for it can still be compared."""
+    source: str | None = None
+    """An adopted step's data, resolved (``gs://b/data``, ``/data/raw``): what its consumers
+    read (Marin's ``record.source``). None for a step that built its own output; not written
+    then, so such records keep their bytes."""
+
+    @property
+    def step_id(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def to_json(self, indent: int | None = None) -> str:
+        """Sorted-key JSON; compact by default, because ``indent`` makes ``json`` fall back to its
+        pure-Python encoder, which was the largest single cost of a commit. ``marin show --json``
+        pretty-prints."""
+        # A shallow field dict: the values are already plain JSON data (asdict deep-copies them),
+        # except the two digests, which say how they are stored. Every value is a canonical
+        # form (``to_canonical`` builds new trees), which has no cycles: the encoder's circular
+        # reference check (a third of its time on a record) has nothing to find.
+        fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        fields["code"] = self.code.to_record()
+        fields["output"] = self.output.to_record()
+        if self.source is None:
+            del fields["source"]
+        text = json.dumps(
+            fields, sort_keys=True, indent=indent, ensure_ascii=False, check_circular=False
+        )
+        return text + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> ArtifactRecord:
+        """Parse and type-check a stored record; ``ValueError`` for anything malformed.
+
+        Stored bytes are untrusted: a record written by another version, torn, or crafted must
+        not crash ``run``, ``plan``, ``show`` or ``ls`` later, so every field's type is checked
+        here, and nesting deeper than :data:`MAX_JSON_DEPTH` is refused.
+        """
+        data = parse_json(text)
+        if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
+            raise ValueError(f"not a schema-{RECORD_SCHEMA} record")
+        known = {f for f in cls.__dataclass_fields__}
+        fields = {k: v for k, v in data.items() if k in known}
+        for name, kind in _FIELD_TYPES.items():
+            if name not in fields:
+                if name in _OPTIONAL_FIELDS:
+                    continue
+                raise ValueError(f"field {name!r} is missing")
+            value = fields[name]
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise ValueError(f"field {name!r} is a {type(value).__name__}")
+        if not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in fields["dep_paths"].items()
+        ):
+            raise ValueError("field 'dep_paths' is not a mapping of strings")
+        inputs = fields.get("inputs", {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
+            raise ValueError("field 'inputs' is not a mapping of strings")
+        provenance = fields["provenance"]
+        for key, kind in _PROVENANCE_TYPES.items():
+            value = provenance.get(key)
+            # A bool is an int to isinstance: a pid of true is as wrong as a git_dirty of 1.
+            if value is not None and (
+                isinstance(value, bool) != (kind is bool) or not isinstance(value, kind)
+            ):
+                raise ValueError(f"field 'provenance.{key}' is a {type(value).__name__}")
+        argv = provenance.get("argv", [])  # present, it is a list (``show`` joins it)
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            raise ValueError("field 'provenance.argv' is not a list of strings")
+        try:
+            finite = math.isfinite(fields["duration_s"])
+        except OverflowError:  # an integer too large for a float
+            finite = False
+        if not finite:
+            raise ValueError("field 'duration_s' is not a finite number")
+        # The one string field read as JSON again (``explain_drift``): it gets the same guards
+        # as the record's own text, so a document nested inside it can't crash a plan either.
+        if not isinstance(parse_json(fields["fingerprint_payload"]), dict):
+            raise ValueError("field 'fingerprint_payload' is not a JSON object")
+        # The cache's fields (issue 25) only ever allow skipping work: a corrupt one loads as
+        # unknown (no code drift reported, no early cutoff), and the record stays usable.
+        fields["code"] = CodeDigest.from_record(fields.get("code"))
+        fields["output"] = OutputDigest.from_record(fields.get("output"))
+        fields["input_digests"] = _digest_map(fields.get("input_digests"))
+        fields["replaced"] = _digest_map(fields.get("replaced"), limit=1)
+        if not isinstance(fields.get("source"), str | None):
+            raise ValueError(f"field 'source' is a {type(fields['source']).__name__}")
+        return cls(**fields)
+
+    def _pinned_at(self, output_path: str) -> bool:
+        """A pinned step's record sits at its pin, not at ``name/version``: its payload says so.
+        (Parsed only on this rare path; ``from_json`` checked it is a bounded JSON object.)"""
+        try:
+            payload = json.loads(self.fingerprint_payload)
+        except ValueError:
+            return False
+        return isinstance(payload, dict) and payload.get("pin") == output_path
+
+    def owner_mismatch(self, output_path: str) -> str | None:
+        """Why this record is not the record of the step at ``output_path`` (``name/version``,
+        relative to the prefix), or None when it is.
+
+        A record names its step and its output; one copied or moved beside another step's
+        output (a user "renaming" a step by copying folders) names the step it was built for.
+        The output path is compared below the prefix only, so a prefix moved or copied as a
+        whole (or reached through another spelling, such as a link) keeps its records. With no
+        name in ``output_path`` (``marin show <output path>`` opens the output's parent folder,
+        not knowing the prefix) only the version and the output path's tail are compared.
+        """
+        name, _, version = output_path.rpartition("/")
+        if (self.version != version or (name and self.name != name)) and not self._pinned_at(
+            output_path
+        ):
+            return f"record belongs to {self.step_id}"
+        if not (self.output_path == output_path or self.output_path.endswith("/" + output_path)):
+            return f"record was written for the output {self.output_path}"
+        return None
+
+
+def _digest_map(value: Any, limit: int = 10_000) -> dict[str, str]:
+    """A stored ``name -> output digest`` map, keeping only well-formed entries."""
+    if not isinstance(value, dict) or len(value) > limit:
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and is_output_digest(v)}
+
+
+MAX_JSON_DEPTH = 200
+"""Stored JSON nested deeper is corrupt (real configs are far shallower; the JSON encoder and the
+pretty printer recurse, so a deeper value would crash ``marin show``)."""
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "version": str,
+    "fingerprint": str,
+    "fingerprint_payload": str,
+    "dep_paths": dict,
+    "output_path": str,
+    "provenance": dict,
+    "started_at": str,
+    "finished_at": str,
+    "duration_s": (int, float),
+    "artifact_type": str,
+    "extra": dict,
+    "build_id": str,
+    "inputs": dict,
+}
+_OPTIONAL_FIELDS = {"artifact_type", "extra", "build_id", "inputs"}
+"""Optional: records written before lineage (``build_id``, ``inputs``) still load."""
+_PROVENANCE_TYPES: dict[str, type | tuple[type, ...]] = {
+    "git_commit": str,
+    "git_dirty": bool,
+    "user": str,
+    "host": str,
+    "pid": int,
+    "time": str,
+    "lowered": dict,
+}
+"""What ``collect_provenance`` writes (each may be absent or null; ``argv``, checked apart, may
+not be null; other keys are kept as they are): ``marin show`` and ``ls`` print these."""
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _depth(text: str) -> int:
+    """How deeply brackets nest in JSON text, ignoring those inside strings (no recursion).
+
+    Regular expressions drop the strings and everything but brackets first, so the Python loop
+    only sees brackets (two per container).
+    """
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    depth = deepest = 0
+    for char in brackets:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads`` for stored metadata: any malformed input is a ``ValueError``, never a
+    ``RecursionError`` or a value nested deeper than :data:`MAX_JSON_DEPTH`."""
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+@dataclass(frozen=True)
+class ForeignRecord:
+    """A well-formed record beside a step's output that is not that step's: it names another
+    step, or another output. It is never served as the step's record and never deleted by it:
+    ``decide`` refuses to build the step over it, naming the file."""
+
+    path: str
+    """The record file, as the file system names it."""
+    record: ArtifactRecord
+    """What the file holds (the record of ``record.step_id``)."""
+    why: str
+    """``record belongs to other@v0``, or the output it was written for."""
+
+
+def _remember_stored(record: ArtifactRecord, raw: bytes) -> None:
+    """Keep on ``record`` the bytes it was read from or written as.
+
+    Kept beside the fields (never one of them: not in its JSON, not compared), so that a reader
+    who already holds this record recognises the same bytes again by comparing them, without a
+    parse. The bytes themselves, not a hash of them: an exact answer, and a comparison never
+    releases the GIL (hashlib does, for a record's size: a thread switch per read).
+    """
+    object.__setattr__(record, "_stored_bytes", raw)
+
+
+def load_record(
+    location: Location, output_path: str, known: ArtifactRecord | None = None
+) -> ArtifactRecord | ForeignRecord | None:
+    """The one reader of ``record.json``: the step's committed record, a ``ForeignRecord``
+    when the file holds another step's, or None (no record, or a corrupt one).
+
+    ``known``: a record the caller holds for this step (its dependency's build, as the run
+    knows it). When the file holds exactly the bytes ``known`` was read from or written as,
+    ``known`` itself is the answer, with no parse: a run re-reads each
+    dependency's record at every dependent's start and again before its commit, and a long
+    run's records fall out of the parse cache.
+
+    A corrupt record counts as not built, with a warning naming the file (once per process):
+    the next build replaces it, so no person has to delete anything.
+    """
+    path = location.path(record_path(output_path))
+    try:
+        raw = location.read_file(path)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    record = None
+    if known is not None and getattr(known, "_stored_bytes", None) == raw:
+        record = known
+    if record is None:
+        record = _PARSED.get(raw)
+    if record is None:
+        try:
+            record = ArtifactRecord.from_json(raw.decode())
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            if _first_sighting(path, raw):
+                log.warning(
+                    "corrupt record %s (%s): treating %s as not built", path, exc, output_path
+                )
+            return None
+        _remember_stored(record, raw)
+        _PARSED.put(raw, record)
+    why = record.owner_mismatch(output_path)
+    if why is None:
+        return record
+    return ForeignRecord(path, record, why)
+
+
+def read_record(
+    location: Location, output_path: str, known: ArtifactRecord | None = None
+) -> ArtifactRecord | None:
+    """The step's committed record, or None: not built, corrupt, or another step's (warned
+    about once per process; ``load_record`` says which, and what ``known`` saves)."""
+    found = load_record(location, output_path, known)
+    if isinstance(found, ForeignRecord):
+        if _first_sighting(found.path, found.why.encode()):
+            name, _, version = output_path.rpartition("/")
+            log.warning(
+                "foreign record %s (%s): %s@%s is not built",
+                found.path, found.why, name, version,
+            )  # fmt: skip
+        return None
+    return found
+
+
+class _ParsedRecords:
+    """Stored record bytes -> the record ``from_json`` makes of them, for the last few thousand
+    distinct records this process read or wrote.
+
+    ``from_json`` is a pure function of the bytes, so a hit is exactly as strict as parsing
+    again: the full field validation ran on these very bytes (or this process built the record
+    they are the JSON of). A run reads each dependency's record at the dependent's start and
+    again before its commit; only changed bytes cost a parse. Keyed by the whole bytes, never a
+    hash of them. Records are frozen and never mutated, so sharing one object is safe.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        # An OrderedDict, not a dict: evicting a plain dict's oldest entry leaves a hole at its
+        # front that every later `next(iter(...))` walks over (a run slowed down as it went).
+        self._items: collections.OrderedDict[bytes, ArtifactRecord] = collections.OrderedDict()
+
+    def get(self, raw: bytes) -> ArtifactRecord | None:
+        with self._lock:
+            return self._items.get(raw)
+
+    def put(self, raw: bytes, record: ArtifactRecord) -> None:
+        if len(raw) > _PARSED_MAX_BYTES:
+            return  # a rare big record (a large config or result) is parsed each time
+        with self._lock:
+            self._items[raw] = record
+            self._items.move_to_end(raw)
+            if len(self._items) > self._size:
+                self._items.popitem(last=False)  # the oldest entry
+
+
+_PARSED_MAX_BYTES = 16 * 1024
+"""Records larger than this are not kept (a no-op step's record is about 1.5 KiB)."""
+_PARSED = _ParsedRecords(4096)
+"""Bounded in entries and in each entry's size: at most 64 MiB of record bytes, a few MiB for
+typical records (see ``_ParsedRecords``)."""
+
+_seen_corrupt: set[tuple[str, int]] = set()
+_seen_lock = threading.Lock()
+
+
+def _first_sighting(path: str, raw: bytes) -> bool:
+    """True the first time this process reads these corrupt bytes at ``path``: a run reads a
+    record several times (plan, then the re-check under the lease), and one warning is enough."""
+    key = (path, hash(raw))
+    with _seen_lock:
+        if key in _seen_corrupt:
+            return False
+        if len(_seen_corrupt) > 10_000:
+            _seen_corrupt.clear()
+        _seen_corrupt.add(key)
+        return True
+
+
+def write_atomic(
+    location: Location, path: str, data: bytes, *, crash_step: str = "", durable: bool = False
+) -> None:
+    """Write so that readers see the old content or the new, never a prefix of it.
+
+    Object stores and ``memory://`` make a single put atomic. On local disk a crash mid-write
+    would leave a truncated file, so we write a temporary sibling and rename it into place (a
+    crash leaves only the temporary file, which the next build of the step clears).
+    ``crash_step`` names the step for the ``record-write`` / ``record-torn`` fault hooks.
+    ``durable`` fsyncs the file (durable mode, ``MARIN_DURABLE=1``, for records).
+    """
+    fs = location.fs
+    if crash_step and faults.should_crash("record-torn", crash_step):
+        fs.pipe_file(path, data[: len(data) // 2])  # what a non-atomic store could leave
+        faults.crash_now()
+    if location.is_local:
+        location.check_no_links(os.path.dirname(path))  # a rename never follows the file itself
+
+        def torn_write(fd: int) -> None:
+            if crash_step and faults.should_crash("record-write", crash_step):
+                os.write(fd, data[: len(data) // 2])
+                faults.crash_now()
+
+        # ENOSPC, EIO, an interrupt: the helper never leaves a (possibly huge) temporary file.
+        write_file_atomically(path, data, fsync=durable, make_parents=True, on_open=torn_write)
+    else:
+        if crash_step and faults.should_crash("record-write", crash_step):
+            faults.crash_now()  # a single PUT is all or nothing: the crash leaves no record
+        location.put_file(path, data)
+
+
+def write_record(location: Location, record: ArtifactRecord, output_path: str) -> None:
+    data = record.to_json().encode()
+    write_atomic(
+        location,
+        location.path(record_path(output_path)),
+        data,
+        crash_step=record.step_id,
+        durable=durable(),
+    )
+    # Its dependents read these very bytes back (at their start and before their commit): what
+    # they parse to is ``record`` itself (``from_json(to_json())`` is the identity, tested).
+    _remember_stored(record, data)
+    _PARSED.put(data, record)
+
+
+def metadata_files(location: Location, output_path: str) -> set[str]:
+    """Which of ``record.json`` and ``status.json`` sit beside the output: the lease holder's
+    look at what earlier attempts left, before its first write.
+
+    On local disk one listing answers both, and removes the temporary record and status files a
+    crashed write left there (a leftover of a crash in the middle of a big record write may be
+    what fills the disk, so it goes first). Only this module's own temporary names
+    (``record.json.tmp-*``, ``status.json.tmp-*``) are touched, and only the lease holder writes
+    those. Object stores and ``memory://`` write in one put: no temporary files, two checks.
+    """
+    names = ("record.json", "status.json")
+    if not location.is_local:
+        folder = metadata_dir(output_path)
+        return {n for n in names if location.has_file(location.path(f"{folder}/{n}"))}
+    folder = location.path(metadata_dir(output_path))
+    # The folder may not be a link, nor hold one: every file in it is Marin's to read, replace
+    # or delete, and the listing says which entries are links at no extra system call.
+    location.check_no_links(folder)
+    try:
+        with os.scandir(folder) as entries:
+            listing = {entry.name: entry.is_symlink() for entry in entries}
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+    link = next((name for name, is_link in listing.items() if is_link), None)
+    if link is not None:
+        raise symlink_refused(os.path.join(folder, link))
+    for name in listing:
+        if name.startswith(("record.json" + TMP_MARK, "status.json" + TMP_MARK)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, name))
+    return {n for n in names if n in listing}
+
+
+def delete_record(location: Location, output_path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        location.rm_file(location.path(record_path(output_path)))
+
+
+def clear_status(location: Location, output_path: str) -> None:
+    """Drop an earlier attempt's status file: the new attempt's lease now says RUNNING, and its
+    record or a new FAILED status will say how it ended; an old status could only contradict."""
+    with contextlib.suppress(FileNotFoundError):
+        location.rm_file(location.path(status_path(output_path)))
+
+
+def _read_json_object(
+    location: Location, path: str, what: str, types: Mapping[str, type]
+) -> dict[str, Any] | None:
+    """A small metadata file (a status, a lease) as a JSON object whose ``types`` fields, where
+    present and not null, have those types; None for anything else (with one warning)."""
+    try:
+        raw = location.read_file(path)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    if not raw:
+        return None  # a lease being created on local disk is empty for a moment
+    try:
+        data = parse_json(raw.decode())
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        for key, kind in types.items():
+            value = data.get(key)
+            if value is not None and not isinstance(value, kind):
+                raise ValueError(f"field {key!r} is a {type(value).__name__}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        if _first_sighting(path, raw):
+            log.warning("corrupt %s %s (%s): ignoring it", what, path, exc)
+        return None
+    return data
+
+
+_STATUS_TYPES = {
+    "state": str,
+    "error": str,
+    "holder": str,
+    "started_at": str,
+    "finished_at": str,
+    "traceback": str,
+}
+"""The fields a status file may have: ``write_status``'s callers write these, as strings."""
+_LEASE_TYPES = {"holder": str, "started_at": str}
+"""The lease fields a status reader uses (``lease.LeaseInfo.parse`` checks the rest)."""
+
+
+def read_status_file(location: Location, output_path: str) -> dict[str, Any] | None:
+    """The status file, or None when absent or corrupt (not a JSON object with a string state,
+    or a field of the wrong type).
+
+    Builds write one only when an attempt fails (``FAILED``); versions before the lean commit
+    path also wrote ``RUNNING`` and ``SUCCESS``, which still read.
+    """
+    path = location.path(status_path(output_path))
+    status = _read_json_object(location, path, "status", _STATUS_TYPES)
+    if status is not None and not isinstance(status.get("state"), str):
+        if _first_sighting(path, b"no state"):
+            log.warning("corrupt status %s (no state): ignoring it", path)
+        return None
+    return status
+
+
+def read_attempt(location: Location, output_path: str) -> dict[str, Any] | None:
+    """How the step's latest unfinished or failed attempt stands; None if there is none.
+
+    A build writes no status while all goes well, to keep the commit path short: its lease is
+    its RUNNING status (held while it builds, left behind if it crashed), a failure writes a
+    ``FAILED`` status file, and the record is the SUCCESS. So: the status file if there is one,
+    else ``RUNNING`` while a lease is there. A lease without a string holder says nothing (it
+    protects nothing either, see ``lease.LeaseInfo.parse``).
+    """
+    status = read_status_file(location, output_path)
+    if status is not None:
+        return status
+    lease = _read_json_object(
+        location, location.path(lease_path(output_path)), "lease", _LEASE_TYPES
+    )
+    if lease is None or not isinstance(lease.get("holder"), str):
+        return None
+    state: dict[str, Any] = {"state": RUNNING, "holder": lease["holder"]}
+    if isinstance(lease.get("started_at"), str):
+        state["started_at"] = lease["started_at"]
+    return state
+
+
+def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
+    """The step's state for readers (``ls``, ``show``, tests): its attempt, else ``SUCCESS``
+    when a record is there, else None (never tried)."""
+    attempt = read_attempt(location, output_path)
+    if attempt is not None:
+        return attempt
+    record = read_record(location, output_path)
+    if record is None:
+        return None
+    return {"state": SUCCESS, "started_at": record.started_at, "finished_at": record.finished_at}
+
+
+def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:
+    body = {"state": state, **details}
+    write_atomic(
+        location,
+        location.path(status_path(output_path)),
+        (json.dumps(body, sort_keys=True) + "\n").encode(),
+    )
