@@ -52,13 +52,16 @@ TAKEN_OVER_IN_THREAD = (
 class LeaseCheck:
     """``current_context().still_holds_lease()``: one read of the step's lease file.
 
-    True only while the lease holds this attempt's token and has not expired: a stalled holder
-    whose lease ran out says False even before anyone takes over. It pickles (the lease's
+    True only while the lease holds this attempt's token and (``strict``) has not expired: a
+    stalled holder whose lease ran out says False even before anyone takes over. The watcher
+    that kills an isolated step's process asks ``taken_over`` instead (token only), so a holder
+    that merely stalled is not killed while nobody else holds the step. It pickles (the lease's
     location and token), so an isolated child asks storage itself.
     """
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: Lease, *, strict: bool = True) -> None:
         self.lease = lease
+        self.strict = strict
         self.interval = max(min(lease.ttl / 3, 2.0), 0.05)
         """How often a watcher (``IsolatedCall``) asks: a third of the TTL, at most 2 s."""
 
@@ -66,8 +69,15 @@ class LeaseCheck:
         try:
             info = self.lease.read()
         except OSError:
-            return False  # not provably ours: never publish on a guess
-        return info is not None and info.token == self.lease.token and not info.expired
+            return not self.strict  # unknown: never publish on a guess, never kill on one
+        if info is None or info.token != self.lease.token:
+            return False
+        return not (self.strict and info.expired)
+
+    @property
+    def watcher(self) -> LeaseCheck:
+        """The same check, by token only: False once another attempt took the lease."""
+        return LeaseCheck(self.lease, strict=False)
 
 
 def checkpoint_url(spec: StepSpec, location: Location) -> str | None:

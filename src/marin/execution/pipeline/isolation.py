@@ -160,7 +160,12 @@ class IsolatedCall:
             runtime_args=dict(ctx.runtime_args),
             devices=tuple(range(len(ctx.devices))),
         )
-        meta = {"sys_path": list(sys.path), "module_files": _module_files(target)}
+        meta = {
+            "sys_path": list(sys.path),
+            "module_files": _module_files(target),
+            # A resumable step's child dies with this process (see isolated_child._die_with).
+            "die_with": os.getpid() if ctx.checkpoint_path is not None else None,
+        }
         with tempfile.TemporaryDirectory(prefix="marin-isolated-") as tmp:
             payload_path = os.path.join(tmp, "call.pkl")
             result_path = os.path.join(tmp, "result.pkl")
@@ -194,7 +199,9 @@ class IsolatedCall:
         copier = _OutputCopier(proc.stdout, self.step_id)
         # A resumable step's child is watched: once its attempt no longer holds the lease, it is
         # killed, so it never writes over the checkpoints of the attempt that took over.
-        check = ctx.lease_check if ctx.checkpoint_path is not None else None
+        check = None
+        if ctx.checkpoint_path is not None and ctx.lease_check is not None:
+            check = getattr(ctx.lease_check, "watcher", ctx.lease_check)
         try:
             exited = _wait_watched(proc, self.timeout, check)
         finally:

@@ -81,7 +81,9 @@ class Attempt:
     def age(self, now: float | None = None) -> str:
         """``2h ago``, ``5m ago``; ``at <started_at>`` when the time does not parse."""
         try:
-            then = datetime.strptime(self.started_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+            then = datetime.fromisoformat(self.started_at)
+            if then.tzinfo is None:
+                then = then.replace(tzinfo=UTC)
         except ValueError:
             return f"at {self.started_at[:40]!r}"
         seconds = max(0.0, (time.time() if now is None else now) - then.timestamp())
