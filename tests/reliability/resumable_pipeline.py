@@ -111,3 +111,7 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+counting = counting_step("out")
+"""The CLI's target: ``marin plan tests/reliability/resumable_pipeline.py:counting``."""

@@ -95,6 +95,28 @@ def test_killed_runner_resumes_on_s3(tmp_path: Path, s3_server: dict[str, str]) 
     kill_then_resume(prefix, tmp_path, "ckpt", **s3_server)
 
 
+def marin(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "marin.cli", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_plan_why_and_run_json_show_the_resume(tmp_path: Path) -> None:
+    prefix, env = str(tmp_path / "prefix"), child_env()
+    code, _, _ = finish(runner(prefix, {**env, "MARIN_TEST_KILL_AT": "55"}, "out"))
+    assert code == -9
+    target = "tests/reliability/resumable_pipeline.py:counting"
+    plan = marin("plan", target, "--prefix", prefix, env=env)
+    assert "resume: partial output from attempt 1 (" in plan.stdout, plan.stdout + plan.stderr
+    assert "same fingerprint)" in plan.stdout
+    why = marin("why", target, "count@v1", "--prefix", prefix, env=env)
+    assert "  resume: partial output from attempt 1 (" in why.stdout, why.stdout + why.stderr
+    ran = marin("run", target, "--prefix", prefix, "--json", env=env)
+    step = json.loads(ran.stdout)["steps"][0]
+    assert (step["build_attempt"], step["resumed"]) == (2, True), ran.stderr[-2000:]
+
+
 def test_a_changed_config_clears_the_checkpoint(tmp_path: Path) -> None:
     prefix, counter = str(tmp_path / "prefix"), tmp_path / "counter"
     base = child_env(MARIN_TEST_COUNTER=str(counter))
