@@ -174,7 +174,7 @@ def test_displaced_isolated_attempt_never_publishes(tmp_path: Path) -> None:
 # --- in one process ---------------------------------------------------------------------------
 
 FAILED_ONCE: set[str] = set()
-DONE: list[int] = []
+ran: list[int] = []
 
 
 def fail_once(out: str, upto: int, where: str) -> int:
@@ -193,7 +193,7 @@ def fail_once(out: str, upto: int, where: str) -> int:
         if i == 55 and out not in FAILED_ONCE:
             FAILED_ONCE.add(out)
             raise RuntimeError("preempted at 55")
-        DONE.append(i)
+        ran.append(i)
         if (i + 1) % 10 == 0 and ctx.still_holds_lease():
             fs.pipe_file(root, str(i + 1).encode())
     return start
@@ -202,12 +202,12 @@ def fail_once(out: str, upto: int, where: str) -> int:
 def test_a_retry_within_one_run_resumes_on_memory(caplog: pytest.LogCaptureFixture) -> None:
     from marin.execution.lazy import OUT, apply
 
-    DONE.clear()
+    ran.clear()
     step = apply("retry", fail_once, version="v1", out=OUT, upto=100, where="ckpt")
     prefix = f"memory://resume-{time.time_ns()}"
     with caplog.at_level(logging.INFO, logger="marin"):
         run(step.with_options(resumable=True, retries=1), prefix=prefix)
-    assert list(range(55)) + list(range(50, 101)) == DONE
+    assert list(range(55)) + list(range(50, 101)) == ran
     record = read_record(open_prefix(prefix), "retry/v1")
     assert record is not None and record.result == 50
     assert record.provenance["attempt"] == {"number": 2, "resumed": True}
@@ -217,10 +217,10 @@ def test_a_retry_within_one_run_resumes_on_memory(caplog: pytest.LogCaptureFixtu
 def test_without_resumable_a_retry_starts_over(tmp_path: Path) -> None:
     from marin.execution.lazy import OUT, apply
 
-    DONE.clear()
+    ran.clear()
     step = apply("plain", fail_once, version="v1", out=OUT, upto=100, where="out")
     run(step.with_options(retries=1), prefix=str(tmp_path))
-    assert list(range(55)) + list(range(101)) == DONE  # its debris was cleared, as before
+    assert list(range(55)) + list(range(101)) == ran  # its debris was cleared, as before
     record = read_record(open_prefix(str(tmp_path)), "plain/v1")
     assert record is not None and "attempt" not in record.provenance
     assert not os.path.exists(tmp_path / "plain/v1.marin/attempt.json")
