@@ -274,3 +274,29 @@ def test_options_are_checked_once() -> None:
         lower(step, memo={}).fingerprint
         == lower(step.with_options(resumable=False), memo={}).fingerprint
     )
+
+
+def test_a_takeover_of_a_thread_of_this_process_is_not_resumed(tmp_path: Path) -> None:
+    """An in-thread ``fn`` cannot be stopped: while it runs here, an attempt that took its
+    lease over clears instead of resuming what that thread may still write."""
+    from marin.execution.build.resume import TAKEN_OVER_IN_THREAD, running_here, start_attempt
+    from marin.execution.store.lease import Lease
+    from marin.execution.vocabulary import Leftover
+
+    location = open_prefix(str(tmp_path))
+    spec = lower(resumable_pipeline.counting_step(), memo={})
+    first = Lease(location, spec.output_path, ttl=60)
+    assert first.try_acquire() is None
+    start_attempt(location, spec, first, None, "warn")
+    first.release()
+    taker = Lease(location, spec.output_path, ttl=60)
+    assert taker.try_acquire() is None
+    taker.took_over = True
+    with running_here(location, spec):  # the displaced attempt's fn, still on its thread
+        refused = start_attempt(location, spec, taker, Leftover.DEBRIS, "warn")
+    assert refused is not None and not refused.resumed and refused.number == 1
+    start_attempt(location, spec, taker, None, "warn")
+    resumed = start_attempt(location, spec, taker, Leftover.DEBRIS, "warn")
+    assert resumed is not None and resumed.resumed and resumed.number == 2
+    assert "cleared" in TAKEN_OVER_IN_THREAD
+    taker.release()

@@ -54,7 +54,7 @@ class LeaseCheck:
 
     True only while the lease holds this attempt's token and (``strict``) has not expired: a
     stalled holder whose lease ran out says False even before anyone takes over. The watcher
-    that kills an isolated step's process asks ``taken_over`` instead (token only), so a holder
+    that kills an isolated step's process asks ``watcher`` instead (token only), so a holder
     that merely stalled is not killed while nobody else holds the step. It pickles (the lease's
     location and token), so an isolated child asks storage itself.
     """

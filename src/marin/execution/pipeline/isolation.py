@@ -153,12 +153,14 @@ class IsolatedCall:
         # The child's context: no storage loader (ctx.resolved belongs in build_config, which
         # runs here), so that nothing but plain data crosses the process boundary; and its
         # devices as the child numbers them (its CUDA_VISIBLE_DEVICES lists exactly these).
+        # A resumable step's lease check goes along (it pickles): the child asks storage.
         child_ctx = dataclasses.replace(
             ctx,
             loader=None,
             _loaded={},
             runtime_args=dict(ctx.runtime_args),
             devices=tuple(range(len(ctx.devices))),
+            lease_check=ctx.lease_check if ctx.checkpoint_path is not None else None,
         )
         meta = {
             "sys_path": list(sys.path),

@@ -161,17 +161,3 @@ def judge(spec: StepSpec, previous: Attempt | None, on_code_drift: str) -> Resum
         "anyway (on_code_drift=warn)",
         previous,
     )
-
-
-def plan_resume(
-    spec: StepSpec, location: Location, on_code_drift: str, *, has_record: bool
-) -> ResumeVerdict | None:
-    """The plan's verdict for a resumable step that has no record but an earlier attempt; None
-    when there is nothing to resume or clear. The one read a plan adds, and only for such a
-    step (``read_stored_step``)."""
-    if not spec.resumable or has_record:
-        return None
-    previous = read_attempt_record(location, spec.output_path)
-    if previous is None:
-        return None
-    return judge(spec, previous, on_code_drift)
