@@ -300,3 +300,12 @@ def test_a_takeover_of_a_thread_of_this_process_is_not_resumed(tmp_path: Path) -
     assert resumed is not None and resumed.resumed and resumed.number == 2
     assert "cleared" in TAKEN_OVER_IN_THREAD
     taker.release()
+
+
+def test_keep_checkpoints_keeps_the_folder_after_the_commit(tmp_path: Path) -> None:
+    from marin.execution.lazy import OUT, apply
+
+    step = apply("keep", fail_once, version="v1", out=OUT, upto=100, where="ckpt")
+    run(step.with_options(resumable=True, keep_checkpoints=True, retries=1), prefix=str(tmp_path))
+    assert (tmp_path / "keep/v1.marin/checkpoints/state").read_text() == "100"
+    assert not (tmp_path / "keep/v1.marin/attempt.json").exists()
