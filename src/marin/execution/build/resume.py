@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,6 +50,11 @@ TAKEN_OVER_IN_THREAD = (
 )
 
 
+def watch_interval(ttl: float) -> float:
+    """How often an isolated step's runner checks its lease: a third of the TTL, at most 2 s."""
+    return max(min(ttl / 3, 2.0), 0.05)
+
+
 class LeaseCheck:
     """``current_context().still_holds_lease()``: one read of the step's lease file.
 
@@ -62,8 +68,8 @@ class LeaseCheck:
     def __init__(self, lease: Lease, *, strict: bool = True) -> None:
         self.lease = lease
         self.strict = strict
-        self.interval = max(min(lease.ttl / 3, 2.0), 0.05)
-        """How often a watcher (``IsolatedCall``) asks: a third of the TTL, at most 2 s."""
+        self.interval = watch_interval(lease.ttl)
+        """How often a watcher (``IsolatedCall``) asks."""
 
     def __call__(self) -> bool:
         try:
@@ -121,7 +127,21 @@ def verdict_for(
             alive_here = (location.url, spec.output_path) in _in_thread
         if alive_here:
             return ResumeVerdict(False, TAKEN_OVER_IN_THREAD, verdict.previous)
+        _let_the_displaced_stop(lease)
     return verdict
+
+
+def _let_the_displaced_stop(lease: Lease) -> None:
+    """Before resuming a lease taken over from a holder that may be alive (expired, not dead):
+    wait out that holder's watch interval (a third of its TTL, at most 2 s) and a half, so its
+    watcher has killed its isolated process before this attempt touches the checkpoints. A
+    dead local holder's process died with it (``isolated_child._die_with``): no wait."""
+    old = lease.displaced
+    if old is None or old.holder_dead:
+        return
+    wait = 1.5 * watch_interval(old.ttl or lease.ttl)
+    log.info("wait %.1fs: the displaced holder %s stops its attempt first", wait, old.holder)
+    time.sleep(wait)
 
 
 def start_attempt(
