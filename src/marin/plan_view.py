@@ -14,6 +14,7 @@ from typing import Any
 from marin.execution.build.lineage.names import artifact_names
 from marin.execution.pipeline.resources import describe_placement, placement_of
 from marin.execution.plan.decide import ACTIONS, STATUSES, Decision, Plan
+from marin.execution.plan.resume import ResumeVerdict
 from marin.execution.store.location import Location
 from marin.execution.vocabulary import Action, ShownStatus, StoredStatus
 from marin.terminal_text import safe_rich, safe_text
@@ -134,6 +135,8 @@ def _step_json(d: Decision, location: Location) -> dict[str, Any]:
         "code_drift": list(d.code_drift),
         "unless_unchanged": list(d.unless_unchanged),
         "unchanged": list(d.unchanged),
+        # Only for a resumable step built over an earlier attempt (docs/reliability.md).
+        **({"resume": resume_json(d.resume)} if d.resume is not None else {}),
         "lineage": d.lineage,
         "stored_fingerprint": d.record.fingerprint if d.record is not None else None,
         "build_id": (d.record.build_id or None) if d.record is not None else None,
@@ -155,6 +158,17 @@ def terminal_width() -> int:
     if sys.stdout.isatty():
         return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
     return DEFAULT_WIDTH
+
+
+def resume_json(verdict: ResumeVerdict) -> dict[str, Any]:
+    """A resume verdict in ``plan --json``: resumed or cleared, why, and from which attempt."""
+    previous = verdict.previous
+    return {
+        "resume": verdict.resume,
+        "reason": verdict.line(),
+        "attempt": previous.number if previous is not None else None,
+        "started_at": previous.started_at if previous is not None else None,
+    }
 
 
 def plan_table(
@@ -189,6 +203,8 @@ def plan_table(
             reason += "".join(f"\n  {safe_text(line)}" for line in state.drift)
         if state.code_drift:
             reason += "".join(f"\n  {safe_text(line)}" for line in state.code_drift)
+        if state.resume is not None:
+            reason += f"\n  {safe_text(state.resume.line())}"
         placement = describe_placement(state.spec)
         shown = shown_status(state)
         cells = [

@@ -73,6 +73,8 @@ def explain_step(plan: Plan, spec: StepSpec) -> str:
     lines = [_line(spec, d)]
     lines.append(f"  because: {safe_text(d.reason)}")
     lines += [f"    {safe_text(line)}" for line in d.drift]
+    if d.resume is not None:
+        lines.append(f"  {safe_text(d.resume.line())}")
     if d.record is not None:
         when = d.record.finished_at or "?"
         lines.append(f"  made from: {_build_id(d)}, finished {safe_text(when)}")

@@ -43,6 +43,14 @@ from typing import IO, Any, cast
 
 from marin.execution.build.lineage import build_finished, build_started
 from marin.execution.build.output_tree import OutputDigest, is_output_digest, output_digest
+from marin.execution.build.resume import (
+    LeaseCheck,
+    attempt_provenance,
+    checkpoint_url,
+    finish_attempt,
+    running_here,
+    start_attempt,
+)
 from marin.execution.build.step_logs import LazyLogFile, capture_step_output
 from marin.execution.digest.code import code_digest
 from marin.execution.errors import (
@@ -65,7 +73,7 @@ from marin.execution.pipeline.isolation import StepTimeoutError
 from marin.execution.pipeline.provenance import collect_provenance, now_iso
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Policy, Stored, Upstream, decide
-from marin.execution.plan.options import DEFAULT_ON_DRIFT
+from marin.execution.plan.options import DEFAULT_ON_CODE_DRIFT, DEFAULT_ON_DRIFT
 from marin.execution.plan.read import read_stored_step
 from marin.execution.store.lease import (
     Heartbeat,
@@ -119,7 +127,10 @@ class BuildOutcome:
     """Why it was built or served (the decision's reason)."""
 
 
-def run_context(spec: StepSpec, location: Location, region: str | None = None) -> StepContext:
+def run_context(
+    spec: StepSpec, location: Location, region: str | None = None, lease: Lease | None = None
+) -> StepContext:
+    """The run-time context of a build of ``spec``; ``lease`` answers ``still_holds_lease()``."""
     return StepContext(
         output_path=location.url_for(spec.output_path),
         prefix=location.url,
@@ -127,6 +138,8 @@ def run_context(spec: StepSpec, location: Location, region: str | None = None) -
         dep_paths={dep.step_id: dep.data_url(location.url) for dep in spec.deps},
         runtime_args=spec.runtime_args or {},
         loader=functools.partial(load_dependency, location, spec),
+        checkpoint_path=checkpoint_url(spec, location),
+        lease_check=None if lease is None else LeaseCheck(lease),
     )
 
 
@@ -309,7 +322,7 @@ def _lease_and_build(
         earlier = _earlier_attempt(present, lease, output_seen)
         return _build_holding(
             spec, location, lease, region, upstream, decision.reason, abandon, earlier, record,
-            working_dir,
+            working_dir, policy.on_code_drift,
         )  # fmt: skip
     except StepTimeoutError as timed_out:
         still_running, timed_out.still_running = timed_out.still_running, None
@@ -703,6 +716,7 @@ def _build_holding(
     earlier: Leftover | None,
     previous: ArtifactRecord | None = None,
     working_dir: str | None = None,
+    on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
 ) -> BuildOutcome:
     started_at, t0 = now_iso(), time.perf_counter()
     if earlier is not None:
@@ -714,12 +728,14 @@ def _build_holding(
             raise
     with _started_here(location, spec.output_path):
         replaced = _replaced_digest(location, spec, previous, lease)  # before it is cleared
+        attempt = start_attempt(location, spec, lease, earlier, on_code_drift)  # resumable only
         if earlier is not None:
             clear_status(location, spec.output_path)  # the held lease says RUNNING now
             delete_record(location, spec.output_path)
-            _clear_output(location, spec, built=earlier == Leftover.BUILD)
+            if attempt is None or not attempt.resumed:
+                _clear_output(location, spec, built=earlier == Leftover.BUILD)
         # No folder to make: the lease's folder sits beside the output, so its parent exists.
-        ctx = run_context(spec, location, region)
+        ctx = run_context(spec, location, region, lease)
         build_id = new_id()  # known from the start: the OpenLineage run id
         lineage_run = build_started(spec, location, upstream, build_id)  # None when off
         try:
@@ -728,7 +744,11 @@ def _build_holding(
             run = _run_with_config(spec, made)
             log_file = _step_log(location, spec, earlier is not None)
             with Heartbeat(lease) as heartbeat, log_file as step_log:
-                with capture_step_output(step_log, label=spec.step_id), enclosing(lease):
+                with (
+                    capture_step_output(step_log, label=spec.step_id),
+                    enclosing(lease),
+                    running_here(location, spec),
+                ):
                     try:
                         raw_result = run(ctx)
                     except BaseException:
@@ -746,6 +766,7 @@ def _build_holding(
             provenance: dict[str, Any] = {
                 **collect_provenance(finished_at, working_dir),
                 "lowered": dict(spec.provenance),
+                **attempt_provenance(attempt),
             }
             record = ArtifactRecord(
                 name=spec.name,
@@ -782,9 +803,11 @@ def _build_holding(
             _check_inputs_unchanged(spec, location, upstream)
             # The commit point: written only while provably holding the lease.
             if heartbeat.lost.is_set() or not lease.commit(
-                lambda: write_record(location, record, spec.output_path), release=True
+                lambda: write_record(location, record, spec.output_path),
+                release=not spec.resumable,  # its checkpoints go first, under the lease
             ):
                 raise _lost(location, spec, lease)
+            finish_attempt(location, spec)
         except BaseException as exc:
             build_finished(lineage_run, exc)
             if not isinstance(exc, LeaseLostError):

@@ -102,6 +102,21 @@ class StepContext:
     loader: Callable[[str], Any] | None = field(default=None, repr=False, compare=False)
     """Loads a dependency's artifact by ``name@version`` (set by the runner; None elsewhere)."""
     _loaded: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    checkpoint_path: str | None = None
+    """A resumable step's checkpoint folder, beside its output (``<output>.marin/checkpoints``):
+    kept across failed attempts of one fingerprint, removed after the commit unless the step
+    keeps it; None for a step that is not resumable. Created by the step, not by Marin."""
+    lease_check: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
+    """Set by the build: answers ``still_holds_lease()``."""
+
+    def still_holds_lease(self) -> bool:
+        """Whether this attempt still holds its step's lease: one small read of the lease file.
+
+        Call it before publishing a checkpoint: False means another attempt took over (or the
+        lease expired while this one stalled), so this attempt must stop writing. True outside
+        a build (no lease to lose).
+        """
+        return True if self.lease_check is None else self.lease_check()
 
     def artifact_path(self, dep: Any) -> str:
         """The path of a dependency given as a handle, a ``StepSpec`` or a ``name@version``."""

@@ -111,6 +111,11 @@ class ArtifactStep:
     """Seconds after construction (``"2h"`` is parsed)."""
     queue: str | None = None
     isolate: bool = False
+    resumable: bool = False
+    """Keep the partial output (and ``checkpoint_path``) across failed or abandoned attempts of
+    the same fingerprint, to resume from (docs/reliability.md, "Resumable steps")."""
+    keep_checkpoints: bool = False
+    """A resumable step's ``checkpoint_path`` is kept after the commit (default: removed)."""
     runtime_args: Mapping[str, Any] | None = None
     """Values ``build_config`` reads with ``ctx.runtime_arg(key)``: live at run time,
     placeholders in the fingerprint, so changing one never changes the step's identity."""
@@ -221,14 +226,22 @@ class ArtifactStep:
         queue: str | None = None,
         isolate: bool | None = None,
         artifact_type: str | None = None,
+        resumable: bool | None = None,
+        keep_checkpoints: bool | None = None,
     ) -> ArtifactStep:
         """A copy with scheduling options, which the adapters map to their engines' own.
 
         ``resources`` (``{"cpu": 4, "memory": "16GiB", "gpu": 1, "tpu": 8}``), ``timeout``
         (seconds or ``"2h"``), ``queue`` (a worker queue) and ``isolate`` (run ``fn`` in a fresh
         subprocess) are checked here and never enter the fingerprint: placement is not identity.
+        ``resumable`` keeps a failed attempt's partial output for the next attempt of the same
+        fingerprint, and ``keep_checkpoints`` keeps its ``checkpoint_path`` after the commit.
         """
         changes: dict[str, Any] = {}
+        if resumable is not None:
+            changes["resumable"] = resumable
+        if keep_checkpoints is not None:
+            changes["keep_checkpoints"] = keep_checkpoints
         if timeout is not None:
             changes["timeout"] = timeout
         if queue is not None:
@@ -380,6 +393,8 @@ def _check_placement(handle: ArtifactStep) -> None:
         and handle.timeout is None
         and handle.queue is None
         and handle.isolate is False
+        and handle.resumable is False
+        and handle.keep_checkpoints is False
     ):
         return  # the common case, kept cheap for graphs of 100,000 steps
     step_id = handle.step_id
@@ -406,10 +421,34 @@ def _check_placement(handle: ArtifactStep) -> None:
         raise InvalidStepError(
             f"isolate={handle.isolate!r}", "use isolate=True or isolate=False", step_id
         )
+    _check_resumable(handle)
     if handle.isolate:
         from marin.execution.pipeline.isolation import check_importable
 
         check_importable(handle.run, step_id)
+
+
+def _check_resumable(handle: ArtifactStep) -> None:
+    """``resumable`` and ``keep_checkpoints``: booleans, and only for a step Marin builds."""
+    for name in ("resumable", "keep_checkpoints"):
+        if not isinstance(getattr(handle, name), bool):
+            raise InvalidStepError(
+                f"{name}={getattr(handle, name)!r}",
+                f"use {name}=True or {name}=False",
+                handle.step_id,
+            )
+    if handle.keep_checkpoints and not handle.resumable:
+        raise InvalidStepError(
+            "keep_checkpoints=True on a step that is not resumable (it has no checkpoints)",
+            "add resumable=True, or drop keep_checkpoints",
+            handle.step_id,
+        )
+    if handle.resumable and handle.adopt_source is not None:
+        raise InvalidStepError(
+            "resumable=True on an adopted step (Marin never builds its data)",
+            "drop resumable",
+            handle.step_id,
+        )
 
 
 # --- apply -----------------------------------------------------------------------------------
@@ -781,6 +820,8 @@ def _spec_for(
         timeout=cast("float | None", handle.timeout),
         queue=handle.queue,
         isolate=handle.isolate,
+        resumable=handle.resumable,
+        keep_checkpoints=handle.keep_checkpoints,
         runtime_args=handle.runtime_args,
         pin=handle.override_path,
         source=handle.adopt_source,

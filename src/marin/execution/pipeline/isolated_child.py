@@ -13,9 +13,12 @@ storage: the parent commits the step.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.util
+import os
 import pickle
+import signal
 import sys
 import traceback
 from typing import Any
@@ -30,7 +33,21 @@ def _import_file(name: str, path: str) -> None:
     spec.loader.exec_module(module)
 
 
+def _die_with(parent: int) -> None:
+    """Die with the runner (Linux ``PR_SET_PDEATHSIG``): a resumable step's child must not go
+    on writing checkpoints after its runner was killed, while the next attempt resumes them."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the lease check (still_holds_lease) is what remains
+    if os.getppid() != parent:
+        os._exit(1)  # the runner died before the prctl took effect
+
+
 def _prepare(meta: dict[str, Any]) -> None:
+    if meta.get("die_with"):
+        _die_with(int(meta["die_with"]))
     sys.path[:] = list(meta["sys_path"])
     for name, path in meta["module_files"].items():
         if name == "__main__":

@@ -34,11 +34,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, cast
 
-from marin.execution.errors import InvalidStepError, MarinError, _restore_error
+from marin.execution.errors import InvalidStepError, LeaseLostError, MarinError, _restore_error
 from marin.execution.pipeline.context import StepContext
 from marin.execution.pipeline.resources import visible_gpus
 
@@ -152,14 +153,21 @@ class IsolatedCall:
         # The child's context: no storage loader (ctx.resolved belongs in build_config, which
         # runs here), so that nothing but plain data crosses the process boundary; and its
         # devices as the child numbers them (its CUDA_VISIBLE_DEVICES lists exactly these).
+        # A resumable step's lease check goes along (it pickles): the child asks storage.
         child_ctx = dataclasses.replace(
             ctx,
             loader=None,
             _loaded={},
             runtime_args=dict(ctx.runtime_args),
             devices=tuple(range(len(ctx.devices))),
+            lease_check=ctx.lease_check if ctx.checkpoint_path is not None else None,
         )
-        meta = {"sys_path": list(sys.path), "module_files": _module_files(target)}
+        meta = {
+            "sys_path": list(sys.path),
+            "module_files": _module_files(target),
+            # A resumable step's child dies with this process (see isolated_child._die_with).
+            "die_with": os.getpid() if ctx.checkpoint_path is not None else None,
+        }
         with tempfile.TemporaryDirectory(prefix="marin-isolated-") as tmp:
             payload_path = os.path.join(tmp, "call.pkl")
             result_path = os.path.join(tmp, "result.pkl")
@@ -191,14 +199,25 @@ class IsolatedCall:
         )
         assert proc.stdout is not None
         copier = _OutputCopier(proc.stdout, self.step_id)
+        # A resumable step's child is watched: once its attempt no longer holds the lease, it is
+        # killed, so it never writes over the checkpoints of the attempt that took over.
+        check = None
+        if ctx.checkpoint_path is not None and ctx.lease_check is not None:
+            check = getattr(ctx.lease_check, "watcher", ctx.lease_check)
         try:
-            exited = _wait_exit(proc, self.timeout)
+            exited = _wait_watched(proc, self.timeout, check)
         finally:
             # Success, failure, timeout or interrupt: whatever fn started ends with the step.
             # (The result comes from a file, never from the pipe, which a helper process fn
             # started may hold open forever.)
             _kill_group(proc)
             copier.stop()
+        if exited is None:
+            raise LeaseLostError(
+                "lost the lease while fn ran in its isolated process, which was killed",
+                "nothing was committed by this attempt; the runner that took over resumes",
+                self.step_id,
+            )
         if not exited:
             raise StepTimeoutError(
                 f"fn ran longer than its timeout of {self.timeout:g}s; its process was killed",
@@ -206,6 +225,26 @@ class IsolatedCall:
                 self.step_id,
             ) from None
         return _read_result(result_path, cast(int, proc.returncode), self.step_id)
+
+
+def _wait_watched(
+    proc: subprocess.Popen[bytes], timeout: float | None, check: Callable[[], bool] | None
+) -> bool | None:
+    """``_wait_exit``, asking ``check`` every ``check.interval`` seconds meanwhile: None as soon
+    as it says the lease is lost."""
+    if check is None:
+        return _wait_exit(proc, timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        wait = float(getattr(check, "interval", 1.0))
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                return False
+        if _wait_exit(proc, wait):
+            return True
+        if not check():
+            return None
 
 
 def _wait_exit(proc: subprocess.Popen[bytes], timeout: float | None) -> bool:

@@ -48,6 +48,11 @@ class StepSpec:
     """The engine's worker queue (Airflow ``queue``, a Prefect tag)."""
     isolate: bool = False
     """``fn`` runs in a fresh subprocess (lowering wraps ``run``); see ``isolation.py``."""
+    resumable: bool = False
+    """A failed attempt's partial output is kept for the next attempt of the same fingerprint
+    (``marin.execution.build.resume``); never part of the fingerprint."""
+    keep_checkpoints: bool = False
+    """A resumable step's ``checkpoint_path`` outlives its commit."""
     runtime_args: Mapping[str, Any] | None = None
     """Values ``build_config`` reads with ``ctx.runtime_arg(key)`` at run time; never identity."""
     pin: str | None = None

@@ -61,6 +61,7 @@ from marin.execution.heap import frozen_heap
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.options import Policy as Policy  # declared with RunOptions; re-exported
 from marin.execution.plan.options import resolve_force as resolve_force
+from marin.execution.plan.resume import Attempt, ResumeVerdict, judge
 from marin.execution.store.records import FAILED, RUNNING, ArtifactRecord, ForeignRecord
 from marin.execution.vocabulary import Action, StoredStatus
 
@@ -82,6 +83,8 @@ class Stored:
     status: Mapping[str, Any] | None = None
     foreign: ForeignRecord | None = None
     """A record of another step where this step's record belongs (``record`` is None then)."""
+    attempt: Attempt | None = None
+    """A resumable step's last attempt (``attempt.json``), read only when it has no record."""
 
 
 NOTHING_STORED = Stored()
@@ -133,6 +136,8 @@ class Decision:
     turn out unchanged, and then this step is served instead (decided again once they commit)."""
     unchanged: tuple[str, ...] = field(default=())
     """Upstream steps rebuilt since this record, whose output is the one it consumed."""
+    resume: ResumeVerdict | None = None
+    """A resumable step built over an earlier attempt: whether its partial output is resumed."""
 
     def raise_if_refused(self) -> None:
         if self.refusal is not None:
@@ -259,6 +264,8 @@ def decide(
     )
 
     def decision(action: Action, reason: str, **extra: Any) -> Decision:
+        if action == Action.BUILD and stored.attempt is not None:
+            extra["resume"] = judge(spec, stored.attempt, policy.on_code_drift)
         return Decision(
             spec,
             action,

@@ -23,6 +23,7 @@ from marin.execution.plan.decide import (
     resolve_force,
 )
 from marin.execution.plan.options import DEFAULT_ON_CODE_DRIFT, DEFAULT_ON_DRIFT
+from marin.execution.plan.resume import read_attempt_record
 from marin.execution.store.location import Location
 from marin.execution.store.records import (
     ArtifactRecord,
@@ -51,7 +52,8 @@ def read_stored_step(spec: StepSpec, location: Location) -> Stored:
     found = load_record(location, spec.output_path)
     if isinstance(found, ArtifactRecord):
         return Stored(found)
-    return Stored(None, read_attempt(location, spec.output_path), found)
+    attempt = read_attempt_record(location, spec.output_path) if spec.resumable else None
+    return Stored(None, read_attempt(location, spec.output_path), found, attempt)
 
 
 def read_stored(specs: Iterable[StepSpec], location: Location) -> dict[str, Stored]:

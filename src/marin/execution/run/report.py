@@ -162,10 +162,22 @@ class RunReport:
                     "duration_s": None if r.duration_s is None else round(r.duration_s, 6),
                     "output_path": r.output_url,
                     "attempts": r.attempts,
+                    **self._resumed(r.spec.output_path),
                 }
                 for r in results
             ],
         }
+
+    def _resumed(self, path: str) -> dict[str, Any]:
+        """A resumable step built in this run: which attempt of its build committed (counting
+        attempts of earlier runs it resumed) and whether it resumed; nothing for other steps."""
+        outcome = self.outcomes.get(path)
+        if outcome is None or outcome.action != BuildOutcomeKind.BUILT:
+            return {}
+        attempt = outcome.record.provenance.get("attempt")
+        if not isinstance(attempt, dict):
+            return {}
+        return {"build_attempt": attempt.get("number"), "resumed": attempt.get("resumed")}
 
     def raise_failures(self, keep_going: bool, *, not_run_in_message: bool = False) -> None:
         """Raise the run's one error if a step failed: the first failure (fail-fast), or every

@@ -81,6 +81,8 @@ class Lease:
         """The last body made for this lease: bytes equal to it are ours, no parse needed."""
         self._released = False
         self.took_over = False
+        self.displaced: LeaseInfo | None = None
+        """The lease this one took over (its holder, TTL and process), if it took one over."""
         """True once this lease replaced an expired, orphaned or garbled one: an attempt that
         passed its checks died here before (``build._earlier_attempt`` may clear its debris)."""
         self.vanished = False
@@ -162,7 +164,7 @@ class Lease:
         if not self.store.replace(self.path, self._body(), version):
             return self.read() or current  # someone else took it over first
         log.warning("taking over %s on %s from %s", why, self.path, current.holder)
-        self.took_over = True
+        self.took_over, self.displaced = True, current
         return None
 
     def _renew_locked(self) -> bool:
