@@ -49,9 +49,11 @@ def _lowered(target: str, args: argparse.Namespace | None = None) -> list[Any]:
     """The target's specs, narrowed by ``--select``/``--exclude`` when ``args`` has them."""
     from marin.execution.lazy import lower
     from marin.execution.pipeline.targets import load_target
+    from marin.execution.pipeline.versions import codex_from_args
     from marin.selection import select_steps
 
-    specs = list(lower(load_target(target), memo={}))
+    codex = codex_from_args(getattr(args, "run_version", None), getattr(args, "override", []))
+    specs = list(lower(load_target(target), memo={}, versions=codex))
     select, exclude = getattr(args, "select", []), getattr(args, "exclude", [])
     return select_steps(specs, select, exclude)
 
@@ -552,6 +554,24 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     _add_target(parser)
     _add_global(parser)
     _add_selection(parser)
+    _add_versions(parser)
+
+
+def _add_versions(parser: argparse.ArgumentParser) -> None:
+    """``--version V`` and ``--override NAME=V``: the codex of steps with ``version=None``."""
+    parser.add_argument(
+        "--version",
+        dest="run_version",
+        metavar="V",
+        help="the version of every step that defers its version (version=None)",
+    )
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="NAME=V",
+        help="the version of one deferred step (repeatable); naming no such step is an error",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -141,7 +141,26 @@ def _step_json(d: Decision, location: Location) -> dict[str, Any]:
         # Only for steps with placement options (docs/resources.md), so plans of pipelines
         # without any are unchanged.
         **({"placement": placement_of(d.spec)} if describe_placement(d.spec) else {}),
+        # Only for steps whose version the run's codex gave (docs/marin.md): "default"/"override".
+        **({"version_from": d.spec.provenance["version_from"]} if _deferred(d) else {}),
     }
+
+
+def _deferred(d: Decision) -> bool:
+    return "version_from" in d.spec.provenance
+
+
+def codex_note(plan: Plan) -> str:
+    """``versions: default v3; override tok/bpe=v4`` when a step's version came from the run's
+    codex (one line under the prefix), else nothing."""
+    from marin.execution.pipeline.versions import VersionCodex
+
+    for d in plan.decisions.values():
+        if _deferred(d):
+            return (
+                safe_text(VersionCodex.from_data(d.spec.provenance["versions"]).describe()) + "\n"
+            )
+    return ""
 
 
 def terminal_width() -> int:
@@ -215,5 +234,5 @@ def plan_table(
         console.print(table)
     lines = [line.rstrip() for line in capture.get().splitlines()]
     where = "outputs below are relative to it" if with_output else "outputs: <prefix>/NAME/VERSION"
-    head = f"prefix: {safe_text(location.url)} ({where})"
-    return head + "\n" + "\n".join(lines) + "\n" + plan_summary(plan) + "\n"
+    head = f"prefix: {safe_text(location.url)} ({where})\n" + codex_note(plan)
+    return head + "\n".join(lines) + "\n" + plan_summary(plan) + "\n"
