@@ -43,6 +43,7 @@ from marin.execution.run.loop import (
 )
 from marin.execution.run.report import RUN_ACTIONS, RUN_REPORT_SCHEMA, RunReport, StepResult
 from marin.execution.run.scheduler import READY_ORDERS
+from marin.execution.run.stream import StreamHook, is_stream, run_stream
 from marin.execution.store.location import Location, open_prefix
 from marin.execution.vocabulary import Action
 
@@ -135,7 +136,7 @@ class StepRunner:
 
     def run(
         self,
-        steps: StepSpec | Sequence[StepSpec],
+        steps: StepSpec | Iterable[StepSpec],
         *,
         dry_run: bool = False,
         force_run_failed: bool = DEFAULT_FORCE_RUN_FAILED,
@@ -145,7 +146,8 @@ class StepRunner:
     ) -> RunReport:
         """Plan and build ``steps``. ``force_run_failed=False``: a needed step whose last
         attempt failed is not retried, and the run fails naming it (``decide`` says so).
-        ``max_concurrent`` overrides the runner's limit for this run only."""
+        ``max_concurrent`` overrides the runner's limit for this run only. Any other iterable
+        (a generator) is consumed lazily, ``max_concurrent`` steps ahead (``run/stream.py``)."""
         if self.ready_order not in READY_ORDERS:
             raise InvalidStepError(
                 f"ready_order={self.ready_order!r}", f"use one of {', '.join(READY_ORDERS)}"
@@ -159,6 +161,13 @@ class StepRunner:
             force_run_failed=force_run_failed,
             on_code_drift=self.on_code_drift,
         )
+        if is_stream(steps):
+            stream_options = {"force": options.force, "force_run_failed": force_run_failed}
+            return run_stream(
+                StreamHook(self.run, self.plan), steps, open_prefix(self.prefix),
+                lookahead=options.max_concurrent,
+                dry_run=dry_run, keep_going=keep_going, **stream_options,
+            )  # fmt: skip
         targets = [steps] if isinstance(steps, StepSpec) else list(steps)
         plan, location = self.plan(
             targets, force=options.force, force_run_failed=options.force_run_failed
