@@ -47,9 +47,11 @@ from marin.execution.pipeline.resources import (
     parse_duration,
     parse_resources,
 )
+from marin.execution.pipeline.scope import check_scope
 from marin.execution.pipeline.step_spec import StepSpec, fingerprint_of, is_absolute_location
 from marin.execution.pipeline.versions import Deferred, VersionCodex, active_codex
 from marin.execution.suggest import close_names
+from marin.execution.vocabulary import OutputScope
 
 __all__ = [
     "OUT",
@@ -124,6 +126,9 @@ class ArtifactStep:
     """Set by ``ArtifactStep.adopt``: the config recorded (and fingerprinted) for that data."""
     expected_fingerprint: str | None = None
     """When set, ``lower()`` raises ``FingerprintMismatchError`` if the fingerprint differs."""
+    scope: str = OutputScope.SHARED
+    """``"user"``: built under ``<prefix>/users/<user>/`` for whoever runs it (``plan/scope.py``);
+    placement, not identity."""
 
     def __post_init__(self) -> None:
         validate_name(self.name)
@@ -152,6 +157,7 @@ class ArtifactStep:
                 f"retries={self.retries!r}", "use a whole number >= 0", self.step_id
             )
         _check_placement(self)
+        object.__setattr__(self, "scope", check_scope(self.scope, self.step_id))
 
     @property
     def step_id(self) -> str:
@@ -226,12 +232,14 @@ class ArtifactStep:
         queue: str | None = None,
         isolate: bool | None = None,
         artifact_type: str | None = None,
+        scope: str | None = None,
     ) -> ArtifactStep:
         """A copy with scheduling options, which the adapters map to their engines' own.
 
         ``resources`` (``{"cpu": 4, "memory": "16GiB", "gpu": 1, "tpu": 8}``), ``timeout``
         (seconds or ``"2h"``), ``queue`` (a worker queue) and ``isolate`` (run ``fn`` in a fresh
         subprocess) are checked here and never enter the fingerprint: placement is not identity.
+        ``scope="user"``: built under ``<prefix>/users/<user>/`` (the step and its dependents).
         """
         changes: dict[str, Any] = {}
         if timeout is not None:
@@ -248,6 +256,8 @@ class ArtifactStep:
             changes["resources"] = resources
         if artifact_type is not None:
             changes["artifact_type"] = artifact_type
+        if scope is not None:
+            changes["scope"] = scope
         return dataclasses.replace(self, **changes)
 
     def __repr__(self) -> str:
@@ -795,6 +805,7 @@ def _spec_for(
         runtime_args=handle.runtime_args,
         pin=handle.override_path,
         source=handle.adopt_source,
+        scope=OutputScope(handle.scope),
         pinned_fingerprint=expected is not None,
         # Cached per function object (one parse per process): apply()'s call object holds the
         # user's function, the cache's key (``type() is``: never a user object's __class__).

@@ -34,6 +34,7 @@ from marin.execution.plan.options import (
     RunOptions,
 )
 from marin.execution.plan.read import plan_run
+from marin.execution.plan.scope import resolve_scopes
 from marin.execution.run.executors import ThreadExecutor
 from marin.execution.run.loop import (
     RETRY_FIRST_DELAY_S,
@@ -78,6 +79,10 @@ class StepRunner:
     lives on, so by default a first Ctrl-C waits for the running steps and a second one abandons
     them: their leases stay held until their threads end, and they never commit."""
 
+    scope: str = "shared"
+    """The run-wide output scope: ``user`` places every step under ``<prefix>/users/<user>/``
+    (``plan/scope.py``); ``shared`` leaves it to each step's ``with_options(scope=...)``."""
+
     retry_delay_s: float = RETRY_FIRST_DELAY_S
     """The first backoff before retrying a failed step (``with_options(retries=N)``); doubled
     for each further attempt, at most ``marin.execution.run.loop.RETRY_MAX_DELAY_S``."""
@@ -121,8 +126,11 @@ class StepRunner:
         force_run_failed: bool = DEFAULT_FORCE_RUN_FAILED,
     ) -> tuple[Plan, Location]:
         """What ``run`` with the same arguments would do (``marin plan`` is this)."""
-        targets = [steps] if isinstance(steps, StepSpec) else list(steps)
+        force = tuple(force.split(",")) if isinstance(force, str) else tuple(force)
         location = open_prefix(self.prefix)
+        targets = resolve_scopes(
+            [steps] if isinstance(steps, StepSpec) else list(steps), location, self.scope, force
+        )
         plan = plan_run(
             targets,
             location,
@@ -169,6 +177,7 @@ class StepRunner:
                 dry_run=dry_run, keep_going=keep_going, **stream_options,
             )  # fmt: skip
         targets = [steps] if isinstance(steps, StepSpec) else list(steps)
+        targets = resolve_scopes(targets, open_prefix(self.prefix), self.scope, options.force)
         plan, location = self.plan(
             targets, force=options.force, force_run_failed=options.force_run_failed
         )
