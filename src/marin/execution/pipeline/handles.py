@@ -1021,12 +1021,12 @@ def lower_with_codex(
     items: list[Any], memo: dict[Any, Any] | None, versions: VersionCodex | None, check: bool
 ) -> list[StepSpec]:
     """``_lower_all`` with the run's codex (``versions``, else the ambient one); an override
-    that no deferred step asked for is refused afterwards."""
+    of ``versions`` that no deferred step asked for is refused afterwards."""
     memo = {} if memo is None else memo
     codex = active_codex(versions)
     if codex is not None:
         memo[_CODEX] = codex
     specs = _lower_all(items, memo, check=check)
-    if codex is not None:
-        codex.check_used(memo.get(_DEFERRED, ()))
+    if versions is not None:  # an ambient codex's caller checks (it may lower part by part)
+        versions.check_used(memo.get(_DEFERRED, ()))
     return specs

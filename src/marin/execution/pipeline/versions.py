@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
+import shlex
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,6 +135,33 @@ def codex_from_args(version: str | None, overrides: Iterable[str]) -> VersionCod
     return VersionCodex(default=version, overrides=dict(pairs))
 
 
+def codex_json(codex: VersionCodex) -> str:
+    """The codex as canonical JSON text: what an exported DAG or deployment embeds."""
+    return json.dumps(codex.as_data(), sort_keys=True, separators=(",", ":"))
+
+
+def codex_flags(codex: VersionCodex | None) -> str:
+    """`` --version V --override N=V ...`` for an export command ("" without a codex)."""
+    if codex is None:
+        return ""
+    argv = ["--version", codex.default] if codex.default else []
+    for name, version in codex.overrides.items():
+        argv += ["--override", f"{name}={version}"]
+    return " " + shlex.join(argv) if argv else ""
+
+
+def exported_codex(exported: str | None, chosen: object, where: str) -> VersionCodex | None:
+    """The codex a run of an export uses. ``chosen`` (a trigger's value: untrusted) may only
+    be the exported codex itself (None or "" keeps it): the export's steps are its steps."""
+    if chosen not in (None, "", exported):
+        raise InvalidStepError(
+            f"{where}={str(chosen)[:200]!r} is not the codex this was exported with "
+            f"({exported or 'none'})",
+            "re-export with --version/--override to run other versions",
+        )
+    return None if exported is None else VersionCodex.from_data(json.loads(exported), where)
+
+
 _ACTIVE: contextvars.ContextVar[VersionCodex | None] = contextvars.ContextVar(
     "marin_versions", default=None
 )
@@ -152,3 +181,21 @@ def build_context(versions: VersionCodex) -> Iterator[VersionCodex]:
 def active_codex(versions: VersionCodex | None) -> VersionCodex | None:
     """``versions`` if given, else the ambient ``build_context``'s codex."""
     return versions if versions is not None else _ACTIVE.get()
+
+
+def use_codex(codex: VersionCodex | None) -> None:
+    """Make ``codex`` this context's ambient codex (an engine task: the one it was exported
+    with, set by every task, so none inherits another's)."""
+    _ACTIVE.set(codex)
+
+
+def resolved_id(handle: Any) -> str:
+    """A handle's ``name@version``, a deferred one's from the ambient codex (as lowering
+    resolves it); ``name@?`` when there is none."""
+    codex = _ACTIVE.get()
+    if handle.version is not None or codex is None:
+        return str(handle.step_id)
+    try:
+        return f"{handle.name}@{codex.version_for(handle.name)}"
+    except InvalidStepError:
+        return str(handle.step_id)
