@@ -139,3 +139,27 @@ def test_two_users_racing_on_one_bucket_never_touch_each_other_or_shared(
         assert record is not None
         assert record.result == f"{location.url}/scope/base/v1:1"
     assert not location.exists(location.path("users/bob/scope/base/v1"))
+
+
+def test_a_user_scope_never_rebuilds_the_shared_build_it_reads(tmp_path, monkeypatch) -> None:
+    """Placed on the shared build, which then vanished: build_step refuses to write there."""
+    from marin.execution.build.commit import build_step
+    from marin.execution.plan.scope import resolve_scopes
+
+    monkeypatch.setenv("MARIN_USER", "alice")
+    prefix = str(tmp_path / "p")
+    build_shared_base(prefix)
+    location = open_prefix(prefix)
+    (placed,) = resolve_scopes([lower(scope_pipeline.base)], location, "user")
+    assert placed.output_path == "scope/base/v1" and placed.user_home == ""
+    (tmp_path / "p" / "scope" / "base" / "v1.marin" / "record.json").unlink()
+    with pytest.raises(InvalidStepError, match="never writes a shared artifact"):
+        build_step(placed, location)
+    assert read_record(location, "scope/base/v1") is None
+
+
+def test_a_shared_step_may_not_write_inside_the_users_folder(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MARIN_USER", "alice")
+    squatter = apply("users/alice/scope/variant", scope_pipeline.make, version="v1", n=1)
+    with pytest.raises(InvalidStepError, match="inside the users' folder"):
+        run(squatter, scope_pipeline.variant, prefix=str(tmp_path))

@@ -74,6 +74,9 @@ class StepSpec:
     """``name@version``: the step's identity in logs, records and errors."""
     output_path: str = field(init=False, repr=False)
     """Relative to the prefix; joined to it only at run time."""
+    user_scoped: bool = field(init=False, repr=False)
+    """This step or one upstream of it is in user scope: a run must place it (``plan/scope.py``);
+    kept here so that a graph without one costs that check nothing."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "step_id", f"{self.name}@{self.version}")
@@ -81,6 +84,8 @@ class StepSpec:
         object.__setattr__(
             self, "output_path", f"{self.user_home}/{path}" if self.user_home else path
         )
+        scoped = self.scope == OutputScope.USER or any(d.user_scoped for d in self.deps)
+        object.__setattr__(self, "user_scoped", scoped)
 
     def data_url(self, prefix_url: str) -> str:
         """Where consumers read this step's data under ``prefix_url``: its output, or an

@@ -41,12 +41,10 @@ def resolve_scopes(
     step is in user scope. Specs placed already (``user_home`` set) are kept as they are.
     A forced step (``force``: names or ids) is the user's own build, never the shared one."""
     scope = check_scope(scope)
+    if scope == OutputScope.SHARED and not any(t.user_scoped for t in targets):
+        return list(targets)  # no step in user scope: nothing to place, no graph walk
     steps = collect_steps(targets)
     forced = set(force)
-    if scope == OutputScope.SHARED and not any(
-        s.scope == OutputScope.USER and s.user_home is None for s in steps
-    ):
-        return list(targets)
     placed: dict[str, StepSpec] = {}
     home: str | None = None
     for spec in steps:  # dependencies first
@@ -57,7 +55,8 @@ def resolve_scopes(
             or any(d.scope == OutputScope.USER for d in deps)
         )
         if not private:
-            _check_not_in_users(spec)
+            if spec.user_home is None:  # a shared step (a placed one is already checked)
+                _check_not_in_users(spec)
             new = spec if deps == spec.deps else dataclasses.replace(spec, deps=deps)
         else:
             home = home or f"{USERS_FOLDER}/{required_user(spec.step_id)}"
