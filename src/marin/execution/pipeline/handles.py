@@ -166,7 +166,7 @@ class ArtifactStep:
     def lower(
         self, memo: dict[Any, Any] | None = None, *, versions: VersionCodex | None = None
     ) -> StepSpec:
-        return lower(self, memo=memo, versions=versions)
+        return lower_with_codex([self], memo, versions, check=False)[0]
 
     def fingerprint(self) -> str:
         """The step's fingerprint (the same under every prefix); lowers the graph, runs nothing."""
