@@ -55,10 +55,11 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from marin.cli import _add_selection
+    from marin.cli import _add_selection, _add_versions
 
     parser.add_argument("target", help="the pipeline: path/to/file.py:attr or package.module:attr")
     _add_selection(parser)  # the same --select/--exclude as `marin plan`
+    _add_versions(parser)  # --version/--override: the codex the DAG carries (and --scope)
     parser.add_argument(
         "-o",
         "--output",
@@ -151,6 +152,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Export (or ``--check``); return the exit code. Bad input raises ``ValueError`` (exit 2)."""
+    from marin.execution.pipeline.versions import codex_from_args
     from marin_airflow.export import (
         build_export,
         check_export,
@@ -171,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
         plan_queue=args.plan_queue,
         select=args.select,
         exclude=args.exclude,
+        versions=codex_from_args(args.run_version, args.override),
+        scope=args.scope,
     )
     if args.check:
         fresh, message = check_export(result)

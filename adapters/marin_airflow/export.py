@@ -30,6 +30,7 @@ from typing import Any
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.errors import MarinError, list_names
 from marin.execution.pipeline.targets import Target
+from marin.execution.pipeline.versions import VersionCodex, codex_flags, codex_json
 from marin.execution.plan.options import (
     DEFAULT_ON_DRIFT,
     check_drift_policy,
@@ -116,6 +117,9 @@ class DagOptions:
     """``--select`` globs: the ``marin-plan`` task plans only these steps and what they need."""
     exclude: tuple[str, ...] = ()
     """``--exclude`` globs: left out, with every step that reads them, from that plan."""
+    versions: str | None = None
+    """The export's version codex as canonical JSON (``--version``/``--override``): the one
+    value of the DAG's ``versions`` param; None (no codex): no such param."""
 
 
 # --- task ids ----------------------------------------------------------------------------------
@@ -415,7 +419,7 @@ dag = DAG(
             type="boolean",
             description="After a step fails, keep building independent branches. Off: no new "
             "step starts (running ones finish), as with marin run.",
-        ),
+        ),<<PARAMS_EXTRA>>
     },
     tags=["marin"],
 )
@@ -540,6 +544,20 @@ def _placement_lines(t: TaskEntry) -> list[str]:
     return lines
 
 
+_VERSION_PARAMS = """
+        "versions": Param(
+            VERSIONS,
+            enum=[VERSIONS],
+            description="The version codex the DAG was exported with (--version/--override), "
+            "as JSON; another one needs another export, since the step tasks are its steps.",
+        ),
+        "scope": Param(
+            "shared",
+            enum=["shared"],
+            description="The output scope: shared (user scopes are for marin run).",
+        ),"""
+
+
 def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> str:
     """The DAG file text. Deterministic: a function of its arguments only."""
     check_dag_id(options.dag_id)
@@ -581,6 +599,11 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
         lines.append("# they need, and marin-plan plans just them. Re-export to change them.")
         lines.append(f"SELECT{_list_annotation(options.select)} = {_r_list(options.select)}")
         lines.append(f"EXCLUDE{_list_annotation(options.exclude)} = {_r_list(options.exclude)}")
+    if options.versions is not None:
+        lines.append(
+            "# The version codex of the export (JSON data): the only `versions` a run takes."
+        )
+        lines.append(f"VERSIONS = {_r(options.versions)}")
     lines.append("")
     lines.append("# Airflow task id -> the Marin step it builds. `upstream`: the task ids it")
     lines.append("# waits for, exactly the deps of the lowered StepSpec graph.")
@@ -607,7 +630,10 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
     common_extra = ""
     if options.executor in MULTI_HOST_EXECUTORS:
         common_extra += '\nCOMMON["shared_prefix_only"] = SHARED_PREFIX_ONLY'
+    if options.versions is not None:
+        common_extra += '\nCOMMON["versions"] = VERSIONS'
     body = _BODY.replace("<<COMMON_EXTRA>>", common_extra)
+    body = body.replace("<<PARAMS_EXTRA>>", _VERSION_PARAMS if options.versions is not None else "")
     # The selection is the plan task's alone: a step task lowers only its step and ancestors.
     selected = options.select or options.exclude
     body = body.replace(
@@ -771,16 +797,22 @@ def output_file(out: str, dag_id: str) -> str:
     return os.path.join(out, f"{dag_id}.py")
 
 
-def lower_target(target: str, select: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Any]:
+def lower_target(
+    target: str,
+    select: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    versions: VersionCodex | None = None,
+) -> list[Any]:
     """Load and lower a target: every transitive ``StepSpec``, dependencies first; with
-    ``select``/``exclude``, only the steps ``marin plan`` would show with them."""
+    ``select``/``exclude``, only the steps ``marin plan`` would show with them; ``versions``:
+    the codex of steps with ``version=None``."""
     from marin.execution.pipeline.graph import collect_steps
     from marin.execution.pipeline.handles import lower
     from marin.execution.pipeline.targets import load_target
     from marin.selection import select_steps
 
     handles = load_target(target)
-    specs = lower(handles, memo={})
+    specs = lower(handles, memo={}, versions=versions)
     if not isinstance(specs, list):
         specs = [specs]
     return collect_steps(select_steps(specs, select, exclude))
@@ -801,8 +833,13 @@ def build_export(
     plan_queue: str | None = None,
     select: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    versions: VersionCodex | None = None,
+    scope: str = "shared",
 ) -> ExportResult:
     """Generate (but do not write) the DAG file for ``target``.
+
+    ``versions``: the codex of steps with ``version=None``, embedded as JSON data (the DAG's
+    ``versions`` param, which a run can set to that value only). ``scope``: only ``shared``.
 
     ``specs`` may be passed when the caller has already lowered the target. ``retries`` (for
     steps that declare none) defaults to :func:`default_retries` of the executor. ``select``
@@ -810,6 +847,11 @@ def build_export(
     holds those steps, and its ``marin-plan`` task plans just them.
     """
     Target.parse(target)
+    if scope != "shared":
+        raise ExportError(
+            f"--scope {scope}: user scopes run with marin run only",
+            "export with the shared scope (the default)",
+        )
     # Sorted: the selection is a set of globs, so its spelling never changes the file's bytes.
     select = tuple(sorted(check_patterns(select, "--select")))
     exclude = tuple(sorted(check_patterns(exclude, "--exclude")))
@@ -836,7 +878,7 @@ def build_export(
     check_multi_host(target, dag_dir, prefix, executor)
     root = export_root(dag_dir, target)
     if specs is None:
-        specs = lower_target(target, select, exclude)
+        specs = lower_target(target, select, exclude, versions)
     elif select or exclude:
         from marin.execution.pipeline.graph import collect_steps
         from marin.selection import select_steps
@@ -865,11 +907,13 @@ def build_export(
             plan_queue=plan_queue,
             select=select,
             exclude=exclude,
-        ),
+        )
+        + codex_flags(versions),
         executor=executor,
         plan_queue=plan_queue,
         select=select,
         exclude=exclude,
+        versions=None if versions is None else codex_json(versions),
     )
     reference = target_reference(target, dag_dir)
     text = render_dag(reference, tasks, options)

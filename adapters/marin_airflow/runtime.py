@@ -16,7 +16,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from marin.execution.errors import MarinError
+from marin.execution.errors import InvalidStepError, MarinError
+from marin.execution.pipeline.versions import exported_codex, resolved_id, use_codex
 from marin.execution.plan.options import DEFAULT_ON_DRIFT, RunOptions, check_patterns
 from marin.execution.vocabulary import Action, BuildOutcomeKind, RunResult
 from marin_airflow.contract import PLAN_TASK_ID, XComKey, resolve_target
@@ -152,7 +153,7 @@ def handles_for(target: str) -> dict[str, Any]:
             if id(handle) in seen:
                 continue
             seen.add(id(handle))
-            found.setdefault(handle.step_id, handle)
+            found.setdefault(resolved_id(handle), handle)
             stack.extend(handle.deps)
         with _lock:
             _handles[target] = found
@@ -382,6 +383,18 @@ def _location(
     return location
 
 
+def _use_exported_codex(versions: str | None, context: Any | None) -> None:
+    """The run's ``versions`` and ``scope`` params (untrusted) may only be what the DAG file
+    allows: its exported codex, the shared scope. Then lowering uses that codex."""
+    params = (context or {}).get("params") or {}
+    scope = params.get("scope")
+    if scope not in (None, "", "shared"):
+        raise InvalidStepError(
+            f"param scope={str(scope)[:100]!r}", "this DAG runs in the shared scope only"
+        )
+    use_codex(exported_codex(versions, params.get("versions"), "param versions"))
+
+
 def plan_steps(
     *,
     target: str,
@@ -396,6 +409,7 @@ def plan_steps(
     select: Sequence[str] = (),
     exclude: Sequence[str] = (),
     dag_fingerprints: Mapping[str, str] | None = None,
+    versions: str | None = None,
     **newer: Any,
 ) -> dict[str, Any]:
     """The DAG's first task: decide every step, as ``marin plan`` does, for the step tasks.
@@ -422,6 +436,7 @@ def plan_steps(
 
     context = _airflow_context()
     _warn_newer(newer, context)
+    _use_exported_codex(versions, context)
     if prefix is None:
         prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)
@@ -533,6 +548,7 @@ def run_step(
     prefix: str | None = None,
     dag_dir: str | None = None,
     shared_prefix_only: bool = False,
+    versions: str | None = None,
     **newer: Any,
 ) -> dict[str, Any]:
     """Build one Marin step (or find it built) and return what happened, for XCom.
@@ -550,6 +566,7 @@ def run_step(
 
     context = _airflow_context()
     _warn_newer(newer, context)
+    _use_exported_codex(versions, context)
     if prefix is None:
         prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)

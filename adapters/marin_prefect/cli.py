@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marin.execution.errors import MarinError
+from marin.execution.pipeline.versions import VersionCodex, codex_json
 from marin.execution.plan.options import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_ON_DRIFT,
@@ -38,7 +39,7 @@ from marin.execution.plan.options import (
 from marin_prefect.names import BANNED_NAME_CHARS
 
 ENTRYPOINT = "marin_prefect.flows:marin_pipeline"
-_OWNED_PARAMETERS = ("target", "prefix", "select", "exclude")
+_OWNED_PARAMETERS = ("target", "prefix", "select", "exclude", "versions")
 """Parameters a re-export replaces, or removes when it no longer gives them."""
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -72,11 +73,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from marin.cli import _add_selection
+    from marin.cli import _add_selection, _add_versions
 
     parser.add_argument("target", metavar="TARGET", help="path/to/file.py:attr or pkg.mod:attr")
     # The same --select/--exclude as `marin plan`; stored as the select/exclude parameters.
     _add_selection(parser)
+    _add_versions(parser)  # --version/--override: the deployment's versions parameter
     parser.add_argument(
         "--name", help="deployment name (default: derived from TARGET, e.g. ngram-pipeline)"
     )
@@ -135,6 +137,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
+    from marin.execution.pipeline.versions import codex_from_args
+
     try:
         action, name = export(
             args.target,
@@ -148,6 +152,8 @@ def main(args: argparse.Namespace) -> int:
             resource_limits=args.create_limits is not None,
             select=args.select,
             exclude=args.exclude,
+            versions=codex_from_args(args.run_version, args.override),
+            scope=args.scope,
         )
     except MarinError as exc:  # ExportError, TargetError, a bad step...
         print(str(exc), file=sys.stderr)
@@ -221,23 +227,34 @@ def default_deployment_name(target: str) -> str:
     return BANNED_NAME_CHARS.sub("-", base.replace(".", "-")).strip("-") or "marin-pipeline"
 
 
-def _check_target(target: str, select: Sequence[str], exclude: Sequence[str]) -> None:
+def _check_target(
+    target: str, select: Sequence[str], exclude: Sequence[str], versions: VersionCodex | None
+) -> None:
+    from marin.execution.pipeline.handles import lower
     from marin.execution.pipeline.targets import load_target
 
+    if versions is not None:  # an unused override or a missing version: refused now
+        lower(load_target(target), versions=versions)
     if select or exclude:  # a pattern matching no step: an error with the closest names
-        _selected_steps(target, select, exclude)
+        _selected_steps(target, select, exclude, versions)
     else:
         load_target(target)  # a broken pipeline is a MarinError naming the file, line and fix
 
 
-def _selected_steps(target: str, select: Sequence[str], exclude: Sequence[str]) -> list[Any]:
+def _selected_steps(
+    target: str,
+    select: Sequence[str],
+    exclude: Sequence[str],
+    versions: VersionCodex | None = None,
+) -> list[Any]:
     """Every step a run of the deployment would plan: the selection and what it needs."""
     from marin.execution.pipeline.graph import collect_steps
     from marin.execution.pipeline.handles import lower
     from marin.execution.pipeline.targets import load_target
     from marin.selection import select_steps
 
-    return collect_steps(select_steps(list(lower(load_target(target))), select, exclude))
+    specs = list(lower(load_target(target), versions=versions))
+    return collect_steps(select_steps(specs, select, exclude))
 
 
 def export(
@@ -253,8 +270,13 @@ def export(
     resource_limits: bool = False,
     select: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    versions: VersionCodex | None = None,
+    scope: str = "shared",
 ) -> tuple[str, str]:
     """Write or update the deployment; return ``(created|updated|unchanged, name)``.
+
+    ``versions``: the codex of steps with ``version=None``, stored as the ``versions``
+    parameter (JSON text, data): a run of the deployment may not choose another.
 
     ``select``/``exclude`` (globs, as for ``marin plan``) become the deployment's ``select`` and
     ``exclude`` parameters: its runs build only those steps and what they need."""
@@ -275,8 +297,10 @@ def export(
         raise ExportError(
             f"deployment name {name!r} is not allowed by Prefect", "use a --name without / % & > <"
         )
+    if scope != "shared":
+        raise ExportError(f"--scope {scope}: user scopes run with marin run only", "drop it")
     if check:
-        _check_target(target, select, exclude)
+        _check_target(target, select, exclude, versions)
     target = _portable_target(target, output)
 
     old_text = ""
@@ -309,6 +333,8 @@ def export(
         parameters["select"] = list(select)
     if exclude:
         parameters["exclude"] = list(exclude)
+    if versions is not None:
+        parameters["versions"] = codex_json(versions)
 
     existing = next((d for d in deployments if isinstance(d, dict) and d.get("name") == name), None)
     if existing is None:

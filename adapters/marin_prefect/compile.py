@@ -62,6 +62,7 @@ from marin_prefect.names import safe_prefect_name
 if TYPE_CHECKING:
     from marin.execution.build.commit import BuildOutcome
     from marin.execution.pipeline.step_spec import StepSpec
+    from marin.execution.pipeline.versions import VersionCodex
     from marin.execution.store.location import Location
 
 CACHED_STATE_NAME = "Cached"
@@ -69,8 +70,11 @@ NOT_RUN_STATE_NAME = "NotReady"
 PRUNED_STATE_NAME = "Pruned"
 
 
-def lower_flow_target(target_or_handles: Any) -> list[StepSpec]:
-    """A target string, a handle, a ``StepSpec`` or a list of them -> the lowered target specs."""
+def lower_flow_target(
+    target_or_handles: Any, versions: VersionCodex | None = None
+) -> list[StepSpec]:
+    """A target string, a handle, a ``StepSpec`` or a list of them -> the lowered target specs
+    (``versions``: the codex of steps with ``version=None``)."""
     from marin.execution.pipeline.handles import ArtifactStep, lower
     from marin.execution.pipeline.step_spec import StepSpec
 
@@ -95,7 +99,7 @@ def lower_flow_target(target_or_handles: Any) -> list[StepSpec]:
                 f"error: item {i} is a {type(item).__name__}, not a step handle: pass the "
                 "ArtifactStep returned by apply()"
             )
-    return list(lower(items))
+    return list(lower(items, versions=versions))
 
 
 def default_flow_name(target_or_handles: Any, specs: Sequence[StepSpec]) -> str:
@@ -124,6 +128,7 @@ def to_prefect_flow(
     task_runner: Any = None,
     select: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    versions: VersionCodex | None = None,
 ) -> Flow[[], dict[str, str]]:
     """Compile a pipeline into a Prefect flow; calling the flow runs the pipeline.
 
@@ -170,7 +175,10 @@ def to_prefect_flow(
     if concurrency_limit is not None and not concurrency_limit.strip():
         raise ValueError("error: concurrency_limit is empty: pass a global concurrency limit name")
     targets = select_steps(
-        lower_flow_target(target_or_handles), select, exclude, options=("select", "exclude")
+        lower_flow_target(target_or_handles, versions),
+        select,
+        exclude,
+        options=("select", "exclude"),
     )
     steps = collect_steps(targets)
     flow_name = name or default_flow_name(target_or_handles, targets)

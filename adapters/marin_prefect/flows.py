@@ -32,6 +32,7 @@ from typing import Any
 
 from prefect import flow
 
+from marin.execution.pipeline.versions import VersionCodex, exported_codex
 from marin.execution.plan.options import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_ON_CODE_DRIFT,
@@ -116,6 +117,23 @@ def check_run_choices(target: str) -> None:
     )
 
 
+def check_run_versions(versions: object, scope: object) -> VersionCodex | None:
+    """The run's codex: a deployment run's ``versions`` may only be its deployment's own (as
+    its target is); ``scope`` only ``shared`` (user scopes are for ``marin run``)."""
+    if scope != "shared":
+        raise _refused(f"scope={str(scope)[:100]!r}", "Prefect runs use the shared scope only")
+    found = _run_from_deployment()
+    if found is None:  # called directly: the caller's own choice, checked as data
+        allowed = versions if isinstance(versions, str) and versions else None
+        try:
+            return exported_codex(allowed, versions, "versions")
+        except ValueError as exc:  # not JSON
+            raise _refused(
+                f"versions={str(versions)[:100]!r} ({exc})", "pass the codex JSON"
+            ) from None
+    return exported_codex((found[1].parameters or {}).get("versions"), versions, "versions")
+
+
 @flow(name="marin-pipeline", validate_parameters=True)
 def marin_pipeline(
     target: str,
@@ -130,6 +148,8 @@ def marin_pipeline(
     on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
     select: list[str] | None = None,
     exclude: list[str] | None = None,
+    versions: str | None = None,
+    scope: str = "shared",
 ) -> dict[str, str]:
     """Run the Marin pipeline ``target`` ("path/to/file.py:attr" or "pkg.module:attr").
 
@@ -141,11 +161,14 @@ def marin_pipeline(
     ``select`` and ``exclude`` (globs on step names, as ``marin run --select/--exclude`` takes;
     ``marin export prefect --select`` stores them) build only part of the pipeline. Like
     ``force``, a run may set them: they choose among the pinned target's steps, never code.
+    ``versions`` (the codex of steps with ``version=None``, as JSON; ``marin export prefect
+    --version`` stores it) may only be the deployment's own; ``scope`` only ``shared``.
     """
     from marin.execution.store.location import resolve_prefix
     from marin.execution.store.prefix_policy import check_prefix
 
     check_run_choices(target)
+    codex = check_run_versions(versions, scope)
     check_prefix(resolve_prefix(prefix), prefix)  # before the pipeline is even imported
     # The run's parameters are whoever triggered it's data: checked like any option, first.
     options = RunOptions.from_params(
@@ -175,5 +198,6 @@ def marin_pipeline(
         select=chosen,
         exclude=dropped,
         task_runner=task_runner_from_env(),  # the worker's setting, never the run's
+        versions=codex,
     )
     return pipeline()

@@ -49,11 +49,22 @@ def _lowered(target: str, args: argparse.Namespace | None = None) -> list[Any]:
     """The target's specs, narrowed by ``--select``/``--exclude`` when ``args`` has them."""
     from marin.execution.lazy import lower
     from marin.execution.pipeline.targets import load_target
+    from marin.execution.pipeline.versions import codex_from_args
+    from marin.execution.plan.scope import resolve_scopes
+    from marin.execution.store.location import open_prefix
     from marin.selection import select_steps
 
-    specs = list(lower(load_target(target), memo={}))
+    codex = codex_from_args(getattr(args, "run_version", None), getattr(args, "override", []))
+    specs = list(lower(load_target(target), memo={}, versions=codex))
     select, exclude = getattr(args, "select", []), getattr(args, "exclude", [])
-    return select_steps(specs, select, exclude)
+    specs = select_steps(specs, select, exclude)
+    if args is None:
+        return specs
+    # Where each step reads and writes for this user (plan/scope.py): run and plan agree.
+    prefix = open_prefix(getattr(args, "prefix", None))
+    return resolve_scopes(
+        specs, prefix, getattr(args, "scope", "shared"), getattr(args, "force", ())
+    )
 
 
 def _reachable(prefix: str | None) -> None:
@@ -552,6 +563,31 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     _add_target(parser)
     _add_global(parser)
     _add_selection(parser)
+    _add_versions(parser)
+
+
+def _add_versions(parser: argparse.ArgumentParser) -> None:
+    """``--version V`` and ``--override NAME=V``: the codex of steps with ``version=None``."""
+    parser.add_argument(
+        "--version",
+        dest="run_version",
+        metavar="V",
+        help="the version of every step that defers its version (version=None)",
+    )
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="NAME=V",
+        help="the version of one deferred step (repeatable); naming no such step is an error",
+    )
+    parser.add_argument(
+        "--scope",
+        choices=("shared", "user"),
+        default="shared",
+        help="user: build every step under PREFIX/users/$MARIN_USER/, reading shared builds "
+        "it has not built itself (default: each step's with_options(scope=...))",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,6 +15,7 @@ from marin.execution.build.lineage.names import artifact_names
 from marin.execution.pipeline.resources import describe_placement, placement_of
 from marin.execution.plan.decide import ACTIONS, STATUSES, Decision, Plan
 from marin.execution.plan.resume import ResumeVerdict
+from marin.execution.plan.scope import scope_of
 from marin.execution.store.location import Location
 from marin.execution.vocabulary import Action, ShownStatus, StoredStatus
 from marin.terminal_text import safe_rich, safe_text
@@ -111,11 +112,11 @@ def plan_json(plan: Plan, location: Location) -> dict[str, Any]:
             # Steps whose code changed since their record, whatever a run does with them.
             "code_drift": sum(1 for d in decisions if d.code_drift),
         },
-        "steps": [_step_json(d, location) for d in decisions],
+        "steps": [_step_json(d, location, _scoped(plan)) for d in decisions],
     }
 
 
-def _step_json(d: Decision, location: Location) -> dict[str, Any]:
+def _step_json(d: Decision, location: Location, scoped: bool) -> dict[str, Any]:
     return {
         "step": d.spec.step_id,
         "name": d.spec.name,
@@ -144,7 +145,36 @@ def _step_json(d: Decision, location: Location) -> dict[str, Any]:
         # Only for steps with placement options (docs/resources.md), so plans of pipelines
         # without any are unchanged.
         **({"placement": placement_of(d.spec)} if describe_placement(d.spec) else {}),
+        # Only for steps whose version the run's codex gave (docs/marin.md): "default"/"override".
+        **({"version_from": d.spec.provenance["version_from"]} if _deferred(d) else {}),
+        # Only in runs with user-scope steps (docs/marin.md): where it reads and would write.
+        **(
+            {"scope": dict(zip(("reads", "writes"), scope_of(d.spec), strict=True))}
+            if scoped
+            else {}
+        ),
     }
+
+
+def _scoped(plan: Plan) -> bool:
+    return any(d.spec.user_home is not None for d in plan.decisions.values())
+
+
+def _deferred(d: Decision) -> bool:
+    return "version_from" in d.spec.provenance
+
+
+def codex_note(plan: Plan) -> str:
+    """``versions: default v3; override tok/bpe=v4`` when a step's version came from the run's
+    codex (one line under the prefix), else nothing."""
+    from marin.execution.pipeline.versions import VersionCodex
+
+    for d in plan.decisions.values():
+        if _deferred(d):
+            return (
+                safe_text(VersionCodex.from_data(d.spec.provenance["versions"]).describe()) + "\n"
+            )
+    return ""
 
 
 def terminal_width() -> int:
@@ -196,6 +226,9 @@ def plan_table(
     with_output = width >= OUTPUT_COLUMN_MIN_WIDTH
     if with_output:
         table.add_column("output", overflow="fold")
+    scoped = _scoped(plan)
+    if scoped:
+        table.add_column("scope (reads -> writes)", no_wrap=True)
     table.add_column("reason", overflow="fold", ratio=1 if with_fingerprint else 3, min_width=20)
     for state in plan.decisions.values():
         reason = safe_text(state.reason)
@@ -217,6 +250,7 @@ def plan_table(
             ),
             *([state.spec.fingerprint[:12]] if with_fingerprint else []),
             *([safe_rich(state.spec.output_path)] if with_output else []),
+            *([safe_rich(" -> ".join(scope_of(state.spec)))] if scoped else []),
             safe_rich(reason, keep_newlines=True),
         ]
         table.add_row(*cells, style=STYLES[shown] if color else None)
@@ -231,5 +265,5 @@ def plan_table(
         console.print(table)
     lines = [line.rstrip() for line in capture.get().splitlines()]
     where = "outputs below are relative to it" if with_output else "outputs: <prefix>/NAME/VERSION"
-    head = f"prefix: {safe_text(location.url)} ({where})"
-    return head + "\n" + "\n".join(lines) + "\n" + plan_summary(plan) + "\n"
+    head = f"prefix: {safe_text(location.url)} ({where})\n" + codex_note(plan)
+    return head + "\n".join(lines) + "\n" + plan_summary(plan) + "\n"

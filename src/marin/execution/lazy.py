@@ -13,13 +13,17 @@ from marin.execution.pipeline.handles import (
     lower,
     register_fingerprint,
 )
+from marin.execution.pipeline.versions import DEFER, VersionCodex, build_context
 from marin.execution.run.api import materialized_config, resolve, run
 
 __all__ = [
+    "DEFER",
     "OUT",
     "ArtifactStep",
     "StepContext",
+    "VersionCodex",
     "apply",
+    "build_context",
     "current_context",
     "lower",
     "materialized_config",

@@ -90,3 +90,11 @@ class Leftover(StrEnum):
     """A committed build (a record): a rebuild replaces it."""
     DEBRIS = "debris"
     """An attempt that died or failed: what it wrote is cleared."""
+
+
+class OutputScope(StrEnum):
+    """Where a step writes (Marin's ``OutputScope``): the team's ``<prefix>/<name>/<version>``,
+    or the running user's ``<prefix>/users/<user>/<name>/<version>`` (``plan/scope.py``)."""
+
+    SHARED = "shared"
+    USER = "user"

@@ -75,6 +75,7 @@ from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Policy, Stored, Upstream, decide
 from marin.execution.plan.options import DEFAULT_ON_CODE_DRIFT, DEFAULT_ON_DRIFT
 from marin.execution.plan.read import read_stored_step
+from marin.execution.plan.scope import refuse_shared_write
 from marin.execution.store.lease import (
     Heartbeat,
     Lease,
@@ -255,6 +256,7 @@ def build_step(
             reason=decision.reason,
         )
     decision.raise_if_refused()  # another step's record is in the way: nothing is written
+    refuse_shared_write(spec)  # a user-scope run only ever reads a shared build
 
     ups = _inputs_at_start(spec, location, ups, lease_ttl)
     crash_point("before-lease", spec.step_id)

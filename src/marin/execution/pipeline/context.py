@@ -118,9 +118,19 @@ class StepContext:
         """
         return True if self.lease_check is None else self.lease_check()
 
+    def _dep_id(self, dep: Any) -> str:
+        """``dep``'s ``name@version``; a handle whose version is deferred (``name@?``) is the
+        dependency of that name, whose version the run's codex gave when lowering."""
+        step_id: str = dep if isinstance(dep, str) else dep.step_id
+        if step_id.endswith("@?"):
+            found = [k for k in self.dep_paths if k.rpartition("@")[0] == step_id[:-2]]
+            if len(found) == 1:
+                return found[0]
+        return step_id
+
     def artifact_path(self, dep: Any) -> str:
         """The path of a dependency given as a handle, a ``StepSpec`` or a ``name@version``."""
-        step_id = dep if isinstance(dep, str) else dep.step_id
+        step_id = self._dep_id(dep)
         try:
             return self.dep_paths[step_id]
         except KeyError:
@@ -138,7 +148,7 @@ class StepContext:
         Only at run time: while fingerprinting nothing is built yet, so this raises; branch on
         ``ctx.is_fingerprint`` to put an identity-bearing summary in the config instead.
         """
-        step_id = dep if isinstance(dep, str) else dep.step_id
+        step_id = self._dep_id(dep)
         if self.is_fingerprint:
             raise FingerprintTimeError(
                 f"ctx.resolved({step_id}) was called while fingerprinting, before anything is "

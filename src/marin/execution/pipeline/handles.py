@@ -47,8 +47,11 @@ from marin.execution.pipeline.resources import (
     parse_duration,
     parse_resources,
 )
+from marin.execution.pipeline.scope import check_scope
 from marin.execution.pipeline.step_spec import StepSpec, fingerprint_of, is_absolute_location
+from marin.execution.pipeline.versions import Deferred, VersionCodex, active_codex
 from marin.execution.suggest import close_names
+from marin.execution.vocabulary import OutputScope
 
 __all__ = [
     "OUT",
@@ -95,7 +98,8 @@ class ArtifactStep:
     """
 
     name: str
-    version: str
+    version: str | None
+    """``None`` defers it to the run's ``VersionCodex`` (``versions.py``), resolved at lowering."""
     run: Callable[[Any], Any]
     """Receives the config ``build_config(ctx)`` made at run time; returns JSON-able data."""
     build_config: Callable[[StepContext], Any] = _no_config
@@ -127,10 +131,14 @@ class ArtifactStep:
     """Set by ``ArtifactStep.adopt``: the config recorded (and fingerprinted) for that data."""
     expected_fingerprint: str | None = None
     """When set, ``lower()`` raises ``FingerprintMismatchError`` if the fingerprint differs."""
+    scope: str = OutputScope.SHARED
+    """``"user"``: built under ``<prefix>/users/<user>/`` for whoever runs it (``plan/scope.py``);
+    placement, not identity."""
 
     def __post_init__(self) -> None:
         validate_name(self.name)
-        validate_version(self.version, self.name)
+        if self.version is not None:
+            validate_version(self.version, self.name)
         if type(self.artifact_type) is not str:
             object.__setattr__(self, "artifact_type", _type_label(self.artifact_type, self))
         if (
@@ -154,13 +162,16 @@ class ArtifactStep:
                 f"retries={self.retries!r}", "use a whole number >= 0", self.step_id
             )
         _check_placement(self)
+        object.__setattr__(self, "scope", check_scope(self.scope, self.step_id))
 
     @property
     def step_id(self) -> str:
-        return f"{self.name}@{self.version}"
+        return f"{self.name}@{'?' if self.version is None else self.version}"
 
-    def lower(self, memo: dict[Any, Any] | None = None) -> StepSpec:
-        return _lower_all([self], memo)[0]
+    def lower(
+        self, memo: dict[Any, Any] | None = None, *, versions: VersionCodex | None = None
+    ) -> StepSpec:
+        return lower_with_codex([self], memo, versions, check=False)[0]
 
     def fingerprint(self) -> str:
         """The step's fingerprint (the same under every prefix); lowers the graph, runs nothing."""
@@ -228,6 +239,7 @@ class ArtifactStep:
         artifact_type: str | None = None,
         resumable: bool | None = None,
         keep_checkpoints: bool | None = None,
+        scope: str | None = None,
     ) -> ArtifactStep:
         """A copy with scheduling options, which the adapters map to their engines' own.
 
@@ -236,6 +248,7 @@ class ArtifactStep:
         subprocess) are checked here and never enter the fingerprint: placement is not identity.
         ``resumable`` keeps a failed attempt's partial output for the next attempt of the same
         fingerprint, and ``keep_checkpoints`` keeps its ``checkpoint_path`` after the commit.
+        ``scope="user"``: built under ``<prefix>/users/<user>/`` (the step and its dependents).
         """
         changes: dict[str, Any] = {}
         if resumable is not None:
@@ -256,6 +269,8 @@ class ArtifactStep:
             changes["resources"] = resources
         if artifact_type is not None:
             changes["artifact_type"] = artifact_type
+        if scope is not None:
+            changes["scope"] = scope
         return dataclasses.replace(self, **changes)
 
     def __repr__(self) -> str:
@@ -552,12 +567,14 @@ def apply(
     name: str,
     fn: Callable[..., Any],
     *,
-    version: str | None = None,
+    version: str | Deferred | None = None,
     pin: str | None = None,
     artifact_type: str | type = "artifact",
     **inputs: Any,
 ) -> ArtifactStep:
     """A handle that calls ``fn(**inputs)``; handles in ``inputs`` become dependencies.
+
+    ``version=DEFER``: the run's ``VersionCodex`` gives the version when the graph is lowered.
 
     ``pin``: a fixed output path relative to the prefix instead of ``<name>/<version>``.
     ``artifact_type``: a label (or a class, named by its qualname), as on ``ArtifactStep``.
@@ -571,7 +588,9 @@ def apply(
             f"pass version='v1' (bump it when {name}'s code changes its output)",
             name,
         )
-    step_id = f"{name}@{version}"
+    if isinstance(version, Deferred):
+        version = None
+    step_id = f"{name}@{'?' if version is None else version}"
     if not callable(fn):
         raise InvalidStepError(f"fn={fn!r} is not callable", "pass the function to run", step_id)
     try:
@@ -744,6 +763,8 @@ def _spec_for(
     """The spec of ``handle``; a new one is also appended to ``created``."""
     name = handle.name
     version = handle.version
+    if version is None:  # deferred: the run's codex says (see versions.py)
+        version, provenance = _codex_version(name, provenance, memo)
     step_id = f"{name}@{version}"
     arg_keys = tuple(handle.runtime_args) if handle.runtime_args else ()
     config = to_canonical(
@@ -825,6 +846,7 @@ def _spec_for(
         runtime_args=handle.runtime_args,
         pin=handle.override_path,
         source=handle.adopt_source,
+        scope=OutputScope(handle.scope),
         pinned_fingerprint=expected is not None,
         # Cached per function object (one parse per process): apply()'s call object holds the
         # user's function, the cache's key (``type() is``: never a user object's __class__).
@@ -833,6 +855,23 @@ def _spec_for(
     memo[("step", step_id)] = spec
     created.append(spec)
     return spec
+
+
+_CODEX, _DEFERRED = ("versions", "codex"), ("versions", "deferred")
+"""Memo keys: the lowering's codex, and the names of the deferred steps it resolved."""
+
+
+def _codex_version(
+    name: str, provenance: Mapping[str, Any], memo: dict[Any, Any]
+) -> tuple[str, Mapping[str, Any]]:
+    """A deferred step's version from the lowering's codex, and its provenance saying so."""
+    codex: VersionCodex | None = memo.get(_CODEX)
+    if codex is None:
+        codex = VersionCodex()  # no codex: version_for raises, naming the step and the fix
+    version = codex.version_for(name)
+    memo.setdefault(_DEFERRED, set()).add(name)
+    source = "override" if name in codex.overrides else "default"
+    return version, {**provenance, "versions": codex.as_data(), "version_from": source}
 
 
 def _guarded_run(
@@ -888,7 +927,7 @@ def _lower_all(
     try:
         if memo is None:
             memo = {}
-        fresh = not memo
+        fresh = all(key == _CODEX for key in memo)  # a codex alone: still fresh
         created: list[StepSpec] = []
         specs, saw_spec = _lower_walk(handles, memo, created)
         if check:
@@ -974,13 +1013,21 @@ def _flatten(handles: Iterable[Any]) -> tuple[list[Any], bool]:
 
 @overload
 def lower(
-    handle: ArtifactStep | StepSpec, /, *, memo: dict[Any, Any] | None = None
+    handle: ArtifactStep | StepSpec,
+    /,
+    *,
+    memo: dict[Any, Any] | None = None,
+    versions: VersionCodex | None = None,
 ) -> StepSpec: ...
 
 
 @overload
 def lower(
-    handles: Sequence[ArtifactStep | StepSpec], /, *, memo: dict[Any, Any] | None = None
+    handles: Sequence[ArtifactStep | StepSpec],
+    /,
+    *,
+    memo: dict[Any, Any] | None = None,
+    versions: VersionCodex | None = None,
 ) -> list[StepSpec]: ...
 
 
@@ -991,16 +1038,36 @@ def lower(
     /,
     *more: ArtifactStep | StepSpec,
     memo: dict[Any, Any] | None = None,
+    versions: VersionCodex | None = None,
 ) -> list[StepSpec]: ...
 
 
 def lower(
     *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
     memo: dict[Any, Any] | None = None,
+    versions: VersionCodex | None = None,
 ) -> StepSpec | list[StepSpec]:
     """Lower handles to specs: one handle gives one ``StepSpec``; a list of handles, or several
-    handles, give a list."""
+    handles, give a list.
+
+    ``versions``: the run's ``VersionCodex`` for handles with ``version=None`` (default: the
+    ambient ``build_context``'s). An override naming no deferred step is an error."""
     items, many = _flatten(handles)
     # check: refuse a bad graph here (e.g. one output inside another), not at run time
-    specs = _lower_all(items, memo, check=True)
+    specs = lower_with_codex(items, memo, versions, check=True)
     return specs if many else specs[0]
+
+
+def lower_with_codex(
+    items: list[Any], memo: dict[Any, Any] | None, versions: VersionCodex | None, check: bool
+) -> list[StepSpec]:
+    """``_lower_all`` with the run's codex (``versions``, else the ambient one); an override
+    of ``versions`` that no deferred step asked for is refused afterwards."""
+    memo = {} if memo is None else memo
+    codex = active_codex(versions)
+    if codex is not None:
+        memo[_CODEX] = codex
+    specs = _lower_all(items, memo, check=check)
+    if versions is not None:  # an ambient codex's caller checks (it may lower part by part)
+        versions.check_used(memo.get(_DEFERRED, ()))
+    return specs

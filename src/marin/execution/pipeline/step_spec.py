@@ -17,6 +17,7 @@ from marin.execution.digest.code import CodeDigest
 from marin.execution.names import is_mutable_version
 from marin.execution.pipeline.context import StepContext
 from marin.execution.pipeline.resources import NO_RESOURCES, Resources
+from marin.execution.vocabulary import OutputScope
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -63,6 +64,12 @@ class StepSpec:
     source: str | None = None
     """An adopted step's data location (absolute, or relative to the prefix): what consumers
     read. The step itself only checks it exists and records it at ``<name>/<version>``."""
+    scope: OutputScope = OutputScope.SHARED
+    """``with_options(scope="user")``: built under the running user's folder (``plan/scope.py``);
+    never part of the fingerprint."""
+    user_home: str | None = None
+    """Set when the run resolves the scope: ``users/<user>`` (this step reads and writes there)
+    or ``""`` (it reads the shared build); None before (a shared path)."""
     code: CodeDigest | None = None
     """The code digest of the step's function (``code_digest.py``), set by lowering: reported
     as code drift against its record's, never part of the path or the fingerprint."""
@@ -72,10 +79,18 @@ class StepSpec:
     """``name@version``: the step's identity in logs, records and errors."""
     output_path: str = field(init=False, repr=False)
     """Relative to the prefix; joined to it only at run time."""
+    user_scoped: bool = field(init=False, repr=False)
+    """This step or one upstream of it is in user scope: a run must place it (``plan/scope.py``);
+    kept here so that a graph without one costs that check nothing."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "step_id", f"{self.name}@{self.version}")
-        object.__setattr__(self, "output_path", self.pin or f"{self.name}/{self.version}")
+        path = self.pin or f"{self.name}/{self.version}"
+        object.__setattr__(
+            self, "output_path", f"{self.user_home}/{path}" if self.user_home else path
+        )
+        scoped = self.scope == OutputScope.USER or any(d.user_scoped for d in self.deps)
+        object.__setattr__(self, "user_scoped", scoped)
 
     def data_url(self, prefix_url: str) -> str:
         """Where consumers read this step's data under ``prefix_url``: its output, or an

@@ -12,9 +12,11 @@ from typing import Any
 
 from marin.execution.build.commit import run_context
 from marin.execution.pipeline.artifact import Artifact
-from marin.execution.pipeline.handles import ArtifactStep, _flatten, _lower_all
+from marin.execution.pipeline.handles import ArtifactStep, _flatten, lower_with_codex
 from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.pipeline.versions import VersionCodex
 from marin.execution.plan.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT
+from marin.execution.plan.scope import resolve_scopes
 from marin.execution.run.runner import StepRunner
 from marin.execution.store.location import open_prefix
 
@@ -31,14 +33,20 @@ def run(
     dry_run: bool = False,
     region: str | None = None,
     force_run_failed: bool = True,
+    versions: VersionCodex | None = None,
+    scope: str = "shared",
 ) -> list[Artifact]:
     """Lower and build ``handles``; return one artifact per handle, in order.
 
     ``force_run_failed=False``: a needed step whose last attempt failed is not retried; the
-    run fails (``FailedBeforeError``) naming it, before anything is built.
+    run fails (``FailedBeforeError``) naming it, before anything is built. ``versions``: the
+    ``VersionCodex`` of handles with ``version=None``. ``scope="user"``: every step under
+    ``<prefix>/users/<user>/`` (``plan/scope.py``).
     """
     items, _ = _flatten(handles)
-    specs = _lower_all(items, None)
+    specs = lower_with_codex(items, None, versions, check=False)
+    # Placed here, so that each artifact returned is the one this user reads.
+    specs = resolve_scopes(specs, open_prefix(prefix), scope, force)
     runner = StepRunner(
         max_concurrent=max_concurrent, prefix=prefix, on_drift=on_drift, region=region
     )

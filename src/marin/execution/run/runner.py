@@ -34,6 +34,7 @@ from marin.execution.plan.options import (
     RunOptions,
 )
 from marin.execution.plan.read import plan_run
+from marin.execution.plan.scope import resolve_scopes
 from marin.execution.run.executors import ThreadExecutor
 from marin.execution.run.loop import (
     RETRY_FIRST_DELAY_S,
@@ -43,6 +44,7 @@ from marin.execution.run.loop import (
 )
 from marin.execution.run.report import RUN_ACTIONS, RUN_REPORT_SCHEMA, RunReport, StepResult
 from marin.execution.run.scheduler import READY_ORDERS
+from marin.execution.run.stream import StreamHook, is_stream, run_stream
 from marin.execution.store.location import Location, open_prefix
 from marin.execution.vocabulary import Action
 
@@ -76,6 +78,10 @@ class StepRunner:
     because the process exits right after (which ends their ``fn``). A library caller's process
     lives on, so by default a first Ctrl-C waits for the running steps and a second one abandons
     them: their leases stay held until their threads end, and they never commit."""
+
+    scope: str = "shared"
+    """The run-wide output scope: ``user`` places every step under ``<prefix>/users/<user>/``
+    (``plan/scope.py``); ``shared`` leaves it to each step's ``with_options(scope=...)``."""
 
     retry_delay_s: float = RETRY_FIRST_DELAY_S
     """The first backoff before retrying a failed step (``with_options(retries=N)``); doubled
@@ -120,8 +126,11 @@ class StepRunner:
         force_run_failed: bool = DEFAULT_FORCE_RUN_FAILED,
     ) -> tuple[Plan, Location]:
         """What ``run`` with the same arguments would do (``marin plan`` is this)."""
-        targets = [steps] if isinstance(steps, StepSpec) else list(steps)
+        force = tuple(force.split(",")) if isinstance(force, str) else tuple(force)
         location = open_prefix(self.prefix)
+        targets = resolve_scopes(
+            [steps] if isinstance(steps, StepSpec) else list(steps), location, self.scope, force
+        )
         plan = plan_run(
             targets,
             location,
@@ -135,7 +144,7 @@ class StepRunner:
 
     def run(
         self,
-        steps: StepSpec | Sequence[StepSpec],
+        steps: StepSpec | Iterable[StepSpec],
         *,
         dry_run: bool = False,
         force_run_failed: bool = DEFAULT_FORCE_RUN_FAILED,
@@ -145,7 +154,8 @@ class StepRunner:
     ) -> RunReport:
         """Plan and build ``steps``. ``force_run_failed=False``: a needed step whose last
         attempt failed is not retried, and the run fails naming it (``decide`` says so).
-        ``max_concurrent`` overrides the runner's limit for this run only."""
+        ``max_concurrent`` overrides the runner's limit for this run only. Any other iterable
+        (a generator) is consumed lazily, ``max_concurrent`` steps ahead (``run/stream.py``)."""
         if self.ready_order not in READY_ORDERS:
             raise InvalidStepError(
                 f"ready_order={self.ready_order!r}", f"use one of {', '.join(READY_ORDERS)}"
@@ -159,7 +169,15 @@ class StepRunner:
             force_run_failed=force_run_failed,
             on_code_drift=self.on_code_drift,
         )
+        if is_stream(steps):
+            stream_options = {"force": options.force, "force_run_failed": force_run_failed}
+            return run_stream(
+                StreamHook(self.run, self.plan), steps, open_prefix(self.prefix),
+                lookahead=options.max_concurrent,
+                dry_run=dry_run, keep_going=keep_going, **stream_options,
+            )  # fmt: skip
         targets = [steps] if isinstance(steps, StepSpec) else list(steps)
+        targets = resolve_scopes(targets, open_prefix(self.prefix), self.scope, options.force)
         plan, location = self.plan(
             targets, force=options.force, force_run_failed=options.force_run_failed
         )

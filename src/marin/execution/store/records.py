@@ -200,14 +200,26 @@ class ArtifactRecord:
         name in ``output_path`` (``marin show <output path>`` opens the output's parent folder,
         not knowing the prefix) only the version and the output path's tail are compared.
         """
-        name, _, version = output_path.rpartition("/")
-        if (self.version != version or (name and self.name != name)) and not self._pinned_at(
-            output_path
-        ):
+        # A user-scope output (``users/<user>/<name>/<version>``) is that step's too.
+        own = user_scoped_tail(output_path)
+        name, _, version = own.rpartition("/")
+        if (self.version != version or (name and self.name != name)) and not self._pinned_at(own):
             return f"record belongs to {self.step_id}"
         if not (self.output_path == output_path or self.output_path.endswith("/" + output_path)):
             return f"record was written for the output {self.output_path}"
         return None
+
+
+USERS_FOLDER = "users"
+"""Under the prefix, ``users/<user>/`` holds a user's scoped outputs (``plan/scope.py``)."""
+
+
+def user_scoped_tail(output_path: str) -> str:
+    """``users/<user>/<rest>`` -> ``<rest>``; any other path as it is."""
+    head, sep, rest = output_path.partition("/")
+    if head == USERS_FOLDER and sep and "/" in rest:
+        return rest.split("/", 1)[1]
+    return output_path
 
 
 def _digest_map(value: Any, limit: int = 10_000) -> dict[str, str]:

@@ -1,0 +1,122 @@
+"""Where each step of a run reads and writes: the one decision, made before ``decide``.
+
+A step in user scope (``with_options(scope="user")``, or every step under a run-wide
+``scope="user"``), and every step downstream of one, belongs to the running user: it writes
+``<prefix>/users/<user>/<name>/<version>``. When that folder holds nothing of the step yet, and
+the shared ``<prefix>/<name>/<version>`` holds a build of the same fingerprint, the step reads the
+shared build instead (Marin's fallback); whatever the user has built wins for that user. A shared
+build is only ever read here, so a user's run never writes, replaces or races a shared artifact.
+
+The result is a copy of the graph whose specs say it (``StepSpec.user_home``): the planner, the
+run loop and ``build_step`` then see ordinary output paths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+
+from marin.execution.errors import InvalidStepError
+from marin.execution.pipeline.graph import collect_steps
+from marin.execution.pipeline.scope import check_scope, required_user
+from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.store.location import Location
+from marin.execution.store.records import (
+    USERS_FOLDER,
+    lease_path,
+    read_record,
+    record_path,
+    status_path,
+)
+from marin.execution.vocabulary import OutputScope
+
+
+def resolve_scopes(
+    targets: Sequence[StepSpec],
+    location: Location,
+    scope: str = OutputScope.SHARED,
+    force: Iterable[str] = (),
+) -> list[StepSpec]:
+    """``targets`` with every user-scope step placed (see the module); the same specs when no
+    step is in user scope. Specs placed already (``user_home`` set) are kept as they are.
+    A forced step (``force``: names or ids) is the user's own build, never the shared one."""
+    scope = check_scope(scope)
+    if scope == OutputScope.SHARED and not any(t.user_scoped for t in targets):
+        return list(targets)  # no step in user scope: nothing to place, no graph walk
+    steps = collect_steps(targets)
+    forced = set(force)
+    placed: dict[str, StepSpec] = {}
+    home: str | None = None
+    for spec in steps:  # dependencies first
+        deps = tuple(placed[d.output_path] for d in spec.deps)
+        private = spec.user_home is None and (
+            scope == OutputScope.USER
+            or spec.scope == OutputScope.USER
+            or any(d.scope == OutputScope.USER for d in deps)
+        )
+        if not private:
+            if spec.user_home is None:  # a shared step (a placed one is already checked)
+                _check_not_in_users(spec)
+            new = spec if deps == spec.deps else dataclasses.replace(spec, deps=deps)
+        else:
+            home = home or f"{USERS_FOLDER}/{required_user(spec.step_id)}"
+            own = spec.name in forced or spec.step_id in forced
+            new = _place(spec, deps, home, location, own)
+        placed[spec.output_path] = new
+    return [placed[t.output_path] for t in targets]
+
+
+def _place(
+    spec: StepSpec, deps: tuple[StepSpec, ...], home: str, location: Location, own: bool
+) -> StepSpec:
+    """``spec`` in user scope: the user's folder, unless only a shared build of it exists and
+    every dependency is read from the shared builds too (what that build consumed)."""
+    mine = dataclasses.replace(spec, deps=deps, scope=OutputScope.USER, user_home=home)
+    if own or spec.mutable or any(d.user_home for d in deps):
+        return mine  # forced, dev (always rebuilt), or built from the user's own inputs
+    if _anything_at(location, mine.output_path):
+        return mine  # the user's own build (or attempt, or lease) wins
+    shared = read_record(location, spec.output_path)
+    if shared is not None and shared.fingerprint == spec.fingerprint:
+        return dataclasses.replace(mine, user_home="")  # read the shared build
+    return mine
+
+
+def refuse_shared_write(spec: StepSpec) -> None:
+    """``build_step``'s guard: a user-scope step placed on the shared build never writes it."""
+    if spec.scope == OutputScope.USER and spec.user_home == "":
+        raise InvalidStepError(
+            f"{spec.step_id} is in user scope and its shared build {spec.output_path} must be "
+            "rebuilt (it changed or vanished since the plan): a user-scope run never writes a "
+            "shared artifact",
+            f"run again (it is then built under {USERS_FOLDER}/<user>/), or force it",
+            spec.step_id,
+        )
+
+
+def _anything_at(location: Location, output_path: str) -> bool:
+    return any(
+        location.has_file(location.path(f(output_path)))
+        for f in (record_path, status_path, lease_path)
+    )
+
+
+def _check_not_in_users(spec: StepSpec) -> None:
+    if spec.output_path.split("/", 1)[0] == USERS_FOLDER:
+        raise InvalidStepError(
+            f"{spec.step_id} writes {spec.output_path}, inside the users' folder "
+            f"{USERS_FOLDER}/ that user-scope steps write",
+            "rename the step (or its pin) so its path does not start with 'users/'",
+            spec.step_id,
+        )
+
+
+def scope_of(spec: StepSpec) -> tuple[str, str]:
+    """``(reads, writes)`` for ``marin plan``: ``shared``, ``user:<name>``; a user-scope step
+    served from the shared build reads ``shared`` and writes ``user:<name>`` if rebuilt."""
+    if spec.user_home is None:
+        return (OutputScope.SHARED, OutputScope.SHARED)
+    if spec.user_home:
+        where = f"{OutputScope.USER}:{spec.user_home.split('/', 1)[1]}"
+        return (where, where)
+    return (OutputScope.SHARED, OutputScope.USER)

@@ -1,0 +1,176 @@
+"""Lazily consumed step streams: ``StepRunner.run`` over any iterable, even an endless one.
+
+Marin's ``StepRunner.run`` takes any iterable of steps, so a sweep can be a generator that yields
+the next config once it has seen earlier results. Here the stream is driven by this module, not
+by the run loop: steps are pulled from the iterable only while fewer than ``lookahead`` of them
+are in flight (bounded look-ahead: an endless generator is never drained), and each arriving step
+is one sub-run through the ordinary ``StepRunner.run``: its sub-graph is planned when it arrives
+(``decide``, as ``marin plan`` does) and built by the one run loop, on a worker thread.
+
+What is already planned keeps its decision: a step that an earlier sub-run of the stream holds
+(a shared dependency) is never planned again while that sub-run is under way. The later sub-run
+waits for it, and then plans its sub-graph against storage, where the shared step is now built;
+if it failed, the later sub-run is not run (its report names the failed step), never retried.
+
+``marin plan`` plans a list: it cannot plan a stream ahead, since the steps a generator yields
+may depend on results not built yet (docs/marin.md says so).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+from marin.execution.errors import InvalidStepError
+from marin.execution.pipeline.graph import collect_steps
+from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.plan.decide import Plan
+from marin.execution.run.report import RunReport, blocked_reason
+from marin.execution.store.location import Location
+
+
+@dataclass(frozen=True)
+class StreamHook:
+    """How the stream reaches a runner: ``run`` plans and builds one sub-graph (a list, as
+    ``StepRunner.run``), ``plan`` plans one (``StepRunner.plan``)."""
+
+    run: Callable[..., RunReport]
+    plan: Callable[[list[StepSpec]], tuple[Plan, Location]]
+
+
+def is_stream(steps: object) -> TypeGuard[Iterable[Any]]:
+    """An iterable that is not a spec, a list or a tuple: consumed lazily by this module."""
+    return not isinstance(steps, StepSpec | list | tuple) and isinstance(steps, Iterable)
+
+
+def iter_stream(
+    hook: StreamHook, steps: Iterable[Any], *, lookahead: int, **options: Any
+) -> Iterator[RunReport]:
+    """Pull ``steps`` while fewer than ``lookahead`` are in flight; yield each sub-run's report
+    as it ends (completion order). Closing this iterator (the consumer stops) stops pulling,
+    waits for the sub-runs in flight and closes ``steps`` if it is a generator. ``options``
+    go to each sub-run's ``hook.run``."""
+    keep_going = bool(options.get("keep_going"))
+    if not isinstance(lookahead, int) or lookahead < 1:
+        raise InvalidStepError(f"lookahead={lookahead!r}", "use a whole number >= 1")
+    source = iter(steps)
+    owner: dict[str, cf.Future[RunReport]] = {}  # output path -> the sub-run that holds it
+    in_flight: set[cf.Future[RunReport]] = set()
+    exhausted = stopped = False
+    pool = cf.ThreadPoolExecutor(lookahead, thread_name_prefix="marin-stream")
+    try:
+        while in_flight or not (exhausted or stopped):
+            while not (exhausted or stopped) and len(in_flight) < lookahead:
+                item = next(source, _END)
+                if item is _END:
+                    exhausted = True
+                    break
+                in_flight.add(_submit(pool, hook, _as_spec(item), owner, options))
+            if not in_flight:
+                break
+            done, _ = cf.wait(in_flight, return_when=cf.FIRST_COMPLETED)
+            for future in done:
+                in_flight.discard(future)
+                report = _report_of(future)
+                stopped = stopped or (bool(report.failures or report.not_run) and not keep_going)
+                yield report
+    finally:
+        pool.shutdown(wait=True)  # a build in flight finishes: it is never abandoned half-way
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+
+
+_END = object()
+
+
+def _as_spec(item: Any) -> StepSpec:
+    if isinstance(item, StepSpec):
+        return item
+    lower = getattr(item, "lower", None)
+    if lower is None:
+        raise InvalidStepError(
+            f"the stream yielded a {type(item).__name__}", "yield ArtifactStep handles or StepSpecs"
+        )
+    spec: StepSpec = lower()
+    return spec
+
+
+def _submit(
+    pool: cf.ThreadPoolExecutor,
+    hook: StreamHook,
+    spec: StepSpec,
+    owner: dict[str, cf.Future[RunReport]],
+    options: dict[str, Any],
+) -> cf.Future[RunReport]:
+    """One sub-run for ``spec``'s sub-graph, after the earlier sub-runs holding its steps."""
+    steps = collect_steps([spec])
+    earlier = {owner[s.output_path] for s in steps if s.output_path in owner}
+    future = pool.submit(_after, earlier, hook, spec, options)
+    for step in steps:
+        owner.setdefault(step.output_path, future)  # the first sub-run keeps its decision
+    return future
+
+
+def _after(
+    earlier: set[cf.Future[RunReport]], hook: StreamHook, spec: StepSpec, options: dict[str, Any]
+) -> RunReport:
+    earlier_reports = [_report_of(f) for f in earlier]
+    failed = {
+        path: report.plan.decisions[path].spec.step_id
+        for report in earlier_reports
+        if report.plan is not None
+        for path in (*report.failures, *report.not_run)
+    }
+    if not failed:
+        return hook.run([spec], **options)
+    # Decided by the earlier sub-run: failed, and never retried by a later one.
+    plan, location = hook.plan([spec])
+    report = RunReport(location, plan)
+    for path in plan.to_build:
+        if path not in failed:
+            report.not_run[path] = blocked_reason(sorted(set(failed.values())))
+    return report
+
+
+def _report_of(future: cf.Future[RunReport]) -> RunReport:
+    """A sub-run's report; a failed one's is attached to the error it raised."""
+    try:
+        return future.result()
+    except Exception as exc:
+        report = getattr(exc, "report", None)
+        if isinstance(report, RunReport):
+            return report
+        raise
+
+
+def run_stream(
+    hook: StreamHook, steps: Iterable[Any], location: Location, *, lookahead: int, **options: Any
+) -> RunReport:
+    """``StepRunner.run`` of a stream: every sub-run to the end, one merged report; the
+    stream's first failure (every failure under ``keep_going``) is raised as a list's is."""
+    report = merged(iter_stream(hook, steps, lookahead=lookahead, **options), location)
+    report.raise_failures(bool(options.get("keep_going")))
+    return report
+
+
+def merged(reports: Iterable[RunReport], location: Any) -> RunReport:
+    """One report of a whole stream: each path's first decision, every outcome and failure."""
+    out = RunReport(location, None)
+    decisions: dict[str, Any] = {}
+    policy = None
+    for report in reports:
+        if report.plan is not None:
+            policy = policy or report.plan.policy
+            for path, decision in report.plan.decisions.items():
+                decisions.setdefault(path, decision)
+        out.outcomes.update(report.outcomes)
+        out.failures.update(report.failures)
+        out.not_run.update(report.not_run)
+        out.durations.update(report.durations)
+        out.attempts.update(report.attempts)
+    if policy is not None:
+        out.plan = Plan(decisions, policy)
+    return out

@@ -1,0 +1,100 @@
+"""Issue 48.1: run-wide versions (Marin's ``VersionCodex``): deferred versions, overrides."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from marin.cli import main
+from marin.execution.errors import InvalidStepError
+from marin.execution.lazy import DEFER, ArtifactStep, VersionCodex, apply, build_context, lower, run
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
+
+
+def tokens(n: int) -> dict[str, int]:
+    return {"n": n}
+
+
+def train(tok: str) -> str:
+    return tok
+
+
+def pipeline() -> ArtifactStep:
+    tok = apply("tok/bpe", tokens, version=DEFER, n=3)
+    return apply("train", train, version=DEFER, tok=tok)
+
+
+def test_the_codex_gives_deferred_versions_and_an_override_wins() -> None:
+    spec = lower(pipeline(), versions=VersionCodex("v3", {"tok/bpe": "v4"}))
+    assert spec.step_id == "train@v3"
+    assert spec.deps[0].step_id == "tok/bpe@v4"
+    assert spec.deps[0].provenance["version_from"] == "override"
+    assert spec.provenance["versions"] == {"default": "v3", "overrides": {"tok/bpe": "v4"}}
+    with build_context(VersionCodex("v5")):
+        assert lower(pipeline()).step_id == "train@v5"
+
+
+def test_a_fixed_version_wins_and_the_version_is_identity() -> None:
+    fixed = apply("train", train, version="v1", tok="x")
+    assert lower(fixed, versions=VersionCodex("v9")).step_id == "train@v1"
+    a = lower(pipeline(), versions=VersionCodex("v3"))
+    b = lower(pipeline(), versions=VersionCodex("v4"))
+    assert a.fingerprint != b.fingerprint
+
+
+def test_no_silent_dev_a_deferred_version_without_a_codex_is_an_error() -> None:
+    with pytest.raises(InvalidStepError, match=r"tok/bpe defers its version.*--version"):
+        lower(pipeline())
+    with pytest.raises(InvalidStepError, match="train defers"):
+        lower(pipeline(), versions=VersionCodex(overrides={"tok/bpe": "v4"}))
+
+
+def test_an_unused_override_is_refused_with_did_you_mean() -> None:
+    with pytest.raises(InvalidStepError, match="did you mean tok/bpe"):
+        lower(pipeline(), versions=VersionCodex("v3", {"tok/bp": "v4"}))
+    fixed = apply("train", train, version="v1", tok="x")
+    with pytest.raises(InvalidStepError, match="names no step that defers"):
+        lower(fixed, versions=VersionCodex("v3", {"train": "v4"}))
+
+
+def test_bad_versions_fail_when_the_codex_is_made() -> None:
+    with pytest.raises(InvalidStepError):
+        VersionCodex("../x")
+    with pytest.raises(InvalidStepError):
+        VersionCodex("v1", {"tok": "a/../b"})
+    with pytest.raises(InvalidStepError):
+        VersionCodex.from_data({"default": "v1", "code": "import os"})
+
+
+def test_run_records_the_codex_in_provenance(tmp_path) -> None:
+    (artifact,) = run(
+        pipeline(), prefix=str(tmp_path), versions=VersionCodex("v3", {"tok/bpe": "v4"})
+    )
+    record = read_record(open_prefix(str(tmp_path)), "tok/bpe/v4")
+    assert record is not None
+    lowered = record.provenance["lowered"]
+    assert lowered["version_from"] == "override"
+    assert lowered["versions"]["overrides"] == {"tok/bpe": "v4"}
+    assert artifact.spec.step_id == "train@v3"
+
+
+def test_cli_version_and_override_reach_the_plan(tmp_path, capsys, monkeypatch) -> None:
+    mod = tmp_path / "pipe48.py"
+    mod.write_text(
+        "from tests.test_run_versions import pipeline\npipe = pipeline()\n", encoding="utf-8"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    prefix = str(tmp_path / "out")
+    args = ["plan", f"{mod}:pipe", "--prefix", prefix, "--json"]
+    assert main([*args, "--version", "v3", "--override", "tok/bpe=v4"]) == 0
+    steps = {s["step"]: s for s in json.loads(capsys.readouterr().out)["steps"]}
+    assert set(steps) == {"tok/bpe@v4", "train@v3"}
+    assert steps["tok/bpe@v4"]["version_from"] == "override"
+    assert main([*args[:-1], "--version", "v3", "--override", "tok/bpe=v4"]) == 0
+    assert "versions: default v3; override tok/bpe=v4" in capsys.readouterr().out
+    assert main([*args, "--version", "v3", "--override", "tok/bp=v4"]) == 2
+    assert "did you mean tok/bpe" in capsys.readouterr().err
+    assert main(args) == 2
+    assert "defers its version" in capsys.readouterr().err

@@ -1,0 +1,82 @@
+"""Issue 48.3: ``StepRunner.run`` consumes any iterable lazily, with bounded look-ahead."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from marin.execution.errors import PipelineFailedError
+from marin.execution.lazy import ArtifactStep, apply
+from marin.execution.run.runner import StepRunner
+from marin.execution.run.stream import StreamHook, iter_stream
+
+WAIT_S = 30
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def test_a_generator_yields_the_next_config_only_after_a_result_is_seen(tmp_path) -> None:
+    """The sweep waits for step 0's result before yielding step 1: a runner that listed its
+    input first would never build step 0, and the generator would time out."""
+    seen: list[int] = []
+    first_built = threading.Event()
+
+    def watched(x: int) -> int:
+        seen.append(x * x)
+        first_built.set()
+        return x * x
+
+    def sweep() -> Iterator[ArtifactStep]:
+        yield apply("sq/0", square, version="v1", x=0)
+        yield apply("sq/1", watched, version="v1", x=1)
+        assert first_built.wait(WAIT_S), "step sq/1 was not built before the next pull"
+        # The result that was seen decides the next config.
+        yield apply("sq/2", square, version="v1", x=seen[-1] + 1)
+
+    report = StepRunner(max_concurrent=2, prefix=str(tmp_path)).run(sweep())
+    built = {report.plan.decisions[p].spec.step_id for p in report.outcomes}
+    assert built == {"sq/0@v1", "sq/1@v1", "sq/2@v1"}
+    assert seen == [1]
+    assert report.artifact(report.plan.decisions["sq/2/v1"].spec).result == 4
+
+
+def test_an_endless_generator_is_pulled_ahead_by_at_most_lookahead(tmp_path) -> None:
+    pulled: list[int] = []
+    closed = threading.Event()
+
+    def endless() -> Iterator[ArtifactStep]:
+        try:
+            for i in itertools.count():
+                pulled.append(i)
+                yield apply(f"sq/{i}", square, version="v1", x=i)
+        finally:
+            closed.set()
+
+    runner = StepRunner(prefix=str(tmp_path))
+    reports = iter_stream(StreamHook(runner.run, runner.plan), endless(), lookahead=3)
+    finished = [next(reports) for _ in range(5)]
+    reports.close()  # the consumer stops: no more pulls, the sub-runs in flight finish
+    assert all(r.outcomes for r in finished)
+    assert 5 <= len(pulled) <= 5 + 3
+    assert closed.is_set()
+
+
+def test_a_shared_step_keeps_its_first_decision_and_a_failure_is_not_retried(tmp_path) -> None:
+    calls: list[str] = []
+
+    def shared_fn() -> int:
+        calls.append("shared")
+        raise RuntimeError("boom")
+
+    shared = apply("shared", shared_fn, version="v1")
+    runs = [apply(f"use/{i}", square, version="v1", x=shared) for i in range(3)]
+    with pytest.raises(PipelineFailedError, match="shared@v1") as caught:
+        StepRunner(max_concurrent=3, prefix=str(tmp_path)).run(iter(runs), keep_going=True)
+    assert calls == ["shared"]  # planned once, failed once; no later sub-run retried it
+    report = caught.value.report
+    assert set(report.not_run) == {"use/0/v1", "use/1/v1", "use/2/v1"}

@@ -1,0 +1,165 @@
+"""Issue 48.2: per-user output scopes (Marin's ``OutputScope.USER``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from marin.cli import main
+from marin.execution.errors import InvalidStepError
+from marin.execution.lazy import apply, lower, run
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
+from tests import scope_pipeline
+from tests.reliability.conftest import REPO, child_env
+
+TARGET = f"{REPO / 'tests' / 'scope_pipeline.py'}:pipeline"
+
+
+def build_shared_base(prefix: str) -> str:
+    """The team's shared build of ``scope/base``; its build id."""
+    (artifact,) = run(scope_pipeline.base, prefix=prefix)
+    assert artifact.record is not None
+    return artifact.record.build_id
+
+
+def test_user_scope_writes_under_the_users_folder_and_reads_shared(prefix, monkeypatch) -> None:
+    monkeypatch.setenv("MARIN_USER", "alice")
+    shared_id = build_shared_base(prefix)
+    (artifact,) = run(scope_pipeline.variant, prefix=prefix)
+    location = open_prefix(prefix)
+    assert artifact.url.endswith("/users/alice/scope/variant/v1")
+    assert read_record(location, "users/alice/scope/variant/v1") is not None
+    assert read_record(location, "scope/variant/v1") is None  # nothing shared was written
+    base = read_record(location, "scope/base/v1")
+    assert base is not None and base.build_id == shared_id  # read, never rebuilt
+    assert artifact.result == f"{location.url}/scope/base/v1:1"  # the shared build's path
+    assert read_record(location, "users/alice/scope/base/v1") is None
+
+
+def test_a_user_build_wins_over_the_shared_one_for_that_user(prefix, monkeypatch) -> None:
+    monkeypatch.setenv("MARIN_USER", "bob")
+    run(scope_pipeline.base, prefix=prefix, scope="user")  # nothing shared yet: bob's own
+    build_shared_base(prefix)
+    (artifact,) = run(scope_pipeline.variant, prefix=prefix, scope="user")
+    assert artifact.result == f"{open_prefix(prefix).url}/users/bob/scope/base/v1:1"
+    monkeypatch.setenv("MARIN_USER", "carol")  # another user reads the shared one
+    (other,) = run(scope_pipeline.variant, prefix=prefix, scope="user")
+    assert other.result == f"{open_prefix(prefix).url}/scope/base/v1:1"
+
+
+def test_the_scope_is_not_identity(tmp_path) -> None:
+    shared = apply("s", scope_pipeline.make, version="v1", n=1)
+    assert lower(shared).fingerprint == lower(shared.with_options(scope="user")).fingerprint
+
+
+@pytest.mark.parametrize("user", ["root", "nobody", ""])
+def test_a_service_account_is_no_user(user, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MARIN_USER", user)
+    monkeypatch.setattr("getpass.getuser", lambda: "root")
+    with pytest.raises(InvalidStepError, match="set MARIN_USER"):
+        run(scope_pipeline.variant, prefix=str(tmp_path))
+
+
+@pytest.mark.parametrize("user", ["a/b", "..", "x y", "../../etc"])
+def test_a_user_name_that_is_not_one_path_segment_is_an_error(user, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MARIN_USER", user)
+    with pytest.raises(InvalidStepError, match="not one path segment"):
+        run(scope_pipeline.variant, prefix=str(tmp_path))
+
+
+def test_a_bad_scope_is_refused() -> None:
+    with pytest.raises(InvalidStepError, match="use one of shared, user"):
+        scope_pipeline.base.with_options(scope="team")
+
+
+def test_plan_shows_where_each_step_reads_and_writes(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("MARIN_USER", "alice")
+    prefix = str(tmp_path / "p")
+    build_shared_base(prefix)
+    assert main(["plan", TARGET, "--prefix", prefix, "--json"]) == 0
+    steps = {s["step"]: s for s in json.loads(capsys.readouterr().out)["steps"]}
+    assert steps["scope/base@v1"]["scope"] == {"reads": "shared", "writes": "shared"}
+    assert steps["scope/variant@v1"]["scope"] == {"reads": "user:alice", "writes": "user:alice"}
+    assert steps["scope/variant@v1"]["output_path"].endswith("/users/alice/scope/variant/v1")
+    assert main(["plan", TARGET, "--prefix", prefix, "--scope", "user"]) == 0
+    table = capsys.readouterr().out
+    assert "shared -> user" in table  # base: served from the shared build, else alice's own
+    assert "user:alice -> user:alice" in table
+
+
+def test_user_scope_on_s3(s3_server, monkeypatch) -> None:
+    monkeypatch.setenv("MARIN_USER", "alice")
+    prefix = f"s3://marin-tests/scope-{uuid.uuid4().hex[:8]}"
+    build_shared_base(prefix)
+    (artifact,) = run(scope_pipeline.variant, prefix=prefix)
+    location = open_prefix(prefix)
+    assert artifact.url == f"{prefix}/users/alice/scope/variant/v1"
+    assert read_record(location, "scope/variant/v1") is None
+
+
+def _driver(root: Path, user: str, prefix: str, *flags: str) -> subprocess.Popen[str]:
+    """``marin run`` as ``user`` on its own machine: own cwd, HOME and TMPDIR."""
+    home = root / user
+    (home / "home").mkdir(parents=True)
+    (home / "tmp").mkdir()
+    env = child_env(MARIN_USER=user, HOME=str(home / "home"), TMPDIR=str(home / "tmp"))
+    return subprocess.Popen(
+        [sys.executable, "-m", "marin.cli", "run", TARGET, "--prefix", prefix, "--json",
+         "--no-progress", *flags],
+        cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_two_users_racing_on_one_bucket_never_touch_each_other_or_shared(
+    s3_server, tmp_path
+) -> None:
+    prefix = f"s3://marin-tests/race-{uuid.uuid4().hex[:8]}"
+    shared_id = build_shared_base(prefix)
+    procs = [
+        _driver(tmp_path, "alice", prefix),
+        _driver(tmp_path, "bob", prefix, "--scope", "user"),
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        actions = {s["step"]: s["action"] for s in json.loads(out)["steps"]}
+        assert actions["scope/base@v1"] != "built"  # read from the shared build
+    location = open_prefix(prefix)
+    base = read_record(location, "scope/base/v1")
+    assert base is not None and base.build_id == shared_id
+    assert read_record(location, "scope/variant/v1") is None
+    for user in ("alice", "bob"):
+        record = read_record(location, f"users/{user}/scope/variant/v1")
+        assert record is not None
+        assert record.result == f"{location.url}/scope/base/v1:1"
+    assert not location.exists(location.path("users/bob/scope/base/v1"))
+
+
+def test_a_user_scope_never_rebuilds_the_shared_build_it_reads(tmp_path, monkeypatch) -> None:
+    """Placed on the shared build, which then vanished: build_step refuses to write there."""
+    from marin.execution.build.commit import build_step
+    from marin.execution.plan.scope import resolve_scopes
+
+    monkeypatch.setenv("MARIN_USER", "alice")
+    prefix = str(tmp_path / "p")
+    build_shared_base(prefix)
+    location = open_prefix(prefix)
+    (placed,) = resolve_scopes([lower(scope_pipeline.base)], location, "user")
+    assert placed.output_path == "scope/base/v1" and placed.user_home == ""
+    (tmp_path / "p" / "scope" / "base" / "v1.marin" / "record.json").unlink()
+    with pytest.raises(InvalidStepError, match="never writes a shared artifact"):
+        build_step(placed, location)
+    assert read_record(location, "scope/base/v1") is None
+
+
+def test_a_shared_step_may_not_write_inside_the_users_folder(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MARIN_USER", "alice")
+    squatter = apply("users/alice/scope/variant", scope_pipeline.make, version="v1", n=1)
+    with pytest.raises(InvalidStepError, match="inside the users' folder"):
+        run(squatter, scope_pipeline.variant, prefix=str(tmp_path))
