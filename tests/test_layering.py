@@ -3,7 +3,6 @@
 An AST reading of ``src/marin``: a module may import its own layer or one below it, never one
 above; and no import circle, between any two modules, at any depth (``graphlib``). Imports
 inside functions and under ``TYPE_CHECKING`` count too: a lazy import is still a dependency.
-Written for the layered tree that ``tools/relayout.py`` makes.
 """
 
 from __future__ import annotations

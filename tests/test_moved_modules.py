@@ -2,8 +2,7 @@
 
 An old name is the very module at its new path, and importing it raises a
 ``DeprecationWarning``; Marin's three import paths (``lazy``, ``step_runner``, ``step_spec``)
-stay real modules and import without one. Written for the layered tree that
-``tools/relayout.py`` makes (its ``MOVES`` table is the one these aliases come from).
+stay real modules and import without one. The aliases come from ``_moved.MOVED``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,6 @@
 ``marin.execution.pipeline.handles`` and ``marin.execution.run.api``.
 """
 
-# relayout: thin public module (tools/relayout.py)
-
 from marin.execution.pipeline.handles import (
     OUT,
     ArtifactStep,

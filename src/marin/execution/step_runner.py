@@ -2,8 +2,6 @@
 ``marin.execution.run.runner``.
 """
 
-# relayout: thin public module (tools/relayout.py)
-
 from marin.execution.run.runner import (
     READY_ORDERS,
     RUN_ACTIONS,

@@ -2,8 +2,6 @@
 ``marin.execution.pipeline.step_spec``.
 """
 
-# relayout: thin public module (tools/relayout.py)
-
 from marin.execution.pipeline.step_spec import StepSpec, fingerprint_of, is_absolute_location
 
 __all__ = ["StepSpec", "fingerprint_of", "is_absolute_location"]
