@@ -226,3 +226,7 @@ def one_line(exc: BaseException) -> str:
     """``exc`` as ``Type: message`` on one line of at most about 300 characters."""
     text = " ".join(str(exc).split()) or type(exc).__name__
     return f"{type(exc).__name__}: {text[:300]}"
+
+
+class RemoteJobError(MarinError, RuntimeError):
+    """A remote step's job failed, or its backend could not be reached; names the job."""

@@ -63,6 +63,7 @@ from marin.execution.pipeline.canonical import to_canonical
 from marin.execution.pipeline.context import StepContext
 from marin.execution.pipeline.isolation import StepTimeoutError
 from marin.execution.pipeline.provenance import collect_provenance, now_iso
+from marin.execution.pipeline.remote.call import pending_job, remote_build
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Policy, Stored, Upstream, decide
 from marin.execution.plan.options import DEFAULT_ON_DRIFT
@@ -715,9 +716,14 @@ def _build_holding(
     with _started_here(location, spec.output_path):
         replaced = _replaced_digest(location, spec, previous, lease)  # before it is cleared
         if earlier is not None:
+            # A remote step's unfinished job may be writing its output: it is reattached.
+            keep = spec.remote is not None and pending_job(
+                location, spec.output_path, built=earlier == Leftover.BUILD
+            )
             clear_status(location, spec.output_path)  # the held lease says RUNNING now
             delete_record(location, spec.output_path)
-            _clear_output(location, spec, built=earlier == Leftover.BUILD)
+            if not keep:
+                _clear_output(location, spec, built=earlier == Leftover.BUILD)
         # No folder to make: the lease's folder sits beside the output, so its parent exists.
         ctx = run_context(spec, location, region)
         build_id = new_id()  # known from the start: the OpenLineage run id
@@ -728,7 +734,13 @@ def _build_holding(
             run = _run_with_config(spec, made)
             log_file = _step_log(location, spec, earlier is not None)
             with Heartbeat(lease) as heartbeat, log_file as step_log:
-                with capture_step_output(step_log, label=spec.step_id), enclosing(lease):
+                with (
+                    capture_step_output(step_log, label=spec.step_id),
+                    enclosing(lease),
+                    remote_build(
+                        spec.remote, location, spec.output_path, build_id, heartbeat.lost
+                    ) as remote,  # fmt: skip
+                ):
                     try:
                         raw_result = run(ctx)
                     except BaseException:
@@ -747,6 +759,8 @@ def _build_holding(
                 **collect_provenance(finished_at, working_dir),
                 "lowered": dict(spec.provenance),
             }
+            if remote is not None and remote.job is not None:
+                provenance["job"] = remote.job.to_json()  # which job built it
             record = ArtifactRecord(
                 name=spec.name,
                 version=spec.version,

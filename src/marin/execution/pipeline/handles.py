@@ -111,6 +111,8 @@ class ArtifactStep:
     """Seconds after construction (``"2h"`` is parsed)."""
     queue: str | None = None
     isolate: bool = False
+    remote: str | None = None
+    """A backend name (``"local"``, ``"ray"``): ``fn`` runs as a durable job (docs/remote.md)."""
     runtime_args: Mapping[str, Any] | None = None
     """Values ``build_config`` reads with ``ctx.runtime_arg(key)``: live at run time,
     placeholders in the fingerprint, so changing one never changes the step's identity."""
@@ -221,14 +223,19 @@ class ArtifactStep:
         queue: str | None = None,
         isolate: bool | None = None,
         artifact_type: str | None = None,
+        remote: str | None = None,
     ) -> ArtifactStep:
         """A copy with scheduling options, which the adapters map to their engines' own.
 
         ``resources`` (``{"cpu": 4, "memory": "16GiB", "gpu": 1, "tpu": 8}``), ``timeout``
         (seconds or ``"2h"``), ``queue`` (a worker queue) and ``isolate`` (run ``fn`` in a fresh
         subprocess) are checked here and never enter the fingerprint: placement is not identity.
+        ``remote`` (a backend name) runs ``fn`` as a job that outlives this process
+        (docs/remote.md).
         """
         changes: dict[str, Any] = {}
+        if remote is not None:
+            changes["remote"] = remote
         if timeout is not None:
             changes["timeout"] = timeout
         if queue is not None:
@@ -380,6 +387,7 @@ def _check_placement(handle: ArtifactStep) -> None:
         and handle.timeout is None
         and handle.queue is None
         and handle.isolate is False
+        and handle.remote is None
     ):
         return  # the common case, kept cheap for graphs of 100,000 steps
     step_id = handle.step_id
@@ -410,6 +418,10 @@ def _check_placement(handle: ArtifactStep) -> None:
         from marin.execution.pipeline.isolation import check_importable
 
         check_importable(handle.run, step_id)
+    if handle.remote is not None:
+        from marin.execution.pipeline.remote.checks import check_remote
+
+        check_remote(handle.remote, handle.run, cast("float | None", handle.timeout), step_id)
 
 
 # --- apply -----------------------------------------------------------------------------------
@@ -781,6 +793,7 @@ def _spec_for(
         timeout=cast("float | None", handle.timeout),
         queue=handle.queue,
         isolate=handle.isolate,
+        remote=handle.remote,
         runtime_args=handle.runtime_args,
         pin=handle.override_path,
         source=handle.adopt_source,
@@ -818,6 +831,11 @@ def _guarded_run(
 def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
     """``run(build_config(ctx))``, wrapped to run isolated or under a timeout when asked."""
     call = _ConfigCall(handle.run, handle.build_config)
+    if handle.remote is not None:
+        from marin.execution.pipeline.remote.call import RemoteCall
+
+        gpus = cast(Resources, handle.resources).gpu
+        return RemoteCall(call, handle.step_id, handle.remote, gpus)
     if not handle.isolate and handle.timeout is None:
         return call
     from marin.execution.pipeline.isolation import wrap_run

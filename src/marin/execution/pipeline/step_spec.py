@@ -48,6 +48,9 @@ class StepSpec:
     """The engine's worker queue (Airflow ``queue``, a Prefect tag)."""
     isolate: bool = False
     """``fn`` runs in a fresh subprocess (lowering wraps ``run``); see ``isolation.py``."""
+    remote: str | None = None
+    """The backend that runs ``fn`` as a durable job (``"local"``, ``"ray"``); see
+    ``pipeline/remote/``. Placement, not identity: never in the fingerprint."""
     runtime_args: Mapping[str, Any] | None = None
     """Values ``build_config`` reads with ``ctx.runtime_arg(key)`` at run time; never identity."""
     pin: str | None = None
