@@ -31,10 +31,12 @@ def train(data: str, out_path: str, step: str = "train") -> dict[str, int]:
 
     assert current_context().output_path == out_path  # the run context reached the job
     if env.get("MARIN_TEST_STARTED"):
-        append_line(os.path.join(env["MARIN_TEST_STARTED"], step), str(os.getpid()))
+        append_line(
+            os.path.join(env["MARIN_TEST_STARTED"], step.replace("/", "_")), str(os.getpid())
+        )
     if env.get("MARIN_TEST_BARRIER"):
-        append_line(os.path.join(env["MARIN_TEST_BARRIER"], step), "")
-        for other in ("fan/a", "fan/b", "fan/c"):
+        append_line(os.path.join(env["MARIN_TEST_BARRIER"], step.replace("/", "_")), "")
+        for other in ("fan_a", "fan_b", "fan_c"):
             wait_for_file(os.path.join(env["MARIN_TEST_BARRIER"], other), timeout=60)
     if env.get("MARIN_TEST_GATE"):
         wait_for_file(env["MARIN_TEST_GATE"], timeout=120)
@@ -53,9 +55,9 @@ def evaluate(model: str, out_path: str) -> str:
 
 
 _data = apply("remote/data", prepare, version="v1", out_path=OUT)
-_model = apply("remote/train", train, version="v1", data=_data, out_path=OUT).with_options(
-    remote="local", retries=int(os.environ.get("MARIN_TEST_RETRIES", "0"))
-)
+_model = apply(
+    "remote/train", train, version="v1", data=_data, out_path=OUT, step="remote/train"
+).with_options(remote="local", retries=int(os.environ.get("MARIN_TEST_RETRIES", "0")))
 chain = [apply("remote/eval", evaluate, version="v1", model=_model, out_path=OUT)]
 
 fan = [
