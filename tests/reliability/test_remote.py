@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -122,3 +122,89 @@ def test_max_remote_bounds_jobs_and_not_local_steps() -> None:
     assert not slots.admit("l2") and slots.admit("r2") and not slots.admit("r3")
     assert slots.free(set()) == 3
     assert slots.admit("l1") and slots.admit("r1") and slots.admit("r2") and not slots.admit("l2")
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_failing_job_fails_step_with_log_tail_and_retry_submits_anew(
+    tmp_path: Path, retries: int
+) -> None:
+    """A job whose fn raises fails the step, naming the job and its log; retries=1 submits a
+    second job, which commits."""
+    (tmp_path / "fail").touch()
+    prefix, env = setup(
+        tmp_path, MARIN_TEST_FAIL=str(tmp_path / "fail"), MARIN_TEST_RETRIES=str(retries)
+    )
+    del env["MARIN_TEST_GATE"]
+    proc = marin_run("chain", prefix, env, tmp_path / "err")
+    code = proc.wait(timeout=60)
+    err = (tmp_path / "err").read_text()
+    location = open_prefix(prefix)
+    if retries == 0:
+        assert code != 0 and read_record(location, TRAIN) is None
+        assert "local job marin-" in err and "failed: RuntimeError: loss is nan" in err
+        assert re.search(r"last lines of its log:\W+training diverged", err)  # the log tail
+        assert "training diverged" in (Path(prefix) / f"{TRAIN}.marin" / "log.txt").read_text()
+        assert read_job(location, TRAIN) is None  # the next run submits a new job
+        assert len(calls(tmp_path)) == 1
+        return
+    assert code == 0, err
+    record = read_record(location, TRAIN)
+    assert record is not None and len(calls(tmp_path)) == 2 and len(job_folders(prefix)) == 2
+    assert record.provenance["job"]["job_id"] in job_folders(prefix)
+
+
+def test_lost_lease_cancels_the_job_and_never_commits(tmp_path: Path) -> None:
+    """A stalls (heartbeat paused) until B takes over and reattaches; A wakes, finds its lease
+    lost, cancels its job and commits nothing; B sees the job stopped, submits anew, commits."""
+    prefix, env = setup(tmp_path, MARIN_LEASE_TTL="1")
+    resume = tmp_path / "resume"
+    a_env = {**env, "MARIN_FAULT_PAUSE_HEARTBEAT": f"until:{resume}"}
+    a = marin_run("chain", prefix, a_env, tmp_path / "a.err")
+    wait_for_file(str(tmp_path / "started" / "remote_train"))
+    first_job = job_folders(prefix)[0]
+    b = marin_run("chain", prefix, env, tmp_path / "b.err")
+    wait_for_text(tmp_path / "b.err", f"reattach remote/train@v1: local job {first_job}")
+    resume.touch()
+    wait_for_file(f"{prefix}/{TRAIN}.marin/{first_job}/cancelled")
+    (tmp_path / "gate").touch()
+    assert b.wait(timeout=60) == 0, (tmp_path / "b.err").read_text()
+    a.wait(timeout=60)
+    assert "lost the lease while local job" in (tmp_path / "a.err").read_text()
+    record = read_record(open_prefix(prefix), TRAIN)
+    assert record is not None and record.provenance["job"]["job_id"] != first_job
+    assert len(job_folders(prefix)) == 2 and len(calls(tmp_path)) == 2
+
+
+def test_job_record_create_holds_between_racing_drivers_on_s3(s3_server: dict[str, str]) -> None:
+    """Two drivers past the lease: one job.json create wins; the other reads the winner's."""
+    os.environ.update(s3_server)
+    location = open_prefix(f"s3://marin-tests/remote-{os.getpid()}-{time.time_ns()}")
+    barrier = threading.Barrier(8)
+    won: list[str] = []
+
+    def race(i: int) -> None:
+        mine = JobRecord("local", f"job-{i}", f"build-{i}", "now", {})
+        barrier.wait()
+        won.append(create_job(location, "s/v1", mine).job_id)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(won)) == 1 and read_job(location, "s/v1").job_id == won[0]  # type: ignore[union-attr]
+
+
+def test_remote_option_is_checked_and_not_fingerprinted() -> None:
+    plain = apply("m/train", remote_pipelines.train, version="v1", data="d", out_path=OUT)
+    remote = plain.with_options(remote="local")
+    assert lower(remote).fingerprint == lower(plain).fingerprint
+    with pytest.raises(
+        InvalidStepError, match=r"remote='nope' names no registered backend.*m/train"
+    ):
+        lower(plain.with_options(remote="nope"))
+    with pytest.raises(InvalidStepError, match="drop timeout="):
+        lower(plain.with_options(remote="local", timeout=5))
+    inline = apply("m/x", lambda out_path: 1, version="v1", out_path=OUT)
+    with pytest.raises(InvalidStepError, match="cannot be imported by reference"):
+        lower(inline.with_options(remote="local"))

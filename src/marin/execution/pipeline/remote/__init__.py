@@ -8,10 +8,8 @@ from marin.execution.pipeline.remote.protocol import (
     JobSpec,
     JobStatus,
     RemoteBackend,
-    backend_names,
-    get_backend,
-    register_backend,
 )
+from marin.execution.pipeline.remote.registry import backend_names, get_backend, register_backend
 
 __all__ = [
     "JobHandle",

@@ -45,7 +45,8 @@ from marin.execution.pipeline.remote.job_record import (
     replace_job,
 )
 from marin.execution.pipeline.remote.poller import POLLER, Watch
-from marin.execution.pipeline.remote.protocol import JobHandle, JobSpec, RemoteBackend, get_backend
+from marin.execution.pipeline.remote.protocol import JobHandle, JobSpec, RemoteBackend
+from marin.execution.pipeline.remote.registry import get_backend
 from marin.execution.store.location import Location, with_retries
 from marin.execution.store.records import metadata_dir
 from marin.execution.vocabulary import JobState
@@ -53,6 +54,7 @@ from marin.execution.vocabulary import JobState
 log = logging.getLogger("marin")
 
 LOG_TAIL_LINES = 40
+_GONE = (JobState.STOPPED, JobState.LOST)
 
 
 @dataclass
@@ -134,6 +136,20 @@ class RemoteCall:
             )
         backend = get_backend(self.backend, self.step_id)
         job = self._attach_or_submit(backend, build, ctx)
+        watch = self._wait(backend, build, job)
+        gone = watch.status is not None and watch.status.state in _GONE
+        if gone and job.build_id != build.build_id:
+            # A reattached job stopped (its displaced holder cancelled it) or vanished: this
+            # build submits its own, once; its own job ending so is a failure.
+            log.info("resubmit %s: %s job %s is %s", self.step_id, job.backend, job.job_id,
+                     watch.status.state if watch.status else "")  # fmt: skip
+            job = self._attach_or_submit(backend, build, ctx)
+            watch = self._wait(backend, build, job)
+        return self._collect(backend, build, job, watch)
+
+    def _wait(self, backend: RemoteBackend, build: RemoteBuild, job: JobRecord) -> Watch:
+        """Wait on the poller; a lost lease cancels the job (the displaced holder never
+        commits, and its job must stop writing)."""
         with _running_lock:
             _running[self.step_id] = job
         try:
@@ -142,13 +158,13 @@ class RemoteCall:
             with _running_lock:
                 _running.pop(self.step_id, None)
         if watch.lease_lost:
-            backend.cancel(job.handle)  # the displaced holder's job must stop writing
+            backend.cancel(job.handle)
             raise LeaseLostError(
                 f"lost the lease while {job.backend} job {job.job_id} ran; the job was cancelled",
                 "nothing was committed by this runner; the new holder builds the step",
                 self.step_id,
             )
-        return self._collect(backend, build, job, watch)
+        return watch
 
     def _attach_or_submit(
         self, backend: RemoteBackend, build: RemoteBuild, ctx: StepContext
@@ -206,14 +222,17 @@ class RemoteCall:
         if status.state == JobState.SUCCEEDED and status.result is not None:
             try:
                 return decode_outcome(status.result, self.step_id, f"{job.backend} job")
-            except BaseException as exc:
+            except Exception as exc:
                 delete_job(build.location, build.output_path)  # a retry submits a new job
-                exc.add_note(f"{job.backend} job {job.job_id}, last lines of its log:\n{tail}")
-                raise
+                raise _failed(self.step_id, job, f"{type(exc).__name__}: {exc}", tail) from exc
         delete_job(build.location, build.output_path)
-        raise RemoteJobError(
-            f"{job.backend} job {job.job_id} ended {status.state}"
-            f"{': ' + status.detail if status.detail else ''}; last lines of its log:\n{tail}",
-            "fix the cause in the log, then run again (a new job is submitted)",
-            self.step_id,
-        )
+        detail = f"ended {status.state}" + (f" ({status.detail})" if status.detail else "")
+        raise _failed(self.step_id, job, detail, tail)
+
+
+def _failed(step_id: str, job: JobRecord, what: str, tail: str) -> RemoteJobError:
+    return RemoteJobError(
+        f"{job.backend} job {job.job_id} failed: {what}; the last lines of its log:\n{tail}",
+        "fix the cause, then run again (a new job is submitted)",
+        step_id,
+    )

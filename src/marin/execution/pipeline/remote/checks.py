@@ -8,7 +8,7 @@ from typing import Any
 
 from marin.execution.errors import InvalidStepError
 from marin.execution.pipeline.isolation import check_importable
-from marin.execution.pipeline.remote.protocol import get_backend
+from marin.execution.pipeline.remote.registry import get_backend
 
 
 def check_remote(remote: object, run: Callable[..., Any], timeout: float | None, step: str) -> None:

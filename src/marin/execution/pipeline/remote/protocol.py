@@ -1,17 +1,16 @@
-"""The backend protocol of remote steps (``with_options(remote="local")``), and its registry.
+"""The backend protocol of remote steps (``with_options(remote="local")``).
 
 A backend places a step's call somewhere else (a detached process, a Ray cluster, Slurm...) and
 answers four questions about it; the core does everything else (the job record, the lease, the
-wait, the commit). Register your own with ``register_backend("slurm", SlurmBackend())``.
+wait, the commit). Register your own with ``register_backend("slurm", SlurmBackend())``
+(``registry.py``).
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from marin.execution.errors import InvalidStepError
 from marin.execution.vocabulary import JobState
 
 
@@ -74,48 +73,3 @@ class RemoteBackend(Protocol):
     def cancel(self, handle: JobHandle) -> None:
         """Stop the job and whatever it started; a job already ended is left alone."""
         ...
-
-
-_registry: dict[str, RemoteBackend] = {}
-_registry_lock = threading.Lock()
-
-
-def register_backend(name: str, backend: RemoteBackend) -> None:
-    """Make ``backend`` available as ``with_options(remote=name)``."""
-    if not isinstance(backend, RemoteBackend):
-        raise TypeError(f"{backend!r} lacks submit/status/logs/cancel")
-    with _registry_lock:
-        _registry[name] = backend
-
-
-def backend_names() -> list[str]:
-    _builtin()
-    with _registry_lock:
-        return sorted(_registry)
-
-
-def get_backend(name: str, step_id: str | None = None) -> RemoteBackend:
-    """The backend registered as ``name``; an error naming the step, the field and the fix."""
-    _builtin()
-    with _registry_lock:
-        found = _registry.get(name)
-    if found is None:
-        raise InvalidStepError(
-            f"remote={name!r} names no registered backend (known: {', '.join(backend_names())})",
-            "use remote='local' or 'ray', or register_backend(name, backend) before lowering",
-            step_id,
-        )
-    return found
-
-
-def _builtin() -> None:
-    """The built-in backends, registered on first use (Ray's client is imported only by it)."""
-    with _registry_lock:
-        if "local" in _registry:
-            return
-    from marin.execution.pipeline.remote.local import LocalBackend
-    from marin.execution.pipeline.remote.ray import RayBackend
-
-    with _registry_lock:
-        _registry.setdefault("local", LocalBackend())
-        _registry.setdefault("ray", RayBackend())
