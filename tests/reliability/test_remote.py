@@ -208,3 +208,19 @@ def test_remote_option_is_checked_and_not_fingerprinted() -> None:
     inline = apply("m/x", lambda out_path: 1, version="v1", out_path=OUT)
     with pytest.raises(InvalidStepError, match="cannot be imported by reference"):
         lower(inline.with_options(remote="local"))
+
+
+def test_ctrl_c_names_the_running_job_and_the_next_run_reattaches(tmp_path: Path) -> None:
+    prefix, env = setup(tmp_path)
+    first = marin_run("chain", prefix, env, tmp_path / "first.err")
+    wait_for_file(str(tmp_path / "started" / "remote_train"))
+    job = job_folders(prefix)[0]
+    first.send_signal(signal.SIGINT)
+    first.wait(timeout=30)
+    err = (tmp_path / "first.err").read_text()
+    assert f"local job {job} of remote/train@v1 keeps running" in err and "reattaches" in err
+    (tmp_path / "gate").touch()
+    second = marin_run("chain", prefix, env, tmp_path / "second.err")
+    assert second.wait(timeout=60) == 0, (tmp_path / "second.err").read_text()
+    assert f"reattach remote/train@v1: local job {job}" in (tmp_path / "second.err").read_text()
+    assert len(calls(tmp_path)) == 1 and job_folders(prefix) == [job]

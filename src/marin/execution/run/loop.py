@@ -48,6 +48,7 @@ from marin.execution.build.lineage import pipeline_finished, pipeline_started
 from marin.execution.errors import AbandonedError
 from marin.execution.heap import frozen_heap
 from marin.execution.pipeline.context import assigned_devices
+from marin.execution.pipeline.remote.call import warn_running_jobs
 from marin.execution.pipeline.resources import Grant, ResourcePool
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Plan, Policy, Upstream
@@ -324,6 +325,7 @@ class RunLoop:
                 return items
 
     def _leave(self) -> None:
+        warn_running_jobs()
         if (self.scheduler.running or self._rebuilding) and not self.exit_on_interrupt:
             # Leaving while fn still runs in this process (a second Ctrl-C, or any error here):
             # those builds keep their leases until fn returns, and never commit.

@@ -100,6 +100,21 @@ def running_jobs() -> dict[str, JobRecord]:
         return dict(_running)
 
 
+def warn_running_jobs() -> None:
+    """On an interrupt: name each job this process waits for; none is orphaned silently."""
+    for step_id, job in sorted(running_jobs().items()):
+        log.warning(
+            "interrupted: %s job %s of %s keeps running; the next `marin run` reattaches to it "
+            "(to stop it instead, cancel it in %s)",
+            job.backend,
+            job.job_id,
+            step_id,
+            "its process group: kill -- -<pid in its pid.json>"
+            if job.backend == "local"
+            else job.backend,
+        )
+
+
 def pending_job(location: Location, output_path: str, built: bool) -> bool:
     """Whether a job record of an unfinished build is there (its output must not be cleared:
     the job may be writing it); a committed build's (``built``) is removed, as its record is."""
