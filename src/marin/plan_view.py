@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from marin.execution.build.lineage.names import artifact_names
+from marin.execution.pipeline.remote.view import describe_job, job_view
 from marin.execution.pipeline.resources import describe_placement, placement_of
 from marin.execution.plan.decide import ACTIONS, STATUSES, Decision, Plan
 from marin.execution.store.location import Location
@@ -141,7 +142,15 @@ def _step_json(d: Decision, location: Location) -> dict[str, Any]:
         # Only for steps with placement options (docs/resources.md), so plans of pipelines
         # without any are unchanged.
         **({"placement": placement_of(d.spec)} if describe_placement(d.spec) else {}),
+        **({"job": job} if (job := _job(d, location)) is not None else {}),
     }
+
+
+def _job(d: Decision, location: Location) -> dict[str, Any] | None:
+    """A remote step's recorded job that the next run reattaches to (docs/remote.md)."""
+    if d.spec.remote is None or d.action != Action.BUILD:
+        return None
+    return job_view(location, d.spec.output_path)
 
 
 def terminal_width() -> int:
@@ -190,6 +199,9 @@ def plan_table(
         if state.code_drift:
             reason += "".join(f"\n  {safe_text(line)}" for line in state.code_drift)
         placement = describe_placement(state.spec)
+        job = _job(state, location)
+        if job is not None:
+            reason += f"\n  {safe_text(describe_job(job))}"
         shown = shown_status(state)
         cells = [
             SYMBOLS[shown],

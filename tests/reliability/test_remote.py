@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -48,6 +49,24 @@ def marin_run(
     )
 
 
+def marin_cli(command: str, target: str, prefix: str, env: dict[str, str], *extra: str) -> str:
+    where = (
+        [f"tests/reliability/remote_pipelines.py:{target}", "--prefix", prefix]
+        if target
+        else [prefix]
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "marin.cli", command, *where, *extra],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def wait_for_text(path: Path, text: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while text not in path.read_text():
@@ -88,6 +107,9 @@ def test_sigkilled_driver_reattaches_one_job(tmp_path: Path) -> None:
     first.wait()
     job_pid = int(started.read_text().split()[0])
     assert start_time(job_pid) is not None  # the job outlived its driver
+    plan = marin_cli("plan", "chain", prefix, env, "--json")
+    shown = next(s["job"] for s in json.loads(plan)["steps"] if s["step"] == "remote/train@v1")
+    assert shown["state"] == "running" and shown["job_id"] == job_folders(prefix)[0]
     second = marin_run("chain", prefix, env, tmp_path / "second.err")
     wait_for_text(tmp_path / "second.err", "reattach remote/train@v1")
     (tmp_path / "gate").touch()
@@ -101,6 +123,8 @@ def test_sigkilled_driver_reattaches_one_job(tmp_path: Path) -> None:
     assert record.result == {"pid": job_pid}
     assert read_record(location, "remote/eval/v1") is not None  # downstream built from it
     assert "submit remote/train" not in (tmp_path / "second.err").read_text()
+    shown = marin_cli("show", "", f"{prefix}/{TRAIN}", env)
+    assert f"job          local job {job.job_id}" in shown
 
 
 def test_waiting_remote_steps_hold_no_slot(tmp_path: Path) -> None:
