@@ -30,7 +30,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from marin.execution.build.lineage.model import BuildEvent, PipelineEvent, PipelineRun, StepDataset
 from marin.execution.build.lineage.sender import LineageSender, flush, use_sender
@@ -187,7 +187,10 @@ def build_finished(
     else:
         state = FAIL
     message = None if error is None else f"{type(error).__name__}: {error}"[:2000]
-    extra = {} if record is None else {"duration_s": record.duration_s}
+    extra: dict[str, Any] = {} if record is None else {"duration_s": record.duration_s}
+    job = None if record is None else (record.provenance or {}).get("job")
+    if isinstance(job, dict):  # a remote step's job (docs/remote.md)
+        extra["job"] = {"backend": str(job.get("backend")), "jobId": str(job.get("job_id"))}
     _sender().submit(replace(run.started, state=state, time=now_iso(), error=message, extra=extra))
 
 
