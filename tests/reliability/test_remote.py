@@ -248,3 +248,15 @@ def test_ctrl_c_names_the_running_job_and_the_next_run_reattaches(tmp_path: Path
     assert second.wait(timeout=60) == 0, (tmp_path / "second.err").read_text()
     assert f"reattach remote/train@v1: local job {job}" in (tmp_path / "second.err").read_text()
     assert len(calls(tmp_path)) == 1 and job_folders(prefix) == [job]
+
+
+def test_the_example_trains_as_a_local_job(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "marin.cli", "run", "examples/remote_train.py:pipeline",
+         "--prefix", str(tmp_path / "p")],
+        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    record = read_record(open_prefix(str(tmp_path / "p")), "linear/train/v1")
+    assert record is not None and record.provenance["job"]["backend"] == "local"
+    assert record.result == {"w": 3.0, "b": 0.998}
