@@ -5,6 +5,7 @@ Controlled through environment variables, which the ``local`` jobs inherit from 
 - ``MARIN_TEST_STARTED``: a folder; a remote ``fn`` creates ``<step>`` there when it starts;
 - ``MARIN_TEST_GATE``: a remote ``fn`` waits for this file before it finishes;
 - ``MARIN_TEST_FAIL``: a file; while it exists, a remote ``fn`` prints and raises;
+- ``MARIN_TEST_BACKEND``: ``chain``'s remote backend (default ``local``);
 - ``MARIN_TEST_BARRIER``: a folder; ``fan``'s three steps each wait there for all three.
 """
 
@@ -59,7 +60,10 @@ def evaluate(model: str, out_path: str) -> str:
 _data = apply("remote/data", prepare, version="v1", out_path=OUT)
 _model = apply(
     "remote/train", train, version="v1", data=_data, out_path=OUT, step="remote/train"
-).with_options(remote="local", retries=int(os.environ.get("MARIN_TEST_RETRIES", "0")))
+).with_options(
+    remote=os.environ.get("MARIN_TEST_BACKEND", "local"),
+    retries=int(os.environ.get("MARIN_TEST_RETRIES", "0")),
+)
 chain = [apply("remote/eval", evaluate, version="v1", model=_model, out_path=OUT)]
 
 fan = [

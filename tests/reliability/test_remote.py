@@ -49,7 +49,9 @@ def marin_run(
     )
 
 
-def marin_cli(command: str, target: str, prefix: str, env: dict[str, str], *extra: str) -> str:
+def marin_cli(
+    command: str, target: str, prefix: str, env: dict[str, str], *extra: str, ok: bool = True
+) -> str:
     where = (
         [f"tests/reliability/remote_pipelines.py:{target}", "--prefix", prefix]
         if target
@@ -63,7 +65,7 @@ def marin_cli(command: str, target: str, prefix: str, env: dict[str, str], *extr
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0, done.stderr
+    assert (done.returncode == 0) == ok, done.stderr
     return done.stdout
 
 
@@ -169,9 +171,15 @@ def test_failing_job_fails_step_with_log_tail_and_retry_submits_anew(
         assert re.search(r"last lines of its log:\W+training diverged", err)  # the log tail
         assert "training diverged" in (Path(prefix) / f"{TRAIN}.marin" / "log.txt").read_text()
         assert read_job(location, TRAIN) is None  # the next run submits a new job
-        assert len(calls(tmp_path)) == 1
+        (tmp_path / "fail").touch()
+        report = json.loads(marin_cli("run", "chain", prefix, env, "--json", ok=False))
+        failed = next(s for s in report["steps"] if s["step"] == "remote/train@v1")
+        assert failed["action"] == "failed" and failed["job"]["job_id"] in job_folders(prefix)
+        assert len(calls(tmp_path)) == 2
         return
     assert code == 0, err
+    report = json.loads(marin_cli("run", "chain", prefix, env, "--json"))  # all built now
+    assert all("job" not in step for step in report["steps"])  # a served step ran no job
     record = read_record(location, TRAIN)
     assert record is not None and len(calls(tmp_path)) == 2 and len(job_folders(prefix)) == 2
     assert record.provenance["job"]["job_id"] in job_folders(prefix)

@@ -246,8 +246,10 @@ class RemoteCall:
 
 
 def _failed(step_id: str, job: JobRecord, what: str, tail: str) -> RemoteJobError:
-    return RemoteJobError(
+    error = RemoteJobError(
         f"{job.backend} job {job.job_id} failed: {what}; the last lines of its log:\n{tail}",
         "fix the cause, then run again (a new job is submitted)",
         step_id,
     )
+    error.job = job.to_json()
+    return error

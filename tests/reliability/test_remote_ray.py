@@ -1,0 +1,61 @@
+"""Remote steps on a real single-node Ray cluster on loopback (``marin_testing.ray``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from marin.execution.pipeline.remote.job_record import read_job
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
+from tests.reliability.conftest import child_env
+from tests.reliability.pipelines import wait_for_file
+from tests.reliability.test_remote import TRAIN, calls, marin_run, wait_for_text
+
+pytest.importorskip("ray.job_submission")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def controls(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The test's control files, and a Ray cluster whose jobs see them."""
+    from marin_testing.ray import RayCluster
+
+    (tmp_path / "started").mkdir()
+    env = child_env(
+        MARIN_TEST_CALLS=str(tmp_path / "calls"),
+        MARIN_TEST_STARTED=str(tmp_path / "started"),
+        MARIN_TEST_GATE=str(tmp_path / "gate"),
+        MARIN_TEST_BACKEND="ray",
+        MARIN_REMOTE_POLL_MAX_S="0.5",
+    )
+    with RayCluster(env) as cluster:
+        yield {**env, "RAY_ADDRESS": cluster.address}
+
+
+def test_sigkilled_driver_reattaches_one_ray_job(tmp_path: Path, controls: dict[str, str]) -> None:
+    prefix = str(tmp_path / "prefix")
+    first = marin_run("chain", prefix, controls, tmp_path / "first.err")
+    wait_for_file(str(tmp_path / "started" / "remote_train"), timeout=120)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    job = read_job(open_prefix(prefix), TRAIN)
+    assert job is not None and job.backend == "ray"
+    from ray.job_submission import JobSubmissionClient
+
+    with pytest.raises(RuntimeError):  # Ray itself refuses a second job of this build
+        JobSubmissionClient(controls["RAY_ADDRESS"]).submit_job(
+            entrypoint="true", submission_id=job.job_id
+        )
+    second = marin_run("chain", prefix, controls, tmp_path / "second.err")
+    wait_for_text(tmp_path / "second.err", f"reattach remote/train@v1: ray job {job.job_id}")
+    (tmp_path / "gate").touch()
+    assert second.wait(timeout=120) == 0, (tmp_path / "second.err").read_text()
+    assert len(calls(tmp_path)) == 1
+    record = read_record(open_prefix(prefix), TRAIN)
+    assert record is not None and record.provenance["job"]["job_id"] == job.job_id
+    assert read_record(open_prefix(prefix), "remote/eval/v1") is not None
