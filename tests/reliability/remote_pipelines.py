@@ -37,7 +37,7 @@ def train(data: str, out_path: str, step: str = "train") -> dict[str, int]:
         )
     if env.get("MARIN_TEST_BARRIER"):
         append_line(os.path.join(env["MARIN_TEST_BARRIER"], step.replace("/", "_")), "")
-        for other in ("fan_a", "fan_b", "fan_c"):
+        for other in env.get("MARIN_TEST_BARRIER_STEPS", "fan_a,fan_b,fan_c").split(","):
             wait_for_file(os.path.join(env["MARIN_TEST_BARRIER"], other), timeout=60)
     if env.get("MARIN_TEST_GATE"):
         wait_for_file(env["MARIN_TEST_GATE"], timeout=120)
@@ -71,4 +71,12 @@ fan = [
         remote="local"
     )
     for name in ("fan/a", "fan/b", "fan/c")
+]
+
+# Two remote steps in a one-slot pool (Airflow: deferred tasks give their slot back).
+pooled = [
+    apply(name, train, version="v1", data=name, out_path=OUT, step=name).with_options(
+        remote="local", pool="one"
+    )
+    for name in ("fan/a", "fan/b")
 ]

@@ -63,7 +63,7 @@ from marin.execution.pipeline.canonical import to_canonical
 from marin.execution.pipeline.context import StepContext
 from marin.execution.pipeline.isolation import StepTimeoutError
 from marin.execution.pipeline.provenance import collect_provenance, now_iso
-from marin.execution.pipeline.remote.call import pending_job, remote_build
+from marin.execution.pipeline.remote.call import JobWaiting, pending_job, remote_build
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Policy, Stored, Upstream, decide
 from marin.execution.plan.options import DEFAULT_ON_DRIFT
@@ -801,7 +801,7 @@ def _build_holding(
                 raise _lost(location, spec, lease)
         except BaseException as exc:
             build_finished(lineage_run, exc)
-            if not isinstance(exc, LeaseLostError):
+            if not isinstance(exc, LeaseLostError | JobWaiting):  # JobWaiting: not an end
                 _best_effort_status(
                     location,
                     spec,

@@ -90,6 +90,30 @@ def remote_build(
         _current.reset(reset)
 
 
+_defer: contextvars.ContextVar[bool] = contextvars.ContextVar("marin_remote_defer", default=False)
+
+
+class JobWaiting(Exception):
+    """Raised instead of waiting (under ``defer_waits``): the job runs; the engine waits for
+    it elsewhere (an Airflow trigger) and builds the step again, which collects it.
+    ``build_step`` writes no FAILED status for it."""
+
+    def __init__(self, step_id: str, job: JobRecord) -> None:
+        super().__init__(f"{step_id}: waiting for {job.backend} job {job.job_id}")
+        self.step_id = step_id
+        self.job = job
+
+
+@contextlib.contextmanager
+def defer_waits() -> Iterator[None]:
+    """Within: a remote call whose job is running raises ``JobWaiting`` instead of waiting."""
+    reset = _defer.set(True)
+    try:
+        yield
+    finally:
+        _defer.reset(reset)
+
+
 _running_lock = threading.Lock()
 _running: dict[str, JobRecord] = {}
 """step id -> the job this process waits for: the Ctrl-C summary names them."""
@@ -151,6 +175,8 @@ class RemoteCall:
             )
         backend = get_backend(self.backend, self.step_id)
         job = self._attach_or_submit(backend, build, ctx)
+        if _defer.get() and backend.status(job.handle).state == JobState.RUNNING:
+            raise JobWaiting(self.step_id, job)
         watch = self._wait(backend, build, job)
         gone = watch.status is not None and watch.status.state in _GONE
         if gone and job.build_id != build.build_id:
