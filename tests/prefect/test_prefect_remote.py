@@ -13,9 +13,8 @@ import pytest
 
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
-from tests.reliability.conftest import child_env
 from tests.reliability.pipelines import wait_for_file
-from tests.reliability.test_remote import TRAIN, calls, job_folders
+from tests.reliability.test_remote import TRAIN, calls, job_folders, setup
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOW = """
@@ -34,13 +33,9 @@ def flow_run(prefix: str, env: dict[str, str], err: Path) -> subprocess.Popen[st
 
 @pytest.mark.slow
 def test_killed_flow_run_reattaches_to_its_job(tmp_path: Path) -> None:
-    (tmp_path / "started").mkdir()
     home = tmp_path / "prefect-home"
-    env = child_env(
-        MARIN_TEST_CALLS=str(tmp_path / "calls"),
-        MARIN_TEST_STARTED=str(tmp_path / "started"),
-        MARIN_TEST_GATE=str(tmp_path / "gate"),
-        MARIN_REMOTE_POLL_MAX_S="0.2",
+    prefix, env = setup(
+        tmp_path,
         PREFECT_HOME=str(home),
         PREFECT_SERVER_MEMO_STORE_PATH=str(home / "memo_store.toml"),
         PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(home / "storage"),
@@ -48,7 +43,6 @@ def test_killed_flow_run_reattaches_to_its_job(tmp_path: Path) -> None:
         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
     )
     env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
-    prefix = str(tmp_path / "prefix")
     first = flow_run(prefix, env, tmp_path / "first.err")
     wait_for_file(str(tmp_path / "started" / "remote_train"), timeout=120)
     os.killpg(first.pid, signal.SIGKILL)

@@ -49,9 +49,7 @@ def test_the_same_bytes_give_the_same_digest_and_one_byte_another(store_prefix: 
     assert same_output(first, again)
     one_byte = digest_of(location, "c/v1", {**TREE, "sub/part-1.txt": b"betb\n"})
     renamed = digest_of(
-        location,
-        "d/v1",
-        {"part-0.txt": b"alpha\n", "sub/part-2.txt": b"beta\n", "sub/deeper/x.bin": b"\x00\x01"},
+        location, "d/v1", {"part-0.txt": b"alpha\n", "sub/part-2.txt": b"beta\n", "sub/deeper/x.bin": b"\x00\x01"}
     )
     extra = digest_of(location, "e/v1", {**TREE, "more.txt": b""})
     digests = {first.digest, one_byte.digest, renamed.digest, extra.digest}
@@ -224,16 +222,7 @@ class _NoReads:
         self._fs = fs
 
     def __getattr__(self, name: str) -> Any:
-        if name in (
-            "open",
-            "_open",
-            "cat",
-            "cat_file",
-            "_cat_file",
-            "get",
-            "get_file",
-            "read_block",
-        ):
+        if name in ("open", "_open", "cat", "cat_file", "_cat_file", "get", "get_file", "read_block"):
             raise AssertionError(f"the output digest read data back ({name})")
         return getattr(self._fs, name)
 
@@ -288,18 +277,10 @@ def test_a_stored_output_digest_round_trips(tmp_path: Path) -> None:
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=80),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
-    ),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=20,
 )
-VALID = {
-    "digest": SCHEME + ":" + "a" * 64,
-    "files": 2,
-    "bytes": 10,
-    "unknown": None,
-    "checksums": "etag",
-}
+VALID = {"digest": SCHEME + ":" + "a" * 64, "files": 2, "bytes": 10, "unknown": None, "checksums": "etag"}
 
 
 def _check(field: str, value: Any) -> None:

@@ -12,9 +12,8 @@ import pytest
 from marin.execution.pipeline.remote.job_record import read_job
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
-from tests.reliability.conftest import child_env
 from tests.reliability.pipelines import wait_for_file
-from tests.reliability.test_remote import TRAIN, calls, marin_run, wait_for_text
+from tests.reliability.test_remote import TRAIN, calls, marin_run, setup, wait_for_text
 
 pytest.importorskip("ray.job_submission")
 pytestmark = pytest.mark.slow
@@ -25,14 +24,7 @@ def controls(tmp_path: Path) -> Iterator[dict[str, str]]:
     """The test's control files, and a Ray cluster whose jobs see them."""
     from marin_testing.ray import RayCluster
 
-    (tmp_path / "started").mkdir()
-    env = child_env(
-        MARIN_TEST_CALLS=str(tmp_path / "calls"),
-        MARIN_TEST_STARTED=str(tmp_path / "started"),
-        MARIN_TEST_GATE=str(tmp_path / "gate"),
-        MARIN_TEST_BACKEND="ray",
-        MARIN_REMOTE_POLL_MAX_S="0.5",
-    )
+    _, env = setup(tmp_path, MARIN_TEST_BACKEND="ray")
     with RayCluster(env) as cluster:
         yield {**env, "RAY_ADDRESS": cluster.address}
 

@@ -158,16 +158,10 @@ def test_another_steps_record_is_refused_on_every_store(store_prefix: str) -> No
 
     plan, _ = StepRunner(prefix=store_prefix).plan([s, t])
     decision = plan.of(s)
-    assert (decision.status, decision.action, decision.record) == (
-        StoredStatus.FOREIGN,
-        Action.BUILD,
-        None,
-    )
+    assert (decision.status, decision.action, decision.record) == (StoredStatus.FOREIGN, Action.BUILD, None)
     assert decision.refusal is not None
     # Not needed (a dependent is served from its own record): pruned, still not served.
-    assert (
-        decide(s, read_stored_step(s, location), [], Policy(), needed=False).action == Action.PRUNE
-    )
+    assert decide(s, read_stored_step(s, location), [], Policy(), needed=False).action == Action.PRUNE
 
     for force in ((), ("s",)):
         with pytest.raises(MarinError) as failed:  # the run's failure, caused by the refusal
@@ -194,10 +188,7 @@ def test_a_record_naming_another_output_is_foreign(tmp_path: Path) -> None:
     location.fs.pipe_file(path, json.dumps({**data, "output_path": "/else/x/v0"}).encode())
     plan, _ = StepRunner(prefix=prefix).plan([pipelines.s.lower()])
     decision = plan.of(pipelines.s.lower())
-    assert (
-        decision.status == StoredStatus.FOREIGN
-        and "written for the output /else/x/v0" in decision.reason
-    )
+    assert decision.status == StoredStatus.FOREIGN and "written for the output /else/x/v0" in decision.reason
     # A prefix moved as a whole keeps its records: only the part below the prefix is compared.
     moved = str(tmp_path / "moved")
     os.rename(prefix, moved)
