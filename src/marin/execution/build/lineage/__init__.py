@@ -179,10 +179,13 @@ def build_finished(
         if _open_runs.pop(run.started.build_id, None) is None:
             return  # already ended (abort_unfinished)
     from marin.execution.errors import AbandonedError, LeaseLostError
+    from marin.execution.pipeline.remote.call import JobWaiting
 
     if error is None:
         state = COMPLETE
-    elif isinstance(error, KeyboardInterrupt | SystemExit | AbandonedError | LeaseLostError):
+    elif isinstance(
+        error, KeyboardInterrupt | SystemExit | AbandonedError | LeaseLostError | JobWaiting
+    ):  # JobWaiting: an Airflow task deferred; its resumed build sends its own events
         state = ABORT
     else:
         state = FAIL
