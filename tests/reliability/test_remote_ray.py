@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import pickle
 import signal
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,3 +54,25 @@ def test_sigkilled_driver_reattaches_one_ray_job(tmp_path: Path, controls: dict[
     record = read_record(open_prefix(prefix), TRAIN)
     assert record is not None and record.provenance["job"]["job_id"] == job.job_id
     assert read_record(open_prefix(prefix), "remote/eval/v1") is not None
+
+
+def test_ray_backend_cancel_stops_the_job(
+    controls: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a lost lease calls: Ray's stop_job ends a running job (status ``stopped``)."""
+    from marin.execution.pipeline.remote.protocol import JobSpec
+    from marin.execution.pipeline.remote.ray import RayBackend
+    from marin.execution.vocabulary import JobState
+
+    monkeypatch.setenv("RAY_ADDRESS", controls["RAY_ADDRESS"])
+    call = pickle.dumps({"sys_path": sys.path, "module_files": {}}) + pickle.dumps(
+        {"target": time.sleep, "args": (120,), "kwargs": {}, "context": None}
+    )
+    backend = RayBackend()
+    handle = backend.submit(JobSpec("t@v1", call), "marin-cancel-test")
+    assert backend.submit(JobSpec("t@v1", call), "marin-cancel-test") == handle  # idempotent
+    backend.cancel(handle)
+    deadline = time.monotonic() + 60
+    while backend.status(handle).state != JobState.STOPPED:
+        assert time.monotonic() < deadline, backend.status(handle)
+        time.sleep(0.2)
