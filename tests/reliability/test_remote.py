@@ -268,3 +268,24 @@ def test_the_example_trains_as_a_local_job(tmp_path: Path) -> None:
     record = read_record(open_prefix(str(tmp_path / "p")), "linear/train/v1")
     assert record is not None and record.provenance["job"]["backend"] == "local"
     assert record.result == {"w": 3.0, "b": 0.998}
+
+
+def test_a_hostile_job_record_is_never_followed(tmp_path: Path) -> None:
+    """job.json is untrusted: a record naming a folder or id Marin never writes is replaced by
+    a job of the build's own, and nothing is read from where it points."""
+    from marin.execution.build.commit import build_step
+    from marin.execution.pipeline.remote.job_record import job_path
+
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "result.pkl").write_bytes(b"not a pickle Marin wrote")
+    location = open_prefix(str(tmp_path / "prefix"))
+    spec = apply("h/train", remote_pipelines.train, version="v1", data="d", out_path=OUT)
+    spec = spec.with_options(remote="local").lower()
+    hostile = JobRecord("local", "evil", "b", "now", {"workdir": str(tmp_path)})
+    create_job(location, spec.output_path, hostile)
+    outcome = build_step(spec, location)
+    assert outcome.record.provenance["job"]["job_id"] != "evil"
+    assert json.loads(Path(location.path(job_path(spec.output_path))).read_text())["job_id"] != (
+        "evil"
+    )

@@ -38,6 +38,7 @@ from marin.execution.pipeline.isolation import (
 )
 from marin.execution.pipeline.provenance import now_iso
 from marin.execution.pipeline.remote.job_record import (
+    JOB_ID,
     JobRecord,
     create_job,
     delete_job,
@@ -211,6 +212,10 @@ class RemoteCall:
         self, backend: RemoteBackend, build: RemoteBuild, ctx: StepContext
     ) -> JobRecord:
         found = read_job(build.location, build.output_path)
+        if found is not None and not _ours(found, build):
+            log.warning("ignoring the job record of %s: not one this step's builds write",
+                        self.step_id)  # fmt: skip
+            found = JobRecord("", "", "", "", {})  # cleared and replaced below
         if found is not None and found.backend == self.backend:
             state = backend.status(found.handle).state
             if state in (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED):
@@ -232,7 +237,10 @@ class RemoteCall:
         workdir = None
         if build.location.is_local:
             workdir = build.location.path(metadata_dir(build.output_path))
-        record = JobRecord(self.backend, key, build.build_id, now_iso(), {})
+        # What a later driver needs to find the job, known before it is submitted: a crash
+        # right after the submit leaves a record that still leads to the job.
+        known = {"workdir": workdir} if workdir else {}
+        record = JobRecord(self.backend, key, build.build_id, now_iso(), known)
         won = create_job(build.location, build.output_path, record)
         if won is not record:  # another driver got past the lease too: never a second job
             raise RemoteJobError(
@@ -246,7 +254,7 @@ class RemoteCall:
                        gpus=self.gpus, workdir=workdir)  # fmt: skip
         handle: JobHandle = backend.submit(spec, key)
         record = JobRecord(self.backend, handle.job_id, build.build_id, record.submitted_at,
-                           dict(handle.data))  # fmt: skip
+                           {**known, **handle.data})  # fmt: skip
         replace_job(build.location, build.output_path, record)
         log.info("submit %s: %s job %s", self.step_id, record.backend, record.job_id)
         build.job = record
@@ -269,6 +277,14 @@ class RemoteCall:
         delete_job(build.location, build.output_path)
         detail = f"ended {status.state}" + (f" ({status.detail})" if status.detail else "")
         raise _failed(self.step_id, job, detail, tail)
+
+
+def _ours(job: JobRecord, build: RemoteBuild) -> bool:
+    """Whether an (untrusted) job record is one ``_submit`` writes for this step: its id in
+    Marin's form, its ``workdir`` this step's metadata folder (or none)."""
+    workdir = job.data.get("workdir")
+    expected = build.location.path(metadata_dir(build.output_path))
+    return bool(JOB_ID.fullmatch(job.job_id)) and workdir in (None, expected)
 
 
 def _failed(step_id: str, job: JobRecord, what: str, tail: str) -> RemoteJobError:

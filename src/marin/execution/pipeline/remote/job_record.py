@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,9 @@ from marin.execution.store.records import metadata_dir
 log = logging.getLogger("marin")
 
 JOB_FILE = "job.json"
+JOB_ID = re.compile(r"marin-[0-9a-f]{20}")
+"""The ids Marin gives jobs (a backend's idempotency key); a record naming another is not
+Marin's, and is never followed to a folder or a cluster."""
 
 
 def job_path(output_path: str) -> str:

@@ -33,16 +33,25 @@ def jobs_root() -> str:
     return os.environ.get(JOBS_ENV) or os.path.join(tempfile.gettempdir(), "marin-jobs")
 
 
+def _folder(key: str, workdir: str | None) -> str:
+    return os.path.join(workdir or jobs_root(), key)
+
+
+def _folder_of(handle: JobHandle) -> str:
+    """The job's folder, where ``submit`` put it: from its id and the ``workdir`` the core
+    checked (``job.json`` is untrusted: a recorded folder is never followed)."""
+    return _folder(handle.job_id, handle.data.get("workdir"))
+
+
 class LocalBackend:
     """Detached processes on this machine; see the module docstring."""
 
     name = "local"
 
     def submit(self, job: JobSpec, idempotency_key: str) -> JobHandle:
-        folder = job.workdir or os.path.join(jobs_root(), idempotency_key)
-        folder = os.path.join(folder, idempotency_key) if job.workdir else folder
+        folder = _folder(idempotency_key, job.workdir)
         os.makedirs(folder, exist_ok=True)
-        handle = JobHandle(self.name, idempotency_key, {"folder": folder})
+        handle = JobHandle(self.name, idempotency_key, {})
         try:  # the key's folder is claimed once: a second submit of one key starts nothing
             fd = os.open(os.path.join(folder, "call.pkl"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
@@ -59,7 +68,7 @@ class LocalBackend:
         return handle
 
     def status(self, handle: JobHandle) -> JobStatus:
-        folder = handle.data.get("folder", "")
+        folder = _folder_of(handle)
         if not folder or not os.path.isdir(folder):
             return JobStatus(JobState.LOST, detail="its folder is gone")
         done = self._result(folder)
@@ -84,14 +93,14 @@ class LocalBackend:
 
     def logs(self, handle: JobHandle, tail: int = 40) -> str:
         try:
-            with open(os.path.join(handle.data.get("folder", ""), "log.txt"), "rb") as f:
+            with open(os.path.join(_folder_of(handle), "log.txt"), "rb") as f:
                 lines = f.read().decode(errors="replace").splitlines()
         except OSError:
             return ""
         return "\n".join(lines[-tail:])
 
     def cancel(self, handle: JobHandle) -> None:
-        folder = handle.data.get("folder", "")
+        folder = _folder_of(handle)
         pid = self._pid(folder)
         if pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -28,21 +28,22 @@ class RayBackend:
 
     name = "ray"
 
-    def _client(self, address: str | None = None) -> Any:
+    def _client(self) -> Any:
+        """The client of the cluster at ``$RAY_ADDRESS`` (never an address read from
+        ``job.json``, which is untrusted: a job's result is unpickled)."""
         try:
             from ray.job_submission import JobSubmissionClient
         except ImportError as exc:
             raise ImportError(
                 "remote='ray' needs Ray's job client: pip install 'marin-execution[ray]'"
             ) from exc
-        return JobSubmissionClient(address or os.environ.get(ADDRESS_ENV))
+        return JobSubmissionClient(os.environ.get(ADDRESS_ENV))
 
     def submit(self, job: JobSpec, idempotency_key: str) -> JobHandle:
-        address = os.environ.get(ADDRESS_ENV, "")
-        handle = JobHandle(self.name, idempotency_key, {"address": address})
+        handle = JobHandle(self.name, idempotency_key, {})
         env = {**job.env, "MARIN_CALL": base64.b64encode(job.call).decode()}
         try:
-            self._client(address).submit_job(
+            self._client().submit_job(
                 entrypoint=_ENTRY, submission_id=idempotency_key, runtime_env={"env_vars": env}
             )
         except RuntimeError as exc:  # Ray refuses a submission id it has seen: that job is ours
@@ -51,7 +52,7 @@ class RayBackend:
         return handle
 
     def status(self, handle: JobHandle) -> JobStatus:
-        client = self._client(handle.data.get("address"))
+        client = self._client()
         try:
             state = str(client.get_job_status(handle.job_id))
         except RuntimeError:
@@ -69,7 +70,7 @@ class RayBackend:
 
     def logs(self, handle: JobHandle, tail: int = 40) -> str:
         try:
-            text = str(self._client(handle.data.get("address")).get_job_logs(handle.job_id))
+            text = str(self._client().get_job_logs(handle.job_id))
         except RuntimeError:
             return ""
         cut = text.find(BEGIN)
@@ -77,4 +78,4 @@ class RayBackend:
 
     def cancel(self, handle: JobHandle) -> None:
         with contextlib.suppress(RuntimeError):  # ended or unknown: nothing of it runs
-            self._client(handle.data.get("address")).stop_job(handle.job_id)
+            self._client().stop_job(handle.job_id)

@@ -8,7 +8,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from marin.execution.pipeline.remote.job_record import read_job
+from marin.execution.pipeline.remote.job_record import JOB_ID, read_job
 from marin.execution.pipeline.remote.registry import get_backend
 from marin.execution.store.location import Location
 
@@ -18,7 +18,7 @@ log = logging.getLogger("marin")
 def job_view(location: Location, output_path: str) -> dict[str, Any] | None:
     """The step's recorded job with its state now and its age in seconds; None without one."""
     job = read_job(location, output_path)
-    if job is None:
+    if job is None or not JOB_ID.fullmatch(job.job_id):
         return None
     try:
         state: str = get_backend(job.backend).status(job.handle).state
