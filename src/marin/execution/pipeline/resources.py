@@ -559,7 +559,8 @@ def placement_of(spec: Any) -> dict[str, Any]:
         "timeout_s": getattr(spec, "timeout", None),
         "queue": getattr(spec, "queue", None),
         "isolate": bool(getattr(spec, "isolate", False)),
-        "remote": getattr(spec, "remote", None),
+        # Only when set: plans of pipelines without remote steps are unchanged.
+        **({"remote": remote} if (remote := getattr(spec, "remote", None)) else {}),
     }
 
 
