@@ -16,6 +16,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+SETTLE_S = 5.0
+"""The first look waits this long: Airflow 3.3's scheduler fails a resumed task whose trigger
+fired before it processed the deferral's own exit (apache/airflow#71580, #72716)."""
 FIRST_DELAY_S = 0.5
 MAX_DELAY_S = 30.0
 
@@ -51,6 +54,7 @@ class RemoteJobTrigger(BaseTrigger):
         backend = get_backend(self.backend)
         handle = JobHandle(self.backend, self.job_id, self.data)
         delay = FIRST_DELAY_S
+        await asyncio.sleep(SETTLE_S)
         while True:
             try:
                 state = (await asyncio.to_thread(backend.status, handle)).state
