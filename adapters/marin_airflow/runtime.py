@@ -562,6 +562,7 @@ def run_step(
     from marin.execution.build.commit import build_step
     from marin.execution.build.lineage.names import step_datasets
     from marin.execution.pipeline.provenance import engine_run
+    from marin.execution.pipeline.remote.call import JobWaiting
     from marin_airflow.assets import dag_run_lineage, record_built
 
     context = _airflow_context()
@@ -632,6 +633,8 @@ def run_step(
         ):
             outcome = build_step(spec, location, policy=policy, upstream=upstream)
     except BaseException as exc:
+        if isinstance(exc, JobWaiting):  # not an end: the operator defers
+            raise
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)
         _announce_failure(context, step)
         raise

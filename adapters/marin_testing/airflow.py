@@ -279,8 +279,13 @@ class AirflowServices:
         *,
         env: Mapping[str, str] | None = None,
         parallelism: int = 8,
+        triggerer: bool = False,
     ) -> None:
+        """``triggerer``: also run ``airflow triggerer`` (deferred tasks: remote steps)."""
         self.sandbox = sandbox
+        self.components = self.COMPONENTS + (
+            (("triggerer", ("triggerer", "--skip-serve-logs")),) if triggerer else ()
+        )
         self.dags_folder = os.path.abspath(dags_folder)
         self.port = free_port()
         self.log_dir = os.path.join(sandbox.root, "service-logs")
@@ -332,7 +337,7 @@ class AirflowServices:
     def _start_components(self) -> AirflowServices:
         env = self.env()
         try:
-            for name, args in self.COMPONENTS:
+            for name, args in self.components:
                 log = open(os.path.join(self.log_dir, f"{name}.log"), "w")  # noqa: SIM115
                 self._logs.append(log)
                 argv = [sys.executable, "-m", "airflow", *args]
@@ -389,7 +394,7 @@ class AirflowServices:
 
     def log_tail(self, chars: int = 4000) -> str:
         parts = []
-        for name, _ in self.COMPONENTS:
+        for name, _ in self.components:
             path = os.path.join(self.log_dir, f"{name}.log")
             if os.path.exists(path):
                 with open(path, errors="replace") as f:

@@ -103,6 +103,16 @@ def engine_text(record: ArtifactRecord) -> str:
     return f"{engine.get('name', '?')} {ids}".strip()
 
 
+def job_text(record: ArtifactRecord) -> str:
+    """``local job marin-ab12 (submitted ...)``: the remote job that built it, or ``""``.
+    Stored JSON is untrusted: only a mapping of strings is shown."""
+    job = (record.provenance or {}).get("job")
+    if not isinstance(job, dict):
+        return ""
+    backend, job_id, at = (str(job.get(k, "?")) for k in ("backend", "job_id", "submitted_at"))
+    return f"{backend} job {job_id} (submitted {at})"
+
+
 # --- ls ------------------------------------------------------------------------------------------
 
 
@@ -474,6 +484,7 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
         f"  duration     {record.duration_s:.3f}s",
         f"  by           {who(record)} (pid {prov.get('pid', '?')})",
         f"  engine       {engine_text(record)}",
+        *([f"  job          {job_text(record)}"] if job_text(record) else []),
         f"  git          {git}",
         f"  time         {prov.get('time', '-')}",
         f"  argv         {' '.join(str(a) for a in prov.get('argv', [])) or '-'}",

@@ -28,6 +28,7 @@ from marin.execution.errors import (
 )
 from marin.execution.plan.options import (
     DEFAULT_MAX_CONCURRENT,
+    DEFAULT_MAX_REMOTE,
     DEFAULT_ON_CODE_DRIFT,
     DEFAULT_ON_DRIFT,
     DRIFT_POLICIES,
@@ -145,6 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     observer = RunObserver(location, live=live)
     runner = StepRunner(
         max_concurrent=args.max_concurrent,
+        max_remote=args.max_remote,
         prefix=args.prefix,
         on_drift=args.on_drift,
         on_code_drift=getattr(args, "on_code_drift", DEFAULT_ON_CODE_DRIFT),
@@ -627,6 +629,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_CONCURRENT,
         metavar="N",
         help=f"steps at once (default {DEFAULT_MAX_CONCURRENT})",
+    )
+    run.add_argument(
+        "--max-remote",
+        type=int,
+        default=DEFAULT_MAX_REMOTE,
+        metavar="N",
+        help=f"remote steps' jobs in flight; they hold no step slot (default {DEFAULT_MAX_REMOTE})",
     )
     run.add_argument("--dry-run", action="store_true", help="check and report; build nothing")
     _add_force_and_drift(run)

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from marin.execution.build.lineage.names import artifact_names
+from marin.execution.pipeline.remote.view import describe_job, job_view
 from marin.execution.pipeline.resources import describe_placement, placement_of
 from marin.execution.plan.decide import ACTIONS, STATUSES, Decision, Plan
 from marin.execution.plan.resume import ResumeVerdict
@@ -153,6 +154,7 @@ def _step_json(d: Decision, location: Location, scoped: bool) -> dict[str, Any]:
             if scoped
             else {}
         ),
+        **({"job": job} if (job := _job(d, location)) is not None else {}),
     }
 
 
@@ -175,6 +177,13 @@ def codex_note(plan: Plan) -> str:
                 safe_text(VersionCodex.from_data(d.spec.provenance["versions"]).describe()) + "\n"
             )
     return ""
+
+
+def _job(d: Decision, location: Location) -> dict[str, Any] | None:
+    """A remote step's recorded job that the next run reattaches to (docs/remote.md)."""
+    if d.spec.remote is None or d.action != Action.BUILD:
+        return None
+    return job_view(location, d.spec.output_path)
 
 
 def terminal_width() -> int:
@@ -239,6 +248,9 @@ def plan_table(
         if state.resume is not None:
             reason += f"\n  {safe_text(state.resume.line())}"
         placement = describe_placement(state.spec)
+        job = _job(state, location)
+        if job is not None:
+            reason += f"\n  {safe_text(describe_job(job))}"
         shown = shown_status(state)
         cells = [
             SYMBOLS[shown],

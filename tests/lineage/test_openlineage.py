@@ -449,3 +449,20 @@ def test_a_huge_lineage_answer_is_never_read(
         assert (fresh_sender.sent, fresh_sender.dropped) == ((0, 2) if status == 500 else (2, 0))
     finally:
         endpoint.server.close()
+
+
+def test_a_remote_build_names_its_job_in_the_run_facet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_sender: lineage.LineageSender
+) -> None:
+    from tests.reliability.remote_pipelines import train
+
+    path = file_transport(tmp_path, monkeypatch)
+    step = apply("lin/remote", train, version="v1", data="d", out_path=OUT)
+    spec = step.with_options(remote="local").lower()
+    location = open_prefix(str(tmp_path / "art"))
+    outcome = build_step(spec, location)
+    assert lineage.flush(30)
+    done = read_events(path)[-1]
+    check_event(done)
+    job = done["run"]["facets"]["marin"]["remoteJob"]
+    assert job == {"backend": "local", "jobId": outcome.record.provenance["job"]["job_id"]}

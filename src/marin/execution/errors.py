@@ -7,6 +7,7 @@ print it as one line and a person knows which step to look at and what to change
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 def format_error(what: str, fix: str, step: str | None = None) -> str:
@@ -226,3 +227,10 @@ def one_line(exc: BaseException) -> str:
     """``exc`` as ``Type: message`` on one line of at most about 300 characters."""
     text = " ".join(str(exc).split()) or type(exc).__name__
     return f"{type(exc).__name__}: {text[:300]}"
+
+
+class RemoteJobError(MarinError, RuntimeError):
+    """A remote step's job failed, or its backend could not be reached; names the job."""
+
+    job: dict[str, Any] | None = None
+    """The job's record (``job.json``), for ``run --json``."""

@@ -9,7 +9,8 @@ process with SIGKILL at an exact point, so crash tests never depend on sleeping 
     MARIN_FAULT_CRASH=record-write           # SIGKILL half-way through the first record write
 
 ``MARIN_FAULT_PAUSE_HEARTBEAT=1`` stops this process renewing its leases (a stalled holder), so a
-test can let a lease expire under a live holder and check the holder then refuses to commit.
+test can let a lease expire under a live holder and check the holder then refuses to commit;
+``until:<file>`` resumes renewing once that file exists.
 
 The points, in the order a build reaches them: ``before-lease``, ``after-lease`` (lease held,
 nothing written), ``after-output`` (``fn`` returned, no record), ``record-write`` (half of the
@@ -60,4 +61,9 @@ def crash_point(point: str, step: str) -> None:
 
 
 def heartbeat_paused() -> bool:
-    return os.environ.get(PAUSE_HEARTBEAT_ENV, "") not in ("", "0")
+    """``MARIN_FAULT_PAUSE_HEARTBEAT=1`` pauses renewals for good; ``until:<file>`` until that
+    file exists (a holder that stalls, then wakes up to find its lease taken over)."""
+    value = os.environ.get(PAUSE_HEARTBEAT_ENV, "")
+    if value.startswith("until:"):
+        return not os.path.exists(value[len("until:") :])
+    return value not in ("", "0")

@@ -98,3 +98,16 @@ class OutputScope(StrEnum):
 
     SHARED = "shared"
     USER = "user"
+
+
+class JobState(StrEnum):
+    """A remote step's job as its backend reports it (``remote.md``)."""
+
+    RUNNING = "running"
+    """Submitted and not ended (queued counts: the job will run)."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    """Cancelled (a lost lease, or by hand): a build that finds it submits a new job."""
+    LOST = "lost"
+    """The backend does not know it, or it died without a word: a new job is submitted."""

@@ -71,6 +71,7 @@ from marin.execution.pipeline.canonical import to_canonical
 from marin.execution.pipeline.context import StepContext
 from marin.execution.pipeline.isolation import StepTimeoutError
 from marin.execution.pipeline.provenance import collect_provenance, now_iso
+from marin.execution.pipeline.remote.call import JobWaiting, pending_job, remote_build
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Policy, Stored, Upstream, decide
 from marin.execution.plan.options import DEFAULT_ON_CODE_DRIFT, DEFAULT_ON_DRIFT
@@ -732,9 +733,13 @@ def _build_holding(
         replaced = _replaced_digest(location, spec, previous, lease)  # before it is cleared
         attempt = start_attempt(location, spec, lease, earlier, on_code_drift)  # resumable only
         if earlier is not None:
+            # A remote step's unfinished job may be writing its output: it is reattached.
+            keep = spec.remote is not None and pending_job(
+                location, spec.output_path, built=earlier == Leftover.BUILD
+            )
             clear_status(location, spec.output_path)  # the held lease says RUNNING now
             delete_record(location, spec.output_path)
-            if attempt is None or not attempt.resumed:
+            if (attempt is None or not attempt.resumed) and not keep:
                 _clear_output(location, spec, built=earlier == Leftover.BUILD)
         # No folder to make: the lease's folder sits beside the output, so its parent exists.
         ctx = run_context(spec, location, region, lease)
@@ -750,6 +755,9 @@ def _build_holding(
                     capture_step_output(step_log, label=spec.step_id),
                     enclosing(lease),
                     running_here(location, spec),
+                    remote_build(
+                        spec.remote, location, spec.output_path, build_id, heartbeat.lost
+                    ) as remote,  # fmt: skip
                 ):
                     try:
                         raw_result = run(ctx)
@@ -770,6 +778,8 @@ def _build_holding(
                 "lowered": dict(spec.provenance),
                 **attempt_provenance(attempt),
             }
+            if remote is not None and remote.job is not None:
+                provenance["job"] = remote.job.to_json()  # which job built it
             record = ArtifactRecord(
                 name=spec.name,
                 version=spec.version,
@@ -812,7 +822,7 @@ def _build_holding(
             finish_attempt(location, spec)
         except BaseException as exc:
             build_finished(lineage_run, exc)
-            if not isinstance(exc, LeaseLostError):
+            if not isinstance(exc, LeaseLostError | JobWaiting):  # JobWaiting: not an end
                 _best_effort_status(
                     location,
                     spec,

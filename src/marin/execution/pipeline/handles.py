@@ -120,6 +120,8 @@ class ArtifactStep:
     the same fingerprint, to resume from (docs/reliability.md, "Resumable steps")."""
     keep_checkpoints: bool = False
     """A resumable step's ``checkpoint_path`` is kept after the commit (default: removed)."""
+    remote: str | None = None
+    """A backend name (``"local"``, ``"ray"``): ``fn`` runs as a durable job (docs/remote.md)."""
     runtime_args: Mapping[str, Any] | None = None
     """Values ``build_config`` reads with ``ctx.runtime_arg(key)``: live at run time,
     placeholders in the fingerprint, so changing one never changes the step's identity."""
@@ -240,6 +242,7 @@ class ArtifactStep:
         resumable: bool | None = None,
         keep_checkpoints: bool | None = None,
         scope: str | None = None,
+        remote: str | None = None,
     ) -> ArtifactStep:
         """A copy with scheduling options, which the adapters map to their engines' own.
 
@@ -249,12 +252,16 @@ class ArtifactStep:
         ``resumable`` keeps a failed attempt's partial output for the next attempt of the same
         fingerprint, and ``keep_checkpoints`` keeps its ``checkpoint_path`` after the commit.
         ``scope="user"``: built under ``<prefix>/users/<user>/`` (the step and its dependents).
+        ``remote`` (a backend name) runs ``fn`` as a job that outlives this process
+        (docs/remote.md).
         """
         changes: dict[str, Any] = {}
         if resumable is not None:
             changes["resumable"] = resumable
         if keep_checkpoints is not None:
             changes["keep_checkpoints"] = keep_checkpoints
+        if remote is not None:
+            changes["remote"] = remote
         if timeout is not None:
             changes["timeout"] = timeout
         if queue is not None:
@@ -410,6 +417,7 @@ def _check_placement(handle: ArtifactStep) -> None:
         and handle.isolate is False
         and handle.resumable is False
         and handle.keep_checkpoints is False
+        and handle.remote is None
     ):
         return  # the common case, kept cheap for graphs of 100,000 steps
     step_id = handle.step_id
@@ -441,6 +449,10 @@ def _check_placement(handle: ArtifactStep) -> None:
         from marin.execution.pipeline.isolation import check_importable
 
         check_importable(handle.run, step_id)
+    if handle.remote is not None:
+        from marin.execution.pipeline.remote.checks import check_remote
+
+        check_remote(handle.remote, handle.run, cast("float | None", handle.timeout), step_id)
 
 
 def _check_resumable(handle: ArtifactStep) -> None:
@@ -843,6 +855,7 @@ def _spec_for(
         isolate=handle.isolate,
         resumable=handle.resumable,
         keep_checkpoints=handle.keep_checkpoints,
+        remote=handle.remote,
         runtime_args=handle.runtime_args,
         pin=handle.override_path,
         source=handle.adopt_source,
@@ -898,6 +911,11 @@ def _guarded_run(
 def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
     """``run(build_config(ctx))``, wrapped to run isolated or under a timeout when asked."""
     call = _ConfigCall(handle.run, handle.build_config)
+    if handle.remote is not None:
+        from marin.execution.pipeline.remote.call import RemoteCall
+
+        gpus = cast(Resources, handle.resources).gpu
+        return RemoteCall(call, handle.step_id, handle.remote, gpus)
     if not handle.isolate and handle.timeout is None:
         return call
     from marin.execution.pipeline.isolation import wrap_run

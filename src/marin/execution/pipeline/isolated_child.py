@@ -121,8 +121,10 @@ def main(argv: list[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     data = _encode(outcome)
-    with open(result_path, "wb") as f:
-        f.write(data)
+    # Atomic: a remote job's result is read by another process, which must never see half.
+    from marin.execution.atomic_file import write_file_atomically
+
+    write_file_atomically(result_path, data)
     return 0
 
 

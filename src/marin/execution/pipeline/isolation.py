@@ -26,6 +26,7 @@ import codecs
 import contextvars
 import dataclasses
 import inspect
+import io
 import os
 import pickle
 import select
@@ -129,6 +130,56 @@ def _child_env(ctx: StepContext, gpus_requested: int) -> dict[str, str]:
     return env
 
 
+def call_payload(
+    run: Callable[[StepContext], Any],
+    ctx: StepContext,
+    step_id: str,
+    placement: str = "isolate=True",
+    die_with: int | None = None,
+) -> bytes:
+    """What ``isolated_child`` reads: plain data first (``sys.path``, module files), then the
+    call (``fn`` by reference, its config made here, and the run-time context). ``die_with``:
+    the pid whose death ends the child (a resumable isolated step's runner; never a job's)."""
+    parts = getattr(run, "parts", None)
+    args: tuple[Any, ...] = ()
+    if callable(parts):  # lowering's run(build_config(ctx)): the config is made here
+        target, args, kwargs = parts(ctx)
+    else:
+        target, args, kwargs = run, (ctx,), {}
+    # The child's context: no storage loader (ctx.resolved belongs in build_config, which
+    # runs here), so that nothing but plain data crosses the process boundary; and its
+    # devices as the child numbers them (its CUDA_VISIBLE_DEVICES lists exactly these).
+    # A resumable step's lease check goes along (it pickles): the child asks storage.
+    child_ctx = dataclasses.replace(
+        ctx,
+        loader=None,
+        _loaded={},
+        runtime_args=dict(ctx.runtime_args),
+        devices=tuple(range(len(ctx.devices))),
+        lease_check=ctx.lease_check if ctx.checkpoint_path is not None else None,
+    )
+    meta = {
+        "sys_path": list(sys.path),
+        "module_files": _module_files(target),
+        "die_with": die_with,
+    }
+    buffer = io.BytesIO()
+    pickle.dump(meta, buffer)
+    try:
+        pickle.dump(
+            {"target": target, "args": args, "kwargs": kwargs, "context": child_ctx},
+            buffer,
+            protocol=pickle.HIGHEST_PROTOCOL,
+        )
+    except Exception as exc:
+        raise InvalidStepError(
+            f"cannot send fn and its inputs to a subprocess ({type(exc).__name__}: {exc})",
+            f"{placement} needs fn importable by name and inputs that pickle",
+            step_id,
+        ) from None
+    return buffer.getvalue()
+
+
 @dataclass(frozen=True)
 class IsolatedCall:
     """``spec.run`` for an ``isolate=True`` step: ``fn`` runs in a fresh subprocess."""
@@ -143,49 +194,14 @@ class IsolatedCall:
         return _function_of(self.run)
 
     def __call__(self, ctx: StepContext) -> Any:
-        run = self.run
-        parts = getattr(run, "parts", None)
-        args: tuple[Any, ...] = ()
-        if callable(parts):  # lowering's run(build_config(ctx)): the config is made here
-            target, args, kwargs = parts(ctx)
-        else:
-            target, args, kwargs = run, (ctx,), {}
-        # The child's context: no storage loader (ctx.resolved belongs in build_config, which
-        # runs here), so that nothing but plain data crosses the process boundary; and its
-        # devices as the child numbers them (its CUDA_VISIBLE_DEVICES lists exactly these).
-        # A resumable step's lease check goes along (it pickles): the child asks storage.
-        child_ctx = dataclasses.replace(
-            ctx,
-            loader=None,
-            _loaded={},
-            runtime_args=dict(ctx.runtime_args),
-            devices=tuple(range(len(ctx.devices))),
-            lease_check=ctx.lease_check if ctx.checkpoint_path is not None else None,
-        )
-        meta = {
-            "sys_path": list(sys.path),
-            "module_files": _module_files(target),
-            # A resumable step's child dies with this process (see isolated_child._die_with).
-            "die_with": os.getpid() if ctx.checkpoint_path is not None else None,
-        }
+        # A resumable step's child dies with this process (see isolated_child._die_with).
+        die_with = os.getpid() if ctx.checkpoint_path is not None else None
+        payload = call_payload(self.run, ctx, self.step_id, die_with=die_with)
         with tempfile.TemporaryDirectory(prefix="marin-isolated-") as tmp:
             payload_path = os.path.join(tmp, "call.pkl")
             result_path = os.path.join(tmp, "result.pkl")
             with open(payload_path, "wb") as f:
-                pickle.dump(meta, f)
-                try:
-                    pickle.dump(
-                        {"target": target, "args": args, "kwargs": kwargs, "context": child_ctx},
-                        f,
-                        protocol=pickle.HIGHEST_PROTOCOL,
-                    )
-                except Exception as exc:
-                    raise InvalidStepError(
-                        "cannot send fn and its inputs to a subprocess "
-                        f"({type(exc).__name__}: {exc})",
-                        "isolate=True needs fn importable by name and inputs that pickle",
-                        self.step_id,
-                    ) from None
+                f.write(payload)
             return self._spawn(ctx, payload_path, result_path)
 
     def _spawn(self, ctx: StepContext, payload_path: str, result_path: str) -> Any:
@@ -329,13 +345,19 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 def _read_result(path: str, returncode: int, step_id: str) -> Any:
     try:
         with open(path, "rb") as f:
-            outcome = pickle.load(f)  # plain data: the result and error are pickles of their own
+            data = f.read()
     except FileNotFoundError:
         how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
         raise RuntimeError(
             f"error: the isolated process of step {step_id} ended with {how} before fn "
             "returned (see the step's log)"
         ) from None
+    return decode_outcome(data, step_id)
+
+
+def decode_outcome(data: bytes, step_id: str, where: str = "the isolated process") -> Any:
+    """``fn``'s value from ``isolated_child``'s outcome pickle, or its error raised here."""
+    outcome = pickle.loads(data)  # plain data: the result and error are pickles of their own
     if outcome["ok"]:
         try:
             return pickle.loads(outcome["result"])
@@ -351,7 +373,7 @@ def _read_result(path: str, returncode: int, step_id: str) -> Any:
         error = None
     if not isinstance(error, BaseException):
         error = RuntimeError(f"{outcome['type']}: {outcome['message']}")
-    error.add_note(f"raised in the isolated process of step {step_id}:\n{outcome['traceback']}")
+    error.add_note(f"raised in {where} of step {step_id}:\n{outcome['traceback']}")
     raise error
 
 

@@ -559,6 +559,8 @@ def placement_of(spec: Any) -> dict[str, Any]:
         "timeout_s": getattr(spec, "timeout", None),
         "queue": getattr(spec, "queue", None),
         "isolate": bool(getattr(spec, "isolate", False)),
+        # Only when set: plans of pipelines without remote steps are unchanged.
+        **({"remote": remote} if (remote := getattr(spec, "remote", None)) else {}),
     }
 
 
@@ -578,6 +580,9 @@ def describe_placement(spec: Any) -> str:
         parts.append(f"queue {queue}")
     if getattr(spec, "isolate", False):
         parts.append("isolated")
+    remote = getattr(spec, "remote", None)
+    if remote is not None:
+        parts.append(f"remote {remote}")
     return ", ".join(parts)
 
 

@@ -23,6 +23,9 @@ DRIFT_POLICIES = ("warn", "rebuild", "error")
 DEFAULT_ON_DRIFT = "warn"
 DEFAULT_ON_CODE_DRIFT = "warn"
 DEFAULT_MAX_CONCURRENT = 8
+DEFAULT_MAX_REMOTE = 64
+"""Remote steps' jobs one run keeps in flight (``--max-remote``); waiting ones hold no slot of
+``max_concurrent``, which is for work on this machine."""
 DEFAULT_CASCADE = True
 DEFAULT_KEEP_GOING = False
 DEFAULT_FORCE_RUN_FAILED = True
@@ -50,6 +53,15 @@ def check_max_concurrent(max_concurrent: object) -> int:
             f"use a whole number >= 1 (default {DEFAULT_MAX_CONCURRENT})",
         )
     return max_concurrent
+
+
+def check_max_remote(max_remote: object) -> int:
+    if isinstance(max_remote, bool) or not isinstance(max_remote, int) or max_remote < 1:
+        raise OptionError(
+            f"max_remote={_short(max_remote)}",
+            f"use a whole number >= 1 (default {DEFAULT_MAX_REMOTE})",
+        )
+    return max_remote
 
 
 def check_flag(name: str, value: object) -> bool:
@@ -107,6 +119,8 @@ class RunOptions:
     """False: a needed step whose last attempt failed is not retried; the run fails naming it."""
     on_code_drift: str = DEFAULT_ON_CODE_DRIFT
     """A built step whose code changed since its record: warn (serve it), rebuild or error."""
+    max_remote: int = DEFAULT_MAX_REMOTE
+    """Remote steps' jobs in flight at once (they hold no ``max_concurrent`` slot)."""
 
     def __post_init__(self) -> None:
         check_drift_policy(self.on_drift)
@@ -114,6 +128,7 @@ class RunOptions:
         object.__setattr__(self, "force", check_force(self.force))
         check_flag("cascade", self.cascade)
         check_max_concurrent(self.max_concurrent)
+        check_max_remote(self.max_remote)
         check_flag("keep_going", self.keep_going)
         check_flag("force_run_failed", self.force_run_failed)
 
@@ -145,6 +160,7 @@ class RunOptions:
             keep_going=given.get("keep_going", base.keep_going),
             force_run_failed=given.get("force_run_failed", base.force_run_failed),
             on_code_drift=given.get("on_code_drift", base.on_code_drift),
+            max_remote=given.get("max_remote", base.max_remote),
         )
 
     def policy(self, steps: Sequence[StepSpec]) -> Policy:
@@ -166,6 +182,7 @@ _FIELDS = (
     "keep_going",
     "force_run_failed",
     "on_code_drift",
+    "max_remote",
 )
 
 

@@ -48,10 +48,13 @@ from marin.execution.build.lineage import pipeline_finished, pipeline_started
 from marin.execution.errors import AbandonedError
 from marin.execution.heap import frozen_heap
 from marin.execution.pipeline.context import assigned_devices
+from marin.execution.pipeline.remote.call import warn_running_jobs
 from marin.execution.pipeline.resources import Grant, ResourcePool
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Plan, Policy, Upstream
+from marin.execution.plan.options import DEFAULT_MAX_REMOTE
 from marin.execution.run.executors import Completion, CompletionKind, Deferred, Executor, StepJob
+from marin.execution.run.remote_slots import Slots
 from marin.execution.run.report import (
     INTERRUPTED_REASON,
     KEEP_GOING_CLI,
@@ -150,6 +153,7 @@ class RunLoop:
         executor: Executor,
         *,
         max_concurrent: int,
+        max_remote: int = DEFAULT_MAX_REMOTE,
         keep_going: bool = False,
         resources: ResourcePool | None = None,
         order: str = "longest-path",
@@ -222,6 +226,9 @@ class RunLoop:
         self._resumed: dict[str, StepJob] = {}
         """Deferred steps ready again: their next dispatch resubmits the same attempt."""
         self._deferrals: dict[str, int] = {}
+        self._slots = Slots(
+            max_concurrent, max_remote, lambda p: self._decisions[p].spec.remote is not None
+        )
         self._holders: dict[str, str] = {}
         """A deferred step -> the holder last logged for it (each new holder is logged once)."""
 
@@ -318,6 +325,7 @@ class RunLoop:
                 return items
 
     def _leave(self) -> None:
+        warn_running_jobs()
         if (self.scheduler.running or self._rebuilding) and not self.exit_on_interrupt:
             # Leaving while fn still runs in this process (a second Ctrl-C, or any error here):
             # those builds keep their leases until fn returns, and never commit.
@@ -356,19 +364,22 @@ class RunLoop:
     def _admit(self, path: str) -> bool:
         """Start a ready step only when its declared resources are free (the pool keeps the
         first step it refuses reserved, so a big step is not starved by small ones)."""
-        if self.resources is None:
-            return True
+        if not self._slots.admit(path):
+            return False
         spec = self._decisions[path].spec
+        if self.resources is None or spec.remote is not None:
+            return True  # a remote step's resources are its job's, placed by its backend
         if not spec.resources.amounts():
             return True  # asks for nothing: always fits, and a grant would hold no devices
         grant = self.resources.try_acquire(spec.step_id, spec.resources)
         if grant is None:
+            self._slots.give_back(path)
             return False
         self._grants[path] = grant
         return True
 
     def _dispatch(self) -> None:
-        free = self.max_concurrent - len(self.scheduler.running)
+        free = self._slots.free(self.scheduler.running)
         for path in self.scheduler.get_ready(free, self._admit):
             resumed = self._resumed.pop(path, None)
             if resumed is not None:  # deferred, and admitted again: the same attempt

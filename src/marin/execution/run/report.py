@@ -163,6 +163,7 @@ class RunReport:
                     "output_path": r.output_url,
                     "attempts": r.attempts,
                     **self._resumed(r.spec.output_path),
+                    **self._job_json(r.spec),
                 }
                 for r in results
             ],
@@ -178,6 +179,15 @@ class RunReport:
         if not isinstance(attempt, dict):
             return {}
         return {"build_attempt": attempt.get("number"), "resumed": attempt.get("resumed")}
+
+    def _job_json(self, spec: StepSpec) -> dict[str, Any]:
+        """A remote step's job (docs/remote.md): the one that built it, or the one a failure
+        names; absent for other steps, so reports of pipelines without any are unchanged."""
+        outcome = self.outcomes.get(spec.output_path)
+        job = None if outcome is None else (outcome.record.provenance or {}).get("job")
+        if job is None and spec.remote is not None:
+            job = getattr(self.failures.get(spec.output_path), "job", None)
+        return {"job": job} if isinstance(job, dict) else {}
 
     def raise_failures(self, keep_going: bool, *, not_run_in_message: bool = False) -> None:
         """Raise the run's one error if a step failed: the first failure (fail-fast), or every

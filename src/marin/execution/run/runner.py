@@ -29,6 +29,7 @@ from marin.execution.plan.decide import Plan
 from marin.execution.plan.options import (
     DEFAULT_FORCE_RUN_FAILED,
     DEFAULT_MAX_CONCURRENT,
+    DEFAULT_MAX_REMOTE,
     DEFAULT_ON_CODE_DRIFT,
     DEFAULT_ON_DRIFT,
     RunOptions,
@@ -98,6 +99,7 @@ class StepRunner:
         on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
         listener: RunListener | None = None,
         resources: Resources | Mapping[str, Any] | str | None = None,
+        max_remote: int = DEFAULT_MAX_REMOTE,
     ) -> None:
         """``resources``: the machine's capacity for steps' declared resources (default: this
         machine's CPUs, memory and visible GPUs; see ``marin.execution.pipeline.resources``). A step
@@ -108,8 +110,10 @@ class StepRunner:
             cascade=cascade,
             max_concurrent=max_concurrent,
             on_code_drift=on_code_drift,
+            max_remote=max_remote,
         )
         self.max_concurrent = max_concurrent
+        self.max_remote = max_remote
         self.prefix = prefix
         self.on_drift = on_drift
         self.on_code_drift = on_code_drift
@@ -168,6 +172,7 @@ class StepRunner:
             keep_going=keep_going,
             force_run_failed=force_run_failed,
             on_code_drift=self.on_code_drift,
+            max_remote=self.max_remote,
         )
         if is_stream(steps):
             stream_options = {"force": options.force, "force_run_failed": force_run_failed}
@@ -208,8 +213,10 @@ class StepRunner:
             loop = RunLoop(
                 plan,
                 report,
-                ThreadExecutor(options.max_concurrent),
+                # A waiting remote step parks its thread (no slot): room for both bounds.
+                ThreadExecutor(options.max_concurrent + options.max_remote),
                 max_concurrent=options.max_concurrent,
+                max_remote=options.max_remote,
                 keep_going=keep_going,
                 resources=pool,
                 order=self.ready_order,

@@ -30,7 +30,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from marin.execution.build.lineage.model import BuildEvent, PipelineEvent, PipelineRun, StepDataset
 from marin.execution.build.lineage.sender import LineageSender, flush, use_sender
@@ -179,15 +179,21 @@ def build_finished(
         if _open_runs.pop(run.started.build_id, None) is None:
             return  # already ended (abort_unfinished)
     from marin.execution.errors import AbandonedError, LeaseLostError
+    from marin.execution.pipeline.remote.call import JobWaiting
 
     if error is None:
         state = COMPLETE
-    elif isinstance(error, KeyboardInterrupt | SystemExit | AbandonedError | LeaseLostError):
+    elif isinstance(
+        error, KeyboardInterrupt | SystemExit | AbandonedError | LeaseLostError | JobWaiting
+    ):  # JobWaiting: an Airflow task deferred; its resumed build sends its own events
         state = ABORT
     else:
         state = FAIL
     message = None if error is None else f"{type(error).__name__}: {error}"[:2000]
-    extra = {} if record is None else {"duration_s": record.duration_s}
+    extra: dict[str, Any] = {} if record is None else {"duration_s": record.duration_s}
+    job = None if record is None else (record.provenance or {}).get("job")
+    if isinstance(job, dict):  # a remote step's job (docs/remote.md)
+        extra["job"] = {"backend": str(job.get("backend")), "jobId": str(job.get("job_id"))}
     _sender().submit(replace(run.started, state=state, time=now_iso(), error=message, extra=extra))
 
 

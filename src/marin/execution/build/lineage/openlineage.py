@@ -45,6 +45,8 @@ class MarinRunFacet(RunFacet):
     host: str
     runner: str
     durationSeconds: float | None = None
+    remoteJob: dict[str, str] | None = None
+    """A remote step's job that ran ``fn`` (``backend``, ``jobId``), on ``COMPLETE``."""
 
     @staticmethod
     def _get_schema() -> str:
@@ -112,6 +114,7 @@ def to_run_event(event: BuildEvent | PipelineEvent) -> RunEvent:
             host=event.host,
             runner=event.parent.runner,
             durationSeconds=event.extra.get("duration_s"),
+            remoteJob=event.extra.get("job"),
         ),
     }
     _add_error(run_facets, event.error)

@@ -1,0 +1,297 @@
+"""``spec.run`` for a remote step (``with_options(remote=...)``): ``fn`` runs as a job.
+
+Called by ``build_step`` under the step's lease, inside ``remote_build`` (which names the
+location, the build and its lost-lease event). The call:
+
+1. reads ``job.json``: a job there is this build's (written by an earlier holder that died,
+   was interrupted, or lost its lease): a running one is **reattached**, a finished one
+   **collected**; a stopped or lost one is forgotten, its debris cleared, and a new one
+   submitted;
+2. else writes ``job.json`` (a conditional create) *before* submitting, so a crash between the
+   two leaves a record of a job that may not exist (``LOST``: a new one is submitted), never a
+   job nobody knows of;
+3. waits on the process's one poller (``poller.py``); a lost lease cancels the job and raises;
+4. copies the job's log tail into the step's log, and returns ``fn``'s value (or raises its
+   error, naming the job and its log tail; ``job.json`` is removed so a retry submits anew).
+The caller (``build_step``) commits the record, as for any step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from marin.execution.errors import LeaseLostError, RemoteJobError
+from marin.execution.ids import new_id
+from marin.execution.pipeline.context import StepContext
+from marin.execution.pipeline.isolation import (
+    _child_env,
+    _function_of,
+    call_payload,
+    decode_outcome,
+)
+from marin.execution.pipeline.provenance import now_iso
+from marin.execution.pipeline.remote.job_record import (
+    JOB_ID,
+    JobRecord,
+    create_job,
+    delete_job,
+    read_job,
+    replace_job,
+)
+from marin.execution.pipeline.remote.poller import POLLER, Watch
+from marin.execution.pipeline.remote.protocol import JobHandle, JobSpec, RemoteBackend
+from marin.execution.pipeline.remote.registry import get_backend
+from marin.execution.store.location import Location, with_retries
+from marin.execution.store.records import metadata_dir
+from marin.execution.vocabulary import JobState
+
+log = logging.getLogger("marin")
+
+LOG_TAIL_LINES = 40
+_GONE = (JobState.STOPPED, JobState.LOST)
+
+
+@dataclass
+class RemoteBuild:
+    """The build a remote call runs in (set by ``build_step``)."""
+
+    location: Location
+    output_path: str
+    build_id: str
+    lost: threading.Event
+    job: JobRecord | None = field(default=None)
+    """The job that ran ``fn``, once known: the record names it."""
+
+
+_current: contextvars.ContextVar[RemoteBuild | None] = contextvars.ContextVar(
+    "marin_remote_build", default=None
+)
+
+
+@contextlib.contextmanager
+def remote_build(
+    remote: str | None, location: Location, output_path: str, build_id: str, lost: threading.Event
+) -> Iterator[RemoteBuild | None]:
+    """While a remote step's ``fn`` call runs in ``build_step``: what ``RemoteCall`` needs."""
+    if remote is None:
+        yield None
+        return
+    build = RemoteBuild(location, output_path, build_id, lost)
+    reset = _current.set(build)
+    try:
+        yield build
+    finally:
+        _current.reset(reset)
+
+
+_defer: contextvars.ContextVar[bool] = contextvars.ContextVar("marin_remote_defer", default=False)
+
+
+class JobWaiting(Exception):
+    """Raised instead of waiting (under ``defer_waits``): the job runs; the engine waits for
+    it elsewhere (an Airflow trigger) and builds the step again, which collects it.
+    ``build_step`` writes no FAILED status for it."""
+
+    def __init__(self, step_id: str, job: JobRecord) -> None:
+        super().__init__(f"{step_id}: waiting for {job.backend} job {job.job_id}")
+        self.step_id = step_id
+        self.job = job
+
+
+@contextlib.contextmanager
+def defer_waits() -> Iterator[None]:
+    """Within: a remote call whose job is running raises ``JobWaiting`` instead of waiting."""
+    reset = _defer.set(True)
+    try:
+        yield
+    finally:
+        _defer.reset(reset)
+
+
+_running_lock = threading.Lock()
+_running: dict[str, JobRecord] = {}
+"""step id -> the job this process waits for: the Ctrl-C summary names them."""
+
+
+def running_jobs() -> dict[str, JobRecord]:
+    with _running_lock:
+        return dict(_running)
+
+
+def warn_running_jobs() -> None:
+    """On an interrupt: name each job this process waits for; none is orphaned silently."""
+    for step_id, job in sorted(running_jobs().items()):
+        log.warning(
+            "interrupted: %s job %s of %s keeps running; the next `marin run` reattaches to it "
+            "(to stop it instead, cancel it in %s)",
+            job.backend,
+            job.job_id,
+            step_id,
+            "its process group: kill -- -<pid in its pid.json>"
+            if job.backend == "local"
+            else job.backend,
+        )
+
+
+def pending_job(location: Location, output_path: str, built: bool) -> bool:
+    """Whether a job record of an unfinished build is there (its output must not be cleared:
+    the job may be writing it); a committed build's (``built``) is removed, as its record is."""
+    if built:
+        delete_job(location, output_path)
+        return False
+    return read_job(location, output_path) is not None
+
+
+@dataclass(frozen=True)
+class RemoteCall:
+    """``spec.run`` for a step with ``remote=backend``; see the module docstring."""
+
+    run: Callable[[StepContext], Any]
+    step_id: str
+    backend: str
+    gpus: int = 0
+
+    @property
+    def fn(self) -> Callable[..., Any]:
+        return _function_of(self.run)
+
+    @property
+    def wrapped_fn(self) -> Callable[..., Any]:
+        return _function_of(self.run)
+
+    def __call__(self, ctx: StepContext) -> Any:
+        build = _current.get()
+        if build is None:
+            raise RemoteJobError(
+                "a remote step's run was called outside build_step",
+                "run the step through marin run, StepRunner, Prefect or Airflow",
+                self.step_id,
+            )
+        backend = get_backend(self.backend, self.step_id)
+        job = self._attach_or_submit(backend, build, ctx)
+        if _defer.get() and backend.status(job.handle).state == JobState.RUNNING:
+            raise JobWaiting(self.step_id, job)
+        watch = self._wait(backend, build, job)
+        gone = watch.status is not None and watch.status.state in _GONE
+        if gone and job.build_id != build.build_id:
+            # A reattached job stopped (its displaced holder cancelled it) or vanished: this
+            # build submits its own, once; its own job ending so is a failure.
+            log.info("resubmit %s: %s job %s is %s", self.step_id, job.backend, job.job_id,
+                     watch.status.state if watch.status else "")  # fmt: skip
+            job = self._attach_or_submit(backend, build, ctx)
+            watch = self._wait(backend, build, job)
+        return self._collect(backend, build, job, watch)
+
+    def _wait(self, backend: RemoteBackend, build: RemoteBuild, job: JobRecord) -> Watch:
+        """Wait on the poller; a lost lease cancels the job (the displaced holder never
+        commits, and its job must stop writing)."""
+        with _running_lock:
+            _running[self.step_id] = job
+        try:
+            watch = POLLER.wait(Watch(backend, job.handle, build.lost))
+        finally:
+            with _running_lock:
+                _running.pop(self.step_id, None)
+        if watch.lease_lost:
+            backend.cancel(job.handle)
+            raise LeaseLostError(
+                f"lost the lease while {job.backend} job {job.job_id} ran; the job was cancelled",
+                "nothing was committed by this runner; the new holder builds the step",
+                self.step_id,
+            )
+        return watch
+
+    def _attach_or_submit(
+        self, backend: RemoteBackend, build: RemoteBuild, ctx: StepContext
+    ) -> JobRecord:
+        found = read_job(build.location, build.output_path)
+        if found is not None and not _ours(found, build):
+            log.warning("ignoring the job record of %s: not one this step's builds write",
+                        self.step_id)  # fmt: skip
+            found = JobRecord("", "", "", "", {})  # cleared and replaced below
+        if found is not None and found.backend == self.backend:
+            state = backend.status(found.handle).state
+            if state in (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED):
+                log.info("reattach %s: %s job %s (%s)", self.step_id, found.backend,
+                         found.job_id, state)  # fmt: skip
+                build.job = found
+                return found
+            log.info("resubmit %s: %s job %s is %s", self.step_id, found.backend, found.job_id,
+                     state)  # fmt: skip
+        if found is not None:  # stopped, lost, or another backend's: its debris goes
+            out = build.location.path(build.output_path)
+            if build.location.exists(out):
+                with_retries(lambda: build.location.remove_tree(out), f"clear {out}")
+            delete_job(build.location, build.output_path)
+        return self._submit(backend, build, ctx)
+
+    def _submit(self, backend: RemoteBackend, build: RemoteBuild, ctx: StepContext) -> JobRecord:
+        key = f"marin-{new_id()[:20]}"
+        workdir = None
+        if build.location.is_local:
+            workdir = build.location.path(metadata_dir(build.output_path))
+        # What a later driver needs to find the job, known before it is submitted: a crash
+        # right after the submit leaves a record that still leads to the job.
+        known = {"workdir": workdir} if workdir else {}
+        record = JobRecord(self.backend, key, build.build_id, now_iso(), known)
+        won = create_job(build.location, build.output_path, record)
+        if won is not record:  # another driver got past the lease too: never a second job
+            raise RemoteJobError(
+                f"another driver recorded {won.backend} job {won.job_id} for this build first",
+                "run again: the next run reattaches to that job",
+                self.step_id,
+            )
+        env = _child_env(ctx, self.gpus)
+        spec = JobSpec(self.step_id, call_payload(self.run, ctx, self.step_id, "remote"),
+                       env={k: env[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in env},
+                       gpus=self.gpus, workdir=workdir)  # fmt: skip
+        handle: JobHandle = backend.submit(spec, key)
+        record = JobRecord(self.backend, handle.job_id, build.build_id, record.submitted_at,
+                           {**known, **handle.data})  # fmt: skip
+        replace_job(build.location, build.output_path, record)
+        log.info("submit %s: %s job %s", self.step_id, record.backend, record.job_id)
+        build.job = record
+        return record
+
+    def _collect(
+        self, backend: RemoteBackend, build: RemoteBuild, job: JobRecord, watch: Watch
+    ) -> Any:
+        status = watch.status
+        assert status is not None
+        tail = backend.logs(job.handle, LOG_TAIL_LINES)
+        if tail:
+            sys.stdout.write(f"[{job.backend} job {job.job_id}]\n{tail}\n")  # into log.txt
+        if status.state == JobState.SUCCEEDED and status.result is not None:
+            try:
+                return decode_outcome(status.result, self.step_id, f"{job.backend} job")
+            except Exception as exc:
+                delete_job(build.location, build.output_path)  # a retry submits a new job
+                raise _failed(self.step_id, job, f"{type(exc).__name__}: {exc}", tail) from exc
+        delete_job(build.location, build.output_path)
+        detail = f"ended {status.state}" + (f" ({status.detail})" if status.detail else "")
+        raise _failed(self.step_id, job, detail, tail)
+
+
+def _ours(job: JobRecord, build: RemoteBuild) -> bool:
+    """Whether an (untrusted) job record is one ``_submit`` writes for this step: its id in
+    Marin's form, its ``workdir`` this step's metadata folder (or none)."""
+    workdir = job.data.get("workdir")
+    expected = build.location.path(metadata_dir(build.output_path))
+    return bool(JOB_ID.fullmatch(job.job_id)) and workdir in (None, expected)
+
+
+def _failed(step_id: str, job: JobRecord, what: str, tail: str) -> RemoteJobError:
+    error = RemoteJobError(
+        f"{job.backend} job {job.job_id} failed: {what}; the last lines of its log:\n{tail}",
+        "fix the cause, then run again (a new job is submitted)",
+        step_id,
+    )
+    error.job = job.to_json()
+    return error

@@ -1,0 +1,51 @@
+"""What ``marin plan`` and ``run --json`` say about a remote step's job (advisory: a backend
+that cannot answer makes the state ``unknown``, never an error)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime
+from typing import Any
+
+from marin.execution.pipeline.remote.job_record import JOB_ID, read_job
+from marin.execution.pipeline.remote.registry import get_backend
+from marin.execution.store.location import Location
+
+log = logging.getLogger("marin")
+
+
+def job_view(location: Location, output_path: str) -> dict[str, Any] | None:
+    """The step's recorded job with its state now and its age in seconds; None without one."""
+    job = read_job(location, output_path)
+    if job is None or not JOB_ID.fullmatch(job.job_id):
+        return None
+    try:
+        state: str = get_backend(job.backend).status(job.handle).state
+    except Exception as exc:  # an unreachable cluster, an unregistered backend
+        log.debug("could not ask about job %s: %s", job.job_id, exc)
+        state = "unknown"
+    try:
+        age = max(0.0, time.time() - datetime.fromisoformat(job.submitted_at).timestamp())
+    except ValueError:
+        age = None
+    return {**job.to_json(), "state": state, "age_s": age}
+
+
+def describe_job(view: dict[str, Any]) -> str:
+    """``reattach: local job marin-ab12, running 3m`` (the next run's action on it)."""
+    state = view["state"]
+    verb = {"running": "reattach", "succeeded": "collect", "failed": "collect"}.get(
+        state, "resubmit"
+    )
+    age = view.get("age_s")
+    since = "" if age is None else f" {_short_duration(age)}"
+    return f"{verb}: {view['backend']} job {view['job_id']}, {state}{since}"
+
+
+def _short_duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m" if minutes else f"{secs}s"

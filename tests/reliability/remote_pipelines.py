@@ -1,0 +1,82 @@
+"""Pipelines with remote steps (``with_options(remote="local")``) for ``test_remote.py``.
+
+Controlled through environment variables, which the ``local`` jobs inherit from their driver:
+- ``MARIN_TEST_CALLS``: each remote ``fn`` call appends ``<step> <pid>``;
+- ``MARIN_TEST_STARTED``: a folder; a remote ``fn`` creates ``<step>`` there when it starts;
+- ``MARIN_TEST_GATE``: a remote ``fn`` waits for this file before it finishes;
+- ``MARIN_TEST_FAIL``: a file; while it exists, a remote ``fn`` prints and raises;
+- ``MARIN_TEST_BACKEND``: ``chain``'s remote backend (default ``local``);
+- ``MARIN_TEST_BARRIER``: a folder; ``fan``'s three steps each wait there for all three.
+"""
+
+from __future__ import annotations
+
+import os
+
+from marin.execution.lazy import OUT, apply
+from tests.reliability.pipelines import append_line, wait_for_file
+
+
+def prepare(out_path: str) -> str:
+    os.makedirs(out_path, exist_ok=True)
+    with open(os.path.join(out_path, "data.txt"), "w") as f:
+        f.write("tokens")
+    return "prepared"
+
+
+def train(data: str, out_path: str, step: str = "train") -> dict[str, int]:
+    env = os.environ
+    if env.get("MARIN_TEST_CALLS"):
+        append_line(env["MARIN_TEST_CALLS"], f"{step} {os.getpid()}")
+    from marin.execution.pipeline.context import current_context
+
+    assert current_context().output_path == out_path  # the run context reached the job
+    if env.get("MARIN_TEST_STARTED"):
+        append_line(
+            os.path.join(env["MARIN_TEST_STARTED"], step.replace("/", "_")), str(os.getpid())
+        )
+    if env.get("MARIN_TEST_BARRIER"):
+        append_line(os.path.join(env["MARIN_TEST_BARRIER"], step.replace("/", "_")), "")
+        for other in env.get("MARIN_TEST_BARRIER_STEPS", "fan_a,fan_b,fan_c").split(","):
+            wait_for_file(os.path.join(env["MARIN_TEST_BARRIER"], other), timeout=60)
+    if env.get("MARIN_TEST_GATE"):
+        wait_for_file(env["MARIN_TEST_GATE"], timeout=120)
+    if env.get("MARIN_TEST_FAIL") and os.path.exists(env["MARIN_TEST_FAIL"]):
+        print("training diverged: loss is nan")
+        if env.get("MARIN_TEST_RETRIES", "0") != "0":
+            os.unlink(env["MARIN_TEST_FAIL"])  # the retry succeeds
+        raise RuntimeError("loss is nan")
+    os.makedirs(out_path, exist_ok=True)
+    with open(os.path.join(out_path, "model.txt"), "w") as f:
+        f.write(f"model from {data}")
+    return {"pid": os.getpid()}
+
+
+def evaluate(model: str, out_path: str) -> str:
+    with open(os.path.join(model, "model.txt")) as f:
+        return f.read()
+
+
+_data = apply("remote/data", prepare, version="v1", out_path=OUT)
+_model = apply(
+    "remote/train", train, version="v1", data=_data, out_path=OUT, step="remote/train"
+).with_options(
+    remote=os.environ.get("MARIN_TEST_BACKEND", "local"),
+    retries=int(os.environ.get("MARIN_TEST_RETRIES", "0")),
+)
+chain = [apply("remote/eval", evaluate, version="v1", model=_model, out_path=OUT)]
+
+fan = [
+    apply(name, train, version="v1", data=name, out_path=OUT, step=name).with_options(
+        remote="local"
+    )
+    for name in ("fan/a", "fan/b", "fan/c")
+]
+
+# Two remote steps in a one-slot pool (Airflow: deferred tasks give their slot back).
+pooled = [
+    apply(name, train, version="v1", data=name, out_path=OUT, step=name).with_options(
+        remote="local", pool="one"
+    )
+    for name in ("fan/a", "fan/b")
+]
