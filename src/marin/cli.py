@@ -45,23 +45,34 @@ class UsageError(Exception):
     """Bad command-line input: exit code 2."""
 
 
-def _lowered(target: str, args: argparse.Namespace | None = None) -> list[Any]:
-    """The target's specs, narrowed by ``--select``/``--exclude`` when ``args`` has them."""
-    from marin.execution.lazy import lower
+def _lowered(target: str, args: argparse.Namespace | None = None) -> Any:
+    """The target's ``Graph``, lowered and checked once, narrowed by ``--select``/``--exclude``
+    when ``args`` has them."""
+    from marin.execution.pipeline.handles import lower_graph
     from marin.execution.pipeline.targets import load_target
-    from marin.selection import select_steps
+    from marin.selection import select_graph
 
-    specs = list(lower(load_target(target), memo={}))
+    graph = lower_graph(load_target(target))
     select, exclude = getattr(args, "select", []), getattr(args, "exclude", [])
-    return select_steps(specs, select, exclude)
+    return select_graph(graph, select, exclude)
 
 
-def _reachable(prefix: str | None) -> None:
-    """Probe the prefix's storage once, briefly, before planning (local disk: no probe)."""
+def _reachable(prefix: str | None) -> Any:
+    """Open the prefix (checked against ``MARIN_ALLOWED_PREFIXES``) once, and probe its
+    storage once, briefly, before planning (local disk: no probe); the ``Location``."""
     from marin.execution.store.location import open_prefix
     from marin.execution.store.probe import probe_prefix
 
-    probe_prefix(open_prefix(prefix))
+    location = open_prefix(prefix)
+    probe_prefix(location)
+    return location
+
+
+def _run_options(args: argparse.Namespace) -> Any:
+    """The command's ``RunOptions``, made and checked once (a flag it lacks: the default)."""
+    from marin.execution.plan.options import RunOptions
+
+    return RunOptions.from_params(vars(args))
 
 
 def _configure_logging(verbose: bool) -> None:
@@ -121,23 +132,18 @@ def _first_interrupt_only() -> Iterator[None]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from marin.execution.build.lineage import pipeline_run
-    from marin.execution.pipeline.graph import collect_steps
     from marin.execution.step_runner import RunReport, StepRunner
-    from marin.execution.store.location import open_prefix
-    from marin.progress import RunObserver, readable_result, render_summary
+    from marin.progress import RunObserver, render_summary
 
     as_json = getattr(args, "json", False)
-    specs = _lowered(args.target, args)
-    _reachable(args.prefix)
-    location = open_prefix(args.prefix)
+    options = _run_options(args)
+    graph = _lowered(args.target, args)
+    location = _reachable(args.prefix)
     live = not args.dry_run and not as_json and _use_live_progress(args)
     observer = RunObserver(location, live=live)
     runner = StepRunner(
-        max_concurrent=args.max_concurrent,
         prefix=args.prefix,
-        on_drift=args.on_drift,
-        on_code_drift=getattr(args, "on_code_drift", DEFAULT_ON_CODE_DRIFT),
-        cascade=getattr(args, "cascade", True),
+        options=options,
         listener=observer,
         resources=getattr(args, "resources", None),
     )
@@ -149,16 +155,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             if report is not None:
                 print(safe_json(json.dumps(report.to_json(), indent=2, ensure_ascii=False)))
             return
-        steps = collect_steps(specs)
+        steps = list(graph.steps)
         text = render_summary(observer, steps, report, color=color, interrupted=interrupted)
         sys.stdout.write(text)
         sys.stdout.flush()
 
     try:
         with _first_interrupt_only(), observer, pipeline_run(args.target, runner="local"):
-            report = runner.run(
-                specs, dry_run=args.dry_run, keep_going=args.keep_going, force=args.force
-            )
+            report = runner.run(graph, dry_run=args.dry_run, location=location)
     except (StepFailedError, PipelineFailedError) as exc:
         summary(getattr(exc, "report", None))
         raise
@@ -175,26 +179,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.dry_run:
         summary(report)
-    built = sum(1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.BUILT)
-    by_other = sum(
-        1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.BUILT_BY_OTHER
-    )
+    _print_result(report, graph.targets, args.dry_run)
+    return EXIT_OK
+
+
+def _print_result(report: Any, targets: Sequence[Any], dry_run: bool) -> None:
+    """``marin run``'s last lines: what was built, and where each target's output is."""
+    from marin.progress import readable_result
+
+    outcomes = report.outcomes.values()
+    built = sum(1 for o in outcomes if o.action == BuildOutcomeKind.BUILT)
+    by_other = sum(1 for o in outcomes if o.action == BuildOutcomeKind.BUILT_BY_OTHER)
     # Early cutoff: planned because an upstream was rebuilt, served as its output was the same.
-    cut_off = sum(1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.CACHED)
+    cut_off = sum(1 for o in outcomes if o.action == BuildOutcomeKind.CACHED)
     skipped = len(report.skipped) + len(report.pruned)
-    verb = "would build" if args.dry_run else "built"
-    count = len(report.to_build) if args.dry_run else built
+    verb = "would build" if dry_run else "built"
+    count = len(report.to_build) if dry_run else built
     where = safe_text(report.location.url)
     elsewhere = f", {by_other} built by another runner" if by_other else ""
     elsewhere += f", {cut_off} {RunResult.UNCHANGED}" if cut_off else ""
     print(f"{verb} {count} step(s){elsewhere}, skipped {skipped}; artifacts under {where}")
-    for spec in specs:
+    for spec in targets:
         # Each output once: the readable file in it (or the output itself, if it is one) with
         # what it is, else the output.
-        readable = None if args.dry_run else readable_result(report.location, spec.output_path)
+        readable = None if dry_run else readable_result(report.location, spec.output_path)
         output = readable or report.location.url_for(spec.output_path)
         print(f"  {safe_text(spec.step_id)}: {safe_text(output)}")
-    return EXIT_OK
 
 
 # --- plan --------------------------------------------------------------------------------------
@@ -204,15 +214,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from marin.execution.step_runner import StepRunner
     from marin.plan_view import plan_json, plan_table, would_change_anything
 
-    runner = StepRunner(
-        prefix=args.prefix,
-        on_drift=getattr(args, "on_drift", DEFAULT_ON_DRIFT),
-        on_code_drift=getattr(args, "on_code_drift", DEFAULT_ON_CODE_DRIFT),
-        cascade=getattr(args, "cascade", True),
-    )
-    specs = _lowered(args.target, args)
-    _reachable(args.prefix)
-    plan, location = runner.plan(specs, force=getattr(args, "force", []))
+    runner = StepRunner(prefix=args.prefix, options=_run_options(args))
+    graph = _lowered(args.target, args)
+    plan, location = runner.plan(graph, location=_reachable(args.prefix))
     if args.json:
         print(safe_json(json.dumps(plan_json(plan, location), indent=2, ensure_ascii=False)))
     else:
@@ -226,21 +230,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from marin.execution.pipeline.graph import collect_steps
     from marin.graph_view import render_graph
 
-    targets = _lowered(args.target, args)
-    steps = collect_steps(targets)
+    graph = _lowered(args.target, args)
     states = None
     if args.prefix:
         from marin.execution.step_runner import StepRunner
 
-        _reachable(args.prefix)
         # The targets, as `marin plan` plans them: with every step a target, a pruned step
         # would be "needed" and its readers shown stale.
-        plan, _ = StepRunner(prefix=args.prefix).plan(targets)
+        plan, _ = StepRunner(prefix=args.prefix).plan(graph, location=_reachable(args.prefix))
         states = plan.decisions
-    sys.stdout.write(render_graph(steps, args.format, states))
+    sys.stdout.write(render_graph(list(graph.steps), args.format, states))
     return EXIT_OK
 
 
@@ -267,8 +268,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from marin.ls_filter import LsFilter
 
     wanted = LsFilter.from_args(args)  # bad filters fail before any listing
-    _reachable(args.prefix)
-    location, warning = check_ls_prefix(args.prefix)
+    location, warning = check_ls_prefix(_reachable(args.prefix))
     if warning:
         print(warning, file=sys.stderr)
     entries = wanted.apply(list_entries(location, sizes=not args.no_size))
@@ -283,20 +283,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_why(args: argparse.Namespace) -> int:
-    from marin.execution.pipeline.graph import collect_steps
     from marin.execution.step_runner import StepRunner
     from marin.why import explain_step, find_step
 
-    runner = StepRunner(
-        prefix=args.prefix,
-        on_drift=args.on_drift,
-        on_code_drift=args.on_code_drift,
-        cascade=args.cascade,
-    )
-    specs = _lowered(args.target, args)
-    spec = find_step(collect_steps(specs), args.step)
-    _reachable(args.prefix)
-    plan, _ = runner.plan(specs, force=args.force)
+    runner = StepRunner(prefix=args.prefix, options=_run_options(args))
+    graph = _lowered(args.target, args)
+    spec = find_step(list(graph.steps), args.step)
+    plan, _ = runner.plan(graph, location=_reachable(args.prefix))
     sys.stdout.write(explain_step(plan, spec))
     return EXIT_OK
 

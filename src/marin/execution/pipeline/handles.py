@@ -40,6 +40,7 @@ from marin.execution.pipeline.context import (
     current_context,
     fingerprint_context,
 )
+from marin.execution.pipeline.graph import Graph
 from marin.execution.pipeline.provenance import collect_provenance
 from marin.execution.pipeline.resources import (
     NO_RESOURCES,
@@ -834,6 +835,12 @@ def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
 def _lower_all(
     handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any] | None, check: bool = False
 ) -> list[StepSpec]:
+    return _lower_and_check(handles, memo, check).targets
+
+
+def _lower_and_check(
+    handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any] | None, check: bool = False
+) -> Graph:
     """Iterative post-order walk, so a chain 100,000 steps deep lowers without recursion.
 
     With ``check``, the lowered graph is also checked as ``collect_steps`` checks it at run time
@@ -850,15 +857,15 @@ def _lower_all(
         fresh = not memo
         created: list[StepSpec] = []
         specs, saw_spec = _lower_walk(handles, memo, created)
-        if check:
-            _check_lowered(specs, created, exact=fresh and not saw_spec)
-        return specs
+        if not check:
+            return Graph(tuple(specs), ())
+        return _check_lowered(specs, created, exact=fresh and not saw_spec)
     finally:
         if collecting:
             gc.enable()
 
 
-def _check_lowered(specs: list[StepSpec], created: list[StepSpec], exact: bool) -> None:
+def _check_lowered(specs: list[StepSpec], created: list[StepSpec], exact: bool) -> Graph:
     """Refuse a bad graph at ``lower()`` time, with the errors ``collect_steps`` raises.
 
     When the walk started from an empty memo and met no ``StepSpec`` (``exact``), ``created`` is
@@ -868,12 +875,12 @@ def _check_lowered(specs: list[StepSpec], created: list[StepSpec], exact: bool) 
     Otherwise (a shared memo, or specs lowered elsewhere whose deps were never walked here),
     ``collect_steps`` walks the whole graph.
     """
-    from marin.execution.pipeline.graph import check_disjoint_outputs, collect_steps
+    from marin.execution.pipeline.graph import check_disjoint_outputs
 
     if exact:
         check_disjoint_outputs(created)
-    else:
-        collect_steps(specs)
+        return Graph(tuple(specs), tuple(created))
+    return Graph.of(specs)
 
 
 def _lower_walk(
@@ -951,6 +958,17 @@ def lower(
     *more: ArtifactStep | StepSpec,
     memo: dict[Any, Any] | None = None,
 ) -> list[StepSpec]: ...
+
+
+def lower_graph(
+    *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
+) -> Graph:
+    """Lower handles to one checked ``Graph``: the targets' specs and every step they need.
+
+    What the entry points (``marin run``, the engines) take, once per run. Raises what
+    ``lower`` raises (``CycleError``, ``DuplicateStepError``, ``InvalidStepError``)."""
+    items, _ = _flatten(handles)
+    return _lower_and_check(items, {}, check=True)
 
 
 def lower(
