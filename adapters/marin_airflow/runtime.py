@@ -545,6 +545,7 @@ def run_step(
     """
     from marin.execution.build.commit import build_step
     from marin.execution.build.lineage.names import step_datasets
+    from marin.execution.build.request import BuildRequest
     from marin.execution.pipeline.provenance import engine_run
     from marin_airflow.assets import dag_run_lineage, record_built
 
@@ -613,7 +614,7 @@ def run_step(
             engine_run("airflow", ids) if ids is not None else contextlib.nullcontext(),
             dag_run_lineage(context),  # the OpenLineage parent: this DAG run
         ):
-            outcome = build_step(spec, location, policy=policy, upstream=upstream)
+            outcome = build_step(BuildRequest(spec, location, policy, upstream=upstream))
     except BaseException as exc:
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)
         _announce_failure(context, step)

@@ -54,7 +54,6 @@ from marin.execution.plan.options import (
     RunOptions,
 )
 from marin.execution.run.executors import Completion, CompletionKind, OnDone, StepJob
-from marin.execution.run.loop import BuildCall
 from marin.execution.vocabulary import BuildOutcomeKind
 from marin_prefect.dask import is_dask_runner
 from marin_prefect.names import safe_prefect_name
@@ -378,8 +377,7 @@ class PrefectExecutor:
         if self._options.remote:
             from marin_prefect.dask import pack, placement
 
-            assert isinstance(job.build, BuildCall)
-            payload = pack(job.build, self._options)
+            payload = pack(job.request, self._options)
             where = placement(job.spec) if self._options.dask else contextlib.nullcontext()
             with where:
                 future = task.submit(

@@ -34,23 +34,21 @@ import signal
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from marin.execution.build.commit import (
     LEASE_WAIT_FIRST_DELAY_S,
     LEASE_WAIT_MAX_DELAY_S,
     BuildOutcome,
-    build_step,
     mark_interrupted,
 )
 from marin.execution.build.lineage import pipeline_finished, pipeline_started
+from marin.execution.build.request import BuildRequest
 from marin.execution.errors import AbandonedError
 from marin.execution.heap import frozen_heap
-from marin.execution.pipeline.context import assigned_devices
 from marin.execution.pipeline.resources import Grant, ResourcePool
 from marin.execution.pipeline.step_spec import StepSpec
-from marin.execution.plan.decide import Decision, Plan, Policy, Upstream
+from marin.execution.plan.decide import Decision, Plan, Upstream
 from marin.execution.run.executors import Completion, CompletionKind, Deferred, Executor, StepJob
 from marin.execution.run.report import (
     INTERRUPTED_REASON,
@@ -80,49 +78,6 @@ class RunListener(Protocol):
     def on_start(self, spec: StepSpec) -> None: ...
     def on_finish(self, outcome: BuildOutcome) -> None: ...
     def on_fail(self, spec: StepSpec, error: BaseException) -> None: ...
-
-
-@dataclass(frozen=True)
-class BuildCall:
-    """``build_step`` with the loop's arguments bound: a ``StepJob``'s ``build``.
-
-    Calling it builds here, in the calling thread's context (an engine's task that runs it names
-    itself there, for the record's provenance). An executor that builds elsewhere (another
-    process, a Dask worker) reads the arguments instead and calls ``build_step`` there with
-    them: the same decision, lineage and policy, without the process-local parts (``abandon``,
-    the open ``location``).
-    """
-
-    spec: StepSpec
-    location: Location
-    policy: Policy
-    region: str | None
-    decision: Decision | None
-    """The plan's decision; None for a vanished served step (decided again from storage)."""
-    upstream: list[Upstream] | None
-    devices: tuple[int, ...]
-    abandon: threading.Event
-    defer_if_held: bool
-    lease_ttl: float | None = None
-    """Read once per run (``$MARIN_LEASE_TTL``) by the loop; None: ``build_step`` reads it."""
-    working_dir: str | None = None
-    """The loop's working directory, read once per run (its checkout is the records'
-    provenance); None: ``build_step`` reads its own (a build on another machine)."""
-
-    def __call__(self) -> BuildOutcome:
-        with assigned_devices(self.devices):
-            return build_step(
-                self.spec,
-                self.location,
-                policy=self.policy,
-                region=self.region,
-                decision=self.decision,
-                upstream=self.upstream,
-                abandon=self.abandon,
-                defer_if_held=self.defer_if_held,
-                lease_ttl=self.lease_ttl,
-                working_dir=self.working_dir,
-            )
 
 
 class _Interrupt:
@@ -397,12 +352,12 @@ class RunLoop:
         decision = self._decisions[path]
         spec = decision.spec
         if path in self._rebuilding:  # a vanished served step: decided again from storage
-            build = self._build_call(spec, None, None, self._devices_for(path))
+            request = self._build_request(spec, None, None, self._devices_for(path))
         else:
             upstream = self.plan.upstream(spec, self._built)
-            build = self._build_call(spec, decision, upstream, self._devices_for(path))
+            request = self._build_request(spec, decision, upstream, self._devices_for(path))
         self.report.attempts[path] = attempt
-        self.executor.submit(StepJob(path, spec, attempt, build), self._inbox.put)
+        self.executor.submit(StepJob(path, spec, attempt, request), self._inbox.put)
 
     def _devices_for(self, path: str) -> tuple[int, ...]:
         grant = self._grants.get(path)
@@ -411,25 +366,25 @@ class RunLoop:
             grant = self._grants.get(held[0])
         return grant.devices if grant is not None else ()
 
-    def _build_call(
+    def _build_request(
         self,
         spec: StepSpec,
-        decision: Any,
+        decision: Decision | None,
         upstream: list[Upstream] | None,
         devices: tuple[int, ...],
-    ) -> BuildCall:
-        return BuildCall(
+    ) -> BuildRequest:
+        return BuildRequest(
             spec,
             self.report.location,
             self.plan.policy,
             self.region,
             decision,
             upstream,
-            devices,
             self._abandon,
             self.share_work,
             self.lease_ttl,
             self.working_dir,
+            devices,
         )
 
     # -- served steps, re-checked when served -----------------------------------------------
@@ -539,7 +494,7 @@ class RunLoop:
             error,
         )
         self._last_errors[job.path] = error
-        self._later(StepJob(job.path, job.spec, job.attempt + 1, job.build), delay)
+        self._later(StepJob(job.path, job.spec, job.attempt + 1, job.request), delay)
         return True
 
     def _defer(self, job: StepJob, why: BaseException | None) -> None:
