@@ -31,6 +31,7 @@ from marin.execution.atomic_file import write_file_atomically
 from marin.execution.errors import MarinError, list_names
 from marin.execution.pipeline.targets import Target
 from marin.execution.plan.options import (
+    DEFAULT_MAX_CONCURRENT,
     DEFAULT_ON_DRIFT,
     check_drift_policy,
     check_max_concurrent,
@@ -46,7 +47,6 @@ _ID_VALID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?#LW-]+$")
 _QUEUE_VALID = re.compile(r"[A-Za-z0-9_.:-]{1,250}")
 
-DEFAULT_MAX_CONCURRENT = 8
 EXECUTORS = ("default", "celery", "kubernetes")
 MULTI_HOST_EXECUTORS = ("celery", "kubernetes")
 """Executors whose tasks run on many machines: the export refuses what only one host can see."""
@@ -774,16 +774,11 @@ def output_file(out: str, dag_id: str) -> str:
 def lower_target(target: str, select: Sequence[str] = (), exclude: Sequence[str] = ()) -> list[Any]:
     """Load and lower a target: every transitive ``StepSpec``, dependencies first; with
     ``select``/``exclude``, only the steps ``marin plan`` would show with them."""
-    from marin.execution.pipeline.graph import collect_steps
-    from marin.execution.pipeline.handles import lower
+    from marin.execution.pipeline.handles import lower_graph
     from marin.execution.pipeline.targets import load_target
-    from marin.selection import select_steps
+    from marin.selection import select_graph
 
-    handles = load_target(target)
-    specs = lower(handles, memo={})
-    if not isinstance(specs, list):
-        specs = [specs]
-    return collect_steps(select_steps(specs, select, exclude))
+    return list(select_graph(lower_graph(load_target(target)), select, exclude).steps)
 
 
 def build_export(
@@ -838,10 +833,10 @@ def build_export(
     if specs is None:
         specs = lower_target(target, select, exclude)
     elif select or exclude:
-        from marin.execution.pipeline.graph import collect_steps
-        from marin.selection import select_steps
+        from marin.execution.pipeline.graph import as_graph
+        from marin.selection import select_graph
 
-        specs = collect_steps(select_steps(list(specs), select, exclude))
+        specs = list(select_graph(as_graph(specs), select, exclude).steps)
     steps = step_infos(specs)
     tasks = plan_tasks(steps, default_retries=retries, executor=executor)
     options = DagOptions(

@@ -35,8 +35,8 @@ _target_locks: dict[str, threading.Lock] = {}
 tasks of other pipelines never wait for it."""
 _lowered: dict[str, dict[str, Any]] = {}
 """Per process: resolved target -> {step_id: StepSpec}. Airflow may run many tasks per process."""
-_targets: dict[str, list[Any]] = {}
-"""Per process: resolved target -> the lowered target specs (what ``needed`` starts from)."""
+_graphs: dict[str, Any] = {}
+"""Per process: resolved target -> its lowered ``Graph`` (targets and every step)."""
 
 
 def task_placement(step: Mapping[str, Any]) -> dict[str, Any]:
@@ -99,8 +99,7 @@ def steps_for(target: str) -> dict[str, Any]:
         cached = _lowered.get(target)
     if cached is not None:
         return cached
-    from marin.execution.pipeline.graph import collect_steps
-    from marin.execution.pipeline.handles import lower
+    from marin.execution.pipeline.handles import lower_graph
     from marin.execution.pipeline.targets import load_target
 
     with _target_lock(target):
@@ -108,17 +107,18 @@ def steps_for(target: str) -> dict[str, Any]:
             cached = _lowered.get(target)  # another task lowered it while this one waited
         if cached is not None:
             return cached
-        targets = list(lower(load_target(target), memo={}))
-        steps = {spec.step_id: spec for spec in collect_steps(targets)}
+        graph = lower_graph(load_target(target))  # collected and checked once, here
+        steps = {spec.step_id: spec for spec in graph.steps}
         with _lock:
-            _lowered[target], _targets[target] = steps, targets
+            _lowered[target], _graphs[target] = steps, graph
         return steps
 
 
-def targets_for(target: str) -> list[Any]:
+def graph_for(target: str) -> Any:
+    """The target's ``Graph``, lowered once per process (see ``steps_for``)."""
     steps_for(target)
     with _lock:
-        return _targets[target]
+        return _graphs[target]
 
 
 _handles: dict[str, dict[str, Any]] = {}
@@ -185,7 +185,7 @@ def step_for(target: str, step: str) -> Any | None:
 def clear_cache() -> None:
     with _lock:
         _lowered.clear()
-        _targets.clear()
+        _graphs.clear()
         _handles.clear()
         _memos.clear()
 
@@ -275,6 +275,16 @@ def choose_prefix(param: object, default_prefix: str | None) -> str | None:
     A trigger chooses the param, so on a worker with ``MARIN_ALLOWED_PREFIXES`` a prefix outside
     the allowed roots fails here, before the pipeline is imported or storage is touched.
     """
+    chosen = _chosen_prefix(param, default_prefix)
+    from marin.execution.store.location import resolve_prefix
+    from marin.execution.store.prefix_policy import check_prefix
+
+    check_prefix(resolve_prefix(chosen), chosen)
+    return chosen
+
+
+def _chosen_prefix(param: object, default_prefix: str | None) -> str | None:
+    """The prefix ``choose_prefix`` picks, not yet checked (``open_prefix`` checks it)."""
     from marin.execution.errors import InvalidStepError, brief
 
     if param is not None and not isinstance(param, str):
@@ -283,12 +293,7 @@ def choose_prefix(param: object, default_prefix: str | None) -> str | None:
             f"set prefix to a string (a path, gs://..., s3://...), or leave it empty for "
             f"${PREFIX_ENV}, then the exported default",
         )
-    chosen = param or os.environ.get(PREFIX_ENV) or default_prefix or None
-    from marin.execution.store.location import resolve_prefix
-    from marin.execution.store.prefix_policy import check_prefix
-
-    check_prefix(resolve_prefix(chosen), chosen)
-    return chosen
+    return param or os.environ.get(PREFIX_ENV) or default_prefix or None
 
 
 def run_policy(
@@ -360,8 +365,8 @@ def _location(
 ) -> Any:
     from marin.execution.store.location import open_prefix
 
-    chosen = choose_prefix(prefix, default_prefix)
-    location = open_prefix(chosen)
+    chosen = _chosen_prefix(prefix, default_prefix)
+    location = open_prefix(chosen)  # checked against MARIN_ALLOWED_PREFIXES once, here
     if shared_prefix_only and (location.is_local or location.is_memory):
         # Another worker could neither see these artifacts nor honour their leases.
         from marin.execution.errors import StorageError
@@ -414,11 +419,10 @@ def plan_steps(
     ``on_drift=error`` raises ``DriftError`` here, before any step runs.
     """
     from marin.execution.build.commit import warn_if_served_stale
-    from marin.execution.pipeline.graph import collect_steps
     from marin.execution.plan.decide import plan_graph
     from marin.execution.plan.read import read_stored
     from marin.plan_view import plan_table
-    from marin.selection import select_steps
+    from marin.selection import select_graph
 
     context = _airflow_context()
     _warn_newer(newer, context)
@@ -427,12 +431,12 @@ def plan_steps(
     dag_dir = dag_dir or _dag_dir(context)
     resolved = resolve_target(target, dag_dir)
     # The DAG file is data: its selection is checked like any option before it is used.
-    targets = select_steps(
-        targets_for(resolved),
+    graph = select_graph(
+        graph_for(resolved),
         check_patterns(select, "SELECT"),
         check_patterns(exclude, "EXCLUDE"),
     )
-    specs = collect_steps(targets)
+    specs = list(graph.steps)
     steps = {spec.step_id: spec for spec in specs}
     if graph_digest is not None:
         now = digest_of((s.step_id, s.fingerprint) for s in specs)
@@ -443,7 +447,7 @@ def plan_steps(
             )
     policy = run_policy(context, default_on_drift, steps)
     location = _location(prefix, default_prefix, shared_prefix_only)
-    plan = plan_graph(specs, targets, read_stored(specs, location), policy)
+    plan = plan_graph(specs, list(graph.targets), read_stored(specs, location), policy)
     log.info("marin: the plan under %s:\n%s", location.url, plan_table(plan, location))
     stale = sorted(
         step

@@ -138,8 +138,8 @@ def pack(call: BuildRequest, options: FlowOptions) -> bytes:
     import cloudpickle
 
     build = RemoteBuild(
-        call.location.url, call.spec, call.policy, call.region, call.decision, call.upstream,
-        options,
+        call.location.url, call.spec, call.policy, call.region, call.decision,
+        None if call.upstream is None else list(call.upstream), options,
     )  # fmt: skip
     return bytes(cloudpickle.dumps(build))
 

@@ -835,7 +835,7 @@ def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
 def _lower_all(
     handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any] | None, check: bool = False
 ) -> list[StepSpec]:
-    return _lower_and_check(handles, memo, check).targets
+    return list(_lower_and_check(handles, memo, check).targets)
 
 
 def _lower_and_check(
@@ -938,6 +938,17 @@ def _flatten(handles: Iterable[Any]) -> tuple[list[Any], bool]:
     return items, len(items) != 1
 
 
+def lower_graph(
+    *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
+) -> Graph:
+    """Lower handles to one checked ``Graph``: the targets' specs and every step they need.
+
+    What the entry points (``marin run``, the engines) take, once per run. Raises what
+    ``lower`` raises (``CycleError``, ``DuplicateStepError``, ``InvalidStepError``)."""
+    items, _ = _flatten(handles)
+    return _lower_and_check(items, {}, check=True)
+
+
 @overload
 def lower(
     handle: ArtifactStep | StepSpec, /, *, memo: dict[Any, Any] | None = None
@@ -958,17 +969,6 @@ def lower(
     *more: ArtifactStep | StepSpec,
     memo: dict[Any, Any] | None = None,
 ) -> list[StepSpec]: ...
-
-
-def lower_graph(
-    *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
-) -> Graph:
-    """Lower handles to one checked ``Graph``: the targets' specs and every step they need.
-
-    What the entry points (``marin run``, the engines) take, once per run. Raises what
-    ``lower`` raises (``CycleError``, ``DuplicateStepError``, ``InvalidStepError``)."""
-    items, _ = _flatten(handles)
-    return _lower_and_check(items, {}, check=True)
 
 
 def lower(

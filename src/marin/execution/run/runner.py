@@ -105,7 +105,7 @@ class StepRunner:
             "cascade": cascade,
             "on_code_drift": on_code_drift,
         }
-        given = {k: v for k, v in loose.items() if v is not None}
+        given: dict[str, Any] = {k: v for k, v in loose.items() if v is not None}
         if options is not None and given:
             raise InvalidStepError(
                 f"StepRunner(options=..., {', '.join(given)}=...)",
