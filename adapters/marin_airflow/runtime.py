@@ -315,7 +315,7 @@ def run_policy(
     from marin.execution.plan.decide import Policy
 
     params = (context.get("params") if context is not None else None) or {}
-    options = RunOptions.from_params(params, defaults=RunOptions(on_drift=default_on_drift))
+    options = RunOptions.from_params(params, defaults={"on_drift": default_on_drift})
     if planned_force is not None:
         if not isinstance(planned_force, list) or not all(
             isinstance(f, str) for f in planned_force
