@@ -42,9 +42,7 @@ def count_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
         for loaded in list(sys.modules.values()):  # every module that imported it by name
             if vars(loaded).get(name) is original:
                 monkeypatch.setattr(loaded, name, wrapper)
-    monkeypatch.setattr(
-        RunOptions, "__post_init__", counted("options", RunOptions.__post_init__)
-    )
+    monkeypatch.setattr(RunOptions, "__post_init__", counted("options", RunOptions.__post_init__))
     parse = Target.parse.__func__  # type: ignore[attr-defined]
     monkeypatch.setattr(Target, "parse", classmethod(counted("parse", parse)))
     return counts

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import marin.cli  # noqa: F401  (imported before the counters wrap what it imported)
-import marin.execution.run.runner  # noqa: F401
+import marin.cli  # imported before the counters wrap what it imported
+import marin.execution.run.runner
 from marin_airflow import runtime
 from marin_airflow.contract import target_reference
 from marin_airflow.export import build_export, write_export
