@@ -548,6 +548,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``marin`` command's parser: the global options, then one function per sub-command."""
     parser = argparse.ArgumentParser(
         prog="marin",
         description="Build lazy, fingerprinted ML pipeline steps locally, or export them to "
@@ -569,7 +570,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="artifact prefix for the sub-command (also accepted after it)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_run_command(commands)
+    _add_plan_command(commands)
+    _add_graph_command(commands)
+    _add_show_command(commands)
+    _add_ls_command(commands)
+    _add_why_command(commands)
+    _add_diff_command(commands)
+    _add_unlock_command(commands)
+    _add_gc_command(commands)
+    _add_export_command(commands)
+    return parser
 
+
+def _add_run_command(commands: Any) -> None:
+    """``marin run``: its options."""
     run = commands.add_parser(
         "run",
         help="build a pipeline's steps that are not built yet",
@@ -618,6 +633,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=cmd_run)
 
+
+def _add_plan_command(commands: Any) -> None:
+    """``marin plan``: its options."""
     plan = commands.add_parser(
         "plan",
         help="show what a run would do and why; changes nothing",
@@ -637,6 +655,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.set_defaults(func=cmd_plan)
 
+
+def _add_graph_command(commands: Any) -> None:
+    """``marin graph``: its options."""
     graph = commands.add_parser(
         "graph",
         help="draw the pipeline as Mermaid, Graphviz DOT or text",
@@ -654,6 +675,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection(graph)
     graph.set_defaults(func=cmd_graph)
 
+
+def _add_show_command(commands: Any) -> None:
+    """``marin show``: its options."""
     show = commands.add_parser(
         "show",
         help="print one artifact's record: config, fingerprint, deps, provenance, result",
@@ -671,6 +695,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="the raw record.json")
     show.set_defaults(func=cmd_show)
 
+
+def _add_ls_command(commands: Any) -> None:
+    """``marin ls``: its options."""
     ls = commands.add_parser(
         "ls",
         help="list the artifacts built under a prefix",
@@ -718,6 +745,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ls.set_defaults(func=cmd_ls)
 
+
+def _add_why_command(commands: Any) -> None:
+    """``marin why``: its options."""
     why = commands.add_parser(
         "why",
         help="why a step would be built or is served, and which builds it is made of",
@@ -733,6 +763,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_force_and_drift(why)
     why.set_defaults(func=cmd_why)
 
+
+def _add_diff_command(commands: Any) -> None:
+    """``marin diff``: its options."""
     diff = commands.add_parser(
         "diff",
         help="the field-level config difference between two built steps",
@@ -746,6 +779,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_global(diff)
     diff.set_defaults(func=cmd_diff)
 
+
+def _add_unlock_command(commands: Any) -> None:
+    """``marin unlock``: its options."""
     unlock = commands.add_parser(
         "unlock",
         help="break a step's lease by hand (a lease left by a dead or skewed runner)",
@@ -764,10 +800,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     unlock.set_defaults(func=cmd_unlock)
 
+
+def _add_gc_command(commands: Any) -> None:
+    """``marin gc``: its options live in ``marin.gc.command``."""
     from marin.gc.command import add_gc_parser
 
     add_gc_parser(commands, _add_global)
 
+
+def _add_export_command(commands: Any) -> None:
+    """``marin export ENGINE``, one sub-command per ``marin.exporters`` entry point: its options."""
     export = commands.add_parser(
         "export",
         help="compile a pipeline for another engine (airflow, prefect)",
@@ -782,7 +824,6 @@ def build_parser() -> argparse.ArgumentParser:
         except ImportError as exc:
             unavailable = engines.add_parser(entry.name, help=f"(unavailable: {exc})")
             unavailable.set_defaults(func=_unavailable(entry.name, exc))
-    return parser
 
 
 def _unavailable(engine: str, exc: ImportError) -> Any:
