@@ -418,7 +418,6 @@ def plan_steps(
     the tasks of the steps not built are then skipped without a launch. A drifted step under
     ``on_drift=error`` raises ``DriftError`` here, before any step runs.
     """
-    from marin.execution.build.commit import warn_if_served_stale
     from marin.execution.plan.decide import plan_graph
     from marin.execution.plan.read import read_stored
     from marin.plan_view import plan_table
@@ -449,6 +448,15 @@ def plan_steps(
     location = _location(prefix, default_prefix, shared_prefix_only)
     plan = plan_graph(specs, list(graph.targets), read_stored(specs, location), policy)
     log.info("marin: the plan under %s:\n%s", location.url, plan_table(plan, location))
+    return _plan_result(plan, policy, steps, dag_fingerprints)
+
+
+def _plan_result(
+    plan: Any, policy: Any, steps: Mapping[str, Any], dag_fingerprints: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """The plan task's XComs: the step ids by action, the stale ones, and the policy used."""
+    from marin.execution.build.commit import warn_if_served_stale
+
     stale = sorted(
         step
         for step, fp in (dag_fingerprints or {}).items()
@@ -559,24 +567,9 @@ def run_step(
         prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)
     resolved = resolve_target(target, dag_dir)
-    fix = _fix(export_command, export_root, dag_dir)
-    # Only this step and its ancestors are lowered: the whole graph is the plan task's job.
-    spec = step_for(resolved, step)
-    if spec is None:
-        raise StaleDagError(
-            f"the DAG file is stale: {target} no longer has a step {step} (renamed, or its "
-            "version was bumped)",
-            fix,
-            step,
-        )
-    if spec.fingerprint != fingerprint:
-        raise StaleDagError(
-            f"the DAG file is stale: field fingerprint is {fingerprint} in the DAG file but the "
-            f"pipeline now gives {spec.fingerprint} (its config or a dependency changed since "
-            "the export)",
-            fix,
-            step,
-        )
+    spec = _current_spec(
+        resolved, target, step, fingerprint, _fix(export_command, export_root, dag_dir)
+    )
     # A fingerprint covers the step's ancestors, so the check above is this step's whole
     # staleness check; steps added or removed elsewhere (``graph_digest``) are the plan task's
     # warning. ``force`` was resolved by the plan task against the whole graph; called outside
@@ -627,6 +620,35 @@ def run_step(
     if not cached:  # an asset event, and an output for OpenLineage, only for a real build
         record_built(context, step, outcome.output_url, outcome.record)
         _record_datasets(context, inputs.values(), output)
+    return _step_result(step, spec, outcome)
+
+
+def _current_spec(resolved: str, target: str, step: str, fingerprint: str, fix: str) -> Any:
+    """The step's spec as the pipeline lowers it now (only it and its ancestors: the whole
+    graph is the plan task's job). Raises ``StaleDagError`` when the DAG file no longer
+    matches the pipeline: the step is gone, or its fingerprint changed."""
+    spec = step_for(resolved, step)
+    if spec is None:
+        raise StaleDagError(
+            f"the DAG file is stale: {target} no longer has a step {step} (renamed, or its "
+            "version was bumped)",
+            fix,
+            step,
+        )
+    if spec.fingerprint != fingerprint:
+        raise StaleDagError(
+            f"the DAG file is stale: field fingerprint is {fingerprint} in the DAG file but the "
+            f"pipeline now gives {spec.fingerprint} (its config or a dependency changed since "
+            "the export)",
+            fix,
+            step,
+        )
+    return spec
+
+
+def _step_result(step: str, spec: Any, outcome: Any) -> dict[str, Any]:
+    """Log what the step task did, and return it for XCom."""
+    cached = outcome.action != BuildOutcomeKind.BUILT
     where = outcome.output_url
     if outcome.action == BuildOutcomeKind.CACHED:
         log.info(

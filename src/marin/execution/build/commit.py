@@ -218,10 +218,8 @@ def build_step(
     """
     if isinstance(request, StepSpec):  # the older keyword form: one request, made here
         assert location is not None, "build_step(spec, location, ...)"
-        if fields.get("policy") is None:
-            fields["policy"] = Policy(
-                on_drift, frozenset({request.step_id} if force else ()), cascade
-            )
+        forced = frozenset({request.step_id} if force else ())
+        fields["policy"] = fields.get("policy") or Policy(on_drift, forced, cascade)
         request = BuildRequest(request, location, **fields)
     if request.devices is None:
         return _build(request)
