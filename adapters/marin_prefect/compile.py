@@ -195,14 +195,13 @@ def to_prefect_flow(
         exclude,
         options=("select", "exclude"),
     )
-    steps, targets = list(graph.steps), list(graph.targets)
-    flow_name = name or default_flow_name(target_or_handles, targets)
+    flow_name = name or default_flow_name(target_or_handles, list(graph.targets))
     if task_runner is None:
         task_runner = ThreadPoolTaskRunner(max_workers=run.max_concurrent)
     remote = not isinstance(task_runner, ThreadPoolTaskRunner)
     flow_options = FlowOptions(
         run=run,
-        policy=run.policy(steps),
+        policy=run.policy(graph.steps),
         prefix=prefix,
         concurrency_limit=concurrency_limit,
         resource_limits=resource_limits,
@@ -210,8 +209,15 @@ def to_prefect_flow(
         target=remote_target(target_or_handles) if remote else None,
         dask=remote and is_dask_runner(task_runner),
     )
+    return _flow(flow_name, graph, flow_options, location, task_runner)
 
-    body = _FlowBody(flow_name, steps, targets, flow_options, location)
+
+def _flow(
+    flow_name: str, graph: Graph, options: FlowOptions, location: Location | None, runner: Any
+) -> Flow[[], dict[str, str]]:
+    """The Prefect flow whose body runs ``graph`` with ``options``."""
+    steps, targets = list(graph.steps), list(graph.targets)
+    body = _FlowBody(flow_name, steps, targets, options, location)
 
     def marin_flow() -> dict[str, str]:
         return body()
@@ -222,7 +228,7 @@ def to_prefect_flow(
         name=flow_name,
         description=f"Marin pipeline: {len(steps)} step(s), targets "
         + ", ".join(t.step_id for t in targets),
-        task_runner=cast(Any, task_runner),
+        task_runner=cast(Any, runner),
         validate_parameters=False,
     )
 
