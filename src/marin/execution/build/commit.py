@@ -231,7 +231,7 @@ def _build(request: BuildRequest) -> BuildOutcome:
     spec, location, policy = request.spec, request.location, request.policy
     decision, upstream = request.decision, request.upstream
     lease_ttl = request.lease_ttl
-    if lease_ttl is None:
+    if lease_ttl is None:  # read once, here, before fn runs
         lease_ttl = ttl_from_env()
         request = dataclasses.replace(request, lease_ttl=lease_ttl)
     url = location.url_for(spec.output_path)
@@ -263,7 +263,7 @@ def _build(request: BuildRequest) -> BuildOutcome:
     ups = _inputs_at_start(spec, location, ups, lease_ttl)
     crash_point("before-lease", spec.step_id)
     try:
-        return _lease_and_build(dataclasses.replace(request, decision=decision, upstream=ups))
+        return _lease_and_build(request, decision, ups)
     except LeaseLostError as lost:
         log.warning("discard %s: %s", spec.step_id, lost.what)
         lease = Lease(location, spec.output_path, ttl=lease_ttl)
@@ -284,13 +284,14 @@ def _build(request: BuildRequest) -> BuildOutcome:
         raise
 
 
-def _lease_and_build(request: BuildRequest) -> BuildOutcome:
+def _lease_and_build(
+    request: BuildRequest, decision: Decision, upstream: Sequence[Upstream]
+) -> BuildOutcome:
     """Take the step's lease, decide again if its record changed since, then build holding it.
 
-    ``request.decision`` and ``request.upstream`` are set (the caller's, checked)."""
+    ``decision`` and ``upstream`` are the caller's, checked (not the request's: no copy of the
+    request per build)."""
     spec, location, policy = request.spec, request.location, request.policy
-    decision, upstream = request.decision, request.upstream
-    assert decision is not None and upstream is not None
     url = location.url_for(spec.output_path)
     output_seen = _output_left_by_marin(location, spec)  # before the lease: see there
     lease = Lease(location, spec.output_path, ttl=request.lease_ttl)
