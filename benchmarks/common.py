@@ -95,15 +95,20 @@ def timed_rounds(
 
 def stub_build_step() -> None:
     """Replace ``build_step`` in the runner with a no-I/O stub: what is left is the scheduler."""
+    import marin.execution.run.executors as executors
     import marin.execution.run.loop as orchestrate
     from marin.execution.build.commit import BuildOutcome
     from marin.execution.vocabulary import BuildOutcomeKind
 
-    def build_step(spec: StepSpec, location: Any, **_: Any) -> BuildOutcome:
+    def build_step(request: Any, *_: Any, **__: Any) -> BuildOutcome:
         record: Any = None
+        spec = getattr(request, "spec", request)  # a BuildRequest, or (older trees) a spec
         return BuildOutcome(spec, BuildOutcomeKind.BUILT, record, "")
 
-    orchestrate.build_step = build_step
+    # Where the tree builds: the executors' job (a BuildRequest), or older trees' loop.
+    for module in (executors, orchestrate):
+        if hasattr(module, "build_step"):
+            module.build_step = build_step  # type: ignore[attr-defined]
 
 
 def lowered(kind: str, n: int, seed: int = 0) -> tuple[list[StepSpec], list[StepSpec], float]:

@@ -94,6 +94,8 @@ def test_a_plan_reads_and_decides_frozen(monkeypatch: pytest.MonkeyPatch) -> Non
     collector's passes it sets off skip the graph too, and the heap is thawed after it."""
     import marin.execution.plan.decide as decide_module
     import marin.execution.plan.read as inspect_module
+    from marin.execution.pipeline.graph import Graph
+    from marin.execution.plan.options import RunOptions
     from marin.execution.plan.read import plan_run
     from marin.execution.store.location import open_prefix
 
@@ -110,7 +112,7 @@ def test_a_plan_reads_and_decides_frozen(monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(inspect_module, "read_stored_step", read)
     monkeypatch.setattr(decide_module, "decide", decide)
-    plan = plan_run([_step("planned").lower()], open_prefix(_prefix()))
+    plan = plan_run(Graph.of([_step("planned").lower()]), open_prefix(_prefix()), RunOptions())
     assert len(plan.decisions) == 1
     assert counts["read"] and all(count > 0 for count in counts["read"])
     assert counts["decide"] and all(count > 0 for count in counts["decide"])

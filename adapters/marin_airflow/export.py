@@ -32,6 +32,7 @@ from marin.execution.errors import MarinError, list_names
 from marin.execution.pipeline.targets import Target
 from marin.execution.pipeline.versions import VersionCodex, codex_flags, codex_json
 from marin.execution.plan.options import (
+    DEFAULT_MAX_CONCURRENT,
     DEFAULT_ON_DRIFT,
     check_drift_policy,
     check_max_concurrent,
@@ -47,7 +48,6 @@ _ID_VALID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?#LW-]+$")
 _QUEUE_VALID = re.compile(r"[A-Za-z0-9_.:-]{1,250}")
 
-DEFAULT_MAX_CONCURRENT = 8
 EXECUTORS = ("default", "celery", "kubernetes")
 MULTI_HOST_EXECUTORS = ("celery", "kubernetes")
 """Executors whose tasks run on many machines: the export refuses what only one host can see."""
@@ -806,16 +806,12 @@ def lower_target(
     """Load and lower a target: every transitive ``StepSpec``, dependencies first; with
     ``select``/``exclude``, only the steps ``marin plan`` would show with them; ``versions``:
     the codex of steps with ``version=None``."""
-    from marin.execution.pipeline.graph import collect_steps
-    from marin.execution.pipeline.handles import lower
+    from marin.execution.pipeline.handles import lower_graph
     from marin.execution.pipeline.targets import load_target
-    from marin.selection import select_steps
+    from marin.selection import select_graph
 
-    handles = load_target(target)
-    specs = lower(handles, memo={}, versions=versions)
-    if not isinstance(specs, list):
-        specs = [specs]
-    return collect_steps(select_steps(specs, select, exclude))
+    graph = lower_graph(load_target(target), versions=versions)
+    return list(select_graph(graph, select, exclude).steps)
 
 
 def build_export(
@@ -880,10 +876,10 @@ def build_export(
     if specs is None:
         specs = lower_target(target, select, exclude, versions)
     elif select or exclude:
-        from marin.execution.pipeline.graph import collect_steps
-        from marin.selection import select_steps
+        from marin.execution.pipeline.graph import as_graph
+        from marin.selection import select_graph
 
-        specs = collect_steps(select_steps(list(specs), select, exclude))
+        specs = list(select_graph(as_graph(specs), select, exclude).steps)
     steps = step_infos(specs)
     tasks = plan_tasks(steps, default_retries=retries, executor=executor)
     options = DagOptions(

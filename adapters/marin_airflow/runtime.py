@@ -36,8 +36,8 @@ _target_locks: dict[str, threading.Lock] = {}
 tasks of other pipelines never wait for it."""
 _lowered: dict[str, dict[str, Any]] = {}
 """Per process: resolved target -> {step_id: StepSpec}. Airflow may run many tasks per process."""
-_targets: dict[str, list[Any]] = {}
-"""Per process: resolved target -> the lowered target specs (what ``needed`` starts from)."""
+_graphs: dict[str, Any] = {}
+"""Per process: resolved target -> its lowered ``Graph`` (targets and every step)."""
 
 
 def task_placement(step: Mapping[str, Any]) -> dict[str, Any]:
@@ -100,8 +100,7 @@ def steps_for(target: str) -> dict[str, Any]:
         cached = _lowered.get(target)
     if cached is not None:
         return cached
-    from marin.execution.pipeline.graph import collect_steps
-    from marin.execution.pipeline.handles import lower
+    from marin.execution.pipeline.handles import lower_graph
     from marin.execution.pipeline.targets import load_target
 
     with _target_lock(target):
@@ -109,17 +108,18 @@ def steps_for(target: str) -> dict[str, Any]:
             cached = _lowered.get(target)  # another task lowered it while this one waited
         if cached is not None:
             return cached
-        targets = list(lower(load_target(target), memo={}))
-        steps = {spec.step_id: spec for spec in collect_steps(targets)}
+        graph = lower_graph(load_target(target))  # collected and checked once, here
+        steps = {spec.step_id: spec for spec in graph.steps}
         with _lock:
-            _lowered[target], _targets[target] = steps, targets
+            _lowered[target], _graphs[target] = steps, graph
         return steps
 
 
-def targets_for(target: str) -> list[Any]:
+def graph_for(target: str) -> Any:
+    """The target's ``Graph``, lowered once per process (see ``steps_for``)."""
     steps_for(target)
     with _lock:
-        return _targets[target]
+        return _graphs[target]
 
 
 _handles: dict[str, dict[str, Any]] = {}
@@ -186,7 +186,7 @@ def step_for(target: str, step: str) -> Any | None:
 def clear_cache() -> None:
     with _lock:
         _lowered.clear()
-        _targets.clear()
+        _graphs.clear()
         _handles.clear()
         _memos.clear()
 
@@ -276,6 +276,16 @@ def choose_prefix(param: object, default_prefix: str | None) -> str | None:
     A trigger chooses the param, so on a worker with ``MARIN_ALLOWED_PREFIXES`` a prefix outside
     the allowed roots fails here, before the pipeline is imported or storage is touched.
     """
+    chosen = _chosen_prefix(param, default_prefix)
+    from marin.execution.store.location import resolve_prefix
+    from marin.execution.store.prefix_policy import check_prefix
+
+    check_prefix(resolve_prefix(chosen), chosen)
+    return chosen
+
+
+def _chosen_prefix(param: object, default_prefix: str | None) -> str | None:
+    """The prefix ``choose_prefix`` picks, not yet checked (``open_prefix`` checks it)."""
     from marin.execution.errors import InvalidStepError, brief
 
     if param is not None and not isinstance(param, str):
@@ -284,12 +294,7 @@ def choose_prefix(param: object, default_prefix: str | None) -> str | None:
             f"set prefix to a string (a path, gs://..., s3://...), or leave it empty for "
             f"${PREFIX_ENV}, then the exported default",
         )
-    chosen = param or os.environ.get(PREFIX_ENV) or default_prefix or None
-    from marin.execution.store.location import resolve_prefix
-    from marin.execution.store.prefix_policy import check_prefix
-
-    check_prefix(resolve_prefix(chosen), chosen)
-    return chosen
+    return param or os.environ.get(PREFIX_ENV) or default_prefix or None
 
 
 def run_policy(
@@ -311,7 +316,7 @@ def run_policy(
     from marin.execution.plan.decide import Policy
 
     params = (context.get("params") if context is not None else None) or {}
-    options = RunOptions.from_params(params, defaults=RunOptions(on_drift=default_on_drift))
+    options = RunOptions.from_params(params, defaults={"on_drift": default_on_drift})
     if planned_force is not None:
         if not isinstance(planned_force, list) or not all(
             isinstance(f, str) for f in planned_force
@@ -361,8 +366,8 @@ def _location(
 ) -> Any:
     from marin.execution.store.location import open_prefix
 
-    chosen = choose_prefix(prefix, default_prefix)
-    location = open_prefix(chosen)
+    chosen = _chosen_prefix(prefix, default_prefix)
+    location = open_prefix(chosen)  # checked against MARIN_ALLOWED_PREFIXES once, here
     if shared_prefix_only and (location.is_local or location.is_memory):
         # Another worker could neither see these artifacts nor honour their leases.
         from marin.execution.errors import StorageError
@@ -427,12 +432,10 @@ def plan_steps(
     the tasks of the steps not built are then skipped without a launch. A drifted step under
     ``on_drift=error`` raises ``DriftError`` here, before any step runs.
     """
-    from marin.execution.build.commit import warn_if_served_stale
-    from marin.execution.pipeline.graph import collect_steps
     from marin.execution.plan.decide import plan_graph
     from marin.execution.plan.read import read_stored
     from marin.plan_view import plan_table
-    from marin.selection import select_steps
+    from marin.selection import select_graph
 
     context = _airflow_context()
     _warn_newer(newer, context)
@@ -442,12 +445,12 @@ def plan_steps(
     dag_dir = dag_dir or _dag_dir(context)
     resolved = resolve_target(target, dag_dir)
     # The DAG file is data: its selection is checked like any option before it is used.
-    targets = select_steps(
-        targets_for(resolved),
+    graph = select_graph(
+        graph_for(resolved),
         check_patterns(select, "SELECT"),
         check_patterns(exclude, "EXCLUDE"),
     )
-    specs = collect_steps(targets)
+    specs = list(graph.steps)
     steps = {spec.step_id: spec for spec in specs}
     if graph_digest is not None:
         now = digest_of((s.step_id, s.fingerprint) for s in specs)
@@ -458,8 +461,17 @@ def plan_steps(
             )
     policy = run_policy(context, default_on_drift, steps)
     location = _location(prefix, default_prefix, shared_prefix_only)
-    plan = plan_graph(specs, targets, read_stored(specs, location), policy)
+    plan = plan_graph(specs, list(graph.targets), read_stored(specs, location), policy)
     log.info("marin: the plan under %s:\n%s", location.url, plan_table(plan, location))
+    return _plan_result(plan, policy, steps, dag_fingerprints)
+
+
+def _plan_result(
+    plan: Any, policy: Any, steps: Mapping[str, Any], dag_fingerprints: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """The plan task's XComs: the step ids by action, the stale ones, and the policy used."""
+    from marin.execution.build.commit import warn_if_served_stale
+
     stale = sorted(
         step
         for step, fp in (dag_fingerprints or {}).items()
@@ -561,6 +573,7 @@ def run_step(
     """
     from marin.execution.build.commit import build_step
     from marin.execution.build.lineage.names import step_datasets
+    from marin.execution.build.request import BuildRequest
     from marin.execution.pipeline.provenance import engine_run
     from marin.execution.pipeline.remote.call import JobWaiting
     from marin_airflow.assets import dag_run_lineage, record_built
@@ -572,24 +585,9 @@ def run_step(
         prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)
     resolved = resolve_target(target, dag_dir)
-    fix = _fix(export_command, export_root, dag_dir)
-    # Only this step and its ancestors are lowered: the whole graph is the plan task's job.
-    spec = step_for(resolved, step)
-    if spec is None:
-        raise StaleDagError(
-            f"the DAG file is stale: {target} no longer has a step {step} (renamed, or its "
-            "version was bumped)",
-            fix,
-            step,
-        )
-    if spec.fingerprint != fingerprint:
-        raise StaleDagError(
-            f"the DAG file is stale: field fingerprint is {fingerprint} in the DAG file but the "
-            f"pipeline now gives {spec.fingerprint} (its config or a dependency changed since "
-            "the export)",
-            fix,
-            step,
-        )
+    spec = _current_spec(
+        resolved, target, step, fingerprint, _fix(export_command, export_root, dag_dir)
+    )
     # A fingerprint covers the step's ancestors, so the check above is this step's whole
     # staleness check; steps added or removed elsewhere (``graph_digest``) are the plan task's
     # warning. ``force`` was resolved by the plan task against the whole graph; called outside
@@ -631,7 +629,7 @@ def run_step(
             engine_run("airflow", ids) if ids is not None else contextlib.nullcontext(),
             dag_run_lineage(context),  # the OpenLineage parent: this DAG run
         ):
-            outcome = build_step(spec, location, policy=policy, upstream=upstream)
+            outcome = build_step(BuildRequest(spec, location, policy, upstream=upstream))
     except BaseException as exc:
         if isinstance(exc, JobWaiting):  # not an end: the operator defers
             raise
@@ -642,6 +640,35 @@ def run_step(
     if not cached:  # an asset event, and an output for OpenLineage, only for a real build
         record_built(context, step, outcome.output_url, outcome.record)
         _record_datasets(context, inputs.values(), output)
+    return _step_result(step, spec, outcome)
+
+
+def _current_spec(resolved: str, target: str, step: str, fingerprint: str, fix: str) -> Any:
+    """The step's spec as the pipeline lowers it now (only it and its ancestors: the whole
+    graph is the plan task's job). Raises ``StaleDagError`` when the DAG file no longer
+    matches the pipeline: the step is gone, or its fingerprint changed."""
+    spec = step_for(resolved, step)
+    if spec is None:
+        raise StaleDagError(
+            f"the DAG file is stale: {target} no longer has a step {step} (renamed, or its "
+            "version was bumped)",
+            fix,
+            step,
+        )
+    if spec.fingerprint != fingerprint:
+        raise StaleDagError(
+            f"the DAG file is stale: field fingerprint is {fingerprint} in the DAG file but the "
+            f"pipeline now gives {spec.fingerprint} (its config or a dependency changed since "
+            "the export)",
+            fix,
+            step,
+        )
+    return spec
+
+
+def _step_result(step: str, spec: Any, outcome: Any) -> dict[str, Any]:
+    """Log what the step task did, and return it for XCom."""
+    cached = outcome.action != BuildOutcomeKind.BUILT
     where = outcome.output_url
     if outcome.action == BuildOutcomeKind.CACHED:
         log.info(

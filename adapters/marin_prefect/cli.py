@@ -248,13 +248,13 @@ def _selected_steps(
     versions: VersionCodex | None = None,
 ) -> list[Any]:
     """Every step a run of the deployment would plan: the selection and what it needs."""
-    from marin.execution.pipeline.graph import collect_steps
-    from marin.execution.pipeline.handles import lower
+    from marin.execution.pipeline.handles import lower_graph
     from marin.execution.pipeline.targets import load_target
-    from marin.selection import select_steps
+    from marin.selection import select_graph
 
-    specs = list(lower(load_target(target), versions=versions))
-    return collect_steps(select_steps(specs, select, exclude))
+    return list(
+        select_graph(lower_graph(load_target(target), versions=versions), select, exclude).steps
+    )
 
 
 def export(
@@ -289,7 +289,8 @@ def export(
         from marin.execution.store.location import refuse_credentials
 
         refuse_credentials(prefix)  # it would be written into prefect.yaml
-    RunOptions(on_drift=on_drift, max_concurrent=max_concurrent)  # refuses what a run would
+    # Refuses what a run would; the deployment's parameters are the checked options.
+    options = RunOptions(on_drift=on_drift, max_concurrent=max_concurrent)
     select = check_patterns(select, "--select")
     exclude = check_patterns(exclude, "--exclude")
     name = name or default_deployment_name(target)
@@ -324,8 +325,8 @@ def export(
     parameters: dict[str, Any] = {"target": target}
     if prefix is not None:
         parameters["prefix"] = prefix
-    parameters["max_concurrent"] = max_concurrent
-    parameters["on_drift"] = on_drift
+    parameters["max_concurrent"] = options.max_concurrent
+    parameters["on_drift"] = options.on_drift
     if resource_limits:
         parameters["resource_limits"] = True
     # Written only when given, so deployments exported without them keep their bytes.

@@ -54,13 +54,13 @@ from marin.execution.plan.options import (
     RunOptions,
 )
 from marin.execution.run.executors import Completion, CompletionKind, OnDone, StepJob
-from marin.execution.run.loop import BuildCall
 from marin.execution.vocabulary import BuildOutcomeKind
 from marin_prefect.dask import is_dask_runner
 from marin_prefect.names import safe_prefect_name
 
 if TYPE_CHECKING:
     from marin.execution.build.commit import BuildOutcome
+    from marin.execution.pipeline.graph import Graph
     from marin.execution.pipeline.step_spec import StepSpec
     from marin.execution.pipeline.versions import VersionCodex
     from marin.execution.store.location import Location
@@ -70,15 +70,15 @@ NOT_RUN_STATE_NAME = "NotReady"
 PRUNED_STATE_NAME = "Pruned"
 
 
-def lower_flow_target(
-    target_or_handles: Any, versions: VersionCodex | None = None
-) -> list[StepSpec]:
-    """A target string, a handle, a ``StepSpec`` or a list of them -> the lowered target specs
-    (``versions``: the codex of steps with ``version=None``)."""
-    from marin.execution.pipeline.handles import ArtifactStep, lower
+def lower_flow_target(target_or_handles: Any, versions: VersionCodex | None = None) -> Graph:
+    """A target (a string or a parsed ``Target``), a handle, a ``StepSpec`` or a list of them ->
+    the lowered ``Graph``, collected and checked once (``versions``: the codex of steps with
+    ``version=None``)."""
+    from marin.execution.pipeline.handles import ArtifactStep, lower_graph
     from marin.execution.pipeline.step_spec import StepSpec
+    from marin.execution.pipeline.targets import Target
 
-    if isinstance(target_or_handles, str):
+    if isinstance(target_or_handles, str | Target):
         from marin.execution.pipeline.targets import load_target
 
         items: list[Any] = list(load_target(target_or_handles))
@@ -99,23 +99,33 @@ def lower_flow_target(
                 f"error: item {i} is a {type(item).__name__}, not a step handle: pass the "
                 "ArtifactStep returned by apply()"
             )
-    return list(lower(items, versions=versions))
+    return lower_graph(items, versions=versions)
 
 
 def default_flow_name(target_or_handles: Any, specs: Sequence[StepSpec]) -> str:
-    if isinstance(target_or_handles, str):
-        from marin.execution.pipeline.targets import Target
+    """``marin-<file stem>-<attr>`` for a target, else ``marin-<last target's name>``."""
+    from marin.execution.pipeline.targets import Target
 
-        parsed = Target.parse(target_or_handles)
+    if isinstance(target_or_handles, str | Target):
+        parsed = _parsed(target_or_handles)
         stem, attr = parsed.stem, parsed.attr
         return safe_prefect_name(f"marin-{stem}-{attr}" if stem else f"marin-{attr}")
     return safe_prefect_name("marin-" + specs[-1].name)
+
+
+def _parsed(target: Any) -> Any:
+    """``target`` as a ``Target``: parsed once by the entry flow, else here."""
+    from marin.execution.pipeline.targets import Target
+
+    return target if isinstance(target, Target) else Target.parse(target)
 
 
 def to_prefect_flow(
     target_or_handles: Any,
     *,
     name: str | None = None,
+    options: RunOptions | None = None,
+    location: Location | None = None,
     max_concurrent: int = DEFAULT_MAX_CONCURRENT,
     prefix: str | None = None,
     on_drift: str = DEFAULT_ON_DRIFT,
@@ -160,11 +170,19 @@ def to_prefect_flow(
     ``select`` and ``exclude`` (globs, as ``marin run --select/--exclude`` takes) keep only the
     matching steps and what they need; a pattern that matches no step is an error naming it and
     the closest names.
-    """
-    from marin.execution.pipeline.graph import collect_steps
-    from marin.selection import select_steps
 
-    run = RunOptions(
+    ``options`` (a ``RunOptions``, checked once by the caller: the entry flow) replaces
+    ``max_concurrent``, ``on_drift``, ``keep_going``, ``force``, ``cascade`` and
+    ``on_code_drift``. ``location``: the prefix, opened and checked by the caller (else
+    ``prefix`` is opened when the flow runs).
+
+    Raises ``OptionError`` for a bad option, ``TargetError``/``PipelineImportError`` for a
+    target that cannot be loaded, ``InvalidStepError`` for a selection or ``force`` name that
+    names no step, and ``ValueError`` for an empty ``concurrency_limit``.
+    """
+    from marin.selection import select_graph
+
+    run = options or RunOptions(
         on_drift=on_drift,
         force=(force,) if isinstance(force, str) else tuple(force),
         cascade=cascade,
@@ -174,20 +192,19 @@ def to_prefect_flow(
     )
     if concurrency_limit is not None and not concurrency_limit.strip():
         raise ValueError("error: concurrency_limit is empty: pass a global concurrency limit name")
-    targets = select_steps(
+    graph = select_graph(
         lower_flow_target(target_or_handles, versions),
         select,
         exclude,
         options=("select", "exclude"),
     )
-    steps = collect_steps(targets)
-    flow_name = name or default_flow_name(target_or_handles, targets)
+    flow_name = name or default_flow_name(target_or_handles, list(graph.targets))
     if task_runner is None:
-        task_runner = ThreadPoolTaskRunner(max_workers=max_concurrent)
+        task_runner = ThreadPoolTaskRunner(max_workers=run.max_concurrent)
     remote = not isinstance(task_runner, ThreadPoolTaskRunner)
-    options = FlowOptions(
+    flow_options = FlowOptions(
         run=run,
-        policy=run.policy(steps),
+        policy=run.policy(graph.steps),
         prefix=prefix,
         concurrency_limit=concurrency_limit,
         resource_limits=resource_limits,
@@ -195,8 +212,15 @@ def to_prefect_flow(
         target=remote_target(target_or_handles) if remote else None,
         dask=remote and is_dask_runner(task_runner),
     )
+    return _flow(flow_name, graph, flow_options, location, task_runner)
 
-    body = _FlowBody(flow_name, steps, targets, options)
+
+def _flow(
+    flow_name: str, graph: Graph, options: FlowOptions, location: Location | None, runner: Any
+) -> Flow[[], dict[str, str]]:
+    """The Prefect flow whose body runs ``graph`` with ``options``."""
+    steps, targets = list(graph.steps), list(graph.targets)
+    body = _FlowBody(flow_name, steps, targets, options, location)
 
     def marin_flow() -> dict[str, str]:
         return body()
@@ -207,7 +231,7 @@ def to_prefect_flow(
         name=flow_name,
         description=f"Marin pipeline: {len(steps)} step(s), targets "
         + ", ".join(t.step_id for t in targets),
-        task_runner=cast(Any, task_runner),
+        task_runner=cast(Any, runner),
         validate_parameters=False,
     )
 
@@ -221,12 +245,18 @@ class _FlowBody:
     """
 
     def __init__(
-        self, name: str, steps: Sequence[StepSpec], targets: Sequence[StepSpec], options: Any
+        self,
+        name: str,
+        steps: Sequence[StepSpec],
+        targets: Sequence[StepSpec],
+        options: Any,
+        location: Location | None = None,
     ) -> None:
         self.name, self.steps, self.targets, self.options = name, steps, targets, options
+        self.location = location
 
     def __call__(self) -> dict[str, str]:
-        return run_steps(self.steps, self.targets, self.options)
+        return run_steps(self.steps, self.targets, self.options, self.location)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_ShippedFlowBody, (self.name,))
@@ -245,13 +275,13 @@ class _ShippedFlowBody:
 def remote_target(target_or_handles: Any) -> str | None:
     """The target a worker loads before it unpickles a build: a file made absolute (a worker
     runs in its own folder), a module path as it is; None for handles (pickled as they are)."""
-    if not isinstance(target_or_handles, str):
-        return None
     import os
 
     from marin.execution.pipeline.targets import Target
 
-    parsed = Target.parse(target_or_handles)
+    if not isinstance(target_or_handles, str | Target):
+        return None
+    parsed = _parsed(target_or_handles)
     if parsed.is_file:
         parsed = parsed.with_location(os.path.abspath(parsed.location))
     return str(parsed)
@@ -277,13 +307,18 @@ class FlowOptions:
 
 
 def run_steps(
-    steps: Sequence[StepSpec], targets: Sequence[StepSpec], options: FlowOptions
+    steps: Sequence[StepSpec],
+    targets: Sequence[StepSpec],
+    options: FlowOptions,
+    location: Location | None = None,
 ) -> dict[str, str]:
     """Run ``steps`` (all transitive, deps first) as task runs of the current flow run.
 
     The plan (``marin.execution.plan.decide``) says which steps build; the core's one run loop
     (``marin.execution.run.loop``) says when, on a ``PrefectExecutor``. Steps that are served
     or pruned end at once with their own states; steps that never ran end ``NotReady``.
+    ``location``: the prefix the entry flow opened and checked (else ``options.prefix`` is
+    opened here).
     """
     from marin.execution.plan.decide import plan_graph
     from marin.execution.plan.read import read_stored
@@ -294,7 +329,7 @@ def run_steps(
     from marin_prefect.assets import flow_run_lineage
 
     logger = get_run_logger()
-    location = open_prefix(options.prefix)
+    location = open_prefix(options.prefix) if location is None else location
     location.check_writable()
     logger.info("marin: %d step(s) under %s", len(steps), location.url)
     plan = plan_graph(steps, targets, read_stored(steps, location), options.policy)
@@ -386,8 +421,7 @@ class PrefectExecutor:
         if self._options.remote:
             from marin_prefect.dask import pack, placement
 
-            assert isinstance(job.build, BuildCall)
-            payload = pack(job.build, self._options)
+            payload = pack(job.request, self._options)
             where = placement(job.spec) if self._options.dask else contextlib.nullcontext()
             with where:
                 future = task.submit(

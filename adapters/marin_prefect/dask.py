@@ -21,6 +21,7 @@ for the engines that have queues (a Prefect tag here); Dask has none.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 from collections.abc import Iterator
@@ -31,9 +32,9 @@ from marin.execution.errors import MarinError
 
 if TYPE_CHECKING:
     from marin.execution.build.commit import BuildOutcome
+    from marin.execution.build.request import BuildRequest
     from marin.execution.pipeline.step_spec import StepSpec
     from marin.execution.plan.decide import Decision, Policy, Upstream
-    from marin.execution.run.loop import BuildCall
     from marin.execution.vocabulary import BuildOutcomeKind
     from marin_prefect.compile import FlowOptions
 
@@ -132,13 +133,13 @@ class RemoteOutcome:
         )  # fmt: skip
 
 
-def pack(call: BuildCall, options: FlowOptions) -> bytes:
+def pack(call: BuildRequest, options: FlowOptions) -> bytes:
     """The build's arguments, pickled on the driver (functions by reference to their module)."""
     import cloudpickle
 
     build = RemoteBuild(
-        call.location.url, call.spec, call.policy, call.region, call.decision, call.upstream,
-        options,
+        call.location.url, call.spec, call.policy, call.region, call.decision,
+        None if call.upstream is None else list(call.upstream), options,
     )  # fmt: skip
     return bytes(cloudpickle.dumps(build))
 
@@ -199,7 +200,8 @@ def build_remote(target: str | None, payload: bytes) -> RemoteOutcome:
     flow's Prefect concurrency slots as a local build does. The record names this worker."""
     import threading
 
-    from marin.execution.run.loop import BuildCall
+    from marin.execution.build.commit import build_step
+    from marin.execution.build.request import BuildRequest
     from marin.execution.store.location import open_prefix
     from marin_prefect.compile import hold_slots_and_build
 
@@ -208,12 +210,14 @@ def build_remote(target: str | None, payload: bytes) -> RemoteOutcome:
     spec = build.spec
     # The worker's own prefix policy (MARIN_ALLOWED_PREFIXES) applies to what the driver sent.
     location = open_prefix(build.prefix)
-    # The loop's own build call, rebuilt from what the driver sent: no devices assigned here, and
-    # no abandon flag (that is the driver process's Ctrl-C); the worker reads its own lease TTL.
-    run = BuildCall(
-        spec, location, build.policy, build.region, build.decision, build.upstream, (),
-        threading.Event(), False,
+    # The loop's own build request, rebuilt from what the driver sent: no devices assigned
+    # here, and no abandon flag (that is the driver process's Ctrl-C); the worker reads its own
+    # lease TTL.
+    request = BuildRequest(
+        spec, location, build.policy, build.region, build.decision, build.upstream,
+        threading.Event(), devices=(),
     )  # fmt: skip
+    run = functools.partial(build_step, request)
     outcome = hold_slots_and_build(spec, build.options, run, identity)
     return RemoteOutcome(
         outcome.action, outcome.record, outcome.output_url, outcome.duration_s, outcome.drift,

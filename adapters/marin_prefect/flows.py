@@ -164,12 +164,14 @@ def marin_pipeline(
     ``versions`` (the codex of steps with ``version=None``, as JSON; ``marin export prefect
     --version`` stores it) may only be the deployment's own; ``scope`` only ``shared``.
     """
-    from marin.execution.store.location import resolve_prefix
-    from marin.execution.store.prefix_policy import check_prefix
+    from marin.execution.pipeline.targets import Target
+    from marin.execution.store.location import open_prefix
 
     check_run_choices(target)
     codex = check_run_versions(versions, scope)
-    check_prefix(resolve_prefix(prefix), prefix)  # before the pipeline is even imported
+    parsed = Target.parse(target)  # once: the flow's name, its lowering and remote workers
+    # Opened and checked (MARIN_ALLOWED_PREFIXES) once, before the pipeline is even imported.
+    location = open_prefix(prefix)
     # The run's parameters are whoever triggered it's data: checked like any option, first.
     options = RunOptions.from_params(
         {
@@ -185,16 +187,12 @@ def marin_pipeline(
     chosen = check_patterns(select or [], "select")
     dropped = check_patterns(exclude or [], "exclude")
     pipeline = to_prefect_flow(
-        target,
-        max_concurrent=options.max_concurrent,
+        parsed,
+        options=options,
+        location=location,
         prefix=prefix,
-        on_drift=options.on_drift,
         concurrency_limit=concurrency_limit,
-        keep_going=options.keep_going,
-        force=options.force,
-        cascade=options.cascade,
         resource_limits=resource_limits,
-        on_code_drift=options.on_code_drift,
         select=chosen,
         exclude=dropped,
         task_runner=task_runner_from_env(),  # the worker's setting, never the run's

@@ -100,6 +100,8 @@ def time_rerun_and_plan(
     targets: list[Any], prefix: str, reps: int, max_concurrent: int
 ) -> dict[str, Any]:
     """Medians of a re-run of a built pipeline (pruned) and of a full ``plan``-style check."""
+    from marin.execution.pipeline.graph import Graph
+    from marin.execution.plan.options import RunOptions
     from marin.execution.plan.read import plan_run
     from marin.execution.step_runner import StepRunner
     from marin.execution.store.location import open_prefix
@@ -115,7 +117,9 @@ def time_rerun_and_plan(
         out["rerun_checked"] = len(report.skipped) + len(report.pruned)
         out["rerun_pruned"] = len(report.pruned)
         t0 = time.perf_counter()
-        decisions = plan_run(targets, open_prefix(prefix)).decisions.values()
+        decisions = plan_run(
+            Graph.of(targets), open_prefix(prefix), RunOptions()
+        ).decisions.values()
         plan.append(time.perf_counter() - t0)
         assert all(d.status == "built" for d in decisions)
     out["rerun_s"] = statistics.median(rerun)
@@ -179,6 +183,8 @@ def latency(n: int, latency_s: float, serial_sample: int, reps: int = 3) -> dict
     """Build ``n`` steps on ``memory://``, then check them through a store ``latency_s`` away."""
     import latency as latency_fs
 
+    from marin.execution.pipeline.graph import Graph
+    from marin.execution.plan.options import RunOptions
     from marin.execution.plan.read import plan_run, read_stored_step
     from marin.execution.step_runner import StepRunner
     from marin.execution.store.location import open_prefix
@@ -194,7 +200,7 @@ def latency(n: int, latency_s: float, serial_sample: int, reps: int = 3) -> dict
     for _ in range(reps):
         latency_fs.LatencyFileSystem.calls = 0
         t0 = time.perf_counter()
-        decisions = plan_run(targets, slow).decisions.values()
+        decisions = plan_run(Graph.of(targets), slow, RunOptions()).decisions.values()
         plan.append(time.perf_counter() - t0)
         assert all(d.status == "built" for d in decisions)
         out["plan_calls"] = latency_fs.LatencyFileSystem.calls

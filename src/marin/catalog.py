@@ -399,15 +399,16 @@ def _not_built_hint(location: Location, name: str, version: str) -> str:
     return did_you_mean(f"{name}@{version}", built) or fallback
 
 
-def check_ls_prefix(prefix: str | None) -> tuple[Location, str | None]:
-    """Open ``prefix`` for ``marin ls``; return a warning when it does not exist yet.
+def check_ls_prefix(prefix: str | Location | None) -> tuple[Location, str | None]:
+    """Open ``prefix`` (or take it opened) for ``marin ls``; return a warning when it does not
+    exist yet.
 
     A prefix that is a file is bad input (``StorageError``, exit 2); a missing folder is only
     warned about, since a prefix nothing was built under yet is not an error.
     """
     from marin.execution.errors import StorageError
 
-    location = open_prefix(prefix)
+    location = prefix if isinstance(prefix, Location) else open_prefix(prefix)
     try:
         kind = location.fs.info(location.root).get("type")
     except FileNotFoundError:

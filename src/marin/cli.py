@@ -46,34 +46,47 @@ class UsageError(Exception):
     """Bad command-line input: exit code 2."""
 
 
-def _lowered(target: str, args: argparse.Namespace | None = None) -> list[Any]:
-    """The target's specs, narrowed by ``--select``/``--exclude`` when ``args`` has them."""
-    from marin.execution.lazy import lower
+def _lowered(target: str, args: argparse.Namespace | None = None) -> Any:
+    """The target's ``Graph``, lowered and checked once, narrowed by ``--select``/``--exclude``
+    when ``args`` has them."""
+    from marin.execution.pipeline.handles import lower_graph
     from marin.execution.pipeline.targets import load_target
     from marin.execution.pipeline.versions import codex_from_args
-    from marin.execution.plan.scope import resolve_scopes
-    from marin.execution.store.location import open_prefix
-    from marin.selection import select_steps
+    from marin.selection import select_graph
 
     codex = codex_from_args(getattr(args, "run_version", None), getattr(args, "override", []))
-    specs = list(lower(load_target(target), memo={}, versions=codex))
+    graph = lower_graph(load_target(target), versions=codex)
     select, exclude = getattr(args, "select", []), getattr(args, "exclude", [])
-    specs = select_steps(specs, select, exclude)
-    if args is None:
-        return specs
-    # Where each step reads and writes for this user (plan/scope.py): run and plan agree.
-    prefix = open_prefix(getattr(args, "prefix", None))
-    return resolve_scopes(
-        specs, prefix, getattr(args, "scope", "shared"), getattr(args, "force", ())
-    )
+    return select_graph(graph, select, exclude)
 
 
-def _reachable(prefix: str | None) -> None:
-    """Probe the prefix's storage once, briefly, before planning (local disk: no probe)."""
+def _scoped(graph: Any, location: Any, args: argparse.Namespace) -> Any:
+    """``graph`` with each step placed where it reads and writes for this user (plan/scope.py:
+    run and plan agree); the same graph when no step is in user scope."""
+    from marin.execution.pipeline.graph import Graph
+    from marin.execution.plan.scope import resolve_scopes
+
+    scope, force = getattr(args, "scope", "shared"), getattr(args, "force", ())
+    targets = resolve_scopes(graph.targets, location, scope, force)
+    return graph if targets == list(graph.targets) else Graph.of(targets)
+
+
+def _reachable(prefix: str | None) -> Any:
+    """Open the prefix (checked against ``MARIN_ALLOWED_PREFIXES``) once, and probe its
+    storage once, briefly, before planning (local disk: no probe); the ``Location``."""
     from marin.execution.store.location import open_prefix
     from marin.execution.store.probe import probe_prefix
 
-    probe_prefix(open_prefix(prefix))
+    location = open_prefix(prefix)
+    probe_prefix(location)
+    return location
+
+
+def _run_options(args: argparse.Namespace) -> Any:
+    """The command's ``RunOptions``, made and checked once (a flag it lacks: the default)."""
+    from marin.execution.plan.options import RunOptions
+
+    return RunOptions.from_params(vars(args))
 
 
 def _configure_logging(verbose: bool) -> None:
@@ -133,24 +146,19 @@ def _first_interrupt_only() -> Iterator[None]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from marin.execution.build.lineage import pipeline_run
-    from marin.execution.pipeline.graph import collect_steps
     from marin.execution.step_runner import RunReport, StepRunner
-    from marin.execution.store.location import open_prefix
-    from marin.progress import RunObserver, readable_result, render_summary
+    from marin.progress import RunObserver, render_summary
 
     as_json = getattr(args, "json", False)
-    specs = _lowered(args.target, args)
-    _reachable(args.prefix)
-    location = open_prefix(args.prefix)
+    options = _run_options(args)
+    graph = _lowered(args.target, args)
+    location = _reachable(args.prefix)
+    graph = _scoped(graph, location, args)
     live = not args.dry_run and not as_json and _use_live_progress(args)
     observer = RunObserver(location, live=live)
     runner = StepRunner(
-        max_concurrent=args.max_concurrent,
-        max_remote=args.max_remote,
         prefix=args.prefix,
-        on_drift=args.on_drift,
-        on_code_drift=getattr(args, "on_code_drift", DEFAULT_ON_CODE_DRIFT),
-        cascade=getattr(args, "cascade", True),
+        options=options,
         listener=observer,
         resources=getattr(args, "resources", None),
     )
@@ -162,16 +170,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             if report is not None:
                 print(safe_json(json.dumps(report.to_json(), indent=2, ensure_ascii=False)))
             return
-        steps = collect_steps(specs)
+        steps = list(graph.steps)
         text = render_summary(observer, steps, report, color=color, interrupted=interrupted)
         sys.stdout.write(text)
         sys.stdout.flush()
 
     try:
         with _first_interrupt_only(), observer, pipeline_run(args.target, runner="local"):
-            report = runner.run(
-                specs, dry_run=args.dry_run, keep_going=args.keep_going, force=args.force
-            )
+            report = runner.run(graph, dry_run=args.dry_run, location=location)
     except (StepFailedError, PipelineFailedError) as exc:
         summary(getattr(exc, "report", None))
         raise
@@ -188,26 +194,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.dry_run:
         summary(report)
-    built = sum(1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.BUILT)
-    by_other = sum(
-        1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.BUILT_BY_OTHER
-    )
+    _print_result(report, graph.targets, args.dry_run)
+    return EXIT_OK
+
+
+def _print_result(report: Any, targets: Sequence[Any], dry_run: bool) -> None:
+    """``marin run``'s last lines: what was built, and where each target's output is."""
+    from marin.progress import readable_result
+
+    outcomes = report.outcomes.values()
+    built = sum(1 for o in outcomes if o.action == BuildOutcomeKind.BUILT)
+    by_other = sum(1 for o in outcomes if o.action == BuildOutcomeKind.BUILT_BY_OTHER)
     # Early cutoff: planned because an upstream was rebuilt, served as its output was the same.
-    cut_off = sum(1 for o in report.outcomes.values() if o.action == BuildOutcomeKind.CACHED)
+    cut_off = sum(1 for o in outcomes if o.action == BuildOutcomeKind.CACHED)
     skipped = len(report.skipped) + len(report.pruned)
-    verb = "would build" if args.dry_run else "built"
-    count = len(report.to_build) if args.dry_run else built
+    verb = "would build" if dry_run else "built"
+    count = len(report.to_build) if dry_run else built
     where = safe_text(report.location.url)
     elsewhere = f", {by_other} built by another runner" if by_other else ""
     elsewhere += f", {cut_off} {RunResult.UNCHANGED}" if cut_off else ""
     print(f"{verb} {count} step(s){elsewhere}, skipped {skipped}; artifacts under {where}")
-    for spec in specs:
+    for spec in targets:
         # Each output once: the readable file in it (or the output itself, if it is one) with
         # what it is, else the output.
-        readable = None if args.dry_run else readable_result(report.location, spec.output_path)
+        readable = None if dry_run else readable_result(report.location, spec.output_path)
         output = readable or report.location.url_for(spec.output_path)
         print(f"  {safe_text(spec.step_id)}: {safe_text(output)}")
-    return EXIT_OK
 
 
 # --- plan --------------------------------------------------------------------------------------
@@ -217,15 +229,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from marin.execution.step_runner import StepRunner
     from marin.plan_view import plan_json, plan_table, would_change_anything
 
-    runner = StepRunner(
-        prefix=args.prefix,
-        on_drift=getattr(args, "on_drift", DEFAULT_ON_DRIFT),
-        on_code_drift=getattr(args, "on_code_drift", DEFAULT_ON_CODE_DRIFT),
-        cascade=getattr(args, "cascade", True),
-    )
-    specs = _lowered(args.target, args)
-    _reachable(args.prefix)
-    plan, location = runner.plan(specs, force=getattr(args, "force", []))
+    runner = StepRunner(prefix=args.prefix, options=_run_options(args))
+    graph = _lowered(args.target, args)
+    location = _reachable(args.prefix)
+    plan, location = runner.plan(_scoped(graph, location, args), location=location)
     if args.json:
         print(safe_json(json.dumps(plan_json(plan, location), indent=2, ensure_ascii=False)))
     else:
@@ -239,21 +246,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from marin.execution.pipeline.graph import collect_steps
     from marin.graph_view import render_graph
 
-    targets = _lowered(args.target, args)
-    steps = collect_steps(targets)
+    graph = _lowered(args.target, args)
     states = None
     if args.prefix:
         from marin.execution.step_runner import StepRunner
 
-        _reachable(args.prefix)
         # The targets, as `marin plan` plans them: with every step a target, a pruned step
         # would be "needed" and its readers shown stale.
-        plan, _ = StepRunner(prefix=args.prefix).plan(targets)
+        location = _reachable(args.prefix)
+        plan, _ = StepRunner(prefix=args.prefix).plan(
+            _scoped(graph, location, args), location=location
+        )
         states = plan.decisions
-    sys.stdout.write(render_graph(steps, args.format, states))
+    sys.stdout.write(render_graph(list(graph.steps), args.format, states))
     return EXIT_OK
 
 
@@ -280,8 +287,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from marin.ls_filter import LsFilter
 
     wanted = LsFilter.from_args(args)  # bad filters fail before any listing
-    _reachable(args.prefix)
-    location, warning = check_ls_prefix(args.prefix)
+    location, warning = check_ls_prefix(_reachable(args.prefix))
     if warning:
         print(warning, file=sys.stderr)
     entries = wanted.apply(list_entries(location, sizes=not args.no_size))
@@ -296,20 +302,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_why(args: argparse.Namespace) -> int:
-    from marin.execution.pipeline.graph import collect_steps
     from marin.execution.step_runner import StepRunner
     from marin.why import explain_step, find_step
 
-    runner = StepRunner(
-        prefix=args.prefix,
-        on_drift=args.on_drift,
-        on_code_drift=args.on_code_drift,
-        cascade=args.cascade,
-    )
-    specs = _lowered(args.target, args)
-    spec = find_step(collect_steps(specs), args.step)
-    _reachable(args.prefix)
-    plan, _ = runner.plan(specs, force=args.force)
+    runner = StepRunner(prefix=args.prefix, options=_run_options(args))
+    graph = _lowered(args.target, args)
+    spec = find_step(list(graph.steps), args.step)
+    location = _reachable(args.prefix)
+    plan, _ = runner.plan(_scoped(graph, location, args), location=location)
     sys.stdout.write(explain_step(plan, spec))
     return EXIT_OK
 
@@ -593,6 +593,7 @@ def _add_versions(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``marin`` command's parser: the global options, then one function per sub-command."""
     parser = argparse.ArgumentParser(
         prog="marin",
         description="Build lazy, fingerprinted ML pipeline steps locally, or export them to "
@@ -614,7 +615,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="artifact prefix for the sub-command (also accepted after it)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_run_command(commands)
+    _add_plan_command(commands)
+    _add_graph_command(commands)
+    _add_show_command(commands)
+    _add_ls_command(commands)
+    _add_why_command(commands)
+    _add_diff_command(commands)
+    _add_unlock_command(commands)
+    _add_gc_command(commands)
+    _add_export_command(commands)
+    return parser
 
+
+def _add_run_command(commands: Any) -> None:
+    """``marin run``: its options."""
     run = commands.add_parser(
         "run",
         help="build a pipeline's steps that are not built yet",
@@ -670,6 +685,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=cmd_run)
 
+
+def _add_plan_command(commands: Any) -> None:
+    """``marin plan``: its options."""
     plan = commands.add_parser(
         "plan",
         help="show what a run would do and why; changes nothing",
@@ -689,6 +707,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.set_defaults(func=cmd_plan)
 
+
+def _add_graph_command(commands: Any) -> None:
+    """``marin graph``: its options."""
     graph = commands.add_parser(
         "graph",
         help="draw the pipeline as Mermaid, Graphviz DOT or text",
@@ -706,6 +727,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_selection(graph)
     graph.set_defaults(func=cmd_graph)
 
+
+def _add_show_command(commands: Any) -> None:
+    """``marin show``: its options."""
     show = commands.add_parser(
         "show",
         help="print one artifact's record: config, fingerprint, deps, provenance, result",
@@ -723,6 +747,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="the raw record.json")
     show.set_defaults(func=cmd_show)
 
+
+def _add_ls_command(commands: Any) -> None:
+    """``marin ls``: its options."""
     ls = commands.add_parser(
         "ls",
         help="list the artifacts built under a prefix",
@@ -770,6 +797,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ls.set_defaults(func=cmd_ls)
 
+
+def _add_why_command(commands: Any) -> None:
+    """``marin why``: its options."""
     why = commands.add_parser(
         "why",
         help="why a step would be built or is served, and which builds it is made of",
@@ -785,6 +815,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_force_and_drift(why)
     why.set_defaults(func=cmd_why)
 
+
+def _add_diff_command(commands: Any) -> None:
+    """``marin diff``: its options."""
     diff = commands.add_parser(
         "diff",
         help="the field-level config difference between two built steps",
@@ -798,6 +831,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_global(diff)
     diff.set_defaults(func=cmd_diff)
 
+
+def _add_unlock_command(commands: Any) -> None:
+    """``marin unlock``: its options."""
     unlock = commands.add_parser(
         "unlock",
         help="break a step's lease by hand (a lease left by a dead or skewed runner)",
@@ -816,10 +852,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     unlock.set_defaults(func=cmd_unlock)
 
+
+def _add_gc_command(commands: Any) -> None:
+    """``marin gc``: its options live in ``marin.gc.command``."""
     from marin.gc.command import add_gc_parser
 
     add_gc_parser(commands, _add_global)
 
+
+def _add_export_command(commands: Any) -> None:
+    """``marin export ENGINE``, one sub-command per ``marin.exporters`` entry point: its options."""
     export = commands.add_parser(
         "export",
         help="compile a pipeline for another engine (airflow, prefect)",
@@ -834,7 +876,6 @@ def build_parser() -> argparse.ArgumentParser:
         except ImportError as exc:
             unavailable = engines.add_parser(entry.name, help=f"(unavailable: {exc})")
             unavailable.set_defaults(func=_unavailable(entry.name, exc))
-    return parser
 
 
 def _unavailable(engine: str, exc: ImportError) -> Any:

@@ -14,7 +14,7 @@ import fnmatch
 from collections.abc import Sequence
 
 from marin.execution.errors import InvalidStepError
-from marin.execution.pipeline.graph import collect_steps
+from marin.execution.pipeline.graph import Graph
 from marin.execution.step_spec import StepSpec
 from marin.execution.suggest import did_you_mean
 
@@ -50,13 +50,28 @@ def select_steps(
     *,
     options: tuple[str, str] = ("--select", "--exclude"),
 ) -> list[StepSpec]:
-    """The targets a selection leaves: ``targets`` unchanged when both are empty.
-
-    ``options`` are the names errors give the two (an engine's run parameters are called
-    ``select`` and ``exclude``, not flags)."""
+    """The targets a selection leaves: ``targets`` unchanged when both are empty (see
+    ``select_graph``, which the runners use; this walks the graph of ``targets`` first)."""
     if not select and not exclude:
         return list(targets)
-    steps = collect_steps(targets)
+    return list(select_graph(Graph.of(targets), select, exclude, options=options).targets)
+
+
+def select_graph(
+    graph: Graph,
+    select: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    *,
+    options: tuple[str, str] = ("--select", "--exclude"),
+) -> Graph:
+    """The part of ``graph`` a selection leaves: ``graph`` itself when both are empty.
+
+    ``options`` are the names errors give the two (an engine's run parameters are called
+    ``select`` and ``exclude``, not flags). Raises ``InvalidStepError`` for a pattern that
+    matches no step, or a selection that leaves none."""
+    if not select and not exclude:
+        return graph
+    steps = graph.steps
     chosen = _matching(select, steps, options[0]) if select else None
     dropped = _matching(exclude, steps, options[1]) if exclude else set()
     # Steps come dependencies first, so one pass carries an exclusion to every reader.
@@ -75,4 +90,4 @@ def select_steps(
             f"{options[0]} and {options[1]} leave no step to work on",
             f"loosen {options[1]} (it also leaves out every step that reads an excluded one)",
         )
-    return result
+    return graph.narrowed(result)

@@ -29,7 +29,9 @@ from typing import Any
 
 from marin.execution.errors import DriftError
 from marin.execution.lazy import lower
+from marin.execution.pipeline.graph import Graph
 from marin.execution.plan.decide import Plan
+from marin.execution.plan.options import RunOptions
 from marin.execution.plan.read import plan_run
 from marin.execution.step_runner import StepRunner
 from marin.execution.store.location import open_prefix
@@ -188,13 +190,8 @@ def raw_records(case: Case, prefix: str) -> dict[str, bytes | None]:
 def predict(case: Case, prefix: str) -> Plan | DriftError:
     specs = lower(build(case.description()))
     try:
-        return plan_run(
-            specs,
-            open_prefix(prefix),
-            on_drift=case.on_drift,
-            force=case.force_ids,
-            cascade=case.cascade,
-        )
+        options = RunOptions(on_drift=case.on_drift, force=case.force_ids, cascade=case.cascade)
+        return plan_run(Graph.of(specs), open_prefix(prefix), options)
     except DriftError as exc:
         return exc
 

@@ -88,9 +88,11 @@ def test_version_bump_upstream_keeps_the_kept_targets_old_inputs(
 
 
 def _plan(handles: Any, location: Location) -> Any:
+    from marin.execution.pipeline.graph import Graph
+    from marin.execution.plan.options import RunOptions
     from marin.execution.plan.read import plan_run
 
-    return plan_run(lower(handles), location)
+    return plan_run(Graph.of(lower(handles)), location, RunOptions())
 
 
 def test_replaced_input_is_said_to_be_gone(prefix: str) -> None:

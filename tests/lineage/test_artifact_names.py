@@ -12,6 +12,8 @@ from marin.catalog import show_record
 from marin.execution.build.commit import build_step
 from marin.execution.build.lineage.names import artifact_names, names_for_url
 from marin.execution.lazy import OUT, apply
+from marin.execution.pipeline.graph import Graph
+from marin.execution.plan.options import RunOptions
 from marin.execution.plan.read import plan_run
 from marin.execution.store.location import open_prefix
 from marin.plan_view import plan_json
@@ -54,7 +56,9 @@ def test_show_and_plan_json_print_the_same_names(tmp_path: Path) -> None:
     assert code == 0
     assert f"  dataset      file {tmp_path}/art/names/one/v1 (OpenLineage)" in text
     assert f"  asset        file://{tmp_path}/art/names/one/v1 (Airflow, Prefect)" in text
-    data = json.loads(json.dumps(plan_json(plan_run([spec], location), location)))
+    data = json.loads(
+        json.dumps(plan_json(plan_run(Graph.of([spec]), location, RunOptions()), location))
+    )
     assert data["steps"][0]["artifact"] == names.to_json()
 
 

@@ -49,7 +49,7 @@ print(build.spec.step_id, build.spec.fingerprint)
 
 
 def _payload(tmp_path: Path) -> tuple[str, Path, str]:
-    from marin.execution.run.loop import BuildCall
+    from marin.execution.build.request import BuildRequest
 
     folder = tmp_path / "code"
     folder.mkdir()
@@ -57,7 +57,7 @@ def _payload(tmp_path: Path) -> tuple[str, Path, str]:
     target = f"{folder / 'shipped.py'}:pipeline"
     spec = lower(list(load_target(target)))[0]
     plan, location = StepRunner(prefix=str(tmp_path / "p")).plan(spec)
-    call = BuildCall(spec, location, plan.policy, None, plan.of(spec), [], (), threading.Event(), False)
+    call = BuildRequest(spec, location, plan.policy, None, plan.of(spec), [], threading.Event())
     payload = tmp_path / "payload.bin"
     payload.write_bytes(pack(call, FlowOptions(run=None, policy=plan.policy)))  # type: ignore[arg-type]
     return target, payload, spec.fingerprint

@@ -18,6 +18,8 @@ import pytest
 from marin.catalog import show_record
 from marin.execution.build.commit import build_step
 from marin.execution.lazy import OUT, apply
+from marin.execution.pipeline.graph import Graph
+from marin.execution.plan.options import RunOptions
 from marin.execution.plan.read import plan_run
 from marin.execution.step_spec import StepSpec
 from marin.execution.store.lease import Lease
@@ -65,7 +67,7 @@ def _exists(location: Location, rel: str) -> bool:
 
 
 def _status_of(spec: StepSpec, location: Location) -> str:
-    return plan_run([spec], location).of(spec).status
+    return plan_run(Graph.of([spec]), location, RunOptions()).of(spec).status
 
 
 def test_a_silent_build_writes_only_its_record(store_prefix: str) -> None:
@@ -144,7 +146,7 @@ def test_a_held_lease_reads_as_running_with_its_holder(store_prefix: str) -> Non
         assert lease is not None and status.get("holder") == lease.holder
         assert f":{os.getpid()}:" in status["holder"]  # this process's builder thread
         assert status.get("started_at")
-        decision = plan_run([spec], location).of(spec)
+        decision = plan_run(Graph.of([spec]), location, RunOptions()).of(spec)
         assert decision.status == RUN and "unfinished" in decision.reason
         assert not _exists(location, status_path(spec.output_path))  # no status write
         text, code = show_record(location, spec.output_path)

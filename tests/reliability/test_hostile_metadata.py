@@ -30,7 +30,9 @@ from marin.execution.errors import (
     MarinError,
 )
 from marin.execution.lazy import OUT, apply, resolve
+from marin.execution.pipeline.graph import Graph
 from marin.execution.pipeline.provenance import collect_provenance, now_iso
+from marin.execution.plan.options import RunOptions
 from marin.execution.plan.read import plan_run
 from marin.execution.store import records
 from marin.execution.store.lease import TTL_ENV, Lease, LeaseInfo, ttl_from_env
@@ -391,7 +393,9 @@ def _every_reader_survives(
     for spec in (_FUZZ_STEP, _FUZZ_DRIFTED):  # the drifted one explains its drift
         for on_drift, force in (("warn", ()), ("error", ()), ("rebuild", ("s",))):
             try:
-                plan = plan_run([spec], location, on_drift=on_drift, force=force)
+                plan = plan_run(
+                    Graph.of([spec]), location, RunOptions(on_drift=on_drift, force=force)
+                )
             except DriftError:
                 assert on_drift == "error"
                 continue

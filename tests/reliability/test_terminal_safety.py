@@ -25,6 +25,8 @@ from marin.cli import main
 from marin.execution.errors import StepFailedError
 from marin.execution.lazy import apply
 from marin.execution.pipeline.context import StepContext
+from marin.execution.pipeline.graph import Graph
+from marin.execution.plan.options import RunOptions
 from marin.execution.plan.read import plan_run
 from marin.execution.step_runner import StepRunner
 from marin.execution.step_spec import StepSpec, fingerprint_of
@@ -94,7 +96,7 @@ def test_markup_names_render_literally_in_plan_run_summary_and_ls(
     specs = [_spec(name) for name in MARKUP_NAMES]
     location = open_prefix(prefix)
     for color in (False, True):
-        table = plan_table(plan_run(specs, location), location, color=color)
+        table = plan_table(plan_run(Graph.of(specs), location, RunOptions()), location, color=color)
         plain = re.sub(r"\x1b\[[0-9;]*m", "", table)
         for name in MARKUP_NAMES:
             assert f"{name}@v0" in plain

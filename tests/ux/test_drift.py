@@ -7,6 +7,8 @@ from typing import Any
 
 from marin.execution.digest.config_drift import explain_drift
 from marin.execution.lazy import OUT, apply, lower, run
+from marin.execution.pipeline.graph import Graph
+from marin.execution.plan.options import RunOptions
 from marin.execution.plan.read import plan_run
 from marin.execution.store.location import open_prefix
 
@@ -90,7 +92,7 @@ def test_inspect_reports_nested_drift_of_a_real_record(tmp_path: Any) -> None:
         "d/step", _write, version="v1", value={"opt": {"lr": 0.3}, "new": 2}, out_path=OUT
     )
     spec = lower(changed)
-    state = plan_run([spec], open_prefix(prefix)).of(spec)
+    state = plan_run(Graph.of([spec]), open_prefix(prefix), RunOptions()).of(spec)
     assert state.status == "drift" and state.action == "skip"
     assert list(state.drift) == [
         "config.value.new: added 2",

@@ -9,7 +9,8 @@ objects that outlive the run (a plan of many thousand steps set off such passes 
 allocated its views, each walking the whole graph). ``gc.freeze()`` moves every object tracked
 so far out of the collector's reach until ``gc.unfreeze()``, at no cost per object, while
 everything made meanwhile (a step's own garbage included) is collected as usual. Lowering goes
-further and switches the collector off, because it frees almost nothing (``lazy._lower_all``).
+further and switches the collector off, because it frees almost nothing
+(``handles._lower_and_check``).
 
 Three things run inside ``frozen_heap``: the run loop, the read of a plan's stored state
 (``inspect.read_stored``) and the plan's decisions (``decide.plan_graph``), which every runner

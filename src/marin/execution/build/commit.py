@@ -43,6 +43,7 @@ from typing import IO, Any, cast
 
 from marin.execution.build.lineage import build_finished, build_started
 from marin.execution.build.output_tree import OutputDigest, is_output_digest, output_digest
+from marin.execution.build.request import BuildRequest
 from marin.execution.build.resume import (
     LeaseCheck,
     attempt_provenance,
@@ -68,7 +69,7 @@ from marin.execution.ids import jitter, new_id
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.pipeline.artifact import load_dependency
 from marin.execution.pipeline.canonical import to_canonical
-from marin.execution.pipeline.context import StepContext
+from marin.execution.pipeline.context import StepContext, assigned_devices
 from marin.execution.pipeline.isolation import StepTimeoutError
 from marin.execution.pipeline.provenance import collect_provenance, now_iso
 from marin.execution.pipeline.remote.call import JobWaiting, pending_job, remote_build
@@ -181,26 +182,21 @@ def read_upstream(spec: StepSpec, location: Location) -> list[Upstream]:
 
 
 def build_step(
-    spec: StepSpec,
-    location: Location,
+    request: BuildRequest | StepSpec,
+    location: Location | None = None,
     *,
     on_drift: str = DEFAULT_ON_DRIFT,
     force: bool = False,
     cascade: bool = True,
-    policy: Policy | None = None,
-    region: str | None = None,
-    lease_ttl: float | None = None,
-    decision: Decision | None = None,
-    upstream: Sequence[Upstream] | None = None,
-    abandon: threading.Event | None = None,
-    defer_if_held: bool = False,
-    working_dir: str | None = None,
+    **fields: Any,
 ) -> BuildOutcome:
-    """Make sure ``spec`` is built under ``location``; build it here if nobody has.
+    """Make sure ``request.spec`` is built under ``request.location``; build it here if nobody
+    has. (``build_step(spec, location, on_drift=..., force=..., policy=..., ...)``, the older
+    keyword form, makes the request from its arguments.)
 
-    ``policy`` (else ``on_drift``, ``force`` and ``cascade``) is the run's policy. ``decision``
-    is the plan's decision to build this step; without one, the step is decided here first, from
-    its own record and ``upstream`` (each dependency's current record; read when not given).
+    ``request.policy`` is the run's policy. ``request.decision`` is the plan's decision to build
+    this step; without one, the step is decided here first, from its own record and ``upstream``
+    (each dependency's current record; read when not given).
     Either way, after taking the lease the step is decided again if its record changed since,
     so a step another runner just built is served, not rebuilt.
 
@@ -216,6 +212,12 @@ def build_step(
     what this build consumes), and never commits when a dependency's build changed while it ran
     (``InputChangedError``, naming the dependency; nothing is committed).
 
+    Raises the step's own error (``StepFailedError`` and kin), ``DriftError`` or
+    ``CodeDriftError`` under an ``error`` policy, ``ForeignRecordError`` for another step's
+    record in the way, ``LeaseLostError``, ``Deferred`` (``defer_if_held``), ``AbandonedError``.
+
+    The other fields of ``request`` (``BuildRequest``):
+
     ``lease_ttl``: the lease duration; None reads ``$MARIN_LEASE_TTL`` once, here, before
     ``fn`` runs (a runner reads it once per run and passes it).
 
@@ -229,9 +231,24 @@ def build_step(
     changes directory meanwhile (a ``getcwd`` per build also handed the GIL to another build's
     thread, a cost on every build of a run).
     """
-    lease_ttl = ttl_from_env() if lease_ttl is None else lease_ttl
-    if policy is None:
-        policy = Policy(on_drift, frozenset({spec.step_id} if force else ()), cascade)
+    if isinstance(request, StepSpec):  # the older keyword form: one request, made here
+        assert location is not None, "build_step(spec, location, ...)"
+        forced = frozenset({request.step_id} if force else ())
+        fields["policy"] = fields.get("policy") or Policy(on_drift, forced, cascade)
+        request = BuildRequest(request, location, **fields)
+    if request.devices is None:
+        return _build(request)
+    with assigned_devices(request.devices):
+        return _build(request)
+
+
+def _build(request: BuildRequest) -> BuildOutcome:
+    spec, location, policy = request.spec, request.location, request.policy
+    decision, upstream = request.decision, request.upstream
+    lease_ttl = request.lease_ttl
+    if lease_ttl is None:  # read once, here, before fn runs
+        lease_ttl = ttl_from_env()
+        request = dataclasses.replace(request, lease_ttl=lease_ttl)
     url = location.url_for(spec.output_path)
     ups = list(upstream) if upstream is not None else read_upstream(spec, location)
     if decision is not None and decision.unless_unchanged:
@@ -262,10 +279,7 @@ def build_step(
     ups = _inputs_at_start(spec, location, ups, lease_ttl)
     crash_point("before-lease", spec.step_id)
     try:
-        return _lease_and_build(
-            spec, location, policy, decision, ups, region, lease_ttl, url, abandon, defer_if_held,
-            working_dir,
-        )  # fmt: skip
+        return _lease_and_build(request, decision, ups)
     except LeaseLostError as lost:
         log.warning("discard %s: %s", spec.step_id, lost.what)
         lease = Lease(location, spec.output_path, ttl=lease_ttl)
@@ -287,21 +301,17 @@ def build_step(
 
 
 def _lease_and_build(
-    spec: StepSpec,
-    location: Location,
-    policy: Policy,
-    decision: Decision,
-    upstream: Sequence[Upstream],
-    region: str | None,
-    lease_ttl: float | None,
-    url: str,
-    abandon: threading.Event | None,
-    defer_if_held: bool = False,
-    working_dir: str | None = None,
+    request: BuildRequest, decision: Decision, upstream: Sequence[Upstream]
 ) -> BuildOutcome:
+    """Take the step's lease, decide again if its record changed since, then build holding it.
+
+    ``decision`` and ``upstream`` are the caller's, checked (not the request's: no copy of the
+    request per build)."""
+    spec, location, policy = request.spec, request.location, request.policy
+    url = location.url_for(spec.output_path)
     output_seen = _output_left_by_marin(location, spec)  # before the lease: see there
-    lease = Lease(location, spec.output_path, ttl=lease_ttl)
-    _acquire(lease, spec, defer=defer_if_held)
+    lease = Lease(location, spec.output_path, ttl=request.lease_ttl)
+    _acquire(lease, spec, defer=request.defer_if_held)
     still_running: threading.Event | None = None
     try:
         crash_point("after-lease", spec.step_id)
@@ -324,8 +334,8 @@ def _lease_and_build(
             )
         earlier = _earlier_attempt(present, lease, output_seen)
         return _build_holding(
-            spec, location, lease, region, upstream, decision.reason, abandon, earlier, record,
-            working_dir, policy.on_code_drift,
+            spec, location, lease, request.region, upstream, decision.reason, request.abandon,
+            earlier, record, request.working_dir, request.policy.on_code_drift,
         )  # fmt: skip
     except StepTimeoutError as timed_out:
         still_running, timed_out.still_running = timed_out.still_running, None

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.digest.config_drift import explain_drift
@@ -55,6 +56,51 @@ def collect_steps(targets: Iterable[StepSpec]) -> list[StepSpec]:
             stack.extend((dep, False) for dep in reversed(spec.deps))
     check_disjoint_outputs(order)
     return order
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """A lowered pipeline as one value: its targets and every step they need, deps first.
+
+    Made once per run (``Graph.of``, which walks and checks the graph as ``collect_steps``
+    does); selection, planning, the runners, the exporters and the summaries all take it, so
+    nothing below the entry point walks the graph again.
+    """
+
+    targets: tuple[StepSpec, ...]
+    """The steps asked for (each the one spec ``steps`` keeps for its output path)."""
+    steps: tuple[StepSpec, ...]
+    """Every transitive step, one per output path, dependencies before dependents."""
+
+    @classmethod
+    def of(cls, targets: StepSpec | Iterable[StepSpec]) -> Graph:
+        """Collect and check the graph of ``targets``.
+
+        Raises ``CycleError`` or ``DuplicateStepError`` (see ``collect_steps``)."""
+        roots = (targets,) if isinstance(targets, StepSpec) else tuple(targets)
+        steps = collect_steps(roots)
+        by_path = {spec.output_path: spec for spec in steps}
+        return cls(tuple(by_path[t.output_path] for t in roots), tuple(steps))
+
+    def narrowed(self, targets: Sequence[StepSpec]) -> Graph:
+        """The part of this graph that ``targets`` (steps of it) need, without walking or
+        checking again: a part of a checked graph is checked."""
+        needed = {t.output_path for t in targets}
+        for spec in reversed(self.steps):  # dependents before their dependencies
+            if spec.output_path in needed:
+                needed.update(dep.output_path for dep in spec.deps)
+        return Graph(tuple(targets), tuple(s for s in self.steps if s.output_path in needed))
+
+    @property
+    def target_paths(self) -> list[str]:
+        """The targets' output paths, in order."""
+        return [t.output_path for t in self.targets]
+
+
+def as_graph(steps: Graph | StepSpec | Iterable[StepSpec]) -> Graph:
+    """``steps`` as a ``Graph``: a graph as it is, targets collected once (the public APIs'
+    boundary: ``StepRunner.run`` takes one spec or a list, as Marin's does)."""
+    return steps if isinstance(steps, Graph) else Graph.of(steps)
 
 
 def fn_identity(run: Callable[..., Any]) -> str:

@@ -40,6 +40,7 @@ from marin.execution.pipeline.context import (
     current_context,
     fingerprint_context,
 )
+from marin.execution.pipeline.graph import Graph
 from marin.execution.pipeline.provenance import collect_provenance
 from marin.execution.pipeline.resources import (
     NO_RESOURCES,
@@ -929,9 +930,9 @@ def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
     )
 
 
-def _lower_all(
+def _lower_and_check(
     handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any] | None, check: bool = False
-) -> list[StepSpec]:
+) -> Graph:
     """Iterative post-order walk, so a chain 100,000 steps deep lowers without recursion.
 
     With ``check``, the lowered graph is also checked as ``collect_steps`` checks it at run time
@@ -948,15 +949,15 @@ def _lower_all(
         fresh = all(key == _CODEX for key in memo)  # a codex alone: still fresh
         created: list[StepSpec] = []
         specs, saw_spec = _lower_walk(handles, memo, created)
-        if check:
-            _check_lowered(specs, created, exact=fresh and not saw_spec)
-        return specs
+        if not check:
+            return Graph(tuple(specs), ())
+        return _check_lowered(specs, created, exact=fresh and not saw_spec)
     finally:
         if collecting:
             gc.enable()
 
 
-def _check_lowered(specs: list[StepSpec], created: list[StepSpec], exact: bool) -> None:
+def _check_lowered(specs: list[StepSpec], created: list[StepSpec], exact: bool) -> Graph:
     """Refuse a bad graph at ``lower()`` time, with the errors ``collect_steps`` raises.
 
     When the walk started from an empty memo and met no ``StepSpec`` (``exact``), ``created`` is
@@ -966,12 +967,12 @@ def _check_lowered(specs: list[StepSpec], created: list[StepSpec], exact: bool) 
     Otherwise (a shared memo, or specs lowered elsewhere whose deps were never walked here),
     ``collect_steps`` walks the whole graph.
     """
-    from marin.execution.pipeline.graph import check_disjoint_outputs, collect_steps
+    from marin.execution.pipeline.graph import check_disjoint_outputs
 
     if exact:
         check_disjoint_outputs(created)
-    else:
-        collect_steps(specs)
+        return Graph(tuple(specs), tuple(created))
+    return Graph.of(specs)
 
 
 def _lower_walk(
@@ -1029,6 +1030,18 @@ def _flatten(handles: Iterable[Any]) -> tuple[list[Any], bool]:
     return items, len(items) != 1
 
 
+def lower_graph(
+    *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
+    versions: VersionCodex | None = None,
+) -> Graph:
+    """Lower handles to one checked ``Graph``: the targets' specs and every step they need.
+
+    What the entry points (``marin run``, the engines) take, once per run. Raises what
+    ``lower`` raises (``CycleError``, ``DuplicateStepError``, ``InvalidStepError``)."""
+    items, _ = _flatten(handles)
+    return _graph_with_codex(items, None, versions, check=True)
+
+
 @overload
 def lower(
     handle: ArtifactStep | StepSpec,
@@ -1079,13 +1092,20 @@ def lower(
 def lower_with_codex(
     items: list[Any], memo: dict[Any, Any] | None, versions: VersionCodex | None, check: bool
 ) -> list[StepSpec]:
-    """``_lower_all`` with the run's codex (``versions``, else the ambient one); an override
-    of ``versions`` that no deferred step asked for is refused afterwards."""
+    """The targets' specs, lowered with the run's codex (see ``_graph_with_codex``)."""
+    return list(_graph_with_codex(items, memo, versions, check).targets)
+
+
+def _graph_with_codex(
+    items: list[Any], memo: dict[Any, Any] | None, versions: VersionCodex | None, check: bool
+) -> Graph:
+    """``_lower_and_check`` with the run's codex (``versions``, else the ambient one); an
+    override of ``versions`` that no deferred step asked for is refused afterwards."""
     memo = {} if memo is None else memo
     codex = active_codex(versions)
     if codex is not None:
         memo[_CODEX] = codex
-    specs = _lower_all(items, memo, check=check)
+    graph = _lower_and_check(items, memo, check)
     if versions is not None:  # an ambient codex's caller checks (it may lower part by part)
         versions.check_used(memo.get(_DEFERRED, ()))
-    return specs
+    return graph

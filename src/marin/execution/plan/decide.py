@@ -267,36 +267,94 @@ def decide(
         if action == Action.BUILD and stored.attempt is not None:
             extra["resume"] = judge(spec, stored.attempt, policy.on_code_drift)
         return Decision(
-            spec,
-            action,
-            status,
-            reason,
-            record,
-            stored.status,
-            drift,
-            forced=forced,
-            lineage=lineage,
-            code_drift=code_drift,
-            **extra,
-        )
+            spec, action, status, reason, record, stored.status, drift, forced=forced,
+            lineage=lineage, code_drift=code_drift, **extra,
+        )  # fmt: skip
 
     if stored.foreign is not None:
-        if forced or needed or spec.mutable:
-            # Building would replace the other step's record, which is not this step's to
-            # delete; and serving it would serve another step's artifact.
-            file = stored.foreign.path
-            refusal = (
-                f"{file} is not the record of {spec.step_id} ({why}); building the step "
-                "would replace it",
-                f"move {file} (or its whole folder) away, then run again: Marin never "
-                "serves or deletes another step's record",
-            )
-            return decision(Action.BUILD, f"{why}: a run refuses to build over it", refusal=refusal)
-        return decision(Action.PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
+        action, reason, refusal = _over_foreign(spec, stored.foreign, why, forced or needed)
+        return decision(action, reason, refusal=refusal) if refusal else decision(action, reason)
     if forced:
         return decision(Action.BUILD, "forced (--force)")
     if status == StoredStatus.DEV:
         return decision(Action.BUILD, why)
+    rebuild = _rebuild_or_raise(spec, record, status, why, drift, code_drift, policy)
+    if rebuild is not None:
+        return decision(Action.BUILD, rebuild)
+    if record is None:
+        return decision(*_without_record(spec, status, why, needed, policy))
+    why = _served_note(why, status, code_drift, lineage)
+    if stale and policy.cascade:
+        reason = "stale: " + "; ".join(stale)
+        if pending:
+            reason += f" ({UNLESS_UNCHANGED})"
+        return decision(Action.BUILD, reason, stale=stale, unless_unchanged=pending)
+    if stale:
+        why = f"{why}; stale but served (no cascade): " + "; ".join(stale)
+    if unchanged:
+        why = f"{why}; {_unchanged_note(unchanged)}"
+    return decision(Action.SKIP, why, stale=stale, unchanged=unchanged)
+
+
+def _served_note(why: str, status: StoredStatus, code_drift: tuple[str, ...], lineage: str) -> str:
+    """``why`` a usable record is what it is, with what serving it would overlook."""
+    if status == StoredStatus.DRIFT:
+        why = f"{why}: served from cache (on_drift=warn)"
+    if code_drift:
+        why += "; code changed: served from cache (on_code_drift=warn)"
+    if lineage == LINEAGE_UNKNOWN:
+        why += "; lineage unknown (record written before build ids)"
+    return why
+
+
+def _without_record(
+    spec: StepSpec, status: StoredStatus, why: str, needed: bool, policy: Policy
+) -> tuple[Action, str]:
+    """No usable record: built when needed, else pruned. Raises ``FailedBeforeError`` for a
+    needed step whose last attempt failed under ``force_run_failed=False``."""
+    if needed and status == StoredStatus.FAILED_BEFORE and not policy.force_run_failed:
+        raise FailedBeforeError(
+            f"its last attempt failed ({why}) and the run has force_run_failed=False",
+            "fix the cause and run with force_run_failed=True (the default), or force the step",
+            spec.step_id,
+        )
+    if needed:
+        return Action.BUILD, why
+    return Action.PRUNE, f"pruned: not built ({why}), and nothing that runs needs it"
+
+
+def _over_foreign(
+    spec: StepSpec, foreign: ForeignRecord, why: str, wanted: bool
+) -> tuple[Action, str, tuple[str, str] | None]:
+    """Another step's record where ``spec``'s belongs: a build refused (never over it), or
+    pruned when nothing wants the step."""
+    if wanted or spec.mutable:
+        # Building would replace the other step's record, which is not this step's to
+        # delete; and serving it would serve another step's artifact.
+        file = foreign.path
+        refusal = (
+            f"{file} is not the record of {spec.step_id} ({why}); building the step "
+            "would replace it",
+            f"move {file} (or its whole folder) away, then run again: Marin never "
+            "serves or deletes another step's record",
+        )
+        return Action.BUILD, f"{why}: a run refuses to build over it", refusal
+    return Action.PRUNE, f"pruned: not built ({why}), and nothing that runs needs it", None
+
+
+def _rebuild_or_raise(
+    spec: StepSpec,
+    record: ArtifactRecord | None,
+    status: StoredStatus,
+    why: str,
+    drift: tuple[str, ...],
+    code_drift: tuple[str, ...],
+    policy: Policy,
+) -> str | None:
+    """Why a record that changed under the step is rebuilt (the drift policies say
+    ``rebuild``); None when it is not. Raises ``ArtifactTypeMismatchError``,
+    ``FingerprintMismatchError``, ``DriftError`` or ``CodeDriftError`` where a policy or a pin
+    says so."""
     if record is not None and record.artifact_type != spec.artifact_type:
         # Not drift: the fingerprint holds the config, and serving a record built as another
         # kind of artifact would hand consumers the wrong thing whatever the drift policy.
@@ -324,7 +382,7 @@ def decide(
                 spec.step_id,
             )
         if policy.on_drift == "rebuild":
-            return decision(Action.BUILD, f"{why}: rebuilding (on_drift=rebuild)")
+            return f"{why}: rebuilding (on_drift=rebuild)"
     if code_drift:
         if policy.on_code_drift == "error":
             raise CodeDriftError(
@@ -335,33 +393,8 @@ def decide(
                 spec.step_id,
             )
         if policy.on_code_drift == "rebuild":
-            return decision(Action.BUILD, "code changed: rebuilding (on_code_drift=rebuild)")
-    if record is None:
-        if needed and status == StoredStatus.FAILED_BEFORE and not policy.force_run_failed:
-            raise FailedBeforeError(
-                f"its last attempt failed ({why}) and the run has force_run_failed=False",
-                "fix the cause and run with force_run_failed=True (the default), or force the step",
-                spec.step_id,
-            )
-        if needed:
-            return decision(Action.BUILD, why)
-        return decision(Action.PRUNE, f"pruned: not built ({why}), and nothing that runs needs it")
-    if status == StoredStatus.DRIFT:
-        why = f"{why}: served from cache (on_drift=warn)"
-    if code_drift:
-        why += "; code changed: served from cache (on_code_drift=warn)"
-    if lineage == LINEAGE_UNKNOWN:
-        why += "; lineage unknown (record written before build ids)"
-    if stale and policy.cascade:
-        reason = "stale: " + "; ".join(stale)
-        if pending:
-            reason += f" ({UNLESS_UNCHANGED})"
-        return decision(Action.BUILD, reason, stale=stale, unless_unchanged=pending)
-    if stale:
-        why = f"{why}; stale but served (no cascade): " + "; ".join(stale)
-    if unchanged:
-        why = f"{why}; {_unchanged_note(unchanged)}"
-    return decision(Action.SKIP, why, stale=stale, unchanged=unchanged)
+            return "code changed: rebuilding (on_code_drift=rebuild)"
+    return None
 
 
 _NO_CODE = CodeDigest.from_record(None)

@@ -9,6 +9,7 @@ the fix, whether it came from a Python argument, a CLI flag or an engine's run p
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -134,16 +135,23 @@ class RunOptions:
 
     @classmethod
     def from_params(
-        cls, params: Mapping[str, Any] | None, *, defaults: RunOptions | None = None
+        cls,
+        params: Mapping[str, Any] | None,
+        *,
+        defaults: RunOptions | Mapping[str, Any] | None = None,
     ) -> RunOptions:
         """The options an engine's run parameters ask for (an Airflow run's conf or params, a
-        Prefect flow's parameters): untrusted data, checked like any argument.
+        Prefect flow's parameters): untrusted data, checked like any argument, once.
 
         A missing, ``None`` or empty-string parameter takes its value from ``defaults`` (the
-        exported or deployed choice), else the default; any other value must be valid:
-        ``on_drift=0`` is an error, not the default. Keys that are not run options are ignored.
+        exported or deployed choice: options, or a mapping of some of them, checked with the
+        rest), else the default; any other value must be valid: ``on_drift=0`` is an error, not
+        the default. Keys that are not run options are ignored. Raises ``OptionError``.
         """
-        base = defaults or cls()
+        if isinstance(defaults, RunOptions):
+            base = {name: getattr(defaults, name) for name in _FIELDS}
+        else:  # the fields' own defaults, under the engine's: all checked below, once
+            base = {f.name: f.default for f in dataclasses.fields(cls)} | dict(defaults or {})
         if params is not None and not isinstance(params, Mapping):
             raise OptionError(
                 f"run parameters {_short(params)}", "pass a mapping of option names to values"
@@ -152,16 +160,7 @@ class RunOptions:
         given = {
             k: v for k, v in (params or {}).items() if k in _FIELDS and v is not None and v != ""
         }
-        return cls(
-            on_drift=given.get("on_drift", base.on_drift),
-            force=given.get("force", base.force),
-            cascade=given.get("cascade", base.cascade),
-            max_concurrent=given.get("max_concurrent", base.max_concurrent),
-            keep_going=given.get("keep_going", base.keep_going),
-            force_run_failed=given.get("force_run_failed", base.force_run_failed),
-            on_code_drift=given.get("on_code_drift", base.on_code_drift),
-            max_remote=given.get("max_remote", base.max_remote),
-        )
+        return cls(**{name: given.get(name, base[name]) for name in _FIELDS})
 
     def policy(self, steps: Sequence[StepSpec]) -> Policy:
         """The core ``Policy`` these options make for ``steps`` (force names resolved)."""

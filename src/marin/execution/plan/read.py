@@ -8,21 +8,14 @@ threads rather than one after another, once storage proves slow.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from marin.execution.heap import frozen_heap
-from marin.execution.pipeline.graph import collect_steps
+from marin.execution.pipeline.graph import Graph
 from marin.execution.pipeline.step_spec import StepSpec
-from marin.execution.plan.decide import (
-    NOTHING_STORED,
-    Plan,
-    Policy,
-    Stored,
-    plan_graph,
-    resolve_force,
-)
-from marin.execution.plan.options import DEFAULT_ON_CODE_DRIFT, DEFAULT_ON_DRIFT
+from marin.execution.plan.decide import NOTHING_STORED, Plan, Stored, plan_graph
+from marin.execution.plan.options import RunOptions
 from marin.execution.plan.resume import read_attempt_record
 from marin.execution.store.location import Location
 from marin.execution.store.records import (
@@ -92,20 +85,13 @@ def _read_stored(specs: Iterable[StepSpec], location: Location) -> dict[str, Sto
     return out
 
 
-def plan_run(
-    targets: Sequence[StepSpec],
-    location: Location,
-    *,
-    on_drift: str = DEFAULT_ON_DRIFT,
-    force: Iterable[str] = (),
-    cascade: bool = True,
-    force_run_failed: bool = True,
-    on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
-) -> Plan:
+def plan_run(graph: Graph, location: Location, options: RunOptions) -> Plan:
     """Read the whole graph's stored state, then decide every step: what a run would do.
 
-    ``force`` takes names or ``name@version`` ids (an unknown one is an error).
+    Raises ``InvalidStepError`` for a ``force`` name that names no step, ``DriftError`` or
+    ``CodeDriftError`` under an ``error`` drift policy, ``FailedBeforeError`` under
+    ``force_run_failed=False``, and storage's errors.
     """
-    steps = collect_steps(targets)
-    policy = Policy(on_drift, resolve_force(force, steps), cascade, force_run_failed, on_code_drift)
-    return plan_graph(steps, targets, read_stored(steps, location), policy)
+    steps = list(graph.steps)
+    policy = options.policy(steps)
+    return plan_graph(steps, list(graph.targets), read_stored(steps, location), policy)

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
+from marin.execution.build.commit import build_step
+from marin.execution.build.request import BuildRequest
 from marin.execution.errors import Deferred
 
 if TYPE_CHECKING:
@@ -47,16 +49,21 @@ class CompletionKind(StrEnum):
 class StepJob:
     """One attempt at one step, as the loop hands it to an executor.
 
-    ``build`` is ``build_step`` with the loop's arguments bound (the decision, the upstream
-    records for lineage, the abandon event); an executor calls it exactly once, wherever it runs
-    it, and may wrap it (Prefect holds concurrency slots around it).
+    ``request`` is ``build_step``'s one argument, made by the loop (the decision, the upstream
+    records for lineage, the abandon event); an executor calls ``build`` exactly once, wherever
+    it runs it, and may wrap it (Prefect holds concurrency slots around it), or sends the
+    request's fields that can travel to another process.
     """
 
     path: str
     spec: StepSpec
     attempt: int
     """1 for the first attempt; the loop's own retries count up from there."""
-    build: Callable[[], BuildOutcome]
+    request: BuildRequest
+
+    def build(self) -> BuildOutcome:
+        """Build the request here, in the calling thread (raises what ``build_step`` raises)."""
+        return build_step(self.request)
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,6 @@ plus a ``PrefectExecutor``. The Airflow runtime has no loop: Airflow's scheduler
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import os
 import queue
@@ -34,26 +32,24 @@ import signal
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from marin.execution.build.commit import (
-    LEASE_WAIT_FIRST_DELAY_S,
-    LEASE_WAIT_MAX_DELAY_S,
     BuildOutcome,
-    build_step,
     mark_interrupted,
 )
 from marin.execution.build.lineage import pipeline_finished, pipeline_started
+from marin.execution.build.request import BuildRequest
 from marin.execution.errors import AbandonedError
 from marin.execution.heap import frozen_heap
-from marin.execution.pipeline.context import assigned_devices
 from marin.execution.pipeline.remote.call import warn_running_jobs
 from marin.execution.pipeline.resources import Grant, ResourcePool
 from marin.execution.pipeline.step_spec import StepSpec
-from marin.execution.plan.decide import Decision, Plan, Policy, Upstream
+from marin.execution.plan.decide import Decision, Plan, Upstream
 from marin.execution.plan.options import DEFAULT_MAX_REMOTE
-from marin.execution.run.executors import Completion, CompletionKind, Deferred, Executor, StepJob
+from marin.execution.run.backoff import Backoff
+from marin.execution.run.executors import Completion, CompletionKind, Executor, StepJob
 from marin.execution.run.remote_slots import Slots
 from marin.execution.run.report import (
     INTERRUPTED_REASON,
@@ -85,47 +81,32 @@ class RunListener(Protocol):
     def on_fail(self, spec: StepSpec, error: BaseException) -> None: ...
 
 
-@dataclass(frozen=True)
-class BuildCall:
-    """``build_step`` with the loop's arguments bound: a ``StepJob``'s ``build``.
+def _launch_settings() -> tuple[float, str | None]:
+    """The lease TTL and the working directory, read once per run: a fn that changes the
+    environment cannot make a later step fail on a setting it never had, and the records name
+    the checkout the run was launched from."""
+    try:
+        working_dir: str | None = os.getcwd()
+    except OSError:  # deleted under the process: each build reports it, as before
+        working_dir = None
+    return ttl_from_env(), working_dir
 
-    Calling it builds here, in the calling thread's context (an engine's task that runs it names
-    itself there, for the record's provenance). An executor that builds elsewhere (another
-    process, a Dask worker) reads the arguments instead and calls ``build_step`` there with
-    them: the same decision, lineage and policy, without the process-local parts (``abandon``,
-    the open ``location``).
-    """
 
-    spec: StepSpec
-    location: Location
-    policy: Policy
-    region: str | None
-    decision: Decision | None
-    """The plan's decision; None for a vanished served step (decided again from storage)."""
-    upstream: list[Upstream] | None
-    devices: tuple[int, ...]
-    abandon: threading.Event
-    defer_if_held: bool
-    lease_ttl: float | None = None
-    """Read once per run (``$MARIN_LEASE_TTL``) by the loop; None: ``build_step`` reads it."""
-    working_dir: str | None = None
-    """The loop's working directory, read once per run (its checkout is the records'
-    provenance); None: ``build_step`` reads its own (a build on another machine)."""
+@dataclass
+class _ServedChecks:
+    """Served steps re-checked when a step that reads them starts (their record may have
+    vanished since the plan), and the rebuilds of the vanished ones."""
 
-    def __call__(self) -> BuildOutcome:
-        with assigned_devices(self.devices):
-            return build_step(
-                self.spec,
-                self.location,
-                policy=self.policy,
-                region=self.region,
-                decision=self.decision,
-                upstream=self.upstream,
-                abandon=self.abandon,
-                defer_if_held=self.defer_if_held,
-                lease_ttl=self.lease_ttl,
-                working_dir=self.working_dir,
-            )
+    checked: set[str] = field(default_factory=set)
+    """Served steps re-checked already (present, or rebuilt in this run)."""
+    held: dict[str, set[str]] = field(default_factory=dict)
+    """A step to build -> the served dependencies it waits for (their records vanished)."""
+    rebuilding: dict[str, list[str]] = field(default_factory=dict)
+    """A vanished served step being rebuilt -> the steps held for it."""
+    failed_as: dict[str, str] = field(default_factory=dict)
+    """A step that could not run because its served dependency's rebuild failed -> it."""
+    failed: set[str] = field(default_factory=set)
+    """Vanished served steps whose rebuild failed."""
 
 
 class _Interrupt:
@@ -180,15 +161,7 @@ class RunLoop:
         self.exit_on_interrupt = exit_on_interrupt
         self.keep_going_hint = keep_going_hint
         self.retry_delay_s = retry_delay_s
-        # Engine settings are read once per run, here: a fn that changes the environment
-        # cannot make a later step fail on a setting it never had. So is the directory whose
-        # checkout the records name: the one the run was launched from.
-        self.lease_ttl = ttl_from_env()
-        self.working_dir: str | None
-        try:
-            self.working_dir = os.getcwd()
-        except OSError:  # deleted under the process: each build reports it, as before
-            self.working_dir = None
+        self.lease_ttl, self.working_dir = _launch_settings()
         self.share_work = share_work
         self._decisions = plan.decisions
         self._to_build = plan.to_build
@@ -205,32 +178,14 @@ class RunLoop:
         self._grants: dict[str, Grant] = {}
         self._built: dict[str, ArtifactRecord] = {}
         """This run's new records, by output path: the lineage of what starts after them."""
-        self._retries: list[tuple[float, int, StepJob]] = []
-        """Attempts waiting for their backoff: (due time, tie-break, job)."""
-        self._sequence = itertools.count()
-        self._served: set[str] = set()
-        """Served steps re-checked already (present, or rebuilt in this run)."""
-        self._held: dict[str, set[str]] = {}
-        """A step to build -> the served dependencies it waits for (their records vanished)."""
-        self._rebuilding: dict[str, list[str]] = {}
-        """A vanished served step being rebuilt -> the steps held for it."""
-        self._failed_as: dict[str, str] = {}
-        """A step that could not run because its served dependency's rebuild failed -> it."""
-        self._served_failed: set[str] = set()
+        self.served = _ServedChecks()
         self._targets = list(targets)
         self._targets_checked = False
-        self._last_errors: dict[str, BaseException] = {}
-        """A step waiting to retry -> its last attempt's error (its end, if it is not retried)."""
-        self._parked: list[tuple[float, int, StepJob]] = []
-        """Deferred steps (another runner held them), out of their slots: (due time, tie, job)."""
-        self._resumed: dict[str, StepJob] = {}
-        """Deferred steps ready again: their next dispatch resubmits the same attempt."""
-        self._deferrals: dict[str, int] = {}
+        self.waiting = Backoff(self.scheduler)
+        """Retries and deferred steps, until their deadline."""
         self._slots = Slots(
             max_concurrent, max_remote, lambda p: self._decisions[p].spec.remote is not None
         )
-        self._holders: dict[str, str] = {}
-        """A deferred step -> the holder last logged for it (each new holder is logged once)."""
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -293,9 +248,7 @@ class RunLoop:
     def _active(self) -> bool:
         """Something runs, waits to retry, or can start; once nothing does, the caller's served
         targets are re-checked (once): a vanished one is rebuilt, and the loop goes on for it."""
-        if self._parked and self.scheduler.stopped:
-            self._parked.clear()  # stopped: they stay not started
-        if self.scheduler.is_active() or self._rebuilding or self._retries or self._parked:
+        if self.scheduler.is_active() or self.served.rebuilding or self.waiting.pending:
             return True
         if self._targets_checked:
             return False
@@ -304,18 +257,14 @@ class RunLoop:
             return False
         for path in self._targets:
             served = self._decisions[path].action == Action.SKIP
-            if served and path not in self._served and self._record_gone(path):
+            if served and path not in self.served.checked and self._record_gone(path):
                 self._rebuild_served(path, None)
-        return bool(self._rebuilding)
+        return bool(self.served.rebuilding)
 
     def _wait(self) -> list[_Item]:
         """Block until something ends (or the next retry is due), then take all that has."""
-        timeout = None
-        due = [heap[0][0] for heap in (self._retries, self._parked) if heap]
-        if due:
-            timeout = max(0.0, min(due) - time.monotonic())
         try:
-            items = [self._inbox.get(timeout=timeout)]
+            items = [self._inbox.get(timeout=self.waiting.timeout())]
         except queue.Empty:
             return []
         while True:
@@ -326,7 +275,7 @@ class RunLoop:
 
     def _leave(self) -> None:
         warn_running_jobs()
-        if (self.scheduler.running or self._rebuilding) and not self.exit_on_interrupt:
+        if (self.scheduler.running or self.served.rebuilding) and not self.exit_on_interrupt:
             # Leaving while fn still runs in this process (a second Ctrl-C, or any error here):
             # those builds keep their leases until fn returns, and never commit.
             self._abandon.set()
@@ -347,10 +296,7 @@ class RunLoop:
             raise KeyboardInterrupt
         self._interrupted = True
         self.scheduler.stop()
-        self._parked.clear()  # deferred: not started, as the scheduler says
-        waiting, self._retries = self._retries, []
-        for _, _, job in waiting:  # waiting to retry: their last attempt is their end
-            error = self._last_errors.pop(job.path, None)
+        for job, error in self.waiting.stop():  # waiting to retry: their last attempt ends them
             self._fail(job.path, error or RuntimeError("interrupted before it could start"))
         if self.scheduler.running:
             log.warning(
@@ -381,7 +327,7 @@ class RunLoop:
     def _dispatch(self) -> None:
         free = self._slots.free(self.scheduler.running)
         for path in self.scheduler.get_ready(free, self._admit):
-            resumed = self._resumed.pop(path, None)
+            resumed = self.waiting.resumed(path)
             if resumed is not None:  # deferred, and admitted again: the same attempt
                 self._submit(path, resumed.attempt)
                 continue
@@ -390,15 +336,15 @@ class RunLoop:
             if self.listener:
                 self.listener.on_start(spec)
             self._started[path] = time.perf_counter()
-            lost = next((d for d in spec.deps if d.output_path in self._served_failed), None)
+            lost = next((d for d in spec.deps if d.output_path in self.served.failed), None)
             if lost is not None:  # a served dependency vanished, and its rebuild failed
-                self._failed_as[path] = lost.output_path
+                self.served.failed_as[path] = lost.output_path
                 self._release(path)
                 self.scheduler.failed(path)
                 continue
             vanished = self._vanished_deps(spec)
             if vanished:
-                self._held[path] = set(vanished)
+                self.served.held[path] = set(vanished)
                 for dep in vanished:
                     self._rebuild_served(dep, path)
                 continue
@@ -407,40 +353,40 @@ class RunLoop:
     def _submit(self, path: str, attempt: int) -> None:
         decision = self._decisions[path]
         spec = decision.spec
-        if path in self._rebuilding:  # a vanished served step: decided again from storage
-            build = self._build_call(spec, None, None, self._devices_for(path))
+        if path in self.served.rebuilding:  # a vanished served step: decided again from storage
+            request = self._build_request(spec, None, None, self._devices_for(path))
         else:
             upstream = self.plan.upstream(spec, self._built)
-            build = self._build_call(spec, decision, upstream, self._devices_for(path))
+            request = self._build_request(spec, decision, upstream, self._devices_for(path))
         self.report.attempts[path] = attempt
-        self.executor.submit(StepJob(path, spec, attempt, build), self._inbox.put)
+        self.executor.submit(StepJob(path, spec, attempt, request), self._inbox.put)
 
     def _devices_for(self, path: str) -> tuple[int, ...]:
         grant = self._grants.get(path)
-        held = self._rebuilding.get(path)
+        held = self.served.rebuilding.get(path)
         if grant is None and held:  # a served step's rebuild runs in its first dependent's slot
             grant = self._grants.get(held[0])
         return grant.devices if grant is not None else ()
 
-    def _build_call(
+    def _build_request(
         self,
         spec: StepSpec,
-        decision: Any,
+        decision: Decision | None,
         upstream: list[Upstream] | None,
         devices: tuple[int, ...],
-    ) -> BuildCall:
-        return BuildCall(
+    ) -> BuildRequest:
+        return BuildRequest(
             spec,
             self.report.location,
             self.plan.policy,
             self.region,
             decision,
             upstream,
-            devices,
             self._abandon,
             self.share_work,
             self.lease_ttl,
             self.working_dir,
+            devices,
         )
 
     # -- served steps, re-checked when served -----------------------------------------------
@@ -452,8 +398,8 @@ class RunLoop:
         vanished = []
         for dep in spec.deps:
             path = dep.output_path
-            if path in self._served or path in self._rebuilding:
-                if path in self._rebuilding:
+            if path in self.served.checked or path in self.served.rebuilding:
+                if path in self.served.rebuilding:
                     vanished.append(path)
                 continue
             if self._decisions[path].action == Action.SKIP and self._record_gone(path):
@@ -462,22 +408,22 @@ class RunLoop:
 
     def _record_gone(self, path: str) -> bool:
         """Read a served step's record again (once a run): True if it is gone now."""
-        self._served.add(path)
+        self.served.checked.add(path)
         return record_gone(self.report.location, self._decisions[path])
 
     def _rebuild_served(self, path: str, held: str | None) -> None:
         """Build a served step whose record vanished, for ``held`` (a step waiting for it), or
         for the caller (``None``: a requested target)."""
-        if path in self._rebuilding:
+        if path in self.served.rebuilding:
             if held is not None:
-                self._rebuilding[path].append(held)
+                self.served.rebuilding[path].append(held)
             return
         spec = self._decisions[path].spec
         log.warning(
             "build %s: planned to be served, but its record is gone (deleted since the plan)",
             spec.step_id,
         )
-        self._rebuilding[path] = [held] if held is not None else []
+        self.served.rebuilding[path] = [held] if held is not None else []
         self._started[path] = time.perf_counter()
         if self.listener:
             self.listener.on_start(spec)
@@ -485,18 +431,18 @@ class RunLoop:
 
     def _served_ended(self, path: str, error: BaseException | None) -> None:
         if error is not None:
-            self._served_failed.add(path)
-        for held in self._rebuilding.pop(path):
-            waiting = self._held[held]
+            self.served.failed.add(path)
+        for held in self.served.rebuilding.pop(path):
+            waiting = self.served.held[held]
             if error is not None:
-                self._failed_as[held] = path
-                self._held.pop(held)
+                self.served.failed_as[held] = path
+                self.served.held.pop(held)
                 self._release(held)
                 self.scheduler.failed(held)
                 continue
             waiting.discard(path)
             if not waiting:
-                self._held.pop(held)
+                self.served.held.pop(held)
                 self._submit(held, 1)
 
     # -- completions ------------------------------------------------------------------------
@@ -522,7 +468,7 @@ class RunLoop:
             log.info("finish %s in %.2fs", job.spec.step_id, duration)
         if self.listener:
             self.listener.on_finish(outcome)
-        if path in self._rebuilding:
+        if path in self.served.rebuilding:
             self._served_ended(path, None)
             return
         self._release(path)
@@ -549,48 +495,22 @@ class RunLoop:
             type(error).__name__,
             error,
         )
-        self._last_errors[job.path] = error
-        self._later(StepJob(job.path, job.spec, job.attempt + 1, job.build), delay)
+        self.waiting.retry(StepJob(job.path, job.spec, job.attempt + 1, job.request), delay, error)
         return True
 
     def _defer(self, job: StepJob, why: BaseException | None) -> None:
         """Another runner holds ``job``'s step: free its slot, and make it ready again after a
-        backoff (0.02 s doubling to 1 s, as a build waiting for a lease polls), or sooner if the
-        holder's lease expires first. A served step being rebuilt keeps its dependent's slot."""
-        path = job.path
-        count = self._deferrals[path] = self._deferrals.get(path, 0) + 1
-        delay = min(LEASE_WAIT_MAX_DELAY_S, LEASE_WAIT_FIRST_DELAY_S * 2 ** (count - 1))
-        if isinstance(why, Deferred):
-            # Never 0: a clock skewed against the holder's must not make this a busy loop.
-            until_expiry = why.expires_at - time.time()
-            delay = max(LEASE_WAIT_FIRST_DELAY_S, min(delay, until_expiry))
-            if self._holders.get(path) != why.holder:
-                self._holders[path] = why.holder
-                log.info(
-                    "wait %s: lease held by %s (expires in %.0fs); going on with other steps",
-                    job.spec.step_id,
-                    why.holder,
-                    max(0.0, until_expiry),
-                )
-        if path in self._rebuilding:
-            self._later(job, delay)
+        backoff (``Backoff.deferral_delay``). A served step being rebuilt keeps its dependent's
+        slot."""
+        delay = self.waiting.deferral_delay(job, why)
+        if job.path in self.served.rebuilding:
+            self.waiting.later(job, delay)
             return
-        self._release(path)
-        self.scheduler.defer(path)
-        heapq.heappush(self._parked, (time.monotonic() + delay, next(self._sequence), job))
-
-    def _later(self, job: StepJob, delay: float) -> None:
-        heapq.heappush(self._retries, (time.monotonic() + delay, next(self._sequence), job))
+        self._release(job.path)
+        self.waiting.park(job, delay)
 
     def _fire_due_retries(self) -> None:
-        now = time.monotonic()
-        while self._parked and self._parked[0][0] <= now:
-            _, _, job = heapq.heappop(self._parked)
-            self._resumed[job.path] = job
-            self.scheduler.resume(job.path)
-        while self._retries and self._retries[0][0] <= now:
-            _, _, job = heapq.heappop(self._retries)
-            self._last_errors.pop(job.path, None)
+        for job in self.waiting.due():
             self.report.attempts[job.path] = job.attempt
             if job.attempt > 1:
                 log.info("start %s (attempt %d of %d)", job.spec.step_id, job.attempt,
@@ -612,7 +532,7 @@ class RunLoop:
         )
         if self.listener:
             self.listener.on_fail(spec, error)
-        if path in self._rebuilding:
+        if path in self.served.rebuilding:
             self._served_ended(path, error)
             return
         self._release(path)
@@ -628,16 +548,16 @@ class RunLoop:
     def _word_not_run(self) -> None:
         outcome = self.scheduler.finish()
         names = {p: d.spec.step_id for p, d in self._decisions.items()}
-        for path in self._failed_as:
-            self.report.not_run[path] = blocked_reason([names[self._failed_as[path]]])
+        for path in self.served.failed_as:
+            self.report.not_run[path] = blocked_reason([names[self.served.failed_as[path]]])
         for path, roots in outcome.blocked.items():
-            failed = [names[self._failed_as.get(r, r)] for r in roots]
+            failed = [names[self.served.failed_as.get(r, r)] for r in roots]
             self.report.not_run[path] = blocked_reason(list(dict.fromkeys(failed)))
         for path in outcome.not_started:
             if self._interrupted:
                 self.report.not_run[path] = INTERRUPTED_REASON
             elif outcome.stopped_by is not None:
-                stopped = names[self._failed_as.get(outcome.stopped_by, outcome.stopped_by)]
+                stopped = names[self.served.failed_as.get(outcome.stopped_by, outcome.stopped_by)]
                 self.report.not_run[path] = stopped_reason(stopped, self.keep_going_hint)
 
 

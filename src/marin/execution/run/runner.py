@@ -17,23 +17,18 @@ expires (it takes over and builds it).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from marin.execution.build.commit import warn_if_served_stale
 from marin.execution.errors import InvalidStepError
+from marin.execution.pipeline.graph import Graph, as_graph
 from marin.execution.pipeline.resources import ResourcePool, Resources, capacity_from, check_fits
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Plan
-from marin.execution.plan.options import (
-    DEFAULT_FORCE_RUN_FAILED,
-    DEFAULT_MAX_CONCURRENT,
-    DEFAULT_MAX_REMOTE,
-    DEFAULT_ON_CODE_DRIFT,
-    DEFAULT_ON_DRIFT,
-    RunOptions,
-)
+from marin.execution.plan.options import RunOptions
 from marin.execution.plan.read import plan_run
 from marin.execution.plan.scope import resolve_scopes
 from marin.execution.run.executors import ThreadExecutor
@@ -90,103 +85,139 @@ class StepRunner:
 
     def __init__(
         self,
-        max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+        max_concurrent: int | None = None,
         prefix: str | None = None,
         *,
-        on_drift: str = DEFAULT_ON_DRIFT,
-        cascade: bool = True,
+        options: RunOptions | None = None,
+        on_drift: str | None = None,
+        cascade: bool | None = None,
         region: str | None = None,
-        on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
+        on_code_drift: str | None = None,
         listener: RunListener | None = None,
         resources: Resources | Mapping[str, Any] | str | None = None,
-        max_remote: int = DEFAULT_MAX_REMOTE,
+        max_remote: int | None = None,
     ) -> None:
-        """``resources``: the machine's capacity for steps' declared resources (default: this
-        machine's CPUs, memory and visible GPUs; see ``marin.execution.pipeline.resources``). A step
-        starts only when its resources are free, besides ``max_concurrent``."""
-        # Checked now, not at run time.
-        RunOptions(
-            on_drift=on_drift,
-            cascade=cascade,
-            max_concurrent=max_concurrent,
-            on_code_drift=on_code_drift,
-            max_remote=max_remote,
-        )
-        self.max_concurrent = max_concurrent
-        self.max_remote = max_remote
+        """``options``: the run's options, whole (``RunOptions``); or the older keywords
+        ``max_concurrent``, ``on_drift``, ``cascade`` and ``on_code_drift``, made into one
+        ``RunOptions`` here (not both). ``resources``: the machine's capacity for steps'
+        declared resources (default: this machine's CPUs, memory and visible GPUs; see
+        ``marin.execution.pipeline.resources``). A step starts only when its resources are free,
+        besides ``max_concurrent``.
+
+        Raises ``OptionError`` for a bad option (checked now, not at run time), and
+        ``InvalidStepError`` for ``options`` given with the older keywords."""
+        loose = {
+            "max_concurrent": max_concurrent,
+            "max_remote": max_remote,
+            "on_drift": on_drift,
+            "cascade": cascade,
+            "on_code_drift": on_code_drift,
+        }
+        given: dict[str, Any] = {k: v for k, v in loose.items() if v is not None}
+        if options is not None and given:
+            raise InvalidStepError(
+                f"StepRunner(options=..., {', '.join(given)}=...)",
+                "put every option in RunOptions(...), or pass only the keywords",
+            )
+        self.options = options if options is not None else RunOptions(**given)
         self.prefix = prefix
-        self.on_drift = on_drift
-        self.on_code_drift = on_code_drift
-        self.cascade = cascade
         self.region = region
         self.listener = listener
         self.capacity = capacity_from(resources)
 
+    @property
+    def max_concurrent(self) -> int:
+        """The runner's limit on steps building at once (``options.max_concurrent``)."""
+        return self.options.max_concurrent
+
+    def _options_for(self, **overrides: Any) -> RunOptions:
+        """The runner's options with this call's own choices (None: the runner's); checked
+        again only when a call changes one."""
+        changed = {k: v for k, v in overrides.items() if v is not None}
+        if isinstance(changed.get("force"), str):
+            changed["force"] = tuple(changed["force"].split(","))
+        return dataclasses.replace(self.options, **changed) if changed else self.options
+
     def plan(
         self,
-        steps: StepSpec | Sequence[StepSpec],
+        steps: Graph | StepSpec | Sequence[StepSpec],
         *,
-        force: Iterable[str] = (),
-        force_run_failed: bool = DEFAULT_FORCE_RUN_FAILED,
+        force: Iterable[str] | None = None,
+        force_run_failed: bool | None = None,
+        location: Location | None = None,
     ) -> tuple[Plan, Location]:
-        """What ``run`` with the same arguments would do (``marin plan`` is this)."""
-        force = tuple(force.split(",")) if isinstance(force, str) else tuple(force)
-        location = open_prefix(self.prefix)
-        targets = resolve_scopes(
-            [steps] if isinstance(steps, StepSpec) else list(steps), location, self.scope, force
-        )
-        plan = plan_run(
-            targets,
-            location,
-            on_drift=self.on_drift,
-            force=force,
-            cascade=self.cascade,
-            force_run_failed=force_run_failed,
-            on_code_drift=self.on_code_drift,
-        )
-        return plan, location
+        """What ``run`` with the same arguments would do (``marin plan`` is this).
+
+        ``location``: the prefix, opened and checked by the caller (else ``prefix`` is opened
+        here). Raises what ``plan_run`` raises (``InvalidStepError``, ``DriftError``, ...)."""
+        options = self._options_for(force=force, force_run_failed=force_run_failed)
+        return self._plan(as_graph(steps), options, location)
+
+    def _plan(
+        self, graph: Graph, options: RunOptions, location: Location | None
+    ) -> tuple[Plan, Location]:
+        location = open_prefix(self.prefix) if location is None else location
+        # Where each step reads and writes for this user (plan/scope.py); placed specs stay.
+        targets = resolve_scopes(list(graph.targets), location, self.scope, options.force)
+        if targets != list(graph.targets):
+            graph = Graph.of(targets)
+        return plan_run(graph, location, options), location
 
     def run(
         self,
-        steps: StepSpec | Iterable[StepSpec],
+        steps: Graph | StepSpec | Iterable[StepSpec],
         *,
         dry_run: bool = False,
-        force_run_failed: bool = DEFAULT_FORCE_RUN_FAILED,
+        force_run_failed: bool | None = None,
         max_concurrent: int | None = None,
-        keep_going: bool = False,
-        force: Iterable[str] = (),
+        keep_going: bool | None = None,
+        force: Iterable[str] | None = None,
+        location: Location | None = None,
     ) -> RunReport:
-        """Plan and build ``steps``. ``force_run_failed=False``: a needed step whose last
-        attempt failed is not retried, and the run fails naming it (``decide`` says so).
-        ``max_concurrent`` overrides the runner's limit for this run only. Any other iterable
-        (a generator) is consumed lazily, ``max_concurrent`` steps ahead (``run/stream.py``)."""
+        """Plan and build ``steps`` (a ``Graph``, or one spec or a list, collected once here).
+
+        ``force_run_failed=False``: a needed step whose last attempt failed is not retried, and
+        the run fails naming it (``decide`` says so). ``max_concurrent``, ``keep_going``,
+        ``force`` and ``force_run_failed`` override the runner's options for this run only
+        (None: the runner's). ``location``: the prefix, opened and checked by the caller.
+
+        Raises what the plan raises, ``StepFailedError``/``PipelineFailedError`` when a step
+        failed (``RunReport.raise_failures``), ``KeyboardInterrupt`` when a Ctrl-C stopped it,
+        and ``InvalidStepError`` for an unknown ``ready_order``. Any other iterable (a
+        generator) is consumed lazily, ``max_concurrent`` steps ahead (``run/stream.py``)."""
         if self.ready_order not in READY_ORDERS:
             raise InvalidStepError(
                 f"ready_order={self.ready_order!r}", f"use one of {', '.join(READY_ORDERS)}"
             )
-        options = RunOptions(
-            on_drift=self.on_drift,
-            force=tuple(force.split(",")) if isinstance(force, str) else tuple(force),
-            cascade=self.cascade,
-            max_concurrent=self.max_concurrent if max_concurrent is None else max_concurrent,
-            keep_going=keep_going,
+        options = self._options_for(
+            force=force,
             force_run_failed=force_run_failed,
-            on_code_drift=self.on_code_drift,
-            max_remote=self.max_remote,
+            max_concurrent=max_concurrent,
+            keep_going=keep_going,
         )
         if is_stream(steps):
-            stream_options = {"force": options.force, "force_run_failed": force_run_failed}
             return run_stream(
-                StreamHook(self.run, self.plan), steps, open_prefix(self.prefix),
-                lookahead=options.max_concurrent,
-                dry_run=dry_run, keep_going=keep_going, **stream_options,
+                StreamHook(self.run, self.plan), steps, location or open_prefix(self.prefix),
+                lookahead=options.max_concurrent, dry_run=dry_run,
+                keep_going=options.keep_going, force=options.force,
+                force_run_failed=options.force_run_failed,
             )  # fmt: skip
-        targets = [steps] if isinstance(steps, StepSpec) else list(steps)
-        targets = resolve_scopes(targets, open_prefix(self.prefix), self.scope, options.force)
-        plan, location = self.plan(
-            targets, force=options.force, force_run_failed=options.force_run_failed
-        )
+        graph = as_graph(steps)
+        plan, location = self._plan(graph, options, location)
         report = RunReport(location, plan)
+        self._log_plan(plan, report)
+        if dry_run:
+            for path in report.to_build:
+                decision = plan.decisions[path]
+                log.info("would build %s: %s", decision.spec.step_id, decision.reason)
+            return report
+        # Nothing to build: the served targets are re-checked here, before success is reported
+        # (one record read each); one deleted since the plan is rebuilt by the loop.
+        if report.to_build or served_targets_gone(plan, location, graph.target_paths):
+            self._build(plan, report, options, graph.target_paths)
+        return report
+
+    def _log_plan(self, plan: Plan, report: RunReport) -> None:
         for decision in plan.decisions.values():
             if decision.action == Action.SKIP:
                 warn_if_served_stale(decision)
@@ -198,35 +229,29 @@ class StepRunner:
         total = len(plan.decisions)
         if self.listener:
             self.listener.on_plan(total, total - len(report.to_build))
-        if dry_run:
-            for path in report.to_build:
-                decision = plan.decisions[path]
-                log.info("would build %s: %s", decision.spec.step_id, decision.reason)
-            return report
-        target_paths = [t.output_path for t in targets]
-        # Nothing to build: the served targets are re-checked here, before success is reported
-        # (one record read each); one deleted since the plan is rebuilt by the loop.
-        if report.to_build or served_targets_gone(plan, location, target_paths):
-            pool = ResourcePool(self.capacity)
-            check_fits(pool, [plan.decisions[p].spec for p in report.to_build])
-            location.check_writable()
-            loop = RunLoop(
-                plan,
-                report,
-                # A waiting remote step parks its thread (no slot): room for both bounds.
-                ThreadExecutor(options.max_concurrent + options.max_remote),
-                max_concurrent=options.max_concurrent,
-                max_remote=options.max_remote,
-                keep_going=keep_going,
-                resources=pool,
-                order=self.ready_order,
-                region=self.region,
-                listener=self.listener,
-                exit_on_interrupt=self.exit_on_interrupt,
-                retry_delay_s=self.retry_delay_s,
-                targets=target_paths,
-                share_work=True,
-            )
-            loop.run()
-            loop.raise_if_failed()
-        return report
+
+    def _build(
+        self, plan: Plan, report: RunReport, options: RunOptions, targets: list[str]
+    ) -> None:
+        pool = ResourcePool(self.capacity)
+        check_fits(pool, [plan.decisions[p].spec for p in report.to_build])
+        report.location.check_writable()
+        loop = RunLoop(
+            plan,
+            report,
+            # A waiting remote step parks its thread (no slot): room for both bounds.
+            ThreadExecutor(options.max_concurrent + options.max_remote),
+            max_concurrent=options.max_concurrent,
+            max_remote=options.max_remote,
+            keep_going=options.keep_going,
+            resources=pool,
+            order=self.ready_order,
+            region=self.region,
+            listener=self.listener,
+            exit_on_interrupt=self.exit_on_interrupt,
+            retry_delay_s=self.retry_delay_s,
+            targets=targets,
+            share_work=True,
+        )
+        loop.run()
+        loop.raise_if_failed()

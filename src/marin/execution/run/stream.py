@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from marin.execution.errors import InvalidStepError
-from marin.execution.pipeline.graph import collect_steps
+from marin.execution.pipeline.graph import Graph, collect_steps
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Plan
 from marin.execution.run.report import RunReport, blocked_reason
@@ -42,7 +42,7 @@ class StreamHook:
 
 def is_stream(steps: object) -> TypeGuard[Iterable[Any]]:
     """An iterable that is not a spec, a list or a tuple: consumed lazily by this module."""
-    return not isinstance(steps, StepSpec | list | tuple) and isinstance(steps, Iterable)
+    return not isinstance(steps, StepSpec | Graph | list | tuple) and isinstance(steps, Iterable)
 
 
 def iter_stream(

@@ -1,0 +1,43 @@
+"""``BuildRequest``: everything one ``build_step`` call needs, as one value.
+
+A run loop makes one per attempt (its ``StepJob`` carries it to the executor); an engine's task
+(the Airflow step task, a Dask worker) makes its own. An executor that builds elsewhere reads
+its fields and sends what can travel (not ``abandon`` nor the open ``location``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.plan.decide import Decision, Upstream
+from marin.execution.plan.options import Policy
+from marin.execution.store.location import Location
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """One step to build under one opened prefix, with the run's policy and what it knows."""
+
+    spec: StepSpec
+    location: Location
+    """The prefix, opened and checked once by the run."""
+    policy: Policy
+    region: str | None = None
+    decision: Decision | None = None
+    """The plan's decision; None: decided here first, from storage (a vanished served step)."""
+    upstream: Sequence[Upstream] | None = None
+    """Each dependency's current record (lineage, and the decision); None: read at the build."""
+    abandon: threading.Event | None = None
+    """Once set (a second Ctrl-C in library mode), a build whose ``fn`` still runs never
+    commits."""
+    defer_if_held: bool = False
+    """Raise ``Deferred`` at once when another runner's live lease holds the step."""
+    lease_ttl: float | None = None
+    """Read once per run (``$MARIN_LEASE_TTL``); None: ``build_step`` reads it."""
+    working_dir: str | None = None
+    """The checkout the record's provenance names; None: this process's working directory."""
+    devices: tuple[int, ...] | None = None
+    """The GPU devices the runner's grant assigned (``ctx.devices``); None: none assigned here."""
