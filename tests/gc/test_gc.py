@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import pexpect
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -27,6 +30,7 @@ from marin.gc.delete import MARKER
 from tests.gc.pipelines import pipeline, scratch, step
 from tests.reliability.conftest import child_env
 from tests.reliability.test_terminal_safety import _restore_logging  # noqa: F401 - autouse
+from tests.ux.helpers import marin, spawn_80, strip_ansi
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = "tests/gc/pipelines.py:pipeline"
@@ -295,6 +299,37 @@ def test_cli_json_and_the_api_report_the_same(
     out = capsys.readouterr().out
     assert "deleted gc/scratch@v1" in out and "1 step(s) deleted" in out
     assert not (tmp_path / "p/gc/scratch").exists()
+
+
+BAR = "━"  # rich's progress bar, drawn on the terminal only
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminal")
+def test_a_long_real_run_shows_a_bar_on_a_terminal_and_none_in_a_pipe(tmp_path: Path) -> None:
+    prefix = tmp_path / "p"
+    junk = [f"gc/junk{i:02}@v1" for i in range(20)]  # at least PROGRESS_MIN_STEPS
+    run([step(name[3:-3], "v1") for name in junk], prefix=str(prefix))
+    piped = tmp_path / "piped"
+    shutil.copytree(prefix, piped, symlinks=True)
+    child = spawn_80("tests/gc/pipelines.py:other", "--prefix", str(prefix), command="gc")
+    child.expect(pexpect.EOF)  # the process ended: all it wrote is in child.before
+    raw = child.before
+    child.close()
+    assert child.exitstatus == 0, raw
+    assert BAR in raw and "deleting" in raw, raw  # the bar was drawn
+    screen = strip_ansi(raw).replace("\r\n", "\n").replace("\r", "\n")
+    deleted = re.findall(r"^deleted (gc/junk\d+@v1) ", screen, re.M)
+    assert sorted(deleted) == junk, screen  # each step still printed, above the bar
+    last = screen.rstrip().splitlines()[-1]
+    assert last.startswith("20 step(s) deleted, freed "), screen  # the summary came last
+    assert screen.rindex("deleted gc/junk") < screen.rindex("20 step(s) deleted")
+    assert not list(prefix.glob("gc/junk*/v1*")), list(prefix.rglob("*"))  # all deleted
+    # Not a terminal (CI, a pipe): the same lines, no bar.
+    plain = marin("gc", "tests/gc/pipelines.py:other", "--prefix", str(piped))
+    assert plain.returncode == 0, plain.stderr
+    assert BAR not in plain.stdout + plain.stderr and "deleting" not in plain.stderr
+    assert sorted(re.findall(r"^deleted (gc/junk\d+@v1) ", plain.stdout, re.M)) == junk
+    assert plain.stdout.splitlines()[-1].startswith("20 step(s) deleted, freed ")
 
 
 @pytest.mark.parametrize(

@@ -9,15 +9,19 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    import pexpect
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = f"{ROOT / 'examples' / 'ngram.py'}:pipeline"
 PIPELINES = ROOT / "tests" / "ux" / "pipelines.py"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("MARIN_UPDATE_GOLDEN") == "1"
+COLUMNS = 80
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
@@ -32,6 +36,24 @@ def marin(
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
+    )
+
+
+def spawn_80(*args: str, sleep: str = "0", command: str = "run") -> pexpect.spawn:
+    """``marin COMMAND`` on an 80x40 pseudo-terminal; the width comes from the terminal itself."""
+    import pexpect
+
+    env = {**os.environ, "TERM": "xterm-256color", "MARIN_TEST_SLEEP": sleep}
+    for name in ("COLUMNS", "LINES", "NO_COLOR"):
+        env.pop(name, None)
+    return pexpect.spawn(
+        sys.executable,
+        ["-m", "marin.cli", command, *args],
+        cwd=str(ROOT),
+        env=env,
+        dimensions=(40, COLUMNS),
+        encoding="utf-8",
+        timeout=90,
     )
 
 

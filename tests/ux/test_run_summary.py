@@ -12,29 +12,10 @@ import signal
 import sys
 from pathlib import Path
 
-import pexpect
 import pytest
 
-from tests.ux.helpers import EXAMPLE, PIPELINES, ROOT, marin, strip_ansi
+from tests.ux.helpers import COLUMNS, EXAMPLE, PIPELINES, marin, spawn_80, strip_ansi
 from tests.ux.pipelines import LONG
-
-COLUMNS = 80
-
-
-def spawn_80(*args: str, sleep: str = "0", command: str = "run") -> pexpect.spawn:
-    """``marin COMMAND`` on an 80x40 pseudo-terminal; the width comes from the terminal itself."""
-    env = {**os.environ, "TERM": "xterm-256color", "MARIN_TEST_SLEEP": sleep}
-    for name in ("COLUMNS", "LINES", "NO_COLOR"):
-        env.pop(name, None)
-    return pexpect.spawn(
-        sys.executable,
-        ["-m", "marin.cli", command, *args],
-        cwd=str(ROOT),
-        env=env,
-        dimensions=(40, COLUMNS),
-        encoding="utf-8",
-        timeout=90,
-    )
 
 
 def summary_lines(raw: str) -> list[str]:
