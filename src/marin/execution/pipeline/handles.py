@@ -256,29 +256,20 @@ class ArtifactStep:
         ``remote`` (a backend name) runs ``fn`` as a job that outlives this process
         (docs/remote.md).
         """
-        changes: dict[str, Any] = {}
-        if resumable is not None:
-            changes["resumable"] = resumable
-        if keep_checkpoints is not None:
-            changes["keep_checkpoints"] = keep_checkpoints
-        if remote is not None:
-            changes["remote"] = remote
-        if timeout is not None:
-            changes["timeout"] = timeout
-        if queue is not None:
-            changes["queue"] = queue
-        if isolate is not None:
-            changes["isolate"] = isolate
-        if retries is not None:
-            changes["retries"] = retries
-        if pool is not None:
-            changes["pool"] = pool
-        if resources is not None:
-            changes["resources"] = resources
-        if artifact_type is not None:
-            changes["artifact_type"] = artifact_type
-        if scope is not None:
-            changes["scope"] = scope
+        given: dict[str, Any] = {
+            "retries": retries,
+            "pool": pool,
+            "resources": resources,
+            "timeout": timeout,
+            "queue": queue,
+            "isolate": isolate,
+            "artifact_type": artifact_type,
+            "resumable": resumable,
+            "keep_checkpoints": keep_checkpoints,
+            "scope": scope,
+            "remote": remote,
+        }
+        changes = {name: value for name, value in given.items() if value is not None}
         return dataclasses.replace(self, **changes)
 
     def __repr__(self) -> str:
