@@ -171,9 +171,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(safe_json(json.dumps(report.to_json(), indent=2, ensure_ascii=False)))
             return
         steps = list(graph.steps)
+        from marin import terminal_log
+
         text = render_summary(observer, steps, report, color=color, interrupted=interrupted)
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        with terminal_log.held():  # a step's late log line comes after it, never inside
+            sys.stdout.write(text)
+            sys.stdout.flush()
 
     try:
         with _first_interrupt_only(), observer, pipeline_run(args.target, runner="local"):

@@ -7,8 +7,10 @@ imported a second time under another name.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 
 _active: logging.Handler | None = None
 _default: logging.Handler | None = None
@@ -52,3 +54,18 @@ def swap(handler: logging.Handler | None) -> None:
     _active = handler if handler is not None else _default
     if _active is not None:
         root.addHandler(_active)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Hold the terminal's log handler: a step thread's log line waits until the block has
+    written (the run summary), instead of landing in the middle of it."""
+    handler = _active
+    if handler is None:
+        yield
+        return
+    handler.acquire()
+    try:
+        yield
+    finally:
+        handler.release()
