@@ -25,6 +25,25 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """The in-process CLI (``marin.cli.main``) configures the root logger with a handler on
+    this test's captured stderr, closed after it: give every later test the logger it had."""
+    import logging
+
+    from marin import terminal_log
+
+    root = logging.getLogger()
+    before, level = set(root.handlers), root.level
+    saved = (terminal_log._active, terminal_log._default)
+    yield
+    # Only the terminal handler the CLI added goes: Marin's step-log capture keeps its own.
+    if terminal_log._active is not None and terminal_log._active not in before:
+        root.removeHandler(terminal_log._active)
+    root.setLevel(level)
+    terminal_log._active, terminal_log._default = saved
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from marin_testing.prefect import stop_harness
 

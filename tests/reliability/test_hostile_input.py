@@ -22,7 +22,6 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,24 +70,6 @@ _configs = st.dictionaries(
     st.one_of(_scalars, st.lists(_scalars, max_size=3)),
     max_size=3,
 )
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """The in-process CLI configures the root logger; give later tests theirs back."""
-    import logging
-
-    from marin import terminal_log
-
-    root = logging.getLogger()
-    before, level = set(root.handlers), root.level
-    saved = (terminal_log._active, terminal_log._default)
-    yield
-    # Only the terminal handler the CLI added goes: Marin's step-log capture keeps its own.
-    if terminal_log._active is not None and terminal_log._active not in before:
-        root.removeHandler(terminal_log._active)
-    root.setLevel(level)
-    terminal_log._active, terminal_log._default = saved
 
 
 _current: list[ArtifactStep] = []

@@ -15,7 +15,6 @@ import dataclasses
 import json
 import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,24 +39,6 @@ from marin.terminal_text import safe_json, safe_text
 UNSAFE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 HOSTILE = "evil\x1b]0;pwned\x07\x1b[2J\x1b]8;;http://x\x1b\\link\x9b31m\u202egnp.exe[/red][bold]"
 MARKUP_NAMES = ["sweep[lr=0.1]", "x[/red]", "a[bold]b[/bold]", "[link=http://x]y"]
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """The in-process CLI configures the root logger; give later tests theirs back."""
-    import logging
-
-    from marin import terminal_log
-
-    root = logging.getLogger()
-    before, level = set(root.handlers), root.level
-    saved = (terminal_log._active, terminal_log._default)
-    yield
-    # Only the terminal handler the CLI added goes: Marin's step-log capture keeps its own.
-    if terminal_log._active is not None and terminal_log._active not in before:
-        root.removeHandler(terminal_log._active)
-    root.setLevel(level)
-    terminal_log._active, terminal_log._default = saved
 
 
 def _write(path: Path) -> None:
