@@ -329,10 +329,12 @@ def test_mixed_runners_race_steprunner_processes_and_a_prefect_flow(tmp_path: Pa
     calls, go = tmp_path / "calls.log", tmp_path / "go"
     env = child_env(MARIN_TEST_CALLS=str(calls), MARIN_TEST_GO=str(go), MARIN_TEST_SLEEP="0.1")
     env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "90"
+    # The flow's steps take a second each, the local runners' a tenth: however fast Prefect
+    # gets, the flow is still building when the local runners (started at its first step) come.
     flow = subprocess.Popen(
         [sys.executable, "-c", PREFECT_RUNNER, prefix],
         cwd=REPO,
-        env=env,
+        env={**env, "MARIN_TEST_SLEEP": "1.0"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
