@@ -55,6 +55,10 @@ def build_corpus(modules: list[str], num_shards: int, out_path: str) -> dict[str
     for name in modules:
         module = importlib.import_module(name)
         for _, member in sorted(vars(module).items()):
+            # Only what the module defines: a submodule is there once something imported it,
+            # and a hook another library installed (threading.excepthook) is that library's.
+            if inspect.ismodule(member) or getattr(member, "__module__", name) != name:
+                continue
             doc = inspect.getdoc(member) if not isinstance(member, str | int | float) else None
             if doc and len(doc) > 80:
                 documents.append(" ".join(doc.split()))
