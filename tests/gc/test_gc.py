@@ -29,7 +29,6 @@ from marin.gc import collect_garbage
 from marin.gc.delete import MARKER
 from tests.gc.pipelines import pipeline, scratch, step
 from tests.reliability.conftest import child_env
-from tests.reliability.test_terminal_safety import _restore_logging  # noqa: F401 - autouse
 from tests.ux.helpers import marin, spawn_80, strip_ansi
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,10 +17,6 @@ from marin.execution.lazy import OUT, apply
 from marin.execution.store.lease import CLOCK_SKEW_S, Lease, LeaseInfo
 from marin.execution.store.location import Location, open_prefix
 from marin.execution.store.records import lease_path, metadata_dir, read_status
-from tests.reliability.test_terminal_safety import _restore_logging  # noqa: F401 - autouse
-
-# ``_restore_logging``: the in-process ``main()`` configures the root logger on pytest's capture
-# stream; later tests must get theirs back.
 
 DAY = 24 * 3600.0
 
