@@ -15,6 +15,7 @@ needs no download. Every step reads and writes through fsspec, so any prefix wor
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import json
@@ -46,22 +47,25 @@ def _read(path: str) -> str:
         return str(f.read())
 
 
+_DEFS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
 # --- steps -----------------------------------------------------------------------------------
 
 
 def build_corpus(modules: list[str], num_shards: int, out_path: str) -> dict[str, Any]:
-    """Collect docstrings of stdlib modules and their public members into text shards."""
+    """Collect the docstrings of stdlib modules' top-level classes and functions into shards."""
     documents: list[str] = []
     for name in modules:
         module = importlib.import_module(name)
-        for _, member in sorted(vars(module).items()):
-            # Only what the module defines: a submodule is there once something imported it,
-            # and a hook another library installed (threading.excepthook) is that library's.
-            if inspect.ismodule(member) or getattr(member, "__module__", name) != name:
-                continue
-            doc = inspect.getdoc(member) if not isinstance(member, str | int | float) else None
-            if doc and len(doc) > 80:
-                documents.append(" ".join(doc.split()))
+        try:
+            # Parsed from the source, not read off the live module: what other imports add to a
+            # module (a submodule, a hook such as threading.excepthook) differs per process.
+            tree = ast.parse(inspect.getsource(module))
+            docs = [ast.get_docstring(node) for node in tree.body if isinstance(node, _DEFS)]
+        except TypeError:  # a built-in module (itertools) has no source; its C types are fixed
+            docs = [inspect.getdoc(m) for _, m in sorted(vars(module).items()) if callable(m)]
+        documents += [" ".join(doc.split()) for doc in docs if doc and len(doc) > 80]
     documents = sorted(set(documents))
     for shard in range(num_shards):
         _write(f"{out_path}/shard-{shard:02d}.txt", "\n".join(documents[shard::num_shards]) + "\n")
