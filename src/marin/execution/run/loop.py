@@ -184,7 +184,10 @@ class RunLoop:
         self.waiting = Backoff(self.scheduler)
         """Retries and deferred steps, until their deadline."""
         self._slots = Slots(
-            max_concurrent, max_remote, lambda p: self._decisions[p].spec.remote is not None
+            max_concurrent,
+            max_remote,
+            lambda p: self._decisions[p].spec.remote is not None,
+            any_remote=any(d.spec.remote is not None for d in self._decisions.values()),
         )
 
     # -- the loop ---------------------------------------------------------------------------

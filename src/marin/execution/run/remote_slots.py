@@ -15,10 +15,17 @@ class Slots:
     """Counts, per dispatch, the local and remote slots still free."""
 
     def __init__(
-        self, max_concurrent: int, max_remote: int, is_remote: Callable[[str], bool]
+        self,
+        max_concurrent: int,
+        max_remote: int,
+        is_remote: Callable[[str], bool],
+        *,
+        any_remote: bool = True,
     ) -> None:
         self.max_concurrent = max_concurrent
-        self.max_remote = max_remote
+        # Without remote steps, no job slot is ever offered: otherwise every dispatch with the
+        # local slots full would pop (and push back) every ready step looking for a remote one.
+        self.max_remote = max_remote if any_remote else 0
         self.is_remote = is_remote
         self._local_free = max_concurrent
         self._remote_free = max_remote
