@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import json
 import pathlib
@@ -158,6 +159,23 @@ def test_canonical_config_handles_rich_types() -> None:
     assert '"__enum__":"Color.RED"' in payload and '"path":"/x"' in payload
     reordered = {"d": Opt(0.1, pathlib.Path("/x")), "e": Color.RED, "t": (1, 2), "s": {2, 3, 1}}
     assert apply("s", fn, version="v0", x=reordered).lower().fingerprint == step.lower().fingerprint
+
+
+@pytest.mark.parametrize(
+    "tagged, spelled",
+    [
+        ({1, 2}, {"__set__": [1, 2]}),
+        (datetime.date(2020, 1, 2), {"__date__": "2020-01-02"}),
+        (b"\x01", {"__bytes__": "01"}),
+        (Color.RED, {"__enum__": "Color.RED"}),
+        (Opt(0.1, pathlib.Path("/x")), {"__dataclass__": "Opt", "lr": 0.1, "path": "/x"}),
+        ({"__dict__": {}}, {"__dict__": {"__dict__": {}}}),
+    ],
+)
+def test_a_dict_spelling_a_type_tag_is_not_that_type(tagged: Any, spelled: Any) -> None:
+    """A plain dict whose keys spell a type tag never shares the tagged value's fingerprint."""
+    one, other = (apply("s", fn, version="v0", x=v).lower().fingerprint for v in (tagged, spelled))
+    assert one != other
 
 
 @pytest.mark.parametrize(

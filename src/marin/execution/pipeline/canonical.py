@@ -27,6 +27,12 @@ _SCALARS = (str, int, bool, type(None))
 # fingerprint that holds such a value (and the fast paths above never look it up).
 _BUILT_IN = (str, int, float, bool, type(None), list, tuple, dict, set, frozenset, bytes)
 
+# The keys of the type tags below; a plain dict holding one is escaped as ``{"__dict__": ...}``.
+_TAGS = frozenset(
+    f"__{tag}__"
+    for tag in ("set", "datetime", "date", "bytes", "float", "enum", "dataclass", "registered")
+) | {"__dict__"}
+
 _registered: dict[type, Callable[[Any], Any]] = {}
 _lookup_cache: dict[type, tuple[type, Callable[[Any], Any]] | None] = {}
 
@@ -123,7 +129,8 @@ def _canonical(value: Any, path: str | None, step: str | None) -> Any:
                     step,
                 )
             out[text] = _canonical(item, None if path is None else f"{path}.{key}", step)
-        return out
+        # A dict that spells a type tag is wrapped, so it never means what the tag means.
+        return out if _TAGS.isdisjoint(out) else {"__dict__": out}
     if _registered:
         found = _registered_for(kind)
         if found is not None:
