@@ -17,16 +17,20 @@ comes back to that one later (``marin.execution.run.loop``).
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import functools
+import logging
 import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from marin.execution.build.commit import build_step
 from marin.execution.build.request import BuildRequest
 from marin.execution.errors import Deferred
+from marin.execution.pipeline.remote.wait import JobParked, park_waits
 
 if TYPE_CHECKING:
     from marin.execution.build.commit import BuildOutcome
@@ -43,6 +47,9 @@ class CompletionKind(StrEnum):
     DEFERRED = "deferred"
     """Not attempted now (another runner holds the step; ``error`` may be the ``Deferred``):
     the loop frees its slot and submits it again later, without counting an attempt."""
+    JOB_ENDED = "job-ended"
+    """A parked remote build's job ended (``pipeline/remote/wait.py``): its ``job`` carries
+    the build's second phase, which the loop submits at once (the same attempt)."""
 
 
 @dataclass(frozen=True)
@@ -60,9 +67,13 @@ class StepJob:
     attempt: int
     """1 for the first attempt; the loop's own retries count up from there."""
     request: BuildRequest
+    parked: JobParked | None = None
+    """A remote build parked while its job ran: ``build`` runs its second phase."""
 
     def build(self) -> BuildOutcome:
         """Build the request here, in the calling thread (raises what ``build_step`` raises)."""
+        if self.parked is not None and self.parked.resume is not None:
+            return cast("BuildOutcome", self.parked.resume())
         return build_step(self.request)
 
 
@@ -114,6 +125,7 @@ class ThreadExecutor:
             queue.SimpleQueue()
         )
         self._threads: list[threading.Thread] = []
+        self._closed = False
 
     def submit(self, job: StepJob, on_done: OnDone) -> None:
         # The submitter's context variables (the caller's: the loop runs on its thread) go with
@@ -135,7 +147,9 @@ class ThreadExecutor:
             job, on_done, context = item
             del item
             try:
-                outcome = context.run(job.build)
+                outcome = context.run(_parking, job)
+            except JobParked as parked:
+                self._park(job, on_done, parked, context)
             except Deferred as held:
                 on_done(Completion(job, CompletionKind.DEFERRED, error=held))
             except BaseException as exc:
@@ -145,9 +159,41 @@ class ThreadExecutor:
                 del outcome
             del job, on_done, context
 
+    def _park(
+        self, job: StepJob, on_done: OnDone, parked: JobParked, context: contextvars.Context
+    ) -> None:
+        """Hand the parked build to the poller; when its job ends, the loop gets ``JOB_ENDED``
+        (or, after a shutdown, its second phase runs on a thread of its own: it never
+        commits an abandoned build, and releases the lease)."""
+        resumed = dataclasses.replace(job, parked=parked)
+
+        def ended() -> None:
+            if not self._closed:
+                on_done(Completion(resumed, CompletionKind.JOB_ENDED))
+                return
+            run = functools.partial(context.run, _parking, resumed)
+            threading.Thread(target=_quietly, args=(run,), daemon=True).start()
+
+        parked.when_ended(ended)
+
     def shutdown(self, *, wait: bool) -> None:
+        self._closed = True
         for _ in self._threads:
             self._jobs.put(None)
         if wait:
             for thread in self._threads:
                 thread.join()
+
+
+def _parking(job: StepJob) -> BuildOutcome:
+    """``job.build()``, a remote wait parked instead of holding this thread."""
+    with park_waits():
+        return job.build()
+
+
+def _quietly(run: Callable[[], object]) -> None:
+    """An abandoned build's second phase: how it ends is its own status file's business."""
+    try:
+        run()
+    except BaseException as exc:  # no loop is left to report it to
+        logging.getLogger("marin").info("an abandoned remote build ended: %s", exc)
