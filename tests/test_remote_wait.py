@@ -17,11 +17,15 @@ import threading
 import time
 from pathlib import Path
 
+from marin.execution.build.request import BuildRequest
 from marin.execution.lazy import OUT, apply, lower
 from marin.execution.pipeline.remote import JobHandle, JobSpec, JobStatus, register_backend
+from marin.execution.plan.options import Policy
+from marin.execution.run.executors import Completion, StepJob, ThreadExecutor
 from marin.execution.run.runner import StepRunner
+from marin.execution.store.lease import read_lease
 from marin.execution.store.location import open_prefix
-from marin.execution.store.records import read_record
+from marin.execution.store.records import read_record, read_status_file
 from marin.execution.vocabulary import JobState
 
 JOBS = 200
@@ -111,3 +115,30 @@ def test_a_thousand_waiting_jobs_cost_one_thread(tmp_path: Path) -> None:
         record = read_record(location, f"wait/{i}/v1")
         assert record is not None, f"wait/{i} was not committed"
         assert record.result == record.provenance["job"]["job_id"]  # its own job's value
+
+
+def test_a_parked_build_abandoned_after_shutdown_never_commits(tmp_path: Path) -> None:
+    """A second Ctrl-C leaves the loop while a build is parked: when its job ends, its second
+    phase runs on a thread of its own, commits nothing, and releases the lease."""
+    (tmp_path / "jobs").mkdir()
+    backend = TimerBackend(tmp_path / "jobs", 1)
+    register_backend("timer", backend)
+    step = apply("wait/abandoned", train, version="v1", seed=0, out_path=OUT)
+    spec = lower(step.with_options(remote="timer"))
+    location = open_prefix(str(tmp_path / "prefix"))
+    abandon = threading.Event()
+    executor = ThreadExecutor(1)
+    request = BuildRequest(spec, location, Policy(), abandon=abandon)
+    done: list[Completion] = []
+    executor.submit(StepJob(spec.output_path, spec, 1, request), done.append)
+    assert backend.all_submitted.wait(timeout=60)
+    executor.shutdown(wait=False)
+    abandon.set()
+    backend.gate.set()
+    deadline = time.monotonic() + 60
+    while read_lease(location, spec.output_path, 60.0) is not None:
+        assert time.monotonic() < deadline, "the abandoned build kept its lease"
+        time.sleep(0.05)
+    status = read_status_file(location, spec.output_path)
+    assert status is not None and "AbandonedError" in status["error"]
+    assert read_record(location, spec.output_path) is None and done == []
