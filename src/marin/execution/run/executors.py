@@ -99,7 +99,8 @@ class Executor(Protocol):
     must not retry it again; False: the loop retries, with a short backoff."""
 
     def submit(self, job: StepJob, on_done: OnDone) -> None:
-        """Start ``job`` (do not wait for it); call ``on_done`` exactly once when it ends."""
+        """Start ``job`` (do not wait for it); call ``on_done`` exactly once when it ends (or,
+        for a parked remote build, when its job ends: ``JOB_ENDED``)."""
         ...
 
     def shutdown(self, *, wait: bool) -> None:
@@ -114,6 +115,10 @@ class ThreadExecutor:
     threads never keep an interrupted run alive while a step's ``fn`` is still blocked; and a
     submit is only a queue put (the loop already caps how many steps run at once). There is no
     ``Future`` per job: the loop only needs the completion.
+
+    A remote step's build holds a thread only to start and to commit: while its job runs it is
+    parked (``JobParked``) on the process's one poller, which reports ``JOB_ENDED``; the loop
+    then submits the build's second phase (``StepJob.parked``).
     """
 
     retries_steps = False
@@ -125,11 +130,12 @@ class ThreadExecutor:
             queue.SimpleQueue()
         )
         self._threads: list[threading.Thread] = []
-        self._closed = False
+        self._parked = _ParkedBuilds()
 
     def submit(self, job: StepJob, on_done: OnDone) -> None:
         # The submitter's context variables (the caller's: the loop runs on its thread) go with
         # the job, as a task runner's do; a thread of its own would start with none of them.
+        self._parked.claim(job)
         self._jobs.put((job, on_done, contextvars.copy_context()))
         if len(self._threads) < self._size:
             thread = threading.Thread(
@@ -149,7 +155,7 @@ class ThreadExecutor:
             try:
                 outcome = context.run(_parking, job)
             except JobParked as parked:
-                self._park(job, on_done, parked, context)
+                self._parked.park(job, on_done, parked, context)
             except Deferred as held:
                 on_done(Completion(job, CompletionKind.DEFERRED, error=held))
             except BaseException as exc:
@@ -159,30 +165,70 @@ class ThreadExecutor:
                 del outcome
             del job, on_done, context
 
-    def _park(
-        self, job: StepJob, on_done: OnDone, parked: JobParked, context: contextvars.Context
-    ) -> None:
-        """Hand the parked build to the poller; when its job ends, the loop gets ``JOB_ENDED``
-        (or, after a shutdown, its second phase runs on a thread of its own: it never
-        commits an abandoned build, and releases the lease)."""
-        resumed = dataclasses.replace(job, parked=parked)
-
-        def ended() -> None:
-            if not self._closed:
-                on_done(Completion(resumed, CompletionKind.JOB_ENDED))
-                return
-            run = functools.partial(context.run, _parking, resumed)
-            threading.Thread(target=_quietly, args=(run,), daemon=True).start()
-
-        parked.when_ended(ended)
-
     def shutdown(self, *, wait: bool) -> None:
-        self._closed = True
+        self._parked.close()
         for _ in self._threads:
             self._jobs.put(None)
         if wait:
             for thread in self._threads:
                 thread.join()
+
+
+class _ParkedBuilds:
+    """A thread executor's parked remote builds, until the loop submits their second phase.
+
+    When a job ends, the loop gets ``JOB_ENDED``; once the executor is shut down (the loop
+    left: a second Ctrl-C), a parked build's second phase runs on a thread of its own instead,
+    never committing an abandoned build and releasing its lease, as a build whose thread
+    waited would have."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[int, tuple[StepJob, contextvars.Context]] = {}
+        self._closed = False
+
+    def park(
+        self, job: StepJob, on_done: OnDone, parked: JobParked, context: contextvars.Context
+    ) -> None:
+        """Hand ``parked`` to the poller; its job's end is reported through ``on_done``."""
+        resumed = dataclasses.replace(job, parked=parked)
+        with self._lock:
+            self._waiting[id(parked)] = (resumed, context)
+
+        def ended() -> None:
+            with self._lock:  # a shut-down executor's loop reads no more completions
+                if not self._closed:
+                    on_done(Completion(resumed, CompletionKind.JOB_ENDED))
+                    return
+            self._finish_alone(id(parked))
+
+        parked.when_ended(ended)
+
+    def claim(self, job: StepJob) -> None:
+        """The loop submitted ``job``'s second phase: it is no longer waiting here."""
+        if job.parked is not None:
+            with self._lock:
+                self._waiting.pop(id(job.parked), None)
+
+    def close(self) -> None:
+        """No loop reads completions now: builds whose job ended unclaimed finish alone."""
+        with self._lock:
+            self._closed = True
+            ended = [k for k, (job, _) in self._waiting.items() if _ended(job)]
+        for key in ended:
+            self._finish_alone(key)
+
+    def _finish_alone(self, key: int) -> None:
+        with self._lock:
+            found = self._waiting.pop(key, None)
+        if found is not None:
+            job, context = found
+            run = functools.partial(context.run, _parking, job)
+            threading.Thread(target=_quietly, args=(run,), daemon=True).start()
+
+
+def _ended(job: StepJob) -> bool:
+    return job.parked is not None and job.parked.watch.done.is_set()
 
 
 def _parking(job: StepJob) -> BuildOutcome:
