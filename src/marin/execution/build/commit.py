@@ -39,7 +39,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, cast
+from typing import IO, Any, Literal, cast
 
 from marin.execution.build.lineage import build_finished, build_started
 from marin.execution.build.output_tree import OutputDigest, is_output_digest, output_digest
@@ -72,10 +72,11 @@ from marin.execution.pipeline.canonical import to_canonical
 from marin.execution.pipeline.context import StepContext, assigned_devices
 from marin.execution.pipeline.isolation import StepTimeoutError
 from marin.execution.pipeline.provenance import collect_provenance, now_iso
-from marin.execution.pipeline.remote.call import JobWaiting, pending_job, remote_build
+from marin.execution.pipeline.remote.call import JobWaiting, RemoteBuild, pending_job, remote_build
+from marin.execution.pipeline.remote.wait import JobParked
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Policy, Stored, Upstream, decide
-from marin.execution.plan.options import DEFAULT_ON_CODE_DRIFT, DEFAULT_ON_DRIFT
+from marin.execution.plan.options import DEFAULT_ON_DRIFT
 from marin.execution.plan.read import read_stored_step
 from marin.execution.plan.scope import refuse_shared_write
 from marin.execution.store.lease import (
@@ -281,23 +282,35 @@ def _build(request: BuildRequest) -> BuildOutcome:
     try:
         return _lease_and_build(request, decision, ups)
     except LeaseLostError as lost:
-        log.warning("discard %s: %s", spec.step_id, lost.what)
-        lease = Lease(location, spec.output_path, ttl=lease_ttl)
-        _acquire(lease, spec)  # wait for the runner that took over
-        try:
-            record = read_record(location, spec.output_path)
-            if record is None and lease.took_over:
-                # That runner died too; keep the proof that Marin wrote here for the next one.
-                _best_effort_status(location, spec, FAILED, error="interrupted (lease expired)")
-        finally:
-            lease.release()
-        # The runner that took over finished this very build: serve it, even if it was forced.
-        if record is not None and _served_from_other(spec, record, ups, _unforced(policy, spec)):
-            log.info("skip %s: built by another runner", spec.step_id)
-            return BuildOutcome(
-                spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
-            )
-        raise
+        return _after_lease_lost(request, ups, lost)
+
+
+def _after_lease_lost(
+    request: BuildRequest, ups: Sequence[Upstream], lost: LeaseLostError
+) -> BuildOutcome:
+    """This build's lease was taken over: wait for the runner that took over, and serve its
+    record if it committed this very build; else raise ``lost``."""
+    spec, location = request.spec, request.location
+    log.warning("discard %s: %s", spec.step_id, lost.what)
+    lease = Lease(location, spec.output_path, ttl=request.lease_ttl)
+    _acquire(lease, spec)  # wait for the runner that took over
+    try:
+        record = read_record(location, spec.output_path)
+        if record is None and lease.took_over:
+            # That runner died too; keep the proof that Marin wrote here for the next one.
+            _best_effort_status(location, spec, FAILED, error="interrupted (lease expired)")
+    finally:
+        lease.release()
+    # The runner that took over finished this very build: serve it, even if it was forced.
+    if record is not None and _served_from_other(
+        spec, record, ups, _unforced(request.policy, spec)
+    ):
+        log.info("skip %s: built by another runner", spec.step_id)
+        url = location.url_for(spec.output_path)
+        return BuildOutcome(
+            spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
+        )
+    raise lost
 
 
 def _lease_and_build(
@@ -313,7 +326,7 @@ def _lease_and_build(
     lease = Lease(location, spec.output_path, ttl=request.lease_ttl)
     _acquire(lease, spec, defer=request.defer_if_held)
     still_running: threading.Event | None = None
-    try:
+    with _released_unless_parked(lease, lambda: still_running):
         crash_point("after-lease", spec.step_id)
         present = metadata_files(location, spec.output_path)
         found = load_record(location, spec.output_path) if "record.json" in present else None
@@ -333,15 +346,11 @@ def _lease_and_build(
                 spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
             )
         earlier = _earlier_attempt(present, lease, output_seen)
-        return _build_holding(
-            spec, location, lease, request.region, upstream, decision.reason, request.abandon,
-            earlier, record, request.working_dir, request.policy.on_code_drift,
-        )  # fmt: skip
-    except StepTimeoutError as timed_out:
-        still_running, timed_out.still_running = timed_out.still_running, None
-        raise
-    finally:
-        _release_after(lease, still_running)
+        try:
+            return _build_holding(request, lease, upstream, decision.reason, earlier, record)
+        except StepTimeoutError as timed_out:
+            still_running, timed_out.still_running = timed_out.still_running, None
+            raise
 
 
 def _release_after(lease: Lease, still_running: threading.Event | None) -> None:
@@ -718,142 +727,285 @@ def _run_with_config(spec: StepSpec, config: Any) -> Callable[[StepContext], Any
     return lambda ctx: with_config(ctx, config)
 
 
+class _KeptOnPark(contextlib.ExitStack):
+    """An exit stack left open when a ``JobParked`` passes through it: a parked remote build's
+    second phase enters it again, and closes it when the build ends. (Nothing in it swallows
+    an exception.)"""
+
+    def __exit__(self, *exc_info: Any) -> Literal[False]:
+        if not isinstance(exc_info[1], JobParked):
+            super().__exit__(*exc_info)
+        return False
+
+
+@dataclass(eq=False)
+class _Holding:
+    """One attempt at a build under its held lease: what its phases share. A remote step's
+    build parked while its job runs (``pipeline/remote/wait.py``) is picked up from here by its
+    second phase, on another thread."""
+
+    request: BuildRequest
+    lease: Lease
+    upstream: Sequence[Upstream]
+    reason: str
+    earlier: Leftover | None
+    previous: ArtifactRecord | None
+    started_at: str = field(default_factory=now_iso)
+    t0: float = field(default_factory=time.perf_counter)
+    build_id: str = field(default_factory=new_id)
+    """Known from the start: the OpenLineage run id."""
+    kept: _KeptOnPark = field(default_factory=_KeptOnPark)
+    """Open until the attempt ends: its place in ``_running_here``."""
+    running: _KeptOnPark = field(default_factory=_KeptOnPark)
+    """Open until fn's output is digested: the lease's heartbeat and the step's log."""
+    replaced: dict[str, str] = field(default_factory=dict)
+    attempt: Any = None
+    """A resumable step's attempt (``start_attempt``), else None."""
+    remote: RemoteBuild | None = None
+    ctx: StepContext = field(init=False)
+    lineage_run: Any = field(init=False)
+    config: Any = field(init=False)
+    heartbeat: Heartbeat = field(init=False)
+    step_log: IO[str] = field(init=False)
+
+    @property
+    def spec(self) -> StepSpec:
+        return self.request.spec
+
+    @property
+    def location(self) -> Location:
+        return self.request.location
+
+
 def _build_holding(
-    spec: StepSpec,
-    location: Location,
+    request: BuildRequest,
     lease: Lease,
-    region: str | None,
     upstream: Sequence[Upstream],
     reason: str,
-    abandon: threading.Event | None,
     earlier: Leftover | None,
-    previous: ArtifactRecord | None = None,
-    working_dir: str | None = None,
-    on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
+    previous: ArtifactRecord | None,
 ) -> BuildOutcome:
-    started_at, t0 = now_iso(), time.perf_counter()
+    """Build the step holding its lease: clear what an earlier attempt left, run ``fn``,
+    commit its record (a remote step's build may park meanwhile: ``JobParked``)."""
+    spec, location = request.spec, request.location
     if earlier is not None:
-        try:
-            _check_clearable(location, spec)  # may refuse: nothing is written then
-        except StorageError as exc:
-            if lease.took_over:  # keep the dead attempt's proof for the next one
-                _best_effort_status(location, spec, FAILED, error=exc.what)
-            raise
-    with _started_here(location, spec.output_path):
-        replaced = _replaced_digest(location, spec, previous, lease)  # before it is cleared
-        attempt = start_attempt(location, spec, lease, earlier, on_code_drift)  # resumable only
-        if earlier is not None:
-            # A remote step's unfinished job may be writing its output: it is reattached.
-            keep = spec.remote is not None and pending_job(
-                location, spec.output_path, built=earlier == Leftover.BUILD
-            )
-            clear_status(location, spec.output_path)  # the held lease says RUNNING now
-            delete_record(location, spec.output_path)
-            if (attempt is None or not attempt.resumed) and not keep:
-                _clear_output(location, spec, built=earlier == Leftover.BUILD)
+        _refuse_unclearable(location, spec, lease)
+    held = _Holding(request, lease, upstream, reason, earlier, previous)
+    with held.kept:
+        held.kept.enter_context(_started_here(location, spec.output_path))
+        _clear_earlier(held)
         # No folder to make: the lease's folder sits beside the output, so its parent exists.
-        ctx = run_context(spec, location, region, lease)
-        build_id = new_id()  # known from the start: the OpenLineage run id
-        lineage_run = build_started(spec, location, upstream, build_id)  # None when off
+        held.ctx = run_context(spec, location, request.region, lease)
+        held.lineage_run = build_started(spec, location, upstream, held.build_id)  # None: off
+        return _committed(held, functools.partial(_start_fn, held))
+
+
+def _refuse_unclearable(location: Location, spec: StepSpec, lease: Lease) -> None:
+    """``_check_clearable``, keeping a dead attempt's proof that Marin wrote here if it refuses
+    (nothing else is written then)."""
+    try:
+        _check_clearable(location, spec)
+    except StorageError as exc:
+        if lease.took_over:
+            _best_effort_status(location, spec, FAILED, error=exc.what)
+        raise
+
+
+def _clear_earlier(held: _Holding) -> None:
+    """Digest the build being replaced, start a resumable step's attempt, and clear what an
+    earlier attempt left (its status, its record, then its output)."""
+    spec, location, earlier = held.spec, held.location, held.earlier
+    held.replaced = _replaced_digest(location, spec, held.previous, held.lease)
+    on_code_drift = held.request.policy.on_code_drift
+    held.attempt = start_attempt(location, spec, held.lease, earlier, on_code_drift)
+    if earlier is None:
+        return
+    # A remote step's unfinished job may be writing its output: it is reattached.
+    keep = spec.remote is not None and pending_job(
+        location, spec.output_path, built=earlier == Leftover.BUILD
+    )
+    clear_status(location, spec.output_path)  # the held lease says RUNNING now
+    delete_record(location, spec.output_path)
+    if (held.attempt is None or not held.attempt.resumed) and not keep:
+        _clear_output(location, spec, built=earlier == Leftover.BUILD)
+
+
+def _committed(held: _Holding, value: Callable[[], Any]) -> BuildOutcome:
+    """Get fn's value from ``value`` (``_start_fn``; or a parked job's collection), commit it
+    as the step's record, and end the attempt: BUILT, or FAILED if anything raises. A parked
+    build keeps everything open and is given its second phase (``_resumed``)."""
+    spec = held.spec
+    try:
+        with held.running:  # the heartbeat: hashing a large local output takes a while
+            raw_result = value()
+            if durable() and held.location.is_local:
+                _fsync_tree(held.location.path(spec.output_path))
+            result = _canonical_result(raw_result, spec)
+            output = _output_digest(held.location, spec, held.previous is None, result)
+        crash_point("after-output", spec.step_id)
+        record = _record_of(held, result, output)
+        _commit(held, record)
+    except JobParked as parked:
+        parked.resume = functools.partial(_resumed, held, parked)
+        raise
+    except BaseException as exc:
+        _attempt_failed(held, exc)
+        raise
+    build_finished(held.lineage_run, None, record)
+    crash_point("after-record", spec.step_id)
+    return BuildOutcome(spec, BuildOutcomeKind.BUILT, record, held.ctx.output_path,
+                        duration_s=record.duration_s, reason=held.reason)  # fmt: skip
+
+
+def _start_fn(held: _Holding) -> Any:
+    """Make the config, then call ``fn`` under the lease's heartbeat, into the step's log."""
+    spec, ctx = held.spec, held.ctx
+    made = spec.build_config(ctx)
+    held.config = to_canonical(made, "config", spec.step_id)  # a copy: fn may mutate made
+    run = _run_with_config(spec, made)
+    held.heartbeat = held.running.enter_context(Heartbeat(held.lease))
+    held.step_log = held.running.enter_context(
+        _step_log(held.location, spec, held.earlier is not None)
+    )
+
+    def call() -> Any:
+        lost = held.heartbeat.lost
+        with remote_build(spec.remote, held.location, spec.output_path, held.build_id,
+                          lost) as held.remote:  # fmt: skip
+            return run(ctx)
+
+    return _into_step_log(held, call)
+
+
+def _into_step_log(held: _Holding, value: Callable[[], Any]) -> Any:
+    """``value()`` with its prints in the step's log (and its traceback, if it raises), marked
+    as running under the step's lease."""
+    spec, location = held.spec, held.location
+    with (
+        capture_step_output(held.step_log, label=spec.step_id),
+        enclosing(held.lease),
+        running_here(location, spec),
+    ):
         try:
-            made = spec.build_config(ctx)
-            config = to_canonical(made, "config", spec.step_id)  # a copy: fn may mutate made
-            run = _run_with_config(spec, made)
-            log_file = _step_log(location, spec, earlier is not None)
-            with Heartbeat(lease) as heartbeat, log_file as step_log:
-                with (
-                    capture_step_output(step_log, label=spec.step_id),
-                    enclosing(lease),
-                    running_here(location, spec),
-                    remote_build(
-                        spec.remote, location, spec.output_path, build_id, heartbeat.lost
-                    ) as remote,  # fmt: skip
-                ):
-                    try:
-                        raw_result = run(ctx)
-                    except BaseException:
-                        # Into the file only: the error message points here for the details.
-                        step_log.write(traceback.format_exc())
-                        raise
-                if durable() and location.is_local:
-                    _fsync_tree(location.path(spec.output_path))
-                result = _canonical_result(raw_result, spec)
-                # Under the heartbeat: hashing a large local output takes a while.
-                output = _output_digest(location, spec, previous is None, result)
-            crash_point("after-output", spec.step_id)
-            duration = time.perf_counter() - t0
-            finished_at = now_iso()
-            provenance: dict[str, Any] = {
-                **collect_provenance(finished_at, working_dir),
-                "lowered": dict(spec.provenance),
-                **attempt_provenance(attempt),
-            }
-            if remote is not None and remote.job is not None:
-                provenance["job"] = remote.job.to_json()  # which job built it
-            record = ArtifactRecord(
-                name=spec.name,
-                version=spec.version,
-                fingerprint=spec.fingerprint,
-                fingerprint_payload=spec.fingerprint_payload,
-                config=config,
-                dep_paths=dict(ctx.dep_paths),
-                output_path=ctx.output_path,
-                result=result,
-                provenance=provenance,
-                started_at=started_at,
-                finished_at=finished_at,
-                duration_s=round(duration, 6),
-                artifact_type=spec.artifact_type,
-                build_id=build_id,
-                inputs={u.step_id: u.record.build_id for u in upstream if u.record is not None},
-                code=spec.code or code_digest(spec.run),
-                output=output,
-                input_digests={
-                    u.step_id: u.record.output.digest
-                    for u in upstream
-                    if u.record is not None and u.record.output.digest is not None
-                },
-                replaced=replaced,
-                source=spec.data_url(location.url) if spec.source is not None else None,
-            )
-            if abandon is not None and abandon.is_set():
-                raise AbandonedError(
-                    "abandoned after an interrupt: fn finished, but its result is not committed",
-                    "run again to build it",
-                    spec.step_id,
-                )
-            _check_inputs_unchanged(spec, location, upstream)
-            # The commit point: written only while provably holding the lease.
-            if heartbeat.lost.is_set() or not lease.commit(
-                lambda: write_record(location, record, spec.output_path),
-                release=not spec.resumable,  # its checkpoints go first, under the lease
-            ):
-                raise _lost(location, spec, lease)
-            finish_attempt(location, spec)
-        except BaseException as exc:
-            build_finished(lineage_run, exc)
-            if not isinstance(exc, LeaseLostError | JobWaiting):  # JobWaiting: not an end
-                _best_effort_status(
-                    location,
-                    spec,
-                    FAILED,
-                    holder=lease.holder,
-                    started_at=started_at,
-                    finished_at=now_iso(),
-                    error=f"{type(exc).__name__}: {exc}",
-                    traceback=traceback.format_exc(limit=20),
-                )
+            return value()
+        except JobParked:
+            raise  # not an end: the job runs
+        except BaseException:
+            # Into the file only: the error message points here for the details.
+            held.step_log.write(traceback.format_exc())
             raise
-        build_finished(lineage_run, None, record)
-        crash_point("after-record", spec.step_id)
-        return BuildOutcome(
-            spec,
-            BuildOutcomeKind.BUILT,
-            record,
-            ctx.output_path,
-            duration_s=duration,
-            reason=reason,
+
+
+def _resumed(held: _Holding, parked: JobParked) -> BuildOutcome:
+    """A parked remote build's second phase, once its job ended (or its lease was lost): on an
+    executor thread, collect the job and commit, as ``build_step`` would have on one thread."""
+    request = held.request
+    devices = request.devices
+    try:
+        with (
+            contextlib.nullcontext() if devices is None else assigned_devices(devices),
+            _released_unless_parked(held.lease),
+            held.kept,
+        ):
+            return _committed(held, lambda: _into_step_log(held, parked.collect))
+    except LeaseLostError as lost:
+        return _after_lease_lost(request, held.upstream, lost)
+
+
+@contextlib.contextmanager
+def _released_unless_parked(
+    lease: Lease, still_running: Callable[[], threading.Event | None] = lambda: None
+) -> Iterator[None]:
+    """Release ``lease`` when the block ends (``_release_after``), unless a remote build parked
+    in it: its second phase (``_resumed``) releases it then."""
+    parked = False
+    try:
+        yield
+    except JobParked:
+        parked = True
+        raise
+    finally:
+        if not parked:
+            _release_after(lease, still_running())
+
+
+def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRecord:
+    """The record this build commits."""
+    spec, location, upstream, ctx = held.spec, held.location, held.upstream, held.ctx
+    duration = time.perf_counter() - held.t0
+    finished_at = now_iso()
+    provenance: dict[str, Any] = {
+        **collect_provenance(finished_at, held.request.working_dir),
+        "lowered": dict(spec.provenance),
+        **attempt_provenance(held.attempt),
+    }
+    if held.remote is not None and held.remote.job is not None:
+        provenance["job"] = held.remote.job.to_json()  # which job built it
+    return ArtifactRecord(
+        name=spec.name,
+        version=spec.version,
+        fingerprint=spec.fingerprint,
+        fingerprint_payload=spec.fingerprint_payload,
+        config=held.config,
+        dep_paths=dict(ctx.dep_paths),
+        output_path=ctx.output_path,
+        result=result,
+        provenance=provenance,
+        started_at=held.started_at,
+        finished_at=finished_at,
+        duration_s=round(duration, 6),
+        artifact_type=spec.artifact_type,
+        build_id=held.build_id,
+        inputs={u.step_id: u.record.build_id for u in upstream if u.record is not None},
+        code=spec.code or code_digest(spec.run),
+        output=output,
+        input_digests={
+            u.step_id: u.record.output.digest
+            for u in upstream
+            if u.record is not None and u.record.output.digest is not None
+        },
+        replaced=held.replaced,
+        source=spec.data_url(location.url) if spec.source is not None else None,
+    )
+
+
+def _commit(held: _Holding, record: ArtifactRecord) -> None:
+    """Write the record, the commit point, only while provably holding the lease, with every
+    input still the build it started from and no interrupt abandoning it."""
+    spec, location, lease = held.spec, held.location, held.lease
+    abandon = held.request.abandon
+    if abandon is not None and abandon.is_set():
+        raise AbandonedError(
+            "abandoned after an interrupt: fn finished, but its result is not committed",
+            "run again to build it",
+            spec.step_id,
         )
+    _check_inputs_unchanged(spec, location, held.upstream)
+    if held.heartbeat.lost.is_set() or not lease.commit(
+        lambda: write_record(location, record, spec.output_path),
+        release=not spec.resumable,  # its checkpoints go first, under the lease
+    ):
+        raise _lost(location, spec, lease)
+    finish_attempt(location, spec)
+
+
+def _attempt_failed(held: _Holding, exc: BaseException) -> None:
+    """The attempt ended with ``exc``: its lineage FAIL/ABORT, and its FAILED status (not for a
+    lost lease, whose new holder owns the status, nor an Airflow task deferring)."""
+    build_finished(held.lineage_run, exc)
+    if isinstance(exc, LeaseLostError | JobWaiting):  # JobWaiting: not an end
+        return
+    spec = held.spec
+    _best_effort_status(
+        held.location,
+        spec,
+        FAILED,
+        holder=held.lease.holder,
+        started_at=held.started_at,
+        finished_at=now_iso(),
+        error=f"{type(exc).__name__}: {exc}",
+        traceback=traceback.format_exc(limit=20),
+    )
 
 
 def _lost(location: Location, spec: StepSpec, lease: Lease) -> LeaseLostError | LeaseVanishedError:

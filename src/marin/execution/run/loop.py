@@ -452,6 +452,9 @@ class RunLoop:
 
     def _collect(self, done: Completion) -> None:
         job = done.job
+        if done.kind == CompletionKind.JOB_ENDED:  # a parked remote build: now its commit
+            self.executor.submit(job, self._inbox.put)
+            return
         if done.kind == CompletionKind.DEFERRED:
             self._defer(job, done.error)
             return

@@ -10,6 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
+REMOTE_PHASE_THREADS = 4
+"""Threads for remote steps' two short phases (submit or reattach, then collect and commit):
+their waits hold none (``pipeline/remote/wait.py``)."""
+
+
+def executor_threads(max_concurrent: int, max_remote: int) -> int:
+    """The thread executor's size: one per local slot, and a few for remote steps' phases,
+    however many jobs wait."""
+    return max_concurrent + min(max_remote, REMOTE_PHASE_THREADS)
+
 
 class Slots:
     """Counts, per dispatch, the local and remote slots still free."""

@@ -38,6 +38,7 @@ from marin.execution.run.loop import (
     RunLoop,
     served_targets_gone,
 )
+from marin.execution.run.remote_slots import executor_threads
 from marin.execution.run.report import RUN_ACTIONS, RUN_REPORT_SCHEMA, RunReport, StepResult
 from marin.execution.run.scheduler import READY_ORDERS
 from marin.execution.run.stream import StreamHook, is_stream, run_stream
@@ -239,8 +240,8 @@ class StepRunner:
         loop = RunLoop(
             plan,
             report,
-            # A waiting remote step parks its thread (no slot): room for both bounds.
-            ThreadExecutor(options.max_concurrent + options.max_remote),
+            # A waiting remote step holds no thread (its build is parked on the poller).
+            ThreadExecutor(executor_threads(options.max_concurrent, options.max_remote)),
             max_concurrent=options.max_concurrent,
             max_remote=options.max_remote,
             keep_going=options.keep_going,

@@ -10,7 +10,9 @@ location, the build and its lost-lease event). The call:
 2. else writes ``job.json`` (a conditional create) *before* submitting, so a crash between the
    two leaves a record of a job that may not exist (``LOST``: a new one is submitted), never a
    job nobody knows of;
-3. waits on the process's one poller (``poller.py``); a lost lease cancels the job and raises;
+3. waits on the process's one poller (``poller.py``), blocking its thread, or (under
+   ``park_waits``, the local runner) on none: ``JobParked`` (``wait.py``); a lost lease
+   cancels the job and raises;
 4. copies the job's log tail into the step's log, and returns ``fn``'s value (or raises its
    error, naming the job and its log tail; ``job.json`` is removed so a retry submits anew).
 The caller (``build_step``) commits the record, as for any step.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import sys
 import threading
@@ -48,6 +51,7 @@ from marin.execution.pipeline.remote.job_record import (
 from marin.execution.pipeline.remote.poller import POLLER, Watch
 from marin.execution.pipeline.remote.protocol import JobHandle, JobSpec, RemoteBackend
 from marin.execution.pipeline.remote.registry import get_backend
+from marin.execution.pipeline.remote.wait import JobParked, parking
 from marin.execution.store.location import Location, with_retries
 from marin.execution.store.records import metadata_dir
 from marin.execution.vocabulary import JobState
@@ -178,27 +182,39 @@ class RemoteCall:
         job = self._attach_or_submit(backend, build, ctx)
         if _defer.get() and backend.status(job.handle).state == JobState.RUNNING:
             raise JobWaiting(self.step_id, job)
-        watch = self._wait(backend, build, job)
-        gone = watch.status is not None and watch.status.state in _GONE
-        if gone and job.build_id != build.build_id:
-            # A reattached job stopped (its displaced holder cancelled it) or vanished: this
-            # build submits its own, once; its own job ending so is a failure.
-            log.info("resubmit %s: %s job %s is %s", self.step_id, job.backend, job.job_id,
-                     watch.status.state if watch.status else "")  # fmt: skip
-            job = self._attach_or_submit(backend, build, ctx)
-            watch = self._wait(backend, build, job)
-        return self._collect(backend, build, job, watch)
+        return self._await(backend, build, ctx, job)
 
-    def _wait(self, backend: RemoteBackend, build: RemoteBuild, job: JobRecord) -> Watch:
-        """Wait on the poller; a lost lease cancels the job (the displaced holder never
-        commits, and its job must stop writing)."""
+    def _await(
+        self, backend: RemoteBackend, build: RemoteBuild, ctx: StepContext, job: JobRecord
+    ) -> Any:
+        """Wait for the job on the poller: parked on no thread (``JobParked``, under
+        ``park_waits``), or blocking this one; then ``_ended``."""
+        watch = Watch(backend, job.handle, build.lost)
         with _running_lock:
             _running[self.step_id] = job
+        if parking():
+            ended = functools.partial(self._ended, backend, build, ctx, job)
+            raise JobParked(self.step_id, job, watch, ended)
         try:
-            watch = POLLER.wait(Watch(backend, job.handle, build.lost))
-        finally:
+            POLLER.wait(watch)
+        except BaseException:
             with _running_lock:
                 _running.pop(self.step_id, None)
+            raise
+        return self._ended(backend, build, ctx, job, watch)
+
+    def _ended(
+        self,
+        backend: RemoteBackend,
+        build: RemoteBuild,
+        ctx: StepContext,
+        job: JobRecord,
+        watch: Watch,
+    ) -> Any:
+        """The job ended (or the lease was lost): its value, or its error. A lost lease
+        cancels the job (the displaced holder never commits, and its job must stop writing)."""
+        with _running_lock:
+            _running.pop(self.step_id, None)
         if watch.lease_lost:
             backend.cancel(job.handle)
             raise LeaseLostError(
@@ -206,7 +222,15 @@ class RemoteCall:
                 "nothing was committed by this runner; the new holder builds the step",
                 self.step_id,
             )
-        return watch
+        gone = watch.status is not None and watch.status.state in _GONE
+        if gone and job.build_id != build.build_id:
+            # A reattached job stopped (its displaced holder cancelled it) or vanished: this
+            # build submits its own, once; its own job ending so is a failure.
+            log.info("resubmit %s: %s job %s is %s", self.step_id, job.backend, job.job_id,
+                     watch.status.state if watch.status else "")  # fmt: skip
+            job = self._attach_or_submit(backend, build, ctx)
+            return self._await(backend, build, ctx, job)
+        return self._collect(backend, build, job, watch)
 
     def _attach_or_submit(
         self, backend: RemoteBackend, build: RemoteBuild, ctx: StepContext

@@ -1,5 +1,6 @@
 """One thread watches every remote job of this process: a thousand waiting jobs cost one thread
-of polling (each waiting build parks on an event, and uses no CPU).
+of polling. A build waits for its job either on an event (``wait``: Prefect's task, a direct
+``build_step``) or on no thread at all (``watch``: the job's end calls back; the local runner).
 
 Each job is polled with its own bounded backoff (``FIRST_DELAY_S`` doubling to ``MAX_DELAY_S``),
 and the build's lost-lease event is checked at every poll, so a displaced holder cancels its job
@@ -14,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from marin.execution.pipeline.remote.protocol import JobHandle, JobStatus, RemoteBackend
@@ -36,6 +38,8 @@ class Watch:
     status: JobStatus | None = None
     lease_lost: bool = False
     delay: float = FIRST_DELAY_S
+    on_end: Callable[[], None] | None = None
+    """Called once, on the poller's thread, when ``done`` is set; it must not block."""
 
 
 class Poller:
@@ -49,6 +53,13 @@ class Poller:
 
     def wait(self, watch: Watch) -> Watch:
         """Block until the job ends or the lease is lost; the answer is in ``watch``."""
+        self.watch(watch)
+        watch.done.wait()
+        return watch
+
+    def watch(self, watch: Watch, on_end: Callable[[], None] | None = None) -> None:
+        """Watch the job from the poller's thread; ``on_end`` is called when ``done`` is set."""
+        watch.on_end = on_end
         with self._cond:
             heapq.heappush(self._due, (time.monotonic(), next(self._order), watch))
             if self._thread is None or not self._thread.is_alive():
@@ -56,8 +67,6 @@ class Poller:
                                                 daemon=True)  # fmt: skip
                 self._thread.start()
             self._cond.notify()
-        watch.done.wait()
-        return watch
 
     def _run(self) -> None:
         while True:
@@ -76,17 +85,21 @@ class Poller:
         """One look; whether the watch is over."""
         if watch.lost.is_set():
             watch.lease_lost = True
-            watch.done.set()
-            return True
-        try:
-            status = watch.backend.status(watch.handle)
-        except Exception as exc:  # a backend outage: keep waiting, say so
-            log.warning("could not ask about job %s: %s", watch.handle.job_id, exc)
-            return False
-        if status.state == JobState.RUNNING:
-            return False
-        watch.status = status
+        else:
+            try:
+                status = watch.backend.status(watch.handle)
+            except Exception as exc:  # a backend outage: keep waiting, say so
+                log.warning("could not ask about job %s: %s", watch.handle.job_id, exc)
+                return False
+            if status.state == JobState.RUNNING:
+                return False
+            watch.status = status
         watch.done.set()
+        if watch.on_end is not None:
+            try:
+                watch.on_end()
+            except Exception:  # never the poller's end: every other job still needs it
+                log.exception("the end of job %s could not be handed on", watch.handle.job_id)
         return True
 
 

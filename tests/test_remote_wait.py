@@ -1,0 +1,144 @@
+"""Issue 45 item 4: waiting remote jobs cost no thread each in the local runner.
+
+The jobs here run on ``timer``, a small backend registered for this test: its "job" is a real
+timer recorded on disk (``<folder>/<job id>.json`` holds when it was submitted; it runs until at
+least ``SECONDS`` later and the test opens its gate). No process runs ``fn``: the job's value is
+its own id. Everything else is the real path: ``StepRunner``, leases and records on a local
+prefix, ``job.json``, the one poller, the commit. The ``local`` backend's real processes are
+covered by ``tests/reliability/test_remote.py``; 200 of them would take minutes here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import threading
+import time
+from pathlib import Path
+
+from marin.execution.build.request import BuildRequest
+from marin.execution.lazy import OUT, apply, lower
+from marin.execution.pipeline.remote import JobHandle, JobSpec, JobStatus, register_backend
+from marin.execution.plan.options import Policy
+from marin.execution.run.executors import Completion, StepJob, ThreadExecutor
+from marin.execution.run.runner import StepRunner
+from marin.execution.store.lease import read_lease
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record, read_status_file
+from marin.execution.vocabulary import JobState
+
+JOBS = 200
+SECONDS = 1.0
+
+
+class TimerBackend:
+    """A job is a timer on disk: RUNNING until ``SECONDS`` after its submit and the gate."""
+
+    def __init__(self, folder: Path, jobs: int) -> None:
+        self.folder = folder
+        self.gate = threading.Event()
+        self.all_submitted = threading.Event()
+        self._jobs = jobs
+        self._lock = threading.Lock()
+        self.submitted = 0
+
+    def submit(self, job: JobSpec, idempotency_key: str) -> JobHandle:
+        path = self.folder / f"{idempotency_key}.json"
+        with open(path, "x") as f:  # once per key, like a real backend's idempotency
+            json.dump({"step": job.step_id, "submitted_at": time.time()}, f)
+        with self._lock:
+            self.submitted += 1
+            if self.submitted == self._jobs:
+                self.all_submitted.set()
+        return JobHandle("timer", idempotency_key)
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        path = self.folder / f"{handle.job_id}.json"
+        if not path.exists():
+            return JobStatus(JobState.LOST)
+        submitted_at = json.loads(path.read_text())["submitted_at"]
+        if not self.gate.is_set() or time.time() < submitted_at + SECONDS:
+            return JobStatus(JobState.RUNNING)
+        outcome = {"ok": True, "result": pickle.dumps(handle.job_id)}  # isolated_child's form
+        return JobStatus(JobState.SUCCEEDED, result=pickle.dumps(outcome))
+
+    def logs(self, handle: JobHandle, tail: int = 40) -> str:
+        return ""
+
+    def cancel(self, handle: JobHandle) -> None:
+        (self.folder / f"{handle.job_id}.json").unlink(missing_ok=True)
+
+
+def train(seed: int, out_path: str) -> str:
+    raise AssertionError("a timer job never runs fn")
+
+
+def test_a_thousand_waiting_jobs_cost_one_thread(tmp_path: Path) -> None:
+    """200 remote steps wait at once with max_concurrent=2: the driver's live threads stay
+    a small constant (one poller, one lease renewer, a few executor threads), and every step
+    is committed once, by the job recorded for it."""
+    (tmp_path / "jobs").mkdir()
+    backend = TimerBackend(tmp_path / "jobs", JOBS)
+    register_backend("timer", backend)
+    steps = [
+        apply(f"wait/{i}", train, version="v1", seed=i, out_path=OUT).with_options(remote="timer")
+        for i in range(JOBS)
+    ]
+    prefix = str(tmp_path / "prefix")
+    runner = StepRunner(max_concurrent=2, max_remote=JOBS + 50, prefix=prefix)
+    before = threading.active_count()
+    ended: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            runner.run([lower(step) for step in steps])
+            ended.append(None)
+        except BaseException as exc:
+            ended.append(exc)
+
+    driver = threading.Thread(target=run, name="test-driver")
+    driver.start()
+    try:
+        assert backend.all_submitted.wait(timeout=120), f"{backend.submitted} submitted"
+        waiting = threading.active_count()  # every job waits now: none can end yet
+    finally:
+        backend.gate.set()
+        driver.join(timeout=120)
+    assert ended == [None]
+    # The driver thread, at most 2 + 4 executor threads, the poller, the lease renewer, and
+    # the lineage sender: independent of how many jobs wait (the old build held one each).
+    assert waiting - before <= 10, [t.name for t in threading.enumerate()]
+    assert backend.submitted == JOBS == len(os.listdir(tmp_path / "jobs"))
+    location = open_prefix(prefix)
+    for i in range(JOBS):
+        record = read_record(location, f"wait/{i}/v1")
+        assert record is not None, f"wait/{i} was not committed"
+        assert record.result == record.provenance["job"]["job_id"]  # its own job's value
+
+
+def test_a_parked_build_abandoned_after_shutdown_never_commits(tmp_path: Path) -> None:
+    """A second Ctrl-C leaves the loop while a build is parked: when its job ends, its second
+    phase runs on a thread of its own, commits nothing, and releases the lease."""
+    (tmp_path / "jobs").mkdir()
+    backend = TimerBackend(tmp_path / "jobs", 1)
+    register_backend("timer", backend)
+    step = apply("wait/abandoned", train, version="v1", seed=0, out_path=OUT)
+    spec = lower(step.with_options(remote="timer"))
+    location = open_prefix(str(tmp_path / "prefix"))
+    abandon = threading.Event()
+    executor = ThreadExecutor(1)
+    request = BuildRequest(spec, location, Policy(), abandon=abandon)
+    done: list[Completion] = []
+    executor.submit(StepJob(spec.output_path, spec, 1, request), done.append)
+    assert backend.all_submitted.wait(timeout=60)
+    executor.shutdown(wait=False)
+    abandon.set()
+    backend.gate.set()
+    deadline = time.monotonic() + 60
+    while read_lease(location, spec.output_path, 60.0) is not None:
+        assert time.monotonic() < deadline, "the abandoned build kept its lease"
+        time.sleep(0.05)
+    status = read_status_file(location, spec.output_path)
+    assert status is not None and "AbandonedError" in status["error"]
+    assert read_record(location, spec.output_path) is None and done == []
