@@ -43,6 +43,7 @@ from typing import IO, Any, cast
 
 from marin.execution.build.lineage import build_finished, build_started
 from marin.execution.build.output_tree import OutputDigest, is_output_digest, output_digest
+from marin.execution.build.remote_fence import remote_attempt
 from marin.execution.build.request import BuildRequest
 from marin.execution.build.resume import (
     LeaseCheck,
@@ -766,7 +767,12 @@ def _build_holding(
                     enclosing(lease),
                     running_here(location, spec),
                     remote_build(
-                        spec.remote, location, spec.output_path, build_id, heartbeat.lost
+                        spec.remote,
+                        location,
+                        spec.output_path,
+                        build_id,
+                        heartbeat.lost,
+                        **remote_attempt(location, spec, attempt),
                     ) as remote,  # fmt: skip
                 ):
                     try:
