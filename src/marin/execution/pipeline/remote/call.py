@@ -67,12 +67,12 @@ class RemoteBuild:
     output_path: str
     build_id: str
     lost: threading.Event
-    job: JobRecord | None = field(default=None)
-    """The job that ran ``fn``, once known: the record names it."""
     resumed: bool = False
     """A resumable step's attempt resumes: a job's partial output is kept (``fence.py``)."""
     on_job: Callable[[JobRecord], None] | None = field(default=None)
     """Told each job this attempt submits or reattaches to (its ``attempt.json`` names it)."""
+    job: JobRecord | None = field(default=None)
+    """The job that ran ``fn``, once known: the record names it."""
 
 
 _current: contextvars.ContextVar[RemoteBuild | None] = contextvars.ContextVar(
@@ -87,14 +87,15 @@ def remote_build(
     output_path: str,
     build_id: str,
     lost: threading.Event,
-    **resume: Any,
+    resumed: bool = False,
+    on_job: Callable[[JobRecord], None] | None = None,
 ) -> Iterator[RemoteBuild | None]:
     """While a remote step's ``fn`` call runs in ``build_step``: what ``RemoteCall`` needs
-    (``resume``: a resumable step's ``resumed`` and ``on_job``, from ``build.remote_fence``)."""
+    (``resumed``, ``on_job``: a resumable step's attempt, from ``build.remote_fence``)."""
     if remote is None:
         yield None
         return
-    build = RemoteBuild(location, output_path, build_id, lost, **resume)
+    build = RemoteBuild(location, output_path, build_id, lost, resumed, on_job)
     reset = _current.set(build)
     try:
         yield build
@@ -223,7 +224,7 @@ class RemoteCall:
         self, backend: RemoteBackend, build: RemoteBuild, ctx: StepContext
     ) -> JobRecord:
         found = read_job(build.location, build.output_path)
-        if found is not None and not _ours(found, build):
+        if found is not None and not is_this_steps(found, build.location, build.output_path):
             log.warning("ignoring the job record of %s: not one this step's builds write",
                         self.step_id)  # fmt: skip
             found = JobRecord("", "", "", "", {})  # cleared and replaced below
@@ -294,10 +295,6 @@ class RemoteCall:
         delete_job(build.location, build.output_path)
         detail = f"ended {status.state}" + (f" ({status.detail})" if status.detail else "")
         raise _failed(self.step_id, job, detail, tail)
-
-
-def _ours(job: JobRecord, build: RemoteBuild) -> bool:
-    return is_this_steps(job, build.location, build.output_path)
 
 
 def _known(build: RemoteBuild, job: JobRecord) -> None:

@@ -49,8 +49,6 @@ class JobCheck:
     that fails says False: a checkpoint is never published on a guess.
     """
 
-    interval = 1.0
-
     def __init__(self, location: Location, output_path: str, build_id: str) -> None:
         self.location = location
         self.output_path = output_path
