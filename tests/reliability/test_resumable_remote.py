@@ -38,13 +38,13 @@ from tests.reliability.test_resumable import finish, iterations, runner, wait_go
 COUNT = "count/v1"
 
 
-def wait_for_attempt(prefix: str, number: int, job_id: str, timeout: float = 30) -> None:
-    """Until ``attempt.json`` is attempt ``number``, running in job ``job_id``."""
+def wait_for_attempt(prefix: str, number: int, job_id: str = "", timeout: float = 30) -> None:
+    """Until ``attempt.json`` is attempt ``number`` (running in job ``job_id``, if given)."""
     location, deadline = open_prefix(prefix), time.monotonic() + timeout
     while True:
         attempt = read_attempt_record(location, COUNT)
-        job = attempt.job if attempt is not None else None
-        if attempt is not None and attempt.number == number and job and job.job_id == job_id:
+        job = attempt.job.job_id if attempt is not None and attempt.job else ""
+        if attempt is not None and attempt.number == number and job_id in ("", job):
             return
         assert time.monotonic() < deadline, f"attempt {number} never ran in {job_id}: {attempt}"
         time.sleep(0.02)
@@ -83,6 +83,31 @@ def test_killed_driver_and_job_resume_from_the_jobs_checkpoint(tmp_path: Path) -
     record = read_record(open_prefix(prefix), COUNT)
     assert record is not None and record.provenance["job"]["job_id"] in err
     assert not os.path.exists(f"{prefix}/{COUNT}.marin/attempt.json")
+
+
+def test_a_reattached_job_still_holds_its_build(tmp_path: Path) -> None:
+    """Only the driver is SIGKILLed: the next driver takes the lease over under a token of its
+    own and reattaches; the job's still_holds_lease() stays True (job.json names its build),
+    so it publishes on and finishes: 101 iterations, one job."""
+    prefix, counter = str(tmp_path / "prefix"), tmp_path / "counter"
+    started, release = tmp_path / "started", tmp_path / "release"
+    base = child_env(
+        MARIN_TEST_COUNTER=str(counter),
+        MARIN_TEST_HOLD_AT=f"55:{started}:{release}",
+        MARIN_REMOTE_POLL_MAX_S="0.2",
+    )
+    driver = runner(prefix, base, "out", "remote")
+    wait_for_file(str(started), timeout=60)
+    driver.kill()
+    finish(driver)
+    second = runner(prefix, base, "out", "remote")
+    wait_for_attempt(prefix, 2)  # the lease is the second driver's now
+    release.touch()
+    code, out, err = finish(second)
+    assert code == 0, err[-3000:]
+    assert iterations(counter) == list(range(101))
+    assert json.loads(out.strip().splitlines()[-1])["result"] == {"started_at": 0}
+    assert "reattach count@v1: local job" in err and "submit count@v1" not in err
 
 
 def test_displaced_job_is_cancelled_before_the_new_job_resumes(tmp_path: Path) -> None:
