@@ -38,7 +38,7 @@ from marin.execution.plan.resume import (
     judge,
     read_attempt_record,
 )
-from marin.execution.store.lease import Lease
+from marin.execution.store.lease import Heartbeat, Lease
 from marin.execution.store.location import Location, with_retries
 from marin.execution.store.records import write_atomic
 from marin.execution.vocabulary import Leftover
@@ -125,7 +125,8 @@ def verdict_for(
         return None  # nothing left, or a committed build that is replaced whole
     verdict = judge(spec, read_attempt_record(location, spec.output_path), on_code_drift)
     if verdict.resume and spec.remote is not None:
-        fence_previous(location, spec, verdict.previous)  # its job is cancelled, not waited out
+        with Heartbeat(lease):  # a backend may take a while to confirm a cancel
+            fence_previous(location, spec, verdict.previous)  # cancelled, not waited out
     elif verdict.resume and lease.took_over:
         with _lock:
             alive_here = (location.url, spec.output_path) in _in_thread
