@@ -1,6 +1,6 @@
 """A resumable step that counts, for the resume tests; and a process entry point.
 
-``python -m tests.reliability.resumable_pipeline <prefix> <where> [isolate] [every]`` runs one
+``python -m tests.reliability.resumable_pipeline <prefix> <where> [isolate|remote] [every]`` runs one
 step, ``count@v1``, that counts from 0 to 100 and writes a checkpoint (``{"next": i}``) every
 ``every`` iterations, in its own output path (``where=out``, as Levanter does) or in
 ``current_context().checkpoint_path`` (``where=ckpt``). It prints the committed record's
@@ -83,11 +83,13 @@ def count(out: str, upto: int, every: int, where: str) -> dict[str, Any]:
     return {"started_at": start}
 
 
-def counting_step(where: str = "out", *, isolate: bool = False, every: int = 10) -> ArtifactStep:
+def counting_step(
+    where: str = "out", *, isolate: bool = False, every: int = 10, remote: str | None = None
+) -> ArtifactStep:
     from marin.execution.lazy import OUT
 
     step = apply("count", count, version="v1", out=OUT, upto=100, every=every, where=where)
-    return step.with_options(resumable=True, isolate=isolate)
+    return step.with_options(resumable=True, isolate=isolate, remote=remote)
 
 
 def main(argv: list[str]) -> int:
@@ -99,9 +101,10 @@ def main(argv: list[str]) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(process)d %(levelname)s %(message)s")
     prefix, where = argv[0], argv[1]
-    isolate = len(argv) > 2 and argv[2] == "isolate"
+    placement = argv[2] if len(argv) > 2 else ""
     every = int(argv[3]) if len(argv) > 3 else 10
-    handle = counting_step(where, isolate=isolate, every=every)
+    remote = "local" if placement == "remote" else None
+    handle = counting_step(where, isolate=placement == "isolate", every=every, remote=remote)
     run(handle, prefix=prefix)
     record = read_record(open_prefix(prefix), lower(handle, memo={}).output_path)
     assert record is not None

@@ -43,6 +43,7 @@ from typing import IO, Any, Literal, cast
 
 from marin.execution.build.lineage import build_finished, build_started
 from marin.execution.build.output_tree import OutputDigest, is_output_digest, output_digest
+from marin.execution.build.remote_fence import remote_attempt
 from marin.execution.build.request import BuildRequest
 from marin.execution.build.resume import (
     LeaseCheck,
@@ -870,8 +871,9 @@ def _start_fn(held: _Holding) -> Any:
 
     def call() -> Any:
         lost = held.heartbeat.lost
-        with remote_build(spec.remote, held.location, spec.output_path, held.build_id,
-                          lost) as held.remote:  # fmt: skip
+        with remote_build(spec.remote, held.location, spec.output_path, held.build_id, lost,
+                          **remote_attempt(held.location, spec, held.attempt),
+                          ) as held.remote:  # fmt: skip
             return run(ctx)
 
     return _into_step_log(held, call)

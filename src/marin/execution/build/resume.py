@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from marin.execution.build.remote_fence import fence_previous
 from marin.execution.digest.code import code_digest
 from marin.execution.pipeline.provenance import now_iso
 from marin.execution.pipeline.step_spec import StepSpec
@@ -37,7 +38,7 @@ from marin.execution.plan.resume import (
     judge,
     read_attempt_record,
 )
-from marin.execution.store.lease import Lease
+from marin.execution.store.lease import Heartbeat, Lease
 from marin.execution.store.location import Location, with_retries
 from marin.execution.store.records import write_atomic
 from marin.execution.vocabulary import Leftover
@@ -99,8 +100,9 @@ _in_thread: dict[tuple[str, str], int] = {}
 
 @contextlib.contextmanager
 def running_here(location: Location, spec: StepSpec) -> Iterator[None]:
-    """While a resumable step's in-thread ``fn`` runs; an isolated one is killed instead."""
-    if not spec.resumable or spec.isolate:
+    """While a resumable step's in-thread ``fn`` runs; an isolated one is killed instead, and a
+    remote one's job cancelled (``remote_fence``)."""
+    if not spec.resumable or spec.isolate or spec.remote is not None:
         yield
         return
     key = (location.url, spec.output_path)
@@ -122,7 +124,10 @@ def verdict_for(
     if earlier != Leftover.DEBRIS:
         return None  # nothing left, or a committed build that is replaced whole
     verdict = judge(spec, read_attempt_record(location, spec.output_path), on_code_drift)
-    if verdict.resume and lease.took_over:
+    if verdict.resume and spec.remote is not None:
+        with Heartbeat(lease):  # a backend may take a while to confirm a cancel
+            fence_previous(location, spec, verdict.previous)  # cancelled, not waited out
+    elif verdict.resume and lease.took_over:
         with _lock:
             alive_here = (location.url, spec.output_path) in _in_thread
         if alive_here:

@@ -1,10 +1,11 @@
 """Resumable steps at plan time: what an earlier attempt left, and whether it may be resumed.
 
 A resumable step's attempt writes ``<output>.marin/attempt.json`` before ``fn`` runs: the
-fingerprint and code digest it ran under, its number, when it started and its holder. Its partial
-output (the output path and ``<output>.marin/checkpoints/``) is kept only for a later attempt of
-the same fingerprint; ``judge`` says so, one pure function used by ``marin plan``, ``marin why``,
-``build_step`` and any runner that starts attempts elsewhere (remote jobs). The file is
+fingerprint and code digest it ran under, its number, when it started, its holder and (a remote
+step) its job. Its partial output (the output path and ``<output>.marin/checkpoints/``) is kept
+only for a later attempt of the same fingerprint; ``judge`` says so, one pure function used by
+``marin plan``, ``marin why``, ``build_step`` and any runner that starts attempts elsewhere
+(remote jobs). The file is
 untrusted data: anything malformed reads as "no attempt record", so the partial output is
 cleared, never resumed on a guess.
 """
@@ -15,10 +16,12 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from marin.execution.digest.code import CodeDigest
 from marin.execution.digest.code_drift import explain_code_drift
 from marin.execution.errors import CodeDriftError
+from marin.execution.pipeline.remote.job_record import JobRecord
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.store.location import Location
 from marin.execution.store.records import metadata_dir, parse_json
@@ -48,9 +51,11 @@ class Attempt:
     holder: str
     resumed: bool = False
     """It started from an earlier attempt's partial output."""
+    job: JobRecord | None = None
+    """A remote step's job that runs this attempt (fenced before a later attempt resumes)."""
 
     def to_json(self) -> bytes:
-        body = {
+        body: dict[str, Any] = {
             "number": self.number,
             "fingerprint": self.fingerprint,
             "code": self.code.to_record(),
@@ -58,6 +63,8 @@ class Attempt:
             "holder": self.holder,
             "resumed": self.resumed,
         }
+        if self.job is not None:
+            body["job"] = self.job.to_json()
         return (json.dumps(body, sort_keys=True) + "\n").encode()
 
     @classmethod
@@ -76,7 +83,8 @@ class Attempt:
         if not isinstance(started, str) or not isinstance(holder, str):
             return None
         code = CodeDigest.from_record(data.get("code"))
-        return cls(number, fingerprint, code, started, holder, data.get("resumed") is True)
+        job = JobRecord.from_json(data.get("job"))
+        return cls(number, fingerprint, code, started, holder, data.get("resumed") is True, job)
 
     def age(self, now: float | None = None) -> str:
         """``2h ago``, ``5m ago``; ``at <started_at>`` when the time does not parse."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import logging
 import sys
@@ -40,8 +41,8 @@ from marin.execution.pipeline.isolation import (
     decode_outcome,
 )
 from marin.execution.pipeline.provenance import now_iso
+from marin.execution.pipeline.remote.fence import JobCheck, is_this_steps, stop_job
 from marin.execution.pipeline.remote.job_record import (
-    JOB_ID,
     JobRecord,
     create_job,
     delete_job,
@@ -70,6 +71,10 @@ class RemoteBuild:
     output_path: str
     build_id: str
     lost: threading.Event
+    resumed: bool = False
+    """A resumable step's attempt resumes: a job's partial output is kept (``fence.py``)."""
+    on_job: Callable[[JobRecord], None] | None = field(default=None)
+    """Told each job this attempt submits or reattaches to (its ``attempt.json`` names it)."""
     job: JobRecord | None = field(default=None)
     """The job that ran ``fn``, once known: the record names it."""
 
@@ -81,13 +86,20 @@ _current: contextvars.ContextVar[RemoteBuild | None] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def remote_build(
-    remote: str | None, location: Location, output_path: str, build_id: str, lost: threading.Event
+    remote: str | None,
+    location: Location,
+    output_path: str,
+    build_id: str,
+    lost: threading.Event,
+    resumed: bool = False,
+    on_job: Callable[[JobRecord], None] | None = None,
 ) -> Iterator[RemoteBuild | None]:
-    """While a remote step's ``fn`` call runs in ``build_step``: what ``RemoteCall`` needs."""
+    """While a remote step's ``fn`` call runs in ``build_step``: what ``RemoteCall`` needs
+    (``resumed``, ``on_job``: a resumable step's attempt, from ``build.remote_fence``)."""
     if remote is None:
         yield None
         return
-    build = RemoteBuild(location, output_path, build_id, lost)
+    build = RemoteBuild(location, output_path, build_id, lost, resumed, on_job)
     reset = _current.set(build)
     try:
         yield build
@@ -236,7 +248,7 @@ class RemoteCall:
         self, backend: RemoteBackend, build: RemoteBuild, ctx: StepContext
     ) -> JobRecord:
         found = read_job(build.location, build.output_path)
-        if found is not None and not _ours(found, build):
+        if found is not None and not is_this_steps(found, build.location, build.output_path):
             log.warning("ignoring the job record of %s: not one this step's builds write",
                         self.step_id)  # fmt: skip
             found = JobRecord("", "", "", "", {})  # cleared and replaced below
@@ -245,11 +257,14 @@ class RemoteCall:
             if state in (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED):
                 log.info("reattach %s: %s job %s (%s)", self.step_id, found.backend,
                          found.job_id, state)  # fmt: skip
-                build.job = found
+                _known(build, found)
                 return found
             log.info("resubmit %s: %s job %s is %s", self.step_id, found.backend, found.job_id,
                      state)  # fmt: skip
-        if found is not None:  # stopped, lost, or another backend's: its debris goes
+        if found is not None and build.resumed and found.backend == self.backend:
+            stop_job(backend, found, self.step_id)  # its partial output is resumed: fenced
+            delete_job(build.location, build.output_path)
+        elif found is not None:  # stopped, lost, or another backend's: its debris goes
             out = build.location.path(build.output_path)
             if build.location.exists(out):
                 with_retries(lambda: build.location.remove_tree(out), f"clear {out}")
@@ -272,6 +287,9 @@ class RemoteCall:
                 "run again: the next run reattaches to that job",
                 self.step_id,
             )
+        if ctx.checkpoint_path is not None:  # the job answers still_holds_lease() itself
+            check = JobCheck(build.location, build.output_path, build.build_id)
+            ctx = dataclasses.replace(ctx, lease_check=check)
         env = _child_env(ctx, self.gpus)
         spec = JobSpec(self.step_id, call_payload(self.run, ctx, self.step_id, "remote"),
                        env={k: env[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in env},
@@ -281,7 +299,7 @@ class RemoteCall:
                            {**known, **handle.data})  # fmt: skip
         replace_job(build.location, build.output_path, record)
         log.info("submit %s: %s job %s", self.step_id, record.backend, record.job_id)
-        build.job = record
+        _known(build, record)
         return record
 
     def _collect(
@@ -303,12 +321,11 @@ class RemoteCall:
         raise _failed(self.step_id, job, detail, tail)
 
 
-def _ours(job: JobRecord, build: RemoteBuild) -> bool:
-    """Whether an (untrusted) job record is one ``_submit`` writes for this step: its id in
-    Marin's form, its ``workdir`` this step's metadata folder (or none)."""
-    workdir = job.data.get("workdir")
-    expected = build.location.path(metadata_dir(build.output_path))
-    return bool(JOB_ID.fullmatch(job.job_id)) and workdir in (None, expected)
+def _known(build: RemoteBuild, job: JobRecord) -> None:
+    """The job this attempt runs in: on the record, and on a resumable step's attempt."""
+    build.job = job
+    if build.on_job is not None:
+        build.on_job(job)
 
 
 def _failed(step_id: str, job: JobRecord, what: str, tail: str) -> RemoteJobError:
