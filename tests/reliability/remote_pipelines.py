@@ -6,7 +6,8 @@ Controlled through environment variables, which the ``local`` jobs inherit from 
 - ``MARIN_TEST_GATE``: a remote ``fn`` waits for this file before it finishes;
 - ``MARIN_TEST_FAIL``: a file; while it exists, a remote ``fn`` prints and raises;
 - ``MARIN_TEST_BACKEND``: ``chain``'s remote backend (default ``local``);
-- ``MARIN_TEST_BARRIER``: a folder; ``fan``'s three steps each wait there for all three.
+- ``MARIN_TEST_BARRIER``: a folder; ``fan``'s three steps each wait there for all three;
+- ``MARIN_TEST_VARIANT``: set, it is ``chain``'s training config ``variant`` (a new fingerprint).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def prepare(out_path: str) -> str:
     return "prepared"
 
 
-def train(data: str, out_path: str, step: str = "train") -> dict[str, int]:
+def train(data: str, out_path: str, step: str = "train", variant: str = "") -> dict[str, object]:
     env = os.environ
     if env.get("MARIN_TEST_CALLS"):
         append_line(env["MARIN_TEST_CALLS"], f"{step} {os.getpid()}")
@@ -49,7 +50,7 @@ def train(data: str, out_path: str, step: str = "train") -> dict[str, int]:
     os.makedirs(out_path, exist_ok=True)
     with open(os.path.join(out_path, "model.txt"), "w") as f:
         f.write(f"model from {data}")
-    return {"pid": os.getpid()}
+    return {"pid": os.getpid(), **({"variant": variant} if variant else {})}
 
 
 def evaluate(model: str, out_path: str) -> str:
@@ -59,7 +60,13 @@ def evaluate(model: str, out_path: str) -> str:
 
 _data = apply("remote/data", prepare, version="v1", out_path=OUT)
 _model = apply(
-    "remote/train", train, version="v1", data=_data, out_path=OUT, step="remote/train"
+    "remote/train",
+    train,
+    version="v1",
+    data=_data,
+    out_path=OUT,
+    step="remote/train",
+    **({"variant": v} if (v := os.environ.get("MARIN_TEST_VARIANT")) else {}),
 ).with_options(
     remote=os.environ.get("MARIN_TEST_BACKEND", "local"),
     retries=int(os.environ.get("MARIN_TEST_RETRIES", "0")),

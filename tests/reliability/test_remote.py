@@ -129,6 +129,29 @@ def test_sigkilled_driver_reattaches_one_job(tmp_path: Path) -> None:
     assert f"job          local job {job.job_id}" in shown
 
 
+def test_a_job_of_another_config_is_cancelled_never_reattached(tmp_path: Path) -> None:
+    """The driver dies while its job runs; the config changes (same version): the next run
+    stops that job and builds the new config in a job of its own, never collecting the old."""
+    prefix, env = setup(tmp_path)
+    first = marin_run("chain", prefix, env, tmp_path / "first.err")
+    started = tmp_path / "started" / "remote_train"
+    wait_for_file(str(started), timeout=60)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    old_pid = int(started.read_text().split()[0])
+    second = marin_run(
+        "chain", prefix, {**env, "MARIN_TEST_VARIANT": "b"}, tmp_path / "second.err"
+    )
+    wait_for_text(tmp_path / "second.err", "submit remote/train@v1")
+    assert "another config" in (tmp_path / "second.err").read_text()
+    assert start_time(old_pid) is None  # stopped before its output was cleared
+    (tmp_path / "gate").touch()
+    assert second.wait(timeout=60) == 0, (tmp_path / "second.err").read_text()
+    record = read_record(open_prefix(prefix), TRAIN)
+    assert record is not None and record.result["variant"] == "b"
+    assert record.result["pid"] != old_pid and len(calls(tmp_path)) == 2
+
+
 def test_waiting_remote_steps_hold_no_slot(tmp_path: Path) -> None:
     """max_concurrent=1, three remote steps that each wait for all three: they can only finish
     if all three jobs run at once (a barrier, not a stopwatch)."""

@@ -872,7 +872,7 @@ def _start_fn(held: _Holding) -> Any:
     def call() -> Any:
         lost = held.heartbeat.lost
         with remote_build(spec.remote, held.location, spec.output_path, held.build_id, lost,
-                          **remote_attempt(held.location, spec, held.attempt),
+                          spec.fingerprint, **remote_attempt(held.location, spec, held.attempt),
                           ) as held.remote:  # fmt: skip
             return run(ctx)
 

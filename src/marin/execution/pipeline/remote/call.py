@@ -71,6 +71,8 @@ class RemoteBuild:
     output_path: str
     build_id: str
     lost: threading.Event
+    fingerprint: str = ""
+    """The step's: its job runs this config, and a job of another is never reattached."""
     resumed: bool = False
     """A resumable step's attempt resumes: a job's partial output is kept (``fence.py``)."""
     on_job: Callable[[JobRecord], None] | None = field(default=None)
@@ -91,6 +93,7 @@ def remote_build(
     output_path: str,
     build_id: str,
     lost: threading.Event,
+    fingerprint: str,
     resumed: bool = False,
     on_job: Callable[[JobRecord], None] | None = None,
 ) -> Iterator[RemoteBuild | None]:
@@ -99,7 +102,7 @@ def remote_build(
     if remote is None:
         yield None
         return
-    build = RemoteBuild(location, output_path, build_id, lost, resumed, on_job)
+    build = RemoteBuild(location, output_path, build_id, lost, fingerprint, resumed, on_job)
     reset = _current.set(build)
     try:
         yield build
@@ -253,6 +256,8 @@ class RemoteCall:
                         self.step_id)  # fmt: skip
             found = JobRecord("", "", "", "", {})  # cleared and replaced below
         if found is not None and found.backend == self.backend:
+            found = self._of_this_config(backend, build, found)
+        if found is not None and found.backend == self.backend and found.job_id:
             state = backend.status(found.handle).state
             if state in (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED):
                 log.info("reattach %s: %s job %s (%s)", self.step_id, found.backend,
@@ -261,7 +266,11 @@ class RemoteCall:
                 return found
             log.info("resubmit %s: %s job %s is %s", self.step_id, found.backend, found.job_id,
                      state)  # fmt: skip
-        if found is not None and build.resumed and found.backend == self.backend:
+        if (
+            found is not None
+            and build.resumed
+            and (found.backend, found.fingerprint) == (self.backend, build.fingerprint)
+        ):
             stop_job(backend, found, self.step_id)  # its partial output is resumed: fenced
             delete_job(build.location, build.output_path)
         elif found is not None:  # stopped, lost, or another backend's: its debris goes
@@ -271,6 +280,19 @@ class RemoteCall:
             delete_job(build.location, build.output_path)
         return self._submit(backend, build, ctx)
 
+    def _of_this_config(
+        self, backend: RemoteBackend, build: RemoteBuild, found: JobRecord
+    ) -> JobRecord:
+        """``found``, or, for a job submitted for another config (or an unknown one), that job
+        stopped and a blank record: its output is not this config's, so it is never collected
+        or resumed, and it must stop writing before the output is cleared."""
+        if found.fingerprint == build.fingerprint:
+            return found
+        log.warning("cancel %s: %s job %s runs another config; a new job builds this one",
+                    self.step_id, found.backend, found.job_id)  # fmt: skip
+        stop_job(backend, found, self.step_id)
+        return JobRecord(self.backend, "", "", "", {})  # cleared and replaced below
+
     def _submit(self, backend: RemoteBackend, build: RemoteBuild, ctx: StepContext) -> JobRecord:
         key = f"marin-{new_id()[:20]}"
         workdir = None
@@ -279,7 +301,7 @@ class RemoteCall:
         # What a later driver needs to find the job, known before it is submitted: a crash
         # right after the submit leaves a record that still leads to the job.
         known = {"workdir": workdir} if workdir else {}
-        record = JobRecord(self.backend, key, build.build_id, now_iso(), known)
+        record = JobRecord(self.backend, key, build.build_id, now_iso(), known, build.fingerprint)
         won = create_job(build.location, build.output_path, record)
         if won is not record:  # another driver got past the lease too: never a second job
             raise RemoteJobError(
@@ -296,7 +318,7 @@ class RemoteCall:
                        gpus=self.gpus, workdir=workdir)  # fmt: skip
         handle: JobHandle = backend.submit(spec, key)
         record = JobRecord(self.backend, handle.job_id, build.build_id, record.submitted_at,
-                           {**known, **handle.data})  # fmt: skip
+                           {**known, **handle.data}, build.fingerprint)  # fmt: skip
         replace_job(build.location, build.output_path, record)
         log.info("submit %s: %s job %s", self.step_id, record.backend, record.job_id)
         _known(build, record)

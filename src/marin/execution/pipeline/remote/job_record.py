@@ -46,6 +46,8 @@ class JobRecord:
     build_id: str
     submitted_at: str
     data: dict[str, str]
+    fingerprint: str = ""
+    """The config the job runs: a job of another one is never reattached ("" if unknown)."""
 
     @property
     def handle(self) -> JobHandle:
@@ -58,6 +60,7 @@ class JobRecord:
             "build_id": self.build_id,
             "submitted_at": self.submitted_at,
             "data": dict(self.data),
+            "fingerprint": self.fingerprint,
         }
 
     @classmethod
@@ -71,8 +74,12 @@ class JobRecord:
             return None
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
             return None
+        fingerprint = raw.get("fingerprint", "")
         backend, job_id, build_id, submitted_at = (str(f) for f in fields)
-        return cls(backend, job_id, build_id, submitted_at, dict(data))
+        return cls(
+            backend, job_id, build_id, submitted_at, dict(data),
+            fingerprint if isinstance(fingerprint, str) else "",
+        )  # fmt: skip
 
 
 def read_job(location: Location, output_path: str) -> JobRecord | None:
