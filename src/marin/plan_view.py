@@ -183,7 +183,7 @@ def _job(d: Decision, location: Location) -> dict[str, Any] | None:
     """A remote step's recorded job that the next run reattaches to (docs/remote.md)."""
     if d.spec.remote is None or d.action != Action.BUILD:
         return None
-    return job_view(location, d.spec.output_path)
+    return job_view(location, d.spec.output_path, d.spec.fingerprint)
 
 
 def terminal_width() -> int:

@@ -139,9 +139,9 @@ def test_a_job_of_another_config_is_cancelled_never_reattached(tmp_path: Path) -
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     old_pid = int(started.read_text().split()[0])
-    second = marin_run(
-        "chain", prefix, {**env, "MARIN_TEST_VARIANT": "b"}, tmp_path / "second.err"
-    )
+    changed = {**env, "MARIN_TEST_VARIANT": "b"}
+    assert "cancel (another config): local job" in marin_cli("plan", "chain", prefix, changed)
+    second = marin_run("chain", prefix, changed, tmp_path / "second.err")
     wait_for_text(tmp_path / "second.err", "submit remote/train@v1")
     assert "another config" in (tmp_path / "second.err").read_text()
     assert start_time(old_pid) is None  # stopped before its output was cleared

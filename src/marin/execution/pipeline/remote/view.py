@@ -15,8 +15,9 @@ from marin.execution.store.location import Location
 log = logging.getLogger("marin")
 
 
-def job_view(location: Location, output_path: str) -> dict[str, Any] | None:
-    """The step's recorded job with its state now and its age in seconds; None without one."""
+def job_view(location: Location, output_path: str, fingerprint: str) -> dict[str, Any] | None:
+    """The step's recorded job with its state now and its age in seconds; None without one.
+    ``other_config``: the job runs another config than ``fingerprint`` (the next run cancels it)."""
     job = read_job(location, output_path)
     if job is None or not JOB_ID.fullmatch(job.job_id):
         return None
@@ -29,7 +30,8 @@ def job_view(location: Location, output_path: str) -> dict[str, Any] | None:
         age = max(0.0, time.time() - datetime.fromisoformat(job.submitted_at).timestamp())
     except ValueError:
         age = None
-    return {**job.to_json(), "state": state, "age_s": age}
+    other = job.fingerprint != fingerprint
+    return {**job.to_json(), "state": state, "age_s": age, "other_config": other}
 
 
 def describe_job(view: dict[str, Any]) -> str:
@@ -38,6 +40,8 @@ def describe_job(view: dict[str, Any]) -> str:
     verb = {"running": "reattach", "succeeded": "collect", "failed": "collect"}.get(
         state, "resubmit"
     )
+    if view.get("other_config"):
+        verb = "cancel (another config)" if state == "running" else "replace (another config)"
     age = view.get("age_s")
     since = "" if age is None else f" {_short_duration(age)}"
     return f"{verb}: {view['backend']} job {view['job_id']}, {state}{since}"
