@@ -107,6 +107,26 @@ def test_a_rebuild_that_changes_nothing_serves_the_reader(store_prefix: str) -> 
     assert ran == ["up"]
 
 
+def test_the_cutoff_holds_over_a_chain_of_unchanged_rebuilds(store_prefix: str) -> None:
+    """The reader, cut off once, still read the bytes of each later identical rebuild."""
+    settle(store_prefix, text("same"))
+    assert run(store_prefix, 1) == ["up"]
+    assert run(store_prefix, 2) == ["up"]
+    assert_plan_is_honest(store_prefix, 2, cut_off=True)
+    WRITER["up"] = text("other")
+    assert run(store_prefix, 3) == ["up", "reader"]
+    assert_plan_is_honest(store_prefix, 3)
+
+
+def test_a_damaged_link_in_the_chain_ends_the_cutoff(store_prefix: str) -> None:
+    settle(store_prefix, text("same"))
+    assert run(store_prefix, 1) == ["up"]
+    location = open_prefix(store_prefix)
+    location.fs.pipe_file(location.path("cut/up/v1/data.txt"), b"edited by hand")
+    assert run(store_prefix, 2) == ["up", "reader"]
+    assert_plan_is_honest(store_prefix, 2)
+
+
 # --- each thing a reader consumes --------------------------------------------------------------
 
 

@@ -681,7 +681,26 @@ def _replaced_digest(
             there.unknown or "changed since its commit",
         )
         return {}
-    return {previous.build_id: claimed}
+    return {**_same_bytes_before(previous, claimed), previous.build_id: claimed}
+
+
+_REPLACED_KEPT = 32
+"""How many earlier builds of identical bytes a record names (oldest dropped first)."""
+
+
+def _same_bytes_before(previous: ArtifactRecord, claimed: str) -> dict[str, str]:
+    """The builds ``previous`` replaced whose bytes were, verified, the ones it holds now.
+
+    Their readers read exactly these bytes, so they are cut off as its own readers are: the
+    chain of verified identical outputs carries over a rebuild (otherwise a reader served by
+    cutoff is rebuilt at the next rebuild of its upstream). A build of other bytes ends it.
+    """
+    same = [
+        (build, digest)
+        for build, digest in previous.replaced.items()
+        if isinstance(build, str) and digest == claimed and build != previous.build_id
+    ]
+    return dict(same[-(_REPLACED_KEPT - 1) :])
 
 
 def _fsync_tree(path: str) -> None:
