@@ -38,7 +38,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from prefect import Flow, Task, allow_failure, get_run_logger
@@ -46,6 +46,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Pending, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from marin.execution.pipeline.graph import Graph
+from marin.execution.pipeline.scope import check_scope
 from marin.execution.plan.decide import Plan, Policy
 from marin.execution.plan.options import (
     DEFAULT_MAX_CONCURRENT,
@@ -53,14 +55,14 @@ from marin.execution.plan.options import (
     DEFAULT_ON_DRIFT,
     RunOptions,
 )
+from marin.execution.plan.scope import RunScope
 from marin.execution.run.executors import Completion, CompletionKind, OnDone, StepJob
-from marin.execution.vocabulary import BuildOutcomeKind
+from marin.execution.vocabulary import BuildOutcomeKind, OutputScope
 from marin_prefect.dask import is_dask_runner
 from marin_prefect.names import safe_prefect_name
 
 if TYPE_CHECKING:
     from marin.execution.build.commit import BuildOutcome
-    from marin.execution.pipeline.graph import Graph
     from marin.execution.pipeline.step_spec import StepSpec
     from marin.execution.pipeline.versions import VersionCodex
     from marin.execution.store.location import Location
@@ -139,6 +141,8 @@ def to_prefect_flow(
     select: Sequence[str] = (),
     exclude: Sequence[str] = (),
     versions: VersionCodex | None = None,
+    scope: str | RunScope = OutputScope.SHARED,
+    user: str | None = None,
 ) -> Flow[[], dict[str, str]]:
     """Compile a pipeline into a Prefect flow; calling the flow runs the pipeline.
 
@@ -171,6 +175,10 @@ def to_prefect_flow(
     matching steps and what they need; a pattern that matches no step is an error naming it and
     the closest names.
 
+    ``scope="user"`` places every step under ``<prefix>/users/<user>/`` for ``user`` (else
+    ``$MARIN_USER``, then the OS user), reading the shared builds it has not built itself, as
+    ``marin run --scope user`` does (``plan/scope.py``); the entry flow passes a ``RunScope``.
+
     ``options`` (a ``RunOptions``, checked once by the caller: the entry flow) replaces
     ``max_concurrent``, ``on_drift``, ``keep_going``, ``force``, ``cascade`` and
     ``on_code_drift``. ``location``: the prefix, opened and checked by the caller (else
@@ -180,8 +188,6 @@ def to_prefect_flow(
     target that cannot be loaded, ``InvalidStepError`` for a selection or ``force`` name that
     names no step, and ``ValueError`` for an empty ``concurrency_limit``.
     """
-    from marin.selection import select_graph
-
     run = options or RunOptions(
         on_drift=on_drift,
         force=(force,) if isinstance(force, str) else tuple(force),
@@ -192,12 +198,7 @@ def to_prefect_flow(
     )
     if concurrency_limit is not None and not concurrency_limit.strip():
         raise ValueError("error: concurrency_limit is empty: pass a global concurrency limit name")
-    graph = select_graph(
-        lower_flow_target(target_or_handles, versions),
-        select,
-        exclude,
-        options=("select", "exclude"),
-    )
+    graph = _selected_graph(target_or_handles, select, exclude, versions)
     flow_name = name or default_flow_name(target_or_handles, list(graph.targets))
     if task_runner is None:
         task_runner = ThreadPoolTaskRunner(max_workers=run.max_concurrent)
@@ -211,8 +212,27 @@ def to_prefect_flow(
         remote=remote,
         target=remote_target(target_or_handles) if remote else None,
         dask=remote and is_dask_runner(task_runner),
+        placement=scope if isinstance(scope, RunScope) else RunScope(check_scope(scope), user),
     )
     return _flow(flow_name, graph, flow_options, location, task_runner)
+
+
+def _selected_graph(
+    target_or_handles: Any,
+    select: Sequence[str],
+    exclude: Sequence[str],
+    versions: VersionCodex | None,
+) -> Graph:
+    """The lowered graph, cut to ``select``/``exclude`` (a pattern matching no step is an
+    error naming the option)."""
+    from marin.selection import select_graph
+
+    return select_graph(
+        lower_flow_target(target_or_handles, versions),
+        select,
+        exclude,
+        options=("select", "exclude"),
+    )
 
 
 def _flow(
@@ -304,6 +324,8 @@ class FlowOptions:
     """What a remote worker loads first (``remote_target``)."""
     dask: bool = False
     """The task runner is Dask's: a step's accelerators annotate its Dask task's resources."""
+    placement: RunScope = field(default_factory=RunScope)
+    """The run's scope and user: where each step reads and writes (``plan/scope.py``)."""
 
 
 def run_steps(
@@ -332,6 +354,10 @@ def run_steps(
     location = open_prefix(options.prefix) if location is None else location
     location.check_writable()
     logger.info("marin: %d step(s) under %s", len(steps), location.url)
+    # Where each step reads and writes for the run's user, as `marin run` places them.
+    placed, user = options.placement.place(targets, location, options.policy.force)
+    if user is not None:
+        steps, targets = Graph.of(placed).steps, placed
     plan = plan_graph(steps, targets, read_stored(steps, location), options.policy)
     report = RunReport(location, plan)
     executor = PrefectExecutor(plan, location, options)
