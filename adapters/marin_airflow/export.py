@@ -892,11 +892,9 @@ def build_export(
     """Generate (but do not write) the DAG file for ``target``.
 
     ``versions``: the codex of steps with ``version=None``, embedded as JSON data (the DAG's
-    ``versions`` param, which a run can set to that value only). ``scope``: ``user`` runs
-    write under ``<prefix>/users/<user>/`` (the DAG's ``scope`` param then takes ``user`` only,
-    and its ``user`` param names the user); ``shared`` (the default) takes ``shared`` only.
-
-    ``specs`` may be passed when the caller has already lowered the target. ``retries`` (for
+    ``versions`` param, which a run can set to that value only). ``scope``: the one value of
+    the DAG's ``scope`` param; ``user`` runs write under ``<prefix>/users/<user>/`` (``user``
+    param). ``specs`` may be passed when the caller has already lowered the target. ``retries`` (for
     steps that declare none) defaults to :func:`default_retries` of the executor. ``select``
     and ``exclude`` (globs, as for ``marin plan``) keep only part of the pipeline: the file
     holds those steps, and its ``marin-plan`` task plans just them.
@@ -912,8 +910,8 @@ def build_export(
     dag_dir = os.path.dirname(os.path.abspath(path))
     check_multi_host(target, dag_dir, prefix, executor)
     root = export_root(dag_dir, target)
-    specs = _export_specs(target, specs, select, exclude, versions)
-    tasks = plan_tasks(step_infos(specs), default_retries=retries, executor=executor)
+    steps = step_infos(_export_specs(target, specs, select, exclude, versions))
+    tasks = plan_tasks(steps, default_retries=retries, executor=executor)
     command = export_command(
         target, out, root=root, dag_id=dag_id, max_concurrent=max_concurrent, prefix=prefix,
         schedule=schedule, retries=retries, on_drift=on_drift, executor=executor,
@@ -927,13 +925,9 @@ def build_export(
         on_drift=check_drift_policy(on_drift),
         export_root=_rel(root, dag_dir),
         export_command=command + codex_flags(versions) + _scope_flag(scope),
-        executor=executor,
-        plan_queue=plan_queue,
-        select=select,
-        exclude=exclude,
-        versions=None if versions is None else codex_json(versions),
-        scope=scope,
-    )
+        executor=executor, plan_queue=plan_queue, select=select, exclude=exclude,
+        versions=None if versions is None else codex_json(versions), scope=scope,
+    )  # fmt: skip
     text = render_dag(target_reference(target, dag_dir), tasks, options)
     return ExportResult(path, text, tuple(tasks), chosen_id, options.export_command, root)
 

@@ -158,6 +158,16 @@ def check_run_scope(scope: object, user: object, found: tuple[Any, Any] | None) 
     return RunScope(chosen, named, triggered_by, FIX_USER)
 
 
+def check_run(
+    target: str, versions: object, scope: object, user: object
+) -> tuple[VersionCodex | None, RunScope]:
+    """What a run may choose, checked before anything is imported or stored: its target and
+    job variables, its codex, its scope and user (each function above)."""
+    found = _run_from_deployment()
+    check_run_choices(target, found)
+    return check_run_versions(versions, found), check_run_scope(scope, user, found)
+
+
 @flow(name="marin-pipeline", validate_parameters=True)
 def marin_pipeline(
     target: str,
@@ -193,24 +203,15 @@ def marin_pipeline(
     from marin.execution.pipeline.targets import Target
     from marin.execution.store.location import open_prefix
 
-    found = _run_from_deployment()
-    check_run_choices(target, found)
-    codex = check_run_versions(versions, found)
-    placement = check_run_scope(scope, user, found)
+    codex, placement = check_run(target, versions, scope, user)
     parsed = Target.parse(target)  # once: the flow's name, its lowering and remote workers
     # Opened and checked (MARIN_ALLOWED_PREFIXES) once, before the pipeline is even imported.
     location = open_prefix(prefix)
     # The run's parameters are whoever triggered it's data: checked like any option, first.
     options = RunOptions.from_params(
-        {
-            "on_drift": on_drift,
-            "force": force,
-            "cascade": cascade,
-            "max_concurrent": max_concurrent,
-            "keep_going": keep_going,
-            "on_code_drift": on_code_drift,
-        }
-    )
+        {"on_drift": on_drift, "force": force, "cascade": cascade, "keep_going": keep_going,
+         "max_concurrent": max_concurrent, "on_code_drift": on_code_drift}
+    )  # fmt: skip
     pipeline = to_prefect_flow(
         parsed,
         options=options,
