@@ -35,7 +35,7 @@ VERSIONED = f"{ROOT / 'tests' / 'test_run_versions.py'}:pipeline"
 @pytest.fixture(autouse=True)
 def _fresh_runtime_cache() -> Any:
     yield
-    runtime.clear_cache()
+    runtime.clear_cache()  # the lowering of a pipeline these tests share
 
 
 def _constants(text: str) -> dict[str, Any]:
@@ -109,6 +109,28 @@ def test_a_user_scope_plan_serves_shared_builds_and_places_the_rest(
     assert plan["user"] == "alice"  # the XCom every step task of the run writes for
     shared = _plan(monkeypatch, str(tmp_path), {}, default_prefix=prefix)
     assert shared["build"] == ["scope/variant@v1"] and "user" not in shared
+
+
+def test_a_user_scope_step_of_a_shared_export_is_placed_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``with_options(scope="user")`` is the pipeline's choice: every runner honours it (an
+    Airflow task used to write such a step's shared path)."""
+    monkeypatch.setenv("MARIN_USER", "alice")
+    monkeypatch.setattr(runtime, "_airflow_context", lambda: {"params": {}})
+    pipeline = TEAM.replace(":team", ":pipeline")
+    dags, prefix = str(tmp_path / "dags"), str(tmp_path / "p")
+    result = build_export(pipeline, dags, prefix=prefix)
+    target = target_reference(pipeline, dags)
+    plan = runtime.plan_steps(target=target, dag_dir=dags, default_prefix=prefix)
+    assert plan["user"] == "alice" and sorted(plan["build"]) == [t.step_id for t in result.tasks]
+    for task in result.tasks:  # dependencies first
+        out = runtime.run_step(target=target, step=task.step_id, fingerprint=task.fingerprint,
+                               dag_dir=dags, default_prefix=prefix)  # fmt: skip
+        assert out["action"] == "built"
+    location = open_prefix(prefix)
+    assert read_record(location, "users/alice/scope/variant/v1") is not None
+    assert read_record(location, "scope/variant/v1") is None
 
 
 def test_the_user_is_the_param_then_the_triggering_user_then_marin_user(
