@@ -413,19 +413,31 @@ def _location(
     return location
 
 
-def _run_choices(
-    versions: str | None, scope: str, context: Any | None, step_task: bool = False
-) -> Any:
+def _run_choices(versions: str | None, scope: str, context: Any | None) -> Any:
     """The run's ``versions`` and ``scope`` params (untrusted) may only be what the DAG file
     allows: its exported codex and scope. Then lowering uses that codex; returns the run's
-    ``RunScope`` (``marin_airflow.scopes``), for a step task with the plan task's user."""
+    ``RunScope`` (``marin_airflow.scopes``)."""
     from marin_airflow.scopes import run_scope
 
     params = (context or {}).get("params") or {}
-    planned = _from_xcom(context, PLAN_TASK_ID, XComKey.USER) if step_task else None
-    placement = run_scope(scope, context, planned)
+    placement = run_scope(scope, context)
     use_codex(exported_codex(versions, params.get("versions"), "param versions"))
     return placement
+
+
+def _placed_step(
+    context: Any | None, placement: Any, spec: Any, location: Any, force: Iterable[str]
+) -> Any:
+    """Where the step reads and writes. A step that needs a user takes the plan task's (its
+    XCom), so every task of a run writes for one user whatever its worker's ``$MARIN_USER``."""
+    from marin.execution.plan.scope import needs_user
+    from marin_airflow.scopes import run_scope
+
+    if needs_user([spec], placement.scope):
+        planned = _from_xcom(context, PLAN_TASK_ID, XComKey.USER)
+        placement = run_scope(placement.scope, context, planned)
+    (placed,), _ = placement.place([spec], location, force)
+    return placed
 
 
 def plan_steps(
@@ -631,7 +643,7 @@ def run_step(
     """
     context = _airflow_context()
     _warn_newer(newer, context)
-    placement = _run_choices(versions, scope, context, step_task=True)
+    placement = _run_choices(versions, scope, context)
     if prefix is None:
         prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)
@@ -651,7 +663,7 @@ def run_step(
         handles_for(resolved) if planned_force is None else {},
         planned_force,
     )
-    (spec,), _ = placement.place([spec], location, policy.force)  # where it reads and writes
+    spec = _placed_step(context, placement, spec, location, policy.force)
     if step in (_from_xcom(context, PLAN_TASK_ID, Action.PRUNE) or []):
         log.info("marin: step %s pruned: not built, and nothing being built needs it", step)
         return _pruned_result(step, spec, location)

@@ -92,7 +92,7 @@ def test_a_bad_user_name_is_refused(
 def test_service_accounts_are_no_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MARIN_USER", "nobody")
     monkeypatch.setattr("getpass.getuser", lambda: "airflow")
-    with pytest.raises(InvalidStepError, match="needs a user.*'user' param"):
+    with pytest.raises(InvalidStepError, match="has no user.*'user' param"):
         _plan(monkeypatch, str(tmp_path), {"user": "root"}, scope="user",
               default_prefix=str(tmp_path / "p"))  # fmt: skip
 

@@ -81,7 +81,8 @@ class RunScope:
     (untrusted until ``place`` checks them, and only when a step needs a user)."""
 
     scope: OutputScope = OutputScope.SHARED
-    user: str | None = None
+    user: object = None
+    """The run's ``user`` param, as the trigger sent it (checked by ``user_for``)."""
     triggered_by: str | None = None
     fix: str = SET_USER
     """How to give a user on this engine, for the error when there is none or it is bad."""
@@ -94,8 +95,8 @@ class RunScope:
         user = run_user(self.user, self.triggered_by, self.fix)
         if user is None:
             raise InvalidStepError(
-                f"this {self.scope}-scope run needs a user and has none (every source names a "
-                "service account)",
+                "this run places steps under a user's folder and has no user (no user param, "
+                "no triggering user, and $MARIN_USER or the OS user is a service account)",
                 self.fix,
                 targets[-1].step_id if targets else None,
             )
