@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from marin.execution.errors import InvalidStepError, brief
+from marin.execution.pipeline.scope import check_scope
 from marin.execution.plan.scope import RunScope
 from marin.execution.vocabulary import OutputScope
 
@@ -28,16 +29,17 @@ FIX_USER = (
 def exported_scope(exported: str, params: Mapping[str, Any]) -> OutputScope:
     """The run's scope: its ``scope`` param (untrusted) may only be the exported one (unset
     keeps it)."""
+    allowed = check_scope(exported, "SCOPE")  # the DAG file is data too
     chosen = params.get("scope")
     if chosen is None or chosen == "":
-        return OutputScope(exported)
-    if chosen != exported:
+        return allowed
+    if chosen != allowed:
         raise InvalidStepError(
             f"param scope={brief(chosen)}",
-            f"this DAG runs in the {exported} scope only; for another, export it again with "
+            f"this DAG runs in the {allowed} scope only; for another, export it again with "
             "--scope shared or --scope user",
         )
-    return OutputScope(exported)
+    return allowed
 
 
 def triggering_user(context: Any | None) -> str | None:
