@@ -87,3 +87,15 @@ def test_a_trigger_cannot_choose_another_scope_or_a_bad_user(
     assert state.is_failed(), state
     assert message in str(state.message)
     assert not prefix.exists()  # refused before touching storage
+
+
+def test_a_user_scope_step_is_placed_by_a_compiled_flow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``with_options(scope="user")`` is the pipeline's choice: a Prefect run honours it too."""
+    from marin_prefect import to_prefect_flow
+
+    monkeypatch.setenv("MARIN_USER", "alice")
+    outputs = to_prefect_flow(TEAM.replace(":team", ":pipeline"), prefix=str(tmp_path))()
+    assert outputs["scope/variant@v1"] == f"{tmp_path}/{VARIANT}"
+    assert not (tmp_path / "scope" / "variant").exists()
