@@ -14,3 +14,6 @@ def use(x: str, k: int = 1) -> str:
 base = apply("scope/base", make, version="v1", n=1)
 variant = apply("scope/variant", use, version="v1", x=base).with_options(scope="user")
 pipeline = variant
+
+# The same step in the shared scope: a run-wide user scope (`--scope user`) places it.
+team = apply("scope/variant", use, version="v1", x=base)

@@ -59,7 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("target", help="the pipeline: path/to/file.py:attr or package.module:attr")
     _add_selection(parser)  # the same --select/--exclude as `marin plan`
-    _add_versions(parser)  # --version/--override: the codex the DAG carries (and --scope)
+    _add_versions(parser)  # --version/--override/--scope: the codex and scope the DAG carries
+    _add_dag_options(parser)
+    _add_run_options(parser)
+    _add_executor_options(parser)
+
+
+def _add_dag_options(parser: argparse.ArgumentParser) -> None:
+    """The file and the DAG: where it goes, its id, its concurrency and default prefix."""
     parser.add_argument(
         "-o",
         "--output",
@@ -89,6 +96,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=argparse.SUPPRESS,
         help="debug logging, and tracebacks for errors",
     )
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """When and how its runs build: schedule, retries, drift policy."""
     parser.add_argument(
         "--schedule",
         default=None,
@@ -110,6 +121,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the DAG's default drift policy, its on_drift param (a run may override it): "
         "serve a drifted step with a warning (default), rebuild it, or fail the run first",
     )
+
+
+def _add_executor_options(parser: argparse.ArgumentParser) -> None:
+    """Where its tasks run (executor, plan queue), and ``--check``."""
     parser.add_argument(
         "--executor",
         choices=("default", "celery", "kubernetes"),

@@ -34,6 +34,8 @@ class XComKey(StrEnum):
     FORCE = "force"
     CASCADE = "cascade"
     """The policy the plan task used (a step task follows it, not its own params)."""
+    USER = "user"
+    """The plan task's run user (a user-scope run): every step task writes for that user."""
     FAILED = "marin_failed"
     """Pushed by a step's task as its step fails, before Airflow records the task's state."""
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.errors import MarinError, list_names
+from marin.execution.pipeline.scope import check_scope
 from marin.execution.pipeline.targets import Target
 from marin.execution.pipeline.versions import VersionCodex, codex_flags, codex_json
 from marin.execution.plan.options import (
@@ -38,6 +39,7 @@ from marin.execution.plan.options import (
     check_max_concurrent,
     check_patterns,
 )
+from marin.execution.vocabulary import OutputScope
 from marin_airflow.contract import graph_digest, target_reference
 
 # Airflow's task/DAG id rule is ``^[\w.-]+$`` (at most 250 characters). We keep to ASCII so ids
@@ -120,6 +122,8 @@ class DagOptions:
     versions: str | None = None
     """The export's version codex as canonical JSON (``--version``/``--override``): the one
     value of the DAG's ``versions`` param; None (no codex): no such param."""
+    scope: str = OutputScope.SHARED
+    """``--scope``: the one value of the DAG's ``scope`` param; ``user`` adds a ``user`` param."""
 
 
 # --- task ids ----------------------------------------------------------------------------------
@@ -544,17 +548,26 @@ def _placement_lines(t: TaskEntry) -> list[str]:
     return lines
 
 
-_VERSION_PARAMS = """
+_VERSIONS_PARAM = """
         "versions": Param(
             VERSIONS,
             enum=[VERSIONS],
             description="The version codex the DAG was exported with (--version/--override), "
             "as JSON; another one needs another export, since the step tasks are its steps.",
-        ),
+        ),"""
+_SCOPE_PARAM = """
         "scope": Param(
-            "shared",
-            enum=["shared"],
-            description="The output scope: shared (user scopes are for marin run).",
+            <<SCOPE>>,
+            enum=[<<SCOPE>>],
+            description="The output scope the DAG was exported with (--scope); another one "
+            "needs another export.",
+        ),"""
+_USER_PARAM = """
+        "user": Param(
+            None,
+            type=["null", "string"],
+            description="Whose folder (<prefix>/users/<user>/) this run writes: one path "
+            "segment. Empty: the user who triggered the run, else $MARIN_USER on the worker.",
         ),"""
 
 
@@ -562,32 +575,57 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
     """The DAG file text. Deterministic: a function of its arguments only."""
     check_dag_id(options.dag_id)
     check_max_concurrent(options.max_concurrent)  # the core's check: refuse what a run would
-    lines = [_HEADER]
-    lines.append("from __future__ import annotations\n")
-    lines.append("import datetime\n")
-    lines.append("from airflow.sdk import DAG, Param, TriggerRule\n")
-    lines.append("from marin_airflow.assets import task_assets")
-    lines.append("from marin_airflow.operator import MarinOperator, MarinPlanOperator")
-    lines.append(
-        "from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement\n"
-    )
-    lines.append("# The command that generated this file, and where to run it (relative to this")
-    lines.append("# file's folder). Re-run it after changing the pipeline.")
-    lines.append(f"EXPORT_COMMAND = {_r(options.export_command)}")
-    lines.append(f"EXPORT_ROOT = {_r(options.export_root)}")
-    lines.append("# The pipeline: a module path, or a file path relative to this file's folder.")
-    lines.append(f"TARGET = {_r(target)}")
-    lines.append(f"DAG_ID = {_r(options.dag_id)}")
-    lines.append(f"DESCRIPTION = {_r('Marin pipeline ' + target)}")
-    lines.append(f"SCHEDULE = {_r(options.schedule)}")
-    lines.append(f"MAX_CONCURRENT = {_r(int(options.max_concurrent))}")
-    lines.append(f"DEFAULT_PREFIX = {_r(options.prefix)}")
-    lines.append("# The default drift policy of a run (its `on_drift` param overrides it).")
-    lines.append(f"ON_DRIFT = {_r(check_drift_policy(options.on_drift))}")
-    lines.append("# A hash of every step id and fingerprint below: tasks warn when the pipeline's")
-    lines.append("# graph changed (steps added or removed) since the export.")
-    lines.append(f"GRAPH_DIGEST = {_r(graph_digest((t.step_id, t.fingerprint) for t in tasks))}")
-    # Written only when set, so files exported without these options keep their bytes.
+    lines = [_HEADER, *_IMPORTS]
+    lines += _constants(target, tasks, options)
+    lines += _optional_constants(options)
+    lines.append("")
+    lines += _steps_literal(tasks)
+    lines.append("")
+    lines.append(_body(options))
+    text = "\n".join(lines)
+    if any(len(line) > 100 for line in text.splitlines()):
+        # Long step names make long literals; keep linters quiet about a generated file.
+        text = "# ruff: noqa: E501\n" + text
+    return text
+
+
+_IMPORTS = (
+    "from __future__ import annotations\n",
+    "import datetime\n",
+    "from airflow.sdk import DAG, Param, TriggerRule\n",
+    "from marin_airflow.assets import task_assets",
+    "from marin_airflow.operator import MarinOperator, MarinPlanOperator",
+    "from marin_airflow.runtime import PLAN_TASK_ID, plan_steps, run_step, task_placement\n",
+)
+
+
+def _constants(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> list[str]:
+    """The constants every DAG file has."""
+    digest = graph_digest((t.step_id, t.fingerprint) for t in tasks)
+    return [
+        "# The command that generated this file, and where to run it (relative to this",
+        "# file's folder). Re-run it after changing the pipeline.",
+        f"EXPORT_COMMAND = {_r(options.export_command)}",
+        f"EXPORT_ROOT = {_r(options.export_root)}",
+        "# The pipeline: a module path, or a file path relative to this file's folder.",
+        f"TARGET = {_r(target)}",
+        f"DAG_ID = {_r(options.dag_id)}",
+        f"DESCRIPTION = {_r('Marin pipeline ' + target)}",
+        f"SCHEDULE = {_r(options.schedule)}",
+        f"MAX_CONCURRENT = {_r(int(options.max_concurrent))}",
+        f"DEFAULT_PREFIX = {_r(options.prefix)}",
+        "# The default drift policy of a run (its `on_drift` param overrides it).",
+        f"ON_DRIFT = {_r(check_drift_policy(options.on_drift))}",
+        "# A hash of every step id and fingerprint below: tasks warn when the pipeline's",
+        "# graph changed (steps added or removed) since the export.",
+        f"GRAPH_DIGEST = {_r(digest)}",
+    ]
+
+
+def _optional_constants(options: DagOptions) -> list[str]:
+    """Constants written only when their option is set, so files exported without them keep
+    their bytes."""
+    lines = []
     if options.executor in MULTI_HOST_EXECUTORS:
         lines.append("# Tasks run on many machines: each refuses a prefix only its own host sees.")
         lines.append("SHARED_PREFIX_ONLY = True")
@@ -604,50 +642,69 @@ def render_dag(target: str, tasks: Sequence[TaskEntry], options: DagOptions) -> 
             "# The version codex of the export (JSON data): the only `versions` a run takes."
         )
         lines.append(f"VERSIONS = {_r(options.versions)}")
-    lines.append("")
-    lines.append("# Airflow task id -> the Marin step it builds. `upstream`: the task ids it")
-    lines.append("# waits for, exactly the deps of the lowered StepSpec graph.")
+    if options.scope != OutputScope.SHARED:
+        lines.append("# The output scope of the export: the only `scope` a run takes.")
+        lines.append(f"SCOPE = {_r(str(options.scope))}")
+    return lines
+
+
+def _steps_literal(tasks: Sequence[TaskEntry]) -> list[str]:
+    """``STEPS``: Airflow task id -> the Marin step it builds, as a literal."""
+    lines = [
+        "# Airflow task id -> the Marin step it builds. `upstream`: the task ids it",
+        "# waits for, exactly the deps of the lowered StepSpec graph.",
+    ]
     if not tasks:
-        lines.append("STEPS: dict[str, dict] = {}")
-    else:
-        lines.append("STEPS = {")
-        for t in tasks:
-            lines.append(f"    {_r(t.task_id)}: {{")
-            lines.append(f'        "step": {_r(t.step_id)},')
-            lines.append(f'        "fingerprint": {_r(t.fingerprint)},')
-            lines.append(f'        "retries": {_r(int(t.retries))},')
-            lines.append(f'        "pool": {_r(t.pool)},')
-            lines.extend(_placement_lines(t))
-            if t.upstream:
-                lines.append('        "upstream": [')
-                lines.extend(f"            {_r(u)}," for u in t.upstream)
-                lines.append("        ],")
-            else:
-                lines.append('        "upstream": [],')
-            lines.append("    },")
-        lines.append("}")
-    lines.append("")
+        return [*lines, "STEPS: dict[str, dict] = {}"]
+    lines.append("STEPS = {")
+    for t in tasks:
+        lines.append(f"    {_r(t.task_id)}: {{")
+        lines.append(f'        "step": {_r(t.step_id)},')
+        lines.append(f'        "fingerprint": {_r(t.fingerprint)},')
+        lines.append(f'        "retries": {_r(int(t.retries))},')
+        lines.append(f'        "pool": {_r(t.pool)},')
+        lines.extend(_placement_lines(t))
+        if t.upstream:
+            lines.append('        "upstream": [')
+            lines.extend(f"            {_r(u)}," for u in t.upstream)
+            lines.append("        ],")
+        else:
+            lines.append('        "upstream": [],')
+        lines.append("    },")
+    lines.append("}")
+    return lines
+
+
+def _run_params(options: DagOptions) -> str:
+    """The params besides the common ones: ``versions`` and ``scope`` (each the one value the
+    export allows) when exported with a codex or a user scope, and then ``user``."""
+    user = options.scope != OutputScope.SHARED
+    if options.versions is None and not user:
+        return ""
+    scope = _SCOPE_PARAM.replace("<<SCOPE>>", "SCOPE" if user else _r(str(options.scope)))
+    versions = _VERSIONS_PARAM if options.versions is not None else ""
+    return versions + scope + (_USER_PARAM if user else "")
+
+
+def _body(options: DagOptions) -> str:
+    """The DAG and its tasks (``_BODY`` with the parts the options ask for)."""
     common_extra = ""
     if options.executor in MULTI_HOST_EXECUTORS:
         common_extra += '\nCOMMON["shared_prefix_only"] = SHARED_PREFIX_ONLY'
     if options.versions is not None:
         common_extra += '\nCOMMON["versions"] = VERSIONS'
+    if options.scope != OutputScope.SHARED:
+        common_extra += '\nCOMMON["scope"] = SCOPE'
     body = _BODY.replace("<<COMMON_EXTRA>>", common_extra)
-    body = body.replace("<<PARAMS_EXTRA>>", _VERSION_PARAMS if options.versions is not None else "")
+    body = body.replace("<<PARAMS_EXTRA>>", _run_params(options))
     # The selection is the plan task's alone: a step task lowers only its step and ancestors.
     selected = options.select or options.exclude
     body = body.replace(
         "<<PLAN_KWARGS>>", ', "select": SELECT, "exclude": EXCLUDE' if selected else ""
     )
-    body = body.replace(
+    return body.replace(
         "<<PLAN_EXTRA>>", "\n    queue=PLAN_QUEUE," if options.plan_queue is not None else ""
     )
-    lines.append(body)
-    text = "\n".join(lines)
-    if any(len(line) > 100 for line in text.splitlines()):
-        # Long step names make long literals; keep linters quiet about a generated file.
-        text = "# ruff: noqa: E501\n" + text
-    return text
 
 
 # --- targets and paths -------------------------------------------------------------------------
@@ -830,27 +887,61 @@ def build_export(
     select: Sequence[str] = (),
     exclude: Sequence[str] = (),
     versions: VersionCodex | None = None,
-    scope: str = "shared",
+    scope: str = OutputScope.SHARED,
 ) -> ExportResult:
     """Generate (but do not write) the DAG file for ``target``.
 
     ``versions``: the codex of steps with ``version=None``, embedded as JSON data (the DAG's
-    ``versions`` param, which a run can set to that value only). ``scope``: only ``shared``.
-
-    ``specs`` may be passed when the caller has already lowered the target. ``retries`` (for
+    ``versions`` param, which a run can set to that value only). ``scope``: the one value of
+    the DAG's ``scope`` param; ``user`` runs write under ``<prefix>/users/<user>/`` (``user``
+    param). ``specs`` may be passed when the caller has already lowered the target. ``retries`` (for
     steps that declare none) defaults to :func:`default_retries` of the executor. ``select``
     and ``exclude`` (globs, as for ``marin plan``) keep only part of the pipeline: the file
     holds those steps, and its ``marin-plan`` task plans just them.
     """
     Target.parse(target)
-    if scope != "shared":
-        raise ExportError(
-            f"--scope {scope}: user scopes run with marin run only",
-            "export with the shared scope (the default)",
-        )
+    scope = check_scope(scope)
     # Sorted: the selection is a set of globs, so its spelling never changes the file's bytes.
     select = tuple(sorted(check_patterns(select, "--select")))
     exclude = tuple(sorted(check_patterns(exclude, "--exclude")))
+    retries = _check_options(executor, retries, plan_queue, prefix)
+    chosen_id = check_dag_id(dag_id) if dag_id is not None else default_dag_id(target)
+    path = output_file(out, chosen_id)
+    dag_dir = os.path.dirname(os.path.abspath(path))
+    check_multi_host(target, dag_dir, prefix, executor)
+    root = export_root(dag_dir, target)
+    steps = step_infos(_export_specs(target, specs, select, exclude, versions))
+    tasks = plan_tasks(steps, default_retries=retries, executor=executor)
+    command = export_command(
+        target, out, root=root, dag_id=dag_id, max_concurrent=max_concurrent, prefix=prefix,
+        schedule=schedule, retries=retries, on_drift=on_drift, executor=executor,
+        plan_queue=plan_queue, select=select, exclude=exclude,
+    )  # fmt: skip
+    options = DagOptions(
+        dag_id=chosen_id,
+        max_concurrent=max_concurrent,
+        prefix=prefix,
+        schedule=check_schedule(schedule),
+        on_drift=check_drift_policy(on_drift),
+        export_root=_rel(root, dag_dir),
+        export_command=command + codex_flags(versions) + _scope_flag(scope),
+        executor=executor, plan_queue=plan_queue, select=select, exclude=exclude,
+        versions=None if versions is None else codex_json(versions), scope=scope,
+    )  # fmt: skip
+    text = render_dag(target_reference(target, dag_dir), tasks, options)
+    return ExportResult(path, text, tuple(tasks), chosen_id, options.export_command, root)
+
+
+def _scope_flag(scope: str) -> str:
+    """`` --scope user`` for the recorded export command ("" for the default, shared)."""
+    return "" if scope == OutputScope.SHARED else f" --scope {scope}"
+
+
+def _check_options(
+    executor: str, retries: int | None, plan_queue: str | None, prefix: str | None
+) -> int:
+    """Refuse a bad ``--executor``, ``--retries``, ``--plan-queue`` or a prefix holding
+    credentials; the retries to use (:func:`default_retries` when not given)."""
     if executor not in EXECUTORS:
         raise ExportError(
             f"--executor {executor!r} is not known", f"use one of {', '.join(EXECUTORS)}"
@@ -868,52 +959,26 @@ def build_export(
         from marin.execution.store.location import refuse_credentials
 
         refuse_credentials(prefix)  # it would be written into the DAG file
-    chosen_id = check_dag_id(dag_id) if dag_id is not None else default_dag_id(target)
-    path = output_file(out, chosen_id)
-    dag_dir = os.path.dirname(os.path.abspath(path))
-    check_multi_host(target, dag_dir, prefix, executor)
-    root = export_root(dag_dir, target)
-    if specs is None:
-        specs = lower_target(target, select, exclude, versions)
-    elif select or exclude:
-        from marin.execution.pipeline.graph import as_graph
-        from marin.selection import select_graph
+    return retries
 
-        specs = list(select_graph(as_graph(specs), select, exclude).steps)
-    steps = step_infos(specs)
-    tasks = plan_tasks(steps, default_retries=retries, executor=executor)
-    options = DagOptions(
-        dag_id=chosen_id,
-        max_concurrent=max_concurrent,
-        prefix=prefix,
-        schedule=check_schedule(schedule),
-        on_drift=check_drift_policy(on_drift),
-        export_root=_rel(root, dag_dir),
-        export_command=export_command(
-            target,
-            out,
-            root=root,
-            dag_id=dag_id,
-            max_concurrent=max_concurrent,
-            prefix=prefix,
-            schedule=schedule,
-            retries=retries,
-            on_drift=on_drift,
-            executor=executor,
-            plan_queue=plan_queue,
-            select=select,
-            exclude=exclude,
-        )
-        + codex_flags(versions),
-        executor=executor,
-        plan_queue=plan_queue,
-        select=select,
-        exclude=exclude,
-        versions=None if versions is None else codex_json(versions),
-    )
-    reference = target_reference(target, dag_dir)
-    text = render_dag(reference, tasks, options)
-    return ExportResult(path, text, tuple(tasks), chosen_id, options.export_command, root)
+
+def _export_specs(
+    target: str,
+    specs: Sequence[Any] | None,
+    select: Sequence[str],
+    exclude: Sequence[str],
+    versions: VersionCodex | None,
+) -> list[Any]:
+    """The steps the file holds: ``specs`` (already lowered) or the target lowered, cut to
+    the selection."""
+    if specs is None:
+        return lower_target(target, select, exclude, versions)
+    if not (select or exclude):
+        return list(specs)
+    from marin.execution.pipeline.graph import as_graph
+    from marin.selection import select_graph
+
+    return list(select_graph(as_graph(specs), select, exclude).steps)
 
 
 def write_export(result: ExportResult) -> bool:

@@ -13,13 +13,19 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from marin.execution.errors import InvalidStepError, MarinError
-from marin.execution.pipeline.versions import exported_codex, resolved_id, use_codex
+from marin.execution.errors import MarinError
+from marin.execution.pipeline.versions import (
+    active_codex,
+    codex_json,
+    exported_codex,
+    resolved_id,
+    use_codex,
+)
 from marin.execution.plan.options import DEFAULT_ON_DRIFT, RunOptions, check_patterns
-from marin.execution.vocabulary import Action, BuildOutcomeKind, RunResult
+from marin.execution.vocabulary import Action, BuildOutcomeKind, OutputScope, RunResult
 from marin_airflow.contract import PLAN_TASK_ID, XComKey, resolve_target
 from marin_airflow.contract import graph_digest as digest_of
 
@@ -35,9 +41,10 @@ _target_locks: dict[str, threading.Lock] = {}
 """Per target: held while it is loaded or lowered, so tasks of one process share that work while
 tasks of other pipelines never wait for it."""
 _lowered: dict[str, dict[str, Any]] = {}
-"""Per process: resolved target -> {step_id: StepSpec}. Airflow may run many tasks per process."""
+"""Per process: lowering key (``_key``) -> {step_id: StepSpec}. Airflow may run many tasks, of
+many DAGs, per process."""
 _graphs: dict[str, Any] = {}
-"""Per process: resolved target -> its lowered ``Graph`` (targets and every step)."""
+"""Per process: lowering key -> the lowered ``Graph`` (targets and every step)."""
 
 
 def task_placement(step: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,29 +96,39 @@ def _fix(export_command: str, export_root: str, dag_dir: str) -> str:
     return f"re-run `{command}` in {where} and deploy the regenerated DAG file"
 
 
+def _key(target: str) -> str:
+    """What the caches are keyed by: everything that changes how ``target`` lowers, which is
+    the target and the ambient version codex (each task sets its DAG's; two DAGs exported with
+    other versions of one pipeline may share a worker). The scope is not in it: the specs kept
+    are unplaced, and each run places them for its own user (``marin_airflow.scopes``)."""
+    codex = active_codex(None)
+    return target if codex is None else f"{target}\x00{codex_json(codex)}"
+
+
 def _target_lock(target: str) -> threading.Lock:
     with _lock:
         return _target_locks.setdefault(target, threading.Lock())
 
 
 def steps_for(target: str) -> dict[str, Any]:
-    """Load and lower ``target`` once per process; every transitive step by its id."""
+    """Load and lower ``target`` once per process and codex; every transitive step by its id."""
+    key = _key(target)
     with _lock:
-        cached = _lowered.get(target)
+        cached = _lowered.get(key)
     if cached is not None:
         return cached
     from marin.execution.pipeline.handles import lower_graph
     from marin.execution.pipeline.targets import load_target
 
-    with _target_lock(target):
+    with _target_lock(key):
         with _lock:
-            cached = _lowered.get(target)  # another task lowered it while this one waited
+            cached = _lowered.get(key)  # another task lowered it while this one waited
         if cached is not None:
             return cached
         graph = lower_graph(load_target(target))  # collected and checked once, here
         steps = {spec.step_id: spec for spec in graph.steps}
         with _lock:
-            _lowered[target], _graphs[target] = steps, graph
+            _lowered[key], _graphs[key] = steps, graph
         return steps
 
 
@@ -119,13 +136,13 @@ def graph_for(target: str) -> Any:
     """The target's ``Graph``, lowered once per process (see ``steps_for``)."""
     steps_for(target)
     with _lock:
-        return _graphs[target]
+        return _graphs[_key(target)]
 
 
 _handles: dict[str, dict[str, Any]] = {}
-"""Per process: resolved target -> every handle of its graph by step id (not lowered)."""
+"""Per process: lowering key -> every handle of its graph by step id (not lowered)."""
 _memos: dict[str, dict[Any, Any]] = {}
-"""Per process: resolved target -> the ``lower`` memo, so each step is lowered at most once."""
+"""Per process: lowering key -> the ``lower`` memo, so each step is lowered at most once."""
 
 
 def handles_for(target: str) -> dict[str, Any]:
@@ -134,30 +151,37 @@ def handles_for(target: str) -> dict[str, Any]:
     Walking handles is cheap (no config is built, nothing is hashed), so a task can find its own
     step, and check a ``force`` name against the whole pipeline, without lowering the graph.
     """
+    key = _key(target)  # a deferred handle's id depends on the codex
     with _lock:
-        cached = _handles.get(target)
+        cached = _handles.get(key)
     if cached is not None:
         return cached
     from marin.execution.pipeline.targets import load_target
 
-    with _target_lock(target):
+    with _target_lock(key):
         with _lock:
-            cached = _handles.get(target)
+            cached = _handles.get(key)
         if cached is not None:
             return cached
-        found: dict[str, Any] = {}
-        stack = list(load_target(target))
-        seen: set[int] = set()
-        while stack:  # iterative: a 100,000-deep chain has no recursion limit to hit
-            handle = stack.pop()
-            if id(handle) in seen:
-                continue
-            seen.add(id(handle))
-            found.setdefault(resolved_id(handle), handle)
-            stack.extend(handle.deps)
+        found = _handles_by_id(load_target(target))
         with _lock:
-            _handles[target] = found
+            _handles[key] = found
         return found
+
+
+def _handles_by_id(roots: Sequence[Any]) -> dict[str, Any]:
+    """Every handle reachable from ``roots``, by its (codex-resolved) step id."""
+    found: dict[str, Any] = {}
+    stack = list(roots)
+    seen: set[int] = set()
+    while stack:  # iterative: a 100,000-deep chain has no recursion limit to hit
+        handle = stack.pop()
+        if id(handle) in seen:
+            continue
+        seen.add(id(handle))
+        found.setdefault(resolved_id(handle), handle)
+        stack.extend(handle.deps)
+    return found
 
 
 def step_for(target: str, step: str) -> Any | None:
@@ -168,8 +192,9 @@ def step_for(target: str, step: str) -> Any | None:
     which lowers its dependencies and nothing else. The handles and the lowering memo are kept
     per process, so several tasks in one worker share the work.
     """
+    key = _key(target)
     with _lock:
-        cached = _lowered.get(target)
+        cached = _lowered.get(key)
         if cached is not None:
             return cached.get(step)
     handle = handles_for(target).get(step)
@@ -177,9 +202,9 @@ def step_for(target: str, step: str) -> Any | None:
         return None
     from marin.execution.pipeline.handles import lower
 
-    with _target_lock(target):  # the memo is shared by this process's tasks of the target
+    with _target_lock(key):  # the memo is shared by this process's tasks of the target
         with _lock:
-            memo = _memos.setdefault(target, {})
+            memo = _memos.setdefault(key, {})
         return lower(handle, memo=memo)
 
 
@@ -388,16 +413,31 @@ def _location(
     return location
 
 
-def _use_exported_codex(versions: str | None, context: Any | None) -> None:
+def _run_choices(versions: str | None, scope: str, context: Any | None) -> Any:
     """The run's ``versions`` and ``scope`` params (untrusted) may only be what the DAG file
-    allows: its exported codex, the shared scope. Then lowering uses that codex."""
+    allows: its exported codex and scope. Then lowering uses that codex; returns the run's
+    ``RunScope`` (``marin_airflow.scopes``)."""
+    from marin_airflow.scopes import run_scope
+
     params = (context or {}).get("params") or {}
-    scope = params.get("scope")
-    if scope not in (None, "", "shared"):
-        raise InvalidStepError(
-            f"param scope={str(scope)[:100]!r}", "this DAG runs in the shared scope only"
-        )
+    placement = run_scope(scope, context)
     use_codex(exported_codex(versions, params.get("versions"), "param versions"))
+    return placement
+
+
+def _placed_step(
+    context: Any | None, placement: Any, spec: Any, location: Any, force: Iterable[str]
+) -> Any:
+    """Where the step reads and writes. A step that needs a user takes the plan task's (its
+    XCom), so every task of a run writes for one user whatever its worker's ``$MARIN_USER``."""
+    from marin.execution.plan.scope import needs_user
+    from marin_airflow.scopes import run_scope
+
+    if needs_user([spec], placement.scope):
+        planned = _from_xcom(context, PLAN_TASK_ID, XComKey.USER)
+        placement = run_scope(placement.scope, context, planned)
+    (placed,), _ = placement.place([spec], location, force)
+    return placed
 
 
 def plan_steps(
@@ -415,55 +455,83 @@ def plan_steps(
     exclude: Sequence[str] = (),
     dag_fingerprints: Mapping[str, str] | None = None,
     versions: str | None = None,
+    scope: str = OutputScope.SHARED,
     **newer: Any,
 ) -> dict[str, Any]:
     """The DAG's first task: decide every step, as ``marin plan`` does, for the step tasks.
 
     ``select`` and ``exclude`` are the export's ``--select``/``--exclude`` (from the DAG file,
     never from the run's params): only the steps they leave are planned, as ``marin plan``
-    plans them with those options, so they are exactly the DAG file's steps.
+    plans them with those options, so they are exactly the DAG file's steps. ``scope``: the
+    export's (``--scope user``: each step reads and writes as ``marin run --scope user``).
 
     ``dag_fingerprints`` (step id -> the fingerprint in the DAG file, passed by the plan
     operator) names the ``stale`` steps: gone from the pipeline or lowered to another
     fingerprint. Their tasks must run whatever the plan decides, to fail as stale.
 
     Returns (one XCom per key) the step ids to ``build``, to serve (``skip``: cached) and to
-    ``prune``, and the policy used. In a DAG file whose plan task is a ``MarinPlanOperator``,
-    the tasks of the steps not built are then skipped without a launch. A drifted step under
-    ``on_drift=error`` raises ``DriftError`` here, before any step runs.
+    ``prune``, the policy used, and the run's ``user`` when a step needs one. In a DAG file
+    whose plan task is a ``MarinPlanOperator``, the tasks of the steps not built are then
+    skipped without a launch. A drifted step under ``on_drift=error`` raises ``DriftError``
+    here, before any step runs.
     """
-    from marin.execution.plan.decide import plan_graph
-    from marin.execution.plan.read import read_stored
-    from marin.plan_view import plan_table
-    from marin.selection import select_graph
-
     context = _airflow_context()
     _warn_newer(newer, context)
-    _use_exported_codex(versions, context)
+    placement = _run_choices(versions, scope, context)
     if prefix is None:
         prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)
-    resolved = resolve_target(target, dag_dir)
     # The DAG file is data: its selection is checked like any option before it is used.
-    graph = select_graph(
+    graph = _selected_graph(resolve_target(target, dag_dir), select, exclude)
+    steps = {spec.step_id: spec for spec in graph.steps}
+    if graph_digest is not None:
+        _warn_if_changed(graph_digest, steps.values(), _fix(export_command, export_root, dag_dir))
+    policy = run_policy(context, default_on_drift, steps)
+    location = _location(prefix, default_prefix, shared_prefix_only)
+    return _plan_placed(graph, placement, policy, location, steps, dag_fingerprints)
+
+
+def _selected_graph(resolved: str, select: Sequence[str], exclude: Sequence[str]) -> Any:
+    """The lowered graph of ``resolved``, cut to the DAG file's selection."""
+    from marin.selection import select_graph
+
+    return select_graph(
         graph_for(resolved),
         check_patterns(select, "SELECT"),
         check_patterns(exclude, "EXCLUDE"),
     )
-    specs = list(graph.steps)
-    steps = {spec.step_id: spec for spec in specs}
-    if graph_digest is not None:
-        now = digest_of((s.step_id, s.fingerprint) for s in specs)
-        if now != graph_digest:
-            log.warning(
-                "marin: the DAG file is stale: the pipeline's steps changed since the export: %s",
-                _fix(export_command, export_root, dag_dir),
-            )
-    policy = run_policy(context, default_on_drift, steps)
-    location = _location(prefix, default_prefix, shared_prefix_only)
-    plan = plan_graph(specs, list(graph.targets), read_stored(specs, location), policy)
+
+
+def _warn_if_changed(digest: str, specs: Iterable[Any], fix: str) -> None:
+    """Warn when the pipeline's steps changed (added or removed) since the export."""
+    if digest_of((s.step_id, s.fingerprint) for s in specs) != digest:
+        log.warning(
+            "marin: the DAG file is stale: the pipeline's steps changed since the export: %s", fix
+        )
+
+
+def _plan_placed(
+    graph: Any,
+    placement: Any,
+    policy: Any,
+    location: Any,
+    steps: Mapping[str, Any],
+    dag_fingerprints: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """Place every step for the run's scope and user (as ``marin run`` does), then plan it."""
+    from marin.execution.pipeline.graph import Graph
+    from marin.execution.plan.decide import plan_graph
+    from marin.execution.plan.read import read_stored
+    from marin.plan_view import plan_table
+
+    targets, user = placement.place(list(graph.targets), location, policy.force)
+    specs = list(graph.steps) if user is None else list(Graph.of(targets).steps)
+    plan = plan_graph(specs, targets, read_stored(specs, location), policy)
     log.info("marin: the plan under %s:\n%s", location.url, plan_table(plan, location))
-    return _plan_result(plan, policy, steps, dag_fingerprints)
+    result = _plan_result(plan, policy, steps, dag_fingerprints)
+    if user is not None:  # every step task writes for this user, whatever its worker's
+        result[XComKey.USER.value] = user
+    return result
 
 
 def _plan_result(
@@ -561,6 +629,7 @@ def run_step(
     dag_dir: str | None = None,
     shared_prefix_only: bool = False,
     versions: str | None = None,
+    scope: str = OutputScope.SHARED,
     **newer: Any,
 ) -> dict[str, Any]:
     """Build one Marin step (or find it built) and return what happened, for XCom.
@@ -570,17 +639,11 @@ def run_step(
     lowers to another fingerprint, the DAG file is stale and the task fails without building.
     Only this step and its ancestors are lowered. ``graph_digest`` (passed by DAG files of older
     exporters) is not checked here: the ``marin-plan`` task checks it for the whole graph.
+    ``scope``: the export's; the step is placed for the run's user as the plan task placed it.
     """
-    from marin.execution.build.commit import build_step
-    from marin.execution.build.lineage.names import step_datasets
-    from marin.execution.build.request import BuildRequest
-    from marin.execution.pipeline.provenance import engine_run
-    from marin.execution.pipeline.remote.call import JobWaiting
-    from marin_airflow.assets import dag_run_lineage, record_built
-
     context = _airflow_context()
     _warn_newer(newer, context)
-    _use_exported_codex(versions, context)
+    placement = _run_choices(versions, scope, context)
     if prefix is None:
         prefix = _prefix_param(context)
     dag_dir = dag_dir or _dag_dir(context)
@@ -600,16 +663,27 @@ def run_step(
         handles_for(resolved) if planned_force is None else {},
         planned_force,
     )
-    pruned = _from_xcom(context, PLAN_TASK_ID, Action.PRUNE) or []
-    if step in pruned:
+    spec = _placed_step(context, placement, spec, location, policy.force)
+    if step in (_from_xcom(context, PLAN_TASK_ID, Action.PRUNE) or []):
         log.info("marin: step %s pruned: not built, and nothing being built needs it", step)
-        return {
-            XComKey.STEP.value: step,
-            XComKey.ACTION.value: RunResult.PRUNED.value,
-            "cached": True,
-            "output_url": location.url_for(spec.output_path),
-            "fingerprint": spec.fingerprint,
-        }
+        return _pruned_result(step, spec, location)
+    _stop_if_the_run_failed(context)
+    return _build(context, spec, location, policy)
+
+
+def _pruned_result(step: str, spec: Any, location: Any) -> dict[str, Any]:
+    """The XCom of a step the plan pruned (its task ran anyway: cleared, or called directly)."""
+    return {
+        XComKey.STEP.value: step,
+        XComKey.ACTION.value: RunResult.PRUNED.value,
+        "cached": True,
+        "output_url": location.url_for(spec.output_path),
+        "fingerprint": spec.fingerprint,
+    }
+
+
+def _stop_if_the_run_failed(context: Any | None) -> None:
+    """Fail-fast: skip this task when another step of the run failed (``failed_task_in_run``)."""
     stopped_by = failed_task_in_run(context)
     if stopped_by is not None:
         from airflow.sdk.exceptions import AirflowSkipException
@@ -617,12 +691,24 @@ def run_step(
         from marin.execution.run.report import KEEP_GOING_AIRFLOW, stopped_reason
 
         raise AirflowSkipException(stopped_reason(stopped_by, KEEP_GOING_AIRFLOW))
+
+
+def _build(context: Any | None, spec: Any, location: Any, policy: Any) -> dict[str, Any]:
+    """Build the step with the core's ``build_step`` (the same decision as the plan's, from the
+    records now), with its datasets, assets and provenance for Airflow."""
+    from marin.execution.build.commit import build_step
+    from marin.execution.build.lineage.names import step_datasets
+    from marin.execution.build.request import BuildRequest
+    from marin.execution.pipeline.provenance import engine_run
+    from marin.execution.pipeline.remote.call import JobWaiting
+    from marin_airflow.assets import dag_run_lineage, record_built
+
+    step = spec.step_id
     log.info("marin: step %s: checking %s", step, location.url_for(spec.output_path))
     inputs, output = step_datasets(location, spec)
     _record_datasets(context, inputs.values())
     try:
-        # The same decision as the plan's, from this step's record and its dependencies' records
-        # now (a dependency built earlier in this run is a new build: its dependents rebuild).
+        # A dependency built earlier in this run is a new build: its dependents rebuild.
         upstream = _upstream(context, spec, location)
         ids = task_instance_ids(context)
         with (
@@ -636,8 +722,7 @@ def run_step(
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)
         _announce_failure(context, step)
         raise
-    cached = outcome.action != BuildOutcomeKind.BUILT
-    if not cached:  # an asset event, and an output for OpenLineage, only for a real build
+    if outcome.action == BuildOutcomeKind.BUILT:  # an asset event and an OpenLineage output
         record_built(context, step, outcome.output_url, outcome.record)
         _record_datasets(context, inputs.values(), output)
     return _step_result(step, spec, outcome)

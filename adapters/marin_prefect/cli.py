@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marin.execution.errors import MarinError
+from marin.execution.pipeline.scope import check_scope
 from marin.execution.pipeline.versions import VersionCodex, codex_json
 from marin.execution.plan.options import (
     DEFAULT_MAX_CONCURRENT,
@@ -36,10 +37,11 @@ from marin.execution.plan.options import (
     RunOptions,
     check_patterns,
 )
+from marin.execution.vocabulary import OutputScope
 from marin_prefect.names import BANNED_NAME_CHARS
 
 ENTRYPOINT = "marin_prefect.flows:marin_pipeline"
-_OWNED_PARAMETERS = ("target", "prefix", "select", "exclude", "versions")
+_OWNED_PARAMETERS = ("target", "prefix", "select", "exclude", "versions", "scope")
 """Parameters a re-export replaces, or removes when it no longer gives them."""
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -78,7 +80,15 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("target", metavar="TARGET", help="path/to/file.py:attr or pkg.mod:attr")
     # The same --select/--exclude as `marin plan`; stored as the select/exclude parameters.
     _add_selection(parser)
-    _add_versions(parser)  # --version/--override: the deployment's versions parameter
+    _add_versions(parser)  # --version/--override/--scope: the versions and scope parameters
+    _add_deployment_arguments(parser)
+    _add_run_arguments(parser)
+    parser.set_defaults(func=main)
+    return parser
+
+
+def _add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the deployment goes: its name, work pool, file and prefix."""
     parser.add_argument(
         "--name", help="deployment name (default: derived from TARGET, e.g. ngram-pipeline)"
     )
@@ -101,6 +111,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="debug logging, and tracebacks for errors",
     )
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """How its runs build: the run parameters, the target check and the resource limits."""
     parser.add_argument(
         "--max-concurrent",
         dest="max_concurrent",
@@ -132,8 +146,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "use, sized for this capacity, e.g. cpu=16,memory=64GiB,gpu=2 (marin-cpu, "
         "marin-memory-gib, marin-gpu, ...) on the current Prefect API",
     )
-    parser.set_defaults(func=main)
-    return parser
 
 
 def main(args: argparse.Namespace) -> int:
@@ -271,17 +283,17 @@ def export(
     select: Sequence[str] = (),
     exclude: Sequence[str] = (),
     versions: VersionCodex | None = None,
-    scope: str = "shared",
+    scope: str = OutputScope.SHARED,
 ) -> tuple[str, str]:
     """Write or update the deployment; return ``(created|updated|unchanged, name)``.
 
     ``versions``: the codex of steps with ``version=None``, stored as the ``versions``
-    parameter (JSON text, data): a run of the deployment may not choose another.
+    parameter (JSON text, data): a run of the deployment may not choose another. ``scope``:
+    ``user`` is stored as the ``scope`` parameter, the only one its runs take (each writes
+    under ``<prefix>/users/<user>/``); ``shared`` (the default) stores none: runs are shared.
 
     ``select``/``exclude`` (globs, as for ``marin plan``) become the deployment's ``select`` and
     ``exclude`` parameters: its runs build only those steps and what they need."""
-    import yaml
-
     from marin.execution.pipeline.targets import Target
 
     Target.parse(target)  # a TargetError (bad input) before anything is written
@@ -293,16 +305,46 @@ def export(
     options = RunOptions(on_drift=on_drift, max_concurrent=max_concurrent)
     select = check_patterns(select, "--select")
     exclude = check_patterns(exclude, "--exclude")
+    scope = check_scope(scope)
     name = name or default_deployment_name(target)
     if BANNED_NAME_CHARS.search(name) or not name.strip():
         raise ExportError(
             f"deployment name {name!r} is not allowed by Prefect", "use a --name without / % & > <"
         )
-    if scope != "shared":
-        raise ExportError(f"--scope {scope}: user scopes run with marin run only", "drop it")
     if check:
         _check_target(target, select, exclude, versions)
     target = _portable_target(target, output)
+    parameters: dict[str, Any] = {"target": target}
+    if prefix is not None:
+        parameters["prefix"] = prefix
+    parameters["max_concurrent"] = options.max_concurrent
+    parameters["on_drift"] = options.on_drift
+    if resource_limits:
+        parameters["resource_limits"] = True
+    # Written only when given, so deployments exported without them keep their bytes.
+    parameters.update(_optional_parameters(select, exclude, versions, scope))
+    return _write_deployment(output, name, target, work_pool, parameters)
+
+
+def _optional_parameters(
+    select: Sequence[str], exclude: Sequence[str], versions: VersionCodex | None, scope: str
+) -> dict[str, Any]:
+    """The parameters written only when given (an export without them keeps its bytes)."""
+    parameters: dict[str, Any] = {}
+    if select:
+        parameters["select"] = list(select)
+    if exclude:
+        parameters["exclude"] = list(exclude)
+    if versions is not None:
+        parameters["versions"] = codex_json(versions)
+    if scope != OutputScope.SHARED:
+        parameters["scope"] = str(scope)
+    return parameters
+
+
+def _read_document(output: str) -> tuple[str, dict[str, Any], list[Any]]:
+    """The prefect.yaml's text (empty if none), its mapping and its deployments list."""
+    import yaml
 
     old_text = ""
     if os.path.exists(output):
@@ -321,22 +363,16 @@ def export(
         deployments = document["deployments"] = []
     if not isinstance(deployments, list):
         raise ExportError(f"{output}: 'deployments' is not a list", "fix it")
+    return old_text, document, deployments
 
-    parameters: dict[str, Any] = {"target": target}
-    if prefix is not None:
-        parameters["prefix"] = prefix
-    parameters["max_concurrent"] = options.max_concurrent
-    parameters["on_drift"] = options.on_drift
-    if resource_limits:
-        parameters["resource_limits"] = True
-    # Written only when given, so deployments exported without them keep their bytes.
-    if select:
-        parameters["select"] = list(select)
-    if exclude:
-        parameters["exclude"] = list(exclude)
-    if versions is not None:
-        parameters["versions"] = codex_json(versions)
 
+def _write_deployment(
+    output: str, name: str, target: str, work_pool: str | None, parameters: dict[str, Any]
+) -> tuple[str, str]:
+    """Add or update deployment ``name`` in ``output``; write the file if its bytes changed."""
+    import yaml
+
+    old_text, document, deployments = _read_document(output)
     existing = next((d for d in deployments if isinstance(d, dict) and d.get("name") == name), None)
     if existing is None:
         entry: dict[str, Any] = {
@@ -350,24 +386,8 @@ def export(
         deployments.append(entry)
         action = "created"
     else:
-        existing["entrypoint"] = ENTRYPOINT
-        old_parameters = existing.get("parameters")
-        kept = old_parameters if isinstance(old_parameters, dict) else {}
-        # Marin owns these parameters; any others the user added (e.g. keep_going) are kept.
-        kept = {k: v for k, v in kept.items() if k not in _OWNED_PARAMETERS}
-        kept.update(parameters)
-        existing["parameters"] = {
-            **{k: kept[k] for k in parameters},
-            **{k: v for k, v in kept.items() if k not in parameters},
-        }
-        if work_pool:
-            pool = existing.get("work_pool")
-            if isinstance(pool, dict):
-                pool["name"] = work_pool
-            else:
-                existing["work_pool"] = {"name": work_pool}
+        _update_entry(existing, work_pool, parameters)
         action = "updated"
-
     new_text = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
     if new_text == old_text:
         return "unchanged", name
@@ -375,6 +395,28 @@ def export(
 
     write_file_atomically(output, new_text.encode("utf-8"))
     return action, name
+
+
+def _update_entry(
+    existing: dict[str, Any], work_pool: str | None, parameters: dict[str, Any]
+) -> None:
+    """Marin's keys of an existing deployment, updated; the keys it does not manage kept."""
+    existing["entrypoint"] = ENTRYPOINT
+    old_parameters = existing.get("parameters")
+    kept = old_parameters if isinstance(old_parameters, dict) else {}
+    # Marin owns these parameters; any others the user added (e.g. keep_going) are kept.
+    kept = {k: v for k, v in kept.items() if k not in _OWNED_PARAMETERS}
+    kept.update(parameters)
+    existing["parameters"] = {
+        **{k: kept[k] for k in parameters},
+        **{k: v for k, v in kept.items() if k not in parameters},
+    }
+    if work_pool:
+        pool = existing.get("work_pool")
+        if isinstance(pool, dict):
+            pool["name"] = work_pool
+        else:
+            existing["work_pool"] = {"name": work_pool}
 
 
 def _portable_target(target: str, output: str) -> str:

@@ -29,6 +29,31 @@ The task runner is the flow's choice (``task_runner=``): threads of the flow run
 default, or any Prefect task runner. With one that runs tasks in other processes (Dask's
 ``DaskTaskRunner``), each build is sent to the worker as its target and pickled arguments and
 built there (``marin_prefect.dask``); the loop, the plan and the states stay here.
+
+Options of ``to_prefect_flow`` beyond ``marin run``'s:
+
+- ``concurrency_limit`` names a Prefect global concurrency limit (create it first, e.g. with
+  ``prefect gcl create NAME --limit N``); a step holds one slot only while it builds.
+- ``resource_limits=True``: each building step also holds as many slots of the Prefect global
+  concurrency limits ``marin-<kind>`` (``marin-gpu``, ``marin-memory-gib``, ...) as its
+  ``resources`` ask for (docs/resources.md; ``marin export prefect --create-limits`` makes
+  them). Off by default, so a flow runs where no limits were created.
+- ``task_runner``: any Prefect task runner (default: ``ThreadPoolTaskRunner`` with
+  ``max_concurrent`` threads). With ``prefect_dask.DaskTaskRunner(address=...)`` each build
+  runs in a Dask worker process; a step's accelerators become Dask worker resources (a
+  ``gpu=1`` step runs only on a worker started with ``--resources GPU=N``). Every worker needs
+  the pipeline's code at the same path (or module) and a prefix on shared storage
+  (docs/scaling.md).
+- ``select`` and ``exclude`` (globs) keep only the matching steps and what they need; a pattern
+  that matches no step is an error naming it and the closest names.
+- ``versions``: the codex of steps with ``version=None``.
+- ``scope="user"`` places every step under ``<prefix>/users/<user>/`` for ``user`` (else
+  ``$MARIN_USER``, then the OS user), reading the shared builds it has not built itself, as
+  ``marin run --scope user`` does (``plan/scope.py``); the entry flow passes a ``RunScope``.
+- ``options`` (a ``RunOptions``, checked once by the caller: the entry flow) replaces
+  ``max_concurrent``, ``on_drift``, ``keep_going``, ``force``, ``cascade`` and
+  ``on_code_drift``. ``location``: the prefix, opened and checked by the caller (else
+  ``prefix`` is opened when the flow runs).
 """
 
 from __future__ import annotations
@@ -38,7 +63,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from prefect import Flow, Task, allow_failure, get_run_logger
@@ -46,6 +71,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Pending, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from marin.execution.pipeline.graph import Graph
+from marin.execution.pipeline.scope import check_scope
 from marin.execution.plan.decide import Plan, Policy
 from marin.execution.plan.options import (
     DEFAULT_MAX_CONCURRENT,
@@ -53,14 +80,14 @@ from marin.execution.plan.options import (
     DEFAULT_ON_DRIFT,
     RunOptions,
 )
+from marin.execution.plan.scope import RunScope
 from marin.execution.run.executors import Completion, CompletionKind, OnDone, StepJob
-from marin.execution.vocabulary import BuildOutcomeKind
+from marin.execution.vocabulary import BuildOutcomeKind, OutputScope
 from marin_prefect.dask import is_dask_runner
 from marin_prefect.names import safe_prefect_name
 
 if TYPE_CHECKING:
     from marin.execution.build.commit import BuildOutcome
-    from marin.execution.pipeline.graph import Graph
     from marin.execution.pipeline.step_spec import StepSpec
     from marin.execution.pipeline.versions import VersionCodex
     from marin.execution.store.location import Location
@@ -139,49 +166,24 @@ def to_prefect_flow(
     select: Sequence[str] = (),
     exclude: Sequence[str] = (),
     versions: VersionCodex | None = None,
+    scope: str | RunScope = OutputScope.SHARED,
+    user: str | None = None,
 ) -> Flow[[], dict[str, str]]:
-    """Compile a pipeline into a Prefect flow; calling the flow runs the pipeline.
+    """Compile a pipeline into a Prefect flow; calling the flow runs the pipeline, and returns
+    ``{name@version: artifact path}`` for every step.
 
     ``target_or_handles`` is a target string (``"examples/ngram.py:pipeline"`` or
     ``"pkg.mod:attr"``), a handle, or a list of handles. The graph is lowered here, once; the
     prefix is resolved when the flow runs (argument, else ``$MARIN_PREFIX``, else the default), so
-    a worker's environment decides where a deployment's artifacts go.
+    a worker's environment decides where a deployment's artifacts go. ``on_drift``, ``force``
+    (step names or ``name@version`` ids), ``cascade``, ``on_code_drift``, ``select`` and
+    ``exclude`` mean what they mean for ``marin run``: the flow plans with the same decision
+    function, so ``marin plan`` with the same options predicts it exactly. The other options
+    are described in the module docstring (``Options``).
 
-    ``concurrency_limit`` names a Prefect global concurrency limit (create it first, e.g. with
-    ``prefect gcl create NAME --limit N``); a step holds one slot only while it builds. The flow
-    returns ``{name@version: artifact path}`` for every step.
-
-    ``resource_limits=True``: each building step also holds as many slots of the Prefect global
-    concurrency limits ``marin-<kind>`` (``marin-gpu``, ``marin-memory-gib``, ...) as its
-    ``resources`` ask for (docs/resources.md; ``marin export prefect --create-limits`` makes
-    them). Off by default, so a flow runs where no limits were created.
-
-    ``on_drift``, ``force`` (step names or ``name@version`` ids), ``cascade`` and
-    ``on_code_drift`` mean what they mean for ``marin run``: the flow plans with the same
-    decision function, so ``marin plan`` with the same options predicts it exactly.
-
-    ``task_runner``: any Prefect task runner (default: ``ThreadPoolTaskRunner`` with
-    ``max_concurrent`` threads). With ``prefect_dask.DaskTaskRunner(address=...)`` each build
-    runs in a Dask worker process; a step's accelerators become Dask worker resources (a
-    ``gpu=1`` step runs only on a worker started with ``--resources GPU=N``). Every worker needs
-    the pipeline's code at the same path (or module) and a prefix on shared storage
-    (docs/scaling.md).
-
-    ``select`` and ``exclude`` (globs, as ``marin run --select/--exclude`` takes) keep only the
-    matching steps and what they need; a pattern that matches no step is an error naming it and
-    the closest names.
-
-    ``options`` (a ``RunOptions``, checked once by the caller: the entry flow) replaces
-    ``max_concurrent``, ``on_drift``, ``keep_going``, ``force``, ``cascade`` and
-    ``on_code_drift``. ``location``: the prefix, opened and checked by the caller (else
-    ``prefix`` is opened when the flow runs).
-
-    Raises ``OptionError`` for a bad option, ``TargetError``/``PipelineImportError`` for a
-    target that cannot be loaded, ``InvalidStepError`` for a selection or ``force`` name that
-    names no step, and ``ValueError`` for an empty ``concurrency_limit``.
-    """
-    from marin.selection import select_graph
-
+    Raises ``OptionError`` (a bad option), ``TargetError``/``PipelineImportError`` (a target
+    that cannot load), ``InvalidStepError`` (a selection or ``force`` naming no step) and
+    ``ValueError`` (an empty ``concurrency_limit``)."""
     run = options or RunOptions(
         on_drift=on_drift,
         force=(force,) if isinstance(force, str) else tuple(force),
@@ -192,27 +194,37 @@ def to_prefect_flow(
     )
     if concurrency_limit is not None and not concurrency_limit.strip():
         raise ValueError("error: concurrency_limit is empty: pass a global concurrency limit name")
-    graph = select_graph(
-        lower_flow_target(target_or_handles, versions),
-        select,
-        exclude,
-        options=("select", "exclude"),
-    )
+    graph = _selected_graph(target_or_handles, select, exclude, versions)
     flow_name = name or default_flow_name(target_or_handles, list(graph.targets))
     if task_runner is None:
         task_runner = ThreadPoolTaskRunner(max_workers=run.max_concurrent)
     remote = not isinstance(task_runner, ThreadPoolTaskRunner)
     flow_options = FlowOptions(
-        run=run,
-        policy=run.policy(graph.steps),
-        prefix=prefix,
-        concurrency_limit=concurrency_limit,
-        resource_limits=resource_limits,
-        remote=remote,
+        run=run, policy=run.policy(graph.steps), prefix=prefix,
+        concurrency_limit=concurrency_limit, resource_limits=resource_limits, remote=remote,
         target=remote_target(target_or_handles) if remote else None,
         dask=remote and is_dask_runner(task_runner),
-    )
+        placement=scope if isinstance(scope, RunScope) else RunScope(check_scope(scope), user),
+    )  # fmt: skip
     return _flow(flow_name, graph, flow_options, location, task_runner)
+
+
+def _selected_graph(
+    target_or_handles: Any,
+    select: Sequence[str],
+    exclude: Sequence[str],
+    versions: VersionCodex | None,
+) -> Graph:
+    """The lowered graph, cut to ``select``/``exclude`` (a pattern matching no step is an
+    error naming the option)."""
+    from marin.selection import select_graph
+
+    return select_graph(
+        lower_flow_target(target_or_handles, versions),
+        select,
+        exclude,
+        options=("select", "exclude"),
+    )
 
 
 def _flow(
@@ -304,6 +316,8 @@ class FlowOptions:
     """What a remote worker loads first (``remote_target``)."""
     dask: bool = False
     """The task runner is Dask's: a step's accelerators annotate its Dask task's resources."""
+    placement: RunScope = field(default_factory=RunScope)
+    """The run's scope and user: where each step reads and writes (``plan/scope.py``)."""
 
 
 def run_steps(
@@ -332,6 +346,10 @@ def run_steps(
     location = open_prefix(options.prefix) if location is None else location
     location.check_writable()
     logger.info("marin: %d step(s) under %s", len(steps), location.url)
+    # Where each step reads and writes for the run's user, as `marin run` places them.
+    placed, user = options.placement.place(targets, location, options.policy.force)
+    if user is not None:
+        steps, targets = Graph.of(placed).steps, placed
     plan = plan_graph(steps, targets, read_stored(steps, location), options.policy)
     report = RunReport(location, plan)
     executor = PrefectExecutor(plan, location, options)

@@ -32,6 +32,7 @@ from typing import Any
 
 from prefect import flow
 
+from marin.execution.pipeline.scope import check_scope, user_param
 from marin.execution.pipeline.versions import VersionCodex, exported_codex
 from marin.execution.plan.options import (
     DEFAULT_MAX_CONCURRENT,
@@ -40,6 +41,8 @@ from marin.execution.plan.options import (
     RunOptions,
     check_patterns,
 )
+from marin.execution.plan.scope import RunScope
+from marin.execution.vocabulary import OutputScope
 from marin_prefect.compile import to_prefect_flow
 from marin_prefect.dask import DASK_ADDRESS_ENV, task_runner_from_env
 
@@ -47,6 +50,10 @@ ALLOWED_TARGETS_ENV = "MARIN_PREFECT_ALLOWED_TARGETS"
 ALLOWED_PREFIXES_ENV = "MARIN_ALLOWED_PREFIXES"
 WORKER_ONLY_ENV = (ALLOWED_TARGETS_ENV, ALLOWED_PREFIXES_ENV, DASK_ADDRESS_ENV)
 """Variables only the worker's owner may set: a run's job variables must not override them."""
+FIX_USER = (
+    "trigger the run with a 'user' parameter (one path segment: letters, digits, '_', '-', "
+    "'.'; e.g. alice), or set MARIN_USER in the worker's environment"
+)
 
 
 def allowed_targets() -> frozenset[str]:
@@ -78,12 +85,12 @@ def _run_from_deployment() -> tuple[Any, Any] | None:
     return flow_run, deployment
 
 
-def check_run_choices(target: str) -> None:
+def check_run_choices(target: str, found: tuple[Any, Any] | None) -> None:
     """Refuse a deployment run whose trigger chose the target or worker-only settings.
 
-    Runs before the target is imported and before storage is touched.
+    ``found``: ``_run_from_deployment()``. Runs before the target is imported and before
+    storage is touched.
     """
-    found = _run_from_deployment()
     if found is None:
         return  # called directly: the caller already runs its own code
     flow_run, deployment = found
@@ -98,9 +105,7 @@ def check_run_choices(target: str) -> None:
             "those are set on the worker, not by a run; trigger the run without them",
         )
     pinned = (deployment.parameters or {}).get("target")
-    if target == pinned:
-        return
-    if target in allowed_targets():
+    if target == pinned or target in allowed_targets():
         return
     if pinned is None:
         raise _refused(
@@ -117,12 +122,9 @@ def check_run_choices(target: str) -> None:
     )
 
 
-def check_run_versions(versions: object, scope: object) -> VersionCodex | None:
+def check_run_versions(versions: object, found: tuple[Any, Any] | None) -> VersionCodex | None:
     """The run's codex: a deployment run's ``versions`` may only be its deployment's own (as
-    its target is); ``scope`` only ``shared`` (user scopes are for ``marin run``)."""
-    if scope != "shared":
-        raise _refused(f"scope={str(scope)[:100]!r}", "Prefect runs use the shared scope only")
-    found = _run_from_deployment()
+    its target is)."""
     if found is None:  # called directly: the caller's own choice, checked as data
         allowed = versions if isinstance(versions, str) and versions else None
         try:
@@ -132,6 +134,38 @@ def check_run_versions(versions: object, scope: object) -> VersionCodex | None:
                 f"versions={str(versions)[:100]!r} ({exc})", "pass the codex JSON"
             ) from None
     return exported_codex((found[1].parameters or {}).get("versions"), versions, "versions")
+
+
+def check_run_scope(scope: object, user: object, found: tuple[Any, Any] | None) -> RunScope:
+    """The run's scope and user: a deployment run's ``scope`` may only be its deployment's own
+    (``marin export prefect --scope user`` stores ``user``; none: ``shared``). The user is the
+    ``user`` parameter, else who triggered the run (Prefect Cloud names a user), else
+    ``$MARIN_USER`` or the OS user on the worker; the parameter is checked here, first."""
+    chosen = check_scope(scope)
+    if found is not None:
+        allowed = (found[1].parameters or {}).get("scope") or OutputScope.SHARED
+        if chosen != allowed:
+            raise _refused(
+                f"scope={str(scope)[:100]!r}: deployment {found[1].name} runs in the "
+                f"{allowed} scope only",
+                "trigger the run without a scope parameter; for another scope, export the "
+                "deployment again with --scope",
+            )
+    named = user_param(user, FIX_USER)
+    created_by = getattr(found[0], "created_by", None) if found is not None else None
+    by_user = getattr(created_by, "type", None) == "USER"
+    triggered_by = getattr(created_by, "display_value", None) if by_user else None
+    return RunScope(chosen, named, triggered_by, FIX_USER)
+
+
+def check_run(
+    target: str, versions: object, scope: object, user: object
+) -> tuple[VersionCodex | None, RunScope]:
+    """What a run may choose, checked before anything is imported or stored: its target and
+    job variables, its codex, its scope and user (each function above)."""
+    found = _run_from_deployment()
+    check_run_choices(target, found)
+    return check_run_versions(versions, found), check_run_scope(scope, user, found)
 
 
 @flow(name="marin-pipeline", validate_parameters=True)
@@ -149,7 +183,8 @@ def marin_pipeline(
     select: list[str] | None = None,
     exclude: list[str] | None = None,
     versions: str | None = None,
-    scope: str = "shared",
+    scope: str = OutputScope.SHARED,
+    user: str | None = None,
 ) -> dict[str, str]:
     """Run the Marin pipeline ``target`` ("path/to/file.py:attr" or "pkg.module:attr").
 
@@ -162,30 +197,21 @@ def marin_pipeline(
     ``marin export prefect --select`` stores them) build only part of the pipeline. Like
     ``force``, a run may set them: they choose among the pinned target's steps, never code.
     ``versions`` (the codex of steps with ``version=None``, as JSON; ``marin export prefect
-    --version`` stores it) may only be the deployment's own; ``scope`` only ``shared``.
+    --version`` stores it) and ``scope`` (``--scope``) may only be the deployment's own.
+    ``user``: whose ``<prefix>/users/<user>/`` a user-scope run writes (``check_run_scope``).
     """
     from marin.execution.pipeline.targets import Target
     from marin.execution.store.location import open_prefix
 
-    check_run_choices(target)
-    codex = check_run_versions(versions, scope)
+    codex, placement = check_run(target, versions, scope, user)
     parsed = Target.parse(target)  # once: the flow's name, its lowering and remote workers
     # Opened and checked (MARIN_ALLOWED_PREFIXES) once, before the pipeline is even imported.
     location = open_prefix(prefix)
     # The run's parameters are whoever triggered it's data: checked like any option, first.
     options = RunOptions.from_params(
-        {
-            "on_drift": on_drift,
-            "force": force,
-            "cascade": cascade,
-            "max_concurrent": max_concurrent,
-            "keep_going": keep_going,
-            "on_code_drift": on_code_drift,
-        }
-    )
-    # Before the pipeline is imported; whether each matches a step is checked once it is.
-    chosen = check_patterns(select or [], "select")
-    dropped = check_patterns(exclude or [], "exclude")
+        {"on_drift": on_drift, "force": force, "cascade": cascade, "keep_going": keep_going,
+         "max_concurrent": max_concurrent, "on_code_drift": on_code_drift}
+    )  # fmt: skip
     pipeline = to_prefect_flow(
         parsed,
         options=options,
@@ -193,9 +219,11 @@ def marin_pipeline(
         prefix=prefix,
         concurrency_limit=concurrency_limit,
         resource_limits=resource_limits,
-        select=chosen,
-        exclude=dropped,
+        # Before the pipeline is imported; whether each matches a step is checked once it is.
+        select=check_patterns(select or [], "select"),
+        exclude=check_patterns(exclude or [], "exclude"),
         task_runner=task_runner_from_env(),  # the worker's setting, never the run's
         versions=codex,
+        scope=placement,
     )
     return pipeline()

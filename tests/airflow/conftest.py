@@ -52,3 +52,13 @@ def marin_airflow_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCa
         logger.removeHandler(caplog.handler)
         logger.setLevel(level)
         logger.propagate = propagate
+
+
+@pytest.fixture(autouse=True)
+def _no_codex_left_behind() -> Iterator[None]:
+    """A runtime function called in this process sets the ambient version codex, as each
+    Airflow task does in its own: later tests must not lower under it."""
+    yield
+    from marin.execution.pipeline.versions import use_codex
+
+    use_codex(None)

@@ -15,7 +15,7 @@ from marin.execution.errors import InvalidStepError
 from marin.execution.pipeline.versions import VersionCodex
 from marin_airflow import runtime
 from marin_airflow.contract import resolve_target, target_reference
-from marin_airflow.export import ExportError, build_export
+from marin_airflow.export import build_export
 
 PIPE = f"{Path(__file__).resolve().parents[1] / 'test_run_versions.py'}:pipeline"
 CODEX = VersionCodex("v3", {"tok/bpe": "v4"})
@@ -42,11 +42,11 @@ def test_the_codex_is_embedded_as_data_and_the_file_is_byte_stable(tmp_path: Pat
     assert "VERSIONS" not in plain.text and '"scope"' not in plain.text  # old files unchanged
 
 
-def test_an_export_refuses_an_unused_override_and_the_user_scope(tmp_path: Path) -> None:
+def test_an_export_refuses_an_unused_override_and_an_unknown_scope(tmp_path: Path) -> None:
     with pytest.raises(InvalidStepError, match="did you mean tok/bpe"):
         build_export(PIPE, str(tmp_path), versions=VersionCodex("v3", {"tok/bp": "v4"}))
-    with pytest.raises(ExportError, match="--scope user"):
-        build_export(PIPE, str(tmp_path), versions=CODEX, scope="user")
+    with pytest.raises(InvalidStepError, match="use one of shared, user"):
+        build_export(PIPE, str(tmp_path), versions=CODEX, scope="team")
 
 
 HOSTILE: list[Any] = [

@@ -11,7 +11,7 @@ import getpass
 import os
 import re
 
-from marin.execution.errors import InvalidStepError
+from marin.execution.errors import InvalidStepError, brief
 from marin.execution.vocabulary import OutputScope
 
 USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -30,6 +30,17 @@ def check_scope(value: object, step: str | None = None) -> OutputScope:
     raise InvalidStepError(f"scope={value!r}", f"use one of {', '.join(OutputScope)}", step)
 
 
+def user_named(raw: str, where: str = "user name", fix: str = SET_USER) -> str | None:
+    """``raw`` as a user: None for a service account (``NO_USER``); an error naming ``where``
+    and ``fix`` when it is not one path segment."""
+    raw = raw.strip()
+    if raw.lower() in NO_USER:
+        return None
+    if not USER_NAME.fullmatch(raw) or ".." in raw:
+        raise InvalidStepError(f"{where} {brief(raw)} is not one path segment", fix)
+    return raw
+
+
 def current_user() -> str | None:
     """``$MARIN_USER``, else the OS user; None for a service account (``NO_USER``)."""
     raw = os.environ.get("MARIN_USER", "").strip()
@@ -38,16 +49,34 @@ def current_user() -> str | None:
             raw = getpass.getuser().strip()
         except (KeyError, OSError):  # no passwd entry (a container): no user
             return None
-    if raw.lower() in NO_USER:
+    return user_named(raw)
+
+
+def user_param(param: object, fix: str) -> str | None:
+    """A run's ``user`` param (whoever triggered the run's data): the user it names, None when
+    unset or a service account; an error (``fix``: how to give one) unless one path segment."""
+    if param is None or param == "":
         return None
-    if not USER_NAME.fullmatch(raw) or ".." in raw:
-        raise InvalidStepError(f"user name {raw!r} is not one path segment", SET_USER)
-    return raw
+    if not isinstance(param, str):
+        raise InvalidStepError(f"param user={brief(param)} is not a string", fix)
+    return user_named(param, "param user", fix)
 
 
-def required_user(step: str) -> str:
-    """The user for a user-scope ``step``; an error saying how to set one when there is none."""
-    user = current_user()
+def run_user(param: object, triggered_by: str | None, fix: str) -> str | None:
+    """The user of an engine's run (Airflow, Prefect): its ``user`` param, else the user who
+    triggered it (where the engine says), else ``current_user()`` on this worker; None when
+    each is a service account. A name that is not one path segment is an error, never cleaned
+    up into another user's folder."""
+    user = user_param(param, fix)
+    if user is None and triggered_by:
+        user = user_named(triggered_by, "the triggering user", fix)
+    return user or current_user()
+
+
+def required_user(step: str, user: str | None = None) -> str:
+    """``user``, else the current one, for a user-scope ``step``; an error saying how to set
+    one when there is none."""
+    user = user or current_user()
     if user is None:
         raise InvalidStepError(
             "a user-scope step needs a user, and this process runs as a service account", SET_USER,

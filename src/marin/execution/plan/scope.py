@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from marin.execution.errors import InvalidStepError
 from marin.execution.pipeline.graph import collect_steps
-from marin.execution.pipeline.scope import check_scope, required_user
+from marin.execution.pipeline.scope import SET_USER, check_scope, required_user, run_user
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.store.location import Location
 from marin.execution.store.records import (
@@ -36,12 +37,14 @@ def resolve_scopes(
     location: Location,
     scope: str = OutputScope.SHARED,
     force: Iterable[str] = (),
+    user: str | None = None,
 ) -> list[StepSpec]:
     """``targets`` with every user-scope step placed (see the module); the same specs when no
     step is in user scope. Specs placed already (``user_home`` set) are kept as they are.
-    A forced step (``force``: names or ids) is the user's own build, never the shared one."""
+    A forced step (``force``: names or ids) is the user's own build, never the shared one.
+    ``user``: whose folder (an engine's run user, checked); else ``$MARIN_USER`` or the OS user."""
     scope = check_scope(scope)
-    if scope == OutputScope.SHARED and not any(t.user_scoped for t in targets):
+    if not needs_user(targets, scope):
         return list(targets)  # no step in user scope: nothing to place, no graph walk
     steps = collect_steps(targets)
     forced = set(force)
@@ -59,11 +62,55 @@ def resolve_scopes(
                 _check_not_in_users(spec)
             new = spec if deps == spec.deps else dataclasses.replace(spec, deps=deps)
         else:
-            home = home or f"{USERS_FOLDER}/{required_user(spec.step_id)}"
+            home = home or f"{USERS_FOLDER}/{required_user(spec.step_id, user)}"
             own = spec.name in forced or spec.step_id in forced
             new = _place(spec, deps, home, location, own)
         placed[spec.output_path] = new
     return [placed[t.output_path] for t in targets]
+
+
+def needs_user(targets: Sequence[StepSpec], scope: str) -> bool:
+    """Whether a run of ``targets`` in ``scope`` places any step under a user's folder."""
+    return scope == OutputScope.USER or any(t.user_scoped for t in targets)
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """An engine run's scope and the user it names (Airflow, Prefect): its ``scope`` (checked
+    against the export by the engine), its ``user`` param and the user who triggered it
+    (untrusted until ``place`` checks them, and only when a step needs a user)."""
+
+    scope: OutputScope = OutputScope.SHARED
+    user: object = None
+    """The run's ``user`` param, as the trigger sent it (checked by ``user_for``)."""
+    triggered_by: str | None = None
+    fix: str = SET_USER
+    """How to give a user on this engine, for the error when there is none or it is bad."""
+
+    def user_for(self, targets: Sequence[StepSpec]) -> str | None:
+        """The run's user when a step of ``targets`` needs one (else None); an error naming
+        ``fix`` when none is given or the one given is not one path segment."""
+        if not needs_user(targets, self.scope):
+            return None
+        user = run_user(self.user, self.triggered_by, self.fix)
+        if user is None:
+            raise InvalidStepError(
+                "this run places steps under a user's folder and has no user (no user param, "
+                "no triggering user, and $MARIN_USER or the OS user is a service account)",
+                self.fix,
+                targets[-1].step_id if targets else None,
+            )
+        return user
+
+    def place(
+        self, targets: Sequence[StepSpec], location: Location, force: Iterable[str] = ()
+    ) -> tuple[list[StepSpec], str | None]:
+        """``resolve_scopes`` for this run (the function ``marin run`` uses), and the user it
+        placed steps for (None: no step needed one, and ``targets`` are returned as they are)."""
+        user = self.user_for(targets)
+        if user is None:
+            return list(targets), None
+        return resolve_scopes(targets, location, self.scope, force, user), user
 
 
 def _place(
