@@ -37,6 +37,7 @@ from marin.execution.pipeline.isolation import (
     decode_outcome,
 )
 from marin.execution.pipeline.provenance import now_iso
+from marin.execution.pipeline.remote.context_vars import payload as carried
 from marin.execution.pipeline.remote.job_record import (
     JOB_ID,
     JobRecord,
@@ -249,7 +250,8 @@ class RemoteCall:
                 self.step_id,
             )
         env = _child_env(ctx, self.gpus)
-        spec = JobSpec(self.step_id, call_payload(self.run, ctx, self.step_id, "remote"),
+        call = call_payload(self.run, ctx, self.step_id, "remote") + carried(self.step_id)
+        spec = JobSpec(self.step_id, call,
                        env={k: env[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in env},
                        gpus=self.gpus, workdir=workdir)  # fmt: skip
         handle: JobHandle = backend.submit(spec, key)
