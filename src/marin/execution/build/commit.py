@@ -73,6 +73,7 @@ from marin.execution.pipeline.context import StepContext, assigned_devices
 from marin.execution.pipeline.isolation import StepTimeoutError
 from marin.execution.pipeline.provenance import collect_provenance, now_iso
 from marin.execution.pipeline.remote.call import JobWaiting, pending_job, remote_build
+from marin.execution.pipeline.remote.cleanup import release_committed
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Policy, Stored, Upstream, decide
 from marin.execution.plan.options import DEFAULT_ON_CODE_DRIFT, DEFAULT_ON_DRIFT
@@ -830,6 +831,7 @@ def _build_holding(
             ):
                 raise _lost(location, spec, lease)
             finish_attempt(location, spec)
+            release_committed(remote)  # the job's files (payload, log, result) go
         except BaseException as exc:
             build_finished(lineage_run, exc)
             if not isinstance(exc, LeaseLostError | JobWaiting):  # JobWaiting: not an end

@@ -37,6 +37,7 @@ from marin.execution.pipeline.isolation import (
     decode_outcome,
 )
 from marin.execution.pipeline.provenance import now_iso
+from marin.execution.pipeline.remote.cleanup import forget_failed
 from marin.execution.pipeline.remote.context_vars import payload as carried
 from marin.execution.pipeline.remote.job_record import (
     JOB_ID,
@@ -274,9 +275,9 @@ class RemoteCall:
             try:
                 return decode_outcome(status.result, self.step_id, f"{job.backend} job")
             except Exception as exc:
-                delete_job(build.location, build.output_path)  # a retry submits a new job
+                forget_failed(build.location, build.output_path, job)  # a retry submits a new job
                 raise _failed(self.step_id, job, f"{type(exc).__name__}: {exc}", tail) from exc
-        delete_job(build.location, build.output_path)
+        forget_failed(build.location, build.output_path, job)
         detail = f"ended {status.state}" + (f" ({status.detail})" if status.detail else "")
         raise _failed(self.step_id, job, detail, tail)
 
