@@ -14,7 +14,9 @@ import pytest
 from marin.execution.build.commit import build_step
 from marin.execution.lazy import OUT, apply
 from marin.execution.pipeline.context import current_context
+from marin.execution.step_runner import StepRunner
 from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
 
 TAG: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("test_tag")
 """A module global: found in the job by its module and name."""
@@ -31,9 +33,16 @@ def seen(out_path: str) -> dict[str, Any]:
     }
 
 
-def _build(tmp_path: Path, name: str) -> Any:
+def _build(tmp_path: Path, name: str, runner: bool = False) -> Any:
+    """Through ``build_step`` in this thread, or (``runner``) a ``StepRunner``'s thread."""
     spec = apply(name, seen, version="v1", out_path=OUT).with_options(remote="local").lower()
-    return build_step(spec, open_prefix(str(tmp_path / "prefix"))).record.result
+    location = open_prefix(str(tmp_path / "prefix"))
+    if runner:
+        StepRunner(2, str(tmp_path / "prefix")).run([spec])
+        record = read_record(location, spec.output_path)
+        assert record is not None
+        return record.result
+    return build_step(spec, location).record.result
 
 
 def test_context_variables_reach_the_job_and_what_cannot_travel_warns_once(
@@ -45,7 +54,7 @@ def test_context_variables_reach_the_job_and_what_cannot_travel_warns_once(
         TAG.set({"run": "r1"})
         LOCK.set(threading.Lock())
         local.set("not a module global")
-        return [_build(tmp_path, "ctx/a"), _build(tmp_path, "ctx/b")]
+        return [_build(tmp_path, "ctx/a"), _build(tmp_path, "ctx/b", runner=True)]
 
     with caplog.at_level(logging.WARNING, logger="marin"):
         first, second = contextvars.copy_context().run(run)
