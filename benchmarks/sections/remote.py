@@ -38,7 +38,9 @@ def bench(h: Harness) -> None:
     """The rows of the section (no targets: the numbers describe; docs/remote.md explains).
     ``--quick`` keeps a few seconds: 3 jobs of 0.5 s, no baseline, no ended-job restart."""
     n, seconds = (3, 0.5) if h.quick else (200, 1.0)
-    r = h.worker("remote_wait", 120 if h.quick else 1200, n=n, seconds=seconds, baseline=not h.quick)
+    r = h.worker(
+        "remote_wait", 120 if h.quick else 1200, n=n, seconds=seconds, baseline=not h.quick
+    )
     if r:
         jobs = f"{n} local jobs of {seconds:g} s"
         h.add("remote", f"{jobs}, max_concurrent=2: makespan", r["driver_s"], "s")
