@@ -24,11 +24,18 @@ LOCK: contextvars.ContextVar[Any] = contextvars.ContextVar("test_lock", default=
 """A module global whose value (a lock) does not pickle: skipped, with a warning."""
 
 
+class Holder:
+    """A variable kept as a class attribute (as Prefect keeps its own): found too."""
+
+    VAR: contextvars.ContextVar[int] = contextvars.ContextVar("test_in_class", default=0)
+
+
 def seen(out_path: str) -> dict[str, Any]:
     """What the job sees of the caller's context."""
     return {
         "tag": TAG.get({"run": "unset"}),
         "lock": LOCK.get() is None,
+        "in_class": Holder.VAR.get(),
         "out": current_context().output_path == out_path,
     }
 
@@ -53,14 +60,15 @@ def test_context_variables_reach_the_job_and_what_cannot_travel_warns_once(
     def run() -> list[Any]:
         TAG.set({"run": "r1"})
         LOCK.set(threading.Lock())
+        Holder.VAR.set(7)
         local.set("not a module global")
         return [_build(tmp_path, "ctx/a"), _build(tmp_path, "ctx/b", runner=True)]
 
     with caplog.at_level(logging.WARNING, logger="marin"):
         first, second = contextvars.copy_context().run(run)
-    assert first == second == {"tag": {"run": "r1"}, "lock": True, "out": True}
+    assert first == second == {"tag": {"run": "r1"}, "lock": True, "in_class": 7, "out": True}
     warnings = [r.getMessage() for r in caplog.records if "context variables" in r.getMessage()]
     assert len(warnings) == 1, warnings  # one warning, not one per step
     assert "ctx/a@v1" in warnings[0]
-    assert "test_local_only (not a global of an importable module)" in warnings[0]
+    assert "test_local_only (not held by a module or its classes)" in warnings[0]
     assert f"{__name__}.LOCK (its value does not pickle" in warnings[0]
