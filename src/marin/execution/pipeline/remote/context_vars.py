@@ -30,6 +30,9 @@ QUIET_PACKAGES = (*ENGINE_PACKAGES, "opentelemetry", "decimal")
 """A variable found nowhere whose value comes from one of these is skipped without a warning:
 the engine's, tracing's (OpenTelemetry keeps its variable in an object) and ``decimal``'s
 (CPython keeps it in C); a job sets up its own."""
+QUIET_PREFIXES = ("structlog_",)
+"""Names of variables found nowhere skipped without a warning: structlog keeps its variables
+in a dict, and Airflow's task runner binds them for its own logs."""
 
 Carried = list[tuple[str, str, bytes]]
 """``(module, name, pickled value)`` of each variable that travels."""
@@ -99,7 +102,8 @@ def capture(step_id: str) -> Carried:
     for var, value in contextvars.copy_context().items():
         where = _find(var)
         if where is None:
-            if not _package_of(type(value).__module__, QUIET_PACKAGES):
+            quiet = var.name.startswith(QUIET_PREFIXES)
+            if not quiet and not _package_of(type(value).__module__, QUIET_PACKAGES):
                 skipped.append(f"{var.name} (not held by a module or its classes)")
             continue
         if _package_of(where[0], ENGINE_PACKAGES):
