@@ -36,8 +36,9 @@ _NOTE_CPU = "user+system CPU of the driver process over the run, divided by N"
 
 def bench(h: Harness) -> None:
     """The rows of the section (no targets: the numbers describe; docs/remote.md explains).
-    ``--quick`` keeps a few seconds: 3 jobs of 0.5 s, no baseline, no ended-job restart."""
-    n, seconds = (3, 0.5) if h.quick else (200, 1.0)
+    ``--quick`` keeps a few seconds: 2 jobs of 0.2 s, no baseline, no ended-job restart, a
+    one-step "chain"."""
+    n, seconds = (2, 0.2) if h.quick else (200, 1.0)
     r = h.worker(
         "remote_wait", 120 if h.quick else 1200, n=n, seconds=seconds, baseline=not h.quick
     )
@@ -57,7 +58,7 @@ def bench(h: Harness) -> None:
         if r["collect_ms"] is not None:
             h.add("remote", "restart: collect and commit an ended job", r["collect_ms"], "ms",
                   note="a new driver's whole run() of the step")  # fmt: skip
-    hops = 2 if h.quick else 10
+    hops = 1 if h.quick else 10
     r = h.worker(
         "remote_hop", 300, n=hops, remotes=["", "local"] if h.quick else ["", "local", "ray"]
     )
