@@ -49,8 +49,8 @@ def controls(cluster: tuple[Path, dict[str, str]]) -> dict[str, str]:
 
 
 def test_sigkilled_driver_reattaches_one_ray_job(cluster: tuple[Path, dict[str, str]]) -> None:
-    """...and ``marin plan`` (text and ``--json``) shows the live job, ``marin show`` the job
-    that built the record."""
+    """SIGKILL ``marin run`` while its Ray job runs: ``marin plan`` (text and ``--json``)
+    shows the live job, the next run reattaches (fn ran once), ``marin show`` names the job."""
     tmp_path, controls = cluster
     prefix = str(tmp_path / "prefix")
     first = marin_run("chain", prefix, controls, tmp_path / "first.err")
