@@ -42,6 +42,7 @@ from sections import (  # noqa: E402
     overhead,
     peer,
     prefect,
+    remote,
     rss,
 )
 
@@ -61,6 +62,7 @@ SECTIONS: dict[str, ModuleType] = {
     "commit": commit,
     "calls": calls,
     "cache": cache,
+    "remote": remote,
 }
 """Section name -> its module (``bench(h)`` and ``WORKERS``), in the order a run takes them."""
 

@@ -335,27 +335,49 @@ class AirflowServices:
         raise AssertionError("unreachable")
 
     def _start_components(self) -> AirflowServices:
-        env = self.env()
         try:
-            for name, args in self.components:
-                log = open(os.path.join(self.log_dir, f"{name}.log"), "w")  # noqa: SIM115
-                self._logs.append(log)
-                argv = [sys.executable, "-m", "airflow", *args]
-                if name == "api-server":
-                    argv += ["--port", str(self.port)]
-                self._procs[name] = subprocess.Popen(
-                    argv,
-                    env=env,
-                    cwd=self.sandbox.root,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            for name, _ in self.components:
+                self._start_one(name)
             self._wait_for_api()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_one(self, name: str) -> None:
+        """Start component ``name`` in a session of its own; its log is appended to."""
+        args = dict(self.components)[name]
+        log = open(os.path.join(self.log_dir, f"{name}.log"), "a")  # noqa: SIM115
+        self._logs.append(log)
+        argv = [sys.executable, "-m", "airflow", *args]
+        if name == "api-server":
+            argv += ["--port", str(self.port)]
+        self._procs[name] = subprocess.Popen(
+            argv,
+            env=self.env(),
+            cwd=self.sandbox.root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def kill(self, *names: str) -> None:
+        """SIGKILL components and everything they started (the scheduler's LocalExecutor
+        workers and their task processes: its session), as a crash would; ``restart`` them."""
+        for name in names:
+            proc = self._procs.pop(name)
+            for pid in session_members(proc.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+            deadline = time.monotonic() + 30
+            while session_members(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+    def restart(self, *names: str) -> None:
+        """Start killed components again, with the same environment."""
+        for name in names:
+            self._start_one(name)
 
     def _wait_for_api(self, timeout: float = 180) -> None:
         """Until the api-server answers its health check: tasks started before it would fail

@@ -1,51 +1,117 @@
 """Remote steps on a real Airflow (LocalExecutor, SQLite) with ``airflow triggerer``: a task
-whose job runs defers, giving its pool slot back, and resumes to commit (docs/remote.md)."""
+whose job runs defers, giving its pool slot back, and resumes to commit (docs/remote.md).
+One Airflow for the module (its start is most of a test's time), with both DAGs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
+import sqlite3
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from marin.execution.pipeline.remote.job_record import read_job
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
+from tests.reliability.pipelines import wait_for_file
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINES = ROOT / "tests" / "reliability" / "remote_pipelines.py"
+pytestmark = pytest.mark.slow
 
 
-@pytest.mark.slow
-def test_two_remote_steps_overlap_in_a_one_slot_pool(tmp_path: Path) -> None:
-    """Each job waits until both jobs have started: the run succeeds only if the first task
-    gave its slot back while its job ran (deferred), so the second could start its own."""
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
+    """Running services with the ``pooled`` and ``chain`` DAGs; the folder of the controls
+    (``remote_pipelines.py``) and the prefix."""
     from marin_airflow.export import build_export, write_export
     from marin_testing.airflow import AirflowSandbox, AirflowServices
 
-    root, prefix = tmp_path / "services", tmp_path / "prefix"
-    (tmp_path / "barrier").mkdir()
+    tmp = tmp_path_factory.mktemp("airflow-remote")
+    root = tmp / "services"
+    for folder in ("barrier", "started"):
+        (tmp / folder).mkdir()
     env = {
-        "MARIN_PREFIX": str(prefix),
-        "MARIN_TEST_BARRIER": str(tmp_path / "barrier"),
+        "MARIN_PREFIX": str(tmp / "prefix"),
+        "MARIN_TEST_BARRIER": str(tmp / "barrier"),
         "MARIN_TEST_BARRIER_STEPS": "fan_a,fan_b",
-        "MARIN_TEST_CALLS": str(tmp_path / "calls"),
+        "MARIN_TEST_CALLS": str(tmp / "calls"),
+        "MARIN_TEST_STARTED": str(tmp / "started"),
+        "MARIN_TEST_GATE": str(tmp / "gate"),
+        # A killed triggerer's triggers go to a new one once it is seen dead.
+        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+        "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "4",
     }
     box = AirflowSandbox(str(root), pythonpath=[str(ROOT)])
     box.migrate()
     dags = root / "dags"
-    write_export(build_export(f"{PIPELINES}:pooled", str(dags), dag_id="pooled"))
+    for target in ("pooled", "chain"):
+        write_export(build_export(f"{PIPELINES}:{target}", str(dags), dag_id=target))
     pools = box.airflow("pools", "set", "one", "1", "one slot", timeout=120)
     assert pools.returncode == 0, pools.stderr[-2000:]
     with AirflowServices(box, str(dags), env=env, triggerer=True) as services:
-        services.wait_for_dags(["pooled"])
-        run_id = services.trigger("pooled")
-        assert services.wait_for_run("pooled", run_id) == "success", services.log_tail(8000)
-    assert sorted(os.listdir(tmp_path / "barrier")) == ["fan_a", "fan_b"]
-    location = open_prefix(str(prefix))
+        services.wait_for_dags(["pooled", "chain"])
+        yield tmp, services
+
+
+def _calls(tmp: Path, step: str) -> list[str]:
+    path = tmp / "calls"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [line for line in lines if line.startswith(f"{step} ")]
+
+
+def test_two_remote_steps_overlap_in_a_one_slot_pool(airflow: tuple[Path, Any]) -> None:
+    """Each job waits until both jobs have started: the run succeeds only if the first task
+    gave its slot back while its job ran (deferred), so the second could start its own."""
+    tmp, services = airflow
+    (tmp / "gate").touch()  # the fan steps do not wait for it
+    run_id = services.trigger("pooled")
+    assert services.wait_for_run("pooled", run_id) == "success", services.log_tail(8000)
+    assert sorted(os.listdir(tmp / "barrier")) == ["fan_a", "fan_b"]
+    location = open_prefix(str(tmp / "prefix"))
     for name in ("fan/a", "fan/b"):
         record = read_record(location, f"{name}/v1")
         assert record is not None and record.provenance["job"]["backend"] == "local"
-    # One job per build: each fn ran once, although each task ran twice (defer, resume).
-    assert len((tmp_path / "calls").read_text().splitlines()) == 2
-    shutil.rmtree(prefix, ignore_errors=True)
+        # One job per build: each fn ran once, although each task ran twice (defer, resume).
+        assert len(_calls(tmp, name)) == 1
+
+
+def test_killed_scheduler_and_triggerer_while_deferred_the_task_reattaches(
+    airflow: tuple[Path, Any],
+) -> None:
+    """SIGKILL the scheduler (with its LocalExecutor workers) and the triggerer while the
+    remote step's task is deferred; started again, the task resumes and collects the same job:
+    fn ran once, one job submitted (the record names the job recorded before the kill)."""
+    tmp, services = airflow
+    (tmp / "gate").unlink(missing_ok=True)  # the job waits for it
+    run_id = services.trigger("chain")
+    wait_for_file(str(tmp / "started" / "remote_train"), timeout=240)
+    location = open_prefix(str(tmp / "prefix"))
+    job = read_job(location, "remote/train/v1")
+    assert job is not None
+    _wait_for_state(services.sandbox, "chain", run_id, "train", "deferred")
+    services.kill("scheduler", "triggerer")
+    services.restart("scheduler", "triggerer")
+    (tmp / "gate").touch()
+    assert services.wait_for_run("chain", run_id) == "success", services.log_tail(8000)
+    assert len(_calls(tmp, "remote/train")) == 1  # fn ran once
+    record = read_record(location, "remote/train/v1")
+    assert record is not None and record.provenance["job"]["job_id"] == job.job_id  # one job
+    assert read_record(location, "remote/eval/v1") is not None
+
+
+def _wait_for_state(box: Any, dag_id: str, run_id: str, part: str, state: str) -> None:
+    """Until the task whose id contains ``part`` is in ``state`` (polled: Airflow's database)."""
+    deadline = time.monotonic() + 240
+    while True:
+        states: dict[str, str | None] = {}
+        with contextlib.suppress(sqlite3.OperationalError):  # the database is busy
+            states = box.task_states(dag_id, run_id)
+        if any(part in task and found == state for task, found in states.items()):
+            return
+        assert time.monotonic() < deadline, states
+        time.sleep(0.2)

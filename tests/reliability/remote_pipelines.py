@@ -6,7 +6,8 @@ Controlled through environment variables, which the ``local`` jobs inherit from 
 - ``MARIN_TEST_GATE``: a remote ``fn`` waits for this file before it finishes;
 - ``MARIN_TEST_FAIL``: a file; while it exists, a remote ``fn`` prints and raises;
 - ``MARIN_TEST_BACKEND``: ``chain``'s remote backend (default ``local``);
-- ``MARIN_TEST_BARRIER``: a folder; ``fan``'s three steps each wait there for all three;
+- ``MARIN_TEST_BARRIER``: a folder; ``fan``'s three steps each wait there for all three (the
+  ``fan/`` steps only);
 - ``MARIN_TEST_VARIANT``: set, it is ``chain``'s training config ``variant`` (a new fingerprint).
 """
 
@@ -36,7 +37,7 @@ def train(data: str, out_path: str, step: str = "train", variant: str = "") -> d
         append_line(
             os.path.join(env["MARIN_TEST_STARTED"], step.replace("/", "_")), str(os.getpid())
         )
-    if env.get("MARIN_TEST_BARRIER"):
+    if env.get("MARIN_TEST_BARRIER") and step.startswith("fan/"):
         append_line(os.path.join(env["MARIN_TEST_BARRIER"], step.replace("/", "_")), "")
         for other in env.get("MARIN_TEST_BARRIER_STEPS", "fan_a,fan_b,fan_c").split(","):
             wait_for_file(os.path.join(env["MARIN_TEST_BARRIER"], other), timeout=60)

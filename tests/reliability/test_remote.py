@@ -121,7 +121,8 @@ def test_sigkilled_driver_reattaches_one_job(tmp_path: Path) -> None:
     record = read_record(location, TRAIN)
     job = read_job(location, TRAIN)
     assert record is not None and job is not None
-    assert record.provenance["job"]["job_id"] == job.job_id and len(job_folders(prefix)) == 1
+    assert record.provenance["job"]["job_id"] == job.job_id
+    assert job_folders(prefix) == []  # committed: the job's files are gone (cleanup.py)
     assert record.result == {"pid": job_pid}
     assert read_record(location, "remote/eval/v1") is not None  # downstream built from it
     assert "submit remote/train" not in (tmp_path / "second.err").read_text()
@@ -197,15 +198,16 @@ def test_failing_job_fails_step_with_log_tail_and_retry_submits_anew(
         (tmp_path / "fail").touch()
         report = json.loads(marin_cli("run", "chain", prefix, env, "--json", ok=False))
         failed = next(s for s in report["steps"] if s["step"] == "remote/train@v1")
-        assert failed["action"] == "failed" and failed["job"]["job_id"] in job_folders(prefix)
+        assert failed["action"] == "failed" and failed["job"]["job_id"].startswith("marin-")
+        assert job_folders(prefix) == []  # a failed job's files go once its tail is in log.txt
         assert len(calls(tmp_path)) == 2
         return
     assert code == 0, err
     report = json.loads(marin_cli("run", "chain", prefix, env, "--json"))  # all built now
     assert all("job" not in step for step in report["steps"])  # a served step ran no job
     record = read_record(location, TRAIN)
-    assert record is not None and len(calls(tmp_path)) == 2 and len(job_folders(prefix)) == 2
-    assert record.provenance["job"]["job_id"] in job_folders(prefix)
+    assert record is not None and len(calls(tmp_path)) == 2 and job_folders(prefix) == []
+    assert record.provenance["job"]["job_id"].startswith("marin-")
 
 
 def test_lost_lease_cancels_the_job_and_never_commits(tmp_path: Path) -> None:
@@ -227,7 +229,8 @@ def test_lost_lease_cancels_the_job_and_never_commits(tmp_path: Path) -> None:
     assert "lost the lease while local job" in (tmp_path / "a.err").read_text()
     record = read_record(open_prefix(prefix), TRAIN)
     assert record is not None and record.provenance["job"]["job_id"] != first_job
-    assert len(job_folders(prefix)) == 2 and len(calls(tmp_path)) == 2
+    # The cancelled job's folder stays (it never ended with a result); the committed one's goes.
+    assert job_folders(prefix) == [first_job] and len(calls(tmp_path)) == 2
 
 
 def test_job_record_create_holds_between_racing_drivers_on_s3(s3_server: dict[str, str]) -> None:
@@ -278,7 +281,7 @@ def test_ctrl_c_names_the_running_job_and_the_next_run_reattaches(tmp_path: Path
     second = marin_run("chain", prefix, env, tmp_path / "second.err")
     assert second.wait(timeout=60) == 0, (tmp_path / "second.err").read_text()
     assert f"reattach remote/train@v1: local job {job}" in (tmp_path / "second.err").read_text()
-    assert len(calls(tmp_path)) == 1 and job_folders(prefix) == [job]
+    assert len(calls(tmp_path)) == 1 and job_folders(prefix) == []
 
 
 def test_the_example_trains_as_a_local_job(tmp_path: Path) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import re
 import signal
 import sys
 import time
@@ -16,23 +18,40 @@ from marin.execution.pipeline.remote.job_record import read_job
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
 from tests.reliability.pipelines import wait_for_file
-from tests.reliability.test_remote import TRAIN, calls, marin_run, setup, wait_for_text
+from tests.reliability.test_remote import (
+    TRAIN,
+    calls,
+    marin_cli,
+    marin_run,
+    setup,
+    wait_for_text,
+)
 
 pytest.importorskip("ray.job_submission")
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def controls(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """The test's control files, and a Ray cluster whose jobs see them."""
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """One Ray cluster for the module (it takes seconds to start), and the control files
+    (under the returned folder) that its jobs see."""
     from marin_testing.ray import RayCluster
 
-    _, env = setup(tmp_path, MARIN_TEST_BACKEND="ray")
-    with RayCluster(env) as cluster:
-        yield {**env, "RAY_ADDRESS": cluster.address}
+    root = tmp_path_factory.mktemp("ray")
+    _, env = setup(root, MARIN_TEST_BACKEND="ray")
+    with RayCluster(env) as ray:
+        yield root, {**env, "RAY_ADDRESS": ray.address}
 
 
-def test_sigkilled_driver_reattaches_one_ray_job(tmp_path: Path, controls: dict[str, str]) -> None:
+@pytest.fixture
+def controls(cluster: tuple[Path, dict[str, str]]) -> dict[str, str]:
+    return cluster[1]
+
+
+def test_sigkilled_driver_reattaches_one_ray_job(cluster: tuple[Path, dict[str, str]]) -> None:
+    """SIGKILL ``marin run`` while its Ray job runs: ``marin plan`` (text and ``--json``)
+    shows the live job, the next run reattaches (fn ran once), ``marin show`` names the job."""
+    tmp_path, controls = cluster
     prefix = str(tmp_path / "prefix")
     first = marin_run("chain", prefix, controls, tmp_path / "first.err")
     wait_for_file(str(tmp_path / "started" / "remote_train"), timeout=120)
@@ -40,6 +59,15 @@ def test_sigkilled_driver_reattaches_one_ray_job(tmp_path: Path, controls: dict[
     first.wait()
     job = read_job(open_prefix(prefix), TRAIN)
     assert job is not None and job.backend == "ray"
+    plan = marin_cli("plan", "chain", prefix, controls)
+    assert re.search(rf"reattach: ray job {job.job_id}, running \d+[smh]", plan), plan
+    shown = json.loads(marin_cli("plan", "chain", prefix, controls, "--json"))
+    planned = next(s["job"] for s in shown["steps"] if s["step"] == "remote/train@v1")
+    assert (planned["backend"], planned["job_id"], planned["state"]) == (
+        "ray",
+        job.job_id,
+        "running",
+    )
     from ray.job_submission import JobSubmissionClient
 
     with pytest.raises(RuntimeError):  # Ray itself refuses a second job of this build
@@ -54,6 +82,9 @@ def test_sigkilled_driver_reattaches_one_ray_job(tmp_path: Path, controls: dict[
     record = read_record(open_prefix(prefix), TRAIN)
     assert record is not None and record.provenance["job"]["job_id"] == job.job_id
     assert read_record(open_prefix(prefix), "remote/eval/v1") is not None
+    assert f"job          ray job {job.job_id}" in marin_cli(
+        "show", "", f"{prefix}/{TRAIN}", controls
+    )
 
 
 def test_ray_backend_cancel_stops_the_job(

@@ -74,6 +74,7 @@ from marin.execution.pipeline.context import StepContext, assigned_devices
 from marin.execution.pipeline.isolation import StepTimeoutError
 from marin.execution.pipeline.provenance import collect_provenance, now_iso
 from marin.execution.pipeline.remote.call import JobWaiting, RemoteBuild, pending_job, remote_build
+from marin.execution.pipeline.remote.cleanup import release_committed
 from marin.execution.pipeline.remote.wait import JobParked
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Policy, Stored, Upstream, decide
@@ -1008,6 +1009,7 @@ def _commit(held: _Holding, record: ArtifactRecord) -> None:
     ):
         raise _lost(location, spec, lease)
     finish_attempt(location, spec)
+    release_committed(held.remote)  # the job's files (payload, log, result) go
 
 
 def _attempt_failed(held: _Holding, exc: BaseException) -> None:

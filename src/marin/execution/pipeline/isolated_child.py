@@ -3,7 +3,8 @@ OUT``.
 
 ``IN`` holds two pickles: first plain data (the parent's ``sys.path`` and the files of modules
 a fresh interpreter may not find by name), then the call (``fn`` by reference, its arguments
-and the step's run-time context, bound for ``current_context()``). The child makes ``fn``'s
+and the step's run-time context, bound for ``current_context()``); a remote job's, a third:
+the caller's context variables (``remote/context_vars.py``). The child makes ``fn``'s
 module importable, runs the call, and pickles
 ``{"ok": True, "result": <pickle>}`` or the error (its type, message, traceback and, as a
 pickle of its own, the exception) to ``OUT``. What ``fn`` prints goes to this
@@ -65,11 +66,25 @@ def _prepare(meta: dict[str, Any]) -> None:
             _import_file(name, path)
 
 
+def _extra(f: Any) -> dict[str, Any]:
+    """The optional third pickle (a remote job's context variables), or nothing."""
+    try:
+        extra = pickle.load(f)
+    except EOFError:
+        return {}
+    return extra if isinstance(extra, dict) else {}
+
+
 def _run(call_path: str) -> dict[str, Any]:
     try:
         with open(call_path, "rb") as f:
             _prepare(pickle.load(f))
             call = pickle.load(f)
+            extra = _extra(f)
+        if extra.get("context_vars"):  # a remote job: the caller's context variables
+            from marin.execution.pipeline.remote.context_vars import restore
+
+            restore(extra["context_vars"])
         context = call.get("context")
         if context is None:
             result = call["target"](*call["args"], **call["kwargs"])

@@ -41,6 +41,8 @@ from marin.execution.pipeline.isolation import (
     decode_outcome,
 )
 from marin.execution.pipeline.provenance import now_iso
+from marin.execution.pipeline.remote.cleanup import forget_failed
+from marin.execution.pipeline.remote.context_vars import payload as carried
 from marin.execution.pipeline.remote.fence import JobCheck, is_this_steps, stop_job
 from marin.execution.pipeline.remote.job_record import (
     JobRecord,
@@ -313,7 +315,8 @@ class RemoteCall:
             check = JobCheck(build.location, build.output_path, build.build_id)
             ctx = dataclasses.replace(ctx, lease_check=check)
         env = _child_env(ctx, self.gpus)
-        spec = JobSpec(self.step_id, call_payload(self.run, ctx, self.step_id, "remote"),
+        call = call_payload(self.run, ctx, self.step_id, "remote") + carried(self.step_id)
+        spec = JobSpec(self.step_id, call,
                        env={k: env[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in env},
                        gpus=self.gpus, workdir=workdir)  # fmt: skip
         handle: JobHandle = backend.submit(spec, key)
@@ -336,9 +339,9 @@ class RemoteCall:
             try:
                 return decode_outcome(status.result, self.step_id, f"{job.backend} job")
             except Exception as exc:
-                delete_job(build.location, build.output_path)  # a retry submits a new job
+                forget_failed(build.location, build.output_path, job)  # a retry submits a new job
                 raise _failed(self.step_id, job, f"{type(exc).__name__}: {exc}", tail) from exc
-        delete_job(build.location, build.output_path)
+        forget_failed(build.location, build.output_path, job)
         detail = f"ended {status.state}" + (f" ({status.detail})" if status.detail else "")
         raise _failed(self.step_id, job, detail, tail)
 

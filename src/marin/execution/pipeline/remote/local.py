@@ -6,7 +6,8 @@ Each job has a folder of its own (the step's metadata folder on a local prefix, 
 session of its own, so it outlives the driver (a closed terminal, a SIGKILL); any later driver
 on this machine finds it through ``job.json`` and asks here. Promises: one process per
 submission key (a folder that holds a started job is never started again); a job that died
-without a result is ``LOST``; ``cancel`` kills the job's whole process group.
+without a result is ``LOST``; ``cancel`` kills the job's whole process group; ``release``
+removes an ended job's folder once the core is done with it (``cleanup.py``).
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 
 from marin.execution.atomic_file import write_file_atomically
+from marin.execution.pipeline.remote.job_record import JOB_ID
 from marin.execution.pipeline.remote.local_job import start_time
 from marin.execution.pipeline.remote.protocol import JobHandle, JobSpec, JobStatus
 from marin.execution.vocabulary import JobState
@@ -110,6 +114,22 @@ class LocalBackend:
                 time.sleep(0.01)  # a killed process is gone in milliseconds
         if os.path.isdir(folder):  # after the kill: STOPPED means nothing of it runs any more
             write_file_atomically(os.path.join(folder, "cancelled"), b"")
+
+    def release(self, handle: JobHandle) -> None:
+        """Remove an ended job's folder (``cleanup.py``): only a real folder (not a link) named
+        by a Marin job id, holding a result, whose process has exited; ``rmtree`` follows no
+        link inside."""
+        folder = _folder_of(handle)
+        if not JOB_ID.fullmatch(handle.job_id) or not os.path.isdir(folder):
+            return
+        if stat.S_ISLNK(os.lstat(folder).st_mode) or self._result(folder) is None:
+            return  # a link is not the job's folder; a job without a result may still run
+        deadline = time.monotonic() + _KILL_WAIT_S
+        while self._alive(folder):  # it wrote its result: it exits within milliseconds
+            if time.monotonic() > deadline:
+                return  # still running: its files are in use
+            time.sleep(0.01)
+        shutil.rmtree(folder)
 
     def _pid(self, folder: str) -> int | None:
         """The job's pid while that very process lives (a reused pid is not it)."""

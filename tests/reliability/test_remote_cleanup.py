@@ -1,0 +1,53 @@
+"""A finished ``local`` job's folder is removed only when it is provably this build's job's
+(``pipeline/remote/cleanup.py``); the committed and failed paths are in ``test_remote.py``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from marin.execution.pipeline.remote.cleanup import forget_failed, release_job
+from marin.execution.pipeline.remote.job_record import JobRecord, create_job, read_job
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import metadata_dir
+
+ID, OTHER = "marin-" + "a" * 20, "marin-" + "b" * 20
+
+
+def _job(tmp_path: Path, job_id: str, result: bool = True) -> tuple[JobRecord, Path]:
+    workdir = tmp_path / "prefix" / metadata_dir("s/v1")
+    folder = workdir / job_id
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "call.pkl").write_bytes(b"")
+    if result:
+        (folder / "result.pkl").write_bytes(b"")
+    return JobRecord("local", job_id, "build-1", "now", {"workdir": str(workdir)}), folder
+
+
+def test_release_removes_only_the_recorded_ended_job(tmp_path: Path) -> None:
+    location = open_prefix(str(tmp_path / "prefix"))
+    mine, folder = _job(tmp_path, ID)
+    other, other_folder = _job(tmp_path, OTHER)
+    create_job(location, "s/v1", other)  # another job of the step is recorded now
+    release_job(location, "s/v1", mine)
+    assert folder.is_dir()  # not the recorded job: untouched
+    release_job(location, "s/v1", other)
+    assert not other_folder.exists() and read_job(location, "s/v1") == other
+
+
+def test_release_keeps_a_running_job_and_follows_no_link(tmp_path: Path) -> None:
+    location = open_prefix(str(tmp_path / "prefix"))
+    running, folder = _job(tmp_path, ID, result=False)
+    forget_failed(location, "s/v1", running)
+    assert folder.is_dir()  # no result: it may still run
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "result.pkl").write_bytes(b"")
+    linked = JobRecord("local", OTHER, "build-1", "now", running.data)
+    link = folder.parent / OTHER
+    os.symlink(elsewhere, link)  # the job's folder is a link: never followed
+    forget_failed(location, "s/v1", linked)
+    assert (elsewhere / "result.pkl").exists() and link.is_symlink()
+    hostile = JobRecord("local", "../elsewhere", "build-1", "now", linked.data)
+    forget_failed(location, "s/v1", hostile)  # not a Marin job id: never a path
+    assert (elsewhere / "result.pkl").exists()
