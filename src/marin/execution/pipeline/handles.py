@@ -774,6 +774,31 @@ def _spec_for(
     config = to_canonical(
         handle.build_config(fingerprint_context(deps, arg_keys)), "config", step_id
     )
+    payload: dict[str, Any] = {
+        "name": name,
+        "version": version,
+        "config": config,
+        "deps": _dep_versions(step_id, version, deps, handle),
+    }
+    if handle.override_path is not None:
+        payload["pin"] = handle.override_path  # a moved output is another artifact
+    fingerprint, payload_json = fingerprint_of(payload)
+    _check_pinned(handle, fingerprint, payload_json, step_id)
+    known: StepSpec | None = memo.get(("step", step_id))
+    if known is not None:
+        return _same_definition(known, handle, fingerprint, payload_json, step_id)
+    run = _guarded_run(handle, deps, config, step_id, arg_keys)
+    spec = _new_spec(handle, version, deps, (fingerprint, payload_json), provenance, run)
+    memo[("step", step_id)] = spec
+    created.append(spec)
+    return spec
+
+
+def _dep_versions(
+    step_id: str, version: str, deps: tuple[StepSpec, ...], handle: ArtifactStep
+) -> dict[str, str]:
+    """Each dependency's version by name (by step id when two share a name), for the payload.
+    A fixed version over a mutable dependency is an ``InvalidStepError``."""
     dep_versions: dict[str, str] = {}
     mutable = is_mutable_version(version)
     for dep in deps:
@@ -783,19 +808,15 @@ def _spec_for(
             raise InvalidStepError(
                 f"{step_id} has a fixed version but depends on {dep.step_id}, whose version is "
                 f"mutable: {dep.step_id} rebuilds on every run, so {step_id} would too",
-                f"give {name} a mutable version as well (e.g. 'dev' or '{version}-dev'), or "
-                f"give {dep.name} a fixed one",
+                f"give {handle.name} a mutable version as well (e.g. 'dev' or '{version}-dev'), "
+                f"or give {dep.name} a fixed one",
                 step_id,
             )
-    payload: dict[str, Any] = {
-        "name": name,
-        "version": version,
-        "config": config,
-        "deps": dep_versions,
-    }
-    if handle.override_path is not None:
-        payload["pin"] = handle.override_path  # a moved output is another artifact
-    fingerprint, payload_json = fingerprint_of(payload)
+    return dep_versions
+
+
+def _check_pinned(handle: ArtifactStep, fingerprint: str, payload_json: str, step_id: str) -> None:
+    """Raise ``FingerprintMismatchError`` when ``expected_fingerprint`` pins another one."""
     expected = handle.expected_fingerprint
     if expected is not None and expected != fingerprint:
         raise FingerprintMismatchError(
@@ -805,39 +826,55 @@ def _spec_for(
             "handle.fingerprint(); otherwise undo the config change",
             step_id,
         )
-    known: StepSpec | None = memo.get(("step", step_id))
-    if known is not None:
-        if known.fingerprint == fingerprint:
-            if known.run is not handle.run:
-                from marin.execution.pipeline.graph import fn_identity
 
-                first, second = fn_identity(known.run), fn_identity(handle.run)
-                if first != second:
-                    raise DuplicateStepError(
-                        f"two different functions define {step_id} with the same config "
-                        f"({first} and {second})",
-                        "give one of them another name or bump its version",
-                        step_id,
-                    )
-            return known  # an identical definition: one spec, built once
-        from marin.execution.digest.config_drift import explain_drift
 
-        diff = "; ".join(explain_drift(known.fingerprint_payload, payload_json, limit=5))
-        raise DuplicateStepError(
-            f"two different definitions of {step_id} in one graph ({diff})",
-            "give one of them another name or bump its version",
-            step_id,
-        )
-    build_config = handle.build_config
-    spec = StepSpec(
-        name=name,
+def _same_definition(
+    known: StepSpec, handle: ArtifactStep, fingerprint: str, payload_json: str, step_id: str
+) -> StepSpec:
+    """``known``, the spec lowered already under ``step_id``, when ``handle`` defines the same
+    step; else a ``DuplicateStepError`` that says what differs."""
+    if known.fingerprint == fingerprint:
+        if known.run is not handle.run:
+            from marin.execution.pipeline.graph import fn_identity
+
+            first, second = fn_identity(known.run), fn_identity(handle.run)
+            if first != second:
+                raise DuplicateStepError(
+                    f"two different functions define {step_id} with the same config "
+                    f"({first} and {second})",
+                    "give one of them another name or bump its version",
+                    step_id,
+                )
+        return known  # an identical definition: one spec, built once
+    from marin.execution.digest.config_drift import explain_drift
+
+    diff = "; ".join(explain_drift(known.fingerprint_payload, payload_json, limit=5))
+    raise DuplicateStepError(
+        f"two different definitions of {step_id} in one graph ({diff})",
+        "give one of them another name or bump its version",
+        step_id,
+    )
+
+
+def _new_spec(
+    handle: ArtifactStep,
+    version: str,
+    deps: tuple[StepSpec, ...],
+    fingerprinted: tuple[str, str],
+    provenance: Mapping[str, Any],
+    run: Callable[[StepContext], Any],
+) -> StepSpec:
+    """``handle``'s spec at ``version``, with its fingerprint and payload (``fingerprinted``)."""
+    fingerprint, payload_json = fingerprinted
+    return StepSpec(
+        name=handle.name,
         version=version,
         deps=deps,
         fingerprint=fingerprint,
         fingerprint_payload=payload_json,
         provenance=provenance,
-        run=_guarded_run(handle, deps, config, step_id, arg_keys),
-        build_config=build_config,
+        run=run,
+        build_config=handle.build_config,
         artifact_type=handle.artifact_type,
         retries=handle.retries,
         pool=handle.pool,
@@ -852,14 +889,11 @@ def _spec_for(
         pin=handle.override_path,
         source=handle.adopt_source,
         scope=OutputScope(handle.scope),
-        pinned_fingerprint=expected is not None,
+        pinned_fingerprint=handle.expected_fingerprint is not None,
         # Cached per function object (one parse per process): apply()'s call object holds the
         # user's function, the cache's key (``type() is``: never a user object's __class__).
         code=code_digest(handle.run.fn if type(handle.run) is _ApplyCall else handle.run),
     )
-    memo[("step", step_id)] = spec
-    created.append(spec)
-    return spec
 
 
 _CODEX, _DEFERRED = ("versions", "codex"), ("versions", "deferred")
