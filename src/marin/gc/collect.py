@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from marin.execution.errors import OptionError
+from marin.execution.store.records import parse_stored_time
 from marin.gc.walk import Slot, built_at, name_of
-from marin.ls_filter import _finished as parse_time
 
 _AGE = re.compile(r"\s*(\d+)\s*([smhdw])\s*")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -77,13 +77,14 @@ def _roots(
                 by_name.setdefault(name_of(slot), []).append(slot)
         for group in by_name.values():
             group.sort(
-                key=lambda s: (parse_time(built_at(s)) or _EPOCH, s.output_path), reverse=True
+                key=lambda s: (parse_stored_time(built_at(s)) or _EPOCH, s.output_path),
+                reverse=True,
             )
             for slot in group[:keep_versions]:
                 kept.setdefault(slot.output_path, f"among the newest {keep_versions} versions")
     if cutoff is not None:
         for slot in by_path.values():
-            when = parse_time(built_at(slot))
+            when = parse_stored_time(built_at(slot))
             if when is None:
                 kept.setdefault(slot.output_path, "its age is unknown")
             elif when >= cutoff:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import datetime
 import json
 import logging
 import math
@@ -294,6 +295,23 @@ def parse_json(text: str) -> Any:
         return json.loads(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+
+
+def parse_stored_time(text: object) -> datetime.datetime | None:
+    """A time as a record or status file stores it (``finished_at``, ``started_at``: ISO 8601),
+    as an aware datetime; one without a zone is UTC, as Marin writes them.
+
+    Stored data is untrusted, so this never raises: anything but an ISO time string gives None,
+    which a caller treats as "unknown" (``marin ls --after`` keeps no such build, ``marin gc``
+    keeps it as of unknown age).
+    """
+    if not isinstance(text, str):
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
 
 
 @dataclass(frozen=True)
