@@ -409,3 +409,18 @@ def test_stored_times_are_read_by_one_public_parser() -> None:
     assert marin.gc.collect.parse_stored_time is parse_stored_time
     assert marin.ls_filter.parse_stored_time is parse_stored_time
     assert marin.ls_filter.parse_when("2026-01-31T12:00", "--after") == noon
+
+
+@pytest.mark.parametrize("age", ["99999999999999w", "3000000d"])
+def test_an_age_before_the_year_1_is_an_option_error(age: str, tmp_path: Path) -> None:
+    from marin.execution.errors import OptionError
+
+    with pytest.raises(OptionError, match="reaches back before the year 1"):
+        collect_garbage([], str(tmp_path / "p"), older_than=age)
+    argv = ["gc", TARGET, "--older-than", age, "--prefix", str(tmp_path / "p")]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # refused by the argument parser itself
+        code = exc.code
+    assert code == 2  # bad input, not a crash (it was an OverflowError)
+    assert not (tmp_path / "p").exists()
