@@ -38,6 +38,10 @@ def register_fingerprint(kind: type, fn: Callable[[Any], Any]) -> None:
     canonicalised); the fingerprint then holds ``{"__registered__": "<qualname>", "value":
     ...}``, so it is stable across processes instead of being refused. A subclass uses the
     nearest registered class along its MRO. Registering a class again replaces its function.
+
+    Raises:
+        ConfigError: ``kind`` is not a class, ``fn`` is not callable, or ``kind`` already has a
+            canonical form (a built-in type such as ``str``, ``dict`` or ``object``).
     """
     if not isinstance(kind, type):
         raise ConfigError(
@@ -91,7 +95,7 @@ def to_canonical(value: Any, path: str = "config", step: str | None = None) -> A
 
 
 def _canonical(value: Any, path: str | None, step: str | None) -> Any:
-    """``value``'s canonical form; ``path`` is None on the fast first pass (see ``to_canonical``)."""
+    """``value``'s canonical form; ``path`` is None on the first, fast pass (``to_canonical``)."""
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:
         return value

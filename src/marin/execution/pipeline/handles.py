@@ -96,6 +96,12 @@ class ArtifactStep:
 
     Equality is identity: two handles are "the same step" for sharing purposes when they are the
     same object, and lowering checks separately that one ``name@version`` has one definition.
+
+    Raises:
+        InvalidStepError: when made (or copied by ``with_options``) with a field that cannot
+            form a step: a name or version outside the grammar, a dependency that is not a
+            handle, a bad ``retries``, pin, adopted source, ``runtime_args``, ``scope`` or
+            placement option (resources, timeout, queue, ``isolate``, ``resumable``, ``remote``).
     """
 
     name: str
@@ -174,20 +180,39 @@ class ArtifactStep:
     def lower(
         self, memo: dict[Any, Any] | None = None, *, versions: VersionCodex | None = None
     ) -> StepSpec:
+        """This handle's spec (``lower(handle)`` without the whole-graph output check).
+
+        Raises:
+            MarinError: what ``lower`` raises (``InvalidStepError``, ``CycleError``,
+                ``DuplicateStepError``, ``ConfigError``, ``FingerprintMismatchError``).
+        """
         return lower_with_codex([self], memo, versions, check=False)[0]
 
     def fingerprint(self) -> str:
-        """The step's fingerprint (the same under every prefix); lowers the graph, runs nothing."""
+        """The step's fingerprint (the same under every prefix); lowers the graph, runs nothing.
+
+        Raises:
+            MarinError: what ``lower`` raises.
+        """
         return self.lower().fingerprint
 
     def fingerprint_payload(self) -> str:
         """The canonical JSON the fingerprint hashes: ``{name, version, config, deps}`` (and
-        ``pin`` for a pinned step)."""
+        ``pin`` for a pinned step).
+
+        Raises:
+            MarinError: what ``lower`` raises.
+        """
         return self.lower().fingerprint_payload
 
     def path(self, prefix: str | None = None) -> str:
         """Where consumers read this artifact under ``prefix`` (default ``$MARIN_PREFIX``): its
-        pin, an adopted step's source, or ``<prefix>/<name>/<version>``."""
+        pin, an adopted step's source, or ``<prefix>/<name>/<version>``.
+
+        Raises:
+            StorageError: the prefix is not one Marin can use (``resolve_prefix``).
+            MarinError: what ``lower`` raises.
+        """
         from marin.execution.store.location import resolve_prefix
 
         return self.lower().data_url(resolve_prefix(prefix))
@@ -195,8 +220,11 @@ class ArtifactStep:
     def resolve(self, **kwargs: Any) -> Artifact:
         """Build this handle (or serve it) and return its artifact: ``resolve(handle)``.
 
-        Raises what ``resolve`` raises. The runner sits above the handles: it is reached at call
-        time through the package's front door (``marin.execution``), never imported here.
+        The runner sits above the handles: it is reached at call time through the package's
+        front door (``marin.execution``), never imported here.
+
+        Raises:
+            MarinError: what ``run`` raises (``StepFailedError`` when a step failed, ...).
         """
         import marin.execution
 
@@ -218,6 +246,10 @@ class ArtifactStep:
         Consumers read ``source``; nothing is moved or recomputed. Building the handle checks
         that ``source`` exists and records it (with ``config``) at ``<prefix>/<name>/<version>``.
         ``kind`` is its ``artifact_type`` (a class is named by its qualified name).
+
+        Raises:
+            InvalidStepError: a bad name or version, or a ``source`` that is not a literal
+                location (empty, ``::``, a glob character, a ``.`` or ``..`` segment).
         """
         recorded = _AdoptConfig(source, dict(config) if config is not None else None)
         return cls(
@@ -255,6 +287,11 @@ class ArtifactStep:
         ``scope="user"``: built under ``<prefix>/users/<user>/`` (the step and its dependents).
         ``remote`` (a backend name) runs ``fn`` as a job that outlives this process
         (docs/remote.md).
+
+        Raises:
+            InvalidStepError: an option that is not valid, naming it (a timeout with retries
+                but no ``isolate``, ``keep_checkpoints`` without ``resumable``, an unknown
+                ``remote`` backend, an ``isolate``d ``fn`` a subprocess cannot import, ...).
         """
         given: dict[str, Any] = {
             "retries": retries,
@@ -582,6 +619,12 @@ def apply(
 
     ``pin``: a fixed output path relative to the prefix instead of ``<name>/<version>``.
     ``artifact_type``: a label (or a class, named by its qualname), as on ``ArtifactStep``.
+
+    Raises:
+        InvalidStepError: no ``version``, a name, version or pin outside the grammar, or an
+            ``fn`` that is not callable.
+        ApplyInputsError: ``inputs`` do not fit ``fn``'s parameters (each unexpected input,
+            with a did-you-mean, and each missing one).
     """
     validate_name(name)
     if version is None:
@@ -1061,8 +1104,11 @@ def lower_graph(
 ) -> Graph:
     """Lower handles to one checked ``Graph``: the targets' specs and every step they need.
 
-    What the entry points (``marin run``, the engines) take, once per run. Raises what
-    ``lower`` raises (``CycleError``, ``DuplicateStepError``, ``InvalidStepError``)."""
+    What the entry points (``marin run``, the engines) take, once per run.
+
+    Raises:
+        MarinError: what ``lower`` raises, for the same reasons.
+    """
     items, _ = _flatten(handles)
     return _graph_with_codex(items, None, versions, check=True)
 
@@ -1107,7 +1153,19 @@ def lower(
     handles, give a list.
 
     ``versions``: the run's ``VersionCodex`` for handles with ``version=None`` (default: the
-    ambient ``build_context``'s). An override naming no deferred step is an error."""
+    ambient ``build_context``'s). An override naming no deferred step is an error.
+
+    Raises:
+        InvalidStepError: something that is not a handle, a deferred version the codex gives no
+            version for, an override of ``versions`` that names no deferred step, or a fixed
+            version that depends on a mutable (``dev``) one.
+        CycleError: the handles' dependencies form a cycle.
+        DuplicateStepError: two different definitions of one ``name@version``, or one step's
+            output inside (or, up to letter case, equal to) another's.
+        ConfigError: a config value with no canonical JSON form, naming the field.
+        FingerprintMismatchError: a handle's fingerprint differs from its
+            ``expected_fingerprint``.
+    """
     items, many = _flatten(handles)
     # check: refuse a bad graph here (e.g. one output inside another), not at run time
     specs = lower_with_codex(items, memo, versions, check=True)

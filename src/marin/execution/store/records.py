@@ -124,11 +124,16 @@ class ArtifactRecord:
 
     @classmethod
     def from_json(cls, text: str) -> ArtifactRecord:
-        """Parse and type-check a stored record; ``ValueError`` for anything malformed.
+        """Parse and type-check a stored record.
 
         Stored bytes are untrusted: a record written by another version, torn, or crafted must
         not crash ``run``, ``plan``, ``show`` or ``ls`` later, so every field's type is checked
         here, and nesting deeper than :data:`MAX_JSON_DEPTH` is refused.
+
+        Raises:
+            ValueError: ``text`` is not a schema-1 record (malformed JSON, a missing field, a
+                field of the wrong type, too deeply nested); ``load_record`` reads it as
+                "not built".
         """
         data = parse_json(text)
         if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
@@ -287,8 +292,12 @@ def _depth(text: str) -> int:
 
 
 def parse_json(text: str) -> Any:
-    """``json.loads`` for stored metadata: any malformed input is a ``ValueError``, never a
-    ``RecursionError`` or a value nested deeper than :data:`MAX_JSON_DEPTH`."""
+    """``json.loads`` for stored metadata.
+
+    Raises:
+        ValueError: malformed JSON, or nested deeper than :data:`MAX_JSON_DEPTH` (never a
+            ``RecursionError``).
+    """
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(text) > MAX_JSON_DEPTH:
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
@@ -353,6 +362,11 @@ def load_record(
 
     A corrupt record counts as not built, with a warning naming the file (once per process):
     the next build replaces it, so no person has to delete anything.
+
+    Raises:
+        SymlinkError: a folder on the way to the file, or the file itself, is a symbolic link
+            (local disk).
+        StorageError: storage kept failing, or the file is not a regular file.
     """
     path = location.path(record_path(output_path))
     try:
@@ -385,7 +399,13 @@ def read_record(
     location: Location, output_path: str, known: ArtifactRecord | None = None
 ) -> ArtifactRecord | None:
     """The step's committed record, or None: not built, corrupt, or another step's (warned
-    about once per process; ``load_record`` says which, and what ``known`` saves)."""
+    about once per process; ``load_record`` says which, and what ``known`` saves).
+
+    Raises:
+        SymlinkError: a folder on the way to the file, or the file itself, is a symbolic link
+            (local disk).
+        StorageError: storage kept failing, or the file is not a regular file.
+    """
     found = load_record(location, output_path, known)
     if isinstance(found, ForeignRecord):
         if _first_sighting(found.path, found.why.encode()):
@@ -463,6 +483,11 @@ def write_atomic(
     crash leaves only the temporary file, which the next build of the step clears).
     ``crash_step`` names the step for the ``record-write`` / ``record-torn`` fault hooks.
     ``durable`` fsyncs the file (durable mode, ``MARIN_DURABLE=1``, for records).
+
+    Raises:
+        SymlinkError: a folder on the way to ``path`` is a symbolic link (local disk; the file
+            itself is replaced by a rename, which never follows one).
+        StorageError: storage kept failing (object stores).
     """
     fs = location.fs
     if crash_step and faults.should_crash("record-torn", crash_step):
@@ -485,6 +510,12 @@ def write_atomic(
 
 
 def write_record(location: Location, record: ArtifactRecord, output_path: str) -> None:
+    """Commit ``record`` beside the output at ``output_path``, atomically (``write_atomic``).
+
+    Raises:
+        SymlinkError: as ``write_atomic``.
+        StorageError: as ``write_atomic``.
+    """
     data = record.to_json().encode()
     write_atomic(
         location,
@@ -508,6 +539,11 @@ def metadata_files(location: Location, output_path: str) -> set[str]:
     what fills the disk, so it goes first). Only this module's own temporary names
     (``record.json.tmp-*``, ``status.json.tmp-*``) are touched, and only the lease holder writes
     those. Object stores and ``memory://`` write in one put: no temporary files, two checks.
+
+    Raises:
+        SymlinkError: the metadata folder, a folder on the way to it, or an entry in it is a
+            symbolic link (local disk).
+        StorageError: storage kept failing (object stores).
     """
     names = ("record.json", "status.json")
     if not location.is_local:
@@ -533,13 +569,24 @@ def metadata_files(location: Location, output_path: str) -> set[str]:
 
 
 def delete_record(location: Location, output_path: str) -> None:
+    """Delete the step's ``record.json``, if there is one.
+
+    Raises:
+        SymlinkError: a folder on the way to the file is a symbolic link (local disk).
+        StorageError: storage kept failing (object stores).
+    """
     with contextlib.suppress(FileNotFoundError):
         location.rm_file(location.path(record_path(output_path)))
 
 
 def clear_status(location: Location, output_path: str) -> None:
     """Drop an earlier attempt's status file: the new attempt's lease now says RUNNING, and its
-    record or a new FAILED status will say how it ended; an old status could only contradict."""
+    record or a new FAILED status will say how it ended; an old status could only contradict.
+
+    Raises:
+        SymlinkError: a folder on the way to the file is a symbolic link (local disk).
+        StorageError: storage kept failing (object stores).
+    """
     with contextlib.suppress(FileNotFoundError):
         location.rm_file(location.path(status_path(output_path)))
 
@@ -589,6 +636,11 @@ def read_status_file(location: Location, output_path: str) -> dict[str, Any] | N
 
     Builds write one only when an attempt fails (``FAILED``); versions before the lean commit
     path also wrote ``RUNNING`` and ``SUCCESS``, which still read.
+
+    Raises:
+        SymlinkError: a folder on the way to the file, or the file itself, is a symbolic link
+            (local disk).
+        StorageError: storage kept failing, or the file is not a regular file.
     """
     path = location.path(status_path(output_path))
     status = _read_json_object(location, path, "status", _STATUS_TYPES)
@@ -607,6 +659,11 @@ def read_attempt(location: Location, output_path: str) -> dict[str, Any] | None:
     ``FAILED`` status file, and the record is the SUCCESS. So: the status file if there is one,
     else ``RUNNING`` while a lease is there. A lease without a string holder says nothing (it
     protects nothing either, see ``lease.LeaseInfo.parse``).
+
+    Raises:
+        SymlinkError: a folder on the way to the file, or the file itself, is a symbolic link
+            (local disk).
+        StorageError: storage kept failing, or the file is not a regular file.
     """
     status = read_status_file(location, output_path)
     if status is not None:
@@ -624,7 +681,13 @@ def read_attempt(location: Location, output_path: str) -> dict[str, Any] | None:
 
 def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
     """The step's state for readers (``ls``, ``show``, tests): its attempt, else ``SUCCESS``
-    when a record is there, else None (never tried)."""
+    when a record is there, else None (never tried).
+
+    Raises:
+        SymlinkError: a folder on the way to the file, or the file itself, is a symbolic link
+            (local disk).
+        StorageError: storage kept failing, or the file is not a regular file.
+    """
     attempt = read_attempt(location, output_path)
     if attempt is not None:
         return attempt
@@ -635,6 +698,12 @@ def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
 
 
 def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:
+    """Write the step's status file: ``state`` and ``details``, atomically (``write_atomic``).
+
+    Raises:
+        SymlinkError: as ``write_atomic``.
+        StorageError: as ``write_atomic``.
+    """
     body = {"state": state, **details}
     write_atomic(
         location,
