@@ -141,15 +141,23 @@ def check_same_fn(known: StepSpec, spec: StepSpec) -> None:
     Raises:
         DuplicateStepError: they run different functions (``fn_identity`` differs).
     """
-    if known.run is spec.run:
+    check_same_run(spec.step_id, known.run, spec.run)
+
+
+def check_same_run(step_id: str, known: Callable[..., Any], run: Callable[..., Any]) -> None:
+    """Check that two definitions of ``step_id`` with one config run one function.
+
+    Raises:
+        DuplicateStepError: ``known`` and ``run`` are different functions (``fn_identity``).
+    """
+    if known is run:
         return
-    first, second = fn_identity(known.run), fn_identity(spec.run)
+    first, second = fn_identity(known), fn_identity(run)
     if first != second:
         raise DuplicateStepError(
-            f"two different functions define {spec.step_id} with the same config "
-            f"({first} and {second})",
+            f"two different functions define {step_id} with the same config ({first} and {second})",
             "give one of them another name or bump its version",
-            spec.step_id,
+            step_id,
         )
 
 

@@ -40,7 +40,7 @@ from marin.execution.pipeline.context import (
     current_context,
     fingerprint_context,
 )
-from marin.execution.pipeline.graph import Graph
+from marin.execution.pipeline.graph import Graph, check_same_run
 from marin.execution.pipeline.provenance import collect_provenance
 from marin.execution.pipeline.resources import (
     NO_RESOURCES,
@@ -877,17 +877,7 @@ def _same_definition(
     """``known``, the spec lowered already under ``step_id``, when ``handle`` defines the same
     step; else a ``DuplicateStepError`` that says what differs."""
     if known.fingerprint == fingerprint:
-        if known.run is not handle.run:
-            from marin.execution.pipeline.graph import fn_identity
-
-            first, second = fn_identity(known.run), fn_identity(handle.run)
-            if first != second:
-                raise DuplicateStepError(
-                    f"two different functions define {step_id} with the same config "
-                    f"({first} and {second})",
-                    "give one of them another name or bump its version",
-                    step_id,
-                )
+        check_same_run(step_id, known.run, handle.run)
         return known  # an identical definition: one spec, built once
     from marin.execution.digest.config_drift import explain_drift
 
