@@ -32,7 +32,7 @@ PUBLIC = {
         "RunOptions", "RunOptions.from_params", "RunOptions.policy", "resolve_force",
     ],
     "marin.execution.plan.read": ["plan_run"],
-    "marin.execution.plan.decide": ["decide"],
+    "marin.execution.plan.decide": ["decide", "plan_graph"],
     "marin.execution.pipeline.graph": ["collect_steps", "Graph.of", "as_graph"],
     "marin.execution.store.location": [
         "open_prefix", "resolve_prefix", "with_retries", "Location.check_no_links",

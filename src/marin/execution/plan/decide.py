@@ -456,20 +456,16 @@ def plan_graph(
     ``stored`` maps output path -> what storage holds (missing: nothing). Under
     ``on_drift="error"`` every drifted step is found, wherever it sits, and one ``DriftError``
     names them all before anything can run.
+
+    Raises:
+        DriftError: one naming every drifted step, under an ``error`` drift policy (a
+            ``CodeDriftError`` when each of them drifted in code).
+        MarinError: what ``decide`` raises otherwise, for the first step that raises it.
     """
     with frozen_heap():  # the graph is out of the collector's scans meanwhile
-        return _plan_graph(steps, targets, stored, policy)
-
-
-def _plan_graph(
-    steps: Sequence[StepSpec],
-    targets: Sequence[StepSpec],
-    stored: Mapping[str, Stored],
-    policy: Policy,
-) -> Plan:
-    solver = _FixedPoint(steps, {t.output_path for t in targets}, stored, policy)
-    solver.solve()
-    return solver.plan()
+        solver = _FixedPoint(steps, {t.output_path for t in targets}, stored, policy)
+        solver.solve()
+        return solver.plan()
 
 
 class _FixedPoint:
