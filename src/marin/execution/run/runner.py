@@ -192,18 +192,14 @@ class StepRunner:
         ``force_run_failed=False``: a needed step whose last attempt failed is not retried, and
         the run fails naming it (``decide`` says so). ``max_concurrent``, ``keep_going``,
         ``force`` and ``force_run_failed`` override the runner's options for this run only
-        (None: the runner's). ``location``: the prefix, opened and checked by the caller.
-
-        Any other iterable (a generator) is consumed lazily, ``max_concurrent`` steps ahead
-        (``run/stream.py``).
+        (None: the runner's). ``location``: the prefix, opened and checked by the caller. Any
+        other iterable (a generator) is consumed lazily, ``max_concurrent`` steps ahead.
 
         Raises:
             MarinError: what ``plan`` raises, before anything is built.
-            InvalidStepError: an unknown ``ready_order``, or a step whose resources can never
-                fit the runner's capacity (before anything is built).
+            InvalidStepError: an unknown ``ready_order``, or resources that can never fit.
             StorageError: the prefix cannot be written.
-            StepFailedError: a step failed (its error is the ``__cause__``; the report is
-                ``.report``), unless ``keep_going``.
+            StepFailedError: the first step that failed (its error is the ``__cause__``).
             PipelineFailedError: under ``keep_going``, every step that failed, at once.
             KeyboardInterrupt: a Ctrl-C stopped the run (and no step failed).
         """

@@ -124,16 +124,12 @@ class ArtifactRecord:
 
     @classmethod
     def from_json(cls, text: str) -> ArtifactRecord:
-        """Parse and type-check a stored record.
-
-        Stored bytes are untrusted: a record written by another version, torn, or crafted must
-        not crash ``run``, ``plan``, ``show`` or ``ls`` later, so every field's type is checked
-        here, and nesting deeper than :data:`MAX_JSON_DEPTH` is refused.
+        """Parse and type-check a stored record: untrusted bytes (written by another version,
+        torn, or crafted) must not crash ``run``, ``plan``, ``show`` or ``ls`` later.
 
         Raises:
-            ValueError: ``text`` is not a schema-1 record (malformed JSON, a missing field, a
-                field of the wrong type, too deeply nested); ``load_record`` reads it as
-                "not built".
+            ValueError: not a schema-1 record: malformed JSON, a field missing or of the wrong
+                type, nesting deeper than :data:`MAX_JSON_DEPTH` (``load_record``: not built).
         """
         data = parse_json(text)
         if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
