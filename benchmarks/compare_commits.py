@@ -108,7 +108,7 @@ def _markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("commits", nargs="+", help="REV or REV=label, in the table's order")
     parser.add_argument("--n", type=int, default=3000, help="steps in the random DAG")
@@ -124,17 +124,32 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=1.0, help="seconds idle before each run")
     parser.add_argument("--output", help="write the results as JSON here")
     parser.add_argument("--markdown", help="write the table as Markdown here")
-    args = parser.parse_args()
-    backends = args.backends.split(",")
+    return parser
+
+
+def _backends(parser: argparse.ArgumentParser, given: str) -> list[str]:
+    """``--backends`` as a list; an unknown or unavailable one exits with a usage error."""
+    backends = given.split(",")
     unknown = sorted(set(backends) - {"memory", "local", "tmpfs"})
     if unknown:
         parser.error(f"unknown backend(s) {', '.join(unknown)}: use memory, local or tmpfs")
     if "tmpfs" in backends and not tmpfs_available():
         parser.error(f"no tmpfs is mounted at {TMPFS} here: leave tmpfs out of --backends")
+    return backends
+
+
+Trees = list[tuple[str, str, Path]]
+"""(label, sha, worktree) of each commit, in the table's order."""
+
+
+def _measure(
+    args: argparse.Namespace, backends: list[str]
+) -> tuple[Trees, dict[tuple[str, str], list[float]]]:
+    """Check out each commit and time it on each backend, round by round in a random order;
+    the worktrees are removed afterwards."""
     rng = random.Random(0)
-    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="marin-commits-") as scratch:
-        trees: list[tuple[str, str, Path]] = []
+        trees: Trees = []
         try:
             for given in args.commits:
                 rev, _, label = given.partition("=")
@@ -156,7 +171,18 @@ def main() -> None:
                     cwd=ROOT,
                     capture_output=True,
                 )
-    result = {
+    return trees, rounds
+
+
+def _result(
+    args: argparse.Namespace,
+    backends: list[str],
+    trees: Trees,
+    rounds: dict[tuple[str, str], list[float]],
+    load_before: float,
+) -> dict[str, Any]:
+    """The JSON that ``--output`` writes: the machine and options, then each commit's rounds."""
+    return {
         "meta": {
             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": f"{os.cpu_count()} cores {platform.machine()}",
@@ -174,6 +200,15 @@ def main() -> None:
             for label, sha, _ in trees
         ],
     }
+
+
+def main() -> None:
+    parser = _parser()
+    args = parser.parse_args()
+    backends = _backends(parser, args.backends)
+    load_before = os.getloadavg()[0]
+    trees, rounds = _measure(args, backends)
+    result = _result(args, backends, trees, rounds, load_before)
     text = _markdown(result)
     print(text)
     if args.output:

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import graphs
 from common import HERE, ROOT
@@ -24,6 +24,10 @@ from harness import Harness
 
 from marin.execution.lazy import lower
 from marin.execution.pipeline.graph import collect_steps
+
+if TYPE_CHECKING:
+    from marin_airflow.export import ExportResult
+    from marin_testing.airflow import AirflowSandbox, AirflowServices
 
 
 def bench(h: Harness) -> None:
@@ -213,6 +217,7 @@ def _airflow_env(home: str, dags: str) -> dict[str, str]:
 
 
 def bench_airflow_dags_test(h: Harness, home: str, env: dict[str, str]) -> None:
+    """``airflow dags test`` of the exported n-gram DAG: its wall time, per task."""
     dag_file = os.path.join(ROOT, "dags", "ngram_pipeline.py")
     if not os.path.exists(dag_file):
         h.add("airflow", "dags test", None, "s/task", note="dags/ngram_pipeline.py is missing")
@@ -224,23 +229,8 @@ def bench_airflow_dags_test(h: Harness, home: str, env: dict[str, str]) -> None:
     env = dict(env, AIRFLOW__CORE__DAGS_FOLDER=os.path.dirname(dag_file))
     env["MARIN_PREFIX"] = os.path.join(home, "artifacts")
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
-    t0 = time.perf_counter()
-    try:
-        migrate = subprocess.run(
-            [airflow, "db", "migrate"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=max(10, min(180, h.remaining())),
-        )
-    except subprocess.TimeoutExpired:
-        h.add("airflow", "db migrate", None, "s", note="timed out (out of budget)")
+    if not _db_migrate(h, airflow, env):
         return
-    migrate_s = time.perf_counter() - t0
-    if migrate.returncode != 0:
-        h.add("airflow", "db migrate", None, "s", note=migrate.stderr.strip()[-300:])
-        return
-    h.add("airflow", "db migrate (setup, not per task)", migrate_s, "s")
     try:
         t0 = time.perf_counter()
         test = subprocess.run(
@@ -260,7 +250,35 @@ def bench_airflow_dags_test(h: Harness, home: str, env: dict[str, str]) -> None:
             "airflow", "dags test", None, "s/task", note=(test.stderr or test.stdout).strip()[-300:]
         )
         return
-    match = re.search(r"run_duration=([0-9.]+)", test.stdout + test.stderr)
+    _dags_test_rows(h, test.stdout + test.stderr, wall, tasks)
+
+
+def _db_migrate(h: Harness, airflow: str, env: dict[str, str]) -> bool:
+    """``airflow db migrate``, timed as setup; False (with a row saying why) if it failed."""
+    t0 = time.perf_counter()
+    try:
+        migrate = subprocess.run(
+            [airflow, "db", "migrate"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=max(10, min(180, h.remaining())),
+        )
+    except subprocess.TimeoutExpired:
+        h.add("airflow", "db migrate", None, "s", note="timed out (out of budget)")
+        return False
+    migrate_s = time.perf_counter() - t0
+    if migrate.returncode != 0:
+        h.add("airflow", "db migrate", None, "s", note=migrate.stderr.strip()[-300:])
+        return False
+    h.add("airflow", "db migrate (setup, not per task)", migrate_s, "s")
+    return True
+
+
+def _dags_test_rows(h: Harness, output: str, wall: float, tasks: int) -> None:
+    """The rows of a passed ``airflow dags test``: Airflow's own run duration (from its log)
+    and the command's wall time, each also per task."""
+    match = re.search(r"run_duration=([0-9.]+)", output)
     if match:
         run_s = float(match.group(1))
         h.add(
@@ -318,46 +336,21 @@ def airflow_cached(reps: int, max_concurrent: int = 4) -> dict[str, Any]:
     The 1-step DAG builds on a fresh prefix every time; the 100-step DAG is built once, untimed,
     then re-run on the same prefix. The two kinds alternate in a seeded random order.
     """
-    from marin_airflow.export import build_export, write_export
     from marin_testing.airflow import AirflowSandbox, AirflowServices
 
     root = tempfile.mkdtemp(prefix="marin-bench-afsched-")
     dags = os.path.join(root, "dags")
-    exports = {
-        name: build_export(
-            os.path.join(HERE, f"airflow_graphs.py:{name}"),
-            dags,
-            dag_id=f"bench_{name}",
-            max_concurrent=max_concurrent,
-        )
-        for name in ("hundred", "one")
-    }
-    for result in exports.values():
-        write_export(result)
+    exports = _export_cached_dags(dags, max_concurrent)
     sandbox = AirflowSandbox(os.path.join(root, "sandbox"), pythonpath=[ROOT])
     times: dict[str, list[float]] = {"cached100": [], "first1": []}
     tasks_run: dict[str, list[int]] = {"cached100": [], "first1": []}
-
-    def timed(dag_id: str, prefix: str) -> tuple[float, int]:
-        run_id = services.trigger(dag_id, {"prefix": prefix})
-        state = services.wait_for_run(dag_id, run_id, timeout=600)
-        if state != "success":
-            raise RuntimeError(f"{dag_id} run {run_id} ended {state}:\n{services.log_tail()}")
-        (span,) = sandbox.query(
-            "SELECT (julianday(end_date) - julianday(queued_at)) * 86400 FROM dag_run "
-            "WHERE dag_id = ? AND run_id = ?",
-            (dag_id, run_id),
-        )
-        (launched,) = sandbox.query(
-            "SELECT COUNT(*) FROM task_instance WHERE dag_id = ? AND run_id = ? "
-            "AND pid IS NOT NULL",
-            (dag_id, run_id),
-        )
-        return float(span[0]), int(launched[0])
-
     try:
         with AirflowServices(sandbox, dags, parallelism=8) as services:
             services.wait_for_dags([r.dag_id for r in exports.values()])
+
+            def timed(dag_id: str, prefix: str) -> tuple[float, int]:
+                return _timed_run(services, sandbox, dag_id, prefix)
+
             built = os.path.join(root, "prefix-100")
             timed("bench_hundred", built)  # the build: untimed
             timed("bench_one", os.path.join(root, "prefix-1-warm"))  # warm-up
@@ -382,6 +375,45 @@ def airflow_cached(reps: int, max_concurrent: int = 4) -> dict[str, Any]:
         "ratio": medians["cached100"] / medians["first1"],
         "steps": len(exports["hundred"].tasks),
     }
+
+
+def _export_cached_dags(dags: str, max_concurrent: int) -> dict[str, ExportResult]:
+    """``marin export airflow`` of the 100-step and the 1-step DAG into ``dags``, by name."""
+    from marin_airflow.export import build_export, write_export
+
+    exports = {
+        name: build_export(
+            os.path.join(HERE, f"airflow_graphs.py:{name}"),
+            dags,
+            dag_id=f"bench_{name}",
+            max_concurrent=max_concurrent,
+        )
+        for name in ("hundred", "one")
+    }
+    for result in exports.values():
+        write_export(result)
+    return exports
+
+
+def _timed_run(
+    services: AirflowServices, sandbox: AirflowSandbox, dag_id: str, prefix: str
+) -> tuple[float, int]:
+    """Trigger ``dag_id`` on ``prefix`` and wait for it: (seconds from ``queued_at`` to
+    ``end_date``, tasks launched); a run that does not succeed raises with the log's tail."""
+    run_id = services.trigger(dag_id, {"prefix": prefix})
+    state = services.wait_for_run(dag_id, run_id, timeout=600)
+    if state != "success":
+        raise RuntimeError(f"{dag_id} run {run_id} ended {state}:\n{services.log_tail()}")
+    (span,) = sandbox.query(
+        "SELECT (julianday(end_date) - julianday(queued_at)) * 86400 FROM dag_run "
+        "WHERE dag_id = ? AND run_id = ?",
+        (dag_id, run_id),
+    )
+    (launched,) = sandbox.query(
+        "SELECT COUNT(*) FROM task_instance WHERE dag_id = ? AND run_id = ? AND pid IS NOT NULL",
+        (dag_id, run_id),
+    )
+    return float(span[0]), int(launched[0])
 
 
 WORKERS: dict[str, str] = {

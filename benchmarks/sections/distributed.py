@@ -16,13 +16,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common import HERE, ROOT, timed_rounds
 from harness import Harness
 
 from marin.execution.lazy import lower
 from marin.execution.pipeline.graph import collect_steps
+
+if TYPE_CHECKING:
+    from marin_testing.celery import CeleryServices
 
 DISTRIBUTED_ROWS = ("local", "prefect-threads", "prefect-dask")
 
@@ -203,9 +206,6 @@ def celery(
     run's wait fails, and the services are stopped before the harness's time limit."""
     from marin.execution.pipeline.targets import load_target
     from marin.execution.step_runner import StepRunner
-    from marin_airflow.export import build_export, write_export
-    from marin_testing.airflow import AirflowSandbox
-    from marin_testing.celery import CeleryServices, WorkerSpec
 
     if shutil.which("redis-server") is None:
         raise RuntimeError("redis-server is not installed: apt-get install -y redis-server")
@@ -219,14 +219,7 @@ def celery(
     steps = collect_steps(lower(list(load_target(target)), memo={}))
     dag_id = "bench_celery_noop"
     root = tempfile.mkdtemp(prefix="marin-bench-celery-")
-    dags = os.path.join(root, "dags")
-    write_export(build_export(target, dags, dag_id=dag_id, max_concurrent=2 * worker_slots))
-    env = {"MARIN_BENCH_NOOP_N": str(n)}
-    workers = [
-        WorkerSpec(name, ("default",), concurrency=worker_slots, env=env) for name in ("a", "b")
-    ]
-    sandbox = AirflowSandbox(os.path.join(root, "airflow"), pythonpath=[ROOT])
-    services = CeleryServices(sandbox, dags, workers, env=env, parallelism=2 * worker_slots)
+    services = _celery_services(root, target, dag_id, n, worker_slots)
     airflow_s: list[float] = []
     try:
         t0 = time.perf_counter()
@@ -235,12 +228,8 @@ def celery(
         startup = time.perf_counter() - t0
 
         def on_celery(prefix: str) -> None:
-            run_id = services.trigger_rest(dag_id, conf={"prefix": prefix})
             left = min(run_timeout_s, deadline - time.monotonic())
-            run = _rest_run_end(services, dag_id, run_id, left)
-            if run["state"] != "success":
-                raise RuntimeError(f"run {run_id} ended {run['state']}:\n{services.log_tail()}")
-            airflow_s.append(_iso_span(run["start_date"], run["end_date"]))
+            airflow_s.append(_celery_run(services, dag_id, prefix, left))
 
         variants: dict[str, Callable[[str], Any]] = {
             "local": lambda prefix: StepRunner(2 * worker_slots, prefix).run(steps),
@@ -261,6 +250,35 @@ def celery(
         "medians": medians,
         "per_step_ms": {k: 1000 * v / len(steps) for k, v in medians.items()},
     }
+
+
+def _celery_services(
+    root: str, target: str, dag_id: str, n: int, worker_slots: int
+) -> CeleryServices:
+    """``target`` exported as ``dag_id`` under ``root``, and the Celery harness (not started yet)
+    that runs it on two workers of ``worker_slots`` each."""
+    from marin_airflow.export import build_export, write_export
+    from marin_testing.airflow import AirflowSandbox
+    from marin_testing.celery import CeleryServices, WorkerSpec
+
+    dags = os.path.join(root, "dags")
+    write_export(build_export(target, dags, dag_id=dag_id, max_concurrent=2 * worker_slots))
+    env = {"MARIN_BENCH_NOOP_N": str(n)}
+    workers = [
+        WorkerSpec(name, ("default",), concurrency=worker_slots, env=env) for name in ("a", "b")
+    ]
+    sandbox = AirflowSandbox(os.path.join(root, "airflow"), pythonpath=[ROOT])
+    return CeleryServices(sandbox, dags, workers, env=env, parallelism=2 * worker_slots)
+
+
+def _celery_run(services: CeleryServices, dag_id: str, prefix: str, timeout: float) -> float:
+    """Trigger ``dag_id`` on ``prefix`` through the REST API and wait for its end: Airflow's own
+    span of the run; a run that does not succeed raises with the log's tail."""
+    run_id = services.trigger_rest(dag_id, conf={"prefix": prefix})
+    run = _rest_run_end(services, dag_id, run_id, timeout)
+    if run["state"] != "success":
+        raise RuntimeError(f"run {run_id} ended {run['state']}:\n{services.log_tail()}")
+    return _iso_span(run["start_date"], run["end_date"])
 
 
 def _rest_run_end(services: Any, dag_id: str, run_id: str, timeout: float) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import graphs
 from common import timed_rounds
@@ -19,6 +19,9 @@ from harness import Harness
 from marin.execution.lazy import lower
 from marin.execution.pipeline.graph import collect_steps
 from marin.execution.step_spec import StepSpec
+
+if TYPE_CHECKING:
+    from prefect import Flow
 
 
 def spread(values: list[float]) -> str:
@@ -95,66 +98,70 @@ def prefect_variants(
 ) -> tuple[list[StepSpec], dict[str, Callable[[str], Any]]]:
     """The ``prefect`` section's runs of the ``n``-step random graph, each a function of a fresh
     prefix (also profiled by ``prefect_profile.py``); call inside a Prefect harness."""
-    from prefect import Flow, Task
-    from prefect.cache_policies import NO_CACHE
-    from prefect.task_runners import ThreadPoolTaskRunner
-
-    from marin.execution.build.commit import build_step
     from marin.execution.step_runner import StepRunner
-    from marin.execution.store.location import open_prefix
     from marin_prefect.compile import to_prefect_flow
-    from marin_prefect.resources import task_tags
 
     _, handles = graphs.random_dag(n, seed=3)
     targets = lower(handles, memo={})
     steps = collect_steps(targets)
 
-    def plain_flow(prefix: str, tagged: bool = False) -> Flow[[], None]:
-        """What a Prefect user writes by hand: one task per step, ``wait_for`` its deps; with
-        ``tagged``, each task carries the compiled flow's tags for its step (``task_tags``)."""
-        runner: Any = ThreadPoolTaskRunner(max_workers=max_concurrent)
-
-        def body() -> None:
-            location = open_prefix(prefix)
-            location.check_writable()
-            futures: dict[str, Any] = {}
-            for spec in steps:
-
-                def fn(spec: StepSpec = spec) -> str:
-                    return build_step(spec, location).output_url
-
-                task: Any = Task(
-                    fn,
-                    name=spec.step_id,
-                    task_run_name=spec.step_id,
-                    cache_policy=NO_CACHE,
-                    tags=task_tags(spec) if tagged else None,
-                )
-                futures[spec.output_path] = task.submit(
-                    wait_for=[futures[d.output_path] for d in spec.deps]
-                )
-            for future in futures.values():
-                future.result()
-
-        return Flow(
-            body,
-            name="plain-prefect",
-            task_runner=runner,
-            validate_parameters=False,
-        )
-
     variants: dict[str, Callable[[str], Any]] = {
         "compiled": lambda prefix: to_prefect_flow(
             list(handles), max_concurrent=max_concurrent, prefix=prefix
         )(),
-        "plain": lambda prefix: plain_flow(prefix)(),
+        "plain": lambda prefix: plain_flow(steps, prefix, max_concurrent)(),
         # The same hand-written flow with the compiled flow's tags: Prefect's task engine asks
         # the server for the slots of every tag's limit (``tag:<name>``) before each tagged
         # task runs, limit or none, so this variant isolates that round trip's cost.
-        "plain-tagged": lambda prefix: plain_flow(prefix, tagged=True)(),
+        "plain-tagged": lambda prefix: plain_flow(steps, prefix, max_concurrent, tagged=True)(),
         "local": lambda prefix: StepRunner(max_concurrent, prefix).run(targets),
     }
     return steps, variants
+
+
+def plain_flow(
+    steps: list[StepSpec], prefix: str, max_concurrent: int, tagged: bool = False
+) -> Flow[[], None]:
+    """What a Prefect user writes by hand: one task per step, ``wait_for`` its deps; with
+    ``tagged``, each task carries the compiled flow's tags for its step (``task_tags``)."""
+    from prefect import Flow, Task
+    from prefect.cache_policies import NO_CACHE
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from marin.execution.build.commit import build_step
+    from marin.execution.store.location import open_prefix
+    from marin_prefect.resources import task_tags
+
+    runner: Any = ThreadPoolTaskRunner(max_workers=max_concurrent)
+
+    def body() -> None:
+        location = open_prefix(prefix)
+        location.check_writable()
+        futures: dict[str, Any] = {}
+        for spec in steps:
+
+            def fn(spec: StepSpec = spec) -> str:
+                return build_step(spec, location).output_url
+
+            task: Any = Task(
+                fn,
+                name=spec.step_id,
+                task_run_name=spec.step_id,
+                cache_policy=NO_CACHE,
+                tags=task_tags(spec) if tagged else None,
+            )
+            futures[spec.output_path] = task.submit(
+                wait_for=[futures[d.output_path] for d in spec.deps]
+            )
+        for future in futures.values():
+            future.result()
+
+    return Flow(
+        body,
+        name="plain-prefect",
+        task_runner=runner,
+        validate_parameters=False,
+    )
 
 
 def prefect(n: int, reps: int, max_concurrent: int = 8, idle_gap_s: float = 3.0) -> dict[str, Any]:

@@ -436,7 +436,11 @@ def _json_block(value: Any, indent: str = "    ") -> list[str]:
 
 
 def show_record(location: Location, output_path: str) -> tuple[str, int]:
-    """The text ``marin show`` prints and its exit code (0 built, 1 not built)."""
+    """The text ``marin show`` prints and its exit code (0 built, 1 not built).
+
+    Raises:
+        NotFoundError: nothing is at ``output_path``: no record and no status of an attempt.
+    """
     found = load_record(location, output_path)
     record = found if isinstance(found, ArtifactRecord) else None
     status = read_attempt(location, output_path)
@@ -446,29 +450,44 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
     log_url = location.url_for(log_path(output_path))
     if not location.has_file(location.path(log_path(output_path))):
         log_url = "(none: the step printed and logged nothing)"
-    if record is None:
-        if status is None:
-            name, _, version = output_path.rpartition("/")
-            raise NotFoundError(
-                f"nothing is built at {url}",
-                _not_built_hint(location, name, version),
-                f"{name}@{version}" if name else None,
-            )
+    if record is not None:
+        return _terminal_lines(_built_lines(location, output_path, record, status, log_url)), 0
+    if status is None:
         name, _, version = output_path.rpartition("/")
-        lines = [
-            f"{name}@{version}: not built ({status.get('state', '?')})",
-            f"  output       {url}",
-        ]
-        for key in ("error", "holder", "started_at", "finished_at"):
-            if status.get(key):
-                lines.append(f"  {key:<12} {status[key]}")
-        trace = status.get("traceback")
-        if trace:
-            lines.append("  traceback")
-            lines += ["    " + line for line in str(trace).rstrip().splitlines()[-12:]]
-        lines.append(f"  log          {log_url}")
-        return _terminal_lines(lines), 1
+        raise NotFoundError(
+            f"nothing is built at {url}",
+            _not_built_hint(location, name, version),
+            f"{name}@{version}" if name else None,
+        )
+    return _terminal_lines(_attempt_lines(output_path, url, status, log_url)), 1
 
+
+def _attempt_lines(output_path: str, url: str, status: dict[str, Any], log_url: str) -> list[str]:
+    """``marin show`` of an output that is not built: its attempt's state, error and traceback."""
+    name, _, version = output_path.rpartition("/")
+    lines = [
+        f"{name}@{version}: not built ({status.get('state', '?')})",
+        f"  output       {url}",
+    ]
+    for key in ("error", "holder", "started_at", "finished_at"):
+        if status.get(key):
+            lines.append(f"  {key:<12} {status[key]}")
+    trace = status.get("traceback")
+    if trace:
+        lines.append("  traceback")
+        lines += ["    " + line for line in str(trace).rstrip().splitlines()[-12:]]
+    lines.append(f"  log          {log_url}")
+    return lines
+
+
+def _built_lines(
+    location: Location,
+    output_path: str,
+    record: ArtifactRecord,
+    status: dict[str, Any] | None,
+    log_url: str,
+) -> list[str]:
+    """``marin show`` of a built output: where, what, when, by whom, then deps, config, result."""
     prov = record.provenance or {}
     commit = prov.get("git_commit")
     dirty = prov.get("git_dirty")
@@ -476,7 +495,7 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
     state = (status or {}).get("state", "SUCCESS")
     lines = [
         f"{record.step_id}  ({state.lower() if isinstance(state, str) else state})",
-        f"  output       {url}",
+        f"  output       {location.url_for(output_path)}",
         *([f"  source       {record.source} (adopted: read there)"] if record.source else []),
         *_lineage_lines(location, output_path),
         f"  type         {record.artifact_type}",
@@ -491,6 +510,12 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
         f"  argv         {' '.join(str(a) for a in prov.get('argv', [])) or '-'}",
         f"  log          {log_url}",
     ]
+    return lines + _record_data_lines(record)
+
+
+def _record_data_lines(record: ArtifactRecord) -> list[str]:
+    """A record's deps, config and result, indented under their headings."""
+    lines = []
     if record.dep_paths:
         lines.append("  deps")
         width = max(len(k) for k in record.dep_paths)
@@ -501,7 +526,7 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
     lines += _json_block(record.config)
     lines.append("  result")
     lines += _json_block(record.result)
-    return _terminal_lines(lines), 0
+    return lines
 
 
 def _lineage_lines(location: Location, output_path: str) -> list[str]:

@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from marin.catalog import Entry, who
 from marin.execution.errors import MarinError
-from marin.execution.store.records import FAILED
+from marin.execution.store.records import FAILED, parse_stored_time
 
 
 class LsStatus(StrEnum):
@@ -34,15 +34,18 @@ class LsFilterError(MarinError, ValueError):
 
 
 def parse_when(text: str, option: str) -> datetime.datetime:
-    """An ISO date or date-time; one without a zone is UTC (records are written in UTC)."""
-    try:
-        when = datetime.datetime.fromisoformat(text.strip())
-    except ValueError:
+    """An ISO date or date-time, read as records' times are (one without a zone is UTC).
+
+    Raises:
+        LsFilterError: ``text`` is not an ISO date or time.
+    """
+    when = parse_stored_time(text.strip())
+    if when is None:
         raise LsFilterError(
             f"{option} {text!r} is not a date or time",
             f"use an ISO date or time, e.g. {option} 2026-01-31 or {option} 2026-01-31T12:00:00Z",
-        ) from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
+        )
+    return when
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ class LsFilter:
         if record is None:
             return not self._about_builds()
         if self.after is not None or self.before is not None:
-            finished = _finished(record.finished_at)
+            finished = parse_stored_time(record.finished_at)
             if finished is None:
                 return False
             if self.after is not None and finished < self.after:
@@ -109,14 +112,3 @@ class LsFilter:
 
     def apply(self, entries: list[Entry]) -> list[Entry]:
         return [e for e in entries if self.keeps(e)]
-
-
-def _finished(text: str | None) -> datetime.datetime | None:
-    """A record's ``finished_at``; stored data, so an unreadable one matches no time filter."""
-    if not isinstance(text, str):
-        return None
-    try:
-        when = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)

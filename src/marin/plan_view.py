@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from marin.execution.build.lineage.names import artifact_names
 from marin.execution.pipeline.remote.view import describe_job, job_view
@@ -20,6 +21,9 @@ from marin.execution.plan.scope import scope_of
 from marin.execution.store.location import Location
 from marin.execution.vocabulary import Action, ShownStatus, StoredStatus
 from marin.terminal_text import safe_rich, safe_text
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 PLAN_SCHEMA = 1
 SHOWN = tuple(ShownStatus)
@@ -215,11 +219,34 @@ def plan_table(
 ) -> str:
     """The table fits ``width`` (the terminal's): outputs are shown relative to the prefix,
     which is printed once above, and the reason column wraps. ``--json`` has the full data."""
-    from rich.console import Console
     from rich.table import Table
 
     width = width or terminal_width()
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    columns = _add_columns(table, width, _scoped(plan))
+    for state in plan.decisions.values():
+        shown = shown_status(state)
+        cells = _row_cells(state, location, columns)
+        table.add_row(*cells, style=STYLES[shown] if color else None)
+    lines = _render(table, width, color)
+    where = (
+        "outputs below are relative to it" if columns.output else "outputs: <prefix>/NAME/VERSION"
+    )
+    head = f"prefix: {safe_text(location.url)} ({where})\n" + codex_note(plan)
+    return head + "\n".join(lines) + "\n" + plan_summary(plan) + "\n"
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """Which optional columns the plan table shows."""
+
+    fingerprint: bool
+    output: bool
+    scope: bool
+
+
+def _add_columns(table: Table, width: int, scoped: bool) -> _Columns:
+    """Add the table's columns for ``width`` and say which optional ones it has."""
     # Narrow terminals drop the columns whose data is elsewhere (the fingerprint is in --json,
     # an output is always NAME/VERSION under the prefix) and let the step name fold too.
     with_fingerprint = width >= FINGERPRINT_COLUMN_MIN_WIDTH
@@ -235,37 +262,50 @@ def plan_table(
     with_output = width >= OUTPUT_COLUMN_MIN_WIDTH
     if with_output:
         table.add_column("output", overflow="fold")
-    scoped = _scoped(plan)
     if scoped:
         table.add_column("scope (reads -> writes)", no_wrap=True)
     table.add_column("reason", overflow="fold", ratio=1 if with_fingerprint else 3, min_width=20)
-    for state in plan.decisions.values():
-        reason = safe_text(state.reason)
-        if state.drift:
-            reason += "".join(f"\n  {safe_text(line)}" for line in state.drift)
-        if state.code_drift:
-            reason += "".join(f"\n  {safe_text(line)}" for line in state.code_drift)
-        if state.resume is not None:
-            reason += f"\n  {safe_text(state.resume.line())}"
-        placement = describe_placement(state.spec)
-        job = _job(state, location)
-        if job is not None:
-            reason += f"\n  {safe_text(describe_job(job))}"
-        shown = shown_status(state)
-        cells = [
-            SYMBOLS[shown],
-            state.action,
-            shown,
-            safe_rich(
-                state.spec.step_id + (f"\n  [{placement}]" if placement else ""),
-                keep_newlines=True,
-            ),
-            *([state.spec.fingerprint[:12]] if with_fingerprint else []),
-            *([safe_rich(state.spec.output_path)] if with_output else []),
-            *([safe_rich(" -> ".join(scope_of(state.spec)))] if scoped else []),
-            safe_rich(reason, keep_newlines=True),
-        ]
-        table.add_row(*cells, style=STYLES[shown] if color else None)
+    return _Columns(fingerprint=with_fingerprint, output=with_output, scope=scoped)
+
+
+def _reason_lines(state: Decision, location: Location) -> str:
+    """The reason cell: the reason, then drift, code drift, resume and a remote job, one a line."""
+    reason = safe_text(state.reason)
+    if state.drift:
+        reason += "".join(f"\n  {safe_text(line)}" for line in state.drift)
+    if state.code_drift:
+        reason += "".join(f"\n  {safe_text(line)}" for line in state.code_drift)
+    if state.resume is not None:
+        reason += f"\n  {safe_text(state.resume.line())}"
+    job = _job(state, location)
+    if job is not None:
+        reason += f"\n  {safe_text(describe_job(job))}"
+    return reason
+
+
+def _row_cells(state: Decision, location: Location, columns: _Columns) -> list[str]:
+    """One step's row, cell by cell, for the columns the table has."""
+    placement = describe_placement(state.spec)
+    shown = shown_status(state)
+    return [
+        SYMBOLS[shown],
+        state.action,
+        shown,
+        safe_rich(
+            state.spec.step_id + (f"\n  [{placement}]" if placement else ""),
+            keep_newlines=True,
+        ),
+        *([state.spec.fingerprint[:12]] if columns.fingerprint else []),
+        *([safe_rich(state.spec.output_path)] if columns.output else []),
+        *([safe_rich(" -> ".join(scope_of(state.spec)))] if columns.scope else []),
+        safe_rich(_reason_lines(state, location), keep_newlines=True),
+    ]
+
+
+def _render(table: Table, width: int, color: bool) -> list[str]:
+    """The table printed at ``width``, its lines without trailing blanks."""
+    from rich.console import Console
+
     console = Console(
         width=width,
         color_system="auto" if color else None,
@@ -275,7 +315,4 @@ def plan_table(
     )
     with console.capture() as capture:
         console.print(table)
-    lines = [line.rstrip() for line in capture.get().splitlines()]
-    where = "outputs below are relative to it" if with_output else "outputs: <prefix>/NAME/VERSION"
-    head = f"prefix: {safe_text(location.url)} ({where})\n" + codex_note(plan)
-    return head + "\n".join(lines) + "\n" + plan_summary(plan) + "\n"
+    return [line.rstrip() for line in capture.get().splitlines()]

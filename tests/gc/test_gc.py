@@ -390,3 +390,37 @@ def test_an_adopted_steps_data_is_never_deleted(tmp_path: Path) -> None:
     assert [(c.step, c.state) for c in report.collected] == [("gc/inplace@v1", "adopted")]
     assert (prefix / "gc/inplace/v1/data.txt").read_text() == "the user's, adopted in place"
     assert not (prefix / "gc/inplace/v1.marin").exists()
+
+
+def test_stored_times_are_read_by_one_public_parser() -> None:
+    """``marin gc``'s ages and ``marin ls --after/--before`` read a record's times with the
+    store's ``parse_stored_time``: a zone-less time is UTC, and hostile data is unknown."""
+    import datetime
+
+    import marin.gc.collect
+    import marin.ls_filter
+    from marin.execution.store.records import parse_stored_time
+
+    noon = datetime.datetime(2026, 1, 31, 12, tzinfo=datetime.UTC)
+    for text in ("2026-01-31T12:00:00Z", "2026-01-31T12:00:00", "2026-01-31T13:00:00+01:00"):
+        assert parse_stored_time(text) == noon
+    for hostile in (None, 3, "", "last tuesday", ["2026-01-31"], "2026-13-01"):
+        assert parse_stored_time(hostile) is None
+    assert marin.gc.collect.parse_stored_time is parse_stored_time
+    assert marin.ls_filter.parse_stored_time is parse_stored_time
+    assert marin.ls_filter.parse_when("2026-01-31T12:00", "--after") == noon
+
+
+@pytest.mark.parametrize("age", ["99999999999999w", "3000000d"])
+def test_an_age_before_the_year_1_is_an_option_error(age: str, tmp_path: Path) -> None:
+    from marin.execution.errors import OptionError
+
+    with pytest.raises(OptionError, match="reaches back before the year 1"):
+        collect_garbage([], str(tmp_path / "p"), older_than=age)
+    argv = ["gc", TARGET, "--older-than", age, "--prefix", str(tmp_path / "p")]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # refused by the argument parser itself
+        code = exc.code
+    assert code == 2  # bad input, not a crash (it was an OverflowError)
+    assert not (tmp_path / "p").exists()

@@ -10,7 +10,7 @@ from marin.execution.pipeline.graph import collect_steps
 from marin.execution.store.lease import read_lease
 from marin.execution.store.location import Location, open_prefix
 from marin.execution.store.records import metadata_dir
-from marin.gc.collect import check_keep_versions, decide, parse_age
+from marin.gc.collect import age_too_large, check_keep_versions, decide, parse_age
 from marin.gc.delete import adopted, delete_step
 from marin.gc.report import Collected, GcReport, Left
 from marin.gc.walk import Slot, list_prefix, tree_size
@@ -43,7 +43,10 @@ def _cutoff(older_than: datetime.timedelta | str | None) -> datetime.datetime | 
     if older_than is None:
         return None
     age = parse_age(older_than) if isinstance(older_than, str) else older_than
-    return datetime.datetime.now(datetime.UTC) - age
+    try:
+        return datetime.datetime.now(datetime.UTC) - age
+    except OverflowError:
+        raise age_too_large(older_than) from None
 
 
 def collect_garbage(
@@ -63,7 +66,16 @@ def collect_garbage(
     whose metadata holds a record or status of that step are deleted; a step with a live lease
     is skipped. ``dry_run`` deletes nothing and reports what a real run would delete.
     ``on_deleted(item, done, total)`` is called after each step is deleted (the CLI prints as
-    it goes, with a progress bar).
+    it goes, with a progress bar). A step that could not be deleted is reported, not raised.
+
+    Raises:
+        OptionError: a bad ``keep_versions`` or ``older_than``, before anything is read.
+        TargetError: a target string that does not name a pipeline.
+        MarinError: what ``lower`` raises for the targets (``InvalidStepError``,
+            ``CycleError``, ``DuplicateStepError``, ``ConfigError``, ...), before anything is
+            deleted.
+        StorageError: the prefix cannot be opened or listed (``SymlinkError`` for a link where
+            Marin must not follow one).
     """
     keep = check_keep_versions(keep_versions)
     cutoff = _cutoff(older_than)

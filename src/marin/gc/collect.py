@@ -15,26 +15,46 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from marin.execution.errors import OptionError
+from marin.execution.store.records import parse_stored_time
 from marin.gc.walk import Slot, built_at, name_of
-from marin.ls_filter import _finished as parse_time
 
 _AGE = re.compile(r"\s*(\d+)\s*([smhdw])\s*")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def parse_age(text: str) -> datetime.timedelta:
-    """``--older-than``: ``30d``, ``12h``, ``90m``, ``2w``, ``45s``."""
+    """``--older-than``: ``30d``, ``12h``, ``90m``, ``2w``, ``45s``.
+
+    Raises:
+        OptionError: ``text`` is not a number and a unit, or is an age longer than a
+            ``timedelta`` holds.
+    """
     match = _AGE.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         raise OptionError(
             f"--older-than {text!r} is not an age",
             "give a number and a unit: 30d, 12h, 90m, 2w or 45s",
         )
-    return datetime.timedelta(seconds=int(match[1]) * _UNITS[match[2]])
+    try:
+        return datetime.timedelta(seconds=int(match[1]) * _UNITS[match[2]])
+    except OverflowError:
+        raise age_too_large(text) from None
+
+
+def age_too_large(age: object) -> OptionError:
+    """An ``--older-than`` age that reaches back before the year 1."""
+    return OptionError(
+        f"--older-than {age!r} reaches back before the year 1",
+        "give an age in years, not millennia, e.g. --older-than 3650d",
+    )
 
 
 def check_keep_versions(value: object) -> int | None:
-    """``--keep-versions``: None (off) or an integer of at least 0."""
+    """``--keep-versions``: None (off) or an integer of at least 0.
+
+    Raises:
+        OptionError: ``value`` is neither None nor a whole number of 0 or more.
+    """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -77,13 +97,14 @@ def _roots(
                 by_name.setdefault(name_of(slot), []).append(slot)
         for group in by_name.values():
             group.sort(
-                key=lambda s: (parse_time(built_at(s)) or _EPOCH, s.output_path), reverse=True
+                key=lambda s: (parse_stored_time(built_at(s)) or _EPOCH, s.output_path),
+                reverse=True,
             )
             for slot in group[:keep_versions]:
                 kept.setdefault(slot.output_path, f"among the newest {keep_versions} versions")
     if cutoff is not None:
         for slot in by_path.values():
-            when = parse_time(built_at(slot))
+            when = parse_stored_time(built_at(slot))
             if when is None:
                 kept.setdefault(slot.output_path, "its age is unknown")
             elif when >= cutoff:

@@ -19,7 +19,10 @@ from marin.execution.store.location import Location
 
 @dataclass(frozen=True)
 class BuildRequest:
-    """One step to build under one opened prefix, with the run's policy and what it knows."""
+    """One step to build under one opened prefix, with the run's policy and what it knows.
+
+    Making one checks no field and raises nothing: ``build_step`` raises what a build raises.
+    """
 
     spec: StepSpec
     location: Location

@@ -44,6 +44,10 @@ def register_fingerprint(kind: type, fn: Callable[[Any], Any]) -> None:
     canonicalised); the fingerprint then holds ``{"__registered__": "<qualname>", "value":
     ...}``, so it is stable across processes instead of being refused. A subclass uses the
     nearest registered class along its MRO. Registering a class again replaces its function.
+
+    Raises:
+        ConfigError: ``kind`` is not a class, ``fn`` is not callable, or ``kind`` already has a
+            canonical form (a built-in type such as ``str``, ``dict`` or ``object``).
     """
     if not isinstance(kind, type):
         raise ConfigError(
@@ -97,6 +101,7 @@ def to_canonical(value: Any, path: str = "config", step: str | None = None) -> A
 
 
 def _canonical(value: Any, path: str | None, step: str | None) -> Any:
+    """``value``'s canonical form; ``path`` is None on the first, fast pass (``to_canonical``)."""
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:
         return value
@@ -105,36 +110,48 @@ def _canonical(value: Any, path: str | None, step: str | None) -> Any:
             return [_canonical(item, None, step) for item in value]
         return [_canonical(item, f"{path}[{i}]", step) for i, item in enumerate(value)]
     if kind is dict:
-        out = {}
-        for key, item in value.items():
-            if type(key) is not str:
-                if isinstance(key, enum.Enum):
-                    key = key.name
-                if not isinstance(key, str | int | float | bool):
-                    if path is None:
-                        raise _NeedsPath
-                    raise ConfigError(
-                        f"{path} has a key of type {type(key).__name__}",
-                        "use string keys in configs",
-                        step,
-                    )
-            text = str(key)
-            if text in out:
-                if path is None:
-                    raise _NeedsPath
-                first = next(k for k in value if k is not key and _key_text(k) == text)
-                raise ConfigError(
-                    f"{path} has keys {first!r} and {key!r}, which both become {text!r}",
-                    "use keys that stay distinct as strings; JSON keys are strings",
-                    step,
-                )
-            out[text] = _canonical(item, None if path is None else f"{path}.{key}", step)
-        # A dict that spells a type tag is wrapped, so it never means what the tag means.
-        return out if _TAGS.isdisjoint(out) else {"__dict__": out}
+        return _canonical_dict(value, path, step)
     if _registered:
         found = _registered_for(kind)
         if found is not None:
             return _registered_form(value, found, path, step)
+    return _canonical_other(value, path, step)
+
+
+def _canonical_dict(value: dict[Any, Any], path: str | None, step: str | None) -> dict[str, Any]:
+    """A dict with its keys as JSON strings (escaped as ``{"__dict__": ...}`` if they spell a
+    type tag); keys that are not plain data, or that collide as strings, are a ``ConfigError``."""
+    out = {}
+    for key, item in value.items():
+        if type(key) is not str:
+            if isinstance(key, enum.Enum):
+                key = key.name
+            if not isinstance(key, str | int | float | bool):
+                if path is None:
+                    raise _NeedsPath
+                raise ConfigError(
+                    f"{path} has a key of type {type(key).__name__}",
+                    "use string keys in configs",
+                    step,
+                )
+        text = str(key)
+        if text in out:
+            if path is None:
+                raise _NeedsPath
+            first = next(k for k in value if k is not key and _key_text(k) == text)
+            raise ConfigError(
+                f"{path} has keys {first!r} and {key!r}, which both become {text!r}",
+                "use keys that stay distinct as strings; JSON keys are strings",
+                step,
+            )
+        out[text] = _canonical(item, None if path is None else f"{path}.{key}", step)
+    # A dict that spells a type tag is wrapped, so it never means what the tag means.
+    return out if _TAGS.isdisjoint(out) else {"__dict__": out}
+
+
+def _canonical_other(value: Any, path: str | None, step: str | None) -> Any:
+    """The canonical form of a value that is not exactly a str, int, bool, None, list, tuple or
+    dict, nor of a registered type: tagged where its JSON would be ambiguous."""
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, float):

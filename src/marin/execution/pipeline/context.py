@@ -214,7 +214,10 @@ def current_context() -> StepContext:
     """The run-time context of the step whose ``run`` is executing (its devices, paths, args).
 
     The one way for ``run`` (which receives only its config) to reach the context, on every
-    runner, in an isolated subprocess too. Raises ``NoStepContextError`` outside a step.
+    runner, in an isolated subprocess too.
+
+    Raises:
+        NoStepContextError: called outside a running step (``build_config`` gets ``ctx``).
     """
     ctx = _current.get()
     if ctx is None:

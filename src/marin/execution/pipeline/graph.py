@@ -17,6 +17,12 @@ def collect_steps(targets: Iterable[StepSpec]) -> list[StepSpec]:
 
     Iterative, so a 100,000-deep chain does not hit the recursion limit. Two specs with one output
     path but different fingerprints are two definitions of one artifact, which is an error.
+
+    Raises:
+        CycleError: the dependencies form a cycle (``cycle`` lists the step ids around it).
+        DuplicateStepError: two specs of one output path differ in fingerprint or in the
+            function they run, or one step's output is (up to letter case) or contains
+            another's (``check_disjoint_outputs``).
     """
     by_path: dict[str, StepSpec] = {}
     order: list[StepSpec] = []
@@ -76,7 +82,10 @@ class Graph:
     def of(cls, targets: StepSpec | Iterable[StepSpec]) -> Graph:
         """Collect and check the graph of ``targets``.
 
-        Raises ``CycleError`` or ``DuplicateStepError`` (see ``collect_steps``)."""
+        Raises:
+            CycleError: as ``collect_steps``.
+            DuplicateStepError: as ``collect_steps``.
+        """
         roots = (targets,) if isinstance(targets, StepSpec) else tuple(targets)
         steps = collect_steps(roots)
         by_path = {spec.output_path: spec for spec in steps}
@@ -99,7 +108,12 @@ class Graph:
 
 def as_graph(steps: Graph | StepSpec | Iterable[StepSpec]) -> Graph:
     """``steps`` as a ``Graph``: a graph as it is, targets collected once (the public APIs'
-    boundary: ``StepRunner.run`` takes one spec or a list, as Marin's does)."""
+    boundary: ``StepRunner.run`` takes one spec or a list, as Marin's does).
+
+    Raises:
+        CycleError: as ``collect_steps`` (never for a ``Graph``, checked when made).
+        DuplicateStepError: as ``collect_steps`` (never for a ``Graph``).
+    """
     return steps if isinstance(steps, Graph) else Graph.of(steps)
 
 
@@ -122,16 +136,28 @@ def fn_identity(run: Callable[..., Any]) -> str:
 
 
 def check_same_fn(known: StepSpec, spec: StepSpec) -> None:
-    """Raise ``DuplicateStepError`` when two specs of one step and one config run different fns."""
-    if known.run is spec.run:
+    """Check that two specs of one step and one config run one function.
+
+    Raises:
+        DuplicateStepError: they run different functions (``fn_identity`` differs).
+    """
+    check_same_run(spec.step_id, known.run, spec.run)
+
+
+def check_same_run(step_id: str, known: Callable[..., Any], run: Callable[..., Any]) -> None:
+    """Check that two definitions of ``step_id`` with one config run one function.
+
+    Raises:
+        DuplicateStepError: ``known`` and ``run`` are different functions (``fn_identity``).
+    """
+    if known is run:
         return
-    first, second = fn_identity(known.run), fn_identity(spec.run)
+    first, second = fn_identity(known), fn_identity(run)
     if first != second:
         raise DuplicateStepError(
-            f"two different functions define {spec.step_id} with the same config "
-            f"({first} and {second})",
+            f"two different functions define {step_id} with the same config ({first} and {second})",
             "give one of them another name or bump its version",
-            spec.step_id,
+            step_id,
         )
 
 
@@ -145,6 +171,10 @@ def check_disjoint_outputs(steps: list[StepSpec]) -> None:
     ``team/exp@v0``. Checked by looking up every ancestor path of every output (linear in the
     total path depth), shortest first. ``lower()`` runs this on every graph, so the paths are
     made once and the ancestors are slices at each ``/`` rather than split-and-join.
+
+    Raises:
+        DuplicateStepError: two steps write one folder (two pins, or names that differ only in
+            letter case), or one step's output folder contains another's.
     """
     # spec.output_path, inlined; case-folded (see above)
     paths = [(spec.pin or f"{spec.name}/{spec.version}").casefold() for spec in steps]

@@ -40,7 +40,7 @@ from marin.execution.pipeline.context import (
     current_context,
     fingerprint_context,
 )
-from marin.execution.pipeline.graph import Graph
+from marin.execution.pipeline.graph import Graph, check_same_run
 from marin.execution.pipeline.provenance import collect_provenance
 from marin.execution.pipeline.resources import (
     NO_RESOURCES,
@@ -96,6 +96,12 @@ class ArtifactStep:
 
     Equality is identity: two handles are "the same step" for sharing purposes when they are the
     same object, and lowering checks separately that one ``name@version`` has one definition.
+
+    Raises:
+        InvalidStepError: when made (or copied by ``with_options``) with a field that cannot
+            form a step: a name or version outside the grammar, a dependency that is not a
+            handle, a bad ``retries``, pin, adopted source, ``runtime_args``, ``scope`` or
+            placement option (resources, timeout, queue, ``isolate``, ``resumable``, ``remote``).
     """
 
     name: str
@@ -174,20 +180,39 @@ class ArtifactStep:
     def lower(
         self, memo: dict[Any, Any] | None = None, *, versions: VersionCodex | None = None
     ) -> StepSpec:
+        """This handle's spec (``lower(handle)`` without the whole-graph output check).
+
+        Raises:
+            MarinError: what ``lower`` raises (``InvalidStepError``, ``CycleError``,
+                ``DuplicateStepError``, ``ConfigError``, ``FingerprintMismatchError``).
+        """
         return lower_with_codex([self], memo, versions, check=False)[0]
 
     def fingerprint(self) -> str:
-        """The step's fingerprint (the same under every prefix); lowers the graph, runs nothing."""
+        """The step's fingerprint (the same under every prefix); lowers the graph, runs nothing.
+
+        Raises:
+            MarinError: what ``lower`` raises.
+        """
         return self.lower().fingerprint
 
     def fingerprint_payload(self) -> str:
         """The canonical JSON the fingerprint hashes: ``{name, version, config, deps}`` (and
-        ``pin`` for a pinned step)."""
+        ``pin`` for a pinned step).
+
+        Raises:
+            MarinError: what ``lower`` raises.
+        """
         return self.lower().fingerprint_payload
 
     def path(self, prefix: str | None = None) -> str:
         """Where consumers read this artifact under ``prefix`` (default ``$MARIN_PREFIX``): its
-        pin, an adopted step's source, or ``<prefix>/<name>/<version>``."""
+        pin, an adopted step's source, or ``<prefix>/<name>/<version>``.
+
+        Raises:
+            StorageError: the prefix is not one Marin can use (``resolve_prefix``).
+            MarinError: what ``lower`` raises.
+        """
         from marin.execution.store.location import resolve_prefix
 
         return self.lower().data_url(resolve_prefix(prefix))
@@ -195,8 +220,11 @@ class ArtifactStep:
     def resolve(self, **kwargs: Any) -> Artifact:
         """Build this handle (or serve it) and return its artifact: ``resolve(handle)``.
 
-        Raises what ``resolve`` raises. The runner sits above the handles: it is reached at call
-        time through the package's front door (``marin.execution``), never imported here.
+        The runner sits above the handles: it is reached at call time through the package's
+        front door (``marin.execution``), never imported here.
+
+        Raises:
+            MarinError: what ``run`` raises (``StepFailedError`` when a step failed, ...).
         """
         import marin.execution
 
@@ -218,6 +246,10 @@ class ArtifactStep:
         Consumers read ``source``; nothing is moved or recomputed. Building the handle checks
         that ``source`` exists and records it (with ``config``) at ``<prefix>/<name>/<version>``.
         ``kind`` is its ``artifact_type`` (a class is named by its qualified name).
+
+        Raises:
+            InvalidStepError: a bad name or version, or a ``source`` that is not a literal
+                location (empty, ``::``, a glob character, a ``.`` or ``..`` segment).
         """
         recorded = _AdoptConfig(source, dict(config) if config is not None else None)
         return cls(
@@ -255,6 +287,11 @@ class ArtifactStep:
         ``scope="user"``: built under ``<prefix>/users/<user>/`` (the step and its dependents).
         ``remote`` (a backend name) runs ``fn`` as a job that outlives this process
         (docs/remote.md).
+
+        Raises:
+            InvalidStepError: an option that is not valid, naming it (a timeout with retries
+                but no ``isolate``, ``keep_checkpoints`` without ``resumable``, an unknown
+                ``remote`` backend, an ``isolate``d ``fn`` a subprocess cannot import, ...).
         """
         given: dict[str, Any] = {
             "retries": retries,
@@ -582,6 +619,12 @@ def apply(
 
     ``pin``: a fixed output path relative to the prefix instead of ``<name>/<version>``.
     ``artifact_type``: a label (or a class, named by its qualname), as on ``ArtifactStep``.
+
+    Raises:
+        InvalidStepError: no ``version``, a name, version or pin outside the grammar, or an
+            ``fn`` that is not callable.
+        ApplyInputsError: ``inputs`` do not fit ``fn``'s parameters (each unexpected input,
+            with a did-you-mean, and each missing one).
     """
     validate_name(name)
     if version is None:
@@ -774,6 +817,31 @@ def _spec_for(
     config = to_canonical(
         handle.build_config(fingerprint_context(deps, arg_keys)), "config", step_id
     )
+    payload: dict[str, Any] = {
+        "name": name,
+        "version": version,
+        "config": config,
+        "deps": _dep_versions(step_id, version, deps, handle),
+    }
+    if handle.override_path is not None:
+        payload["pin"] = handle.override_path  # a moved output is another artifact
+    fingerprint, payload_json = fingerprint_of(payload)
+    _check_pinned(handle, fingerprint, payload_json, step_id)
+    known: StepSpec | None = memo.get(("step", step_id))
+    if known is not None:
+        return _same_definition(known, handle, fingerprint, payload_json, step_id)
+    run = _guarded_run(handle, deps, config, step_id, arg_keys)
+    spec = _new_spec(handle, version, deps, (fingerprint, payload_json), provenance, run)
+    memo[("step", step_id)] = spec
+    created.append(spec)
+    return spec
+
+
+def _dep_versions(
+    step_id: str, version: str, deps: tuple[StepSpec, ...], handle: ArtifactStep
+) -> dict[str, str]:
+    """Each dependency's version by name (by step id when two share a name), for the payload.
+    A fixed version over a mutable dependency is an ``InvalidStepError``."""
     dep_versions: dict[str, str] = {}
     mutable = is_mutable_version(version)
     for dep in deps:
@@ -783,19 +851,15 @@ def _spec_for(
             raise InvalidStepError(
                 f"{step_id} has a fixed version but depends on {dep.step_id}, whose version is "
                 f"mutable: {dep.step_id} rebuilds on every run, so {step_id} would too",
-                f"give {name} a mutable version as well (e.g. 'dev' or '{version}-dev'), or "
-                f"give {dep.name} a fixed one",
+                f"give {handle.name} a mutable version as well (e.g. 'dev' or '{version}-dev'), "
+                f"or give {dep.name} a fixed one",
                 step_id,
             )
-    payload: dict[str, Any] = {
-        "name": name,
-        "version": version,
-        "config": config,
-        "deps": dep_versions,
-    }
-    if handle.override_path is not None:
-        payload["pin"] = handle.override_path  # a moved output is another artifact
-    fingerprint, payload_json = fingerprint_of(payload)
+    return dep_versions
+
+
+def _check_pinned(handle: ArtifactStep, fingerprint: str, payload_json: str, step_id: str) -> None:
+    """Raise ``FingerprintMismatchError`` when ``expected_fingerprint`` pins another one."""
     expected = handle.expected_fingerprint
     if expected is not None and expected != fingerprint:
         raise FingerprintMismatchError(
@@ -805,39 +869,45 @@ def _spec_for(
             "handle.fingerprint(); otherwise undo the config change",
             step_id,
         )
-    known: StepSpec | None = memo.get(("step", step_id))
-    if known is not None:
-        if known.fingerprint == fingerprint:
-            if known.run is not handle.run:
-                from marin.execution.pipeline.graph import fn_identity
 
-                first, second = fn_identity(known.run), fn_identity(handle.run)
-                if first != second:
-                    raise DuplicateStepError(
-                        f"two different functions define {step_id} with the same config "
-                        f"({first} and {second})",
-                        "give one of them another name or bump its version",
-                        step_id,
-                    )
-            return known  # an identical definition: one spec, built once
-        from marin.execution.digest.config_drift import explain_drift
 
-        diff = "; ".join(explain_drift(known.fingerprint_payload, payload_json, limit=5))
-        raise DuplicateStepError(
-            f"two different definitions of {step_id} in one graph ({diff})",
-            "give one of them another name or bump its version",
-            step_id,
-        )
-    build_config = handle.build_config
-    spec = StepSpec(
-        name=name,
+def _same_definition(
+    known: StepSpec, handle: ArtifactStep, fingerprint: str, payload_json: str, step_id: str
+) -> StepSpec:
+    """``known``, the spec lowered already under ``step_id``, when ``handle`` defines the same
+    step; else a ``DuplicateStepError`` that says what differs."""
+    if known.fingerprint == fingerprint:
+        check_same_run(step_id, known.run, handle.run)
+        return known  # an identical definition: one spec, built once
+    from marin.execution.digest.config_drift import explain_drift
+
+    diff = "; ".join(explain_drift(known.fingerprint_payload, payload_json, limit=5))
+    raise DuplicateStepError(
+        f"two different definitions of {step_id} in one graph ({diff})",
+        "give one of them another name or bump its version",
+        step_id,
+    )
+
+
+def _new_spec(
+    handle: ArtifactStep,
+    version: str,
+    deps: tuple[StepSpec, ...],
+    fingerprinted: tuple[str, str],
+    provenance: Mapping[str, Any],
+    run: Callable[[StepContext], Any],
+) -> StepSpec:
+    """``handle``'s spec at ``version``, with its fingerprint and payload (``fingerprinted``)."""
+    fingerprint, payload_json = fingerprinted
+    return StepSpec(
+        name=handle.name,
         version=version,
         deps=deps,
         fingerprint=fingerprint,
         fingerprint_payload=payload_json,
         provenance=provenance,
-        run=_guarded_run(handle, deps, config, step_id, arg_keys),
-        build_config=build_config,
+        run=run,
+        build_config=handle.build_config,
         artifact_type=handle.artifact_type,
         retries=handle.retries,
         pool=handle.pool,
@@ -852,14 +922,11 @@ def _spec_for(
         pin=handle.override_path,
         source=handle.adopt_source,
         scope=OutputScope(handle.scope),
-        pinned_fingerprint=expected is not None,
+        pinned_fingerprint=handle.expected_fingerprint is not None,
         # Cached per function object (one parse per process): apply()'s call object holds the
         # user's function, the cache's key (``type() is``: never a user object's __class__).
         code=code_digest(handle.run.fn if type(handle.run) is _ApplyCall else handle.run),
     )
-    memo[("step", step_id)] = spec
-    created.append(spec)
-    return spec
 
 
 _CODEX, _DEFERRED = ("versions", "codex"), ("versions", "deferred")
@@ -1027,8 +1094,11 @@ def lower_graph(
 ) -> Graph:
     """Lower handles to one checked ``Graph``: the targets' specs and every step they need.
 
-    What the entry points (``marin run``, the engines) take, once per run. Raises what
-    ``lower`` raises (``CycleError``, ``DuplicateStepError``, ``InvalidStepError``)."""
+    What the entry points (``marin run``, the engines) take, once per run.
+
+    Raises:
+        MarinError: what ``lower`` raises, for the same reasons.
+    """
     items, _ = _flatten(handles)
     return _graph_with_codex(items, None, versions, check=True)
 
@@ -1073,7 +1143,19 @@ def lower(
     handles, give a list.
 
     ``versions``: the run's ``VersionCodex`` for handles with ``version=None`` (default: the
-    ambient ``build_context``'s). An override naming no deferred step is an error."""
+    ambient ``build_context``'s). An override naming no deferred step is an error.
+
+    Raises:
+        InvalidStepError: something that is not a handle, a deferred version the codex gives no
+            version for, an override of ``versions`` that names no deferred step, or a fixed
+            version that depends on a mutable (``dev``) one.
+        CycleError: the handles' dependencies form a cycle.
+        DuplicateStepError: two different definitions of one ``name@version``, or one step's
+            output inside (or, up to letter case, equal to) another's.
+        ConfigError: a config value with no canonical JSON form, naming the field.
+        FingerprintMismatchError: a handle's fingerprint differs from its
+            ``expected_fingerprint``.
+    """
     items, many = _flatten(handles)
     # check: refuse a bad graph here (e.g. one output inside another), not at run time
     specs = lower_with_codex(items, memo, versions, check=True)

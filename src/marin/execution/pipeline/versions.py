@@ -49,6 +49,10 @@ class VersionCodex:
     ``default=None``: only the named steps may defer; any other deferred step is an error.
     Every value is checked as a version when the codex is made, so a malformed ``--override``
     fails before anything is lowered.
+
+    Raises:
+        InvalidStepError: when made with a default or an override that is not a valid version,
+            or an override whose name is not a valid step name.
     """
 
     default: str | None = None
@@ -64,7 +68,11 @@ class VersionCodex:
         object.__setattr__(self, "overrides", dict(sorted(clean.items())))
 
     def version_for(self, name: str) -> str:
-        """The version of deferred step ``name``; an error naming the step when there is none."""
+        """The version of deferred step ``name``.
+
+        Raises:
+            InvalidStepError: the codex has no version for ``name`` (no override, no default).
+        """
         version = self.overrides.get(name, self.default)
         if version is None:
             raise InvalidStepError(
@@ -75,7 +83,11 @@ class VersionCodex:
         return version
 
     def check_used(self, deferred: Iterable[str]) -> None:
-        """Refuse overrides that name no deferred step of the graph (with a did-you-mean)."""
+        """Refuse overrides that name no deferred step of the graph (with a did-you-mean).
+
+        Raises:
+            InvalidStepError: an override names none of ``deferred``.
+        """
         asked = set(deferred)
         unused = [name for name in self.overrides if name not in asked]
         if not unused:
@@ -95,7 +107,11 @@ class VersionCodex:
 
     @classmethod
     def from_data(cls, data: Any, where: str = "versions") -> VersionCodex:
-        """The codex from ``as_data()``'s JSON (untrusted: a trigger may have sent it)."""
+        """The codex from ``as_data()``'s JSON (untrusted: a trigger may have sent it).
+
+        Raises:
+            InvalidStepError: ``data`` is not such a mapping, or holds an invalid version or name.
+        """
         if data is None:
             return cls()
         if not isinstance(data, Mapping) or set(data) - {"default", "overrides"}:

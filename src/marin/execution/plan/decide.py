@@ -171,14 +171,17 @@ def _own_status(spec: StepSpec, stored: Stored) -> tuple[StoredStatus, str, tupl
 
 
 def _lineage(
-    record: ArtifactRecord, upstream: Sequence[Upstream], forced: frozenset[str]
+    record: ArtifactRecord | None, upstream: Sequence[Upstream], forced: frozenset[str]
 ) -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(lineage, stale lines, upstream ids rebuilt in this run but not committed yet, upstream
-    ids rebuilt since ``record`` whose output is the one it consumed).
+    ids rebuilt since ``record`` whose output is the one it consumed); without a record there
+    is no lineage (``LINEAGE_NONE``) to compare.
 
     An upstream named by ``--force`` (``forced``) is never cut off: forcing a step is how a user
     repairs it, so what was built from its old bytes is rebuilt whatever its new output is.
     """
+    if record is None:
+        return LINEAGE_NONE, (), (), ()
     stale: list[str] = []
     pending: list[str] = []
     unchanged: list[str] = []
@@ -245,23 +248,21 @@ def decide(
     ``upstream`` has one entry per dependency. ``needed``: the step is a target, or a step that
     is built in this run reads it. ``needed`` matters only when there is no record, and
     ``upstream`` only when there is one (``plan_graph`` re-decides a step on that basis).
-    Raises ``DriftError`` for a drifted record under ``on_drift="error"`` (unless the step is
-    forced or mutable, which rebuild anyway), and ``CodeDriftError`` for a record whose code
-    changed under ``on_code_drift="error"``.
+    A forced or mutable step rebuilds anyway, so none of these is raised for it.
+
+    Raises:
+        DriftError: a drifted record under ``on_drift="error"``.
+        CodeDriftError: a record whose code changed, under ``on_code_drift="error"``.
+        ArtifactTypeMismatchError: the record was built as another ``artifact_type``.
+        FingerprintMismatchError: a drifted record of a step pinned by ``expected_fingerprint``.
+        FailedBeforeError: a needed step whose last attempt failed, under
+            ``force_run_failed=False``.
     """
     status, why, drift = _own_status(spec, stored)
     record = stored.record
     forced = spec.step_id in policy.force
-    lineage, stale, pending, unchanged = (
-        _lineage(record, upstream, policy.force)
-        if record is not None
-        else (LINEAGE_NONE, (), (), ())
-    )
-    code_drift = (
-        tuple(explain_code_drift(record.code, spec.code or _NO_CODE))
-        if record is not None and status in (StoredStatus.BUILT, StoredStatus.DRIFT)
-        else ()
-    )
+    lineage, stale, pending, unchanged = _lineage(record, upstream, policy.force)
+    code_drift = _code_drift(spec, record, status)
 
     def decision(action: Action, reason: str, **extra: Any) -> Decision:
         if action == Action.BUILD and stored.attempt is not None:
@@ -294,6 +295,15 @@ def decide(
     if unchanged:
         why = f"{why}; {_unchanged_note(unchanged)}"
     return decision(Action.SKIP, why, stale=stale, unchanged=unchanged)
+
+
+def _code_drift(
+    spec: StepSpec, record: ArtifactRecord | None, status: StoredStatus
+) -> tuple[str, ...]:
+    """What changed in the step's code since the record it could serve (none without one)."""
+    if record is None or status not in (StoredStatus.BUILT, StoredStatus.DRIFT):
+        return ()
+    return tuple(explain_code_drift(record.code, spec.code or _NO_CODE))
 
 
 def _served_note(why: str, status: StoredStatus, code_drift: tuple[str, ...], lineage: str) -> str:
@@ -446,80 +456,108 @@ def plan_graph(
     ``stored`` maps output path -> what storage holds (missing: nothing). Under
     ``on_drift="error"`` every drifted step is found, wherever it sits, and one ``DriftError``
     names them all before anything can run.
+
+    Raises:
+        DriftError: one naming every drifted step, under an ``error`` drift policy (a
+            ``CodeDriftError`` when each of them drifted in code).
+        MarinError: what ``decide`` raises otherwise, for the first step that raises it.
     """
     with frozen_heap():  # the graph is out of the collector's scans meanwhile
-        return _plan_graph(steps, targets, stored, policy)
+        solver = _FixedPoint(steps, {t.output_path for t in targets}, stored, policy)
+        solver.solve()
+        return solver.plan()
 
 
-def _plan_graph(
-    steps: Sequence[StepSpec],
-    targets: Sequence[StepSpec],
-    stored: Mapping[str, Stored],
-    policy: Policy,
-) -> Plan:
-    by_path = {s.output_path: s for s in steps}
-    deps = {p: list(dict.fromkeys(d.output_path for d in s.deps)) for p, s in by_path.items()}
-    dependents: dict[str, list[str]] = {p: [] for p in by_path}
-    for path, ds in deps.items():
-        for d in ds:
-            dependents[d].append(path)
-    target_paths = {t.output_path for t in targets}
-    building: set[str] = set()
-    needers: dict[str, int] = {p: 0 for p in by_path}
-    """How many dependents that build read each step."""
-    drifted: dict[str, DriftError] = {}
-    own = {p: stored.get(p, NOTHING_STORED) for p in by_path}
-    # Upstream views are frozen, so one per (dependency, rebuilt) serves every dependent.
-    as_upstream = {
-        p: (Upstream(s.step_id, own[p].record), Upstream(s.step_id, own[p].record, True))
-        for p, s in by_path.items()
-    }
-    last: dict[str, Decision] = {}
-    """Each step's latest decision; dropped when a neighbour's change may alter it."""
+class _FixedPoint:
+    """``plan_graph``'s solver: the least fixed point of ``decide`` over the graph.
 
-    def current(path: str) -> Decision:
-        upstream = [as_upstream[d][d in building] for d in deps[path]]
-        needed = path in target_paths or needers[path] > 0
-        decision = decide(by_path[path], own[path], upstream, policy, needed=needed)
-        last[path] = decision
+    A step only ever moves from skip/prune to build, and each move re-queues the neighbours
+    whose inputs it changes: dependencies without a record (now needed) and dependents with one
+    (an upstream is rebuilt); ``decide`` reads ``needed`` only without a record and ``upstream``
+    only with one. Dependents go first, so "needed" reaches a dependency before it is decided:
+    on a new prefix each step is decided once.
+    """
+
+    def __init__(
+        self,
+        steps: Sequence[StepSpec],
+        target_paths: set[str],
+        stored: Mapping[str, Stored],
+        policy: Policy,
+    ) -> None:
+        self.by_path = {s.output_path: s for s in steps}
+        self.deps = {
+            p: list(dict.fromkeys(d.output_path for d in s.deps)) for p, s in self.by_path.items()
+        }
+        self.dependents: dict[str, list[str]] = {p: [] for p in self.by_path}
+        for path, ds in self.deps.items():
+            for d in ds:
+                self.dependents[d].append(path)
+        self.target_paths = target_paths
+        self.policy = policy
+        self.building: set[str] = set()
+        self.needers: dict[str, int] = {p: 0 for p in self.by_path}
+        """How many dependents that build read each step."""
+        self.drifted: dict[str, DriftError] = {}
+        self.own = {p: stored.get(p, NOTHING_STORED) for p in self.by_path}
+        # Upstream views are frozen, so one per (dependency, rebuilt) serves every dependent.
+        self.as_upstream = {
+            p: (
+                Upstream(s.step_id, self.own[p].record),
+                Upstream(s.step_id, self.own[p].record, True),
+            )
+            for p, s in self.by_path.items()
+        }
+        self.last: dict[str, Decision] = {}
+        """Each step's latest decision; dropped when a neighbour's change may alter it."""
+        self.queue: deque[str] = deque(reversed(self.by_path))
+        self.queued = set(self.by_path)
+
+    def current(self, path: str) -> Decision:
+        """Decide ``path`` on what its neighbours' decisions are now (raises ``DriftError``)."""
+        upstream = [self.as_upstream[d][d in self.building] for d in self.deps[path]]
+        needed = path in self.target_paths or self.needers[path] > 0
+        decision = decide(self.by_path[path], self.own[path], upstream, self.policy, needed=needed)
+        self.last[path] = decision
         return decision
 
-    def changed(path: str) -> None:
+    def changed(self, path: str) -> None:
         """An input of ``path``'s decision changed: decide it again (a step already building
         stays building, so only its cached decision goes: its reason may name the change)."""
-        last.pop(path, None)
-        if path not in queued and path not in building:
-            queued.add(path)
-            queue.append(path)
+        self.last.pop(path, None)
+        if path not in self.queued and path not in self.building:
+            self.queued.add(path)
+            self.queue.append(path)
 
-    # The least fixed point: a step only ever moves from skip/prune to build, and each move
-    # re-queues the neighbours whose inputs it changes: dependencies without a record (now
-    # needed) and dependents with one (an upstream is rebuilt); ``decide`` reads ``needed``
-    # only without a record and ``upstream`` only with one. Dependents go first, so "needed"
-    # reaches a dependency before it is decided: on a new prefix each step is decided once.
-    queue: deque[str] = deque(reversed(by_path))
-    queued = set(by_path)
-    while queue:
-        path = queue.popleft()
-        queued.discard(path)
-        try:
-            decision = current(path)
-        except DriftError as exc:
-            drifted[path] = exc
-            continue
-        if decision.action != Action.BUILD or path in building:
-            continue
-        building.add(path)
-        for d in deps[path]:
-            needers[d] += 1
-            if own[d].record is None:
-                changed(d)
-        for dependent in dependents[path]:
-            if own[dependent].record is not None:
-                changed(dependent)
-    if drifted:
-        raise _all_drift([drifted[p] for p in by_path if p in drifted])
-    return Plan({p: last.get(p) or current(p) for p in by_path}, policy)
+    def solve(self) -> None:
+        """Decide queued steps until none is queued; a drifted step is kept for the end."""
+        while self.queue:
+            path = self.queue.popleft()
+            self.queued.discard(path)
+            try:
+                decision = self.current(path)
+            except DriftError as exc:
+                self.drifted[path] = exc
+                continue
+            if decision.action == Action.BUILD and path not in self.building:
+                self.builds(path)
+
+    def builds(self, path: str) -> None:
+        """``path`` is now built: its dependencies are needed, its dependents' upstream rebuilt."""
+        self.building.add(path)
+        for d in self.deps[path]:
+            self.needers[d] += 1
+            if self.own[d].record is None:
+                self.changed(d)
+        for dependent in self.dependents[path]:
+            if self.own[dependent].record is not None:
+                self.changed(dependent)
+
+    def plan(self) -> Plan:
+        """Every step's decision; raises one ``DriftError`` naming every drifted step."""
+        if self.drifted:
+            raise _all_drift([self.drifted[p] for p in self.by_path if p in self.drifted])
+        return Plan({p: self.last.get(p) or self.current(p) for p in self.by_path}, self.policy)
 
 
 def _all_drift(errors: list[DriftError]) -> DriftError:

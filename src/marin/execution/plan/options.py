@@ -109,6 +109,12 @@ class RunOptions:
 
     ``force`` holds step names as given (``name`` or ``name@version``); ``policy(steps)`` resolves
     them against a pipeline's steps, where an unknown name is an error.
+
+    Raises:
+        OptionError: when made (or copied with ``dataclasses.replace``) with a field that is
+            not valid: a drift policy not in ``DRIFT_POLICIES``, a ``force`` that is not a list
+            of names, a flag that is not a bool, a ``max_concurrent`` or ``max_remote`` that is
+            not a whole number >= 1. The message names the option and the fix.
     """
 
     on_drift: str = DEFAULT_ON_DRIFT
@@ -146,7 +152,11 @@ class RunOptions:
         A missing, ``None`` or empty-string parameter takes its value from ``defaults`` (the
         exported or deployed choice: options, or a mapping of some of them, checked with the
         rest), else the default; any other value must be valid: ``on_drift=0`` is an error, not
-        the default. Keys that are not run options are ignored. Raises ``OptionError``.
+        the default. Keys that are not run options are ignored.
+
+        Raises:
+            OptionError: ``params`` is not a mapping, or a value in it (or in ``defaults``) is
+                not valid for its option.
         """
         if isinstance(defaults, RunOptions):
             base = {name: getattr(defaults, name) for name in _FIELDS}
@@ -163,7 +173,11 @@ class RunOptions:
         return cls(**{name: given.get(name, base[name]) for name in _FIELDS})
 
     def policy(self, steps: Sequence[StepSpec]) -> Policy:
-        """The core ``Policy`` these options make for ``steps`` (force names resolved)."""
+        """The core ``Policy`` these options make for ``steps`` (force names resolved).
+
+        Raises:
+            InvalidStepError: a ``force`` name names none of ``steps`` (with a did-you-mean).
+        """
         return Policy(
             self.on_drift,
             resolve_force(self.force, steps),
@@ -217,7 +231,11 @@ class Policy:
 
 
 def resolve_force(names: Iterable[str], steps: Sequence[StepSpec]) -> frozenset[str]:
-    """``--force`` names (``name`` or ``name@version``) -> step ids; unknown names are errors."""
+    """``--force`` names (``name`` or ``name@version``) -> step ids.
+
+    Raises:
+        InvalidStepError: a name names none of ``steps`` (with a did-you-mean).
+    """
     wanted = {n for n in names}
     ids = {s.step_id for s in steps if s.step_id in wanted or s.name in wanted}
     known = {s.step_id for s in steps} | {s.name for s in steps}

@@ -88,9 +88,19 @@ def _read_stored(specs: Iterable[StepSpec], location: Location) -> dict[str, Sto
 def plan_run(graph: Graph, location: Location, options: RunOptions) -> Plan:
     """Read the whole graph's stored state, then decide every step: what a run would do.
 
-    Raises ``InvalidStepError`` for a ``force`` name that names no step, ``DriftError`` or
-    ``CodeDriftError`` under an ``error`` drift policy, ``FailedBeforeError`` under
-    ``force_run_failed=False``, and storage's errors.
+    A stored file that is corrupt or another step's is data, not an error: the step is not
+    built (``load_record``).
+
+    Raises:
+        InvalidStepError: a ``force`` name names no step of ``graph``.
+        DriftError: under ``on_drift="error"``, one error naming every drifted step
+            (``CodeDriftError`` when only code changed, under ``on_code_drift="error"``).
+        FingerprintMismatchError: a step pinned by ``expected_fingerprint`` has a stored build
+            of another fingerprint.
+        ArtifactTypeMismatchError: a stored build was built as another ``artifact_type``.
+        FailedBeforeError: under ``force_run_failed=False``, a needed step's last attempt failed.
+        StorageError: storage kept failing (after retries), or a symbolic link below the prefix
+            (``SymlinkError``) or a metadata file that is not a regular file was found.
     """
     steps = list(graph.steps)
     policy = options.policy(steps)

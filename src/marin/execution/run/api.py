@@ -42,6 +42,28 @@ def run(
     run fails (``FailedBeforeError``) naming it, before anything is built. ``versions``: the
     ``VersionCodex`` of handles with ``version=None``. ``scope="user"``: every step under
     ``<prefix>/users/<user>/`` (``plan/scope.py``).
+
+    Raises:
+        OptionError: a bad ``max_concurrent``, ``on_drift`` or other run option, before
+            anything is read or built.
+        InvalidStepError: lowering refused a handle (see ``lower``), a ``force`` name names no
+            step, ``scope`` or the user name is not valid, or a step's resources can never fit
+            this machine.
+        CycleError: the handles' dependencies form a cycle.
+        DuplicateStepError: two definitions of one ``name@version``, or one output inside
+            another.
+        ConfigError: a config value has no canonical JSON form.
+        FingerprintMismatchError: a handle's ``expected_fingerprint`` differs from its
+            fingerprint, or from its stored build's.
+        StorageError: the prefix cannot be opened or written (``SymlinkError``: a link below it).
+        DriftError: a drifted step under ``on_drift="error"`` (``CodeDriftError``: its code,
+            under ``on_code_drift="error"``); raised by the plan, before anything is built.
+        ArtifactTypeMismatchError: a stored build of a step was built as another
+            ``artifact_type``.
+        FailedBeforeError: under ``force_run_failed=False``, a needed step's last attempt failed.
+        StepFailedError: a step failed (its error is the ``__cause__``); the first one, unless
+            ``keep_going``.
+        PipelineFailedError: under ``keep_going``, the steps that failed, all at once.
     """
     items, _ = _flatten(handles)
     specs = lower_with_codex(items, None, versions, check=False)
@@ -61,7 +83,12 @@ def run(
 
 
 def resolve(handle: ArtifactStep | StepSpec, **kwargs: Any) -> Artifact:
-    """Build one handle and return its artifact: ``run(handle)[0]``."""
+    """Build one handle and return its artifact: ``run(handle)[0]``.
+
+    Raises:
+        MarinError: what ``run`` raises, for the same reasons (``StepFailedError`` when the
+            step or one it needs failed).
+    """
     return run(handle, **kwargs)[0]
 
 
@@ -70,6 +97,10 @@ def materialized_config(handle: ArtifactStep | StepSpec, prefix: str) -> Any:
 
     The context is the one a build gets (paths under ``prefix``, the handle's runtime args),
     with no region and no devices.
+
+    Raises:
+        MarinError: what ``lower`` raises for a handle; ``StorageError`` for a prefix that
+            cannot be opened. An error of the handle's own ``build_config`` propagates as is.
     """
     spec = handle if isinstance(handle, StepSpec) else handle.lower()
     return spec.build_config(run_context(spec, open_prefix(prefix)))

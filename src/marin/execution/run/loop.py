@@ -183,12 +183,7 @@ class RunLoop:
         self._targets_checked = False
         self.waiting = Backoff(self.scheduler)
         """Retries and deferred steps, until their deadline."""
-        self._slots = Slots(
-            max_concurrent,
-            max_remote,
-            lambda p: self._decisions[p].spec.remote is not None,
-            any_remote=any(d.spec.remote is not None for d in self._decisions.values()),
-        )
+        self._slots = Slots.for_decisions(max_concurrent, max_remote, self._decisions)
 
     # -- the loop ---------------------------------------------------------------------------
 

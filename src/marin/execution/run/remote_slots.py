@@ -8,7 +8,11 @@ declared resources are its job's (the backend places it), never this machine's p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from marin.execution.plan.decide import Decision
 
 REMOTE_PHASE_THREADS = 4
 """Threads for remote steps' two short phases (submit or reattach, then collect and commit):
@@ -39,6 +43,18 @@ class Slots:
         self.is_remote = is_remote
         self._local_free = max_concurrent
         self._remote_free = max_remote
+
+    @classmethod
+    def for_decisions(
+        cls, max_concurrent: int, max_remote: int, decisions: Mapping[str, Decision]
+    ) -> Slots:
+        """The slots of a run of ``decisions`` (output path -> decision)."""
+        return cls(
+            max_concurrent,
+            max_remote,
+            lambda path: decisions[path].spec.remote is not None,
+            any_remote=any(d.spec.remote is not None for d in decisions.values()),
+        )
 
     def free(self, running: Collection[str]) -> int:
         """How many steps may start now, of both kinds (also resets ``admit``'s counts)."""

@@ -195,6 +195,11 @@ class RunReport:
 
         ``not_run_in_message``: name the steps that did not run in the message too (an engine's
         UI shows only the error; ``marin run`` lists them in its own summary).
+
+        Raises:
+            StepFailedError: a step failed and not ``keep_going``: the first failure, with its
+                error as the ``__cause__`` and this report as ``.report``.
+            PipelineFailedError: a step failed under ``keep_going``: every failure, at once.
         """
         if not self.failures:
             return

@@ -105,8 +105,11 @@ class StepRunner:
         ``marin.execution.pipeline.resources``). A step starts only when its resources are free,
         besides ``max_concurrent``.
 
-        Raises ``OptionError`` for a bad option (checked now, not at run time), and
-        ``InvalidStepError`` for ``options`` given with the older keywords."""
+        Raises:
+            OptionError: a bad option, checked now rather than at run time.
+            InvalidStepError: ``options`` given together with the older keywords, or a
+                ``resources`` capacity that does not parse.
+        """
         loose = {
             "max_concurrent": max_concurrent,
             "max_remote": max_remote,
@@ -150,7 +153,17 @@ class StepRunner:
         """What ``run`` with the same arguments would do (``marin plan`` is this).
 
         ``location``: the prefix, opened and checked by the caller (else ``prefix`` is opened
-        here). Raises what ``plan_run`` raises (``InvalidStepError``, ``DriftError``, ...)."""
+        here).
+
+        Raises:
+            OptionError: a bad ``force`` or ``force_run_failed``.
+            StorageError: the prefix cannot be opened or read.
+            CycleError: ``steps`` (a list) hold a dependency cycle.
+            DuplicateStepError: ``steps`` (a list) hold two definitions of one step.
+            MarinError: what ``plan_run`` raises (``InvalidStepError`` for an unknown
+                ``force`` name, ``DriftError``, ``FailedBeforeError``, ...), and
+                ``InvalidStepError`` for a user-scope step without a valid user name.
+        """
         options = self._options_for(force=force, force_run_failed=force_run_failed)
         return self._plan(as_graph(steps), options, location)
 
@@ -180,12 +193,17 @@ class StepRunner:
         ``force_run_failed=False``: a needed step whose last attempt failed is not retried, and
         the run fails naming it (``decide`` says so). ``max_concurrent``, ``keep_going``,
         ``force`` and ``force_run_failed`` override the runner's options for this run only
-        (None: the runner's). ``location``: the prefix, opened and checked by the caller.
+        (None: the runner's). ``location``: the prefix, opened and checked by the caller. Any
+        other iterable (a generator) is consumed lazily, ``max_concurrent`` steps ahead.
 
-        Raises what the plan raises, ``StepFailedError``/``PipelineFailedError`` when a step
-        failed (``RunReport.raise_failures``), ``KeyboardInterrupt`` when a Ctrl-C stopped it,
-        and ``InvalidStepError`` for an unknown ``ready_order``. Any other iterable (a
-        generator) is consumed lazily, ``max_concurrent`` steps ahead (``run/stream.py``)."""
+        Raises:
+            MarinError: what ``plan`` raises, before anything is built.
+            InvalidStepError: an unknown ``ready_order``, or resources that can never fit.
+            StorageError: the prefix cannot be written.
+            StepFailedError: the first step that failed (its error is the ``__cause__``).
+            PipelineFailedError: under ``keep_going``, every step that failed, at once.
+            KeyboardInterrupt: a Ctrl-C stopped the run (and no step failed).
+        """
         if self.ready_order not in READY_ORDERS:
             raise InvalidStepError(
                 f"ready_order={self.ready_order!r}", f"use one of {', '.join(READY_ORDERS)}"

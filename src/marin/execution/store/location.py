@@ -78,7 +78,11 @@ def durable() -> bool:
 
 
 def open_no_follow(path: str, flags: int) -> int:
-    """``os.open`` that refuses a symbolic link as the file itself (``O_NOFOLLOW``)."""
+    """``os.open`` that refuses a symbolic link as the file itself (``O_NOFOLLOW``).
+
+    Raises:
+        SymlinkError: ``path`` is a symbolic link.
+    """
     try:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as exc:
@@ -168,6 +172,11 @@ def resolve_prefix(prefix: str | None = None) -> str:
     Marin would show wherever it names an artifact. (Checked against the source of fsspec
     2026.9, s3fs and gcsfs: nothing else in a path string is interpreted; ``{}`` and ``%`` are
     literal.)
+
+    Raises:
+        StorageError: the prefix holds credentials, a NUL byte, ``::``, a second ``://``, an
+            object-version marker or a ``..`` segment in a URL, text before ``://`` that is not
+            a URL scheme, or names no bucket; the message says what to give instead.
     """
     chosen = prefix or os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
     refuse_credentials(chosen)  # first: every other error below prints the prefix
@@ -261,8 +270,11 @@ def with_retries(op: Callable[[], T], what: str) -> T:
     """Run an I/O operation, retrying transient ``OSError``s with jittered exponential backoff.
 
     Definite answers (not found, exists, permission denied, a ``StorageError``) pass through at
-    once. An error that persists through every attempt becomes a ``StorageError`` naming the
-    operation, with the last error as its cause.
+    once.
+
+    Raises:
+        StorageError: an ``OSError`` that persisted through every attempt, naming the
+            operation, with the last error as its cause.
     """
     for attempt in range(RETRY_ATTEMPTS):
         try:
@@ -323,6 +335,9 @@ class Location:
         A link swapped in after the check is caught only where the final open or rename cannot
         follow links (see the module docstring); a folder swapped in between is a race against
         a writer who can already alter the prefix (docs/reliability.md, threat model).
+
+        Raises:
+            SymlinkError: naming the first link on the way.
         """
         if not self.is_local:
             return True
@@ -362,8 +377,15 @@ class Location:
             self._real_dirs.add(path)
 
     def read_file(self, path: str) -> bytes:
-        """A metadata file's bytes; ``FileNotFoundError`` when it is absent. On local disk
-        never through a link (the file itself is opened with ``O_NOFOLLOW``)."""
+        """A metadata file's bytes. On local disk never through a link (the file itself is
+        opened with ``O_NOFOLLOW``).
+
+        Raises:
+            FileNotFoundError: nothing is at ``path``.
+            SymlinkError: ``path``, or a folder on the way to it, is a symbolic link.
+            StorageError: ``path`` is not a regular file (a FIFO, a device), or storage kept
+                failing.
+        """
         if self._reads_store:
             # Straight from the store, as put_file writes it (cat_file's protocol stripping and
             # retries are for real backends; this dict cannot fail transiently).
@@ -379,8 +401,15 @@ class Location:
         return read_no_follow(path)
 
     def rm_file(self, path: str) -> None:
-        """Delete one metadata file (``FileNotFoundError`` when absent). ``unlink`` deletes a
-        link, never what it points to; the folders above are checked first."""
+        """Delete one metadata file. ``unlink`` deletes a link, never what it points to; the
+        folders above are checked first.
+
+        Raises:
+            FileNotFoundError: nothing is at ``path``.
+            SymlinkError: a folder between the prefix and ``path`` is a symbolic link (local
+                disk).
+            StorageError: storage kept failing.
+        """
         if not self.is_local:
             with_retries(lambda: self.fs.rm_file(path), f"delete {path}")
             return
@@ -388,7 +417,13 @@ class Location:
         os.unlink(path)
 
     def has_file(self, path: str) -> bool:
-        """Whether a metadata file exists (O(1) on ``memory://``, whose ``exists`` scans)."""
+        """Whether a metadata file exists (O(1) on ``memory://``, whose ``exists`` scans).
+
+        Raises:
+            SymlinkError: a folder between the prefix and ``path`` is a symbolic link (local
+                disk).
+            StorageError: storage kept failing.
+        """
         if self.is_memory:
             return path in self.fs.store
         if self.is_local:
@@ -405,6 +440,9 @@ class Location:
 
         On ``memory://`` the file goes straight into the store: ``pipe_file`` checks every parent
         folder with a scan of the whole store, which makes building N steps cost N².
+
+        Raises:
+            StorageError: storage kept failing.
         """
         if self.is_memory:
             self.fs.store[path] = MemoryFile(self.fs, path, data)
@@ -412,7 +450,13 @@ class Location:
             with_retries(lambda: self.fs.pipe_file(path, data), f"write {path}")
 
     def exists(self, path: str) -> bool:
-        """Whether anything (a file or a folder) is at ``path``, read literally."""
+        """Whether anything (a file or a folder) is at ``path``, read literally.
+
+        Raises:
+            SymlinkError: a folder between the prefix and ``path`` is a symbolic link (local
+                disk).
+            StorageError: storage kept failing.
+        """
         if self.is_local:
             # A missing folder on the way answers without a second look (a first build's output).
             return self._check_parent(path) and os.path.lexists(path)
@@ -430,6 +474,11 @@ class Location:
 
         ``find`` lists by prefix on every backend we support; the filter keeps only ``path``
         itself and paths under ``path/``, so a sibling that merely shares a prefix never appears.
+
+        Raises:
+            SymlinkError: a folder between the prefix and ``path`` is a symbolic link (local
+                disk).
+            StorageError: storage kept failing.
         """
         if self.is_local:
             self._check_parent(path)
@@ -449,6 +498,11 @@ class Location:
         Never ``fs.rm(path, recursive=True)``: fsspec expands glob characters there. On local
         disk a link at ``path`` or inside it (``fn`` may make links in its output) is deleted
         itself, never followed (``shutil.rmtree`` on Linux works through folder descriptors).
+
+        Raises:
+            SymlinkError: a folder between the prefix and ``path`` is a symbolic link (local
+                disk).
+            StorageError: storage kept failing.
         """
         if self.is_local:
             self._check_parent(path)
@@ -477,7 +531,11 @@ class Location:
         return f"{self.url.rstrip('/')}/{relative}" if relative else self.url
 
     def check_writable(self) -> None:
-        """Fail early, before any step runs, when the prefix cannot hold artifacts."""
+        """Fail early, before any step runs, when the prefix cannot hold artifacts.
+
+        Raises:
+            StorageError: the prefix cannot be created, or (on local disk) is not writable.
+        """
         try:
             self.fs.makedirs(self.root, exist_ok=True)
         except OSError as exc:
@@ -493,6 +551,13 @@ class Location:
 
 
 def open_prefix(prefix: str | None = None) -> Location:
+    """The prefix ``prefix`` (else ``$MARIN_PREFIX``, else ``./marin-artifacts``), opened.
+
+    Raises:
+        StorageError: the prefix is refused as text (``resolve_prefix``) or lies outside
+            ``$MARIN_ALLOWED_PREFIXES``, before any I/O; or its protocol is unknown, its fsspec
+            backend is not installed, or its storage cannot be reached.
+    """
     given = prefix or os.environ.get(PREFIX_ENV)  # so the allow-list sees a '..' it spelled
     url = check_prefix(resolve_prefix(prefix), given)  # MARIN_ALLOWED_PREFIXES, before any I/O
     protocol = url.split("://", 1)[0] if "://" in url else "file"

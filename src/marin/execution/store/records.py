@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import datetime
 import json
 import logging
 import math
@@ -123,11 +124,12 @@ class ArtifactRecord:
 
     @classmethod
     def from_json(cls, text: str) -> ArtifactRecord:
-        """Parse and type-check a stored record; ``ValueError`` for anything malformed.
+        """Parse and type-check a stored record: untrusted bytes (written by another version,
+        torn, or crafted) must not crash ``run``, ``plan``, ``show`` or ``ls`` later.
 
-        Stored bytes are untrusted: a record written by another version, torn, or crafted must
-        not crash ``run``, ``plan``, ``show`` or ``ls`` later, so every field's type is checked
-        here, and nesting deeper than :data:`MAX_JSON_DEPTH` is refused.
+        Raises:
+            ValueError: not a schema-1 record: malformed JSON, a field missing or of the wrong
+                type, nesting deeper than :data:`MAX_JSON_DEPTH` (``load_record``: not built).
         """
         data = parse_json(text)
         if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
@@ -286,14 +288,35 @@ def _depth(text: str) -> int:
 
 
 def parse_json(text: str) -> Any:
-    """``json.loads`` for stored metadata: any malformed input is a ``ValueError``, never a
-    ``RecursionError`` or a value nested deeper than :data:`MAX_JSON_DEPTH`."""
+    """``json.loads`` for stored metadata.
+
+    Raises:
+        ValueError: malformed JSON, or nested deeper than :data:`MAX_JSON_DEPTH` (never a
+            ``RecursionError``).
+    """
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(text) > MAX_JSON_DEPTH:
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         return json.loads(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+
+
+def parse_stored_time(text: object) -> datetime.datetime | None:
+    """A time as a record or status file stores it (``finished_at``, ``started_at``: ISO 8601),
+    as an aware datetime; one without a zone is UTC, as Marin writes them.
+
+    Stored data is untrusted, so this never raises: anything but an ISO time string gives None,
+    which a caller treats as "unknown" (``marin ls --after`` keeps no such build, ``marin gc``
+    keeps it as of unknown age).
+    """
+    if not isinstance(text, str):
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
 
 
 @dataclass(frozen=True)
@@ -335,6 +358,11 @@ def load_record(
 
     A corrupt record counts as not built, with a warning naming the file (once per process):
     the next build replaces it, so no person has to delete anything.
+
+    Raises:
+        SymlinkError: a folder on the way to the file, or the file itself, is a symbolic link
+            (local disk).
+        StorageError: storage kept failing, or the file is not a regular file.
     """
     path = location.path(record_path(output_path))
     try:
@@ -367,7 +395,13 @@ def read_record(
     location: Location, output_path: str, known: ArtifactRecord | None = None
 ) -> ArtifactRecord | None:
     """The step's committed record, or None: not built, corrupt, or another step's (warned
-    about once per process; ``load_record`` says which, and what ``known`` saves)."""
+    about once per process; ``load_record`` says which, and what ``known`` saves).
+
+    Raises:
+        SymlinkError: a folder on the way to the file, or the file itself, is a symbolic link
+            (local disk).
+        StorageError: storage kept failing, or the file is not a regular file.
+    """
     found = load_record(location, output_path, known)
     if isinstance(found, ForeignRecord):
         if _first_sighting(found.path, found.why.encode()):
@@ -445,6 +479,11 @@ def write_atomic(
     crash leaves only the temporary file, which the next build of the step clears).
     ``crash_step`` names the step for the ``record-write`` / ``record-torn`` fault hooks.
     ``durable`` fsyncs the file (durable mode, ``MARIN_DURABLE=1``, for records).
+
+    Raises:
+        SymlinkError: a folder on the way to ``path`` is a symbolic link (local disk; the file
+            itself is replaced by a rename, which never follows one).
+        StorageError: storage kept failing (object stores).
     """
     fs = location.fs
     if crash_step and faults.should_crash("record-torn", crash_step):
@@ -467,6 +506,12 @@ def write_atomic(
 
 
 def write_record(location: Location, record: ArtifactRecord, output_path: str) -> None:
+    """Commit ``record`` beside the output at ``output_path``, atomically (``write_atomic``).
+
+    Raises:
+        SymlinkError: as ``write_atomic``.
+        StorageError: as ``write_atomic``.
+    """
     data = record.to_json().encode()
     write_atomic(
         location,
@@ -490,6 +535,11 @@ def metadata_files(location: Location, output_path: str) -> set[str]:
     what fills the disk, so it goes first). Only this module's own temporary names
     (``record.json.tmp-*``, ``status.json.tmp-*``) are touched, and only the lease holder writes
     those. Object stores and ``memory://`` write in one put: no temporary files, two checks.
+
+    Raises:
+        SymlinkError: the metadata folder, a folder on the way to it, or an entry in it is a
+            symbolic link (local disk).
+        StorageError: storage kept failing (object stores).
     """
     names = ("record.json", "status.json")
     if not location.is_local:
@@ -515,13 +565,24 @@ def metadata_files(location: Location, output_path: str) -> set[str]:
 
 
 def delete_record(location: Location, output_path: str) -> None:
+    """Delete the step's ``record.json``, if there is one.
+
+    Raises:
+        SymlinkError: a folder on the way to the file is a symbolic link (local disk).
+        StorageError: storage kept failing (object stores).
+    """
     with contextlib.suppress(FileNotFoundError):
         location.rm_file(location.path(record_path(output_path)))
 
 
 def clear_status(location: Location, output_path: str) -> None:
     """Drop an earlier attempt's status file: the new attempt's lease now says RUNNING, and its
-    record or a new FAILED status will say how it ended; an old status could only contradict."""
+    record or a new FAILED status will say how it ended; an old status could only contradict.
+
+    Raises:
+        SymlinkError: a folder on the way to the file is a symbolic link (local disk).
+        StorageError: storage kept failing (object stores).
+    """
     with contextlib.suppress(FileNotFoundError):
         location.rm_file(location.path(status_path(output_path)))
 
@@ -571,6 +632,11 @@ def read_status_file(location: Location, output_path: str) -> dict[str, Any] | N
 
     Builds write one only when an attempt fails (``FAILED``); versions before the lean commit
     path also wrote ``RUNNING`` and ``SUCCESS``, which still read.
+
+    Raises:
+        SymlinkError: a folder on the way to the file, or the file itself, is a symbolic link
+            (local disk).
+        StorageError: storage kept failing, or the file is not a regular file.
     """
     path = location.path(status_path(output_path))
     status = _read_json_object(location, path, "status", _STATUS_TYPES)
@@ -589,6 +655,11 @@ def read_attempt(location: Location, output_path: str) -> dict[str, Any] | None:
     ``FAILED`` status file, and the record is the SUCCESS. So: the status file if there is one,
     else ``RUNNING`` while a lease is there. A lease without a string holder says nothing (it
     protects nothing either, see ``lease.LeaseInfo.parse``).
+
+    Raises:
+        SymlinkError: a folder on the way to the file, or the file itself, is a symbolic link
+            (local disk).
+        StorageError: storage kept failing, or the file is not a regular file.
     """
     status = read_status_file(location, output_path)
     if status is not None:
@@ -606,7 +677,13 @@ def read_attempt(location: Location, output_path: str) -> dict[str, Any] | None:
 
 def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
     """The step's state for readers (``ls``, ``show``, tests): its attempt, else ``SUCCESS``
-    when a record is there, else None (never tried)."""
+    when a record is there, else None (never tried).
+
+    Raises:
+        SymlinkError: a folder on the way to the file, or the file itself, is a symbolic link
+            (local disk).
+        StorageError: storage kept failing, or the file is not a regular file.
+    """
     attempt = read_attempt(location, output_path)
     if attempt is not None:
         return attempt
@@ -617,6 +694,12 @@ def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
 
 
 def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:
+    """Write the step's status file: ``state`` and ``details``, atomically (``write_atomic``).
+
+    Raises:
+        SymlinkError: as ``write_atomic``.
+        StorageError: as ``write_atomic``.
+    """
     body = {"state": state, **details}
     write_atomic(
         location,
