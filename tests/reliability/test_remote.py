@@ -99,15 +99,20 @@ def job_folders(prefix: str) -> list[str]:
     return sorted(p for p in os.listdir(f"{prefix}/{TRAIN}.marin") if p.startswith("marin-"))
 
 
-def test_sigkilled_driver_reattaches_one_job(tmp_path: Path) -> None:
-    """SIGKILL ``marin run`` while the job runs: the next run reattaches; fn ran once."""
-    prefix, env = setup(tmp_path)
+def driver_killed_while_its_job_runs(tmp_path: Path, prefix: str, env: dict[str, str]) -> int:
+    """SIGKILL ``marin run`` of ``chain`` once its training job runs; the job's pid."""
     first = marin_run("chain", prefix, env, tmp_path / "first.err")
     started = tmp_path / "started" / "remote_train"
     wait_for_file(str(started), timeout=60)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
-    job_pid = int(started.read_text().split()[0])
+    return int(started.read_text().split()[0])
+
+
+def test_sigkilled_driver_reattaches_one_job(tmp_path: Path) -> None:
+    """SIGKILL ``marin run`` while the job runs: the next run reattaches; fn ran once."""
+    prefix, env = setup(tmp_path)
+    job_pid = driver_killed_while_its_job_runs(tmp_path, prefix, env)
     assert start_time(job_pid) is not None  # the job outlived its driver
     plan = marin_cli("plan", "chain", prefix, env, "--json")
     shown = next(s["job"] for s in json.loads(plan)["steps"] if s["step"] == "remote/train@v1")
@@ -134,12 +139,7 @@ def test_a_job_of_another_config_is_cancelled_never_reattached(tmp_path: Path) -
     """The driver dies while its job runs; the config changes (same version): the next run
     stops that job and builds the new config in a job of its own, never collecting the old."""
     prefix, env = setup(tmp_path)
-    first = marin_run("chain", prefix, env, tmp_path / "first.err")
-    started = tmp_path / "started" / "remote_train"
-    wait_for_file(str(started), timeout=60)
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait()
-    old_pid = int(started.read_text().split()[0])
+    old_pid = driver_killed_while_its_job_runs(tmp_path, prefix, env)
     changed = {**env, "MARIN_TEST_VARIANT": "b"}
     assert "cancel (another config): local job" in marin_cli("plan", "chain", prefix, changed)
     second = marin_run("chain", prefix, changed, tmp_path / "second.err")
