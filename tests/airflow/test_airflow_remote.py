@@ -29,8 +29,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
-    """Running services with the ``pooled``, ``chain`` and ``retried`` DAGs; the folder of the controls
-    (``remote_pipelines.py``) and the prefix."""
+    """Running services with the ``pooled``, ``chain`` and ``retried`` DAGs; the folder of the
+    controls (``remote_pipelines.py``) and the prefix."""
     from marin_airflow.export import build_export, write_export
     from marin_testing.airflow import AirflowSandbox, AirflowServices
 
@@ -52,7 +52,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, An
         # it after 1 s, and the retry takes the dead attempt's lease once its TTL has passed
         # (the PID check off: a retry on another worker could not use it).
         "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
-        "MARIN_LEASE_TTL": "5",
+        "MARIN_LEASE_TTL": "6",  # as in test_celery_runs.py: no live holder loses its lease
         "MARIN_LEASE_CHECK_PID": "0",
         "MARIN_FAULT_CRASH": "after-submit@remote/retried",
         KILL_ENV: "55",
