@@ -9,6 +9,9 @@ Controlled through environment variables, which the ``local`` jobs inherit from 
 - ``MARIN_TEST_BARRIER``: a folder; ``fan``'s three steps each wait there for all three (the
   ``fan/`` steps only);
 - ``MARIN_TEST_VARIANT``: set, it is ``chain``'s training config ``variant`` (a new fingerprint).
+
+``retried`` (Airflow's own task retry) is the counting step of ``resumable_pipeline.py`` and a
+remote step, both with ``retries=1``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 
 from marin.execution.lazy import OUT, apply
 from tests.reliability.pipelines import append_line, wait_for_file
+from tests.reliability.resumable_pipeline import counting_step
 
 
 def prepare(out_path: str) -> str:
@@ -87,4 +91,12 @@ pooled = [
         remote="local", pool="one"
     )
     for name in ("fan/a", "fan/b")
+]
+
+# Airflow retries each task once, in the same DAG run (tests/airflow/test_airflow_remote.py).
+retried = [
+    counting_step("out").with_options(retries=1),
+    apply(
+        "remote/retried", train, version="v1", data="r", out_path=OUT, step="remote/retried"
+    ).with_options(remote="local", retries=1),
 ]

@@ -8,7 +8,9 @@ step, ``count@v1``, that counts from 0 to 100 and writes a checkpoint (``{"next"
 
 - ``MARIN_TEST_COUNTER``: a file each executed iteration appends ``<pid> <i>`` to;
 - ``MARIN_TEST_KILL_AT=<i>``: at iteration i the runner is SIGKILLed (with
-  ``MARIN_TEST_ISOLATED=1``, an isolated child kills its runner, and dies with it);
+  ``MARIN_TEST_ISOLATED=1``, an isolated child kills its runner, and dies with it); with
+  ``MARIN_TEST_KILL_ONCE=<file>`` only the attempt that creates that file is (a retry in the
+  same environment, such as Airflow's, goes on);
 - ``MARIN_TEST_HOLD_AT=<i>:<started>:<release>``: at iteration i the step creates ``started``
   (holding its pid) and waits until ``release`` exists;
 - ``MARIN_TEST_PUBLISHED``: a file each published checkpoint appends ``<pid> <next>`` to.
@@ -30,6 +32,7 @@ from tests.reliability.pipelines import append_line, wait_for_file
 
 COUNTER_ENV = "MARIN_TEST_COUNTER"
 KILL_ENV = "MARIN_TEST_KILL_AT"
+KILL_ONCE_ENV = "MARIN_TEST_KILL_ONCE"
 HOLD_ENV = "MARIN_TEST_HOLD_AT"
 PUBLISHED_ENV = "MARIN_TEST_PUBLISHED"
 
@@ -50,6 +53,18 @@ def _hold(i: int) -> None:
     wait_for_file(release)
 
 
+def _first_kill() -> bool:
+    """Whether this attempt may die: always, or once per ``MARIN_TEST_KILL_ONCE`` file."""
+    marker = os.environ.get(KILL_ONCE_ENV)
+    if not marker:
+        return True
+    try:
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return False
+    return True
+
+
 def _publish(path: str, next_i: int) -> None:
     if not current_context().still_holds_lease():
         raise RuntimeError(f"lost the lease: checkpoint {next_i} not published")
@@ -68,7 +83,7 @@ def count(out: str, upto: int, every: int, where: str) -> dict[str, Any]:
     start = json.loads(fs.cat_file(root))["next"] if fs.exists(root) else 0
     counter, kill_at = os.environ.get(COUNTER_ENV), os.environ.get(KILL_ENV)
     for i in range(start, upto + 1):
-        if kill_at is not None and int(kill_at) == i:
+        if kill_at is not None and int(kill_at) == i and _first_kill():
             if os.environ.get("MARIN_TEST_ISOLATED") == "1":
                 os.kill(os.getppid(), signal.SIGKILL)  # the runner; this child dies with it
             os.kill(os.getpid(), signal.SIGKILL)

@@ -135,6 +135,25 @@ def test_sigkilled_driver_reattaches_one_job(tmp_path: Path) -> None:
     assert f"job          local job {job.job_id}" in shown
 
 
+def test_driver_killed_right_after_the_submit_is_followed_by_a_reattach(tmp_path: Path) -> None:
+    """The ``after-submit`` crash point: the driver dies once ``job.json`` names the submitted
+    job; the next run reattaches to that job (one submission, fn ran once)."""
+    prefix, env = setup(tmp_path)
+    crash = {**env, "MARIN_FAULT_CRASH": "after-submit@remote/train"}
+    first = marin_run("chain", prefix, crash, tmp_path / "first.err")
+    assert first.wait(timeout=60) == -signal.SIGKILL, (tmp_path / "first.err").read_text()
+    job = read_job(open_prefix(prefix), TRAIN)
+    assert job is not None and job.job_id == job_folders(prefix)[0]
+    second = marin_run("chain", prefix, env, tmp_path / "second.err")
+    wait_for_text(tmp_path / "second.err", f"reattach remote/train@v1: local job {job.job_id}")
+    (tmp_path / "gate").touch()
+    assert second.wait(timeout=60) == 0, (tmp_path / "second.err").read_text()
+    assert len(calls(tmp_path)) == 1  # fn ran once
+    record = read_record(open_prefix(prefix), TRAIN)
+    assert record is not None and record.provenance["job"]["job_id"] == job.job_id
+    assert "submit remote/train" not in (tmp_path / "second.err").read_text()
+
+
 def test_a_job_of_another_config_is_cancelled_never_reattached(tmp_path: Path) -> None:
     """The driver dies while its job runs; the config changes (same version): the next run
     stops that job and builds the new config in a job of its own, never collecting the old."""

@@ -17,7 +17,8 @@ nothing written), ``after-output`` (``fn`` returned, no record), ``record-write`
 record's bytes written: to the temporary file on local disk, where the rename makes the write
 atomic), ``record-torn`` (half of the record written at its final path, as a non-atomic store
 could), ``after-record`` (record committed; on local disk and ``memory://`` the lease is released
-with it, elsewhere it is still held).
+with it, elsewhere it is still held). A remote step also passes ``after-submit`` (not in
+``CRASH_POINTS``, which every build passes): its job submitted and named in ``job.json``.
 """
 
 from __future__ import annotations

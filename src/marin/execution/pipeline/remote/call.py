@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.errors import LeaseLostError, RemoteJobError
+from marin.execution.faults import crash_point
 from marin.execution.ids import new_id
 from marin.execution.pipeline.context import StepContext
 from marin.execution.pipeline.isolation import (
@@ -325,6 +326,7 @@ class RemoteCall:
         replace_job(build.location, build.output_path, record)
         log.info("submit %s: %s job %s", self.step_id, record.backend, record.job_id)
         _known(build, record)
+        crash_point("after-submit", self.step_id)  # the job runs, job.json names it
         return record
 
     def _collect(
