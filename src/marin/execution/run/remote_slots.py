@@ -58,7 +58,7 @@ class Slots:
 
     def free(self, running: Collection[str]) -> int:
         """How many steps may start now, of both kinds (also resets ``admit``'s counts)."""
-        remote = sum(1 for path in running if self.is_remote(path))
+        remote = sum(1 for path in running if self.is_remote(path)) if self.max_remote else 0
         local = len(running) - remote
         self._local_free = max(0, self.max_concurrent - local)
         self._remote_free = max(0, self.max_remote - remote)
@@ -66,7 +66,7 @@ class Slots:
 
     def admit(self, path: str) -> bool:
         """Take a slot of ``path``'s kind, if one is free."""
-        if self.is_remote(path):
+        if self.max_remote and self.is_remote(path):
             if self._remote_free <= 0:
                 return False
             self._remote_free -= 1
@@ -78,7 +78,7 @@ class Slots:
 
     def give_back(self, path: str) -> None:
         """Undo ``admit`` (the step's resources were not free after all)."""
-        if self.is_remote(path):
+        if self.max_remote and self.is_remote(path):
             self._remote_free += 1
         else:
             self._local_free += 1
