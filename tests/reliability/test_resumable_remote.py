@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from marin.execution.build.remote_fence import fence_previous
+from marin.execution.build.resume import start_attempt
 from marin.execution.digest.code import code_digest
 from marin.execution.errors import RemoteJobError
 from marin.execution.ids import new_id
@@ -23,13 +24,19 @@ from marin.execution.pipeline.isolation import call_payload
 from marin.execution.pipeline.provenance import now_iso
 from marin.execution.pipeline.remote import fence
 from marin.execution.pipeline.remote.fence import JobCheck, stop_job
-from marin.execution.pipeline.remote.job_record import JobRecord, create_job, delete_job
+from marin.execution.pipeline.remote.job_record import (
+    JobRecord,
+    create_job,
+    delete_job,
+    read_job,
+)
 from marin.execution.pipeline.remote.local import LocalBackend
 from marin.execution.pipeline.remote.protocol import JobHandle, JobSpec
-from marin.execution.plan.resume import Attempt, read_attempt_record
+from marin.execution.plan.resume import Attempt, attempt_path, read_attempt_record
+from marin.execution.store.lease import Lease
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import metadata_dir, read_record
-from marin.execution.vocabulary import JobState
+from marin.execution.vocabulary import JobState, Leftover
 from tests.reliability.conftest import child_env
 from tests.reliability.pipelines import wait_for_file
 from tests.reliability.resumable_pipeline import counting_step
@@ -213,3 +220,28 @@ def test_the_fence_cancels_only_this_steps_job_that_no_record_reattaches(
         assert backend.status(job.handle).state == JobState.STOPPED
     finally:
         backend.cancel(job.handle)  # a failed check leaves no job behind
+
+
+def test_a_cleared_attempt_cancels_its_job_and_submits_anew(tmp_path: Path) -> None:
+    """Under ``--on-code-drift rebuild`` a partial output of other code is cleared: its job,
+    though ``job.json`` names it and it runs, is cancelled and forgotten, never reattached."""
+    location = open_prefix(str(tmp_path / "prefix"))
+    spec = lower(counting_step("ckpt", remote="local"), memo={})
+    job = start_job(tmp_path, location.path(metadata_dir(spec.output_path)))
+    backend = LocalBackend()
+    try:
+        other_code = code_digest(block)  # the partial output was written by other code
+        previous = Attempt(1, spec.fingerprint, other_code, now_iso(), "a-holder", job=job)
+        location.put_file(location.path(attempt_path(spec.output_path)), previous.to_json())
+        create_job(location, spec.output_path, job)
+        lease = Lease(location, spec.output_path, ttl=60)
+        assert lease.try_acquire() is None
+        try:
+            attempt = start_attempt(location, spec, lease, Leftover.DEBRIS, "rebuild")
+        finally:
+            lease.release()
+        assert attempt is not None and not attempt.resumed
+        assert backend.status(job.handle).state == JobState.STOPPED
+        assert read_job(location, spec.output_path) is None  # the next submit is a new job
+    finally:
+        backend.cancel(job.handle)

@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 from marin.execution.pipeline.remote.fence import is_this_steps, stop_job
-from marin.execution.pipeline.remote.job_record import JobRecord, read_job
+from marin.execution.pipeline.remote.job_record import JobRecord, delete_job, read_job
 from marin.execution.pipeline.remote.registry import get_backend
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.resume import Attempt, attempt_path
@@ -50,19 +50,45 @@ def fence_previous(location: Location, spec: StepSpec, previous: Attempt | None)
     that ``job.json`` names as this very build's and that runs is left to be reattached.
     Raises ``RemoteJobError`` when a cancelled job does not end.
     """
+    job = _this_steps_job(location, spec, previous)
+    if job is None:
+        return
+    backend = get_backend(str(spec.remote), spec.step_id)
+    if _recorded(location, spec, job) and backend.status(job.handle).state == JobState.RUNNING:
+        return  # the build's job runs on: reattached, nothing is resumed under it
+    stop_job(backend, job, spec.step_id)
+
+
+def fence_cleared(location: Location, spec: StepSpec, previous: Attempt | None) -> None:
+    """Before a remote step's partial output is cleared instead of resumed (another config, or
+    other code under ``--on-code-drift rebuild``): the job that wrote it is cancelled and
+    confirmed ended, and ``job.json`` forgets it, so this attempt submits a job of its own
+    rather than reattaching to one whose output is gone.
+    Raises ``RemoteJobError`` when a cancelled job does not end."""
+    job = _this_steps_job(location, spec, previous)
+    if job is None:
+        return
+    stop_job(get_backend(str(spec.remote), spec.step_id), job, spec.step_id)
+    if _recorded(location, spec, job):
+        delete_job(location, spec.output_path)
+
+
+def _this_steps_job(
+    location: Location, spec: StepSpec, previous: Attempt | None
+) -> JobRecord | None:
+    """The job ``previous`` ran in, if it is provably this step's (else None, with a warning
+    for a job of something else)."""
     job = previous.job if previous is not None else None
     if job is None or spec.remote is None or job.backend != spec.remote:
-        return
+        return None
     if not is_this_steps(job, location, spec.output_path):
         log.warning("fence %s: the attempt record names a job not of this step; left alone",
                     spec.step_id)  # fmt: skip
-        return
-    backend = get_backend(spec.remote, spec.step_id)
+        return None
+    return job
+
+
+def _recorded(location: Location, spec: StepSpec, job: JobRecord) -> bool:
+    """Whether ``job.json`` names ``job`` (the build's job, which a takeover reattaches to)."""
     current = read_job(location, spec.output_path)
-    recorded = current is not None and (current.job_id, current.build_id) == (
-        job.job_id,
-        job.build_id,
-    )
-    if recorded and backend.status(job.handle).state == JobState.RUNNING:
-        return  # the build's job runs on: reattached, nothing is resumed under it
-    stop_job(backend, job, spec.step_id)
+    return current is not None and (current.job_id, current.build_id) == (job.job_id, job.build_id)

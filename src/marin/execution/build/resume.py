@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from marin.execution.build.remote_fence import fence_previous
+from marin.execution.build.remote_fence import fence_cleared, fence_previous
 from marin.execution.digest.code import code_digest
 from marin.execution.pipeline.provenance import now_iso
 from marin.execution.pipeline.step_spec import StepSpec
@@ -124,9 +124,10 @@ def verdict_for(
     if earlier != Leftover.DEBRIS:
         return None  # nothing left, or a committed build that is replaced whole
     verdict = judge(spec, read_attempt_record(location, spec.output_path), on_code_drift)
-    if verdict.resume and spec.remote is not None:
+    if spec.remote is not None:
+        fence = fence_previous if verdict.resume else fence_cleared
         with Heartbeat(lease):  # a backend may take a while to confirm a cancel
-            fence_previous(location, spec, verdict.previous)  # cancelled, not waited out
+            fence(location, spec, verdict.previous)  # cancelled, not waited out
     elif verdict.resume and lease.took_over:
         with _lock:
             alive_here = (location.url, spec.output_path) in _in_thread
