@@ -30,6 +30,25 @@ class Holder:
     VAR: contextvars.ContextVar[int] = contextvars.ContextVar("test_in_class", default=0)
 
 
+class _Proxy:
+    """A lazy proxy as some libraries keep in a module global: asking it anything resolves it."""
+
+    resolved = 0
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        _Proxy.resolved += 1
+        return dict
+
+    def __getattr__(self, name: str) -> Any:
+        _Proxy.resolved += 1
+        raise AttributeError(name)
+
+
+PROXY = _Proxy()
+"""Never resolved by the search for the variables to send (no user code runs at submit)."""
+
+
 def seen(out_path: str) -> dict[str, Any]:
     """What the job sees of the caller's context."""
     return {
@@ -72,3 +91,16 @@ def test_context_variables_reach_the_job_and_what_cannot_travel_warns_once(
     assert "ctx/a@v1" in warnings[0]
     assert "test_local_only (not held by a module or its classes)" in warnings[0]
     assert f"{__name__}.LOCK (its value does not pickle" in warnings[0]
+
+
+def test_the_search_for_variables_never_resolves_a_lazy_proxy() -> None:
+    from marin.execution.pipeline.remote.context_vars import capture
+
+    _Proxy.resolved = 0  # pytest's collection asked it things
+    token = TAG.set({"run": "proxy"})
+    try:
+        carried = capture("proxy@v1")
+    finally:
+        TAG.reset(token)
+    assert (__name__, "TAG") in [(module, name) for module, name, _ in carried]
+    assert _Proxy.resolved == 0

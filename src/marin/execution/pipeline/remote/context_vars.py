@@ -20,6 +20,7 @@ import logging
 import pickle
 import sys
 import threading
+import types
 from typing import Any
 
 log = logging.getLogger("marin")
@@ -60,7 +61,9 @@ def _find(var: contextvars.ContextVar[Any]) -> tuple[str, str] | None:
     for module_name, module in list(sys.modules.items()):
         if module_name in ("__main__", "__mp_main__"):  # another module in the job
             continue
-        found = _held_by(var, module_name, getattr(module, "__dict__", {}))
+        if not issubclass(type(module), types.ModuleType):  # never a proxy's attributes
+            continue
+        found = _held_by(var, module_name, vars(module))
         if found is not None:
             with _lock:
                 _where[id(var)] = (module_name, found)
@@ -72,11 +75,12 @@ def _find(var: contextvars.ContextVar[Any]) -> tuple[str, str] | None:
 
 def _held_by(var: Any, module_name: str, namespace: dict[str, Any]) -> str | None:
     """The name under which ``namespace`` (a module's globals) holds ``var``, or a class it
-    defines does (``Class.name``)."""
+    defines does (``Class.name``). Reads only dicts and real types: a global that is a lazy
+    proxy is never asked anything (``isinstance`` would read its ``__class__``)."""
     for name, value in list(namespace.items()):
         if value is var:
             return name
-        if isinstance(value, type) and value.__module__ == module_name:
+        if issubclass(type(value), type) and vars(value).get("__module__") == module_name:
             inner = next((k for k, v in list(vars(value).items()) if v is var), None)
             if inner is not None:
                 return f"{name}.{inner}"
