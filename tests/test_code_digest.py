@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import importlib.metadata
 import importlib.util
 import json
 import linecache
@@ -413,6 +414,46 @@ def test_computed_once_per_function_object_and_again_after_an_edit(project: Proj
     edited = import_file(f"pipe_{uuid.uuid4().hex[:8]}", path)
     again = code_digest(edited.step)
     assert again.digest is not None and again.digest != first.digest
+
+
+def test_closures_of_one_factory_share_their_syntax_not_their_callees(project: Project) -> None:
+    """The syntax of a factory's closures is hashed once (one code object); what each one's
+    names refer to is still its own, so a closure over another helper digests otherwise."""
+    modules = project.load(
+        helpers=HELPERS,
+        pipe="""\
+        from {helpers} import tokenize, weight
+
+
+        def make(helper):
+            def step(x, out_path):
+                return helper(x)
+            return step
+
+
+        BY_TOKENIZE, BY_WEIGHT, AGAIN = make(tokenize), make(weight), make(tokenize)
+        """,
+    )
+    pipe = modules["pipe"]
+    by_tokenize, by_weight = code_digest(pipe.BY_TOKENIZE), code_digest(pipe.BY_WEIGHT)
+    assert [p.name for p in by_tokenize.parts] == ["make.<locals>.step", "tokenize"]
+    assert [p.name for p in by_weight.parts] == ["make.<locals>.step", "weight"]
+    assert by_tokenize.parts[0] == by_weight.parts[0]
+    assert by_tokenize.digest is not None and by_tokenize.digest != by_weight.digest
+    assert code_digest(pipe.AGAIN).digest == by_tokenize.digest
+
+
+def test_the_providers_of_a_module_are_what_packages_distributions_says() -> None:
+    """Asked one module at a time, the installed distributions that provide it are exactly
+    the standard library's whole map's (a sample of it, and modules nobody provides)."""
+    from marin.execution.digest.source import _normalise, _providers
+
+    everything = importlib.metadata.packages_distributions()
+    tops = sorted(everything)
+    sample = [*tops[:: max(1, len(tops) // 40)], "fsspec", "_pytest", "no_such_module_xyz"]
+    for top in sample:
+        expected = frozenset(_normalise(name) for name in everything.get(top, []))
+        assert _providers(top) == expected, top
 
 
 def test_a_source_edited_since_import_is_unknown(project: Project) -> None:

@@ -337,10 +337,52 @@ def _find(obj: Any) -> _Found | None:
     index = source_index(filename)
     if isinstance(index, str):
         return _Found(_unknown_part(qualname, file, first, index), ())
-    nodes = _nodes(obj, qualname, index)
-    if not nodes:
+    syntax = _syntax(obj, qualname, index)
+    if syntax is None:
         reason = "its source does not match the running code (edited since it was imported?)"
         return _Found(_unknown_part(qualname, file, first, reason), ())
+    # What the names refer to is resolved for each object: closures of one code differ.
+    constants, callees = _resolve_all(syntax.references, namespace, closure, index)
+    constants_hash = sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
+    part = CodePart(
+        qualname, file, syntax.line, syntax.digest(constants_hash), syntax.header,
+        syntax.statements, constants_hash, statement_lines=syntax.lines,
+    )  # fmt: skip
+    return _Found(part, tuple(callees))
+
+
+@dataclass
+class _Syntax:
+    """The normalised syntax of one definition, as one version of its file holds it."""
+
+    index: SourceIndex
+    """The parsed file it was read from: stale once the file changed (another index)."""
+    line: int
+    header: str
+    statements: tuple[str, ...]
+    lines: tuple[int, ...]
+    references: list[tuple[str, ...]]
+    digests: dict[str, str] = field(default_factory=dict)
+    """The part's digest by the hash of the constants it reads."""
+
+    def digest(self, constants_hash: str) -> str:
+        known = self.digests.get(constants_hash)
+        if known is None:
+            text = "\n".join([SCHEME, self.header, *self.statements, constants_hash])
+            known = self.digests[constants_hash] = sha(text)
+        return known
+
+
+def _syntax(obj: Any, qualname: str, index: SourceIndex) -> _Syntax | None:
+    """``obj``'s definition in ``index``, hashed once per code object (a factory's closures
+    share one) and version of its file; None when the file holds no such definition."""
+    key = obj.__code__ if type(obj) is types.FunctionType else obj
+    known = _SYNTAX.get(key)
+    if known is not None and known.index is index:
+        return known
+    nodes = _nodes(obj, qualname, index)
+    if not nodes:
+        return None
     headers, statements, lines = [], [], []
     references: References = {}
     for node in nodes:
@@ -348,16 +390,11 @@ def _find(obj: Any) -> _Found | None:
         headers.append(header)
         statements += [sha(dump(s, references))[:_STATEMENT_CHARS] for s in body]
         lines += [getattr(s, "lineno", 0) for s in body]
-    constants, callees = _resolve_all(list(references), namespace, closure, index)
-    header = sha("\n".join(headers))[:_STATEMENT_CHARS]
-    constants_hash = sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
-    digest = sha("\n".join([SCHEME, header, *statements, constants_hash]))
     line = first_line(nodes[0]) if not isinstance(nodes[0], ast.Lambda) else nodes[0].lineno
-    part = CodePart(
-        qualname, file, line, digest, header, tuple(statements), constants_hash,
-        statement_lines=tuple(lines),
-    )  # fmt: skip
-    return _Found(part, tuple(callees))
+    header = sha("\n".join(headers))[:_STATEMENT_CHARS]
+    syntax = _Syntax(index, line, header, tuple(statements), tuple(lines), list(references))
+    _SYNTAX.put(key, syntax)
+    return syntax
 
 
 def _cell(cell: Any) -> Any:
@@ -464,6 +501,7 @@ class _ByObject(Generic[_V]):
 
 _LOCK = threading.RLock()
 _PARTS: _ByObject[_Found | None] = _ByObject()
+_SYNTAX: _ByObject[_Syntax] = _ByObject()
 _NOT_FOLLOWED = _Found(CodePart("", "", 0, None), ())
 _DIGESTS: _ByObject[CodeDigest] = _ByObject()
 
@@ -574,5 +612,6 @@ def clear_cache() -> None:
     """Forget every digest and parsed file (tests that edit a source file in place use it)."""
     with _LOCK:
         _PARTS.clear()
+        _SYNTAX.clear()
         _DIGESTS.clear()
         clear_source_cache()

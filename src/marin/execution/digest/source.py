@@ -41,19 +41,36 @@ def _normalise(distribution: str) -> str:
     return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
-def _installed() -> dict[str, frozenset[str]]:
-    """Top-level module name -> the (normalised) installed distributions that provide it."""
-    return _installed_on(tuple(sys.path))
+def _providers(top: str) -> frozenset[str]:
+    """The (normalised) installed distributions that provide the top-level module ``top``."""
+    return _providers_on(top, tuple(sys.path))
 
 
-@functools.lru_cache(maxsize=4)
-def _installed_on(path: tuple[str, ...]) -> dict[str, frozenset[str]]:
-    """What ``_installed`` answers for one ``sys.path`` (the distributions found on it)."""
+@functools.lru_cache(maxsize=1024)
+def _providers_on(top: str, path: tuple[str, ...]) -> frozenset[str]:
+    """What ``importlib.metadata.packages_distributions()`` maps ``top`` to on ``path``, with
+    that function's own rule: a distribution's ``top_level.txt``, else the modules its file
+    list holds. Asked one name at a time, so a plan does not read every distribution's file
+    list and metadata (a tenth of a second) to learn about the few modules its steps use: a
+    file list that does not mention ``top`` at all cannot provide it."""
+    inferred = getattr(importlib.metadata, "_top_level_inferred", None)
     try:
-        found = importlib.metadata.packages_distributions()
+        if inferred is None:  # another Python's internals: the whole map, as documented
+            found = importlib.metadata.packages_distributions().get(top, [])
+            return frozenset(_normalise(d) for d in found)
+        names = set()
+        for dist in importlib.metadata.distributions(path=list(path)):
+            declared = (dist.read_text("top_level.txt") or "").split()
+            if declared:
+                provides = top in declared
+            else:
+                listing = dist.read_text("RECORD")  # else a legacy egg-info list: read it all
+                provides = (listing is None or top in listing) and top in inferred(dist)
+            if provides:
+                names.add(_normalise(dist.metadata["Name"]))
     except Exception:  # a broken distribution's metadata: nothing is known to be installed
-        return {}
-    return {top: frozenset(_normalise(d) for d in dists) for top, dists in found.items()}
+        return frozenset()
+    return frozenset(names)
 
 
 @functools.lru_cache(maxsize=16)
@@ -85,7 +102,7 @@ def is_project_module(module: str, filename: str) -> bool:
     top = module.partition(".")[0]
     if not top or top in sys.stdlib_module_names or top in _ENGINE:
         return False
-    providers = _installed().get(top)
+    providers = _providers(top)
     try:
         here = os.getcwd()
     except OSError:  # the working folder was deleted: no project of its own
@@ -451,6 +468,7 @@ def module_index(module: Any) -> SourceIndex | None:
 def clear_source_cache() -> None:
     """Forget every parsed file and project answer (tests that move files use it)."""
     _INDEX.clear()
+    _providers_on.cache_clear()
     is_project_module.cache_clear()
     _project_root.cache_clear()
     display_path.cache_clear()

@@ -181,18 +181,26 @@ class StepContext:
             ) from None
 
 
+_FINGERPRINTING = vars(
+    StepContext(OUTPUT_PLACEHOLDER, PREFIX_PLACEHOLDER, REGION_PLACEHOLDER, devices=(),
+                is_fingerprint=True)
+)  # fmt: skip
+"""The fields every fingerprint context shares (``fingerprint_context`` copies them)."""
+
+
 def fingerprint_context(deps: tuple[Any, ...], runtime_args: Any = ()) -> StepContext:
-    return StepContext(
-        output_path=OUTPUT_PLACEHOLDER,
-        prefix=PREFIX_PLACEHOLDER,
-        region=REGION_PLACEHOLDER,
-        dep_paths={dep.step_id: dep_placeholder(dep.name) for dep in deps},
-        devices=(),
-        is_fingerprint=True,
-        runtime_args={key: runtime_arg_placeholder(key) for key in runtime_args}
-        if runtime_args
-        else _NO_ARGS,
-    )
+    """The context ``build_config`` gets while lowering: every path and runtime arg a
+    placeholder. Made as a copy of ``_FINGERPRINTING`` with its own dependencies and a fresh
+    cache: lowering makes one per step, and the frozen dataclass's ``__init__`` would cost as
+    much as fingerprinting a small config."""
+    ctx = object.__new__(StepContext)
+    fields = vars(ctx)
+    fields.update(_FINGERPRINTING)
+    fields["dep_paths"] = {dep.step_id: dep_placeholder(dep.name) for dep in deps}
+    if runtime_args:
+        fields["runtime_args"] = {key: runtime_arg_placeholder(key) for key in runtime_args}
+    fields["_loaded"] = {}
+    return ctx
 
 
 _current: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(

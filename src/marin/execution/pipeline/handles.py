@@ -509,6 +509,10 @@ def _check_resumable(handle: ArtifactStep) -> None:
 # --- apply -----------------------------------------------------------------------------------
 
 
+_HANDLES = (ArtifactStep, StepSpec)
+"""What an input may name as a dependency (a tuple: ``A | B`` would be made at every call)."""
+
+
 def _snapshot(value: Any) -> Any:
     """A deep copy of a literal (dataclass, set, named tuple, ...), so that changing the caller's
     object later changes neither the fingerprint nor what ``fn`` receives.
@@ -528,7 +532,7 @@ def _snapshot(value: Any) -> Any:
 def _freeze(value: Any, deps: dict[int, ArtifactStep | StepSpec]) -> Any:
     """Copy containers and snapshot literals (so later mutation cannot change what is built
     under this fingerprint) and collect handles."""
-    if isinstance(value, ArtifactStep | StepSpec):
+    if isinstance(value, _HANDLES):
         deps.setdefault(id(value), value)
         return value
     if value is OUT:
@@ -550,7 +554,7 @@ def _is_fixed(value: Any) -> bool:
     kind = type(value)
     if kind is str or kind is int or kind is float or kind is bool or value is None:
         return True
-    if value is OUT or isinstance(value, ArtifactStep | StepSpec):
+    if value is OUT or isinstance(value, _HANDLES):
         return True
     if kind is list or kind is tuple:
         return all(_is_fixed(item) for item in value)
@@ -565,7 +569,7 @@ def _materialise(value: Any, ctx: StepContext) -> Any:
         return value  # the common literals, without the isinstance chain below
     if value is OUT:
         return ctx.output_path
-    if isinstance(value, ArtifactStep | StepSpec):
+    if isinstance(value, _HANDLES):
         return ctx.dep_path(value)
     if isinstance(value, list):
         return [_materialise(item, ctx) for item in value]
@@ -597,7 +601,7 @@ class _ApplyCall:
         return self.fn
 
     def config(self, ctx: StepContext) -> dict[str, Any]:
-        return cast(dict[str, Any], _materialise(dict(self.inputs), ctx))
+        return {key: _materialise(value, ctx) for key, value in self.inputs.items()}
 
     def __call__(self, config: Mapping[str, Any]) -> Any:
         return self.fn(**config)

@@ -340,7 +340,7 @@ def _new_spec(
 ) -> StepSpec:
     """``handle``'s spec at ``version``, with its fingerprint and payload (``fingerprinted``)."""
     fingerprint, payload_json = fingerprinted
-    fn = handle.applied_fn
+    fn, kind, scope = handle.applied_fn, handle.artifact_type, handle.scope
     return StepSpec(
         name=handle.name,
         version=version,
@@ -350,7 +350,7 @@ def _new_spec(
         provenance=provenance,
         run=run,
         build_config=handle.build_config,
-        artifact_type=artifact_type_label(handle.artifact_type, handle.step_id),
+        artifact_type=kind if type(kind) is str else artifact_type_label(kind, handle.step_id),
         retries=handle.retries,
         pool=handle.pool,
         resources=cast(Resources, handle.resources),
@@ -363,7 +363,7 @@ def _new_spec(
         runtime_args=handle.runtime_args,
         pin=handle.override_path,
         source=handle.adopt_source,
-        scope=OutputScope(handle.scope),
+        scope=scope if type(scope) is OutputScope else OutputScope(scope),
         pinned_fingerprint=handle.expected_fingerprint is not None,
         point=handle.point,
         # Cached per function object: apply()'s call object holds the user's function, the
