@@ -51,6 +51,25 @@ def chain(n: int, *, seed: int = 0, durations: Durations = None, tag: str = "cha
     return handles, [handles[-1]]
 
 
+def _own_function(i: int) -> Callable[[Sequence[str], str], None]:
+    """A no-op step function of its own: one factory's closure (over ``i``), as a sweep makes."""
+
+    def step(deps: Sequence[str], out: str) -> None:
+        return None if out else print(i)
+
+    return step
+
+
+def closures(n: int, *, seed: int = 0, durations: Durations = None, tag: str = "closures"):
+    """A chain whose every step has a function of its own (closures of one factory): what
+    lowering costs when each step's code is digested, not one shared function."""
+    handles: list[ArtifactStep] = []
+    for i in range(n):
+        deps = handles[-1:]
+        handles.append(apply(f"{tag}/s{i:06d}", _own_function(i), version="v0", deps=deps, out=OUT))
+    return handles, [handles[-1]]
+
+
 def fan(n: int, *, seed: int = 0, durations: Durations = None, tag: str = "fan"):
     """One source, ``n - 2`` independent middle steps, one sink that joins them all."""
     source = _step(f"{tag}/source", [], durations(0) if durations else None)
@@ -115,6 +134,7 @@ def experiment(n: int, *, seed: int = 0, durations: Durations = None, tag: str =
 
 GENERATORS: dict[str, Callable[..., tuple[list[ArtifactStep], list[ArtifactStep]]]] = {
     "chain": chain,
+    "closures": closures,
     "fan": fan,
     "random": random_dag,
     "experiment": experiment,
