@@ -971,13 +971,20 @@ def _unavailable(engine: str, exc: ImportError) -> Any:
 
 def _route_step_output(args: argparse.Namespace) -> Callable[[], None]:
     """``--no-step-output``: steps' output goes only to their logs. ``run --json``: stdout is
-    the report's, so echoed step output (labelled, whole lines) goes to stderr. Returns what
+    the report's, so echoed step output (labelled, whole lines) goes to stderr. Echoed lines
+    show the escapes a step printed (``safe_text``), on a terminal or not. Returns what
     undoes it: an in-process caller (a test, a notebook) keeps its own streams afterwards."""
     from marin.execution.build import step_logs
 
+    step_logs.set_shown(safe_text)  # a step prints anything: escapes shown, never acted on
     if getattr(args, "step_output", True) is False:
         token = step_logs.PASS_THROUGH.set(False)  # the runner's workers copy this context
-        return lambda: step_logs.PASS_THROUGH.reset(token)
+
+        def undo_quiet() -> None:
+            step_logs.PASS_THROUGH.reset(token)
+            step_logs.set_shown(None)
+
+        return undo_quiet
     if args.command == "run" and getattr(args, "json", False):
         stderr = step_logs.real_stream(sys.stderr)
         lock = threading.Lock()
@@ -987,9 +994,13 @@ def _route_step_output(args: argparse.Namespace) -> Callable[[], None]:
                 stderr.write(text)
                 stderr.flush()
 
+        def undo_echo() -> None:
+            step_logs.set_echo(None)
+            step_logs.set_shown(None)
+
         step_logs.set_echo(to_stderr)
-        return lambda: step_logs.set_echo(None)
-    return lambda: None
+        return undo_echo
+    return lambda: step_logs.set_shown(None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,9 +11,10 @@ The pass-through is line-based, like ``docker compose``: each complete line is l
 step (``ngram/corpus@v1 | working on shard 2``) and written in one piece under one lock, so a
 line is never split between two steps; a partial line waits for its newline (or the step's end).
 
-It normally goes to the real stream. A live progress display, which owns the terminal, installs
-an echo with :func:`set_echo`; step output is then handed to it (so it can print the lines above
-the display) instead of being written under the display's feet.
+It normally goes to the real stream, each line shown through what ``set_shown`` installed (the
+CLI makes the escapes a step printed visible). A live progress display, which owns the
+terminal, installs an echo with :func:`set_echo`; step output is then handed to it (so it can
+print the lines above the display) instead of being written under the display's feet.
 """
 
 from __future__ import annotations
@@ -65,9 +66,25 @@ PASS_THROUGH = contextvars.ContextVar("marin_log_pass_through", default=True)
 """Set to False (before a run; workers inherit it) to keep step output off the terminal."""
 
 
+_shown: Callable[[str], str] | None = None
+"""How each echoed line is shown (``set_shown``); None: as it was printed."""
+
+
+def set_shown(shown: Callable[[str], str] | None) -> None:
+    """Show each echoed line of step output through ``shown`` (the CLI: ``safe_text``, so the
+    escapes a step printed are visible, never acted on, on a terminal or in a CI log; the
+    step's ``log.txt`` keeps them as printed), or reset."""
+    global _shown
+    _shown = shown
+
+
 def label_lines(lines: list[str], label: str | None) -> str:
-    """``lines`` as one text, each line prefixed with ``label |`` (nothing without a label)."""
+    """``lines`` as one text, each line shown (``set_shown``) and prefixed with ``label |``
+    (nothing without a label)."""
     prefix = f"{label}{LABEL_SEPARATOR}" if label else ""
+    shown = _shown
+    if shown is not None:
+        lines = [shown(line) for line in lines]
     return "".join(f"{prefix}{line}\n" for line in lines)
 
 

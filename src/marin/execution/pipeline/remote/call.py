@@ -413,16 +413,14 @@ def _known(build: RemoteBuild, job: JobRecord) -> None:
         build.on_job(job)
 
 
-_DISK_FULL = ("No space left on device", "ENOSPC", f"[Errno {errno.ENOSPC}]")
-
-
 def _failed(
     step_id: str, job: JobRecord, what: str, tail: str, code: int | None = None
 ) -> RemoteJobError:
     """The step's error for a failed job: what failed, its log tail, and a full disk named
-    as such (``ENOSPC`` in its outcome, or in what it or Ray said)."""
+    as such: by the ``errno`` of its outcome, never by words it printed (a job can print
+    anything)."""
     fix = "fix the cause, then run again (a new job is submitted)"
-    if code == errno.ENOSPC or any(sign in f"{what}\n{tail}" for sign in _DISK_FULL):
+    if code == errno.ENOSPC:
         what = f"the disk was full (ENOSPC): {what}"
         fix = (
             "free space on the disk the job writes to (its output; a local job's folder under "
