@@ -5,7 +5,9 @@ OUT``.
 a fresh interpreter may not find by name), then the call (``fn`` by reference, its arguments
 and the step's run-time context, bound for ``current_context()``); a remote job's, a third:
 the caller's context variables (``remote/context_vars.py``). ``IN`` is written by the process
-that starts this one, in a folder only its user can write. The child makes ``fn``'s module
+that starts this one, in a folder only its user can write; it is opened without following a
+link, and unpickled only if it is a regular file of this user that no one else can write
+(``_open_payload``). The child makes ``fn``'s module
 importable, runs the call, and writes its **outcome** to ``OUT`` as JSON, never a pickle (the
 runner reads it back, and a remote job's outcome crosses a folder or a log):
 ``{"ok": true, "result": <canonical JSON>}`` or ``{"ok": false, "type", "message",
@@ -19,12 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import importlib
 import importlib.util
 import json
 import os
 import pickle
 import signal
+import stat
 import sys
 import traceback
 from typing import Any
@@ -80,9 +84,35 @@ def _extra(f: Any) -> dict[str, Any]:
     return extra if isinstance(extra, dict) else {}
 
 
+def _open_payload(path: str) -> Any:
+    """``IN``, opened without following a link and refused unless it is a regular file of this
+    user that no one else can write: it is unpickled, so a file another user could have put
+    or swapped there (a folder above it renamed) never is.
+
+    Raises:
+        PermissionError: it is a link, not a regular file, another user's, or writable by
+            others.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise PermissionError(f"the call {path} is a symbolic link: never unpickled") from None
+    f = os.fdopen(fd, "rb")
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        f.close()
+        raise PermissionError(
+            f"the call {path} is not a file of this user that only it can write (owner uid "
+            f"{info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}): never unpickled"
+        )
+    return f
+
+
 def _run(call_path: str) -> dict[str, Any]:
     try:
-        with open(call_path, "rb") as f:
+        with _open_payload(call_path) as f:
             _prepare(pickle.load(f))
             call = pickle.load(f)
             extra = _extra(f)

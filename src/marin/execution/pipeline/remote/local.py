@@ -62,10 +62,13 @@ def jobs_root_path() -> str:
 
 def jobs_root(step_id: str | None = None) -> str:
     """The jobs root, created (mode 700) if missing and checked once per process: a real
-    folder of this user that no one else can write.
+    folder of this user that no one else can write, under folders that no one else can change
+    (owned by this user or root, and not writable by others unless sticky, as ``/tmp``): else
+    another user could swap the folder between a submit and the job's start.
 
     Raises:
-        RemoteJobError: it is a link, not a folder, someone else's, or writable by others;
+        RemoteJobError: it is a link, not a folder, someone else's, or writable by others, or
+            a folder above it is someone else's or writable by others without the sticky bit;
             the message names the folder and the fix.
     """
     root = jobs_root_path()
@@ -85,17 +88,48 @@ def jobs_root(step_id: str | None = None) -> str:
         problem = f"belongs to uid {info.st_uid}, not to you (uid {os.getuid()})"
     elif info.st_mode & 0o022:
         problem = f"is writable by others (mode {stat.S_IMODE(info.st_mode):o})"
+    else:
+        problem = _unsafe_parent(root)
     if problem:
         raise RemoteJobError(
             f"the local jobs folder {root} {problem}: another user could plant the payload "
             "a job runs or the pid a cancel kills",
-            f"run `chmod 700 {root}` on a real folder of your own, or set {JOBS_ENV} to a "
-            "folder only you can write (Marin creates it with mode 700)",
+            f"run `chmod 700 {root}` on a real folder of your own, under folders only you or "
+            f"root can change, or set {JOBS_ENV} to such a folder (Marin creates it with "
+            "mode 700)",
             step_id,
         )
     with _checked_lock:
         _checked.add(root)
     return root
+
+
+def _unsafe_parent(path: str) -> str:
+    """Why a folder on the way to ``path`` (each one a name is looked up in, links followed)
+    lets someone else rename or replace what is in it; "" when none does."""
+    parts = [p for p in path.split("/") if p]
+    here, hops = "/", 0
+    while parts:
+        info = os.stat(here)
+        mode = stat.S_IMODE(info.st_mode)
+        if info.st_uid not in (os.getuid(), 0):
+            return f"is inside {here}, which belongs to uid {info.st_uid} (not you, not root)"
+        if mode & 0o022 and not mode & stat.S_ISVTX:
+            return f"is inside {here}, which others can write (mode {mode:o}, not sticky)"
+        name = parts.pop(0)
+        step = os.path.join(here, name)
+        if name in (".", ".."):
+            here = os.path.normpath(step)
+        elif stat.S_ISLNK(os.lstat(step).st_mode):
+            hops += 1
+            if hops > 40:
+                return f"is reached through a loop of links at {step}"
+            target = os.readlink(step)
+            parts = [p for p in target.split("/") if p] + parts
+            here = "/" if target.startswith("/") else here
+        else:
+            here = step
+    return ""
 
 
 def _folder_of(handle: JobHandle) -> str | None:
@@ -128,8 +162,8 @@ class LocalBackend:
         with os.fdopen(fd, "wb") as f:
             f.write(job.call)
         env = {**os.environ, **job.env, "PYTHONUNBUFFERED": "1"}
-        subprocess.run(
-            [sys.executable, "-m", _LAUNCHER, folder],
+        subprocess.run(  # -P: never a module of the working folder (anyone's /tmp) first
+            [sys.executable, "-P", "-m", _LAUNCHER, folder],
             env=env,
             stdin=subprocess.DEVNULL,
             check=True,

@@ -30,12 +30,13 @@ def main(argv: list[str]) -> int:
     if pid == 0:  # the job
         os.setsid()
         log = os.path.join(folder, LOG)
-        log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
-        os.execv(sys.executable, [sys.executable, "-m", CHILD_MODULE, call, result])
+        # -P: the working folder (the driver's: anyone's /tmp) never comes first on sys.path
+        os.execv(sys.executable, [sys.executable, "-P", "-m", CHILD_MODULE, call, result])
     info = {"pid": pid, "start_time": start_time(pid)}
     write_file_atomically(os.path.join(folder, PID), json.dumps(info).encode())
     return 0

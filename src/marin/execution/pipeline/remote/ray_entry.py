@@ -19,7 +19,8 @@ def main() -> int:
     nonce = os.environ.pop(NONCE_ENV)
     with tempfile.TemporaryDirectory(prefix="marin-ray-job-") as tmp:
         call, result = os.path.join(tmp, "call.pkl"), os.path.join(tmp, "result.json")
-        with open(call, "wb") as f:
+        fd = os.open(call, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # as the child checks
+        with os.fdopen(fd, "wb") as f:
             f.write(call_data)
         isolated_child.main([call, result])
         with open(result, "rb") as f:
