@@ -203,7 +203,7 @@ def _job(d: Decision, location: Location, plan: Plan) -> dict[str, Any] | None:
     if d.spec.remote is None or d.action != Action.BUILD:
         return None
     recipe = plan.recipe(d.spec)
-    return job_view(location, d.spec.output_path, recipe, plan.policy.on_code_drift)
+    return job_view(location, d.spec.output_path, recipe, plan.policy.on_code_drift, d.spec.remote)
 
 
 def _other_jobs(d: Decision, location: Location) -> list[dict[str, Any]]:

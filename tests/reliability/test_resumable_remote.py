@@ -23,7 +23,7 @@ from marin.execution.pipeline.context import StepContext
 from marin.execution.pipeline.isolation import call_payload
 from marin.execution.pipeline.provenance import now_iso
 from marin.execution.pipeline.remote import fence
-from marin.execution.pipeline.remote.fence import JobCheck, stop_job
+from marin.execution.pipeline.remote.fence import JobCheck, UnseenJobError, stop_job
 from marin.execution.pipeline.remote.job_record import (
     JobRecord,
     create_job,
@@ -212,7 +212,10 @@ def test_the_fence_cancels_only_this_steps_job_that_no_record_reattaches(
         stranger = dataclasses.replace(job, build_id="build-2")  # its job vouches for build-1
         delete_job(location, spec.output_path)
         assert not check()  # the job's still_holds_lease() says False once the record is gone
-        fence_previous(location, spec, dataclasses.replace(previous, job=stranger))
+        # A record naming another build of a job that writes this output (edited by hand):
+        # the build stops, the job is never touched (red-team round 1, finding 9).
+        with pytest.raises(UnseenJobError, match="it writes this output for build build-1"):
+            fence_previous(location, spec, dataclasses.replace(previous, job=stranger))
         assert backend.status(job.handle).state == JobState.RUNNING  # never another's job
         monkeypatch.setattr(fence, "STOP_WAIT_S", 0.3)
         with pytest.raises(RemoteJobError, match="still runs 0.3s after it was cancelled") as err:

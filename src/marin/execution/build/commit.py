@@ -852,7 +852,7 @@ def _build_holding(
     if earlier is not None:
         _refuse_unclearable(location, spec, lease)
     if spec.remote is not None:  # its job may still write the output: nothing is cleared
-        refuse_unreadable_job(location, spec.output_path, spec.step_id)
+        refuse_unreadable_job(location, spec.output_path, spec.step_id, spec.remote)
     held = _Holding(request, lease, upstream, reason, earlier, previous, recipe)
     with held.kept:
         held.kept.enter_context(_started_here(location, spec.output_path))

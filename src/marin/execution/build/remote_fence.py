@@ -75,11 +75,16 @@ def _this_steps_job(
     location: Location, spec: StepSpec, previous: Attempt | None
 ) -> JobRecord | None:
     """The job ``previous`` ran in, if it is provably this step's (else None, with a warning
-    for a job of something else)."""
+    for a job of something else).
+
+    Raises:
+        UnseenJobError: the job may run where this driver cannot see it (``is_this_steps``):
+            nothing is resumed or cleared under it.
+    """
     job = previous.job if previous is not None else None
     if job is None or spec.remote is None or job.backend != spec.remote:
         return None
-    if not is_this_steps(job, location, spec.output_path):
+    if not is_this_steps(job, location, spec.output_path, spec.step_id):  # raises if unseen
         log.warning("fence %s: the attempt record names a job not of this step; left alone",
                     spec.step_id)  # fmt: skip
         return None

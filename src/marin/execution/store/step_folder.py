@@ -157,6 +157,10 @@ class JobRecord:
     """Each dependency's step id -> the build the job reads (empty: not recorded)."""
     placement: str = ""
     """The output path (below the prefix) it writes ("" : not recorded)."""
+    scope: dict[str, str] = field(default_factory=dict)
+    """Where its backend can see it, as the backend said before the submit (a ``local`` job's
+    host, user and jobs root); empty: not recorded. A driver elsewhere cannot tell a lost job
+    from one it cannot see (``fence.is_this_steps``)."""
 
     @property
     def handle(self) -> JobHandle:
@@ -173,6 +177,7 @@ class JobRecord:
             "fingerprint": self.fingerprint,
             "placement": self.placement,
             "inputs": dict(self.inputs),
+            "scope": dict(self.scope),
             "data": dict(self.data),
             **({"code": self.code.to_record()} if code else {}),
         }
@@ -183,8 +188,10 @@ class JobRecord:
         if not isinstance(raw, dict):
             return None
         fields = [raw.get(k) for k in ("backend", "job_id", "build_id", "submitted_at")]
-        data = raw.get("data", {})
+        data, scope = raw.get("data", {}), raw.get("scope", {})
         if not all(isinstance(f, str) and f for f in fields) or not _strings(data):
+            return None
+        if not _strings(scope):  # where the job runs, garbled: unreadable, never "anywhere"
             return None
         fingerprint, placement = raw.get("fingerprint", ""), raw.get("placement", "")
         code = raw.get("code")
@@ -195,6 +202,7 @@ class JobRecord:
             unknown_digest(_NO_JOB_CODE) if code is None else CodeDigest.from_record(code),
             _inputs(raw.get("inputs")),
             placement if isinstance(placement, str) else "",
+            dict(scope),
         )  # fmt: skip
 
 

@@ -45,7 +45,13 @@ from marin.execution.pipeline.provenance import now_iso
 from marin.execution.pipeline.remote.cleanup import forget_failed
 from marin.execution.pipeline.remote.code_check import expected_code
 from marin.execution.pipeline.remote.context_vars import payload as carried
-from marin.execution.pipeline.remote.fence import JobCheck, is_this_steps, stop_job
+from marin.execution.pipeline.remote.fence import (
+    JobCheck,
+    for_step,
+    is_this_steps,
+    refuse_unrecorded_writer,
+    stop_job,
+)
 from marin.execution.pipeline.remote.job_record import (
     JobRecord,
     UnreadableJob,
@@ -180,17 +186,25 @@ def pending_job(location: Location, output_path: str, built: bool) -> bool:
     return load_job(location, output_path) is not None
 
 
-def refuse_unreadable_job(location: Location, output_path: str, step_id: str) -> None:
+def refuse_unreadable_job(
+    location: Location, output_path: str, step_id: str, remote: str | None = None
+) -> None:
     """Raise before anything is cleared when ``job.json`` is there but cannot be read: the job
     it named may still run and write the output, so neither clearing the output nor submitting
-    a second job is safe (``UnreadableJob.refusal`` says how to stop it).
+    a second job is safe (``UnreadableJob.refusal`` says how to stop it). Likewise when a job
+    of the step's backend (``remote``) runs for this output although ``job.json`` does not
+    name it (edited or deleted by hand: ``refuse_unrecorded_writer``).
 
     Raises:
-        RemoteJobError: the file cannot be read.
+        RemoteJobError: the file cannot be read, or a job it does not name writes the output.
     """
     found = load_job(location, output_path)
     if isinstance(found, UnreadableJob):
         raise found.refusal(step_id)
+    if remote is not None:
+        recorded = found.job_id if found is not None else ""
+        backend = get_backend(remote, step_id)
+        refuse_unrecorded_writer(backend, location, output_path, recorded, step_id)
 
 
 @dataclass(frozen=True)
@@ -285,6 +299,8 @@ class RemoteCall:
                 return found
             log.info("resubmit %s: %s job %s is %s", self.step_id, found.backend, found.job_id,
                      state)  # fmt: skip
+        recorded = found.job_id if found is not None else ""
+        refuse_unrecorded_writer(backend, build.location, build.output_path, recorded, self.step_id)
         if found is not None and build.resumed and found.job_id:
             stop_job(backend, found, self.step_id)  # its partial output is resumed: fenced
             delete_job(build.location, build.output_path)
@@ -303,11 +319,14 @@ class RemoteCall:
             raise found.refusal(self.step_id)  # never cleared or submitted over: it may run
         if found is None:
             return None
-        if not is_this_steps(found, build.location, build.output_path):
+        if not is_this_steps(found, build.location, build.output_path, self.step_id):
             log.warning("ignoring the job record of %s: not one this step's builds write",
                         self.step_id)  # fmt: skip
             return JobRecord("", "", "", "", {})
-        if found.backend != self.backend:
+        if found.backend != self.backend:  # the step moved: its job there stops first
+            log.warning("replace %s: its %s job %s stops; a %s job builds it now", self.step_id,
+                        found.backend, found.job_id, self.backend)  # fmt: skip
+            stop_job(get_backend(found.backend, self.step_id), found, self.step_id)
             return JobRecord(self.backend, "", "", "", {})
         return self._of_this_recipe(backend, build, found)
 
@@ -340,8 +359,10 @@ class RemoteCall:
     def _submit(self, backend: RemoteBackend, build: RemoteBuild, ctx: StepContext) -> JobRecord:
         key = f"marin-{new_id()[:20]}"
         # The job id is all a later driver needs to find the job, known before it is
-        # submitted: a crash right after the submit leaves a record that leads to the job.
-        record = _job_record(self.backend, key, build, now_iso(), {})
+        # submitted: a crash right after the submit leaves a record that leads to the job,
+        # and says where it can be seen from (a driver elsewhere never calls it lost).
+        scope = _scope_of(backend, self.step_id)
+        record = _job_record(self.backend, key, build, now_iso(), {}, scope)
         won = create_job(build.location, build.output_path, record, self.step_id)
         if won is not record:  # another driver got past the lease too: never a second job
             raise RemoteJobError(
@@ -363,7 +384,7 @@ class RemoteCall:
                        gpus=self.gpus, owner=owner)  # fmt: skip
         handle: JobHandle = backend.submit(spec, key)
         record = _job_record(self.backend, handle.job_id, build, record.submitted_at,
-                             dict(handle.data))  # fmt: skip
+                             dict(handle.data), scope)  # fmt: skip
         replace_job(build.location, build.output_path, record)
         log.info("submit %s: %s job %s", self.step_id, record.backend, record.job_id)
         _known(build, record)
@@ -398,12 +419,33 @@ class RemoteCall:
 
 
 def _job_record(
-    backend: str, job_id: str, build: RemoteBuild, submitted_at: str, data: dict[str, str]
+    backend: str,
+    job_id: str,
+    build: RemoteBuild,
+    submitted_at: str,
+    data: dict[str, str],
+    scope: dict[str, str],
 ) -> JobRecord:
-    """The record of a job of ``build``: it names the recipe the job is submitted for."""
+    """The record of a job of ``build``: it names the recipe the job is submitted for, and
+    where its backend can see it."""
     recipe = build.recipe
     return JobRecord(backend, job_id, build.build_id, submitted_at, data, recipe.fingerprint,
-                     recipe.code, recipe.input_builds, recipe.placement)  # fmt: skip
+                     recipe.code, recipe.input_builds, recipe.placement, scope)  # fmt: skip
+
+
+def _scope_of(backend: RemoteBackend, step_id: str) -> dict[str, str]:
+    """Where ``backend`` sees the jobs it submits (its optional ``scope()``; none: anywhere).
+
+    Raises:
+        RemoteJobError: the backend cannot say (the ``local`` jobs root is unsafe).
+    """
+    scope = getattr(backend, "scope", None)
+    if not callable(scope):
+        return {}
+    try:
+        return dict(scope())
+    except RemoteJobError as exc:
+        raise for_step(exc, step_id) from None
 
 
 def _known(build: RemoteBuild, job: JobRecord) -> None:

@@ -20,11 +20,12 @@ that it was submitted for this step's build (records are untrusted data).
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from marin.execution.errors import InvalidStepError, RemoteJobError
-from marin.execution.pipeline.remote.job_record import JOB_ID, JobRecord, read_job
-from marin.execution.pipeline.remote.protocol import RemoteBackend, job_owner
+from marin.execution.pipeline.remote.job_record import JOB_ID, JobRecord, job_path, read_job
+from marin.execution.pipeline.remote.protocol import RemoteBackend, parse_owner
 from marin.execution.pipeline.remote.registry import get_backend
 from marin.execution.store.location import Location
 from marin.execution.vocabulary import JobState
@@ -34,24 +35,168 @@ log = logging.getLogger("marin")
 STOP_WAIT_S = 30.0
 
 
-def is_this_steps(job: JobRecord, location: Location, output_path: str) -> bool:
+class UnseenJobError(RemoteJobError):
+    """``job.json`` names a job that may run, but this driver cannot judge it: submitted where
+    its backend here cannot see it (another host, user or jobs root), on a backend not
+    available here, or for another build of this very output (the file was edited). Nothing is
+    cleared, cancelled or submitted beside it: the build stops, and ``plan``, ``gc`` and
+    ``unlock`` say so."""
+
+    why: str = ""
+    """Why this driver cannot judge the job (one line, for ``plan``, ``gc`` and ``unlock``)."""
+
+
+def is_this_steps(
+    job: JobRecord, location: Location, output_path: str, step_id: str | None = None
+) -> bool:
     """Whether an (untrusted) job record names a job of this step's build: its id in Marin's
-    form, and its backend vouching that the job was submitted for this step's output and the
-    record's build (``owner``, kept where only the submitter writes; a job the backend does
-    not know has nothing left to touch). A record of a backend not registered (or not
-    installed) here is not.
+    form, and its backend vouching that the job was submitted for this step's output (the same
+    placement below the same real prefix: a prefix reached through a link is one prefix) and
+    the record's build (``owner``, kept where only the submitter writes). A job its backend
+    does not know, asked where it was submitted (``scope``), has nothing left to touch: True.
 
     Raises:
+        UnseenJobError: the job may run, but not where this driver can see or judge it (see
+            the class); the error names the file, the job, and where to check and stop it.
         Exception: what the backend raises when it cannot be asked (an outage is never
             taken for "not ours", which would clear a running job's output).
     """
     if not JOB_ID.fullmatch(job.job_id):
         return False
     try:
-        found = get_backend(job.backend).owner(job.handle)
-    except (InvalidStepError, ImportError):  # a backend this machine cannot reach: not ours
+        backend = get_backend(job.backend)
+        found = backend.owner(job.handle)
+    except (InvalidStepError, ImportError) as exc:  # a backend this machine cannot reach
+        why = f"its backend is not available here ({getattr(exc, 'what', exc)})"
+        raise _unseen(job, location, output_path, why, step_id) from None
+    if found is None:
+        elsewhere = _elsewhere(backend, job)
+        if elsewhere:
+            raise _unseen(job, location, output_path, elsewhere, step_id)
+        return True  # gone: asked where it ran, nothing of it runs or remains
+    owner = parse_owner(found)
+    if owner is None or not same_output(owner[0], location, output_path):
+        return False  # a job of another output: it never writes this one
+    if owner[1] != job.build_id:
+        why = (
+            f"it writes this output for build {owner[1]}, but the file names build "
+            f"{job.build_id} (edited or copied by hand)"
+        )
+        raise _unseen(job, location, output_path, why, step_id)
+    return True
+
+
+def same_output(output: str, location: Location, output_path: str) -> bool:
+    """Whether ``output`` (a job owner's, as its submitter spelled it) is this step's output:
+    the same path, or (on local disk) the same placement below the same real prefix folder,
+    however the prefix was spelled (a link to it, its real path). Only the prefix is resolved:
+    a link below it never makes two outputs one."""
+    ours = location.path(output_path)
+    if output == ours:
+        return True
+    tail = "/" + output_path
+    if not (location.is_local and output.startswith("/") and output.endswith(tail)):
         return False
-    return found is None or found == job_owner(location.path(output_path), job.build_id)
+    return os.path.realpath(output[: -len(tail)]) == os.path.realpath(location.root)
+
+
+def unrecorded_writer(
+    backend: RemoteBackend, location: Location, output_path: str, recorded: str
+) -> tuple[str, str] | None:
+    """A running job of ``backend`` (its id and build) that writes this output although
+    ``job.json`` does not name it (``recorded``: the id it names), as after a hand edit or
+    delete; None if there is none, or the backend cannot list its running jobs cheaply
+    (``running_jobs``, optional)."""
+    running = getattr(backend, "running_jobs", None)
+    if not callable(running):
+        return None
+    for job_id, found in sorted(running().items()):
+        owner = parse_owner(found)
+        if job_id != recorded and owner and same_output(owner[0], location, output_path):
+            return job_id, owner[1]
+    return None
+
+
+def refuse_unrecorded_writer(
+    backend: RemoteBackend, location: Location, output_path: str, recorded: str, step_id: str
+) -> None:
+    """Before the output is cleared or a job submitted: raise if ``unrecorded_writer`` finds
+    a job, never a second one beside it.
+
+    Raises:
+        RemoteJobError: such a job runs (the message names it and how to stop it), or the
+            backend cannot list its jobs (an unsafe ``local`` jobs root).
+    """
+    try:
+        found = unrecorded_writer(backend, location, output_path, recorded)
+    except RemoteJobError as exc:  # the backend cannot list its jobs (an unsafe jobs root)
+        raise for_step(exc, step_id) from None
+    if found is None:
+        return
+    job_id, build_id = found
+    path = location.url_for(job_path(output_path))
+    name = getattr(backend, "name", "remote")
+    raise RemoteJobError(
+        f"{name} job {job_id} still runs and writes this step's output (for build "
+        f"{build_id}), but {path} does not name it (edited or deleted by hand?); nothing was "
+        "cleared or submitted beside it",
+        f"wait for it to end, or stop it (`pgrep -af {job_id}`, then kill -- -<its pid>), "
+        "then run again",
+        step_id,
+    )
+
+
+def for_step(exc: RemoteJobError, step_id: str) -> RemoteJobError:
+    """``exc`` naming ``step_id`` (a backend's error raised without a step)."""
+    return exc if exc.step else RemoteJobError(exc.what, exc.fix, step_id)
+
+
+def _elsewhere(backend: RemoteBackend, job: JobRecord) -> str:
+    """Why ``backend`` here cannot see ``job`` (submitted in another scope), or ""."""
+    scope = getattr(backend, "scope", None)
+    if not job.scope or not callable(scope):
+        return ""  # visible wherever the backend is asked (or not recorded: as before)
+    here = scope()
+    if here == job.scope:
+        return ""
+    differs = {key: value for key, value in here.items() if job.scope.get(key) != value}
+    return f"submitted {describe_scope(job.scope)}; here: {describe_scope(differs)}"
+
+
+def describe_scope(scope: dict[str, str]) -> str:
+    """``on host h1, by alice (uid 1000), jobs root /home/alice/.cache/marin/jobs``."""
+    rest = dict(scope)
+    host, user, uid, root = (rest.pop(k, "") for k in ("host", "user", "uid", "jobs_root"))
+    who = f"by {user or 'uid ' + uid}" + (f" (uid {uid})" if user and uid else "")
+    parts = [f"on host {host}" if host else "", who if user or uid else ""]
+    parts += [f"jobs root {root}" if root else ""]
+    parts += [f"{key} {value}" for key, value in sorted(rest.items())]
+    return ", ".join(p for p in parts if p) or "elsewhere"
+
+
+def _unseen(
+    job: JobRecord, location: Location, output_path: str, why: str, step_id: str | None
+) -> UnseenJobError:
+    """The refusal of a build over a job this driver cannot judge: what file, which job, why,
+    and where to reattach, check or stop it."""
+    path = location.url_for(job_path(output_path))
+    root = job.scope.get("jobs_root", "")
+    if root:  # a local job: its folder and process are on its host, under its user
+        user = job.scope.get("user", "its user")
+        there = f"as {user} on host {job.scope.get('host', '?')} with MARIN_LOCAL_JOBS={root}"
+        stop = f"`kill -- -<pid in {root}/{job.job_id}/pid.json>`; `pgrep -af {job.job_id}`"
+    else:
+        there, stop = "where it was submitted", f"in {job.backend}"
+    error = UnseenJobError(
+        f"{path} names {job.backend} job {job.job_id}, which may still run and write this "
+        f"step's output, but this driver cannot judge it ({why}): nothing was cleared, "
+        "stopped or submitted",
+        f"run again {there} (it reattaches to the job), or stop it there ({stop}); once it "
+        f"has ended, or its host is gone for good, delete {path} and run again",
+        step_id,
+    )
+    error.why = why
+    return error
 
 
 class JobCheck:

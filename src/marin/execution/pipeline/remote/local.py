@@ -20,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -169,6 +171,30 @@ class LocalBackend:
             check=True,
         )
         return handle
+
+    def scope(self) -> dict[str, str]:
+        """Where a later driver sees the jobs this one submits: this host, this user, this
+        jobs root (checked); recorded in ``job.json`` before the submit."""
+        uid = os.getuid()
+        try:
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:  # a uid without a name (a container's)
+            user = str(uid)
+        root = os.path.realpath(jobs_root())
+        return {"host": socket.gethostname(), "user": user, "uid": str(uid), "jobs_root": root}
+
+    def running_jobs(self) -> dict[str, str]:
+        """Each job of the jobs root that runs now, with its owner (whatever ``job.json``
+        files say): a second job for the same output is never started beside one."""
+        found = {}
+        for name in sorted(os.listdir(jobs_root())):
+            if not JOB_ID.fullmatch(name):
+                continue
+            handle = JobHandle(self.name, name, {})
+            owner = self.owner(handle)
+            if owner and self.status(handle).state == JobState.RUNNING:
+                found[name] = owner
+        return found
 
     def owner(self, handle: JobHandle) -> str | None:
         folder = _folder_of(handle)

@@ -42,6 +42,20 @@ def job_owner(output: str, build_id: str) -> str:
     return json.dumps({"build_id": build_id, "output": output}, sort_keys=True)
 
 
+def parse_owner(owner: str) -> tuple[str, str] | None:
+    """``(output, build_id)`` of a ``job_owner`` string; None for anything else."""
+    try:
+        raw = json.loads(owner)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    output, build_id = raw.get("output"), raw.get("build_id")
+    if not isinstance(output, str) or not isinstance(build_id, str):
+        return None
+    return output, build_id
+
+
 @dataclass(frozen=True)
 class JobStatus:
     """One look at a job: its state, and when it ended the step's returned value or why it
@@ -81,3 +95,17 @@ class RemoteBackend(Protocol):
         from ``job.json``); ``""`` for a job it knows without one, None for a job it does not
         know (nothing of it runs or remains)."""
         ...
+
+
+# Optional, beside the five methods (the core asks ``getattr``):
+#
+# - ``scope() -> dict[str, str]``: where this backend can see the jobs it submits, when that is
+#   not everywhere (the ``local`` backend: this host, this user, this jobs root). The core
+#   records it in ``job.json`` before the submit; a later driver whose backend answers another
+#   scope and does not know the job cannot tell "lost" from "not visible here", so it never
+#   calls the job lost (``fence.is_this_steps``). Without it, a job unknown to the backend is
+#   lost wherever it is asked.
+# - ``running_jobs() -> dict[str, str]``: each running job this backend can list cheaply (job id
+#   -> its ``owner``): before a job is submitted, one that writes the same output, whatever
+#   ``job.json`` says (edited or deleted by hand), stops the build instead of a second job.
+# - ``release(handle)``: remove an ended job's files (``cleanup.py``).

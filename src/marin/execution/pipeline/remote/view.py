@@ -9,7 +9,11 @@ from datetime import datetime
 from typing import Any
 
 from marin.execution.names import METADATA_SUFFIX
-from marin.execution.pipeline.remote.fence import is_this_steps
+from marin.execution.pipeline.remote.fence import (
+    UnseenJobError,
+    is_this_steps,
+    unrecorded_writer,
+)
 from marin.execution.pipeline.remote.job_record import JOB_ID, JobRecord, UnreadableJob, load_job
 from marin.execution.pipeline.remote.registry import get_backend
 from marin.execution.store.identity import Recipe, claim_of, judge_claim
@@ -20,22 +24,35 @@ log = logging.getLogger("marin")
 
 
 def job_view(
-    location: Location, output_path: str, recipe: Recipe, on_code_drift: str = "warn"
+    location: Location,
+    output_path: str,
+    recipe: Recipe,
+    on_code_drift: str = "warn",
+    remote: str | None = None,
 ) -> dict[str, Any] | None:
     """The step's recorded job with its state now and its age in seconds; None without one.
     ``other_config``: the job is not ``recipe``'s by the one identity rule (``other_recipe``
     says why: the next run cancels or replaces it). A record that cannot be read is shown as
-    such (``state: unreadable``): the next run refuses to build the step over it."""
+    such (``state: unreadable``), and so is a job this driver cannot see or judge (``state:
+    unseen``, ``why``: another host or user, an unknown backend, an edited record), and a job
+    of the step's backend (``remote``) that writes the output though the record does not name
+    it (``state: unrecorded``): the next run refuses to build the step over any of them."""
     job = load_job(location, output_path)
     if isinstance(job, UnreadableJob):
         return {"backend": "?", "job_id": job.job_id or "?", "state": "unreadable",
                 "why": job.why, "path": job.path}  # fmt: skip
+    stray = _unrecorded(location, output_path, remote, job.job_id if job is not None else "")
+    if stray is not None:
+        return stray
     if job is None or not JOB_ID.fullmatch(job.job_id):
         return None
     try:
         if not is_this_steps(job, location, output_path):
             return None  # a record the run would ignore: its job is never touched
         state: str = get_backend(job.backend).status(job.handle).state
+    except UnseenJobError as exc:  # it may run where this driver cannot see: the run refuses
+        unseen = {"state": "unseen", "why": exc.why, "fix": exc.fix, "age_s": _age(job)}
+        return {**job.to_json(code=False), **unseen}
     except Exception as exc:  # an unreachable cluster, an unregistered backend
         log.debug("could not ask about job %s: %s", job.job_id, exc)
         state = "unknown"
@@ -52,6 +69,49 @@ def job_view(
         view["note"] = verdict.note  # other code, reattached under on_code_drift=warn
     view.pop("code", None)  # long; ``marin show`` of the record names the code
     return view
+
+
+def job_note(location: Location, output_path: str) -> str:
+    """What ``marin unlock`` adds about the step's recorded job ("" without one): breaking a
+    lease never stops a job, and a job this driver cannot see still blocks a build from here.
+    Advisory: never raises."""
+    job = load_job(location, output_path)
+    if isinstance(job, UnreadableJob):
+        return f"{job.path} cannot be read ({job.why}): a run refuses to build over it"
+    if job is None or not JOB_ID.fullmatch(job.job_id):
+        return ""
+    what = f"its {job.backend} job {job.job_id}"
+    try:
+        if not is_this_steps(job, location, output_path):
+            return ""
+        state = get_backend(job.backend).status(job.handle).state
+    except UnseenJobError as exc:
+        return (
+            f"{what} may still run where this driver cannot see it ({exc.why}): a run from "
+            f"here refuses to build the step over it: {exc.fix}"
+        )
+    except Exception as exc:  # an unreachable cluster
+        return f"{what} could not be asked about ({exc}): the next run asks again"
+    if state == "running":
+        return f"{what} still runs: the next run reattaches to it (unlocking never stops it)"
+    return ""
+
+
+def _unrecorded(
+    location: Location, output_path: str, remote: str | None, recorded: str
+) -> dict[str, Any] | None:
+    """A running job of the step's backend that writes its output although ``job.json`` does
+    not name it (the run refuses to build beside it); None if none (or it cannot be asked)."""
+    if remote is None:
+        return None
+    try:
+        found = unrecorded_writer(get_backend(remote), location, output_path, recorded)
+    except Exception as exc:  # advisory
+        log.debug("could not list the running jobs of %s: %s", remote, exc)
+        return None
+    if found is None:
+        return None
+    return {"backend": remote, "job_id": found[0], "build_id": found[1], "state": "unrecorded"}
 
 
 _DIFFERS = {
@@ -119,6 +179,12 @@ def describe_job(view: dict[str, Any]) -> str:
     state = view["state"]
     if state == "unreadable":
         return f"refuse: {view['path']} cannot be read ({view['why']}); stop its job first"
+    if state == "unrecorded":
+        job = f"{view['backend']} job {view['job_id']}"
+        return f"refuse: {job} runs for this output, but job.json does not name it"
+    if state == "unseen":
+        job = f"{view['backend']} job {view['job_id']}"
+        return f"refuse: {job} may still run where this driver cannot see it: {view['why']}"
     if view.get("refused"):
         return f"refuse: {view['backend']} job {view['job_id']}, {state}: {view['refused']}"
     verb = {"running": "reattach", "succeeded": "collect", "failed": "collect"}.get(
