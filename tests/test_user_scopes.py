@@ -166,6 +166,23 @@ def test_a_shared_step_may_not_write_inside_the_users_folder(tmp_path, monkeypat
         run(squatter, scope_pipeline.variant, prefix=str(tmp_path))
 
 
+@pytest.mark.parametrize("name, version", [("users", "alice"), ("Users/bob/x", "v1")])
+def test_a_shared_step_whose_name_and_version_make_a_users_path_is_refused(
+    tmp_path, monkeypatch, name: str, version: str
+) -> None:
+    """Finding 5b: ``apply("users", fn, version="alice")`` was accepted as a shared step whose
+    output is alice's whole user folder; her user builds then landed inside it, and her own gc
+    deleted them with it. The path is checked (name and version), in every scope and without
+    reading the prefix, nothing built."""
+    monkeypatch.setenv("MARIN_USER", "alice")
+    squatter = apply(name, scope_pipeline.make, version=version, n=1)
+    with pytest.raises(InvalidStepError, match="inside the users' folder"):
+        lower(squatter)
+    with pytest.raises(InvalidStepError, match="inside the users' folder"):
+        run(squatter, prefix=str(tmp_path / "p"))
+    assert not (tmp_path / "p").exists()
+
+
 def test_a_users_run_builds_a_missing_shared_upstream_in_the_users_folder(
     tmp_path, capsys, monkeypatch
 ) -> None:

@@ -19,7 +19,7 @@ from marin.gc.delete import adopted, being_built, delete_step
 from marin.gc.orphans import check_job
 from marin.gc.registry import is_registry_folder, registry_roots
 from marin.gc.report import Collected, GcReport, Left
-from marin.gc.walk import Listing, Slot, list_prefix, owner_of, tree_size
+from marin.gc.walk import Listing, Slot, list_prefix, owner_of, tree_listing, tree_size
 
 Target = Any
 """A handle (``ArtifactStep``), a ``StepSpec``, or a target string ``file.py:attr``."""
@@ -155,10 +155,17 @@ def _collect_one(
     location: Location, slot: Slot, report: GcReport, options: _Options
 ) -> Collected | None:
     """Measure, then delete (a dry run: check the lease and the job only) one step, into
-    ``report``; what it deleted, if it did."""
-    size = tree_size(location, metadata_dir(slot.output_path))
-    if not adopted(slot):
-        size += tree_size(location, slot.output_path)
+    ``report``; what it deleted, if it did. A step whose output holds another step's build
+    (found by the listing that measures it) is never deleted, as a build never clears it."""
+    size, nested = (0, None) if adopted(slot) else tree_listing(location, slot.output_path)
+    if nested is not None:
+        why = (
+            f"its output holds another step's build ({nested}): deleting it would delete "
+            "that build too; move one of the two, then run gc again"
+        )
+        report.skipped.append(Left(slot.output_path, why, slot.step_id))
+        return None
+    size += tree_size(location, metadata_dir(slot.output_path))
     item = Collected(slot.step_id, slot.output_path, _state(slot), size)
 
     def stop_its_job() -> str:

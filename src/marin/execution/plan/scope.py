@@ -65,8 +65,6 @@ def resolve_scopes(
         if spec.user_home is not None:  # placed already (and checked then)
             new = spec if deps == spec.deps else dataclasses.replace(spec, deps=deps)
         else:
-            if scope != OutputScope.USER and spec.scope != OutputScope.USER:
-                _check_not_in_users(spec)  # a shared step: its shared path is read
             placing.home = placing.home or f"{USERS_FOLDER}/{required_user(spec.step_id, user)}"
             new = placing.place(spec, deps)
         placed[spec.output_path] = new
@@ -227,16 +225,6 @@ def _anything_at(location: Location, output_path: str) -> bool:
         location.has_file(location.path(f(output_path)))
         for f in (record_path, status_path, lease_path)
     )
-
-
-def _check_not_in_users(spec: StepSpec) -> None:
-    if spec.output_path.split("/", 1)[0] == USERS_FOLDER:
-        raise InvalidStepError(
-            f"{spec.step_id} writes {spec.output_path}, inside the users' folder "
-            f"{USERS_FOLDER}/ that user-scope steps write",
-            "rename the step (or its pin) so its path does not start with 'users/'",
-            spec.step_id,
-        )
 
 
 def scope_of(spec: StepSpec) -> tuple[str, str]:
