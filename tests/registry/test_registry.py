@@ -26,6 +26,7 @@ from marin.execution.store.registry import (
     ArtifactNotFoundError,
     ArtifactRegistryError,
     InvalidArtifactIdError,
+    RegisteredBuildGoneError,
     RegistryId,
     register,
 )
@@ -44,7 +45,7 @@ def _plant(location: Any, relative: str, data: bytes) -> None:
     location.put_file(path, data)
 
 
-def test_register_then_from_id_with_one_read(prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_register_then_from_id_with_two_reads(prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     artifacts = run(scratch(), prefix=prefix)  # raw -> scratch
     location = open_prefix(prefix)
     manifest = register(location, "gc/scratch/v1", RegistryId.parse("exp/scratch/v1"), "me@h")
@@ -59,13 +60,15 @@ def test_register_then_from_id_with_one_read(prefix: str, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(location_module.Location, "read_file", counted)
     found = Artifact.from_id("exp/scratch/v1", prefix=prefix)
-    assert len(reads) == 1 and reads[0].endswith(f"{REGISTRY_FOLDER}/exp/scratch/v1.json")
+    # The manifest, then the step's record (still the registered build: finding 6).
+    assert len(reads) == 2 and reads[0].endswith(f"{REGISTRY_FOLDER}/exp/scratch/v1.json")
+    assert reads[1].endswith("gc/scratch/v1.marin/record.json")
     assert found.url == f"{prefix.rstrip('/')}/gc/scratch/v1"
     assert found.record is not None and found.record.build_id == manifest.build_id
     assert found.result == {"text": "scratch"} and found.spec is None
     typed = Artifact.from_id("exp/scratch", "v1", Built, prefix=prefix)  # Marin's arguments
     assert isinstance(typed, Built) and typed.text == "scratch" and typed.path == found.url
-    assert len(reads) == 2
+    assert len(reads) == 4
 
 
 def test_a_second_registration_of_an_id_is_refused_and_never_written(prefix: str) -> None:
@@ -137,6 +140,37 @@ def test_marin_register_on_the_command_line(
     assert main(["ls", "--prefix", prefix]) == 0
     listed = capsys.readouterr().out
     assert "3 artifact(s)" in listed and "registry" not in listed  # the registry is no step
+
+
+def test_from_id_of_a_registered_build_rebuilt_in_place_or_deleted_is_refused(
+    prefix: str, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 6: after ``--force`` rebuilt a registered build in place, ``from_id`` returned
+    the registered record (its build id, its result) with a path holding the new build's bytes.
+    A registered id never serves another build's data: it names what happened instead."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    target = "tests/gc/pipelines.py:scratch"
+    assert main(["run", target, "--prefix", prefix, "--no-progress"]) == 0
+    assert main(["register", "gc/scratch@v1", "--id", "exp/scratch/r1", "--prefix", prefix]) == 0
+    registered = Artifact.from_id("exp/scratch/r1", prefix=prefix).record.build_id
+    argv = ["run", target, "--prefix", prefix, "--force", "gc/scratch", "--no-progress"]
+    assert main(argv) == 0
+    rebuilt = read_record(open_prefix(prefix), "gc/scratch/v1")
+    assert rebuilt is not None and rebuilt.build_id != registered
+    with pytest.raises(RegisteredBuildGoneError) as gone:
+        Artifact.from_id("exp/scratch/r1", prefix=prefix)
+    assert f"build {registered}, which is gone" in gone.value.what
+    assert f"now holds build {rebuilt.build_id} (rebuilt in place" in gone.value.what
+    with pytest.raises(RegisteredBuildGoneError):  # typed too
+        Artifact.from_id("exp/scratch/r1", None, Built, prefix=prefix)
+    # The current build, registered under a new tag, is served.
+    assert main(["register", "gc/scratch@v1", "--id", "exp/scratch/r2", "--prefix", prefix]) == 0
+    found = Artifact.from_id("exp/scratch/r2", prefix=prefix)
+    assert found.record is not None and found.record.build_id == rebuilt.build_id
+    # Deleted (by hand, or by a gc): said so, never a path to nothing.
+    open_prefix(prefix).remove_tree(open_prefix(prefix).path("gc/scratch/v1.marin"))
+    with pytest.raises(RegisteredBuildGoneError, match="nothing is built at .* any more"):
+        Artifact.from_id("exp/scratch/r2", prefix=prefix)
 
 
 # --- gc keeps what is registered, whatever its targets ------------------------------------------

@@ -4,7 +4,8 @@
 ``<prefix>/registry.marin/<ns>/<name>/<tag>.json`` (a folder no step can take: a name segment
 ending in ``.marin`` is reserved). The manifest holds the build's record as it was registered
 (its ``build_id``, fingerprint, config, result and inputs), so ``Artifact.from_id`` resolves an
-id with one read, and ``marin gc`` keeps the build and everything it was made from.
+id with one read, plus the step's record (``check_stored``: still that build?), and ``marin gc``
+keeps the build and everything it was made from.
 
 A manifest is created only if none is there, atomically on every backend that can: a temporary
 file ``link``-ed into place on local disk (``link`` fails when the name exists, as ``O_EXCL``
@@ -44,6 +45,7 @@ __all__ = [
     "ArtifactRegistryError",
     "InvalidArtifactIdError",
     "Manifest",
+    "RegisteredBuildGoneError",
     "RegistryId",
     "list_manifests",
     "lookup",
@@ -64,6 +66,11 @@ class ArtifactAlreadyExistsError(ArtifactRegistryError):
     """The id is registered already; ``existing`` is its manifest (never overwritten)."""
 
     existing: Manifest | None = None
+
+
+class RegisteredBuildGoneError(ArtifactRegistryError):
+    """The registered build is no longer stored: its path holds another build (rebuilt in
+    place) or none (deleted). Its data is gone; the manifest is kept, never served."""
 
 
 class InvalidArtifactIdError(ArtifactRegistryError, ValueError):
@@ -256,6 +263,34 @@ def lookup(location: Location, reg_id: RegistryId) -> Manifest:
             "look at the file: manifests are written once by marin register and never changed",
             None,
         ) from None
+
+
+def check_stored(location: Location, manifest: Manifest) -> None:
+    """Refuse a manifest whose build is no longer the one stored at its path: one more read
+    (the step's record). A registered id never serves a record of one build with another
+    build's data.
+
+    Raises:
+        RegisteredBuildGoneError: the path holds another build, or none.
+        StorageError: storage kept failing.
+    """
+    found = read_record(location, manifest.output_path)
+    if found is not None and found.build_id == manifest.build_id:
+        return
+    where = location.url_for(manifest.output_path)
+    now = (
+        f"{where} now holds build {found.build_id} (rebuilt in place: --force, or a drift "
+        "rebuild of the same name@version)"
+        if found is not None
+        else f"nothing is built at {where} any more (deleted by hand or by gc)"
+    )
+    raise RegisteredBuildGoneError(
+        f"{manifest.id} is {manifest.step} build {manifest.build_id}, which is gone: {now}; "
+        "a registered id never serves another build's data",
+        "register the build you want under a new tag (marin register NAME@VERSION --id "
+        "ns/name/newtag); to keep a release, release a version nobody rebuilds",
+        manifest.step,
+    )
 
 
 def _read_once(location: Location, path: str) -> bytes:
