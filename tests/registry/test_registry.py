@@ -219,6 +219,54 @@ def test_gc_keeps_a_registered_build_the_targets_no_longer_need(prefix: str) -> 
     assert "kept for the registry: gc/scratch@v1 (registered as exp/scratch/v1)" in render(report)
 
 
+def test_a_build_registered_while_gc_runs_is_not_deleted_by_that_gc(prefix: str) -> None:
+    """Finding 13: gc read the registry once, at its start; a build registered while it ran
+    (``marin register`` succeeded) was then deleted, and ``from_id`` returned a path to
+    nothing. gc reads the registry again under each step's lease before deleting it."""
+    run(pipeline(), prefix=prefix)  # raw -> tok -> train, none kept by `other`
+    location = open_prefix(prefix)
+    paths = {"gc/raw/v1": "gc/raw@v1", "gc/tok/v1": "gc/tok@v1", "gc/train/v1": "gc/train@v1"}
+    registered: list[str] = []
+
+    def register_one_left(item: Any, done: int, total: int) -> None:
+        if registered:
+            return
+        left = next(p for p in sorted(paths) if read_record(location, p) is not None)
+        argv = ["register", paths[left], "--id", "rel/mid/gc", "--prefix", prefix]
+        assert main(argv) == 0  # the registration succeeds while gc runs
+        registered.append(left)
+
+    from tests.gc.pipelines import other
+
+    report = collect_garbage(other(), location, on_deleted=register_one_left)
+    assert len(registered) == 1 and len(report.collected) == 2
+    (skipped,) = report.skipped
+    assert (skipped.path, skipped.why) == (registered[0], "registered as rel/mid/gc while gc ran")
+    found = Artifact.from_id("rel/mid/gc", prefix=prefix)
+    assert found.record is not None
+    assert found.record.build_id == read_record(location, registered[0]).build_id  # type: ignore[union-attr]
+
+
+def test_register_refuses_a_build_whose_lease_is_held(prefix: str) -> None:
+    """Finding 13, the other half: a step being built or deleted (gc holds its lease while it
+    deletes it) is not registered: the registration would name a build that may vanish."""
+    from marin.execution.store.lease import Lease
+
+    run(scratch(), prefix=prefix)
+    location = open_prefix(prefix)
+    held = Lease(location, "gc/scratch/v1")
+    assert held.try_acquire() is None
+    try:
+        with pytest.raises(ArtifactRegistryError, match="is being built or deleted"):
+            register(location, "gc/scratch/v1", RegistryId.parse("exp/scratch/v1"), "me@h")
+    finally:
+        held.release()
+    with pytest.raises(ArtifactNotFoundError):
+        Artifact.from_id("exp/scratch/v1", prefix=prefix)  # nothing was written
+    register(location, "gc/scratch/v1", RegistryId.parse("exp/scratch/v1"), "me@h")
+    assert Artifact.from_id("exp/scratch/v1", prefix=prefix).record is not None
+
+
 def test_gc_deletes_nothing_when_a_manifest_cannot_be_read(prefix: str) -> None:
     run(scratch(), prefix=prefix)
     location = open_prefix(prefix)

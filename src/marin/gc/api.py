@@ -17,7 +17,7 @@ from marin.gc import roots
 from marin.gc.collect import age_too_large, check_keep_versions, decide, parse_age
 from marin.gc.delete import adopted, being_built, delete_step
 from marin.gc.orphans import check_job
-from marin.gc.registry import is_registry_folder, registry_roots
+from marin.gc.registry import RegistryWatch, is_registry_folder, registry_roots
 from marin.gc.report import Collected, GcReport, Left
 from marin.gc.walk import Listing, Slot, list_prefix, owner_of, tree_listing, tree_size
 
@@ -60,6 +60,8 @@ class _Options:
 
     dry_run: bool
     cancel_orphans: bool
+    registry: RegistryWatch
+    """Read again under each step's lease before it is deleted."""
 
 
 def collect_garbage(
@@ -117,7 +119,7 @@ def collect_garbage(
     decision = decide(listing.slots, kept_roots)
     report = _report(location, listing, decision.kept, others, dry_run)
     report.gone, report.registry = decision.gone + registry.notes, registry.kept
-    options = _Options(dry_run, cancel_orphans)
+    options = _Options(dry_run, cancel_orphans, RegistryWatch(location))
     for slot in decision.collect:
         deleted = _collect_one(location, slot, report, options)
         if deleted is not None and on_deleted is not None:
@@ -169,7 +171,11 @@ def _collect_one(
     item = Collected(slot.step_id, slot.output_path, _state(slot), size)
 
     def stop_its_job() -> str:
-        """An orphaned job is listed; its step stays unless it was cancelled."""
+        """Under the step's lease: a build registered since gc read the registry stays; an
+        orphaned job is listed, and its step stays unless it was cancelled."""
+        registered = options.registry.why_kept(slot) if not options.dry_run else ""
+        if registered:
+            return registered
         orphan = check_job(location, slot, cancel=options.cancel_orphans, dry_run=options.dry_run)
         if orphan is None:
             return ""

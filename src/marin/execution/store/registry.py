@@ -49,6 +49,8 @@ __all__ = [
     "RegistryId",
     "list_manifests",
     "lookup",
+    "manifest_file",
+    "manifest_files",
     "register",
     "registered_by",
 ]
@@ -179,14 +181,51 @@ class Manifest:
 def register(
     location: Location, output_path: str, reg_id: RegistryId, registered_by: str
 ) -> Manifest:
-    """Register the build at ``output_path`` (relative to the prefix) as ``reg_id``.
+    """Register the build at ``output_path`` (relative to the prefix) as ``reg_id``, holding the
+    step's lease: a ``marin gc`` deleting the step (it holds that lease, and reads the
+    registry again under it) and a registration exclude each other, so gc never deletes a
+    build registered meanwhile, nor does a registration name a build gc is deleting.
 
     Raises:
         ArtifactNotFoundError: nothing is built at ``output_path`` (no record of its step).
-        ArtifactRegistryError: the build's record predates build ids (rebuild it first).
+        ArtifactRegistryError: the build's record predates build ids (rebuild it first), or
+            the step's lease is live (being built, or deleted by gc): nothing written.
         ArtifactAlreadyExistsError: ``reg_id`` is registered already (its manifest attached).
         StorageError: the storage has no conditional create, or kept failing.
     """
+    from marin.execution.store.lease import Lease
+
+    _built_record(location, output_path)  # nothing built: refused before the lease is taken
+    lease = Lease(location, output_path)
+    holder = lease.try_acquire()
+    if holder is not None:
+        raise ArtifactRegistryError(
+            f"{location.url_for(output_path)} is being built or deleted (its lease is held by "
+            f"{holder.holder}): the build to register may change or vanish",
+            "register it once that ends (marin show NAME@VERSION says whether it is built)",
+            None,
+        )
+    try:
+        record = _built_record(location, output_path)  # again, under the lease
+        manifest = Manifest(
+            id=str(reg_id),
+            step=record.step_id,
+            output_path=output_path,
+            build_id=record.build_id,
+            registered_at=_now(),
+            registered_by=registered_by,
+            token=new_id(),
+            record=record,
+        )
+        if not create_once(location, reg_id.manifest_path, manifest.to_bytes()):
+            raise _taken(location, reg_id, record.step_id)
+    finally:
+        lease.release()
+    return manifest
+
+
+def _built_record(location: Location, output_path: str) -> ArtifactRecord:
+    """The record of the build at ``output_path``, which must have a build id."""
     record = read_record(location, output_path)
     if record is None:
         raise ArtifactNotFoundError(
@@ -200,27 +239,19 @@ def register(
             f"rebuild it (marin run ... --force {record.name}), then register it",
             record.step_id,
         )
-    manifest = Manifest(
-        id=str(reg_id),
-        step=record.step_id,
-        output_path=output_path,
-        build_id=record.build_id,
-        registered_at=_now(),
-        registered_by=registered_by,
-        token=new_id(),
-        record=record,
+    return record
+
+
+def _taken(location: Location, reg_id: RegistryId, step_id: str) -> ArtifactAlreadyExistsError:
+    existing = _existing(location, reg_id)
+    error = ArtifactAlreadyExistsError(
+        f"{reg_id} is registered already"
+        + (f" (to {existing.step}, build {existing.build_id})" if existing else ""),
+        "a registration is never replaced: register this build under a new tag",
+        step_id,
     )
-    if not create_once(location, reg_id.manifest_path, manifest.to_bytes()):
-        existing = _existing(location, reg_id)
-        error = ArtifactAlreadyExistsError(
-            f"{reg_id} is registered already"
-            + (f" (to {existing.step}, build {existing.build_id})" if existing else ""),
-            "a registration is never replaced: register this build under a new tag",
-            record.step_id,
-        )
-        error.existing = existing
-        raise error
-    return manifest
+    error.existing = existing
+    return error
 
 
 def _existing(location: Location, reg_id: RegistryId) -> Manifest | None:
@@ -318,21 +349,41 @@ def list_manifests(location: Location) -> tuple[list[Manifest], list[str]]:
     """
     found: list[Manifest] = []
     problems: list[str] = []
-    root = location.path(REGISTRY_FOLDER)
-    for path in sorted(location.list_tree(root)):
-        rel = path[len(root.rstrip("/")) + 1 :]
-        if ".json.tmp-" in rel:
-            continue  # a registration that crashed before its link: never a manifest
+    for rel in manifest_files(location):
         try:
-            reg_id = RegistryId.parse(rel.removesuffix(".json"))
-        except InvalidArtifactIdError:
-            problems.append(f"{REGISTRY_FOLDER}/{rel} is not a manifest's name")
-            continue
-        try:
-            found.append(lookup(location, reg_id))
+            found.append(manifest_file(location, rel))
         except ArtifactRegistryError as exc:
             problems.append(exc.what)
     return found, problems
+
+
+def manifest_files(location: Location) -> list[str]:
+    """The registry's files (relative to its folder), sorted: one listing.
+
+    Raises:
+        StorageError: storage kept failing (``SymlinkError``: a link in the registry folder).
+    """
+    root = location.path(REGISTRY_FOLDER)
+    found = (path[len(root.rstrip("/")) + 1 :] for path in location.list_tree(root))
+    # A temporary file is a registration that crashed before its link: never a manifest.
+    return sorted(rel for rel in found if ".json.tmp-" not in rel)
+
+
+def manifest_file(location: Location, rel: str) -> Manifest:
+    """The manifest at ``rel`` in the registry's folder (``manifest_files``).
+
+    Raises:
+        ArtifactRegistryError: not a manifest's name, or a manifest that cannot be trusted.
+        StorageError: storage kept failing.
+    """
+    try:
+        reg_id = RegistryId.parse(rel.removesuffix(".json"))
+    except InvalidArtifactIdError:
+        raise ArtifactRegistryError(
+            f"{REGISTRY_FOLDER}/{rel} is not a manifest's name",
+            "look at the file: marin register names each manifest ns/name/tag.json",
+        ) from None
+    return lookup(location, reg_id)
 
 
 def create_once(location: Location, relative: str, data: bytes) -> bool:
