@@ -354,3 +354,45 @@ def test_a_retry_within_a_forced_run_resumes_its_own_attempt(
         run(step, prefix=prefix, force=["retry"])
     assert list(range(55)) + list(range(50, 101)) == ran  # the retry resumed at 50
     assert "resume retry@v1: partial output from attempt 1" in caplog.text
+
+
+def test_code_reached_through_a_registry_or_a_local_import_never_resumes_old_code(
+    tmp_path: Path,
+) -> None:
+    """Finding 7: a tokenizer reached through ``TOKENIZERS[name]`` (a registry dict filled by a
+    decorator), or through ``import lazyhelp`` inside the step function, was invisible to the
+    code digest: after an edit, ``--on-code-drift rebuild`` resumed the old code's partial
+    output and committed both tokenizers' results. The registry's functions are code (drift);
+    a module imported inside the function that the driver has not imported is unseen, so the
+    digest is unknown, never "unchanged": both partials are cleared."""
+    from tests.ux.helpers import marin
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[project]\nname = "r7"\nversion = "0.1"\n')
+    source = (REPO / "tests/reliability/code_registry_pipeline.py").read_text()
+    (project / "pipe.py").write_text(source)
+    (project / "lazyhelp.py").write_text('def split(text):\n    return text.split(" ")\n')
+    env = child_env(MARIN_USER="alice")
+    env["PYTHONPATH"] = os.pathsep.join([str(project), env["PYTHONPATH"]])
+    argv = ["pipe.py:pipeline", "--prefix", "P", "--no-progress"]
+    failed = marin("run", *argv, env={**env, "FAIL_ONCE": "1"}, cwd=project)
+    assert failed.returncode == 1 and "preempted" in failed.stdout + failed.stderr
+    for name in ("pipe.py", "lazyhelp.py"):  # both tokenizers now split on commas too
+        path = project / name
+        path.write_text(path.read_text().replace(
+            'return text.split(" ")', 'return text.replace(",", " ").split(" ")'))  # fmt: skip
+    plan = marin("plan", *argv[:3], "--on-code-drift", "error", env=env, cwd=project)
+    assert plan.returncode == 1
+    assert "code changed since the partial output of attempt 1" in plan.stderr
+    assert "code: words changed (pipe.py" in plan.stderr
+    rebuilt = marin("run", *argv, "--on-code-drift", "rebuild", "-v", env=env, cwd=project)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    log = rebuilt.stderr
+    assert "clear r7/words@v1: partial output from attempt 1" in log and "ran other code" in log
+    assert "clear r7/lazy@v1: partial output from attempt 1" in log
+    assert "unseen: lazyhelp (imported inside the function" in log
+    assert "resume r7/" not in log
+    for step in ("words", "lazy"):
+        record = read_record(open_prefix(str(project / "P")), f"r7/{step}/v1")
+        assert record is not None and record.result == ['["a", "b", "c"]'], step
