@@ -99,8 +99,7 @@ def collect_garbage(
             ``$MARIN_STORAGE_PROBE_TIMEOUT``, or cannot be listed (``SymlinkError`` for a link
             where Marin must not follow one).
     """
-    keep = check_keep_versions(keep_versions)
-    cutoff = _cutoff(older_than)
+    keep, cutoff = check_keep_versions(keep_versions), _cutoff(older_than)
     graph = _graph(list(targets), versions)
     location = prefix if isinstance(prefix, Location) else open_reachable(prefix)
     listing = list_prefix(location)
@@ -120,7 +119,7 @@ def collect_garbage(
     report = _report(location, listing, decision.kept, others, dry_run)
     report.gone, report.registry = decision.gone + registry.notes, registry.kept
     options = _Options(dry_run, cancel_orphans, RegistryWatch(location))
-    for slot in decision.collect:
+    for slot in decision.collect:  # one RegistryWatch: each manifest is read once
         deleted = _collect_one(location, slot, report, options)
         if deleted is not None and on_deleted is not None:
             on_deleted(deleted, len(report.collected), len(decision.collect))
