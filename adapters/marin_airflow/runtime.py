@@ -425,9 +425,7 @@ def _run_choices(versions: str | None, scope: str, context: Any | None) -> Any:
     return placement
 
 
-def _placed_step(
-    context: Any | None, placement: Any, spec: Any, location: Any, force: Iterable[str]
-) -> Any:
+def _placed_step(context: Any | None, placement: Any, spec: Any, location: Any, policy: Any) -> Any:
     """Where the step reads and writes. A step that needs a user takes the plan task's (its
     XCom), so every task of a run writes for one user whatever its worker's ``$MARIN_USER``."""
     from marin.execution.plan.scope import needs_user
@@ -436,7 +434,7 @@ def _placed_step(
     if needs_user([spec], placement.scope):
         planned = _from_xcom(context, PLAN_TASK_ID, XComKey.USER)
         placement = run_scope(placement.scope, context, planned)
-    (placed,), _ = placement.place([spec], location, force)
+    (placed,), _ = placement.place([spec], location, policy.force, policy)
     return placed
 
 
@@ -524,7 +522,7 @@ def _plan_placed(
     from marin.execution.plan.read import read_stored
     from marin.plan_view import plan_table
 
-    targets, user = placement.place(list(graph.targets), location, policy.force)
+    targets, user = placement.place(list(graph.targets), location, policy.force, policy)
     placed = targets != list(graph.targets)  # a user's folder, or an absolute pin
     specs = list(Graph.of(targets).steps) if placed else list(graph.steps)
     plan = plan_graph(specs, targets, read_stored(specs, location), policy)
@@ -664,7 +662,7 @@ def run_step(
         handles_for(resolved) if planned_force is None else {},
         planned_force,
     )
-    spec = _placed_step(context, placement, spec, location, policy.force)
+    spec = _placed_step(context, placement, spec, location, policy)
     if step in (_from_xcom(context, PLAN_TASK_ID, Action.PRUNE) or []):
         log.info("marin: step %s pruned: not built, and nothing being built needs it", step)
         return _pruned_result(step, spec, location)

@@ -347,7 +347,7 @@ def run_steps(
     location.check_writable()
     logger.info("marin: %d step(s) under %s", len(steps), location.url)
     # Where each step reads and writes for the run's user, as `marin run` places them.
-    placed, _ = options.placement.place(targets, location, options.policy.force)
+    placed, _ = options.placement.place(targets, location, options.policy.force, options.policy)
     if placed != list(targets):  # a user's folder, or an absolute pin
         steps, targets = Graph.of(placed).steps, placed
     plan = plan_graph(steps, targets, read_stored(steps, location), options.policy)

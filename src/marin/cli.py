@@ -84,9 +84,11 @@ def _scoped(graph: Any, location: Any, args: argparse.Namespace) -> Any:
     from marin.execution.run.stream import LoweredStream
 
     scope, force = getattr(args, "scope", "shared"), getattr(args, "force", ())
+    options = _run_options(args)
     if isinstance(graph, LoweredStream):  # each step is placed as it arrives
-        return graph.place_in(location, scope)
-    targets = resolve_scopes(graph.targets, location, scope, force)
+        return graph.place_in(location, scope, options.policy([]))
+    policy = options.policy(list(graph.steps))  # a rebuilt shared step is the user's own
+    targets = resolve_scopes(graph.targets, location, scope, force, policy=policy)
     return graph if targets == list(graph.targets) else Graph.of(targets)
 
 

@@ -140,7 +140,6 @@ PINNED: dict[str, Pinned] = {
             ),
         ),
         "79",
-        "trust finding 15: a --scope user run fails when a shared upstream must be rebuilt",
     ),
     "a-killed-rebuild-makes-its-stale-readers-current": Pinned(
         "wrong-artifact:below-unfinished-rebuild",

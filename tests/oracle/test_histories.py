@@ -37,7 +37,7 @@ TODAY = {
     "wrong-artifact:below-unfinished-rebuild": "new finding: a rebuild that failed or was "
     "killed deletes the record that made its readers stale; they are served as current",
 }
-"""Kinds of violation the fast subset still finds (listed on e8e6702), with the finding."""
+"""Kinds of violation the fast subset still finds, with the finding (the rest were fixed)."""
 
 
 def _kind_param(kind: str) -> object:

@@ -132,9 +132,9 @@ def test_build_never_clears_a_folder_holding_another_steps_metadata(store_prefix
 
 def test_a_folder_marin_never_wrote_is_not_cleared(store_prefix: str) -> None:
     location = open_prefix(store_prefix)
-    put(location, "users/data/v0/precious.txt", b"precious")
-    mine = location.path("users/data/v0/precious.txt")
-    step = apply("users/data", write_value, version="v0", value="x", out_path=OUT)
+    put(location, "team/data/v0/precious.txt", b"precious")
+    mine = location.path("team/data/v0/precious.txt")
+    step = apply("team/data", write_value, version="v0", value="x", out_path=OUT)
     if store_prefix.startswith("memory://"):
         # Private to this process, so only its own code wrote there: not scanned, never cleared.
         resolve(step, prefix=store_prefix)
@@ -147,9 +147,9 @@ def test_a_folder_marin_never_wrote_is_not_cleared(store_prefix: str) -> None:
     assert location.fs.cat_file(mine) == b"precious"
     # Nothing was written for the refused attempt (it refused before taking the lease): no
     # metadata folder claims the output for Marin, so the next attempt refuses too.
-    assert not location.has_file(location.path(status_path("users/data/v0")))
-    assert not location.exists(location.path("users/data/v0.marin"))
-    assert read_record(location, "users/data/v0") is None
+    assert not location.has_file(location.path(status_path("team/data/v0")))
+    assert not location.exists(location.path("team/data/v0.marin"))
+    assert read_record(location, "team/data/v0") is None
     with pytest.raises(StepFailedError, match="was not written by Marin"):
         resolve(step, prefix=store_prefix)
     assert location.fs.cat_file(mine) == b"precious"

@@ -17,7 +17,8 @@ Delete every step under the prefix that no TARGET needs. Kept: every step the
 targets' plans serve (placed as `marin plan` places them, with the same
 --version, --override and --scope), every build their records were made from,
 and what --keep-versions and --older-than keep. Another user's folder
-(users/<user>/) is left alone unless --all-users. Only folders holding Marin's
+(users/<user>/) is left alone unless --all-users; every user folder is left
+alone when the plan places no step there (no --scope user). Only folders holding Marin's
 record, status or a crashed build's leftovers are deleted; a step being built
 (a live lease) is skipped, and so is one whose remote job still runs."""
 _EPILOG = """examples:
@@ -64,7 +65,8 @@ def add_gc_parser(commands: Any, add_global: Any, add_versions: Any) -> None:
     gc.add_argument(
         "--all-users",
         action="store_true",
-        help="also collect in every user's folder, keeping what each user's plan serves",
+        help="also collect in every user's folder, keeping what each user's placement serves "
+        "(and another user's builds of a deferred step at another --version)",
     )
     gc.add_argument(
         "--cancel-orphans",

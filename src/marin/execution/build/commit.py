@@ -287,6 +287,7 @@ def _build(request: BuildRequest) -> BuildOutcome:
         )
     decision.raise_if_refused()  # another step's record is in the way: nothing is written
     refuse_shared_write(spec)  # a user-scope run only ever reads a shared build
+    _refuse_inside_another(location, spec)
 
     ups = _inputs_at_start(spec, location, ups, lease_ttl)
     crash_point("before-lease", spec.step_id)
@@ -606,6 +607,26 @@ def _check_clearable(location: Location, spec: StepSpec) -> None:
             "rename one of the two steps so that neither output is inside the other",
             spec.step_id,
         )
+
+
+def _refuse_inside_another(location: Location, spec: StepSpec) -> None:
+    """Refuse, before anything is written, to build inside another step's output (a folder
+    ``A`` above the output with ``A.marin`` beside it): the build would change that step's
+    committed artifact, and deleting that step (gc) would delete this build. ``lower()``
+    refuses this within one graph; this catches two pipelines on one prefix."""
+    if spec.source is not None:
+        return  # an adopted step's build writes only its record
+    parts = spec.output_path.split("/")
+    for end in range(1, len(parts)):
+        outer = "/".join(parts[:end])
+        if location.exists(location.path(metadata_dir(outer))):
+            raise StorageError(
+                f"output path {location.url_for(spec.output_path)} lies inside another "
+                f"step's output {location.url_for(outer)} (its metadata {outer}"
+                f"{METADATA_SUFFIX} is there); building it would change that step's artifact",
+                "rename one of the two steps so that neither output is inside the other",
+                spec.step_id,
+            )
 
 
 def _clear_output(location: Location, spec: StepSpec, built: bool) -> None:

@@ -129,7 +129,8 @@ def verdict_for(
     if earlier != Leftover.DEBRIS:
         return None  # nothing left, or a committed build that is replaced whole
     previous = read_attempt_record(location, spec.output_path)
-    verdict = judge(recipe, previous, on_code_drift, spec.fingerprint_payload)
+    forced = recipe.step_id in recipe.repaired and not _forced_here(location, spec, previous)
+    verdict = judge(recipe, previous, on_code_drift, spec.fingerprint_payload, forced)
     if spec.remote is not None:
         fence = fence_previous if verdict.resume else fence_cleared
         with Heartbeat(lease):  # a backend may take a while to confirm a cancel
@@ -141,6 +142,20 @@ def verdict_for(
             return ResumeVerdict(False, TAKEN_OVER_IN_THREAD, verdict.previous)
         _let_the_displaced_stop(lease)
     return verdict
+
+
+_started_forced: dict[tuple[str, str], tuple[int, str, str]] = {}
+"""Attempts this process started for a forced step (``--force``): the partial output they
+leave is the repair's own, so a retry in the same run resumes it instead of clearing it again."""
+
+
+def _forced_here(location: Location, spec: StepSpec, previous: Attempt | None) -> bool:
+    """Whether ``previous`` is an attempt this process started after forcing the step."""
+    if previous is None:
+        return False
+    with _lock:
+        started = _started_forced.get((location.url, spec.output_path))
+    return started == (previous.number, previous.started_at, previous.holder)
 
 
 def _let_the_displaced_stop(lease: Lease) -> None:
@@ -193,6 +208,10 @@ def start_attempt(
         payload=spec.fingerprint_payload,
     )
     write_attempt(location, spec.output_path, attempt)
+    if recipe.step_id in recipe.repaired:
+        with _lock:
+            key = (location.url, spec.output_path)
+            _started_forced[key] = (attempt.number, attempt.started_at, attempt.holder)
     return attempt
 
 

@@ -59,12 +59,21 @@ class ResumeVerdict:
         return ("resume: " if self.resume else "clear: ") + self.reason
 
 
+FORCED = "--force rebuilds the step from scratch"
+
+
 def judge(
-    recipe: Recipe, previous: Attempt | None, on_code_drift: str, payload: str | None = None
+    recipe: Recipe,
+    previous: Attempt | None,
+    on_code_drift: str,
+    payload: str | None = None,
+    forced: bool | None = None,
 ) -> ResumeVerdict:
     """Resume ``previous``'s partial output only when it is ``recipe``'s (``judge_claim``).
     ``payload``: the step's fingerprint payload, to name the config fields that changed.
 
+    A forced step (``forced``; None: the recipe's own step is among its ``repaired``, the run's
+    ``--force`` names) clears it: forcing repairs, and a damaged checkpoint is what it repairs.
     Another fingerprint, placement or input build clears it; so does an unknown (an attempt
     that did not record its input builds). A changed code digest follows ``on_code_drift``:
     ``warn`` resumes and says so, ``rebuild`` clears, ``error`` raises ``CodeDriftError`` (at
@@ -73,6 +82,10 @@ def judge(
     if previous is None:
         return ResumeVerdict(False, "partial output without an attempt record is cleared")
     which = f"attempt {previous.number} ({previous.age()}"
+    if forced is None:
+        forced = recipe.step_id in recipe.repaired
+    if forced:
+        return ResumeVerdict(False, f"partial output from {which}) is cleared: {FORCED}", previous)
     verdict = judge_claim(recipe, claim_of(previous), on_code_drift)
     if verdict.differs == Mismatch.CONFIG:
         return ResumeVerdict(

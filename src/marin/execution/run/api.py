@@ -15,7 +15,7 @@ from marin.execution.pipeline.artifact import Artifact, TypedArtifact
 from marin.execution.pipeline.handles import ArtifactStep, _flatten, lower_with_codex
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.pipeline.versions import VersionCodex
-from marin.execution.plan.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT
+from marin.execution.plan.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, Policy
 from marin.execution.plan.scope import place_pins, resolve_scopes
 from marin.execution.run.runner import StepRunner
 from marin.execution.store.location import open_prefix
@@ -68,7 +68,8 @@ def run(
     items, _ = _flatten(handles)
     specs = lower_with_codex(items, None, versions, check=False)
     # Placed here, so that each artifact returned is the one this user reads.
-    specs = resolve_scopes(specs, open_prefix(prefix), scope, force)
+    policy = Policy(on_drift=on_drift, force_run_failed=force_run_failed)
+    specs = resolve_scopes(specs, open_prefix(prefix), scope, force, policy=policy)
     runner = StepRunner(
         max_concurrent=max_concurrent, prefix=prefix, on_drift=on_drift, region=region
     )

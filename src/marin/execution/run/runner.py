@@ -180,7 +180,10 @@ class StepRunner:
         """``graph`` with each step where it reads and writes for this user (plan/scope.py;
         placed specs stay), and the prefix opened."""
         location = open_prefix(self.prefix) if location is None else location
-        targets = resolve_scopes(list(graph.targets), location, self.scope, options.force)
+        targets = resolve_scopes(
+            list(graph.targets), location, self.scope, options.force,
+            policy=options.policy(list(graph.steps)),
+        )  # fmt: skip
         return (graph if targets == list(graph.targets) else Graph.of(targets)), location
 
     def run(

@@ -34,6 +34,7 @@ from marin.execution.pipeline.handles import lower
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.pipeline.versions import VersionCodex, build_context
 from marin.execution.plan.decide import Plan
+from marin.execution.plan.options import Policy
 from marin.execution.plan.scope import resolve_scopes
 from marin.execution.run.report import RunReport, blocked_reason
 from marin.execution.store.location import Location
@@ -182,14 +183,16 @@ class LoweredStream:
         self._source = source
         self._versions = versions
         self._memo: dict[Any, Any] = {}  # a shared dependency is lowered once
-        self._scope: tuple[Location, str] | None = None
+        self._scope: tuple[Location, str, Policy | None] | None = None
         self.targets: list[StepSpec] = []
         """The steps the stream yielded so far, in order (placed for the run's scope)."""
 
-    def place_in(self, location: Location, scope: str) -> LoweredStream:
+    def place_in(
+        self, location: Location, scope: str, policy: Policy | None = None
+    ) -> LoweredStream:
         """Place each step for this user as it arrives (``plan/scope.py``), as ``marin run``
-        places a list before planning it."""
-        self._scope = (location, scope)
+        places a list before planning it (``policy``: the run's)."""
+        self._scope = (location, scope, policy)
         return self
 
     def __iter__(self) -> Iterator[StepSpec]:
@@ -197,7 +200,8 @@ class LoweredStream:
             for item in self._source:
                 spec = self._lower(item)
                 if self._scope is not None:
-                    spec = resolve_scopes([spec], *self._scope)[0]
+                    location, scope, policy = self._scope
+                    spec = resolve_scopes([spec], location, scope, policy=policy)[0]
                 self.targets.append(spec)
                 yield spec
         finally:  # the run stopped pulling: the user's generator is closed too

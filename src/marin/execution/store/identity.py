@@ -229,6 +229,8 @@ def _code_unknown(stored: CodeDigest, current: CodeDigest) -> str:
     for digest in (current, stored):
         if digest.digest is None:
             return digest.unknown or "no code digest"
+        if digest.unseen:  # a callee whose changes cannot be seen: never "unchanged"
+            return "unseen: " + ", ".join(digest.unseen[:3])
     if stored.scheme != current.scheme:
         return f"digests of two schemes ({stored.scheme}, {current.scheme})"
     return ""
