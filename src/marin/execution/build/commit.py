@@ -54,6 +54,7 @@ from marin.execution.build.resume import (
     start_attempt,
 )
 from marin.execution.build.step_logs import LazyLogFile, capture_step_output
+from marin.execution.digest.code import mixed_digest
 from marin.execution.errors import (
     AbandonedError,
     ConfigError,
@@ -1042,6 +1043,8 @@ def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRec
     if held.remote is not None and held.remote.job is not None:
         provenance["job"] = held.remote.job.to_json(code=False)  # which job built it
         code = held.remote.job.code  # the code it ran (other, reattached under warn: drift)
+    if held.attempt is not None and held.attempt.resumed:
+        code = mixed_digest(held.attempt.code, code)  # resumed across a code change: both
     return ArtifactRecord(
         name=spec.name,
         version=spec.version,
