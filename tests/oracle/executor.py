@@ -379,17 +379,21 @@ class Executor:
             version = codex[1].get(s.name, codex[0])
         wanted = sweep.variant_specs(s.k, version, variants)
         info = {"note": s.note, "remote": s.remote, "resumable": s.resumable}
-        paths = [f"{s.name}/{v}" for _, v in wanted]
+        # Shared, or the user's folder (a user-scope step upstream places it there).
+        places = [f"{r}{s.name}/{v}" for _, v in wanted for r in ("", f"users/{opts.ctx.user}/")]
         before = {
-            p: (read_record(self.world.path("prefix", p)) or {}).get("build_id") for p in paths
+            p: (read_record(self.world.path("prefix", p)) or {}).get("build_id") for p in places
         }
-        ok = self._run_stream(step, wanted, info, opts, codex)
+        report = self._run_stream(step, wanted, info, opts, codex)
         self.script.emit(
             f"stream({step}, {wanted!r}, {info!r}, user={opts.ctx.user!r}, "
             f"on_drift={opts.on_drift!r}, on_code_drift={opts.on_code_drift!r}, "
             f"codex={codex!r})"
         )
-        if ok:
+        if report is not None:
+            placed = {(o.spec.name, o.spec.version): o.spec.output_path
+                      for o in report.outcomes.values()}  # fmt: skip
+            paths = [placed.get((s.name, v), f"{s.name}/{v}") for _, v in wanted]
             self._check_variants(step, wanted, paths, before, opts)
 
     def _run_stream(
@@ -399,8 +403,9 @@ class Executor:
         info: dict[str, Any],
         opts: RunOpts,
         codex: tuple[str, dict[str, str]] | None,
-    ) -> bool:
-        """The sweep, in this process; False when the run refused or failed (a MarinError)."""
+    ) -> Any:
+        """The sweep, in this process: its report; None when the run refused or failed (a
+        MarinError)."""
         from marin.execution.errors import MarinError
         from marin.execution.pipeline.targets import load_target
 
@@ -410,7 +415,7 @@ class Executor:
         try:
             load_target(self.world.target)
             module = sys.modules[f"marin_target_{self.world.stem}"]
-            sweep.run_sweep(
+            return sweep.run_sweep(
                 module,
                 self.world.prefix,
                 step,
@@ -420,9 +425,8 @@ class Executor:
                 opts.on_code_drift,
                 codex,
             )
-            return True
         except MarinError:
-            return False
+            return None
         except Exception as exc:  # not an error Marin means to raise: a crash
             self.add(
                 [
@@ -434,7 +438,7 @@ class Executor:
                 ],
                 "expect(False, 'the sweep crashed (see its traceback)')",
             )
-            return False
+            return None
         finally:
             for k, v in saved.items():
                 if v is None:
