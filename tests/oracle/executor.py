@@ -196,7 +196,8 @@ class Executor:
         expected = self.expected()
         found = check_report(report, pre.json(), opts.policy, expected, self.world.hand, self.op)
         self.add(found, self._clean_check(found))
-        ok = {0} | ({1} if injected or refuses(pre) else set()) | ({pre.rc} if pre.rc else set())
+        refused = refuses(pre, report)
+        ok = {0} | ({1} if injected or refused else set()) | ({pre.rc} if pre.rc else set())
         if crash:
             ok.add(-9)
         if "Traceback (most recent call last)" in call.err:
@@ -530,8 +531,9 @@ class Executor:
         job_id = "marin-" + hashlib.sha256(f"{world.root}/{self.op}".encode()).hexdigest()[:20]
         rel = os.path.relpath(meta, world.prefix)
         fingerprint = "" if kind == "decoy" else str(step["fingerprint"])
+        recipe = None if kind == "decoy" else copied_recipe(plan, step, world.prefix)
         if kind == "torn-job":
-            data = job_json(job_id, meta, fingerprint)
+            data = job_json(job_id, meta, fingerprint, recipe)
             with open(os.path.join(meta, "job.json"), "wb") as f:
                 f.write(data[: len(data) // 2])
             self.script.emit(
@@ -539,18 +541,26 @@ class Executor:
                 f".write({data[: len(data) // 2]!r})  # a torn job.json"
             )
         else:
-            self._plant_job(kind, meta, rel, job_id, fingerprint)
+            self._plant_job(kind, meta, rel, job_id, fingerprint, recipe)
         # A run may reattach to a live decoy with the step's fingerprint and wait for it: from
         # now on runs go to a bounded subprocess. The other plants cannot make a run wait.
         world.planted = world.planted or kind == "decoy-fp"
 
-    def _plant_job(self, kind: str, meta: str, rel: str, job_id: str, fingerprint: str) -> None:
+    def _plant_job(
+        self,
+        kind: str,
+        meta: str,
+        rel: str,
+        job_id: str,
+        fingerprint: str,
+        recipe: dict[str, Any] | None,
+    ) -> None:
         world = self.world
         workdir = None if kind == "no-workdir" else meta
         folder = os.path.join(workdir or world.path("jobs"), job_id)
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(meta, "job.json"), "wb") as f:
-            f.write(job_json(job_id, workdir, fingerprint))
+            f.write(job_json(job_id, workdir, fingerprint, recipe))
         with open(os.path.join(folder, "keep.txt"), "w") as f:
             f.write("planted")
         pid = marker = None
@@ -569,7 +579,7 @@ class Executor:
         mk = f"os.path.join(MARKERS, 'm{self.op}')" if marker else "None"
         self.script.emit(
             f"plant_job(os.path.join(PREFIX, {rel!r}), {job_id!r}, {wd}, {fingerprint!r}, "
-            f"pid={f'{dvar}.pid' if dvar else 'None'}, marker={mk})"
+            f"pid={f'{dvar}.pid' if dvar else 'None'}, marker={mk}, recipe={recipe!r})"
         )
         if dvar:
             self._decoy_vars[len(world.decoys) - 1] = dvar
@@ -731,19 +741,38 @@ def gc_flags(ctx: Context, deferred: bool) -> list[str]:
 
 FAILURES = {
     "not a job record; delete it by hand": "run-failed:torn-job",
+    "job.json cannot be read": "run-failed:torn-job",
     "never writes a shared artifact": "run-failed:user-scope-shared",
 }
 
 
-def refuses(plan: Call) -> bool:
-    """Whether the plan made before a run says it refuses a step (a foreign record; a
-    ``job.json`` it cannot read, ``job.state`` "unreadable", shown as ``refuse: ...``): the run
-    then fails that step, as documented, and that is no broken promise."""
-    steps = (plan.json() or {}).get("steps", [])
-    job_states = {str((s.get("job") or {}).get("state")) for s in steps}
-    return bool(job_states & {"unreadable", "refuse"}) or any(
-        s.get("status") == "foreign" for s in steps
-    )
+def refuses(plan: Call, report: dict[str, Any]) -> bool:
+    """Whether every step the run failed is one its plan, made just before, said it refuses
+    (a foreign record; a ``job.json`` it cannot read, ``job.state`` "unreadable", shown as
+    ``refuse: ...``): the run then fails those steps, as documented (docs/reliability.md, the
+    catalogue; docs/remote.md), and that is no broken promise. Any other failed step is."""
+    refused = {
+        s["step"]
+        for s in (plan.json() or {}).get("steps", [])
+        if s.get("status") == "foreign"
+        or str((s.get("job") or {}).get("state")) in ("unreadable", "refuse")
+    }
+    failed = {s["step"] for s in report.get("steps", []) if s.get("action") == "failed"}
+    return bool(failed) and failed <= refused
+
+
+def copied_recipe(plan: dict[str, Any], step: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The step's recipe as a planter copies it from what anyone can read: its placement, the
+    build ids of its inputs (``plan --json``), and its code digest (its record's, while the
+    plan shows no code drift)."""
+    builds = {s["step"]: s.get("build_id") for s in plan.get("steps", [])}
+    record = read_record(step["output_path"]) or {}
+    code = record.get("code") if not step.get("code_drift") else None
+    return {
+        "placement": os.path.relpath(step["output_path"], prefix),
+        "inputs": {d: builds[d] for d in step.get("deps", []) if builds.get(d)},
+        "code": code,
+    }
 
 
 def failure_kind(err: str) -> str:
