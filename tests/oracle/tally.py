@@ -52,7 +52,8 @@ class Tally:
 
 
 WORKERS_ENV = "ORACLE_WORKERS"
-"""How many processes run histories at once (default 2: each history is mostly one thread)."""
+"""How many processes run histories at once (default 1: on a loaded machine two make runs
+exceed their timeouts, which the checker reports as `run-hung`)."""
 PROGRESS_ENV = "ORACLE_PROGRESS"
 """A file to append one line per history to (seed, seconds, kinds): a long run's progress."""
 
@@ -71,7 +72,7 @@ def run_seeds(
     """Run each seed's history (on ``workers`` processes, each history in a sandbox of its
     own; spawned, not forked: a fork would copy marin's threads' locks) and count what they
     find, in seed order."""
-    workers = workers or int(os.environ.get(WORKERS_ENV, "2"))
+    workers = workers or int(os.environ.get(WORKERS_ENV, "1"))
     progress = os.environ.get(PROGRESS_ENV)
     tally = Tally()
     start = time.monotonic()
