@@ -392,8 +392,13 @@ class Executor:
             f"codex={codex!r})"
         )
         if report is not None:
-            placed = {(o.spec.name, o.spec.version): o.spec.output_path
-                      for o in report.outcomes.values()}  # fmt: skip
+            served = [
+                *report.outcomes.values(),
+                *(report.plan.decisions.values() if report.plan is not None else ()),
+            ]
+            placed = {
+                (o.spec.name, o.spec.version): o.spec.output_path for o in served
+            }  # built, or served from a record
             paths = [placed.get((s.name, v), f"{s.name}/{v}") for _, v in wanted]
             self._check_variants(step, wanted, paths, before, opts)
 
