@@ -8,6 +8,7 @@ imported inside ``run_step``, when a task actually runs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import logging
 import os
@@ -578,7 +579,6 @@ def _from_xcom(context: Any | None, task_id: str, key: str) -> Any:
 def _upstream(context: Any | None, spec: Any, location: Any) -> list[Any]:
     """Each dependency's current record, and whether its task built it in this run."""
     from marin.execution.build.commit import read_upstream
-    from marin.execution.plan.decide import Upstream
 
     built_here: set[str] = set()
     task = context.get("task") if context is not None else None
@@ -591,7 +591,7 @@ def _upstream(context: Any | None, spec: Any, location: Any) -> list[Any]:
     # Read after its task ended, a dependency built in this run is committed: its record is the
     # new build, which a dependent compares with what it consumed (early cutoff).
     return [
-        Upstream(u.step_id, u.record, rebuilt=built, committed=built)
+        dataclasses.replace(u, rebuilt=built, committed=built)
         for u in read_upstream(spec, location)
         for built in [u.step_id in built_here]
     ]

@@ -196,7 +196,8 @@ class Executor:
         expected = self.expected()
         found = check_report(report, pre.json(), opts.policy, expected, self.world.hand, self.op)
         self.add(found, self._clean_check(found))
-        ok = {0} | ({1} if injected or refuses(pre) else set()) | ({pre.rc} if pre.rc else set())
+        refused = refuses(pre, report)
+        ok = {0} | ({1} if injected or refused else set()) | ({pre.rc} if pre.rc else set())
         if crash:
             ok.add(-9)
         if "Traceback (most recent call last)" in call.err:
@@ -379,17 +380,26 @@ class Executor:
             version = codex[1].get(s.name, codex[0])
         wanted = sweep.variant_specs(s.k, version, variants)
         info = {"note": s.note, "remote": s.remote, "resumable": s.resumable}
-        paths = [f"{s.name}/{v}" for _, v in wanted]
+        # Shared, or the user's folder (a user-scope step upstream places it there).
+        places = [f"{r}{s.name}/{v}" for _, v in wanted for r in ("", f"users/{opts.ctx.user}/")]
         before = {
-            p: (read_record(self.world.path("prefix", p)) or {}).get("build_id") for p in paths
+            p: (read_record(self.world.path("prefix", p)) or {}).get("build_id") for p in places
         }
-        ok = self._run_stream(step, wanted, info, opts, codex)
+        report = self._run_stream(step, wanted, info, opts, codex)
         self.script.emit(
             f"stream({step}, {wanted!r}, {info!r}, user={opts.ctx.user!r}, "
             f"on_drift={opts.on_drift!r}, on_code_drift={opts.on_code_drift!r}, "
             f"codex={codex!r})"
         )
-        if ok:
+        if report is not None:
+            served = [
+                *report.outcomes.values(),
+                *(report.plan.decisions.values() if report.plan is not None else ()),
+            ]
+            placed = {
+                (o.spec.name, o.spec.version): o.spec.output_path for o in served
+            }  # built, or served from a record
+            paths = [placed.get((s.name, v), f"{s.name}/{v}") for _, v in wanted]
             self._check_variants(step, wanted, paths, before, opts)
 
     def _run_stream(
@@ -399,8 +409,9 @@ class Executor:
         info: dict[str, Any],
         opts: RunOpts,
         codex: tuple[str, dict[str, str]] | None,
-    ) -> bool:
-        """The sweep, in this process; False when the run refused or failed (a MarinError)."""
+    ) -> Any:
+        """The sweep, in this process: its report; None when the run refused or failed (a
+        MarinError)."""
         from marin.execution.errors import MarinError
         from marin.execution.pipeline.targets import load_target
 
@@ -410,7 +421,7 @@ class Executor:
         try:
             load_target(self.world.target)
             module = sys.modules[f"marin_target_{self.world.stem}"]
-            sweep.run_sweep(
+            return sweep.run_sweep(
                 module,
                 self.world.prefix,
                 step,
@@ -420,9 +431,8 @@ class Executor:
                 opts.on_code_drift,
                 codex,
             )
-            return True
         except MarinError:
-            return False
+            return None
         except Exception as exc:  # not an error Marin means to raise: a crash
             self.add(
                 [
@@ -434,7 +444,7 @@ class Executor:
                 ],
                 "expect(False, 'the sweep crashed (see its traceback)')",
             )
-            return False
+            return None
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -526,8 +536,9 @@ class Executor:
         job_id = "marin-" + hashlib.sha256(f"{world.root}/{self.op}".encode()).hexdigest()[:20]
         rel = os.path.relpath(meta, world.prefix)
         fingerprint = "" if kind == "decoy" else str(step["fingerprint"])
+        recipe = None if kind == "decoy" else copied_recipe(plan, step, world.prefix)
         if kind == "torn-job":
-            data = job_json(job_id, meta, fingerprint)
+            data = job_json(job_id, meta, fingerprint, recipe)
             with open(os.path.join(meta, "job.json"), "wb") as f:
                 f.write(data[: len(data) // 2])
             self.script.emit(
@@ -535,18 +546,26 @@ class Executor:
                 f".write({data[: len(data) // 2]!r})  # a torn job.json"
             )
         else:
-            self._plant_job(kind, meta, rel, job_id, fingerprint)
+            self._plant_job(kind, meta, rel, job_id, fingerprint, recipe)
         # A run may reattach to a live decoy with the step's fingerprint and wait for it: from
         # now on runs go to a bounded subprocess. The other plants cannot make a run wait.
         world.planted = world.planted or kind == "decoy-fp"
 
-    def _plant_job(self, kind: str, meta: str, rel: str, job_id: str, fingerprint: str) -> None:
+    def _plant_job(
+        self,
+        kind: str,
+        meta: str,
+        rel: str,
+        job_id: str,
+        fingerprint: str,
+        recipe: dict[str, Any] | None,
+    ) -> None:
         world = self.world
         workdir = None if kind == "no-workdir" else meta
         folder = os.path.join(workdir or world.path("jobs"), job_id)
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(meta, "job.json"), "wb") as f:
-            f.write(job_json(job_id, workdir, fingerprint))
+            f.write(job_json(job_id, workdir, fingerprint, recipe))
         with open(os.path.join(folder, "keep.txt"), "w") as f:
             f.write("planted")
         pid = marker = None
@@ -565,7 +584,7 @@ class Executor:
         mk = f"os.path.join(MARKERS, 'm{self.op}')" if marker else "None"
         self.script.emit(
             f"plant_job(os.path.join(PREFIX, {rel!r}), {job_id!r}, {wd}, {fingerprint!r}, "
-            f"pid={f'{dvar}.pid' if dvar else 'None'}, marker={mk})"
+            f"pid={f'{dvar}.pid' if dvar else 'None'}, marker={mk}, recipe={recipe!r})"
         )
         if dvar:
             self._decoy_vars[len(world.decoys) - 1] = dvar
@@ -727,19 +746,38 @@ def gc_flags(ctx: Context, deferred: bool) -> list[str]:
 
 FAILURES = {
     "not a job record; delete it by hand": "run-failed:torn-job",
+    "job.json cannot be read": "run-failed:torn-job",
     "never writes a shared artifact": "run-failed:user-scope-shared",
 }
 
 
-def refuses(plan: Call) -> bool:
-    """Whether the plan made before a run says it refuses a step (a foreign record; a
-    ``job.json`` it cannot read, ``job.state`` "unreadable", shown as ``refuse: ...``): the run
-    then fails that step, as documented, and that is no broken promise."""
-    steps = (plan.json() or {}).get("steps", [])
-    job_states = {str((s.get("job") or {}).get("state")) for s in steps}
-    return bool(job_states & {"unreadable", "refuse"}) or any(
-        s.get("status") == "foreign" for s in steps
-    )
+def refuses(plan: Call, report: dict[str, Any]) -> bool:
+    """Whether every step the run failed is one its plan, made just before, said it refuses
+    (a foreign record; a ``job.json`` it cannot read, ``job.state`` "unreadable", shown as
+    ``refuse: ...``): the run then fails those steps, as documented (docs/reliability.md, the
+    catalogue; docs/remote.md), and that is no broken promise. Any other failed step is."""
+    refused = {
+        s["step"]
+        for s in (plan.json() or {}).get("steps", [])
+        if s.get("status") == "foreign"
+        or str((s.get("job") or {}).get("state")) in ("unreadable", "refuse")
+    }
+    failed = {s["step"] for s in report.get("steps", []) if s.get("action") == "failed"}
+    return bool(failed) and failed <= refused
+
+
+def copied_recipe(plan: dict[str, Any], step: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The step's recipe as a planter copies it from what anyone can read: its placement, the
+    build ids of its inputs (``plan --json``), and its code digest (its record's, while the
+    plan shows no code drift)."""
+    builds = {s["step"]: s.get("build_id") for s in plan.get("steps", [])}
+    record = read_record(step["output_path"]) or {}
+    code = record.get("code") if not step.get("code_drift") else None
+    return {
+        "placement": os.path.relpath(step["output_path"], prefix),
+        "inputs": {d: builds[d] for d in step.get("deps", []) if builds.get(d)},
+        "code": code,
+    }
 
 
 def failure_kind(err: str) -> str:

@@ -502,14 +502,24 @@ def gc_violations(
     return out
 
 
-def job_json(job_id: str, workdir: str | None, fingerprint: str) -> bytes:
+def job_json(
+    job_id: str, workdir: str | None, fingerprint: str, recipe: dict[str, Any] | None = None
+) -> bytes:
+    """A planted ``job.json`` with today's fields (``step_folder.JobRecord.to_json``); with
+    ``recipe`` (``placement``, ``inputs``, ``code``: copied from the plan and the records, as
+    anyone who can read the bucket can) it claims the step's very recipe."""
     data = {"workdir": workdir} if workdir else {}
-    job = {
-        "backend": "local",
+    job: dict[str, Any] = {
         "job_id": job_id,
+        "backend": "local",
         "build_id": "planted",
-        "data": data,
         "submitted_at": "2026-01-01T00:00:00Z",
         "fingerprint": fingerprint,
+        "placement": "",
+        "inputs": {},
+        "data": data,
     }
+    for key, value in (recipe or {}).items():
+        if value:
+            job[key] = value
     return json.dumps(job).encode()

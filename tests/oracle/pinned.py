@@ -1,9 +1,9 @@
 """The shrunk history of every bug the checker found, replayed on every run.
 
 Each came from a fixed-seed history (``seed``: ``seeded(seed)`` of the fast profile, unless
-said otherwise), shrunk by ``shrink.py``; ``reason`` is the xfail reason while the bug is on
-main (a strict xfail: the fix makes it pass, and the mark must then go). ``CLEAN`` is a
-history that keeps every promise (its script is replayed by a test).
+said otherwise), shrunk by ``shrink.py``; ``finding`` says what it found. ``open``: the bug is
+still on main, and the test is a strict xfail (the fix makes it pass, and the mark must then
+go). ``CLEAN`` is a history that keeps every promise (its script is replayed by a test).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ class Pinned:
     kind: str
     history: History
     seed: str
-    reason: str = ""
+    finding: str
+    open: bool = False
 
 
 def chain(n: int, **flags: dict[str, bool]) -> PipelineModel:
@@ -152,6 +153,13 @@ PINNED: dict[str, Pinned] = {
         "crash",
         History(chain(2, s1={"user_scope": True}), (Stream(1, ((0, False),), WARN),)),
         "19",
+    ),
+    "a-stream-below-a-user-scope-step-is-checked-where-it-is-placed": Pinned(
+        "wrong-artifact:stream",
+        History(chain(2, s0={"user_scope": True}), (Stream(1, ((1, True),), WARN),)),
+        "54, 127, 149, 176",
+        "the checker's own bug: a swept step below a user-scope step is built in the user's "
+        "folder (docs/marin.md), and the stream check looked for it at its shared path",
     ),
 }
 

@@ -18,7 +18,8 @@ def variant_specs(k, version, variants):
 
 def run_sweep(module, prefix, idx, wanted, step, on_drift, on_code_drift, codex):
     """``StepRunner.run`` over a generator: ``module.pipeline``, then step ``idx`` (``step``:
-    its ``note``, ``remote`` and ``resumable``) at each ``(k, version)`` of ``wanted``."""
+    its ``note``, ``remote`` and ``resumable``) at each ``(k, version)`` of ``wanted``; its
+    report."""
     from marin.execution.lazy import OUT, VersionCodex, apply, build_context
     from marin.execution.run.runner import StepRunner
 
@@ -39,4 +40,4 @@ def run_sweep(module, prefix, idx, wanted, step, on_drift, on_code_drift, codex)
     runner = StepRunner(prefix=prefix, on_drift=on_drift, on_code_drift=on_code_drift)
     scope = build_context(VersionCodex(*codex)) if codex else contextlib.nullcontext()
     with scope:
-        runner.run(handles())
+        return runner.run(handles())

@@ -31,13 +31,8 @@ FAST_SEEDS = range(200)
 SOAK_SEEDS = range(1000, 6000)
 ENGINE_SEEDS = {"prefect": range(6), "airflow": range(3)}
 
-TODAY = {
-    "wrong-artifact:resumed": "trust finding 5: a resume of checkpoints from a replaced input",
-    "wrong-artifact:stream": "trust finding 8: a stream serves one config for another",
-    "wrong-artifact:below-unfinished-rebuild": "new finding: a rebuild that failed or was "
-    "killed deletes the record that made its readers stale; they are served as current",
-}
-"""Kinds of violation the fast subset still finds, with the finding (the rest were fixed)."""
+TODAY: dict[str, str] = {}
+"""Kinds of violation the fast subset finds on today's main, with the finding."""
 
 
 def _kind_param(kind: str) -> object:
@@ -78,7 +73,7 @@ def test_fixed_seed_histories_find_no_other_kind(fast_tally: Tally) -> None:
 
 def _pinned_param(name: str) -> object:
     case = pinned.PINNED[name]
-    mark = pytest.mark.xfail(strict=True, reason=case.reason) if case.reason else ()
+    mark = pytest.mark.xfail(strict=True, reason=case.finding) if case.open else ()
     return pytest.param(name, marks=mark, id=name)
 
 
@@ -150,7 +145,6 @@ def test_fixed_seed_histories_on_an_engine(engine: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(strict=True, reason=pinned.ON_AN_ENGINE.reason)
 @pytest.mark.parametrize("engine", sorted(ENGINE_SEEDS))
 def test_pinned_history_on_an_engine(engine: str) -> None:
     pytest.importorskip("prefect" if engine == "prefect" else "airflow.sdk")

@@ -54,6 +54,7 @@ from marin.execution.build.resume import (
     start_attempt,
 )
 from marin.execution.build.step_logs import LazyLogFile, capture_step_output
+from marin.execution.digest.code import mixed_digest
 from marin.execution.errors import (
     AbandonedError,
     ConfigError,
@@ -101,6 +102,8 @@ from marin.execution.store.location import Location, durable, with_retries
 from marin.execution.store.records import (
     FAILED,
     GC_DELETING,
+    REPLACES,
+    RUNNING,
     ArtifactRecord,
     ForeignRecord,
     clear_status,
@@ -112,6 +115,7 @@ from marin.execution.store.records import (
     metadata_files,
     read_record,
     read_status_file,
+    replaced_build,
     write_record,
     write_status,
 )
@@ -186,11 +190,18 @@ def warn_if_served_stale(decision: Decision) -> None:
 
 
 def read_upstream(spec: StepSpec, location: Location) -> list[Upstream]:
-    """Each dependency's current record, for the decision and for the new record's lineage."""
+    """Each dependency's current record, for the decision and for the new record's lineage
+    (without one, the build an unfinished rebuild of it deleted: its status, one more read)."""
     unique = {dep.step_id: dep for dep in spec.deps}
-    return [
-        Upstream(step_id, read_record(location, dep.output_path)) for step_id, dep in unique.items()
-    ]
+    return [_upstream_now(step_id, dep, location) for step_id, dep in unique.items()]
+
+
+def _upstream_now(step_id: str, dep: StepSpec, location: Location) -> Upstream:
+    record = read_record(location, dep.output_path)
+    if record is not None:
+        return Upstream(step_id, record)
+    status = read_status_file(location, dep.output_path)
+    return Upstream(step_id, None, replaced=replaced_build(status))
 
 
 def build_step(
@@ -392,7 +403,10 @@ def _served_from_other(
     Judged on the record's own lineage: an upstream rebuilt in this run is a known build by now,
     so only one whose record is missing still counts as "rebuilt".
     """
-    known = [Upstream(u.step_id, u.record, u.rebuilt and u.record is None) for u in upstream]
+    known = [
+        dataclasses.replace(u, rebuilt=u.rebuilt and u.record is None, committed=False)
+        for u in upstream
+    ]
     return decide(spec, Stored(record), known, policy, needed=True).action != Action.BUILD
 
 
@@ -496,7 +510,8 @@ def _inputs_at_start(
                 "this step again; nothing was started for it",
                 spec.step_id,
             )
-        fresh.append(Upstream(up.step_id, record, up.rebuilt, up.committed))
+        replaced = up.replaced if record is None else ""
+        fresh.append(Upstream(up.step_id, record, up.rebuilt, up.committed, replaced))
     return fresh
 
 
@@ -840,6 +855,8 @@ class _Holding:
     running: _KeptOnPark = field(default_factory=_KeptOnPark)
     """Open until fn's output is digested: the lease's heartbeat and the step's log."""
     replaced: dict[str, str] = field(default_factory=dict)
+    replacing: str = ""
+    """The build id this attempt replaces (``_mark_replacing``): its status names it."""
     attempt: Any = None
     """A resumable step's attempt (``start_attempt``), else None."""
     remote: RemoteBuild | None = None
@@ -908,10 +925,28 @@ def _clear_earlier(held: _Holding) -> None:
     keep = spec.remote is not None and pending_job(
         location, spec.output_path, built=earlier == Leftover.BUILD
     )
-    clear_status(location, spec.output_path)  # the held lease says RUNNING now
+    _mark_replacing(held)
     delete_record(location, spec.output_path)
     if (held.attempt is None or not held.attempt.resumed) and not keep:
         _clear_output(location, spec, built=earlier == Leftover.BUILD)
+
+
+def _mark_replacing(held: _Holding) -> None:
+    """Before the record goes: a RUNNING status naming the build this one replaces (the
+    record's, or the one an earlier unfinished attempt named), so that what read it stays
+    stale if this attempt never commits (``records.REPLACES``); else no status: the held
+    lease says RUNNING."""
+    location, path = held.location, held.spec.output_path
+    previous = held.previous
+    if previous is not None and previous.build_id:
+        held.replacing = previous.build_id
+    else:
+        held.replacing = replaced_build(read_status_file(location, path))
+    if not held.replacing:
+        clear_status(location, path)
+        return
+    write_status(location, path, RUNNING, holder=held.lease.holder, started_at=held.started_at,
+                 **{REPLACES: held.replacing})  # fmt: skip
 
 
 def _committed(held: _Holding, value: Callable[[], Any]) -> BuildOutcome:
@@ -1029,6 +1064,8 @@ def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRec
     if held.remote is not None and held.remote.job is not None:
         provenance["job"] = held.remote.job.to_json(code=False)  # which job built it
         code = held.remote.job.code  # the code it ran (other, reattached under warn: drift)
+    if held.attempt is not None and held.attempt.resumed:
+        code = mixed_digest(held.attempt.code, code)  # resumed across a code change: both
     return ArtifactRecord(
         name=spec.name,
         version=spec.version,
@@ -1074,6 +1111,11 @@ def _commit(held: _Holding, record: ArtifactRecord) -> None:
         release=not spec.resumable,  # its checkpoints go first, under the lease
     ):
         raise _lost(location, spec, lease)
+    if held.replacing:  # committed: the status naming the build it replaced is done
+        try:
+            clear_status(location, spec.output_path)
+        except OSError as exc:
+            log.warning("could not remove the status of %s: %s", spec.step_id, exc)
     finish_attempt(location, spec)
     release_committed(held.remote)  # the job's files (payload, log, result) go
 
@@ -1094,6 +1136,7 @@ def _attempt_failed(held: _Holding, exc: BaseException) -> None:
         finished_at=now_iso(),
         error=f"{type(exc).__name__}: {exc}",
         traceback=traceback.format_exc(limit=20),
+        **({REPLACES: held.replacing} if held.replacing else {}),
     )
 
 

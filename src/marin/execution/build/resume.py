@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from marin.execution.build.remote_fence import fence_cleared, fence_previous
+from marin.execution.digest.code import mixed_digest
 from marin.execution.pipeline.provenance import now_iso
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.resume import ResumeVerdict, judge
@@ -182,10 +183,11 @@ def start_attempt(
     """For a resumable step (else None): resume or clear, then write this attempt's record.
 
     Called holding the lease, before the output path is cleared: the caller clears it unless
-    the returned attempt ``resumed``. ``recipe`` is the build's, with the input builds it read
-    (without one, the step's static recipe: input builds are then not compared). Raises
-    ``CodeDriftError`` under ``on_code_drift="error"`` for a partial output of other code
-    (nothing is written then).
+    the returned attempt ``resumed``; a resumed attempt's ``code`` is the mix of the code that
+    made the partial output and the recipe's (``mixed_digest``). ``recipe`` is the build's,
+    with the input builds it read (without one, the step's static recipe: input builds are
+    then not compared). Raises ``CodeDriftError`` under ``on_code_drift="error"`` for a
+    partial output of other code (nothing is written then).
     """
     if not spec.resumable:
         return None
@@ -196,10 +198,14 @@ def start_attempt(
     resumed = verdict is not None and verdict.resume
     if not resumed:
         remove_checkpoints(location, spec)
+    code = recipe.code
+    if resumed and verdict is not None and verdict.previous is not None:
+        # Resumed across a code change (under warn): what it makes is made by both codes.
+        code = mixed_digest(verdict.previous.code, code)
     attempt = Attempt(
         number=verdict.next_number if verdict is not None else 1,
         fingerprint=recipe.fingerprint,
-        code=recipe.code,
+        code=code,
         started_at=now_iso(),
         holder=lease.holder,
         resumed=resumed,

@@ -33,6 +33,7 @@ import ast
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import re
 import sys
 import threading
@@ -162,6 +163,20 @@ class CodeDigest:
 
 def unknown_digest(reason: str) -> CodeDigest:
     return CodeDigest(None, (), reason)
+
+
+def mixed_digest(before: CodeDigest, now: CodeDigest) -> CodeDigest:
+    """The code of an output made partly by ``before`` and partly by ``now`` (a partial output
+    resumed across a code change): ``now`` when they are one code; else a digest that is
+    neither (it shows as code drift against any code, never as unchanged), with ``before``'s
+    parts so that drift names what changed since; unknown when either is."""
+    if before.digest == now.digest and before.scheme == now.scheme:
+        return now
+    if before.digest is None or now.digest is None or before.scheme != now.scheme:
+        why = before.unknown or now.unknown or "digests of two schemes"
+        return unknown_digest(f"made partly by code that cannot be compared ({why})")
+    mixed = hashlib.sha256(f"mixed:{before.digest}:{now.digest}".encode()).hexdigest()
+    return CodeDigest(mixed, before.parts, None, now.scheme)
 
 
 def _text(value: Any, what: str, optional: bool = False) -> Any:

@@ -72,7 +72,13 @@ from marin.execution.store.identity import (
     judge_claim,
 )
 from marin.execution.store.identity import Upstream as Upstream  # defined with the identity rule
-from marin.execution.store.records import FAILED, RUNNING, ArtifactRecord, ForeignRecord
+from marin.execution.store.records import (
+    FAILED,
+    RUNNING,
+    ArtifactRecord,
+    ForeignRecord,
+    replaced_build,
+)
 from marin.execution.vocabulary import Action, StoredStatus
 
 ACTIONS = tuple(Action)
@@ -92,6 +98,15 @@ class Stored:
     """A record of another step where this step's record belongs (``record`` is None then)."""
     attempt: Attempt | None = None
     """A resumable step's last attempt (``attempt.json``), read only when it has no record."""
+
+    @property
+    def replaced(self) -> str:
+        """Without a record: the build an unfinished rebuild deleted (``replaced_build``)."""
+        return "" if self.record is not None else replaced_build(self.status)
+
+    def as_upstream(self, step_id: str, rebuilt: bool = False) -> Upstream:
+        """The step as a dependent's input: its record, or the build a rebuild deleted."""
+        return Upstream(step_id, self.record, rebuilt, replaced=self.replaced)
 
 
 NOTHING_STORED = Stored()
@@ -134,6 +149,10 @@ class Decision:
     recipe: Recipe | None = None
     """The static part of the recipe a build of the step makes (``store/identity.py``),
     computed once by the plan; a build completes it with the input builds it reads."""
+
+    def as_upstream(self, rebuilt: bool = False) -> Upstream:
+        """The step as a dependent's input, as the plan read it (``Stored.as_upstream``)."""
+        return Stored(self.record, self.stored_status).as_upstream(self.spec.step_id, rebuilt)
 
     def raise_if_refused(self) -> None:
         if self.refusal is not None:
@@ -409,7 +428,7 @@ class Plan:
         """The recipe the plan expects a build of ``spec`` to make: its input builds are the
         records the plan read, an input the plan builds being a new build."""
         upstream = [
-            Upstream(d.step_id, self.of(d).record, self.of(d).action == Action.BUILD)
+            self.of(d).as_upstream(self.of(d).action == Action.BUILD)
             for d in dict.fromkeys(spec.deps)
         ]
         static = self.of(spec).recipe or Recipe.of(spec)
@@ -425,7 +444,7 @@ class Plan:
             if record is not None:
                 ups[dep.step_id] = Upstream(dep.step_id, record, rebuilt=True, committed=True)
             else:
-                ups[dep.step_id] = Upstream(dep.step_id, self.decisions[dep.output_path].record)
+                ups[dep.step_id] = self.decisions[dep.output_path].as_upstream()
         return list(ups.values())
 
 
@@ -489,10 +508,7 @@ class _FixedPoint:
         """Each step's static recipe, once (``store/identity.py``)."""
         # Upstream views are frozen, so one per (dependency, rebuilt) serves every dependent.
         self.as_upstream = {
-            p: (
-                Upstream(s.step_id, self.own[p].record),
-                Upstream(s.step_id, self.own[p].record, True),
-            )
+            p: (self.own[p].as_upstream(s.step_id), self.own[p].as_upstream(s.step_id, True))
             for p, s in self.by_path.items()
         }
         self.last: dict[str, Decision] = {}

@@ -52,6 +52,9 @@ class Upstream:
     committed: bool = False
     """Rebuilt and committed already: ``record`` is the new build, so a dependent can compare
     its output with the one it consumed (early cutoff) instead of assuming it changed."""
+    replaced: str = ""
+    """Without a record: the build an unfinished rebuild deleted (its status names it; "":
+    none). What read that build is stale: the step is being replaced, not merely missing."""
 
 
 class _Spec(Protocol):
@@ -242,8 +245,10 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
 
     An input of the recipe rebuilt in this run and not committed yet is a new build no claim
     can have read (stale, pending its output); a missing input (not built, not rebuilt) leaves
-    the claim valid (an intermediate that is pruned); an input whose build the claim did not
-    record is unknown, unless it is rebuilt (then it changed, as planned).
+    the claim valid (an intermediate that is pruned), unless a rebuild of it deleted its record
+    and did not finish (``replaced``: the build the claim read is gone, replaced by one to
+    come: stale); an input whose build the claim did not record is unknown, unless it is
+    rebuilt (then it changed, as planned).
     """
     if recipe.inputs is None:
         return NO_LINEAGE
@@ -257,9 +262,11 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
             if dep.step_id not in recipe.repaired:
                 pending.append(dep.step_id)
             continue
-        if dep.record is None:
-            continue
         consumed = claimed.inputs.get(dep.step_id)
+        if dep.record is None:
+            if dep.replaced and consumed is not None:
+                stale.append(f"upstream {dep.step_id} was being rebuilt and did not finish")
+            continue
         if consumed is None:
             if dep.rebuilt:
                 stale.append(f"upstream {dep.step_id} is rebuilt in this run")
