@@ -53,36 +53,44 @@ PINNED: dict[str, Pinned] = {
         "gc-deleted-served",
         History(chain(1, s0={"user_scope": True}), (Run(WARN), Gc(ALICE, False))),
         "9",
+        "trust finding 1: marin gc deletes users/alice/... which alice's plan serves",
     ),
     "gc-as-bob-deletes-alices-builds": Pinned(
         "gc-touched-other-user",
         History(chain(1, s0={"user_scope": True}), (Run(WARN), Gc(BOB, False))),
         "76",
+        "trust finding 1: marin gc as bob deletes users/alice/",
     ),
     "a-planted-job-json-kills-a-decoy": Pinned(
         "planted:process-killed",
         History(chain(1, s0={"remote": True}), (Plant("decoy", 68), Run(WARN))),
         "53",
+        "trust finding 2: a planted job.json + pid.json makes marin run SIGKILL a process",
     ),
     "a-planted-job-with-the-fingerprint-is-waited-for": Pinned(
         "planted:run-hung",
         History(chain(1, s0={"remote": True}), (Plant("decoy-fp", 0), Run(WARN))),
         "arranged from the table (a decoy-fp plant is rare in the seeds)",
+        "trust finding 2: a run reattaches to a planted job naming a decoy and waits for it",
     ),
     "a-planted-result-pkl-runs-code": Pinned(
         "planted:code-ran",
         History(chain(1, s0={"remote": True}), (Plant("result", 0), Run(WARN))),
         "210, 238, 320, ... (seeds 200:600)",
+        "trust finding 3: a planted result.pkl is unpickled in the driver",
     ),
     "a-planted-result-is-committed": Pinned(
         "planted:result-committed",
         History(chain(1, s0={"remote": True}), (Plant("result", 0), Run(WARN))),
         "210, 238, 320, ... (seeds 200:600)",
+        "trust finding 3: a planted result is committed as the step's result",
     ),
     "a-job-json-without-workdir-deletes-outside-the-prefix": Pinned(
         "outside-prefix-touched",
         History(chain(2, s1={"remote": True}), (Plant("no-workdir", 62), Run(WARN))),
         "210 (seeds 200:600)",
+        "trust finding 3: a job.json without workdir is followed to $MARIN_LOCAL_JOBS and "
+        "that folder is deleted",
     ),
     "a-resume-of-checkpoints-from-a-replaced-input": Pinned(
         "wrong-artifact:resumed",
@@ -95,6 +103,7 @@ PINNED: dict[str, Pinned] = {
             ),
         ),
         "145",
+        "trust finding 5: a resumable step resumes checkpoints made from a replaced input",
     ),
     "a-finished-job-of-replaced-inputs-is-collected": Pinned(
         "wrong-artifact:remote-job",
@@ -107,6 +116,7 @@ PINNED: dict[str, Pinned] = {
             ),
         ),
         "108",
+        "trust finding 6: a re-run collects a finished job that read a replaced input",
     ),
     "a-running-job-of-old-code-is-reattached": Pinned(
         "wrong-artifact:remote-job",
@@ -119,16 +129,20 @@ PINNED: dict[str, Pinned] = {
             ),
         ),
         "arranged from the table: seed 108's operations on the job's own code",
+        "trust finding 6: a run reattaches to a job of old code and commits its output",
     ),
     "a-torn-job-json-fails-the-run": Pinned(
         "run-failed:torn-job",
         History(chain(1, s0={"remote": True}), (Plant("torn-job", 70), Run(WARN))),
         "4",
+        "trust finding 7: a torn job.json fails the step ('delete it by hand')",
     ),
     "a-stream-serves-one-config-for-another": Pinned(
         "wrong-artifact:stream",
         History(chain(1), (Stream(0, ((2, False),), WARN),)),
         "51",
+        "trust finding 8: a stream yielding two configs of one name@version serves the first "
+        "for the second",
     ),
     "a-user-scope-run-fails-on-a-shared-upstream": Pinned(
         "run-failed:user-scope-shared",
@@ -141,6 +155,7 @@ PINNED: dict[str, Pinned] = {
             ),
         ),
         "79",
+        "trust finding 15: a --scope user run fails when a shared upstream must be rebuilt",
     ),
     "a-killed-rebuild-makes-its-stale-readers-current": Pinned(
         "wrong-artifact:below-unfinished-rebuild",
@@ -153,6 +168,8 @@ PINNED: dict[str, Pinned] = {
         "crash",
         History(chain(2, s1={"user_scope": True}), (Stream(1, ((0, False),), WARN),)),
         "19",
+        "new finding: StepRunner.run over a stream whose steps include a user-scope one "
+        "raises KeyError (served_targets_gone looks up the unplaced path)",
     ),
     "a-stream-below-a-user-scope-step-is-checked-where-it-is-placed": Pinned(
         "wrong-artifact:stream",
