@@ -144,7 +144,8 @@ def test_two_users_racing_on_one_bucket_never_touch_each_other_or_shared(
 
 def test_a_user_scope_never_rebuilds_the_shared_build_it_reads(tmp_path, monkeypatch) -> None:
     """Placed on the shared build, which then vanished: build_step refuses to write there."""
-    from marin.execution.build.commit import build_step
+    from marin.execution.builder.commit import build_step
+    from marin.execution.builder.request import BuildRequest
     from marin.execution.plan.scope import resolve_scopes
 
     monkeypatch.setenv("MARIN_USER", "alice")
@@ -155,7 +156,7 @@ def test_a_user_scope_never_rebuilds_the_shared_build_it_reads(tmp_path, monkeyp
     assert placed.output_path == "scope/base/v1" and placed.user_home == ""
     (tmp_path / "p" / "scope" / "base" / "v1.marin" / "record.json").unlink()
     with pytest.raises(InvalidStepError, match="never writes a shared artifact"):
-        build_step(placed, location)
+        build_step(BuildRequest(placed, location))
     assert read_record(location, "scope/base/v1") is None
 
 
@@ -235,15 +236,16 @@ def test_a_user_name_colliding_with_marins_names_is_refused(user, tmp_path, caps
 
 
 def test_a_runner_in_user_scope_places_the_specs_it_is_given(tmp_path, monkeypatch) -> None:
-    """``StepRunner.scope = "user"`` with specs nobody placed: the run builds (and reports)
+    """``RunOptions(scope="user")`` with specs nobody placed: the run builds (and reports)
     the placed steps; it once looked the unplaced paths up in the placed plan (KeyError)."""
+    from marin.execution.plan.options import RunOptions
     from marin.execution.step_runner import StepRunner
 
     monkeypatch.setenv("MARIN_USER", "alice")
-    runner = StepRunner(prefix=str(tmp_path))
-    runner.scope = "user"
+    runner = StepRunner(RunOptions(scope="user"), prefix=str(tmp_path))
     report = runner.run([lower(scope_pipeline.base)])
     assert list(report.outcomes) == ["users/alice/scope/base/v1"]
+    assert [t.output_path for t in report.targets] == ["users/alice/scope/base/v1"]
 
 
 _DRIFTING = """

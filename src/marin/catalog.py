@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.build.lineage.names import artifact_names, prefect_asset_key
+from marin.execution.builder.lineage.names import artifact_names, prefect_asset_key
 from marin.execution.errors import MarinError
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.store.location import Location, open_prefix

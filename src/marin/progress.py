@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from marin.execution.build.step_logs import (
+from marin.execution.builder.step_logs import (
     StepLabelFilter,
     real_stream,
     set_echo,
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.live import Live
 
-    from marin.execution.build.commit import BuildOutcome
+    from marin.execution.builder.commit import BuildOutcome
     from marin.execution.step_runner import RunReport
     from marin.execution.step_spec import StepSpec
     from marin.execution.store.location import Location

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from marin.execution.errors import InvalidStepError
 from marin.execution.names import validate_name, validate_version
-from marin.execution.pipeline.remote.view import job_note
+from marin.execution.remote.view import job_note
 from marin.execution.store.lease import LeaseInfo, break_lease, read_lease
 from marin.execution.store.location import Location
 from marin.execution.store.records import FAILED, lease_path, read_record, write_status

@@ -242,7 +242,7 @@ def test_an_orphaned_job_is_listed_and_cancelled_on_request(tmp_path: Path) -> N
 
 
 def _orphan_is_listed_then_cancelled(prefix: Path, env: dict[str, str], job_pid: int) -> None:
-    from marin.execution.pipeline.remote.local_job import start_time
+    from marin.execution.remote.local_job import start_time
 
     assert start_time(job_pid) is not None  # the job outlived its driver
     bumped = {**env, "MARIN_TEST_GC_TRAIN": "v2"}

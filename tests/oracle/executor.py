@@ -592,7 +592,7 @@ class Executor:
     def _decoy(self, folder: str) -> int:
         import json
 
-        from marin.execution.pipeline.remote.local_job import start_time
+        from marin.execution.remote.local_job import start_time
 
         proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
         self.world.decoys.append(proc)
@@ -703,7 +703,7 @@ class Executor:
 
 def run_history(history: Any, runner: Any = None) -> tuple[Outcome, Executor]:
     """Execute ``history`` in a fresh sandbox; the outcome, and the executor (for scripts)."""
-    from marin.execution.pipeline.remote import poller
+    from marin.execution.remote import poller
 
     world = World(history.model)
     ex = Executor(world, runner)

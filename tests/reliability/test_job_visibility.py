@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from marin.execution.pipeline.remote.procs import start_time
+from marin.execution.remote.procs import start_time
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
 from tests.reliability.conftest import REPO

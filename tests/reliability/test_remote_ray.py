@@ -19,11 +19,11 @@ import pytest
 
 from marin.execution.ids import new_id
 from marin.execution.lazy import lower
-from marin.execution.pipeline.remote.job_record import read_job
-from marin.execution.pipeline.remote.protocol import job_owner
-from marin.execution.pipeline.remote.ray import outcome_line
+from marin.execution.remote.protocol import job_owner
+from marin.execution.remote.ray import outcome_line
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
+from marin.execution.store.step_folder import read_job
 from tests.reliability import remote_pipelines
 from tests.reliability.pipelines import wait_for_file
 from tests.reliability.test_remote import (
@@ -99,8 +99,8 @@ def test_ray_backend_cancel_stops_the_job(
     controls: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What a lost lease calls: Ray's stop_job ends a running job (status ``stopped``)."""
-    from marin.execution.pipeline.remote.protocol import JobSpec
-    from marin.execution.pipeline.remote.ray import RayBackend
+    from marin.execution.remote.protocol import JobSpec
+    from marin.execution.remote.ray import RayBackend
     from marin.execution.vocabulary import JobState
 
     monkeypatch.setenv("RAY_ADDRESS", controls["RAY_ADDRESS"])

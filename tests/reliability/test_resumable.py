@@ -233,12 +233,13 @@ def test_plan_says_resume_or_error_on_code_drift(tmp_path: Path) -> None:
     from dataclasses import replace
 
     from marin.execution.digest.code import CodeDigest
+    from marin.execution.plan.options import RunOptions
     from marin.execution.plan.read import read_stored_step
-    from marin.execution.plan.resume import Attempt, attempt_path
     from marin.execution.run.runner import StepRunner
+    from marin.execution.store.step_folder import Attempt, attempt_path
 
     def plan(handle: Any, prefix: str, on_code_drift: str = "warn") -> Any:
-        return StepRunner(prefix=prefix, on_code_drift=on_code_drift).plan(lower(handle))[0]
+        return StepRunner(RunOptions(on_code_drift=on_code_drift), prefix=prefix).plan(lower(handle))[0]
 
     prefix = str(tmp_path / "prefix")
     handle = resumable_pipeline.counting_step("ckpt")
@@ -280,7 +281,7 @@ def test_options_are_checked_once() -> None:
 def test_a_takeover_of_a_thread_of_this_process_is_not_resumed(tmp_path: Path) -> None:
     """An in-thread ``fn`` cannot be stopped: while it runs here, an attempt that took its
     lease over clears instead of resuming what that thread may still write."""
-    from marin.execution.build.resume import TAKEN_OVER_IN_THREAD, running_here, start_attempt
+    from marin.execution.builder.attempt import TAKEN_OVER_IN_THREAD, running_here, start_attempt
     from marin.execution.store.lease import Lease
     from marin.execution.vocabulary import Leftover
 

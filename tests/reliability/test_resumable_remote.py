@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from marin.execution.build.remote_fence import fence_previous
-from marin.execution.build.resume import start_attempt
+from marin.execution.builder.attempt import start_attempt
 from marin.execution.digest.code import code_digest
 from marin.execution.errors import RemoteJobError
 from marin.execution.ids import new_id
@@ -22,20 +21,22 @@ from marin.execution.lazy import lower
 from marin.execution.pipeline.context import StepContext
 from marin.execution.pipeline.isolation import call_payload
 from marin.execution.pipeline.provenance import now_iso
-from marin.execution.pipeline.remote import fence
-from marin.execution.pipeline.remote.fence import JobCheck, UnseenJobError, stop_job
-from marin.execution.pipeline.remote.job_record import (
-    JobRecord,
-    create_job,
-    delete_job,
-    read_job,
-)
-from marin.execution.pipeline.remote.local import LocalBackend
-from marin.execution.pipeline.remote.protocol import JobHandle, JobSpec, job_owner
-from marin.execution.plan.resume import Attempt, attempt_path, read_attempt_record
+from marin.execution.remote import fence
+from marin.execution.remote.fence import JobCheck, UnseenJobError, fence_previous, stop_job
+from marin.execution.remote.local import LocalBackend
+from marin.execution.remote.protocol import JobHandle, JobSpec, job_owner
 from marin.execution.store.lease import Lease
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
+from marin.execution.store.step_folder import (
+    Attempt,
+    JobRecord,
+    attempt_path,
+    create_job,
+    delete_job,
+    read_attempt_record,
+    read_job,
+)
 from marin.execution.vocabulary import JobState, Leftover
 from tests.reliability.conftest import child_env
 from tests.reliability.pipelines import wait_for_file

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from marin.execution.lazy import OUT, apply, run
-from marin.execution.pipeline.handles import lower_graph
+from marin.execution.pipeline.lower import lower_graph
 from marin.execution.plan.options import RunOptions
 from marin.execution.plan.read import plan_run
 from marin.execution.run.runner import StepRunner

@@ -27,7 +27,7 @@ Target = Any
 
 def _graph(targets: Sequence[Target], versions: VersionCodex | None) -> Graph:
     """The targets' graph, lowered as ``marin plan`` lowers it (with the run's codex)."""
-    from marin.execution.pipeline.handles import lower_graph
+    from marin.execution.pipeline.lower import lower_graph
     from marin.execution.pipeline.targets import load_target
 
     handles: list[Any] = []

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from marin.execution.errors import MarinError
+from marin.run_flags import usage_checked
 
 PROGRESS_MIN_STEPS = 20
 """A real run deleting at least this many steps shows a progress bar (on a terminal)."""
@@ -42,10 +42,7 @@ def _keep_versions(text: str) -> int:
 def _age(text: str) -> str:
     from marin.gc.collect import parse_age
 
-    try:
-        parse_age(text)
-    except MarinError as exc:
-        raise argparse.ArgumentTypeError(f"{exc.what}: {exc.fix}") from None
+    usage_checked(parse_age, text)
     return text
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from marin.execution.errors import one_line
-from marin.execution.pipeline.remote.fence import UnseenJobError, is_this_steps
-from marin.execution.pipeline.remote.job_record import JOB_ID, JobRecord, load_job
-from marin.execution.pipeline.remote.protocol import JobHandle, RemoteBackend
-from marin.execution.pipeline.remote.registry import get_backend
+from marin.execution.remote.fence import UnseenJobError, is_this_steps
+from marin.execution.remote.protocol import JobHandle, RemoteBackend
+from marin.execution.remote.registry import get_backend
 from marin.execution.store.location import Location
+from marin.execution.store.step_folder import JOB_ID, JobRecord, load_job
 from marin.execution.vocabulary import JobState
 from marin.gc.walk import Slot
 

@@ -4,7 +4,9 @@ OUT``.
 ``IN`` holds two pickles: first plain data (the parent's ``sys.path`` and the files of modules
 a fresh interpreter may not find by name), then the call (``fn`` by reference, its arguments
 and the step's run-time context, bound for ``current_context()``); a remote job's, a third:
-the caller's context variables (``remote/context_vars.py``). ``IN`` is written by the process
+what to do before ``fn`` runs (``before_fn``: functions of ``execution/remote/``, called with
+the call's target: set the caller's context variables, check the job runs the code it was
+submitted for). ``IN`` is written by the process
 that starts this one, in a folder only its user can write; it is opened without following a
 link, and unpickled only if it is a regular file of this user that no one else can write
 (``_open_payload``). The child makes ``fn``'s module
@@ -76,7 +78,7 @@ def _prepare(meta: dict[str, Any]) -> None:
 
 
 def _extra(f: Any) -> dict[str, Any]:
-    """The optional third pickle (a remote job's context variables), or nothing."""
+    """The optional third pickle (a remote job's ``before_fn``), or nothing."""
     try:
         extra = pickle.load(f)
     except EOFError:
@@ -116,14 +118,8 @@ def _run(call_path: str) -> dict[str, Any]:
             _prepare(pickle.load(f))
             call = pickle.load(f)
             extra = _extra(f)
-        if extra.get("context_vars"):  # a remote job: the caller's context variables
-            from marin.execution.pipeline.remote.context_vars import restore
-
-            restore(extra["context_vars"])
-        if extra.get("expect_code"):  # a remote job runs the code it was submitted for
-            from marin.execution.pipeline.remote.code_check import check_code
-
-            check_code(call["target"], extra["expect_code"])
+        for before in extra.get("before_fn", ()):  # a remote job's own set-up and checks
+            before(call["target"])
         context = call.get("context")
         if context is None:
             result = call["target"](*call["args"], **call["kwargs"])

@@ -58,7 +58,7 @@ from marin.execution.heap import frozen_heap
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.options import Policy as Policy  # declared with RunOptions; re-exported
 from marin.execution.plan.options import resolve_force as resolve_force
-from marin.execution.plan.resume import Attempt, ResumeVerdict, judge
+from marin.execution.plan.resume_verdict import ResumeVerdict, judge
 from marin.execution.store.identity import LINEAGE_NONE as LINEAGE_NONE
 from marin.execution.store.identity import LINEAGE_OK as LINEAGE_OK
 from marin.execution.store.identity import LINEAGE_STALE as LINEAGE_STALE
@@ -79,6 +79,7 @@ from marin.execution.store.records import (
     ForeignRecord,
     replaced_build,
 )
+from marin.execution.store.step_folder import Attempt
 from marin.execution.vocabulary import Action, StoredStatus
 
 ACTIONS = tuple(Action)

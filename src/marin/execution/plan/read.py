@@ -16,7 +16,6 @@ from marin.execution.pipeline.graph import Graph
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import NOTHING_STORED, Plan, Stored, plan_graph
 from marin.execution.plan.options import RunOptions, check_prefix_fits
-from marin.execution.plan.resume import read_attempt_record
 from marin.execution.store.location import Location
 from marin.execution.store.records import (
     ArtifactRecord,
@@ -26,6 +25,7 @@ from marin.execution.store.records import (
     record_path,
     status_path,
 )
+from marin.execution.store.step_folder import read_attempt_record
 
 IO_PARALLELISM = 64
 SERIAL_MAX_S = 200e-6

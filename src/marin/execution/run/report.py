@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.execution.build.commit import BuildOutcome
+from marin.execution.builder.commit import BuildOutcome
 from marin.execution.errors import PipelineFailedError, StepFailedError, list_names, step_failed
 from marin.execution.pipeline.artifact import Artifact
 from marin.execution.pipeline.step_spec import StepSpec
@@ -77,6 +77,8 @@ class RunReport:
 
     location: Location
     plan: Plan | None = None
+    targets: list[StepSpec] = field(default_factory=list)
+    """The steps the run was asked for, in order, placed where the run wrote them."""
     outcomes: dict[str, BuildOutcome] = field(default_factory=dict)
     """The steps built (or found built by another runner) in this run."""
     failures: dict[str, BaseException] = field(default_factory=dict)

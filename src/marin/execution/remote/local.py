@@ -33,9 +33,9 @@ from typing import BinaryIO
 
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.errors import RemoteJobError
-from marin.execution.pipeline.remote.job_record import JOB_ID
-from marin.execution.pipeline.remote.procs import runs_in
-from marin.execution.pipeline.remote.protocol import JobHandle, JobSpec, JobStatus
+from marin.execution.remote.procs import runs_in
+from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus
+from marin.execution.store.step_folder import JOB_ID
 from marin.execution.vocabulary import JobState
 
 JOBS_ENV = "MARIN_LOCAL_JOBS"
@@ -45,7 +45,7 @@ LOG_TAIL_BYTES = 256 * 1024
 CALL, OWNER, RESULT, LOG, PID, CANCELLED = (
     "call.pkl", "owner.json", "result.json", "log.txt", "pid.json", "cancelled"
 )  # fmt: skip
-_LAUNCHER = "marin.execution.pipeline.remote.local_job"
+_LAUNCHER = "marin.execution.remote.local_job"
 
 _checked: set[str] = set()
 _checked_lock = threading.Lock()

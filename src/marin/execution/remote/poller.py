@@ -1,6 +1,8 @@
 """One thread watches every remote job of this process: a thousand waiting jobs cost one thread
 of polling. A build waits for its job either on an event (``wait``: Prefect's task, a direct
-``build_step``) or on no thread at all (``watch``: the job's end calls back; the local runner).
+``build_step``) or on no thread at all (``watch``: the job's end calls back; the run loop).
+``_poll`` is the one place each running job is looked at: what follows a job while it runs
+(its log, a gang's ranks) hooks in there.
 
 Each job is polled with its own bounded backoff (``FIRST_DELAY_S`` doubling to ``MAX_DELAY_S``),
 and the build's lost-lease event is checked at every poll, so a displaced holder cancels its job
@@ -18,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from marin.execution.pipeline.remote.protocol import JobHandle, JobStatus, RemoteBackend
+from marin.execution.remote.protocol import JobHandle, JobStatus, RemoteBackend
 from marin.execution.vocabulary import JobState
 
 log = logging.getLogger("marin")
@@ -40,6 +42,8 @@ class Watch:
     delay: float = FIRST_DELAY_S
     on_end: Callable[[], None] | None = None
     """Called once, on the poller's thread, when ``done`` is set; it must not block."""
+    dropped: bool = False
+    """Nobody waits any more (the build was given up): the next look forgets the job."""
 
 
 class Poller:
@@ -83,6 +87,8 @@ class Poller:
     @staticmethod
     def _poll(watch: Watch) -> bool:
         """One look; whether the watch is over."""
+        if watch.dropped:
+            return True
         if watch.lost.is_set():
             watch.lease_lost = True
         else:

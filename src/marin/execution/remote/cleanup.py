@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from marin.execution.pipeline.remote.job_record import JOB_ID, JobRecord, delete_job, load_job
-from marin.execution.pipeline.remote.registry import get_backend
+from marin.execution.remote.registry import get_backend
 from marin.execution.store.location import Location
+from marin.execution.store.step_folder import JOB_ID, JobRecord, delete_job, load_job
 
 log = logging.getLogger("marin")
 

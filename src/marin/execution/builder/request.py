@@ -1,20 +1,22 @@
 """``BuildRequest``: everything one ``build_step`` call needs, as one value.
 
 A run loop makes one per attempt (its ``StepJob`` carries it to the executor); an engine's task
-(the Airflow step task, a Dask worker) makes its own. An executor that builds elsewhere reads
-its fields and sends what can travel (not ``abandon`` nor the open ``location``).
+(the Airflow step task, a Dask worker) makes its own; so does a direct caller
+(``build_step(BuildRequest(spec, location))``). An executor that builds elsewhere reads its
+fields and sends what can travel (not ``abandon`` nor the open ``location``).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Upstream
 from marin.execution.plan.options import Policy
 from marin.execution.store.location import Location
+from marin.execution.vocabulary import Wait
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,8 @@ class BuildRequest:
     spec: StepSpec
     location: Location
     """The prefix, opened and checked once by the run."""
-    policy: Policy
+    policy: Policy = field(default_factory=Policy)
+    """The run's policy (``RunOptions.policy``); the default serves what is built."""
     region: str | None = None
     decision: Decision | None = None
     """The plan's decision; None: decided here first, from storage (a vanished served step)."""
@@ -36,8 +39,9 @@ class BuildRequest:
     abandon: threading.Event | None = None
     """Once set (a second Ctrl-C in library mode), a build whose ``fn`` still runs never
     commits."""
-    defer_if_held: bool = False
-    """Raise ``Deferred`` at once when another runner's live lease holds the step."""
+    wait: Wait = Wait.BLOCK
+    """Wait here for another runner's lease and for the step's remote job (``BLOCK``), or
+    return ``Pending`` for both (``RETURN``: the run loop) or for a job only (``RETURN_JOB``)."""
     lease_ttl: float | None = None
     """Read once per run (``$MARIN_LEASE_TTL``); None: ``build_step`` reads it."""
     working_dir: str | None = None

@@ -4,10 +4,10 @@
 ``resumable`` (its debris is cleared as before):
 
 - ``start_attempt``, by the lease holder before ``fn`` runs: judges the earlier attempt
-  (``plan.resume.judge``: the one identity rule, against the recipe this build makes with the
-  input builds it read; code drift by ``on_code_drift``), clears the checkpoint folder when it
-  is not resumed (``build_step`` clears the output path then), and writes this attempt's
-  ``attempt.json``, naming that recipe;
+  (``plan.resume_verdict.judge``: the one identity rule, against the recipe this build makes
+  with the input builds it read; code drift by ``on_code_drift``), clears the checkpoint
+  folder when it is not resumed (``build_step`` clears the output path then), and writes this
+  attempt's ``attempt.json``, naming that recipe;
 - ``checkpoint_url`` and ``LeaseCheck``: the context's ``checkpoint_path`` and
   ``still_holds_lease()``;
 - ``finish_attempt``, after the record is written and before the lease is released: removes
@@ -27,11 +27,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from marin.execution.build.remote_fence import fence_cleared, fence_previous
 from marin.execution.digest.code import mixed_digest
 from marin.execution.pipeline.provenance import now_iso
 from marin.execution.pipeline.step_spec import StepSpec
-from marin.execution.plan.resume import ResumeVerdict, judge
+from marin.execution.plan.resume_verdict import ResumeVerdict, judge
+from marin.execution.remote.fence import fence_cleared, fence_previous
 from marin.execution.store.identity import Recipe
 from marin.execution.store.lease import Heartbeat, Lease
 from marin.execution.store.location import Location, with_retries
@@ -102,7 +102,7 @@ _in_thread: dict[tuple[str, str], int] = {}
 @contextlib.contextmanager
 def running_here(location: Location, spec: StepSpec) -> Iterator[None]:
     """While a resumable step's in-thread ``fn`` runs; an isolated one is killed instead, and a
-    remote one's job cancelled (``remote_fence``)."""
+    remote one's job cancelled (``remote/fence.py``)."""
     if not spec.resumable or spec.isolate or spec.remote is not None:
         yield
         return

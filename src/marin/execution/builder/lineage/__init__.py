@@ -32,9 +32,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from marin.execution.build.lineage.model import BuildEvent, PipelineEvent, PipelineRun, StepDataset
-from marin.execution.build.lineage.sender import LineageSender, flush, use_sender
-from marin.execution.build.lineage.sender import sender as _sender
+from marin.execution.builder.lineage.model import (
+    BuildEvent,
+    PipelineEvent,
+    PipelineRun,
+    StepDataset,
+)
+from marin.execution.builder.lineage.sender import LineageSender, flush, use_sender
+from marin.execution.builder.lineage.sender import sender as _sender
 from marin.execution.pipeline.provenance import now_iso
 
 if TYPE_CHECKING:
@@ -136,7 +141,7 @@ def build_started(
     """Queue the START of a build; None (and no cost) when lineage is off."""
     if not lineage_enabled():
         return None
-    from marin.execution.build.lineage.names import step_datasets
+    from marin.execution.builder.lineage.names import step_datasets
 
     builds = {u.step_id: u.record.build_id for u in upstream if u.record is not None}
     named, out = step_datasets(location, spec)
@@ -170,26 +175,26 @@ def build_finished(
     run: LineageRun | None,
     error: BaseException | None = None,
     record: ArtifactRecord | None = None,
+    *,
+    abort: str | None = None,
 ) -> None:
     """Queue the end of a build: COMPLETE, or FAIL for an error, or ABORT for an interrupt, an
-    abandoned build or a lost lease (the result was discarded, not failed)."""
+    abandoned build or a lost lease (the result was discarded, not failed), or for ``abort``
+    (why a build was put off: an Airflow task deferred; its resumed build sends its own events)."""
     if run is None:
         return
     with _open_lock:
         if _open_runs.pop(run.started.build_id, None) is None:
             return  # already ended (abort_unfinished)
     from marin.execution.errors import AbandonedError, LeaseLostError
-    from marin.execution.pipeline.remote.call import JobWaiting
 
-    if error is None:
-        state = COMPLETE
-    elif isinstance(
-        error, KeyboardInterrupt | SystemExit | AbandonedError | LeaseLostError | JobWaiting
-    ):  # JobWaiting: an Airflow task deferred; its resumed build sends its own events
+    if abort is not None or isinstance(
+        error, KeyboardInterrupt | SystemExit | AbandonedError | LeaseLostError
+    ):
         state = ABORT
     else:
-        state = FAIL
-    message = None if error is None else f"{type(error).__name__}: {error}"[:2000]
+        state = COMPLETE if error is None else FAIL
+    message = abort if error is None else f"{type(error).__name__}: {error}"[:2000]
     extra: dict[str, Any] = {} if record is None else {"duration_s": record.duration_s}
     job = None if record is None else (record.provenance or {}).get("job")
     if isinstance(job, dict):  # a remote step's job (docs/remote.md)

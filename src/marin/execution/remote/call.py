@@ -1,7 +1,8 @@
-"""``spec.run`` for a remote step (``with_options(remote=...)``): ``fn`` runs as a job.
+"""Running a remote step's call as a job (``with_options(remote=...)``): the build's side.
 
-Called by ``build_step`` under the step's lease, inside ``remote_build`` (which names the
-location, the build and its lost-lease event). The call:
+A remote step's ``run`` returns a ``JobToRun`` (``pipeline/remote_option.py``); ``build_step``
+hands it to ``run_job`` under the step's lease, with the ``RemoteBuild`` it runs in (the
+location, the build and its lost-lease event, how it waits). ``run_job``:
 
 1. reads ``job.json``: a job there of this build's recipe (the one identity rule,
    ``store/identity.py``: placement, config, input builds, code) was submitted by an earlier
@@ -13,9 +14,9 @@ location, the build and its lost-lease event). The call:
 2. else writes ``job.json`` (a conditional create) *before* submitting, so a crash between the
    two leaves a record of a job that may not exist (``LOST``: a new one is submitted), never a
    job nobody knows of;
-3. waits on the process's one poller (``poller.py``), blocking its thread, or (under
-   ``park_waits``, the local runner) on none: ``JobParked`` (``wait.py``); a lost lease
-   cancels the job and raises;
+3. waits on the process's one poller (``poller.py``), blocking its thread (``Wait.BLOCK``), or
+   returns ``JobRunning`` (``wait.py``) for its caller to wait; a lost lease cancels the job
+   and raises;
 4. copies the job's log tail into the step's log, and returns ``fn``'s value (or raises its
    error, naming the job and its log tail; ``job.json`` is removed so a retry submits anew).
 The caller (``build_step``) commits the record, as for any step.
@@ -23,15 +24,13 @@ The caller (``build_step``) commits the record, as for any step.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import errno
 import functools
 import logging
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,19 +39,27 @@ from marin.execution.faults import crash_point
 from marin.execution.ids import new_id
 from marin.execution.pipeline.canonical import Canonical
 from marin.execution.pipeline.context import StepContext
-from marin.execution.pipeline.isolation import Outcome, _child_env, _function_of, call_payload
+from marin.execution.pipeline.isolation import Outcome, _child_env, call_payload
 from marin.execution.pipeline.provenance import now_iso
-from marin.execution.pipeline.remote.cleanup import forget_failed
-from marin.execution.pipeline.remote.code_check import expected_code
-from marin.execution.pipeline.remote.context_vars import payload as carried
-from marin.execution.pipeline.remote.fence import (
+from marin.execution.pipeline.remote_option import JobToRun, RemoteRun
+from marin.execution.remote.cleanup import forget_failed
+from marin.execution.remote.code_check import expected_code
+from marin.execution.remote.context_vars import payload as carried
+from marin.execution.remote.fence import (
     JobCheck,
     for_step,
     is_this_steps,
     refuse_unrecorded_writer,
     stop_job,
 )
-from marin.execution.pipeline.remote.job_record import (
+from marin.execution.remote.local import jobs_root_path
+from marin.execution.remote.poller import POLLER, Watch
+from marin.execution.remote.protocol import JobSpec, JobStatus, RemoteBackend, job_owner
+from marin.execution.remote.registry import get_backend
+from marin.execution.remote.wait import JobRunning
+from marin.execution.store.identity import Recipe, claim_of, judge_claim
+from marin.execution.store.location import Location, with_retries
+from marin.execution.store.step_folder import (
     JobRecord,
     UnreadableJob,
     create_job,
@@ -60,14 +67,7 @@ from marin.execution.pipeline.remote.job_record import (
     load_job,
     replace_job,
 )
-from marin.execution.pipeline.remote.local import jobs_root_path
-from marin.execution.pipeline.remote.poller import POLLER, Watch
-from marin.execution.pipeline.remote.protocol import JobHandle, JobSpec, RemoteBackend, job_owner
-from marin.execution.pipeline.remote.registry import get_backend
-from marin.execution.pipeline.remote.wait import JobParked, parking
-from marin.execution.store.identity import Recipe, claim_of, judge_claim
-from marin.execution.store.location import Location, with_retries
-from marin.execution.vocabulary import Claim, JobState, Mismatch
+from marin.execution.vocabulary import Claim, JobState, Mismatch, Wait
 
 log = logging.getLogger("marin")
 
@@ -77,7 +77,7 @@ _GONE = (JobState.STOPPED, JobState.LOST)
 
 @dataclass
 class RemoteBuild:
-    """The build a remote call runs in (set by ``build_step``)."""
+    """The build a remote call runs in (made by ``build_step``)."""
 
     location: Location
     output_path: str
@@ -88,67 +88,14 @@ class RemoteBuild:
     another recipe is never reattached or collected (``judge_claim``)."""
     on_code_drift: str = "warn"
     """The run's code drift policy: under ``warn`` a job of other code is reattached, noted."""
+    wait: Wait = Wait.BLOCK
+    """Wait for the job here (``BLOCK``), or return ``JobRunning`` while it runs."""
     resumed: bool = False
     """A resumable step's attempt resumes: a job's partial output is kept (``fence.py``)."""
     on_job: Callable[[JobRecord], None] | None = field(default=None)
     """Told each job this attempt submits or reattaches to (its ``attempt.json`` names it)."""
     job: JobRecord | None = field(default=None)
     """The job that ran ``fn``, once known: the record names it."""
-
-
-_current: contextvars.ContextVar[RemoteBuild | None] = contextvars.ContextVar(
-    "marin_remote_build", default=None
-)
-
-
-@contextlib.contextmanager
-def remote_build(
-    remote: str | None,
-    location: Location,
-    output_path: str,
-    build_id: str,
-    lost: threading.Event,
-    recipe: Recipe,
-    on_code_drift: str = "warn",
-    resumed: bool = False,
-    on_job: Callable[[JobRecord], None] | None = None,
-) -> Iterator[RemoteBuild | None]:
-    """While a remote step's ``fn`` call runs in ``build_step``: what ``RemoteCall`` needs
-    (``resumed``, ``on_job``: a resumable step's attempt, from ``build.remote_fence``)."""
-    if remote is None:
-        yield None
-        return
-    build = RemoteBuild(location, output_path, build_id, lost, recipe, on_code_drift, resumed,
-                        on_job)  # fmt: skip
-    reset = _current.set(build)
-    try:
-        yield build
-    finally:
-        _current.reset(reset)
-
-
-_defer: contextvars.ContextVar[bool] = contextvars.ContextVar("marin_remote_defer", default=False)
-
-
-class JobWaiting(Exception):
-    """Raised instead of waiting (under ``defer_waits``): the job runs; the engine waits for
-    it elsewhere (an Airflow trigger) and builds the step again, which collects it.
-    ``build_step`` writes no FAILED status for it."""
-
-    def __init__(self, step_id: str, job: JobRecord) -> None:
-        super().__init__(f"{step_id}: waiting for {job.backend} job {job.job_id}")
-        self.step_id = step_id
-        self.job = job
-
-
-@contextlib.contextmanager
-def defer_waits() -> Iterator[None]:
-    """Within: a remote call whose job is running raises ``JobWaiting`` instead of waiting."""
-    reset = _defer.set(True)
-    try:
-        yield
-    finally:
-        _defer.reset(reset)
 
 
 _running_lock = threading.Lock()
@@ -159,6 +106,15 @@ _running: dict[str, JobRecord] = {}
 def running_jobs() -> dict[str, JobRecord]:
     with _running_lock:
         return dict(_running)
+
+
+def _waits_for(step_id: str, job: JobRecord | None) -> None:
+    """Note (or, with None, forget) the job this process waits for on behalf of ``step_id``."""
+    with _running_lock:
+        if job is None:
+            _running.pop(step_id, None)
+        else:
+            _running[step_id] = job
 
 
 def warn_running_jobs() -> None:
@@ -207,98 +163,95 @@ def refuse_unreadable_job(
         refuse_unrecorded_writer(backend, location, output_path, recorded, step_id)
 
 
+def run_job(to_run: JobToRun, build: RemoteBuild) -> Any:
+    """Run a remote step's call as a job of ``build`` (see the module docstring): its value
+    (``Canonical``), or ``JobRunning`` while it runs when ``build.wait`` is not ``BLOCK``.
+
+    Raises:
+        RemoteJobError: the job failed (naming it and its log tail), or ``job.json`` cannot be
+            read, or another driver recorded a job for this build first.
+        LeaseLostError: the lease was lost while the job ran (the job is cancelled).
+        CodeDriftError: a recorded job of other code, under ``on_code_drift="error"``.
+    """
+    remote = to_run.remote
+    backend = get_backend(remote.backend, remote.step_id)
+    return _RemoteCall(remote, backend, build, to_run.ctx).start()
+
+
 @dataclass(frozen=True)
-class RemoteCall:
-    """``spec.run`` for a step with ``remote=backend``; see the module docstring."""
+class _RemoteCall:
+    """One remote call of one build: ``remote``'s call on ``backend``, with its context."""
 
-    run: Callable[[StepContext], Any]
-    step_id: str
-    backend: str
-    gpus: int = 0
-
-    @property
-    def fn(self) -> Callable[..., Any]:
-        return _function_of(self.run)
+    remote: RemoteRun
+    backend: RemoteBackend
+    build: RemoteBuild
+    ctx: StepContext
 
     @property
-    def wrapped_fn(self) -> Callable[..., Any]:
-        return _function_of(self.run)
+    def step_id(self) -> str:
+        return self.remote.step_id
 
-    def __call__(self, ctx: StepContext) -> Any:
-        build = _current.get()
-        if build is None:
-            raise RemoteJobError(
-                "a remote step's run was called outside build_step",
-                "run the step through marin run, StepRunner, Prefect or Airflow",
-                self.step_id,
-            )
-        backend = get_backend(self.backend, self.step_id)
-        job = self._attach_or_submit(backend, build, ctx)
-        if _defer.get() and backend.status(job.handle).state == JobState.RUNNING:
-            raise JobWaiting(self.step_id, job)
-        return self._await(backend, build, ctx, job)
+    def start(self) -> Any:
+        job, status = self._attach_or_submit()
+        return self._await(job, status)
 
-    def _await(
-        self, backend: RemoteBackend, build: RemoteBuild, ctx: StepContext, job: JobRecord
-    ) -> Any:
-        """Wait for the job on the poller: parked on no thread (``JobParked``, under
-        ``park_waits``), or blocking this one; then ``_ended``."""
-        watch = Watch(backend, job.handle, build.lost)
-        with _running_lock:
-            _running[self.step_id] = job
-        if parking():
-            ended = functools.partial(self._ended, backend, build, ctx, job)
-            raise JobParked(self.step_id, job, watch, ended)
+    def _await(self, job: JobRecord, status: JobStatus | None) -> Any:
+        """Wait for the job on the poller, blocking this thread, or (not ``BLOCK``) return
+        ``JobRunning``; then ``_ended``. A job found ended (``status``) is collected at once."""
+        watch = Watch(self.backend, job.handle, self.build.lost)
+        if status is not None and status.state != JobState.RUNNING:
+            watch.status = status
+            return self._ended(job, watch)
+        _waits_for(self.step_id, job)
+        if self.build.wait != Wait.BLOCK:
+            return JobRunning(self.step_id, job, watch, functools.partial(self._ended, job, watch),
+                              functools.partial(self._forget, watch))  # fmt: skip
         try:
             POLLER.wait(watch)
         except BaseException:
-            with _running_lock:
-                _running.pop(self.step_id, None)
+            _waits_for(self.step_id, None)
             raise
-        return self._ended(backend, build, ctx, job, watch)
+        return self._ended(job, watch)
 
-    def _ended(
-        self,
-        backend: RemoteBackend,
-        build: RemoteBuild,
-        ctx: StepContext,
-        job: JobRecord,
-        watch: Watch,
-    ) -> Any:
+    def _forget(self, watch: Watch) -> None:
+        watch.dropped = True
+        _waits_for(self.step_id, None)
+
+    def _ended(self, job: JobRecord, watch: Watch) -> Any:
         """The job ended (or the lease was lost): its value, or its error. A lost lease
         cancels the job (the displaced holder never commits, and its job must stop writing)."""
-        with _running_lock:
-            _running.pop(self.step_id, None)
+        _waits_for(self.step_id, None)
         if watch.lease_lost:
-            backend.cancel(job.handle)
+            self.backend.cancel(job.handle)
             raise LeaseLostError(
                 f"lost the lease while {job.backend} job {job.job_id} ran; the job was cancelled",
                 "nothing was committed by this runner; the new holder builds the step",
                 self.step_id,
             )
         gone = watch.status is not None and watch.status.state in _GONE
-        if gone and job.build_id != build.build_id:
+        if gone and job.build_id != self.build.build_id:
             # A reattached job stopped (its displaced holder cancelled it) or vanished: this
             # build submits its own, once; its own job ending so is a failure.
             log.info("resubmit %s: %s job %s is %s", self.step_id, job.backend, job.job_id,
                      watch.status.state if watch.status else "")  # fmt: skip
-            job = self._attach_or_submit(backend, build, ctx)
-            return self._await(backend, build, ctx, job)
-        return self._collect(backend, build, job, watch)
+            job, status = self._attach_or_submit()
+            return self._await(job, status)
+        return self._collect(job, watch)
 
-    def _attach_or_submit(
-        self, backend: RemoteBackend, build: RemoteBuild, ctx: StepContext
-    ) -> JobRecord:
-        found = self._recorded_job(backend, build)
-        if found is not None and found.backend == self.backend and found.job_id:
-            state = backend.status(found.handle).state
-            if state in (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED):
+    def _attach_or_submit(self) -> tuple[JobRecord, JobStatus | None]:
+        """The job of this build: the recorded one reattached (with its state now), or a new
+        one submitted (no state: it runs)."""
+        build, backend = self.build, self.backend
+        found = self._recorded_job()
+        if found is not None and found.backend == self.remote.backend and found.job_id:
+            status = backend.status(found.handle)
+            if status.state in (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED):
                 log.info("reattach %s: %s job %s (%s)", self.step_id, found.backend,
-                         found.job_id, state)  # fmt: skip
+                         found.job_id, status.state)  # fmt: skip
                 _known(build, found)
-                return found
+                return found, status
             log.info("resubmit %s: %s job %s is %s", self.step_id, found.backend, found.job_id,
-                     state)  # fmt: skip
+                     status.state)  # fmt: skip
         recorded = found.job_id if found is not None else ""
         refuse_unrecorded_writer(backend, build.location, build.output_path, recorded, self.step_id)
         if found is not None and build.resumed and found.job_id:
@@ -309,11 +262,12 @@ class RemoteCall:
             if build.location.exists(out):
                 with_retries(lambda: build.location.remove_tree(out), f"clear {out}")
             delete_job(build.location, build.output_path)
-        return self._submit(backend, build, ctx)
+        return self._submit(), None
 
-    def _recorded_job(self, backend: RemoteBackend, build: RemoteBuild) -> JobRecord | None:
+    def _recorded_job(self) -> JobRecord | None:
         """The job ``job.json`` records, if it is this build's recipe's on this backend; a
         blank record (cleared and replaced by the caller) for any other; None without one."""
+        build = self.build
         found = load_job(build.location, build.output_path)
         if isinstance(found, UnreadableJob):
             raise found.refusal(self.step_id)  # never cleared or submitted over: it may run
@@ -323,22 +277,21 @@ class RemoteCall:
             log.warning("ignoring the job record of %s: not one this step's builds write",
                         self.step_id)  # fmt: skip
             return JobRecord("", "", "", "", {})
-        if found.backend != self.backend:  # the step moved: its job there stops first
+        if found.backend != self.remote.backend:  # the step moved: its job there stops first
             log.warning("replace %s: its %s job %s stops; a %s job builds it now", self.step_id,
-                        found.backend, found.job_id, self.backend)  # fmt: skip
+                        found.backend, found.job_id, self.remote.backend)  # fmt: skip
             stop_job(get_backend(found.backend, self.step_id), found, self.step_id)
-            return JobRecord(self.backend, "", "", "", {})
-        return self._of_this_recipe(backend, build, found)
+            return JobRecord(self.remote.backend, "", "", "", {})
+        return self._of_this_recipe(found)
 
-    def _of_this_recipe(
-        self, backend: RemoteBackend, build: RemoteBuild, found: JobRecord
-    ) -> JobRecord:
+    def _of_this_recipe(self, found: JobRecord) -> JobRecord:
         """``found``, when the one identity rule calls it this build's recipe's; else that job
         stopped and a blank record: its output is not this recipe's, so it is never collected
         or resumed, and it must stop writing before the output is cleared. Unknown (a job that
         did not record its input builds) is not this recipe's either: never reused on a
         guess. Under ``on_code_drift="error"`` a job of other code stops the build instead
         (``CodeDriftError``), the job untouched, as a partial attempt of other code does."""
+        build = self.build
         verdict = judge_claim(build.recipe, claim_of(found), build.on_code_drift)
         if verdict.differs == Mismatch.CODE and build.on_code_drift == "error":
             raise CodeDriftError(
@@ -353,16 +306,17 @@ class RemoteCall:
                 log.warning("code drift %s: %s", self.step_id, verdict.note)
             return found
         log.warning("replace %s: %s; a new job builds this recipe", self.step_id, verdict.reason)
-        stop_job(backend, found, self.step_id)
-        return JobRecord(self.backend, "", "", "", {})  # cleared and replaced below
+        stop_job(self.backend, found, self.step_id)
+        return JobRecord(self.remote.backend, "", "", "", {})  # cleared and replaced below
 
-    def _submit(self, backend: RemoteBackend, build: RemoteBuild, ctx: StepContext) -> JobRecord:
+    def _submit(self) -> JobRecord:
+        build, ctx = self.build, self.ctx
         key = f"marin-{new_id()[:20]}"
         # The job id is all a later driver needs to find the job, known before it is
         # submitted: a crash right after the submit leaves a record that leads to the job,
         # and says where it can be seen from (a driver elsewhere never calls it lost).
-        scope = _scope_of(backend, self.step_id)
-        record = _job_record(self.backend, key, build, now_iso(), {}, scope)
+        scope = _scope_of(self.backend, self.step_id)
+        record = _job_record(self.remote.backend, key, build, now_iso(), {}, scope)
         won = create_job(build.location, build.output_path, record, self.step_id)
         if won is not record:  # another driver got past the lease too: never a second job
             raise RemoteJobError(
@@ -373,17 +327,8 @@ class RemoteCall:
         if ctx.checkpoint_path is not None:  # the job answers still_holds_lease() itself
             check = JobCheck(build.location, build.output_path, build.build_id)
             ctx = dataclasses.replace(ctx, lease_check=check)
-        env = _child_env(ctx, self.gpus)
-        expect = expected_code(self.step_id, build.recipe.code)  # the job checks it runs this
-        call = call_payload(self.run, ctx, self.step_id, "remote") + carried(
-            self.step_id, expect_code=expect
-        )
-        owner = job_owner(build.location.path(build.output_path), build.build_id)
-        spec = JobSpec(self.step_id, call,
-                       env={k: env[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in env},
-                       gpus=self.gpus, owner=owner)  # fmt: skip
-        handle: JobHandle = backend.submit(spec, key)
-        record = _job_record(self.backend, handle.job_id, build, record.submitted_at,
+        handle = self.backend.submit(self._job_spec(ctx), key)
+        record = _job_record(self.remote.backend, handle.job_id, build, record.submitted_at,
                              dict(handle.data), scope)  # fmt: skip
         replace_job(build.location, build.output_path, record)
         log.info("submit %s: %s job %s", self.step_id, record.backend, record.job_id)
@@ -391,14 +336,24 @@ class RemoteCall:
         crash_point("after-submit", self.step_id)  # the job runs, job.json names it
         return record
 
-    def _collect(
-        self, backend: RemoteBackend, build: RemoteBuild, job: JobRecord, watch: Watch
-    ) -> Any:
+    def _job_spec(self, ctx: StepContext) -> JobSpec:
+        """What the backend runs: the call, what the job does before it (the caller's context
+        variables; the code check), the job's owner and its devices."""
+        remote, build = self.remote, self.build
+        env = _child_env(ctx, remote.gpus)
+        expect = expected_code(self.step_id, build.recipe.code)  # the job checks it runs this
+        call = call_payload(remote.run, ctx, self.step_id, "remote") + carried(self.step_id, expect)
+        owner = job_owner(build.location.path(build.output_path), build.build_id)
+        return JobSpec(self.step_id, call,
+                       env={k: env[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in env},
+                       gpus=remote.gpus, owner=owner)  # fmt: skip
+
+    def _collect(self, job: JobRecord, watch: Watch) -> Any:
         """The job's value (its outcome's canonical JSON, as the record keeps it), or its
         error as text; the log tail goes into the step's log either way."""
-        status = watch.status
+        build, status = self.build, watch.status
         assert status is not None
-        tail = backend.logs(job.handle, LOG_TAIL_LINES)
+        tail = self.backend.logs(job.handle, LOG_TAIL_LINES)
         if tail:
             sys.stdout.write(f"[{job.backend} job {job.job_id}]\n{tail}\n")  # into log.txt
         if status.state == JobState.SUCCEEDED and status.result is not None:

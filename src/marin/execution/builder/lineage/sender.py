@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from marin.execution.build.lineage.model import BuildEvent, PipelineEvent
+    from marin.execution.builder.lineage.model import BuildEvent, PipelineEvent
 
 log = logging.getLogger("marin")
 
@@ -74,7 +74,7 @@ class LineageSender:
         )
 
     def _work(self) -> None:
-        from marin.execution.build.lineage.openlineage import make_client, to_run_event
+        from marin.execution.builder.lineage.openlineage import make_client, to_run_event
 
         _quiet_sender_thread()
 

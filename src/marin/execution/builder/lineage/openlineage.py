@@ -21,7 +21,7 @@ from openlineage.client.facet_v2 import (
     parent_run,
 )
 
-from marin.execution.build.lineage.model import BuildEvent, PipelineEvent, StepDataset
+from marin.execution.builder.lineage.model import BuildEvent, PipelineEvent, StepDataset
 
 PRODUCER = "https://github.com/marin-community/marin/tree/main/marin-execution"
 FACET_SCHEMA = "https://github.com/marin-community/marin/tree/main/marin-execution/docs/lineage.md"
@@ -81,7 +81,7 @@ class MarinPipelineRunFacet(RunFacet):
 def make_client() -> OpenLineageClient:
     """The client, configured the standard way (openlineage.yml, OPENLINEAGE_* variables),
     its HTTP transports reading no response body (``lineage_http``)."""
-    from marin.execution.build.lineage.http import bound_http_transports
+    from marin.execution.builder.lineage.http import bound_http_transports
 
     client = OpenLineageClient()
     bound_http_transports(client.transport)

@@ -11,7 +11,7 @@ import sys
 import tempfile
 
 from marin.execution.pipeline import isolated_child
-from marin.execution.pipeline.remote.ray import CALL_ENV, NONCE_ENV, outcome_line
+from marin.execution.remote.ray import CALL_ENV, NONCE_ENV, outcome_line
 
 
 def main() -> int:

@@ -41,11 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 
-from marin.execution.build.lineage import build_finished, build_started
-from marin.execution.build.output_tree import OutputDigest, is_output_digest, output_digest
-from marin.execution.build.remote_fence import remote_attempt
-from marin.execution.build.request import BuildRequest
-from marin.execution.build.resume import (
+from marin.execution.builder.attempt import (
     LeaseCheck,
     attempt_provenance,
     checkpoint_url,
@@ -53,12 +49,22 @@ from marin.execution.build.resume import (
     running_here,
     start_attempt,
 )
-from marin.execution.build.step_logs import LazyLogFile, capture_step_output
+from marin.execution.builder.clearing import (
+    check_clearable,
+    clear_output,
+    earlier_attempt,
+    output_left_by_marin,
+    refuse_inside_another,
+)
+from marin.execution.builder.lineage import build_finished, build_started
+from marin.execution.builder.outcome import BuildOutcome, LeaseHeld, Pending
+from marin.execution.builder.output_tree import OutputDigest, is_output_digest, output_digest
+from marin.execution.builder.request import BuildRequest
+from marin.execution.builder.step_logs import LazyLogFile, capture_step_output
 from marin.execution.digest.code import mixed_digest
 from marin.execution.errors import (
     AbandonedError,
     ConfigError,
-    Deferred,
     InputChangedError,
     LeaseLostError,
     LeaseVanishedError,
@@ -67,27 +73,21 @@ from marin.execution.errors import (
 )
 from marin.execution.faults import crash_point
 from marin.execution.ids import jitter, new_id
-from marin.execution.names import METADATA_SUFFIX
 from marin.execution.pipeline.artifact import load_dependency
 from marin.execution.pipeline.artifact_types import payload_of
 from marin.execution.pipeline.canonical import Canonical, to_canonical
 from marin.execution.pipeline.context import StepContext, assigned_devices
 from marin.execution.pipeline.isolation import StepTimeoutError
 from marin.execution.pipeline.provenance import collect_provenance, now_iso
-from marin.execution.pipeline.remote.call import (
-    JobWaiting,
-    RemoteBuild,
-    pending_job,
-    refuse_unreadable_job,
-    remote_build,
-)
-from marin.execution.pipeline.remote.cleanup import release_committed
-from marin.execution.pipeline.remote.wait import JobParked
+from marin.execution.pipeline.remote_option import JobToRun
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Policy, Stored, Upstream, decide
-from marin.execution.plan.options import DEFAULT_ON_DRIFT
 from marin.execution.plan.read import read_stored_step
 from marin.execution.plan.scope import refuse_shared_write
+from marin.execution.remote.call import RemoteBuild, pending_job, refuse_unreadable_job, run_job
+from marin.execution.remote.cleanup import release_committed
+from marin.execution.remote.fence import remote_attempt
+from marin.execution.remote.wait import JobRunning
 from marin.execution.store.identity import Recipe
 from marin.execution.store.lease import (
     Heartbeat,
@@ -98,7 +98,7 @@ from marin.execution.store.lease import (
     read_lease,
     ttl_from_env,
 )
-from marin.execution.store.location import Location, durable, with_retries
+from marin.execution.store.location import Location, durable
 from marin.execution.store.records import (
     FAILED,
     GC_DELETING,
@@ -119,31 +119,16 @@ from marin.execution.store.records import (
     write_record,
     write_status,
 )
-from marin.execution.store.step_folder import RECORD_FILE, STATUS_FILE
-from marin.execution.vocabulary import Action, BuildOutcomeKind, Leftover
+from marin.execution.store.step_folder import RECORD_FILE
+from marin.execution.vocabulary import Action, BuildOutcomeKind, Leftover, Wait
+
+__all__ = ["BuildOutcome", "BuildRequest", "LeaseHeld", "Pending", "build_step"]
 
 log = logging.getLogger("marin")
 
 LEASE_WAIT_FIRST_DELAY_S = 0.02
 LEASE_WAIT_MAX_DELAY_S = 1.0
 LEASE_WAIT_LOG_EVERY_S = 30.0
-
-
-@dataclass(frozen=True)
-class BuildOutcome:
-    """What ``build_step`` did with a step: built it here, served it (cached), or found it built
-    by another runner; with the committed record and where the artifact lives.
-
-    Invariant: ``record`` is always a committed record of ``spec`` (a failure raises instead)."""
-
-    spec: StepSpec
-    action: BuildOutcomeKind
-    record: ArtifactRecord
-    output_url: str
-    duration_s: float = 0.0
-    drift: tuple[str, ...] = field(default=())
-    reason: str = ""
-    """Why it was built or served (the decision's reason)."""
 
 
 def run_context(
@@ -166,27 +151,16 @@ def warn_if_served_stale(decision: Decision) -> None:
     """The one warning for a step served although drifted (``warn``) or stale (no cascade)."""
     if not decision.served_with_warning:
         return
-    spec = decision.spec
-    if decision.drift:
-        log.warning(
-            "drift %s: config changed without a version bump; serving the cached artifact "
-            "(bump the version, or use the drift policy rebuild):\n  %s",
-            spec.step_id,
-            "\n  ".join(decision.drift),
-        )
-    if decision.stale:
-        log.warning(
-            "stale %s: served without rebuilding (no cascade): %s",
-            spec.step_id,
-            "; ".join(decision.stale),
-        )
-    if decision.code_drift:
-        log.warning(
-            "code drift %s: its code changed since it was built; serving the cached artifact "
-            "(bump the version, --force it, or use the code drift policy rebuild):\n  %s",
-            spec.step_id,
-            "\n  ".join(decision.code_drift),
-        )
+    for what, lines, joined in (
+        ("drift %s: config changed without a version bump; serving the cached artifact (bump "
+         "the version, or use the drift policy rebuild):\n  %s", decision.drift, "\n  "),
+        ("stale %s: served without rebuilding (no cascade): %s", decision.stale, "; "),
+        ("code drift %s: its code changed since it was built; serving the cached artifact "
+         "(bump the version, --force it, or use the code drift policy rebuild):\n  %s",
+         decision.code_drift, "\n  "),
+    ):  # fmt: skip
+        if lines:
+            log.warning(what, decision.spec.step_id, joined.join(lines))
 
 
 def read_upstream(spec: StepSpec, location: Location) -> list[Upstream]:
@@ -204,18 +178,10 @@ def _upstream_now(step_id: str, dep: StepSpec, location: Location) -> Upstream:
     return Upstream(step_id, None, replaced=replaced_build(status))
 
 
-def build_step(
-    request: BuildRequest | StepSpec,
-    location: Location | None = None,
-    *,
-    on_drift: str = DEFAULT_ON_DRIFT,
-    force: bool = False,
-    cascade: bool = True,
-    **fields: Any,
-) -> BuildOutcome:
+def build_step(request: BuildRequest) -> BuildOutcome | Pending:
     """Make sure ``request.spec`` is built under ``request.location``; build it here if nobody
-    has. (``build_step(spec, location, on_drift=..., force=..., policy=..., ...)``, the older
-    keyword form, makes the request from its arguments.)
+    has. Returns what it did (``BuildOutcome``), or, when it must wait for someone else and
+    ``request.wait`` says not to wait here, ``Pending`` (``builder/outcome.py``).
 
     ``request.policy`` is the run's policy. ``request.decision`` is the plan's decision to build
     this step; without one, the step is decided here first, from its own record and ``upstream``
@@ -235,37 +201,37 @@ def build_step(
     what this build consumes), and never commits when a dependency's build changed while it ran
     (``InputChangedError``, naming the dependency; nothing is committed).
 
-    Raises the step's own error (``StepFailedError`` and kin), ``DriftError`` or
-    ``CodeDriftError`` under an ``error`` policy, ``ForeignRecordError`` for another step's
-    record in the way, ``LeaseLostError``, ``Deferred`` (``defer_if_held``), ``AbandonedError``.
-
     The other fields of ``request`` (``BuildRequest``):
+
+    ``wait``: ``BLOCK`` waits here for another runner's lease on the step and for the step's
+    remote job; ``RETURN`` returns ``Pending`` for both (having written nothing, for a lease:
+    a run loop goes on with other steps meanwhile, drivers sharing one prefix); ``RETURN_JOB``
+    for a job only.
 
     ``lease_ttl``: the lease duration; None reads ``$MARIN_LEASE_TTL`` once, here, before
     ``fn`` runs (a runner reads it once per run and passes it).
-
-    ``defer_if_held``: when another runner's live lease holds the step, raise ``Deferred`` at
-    once (having written nothing) instead of waiting for it, so a run loop can go on with other
-    steps meanwhile (drivers sharing one prefix) and call again later.
 
     ``working_dir``: the directory whose checkout the record's provenance names (its git state);
     None reads this process's working directory at the build. A run loop reads it once, when
     the run starts: the checkout the pipeline was launched from, even if a step's ``fn``
     changes directory meanwhile (a ``getcwd`` per build also handed the GIL to another build's
     thread, a cost on every build of a run).
+
+    Raises:
+        Exception: the step's own error (``fn`` raised: FAILED status, no record).
+        DriftError: a drifted step under ``on_drift="error"`` (``CodeDriftError``: its code).
+        ForeignRecordError: another step's record is in the way (nothing is written).
+        LeaseLostError: the lease was taken over and the new holder did not commit.
+        AbandonedError: ``abandon`` was set before the commit.
+        InputChangedError: a dependency's build changed while this one ran.
     """
-    if isinstance(request, StepSpec):  # the older keyword form: one request, made here
-        assert location is not None, "build_step(spec, location, ...)"
-        forced = frozenset({request.step_id} if force else ())
-        fields["policy"] = fields.get("policy") or Policy(on_drift, forced, cascade)
-        request = BuildRequest(request, location, **fields)
     if request.devices is None:
         return _build(request)
     with assigned_devices(request.devices):
         return _build(request)
 
 
-def _build(request: BuildRequest) -> BuildOutcome:
+def _build(request: BuildRequest) -> BuildOutcome | Pending:
     spec, location, policy = request.spec, request.location, request.policy
     decision, upstream = request.decision, request.upstream
     lease_ttl = request.lease_ttl
@@ -298,7 +264,7 @@ def _build(request: BuildRequest) -> BuildOutcome:
         )
     decision.raise_if_refused()  # another step's record is in the way: nothing is written
     refuse_shared_write(spec)  # a user-scope run only ever reads a shared build
-    _refuse_inside_another(location, spec)
+    refuse_inside_another(location, spec)
 
     ups = _inputs_at_start(spec, location, ups, lease_ttl)
     crash_point("before-lease", spec.step_id)
@@ -338,18 +304,23 @@ def _after_lease_lost(
 
 def _lease_and_build(
     request: BuildRequest, decision: Decision, upstream: Sequence[Upstream]
-) -> BuildOutcome:
-    """Take the step's lease, decide again if its record changed since, then build holding it.
+) -> BuildOutcome | Pending:
+    """Take the step's lease, decide again if its record changed since, then build holding it
+    (the lease is released when the build ends, not while it is pending).
 
     ``decision`` and ``upstream`` are the caller's, checked (not the request's: no copy of the
     request per build)."""
     spec, location, policy = request.spec, request.location, request.policy
     url = location.url_for(spec.output_path)
-    output_seen = _output_left_by_marin(location, spec)  # before the lease: see there
+    output_seen = output_left_by_marin(location, spec)  # before the lease: see there
     lease = Lease(location, spec.output_path, ttl=request.lease_ttl)
-    _acquire(lease, spec, defer=request.defer_if_held)
-    still_running: threading.Event | None = None
-    with _released_unless_parked(lease, lambda: still_running):
+    holder = _acquire(lease, spec, request.wait)
+    if holder is not None:  # another runner's live lease: nothing written, nothing held
+        why = LeaseHeld(holder.holder, holder.expires_at)
+        return Pending(spec, why, functools.partial(build_step, request))
+    hold = _Kept()
+    hold.callback(lambda: _release_after(lease, hold.still_running))
+    with hold:
         crash_point("after-lease", spec.step_id)
         present = metadata_files(location, spec.output_path)
         found = load_record(location, spec.output_path) if RECORD_FILE in present else None
@@ -368,14 +339,14 @@ def _lease_and_build(
             return BuildOutcome(
                 spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
             )
-        earlier = _earlier_attempt(present, lease, output_seen)
+        earlier = earlier_attempt(present, lease, output_seen)
         # The recipe this build makes: the plan's static part, with the input builds it read.
         recipe = (decision.recipe or Recipe.of(spec)).consuming(upstream, policy.force)
+        held = _Holding(request, lease, hold, upstream, decision.reason, earlier, record, recipe)
         try:
-            return _build_holding(request, lease, upstream, decision.reason, earlier, record,
-                                  recipe)  # fmt: skip
+            return _build_holding(held)
         except StepTimeoutError as timed_out:
-            still_running, timed_out.still_running = timed_out.still_running, None
+            hold.still_running, timed_out.still_running = timed_out.still_running, None
             raise
 
 
@@ -422,10 +393,11 @@ def _build_id(record: ArtifactRecord | None) -> str | None:
     return None if record is None else record.build_id
 
 
-def _acquire(lease: Lease, spec: StepSpec, *, defer: bool = False) -> None:
-    """Take the lease, waiting with bounded, jittered backoff while someone else holds it; with
-    ``defer``, raise ``Deferred`` instead of waiting."""
-    _wait_out(spec, spec.step_id, lease.try_acquire, "lease held by", defer=defer)
+def _acquire(lease: Lease, spec: StepSpec, wait: Wait = Wait.BLOCK) -> LeaseInfo | None:
+    """Take the lease, waiting with bounded, jittered backoff while someone else holds it; under
+    ``Wait.RETURN``, return the live holder at once instead (None: taken)."""
+    here = wait != Wait.RETURN
+    return _wait_out(spec, spec.step_id, lease.try_acquire, "lease held by", here=here)
 
 
 def _wait_out(
@@ -434,19 +406,19 @@ def _wait_out(
     probe: Callable[[], LeaseInfo | None],
     what: str,
     *,
-    defer: bool = False,
-) -> None:
+    here: bool = True,
+) -> LeaseInfo | None:
     """Call ``probe`` until it returns None (no live holder), with bounded, jittered backoff,
     logging who holds the lease. A lease held by the build whose ``fn`` made this very call
-    would never be released: that is a ``ReentrantBuildError`` at once, not a hang. With
-    ``defer``, another runner's live lease raises ``Deferred`` instead of a wait."""
+    would never be released: that is a ``ReentrantBuildError`` at once, not a hang. Not
+    ``here``: another runner's live lease is returned at once instead of waited out."""
     delay = LEASE_WAIT_FIRST_DELAY_S
     last_holder: str | None = None
     last_log = 0.0
     while True:
         holder = probe()
         if holder is None:
-            return
+            return None
         if held_by_enclosing_build(holder):
             raise ReentrantBuildError(
                 f"{waited_for} is being built by the very build whose fn asked for it "
@@ -455,8 +427,8 @@ def _wait_out(
                 "other steps its dependencies, or run them after it",
                 spec.step_id,
             )
-        if defer:
-            raise Deferred(spec.step_id, holder.holder, holder.expires_at)
+        if not here:
+            return holder
         now = time.monotonic()
         if holder.holder != last_holder or now - last_log > LEASE_WAIT_LOG_EVERY_S:
             log.info("wait %s: %s %s", spec.step_id, what, holder.describe())
@@ -563,110 +535,6 @@ def _input_gone(location: Location, dep: StepSpec) -> str:
     if status is not None:
         return "was being rebuilt by another runner, which did not commit"
     return "had its record deleted (by `marin gc`, or by hand)"
-
-
-def _output_left_by_marin(location: Location, spec: StepSpec) -> bool:
-    """Whether something is at the output path; fail, having written nothing, if it is not
-    provably Marin's.
-
-    An output path may be cleared only when Marin provably wrote there: its metadata folder
-    beside it (``<output>.marin/``: a record, a status, a lease, a log). Checked before the lease
-    is taken, so that a held or taken-over lease is itself that proof (``_earlier_attempt``):
-    any attempt that held it had passed this check. ``memory://`` lives in this process, where
-    only its own code writes, and a folder check there scans the whole store (quadratic over a
-    run): it answers False, and only a record, status or taken-over lease clears there.
-    """
-    if location.is_memory or spec.source is not None:
-        return False  # an adopted step writes nothing there (see _clear_output)
-    out = location.path(spec.output_path)
-    if not location.exists(out):
-        return False  # the common first build: nothing there
-    if location.exists(location.path(metadata_dir(spec.output_path))):
-        return True
-    raise StorageError(
-        f"output path {location.url_for(spec.output_path)} already exists and was not "
-        f"written by Marin (no {metadata_dir(spec.output_path).rsplit('/', 1)[-1]} folder "
-        "beside it)",
-        "move it away (or delete it yourself), then run again; Marin never deletes "
-        f"data it did not write (to serve that data as {spec.step_id}, adopt it where it is: "
-        f"ArtifactStep.adopt({spec.name!r}, {spec.version!r}, {spec.output_path!r}))",
-        spec.step_id,
-    )
-
-
-def _earlier_attempt(present: set[str], lease: Lease, output_seen: bool) -> Leftover | None:
-    """What an earlier attempt left at the output path: a build, debris, or nothing (None).
-
-    Asked by the lease holder, from the metadata files ``present`` beside the output. A record
-    means an earlier build; a status file (a FAILED attempt, or one of an older version), a
-    lease taken over from an attempt that died, or an output ``_output_left_by_marin`` saw
-    before the lease means debris may be there. With none of these, nothing is cleared.
-    """
-    if RECORD_FILE in present:
-        return Leftover.BUILD
-    if STATUS_FILE in present or lease.took_over or output_seen:
-        return Leftover.DEBRIS
-    return None
-
-
-def _check_clearable(location: Location, spec: StepSpec) -> None:
-    """Refuse, before anything is written, to clear a folder holding another step's metadata."""
-    if spec.source is not None:
-        return  # nothing is cleared (_clear_output), and its data may be large
-    out = location.path(spec.output_path)
-    foreign = _foreign_metadata(out, location.list_tree(out))
-    if foreign is not None:
-        raise StorageError(
-            f"output path {location.url_for(spec.output_path)} holds another step's "
-            f"metadata ({foreign}); clearing it would delete that step's artifact",
-            "rename one of the two steps so that neither output is inside the other",
-            spec.step_id,
-        )
-
-
-def _refuse_inside_another(location: Location, spec: StepSpec) -> None:
-    """Refuse, before anything is written, to build inside another step's output (a folder
-    ``A`` above the output with ``A.marin`` beside it): the build would change that step's
-    committed artifact, and deleting that step (gc) would delete this build. ``lower()``
-    refuses this within one graph; this catches two pipelines on one prefix."""
-    if spec.source is not None:
-        return  # an adopted step's build writes only its record
-    parts = spec.output_path.split("/")
-    for end in range(1, len(parts)):
-        outer = "/".join(parts[:end])
-        if location.exists(location.path(metadata_dir(outer))):
-            raise StorageError(
-                f"output path {location.url_for(spec.output_path)} lies inside another "
-                f"step's output {location.url_for(outer)} (its metadata {outer}"
-                f"{METADATA_SUFFIX} is there); building it would change that step's artifact",
-                "rename one of the two steps so that neither output is inside the other",
-                spec.step_id,
-            )
-
-
-def _clear_output(location: Location, spec: StepSpec, built: bool) -> None:
-    """Remove the output path, literally (never as a glob); ``built`` picks the message."""
-    if spec.source is not None:
-        # An adopted step's build writes only its record: its output path may be the adopted
-        # data itself (adopted in place), or hold or lie inside it. Never Marin's to delete.
-        return
-    out = location.path(spec.output_path)
-    if location.exists(out):
-        if built:
-            log.info("clear %s: replacing the previous build at %s", spec.step_id, out)
-        else:
-            log.info("clear %s: removing debris from an earlier attempt at %s", spec.step_id, out)
-        with_retries(lambda: location.remove_tree(out), f"clear {out}")
-
-
-def _foreign_metadata(out: str, files: list[str]) -> str | None:
-    """The first file under ``out`` that sits in a ``*.marin`` metadata folder, if any."""
-    base = out.rstrip("/") + "/"
-    for file in files:
-        relative = file[len(base) :] if file.startswith(base) else ""
-        if any(part.endswith(METADATA_SUFFIX) for part in relative.split("/")[:-1]):
-            return file
-    return None
 
 
 @contextlib.contextmanager
@@ -821,13 +689,17 @@ def _run_with_config(spec: StepSpec, config: Any) -> Callable[[StepContext], Any
     return lambda ctx: with_config(ctx, config)
 
 
-class _KeptOnPark(contextlib.ExitStack):
-    """An exit stack left open when a ``JobParked`` passes through it: a parked remote build's
-    second phase enters it again, and closes it when the build ends. (Nothing in it swallows
-    an exception.)"""
+class _Kept(contextlib.ExitStack):
+    """An exit stack a pending build leaves open (``keep``): its ``resume`` enters it again, and
+    it closes when the build ends. (Nothing in it swallows an exception.)"""
+
+    keep = False
+    still_running: threading.Event | None = None
+    """A timed-out ``fn`` still running on its abandoned thread (``_release_after``)."""
 
     def __exit__(self, *exc_info: Any) -> Literal[False]:
-        if not isinstance(exc_info[1], JobParked):
+        if exc_info[1] is not None or not self.keep:
+            self.keep = False
             super().__exit__(*exc_info)
         return False
 
@@ -835,11 +707,14 @@ class _KeptOnPark(contextlib.ExitStack):
 @dataclass(eq=False)
 class _Holding:
     """One attempt at a build under its held lease: what its phases share. A remote step's
-    build parked while its job runs (``pipeline/remote/wait.py``) is picked up from here by its
-    second phase, on another thread."""
+    build pending while its job runs (``remote/wait.py``) is picked up from here by its
+    ``resume``, on another thread."""
 
     request: BuildRequest
     lease: Lease
+    kept: _Kept
+    """Open until the attempt ends: the lease (released last) and its place in
+    ``_running_here``."""
     upstream: Sequence[Upstream]
     reason: str
     earlier: Leftover | None
@@ -850,9 +725,7 @@ class _Holding:
     t0: float = field(default_factory=time.perf_counter)
     build_id: str = field(default_factory=new_id)
     """Known from the start: the OpenLineage run id."""
-    kept: _KeptOnPark = field(default_factory=_KeptOnPark)
-    """Open until the attempt ends: its place in ``_running_here``."""
-    running: _KeptOnPark = field(default_factory=_KeptOnPark)
+    running: _Kept = field(default_factory=_Kept)
     """Open until fn's output is digested: the lease's heartbeat and the step's log."""
     replaced: dict[str, str] = field(default_factory=dict)
     replacing: str = ""
@@ -875,37 +748,27 @@ class _Holding:
         return self.request.location
 
 
-def _build_holding(
-    request: BuildRequest,
-    lease: Lease,
-    upstream: Sequence[Upstream],
-    reason: str,
-    earlier: Leftover | None,
-    previous: ArtifactRecord | None,
-    recipe: Recipe,
-) -> BuildOutcome:
+def _build_holding(held: _Holding) -> BuildOutcome | Pending:
     """Build the step holding its lease: clear what an earlier attempt left, run ``fn``,
-    commit its record (a remote step's build may park meanwhile: ``JobParked``)."""
-    spec, location = request.spec, request.location
-    if earlier is not None:
-        _refuse_unclearable(location, spec, lease)
+    commit its record (a remote step's build may be pending meanwhile, while its job runs)."""
+    spec, location, request = held.spec, held.location, held.request
+    if held.earlier is not None:
+        _refuse_unclearable(location, spec, held.lease)
     if spec.remote is not None:  # its job may still write the output: nothing is cleared
         refuse_unreadable_job(location, spec.output_path, spec.step_id, spec.remote)
-    held = _Holding(request, lease, upstream, reason, earlier, previous, recipe)
-    with held.kept:
-        held.kept.enter_context(_started_here(location, spec.output_path))
-        _clear_earlier(held)
-        # No folder to make: the lease's folder sits beside the output, so its parent exists.
-        held.ctx = run_context(spec, location, request.region, lease)
-        held.lineage_run = build_started(spec, location, upstream, held.build_id)  # None: off
-        return _committed(held, functools.partial(_start_fn, held))
+    held.kept.enter_context(_started_here(location, spec.output_path))
+    _clear_earlier(held)
+    # No folder to make: the lease's folder sits beside the output, so its parent exists.
+    held.ctx = run_context(spec, location, request.region, held.lease)
+    held.lineage_run = build_started(spec, location, held.upstream, held.build_id)  # None: off
+    return _committed(held, functools.partial(_start_fn, held))
 
 
 def _refuse_unclearable(location: Location, spec: StepSpec, lease: Lease) -> None:
-    """``_check_clearable``, keeping a dead attempt's proof that Marin wrote here if it refuses
+    """``check_clearable``, keeping a dead attempt's proof that Marin wrote here if it refuses
     (nothing else is written then)."""
     try:
-        _check_clearable(location, spec)
+        check_clearable(location, spec)
     except StorageError as exc:
         if lease.took_over:
             _best_effort_status(location, spec, FAILED, error=exc.what)
@@ -928,7 +791,7 @@ def _clear_earlier(held: _Holding) -> None:
     _mark_replacing(held)
     delete_record(location, spec.output_path)
     if (held.attempt is None or not held.attempt.resumed) and not keep:
-        _clear_output(location, spec, built=earlier == Leftover.BUILD)
+        clear_output(location, spec, built=earlier == Leftover.BUILD)
 
 
 def _mark_replacing(held: _Holding) -> None:
@@ -949,14 +812,16 @@ def _mark_replacing(held: _Holding) -> None:
                  **{REPLACES: held.replacing})  # fmt: skip
 
 
-def _committed(held: _Holding, value: Callable[[], Any]) -> BuildOutcome:
-    """Get fn's value from ``value`` (``_start_fn``; or a parked job's collection), commit it
-    as the step's record, and end the attempt: BUILT, or FAILED if anything raises. A parked
-    build keeps everything open and is given its second phase (``_resumed``)."""
+def _committed(held: _Holding, value: Callable[[], Any]) -> BuildOutcome | Pending:
+    """Get fn's value from ``value`` (``_start_fn``; or a running job's collection), commit it
+    as the step's record, and end the attempt: BUILT, or FAILED if anything raises. A build
+    whose job runs keeps everything open and returns ``Pending``."""
     spec = held.spec
     try:
         with held.running:  # the heartbeat: hashing a large local output takes a while
             raw_result = value()
+            if isinstance(raw_result, JobRunning):
+                return _pending(held, raw_result)
             if durable() and held.location.is_local:
                 _fsync_tree(held.location.path(spec.output_path))
             result = _canonical_result(raw_result, spec)
@@ -964,9 +829,6 @@ def _committed(held: _Holding, value: Callable[[], Any]) -> BuildOutcome:
         crash_point("after-output", spec.step_id)
         record = _record_of(held, result, output)
         _commit(held, record)
-    except JobParked as parked:
-        parked.resume = functools.partial(_resumed, held, parked)
-        raise
     except BaseException as exc:
         _attempt_failed(held, exc)
         raise
@@ -976,8 +838,26 @@ def _committed(held: _Holding, value: Callable[[], Any]) -> BuildOutcome:
                         duration_s=record.duration_s, reason=held.reason)  # fmt: skip
 
 
+def _pending(held: _Holding, running: JobRunning) -> Pending:
+    """The build waits for its job: everything it holds stays open until ``resume`` (or
+    ``release``); a build abandoned meanwhile gives up at once instead."""
+    abandon = held.request.abandon
+    if abandon is not None and abandon.is_set():
+        running.forget()
+        raise AbandonedError(
+            f"abandoned after an interrupt while {running.job.backend} job "
+            f"{running.job.job_id} ran: nothing is committed; the job runs on",
+            "run again: the next run reattaches to the job",
+            held.spec.step_id,
+        )
+    held.kept.keep = held.running.keep = True
+    resume = functools.partial(_resumed, held, running)
+    return Pending(held.spec, running, resume, functools.partial(_given_up, held, running))
+
+
 def _start_fn(held: _Holding) -> Any:
-    """Make the config, then call ``fn`` under the lease's heartbeat, into the step's log."""
+    """Make the config, then call ``fn`` under the lease's heartbeat, into the step's log; a
+    remote step's call is run as its job (``remote/call.py``)."""
     spec, ctx = held.spec, held.ctx
     made = spec.build_config(ctx)
     held.config = to_canonical(made, "config", spec.step_id)  # a copy: fn may mutate made
@@ -988,12 +868,14 @@ def _start_fn(held: _Holding) -> Any:
     )
 
     def call() -> Any:
-        lost, policy = held.heartbeat.lost, held.request.policy
-        with remote_build(spec.remote, held.location, spec.output_path, held.build_id, lost,
-                          held.recipe, policy.on_code_drift,
-                          **remote_attempt(held.location, spec, held.attempt),
-                          ) as held.remote:  # fmt: skip
-            return run(ctx)
+        value = run(ctx)
+        if not isinstance(value, JobToRun):
+            return value
+        request, location = held.request, held.location
+        held.remote = RemoteBuild(location, spec.output_path, held.build_id, held.heartbeat.lost,
+                                  held.recipe, request.policy.on_code_drift, request.wait,
+                                  **remote_attempt(location, spec, held.attempt))  # fmt: skip
+        return run_job(value, held.remote)
 
     return _into_step_log(held, call)
 
@@ -1009,45 +891,38 @@ def _into_step_log(held: _Holding, value: Callable[[], Any]) -> Any:
     ):
         try:
             return value()
-        except JobParked:
-            raise  # not an end: the job runs
         except BaseException:
             # Into the file only: the error message points here for the details.
             held.step_log.write(traceback.format_exc())
             raise
 
 
-def _resumed(held: _Holding, parked: JobParked) -> BuildOutcome:
-    """A parked remote build's second phase, once its job ended (or its lease was lost): on an
-    executor thread, collect the job and commit, as ``build_step`` would have on one thread."""
+def _resumed(held: _Holding, running: JobRunning) -> BuildOutcome | Pending:
+    """A pending remote build, once its job ended (or its lease was lost): collect the job and
+    commit, on whatever thread resumes it, as ``build_step`` would have on one thread."""
     request = held.request
     devices = request.devices
+    held.kept.keep = held.running.keep = False
     try:
         with (
             contextlib.nullcontext() if devices is None else assigned_devices(devices),
-            _released_unless_parked(held.lease),
             held.kept,
         ):
-            return _committed(held, lambda: _into_step_log(held, parked.collect))
+            return _committed(held, lambda: _into_step_log(held, running.collect))
     except LeaseLostError as lost:
         return _after_lease_lost(request, held.upstream, lost)
 
 
-@contextlib.contextmanager
-def _released_unless_parked(
-    lease: Lease, still_running: Callable[[], threading.Event | None] = lambda: None
-) -> Iterator[None]:
-    """Release ``lease`` when the block ends (``_release_after``), unless a remote build parked
-    in it: its second phase (``_resumed``) releases it then."""
-    parked = False
+def _given_up(held: _Holding, running: JobRunning, error: BaseException | None) -> None:
+    """``Pending.release``: the build never commits; its lease, heartbeat and log go, and its
+    end is recorded (``error``), or nothing is when it is built again later (None)."""
+    running.forget()
+    held.kept.keep = held.running.keep = False
     try:
-        yield
-    except JobParked:
-        parked = True
-        raise
+        _attempt_failed(held, error)
     finally:
-        if not parked:
-            _release_after(lease, still_running())
+        held.running.close()
+        held.kept.close()
 
 
 def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRecord:
@@ -1120,11 +995,15 @@ def _commit(held: _Holding, record: ArtifactRecord) -> None:
     release_committed(held.remote)  # the job's files (payload, log, result) go
 
 
-def _attempt_failed(held: _Holding, exc: BaseException) -> None:
+def _attempt_failed(held: _Holding, exc: BaseException | None) -> None:
     """The attempt ended with ``exc``: its lineage FAIL/ABORT, and its FAILED status (not for a
-    lost lease, whose new holder owns the status, nor an Airflow task deferring)."""
+    lost lease, whose new holder owns the status). None: it did not end, it was put off (an
+    Airflow task deferring while its job runs): a lineage ABORT only, its resume starts anew."""
+    if exc is None:
+        build_finished(held.lineage_run, abort="deferred while its job runs")
+        return
     build_finished(held.lineage_run, exc)
-    if isinstance(exc, LeaseLostError | JobWaiting):  # JobWaiting: not an end
+    if isinstance(exc, LeaseLostError):
         return
     spec = held.spec
     _best_effort_status(
@@ -1135,7 +1014,7 @@ def _attempt_failed(held: _Holding, exc: BaseException) -> None:
         started_at=held.started_at,
         finished_at=now_iso(),
         error=f"{type(exc).__name__}: {exc}",
-        traceback=traceback.format_exc(limit=20),
+        traceback="".join(traceback.format_exception(exc, limit=20)),
         **({REPLACES: held.replacing} if held.replacing else {}),
     )
 

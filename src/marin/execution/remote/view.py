@@ -9,15 +9,11 @@ from datetime import datetime
 from typing import Any
 
 from marin.execution.names import METADATA_SUFFIX
-from marin.execution.pipeline.remote.fence import (
-    UnseenJobError,
-    is_this_steps,
-    unrecorded_writer,
-)
-from marin.execution.pipeline.remote.job_record import JOB_ID, JobRecord, UnreadableJob, load_job
-from marin.execution.pipeline.remote.registry import get_backend
+from marin.execution.remote.fence import UnseenJobError, is_this_steps, unrecorded_writer
+from marin.execution.remote.registry import get_backend
 from marin.execution.store.identity import Recipe, claim_of, judge_claim
 from marin.execution.store.location import Location
+from marin.execution.store.step_folder import JOB_ID, JobRecord, UnreadableJob, load_job
 from marin.execution.vocabulary import Claim, Mismatch
 
 log = logging.getLogger("marin")

@@ -25,7 +25,7 @@ import re
 import secrets
 from typing import Any
 
-from marin.execution.pipeline.remote.protocol import JobHandle, JobSpec, JobStatus
+from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus
 from marin.execution.vocabulary import JobState
 
 ADDRESS_ENV = "RAY_ADDRESS"
@@ -33,7 +33,7 @@ CALL_ENV, NONCE_ENV = "MARIN_CALL", "MARIN_OUTCOME_NONCE"
 OWNER_KEY, NONCE_KEY = "marin_owner", "marin_outcome_sha256"
 BEGIN, END = "<<<marin-outcome ", "<<<end-marin-outcome>>>"
 _OUTCOME = re.compile(re.escape(BEGIN) + r"([0-9a-f]{32})>>>([A-Za-z0-9+/=]*)" + re.escape(END))
-_ENTRY = "python -m marin.execution.pipeline.remote.ray_entry"
+_ENTRY = "python -m marin.execution.remote.ray_entry"
 LOG_TAIL_BYTES = 256 * 1024
 """The most of a job's log kept for the lines a failure shows."""
 OUTCOME_MAX_BYTES = 64 * 1024 * 1024

@@ -4,7 +4,7 @@ A resumable step's attempt writes ``<output>.marin/attempt.json`` before ``fn`` 
 it ran for (placement, fingerprint and its payload, code digest, the input builds it read), its
 number, when it
 started, its holder and (a remote step) its job. The store names and parses the file
-(``store/step_folder.py``, re-exported here). Its partial output (the output path and
+(``store/step_folder.py``). Its partial output (the output path and
 ``<output>.marin/checkpoints/``) is kept only for a later attempt of the same recipe, which the
 one identity rule says (``store/identity.py``); ``judge`` words it, one pure function used by
 ``marin plan``, ``marin why``, ``build_step`` and any runner that starts attempts elsewhere
@@ -19,12 +19,7 @@ from dataclasses import dataclass
 from marin.execution.digest.config_drift import explain_drift
 from marin.execution.errors import CodeDriftError
 from marin.execution.store.identity import Recipe, claim_of, judge_claim
-from marin.execution.store.step_folder import ATTEMPT_FILE as ATTEMPT_FILE
-from marin.execution.store.step_folder import CHECKPOINTS_DIR as CHECKPOINTS_DIR
-from marin.execution.store.step_folder import Attempt as Attempt
-from marin.execution.store.step_folder import attempt_path as attempt_path
-from marin.execution.store.step_folder import checkpoint_dir as checkpoint_dir
-from marin.execution.store.step_folder import read_attempt_record as read_attempt_record
+from marin.execution.store.step_folder import Attempt
 from marin.execution.vocabulary import Claim, Mismatch
 
 

@@ -1,4 +1,4 @@
-"""Start a ``local`` remote job, detached: ``python -m marin.execution.pipeline.remote.local_job
+"""Start a ``local`` remote job, detached: ``python -m marin.execution.remote.local_job
 DIR``.
 
 Forks once: the child starts a new session (its own process group, no controlling terminal),
@@ -17,7 +17,7 @@ import os
 import sys
 
 from marin.execution.atomic_file import write_file_atomically
-from marin.execution.pipeline.remote.procs import start_time
+from marin.execution.remote.procs import start_time
 
 CHILD_MODULE = "marin.execution.pipeline.isolated_child"
 CALL, RESULT, LOG, PID = "call.pkl", "result.json", "log.txt", "pid.json"

@@ -3,13 +3,13 @@
 See docs/remote.md. The public surface: the backend protocol and its registry.
 """
 
-from marin.execution.pipeline.remote.protocol import (
+from marin.execution.remote.protocol import (
     JobHandle,
     JobSpec,
     JobStatus,
     RemoteBackend,
 )
-from marin.execution.pipeline.remote.registry import backend_names, get_backend, register_backend
+from marin.execution.remote.registry import backend_names, get_backend, register_backend
 
 __all__ = [
     "JobHandle",

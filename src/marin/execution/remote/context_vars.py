@@ -15,6 +15,7 @@ driver, not the job.
 from __future__ import annotations
 
 import contextvars
+import functools
 import importlib
 import logging
 import pickle
@@ -22,6 +23,8 @@ import sys
 import threading
 import types
 from typing import Any
+
+from marin.execution.remote.code_check import check_code
 
 log = logging.getLogger("marin")
 
@@ -128,22 +131,25 @@ def capture(step_id: str) -> Carried:
     return carried
 
 
-def payload(step_id: str, **extra: Any) -> bytes:
-    """The third pickle of a job's call file (``isolated_child`` reads it if present), with
-    ``extra`` entries beside the context variables (``expect_code``: the code the job is
-    submitted for, ``code_check.py``). Never fails the step: if looking fails (an odd module),
-    nothing is carried, with a warning."""
+def payload(step_id: str, expect_code: dict[str, Any] | None = None) -> bytes:
+    """The third pickle of a job's call file: what ``isolated_child`` calls before ``fn``, with
+    the call's target. Set the caller's context variables, then (``expect_code``: the code the
+    job is submitted for) check the job runs that code (``code_check.py``). Never fails the
+    step: if looking for variables fails (an odd module), none is carried, with a warning."""
     try:
         carried = capture(step_id)
     except Exception as exc:
         log.warning("%s: context variables not sent to its remote job: %s", step_id, exc)
         carried = []
-    return pickle.dumps({"context_vars": carried, **extra}, protocol=pickle.HIGHEST_PROTOCOL)
+    before: list[Any] = [functools.partial(restore, carried)]
+    if expect_code is not None:
+        before.append(functools.partial(check_code, expected=expect_code))
+    return pickle.dumps({"before_fn": before}, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def restore(carried: Carried) -> None:
-    """In the job, before ``fn`` runs: set each carried variable; one that cannot be found or
-    unpickled here is reported on stderr (the job's log) and skipped."""
+def restore(carried: Carried, target: Any = None) -> None:
+    """In the job, before ``fn`` (``target``) runs: set each carried variable; one that cannot
+    be found or unpickled here is reported on stderr (the job's log) and skipped."""
     for module_name, name, data in carried:
         try:
             importlib.import_module(module_name)
