@@ -98,19 +98,21 @@ def other_version_jobs(location: Location, output_path: str) -> list[dict[str, A
             log.debug("could not ask about the job of %s: %s", path, exc)
             continue
         if state == "running":
-            view = {**job.to_json(), "state": state, "age_s": _age(job), "version": other}
+            view = {**job.to_json(), "state": state, "age_s": _age(job), "version": other,
+                    "step": f"{name}@{other}"}  # fmt: skip
             view.pop("code", None)  # long; ``marin show`` names it
             found.append(view)
     return found
 
 
 def describe_other_job(view: dict[str, Any]) -> str:
-    """``warning: local job marin-ab12 of v1 still runs (2h05m), for another version``."""
+    """``warning: local job marin-ab12 of version v1 still runs (2h05m): nothing will use it
+    (`marin cancel a@v1` stops it)``."""
     age = view.get("age_s")
     since = "" if age is None else f" ({_short_duration(age)})"
     return (
         f"warning: {view['backend']} job {view['job_id']} of version {view['version']} still "
-        f"runs{since}: nothing will use it (`marin gc --cancel-orphans` cancels it)"
+        f"runs{since}: nothing will use it (`marin cancel {view.get('step', '')}` stops it)"
     )
 
 
