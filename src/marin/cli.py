@@ -390,24 +390,35 @@ def _write_out(text: str) -> None:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     from marin.catalog import resolve_show_target
+    from marin.execution.store.records import read_record
+    from marin.execution.vocabulary import JobState
     from marin.step_jobs import follow_job_log, follow_step_log, step_job
 
     location, output_path = resolve_show_target(args.step, args.prefix)
     step = "@".join(output_path.rsplit("/", 1))
     found = step_job(location, output_path, step)
+    if found is not None and found.state != JobState.RUNNING and _has_log(location, output_path):
+        found = None  # an ended job whose driver copied its log: the step's log has it all
     if found is not None:  # its job's own log: a driver may be gone, the job never is
         print(safe_text(f"{step}: {found.describe()}"), file=sys.stderr)
         lines = args.lines if args.lines is not None else JOB_LOG_LINES
         end = follow_job_log(found, _write_out, follow=args.follow, lines=lines)
-        if args.follow:
-            print(safe_text(f"{step}: {found.job.backend} job {found.job.job_id} {end}"),
-                  file=sys.stderr)  # fmt: skip
+        if args.follow:  # a collected job's folder may be gone already: the record tells
+            built = "; the step is built" if read_record(location, output_path) else ""
+            print(safe_text(f"{step}: {found.job.backend} job {found.job.job_id} ended "
+                            f"({end}){built}"), file=sys.stderr)  # fmt: skip
         return EXIT_OK
     if follow_step_log(location, output_path, _write_out, follow=args.follow, lines=args.lines):
         return EXIT_OK
     print(safe_text(f"{step}: no log (the step printed and logged nothing, or never ran)"),
           file=sys.stderr)  # fmt: skip
     return EXIT_FAILED
+
+
+def _has_log(location: Any, output_path: str) -> bool:
+    from marin.execution.store.records import log_path
+
+    return bool(location.has_file(location.path(log_path(output_path))))
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
