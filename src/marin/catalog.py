@@ -445,6 +445,29 @@ def resolve_show_target(what: str, prefix: str | None) -> tuple[Location, str]:
     )
 
 
+def steps_named(location: Location, given: str) -> list[str]:
+    """The output paths ``marin cancel`` acts on: ``name@version``'s, or for a bare name each
+    version whose folder records a job (every version when none does: each says so).
+
+    Raises:
+        InvalidStepError: ``given`` is not a valid name (or name@version).
+        NotFoundError: nothing of that name is under the prefix.
+    """
+    from marin.execution.names import validate_name
+    from marin.execution.store.step_folder import job_path
+    from marin.unlock import step_output_path
+
+    if "@" in given:
+        return [step_output_path(given)]
+    validate_name(given)
+    paths = [f"{given}/{v}" for v in _versions_of(location, given)]
+    if not paths:
+        raise NotFoundError(f"nothing named {given} is under {location.url}",
+                            closest_hint(location, given), given)  # fmt: skip
+    with_job = [p for p in paths if location.has_file(location.path(job_path(p)))]
+    return with_job or paths
+
+
 def latest_built_version(location: Location, name: str, versions: list[str]) -> str | None:
     """The version of ``name`` whose record finished last; None when none has a record."""
     best: tuple[str, str] | None = None

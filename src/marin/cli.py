@@ -422,8 +422,9 @@ def _has_log(location: Any, output_path: str) -> bool:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    from marin.catalog import steps_named
     from marin.execution.store.location import open_prefix
-    from marin.step_jobs import JobRefusedError, cancel_step, steps_named
+    from marin.step_jobs import JobRefusedError, cancel_step
 
     location = open_prefix(args.prefix)
     code = EXIT_OK

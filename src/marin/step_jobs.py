@@ -206,30 +206,6 @@ def follow_step_log(
             time.sleep(FOLLOW_POLL_S)  # polling: a file offers no event here
 
 
-def steps_named(location: Location, given: str) -> list[str]:
-    """The output paths ``marin cancel`` acts on: ``name@version``'s, or for a bare name each
-    version whose folder records a job (every version when none does: each says so).
-
-    Raises:
-        InvalidStepError: ``given`` is not a valid name (or name@version).
-        NotFoundError: nothing of that name is under the prefix.
-    """
-    from marin.catalog import NotFoundError, _versions_of, closest_hint
-    from marin.execution.names import validate_name
-    from marin.execution.store.step_folder import job_path
-    from marin.unlock import step_output_path
-
-    if "@" in given:
-        return [step_output_path(given)]
-    validate_name(given)
-    paths = [f"{given}/{v}" for v in _versions_of(location, given)]
-    if not paths:
-        raise NotFoundError(f"nothing named {given} is under {location.url}",
-                            closest_hint(location, given), given)  # fmt: skip
-    with_job = [p for p in paths if location.has_file(location.path(job_path(p)))]
-    return with_job or paths
-
-
 def running_job_notes(location: Location, output_path: str, step: str) -> list[str]:
     """The jobs that still run for ``step`` or another version of it (a version bumped under a
     job), each with how to stop it: what ``marin unlock`` says beside the lease. Advisory."""
