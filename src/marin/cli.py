@@ -388,6 +388,19 @@ def _write_out(text: str) -> None:
     sys.stdout.flush()  # a followed log shows as it comes
 
 
+def _quiet_broken_pipe(command: Callable[[argparse.Namespace], int]) -> Any:
+    """``marin logs ... | head``: a reader that stops reading ends the command quietly."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
+            return EXIT_OK
+
+    return run
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     from marin.catalog import resolve_show_target
     from marin.execution.store.records import read_record
@@ -871,7 +884,7 @@ def _add_logs_command(commands: Any) -> None:
         metavar="N",
         help=f"only the last N lines (a job's: default {JOB_LOG_LINES})",
     )
-    logs.set_defaults(func=cmd_logs)  # fmt: skip
+    logs.set_defaults(func=_quiet_broken_pipe(cmd_logs))  # fmt: skip
 
 
 def _add_cancel_command(commands: Any) -> None:

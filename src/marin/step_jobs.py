@@ -104,7 +104,7 @@ def cancel_step(location: Location, output_path: str, step: str) -> str:
         stop_job(backend, found.job, step, "cancel %s: stop %s job %s")
         done = f"cancelled {step}: stopped {found.describe()}"
     else:
-        done = f"{step}: {found.describe()} had ended; nothing to stop"
+        done = f"{step}: nothing to stop, its job is not running ({found.describe()})"
     return done + _release(location, output_path, found.job)
 
 
@@ -149,12 +149,21 @@ def follow_job_log(
         )
     from marin.execution.remote.follow import JobLog, LiveJob
 
-    tail = JobLog(opener(found.job.handle),
-                  lambda shown: write("".join(safe_text(s) + "\n" for s in shown)),
-                  LiveJob(found.job, ""))  # fmt: skip
+    broken: list[OSError] = []
+
+    def on_lines(shown: list[str]) -> None:
+        try:
+            write("".join(safe_text(line) + "\n" for line in shown))
+        except OSError as exc:  # a reader that went away (``| head``): stop following
+            broken.append(exc)
+
+    tail = JobLog(opener(found.job.handle), on_lines, LiveJob(found.job, ""))
     state = found.state
     while state == JobState.RUNNING:
         tail.pump()
+        if broken:
+            tail.cursor.close()
+            raise broken[0]
         time.sleep(FOLLOW_POLL_S)  # polling: neither a file nor Ray's stream offers an event here
         try:
             state = str(backend.status(found.job.handle).state)

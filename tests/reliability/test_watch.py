@@ -117,7 +117,7 @@ def test_cancel_stops_the_job_and_its_waiting_driver_fails_the_step(tmp_path: Pa
     finally:
         (tmp_path / "gate").touch()
         driver.kill()
-    assert re.search(r"local job marin-\w+ was stopped: ended stopped", err.read_text())
+    assert re.search(r"local job marin-\w+ was stopped \(cancelled\)", err.read_text())
     listed = marin(env, "ls", "--prefix", str(prefix)).stdout
     assert f"not built: {TRAIN} (FAILED: RemoteJobError" in listed, listed
     again = marin(env, "run", PIPELINE, "--prefix", str(prefix))

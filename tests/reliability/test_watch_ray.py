@@ -17,7 +17,7 @@ from marin.execution.store.location import open_prefix
 from marin.execution.store.step_folder import read_job
 from tests.reliability.conftest import REPO
 from tests.reliability.test_remote import wait_for_text
-from tests.reliability.test_watch import PIPELINE, TRAIN, env_for, marin, out, start, step_log
+from tests.reliability.test_watch import TRAIN, env_for, marin, out, start, step_log
 
 pytest.importorskip("ray.job_submission")
 pytestmark = pytest.mark.slow

@@ -342,8 +342,11 @@ class _RemoteCall:
         forget_failed(build.location, build.output_path, job)
         detail = f"ended {status.state}" + (f" ({status.detail})" if status.detail else "")
         if status.state == JobState.STOPPED:  # cancelled (`marin cancel`): no cause to fix
-            error = RemoteJobError(f"{job.backend} job {job.job_id} was stopped: {detail}",
-                                   "run again to submit a new job", self.step_id)  # fmt: skip
+            error = RemoteJobError(
+                f"{job.backend} job {job.job_id} was stopped ({status.detail or 'by its backend'})",
+                "run again to submit a new job",
+                self.step_id,
+            )
             error.job = job.to_json()
             raise error
         raise _failed(self.step_id, job, detail, tail)
