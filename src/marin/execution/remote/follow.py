@@ -8,8 +8,8 @@ The process's one poller reads each followed job's cursor at every look (``polle
 terminal (``on_lines``, given by the build), and keeps the job's last line and state for the
 live display (``live_jobs``).
 
-Memory stays bounded whatever the job prints: a cursor hands out at most ``READ_MOST`` bytes a
-look, a line longer than ``LINE_MOST`` is cut, and Marin's own outcome line (``ray.py``) is
+Memory stays bounded whatever the job prints: a cursor hands out at most ``READ_MOST`` bytes at
+a time, a line longer than ``LINE_MOST`` is cut, and Marin's own outcome line (``ray.py``) is
 never shown. What a job prints is data: it is shown, never acted on.
 """
 
@@ -27,7 +27,10 @@ from marin.execution.store.step_folder import JobRecord
 log = logging.getLogger("marin")
 
 READ_MOST = 1 << 20
-"""The most of a job's log read at one look (the poller looks again within seconds)."""
+"""The most of a job's log held at once."""
+LOOK_MOST = 16 << 20
+"""The most of a job's log handed on at one look (the poller looks again within a second);
+its end hands on all the rest."""
 LINE_MOST = 16 * 1024
 """A longer line is cut there (its rest is skipped to its newline)."""
 HIDDEN_PREFIX = "<<<marin-outcome "
@@ -71,14 +74,19 @@ class JobLog:
     _skipping: bool = False
     """Inside a line that was cut (or hidden): its rest is dropped up to its newline."""
 
-    def pump(self) -> None:
-        """Hand on what the job printed since the last look (whole lines only)."""
-        try:
-            data = self.cursor.read(READ_MOST)
-        except Exception as exc:  # an outage: the next look tries again
-            log.debug("could not read the log of job %s: %s", self.live.job.job_id, exc)
-            return
-        if data:
+    def pump(self, most: int | None = LOOK_MOST) -> None:
+        """Hand on what the job printed since the last look (whole lines only), at most
+        ``most`` bytes (None: all of it), ``READ_MOST`` at a time."""
+        taken = 0
+        while most is None or taken < most:
+            try:
+                data = self.cursor.read(READ_MOST)
+            except Exception as exc:  # an outage: the next look tries again
+                log.debug("could not read the log of job %s: %s", self.live.job.job_id, exc)
+                return
+            if not data:
+                return
+            taken += len(data)
             self._lines(self._decoder.decode(data))
 
     def finish(self) -> None:
@@ -86,7 +94,7 @@ class JobLog:
         settle = getattr(self.cursor, "settle", None)
         if callable(settle):  # a stream that lags behind the job's end (Ray's)
             settle()
-        self.pump()
+        self.pump(None)
         rest = self._partial + self._decoder.decode(b"", final=True)
         self._partial = ""
         if rest and not self._skipping and not rest.startswith(HIDDEN_PREFIX):
