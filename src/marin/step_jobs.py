@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from marin.execution.errors import MarinError
 from marin.execution.remote.fence import is_this_steps, stop_job
 from marin.execution.remote.registry import get_backend
-from marin.execution.remote.view import _age, _short_duration
+from marin.execution.remote.view import job_age, short_duration
 from marin.execution.store.lease import break_lease, read_lease
 from marin.execution.store.location import Location, open_local
 from marin.execution.store.records import FAILED, read_record, write_status
@@ -43,8 +43,8 @@ class StepJob:
 
     def describe(self) -> str:
         """``local job marin-ab12, running 3m``."""
-        age = _age(self.job)
-        since = "" if age is None else f" {_short_duration(age)}"
+        age = job_age(self.job)
+        since = "" if age is None else f" {short_duration(age)}"
         return f"{self.job.backend} job {self.job.job_id}, {self.state}{since}"
 
 
@@ -133,7 +133,8 @@ def follow_job_log(
     ``follow`` all of it as it grows until the job ends. The job's state at the end.
 
     Raises:
-        JobRefusedError: the backend cannot show the job's log.
+        JobRefusedError: the backend cannot follow the job's log.
+        OSError: ``write`` failed (a reader that went away: ``marin logs -f | head``).
     """
     backend = get_backend(found.job.backend)
     if not follow or found.state != JobState.RUNNING:
