@@ -191,11 +191,13 @@ class _RayTail:
     until the job ends), buffered up to ``TAIL_BUFFER_BYTES`` between two reads."""
 
     def __init__(self, client: Any, job_id: str) -> None:
+        self._client, self._job_id = client, job_id
         self._chunks: collections.deque[bytes] = collections.deque()
         self._size = self._dropped = 0
         self._lock = threading.Lock()
         self._ended = threading.Event()
-        self._future = asyncio.run_coroutine_threadsafe(self._pump(client, job_id), _tail_loop())
+        self._future: Any = None
+        """The stream, started by the first read: a job nobody follows costs no connection."""
 
     async def _pump(self, client: Any, job_id: str) -> None:
         try:
@@ -216,6 +218,10 @@ class _RayTail:
                 self._dropped += len(dropped)
 
     def read(self, most: int) -> bytes:
+        if self._future is None:
+            self._future = asyncio.run_coroutine_threadsafe(
+                self._pump(self._client, self._job_id), _tail_loop()
+            )
         out = bytearray()
         with self._lock:
             if self._dropped:
@@ -228,7 +234,9 @@ class _RayTail:
         return bytes(out)
 
     def settle(self) -> None:
-        self._ended.wait(SETTLE_S)
+        if self._future is not None:
+            self._ended.wait(SETTLE_S)
 
     def close(self) -> None:
-        self._future.cancel()
+        if self._future is not None:
+            self._future.cancel()
