@@ -101,12 +101,18 @@ def test_a_running_jobs_output_is_shown_followed_and_logged_once(tmp_path: Path)
     assert "colour \x1b[31mred" in text  # the log keeps what the job printed, as it was
 
 
-def test_cancel_stops_the_job_and_its_waiting_driver_fails_the_step(tmp_path: Path) -> None:
+def running(tmp_path: Path) -> tuple[dict[str, str], Path, Path, subprocess.Popen[str]]:
+    """A driver whose job has printed its first line: its env, prefix, stderr file, process."""
     env, prefix = env_for(tmp_path), tmp_path / "p"
     err = tmp_path / "run.err"
     driver = start(env, prefix, err)
+    wait_for_text(out(err), f"{TRAIN} | tick 0")
+    return env, prefix, err, driver
+
+
+def test_cancel_stops_the_job_and_its_waiting_driver_fails_the_step(tmp_path: Path) -> None:
+    env, prefix, err, driver = running(tmp_path)
     try:
-        wait_for_text(out(err), f"{TRAIN} | tick 0")
         pid = job_pid(tmp_path)
         done = marin(env, "cancel", TRAIN, "--prefix", str(prefix))
         assert done.returncode == 0, done.stderr
@@ -130,11 +136,8 @@ def test_a_killed_driver_is_no_longer_running_and_its_jobs_are_named_and_cancell
     """``kill -9`` of the driver: ``ls``/``show`` say UNFINISHED (holder gone), not RUNNING;
     after a version bump ``plan`` and ``unlock`` name the old version's job; ``cancel`` of
     the bare name stops it and releases the step."""
-    env, prefix = env_for(tmp_path), tmp_path / "p"
-    err = tmp_path / "run.err"
-    driver = start(env, prefix, err)
+    env, prefix, _, driver = running(tmp_path)
     try:
-        wait_for_text(out(err), f"{TRAIN} | tick 0")
         pid = job_pid(tmp_path)
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
