@@ -325,7 +325,8 @@ class _RemoteCall:
         build, status = self.build, watch.status
         assert status is not None
         tail = self.backend.logs(job.handle, LOG_TAIL_LINES)
-        if tail and watch.follow is None:  # a followed job's output is in the log already
+        followed = watch.follow is not None and watch.follow.finished
+        if tail and not followed:  # a followed job's output is in the log already
             sys.stdout.write(f"[{job.backend} job {job.job_id}]\n{tail}\n")  # into log.txt
         if status.state == JobState.SUCCEEDED and status.result is not None:
             try:

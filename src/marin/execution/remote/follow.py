@@ -73,6 +73,8 @@ class JobLog:
     _partial: str = ""
     _skipping: bool = False
     """Inside a line that was cut (or hidden): its rest is dropped up to its newline."""
+    finished: bool = False
+    """The job's whole log was handed on (``finish``): its tail need not be copied again."""
 
     def pump(self, most: int | None = LOOK_MOST) -> None:
         """Hand on what the job printed since the last look (whole lines only), at most
@@ -100,6 +102,7 @@ class JobLog:
         if rest and not self._skipping and not rest.startswith(HIDDEN_PREFIX):
             self._emit([rest])
         self.cursor.close()
+        self.finished = True
 
     def _lines(self, text: str) -> None:
         *lines, rest = (self._partial + text).split("\n")
