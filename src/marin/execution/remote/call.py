@@ -17,8 +17,10 @@ location, the build and its lost-lease event, how it waits). ``run_job``:
 3. waits on the process's one poller (``poller.py``), blocking its thread (``Wait.BLOCK``), or
    returns ``JobRunning`` (``wait.py``) for its caller to wait; a lost lease cancels the job
    and raises;
-4. copies the job's log tail into the step's log, and returns ``fn``'s value (or raises its
-   error, naming the job and its log tail; ``job.json`` is removed so a retry submits anew).
+4. streams the job's output into the step's log while it runs (``follow.py``; a backend that
+   cannot follow gets its log tail copied at the end), and returns ``fn``'s value (or raises
+   its error, naming the job and its log tail; ``job.json`` is removed so a retry submits
+   anew).
 The caller (``build_step``) commits the record, as for any step.
 """
 
