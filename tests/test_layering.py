@@ -20,6 +20,7 @@ LAYERS = ("digest", "store", "pipeline", "remote", "plan", "builder", "run")
 """Bottom first. Below them all is the ground floor (the modules directly in ``execution/``)."""
 
 GROUND = {"errors", "vocabulary", "ids", "suggest", "heap", "faults", "atomic_file", "names"}
+GROUND |= {"printable"}
 PUBLIC = {"marin.execution", "marin.execution.lazy", "marin.execution.step_spec"}
 PUBLIC |= {"marin.execution.step_runner"}
 """Marin's public modules and the front door: thin, above every layer."""

@@ -162,7 +162,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     def summary(report: RunReport | None, interrupted: bool = False) -> None:
         if as_json:
             if report is not None:
-                print(safe_json(json.dumps(report.to_json(), indent=2, ensure_ascii=False)))
+                shown = report.to_json()
+            elif interrupted:  # before any plan: still a report a `jq` pipe can read
+                shown = {"schema": 1, "ok": False, "interrupted": True, "steps": []}
+            else:
+                return
+            print(safe_json(json.dumps(shown, indent=2, ensure_ascii=False)))
+            sys.stdout.flush()  # an interrupted run leaves with os._exit
             return
         # The steps as the run placed them for its scope (before a plan: as lowered).
         plan = report.plan if report is not None else None
@@ -184,9 +190,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if as_json:
             print(safe_json(json.dumps({"schema": 1, "ok": False, "error": str(exc), "steps": []})))
         raise
-    except KeyboardInterrupt:
-        if observer.runs:
-            summary(None, interrupted=True)  # _first_interrupt_only: a second one cannot cut it
+    except KeyboardInterrupt as exc:
+        so_far = getattr(exc, "report", None)  # RunInterrupted: what ran until the Ctrl-C
+        if as_json or observer.runs or so_far is not None:
+            summary(so_far, interrupted=True)  # _first_interrupt_only: a second one cannot cut it
         raise
     if as_json:
         summary(report)
@@ -361,13 +368,89 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 def cmd_unlock(args: argparse.Namespace) -> int:
     from marin.execution.store.location import open_prefix
+    from marin.step_jobs import running_job_notes
     from marin.unlock import step_output_path, unlock
 
     output_path = step_output_path(args.step)
     location = open_prefix(args.prefix)
     result = unlock(location, output_path, args.step, force=args.force)
-    print(safe_text(result.message), file=sys.stdout if result.unlocked else sys.stderr)
+    out = sys.stdout if result.unlocked else sys.stderr
+    print(safe_text(result.message), file=out)
+    for note in running_job_notes(location, output_path, args.step):
+        print(safe_text(note), file=out)
     return EXIT_OK if result.unlocked else EXIT_FAILED
+
+
+# --- logs, cancel ------------------------------------------------------------------------------
+
+
+def _write_out(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()  # a followed log shows as it comes
+
+
+def _quiet_broken_pipe(command: Callable[[argparse.Namespace], int]) -> Any:
+    """``marin logs ... | head``: a reader that stops reading ends the command quietly."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
+            return EXIT_OK
+
+    return run
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from marin.catalog import resolve_show_target
+    from marin.execution.store.records import read_record
+    from marin.execution.vocabulary import JobState
+    from marin.step_jobs import follow_job_log, follow_step_log, step_job
+
+    location, output_path = resolve_show_target(args.step, args.prefix)
+    step = "@".join(output_path.rsplit("/", 1))
+    found = step_job(location, output_path, step)
+    if found is not None and found.state != JobState.RUNNING and _has_log(location, output_path):
+        found = None  # an ended job whose driver copied its log: the step's log has it all
+    if found is not None:  # its job's own log: a driver may be gone, the job never is
+        print(safe_text(f"{step}: {found.describe()}"), file=sys.stderr)
+        lines = args.lines if args.lines is not None else JOB_LOG_LINES
+        end = follow_job_log(found, _write_out, follow=args.follow, lines=lines)
+        if args.follow:  # a collected job's folder may be gone already: the record tells
+            built = "; the step is built" if read_record(location, output_path) else ""
+            print(safe_text(f"{step}: {found.job.backend} job {found.job.job_id} ended "
+                            f"({end}){built}"), file=sys.stderr)  # fmt: skip
+        return EXIT_OK
+    if follow_step_log(location, output_path, _write_out, follow=args.follow, lines=args.lines):
+        return EXIT_OK
+    print(safe_text(f"{step}: no log (the step printed and logged nothing, or never ran)"),
+          file=sys.stderr)  # fmt: skip
+    return EXIT_FAILED
+
+
+def _has_log(location: Any, output_path: str) -> bool:
+    from marin.execution.store.records import log_path
+
+    return bool(location.has_file(location.path(log_path(output_path))))
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from marin.catalog import steps_named
+    from marin.execution.store.location import open_prefix
+    from marin.step_jobs import JobRefusedError, cancel_step
+
+    location = open_prefix(args.prefix)
+    code = EXIT_OK
+    for given in args.steps:
+        for output_path in steps_named(location, given):
+            step = "@".join(output_path.rsplit("/", 1))
+            try:
+                print(safe_text(cancel_step(location, output_path, step)))
+            except JobRefusedError as exc:
+                print(safe_text(f"error: {exc}", keep_newlines=True), file=sys.stderr)
+                code = EXIT_FAILED
+    return code
 
 
 # --- parser ------------------------------------------------------------------------------------
@@ -458,10 +541,34 @@ refused unless --force; a build whose lease is broken discards its result when
 it notices, and never commits.
 exit codes: 0 unlocked (or no lease), 1 refused, 2 bad input.
 """
+_EPILOG_LOGS = """example:
+  marin logs linear/train@v1 --prefix /tmp/marin
+  marin logs linear/train --prefix /tmp/marin -f   # until its job ends
+
+A remote step with a recorded job shows the job's own log (from its backend:
+a local job's file, Ray's job logs), also while it runs and after its driver
+died; any other step shows its <output>.marin/log.txt. Control characters are
+shown escaped (\\x1b): a log is data, never acted on.
+exit codes: 0 shown, 1 no log, 2 bad input (or a job not provably the step's).
+"""
+_EPILOG_CANCEL = """example:
+  marin cancel linear/train@v1 --prefix /tmp/marin
+  marin cancel linear/train --prefix /tmp/marin   # every version's job
+
+Stops the step's running job through its backend (a local job's process
+group, Ray's stop_job), once its backend vouches that the job was submitted
+for this step. A driver still waiting for it fails the step and releases its
+lease; with no live driver the lease and job record are removed here. A name
+without @version cancels the jobs of all its versions (an old version's job
+left running by a version bump).
+exit codes: 0 cancelled (or already ended), 1 refused or nothing to cancel.
+"""
 _EPILOG_EXPORT = """example:
   marin export airflow --help
   marin export prefect --help
 """
+JOB_LOG_LINES = 1000
+"""``marin logs`` of a job without ``-f``: its last lines (a backend reads them from the end)."""
 TARGET_HELP = "the pipeline: path/to/file.py:attr or package.module:attr"
 
 
@@ -534,6 +641,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_why_command(commands)
     _add_diff_command(commands)
     _add_unlock_command(commands)
+    _add_logs_command(commands)
+    _add_cancel_command(commands)
     _add_gc_command(commands)
     _add_register_command(commands)
     _add_results_command(commands)
@@ -749,6 +858,48 @@ def _add_unlock_command(commands: Any) -> None:
         "its result)",
     )
     unlock.set_defaults(func=cmd_unlock)
+
+
+def _add_logs_command(commands: Any) -> None:
+    """``marin logs``: its options."""
+    logs = commands.add_parser(
+        "logs",
+        help="print or follow a step's log, a running remote job's too",
+        description="Print STEP's log: its remote job's, else its log.txt.",
+        epilog=_EPILOG_LOGS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    logs.add_argument("step", metavar="STEP", help="name@version, or a name")
+    _add_global(logs)
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing while the step's job (or build) runs",
+    )
+    logs.add_argument(
+        "-n",
+        "--lines",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"only the last N lines (a job's: default {JOB_LOG_LINES})",
+    )
+    logs.set_defaults(func=_quiet_broken_pipe(cmd_logs))  # fmt: skip
+
+
+def _add_cancel_command(commands: Any) -> None:
+    """``marin cancel``: its options."""
+    cancel = commands.add_parser(
+        "cancel",
+        help="cancel steps' running remote jobs and release what they hold",
+        description="Cancel the running job of each STEP through its backend.",
+        epilog=_EPILOG_CANCEL,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cancel.add_argument("steps", nargs="+", metavar="STEP", help="name@version, or a name")
+    _add_global(cancel)
+    cancel.set_defaults(func=cmd_cancel)
 
 
 def _add_gc_command(commands: Any) -> None:

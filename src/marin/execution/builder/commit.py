@@ -31,9 +31,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import io
 import logging
 import os
+import tempfile
 import threading
 import time
 import traceback
@@ -60,7 +60,7 @@ from marin.execution.builder.lineage import build_finished, build_started
 from marin.execution.builder.outcome import BuildOutcome, LeaseHeld, Pending
 from marin.execution.builder.output_tree import OutputDigest, is_output_digest, output_digest
 from marin.execution.builder.request import BuildRequest
-from marin.execution.builder.step_logs import LazyLogFile, capture_step_output
+from marin.execution.builder.step_logs import LazyLogFile, capture_step_output, lines_writer
 from marin.execution.digest.code import mixed_digest
 from marin.execution.errors import (
     AbandonedError,
@@ -552,19 +552,21 @@ def _step_log(location: Location, spec: StepSpec, earlier: bool) -> Iterator[IO[
                 with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                     os.unlink(path)
         return
-    buffer = io.StringIO()
-    try:
-        yield buffer
-    finally:
+    # On disk past a MiB: a remote job's log streams in for as long as the job runs.
+    with tempfile.SpooledTemporaryFile(1 << 20, "w+", encoding="utf-8", errors="replace") as buf:
         try:
-            text = buffer.getvalue()
-            if text:
-                location.put_file(path, text.encode())
-            elif earlier:
-                with contextlib.suppress(FileNotFoundError):
-                    location.fs.rm_file(path)
-        except OSError as exc:
-            log.warning("could not write the log of %s: %s", spec.step_id, exc)
+            yield cast(IO[str], buf)
+        finally:
+            try:
+                buf.seek(0)
+                text = buf.read()
+                if text:
+                    location.put_file(path, text.encode())
+                elif earlier:
+                    with contextlib.suppress(FileNotFoundError):
+                        location.fs.rm_file(path)
+            except OSError as exc:
+                log.warning("could not write the log of %s: %s", spec.step_id, exc)
 
 
 _MEMORY_FIRST_BUILD = (
@@ -874,6 +876,7 @@ def _start_fn(held: _Holding) -> Any:
         request, location = held.request, held.location
         held.remote = RemoteBuild(location, spec.output_path, held.build_id, held.heartbeat.lost,
                                   held.recipe, request.policy.on_code_drift, request.wait,
+                                  on_lines=lines_writer(),
                                   **remote_attempt(location, spec, held.attempt))  # fmt: skip
         return run_job(value, held.remote)
 

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import IO, Any
 
+from marin.execution.printable import safe_text
 from marin.execution.store.location import open_local
 
 LABEL_SEPARATOR = " | "
@@ -214,6 +215,28 @@ def install() -> None:
             # engine's logging.config.dictConfig, basicConfig(force=True)): steps' log records
             # would silently stop reaching their log.txt.
             root.addHandler(_handler)
+
+
+def lines_writer() -> Callable[[list[str]], None] | None:
+    """Where another thread writes whole lines into the step running in this context (a
+    remote job's output as it runs, ``remote/follow.py``): its log as they are, and the
+    terminal labelled, with control characters escaped (a job's output is untrusted), unless
+    pass-through is off. None outside a step."""
+    sink = _current.get()
+    if sink is None:
+        return None
+    through = PASS_THROUGH.get()
+    install()
+    routing = sys.stdout
+
+    def write(lines: list[str]) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            sink.log.write("".join(f"{line}\n" for line in lines))
+            sink.log.flush()
+        if through and isinstance(routing, _RoutingStream):
+            routing.emit(label_lines([safe_text(line) for line in lines], sink.label))
+
+    return write
 
 
 def set_echo(echo: Callable[[str], None] | None) -> None:

@@ -17,8 +17,10 @@ location, the build and its lost-lease event, how it waits). ``run_job``:
 3. waits on the process's one poller (``poller.py``), blocking its thread (``Wait.BLOCK``), or
    returns ``JobRunning`` (``wait.py``) for its caller to wait; a lost lease cancels the job
    and raises;
-4. copies the job's log tail into the step's log, and returns ``fn``'s value (or raises its
-   error, naming the job and its log tail; ``job.json`` is removed so a retry submits anew).
+4. streams the job's output into the step's log while it runs (``follow.py``; a backend that
+   cannot follow gets its log tail copied at the end), and returns ``fn``'s value (or raises
+   its error, naming the job and its log tail; ``job.json`` is removed so a retry submits
+   anew).
 The caller (``build_step``) commits the record, as for any step.
 """
 
@@ -52,6 +54,7 @@ from marin.execution.remote.fence import (
     refuse_unrecorded_writer,
     stop_job,
 )
+from marin.execution.remote.follow import LiveJob, follow_job, live_jobs, note_live
 from marin.execution.remote.local import jobs_root_path
 from marin.execution.remote.poller import POLLER, Watch
 from marin.execution.remote.protocol import JobSpec, JobStatus, RemoteBackend, job_owner
@@ -96,39 +99,28 @@ class RemoteBuild:
     """Told each job this attempt submits or reattaches to (its ``attempt.json`` names it)."""
     job: JobRecord | None = field(default=None)
     """The job that ran ``fn``, once known: the record names it."""
-
-
-_running_lock = threading.Lock()
-_running: dict[str, JobRecord] = {}
-"""step id -> the job this process waits for: the Ctrl-C summary names them."""
+    on_lines: Callable[[list[str]], None] | None = field(default=None)
+    """Where the job's output goes while it runs (the step's log and the terminal), from
+    any thread; None: only its tail, once it ended."""
 
 
 def running_jobs() -> dict[str, JobRecord]:
-    with _running_lock:
-        return dict(_running)
-
-
-def _waits_for(step_id: str, job: JobRecord | None) -> None:
-    """Note (or, with None, forget) the job this process waits for on behalf of ``step_id``."""
-    with _running_lock:
-        if job is None:
-            _running.pop(step_id, None)
-        else:
-            _running[step_id] = job
+    """step id -> the job this process waits for."""
+    return {step_id: live.job for step_id, live in live_jobs().items()}
 
 
 def warn_running_jobs() -> None:
-    """On an interrupt: name each job this process waits for; none is orphaned silently."""
-    for step_id, job in sorted(running_jobs().items()):
+    """On an interrupt: name each job this process waits for, and how to stop it; none is
+    orphaned silently."""
+    for step_id, live in sorted(live_jobs().items()):
         log.warning(
-            "interrupted: %s job %s of %s keeps running; the next `marin run` reattaches to it "
-            "(to stop it instead, cancel it in %s)",
-            job.backend,
-            job.job_id,
+            "interrupted: %s job %s of %s keeps running; the next `marin run` reattaches to "
+            "it (`marin cancel %s --prefix %s` stops it)",
+            live.job.backend,
+            live.job.job_id,
             step_id,
-            f"its process group: kill -- -<pid in {jobs_root_path()}/{job.job_id}/pid.json>"
-            if job.backend == "local"
-            else job.backend,
+            step_id,
+            live.prefix,
         )
 
 
@@ -202,25 +194,27 @@ class _RemoteCall:
         if status is not None and status.state != JobState.RUNNING:
             watch.status = status
             return self._ended(job, watch)
-        _waits_for(self.step_id, job)
+        live = LiveJob(job, self.build.location.url)
+        watch.follow = follow_job(self.backend, live, self.build.on_lines)
+        note_live(self.step_id, live)
         if self.build.wait != Wait.BLOCK:
             return JobRunning(self.step_id, job, watch, functools.partial(self._ended, job, watch),
                               functools.partial(self._forget, watch))  # fmt: skip
         try:
             POLLER.wait(watch)
         except BaseException:
-            _waits_for(self.step_id, None)
+            note_live(self.step_id, None)
             raise
         return self._ended(job, watch)
 
     def _forget(self, watch: Watch) -> None:
         watch.dropped = True
-        _waits_for(self.step_id, None)
+        note_live(self.step_id, None)
 
     def _ended(self, job: JobRecord, watch: Watch) -> Any:
         """The job ended (or the lease was lost): its value, or its error. A lost lease
         cancels the job (the displaced holder never commits, and its job must stop writing)."""
-        _waits_for(self.step_id, None)
+        note_live(self.step_id, None)
         if watch.lease_lost:
             self.backend.cancel(job.handle)
             raise LeaseLostError(
@@ -354,7 +348,8 @@ class _RemoteCall:
         build, status = self.build, watch.status
         assert status is not None
         tail = self.backend.logs(job.handle, LOG_TAIL_LINES)
-        if tail:
+        followed = watch.follow is not None and watch.follow.finished
+        if tail and not followed:  # a followed job's output is in the log already
             sys.stdout.write(f"[{job.backend} job {job.job_id}]\n{tail}\n")  # into log.txt
         if status.state == JobState.SUCCEEDED and status.result is not None:
             try:
@@ -370,6 +365,14 @@ class _RemoteCall:
             raise error from outcome.error(self.step_id, f"{job.backend} job")
         forget_failed(build.location, build.output_path, job)
         detail = f"ended {status.state}" + (f" ({status.detail})" if status.detail else "")
+        if status.state == JobState.STOPPED:  # cancelled (`marin cancel`): no cause to fix
+            error = RemoteJobError(
+                f"{job.backend} job {job.job_id} was stopped ({status.detail or 'by its backend'})",
+                "run again to submit a new job",
+                self.step_id,
+            )
+            error.job = job.to_json()
+            raise error
         raise _failed(self.step_id, job, detail, tail)
 
 

@@ -236,17 +236,20 @@ class JobCheck:
         return job is not None and job.build_id == self.build_id
 
 
-def stop_job(backend: RemoteBackend, job: JobRecord, step_id: str) -> None:
+def stop_job(
+    backend: RemoteBackend, job: JobRecord, step_id: str, why: str = "fence %s: cancel %s job %s"
+) -> None:
     """Cancel ``job`` and wait until its backend says it ended; raise if it still runs.
 
     A job that ended with an outcome (succeeded, failed) is left as it is; a stopped or lost
     one is cancelled too (idempotent), as its state may only mean the backend lost track of it.
+    ``why``: the log line of a running job's cancel (step id, backend, job id).
     """
     state = backend.status(job.handle).state
     if state in (JobState.SUCCEEDED, JobState.FAILED):
         return
     if state == JobState.RUNNING:
-        log.info("fence %s: cancel %s job %s before resuming", step_id, job.backend, job.job_id)
+        log.info(why, step_id, job.backend, job.job_id)
     backend.cancel(job.handle)
     deadline = time.monotonic() + STOP_WAIT_S
     delay = 0.01

@@ -241,6 +241,16 @@ class LocalBackend:
             return ""
         return "\n".join(data.decode(errors="replace").splitlines()[-tail:])
 
+    def log_location(self, handle: JobHandle) -> str:
+        """The job's log file (``marin show``)."""
+        folder = _folder_of(handle)
+        return "" if folder is None else os.path.join(folder, LOG)
+
+    def follow(self, handle: JobHandle) -> _LogFile:
+        """The job's ``log.txt`` from its start, read as it grows (``follow.py``)."""
+        folder = _folder_of(handle)
+        return _LogFile(None if folder is None else os.path.join(folder, LOG))
+
     def cancel(self, handle: JobHandle) -> None:
         folder = _folder_of(handle)
         if folder is None:
@@ -288,6 +298,27 @@ class LocalBackend:
 
     def _alive(self, folder: str) -> bool:
         return self._pid(folder) is not None
+
+
+class _LogFile:
+    """A local job's log read from an offset: never through a link (``O_NOFOLLOW``)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def read(self, most: int) -> bytes:
+        if self._fd is None and self.path is not None:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:  # not written yet (or not a file of the job's)
+                return b""
+        return b"" if self._fd is None else os.read(self._fd, most)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _read_tail(f: BinaryIO, most: int) -> bytes:

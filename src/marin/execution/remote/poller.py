@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from marin.execution.remote.follow import JobLog
 from marin.execution.remote.protocol import JobHandle, JobStatus, RemoteBackend
 from marin.execution.vocabulary import JobState
 
@@ -27,6 +28,8 @@ log = logging.getLogger("marin")
 
 FIRST_DELAY_S = 0.05
 MAX_DELAY_S = float(os.environ.get("MARIN_REMOTE_POLL_MAX_S", "2.0"))
+FOLLOW_DELAY_S = 1.0
+"""A followed job is looked at at least every second: its output shows while it runs."""
 
 
 @dataclass(eq=False)
@@ -44,6 +47,8 @@ class Watch:
     """Called once, on the poller's thread, when ``done`` is set; it must not block."""
     dropped: bool = False
     """Nobody waits any more (the build was given up): the next look forgets the job."""
+    follow: JobLog | None = None
+    """The job's output, handed on at each look while it runs (``follow.py``)."""
 
 
 class Poller:
@@ -82,12 +87,15 @@ class Poller:
                 with self._cond:
                     due = time.monotonic() + watch.delay
                     heapq.heappush(self._due, (due, next(self._order), watch))
-                watch.delay = min(watch.delay * 2, MAX_DELAY_S)
+                most = MAX_DELAY_S if watch.follow is None else min(MAX_DELAY_S, FOLLOW_DELAY_S)
+                watch.delay = min(watch.delay * 2, most)
 
     @staticmethod
     def _poll(watch: Watch) -> bool:
         """One look; whether the watch is over."""
         if watch.dropped:
+            if watch.follow is not None:
+                watch.follow.cursor.close()
             return True
         if watch.lost.is_set():
             watch.lease_lost = True
@@ -97,9 +105,15 @@ class Poller:
             except Exception as exc:  # a backend outage: keep waiting, say so
                 log.warning("could not ask about job %s: %s", watch.handle.job_id, exc)
                 return False
+            if watch.follow is not None:
+                watch.follow.live.state = str(status.state)
             if status.state == JobState.RUNNING:
+                if watch.follow is not None:
+                    watch.follow.pump()
                 return False
             watch.status = status
+        if watch.follow is not None:
+            watch.follow.finish()  # the job's last lines, before its end is handed on
         watch.done.set()
         if watch.on_end is not None:
             try:

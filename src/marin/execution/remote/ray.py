@@ -16,13 +16,17 @@ Promises: at most one job per key; ``cancel`` is Ray's ``stop_job``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import collections
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import secrets
+import threading
 from typing import Any
 
 from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus
@@ -38,6 +42,12 @@ LOG_TAIL_BYTES = 256 * 1024
 """The most of a job's log kept for the lines a failure shows."""
 OUTCOME_MAX_BYTES = 64 * 1024 * 1024
 """The most of a job's log kept while looking for its outcome (its last line)."""
+TAIL_BUFFER_BYTES = 4 * 1024 * 1024
+"""The most of a followed job's log held between two reads (older text is dropped, said)."""
+SETTLE_S = 3.0
+"""How long a job's end waits for its log stream to end (its last lines)."""
+
+log = logging.getLogger("marin")
 
 
 def outcome_line(nonce: str, outcome: bytes) -> str:
@@ -149,6 +159,84 @@ class RayBackend:
         lines = [line for line in text.splitlines() if not _OUTCOME.search(line)]
         return "\n".join(lines[-tail:])
 
+    def log_location(self, handle: JobHandle) -> str:
+        """How to read the job's log with Ray's own tools (``marin show``)."""
+        return f"ray job logs {handle.job_id} --address {os.environ.get(ADDRESS_ENV, '?')}"
+
+    def follow(self, handle: JobHandle) -> _RayTail:
+        """The job's log from its start, as Ray's ``tail_job_logs`` streams it (``follow.py``)."""
+        return _RayTail(self._client(), handle.job_id)
+
     def cancel(self, handle: JobHandle) -> None:
         with contextlib.suppress(RuntimeError):  # ended or unknown: nothing of it runs
             self._client().stop_job(handle.job_id)
+
+
+_loop_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _tail_loop() -> asyncio.AbstractEventLoop:
+    """The process's one event loop for Ray's log streams (on a daemon thread of its own)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="marin-ray-logs", daemon=True).start()
+        return _loop
+
+
+class _RayTail:
+    """One job's log as Ray streams it (``JobSubmissionClient.tail_job_logs``, from the start
+    until the job ends), buffered up to ``TAIL_BUFFER_BYTES`` between two reads."""
+
+    def __init__(self, client: Any, job_id: str) -> None:
+        self._client, self._job_id = client, job_id
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._size = self._dropped = 0
+        self._lock = threading.Lock()
+        self._ended = threading.Event()
+        self._future: Any = None
+        """The stream, started by the first read: a job nobody follows costs no connection."""
+
+    async def _pump(self, client: Any, job_id: str) -> None:
+        try:
+            async for text in client.tail_job_logs(job_id):
+                self._put(text.encode(errors="replace"))
+        except Exception as exc:  # the stream broke: the job's tail is still copied at its end
+            log.debug("the log stream of Ray job %s ended: %s", job_id, exc)
+        finally:
+            self._ended.set()
+
+    def _put(self, data: bytes) -> None:
+        with self._lock:
+            self._chunks.append(data)
+            self._size += len(data)
+            while self._size > TAIL_BUFFER_BYTES and len(self._chunks) > 1:
+                dropped = self._chunks.popleft()
+                self._size -= len(dropped)
+                self._dropped += len(dropped)
+
+    def read(self, most: int) -> bytes:
+        if self._future is None:
+            self._future = asyncio.run_coroutine_threadsafe(
+                self._pump(self._client, self._job_id), _tail_loop()
+            )
+        out = bytearray()
+        with self._lock:
+            if self._dropped:
+                out += b"\n[%d bytes of the job's log skipped]\n" % self._dropped
+                self._dropped = 0
+            while self._chunks and len(out) < most:
+                chunk = self._chunks.popleft()
+                self._size -= len(chunk)
+                out += chunk
+        return bytes(out)
+
+    def settle(self) -> None:
+        if self._future is not None:
+            self._ended.wait(SETTLE_S)
+
+    def close(self) -> None:
+        if self._future is not None:
+            self._future.cancel()

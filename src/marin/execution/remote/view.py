@@ -47,12 +47,12 @@ def job_view(
             return None  # a record the run would ignore: its job is never touched
         state: str = get_backend(job.backend).status(job.handle).state
     except UnseenJobError as exc:  # it may run where this driver cannot see: the run refuses
-        unseen = {"state": "unseen", "why": exc.why, "fix": exc.fix, "age_s": _age(job)}
+        unseen = {"state": "unseen", "why": exc.why, "fix": exc.fix, "age_s": job_age(job)}
         return {**job.to_json(code=False), **unseen}
     except Exception as exc:  # an unreachable cluster, an unregistered backend
         log.debug("could not ask about job %s: %s", job.job_id, exc)
         state = "unknown"
-    age = _age(job)
+    age = job_age(job)
     verdict = judge_claim(recipe, claim_of(job), on_code_drift)
     other = verdict.claim != Claim.OURS
     view = {**job.to_json(), "state": state, "age_s": age, "other_config": other}
@@ -121,7 +121,7 @@ _DIFFERS = {
 """How ``marin plan`` names what makes a recorded job another recipe's."""
 
 
-def _age(job: JobRecord) -> float | None:
+def job_age(job: JobRecord) -> float | None:
     """Seconds since the job was submitted (None: its time cannot be read)."""
     try:
         return max(0.0, time.time() - datetime.fromisoformat(job.submitted_at).timestamp())
@@ -154,19 +154,21 @@ def other_version_jobs(location: Location, output_path: str) -> list[dict[str, A
             log.debug("could not ask about the job of %s: %s", path, exc)
             continue
         if state == "running":
-            view = {**job.to_json(), "state": state, "age_s": _age(job), "version": other}
+            view = {**job.to_json(), "state": state, "age_s": job_age(job), "version": other,
+                    "step": f"{name}@{other}"}  # fmt: skip
             view.pop("code", None)  # long; ``marin show`` names it
             found.append(view)
     return found
 
 
 def describe_other_job(view: dict[str, Any]) -> str:
-    """``warning: local job marin-ab12 of v1 still runs (2h05m), for another version``."""
+    """``warning: local job marin-ab12 of version v1 still runs (2h05m): nothing will use it
+    (`marin cancel a@v1` stops it)``."""
     age = view.get("age_s")
-    since = "" if age is None else f" ({_short_duration(age)})"
+    since = "" if age is None else f" ({short_duration(age)})"
     return (
         f"warning: {view['backend']} job {view['job_id']} of version {view['version']} still "
-        f"runs{since}: nothing will use it (`marin gc --cancel-orphans` cancels it)"
+        f"runs{since}: nothing will use it (`marin cancel {view.get('step', '')}` stops it)"
     )
 
 
@@ -190,12 +192,13 @@ def describe_job(view: dict[str, Any]) -> str:
         differs = view.get("differs", "another recipe")
         verb = f"cancel ({differs})" if state == "running" else f"replace ({differs})"
     age = view.get("age_s")
-    since = "" if age is None else f" {_short_duration(age)}"
+    since = "" if age is None else f" {short_duration(age)}"
     note = " (it runs other code; on_code_drift=warn)" if view.get("note") else ""
     return f"{verb}: {view['backend']} job {view['job_id']}, {state}{since}{note}"
 
 
-def _short_duration(seconds: float) -> str:
+def short_duration(seconds: float) -> str:
+    """``45s``, ``3m``, ``2h05m``: how long a job has run, as ``plan`` and ``cancel`` say it."""
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     if hours:

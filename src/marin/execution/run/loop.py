@@ -48,12 +48,15 @@ from marin.execution.pipeline.resources import Grant, ResourcePool
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Plan, Upstream
 from marin.execution.plan.options import DEFAULT_MAX_REMOTE
-from marin.execution.remote.call import warn_running_jobs
+from marin.execution.remote.call import running_jobs, warn_running_jobs
 from marin.execution.run.executors import Completion, CompletionKind, Executor, StepJob
 from marin.execution.run.remote_slots import Slots
 from marin.execution.run.report import (
+    INTERRUPTED_JOB_REASON,
     INTERRUPTED_REASON,
+    INTERRUPTED_RUNNING_REASON,
     KEEP_GOING_CLI,
+    RunInterrupted,
     RunReport,
     blocked_reason,
     stopped_reason,
@@ -222,6 +225,8 @@ class RunLoop:
             if sigint is not None and sigint.count:
                 self._interrupted = True  # pressed as the last step finished: still one
         except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                self._word_interrupted()
             self._leave()
             pipeline_finished(pipeline, exc)  # ABORT (after its open builds' ABORTs), or FAIL
             raise
@@ -242,7 +247,8 @@ class RunLoop:
         step failed, else ``KeyboardInterrupt`` if a first Ctrl-C stopped it."""
         self.report.raise_failures(self.keep_going, not_run_in_message=not_run_in_message)
         if self._interrupted:
-            raise KeyboardInterrupt
+            self.report.interrupted = True
+            raise RunInterrupted(self.report)
 
     def _active(self) -> bool:
         """Something runs, waits, or can start; once nothing does, the caller's served targets
@@ -568,6 +574,22 @@ class RunLoop:
             self.resources.release(grant)
 
     # -- how it ended -----------------------------------------------------------------------
+
+    def _word_interrupted(self) -> None:
+        """A Ctrl-C ends the run here: each step to build that did not end says why (a step
+        whose job runs on, one cut short, one never started)."""
+        self.report.interrupted = True
+        jobs = running_jobs()
+        report = self.report
+        for path in self._to_build:
+            if path in report.outcomes or path in report.failures or path in report.not_run:
+                continue
+            if self._decisions[path].spec.step_id in jobs:
+                report.not_run[path] = INTERRUPTED_JOB_REASON
+            elif path in self._started:
+                report.not_run[path] = INTERRUPTED_RUNNING_REASON
+            else:
+                report.not_run[path] = INTERRUPTED_REASON
 
     def _word_not_run(self) -> None:
         outcome = self.scheduler.finish()

@@ -40,6 +40,20 @@ def stopped_reason(failed: str, keep_going: str = KEEP_GOING_CLI) -> str:
 
 
 INTERRUPTED_REASON = "not started: the run was interrupted"
+INTERRUPTED_RUNNING_REASON = "interrupted while it ran: nothing was committed"
+INTERRUPTED_JOB_REASON = (
+    "interrupted while its job ran: the job keeps running; the next run reattaches to it"
+)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A Ctrl-C ended the run; ``report`` says what it did until then (``interrupted``)."""
+
+    def __init__(self, report: RunReport) -> None:
+        super().__init__()
+        self.report = report
+
+
 NOT_STARTED_REASON = "not started"
 """A step planned to build when the run ended before it could start (a dry run)."""
 
@@ -87,6 +101,8 @@ class RunReport:
     durations: dict[str, float] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)
     """How many attempts each step that ran took (1 unless it was retried)."""
+    interrupted: bool = False
+    """A Ctrl-C ended the run: what did not end is in ``not_run``, saying so."""
 
     @property
     def to_build(self) -> list[str]:
@@ -155,13 +171,14 @@ class RunReport:
         return {
             "schema": RUN_REPORT_SCHEMA,
             "prefix": self.location.url,
-            "ok": not self.failures,
+            "ok": not self.failures and not self.interrupted,
             "options": {
                 "on_drift": policy.on_drift,
                 "force": sorted(policy.force),
                 "cascade": policy.cascade,
                 "on_code_drift": policy.on_code_drift,
             },
+            **({"interrupted": True} if self.interrupted else {}),
             "summary": {"total": len(results), **counts},
             **self._sweep_json(),
             "steps": [

@@ -40,7 +40,7 @@ from marin.execution.run.loop import (
     served_targets_gone,
 )
 from marin.execution.run.remote_slots import executor_threads
-from marin.execution.run.report import RunReport
+from marin.execution.run.report import RunInterrupted, RunReport
 from marin.execution.run.scheduler import READY_ORDERS
 from marin.execution.run.stream import StreamHook, is_stream, run_stream
 from marin.execution.store.location import Location, open_prefix
@@ -206,7 +206,13 @@ class StepRunner:
         # Nothing to build: the served targets are re-checked here, before success is reported
         # (one record read each); one deleted since the plan is rebuilt by the loop.
         if report.to_build or served_targets_gone(plan, location, graph.target_paths):
-            self._build(plan, report, options, graph.target_paths)
+            try:
+                self._build(plan, report, options, graph.target_paths)
+            except RunInterrupted:
+                raise
+            except KeyboardInterrupt as exc:  # what ran so far, for the caller's summary
+                report.interrupted = True
+                raise RunInterrupted(report) from exc
         return report
 
     def _log_plan(self, plan: Plan, report: RunReport) -> None:
