@@ -40,8 +40,8 @@ JOBS_ENV = "MARIN_LOCAL_JOBS"
 _KILL_WAIT_S = 5.0
 LOG_TAIL_BYTES = 256 * 1024
 """The most of a job's log the driver reads (from its end) for the lines it shows."""
-CALL, OWNER, RESULT, LOG, PID, CANCELLED = (
-    "call.pkl", "owner.json", "result.json", "log.txt", "pid.json", "cancelled"
+CALL, OWNER, RESULT, LOG, PID, CANCELLED, LOST = (
+    "call.pkl", "owner.json", "result.json", "log.txt", "pid.json", "cancelled", "lost.json"
 )  # fmt: skip
 _LAUNCHER = "marin.execution.remote.local_job"
 
@@ -98,6 +98,11 @@ def jobs_root(step_id: str | None = None) -> str:
     return root
 
 
+def rank_folder(folder: str, rank: int) -> str:
+    """A gang job's rank's own files (its outcome, its log): ``<job folder>/rank-K``."""
+    return os.path.join(folder, f"rank-{rank}")
+
+
 def _folder_of(handle: JobHandle) -> str | None:
     """The job's folder: from its id alone, under the jobs root (``job.json`` is untrusted:
     nothing it holds is followed); None for an id that is not Marin's."""
@@ -128,8 +133,9 @@ class LocalBackend:
         with os.fdopen(fd, "wb") as f:
             f.write(job.call)
         env = {**os.environ, **job.env, "PYTHONUNBUFFERED": "1"}
+        gang = [str(job.ranks), str(job.gpus)] if job.ranks > 1 else []
         subprocess.run(
-            [sys.executable, "-m", _LAUNCHER, folder],
+            [sys.executable, "-m", _LAUNCHER, folder, *gang],
             env=env,
             stdin=subprocess.DEVNULL,
             check=True,
@@ -158,7 +164,7 @@ class LocalBackend:
         if self._alive(folder):
             return JobStatus(JobState.RUNNING)
         return self._result(folder) or JobStatus(  # it may have ended between the two looks
-            JobState.LOST, detail="its process ended without a result"
+            JobState.LOST, detail=_lost_detail(folder)
         )
 
     @staticmethod
@@ -228,6 +234,16 @@ class LocalBackend:
 
     def _alive(self, folder: str) -> bool:
         return self._pid(folder) is not None
+
+
+def _lost_detail(folder: str) -> str:
+    """Why a job ended without a result: a gang names its rank killed by a signal."""
+    try:
+        with open(os.path.join(folder, LOST), "rb") as f:
+            lost = json.loads(f.read(4096))
+        return f"rank {int(lost['rank'])} was killed by {str(lost['signal'])[:20]}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its process ended without a result"
 
 
 def _read_tail(f: BinaryIO, most: int) -> bytes:

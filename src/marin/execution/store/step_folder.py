@@ -157,6 +157,9 @@ class JobRecord:
     """Each dependency's step id -> the build the job reads (empty: not recorded)."""
     placement: str = ""
     """The output path (below the prefix) it writes ("" : not recorded)."""
+    preemptions: int = 0
+    """How many jobs of this build were lost (killed by a signal, their node gone) before
+    this one was submitted: the preemptions the build survived."""
 
     @property
     def handle(self) -> JobHandle:
@@ -174,6 +177,7 @@ class JobRecord:
             "placement": self.placement,
             "inputs": dict(self.inputs),
             "data": dict(self.data),
+            "preemptions": self.preemptions,
             **({"code": self.code.to_record()} if code else {}),
         }
 
@@ -187,14 +191,16 @@ class JobRecord:
         if not all(isinstance(f, str) and f for f in fields) or not _strings(data):
             return None
         fingerprint, placement = raw.get("fingerprint", ""), raw.get("placement", "")
-        code = raw.get("code")
+        code, preempted = raw.get("code"), raw.get("preemptions", 0)
+        if not isinstance(preempted, int) or isinstance(preempted, bool) or preempted < 0:
+            preempted = 0
         backend, job_id, build_id, submitted_at = (str(f) for f in fields)
         return cls(
             backend, job_id, build_id, submitted_at, dict(data),
             fingerprint if isinstance(fingerprint, str) else "",
             unknown_digest(_NO_JOB_CODE) if code is None else CodeDigest.from_record(code),
             _inputs(raw.get("inputs")),
-            placement if isinstance(placement, str) else "",
+            placement if isinstance(placement, str) else "", min(preempted, 1 << 30),
         )  # fmt: skip
 
 

@@ -1,0 +1,192 @@
+"""Gang steps (``with_options(remote="local", ranks=3)``): real drivers, real detached jobs,
+three real ranks that meet through ``jax.distributed.initialize()`` on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from marin.execution.errors import InvalidStepError
+from marin.execution.lazy import OUT, apply, lower
+from marin.execution.remote.procs import start_time
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
+from marin.execution.store.step_folder import read_job
+from tests.reliability.gang_pipelines import all_reduce
+from tests.reliability.test_remote import job_folders, setup, wait_for_text
+
+pytest.importorskip("jax")
+
+GANG = "tests/reliability/gang_pipelines.py"
+JAX = "gang/jax/v1"
+
+
+def gang_run(target: str, prefix: str, env: dict[str, str], err: Path, *extra: str):
+    import subprocess
+    import sys
+
+    from tests.reliability.conftest import REPO
+
+    cli = [sys.executable, "-m", "marin.cli", "run", f"{GANG}:{target}", "--prefix", prefix]
+    return subprocess.Popen(
+        [*cli, *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err.open("w"),
+        text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def rank_starts(tmp_path: Path, count: int, timeout: float = 120) -> list[int]:
+    """The pids of the first ``count`` rank starts, once there are that many."""
+    path = tmp_path / "calls"
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = path.read_text().splitlines() if path.exists() else []
+        if len(lines) >= count:
+            return [int(line.split()[-1]) for line in lines[:count]]
+        assert time.monotonic() < deadline, f"{len(lines)} of {count} ranks started"
+        time.sleep(0.02)
+
+
+def wait_gone(pids: list[int], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while any(start_time(pid) is not None for pid in pids):
+        assert time.monotonic() < deadline, "a rank outlived its gang"
+        time.sleep(0.02)
+
+
+def test_a_jax_gang_all_reduces_and_commits_once(tmp_path: Path) -> None:
+    """Three ranks meet through ``jax.distributed.initialize()`` (no arguments) and sum
+    ``rank + 1``: one job, one record, rank 0's value, every rank's files in one output."""
+    prefix, env = setup(tmp_path)
+    (tmp_path / "gate").touch()
+    proc = gang_run("jax_gang", prefix, env, tmp_path / "err", "--json")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (tmp_path / "err").read_text()
+    record = read_record(open_prefix(prefix), JAX)
+    assert record is not None
+    assert record.result["sum"] == 6.0 and record.result["rank"] == 0
+    assert record.result["world_size"] == 3
+    assert record.result["env"] == {"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0",
+                                    "MASTER_ADDR": "127.0.0.1", "JAX_PROCESS_ID": "0",
+                                    "JAX_NUM_PROCESSES": "3"}  # fmt: skip
+    output = Path(prefix) / JAX
+    for rank in range(3):
+        seen = json.loads((output / f"rank-{rank}.json").read_text())
+        assert seen == {"process_index": rank, "devices": 3}  # one JAX cluster of three
+    assert len(rank_starts(tmp_path, 3)) == 3 and len((tmp_path / "calls").read_text().split("\n")) == 4
+    step = json.loads(out)["steps"][0]
+    assert step["job"]["job_id"] == record.provenance["job"]["job_id"]
+    assert step["job"]["preemptions"] == 0
+    log = (Path(prefix) / "gang/jax/v1.marin/log.txt").read_text()
+    assert all(f"[rank {rank}]" in log for rank in range(3))
+    assert job_folders(prefix) == []  # committed: the job's files (ranks' too) are gone
+
+
+def test_a_killed_rank_ends_every_rank_and_the_gang_is_resubmitted_once(tmp_path: Path) -> None:
+    """SIGKILL rank 1 while the gang runs: ranks 0 and 2 end too, the job is lost (a
+    preemption, not a failure: retries=0), one new gang runs, one record says so."""
+    prefix, env = setup(tmp_path)
+    proc = gang_run("jax_gang", prefix, env, tmp_path / "err", "--json")
+    first = rank_starts(tmp_path, 3)
+    os.kill(first[1], signal.SIGKILL)
+    wait_gone(first)  # all three ended
+    second = rank_starts(tmp_path, 6)[3:]  # one new gang of three
+    assert not set(second) & set(first)
+    (tmp_path / "gate").touch()
+    out, _ = proc.communicate(timeout=300)
+    err = (tmp_path / "err").read_text()
+    assert proc.returncode == 0, err
+    assert "preempted gang/jax@v1" in err and "was killed by SIGKILL" in err
+    record = read_record(open_prefix(prefix), JAX)
+    assert record is not None and record.result["sum"] == 6.0
+    assert record.provenance["job"]["preemptions"] == 1
+    assert json.loads(out)["steps"][0]["job"]["preemptions"] == 1
+    assert len((tmp_path / "calls").read_text().splitlines()) == 6  # two gangs, never three
+    assert "preemptions  1" in _show(prefix, env)
+
+
+def _show(prefix: str, env: dict[str, str]) -> str:
+    from tests.reliability.test_remote import marin_cli
+
+    return marin_cli("show", "", f"{prefix}/{JAX}", env)
+
+
+def test_a_rank_that_raises_fails_the_attempt_and_retries_count_it(tmp_path: Path) -> None:
+    """Rank 1's ``fn`` raises: the gang fails as one (every rank ends) and ``retries=1``
+    submits one new gang, which builds; no preemption is counted."""
+    prefix, env = setup(tmp_path, MARIN_TEST_FAIL=str(tmp_path / "fail"), MARIN_TEST_RETRIES="1")
+    (tmp_path / "fail").touch()
+    (tmp_path / "gate").touch()
+    proc = gang_run("jax_gang", prefix, env, tmp_path / "err")
+    assert proc.wait(timeout=300) == 0, (tmp_path / "err").read_text()
+    assert "rank 1: rank 1 diverged" in (tmp_path / "err").read_text()
+    wait_gone(rank_starts(tmp_path, 6))
+    record = read_record(open_prefix(prefix), JAX)
+    assert record is not None and record.result["sum"] == 6.0
+    assert record.provenance["job"]["preemptions"] == 0
+
+
+def test_a_killed_driver_reattaches_to_its_one_gang(tmp_path: Path) -> None:
+    """SIGKILL ``marin run`` while the gang runs: the next run reattaches to that gang (its
+    three ranks), never starting a second."""
+    prefix, env = setup(tmp_path)
+    first = gang_run("jax_gang", prefix, env, tmp_path / "first.err")
+    ranks = rank_starts(tmp_path, 3)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert all(start_time(pid) is not None for pid in ranks)  # the gang outlived its driver
+    second = gang_run("jax_gang", prefix, env, tmp_path / "second.err")
+    wait_for_text(tmp_path / "second.err", "reattach gang/jax@v1")
+    (tmp_path / "gate").touch()
+    assert second.wait(timeout=300) == 0, (tmp_path / "second.err").read_text()
+    assert len((tmp_path / "calls").read_text().splitlines()) == 3  # one gang
+    job = read_job(open_prefix(prefix), JAX)
+    record = read_record(open_prefix(prefix), JAX)
+    assert record is not None and job is not None and record.result["sum"] == 6.0
+    assert record.provenance["job"]["job_id"] == job.job_id
+
+
+def test_a_preempted_resumable_gang_resumes(tmp_path: Path) -> None:
+    """A resumable gang whose rank is SIGKILLed after its third unit is submitted again and
+    resumes from rank 0's checkpoint: no unit before it runs twice in the new gang."""
+    prefix, env = setup(tmp_path, MARIN_TEST_UNITS="8",
+                        MARIN_TEST_UNITS_LOG=str(tmp_path / "units"))  # fmt: skip
+    proc = gang_run("units_gang", prefix, env, tmp_path / "err")
+    first = rank_starts(tmp_path, 3)
+    checkpoint = Path(prefix) / "gang/units/v1.marin/checkpoints/next_unit"
+    deadline = time.monotonic() + 120
+    while not (checkpoint.exists() and int(checkpoint.read_text() or 0) >= 3):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(first[2], signal.SIGKILL)
+    assert proc.wait(timeout=300) == 0, (tmp_path / "err").read_text()
+    record = read_record(open_prefix(prefix), "gang/units/v1")
+    assert record is not None and record.result["started_at"] >= 3
+    assert record.provenance["job"]["preemptions"] == 1
+    done = (tmp_path / "units").read_text().splitlines()
+    assert sum(line.startswith("rank 0 ") for line in done) < 8 * 1.5  # the work was kept
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"remote": "local", "ranks": 0}, "ranks=0"),
+        ({"remote": "local", "ranks": "3"}, "ranks='3'"),
+        ({"remote": "local", "ranks": True}, "ranks=True"),
+        ({"ranks": 3}, "ranks=3 without remote"),
+        ({"remote": "local", "max_preemptions": -1}, "max_preemptions=-1"),
+        ({"max_preemptions": 2}, "max_preemptions=2 without remote"),
+    ],
+)
+def test_gang_options_are_checked_once_naming_step_field_and_fix(
+    options: dict[str, object], field: str
+) -> None:
+    with pytest.raises(InvalidStepError) as caught:
+        lower([apply("gang/bad", all_reduce, version="v1", out_path=OUT).with_options(**options)])
+    message = str(caught.value)
+    assert field in message and "gang/bad@v1" in message
+    assert "use " in message or "add remote=" in message
