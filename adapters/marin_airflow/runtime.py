@@ -117,7 +117,7 @@ def steps_for(target: str) -> dict[str, Any]:
         cached = _lowered.get(key)
     if cached is not None:
         return cached
-    from marin.execution.pipeline.handles import lower_graph
+    from marin.execution.pipeline.lower import lower_graph
     from marin.execution.pipeline.targets import load_target
 
     with _target_lock(key):
@@ -200,7 +200,7 @@ def step_for(target: str, step: str) -> Any | None:
     handle = handles_for(target).get(step)
     if handle is None:
         return None
-    from marin.execution.pipeline.handles import lower
+    from marin.execution.pipeline.lower import lower
 
     with _target_lock(key):  # the memo is shared by this process's tasks of the target
         with _lock:

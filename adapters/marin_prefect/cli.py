@@ -222,7 +222,7 @@ def default_deployment_name(target: str) -> str:
 def _check_target(
     target: str, select: Sequence[str], exclude: Sequence[str], versions: VersionCodex | None
 ) -> None:
-    from marin.execution.pipeline.handles import lower
+    from marin.execution.pipeline.lower import lower
     from marin.execution.pipeline.targets import load_target
 
     if versions is not None:  # an unused override or a missing version: refused now
@@ -240,7 +240,7 @@ def _selected_steps(
     versions: VersionCodex | None = None,
 ) -> list[Any]:
     """Every step a run of the deployment would plan: the selection and what it needs."""
-    from marin.execution.pipeline.handles import lower_graph
+    from marin.execution.pipeline.lower import lower_graph
     from marin.execution.pipeline.targets import load_target
     from marin.selection import select_graph
 

@@ -100,7 +100,8 @@ def lower_flow_target(target_or_handles: Any, versions: VersionCodex | None = No
     """A target (a string or a parsed ``Target``), a handle, a ``StepSpec`` or a list of them ->
     the lowered ``Graph``, collected and checked once (``versions``: the codex of steps with
     ``version=None``)."""
-    from marin.execution.pipeline.handles import ArtifactStep, lower_graph
+    from marin.execution.pipeline.handles import ArtifactStep
+    from marin.execution.pipeline.lower import lower_graph
     from marin.execution.pipeline.step_spec import StepSpec
     from marin.execution.pipeline.targets import Target
 

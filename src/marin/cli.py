@@ -45,7 +45,7 @@ def _lowered(
     """The target's ``Graph``, lowered and checked once (under the run's codex), narrowed by
     ``--select``/``--exclude`` when ``args`` has them; with ``stream`` (``marin run``), a
     stream target's ``LoweredStream``."""
-    from marin.execution.pipeline.handles import lower_graph
+    from marin.execution.pipeline.lower import lower_graph
     from marin.execution.pipeline.targets import load_steps, load_target
     from marin.selection import select_graph
 

@@ -564,7 +564,7 @@ WIDE = f"{HERE / 'airflow_pipelines.py'}:wide"
 
 def _count_lowered(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every step the real ``lower`` makes a spec of from now on, by step id."""
-    from marin.execution.pipeline import handles as lazy
+    from marin.execution.pipeline import lower as lazy
 
     real = lazy._spec_for
     made: list[str] = []

@@ -27,7 +27,7 @@ Target = Any
 
 def _graph(targets: Sequence[Target], versions: VersionCodex | None) -> Graph:
     """The targets' graph, lowered as ``marin plan`` lowers it (with the run's codex)."""
-    from marin.execution.pipeline.handles import lower_graph
+    from marin.execution.pipeline.lower import lower_graph
     from marin.execution.pipeline.targets import load_target
 
     handles: list[Any] = []
@@ -79,21 +79,20 @@ def collect_garbage(
 
     Kept (``roots.py``): what the targets' plans serve, lowered with ``versions`` and placed as
     ``marin plan --scope scope`` places them, for the user running it (``$MARIN_USER``) or,
-    with ``all_users``, for each user folder; registered builds; another user's folder
-    (untouched unless ``all_users``); the newest ``keep_versions`` of each name; what was built
-    within ``older_than`` (``"30d"`` or a ``timedelta``); every build a kept record was made
-    from. Only Marin's folders are deleted; a live lease is skipped, and so is a step whose
-    remote job still runs (an orphan, listed; ``cancel_orphans`` cancels it, then deletes the
-    step). ``dry_run`` deletes nothing. ``on_deleted(item, done, total)`` is called after each
-    deletion. A step that could not be deleted is reported, not raised.
+    with ``all_users``, for each user folder; registered builds; user folders the plan does
+    not place steps in (unless ``all_users``); the newest ``keep_versions`` of each name; what
+    was built within ``older_than`` (``"30d"`` or a ``timedelta``); every build a kept record
+    was made from. Only Marin's folders are deleted; a live lease is skipped, and so is a step
+    whose remote job still runs (an orphan; ``cancel_orphans`` cancels it first). ``dry_run``
+    deletes nothing; ``on_deleted(item, done, total)`` follows each deletion; a failure is
+    reported, not raised.
 
     Raises:
         OptionError: a bad ``keep_versions`` or ``older_than``, before anything is read.
         TargetError: a target string that does not name a pipeline.
         MarinError: what ``lower`` raises for the targets (``InvalidStepError``,
             ``CycleError``, ``DuplicateStepError``, ``ConfigError``, ...), a bad ``scope`` or
-            user name, or ``ArtifactRegistryError`` (the registry holds a manifest gc cannot
-            read), before anything is deleted.
+            user name, ``ArtifactRegistryError`` (an unreadable manifest): nothing deleted.
         StorageError: the prefix cannot be opened, does not answer within
             ``$MARIN_STORAGE_PROBE_TIMEOUT``, or cannot be listed (``SymlinkError`` for a link
             where Marin must not follow one).
@@ -105,7 +104,7 @@ def collect_garbage(
     listing = list_prefix(location)
     owners = [s.owner for s in listing.slots] + [owner_of(f.path) for f in listing.foreign]
     placed = roots.places_users(graph, location, scope)
-    users, others = roots.gc_users([o for o in owners if o], all_users, placed)
+    users, others = roots.gc_users(filter(None, owners), all_users, placed)
     registry = registry_roots(location, listing)  # kept whatever the targets
     # The roots: everything kept for its own sake, every kind in this one place.
     kept_roots = roots.merged(

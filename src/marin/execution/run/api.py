@@ -12,7 +12,8 @@ from typing import Any
 
 from marin.execution.builder.commit import run_context
 from marin.execution.pipeline.artifact import Artifact, TypedArtifact
-from marin.execution.pipeline.handles import ArtifactStep, _flatten, lower_with_codex
+from marin.execution.pipeline.handles import ArtifactStep
+from marin.execution.pipeline.lower import flatten_handles, lower_with_codex
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.pipeline.versions import VersionCodex
 from marin.execution.plan.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, RunOptions
@@ -71,7 +72,7 @@ def run(
         on_drift=on_drift, force=tuple(force), max_concurrent=max_concurrent,
         keep_going=keep_going, force_run_failed=force_run_failed, scope=scope, versions=versions,
     )  # fmt: skip
-    items, _ = _flatten(handles)
+    items, _ = flatten_handles(handles)
     specs = lower_with_codex(items, None, options.versions, check=False)
     location = open_prefix(prefix)
     report = StepRunner(options, prefix=prefix, region=region).run(

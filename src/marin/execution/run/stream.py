@@ -30,7 +30,7 @@ from typing import Any, TypeGuard
 
 from marin.execution.errors import InvalidStepError
 from marin.execution.pipeline.graph import Graph, check_same_step, collect_steps
-from marin.execution.pipeline.handles import lower
+from marin.execution.pipeline.lower import lower
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.pipeline.versions import VersionCodex, build_context
 from marin.execution.plan.decide import Plan
