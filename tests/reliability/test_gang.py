@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,12 +15,14 @@ import pytest
 
 from marin.execution.errors import InvalidStepError
 from marin.execution.lazy import OUT, apply, lower
+from marin.execution.remote.local import LocalBackend
 from marin.execution.remote.procs import start_time
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
 from marin.execution.store.step_folder import read_job
+from tests.reliability.conftest import REPO
 from tests.reliability.gang_pipelines import all_reduce
-from tests.reliability.test_remote import job_folders, setup, wait_for_text
+from tests.reliability.test_remote import job_folders, marin_cli, setup, wait_for_text
 
 pytest.importorskip("jax")
 
@@ -27,16 +31,20 @@ JAX = "gang/jax/v1"
 
 
 def gang_run(target: str, prefix: str, env: dict[str, str], err: Path, *extra: str):
-    import subprocess
-    import sys
-
-    from tests.reliability.conftest import REPO
-
     cli = [sys.executable, "-m", "marin.cli", "run", f"{GANG}:{target}", "--prefix", prefix]
     return subprocess.Popen(
         [*cli, *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err.open("w"),
         text=True, start_new_session=True,
     )  # fmt: skip
+
+
+def gang_plan(prefix: str, env: dict[str, str], *extra: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "marin.cli", "plan", f"{GANG}:jax_gang", "--prefix", prefix,
+         *extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def rank_starts(tmp_path: Path, count: int, timeout: float = 120) -> list[int]:
@@ -96,6 +104,9 @@ def test_a_killed_rank_ends_every_rank_and_the_gang_is_resubmitted_once(tmp_path
     wait_gone(first)  # all three ended
     second = rank_starts(tmp_path, 6)[3:]  # one new gang of three
     assert not set(second) & set(first)
+    plan = json.loads(gang_plan(prefix, env, "--json"))
+    assert plan["steps"][0]["job"]["preemptions"] == 1  # the running gang's record says so
+    assert "after 1 preemption" in gang_plan(prefix, env)
     (tmp_path / "gate").touch()
     out, _ = proc.communicate(timeout=300)
     err = (tmp_path / "err").read_text()
@@ -110,9 +121,25 @@ def test_a_killed_rank_ends_every_rank_and_the_gang_is_resubmitted_once(tmp_path
 
 
 def _show(prefix: str, env: dict[str, str]) -> str:
-    from tests.reliability.test_remote import marin_cli
-
     return marin_cli("show", "", f"{prefix}/{JAX}", env)
+
+
+def test_cancelling_a_gang_ends_every_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backend's ``cancel`` (what a lost lease does) kills the supervisor's whole group:
+    all three ranks end, and the driver never commits."""
+    prefix, env = setup(tmp_path)
+    proc = gang_run("jax_gang", prefix, env, tmp_path / "err")
+    ranks = rank_starts(tmp_path, 3)
+    job = read_job(open_prefix(prefix), JAX)
+    assert job is not None
+    monkeypatch.setenv("MARIN_LOCAL_JOBS", env["MARIN_LOCAL_JOBS"])
+    LocalBackend().cancel(job.handle)
+    wait_gone(ranks)
+    assert proc.wait(timeout=120) != 0
+    assert "ended stopped" in (tmp_path / "err").read_text()
+    assert read_record(open_prefix(prefix), JAX) is None
 
 
 def test_a_rank_that_raises_fails_the_attempt_and_retries_count_it(tmp_path: Path) -> None:

@@ -267,7 +267,12 @@ class _RemoteCall:
             log.info("resubmit %s: %s job %s is %s", self.step_id, found.backend, found.job_id,
                      status.state)  # fmt: skip
             # a job lost while no driver waited was preempted too: the build's count goes on
-            preempted = found.preemptions + (status.state == JobState.LOST)
+            lost = status.state == JobState.LOST
+            if lost and found.preemptions >= self.remote.max_preemptions:
+                watch = Watch(backend, found.handle, build.lost)
+                watch.status = status
+                self._collect(found, watch)  # raises: lost once more than the budget allows
+            preempted = found.preemptions + lost
             self._drop(found, keep_output=build.resumed)
             return self._submit(preempted), None
         if found is not None:  # another recipe's, or not this step's: its debris goes

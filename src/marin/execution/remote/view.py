@@ -130,6 +130,9 @@ def describe_job(view: dict[str, Any]) -> str:
     age = view.get("age_s")
     since = "" if age is None else f" {_short_duration(age)}"
     note = " (it runs other code; on_code_drift=warn)" if view.get("note") else ""
+    lost = view.get("preemptions")
+    if isinstance(lost, int) and lost > 0:
+        note += f", after {lost} preemption{'s' if lost > 1 else ''}"
     return f"{verb}: {view['backend']} job {view['job_id']}, {state}{since}{note}"
 
 
