@@ -19,6 +19,9 @@ location, the build and its lost-lease event, how it waits). ``run_job``:
    and raises;
 4. copies the job's log tail into the step's log, and returns ``fn``'s value (or raises its
    error, naming the job and its log tail; ``job.json`` is removed so a retry submits anew).
+   A job **lost** (a signal killed it or one of its ranks, its node went away) is no error:
+   it is submitted again under the step's ``max_preemptions``, resuming when resumable, and
+   ``job.json`` counts the preemptions (``_preempted``).
 The caller (``build_step``) commits the record, as for any step.
 """
 
@@ -217,7 +220,7 @@ class _RemoteCall:
         state = watch.status.state if watch.status is not None else None
         if state in _GONE and job.build_id != self.build.build_id:
             # A reattached job stopped (its displaced holder cancelled it) or vanished: this
-            # build submits its own, once; its own job ending so is a failure.
+            # build submits its own, once. Its own job stopped is a failure; lost, a preemption.
             log.info("resubmit %s: %s job %s is %s", self.step_id, job.backend, job.job_id,
                      state)  # fmt: skip
             job, status = self._attach_or_submit()
