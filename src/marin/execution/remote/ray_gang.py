@@ -26,8 +26,8 @@ from typing import Any
 from marin.execution.remote.gang_rules import EXIT_GRACE_S, free_port, judge_rank, rank_env
 
 CHILD_MODULE = "marin.execution.pipeline.isolated_child"
-STRATEGY_ENV = "MARIN_GANG_STRATEGY"
-"""``PACK`` (the default: as few nodes as fit) or ``SPREAD`` (one rank per node, best effort)."""
+STRATEGY = "PACK"
+"""Ray's default: as few nodes as fit (choosing ``SPREAD`` is not an option yet)."""
 
 
 class GangRank:
@@ -106,9 +106,8 @@ def run_gang(call: bytes, size: int, gpus: int) -> bytes:
 
     ray.init()
     bundle = {"CPU": 1.0, **({"GPU": float(gpus)} if gpus else {})}
-    strategy = os.environ.pop(STRATEGY_ENV, "PACK")
     began = time.monotonic()
-    group = placement_group([bundle] * size, strategy=strategy)
+    group = placement_group([bundle] * size, strategy=STRATEGY)
     ray.get(group.ready())  # every bundle, or none: no rank starts before
     print(f"gang of {size}: placement group reserved in {time.monotonic() - began:.2f}s")
     actor = ray.remote(GangRank)
