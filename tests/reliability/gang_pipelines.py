@@ -89,3 +89,21 @@ units_gang = [
         remote=BACKEND, ranks=3, resumable=True
     )
 ]
+
+
+def devices(out_path: str) -> int:
+    """Each rank writes what it sees: its devices and the torch.distributed environment."""
+    ctx = current_context()
+    os.makedirs(out_path, exist_ok=True)
+    seen = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT",
+                                           "RANK", "LOCAL_RANK", "WORLD_SIZE")}  # fmt: skip
+    with open(os.path.join(out_path, f"rank-{ctx.rank}.json"), "w") as f:
+        json.dump(seen, f)
+    return ctx.rank
+
+
+devices_gang = [
+    apply("gang/devices", devices, version="v1", out_path=OUT).with_options(
+        remote="local", ranks=3, resources={"gpu": 2}
+    )
+]

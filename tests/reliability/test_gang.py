@@ -198,6 +198,22 @@ def test_a_preempted_resumable_gang_resumes(tmp_path: Path) -> None:
     assert sum(line.startswith("rank 0 ") for line in done) < 8 * 1.5  # the work was kept
 
 
+def test_each_rank_sees_its_own_gpus_and_one_master(tmp_path: Path) -> None:
+    """``resources={"gpu": 2}`` is per rank: of the 6 devices the job sees, rank K gets the
+    K-th pair; every rank has the same torch master and its own RANK."""
+    prefix, env = setup(tmp_path, CUDA_VISIBLE_DEVICES="10,11,12,13,14,15")
+    proc = gang_run("devices_gang", prefix, env, tmp_path / "err")
+    assert proc.wait(timeout=120) == 0, (tmp_path / "err").read_text()
+    seen = [json.loads((Path(prefix) / f"gang/devices/v1/rank-{k}.json").read_text())
+            for k in range(3)]  # fmt: skip
+    assert [s["CUDA_VISIBLE_DEVICES"] for s in seen] == ["10,11", "12,13", "14,15"]
+    assert [s["RANK"] for s in seen] == [s["LOCAL_RANK"] for s in seen] == ["0", "1", "2"]
+    assert {s["MASTER_PORT"] for s in seen} != {None} and len({s["MASTER_PORT"] for s in seen}) == 1
+    assert {s["WORLD_SIZE"] for s in seen} == {"3"}
+    record = read_record(open_prefix(prefix), "gang/devices/v1")
+    assert record is not None and record.result == 0
+
+
 @pytest.mark.parametrize(
     ("options", "field"),
     [
