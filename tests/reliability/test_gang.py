@@ -105,8 +105,12 @@ def test_a_killed_rank_ends_every_rank_and_the_gang_is_resubmitted_once(tmp_path
     second = rank_starts(tmp_path, 6)[3:]  # one new gang of three
     assert not set(second) & set(first)
     plan = json.loads(gang_plan(prefix, env, "--json"))
-    assert plan["steps"][0]["job"]["preemptions"] == 1  # the running gang's record says so
-    assert "after 1 preemption" in gang_plan(prefix, env)
+    job = plan["steps"][0]["job"]
+    assert job["preemptions"] == 1  # the running gang's record says so
+    assert [(r["rank"], r["state"]) for r in job["ranks"]] == [(0, "running"), (1, "running"),
+                                                              (2, "running")]  # fmt: skip
+    text = gang_plan(prefix, env)
+    assert "after 1 preemption; ranks: 0 running on " in text, text
     (tmp_path / "gate").touch()
     out, _ = proc.communicate(timeout=300)
     err = (tmp_path / "err").read_text()

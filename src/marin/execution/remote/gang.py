@@ -6,8 +6,10 @@ ranks, each ``isolated_child`` on the job's one ``DIR/call.pkl`` with its rank's
 (``rank_env``: what ``jax.distributed.initialize()`` and ``torch.distributed`` read, and
 ``MARIN_GANG_RANK``/``MARIN_GANG_SIZE``, which put the rank on the context). Each rank writes
 its outcome to ``DIR/rank-K/result.json`` and its output to ``DIR/rank-K/log.txt`` (readable on
-its own), copied into the job's log with a ``[rank K]`` prefix. The ranks die with the
-supervisor (``PR_SET_PDEATHSIG``) and share its process group (a cancel kills them all).
+its own), copied into the job's log with a ``[rank K]`` prefix; ``DIR/ranks.json`` lists each
+rank's pid, start time and host (``LocalBackend.ranks``: ``marin plan`` shows their states).
+The ranks die with the supervisor (``PR_SET_PDEATHSIG``) and share its process group (a
+cancel kills them all).
 
 All or nothing: the first rank to end otherwise than by returning ends every rank (SIGKILL,
 then reaped). A rank killed by a signal makes the job *lost* (``DIR/lost.json`` says which
@@ -23,6 +25,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -31,7 +34,8 @@ from typing import IO
 
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.remote.gang_rules import EXIT_GRACE_S, free_port, judge_rank, rank_env
-from marin.execution.remote.local import CALL, LOG, LOST, RESULT, rank_folder
+from marin.execution.remote.local import CALL, LOG, LOST, RANKS, RESULT, rank_folder
+from marin.execution.remote.procs import start_time
 
 CHILD_MODULE = "marin.execution.pipeline.isolated_child"
 
@@ -123,6 +127,10 @@ def _wait_all(folder: str, ranks: list[subprocess.Popen[bytes]]) -> dict[str, ob
 def main(argv: list[str]) -> int:
     folder, size, gpus = argv[0], int(argv[1]), int(argv[2])
     ranks = _start(folder, size, gpus)
+    host = socket.gethostname()
+    listed = [{"rank": k, "pid": p.pid, "start_time": start_time(p.pid), "host": host}
+              for k, p in enumerate(ranks)]  # fmt: skip
+    write_file_atomically(os.path.join(folder, RANKS), json.dumps(listed).encode())
     print(f"gang of {size}: " + ", ".join(f"rank {k} pid {p.pid}" for k, p in enumerate(ranks)))
     sys.stdout.flush()
     copiers = []

@@ -40,8 +40,9 @@ JOBS_ENV = "MARIN_LOCAL_JOBS"
 _KILL_WAIT_S = 5.0
 LOG_TAIL_BYTES = 256 * 1024
 """The most of a job's log the driver reads (from its end) for the lines it shows."""
-CALL, OWNER, RESULT, LOG, PID, CANCELLED, LOST = (
-    "call.pkl", "owner.json", "result.json", "log.txt", "pid.json", "cancelled", "lost.json"
+CALL, OWNER, RESULT, LOG, PID, CANCELLED, LOST, RANKS = (
+    "call.pkl", "owner.json", "result.json", "log.txt", "pid.json", "cancelled", "lost.json",
+    "ranks.json",
 )  # fmt: skip
 _LAUNCHER = "marin.execution.remote.local_job"
 
@@ -201,6 +202,23 @@ class LocalBackend:
         if os.path.isdir(folder):  # after the kill: STOPPED means nothing of it runs any more
             write_file_atomically(os.path.join(folder, CANCELLED), b"")
 
+    def ranks(self, handle: JobHandle) -> list[dict[str, object]]:
+        """A gang job's ranks: each one's host and state (``running``, ``returned``,
+        ``failed``, ``ended``), from the supervisor's ``ranks.json``; none for another job."""
+        folder = _folder_of(handle)
+        try:
+            with open(os.path.join(folder or "", RANKS), "rb") as f:
+                listed = json.loads(f.read(1 << 20))
+        except (OSError, ValueError):
+            return []
+        found = []
+        for entry in listed if isinstance(listed, list) else []:
+            if not isinstance(entry, dict) or not isinstance(entry.get("rank"), int):
+                continue
+            found.append({"rank": entry["rank"], "host": str(entry.get("host", "?"))[:100],
+                          "state": _rank_state(str(folder), entry)})  # fmt: skip
+        return found
+
     def release(self, handle: JobHandle) -> None:
         """Remove an ended job's folder (``cleanup.py``): only a real folder (not a link)
         under the jobs root named by a Marin job id, holding a result, whose process has
@@ -234,6 +252,19 @@ class LocalBackend:
 
     def _alive(self, folder: str) -> bool:
         return self._pid(folder) is not None
+
+
+def _rank_state(folder: str, entry: dict[str, object]) -> str:
+    """A rank's state: its outcome if it wrote one, else whether its process still runs."""
+    try:
+        with open(os.path.join(rank_folder(folder, int(str(entry["rank"]))), RESULT), "rb") as f:
+            outcome = json.loads(f.read(1 << 16))
+        return "returned" if isinstance(outcome, dict) and outcome.get("ok") is True else "failed"
+    except (OSError, ValueError):
+        pass
+    pid = entry.get("pid")
+    alive = isinstance(pid, int) and runs_in(pid, entry.get("start_time"), folder)
+    return "running" if alive else "ended"
 
 
 def _lost_detail(folder: str) -> str:

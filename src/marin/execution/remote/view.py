@@ -43,6 +43,9 @@ def job_view(
     verdict = judge_claim(recipe, claim_of(job), on_code_drift)
     other = verdict.claim != Claim.OURS
     view = {**job.to_json(), "state": state, "age_s": age, "other_config": other}
+    ranks = _ranks(job)
+    if ranks:
+        view["ranks"] = ranks  # a gang: each rank's host and state
     if verdict.differs == Mismatch.CODE and on_code_drift == "error":
         view["refused"] = "it runs other code (on_code_drift=error)"  # the run stops there
     if other:
@@ -52,6 +55,16 @@ def job_view(
         view["note"] = verdict.note  # other code, reattached under on_code_drift=warn
     view.pop("code", None)  # long; ``marin show`` of the record names the code
     return view
+
+
+def _ranks(job: JobRecord) -> list[dict[str, Any]]:
+    """A gang job's ranks as its backend lists them (``ranks``, optional); advisory."""
+    try:
+        listing = getattr(get_backend(job.backend), "ranks", None)
+        return list(listing(job.handle)) if callable(listing) else []
+    except Exception as exc:  # an unreachable cluster: say nothing
+        log.debug("could not list the ranks of job %s: %s", job.job_id, exc)
+        return []
 
 
 _DIFFERS = {
@@ -133,6 +146,9 @@ def describe_job(view: dict[str, Any]) -> str:
     lost = view.get("preemptions")
     if isinstance(lost, int) and lost > 0:
         note += f", after {lost} preemption{'s' if lost > 1 else ''}"
+    ranks = view.get("ranks") or []
+    if ranks:
+        note += "; ranks: " + ", ".join(f"{r['rank']} {r['state']} on {r['host']}" for r in ranks)
     return f"{verb}: {view['backend']} job {view['job_id']}, {state}{since}{note}"
 
 
