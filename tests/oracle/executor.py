@@ -285,29 +285,33 @@ class Executor:
 
     # --- operations that need more than one marin call -------------------------------------
 
-    def kill_driver(self, step: int, release: str, opts: RunOpts) -> None:
-        if self.runner is not None:
-            return
+    def _held_run(
+        self, step: int, opts: RunOpts
+    ) -> tuple[Call, str, str, list[str], subprocess.Popen[str], str]:
+        """A ``marin run`` started while step ``step``'s fn is held: the plan before it, the
+        hold's token, the run's id, its argv (with the prefix), the driver and its script
+        variable."""
         world = self.world
         world.use(opts.ctx)
         pre = self.plan(opts.ctx, opts.policy, opts.force)
         self._release_held()
         token = world.hold(f"s{step}")
         run_id = world.new_run_id()
-        argv = [
-            "run",
-            world.target,
-            "--json",
-            *opts.argv(world.model.deferred),
-            "--prefix",
-            world.prefix,
-        ]
+        argv = ["run", world.target, "--json", *opts.argv(world.model.deferred)]
+        argv += ["--prefix", world.prefix]
         proc = world.start(argv, world.env(opts.ctx.user, run_id))
         var = self.script.var("p")
         self.script.emit(
             f"hold('s{step}', {token!r})",
             self._marin_line(var, argv[:-2], opts.ctx.user, run_id, start=True),
         )
+        return pre, token, run_id, argv, proc, var
+
+    def kill_driver(self, step: int, release: str, opts: RunOpts) -> None:
+        if self.runner is not None:
+            return
+        world = self.world
+        pre, token, run_id, argv, proc, var = self._held_run(step, opts)
         started = wait_for(world.control(f"started-{token}"), proc)
         os.remove(world.control(f"hold-s{step}"))
         if not started:  # the step was not built: an ordinary run
@@ -334,30 +338,19 @@ class Executor:
         if self.runner is not None:
             return
         world = self.world
-        world.use(opts.ctx)
-        pre = self.plan(opts.ctx, opts.policy, opts.force)
-        self._release_held()
-        token = world.hold(f"s{step}")
-        run_id = world.new_run_id()
-        argv = ["run", world.target, "--json", *opts.argv(world.model.deferred)]
-        proc = world.start([*argv, "--prefix", world.prefix], world.env(opts.ctx.user, run_id))
-        var = self.script.var("p")
-        self.script.emit(
-            f"hold('s{step}', {token!r})",
-            self._marin_line(var, argv, opts.ctx.user, run_id, start=True),
-        )
+        pre, token, run_id, argv, proc, var = self._held_run(step, opts)
         started = wait_for(world.control(f"started-{token}"), proc)
         os.remove(world.control(f"hold-s{step}"))
-        self.script.emit(f"os.remove(os.path.join(CONTROL, 'hold-s{step}'))")
+        self.script.emit(
+            f"wait_for(os.path.join(CONTROL, 'started-{token}'), {var})",
+            f"os.remove(os.path.join(CONTROL, 'hold-s{step}'))",
+        )
         pid = world.started_pid(token)
         killed = started and pid is not None and pid != proc.pid  # a job's, not the driver
         if killed and pid is not None:
             kill(pid)
             self.preempted += 1
-            self.script.emit(
-                f"wait_for(os.path.join(CONTROL, 'started-{token}'), {var})",
-                f"os.kill(started_pid({token!r}), signal.SIGKILL)  # preempted",
-            )
+            self.script.emit(f"os.kill(started_pid({token!r}), signal.SIGKILL)  # preempted")
         world.release(token)
         self.script.emit(f"release({token!r})", f"{var} = finish({var})")
         call = world.finish(proc, argv, {}, run_id)
