@@ -6,9 +6,11 @@ created with mode 700 and refused when it is a link, someone else's, or writable
 (``jobs_root``): what is in it was written by this user's own drivers and jobs, so the payload
 a job unpickles and the pid a cancel signals cannot be planted by whoever writes the prefix.
 ``owner.json`` (what the job is for), ``call.pkl`` in; ``pid.json``, ``log.txt`` and
-``result.json`` out; ``cancelled`` once cancelled. The process is started by ``local_job`` in a
-session of its own, so it outlives the driver (a closed terminal, a SIGKILL); any later driver
-of this user on this machine finds it by its id. Promises: one process per submission key (a
+``result.json`` out; ``cancelled`` once cancelled; a gang's (``gang.py``) also ``ranks.json``,
+``rank-K/`` (each rank's outcome and log) and, when a rank was killed, ``lost.json``. The
+process is started by ``local_job`` in a session of its own, so it outlives the driver (a
+closed terminal, a SIGKILL); any later driver of this user on this machine finds it by its id.
+Promises: one process per submission key (a
 folder that holds a started job is never started again); a job that died without a result is
 ``LOST``; ``cancel`` kills the job's whole process group, once its pid is provably the job's
 (start time and command line, ``procs.py``); ``release`` removes an ended job's folder once the
