@@ -135,6 +135,13 @@ def job_text(record: ArtifactRecord) -> str:
     return f"{backend} job {job_id} (submitted {at})"
 
 
+def preemptions(record: ArtifactRecord) -> int:
+    """How many preemptions (lost jobs, submitted again) the build survived; 0 if none."""
+    job = (record.provenance or {}).get("job")
+    found = job.get("preemptions") if isinstance(job, dict) else None
+    return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else 0
+
+
 # --- ls ------------------------------------------------------------------------------------------
 
 
@@ -637,6 +644,7 @@ def _built_lines(
         f"  by           {who(record)} (pid {prov.get('pid', '?')})",
         f"  engine       {engine_text(record)}",
         *([f"  job          {job_text(record)}"] if job_text(record) else []),
+        *([f"  preemptions  {n} (lost jobs resubmitted)"] if (n := preemptions(record)) else []),
         f"  git          {git}",
         f"  time         {prov.get('time', '-')}",
         f"  argv         {' '.join(str(a) for a in prov.get('argv', [])) or '-'}",

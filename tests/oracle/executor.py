@@ -86,6 +86,8 @@ class Executor:
     """Each violation with the script line that checks it."""
     _decoy_vars: dict[int, str] = field(default_factory=dict)
     """The script's variable of each decoy process."""
+    preempted: int = 0
+    """Remote jobs a ``preempt`` operation SIGKILLed."""
 
     def __post_init__(self) -> None:
         self.script = Script(self.world.model)
@@ -177,6 +179,7 @@ class Executor:
         *,
         injected: bool = False,
         crash: bool = False,
+        twice: frozenset[str] = frozenset(),
     ) -> None:
         planted = self.world.planted
         if call.timed_out:
@@ -213,8 +216,9 @@ class Executor:
                 f"expect({var} is not None and {var}.returncode == 0, 'the run succeeded')",
             )
         self.add(
-            check_once(self.world.path("counter.jsonl"), {call.run_id}, self.op),
-            f"expect(ran({call.run_id!r}) <= 1, 'fn ran once per recipe in the run')",
+            check_once(self.world.path("counter.jsonl"), {call.run_id}, self.op, twice),
+            f"expect(ran({call.run_id!r}) <= {2 if twice else 1}, 'fn ran once per recipe in "
+            "the run (twice when preempted once)')",
         )
 
     def check_engine_run(
@@ -282,29 +286,33 @@ class Executor:
 
     # --- operations that need more than one marin call -------------------------------------
 
-    def kill_driver(self, step: int, release: str, opts: RunOpts) -> None:
-        if self.runner is not None:
-            return
+    def _held_run(
+        self, step: int, opts: RunOpts
+    ) -> tuple[Call, str, str, list[str], subprocess.Popen[str], str]:
+        """A ``marin run`` started while step ``step``'s fn is held: the plan before it, the
+        hold's token, the run's id, its argv (with the prefix), the driver and its script
+        variable."""
         world = self.world
         world.use(opts.ctx)
         pre = self.plan(opts.ctx, opts.policy, opts.force)
         self._release_held()
         token = world.hold(f"s{step}")
         run_id = world.new_run_id()
-        argv = [
-            "run",
-            world.target,
-            "--json",
-            *opts.argv(world.model.deferred),
-            "--prefix",
-            world.prefix,
-        ]
+        argv = ["run", world.target, "--json", *opts.argv(world.model.deferred)]
+        argv += ["--prefix", world.prefix]
         proc = world.start(argv, world.env(opts.ctx.user, run_id))
         var = self.script.var("p")
         self.script.emit(
             f"hold('s{step}', {token!r})",
             self._marin_line(var, argv[:-2], opts.ctx.user, run_id, start=True),
         )
+        return pre, token, run_id, argv, proc, var
+
+    def kill_driver(self, step: int, release: str, opts: RunOpts) -> None:
+        if self.runner is not None:
+            return
+        world = self.world
+        pre, token, run_id, argv, proc, var = self._held_run(step, opts)
         started = wait_for(world.control(f"started-{token}"), proc)
         os.remove(world.control(f"hold-s{step}"))
         if not started:  # the step was not built: an ordinary run
@@ -323,6 +331,35 @@ class Executor:
         )
         self._after_kill(token, release, proc.pid)
         self.add(check_once(world.path("counter.jsonl"), {run_id}, self.op))
+
+    def preempt(self, step: int, opts: RunOpts) -> None:
+        """A run in which step ``step``'s job (a gang's rank 0) is SIGKILLed once its fn
+        started: a preemption, resubmitted by the same driver, which must end as a clean run
+        (``step``'s fn may start twice: the killed job, and the one that replaced it)."""
+        if self.runner is not None:
+            return
+        world = self.world
+        pre, token, run_id, argv, proc, var = self._held_run(step, opts)
+        started = wait_for(world.control(f"started-{token}"), proc)
+        os.remove(world.control(f"hold-s{step}"))
+        self.script.emit(
+            f"wait_for(os.path.join(CONTROL, 'started-{token}'), {var})",
+            f"os.remove(os.path.join(CONTROL, 'hold-s{step}'))",
+        )
+        pid = world.started_pid(token)
+        killed = started and pid is not None and pid != proc.pid  # a job's, not the driver
+        if killed and pid is not None:
+            kill(pid)
+            self.preempted += 1
+            self.script.emit(f"os.kill(started_pid({token!r}), signal.SIGKILL)  # preempted")
+        world.release(token)
+        self.script.emit(f"release({token!r})", f"{var} = finish({var})")
+        call = world.finish(proc, argv, {}, run_id)
+        self.check_run(call, pre, opts, var, twice=frozenset({f"s{step}"}))
+        said = f"preempted {world.model.step(step).name}@"
+        if killed and call.rc == 0 and said not in call.err:
+            message = f"s{step}'s job was SIGKILLed, and the run never said it was preempted"
+            self.add([Violation("preemption-unseen", self.op, message)])
 
     def _after_kill(self, token: str, release: str, driver: int) -> None:
         world = self.world

@@ -235,6 +235,33 @@ class KillDriver(Op):
 
 
 @dataclass(frozen=True)
+class Preempt(Op):
+    """SIGKILL a remote step's job (a gang's rank 0) once its fn started, after its first
+    checkpoint: the job is lost, not failed; the same run submits it again (a resumable step
+    resumes) and ends as if nothing happened, its fn started at most twice."""
+
+    name: ClassVar[str] = "preempt"
+    step: int
+    opts: RunOpts
+
+    @staticmethod
+    def weight(model: PipelineModel) -> float:
+        return 6 if any(s.remote for s in model.steps) else 0
+
+    @staticmethod
+    def draw(ch: Chooser, model: PipelineModel, last: Context) -> Preempt:
+        remote = [s.idx for s in model.steps if s.remote]
+        step = remote[ch.integer(0, len(remote) - 1)] if remote else 0
+        opts = RunOpts.draw(ch, model, last)
+        if ch.boolean(0.7):  # make it build now: force it
+            opts = RunOpts(opts.ctx, opts.on_drift, opts.on_code_drift, (step,), opts.cascade)
+        return Preempt(step, opts)
+
+    def execute(self, ex: Executor) -> None:
+        ex.preempt(self.step, self.opts)
+
+
+@dataclass(frozen=True)
 class Crash(Op):
     """A driver that SIGKILLs itself at a ``MARIN_FAULT_CRASH`` point of one step's build."""
 
@@ -435,6 +462,7 @@ OPENERS: dict[str, float] = {
     "kill-driver": 2,
     "crash": 1,
     "plant": 1.5,
+    "preempt": 2,
 }
 """The first operation: a first build, one that fails or is killed, or storage planted
 before anything is built (then a first build follows)."""
@@ -449,6 +477,10 @@ ENGINE_OPERATIONS: tuple[type[Any], ...] = (
     TearRecord,
 )
 """What a history on Prefect or Airflow does: its runs are the engine's."""
+
+GANG_OPERATIONS: tuple[type[Any], ...] = (Run, EditConfig, EditCode, FailRun, KillDriver, Preempt)
+"""What a gang history does (``history.GANG``): runs, edits, failures, killed drivers and
+preempted jobs of remote steps and gangs."""
 
 
 def _prefer(ch: Chooser, model: PipelineModel, feature: str) -> int:

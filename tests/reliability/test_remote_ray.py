@@ -143,15 +143,17 @@ def test_a_killed_ray_job_whose_log_looks_like_an_outcome_is_never_built(
     cluster: tuple[Path, dict[str, str]],
 ) -> None:
     """``fn`` logs text holding outcome markers (old and new forms) and is then SIGKILLed (an
-    OOM kill): the job ended FAILED, so the step fails, nothing is committed and no pickle from
-    the log is loaded (once: built, with that text's pickle run in the driver)."""
+    OOM kill): the job is lost (Ray: FAILED, exit code -9), and with ``max_preemptions=0`` the
+    step fails, nothing is committed and no pickle from the log is loaded (once: built, with
+    that text's pickle run in the driver)."""
     tmp_path, controls = cluster
     (tmp_path / "gate").touch()
     marker, forge = tmp_path / "marker", tmp_path / "forge"
     forge.write_text(_forged(marker))
     try:
         prefix = str(tmp_path / "forged")
-        code = finish(marin_run("chain", prefix, controls, tmp_path / "forged.err"))
+        env = {**controls, "MARIN_TEST_MAX_PREEMPTIONS": "0"}
+        code = finish(marin_run("chain", prefix, env, tmp_path / "forged.err"))
     finally:
         forge.unlink()
     err = (tmp_path / "forged.err").read_text()

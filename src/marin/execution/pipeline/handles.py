@@ -86,7 +86,8 @@ class ArtifactStep:
         InvalidStepError: when made (or copied by ``with_options``) with a field that cannot
             form a step: a name or version outside the grammar, a dependency that is not a
             handle, a bad ``retries``, pin, adopted source, ``runtime_args``, ``scope`` or
-            placement option (resources, timeout, queue, ``isolate``, ``resumable``, ``remote``).
+            placement option (resources, timeout, queue, ``isolate``, ``resumable``, ``remote``,
+            ``ranks``, ``max_preemptions``).
     """
 
     name: str
@@ -116,6 +117,11 @@ class ArtifactStep:
     """A resumable step's ``checkpoint_path`` is kept after the commit (default: removed)."""
     remote: str | None = None
     """A backend name (``"local"``, ``"ray"``): ``fn`` runs as a durable job (docs/remote.md)."""
+    ranks: int | None = None
+    """A remote step's gang: ``fn`` runs as this many ranks of one job (docs/remote.md)."""
+    max_preemptions: int | None = None
+    """How many times a remote step's lost job (killed by a signal, its node gone) is submitted
+    again, apart from ``retries`` (None: ``DEFAULT_MAX_PREEMPTIONS``)."""
     runtime_args: Mapping[str, Any] | None = None
     """Values ``build_config`` reads with ``ctx.runtime_arg(key)``: live at run time,
     placeholders in the fingerprint, so changing one never changes the step's identity."""
@@ -274,6 +280,8 @@ class ArtifactStep:
         keep_checkpoints: bool | None = None,
         scope: str | None = None,
         remote: str | None = None,
+        ranks: int | None = None,
+        max_preemptions: int | None = None,
     ) -> ArtifactStep:
         """A copy with scheduling options, which the adapters map to their engines' own.
 
@@ -284,7 +292,8 @@ class ArtifactStep:
         fingerprint, and ``keep_checkpoints`` keeps its ``checkpoint_path`` after the commit.
         ``scope="user"``: built under ``<prefix>/users/<user>/`` (the step and its dependents).
         ``remote`` (a backend name) runs ``fn`` as a job that outlives this process
-        (docs/remote.md).
+        (docs/remote.md); ``ranks=N`` makes that job a gang of N processes, and
+        ``max_preemptions`` bounds how often a job lost to a signal is submitted again.
 
         Raises:
             InvalidStepError: an option that is not valid, naming it (a timeout with retries
@@ -303,6 +312,8 @@ class ArtifactStep:
             "keep_checkpoints": keep_checkpoints,
             "scope": scope,
             "remote": remote,
+            "ranks": ranks,
+            "max_preemptions": max_preemptions,
         }
         changes = {name: value for name, value in given.items() if value is not None}
         return dataclasses.replace(self, **changes)
@@ -482,6 +493,8 @@ def _check_placement(handle: ArtifactStep) -> None:
         and handle.resumable is False
         and handle.keep_checkpoints is False
         and handle.remote is None
+        and handle.ranks is None
+        and handle.max_preemptions is None
     ):
         return  # the common case, kept cheap for graphs of 100,000 steps
     step_id = handle.step_id
@@ -513,9 +526,10 @@ def _check_placement(handle: ArtifactStep) -> None:
         from marin.execution.pipeline.isolation import check_importable
 
         check_importable(handle.run, step_id)
-    if handle.remote is not None:
-        from marin.execution.pipeline.remote_option import check_remote
+    from marin.execution.pipeline.remote_option import check_gang, check_remote
 
+    check_gang(handle.remote, handle.ranks, handle.max_preemptions, step_id)
+    if handle.remote is not None:
         check_remote(handle.remote, handle.run, cast("float | None", handle.timeout), step_id)
 
 

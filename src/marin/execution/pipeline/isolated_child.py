@@ -112,6 +112,24 @@ def _open_payload(path: str) -> Any:
     return f
 
 
+RANK_ENV, WORLD_ENV = "MARIN_GANG_RANK", "MARIN_GANG_SIZE"
+"""Set by a gang's launcher for each rank (``execution/remote/gang.py``)."""
+
+
+def _ranked(context: Any) -> Any:
+    """The call's context with this process's rank and the gang's size, when it is a rank."""
+    rank, size = os.environ.get(RANK_ENV), os.environ.get(WORLD_ENV)
+    if context is None or rank is None or size is None:
+        return context
+    import dataclasses
+
+    from marin.execution.pipeline import jax_gang
+
+    jax_gang.install()  # jax.distributed.initialize() finds the gang with no arguments
+
+    return dataclasses.replace(context, rank=int(rank), world_size=int(size))
+
+
 def _run(call_path: str) -> dict[str, Any]:
     try:
         with _open_payload(call_path) as f:
@@ -120,7 +138,7 @@ def _run(call_path: str) -> dict[str, Any]:
             extra = _extra(f)
         for before in extra.get("before_fn", ()):  # a remote job's own set-up and checks
             before(call["target"])
-        context = call.get("context")
+        context = _ranked(call.get("context"))
         if context is None:
             result = call["target"](*call["args"], **call["kwargs"])
         else:

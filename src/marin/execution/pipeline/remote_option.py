@@ -19,6 +19,9 @@ from marin.execution.pipeline.context import StepContext
 from marin.execution.pipeline.isolation import _function_of, check_importable
 
 BUILTIN_BACKENDS = ("local", "ray")
+DEFAULT_MAX_PREEMPTIONS = 10
+"""How many times a remote step's job lost to a signal (a preempted host) is submitted again
+when the step does not say (``max_preemptions``); ``retries`` counts only ``fn``'s errors."""
 """The backends ``execution/remote/registry.py`` makes on first use."""
 
 _registered: set[str] = set()
@@ -75,6 +78,44 @@ def check_remote(remote: object, run: Callable[..., Any], timeout: float | None,
     check_importable(run, step)
 
 
+def _whole(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def check_gang(remote: object, ranks: object, max_preemptions: object, step: str) -> None:
+    """The one check of ``ranks`` (a gang) and ``max_preemptions``, at lowering: whole numbers,
+    on a remote step.
+
+    Raises:
+        InvalidStepError: ``ranks`` is not a whole number >= 1, ``max_preemptions`` not one
+            >= 0, or either is given without ``remote``.
+    """
+    if ranks is not None and not _whole(ranks, 1):
+        raise InvalidStepError(
+            f"ranks={ranks!r} is not a number of processes",
+            "use a whole number >= 1 (ranks=4 runs fn as 4 processes of one gang)",
+            step,
+        )
+    if max_preemptions is not None and not _whole(max_preemptions, 0):
+        raise InvalidStepError(
+            f"max_preemptions={max_preemptions!r} is not a number of resubmissions",
+            f"use a whole number >= 0 (default {DEFAULT_MAX_PREEMPTIONS})",
+            step,
+        )
+    for name, value in (("ranks", ranks), ("max_preemptions", max_preemptions)):
+        if value is not None and remote is None:
+            raise InvalidStepError(
+                f"{name}={value!r} without remote: only a remote step's job has {name}",
+                f"add remote='local' (or 'ray') to with_options, or drop {name}",
+                step,
+            )
+
+
+def preemptions_allowed(max_preemptions: int | None) -> int:
+    """The step's preemption budget: its own, else the default (written once, here)."""
+    return DEFAULT_MAX_PREEMPTIONS if max_preemptions is None else max_preemptions
+
+
 @dataclass(frozen=True)
 class JobToRun:
     """What a remote step's ``run`` returns: its call, with the run context, to place as a
@@ -93,6 +134,10 @@ class RemoteRun:
     step_id: str
     backend: str
     gpus: int = 0
+    ranks: int = 1
+    """The gang's size: ``fn`` runs as this many processes of one job (1: no gang)."""
+    max_preemptions: int = DEFAULT_MAX_PREEMPTIONS
+    """How many times a job lost to a signal is submitted again within one attempt."""
 
     @property
     def fn(self) -> Callable[..., Any]:

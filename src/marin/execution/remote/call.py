@@ -21,6 +21,9 @@ location, the build and its lost-lease event, how it waits). ``run_job``:
    cannot follow gets its log tail copied at the end), and returns ``fn``'s value (or raises
    its error, naming the job and its log tail; ``job.json`` is removed so a retry submits
    anew).
+   A job **lost** (a signal killed it or one of its ranks, its node went away) is no error:
+   it is submitted again under the step's ``max_preemptions``, resuming when resumable, and
+   ``job.json`` counts the preemptions (``_preempted``).
 The caller (``build_step``) commits the record, as for any step.
 """
 
@@ -222,15 +225,52 @@ class _RemoteCall:
                 "nothing was committed by this runner; the new holder builds the step",
                 self.step_id,
             )
-        gone = watch.status is not None and watch.status.state in _GONE
-        if gone and job.build_id != self.build.build_id:
+        state = watch.status.state if watch.status is not None else None
+        if state in _GONE and job.build_id != self.build.build_id:
             # A reattached job stopped (its displaced holder cancelled it) or vanished: this
-            # build submits its own, once; its own job ending so is a failure.
+            # build submits its own, once. Its own job stopped is a failure; lost, a preemption.
             log.info("resubmit %s: %s job %s is %s", self.step_id, job.backend, job.job_id,
-                     watch.status.state if watch.status else "")  # fmt: skip
+                     state)  # fmt: skip
             job, status = self._attach_or_submit()
             return self._await(job, status)
+        if state == JobState.LOST and job.preemptions < self.remote.max_preemptions:
+            return self._preempted(job, watch)
         return self._collect(job, watch)
+
+    def _preempted(self, job: JobRecord, watch: Watch) -> Any:
+        """The job was lost (a signal killed it or a rank, its node went away): not ``fn``'s
+        error, so not a retry: submitted again under ``max_preemptions``, resuming from its
+        checkpoints when the step is resumable (else from a cleared output)."""
+        resumes = self.ctx.checkpoint_path is not None
+        log.warning(
+            "preempted %s: %s job %s was lost (%s); submitting it again (preemption %d of at "
+            "most %d%s)", self.step_id, job.backend, job.job_id,
+            watch.status.detail if watch.status else "", job.preemptions + 1,
+            self.remote.max_preemptions, ", resuming" if resumes else ", from the start",
+        )  # fmt: skip
+        self._refuse_unrecorded(job)
+        self._drop(job, keep_output=resumes)
+        return self._await(self._submit(job.preemptions + 1), None)
+
+    def _refuse_unrecorded(self, found: JobRecord | None) -> None:
+        """Before a new job is submitted: refuse while a job of this backend that ``job.json``
+        does not name writes the output (``refuse_unrecorded_writer``)."""
+        recorded = found.job_id if found is not None else ""
+        build = self.build
+        refuse_unrecorded_writer(self.backend, build.location, build.output_path, recorded,
+                                 self.step_id)  # fmt: skip
+
+    def _drop(self, found: JobRecord, keep_output: bool) -> None:
+        """Forget a recorded job that is not collected: kept output (a resume) only once the
+        job provably ended (``stop_job``); else its debris is cleared."""
+        build = self.build
+        if keep_output:
+            stop_job(self.backend, found, self.step_id)  # its partial output is resumed: fenced
+        else:
+            out = build.location.path(build.output_path)
+            if build.location.exists(out):
+                with_retries(lambda: build.location.remove_tree(out), f"clear {out}")
+        delete_job(build.location, build.output_path)
 
     def _attach_or_submit(self) -> tuple[JobRecord, JobStatus | None]:
         """The job of this build: the recorded one reattached (with its state now), or a new
@@ -246,16 +286,19 @@ class _RemoteCall:
                 return found, status
             log.info("resubmit %s: %s job %s is %s", self.step_id, found.backend, found.job_id,
                      status.state)  # fmt: skip
-        recorded = found.job_id if found is not None else ""
-        refuse_unrecorded_writer(backend, build.location, build.output_path, recorded, self.step_id)
-        if found is not None and build.resumed and found.job_id:
-            stop_job(backend, found, self.step_id)  # its partial output is resumed: fenced
-            delete_job(build.location, build.output_path)
-        elif found is not None:  # stopped, lost, another recipe's: its debris goes
-            out = build.location.path(build.output_path)
-            if build.location.exists(out):
-                with_retries(lambda: build.location.remove_tree(out), f"clear {out}")
-            delete_job(build.location, build.output_path)
+            # a job lost while no driver waited was preempted too: the build's count goes on
+            lost = status.state == JobState.LOST
+            if lost and found.preemptions >= self.remote.max_preemptions:
+                watch = Watch(backend, found.handle, build.lost)
+                watch.status = status
+                self._collect(found, watch)  # raises: lost once more than the budget allows
+            preempted = found.preemptions + lost
+            self._refuse_unrecorded(found)
+            self._drop(found, keep_output=build.resumed)
+            return self._submit(preempted), None
+        self._refuse_unrecorded(found)
+        if found is not None:  # another recipe's, or not this step's: its debris goes
+            self._drop(found, keep_output=build.resumed and bool(found.job_id))
         return self._submit(), None
 
     def _recorded_job(self) -> JobRecord | None:
@@ -303,14 +346,14 @@ class _RemoteCall:
         stop_job(self.backend, found, self.step_id)
         return JobRecord(self.remote.backend, "", "", "", {})  # cleared and replaced below
 
-    def _submit(self) -> JobRecord:
+    def _submit(self, preemptions: int = 0) -> JobRecord:
         build, ctx = self.build, self.ctx
         key = f"marin-{new_id()[:20]}"
         # The job id is all a later driver needs to find the job, known before it is
         # submitted: a crash right after the submit leaves a record that leads to the job,
         # and says where it can be seen from (a driver elsewhere never calls it lost).
         scope = _scope_of(self.backend, self.step_id)
-        record = _job_record(self.remote.backend, key, build, now_iso(), {}, scope)
+        record = _job_record(self.remote.backend, key, build, now_iso(), {}, scope, preemptions)
         won = create_job(build.location, build.output_path, record, self.step_id)
         if won is not record:  # another driver got past the lease too: never a second job
             raise RemoteJobError(
@@ -323,7 +366,7 @@ class _RemoteCall:
             ctx = dataclasses.replace(ctx, lease_check=check)
         handle = self.backend.submit(self._job_spec(ctx), key)
         record = _job_record(self.remote.backend, handle.job_id, build, record.submitted_at,
-                             dict(handle.data), scope)  # fmt: skip
+                             dict(handle.data), scope, preemptions)  # fmt: skip
         replace_job(build.location, build.output_path, record)
         log.info("submit %s: %s job %s", self.step_id, record.backend, record.job_id)
         _known(build, record)
@@ -340,7 +383,7 @@ class _RemoteCall:
         owner = job_owner(build.location.path(build.output_path), build.build_id)
         return JobSpec(self.step_id, call,
                        env={k: env[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in env},
-                       gpus=remote.gpus, owner=owner)  # fmt: skip
+                       gpus=remote.gpus, ranks=remote.ranks, owner=owner)  # fmt: skip
 
     def _collect(self, job: JobRecord, watch: Watch) -> Any:
         """The job's value (its outcome's canonical JSON, as the record keeps it), or its
@@ -373,6 +416,9 @@ class _RemoteCall:
             )
             error.job = job.to_json()
             raise error
+        if status.state == JobState.LOST:
+            detail += (f", after {job.preemptions} preemptions (max_preemptions="
+                       f"{self.remote.max_preemptions})")  # fmt: skip
         raise _failed(self.step_id, job, detail, tail)
 
 
@@ -383,12 +429,14 @@ def _job_record(
     submitted_at: str,
     data: dict[str, str],
     scope: dict[str, str],
+    preemptions: int,
 ) -> JobRecord:
-    """The record of a job of ``build``: it names the recipe the job is submitted for, and
-    where its backend can see it."""
+    """The record of a job of ``build``: it names the recipe the job is submitted for, where
+    its backend can see it, and the preemptions the build survived before it."""
     recipe = build.recipe
     return JobRecord(backend, job_id, build.build_id, submitted_at, data, recipe.fingerprint,
-                     recipe.code, recipe.input_builds, recipe.placement, scope)  # fmt: skip
+                     recipe.code, recipe.input_builds, recipe.placement, scope,
+                     preemptions)  # fmt: skip
 
 
 def _scope_of(backend: RemoteBackend, step_id: str) -> dict[str, str]:

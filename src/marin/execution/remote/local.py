@@ -6,9 +6,11 @@ created with mode 700 and refused when it is a link, someone else's, or writable
 (``jobs_root``): what is in it was written by this user's own drivers and jobs, so the payload
 a job unpickles and the pid a cancel signals cannot be planted by whoever writes the prefix.
 ``owner.json`` (what the job is for), ``call.pkl`` in; ``pid.json``, ``log.txt`` and
-``result.json`` out; ``cancelled`` once cancelled. The process is started by ``local_job`` in a
-session of its own, so it outlives the driver (a closed terminal, a SIGKILL); any later driver
-of this user on this machine finds it by its id. Promises: one process per submission key (a
+``result.json`` out; ``cancelled`` once cancelled; a gang's (``gang.py``) also ``ranks.json``,
+``rank-K/`` (each rank's outcome and log) and, when a rank was killed, ``lost.json``. The
+process is started by ``local_job`` in a session of its own, so it outlives the driver (a
+closed terminal, a SIGKILL); any later driver of this user on this machine finds it by its id.
+Promises: one process per submission key (a
 folder that holds a started job is never started again); a job that died without a result is
 ``LOST``; ``cancel`` kills the job's whole process group, once its pid is provably the job's
 (start time and command line, ``procs.py``); ``release`` removes an ended job's folder once the
@@ -42,8 +44,9 @@ JOBS_ENV = "MARIN_LOCAL_JOBS"
 _KILL_WAIT_S = 5.0
 LOG_TAIL_BYTES = 256 * 1024
 """The most of a job's log the driver reads (from its end) for the lines it shows."""
-CALL, OWNER, RESULT, LOG, PID, CANCELLED = (
-    "call.pkl", "owner.json", "result.json", "log.txt", "pid.json", "cancelled"
+CALL, OWNER, RESULT, LOG, PID, CANCELLED, LOST, RANKS = (
+    "call.pkl", "owner.json", "result.json", "log.txt", "pid.json", "cancelled", "lost.json",
+    "ranks.json",
 )  # fmt: skip
 _LAUNCHER = "marin.execution.remote.local_job"
 
@@ -134,6 +137,11 @@ def _unsafe_parent(path: str) -> str:
     return ""
 
 
+def rank_folder(folder: str, rank: int) -> str:
+    """A gang job's rank's own files (its outcome, its log): ``<job folder>/rank-K``."""
+    return os.path.join(folder, f"rank-{rank}")
+
+
 def _folder_of(handle: JobHandle) -> str | None:
     """The job's folder: from its id alone, under the jobs root (``job.json`` is untrusted:
     nothing it holds is followed); None for an id that is not Marin's."""
@@ -164,8 +172,9 @@ class LocalBackend:
         with os.fdopen(fd, "wb") as f:
             f.write(job.call)
         env = {**os.environ, **job.env, "PYTHONUNBUFFERED": "1"}
+        gang = [str(job.ranks), str(job.gpus)] if job.ranks > 1 else []
         subprocess.run(  # -P: never a module of the working folder (anyone's /tmp) first
-            [sys.executable, "-P", "-m", _LAUNCHER, folder],
+            [sys.executable, "-P", "-m", _LAUNCHER, folder, *gang],
             env=env,
             stdin=subprocess.DEVNULL,
             check=True,
@@ -218,7 +227,7 @@ class LocalBackend:
         if self._alive(folder):
             return JobStatus(JobState.RUNNING)
         return self._result(folder) or JobStatus(  # it may have ended between the two looks
-            JobState.LOST, detail="its process ended without a result"
+            JobState.LOST, detail=_lost_detail(folder)
         )
 
     @staticmethod
@@ -264,6 +273,23 @@ class LocalBackend:
                 time.sleep(0.01)  # a killed process is gone in milliseconds
         if os.path.isdir(folder):  # after the kill: STOPPED means nothing of it runs any more
             write_file_atomically(os.path.join(folder, CANCELLED), b"")
+
+    def ranks(self, handle: JobHandle) -> list[dict[str, object]]:
+        """A gang job's ranks: each one's host and state (``running``, ``returned``,
+        ``failed``, ``ended``), from the supervisor's ``ranks.json``; none for another job."""
+        folder = _folder_of(handle)
+        try:
+            with open(os.path.join(folder or "", RANKS), "rb") as f:
+                listed = json.loads(f.read(1 << 20))
+        except (OSError, ValueError):
+            return []
+        found = []
+        for entry in listed if isinstance(listed, list) else []:
+            if not isinstance(entry, dict) or not isinstance(entry.get("rank"), int):
+                continue
+            found.append({"rank": entry["rank"], "host": str(entry.get("host", "?"))[:100],
+                          "state": _rank_state(str(folder), entry)})  # fmt: skip
+        return found
 
     def release(self, handle: JobHandle) -> None:
         """Remove an ended job's folder (``cleanup.py``): only a real folder (not a link)
@@ -319,6 +345,29 @@ class _LogFile:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _rank_state(folder: str, entry: dict[str, object]) -> str:
+    """A rank's state: its outcome if it wrote one, else whether its process still runs."""
+    try:
+        with open(os.path.join(rank_folder(folder, int(str(entry["rank"]))), RESULT), "rb") as f:
+            outcome = json.loads(f.read(1 << 16))
+        return "returned" if isinstance(outcome, dict) and outcome.get("ok") is True else "failed"
+    except (OSError, ValueError):
+        pass
+    pid = entry.get("pid")
+    alive = isinstance(pid, int) and runs_in(pid, entry.get("start_time"), folder)
+    return "running" if alive else "ended"
+
+
+def _lost_detail(folder: str) -> str:
+    """Why a job ended without a result: a gang names its rank killed by a signal."""
+    try:
+        with open(os.path.join(folder, LOST), "rb") as f:
+            lost = json.loads(f.read(4096))
+        return f"rank {int(lost['rank'])} was killed by {str(lost['signal'])[:20]}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its process ended without a result"
 
 
 def _read_tail(f: BinaryIO, most: int) -> bytes:

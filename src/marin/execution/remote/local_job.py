@@ -1,5 +1,5 @@
 """Start a ``local`` remote job, detached: ``python -m marin.execution.remote.local_job
-DIR``.
+DIR [RANKS GPUS]`` (with ``RANKS``, the job is a gang's supervisor, ``gang.py``).
 
 Forks once: the child starts a new session (its own process group, no controlling terminal),
 sends its output to ``DIR/log.txt`` and becomes ``isolated_child`` on ``DIR/call.pkl``, which
@@ -23,8 +23,11 @@ CHILD_MODULE = "marin.execution.pipeline.isolated_child"
 CALL, RESULT, LOG, PID = "call.pkl", "result.json", "log.txt", "pid.json"
 
 
+GANG_MODULE = "marin.execution.remote.gang"
+
+
 def main(argv: list[str]) -> int:
-    (folder,) = argv
+    folder, gang = argv[0], argv[1:]  # a gang: its size and each rank's GPUs
     call, result = os.path.join(folder, CALL), os.path.join(folder, RESULT)
     pid = os.fork()
     if pid == 0:  # the job
@@ -36,6 +39,8 @@ def main(argv: list[str]) -> int:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         # -P: the working folder (the driver's: anyone's /tmp) never comes first on sys.path
+        if gang:
+            os.execv(sys.executable, [sys.executable, "-P", "-m", GANG_MODULE, folder, *gang])
         os.execv(sys.executable, [sys.executable, "-P", "-m", CHILD_MODULE, call, result])
     info = {"pid": pid, "start_time": start_time(pid)}
     write_file_atomically(os.path.join(folder, PID), json.dumps(info).encode())

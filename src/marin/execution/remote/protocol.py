@@ -32,6 +32,10 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     """Environment additions for the job (``CUDA_VISIBLE_DEVICES``...)."""
     gpus: int = 0
+    """Per rank."""
+    ranks: int = 1
+    """A gang: ``fn`` runs as this many processes, started together, ended together (a rank
+    that ends otherwise than by returning ends them all); rank 0's value is the job's."""
     owner: str = ""
     """What the job is for (``job_owner``: the step's output and build): the backend keeps it
     with the job, where only the submitter writes, and ``owner`` answers it."""

@@ -22,6 +22,7 @@ import binascii
 import collections
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import re
@@ -33,7 +34,7 @@ from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus
 from marin.execution.vocabulary import JobState
 
 ADDRESS_ENV = "RAY_ADDRESS"
-CALL_ENV, NONCE_ENV = "MARIN_CALL", "MARIN_OUTCOME_NONCE"
+CALL_ENV, NONCE_ENV, GANG_ENV = "MARIN_CALL", "MARIN_OUTCOME_NONCE", "MARIN_GANG"
 OWNER_KEY, NONCE_KEY = "marin_owner", "marin_outcome_sha256"
 BEGIN, END = "<<<marin-outcome ", "<<<end-marin-outcome>>>"
 _OUTCOME = re.compile(re.escape(BEGIN) + r"([0-9a-f]{32})>>>([A-Za-z0-9+/=]*)" + re.escape(END))
@@ -53,6 +54,22 @@ log = logging.getLogger("marin")
 def outcome_line(nonce: str, outcome: bytes) -> str:
     """The line ``ray_entry`` prints last: the outcome, marked with the submission's nonce."""
     return f"{BEGIN}{nonce}>>>{base64.b64encode(outcome).decode()}{END}"
+
+
+_KILLED = re.compile(r"exit code -\d+|node .* (?:died|was terminated)|worker died", re.I)
+"""What Ray says of a job whose entrypoint a signal killed, or whose node went away."""
+
+
+def _lost(outcome: bytes) -> JobStatus | None:
+    """A gang's outcome that says a rank was lost (``gang_rules``): the job is lost."""
+    try:
+        found = json.loads(outcome)
+    except ValueError:
+        return None
+    if not isinstance(found, dict) or found.get("lost") is not True:
+        return None
+    rank, how = str(found.get("rank", "?"))[:10], str(found.get("signal", "?"))[:40]
+    return JobStatus(JobState.LOST, detail=f"rank {rank} was lost ({how})")
 
 
 def _digest(nonce: str) -> str:
@@ -79,6 +96,8 @@ class RayBackend:
         handle = JobHandle(self.name, idempotency_key, {})
         nonce = secrets.token_hex(16)
         env = {**job.env, CALL_ENV: base64.b64encode(job.call).decode(), NONCE_ENV: nonce}
+        if job.ranks > 1:  # a gang: its ranks in one placement group (ray_gang.py)
+            env[GANG_ENV] = f"{job.ranks} {job.gpus}"
         metadata = {OWNER_KEY: job.owner, NONCE_KEY: _digest(nonce)}
         try:
             self._client().submit_job(
@@ -119,14 +138,16 @@ class RayBackend:
             # the logs: the step's error shows their tail once.
             message = str(info.message or "").split(", last available logs", 1)[0]
             message = " ".join(message.split())[:300]
-            return JobStatus(JobState.FAILED, detail=f"Ray job {state}: {message}".strip(": "))
+            lost = _KILLED.search(message)  # killed by a signal: lost, not failed
+            return JobStatus(JobState.LOST if lost else JobState.FAILED,
+                             detail=f"Ray job {state}: {message}".strip(": "))  # fmt: skip
         expected = (info.metadata or {}).get(NONCE_KEY, "")
         text = self._tail(handle.job_id, info, 64, OUTCOME_MAX_BYTES)
         for found in reversed(list(_OUTCOME.finditer(text))):
             if expected and secrets.compare_digest(_digest(found.group(1)), expected):
                 with contextlib.suppress(binascii.Error, ValueError):
                     data = base64.b64decode(found.group(2), validate=True)
-                    return JobStatus(JobState.SUCCEEDED, result=data)
+                    return _lost(data) or JobStatus(JobState.SUCCEEDED, result=data)
         return JobStatus(JobState.FAILED, detail="Ray job SUCCEEDED without Marin's outcome")
 
     def _tail(self, job_id: str, info: Any, lines: int, most: int) -> str:

@@ -11,12 +11,21 @@ import sys
 import tempfile
 
 from marin.execution.pipeline import isolated_child
-from marin.execution.remote.ray import CALL_ENV, NONCE_ENV, outcome_line
+from marin.execution.remote.ray import CALL_ENV, GANG_ENV, NONCE_ENV, outcome_line
 
 
 def main() -> int:
     call_data = base64.b64decode(os.environ.pop(CALL_ENV))
     nonce = os.environ.pop(NONCE_ENV)
+    gang = os.environ.pop(GANG_ENV, "")
+    if gang:  # "RANKS GPUS": a gang of ranks in one placement group (ray_gang.py)
+        from marin.execution.remote.ray_gang import run_gang
+
+        size, gpus = (int(part) for part in gang.split())
+        data = run_gang(call_data, size, gpus)
+        sys.stdout.write(f"\n{outcome_line(nonce, data)}\n")
+        sys.stdout.flush()
+        return 0
     with tempfile.TemporaryDirectory(prefix="marin-ray-job-") as tmp:
         call, result = os.path.join(tmp, "call.pkl"), os.path.join(tmp, "result.json")
         fd = os.open(call, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # as the child checks

@@ -56,6 +56,9 @@ def job_view(
     verdict = judge_claim(recipe, claim_of(job), on_code_drift)
     other = verdict.claim != Claim.OURS
     view = {**job.to_json(), "state": state, "age_s": age, "other_config": other}
+    ranks = _ranks(job)
+    if ranks:
+        view["ranks"] = ranks  # a gang: each rank's host and state
     if verdict.differs == Mismatch.CODE and on_code_drift == "error":
         view["refused"] = "it runs other code (on_code_drift=error)"  # the run stops there
     if other:
@@ -108,6 +111,16 @@ def _unrecorded(
     if found is None:
         return None
     return {"backend": remote, "job_id": found[0], "build_id": found[1], "state": "unrecorded"}
+
+
+def _ranks(job: JobRecord) -> list[dict[str, Any]]:
+    """A gang job's ranks as its backend lists them (``ranks``, optional); advisory."""
+    try:
+        listing = getattr(get_backend(job.backend), "ranks", None)
+        return list(listing(job.handle)) if callable(listing) else []
+    except Exception as exc:  # an unreachable cluster: say nothing
+        log.debug("could not list the ranks of job %s: %s", job.job_id, exc)
+        return []
 
 
 _DIFFERS = {
@@ -194,6 +207,12 @@ def describe_job(view: dict[str, Any]) -> str:
     age = view.get("age_s")
     since = "" if age is None else f" {short_duration(age)}"
     note = " (it runs other code; on_code_drift=warn)" if view.get("note") else ""
+    lost = view.get("preemptions")
+    if isinstance(lost, int) and lost > 0:
+        note += f", after {lost} preemption{'s' if lost > 1 else ''}"
+    ranks = view.get("ranks") or []
+    if ranks:
+        note += "; ranks: " + ", ".join(f"{r['rank']} {r['state']} on {r['host']}" for r in ranks)
     return f"{verb}: {view['backend']} job {view['job_id']}, {state}{since}{note}"
 
 
