@@ -76,15 +76,16 @@ def _stream_of(source: Any, codex: Any, named: list[str]) -> Any:
     return LoweredStream(source, codex)
 
 
-def _scoped(graph: Any, location: Any, args: argparse.Namespace) -> Any:
+def _scoped(graph: Any, location: Any, args: argparse.Namespace, options: Any = None) -> Any:
     """``graph`` with each step placed where it reads and writes for this user (plan/scope.py:
-    run and plan agree); the same graph when no step is in user scope."""
+    run and plan agree); the same graph when no step is in user scope. ``options``: the
+    command's ``RunOptions`` when it made them (they are made once)."""
     from marin.execution.pipeline.graph import Graph
     from marin.execution.plan.scope import resolve_scopes
     from marin.execution.run.stream import LoweredStream
 
     scope, force = getattr(args, "scope", "shared"), getattr(args, "force", ())
-    options = _run_options(args)
+    options = options or _run_options(args)
     if isinstance(graph, LoweredStream):  # each step is placed as it arrives
         return graph.place_in(location, scope, options.policy([]))
     policy = options.policy(list(graph.steps))  # a rebuilt shared step is the user's own
@@ -171,7 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = _run_options(args)
     graph = _lowered(args.target, args, stream=True)
     location = _reachable(args.prefix)
-    graph = _scoped(graph, location, args)
+    graph = _scoped(graph, location, args, options)
     live = not args.dry_run and not as_json and _use_live_progress(args)
     observer = RunObserver(location, live=live)
     runner = StepRunner(
@@ -258,10 +259,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from marin.execution.step_runner import StepRunner
     from marin.plan_view import plan_json, plan_table, would_change_anything
 
-    runner = StepRunner(prefix=args.prefix, options=_run_options(args))
+    options = _run_options(args)
+    runner = StepRunner(prefix=args.prefix, options=options)
     graph = _lowered(args.target, args)
     location = _reachable(args.prefix)
-    plan, location = runner.plan(_scoped(graph, location, args), location=location)
+    plan, location = runner.plan(_scoped(graph, location, args, options), location=location)
     if args.json:
         print(safe_json(json.dumps(plan_json(plan, location), indent=2, ensure_ascii=False)))
     else:
@@ -334,11 +336,12 @@ def cmd_why(args: argparse.Namespace) -> int:
     from marin.execution.step_runner import StepRunner
     from marin.why import explain_step, find_step
 
-    runner = StepRunner(prefix=args.prefix, options=_run_options(args))
+    options = _run_options(args)
+    runner = StepRunner(prefix=args.prefix, options=options)
     graph = _lowered(args.target, args)
     find_step(list(graph.steps), args.step)  # a mistyped name fails before any storage access
     location = _reachable(args.prefix)
-    graph = _scoped(graph, location, args)  # where each step reads and writes, as plan says
+    graph = _scoped(graph, location, args, options)  # where each step reads and writes
     plan, _ = runner.plan(graph, location=location)
     sys.stdout.write(explain_step(plan, find_step(list(graph.steps), args.step)))
     return EXIT_OK
