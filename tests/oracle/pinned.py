@@ -178,6 +178,14 @@ PINNED: dict[str, Pinned] = {
         "the checker's own bug: a swept step below a user-scope step is built in the user's "
         "folder (docs/marin.md), and the stream check looked for it at its shared path",
     ),
+    "a-resume-across-a-code-change-under-warn-is-said-by-the-plan": Pinned(
+        "wrong-artifact:resumed",
+        History(chain(3, s2={"resumable": True}), (FailRun(2, WARN), EditCode(2, True), Run(WARN))),
+        "1097 (the soak profile)",
+        "the checker's own bug: under --on-code-drift warn a partial output of other code is "
+        "resumed (docs/caching.md, the identity table), which the plan's `resume` says; the "
+        "checker allowed code drift only from a record",
+    ),
 }
 
 ON_AN_ENGINE = Pinned(
