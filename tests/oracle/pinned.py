@@ -201,7 +201,6 @@ PINNED: dict[str, Pinned] = {
         "new finding: users/alice/o/s5 read the shared o/s4; once o/s1 is rebuilt in the "
         "user's folder, o/s2..o/s4 move there, have no record, and read as pruned, so s5 is "
         "served (also under rebuild/rebuild); nothing was unfinished (the kind is a misnomer)",
-        open=True,
     ),
 }
 

@@ -24,6 +24,7 @@ from marin.execution.store.records import (
     load_record,
     read_attempt,
     record_path,
+    shared_build,
     status_path,
 )
 
@@ -46,7 +47,8 @@ def read_stored_step(spec: StepSpec, location: Location) -> Stored:
     if isinstance(found, ArtifactRecord):
         return Stored(found)
     attempt = read_attempt_record(location, spec.output_path) if spec.resumable else None
-    return Stored(None, read_attempt(location, spec.output_path), found, attempt)
+    shared = shared_build(location, spec.output_path, spec.user_home)
+    return Stored(None, read_attempt(location, spec.output_path), found, attempt, shared)
 
 
 def read_stored(specs: Iterable[StepSpec], location: Location) -> dict[str, Stored]:
