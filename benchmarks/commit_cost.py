@@ -174,6 +174,8 @@ def _syscalls_alone(root: str, steps: int, inputs: Sequence[int] = ()) -> float:
     for i in range(steps):
         step = f"{root}/s{i}"
         meta, lease = f"{step}/v0.marin", f"{step}/v0.marin/lease.json"
+        with contextlib.suppress(FileNotFoundError):
+            os.lstat(f"{step}.marin")  # not inside another step's output (no `s{i}.marin`)
         read_inputs(i)  # the inputs at the start
         with contextlib.suppress(FileNotFoundError):
             os.lstat(step)  # the output check before the lease: no step folder, so no output

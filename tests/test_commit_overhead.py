@@ -293,6 +293,8 @@ def test_a_first_local_build_looks_at_each_folder_it_makes_no_more_than_it_must(
     active[0] = False
     monkeypatch.undo()
     assert found == [
+        ("lstat", "group.marin"),  # not inside another step's output: each folder above it
+        ("lstat", "group/b.marin"),
         ("lstat", "group/b"),  # the output check: no step folder, so no output in it
         ("lstat", "group/b"),  # the lease's create: no link on the way to its folder
         ("lstat", "group/b/v1"),  # after fn: did it write an output?

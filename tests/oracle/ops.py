@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from marin.execution import faults
 from tests.oracle.checks import Policy, Violation, read_record, snapshot
 from tests.oracle.choose import Chooser
 from tests.oracle.pipeline import PipelineModel
@@ -33,16 +34,8 @@ if TYPE_CHECKING:
 
 USERS = ("alice", "bob")
 POLICIES = ("warn", "rebuild", "error")
-CRASH_POINTS = (
-    "before-lease",
-    "after-lease",
-    "after-output",
-    "record-write",
-    "record-torn",
-    "after-record",
-    "after-submit",
-)
-"""``MARIN_FAULT_CRASH`` points (src/marin/execution/faults.py; ``after-submit``: remote)."""
+CRASH_POINTS = (*faults.CRASH_POINTS, "after-submit")
+"""``MARIN_FAULT_CRASH`` points: the core's, and the remote call's ``after-submit``."""
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,30 @@ PINNED: dict[str, Pinned] = {
         "the checker's own bug: a swept step below a user-scope step is built in the user's "
         "folder (docs/marin.md), and the stream check looked for it at its shared path",
     ),
+    "a-resume-across-a-code-change-under-warn-is-said-by-the-plan": Pinned(
+        "wrong-artifact:resumed",
+        History(chain(3, s2={"resumable": True}), (FailRun(2, WARN), EditCode(2, True), Run(WARN))),
+        "1097 (the soak profile)",
+        "the checker's own bug: under --on-code-drift warn a partial output of other code is "
+        "resumed (docs/caching.md, the identity table), which the plan's `resume` says; the "
+        "checker allowed code drift only from a record",
+    ),
+    "a-user-run-serves-its-build-of-a-shared-input-it-moved": Pinned(
+        "wrong-artifact:below-unfinished-rebuild",
+        History(
+            chain(6),
+            (
+                Run(WARN),
+                EditConfig(5, False, False),
+                Run(RunOpts(Context("alice", "user"))),
+                EditConfig(1, True, False),
+            ),
+        ),
+        "1132 (the soak profile)",
+        "new finding: users/alice/o/s5 read the shared o/s4; once o/s1 is rebuilt in the "
+        "user's folder, o/s2..o/s4 move there, have no record, and read as pruned, so s5 is "
+        "served (also under rebuild/rebuild); nothing was unfinished (the kind is a misnomer)",
+    ),
 }
 
 ON_AN_ENGINE = Pinned(

@@ -18,9 +18,10 @@ targets' plans serve (placed as `marin plan` places them, with the same
 --version, --override and --scope), every build their records were made from,
 and what --keep-versions and --older-than keep. Another user's folder
 (users/<user>/) is left alone unless --all-users; every user folder is left
-alone when the plan places no step there (no --scope user). Only folders holding Marin's
-record, status or a crashed build's leftovers are deleted; a step being built
-(a live lease) is skipped, and so is one whose remote job still runs."""
+alone when the plan places no step there (no --scope user). Only folders
+holding Marin's record, status or a crashed build's leftovers are deleted; a
+step being built (a live lease) is skipped, and so is one whose remote job
+still runs."""
 _EPILOG = """examples:
   marin gc examples/ngram.py:pipeline --dry-run   # what would go, with sizes
   marin gc examples/ngram.py:pipeline --keep-versions 2 --older-than 30d

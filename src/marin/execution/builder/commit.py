@@ -116,6 +116,7 @@ from marin.execution.store.records import (
     read_record,
     read_status_file,
     replaced_build,
+    shared_build,
     write_record,
     write_status,
 )
@@ -175,7 +176,8 @@ def _upstream_now(step_id: str, dep: StepSpec, location: Location) -> Upstream:
     if record is not None:
         return Upstream(step_id, record)
     status = read_status_file(location, dep.output_path)
-    return Upstream(step_id, None, replaced=replaced_build(status))
+    shared = shared_build(location, dep.output_path, dep.user_home)
+    return Upstream(step_id, None, replaced=replaced_build(status), shared=shared)
 
 
 def build_step(request: BuildRequest) -> BuildOutcome | Pending:
@@ -482,8 +484,8 @@ def _inputs_at_start(
                 "this step again; nothing was started for it",
                 spec.step_id,
             )
-        replaced = up.replaced if record is None else ""
-        fresh.append(Upstream(up.step_id, record, up.rebuilt, up.committed, replaced))
+        kept = (up.replaced, up.shared) if record is None else ("", "")
+        fresh.append(Upstream(up.step_id, record, up.rebuilt, up.committed, *kept))
     return fresh
 
 

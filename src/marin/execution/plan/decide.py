@@ -99,6 +99,8 @@ class Stored:
     """A record of another step where this step's record belongs (``record`` is None then)."""
     attempt: Attempt | None = None
     """A resumable step's last attempt (``attempt.json``), read only when it has no record."""
+    shared: str = ""
+    """Placed in a user's folder with no record there: its shared build (``shared_build``)."""
 
     @property
     def replaced(self) -> str:
@@ -107,7 +109,8 @@ class Stored:
 
     def as_upstream(self, step_id: str, rebuilt: bool = False) -> Upstream:
         """The step as a dependent's input: its record, or the build a rebuild deleted."""
-        return Upstream(step_id, self.record, rebuilt, replaced=self.replaced)
+        shared = self.shared if self.record is None else ""
+        return Upstream(step_id, self.record, rebuilt, replaced=self.replaced, shared=shared)
 
 
 NOTHING_STORED = Stored()
@@ -150,10 +153,13 @@ class Decision:
     recipe: Recipe | None = None
     """The static part of the recipe a build of the step makes (``store/identity.py``),
     computed once by the plan; a build completes it with the input builds it reads."""
+    shared: str = ""
+    """``Stored.shared``: the shared build of a user-placed step with no record of its own."""
 
     def as_upstream(self, rebuilt: bool = False) -> Upstream:
         """The step as a dependent's input, as the plan read it (``Stored.as_upstream``)."""
-        return Stored(self.record, self.stored_status).as_upstream(self.spec.step_id, rebuilt)
+        stored = Stored(self.record, self.stored_status, shared=self.shared)
+        return stored.as_upstream(self.spec.step_id, rebuilt)
 
     def raise_if_refused(self) -> None:
         if self.refusal is not None:
@@ -231,7 +237,7 @@ def decide(
             )
         return Decision(
             spec, action, status, reason, record, stored.status, drift, forced=forced,
-            lineage=lineage, code_drift=code_drift, recipe=static, **extra,
+            lineage=lineage, code_drift=code_drift, recipe=static, shared=stored.shared, **extra,
         )  # fmt: skip
 
     if stored.foreign is not None:

@@ -55,6 +55,9 @@ class Upstream:
     replaced: str = ""
     """Without a record: the build an unfinished rebuild deleted (its status names it; "":
     none). What read that build is stale: the step is being replaced, not merely missing."""
+    shared: str = ""
+    """Without a record, placed in a user's folder: the shared build of the step (its
+    ``shared_build``). What read that build is stale: the user's run builds its own."""
 
 
 class _Spec(Protocol):
@@ -247,8 +250,9 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
     can have read (stale, pending its output); a missing input (not built, not rebuilt) leaves
     the claim valid (an intermediate that is pruned), unless a rebuild of it deleted its record
     and did not finish (``replaced``: the build the claim read is gone, replaced by one to
-    come: stale); an input whose build the claim did not record is unknown, unless it is
-    rebuilt (then it changed, as planned).
+    come: stale), or the claim read the shared build of an input a user's run now places in the
+    user's folder (``shared``: stale); an input whose build the claim did not record is
+    unknown, unless it is rebuilt (then it changed, as planned).
     """
     if recipe.inputs is None:
         return NO_LINEAGE
@@ -266,6 +270,8 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
         if dep.record is None:
             if dep.replaced and consumed is not None:
                 stale.append(f"upstream {dep.step_id} was being rebuilt and did not finish")
+            elif dep.shared and consumed == dep.shared:
+                stale.append(f"upstream {dep.step_id} is built in the user's folder now")
             continue
         if consumed is None:
             if dep.rebuilt:

@@ -553,6 +553,16 @@ def replaced_build(status: Mapping[str, Any] | None) -> str:
     return value if isinstance(value, str) else ""
 
 
+def shared_build(location: Location, output_path: str, user_home: str | None) -> str:
+    """For a step placed in a user's folder (``user_home``) that has no record there: the
+    build id of its shared record ("" when none, or not placed so). A record that read that
+    build read what the user's run no longer reads (``identity._lineage``)."""
+    if not user_home or not output_path.startswith(f"{user_home}/"):
+        return ""
+    record = read_record(location, output_path[len(user_home) + 1 :])
+    return record.build_id if record is not None else ""
+
+
 _LEASE_TYPES = {"holder": str, "started_at": str}
 """The lease fields a status reader uses (``lease.LeaseInfo.parse`` checks the rest)."""
 

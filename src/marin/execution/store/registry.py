@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,6 +179,11 @@ class Manifest:
         return cls(record=record, **texts)  # type: ignore[arg-type]
 
 
+_LEASE_PATIENCE_S = 10.0
+"""How long a registration waits for a step's lease another registration (a moment) or a
+build or gc (longer: refused once this passes) holds."""
+
+
 def register(
     location: Location, output_path: str, reg_id: RegistryId, registered_by: str
 ) -> Manifest:
@@ -195,9 +201,16 @@ def register(
     """
     from marin.execution.store.lease import Lease
 
-    _built_record(location, output_path)  # nothing built: refused before the lease is taken
+    first = _built_record(location, output_path)  # nothing built: refused before the lease
     lease = Lease(location, output_path)
     holder = lease.try_acquire()
+    deadline = time.monotonic() + _LEASE_PATIENCE_S
+    while holder is not None and time.monotonic() < deadline:
+        # Another registration holds it for a moment: the id may be taken meanwhile.
+        if location.exists(location.path(reg_id.manifest_path)):
+            raise _taken(location, reg_id, first.step_id)
+        time.sleep(0.2)
+        holder = lease.try_acquire()
     if holder is not None:
         raise ArtifactRegistryError(
             f"{location.url_for(output_path)} is being built or deleted (its lease is held by "
