@@ -1,8 +1,8 @@
-"""Lazy handles: the recipe of each artifact, made cheaply and checked when made.
+"""Lazy handles: ``ArtifactStep``, ``apply`` and ``adopt``.
 
-A handle (``ArtifactStep``) is a recipe: creating one does no I/O and runs nothing.
-``lowering.py`` turns a handle graph into specs, purely (``lower``, ``lower_graph``, imported
-from here too); ``run``/``resolve`` lower and then hand the specs to the ``StepRunner``.
+A handle (``ArtifactStep``) is a recipe: creating one does no I/O and runs nothing, and checks
+its options at once. ``lower`` (``lower.py``) turns a handle graph into specs, purely;
+``run``/``resolve`` lower and then hand the specs to the ``StepRunner``.
 
 A handle is built as ``run(build_config(ctx))``: ``build_config`` makes the config from a
 ``StepContext`` (placeholders while fingerprinting, live paths at run time) and ``run``
@@ -27,14 +27,6 @@ from marin.execution.names import validate_name, validate_version
 from marin.execution.pipeline.artifact import Artifact
 from marin.execution.pipeline.canonical import register_fingerprint
 from marin.execution.pipeline.context import StepContext, current_context
-from marin.execution.pipeline.lowering import (
-    Lowerable,
-    artifact_type_label,
-    lower,
-    lower_graph,
-    lower_with_codex,
-)
-from marin.execution.pipeline.lowering import _flatten as _flatten  # run/api.py's import
 from marin.execution.pipeline.resources import (
     NO_RESOURCES,
     Resources,
@@ -43,7 +35,7 @@ from marin.execution.pipeline.resources import (
 )
 from marin.execution.pipeline.scope import check_scope
 from marin.execution.pipeline.step_spec import StepSpec, is_absolute_location
-from marin.execution.pipeline.versions import Deferred
+from marin.execution.pipeline.versions import Deferred, VersionCodex
 from marin.execution.suggest import close_names
 from marin.execution.vocabulary import OutputScope
 
@@ -54,9 +46,6 @@ __all__ = [
     "adopt",
     "apply",
     "current_context",
-    "lower",
-    "lower_graph",
-    "lower_with_codex",
     "register_fingerprint",
 ]
 
@@ -86,7 +75,7 @@ def _no_config(ctx: StepContext) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, eq=False)
-class ArtifactStep(Lowerable):
+class ArtifactStep:
     """An immutable, cheap handle: the recipe for one artifact, built as
     ``run(build_config(ctx))``.
 
@@ -97,7 +86,8 @@ class ArtifactStep(Lowerable):
         InvalidStepError: when made (or copied by ``with_options``) with a field that cannot
             form a step: a name or version outside the grammar, a dependency that is not a
             handle, a bad ``retries``, pin, adopted source, ``runtime_args``, ``scope`` or
-            placement option (resources, timeout, queue, ``isolate``, ``resumable``, ``remote``).
+            placement option (resources, timeout, queue, ``isolate``, ``resumable``, ``remote``,
+            ``ranks``, ``max_preemptions``).
     """
 
     name: str
@@ -127,6 +117,11 @@ class ArtifactStep(Lowerable):
     """A resumable step's ``checkpoint_path`` is kept after the commit (default: removed)."""
     remote: str | None = None
     """A backend name (``"local"``, ``"ray"``): ``fn`` runs as a durable job (docs/remote.md)."""
+    ranks: int | None = None
+    """A remote step's gang: ``fn`` runs as this many ranks of one job (docs/remote.md)."""
+    max_preemptions: int | None = None
+    """How many times a remote step's lost job (killed by a signal, its node gone) is submitted
+    again, apart from ``retries`` (None: ``DEFAULT_MAX_PREEMPTIONS``)."""
     runtime_args: Mapping[str, Any] | None = None
     """Values ``build_config`` reads with ``ctx.runtime_arg(key)``: live at run time,
     placeholders in the fingerprint, so changing one never changes the step's identity."""
@@ -151,8 +146,7 @@ class ArtifactStep(Lowerable):
         if self.version is not None:
             validate_version(self.version, self.name)
         if type(self.artifact_type) is not str:
-            # a class, kept; anything else is refused
-            artifact_type_label(self.artifact_type, self.step_id)
+            type_label(self.artifact_type, self)  # a class, kept; anything else is refused
         if (
             self.runtime_args is not None
             or self.override_path is not None
@@ -177,19 +171,54 @@ class ArtifactStep(Lowerable):
         object.__setattr__(self, "scope", check_scope(self.scope, self.step_id))
 
     @property
-    def applied_fn(self) -> Callable[..., Any] | None:
-        # ``type() is``: never a user object's __class__ (the code digest reads this).
-        call = self.run
-        return call.fn if type(call) is _ApplyCall else None
+    def step_id(self) -> str:
+        return f"{self.name}@{'?' if self.version is None else self.version}"
 
-    @property
-    def fixed_config(self) -> bool:
-        call = self.run
-        return (
-            type(call) is _ApplyCall
-            and call.fixed
-            and getattr(self.build_config, "__self__", None) is call
-        )
+    def lower(
+        self, memo: dict[Any, Any] | None = None, *, versions: VersionCodex | None = None
+    ) -> StepSpec:
+        """This handle's spec: ``lower(handle)``.
+
+        Lowering sits beside the handles and reads them (``lower.py``): it is reached at call
+        time through the package's front door (``marin.execution``), never imported here.
+
+        Raises:
+            MarinError: what ``lower`` raises (``InvalidStepError``, ``CycleError``,
+                ``DuplicateStepError``, ``ConfigError``, ``FingerprintMismatchError``).
+        """
+        import marin.execution
+
+        spec: StepSpec = marin.execution.lower(self, memo=memo, versions=versions)
+        return spec
+
+    def fingerprint(self) -> str:
+        """The step's fingerprint (the same under every prefix); lowers the graph, runs nothing.
+
+        Raises:
+            MarinError: what ``lower`` raises.
+        """
+        return self.lower().fingerprint
+
+    def fingerprint_payload(self) -> str:
+        """The canonical JSON the fingerprint hashes: ``{name, version, config, deps}`` (and
+        ``pin`` for a pinned step, ``source`` for an adopted one).
+
+        Raises:
+            MarinError: what ``lower`` raises.
+        """
+        return self.lower().fingerprint_payload
+
+    def path(self, prefix: str | None = None) -> str:
+        """Where consumers read this artifact under ``prefix`` (default ``$MARIN_PREFIX``): its
+        pin, an adopted step's source, or ``<prefix>/<name>/<version>``.
+
+        Raises:
+            StorageError: the prefix is not one Marin can use (``resolve_prefix``).
+            MarinError: what ``lower`` raises.
+        """
+        from marin.execution.store.location import resolve_prefix
+
+        return self.lower().data_url(resolve_prefix(prefix))
 
     def resolve(self, **kwargs: Any) -> Artifact:
         """Build this handle (or serve it) and return its artifact: ``resolve(handle)``.
@@ -251,6 +280,8 @@ class ArtifactStep(Lowerable):
         keep_checkpoints: bool | None = None,
         scope: str | None = None,
         remote: str | None = None,
+        ranks: int | None = None,
+        max_preemptions: int | None = None,
     ) -> ArtifactStep:
         """A copy with scheduling options, which the adapters map to their engines' own.
 
@@ -261,7 +292,8 @@ class ArtifactStep(Lowerable):
         fingerprint, and ``keep_checkpoints`` keeps its ``checkpoint_path`` after the commit.
         ``scope="user"``: built under ``<prefix>/users/<user>/`` (the step and its dependents).
         ``remote`` (a backend name) runs ``fn`` as a job that outlives this process
-        (docs/remote.md).
+        (docs/remote.md); ``ranks=N`` makes that job a gang of N processes, and
+        ``max_preemptions`` bounds how often a job lost to a signal is submitted again.
 
         Raises:
             InvalidStepError: an option that is not valid, naming it (a timeout with retries
@@ -280,6 +312,8 @@ class ArtifactStep(Lowerable):
             "keep_checkpoints": keep_checkpoints,
             "scope": scope,
             "remote": remote,
+            "ranks": ranks,
+            "max_preemptions": max_preemptions,
         }
         changes = {name: value for name, value in given.items() if value is not None}
         return dataclasses.replace(self, **changes)
@@ -294,6 +328,19 @@ class ArtifactStep(Lowerable):
 
 
 _QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+
+
+def type_label(kind: Any, handle: ArtifactStep) -> str:
+    """An ``artifact_type`` given as a class (as Marin passes one) is named by its qualname."""
+    if isinstance(kind, str):
+        return kind
+    if isinstance(kind, type):
+        return f"{kind.__module__}.{kind.__qualname__}"
+    raise InvalidStepError(
+        f"artifact_type={kind!r} is neither a string nor a class",
+        "pass a label such as 'checkpoint' (or the artifact's class)",
+        handle.step_id,
+    )
 
 
 def _check_identity_options(handle: ArtifactStep) -> None:
@@ -446,6 +493,8 @@ def _check_placement(handle: ArtifactStep) -> None:
         and handle.resumable is False
         and handle.keep_checkpoints is False
         and handle.remote is None
+        and handle.ranks is None
+        and handle.max_preemptions is None
     ):
         return  # the common case, kept cheap for graphs of 100,000 steps
     step_id = handle.step_id
@@ -477,9 +526,10 @@ def _check_placement(handle: ArtifactStep) -> None:
         from marin.execution.pipeline.isolation import check_importable
 
         check_importable(handle.run, step_id)
-    if handle.remote is not None:
-        from marin.execution.pipeline.remote.checks import check_remote
+    from marin.execution.pipeline.remote_option import check_gang, check_remote
 
+    check_gang(handle.remote, handle.ranks, handle.max_preemptions, step_id)
+    if handle.remote is not None:
         check_remote(handle.remote, handle.run, cast("float | None", handle.timeout), step_id)
 
 
@@ -509,10 +559,6 @@ def _check_resumable(handle: ArtifactStep) -> None:
 # --- apply -----------------------------------------------------------------------------------
 
 
-_HANDLES = (ArtifactStep, StepSpec)
-"""What an input may name as a dependency (a tuple: ``A | B`` would be made at every call)."""
-
-
 def _snapshot(value: Any) -> Any:
     """A deep copy of a literal (dataclass, set, named tuple, ...), so that changing the caller's
     object later changes neither the fingerprint nor what ``fn`` receives.
@@ -527,6 +573,10 @@ def _snapshot(value: Any) -> Any:
         return copy.deepcopy(value)
     except Exception:
         return value
+
+
+_HANDLES = (ArtifactStep, StepSpec)
+"""What an input may name as a dependency (a tuple: ``A | B`` would be made at every call)."""
 
 
 def _freeze(value: Any, deps: dict[int, ArtifactStep | StepSpec]) -> Any:
@@ -583,7 +633,7 @@ def _materialise(value: Any, ctx: StepContext) -> Any:
 
 
 @dataclass(frozen=True)
-class _ApplyCall:
+class ApplyCall:
     """``apply()``'s ``build_config``/``run`` pair: ``config(ctx)`` replaces handles and ``OUT``
     in ``fn``'s inputs by paths, and calling it with that config calls ``fn(**config)``."""
 
@@ -668,7 +718,7 @@ def apply(
             raise _inputs_mismatch(fn, signature, inputs, str(exc), step_id) from None
     deps: dict[int, ArtifactStep | StepSpec] = {}
     frozen = {key: _freeze(value, deps) for key, value in inputs.items()}
-    call = _ApplyCall(fn, frozen, all(_is_fixed(value) for value in frozen.values()))
+    call = ApplyCall(fn, frozen, all(_is_fixed(value) for value in frozen.values()))
     return ArtifactStep(
         name=name,
         version=version,
