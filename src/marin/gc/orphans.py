@@ -11,7 +11,7 @@ it is listed, never cancelled, and its step left alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from marin.execution.errors import one_line
 from marin.execution.remote.fence import UnseenJobError, is_this_steps
@@ -60,14 +60,7 @@ class Orphan:
         return f"its {self.backend} job {self.job_id} is {self.state}: {self.action}"
 
     def to_json(self) -> dict[str, str]:
-        return {
-            "step": self.step,
-            "path": self.path,
-            "backend": self.backend,
-            "job_id": self.job_id,
-            "state": self.state,
-            "action": self.action,
-        }
+        return asdict(self)
 
 
 def check_job(location: Location, slot: Slot, *, cancel: bool, dry_run: bool) -> Orphan | None:

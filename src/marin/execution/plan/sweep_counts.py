@@ -10,7 +10,7 @@ plan serves from a stored build. Every runner plans with the same function, so `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from marin.execution.pipeline.step_spec import StepSpec
@@ -38,12 +38,7 @@ class SweepCounts:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "points": self.points,
-            "requested": self.requested,
-            "unique": self.unique,
-            "reused": self.reused,
-        }
+        return asdict(self)
 
 
 def sweep_counts(plan: Plan) -> SweepCounts | None:

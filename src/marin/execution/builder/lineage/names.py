@@ -7,7 +7,7 @@ asset and a Prefect asset of one artifact always name the same thing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
@@ -32,12 +32,7 @@ class ArtifactNames:
     (Prefect's escapes what it refuses: ``prefect_asset_key``)."""
 
     def to_json(self) -> dict[str, str]:
-        return {
-            "url": self.url,
-            "dataset_namespace": self.dataset_namespace,
-            "dataset_name": self.dataset_name,
-            "asset_uri": self.asset_uri,
-        }
+        return asdict(self)
 
 
 def names_for_url(url: str) -> ArtifactNames:
