@@ -730,20 +730,8 @@ def apply(
     )
 
 
-def adopt(
-    name: str,
-    version: str,
-    source: str,
-    *,
-    kind: str | type = "artifact",
-    config: Mapping[str, Any] | None = None,
-) -> ArtifactStep:
-    """Marin's free ``adopt``: ``ArtifactStep.adopt(name, version, source, kind=, config=)``.
-
-    Raises:
-        InvalidStepError: what ``ArtifactStep.adopt`` raises.
-    """
-    return ArtifactStep.adopt(name, version, source, kind=kind, config=config)
+adopt = ArtifactStep.adopt
+"""Marin's free ``adopt``: ``ArtifactStep.adopt(name, version, source, kind=, config=)``."""
 
 
 def _inputs_mismatch(
