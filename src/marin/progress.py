@@ -482,29 +482,21 @@ def served_with_warning_lines(report: RunReport | None) -> list[str]:
     served = [d for d in report.plan.decisions.values() if d.served_with_warning]
     drifted = [d for d in served if d.drift]
     stale = [d for d in served if d.stale and not d.drift]
-    lines = []
-    if drifted:
-        first = safe_text(drifted[0].spec.step_id)
-        lines.append(
-            f"warning: {len(drifted)} step(s) served although their config changed without a "
-            f"version bump (first: {first}); `marin plan` names the changed fields, "
-            "--on-drift rebuild rebuilds them"
-        )
-    if stale:
-        first = safe_text(stale[0].spec.step_id)
-        lines.append(
-            f"warning: {len(stale)} step(s) served although an upstream was rebuilt after them "
-            f"(first: {first}; --no-cascade); run without --no-cascade to rebuild them"
-        )
     code = [d for d in served if d.code_drift]
-    if code:
-        first = safe_text(code[0].spec.step_id)
-        lines.append(
-            f"warning: {len(code)} step(s) served although their code changed since they were "
-            f"built (first: {first}); `marin plan` names what changed, --on-code-drift rebuild "
-            "rebuilds them in place"
-        )
-    return lines
+    found = (
+        (drifted, "their config changed without a version bump", "",
+         "`marin plan` names the changed fields, --on-drift rebuild rebuilds them"),
+        (stale, "an upstream was rebuilt after them", "; --no-cascade",
+         "run without --no-cascade to rebuild them"),
+        (code, "their code changed since they were built", "",
+         "`marin plan` names what changed, --on-code-drift rebuild rebuilds them in place"),
+    )  # fmt: skip
+    return [
+        f"warning: {len(steps)} step(s) served although {why} "
+        f"(first: {safe_text(steps[0].spec.step_id)}{note}); {hint}"
+        for steps, why, note, hint in found
+        if steps
+    ]
 
 
 def one_line(text: str) -> str:
