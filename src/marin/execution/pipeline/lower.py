@@ -34,7 +34,19 @@ from marin.execution.vocabulary import OutputScope
 __all__ = ["lower", "lower_graph", "lower_with_codex"]
 
 
-class _FingerprintGuard:
+class _WrapsRun:
+    """A spec's call around ``run``: ``wrapped_fn`` names the user's function inside it."""
+
+    __slots__ = ()
+    wraps_field = "run"
+    run: Callable[..., Any]
+
+    @property
+    def wrapped_fn(self) -> Any:
+        return getattr(self.run, "wrapped_fn", self.run)
+
+
+class _FingerprintGuard(_WrapsRun):
     """``run`` that first checks the config still is the one that was fingerprinted.
 
     ``apply()`` snapshots its literals, but a hand-made ``ArtifactStep`` may compute its config
@@ -46,7 +58,6 @@ class _FingerprintGuard:
     """
 
     __slots__ = ("arg_keys", "build_config", "config", "deps", "run", "step_id")
-    wraps_field = "run"
 
     def __init__(
         self,
@@ -67,10 +78,6 @@ class _FingerprintGuard:
     def __repr__(self) -> str:
         return f"_FingerprintGuard({self.step_id}, run={self.run!r})"
 
-    @property
-    def wrapped_fn(self) -> Any:
-        return getattr(self.run, "wrapped_fn", self.run)
-
     def __call__(self, ctx: StepContext) -> Any:
         now = to_canonical(
             self.build_config(fingerprint_context(self.deps, self.arg_keys)),
@@ -89,12 +96,11 @@ class _FingerprintGuard:
         return self.run(ctx)
 
 
-class _ConfigCall:
+class _ConfigCall(_WrapsRun):
     """A spec's ``run(ctx)`` for a handle: ``handle.run(handle.build_config(ctx))``, with
     ``ctx`` bound for ``current_context()`` meanwhile. Slotted: lowering makes one per step."""
 
     __slots__ = ("build_config", "run")
-    wraps_field = "run"
 
     def __init__(
         self, run: Callable[[Any], Any], build_config: Callable[[StepContext], Any]
@@ -104,10 +110,6 @@ class _ConfigCall:
 
     def __repr__(self) -> str:
         return f"_ConfigCall(run={self.run!r})"
-
-    @property
-    def wrapped_fn(self) -> Any:
-        return getattr(self.run, "wrapped_fn", self.run)
 
     def parts(self, ctx: StepContext) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
         """``(function, args, kwargs)`` of the user's call, for a subprocess to make it."""
