@@ -57,7 +57,17 @@ def no_held_delete(kind: str) -> NotImplementedError:
     )
 
 
-class ConditionalObjectStore:
+class _StoreOn:
+    """A lease store on one prefix's ``Location``; its lock excludes no writer."""
+
+    lock_excludes_writers = False
+
+    def __init__(self, location: Location) -> None:
+        self.location = location
+        self.fs: Any = location.fs
+
+
+class ConditionalObjectStore(_StoreOn):
     """Object stores (S3, GCS) whose create, replace and delete are conditional requests: the
     store itself refuses a write that lost its race, so no lock is needed and none excludes
     writers (``delete_held`` is refused: delete by version). Subclasses make the requests."""
@@ -65,11 +75,6 @@ class ConditionalObjectStore:
     kind = "object-store"
     atomic = True
     torn_create = False
-    lock_excludes_writers = False
-
-    def __init__(self, location: Location) -> None:
-        self.location = location
-        self.fs: Any = location.fs
 
     def _key(self, path: str) -> tuple[str, str]:
         bucket, key, _ = self.fs.split_path(path)
@@ -82,18 +87,13 @@ class ConditionalObjectStore:
         return contextlib.nullcontext()
 
 
-class _CompareStore:
+class _CompareStore(_StoreOn):
     """Stores whose replace/delete compare content under :meth:`lock` (the version is the bytes)."""
 
     kind = "generic"
     atomic = False
     torn_create = True
     """A competitor may read a lease this store is still creating (empty or half written)."""
-    lock_excludes_writers = False
-
-    def __init__(self, location: Location) -> None:
-        self.location = location
-        self.fs = location.fs
 
     def read(self, path: str) -> tuple[bytes, Any] | None:
         try:
