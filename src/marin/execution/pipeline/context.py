@@ -16,7 +16,7 @@ import contextvars
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from marin.execution.errors import MarinError
 
@@ -135,13 +135,8 @@ class StepContext:
     def artifact_path(self, dep: Any) -> str:
         """The path of a dependency given as a handle, a ``StepSpec`` or a ``name@version``."""
         step_id = self._dep_id(dep)
-        try:
-            return self.dep_paths[step_id]
-        except KeyError:
-            known = ", ".join(sorted(self.dep_paths)) or "none"
-            raise KeyError(
-                f"{step_id} is not a dependency of this step (its dependencies: {known})"
-            ) from None
+        return _known(self.dep_paths, step_id, "{} is not a dependency of this step (its "
+                      "dependencies: {})")  # fmt: skip
 
     dep_path = artifact_path
     """The same as ``artifact_path`` (this project's earlier name, kept as an alias)."""
@@ -175,14 +170,19 @@ class StepContext:
 
     def runtime_arg(self, key: str) -> Any:
         """A declared runtime arg: its value at run time, a placeholder while fingerprinting."""
-        try:
-            return self.runtime_args[key]
-        except KeyError:
-            declared = ", ".join(sorted(self.runtime_args)) or "none"
-            raise KeyError(
-                f"runtime arg {key!r} is not declared by this step (declared: {declared}); "
-                "add it to the handle's runtime_args"
-            ) from None
+        return _known(self.runtime_args, key, "runtime arg {!r} is not declared by this step "
+                      "(declared: {}); add it to the handle's runtime_args")  # fmt: skip
+
+
+_V = TypeVar("_V")
+
+
+def _known(found: Mapping[str, _V], key: str, message: str) -> _V:
+    """``found[key]``; else a ``KeyError`` of ``message`` with the key and the keys there are."""
+    try:
+        return found[key]
+    except KeyError:
+        raise KeyError(message.format(key, ", ".join(sorted(found)) or "none")) from None
 
 
 _FINGERPRINTING = vars(
