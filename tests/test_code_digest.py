@@ -272,21 +272,10 @@ def test_a_callee_made_at_run_time_is_named_unseen(project: Project) -> None:
 
 # --- red team round one, finding 7: what the digest could not see was "unchanged" -------------
 
-REGISTRY = """\
-TOKENIZERS = {{}}
-
-
-def register(name):
-    def deco(f):
-        TOKENIZERS[name] = f
-        return f
-    return deco
-
-
-@register("words")
-def words(text):
-    return text.split(" ")
-
+_PIPELINE = Path(__file__).parent / "reliability/code_registry_pipeline.py"
+"""test_resumable.py's project: ``TOKENIZERS``, filled by a decorator (braces kept from
+``Project.load``'s ``str.format``), and a dispatch table beside it."""
+REGISTRY = _PIPELINE.read_text().replace("{", "{{").replace("}", "}}") + """
 
 def up(x):
     return x.upper()
