@@ -118,7 +118,7 @@ def collect_garbage(
     decision = decide(listing.slots, kept_roots)
     report = _report(location, listing, decision.kept, others, dry_run)
     report.gone, report.registry = decision.gone + registry.notes, registry.kept
-    options = _Options(dry_run, cancel_orphans, RegistryWatch(location))
+    options = _Options(dry_run, cancel_orphans, RegistryWatch(location, listing.slots))
     for slot in decision.collect:  # one RegistryWatch: each manifest is read once
         deleted = _collect_one(location, slot, report, options)
         if deleted is not None and on_deleted is not None:
