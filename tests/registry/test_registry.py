@@ -281,6 +281,21 @@ def test_the_inputs_of_a_build_registered_while_gc_runs_are_kept_by_that_gc(pref
     assert again.gone == [] and again.collected == []
 
 
+def _refused_while_held(location: Any, held_path: str, path: str, reg_id: str) -> None:
+    """Registering ``path`` while ``held_path``'s lease is held is refused, nothing written."""
+    from marin.execution.store.lease import Lease
+
+    held = Lease(location, held_path)
+    assert held.try_acquire() is None
+    try:
+        with pytest.raises(ArtifactRegistryError, match=f"{held_path} is being built or deleted"):
+            register(location, path, RegistryId.parse(reg_id), "me@h")
+    finally:
+        held.release()
+    with pytest.raises(ArtifactNotFoundError):
+        Artifact.from_id(reg_id, prefix=location.url)  # nothing was written
+
+
 def test_register_refuses_a_build_whose_input_is_being_deleted_or_gone(prefix: str) -> None:
     """Round-two finding 4, the other side: a registration holds the lease of every build its
     build was made from, so one whose input gc is deleting (gc holds that lease) is refused,
@@ -289,13 +304,7 @@ def test_register_refuses_a_build_whose_input_is_being_deleted_or_gone(prefix: s
 
     run(pipeline(), prefix=prefix)  # raw -> tok -> train
     location = open_prefix(prefix)
-    held = Lease(location, "gc/raw/v1")
-    assert held.try_acquire() is None
-    try:
-        with pytest.raises(ArtifactRegistryError, match="gc/raw/v1 is being built or deleted"):
-            register(location, "gc/train/v1", RegistryId.parse("rel/train/1"), "me@h")
-    finally:
-        held.release()
+    _refused_while_held(location, "gc/raw/v1", "gc/train/v1", "rel/train/1")
     assert Lease(location, "gc/train/v1").read() is None  # every lease taken was released
     location.remove_tree(location.path("gc/raw/v1.marin"))  # deleted by hand
     with pytest.raises(ArtifactRegistryError, match="gc/tok@v1 was made from gc/raw@v1 build"):
@@ -307,19 +316,9 @@ def test_register_refuses_a_build_whose_input_is_being_deleted_or_gone(prefix: s
 def test_register_refuses_a_build_whose_lease_is_held(prefix: str) -> None:
     """Finding 13, the other half: a step being built or deleted (gc holds its lease while it
     deletes it) is not registered: the registration would name a build that may vanish."""
-    from marin.execution.store.lease import Lease
-
     run(scratch(), prefix=prefix)
     location = open_prefix(prefix)
-    held = Lease(location, "gc/scratch/v1")
-    assert held.try_acquire() is None
-    try:
-        with pytest.raises(ArtifactRegistryError, match="is being built or deleted"):
-            register(location, "gc/scratch/v1", RegistryId.parse("exp/scratch/v1"), "me@h")
-    finally:
-        held.release()
-    with pytest.raises(ArtifactNotFoundError):
-        Artifact.from_id("exp/scratch/v1", prefix=prefix)  # nothing was written
+    _refused_while_held(location, "gc/scratch/v1", "gc/scratch/v1", "exp/scratch/v1")
     register(location, "gc/scratch/v1", RegistryId.parse("exp/scratch/v1"), "me@h")
     assert Artifact.from_id("exp/scratch/v1", prefix=prefix).record is not None
 
