@@ -483,3 +483,35 @@ def test_gc_never_deletes_a_step_whose_output_holds_another_steps_build(
     assert built(tmp_path / "p", "gc/corpus/v1") and built(tmp_path / "p", "gc/corpus/v1/model/v2")
     flags = ["--prefix", prefix, "--exit-code"]
     assert main(["plan", "tests/gc/pipelines.py:inner", *flags]) == 0
+
+
+# --- red team round 2 (fresh context) ------------------------------------------------------------
+
+
+def test_a_link_in_users_is_listed_and_gc_goes_on(users: Path, capsys, monkeypatch) -> None:
+    """Round-two finding 7: a link planted as a user folder (``users/mallory -> alice``), or
+    inside one where its plan places a step, made every ``gc --all-users --scope user`` stop
+    with exit 2, nothing collected. Links elsewhere are listed "not Marin's" and gc goes on:
+    so do these, never followed, nothing deleted through them."""
+    (users / "users" / "mallory").symlink_to("alice")
+    (users / "users" / "eve").mkdir()
+    (users / "users" / "eve" / "gc").symlink_to("../bob/gc")
+    monkeypatch.setenv("MARIN_USER", "carol")
+    args = (SCOPED, "--prefix", str(users), "--all-users", "--scope", "user")
+    dry = gc_json(capsys, *args, "--dry-run")
+    report = gc_json(capsys, *args)
+    assert report["collected"] == dry["collected"]
+    assert sorted(c["output_path"] for c in report["collected"]) == [
+        "users/alice/gc/scratch/v1",
+        "users/bob/gc/scratch/v1",
+    ]
+    assert [(x["path"], x["why"]) for x in report["not_marins"]] == [
+        ("users/mallory", "a symbolic link (never followed)")
+    ]
+    assert report["other_users"] == [
+        {"path": "users/eve",
+         "why": "a symbolic link lies where its plan places a step (never followed)"}
+    ]  # fmt: skip
+    for path in ("gc/raw/v1", "users/alice/gc/model/v1", "users/bob/gc/model/v1"):
+        assert built(users, path), path
+    assert (users / "users" / "mallory").is_symlink() and (users / "users" / "eve" / "gc").is_symlink()

@@ -247,22 +247,78 @@ def test_a_build_registered_while_gc_runs_is_not_deleted_by_that_gc(prefix: str)
     assert found.record.build_id == read_record(location, registered[0]).build_id  # type: ignore[union-attr]
 
 
-def test_register_refuses_a_build_whose_lease_is_held(prefix: str) -> None:
-    """Finding 13, the other half: a step being built or deleted (gc holds its lease while it
-    deletes it) is not registered: the registration would name a build that may vanish."""
+def test_the_inputs_of_a_build_registered_while_gc_runs_are_kept_by_that_gc(prefix: str) -> None:
+    """Round-two finding 4: a build registered while gc ran was kept, but the builds it was
+    made from were deleted by that same gc (the re-check under each lease only asked "is this
+    step registered"). Its whole lineage is kept, and said so."""
+    run(pipeline(), prefix=prefix)  # raw -> tok -> train
+    run(scratch(), prefix=prefix)  # raw -> scratch: scratch goes first, then train, tok, raw
+    location = open_prefix(prefix)
+    builds = {p: read_record(location, p).build_id for p in ("gc/tok/v1", "gc/raw/v1")}  # type: ignore[union-attr]
+    registered: list[str] = []
+
+    def register_after_the_first(item: Any, done: int, total: int) -> None:
+        if not registered:
+            argv = ["register", "gc/train@v1", "--id", "rel/model/1", "--prefix", prefix]
+            assert main(argv) == 0  # the model and its lineage are all still stored
+            registered.append(item.step)
+
+    from tests.gc.pipelines import other
+
+    report = collect_garbage(other(), location, on_deleted=register_after_the_first)
+    assert registered == ["gc/scratch@v1"] and report.ok
+    assert [c.step for c in report.collected] == ["gc/scratch@v1"]
+    skipped = {s.step: s.why for s in report.skipped}
+    assert skipped == {
+        "gc/train@v1": "registered as rel/model/1 while gc ran",
+        "gc/tok@v1": "rel/model/1, registered while gc ran, was made from it",
+        "gc/raw@v1": "rel/model/1, registered while gc ran, was made from it",
+    }
+    for path, build in builds.items():
+        stored = read_record(location, path)
+        assert stored is not None and stored.build_id == build
+    again = collect_garbage(other(), location, dry_run=True)  # the next gc: nothing gone
+    assert again.gone == [] and again.collected == []
+
+
+def _refused_while_held(location: Any, held_path: str, path: str, reg_id: str) -> None:
+    """Registering ``path`` while ``held_path``'s lease is held is refused, nothing written."""
     from marin.execution.store.lease import Lease
 
-    run(scratch(), prefix=prefix)
-    location = open_prefix(prefix)
-    held = Lease(location, "gc/scratch/v1")
+    held = Lease(location, held_path)
     assert held.try_acquire() is None
     try:
-        with pytest.raises(ArtifactRegistryError, match="is being built or deleted"):
-            register(location, "gc/scratch/v1", RegistryId.parse("exp/scratch/v1"), "me@h")
+        with pytest.raises(ArtifactRegistryError, match=f"{held_path} is being built or deleted"):
+            register(location, path, RegistryId.parse(reg_id), "me@h")
     finally:
         held.release()
     with pytest.raises(ArtifactNotFoundError):
-        Artifact.from_id("exp/scratch/v1", prefix=prefix)  # nothing was written
+        Artifact.from_id(reg_id, prefix=location.url)  # nothing was written
+
+
+def test_register_refuses_a_build_whose_input_is_being_deleted_or_gone(prefix: str) -> None:
+    """Round-two finding 4, the other side: a registration holds the lease of every build its
+    build was made from, so one whose input gc is deleting (gc holds that lease) is refused,
+    and so is one whose input is gone already: a release whose lineage gc cannot keep."""
+    from marin.execution.store.lease import Lease
+
+    run(pipeline(), prefix=prefix)  # raw -> tok -> train
+    location = open_prefix(prefix)
+    _refused_while_held(location, "gc/raw/v1", "gc/train/v1", "rel/train/1")
+    assert Lease(location, "gc/train/v1").read() is None  # every lease taken was released
+    location.remove_tree(location.path("gc/raw/v1.marin"))  # deleted by hand
+    with pytest.raises(ArtifactRegistryError, match="gc/tok@v1 was made from gc/raw@v1 build"):
+        register(location, "gc/train/v1", RegistryId.parse("rel/train/1"), "me@h")
+    with pytest.raises(ArtifactNotFoundError):
+        Artifact.from_id("rel/train/1", prefix=prefix)  # nothing was written
+
+
+def test_register_refuses_a_build_whose_lease_is_held(prefix: str) -> None:
+    """Finding 13, the other half: a step being built or deleted (gc holds its lease while it
+    deletes it) is not registered: the registration would name a build that may vanish."""
+    run(scratch(), prefix=prefix)
+    location = open_prefix(prefix)
+    _refused_while_held(location, "gc/scratch/v1", "gc/scratch/v1", "exp/scratch/v1")
     register(location, "gc/scratch/v1", RegistryId.parse("exp/scratch/v1"), "me@h")
     assert Artifact.from_id("exp/scratch/v1", prefix=prefix).record is not None
 
@@ -287,6 +343,7 @@ def histories(draw: Any) -> dict[str, Any]:
     return {
         "deps": deps,
         "registered": sorted(draw(st.sets(st.integers(0, n - 1), max_size=n))),
+        "during": sorted(draw(st.sets(st.integers(0, n - 1), max_size=2))),
         "bumped": sorted(draw(st.sets(st.integers(0, n - 1), max_size=n))),
         "targets": sorted(draw(st.sets(st.integers(0, n - 1), max_size=2))),
         "keep": draw(st.one_of(st.none(), st.integers(0, 1))),
@@ -305,9 +362,16 @@ def _graph(deps: list[list[int]], bumped: set[int]) -> list[Any]:
 @settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(case=histories())
-@example(case={"deps": [[], [0], [1]], "registered": [2], "bumped": [0], "targets": [], "keep": 0})
-@example(case={"deps": [[], [0]], "registered": [0, 1], "bumped": [1], "targets": [1], "keep": None})
+@example(case={"deps": [[], [0], [1]], "registered": [2], "during": [], "bumped": [0],
+               "targets": [], "keep": 0})  # fmt: skip
+@example(case={"deps": [[], [0]], "registered": [0, 1], "during": [], "bumped": [1],
+               "targets": [1], "keep": None})  # fmt: skip
+# Round-two finding 4: p2 (made from p1) registered after gc deleted p0, before it reached p1.
+@example(case={"deps": [[], [], [1]], "registered": [], "during": [2], "bumped": [],
+               "targets": [], "keep": None})  # fmt: skip
 def test_after_any_gc_every_registered_id_resolves_with_its_lineage(case: dict[str, Any]) -> None:
+    """Builds registered before gc, and (``during``) once gc deleted its first step: each
+    registration that succeeded resolves after gc, with every build its record was made from."""
     prefix = f"memory://reg-{uuid.uuid4().hex[:10]}"
     location = open_prefix(prefix)
     first = _graph(case["deps"], set())
@@ -320,7 +384,19 @@ def test_after_any_gc_every_registered_id_resolves_with_its_lineage(case: dict[s
     now = _graph(case["deps"], set(case["bumped"]))
     targets = [now[i] for i in case["targets"]]
     run(now, prefix=prefix)
-    report = collect_garbage(targets, location, keep_versions=case["keep"])
+
+    def register_during(item: Any, done: int, total: int) -> None:
+        for i in case["during"] if done == 1 else ():
+            reg_id, path = RegistryId.parse(f"exp/p{i}/during"), first[i].lower().output_path
+            try:
+                register(location, path, reg_id, "me@h")
+            except ArtifactRegistryError:  # deleted already, or its lineage is: nothing written
+                continue
+            ids[str(reg_id)] = path
+
+    report = collect_garbage(
+        targets, location, keep_versions=case["keep"], on_deleted=register_during
+    )
     assert report.ok, report.failed
     for reg_id, path in ids.items():
         found = Artifact.from_id(reg_id, prefix=prefix)

@@ -103,13 +103,11 @@ def collect_garbage(
     graph = _graph(list(targets), versions)
     location = prefix if isinstance(prefix, Location) else open_reachable(prefix)
     listing = list_prefix(location)
-    owners = [s.owner for s in listing.slots] + [owner_of(f.path) for f in listing.foreign]
-    placed = roots.places_users(graph, location, scope)
-    users, others = roots.gc_users(filter(None, owners), all_users, placed)
+    users, others, served = roots.looked_after(graph, location, scope, listing, all_users)
     registry = registry_roots(location, listing)  # kept whatever the targets
     # The roots: everything kept for its own sake, every kind in this one place.
     kept_roots = roots.merged(
-        roots.served(graph, location, scope, users),
+        served,
         roots.other_versions(listing.slots, graph, users),
         registry.roots,
         roots.left_alone(listing.slots, others),
@@ -118,7 +116,7 @@ def collect_garbage(
     decision = decide(listing.slots, kept_roots)
     report = _report(location, listing, decision.kept, others, dry_run)
     report.gone, report.registry = decision.gone + registry.notes, registry.kept
-    options = _Options(dry_run, cancel_orphans, RegistryWatch(location))
+    options = _Options(dry_run, cancel_orphans, RegistryWatch(location, listing.slots))
     for slot in decision.collect:  # one RegistryWatch: each manifest is read once
         deleted = _collect_one(location, slot, report, options)
         if deleted is not None and on_deleted is not None:

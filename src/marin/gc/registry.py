@@ -82,31 +82,56 @@ def registry_roots(location: Location, listing: Listing) -> RegistryRoots:
 
 class RegistryWatch:
     """The registry read again under a step's lease, just before gc deletes it: a build
-    registered since gc read the registry is kept (``marin register`` holds the step's lease
-    while it writes its manifest, so the two exclude each other). One listing per deleted step;
-    each manifest is read once per gc."""
+    registered since gc read the registry, and every build its record was made from, is kept.
 
-    def __init__(self, location: Location) -> None:
+    Why that is race-free: ``marin register`` holds the lease of the build it registers and of
+    every build that one was made from while it writes the manifest (``registry_lineage``), and
+    gc reads the registry under the lease of the step it deletes. So for a registration and the
+    deletion of any build in its lineage, one holds that lease first: either gc reads the
+    registry after the manifest is written and keeps the build, or the registration finds the
+    build deleted and writes nothing. One listing per deleted step; each manifest is read once
+    per gc, and its lineage is followed through the records gc listed (a build gc did not list
+    is never deleted by it), with no more reads."""
+
+    def __init__(self, location: Location, slots: list[Slot]) -> None:
         self.location = location
-        self._read: dict[str, Manifest | str] = {}
+        self._read: dict[str, dict[tuple[str, str], str] | str] = {}
+        """Manifest file -> (step, build) of its lineage -> why kept; or why it is unreadable."""
+        self._by_build = {(s.record.step_id, s.record.build_id): s for s in slots if s.record}
 
     def why_kept(self, slot: Slot) -> str:
-        """Why ``slot`` must not be deleted now ('' if nothing registered names its build):
-        a manifest naming it, or one gc cannot read (it may name it)."""
+        """Why ``slot`` must not be deleted now ('' if nothing registered names its build or
+        was made from it): a manifest naming it, or one gc cannot read (it may name it)."""
         if slot.record is None:
-            return ""  # only a build is ever registered
+            return ""  # only a build is ever registered or made from
+        build = (slot.record.step_id, slot.record.build_id)
         for rel in manifest_files(self.location):
             if rel not in self._read:
                 try:
-                    self._read[rel] = manifest_file(self.location, rel)
+                    self._read[rel] = self._lineage(manifest_file(self.location, rel))
                 except ArtifactRegistryError as exc:
                     self._read[rel] = exc.what
             found = self._read[rel]
             if isinstance(found, str):
                 return f"the registry holds what gc cannot read ({found}): it may name this build"
-            if found.output_path == slot.output_path and found.build_id == slot.record.build_id:
-                return f"registered as {found.id} while gc ran"
+            if build in found:
+                return found[build]
         return ""
+
+    def _lineage(self, manifest: Manifest) -> dict[tuple[str, str], str]:
+        """The builds ``manifest`` keeps, by (step, build id), as gc listed them."""
+        kept = {(manifest.step, manifest.build_id): f"registered as {manifest.id} while gc ran"}
+        todo = [manifest.record]
+        while todo:
+            record = todo.pop()
+            for dep, build in sorted(record.inputs.items()):
+                if (dep, build) in kept:
+                    continue
+                kept[(dep, build)] = f"{manifest.id}, registered while gc ran, was made from it"
+                slot = self._by_build.get((dep, build))
+                if slot is not None and slot.record is not None:
+                    todo.append(slot.record)
+        return kept
 
 
 def is_registry_folder(entry: Foreign) -> bool:

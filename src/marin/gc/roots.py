@@ -22,13 +22,13 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Sequence
 
-from marin.execution.errors import MarinError
+from marin.execution.errors import MarinError, SymlinkError
 from marin.execution.pipeline.graph import Graph, collect_steps
 from marin.execution.pipeline.scope import current_user, user_named
 from marin.execution.plan.scope import needs_user, place_pins, resolve_scopes
 from marin.execution.store.location import Location
 from marin.execution.store.records import USERS_FOLDER, parse_stored_time, user_scoped_tail
-from marin.gc.walk import Slot, built_at, name_of, owner_of
+from marin.gc.walk import LINKED, Listing, Slot, built_at, name_of, owner_of
 
 Roots = dict[str, str]
 """Output path -> why it is kept."""
@@ -36,19 +36,56 @@ Roots = dict[str, str]
 NEEDED = "needed by the targets"
 
 
-def served(graph: Graph, location: Location, scope: str, users: Iterable[str]) -> Roots:
+def served(
+    graph: Graph, location: Location, scope: str, users: Iterable[str]
+) -> tuple[Roots, dict[str, str]]:
     """The output path of every step the targets' plans serve: the graph as lowered (the
     shared builds), and each of ``users``' placement of it under ``scope`` (only when a step
-    is placed in a user's folder at all)."""
+    is placed in a user's folder at all). Also the user folders left alone (folder -> why):
+    those whose placement meets a symbolic link (never followed: what that user's plan serves
+    cannot be known, so nothing there is touched)."""
     shared = place_pins(graph.targets, location)  # absolute pins, placed as a run does
     roots = {spec.output_path: NEEDED for spec in collect_steps(shared)}
+    left: dict[str, str] = {}
     if not needs_user(shared, scope):
-        return roots
+        return roots, left
     for user in users:
-        placed = resolve_scopes(shared, location, scope, (), user)
+        try:
+            placed = resolve_scopes(shared, location, scope, (), user)
+        except SymlinkError:
+            why = "a symbolic link lies where its plan places a step (never followed)"
+            left[f"{USERS_FOLDER}/{user}"] = why
+            continue
         for spec in collect_steps(placed):
             roots.setdefault(spec.output_path, f"{NEEDED} (as {user}'s plan places it)")
-    return roots
+    return roots, left
+
+
+def looked_after(
+    graph: Graph, location: Location, scope: str, listing: Listing, all_users: bool
+) -> tuple[list[str], dict[str, str], Roots]:
+    """The users whose folders gc looks after (``gc_users``), the user folders it leaves alone
+    (folder -> why), and what the targets' plans serve (``served``).
+
+    Raises:
+        InvalidStepError: ``$MARIN_USER`` (or the OS user) is not a valid user name.
+    """
+    placed = places_users(graph, location, scope)
+    users, others = gc_users(user_folders(listing), all_users, placed)
+    roots, unplaced = served(graph, location, scope, users)
+    left = {owner_of(folder) for folder in unplaced}
+    return [u for u in users if u not in left], {**others, **unplaced}, roots
+
+
+def user_folders(listing: Listing) -> list[str]:
+    """The user of every user folder the walk found, except one that is itself a symbolic link
+    (``users/mallory -> alice``): never followed, it is listed as not Marin's."""
+    found = [s.owner for s in listing.slots]
+    for entry in listing.foreign:
+        owner = owner_of(entry.path)
+        if entry.why != LINKED or entry.path != f"{USERS_FOLDER}/{owner}":
+            found.append(owner)
+    return [owner for owner in found if owner]
 
 
 def places_users(graph: Graph, location: Location, scope: str) -> bool:

@@ -38,6 +38,7 @@ from marin.execution.store.step_folder import (
 IO_PARALLELISM = 32
 
 DIR, FILE, LINK = "dir", "file", "link"
+LINKED = "a symbolic link (never followed)"
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def _split(
         if name in meta or is_meta:
             continue  # a slot: reading it says whether its output is a link (listed once)
         if kind == LINK:
-            found.append(Foreign(path, "a symbolic link (never followed)"))
+            found.append(Foreign(path, LINKED))
         elif kind == FILE:
             found.append(Foreign(path, "a file without Marin metadata"))
         else:

@@ -8,10 +8,10 @@ like config drift. It never enters a path or a fingerprint.
 
 - **Normalised**: comments, docstrings, formatting and line numbers do not count; the serialiser
   skips empty fields, so the digest does not move between Python versions that only add fields.
-- **Same project** is decided by module name (``code_source.is_project_module``), never by
-  where the module was imported from: not the standard library, not the engine, not a package
-  of an installed distribution other than the project's own. Installed libraries are not
-  followed (their version is the environment's business, not the pipeline's).
+- **Same project** (``source.is_project_module``): not the standard library, not the engine,
+  not a package of an installed distribution other than the project's own, loaded from where
+  that distribution is installed (a project's ``tools.py`` stays the project's). Installed
+  libraries are not followed (their version is the environment's business, not the pipeline's).
 - **Advisory**: it never raises, blocks or runs user code (types are read with ``type()``,
   attributes from namespaces, never through ``getattr``: a lazy proxy stays unresolved); a
   part that cannot be digested is unknown, with one warning.
@@ -44,6 +44,9 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from marin.execution.digest.source import (
+    DYNAMIC,
+    GLOBALS,
+    IMPORT,
     References,
     SourceIndex,
     assignment_source,
@@ -63,12 +66,14 @@ from marin.execution.digest.source import (
     warn_once,
 )
 
-SCHEME = "ast3"
+SCHEME = "ast4"
 """Stored with every digest; a record of another scheme compares as unknown, never as drift.
 ``ast2``: which callees are followed is decided by module name (``ast1``: by file location),
 so an ``ast1`` record of code that is now followed must not read as drift. ``ast3``: code held
 in module-level containers (a registry dict) and modules imported inside a function are
-followed, and non-literal module-level assignments count by their source."""
+followed, and non-literal module-level assignments count by their source. ``ast4``: closure
+cell values, code reached through a constant string (``getattr(m, "h")``, ``import_module``,
+``globals()``, ``sys.modules``), instances in containers and ``SimpleNamespace`` members."""
 _MAX_CONTAINER = 100_000
 _STATEMENT_CHARS = 12
 _MAX_PARTS = 10_000
@@ -257,6 +262,8 @@ _TYPE_QUALNAME = type.__dict__["__qualname__"]
 _TYPE_MRO = type.__dict__["__mro__"]
 _TYPE_DICT = type.__dict__["__dict__"]
 _PARTIAL_FUNC = functools.partial.__dict__["func"]
+_PARTIAL_ARGS = functools.partial.__dict__["args"]
+_PARTIAL_KEYWORDS = functools.partial.__dict__["keywords"]
 
 
 def _is_class(obj: Any) -> bool:
@@ -377,6 +384,9 @@ def _find(obj: Any) -> _Found | None:
     local = _local_imports(syntax.imports)
     scope = {**namespace, **local} if local else namespace
     constants, callees = _resolve_all(syntax.references, scope, closure, index)
+    cell_values, opaque = _closure_values(qualname, closure)
+    constants += cell_values
+    callees += opaque
     constants_hash = sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
     part = CodePart(
         qualname, file, syntax.line, syntax.digest(constants_hash), syntax.header,
@@ -474,6 +484,8 @@ def _imported(module: str, attr: str | None) -> Any:
 
 
 _CONTAINERS = (dict, list, tuple, set, frozenset)
+_HOLDERS = (*_CONTAINERS, types.SimpleNamespace)
+_PLAIN = (str, int, float, bool, type(None), bytes, complex)
 
 
 def _in_container(obj: Any) -> list[Any] | None:
@@ -484,19 +496,79 @@ def _in_container(obj: Any) -> list[Any] | None:
     stack, seen, budget = [obj], {id(obj)}, _MAX_CONTAINER
     while stack:
         current = stack.pop()
-        if type(current) not in _CONTAINERS:
+        if type(current) is types.SimpleNamespace:
+            items = [*_namespace_dict(current).values()]
+        elif type(current) is dict:
+            items = [*current.keys(), *current.values()]
+        elif type(current) in _CONTAINERS:
+            items = [*current]
+        else:
             continue
-        items = [*current.keys(), *current.values()] if type(current) is dict else [*current]
         budget -= len(items)
         if budget < 0:
             return None
         for item in items:
-            if type(item) in _CONTAINERS and id(item) not in seen:
+            if type(item) in _HOLDERS and id(item) not in seen:
                 seen.add(id(item))
                 stack.append(item)
-            elif type(item) is _Unseen or _is_code(_unwrap(item)):
-                found.append(_unwrap(item))
+            elif type(item) is _Unseen:
+                found.append(item)
+            elif type(item) not in _PLAIN:  # an instance (``MODELS = {"a": Model()}``): its class
+                code = _callee(item)
+                if code is not None:
+                    found.append(code)
     return found
+
+
+def _closure_values(qualname: str, closure: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
+    """What a closure's cells hold (``make(0.1)``'s ``lr``), as constants of its code: plain
+    data by value, functions and classes by name (and followed); any other value (an object,
+    an open file) is run-time state the digest cannot compare: an unseen part."""
+    constants: list[str] = []
+    opaque: list[Any] = []
+    for name, value in closure.items():
+        if value is _MISSING:
+            continue
+        text = _plain_text(value, [_MAX_CONTAINER], 0)
+        if text is None:
+            kind = _TYPE_QUALNAME.__get__(type(value), type)
+            why = f"its closure holds a {kind} ({name}): a run-time value, not compared"
+            opaque.append(_Unseen(f"{qualname}.<closure {name}>", why))
+        else:
+            constants.append(f"<closure>{name}={text}")
+    return constants, opaque
+
+
+def _plain_text(value: Any, budget: list[int], depth: int) -> str | None:
+    """A canonical text of plain data (exact builtin types, containers of them), functions and
+    classes (by module and name), modules and partials of plain arguments; None for anything
+    else, or past 100,000 items or 50 levels. Reads only exact types: no user code runs."""
+    kind = type(value)
+    budget[0] -= 1
+    if budget[0] < 0 or depth > 50:
+        return None
+    if kind in _PLAIN:
+        return repr(value)
+    if issubclass(kind, types.ModuleType):
+        name = (module_namespace(value) or {}).get("__name__")
+        return f"<module {name if type(name) is str else '?'}>"
+    if issubclass(kind, functools.partial):
+        func = _plain_text(_PARTIAL_FUNC.__get__(value, kind), budget, depth + 1)
+        args = _plain_text(_PARTIAL_ARGS.__get__(value, kind), budget, depth + 1)
+        keywords = _plain_text(_PARTIAL_KEYWORDS.__get__(value, kind), budget, depth + 1)
+        ok = None not in (func, args, keywords)
+        return f"<partial {func} {args} {keywords}>" if ok else None
+    if _is_code(value):
+        module, _, qualname, _ = _where(value)
+        return f"<code {module}:{qualname}>"
+    if kind in _CONTAINERS:
+        items = [*value.items()] if kind is dict else [*value]
+        texts = [_plain_text(item, budget, depth + 1) for item in items]
+        if None in texts:
+            return None
+        ordered = sorted(texts) if kind in (set, frozenset, dict) else texts  # type: ignore[type-var]
+        return f"{kind.__name__}[{','.join(ordered)}]"  # type: ignore[arg-type]
+    return None
 
 
 def _cell(cell: Any) -> Any:
@@ -540,18 +612,23 @@ def _resolve_all(
     callees: dict[int, Any] = {}
     for chain in references:
         head = chain[0]
-        obj = closure.get(head, _MISSING) if head in closure else namespace.get(head, _MISSING)
+        obj, rest = _head(chain, namespace, closure)
         if obj is _MISSING:
             continue  # a builtin, a local or a name not yet bound
         owner_index: SourceIndex | None = index if head not in closure else None
         owner_name = head
-        for attr in chain[1:]:
+        for attr in rest:
             members = module_namespace(obj)
+            if attr == DYNAMIC:  # getattr(m, name): what it reaches is not known
+                obj = _dynamic_target(".".join(c for c in chain[:-1] if c != IMPORT), obj)
+                break
+            if type(obj) is types.SimpleNamespace:
+                members = _namespace_dict(obj)
             if members is not None:
                 inner = members.get(attr, _MISSING)
                 if inner is _MISSING:
                     break
-                found = module_index(obj)
+                found = module_index(obj) if type(obj) is not types.SimpleNamespace else None
                 owner_index, owner_name, obj = found, attr, inner
             elif _is_class(obj):
                 inner = _static_attr(obj, attr)
@@ -560,6 +637,8 @@ def _resolve_all(
                 owner_index, obj = None, inner
             else:
                 break
+        if obj is sys.modules:  # any module, by a name known at run time only
+            obj = _Unseen(".".join(chain), "it reads sys.modules by a computed name")
         held = _in_container(obj)  # also a literal: `TOKENIZERS = {}` is filled at import
         if held is None:
             held = [_Unseen(".".join(chain), f"a container of over {_MAX_CONTAINER} items")]
@@ -574,6 +653,52 @@ def _resolve_all(
         if source:
             constants.append(f"{'.'.join(chain)}:=" + "|".join(source))
     return constants, list(callees.values())
+
+
+def _head(
+    chain: tuple[str, ...], namespace: Mapping[str, Any], closure: Mapping[str, Any]
+) -> tuple[Any, tuple[str, ...]]:
+    """The object a reference's head names, and the attributes read from it: a closure's or
+    the module's name; a module named by a string (``IMPORT``); ``globals()`` read with a
+    computed key (``GLOBALS``), which may reach any function of the module: unseen."""
+    head = chain[0]
+    if head == GLOBALS:
+        return _Unseen("globals()[...]", "it reads globals() by a computed name"), ()
+    if head == IMPORT:
+        module = chain[1]
+        if DYNAMIC not in module:
+            return _imported(module, None), chain[2:]
+        package = module.partition(".")[0]
+        if package != DYNAMIC and is_project_name(package):
+            reason = "it imports a module of the project by a computed name"
+            return _Unseen(module.replace(DYNAMIC, "*"), reason), ()
+        return _MISSING, ()  # import_module(name): any module, as data (docs: a blind spot)
+    found = closure.get(head, _MISSING) if head in closure else namespace.get(head, _MISSING)
+    return found, chain[1:]
+
+
+def _dynamic_target(name: str, obj: Any) -> Any:
+    """What ``getattr(obj, <computed name>)`` contributes: unseen when ``obj`` holds the
+    project's code (a project module, class or instance, a namespace, a container), else
+    nothing (a library's attribute is the environment's business)."""
+    if type(obj) is _Unseen:
+        return obj
+    members = module_namespace(obj)
+    if members is not None:
+        project = module_index(obj) is not None
+    elif type(obj) in (*_CONTAINERS, types.SimpleNamespace):
+        project = True
+    else:
+        code = _callee(obj)
+        project = code is not None and _found(code) is not None
+    reason = "it reads an attribute by a computed name (getattr)"
+    return _Unseen(f"{name}.*", reason) if project else None
+
+
+def _namespace_dict(obj: types.SimpleNamespace) -> dict[str, Any]:
+    """A ``SimpleNamespace``'s attributes (its exact type: no user code runs)."""
+    found = object.__getattribute__(obj, "__dict__")
+    return found if type(found) is dict else {}
 
 
 # --- the digest ---------------------------------------------------------------------------------

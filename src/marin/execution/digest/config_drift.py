@@ -69,7 +69,7 @@ def explain_drift(old_payload: str, new_payload: str, limit: int = 20) -> list[s
         # this keeps the function total for any caller.
         return ["stored fingerprint payload is unreadable"]
     lines: list[str] = []
-    for section in ("config", "deps"):
+    for section in ("config", "deps", "fn"):  # fn: what a partial step function binds
         _walk(old.get(section, _MISSING), new.get(section, _MISSING), section, lines)
     if not lines and old != new:
         lines.append(OUTSIDE_CONFIG_AND_DEPS)

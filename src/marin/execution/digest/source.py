@@ -1,7 +1,7 @@
 """Where a function's source is, and its syntax with comments, docstrings and layout removed.
 
 The code digest (``code_digest.py``) is built from what this module answers: whether a module is
-the project's (by name: not the standard library, not an installed package, not the engine),
+the project's (not the standard library, not an installed package, not the engine),
 the parsed source of a file (once per version of the file), and a canonical text of a
 definition's syntax tree in which only what the code does counts.
 """
@@ -92,14 +92,50 @@ def _own_distributions(folder: str) -> frozenset[str]:
 def is_project_module(module: str, filename: str) -> bool:
     """Whether code of ``module`` (defined in ``filename``) is the project's, and followed.
 
-    Decided by the module's name, never by where it was imported from, so a package imported
-    from a checkout and the same package installed as a wheel are followed alike: not the
-    standard library, not the engine, and not a package an installed distribution provides,
-    unless that distribution is the project's own. Only Python source files are followed.
+    Not the standard library, not the engine, and not a package an installed distribution
+    provides, unless that distribution is the project's own, so a package imported from a
+    checkout and the same package installed as a wheel are followed alike. A module whose name
+    an installed distribution claims is that distribution's only when its file is where that
+    distribution is installed: a project's own ``tools.py`` is the project's even when a wheel
+    also ships a top-level ``tools``. Only Python source files are followed.
     """
     if not filename.endswith(".py") or filename.startswith("<"):
         return False
-    return is_project_name(module)
+    providers = _foreign_providers(module)
+    if providers is None:
+        return False
+    return not providers or not _installed_file(filename, providers)
+
+
+def _foreign_providers(module: str) -> frozenset[str] | None:
+    """None for the standard library and the engine; else the installed distributions other
+    than the project's own that provide ``module``'s top-level name (empty: none does)."""
+    top = module.partition(".")[0]
+    if not top or top in sys.stdlib_module_names or top in _ENGINE:
+        return None
+    providers = _providers(top)
+    try:
+        here = os.getcwd()
+    except OSError:  # the working folder was deleted: no project of its own
+        return providers
+    return providers - _own_distributions(here)
+
+
+def _installed_file(filename: str, distributions: frozenset[str]) -> bool:
+    """Whether ``filename`` lies where one of ``distributions`` is installed (its site folder)."""
+    path = os.path.realpath(filename)
+    roots = (r for d in sorted(distributions) for r in _roots_on(tuple(sys.path), d))
+    return any(path.startswith(os.path.join(root, "")) for root in roots)
+
+
+@functools.lru_cache(maxsize=256)
+def _roots_on(path: tuple[str, ...], distribution: str) -> tuple[str, ...]:
+    """The folders ``distribution`` is installed in (on one ``sys.path``)."""
+    try:
+        found = importlib.metadata.distributions(name=distribution, path=list(path))
+        return tuple(os.path.realpath(str(d.locate_file(""))) for d in found)
+    except Exception:  # broken metadata: say installed everywhere, as the name rule did
+        return ("/",)
 
 
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -351,6 +387,7 @@ def _write(root: Any, out: list[str], refs: References, skip: str = "") -> None:
     generated 600-branch ``elif`` chain nests deeper than Python's recursion limit.
     """
     stack: list[str | tuple[Any, str]] = [(root, skip)]
+    consumed: set[int] = set()  # nodes read as part of a dynamic reference (``_dynamic``)
     while stack:
         item = stack.pop()
         if isinstance(item, str):  # text to write; a node (or a value) is always in a tuple
@@ -358,7 +395,9 @@ def _write(root: Any, out: list[str], refs: References, skip: str = "") -> None:
             continue
         node, skip_field = item
         if isinstance(node, ast.AST):
-            if isinstance(node, ast.Name | ast.Attribute):
+            if isinstance(node, _DYNAMIC_NODES) and id(node) not in consumed:
+                _dynamic(node, refs, consumed)
+            if isinstance(node, ast.Name | ast.Attribute) and id(node) not in consumed:
                 chain = _chain(node)
                 if chain:
                     refs.setdefault(chain, None)
@@ -420,6 +459,82 @@ def _chain(node: ast.AST) -> tuple[str, ...] | None:
     return None
 
 
+DYNAMIC = "<dynamic>"
+"""In a reference: a name computed at run time (``getattr(helpers, name)``)."""
+IMPORT = "<import>"
+"""A reference's head: the module a string names (``import_module("helpers")``,
+``sys.modules["helpers"]``); ``helpers.<dynamic>`` when only its start is constant."""
+GLOBALS = "<globals>"
+"""A reference to ``globals()`` other than with a constant key."""
+_DYNAMIC_NODES = (ast.Call, ast.Subscript, ast.Attribute)
+_IMPORTERS = {("importlib", "import_module"), ("import_module",), ("__import__",)}
+
+
+def _dynamic(node: ast.AST, refs: References, consumed: set[int]) -> None:
+    """The references that code reached through a string adds: ``getattr(m, "h")`` reads
+    ``m.h``, ``importlib.import_module("m").h`` and ``sys.modules["m"].h`` read ``m.h``,
+    ``globals()["h"]`` reads ``h``; with a computed string, the reference ends in ``DYNAMIC``
+    (or is ``GLOBALS``). Nodes read here are ``consumed``: not references of their own."""
+    attrs: list[str] = []
+    base = node
+    while isinstance(base, ast.Attribute):
+        attrs.append(base.attr)
+        base = base.value
+    attrs.reverse()
+    head = _string_reference(base, consumed)
+    if head is not None:  # a module used as a value (``m = import_module("m")``) is dynamic
+        bare = (DYNAMIC,) if head[0] == IMPORT else ()
+        refs.setdefault((*head, *(attrs or bare)), None)
+        return
+    if attrs:
+        return
+    if isinstance(node, ast.Call) and _chain(node.func) == ("getattr",) and len(node.args) >= 2:
+        target = _chain(node.args[0])
+        if target:
+            refs.setdefault((*target, _constant_str(node.args[1]) or DYNAMIC), None)
+    elif isinstance(node, ast.Call) and _chain(node.func) == ("globals",):
+        refs.setdefault((GLOBALS,), None)
+
+
+def _string_reference(node: ast.AST, consumed: set[int]) -> tuple[str, ...] | None:
+    """The reference a module or global named by a string is (``(IMPORT, "m")``, ``("h",)``);
+    None when ``node`` is no such expression. Its inner nodes are ``consumed``."""
+    if isinstance(node, ast.Call) and _chain(node.func) in _IMPORTERS and node.args:
+        consumed.add(id(node))
+        return IMPORT, _module_name(node.args[0])
+    if isinstance(node, ast.Subscript):
+        inner = node.value
+        key = node.slice
+        name = _module_name(key)
+        if _chain(inner) == ("sys", "modules") and DYNAMIC not in name:
+            consumed.update((id(node), id(inner)))  # else sys.modules itself: unseen
+            return IMPORT, name
+        if isinstance(inner, ast.Call) and _chain(inner.func) == ("globals",):
+            consumed.update((id(node), id(inner)))
+            constant = _constant_str(key)
+            return (constant,) if constant else (GLOBALS,)
+    return None
+
+
+def _constant_str(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _module_name(node: ast.AST) -> str:
+    """The module a string expression names: itself when constant; ``pkg.<dynamic>`` when only
+    a prefix naming a package is (``f"plugins.{name}"``, ``"plugins." + name``); else DYNAMIC."""
+    constant = _constant_str(node)
+    if constant is not None:
+        return constant
+    first = node.values[0] if isinstance(node, ast.JoinedStr) and node.values else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        first = node.left
+    prefix = first.value if isinstance(first, ast.Constant) else None
+    if isinstance(prefix, str) and "." in prefix:
+        return prefix.rpartition(".")[0] + "." + DYNAMIC
+    return DYNAMIC
+
+
 def constant_source(index: SourceIndex, name: str) -> list[str] | None:
     """The literal source of a module-level constant ``name``, also one imported by name from
     another project module (``from config import SCALE``); None when it is run-time data."""
@@ -449,15 +564,7 @@ def assignment_source(index: SourceIndex, name: str) -> list[str] | None:
 def is_project_name(module: str) -> bool:
     """``is_project_module`` for a module that may not be imported yet (no file known): not the
     standard library, not the engine, not another installed distribution's package."""
-    top = module.partition(".")[0]
-    if not top or top in sys.stdlib_module_names or top in _ENGINE:
-        return False
-    providers = _providers(top)
-    try:
-        here = os.getcwd()
-    except OSError:  # the working folder was deleted: no project of its own
-        return not providers
-    return not providers or bool(providers & _own_distributions(here))
+    return _foreign_providers(module) == frozenset()
 
 
 def module_file(module: Any) -> str:
@@ -496,5 +603,6 @@ def clear_source_cache() -> None:
     _INDEX.clear()
     _providers_on.cache_clear()
     is_project_module.cache_clear()
+    _roots_on.cache_clear()
     _project_root.cache_clear()
     display_path.cache_clear()

@@ -201,7 +201,8 @@ class ArtifactStep:
 
     def fingerprint_payload(self) -> str:
         """The canonical JSON the fingerprint hashes: ``{name, version, config, deps}`` (and
-        ``pin`` for a pinned step, ``source`` for an adopted one).
+        ``pin`` for a pinned step, ``source`` for an adopted one, ``fn`` for what a
+        ``functools.partial`` step function binds).
 
         Raises:
             MarinError: what ``lower`` raises.

@@ -9,12 +9,14 @@ refused, and wrapped to run isolated, under a timeout or as a remote job when as
 
 from __future__ import annotations
 
+import functools
 import gc
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast, overload
 
 from marin.execution.digest.code import code_digest
 from marin.execution.errors import (
+    ConfigError,
     CycleError,
     DuplicateStepError,
     FingerprintMismatchError,
@@ -157,6 +159,9 @@ def _spec_for(
         payload["pin"] = handle.override_path  # a moved output is another artifact
     elif handle.adopt_source is not None:
         payload["source"] = handle.adopt_source  # other data is another artifact
+    bound = _bound_arguments(handle, step_id)
+    if bound:
+        payload["fn"] = bound  # what a partial binds is config, not code
     fingerprint, payload_json = fingerprint_of(payload)
     _check_pinned(handle, fingerprint, payload_json, step_id)
     known: StepSpec | None = memo.get(("step", step_id))
@@ -167,6 +172,40 @@ def _spec_for(
     memo[("step", step_id)] = spec
     created.append(spec)
     return spec
+
+
+_PARTIAL_SLOTS = functools.partial.__dict__
+"""A partial's ``func``, ``args`` and ``keywords`` as C-level slots (a subclass's properties,
+user code, are never called)."""
+
+
+def _bound_arguments(handle: ArtifactStep, step_id: str) -> dict[str, Any]:
+    """What a ``functools.partial`` step function binds (``partial(train, lr=0.1)``), canonical:
+    ``{"args": [...], "keywords": {...}}``, empty parts left out (nothing for a plain function,
+    so its fingerprint is unchanged). It decides the output as much as the config does, so it is
+    fingerprinted like config; a value without a JSON form is refused like one in config.
+
+    Raises:
+        ConfigError: a bound value has no canonical JSON form (named ``fn.keywords.<name>``).
+    """
+    fn: Any = handle.run.fn if type(handle.run) is ApplyCall else handle.run
+    args: list[Any] = []
+    keywords: dict[str, Any] = {}
+    while issubclass(type(fn), functools.partial):  # the outer partial's values come last
+        args = [*_PARTIAL_SLOTS["args"].__get__(fn), *args]
+        keywords = {**_PARTIAL_SLOTS["keywords"].__get__(fn), **keywords}
+        fn = _PARTIAL_SLOTS["func"].__get__(fn)
+    bound = {k: v for k, v in (("args", args), ("keywords", keywords)) if v}
+    try:
+        return cast(dict[str, Any], to_canonical(bound, "fn", step_id))
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc.what} (bound by functools.partial in the step's function)",
+            "pass that value to apply() as an input instead (a step handle there becomes a "
+            "dependency), or bind only plain data in the partial (str, numbers, lists, dicts, "
+            "dataclasses, enums, paths)",
+            step_id,
+        ) from None
 
 
 def _dep_versions(

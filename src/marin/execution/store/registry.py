@@ -188,38 +188,30 @@ def register(
     location: Location, output_path: str, reg_id: RegistryId, registered_by: str
 ) -> Manifest:
     """Register the build at ``output_path`` (relative to the prefix) as ``reg_id``, holding the
-    step's lease: a ``marin gc`` deleting the step (it holds that lease, and reads the
-    registry again under it) and a registration exclude each other, so gc never deletes a
-    build registered meanwhile, nor does a registration name a build gc is deleting.
+    lease of that step and of every build it was made from (``registry_lineage``): a
+    ``marin gc`` deletes a step only under its lease, after reading the registry again, so gc
+    never deletes a build registered meanwhile nor one it was made from, and a registration
+    never names a build (or lineage) gc is deleting.
 
     Raises:
         ArtifactNotFoundError: nothing is built at ``output_path`` (no record of its step).
-        ArtifactRegistryError: the build's record predates build ids (rebuild it first), or
-            the step's lease is live (being built, or deleted by gc): nothing written.
+        ArtifactRegistryError: the build's record predates build ids (rebuild it first), a
+            build it was made from is no longer stored, or a lease is live (being built, or
+            deleted by gc): nothing written.
         ArtifactAlreadyExistsError: ``reg_id`` is registered already (its manifest attached).
         StorageError: the storage has no conditional create, or kept failing.
     """
-    from marin.execution.store.lease import Lease
-
-    first = _built_record(location, output_path)  # nothing built: refused before the lease
-    lease = Lease(location, output_path)
-    holder = lease.try_acquire()
-    deadline = time.monotonic() + _LEASE_PATIENCE_S
-    while holder is not None and time.monotonic() < deadline:
-        # Another registration holds it for a moment: the id may be taken meanwhile.
-        if location.exists(location.path(reg_id.manifest_path)):
-            raise _taken(location, reg_id, first.step_id)
-        time.sleep(0.2)
-        holder = lease.try_acquire()
-    if holder is not None:
-        raise ArtifactRegistryError(
-            f"{location.url_for(output_path)} is being built or deleted (its lease is held by "
-            f"{holder.holder}): the build to register may change or vanish",
-            "register it once that ends (marin show NAME@VERSION says whether it is built)",
-            None,
-        )
-    try:
-        record = _built_record(location, output_path)  # again, under the lease
+    first = _built_record(location, output_path)  # nothing built: refused before any lease
+    seen = _lineage(location, output_path, first)
+    with _hold_leases(location, sorted(seen), reg_id, first.step_id):
+        record = _built_record(location, output_path)  # again, under the leases
+        if _lineage(location, output_path, record) != seen:
+            raise ArtifactRegistryError(
+                f"{record.step_id} or a build it was made from changed while it was being "
+                "registered (rebuilt, or deleted by gc)",
+                "run marin register again",
+                record.step_id,
+            )
         manifest = Manifest(
             id=str(reg_id),
             step=record.step_id,
@@ -232,9 +224,59 @@ def register(
         )
         if not create_once(location, reg_id.manifest_path, manifest.to_bytes()):
             raise _taken(location, reg_id, record.step_id)
-    finally:
-        lease.release()
     return manifest
+
+
+def _lineage(location: Location, output_path: str, record: ArtifactRecord) -> dict[str, str]:
+    from marin.execution.store.registry_lineage import LineageGone, lineage
+
+    try:
+        return lineage(location, output_path, record)
+    except LineageGone as gone:
+        raise ArtifactRegistryError(
+            f"{gone}: a registered build is kept with everything it was made from, and that "
+            "is gone already",
+            f"rebuild it (marin run ... --force {record.name}), then register the new build",
+            record.step_id,
+        ) from None
+
+
+def _hold_leases(
+    location: Location, paths: list[str], reg_id: RegistryId, step_id: str
+) -> contextlib.ExitStack:
+    """The leases of ``paths``, taken in this (sorted) order and renewed until the stack
+    closes, each waited for up to ``_LEASE_PATIENCE_S`` in all (another registration holds one
+    for a moment).
+
+    Raises:
+        ArtifactAlreadyExistsError: ``reg_id`` was registered meanwhile.
+        ArtifactRegistryError: a lease is still held once the patience ran out.
+        StorageError: storage kept failing.
+    """
+    from marin.execution.store.lease import Heartbeat, Lease
+
+    deadline = time.monotonic() + _LEASE_PATIENCE_S
+    with contextlib.ExitStack() as held:
+        for path in paths:
+            lease = Lease(location, path)
+            holder = lease.try_acquire()
+            while holder is not None and time.monotonic() < deadline:
+                if location.exists(location.path(reg_id.manifest_path)):
+                    raise _taken(location, reg_id, step_id)
+                time.sleep(0.2)
+                holder = lease.try_acquire()
+            if holder is not None:
+                raise ArtifactRegistryError(
+                    f"{location.url_for(path)} is being built or deleted (its lease is held by "
+                    f"{holder.holder}): the build to register, or one it was made from, may "
+                    "change or vanish",
+                    "register it once that ends (marin show NAME@VERSION says whether it is built)",
+                    step_id,
+                )
+            held.callback(lease.release)
+            held.enter_context(Heartbeat(lease))
+        return held.pop_all()
+    raise AssertionError("unreachable")
 
 
 def _built_record(location: Location, output_path: str) -> ArtifactRecord:

@@ -1,0 +1,289 @@
+"""Red team round two (findings 1, 2 and 5): what a step computes from that the code digest and
+the fingerprint did not see, so an edit was served as "unchanged".
+
+1. A ``functools.partial``'s bound values are in the fingerprint (``fn``), and a closure's cell
+   values in the code digest; a value with no stable form is refused, or unseen.
+2. Code reached through a string (``getattr``, ``import_module``, ``globals()``,
+   ``sys.modules``), an instance held in a module-level dict and a ``SimpleNamespace`` are
+   followed, or unseen: never "unchanged".
+5. A project module whose name an installed distribution also claims is the project's when it
+   is loaded from the project, not from where that distribution is installed.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from marin.execution.digest import code as cd
+from marin.execution.digest.code import CodeDigest, code_digest
+from marin.execution.digest.code_drift import code_drifted
+from marin.execution.digest.source import is_project_module
+from marin.execution.errors import ConfigError
+from marin.execution.lazy import OUT, apply, lower
+from marin.execution.store.identity import _code_unknown
+from tests.test_code_digest import Project, build_wheel, import_file, marin_cli
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return Project(tmp_path)
+
+
+def unchanged(before: CodeDigest, after: CodeDigest) -> bool:
+    """What the plan would call "unchanged": comparable and equal."""
+    return not code_drifted(before, after) and not _code_unknown(before, after)
+
+
+# --- finding 1: partial keywords and closure cells ---------------------------------------------
+
+FACTORY = """\
+def train(out_path, lr):
+    return {{"lr": lr}}
+
+
+def make(lr):
+    def fit(out_path):
+        return train(out_path, lr)
+    return fit
+"""
+
+
+def test_finding_1_partial_keywords_are_fingerprinted_as_config(project: Project) -> None:
+    train = project.load(pipe=FACTORY)["pipe"].train
+
+    def spec(fn: object) -> object:
+        return lower(apply("p", fn, version="v1", out_path=OUT))
+
+    low, high = spec(functools.partial(train, lr=0.1)), spec(functools.partial(train, lr=0.5))
+    assert low.fingerprint != high.fingerprint  # type: ignore[attr-defined]
+    assert '"fn":{"keywords":{"lr":0.1}}' in low.fingerprint_payload  # type: ignore[attr-defined]
+    positional = lower(
+        apply("p", functools.partial(functools.partial(train), "x"), version="v1", lr=1)
+    )
+    assert '"fn":{"args":["x"]}' in positional.fingerprint_payload  # type: ignore[attr-defined]
+    plain = lower(apply("p", train, version="v1", out_path=OUT, lr=0.1))
+    assert '"fn"' not in plain.fingerprint_payload  # a plain function's fingerprint is unchanged
+
+
+def test_finding_1_a_partial_binding_a_function_is_refused_naming_step_field_and_fix(
+    project: Project,
+) -> None:
+    train = project.load(pipe=FACTORY)["pipe"].train
+    with pytest.raises(ConfigError) as caught:
+        lower(apply("p", functools.partial(train, lr=print), version="v1", out_path=OUT))
+    assert caught.value.step == "p@v1"
+    assert "fn.keywords.lr" in caught.value.what and "functools.partial" in caught.value.what
+    assert "apply() as an input" in caught.value.fix
+
+
+def test_finding_1_closure_cell_values_are_in_the_code_digest(project: Project) -> None:
+    make = project.load(pipe=FACTORY)["pipe"].make
+    low, again, high = code_digest(make(0.1)), code_digest(make(0.1)), code_digest(make(0.5))
+    assert low.digest == again.digest and unchanged(low, again)
+    assert code_drifted(low, high)
+    assert {"make.<locals>.fit", "train"} <= {
+        p.name for p in low.parts
+    }  # a cell holding a function: followed
+    opaque = code_digest(make(object()))  # an object: its state cannot be compared
+    assert opaque.unseen == [
+        "make.<locals>.fit.<closure lr> (its closure holds a object (lr): a run-time value, "
+        "not compared)"
+    ]
+    assert _code_unknown(opaque, opaque).startswith("unseen: make.<locals>.fit.<closure lr>")
+
+
+def test_finding_1_through_the_cli_a_changed_partial_or_factory_value_is_rebuilt(
+    tmp_path: Path,
+) -> None:
+    """The red team's ``r2-repro-1.sh``: ``lr`` 0.1 -> 0.5 was served ``{"lr": 0.1}``."""
+    pipe = tmp_path / "pipe.py"
+    source = (
+        "import functools, json, os\nfrom marin.execution.lazy import OUT, apply\n"
+        "def w(out_path, v):\n    os.makedirs(out_path, exist_ok=True)\n"
+        "    open(os.path.join(out_path, 'r.json'), 'w').write(json.dumps(v))\n    return v\n"
+        "def train(out_path, lr): return w(out_path, {'lr': lr})\n"
+        "def make(lr):\n    def fit(out_path): return w(out_path, {'lr': lr})\n    return fit\n"
+        "pipeline = [apply('n1/partial', functools.partial(train, lr=0.1), version='v1', "
+        "out_path=OUT), apply('n1/closure', make(0.1), version='v1', out_path=OUT)]\n"
+    )
+    pipe.write_text(source)
+    target, prefix = f"{pipe}:pipeline", str(tmp_path / "P")
+    policies = ("--on-drift", "rebuild", "--on-code-drift", "rebuild")
+    assert (
+        marin_cli("run", target, "--prefix", prefix, "--no-progress", cwd=tmp_path).returncode == 0
+    )
+    pipe.write_text(source.replace("lr=0.1", "lr=0.5").replace("make(0.1)", "make(0.5)"))
+    plan = marin_cli("plan", target, "--prefix", prefix, *policies, cwd=tmp_path)
+    assert "record matches fingerprint" not in plan.stdout, plan.stdout
+    done = marin_cli("run", target, "--prefix", prefix, "--no-progress", *policies, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for step in ("partial", "closure"):
+        assert (tmp_path / "P" / "n1" / step / "v1" / "r.json").read_text() == '{"lr": 0.5}'
+
+
+# --- finding 2: code reached dynamically -------------------------------------------------------
+
+DYNAMIC = """\
+import importlib
+import sys
+from types import SimpleNamespace
+
+import {helpers}
+
+
+class Model:
+    def run(self, x):
+        return x + 1
+
+
+MODELS = {{"a": Model()}}
+
+
+def f3(x):
+    return x + 1
+
+
+NS = SimpleNamespace(fn=f3)
+
+
+def f18(x):
+    return x + 1
+
+
+def s_getattr(x):
+    return getattr({helpers}, "h3")(x)
+
+
+def s_importlib(x):
+    return importlib.import_module("{helpers}").h12(x)
+
+
+def s_modules(x):
+    return sys.modules["{helpers}"].h12(x)
+
+
+def s_instance(x):
+    return MODELS["a"].run(x)
+
+
+def s_namespace(x):
+    return NS.fn(x)
+
+
+def s_globals(x):
+    return globals()["f18"](x)
+"""
+HELPERS = "def h3(x):\n    return x + 1\n\n\ndef h12(x):\n    return x + 1\n"
+STEPS = {
+    "s_getattr": "h3",
+    "s_importlib": "h12",
+    "s_modules": "h12",
+    "s_instance": "Model",
+    "s_namespace": "f3",
+    "s_globals": "f18",
+}
+
+
+@pytest.mark.parametrize(("step", "callee"), STEPS.items())
+def test_finding_2_code_reached_through_a_string_or_a_holder_is_followed(
+    project: Project, step: str, callee: str
+) -> None:
+    """The red team's ``r2-repro-2.sh``: every edit was "built: record matches fingerprint"."""
+    before = project.load(helpers=HELPERS, pipe=DYNAMIC)
+    after = project.load(helpers=HELPERS.replace("+ 1", "+ 2"), pipe=DYNAMIC.replace("+ 1", "+ 2"))
+    old, new = code_digest(getattr(before["pipe"], step)), code_digest(getattr(after["pipe"], step))
+    assert old.digest is not None and not old.unseen, old.unseen
+    assert [p.name for p in old.parts] == [step, callee]
+    changed = [p.name for p, q in zip(old.parts, new.parts, strict=True) if p.digest != q.digest]
+    assert callee in changed and code_drifted(old, new)
+
+
+@pytest.mark.parametrize(
+    ("body", "unseen"),
+    [
+        ("getattr({helpers}, name)(1)", "{helpers}.*"),
+        ("globals()[name](1)", "globals()[...]"),
+        ("importlib.import_module('{helpers}')", "{helpers}.*"),
+        ("importlib.import_module(f'{helpers}.{{name}}')", "{helpers}.*"),
+        ("sys.modules[name].h3(1)", "sys.modules"),
+    ],
+)
+def test_finding_2_what_cannot_be_followed_is_unseen_never_unchanged(
+    project: Project, body: str, unseen: str
+) -> None:
+    pipe = f"import importlib\nimport sys\n\nimport {{helpers}}\n\n\ndef step(name):\n    return {body}\n"
+    modules = project.load(helpers=HELPERS, pipe=pipe)
+    digest = code_digest(modules["pipe"].step)
+    helpers = modules["helpers"].__name__
+    assert [u.split(" (")[0] for u in digest.unseen] == [unseen.format(helpers=helpers)]
+    assert _code_unknown(digest, digest).startswith("unseen: ")
+
+
+def test_finding_2_ordinary_code_and_data_imports_stay_comparable(project: Project) -> None:
+    """No false "unknown": ``getattr`` on an argument or a library, a stdlib module imported by
+    name as data (``examples/ngram.py``), ``sys.modules`` untouched."""
+    pipe = """\
+    import importlib
+    import json
+
+
+    def step(obj, names):
+        mods = [importlib.import_module(n) for n in names]
+        return getattr(obj, "x", None), getattr(json, "dumps"), len(mods)
+    """
+    digest = code_digest(project.load(pipe=pipe)["pipe"].step)
+    assert digest.digest is not None and digest.unseen == []
+    from examples import ngram
+
+    for name in ("build_corpus", "tokenize_shard", "train_ngram", "evaluate"):
+        example = code_digest(getattr(ngram, name))
+        assert example.digest is not None and example.unseen == [], (name, example.unseen)
+
+
+# --- finding 5: a project module named like an installed distribution's ------------------------
+
+
+def test_finding_5_a_project_module_a_wheel_also_claims_is_the_projects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The red team's ``r2-repro-5.sh``: a project's ``tools.py`` (cron_descriptor's wheel
+    declares top-level ``tools``) was taken for a library, its edits never drift."""
+    name = f"claimed_{uuid.uuid4().hex[:8]}"
+    site_packages = tmp_path / "site-packages"
+    wheel = build_wheel(
+        tmp_path, "otherdist", {f"{name}/__init__.py": "def up(x):\n    return x\n"}
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+         "--target", str(site_packages), str(wheel)],
+        check=True,
+    )  # fmt: skip
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "pyproject.toml").write_text('[project]\nname = "mine"\nversion = "0.1"\n')
+    monkeypatch.setattr(sys, "path", [str(site_packages), *sys.path])
+    monkeypatch.chdir(checkout)
+    cd.clear_cache()
+    try:
+        installed = site_packages / name / "__init__.py"
+        assert not is_project_module(name, str(installed))  # where the wheel put it: a library
+        digests = []
+        for body in ("x.lower()", "x.upper()"):
+            (checkout / f"{name}.py").write_text(f"def up(x):\n    return {body}\n")
+            module = import_file(name, checkout / f"{name}.py")
+            assert is_project_module(name, module.__file__ or "")
+            pipe = checkout / f"pipe_{uuid.uuid4().hex[:8]}.py"
+            pipe.write_text(f"import {name}\n\n\ndef step(x):\n    return {name}.up(x)\n")
+            digests.append(code_digest(import_file(pipe.stem, pipe).step))
+            cd.clear_cache()
+        assert [p.name for p in digests[0].parts] == ["step", "up"]
+        assert code_drifted(digests[0], digests[1])
+    finally:
+        sys.modules.pop(name, None)
+        cd.clear_cache()
