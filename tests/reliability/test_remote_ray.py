@@ -159,6 +159,7 @@ def test_a_killed_ray_job_whose_log_looks_like_an_outcome_is_never_built(
     err = (tmp_path / "forged.err").read_text()
     assert code == 1, err[-3000:]
     assert "ray job marin-" in err and "Ray job FAILED" in err, err[-3000:]
+    assert re.search(r"exit code -9\b.*\(SIGKILL\)", err), err[-3000:]  # the signal named
     assert read_record(open_prefix(prefix), TRAIN) is None
     assert not marker.exists()
 
