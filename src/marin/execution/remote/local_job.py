@@ -1,18 +1,18 @@
 """Start a ``local`` remote job, detached: ``python -m marin.execution.remote.local_job
 DIR [RANKS GPUS]`` (with ``RANKS``, the job is a gang's supervisor, ``gang.py``).
 
-Forks once: the child starts a new session (its own process group, no controlling terminal),
-sends its output to ``DIR/log.txt`` and becomes ``isolated_child`` on ``DIR/call.pkl``, which
-writes ``DIR/result.json`` (atomically) when ``fn`` ends. Both command lines name ``DIR``, which
-holds the job id: a pid is signalled only while its command line does (``procs.py``). The
-parent writes ``DIR/pid.json`` (the child's pid and its kernel start time, so a reused pid is
-never taken for the job) and exits at once: the job is nobody's child then (init reaps it), and
-lives on whatever happens to the driver that started it.
+The job is a forked child in a new session (its own process group, no controlling terminal)
+that sends its output to ``DIR/log.txt`` and becomes ``isolated_child`` on ``DIR/call.pkl``,
+which writes ``DIR/result.json`` (atomically) when ``fn`` ends. Every command line names
+``DIR``, which holds the job id: a pid is signalled only while its command line does
+(``procs.py``). This process writes ``DIR/pid.json`` (the job's pid and its kernel start time,
+so a reused pid is never taken for the job) and exits at once: the job lives on whatever
+happens to the driver that started it.
 
-A job that is not a gang is started by a *watcher* in a session of its own (its pid in
-``pid.json`` as ``watcher``): it waits for the job and, when a signal kills it (an
-out-of-memory kill), writes ``DIR/lost.json`` naming the signal. The job counts as running until
-its watcher has said so. (A gang's supervisor does this for its ranks.)
+A gang's supervisor is forked by this process (init reaps it) and watches its ranks itself.
+Any other job is forked by a *watcher*, in a session of its own (its pid in ``pid.json`` as
+``watcher``), which reaps the job and, when a signal kills it (an out-of-memory kill), writes
+``DIR/lost.json`` naming the signal. The job counts as running until its watcher has ended.
 """
 
 from __future__ import annotations

@@ -57,14 +57,15 @@ def outcome_line(nonce: str, outcome: bytes) -> str:
     return f"{BEGIN}{nonce}>>>{base64.b64encode(outcome).decode()}{END}"
 
 
-_KILLED = re.compile(r"exit code -\d+|node .* (?:died|was terminated)|worker died", re.I)
-"""What Ray says of a job whose entrypoint a signal killed, or whose node went away."""
+_KILLED = re.compile(r"exit code (?:-\d+|137)\b|node .* (?:died|was terminated)|worker died", re.I)
+"""What Ray says of a job whose entrypoint a signal killed (``-9``; ``137`` where a shell ran
+it: 128 + SIGKILL, an out-of-memory kill), or whose node went away."""
 
 
 def _by(message: str) -> str:
-    """`` (SIGKILL)`` when Ray's message gives the exit code of a signal (``exit code -9``)."""
-    code = re.search(r"exit code -(\d{1,2})\b", message)
-    return f" ({signal_name(int(code.group(1)))})" if code else ""
+    """`` (SIGKILL)`` when Ray's message gives the exit code of a signal (``-9``, ``137``)."""
+    code = re.search(r"exit code (-\d{1,2}|137)\b", message)
+    return f" ({signal_name(abs(int(code.group(1))) % 128)})" if code else ""
 
 
 def _lost(outcome: bytes) -> JobStatus | None:
