@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -240,3 +241,38 @@ def test_a_pending_build_released_for_later_leaves_its_job_to_be_reattached(
     assert isinstance(outcome, BuildOutcome) and outcome.action == "built"
     assert backend.submitted == 1
     assert outcome.record.result == pending.why.job.job_id
+
+
+def test_no_context_variable_or_exception_carries_the_wait_mode() -> None:
+    """Issue 54, "Done when": how a build waits is ``BuildRequest.wait``, a value passed down,
+    and what it waits for comes back as ``Pending``. An AST reading of ``src`` and ``adapters``:
+    no ``ContextVar`` and no exception class is about waiting, parking or deferring, and the
+    three old exceptions are gone."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    about_waiting = re.compile(r"wait|park|defer|pending", re.I)
+    found = []
+    for path in sorted([*(root / "src").rglob("*.py"), *(root / "adapters").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", getattr(node.func, "id", "")) == "ContextVar"
+            ):
+                name = (
+                    node.args[0].value
+                    if node.args and isinstance(node.args[0], ast.Constant)
+                    else ""
+                )
+                if about_waiting.search(str(name)):
+                    found.append(f"{where}: ContextVar {name!r}")
+            if isinstance(node, ast.ClassDef) and about_waiting.search(node.name):
+                bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+                if any(b.endswith(("Error", "Exception", "Interrupt")) for b in bases):
+                    found.append(f"{where}: exception {node.name}")
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if getattr(raised, "id", "") in {"Deferred", "JobParked", "JobWaiting"}:
+                    found.append(f"{where}: raise {raised.id}")  # type: ignore[attr-defined]
+    assert found == []

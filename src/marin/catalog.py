@@ -366,6 +366,15 @@ def _lease_gone(info: LeaseInfo | None) -> str:
     return f"its lease expired {time.time() - info.expires_at:.0f}s ago"
 
 
+def _duration_note(record: ArtifactRecord) -> str:
+    """`` (this build's part: reattached to its job, submitted 25s before the commit)``: what
+    a record's duration leaves out, or ""."""
+    from marin.execution.remote.view import build_note
+
+    note = build_note(record.provenance, record.build_id, record.finished_at)
+    return f" (this build's part: {note})" if note else ""
+
+
 def _job_lines(location: Location, output_path: str) -> list[str]:
     """``marin show``'s lines on a step's recorded job: backend, id, state and its log."""
     from marin.step_jobs import JobRefusedError, step_job
@@ -640,7 +649,7 @@ def _built_lines(
         f"  type         {record.artifact_type}",
         f"  fingerprint  {record.fingerprint}",
         f"  built        {human_time(record.started_at)} -> {human_time(record.finished_at)}",
-        f"  duration     {record.duration_s:.3f}s",
+        f"  duration     {record.duration_s:.3f}s{_duration_note(record)}",
         f"  by           {who(record)} (pid {prov.get('pid', '?')})",
         f"  engine       {engine_text(record)}",
         *([f"  job          {job_text(record)}"] if job_text(record) else []),

@@ -493,7 +493,9 @@ _EPILOG_SHOW = """example:
   marin show ngram/dataset --prefix /tmp/marin --json   # its latest version
 
 A name without @version shows its latest built version; a name with nothing
-built lists the closest built names.
+built lists the closest built names. A remote step's recorded job is shown with
+its backend, state and log (`marin logs STEP -f` follows it, `marin cancel
+STEP` stops it); after a crash, an attempt is UNFINISHED, never RUNNING.
 
 exit codes: 0 built, 1 not built (a failed or unfinished attempt is shown),
 2 nothing there.

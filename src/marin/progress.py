@@ -28,6 +28,7 @@ from marin.execution.builder.step_logs import (
 )
 from marin.execution.plan.decide import BUILT_REASON
 from marin.execution.remote.follow import LiveJob, live_jobs
+from marin.execution.remote.view import build_note
 from marin.execution.store.records import log_path
 from marin.execution.vocabulary import BuildOutcomeKind, RunResult
 from marin.terminal_text import cell_width, cut_middle, safe_rich, safe_text, table_lines
@@ -321,7 +322,11 @@ def summary_rows(
     skipped_reason: dict[str, str] = {}
     not_run: dict[str, str] = {}
     unchanged_reason: dict[str, str] = {}
+    built_note: dict[str, str] = {}  # a reattached job's age, a resumed attempt
     if report is not None:
+        for path, outcome in report.outcomes.items():
+            record = outcome.record
+            built_note[path] = build_note(record.provenance, record.build_id, record.finished_at)
         for result in report.results():
             path = result.spec.output_path
             if result.action == RunResult.SKIPPED:
@@ -349,7 +354,8 @@ def summary_rows(
     for spec in steps:
         run = runs.get(spec.step_id)
         if run is not None:
-            row = _row_of_run(spec, run, unchanged_reason.get(spec.output_path, ""))
+            notes = (unchanged_reason.get(spec.output_path, ""), built_note.get(spec.output_path))
+            row = _row_of_run(spec, run, *notes)
             if row.result == INTERRUPTED_LABEL:  # cut short: why, and whether its job runs on
                 row = SummaryRow(row.step, row.result, None, not_run.get(spec.output_path, ""))
             rows.append(row)
@@ -364,8 +370,11 @@ def summary_rows(
     return rows
 
 
-def _row_of_run(spec: StepSpec, run: StepRun, unchanged_note: str) -> SummaryRow:
-    """The row of a step the runner started: its result in ``marin run --json``'s words."""
+def _row_of_run(
+    spec: StepSpec, run: StepRun, unchanged_note: str, built_note: str | None
+) -> SummaryRow:
+    """The row of a step the runner started: its result in ``marin run --json``'s words;
+    ``built_note``: what its duration does not say (``build_note``)."""
     if run.action == RunResult.FAILED:
         error = run.error
         note = f"{type(error).__name__}: {error}" if error is not None else ""
@@ -376,7 +385,8 @@ def _row_of_run(spec: StepSpec, run: StepRun, unchanged_note: str) -> SummaryRow
         # Early cutoff: checked, not built; its few milliseconds are no build time.
         return SummaryRow(spec.step_id, RunResult.UNCHANGED, None, unchanged_note)
     result = RunResult.BUILT if run.action == BuildOutcomeKind.BUILT else RunResult.BUILT_BY_OTHER
-    return SummaryRow(spec.step_id, result, run.duration)
+    note = built_note or "" if result == RunResult.BUILT else ""  # another runner's is theirs
+    return SummaryRow(spec.step_id, result, run.duration, note)
 
 
 def _unchanged_note(reason: str) -> str:

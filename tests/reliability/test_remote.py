@@ -235,6 +235,25 @@ def test_failing_job_fails_step_with_log_tail_and_retry_submits_anew(
     assert record.provenance["job"]["job_id"].startswith("marin-")
 
 
+def test_a_job_killed_by_a_signal_names_it(tmp_path: Path) -> None:
+    """Issue 55: a ``local`` job's process SIGKILLed from outside (as the OOM killer does) was
+    "lost: its process ended without a result". Its watcher names the signal, in the driver's
+    error (``max_preemptions=0``: no resubmit) and in ``marin ls``."""
+    prefix, env = setup(tmp_path, MARIN_TEST_MAX_PREEMPTIONS="0")
+    driver = marin_run("chain", prefix, env, tmp_path / "err")
+    started = tmp_path / "started" / "remote_train"
+    wait_for_file(str(started), timeout=60)
+    wait_for_text(started, "\n")
+    os.kill(int(started.read_text().split()[0]), signal.SIGKILL)  # the job's process alone
+    assert driver.wait(timeout=60) == 1
+    err = (tmp_path / "err").read_text()
+    killed = r"local job marin-\w+ failed: ended lost \(its process was killed by SIGKILL\)"
+    assert re.search(killed, err), err
+    ls = [sys.executable, "-m", "marin.cli", "ls", "--prefix", prefix]
+    listed = subprocess.run(ls, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert "its process was killed by SIGKILL" in listed.stdout, listed
+
+
 def test_lost_lease_cancels_the_job_and_never_commits(tmp_path: Path) -> None:
     """A stalls (heartbeat paused) until B takes over and reattaches; A wakes, finds its lease
     lost, cancels its job and commits nothing; B sees the job stopped, submits anew, commits."""

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from marin.execution.remote.procs import start_time
 from tests.reliability.conftest import REPO, child_env
@@ -201,3 +202,40 @@ def test_ctrl_c_keeps_served_steps_and_the_json_report_says_interrupted(tmp_path
         assert "interrupted" in steps["watch/report@v2"][1]
     finally:
         (tmp_path / "gate").touch()
+
+
+def test_a_job_printing_a_huge_line_is_followed_in_bounded_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 55.1: a job's log is streamed bounded in memory. A ``local`` job's log holding one
+    64 MiB line (no newline for 64 MiB) is read through the backend's own cursor: the line is
+    cut at ``LINE_MOST``, the next line still arrives, and the follower never holds more than a
+    few reads' worth (``READ_MOST``) at once."""
+    import tracemalloc
+
+    from marin.execution.remote.follow import LINE_MOST, READ_MOST, JobLog, LiveJob
+    from marin.execution.remote.local import LocalBackend
+    from marin.execution.remote.protocol import JobHandle
+    from marin.execution.store.step_folder import JobRecord
+
+    monkeypatch.setenv("MARIN_LOCAL_JOBS", str(tmp_path / "jobs"))
+    job_id = "marin-" + "ab" * 10
+    folder = tmp_path / "jobs" / job_id
+    folder.mkdir(parents=True, mode=0o700)
+    (tmp_path / "jobs").chmod(0o700)
+    with (folder / "log.txt").open("wb") as f:
+        for _ in range(64):
+            f.write(b"x" * (1 << 20))
+        f.write(b"\nafter the long line\n")
+    got: list[str] = []
+    record = JobRecord("local", job_id, "b", "2026-12-06T00:00:00+00:00", {})
+    cursor = LocalBackend().follow(JobHandle("local", job_id, {}))
+    follower = JobLog(cursor, got.extend, LiveJob(record, str(tmp_path)))
+    tracemalloc.start()
+    try:
+        follower.finish()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got == ["x" * LINE_MOST + " [line cut]", "after the long line"]
+    assert peak < 8 * READ_MOST, f"{peak / (1 << 20):.1f} MiB held for a 64 MiB line"

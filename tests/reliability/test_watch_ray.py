@@ -11,13 +11,23 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pexpect
 import pytest
 
 from marin.execution.store.location import open_prefix
 from marin.execution.store.step_folder import read_job
 from tests.reliability.conftest import REPO
 from tests.reliability.test_remote import wait_for_text
-from tests.reliability.test_watch import TRAIN, env_for, marin, out, start, step_log
+from tests.reliability.test_watch import (
+    PIPELINE,
+    TRAIN,
+    env_for,
+    marin,
+    out,
+    spawn,
+    start,
+    step_log,
+)
 
 pytest.importorskip("ray.job_submission")
 pytestmark = pytest.mark.slow
@@ -74,3 +84,22 @@ def test_a_ray_jobs_output_streams_and_the_job_is_followed_and_cancelled(
     assert f"ray job {job.job_id} was stopped" in err.read_text()
     text = step_log(prefix).read_text()
     assert text.count("tick 0\n") == 1 and "<<<marin-outcome" not in text, text
+
+
+def test_the_live_display_names_a_running_ray_job_and_its_last_line(
+    ray_env: tuple[Path, dict[str, str]],
+) -> None:
+    """Issue 55.1 on Ray, on a terminal: the live display shows the job id, its state and its
+    last line while it runs (as ``test_watch.py`` checks on ``local``)."""
+    root, env = ray_env
+    (root / "gate").unlink(missing_ok=True)  # the first test leaves it open
+    child = spawn(env, "run", PIPELINE, "--prefix", str(root / "live"))
+    try:
+        child.expect(r"ray job marin-[0-9a-f]{20} running: tick \d+", timeout=180)
+        (root / "gate").touch()
+        child.expect(re.escape(f"{TRAIN} | done ticking"), timeout=120)
+        child.expect(pexpect.EOF, timeout=120)
+    finally:
+        (root / "gate").touch()
+        child.close()
+    assert child.exitstatus == 0, child.before

@@ -155,3 +155,32 @@ def test_ls_tells_a_users_build_from_the_shared_one(tmp_path: Path) -> None:
 
 def test_ls_without_user_builds_has_no_scope_column(built_example: str) -> None:
     assert "scope" not in marin("ls", "--prefix", built_example).stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("expires_in", [-30.0, 590.0], ids=["expired", "live"])
+def test_an_expired_lease_of_a_live_holder_is_unfinished_not_running(
+    tmp_path: Path, expires_in: float
+) -> None:
+    """Issue 55.4: the same test as a run's, wherever a status is shown. A lease of another
+    host (whose process no one here can see) that expired is ``UNFINISHED``, saying so; one
+    that has not is still ``RUNNING``."""
+    import time
+
+    from marin.execution.store.location import open_prefix
+    from marin.execution.store.records import RUNNING, lease_path, metadata_dir, write_status
+
+    prefix = str(tmp_path / "p")
+    location = open_prefix(prefix)
+    location.fs.makedirs(location.path(metadata_dir("s/v0")), exist_ok=True)
+    lease = {"holder": "otherhost:4242:99", "token": "t", "ttl": 600,
+             "expires_at": time.time() + expires_in, "started_at": "2026-12-06T00:00:00Z"}  # fmt: skip
+    location.fs.pipe_file(location.path(lease_path("s/v0")), json.dumps(lease).encode())
+    write_status(location, "s/v0", RUNNING, holder=lease["holder"], started_at=lease["started_at"])
+    listed = marin("ls", "--prefix", prefix).stdout
+    shown = marin("show", "s@v0", "--prefix", prefix).stdout
+    if expires_in > 0:
+        assert "not built: s@v0 (RUNNING" in listed and "UNFINISHED" not in listed, listed
+        return
+    assert re.search(r"s@v0 \(UNFINISHED: its lease expired \d+s ago; the next run takes", listed)
+    assert "RUNNING" not in listed and "RUNNING" not in shown, shown
+    assert "not built (UNFINISHED)" in shown, shown

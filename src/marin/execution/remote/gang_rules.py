@@ -9,10 +9,10 @@ job **failed** with that rank's outcome (``retries`` count it).
 
 from __future__ import annotations
 
-import signal
 import socket
 
 from marin.execution.pipeline.isolated_child import RANK_ENV, WORLD_ENV
+from marin.execution.remote.procs import signal_name
 
 EXIT_GRACE_S = 30.0
 """How long a rank that returned may take to exit once every rank returned (JAX's exit waits
@@ -56,17 +56,10 @@ def judge_rank(
     if outcome is not None and outcome.get("ok") is True:
         return None  # it returned: how its exit goes no longer matters
     if code is not None and code < 0:
-        return {"lost": True, "rank": rank, "signal": _signal_name(-code)}
+        return {"lost": True, "rank": rank, "signal": signal_name(-code)}
     if outcome is None and code is None:
         return None
     if outcome is None:
         outcome = {"ok": False, "type": "RuntimeError", "traceback": "", "errno": None,
                    "message": f"exited with code {code} without an outcome"}  # fmt: skip
     return {**outcome, "message": f"rank {rank}: {outcome.get('message', '')}"}
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"

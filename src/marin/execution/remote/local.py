@@ -310,20 +310,29 @@ class LocalBackend:
     def _pid(self, folder: str) -> int | None:
         """The job's pid while that very process lives: its start time is the recorded one
         (a reused pid is not it) and its command line names the job's folder."""
-        try:
-            with open(os.path.join(folder, PID), "rb") as f:
-                info = json.loads(f.read(4096))
-        except (OSError, ValueError):
-            return None
-        if not isinstance(info, dict):
-            return None
+        info = _pid_info(folder)
         pid = info.get("pid")
         if not isinstance(pid, int) or not runs_in(pid, info.get("start_time"), folder):
             return None
         return pid
 
     def _alive(self, folder: str) -> bool:
-        return self._pid(folder) is not None
+        """The job runs, or its watcher (``local_job``) has not yet said how it ended."""
+        if self._pid(folder) is not None:
+            return True
+        watcher = _pid_info(folder).get("watcher")
+        watcher = watcher if isinstance(watcher, dict) else {}
+        return runs_in(watcher.get("pid"), watcher.get("start_time"), folder)  # type: ignore[arg-type]
+
+
+def _pid_info(folder: str) -> dict[str, object]:
+    """``DIR/pid.json`` as written ({} if it cannot be read)."""
+    try:
+        with open(os.path.join(folder, PID), "rb") as f:
+            info = json.loads(f.read(4096))
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 class _LogFile:
@@ -361,11 +370,12 @@ def _rank_state(folder: str, entry: dict[str, object]) -> str:
 
 
 def _lost_detail(folder: str) -> str:
-    """Why a job ended without a result: a gang names its rank killed by a signal."""
+    """Why a job ended without a result: the signal that killed it (a gang's: which rank)."""
     try:
         with open(os.path.join(folder, LOST), "rb") as f:
             lost = json.loads(f.read(4096))
-        return f"rank {int(lost['rank'])} was killed by {str(lost['signal'])[:20]}"
+        killed = f"was killed by {str(lost['signal'])[:20]}"
+        return f"rank {int(lost['rank'])} {killed}" if "rank" in lost else f"its process {killed}"
     except (OSError, ValueError, KeyError, TypeError):
         return "its process ended without a result"
 

@@ -8,6 +8,8 @@ package never imports the module that ``python -m`` runs (runpy warns when it is
 
 from __future__ import annotations
 
+import signal
+
 
 def start_time(pid: int) -> str | None:
     """The kernel's start time of ``pid`` (``/proc/PID/stat`` field 22), or None if it is gone
@@ -42,3 +44,11 @@ def runs_in(pid: int, started: object, folder: str) -> bool:
         return False
     inside = folder.rstrip("/") + "/"
     return any(arg == folder or arg.startswith(inside) for arg in command_line(pid))
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9: the name of the signal that ended a process."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -30,6 +30,7 @@ import secrets
 import threading
 from typing import Any
 
+from marin.execution.remote.procs import signal_name
 from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus
 from marin.execution.vocabulary import JobState
 
@@ -56,8 +57,15 @@ def outcome_line(nonce: str, outcome: bytes) -> str:
     return f"{BEGIN}{nonce}>>>{base64.b64encode(outcome).decode()}{END}"
 
 
-_KILLED = re.compile(r"exit code -\d+|node .* (?:died|was terminated)|worker died", re.I)
-"""What Ray says of a job whose entrypoint a signal killed, or whose node went away."""
+_KILLED = re.compile(r"exit code (?:-\d+|137)\b|node .* (?:died|was terminated)|worker died", re.I)
+"""What Ray says of a job whose entrypoint a signal killed (``-9``; ``137`` where a shell ran
+it: 128 + SIGKILL, an out-of-memory kill), or whose node went away."""
+
+
+def _by(message: str) -> str:
+    """`` (SIGKILL)`` when Ray's message gives the exit code of a signal (``-9``, ``137``)."""
+    code = re.search(r"exit code (-\d{1,2}|137)\b", message)
+    return f" ({signal_name(abs(int(code.group(1))) % 128)})" if code else ""
 
 
 def _lost(outcome: bytes) -> JobStatus | None:
@@ -139,8 +147,8 @@ class RayBackend:
             message = str(info.message or "").split(", last available logs", 1)[0]
             message = " ".join(message.split())[:300]
             lost = _KILLED.search(message)  # killed by a signal: lost, not failed
-            return JobStatus(JobState.LOST if lost else JobState.FAILED,
-                             detail=f"Ray job {state}: {message}".strip(": "))  # fmt: skip
+            detail = f"Ray job {state}: {message}".strip(": ") + _by(message)
+            return JobStatus(JobState.LOST if lost else JobState.FAILED, detail=detail)
         expected = (info.metadata or {}).get(NONCE_KEY, "")
         text = self._tail(handle.job_id, info, 64, OUTCOME_MAX_BYTES)
         for found in reversed(list(_OUTCOME.finditer(text))):
