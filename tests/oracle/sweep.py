@@ -25,21 +25,20 @@ def run_sweep(module, prefix, idx, wanted, step, on_drift, on_code_drift, codex)
     from marin.execution.run.runner import StepRunner
 
     base, fn = getattr(module, f"s{idx}"), getattr(module, f"f_s{idx}")
-    options = {}
+    step_options = {}
     if step["remote"]:
-        options["remote"] = "local"
+        step_options["remote"] = "local"
     if step["resumable"]:
-        options["resumable"] = True
+        step_options["resumable"] = True
 
     def handles():
         yield from module.pipeline
         for k, version in wanted:
             cfg = {"k": k, "note": step["note"]}
             handle = apply(f"o/s{idx}", fn, version=version, out=OUT, cfg=cfg, ins=list(base.deps))
-            yield handle.with_options(**options) if options else handle
+            yield handle.with_options(**step_options) if step_options else handle
 
-    options = RunOptions(on_drift=on_drift, on_code_drift=on_code_drift)
-    runner = StepRunner(options, prefix=prefix)
+    runner = StepRunner(RunOptions(on_drift=on_drift, on_code_drift=on_code_drift), prefix=prefix)
     scope = build_context(VersionCodex(*codex)) if codex else contextlib.nullcontext()
     with scope:
         return runner.run(handles())
