@@ -119,6 +119,26 @@ def test_from_id_of_an_unknown_or_untrusted_manifest_is_a_clear_error(prefix: st
             Artifact.from_id(bad, prefix=prefix)
 
 
+def test_from_id_serves_the_steps_record_never_an_edited_copy_in_the_manifest(
+    prefix: str,
+) -> None:
+    """Red team round 3, finding 7: the manifest's copy of the record is untrusted."""
+    run(scratch(), prefix=prefix)
+    location = open_prefix(prefix)
+    manifest = register(location, "gc/raw/v1", RegistryId.parse("exp/raw/v1"), "me@h")
+    data = json.loads(manifest.to_bytes())
+    data["record"]["result"] = {"accuracy": 0.99}
+    data["record"]["config"] = {**data["record"].get("config", {}), "planted": True}
+    path = location.path(f"{REGISTRY_FOLDER}/exp/raw/v1.json")
+    location.fs.rm_file(path)
+    _plant(location, f"{REGISTRY_FOLDER}/exp/raw/v1.json", json.dumps(data).encode())
+    served = Artifact.from_id("exp/raw/v1", prefix=prefix)
+    stored = read_record(location, "gc/raw/v1")
+    assert stored is not None and served.record == stored
+    assert served.result == stored.result != {"accuracy": 0.99}
+    assert "planted" not in served.record.config
+
+
 def test_marin_register_on_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

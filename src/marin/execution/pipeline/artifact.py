@@ -77,9 +77,9 @@ class Artifact:
     ) -> Any:
         """The build registered as ``id`` (``"ns/name/tag"``, or Marin's ``("ns/name",
         "tag")``) under ``prefix`` (default ``$MARIN_PREFIX``), resolved with two reads: its
-        manifest, which holds the record as registered, and the step's record, which must
-        still name that build (a rebuild in place or a deletion is refused, never served
-        with the registered record). With a typed ``artifact_type`` (``JsonArtifact``
+        manifest, which names the step and build, and the step's record, which must still
+        name that build (a rebuild in place or a deletion is refused) and is what is served
+        (an edited copy in the manifest never is). With a typed ``artifact_type`` (``JsonArtifact``
         subclass, ``Dataset``, ...) the typed value, else an ``Artifact``.
 
         Raises:
@@ -96,8 +96,8 @@ class Artifact:
         reg_id = RegistryId.parse(id, version)
         location = open_prefix(prefix)
         manifest = lookup(location, reg_id)
-        check_stored(location, manifest)
-        artifact = cls(None, manifest.url(location), manifest.record)
+        record = check_stored(location, manifest)  # the step's record, not the manifest's copy
+        artifact = cls(None, manifest.url(location), record)
         if isinstance(artifact_type, type) and issubclass(artifact_type, TypedArtifact):
             return artifact_type.of(artifact)
         return artifact

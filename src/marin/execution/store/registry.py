@@ -3,8 +3,8 @@
 ``marin register NAME@VERSION --id ns/name/tag`` writes one manifest per id under the prefix, at
 ``<prefix>/registry.marin/<ns>/<name>/<tag>.json`` (a folder no step can take: a name segment
 ending in ``.marin`` is reserved). The manifest holds the build's record as it was registered
-(its ``build_id``, fingerprint, config, result and inputs), so ``Artifact.from_id`` resolves an
-id with one read, plus the step's record (``check_stored``: still that build?), and ``marin gc``
+(its ``build_id``, fingerprint, config, result and inputs); ``Artifact.from_id`` resolves an
+id with it and serves the step's own record (``check_stored``: still that build?), and ``marin gc``
 keeps the build and everything it was made from.
 
 A manifest is created only if none is there, atomically on every backend that can: a temporary
@@ -351,10 +351,11 @@ def lookup(location: Location, reg_id: RegistryId) -> Manifest:
         ) from None
 
 
-def check_stored(location: Location, manifest: Manifest) -> None:
-    """Refuse a manifest whose build is no longer the one stored at its path: one more read
-    (the step's record). A registered id never serves a record of one build with another
-    build's data.
+def check_stored(location: Location, manifest: Manifest) -> ArtifactRecord:
+    """The step's record of the registered build (one more read), which is what is served:
+    the manifest's own copy of the record is untrusted (anyone who can write the prefix can
+    edit it), and a build id names one build. A registered id never serves a record of one
+    build with another build's data.
 
     Raises:
         RegisteredBuildGoneError: the path holds another build, or none.
@@ -362,7 +363,7 @@ def check_stored(location: Location, manifest: Manifest) -> None:
     """
     found = read_record(location, manifest.output_path)
     if found is not None and found.build_id == manifest.build_id:
-        return
+        return found
     where = location.url_for(manifest.output_path)
     now = (
         f"{where} now holds build {found.build_id} (rebuilt in place: --force, or a drift "
