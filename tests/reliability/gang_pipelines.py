@@ -39,6 +39,7 @@ def all_reduce(out_path: str) -> dict[str, object]:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(initialization_timeout=120)
     ctx = current_context()
+    print(f"rank {ctx.rank} of {ctx.world_size} met", flush=True)  # `marin logs --rank` reads it
     _started("gang/jax")
     if os.environ.get("MARIN_TEST_GATE"):
         wait_for_file(os.environ["MARIN_TEST_GATE"], timeout=120)

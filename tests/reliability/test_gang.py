@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -92,6 +93,36 @@ def test_a_jax_gang_all_reduces_and_commits_once(tmp_path: Path) -> None:
     log = (Path(prefix) / "gang/jax/v1.marin/log.txt").read_text()
     assert all(f"[rank {rank}]" in log for rank in range(3))
     assert job_folders(prefix) == []  # committed: the job's files (ranks' too) are gone
+    host = socket.gethostname()
+    ranks = [{"rank": k, "host": host, "state": "returned"} for k in range(3)]
+    assert record.provenance["job"]["ranks"] == ranks  # the record keeps each rank's end
+    shown = _show(prefix, env)
+    assert f"ranks        0 returned on {host}, 1 returned on {host}, 2 returned on" in shown
+    assert "marin logs gang/jax@v1 --rank N" in shown
+    assert_rank_log(prefix, env, 1)
+
+
+def assert_rank_log(prefix: str, env: dict[str, str], rank: int) -> None:
+    """``marin logs --rank K`` prints rank K's lines alone, unlabelled; a rank the gang does
+    not have is an error."""
+    mine = rank_log(prefix, env, rank)
+    assert f"rank {rank} of 3 met" in mine.splitlines(), mine
+    assert not any(f"rank {k} of 3 met" in mine for k in range(3) if k != rank), mine
+    assert "[rank " not in mine
+    done = subprocess.run(
+        [sys.executable, "-m", "marin.cli", "logs", "gang/jax", "--prefix", prefix, "--rank", "7"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1 and "no line of rank 7" in done.stderr, done.stderr
+
+
+def rank_log(prefix: str, env: dict[str, str], rank: int) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "marin.cli", "logs", "gang/jax", "--prefix", prefix, "--rank",
+         str(rank)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_a_killed_rank_ends_every_rank_and_the_gang_is_resubmitted_once(tmp_path: Path) -> None:
@@ -111,6 +142,9 @@ def test_a_killed_rank_ends_every_rank_and_the_gang_is_resubmitted_once(tmp_path
                                                               (2, "running")]  # fmt: skip
     text = gang_plan(prefix, env)
     assert "after 1 preemption; ranks: 0 running on " in text, text
+    running = _show(prefix, env, built=False)  # not built: its job's ranks, each rank's log on its own
+    assert "ranks        0 running on " in running and "2 running on " in running, running
+    assert "rank 2 of 3 met" in rank_log(prefix, env, 2)
     (tmp_path / "gate").touch()
     out, _ = proc.communicate(timeout=300)
     err = (tmp_path / "err").read_text()
@@ -124,8 +158,8 @@ def test_a_killed_rank_ends_every_rank_and_the_gang_is_resubmitted_once(tmp_path
     assert "preemptions  1" in _show(prefix, env)
 
 
-def _show(prefix: str, env: dict[str, str]) -> str:
-    return marin_cli("show", "", f"{prefix}/{JAX}", env)
+def _show(prefix: str, env: dict[str, str], built: bool = True) -> str:
+    return marin_cli("show", "", f"{prefix}/{JAX}", env, ok=built)
 
 
 def test_cancelling_a_gang_ends_every_rank(

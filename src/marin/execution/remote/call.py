@@ -62,6 +62,7 @@ from marin.execution.remote.local import jobs_root_path
 from marin.execution.remote.poller import POLLER, Watch
 from marin.execution.remote.protocol import JobSpec, JobStatus, RemoteBackend, job_owner
 from marin.execution.remote.registry import get_backend
+from marin.execution.remote.view import job_ranks
 from marin.execution.remote.wait import JobRunning
 from marin.execution.store.identity import Recipe, claim_of, judge_claim
 from marin.execution.store.location import Location, with_retries
@@ -102,6 +103,8 @@ class RemoteBuild:
     """Told each job this attempt submits or reattaches to (its ``attempt.json`` names it)."""
     job: JobRecord | None = field(default=None)
     """The job that ran ``fn``, once known: the record names it."""
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    """A gang's ranks as its job ended (host and state of each): the record keeps them."""
     on_lines: Callable[[list[str]], None] | None = field(default=None)
     """Where the job's output goes while it runs (the step's log and the terminal), from
     any thread; None: only its tail, once it ended."""
@@ -390,6 +393,8 @@ class _RemoteCall:
         error as text; the log tail goes into the step's log either way."""
         build, status = self.build, watch.status
         assert status is not None
+        if self.remote.ranks > 1:  # before its files go: `marin show` lists them
+            build.ranks = job_ranks(job)
         tail = self.backend.logs(job.handle, LOG_TAIL_LINES)
         followed = watch.follow is not None and watch.follow.finished
         if tail and not followed:  # a followed job's output is in the log already

@@ -8,7 +8,7 @@ does not fit holds nothing while it waits). Then N actors, one in each bundle, e
 than by returning ends every rank (the subprocesses, then the actors); a rank killed by a signal,
 or whose actor or node died, makes the job lost. What ``run_gang`` returns is the job's outcome:
 rank 0's once every rank returned, a failed rank's, or the lost marker (``gang_rules``). Ranks'
-output reaches the job's log through Ray's log forwarding (prefixed with the actor's name).
+output reaches the job's log through Ray's log forwarding, each line labelled ``[rank K]``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from typing import Any
+from typing import IO, Any
 
 from marin.execution.remote.gang_rules import EXIT_GRACE_S, free_port, judge_rank, rank_env
 
@@ -56,8 +57,12 @@ class GangRank:
                 [sys.executable, "-P", "-m", CHILD_MODULE, call_path, result],
                 env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
                 stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
                 preexec_fn=_own_group_dying_with_actor,
             )
+            labeller = threading.Thread(target=_label, args=(self.proc.stdout, rank), daemon=True)
+            labeller.start()
             returned: float | None = None
             while self.proc.poll() is None:
                 outcome = _read(result)
@@ -70,6 +75,7 @@ class GangRank:
                 time.sleep(0.05)
             code = self.proc.poll()
             self.stop()
+            labeller.join(timeout=5)  # a helper the rank started may hold its pipe: not forever
             return code, _read(result)
 
     def stop(self) -> None:
@@ -79,6 +85,14 @@ class GangRank:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def _label(source: IO[bytes] | None, rank: int) -> None:
+    """A rank's output, each line labelled ``[rank K]`` (``marin logs --rank K`` reads it
+    back), into the actor's stdout, which Ray forwards to the job's log."""
+    for line in iter(source.readline, b"") if source is not None else ():
+        sys.stdout.buffer.write(b"[rank %d] " % rank + line)
+        sys.stdout.flush()
 
 
 def _own_group_dying_with_actor() -> None:
