@@ -21,6 +21,7 @@ from marin.execution.remote.procs import start_time
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
 from marin.execution.store.step_folder import read_job
+from marin.execution.vocabulary import RankPlacement
 from tests.reliability.conftest import REPO
 from tests.reliability.gang_pipelines import all_reduce
 from tests.reliability.test_remote import job_folders, marin_cli, setup, wait_for_text
@@ -261,6 +262,11 @@ def test_each_rank_sees_its_own_gpus_and_one_master(tmp_path: Path) -> None:
         ({"ranks": 3}, "ranks=3 without remote"),
         ({"remote": "local", "max_preemptions": -1}, "max_preemptions=-1"),
         ({"max_preemptions": 2}, "max_preemptions=2 without remote"),
+        ({"remote": "ray", "ranks": 3, "rank_placement": "sideways"}, "rank_placement='sideways'"),
+        ({"remote": "ray", "ranks": 3, "rank_placement": 1}, "rank_placement=1"),
+        ({"remote": "ray", "rank_placement": "spread"}, "rank_placement='spread' without ranks"),
+        ({"remote": "local", "ranks": 3, "rank_placement": "strict_spread"},
+         "rank_placement='strict_spread' with remote='local'"),
     ],
 )
 def test_gang_options_are_checked_once_naming_step_field_and_fix(
@@ -270,4 +276,14 @@ def test_gang_options_are_checked_once_naming_step_field_and_fix(
         lower([apply("gang/bad", all_reduce, version="v1", out_path=OUT).with_options(**options)])
     message = str(caught.value)
     assert field in message and "gang/bad@v1" in message
-    assert "use " in message or "add remote=" in message
+    assert "use " in message or "add remote=" in message or "add ranks=" in message
+
+
+def test_a_rank_placement_reaches_the_job_and_local_may_spread() -> None:
+    """``rank_placement`` is typed once at lowering; the default is Ray's ``pack``; a
+    ``spread`` (a preference) gang runs on ``local`` too."""
+    step = apply("gang/p", all_reduce, version="v1", out_path=OUT)
+    (default,) = lower([step.with_options(remote="ray", ranks=2)])
+    (spread,) = lower([step.with_options(remote="local", ranks=2, rank_placement="spread")])
+    assert default.run.rank_placement is RankPlacement.PACK
+    assert spread.run.rank_placement is RankPlacement.SPREAD

@@ -943,8 +943,7 @@ def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRec
     code = held.recipe.code
     if held.remote is not None and held.remote.job is not None:
         provenance["job"] = held.remote.job.to_json(code=False)  # which job built it
-        if held.remote.ranks:
-            provenance["job"]["ranks"] = held.remote.ranks  # a gang's: host, state of each
+        provenance["job"].update(held.remote.gang)  # a gang's ranks: host, state of each
         code = held.remote.job.code  # the code it ran (other, reattached under warn: drift)
     if held.attempt is not None and held.attempt.resumed:
         code = mixed_digest(held.attempt.code, code)  # resumed across a code change: both

@@ -25,10 +25,9 @@ import time
 from typing import IO, Any
 
 from marin.execution.remote.gang_rules import EXIT_GRACE_S, free_port, judge_rank, rank_env
+from marin.execution.vocabulary import RankPlacement
 
 CHILD_MODULE = "marin.execution.pipeline.isolated_child"
-STRATEGY = "PACK"
-"""Ray's default: as few nodes as fit (choosing ``SPREAD`` is not an option yet)."""
 
 
 class GangRank:
@@ -113,8 +112,9 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def run_gang(call: bytes, size: int, gpus: int) -> bytes:
-    """Reserve the gang's placement group, run its ranks, and return the job's outcome."""
+def run_gang(call: bytes, size: int, gpus: int, placement: str) -> bytes:
+    """Reserve the gang's placement group (``placement``: a ``RankPlacement``, Ray's strategy
+    in lower case), run its ranks, and return the job's outcome."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -122,9 +122,11 @@ def run_gang(call: bytes, size: int, gpus: int) -> bytes:
     ray.init()
     bundle = {"CPU": 1.0, **({"GPU": float(gpus)} if gpus else {})}
     began = time.monotonic()
-    group = placement_group([bundle] * size, strategy=STRATEGY)
+    group = placement_group([bundle] * size, strategy=RankPlacement(placement).name)
     ray.get(group.ready())  # every bundle, or none: no rank starts before
-    print(f"gang of {size}: placement group reserved in {time.monotonic() - began:.2f}s")
+    strategy = ray.util.placement_group_table(group).get("strategy", "?")  # as Ray holds it
+    print(f"gang of {size}: placement group reserved in {time.monotonic() - began:.2f}s "
+          f"({strategy})")  # fmt: skip
     actor = ray.remote(GangRank)
     bundles = [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k)
                for k in range(size)]  # fmt: skip
@@ -137,6 +139,7 @@ def run_gang(call: bytes, size: int, gpus: int) -> bytes:
     where = ray.get([r.where.remote() for r in ranks])
     host, ports = where[0][1], where[0][2]
     nodes = [node for node, _, _ in where]
+    print(f"gang of {size}: ranks on nodes " + ", ".join(n[:12] for n in nodes))
     runs = [
         r.run.remote(call, rank_env(k, size, host, ports, nodes[:k].count(nodes[k])), k)
         for k, r in enumerate(ranks)
