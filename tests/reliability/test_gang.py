@@ -181,6 +181,33 @@ def test_cancelling_a_gang_ends_every_rank(
     assert read_record(open_prefix(prefix), JAX) is None
 
 
+def test_a_lost_lease_cancels_every_rank_of_the_gang(tmp_path: Path) -> None:
+    """Driver A stalls (heartbeat paused) until B takes its lease over and reattaches to A's
+    gang; A wakes, finds its lease lost and cancels the gang: all three ranks end. B sees the
+    job stopped, submits one new gang and commits it; A commits nothing."""
+    prefix, env = setup(tmp_path, MARIN_LEASE_TTL="1")
+    resume = tmp_path / "resume"
+    a = gang_run("jax_gang", prefix, {**env, "MARIN_FAULT_PAUSE_HEARTBEAT": f"until:{resume}"},
+                 tmp_path / "a.err")  # fmt: skip
+    first = rank_starts(tmp_path, 3)
+    job = read_job(open_prefix(prefix), JAX)
+    assert job is not None
+    b = gang_run("jax_gang", prefix, env, tmp_path / "b.err")
+    wait_for_text(tmp_path / "b.err", f"reattach gang/jax@v1: local job {job.job_id}", 120)
+    resume.touch()
+    wait_gone(first)  # A cancelled the gang: every rank, not only the supervisor
+    second = rank_starts(tmp_path, 6)[3:]
+    assert not set(second) & set(first)
+    (tmp_path / "gate").touch()
+    assert b.wait(timeout=300) == 0, (tmp_path / "b.err").read_text()
+    a.wait(timeout=120)
+    assert "lost the lease while local job" in (tmp_path / "a.err").read_text()
+    record = read_record(open_prefix(prefix), JAX)
+    assert record is not None and record.result["sum"] == 6.0
+    assert record.provenance["job"]["job_id"] != job.job_id
+    assert len((tmp_path / "calls").read_text().splitlines()) == 6  # two gangs, never three
+
+
 def test_a_rank_that_raises_fails_the_attempt_and_retries_count_it(tmp_path: Path) -> None:
     """Rank 1's ``fn`` raises: the gang fails as one (every rank ends) and ``retries=1``
     submits one new gang, which builds; no preemption is counted."""
