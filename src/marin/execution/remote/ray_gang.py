@@ -131,10 +131,14 @@ def run_gang(call: bytes, size: int, gpus: int, placement: str) -> bytes:
     bundles = [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k)
                for k in range(size)]  # fmt: skip
     ranks: list[Any] = [
-        actor.options(  # max_concurrency: ``run`` and ``stop`` at once
-            num_cpus=1, num_gpus=gpus, max_concurrency=2, scheduling_strategy=bundle
+        actor.options(  # max_concurrency: ``run`` and ``stop`` at once; named: ``ranks()``
+            num_cpus=1,
+            num_gpus=gpus,
+            max_concurrency=2,
+            scheduling_strategy=bundle,
+            name=f"rank-{k}",
         ).remote()
-        for bundle in bundles
+        for k, bundle in enumerate(bundles)
     ]
     where = ray.get([r.where.remote() for r in ranks])
     host, ports = where[0][1], where[0][2]
