@@ -4,12 +4,16 @@
 ``units_step`` runs ``units`` units of ``$MARIN_BENCH_UNIT_S`` seconds on every rank; each rank
 appends ``<rank> <unit> <time>`` to ``$MARIN_BENCH_UNITS`` after a unit, and rank 0 then
 publishes the next unit as its checkpoint (when the step is resumable). Each rank appends
-``<gang start> <rank> <pid> <time>`` to ``$MARIN_BENCH_STARTS`` when it starts.
+``<rank> <pid> <time>`` to ``$MARIN_BENCH_STARTS`` when it starts.
+
+``python benchmarks/gang_jobs.py plain`` is the same job with no Marin and no checkpoint (one
+process, rank 0, from unit 0): what ``gang_baselines.py`` runs as an engine's retried task.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from marin.execution.lazy import OUT, apply
@@ -52,3 +56,16 @@ def _gang(name: str, resumable: bool, remote: str = "local") -> list:
 resumable = _gang("gang/resumable", True)
 restart = _gang("gang/restart", False)
 on_ray = _gang("gang/ray", False, "ray")
+
+
+def plain_units() -> None:
+    """``units_step`` of rank 0 with no context and no checkpoint: every start is from 0."""
+    env = os.environ
+    _append(env["MARIN_BENCH_STARTS"], f"0 {os.getpid()} {time.time():.3f}")
+    for unit in range(UNITS):
+        time.sleep(float(env.get("MARIN_BENCH_UNIT_S", "1")))
+        _append(env["MARIN_BENCH_UNITS"], f"0 {unit} {time.time():.3f}")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["plain"]:
+    plain_units()

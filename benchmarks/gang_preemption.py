@@ -7,11 +7,12 @@ SIGKILLed on a seeded schedule, resumable against restarting from zero.
 Both gangs run once each through ``marin run`` (no human action) on the same kill schedule:
 after ``gap`` units of the running gang (rank 0's, seeded around ``--every``), one rank (seeded)
 gets SIGKILL. ``resumable`` is ``with_options(resumable=True)``: each resubmission resumes from
-rank 0's checkpoint. ``restart`` starts from zero each time, as a retried Airflow or Prefect
-task does (it is measured here as a Marin gang without ``resumable``, not on those engines).
+rank 0's checkpoint. ``restart`` is a Marin gang without ``resumable``: from zero each time.
+``--engines`` adds the real baselines: the same job as one plain Airflow task and one Prefect
+task, each retried by its engine (``gang_baselines.py``), killed on the same schedule.
 Printed as JSON: units executed / needed (rank 0's), preemptions the build survived (from
-``run --json``), records committed, wall time, and each gang's start spread (its first rank's
-start to its last's).
+``run --json``) or the engine's retries, records committed, wall time (an engine's includes
+its start-up), and each attempt's start spread (its first rank's start to its last's).
 """
 
 from __future__ import annotations
@@ -68,55 +69,88 @@ class Killer(threading.Thread):
             gang += 1
 
 
+def _measure(
+    command: list[str], env: dict[str, str], gaps: list[int], ranks: int, seed: int
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run ``command`` under the kill schedule: its result, and units executed (rank 0's),
+    kills, wall time and each attempt's start spread."""
+    files = Path(env["MARIN_BENCH_STARTS"]).parent  # the run's folder, or a Ray cluster's
+    killer = Killer(files, gaps, ranks, seed)
+    killer.start()
+    began = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=3600)  # fmt: skip
+    wall = time.monotonic() - began
+    killer.done.set()
+    starts = _lines(files / "starts")
+    times = [[float(s[2]) for s in starts[i : i + ranks]] for i in range(0, len(starts), ranks)]
+    units = int(env["MARIN_BENCH_UNITS_N"])
+    executed = sum(1 for u in _lines(files / "units") if u[0] == "0")
+    spread = [max(t) - min(t) for t in times] if ranks > 1 else []  # a gang's ranks' starts
+    return done, {
+        "units_needed": units,
+        "units_executed": executed,
+        "executed_over_needed": round(executed / units, 3),
+        "kills": killer.kills,
+        "attempts": len(times),
+        "wall_s": round(wall, 2),
+        **({"start_spread_ms_median": round(statistics.median(spread) * 1e3, 1)} if spread else {}),
+    }
+
+
+def _bench_env(tmp: Path, units: int, unit_s: float, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+        "MARIN_LOCAL_JOBS": str(tmp / "jobs"),
+        "MARIN_REMOTE_POLL_MAX_S": "0.2",
+        "MARIN_BENCH_UNITS": str(tmp / "units"),
+        "MARIN_BENCH_STARTS": str(tmp / "starts"),
+        "MARIN_BENCH_UNIT_S": str(unit_s),
+        "MARIN_BENCH_UNITS_N": str(units),
+        **extra,
+    }
+
+
 def run_one(
     target: str, units: int, unit_s: float, gaps: list[int], seed: int, **extra: str
 ) -> dict[str, Any]:
     """One ``marin run`` of ``benchmarks/gang_jobs.py:target`` under the kill schedule."""
     with tempfile.TemporaryDirectory(prefix="marin-gang-bench-") as name:
         tmp = Path(name)
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
-            "MARIN_LOCAL_JOBS": str(tmp / "jobs"),
-            "MARIN_REMOTE_POLL_MAX_S": "0.2",
-            "MARIN_BENCH_UNITS": str(tmp / "units"),
-            "MARIN_BENCH_STARTS": str(tmp / "starts"),
-            "MARIN_BENCH_UNIT_S": str(unit_s),
-            "MARIN_BENCH_UNITS_N": str(units),
-            **extra,
-        }
-        units_file, starts_file = Path(env["MARIN_BENCH_UNITS"]), Path(env["MARIN_BENCH_STARTS"])
-        killer = Killer(tmp, gaps, 3, seed)
-        killer.start()
-        began = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "marin.cli", "run", f"benchmarks/gang_jobs.py:{target}",
-             "--prefix", str(tmp / "prefix"), "--json"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600,
-        )  # fmt: skip
-        wall = time.monotonic() - began
-        killer.done.set()
+        env = _bench_env(tmp, units, unit_s, **extra)
+        command = [sys.executable, "-m", "marin.cli", "run", f"benchmarks/gang_jobs.py:{target}",
+                   "--prefix", str(tmp / "prefix"), "--json"]  # fmt: skip
+        done, measured = _measure(command, env, gaps, 3, seed)
         if done.returncode != 0:
             raise RuntimeError(f"marin run {target} failed: {done.stderr[-2000:]}")
         step = json.loads(done.stdout)["steps"][0]
-        executed = sum(1 for u in _lines(units_file) if u[0] == "0")
-        starts = _lines(starts_file)
-        times = [[float(s[2]) for s in starts[i : i + 3]] for i in range(0, len(starts) - 2, 3)]
-        spreads = [max(gang) - min(gang) for gang in times]
-        records = list((tmp / "prefix").rglob("*.marin/record.json"))
         log = next((tmp / "prefix").rglob("*.marin/log.txt")).read_text()
         placed = re.search(r"placement group reserved in ([0-9.]+)s", log)
         return {
             **({"placement_s": float(placed.group(1))} if placed else {}),
-            "units_needed": units,
-            "units_executed": executed,
-            "executed_over_needed": round(executed / units, 3),
-            "kills": killer.kills,
+            **measured,
             "preemptions": step["job"]["preemptions"],
-            "records": len(records),
-            "wall_s": round(wall, 2),
-            "start_spread_ms_median": round(statistics.median(spreads) * 1000, 1),
+            "records": len(list((tmp / "prefix").rglob("*.marin/record.json"))),
         }
+
+
+def run_engine(
+    engine: str, units: int, unit_s: float, gaps: list[int], seed: int
+) -> dict[str, Any]:
+    """The same job as one plain task that ``engine`` (airflow, prefect) retries on its own,
+    under the same kill schedule (``gang_baselines.py``); each retry starts from unit 0."""
+    import gang_baselines
+
+    with tempfile.TemporaryDirectory(prefix=f"marin-gang-{engine}-") as name:
+        tmp = Path(name)
+        env = _bench_env(tmp, units, unit_s)
+        make = getattr(gang_baselines, f"{engine}_command")
+        command, env = make(tmp, env)
+        done, measured = _measure(command, env, gaps, 1, seed)
+        if done.returncode != 0:
+            raise RuntimeError(f"{engine} failed: {(done.stdout + done.stderr)[-2000:]}")
+        return {**measured, "engine_retries": measured["attempts"] - 1}
 
 
 def _on_ray(unit_s: float, seed: int) -> dict[str, Any]:
@@ -135,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="12 units of 0.3 s, a kill ~3")
     parser.add_argument("--seed", type=int, default=56)
+    parser.add_argument("--engines", action="store_true",
+                        help="also the job as one plain task retried by Airflow (airflow dags "
+                        "test) and by Prefect (a task with retries): each retry from zero")
     parser.add_argument("--ray", action="store_true",
                         help="also a gang of 1 unit on a 3-node loopback Ray cluster: its "
                         "placement time and start spread")  # fmt: skip
@@ -145,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     results = {"seed": args.seed, "kill_after_units": gaps}
     for target in ("resumable", "restart"):
         results[target] = run_one(target, units, unit_s, gaps, args.seed)
+    if args.engines:
+        for engine in ("airflow", "prefect"):
+            results[f"{engine}_retry"] = run_engine(engine, units, unit_s, gaps, args.seed)
     if args.ray:
         results["ray"] = _on_ray(unit_s, args.seed)
     print(json.dumps(results, indent=2))

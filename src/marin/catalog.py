@@ -135,11 +135,36 @@ def job_text(record: ArtifactRecord) -> str:
     return f"{backend} job {job_id} (submitted {at})"
 
 
+def _job_of(record: ArtifactRecord) -> dict[str, Any]:
+    """The job that built the record, as its provenance says ({} if none, or not a mapping)."""
+    job = (record.provenance or {}).get("job")
+    return job if isinstance(job, dict) else {}
+
+
 def preemptions(record: ArtifactRecord) -> int:
     """How many preemptions (lost jobs, submitted again) the build survived; 0 if none."""
-    job = (record.provenance or {}).get("job")
-    found = job.get("preemptions") if isinstance(job, dict) else None
+    found = _job_of(record).get("preemptions")
     return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else 0
+
+
+def ranks_text(ranks: Any) -> str:
+    """A gang's ranks in one line: ``0 returned on host-a, 1 running on host-b``; "" for
+    none. Stored JSON and backends' listings are untrusted: only well-formed entries, cut."""
+    shown = []
+    for entry in ranks[:1000] if isinstance(ranks, list) else []:
+        rank = entry.get("rank") if isinstance(entry, dict) else None
+        if isinstance(rank, int) and not isinstance(rank, bool):
+            state, host = (str(entry.get(k, "?"))[:40] for k in ("state", "host"))
+            shown.append(f"{rank} {state} on {host}")
+    return ", ".join(shown)
+
+
+def _rank_lines(step: str, ranks: Any) -> list[str]:
+    """``marin show``'s lines on a gang's ranks, and how to read one rank's log."""
+    text = ranks_text(ranks)
+    if not text:
+        return []
+    return [f"  ranks        {text}", f"  rank log     marin logs {step} --rank N"]
 
 
 # --- ls ------------------------------------------------------------------------------------------
@@ -386,10 +411,13 @@ def _job_lines(location: Location, output_path: str) -> list[str]:
         return [f"  job          {exc.what}"]
     if found is None:
         return []
+    from marin.execution.remote.view import job_ranks
+
     where = found_log(found)
     return [
         f"  job          {found.describe()}",
         *([f"  job log      {where}"] if where else []),
+        *_rank_lines(step, job_ranks(found.job)),
         f"  follow       marin logs {step} -f; stop: marin cancel {step}",
     ]
 
@@ -654,6 +682,7 @@ def _built_lines(
         f"  engine       {engine_text(record)}",
         *([f"  job          {job_text(record)}"] if job_text(record) else []),
         *([f"  preemptions  {n} (lost jobs resubmitted)"] if (n := preemptions(record)) else []),
+        *_rank_lines(record.step_id, _job_of(record).get("ranks")),
         f"  git          {git}",
         f"  time         {prov.get('time', '-')}",
         f"  argv         {' '.join(str(a) for a in prov.get('argv', [])) or '-'}",

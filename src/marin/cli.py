@@ -406,26 +406,47 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from marin.catalog import resolve_show_target
     from marin.execution.store.records import read_record
     from marin.execution.vocabulary import JobState
-    from marin.step_jobs import follow_job_log, follow_step_log, step_job
+    from marin.step_jobs import RANK_LOG_LINES, RankLines, follow_job_log, follow_step_log, step_job
 
     location, output_path = resolve_show_target(args.step, args.prefix)
     step = "@".join(output_path.rsplit("/", 1))
     found = step_job(location, output_path, step)
     if found is not None and found.state != JobState.RUNNING and _has_log(location, output_path):
         found = None  # an ended job whose driver copied its log: the step's log has it all
+    kept: list[str] = []  # one rank's lines, of which the last are shown (not following)
+    write: Any = _write_out
+    if args.rank is not None:  # a gang's rank's lines alone: the whole log is read
+        write = RankLines(args.rank, _write_out if args.follow else kept.append)
     if found is not None:  # its job's own log: a driver may be gone, the job never is
         print(safe_text(f"{step}: {found.describe()}"), file=sys.stderr)
         lines = args.lines if args.lines is not None else JOB_LOG_LINES
-        end = follow_job_log(found, _write_out, follow=args.follow, lines=lines)
+        end = follow_job_log(found, write, follow=args.follow,
+                             lines=RANK_LOG_LINES if args.rank is not None else lines)  # fmt: skip
         if args.follow:  # a collected job's folder may be gone already: the record tells
             built = "; the step is built" if read_record(location, output_path) else ""
             print(safe_text(f"{step}: {found.job.backend} job {found.job.job_id} ended "
                             f"({end}){built}"), file=sys.stderr)  # fmt: skip
-        return EXIT_OK
-    if follow_step_log(location, output_path, _write_out, follow=args.follow, lines=args.lines):
-        return EXIT_OK
+        return _rank_shown(args, step, write, kept, lines)
+    whole = None if args.rank is not None else args.lines
+    if follow_step_log(location, output_path, write, follow=args.follow, lines=whole):
+        return _rank_shown(args, step, write, kept, args.lines)
     print(safe_text(f"{step}: no log (the step printed and logged nothing, or never ran)"),
           file=sys.stderr)  # fmt: skip
+    return EXIT_FAILED
+
+
+def _rank_shown(args: argparse.Namespace, step: str, write: Any, kept: list[str],
+                lines: int | None) -> int:  # fmt: skip
+    """After ``marin logs --rank K`` read the log: its last ``lines`` lines of rank K, or
+    an error when the log has none of rank K's."""
+    if args.rank is None:
+        return EXIT_OK
+    for line in kept if lines is None else kept[-lines:] if lines else []:
+        _write_out(line)
+    if write.shown:
+        return EXIT_OK
+    print(safe_text(f"{step}: no line of rank {args.rank} in its log (a gang's ranks are "
+                    "0 to ranks-1; `marin show` lists them)"), file=sys.stderr)  # fmt: skip
     return EXIT_FAILED
 
 
@@ -546,6 +567,7 @@ exit codes: 0 unlocked (or no lease), 1 refused, 2 bad input.
 _EPILOG_LOGS = """example:
   marin logs linear/train@v1 --prefix /tmp/marin
   marin logs linear/train --prefix /tmp/marin -f   # until its job ends
+  marin logs linear/train --prefix /tmp/marin --rank 2   # a gang's rank 2 alone
 
 A remote step with a recorded job shows the job's own log (from its backend:
 a local job's file, Ray's job logs), also while it runs and after its driver
@@ -862,6 +884,13 @@ def _add_unlock_command(commands: Any) -> None:
     unlock.set_defaults(func=cmd_unlock)
 
 
+def _rank_number(text: str) -> int:
+    """``--rank K``: a whole number >= 0."""
+    if not text.isdigit() or len(text) > 9:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rank: use a whole number >= 0")
+    return int(text)
+
+
 def _add_logs_command(commands: Any) -> None:
     """``marin logs``: its options."""
     logs = commands.add_parser(
@@ -886,6 +915,13 @@ def _add_logs_command(commands: Any) -> None:
         default=None,
         metavar="N",
         help=f"only the last N lines (a job's: default {JOB_LOG_LINES})",
+    )
+    logs.add_argument(
+        "--rank",
+        type=_rank_number,
+        default=None,
+        metavar="K",
+        help="a gang step's rank K alone: its lines of the log, without their [rank K] label",
     )
     logs.set_defaults(func=_quiet_broken_pipe(cmd_logs))  # fmt: skip
 

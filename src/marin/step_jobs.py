@@ -10,6 +10,7 @@ releases its lease itself). What a job printed is shown with its control charact
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,12 @@ from marin.terminal_text import safe_text
 from marin.unlock import describe_lease
 
 FOLLOW_POLL_S = 0.5
+RANK_LOG_LINES = 1_000_000
+"""How many of a gang's log lines ``marin logs --rank`` reads to find one rank's last ones."""
+_COLOR = r"(?:(?:\\x1b|\x1b)\[[0-9;]*m)?"
+_RANK_LABEL = re.compile(_COLOR + r"(?:\([^)\n]{0,200}\)" + _COLOR + r" )?\[rank (\d{1,9})\] ")
+"""The label a gang puts on each line of rank K's output (``[rank K] ``), after Ray's
+``(GangRank pid=..., ip=...) `` (colored or not, escaped or not)."""
 
 
 class JobRefusedError(MarinError):
@@ -236,3 +243,19 @@ def running_job_notes(location: Location, output_path: str, step: str) -> list[s
             f"version) still runs: `marin cancel {other['step']}` stops it"
         )
     return notes
+
+
+class RankLines:
+    """``marin logs --rank K``: of a gang's log (written escaped, whole lines), only rank K's
+    lines, without their label, handed to ``write``. Labels are the gang's (a rank's own
+    output is labelled after them), so one rank's line never passes for another's."""
+
+    def __init__(self, rank: int, write: Callable[[str], None]) -> None:
+        self.rank, self.write, self.shown = rank, write, 0
+
+    def __call__(self, text: str) -> None:
+        for line in text.splitlines(keepends=True):
+            found = _RANK_LABEL.match(line)
+            if found is not None and int(found.group(1)) == self.rank:
+                self.shown += 1
+                self.write(line[found.end() :])

@@ -6,7 +6,8 @@ Controlled through environment variables, which the jobs and their ranks inherit
 - ``MARIN_TEST_FAIL``: a file; while it exists, rank 1 removes it and raises (the retry
   succeeds);
 - ``MARIN_TEST_BACKEND``: the gangs' backend (default ``local``);
-- ``MARIN_TEST_UNITS``: ``trained``'s number of units (default 6).
+- ``MARIN_TEST_UNITS``: ``trained``'s number of units (default 6);
+- ``MARIN_TEST_RANK_PLACEMENT``: ``jax_gang``'s ``rank_placement`` (default: none given).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def all_reduce(out_path: str) -> dict[str, object]:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(initialization_timeout=120)
     ctx = current_context()
+    print(f"rank {ctx.rank} of {ctx.world_size} met", flush=True)  # `marin logs --rank` reads it
     _started("gang/jax")
     if os.environ.get("MARIN_TEST_GATE"):
         wait_for_file(os.environ["MARIN_TEST_GATE"], timeout=120)
@@ -80,7 +82,13 @@ def train_units(units: int, out_path: str) -> dict[str, object]:
 
 jax_gang = [
     apply("gang/jax", all_reduce, version="v1", out_path=OUT).with_options(
-        remote=BACKEND, ranks=3, retries=int(os.environ.get("MARIN_TEST_RETRIES", "0"))
+        remote=BACKEND, ranks=3, retries=int(os.environ.get("MARIN_TEST_RETRIES", "0")),
+        rank_placement=os.environ.get("MARIN_TEST_RANK_PLACEMENT"),
+    )
+]
+fragile_gang = [  # no preemption allowed: a lost gang fails the step
+    apply("gang/fragile", all_reduce, version="v1", out_path=OUT).with_options(
+        remote=BACKEND, ranks=3, max_preemptions=0
     )
 ]
 _UNITS = int(os.environ.get("MARIN_TEST_UNITS", "6"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from marin.execution.remote.procs import start_time
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
 from marin.execution.store.step_folder import read_job
+from marin.execution.vocabulary import RankPlacement
 from tests.reliability.conftest import REPO
 from tests.reliability.gang_pipelines import all_reduce
 from tests.reliability.test_remote import job_folders, marin_cli, setup, wait_for_text
@@ -92,6 +94,36 @@ def test_a_jax_gang_all_reduces_and_commits_once(tmp_path: Path) -> None:
     log = (Path(prefix) / "gang/jax/v1.marin/log.txt").read_text()
     assert all(f"[rank {rank}]" in log for rank in range(3))
     assert job_folders(prefix) == []  # committed: the job's files (ranks' too) are gone
+    host = socket.gethostname()
+    ranks = [{"rank": k, "host": host, "state": "returned"} for k in range(3)]
+    assert record.provenance["job"]["ranks"] == ranks  # the record keeps each rank's end
+    shown = _show(prefix, env)
+    assert f"ranks        0 returned on {host}, 1 returned on {host}, 2 returned on" in shown
+    assert "marin logs gang/jax@v1 --rank N" in shown
+    assert_rank_log(prefix, env, 1)
+
+
+def assert_rank_log(prefix: str, env: dict[str, str], rank: int) -> None:
+    """``marin logs --rank K`` prints rank K's lines alone, unlabelled; a rank the gang does
+    not have is an error."""
+    mine = rank_log(prefix, env, rank)
+    assert f"rank {rank} of 3 met" in mine.splitlines(), mine
+    assert not any(f"rank {k} of 3 met" in mine for k in range(3) if k != rank), mine
+    assert "[rank " not in mine
+    done = subprocess.run(
+        [sys.executable, "-m", "marin.cli", "logs", "gang/jax", "--prefix", prefix, "--rank", "7"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1 and "no line of rank 7" in done.stderr, done.stderr
+
+
+def rank_log(prefix: str, env: dict[str, str], rank: int) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "marin.cli", "logs", "gang/jax", "--prefix", prefix, "--rank",
+         str(rank)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_a_killed_rank_ends_every_rank_and_the_gang_is_resubmitted_once(tmp_path: Path) -> None:
@@ -111,6 +143,9 @@ def test_a_killed_rank_ends_every_rank_and_the_gang_is_resubmitted_once(tmp_path
                                                               (2, "running")]  # fmt: skip
     text = gang_plan(prefix, env)
     assert "after 1 preemption; ranks: 0 running on " in text, text
+    running = _show(prefix, env, built=False)  # not built: its job's ranks, each rank's log on its own
+    assert "ranks        0 running on " in running and "2 running on " in running, running
+    assert "rank 2 of 3 met" in rank_log(prefix, env, 2)
     (tmp_path / "gate").touch()
     out, _ = proc.communicate(timeout=300)
     err = (tmp_path / "err").read_text()
@@ -124,8 +159,8 @@ def test_a_killed_rank_ends_every_rank_and_the_gang_is_resubmitted_once(tmp_path
     assert "preemptions  1" in _show(prefix, env)
 
 
-def _show(prefix: str, env: dict[str, str]) -> str:
-    return marin_cli("show", "", f"{prefix}/{JAX}", env)
+def _show(prefix: str, env: dict[str, str], built: bool = True) -> str:
+    return marin_cli("show", "", f"{prefix}/{JAX}", env, ok=built)
 
 
 def test_cancelling_a_gang_ends_every_rank(
@@ -144,6 +179,33 @@ def test_cancelling_a_gang_ends_every_rank(
     assert proc.wait(timeout=120) != 0
     assert "was stopped (cancelled)" in (tmp_path / "err").read_text()  # watch: no cause to fix
     assert read_record(open_prefix(prefix), JAX) is None
+
+
+def test_a_lost_lease_cancels_every_rank_of_the_gang(tmp_path: Path) -> None:
+    """Driver A stalls (heartbeat paused) until B takes its lease over and reattaches to A's
+    gang; A wakes, finds its lease lost and cancels the gang: all three ranks end. B sees the
+    job stopped, submits one new gang and commits it; A commits nothing."""
+    prefix, env = setup(tmp_path, MARIN_LEASE_TTL="1")
+    resume = tmp_path / "resume"
+    a = gang_run("jax_gang", prefix, {**env, "MARIN_FAULT_PAUSE_HEARTBEAT": f"until:{resume}"},
+                 tmp_path / "a.err")  # fmt: skip
+    first = rank_starts(tmp_path, 3)
+    job = read_job(open_prefix(prefix), JAX)
+    assert job is not None
+    b = gang_run("jax_gang", prefix, env, tmp_path / "b.err")
+    wait_for_text(tmp_path / "b.err", f"reattach gang/jax@v1: local job {job.job_id}", 120)
+    resume.touch()
+    wait_gone(first)  # A cancelled the gang: every rank, not only the supervisor
+    second = rank_starts(tmp_path, 6)[3:]
+    assert not set(second) & set(first)
+    (tmp_path / "gate").touch()
+    assert b.wait(timeout=300) == 0, (tmp_path / "b.err").read_text()
+    a.wait(timeout=120)
+    assert "lost the lease while local job" in (tmp_path / "a.err").read_text()
+    record = read_record(open_prefix(prefix), JAX)
+    assert record is not None and record.result["sum"] == 6.0
+    assert record.provenance["job"]["job_id"] != job.job_id
+    assert len((tmp_path / "calls").read_text().splitlines()) == 6  # two gangs, never three
 
 
 def test_a_rank_that_raises_fails_the_attempt_and_retries_count_it(tmp_path: Path) -> None:
@@ -227,6 +289,11 @@ def test_each_rank_sees_its_own_gpus_and_one_master(tmp_path: Path) -> None:
         ({"ranks": 3}, "ranks=3 without remote"),
         ({"remote": "local", "max_preemptions": -1}, "max_preemptions=-1"),
         ({"max_preemptions": 2}, "max_preemptions=2 without remote"),
+        ({"remote": "ray", "ranks": 3, "rank_placement": "sideways"}, "rank_placement='sideways'"),
+        ({"remote": "ray", "ranks": 3, "rank_placement": 1}, "rank_placement=1"),
+        ({"remote": "ray", "rank_placement": "spread"}, "rank_placement='spread' without ranks"),
+        ({"remote": "local", "ranks": 3, "rank_placement": "strict_spread"},
+         "rank_placement='strict_spread' with remote='local'"),
     ],
 )
 def test_gang_options_are_checked_once_naming_step_field_and_fix(
@@ -236,4 +303,14 @@ def test_gang_options_are_checked_once_naming_step_field_and_fix(
         lower([apply("gang/bad", all_reduce, version="v1", out_path=OUT).with_options(**options)])
     message = str(caught.value)
     assert field in message and "gang/bad@v1" in message
-    assert "use " in message or "add remote=" in message
+    assert "use " in message or "add remote=" in message or "add ranks=" in message
+
+
+def test_a_rank_placement_reaches_the_job_and_local_may_spread() -> None:
+    """``rank_placement`` is typed once at lowering; the default is Ray's ``pack``; a
+    ``spread`` (a preference) gang runs on ``local`` too."""
+    step = apply("gang/p", all_reduce, version="v1", out_path=OUT)
+    (default,) = lower([step.with_options(remote="ray", ranks=2)])
+    (spread,) = lower([step.with_options(remote="local", ranks=2, rank_placement="spread")])
+    assert default.run.rank_placement is RankPlacement.PACK
+    assert spread.run.rank_placement is RankPlacement.SPREAD

@@ -126,6 +126,20 @@ class JobState(StrEnum):
     """The backend does not know it, or it died without a word: a new job is submitted."""
 
 
+class RankPlacement(StrEnum):
+    """How a gang's ranks are placed on a cluster's nodes (``with_options(rank_placement=)``):
+    Ray's placement group strategies. A ``local`` gang's ranks share this machine."""
+
+    PACK = "pack"
+    """As few nodes as fit, more allowed (Ray's default)."""
+    SPREAD = "spread"
+    """As many nodes as there are, fewer allowed."""
+    STRICT_PACK = "strict_pack"
+    """Every rank on one node, or the gang waits."""
+    STRICT_SPREAD = "strict_spread"
+    """Each rank on its own node, or the gang waits."""
+
+
 class Claim(StrEnum):
     """Whether stored work (a record, a partial attempt, a job) is a recipe's: the one identity
     rule's verdict (``store/identity.py``)."""

@@ -87,7 +87,7 @@ class ArtifactStep:
             form a step: a name or version outside the grammar, a dependency that is not a
             handle, a bad ``retries``, pin, adopted source, ``runtime_args``, ``scope`` or
             placement option (resources, timeout, queue, ``isolate``, ``resumable``, ``remote``,
-            ``ranks``, ``max_preemptions``).
+            ``ranks``, ``rank_placement``, ``max_preemptions``).
     """
 
     name: str
@@ -119,6 +119,8 @@ class ArtifactStep:
     """A backend name (``"local"``, ``"ray"``): ``fn`` runs as a durable job (docs/remote.md)."""
     ranks: int | None = None
     """A remote step's gang: ``fn`` runs as this many ranks of one job (docs/remote.md)."""
+    rank_placement: str | None = None
+    """How a gang's ranks are placed on nodes: a ``RankPlacement`` (None: ``pack``)."""
     max_preemptions: int | None = None
     """How many times a remote step's lost job (killed by a signal, its node gone) is submitted
     again, apart from ``retries`` (None: ``DEFAULT_MAX_PREEMPTIONS``)."""
@@ -282,6 +284,7 @@ class ArtifactStep:
         scope: str | None = None,
         remote: str | None = None,
         ranks: int | None = None,
+        rank_placement: str | None = None,
         max_preemptions: int | None = None,
     ) -> ArtifactStep:
         """A copy with scheduling options, which the adapters map to their engines' own.
@@ -293,8 +296,10 @@ class ArtifactStep:
         fingerprint, and ``keep_checkpoints`` keeps its ``checkpoint_path`` after the commit.
         ``scope="user"``: built under ``<prefix>/users/<user>/`` (the step and its dependents).
         ``remote`` (a backend name) runs ``fn`` as a job that outlives this process
-        (docs/remote.md); ``ranks=N`` makes that job a gang of N processes, and
-        ``max_preemptions`` bounds how often a job lost to a signal is submitted again.
+        (docs/remote.md); ``ranks=N`` makes that job a gang of N processes, placed on nodes
+        as ``rank_placement`` says (``pack``, ``spread``, ``strict_pack``, ``strict_spread``:
+        Ray's placement group strategies), and ``max_preemptions`` bounds how often a job
+        lost to a signal is submitted again.
 
         Raises:
             InvalidStepError: an option that is not valid, naming it (a timeout with retries
@@ -314,6 +319,7 @@ class ArtifactStep:
             "scope": scope,
             "remote": remote,
             "ranks": ranks,
+            "rank_placement": rank_placement,
             "max_preemptions": max_preemptions,
         }
         changes = {name: value for name, value in given.items() if value is not None}
@@ -495,6 +501,7 @@ def _check_placement(handle: ArtifactStep) -> None:
         and handle.keep_checkpoints is False
         and handle.remote is None
         and handle.ranks is None
+        and handle.rank_placement is None
         and handle.max_preemptions is None
     ):
         return  # the common case, kept cheap for graphs of 100,000 steps
@@ -527,9 +534,15 @@ def _check_placement(handle: ArtifactStep) -> None:
         from marin.execution.pipeline.isolation import check_importable
 
         check_importable(handle.run, step_id)
-    from marin.execution.pipeline.remote_option import check_gang, check_remote
+    from marin.execution.pipeline.remote_option import (
+        check_gang,
+        check_rank_placement,
+        check_remote,
+    )
 
     check_gang(handle.remote, handle.ranks, handle.max_preemptions, step_id)
+    if handle.rank_placement is not None:
+        check_rank_placement(handle.remote, handle.ranks, handle.rank_placement, step_id)
     if handle.remote is not None:
         check_remote(handle.remote, handle.run, cast("float | None", handle.timeout), step_id)
 

@@ -344,11 +344,17 @@ def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
     """``run(build_config(ctx))``, wrapped to run isolated or under a timeout when asked."""
     call = _ConfigCall(handle.run, handle.build_config)
     if handle.remote is not None:
-        from marin.execution.pipeline.remote_option import RemoteRun, preemptions_allowed
+        from marin.execution.pipeline.remote_option import (
+            DEFAULT_RANK_PLACEMENT,
+            RemoteRun,
+            preemptions_allowed,
+        )
+        from marin.execution.vocabulary import RankPlacement
 
         gpus = cast(Resources, handle.resources).gpu
+        placement = RankPlacement(handle.rank_placement or DEFAULT_RANK_PLACEMENT)
         return RemoteRun(call, handle.step_id, handle.remote, gpus, handle.ranks or 1,
-                         preemptions_allowed(handle.max_preemptions))  # fmt: skip
+                         preemptions_allowed(handle.max_preemptions), placement)  # fmt: skip
     if not handle.isolate and handle.timeout is None:
         return call
     from marin.execution.pipeline.isolation import wrap_run

@@ -17,12 +17,15 @@ from typing import Any
 from marin.execution.errors import InvalidStepError
 from marin.execution.pipeline.context import StepContext
 from marin.execution.pipeline.isolation import _function_of, check_importable
+from marin.execution.vocabulary import RankPlacement
 
 BUILTIN_BACKENDS = ("local", "ray")
+"""The backends ``execution/remote/registry.py`` makes on first use."""
 DEFAULT_MAX_PREEMPTIONS = 10
 """How many times a remote step's job lost to a signal (a preempted host) is submitted again
 when the step does not say (``max_preemptions``); ``retries`` counts only ``fn``'s errors."""
-"""The backends ``execution/remote/registry.py`` makes on first use."""
+DEFAULT_RANK_PLACEMENT = RankPlacement.PACK
+"""A gang's ranks on as few nodes as fit, when the step does not say (Ray's own default)."""
 
 _registered: set[str] = set()
 _lock = threading.Lock()
@@ -111,6 +114,37 @@ def check_gang(remote: object, ranks: object, max_preemptions: object, step: str
             )
 
 
+def check_rank_placement(remote: object, ranks: object, placement: object, step: str) -> None:
+    """The one check of ``rank_placement``, at lowering: a ``RankPlacement``, on a gang that
+    its backend can place so (``local`` ranks share one machine: never one per node).
+
+    Raises:
+        InvalidStepError: not a ``RankPlacement`` value, given without ``ranks``, or
+            ``strict_spread`` on ``remote='local'``.
+    """
+    known = ", ".join(repr(str(p)) for p in RankPlacement)
+    if not isinstance(placement, str) or placement not in set(RankPlacement):
+        raise InvalidStepError(
+            f"rank_placement={placement!r} is not a placement of ranks",
+            f"use one of {known} (Ray's placement group strategies; default 'pack')",
+            step,
+        )
+    if ranks is None:
+        raise InvalidStepError(
+            f"rank_placement={placement!r} without ranks: only a gang's ranks are placed",
+            "add ranks=N (and remote='ray') to with_options, or drop rank_placement",
+            step,
+        )
+    if remote == "local" and placement == RankPlacement.STRICT_SPREAD and ranks != 1:
+        raise InvalidStepError(
+            f"rank_placement='strict_spread' with remote='local': a local gang's {ranks} "
+            "ranks all run on this machine, never one per node",
+            "use remote='ray' to spread the ranks over nodes, or rank_placement='spread' "
+            "(a preference) to run the same pipeline locally",
+            step,
+        )
+
+
 def preemptions_allowed(max_preemptions: int | None) -> int:
     """The step's preemption budget: its own, else the default (written once, here)."""
     return DEFAULT_MAX_PREEMPTIONS if max_preemptions is None else max_preemptions
@@ -138,6 +172,8 @@ class RemoteRun:
     """The gang's size: ``fn`` runs as this many processes of one job (1: no gang)."""
     max_preemptions: int = DEFAULT_MAX_PREEMPTIONS
     """How many times a job lost to a signal is submitted again within one attempt."""
+    rank_placement: RankPlacement = DEFAULT_RANK_PLACEMENT
+    """How the gang's ranks are placed on a cluster's nodes."""
 
     @property
     def fn(self) -> Callable[..., Any]:

@@ -62,6 +62,7 @@ from marin.execution.remote.local import jobs_root_path
 from marin.execution.remote.poller import POLLER, Watch
 from marin.execution.remote.protocol import JobSpec, JobStatus, RemoteBackend, job_owner
 from marin.execution.remote.registry import get_backend
+from marin.execution.remote.view import job_ranks
 from marin.execution.remote.wait import JobRunning
 from marin.execution.store.identity import Recipe, claim_of, judge_claim
 from marin.execution.store.location import Location, with_retries
@@ -102,6 +103,9 @@ class RemoteBuild:
     """Told each job this attempt submits or reattaches to (its ``attempt.json`` names it)."""
     job: JobRecord | None = field(default=None)
     """The job that ran ``fn``, once known: the record names it."""
+    gang: dict[str, Any] = field(default_factory=dict)
+    """A gang's ranks as its job ended (``ranks``: host and state of each) and their
+    ``rank_placement``: the record keeps them beside its job."""
     on_lines: Callable[[list[str]], None] | None = field(default=None)
     """Where the job's output goes while it runs (the step's log and the terminal), from
     any thread; None: only its tail, once it ended."""
@@ -383,13 +387,17 @@ class _RemoteCall:
         owner = job_owner(build.location.path(build.output_path), build.build_id)
         return JobSpec(self.step_id, call,
                        env={k: env[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in env},
-                       gpus=remote.gpus, ranks=remote.ranks, owner=owner)  # fmt: skip
+                       gpus=remote.gpus, ranks=remote.ranks,
+                       rank_placement=str(remote.rank_placement), owner=owner)  # fmt: skip
 
     def _collect(self, job: JobRecord, watch: Watch) -> Any:
         """The job's value (its outcome's canonical JSON, as the record keeps it), or its
         error as text; the log tail goes into the step's log either way."""
         build, status = self.build, watch.status
         assert status is not None
+        if self.remote.ranks > 1:  # before its files go: `marin show` lists them
+            build.gang = {"ranks": job_ranks(job),
+                          "rank_placement": str(self.remote.rank_placement)}  # fmt: skip
         tail = self.backend.logs(job.handle, LOG_TAIL_LINES)
         followed = watch.follow is not None and watch.follow.finished
         if tail and not followed:  # a followed job's output is in the log already

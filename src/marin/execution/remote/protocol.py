@@ -36,6 +36,8 @@ class JobSpec:
     ranks: int = 1
     """A gang: ``fn`` runs as this many processes, started together, ended together (a rank
     that ends otherwise than by returning ends them all); rank 0's value is the job's."""
+    rank_placement: str = "pack"
+    """A gang's ranks on nodes: a ``RankPlacement`` (``pack``: as few nodes as fit)."""
     owner: str = ""
     """What the job is for (``job_owner``: the step's output and build): the backend keeps it
     with the job, where only the submitter writes, and ``owner`` answers it."""

@@ -28,6 +28,7 @@ import os
 import re
 import secrets
 import threading
+import time
 from typing import Any
 
 from marin.execution.remote.procs import signal_name
@@ -40,12 +41,17 @@ OWNER_KEY, NONCE_KEY = "marin_owner", "marin_outcome_sha256"
 BEGIN, END = "<<<marin-outcome ", "<<<end-marin-outcome>>>"
 _OUTCOME = re.compile(re.escape(BEGIN) + r"([0-9a-f]{32})>>>([A-Za-z0-9+/=]*)" + re.escape(END))
 _ENTRY = "python -m marin.execution.remote.ray_entry"
+_RANK_ACTOR = re.compile(r"rank-(\d{1,6})")
+"""A gang's rank's actor's name in its Ray job (``ray_gang``)."""
 LOG_TAIL_BYTES = 256 * 1024
 """The most of a job's log kept for the lines a failure shows."""
 OUTCOME_MAX_BYTES = 64 * 1024 * 1024
 """The most of a job's log kept while looking for its outcome (its last line)."""
 TAIL_BUFFER_BYTES = 4 * 1024 * 1024
 """The most of a followed job's log held between two reads (older text is dropped, said)."""
+AGENT_WAIT_S = 60.0
+"""How long a submit waits for a cluster's job agent (Ray refuses jobs until it is up)."""
+_NO_AGENT = "No available agent to submit job"
 SETTLE_S = 3.0
 """How long a job's end waits for its log stream to end (its last lines)."""
 
@@ -105,19 +111,26 @@ class RayBackend:
         nonce = secrets.token_hex(16)
         env = {**job.env, CALL_ENV: base64.b64encode(job.call).decode(), NONCE_ENV: nonce}
         if job.ranks > 1:  # a gang: its ranks in one placement group (ray_gang.py)
-            env[GANG_ENV] = f"{job.ranks} {job.gpus}"
+            env[GANG_ENV] = f"{job.ranks} {job.gpus} {job.rank_placement}"
+            env["RAY_DEDUP_LOGS"] = "0"  # ranks print alike: Ray would fold all but one away
         metadata = {OWNER_KEY: job.owner, NONCE_KEY: _digest(nonce)}
-        try:
-            self._client().submit_job(
-                entrypoint=_ENTRY,
-                submission_id=idempotency_key,
-                runtime_env={"env_vars": env},
-                metadata=metadata,
-            )
-        except RuntimeError as exc:  # Ray refuses a submission id it has seen: ours, or raise
-            if self.owner(handle) != job.owner:
-                raise exc
-        return handle
+        deadline = time.monotonic() + AGENT_WAIT_S
+        while True:
+            try:
+                self._client().submit_job(
+                    entrypoint=_ENTRY,
+                    submission_id=idempotency_key,
+                    runtime_env={"env_vars": env},
+                    metadata=metadata,
+                )
+            except RuntimeError as exc:  # Ray refuses a submission id it has seen: ours, or raise
+                if self.owner(handle) == job.owner:
+                    return handle
+                if _NO_AGENT not in str(exc) or time.monotonic() > deadline:
+                    raise exc
+                time.sleep(1.0)  # a cluster just started: its job agent is not up yet
+                continue
+            return handle
 
     def _info(self, job_id: str) -> Any | None:
         """Ray's record of the job (its status, message and metadata), or None if unknown."""
@@ -178,6 +191,32 @@ class RayBackend:
                 if len(kept) > most:
                     del kept[: len(kept) - most]
         return kept.decode(errors="replace")
+
+    def ranks(self, handle: JobHandle) -> list[dict[str, object]]:
+        """A gang job's ranks as Ray's state API knows its actors (``rank-K``, ``ray_gang``):
+        each one's host (its node's address) and state (``running`` while its actor lives,
+        else ``ended``); none for another job, or a job Ray no longer knows."""
+        info = self._info(handle.job_id)
+        if info is None or not getattr(info, "job_id", None):
+            return []
+        from ray.util.state import list_actors, list_nodes
+
+        address = os.environ.get(ADDRESS_ENV)
+        mine: list[tuple[str, str, str | bool | int | float]] = [
+            ("job_id", "=", str(info.job_id)),
+            ("class_name", "=", "GangRank"),
+        ]
+        actors = list_actors(address=address, filters=mine, raise_on_missing_output=False)
+        listed = list_nodes(address=address, raise_on_missing_output=False)
+        nodes = {n.node_id: n.node_ip for n in listed}
+        found: list[dict[str, object]] = []
+        for actor in actors:
+            named = _RANK_ACTOR.fullmatch(actor.name or "")
+            if named is not None:
+                state = "running" if actor.state == "ALIVE" else "ended"
+                host = str(nodes.get(actor.node_id or "", "?"))[:100]
+                found.append({"rank": int(named.group(1)), "host": host, "state": state})
+        return sorted(found, key=lambda r: int(str(r["rank"])))
 
     def logs(self, handle: JobHandle, tail: int = 40) -> str:
         info = self._info(handle.job_id)

@@ -8,7 +8,7 @@ does not fit holds nothing while it waits). Then N actors, one in each bundle, e
 than by returning ends every rank (the subprocesses, then the actors); a rank killed by a signal,
 or whose actor or node died, makes the job lost. What ``run_gang`` returns is the job's outcome:
 rank 0's once every rank returned, a failed rank's, or the lost marker (``gang_rules``). Ranks'
-output reaches the job's log through Ray's log forwarding (prefixed with the actor's name).
+output reaches the job's log through Ray's log forwarding, each line labelled ``[rank K]``.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from typing import Any
+from typing import IO, Any
 
 from marin.execution.remote.gang_rules import EXIT_GRACE_S, free_port, judge_rank, rank_env
+from marin.execution.vocabulary import RankPlacement
 
 CHILD_MODULE = "marin.execution.pipeline.isolated_child"
-STRATEGY = "PACK"
-"""Ray's default: as few nodes as fit (choosing ``SPREAD`` is not an option yet)."""
 
 
 class GangRank:
@@ -56,8 +56,12 @@ class GangRank:
                 [sys.executable, "-P", "-m", CHILD_MODULE, call_path, result],
                 env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
                 stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
                 preexec_fn=_own_group_dying_with_actor,
             )
+            labeller = threading.Thread(target=_label, args=(self.proc.stdout, rank), daemon=True)
+            labeller.start()
             returned: float | None = None
             while self.proc.poll() is None:
                 outcome = _read(result)
@@ -70,6 +74,7 @@ class GangRank:
                 time.sleep(0.05)
             code = self.proc.poll()
             self.stop()
+            labeller.join(timeout=5)  # a helper the rank started may hold its pipe: not forever
             return code, _read(result)
 
     def stop(self) -> None:
@@ -79,6 +84,14 @@ class GangRank:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def _label(source: IO[bytes] | None, rank: int) -> None:
+    """A rank's output, each line labelled ``[rank K]`` (``marin logs --rank K`` reads it
+    back), into the actor's stdout, which Ray forwards to the job's log."""
+    for line in iter(source.readline, b"") if source is not None else ():
+        sys.stdout.buffer.write(b"[rank %d] " % rank + line)
+        sys.stdout.flush()
 
 
 def _own_group_dying_with_actor() -> None:
@@ -99,8 +112,9 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def run_gang(call: bytes, size: int, gpus: int) -> bytes:
-    """Reserve the gang's placement group, run its ranks, and return the job's outcome."""
+def run_gang(call: bytes, size: int, gpus: int, placement: str) -> bytes:
+    """Reserve the gang's placement group (``placement``: a ``RankPlacement``, Ray's strategy
+    in lower case), run its ranks, and return the job's outcome."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -108,21 +122,28 @@ def run_gang(call: bytes, size: int, gpus: int) -> bytes:
     ray.init()
     bundle = {"CPU": 1.0, **({"GPU": float(gpus)} if gpus else {})}
     began = time.monotonic()
-    group = placement_group([bundle] * size, strategy=STRATEGY)
+    group = placement_group([bundle] * size, strategy=RankPlacement(placement).name)
     ray.get(group.ready())  # every bundle, or none: no rank starts before
-    print(f"gang of {size}: placement group reserved in {time.monotonic() - began:.2f}s")
+    strategy = ray.util.placement_group_table(group).get("strategy", "?")  # as Ray holds it
+    print(f"gang of {size}: placement group reserved in {time.monotonic() - began:.2f}s "
+          f"({strategy})")  # fmt: skip
     actor = ray.remote(GangRank)
     bundles = [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=k)
                for k in range(size)]  # fmt: skip
     ranks: list[Any] = [
-        actor.options(  # max_concurrency: ``run`` and ``stop`` at once
-            num_cpus=1, num_gpus=gpus, max_concurrency=2, scheduling_strategy=bundle
+        actor.options(  # max_concurrency: ``run`` and ``stop`` at once; named: ``ranks()``
+            num_cpus=1,
+            num_gpus=gpus,
+            max_concurrency=2,
+            scheduling_strategy=bundle,
+            name=f"rank-{k}",
         ).remote()
-        for bundle in bundles
+        for k, bundle in enumerate(bundles)
     ]
     where = ray.get([r.where.remote() for r in ranks])
     host, ports = where[0][1], where[0][2]
     nodes = [node for node, _, _ in where]
+    print(f"gang of {size}: ranks on nodes " + ", ".join(n[:12] for n in nodes))
     runs = [
         r.run.remote(call, rank_env(k, size, host, ports, nodes[:k].count(nodes[k])), k)
         for k, r in enumerate(ranks)

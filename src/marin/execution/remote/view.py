@@ -56,7 +56,7 @@ def job_view(
     verdict = judge_claim(recipe, claim_of(job), on_code_drift)
     other = verdict.claim != Claim.OURS
     view = {**job.to_json(), "state": state, "age_s": age, "other_config": other}
-    ranks = _ranks(job)
+    ranks = job_ranks(job)
     if ranks:
         view["ranks"] = ranks  # a gang: each rank's host and state
     if verdict.differs == Mismatch.CODE and on_code_drift == "error":
@@ -113,8 +113,9 @@ def _unrecorded(
     return {"backend": remote, "job_id": found[0], "build_id": found[1], "state": "unrecorded"}
 
 
-def _ranks(job: JobRecord) -> list[dict[str, Any]]:
-    """A gang job's ranks as its backend lists them (``ranks``, optional); advisory."""
+def job_ranks(job: JobRecord) -> list[dict[str, Any]]:
+    """A gang job's ranks as its backend lists them (``ranks``, optional): each one's
+    ``rank``, ``host`` and ``state``; advisory (never raises; none when it cannot say)."""
     try:
         listing = getattr(get_backend(job.backend), "ranks", None)
         return list(listing(job.handle)) if callable(listing) else []
