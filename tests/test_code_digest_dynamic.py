@@ -287,3 +287,259 @@ def test_finding_5_a_project_module_a_wheel_also_claims_is_the_projects(
     finally:
         sys.modules.pop(name, None)
         cd.clear_cache()
+
+
+# --- round 3 -----------------------------------------------------------------------------------
+
+TRAINER = """\
+import dataclasses
+import functools
+
+
+class Trainer:
+    def __init__(self, scale):
+        self.scale = scale
+
+    def train(self, out_path):
+        return self.scale
+
+    def train_lr(self, out_path, lr):
+        return [self.scale, lr]
+
+    def __call__(self, out_path):
+        return self.scale
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    lr: float
+
+    def __call__(self, out_path):
+        return self.lr
+
+
+class Slotted:
+    __slots__ = ("scale",)
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __call__(self, out_path):
+        return self.scale
+"""
+
+
+def test_round3_finding_1_a_callable_instance_or_bound_method_fingerprints_its_object(
+    project: Project,
+) -> None:
+    """``r3-repro-1.sh``: ``Trainer(103) -> Trainer(903)`` was "record matches fingerprint"."""
+    pipe = project.load(pipe=TRAINER)["pipe"]
+
+    def payload(fn: object) -> str:
+        spec = lower(apply("p", fn, version="v1", out_path=OUT))
+        return spec.fingerprint_payload  # type: ignore[attr-defined,no-any-return]
+
+    shapes = [
+        lambda n: pipe.Trainer(n),
+        lambda n: pipe.Trainer(n).train,
+        lambda n: functools.partial(pipe.Trainer(n).train_lr, lr=1),
+        lambda n: pipe.Fit(n),
+        lambda n: pipe.Slotted(n),
+    ]
+    for shape in shapes:
+        low, high = payload(shape(103)), payload(shape(903))
+        assert low != high and '"self":{' in low and "103" in low, low
+    assert '"fn":{"self":{"scale":103}}' in payload(pipe.Trainer(103).train)
+    assert '"fn":{"keywords":{"lr":1},"self":{"scale":106}}' in payload(
+        functools.partial(pipe.Trainer(106).train_lr, lr=1)
+    )
+
+
+def test_round3_finding_1_an_object_without_a_json_form_is_refused_naming_step_and_field(
+    project: Project,
+) -> None:
+    pipe = project.load(pipe=TRAINER)["pipe"]
+    with pytest.raises(ConfigError) as caught:
+        lower(apply("p", pipe.Trainer(print).train, version="v1", out_path=OUT))
+    assert caught.value.step == "p@v1"
+    assert "fn.self.scale" in caught.value.what and "object" in caught.value.what
+    assert "apply() as an input" in caught.value.fix
+
+
+ALIASES = """\
+import importlib
+import operator
+
+import {helpers}
+
+g = getattr
+imp = importlib.import_module
+G = globals
+
+
+def s_alias_getattr(x):
+    return g({helpers}, "h3")(x)
+
+
+def s_alias_import(x):
+    return imp("{helpers}").h3(x)
+
+
+def s_alias_globals(x):
+    return G()["{helpers}"].h3(x)
+
+
+def s_attrgetter(x):
+    return operator.attrgetter("h3")({helpers})(x)
+
+
+def s_vars(x):
+    return vars({helpers})["h3"](x)
+
+
+def s_dict(x):
+    return {helpers}.__dict__["h3"](x)
+
+
+def s_eval(x):
+    return eval("{helpers}.h3")(x)
+
+
+def s_exec(x):
+    exec(open("{helpers}.py").read())
+
+
+def s_reload(x):
+    return importlib.reload({helpers}).h3(x)
+
+
+def s_map(xs):
+    return list(map(getattr, [{helpers}], ["h3"]))
+"""
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "s_alias_getattr", "s_alias_import", "s_alias_globals", "s_attrgetter", "s_vars",
+        "s_dict", "s_eval", "s_exec", "s_reload", "s_map",
+    ],
+)  # fmt: skip
+def test_round3_finding_2_a_dynamic_look_up_by_alias_or_equivalent_is_unseen(
+    project: Project, step: str
+) -> None:
+    """``r3-repro-2.sh``: each of these was "unchanged" after the helper's edit."""
+    modules = project.load(helpers=HELPERS, pipe=ALIASES)
+    digest = code_digest(getattr(modules["pipe"], step))
+    assert digest.digest is not None and digest.unseen, (step, [p.name for p in digest.parts])
+    assert _code_unknown(digest, digest).startswith("unseen: ")
+
+
+WRAPS = """\
+import functools
+
+
+def scaled(fn):
+    @functools.wraps(fn)
+    def wrapper(x):
+        return fn(x) + 100
+    return wrapper
+"""
+WRAPPED = """\
+import {deco}
+
+
+def plain(x):
+    return x
+
+
+fast = {deco}.scaled(plain)
+
+
+def make(fn):
+    def step(out_path):
+        return fn(1)
+    return step
+
+
+def s_module_wrapped(out_path):
+    return fast(1)
+"""
+
+
+def test_round3_finding_3_a_wraps_wrapper_applied_by_a_call_is_digested_with_its_code(
+    project: Project,
+) -> None:
+    """``r3-repro-3.sh``: ``fast = scaled(plain)``: the decorator's body was not followed."""
+    before = project.load(deco=WRAPS, pipe=WRAPPED)
+    after = project.load(deco=WRAPS.replace("+ 100", "+ 900"), pipe=WRAPPED)
+    for get in (
+        lambda m: m.s_module_wrapped,
+        lambda m: m.make(m.fast),
+        lambda m: m.fast,  # the wrapper as the step's own function
+    ):
+        old, new = code_digest(get(before["pipe"])), code_digest(get(after["pipe"]))
+        names = [p.name for p in old.parts]
+        assert "scaled.<locals>.wrapper" in names and "plain" in names, names
+        assert code_drifted(old, new), names
+    assert code_digest(before["pipe"].fast).name == "plain"  # the wrapped function names it
+    assert code_digest(before["pipe"].plain) != code_digest(before["pipe"].fast)
+
+
+DISPATCH = """\
+import functools
+
+
+@functools.singledispatch
+def proc(x):
+    return "generic"
+
+
+@proc.register
+def _(x: int):
+    return x + 1
+
+
+@proc.register(str)
+def _s(x):
+    return x + "1"
+"""
+
+
+def test_round3_finding_4_singledispatch_overloads_are_followed(project: Project) -> None:
+    """``r3-repro-4.sh``: editing the ``@proc.register`` overloads was "unchanged"."""
+    pipe = "import {sd}\n\n\ndef s_int(x):\n    return {sd}.proc(1)\n"
+    before = project.load(sd=DISPATCH, pipe=pipe)
+    for edit in (("x + 1", "x + 2"), ('x + "1"', 'x + "2"')):
+        after = project.load(sd=DISPATCH.replace(*edit), pipe=pipe)
+        old, new = code_digest(before["pipe"].s_int), code_digest(after["pipe"].s_int)
+        assert {"proc", "_", "_s"} <= {p.name for p in old.parts}
+        assert not old.unseen and code_drifted(old, new), edit
+    direct = code_digest(before["sd"].proc)  # the dispatcher as the step's own function
+    assert direct.name == "proc" and {"_", "_s"} <= {p.name for p in direct.parts}
+
+
+def test_round3_finding_5_a_project_module_with_a_standard_library_name_is_the_projects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``r3-repro-5.sh``: a project's ``tabnanny.py`` was taken for the standard library."""
+    import tabnanny
+
+    assert not is_project_module("tabnanny", tabnanny.__file__ or "")  # the real one
+    (tmp_path / "tabnanny.py").write_text("def h(x):\n    return x + 1\n")
+    monkeypatch.delitem(sys.modules, "tabnanny")
+    cd.clear_cache()
+    try:
+        digests = []
+        for body in ("x + 1", "x + 2"):
+            (tmp_path / "tabnanny.py").write_text(f"def h(x):\n    return {body}\n")
+            module = import_file("tabnanny", tmp_path / "tabnanny.py")
+            assert is_project_module("tabnanny", module.__file__ or "")
+            pipe = tmp_path / f"pipe_{uuid.uuid4().hex[:8]}.py"
+            pipe.write_text("import tabnanny\n\n\ndef step(x):\n    return tabnanny.h(x)\n")
+            digests.append(code_digest(import_file(pipe.stem, pipe).step))
+            cd.clear_cache()
+        assert [p.name for p in digests[0].parts] == ["step", "h"]
+        assert code_drifted(digests[0], digests[1])
+    finally:
+        cd.clear_cache()

@@ -34,14 +34,17 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import importlib
+import operator
 import re
+import runpy
 import sys
 import threading
 import types
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from marin.execution.digest.source import (
     DYNAMIC,
@@ -66,14 +69,16 @@ from marin.execution.digest.source import (
     warn_once,
 )
 
-SCHEME = "ast4"
+SCHEME = "ast5"
 """Stored with every digest; a record of another scheme compares as unknown, never as drift.
 ``ast2``: which callees are followed is decided by module name (``ast1``: by file location),
 so an ``ast1`` record of code that is now followed must not read as drift. ``ast3``: code held
 in module-level containers (a registry dict) and modules imported inside a function are
 followed, and non-literal module-level assignments count by their source. ``ast4``: closure
 cell values, code reached through a constant string (``getattr(m, "h")``, ``import_module``,
-``globals()``, ``sys.modules``), instances in containers and ``SimpleNamespace`` members."""
+``globals()``, ``sys.modules``), instances in containers and ``SimpleNamespace`` members.
+``ast5``: a ``functools.wraps`` wrapper is followed beside what it wraps, ``singledispatch``
+overloads, any reference to a function that looks code up by name is unseen."""
 _MAX_CONTAINER = 100_000
 _STATEMENT_CHARS = 12
 _MAX_PARTS = 10_000
@@ -285,19 +290,41 @@ def _static_attr(cls: type, attr: str) -> Any:
 
 
 def _unwrap(obj: Any) -> Any:
-    """The function whose code runs behind a partial, a bound method or decorators (whose own
-    names stay in the function's syntax, so a project decorator is still followed)."""
-    for _ in range(100):  # a cycle of __wrapped__ ends somewhere
+    """The function whose code runs behind a partial or a bound method (a decorator's wrapper
+    is code of its own: ``_layers`` follows it and what it wraps)."""
+    for _ in range(100):  # a cycle of partials ends somewhere
         kind = type(obj)
         if issubclass(kind, functools.partial):
             obj = _PARTIAL_FUNC.__get__(obj, kind)
         elif kind is types.MethodType:
             obj = obj.__func__
-        elif kind is types.FunctionType and type(obj.__dict__.get("__wrapped__")) is kind:
-            obj = obj.__dict__["__wrapped__"]
         else:
             break
     return obj
+
+
+_DISPATCH_CODE = cast(types.FunctionType, functools.singledispatch(lambda _: None)).__code__
+"""The code of every ``singledispatch`` function's wrapper: its ``registry`` is functools'
+own dict behind a mapping proxy (so reading it runs no user code)."""
+
+
+def _layers(obj: Any) -> list[Any]:
+    """A function and what runs behind it: each ``functools.wraps`` wrapper and the function
+    it wraps (``__wrapped__``), outermost first, and the overloads of a ``singledispatch``
+    function (its ``registry``, read as a plain mapping: no user code runs)."""
+    found = [obj]
+    for _ in range(100):  # a cycle of __wrapped__ ends somewhere
+        if type(obj) is not types.FunctionType:
+            break
+        members = obj.__dict__
+        registry = members.get("registry")
+        if obj.__code__ is _DISPATCH_CODE and type(registry) is types.MappingProxyType:
+            found += [f for f in registry.values() if type(f) is types.FunctionType]
+        inner = members.get("__wrapped__", _MISSING)
+        if type(inner) is not types.FunctionType or any(inner is f for f in found):
+            break
+        found.append(obj := inner)
+    return found
 
 
 def _step_function(run: Any) -> Any:
@@ -619,7 +646,7 @@ def _resolve_all(
         owner_name = head
         for attr in rest:
             members = module_namespace(obj)
-            if attr == DYNAMIC:  # getattr(m, name): what it reaches is not known
+            if attr in (DYNAMIC, "__dict__"):  # getattr(m, name), m.__dict__: not known
                 obj = _dynamic_target(".".join(c for c in chain[:-1] if c != IMPORT), obj)
                 break
             if type(obj) is types.SimpleNamespace:
@@ -639,6 +666,9 @@ def _resolve_all(
                 break
         if obj is sys.modules:  # any module, by a name known at run time only
             obj = _Unseen(".".join(chain), "it reads sys.modules by a computed name")
+        elif _DYNAMIC_FUNCTIONS.get(id(obj), _MISSING) is obj:  # an alias too: `g = getattr`
+            why = "it refers to a function that looks code up by a name (getattr, eval, ...)"
+            obj = _Unseen(".".join(chain), why)
         held = _in_container(obj)  # also a literal: `TOKENIZERS = {}` is filled at import
         if held is None:
             held = [_Unseen(".".join(chain), f"a container of over {_MAX_CONTAINER} items")]
@@ -674,7 +704,23 @@ def _head(
             return _Unseen(module.replace(DYNAMIC, "*"), reason), ()
         return _MISSING, ()  # import_module(name): any module, as data (docs: a blind spot)
     found = closure.get(head, _MISSING) if head in closure else namespace.get(head, _MISSING)
+    if found is _MISSING:  # a builtin: only those that look code up by a name count
+        found = _DYNAMIC_BUILTINS.get(head, _MISSING)
     return found, chain[1:]
+
+
+_DYNAMIC_BUILTINS = {f.__name__: f for f in (getattr, globals, vars, eval, exec, __import__)}
+_DYNAMIC_FUNCTIONS: dict[int, Any] = {
+    id(f): f
+    for f in (
+        *_DYNAMIC_BUILTINS.values(), importlib.import_module, importlib.reload,
+        importlib.__import__, operator.attrgetter, operator.methodcaller, runpy.run_path,
+        runpy.run_module,
+    )
+}  # fmt: skip
+"""What reaches code by a name known at run time: a reference to one of them (an alias, an
+argument to ``map``, a call other than the constant shapes ``source._dynamic`` follows) makes
+the referring part's code unseen. Keyed by identity: these live as long as the process."""
 
 
 def _dynamic_target(name: str, obj: Any) -> Any:
@@ -771,20 +817,23 @@ def _name_of(obj: Any) -> str:
     return str(_TYPE_QUALNAME.__get__(obj if _is_class(obj) else type(obj), type))
 
 
-def _walk(root: Any) -> Iterator[tuple[CodePart, str | None]]:
-    """The root's part, then every callee's, depth first, each once, with who refers to it."""
+def _walk(root: Any, wrappers: list[Any]) -> Iterator[tuple[CodePart, str | None]]:
+    """The root's part, then every callee's (the root's ``wrappers`` first), depth first, each
+    once, with who refers to it. A callee's ``_layers`` are followed too: a library's wrapper
+    is not, but the project function it wraps is."""
     seen = {id(root)}
-    stack: list[tuple[Any, str | None]] = [(root, None)]
+    stack: list[tuple[Any, str | None, list[Any]]] = [(root, None, wrappers)]
     while stack:
-        obj, via = stack.pop()
+        obj, via, more = stack.pop()
         found = _found(obj)
         if found is None:
             continue
         yield found.part, via
-        for callee in reversed(found.callees):
+        callees = [layer for callee in (*more, *found.callees) for layer in _layers(callee)]
+        for callee in reversed(callees):
             if id(callee) not in seen:
                 seen.add(id(callee))
-                stack.append((callee, found.part.name))
+                stack.append((callee, found.part.name, []))
 
 
 def code_digest(fn: Callable[..., Any] | Any) -> CodeDigest:
@@ -805,25 +854,37 @@ def code_digest(fn: Callable[..., Any] | Any) -> CodeDigest:
 
 
 def _root_digest(fn: Any) -> CodeDigest:
-    root = _step_function(fn)
-    if not _is_code(root):
-        root = _callee(root)
-        if root is None:
+    outer = _step_function(fn)
+    if not _is_code(outer):
+        outer = _callee(outer)
+        if outer is None:
             what = _name_of(_unwrap(fn))
             return unknown_digest(f"{what} is a builtin or C function: no Python source")
     with _LOCK:
-        cached = _DIGESTS.get(root)
+        cached = _DIGESTS.get(outer)  # by the outermost wrapper: two wrappers of one function
         if cached is not None:
             return cached
-        digest = _digest_of(root)
-        _DIGESTS.put(root, digest)
+        layers = _layers(outer)
+        root = _innermost(outer)  # the step's own function names the digest
+        digest = _digest_of(root, [layer for layer in layers if layer is not root])
+        _DIGESTS.put(outer, digest)
         return digest
 
 
-def _digest_of(root: Any) -> CodeDigest:
+def _innermost(obj: Any) -> Any:
+    """The function a chain of ``functools.wraps`` wrappers ends in."""
+    for _ in range(100):
+        inner = obj.__dict__.get("__wrapped__") if type(obj) is types.FunctionType else None
+        if type(inner) is not types.FunctionType:
+            break
+        obj = inner
+    return obj
+
+
+def _digest_of(root: Any, wrappers: list[Any]) -> CodeDigest:
     parts: list[CodePart] = []
     names: set[str] = set()
-    for part, via in _walk(root):
+    for part, via in _walk(root, wrappers):
         name = part.name
         if name in names:  # one qualname in two files: tell them apart by file
             name = f"{name} ({part.file})"

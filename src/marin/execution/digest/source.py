@@ -19,6 +19,7 @@ import os
 import re
 import stat
 import sys
+import sysconfig
 import threading
 import tokenize
 import tomllib
@@ -101,17 +102,21 @@ def is_project_module(module: str, filename: str) -> bool:
     """
     if not filename.endswith(".py") or filename.startswith("<"):
         return False
-    providers = _foreign_providers(module)
+    providers = _foreign_providers(module, filename)
     if providers is None:
         return False
     return not providers or not _installed_file(filename, providers)
 
 
-def _foreign_providers(module: str) -> frozenset[str] | None:
+def _foreign_providers(module: str, filename: str | None = None) -> frozenset[str] | None:
     """None for the standard library and the engine; else the installed distributions other
-    than the project's own that provide ``module``'s top-level name (empty: none does)."""
+    than the project's own that provide ``module``'s top-level name (empty: none does). A
+    module with a standard-library name is the standard library's only when it is loaded from
+    the interpreter's library folder: a project's ``statistics.py`` is the project's."""
     top = module.partition(".")[0]
-    if not top or top in sys.stdlib_module_names or top in _ENGINE:
+    if not top or top in _ENGINE:
+        return None
+    if top in sys.stdlib_module_names and _stdlib_file(filename or _loaded_file(top)):
         return None
     providers = _providers(top)
     try:
@@ -119,6 +124,31 @@ def _foreign_providers(module: str) -> frozenset[str] | None:
     except OSError:  # the working folder was deleted: no project of its own
         return providers
     return providers - _own_distributions(here)
+
+
+def _loaded_file(top: str) -> str | None:
+    """The file this process loaded the top-level module ``top`` from; None when it is not
+    loaded or has no file (a builtin or frozen module: the standard library's)."""
+    found = module_file(sys.modules.get(top))
+    return found or None
+
+
+@functools.lru_cache(maxsize=1)
+def _stdlib_folders() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    found = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib") if k in paths}
+    return tuple(sorted(found))
+
+
+def _stdlib_file(filename: str | None) -> bool:
+    """Whether ``filename`` is the standard library's (None: no file, a builtin module); an
+    installed package's folder inside the library folder is not."""
+    if filename is None or filename.startswith("<"):
+        return True
+    path = os.path.realpath(filename)
+    if f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path:
+        return False
+    return any(path.startswith(os.path.join(root, "")) for root in _stdlib_folders())
 
 
 def _installed_file(filename: str, distributions: frozenset[str]) -> bool:
@@ -488,19 +518,37 @@ def _dynamic(node: ast.AST, refs: References, consumed: set[int]) -> None:
         return
     if attrs:
         return
-    if isinstance(node, ast.Call) and _chain(node.func) == ("getattr",) and len(node.args) >= 2:
-        target = _chain(node.args[0])
+    if isinstance(node, ast.Call):
+        _dynamic_call(node, refs, consumed)
+
+
+def _dynamic_call(node: ast.Call, refs: References, consumed: set[int]) -> None:
+    """``getattr(m, "h")`` reads ``m.h``; ``getattr(m, name)`` and ``vars(m)`` read ``m``'s
+    members by a computed name; ``globals()`` and ``vars()`` any global. The function's own
+    name is ``consumed`` (any other reference to it is unseen: see ``code._DYNAMIC_FUNCTIONS``).
+    An object computed in place (``getattr(f(), "x")``) is run-time data, as an argument is."""
+    function = _chain(node.func)
+    args = node.args
+    if function == ("getattr",) and len(args) >= 2:
+        target = _chain(args[0])
         if target:
-            refs.setdefault((*target, _constant_str(node.args[1]) or DYNAMIC), None)
-    elif isinstance(node, ast.Call) and _chain(node.func) == ("globals",):
+            refs.setdefault((*target, _constant_str(args[1]) or DYNAMIC), None)
+    elif function == ("vars",) and len(args) == 1:
+        target = _chain(args[0])
+        if target:
+            refs.setdefault((*target, DYNAMIC), None)
+    elif function in (("globals",), ("vars",)) and not args:
         refs.setdefault((GLOBALS,), None)
+    else:
+        return
+    consumed.add(id(node.func))
 
 
 def _string_reference(node: ast.AST, consumed: set[int]) -> tuple[str, ...] | None:
     """The reference a module or global named by a string is (``(IMPORT, "m")``, ``("h",)``);
     None when ``node`` is no such expression. Its inner nodes are ``consumed``."""
     if isinstance(node, ast.Call) and _chain(node.func) in _IMPORTERS and node.args:
-        consumed.add(id(node))
+        consumed.update((id(node), id(node.func)))
         return IMPORT, _module_name(node.args[0])
     if isinstance(node, ast.Subscript):
         inner = node.value
@@ -510,7 +558,7 @@ def _string_reference(node: ast.AST, consumed: set[int]) -> tuple[str, ...] | No
             consumed.update((id(node), id(inner)))  # else sys.modules itself: unseen
             return IMPORT, name
         if isinstance(inner, ast.Call) and _chain(inner.func) == ("globals",):
-            consumed.update((id(node), id(inner)))
+            consumed.update((id(node), id(inner), id(inner.func)))
             constant = _constant_str(key)
             return (constant,) if constant else (GLOBALS,)
     return None
