@@ -38,8 +38,8 @@ def run_sweep(module, prefix, idx, wanted, step, on_drift, on_code_drift, codex)
             handle = apply(f"o/s{idx}", fn, version=version, out=OUT, cfg=cfg, ins=list(base.deps))
             yield handle.with_options(**options) if options else handle
 
-    options = RunOptions(on_drift=on_drift, on_code_drift=on_code_drift)
-    runner = StepRunner(options, prefix=prefix)
+    # Not ``options``: the generator reads that name when the run consumes it.
+    runner = StepRunner(RunOptions(on_drift=on_drift, on_code_drift=on_code_drift), prefix=prefix)
     scope = build_context(VersionCodex(*codex)) if codex else contextlib.nullcontext()
     with scope:
         return runner.run(handles())
