@@ -165,7 +165,8 @@ class Executor:
         extra: dict[str, str] | None = None,
         start: bool = False,
     ) -> str:
-        args = ", ".join(repr(a) if a != self.world.target else "TARGET" for a in argv)
+        names = {self.world.target: "TARGET", self.world.teammate: "TEAMMATE"}
+        args = ", ".join(names.get(a, repr(a)) for a in argv)
         more = "".join(f", {k}={v!r}" for k, v in (extra or {}).items())
         fn = "start" if start else "marin"
         return f"{var} = {fn}({args}, user={user!r}, run={run_id!r}{more})"
@@ -521,13 +522,20 @@ class Executor:
                 f"'o/s{step}@{version} with k={k} is served its own build')",
             )
 
-    def gc(self, ctx: Context, dry_run: bool) -> None:
+    def gc(self, ctx: Context, dry_run: bool, teammate: bool = False) -> None:
+        """``marin gc`` of the pipeline: what its plan serves stays, other users' folders too.
+        A teammate's gc of another pipeline (``ops.Gc``) promises neither: what it leaves is
+        judged by the runs that follow."""
         world = self.world
         plan = self.plan(ctx, Policy()).json() or {}
-        served = served_state(plan)
+        served = {} if teammate else served_state(plan)
         others = {u: snapshot(world.path("prefix", "users", u)) for u in USERS if u != ctx.user}
         whole = _stored_files(world.prefix) if dry_run else {}
         argv = ["gc", world.target, "--json", *gc_flags(ctx, world.model.deferred)]
+        if teammate:
+            scope = ["--all-users", "--scope", "user"] if ctx.scope == "user" else []
+            argv = ["gc", world.teammate, "--json", "--keep-versions", "1", *scope]
+            others = {}
         if dry_run:
             argv.append("--dry-run")
         call = world.marin(argv, ctx.user)

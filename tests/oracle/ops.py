@@ -331,11 +331,15 @@ class Stream(Op):
 @dataclass(frozen=True)
 class Gc(Op):
     """``marin gc TARGET --json`` as a user (with ``--scope``/``--version``/``--override``
-    where gc takes them), or ``--dry-run``."""
+    where gc takes them), or ``--dry-run``; or (``teammate``) a teammate's gc of another
+    pipeline with ``--keep-versions 1`` (``--all-users --scope user`` in a user-scope
+    context), which keeps each name's newest build and what it was made from, and may
+    collect the rest (red team round 2, finding 3: the leftovers of a killed rebuild)."""
 
     name: ClassVar[str] = "gc"
     ctx: Context
     dry_run: bool
+    teammate: bool = False
 
     @staticmethod
     def weight(model: PipelineModel) -> float:
@@ -343,10 +347,10 @@ class Gc(Op):
 
     @staticmethod
     def draw(ch: Chooser, model: PipelineModel, last: Context) -> Gc:
-        return Gc(draw_context(ch, model, last), ch.boolean(0.2))
+        return Gc(draw_context(ch, model, last), ch.boolean(0.2), ch.boolean(0.3))
 
     def execute(self, ex: Executor) -> None:
-        ex.gc(self.ctx, self.dry_run)
+        ex.gc(self.ctx, self.dry_run, self.teammate)
 
 
 PLANT_KINDS = {"decoy": 2, "result": 2, "no-workdir": 2, "torn-job": 1.5, "decoy-fp": 1}

@@ -202,6 +202,23 @@ PINNED: dict[str, Pinned] = {
         "user's folder, o/s2..o/s4 move there, have no record, and read as pruned, so s5 is "
         "served (also under rebuild/rebuild); nothing was unfinished (the kind is a misnomer)",
     ),
+    "a-teammates-gc-reclaims-the-mark-of-an-unfinished-rebuild": Pinned(
+        "wrong-artifact:below-unfinished-rebuild",
+        History(
+            chain(3),
+            (
+                Run(WARN),
+                EditCode(0, True),
+                FailRun(1, CODE_REBUILD),
+                Gc(ALICE, False, teammate=True),
+                Run(CODE_REBUILD),
+            ),
+        ),
+        "arranged from the table (the gc operation's teammate variant)",
+        "red team round 2, finding 3: a teammate's gc with --keep-versions 1 keeps s2 (made "
+        "from s1's old build) and reclaimed the status of s1's unfinished rebuild that kept it "
+        "stale; s1 then read as pruned and s2 was served as current under rebuild/rebuild",
+    ),
 }
 
 ON_AN_ENGINE = Pinned(

@@ -241,7 +241,19 @@ def render(model: PipelineModel, placement: bool = True) -> str:
         )
     body = "".join(_step_source(s, placement) for s in model.steps)
     targets = ", ".join(f"s{t}" for t in model.targets)
-    return HEADER + "\n\n" + body + f"pipeline = [{targets}]\n"
+    return HEADER + "\n\n" + body + f"pipeline = [{targets}]\n" + (TEAMMATE if placement else "")
+
+
+TEAMMATE = """
+
+def f_teammate(out):
+    return None
+
+
+teammate = [apply("teammate/other", f_teammate, version="v1", out=OUT)]
+"""
+"""A teammate's pipeline, in the same file (target ``:teammate``): the gc operation's other
+target, which serves nothing of the history's pipeline (``ops.Gc.teammate``)."""
 
 
 def source_digest(text: str) -> str:

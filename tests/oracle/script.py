@@ -41,6 +41,7 @@ for d in (PREFIX, CONTROL, JOBS, MARKERS, os.path.join(ROOT, "pipe")):
     os.makedirs(d, exist_ok=True)
 PIPE = os.path.join(ROOT, "pipe", "repro.py")
 TARGET = PIPE + ":pipeline"
+TEAMMATE = PIPE + ":teammate"
 COUNTER = os.path.join(ROOT, "counter.jsonl")
 FAILED = []
 

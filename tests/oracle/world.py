@@ -146,6 +146,11 @@ class World:
     def target(self) -> str:
         return f"{self.pipeline_file}:pipeline"
 
+    @property
+    def teammate(self) -> str:
+        """Another pipeline's target (``pipeline.TEAMMATE``): a teammate's gc keeps it."""
+        return f"{self.pipeline_file}:teammate"
+
     def write_pipeline(self, model: PipelineModel) -> None:
         """Replace the file (a new inode: the digest's cache sees the edit at once) and forget
         the module this process imported from it."""

@@ -4,7 +4,8 @@ Kept: the roots (``roots.py``: what the targets' plans serve, other users' build
 versions, recent builds); every build a kept record was made from, by build id, transitively
 through records' ``inputs``. Everything else Marin wrote is collected. A kept record's input is
 the exact build it names: when its path now holds another build, the old one's data is gone
-already, and that is said (never "kept").
+already, and that is said (never "kept"); when its path holds an unfinished rebuild whose status
+names that build, the status is kept (the proof that the reader is stale).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from marin.execution.errors import OptionError
+from marin.execution.store.records import UNKNOWN_BUILD, replaced_build
 from marin.gc.walk import Slot
 
 _AGE = re.compile(r"\s*(\d+)\s*([smhdw])\s*")
@@ -100,12 +102,36 @@ def _add_inputs(slots: list[Slot], kept: dict[str, str]) -> list[str]:
                     kept[found.output_path] = f"{record.step_id} was built from it"
                     todo.append(found.output_path)
             if not match and build is not None:
+                marker = _replacing(slots, record.dep_paths.get(dep, ""), build)
+                if marker is not None:
+                    kept.setdefault(marker.output_path, _UNFINISHED.format(record.step_id, build))
+                    continue
                 now = "another build" if stored else "nothing"
                 gone.append(
                     f"{record.step_id} was built from {dep} build {build}, which is no longer "
                     f"stored (its path holds {now}): that data is gone already"
                 )
     return sorted(set(gone))
+
+
+_UNFINISHED = (
+    "{} was built from build {}, which an unfinished rebuild of this step replaced: its status "
+    "keeps that reader stale"
+)
+
+
+def _replacing(slots: list[Slot], dep_url: str, build: str) -> Slot | None:
+    """The slot at a kept record's input path (``dep_url``, from its ``dep_paths``) whose
+    status says an unfinished rebuild replaced ``build`` (or may have: a corrupt status).
+    Without it, that reader would read as made from a merely missing intermediate, and be
+    served (``identity._lineage``)."""
+    at_path = [
+        s for s in slots if dep_url == s.output_path or dep_url.endswith("/" + s.output_path)
+    ]
+    for slot in sorted(at_path, key=lambda s: -len(s.output_path))[:1]:
+        if slot.record is None and replaced_build(slot.status) in (build, UNKNOWN_BUILD):
+            return slot
+    return None
 
 
 def decide(slots: list[Slot], roots: Mapping[str, str]) -> Decision:

@@ -21,11 +21,13 @@ from marin.catalog import Entry
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.store.location import Location, with_retries
 from marin.execution.store.records import (
+    UNKNOWN_BUILD,
     USERS_FOLDER,
     ForeignRecord,
     load_record,
     metadata_dir,
     read_status_file,
+    replaced_build,
 )
 from marin.execution.store.step_folder import (
     CHECKPOINTS_DIR,
@@ -47,7 +49,7 @@ class Slot(Entry):
     leftovers) the names of Marin's own files its metadata folder holds (``size`` unused)."""
 
     leftovers: tuple[str, ...] = ()
-    """With neither record nor status: the files found in the metadata folder."""
+    """With no record and no readable status: the files found in the metadata folder."""
 
     @property
     def owner(self) -> str | None:
@@ -193,11 +195,12 @@ def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot |
     if found is not None:
         return Slot(output_path, found, None, None)
     status = read_status_file(location, output_path)
-    if status is not None:
+    if status is not None and replaced_build(status) != UNKNOWN_BUILD:
         return Slot(output_path, None, status, None)
+    # A corrupt status proves nothing, but is kept as read: it may keep a reader stale.
     entries = _entries(location, location.path(metadata_dir(output_path)))
     if entries and all(is_marin_file(name, kind) for name, kind in entries):
-        return Slot(output_path, None, None, None, tuple(sorted(name for name, _ in entries)))
+        return Slot(output_path, None, status, None, tuple(sorted(name for name, _ in entries)))
     if not entries:
         return Foreign(output_path, "its metadata folder is empty")
     return Foreign(output_path, "its metadata folder holds files Marin does not write")

@@ -1021,8 +1021,7 @@ def _attempt_failed(held: _Holding, exc: BaseException | None) -> None:
         finished_at=now_iso(),
         error=f"{type(exc).__name__}: {exc}",
         traceback="".join(traceback.format_exception(exc, limit=20)),
-        **({REPLACES: held.replacing} if held.replacing else {}),
-    )
+    )  # keeps the REPLACES of the RUNNING status it overwrites (``write_status``)
 
 
 def _lost(location: Location, spec: StepSpec, lease: Lease) -> LeaseLostError | LeaseVanishedError:

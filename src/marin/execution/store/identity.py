@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from marin.execution.digest.code import CodeDigest, code_digest
 from marin.execution.digest.code_drift import explain_code_drift
 from marin.execution.digest.output import same_digest
-from marin.execution.store.records import ArtifactRecord
+from marin.execution.store.records import UNKNOWN_BUILD, ArtifactRecord
 from marin.execution.store.step_folder import Attempt, JobRecord
 from marin.execution.vocabulary import Claim, Mismatch
 
@@ -250,9 +250,10 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
     can have read (stale, pending its output); a missing input (not built, not rebuilt) leaves
     the claim valid (an intermediate that is pruned), unless a rebuild of it deleted its record
     and did not finish (``replaced``: the build the claim read is gone, replaced by one to
-    come: stale), or the claim read the shared build of an input a user's run now places in the
-    user's folder (``shared``: stale); an input whose build the claim did not record is
-    unknown, unless it is rebuilt (then it changed, as planned).
+    come: stale; a corrupt status may have said so: stale too), or the claim read the shared
+    build of an input a user's run now places in the user's folder (``shared``: stale); an
+    input whose build the claim did not record is unknown, unless it is rebuilt (then it
+    changed, as planned).
     """
     if recipe.inputs is None:
         return NO_LINEAGE
@@ -268,7 +269,9 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
             continue
         consumed = claimed.inputs.get(dep.step_id)
         if dep.record is None:
-            if dep.replaced and consumed is not None:
+            if dep.replaced == UNKNOWN_BUILD and consumed is not None:
+                stale.append(f"upstream {dep.step_id} has a corrupt status (it may be rebuilt)")
+            elif dep.replaced and consumed is not None:
                 stale.append(f"upstream {dep.step_id} was being rebuilt and did not finish")
             elif dep.shared and consumed == dep.shared:
                 stale.append(f"upstream {dep.step_id} is built in the user's folder now")

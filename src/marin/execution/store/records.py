@@ -505,12 +505,30 @@ def _read_json_object(
 ) -> dict[str, Any] | None:
     """A small metadata file (a status, a lease) as a JSON object whose ``types`` fields, where
     present and not null, have those types; None for anything else (with one warning)."""
+    found = _read_json_file(location, path, what, types)
+    return found if isinstance(found, dict) else None
+
+
+_ABSENT, _CORRUPT = "absent", "corrupt"
+
+
+def _read_json_file(
+    location: Location,
+    path: str,
+    what: str,
+    types: Mapping[str, type],
+    corrupt_means: str = "ignoring it",
+) -> dict[str, Any] | str:
+    """``_read_json_object``, telling an absent file (``_ABSENT``) from one that is there and
+    cannot be read (``_CORRUPT``, with one warning saying what that means). An empty file
+    counts as absent only for a lease, which is empty for a moment while it is created on
+    local disk; other files are written whole (``write_atomic``)."""
     try:
         raw = location.read_file(path)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return None
-    if not raw:
-        return None  # a lease being created on local disk is empty for a moment
+        return _ABSENT
+    if not raw and what == "lease":
+        return _ABSENT
     try:
         data = parse_json(raw.decode())
         if not isinstance(data, dict):
@@ -521,8 +539,8 @@ def _read_json_object(
                 raise ValueError(f"field {key!r} is a {type(value).__name__}")
     except (ValueError, UnicodeDecodeError) as exc:
         if _first_sighting(path, raw):
-            log.warning("corrupt %s %s (%s): ignoring it", what, path, exc)
-        return None
+            log.warning("corrupt %s %s (%s): %s", what, path, exc, corrupt_means)
+        return _CORRUPT
     return data
 
 
@@ -544,7 +562,12 @@ A rebuild deletes the step's record before it clears the output; had it killed o
 there, nothing would say the step was being replaced, and what read the deleted build would
 look current (a step merely missing, as if pruned). The status keeps that build's id instead
 (``_clear_earlier`` writes it, every later status of the step keeps it, the commit drops it),
-so its readers are stale (``identity._lineage``)."""
+so its readers are stale (``identity._lineage``). ``write_status`` owns it: a status written
+without it keeps what the one it overwrites names."""
+
+UNKNOWN_BUILD = "unknown"
+"""``REPLACES`` of a status file that is there but cannot be read (torn, empty, planted): it
+may have named a replaced build, so what read the step is stale, never served (fail closed)."""
 
 
 def replaced_build(status: Mapping[str, Any] | None) -> str:
@@ -568,8 +591,9 @@ _LEASE_TYPES = {"holder": str, "started_at": str}
 
 
 def read_status_file(location: Location, output_path: str) -> dict[str, Any] | None:
-    """The status file, or None when absent or corrupt (not a JSON object with a string state,
-    or a field of the wrong type).
+    """The status file, or None when absent. A corrupt one (torn or empty, not a JSON object
+    with a string state, a field of the wrong type) reads as a ``FAILED`` attempt replacing
+    ``UNKNOWN_BUILD``: whatever it said, nothing read from the step is served as current.
 
     Builds write one when an attempt fails (``FAILED``), and ``RUNNING`` while a rebuild
     replaces a committed build (naming it: ``REPLACES``); versions before the lean commit path
@@ -581,12 +605,21 @@ def read_status_file(location: Location, output_path: str) -> dict[str, Any] | N
         StorageError: storage kept failing, or the file is not a regular file.
     """
     path = location.path(status_path(output_path))
-    status = _read_json_object(location, path, "status", _STATUS_TYPES)
-    if status is not None and not isinstance(status.get("state"), str):
-        if _first_sighting(path, b"no state"):
-            log.warning("corrupt status %s (no state): ignoring it", path)
+    status = _read_json_file(location, path, "status", _STATUS_TYPES, _CORRUPT_STATUS_MEANS)
+    if status == _ABSENT:
         return None
-    return status
+    if isinstance(status, dict) and isinstance(status.get("state"), str):
+        return status
+    if status != _CORRUPT and _first_sighting(path, b"no state"):
+        log.warning("corrupt status %s (no state): %s", path, _CORRUPT_STATUS_MEANS)
+    # It may have named the build a rebuild deleted: its readers stay stale (fail closed).
+    return {"state": FAILED, "error": f"its status file {path} is corrupt",
+            REPLACES: UNKNOWN_BUILD}  # fmt: skip
+
+
+_CORRUPT_STATUS_MEANS = (
+    "read as a failed attempt that may have replaced a build (what read the step is stale)"
+)
 
 
 def read_attempt(location: Location, output_path: str) -> dict[str, Any] | None:
@@ -642,8 +675,9 @@ folder is Marin's meanwhile, and, to a build that read the step, who deleted its
 
 def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:
     """Write the step's status file: ``state`` and ``details``, atomically (``write_atomic``).
-    A status that does not say which build it replaces keeps what the one it overwrites says
-    (``REPLACES``: one read, on these failure paths only).
+    The one owner of ``REPLACES``: only a rebuild that deletes a record names it
+    (``_mark_replacing``); every other status keeps what the one it overwrites names (one read,
+    on these failure paths only), until a commit drops the status.
 
     Raises:
         SymlinkError: as ``write_atomic``.
