@@ -186,6 +186,14 @@ PINNED: dict[str, Pinned] = {
         "resumed (docs/caching.md, the identity table), which the plan's `resume` says; the "
         "checker allowed code drift only from a record",
     ),
+    "a-swept-config-built-from-an-input-served-drifted-under-warn": Pinned(
+        "wrong-artifact:stream",
+        History(chain(3), (Run(WARN), EditConfig(0, True, False), Stream(2, ((0, True),), WARN))),
+        "44",
+        "the checker's own bug: a swept config built now from an input served drifted under "
+        "--on-drift warn differs as that input does (docs/caching.md, exception 4); the stream "
+        "check allowed drift only from a record made before the run",
+    ),
     "a-user-run-serves-its-build-of-a-shared-input-it-moved": Pinned(
         "wrong-artifact:below-unfinished-rebuild",
         History(
