@@ -211,7 +211,7 @@ def marin_pipeline(
     options = RunOptions.from_params(
         {"on_drift": on_drift, "force": force, "cascade": cascade, "keep_going": keep_going,
          "max_concurrent": max_concurrent, "on_code_drift": on_code_drift},
-        defaults=RunOptions(scope=placement.scope, versions=codex),
+        defaults={"scope": placement.scope, "versions": codex},
     )  # fmt: skip
     pipeline = to_prefect_flow(
         parsed,

@@ -169,7 +169,8 @@ class RunOptions:
         exported or deployed choice: options, or a mapping of some of them, checked with the
         rest), else the default; any other value must be valid: ``on_drift=0`` is an error, not
         the default. Keys that are not run options are ignored, and so are ``scope`` and
-        ``versions``: each engine takes those its own way (the exported ones only).
+        ``versions`` in ``params``: each engine takes those its own way (the exported ones
+        only, in a ``defaults`` mapping).
 
         Raises:
             OptionError: ``params`` is not a mapping, or a value in it (or in ``defaults``) is
@@ -186,7 +187,8 @@ class RunOptions:
         if isinstance(defaults, RunOptions):
             return dataclasses.replace(defaults, **given)
         # The fields' own defaults, under the engine's: all checked when made, once.
-        return cls(**{**{k: v for k, v in dict(defaults or {}).items() if k in _FIELDS}, **given})
+        engine = {k: v for k, v in dict(defaults or {}).items() if k in (*_FIELDS, *_ENGINE_OWN)}
+        return cls(**{**engine, **given})
 
     def policy(self, steps: Sequence[StepSpec]) -> Policy:
         """The core ``Policy`` these options make for ``steps`` (force names resolved).
@@ -213,6 +215,10 @@ _FIELDS = (
     "on_code_drift",
     "max_remote",
 )
+
+
+_ENGINE_OWN = ("scope", "versions")
+"""Options an engine sets from its export or deployment, never from a run's parameters."""
 
 
 def _short(value: object) -> str:
