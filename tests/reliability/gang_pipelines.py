@@ -7,7 +7,8 @@ Controlled through environment variables, which the jobs and their ranks inherit
   succeeds);
 - ``MARIN_TEST_BACKEND``: the gangs' backend (default ``local``);
 - ``MARIN_TEST_UNITS``: ``trained``'s number of units (default 6);
-- ``MARIN_TEST_RANK_PLACEMENT``: ``jax_gang``'s ``rank_placement`` (default: none given).
+- ``MARIN_TEST_RANK_PLACEMENT``: ``jax_gang``'s ``rank_placement`` (default: none given);
+- ``MARIN_TEST_PLACEMENT_TIMEOUT``: ``jax_gang``'s ``placement_timeout`` (default: none given).
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ jax_gang = [
     apply("gang/jax", all_reduce, version="v1", out_path=OUT).with_options(
         remote=BACKEND, ranks=3, retries=int(os.environ.get("MARIN_TEST_RETRIES", "0")),
         rank_placement=os.environ.get("MARIN_TEST_RANK_PLACEMENT"),
+        placement_timeout=os.environ.get("MARIN_TEST_PLACEMENT_TIMEOUT"),
     )
 ]
 fragile_gang = [  # no preemption allowed: a lost gang fails the step

@@ -16,6 +16,7 @@ import pytest
 
 from marin.execution.errors import InvalidStepError
 from marin.execution.lazy import OUT, apply, lower
+from marin.execution.pipeline.remote_option import DEFAULT_PLACEMENT_TIMEOUT_S
 from marin.execution.remote.local import LocalBackend
 from marin.execution.remote.procs import start_time
 from marin.execution.store.location import open_prefix
@@ -294,6 +295,9 @@ def test_each_rank_sees_its_own_gpus_and_one_master(tmp_path: Path) -> None:
         ({"remote": "ray", "rank_placement": "spread"}, "rank_placement='spread' without ranks"),
         ({"remote": "local", "ranks": 3, "rank_placement": "strict_spread"},
          "rank_placement='strict_spread' with remote='local'"),
+        ({"remote": "ray", "placement_timeout": "5m"}, "placement_timeout='5m' without ranks"),
+        ({"remote": "ray", "ranks": 2, "placement_timeout": 0}, "placement_timeout=0"),
+        ({"remote": "ray", "ranks": 2, "placement_timeout": "soon"}, "placement_timeout='soon'"),
     ],
 )
 def test_gang_options_are_checked_once_naming_step_field_and_fix(
@@ -314,3 +318,7 @@ def test_a_rank_placement_reaches_the_job_and_local_may_spread() -> None:
     (spread,) = lower([step.with_options(remote="local", ranks=2, rank_placement="spread")])
     assert default.run.rank_placement is RankPlacement.PACK
     assert spread.run.rank_placement is RankPlacement.SPREAD
+    assert default.run.placement_timeout == DEFAULT_PLACEMENT_TIMEOUT_S
+    (bounded,) = lower([step.with_options(remote="ray", ranks=2, placement_timeout="90s")])
+    assert bounded.run.placement_timeout == 90.0
+    assert bounded.fingerprint == default.fingerprint  # placement is not identity

@@ -87,7 +87,7 @@ class ArtifactStep:
             form a step: a name or version outside the grammar, a dependency that is not a
             handle, a bad ``retries``, pin, adopted source, ``runtime_args``, ``scope`` or
             placement option (resources, timeout, queue, ``isolate``, ``resumable``, ``remote``,
-            ``ranks``, ``rank_placement``, ``max_preemptions``).
+            ``ranks``, ``rank_placement``, ``placement_timeout``, ``max_preemptions``).
     """
 
     name: str
@@ -121,6 +121,9 @@ class ArtifactStep:
     """A remote step's gang: ``fn`` runs as this many ranks of one job (docs/remote.md)."""
     rank_placement: str | None = None
     """How a gang's ranks are placed on nodes: a ``RankPlacement`` (None: ``pack``)."""
+    placement_timeout: float | str | None = None
+    """How long a gang waits for its placement, in seconds after construction (None:
+    ``DEFAULT_PLACEMENT_TIMEOUT_S``)."""
     max_preemptions: int | None = None
     """How many times a remote step's lost job (killed by a signal, its node gone) is submitted
     again, apart from ``retries`` (None: ``DEFAULT_MAX_PREEMPTIONS``)."""
@@ -286,6 +289,7 @@ class ArtifactStep:
         ranks: int | None = None,
         rank_placement: str | None = None,
         max_preemptions: int | None = None,
+        placement_timeout: float | str | None = None,
     ) -> ArtifactStep:
         """A copy with scheduling options, which the adapters map to their engines' own.
 
@@ -298,8 +302,9 @@ class ArtifactStep:
         ``remote`` (a backend name) runs ``fn`` as a job that outlives this process
         (docs/remote.md); ``ranks=N`` makes that job a gang of N processes, placed on nodes
         as ``rank_placement`` says (``pack``, ``spread``, ``strict_pack``, ``strict_spread``:
-        Ray's placement group strategies), and ``max_preemptions`` bounds how often a job
-        lost to a signal is submitted again.
+        Ray's placement group strategies) within ``placement_timeout`` (default 5 minutes: a
+        cluster too small for the gang fails the step), and ``max_preemptions`` bounds how
+        often a job lost to a signal is submitted again.
 
         Raises:
             InvalidStepError: an option that is not valid, naming it (a timeout with retries
@@ -321,6 +326,7 @@ class ArtifactStep:
             "ranks": ranks,
             "rank_placement": rank_placement,
             "max_preemptions": max_preemptions,
+            "placement_timeout": placement_timeout,
         }
         changes = {name: value for name, value in given.items() if value is not None}
         return dataclasses.replace(self, **changes)
@@ -503,6 +509,7 @@ def _check_placement(handle: ArtifactStep) -> None:
         and handle.ranks is None
         and handle.rank_placement is None
         and handle.max_preemptions is None
+        and handle.placement_timeout is None
     ):
         return  # the common case, kept cheap for graphs of 100,000 steps
     step_id = handle.step_id
@@ -538,11 +545,15 @@ def _check_placement(handle: ArtifactStep) -> None:
         check_gang,
         check_rank_placement,
         check_remote,
+        placement_timeout_s,
     )
 
     check_gang(handle.remote, handle.ranks, handle.max_preemptions, step_id)
     if handle.rank_placement is not None:
         check_rank_placement(handle.remote, handle.ranks, handle.rank_placement, step_id)
+    if handle.placement_timeout is not None:
+        bound = placement_timeout_s(handle.ranks, handle.placement_timeout, step_id)
+        object.__setattr__(handle, "placement_timeout", bound)
     if handle.remote is not None:
         check_remote(handle.remote, handle.run, cast("float | None", handle.timeout), step_id)
 

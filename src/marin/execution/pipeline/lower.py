@@ -388,6 +388,7 @@ def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
         from marin.execution.pipeline.remote_option import (
             DEFAULT_RANK_PLACEMENT,
             RemoteRun,
+            placement_timeout_s,
             preemptions_allowed,
         )
         from marin.execution.vocabulary import RankPlacement
@@ -395,7 +396,9 @@ def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
         gpus = cast(Resources, handle.resources).gpu
         placement = RankPlacement(handle.rank_placement or DEFAULT_RANK_PLACEMENT)
         return RemoteRun(call, handle.step_id, handle.remote, gpus, handle.ranks or 1,
-                         preemptions_allowed(handle.max_preemptions), placement)  # fmt: skip
+                         preemptions_allowed(handle.max_preemptions), placement,
+                         placement_timeout_s(handle.ranks, handle.placement_timeout,
+                                             handle.step_id))  # fmt: skip
     if not handle.isolate and handle.timeout is None:
         return call
     from marin.execution.pipeline.isolation import wrap_run

@@ -26,6 +26,9 @@ DEFAULT_MAX_PREEMPTIONS = 10
 when the step does not say (``max_preemptions``); ``retries`` counts only ``fn``'s errors."""
 DEFAULT_RANK_PLACEMENT = RankPlacement.PACK
 """A gang's ranks on as few nodes as fit, when the step does not say (Ray's own default)."""
+DEFAULT_PLACEMENT_TIMEOUT_S = 300.0
+"""How long a gang waits for its ranks' placement (every bundle reserved) when the step does
+not say (``placement_timeout``): a cluster too small for it fails the step, never waits forever."""
 
 _registered: set[str] = set()
 _lock = threading.Lock()
@@ -114,6 +117,26 @@ def check_gang(remote: object, ranks: object, max_preemptions: object, step: str
             )
 
 
+def placement_timeout_s(ranks: object, timeout: object, step: str) -> float:
+    """The one check of ``placement_timeout``, at lowering: a duration, on a gang; the
+    step's bound on its wait for placement (the default when it does not say).
+
+    Raises:
+        InvalidStepError: not a duration (seconds, ``"5m"``), or given without ``ranks``.
+    """
+    from marin.execution.pipeline.resources import parse_duration
+
+    if timeout is None:
+        return DEFAULT_PLACEMENT_TIMEOUT_S
+    if ranks is None:
+        raise InvalidStepError(
+            f"placement_timeout={timeout!r} without ranks: only a gang waits for placement",
+            "add ranks=N (and remote='ray') to with_options, or drop placement_timeout",
+            step,
+        )
+    return parse_duration(timeout, step, "placement_timeout")
+
+
 def check_rank_placement(remote: object, ranks: object, placement: object, step: str) -> None:
     """The one check of ``rank_placement``, at lowering: a ``RankPlacement``, on a gang that
     its backend can place so (``local`` ranks share one machine: never one per node).
@@ -174,6 +197,8 @@ class RemoteRun:
     """How many times a job lost to a signal is submitted again within one attempt."""
     rank_placement: RankPlacement = DEFAULT_RANK_PLACEMENT
     """How the gang's ranks are placed on a cluster's nodes."""
+    placement_timeout: float = DEFAULT_PLACEMENT_TIMEOUT_S
+    """How long the gang waits for its placement before the step fails (seconds)."""
 
     @property
     def fn(self) -> Callable[..., Any]:

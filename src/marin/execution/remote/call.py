@@ -388,7 +388,8 @@ class _RemoteCall:
         return JobSpec(self.step_id, call,
                        env={k: env[k] for k in ("CUDA_VISIBLE_DEVICES",) if k in env},
                        gpus=remote.gpus, ranks=remote.ranks,
-                       rank_placement=str(remote.rank_placement), owner=owner)  # fmt: skip
+                       rank_placement=str(remote.rank_placement),
+                       placement_timeout=remote.placement_timeout, owner=owner)  # fmt: skip
 
     def _collect(self, job: JobRecord, watch: Watch) -> Any:
         """The job's value (its outcome's canonical JSON, as the record keeps it), or its

@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from marin.execution.pipeline.remote_option import DEFAULT_PLACEMENT_TIMEOUT_S
 from marin.execution.store.step_folder import JobHandle as JobHandle  # as job.json stores it
 from marin.execution.vocabulary import JobState
 
@@ -38,6 +39,8 @@ class JobSpec:
     that ends otherwise than by returning ends them all); rank 0's value is the job's."""
     rank_placement: str = "pack"
     """A gang's ranks on nodes: a ``RankPlacement`` (``pack``: as few nodes as fit)."""
+    placement_timeout: float = DEFAULT_PLACEMENT_TIMEOUT_S
+    """How long a gang waits for its ranks' placement before it fails (seconds)."""
     owner: str = ""
     """What the job is for (``job_owner``: the step's output and build): the backend keeps it
     with the job, where only the submitter writes, and ``owner`` answers it."""

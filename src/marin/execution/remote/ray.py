@@ -111,7 +111,7 @@ class RayBackend:
         nonce = secrets.token_hex(16)
         env = {**job.env, CALL_ENV: base64.b64encode(job.call).decode(), NONCE_ENV: nonce}
         if job.ranks > 1:  # a gang: its ranks in one placement group (ray_gang.py)
-            env[GANG_ENV] = f"{job.ranks} {job.gpus} {job.rank_placement}"
+            env[GANG_ENV] = f"{job.ranks} {job.gpus} {job.rank_placement} {job.placement_timeout}"
             env["RAY_DEDUP_LOGS"] = "0"  # ranks print alike: Ray would fold all but one away
         metadata = {OWNER_KEY: job.owner, NONCE_KEY: _digest(nonce)}
         deadline = time.monotonic() + AGENT_WAIT_S

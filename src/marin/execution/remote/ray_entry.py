@@ -18,11 +18,11 @@ def main() -> int:
     call_data = base64.b64decode(os.environ.pop(CALL_ENV))
     nonce = os.environ.pop(NONCE_ENV)
     gang = os.environ.pop(GANG_ENV, "")
-    if gang:  # "RANKS GPUS PLACEMENT": a gang of ranks in one placement group (ray_gang.py)
+    if gang:  # "RANKS GPUS PLACEMENT WAIT": a gang in one placement group (ray_gang.py)
         from marin.execution.remote.ray_gang import run_gang
 
-        size, gpus, placement = gang.split()
-        data = run_gang(call_data, int(size), int(gpus), placement)
+        size, gpus, placement, wait = gang.split()
+        data = run_gang(call_data, int(size), int(gpus), placement, float(wait))
         sys.stdout.write(f"\n{outcome_line(nonce, data)}\n")
         sys.stdout.flush()
         return 0

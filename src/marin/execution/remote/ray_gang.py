@@ -112,9 +112,10 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def run_gang(call: bytes, size: int, gpus: int, placement: str) -> bytes:
+def run_gang(call: bytes, size: int, gpus: int, placement: str, wait: float) -> bytes:
     """Reserve the gang's placement group (``placement``: a ``RankPlacement``, Ray's strategy
-    in lower case), run its ranks, and return the job's outcome."""
+    in lower case) within ``wait`` seconds, run its ranks, and return the job's outcome (a
+    failed one, the group removed, if Ray could not place it in time)."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -123,7 +124,10 @@ def run_gang(call: bytes, size: int, gpus: int, placement: str) -> bytes:
     bundle = {"CPU": 1.0, **({"GPU": float(gpus)} if gpus else {})}
     began = time.monotonic()
     group = placement_group([bundle] * size, strategy=RankPlacement(placement).name)
-    ray.get(group.ready())  # every bundle, or none: no rank starts before
+    unplaced = _await_placement(ray, group, size, bundle, RankPlacement(placement), wait)
+    if unplaced is not None:
+        remove_placement_group(group)  # never left pending: it would take nodes that join
+        return unplaced
     strategy = ray.util.placement_group_table(group).get("strategy", "?")  # as Ray holds it
     print(f"gang of {size}: placement group reserved in {time.monotonic() - began:.2f}s "
           f"({strategy})")  # fmt: skip
@@ -154,6 +158,49 @@ def run_gang(call: bytes, size: int, gpus: int, placement: str) -> bytes:
         for r in ranks:
             ray.kill(r)
         remove_placement_group(group)
+
+
+PLACEMENT_NOTICE_S = 5.0
+"""How long a gang waits for placement before its log says it waits (and for what)."""
+
+
+def _await_placement(
+    ray: Any, group: Any, size: int, bundle: dict[str, float], placement: RankPlacement,
+    wait: float,
+) -> bytes | None:  # fmt: skip
+    """None once every bundle is reserved (no rank starts before) within ``wait`` seconds;
+    else the job's failed outcome, saying what was asked, what the cluster has, and the fix."""
+    asked = f"{size} bundles of {_amounts(bundle)} ({placement.name})"
+    ready = [group.ready()]
+    if ray.wait(ready, timeout=min(PLACEMENT_NOTICE_S, wait))[0]:
+        return None
+    print(f"gang of {size}: waiting up to {wait:g}s for placement: {asked}; "
+          f"the cluster has {_cluster(ray)}", flush=True)  # fmt: skip
+    if ray.wait(ready, timeout=max(0.0, wait - PLACEMENT_NOTICE_S))[0]:
+        return None
+    message = (
+        f"ranks={size} with rank_placement={str(placement)!r}: Ray could not place {asked} "
+        f"within placement_timeout={wait:g}s; the cluster has {_cluster(ray)}. Fix: add nodes "
+        "or resources to the cluster, lower ranks, use rank_placement='pack' or 'spread' "
+        "(preferences, not rules), or raise placement_timeout"
+    )
+    failed = {"ok": False, "type": "TimeoutError", "message": message, "traceback": "",
+              "errno": None}  # fmt: skip
+    return json.dumps(failed).encode()
+
+
+def _amounts(resources: dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items())) + "}"
+
+
+def _cluster(ray: Any) -> str:
+    """The cluster as Ray's public API says it, cheaply: its live nodes, what they hold, and
+    what is free now."""
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    keep = ("CPU", "GPU")
+    total = {k: v for k, v in ray.cluster_resources().items() if k in keep}
+    free = {k: v for k, v in ray.available_resources().items() if k in keep}
+    return f"{len(alive)} live node(s), {_amounts(total)} in all, {_amounts(free)} free"
 
 
 def _watch(ray: Any, runs: list[Any], ranks: list[Any]) -> bytes:
