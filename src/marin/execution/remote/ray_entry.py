@@ -11,6 +11,7 @@ import sys
 import tempfile
 
 from marin.execution.pipeline import isolated_child
+from marin.execution.pipeline.remote_option import DEFAULT_PLACEMENT_TIMEOUT_S
 from marin.execution.remote.ray import CALL_ENV, GANG_ENV, NONCE_ENV, outcome_line
 
 
@@ -21,8 +22,9 @@ def main() -> int:
     if gang:  # "RANKS GPUS PLACEMENT WAIT": a gang in one placement group (ray_gang.py)
         from marin.execution.remote.ray_gang import run_gang
 
-        size, gpus, placement, wait = gang.split()
-        data = run_gang(call_data, int(size), int(gpus), placement, float(wait))
+        size, gpus, placement, *wait = gang.split()  # no WAIT: a job an older driver submitted
+        bound = float(wait[0]) if wait else DEFAULT_PLACEMENT_TIMEOUT_S
+        data = run_gang(call_data, int(size), int(gpus), placement, bound)
         sys.stdout.write(f"\n{outcome_line(nonce, data)}\n")
         sys.stdout.flush()
         return 0
