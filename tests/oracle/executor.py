@@ -816,16 +816,22 @@ FAILURES = {
 }
 
 
+REFUSED_JOB_STATES = ("unreadable", "refuse", "unrecorded", "unseen")
+"""A plan's job states the run refuses (docs/remote.md: a job.json that cannot be read, a job
+writing the output that job.json does not name, a job this driver cannot see)."""
+
+
 def refuses(plan: Call, report: dict[str, Any]) -> bool:
     """Whether every step the run failed is one its plan, made just before, said it refuses
-    (a foreign record; a ``job.json`` it cannot read, ``job.state`` "unreadable", shown as
-    ``refuse: ...``): the run then fails those steps, as documented (docs/reliability.md, the
+    (a foreign record; a ``job.json`` it cannot read or that does not name the job writing the
+    output, a job it cannot see: ``REFUSED_JOB_STATES``, shown as ``refuse: ...``): the run then fails those steps, as documented (docs/reliability.md, the
     catalogue; docs/remote.md), and that is no broken promise. Any other failed step is."""
     refused = {
         s["step"]
         for s in (plan.json() or {}).get("steps", [])
         if s.get("status") == "foreign"
-        or str((s.get("job") or {}).get("state")) in ("unreadable", "refuse")
+        or str((s.get("job") or {}).get("state")) in REFUSED_JOB_STATES
+        or (s.get("job") or {}).get("refused")
     }
     failed = {s["step"] for s in report.get("steps", []) if s.get("action") == "failed"}
     return bool(failed) and failed <= refused

@@ -194,6 +194,21 @@ PINNED: dict[str, Pinned] = {
         "--on-drift warn differs as that input does (docs/caching.md, exception 4); the stream "
         "check allowed drift only from a record made before the run",
     ),
+    "a-job-json-planted-over-a-running-jobs-is-refused-as-the-plan-says": Pinned(
+        "run-failed:other",
+        History(
+            chain(2, s1={"remote": True}),
+            (
+                KillDriver(1, "during", WARN),
+                Plant("result", 0),
+                Run(RunOpts(on_drift="rebuild", on_code_drift="rebuild", force=(1,))),
+            ),
+        ),
+        "1574 (the soak profile)",
+        "the checker's own bug: a run refuses a step whose running job job.json does not name "
+        "(planted over it), as its plan says (`unrecorded`, docs/remote.md); the checker "
+        "took only `unreadable` plans for refusals",
+    ),
     "a-user-run-serves-its-build-of-a-shared-input-it-moved": Pinned(
         "wrong-artifact:below-unfinished-rebuild",
         History(
