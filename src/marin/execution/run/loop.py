@@ -501,7 +501,7 @@ class RunLoop:
         self.report.durations[path] = duration
         self.report.outcomes[path] = outcome
         self._built[path] = outcome.record
-        if outcome.action == BuildOutcomeKind.BUILT:
+        if outcome.action == BuildOutcomeKind.BUILT and outcome.record is not None:
             record = outcome.record  # a reattached job's age, a resumed attempt: not in it
             note = build_note(record.provenance, record.build_id, record.finished_at)
             log.info("finish %s in %.2fs%s", job.spec.step_id, duration, note and f" ({note})")
