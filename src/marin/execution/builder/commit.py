@@ -792,6 +792,8 @@ def _clear_earlier(held: _Holding) -> None:
     keep = spec.remote is not None and pending_job(
         location, spec.output_path, built=earlier == Leftover.BUILD
     )
+    if not held.lease.renew():  # the fence: a holder that stalled since it took the lease
+        raise _lost(location, spec, held.lease)  # never deletes what a new holder committed
     _mark_replacing(held)
     delete_record(location, spec.output_path)
     if (held.attempt is None or not held.attempt.resumed) and not keep:
@@ -878,7 +880,7 @@ def _start_fn(held: _Holding) -> Any:
         request, location = held.request, held.location
         held.remote = RemoteBuild(location, spec.output_path, held.build_id, held.heartbeat.lost,
                                   held.recipe, request.policy.on_code_drift, request.wait,
-                                  on_lines=lines_writer(),
+                                  on_lines=lines_writer(), holds=held.lease.renew,
                                   **remote_attempt(location, spec, held.attempt))  # fmt: skip
         return run_job(value, held.remote)
 
@@ -896,6 +898,8 @@ def _into_step_log(held: _Holding, value: Callable[[], Any]) -> Any:
     ):
         try:
             return value()
+        except LeaseLostError:
+            raise  # the step's log is the new holder's now: nothing is written into it
         except BaseException:
             # Into the file only: the error message points here for the details.
             held.step_log.write(traceback.format_exc())

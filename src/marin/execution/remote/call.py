@@ -109,6 +109,10 @@ class RemoteBuild:
     on_lines: Callable[[list[str]], None] | None = field(default=None)
     """Where the job's output goes while it runs (the step's log and the terminal), from
     any thread; None: only its tail, once it ended."""
+    holds: Callable[[], bool] = field(default=lambda: True)
+    """The fence: True only once this driver proved, right now, that it still holds the
+    step's lease (``build_step`` renews it: a compare-and-swap on its token). Asked before the
+    driver acts on anything it concluded about its job (``_RemoteCall._fence``)."""
 
 
 def running_jobs() -> dict[str, JobRecord]:
@@ -220,7 +224,10 @@ class _RemoteCall:
 
     def _ended(self, job: JobRecord, watch: Watch) -> Any:
         """The job ended (or the lease was lost): its value, or its error. A lost lease
-        cancels the job (the displaced holder never commits, and its job must stop writing)."""
+        cancels the job (the displaced holder never commits, and its job must stop writing).
+        Whatever this driver saw of an ended job, it first proves it still holds the lease
+        (``_fence``): a driver that stalled past its lease never calls a job lost, clears,
+        submits or writes anything for the step (the new holder may have collected it)."""
         note_live(self.step_id, None)
         if watch.lease_lost:
             self.backend.cancel(job.handle)
@@ -229,6 +236,7 @@ class _RemoteCall:
                 "nothing was committed by this runner; the new holder builds the step",
                 self.step_id,
             )
+        self._fence(job)
         state = watch.status.state if watch.status is not None else None
         if state in _GONE and job.build_id != self.build.build_id:
             # A reattached job stopped (its displaced holder cancelled it) or vanished: this
@@ -256,6 +264,25 @@ class _RemoteCall:
         self._drop(job, keep_output=resumes)
         return self._await(self._submit(job.preemptions + 1), None)
 
+    def _fence(self, job: JobRecord | None = None) -> None:
+        """Prove this driver still holds the step's lease before it acts on the step (calls a
+        job lost, clears, cancels, submits, writes ``job.json`` or collects); else stop here,
+        touching nothing: the driver that took the lease over owns the step and its job.
+
+        Raises:
+            LeaseLostError: the lease is no longer this driver's.
+        """
+        build = self.build
+        if not build.lost.is_set() and build.holds():
+            return
+        build.lost.set()
+        seen = f" ({job.backend} job {job.job_id} is left to it)" if job and job.job_id else ""
+        raise LeaseLostError(
+            f"lost the lease to another driver{seen}; this driver touched nothing since",
+            "nothing was committed by this runner; the driver holding the lease builds the step",
+            self.step_id,
+        )
+
     def _refuse_unrecorded(self, found: JobRecord | None) -> None:
         """Before a new job is submitted: refuse while a job of this backend that ``job.json``
         does not name writes the output (``refuse_unrecorded_writer``)."""
@@ -268,6 +295,7 @@ class _RemoteCall:
         """Forget a recorded job that is not collected: kept output (a resume) only once the
         job provably ended (``stop_job``); else its debris is cleared."""
         build = self.build
+        self._fence(found)
         if keep_output:
             stop_job(self.backend, found, self.step_id)  # its partial output is resumed: fenced
         else:
@@ -280,6 +308,7 @@ class _RemoteCall:
         """The job of this build: the recorded one reattached (with its state now), or a new
         one submitted (no state: it runs)."""
         build, backend = self.build, self.backend
+        self._fence()
         found = self._recorded_job()
         if found is not None and found.backend == self.remote.backend and found.job_id:
             status = backend.status(found.handle)
@@ -352,6 +381,7 @@ class _RemoteCall:
 
     def _submit(self, preemptions: int = 0) -> JobRecord:
         build, ctx = self.build, self.ctx
+        self._fence()
         key = f"marin-{new_id()[:20]}"
         # The job id is all a later driver needs to find the job, known before it is
         # submitted: a crash right after the submit leaves a record that leads to the job,
