@@ -50,15 +50,6 @@ FINDINGS: dict[str, str] = {
     "run-hung": "- (a run did not end, nothing planted)",
     "gc-dry-run-changed": "- (marin gc --dry-run changed files)",
     "crash": "new (marin raised an error it does not mean to: a traceback)",
-    "gang-rank-survived": "- (a rank outlived its gang's failure or lost lease)",
-    "failed-gang-committed": "- (a gang whose rank raised was committed)",
-    "failed-gang-succeeded": "- (a run whose gang failed, no retries, reported success)",
-    "retried-gang-failed": "- (a gang that failed once under retries=1 failed the run)",
-    "rank-failure-preempted": "- (a rank that raised was counted as a preemption)",
-    "lost-lease-gang-committed": "- (the gang of a driver that lost its lease was committed)",
-    "preempted-past-budget-succeeded": "- (a job preempted past max_preemptions: success)",
-    "preempted-past-budget-committed": "- (a job preempted past max_preemptions: committed)",
-    "preempted-past-budget-unsaid": "- (past max_preemptions, 'after N preemptions' unsaid)",
 }
 """Violation kind -> the trust finding (issue 53) it is an instance of."""
 
