@@ -90,6 +90,10 @@ class Executor:
     """The script's variable of each decoy process."""
     preempted: int = 0
     """Remote jobs a ``preempt`` operation SIGKILLed."""
+    gang_events: dict[str, int] = field(default_factory=dict)
+    """How often a gang operation happened as drawn: ``rank-fail`` (rank 1 raised while rank
+    0 ran), ``lease-lost`` (a second driver took the lease of a running gang), ``past-budget``
+    (a job preempted past ``max_preemptions=0``)."""
 
     def __post_init__(self) -> None:
         self.script = Script(self.world.model)
@@ -144,8 +148,10 @@ class Executor:
         injected: bool = False,
         subprocess_: bool = False,
         extra: dict[str, str] | None = None,
+        twice: frozenset[str] = frozenset(),
     ) -> None:
-        """One run of the pipeline (the CLI, or the engine), then its checks."""
+        """One run of the pipeline (the CLI, or the engine), then its checks (``twice``: steps
+        whose fn may start twice in it)."""
         if self.runner is not None:
             self.runner.run(self, opts, injected)
             return
@@ -156,7 +162,7 @@ class Executor:
         call = self.world.marin(argv, opts.ctx.user, subprocess_=subprocess_, extra=extra)
         var = self.script.var("p")
         self.script.emit(self._marin_line(var, argv, opts.ctx.user, call.run_id, extra))
-        self.check_run(call, pre, opts, var, injected=injected, crash=bool(extra))
+        self.check_run(call, pre, opts, var, injected=injected, crash=bool(extra), twice=twice)
 
     def _marin_line(
         self,
@@ -357,12 +363,35 @@ class Executor:
             self.script.emit(f"os.kill(started_pid({token!r}), signal.SIGKILL)  # preempted")
         world.release(token)
         self.script.emit(f"release({token!r})", f"{var} = finish({var})")
+        past = killed and world.model.step(step).max_preemptions == 0
+        before = _build_ids(pre, step)
         call = world.finish(proc, argv, {}, run_id)
-        self.check_run(call, pre, opts, var, twice=frozenset({f"s{step}"}))
+        self.check_run(call, pre, opts, var, injected=past, twice=frozenset({f"s{step}"}))
         said = f"preempted {world.model.step(step).name}@"
-        if killed and call.rc == 0 and said not in call.err:
+        if killed and call.rc == 0 and said not in call.err and not past:
             message = f"s{step}'s job was SIGKILLed, and the run never said it was preempted"
             self.add([Violation("preemption-unseen", self.op, message)])
+        if past:
+            self.gang_events["past-budget"] = self.gang_events.get("past-budget", 0) + 1
+        if past and not call.timed_out:
+            self._check_past_budget(step, call, before, _build_ids(pre, step), var)
+
+    def _check_past_budget(
+        self, step: int, call: Call, before: list[str | None], after: list[str | None], var: str
+    ) -> None:
+        """A preemption past ``max_preemptions=0``: the step failed, saying so, the run never
+        reports success, and nothing was committed (docs/remote.md)."""
+        found = []
+        if call.rc == 0:
+            found.append(("preempted-past-budget-succeeded", "the run reported success"))
+        if before != after:
+            found.append(("preempted-past-budget-committed", "a build was committed"))
+        if "after 0 preemptions" not in call.err:
+            found.append(("preempted-past-budget-unsaid", "no 'after 0 preemptions' said"))
+        for kind, message in found:
+            check = f"expect({var}.returncode != 0, 'the step failed past its budget')"
+            self.add([Violation(kind, self.op, f"s{step} preempted past its budget: {message}")],
+                     check if kind.endswith("succeeded") else None)  # fmt: skip
 
     def _after_kill(self, token: str, release: str, driver: int) -> None:
         world = self.world
@@ -882,6 +911,17 @@ def _plant_target(plan: dict[str, Any], model: PipelineModel, pick: int) -> dict
         or steps
     )
     return pool[pick % len(pool)] if pool else None
+
+
+def _build_ids(plan: Call, step: int) -> list[str | None]:
+    """The build ids of step ``step``'s records where ``plan`` places it."""
+    steps = (plan.json() or {}).get("steps", [])
+    out = []
+    for s in steps:
+        if step_index(s) == step:
+            record = read_record(s["output_path"])
+            out.append(None if record is None else str(record.get("build_id")))
+    return out
 
 
 def _codex(ctx: Context, model: PipelineModel) -> tuple[str, dict[str, str]] | None:

@@ -34,6 +34,8 @@ class Profile:
     ops: tuple[int, int] = (3, 8)
     p_remote: float = 0.3
     """Chance a pipeline has remote steps (each costs a job process per build)."""
+    p_remote_step: float = 0.35
+    """Chance each step of such a pipeline is remote."""
     p_resumable: float = 0.3
     p_user: float = 0.15
     p_deferred: float = 0.2
@@ -63,10 +65,19 @@ GANG = Profile(
     p_remote=1.0,
     p_user=0.0,
     p_deferred=0.0,
+    p_remote_step=0.7,
     p_gang=0.6,
     operations=GANG_OPERATIONS,
+    scale={
+        "rank-fail": 2,
+        "lease-lost": 1.5,
+        "preempt-past-budget": 1.5,
+        "fail": 0.5,
+        "kill-driver": 0.6,
+    },
 )
-"""Remote steps, gangs of two, and their jobs preempted (issue 56), among runs and edits."""
+"""Remote steps, gangs of two (some with ``retries=1``), their jobs preempted within and past
+their budget, a rank that raises and a lost lease (issue 56), among runs and edits."""
 
 
 @dataclass(frozen=True)
@@ -94,13 +105,13 @@ def generate_pipeline(ch: Chooser, profile: Profile) -> PipelineModel:
             idx=i,
             deps=deps[i],
             k=ch.integer(1, 3),
-            remote=remote and ch.boolean(0.35),
+            remote=remote and ch.boolean(profile.p_remote_step),
             resumable=ch.boolean(profile.p_resumable),
             user_scope=ch.boolean(profile.p_user),
             deferred=deferred and ch.boolean(0.5),
         )
         if step.remote and profile.p_gang and ch.boolean(profile.p_gang):
-            step = dataclasses.replace(step, ranks=2)
+            step = dataclasses.replace(step, ranks=2, retries=ch.integer(0, 1))
         steps.append(step)
     return PipelineModel(tuple(steps))
 

@@ -20,7 +20,7 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from marin.execution import faults
@@ -196,8 +196,9 @@ class FailRun(Op):
         fail = ex.world.control(f"fail-s{self.step}")
         open(fail, "w").close()
         ex.script.emit(f"open(os.path.join(CONTROL, 'fail-s{self.step}'), 'w').close()")
+        retried = ex.world.model.step(self.step).retries  # each attempt fails: fn starts twice
         try:
-            ex.run(self.opts, injected=True)
+            ex.run(self.opts, injected=True, twice=frozenset({f"s{self.step}"} if retried else ()))
         finally:
             os.remove(fail)
             ex.script.emit(f"os.remove(os.path.join(CONTROL, 'fail-s{self.step}'))")
@@ -252,6 +253,89 @@ class Preempt(Op):
 
     def execute(self, ex: Executor) -> None:
         ex.preempt(self.step, self.opts)
+
+
+@dataclass(frozen=True)
+class PreemptPastBudget(Op):
+    """Preempt (as ``Preempt``) a remote step given ``max_preemptions=0`` for this one run:
+    past its budget, the step fails, the run never reports success and nothing is committed
+    (docs/remote.md, "Preemption is not failure"). The budget is restored after."""
+
+    name: ClassVar[str] = "preempt-past-budget"
+    step: int
+    opts: RunOpts
+
+    @staticmethod
+    def weight(model: PipelineModel) -> float:
+        return 2 if any(s.remote for s in model.steps) else 0
+
+    @staticmethod
+    def draw(ch: Chooser, model: PipelineModel, last: Context) -> PreemptPastBudget:
+        p = Preempt.draw(ch, model, last)  # forced: the build it is about happens now
+        return PreemptPastBudget(p.step, replace(p.opts, force=(p.step,)))
+
+    def execute(self, ex: Executor) -> None:
+        budget = ex.world.model.step(self.step).max_preemptions
+        ex.edit(self.step, max_preemptions=0)
+        try:
+            ex.preempt(self.step, self.opts)
+        finally:
+            ex.edit(self.step, max_preemptions=budget)
+
+
+@dataclass(frozen=True)
+class RankFail(Op):
+    """A gang's rank 1 raises while rank 0 runs (held): the gang fails as one, every rank
+    ends, ``retries`` counts it (never ``max_preemptions``) and nothing is committed; with
+    ``retries`` one new gang builds the step (docs/remote.md, "Gang steps")."""
+
+    name: ClassVar[str] = "rank-fail"
+    step: int
+    opts: RunOpts
+
+    @staticmethod
+    def weight(model: PipelineModel) -> float:
+        return 4 if any(s.ranks > 1 for s in model.steps) else 0
+
+    @staticmethod
+    def draw(ch: Chooser, model: PipelineModel, last: Context) -> RankFail:
+        gangs = [s.idx for s in model.steps if s.ranks > 1] or [0]
+        step = gangs[ch.integer(0, len(gangs) - 1)]
+        opts = RunOpts.draw(ch, model, last)
+        if ch.boolean(0.7):  # make it build now: force it
+            opts = RunOpts(opts.ctx, opts.on_drift, opts.on_code_drift, (step,), opts.cascade)
+        return RankFail(step, opts)
+
+    def execute(self, ex: Executor) -> None:
+        from tests.oracle.gangs import rank_fail
+
+        rank_fail(ex, self.step, self.opts)
+
+
+@dataclass(frozen=True)
+class LeaseLost(Op):
+    """A driver whose heartbeat stalls (``MARIN_LEASE_TTL=1``) while a gang's ranks run
+    (held); a second driver takes the lease over and reattaches; the first wakes, finds its
+    lease lost, cancels its gang (every rank ends) and commits nothing; the new holder builds
+    the step once (docs/remote.md, "Who keeps the lease alive")."""
+
+    name: ClassVar[str] = "lease-lost"
+    step: int
+    opts: RunOpts
+
+    @staticmethod
+    def weight(model: PipelineModel) -> float:
+        return 3 if any(s.ranks > 1 for s in model.steps) else 0
+
+    @staticmethod
+    def draw(ch: Chooser, model: PipelineModel, last: Context) -> LeaseLost:
+        r = RankFail.draw(ch, model, last)
+        return LeaseLost(r.step, r.opts)
+
+    def execute(self, ex: Executor) -> None:
+        from tests.oracle.gangs import lease_lost
+
+        lease_lost(ex, self.step, self.opts)
 
 
 @dataclass(frozen=True)
@@ -475,9 +559,20 @@ ENGINE_OPERATIONS: tuple[type[Any], ...] = (
 )
 """What a history on Prefect or Airflow does: its runs are the engine's."""
 
-GANG_OPERATIONS: tuple[type[Any], ...] = (Run, EditConfig, EditCode, FailRun, KillDriver, Preempt)
-"""What a gang history does (``history.GANG``): runs, edits, failures, killed drivers and
-preempted jobs of remote steps and gangs."""
+GANG_OPERATIONS: tuple[type[Any], ...] = (
+    Run,
+    EditConfig,
+    EditCode,
+    FailRun,
+    KillDriver,
+    Preempt,
+    RankFail,
+    LeaseLost,
+    PreemptPastBudget,
+)
+"""What a gang history does (``history.GANG``): runs, edits, failures, killed drivers,
+preempted jobs (within and past their budget) of remote steps and gangs, a gang's rank that
+raises, and a gang whose driver loses its lease."""
 
 
 def _prefer(ch: Chooser, model: PipelineModel, feature: str) -> int:

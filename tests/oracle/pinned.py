@@ -17,7 +17,10 @@ from tests.oracle.ops import (
     FailRun,
     Gc,
     KillDriver,
+    LeaseLost,
     Plant,
+    PreemptPastBudget,
+    RankFail,
     Run,
     RunOpts,
     Stream,
@@ -35,6 +38,8 @@ class Pinned:
     seed: str
     finding: str
     open: bool = False
+    event: str = ""
+    """A gang operation the history must really do (``Executor.gang_events``)."""
 
 
 def chain(n: int, **flags: dict[str, bool]) -> PipelineModel:
@@ -241,6 +246,49 @@ PINNED: dict[str, Pinned] = {
         "red team round 2, finding 3: a teammate's gc with --keep-versions 1 keeps s2 (made "
         "from s1's old build) and reclaimed the status of s1's unfinished rebuild that kept it "
         "stale; s1 then read as pruned and s2 was served as current under rebuild/rebuild",
+    ),
+    "a-gang-whose-rank-raises-fails-as-one": Pinned(
+        "gang-rank-survived",
+        History(
+            chain(2, s1={"remote": True, "ranks": 2}), (Run(WARN), RankFail(1, RunOpts(force=(1,))))
+        ),
+        "arranged from the table (issue 56: the rank-fail operation)",
+        "docs/remote.md, Gang steps: rank 1 raises while rank 0 runs; every rank ends, the "
+        "run fails and nothing is committed",
+        event="rank-fail",
+    ),
+    "a-gang-whose-rank-raises-is-retried-not-preempted": Pinned(
+        "rank-failure-preempted",
+        History(
+            chain(2, s1={"remote": True, "ranks": 2, "retries": 1}),
+            (Run(WARN), RankFail(1, RunOpts(force=(1,)))),
+        ),
+        "arranged from the table (issue 56: the rank-fail operation)",
+        "docs/remote.md, Gang steps: with retries=1 one new gang builds the step; the record "
+        "counts no preemption",
+        event="rank-fail",
+    ),
+    "a-gang-whose-lease-is-lost-is-cancelled": Pinned(
+        "gang-rank-survived",
+        History(
+            chain(2, s1={"remote": True, "ranks": 2}),
+            (Run(WARN), LeaseLost(1, RunOpts(force=(1,)))),
+        ),
+        "arranged from the table (issue 56: the lease-lost operation)",
+        "docs/remote.md, Who keeps the lease alive: the stalled driver cancels every rank of "
+        "its gang and commits nothing; the new holder builds the step once",
+        event="lease-lost",
+    ),
+    "a-gang-preempted-past-its-budget-fails": Pinned(
+        "preempted-past-budget-succeeded",
+        History(
+            chain(2, s1={"remote": True, "ranks": 2}),
+            (Run(WARN), PreemptPastBudget(1, RunOpts(force=(1,))), Run(WARN)),
+        ),
+        "arranged from the table (issue 56: the preempt-past-budget operation)",
+        "docs/remote.md, Preemption is not failure: past max_preemptions=0 the step fails "
+        "('after 0 preemptions'), the run never reports success, nothing is committed",
+        event="past-budget",
     ),
 }
 

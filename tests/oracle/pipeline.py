@@ -10,7 +10,9 @@ three chunks with a checkpoint after each when ``current_context().checkpoint_pa
 resumable step), so resuming a checkpoint made from other inputs gives other bytes. Outside the
 prefix it appends its start to ``$ORACLE_COUNTER`` and obeys ``$ORACLE_CONTROL``: ``fail-<step>``
 makes it raise after its first checkpoint, ``hold-<step>`` (holding a token) makes it write
-``started-<token>`` (its pid) there and wait for ``release-<token>``.
+``started-<token>`` (its pid) there and wait for ``release-<token>``. A gang's rank K > 0 obeys
+``hold-<step>-rK`` the same way, and ``fail-<step>-rK`` (holding a token) once: it takes the
+file, waits for ``go-<token>`` and raises.
 
 ``note`` (a config field the output ignores) and ``pad`` (a statement that changes the code but
 not the output) are the edits that change a recipe without changing its bytes.
@@ -43,6 +45,9 @@ class StepModel:
     deferred: bool = False
     ranks: int = 1
     """A remote step's gang (``with_options(ranks=N)``): rank 0 builds, the others return."""
+    retries: int = 0
+    max_preemptions: int | None = None
+    """``with_options(max_preemptions=N)``; None: the default budget."""
 
     @property
     def name(self) -> str:
@@ -143,6 +148,28 @@ def _control(name):
         return
     if os.path.exists(os.path.join(ctl, "fail-" + name)):
         raise RuntimeError(name + ": injected failure after a checkpoint")
+    _hold(ctl, name)
+
+
+def _rank_control(name, rank):
+    ctl = os.environ.get("ORACLE_CONTROL")
+    if not ctl:
+        return
+    key = "%s-r%d" % (name, rank)
+    fail = os.path.join(ctl, "fail-" + key)
+    try:
+        os.rename(fail, fail + ".taken")  # once: a retry's gang does not fail again
+    except FileNotFoundError:
+        return _hold(ctl, key)
+    with open(fail + ".taken") as f:
+        go = os.path.join(ctl, "go-" + f.read().strip())
+    deadline = time.monotonic() + 60
+    while not os.path.exists(go) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    raise RuntimeError(key + ": injected failure of one rank")
+
+
+def _hold(ctl, name):
     try:
         with open(os.path.join(ctl, "hold-" + name)) as f:
             token = f.read().strip()
@@ -158,6 +185,7 @@ def _control(name):
 
 def _work(name, out, cfg, rev, ins):
     if current_context().rank:
+        _rank_control(name, current_context().rank)
         return None  # a gang's other ranks: rank 0 builds, and its value is the step's
     blob = bytearray()
     for path in ins:
@@ -222,6 +250,10 @@ def _step_source(s: StepModel, placement: bool) -> str:
         options.append('remote="local"')
     if placement and s.remote and s.ranks > 1:
         options.append(f"ranks={s.ranks}")
+    if placement and s.remote and s.retries:
+        options.append(f"retries={s.retries}")
+    if placement and s.remote and s.max_preemptions is not None:
+        options.append(f"max_preemptions={s.max_preemptions}")
     if placement and s.resumable:
         options.append("resumable=True")
     if placement and s.user_scope:

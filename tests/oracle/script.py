@@ -12,10 +12,10 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
-from tests.oracle import sweep
+from tests.oracle import gangs, sweep
 from tests.oracle.pipeline import PipelineModel, render
 
-SWEEP = inspect.getsource(sweep.run_sweep)
+SWEEP = "\n\n".join(inspect.getsource(f) for f in (sweep.run_sweep, gangs.gone, gangs.wait_holder))
 
 PRELUDE = r'''"""Reproduces a history that tests/oracle found failing (run: python THIS_FILE).
 

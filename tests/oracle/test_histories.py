@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
@@ -74,12 +75,14 @@ def test_fixed_seed_histories_find_no_other_kind(fast_tally: Tally) -> None:
 
 def test_gang_and_preemption_histories_keep_every_promise() -> None:
     """Fixed-seed histories of remote steps, gangs of two and preempted jobs (issue 56):
-    no broken promise beyond today's known findings, and jobs were really preempted."""
-    preempted, gangs, found = 0, 0, {}
+    no broken promise beyond today's known findings; jobs were really preempted (once past
+    their budget), a gang's rank really raised, and a gang's lease was really lost."""
+    preempted, gangs, found, events = 0, 0, {}, Counter[str]()
     for seed in GANG_SEEDS:
         history = seeded(seed, GANG)
         outcome, ex = run_history(history)
         preempted += ex.preempted
+        events.update(ex.gang_events)
         gangs += sum(s.ranks > 1 for s in history.model.steps)
         for kind in outcome.kinds - set(TODAY):
             found.setdefault(kind, (seed, history, ex.report(kind)))
@@ -88,6 +91,7 @@ def test_gang_and_preemption_histories_keep_every_promise() -> None:
         for kind, (seed, history, script) in found.items()
     )
     assert preempted >= 3 and gangs >= 3, (preempted, gangs)
+    assert set(events) == {"rank-fail", "lease-lost", "past-budget"}, events
 
 
 def _pinned_param(name: str) -> object:
@@ -104,6 +108,9 @@ def test_pinned_history(name: str) -> None:
     assert case.kind not in outcome.kinds, (
         f"{name}: {case.kind}\n{case.history.describe()}\n{ex.report(case.kind)}"
     )
+    if case.event:  # a gang operation's history: it really happened, and broke no promise
+        assert ex.gang_events.get(case.event), (name, ex.gang_events)
+        assert not outcome.violations, [str(v) for v in outcome.violations]
 
 
 @pytest.mark.parametrize("seed", [0, 7, 23])
