@@ -37,7 +37,7 @@ from typing import BinaryIO
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.errors import RemoteJobError
 from marin.execution.remote.procs import JOB_ENV, end_group, runs_in
-from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus
+from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus, log_lines
 from marin.execution.store.step_folder import JOB_ID
 from marin.execution.vocabulary import JobState
 
@@ -251,7 +251,7 @@ class LocalBackend:
                 data = _read_tail(f, LOG_TAIL_BYTES)
         except OSError:
             return ""
-        return "\n".join(data.decode(errors="replace").splitlines()[-tail:])
+        return "\n".join(log_lines(data.decode(errors="replace"))[-tail:])
 
     def log_location(self, handle: JobHandle) -> str:
         """The job's log file (``marin show``)."""
