@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from marin.execution.errors import MarinError
 from marin.execution.remote.fence import UnseenJobError, is_this_steps, stop_job
+from marin.execution.remote.protocol import log_lines
 from marin.execution.remote.registry import get_backend
 from marin.execution.remote.view import job_age, short_duration
 from marin.execution.store.lease import break_lease, read_lease
@@ -148,7 +149,7 @@ def follow_job_log(
     backend = get_backend(found.job.backend)
     if not follow or found.state != JobState.RUNNING:
         text = backend.logs(found.job.handle, lines)
-        for line in text.splitlines():
+        for line in log_lines(text):
             write(safe_text(line) + "\n")
         return found.state
     opener = getattr(backend, "follow", None)
@@ -204,7 +205,7 @@ def follow_step_log(
     if not location.has_file(path):
         return False
     data = location.read_file(path)
-    shown = data.decode(errors="replace").splitlines()
+    shown = log_lines(data.decode(errors="replace"))
     for line in shown if lines is None else shown[-lines:] if lines else []:
         write(safe_text(line) + "\n")
     if not (follow and location.is_local):

@@ -35,7 +35,7 @@ from typing import IO
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.remote.gang_rules import EXIT_GRACE_S, free_port, judge_rank, rank_env
 from marin.execution.remote.local import CALL, LOG, LOST, RANKS, RESULT, rank_folder
-from marin.execution.remote.procs import start_time
+from marin.execution.remote.procs import GROUP_WAIT_S, end_group, start_time
 
 CHILD_MODULE = "marin.execution.pipeline.isolated_child"
 
@@ -140,6 +140,7 @@ def main(argv: list[str]) -> int:
         copiers.append(threading.Thread(target=_copy, args=(proc.stdout, log, rank), daemon=True))
         copiers[-1].start()
     ended = _wait_all(folder, ranks)
+    end_group(os.getpid(), folder, GROUP_WAIT_S)  # the ranks' own children: a data loader
     for copier in copiers:
         copier.join(timeout=5)  # a helper a rank started may hold its pipe open: not forever
     if ended is not None and ended.pop("lost", False):

@@ -11,10 +11,11 @@ a job unpickles and the pid a cancel signals cannot be planted by whoever writes
 process is started by ``local_job`` in a session of its own, so it outlives the driver (a
 closed terminal, a SIGKILL); any later driver of this user on this machine finds it by its id.
 Promises: one process per submission key (a
-folder that holds a started job is never started again); a job that died without a result is
-``LOST``; ``cancel`` kills the job's whole process group, once its pid is provably the job's
-(start time and command line, ``procs.py``); ``release`` removes an ended job's folder once the
-core is done with it (``cleanup.py``).
+folder that holds a started job is never started again); a job has ended only once its process
+group has (``procs.end_group``: what its ranks started dies with it); one that died without a
+result is ``LOST``; ``cancel`` kills the job's whole process group, once its pid is provably
+the job's (start time and command line, ``procs.py``); ``release`` removes an ended job's
+folder once the core is done with it (``cleanup.py``).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from typing import BinaryIO
 
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.errors import RemoteJobError
-from marin.execution.remote.procs import runs_in
-from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus
+from marin.execution.remote.procs import JOB_ENV, end_group, runs_in
+from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus, log_lines
 from marin.execution.store.step_folder import JOB_ID
 from marin.execution.vocabulary import JobState
 
@@ -171,7 +172,7 @@ class LocalBackend:
         fd = os.open(os.path.join(folder, CALL), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(job.call)
-        env = {**os.environ, **job.env, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **job.env, "PYTHONUNBUFFERED": "1", JOB_ENV: folder}
         gang = [str(job.ranks), str(job.gpus)] if job.ranks > 1 else []
         subprocess.run(  # -P: never a module of the working folder (anyone's /tmp) first
             [sys.executable, "-P", "-m", _LAUNCHER, folder, *gang],
@@ -219,16 +220,18 @@ class LocalBackend:
         folder = _folder_of(handle)
         if folder is None or not os.path.isdir(folder):
             return JobStatus(JobState.LOST, detail="its folder is gone")
+        alive = self._alive(folder)
         done = self._result(folder)
-        if done is not None:
-            return done
-        if os.path.exists(os.path.join(folder, CANCELLED)):
+        if done is None and os.path.exists(os.path.join(folder, CANCELLED)):
             return JobStatus(JobState.STOPPED, detail="cancelled")
-        if self._alive(folder):
+        # A plain job's watcher ends the job's process group before it exits; a gang's
+        # supervisor does before it writes the result.
+        if alive and (done is None or "watcher" in _pid_info(folder)):
             return JobStatus(JobState.RUNNING)
-        return self._result(folder) or JobStatus(  # it may have ended between the two looks
-            JobState.LOST, detail=_lost_detail(folder)
-        )
+        if not alive and not self._group_ended(folder):
+            return JobStatus(JobState.RUNNING)  # a process of its group still runs
+        lost = JobStatus(JobState.LOST, detail=_lost_detail(folder))
+        return done or self._result(folder) or lost  # it may have ended between the looks
 
     @staticmethod
     def _result(folder: str) -> JobStatus | None:
@@ -248,7 +251,7 @@ class LocalBackend:
                 data = _read_tail(f, LOG_TAIL_BYTES)
         except OSError:
             return ""
-        return "\n".join(data.decode(errors="replace").splitlines()[-tail:])
+        return "\n".join(log_lines(data.decode(errors="replace"))[-tail:])
 
     def log_location(self, handle: JobHandle) -> str:
         """The job's log file (``marin show``)."""
@@ -271,6 +274,7 @@ class LocalBackend:
             deadline = time.monotonic() + _KILL_WAIT_S
             while self._alive(folder) and time.monotonic() < deadline:
                 time.sleep(0.01)  # a killed process is gone in milliseconds
+        self._group_ended(folder)  # what the job started and its watcher could not end
         if os.path.isdir(folder):  # after the kill: STOPPED means nothing of it runs any more
             write_file_atomically(os.path.join(folder, CANCELLED), b"")
 
@@ -315,6 +319,13 @@ class LocalBackend:
         if not isinstance(pid, int) or not runs_in(pid, info.get("start_time"), folder):
             return None
         return pid
+
+    def _group_ended(self, folder: str) -> bool:
+        """Kill what is left of the job's process group (its recorded pid is the group's id;
+        a member is the job's only while its environment names the job's folder) and say
+        whether the group is empty: a job is not ended while a process it started runs."""
+        pid = _pid_info(folder).get("pid")
+        return end_group(pid, folder, _KILL_WAIT_S) if isinstance(pid, int) else True
 
     def _alive(self, folder: str) -> bool:
         """The job runs, or its watcher (``local_job``) has not yet said how it ended."""

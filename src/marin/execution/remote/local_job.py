@@ -12,17 +12,23 @@ happens to the driver that started it.
 A gang's supervisor is forked by this process (init reaps it) and watches its ranks itself.
 Any other job is forked by a *watcher*, in a session of its own (its pid in ``pid.json`` as
 ``watcher``), which reaps the job and, when a signal kills it (an out-of-memory kill), writes
-``DIR/lost.json`` naming the signal. The job counts as running until its watcher has ended.
+``DIR/lost.json`` naming the signal, once it killed what is left of the job's process group
+(``procs.end_group``; a job that wrote its result and has not exited ``EXIT_GRACE_S`` later is
+killed). The job counts as running until its watcher has ended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
+import time
 
 from marin.execution.atomic_file import write_file_atomically
-from marin.execution.remote.procs import signal_name, start_time
+from marin.execution.remote.gang_rules import EXIT_GRACE_S
+from marin.execution.remote.procs import GROUP_WAIT_S, end_group, signal_name, start_time
 
 CHILD_MODULE = "marin.execution.pipeline.isolated_child"
 CALL, RESULT, LOG, PID, LOST = "call.pkl", "result.json", "log.txt", "pid.json", "lost.json"
@@ -83,7 +89,8 @@ def _watched(folder: str) -> tuple[int, int]:
             pid = _start(folder, [])
             os.write(write, str(pid).encode())
             os.close(write)
-            _, status = os.waitpid(pid, 0)
+            status = _reap(folder, pid)
+            end_group(pid, folder, GROUP_WAIT_S)  # what the job started dies with it
             done = os.path.exists(os.path.join(folder, RESULT))
             if os.WIFSIGNALED(status) and not done:  # killed before fn ended: say by what
                 killed = {"lost": True, "signal": signal_name(os.WTERMSIG(status))}
@@ -94,6 +101,23 @@ def _watched(folder: str) -> tuple[int, int]:
     with os.fdopen(read, "rb") as pipe:
         pid = int(pipe.read(32) or b"0")
     return pid, watcher
+
+
+def _reap(folder: str, pid: int) -> int:
+    """Wait for the job to exit; its wait status. A job that wrote its result and has not
+    exited ``EXIT_GRACE_S`` later (a thread that never ends) is killed: it counts as running
+    until its watcher ends."""
+    wrote: float | None = None
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if wrote is None and os.path.exists(os.path.join(folder, RESULT)):
+            wrote = time.monotonic()
+        if wrote is not None and time.monotonic() - wrote > EXIT_GRACE_S:
+            with contextlib.suppress(ProcessLookupError):  # unreaped: the group is the job's
+                os.killpg(pid, signal.SIGKILL)
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

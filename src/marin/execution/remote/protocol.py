@@ -92,7 +92,7 @@ class RemoteBackend(Protocol):
         ...
 
     def logs(self, handle: JobHandle, tail: int = 40) -> str:
-        """The last ``tail`` lines the job printed."""
+        """The last ``tail`` lines the job printed (``log_lines``: split on newlines only)."""
         ...
 
     def cancel(self, handle: JobHandle) -> None:
@@ -118,3 +118,10 @@ class RemoteBackend(Protocol):
 #   -> its ``owner``): before a job is submitted, one that writes the same output, whatever
 #   ``job.json`` says (edited or deleted by hand), stops the build instead of a second job.
 # - ``release(handle)``: remove an ended job's files (``cleanup.py``).
+
+
+def log_lines(text: str) -> list[str]:
+    """A log's lines: split on newlines only (``\\r``, U+2028 or ``\\x1e`` in a job's output
+    is data, shown escaped within its line: never a line of its own)."""
+    lines = text.split("\n")
+    return lines[:-1] if lines[-1] == "" else lines

@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 from marin.execution.remote.procs import signal_name
-from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus
+from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus, log_lines
 from marin.execution.vocabulary import JobState
 
 ADDRESS_ENV = "RAY_ADDRESS"
@@ -224,7 +224,7 @@ class RayBackend:
             text = self._tail(handle.job_id, info, tail + 4, LOG_TAIL_BYTES)
         except Exception:  # no log (yet), an outage: nothing to show
             return ""
-        lines = [line for line in text.splitlines() if not _OUTCOME.search(line)]
+        lines = [line for line in log_lines(text) if not _OUTCOME.search(line)]
         return "\n".join(lines[-tail:])
 
     def log_location(self, handle: JobHandle) -> str:
