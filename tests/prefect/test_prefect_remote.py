@@ -14,7 +14,7 @@ import pytest
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
 from tests.reliability.pipelines import wait_for_file
-from tests.reliability.test_remote import TRAIN, calls, job_folders, setup
+from tests.reliability.test_remote import TRAIN, calls, job_folders, setup_prefect
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOW = """
@@ -33,16 +33,7 @@ def flow_run(prefix: str, env: dict[str, str], err: Path) -> subprocess.Popen[st
 
 @pytest.mark.slow
 def test_killed_flow_run_reattaches_to_its_job(tmp_path: Path) -> None:
-    home = tmp_path / "prefect-home"
-    prefix, env = setup(
-        tmp_path,
-        PREFECT_HOME=str(home),
-        PREFECT_SERVER_MEMO_STORE_PATH=str(home / "memo_store.toml"),
-        PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(home / "storage"),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
-    )
-    env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
+    prefix, env = setup_prefect(tmp_path)
     first = flow_run(prefix, env, tmp_path / "first.err")
     wait_for_file(str(tmp_path / "started" / "remote_train"), timeout=120)
     os.killpg(first.pid, signal.SIGKILL)

@@ -12,7 +12,7 @@ import pytest
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
 from tests.reliability.test_gang import GANG, JAX
-from tests.reliability.test_remote import job_folders, setup
+from tests.reliability.test_remote import job_folders, setup, setup_prefect
 
 pytest.importorskip("jax")
 pytestmark = pytest.mark.slow
@@ -33,16 +33,7 @@ def _built_once(tmp_path: Path, prefix: str) -> None:
 
 def test_a_gang_on_prefect_builds_once(tmp_path: Path) -> None:
     pytest.importorskip("prefect")
-    home = tmp_path / "prefect-home"
-    prefix, env = setup(
-        tmp_path,
-        PREFECT_HOME=str(home),
-        PREFECT_SERVER_MEMO_STORE_PATH=str(home / "memo_store.toml"),
-        PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(home / "storage"),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
-    )
-    env.pop("PREFECT_API_URL", None)
+    prefix, env = setup_prefect(tmp_path)
     (tmp_path / "gate").touch()
     flow = FLOW.format(target=f"{GANG}:jax_gang", prefix=prefix)
     done = subprocess.run([sys.executable, "-c", flow], cwd=ROOT, env=env, capture_output=True,

@@ -93,6 +93,22 @@ def setup(tmp_path: Path, **extra: str) -> tuple[str, dict[str, str]]:
     return str(tmp_path / "prefix"), env
 
 
+def setup_prefect(tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """``setup`` for a flow run in a child process: its own ephemeral Prefect server under
+    ``tmp_path/prefect-home`` (no ``PREFECT_API_URL`` inherited)."""
+    home = tmp_path / "prefect-home"
+    prefix, env = setup(
+        tmp_path,
+        PREFECT_HOME=str(home),
+        PREFECT_SERVER_MEMO_STORE_PATH=str(home / "memo_store.toml"),
+        PREFECT_RESULTS_LOCAL_STORAGE_PATH=str(home / "storage"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
+    )
+    env.pop("PREFECT_API_URL", None)
+    return prefix, env
+
+
 def calls(tmp_path: Path) -> list[str]:
     path = tmp_path / "calls"
     return path.read_text().splitlines() if path.exists() else []
