@@ -582,10 +582,13 @@ _EPILOG_CANCEL = """example:
 Stops the step's running job through its backend (a local job's process
 group, Ray's stop_job), once its backend vouches that the job was submitted
 for this step. A driver still waiting for it fails the step and releases its
-lease; with no live driver the lease and job record are removed here. A name
-without @version cancels the jobs of all its versions (an old version's job
-left running by a version bump).
-exit codes: 0 cancelled (or already ended), 1 refused or nothing to cancel.
+lease; with no live driver the lease and job record are removed here. With a
+live driver the cancel is also recorded (<output>.marin/cancel.json): a job
+lost (preempted) when it ran is not submitted again, and the step fails as
+cancelled. A name without @version cancels the jobs of all its versions (an
+old version's job left running by a version bump).
+exit codes: 0 cancelled (or recorded for the live driver, or already ended),
+1 refused or nothing to cancel.
 """
 _EPILOG_EXPORT = """example:
   marin export airflow --help

@@ -3,7 +3,8 @@
 Both start from the step's folder under the prefix, never from a pipeline: ``job.json`` names
 the job, and it is untrusted (anyone who can write the prefix can plant one), so a job is read
 or cancelled only once its backend vouches that it was submitted for this step's build
-(``is_this_steps``). ``cancel`` stops the job through its backend, then releases what the step
+(``is_this_steps``). ``cancel`` records the cancel for a live driver (``cancel.json``: it
+never submits the job again), stops the job through its backend, then releases what the step
 holds when no live driver holds it (a live one sees its job stopped, fails the step and
 releases its lease itself). What a job printed is shown with its control characters escaped.
 """
@@ -23,7 +24,15 @@ from marin.execution.remote.view import job_age, short_duration
 from marin.execution.store.lease import break_lease, read_lease
 from marin.execution.store.location import Location, open_local
 from marin.execution.store.records import FAILED, read_record, write_status
-from marin.execution.store.step_folder import JobRecord, UnreadableJob, delete_job, load_job
+from marin.execution.store.step_folder import (
+    JOB_ID,
+    CancelMark,
+    JobRecord,
+    UnreadableJob,
+    delete_job,
+    load_job,
+    write_cancel_mark,
+)
 from marin.execution.vocabulary import JobState
 from marin.terminal_text import safe_text
 from marin.unlock import describe_lease
@@ -94,18 +103,31 @@ def step_job(location: Location, output_path: str, step: str) -> StepJob | None:
 
 
 def cancel_step(location: Location, output_path: str, step: str) -> str:
-    """Cancel the step's running job and release what the step holds; what was done, in words.
+    """Cancel the step's build: stop its running job, and record the cancel for a live driver
+    (``cancel.json``: it stops the build instead of submitting a job again, as after a
+    preemption); release what the step holds when no live driver holds it. What was done, in
+    words. The mark is written before the job is looked at, so a job the driver submits
+    meanwhile is either seen running here (and stopped) or stopped by the driver.
 
     Raises:
         JobRefusedError: see ``step_job``; or no job is recorded for the step.
         RemoteJobError: the job still runs after it was cancelled.
     """
+    info = read_lease(location, output_path)
+    live = info is not None and info.live
+    if live and info is not None:
+        _mark_cancelled(location, output_path, info.token)
     found = step_job(location, output_path, step)
     if found is None:
-        info = read_lease(location, output_path)
-        held = f"; it is {describe_lease(info)}" if info is not None and info.live else ""
+        held = f"; it is {describe_lease(info)}" if live and info is not None else ""
+        marked = (
+            "; if it is a remote step, its driver stops it before it submits a job "
+            "(recorded in its cancel.json)"
+            if live
+            else ""
+        )
         raise JobRefusedError(
-            f"{step} has no remote job recorded{held}",
+            f"{step} has no remote job recorded{held}{marked}",
             "only a remote step's job can be cancelled; stop a local build's process instead",
             step,
         )
@@ -113,9 +135,30 @@ def cancel_step(location: Location, output_path: str, step: str) -> str:
     if found.state == JobState.RUNNING:
         stop_job(backend, found.job, step, "cancel %s: stop %s job %s")
         done = f"cancelled {step}: stopped {found.describe()}"
+    elif live and info is not None:
+        return (
+            f"cancelled {step}: its {found.describe()} is not running; the driver holding its "
+            f"lease ({info.who()}) stops the step instead of submitting it again (at its next "
+            "resubmission; recorded in its cancel.json)"
+        )
     else:
         done = f"{step}: nothing to stop, its job is not running ({found.describe()})"
     return done + _release(location, output_path, found.job)
+
+
+def _mark_cancelled(location: Location, output_path: str, lease_token: str) -> None:
+    """Record the cancel for the build holding the lease ``lease_token`` (``CancelMark``)."""
+    from marin.execution.pipeline.provenance import now_iso
+    from marin.execution.pipeline.scope import current_user
+
+    try:
+        user = current_user() or ""
+    except MarinError:  # a user name Marin refuses: the mark says nobody
+        user = ""
+    found = load_job(location, output_path)
+    job_id = found.job_id if isinstance(found, JobRecord) and JOB_ID.fullmatch(found.job_id) else ""
+    mark = CancelMark(lease_token, job_id, now_iso(), user)
+    write_cancel_mark(location, output_path, mark)
 
 
 def _release(location: Location, output_path: str, job: JobRecord) -> str:

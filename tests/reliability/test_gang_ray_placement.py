@@ -35,11 +35,11 @@ def test_a_gang_ray_cannot_place_fails_within_its_placement_timeout(
     """Three ``strict_spread`` ranks on one node: the log says what the gang waits for and
     what the cluster has; once ``placement_timeout`` passes the step fails naming the step,
     the fields and the fix, no rank ran, nothing is committed, and the placement group is
-    removed."""
+    removed. ``retries=1`` is not spent on it (``fn`` never ran)."""
     root, env = one_node
     prefix = str(tmp_path / "prefix")
     env = {**env, "MARIN_TEST_RANK_PLACEMENT": "strict_spread",
-           "MARIN_TEST_PLACEMENT_TIMEOUT": "8s"}  # fmt: skip
+           "MARIN_TEST_PLACEMENT_TIMEOUT": "8s", "MARIN_TEST_RETRIES": "1"}  # fmt: skip
     proc = gang_run("jax_gang", prefix, env, tmp_path / "err", "--json")
     out, _ = proc.communicate(timeout=300)
     err = (tmp_path / "err").read_text()
@@ -48,6 +48,7 @@ def test_a_gang_ray_cannot_place_fails_within_its_placement_timeout(
     assert "within placement_timeout=8s" in err and "raise placement_timeout" in err, err
     assert "3 bundles of {CPU: 1} (STRICT_SPREAD)" in err and "1 live node(s)" in err, err
     assert json.loads(out)["ok"] is False, out
+    assert "retry gang/jax@v1" not in err and "not retried" in err, err
     assert read_record(open_prefix(prefix), JAX) is None
     assert not (root / "calls").exists()  # no rank started
     logs = "".join(p.read_text() for p in Path(prefix).rglob("log.txt"))

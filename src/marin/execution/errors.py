@@ -218,3 +218,7 @@ class RemoteJobError(MarinError, RuntimeError):
 
     job: dict[str, Any] | None = None
     """The job's record (``job.json``), for ``run --json``."""
+    final: bool = False
+    """The job ended in a way no retry changes: cancelled (``marin cancel``), or its gang not
+    placed within ``placement_timeout``. ``retries`` count only errors raised by ``fn``: the
+    run loop does not retry it."""

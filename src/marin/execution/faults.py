@@ -19,15 +19,21 @@ atomic), ``record-torn`` (half of the record written at its final path, as a non
 could), ``after-record`` (record committed; on local disk and ``memory://`` the lease is released
 with it, elsewhere it is still held). A remote step also passes ``after-submit`` (not in
 ``CRASH_POINTS``, which every build passes): its job submitted and named in ``job.json``.
+
+``MARIN_FAULT_HOLD=<point>:<folder>`` holds this process at ``hold_point(point)`` (a remote
+step's ``before-resubmit``: its job was lost, not yet submitted again): it creates
+``<folder>/held`` and waits until ``<folder>/go`` exists, so a test acts in that window.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 CRASH_ENV = "MARIN_FAULT_CRASH"
 PAUSE_HEARTBEAT_ENV = "MARIN_FAULT_PAUSE_HEARTBEAT"
+HOLD_ENV = "MARIN_FAULT_HOLD"
 CRASH_POINTS = (
     "before-lease",
     "after-lease",
@@ -59,6 +65,16 @@ def crash_now() -> None:
 def crash_point(point: str, step: str) -> None:
     if should_crash(point, step):
         crash_now()
+
+
+def hold_point(point: str) -> None:
+    """Wait at ``point`` while ``MARIN_FAULT_HOLD`` asks (see the module docstring)."""
+    at, _, folder = os.environ.get(HOLD_ENV, "").partition(":")
+    if at != point or not folder:
+        return
+    open(os.path.join(folder, "held"), "w").close()
+    while not os.path.exists(os.path.join(folder, "go")):
+        time.sleep(0.01)  # a test hook: the test creates the file
 
 
 def heartbeat_paused() -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 
 from marin.execution.digest.code import mixed_digest
 from marin.execution.pipeline.provenance import now_iso
+from marin.execution.pipeline.remote_option import ranks_of
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.resume_verdict import ResumeVerdict, judge
 from marin.execution.remote.fence import fence_cleared, fence_previous
@@ -131,7 +132,8 @@ def verdict_for(
         return None  # nothing left, or a committed build that is replaced whole
     previous = read_attempt_record(location, spec.output_path)
     forced = recipe.step_id in recipe.repaired and not _forced_here(location, spec, previous)
-    verdict = judge(recipe, previous, on_code_drift, spec.fingerprint_payload, forced)
+    verdict = judge(recipe, previous, on_code_drift, spec.fingerprint_payload, forced,
+                    ranks_of(spec.run))  # fmt: skip
     if spec.remote is not None:
         fence = fence_previous if verdict.resume else fence_cleared
         with Heartbeat(lease):  # a backend may take a while to confirm a cancel
@@ -212,6 +214,7 @@ def start_attempt(
         inputs=recipe.input_builds,
         placement=recipe.placement,
         payload=spec.fingerprint_payload,
+        ranks=ranks_of(spec.run),
     )
     write_attempt(location, spec.output_path, attempt)
     if recipe.step_id in recipe.repaired:

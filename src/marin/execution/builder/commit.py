@@ -881,6 +881,7 @@ def _start_fn(held: _Holding) -> Any:
         held.remote = RemoteBuild(location, spec.output_path, held.build_id, held.heartbeat.lost,
                                   held.recipe, request.policy.on_code_drift, request.wait,
                                   on_lines=lines_writer(), holds=held.lease.renew,
+                                  lease_token=held.lease.token,
                                   **remote_attempt(location, spec, held.attempt))  # fmt: skip
         return run_job(value, held.remote)
 

@@ -210,3 +210,8 @@ class RemoteRun:
 
     def __call__(self, ctx: StepContext) -> JobToRun:
         return JobToRun(self, ctx)
+
+
+def ranks_of(run: object) -> int:
+    """The world size a step's ``run`` runs with: a remote step's ``ranks``, else 1."""
+    return run.ranks if isinstance(run, RemoteRun) else 1

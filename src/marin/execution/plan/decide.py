@@ -55,6 +55,7 @@ from marin.execution.errors import (
     ForeignRecordError,
 )
 from marin.execution.heap import frozen_heap
+from marin.execution.pipeline.remote_option import ranks_of
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.options import Policy as Policy  # declared with RunOptions; re-exported
 from marin.execution.plan.options import resolve_force as resolve_force
@@ -232,9 +233,8 @@ def decide(
     def decision(action: Action, reason: str, **extra: Any) -> Decision:
         if action == Action.BUILD and stored.attempt is not None:
             now = static.consuming(upstream, policy.force)
-            extra["resume"] = judge(
-                now, stored.attempt, policy.on_code_drift, spec.fingerprint_payload
-            )
+            extra["resume"] = judge(now, stored.attempt, policy.on_code_drift,
+                                    spec.fingerprint_payload, ranks=ranks_of(spec.run))  # fmt: skip
         return Decision(
             spec, action, status, reason, record, stored.status, drift, forced=forced,
             lineage=lineage, code_drift=code_drift, recipe=static, shared=stored.shared, **extra,

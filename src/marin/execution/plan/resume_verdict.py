@@ -36,6 +36,17 @@ def _other_recipe(previous: Attempt, recipe: Recipe, payload: str | None) -> str
     )
 
 
+def _world(previous: Attempt, ranks: int) -> str:
+    """``, written by 2 ranks, now 3 ...`` when the partial output was written by another
+    world size (both known); else ""."""
+    if not previous.ranks or not ranks or previous.ranks == ranks:
+        return ""
+    return (
+        f", written by {previous.ranks} ranks, now {ranks} (ranks is placement, not identity: "
+        "resumed; fn sees the new world_size)"
+    )
+
+
 @dataclass(frozen=True)
 class ResumeVerdict:
     """Whether a resumable step's partial output is resumed or cleared, and why (one line)."""
@@ -63,6 +74,7 @@ def judge(
     on_code_drift: str,
     payload: str | None = None,
     forced: bool | None = None,
+    ranks: int = 0,
 ) -> ResumeVerdict:
     """Resume ``previous``'s partial output only when it is ``recipe``'s (``judge_claim``).
     ``payload``: the step's fingerprint payload, to name the config fields that changed.
@@ -72,7 +84,7 @@ def judge(
     Another fingerprint, placement or input build clears it; so does an unknown (an attempt
     that did not record its input builds). A changed code digest follows ``on_code_drift``:
     ``warn`` resumes and says so, ``rebuild`` clears, ``error`` raises ``CodeDriftError`` (at
-    plan time: before anything runs). Pure.
+    plan time: before anything runs). Another world size (``ranks``) resumes, saying so. Pure.
     """
     if previous is None:
         return ResumeVerdict(False, "partial output without an attempt record is cleared")
@@ -89,13 +101,15 @@ def judge(
             previous,
         )
     changed = "; ".join(verdict.code_drift)
+    world = _world(previous, ranks)
     if verdict.claim == Claim.OURS and not verdict.code_drift:
-        return ResumeVerdict(True, f"partial output from {which}, same fingerprint)", previous)
+        return ResumeVerdict(True, f"partial output from {which}, same fingerprint){world}",
+                             previous)  # fmt: skip
     if verdict.claim == Claim.OURS:
         return ResumeVerdict(
             True,
             f"partial output from {which}, same fingerprint; code changed: {changed}; resumed "
-            "anyway (on_code_drift=warn)",
+            f"anyway (on_code_drift=warn){world}",
             previous,
         )
     if verdict.differs == Mismatch.CODE:

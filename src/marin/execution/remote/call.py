@@ -23,7 +23,9 @@ location, the build and its lost-lease event, how it waits). ``run_job``:
    anew).
    A job **lost** (a signal killed it or one of its ranks, its node went away) is no error:
    it is submitted again under the step's ``max_preemptions``, resuming when resumable, and
-   ``job.json`` counts the preemptions (``_preempted``).
+   ``job.json`` counts the preemptions (``_preempted``). Before every submission (and right
+   after it) a ``marin cancel`` recorded for this build's lease (``cancel.json``) ends the
+   build as stopped (cancelled) instead (``_stop_if_cancelled``).
 The caller (``build_step``) commits the record, as for any step.
 """
 
@@ -40,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.execution.errors import CodeDriftError, LeaseLostError, RemoteJobError
-from marin.execution.faults import crash_point
+from marin.execution.faults import crash_point, hold_point
 from marin.execution.ids import new_id
 from marin.execution.pipeline.canonical import Canonical
 from marin.execution.pipeline.context import StepContext
@@ -58,6 +60,7 @@ from marin.execution.remote.fence import (
     stop_job,
 )
 from marin.execution.remote.follow import LiveJob, follow_job, live_jobs, note_live
+from marin.execution.remote.gang_rules import placement_failure
 from marin.execution.remote.local import jobs_root_path
 from marin.execution.remote.poller import POLLER, Watch
 from marin.execution.remote.protocol import JobSpec, JobStatus, RemoteBackend, job_owner
@@ -72,6 +75,8 @@ from marin.execution.store.step_folder import (
     create_job,
     delete_job,
     load_job,
+    read_cancel_mark,
+    remove_cancel_mark,
     replace_job,
 )
 from marin.execution.vocabulary import Claim, JobState, Mismatch, Wait
@@ -113,6 +118,9 @@ class RemoteBuild:
     """The fence: True only once this driver proved, right now, that it still holds the
     step's lease (``build_step`` renews it: a compare-and-swap on its token). Asked before the
     driver acts on anything it concluded about its job (``_RemoteCall._fence``)."""
+    lease_token: str = ""
+    """The token of the step's lease this build holds: a ``marin cancel`` mark naming it
+    stops this build before (and right after) it submits a job ("": no mark is read)."""
 
 
 def running_jobs() -> dict[str, JobRecord]:
@@ -254,6 +262,8 @@ class _RemoteCall:
         error, so not a retry: submitted again under ``max_preemptions``, resuming from its
         checkpoints when the step is resumable (else from a cleared output)."""
         resumes = self.ctx.checkpoint_path is not None
+        hold_point("before-resubmit")
+        self._stop_if_cancelled(job, f"lost ({watch.status.detail if watch.status else ''})")
         log.warning(
             "preempted %s: %s job %s was lost (%s); submitting it again (preemption %d of at "
             "most %d%s)", self.step_id, job.backend, job.job_id,
@@ -326,9 +336,11 @@ class _RemoteCall:
                 watch.status = status
                 self._collect(found, watch)  # raises: lost once more than the budget allows
             preempted = found.preemptions + lost
+            self._stop_if_cancelled(found, str(status.state))
             self._refuse_unrecorded(found)
             self._drop(found, keep_output=build.resumed)
             return self._submit(preempted), None
+        self._stop_if_cancelled(None, "")
         self._refuse_unrecorded(found)
         if found is not None:  # another recipe's, or not this step's: its debris goes
             self._drop(found, keep_output=build.resumed and bool(found.job_id))
@@ -405,7 +417,36 @@ class _RemoteCall:
         log.info("submit %s: %s job %s", self.step_id, record.backend, record.job_id)
         _known(build, record)
         crash_point("after-submit", self.step_id)  # the job runs, job.json names it
+        self._stop_if_cancelled(record, "just submitted")
         return record
+
+    def _stop_if_cancelled(self, job: JobRecord | None, was: str) -> None:
+        """Before a job is submitted (and right after, for a cancel that raced the submit): a
+        ``marin cancel`` mark for this build's lease ends the build as stopped (cancelled),
+        ``job`` (a lost one, or the one just submitted) stopped and forgotten; a mark of
+        another lease is an earlier build's, removed. ``marin cancel`` writes its mark before
+        it looks at the job, so a submit it did not see is caught here.
+
+        Raises:
+            RemoteJobError: the build was cancelled (``final``: not retried).
+        """
+        build = self.build
+        mark = read_cancel_mark(build.location, build.output_path)
+        if mark is None or not build.lease_token:
+            return
+        remove_cancel_mark(build.location, build.output_path)
+        if mark.lease != build.lease_token:
+            return  # an earlier build's: this driver holds the lease now
+        by = f" by {mark.by}" if mark.by else ""
+        if job is None:
+            what = f"the build was stopped (cancelled{by}) before its job was submitted"
+        else:  # it ended (a lost job's whole group too) before its record goes
+            stop_job(self.backend, job, self.step_id, "cancel %s: stop %s job %s")
+            forget_failed(build.location, build.output_path, job)
+            what = (f"{job.backend} job {job.job_id} was stopped (cancelled{by}): it was {was} "
+                    "when `marin cancel` ran, and no new job is submitted")  # fmt: skip
+        log.warning("cancelled %s: %s", self.step_id, what)
+        raise _final(what, "run again to submit a new job", self.step_id, job)
 
     def _job_spec(self, ctx: StepContext) -> JobSpec:
         """What the backend runs: the call, what the job does before it (the caller's context
@@ -443,18 +484,22 @@ class _RemoteCall:
             if outcome.ok:
                 return Canonical(outcome.result)
             forget_failed(build.location, build.output_path, job)  # a retry submits a new job
+            unplaced = placement_failure(status.result)
+            if unplaced is not None:  # fn never ran: not its error, so no retry
+                raise _final(f"{job.backend} job {job.job_id}: {unplaced}",
+                             "the step was not retried (retries count fn's errors)",
+                             self.step_id, job)  # fmt: skip
             error = _failed(self.step_id, job, outcome.summary(), tail, outcome.errno)
             raise error from outcome.error(self.step_id, f"{job.backend} job")
         forget_failed(build.location, build.output_path, job)
         detail = f"ended {status.state}" + (f" ({status.detail})" if status.detail else "")
-        if status.state == JobState.STOPPED:  # cancelled (`marin cancel`): no cause to fix
-            error = RemoteJobError(
+        if status.state == JobState.STOPPED:  # cancelled (`marin cancel`): not retried
+            raise _final(
                 f"{job.backend} job {job.job_id} was stopped ({status.detail or 'by its backend'})",
                 "run again to submit a new job",
                 self.step_id,
+                job,
             )
-            error.job = job.to_json()
-            raise error
         if status.state == JobState.LOST:
             detail += (f", after {job.preemptions} preemptions (max_preemptions="
                        f"{self.remote.max_preemptions})")  # fmt: skip
@@ -498,6 +543,14 @@ def _known(build: RemoteBuild, job: JobRecord) -> None:
     build.job = job
     if build.on_job is not None:
         build.on_job(job)
+
+
+def _final(what: str, fix: str, step_id: str, job: JobRecord | None) -> RemoteJobError:
+    """The step's error for a job that ended in a way no retry changes (``final``)."""
+    error = RemoteJobError(what, fix, step_id)
+    error.final = True
+    error.job = job.to_json() if job is not None else None
+    return error
 
 
 def _failed(

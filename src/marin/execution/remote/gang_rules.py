@@ -4,11 +4,14 @@ A gang (``with_options(ranks=N)``) is one job of N processes that meet at start-
 the coordinator). A rank that returned is done; the first rank to end otherwise ends the gang:
 killed by a signal (or its node gone), the job is **lost** (``{"lost": true, "rank", "signal"}``,
 resubmitted under ``max_preemptions``); its ``fn`` raised, or it exited without an outcome, the
-job **failed** with that rank's outcome (``retries`` count it).
+job **failed** with that rank's outcome (``retries`` count it). A gang its cluster could not
+place within ``placement_timeout`` never ran ``fn``: its outcome says so
+(``unplaced_outcome``) and the step fails at once, ``retries`` unspent (``placement_failure``).
 """
 
 from __future__ import annotations
 
+import json
 import socket
 
 from marin.execution.pipeline.isolated_child import RANK_ENV, WORLD_ENV
@@ -63,3 +66,22 @@ def judge_rank(
         outcome = {"ok": False, "type": "RuntimeError", "traceback": "", "errno": None,
                    "message": f"exited with code {code} without an outcome"}  # fmt: skip
     return {**outcome, "message": f"rank {rank}: {outcome.get('message', '')}"}
+
+
+def unplaced_outcome(message: str) -> bytes:
+    """The job's outcome when its gang was not placed within ``placement_timeout``: a failed
+    outcome marked ``unplaced`` (a key ``isolated_child`` never writes: ``fn`` cannot fake it)."""
+    return json.dumps({"ok": False, "type": "TimeoutError", "message": message, "traceback": "",
+                       "errno": None, "unplaced": True}).encode()  # fmt: skip
+
+
+def placement_failure(outcome: bytes) -> str | None:
+    """The message of an ``unplaced_outcome`` (the gang never ran ``fn``: no retry places it
+    sooner, so the step fails at once), or None for any other outcome."""
+    try:
+        found = json.loads(outcome)
+    except ValueError:
+        return None
+    if not isinstance(found, dict) or found.get("unplaced") is not True:
+        return None
+    return str(found.get("message", ""))[:2000]

@@ -24,7 +24,13 @@ import threading
 import time
 from typing import IO, Any
 
-from marin.execution.remote.gang_rules import EXIT_GRACE_S, free_port, judge_rank, rank_env
+from marin.execution.remote.gang_rules import (
+    EXIT_GRACE_S,
+    free_port,
+    judge_rank,
+    rank_env,
+    unplaced_outcome,
+)
 from marin.execution.vocabulary import RankPlacement
 
 CHILD_MODULE = "marin.execution.pipeline.isolated_child"
@@ -184,9 +190,7 @@ def _await_placement(
         "or resources to the cluster, lower ranks, use rank_placement='pack' or 'spread' "
         "(preferences, not rules), or raise placement_timeout"
     )
-    failed = {"ok": False, "type": "TimeoutError", "message": message, "traceback": "",
-              "errno": None}  # fmt: skip
-    return json.dumps(failed).encode()
+    return unplaced_outcome(message)
 
 
 def _amounts(resources: dict[str, float]) -> str:

@@ -2,8 +2,9 @@
 
 Named here, once: ``record.json`` (the commit point) and ``status.json`` (parsed in
 ``records``), ``lease.json`` and its ``lease.json.guard`` (``lease/``), ``log.txt`` (the step's
-prints), ``job.json`` (a remote step's job), ``attempt.json`` (a resumable step's attempt) and
-``checkpoints/``. The two files a build reuses work by, ``job.json`` and ``attempt.json``, are
+prints), ``job.json`` (a remote step's job), ``attempt.json`` (a resumable step's attempt),
+``cancel.json`` (``marin cancel``'s intent, ``CancelMark``) and ``checkpoints/``. The two files
+a build reuses work by, ``job.json`` and ``attempt.json``, are
 parsed and validated here into typed values (``JobRecord``, ``Attempt``), each stating the
 recipe it was made for; whether that is the current recipe is ``identity.judge_claim``'s answer.
 
@@ -45,6 +46,7 @@ LEASE_GUARD_FILE = "lease.json.guard"
 LOG_FILE = "log.txt"
 JOB_FILE = "job.json"
 ATTEMPT_FILE = "attempt.json"
+CANCEL_FILE = "cancel.json"
 CHECKPOINTS_DIR = "checkpoints"
 
 JOB_ID = re.compile(r"marin-[0-9a-f]{20}")
@@ -52,10 +54,11 @@ JOB_ID = re.compile(r"marin-[0-9a-f]{20}")
 Marin's, and is never followed to a folder or a cluster."""
 
 _OWN_FILES = frozenset(
-    {RECORD_FILE, STATUS_FILE, LEASE_FILE, LEASE_GUARD_FILE, LOG_FILE, JOB_FILE, ATTEMPT_FILE}
-)
+    {RECORD_FILE, STATUS_FILE, LEASE_FILE, LEASE_GUARD_FILE, LOG_FILE, JOB_FILE, ATTEMPT_FILE,
+     CANCEL_FILE}
+)  # fmt: skip
 _OWN_TEMPORARY = re.compile(
-    r"(?:(?:record|status|lease|job|attempt)\.json" + re.escape(TMP_MARK) + r".+"
+    r"(?:(?:record|status|lease|job|attempt|cancel)\.json" + re.escape(TMP_MARK) + r".+"
     r"|\.job\..+\.tmp)"
 )
 """A crashed atomic write's temporary sibling (``record.json.tmp-<hex>``, ``.job.<x>.tmp``)."""
@@ -365,6 +368,9 @@ class Attempt:
     payload: str | None = None
     """The canonical config its fingerprint hashes: what a later attempt of another config
     compares field by field. None when absent, or when it does not hash to ``fingerprint``."""
+    ranks: int = 0
+    """The world size its job ran with (1: no gang; 0: not recorded). Placement, not
+    identity: a later attempt of another world size still resumes, and says so."""
 
     def to_json(self) -> bytes:
         body: dict[str, Any] = {
@@ -381,6 +387,8 @@ class Attempt:
             body["job"] = self.job.to_json()
         if self.payload is not None:
             body["payload"] = self.payload
+        if self.ranks:
+            body["ranks"] = self.ranks
         return (json.dumps(body, sort_keys=True) + "\n").encode()
 
     @classmethod
@@ -398,12 +406,14 @@ class Attempt:
             return None
         if not isinstance(started, str) or not isinstance(holder, str):
             return None
-        placement = data.get("placement")
+        placement, ranks = data.get("placement"), data.get("ranks")
+        if type(ranks) is not int or not 1 <= ranks <= 1 << 30:
+            ranks = 0  # not recorded, or not a world size: unknown, never a guess
         return cls(
             number, fingerprint, CodeDigest.from_record(data.get("code")), started, holder,
             data.get("resumed") is True, JobRecord.from_json(data.get("job")),
             _inputs(data.get("inputs")), placement if isinstance(placement, str) else "",
-            _payload_of(data.get("payload"), fingerprint),
+            _payload_of(data.get("payload"), fingerprint), ranks,
         )  # fmt: skip
 
     def age(self, now: float | None = None) -> str:
@@ -452,3 +462,75 @@ def remove_attempt(location: Location, output_path: str) -> None:
     """Remove the step's ``attempt.json`` (after the commit), if it is there."""
     with contextlib.suppress(FileNotFoundError):
         location.rm_file(location.path(attempt_path(output_path)))
+
+
+# --- cancel.json: ``marin cancel``'s intent, for the driver that holds the lease ----------------
+
+
+@dataclass(frozen=True)
+class CancelMark:
+    """``marin cancel`` of a build whose job was not running (lost, about to be resubmitted):
+    the driver holding the lease reads it before it submits a job and stops the build. It
+    names the lease it was made for (``lease``: the holder's token, stable for one build), so
+    a mark left from an earlier build never stops a later one (another lease, another token)."""
+
+    lease: str
+    """The token of the lease whose build is cancelled."""
+    job_id: str = ""
+    """The job ``job.json`` named when the mark was made ("" : none)."""
+    at: str = ""
+    by: str = ""
+    """Who cancelled (``MARIN_USER``): shown, never trusted."""
+
+    def to_json(self) -> bytes:
+        body = {"lease": self.lease, "job_id": self.job_id, "at": self.at, "by": self.by}
+        return (json.dumps(body, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def parse(cls, raw: bytes) -> CancelMark | None:
+        """The mark, or None for anything malformed (never raises): a torn or planted file
+        is no mark, never a cancel of an unnamed build."""
+        try:
+            data = parse_json(raw.decode())
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        lease, job_id = data.get("lease"), data.get("job_id", "")
+        at, by = data.get("at", ""), data.get("by", "")
+        if not (isinstance(lease, str) and re.fullmatch(r"[0-9a-f]{8,64}", lease)):
+            return None  # a lease token is a hex id: anything else names no build
+        if not isinstance(job_id, str) or (job_id and not JOB_ID.fullmatch(job_id)):
+            return None
+        text = [v[:80] if isinstance(v, str) else "" for v in (at, by)]
+        return cls(lease, job_id, *text)
+
+
+def cancel_path(output_path: str) -> str:
+    """``<output>.marin/cancel.json``: ``marin cancel``'s mark for the live driver."""
+    return _in_folder(output_path, CANCEL_FILE)
+
+
+def write_cancel_mark(location: Location, output_path: str, mark: CancelMark) -> None:
+    """Record ``marin cancel``'s intent for the build holding lease ``mark.lease``."""
+    write_atomic(location, location.path(cancel_path(output_path)), mark.to_json())
+
+
+def read_cancel_mark(location: Location, output_path: str) -> CancelMark | None:
+    """The step's cancel mark; None when absent or malformed (logged: a planted or torn file
+    cancels nothing)."""
+    path = location.path(cancel_path(output_path))
+    try:
+        raw = location.read_file(path)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    mark = CancelMark.parse(raw[:4096])
+    if mark is None:
+        log.warning("ignoring %s: not a cancel mark `marin cancel` writes", path)
+    return mark
+
+
+def remove_cancel_mark(location: Location, output_path: str) -> None:
+    """Remove the step's cancel mark, if it is there (honoured, or stale)."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        location.rm_file(location.path(cancel_path(output_path)))
