@@ -190,11 +190,24 @@ an outgoing connection, is never one of these, so a port found free stays free m
 until the server that needs it binds."""
 
 
+def _port_range() -> tuple[int, int]:
+    """``_PORT_RANGE``, or this pytest-xdist worker's slice of it: two workers of one test run
+    never pick the same port."""
+    low, high = _PORT_RANGE
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if count <= 1 or not worker[2:].isdigit():
+        return low, high
+    span = (high - low) // count
+    low += int(worker[2:]) % count * span
+    return low, low + span
+
+
 def free_port() -> int:
     """A loopback port free now, outside the ephemeral range when one can be found there."""
     rng = random.Random()
     for _ in range(50):
-        port = rng.randrange(*_PORT_RANGE)
+        port = rng.randrange(*_port_range())
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
