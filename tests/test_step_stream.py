@@ -80,3 +80,29 @@ def test_a_shared_step_keeps_its_first_decision_and_a_failure_is_not_retried(tmp
     assert calls == ["shared"]  # planned once, failed once; no later sub-run retried it
     report = caught.value.report
     assert set(report.not_run) == {"use/0/v1", "use/1/v1", "use/2/v1"}
+
+
+def test_a_stream_yielding_two_configs_of_one_step_is_refused_as_a_list_is(tmp_path) -> None:
+    """Issue 53.8: three configs of ``sq/x@v1`` in a stream were built once and served twice
+    with drift warnings; a list of them is refused. A stream now refuses the second config,
+    with the list's error, when it arrives (a dependency's other config too)."""
+    from marin.execution.errors import DuplicateStepError
+
+    def configs() -> list[ArtifactStep]:
+        return [apply("sq/x", square, version="v1", x=x) for x in (1, 2, 3)]
+
+    from marin.execution.lazy import run
+
+    with pytest.raises(DuplicateStepError) as listed:
+        run(configs(), prefix=str(tmp_path / "list"))
+    with pytest.raises(DuplicateStepError) as streamed:
+        StepRunner(prefix=str(tmp_path / "stream")).run(iter(configs()))
+    assert str(streamed.value) == str(listed.value)
+    assert "two different definitions of sq/x@v1" in str(streamed.value)
+    base = [apply("sq/base", square, version="v1", x=x) for x in (1, 2)]
+    readers = (apply(f"sq/read{i}", square, version="v1", x=b) for i, b in enumerate(base))
+    with pytest.raises(DuplicateStepError, match="sq/base@v1"):
+        StepRunner(prefix=str(tmp_path / "deps")).run(readers)
+    # The same step (one config) arriving twice is one step, built once.
+    report = StepRunner(prefix=str(tmp_path / "same")).run(iter(configs()[:1] * 3))
+    assert len(report.outcomes) == 1

@@ -84,7 +84,8 @@ def test_plan_shows_where_each_step_reads_and_writes(tmp_path, capsys, monkeypat
     build_shared_base(prefix)
     assert main(["plan", TARGET, "--prefix", prefix, "--json"]) == 0
     steps = {s["step"]: s for s in json.loads(capsys.readouterr().out)["steps"]}
-    assert steps["scope/base@v1"]["scope"] == {"reads": "shared", "writes": "shared"}
+    # A user's run reads the shared build; were it rebuilt, it would be built in alice's folder.
+    assert steps["scope/base@v1"]["scope"] == {"reads": "shared", "writes": "user"}
     assert steps["scope/variant@v1"]["scope"] == {"reads": "user:alice", "writes": "user:alice"}
     assert steps["scope/variant@v1"]["output_path"].endswith("/users/alice/scope/variant/v1")
     assert main(["plan", TARGET, "--prefix", prefix, "--scope", "user"]) == 0
@@ -163,6 +164,57 @@ def test_a_shared_step_may_not_write_inside_the_users_folder(tmp_path, monkeypat
     squatter = apply("users/alice/scope/variant", scope_pipeline.make, version="v1", n=1)
     with pytest.raises(InvalidStepError, match="inside the users' folder"):
         run(squatter, scope_pipeline.variant, prefix=str(tmp_path))
+
+
+def test_a_users_run_builds_a_missing_shared_upstream_in_the_users_folder(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """Issue 53.15: nothing shared is built yet; alice's run builds it all in her folder."""
+    monkeypatch.setenv("MARIN_USER", "alice")
+    prefix = str(tmp_path / "p")
+    assert main(["run", TARGET, "--prefix", prefix, "--no-progress"]) == 0
+    location = open_prefix(prefix)
+    assert read_record(location, "scope/base/v1") is None  # the team's folder: untouched
+    assert not (tmp_path / "p" / "scope").exists()
+    assert read_record(location, "users/alice/scope/base/v1") is not None
+    variant = read_record(location, "users/alice/scope/variant/v1")
+    assert variant is not None and variant.result == f"{location.url}/users/alice/scope/base/v1:1"
+
+
+def test_a_forced_shared_upstream_is_rebuilt_in_the_users_folder(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """Issue 53.15: `--force` of the team's build in a user's run never replaces it."""
+    monkeypatch.setenv("MARIN_USER", "alice")
+    prefix = str(tmp_path / "p")
+    shared_id = build_shared_base(prefix)
+    shared_bytes = (tmp_path / "p/scope/base/v1.marin/record.json").read_bytes()
+    # In this process, not `run --json`: that routes step output to this test's stderr.
+    assert main(["run", TARGET, "--prefix", prefix, "--force", "scope/base", "--no-progress"]) == 0
+    location = open_prefix(prefix)
+    assert (tmp_path / "p/scope/base/v1.marin/record.json").read_bytes() == shared_bytes
+    assert read_record(location, "scope/base/v1").build_id == shared_id
+    own = read_record(location, "users/alice/scope/base/v1")
+    assert own is not None and own.build_id != shared_id
+    variant = read_record(location, "users/alice/scope/variant/v1")
+    assert variant is not None and variant.inputs["scope/base@v1"] == own.build_id
+
+
+@pytest.mark.parametrize("user", ["alice.marin", "Alice.MARIN", "bob."])
+def test_a_user_name_colliding_with_marins_names_is_refused(user, tmp_path, capsys, monkeypatch):
+    """Issue 53.11: ``users/alice.marin`` would read as the metadata folder of ``users/alice``:
+    its builds would vanish from ``ls`` and ``gc``. Refused wherever a user name is taken."""
+    from marin.execution.pipeline.scope import user_param
+
+    monkeypatch.setenv("MARIN_USER", user)
+    prefix = tmp_path / "p"
+    for command in ("run", "plan"):
+        assert main([command, TARGET, "--prefix", str(prefix)]) == 2
+        err = capsys.readouterr().err
+        assert f"user name {user!r} cannot name a folder" in err and "MARIN_USER" in err
+    assert not (prefix / "users").exists()
+    with pytest.raises(InvalidStepError, match="cannot name a folder"):
+        user_param(user, "pass another user")  # an engine run's `user` param
 
 
 def test_a_runner_in_user_scope_places_the_specs_it_is_given(tmp_path, monkeypatch) -> None:

@@ -93,12 +93,9 @@ def _scoped(graph: Any, location: Any, args: argparse.Namespace) -> Any:
 def _reachable(prefix: str | None) -> Any:
     """Open the prefix (checked against ``MARIN_ALLOWED_PREFIXES``) once, and probe its
     storage once, briefly, before planning (local disk: no probe); the ``Location``."""
-    from marin.execution.store.location import open_prefix
-    from marin.execution.store.probe import probe_prefix
+    from marin.execution.store.probe import open_reachable
 
-    location = open_prefix(prefix)
-    probe_prefix(location)
-    return location
+    return open_reachable(prefix)
 
 
 def _run_options(args: argparse.Namespace) -> Any:
@@ -337,10 +334,11 @@ def cmd_why(args: argparse.Namespace) -> int:
 
     runner = StepRunner(prefix=args.prefix, options=_run_options(args))
     graph = _lowered(args.target, args)
-    spec = find_step(list(graph.steps), args.step)
+    find_step(list(graph.steps), args.step)  # a mistyped name fails before any storage access
     location = _reachable(args.prefix)
-    plan, _ = runner.plan(_scoped(graph, location, args), location=location)
-    sys.stdout.write(explain_step(plan, spec))
+    graph = _scoped(graph, location, args)  # where each step reads and writes, as plan says
+    plan, _ = runner.plan(graph, location=location)
+    sys.stdout.write(explain_step(plan, find_step(list(graph.steps), args.step)))
     return EXIT_OK
 
 
@@ -792,6 +790,7 @@ def _add_graph_command(commands: Any) -> None:
     )
     _add_global(graph, prefix_help="style nodes by their status under this prefix")
     _add_selection(graph)
+    _add_versions(graph)
     graph.set_defaults(func=cmd_graph)
 
 
@@ -879,6 +878,7 @@ def _add_why_command(commands: Any) -> None:
     why.add_argument("step", metavar="STEP", help="a step name or name@version")
     _add_global(why)
     _add_selection(why)
+    _add_versions(why)
     _add_force_and_drift(why)
     why.set_defaults(func=cmd_why)
 
@@ -924,7 +924,7 @@ def _add_gc_command(commands: Any) -> None:
     """``marin gc``: its options live in ``marin.gc.command``."""
     from marin.gc.command import add_gc_parser
 
-    add_gc_parser(commands, _add_global)
+    add_gc_parser(commands, _add_global, _add_versions)
 
 
 def _add_register_command(commands: Any) -> None:

@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marin.execution.build.lineage.names import artifact_names
-from marin.execution.pipeline.remote.view import describe_job, job_view
+from marin.execution.pipeline.remote.view import (
+    describe_job,
+    describe_other_job,
+    job_view,
+    other_version_jobs,
+)
 from marin.execution.pipeline.resources import describe_placement, placement_of
 from marin.execution.plan.decide import ACTIONS, STATUSES, Decision, Plan
 from marin.execution.plan.resume import ResumeVerdict
@@ -166,6 +171,8 @@ def _step_json(d: Decision, location: Location, scoped: bool, plan: Plan) -> dic
             else {}
         ),
         **({"job": job} if (job := _job(d, location, plan)) is not None else {}),
+        # Only for a remote step with a job of another version still running (issue 53.10).
+        **({"other_jobs": others} if (others := _other_jobs(d, location)) else {}),
     }
 
 
@@ -197,6 +204,13 @@ def _job(d: Decision, location: Location, plan: Plan) -> dict[str, Any] | None:
         return None
     recipe = plan.recipe(d.spec)
     return job_view(location, d.spec.output_path, recipe, plan.policy.on_code_drift)
+
+
+def _other_jobs(d: Decision, location: Location) -> list[dict[str, Any]]:
+    """A remote step's jobs of other versions that still run (a version bumped under them)."""
+    if d.spec.remote is None:
+        return []
+    return other_version_jobs(location, d.spec.output_path)
 
 
 def terminal_width() -> int:
@@ -291,6 +305,8 @@ def _reason_lines(state: Decision, location: Location, plan: Plan) -> str:
     job = _job(state, location, plan)
     if job is not None:
         reason += f"\n  {safe_text(describe_job(job))}"
+    for other in _other_jobs(state, location):
+        reason += f"\n  {safe_text(describe_other_job(other))}"
     return reason
 
 

@@ -50,3 +50,47 @@ def scratch() -> list[ArtifactStep]:
 def other() -> list[ArtifactStep]:
     """A pipeline sharing nothing with the others: keeping it keeps none of theirs."""
     return [step("other", "v1")]
+
+
+def scoped() -> list[ArtifactStep]:
+    """raw (shared) -> model (user scope): each user's model is built in their own folder."""
+    return [step("model", "v1", step("raw", "v1")).with_options(scope="user")]
+
+
+def deferred() -> list[ArtifactStep]:
+    """One step whose version comes from the run (``--version``/``--override``)."""
+    from marin.execution.lazy import DEFER
+
+    return [apply("gc/dv", write_step, version=DEFER, text="dv", inputs=[], out_path=OUT)]
+
+
+def remote() -> list[ArtifactStep]:
+    """A remote (``local`` job) step; ``$MARIN_TEST_GC_TRAIN`` sets its version (a bump while
+    its job runs leaves that job orphaned). The job waits for ``$MARIN_TEST_GATE``."""
+    from tests.reliability.remote_pipelines import prepare, train
+
+    data = apply("gc/rdata", prepare, version="v1", out_path=OUT)
+    version = os.environ.get("MARIN_TEST_GC_TRAIN", "v1")
+    return [
+        apply(
+            "gc/rtrain", train, version=version, data=data, out_path=OUT, step="gc/rtrain"
+        ).with_options(remote="local")
+    ]
+
+
+def crash_step(out_path: str) -> str:
+    """Writes part of its output and a log line, says it started, waits for the gate."""
+    from tests.reliability.pipelines import append_line, wait_for_file
+
+    os.makedirs(out_path, exist_ok=True)
+    with open(os.path.join(out_path, "part-0"), "w") as f:
+        f.write("half")
+    print("training, step 1", flush=True)
+    append_line(os.path.join(os.environ["MARIN_TEST_STARTED"], "gc_crash"), str(os.getpid()))
+    wait_for_file(os.environ["MARIN_TEST_GATE"], timeout=120)
+    return "done"
+
+
+def crashing() -> list[ArtifactStep]:
+    """A step the crash tests kill in the middle of its build."""
+    return [apply("gc/crash", crash_step, version="v1", out_path=OUT)]

@@ -241,16 +241,12 @@ def reader_step(out_path: str, source: str) -> str:
     return "read"
 
 
-def test_a_reader_of_a_collected_input_never_commits_and_a_crash_leaves_no_build(
-    tmp_path: Path,
-) -> None:
-    prefix = str(tmp_path / "p")
-    run(scratch(), prefix=prefix)  # raw and scratch: neither is needed by `other`
-    location = open_prefix(prefix)
-    raw = step("raw", "v1")
+def start_reader(prefix: str) -> tuple[threading.Thread, list[BaseException]]:
+    """A build of ``gc/reader`` that has read ``gc/raw@v1`` and waits for ``GO``; what it
+    raises lands in the list."""
     STARTED.clear()
     GO.clear()
-    reader = apply("gc/reader", reader_step, version="v1", out_path=OUT, source=raw)
+    reader = apply("gc/reader", reader_step, version="v1", out_path=OUT, source=step("raw", "v1"))
     failure: list[BaseException] = []
 
     def build() -> None:
@@ -262,6 +258,16 @@ def test_a_reader_of_a_collected_input_never_commits_and_a_crash_leaves_no_build
     thread = threading.Thread(target=build)
     thread.start()
     assert STARTED.wait(30)
+    return thread, failure
+
+
+def test_a_reader_of_a_collected_input_never_commits_and_a_crash_leaves_no_build(
+    tmp_path: Path,
+) -> None:
+    prefix = str(tmp_path / "p")
+    run(scratch(), prefix=prefix)  # raw and scratch: neither is needed by `other`
+    location = open_prefix(prefix)
+    thread, failure = start_reader(prefix)
     crashed = _gc_process(prefix, "tests/gc/pipelines.py:other", "gc-after-record@gc/raw")
     assert crashed.returncode == -9, crashed.stderr
     assert read_record(location, "gc/raw/v1") is None  # the record went first...
@@ -269,7 +275,8 @@ def test_a_reader_of_a_collected_input_never_commits_and_a_crash_leaves_no_build
     assert read_status_file(location, "gc/raw/v1")["error"] == MARKER
     GO.set()
     thread.join(30)
-    assert failure and "gc/raw@v1" in str(failure[0])
+    assert failure and "input gc/raw@v1 was deleted by `marin gc`" in str(failure[0])
+    assert "another runner" not in str(failure[0])  # issue 53.17: it said "rebuilt by" one
     assert read_record(location, "gc/reader/v1") is None  # never committed
     plan = _plan(scratch(), location)
     assert plan.decisions["gc/raw/v1"].action == Action.BUILD  # reads as not built
@@ -397,7 +404,7 @@ def test_stored_times_are_read_by_one_public_parser() -> None:
     store's ``parse_stored_time``: a zone-less time is UTC, and hostile data is unknown."""
     import datetime
 
-    import marin.gc.collect
+    import marin.gc.roots
     import marin.ls_filter
     from marin.execution.store.records import parse_stored_time
 
@@ -406,7 +413,7 @@ def test_stored_times_are_read_by_one_public_parser() -> None:
         assert parse_stored_time(text) == noon
     for hostile in (None, 3, "", "last tuesday", ["2026-01-31"], "2026-13-01"):
         assert parse_stored_time(hostile) is None
-    assert marin.gc.collect.parse_stored_time is parse_stored_time
+    assert marin.gc.roots.parse_stored_time is parse_stored_time
     assert marin.ls_filter.parse_stored_time is parse_stored_time
     assert marin.ls_filter.parse_when("2026-01-31T12:00", "--after") == noon
 

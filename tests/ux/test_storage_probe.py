@@ -66,3 +66,21 @@ def test_a_bad_probe_timeout_is_bad_input(refusing_port: int) -> None:
     result = marin("plan", EXAMPLE, "--prefix", "s3://marin-tests/x", env=env)
     assert result.returncode == 2
     assert "MARIN_STORAGE_PROBE_TIMEOUT='soon' is not a number of seconds" in result.stderr
+
+
+def test_a_silent_ftp_server_is_bounded_by_the_probe(silent_port: int) -> None:
+    """Issue 53.16: fsspec's FTP file system connects when it is made, before any probe, and
+    waited its own 30 s (then more) on a server that accepts and never answers."""
+    started = time.monotonic()
+    env = {"MARIN_STORAGE_PROBE_TIMEOUT": str(PROBE_S)}
+    prefix = f"ftp://127.0.0.1:{silent_port}/x"
+    result = marin("plan", EXAMPLE, "--prefix", prefix, env=env)
+    took = time.monotonic() - started
+    assert result.returncode == 2, result.stderr
+    err = result.stderr
+    assert f"error: storage for {prefix} did not answer within {PROBE_S:g}s" in err
+    assert "MARIN_STORAGE_PROBE_TIMEOUT" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert took < 25, took  # fsspec's own FTP timeout alone is 30 s
+    gc = marin("gc", EXAMPLE, "--prefix", prefix, "--dry-run", env=env)
+    assert gc.returncode == 2 and "did not answer within" in gc.stderr, gc.stderr

@@ -4,42 +4,44 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.pipeline.graph import collect_steps
+from marin.execution.pipeline.graph import Graph
+from marin.execution.pipeline.versions import VersionCodex
 from marin.execution.store.lease import read_lease
-from marin.execution.store.location import Location, open_prefix
+from marin.execution.store.location import Location
+from marin.execution.store.probe import open_reachable
 from marin.execution.store.records import metadata_dir
+from marin.gc import roots
 from marin.gc.collect import age_too_large, check_keep_versions, decide, parse_age
-from marin.gc.delete import adopted, delete_step
+from marin.gc.delete import adopted, being_built, delete_step
+from marin.gc.orphans import check_job
 from marin.gc.registry import is_registry_folder, registry_roots
 from marin.gc.report import Collected, GcReport, Left
-from marin.gc.walk import Slot, list_prefix, tree_size
-from marin.unlock import describe_lease
+from marin.gc.walk import Listing, Slot, list_prefix, owner_of, tree_size
 
 Target = Any
 """A handle (``ArtifactStep``), a ``StepSpec``, or a target string ``file.py:attr``."""
 
 
-def _needed_paths(targets: Sequence[Target], location: Location) -> set[str]:
-    """The output path of every step the targets' graph holds (what ``marin plan`` plans), with
-    absolute pins placed under ``location`` as a run places them."""
-    from marin.execution.lazy import lower
+def _graph(targets: Sequence[Target], versions: VersionCodex | None) -> Graph:
+    """The targets' graph, lowered as ``marin plan`` lowers it (with the run's codex)."""
+    from marin.execution.pipeline.handles import lower_graph
     from marin.execution.pipeline.targets import load_target
-    from marin.execution.plan.scope import place_pins
 
     handles: list[Any] = []
     for target in targets:
         handles.extend(load_target(target) if isinstance(target, str) else [target])
-    if not handles:
-        return set()
-    return {s.output_path for s in collect_steps(place_pins(lower(handles, memo={}), location))}
+    return lower_graph(handles, versions=versions) if handles else Graph((), ())
 
 
 def _state(slot: Slot) -> str:
     if slot.record is not None:
         return "adopted" if adopted(slot) else "built"
-    return str((slot.status or {}).get("state", "unknown")).lower()
+    if slot.status is None:
+        return "unfinished"  # a crash's leftovers
+    return str(slot.status.get("state", "unknown")).lower()
 
 
 def _cutoff(older_than: datetime.timedelta | str | None) -> datetime.datetime | None:
@@ -52,6 +54,14 @@ def _cutoff(older_than: datetime.timedelta | str | None) -> datetime.datetime | 
         raise age_too_large(older_than) from None
 
 
+@dataclass(frozen=True)
+class _Options:
+    """How one ``collect_garbage`` call deletes: dry, cancelling orphaned jobs or not."""
+
+    dry_run: bool
+    cancel_orphans: bool
+
+
 def collect_garbage(
     targets: Iterable[Target],
     prefix: str | Location | None = None,
@@ -60,72 +70,113 @@ def collect_garbage(
     older_than: datetime.timedelta | str | None = None,
     dry_run: bool = False,
     on_deleted: Callable[[Collected, int, int], None] | None = None,
+    versions: VersionCodex | None = None,
+    scope: str = "shared",
+    all_users: bool = False,
+    cancel_orphans: bool = False,
 ) -> GcReport:
     """Delete what Marin wrote under ``prefix`` that ``targets`` do not need.
 
-    Kept: every step of the targets' graph, every build registered under the prefix
-    (``marin register``, whatever the targets), every build their records were made from
-    (transitively), the newest ``keep_versions`` versions of each name, and anything built
-    within ``older_than`` (``"30d"`` or a ``timedelta``). Only ``<name>/<version>`` folders
-    whose metadata holds a record or status of that step are deleted; a step with a live lease
-    is skipped. ``dry_run`` deletes nothing and reports what a real run would delete.
-    ``on_deleted(item, done, total)`` is called after each step is deleted (the CLI prints as
-    it goes, with a progress bar). A step that could not be deleted is reported, not raised.
+    Kept (``roots.py``): what the targets' plans serve, lowered with ``versions`` and placed as
+    ``marin plan --scope scope`` places them, for the user running it (``$MARIN_USER``) or,
+    with ``all_users``, for each user folder; registered builds; user folders the plan does
+    not place steps in (unless ``all_users``); the newest ``keep_versions`` of each name; what
+    was built within ``older_than`` (``"30d"`` or a ``timedelta``); every build a kept record
+    was made from. Only Marin's folders are deleted; a live lease is skipped, and so is a step
+    whose remote job still runs (an orphan; ``cancel_orphans`` cancels it first). ``dry_run``
+    deletes nothing; ``on_deleted(item, done, total)`` follows each deletion; a failure is
+    reported, not raised.
 
     Raises:
         OptionError: a bad ``keep_versions`` or ``older_than``, before anything is read.
         TargetError: a target string that does not name a pipeline.
         MarinError: what ``lower`` raises for the targets (``InvalidStepError``,
-            ``CycleError``, ``DuplicateStepError``, ``ConfigError``, ...), before anything is
-            deleted.
-        StorageError: the prefix cannot be opened or listed (``SymlinkError`` for a link where
-            Marin must not follow one).
-        MarinError: ``ArtifactRegistryError``, the registry holds a manifest gc cannot read,
-            before anything is deleted.
+            ``CycleError``, ``DuplicateStepError``, ``ConfigError``, ...), a bad ``scope`` or
+            user name, ``ArtifactRegistryError`` (an unreadable manifest): nothing deleted.
+        StorageError: the prefix cannot be opened, does not answer within
+            ``$MARIN_STORAGE_PROBE_TIMEOUT``, or cannot be listed (``SymlinkError`` for a link
+            where Marin must not follow one).
     """
     keep = check_keep_versions(keep_versions)
     cutoff = _cutoff(older_than)
-    location = prefix if isinstance(prefix, Location) else open_prefix(prefix)
-    needed = _needed_paths(list(targets), location)
+    graph = _graph(list(targets), versions)
+    location = prefix if isinstance(prefix, Location) else open_reachable(prefix)
     listing = list_prefix(location)
+    owners = [s.owner for s in listing.slots] + [owner_of(f.path) for f in listing.foreign]
+    placed = roots.places_users(graph, location, scope)
+    users, others = roots.gc_users(filter(None, owners), all_users, placed)
     registry = registry_roots(location, listing)  # kept whatever the targets
-    decision = decide(
-        listing.slots, needed, keep_versions=keep, cutoff=cutoff, pinned=registry.roots
+    # The roots: everything kept for its own sake, every kind in this one place.
+    kept_roots = roots.merged(
+        roots.served(graph, location, scope, users),
+        registry.roots,
+        roots.left_alone(listing.slots, others),
+        roots.recent(listing.slots, keep, cutoff),
     )
-    report = GcReport(location.url, dry_run, gone=decision.gone + registry.notes)
-    report.registry = registry.kept
-    foreign = [f for f in listing.foreign if not is_registry_folder(f)]
-    report.not_marins = [Left(f.path, f.why) for f in foreign]
-    by_path = {s.output_path: s for s in listing.slots}
-    report.kept = [Left(p, why, by_path[p].step_id) for p, why in sorted(decision.kept.items())]
+    decision = decide(listing.slots, kept_roots)
+    report = _report(location, listing, decision.kept, others, dry_run)
+    report.gone, report.registry = decision.gone + registry.notes, registry.kept
+    options = _Options(dry_run, cancel_orphans)
     for slot in decision.collect:
-        deleted = _collect_one(location, slot, report)
+        deleted = _collect_one(location, slot, report, options)
         if deleted is not None and on_deleted is not None:
             on_deleted(deleted, len(report.collected), len(decision.collect))
     return report
 
 
-def _collect_one(
+def _report(
     location: Location,
-    slot: Slot,
-    report: GcReport,
+    listing: Listing,
+    kept: dict[str, str],
+    others: dict[str, str],
+    dry_run: bool,
+) -> GcReport:
+    """The report before anything is deleted: what is kept, not Marin's, and left alone
+    (another user's folder is one line, its contents never listed)."""
+    report = GcReport(location.url, dry_run)
+    left = {owner_of(folder) for folder in others}
+    report.not_marins = [
+        Left(f.path, f.why)
+        for f in listing.foreign
+        if owner_of(f.path) not in left and not is_registry_folder(f)
+    ]
+    report.other_users = [Left(folder, why) for folder, why in sorted(others.items())]
+    by_path = {s.output_path: s for s in listing.slots}
+    report.kept = [
+        Left(p, why, by_path[p].step_id)
+        for p, why in sorted(kept.items())
+        if by_path[p].owner not in left
+    ]
+    return report
+
+
+def _collect_one(
+    location: Location, slot: Slot, report: GcReport, options: _Options
 ) -> Collected | None:
-    """Measure, then delete (a dry run: check the lease only) one step, into ``report``;
-    what it deleted, if it did."""
+    """Measure, then delete (a dry run: check the lease and the job only) one step, into
+    ``report``; what it deleted, if it did."""
     size = tree_size(location, metadata_dir(slot.output_path))
     if not adopted(slot):
         size += tree_size(location, slot.output_path)
     item = Collected(slot.step_id, slot.output_path, _state(slot), size)
-    if report.dry_run:
+
+    def stop_its_job() -> str:
+        """An orphaned job is listed; its step stays unless it was cancelled."""
+        orphan = check_job(location, slot, cancel=options.cancel_orphans, dry_run=options.dry_run)
+        if orphan is None:
+            return ""
+        report.orphans.append(orphan)
+        return "" if orphan.stopped else orphan.why_skipped()
+
+    if options.dry_run:
         info = read_lease(location, slot.output_path)
-        if info is not None and info.live:
-            report.skipped.append(
-                Left(slot.output_path, f"its lease is live, {describe_lease(info)}", slot.step_id)
-            )
+        why = being_built(info) if info is not None and info.live else stop_its_job()
+        if why:
+            report.skipped.append(Left(slot.output_path, why, slot.step_id))
         else:
             report.collected.append(item)
         return None
-    outcome = delete_step(location, slot)
+    outcome = delete_step(location, slot, stop_its_job)
     if outcome.deleted:
         report.collected.append(item)
         return item

@@ -1,22 +1,21 @@
-"""What ``marin gc`` keeps, as a pure function of what the walk found.
+"""What ``marin gc`` keeps, as a pure function of what the walk found and of its roots.
 
-Kept: every step of the targets' graph (as ``marin plan`` sees it); every build a kept record
-was made from, by build id, transitively through records' ``inputs``; optionally the newest N
-versions of each name, and anything built more recently than a cutoff. Everything else Marin
-wrote is collected. A kept record's input is the exact build it names: when its path now holds
-another build, the old one's data is gone already, and that is said (never "kept").
+Kept: the roots (``roots.py``: what the targets' plans serve, other users' builds, the newest N
+versions, recent builds); every build a kept record was made from, by build id, transitively
+through records' ``inputs``. Everything else Marin wrote is collected. A kept record's input is
+the exact build it names: when its path now holds another build, the old one's data is gone
+already, and that is said (never "kept").
 """
 
 from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from marin.execution.errors import OptionError
-from marin.execution.store.records import parse_stored_time
-from marin.gc.walk import Slot, built_at, name_of
+from marin.gc.walk import Slot
 
 _AGE = re.compile(r"\s*(\d+)\s*([smhdw])\s*")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -77,45 +76,6 @@ class Decision:
     """Inputs of kept builds that are no longer stored: one sentence each."""
 
 
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-"""The age given a build whose time cannot be read: the oldest (``--keep-versions``)."""
-
-
-def _roots(
-    slots: Iterable[Slot],
-    needed: Iterable[str],
-    keep_versions: int | None,
-    cutoff: datetime.datetime | None,
-    pinned: Mapping[str, str],
-) -> dict[str, str]:
-    """The slots kept for their own sake (before their inputs are added)."""
-    by_path = {s.output_path: s for s in slots}
-    kept = {p: "needed by the targets" for p in needed if p in by_path}
-    for path, why in pinned.items():  # the registry's (gc/registry.py)
-        if path in by_path:
-            kept.setdefault(path, why)
-    if keep_versions is not None:
-        by_name: dict[str, list[Slot]] = {}
-        for slot in by_path.values():
-            if slot.record is not None:
-                by_name.setdefault(name_of(slot), []).append(slot)
-        for group in by_name.values():
-            group.sort(
-                key=lambda s: (parse_stored_time(built_at(s)) or _EPOCH, s.output_path),
-                reverse=True,
-            )
-            for slot in group[:keep_versions]:
-                kept.setdefault(slot.output_path, f"among the newest {keep_versions} versions")
-    if cutoff is not None:
-        for slot in by_path.values():
-            when = parse_stored_time(built_at(slot))
-            if when is None:
-                kept.setdefault(slot.output_path, "its age is unknown")
-            elif when >= cutoff:
-                kept.setdefault(slot.output_path, "built more recently than the cutoff")
-    return kept
-
-
 def _add_inputs(slots: list[Slot], kept: dict[str, str]) -> list[str]:
     """Keep every build a kept record was made from, transitively; say which are gone."""
     by_step: dict[str, list[Slot]] = {}
@@ -148,18 +108,10 @@ def _add_inputs(slots: list[Slot], kept: dict[str, str]) -> list[str]:
     return sorted(set(gone))
 
 
-def decide(
-    slots: list[Slot],
-    needed: Iterable[str],
-    *,
-    keep_versions: int | None = None,
-    cutoff: datetime.datetime | None = None,
-    pinned: Mapping[str, str] | None = None,
-) -> Decision:
-    """Split ``slots`` into kept and collected. ``needed``: the output paths of every step of
-    the targets' graph; ``cutoff``: keep anything built at or after it; ``pinned``: paths kept
-    whatever the targets (the registry's builds), with why."""
-    kept = _roots(slots, needed, keep_versions, cutoff, pinned or {})
+def decide(slots: list[Slot], roots: Mapping[str, str]) -> Decision:
+    """Split ``slots`` into kept and collected. ``roots``: output path -> why it is kept for
+    its own sake (``roots.py``); every build a kept record was made from is kept too."""
+    kept = {s.output_path: roots[s.output_path] for s in slots if s.output_path in roots}
     gone = _add_inputs(slots, kept)
     collect = [s for s in slots if s.output_path not in kept]
     return Decision(kept, _deletion_order(collect), gone)

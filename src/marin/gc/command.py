@@ -12,9 +12,18 @@ from marin.execution.errors import MarinError
 PROGRESS_MIN_STEPS = 20
 """A real run deleting at least this many steps shows a progress bar (on a terminal)."""
 
+_DESCRIPTION = """\
+Delete every step under the prefix that no TARGET needs. Kept: every step the
+targets' plans serve (placed as `marin plan` places them, with the same
+--version, --override and --scope), every build their records were made from,
+and what --keep-versions and --older-than keep. Another user's folder
+(users/<user>/) is left alone unless --all-users. Only folders holding Marin's
+record, status or a crashed build's leftovers are deleted; a step being built
+(a live lease) is skipped, and so is one whose remote job still runs."""
 _EPILOG = """examples:
   marin gc examples/ngram.py:pipeline --dry-run   # what would go, with sizes
   marin gc examples/ngram.py:pipeline --keep-versions 2 --older-than 30d
+  marin gc examples/ngram.py:pipeline --all-users --scope user --cancel-orphans
 exit status: 0 done, 1 something could not be deleted (named), 2 usage error."""
 
 
@@ -39,21 +48,29 @@ def _age(text: str) -> str:
     return text
 
 
-def add_gc_parser(commands: Any, add_global: Any) -> None:
-    """Add ``gc`` to the ``marin`` sub-commands; ``add_global`` adds ``--prefix`` and ``-v``."""
+def add_gc_parser(commands: Any, add_global: Any, add_versions: Any) -> None:
+    """Add ``gc`` to the ``marin`` sub-commands; ``add_global`` adds ``--prefix`` and ``-v``,
+    ``add_versions`` ``--version``, ``--override`` and ``--scope`` (as ``marin run`` has them)."""
     gc = commands.add_parser(
         "gc",
         help="delete what Marin built that the given pipelines no longer need",
-        description="Delete every step under the prefix that no TARGET needs: kept are every\n"
-        "step the targets' plan holds, every build their records were made from\n"
-        "(transitively), and what --keep-versions and --older-than keep. Only folders\n"
-        "holding Marin's record or status of that step are deleted; a step being built\n"
-        "(live lease) is skipped.",
+        description=_DESCRIPTION,
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     gc.add_argument("targets", metavar="TARGET", nargs="+", help="a pipeline to keep: file.py:attr")
     add_global(gc)
+    add_versions(gc)
+    gc.add_argument(
+        "--all-users",
+        action="store_true",
+        help="also collect in every user's folder, keeping what each user's plan serves",
+    )
+    gc.add_argument(
+        "--cancel-orphans",
+        action="store_true",
+        help="cancel a remote job still running for a step it deletes (default: list it)",
+    )
     gc.add_argument(
         "--keep-versions",
         type=_keep_versions,
@@ -99,10 +116,12 @@ class _Printer:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
+    from marin.execution.pipeline.versions import codex_from_args
     from marin.gc.api import collect_garbage
     from marin.gc.report import render
     from marin.terminal_text import safe_json
 
+    versions = codex_from_args(args.run_version, args.override)
     printer = None if args.json or args.dry_run else _Printer()
     try:
         report = collect_garbage(
@@ -112,6 +131,10 @@ def cmd_gc(args: argparse.Namespace) -> int:
             older_than=args.older_than,
             dry_run=args.dry_run,
             on_deleted=printer,
+            versions=versions,
+            scope=args.scope,
+            all_users=args.all_users,
+            cancel_orphans=args.cancel_orphans,
         )
     finally:
         if printer is not None:

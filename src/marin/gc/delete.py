@@ -14,34 +14,37 @@ heartbeat renewing it:
    folder's other files, then the lease, then the folder.
 
 A crash anywhere leaves either the whole build (record and data) or no record: nothing reads as
-built without its data.
+built without its data. A step another ``gc`` deleted since the listing (taking its lease
+re-made an empty folder for it) is skipped, and what its lease left is removed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from marin.execution import faults
-from marin.execution.store.lease import Heartbeat, Lease
+from marin.execution.store.lease import Heartbeat, Lease, LeaseInfo
 from marin.execution.store.location import Location
 from marin.execution.store.records import (
     FAILED,
+    GC_DELETING,
     ArtifactRecord,
     delete_record,
     load_record,
     metadata_dir,
     write_status,
 )
-from marin.gc.walk import Slot
+from marin.gc.walk import LEASE_FILES, Slot
 from marin.unlock import describe_lease
 
 GC_CRASH_POINT = "gc-after-record"
 """``MARIN_FAULT_CRASH=gc-after-record@<step>``: SIGKILL a ``gc`` right after it deleted that
 step's record, with its output still there (the crash tests)."""
-MARKER = "marin gc was deleting this step and did not finish: run `marin gc` again"
-_LEASE_FILES = ("lease.json", "lease.json.guard")
+MARKER = GC_DELETING
+GONE = "deleted since the listing (by another `marin gc`, or by hand)"
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,13 @@ def adopted(slot: Slot) -> bool:
     return slot.record is not None and slot.record.source is not None
 
 
-def _changed(location: Location, slot: Slot) -> str:
-    """Why ``slot`` no longer holds the build the listing saw ('' when it still does)."""
+def _changed(location: Location, slot: Slot, files: list[str]) -> str:
+    """Why ``slot`` no longer holds what the listing saw ('' when it still does): deleted
+    (``files``, its metadata folder now, holds no more than this gc's lease), or built again."""
+    saw = slot.record is not None or slot.status is not None
+    saw = saw or any(name not in LEASE_FILES for name in slot.leftovers)
+    if saw and all(f.rsplit("/", 1)[-1] in LEASE_FILES for f in files):
+        return GONE
     found = load_record(location, slot.output_path)
     now = found.build_id if isinstance(found, ArtifactRecord) else None
     was = slot.record.build_id if slot.record is not None else None
@@ -73,18 +81,24 @@ def _changed(location: Location, slot: Slot) -> str:
     )
 
 
-def delete_step(location: Location, slot: Slot) -> Outcome:
-    """Delete ``slot``'s record, output and metadata folder, in that order, under its lease."""
+def delete_step(location: Location, slot: Slot, before: Callable[[], str] | None = None) -> Outcome:
+    """Delete ``slot``'s record, output and metadata folder, in that order, under its lease.
+    ``before`` runs first under the lease (a remote job is stopped there): what it returns,
+    if anything, is why the step is skipped instead."""
     lease = Lease(location, slot.output_path)
     try:
         holder = lease.try_acquire()
     except OSError as exc:
         return Outcome(False, failed=f"could not take its lease ({exc})")
     if holder is not None:
-        return Outcome(False, skipped=f"its lease is live, {describe_lease(holder)}")
+        return Outcome(False, skipped=being_built(holder))
     try:
         with Heartbeat(lease):
-            why = _changed(location, slot)
+            files = location.list_tree(location.path(metadata_dir(slot.output_path)))
+            why = _changed(location, slot, files)
+            if why == GONE:  # what remains is this gc's own lease: it goes too
+                _remove_metadata(location, slot.output_path, lease, files)
+            why = why or (before() if before is not None else "")
             if why:
                 return Outcome(False, skipped=why)
             write_status(location, slot.output_path, FAILED, error=MARKER)
@@ -92,7 +106,7 @@ def delete_step(location: Location, slot: Slot) -> Outcome:
             faults.crash_point(GC_CRASH_POINT, slot.step_id)
             if not adopted(slot):
                 location.remove_tree(location.path(slot.output_path))
-            _remove_metadata(location, slot.output_path, lease)
+            _remove_metadata(location, slot.output_path, lease, files)
     except OSError as exc:  # a StorageError (retries exhausted) is one too
         return Outcome(False, failed=f"{type(exc).__name__}: {exc}")
     finally:
@@ -100,13 +114,17 @@ def delete_step(location: Location, slot: Slot) -> Outcome:
     return Outcome(True)
 
 
-def _remove_metadata(location: Location, output_path: str, lease: Lease) -> None:
-    """The metadata folder's files, the status (Marin's mark) last but the lease; then the
-    lease (released by its holder, so a builder waiting on it sees it end) and the folder.
-    One listing of the folder (on an object store, a second would find it empty)."""
+def being_built(holder: LeaseInfo) -> str:
+    """Why a step whose lease is live is skipped."""
+    return f"being built: its lease is live, {describe_lease(holder)}"
+
+
+def _remove_metadata(location: Location, output_path: str, lease: Lease, files: list[str]) -> None:
+    """The metadata folder's ``files`` (listed once, under the lease: on an object store a
+    second listing would find it empty), the status (Marin's mark) last but the lease; then
+    the lease (released by its holder, so a builder waiting on it sees it end) and the folder."""
     folder = location.path(metadata_dir(output_path))
-    files = location.list_tree(folder)
-    last = [f for f in files if f.rsplit("/", 1)[-1] in (*_LEASE_FILES, "status.json")]
+    last = [f for f in files if f.rsplit("/", 1)[-1] in (*LEASE_FILES, "status.json")]
     for path in [f for f in files if f not in last]:
         with contextlib.suppress(FileNotFoundError):
             location.rm_file(path)

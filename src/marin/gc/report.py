@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from marin.catalog import human_size
+from marin.gc.orphans import LEFT_RUNNING, Orphan
 from marin.terminal_text import safe_text
 
 GC_SCHEMA = 1
@@ -49,6 +50,10 @@ class GcReport:
     not_marins: list[Left] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
     """Inputs of kept builds whose data was already gone."""
+    other_users: list[Left] = field(default_factory=list)
+    """User folders left alone (another user's, without ``--all-users``), each once."""
+    orphans: list[Orphan] = field(default_factory=list)
+    """Remote jobs still running for a step not kept: left running, or cancelled."""
     registry: list[Left] = field(default_factory=list)
     """What was kept for the registry: one per registered id whose build is stored."""
 
@@ -83,6 +88,8 @@ class GcReport:
             "failed": left(self.failed),
             "not_marins": left(self.not_marins),
             "gone_inputs": list(self.gone),
+            "other_users": [{"path": x.path, "why": x.why} for x in self.other_users],
+            "orphans": [o.to_json() for o in self.orphans],
             "registry": left(self.registry),
         }
 
@@ -92,6 +99,14 @@ def collected_line(item: Collected, dry_run: bool) -> str:
     return safe_text(
         f"{verb} {item.step} ({item.state}, {human_size(item.size_bytes)}) {item.output_path}"
     )
+
+
+def orphan_line(orphan: Orphan) -> str:
+    """One orphaned job and what was done about it."""
+    job = f"{orphan.backend} job {orphan.job_id} of {orphan.step} ({orphan.state})"
+    if orphan.action == LEFT_RUNNING:
+        return f"orphaned {job}: left running (--cancel-orphans cancels it)"
+    return f"orphaned {job}: {orphan.action}"
 
 
 def render(report: GcReport, *, listed: bool = True) -> str:
@@ -110,6 +125,9 @@ def render(report: GcReport, *, listed: bool = True) -> str:
         lines.append(safe_text(f"note: {note}"))
     for x in report.not_marins:
         lines.append(safe_text(f"not Marin's, left alone: {x.path} ({x.why})"))
+    for x in report.other_users:
+        lines.append(safe_text(f"left alone: {x.path}/ ({x.why})"))
+    lines += [safe_text(orphan_line(o)) for o in report.orphans]
     verb = "would free" if report.dry_run else "freed"
     lines.append(
         f"{len(report.collected)} step(s) {'to delete' if report.dry_run else 'deleted'}, "

@@ -4,8 +4,10 @@ The walk lists folders only, one listing per folder (a delimiter listing on obje
 output beside a metadata folder ``X.marin`` is never listed, so a prefix of N steps costs about
 N + (number of name folders) list calls whatever the outputs hold. Links are never followed
 (local disk): a link anywhere below the prefix is reported, not entered. Only slots whose
-metadata folder holds a record or a status of *that* step are Marin's; everything else found is
-listed as not Marin's and never touched.
+metadata folder holds a record or a status of *that* step, or nothing but the files a build
+of Marin's writes there (a crash's leftovers: a lease, a log, ``attempt.json``, ``job.json``;
+one more listing each), are Marin's; everything else found is listed as not Marin's and never
+touched.
 """
 
 from __future__ import annotations
@@ -19,9 +21,18 @@ from marin.catalog import Entry
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.store.location import Location, with_retries
 from marin.execution.store.records import (
+    USERS_FOLDER,
     ForeignRecord,
     load_record,
+    metadata_dir,
     read_status_file,
+)
+from marin.execution.store.step_folder import (
+    CHECKPOINTS_DIR,
+    JOB_ID,
+    LEASE_FILE,
+    LEASE_GUARD_FILE,
+    marins_own,
 )
 
 IO_PARALLELISM = 32
@@ -29,8 +40,36 @@ IO_PARALLELISM = 32
 DIR, FILE, LINK = "dir", "file", "link"
 
 
-Slot = Entry
-"""A ``<name>/<version>`` Marin wrote: its record, else its last status (``size`` unused)."""
+@dataclass(frozen=True)
+class Slot(Entry):
+    """A ``<name>/<version>`` Marin wrote: its record, else its last status, else (a crash's
+    leftovers) the names of Marin's own files its metadata folder holds (``size`` unused)."""
+
+    leftovers: tuple[str, ...] = ()
+    """With neither record nor status: the files found in the metadata folder."""
+
+    @property
+    def owner(self) -> str | None:
+        """The user whose folder holds it (``users/<user>/...``), None for a shared one."""
+        return owner_of(self.output_path)
+
+
+def owner_of(path: str) -> str | None:
+    """``users/<user>/...`` -> ``<user>``; None for a shared path (and ``users`` itself)."""
+    head, _, rest = path.partition("/")
+    return rest.split("/", 1)[0] or None if head == USERS_FOLDER else None
+
+
+LEASE_FILES = (LEASE_FILE, LEASE_GUARD_FILE)
+
+
+def is_marin_file(name: str, kind: str) -> bool:
+    """Whether an entry of a ``<version>.marin/`` folder is one Marin writes there, as the
+    store's ``marins_own`` names them, and of that kind: a folder only for the checkpoints and
+    a ``local`` job's folder, never a link."""
+    if kind == LINK or not marins_own([name]):
+        return False
+    return (kind == DIR) == (name == CHECKPOINTS_DIR or bool(JOB_ID.fullmatch(name)))
 
 
 def name_of(slot: Slot) -> str:
@@ -110,9 +149,7 @@ def _split(
         path = _join(folder, name)
         is_meta = name.endswith(METADATA_SUFFIX) and name[: -len(METADATA_SUFFIX)] in meta
         if name in meta or is_meta:
-            if kind == LINK:  # a link named like an output is never Marin's to touch
-                found.append(Foreign(path, "a symbolic link (never followed)"))
-            continue
+            continue  # a slot: reading it says whether its output is a link (listed once)
         if kind == LINK:
             found.append(Foreign(path, "a symbolic link (never followed)"))
         elif kind == FILE:
@@ -141,7 +178,8 @@ def walk(
 
 
 def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot | Foreign:
-    """A slot's record or status, or why it is not provably Marin's."""
+    """A slot's record or status, or the leftovers of a crashed build, or why it is not
+    provably Marin's."""
     if output_kind == LINK:
         return Foreign(output_path, "its output is a symbolic link (never followed)")
     if "/" not in output_path:
@@ -156,7 +194,12 @@ def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot |
     status = read_status_file(location, output_path)
     if status is not None:
         return Slot(output_path, None, status, None)
-    return Foreign(output_path, "its metadata folder holds no record or status of this step")
+    entries = _entries(location, location.path(metadata_dir(output_path)))
+    if entries and all(is_marin_file(name, kind) for name, kind in entries):
+        return Slot(output_path, None, None, None, tuple(sorted(name for name, _ in entries)))
+    if not entries:
+        return Foreign(output_path, "its metadata folder is empty")
+    return Foreign(output_path, "its metadata folder holds files Marin does not write")
 
 
 def list_prefix(location: Location) -> Listing:

@@ -100,6 +100,7 @@ from marin.execution.store.lease import (
 from marin.execution.store.location import Location, durable, with_retries
 from marin.execution.store.records import (
     FAILED,
+    GC_DELETING,
     ArtifactRecord,
     ForeignRecord,
     clear_status,
@@ -488,8 +489,8 @@ def _inputs_at_start(
             record = read_record(location, dep.output_path)
         if record is None and up.record is not None:
             raise InputChangedError(
-                f"input {dep.step_id} has no record any more: another runner began rebuilding "
-                "it after this run decided, and did not commit",
+                f"input {dep.step_id} has no record any more: it {_input_gone(location, dep)} "
+                "after this run decided",
                 f"build {dep.step_id} again (or wait for the runner rebuilding it), then run "
                 "this step again; nothing was started for it",
                 spec.step_id,
@@ -516,14 +517,36 @@ def _check_inputs_unchanged(
             continue
         now = read_record(location, dep.output_path, up.record)
         if now is None or now.build_id != up.record.build_id:
-            became = "no record: a rebuild is under way" if now is None else "a new build"
+            became = (
+                _input_gone(location, dep)
+                if now is None
+                else "was rebuilt by another runner (it holds a new build now)"
+            )
             raise InputChangedError(
-                f"input {dep.step_id} was rebuilt by another runner while this step was being "
-                f"built from it (it holds {became} now); this attempt is discarded",
+                f"input {dep.step_id} {became} while this step was being built from it; this "
+                "attempt is discarded",
                 f"nothing was committed for this step; run again to build it from the new "
                 f"{dep.step_id}",
                 spec.step_id,
             )
+
+
+def _input_gone(location: Location, dep: StepSpec) -> str:
+    """What happened to a dependency whose record is gone, as its folder says: deleted by
+    ``marin gc`` (its mark), being rebuilt (a live lease), a rebuild that failed (a status),
+    else deleted by gc or by hand (nothing left)."""
+    try:
+        status = read_status_file(location, dep.output_path)
+        if status is not None and status.get("error") == GC_DELETING:
+            return "was deleted by `marin gc`"
+        info = read_lease(location, dep.output_path)
+    except OSError:  # storage failing now: say what is certain
+        return "lost its record"
+    if info is not None and info.live:
+        return "is being rebuilt by another runner (no record while it builds)"
+    if status is not None:
+        return "was being rebuilt by another runner, which did not commit"
+    return "had its record deleted (by `marin gc`, or by hand)"
 
 
 def _output_left_by_marin(location: Location, spec: StepSpec) -> bool:

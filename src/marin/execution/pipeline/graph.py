@@ -45,16 +45,7 @@ def collect_steps(targets: Iterable[StepSpec]) -> list[StepSpec]:
                 raise CycleError([s.step_id for s in path[start:]] + [spec.step_id])
             known = by_path.get(spec.output_path)
             if known is not None and known is not spec:
-                if known.fingerprint != spec.fingerprint:
-                    diff = "; ".join(
-                        explain_drift(known.fingerprint_payload, spec.fingerprint_payload, 5)
-                    )
-                    raise DuplicateStepError(
-                        f"two different definitions of {spec.step_id} in one graph ({diff})",
-                        "give one of them another name or bump its version",
-                        spec.step_id,
-                    )
-                check_same_fn(known, spec)
+                check_same_step(known, spec)
                 continue  # the same step lowered twice: build it once
             by_path[spec.output_path] = spec
             on_path[id(spec)] = spec
@@ -133,6 +124,23 @@ def fn_identity(run: Callable[..., Any]) -> str:
     code = getattr(fn, "__code__", None)
     line = f":{code.co_firstlineno}" if code is not None else ""
     return f"{module}:{qualname}{line}"
+
+
+def check_same_step(known: StepSpec, spec: StepSpec) -> None:
+    """Check that two specs of one output path are one step: one config, one function (a
+    graph, or a stream's arrivals, hold each step once).
+
+    Raises:
+        DuplicateStepError: their fingerprints differ, or they run different functions.
+    """
+    if known.fingerprint != spec.fingerprint:
+        diff = "; ".join(explain_drift(known.fingerprint_payload, spec.fingerprint_payload, 5))
+        raise DuplicateStepError(
+            f"two different definitions of {spec.step_id} in one graph ({diff})",
+            "give one of them another name or bump its version",
+            spec.step_id,
+        )
+    check_same_fn(known, spec)
 
 
 def check_same_fn(known: StepSpec, spec: StepSpec) -> None:

@@ -12,6 +12,7 @@ import os
 import re
 
 from marin.execution.errors import InvalidStepError, brief
+from marin.execution.names import validate_name
 from marin.execution.vocabulary import OutputScope
 
 USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -32,12 +33,19 @@ def check_scope(value: object, step: str | None = None) -> OutputScope:
 
 def user_named(raw: str, where: str = "user name", fix: str = SET_USER) -> str | None:
     """``raw`` as a user: None for a service account (``NO_USER``); an error naming ``where``
-    and ``fix`` when it is not one path segment."""
+    and ``fix`` when it is not one path segment, or one that collides with Marin's own names
+    (``alice.marin`` would be the metadata folder of ``users/alice``, in any letter case)."""
     raw = raw.strip()
     if raw.lower() in NO_USER:
         return None
     if not USER_NAME.fullmatch(raw) or ".." in raw:
         raise InvalidStepError(f"{where} {brief(raw)} is not one path segment", fix)
+    try:
+        validate_name(raw)  # the name grammar: no '.marin' suffix, no trailing '.', no 'CON'
+    except InvalidStepError as exc:
+        advice = exc.fix.split(";", 1)[0].split(" (e.g.", 1)[0]
+        why = f"{exc.what.removeprefix('name ')}: {advice}"
+        raise InvalidStepError(f"{where} {brief(raw)} cannot name a folder ({why})", fix) from None
     return raw
 
 

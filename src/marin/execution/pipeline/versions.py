@@ -145,11 +145,26 @@ def parse_override(text: str) -> tuple[str, str]:
 
 
 def codex_from_args(version: str | None, overrides: Iterable[str]) -> VersionCodex | None:
-    """The codex of ``--version`` and ``--override`` (None when neither is given)."""
-    pairs = [parse_override(text) for text in overrides]
-    if version is None and not pairs:
+    """The codex of ``--version`` and ``--override`` (None when neither is given). A name
+    overridden twice is refused, even with one value: no flag silently wins over another.
+
+    Raises:
+        InvalidStepError: an override is not ``NAME=VERSION``, names a step twice, or holds an
+            invalid name or version.
+    """
+    chosen: dict[str, str] = {}
+    for text in overrides:
+        name, version_of = parse_override(text)
+        if name in chosen:
+            raise InvalidStepError(
+                f"--override {name} is given twice ({name}={chosen[name]}, {name}={version_of})",
+                f"give each name once, e.g. --override {name}={version_of}",
+                name,
+            )
+        chosen[name] = version_of
+    if version is None and not chosen:
         return None
-    return VersionCodex(default=version, overrides=dict(pairs))
+    return VersionCodex(default=version, overrides=chosen)
 
 
 def codex_json(codex: VersionCodex) -> str:

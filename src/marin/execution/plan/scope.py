@@ -1,11 +1,12 @@
 """Where each step of a run reads and writes: the one decision, made before ``decide``.
 
-A step in user scope (``with_options(scope="user")``, or every step under a run-wide
-``scope="user"``), and every step downstream of one, belongs to the running user: it writes
+A run with a step in user scope (``with_options(scope="user")``, or a run-wide
+``scope="user"``) is that user's run, and every step it builds belongs to the user: it writes
 ``<prefix>/users/<user>/<name>/<version>``. When that folder holds nothing of the step yet, and
 the shared ``<prefix>/<name>/<version>`` holds a build of the same fingerprint, the step reads the
-shared build instead (Marin's fallback); whatever the user has built wins for that user. A shared
-build is only ever read here, so a user's run never writes, replaces or races a shared artifact.
+shared build instead (Marin's fallback); whatever the user has built wins for that user. A
+shared upstream that is missing, or forced, is built in the user's folder too. A shared build
+is only ever read here, so a user's run never writes, replaces or races a shared artifact.
 
 The result is a copy of the graph whose specs say it (``StepSpec.user_home``): the planner, the
 run loop and ``build_step`` then see ordinary output paths.
@@ -51,18 +52,13 @@ def resolve_scopes(
     forced = set(force)
     placed: dict[str, StepSpec] = {}
     home: str | None = None
-    for spec in steps:  # dependencies first
+    for spec in steps:  # dependencies first: every step of a user's run is placed
         deps = tuple(placed[d.output_path] for d in spec.deps)
-        private = spec.user_home is None and (
-            scope == OutputScope.USER
-            or spec.scope == OutputScope.USER
-            or any(d.scope == OutputScope.USER for d in deps)
-        )
-        if not private:
-            if spec.user_home is None:  # a shared step (a placed one is already checked)
-                _check_not_in_users(spec)
+        if spec.user_home is not None:  # placed already (and checked then)
             new = spec if deps == spec.deps else dataclasses.replace(spec, deps=deps)
         else:
+            if scope != OutputScope.USER and spec.scope != OutputScope.USER:
+                _check_not_in_users(spec)  # a shared step: its shared path is read
             home = home or f"{USERS_FOLDER}/{required_user(spec.step_id, user)}"
             own = spec.name in forced or spec.step_id in forced
             new = _place(spec, deps, home, location, own)

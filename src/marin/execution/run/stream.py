@@ -7,6 +7,10 @@ are in flight (bounded look-ahead: an endless generator is never drained), and e
 is one sub-run through the ordinary ``StepRunner.run``: its sub-graph is planned when it arrives
 (``decide``, as ``marin plan`` does) and built by the one run loop, on a worker thread.
 
+A stream holds each step once, as a list does: a step arriving with another config (or
+function) than an earlier arrival's step of one ``name@version`` is refused with the list's
+``DuplicateStepError`` when it arrives (what arrived before it still runs to its end).
+
 What is already planned keeps its decision: a step that an earlier sub-run of the stream holds
 (a shared dependency) is never planned again while that sub-run is under way. The later sub-run
 waits for it, and then plans its sub-graph against storage, where the shared step is now built;
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from marin.execution.errors import InvalidStepError
-from marin.execution.pipeline.graph import Graph, collect_steps
+from marin.execution.pipeline.graph import Graph, check_same_step, collect_steps
 from marin.execution.pipeline.handles import lower
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.pipeline.versions import VersionCodex, build_context
@@ -56,12 +60,19 @@ def iter_stream(
     as it ends (completion order; sub-runs that ended together in the order they arrived, so a
     shared step's owner comes before the sub-runs that waited for it). Closing this iterator
     (the consumer stops) stops pulling, waits for the sub-runs in flight and closes ``steps``
-    if it is a generator. ``options`` go to each sub-run's ``hook.run``."""
+    if it is a generator. ``options`` go to each sub-run's ``hook.run``.
+
+    Raises:
+        DuplicateStepError: an arriving step is another definition (config or function) of a
+            step that arrived before, as ``lower()`` refuses it in a list.
+        InvalidStepError: a bad ``lookahead``, or the stream yields something not a step.
+    """
     keep_going = bool(options.get("keep_going"))
     if not isinstance(lookahead, int) or lookahead < 1:
         raise InvalidStepError(f"lookahead={lookahead!r}", "use a whole number >= 1")
     source = iter(steps)
     owner: dict[str, cf.Future[RunReport]] = {}  # output path -> the sub-run that holds it
+    known: dict[str, StepSpec] = {}  # output path -> the step that arrived for it
     in_flight: dict[cf.Future[RunReport], None] = {}  # in the order they arrived
     exhausted = stopped = False
     pool = cf.ThreadPoolExecutor(lookahead, thread_name_prefix="marin-stream")
@@ -72,7 +83,7 @@ def iter_stream(
                 if item is _END:
                     exhausted = True
                     break
-                in_flight[_submit(pool, hook, _as_spec(item), owner, options)] = None
+                in_flight[_submit(pool, hook, _as_spec(item), owner, known, options)] = None
             if not in_flight:
                 break
             done, _ = cf.wait(in_flight, return_when=cf.FIRST_COMPLETED)
@@ -108,14 +119,24 @@ def _submit(
     hook: StreamHook,
     spec: StepSpec,
     owner: dict[str, cf.Future[RunReport]],
+    known: dict[str, StepSpec],
     options: dict[str, Any],
 ) -> cf.Future[RunReport]:
-    """One sub-run for ``spec``'s sub-graph, after the earlier sub-runs holding its steps."""
+    """One sub-run for ``spec``'s sub-graph, after the earlier sub-runs holding its steps;
+    ``known``: every step arrived so far (a step arriving with another definition is refused).
+
+    Raises:
+        DuplicateStepError: a step of ``spec`` differs from one arrived before (config, fn).
+    """
     steps = collect_steps([spec])
+    for step in steps:  # one step per output path, as in a list
+        if step.output_path in known:
+            check_same_step(known[step.output_path], step)
     earlier = {owner[s.output_path] for s in steps if s.output_path in owner}
     future = pool.submit(_after, earlier, hook, spec, options)
     for step in steps:
         owner.setdefault(step.output_path, future)  # the first sub-run keeps its decision
+        known.setdefault(step.output_path, step)
     return future
 
 

@@ -168,18 +168,20 @@ def resolve_prefix(prefix: str | None = None) -> str:
     folded (an object store has no parent folders, and folding text must never move a prefix
     out of an allowed root). So is anything fsspec would read as more than a path: ``::`` (a
     chain of file systems), a second ``://``, and the object-version markers, ``?`` on
-    ``s3://``, ``?`` and ``#`` on ``gs://``; and credentials (``ftp://user:pw@host``), which
-    Marin would show wherever it names an artifact. (Checked against the source of fsspec
-    2026.9, s3fs and gcsfs: nothing else in a path string is interpreted; ``{}`` and ``%`` are
-    literal.)
+    ``s3://``, ``?`` and ``#`` on ``gs://``; and credentials (``ftp://user:pw@host``, or a
+    token in an ``http(s)://`` query or fragment), which Marin would show wherever it names an
+    artifact. (Checked against the source of fsspec 2026.9, s3fs and gcsfs: nothing else in a
+    path string is interpreted; ``{}`` and ``%`` are literal.)
 
     Raises:
-        StorageError: the prefix holds credentials, a NUL byte, ``::``, a second ``://``, an
-            object-version marker or a ``..`` segment in a URL, text before ``://`` that is not
-            a URL scheme, or names no bucket; the message says what to give instead.
+        StorageError: the prefix holds credentials (also an ``http(s)://`` query or fragment),
+            a NUL byte, ``::``, a second ``://``, an object-version marker or a ``..`` segment
+            in a URL, text before ``://`` that is not a URL scheme, or names no bucket; the
+            message says what to give instead.
     """
     chosen = prefix or os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
     refuse_credentials(chosen)  # first: every other error below prints the prefix
+    refuse_query(chosen)
     if "\x00" in chosen:  # refused before any I/O (os calls fail late with a ValueError)
         raise StorageError(
             f"prefix {chosen!r} contains a NUL byte, which no file system allows in a path",
@@ -217,6 +219,33 @@ def refuse_credentials(prefix: str) -> None:
     )
 
 
+_QUERY_SCHEMES = frozenset({"http", "https"})
+"""URLs whose query (``?token=...``) and fragment fsspec's HTTP file system sends or keeps."""
+
+
+def _before_marker(url: str, markers: str) -> str:
+    """``url`` up to its first character of ``markers``, the rest shown as ``***``: what
+    follows a ``?`` or ``#`` may be a token, never repeated in an error."""
+    cut = min((i for i in (url.find(m) for m in markers) if i >= 0), default=-1)
+    return url if cut < 0 else f"{url[: cut + 1]}***"
+
+
+def refuse_query(prefix: str) -> None:
+    """Refuse an ``http(s)://`` prefix with a query or a fragment: a token there
+    (``?token=...``, ``#access_token=...``) would be sent with every request and shown
+    wherever Marin names an artifact. The message shows the prefix without it."""
+    scheme, sep, rest = prefix.partition("://")
+    if not sep or scheme.lower() not in _QUERY_SCHEMES or not any(c in rest for c in "?#"):
+        return
+    raise StorageError(
+        f"prefix {_before_marker(prefix, '?#')!r} holds a query or a fragment ('?' or '#'), "
+        "which may carry a token",
+        "give the prefix without it, and pass a token through the file system's own settings "
+        "(headers in its storage options, or its environment): Marin shows the prefix in "
+        "logs, plans and lineage",
+    )
+
+
 _LOCAL_SPELLINGS = ("file://", "local://", "file:", "local:")
 _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 # s3fs cuts a key at "?versionId=" and gcsfs reads "?generation=" and "#<n>" as an object
@@ -247,8 +276,8 @@ def _normalise_url(url: str) -> str:
     marker = next((c for c in _VERSION_MARKERS.get(scheme, "") if c in rest), None)
     if marker is not None:
         raise StorageError(
-            f"prefix {url!r} contains {marker!r}, which {scheme}:// reads as the start of an "
-            "object version, not as part of the path",
+            f"prefix {_before_marker(url, marker)!r} contains {marker!r}, which {scheme}:// "
+            "reads as the start of an object version, not as part of the path",
             f"give the prefix without {marker!r}, e.g. {scheme}://bucket/path",
         )
     segments = rest.split("/")

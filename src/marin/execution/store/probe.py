@@ -4,18 +4,21 @@ Without it, ``marin plan --prefix gs://bucket/x`` on a machine without network s
 the storage libraries' own retries, printing their tracebacks, before a clean error. The probe
 asks for the prefix once (``info``: a missing prefix is fine, it is only not built yet) on a
 thread of its own and waits at most ``MARIN_STORAGE_PROBE_TIMEOUT`` seconds (0 turns it off);
-the error then names the endpoint and the credentials that were tried. Local disk and
-``memory://`` are never probed.
+the error then names the endpoint and the credentials that were tried. A file system that
+connects when it is made (``ftp://``) is made within the same bound (``open_reachable``). Local
+disk and ``memory://`` are never probed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from marin.execution.errors import StorageError, one_line
-from marin.execution.store.location import Location
+from marin.execution.errors import MarinError, StorageError, one_line
+from marin.execution.store.location import Location, open_prefix, resolve_prefix
 
 PROBE_TIMEOUT_ENV = "MARIN_STORAGE_PROBE_TIMEOUT"
 DEFAULT_PROBE_TIMEOUT_S = 15.0
@@ -78,20 +81,69 @@ def describe_access(location: Location) -> str:
 
 
 def probe_prefix(location: Location, timeout: float | None = None) -> None:
-    """Raise ``StorageError`` unless the prefix's storage answers within ``timeout`` seconds."""
+    """Raise ``StorageError`` unless the prefix's storage answers within ``timeout`` seconds.
+
+    Raises:
+        StorageError: it did not answer in time, or failed (naming the endpoint and the
+            credentials tried); or ``$MARIN_STORAGE_PROBE_TIMEOUT`` is not a number.
+    """
     if location.is_local or location.is_memory:
         return
     timeout = probe_timeout() if timeout is None else timeout
     if timeout == 0:
         return
+    _bounded(lambda: _answer(location), timeout, location.url, lambda: describe_access(location))
+
+
+def open_reachable(prefix: str | None = None, timeout: float | None = None) -> Location:
+    """``open_prefix`` and ``probe_prefix`` as one bounded step: a file system that connects
+    when it is made (``ftp://``, ``sftp://``) is made on the probe's thread, so a server that
+    accepts a connection and never answers is the same one-line error after ``timeout``.
+
+    Raises:
+        StorageError: what ``open_prefix`` raises (the prefix refused as text before any
+            wait), or what ``probe_prefix`` raises.
+    """
+    url = resolve_prefix(prefix)  # refused as text at once, never after a wait
+    timeout = probe_timeout() if timeout is None else timeout
+    if timeout == 0 or "://" not in url or url.startswith("memory://"):
+        location = open_prefix(prefix)
+        probe_prefix(location, timeout)
+        return location
+
+    made: list[Location] = []
+
+    def open_and_ask() -> Location:
+        made.append(open_prefix(prefix))
+        _answer(made[0])
+        return made[0]
+
+    def tried() -> str:  # the endpoint and credentials, once the file system is made
+        protocol = url.split("://", 1)[0]
+        return describe_access(made[0]) if made else f"the {protocol}:// file system"
+
+    return _bounded(open_and_ask, timeout, url, tried)
+
+
+def _answer(location: Location) -> None:
+    """One question to the storage: the prefix's ``info`` (missing is fine: nothing built)."""
+    with contextlib.suppress(FileNotFoundError):  # reachable: nothing is built there yet
+        location.fs.info(location.root)
+
+
+T = TypeVar("T")
+
+
+def _bounded(work: Callable[[], T], timeout: float, url: str, tried: Callable[[], str]) -> T:
+    """``work()`` on a thread of its own, waited for at most ``timeout`` seconds; a failure
+    other than Marin's own error is a ``StorageError`` naming ``url`` and what was ``tried``."""
+    outcome: list[T] = []
     failure: list[BaseException] = []
     done = threading.Event()
 
     def attempt() -> None:
         try:
-            location.fs.info(location.root)
-        except FileNotFoundError:
-            pass  # reachable: nothing is built there yet
+            outcome.append(work())
         except BaseException as exc:  # reported below, on the caller's thread
             failure.append(exc)
         finally:
@@ -99,19 +151,21 @@ def probe_prefix(location: Location, timeout: float | None = None) -> None:
 
     # A daemon thread: a probe stuck in a library's retries must not keep the process alive.
     threading.Thread(target=attempt, name="marin-storage-probe", daemon=True).start()
-    tried = describe_access(location)
     fix = (
         "check the network, the endpoint and the credentials (-v shows the storage "
         f"library's log); {PROBE_TIMEOUT_ENV}=SECONDS waits longer, 0 skips this check"
     )
     if not done.wait(timeout):
         raise StorageError(
-            f"storage for {location.url} did not answer within {timeout:g}s (tried {tried})", fix
+            f"storage for {url} did not answer within {timeout:g}s (tried {tried()})", fix
         )
     if failure:
         exc = failure[0]
+        if isinstance(exc, MarinError):
+            raise exc
         if isinstance(exc, PermissionError):
             fix = "check the credentials' permissions on this bucket and path"
         raise StorageError(
-            f"storage for {location.url} cannot be reached: {one_line(exc)} (tried {tried})", fix
+            f"storage for {url} cannot be reached: {one_line(exc)} (tried {tried()})", fix
         ) from exc
+    return outcome[0]

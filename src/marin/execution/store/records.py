@@ -606,6 +606,11 @@ def read_status(location: Location, output_path: str) -> dict[str, Any] | None:
     return {"state": SUCCESS, "started_at": record.started_at, "finished_at": record.finished_at}
 
 
+GC_DELETING = "marin gc was deleting this step and did not finish: run `marin gc` again"
+"""The error of the FAILED status ``marin gc`` writes while it deletes a step: its mark that the
+folder is Marin's meanwhile, and, to a build that read the step, who deleted its record."""
+
+
 def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:
     """Write the step's status file: ``state`` and ``details``, atomically (``write_atomic``).
 

@@ -8,8 +8,9 @@ import time
 from datetime import datetime
 from typing import Any
 
+from marin.execution.names import METADATA_SUFFIX
 from marin.execution.pipeline.remote.fence import is_this_steps
-from marin.execution.pipeline.remote.job_record import JOB_ID, UnreadableJob, load_job
+from marin.execution.pipeline.remote.job_record import JOB_ID, JobRecord, UnreadableJob, load_job
 from marin.execution.pipeline.remote.registry import get_backend
 from marin.execution.store.identity import Recipe, claim_of, judge_claim
 from marin.execution.store.location import Location
@@ -38,10 +39,7 @@ def job_view(
     except Exception as exc:  # an unreachable cluster, an unregistered backend
         log.debug("could not ask about job %s: %s", job.job_id, exc)
         state = "unknown"
-    try:
-        age = max(0.0, time.time() - datetime.fromisoformat(job.submitted_at).timestamp())
-    except ValueError:
-        age = None
+    age = _age(job)
     verdict = judge_claim(recipe, claim_of(job), on_code_drift)
     other = verdict.claim != Claim.OURS
     view = {**job.to_json(), "state": state, "age_s": age, "other_config": other}
@@ -65,6 +63,55 @@ _DIFFERS = {
     Mismatch.CODE_UNKNOWN: "code unknown",
 }
 """How ``marin plan`` names what makes a recorded job another recipe's."""
+
+
+def _age(job: JobRecord) -> float | None:
+    """Seconds since the job was submitted (None: its time cannot be read)."""
+    try:
+        return max(0.0, time.time() - datetime.fromisoformat(job.submitted_at).timestamp())
+    except ValueError:
+        return None
+
+
+def other_version_jobs(location: Location, output_path: str) -> list[dict[str, Any]]:
+    """The running jobs of the same step at another version (``<name>/<other>.marin/job.json``,
+    one listing of the name's folder): left behind by a version bump, they run on for nothing.
+    Advisory: anything that cannot be read, trusted or asked is left out, never an error."""
+    name, _, version = output_path.rpartition("/")
+    try:
+        entries = location.fs.ls(location.path(name), detail=False)
+    except Exception as exc:  # no such folder yet, a store that cannot list
+        log.debug("could not list %s: %s", name, exc)
+        return []
+    found = []
+    for entry in sorted(str(e).rstrip("/").rpartition("/")[2] for e in entries):
+        other = entry.removesuffix(METADATA_SUFFIX)
+        if other in (entry, version) or not other:
+            continue
+        path = f"{name}/{other}"
+        try:
+            job = load_job(location, path)
+            if not isinstance(job, JobRecord) or not is_this_steps(job, location, path):
+                continue  # none, unreadable, or not this step's: never asked about
+            state = str(get_backend(job.backend).status(job.handle).state)
+        except Exception as exc:  # an unreachable cluster: say nothing
+            log.debug("could not ask about the job of %s: %s", path, exc)
+            continue
+        if state == "running":
+            view = {**job.to_json(), "state": state, "age_s": _age(job), "version": other}
+            view.pop("code", None)  # long; ``marin show`` names it
+            found.append(view)
+    return found
+
+
+def describe_other_job(view: dict[str, Any]) -> str:
+    """``warning: local job marin-ab12 of v1 still runs (2h05m), for another version``."""
+    age = view.get("age_s")
+    since = "" if age is None else f" ({_short_duration(age)})"
+    return (
+        f"warning: {view['backend']} job {view['job_id']} of version {view['version']} still "
+        f"runs{since}: nothing will use it (`marin gc --cancel-orphans` cancels it)"
+    )
 
 
 def describe_job(view: dict[str, Any]) -> str:

@@ -1,0 +1,133 @@
+"""``marin gc``'s roots: what it keeps for its own sake (``collect.decide`` then keeps every build
+a kept record was made from). Each kind of root is one function here, and ``api`` lists them
+in one place:
+
+- **served**: every step the targets' plans serve, as each plan places it (``plan/scope.py``,
+  the function ``marin plan`` and ``run`` use): the shared graph, and for each user gc looks
+  after, that user's placement (``users/<user>/...``, or the shared build it reads);
+- **registered** (``gc/registry.py``): every build ``marin register`` named, whatever the
+  targets;
+- **other users'**: every build in the folder of a user gc does not look after (without
+  ``--all-users``: everyone but the user running it), never touched;
+- **recent**: with ``--keep-versions N`` each name's N newest builds, with ``--older-than`` every
+  build more recent (or of unknown age).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Sequence
+
+from marin.execution.errors import MarinError
+from marin.execution.pipeline.graph import Graph, collect_steps
+from marin.execution.pipeline.scope import current_user, user_named
+from marin.execution.plan.scope import needs_user, place_pins, resolve_scopes
+from marin.execution.store.location import Location
+from marin.execution.store.records import USERS_FOLDER, parse_stored_time
+from marin.gc.walk import Slot, built_at, name_of, owner_of
+
+Roots = dict[str, str]
+"""Output path -> why it is kept."""
+
+NEEDED = "needed by the targets"
+
+
+def served(graph: Graph, location: Location, scope: str, users: Iterable[str]) -> Roots:
+    """The output path of every step the targets' plans serve: the graph as lowered (the
+    shared builds), and each of ``users``' placement of it under ``scope`` (only when a step
+    is placed in a user's folder at all)."""
+    shared = place_pins(graph.targets, location)  # absolute pins, placed as a run does
+    roots = {spec.output_path: NEEDED for spec in collect_steps(shared)}
+    if not needs_user(shared, scope):
+        return roots
+    for user in users:
+        placed = resolve_scopes(shared, location, scope, (), user)
+        for spec in collect_steps(placed):
+            roots.setdefault(spec.output_path, f"{NEEDED} (as {user}'s plan places it)")
+    return roots
+
+
+def places_users(graph: Graph, location: Location, scope: str) -> bool:
+    """Whether the targets' plan under ``scope`` places any step in a user's folder."""
+    return needs_user(place_pins(graph.targets, location), scope)
+
+
+def gc_users(
+    owners: Iterable[str], all_users: bool, placed: bool = True
+) -> tuple[list[str], dict[str, str]]:
+    """The users whose folders gc looks after, and the user folders it leaves alone (folder ->
+    why). Without ``all_users``: the user running it (``$MARIN_USER``, else the OS user; none
+    for a service account), and only when the plan places steps in user folders (``placed``:
+    a shared plan proves nothing about what the user's own ``--scope user`` runs serve); with
+    it, each user folder found (``owners``) whose name is a user.
+
+    Raises:
+        InvalidStepError: ``$MARIN_USER`` (or the OS user) is not a valid user name.
+    """
+    me = current_user()
+    mine = [me] if me and (placed or all_users) else []
+    left: dict[str, str] = {}
+    for owner in sorted(set(owners)):
+        folder = f"{USERS_FOLDER}/{owner}"
+        if not all_users:
+            if owner != me:
+                left[folder] = "another user's builds (--all-users collects them too)"
+            elif not placed:
+                left[folder] = "your user builds: this plan places nothing there (--scope user)"
+            continue
+        try:
+            valid = user_named(owner) == owner
+        except MarinError:
+            valid = False
+        if valid:
+            mine.append(owner)
+        else:
+            left[folder] = "not a user's folder (its name is no user name)"
+    return sorted(set(mine)), left
+
+
+def left_alone(slots: Sequence[Slot], folders: Iterable[str]) -> Roots:
+    """Every slot inside one of the user ``folders`` gc leaves alone."""
+    owners = {owner_of(folder) for folder in folders}
+    return {s.output_path: "another user's build" for s in slots if s.owner in owners}
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+"""The age given a build whose time cannot be read: the oldest (``--keep-versions``)."""
+
+
+def recent(
+    slots: Sequence[Slot], keep_versions: int | None, cutoff: datetime.datetime | None
+) -> Roots:
+    """``--keep-versions``: each name's newest N builds; ``--older-than``: anything built at
+    or after ``cutoff``, or of unknown age."""
+    kept: Roots = {}
+    if keep_versions is not None:
+        by_name: dict[str, list[Slot]] = {}  # per user folder and name
+        for slot in slots:
+            if slot.record is not None:
+                by_name.setdefault(f"{slot.owner}:{name_of(slot)}", []).append(slot)
+        for group in by_name.values():
+            group.sort(
+                key=lambda s: (parse_stored_time(built_at(s)) or _EPOCH, s.output_path),
+                reverse=True,
+            )
+            for slot in group[:keep_versions]:
+                kept.setdefault(slot.output_path, f"among the newest {keep_versions} versions")
+    if cutoff is not None:
+        for slot in slots:
+            when = parse_stored_time(built_at(slot))
+            if when is None:
+                kept.setdefault(slot.output_path, "its age is unknown")
+            elif when >= cutoff:
+                kept.setdefault(slot.output_path, "built more recently than the cutoff")
+    return kept
+
+
+def merged(*parts: Roots) -> Roots:
+    """The roots of every kind; a path kept for several reasons says the first."""
+    roots: Roots = {}
+    for part in parts:
+        for path, why in part.items():
+            roots.setdefault(path, why)
+    return roots

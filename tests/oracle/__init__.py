@@ -1,0 +1,31 @@
+"""The random-history checker (issue 52): the cache's promise, tested on generated histories.
+
+The promise: whatever happened before, an artifact the engine serves as current is exactly
+what a clean build of today's code and config would make, and nothing a current plan serves
+is ever deleted. docs/caching.md ("What a served artifact may differ in") lists the only
+exceptions; docs/reliability.md ("The random-history checker") says how to run it.
+
+How it works, module by module:
+
+- ``pipeline``: a generated pipeline (5-8 steps: chain, diamond, fan-in, random DAG) as data,
+  and as a real Python file whose steps' ``fn`` are deterministic in their config, a code
+  revision constant and their inputs' bytes (code edits are real source edits);
+- ``ops``: the operation table (edits, runs under every policy, failures, killed drivers,
+  crash points, two drivers, a sweep stream, gc, planted and torn files, hand damage): one
+  dataclass per operation, with its weight, its random arguments and what it does;
+- ``choose`` and ``history``: one generator of histories, fed by ``random.Random(seed)``
+  (fixed-seed history N) or by hypothesis (which shrinks);
+- ``world`` and ``executor``: a history's sandbox (prefix, control files, counter, bystander
+  files outside the prefix), ``marin`` in this process or as a subprocess, and the checks
+  after every operation (``checks``) against the ``oracle``'s clean builds;
+- ``script``: a history as a runnable Python script, the failure report; ``shrink``: a
+  shorter fixed-seed history that still fails; ``tally``: many seeds, counted per kind;
+- ``pinned``: the shrunk histories of every bug the checker found, replayed on every run;
+  ``repros/``: their scripts as found on e8e6702 (``python repros/<name>.repro``; rewritten
+  by ``python -m tests.oracle.tally --pinned tests/oracle/repros``);
+- ``engines``: the same histories' runs on the compiled Prefect flow and ``airflow dags test``.
+
+Tests (``test_histories.py``): the fast subset (200 fixed-seed histories, one test per kind
+of violation, and the pinned histories), ``slow`` (Prefect and Airflow), ``soak`` (5,000
+histories and hypothesis's own generation and shrinking; deselected unless ``-m soak``).
+"""

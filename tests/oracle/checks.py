@@ -1,0 +1,344 @@
+"""The checks run after every operation, and the one table of what may differ.
+
+A served artifact (a step a run reports current, or a plan would skip) must be what the
+oracle's clean build makes, byte for byte, and return the same value. :func:`allowances`
+is the whole list of exceptions, each a rule of docs/caching.md ("What a run may serve that a
+clean build would not make"):
+
+- config drift served under ``on_drift=warn``, code drift under ``on_code_drift=warn``, a stale
+  step served under ``--no-cascade`` (the step's own reason in ``plan --json``: ``drift``,
+  ``code_drift``, ``stale``);
+- an output changed by hand after its commit (the record is the commit point; ``--force``
+  repairs it);
+- and a step built from one of those, while that one is really stale.
+
+Each violation has a kind; :data:`FINDINGS` maps the kinds to the trust findings of issue 53.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.oracle.oracle import Expected, canonical, read_tree
+
+FINDINGS: dict[str, str] = {
+    "gc-deleted-served": "1 (gc deletes user-scope builds a plan serves)",
+    "gc-touched-other-user": "1 (gc deletes other users' builds)",
+    "planted:process-killed": "2 (a planted job.json + pid.json kills a process)",
+    "planted:run-hung": "2 (a run reattaches to a planted job and waits for it)",
+    "planted:code-ran": "3 (a planted result.pkl is unpickled)",
+    "planted:result-committed": "3 (a planted result is committed as the step's)",
+    "outside-prefix-touched": "3 (a job.json without workdir is followed outside the prefix)",
+    "wrong-artifact:resumed": "5 (a resume of checkpoints made from a replaced input)",
+    "wrong-artifact:remote-job": "6 (a job of old code or old inputs collected)",
+    "wrong-artifact:stream": "8 (a stream serves one config of a name@version for another)",
+    "wrong-artifact:below-unfinished-rebuild": "new (a rebuild that failed or was killed "
+    "deletes the record that made its readers stale; they are then served as current, also "
+    "under rebuild/rebuild)",
+    "wrong-artifact:other": "- (a wrong artifact served by another path)",
+    "not-said": "- (a stale artifact served without the run or plan saying so)",
+    "fn-ran-twice": "- (fn ran twice for one recipe in one run)",
+    "run-failed:torn-job": "7 (a torn job.json fails the step: 'delete it by hand')",
+    "run-failed:user-scope-shared": "15 (a user-scope run fails on a shared upstream to rebuild)",
+    "run-failed:other": "- (a run failed with no failure injected)",
+    "run-failed:prefect": "- (a Prefect flow run failed with no failure injected)",
+    "run-failed:airflow": "- (an Airflow DAG run failed with no failure injected)",
+    "run-hung": "- (a run did not end, nothing planted)",
+    "gc-dry-run-changed": "- (marin gc --dry-run changed files)",
+    "crash": "new (marin raised an error it does not mean to: a traceback)",
+}
+"""Violation kind -> the trust finding (issue 53) it is an instance of."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken promise, after operation ``op`` of a history."""
+
+    kind: str
+    op: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.kind}] after op {self.op}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The options that decide what a run may serve stale."""
+
+    on_drift: str = "warn"
+    on_code_drift: str = "warn"
+    cascade: bool = True
+
+
+STRICT = Policy("rebuild", "rebuild", True)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the prefix holds for a step: its output tree, its value, and its record."""
+
+    found: Expected | None
+    record: dict[str, Any] | None
+
+
+def stored(output_path: str) -> Stored:
+    record = read_record(output_path)
+    files, folders = read_tree(output_path)
+    result = canonical(record.get("result")) if record is not None else "<no record>"
+    return Stored(Expected(files, folders, result), record)
+
+
+def read_record(output_path: str) -> dict[str, Any] | None:
+    try:
+        with open(f"{output_path}.marin/record.json") as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def step_index(step: dict[str, Any]) -> int:
+    """``o/s3`` (or ``o/s3@v1``) -> 3."""
+    name = str(step.get("name") or str(step["step"]).rsplit("@", 1)[0])
+    return int(name.rsplit("/s", 1)[1])
+
+
+def kind_of(plan: dict[str, Any], step_id: str, record: dict[str, Any] | None, hand: Hand) -> str:
+    """The kind of a wrong artifact: how it was committed, or that it sits below a rebuild
+    that failed or was killed (which deleted the record that said it was stale)."""
+    if "planted" in str((record or {}).get("result")):
+        return "planted:result-committed"
+    if below_unfinished(plan, step_id, hand):
+        return "wrong-artifact:below-unfinished-rebuild"
+    return f"wrong-artifact:{mechanism(record)}"
+
+
+def mechanism(record: dict[str, Any] | None) -> str:
+    """How a wrong artifact was committed: by a resume, a remote job, or else."""
+    provenance = (record or {}).get("provenance") or {}
+    attempt = provenance.get("attempt") or {}
+    if isinstance(attempt, dict) and attempt.get("resumed"):
+        return "resumed"
+    if provenance.get("job"):
+        return "remote-job"
+    return "other"
+
+
+def own_reasons(step: dict[str, Any], policy: Policy, damaged: set[str]) -> list[str]:
+    """The step's own documented reason to be served stale (docs/caching.md), if any."""
+    out = []
+    if step.get("drift") and policy.on_drift == "warn":
+        out.append("drift")
+    if step.get("code_drift") and policy.on_code_drift == "warn":
+        out.append("code drift")
+    if step.get("stale") and not policy.cascade:
+        out.append("no-cascade")
+    if step.get("build_id") in damaged:
+        out.append("changed by hand")
+    return out
+
+
+def allowances(
+    plan: dict[str, Any], policy: Policy, hand: Hand, differs: dict[str, bool]
+) -> dict[str, list[str]]:
+    """Step id -> why it may differ from a clean build (empty: it may not). A step inherits
+    the allowance of an input that is allowed and really differs from its clean build, and of
+    an input whose record was removed by hand (not built since: pruned, docs/caching.md)."""
+    allowed: dict[str, list[str]] = {}
+    for step in plan.get("steps", []):
+        reasons = own_reasons(step, policy, hand.outputs)
+        if not step.get("build_id") and step["output_path"] in hand.records:
+            allowed[step["step"]] = ["record removed by hand"]
+            continue
+        for dep in step.get("deps", []):
+            if allowed.get(dep) and (differs.get(dep) or dep not in differs):
+                reasons.append(f"input {dep}")
+        allowed[step["step"]] = reasons
+    return allowed
+
+
+@dataclass
+class Hand:
+    """What was damaged by hand: build ids of outputs changed after their commit, and
+    output paths whose record was removed."""
+
+    outputs: set[str] = field(default_factory=set)
+    records: set[str] = field(default_factory=set)
+
+
+def below_unfinished(plan: dict[str, Any], step_id: str, hand: Hand) -> bool:
+    """Whether a step ``step_id`` reads (transitively) has no record because an attempt to
+    build it failed or was cut short (not because its record was removed by hand)."""
+    by_id = {s["step"]: s for s in plan.get("steps", [])}
+    todo, seen = list(by_id.get(step_id, {}).get("deps", [])), set()
+    while todo:
+        dep = todo.pop()
+        if dep in seen or dep not in by_id:
+            continue
+        seen.add(dep)
+        unbuilt = by_id[dep].get("status") in ("failed-before", "run")
+        if unbuilt and by_id[dep]["output_path"] not in hand.records:
+            return True
+        todo.extend(by_id[dep].get("deps", []))
+    return False
+
+
+def differences(plan: dict[str, Any], expected: dict[int, Expected]) -> dict[str, bool]:
+    """Step id -> whether what the prefix holds for it differs from its clean build."""
+    out = {}
+    for step in plan.get("steps", []):
+        got = stored(step["output_path"])
+        if got.record is not None:
+            out[step["step"]] = got.found != expected[step_index(step)]
+    return out
+
+
+def check_served(
+    plan: dict[str, Any],
+    policy: Policy,
+    expected: dict[int, Expected],
+    hand: Hand,
+    op: int,
+    label: str,
+) -> list[Violation]:
+    """Every step ``plan`` serves (``skip``) is its clean build, or allowed to differ."""
+    allowed = allowances(plan, policy, hand, differences(plan, expected))
+    kinds: dict[str, str] = {}
+    out = []
+    for step in plan.get("steps", []):
+        if step.get("action") != "skip":
+            continue
+        got = stored(step["output_path"])
+        want = expected[step_index(step)]
+        if got.found != want and not allowed.get(step["step"]):
+            kind = kinds[step["step"]] = inherited(step, kinds) or kind_of(
+                plan, step["step"], got.record, hand
+            )
+            out.append(
+                Violation(
+                    kind,
+                    op,
+                    f"{label}: {step['step']} is served "
+                    f"({step.get('reason')}) but differs from a clean build: "
+                    f"stored {diff(got.found, want)}",
+                )
+            )
+    return out
+
+
+def inherited(step: dict[str, Any], kinds: dict[str, str]) -> str | None:
+    """A wrong artifact built from a wrong input is that input's kind of wrong."""
+    return next((kinds[d] for d in step.get("deps", []) if d in kinds), None)
+
+
+def diff(got: Expected | None, want: Expected) -> str:
+    if got is None:
+        return "nothing"
+    parts = []
+    if got.result != want.result:
+        parts.append(f"result {got.result} != {want.result}")
+    if got.files != want.files or got.folders != want.folders:
+        g, w = dict(got.files), dict(want.files)
+        changed = sorted(k for k in set(g) | set(w) if g.get(k) != w.get(k))
+        parts.append(f"files differ: {changed}")
+    return "; ".join(parts) or "?"
+
+
+CURRENT = ("built", "skipped", "unchanged", "built-by-other")
+SAYS = {"drift": "version bump", "code drift": "code changed", "no-cascade": "stale"}
+
+
+def check_report(
+    report: dict[str, Any],
+    pre_plan: dict[str, Any] | None,
+    policy: Policy,
+    expected: dict[int, Expected],
+    hand: Hand,
+    op: int,
+) -> list[Violation]:
+    """Every step a run reports current is its clean build, or allowed to differ by the plan
+    made just before it with the same options; an allowed one's own reason is in the run's."""
+    plan = pre_plan or {"steps": []}
+    allowed = allowances(plan, policy, hand, differences(plan, expected))
+    out = []
+    kinds: dict[str, str] = {}
+    for step in report.get("steps", []):
+        if step.get("action") not in CURRENT:
+            continue
+        got = stored(step["output_path"])
+        want = expected[step_index(step)]
+        if got.found == want:
+            continue
+        reasons = allowed.get(step["step"], [])
+        if not reasons:
+            deps = {"deps": _deps_of(plan, step["step"])}
+            kind = kinds[step["step"]] = inherited(deps, kinds) or kind_of(
+                plan, step["step"], got.record, hand
+            )
+            out.append(
+                Violation(
+                    kind,
+                    op,
+                    f"the run reports {step['step']} {step['action']} "
+                    f"({step.get('reason')}) but it differs from a clean build: "
+                    f"stored {diff(got.found, want)}",
+                )
+            )
+            continue
+        unsaid = [r for r in reasons if r in SAYS and SAYS[r] not in str(step.get("reason"))]
+        if unsaid and unsaid == reasons:
+            out.append(
+                Violation(
+                    "not-said",
+                    op,
+                    f"{step['step']} is served stale ({unsaid}) "
+                    f"but the run's reason does not say so: {step.get('reason')}",
+                )
+            )
+    return out
+
+
+def _deps_of(plan: dict[str, Any], step_id: str) -> list[str]:
+    return next((s.get("deps", []) for s in plan.get("steps", []) if s["step"] == step_id), [])
+
+
+def check_once(counter: str, run_ids: set[str], op: int) -> list[Violation]:
+    """A step's fn started at most once per recipe across ``run_ids`` (one run, or drivers
+    racing without a fault)."""
+    seen: dict[tuple[str, str], int] = {}
+    for line in read_lines(counter):
+        if line.get("run") in run_ids:
+            key = (str(line.get("step")), str(line.get("recipe")))
+            seen[key] = seen.get(key, 0) + 1
+    return [
+        Violation(
+            "fn-ran-twice",
+            op,
+            f"{step}'s fn started {n} times for recipe {recipe} in run(s) {sorted(run_ids)}",
+        )
+        for (step, recipe), n in sorted(seen.items())
+        if n > 1
+    ]
+
+
+def read_lines(path: str) -> list[dict[str, Any]]:
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as f:
+        for raw in f:
+            try:
+                out.append(json.loads(raw))
+            except ValueError:
+                continue
+    return out
+
+
+def snapshot(root: str) -> dict[str, str]:
+    """Every file below ``root`` (relative path -> sha256), links as their target."""
+    files, _ = read_tree(root) if os.path.isdir(root) else ((), ())
+    return dict(files)

@@ -1,0 +1,800 @@
+"""Runs a history in its sandbox and checks after every operation.
+
+After each operation: no planted code ran (no marker file), every decoy process lives, nothing
+outside the prefix changed, no record holds a planted result, and, for every context (user,
+scope, versions) the history ran under, ``marin plan --on-drift rebuild --on-code-drift rebuild
+--json`` serves only clean builds (:func:`~tests.oracle.checks.check_served`). A run also has its
+own report checked against the plan made just before it with the same options, and its fns
+counted (at most one start per recipe). ``gc`` keeps what the plan serves and never touches
+another user's folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import hashlib
+import os
+import pickle
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.oracle import sweep
+from tests.oracle.checks import (
+    STRICT,
+    Policy,
+    Violation,
+    check_once,
+    check_report,
+    check_served,
+    diff,
+    read_record,
+    snapshot,
+    step_index,
+    stored,
+)
+from tests.oracle.ops import (
+    USERS,
+    RunOpts,
+    gc_violations,
+    job_json,
+    kill,
+    served_state,
+    wait_for,
+)
+from tests.oracle.oracle import ORACLE, Expected
+from tests.oracle.pipeline import PipelineModel
+from tests.oracle.script import Script
+from tests.oracle.world import Call, Context, World
+
+
+@dataclass
+class Outcome:
+    """What running a history found."""
+
+    violations: list[Violation]
+    script: str
+    seconds: float
+
+    @property
+    def kinds(self) -> set[str]:
+        return {v.kind for v in self.violations}
+
+
+@dataclass
+class Executor:
+    """Runs one history's operations on a :class:`World` (see the module docstring)."""
+
+    world: World
+    runner: Any = None
+    """None: ``marin run`` (the CLI); else an engine runner (``tests/oracle/engines.py``)."""
+    violations: list[Violation] = field(default_factory=list)
+    op: int = 0
+    last: Context = field(default_factory=Context)
+    script: Script = field(init=False)
+    _seen: set[tuple[str, str]] = field(default_factory=set)
+    _dead_decoys: set[int] = field(default_factory=set)
+    _sentinels: list[str] = field(default_factory=list)
+    _bystander: dict[str, str] = field(default_factory=dict)
+    _cut: list[int] = field(default_factory=list)
+    """The script's length after each operation."""
+    _checks: list[tuple[Violation, str]] = field(default_factory=list)
+    """Each violation with the script line that checks it."""
+    _decoy_vars: dict[int, str] = field(default_factory=dict)
+    """The script's variable of each decoy process."""
+
+    def __post_init__(self) -> None:
+        self.script = Script(self.world.model)
+        self._bystander = snapshot(self.world.path("bystander"))
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def execute(self, ops: Any) -> None:
+        for i, op in enumerate(ops):
+            self.op = i
+            self.script.comment(f"op {i}: {op!r}")
+            op.execute(self)
+            self.last = op.last_context(self.last)
+            self.after_op()
+            self._cut.append(len(self.script.lines))
+
+    def report(self, kind: str | None = None) -> str:
+        """The script up to the first violation (of ``kind``), with its check."""
+        wanted = [v for v in self.violations if kind is None or v.kind == kind]
+        if not wanted:
+            return self.script.render()
+        first = wanted[0].op
+        cut = Script(self.script.model, self.script.lines[: self._cut[first]])
+        cut.checks = [c for v, c in self._checks if v.op == first and v in wanted]
+        return cut.render()
+
+    def add(self, violations: list[Violation], check: str | None = None) -> None:
+        for v in violations:
+            key = (v.kind, v.message)
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            self.violations.append(v)
+            self._checks.append((v, check or f"expect(False, {v.message!r})"))
+
+    # --- marin calls --------------------------------------------------------------------------
+
+    def plan(self, ctx: Context, policy: Policy, force: tuple[int, ...] = ()) -> Call:
+        opts = RunOpts(ctx, policy.on_drift, policy.on_code_drift, force, policy.cascade)
+        argv = ["plan", self.world.target, "--json", *opts.argv(self.world.model.deferred)]
+        return self.world.marin(argv, ctx.user)
+
+    def edit(self, idx: int, **changes: Any) -> None:
+        new = self.world.model.replace(idx, **changes)
+        self.world.write_pipeline(new)
+        self.script.edit(new, idx)
+
+    def run(
+        self,
+        opts: RunOpts,
+        *,
+        injected: bool = False,
+        subprocess_: bool = False,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        """One run of the pipeline (the CLI, or the engine), then its checks."""
+        if self.runner is not None:
+            self.runner.run(self, opts, injected)
+            return
+        self.world.use(opts.ctx)
+        pre = self.plan(opts.ctx, opts.policy, opts.force)
+        self._release_held()
+        argv = ["run", self.world.target, "--json", *opts.argv(self.world.model.deferred)]
+        call = self.world.marin(argv, opts.ctx.user, subprocess_=subprocess_, extra=extra)
+        var = self.script.var("p")
+        self.script.emit(self._marin_line(var, argv, opts.ctx.user, call.run_id, extra))
+        self.check_run(call, pre, opts, var, injected=injected, crash=bool(extra))
+
+    def _marin_line(
+        self,
+        var: str,
+        argv: list[str],
+        user: str,
+        run_id: str,
+        extra: dict[str, str] | None = None,
+        start: bool = False,
+    ) -> str:
+        args = ", ".join(repr(a) if a != self.world.target else "TARGET" for a in argv)
+        more = "".join(f", {k}={v!r}" for k, v in (extra or {}).items())
+        fn = "start" if start else "marin"
+        return f"{var} = {fn}({args}, user={user!r}, run={run_id!r}{more})"
+
+    def check_run(
+        self,
+        call: Call,
+        pre: Call,
+        opts: RunOpts,
+        var: str,
+        *,
+        injected: bool = False,
+        crash: bool = False,
+    ) -> None:
+        planted = self.world.planted
+        if call.timed_out:
+            kind = "planted:run-hung" if planted else "run-hung"
+            self.add(
+                [
+                    Violation(
+                        kind,
+                        self.op,
+                        f"a run did not end within {call.argv[0]} timeout: {call.err[-600:]}",
+                    )
+                ],
+                f"expect({var} is not None, 'the run ended')",
+            )
+            return
+        report = call.json() or {}
+        expected = self.expected()
+        found = check_report(report, pre.json(), opts.policy, expected, self.world.hand, self.op)
+        self.add(found, self._clean_check(found))
+        ok = {0} | ({1} if injected or refuses(pre) else set()) | ({pre.rc} if pre.rc else set())
+        if crash:
+            ok.add(-9)
+        if "Traceback (most recent call last)" in call.err:
+            at = call.err.index("Traceback (most recent call last)")
+            self.add(
+                [Violation("crash", self.op, f"marin crashed: {call.err[at:][-800:]}")],
+                f"expect('Traceback' not in {var}.stderr, 'marin did not crash')",
+            )
+        elif call.rc not in ok:
+            tail = " | ".join(call.err.strip().splitlines()[-3:])
+            self.add(
+                [Violation(failure_kind(call.err), self.op, f"exit {call.rc}: {tail[-700:]}")],
+                f"expect({var} is not None and {var}.returncode == 0, 'the run succeeded')",
+            )
+        self.add(
+            check_once(self.world.path("counter.jsonl"), {call.run_id}, self.op),
+            f"expect(ran({call.run_id!r}) <= 1, 'fn ran once per recipe in the run')",
+        )
+
+    def check_engine_run(
+        self,
+        opts: RunOpts,
+        run_id: str,
+        ok: bool,
+        injected: bool,
+        engine: str,
+        output: str = "",
+    ) -> None:
+        """After a Prefect or Airflow run: what the plan serves under the run's options is
+        clean (or allowed), each fn started once per recipe, and it succeeded unless told to
+        fail. (What it serves under rebuild/rebuild is checked after every operation.)"""
+        self.world.use(opts.ctx)
+        plan = self.plan(opts.ctx, opts.policy).json()
+        if plan is not None:
+            found = check_served(
+                plan,
+                opts.policy,
+                self.expected(),
+                self.world.hand,
+                self.op,
+                f"after the {engine} run, plan as {opts.ctx}",
+            )
+            for v in found:
+                self.add([v], self._expect_clean_line(v.message.split(": ", 1)[1].split(" ")[0]))
+        if not ok and not injected:
+            self.add(
+                [
+                    Violation(
+                        f"run-failed:{engine}", self.op, f"the {engine} run failed: {output[-700:]}"
+                    )
+                ]
+            )
+        self.add(
+            check_once(self.world.path("counter.jsonl"), {run_id}, self.op),
+            f"expect(ran({run_id!r}) <= 1, 'fn ran once per recipe in the run')",
+        )
+
+    def _clean_check(self, found: list[Violation]) -> str | None:
+        if not found:
+            return None
+        name = found[0].message.split(" ")[3] if " reports " in found[0].message else ""
+        return self._expect_clean_line(name)
+
+    def _expect_clean_line(self, step_id: str) -> str:
+        for ctx in [self.last, *self.world.contexts]:
+            plan = self.plan(ctx, Policy()).json() or {}
+            for step in plan.get("steps", []):
+                if step["step"] == step_id or step["name"] == step_id:
+                    rel = os.path.relpath(step["output_path"], self.world.prefix)
+                    return f"expect_clean(CLEAN, {step['name']!r}, {rel!r})"
+        return "expect(False, 'a wrong artifact (see the message)')"
+
+    def expected(self) -> dict[int, Expected]:
+        return ORACLE.expected(self.world.model)
+
+    def _release_held(self) -> None:
+        """Fns held by an earlier killed driver are released while this run waits for them."""
+        if self.world.held:
+            tokens = list(self.world.held)
+            self.world.release_later(0.3)
+            self.script.emit(*(f"threading.Timer(0.3, release, [{t!r}]).start()" for t in tokens))
+
+    # --- operations that need more than one marin call -------------------------------------
+
+    def kill_driver(self, step: int, release: str, opts: RunOpts) -> None:
+        if self.runner is not None:
+            return
+        world = self.world
+        world.use(opts.ctx)
+        pre = self.plan(opts.ctx, opts.policy, opts.force)
+        self._release_held()
+        token = world.hold(f"s{step}")
+        run_id = world.new_run_id()
+        argv = [
+            "run",
+            world.target,
+            "--json",
+            *opts.argv(world.model.deferred),
+            "--prefix",
+            world.prefix,
+        ]
+        proc = world.start(argv, world.env(opts.ctx.user, run_id))
+        var = self.script.var("p")
+        self.script.emit(
+            f"hold('s{step}', {token!r})",
+            self._marin_line(var, argv[:-2], opts.ctx.user, run_id, start=True),
+        )
+        started = wait_for(world.control(f"started-{token}"), proc)
+        os.remove(world.control(f"hold-s{step}"))
+        if not started:  # the step was not built: an ordinary run
+            world.held.pop(token, None)
+            self.script.emit(
+                f"os.remove(os.path.join(CONTROL, 'hold-s{step}'))", f"{var} = finish({var})"
+            )
+            self.check_run(world.finish(proc, argv, {}, run_id), pre, opts, var)
+            return
+        kill(proc.pid)
+        proc.wait()
+        self.script.emit(
+            f"wait_for(os.path.join(CONTROL, 'started-{token}'), {var})",
+            f"{var}.kill(); {var}.wait()  # SIGKILL the driver",
+            f"os.remove(os.path.join(CONTROL, 'hold-s{step}'))",
+        )
+        self._after_kill(token, release, proc.pid)
+        self.add(check_once(world.path("counter.jsonl"), {run_id}, self.op))
+
+    def _after_kill(self, token: str, release: str, driver: int) -> None:
+        world = self.world
+        pid = world.started_pid(token)
+        if release == "kill" and pid is not None and pid != driver:
+            kill(pid, group=True)  # the job: its own session
+            self.script.emit(f"os.killpg(started_pid({token!r}), signal.SIGKILL)  # the job")
+            deadline = time.monotonic() + 5
+            while _running(pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        if release in ("kill", "before") or pid == driver:
+            world.release(token)
+            self.script.emit(f"release({token!r})")
+
+    def two_drivers(self, opts: RunOpts) -> None:
+        if self.runner is not None:
+            return
+        world = self.world
+        world.use(opts.ctx)
+        pre = self.plan(opts.ctx, opts.policy, opts.force)
+        self._release_held()
+        argv = [
+            "run",
+            world.target,
+            "--json",
+            *opts.argv(world.model.deferred),
+            "--prefix",
+            world.prefix,
+        ]
+        ids = [world.new_run_id(), world.new_run_id()]
+        procs = [world.start(argv, world.env(opts.ctx.user, i)) for i in ids]
+        names = [self.script.var("p"), self.script.var("p")]
+        for name, run_id in zip(names, ids, strict=True):
+            self.script.emit(self._marin_line(name, argv[:-2], opts.ctx.user, run_id, start=True))
+        calls = [world.finish(p, argv, {}, i) for p, i in zip(procs, ids, strict=True)]
+        self.script.emit(*(f"{n} = finish({n})" for n in names))
+        for call, name in zip(calls, names, strict=True):
+            call.run_id = "-"  # counted below, over both drivers
+            self.check_run(call, pre, opts, name)
+        self.add(
+            check_once(world.path("counter.jsonl"), set(ids), self.op),
+            f"expect(ran({ids[0]!r}) + ran({ids[1]!r}) <= 1, 'two drivers: fn once')",
+        )
+
+    def stream(self, step: int, variants: tuple[tuple[int, bool], ...], opts: RunOpts) -> None:
+        if self.runner is not None:
+            return
+        self.world.use(opts.ctx)
+        self._release_held()
+        model = self.world.model
+        s = model.step(step)
+        codex = _codex(opts.ctx, model)
+        version = f"v{s.version}"
+        if s.deferred and codex is not None:
+            version = codex[1].get(s.name, codex[0])
+        wanted = sweep.variant_specs(s.k, version, variants)
+        info = {"note": s.note, "remote": s.remote, "resumable": s.resumable}
+        paths = [f"{s.name}/{v}" for _, v in wanted]
+        before = {
+            p: (read_record(self.world.path("prefix", p)) or {}).get("build_id") for p in paths
+        }
+        ok = self._run_stream(step, wanted, info, opts, codex)
+        self.script.emit(
+            f"stream({step}, {wanted!r}, {info!r}, user={opts.ctx.user!r}, "
+            f"on_drift={opts.on_drift!r}, on_code_drift={opts.on_code_drift!r}, "
+            f"codex={codex!r})"
+        )
+        if ok:
+            self._check_variants(step, wanted, paths, before, opts)
+
+    def _run_stream(
+        self,
+        step: int,
+        wanted: list[tuple[int, str]],
+        info: dict[str, Any],
+        opts: RunOpts,
+        codex: tuple[str, dict[str, str]] | None,
+    ) -> bool:
+        """The sweep, in this process; False when the run refused or failed (a MarinError)."""
+        from marin.execution.errors import MarinError
+        from marin.execution.pipeline.targets import load_target
+
+        env = self.world.env(opts.ctx.user, self.world.new_run_id())
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            load_target(self.world.target)
+            module = sys.modules[f"marin_target_{self.world.stem}"]
+            sweep.run_sweep(
+                module,
+                self.world.prefix,
+                step,
+                wanted,
+                info,
+                opts.on_drift,
+                opts.on_code_drift,
+                codex,
+            )
+            return True
+        except MarinError:
+            return False
+        except Exception as exc:  # not an error Marin means to raise: a crash
+            self.add(
+                [
+                    Violation(
+                        "crash",
+                        self.op,
+                        f"the sweep raised {type(exc).__name__}: {exc} (not a MarinError)",
+                    )
+                ],
+                "expect(False, 'the sweep crashed (see its traceback)')",
+            )
+            return False
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    def _check_variants(
+        self,
+        step: int,
+        wanted: list[tuple[int, str]],
+        paths: list[str],
+        before: dict[str, Any],
+        opts: RunOpts,
+    ) -> None:
+        """Each config the sweep yielded is served its own clean build; a record from before
+        the run may be served drifted under ``warn`` (docs/caching.md)."""
+        model = self.world.model
+        for (k, version), path in zip(wanted, paths, strict=True):
+            want = ORACLE.expected(model.replace(step, k=k))[step]
+            got = stored(self.world.path("prefix", path))
+            old = got.record is not None and got.record.get("build_id") == before.get(path)
+            if got.found == want or (old and opts.on_drift == "warn"):
+                continue
+            self.add(
+                [
+                    Violation(
+                        "wrong-artifact:stream",
+                        self.op,
+                        (
+                            f"a stream yielded o/s{step}@{version} with k={k} and was served "
+                            f"{diff(got.found, want)}"
+                        ),
+                    )
+                ],
+                f"expect(data_k({path!r}) == {k}, "
+                f"'o/s{step}@{version} with k={k} is served its own build')",
+            )
+
+    def gc(self, ctx: Context, dry_run: bool) -> None:
+        world = self.world
+        plan = self.plan(ctx, Policy()).json() or {}
+        served = served_state(plan)
+        others = {u: snapshot(world.path("prefix", "users", u)) for u in USERS if u != ctx.user}
+        whole = _stored_files(world.prefix) if dry_run else {}
+        argv = ["gc", world.target, "--json", *gc_flags(ctx, world.model.deferred)]
+        if dry_run:
+            argv.append("--dry-run")
+        call = world.marin(argv, ctx.user)
+        var = self.script.var("p")
+        self.script.emit(self._marin_line(var, argv, ctx.user, call.run_id))
+        found = gc_violations(served, self.op, f"marin gc as {ctx.user}")
+        for path in sorted(served):
+            if any(v.message.find(path) >= 0 for v in found):
+                rel = os.path.relpath(path, world.prefix) + ".marin/record.json"
+                self.add(
+                    [v for v in found if path in v.message],
+                    f"expect(os.path.exists(os.path.join(PREFIX, {rel!r})), "
+                    f"'gc kept {rel}, which the plan serves')",
+                )
+        for user, files in others.items():
+            gone = sorted(set(files) - set(snapshot(world.path("prefix", "users", user))))
+            if gone:
+                self.add(
+                    [
+                        Violation(
+                            "gc-touched-other-user",
+                            self.op,
+                            (
+                                f"marin gc as {ctx.user} deleted {len(gone)} file(s) of users/{user}/, "
+                                f"e.g. {gone[0]}"
+                            ),
+                        )
+                    ],
+                    f"expect(os.path.exists(os.path.join(PREFIX, 'users', {user!r}, "
+                    f"{gone[0]!r})), 'gc as {ctx.user} left users/{user}/ alone')",
+                )
+        if dry_run and _stored_files(world.prefix) != whole:
+            self.add([Violation("gc-dry-run-changed", self.op, "marin gc --dry-run changed files")])
+
+    def plant(self, kind: str, pick: int) -> None:
+        world = self.world
+        plan = self.plan(self.last, Policy()).json() or {}
+        step = _plant_target(plan, world.model, pick)
+        if step is None:
+            return
+        meta = step["output_path"] + ".marin"
+        os.makedirs(meta, exist_ok=True)
+        job_id = "marin-" + hashlib.sha256(f"{world.root}/{self.op}".encode()).hexdigest()[:20]
+        rel = os.path.relpath(meta, world.prefix)
+        fingerprint = "" if kind == "decoy" else str(step["fingerprint"])
+        if kind == "torn-job":
+            data = job_json(job_id, meta, fingerprint)
+            with open(os.path.join(meta, "job.json"), "wb") as f:
+                f.write(data[: len(data) // 2])
+            self.script.emit(
+                f"open(os.path.join(PREFIX, {rel!r}, 'job.json'), 'wb')"
+                f".write({data[: len(data) // 2]!r})  # a torn job.json"
+            )
+        else:
+            self._plant_job(kind, meta, rel, job_id, fingerprint)
+        # A run may reattach to a live decoy with the step's fingerprint and wait for it: from
+        # now on runs go to a bounded subprocess. The other plants cannot make a run wait.
+        world.planted = world.planted or kind == "decoy-fp"
+
+    def _plant_job(self, kind: str, meta: str, rel: str, job_id: str, fingerprint: str) -> None:
+        world = self.world
+        workdir = None if kind == "no-workdir" else meta
+        folder = os.path.join(workdir or world.path("jobs"), job_id)
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(meta, "job.json"), "wb") as f:
+            f.write(job_json(job_id, workdir, fingerprint))
+        with open(os.path.join(folder, "keep.txt"), "w") as f:
+            f.write("planted")
+        pid = marker = None
+        if kind in ("decoy-fp", "decoy"):
+            pid = self._decoy(folder)
+        if kind in ("result", "no-workdir"):
+            marker = world.path("markers", f"m{self.op}")
+            with open(os.path.join(folder, "result.pkl"), "wb") as f:
+                f.write(planted_result(marker))
+        if workdir is None:
+            self._sentinels.append(os.path.join(folder, "keep.txt"))
+        dvar = self.script.var("d") if pid is not None else None
+        if dvar:
+            self.script.emit(f"{dvar} = decoy()")
+        wd = f"os.path.join(PREFIX, {rel!r})" if workdir else "None"
+        mk = f"os.path.join(MARKERS, 'm{self.op}')" if marker else "None"
+        self.script.emit(
+            f"plant_job(os.path.join(PREFIX, {rel!r}), {job_id!r}, {wd}, {fingerprint!r}, "
+            f"pid={f'{dvar}.pid' if dvar else 'None'}, marker={mk})"
+        )
+        if dvar:
+            self._decoy_vars[len(world.decoys) - 1] = dvar
+
+    def _decoy(self, folder: str) -> int:
+        import json
+
+        from marin.execution.pipeline.remote.local_job import start_time
+
+        proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        self.world.decoys.append(proc)
+        info = {"pid": proc.pid, "start_time": start_time(proc.pid)}
+        with open(os.path.join(folder, "pid.json"), "w") as f:
+            json.dump(info, f)
+        return proc.pid
+
+    def pick_built(self, pick: int) -> dict[str, Any] | None:
+        """A step the last context's plan finds built (with a record), chosen by ``pick``."""
+        plan = self.plan(self.last, Policy()).json() or {}
+        built = [
+            s
+            for s in plan.get("steps", [])
+            if s.get("build_id") and read_record(s["output_path"]) is not None
+        ]
+        return built[pick % len(built)] if built else None
+
+    # --- after every operation --------------------------------------------------------------
+
+    def after_op(self) -> None:
+        world = self.world
+        if os.listdir(world.path("markers")):
+            self.add(
+                [
+                    Violation(
+                        "planted:code-ran",
+                        self.op,
+                        "a planted result.pkl was "
+                        f"unpickled: {os.listdir(world.path('markers'))} appeared",
+                    )
+                ],
+                "expect(not os.listdir(MARKERS), 'no planted code ran')",
+            )
+        for i, decoy in enumerate(world.decoys):
+            if decoy.poll() is not None and i not in self._dead_decoys:
+                self._dead_decoys.add(i)
+                var = self._decoy_vars.get(i) or "d"
+                self.add(
+                    [
+                        Violation(
+                            "planted:process-killed",
+                            self.op,
+                            f"the decoy process "
+                            f"{decoy.pid} named by a planted pid.json was killed "
+                            f"(exit {decoy.returncode})",
+                        )
+                    ],
+                    f"expect({var}.poll() is None, 'the decoy process lives')",
+                )
+        self._outside_checks()
+        self._strict_checks()
+
+    def _outside_checks(self) -> None:
+        world = self.world
+        if snapshot(world.path("bystander")) != self._bystander:
+            self.add([Violation("outside-prefix-touched", self.op, "bystander files changed")])
+        for sentinel in self._sentinels:
+            if not os.path.exists(sentinel):
+                rel = os.path.relpath(sentinel, world.path("jobs"))
+                self.add(
+                    [
+                        Violation(
+                            "outside-prefix-touched",
+                            self.op,
+                            (
+                                f"{sentinel} (outside the prefix, under $MARIN_LOCAL_JOBS) was deleted"
+                            ),
+                        )
+                    ],
+                    f"expect(os.path.exists(os.path.join(JOBS, {rel!r})), "
+                    "'nothing outside the prefix was deleted')",
+                )
+        for path in _records(world.prefix):
+            record = read_record(path[: -len(".marin/record.json")])
+            if record is not None and "planted" in str(record.get("result")):
+                rel = os.path.relpath(path, world.prefix)
+                self.add(
+                    [
+                        Violation(
+                            "planted:result-committed",
+                            self.op,
+                            f"{rel} holds a planted result: {record.get('result')}",
+                        )
+                    ],
+                    f"expect('planted' not in open(os.path.join(PREFIX, {rel!r})).read(), "
+                    "'no planted result committed')",
+                )
+
+    def _strict_checks(self) -> None:
+        expected = self.expected()
+        for ctx in self.world.contexts:
+            call = self.plan(ctx, STRICT)
+            plan = call.json()
+            if plan is None:
+                continue
+            found = check_served(
+                plan,
+                STRICT,
+                expected,
+                self.world.hand,
+                self.op,
+                f"plan --on-drift rebuild --on-code-drift rebuild as {ctx}",
+            )
+            for v in found:
+                self.add([v], self._expect_clean_line(v.message.split(": ", 1)[1].split(" ")[0]))
+
+
+def run_history(history: Any, runner: Any = None) -> tuple[Outcome, Executor]:
+    """Execute ``history`` in a fresh sandbox; the outcome, and the executor (for scripts)."""
+    from marin.execution.pipeline.remote import poller
+
+    world = World(history.model)
+    ex = Executor(world, runner)
+    start = time.monotonic()
+    saved, poller.MAX_DELAY_S = poller.MAX_DELAY_S, 0.1  # as MARIN_REMOTE_POLL_MAX_S=0.1
+    try:
+        ex.execute(history.ops)
+    finally:
+        poller.MAX_DELAY_S = saved
+        world.close()
+    script = ex.report()
+    return Outcome(list(ex.violations), script, time.monotonic() - start), ex
+
+
+# --- small helpers --------------------------------------------------------------------------------
+
+
+@functools.cache
+def gc_options() -> frozenset[str]:
+    """The flags ``marin gc`` takes (today's has no ``--scope``/``--version``/``--override``;
+    issue 53 adds them: the gc operation passes them once they exist)."""
+    from marin.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return frozenset(sub.choices["gc"]._option_string_actions)
+
+
+def gc_flags(ctx: Context, deferred: bool) -> list[str]:
+    known = gc_options()
+    out = []
+    if "--scope" in known and ctx.scope != "shared":
+        out += ["--scope", ctx.scope]
+    if "--version" in known and deferred:
+        out += ["--version", ctx.version]
+    if "--override" in known and deferred and ctx.override is not None:
+        out += ["--override", f"o/s{ctx.override[0]}={ctx.override[1]}"]
+    return out
+
+
+FAILURES = {
+    "not a job record; delete it by hand": "run-failed:torn-job",
+    "never writes a shared artifact": "run-failed:user-scope-shared",
+}
+
+
+def refuses(plan: Call) -> bool:
+    """Whether the plan made before a run says it refuses a step (a foreign record; a
+    ``job.json`` it cannot read, ``job.state`` "unreadable", shown as ``refuse: ...``): the run
+    then fails that step, as documented, and that is no broken promise."""
+    steps = (plan.json() or {}).get("steps", [])
+    job_states = {str((s.get("job") or {}).get("state")) for s in steps}
+    return bool(job_states & {"unreadable", "refuse"}) or any(
+        s.get("status") == "foreign" for s in steps
+    )
+
+
+def failure_kind(err: str) -> str:
+    """The kind of a run that failed with no failure injected, from its error."""
+    return next((kind for text, kind in FAILURES.items() if text in err), "run-failed:other")
+
+
+def planted_result(marker: str) -> bytes:
+    """A ``result.pkl`` whose unpickling creates ``marker`` (and claims ``{'planted': True}``)."""
+    return pickle.dumps(
+        {"ok": True, "result": pickle.dumps({"planted": True}), "x": _Marker(marker)}
+    )
+
+
+class _Marker:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (self.path, "w"))
+
+
+def _plant_target(plan: dict[str, Any], model: PipelineModel, pick: int) -> dict[str, Any] | None:
+    steps = plan.get("steps", [])
+    remote = {s.idx for s in model.steps if s.remote}
+    building = [s for s in steps if s.get("action") == "build"]
+    pool = (
+        [s for s in building if step_index(s) in remote]
+        or [s for s in steps if step_index(s) in remote]
+        or building
+        or steps
+    )
+    return pool[pick % len(pool)] if pool else None
+
+
+def _codex(ctx: Context, model: PipelineModel) -> tuple[str, dict[str, str]] | None:
+    if not model.deferred:
+        return None
+    overrides = {f"o/s{ctx.override[0]}": ctx.override[1]} if ctx.override else {}
+    return (ctx.version, overrides)
+
+
+def _records(prefix: str) -> list[str]:
+    out = []
+    for folder, _, files in os.walk(prefix):
+        if folder.endswith(".marin") and "record.json" in files:
+            out.append(os.path.join(folder, "record.json"))
+    return out
+
+
+def _stored_files(prefix: str) -> dict[str, str]:
+    return {k: v for k, v in snapshot(prefix).items() if not k.endswith("lease.json.guard")}
+
+
+def _running(pid: int) -> bool:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    return False

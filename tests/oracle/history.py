@@ -1,0 +1,121 @@
+"""A history: a generated pipeline and the operations applied to it, as plain data.
+
+:func:`generate` asks a :class:`~tests.oracle.choose.Chooser`, so ``generate(RandomChooser(n))``
+is fixed-seed history ``n`` and :func:`histories` is the same generator as a hypothesis
+strategy (which shrinks). A :class:`Profile` says how big and how costly histories are: the fast
+subset keeps subprocesses and remote jobs a small share; the engine profile leaves out what
+needs ``marin run`` itself (a killed driver, two drivers, a stream).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.oracle.choose import Chooser, DrawChooser, RandomChooser
+from tests.oracle.ops import ENGINE_OPERATIONS, OPENERS, OPERATIONS, Run, RunOpts
+from tests.oracle.pipeline import SHAPES, PipelineModel, StepModel, shaped_deps
+from tests.oracle.world import Context
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How histories are drawn."""
+
+    steps: tuple[int, int] = (5, 7)
+    ops: tuple[int, int] = (3, 8)
+    p_remote: float = 0.3
+    """Chance a pipeline has remote steps (each costs a job process per build)."""
+    p_resumable: float = 0.3
+    p_user: float = 0.15
+    p_deferred: float = 0.2
+    operations: tuple[type[Any], ...] = OPERATIONS
+    scale: dict[str, float] = field(default_factory=dict)
+    """Operation name -> a factor on its weight."""
+
+
+FAST = Profile(
+    ops=(2, 7), p_remote=0.25, scale={"kill-driver": 0.6, "crash": 0.6, "two-drivers": 0.5}
+)
+"""Subprocesses (a killed driver, a crash, two drivers) cost a second each: fewer of them."""
+SOAK = Profile(steps=(5, 8), ops=(3, 10), p_remote=0.35)
+ENGINE = Profile(
+    steps=(4, 5),
+    ops=(3, 5),
+    p_remote=0.0,
+    p_user=0.0,
+    p_deferred=0.0,
+    operations=ENGINE_OPERATIONS,
+)
+
+
+@dataclass(frozen=True)
+class History:
+    """A pipeline and what happens to it, in order."""
+
+    model: PipelineModel
+    ops: tuple[Any, ...]
+
+    def describe(self) -> str:
+        steps = "\n".join(f"  {s}" for s in self.model.steps)
+        ops = "\n".join(f"  {i}: {op!r}" for i, op in enumerate(self.ops))
+        return f"pipeline:\n{steps}\noperations:\n{ops}"
+
+
+def generate_pipeline(ch: Chooser, profile: Profile) -> PipelineModel:
+    n = ch.integer(*profile.steps)
+    shape = SHAPES[ch.integer(0, len(SHAPES) - 1)]
+    deps = shaped_deps(shape, n, [ch.integer(0, 7) for _ in range(2 * n)])
+    remote = ch.boolean(profile.p_remote)
+    deferred = ch.boolean(profile.p_deferred)
+    steps = []
+    for i in range(n):
+        steps.append(
+            StepModel(
+                idx=i,
+                deps=deps[i],
+                k=ch.integer(1, 3),
+                remote=remote and ch.boolean(0.35),
+                resumable=ch.boolean(profile.p_resumable),
+                user_scope=ch.boolean(profile.p_user),
+                deferred=deferred and ch.boolean(0.5),
+            )
+        )
+    return PipelineModel(tuple(steps))
+
+
+def generate(ch: Chooser, profile: Profile = FAST) -> History:
+    """One history: a pipeline, a first build (see ``OPENERS``), then drawn operations."""
+    model = generate_pipeline(ch, profile)
+    last = Context()
+    classes = profile.operations
+    openers = [c for c in classes if OPENERS.get(c.name) and c.weight(model)]
+    first = ch.weighted(openers, [OPENERS[c.name] for c in openers])
+    ops: list[Any] = [first.draw(ch, model, last)]
+    if first.name == "plant":
+        ops.append(Run(RunOpts.draw(ch, model, last)))
+    for op in ops:
+        last = op.last_context(last)
+    weights = [cls.weight(model) * profile.scale.get(cls.name, 1.0) for cls in classes]
+    for _ in range(ch.integer(*profile.ops)):
+        cls = ch.weighted(classes, weights)
+        op = cls.draw(ch, model, last)
+        ops.append(op)
+        last = op.last_context(last)
+    return History(model, tuple(ops))
+
+
+def seeded(seed: int, profile: Profile = FAST) -> History:
+    """Fixed-seed history ``seed``."""
+    return generate(RandomChooser(seed), profile)
+
+
+def histories(profile: Profile = FAST) -> Any:
+    """The generator as a hypothesis strategy."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw(draw_fn: Any) -> History:
+        return generate(DrawChooser(draw_fn), profile)
+
+    return draw()

@@ -1,0 +1,197 @@
+"""The shrunk history of every bug the checker found, replayed on every run.
+
+Each came from a fixed-seed history (``seed``: ``seeded(seed)`` of the fast profile, unless
+said otherwise), shrunk by ``shrink.py``; ``reason`` is the xfail reason while the bug is on
+main (a strict xfail: the fix makes it pass, and the mark must then go). ``CLEAN`` is a
+history that keeps every promise (its script is replayed by a test).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tests.oracle.history import History
+from tests.oracle.ops import (
+    EditCode,
+    EditConfig,
+    FailRun,
+    Gc,
+    KillDriver,
+    Plant,
+    Run,
+    RunOpts,
+    Stream,
+)
+from tests.oracle.pipeline import PipelineModel, StepModel
+from tests.oracle.world import Context
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """A history that found ``kind``: the test asserts it no longer does."""
+
+    kind: str
+    history: History
+    seed: str
+    reason: str = ""
+
+
+def chain(n: int, **flags: dict[str, bool]) -> PipelineModel:
+    """``s0 -> s1 -> ...``; ``flags``: ``s3={"remote": True}``."""
+    return PipelineModel(
+        tuple(StepModel(i, (i - 1,) if i else (), **flags.get(f"s{i}", {})) for i in range(n))
+    )
+
+
+WARN = RunOpts()
+CODE_REBUILD = RunOpts(on_code_drift="rebuild")
+ALICE, BOB = Context("alice"), Context("bob")
+
+PINNED: dict[str, Pinned] = {
+    "gc-deletes-a-user-scope-build-the-plan-serves": Pinned(
+        "gc-deleted-served",
+        History(chain(1, s0={"user_scope": True}), (Run(WARN), Gc(ALICE, False))),
+        "9",
+        "trust finding 1: marin gc deletes users/alice/... which alice's plan serves",
+    ),
+    "gc-as-bob-deletes-alices-builds": Pinned(
+        "gc-touched-other-user",
+        History(chain(1, s0={"user_scope": True}), (Run(WARN), Gc(BOB, False))),
+        "76",
+        "trust finding 1: marin gc as bob deletes users/alice/",
+    ),
+    "a-planted-job-json-kills-a-decoy": Pinned(
+        "planted:process-killed",
+        History(chain(1, s0={"remote": True}), (Plant("decoy", 68), Run(WARN))),
+        "53",
+        "trust finding 2: a planted job.json + pid.json makes marin run SIGKILL a process",
+    ),
+    "a-planted-job-with-the-fingerprint-is-waited-for": Pinned(
+        "planted:run-hung",
+        History(chain(1, s0={"remote": True}), (Plant("decoy-fp", 0), Run(WARN))),
+        "arranged from the table (a decoy-fp plant is rare in the seeds)",
+        "trust finding 2: a run reattaches to a planted job naming a decoy and waits for it",
+    ),
+    "a-planted-result-pkl-runs-code": Pinned(
+        "planted:code-ran",
+        History(chain(1, s0={"remote": True}), (Plant("result", 0), Run(WARN))),
+        "210, 238, 320, ... (seeds 200:600)",
+        "trust finding 3: a planted result.pkl is unpickled in the driver",
+    ),
+    "a-planted-result-is-committed": Pinned(
+        "planted:result-committed",
+        History(chain(1, s0={"remote": True}), (Plant("result", 0), Run(WARN))),
+        "210, 238, 320, ... (seeds 200:600)",
+        "trust finding 3: a planted result is committed as the step's result",
+    ),
+    "a-job-json-without-workdir-deletes-outside-the-prefix": Pinned(
+        "outside-prefix-touched",
+        History(chain(2, s1={"remote": True}), (Plant("no-workdir", 62), Run(WARN))),
+        "210 (seeds 200:600)",
+        "trust finding 3: a job.json without workdir is followed to $MARIN_LOCAL_JOBS and "
+        "that folder is deleted",
+    ),
+    "a-resume-of-checkpoints-from-a-replaced-input": Pinned(
+        "wrong-artifact:resumed",
+        History(
+            chain(4, s3={"resumable": True}),
+            (
+                KillDriver(3, "during", WARN),
+                EditCode(2, True),
+                Run(CODE_REBUILD),
+            ),
+        ),
+        "145",
+        "trust finding 5: a resumable step resumes checkpoints made from a replaced input",
+    ),
+    "a-finished-job-of-replaced-inputs-is-collected": Pinned(
+        "wrong-artifact:remote-job",
+        History(
+            chain(4, s3={"remote": True}),
+            (
+                KillDriver(3, "before", WARN),
+                EditCode(0, True),
+                Run(CODE_REBUILD),
+            ),
+        ),
+        "108",
+        "trust finding 6: a re-run collects a finished job that read a replaced input",
+    ),
+    "a-running-job-of-old-code-is-reattached": Pinned(
+        "wrong-artifact:remote-job",
+        History(
+            chain(2, s1={"remote": True}),
+            (
+                KillDriver(1, "during", WARN),
+                EditCode(1, True),
+                Run(CODE_REBUILD),
+            ),
+        ),
+        "arranged from the table: seed 108's operations on the job's own code",
+        "trust finding 6: a run reattaches to a job of old code and commits its output",
+    ),
+    "a-torn-job-json-fails-the-run": Pinned(
+        "run-failed:torn-job",
+        History(chain(1, s0={"remote": True}), (Plant("torn-job", 70), Run(WARN))),
+        "4",
+        "trust finding 7: a torn job.json fails the step ('delete it by hand')",
+    ),
+    "a-stream-serves-one-config-for-another": Pinned(
+        "wrong-artifact:stream",
+        History(chain(1), (Stream(0, ((2, False),), WARN),)),
+        "51",
+        "trust finding 8: a stream yielding two configs of one name@version serves the first "
+        "for the second",
+    ),
+    "a-user-scope-run-fails-on-a-shared-upstream": Pinned(
+        "run-failed:user-scope-shared",
+        History(
+            chain(1),
+            (
+                Run(WARN),
+                EditCode(0, True),
+                Run(RunOpts(Context("alice", "user"), on_code_drift="rebuild")),
+            ),
+        ),
+        "79",
+        "trust finding 15: a --scope user run fails when a shared upstream must be rebuilt",
+    ),
+    "a-killed-rebuild-makes-its-stale-readers-current": Pinned(
+        "wrong-artifact:below-unfinished-rebuild",
+        History(chain(3), (Run(WARN), EditCode(0, True), KillDriver(1, "kill", CODE_REBUILD))),
+        "48",
+        "new finding: a rebuild that is killed (or fails) deletes the record that made its "
+        "readers stale; they are then served as current, also under rebuild/rebuild",
+    ),
+    "a-stream-with-a-user-scope-step-crashes": Pinned(
+        "crash",
+        History(chain(2, s1={"user_scope": True}), (Stream(1, ((0, False),), WARN),)),
+        "19",
+        "new finding: StepRunner.run over a stream whose steps include a user-scope one "
+        "raises KeyError (served_targets_gone looks up the unplaced path)",
+    ),
+}
+
+ON_AN_ENGINE = Pinned(
+    "wrong-artifact:below-unfinished-rebuild",
+    History(chain(3), (Run(WARN), EditCode(0, True), FailRun(1, CODE_REBUILD), Run(CODE_REBUILD))),
+    "arranged from the table (seed 48's bug, with a failure instead of a kill)",
+    "new finding: a rebuild that fails deletes the record that made its readers stale; they "
+    "are then served as current (on the Prefect flow and the Airflow DAG too)",
+)
+"""The pinned history the engine subset replays on Prefect and Airflow."""
+
+CLEAN = History(
+    chain(4, s1={"resumable": True}, s2={"remote": True}),
+    (
+        Run(WARN),
+        EditCode(1, True),
+        Run(CODE_REBUILD),
+        EditConfig(2, False, False),
+        Run(WARN),
+        EditConfig(3, True, True),
+        Gc(ALICE, False),
+        Run(RunOpts(on_drift="rebuild")),
+    ),
+)
+"""Edits, runs under each policy, a remote and a resumable step, gc: every promise kept."""

@@ -1,0 +1,207 @@
+"""The random-history checker's tests (issue 52; the package docstring says how it works).
+
+- Fast subset: 200 fixed-seed histories run once (``fast_tally``), then one test per kind of
+  violation, so a failure names the broken promise, its count and the first history's script.
+  Kinds today's main still shows are strict xfails naming the trust finding (issue 53): a fix
+  makes the test pass, and the strict xfail then fails until its mark is removed.
+- The pinned histories (``pinned.py``): the shrunk history of every bug found, one test each.
+- The oracle itself: its clean build is what ``marin run`` builds on an empty prefix; and a
+  history without a broken promise replays as its script, which exits 0.
+- ``slow``: fixed-seed histories on the compiled Prefect flow and ``airflow dags test``.
+- ``soak`` (deselected unless ``-m soak``): 5,000 histories; hypothesis's own histories, shrunk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.oracle import pinned
+from tests.oracle.checks import FINDINGS
+from tests.oracle.executor import run_history
+from tests.oracle.history import ENGINE, FAST, SOAK, History, histories, seeded
+from tests.oracle.oracle import ORACLE
+from tests.oracle.tally import Tally, run_seeds
+
+FAST_SEEDS = range(200)
+SOAK_SEEDS = range(1000, 6000)
+ENGINE_SEEDS = {"prefect": range(6), "airflow": range(3)}
+
+TODAY = {
+    "gc-deleted-served": "trust finding 1: marin gc deletes user-scope builds the plan serves",
+    "gc-touched-other-user": "trust finding 1: marin gc deletes other users' builds",
+    "planted:process-killed": "trust finding 2: a planted job.json + pid.json kills a process",
+    "wrong-artifact:remote-job": "trust finding 6: a re-run collects a job of replaced inputs",
+    "wrong-artifact:resumed": "trust finding 5: a resume of checkpoints from a replaced input",
+    "wrong-artifact:stream": "trust finding 8: a stream serves one config for another",
+    "run-failed:torn-job": "trust finding 7: a torn job.json fails the run ('delete it by hand')",
+    "run-failed:user-scope-shared": "trust finding 15: a user-scope run fails on a shared "
+    "upstream it must rebuild",
+    "wrong-artifact:below-unfinished-rebuild": "new finding: a rebuild that failed or was "
+    "killed deletes the record that made its readers stale; they are served as current",
+    "crash": "new finding: StepRunner.run over a stream with a user-scope step raises KeyError",
+}
+"""Kinds of violation the fast subset finds on today's main (e8e6702), with the finding."""
+
+
+def _kind_param(kind: str) -> object:
+    if kind in TODAY:
+        return pytest.param(kind, marks=pytest.mark.xfail(strict=True, reason=TODAY[kind]))
+    return kind
+
+
+@pytest.fixture(scope="module")
+def fast_tally() -> Tally:
+    return run_seeds(FAST_SEEDS, FAST)
+
+
+def _failure(tally: Tally, kind: str, profile: object = FAST) -> str:
+    seeds = tally.seeds[kind]
+    history = seeded(seeds[0], profile)  # type: ignore[arg-type]
+    _, ex = run_history(history)
+    return (
+        f"{kind} (finding {FINDINGS.get(kind, '?')}) in {len(seeds)} of {tally.count} "
+        f"histories, seeds {seeds[:10]}; the first, seed {seeds[0]}:\n{history.describe()}\n"
+        f"its script (shrink it: python -m tests.oracle.tally --seeds {seeds[0]}:"
+        f"{seeds[0] + 1} --script {kind} --shrink):\n{ex.report(kind)}"
+    )
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("kind", [_kind_param(k) for k in sorted(FINDINGS)])
+def test_fixed_seed_histories_never(fast_tally: Tally, kind: str) -> None:
+    """No history of the 200 breaks this promise (kinds: ``checks.FINDINGS``)."""
+    assert fast_tally.count == len(FAST_SEEDS)
+    assert kind not in fast_tally.seeds, _failure(fast_tally, kind)
+
+
+def test_fixed_seed_histories_find_no_other_kind(fast_tally: Tally) -> None:
+    unknown = sorted(set(fast_tally.seeds) - set(FINDINGS))
+    assert not unknown, _failure(fast_tally, unknown[0])
+
+
+def _pinned_param(name: str) -> object:
+    case = pinned.PINNED[name]
+    mark = pytest.mark.xfail(strict=True, reason=case.reason) if case.reason else ()
+    return pytest.param(name, marks=mark, id=name)
+
+
+@pytest.mark.parametrize("name", [_pinned_param(n) for n in sorted(pinned.PINNED)])
+def test_pinned_history(name: str) -> None:
+    """The shrunk history of a bug the checker found: found on every run until it is fixed."""
+    case = pinned.PINNED[name]
+    outcome, ex = run_history(case.history)
+    assert case.kind not in outcome.kinds, (
+        f"{name}: {case.kind}\n{case.history.describe()}\n{ex.report(case.kind)}"
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 7, 23])
+def test_the_oracle_is_what_marin_builds_on_an_empty_prefix(seed: int, tmp_path) -> None:
+    from marin.execution.lazy import run
+    from marin.execution.pipeline.targets import load_target
+    from tests.oracle.oracle import canonical, read_tree
+    from tests.oracle.pipeline import render
+
+    model = seeded(seed, FAST).model
+    path = tmp_path / f"clean_{seed}.py"
+    path.write_text(render(model, placement=False))
+    run(*load_target(f"{path}:pipeline"), prefix=str(tmp_path / "p"))
+    expected = ORACLE.expected(model)
+    for s in model.steps:
+        out = tmp_path / "p" / s.name / "v1"
+        files, folders = read_tree(str(out))
+        assert (files, folders) == (expected[s.idx].files, expected[s.idx].folders), s.name
+        record = json.loads((tmp_path / "p" / s.name / "v1.marin" / "record.json").read_text())
+        assert canonical(record["result"]) == expected[s.idx].result, s.name
+    sys.modules.pop(f"marin_target_clean_{seed}", None)
+
+
+def test_a_history_that_keeps_every_promise_replays_as_its_script(tmp_path) -> None:
+    """Its script runs the same commands (by hand, in subprocesses) and exits 0."""
+    outcome, ex = run_history(pinned.CLEAN)
+    assert not outcome.violations, [str(v) for v in outcome.violations]
+    script = tmp_path / "repro.py"
+    script.write_text(ex.report())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MARIN_", "ORACLE_"))}
+    proc = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("$ MARIN_USER=") == sum(
+        1 for op in pinned.CLEAN.ops if type(op).__name__ in ("Run", "FailRun", "Gc")
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("engine", sorted(ENGINE_SEEDS))
+def test_fixed_seed_histories_on_an_engine(engine: str) -> None:
+    """The engine subset: the same checks after each run of the compiled Prefect flow or of
+    ``airflow dags test``; kinds today's main shows are listed, not failed."""
+    pytest.importorskip("prefect" if engine == "prefect" else "airflow.sdk")
+    from tests.oracle.engines import ENGINES
+
+    runner = ENGINES[engine]()
+    tally = Tally()
+    for seed in ENGINE_SEEDS[engine]:
+        outcome, _ = run_history(seeded(seed, ENGINE), runner)
+        tally.add(seed, outcome)
+    new = sorted(set(tally.seeds) - set(TODAY))
+    assert tally.count == len(ENGINE_SEEDS[engine])
+    assert not new, tally.table() + "\n" + _failure_on(tally, new[0], runner)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.xfail(strict=True, reason=pinned.ON_AN_ENGINE.reason)
+@pytest.mark.parametrize("engine", sorted(ENGINE_SEEDS))
+def test_pinned_history_on_an_engine(engine: str) -> None:
+    pytest.importorskip("prefect" if engine == "prefect" else "airflow.sdk")
+    from tests.oracle.engines import ENGINES
+
+    case = pinned.ON_AN_ENGINE
+    outcome, ex = run_history(case.history, ENGINES[engine]())
+    assert case.kind not in outcome.kinds, ex.report(case.kind)
+
+
+def _failure_on(tally: Tally, kind: str, runner: object) -> str:
+    seed = tally.seeds[kind][0]
+    _, ex = run_history(seeded(seed, ENGINE), runner)
+    return f"seed {seed}:\n{ex.report(kind)}"
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(6 * 3600)
+def test_soak_histories() -> None:
+    tally = run_seeds(SOAK_SEEDS, SOAK)
+    print(tally.table())
+    assert not tally.seeds, tally.table() + "\n" + _failure(tally, sorted(tally.seeds)[0], SOAK)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(3 * 3600)
+def test_hypothesis_histories_shrunk() -> None:
+    """Histories hypothesis draws from the same generator, derandomized; a failure is shrunk
+    by hypothesis and reported as its script."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(
+        max_examples=300,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(histories(FAST))
+    def check(history: History) -> None:
+        outcome, ex = run_history(history)
+        assert not outcome.violations, (
+            f"{outcome.violations[0]}\n{ex.report(outcome.violations[0].kind)}"
+        )
+
+    check()
