@@ -103,7 +103,7 @@ def output_digest_worker(
     total_mib: int, file_mib: int, small_files: int, reps: int
 ) -> dict[str, Any]:
     """Local-disk output digests of one large output and of one of many small files."""
-    from marin.execution.build.output_tree import output_digest
+    from marin.execution.builder.output_tree import output_digest
     from marin.execution.store.location import open_prefix
 
     root = tempfile.mkdtemp(prefix="marin-bench-output-")

@@ -24,7 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import fresh_prefix, lowered
 
-import marin.execution.build.commit as build
+import marin.execution.builder.commit as build
+from marin.execution.builder.request import BuildRequest
 from marin.execution.plan.decide import Policy, Stored, decide
 from marin.execution.step_spec import StepSpec
 from marin.execution.store.location import _FIRST_READ, open_prefix
@@ -136,7 +137,7 @@ VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
         _patched(build, "Lease", _NoLease), _patched(build, "Heartbeat", _NoHeartbeat)
     ),
     "no fsync": _no_fsync,
-    "no output check": lambda: _patched(build, "_output_left_by_marin", lambda *a, **k: False),
+    "no output check": lambda: _patched(build, "output_left_by_marin", lambda *a, **k: False),
     "no earlier-attempt check": lambda: _patched(build, "metadata_files", lambda *a, **k: set()),
     "no output capture": lambda: _patched(build, "capture_step_output", _no_capture),
     "O(1) memory:// info": _fast_memory_fs,
@@ -173,6 +174,8 @@ def _syscalls_alone(root: str, steps: int, inputs: Sequence[int] = ()) -> float:
     for i in range(steps):
         step = f"{root}/s{i}"
         meta, lease = f"{step}/v0.marin", f"{step}/v0.marin/lease.json"
+        with contextlib.suppress(FileNotFoundError):
+            os.lstat(f"{step}.marin")  # not inside another step's output (no `s{i}.marin`)
         read_inputs(i)  # the inputs at the start
         with contextlib.suppress(FileNotFoundError):
             os.lstat(step)  # the output check before the lease: no step folder, so no output
@@ -240,7 +243,7 @@ def measure(backend: str, n: int, reps: int) -> dict[str, float]:
                 for spec in steps:
                     # As a runner does: the plan already decided to build (no record yet).
                     planned = decide(spec, Stored(), [], Policy(), needed=True)
-                    build.build_step(spec, location, decision=planned, upstream=[])
+                    build.build_step(BuildRequest(spec, location, decision=planned, upstream=[]))
                 times[name].append(time.perf_counter() - t0)
     return {name: statistics.median(times[name]) / len(steps) * 1e3 for name in names}
 
@@ -334,7 +337,7 @@ def count_calls(backend: str, n: int = 20) -> dict[str, float]:
         location = open_prefix(prefix)
         location.check_writable()
         for spec in steps[:5]:
-            build.build_step(spec, location, decision=_planned(spec), upstream=[])
+            build.build_step(BuildRequest(spec, location, decision=_planned(spec), upstream=[]))
         active = False
         if backend == "local":
 
@@ -373,7 +376,7 @@ def count_calls(backend: str, n: int = 20) -> dict[str, float]:
         active = True
         try:
             for spec in steps[5:]:
-                build.build_step(spec, location, decision=_planned(spec), upstream=[])
+                build.build_step(BuildRequest(spec, location, decision=_planned(spec), upstream=[]))
         finally:
             active = False
             if backend != "local":

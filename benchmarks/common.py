@@ -97,7 +97,7 @@ def stub_build_step() -> None:
     """Replace ``build_step`` in the runner with a no-I/O stub: what is left is the scheduler."""
     import marin.execution.run.executors as executors
     import marin.execution.run.loop as orchestrate
-    from marin.execution.build.commit import BuildOutcome
+    from marin.execution.builder.commit import BuildOutcome
     from marin.execution.vocabulary import BuildOutcomeKind
 
     def build_step(request: Any, *_: Any, **__: Any) -> BuildOutcome:

@@ -50,7 +50,7 @@ for rep in range(reps):
     prefix = root or f"memory://cmp-{{uuid.uuid4().hex}}"
     gc.collect()
     t0 = time.perf_counter()
-    StepRunner(mc, prefix).run(specs)
+    StepRunner(prefix=prefix).run(specs, max_concurrent=mc)  # the form of every commit
     runs.append((time.perf_counter() - t0) / n * 1000)
     if root:
         shutil.rmtree(root, ignore_errors=True)

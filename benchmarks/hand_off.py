@@ -25,7 +25,8 @@ from typing import Any
 
 from common import context_switches, fresh_prefix, lowered
 
-from marin.execution.build.commit import BuildOutcome, build_step
+from marin.execution.builder.commit import BuildOutcome, BuildRequest, build_step
+from marin.execution.builder.outcome import waited_here
 from marin.execution.plan.decide import Policy, plan_graph
 from marin.execution.step_spec import StepSpec
 from marin.execution.store.location import open_prefix
@@ -82,7 +83,9 @@ def builds_alone_worker(
                 ups = plan.upstream(spec, built)  # as the run loop passes them
 
                 def job(spec: StepSpec = spec, ups: Any = ups, at: Any = location) -> Any:
-                    return build_step(spec, at, decision=plan.of(spec), upstream=ups)
+                    return waited_here(
+                        build_step(BuildRequest(spec, at, decision=plan.of(spec), upstream=ups))
+                    )
 
                 built[spec.output_path] = call(job).record
             runs.append(time.perf_counter() - t0)

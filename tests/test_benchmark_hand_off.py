@@ -27,9 +27,10 @@ def test_the_builds_alone_build_every_step_once_with_the_run_upstream(
     calls: list[tuple[Any, int, list[Any], str]] = []
     real = hand_off.build_step
 
-    def counted(spec: Any, location: Any, **kwargs: Any) -> Any:
-        outcome = real(spec, location, **kwargs)
-        calls.append((spec, threading.get_ident(), kwargs["upstream"], outcome.record.build_id))
+    def counted(request: Any) -> Any:
+        outcome = real(request)
+        calls.append((request.spec, threading.get_ident(), request.upstream,
+                      outcome.record.build_id))  # fmt: skip
         return outcome
 
     monkeypatch.setattr(hand_off, "build_step", counted)

@@ -269,6 +269,121 @@ def test_a_callee_made_at_run_time_is_named_unseen(project: Project) -> None:
     assert digest.unseen == ["made (defined at run time (<string>))"]
 
 
+# --- red team round one, finding 7: what the digest could not see was "unchanged" -------------
+
+REGISTRY = """\
+TOKENIZERS = {{}}
+
+
+def register(name):
+    def deco(f):
+        TOKENIZERS[name] = f
+        return f
+    return deco
+
+
+@register("words")
+def words(text):
+    return text.split(" ")
+
+
+def up(x):
+    return x.upper()
+
+
+TABLE = {{"up": up, "nested": [up]}}
+
+
+def step(text):
+    return TOKENIZERS["words"](text), TABLE["up"](text)
+"""
+
+
+def test_functions_in_a_module_level_registry_or_dispatch_dict_are_code(project: Project) -> None:
+    """Finding 7: ``TOKENIZERS[name](text)`` (filled by a decorator) and ``TABLE = {"up": fn}``
+    were invisible: an edit of ``words`` or ``up`` was "unchanged"."""
+    before = code_digest(project.load(pipe=REGISTRY)["pipe"].step)
+    assert {p.name for p in before.parts} >= {"step", "words", "up"}
+    edited = REGISTRY.replace('text.split(" ")', 'text.replace(",", " ").split(" ")')
+    after = code_digest(project.load(pipe=edited)["pipe"].step)
+    assert [line.split(" (")[0] for line in explain_code_drift(before, after)] == [
+        "code: words changed"
+    ]
+    table = code_digest(project.load(pipe=REGISTRY.replace("x.upper()", "x.lower()"))["pipe"].step)
+    assert code_drifted(before, table)
+
+
+def test_a_module_imported_inside_the_step_function_is_followed_or_unseen(
+    project: Project,
+) -> None:
+    """Finding 7: ``import helpers2`` inside the function (heavy imports kept off the driver)
+    was invisible. Imported in this process: followed. Not imported: unseen, so the digest
+    compares as unknown, never "unchanged"."""
+    pipe = """\
+    def step(x):
+        import {helpers}
+        from {helpers} import h as other
+
+        return {helpers}.h(x) + other(x)
+    """
+    before = code_digest(
+        project.load(helpers="def h(x):\n    return x + 1\n", pipe=pipe)["pipe"].step
+    )
+    after = code_digest(
+        project.load(helpers="def h(x):\n    return x + 2\n", pipe=pipe)["pipe"].step
+    )
+    assert [p.name for p in before.parts] == ["step", "h"] and code_drifted(before, after)
+    lazy = project.load(
+        pipe="""\
+        def step(x):
+            import never_imported_helpers_7f3a
+
+            return never_imported_helpers_7f3a.h(x)
+        """
+    )
+    digest = code_digest(lazy["pipe"].step)
+    assert digest.unseen == [
+        "never_imported_helpers_7f3a (imported inside the function, not in this process: "
+        "never_imported_helpers_7f3a is not seen)"
+    ]
+    from marin.execution.store.identity import _code_unknown
+
+    assert _code_unknown(digest, digest).startswith("unseen: never_imported_helpers_7f3a")
+
+
+def test_star_imported_constants_and_non_literal_module_values_are_code(project: Project) -> None:
+    """Finding 7: a constant taken with ``from config import *``, ``P = partial(h, 2)`` and
+    ``PROD = 2 * 3`` were "unchanged" after an edit. Their source counts (their value may
+    still be run-time data: ``int(os.environ[...])`` stays a blind spot)."""
+    pipe = """\
+    import functools
+    from {config} import *
+
+
+    def h(a, b):
+        return a * b
+
+
+    P = functools.partial(h, 2)
+    PROD = 2 * 3
+
+
+    def step(x):
+        return SC + P(x) + PROD
+    """
+    base = code_digest(project.load(config="SC = 3\n", pipe=pipe)["pipe"].step)
+    assert (
+        code_digest(project.load(config="SC = 3\n", pipe=pipe)["pipe"].step).digest == base.digest
+    )
+    for config, edited in [
+        ("SC = 4\n", pipe),
+        ("SC = 3\n", pipe.replace("partial(h, 2)", "partial(h, 5)")),
+        ("SC = 3\n", pipe.replace("2 * 3", "2 * 4")),
+    ]:
+        after = code_digest(project.load(config=config, pipe=edited)["pipe"].step)
+        assert code_drifted(base, after), (config, edited)
+
+
 def test_callees_are_followed_transitively_and_named_with_their_caller(project: Project) -> None:
     inner = "def normalise(w):\n    return w.strip()\n"
     middle = """\

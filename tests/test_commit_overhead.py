@@ -20,7 +20,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from marin.execution.build.commit import build_step
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.request import BuildRequest
 from marin.execution.ids import current_pid, new_id
 from marin.execution.lazy import OUT, apply
 from marin.execution.pipeline.provenance import collect_provenance
@@ -82,8 +83,8 @@ def test_a_dependent_build_parses_no_record_this_process_wrote(
     s = apply("oh/src", source, version="v0", out_path=OUT)
     use = apply("oh/use", reader, version="v0", src=s, out_path=OUT).lower()
     dep = use.deps[0]
-    built = build_step(dep, location)
-    assert build_step(use, location).action == "built"
+    built = build_step(BuildRequest(dep, location))
+    assert build_step(BuildRequest(use, location)).action == "built"
     assert read_record(location, dep.output_path) is built.record
     assert parses == []
 
@@ -93,7 +94,7 @@ def test_changed_bytes_are_parsed_and_checked_again(tmp_path: Path, parses: list
     malformed one reads as not built, as it always did."""
     location = open_prefix(str(tmp_path / "p"))
     spec = apply("oh/src", source, version="v0", out_path=OUT).lower()
-    built = build_step(spec, location).record
+    built = build_step(BuildRequest(spec, location)).record
     path = location.path(record_path(spec.output_path))
     assert read_record(location, spec.output_path) is built and parses == []
     text = built.to_json().replace(f'"duration_s": {built.duration_s}', '"duration_s": "slow"')
@@ -112,8 +113,8 @@ def test_a_built_record_is_what_its_stored_json_parses_to(tmp_path: Path) -> Non
     location = open_prefix(str(tmp_path / "p"))
     s = apply("oh/src", source, version="v0", out_path=OUT)
     use = apply("oh/use", reader, version="v0", src=s, out_path=OUT).lower()
-    build_step(use.deps[0], location)
-    record = build_step(use, location).record
+    build_step(BuildRequest(use.deps[0], location))
+    record = build_step(BuildRequest(use, location)).record
     assert record.inputs and record.provenance["lowered"]
     assert ArtifactRecord.from_json(record.to_json()) == record
 
@@ -267,7 +268,7 @@ def test_a_first_local_build_looks_at_each_folder_it_makes_no_more_than_it_must(
     first, second = lower(
         [apply(f"group/{n}", _noop, version="v1", out=OUT) for n in ("a", "b")], memo={}
     )
-    build_step(first, location)  # the group folder exists from here on, as in a run
+    build_step(BuildRequest(first, location))  # the group folder exists from here on, as in a run
     looked: list[tuple[str, str]] = []
     opened: list[str] = []
     for name in ("lstat", "stat"):
@@ -287,11 +288,13 @@ def test_a_first_local_build_looks_at_each_folder_it_makes_no_more_than_it_must(
 
     sys.addaudithook(hook)  # cannot be removed: `active` switches it off
     planned = decide(second, Stored(), [], Policy(), needed=True)
-    build_step(second, location, decision=planned, upstream=[])
+    build_step(BuildRequest(second, location, decision=planned, upstream=[]))
     found = list(looked)
     active[0] = False
     monkeypatch.undo()
     assert found == [
+        ("lstat", "group.marin"),  # not inside another step's output: each folder above it
+        ("lstat", "group/b.marin"),
         ("lstat", "group/b"),  # the output check: no step folder, so no output in it
         ("lstat", "group/b"),  # the lease's create: no link on the way to its folder
         ("lstat", "group/b/v1"),  # after fn: did it write an output?
@@ -429,7 +432,7 @@ def test_the_same_file_system_calls_alone_are_the_calls_a_build_makes(
 
     warm = open_prefix(str(tmp_path / "warm"))
     warm.check_writable()
-    build_step(lower([apply("warm", _noop, version="v0", out=OUT)], memo={})[0], warm)
+    build_step(BuildRequest(lower([apply("warm", _noop, version="v0", out=OUT)], memo={})[0], warm))
     first = apply("s0", _noop_reader, version="v0", deps=[], out=OUT)
     second = apply("s1", _noop_reader, version="v0", deps=[first], out=OUT)
     specs = lower([first, second], memo={})
@@ -441,7 +444,7 @@ def test_the_same_file_system_calls_alone_are_the_calls_a_build_makes(
     def builds() -> None:
         for spec in specs:
             ups = plan.upstream(spec, built)
-            outcome = build_step(spec, location, decision=plan.of(spec), upstream=ups)
+            outcome = build_step(BuildRequest(spec, location, decision=plan.of(spec), upstream=ups))
             built[spec.output_path] = outcome.record
 
     by_build = _file_calls(monkeypatch, builds)

@@ -27,7 +27,7 @@ PUBLIC = {
     "marin.execution.step_runner": [
         "StepRunner.__init__", "StepRunner.plan", "StepRunner.run", "RunReport.raise_failures",
     ],
-    "marin.execution.pipeline.handles": ["lower_graph"],
+    "marin.execution.pipeline.lower": ["lower_graph"],
     "marin.execution.plan.options": [
         "RunOptions", "RunOptions.from_params", "RunOptions.policy", "resolve_force",
     ],

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from marin.execution.lazy import OUT, ArtifactStep, apply
+from marin.execution.plan.options import RunOptions
 from marin.execution.step_runner import StepRunner
 
 seen: dict[str, int] = {}
@@ -52,7 +53,7 @@ def _step(label: str) -> ArtifactStep:
 
 def test_a_run_freezes_what_it_starts_with_and_thaws_it_after() -> None:
     assert gc.get_freeze_count() == 0
-    StepRunner(2, _prefix()).run(_step("a").lower())
+    StepRunner(RunOptions(max_concurrent=2), prefix=_prefix()).run(_step("a").lower())
     assert seen["a"] > 0  # the graph and everything before the run, out of the scans
     assert gc.get_freeze_count() == 0
 
@@ -61,7 +62,7 @@ def test_a_process_that_froze_its_own_heap_keeps_it_as_it_was() -> None:
     gc.freeze()
     frozen = gc.get_freeze_count()  # frozen objects that are freed leave the count: it only falls
     made_since = [[] for _ in range(5_000)]  # tracked, and not frozen: a run that froze adds them
-    StepRunner(2, _prefix()).run(_step("b").lower())
+    StepRunner(RunOptions(max_concurrent=2), prefix=_prefix()).run(_step("b").lower())
     assert 0 < seen["b"] <= frozen  # the run froze nothing more
     assert 0 < gc.get_freeze_count() <= frozen  # and did not thaw the process's own
     del made_since  # alive until here: through the whole run
@@ -73,14 +74,14 @@ def test_overlapping_runs_thaw_only_when_the_last_one_ends() -> None:
 
     def run_slow() -> None:
         try:
-            StepRunner(1, _prefix()).run(slow_step.lower())
+            StepRunner(RunOptions(max_concurrent=1), prefix=_prefix()).run(slow_step.lower())
         except BaseException as exc:
             errors.append(exc)
 
     first = threading.Thread(target=run_slow)
     first.start()
     assert slow_started.wait(60)
-    StepRunner(1, _prefix()).run(_step("quick").lower())
+    StepRunner(RunOptions(max_concurrent=1), prefix=_prefix()).run(_step("quick").lower())
     assert seen["quick"] > 0
     release_slow.set()
     first.join(60)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from marin.execution.lazy import OUT, apply, lower
+from marin.execution.plan.options import RunOptions
 from marin.execution.step_runner import StepRunner
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import lease_path, read_record, read_status
@@ -96,7 +97,7 @@ def test_first_interrupt_waits_for_running_steps_and_starts_nothing_new(tmp_path
     logging.getLogger("marin").addHandler(waiting)
     try:
         # One slot: b can only start after a, so the interrupt must stop it from starting.
-        runner = StepRunner(max_concurrent=1, prefix=prefix)
+        runner = StepRunner(RunOptions(max_concurrent=1), prefix=prefix)
         runner.ready_order = "fifo"
 
         def release_once_waiting() -> None:
@@ -120,7 +121,7 @@ def test_second_interrupt_abandons_but_keeps_the_lease_until_fn_ends(tmp_path: P
     waiting = Waiter("waiting for 1 running step(s) to finish")
     logging.getLogger("marin").addHandler(waiting)
     try:
-        runner = StepRunner(max_concurrent=1, prefix=prefix)
+        runner = StepRunner(RunOptions(max_concurrent=1), prefix=prefix)
         runner.ready_order = "fifo"
         _interrupt_when(STARTED, waiting.seen)
         with pytest.raises(KeyboardInterrupt):
@@ -167,7 +168,7 @@ def test_a_first_interrupt_while_a_step_is_being_started_is_still_the_first(
     # CI caught this race: Ctrl-C landing while the loop was starting a step was taken for the
     # second one, which abandoned a step the user meant to let finish.
     prefix = str(tmp_path / "p")
-    runner = StepRunner(max_concurrent=1, prefix=prefix, listener=_InterruptOnStart())
+    runner = StepRunner(RunOptions(max_concurrent=1), prefix=prefix, listener=_InterruptOnStart())
     runner.ready_order = "fifo"
     a = apply("intr/a", quick, version="v1", tag="a", out_path=OUT)
     b = apply("intr/b", quick, version="v1", tag="b", out_path=OUT)

@@ -651,7 +651,8 @@ def test_property_a_runtime_arg_reaches_the_config_and_never_the_fingerprint(
 def test_an_isolated_step_sees_its_devices_as_its_own_process_numbers_them(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from marin.execution.build.commit import build_step
+    from marin.execution.builder.commit import build_step
+    from marin.execution.builder.request import BuildRequest
     from marin.execution.pipeline.context import assigned_devices
     from marin.execution.store.location import open_prefix
     from tests import marin_contract_pipeline as mp
@@ -659,7 +660,7 @@ def test_an_isolated_step_sees_its_devices_as_its_own_process_numbers_them(
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     step = ArtifactStep(name="gpu", version="v1", run=mp.devices_seen, isolate=True)
     with assigned_devices((1, 3)):
-        outcome = build_step(lower(step), open_prefix(str(tmp_path)))
+        outcome = build_step(BuildRequest(lower(step), open_prefix(str(tmp_path))))
     result = outcome.record.result
     assert result["pid"] != os.getpid()
     assert result["cuda"] == "1,3"  # the runner's devices 1 and 3 ...

@@ -22,7 +22,7 @@ EXECUTION = Path(__file__).resolve().parents[1] / "src" / "marin" / "execution"
 
 def old_names() -> list[tuple[str, str]]:
     """Every old dotted name and its new one, a moved package's modules included."""
-    pairs = [(old, new) for old, new in _moved.MOVED.items() if old not in _moved.SHADOWED]
+    pairs = list(_moved.MOVED.items())
     for old, new in list(pairs):
         folder = EXECUTION.joinpath(*new.split(".")[2:])
         if folder.is_dir():
@@ -41,20 +41,27 @@ def test_an_old_path_is_the_new_module_and_warns(old: str, new: str) -> None:
     assert module.__spec__ is not None and module.__spec__.name == new  # its own spec back
 
 
-def test_an_old_module_shadowed_by_a_package_forwards_its_names() -> None:
-    """``marin.execution.build`` was a module and is now the build layer's package."""
-    assert {"marin.execution.build"} == _moved.SHADOWED
-    import marin.execution.build as build_package
-    from marin.execution.build import commit
+def test_the_old_build_module_and_package_forward_to_the_builder() -> None:
+    """``marin.execution.build`` was a module, then the build layer's package: it is the
+    builder package now, and still hands out the old module's names."""
+    import marin.execution.builder as builder
+    from marin.execution.builder import commit
 
+    sys.modules.pop("marin.execution.build", None)
+    with pytest.warns(DeprecationWarning, match="marin.execution.build moved to"):
+        build_package = importlib.import_module("marin.execution.build")
+    assert build_package is builder
     with pytest.warns(DeprecationWarning, match="build_step moved to"):
         assert build_package.build_step is commit.build_step
-    assert importlib.import_module("marin.execution.build.lineage").__name__.endswith("lineage")
+    sys.modules.pop("marin.execution.build.lineage", None)
+    with pytest.warns(DeprecationWarning, match="build.lineage moved to"):
+        lineage = importlib.import_module("marin.execution.build.lineage")
+    assert lineage.__name__ == "marin.execution.builder.lineage"
 
 
 def test_every_flat_module_of_the_old_layout_is_covered() -> None:
     """The table holds each module that left ``execution/`` (nothing moved is forgotten)."""
-    moved = {old.rpartition(".")[2] for old in _moved.MOVED} | {"build"}
+    moved = {old.rpartition(".")[2] for old in _moved.MOVED}
     assert {"storage", "records", "lease", "lineage", "orchestrate", "inspect"} <= moved
     for old in moved:
         assert not (EXECUTION / f"{old}.py").exists(), f"{old}.py is at its old path"

@@ -11,16 +11,18 @@ covered by ``tests/reliability/test_remote.py``; 200 of them would take minutes 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import signal
 import threading
 import time
 from pathlib import Path
 
-from marin.execution.build.request import BuildRequest
+import pytest
+
 from marin.execution.lazy import OUT, apply, lower
-from marin.execution.pipeline.remote import JobHandle, JobSpec, JobStatus, register_backend
-from marin.execution.plan.options import Policy
-from marin.execution.run.executors import Completion, StepJob, ThreadExecutor
+from marin.execution.plan.options import RunOptions
+from marin.execution.remote import JobHandle, JobSpec, JobStatus, register_backend
 from marin.execution.run.runner import StepRunner
 from marin.execution.store.lease import read_lease
 from marin.execution.store.location import open_prefix
@@ -89,7 +91,7 @@ def test_a_thousand_waiting_jobs_cost_one_thread(tmp_path: Path) -> None:
         for i in range(JOBS)
     ]
     prefix = str(tmp_path / "prefix")
-    runner = StepRunner(max_concurrent=2, max_remote=JOBS + 50, prefix=prefix)
+    runner = StepRunner(RunOptions(max_concurrent=2, max_remote=JOBS + 50), prefix=prefix)
     before = threading.active_count()
     ended: list[BaseException | None] = []
 
@@ -120,28 +122,121 @@ def test_a_thousand_waiting_jobs_cost_one_thread(tmp_path: Path) -> None:
         assert record.result == record.provenance["job"]["job_id"]  # its own job's value
 
 
-def test_a_parked_build_abandoned_after_shutdown_never_commits(tmp_path: Path) -> None:
-    """A second Ctrl-C leaves the loop while a build is parked: when its job ends, its second
-    phase runs on a thread of its own, commits nothing, and releases the lease."""
+class _Seen(logging.Handler):
+    """Sets ``seen`` once a log line holds ``text``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text, self.seen = text, threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+def test_a_pending_build_abandoned_by_a_second_interrupt_frees_its_lease_at_once(
+    tmp_path: Path,
+) -> None:
+    """A second Ctrl-C leaves the loop while a build waits for its job: the build gives up its
+    lease at once (its job runs on, for the next run to reattach), commits nothing, and says
+    so in its status."""
     (tmp_path / "jobs").mkdir()
     backend = TimerBackend(tmp_path / "jobs", 1)
     register_backend("timer", backend)
     step = apply("wait/abandoned", train, version="v1", seed=0, out_path=OUT)
     spec = lower(step.with_options(remote="timer"))
+    prefix = str(tmp_path / "prefix")
+    waiting = _Seen("waiting for 1 running step(s) to finish")
+    logger = logging.getLogger("marin")
+    logger.addHandler(waiting)
+    level, logger.level = logger.level, logging.INFO
+
+    def interrupt_twice() -> None:
+        assert backend.all_submitted.wait(60)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert waiting.seen.wait(60)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_twice, daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            StepRunner(RunOptions(max_concurrent=1), prefix=prefix).run([spec])
+    finally:
+        logger.removeHandler(waiting)
+        logger.setLevel(level)
+    location = open_prefix(prefix)
+    try:
+        deadline = time.monotonic() + 60  # the build's thread gives it up as it returns
+        while read_lease(location, spec.output_path, 60.0) is not None:
+            assert time.monotonic() < deadline, "the abandoned build kept its lease"
+            time.sleep(0.05)
+        status = read_status_file(location, spec.output_path)
+        assert status is not None and "AbandonedError" in status["error"]
+        assert read_record(location, spec.output_path) is None
+        assert len(os.listdir(tmp_path / "jobs")) == 1, "the job was cancelled"
+    finally:
+        backend.gate.set()
+
+
+def test_waiting_is_a_value_a_build_returns_and_resumes(tmp_path: Path) -> None:
+    """``Wait.RETURN``: a build whose job runs returns ``Pending(JobRunning)`` holding its
+    lease, and its ``resume`` commits once the job ended; another build of the step, meeting
+    that lease, returns ``Pending(LeaseHeld)`` having written nothing; ``Wait.BLOCK`` never
+    returns one."""
+    from marin.execution.builder.commit import (
+        BuildOutcome,
+        BuildRequest,
+        LeaseHeld,
+        Pending,
+        build_step,
+    )
+    from marin.execution.remote.wait import JobRunning
+    from marin.execution.vocabulary import Wait
+
+    (tmp_path / "jobs").mkdir()
+    backend = TimerBackend(tmp_path / "jobs", 1)
+    register_backend("timer", backend)
+    spec = lower(apply("wait/value", train, version="v1", seed=0, out_path=OUT)
+                 .with_options(remote="timer"))  # fmt: skip
     location = open_prefix(str(tmp_path / "prefix"))
-    abandon = threading.Event()
-    executor = ThreadExecutor(1)
-    request = BuildRequest(spec, location, Policy(), abandon=abandon)
-    done: list[Completion] = []
-    executor.submit(StepJob(spec.output_path, spec, 1, request), done.append)
-    assert backend.all_submitted.wait(timeout=60)
-    executor.shutdown(wait=False)
-    abandon.set()
+    pending = build_step(BuildRequest(spec, location, wait=Wait.RETURN))
+    assert isinstance(pending, Pending) and isinstance(pending.why, JobRunning)
+    assert read_lease(location, spec.output_path, 60.0) is not None  # held while pending
+    other = build_step(BuildRequest(spec, location, wait=Wait.RETURN))
+    assert isinstance(other, Pending) and isinstance(other.why, LeaseHeld)
+    assert read_record(location, spec.output_path) is None
     backend.gate.set()
-    deadline = time.monotonic() + 60
-    while read_lease(location, spec.output_path, 60.0) is not None:
-        assert time.monotonic() < deadline, "the abandoned build kept its lease"
-        time.sleep(0.05)
-    status = read_status_file(location, spec.output_path)
-    assert status is not None and "AbandonedError" in status["error"]
-    assert read_record(location, spec.output_path) is None and done == []
+    pending.why.wait()
+    outcome = pending.resume()
+    assert isinstance(outcome, BuildOutcome) and outcome.action == "built"
+    assert read_lease(location, spec.output_path, 60.0) is None
+    again = other.resume()  # the held step, tried again: built by then, and served
+    assert isinstance(again, BuildOutcome) and again.record.build_id == outcome.record.build_id
+    blocked = build_step(BuildRequest(spec, location))  # Wait.BLOCK: an outcome, always
+    assert isinstance(blocked, BuildOutcome) and blocked.action == "cached"
+
+
+def test_a_pending_build_released_for_later_leaves_its_job_to_be_reattached(
+    tmp_path: Path,
+) -> None:
+    """``Pending.release(None)``, as an Airflow task deferring: the lease goes, no status is
+    written, the job runs on; the next build reattaches to that job, never submits another."""
+    from marin.execution.builder.commit import BuildOutcome, BuildRequest, Pending, build_step
+    from marin.execution.vocabulary import Wait
+
+    (tmp_path / "jobs").mkdir()
+    backend = TimerBackend(tmp_path / "jobs", 1)
+    register_backend("timer", backend)
+    spec = lower(apply("wait/later", train, version="v1", seed=0, out_path=OUT)
+                 .with_options(remote="timer"))  # fmt: skip
+    location = open_prefix(str(tmp_path / "prefix"))
+    pending = build_step(BuildRequest(spec, location, wait=Wait.RETURN_JOB))
+    assert isinstance(pending, Pending)
+    pending.release(None)
+    assert read_lease(location, spec.output_path, 60.0) is None
+    assert read_status_file(location, spec.output_path) is None
+    backend.gate.set()
+    outcome = build_step(BuildRequest(spec, location))  # the task, resumed: collects the job
+    assert isinstance(outcome, BuildOutcome) and outcome.action == "built"
+    assert backend.submitted == 1
+    assert outcome.record.result == pending.why.job.job_id

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 import fsspec
@@ -12,9 +13,11 @@ import pytest
 
 from marin.execution.errors import InvalidStepError, PipelineFailedError, StepFailedError
 from marin.execution.lazy import OUT, apply, lower
+from marin.execution.plan.options import RunOptions
 from marin.execution.step_runner import StepRunner
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import metadata_dir, read_record
+from marin.execution.vocabulary import Wait
 
 
 class Attempts:
@@ -41,8 +44,8 @@ class Attempts:
         return step
 
 
-def runner(prefix: str, **kwargs: Any) -> StepRunner:
-    r = StepRunner(prefix=prefix, **kwargs)
+def runner(prefix: str, listener: Any = None, **options: Any) -> StepRunner:
+    r = StepRunner(RunOptions(**options), prefix=prefix, listener=listener)
     r.retry_delay_s = 0.01  # the backoff itself is not under test
     return r
 
@@ -66,7 +69,7 @@ def test_local_runner_retries_a_failed_step(prefix: str, caplog: Any) -> None:
         caplog.at_level(logging.INFO, logger="marin"),
         pytest.raises(PipelineFailedError, match="r/once@v0") as caught,
     ):
-        runner(prefix).run(lower([after, once]), keep_going=True)
+        runner(prefix, keep_going=True).run(lower([after, once]))
     # Retried as declared, and only as declared (no retries: one attempt).
     assert attempts.calls == {"root": 1, "flaky": 3, "after": 1, "once": 1}
     steps = by_step(caught.value.report)
@@ -188,7 +191,7 @@ def test_a_run_that_builds_nothing_reads_each_target_once_more(
     runner(prefix).run(lower([top]))
     assert reads == [lower(top).output_path]
     reads.clear()
-    runner(prefix).run(lower([top]), force=["s/top"])  # top builds: its served input is read
+    runner(prefix, force=["s/top"]).run(lower([top]))  # top builds: its served input is read
     assert reads == [lower(base).output_path]
 
 
@@ -239,7 +242,7 @@ def test_bad_runner_options_are_option_errors(kwargs: dict[str, Any], match: str
     from marin.execution.errors import OptionError
 
     with pytest.raises(OptionError, match=match) as caught:
-        StepRunner(**kwargs)
+        StepRunner(RunOptions(**kwargs))
     assert isinstance(caught.value, InvalidStepError)  # what these checks raised before
 
 
@@ -247,21 +250,24 @@ def test_bad_runner_options_are_option_errors(kwargs: dict[str, Any], match: str
 
 
 class DeferOnce:
-    """Wraps a real ``ThreadExecutor``; reports each step's first submit as deferred, as a
-    multi-driver executor does for a step another runner's live lease holds."""
+    """Wraps a real ``ThreadExecutor``; reports each step's first submit as pending on another
+    runner's live lease, as a build that meets one returns it."""
 
     retries_steps = False
+    wait = Wait.RETURN
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.deferred: list[str] = []
 
     def submit(self, job: Any, on_done: Any) -> None:
+        from marin.execution.builder.outcome import LeaseHeld, Pending
         from marin.execution.run.executors import Completion, CompletionKind
 
         if job.path not in self.deferred:
             self.deferred.append(job.path)
-            on_done(Completion(job, CompletionKind.DEFERRED))
+            pending = Pending(job.spec, LeaseHeld("other", time.time() + 60), job.build)
+            on_done(Completion(job, CompletionKind.PENDING, pending=pending))
             return
         self.inner.submit(job, on_done)
 
@@ -338,13 +344,15 @@ def test_a_step_held_by_another_runner_frees_its_slot(prefix: str, caplog: Any) 
 
 
 def test_scheduler_defer_frees_the_slot_and_resume_makes_it_ready_again() -> None:
+    """The scheduler only frees a deferred node's slot and readies it again: while it waits,
+    the run loop's ``Waiting`` holds it."""
     from marin.execution.run.scheduler import Scheduler
 
     s = Scheduler({"a": [], "b": [], "c": ["a"]})
     s.prepare()
     assert s.get_ready(1) == ["a"]  # the critical path first
     s.defer("a")
-    assert s.running == set() and s.is_active()
+    assert s.running == set()
     assert s.get_ready(1) == ["b"]
     s.resume("a")
     assert s.get_ready(1) == ["a"]

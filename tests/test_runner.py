@@ -28,6 +28,7 @@ from marin.execution.errors import (
     StorageError,
 )
 from marin.execution.lazy import OUT, ArtifactStep, apply, lower, resolve, run
+from marin.execution.plan.options import RunOptions
 from marin.execution.step_runner import READY_ORDERS, StepRunner
 from marin.execution.store.lease import Lease
 from marin.execution.store.location import open_prefix
@@ -283,9 +284,9 @@ def test_corrupt_record_counts_as_not_built(prefix: str, caplog: Any) -> None:
 
 def test_bad_runner_arguments() -> None:
     with pytest.raises(InvalidStepError, match="max_concurrent=0.*>= 1"):
-        StepRunner(max_concurrent=0)
+        StepRunner(RunOptions(max_concurrent=0))
     with pytest.raises(ValueError, match="on_drift='sometimes'"):
-        StepRunner(on_drift="sometimes")
+        StepRunner(RunOptions(on_drift="sometimes"))
 
 
 def test_bad_prefixes(tmp_path: Any) -> None:
@@ -396,7 +397,7 @@ def test_random_priorities_do_not_change_results(tmp_path: Any, seed: int) -> No
     edges = {i: sorted(rng.sample(range(i), min(i, rng.randint(0, 3)))) for i in range(40)}
     baseline_log = Log()
     baseline = list(lower(dag(baseline_log, edges), memo={}))
-    StepRunner(max_concurrent=1, prefix=str(tmp_path / "baseline")).run(baseline)
+    StepRunner(RunOptions(max_concurrent=1), prefix=str(tmp_path / "baseline")).run(baseline)
     expected = _built_results(str(tmp_path / "baseline"), baseline)
 
     shuffle = random.Random(seed)
@@ -405,7 +406,7 @@ def test_random_priorities_do_not_change_results(tmp_path: Any, seed: int) -> No
         log = Log()
         specs = list(lower(dag(log, edges), memo={}))
         shuffle.shuffle(specs)
-        runner = StepRunner(max_concurrent=3, prefix=str(tmp_path / ready_order))
+        runner = StepRunner(RunOptions(max_concurrent=3), prefix=str(tmp_path / ready_order))
         runner.ready_order = ready_order
         runner.run(specs)
         assert sorted(log.order, key=int) == [str(i) for i in range(40)]  # each step once
@@ -469,7 +470,7 @@ def test_records_name_the_checkout_the_run_was_launched_from(
     prefix = str(tmp_path / "p")
     wander = apply("cwd/wander", _wander_off, version="v1", elsewhere=str(elsewhere), out_path=OUT)
     after = apply("cwd/after", _stay, version="v1", tag=wander, out_path=OUT)
-    StepRunner(max_concurrent=1, prefix=prefix).run(lower([after]))
+    StepRunner(RunOptions(max_concurrent=1), prefix=prefix).run(lower([after]))
     assert os.getcwd() == str(elsewhere)  # the step did move the process
     location = open_prefix(prefix)
     for step in ("cwd/wander/v1", "cwd/after/v1"):

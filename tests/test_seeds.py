@@ -12,6 +12,7 @@ import pathlib
 from typing import Any
 
 from marin.execution.lazy import OUT, apply, lower, resolve, run
+from marin.execution.plan.options import RunOptions
 from marin.execution.step_runner import StepRunner
 
 
@@ -79,8 +80,8 @@ def test_step_runner_article_examples(tmp_path: Any, monkeypatch: Any) -> None:
     step_a = lower(build_a())
     step_b = lower(build_b(deps=[step_a]))
     step_c = lower(build_c(deps=[step_b]))
-    StepRunner(max_concurrent=2).run([step_c])
+    StepRunner(RunOptions(max_concurrent=2)).run([step_c])
     assert order == ["a", "b", "c"]
     steps = [step_c]
-    StepRunner(max_concurrent=8).run(steps)
+    StepRunner(RunOptions(max_concurrent=8)).run(steps)
     assert order == ["a", "b", "c"]

@@ -10,6 +10,7 @@ import pytest
 
 from marin.execution.errors import PipelineFailedError
 from marin.execution.lazy import ArtifactStep, apply
+from marin.execution.plan.options import RunOptions
 from marin.execution.run.runner import StepRunner
 from marin.execution.run.stream import StreamHook, iter_stream
 
@@ -38,7 +39,7 @@ def test_a_generator_yields_the_next_config_only_after_a_result_is_seen(tmp_path
         # The result that was seen decides the next config.
         yield apply("sq/2", square, version="v1", x=seen[-1] + 1)
 
-    report = StepRunner(max_concurrent=2, prefix=str(tmp_path)).run(sweep())
+    report = StepRunner(RunOptions(max_concurrent=2), prefix=str(tmp_path)).run(sweep())
     built = {report.plan.decisions[p].spec.step_id for p in report.outcomes}
     assert built == {"sq/0@v1", "sq/1@v1", "sq/2@v1"}
     assert seen == [1]
@@ -76,7 +77,7 @@ def test_a_shared_step_keeps_its_first_decision_and_a_failure_is_not_retried(tmp
     shared = apply("shared", shared_fn, version="v1")
     runs = [apply(f"use/{i}", square, version="v1", x=shared) for i in range(3)]
     with pytest.raises(PipelineFailedError, match="shared@v1") as caught:
-        StepRunner(max_concurrent=3, prefix=str(tmp_path)).run(iter(runs), keep_going=True)
+        StepRunner(RunOptions(max_concurrent=3, keep_going=True), prefix=str(tmp_path)).run(iter(runs))
     assert calls == ["shared"]  # planned once, failed once; no later sub-run retried it
     report = caught.value.report
     assert set(report.not_run) == {"use/0/v1", "use/1/v1", "use/2/v1"}

@@ -144,7 +144,8 @@ def test_two_users_racing_on_one_bucket_never_touch_each_other_or_shared(
 
 def test_a_user_scope_never_rebuilds_the_shared_build_it_reads(tmp_path, monkeypatch) -> None:
     """Placed on the shared build, which then vanished: build_step refuses to write there."""
-    from marin.execution.build.commit import build_step
+    from marin.execution.builder.commit import build_step
+    from marin.execution.builder.request import BuildRequest
     from marin.execution.plan.scope import resolve_scopes
 
     monkeypatch.setenv("MARIN_USER", "alice")
@@ -155,7 +156,7 @@ def test_a_user_scope_never_rebuilds_the_shared_build_it_reads(tmp_path, monkeyp
     assert placed.output_path == "scope/base/v1" and placed.user_home == ""
     (tmp_path / "p" / "scope" / "base" / "v1.marin" / "record.json").unlink()
     with pytest.raises(InvalidStepError, match="never writes a shared artifact"):
-        build_step(placed, location)
+        build_step(BuildRequest(placed, location))
     assert read_record(location, "scope/base/v1") is None
 
 
@@ -164,6 +165,23 @@ def test_a_shared_step_may_not_write_inside_the_users_folder(tmp_path, monkeypat
     squatter = apply("users/alice/scope/variant", scope_pipeline.make, version="v1", n=1)
     with pytest.raises(InvalidStepError, match="inside the users' folder"):
         run(squatter, scope_pipeline.variant, prefix=str(tmp_path))
+
+
+@pytest.mark.parametrize("name, version", [("users", "alice"), ("Users/bob/x", "v1")])
+def test_a_shared_step_whose_name_and_version_make_a_users_path_is_refused(
+    tmp_path, monkeypatch, name: str, version: str
+) -> None:
+    """Finding 5b: ``apply("users", fn, version="alice")`` was accepted as a shared step whose
+    output is alice's whole user folder; her user builds then landed inside it, and her own gc
+    deleted them with it. The path is checked (name and version), in every scope and without
+    reading the prefix, nothing built."""
+    monkeypatch.setenv("MARIN_USER", "alice")
+    squatter = apply(name, scope_pipeline.make, version=version, n=1)
+    with pytest.raises(InvalidStepError, match="inside the users' folder"):
+        lower(squatter)
+    with pytest.raises(InvalidStepError, match="inside the users' folder"):
+        run(squatter, prefix=str(tmp_path / "p"))
+    assert not (tmp_path / "p").exists()
 
 
 def test_a_users_run_builds_a_missing_shared_upstream_in_the_users_folder(
@@ -218,12 +236,76 @@ def test_a_user_name_colliding_with_marins_names_is_refused(user, tmp_path, caps
 
 
 def test_a_runner_in_user_scope_places_the_specs_it_is_given(tmp_path, monkeypatch) -> None:
-    """``StepRunner.scope = "user"`` with specs nobody placed: the run builds (and reports)
+    """``RunOptions(scope="user")`` with specs nobody placed: the run builds (and reports)
     the placed steps; it once looked the unplaced paths up in the placed plan (KeyError)."""
+    from marin.execution.plan.options import RunOptions
     from marin.execution.step_runner import StepRunner
 
     monkeypatch.setenv("MARIN_USER", "alice")
-    runner = StepRunner(prefix=str(tmp_path))
-    runner.scope = "user"
+    runner = StepRunner(RunOptions(scope="user"), prefix=str(tmp_path))
     report = runner.run([lower(scope_pipeline.base)])
     assert list(report.outcomes) == ["users/alice/scope/base/v1"]
+    assert [t.output_path for t in report.targets] == ["users/alice/scope/base/v1"]
+
+
+_DRIFTING = """
+import os
+from marin.execution.lazy import OUT, apply
+def make(out_path):
+    os.makedirs(out_path, exist_ok=True)
+    open(os.path.join(out_path, "d.txt"), "w").write("data")
+def use(src, out_path):
+    os.makedirs(out_path, exist_ok=True)
+    open(os.path.join(out_path, "u.txt"), "w").write(open(os.path.join(src, "d.txt")).read())
+a = apply("s/a", make, version="v1", out_path=OUT)
+pipeline = [apply("s/b", use, version="v1", src=a, out_path=OUT)]
+"""
+
+
+def _as(user: str, folder: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = child_env(MARIN_USER=user, PYTHONPATH=f"{folder}:{child_env()['PYTHONPATH']}")
+    return subprocess.run(
+        [sys.executable, "-m", "marin.cli", *argv, "--prefix", str(folder / "P")],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["code drift, rebuild", "stale"])
+def test_a_shared_build_the_users_run_rebuilds_is_built_in_the_users_folder(
+    case: str, tmp_path: Path
+) -> None:
+    """Red team round 5, finding 3: a user-scope run whose shared upstream must be rebuilt
+    (its code changed, under ``--on-code-drift rebuild``; or stale after a teammate's
+    ``--no-cascade`` rebuild) planned ``shared -> user`` and then failed every run with advice
+    that looped ("run again"). The plan places the rebuild in the user's folder, as for a
+    missing or forced step; the run succeeds; the shared builds are untouched."""
+    pipe = tmp_path / "pipe.py"
+    pipe.write_text(_DRIFTING)
+    assert _as("alice", tmp_path, "run", "pipe.py:pipeline", "--no-progress").returncode == 0
+    flags = ["--scope", "user"]
+    if case == "stale":
+        pipe.write_text(_DRIFTING.replace('"data"', '"data2"'))
+        again = _as("alice", tmp_path, "run", "pipe.py:pipeline", "--force", "s/a",
+                    "--no-cascade", "--no-progress")  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        rebuilt = ["s/b"]
+    else:
+        pipe.write_text(_DRIFTING.replace('"data"', '"data!"'))
+        flags += ["--on-code-drift", "rebuild"]
+        rebuilt = ["s/a", "s/b"]
+    shared = {p: (tmp_path / f"P/{p}/v1.marin/record.json").read_bytes() for p in ("s/a", "s/b")}
+    plan = _as("bob", tmp_path, "plan", "pipe.py:pipeline", *flags, "--json")
+    assert plan.returncode == 0, plan.stderr
+    steps = {s["step"]: s for s in json.loads(plan.stdout)["steps"]}
+    for name in rebuilt:
+        assert steps[f"{name}@v1"]["action"] == "build"
+        assert steps[f"{name}@v1"]["scope"] == {"reads": "user:bob", "writes": "user:bob"}
+        assert steps[f"{name}@v1"]["output_path"].endswith(f"/users/bob/{name}/v1")
+    for _ in range(2):
+        done = _as("bob", tmp_path, "run", "pipe.py:pipeline", *flags, "--no-progress")
+        assert done.returncode == 0, done.stderr
+    for name in rebuilt:
+        assert (tmp_path / f"P/users/bob/{name}/v1.marin/record.json").exists()
+    for p, before in shared.items():
+        assert (tmp_path / f"P/{p}/v1.marin/record.json").read_bytes() == before
+    assert _as("bob", tmp_path, "plan", "pipe.py:pipeline", *flags, "--exit-code").returncode == 0

@@ -56,7 +56,7 @@ def record_built(context: Any | None, step_id: str, url: str, record: Any) -> No
         return
     from airflow.sdk import Asset
 
-    from marin.execution.build.lineage.names import names_for_url
+    from marin.execution.builder.lineage.names import names_for_url
 
     names = names_for_url(url)
     extra = {
@@ -74,7 +74,7 @@ def record_built(context: Any | None, step_id: str, url: str, record: Any) -> No
 @contextlib.contextmanager
 def dag_run_lineage(context: Any | None) -> Iterator[None]:
     """Builds in this task are children of the DAG run in OpenLineage (the parent facet)."""
-    from marin.execution.build.lineage import flush, pipeline_run
+    from marin.execution.builder.lineage import flush, pipeline_run
 
     if context is None:
         yield

@@ -12,7 +12,8 @@ import shlex
 import sys
 from typing import Any
 
-from marin.execution.plan.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, DRIFT_POLICIES
+from marin.execution.plan.options import DEFAULT_MAX_CONCURRENT
+from marin.run_flags import add_run_flags, run_options
 
 _DESCRIPTION = """\
 Write one Airflow 3 DAG file for a Marin pipeline. The file embeds the step
@@ -52,19 +53,22 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not positive: use 1 or more")
-    return value
+_HELP = {
+    "max_concurrent": "the DAG's max_active_tasks: steps at once in one run "
+    f"(default {DEFAULT_MAX_CONCURRENT})",
+    "prefix": "default artifact prefix baked into the DAG (a run's 'prefix' param or "
+    "$MARIN_PREFIX on the worker override it; default: none baked)",
+    "on_drift": "the DAG's default drift policy, its on_drift param (a run may override it): "
+    "serve a drifted step with a warning (default), rebuild it, or fail the run first",
+}
+"""Where each shared run flag goes in the DAG (``marin.run_flags``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from marin.cli import _add_selection, _add_versions
-
     parser.add_argument("target", help="the pipeline: path/to/file.py:attr or package.module:attr")
-    _add_selection(parser)  # the same --select/--exclude as `marin plan`
-    _add_versions(parser)  # --version/--override/--scope: the codex and scope the DAG carries
+    # The same --select/--exclude as `marin plan`; --version/--override/--scope: the codex and
+    # scope the DAG carries.
+    add_run_flags(parser, "select", "exclude", "version", "override", "scope")
     _add_dag_options(parser)
     _add_run_options(parser)
     _add_executor_options(parser)
@@ -80,27 +84,8 @@ def _add_dag_options(parser: argparse.ArgumentParser) -> None:
         help="a folder (the file is <dag-id>.py inside it) or a .py file (default: dags)",
     )
     parser.add_argument("--dag-id", help="the DAG id (default: <file or module>_<attr>)")
-    parser.add_argument(
-        "--max-concurrent",
-        type=_positive,
-        default=DEFAULT_MAX_CONCURRENT,
-        metavar="N",
-        help="the DAG's max_active_tasks: steps at once in one run "
-        f"(default {DEFAULT_MAX_CONCURRENT})",
-    )
-    parser.add_argument(
-        "--prefix",
-        default=argparse.SUPPRESS,  # `marin --prefix P export airflow ...` is kept
-        help="default artifact prefix baked into the DAG (a run's 'prefix' param or "
-        "$MARIN_PREFIX on the worker override it; default: none baked)",
-    )
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="debug logging, and tracebacks for errors",
-    )
+    # --prefix defaults to SUPPRESS: `marin --prefix P export airflow ...` is kept.
+    add_run_flags(parser, "max_concurrent", "prefix", "verbose", help=_HELP)
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -119,13 +104,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="Airflow retries for steps that declare none themselves (default 0; 1 with "
         "--executor celery or kubernetes, so a task whose worker is lost runs again elsewhere)",
     )
-    parser.add_argument(
-        "--on-drift",
-        choices=DRIFT_POLICIES,
-        default=DEFAULT_ON_DRIFT,
-        help="the DAG's default drift policy, its on_drift param (a run may override it): "
-        "serve a drifted step with a warning (default), rebuild it, or fail the run first",
-    )
+    add_run_flags(parser, "on_drift", help=_HELP)
 
 
 def _add_executor_options(parser: argparse.ArgumentParser) -> None:
@@ -172,7 +151,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Export (or ``--check``); return the exit code. Bad input raises ``ValueError`` (exit 2)."""
-    from marin.execution.pipeline.versions import codex_from_args
     from marin_airflow.export import (
         build_export,
         check_export,
@@ -180,21 +158,22 @@ def run(args: argparse.Namespace) -> int:
         write_export,
     )
 
+    options = run_options(args)  # checked once: what the DAG bakes in
     result = build_export(
         args.target,
         args.output,
         dag_id=args.dag_id,
-        max_concurrent=args.max_concurrent,
+        max_concurrent=options.max_concurrent,
         prefix=getattr(args, "prefix", None),
         schedule=args.schedule,
         retries=args.retries,
-        on_drift=args.on_drift,
+        on_drift=options.on_drift,
         executor=args.executor,
         plan_queue=args.plan_queue,
         select=args.select,
         exclude=args.exclude,
-        versions=codex_from_args(args.run_version, args.override),
-        scope=args.scope,
+        versions=options.versions,
+        scope=options.scope,
     )
     if args.check:
         fresh, message = check_export(result)

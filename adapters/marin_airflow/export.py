@@ -863,7 +863,7 @@ def lower_target(
     """Load and lower a target: every transitive ``StepSpec``, dependencies first; with
     ``select``/``exclude``, only the steps ``marin plan`` would show with them; ``versions``:
     the codex of steps with ``version=None``."""
-    from marin.execution.pipeline.handles import lower_graph
+    from marin.execution.pipeline.lower import lower_graph
     from marin.execution.pipeline.targets import load_target
     from marin.selection import select_graph
 

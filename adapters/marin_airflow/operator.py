@@ -61,24 +61,22 @@ class MarinOperator(BaseOperator):
         """What this task's run read and wrote (``record_datasets``); None until it knows."""
 
     def execute(self, context: Any) -> dict[str, Any] | None:
-        if "step" not in self.marin_kwargs:
-            return self.marin_call(**self.marin_kwargs)
-        # A remote step whose job runs defers instead of waiting in this worker slot.
-        from marin.execution.pipeline.remote.call import JobWaiting, defer_waits
+        result = self.marin_call(**self.marin_kwargs)
+        if isinstance(result, dict):
+            return result
+        # A step's build pending on its remote job (``Pending``): the task defers instead of
+        # waiting in this worker slot. The build lets its lease go (the job runs on); the
+        # trigger waits for the job, and the task builds again, which collects it.
+        from marin_airflow.trigger import RemoteJobTrigger
 
-        try:
-            with defer_waits():
-                return self.marin_call(**self.marin_kwargs)
-        except JobWaiting as waiting:
-            from marin_airflow.trigger import RemoteJobTrigger
-
-            job = waiting.job
-            self.log.info("marin: step %s waits for %s job %s (deferred: slot freed)",
-                          waiting.step_id, job.backend, job.job_id)  # fmt: skip
-            self.defer(
-                trigger=RemoteJobTrigger(job.backend, job.job_id, dict(job.data)),
-                method_name="execute_complete",
-            )
+        job = result.why.job
+        result.release(None)
+        self.log.info("marin: step %s waits for %s job %s (deferred: slot freed)",
+                      result.spec.step_id, job.backend, job.job_id)  # fmt: skip
+        self.defer(
+            trigger=RemoteJobTrigger(job.backend, job.job_id, dict(job.data)),
+            method_name="execute_complete",
+        )
 
     def execute_complete(self, context: Any, event: Any = None) -> dict[str, Any] | None:
         """The job ended (the trigger fired): build again, which collects it and commits."""

@@ -8,6 +8,7 @@ imported inside ``run_step``, when a task actually runs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import logging
 import os
@@ -25,7 +26,7 @@ from marin.execution.pipeline.versions import (
     use_codex,
 )
 from marin.execution.plan.options import DEFAULT_ON_DRIFT, RunOptions, check_patterns
-from marin.execution.vocabulary import Action, BuildOutcomeKind, OutputScope, RunResult
+from marin.execution.vocabulary import Action, BuildOutcomeKind, OutputScope, RunResult, Wait
 from marin_airflow.contract import PLAN_TASK_ID, XComKey, resolve_target
 from marin_airflow.contract import graph_digest as digest_of
 
@@ -117,7 +118,7 @@ def steps_for(target: str) -> dict[str, Any]:
         cached = _lowered.get(key)
     if cached is not None:
         return cached
-    from marin.execution.pipeline.handles import lower_graph
+    from marin.execution.pipeline.lower import lower_graph
     from marin.execution.pipeline.targets import load_target
 
     with _target_lock(key):
@@ -200,7 +201,7 @@ def step_for(target: str, step: str) -> Any | None:
     handle = handles_for(target).get(step)
     if handle is None:
         return None
-    from marin.execution.pipeline.handles import lower
+    from marin.execution.pipeline.lower import lower
 
     with _target_lock(key):  # the memo is shared by this process's tasks of the target
         with _lock:
@@ -425,9 +426,7 @@ def _run_choices(versions: str | None, scope: str, context: Any | None) -> Any:
     return placement
 
 
-def _placed_step(
-    context: Any | None, placement: Any, spec: Any, location: Any, force: Iterable[str]
-) -> Any:
+def _placed_step(context: Any | None, placement: Any, spec: Any, location: Any, policy: Any) -> Any:
     """Where the step reads and writes. A step that needs a user takes the plan task's (its
     XCom), so every task of a run writes for one user whatever its worker's ``$MARIN_USER``."""
     from marin.execution.plan.scope import needs_user
@@ -436,7 +435,7 @@ def _placed_step(
     if needs_user([spec], placement.scope):
         planned = _from_xcom(context, PLAN_TASK_ID, XComKey.USER)
         placement = run_scope(placement.scope, context, planned)
-    (placed,), _ = placement.place([spec], location, force)
+    (placed,), _ = placement.place([spec], location, policy.force, policy)
     return placed
 
 
@@ -524,7 +523,7 @@ def _plan_placed(
     from marin.execution.plan.read import read_stored
     from marin.plan_view import plan_table
 
-    targets, user = placement.place(list(graph.targets), location, policy.force)
+    targets, user = placement.place(list(graph.targets), location, policy.force, policy)
     placed = targets != list(graph.targets)  # a user's folder, or an absolute pin
     specs = list(Graph.of(targets).steps) if placed else list(graph.steps)
     plan = plan_graph(specs, targets, read_stored(specs, location), policy)
@@ -539,7 +538,7 @@ def _plan_result(
     plan: Any, policy: Any, steps: Mapping[str, Any], dag_fingerprints: Mapping[str, str] | None
 ) -> dict[str, Any]:
     """The plan task's XComs: the step ids by action, the stale ones, and the policy used."""
-    from marin.execution.build.commit import warn_if_served_stale
+    from marin.execution.builder.commit import warn_if_served_stale
 
     stale = sorted(
         step
@@ -579,8 +578,7 @@ def _from_xcom(context: Any | None, task_id: str, key: str) -> Any:
 
 def _upstream(context: Any | None, spec: Any, location: Any) -> list[Any]:
     """Each dependency's current record, and whether its task built it in this run."""
-    from marin.execution.build.commit import read_upstream
-    from marin.execution.plan.decide import Upstream
+    from marin.execution.builder.commit import read_upstream
 
     built_here: set[str] = set()
     task = context.get("task") if context is not None else None
@@ -593,7 +591,7 @@ def _upstream(context: Any | None, spec: Any, location: Any) -> list[Any]:
     # Read after its task ended, a dependency built in this run is committed: its record is the
     # new build, which a dependent compares with what it consumed (early cutoff).
     return [
-        Upstream(u.step_id, u.record, rebuilt=built, committed=built)
+        dataclasses.replace(u, rebuilt=built, committed=built)
         for u in read_upstream(spec, location)
         for built in [u.step_id in built_here]
     ]
@@ -632,8 +630,9 @@ def run_step(
     versions: str | None = None,
     scope: str = OutputScope.SHARED,
     **newer: Any,
-) -> dict[str, Any]:
-    """Build one Marin step (or find it built) and return what happened, for XCom.
+) -> dict[str, Any] | Any:
+    """Build one Marin step (or find it built) and return what happened, for XCom; or, while its
+    remote job runs, the pending build (``Pending``), on which ``MarinOperator`` defers.
 
     ``target`` is what the DAG file recorded: a module path, or a file path relative to the DAG
     file's folder. ``fingerprint`` is the one computed at export time; if the pipeline now
@@ -664,7 +663,7 @@ def run_step(
         handles_for(resolved) if planned_force is None else {},
         planned_force,
     )
-    spec = _placed_step(context, placement, spec, location, policy.force)
+    spec = _placed_step(context, placement, spec, location, policy)
     if step in (_from_xcom(context, PLAN_TASK_ID, Action.PRUNE) or []):
         log.info("marin: step %s pruned: not built, and nothing being built needs it", step)
         return _pruned_result(step, spec, location)
@@ -694,14 +693,14 @@ def _stop_if_the_run_failed(context: Any | None) -> None:
         raise AirflowSkipException(stopped_reason(stopped_by, KEEP_GOING_AIRFLOW))
 
 
-def _build(context: Any | None, spec: Any, location: Any, policy: Any) -> dict[str, Any]:
+def _build(context: Any | None, spec: Any, location: Any, policy: Any) -> dict[str, Any] | Any:
     """Build the step with the core's ``build_step`` (the same decision as the plan's, from the
-    records now), with its datasets, assets and provenance for Airflow."""
-    from marin.execution.build.commit import build_step
-    from marin.execution.build.lineage.names import step_datasets
-    from marin.execution.build.request import BuildRequest
+    records now), with its datasets, assets and provenance for Airflow; its XCom, or the
+    ``Pending`` build while its remote job runs (the operator defers on it)."""
+    from marin.execution.builder.commit import Pending, build_step
+    from marin.execution.builder.lineage.names import step_datasets
+    from marin.execution.builder.request import BuildRequest
     from marin.execution.pipeline.provenance import engine_run
-    from marin.execution.pipeline.remote.call import JobWaiting
     from marin_airflow.assets import dag_run_lineage, record_built
 
     step = spec.step_id
@@ -716,13 +715,14 @@ def _build(context: Any | None, spec: Any, location: Any, policy: Any) -> dict[s
             engine_run("airflow", ids) if ids is not None else contextlib.nullcontext(),
             dag_run_lineage(context),  # the OpenLineage parent: this DAG run
         ):
-            outcome = build_step(BuildRequest(spec, location, policy, upstream=upstream))
+            request = BuildRequest(spec, location, policy, upstream=upstream, wait=Wait.RETURN_JOB)
+            outcome = build_step(request)
     except BaseException as exc:
-        if isinstance(exc, JobWaiting):  # not an end: the operator defers
-            raise
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)
         _announce_failure(context, step)
         raise
+    if isinstance(outcome, Pending):  # its job runs: the operator defers (not an end)
+        return outcome
     if outcome.action == BuildOutcomeKind.BUILT:  # an asset event and an OpenLineage output
         record_built(context, step, outcome.output_url, outcome.record)
         _record_datasets(context, inputs.values(), output)

@@ -47,8 +47,8 @@ class RemoteJobTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from marin.execution.pipeline.remote.protocol import JobHandle
-        from marin.execution.pipeline.remote.registry import get_backend
+        from marin.execution.remote.protocol import JobHandle
+        from marin.execution.remote.registry import get_backend
         from marin.execution.vocabulary import JobState
 
         backend = get_backend(self.backend)

@@ -22,7 +22,7 @@ from typing import Any
 
 from prefect.assets import Asset, AssetProperties, add_asset_metadata
 
-from marin.execution.build.lineage.names import artifact_names, prefect_asset_key
+from marin.execution.builder.lineage.names import artifact_names, prefect_asset_key
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.store.location import Location
 
@@ -103,7 +103,7 @@ def flow_run_lineage() -> Any:
     """The OpenLineage parent of this flow's builds: the Prefect flow run."""
     from prefect.runtime import flow_run
 
-    from marin.execution.build.lineage import pipeline_run
+    from marin.execution.builder.lineage import pipeline_run
 
     return pipeline_run(
         str(flow_run.flow_name or "prefect"), str(flow_run.id or "") or None, runner="prefect"

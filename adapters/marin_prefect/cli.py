@@ -33,14 +33,20 @@ from marin.execution.pipeline.versions import VersionCodex, codex_json
 from marin.execution.plan.options import (
     DEFAULT_MAX_CONCURRENT,
     DEFAULT_ON_DRIFT,
-    DRIFT_POLICIES,
     RunOptions,
     check_patterns,
 )
 from marin.execution.vocabulary import OutputScope
+from marin.run_flags import add_run_flags, run_options
 from marin_prefect.names import BANNED_NAME_CHARS
 
 ENTRYPOINT = "marin_prefect.flows:marin_pipeline"
+_HELP = {
+    "prefix": "artifact prefix parameter (default: unset, so $MARIN_PREFIX on the worker decides)",
+    "max_concurrent": "steps one flow run builds at once (the flow's max_concurrent "
+    f"parameter; default {DEFAULT_MAX_CONCURRENT})",
+}
+"""Where each shared run flag goes in the deployment (``marin.run_flags``)."""
 _OWNED_PARAMETERS = ("target", "prefix", "select", "exclude", "versions", "scope")
 """Parameters a re-export replaces, or removes when it no longer gives them."""
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -78,12 +84,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from marin.cli import _add_selection, _add_versions
-
     parser.add_argument("target", metavar="TARGET", help="path/to/file.py:attr or pkg.mod:attr")
-    # The same --select/--exclude as `marin plan`; stored as the select/exclude parameters.
-    _add_selection(parser)
-    _add_versions(parser)  # --version/--override/--scope: the versions and scope parameters
+    # The same --select/--exclude as `marin plan`, stored as the select/exclude parameters;
+    # --version/--override/--scope: the versions and scope parameters.
+    add_run_flags(parser, "select", "exclude", "version", "override", "scope")
     _add_deployment_arguments(parser)
     _add_run_arguments(parser)
     parser.set_defaults(func=main)
@@ -102,39 +106,13 @@ def _add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
         default="prefect.yaml",
         help="the prefect.yaml to write or update (default: ./prefect.yaml)",
     )
-    parser.add_argument(
-        "--prefix",
-        default=argparse.SUPPRESS,  # `marin --prefix P export prefect ...` is kept
-        help="artifact prefix parameter (default: unset, so $MARIN_PREFIX on the worker decides)",
-    )
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="debug logging, and tracebacks for errors",
-    )
+    # --prefix defaults to SUPPRESS: `marin --prefix P export prefect ...` is kept.
+    add_run_flags(parser, "prefix", "verbose", help=_HELP)
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """How its runs build: the run parameters, the target check and the resource limits."""
-    parser.add_argument(
-        "--max-concurrent",
-        dest="max_concurrent",
-        type=int,
-        default=DEFAULT_MAX_CONCURRENT,
-        metavar="N",
-        help="steps one flow run builds at once (the flow's max_concurrent parameter; "
-        f"default {DEFAULT_MAX_CONCURRENT})",
-    )
-    parser.add_argument(
-        "--on-drift",
-        dest="on_drift",
-        choices=DRIFT_POLICIES,
-        default=DEFAULT_ON_DRIFT,
-        help="a built step whose config changed without a version bump: serve it with a "
-        "warning (warn, the default), rebuild it (rebuild), or fail the run (error)",
-    )
+    add_run_flags(parser, "max_concurrent", "on_drift", help=_HELP)
     parser.add_argument(
         "--no-check",
         dest="check",
@@ -152,23 +130,22 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from marin.execution.pipeline.versions import codex_from_args
-
     try:
+        options = run_options(args)  # checked once: the deployment's parameters
         action, name = export(
             args.target,
             output=args.output,
             name=args.name,
             work_pool=args.work_pool,
             prefix=getattr(args, "prefix", None),
-            max_concurrent=args.max_concurrent,
-            on_drift=args.on_drift,
+            max_concurrent=options.max_concurrent,
+            on_drift=options.on_drift,
             check=args.check,
             resource_limits=args.create_limits is not None,
             select=args.select,
             exclude=args.exclude,
-            versions=codex_from_args(args.run_version, args.override),
-            scope=args.scope,
+            versions=options.versions,
+            scope=options.scope,
         )
     except MarinError as exc:  # ExportError, TargetError, a bad step...
         print(str(exc), file=sys.stderr)
@@ -245,7 +222,7 @@ def default_deployment_name(target: str) -> str:
 def _check_target(
     target: str, select: Sequence[str], exclude: Sequence[str], versions: VersionCodex | None
 ) -> None:
-    from marin.execution.pipeline.handles import lower
+    from marin.execution.pipeline.lower import lower
     from marin.execution.pipeline.targets import load_target
 
     if versions is not None:  # an unused override or a missing version: refused now
@@ -263,7 +240,7 @@ def _selected_steps(
     versions: VersionCodex | None = None,
 ) -> list[Any]:
     """Every step a run of the deployment would plan: the selection and what it needs."""
-    from marin.execution.pipeline.handles import lower_graph
+    from marin.execution.pipeline.lower import lower_graph
     from marin.execution.pipeline.targets import load_target
     from marin.selection import select_graph
 

@@ -46,14 +46,14 @@ Options of ``to_prefect_flow`` beyond ``marin run``'s:
   (docs/scaling.md).
 - ``select`` and ``exclude`` (globs) keep only the matching steps and what they need; a pattern
   that matches no step is an error naming it and the closest names.
-- ``versions``: the codex of steps with ``version=None``.
-- ``scope="user"`` places every step under ``<prefix>/users/<user>/`` for ``user`` (else
+- ``options`` (a ``RunOptions``, checked once by the caller: the entry flow) holds what
+  ``marin run`` takes: ``max_concurrent``, ``on_drift``, ``keep_going``, ``force``, ``cascade``,
+  ``on_code_drift``, ``versions`` (the codex of steps with ``version=None``) and ``scope``:
+  ``user`` places every step under ``<prefix>/users/<user>/`` for ``user`` (else
   ``$MARIN_USER``, then the OS user), reading the shared builds it has not built itself, as
-  ``marin run --scope user`` does (``plan/scope.py``); the entry flow passes a ``RunScope``.
-- ``options`` (a ``RunOptions``, checked once by the caller: the entry flow) replaces
-  ``max_concurrent``, ``on_drift``, ``keep_going``, ``force``, ``cascade`` and
-  ``on_code_drift``. ``location``: the prefix, opened and checked by the caller (else
-  ``prefix`` is opened when the flow runs).
+  ``marin run --scope user`` does (``plan/scope.py``); the entry flow passes a ``RunScope`` as
+  ``user``. ``location``: the prefix, opened and checked by the caller (else ``prefix`` is
+  opened when the flow runs).
 """
 
 from __future__ import annotations
@@ -71,23 +71,22 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Pending, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from marin.execution.builder.outcome import waited_here
 from marin.execution.pipeline.graph import Graph
 from marin.execution.pipeline.scope import check_scope
 from marin.execution.plan.decide import Plan, Policy
 from marin.execution.plan.options import (
-    DEFAULT_MAX_CONCURRENT,
-    DEFAULT_ON_CODE_DRIFT,
-    DEFAULT_ON_DRIFT,
     RunOptions,
 )
 from marin.execution.plan.scope import RunScope
 from marin.execution.run.executors import Completion, CompletionKind, OnDone, StepJob
-from marin.execution.vocabulary import BuildOutcomeKind, OutputScope
+from marin.execution.vocabulary import BuildOutcomeKind, Wait
 from marin_prefect.dask import is_dask_runner
 from marin_prefect.names import safe_prefect_name
 
 if TYPE_CHECKING:
-    from marin.execution.build.commit import BuildOutcome
+    from marin.execution.builder.outcome import BuildOutcome
+    from marin.execution.builder.outcome import Pending as PendingBuild
     from marin.execution.pipeline.step_spec import StepSpec
     from marin.execution.pipeline.versions import VersionCodex
     from marin.execution.store.location import Location
@@ -101,7 +100,8 @@ def lower_flow_target(target_or_handles: Any, versions: VersionCodex | None = No
     """A target (a string or a parsed ``Target``), a handle, a ``StepSpec`` or a list of them ->
     the lowered ``Graph``, collected and checked once (``versions``: the codex of steps with
     ``version=None``)."""
-    from marin.execution.pipeline.handles import ArtifactStep, lower_graph
+    from marin.execution.pipeline.handles import ArtifactStep
+    from marin.execution.pipeline.lower import lower_graph
     from marin.execution.pipeline.step_spec import StepSpec
     from marin.execution.pipeline.targets import Target
 
@@ -150,51 +150,38 @@ def _parsed(target: Any) -> Any:
 def to_prefect_flow(
     target_or_handles: Any,
     *,
-    name: str | None = None,
     options: RunOptions | None = None,
     location: Location | None = None,
-    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    name: str | None = None,
     prefix: str | None = None,
-    on_drift: str = DEFAULT_ON_DRIFT,
     concurrency_limit: str | None = None,
-    keep_going: bool = False,
-    force: Sequence[str] = (),
-    cascade: bool = True,
     resource_limits: bool = False,
-    on_code_drift: str = DEFAULT_ON_CODE_DRIFT,
     task_runner: Any = None,
     select: Sequence[str] = (),
     exclude: Sequence[str] = (),
-    versions: VersionCodex | None = None,
-    scope: str | RunScope = OutputScope.SHARED,
-    user: str | None = None,
+    user: str | RunScope | None = None,
 ) -> Flow[[], dict[str, str]]:
     """Compile a pipeline into a Prefect flow; calling the flow runs the pipeline, and returns
     ``{name@version: artifact path}`` for every step.
 
     ``target_or_handles`` is a target string (``"examples/ngram.py:pipeline"`` or
-    ``"pkg.mod:attr"``), a handle, or a list of handles. The graph is lowered here, once; the
-    prefix is resolved when the flow runs (argument, else ``$MARIN_PREFIX``, else the default), so
-    a worker's environment decides where a deployment's artifacts go. ``on_drift``, ``force``
-    (step names or ``name@version`` ids), ``cascade``, ``on_code_drift``, ``select`` and
-    ``exclude`` mean what they mean for ``marin run``: the flow plans with the same decision
-    function, so ``marin plan`` with the same options predicts it exactly. The other options
-    are described in the module docstring (``Options``).
+    ``"pkg.mod:attr"``), a handle, or a list of handles. The graph is lowered here, once
+    (under ``options.versions``); the prefix is resolved when the flow runs (argument, else
+    ``$MARIN_PREFIX``, else the default), so a worker's environment decides where a
+    deployment's artifacts go. ``options`` (a ``RunOptions``, checked once by the caller; the
+    defaults without one) mean what they mean for ``marin run``: the flow plans with the same
+    decision function, so ``marin plan`` with the same options predicts it exactly. ``select``
+    and ``exclude`` narrow the graph, and the other arguments are Prefect's own choices (the
+    module docstring); ``user``: whose folder a user-scope run writes (the entry flow passes
+    the ``RunScope`` it checked).
 
-    Raises ``OptionError`` (a bad option), ``TargetError``/``PipelineImportError`` (a target
-    that cannot load), ``InvalidStepError`` (a selection or ``force`` naming no step) and
-    ``ValueError`` (an empty ``concurrency_limit``)."""
-    run = options or RunOptions(
-        on_drift=on_drift,
-        force=(force,) if isinstance(force, str) else tuple(force),
-        cascade=cascade,
-        max_concurrent=max_concurrent,
-        keep_going=keep_going,
-        on_code_drift=on_code_drift,
-    )
+    Raises ``TargetError``/``PipelineImportError`` (a target that cannot load),
+    ``InvalidStepError`` (a selection or ``force`` naming no step) and ``ValueError`` (an empty
+    ``concurrency_limit``)."""
+    run = options if options is not None else RunOptions()
     if concurrency_limit is not None and not concurrency_limit.strip():
         raise ValueError("error: concurrency_limit is empty: pass a global concurrency limit name")
-    graph = _selected_graph(target_or_handles, select, exclude, versions)
+    graph = _selected_graph(target_or_handles, select, exclude, run.versions)
     flow_name = name or default_flow_name(target_or_handles, list(graph.targets))
     if task_runner is None:
         task_runner = ThreadPoolTaskRunner(max_workers=run.max_concurrent)
@@ -204,7 +191,7 @@ def to_prefect_flow(
         concurrency_limit=concurrency_limit, resource_limits=resource_limits, remote=remote,
         target=remote_target(target_or_handles) if remote else None,
         dask=remote and is_dask_runner(task_runner),
-        placement=scope if isinstance(scope, RunScope) else RunScope(check_scope(scope), user),
+        placement=user if isinstance(user, RunScope) else RunScope(check_scope(run.scope), user),
     )  # fmt: skip
     return _flow(flow_name, graph, flow_options, location, task_runner)
 
@@ -347,7 +334,7 @@ def run_steps(
     location.check_writable()
     logger.info("marin: %d step(s) under %s", len(steps), location.url)
     # Where each step reads and writes for the run's user, as `marin run` places them.
-    placed, _ = options.placement.place(targets, location, options.policy.force)
+    placed, _ = options.placement.place(targets, location, options.policy.force, options.policy)
     if placed != list(targets):  # a user's folder, or an absolute pin
         steps, targets = Graph.of(placed).steps, placed
     plan = plan_graph(steps, targets, read_stored(steps, location), options.policy)
@@ -405,6 +392,9 @@ class PrefectExecutor:
     """
 
     retries_steps = True
+    wait = Wait.BLOCK
+    """A task cannot give its slot back while it waits: it waits in its thread (a job, a
+    lease); a retry or a new flow run reattaches."""
 
     def __init__(self, plan: Plan, location: Location, options: FlowOptions) -> None:
         self._plan = plan
@@ -425,7 +415,7 @@ class PrefectExecutor:
 
     def settle(self) -> None:
         """Give every served and pruned step its task run (and its edges) at once."""
-        from marin.execution.build.commit import warn_if_served_stale
+        from marin.execution.builder.commit import warn_if_served_stale
         from marin.execution.vocabulary import Action
 
         for path, decision in self._plan.decisions.items():
@@ -650,12 +640,13 @@ def _cached_task(spec: StepSpec, url: str, reason: str) -> Task[[], Any]:
 def hold_slots_and_build(
     spec: StepSpec,
     options: FlowOptions,
-    build: Callable[[], BuildOutcome],
+    build: Callable[[], BuildOutcome | PendingBuild],
     where: dict[str, Any] | None = None,
 ) -> BuildOutcome:
     """Run one attempt, holding Prefect concurrency slots only while it builds: one of
     ``concurrency_limit``, and with ``resource_limits`` the step's ``marin-<kind>`` slots. The
-    record names the task run (and ``where``: the Dask worker, on a remote build)."""
+    record names the task run (and ``where``: the Dask worker, on a remote build). A task waits
+    in its thread (``Wait.BLOCK``) for a held lease and a remote job: see docs/prefect.md."""
     from marin.execution.pipeline.provenance import engine_run
     from marin_prefect.assets import flow_run_lineage
 
@@ -687,7 +678,7 @@ def hold_slots_and_build(
             slots.enter_context(resource_concurrency(spec, logger))
         # The record names this task run; the OpenLineage parent is this flow run.
         with engine_run("prefect", {**_task_run_ids(), **(where or {})}), flow_run_lineage():
-            return build()
+            return waited_here(build())
 
 
 def _task_run_ids() -> dict[str, Any]:

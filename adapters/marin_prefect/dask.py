@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 from marin.execution.errors import MarinError
 
 if TYPE_CHECKING:
-    from marin.execution.build.commit import BuildOutcome
-    from marin.execution.build.request import BuildRequest
+    from marin.execution.builder.commit import BuildOutcome
+    from marin.execution.builder.request import BuildRequest
     from marin.execution.pipeline.step_spec import StepSpec
     from marin.execution.plan.decide import Decision, Policy, Upstream
     from marin.execution.vocabulary import BuildOutcomeKind
@@ -125,7 +125,7 @@ class RemoteOutcome:
     reason: str
 
     def outcome(self, spec: StepSpec) -> BuildOutcome:
-        from marin.execution.build.commit import BuildOutcome
+        from marin.execution.builder.commit import BuildOutcome
 
         return BuildOutcome(
             spec, self.action, self.record, self.output_url, self.duration_s, self.drift,
@@ -200,8 +200,8 @@ def build_remote(target: str | None, payload: bytes) -> RemoteOutcome:
     flow's Prefect concurrency slots as a local build does. The record names this worker."""
     import threading
 
-    from marin.execution.build.commit import build_step
-    from marin.execution.build.request import BuildRequest
+    from marin.execution.builder.commit import build_step
+    from marin.execution.builder.request import BuildRequest
     from marin.execution.store.location import open_prefix
     from marin_prefect.compile import hold_slots_and_build
 

@@ -210,7 +210,8 @@ def marin_pipeline(
     # The run's parameters are whoever triggered it's data: checked like any option, first.
     options = RunOptions.from_params(
         {"on_drift": on_drift, "force": force, "cascade": cascade, "keep_going": keep_going,
-         "max_concurrent": max_concurrent, "on_code_drift": on_code_drift}
+         "max_concurrent": max_concurrent, "on_code_drift": on_code_drift},
+        defaults=RunOptions(scope=placement.scope, versions=codex),
     )  # fmt: skip
     pipeline = to_prefect_flow(
         parsed,
@@ -223,7 +224,6 @@ def marin_pipeline(
         select=check_patterns(select or [], "select"),
         exclude=check_patterns(exclude or [], "exclude"),
         task_runner=task_runner_from_env(),  # the worker's setting, never the run's
-        versions=codex,
-        scope=placement,
+        user=placement,
     )
     return pipeline()

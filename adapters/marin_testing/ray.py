@@ -49,11 +49,26 @@ def _session_members(sid: int) -> list[int]:
     return found
 
 
+def _end_session(proc: subprocess.Popen[bytes]) -> None:
+    """End ``ray start --block`` and whatever it started in its session."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
+    for pid in _session_members(proc.pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
 class RayCluster:
     """``ray start --head`` on loopback; see the module docstring."""
 
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env = {**env, "RAY_USAGE_STATS_ENABLED": "0"}
+    def __init__(self, env: dict[str, str], num_cpus: int = 2, workers: int = 0) -> None:
+        """``num_cpus`` of the head; ``workers``: that many more nodes of one CPU each (a
+        cluster of several nodes on loopback: a gang's placement group spans them)."""
+        self.num_cpus, self.workers = num_cpus, workers
+        self._workers: list[subprocess.Popen[bytes]] = []
+        self.env = {**env, "RAY_USAGE_STATS_ENABLED": "0", "RAY_raylet_start_wait_time_s": "120"}
         self.env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         self.port, self.dashboard_port = _free_port(), _free_port()
         self.address = f"http://127.0.0.1:{self.dashboard_port}"
@@ -67,17 +82,55 @@ class RayCluster:
             [ray, "start", "--head", "--block", f"--port={self.port}",
              "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
              f"--dashboard-port={self.dashboard_port}",
-             "--num-cpus=2", "--disable-usage-stats", f"--temp-dir={self.temp_dir}",
+             f"--num-cpus={self.num_cpus}", "--disable-usage-stats", f"--temp-dir={self.temp_dir}",
              "--include-dashboard=true"],
             env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         log.close()
         try:
             self._wait_ready()
+            for count in range(2, 2 + self.workers):  # one at a time: a busy GCS times out
+                self._workers.append(self._start_worker(ray))
+                self._wait_nodes(count)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_worker(self, ray: str) -> subprocess.Popen[bytes]:
+        """One more node (its own raylet, on its own free ports), joined to the head."""
+        ports = [f"--{name}={_free_port()}" for name in (
+            "node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+            "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",
+        )]  # fmt: skip
+        with open(os.path.join(self.temp_dir, f"worker-{len(self._workers)}.log"), "wb") as log:
+            return subprocess.Popen(
+                [ray, "start", "--block", f"--address=127.0.0.1:{self.port}",
+                 "--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats",
+                 f"--temp-dir={self.temp_dir}", *ports],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+
+    def _wait_nodes(self, count: int) -> None:
+        """Until the dashboard lists ``count`` live nodes."""
+        import json
+
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        url = f"{self.address}/nodes?view=summary"
+        while True:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                with urllib.request.urlopen(url, timeout=5) as answer:
+                    found = json.loads(answer.read())["data"]["summary"]
+                alive = [n for n in found if n.get("raylet", {}).get("state") == "ALIVE"]
+                if len(alive) >= count:
+                    return
+            if time.monotonic() > deadline or self._workers[-1].poll() is not None:
+                logs = Path(self.temp_dir).glob("worker-*.log")
+                raise TimeoutError(
+                    f"{count} Ray nodes never came up: "
+                    + "\n".join(log.read_text()[-2000:] for log in logs)
+                )
+            time.sleep(0.5)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -101,6 +154,8 @@ class RayCluster:
         return ""
 
     def stop(self) -> None:
+        for worker in self._workers:
+            _end_session(worker)
         proc = self._proc
         if proc is not None:
             for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):

@@ -111,7 +111,7 @@ def time_rerun_and_plan(
     out: dict[str, Any] = {}
     for _ in range(reps):
         t0 = time.perf_counter()
-        report = StepRunner(max_concurrent, prefix).run(targets)
+        report = StepRunner(RunOptions(max_concurrent=max_concurrent), prefix=prefix).run(targets)
         rerun.append(time.perf_counter() - t0)
         assert not report.to_build, "a re-run of a built pipeline wanted to build"
         out["rerun_checked"] = len(report.skipped) + len(report.pruned)
@@ -206,7 +206,7 @@ def latency(n: int, latency_s: float, serial_sample: int, reps: int = 3) -> dict
         out["plan_calls"] = latency_fs.LatencyFileSystem.calls
         latency_fs.LatencyFileSystem.calls = 0
         t0 = time.perf_counter()
-        report = StepRunner(8, "slowmem://lat").run(targets)
+        report = StepRunner(RunOptions(max_concurrent=8), prefix="slowmem://lat").run(targets)
         rerun.append(time.perf_counter() - t0)
         assert not report.to_build
         out["rerun_calls"] = latency_fs.LatencyFileSystem.calls

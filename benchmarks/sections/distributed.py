@@ -152,6 +152,7 @@ def distributed(n: int, reps: int, drivers_sleep_s: float = 0.5) -> dict[str, An
     from prefect_dask import DaskTaskRunner
 
     from marin.execution.pipeline.targets import load_target
+    from marin.execution.plan.options import RunOptions
     from marin.execution.step_runner import StepRunner
     from marin_prefect.compile import to_prefect_flow
     from marin_testing.dask import DaskCluster
@@ -167,16 +168,17 @@ def distributed(n: int, reps: int, drivers_sleep_s: float = 0.5) -> dict[str, An
             cluster.add_worker("a")
             cluster.add_worker("b", resources={"GPU": 1})
             cluster.wait_for_workers(2)
+            eight = RunOptions(max_concurrent=8)
             variants: dict[str, Callable[[str], Any]] = {
-                "local": lambda prefix: StepRunner(8, prefix).run(steps),
+                "local": lambda prefix: StepRunner(eight, prefix=prefix).run(steps),
                 "prefect-threads": lambda prefix: to_prefect_flow(
-                    target, max_concurrent=8, prefix=prefix
+                    target, prefix=prefix, options=eight
                 )(),
                 "prefect-dask": lambda prefix: to_prefect_flow(
                     target,
-                    max_concurrent=8,
                     prefix=prefix,
                     task_runner=DaskTaskRunner(address=cluster.address),
+                    options=eight,
                 )(),
             }
             times, _ = timed_rounds(variants, reps, seed=5, tag="dk")
@@ -205,6 +207,7 @@ def celery(
     this host, so its leases hold), given as the run's ``prefix`` param. Past ``budget_s`` a
     run's wait fails, and the services are stopped before the harness's time limit."""
     from marin.execution.pipeline.targets import load_target
+    from marin.execution.plan.options import RunOptions
     from marin.execution.step_runner import StepRunner
 
     if shutil.which("redis-server") is None:
@@ -232,7 +235,9 @@ def celery(
             airflow_s.append(_celery_run(services, dag_id, prefix, left))
 
         variants: dict[str, Callable[[str], Any]] = {
-            "local": lambda prefix: StepRunner(2 * worker_slots, prefix).run(steps),
+            "local": lambda prefix: StepRunner(
+                RunOptions(max_concurrent=2 * worker_slots), prefix=prefix
+            ).run(steps),
             "celery": on_celery,
         }
         # The warm-up's Airflow span is not one of the timed runs'.

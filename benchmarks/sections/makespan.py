@@ -69,6 +69,7 @@ def makespan(
     high: float,
 ) -> dict[str, Any]:
     """Random DAGs of sleeping steps: makespan / max(critical path, work / max_concurrent)."""
+    from marin.execution.plan.options import RunOptions
     from marin.execution.step_runner import StepRunner
 
     results: list[dict[str, Any]] = []
@@ -90,7 +91,7 @@ def makespan(
             bound = max(critical, work / mc)
             for order in orders:
                 clear_memory_store()
-                runner = StepRunner(mc, f"memory://mk{seed}-{mc}-{order}")
+                runner = StepRunner(RunOptions(max_concurrent=mc), prefix=f"memory://mk{seed}-{mc}-{order}")
                 runner.ready_order = order
                 t0 = time.perf_counter()
                 runner.run(targets)

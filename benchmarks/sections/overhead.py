@@ -285,6 +285,7 @@ def overhead(
     pin_loop: bool = False,
 ) -> dict[str, Any]:
     """StepRunner wall time per no-op step, each repetition on a fresh prefix."""
+    from marin.execution.plan.options import RunOptions
     from marin.execution.step_runner import StepRunner
 
     if stub:
@@ -300,7 +301,7 @@ def overhead(
         with fresh_prefix(backend, f"{kind}{n}r{rep}") as prefix:
             before = context_switches()
             t0 = time.perf_counter()
-            StepRunner(max_concurrent, prefix).run(targets)
+            StepRunner(RunOptions(max_concurrent=max_concurrent), prefix=prefix).run(targets)
             runs.append(time.perf_counter() - t0)
             switches.append(context_switches() - before)
             if rep == 0:

@@ -98,6 +98,7 @@ def prefect_variants(
 ) -> tuple[list[StepSpec], dict[str, Callable[[str], Any]]]:
     """The ``prefect`` section's runs of the ``n``-step random graph, each a function of a fresh
     prefix (also profiled by ``prefect_profile.py``); call inside a Prefect harness."""
+    from marin.execution.plan.options import RunOptions
     from marin.execution.step_runner import StepRunner
     from marin_prefect.compile import to_prefect_flow
 
@@ -107,14 +108,16 @@ def prefect_variants(
 
     variants: dict[str, Callable[[str], Any]] = {
         "compiled": lambda prefix: to_prefect_flow(
-            list(handles), max_concurrent=max_concurrent, prefix=prefix
+            list(handles), prefix=prefix, options=RunOptions(max_concurrent=max_concurrent)
         )(),
         "plain": lambda prefix: plain_flow(steps, prefix, max_concurrent)(),
         # The same hand-written flow with the compiled flow's tags: Prefect's task engine asks
         # the server for the slots of every tag's limit (``tag:<name>``) before each tagged
         # task runs, limit or none, so this variant isolates that round trip's cost.
         "plain-tagged": lambda prefix: plain_flow(steps, prefix, max_concurrent, tagged=True)(),
-        "local": lambda prefix: StepRunner(max_concurrent, prefix).run(targets),
+        "local": lambda prefix: StepRunner(
+            RunOptions(max_concurrent=max_concurrent), prefix=prefix
+        ).run(targets),
     }
     return steps, variants
 
@@ -128,7 +131,8 @@ def plain_flow(
     from prefect.cache_policies import NO_CACHE
     from prefect.task_runners import ThreadPoolTaskRunner
 
-    from marin.execution.build.commit import build_step
+    from marin.execution.builder.commit import BuildRequest, build_step
+    from marin.execution.builder.outcome import waited_here
     from marin.execution.store.location import open_prefix
     from marin_prefect.resources import task_tags
 
@@ -141,7 +145,7 @@ def plain_flow(
         for spec in steps:
 
             def fn(spec: StepSpec = spec) -> str:
-                return build_step(spec, location).output_url
+                return waited_here(build_step(BuildRequest(spec, location))).output_url
 
             task: Any = Task(
                 fn,

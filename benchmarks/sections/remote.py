@@ -81,7 +81,7 @@ def remote_wait(n: int, seconds: float, baseline: bool) -> dict[str, Any]:
     with fresh_prefix("local", "remote-wait") as prefix:
         watcher.start()
         cpu0, t0 = _cpu_s(), time.perf_counter()
-        StepRunner(options=RunOptions(max_concurrent=2, max_remote=n), prefix=prefix).run(targets)
+        StepRunner(RunOptions(max_concurrent=2, max_remote=n), prefix=prefix).run(targets)
         wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
         stop.set()
     return {
@@ -104,7 +104,7 @@ def _count_threads(most: list[int], stop: threading.Event) -> None:
 
 def _backend_alone(n: int, seconds: float) -> float:
     """``n`` jobs straight through ``LocalBackend``, polled every 50 ms until all ended."""
-    from marin.execution.pipeline.remote.local import LocalBackend
+    from marin.execution.remote.local import LocalBackend
 
     backend = LocalBackend()
     saved = os.environ.get("MARIN_LOCAL_JOBS")
@@ -120,7 +120,7 @@ def _backend_alone(n: int, seconds: float) -> float:
 
 
 def _submit_and_poll(backend: Any, root: str, n: int, seconds: float) -> float:
-    from marin.execution.pipeline.remote.protocol import JobSpec
+    from marin.execution.remote.protocol import JobSpec
     from marin.execution.vocabulary import JobState
 
     meta = pickle.dumps({"sys_path": sys.path, "module_files": {}})
@@ -171,6 +171,7 @@ def remote_restart(reps: int, ended: bool) -> dict[str, Any]:
 def _restart_once(prefix: str, ended: bool) -> float:
     """One restart: the seconds to reattach to the running job, or (``ended``) to collect and
     commit the ended one."""
+    from marin.execution.plan.options import RunOptions
     from marin.execution.step_runner import StepRunner
 
     gate = prefix + ".gate"  # beside the prefix: the step's folders stay its own
@@ -186,7 +187,7 @@ def _restart_once(prefix: str, ended: bool) -> float:
     opener.start()
     try:
         t0 = time.perf_counter()
-        StepRunner(2, prefix).run(lower(remote_jobs.restart))
+        StepRunner(RunOptions(max_concurrent=2), prefix=prefix).run(lower(remote_jobs.restart))
         wall = time.perf_counter() - t0
     finally:
         opener.join()
@@ -221,7 +222,7 @@ def _interrupted_driver(prefix: str, gate: str) -> None:
 def _job_wrote(prefix: str, name: str) -> bool:
     """Whether the restart step's local job wrote ``name`` in its folder (under the jobs root,
     named by the job id in the step's ``job.json``)."""
-    from marin.execution.pipeline.remote.local import jobs_root_path
+    from marin.execution.remote.local import jobs_root_path
 
     try:
         with open(os.path.join(prefix, "restart", "job", "v1.marin", "job.json")) as f:
@@ -242,6 +243,7 @@ def _wait_for_result(prefix: str) -> None:
 def remote_hop(n: int, remotes: list[str]) -> dict[str, Any]:
     """Wall time per step of a chain of ``n`` no-op steps, in-thread (``""``) or each a job of
     one of ``remotes`` (``ray``: on a loopback cluster started first, not timed)."""
+    from marin.execution.plan.options import RunOptions
     from marin.execution.step_runner import StepRunner
 
     cluster = _ray_cluster() if "ray" in remotes else None
@@ -251,7 +253,7 @@ def remote_hop(n: int, remotes: list[str]) -> dict[str, Any]:
             targets = lower(remote_jobs.chain(n, remote or None))
             with fresh_prefix("local", f"hop-{remote}") as prefix:
                 t0 = time.perf_counter()
-                StepRunner(2, prefix).run(targets)
+                StepRunner(RunOptions(max_concurrent=2), prefix=prefix).run(targets)
                 per_step[remote] = (time.perf_counter() - t0) * 1000 / n
     finally:
         if cluster is not None:

@@ -11,15 +11,18 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.build.lineage.names import artifact_names, prefect_asset_key
+from marin.execution.builder.lineage.names import artifact_names, prefect_asset_key
 from marin.execution.errors import MarinError
 from marin.execution.names import METADATA_SUFFIX
+from marin.execution.store.lease import LeaseInfo, read_lease
 from marin.execution.store.location import Location, open_prefix
 from marin.execution.store.records import (
+    RUNNING,
     USERS_FOLDER,
     ArtifactRecord,
     ForeignRecord,
@@ -132,6 +135,13 @@ def job_text(record: ArtifactRecord) -> str:
     return f"{backend} job {job_id} (submitted {at})"
 
 
+def preemptions(record: ArtifactRecord) -> int:
+    """How many preemptions (lost jobs, submitted again) the build survived; 0 if none."""
+    job = (record.provenance or {}).get("job")
+    found = job.get("preemptions") if isinstance(job, dict) else None
+    return found if isinstance(found, int) and not isinstance(found, bool) and found > 0 else 0
+
+
 # --- ls ------------------------------------------------------------------------------------------
 
 
@@ -189,7 +199,7 @@ def list_entries(location: Location, *, sizes: bool = True) -> list[Entry]:
         found = load_record(location, path)
         if isinstance(found, ForeignRecord):
             return Entry(path, None, _foreign_status(found), None)
-        status = None if found is not None else read_attempt(location, path)
+        status = None if found is not None else judged(location, path, read_attempt(location, path))
         size = _size(location, path) if sizes and found is not None else None
         return Entry(path, found, status, size)
 
@@ -323,6 +333,66 @@ def ls_table(
     return "\n".join(lines) + "\n"
 
 
+UNFINISHED = "UNFINISHED"
+"""The state ``ls`` and ``show`` give an attempt whose lease no longer protects it (its holder
+is gone, or the lease expired): what the next run takes over, never ``RUNNING``."""
+
+
+def judged(location: Location, output_path: str, status: dict[str, Any] | None) -> Any:
+    """``status``, with a ``RUNNING`` one (a lease) judged as a run judges it: a lease whose
+    holder is gone, expired, skewed or unreadable makes it ``UNFINISHED``, saying why."""
+    if not status or status.get("state") != RUNNING:
+        return status
+    try:
+        info = read_lease(location, output_path)
+    except OSError:  # cannot tell: shown as stored
+        return status
+    if info is not None and info.live:
+        return status
+    return {**status, "state": UNFINISHED, "error": f"{_lease_gone(info)}; the next run takes over"}
+
+
+def _lease_gone(info: LeaseInfo | None) -> str:
+    """Why a lease protects nothing any more, in the run's words."""
+    if info is None:
+        return "its lease is gone"
+    if info.garbled:
+        return "its lease is unreadable"
+    if info.holder_dead:
+        parts = info.holder.split(":")  # host:pid:thread
+        return f"holder pid {parts[-2] if len(parts) >= 3 else '?'} gone"
+    if info.skewed:
+        return "its lease expires beyond its TTL (a skewed clock or a planted lease)"
+    return f"its lease expired {time.time() - info.expires_at:.0f}s ago"
+
+
+def _job_lines(location: Location, output_path: str) -> list[str]:
+    """``marin show``'s lines on a step's recorded job: backend, id, state and its log."""
+    from marin.step_jobs import JobRefusedError, step_job
+
+    step = "@".join(output_path.rsplit("/", 1))
+    try:
+        found = step_job(location, output_path, step)
+    except JobRefusedError as exc:
+        return [f"  job          {exc.what}"]
+    if found is None:
+        return []
+    where = found_log(found)
+    return [
+        f"  job          {found.describe()}",
+        *([f"  job log      {where}"] if where else []),
+        f"  follow       marin logs {step} -f; stop: marin cancel {step}",
+    ]
+
+
+def found_log(found: Any) -> str:
+    """Where a job's own log is (its backend's ``log_location``), or ``""``."""
+    from marin.execution.remote.registry import get_backend
+
+    where = getattr(get_backend(found.job.backend), "log_location", None)
+    return str(where(found.job.handle)) if callable(where) else ""
+
+
 # --- show ----------------------------------------------------------------------------------------
 
 
@@ -380,6 +450,29 @@ def resolve_show_target(what: str, prefix: str | None) -> tuple[Location, str]:
         MEMORY_ELSEWHERE if location.is_memory else closest_hint(location, candidate),
         candidate,
     )
+
+
+def steps_named(location: Location, given: str) -> list[str]:
+    """The output paths ``marin cancel`` acts on: ``name@version``'s, or for a bare name each
+    version whose folder records a job (every version when none does: each says so).
+
+    Raises:
+        InvalidStepError: ``given`` is not a valid name (or name@version).
+        NotFoundError: nothing of that name is under the prefix.
+    """
+    from marin.execution.names import validate_name
+    from marin.execution.store.step_folder import job_path
+    from marin.unlock import step_output_path
+
+    if "@" in given:
+        return [step_output_path(given)]
+    validate_name(given)
+    paths = [f"{given}/{v}" for v in _versions_of(location, given)]
+    if not paths:
+        raise NotFoundError(f"nothing named {given} is under {location.url}",
+                            closest_hint(location, given), given)  # fmt: skip
+    with_job = [p for p in paths if location.has_file(location.path(job_path(p)))]
+    return with_job or paths
 
 
 def latest_built_version(location: Location, name: str, versions: list[str]) -> str | None:
@@ -473,7 +566,7 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
     """
     found = load_record(location, output_path)
     record = found if isinstance(found, ArtifactRecord) else None
-    status = read_attempt(location, output_path)
+    status = judged(location, output_path, read_attempt(location, output_path))
     if isinstance(found, ForeignRecord):
         status = {**(status or {}), **_foreign_status(found)}
     url = location.url_for(output_path)
@@ -487,7 +580,8 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
             _not_built_hint(location, name, version),
             f"{name}@{version}" if name else None,
         )
-    return _terminal_lines(_attempt_lines(output_path, url, status, log)), 1
+    job = _job_lines(location, output_path)
+    return _terminal_lines(_attempt_lines(output_path, url, status, job + log)), 1
 
 
 def _log_lines(location: Location, output_path: str) -> list[str]:
@@ -550,6 +644,7 @@ def _built_lines(
         f"  by           {who(record)} (pid {prov.get('pid', '?')})",
         f"  engine       {engine_text(record)}",
         *([f"  job          {job_text(record)}"] if job_text(record) else []),
+        *([f"  preemptions  {n} (lost jobs resubmitted)"] if (n := preemptions(record)) else []),
         f"  git          {git}",
         f"  time         {prov.get('time', '-')}",
         f"  argv         {' '.join(str(a) for a in prov.get('argv', [])) or '-'}",

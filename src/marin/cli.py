@@ -21,20 +21,13 @@ from typing import Any
 from marin.execution.errors import (
     DriftError,
     MarinError,
-    OptionError,
     PipelineFailedError,
     StepFailedError,
     format_error,
 )
-from marin.execution.plan.options import (
-    DEFAULT_MAX_CONCURRENT,
-    DEFAULT_MAX_REMOTE,
-    DEFAULT_ON_CODE_DRIFT,
-    DEFAULT_ON_DRIFT,
-    DRIFT_POLICIES,
-    check_patterns,
-)
+from marin.execution.plan.options import RunOptions
 from marin.execution.vocabulary import BuildOutcomeKind, RunResult
+from marin.run_flags import PREFIX_HELP, add_run_flags, prefix_arg, run_options, usage_checked
 from marin.terminal_text import safe_json, safe_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -46,15 +39,17 @@ class UsageError(Exception):
     """Bad command-line input: exit code 2."""
 
 
-def _lowered(target: str, args: argparse.Namespace | None = None, *, stream: bool = False) -> Any:
-    """The target's ``Graph``, lowered and checked once, narrowed by ``--select``/``--exclude``
-    when ``args`` has them; with ``stream`` (``marin run``), a stream target's ``LoweredStream``."""
-    from marin.execution.pipeline.handles import lower_graph
+def _lowered(
+    target: str, args: argparse.Namespace, options: RunOptions, *, stream: bool = False
+) -> Any:
+    """The target's ``Graph``, lowered and checked once (under the run's codex), narrowed by
+    ``--select``/``--exclude`` when ``args`` has them; with ``stream`` (``marin run``), a
+    stream target's ``LoweredStream``."""
+    from marin.execution.pipeline.lower import lower_graph
     from marin.execution.pipeline.targets import load_steps, load_target
-    from marin.execution.pipeline.versions import codex_from_args
     from marin.selection import select_graph
 
-    codex = codex_from_args(getattr(args, "run_version", None), getattr(args, "override", []))
+    codex = options.versions
     select, exclude = getattr(args, "select", []), getattr(args, "exclude", [])
     loaded = load_steps(target) if stream else load_target(target)
     if not isinstance(loaded, list):
@@ -77,16 +72,14 @@ def _stream_of(source: Any, codex: Any, named: list[str]) -> Any:
 
 
 def _scoped(graph: Any, location: Any, args: argparse.Namespace) -> Any:
-    """``graph`` with each step placed where it reads and writes for this user (plan/scope.py:
-    run and plan agree); the same graph when no step is in user scope."""
+    """``graph`` with each step placed where it reads and writes for this user (plan/scope.py),
+    for a command that runs no ``StepRunner`` (which places its graph itself, once)."""
     from marin.execution.pipeline.graph import Graph
     from marin.execution.plan.scope import resolve_scopes
-    from marin.execution.run.stream import LoweredStream
 
     scope, force = getattr(args, "scope", "shared"), getattr(args, "force", ())
-    if isinstance(graph, LoweredStream):  # each step is placed as it arrives
-        return graph.place_in(location, scope)
-    targets = resolve_scopes(graph.targets, location, scope, force)
+    policy = run_options(args).policy(list(graph.steps))  # a rebuilt shared step is the user's own
+    targets = resolve_scopes(graph.targets, location, scope, force, policy=policy)
     return graph if targets == list(graph.targets) else Graph.of(targets)
 
 
@@ -96,13 +89,6 @@ def _reachable(prefix: str | None) -> Any:
     from marin.execution.store.probe import open_reachable
 
     return open_reachable(prefix)
-
-
-def _run_options(args: argparse.Namespace) -> Any:
-    """The command's ``RunOptions``, made and checked once (a flag it lacks: the default)."""
-    from marin.execution.plan.options import RunOptions
-
-    return RunOptions.from_params(vars(args))
 
 
 def _configure_logging(verbose: bool) -> None:
@@ -115,7 +101,7 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def _use_live_progress(args: argparse.Namespace) -> bool:
-    from marin.execution.build.step_logs import real_stream
+    from marin.execution.builder.step_logs import real_stream
 
     if args.no_progress or getattr(args, "json", False) or os.environ.get("TERM") == "dumb":
         return False
@@ -125,13 +111,9 @@ def _use_live_progress(args: argparse.Namespace) -> bool:
 
 def _capacity_arg(text: str) -> str:
     """``--resources``: checked here (a bad value is a usage error), kept as text."""
-    from marin.execution.errors import MarinError
     from marin.execution.pipeline.resources import parse_capacity
 
-    try:
-        parse_capacity(text)
-    except MarinError as exc:
-        raise argparse.ArgumentTypeError(f"{exc.what}: {exc.fix}") from None
+    usage_checked(parse_capacity, text)
     return text
 
 
@@ -161,22 +143,18 @@ def _first_interrupt_only() -> Iterator[None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from marin.execution.build.lineage import pipeline_run
+    from marin.execution.builder.lineage import pipeline_run
     from marin.execution.step_runner import RunReport, StepRunner
     from marin.progress import RunObserver, render_summary
 
     as_json = getattr(args, "json", False)
-    options = _run_options(args)
-    graph = _lowered(args.target, args, stream=True)
+    options = run_options(args)
+    graph = _lowered(args.target, args, options, stream=True)
     location = _reachable(args.prefix)
-    graph = _scoped(graph, location, args)
     live = not args.dry_run and not as_json and _use_live_progress(args)
     observer = RunObserver(location, live=live)
     runner = StepRunner(
-        prefix=args.prefix,
-        options=options,
-        listener=observer,
-        resources=getattr(args, "resources", None),
+        options, prefix=args.prefix, listener=observer, resources=getattr(args, "resources", None)
     )
     runner.exit_on_interrupt = True  # the process exits at once, which ends every running fn
     color = sys.stdout.isatty()
@@ -184,9 +162,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     def summary(report: RunReport | None, interrupted: bool = False) -> None:
         if as_json:
             if report is not None:
-                print(safe_json(json.dumps(report.to_json(), indent=2, ensure_ascii=False)))
+                shown = report.to_json()
+            elif interrupted:  # before any plan: still a report a `jq` pipe can read
+                shown = {"schema": 1, "ok": False, "interrupted": True, "steps": []}
+            else:
+                return
+            print(safe_json(json.dumps(shown, indent=2, ensure_ascii=False)))
+            sys.stdout.flush()  # an interrupted run leaves with os._exit
             return
-        steps = list(graph.steps)
+        # The steps as the run placed them for its scope (before a plan: as lowered).
+        plan = report.plan if report is not None else None
+        steps = [d.spec for d in plan.decisions.values()] if plan else list(graph.steps)
         from marin import terminal_log
 
         text = render_summary(observer, steps, report, color=color, interrupted=interrupted)
@@ -204,16 +190,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         if as_json:
             print(safe_json(json.dumps({"schema": 1, "ok": False, "error": str(exc), "steps": []})))
         raise
-    except KeyboardInterrupt:
-        if observer.runs:
-            summary(None, interrupted=True)  # _first_interrupt_only: a second one cannot cut it
+    except KeyboardInterrupt as exc:
+        so_far = getattr(exc, "report", None)  # RunInterrupted: what ran until the Ctrl-C
+        if as_json or observer.runs or so_far is not None:
+            summary(so_far, interrupted=True)  # _first_interrupt_only: a second one cannot cut it
         raise
     if as_json:
         summary(report)
         return EXIT_OK
     if not args.dry_run:
         summary(report)
-    _print_result(report, graph.targets, args.dry_run)
+    _print_result(report, report.targets, args.dry_run)
     return EXIT_OK
 
 
@@ -256,10 +243,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from marin.execution.step_runner import StepRunner
     from marin.plan_view import plan_json, plan_table, would_change_anything
 
-    runner = StepRunner(prefix=args.prefix, options=_run_options(args))
-    graph = _lowered(args.target, args)
+    options = run_options(args)
+    runner = StepRunner(options, prefix=args.prefix)
+    graph = _lowered(args.target, args, options)
     location = _reachable(args.prefix)
-    plan, location = runner.plan(_scoped(graph, location, args), location=location)
+    plan, location = runner.plan(graph, location=location)
     if args.json:
         print(safe_json(json.dumps(plan_json(plan, location), indent=2, ensure_ascii=False)))
     else:
@@ -275,7 +263,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_graph(args: argparse.Namespace) -> int:
     from marin.graph_view import render_graph
 
-    graph = _lowered(args.target, args)
+    options = run_options(args)
+    graph = _lowered(args.target, args, options)
     states = None
     if args.prefix:
         from marin.execution.step_runner import StepRunner
@@ -283,9 +272,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
         # The targets, as `marin plan` plans them: with every step a target, a pruned step
         # would be "needed" and its readers shown stale.
         location = _reachable(args.prefix)
-        plan, _ = StepRunner(prefix=args.prefix).plan(
-            _scoped(graph, location, args), location=location
-        )
+        plan, _ = StepRunner(options, prefix=args.prefix).plan(graph, location=location)
         states = plan.decisions
     sys.stdout.write(render_graph(list(graph.steps), args.format, states))
     return EXIT_OK
@@ -332,13 +319,14 @@ def cmd_why(args: argparse.Namespace) -> int:
     from marin.execution.step_runner import StepRunner
     from marin.why import explain_step, find_step
 
-    runner = StepRunner(prefix=args.prefix, options=_run_options(args))
-    graph = _lowered(args.target, args)
+    options = run_options(args)
+    runner = StepRunner(options, prefix=args.prefix)
+    graph = _lowered(args.target, args, options)
     find_step(list(graph.steps), args.step)  # a mistyped name fails before any storage access
     location = _reachable(args.prefix)
-    graph = _scoped(graph, location, args)  # where each step reads and writes, as plan says
-    plan, _ = runner.plan(graph, location=location)
-    sys.stdout.write(explain_step(plan, find_step(list(graph.steps), args.step)))
+    plan, _ = runner.plan(graph, location=location)  # placed where each step reads and writes
+    placed = [decision.spec for decision in plan.decisions.values()]
+    sys.stdout.write(explain_step(plan, find_step(placed, args.step)))
     return EXIT_OK
 
 
@@ -357,7 +345,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     from marin.plan_view import terminal_width
     from marin.results import collect_results, point_specs, render_csv, render_table
 
-    graph = _lowered(args.target, args)
+    graph = _lowered(args.target, args, run_options(args))
     location = _reachable(args.prefix)
     graph = _scoped(graph, location, args)
     results = collect_results(location, point_specs(list(graph.steps), list(graph.targets)))
@@ -380,13 +368,89 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 def cmd_unlock(args: argparse.Namespace) -> int:
     from marin.execution.store.location import open_prefix
+    from marin.step_jobs import running_job_notes
     from marin.unlock import step_output_path, unlock
 
     output_path = step_output_path(args.step)
     location = open_prefix(args.prefix)
     result = unlock(location, output_path, args.step, force=args.force)
-    print(safe_text(result.message), file=sys.stdout if result.unlocked else sys.stderr)
+    out = sys.stdout if result.unlocked else sys.stderr
+    print(safe_text(result.message), file=out)
+    for note in running_job_notes(location, output_path, args.step):
+        print(safe_text(note), file=out)
     return EXIT_OK if result.unlocked else EXIT_FAILED
+
+
+# --- logs, cancel ------------------------------------------------------------------------------
+
+
+def _write_out(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()  # a followed log shows as it comes
+
+
+def _quiet_broken_pipe(command: Callable[[argparse.Namespace], int]) -> Any:
+    """``marin logs ... | head``: a reader that stops reading ends the command quietly."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
+            return EXIT_OK
+
+    return run
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from marin.catalog import resolve_show_target
+    from marin.execution.store.records import read_record
+    from marin.execution.vocabulary import JobState
+    from marin.step_jobs import follow_job_log, follow_step_log, step_job
+
+    location, output_path = resolve_show_target(args.step, args.prefix)
+    step = "@".join(output_path.rsplit("/", 1))
+    found = step_job(location, output_path, step)
+    if found is not None and found.state != JobState.RUNNING and _has_log(location, output_path):
+        found = None  # an ended job whose driver copied its log: the step's log has it all
+    if found is not None:  # its job's own log: a driver may be gone, the job never is
+        print(safe_text(f"{step}: {found.describe()}"), file=sys.stderr)
+        lines = args.lines if args.lines is not None else JOB_LOG_LINES
+        end = follow_job_log(found, _write_out, follow=args.follow, lines=lines)
+        if args.follow:  # a collected job's folder may be gone already: the record tells
+            built = "; the step is built" if read_record(location, output_path) else ""
+            print(safe_text(f"{step}: {found.job.backend} job {found.job.job_id} ended "
+                            f"({end}){built}"), file=sys.stderr)  # fmt: skip
+        return EXIT_OK
+    if follow_step_log(location, output_path, _write_out, follow=args.follow, lines=args.lines):
+        return EXIT_OK
+    print(safe_text(f"{step}: no log (the step printed and logged nothing, or never ran)"),
+          file=sys.stderr)  # fmt: skip
+    return EXIT_FAILED
+
+
+def _has_log(location: Any, output_path: str) -> bool:
+    from marin.execution.store.records import log_path
+
+    return bool(location.has_file(location.path(log_path(output_path))))
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from marin.catalog import steps_named
+    from marin.execution.store.location import open_prefix
+    from marin.step_jobs import JobRefusedError, cancel_step
+
+    location = open_prefix(args.prefix)
+    code = EXIT_OK
+    for given in args.steps:
+        for output_path in steps_named(location, given):
+            step = "@".join(output_path.rsplit("/", 1))
+            try:
+                print(safe_text(cancel_step(location, output_path, step)))
+            except JobRefusedError as exc:
+                print(safe_text(f"error: {exc}", keep_newlines=True), file=sys.stderr)
+                code = EXIT_FAILED
+    return code
 
 
 # --- parser ------------------------------------------------------------------------------------
@@ -477,61 +541,35 @@ refused unless --force; a build whose lease is broken discards its result when
 it notices, and never commits.
 exit codes: 0 unlocked (or no lease), 1 refused, 2 bad input.
 """
+_EPILOG_LOGS = """example:
+  marin logs linear/train@v1 --prefix /tmp/marin
+  marin logs linear/train --prefix /tmp/marin -f   # until its job ends
+
+A remote step with a recorded job shows the job's own log (from its backend:
+a local job's file, Ray's job logs), also while it runs and after its driver
+died; any other step shows its <output>.marin/log.txt. Control characters are
+shown escaped (\\x1b): a log is data, never acted on.
+exit codes: 0 shown, 1 no log, 2 bad input (or a job not provably the step's).
+"""
+_EPILOG_CANCEL = """example:
+  marin cancel linear/train@v1 --prefix /tmp/marin
+  marin cancel linear/train --prefix /tmp/marin   # every version's job
+
+Stops the step's running job through its backend (a local job's process
+group, Ray's stop_job), once its backend vouches that the job was submitted
+for this step. A driver still waiting for it fails the step and releases its
+lease; with no live driver the lease and job record are removed here. A name
+without @version cancels the jobs of all its versions (an old version's job
+left running by a version bump).
+exit codes: 0 cancelled (or already ended), 1 refused or nothing to cancel.
+"""
 _EPILOG_EXPORT = """example:
   marin export airflow --help
   marin export prefect --help
 """
-PREFIX_HELP = (
-    "where artifacts live: a path, memory://, gs://, s3:// "
-    "(default: $MARIN_PREFIX, else ./marin-artifacts)"
-)
+JOB_LOG_LINES = 1000
+"""``marin logs`` of a job without ``-f``: its last lines (a backend reads them from the end)."""
 TARGET_HELP = "the pipeline: path/to/file.py:attr or package.module:attr"
-
-
-DRIFT_CHOICES = DRIFT_POLICIES
-DRIFT_HELP = (
-    "a built step whose config changed without a version bump: serve it with a warning "
-    "(warn, the default), rebuild it (rebuild), or stop with an error (error)"
-)
-CODE_DRIFT_HELP = (
-    "a built step whose code (its function, or a same-project function or class it calls) "
-    "changed since it was built: serve it with a warning (warn, the default), rebuild it in "
-    "place (rebuild), or stop with an error (error); separate from --on-drift, because code "
-    "drift is advisory (docs/caching.md)"
-)
-FORCE_HELP = (
-    "rebuild this step even if it is built (name or name@version); repeat the flag or give a "
-    "comma list: --force a --force b,c"
-)
-CASCADE_HELP = (
-    "serve steps whose upstream was rebuilt, with a warning, instead of rebuilding them "
-    "(default: a rebuilt step's readers are rebuilt too)"
-)
-
-
-def _force_names(text: str) -> list[str]:
-    """One ``--force`` value: a name, or a comma list of names (empty items are errors)."""
-    names = [part.strip() for part in text.split(",")]
-    if not all(names):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} has an empty name: use --force NAME, repeated or as a comma list a,b"
-        )
-    return names
-
-
-class _ExtendForce(argparse.Action):
-    """``--force a --force b,c`` -> ``["a", "b", "c"]``: one name per flag, or a comma list."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        current = list(getattr(namespace, self.dest, None) or [])
-        current.extend(values)
-        setattr(namespace, self.dest, current)
 
 
 def _version() -> str:
@@ -553,103 +591,21 @@ def _add_global(parser: argparse.ArgumentParser, *, prefix_help: str | None = PR
     The sub-command's copy defaults to SUPPRESS, so it only overrides the top-level value when
     it was given after the sub-command.
     """
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="debug logging, and tracebacks for errors",
-    )
+    add_run_flags(parser, "verbose")
     if prefix_help is not None:
-        parser.add_argument("--prefix", type=_prefix, default=argparse.SUPPRESS, help=prefix_help)
-
-
-def _prefix(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError(
-            "is empty: give a path or URL, or leave --prefix out to use $MARIN_PREFIX or "
-            "./marin-artifacts"
-        )
-    return text
-
-
-def _add_force_and_drift(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--force",
-        action=_ExtendForce,
-        type=_force_names,
-        default=[],
-        metavar="NAME",
-        help=FORCE_HELP,
-    )
-    parser.add_argument(
-        "--on-drift", choices=DRIFT_CHOICES, default=DEFAULT_ON_DRIFT, help=DRIFT_HELP
-    )
-    parser.add_argument(
-        "--on-code-drift",
-        choices=DRIFT_CHOICES,
-        default=DEFAULT_ON_CODE_DRIFT,
-        help=CODE_DRIFT_HELP,
-    )
-    parser.add_argument("--no-cascade", dest="cascade", action="store_false", help=CASCADE_HELP)
-
-
-SELECT_HELP = (
-    "only the steps matching this glob (on name or name@version, e.g. 'ngram/eval/*'), and "
-    "what they need; repeat the flag or give a comma list"
-)
-EXCLUDE_HELP = "leave out the steps matching this glob, and every step that reads them"
-
-
-def _patterns(text: str) -> list[str]:
-    """One ``--select``/``--exclude`` value: a glob, or a comma list of them."""
-    try:
-        return list(check_patterns(text))
-    except OptionError as exc:  # argparse prints it as a usage error (exit 2)
-        raise argparse.ArgumentTypeError(f"{exc.what}: {exc.fix}") from None
-
-
-def _add_selection(parser: argparse.ArgumentParser) -> None:
-    for flag, text in (("--select", SELECT_HELP), ("--exclude", EXCLUDE_HELP)):
-        parser.add_argument(
-            flag,
-            action=_ExtendForce,
-            type=_patterns,
-            default=[],
-            metavar="PATTERN",
-            help=text,
-        )
+        add_run_flags(parser, "prefix", help={"prefix": prefix_help})
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     _add_target(parser)
     _add_global(parser)
-    _add_selection(parser)
+    add_run_flags(parser, "select", "exclude")
     _add_versions(parser)
 
 
 def _add_versions(parser: argparse.ArgumentParser) -> None:
-    """``--version V`` and ``--override NAME=V``: the codex of steps with ``version=None``."""
-    parser.add_argument(
-        "--version",
-        dest="run_version",
-        metavar="V",
-        help="the version of every step that defers its version (version=None)",
-    )
-    parser.add_argument(
-        "--override",
-        action="append",
-        default=[],
-        metavar="NAME=V",
-        help="the version of one deferred step (repeatable); naming no such step is an error",
-    )
-    parser.add_argument(
-        "--scope",
-        choices=("shared", "user"),
-        default="shared",
-        help="user: build every step under PREFIX/users/$MARIN_USER/, reading shared builds "
-        "it has not built itself (default: each step's with_options(scope=...))",
-    )
+    """``--version V``, ``--override NAME=V`` and ``--scope``: the run's codex and scope."""
+    add_run_flags(parser, "version", "override", "scope")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -672,7 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--prefix",
-        type=_prefix,
+        type=prefix_arg,
         default=None,
         help="artifact prefix for the sub-command (also accepted after it)",
     )
@@ -685,6 +641,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_why_command(commands)
     _add_diff_command(commands)
     _add_unlock_command(commands)
+    _add_logs_command(commands)
+    _add_cancel_command(commands)
     _add_gc_command(commands)
     _add_register_command(commands)
     _add_results_command(commands)
@@ -702,27 +660,9 @@ def _add_run_command(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_common(run)
-    run.add_argument(
-        "--max-concurrent",
-        type=int,
-        default=DEFAULT_MAX_CONCURRENT,
-        metavar="N",
-        help=f"steps at once (default {DEFAULT_MAX_CONCURRENT})",
-    )
-    run.add_argument(
-        "--max-remote",
-        type=int,
-        default=DEFAULT_MAX_REMOTE,
-        metavar="N",
-        help=f"remote steps' jobs in flight; they hold no step slot (default {DEFAULT_MAX_REMOTE})",
-    )
+    add_run_flags(run, "max_concurrent", "max_remote")
     run.add_argument("--dry-run", action="store_true", help="check and report; build nothing")
-    _add_force_and_drift(run)
-    run.add_argument(
-        "--keep-going",
-        action="store_true",
-        help="after a failure, keep building independent branches",
-    )
+    add_run_flags(run, "force", "on_drift", "on_code_drift", "cascade", "keep_going")
     run.add_argument(
         "--resources",
         type=_capacity_arg,
@@ -762,7 +702,7 @@ def _add_plan_command(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_common(plan)
-    _add_force_and_drift(plan)
+    add_run_flags(plan, "force", "on_drift", "on_code_drift", "cascade")
     plan.add_argument("--json", action="store_true", help="machine-readable output (schema 1)")
     plan.add_argument(
         "--exit-code",
@@ -789,7 +729,7 @@ def _add_graph_command(commands: Any) -> None:
         "--format", choices=("mermaid", "dot", "text"), default="text", help="default: text"
     )
     _add_global(graph, prefix_help="style nodes by their status under this prefix")
-    _add_selection(graph)
+    add_run_flags(graph, "select", "exclude")
     _add_versions(graph)
     graph.set_defaults(func=cmd_graph)
 
@@ -877,9 +817,9 @@ def _add_why_command(commands: Any) -> None:
     _add_target(why)
     why.add_argument("step", metavar="STEP", help="a step name or name@version")
     _add_global(why)
-    _add_selection(why)
+    add_run_flags(why, "select", "exclude")
     _add_versions(why)
-    _add_force_and_drift(why)
+    add_run_flags(why, "force", "on_drift", "on_code_drift", "cascade")
     why.set_defaults(func=cmd_why)
 
 
@@ -918,6 +858,48 @@ def _add_unlock_command(commands: Any) -> None:
         "its result)",
     )
     unlock.set_defaults(func=cmd_unlock)
+
+
+def _add_logs_command(commands: Any) -> None:
+    """``marin logs``: its options."""
+    logs = commands.add_parser(
+        "logs",
+        help="print or follow a step's log, a running remote job's too",
+        description="Print STEP's log: its remote job's, else its log.txt.",
+        epilog=_EPILOG_LOGS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    logs.add_argument("step", metavar="STEP", help="name@version, or a name")
+    _add_global(logs)
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing while the step's job (or build) runs",
+    )
+    logs.add_argument(
+        "-n",
+        "--lines",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"only the last N lines (a job's: default {JOB_LOG_LINES})",
+    )
+    logs.set_defaults(func=_quiet_broken_pipe(cmd_logs))  # fmt: skip
+
+
+def _add_cancel_command(commands: Any) -> None:
+    """``marin cancel``: its options."""
+    cancel = commands.add_parser(
+        "cancel",
+        help="cancel steps' running remote jobs and release what they hold",
+        description="Cancel the running job of each STEP through its backend.",
+        epilog=_EPILOG_CANCEL,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cancel.add_argument("steps", nargs="+", metavar="STEP", help="name@version, or a name")
+    _add_global(cancel)
+    cancel.set_defaults(func=cmd_cancel)
 
 
 def _add_gc_command(commands: Any) -> None:
@@ -971,13 +953,20 @@ def _unavailable(engine: str, exc: ImportError) -> Any:
 
 def _route_step_output(args: argparse.Namespace) -> Callable[[], None]:
     """``--no-step-output``: steps' output goes only to their logs. ``run --json``: stdout is
-    the report's, so echoed step output (labelled, whole lines) goes to stderr. Returns what
+    the report's, so echoed step output (labelled, whole lines) goes to stderr. Echoed lines
+    show the escapes a step printed (``safe_text``), on a terminal or not. Returns what
     undoes it: an in-process caller (a test, a notebook) keeps its own streams afterwards."""
-    from marin.execution.build import step_logs
+    from marin.execution.builder import step_logs
 
+    step_logs.set_shown(safe_text)  # a step prints anything: escapes shown, never acted on
     if getattr(args, "step_output", True) is False:
         token = step_logs.PASS_THROUGH.set(False)  # the runner's workers copy this context
-        return lambda: step_logs.PASS_THROUGH.reset(token)
+
+        def undo_quiet() -> None:
+            step_logs.PASS_THROUGH.reset(token)
+            step_logs.set_shown(None)
+
+        return undo_quiet
     if args.command == "run" and getattr(args, "json", False):
         stderr = step_logs.real_stream(sys.stderr)
         lock = threading.Lock()
@@ -987,9 +976,13 @@ def _route_step_output(args: argparse.Namespace) -> Callable[[], None]:
                 stderr.write(text)
                 stderr.flush()
 
+        def undo_echo() -> None:
+            step_logs.set_echo(None)
+            step_logs.set_shown(None)
+
         step_logs.set_echo(to_stderr)
-        return lambda: step_logs.set_echo(None)
-    return lambda: None
+        return undo_echo
+    return lambda: step_logs.set_shown(None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1014,7 +1007,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         sys.stderr.flush()
-        from marin.execution.build.lineage import abort_unfinished
+        from marin.execution.builder.lineage import abort_unfinished
 
         abort_unfinished()  # OpenLineage ABORT for builds cut short (bounded; none when off)
         os._exit(EXIT_INTERRUPTED)  # don't wait for running steps' threads

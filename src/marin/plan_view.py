@@ -12,18 +12,18 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from marin.execution.build.lineage.names import artifact_names
-from marin.execution.pipeline.remote.view import (
+from marin.execution.builder.lineage.names import artifact_names
+from marin.execution.pipeline.resources import describe_placement, placement_of
+from marin.execution.plan.decide import ACTIONS, STATUSES, Decision, Plan
+from marin.execution.plan.resume_verdict import ResumeVerdict
+from marin.execution.plan.scope import scope_of
+from marin.execution.plan.sweep_counts import sweep_counts
+from marin.execution.remote.view import (
     describe_job,
     describe_other_job,
     job_view,
     other_version_jobs,
 )
-from marin.execution.pipeline.resources import describe_placement, placement_of
-from marin.execution.plan.decide import ACTIONS, STATUSES, Decision, Plan
-from marin.execution.plan.resume import ResumeVerdict
-from marin.execution.plan.scope import scope_of
-from marin.execution.plan.sweep_counts import sweep_counts
 from marin.execution.store.location import Location
 from marin.execution.vocabulary import Action, ShownStatus, StoredStatus
 from marin.terminal_text import safe_rich, safe_text
@@ -203,7 +203,7 @@ def _job(d: Decision, location: Location, plan: Plan) -> dict[str, Any] | None:
     if d.spec.remote is None or d.action != Action.BUILD:
         return None
     recipe = plan.recipe(d.spec)
-    return job_view(location, d.spec.output_path, recipe, plan.policy.on_code_drift)
+    return job_view(location, d.spec.output_path, recipe, plan.policy.on_code_drift, d.spec.remote)
 
 
 def _other_jobs(d: Decision, location: Location) -> list[dict[str, Any]]:

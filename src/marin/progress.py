@@ -20,13 +20,14 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from marin.execution.build.step_logs import (
+from marin.execution.builder.step_logs import (
     StepLabelFilter,
     real_stream,
     set_echo,
     terminal_formatter,
 )
 from marin.execution.plan.decide import BUILT_REASON
+from marin.execution.remote.follow import LiveJob, live_jobs
 from marin.execution.store.records import log_path
 from marin.execution.vocabulary import BuildOutcomeKind, RunResult
 from marin.terminal_text import cell_width, cut_middle, safe_rich, safe_text, table_lines
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.live import Live
 
-    from marin.execution.build.commit import BuildOutcome
+    from marin.execution.builder.commit import BuildOutcome
     from marin.execution.step_runner import RunReport
     from marin.execution.step_spec import StepSpec
     from marin.execution.store.location import Location
@@ -85,6 +86,13 @@ class StepRun:
     @property
     def duration(self) -> float | None:
         return None if self.finished is None else self.finished - self.started
+
+
+def job_line(live: LiveJob) -> str:
+    """``local job marin-ab12 running: epoch 3, loss 0.41``: a remote step's job in the live
+    display (its last line as the job printed it: made safe where it is drawn)."""
+    text = f"{live.job.backend} job {live.job.job_id} {live.state}"
+    return f"{text}: {live.last_line.strip()}" if live.last_line.strip() else text
 
 
 def format_duration(seconds: float) -> str:
@@ -186,11 +194,18 @@ class RunObserver:
                 (r for r in self.runs.values() if r.finished is None), key=lambda r: r.started
             )
         rows = Table.grid(padding=(0, 1))
+        for _ in range(3):
+            rows.add_column(no_wrap=True)
+        rows.add_column(no_wrap=True, overflow="ellipsis")  # a job's last line: cut, not wrapped
+        jobs = live_jobs()
         for run in running[:MAX_RUNNING_SHOWN]:
             rows.add_row(
                 Spinner("dots", style="yellow"),
                 safe_rich(run.spec.step_id),
                 Text(format_duration(now - run.started), style="dim"),
+                safe_rich(job_line(jobs[run.spec.step_id]), "dim")
+                if run.spec.step_id in jobs
+                else Text(""),
             )
         parts: list[RenderableType] = [head, rows]
         if len(running) > MAX_RUNNING_SHOWN:
@@ -334,7 +349,10 @@ def summary_rows(
     for spec in steps:
         run = runs.get(spec.step_id)
         if run is not None:
-            rows.append(_row_of_run(spec, run, unchanged_reason.get(spec.output_path, "")))
+            row = _row_of_run(spec, run, unchanged_reason.get(spec.output_path, ""))
+            if row.result == INTERRUPTED_LABEL:  # cut short: why, and whether its job runs on
+                row = SummaryRow(row.step, row.result, None, not_run.get(spec.output_path, ""))
+            rows.append(row)
         elif spec.output_path in skipped_reason:
             rows.append(
                 SummaryRow(spec.step_id, SKIPPED_LABEL, None, skipped_reason[spec.output_path])

@@ -13,10 +13,12 @@ _EPILOG = """examples:
   marin register ngram/dataset@v1 --id datasets/ngram/v1 --prefix /tmp/marin
   marin register ngram/models/bigram-add-k@v1 --id models/bigram/2026.11 --json
 
-In Python: Artifact.from_id("datasets/ngram/v1") resolves the id (one read).
+In Python: Artifact.from_id("datasets/ngram/v1") resolves the id (two reads);
+it refuses a registered build rebuilt in place or deleted since.
 A registration is never replaced: an id is taken once. Registered builds, and
 every build they were made from, are kept by marin gc whatever its targets.
-exit status: 0 registered, 1 the id is taken already, 2 usage error."""
+exit status: 0 registered, 1 the id is taken already, 2 any other error
+(a bad id, nothing built, the step being built or deleted): nothing written."""
 
 
 def add_register_parser(commands: Any, add_global: Any) -> None:

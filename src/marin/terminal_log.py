@@ -19,7 +19,7 @@ _default: logging.Handler | None = None
 def configure(verbose: bool) -> None:
     """Log to the real stderr (never into a step's log); calling it again replaces, not adds."""
     global _default
-    from marin.execution.build.step_logs import TERMINAL_FORMAT, StepLabelFilter, real_stream
+    from marin.execution.builder.step_logs import TERMINAL_FORMAT, StepLabelFilter, real_stream
 
     handler = logging.StreamHandler(real_stream(sys.stderr))
     handler.setFormatter(SafeFormatter(TERMINAL_FORMAT, "%H:%M:%S", defaults={"marin_label": ""}))

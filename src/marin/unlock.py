@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from marin.execution.errors import InvalidStepError
 from marin.execution.names import validate_name, validate_version
+from marin.execution.remote.view import job_note
 from marin.execution.store.lease import LeaseInfo, break_lease, read_lease
 from marin.execution.store.location import Location
 from marin.execution.store.records import FAILED, lease_path, read_record, write_status
@@ -94,4 +95,6 @@ def unlock(location: Location, output_path: str, step: str, *, force: bool) -> U
             FAILED,
             error=f"interrupted: lease broken by `marin unlock` ({describe_lease(info)})",
         )
-    return UnlockResult(f"unlocked {step}: removed its lease ({url}), {held}", True)
+    note = job_note(location, output_path)
+    note = f"; {safe_text(note)}" if note else ""
+    return UnlockResult(f"unlocked {step}: removed its lease ({url}), {held}{note}", True)

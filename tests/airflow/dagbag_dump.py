@@ -46,7 +46,7 @@ def main(folders: list[str]) -> None:
         m
         for m in sys.modules
         if m.startswith("marin_target_")
-        or m in ("marin.execution.lazy", "marin.execution.build.commit", "airflow_pipelines")
+        or m in ("marin.execution.lazy", "marin.execution.builder.commit", "airflow_pipelines")
         or m.startswith("tests.")
     )
     print("DAGBAG-JSON " + json.dumps(out, default=str))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from marin.execution.build.lineage.names import names_for_url
+from marin.execution.builder.lineage.names import names_for_url
 from marin_airflow.export import build_export, write_export
 from tests.airflow.airflow_pipelines import CALLS_ENV
 from tests.airflow.conftest import HERE, ROOT

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from marin.execution.build.lineage.names import step_datasets
+from marin.execution.builder.lineage.names import step_datasets
 from marin_airflow.runtime import PLAN_TASK_ID
 from tests.airflow.conftest import ROOT
 from tests.lineage.helpers import EXAMPLE, check_event, read_events

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from marin.execution.pipeline.remote.job_record import read_job
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
+from marin.execution.store.step_folder import read_job
 from tests.reliability.pipelines import wait_for_file
 from tests.reliability.resumable_pipeline import COUNTER_ENV, KILL_ENV, KILL_ONCE_ENV
 

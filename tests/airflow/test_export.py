@@ -362,8 +362,12 @@ def test_cli_rejects_bad_input(tmp_path: Path) -> None:
         args = _parse(argv)
         with pytest.raises(ValueError, match=needle):
             args.func(args)
-    with pytest.raises(SystemExit):
-        _parse(["airflow", TOY, "--max-concurrent", "0"])
+    # the options are checked once, by RunOptions (marin.run_flags), not by argparse
+    args = _parse(["airflow", TOY, "-o", str(tmp_path), "--max-concurrent", "0"])
+    from marin.execution.errors import OptionError
+
+    with pytest.raises(OptionError, match="max_concurrent=0"):
+        args.func(args)
 
 
 def test_cli_options_reach_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -564,7 +568,7 @@ WIDE = f"{HERE / 'airflow_pipelines.py'}:wide"
 
 def _count_lowered(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every step the real ``lower`` makes a spec of from now on, by step id."""
-    from marin.execution.pipeline import handles as lazy
+    from marin.execution.pipeline import lower as lazy
 
     real = lazy._spec_for
     made: list[str] = []

@@ -108,15 +108,15 @@ def set_up_store(case: Case, prefix: str, setup_calls: str) -> None:
     setup = case.description(setup=True)
     with environ({CALLS_ENV: setup_calls, GRAPH_ENV: json.dumps(setup)}):
         specs = lower(build(setup))
-        StepRunner(prefix=prefix, max_concurrent=4).run(specs)
+        StepRunner(RunOptions(max_concurrent=4), prefix=prefix).run(specs)
         rebuild = sorted(
             {deps[0] for n, deps in case.deps.items() if case.states[n] == "stale" and deps}
         )
         if rebuild:
             # Rebuild the upstream only: its dependents keep records naming its old build.
-            StepRunner(prefix=prefix, max_concurrent=4, cascade=False).run(
-                specs, force=[f"{PREFIX}/{n}" for n in rebuild]
-            )
+            forced = [f"{PREFIX}/{n}" for n in rebuild]
+            options = RunOptions(max_concurrent=4, cascade=False, force=forced)
+            StepRunner(options, prefix=prefix).run(specs)
     for name, state in case.states.items():
         out = output_path(name)
         record_file = os.path.join(prefix, record_path(out))

@@ -9,6 +9,7 @@ from typing import Any
 from marin.execution.errors import MarinError
 from marin.execution.lazy import lower
 from marin.execution.pipeline.targets import load_target
+from marin.execution.plan.options import RunOptions
 from marin.execution.step_runner import StepRunner
 
 
@@ -40,10 +41,9 @@ class LocalRunner:
         try:
             specs = lower(load_target(target))
             self.last_report = None
-            runner = StepRunner(
-                max_concurrent=max_concurrent, prefix=prefix, on_drift=on_drift, cascade=cascade
-            )
-            self.last_report = runner.run(specs, keep_going=keep_going, force=force)
+            options = RunOptions(max_concurrent=max_concurrent, on_drift=on_drift, cascade=cascade,
+                                 keep_going=keep_going, force=force)
+            self.last_report = StepRunner(options, prefix=prefix).run(specs)
             return True
         except MarinError as exc:
             self.last_error = exc

@@ -17,6 +17,7 @@ from marin_testing.prefect import isolate_prefect_home, start_harness
 isolate_prefect_home()
 
 from marin.execution.errors import MarinError  # noqa: E402
+from marin.execution.plan.options import RunOptions  # noqa: E402
 
 
 class PrefectRunner:
@@ -58,15 +59,11 @@ class PrefectRunner:
         os.environ.update(env or {})
         try:
             try:
-                pipeline = to_prefect_flow(
-                    target,
-                    prefix=prefix,
-                    max_concurrent=max_concurrent,
-                    keep_going=keep_going,
-                    on_drift=on_drift,
-                    force=list(force),
-                    cascade=cascade,
-                )
+                options = RunOptions(
+                    max_concurrent=max_concurrent, keep_going=keep_going, on_drift=on_drift,
+                    force=list(force), cascade=cascade,
+                )  # fmt: skip
+                pipeline = to_prefect_flow(target, prefix=prefix, options=options)
             except MarinError:
                 return False
             state = pipeline(return_state=True)

@@ -94,3 +94,13 @@ def crash_step(out_path: str) -> str:
 def crashing() -> list[ArtifactStep]:
     """A step the crash tests kill in the middle of its build."""
     return [apply("gc/crash", crash_step, version="v1", out_path=OUT)]
+
+
+def outer() -> list[ArtifactStep]:
+    """A corpus whose output folder ``gc/corpus/v1`` holds ``inner``'s (red team finding 5)."""
+    return [step("corpus", "v1")]
+
+
+def inner() -> list[ArtifactStep]:
+    """Another pipeline's step whose output lies inside ``outer``'s: ``gc/corpus/v1/model/v2``."""
+    return [step("corpus/v1/model", "v2")]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -105,7 +106,7 @@ def test_a_service_account_leaves_every_users_folder_alone(users: Path, capsys, 
 def test_scope_user_keeps_a_user_scope_runs_builds(tmp_path: Path, capsys, monkeypatch) -> None:
     """``gc --scope user`` keeps what ``run --scope user`` built; without it, the target's plan
     places nothing in a user's folder, so it proves nothing about the user's own builds: they
-    are left alone (``--all-users`` with the shared scope collects them, as asked)."""
+    are left alone, with ``--all-users`` too (red team round 5, finding 4: it deleted them)."""
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("MARIN_USER", "alice")
     prefix = str(tmp_path / "p")
@@ -120,7 +121,11 @@ def test_scope_user_keeps_a_user_scope_runs_builds(tmp_path: Path, capsys, monke
     assert dry["collected"] == []
     assert [x["path"] for x in dry["other_users"]] == ["users/alice"]
     dry = gc_json(capsys, TARGET, "--prefix", prefix, "--dry-run", "--all-users")
-    assert len(dry["collected"]) == 3
+    assert dry["collected"] == []
+    assert dry["other_users"] == [
+        {"path": "users/alice", "why": "your user builds: this plan places nothing there "
+         "(--scope user)"}
+    ]  # fmt: skip
 
 
 def test_gc_with_a_version_codex_keeps_that_codexs_builds(tmp_path, capsys, monkeypatch) -> None:
@@ -237,7 +242,7 @@ def test_an_orphaned_job_is_listed_and_cancelled_on_request(tmp_path: Path) -> N
 
 
 def _orphan_is_listed_then_cancelled(prefix: Path, env: dict[str, str], job_pid: int) -> None:
-    from marin.execution.pipeline.remote.local_job import start_time
+    from marin.execution.remote.local_job import start_time
 
     assert start_time(job_pid) is not None  # the job outlived its driver
     bumped = {**env, "MARIN_TEST_GC_TRAIN": "v2"}
@@ -370,3 +375,111 @@ def test_a_reader_of_an_input_gc_deleted_is_told_so(tmp_path: Path) -> None:
     assert "another runner" not in text
     assert read_record(open_prefix(prefix), "gc/reader/v1") is None
     assert not (tmp_path / "p" / record_path("gc/raw/v1")).exists()
+
+
+# --- red team round 5 ----------------------------------------------------------------------------
+
+
+def test_all_users_with_a_shared_plan_keeps_every_users_scope_user_builds(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Finding 4: alice built the target with ``--scope user``; bob's ``marin gc TARGET
+    --all-users`` (the natural admin command) deleted her builds, which her plan serves. One
+    rule for each user folder: a plan that places nothing there leaves it alone."""
+    monkeypatch.chdir(REPO)
+    prefix = str(tmp_path / "p")
+    monkeypatch.setenv("MARIN_USER", "alice")
+    assert main(["run", TARGET, "--prefix", prefix, "--scope", "user", "--no-progress"]) == 0
+    monkeypatch.setenv("MARIN_USER", "bob")
+    capsys.readouterr()
+    report = gc_json(capsys, TARGET, "--prefix", prefix, "--all-users")
+    assert report["collected"] == []
+    assert report["other_users"] == [
+        {"path": "users/alice",
+         "why": "alice's user builds: this plan places nothing there (--scope user)"}
+    ]  # fmt: skip
+    monkeypatch.setenv("MARIN_USER", "alice")
+    flags = ["--prefix", prefix, "--scope", "user", "--exit-code"]
+    assert main(["plan", TARGET, *flags]) == 0  # nothing to rebuild
+    # With a plan that places steps in users' folders, each user's own placement is kept.
+    monkeypatch.setenv("MARIN_USER", "bob")
+    capsys.readouterr()
+    report = gc_json(capsys, TARGET, "--prefix", prefix, "--all-users", "--scope", "user")
+    assert report["collected"] == [] and len(report["kept"]) == 3
+    monkeypatch.setenv("MARIN_USER", "alice")
+    assert main(["plan", TARGET, *flags]) == 0
+
+
+def test_all_users_never_judges_another_users_deferred_versions_by_its_own_codex(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Finding 4: bob's ``gc --all-users --scope user --version v2`` deleted alice's ``--scope
+    user --version exp7`` builds, although their records name her codex. Another user's build
+    of a deferred step at another version is hers to judge; gc's own codex judges the caller's
+    folder and the shared one."""
+    monkeypatch.chdir(REPO)
+    prefix = str(tmp_path / "p")
+    runs = [("alice", "exp7"), ("bob", "v1"), ("bob", "v2")]
+    for user, version in runs:
+        monkeypatch.setenv("MARIN_USER", user)
+        argv = ["run", DEFERRED, "--prefix", prefix, "--scope", "user", "--version", version]
+        assert main(argv) == 0
+    assert main(["run", DEFERRED, "--prefix", prefix, "--version", "v1"]) == 0  # shared
+    capsys.readouterr()
+    report = gc_json(capsys, DEFERRED, "--prefix", prefix, "--all-users", "--scope", "user",
+                     "--version", "v2")  # fmt: skip
+    assert sorted(c["output_path"] for c in report["collected"]) == [
+        "gc/dv/v1",  # the shared one: this codex's to judge
+        "users/bob/gc/dv/v1",  # the caller's own folder: his codex judges it
+    ]
+    kept = {k["path"]: k["why"] for k in report["kept"]}
+    assert kept["users/alice/gc/dv/exp7"].startswith("alice's build at another version")
+    assert kept["users/bob/gc/dv/v2"].startswith("needed by the targets")
+    monkeypatch.setenv("MARIN_USER", "alice")
+    flags = ["--prefix", prefix, "--scope", "user", "--version", "exp7", "--exit-code"]
+    assert main(["plan", DEFERRED, *flags]) == 0
+
+
+def test_a_build_inside_another_steps_output_is_refused(tmp_path: Path, capsys, monkeypatch):
+    """Finding 5: a pipeline built ``gc/corpus/v1/model@v2`` inside the committed output of
+    another pipeline's ``gc/corpus@v1`` on the same prefix, changing that artifact after its
+    commit. The build is refused before anything is written."""
+    monkeypatch.chdir(REPO)
+    prefix = str(tmp_path / "p")
+    assert main(["run", "tests/gc/pipelines.py:outer", "--prefix", prefix, "--no-progress"]) == 0
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "p").rglob("*"))
+    capsys.readouterr()
+    assert main(["run", "tests/gc/pipelines.py:inner", "--prefix", prefix, "--no-progress"]) != 0
+    err = capsys.readouterr().err
+    assert "lies inside another step's output" in err and "gc/corpus/v1.marin" in err
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "p").rglob("*")) == before
+
+
+def test_gc_never_deletes_a_step_whose_output_holds_another_steps_build(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Finding 5: ``marin gc inner`` deleted ``gc/corpus@v1`` (not needed by that plan), and with
+    its output folder the inner build the plan serves ("0 kept"). gc applies the build's rule:
+    a folder holding another step's metadata is never deleted. (Builds now refuse to nest, so
+    the inner build is made elsewhere and copied in, as by a release without that check.)"""
+    monkeypatch.chdir(REPO)
+    prefix = str(tmp_path / "p")
+    for target, where in (("outer", "p"), ("inner", "elsewhere")):
+        argv = ["run", f"tests/gc/pipelines.py:{target}", "--prefix", str(tmp_path / where)]
+        assert main(argv) == 0
+    for folder in ("v2", "v2.marin"):
+        shutil.copytree(tmp_path / "elsewhere/gc/corpus/v1/model" / folder,
+                        tmp_path / "p/gc/corpus/v1/model" / folder)  # fmt: skip
+    capsys.readouterr()
+    report = gc_json(capsys, "tests/gc/pipelines.py:inner", "--prefix", prefix)
+    assert report["collected"] == []
+    assert report["skipped"] == [
+        {"path": "gc/corpus/v1", "step": "gc/corpus@v1",
+         "why": "its output holds another step's build (gc/corpus/v1/model/v2.marin): deleting "
+         "it would delete that build too; move one of the two, then run gc again"}
+    ]  # fmt: skip
+    # The walk never enters an output (its cost stays one listing per folder): the inner build
+    # is kept with the outer one, named by the skip.
+    assert built(tmp_path / "p", "gc/corpus/v1") and built(tmp_path / "p", "gc/corpus/v1/model/v2")
+    flags = ["--prefix", prefix, "--exit-code"]
+    assert main(["plan", "tests/gc/pipelines.py:inner", *flags]) == 0

@@ -13,7 +13,7 @@ from typing import Any
 import fsspec
 import pytest
 
-from marin.execution.build import lineage
+from marin.execution.builder import lineage
 
 SPEC = Path(__file__).parent / "spec"
 ROOT = Path(__file__).resolve().parents[2]

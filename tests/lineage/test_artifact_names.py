@@ -9,8 +9,9 @@ import fsspec
 import pytest
 
 from marin.catalog import show_record
-from marin.execution.build.commit import build_step
-from marin.execution.build.lineage.names import artifact_names, names_for_url
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.lineage.names import artifact_names, names_for_url
+from marin.execution.builder.request import BuildRequest
 from marin.execution.lazy import OUT, apply
 from marin.execution.pipeline.graph import Graph
 from marin.execution.plan.options import RunOptions
@@ -50,7 +51,7 @@ def test_names_follow_the_openlineage_convention(
 def test_show_and_plan_json_print_the_same_names(tmp_path: Path) -> None:
     spec = apply("names/one", write, version="v1", out_path=OUT).lower()
     location = open_prefix(str(tmp_path / "art"))
-    assert build_step(spec, location).action == "built"
+    assert build_step(BuildRequest(spec, location)).action == "built"
     names = artifact_names(location, spec.output_path)
     text, code = show_record(location, spec.output_path)
     assert code == 0
@@ -65,7 +66,7 @@ def test_show_and_plan_json_print_the_same_names(tmp_path: Path) -> None:
 def test_show_prints_prefects_own_key_when_it_differs(tmp_path: Path) -> None:
     spec = apply("e/50%", write, version="v1", out_path=OUT).lower()
     location = open_prefix(str(tmp_path / "a b"))
-    assert build_step(spec, location).action == "built"
+    assert build_step(BuildRequest(spec, location)).action == "built"
     text, _ = show_record(location, spec.output_path)
     assert f"  asset        file://{tmp_path}/a%20b/e/50%25/v1 (Airflow)" in text
     assert f"  asset        file://{tmp_path}/a~20b/e/50~25/v1 (Prefect)" in text

@@ -17,12 +17,14 @@ import pytest
 
 pytest.importorskip("openlineage.client")
 
-from marin.execution.build import lineage
-from marin.execution.build.commit import build_step
-from marin.execution.build.lineage.names import artifact_names
+from marin.execution.builder import lineage
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.lineage.names import artifact_names
+from marin.execution.builder.request import BuildRequest
 from marin.execution.lazy import OUT, apply, lower
 from marin.execution.pipeline.graph import collect_steps
 from marin.execution.pipeline.targets import load_target
+from marin.execution.plan.options import Policy, RunOptions
 from marin.execution.step_runner import StepRunner
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
@@ -67,7 +69,7 @@ def test_the_example_run_emits_valid_events_whose_graph_is_the_lowered_graph(
     steps = collect_steps(specs)
     prefix = str(tmp_path / "art")
     with lineage.pipeline_run("ngram", runner="local"):
-        StepRunner(prefix=prefix, max_concurrent=4).run(specs)
+        StepRunner(RunOptions(max_concurrent=4), prefix=prefix).run(specs)
     assert lineage.flush(30)
     # The steps' runs; the pipeline run's own two are tests/lineage/test_pipeline_events.py's.
     events = [e for e in read_events(path) if e["job"]["name"] != "ngram"]
@@ -113,13 +115,13 @@ def test_a_cached_rerun_emits_no_event(
     path = file_transport(tmp_path, monkeypatch)
     spec = apply("lin/one", write, version="v1", out_path=OUT).lower()
     location = open_prefix(str(tmp_path / "art"))
-    assert build_step(spec, location).action == "built"
+    assert build_step(BuildRequest(spec, location)).action == "built"
     assert lineage.flush(30)
     assert [e["eventType"] for e in read_events(path)] == ["START", "COMPLETE"]
-    assert build_step(spec, location).action == "cached"
+    assert build_step(BuildRequest(spec, location)).action == "cached"
     assert lineage.flush(30)
     assert len(read_events(path)) == 2  # a cache hit is not a run: nothing is claimed
-    assert build_step(spec, location, force=True).action == "built"
+    assert build_step(BuildRequest(spec, location, policy=Policy(force=frozenset({spec.step_id})))).action == "built"
     assert lineage.flush(30)
     assert [e["eventType"] for e in read_events(path)][2:] == ["START", "COMPLETE"]
 
@@ -131,10 +133,10 @@ def test_a_failed_build_emits_fail_and_an_interrupted_one_abort(
     location = open_prefix(str(tmp_path / "art"))
     failing = apply("lin/fails", explode, version="v1", out_path=OUT).lower()
     with pytest.raises(RuntimeError):
-        build_step(failing, location)
+        build_step(BuildRequest(failing, location))
     stopped = apply("lin/stopped", interrupted, version="v1", out_path=OUT).lower()
     with pytest.raises(KeyboardInterrupt):
-        build_step(stopped, location)
+        build_step(BuildRequest(stopped, location))
     assert lineage.flush(30)
     events = read_events(path)
     for event in events:
@@ -205,7 +207,7 @@ def test_a_dead_lineage_endpoint_costs_a_build_a_bounded_time_and_one_warning(
             for i in range(4):
                 spec = apply(f"lin/dead{i}", write, version="v1", out_path=OUT).lower()
                 t0 = time.perf_counter()
-                assert build_step(spec, location).action == "built"
+                assert build_step(BuildRequest(spec, location)).action == "built"
                 took.append(time.perf_counter() - t0)
             # The builds never waited for the endpoint: against the hanging one, each send waits
             # at least its 1 s timeout, two sends per build. The first build is not timed: it pays the one-time import
@@ -242,7 +244,7 @@ def test_a_full_queue_drops_events_with_one_warning(
         location = open_prefix(str(tmp_path / "art"))
         with caplog.at_level(logging.WARNING, logger="marin"):
             for i in range(4):
-                build_step(apply(f"lin/q{i}", write, version="v1", out_path=OUT).lower(), location)
+                build_step(BuildRequest(apply(f"lin/q{i}", write, version="v1", out_path=OUT).lower(), location))
         assert sender.dropped >= 4
         assert len([r for r in caplog.records if "full" in r.getMessage()]) == 1
     finally:
@@ -254,7 +256,7 @@ def test_a_full_queue_drops_events_with_one_warning(
 _SCRIPT = """
 import sys
 import fsspec
-from marin.execution.build.commit import build_step
+from marin.execution.builder.commit import BuildRequest, build_step
 from marin.execution.lazy import OUT, apply
 from marin.execution.store.location import open_prefix
 
@@ -263,8 +265,8 @@ def write(out_path):
         f.write("x")
 
 spec = apply("lin/sub", write, version="v1", out_path=OUT).lower()
-assert build_step(spec, open_prefix(sys.argv[1])).action == "built"
-from marin.execution.build import lineage
+assert build_step(BuildRequest(spec, open_prefix(sys.argv[1]))).action == "built"
+from marin.execution.builder import lineage
 assert lineage.flush(30)
 print("openlineage" in sys.modules)
 """
@@ -438,7 +440,7 @@ def test_a_huge_lineage_answer_is_never_read(
     monkeypatch.setenv("OPENLINEAGE_CONFIG", str(config))
     try:
         spec = apply("lin/huge", write, version="v1", out_path=OUT).lower()
-        assert build_step(spec, open_prefix(str(tmp_path / "art"))).action == "built"
+        assert build_step(BuildRequest(spec, open_prefix(str(tmp_path / "art")))).action == "built"
         assert lineage.flush(60)
         for thread in list(endpoint.threads):
             thread.join(30)
@@ -460,7 +462,7 @@ def test_a_remote_build_names_its_job_in_the_run_facet(
     step = apply("lin/remote", train, version="v1", data="d", out_path=OUT)
     spec = step.with_options(remote="local").lower()
     location = open_prefix(str(tmp_path / "art"))
-    outcome = build_step(spec, location)
+    outcome = build_step(BuildRequest(spec, location))
     assert lineage.flush(30)
     done = read_events(path)[-1]
     check_event(done)

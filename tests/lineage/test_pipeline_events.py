@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("openlineage.client")
 
-from marin.execution.build import lineage
+from marin.execution.builder import lineage
 from marin.execution.errors import StepFailedError
 from marin.execution.lazy import OUT, apply, lower
 from marin.execution.pipeline.graph import collect_steps

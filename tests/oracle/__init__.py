@@ -11,8 +11,9 @@ How it works, module by module:
   and as a real Python file whose steps' ``fn`` are deterministic in their config, a code
   revision constant and their inputs' bytes (code edits are real source edits);
 - ``ops``: the operation table (edits, runs under every policy, failures, killed drivers,
-  crash points, two drivers, a sweep stream, gc, planted and torn files, hand damage): one
-  dataclass per operation, with its weight, its random arguments and what it does;
+  crash points, two drivers, a sweep stream, gc, planted and torn files, hand damage, a
+  remote job preempted): one dataclass per operation, with its weight, its random arguments
+  and what it does; remote steps may be gangs of two ranks (``history.GANG``);
 - ``choose`` and ``history``: one generator of histories, fed by ``random.Random(seed)``
   (fixed-seed history N) or by hypothesis (which shrinks);
 - ``world`` and ``executor``: a history's sandbox (prefix, control files, counter, bystander
@@ -26,6 +27,6 @@ How it works, module by module:
 - ``engines``: the same histories' runs on the compiled Prefect flow and ``airflow dags test``.
 
 Tests (``test_histories.py``): the fast subset (200 fixed-seed histories, one test per kind
-of violation, and the pinned histories), ``slow`` (Prefect and Airflow), ``soak`` (5,000
+of violation, and the pinned histories), 8 gang histories (gangs, preempted jobs), ``slow`` (Prefect and Airflow), ``soak`` (5,000
 histories and hypothesis's own generation and shrinking; deselected unless ``-m soak``).
 """

@@ -5,7 +5,8 @@ oracle's clean build makes, byte for byte, and return the same value. :func:`all
 is the whole list of exceptions, each a rule of docs/caching.md ("What a run may serve that a
 clean build would not make"):
 
-- config drift served under ``on_drift=warn``, code drift under ``on_code_drift=warn``, a stale
+- config drift served under ``on_drift=warn``, code drift under ``on_code_drift=warn`` (a
+  record's, or a partial output's the run resumes), a stale
   step served under ``--no-cascade`` (the step's own reason in ``plan --json``: ``drift``,
   ``code_drift``, ``stale``);
 - an output changed by hand after its commit (the record is the commit point; ``--force``
@@ -133,13 +134,20 @@ def own_reasons(step: dict[str, Any], policy: Policy, damaged: set[str]) -> list
     out = []
     if step.get("drift") and policy.on_drift == "warn":
         out.append("drift")
-    if step.get("code_drift") and policy.on_code_drift == "warn":
+    if (step.get("code_drift") or resumes_other_code(step)) and policy.on_code_drift == "warn":
         out.append("code drift")
     if step.get("stale") and not policy.cascade:
         out.append("no-cascade")
     if step.get("build_id") in damaged:
         out.append("changed by hand")
     return out
+
+
+def resumes_other_code(step: dict[str, Any]) -> bool:
+    """Whether the plan resumes a partial output of other code (docs/caching.md: under
+    ``warn`` it is ours, with a note, and made by both codes)."""
+    resume = step.get("resume") or {}
+    return bool(resume.get("resume")) and "code changed" in str(resume.get("reason"))
 
 
 def allowances(
@@ -289,7 +297,8 @@ def check_report(
                 )
             )
             continue
-        unsaid = [r for r in reasons if r in SAYS and SAYS[r] not in str(step.get("reason"))]
+        said = str(step.get("reason")) + _resume_line(plan, step)
+        unsaid = [r for r in reasons if r in SAYS and SAYS[r] not in said]
         if unsaid and unsaid == reasons:
             out.append(
                 Violation(
@@ -302,13 +311,24 @@ def check_report(
     return out
 
 
+def _resume_line(plan: dict[str, Any], step: dict[str, Any]) -> str:
+    """What the plan said of a step the run reports resumed: docs/reliability.md's "resume:
+    ... code changed ...; resumed anyway" (the run's own reason is why it was built)."""
+    if not step.get("resumed"):
+        return ""
+    planned = next((s for s in plan.get("steps", []) if s["step"] == step["step"]), {})
+    return " " + str((planned.get("resume") or {}).get("reason", ""))
+
+
 def _deps_of(plan: dict[str, Any], step_id: str) -> list[str]:
     return next((s.get("deps", []) for s in plan.get("steps", []) if s["step"] == step_id), [])
 
 
-def check_once(counter: str, run_ids: set[str], op: int) -> list[Violation]:
+def check_once(
+    counter: str, run_ids: set[str], op: int, twice: frozenset[str] = frozenset()
+) -> list[Violation]:
     """A step's fn started at most once per recipe across ``run_ids`` (one run, or drivers
-    racing without a fault)."""
+    racing without a fault); twice for the steps in ``twice`` (a job preempted once)."""
     seen: dict[tuple[str, str], int] = {}
     for line in read_lines(counter):
         if line.get("run") in run_ids:
@@ -321,7 +341,7 @@ def check_once(counter: str, run_ids: set[str], op: int) -> list[Violation]:
             f"{step}'s fn started {n} times for recipe {recipe} in run(s) {sorted(run_ids)}",
         )
         for (step, recipe), n in sorted(seen.items())
-        if n > 1
+        if n > (2 if step in twice else 1)
     ]
 
 

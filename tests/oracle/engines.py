@@ -31,6 +31,7 @@ class PrefectEngine:
         from marin_testing.prefect import start_harness
 
         start_harness()
+        from marin.execution.plan.options import RunOptions
         from marin_prefect import to_prefect_flow
 
         world = ex.world
@@ -40,14 +41,13 @@ class PrefectEngine:
         os.environ.update(env)
         force = [f"o/s{i}" for i in opts.force]
         try:
-            flow = to_prefect_flow(
-                world.target,
-                prefix=world.prefix,
+            options = RunOptions(
                 on_drift=opts.on_drift,
                 on_code_drift=opts.on_code_drift,
                 force=force,
                 cascade=opts.cascade,
             )
+            flow = to_prefect_flow(world.target, options=options, prefix=world.prefix)
             ok = bool(flow(return_state=True).is_completed())
         finally:
             for k, v in saved.items():
@@ -57,10 +57,11 @@ class PrefectEngine:
                     os.environ[k] = v
         ex.script.emit(
             "from marin_prefect import to_prefect_flow  # Prefect's harness or server needed",
+            "from marin.execution.plan.options import RunOptions",
             f"os.environ.update(env({opts.ctx.user!r}, {run_id!r}))",
-            f"to_prefect_flow(TARGET, prefix=PREFIX, on_drift={opts.on_drift!r}, "
+            f"to_prefect_flow(TARGET, prefix=PREFIX, options=RunOptions(on_drift={opts.on_drift!r}, "
             f"on_code_drift={opts.on_code_drift!r}, force={force!r}, "
-            f"cascade={opts.cascade!r})(return_state=True)",
+            f"cascade={opts.cascade!r}))(return_state=True)",
         )
         ex.check_engine_run(opts, run_id, ok, injected, self.name)
 

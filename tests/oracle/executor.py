@@ -86,6 +86,8 @@ class Executor:
     """Each violation with the script line that checks it."""
     _decoy_vars: dict[int, str] = field(default_factory=dict)
     """The script's variable of each decoy process."""
+    preempted: int = 0
+    """Remote jobs a ``preempt`` operation SIGKILLed."""
 
     def __post_init__(self) -> None:
         self.script = Script(self.world.model)
@@ -177,6 +179,7 @@ class Executor:
         *,
         injected: bool = False,
         crash: bool = False,
+        twice: frozenset[str] = frozenset(),
     ) -> None:
         planted = self.world.planted
         if call.timed_out:
@@ -196,7 +199,8 @@ class Executor:
         expected = self.expected()
         found = check_report(report, pre.json(), opts.policy, expected, self.world.hand, self.op)
         self.add(found, self._clean_check(found))
-        ok = {0} | ({1} if injected or refuses(pre) else set()) | ({pre.rc} if pre.rc else set())
+        refused = refuses(pre, report)
+        ok = {0} | ({1} if injected or refused else set()) | ({pre.rc} if pre.rc else set())
         if crash:
             ok.add(-9)
         if "Traceback (most recent call last)" in call.err:
@@ -212,8 +216,9 @@ class Executor:
                 f"expect({var} is not None and {var}.returncode == 0, 'the run succeeded')",
             )
         self.add(
-            check_once(self.world.path("counter.jsonl"), {call.run_id}, self.op),
-            f"expect(ran({call.run_id!r}) <= 1, 'fn ran once per recipe in the run')",
+            check_once(self.world.path("counter.jsonl"), {call.run_id}, self.op, twice),
+            f"expect(ran({call.run_id!r}) <= {2 if twice else 1}, 'fn ran once per recipe in "
+            "the run (twice when preempted once)')",
         )
 
     def check_engine_run(
@@ -281,29 +286,33 @@ class Executor:
 
     # --- operations that need more than one marin call -------------------------------------
 
-    def kill_driver(self, step: int, release: str, opts: RunOpts) -> None:
-        if self.runner is not None:
-            return
+    def _held_run(
+        self, step: int, opts: RunOpts
+    ) -> tuple[Call, str, str, list[str], subprocess.Popen[str], str]:
+        """A ``marin run`` started while step ``step``'s fn is held: the plan before it, the
+        hold's token, the run's id, its argv (with the prefix), the driver and its script
+        variable."""
         world = self.world
         world.use(opts.ctx)
         pre = self.plan(opts.ctx, opts.policy, opts.force)
         self._release_held()
         token = world.hold(f"s{step}")
         run_id = world.new_run_id()
-        argv = [
-            "run",
-            world.target,
-            "--json",
-            *opts.argv(world.model.deferred),
-            "--prefix",
-            world.prefix,
-        ]
+        argv = ["run", world.target, "--json", *opts.argv(world.model.deferred)]
+        argv += ["--prefix", world.prefix]
         proc = world.start(argv, world.env(opts.ctx.user, run_id))
         var = self.script.var("p")
         self.script.emit(
             f"hold('s{step}', {token!r})",
             self._marin_line(var, argv[:-2], opts.ctx.user, run_id, start=True),
         )
+        return pre, token, run_id, argv, proc, var
+
+    def kill_driver(self, step: int, release: str, opts: RunOpts) -> None:
+        if self.runner is not None:
+            return
+        world = self.world
+        pre, token, run_id, argv, proc, var = self._held_run(step, opts)
         started = wait_for(world.control(f"started-{token}"), proc)
         os.remove(world.control(f"hold-s{step}"))
         if not started:  # the step was not built: an ordinary run
@@ -322,6 +331,35 @@ class Executor:
         )
         self._after_kill(token, release, proc.pid)
         self.add(check_once(world.path("counter.jsonl"), {run_id}, self.op))
+
+    def preempt(self, step: int, opts: RunOpts) -> None:
+        """A run in which step ``step``'s job (a gang's rank 0) is SIGKILLed once its fn
+        started: a preemption, resubmitted by the same driver, which must end as a clean run
+        (``step``'s fn may start twice: the killed job, and the one that replaced it)."""
+        if self.runner is not None:
+            return
+        world = self.world
+        pre, token, run_id, argv, proc, var = self._held_run(step, opts)
+        started = wait_for(world.control(f"started-{token}"), proc)
+        os.remove(world.control(f"hold-s{step}"))
+        self.script.emit(
+            f"wait_for(os.path.join(CONTROL, 'started-{token}'), {var})",
+            f"os.remove(os.path.join(CONTROL, 'hold-s{step}'))",
+        )
+        pid = world.started_pid(token)
+        killed = started and pid is not None and pid != proc.pid  # a job's, not the driver
+        if killed and pid is not None:
+            kill(pid)
+            self.preempted += 1
+            self.script.emit(f"os.kill(started_pid({token!r}), signal.SIGKILL)  # preempted")
+        world.release(token)
+        self.script.emit(f"release({token!r})", f"{var} = finish({var})")
+        call = world.finish(proc, argv, {}, run_id)
+        self.check_run(call, pre, opts, var, twice=frozenset({f"s{step}"}))
+        said = f"preempted {world.model.step(step).name}@"
+        if killed and call.rc == 0 and said not in call.err:
+            message = f"s{step}'s job was SIGKILLed, and the run never said it was preempted"
+            self.add([Violation("preemption-unseen", self.op, message)])
 
     def _after_kill(self, token: str, release: str, driver: int) -> None:
         world = self.world
@@ -379,17 +417,26 @@ class Executor:
             version = codex[1].get(s.name, codex[0])
         wanted = sweep.variant_specs(s.k, version, variants)
         info = {"note": s.note, "remote": s.remote, "resumable": s.resumable}
-        paths = [f"{s.name}/{v}" for _, v in wanted]
+        # Shared, or the user's folder (a user-scope step upstream places it there).
+        places = [f"{r}{s.name}/{v}" for _, v in wanted for r in ("", f"users/{opts.ctx.user}/")]
         before = {
-            p: (read_record(self.world.path("prefix", p)) or {}).get("build_id") for p in paths
+            p: (read_record(self.world.path("prefix", p)) or {}).get("build_id") for p in places
         }
-        ok = self._run_stream(step, wanted, info, opts, codex)
+        report = self._run_stream(step, wanted, info, opts, codex)
         self.script.emit(
             f"stream({step}, {wanted!r}, {info!r}, user={opts.ctx.user!r}, "
             f"on_drift={opts.on_drift!r}, on_code_drift={opts.on_code_drift!r}, "
             f"codex={codex!r})"
         )
-        if ok:
+        if report is not None:
+            served = [
+                *report.outcomes.values(),
+                *(report.plan.decisions.values() if report.plan is not None else ()),
+            ]
+            placed = {
+                (o.spec.name, o.spec.version): o.spec.output_path for o in served
+            }  # built, or served from a record
+            paths = [placed.get((s.name, v), f"{s.name}/{v}") for _, v in wanted]
             self._check_variants(step, wanted, paths, before, opts)
 
     def _run_stream(
@@ -399,8 +446,9 @@ class Executor:
         info: dict[str, Any],
         opts: RunOpts,
         codex: tuple[str, dict[str, str]] | None,
-    ) -> bool:
-        """The sweep, in this process; False when the run refused or failed (a MarinError)."""
+    ) -> Any:
+        """The sweep, in this process: its report; None when the run refused or failed (a
+        MarinError)."""
         from marin.execution.errors import MarinError
         from marin.execution.pipeline.targets import load_target
 
@@ -410,7 +458,7 @@ class Executor:
         try:
             load_target(self.world.target)
             module = sys.modules[f"marin_target_{self.world.stem}"]
-            sweep.run_sweep(
+            return sweep.run_sweep(
                 module,
                 self.world.prefix,
                 step,
@@ -420,9 +468,8 @@ class Executor:
                 opts.on_code_drift,
                 codex,
             )
-            return True
         except MarinError:
-            return False
+            return None
         except Exception as exc:  # not an error Marin means to raise: a crash
             self.add(
                 [
@@ -434,7 +481,7 @@ class Executor:
                 ],
                 "expect(False, 'the sweep crashed (see its traceback)')",
             )
-            return False
+            return None
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -526,8 +573,9 @@ class Executor:
         job_id = "marin-" + hashlib.sha256(f"{world.root}/{self.op}".encode()).hexdigest()[:20]
         rel = os.path.relpath(meta, world.prefix)
         fingerprint = "" if kind == "decoy" else str(step["fingerprint"])
+        recipe = None if kind == "decoy" else copied_recipe(plan, step, world.prefix)
         if kind == "torn-job":
-            data = job_json(job_id, meta, fingerprint)
+            data = job_json(job_id, meta, fingerprint, recipe)
             with open(os.path.join(meta, "job.json"), "wb") as f:
                 f.write(data[: len(data) // 2])
             self.script.emit(
@@ -535,18 +583,26 @@ class Executor:
                 f".write({data[: len(data) // 2]!r})  # a torn job.json"
             )
         else:
-            self._plant_job(kind, meta, rel, job_id, fingerprint)
+            self._plant_job(kind, meta, rel, job_id, fingerprint, recipe)
         # A run may reattach to a live decoy with the step's fingerprint and wait for it: from
         # now on runs go to a bounded subprocess. The other plants cannot make a run wait.
         world.planted = world.planted or kind == "decoy-fp"
 
-    def _plant_job(self, kind: str, meta: str, rel: str, job_id: str, fingerprint: str) -> None:
+    def _plant_job(
+        self,
+        kind: str,
+        meta: str,
+        rel: str,
+        job_id: str,
+        fingerprint: str,
+        recipe: dict[str, Any] | None,
+    ) -> None:
         world = self.world
         workdir = None if kind == "no-workdir" else meta
         folder = os.path.join(workdir or world.path("jobs"), job_id)
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(meta, "job.json"), "wb") as f:
-            f.write(job_json(job_id, workdir, fingerprint))
+            f.write(job_json(job_id, workdir, fingerprint, recipe))
         with open(os.path.join(folder, "keep.txt"), "w") as f:
             f.write("planted")
         pid = marker = None
@@ -565,7 +621,7 @@ class Executor:
         mk = f"os.path.join(MARKERS, 'm{self.op}')" if marker else "None"
         self.script.emit(
             f"plant_job(os.path.join(PREFIX, {rel!r}), {job_id!r}, {wd}, {fingerprint!r}, "
-            f"pid={f'{dvar}.pid' if dvar else 'None'}, marker={mk})"
+            f"pid={f'{dvar}.pid' if dvar else 'None'}, marker={mk}, recipe={recipe!r})"
         )
         if dvar:
             self._decoy_vars[len(world.decoys) - 1] = dvar
@@ -573,7 +629,7 @@ class Executor:
     def _decoy(self, folder: str) -> int:
         import json
 
-        from marin.execution.pipeline.remote.local_job import start_time
+        from marin.execution.remote.local_job import start_time
 
         proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
         self.world.decoys.append(proc)
@@ -684,7 +740,7 @@ class Executor:
 
 def run_history(history: Any, runner: Any = None) -> tuple[Outcome, Executor]:
     """Execute ``history`` in a fresh sandbox; the outcome, and the executor (for scripts)."""
-    from marin.execution.pipeline.remote import poller
+    from marin.execution.remote import poller
 
     world = World(history.model)
     ex = Executor(world, runner)
@@ -727,19 +783,38 @@ def gc_flags(ctx: Context, deferred: bool) -> list[str]:
 
 FAILURES = {
     "not a job record; delete it by hand": "run-failed:torn-job",
+    "job.json cannot be read": "run-failed:torn-job",
     "never writes a shared artifact": "run-failed:user-scope-shared",
 }
 
 
-def refuses(plan: Call) -> bool:
-    """Whether the plan made before a run says it refuses a step (a foreign record; a
-    ``job.json`` it cannot read, ``job.state`` "unreadable", shown as ``refuse: ...``): the run
-    then fails that step, as documented, and that is no broken promise."""
-    steps = (plan.json() or {}).get("steps", [])
-    job_states = {str((s.get("job") or {}).get("state")) for s in steps}
-    return bool(job_states & {"unreadable", "refuse"}) or any(
-        s.get("status") == "foreign" for s in steps
-    )
+def refuses(plan: Call, report: dict[str, Any]) -> bool:
+    """Whether every step the run failed is one its plan, made just before, said it refuses
+    (a foreign record; a ``job.json`` it cannot read, ``job.state`` "unreadable", shown as
+    ``refuse: ...``): the run then fails those steps, as documented (docs/reliability.md, the
+    catalogue; docs/remote.md), and that is no broken promise. Any other failed step is."""
+    refused = {
+        s["step"]
+        for s in (plan.json() or {}).get("steps", [])
+        if s.get("status") == "foreign"
+        or str((s.get("job") or {}).get("state")) in ("unreadable", "refuse")
+    }
+    failed = {s["step"] for s in report.get("steps", []) if s.get("action") == "failed"}
+    return bool(failed) and failed <= refused
+
+
+def copied_recipe(plan: dict[str, Any], step: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The step's recipe as a planter copies it from what anyone can read: its placement, the
+    build ids of its inputs (``plan --json``), and its code digest (its record's, while the
+    plan shows no code drift)."""
+    builds = {s["step"]: s.get("build_id") for s in plan.get("steps", [])}
+    record = read_record(step["output_path"]) or {}
+    code = record.get("code") if not step.get("code_drift") else None
+    return {
+        "placement": os.path.relpath(step["output_path"], prefix),
+        "inputs": {d: builds[d] for d in step.get("deps", []) if builds.get(d)},
+        "code": code,
+    }
 
 
 def failure_kind(err: str) -> str:

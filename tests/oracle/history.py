@@ -9,11 +9,19 @@ needs ``marin run`` itself (a killed driver, two drivers, a stream).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from tests.oracle.choose import Chooser, DrawChooser, RandomChooser
-from tests.oracle.ops import ENGINE_OPERATIONS, OPENERS, OPERATIONS, Run, RunOpts
+from tests.oracle.ops import (
+    ENGINE_OPERATIONS,
+    GANG_OPERATIONS,
+    OPENERS,
+    OPERATIONS,
+    Run,
+    RunOpts,
+)
 from tests.oracle.pipeline import SHAPES, PipelineModel, StepModel, shaped_deps
 from tests.oracle.world import Context
 
@@ -29,6 +37,8 @@ class Profile:
     p_resumable: float = 0.3
     p_user: float = 0.15
     p_deferred: float = 0.2
+    p_gang: float = 0.0
+    """Chance a remote step is a gang of two ranks (0: never drawn, the stream unchanged)."""
     operations: tuple[type[Any], ...] = OPERATIONS
     scale: dict[str, float] = field(default_factory=dict)
     """Operation name -> a factor on its weight."""
@@ -47,6 +57,16 @@ ENGINE = Profile(
     p_deferred=0.0,
     operations=ENGINE_OPERATIONS,
 )
+GANG = Profile(
+    steps=(3, 5),
+    ops=(2, 5),
+    p_remote=1.0,
+    p_user=0.0,
+    p_deferred=0.0,
+    p_gang=0.6,
+    operations=GANG_OPERATIONS,
+)
+"""Remote steps, gangs of two, and their jobs preempted (issue 56), among runs and edits."""
 
 
 @dataclass(frozen=True)
@@ -70,17 +90,18 @@ def generate_pipeline(ch: Chooser, profile: Profile) -> PipelineModel:
     deferred = ch.boolean(profile.p_deferred)
     steps = []
     for i in range(n):
-        steps.append(
-            StepModel(
-                idx=i,
-                deps=deps[i],
-                k=ch.integer(1, 3),
-                remote=remote and ch.boolean(0.35),
-                resumable=ch.boolean(profile.p_resumable),
-                user_scope=ch.boolean(profile.p_user),
-                deferred=deferred and ch.boolean(0.5),
-            )
+        step = StepModel(
+            idx=i,
+            deps=deps[i],
+            k=ch.integer(1, 3),
+            remote=remote and ch.boolean(0.35),
+            resumable=ch.boolean(profile.p_resumable),
+            user_scope=ch.boolean(profile.p_user),
+            deferred=deferred and ch.boolean(0.5),
         )
+        if step.remote and profile.p_gang and ch.boolean(profile.p_gang):
+            step = dataclasses.replace(step, ranks=2)
+        steps.append(step)
     return PipelineModel(tuple(steps))
 
 

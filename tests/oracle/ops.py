@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from marin.execution import faults
 from tests.oracle.checks import Policy, Violation, read_record, snapshot
 from tests.oracle.choose import Chooser
 from tests.oracle.pipeline import PipelineModel
@@ -33,16 +34,8 @@ if TYPE_CHECKING:
 
 USERS = ("alice", "bob")
 POLICIES = ("warn", "rebuild", "error")
-CRASH_POINTS = (
-    "before-lease",
-    "after-lease",
-    "after-output",
-    "record-write",
-    "record-torn",
-    "after-record",
-    "after-submit",
-)
-"""``MARIN_FAULT_CRASH`` points (src/marin/execution/faults.py; ``after-submit``: remote)."""
+CRASH_POINTS = (*faults.CRASH_POINTS, "after-submit")
+"""``MARIN_FAULT_CRASH`` points: the core's, and the remote call's ``after-submit``."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +225,33 @@ class KillDriver(Op):
 
     def execute(self, ex: Executor) -> None:
         ex.kill_driver(self.step, self.release, self.opts)
+
+
+@dataclass(frozen=True)
+class Preempt(Op):
+    """SIGKILL a remote step's job (a gang's rank 0) once its fn started, after its first
+    checkpoint: the job is lost, not failed; the same run submits it again (a resumable step
+    resumes) and ends as if nothing happened, its fn started at most twice."""
+
+    name: ClassVar[str] = "preempt"
+    step: int
+    opts: RunOpts
+
+    @staticmethod
+    def weight(model: PipelineModel) -> float:
+        return 6 if any(s.remote for s in model.steps) else 0
+
+    @staticmethod
+    def draw(ch: Chooser, model: PipelineModel, last: Context) -> Preempt:
+        remote = [s.idx for s in model.steps if s.remote]
+        step = remote[ch.integer(0, len(remote) - 1)] if remote else 0
+        opts = RunOpts.draw(ch, model, last)
+        if ch.boolean(0.7):  # make it build now: force it
+            opts = RunOpts(opts.ctx, opts.on_drift, opts.on_code_drift, (step,), opts.cascade)
+        return Preempt(step, opts)
+
+    def execute(self, ex: Executor) -> None:
+        ex.preempt(self.step, self.opts)
 
 
 @dataclass(frozen=True)
@@ -435,6 +455,7 @@ OPENERS: dict[str, float] = {
     "kill-driver": 2,
     "crash": 1,
     "plant": 1.5,
+    "preempt": 2,
 }
 """The first operation: a first build, one that fails or is killed, or storage planted
 before anything is built (then a first build follows)."""
@@ -449,6 +470,10 @@ ENGINE_OPERATIONS: tuple[type[Any], ...] = (
     TearRecord,
 )
 """What a history on Prefect or Airflow does: its runs are the engine's."""
+
+GANG_OPERATIONS: tuple[type[Any], ...] = (Run, EditConfig, EditCode, FailRun, KillDriver, Preempt)
+"""What a gang history does (``history.GANG``): runs, edits, failures, killed drivers and
+preempted jobs of remote steps and gangs."""
 
 
 def _prefer(ch: Chooser, model: PipelineModel, feature: str) -> int:
@@ -502,14 +527,24 @@ def gc_violations(
     return out
 
 
-def job_json(job_id: str, workdir: str | None, fingerprint: str) -> bytes:
+def job_json(
+    job_id: str, workdir: str | None, fingerprint: str, recipe: dict[str, Any] | None = None
+) -> bytes:
+    """A planted ``job.json`` with today's fields (``step_folder.JobRecord.to_json``); with
+    ``recipe`` (``placement``, ``inputs``, ``code``: copied from the plan and the records, as
+    anyone who can read the bucket can) it claims the step's very recipe."""
     data = {"workdir": workdir} if workdir else {}
-    job = {
-        "backend": "local",
+    job: dict[str, Any] = {
         "job_id": job_id,
+        "backend": "local",
         "build_id": "planted",
-        "data": data,
         "submitted_at": "2026-01-01T00:00:00Z",
         "fingerprint": fingerprint,
+        "placement": "",
+        "inputs": {},
+        "data": data,
     }
+    for key, value in (recipe or {}).items():
+        if value:
+            job[key] = value
     return json.dumps(job).encode()

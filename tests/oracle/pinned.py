@@ -1,9 +1,9 @@
 """The shrunk history of every bug the checker found, replayed on every run.
 
 Each came from a fixed-seed history (``seed``: ``seeded(seed)`` of the fast profile, unless
-said otherwise), shrunk by ``shrink.py``; ``reason`` is the xfail reason while the bug is on
-main (a strict xfail: the fix makes it pass, and the mark must then go). ``CLEAN`` is a
-history that keeps every promise (its script is replayed by a test).
+said otherwise), shrunk by ``shrink.py``; ``finding`` says what it found. ``open``: the bug is
+still on main, and the test is a strict xfail (the fix makes it pass, and the mark must then
+go). ``CLEAN`` is a history that keeps every promise (its script is replayed by a test).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ class Pinned:
     kind: str
     history: History
     seed: str
-    reason: str = ""
+    finding: str
+    open: bool = False
 
 
 def chain(n: int, **flags: dict[str, bool]) -> PipelineModel:
@@ -169,6 +170,37 @@ PINNED: dict[str, Pinned] = {
         "19",
         "new finding: StepRunner.run over a stream whose steps include a user-scope one "
         "raises KeyError (served_targets_gone looks up the unplaced path)",
+    ),
+    "a-stream-below-a-user-scope-step-is-checked-where-it-is-placed": Pinned(
+        "wrong-artifact:stream",
+        History(chain(2, s0={"user_scope": True}), (Stream(1, ((1, True),), WARN),)),
+        "54, 127, 149, 176",
+        "the checker's own bug: a swept step below a user-scope step is built in the user's "
+        "folder (docs/marin.md), and the stream check looked for it at its shared path",
+    ),
+    "a-resume-across-a-code-change-under-warn-is-said-by-the-plan": Pinned(
+        "wrong-artifact:resumed",
+        History(chain(3, s2={"resumable": True}), (FailRun(2, WARN), EditCode(2, True), Run(WARN))),
+        "1097 (the soak profile)",
+        "the checker's own bug: under --on-code-drift warn a partial output of other code is "
+        "resumed (docs/caching.md, the identity table), which the plan's `resume` says; the "
+        "checker allowed code drift only from a record",
+    ),
+    "a-user-run-serves-its-build-of-a-shared-input-it-moved": Pinned(
+        "wrong-artifact:below-unfinished-rebuild",
+        History(
+            chain(6),
+            (
+                Run(WARN),
+                EditConfig(5, False, False),
+                Run(RunOpts(Context("alice", "user"))),
+                EditConfig(1, True, False),
+            ),
+        ),
+        "1132 (the soak profile)",
+        "new finding: users/alice/o/s5 read the shared o/s4; once o/s1 is rebuilt in the "
+        "user's folder, o/s2..o/s4 move there, have no record, and read as pruned, so s5 is "
+        "served (also under rebuild/rebuild); nothing was unfinished (the kind is a misnomer)",
     ),
 }
 

@@ -41,6 +41,8 @@ class StepModel:
     resumable: bool = False
     user_scope: bool = False
     deferred: bool = False
+    ranks: int = 1
+    """A remote step's gang (``with_options(ranks=N)``): rank 0 builds, the others return."""
 
     @property
     def name(self) -> str:
@@ -155,6 +157,8 @@ def _control(name):
 
 
 def _work(name, out, cfg, rev, ins):
+    if current_context().rank:
+        return None  # a gang's other ranks: rank 0 builds, and its value is the step's
     blob = bytearray()
     for path in ins:
         for root, dirs, files in os.walk(path):
@@ -216,6 +220,8 @@ def _step_source(s: StepModel, placement: bool) -> str:
     options = []
     if placement and s.remote:
         options.append('remote="local"')
+    if placement and s.remote and s.ranks > 1:
+        options.append(f"ranks={s.ranks}")
     if placement and s.resumable:
         options.append("resumable=True")
     if placement and s.user_scope:
@@ -227,7 +233,8 @@ def _step_source(s: StepModel, placement: bool) -> str:
 
 def render(model: PipelineModel, placement: bool = True) -> str:
     """The pipeline file. ``placement=False`` (the oracle's copy) leaves out what is not
-    identity and cannot change bytes: remote, resumable, scope, notes, pads and versions."""
+    identity and cannot change bytes: remote, ranks, resumable, scope, notes, pads and
+    versions."""
     if not placement:
         model = PipelineModel(
             tuple(dataclasses.replace(s, note=0, pad=0, version=1) for s in model.steps)

@@ -133,13 +133,16 @@ class Marker:
         return (open, (self.path, "w"))
 
 
-def plant_job(meta, job_id, workdir, fingerprint, pid=None, marker=None):
-    """A foreign job.json in a step's metadata folder, and its job folder in workdir (or
+def plant_job(meta, job_id, workdir, fingerprint, pid=None, marker=None, recipe=None):
+    """A foreign job.json (today's fields; ``recipe``: placement, inputs and code copied from
+    the plan and the records) in a step's metadata folder, and its job folder in workdir (or
     $MARIN_LOCAL_JOBS when workdir is None)."""
     os.makedirs(meta, exist_ok=True)
     data = {"workdir": workdir} if workdir else {}
-    job = {"backend": "local", "job_id": job_id, "build_id": "planted", "data": data,
-           "submitted_at": "2026-01-01T00:00:00Z", "fingerprint": fingerprint}
+    job = {"job_id": job_id, "backend": "local", "build_id": "planted",
+           "submitted_at": "2026-01-01T00:00:00Z", "fingerprint": fingerprint,
+           "placement": "", "inputs": {}, "data": data}
+    job.update({k: v for k, v in (recipe or {}).items() if v})
     with open(os.path.join(meta, "job.json"), "w") as f:
         json.dump(job, f)
     folder = os.path.join(workdir or JOBS, job_id)

@@ -18,8 +18,10 @@ def variant_specs(k, version, variants):
 
 def run_sweep(module, prefix, idx, wanted, step, on_drift, on_code_drift, codex):
     """``StepRunner.run`` over a generator: ``module.pipeline``, then step ``idx`` (``step``:
-    its ``note``, ``remote`` and ``resumable``) at each ``(k, version)`` of ``wanted``."""
+    its ``note``, ``remote`` and ``resumable``) at each ``(k, version)`` of ``wanted``; its
+    report."""
     from marin.execution.lazy import OUT, VersionCodex, apply, build_context
+    from marin.execution.plan.options import RunOptions
     from marin.execution.run.runner import StepRunner
 
     base, fn = getattr(module, f"s{idx}"), getattr(module, f"f_s{idx}")
@@ -36,7 +38,8 @@ def run_sweep(module, prefix, idx, wanted, step, on_drift, on_code_drift, codex)
             handle = apply(f"o/s{idx}", fn, version=version, out=OUT, cfg=cfg, ins=list(base.deps))
             yield handle.with_options(**options) if options else handle
 
-    runner = StepRunner(prefix=prefix, on_drift=on_drift, on_code_drift=on_code_drift)
+    options = RunOptions(on_drift=on_drift, on_code_drift=on_code_drift)
+    runner = StepRunner(options, prefix=prefix)
     scope = build_context(VersionCodex(*codex)) if codex else contextlib.nullcontext()
     with scope:
-        runner.run(handles())
+        return runner.run(handles())

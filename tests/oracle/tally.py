@@ -11,6 +11,8 @@ script of every pinned history (``pinned.py``) as ``DIR/<name>.repro``, which
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import sys
 import time
 from collections.abc import Iterable
@@ -49,14 +51,49 @@ class Tally:
         return "\n".join(lines)
 
 
-def run_seeds(seeds: Iterable[int], profile: Profile = FAST, keep: bool = False) -> Tally:
+WORKERS_ENV = "ORACLE_WORKERS"
+"""How many processes run histories at once (default 1: on a loaded machine two make runs
+exceed their timeouts, which the checker reports as `run-hung`)."""
+PROGRESS_ENV = "ORACLE_PROGRESS"
+"""A file to append one line per history to (seed, seconds, kinds): a long run's progress."""
+
+
+def _one(job: tuple[int, Profile, bool]) -> tuple[int, Outcome]:
+    seed, profile, keep = job
+    outcome, _ = run_history(seeded(seed, profile))
+    if not keep:
+        outcome.script = ""
+    return seed, outcome
+
+
+def run_seeds(
+    seeds: Iterable[int], profile: Profile = FAST, keep: bool = False, workers: int | None = None
+) -> Tally:
+    """Run each seed's history (on ``workers`` processes, each history in a sandbox of its
+    own; spawned, not forked: a fork would copy marin's threads' locks) and count what they
+    find, in seed order."""
+    workers = workers or int(os.environ.get(WORKERS_ENV, "1"))
+    progress = os.environ.get(PROGRESS_ENV)
     tally = Tally()
     start = time.monotonic()
-    for seed in seeds:
-        outcome, _ = run_history(seeded(seed, profile))
-        if not keep:
-            outcome.script = ""
-        tally.add(seed, outcome)
+    jobs = [(seed, profile, keep) for seed in seeds]
+    pool = None
+    if workers > 1 and len(jobs) > 1:
+        pool = multiprocessing.get_context("spawn").Pool(workers, maxtasksperchild=100)
+    try:
+        results = pool.imap(_one, jobs) if pool is not None else map(_one, jobs)
+        for seed, outcome in results:
+            tally.add(seed, outcome)
+            if progress:
+                with open(progress, "a") as f:
+                    f.write(f"{seed} {outcome.seconds:.1f}s {sorted(outcome.kinds)}\n")
+    except BaseException:
+        if pool is not None:
+            pool.terminate()
+        raise
+    if pool is not None:
+        pool.close()  # not terminate(): a worker's SIGTERM handler would print a traceback
+        pool.join()
     tally.seconds = time.monotonic() - start
     return tally
 

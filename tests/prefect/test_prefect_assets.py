@@ -16,8 +16,8 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.events import emit_event
 
-from marin.execution.build import lineage
-from marin.execution.build.lineage.names import artifact_names
+from marin.execution.builder import lineage
+from marin.execution.builder.lineage.names import artifact_names
 from marin.execution.lazy import lower
 from marin.execution.pipeline.graph import collect_steps
 from marin.execution.pipeline.targets import load_target

@@ -24,6 +24,7 @@ pytest.importorskip("s3fs")
 from marin.execution.lazy import lower
 from marin.execution.pipeline.graph import collect_steps
 from marin.execution.pipeline.targets import load_target
+from marin.execution.plan.options import RunOptions
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
 from marin_prefect.compile import CACHED_STATE_NAME, to_prefect_flow
@@ -89,9 +90,7 @@ def test_steps_build_once_spread_over_both_workers_gpu_steps_on_the_gpu_worker(
     dask, log = cluster
     prefix = f"s3://marin-tests/dask-{uuid.uuid4().hex[:10]}"
     specs = collect_steps(lower(list(load_target(TARGET))))
-    flow = to_prefect_flow(
-        TARGET, prefix=prefix, max_concurrent=4, task_runner=runner(dask.address)
-    )
+    flow = to_prefect_flow(TARGET, prefix=prefix, task_runner=runner(dask.address), options=RunOptions(max_concurrent=4))
     state = flow(return_state=True)
     assert state.is_completed(), state
 
@@ -117,9 +116,7 @@ def test_steps_build_once_spread_over_both_workers_gpu_steps_on_the_gpu_worker(
     shards = {built_on[f"dask/shard-{i}@v1"] for i in range(4)}
     assert shards == {"cpu", "gpu"}, built_on  # spread over both (they ran side by side)
 
-    again = to_prefect_flow(
-        TARGET, prefix=prefix, max_concurrent=4, task_runner=runner(dask.address)
-    )
+    again = to_prefect_flow(TARGET, prefix=prefix, task_runner=runner(dask.address), options=RunOptions(max_concurrent=4))
     second = again(return_state=True)
     assert second.is_completed(), second
     runs = task_runs(flow_run_id(second), expected=len(specs))

@@ -49,7 +49,7 @@ print(build.spec.step_id, build.spec.fingerprint)
 
 
 def _payload(tmp_path: Path) -> tuple[str, Path, str]:
-    from marin.execution.build.request import BuildRequest
+    from marin.execution.builder.request import BuildRequest
 
     folder = tmp_path / "code"
     folder.mkdir()

@@ -18,6 +18,7 @@ import tests.prefect.prefect_pipelines as toy
 from marin.execution.errors import PipelineFailedError, StepFailedError
 from marin.execution.lazy import OUT, apply, lower, run
 from marin.execution.pipeline.graph import collect_steps
+from marin.execution.plan.options import RunOptions
 from marin_prefect import to_prefect_flow
 from marin_prefect.compile import CACHED_STATE_NAME, NOT_RUN_STATE_NAME
 from tests.prefect.prefect_helpers import (
@@ -126,7 +127,7 @@ def test_second_run_is_all_cached_and_never_calls_fn(tmp_path: Path, calls: Path
 def test_peak_concurrency_equals_max_concurrent(tmp_path: Path, max_concurrent: int) -> None:
     gauge = toy.Gauge()
     steps = toy.wide(gauge, n=3 * max_concurrent, seconds=0.3, tag=str(max_concurrent))
-    pipeline = to_prefect_flow(steps, prefix=str(tmp_path), max_concurrent=max_concurrent)
+    pipeline = to_prefect_flow(steps, prefix=str(tmp_path), options=RunOptions(max_concurrent=max_concurrent))
     assert pipeline(return_state=True).is_completed()
     assert gauge.peak == max_concurrent
 
@@ -159,7 +160,7 @@ def test_failed_step_fails_the_flow_and_blocks_its_dependents(tmp_path: Path, ca
 
 @pytest.mark.parametrize("keep_going", [False, True])
 def test_fail_fast_and_keep_going(tmp_path: Path, calls: Path, keep_going: bool) -> None:
-    pipeline = to_prefect_flow(toy.fail_fast_graph(), prefix=str(tmp_path), keep_going=keep_going)
+    pipeline = to_prefect_flow(toy.fail_fast_graph(), prefix=str(tmp_path), options=RunOptions(keep_going=keep_going))
     state = pipeline(return_state=True)
     assert state.is_failed(), state
     called = calls.read_text().splitlines()
@@ -223,9 +224,7 @@ def test_global_concurrency_limit_caps_builds_across_the_flow(tmp_path: Path) ->
     # A dependent waits for its dependency without holding a slot: with a limit of 1, a waiting
     # step that held one would deadlock the run.
     steps.append(apply("gcl/after", toy.after, version="v0", out=OUT, upstream=steps[0], label="x"))
-    pipeline = to_prefect_flow(
-        steps, prefix=str(tmp_path), max_concurrent=3, concurrency_limit=limit
-    )
+    pipeline = to_prefect_flow(steps, prefix=str(tmp_path), concurrency_limit=limit, options=RunOptions(max_concurrent=3))
     assert pipeline(return_state=True).is_completed()
     assert gauge.peak == 1
 
@@ -274,9 +273,9 @@ def test_bad_inputs_get_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="not a step handle"):
         to_prefect_flow([object()])
     with pytest.raises(ValueError, match="max_concurrent"):
-        to_prefect_flow(toy.pipeline(), max_concurrent=0)
+        to_prefect_flow(toy.pipeline(), options=RunOptions(max_concurrent=0))
     with pytest.raises(ValueError, match="on_drift"):
-        to_prefect_flow(toy.pipeline(), on_drift="sometimes")
+        to_prefect_flow(toy.pipeline(), options=RunOptions(on_drift="sometimes"))
     assert to_prefect_flow(toy.pipeline()).name == "marin-toy-report"
     assert to_prefect_flow(TOY_TARGET).name == "marin-prefect_pipelines-pipeline"
     assert "PREFECT_HOME" in os.environ and "marin-prefect-home-" in os.environ["PREFECT_HOME"]

@@ -11,7 +11,7 @@ import fsspec
 import pytest
 
 import marin_prefect.compile as compile_module
-from marin.execution.build.lineage.names import PREFECT_REFUSED, names_for_url, prefect_asset_key
+from marin.execution.builder.lineage.names import PREFECT_REFUSED, names_for_url, prefect_asset_key
 from marin.execution.lazy import OUT, ArtifactStep, apply
 from marin.execution.names import validate_name
 from marin_prefect import to_prefect_flow

@@ -12,6 +12,7 @@ from prefect.client.orchestration import get_client
 from marin.execution.errors import StepFailedError
 from marin.execution.lazy import OUT, apply
 from marin.execution.pipeline.resources import parse_capacity, parse_resources
+from marin.execution.plan.options import RunOptions
 from marin_prefect import to_prefect_flow
 from marin_prefect.resources import (
     create_limits,
@@ -50,9 +51,7 @@ def test_two_gpu_steps_with_a_limit_of_one_never_overlap(tmp_path: Path) -> None
               peers=1, out_path=OUT).with_options(resources={"gpu": 1}, queue="gpu-queue")
         for i in range(2)
     ]  # fmt: skip
-    flow = to_prefect_flow(
-        steps, prefix=str(tmp_path / "p"), max_concurrent=4, resource_limits=True
-    )
+    flow = to_prefect_flow(steps, prefix=str(tmp_path / "p"), resource_limits=True, options=RunOptions(max_concurrent=4))
     state = flow(return_state=True)
     assert state.is_completed(), state
     timeline = rp.gpu_in_use(read_calls(calls), {"g0": 1, "g1": 1})
@@ -83,9 +82,7 @@ def test_resources_beyond_the_limits_never_exceed_them(tmp_path: Path) -> None:
         )
         for name, n in gpus.items()
     ]  # fmt: skip
-    state = to_prefect_flow(
-        steps, prefix=str(tmp_path / "p"), max_concurrent=5, resource_limits=True
-    )(return_state=True)
+    state = to_prefect_flow(steps, prefix=str(tmp_path / "p"), resource_limits=True, options=RunOptions(max_concurrent=5))(return_state=True)
     assert state.is_completed(), state
     timeline = rp.gpu_in_use(read_calls(calls), gpus)
     assert max(timeline) == 2  # never above the limit, and the limit is reached

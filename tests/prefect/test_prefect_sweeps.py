@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from marin.execution.plan.options import RunOptions
 from marin_prefect import to_prefect_flow
 from tests.sweeps import pipelines
 
@@ -33,7 +34,7 @@ def _run_flow(prefix: Path) -> list[str]:
     logger = logging.getLogger("prefect.flow_runs")
     logger.addHandler(lines)
     try:
-        state = to_prefect_flow(TARGET, prefix=str(prefix), max_concurrent=4)(return_state=True)
+        state = to_prefect_flow(TARGET, prefix=str(prefix), options=RunOptions(max_concurrent=4))(return_state=True)
     finally:
         logger.removeHandler(lines)
     assert state.is_completed(), state

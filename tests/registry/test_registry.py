@@ -26,6 +26,7 @@ from marin.execution.store.registry import (
     ArtifactNotFoundError,
     ArtifactRegistryError,
     InvalidArtifactIdError,
+    RegisteredBuildGoneError,
     RegistryId,
     register,
 )
@@ -44,7 +45,7 @@ def _plant(location: Any, relative: str, data: bytes) -> None:
     location.put_file(path, data)
 
 
-def test_register_then_from_id_with_one_read(prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_register_then_from_id_with_two_reads(prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     artifacts = run(scratch(), prefix=prefix)  # raw -> scratch
     location = open_prefix(prefix)
     manifest = register(location, "gc/scratch/v1", RegistryId.parse("exp/scratch/v1"), "me@h")
@@ -59,13 +60,15 @@ def test_register_then_from_id_with_one_read(prefix: str, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(location_module.Location, "read_file", counted)
     found = Artifact.from_id("exp/scratch/v1", prefix=prefix)
-    assert len(reads) == 1 and reads[0].endswith(f"{REGISTRY_FOLDER}/exp/scratch/v1.json")
+    # The manifest, then the step's record (still the registered build: finding 6).
+    assert len(reads) == 2 and reads[0].endswith(f"{REGISTRY_FOLDER}/exp/scratch/v1.json")
+    assert reads[1].endswith("gc/scratch/v1.marin/record.json")
     assert found.url == f"{prefix.rstrip('/')}/gc/scratch/v1"
     assert found.record is not None and found.record.build_id == manifest.build_id
     assert found.result == {"text": "scratch"} and found.spec is None
     typed = Artifact.from_id("exp/scratch", "v1", Built, prefix=prefix)  # Marin's arguments
     assert isinstance(typed, Built) and typed.text == "scratch" and typed.path == found.url
-    assert len(reads) == 2
+    assert len(reads) == 4
 
 
 def test_a_second_registration_of_an_id_is_refused_and_never_written(prefix: str) -> None:
@@ -139,6 +142,37 @@ def test_marin_register_on_the_command_line(
     assert "3 artifact(s)" in listed and "registry" not in listed  # the registry is no step
 
 
+def test_from_id_of_a_registered_build_rebuilt_in_place_or_deleted_is_refused(
+    prefix: str, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 6: after ``--force`` rebuilt a registered build in place, ``from_id`` returned
+    the registered record (its build id, its result) with a path holding the new build's bytes.
+    A registered id never serves another build's data: it names what happened instead."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    target = "tests/gc/pipelines.py:scratch"
+    assert main(["run", target, "--prefix", prefix, "--no-progress"]) == 0
+    assert main(["register", "gc/scratch@v1", "--id", "exp/scratch/r1", "--prefix", prefix]) == 0
+    registered = Artifact.from_id("exp/scratch/r1", prefix=prefix).record.build_id
+    argv = ["run", target, "--prefix", prefix, "--force", "gc/scratch", "--no-progress"]
+    assert main(argv) == 0
+    rebuilt = read_record(open_prefix(prefix), "gc/scratch/v1")
+    assert rebuilt is not None and rebuilt.build_id != registered
+    with pytest.raises(RegisteredBuildGoneError) as gone:
+        Artifact.from_id("exp/scratch/r1", prefix=prefix)
+    assert f"build {registered}, which is gone" in gone.value.what
+    assert f"now holds build {rebuilt.build_id} (rebuilt in place" in gone.value.what
+    with pytest.raises(RegisteredBuildGoneError):  # typed too
+        Artifact.from_id("exp/scratch/r1", None, Built, prefix=prefix)
+    # The current build, registered under a new tag, is served.
+    assert main(["register", "gc/scratch@v1", "--id", "exp/scratch/r2", "--prefix", prefix]) == 0
+    found = Artifact.from_id("exp/scratch/r2", prefix=prefix)
+    assert found.record is not None and found.record.build_id == rebuilt.build_id
+    # Deleted (by hand, or by a gc): said so, never a path to nothing.
+    open_prefix(prefix).remove_tree(open_prefix(prefix).path("gc/scratch/v1.marin"))
+    with pytest.raises(RegisteredBuildGoneError, match="nothing is built at .* any more"):
+        Artifact.from_id("exp/scratch/r2", prefix=prefix)
+
+
 # --- gc keeps what is registered, whatever its targets ------------------------------------------
 
 
@@ -183,6 +217,54 @@ def test_gc_keeps_a_registered_build_the_targets_no_longer_need(prefix: str) -> 
     from marin.gc.report import render
 
     assert "kept for the registry: gc/scratch@v1 (registered as exp/scratch/v1)" in render(report)
+
+
+def test_a_build_registered_while_gc_runs_is_not_deleted_by_that_gc(prefix: str) -> None:
+    """Finding 13: gc read the registry once, at its start; a build registered while it ran
+    (``marin register`` succeeded) was then deleted, and ``from_id`` returned a path to
+    nothing. gc reads the registry again under each step's lease before deleting it."""
+    run(pipeline(), prefix=prefix)  # raw -> tok -> train, none kept by `other`
+    location = open_prefix(prefix)
+    paths = {"gc/raw/v1": "gc/raw@v1", "gc/tok/v1": "gc/tok@v1", "gc/train/v1": "gc/train@v1"}
+    registered: list[str] = []
+
+    def register_one_left(item: Any, done: int, total: int) -> None:
+        if registered:
+            return
+        left = next(p for p in sorted(paths) if read_record(location, p) is not None)
+        argv = ["register", paths[left], "--id", "rel/mid/gc", "--prefix", prefix]
+        assert main(argv) == 0  # the registration succeeds while gc runs
+        registered.append(left)
+
+    from tests.gc.pipelines import other
+
+    report = collect_garbage(other(), location, on_deleted=register_one_left)
+    assert len(registered) == 1 and len(report.collected) == 2
+    (skipped,) = report.skipped
+    assert (skipped.path, skipped.why) == (registered[0], "registered as rel/mid/gc while gc ran")
+    found = Artifact.from_id("rel/mid/gc", prefix=prefix)
+    assert found.record is not None
+    assert found.record.build_id == read_record(location, registered[0]).build_id  # type: ignore[union-attr]
+
+
+def test_register_refuses_a_build_whose_lease_is_held(prefix: str) -> None:
+    """Finding 13, the other half: a step being built or deleted (gc holds its lease while it
+    deletes it) is not registered: the registration would name a build that may vanish."""
+    from marin.execution.store.lease import Lease
+
+    run(scratch(), prefix=prefix)
+    location = open_prefix(prefix)
+    held = Lease(location, "gc/scratch/v1")
+    assert held.try_acquire() is None
+    try:
+        with pytest.raises(ArtifactRegistryError, match="is being built or deleted"):
+            register(location, "gc/scratch/v1", RegistryId.parse("exp/scratch/v1"), "me@h")
+    finally:
+        held.release()
+    with pytest.raises(ArtifactNotFoundError):
+        Artifact.from_id("exp/scratch/v1", prefix=prefix)  # nothing was written
+    register(location, "gc/scratch/v1", RegistryId.parse("exp/scratch/v1"), "me@h")
+    assert Artifact.from_id("exp/scratch/v1", prefix=prefix).record is not None
 
 
 def test_gc_deletes_nothing_when_a_manifest_cannot_be_read(prefix: str) -> None:

@@ -12,6 +12,7 @@ Controlled through environment variables, which the ``local`` jobs inherit from 
 - ``MARIN_TEST_FORGE``: a file; while it exists, a remote ``fn`` prints its text and then
   SIGKILLs itself (a job killed after it logged text that looks like an outcome);
 - ``MARIN_TEST_LOG_MB``: ``loud``'s job prints that many MiB of log lines;
+- ``MARIN_TEST_MAX_PREEMPTIONS``: set, ``chain``'s training step's ``max_preemptions``;
 - ``MARIN_TEST_FILL``: the file ``full``'s job writes until the disk is full (default: one in
   its output).
 
@@ -86,6 +87,7 @@ _model = apply(
 ).with_options(
     remote=os.environ.get("MARIN_TEST_BACKEND", "local"),
     retries=int(os.environ.get("MARIN_TEST_RETRIES", "0")),
+    **({"max_preemptions": int(m)} if (m := os.environ.get("MARIN_TEST_MAX_PREEMPTIONS")) else {}),
 )
 chain = [apply("remote/eval", evaluate, version="v1", model=_model, out_path=OUT)]
 

@@ -20,6 +20,7 @@ import pytest
 from marin.execution.digest.code import clear_cache
 from marin.execution.errors import CodeDriftError
 from marin.execution.lazy import lower
+from marin.execution.plan.options import RunOptions
 from marin.execution.step_runner import StepRunner
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
@@ -83,13 +84,13 @@ def project(tmp_path: Path) -> Project:
 
 def run_steps(module: Any, prefix: str, force: tuple[str, ...] = (), **options: Any) -> Any:
     module.CALLS.clear()
-    report = StepRunner(prefix=prefix, **options).run(lower(module.pipeline()), force=force)
+    report = StepRunner(RunOptions(force=force, **options), prefix=prefix).run(lower(module.pipeline()))
     return list(module.CALLS), report
 
 
 def plan_of(module: Any, prefix: str, **options: Any) -> dict[str, Any]:
     force = options.pop("force", ())
-    plan, _ = StepRunner(prefix=prefix, **options).plan(lower(module.pipeline()), force=force)
+    plan, _ = StepRunner(RunOptions(force=force, **options), prefix=prefix).plan(lower(module.pipeline()))
     return {d.spec.name.split("/")[-1]: d for d in plan.decisions.values()}
 
 
@@ -380,9 +381,9 @@ def test_the_prefect_flow_reports_code_drift_and_fails_under_error(tmp_path: Pat
     path.write_text(AIRFLOW_TOY.replace("text.split()", "text.split()[::-1]"))
     clear_cache()
     with pytest.raises(CodeDriftError, match=r"code: tokenize changed"):
-        to_prefect_flow(f"{path}:pipeline", prefix=prefix, on_code_drift="error")()
+        to_prefect_flow(f"{path}:pipeline", prefix=prefix, options=RunOptions(on_code_drift="error"))()
     record = read_record(open_prefix(prefix), "af/data/v1")
-    served = to_prefect_flow(f"{path}:pipeline", prefix=prefix, on_code_drift="warn")()
+    served = to_prefect_flow(f"{path}:pipeline", prefix=prefix, options=RunOptions(on_code_drift="warn"))()
     assert read_record(open_prefix(prefix), "af/data/v1") == record
     assert served
 
@@ -394,5 +395,5 @@ def test_an_on_code_drift_that_is_not_a_policy_is_a_clear_error() -> None:
     with pytest.raises(OptionError, match=r"on_code_drift='ERROR' is not a drift policy.*warn, rebuild, error"):
         RunOptions.from_params({"on_code_drift": "ERROR"})
     with pytest.raises(OptionError, match="on_code_drift="):
-        StepRunner(on_code_drift="sometimes")
+        StepRunner(RunOptions(on_code_drift="sometimes"))
     assert RunOptions.from_params({"on_code_drift": ""}).on_code_drift == "warn"

@@ -16,10 +16,11 @@ import fsspec
 import pytest
 
 from marin.catalog import show_record
-from marin.execution.build.commit import build_step
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.request import BuildRequest
 from marin.execution.lazy import OUT, apply
 from marin.execution.pipeline.graph import Graph
-from marin.execution.plan.options import RunOptions
+from marin.execution.plan.options import Policy, RunOptions
 from marin.execution.plan.read import plan_run
 from marin.execution.step_spec import StepSpec
 from marin.execution.store.lease import Lease
@@ -75,7 +76,7 @@ def test_a_silent_build_writes_only_its_record(store_prefix: str) -> None:
     location = open_prefix(store_prefix)
     assert read_status(location, spec.output_path) is None
     assert _status_of(spec, location) == RUN
-    assert build_step(spec, location).action == "built"
+    assert build_step(BuildRequest(spec, location)).action == "built"
     assert not _exists(location, status_path(spec.output_path))
     assert not _exists(location, log_path(spec.output_path))  # it printed nothing
     assert not _exists(location, lease_path(spec.output_path))
@@ -90,15 +91,15 @@ def test_a_step_that_prints_gets_its_log_and_a_silent_rebuild_drops_it(store_pre
     location = open_prefix(store_prefix)
     spec = apply("lean/talk", chatty, version="v0", words="hello from the step", out_path=OUT)
     loud = spec.lower()
-    build_step(loud, location)
+    build_step(BuildRequest(loud, location))
     log = location.path(log_path(loud.output_path))
     assert location.fs.cat_file(log).decode() == "hello from the step\n"
-    build_step(loud, location, force=True)
+    build_step(BuildRequest(loud, location, policy=Policy(force=frozenset({loud.step_id}))))
     assert location.fs.cat_file(log).decode() == "hello from the step\n"  # printed again
     # Rebuilt by a step that prints nothing: the old log must not stay beside the new record
     # as if this build had printed it.
     silent = apply("lean/talk", chatty, version="v0", words="", out_path=OUT).lower()
-    assert build_step(silent, location, on_drift="rebuild").action == "built"
+    assert build_step(BuildRequest(silent, location, policy=Policy(on_drift="rebuild"))).action == "built"
     assert not _exists(location, log_path(loud.output_path))
 
 
@@ -108,7 +109,7 @@ def test_failed_then_fixed_reports_failed_then_success(store_prefix: str, tmp_pa
     spec = apply("lean/flaky", flaky, version="v0", switch=str(switch), out_path=OUT).lower()
     location = open_prefix(store_prefix)
     with pytest.raises(RuntimeError, match="disk full"):
-        build_step(spec, location)
+        build_step(BuildRequest(spec, location))
     status = read_status(location, spec.output_path) or {}
     assert status.get("state") == FAILED and "disk full" in status.get("error", "")
     # The failure message points at the log: it holds what fn printed and the traceback.
@@ -117,7 +118,7 @@ def test_failed_then_fixed_reports_failed_then_success(store_prefix: str, tmp_pa
     assert _status_of(spec, location) == FAILED_BEFORE
     assert not _exists(location, lease_path(spec.output_path))
     switch.unlink()
-    assert build_step(spec, location).action == "built"
+    assert build_step(BuildRequest(spec, location)).action == "built"
     # The old FAILED status is gone: nothing contradicts the record.
     assert read_status_file(location, spec.output_path) is None
     assert (read_status(location, spec.output_path) or {}).get("state") == SUCCESS
@@ -136,7 +137,7 @@ def test_a_held_lease_reads_as_running_with_its_holder(store_prefix: str) -> Non
 
     spec = apply("lean/held", held, version="v0", out_path=OUT).lower()
     location = open_prefix(store_prefix)
-    builder = threading.Thread(target=build_step, args=(spec, location))
+    builder = threading.Thread(target=build_step, args=(BuildRequest(spec, location),))
     builder.start()
     try:
         assert started.wait(30)
@@ -162,9 +163,9 @@ def test_a_record_lost_by_hand_is_rebuilt_over_the_old_output(tmp_path: Path) ->
     is Marin's once its record is gone: the rebuild clears it instead of refusing."""
     location = open_prefix(str(tmp_path / "p"))
     spec = apply("lean/lost", quiet, version="v0", out_path=OUT).lower()
-    build_step(spec, location)
+    build_step(BuildRequest(spec, location))
     os.unlink(location.path(f"{spec.output_path}.marin/record.json"))
-    assert build_step(spec, location).action == "built"
+    assert build_step(BuildRequest(spec, location)).action == "built"
 
 
 def test_a_record_the_reader_already_holds_is_recognised_by_its_bytes_without_a_parse(
@@ -177,7 +178,7 @@ def test_a_record_the_reader_already_holds_is_recognised_by_its_bytes_without_a_
 
     location = open_prefix(store_prefix)
     spec = apply("held", quiet, version="v0", out_path=OUT).lower()
-    built = build_step(spec, location).record
+    built = build_step(BuildRequest(spec, location)).record
     monkeypatch.setattr(records, "_PARSED", records._ParsedRecords(4))
     for i in range(8):  # push the record out of the (small) parse cache
         records._PARSED.put(f"{i}".encode(), built)
@@ -190,7 +191,7 @@ def test_a_record_the_reader_already_holds_is_recognised_by_its_bytes_without_a_
     )
     assert records.read_record(location, spec.output_path, built) is built
     assert parses == []
-    again = build_step(spec, location, force=True).record  # new bytes at the same path
+    again = build_step(BuildRequest(spec, location, policy=Policy(force=frozenset({spec.step_id})))).record  # new bytes at the same path
     monkeypatch.setattr(records, "_PARSED", records._ParsedRecords(4))
     parses.clear()
     now = records.read_record(location, spec.output_path, built)

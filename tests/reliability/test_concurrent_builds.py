@@ -13,7 +13,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from marin.execution.build.commit import BuildOutcome, build_step
+from marin.execution.builder.commit import BuildOutcome, build_step
+from marin.execution.builder.request import BuildRequest
 from marin.execution.errors import InputChangedError, LeaseVanishedError, StepFailedError
 from marin.execution.lazy import OUT, apply, run
 from marin.execution.plan.decide import Policy, Stored, Upstream, decide
@@ -105,15 +106,15 @@ def test_a_build_waits_for_an_input_that_another_runner_is_rebuilding(
     location = open_prefix(store_prefix)
     source = Source()
     s, use = _pipeline(source, lambda src, out_path: _whole(src))
-    first = build_step(s, location)
+    first = build_step(BuildRequest(s, location))
     waiting = log_event("wait use@v0: input s@v0 is being rebuilt")
     source.hold = True
-    rebuild = Background(lambda: build_step(s, location, force=True))
+    rebuild = Background(lambda: build_step(BuildRequest(s, location, policy=Policy(force=frozenset({s.step_id})))))
     try:
         assert source.inside.wait(WAIT_S)
         # B's plan read s's first build; s's output is half rewritten now.
         reader = Background(
-            lambda: build_step(use, location, upstream=[Upstream(s.step_id, first.record)])
+            lambda: build_step(BuildRequest(use, location, upstream=[Upstream(s.step_id, first.record)]))
         )
         assert waiting.wait(WAIT_S), "use started from an input whose lease a rebuilder holds"
     finally:
@@ -145,13 +146,13 @@ def test_a_build_whose_input_was_rebuilt_while_it_ran_does_not_commit(store_pref
     reader = HeldReader()
     read_it, go = reader.read_it, reader.go
     s, use = _pipeline(Source(), reader)
-    first = build_step(s, location)
+    first = build_step(BuildRequest(s, location))
     attempt = Background(
-        lambda: build_step(use, location, upstream=[Upstream(s.step_id, first.record)])
+        lambda: build_step(BuildRequest(use, location, upstream=[Upstream(s.step_id, first.record)]))
     )
     try:
         assert read_it.wait(WAIT_S)
-        assert build_step(s, location, force=True).action == "built"  # run A, meanwhile
+        assert build_step(BuildRequest(s, location, policy=Policy(force=frozenset({s.step_id})))).action == "built"  # run A, meanwhile
     finally:
         go.set()
     with pytest.raises(InputChangedError) as caught:
@@ -159,7 +160,7 @@ def test_a_build_whose_input_was_rebuilt_while_it_ran_does_not_commit(store_pref
     assert caught.value.step == use.step_id and "input s@v0 was rebuilt" in caught.value.what
     assert read_record(location, use.output_path) is None
     assert (read_status(location, use.output_path) or {}).get("state") == "FAILED"
-    again = build_step(use, location)  # the next attempt builds from the new s
+    again = build_step(BuildRequest(use, location))  # the next attempt builds from the new s
     assert again.action == "built" and again.record.result == "build-2"
 
 
@@ -174,12 +175,12 @@ def test_a_rebuild_that_holds_the_lease_but_kept_the_record_is_caught_at_the_com
     reader = HeldReader()
     read_it, go = reader.read_it, reader.go
     s, use = _pipeline(Source(), reader)
-    first = build_step(s, location)
+    first = build_step(BuildRequest(s, location))
     rebuilder = Lease(location, s.output_path, ttl=60.0)
     assert rebuilder.try_acquire() is None  # another runner's live lease, record still there
     try:
         attempt = Background(
-            lambda: build_step(use, location, upstream=[Upstream(s.step_id, first.record)])
+            lambda: build_step(BuildRequest(use, location, upstream=[Upstream(s.step_id, first.record)]))
         )
         assert read_it.wait(WAIT_S), "use waited although s's record is the known build"
         delete_record(location, s.output_path)  # the rebuilder's first write
@@ -204,15 +205,15 @@ def test_two_concurrent_forced_rebuilds_build_the_step_once(
     location = open_prefix(store_prefix)
     source = Source()
     s, _ = _pipeline(source, lambda src, out_path: None)
-    old = build_step(s, location).record
+    old = build_step(BuildRequest(s, location)).record
     forced = Policy(force=frozenset({s.step_id}))
     plans = [decide(s, Stored(old), [], forced, needed=True) for _ in range(2)]
     waiting = log_event("wait s@v0: lease held by")
     source.hold = True
-    first = Background(lambda: build_step(s, location, policy=forced, decision=plans[0]))
+    first = Background(lambda: build_step(BuildRequest(s, location, policy=forced, decision=plans[0])))
     try:
         assert source.inside.wait(WAIT_S)
-        second = Background(lambda: build_step(s, location, policy=forced, decision=plans[1]))
+        second = Background(lambda: build_step(BuildRequest(s, location, policy=forced, decision=plans[1])))
         assert waiting.wait(WAIT_S)
     finally:
         source.go.set()
@@ -259,7 +260,7 @@ def test_fn_that_deletes_its_own_metadata_folder_is_told_so(tmp_path: Any) -> No
     spec = apply("vandal", vandal, version="v0", out_path=OUT).lower()
     location = open_prefix(prefix)
     with pytest.raises(LeaseVanishedError) as caught:
-        build_step(spec, location)
+        build_step(BuildRequest(spec, location))
     what = caught.value.what
     assert "metadata folder" in what and "was deleted while fn ran" in what
     assert "another runner" not in str(caught.value)

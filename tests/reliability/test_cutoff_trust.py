@@ -22,6 +22,7 @@ import fsspec
 import pytest
 
 from marin.execution.lazy import OUT, apply, lower
+from marin.execution.plan.options import RunOptions
 from marin.execution.step_runner import StepRunner
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
@@ -51,10 +52,9 @@ def pipeline(salt: int, kind: str = "artifact") -> Any:
 
 
 def run(prefix: str, salt: int, kind: str = "artifact", **options: Any) -> list[str]:
-    force = options.pop("force", ())
     CALLS.clear()
-    StepRunner(prefix=prefix, on_drift="rebuild", **options).run(
-        lower(pipeline(salt, kind)), force=force
+    StepRunner(RunOptions(on_drift="rebuild", **options), prefix=prefix).run(
+        lower(pipeline(salt, kind))
     )
     return list(CALLS)
 
@@ -208,7 +208,7 @@ def damaged_then_read(prefix: str) -> None:
     WRITER["up"] = text("good")
     CALLS.clear()
     for force in ((), ("cut/up",)):  # twice: memory:// digests a rebuild only
-        StepRunner(prefix=prefix).run(lower(pipeline(0)).deps[0], force=force)
+        StepRunner(RunOptions(force=force), prefix=prefix).run(lower(pipeline(0)).deps[0])
     location = open_prefix(prefix)
     location.fs.pipe_file(location.path("cut/up/v1/data.txt"), b"bad")
     assert run(prefix, 0) == ["reader"]
@@ -237,7 +237,7 @@ def test_a_rebuild_over_a_damaged_output_does_not_cut_off(store_prefix: str) -> 
 
 def test_the_plan_of_a_forced_upstream_rebuilds_its_readers_outright(store_prefix: str) -> None:
     settle(store_prefix, text("same"))
-    plan, _ = StepRunner(prefix=store_prefix).plan(lower(pipeline(0)), force=("cut/up",))
+    plan, _ = StepRunner(RunOptions(force=("cut/up",)), prefix=store_prefix).plan(lower(pipeline(0)))
     decision = next(d for d in plan.decisions.values() if d.spec.step_id == READER)
     assert decision.action == Action.BUILD and decision.unless_unchanged == ()
     assert run(store_prefix, 0, force=("cut/up",)) == ["up", "reader"]

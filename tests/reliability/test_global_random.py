@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from marin.execution.build.commit import build_step
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.request import BuildRequest
 from marin.execution.lazy import OUT, apply
 from marin.execution.store import location as storage
 from marin.execution.store.lease import Lease
@@ -91,7 +92,7 @@ def test_waiting_for_a_held_lease_leaves_the_global_random_state_alone(
     waiting = log_event("wait g/s@v0: lease held by")
     outcome: list[str] = []
     waiter = threading.Thread(
-        target=lambda: outcome.append(build_step(step, location).action), daemon=True
+        target=lambda: outcome.append(build_step(BuildRequest(step, location)).action), daemon=True
     )
     ours = {threading.get_ident()}
     try:

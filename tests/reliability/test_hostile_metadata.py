@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from marin import catalog
 from marin.execution import atomic_file
-from marin.execution.build.commit import build_step
-from marin.execution.build.output_tree import OutputDigest
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.output_tree import OutputDigest
+from marin.execution.builder.request import BuildRequest
 from marin.execution.digest.code import code_digest
 from marin.execution.errors import (
     ArtifactTypeMismatchError,
@@ -219,7 +220,7 @@ def test_a_lease_with_an_impossible_expiry_is_taken_over_with_one_warning(
     assert LeaseInfo.parse(body).garbled
     caplog.set_level(logging.WARNING, logger="marin")
     spec = apply("s", write_value, version="v0", value="x", out_path=OUT).lower()
-    outcome = build_step(spec, location)  # would wait forever on NaN / 1e300
+    outcome = build_step(BuildRequest(spec, location))  # would wait forever on NaN / 1e300
     assert outcome.action == "built"
     takeovers = [r for r in caplog.records if "taking over" in r.getMessage()]
     assert len(takeovers) == 1 and "garbled" in takeovers[0].getMessage()

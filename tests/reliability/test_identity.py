@@ -149,7 +149,7 @@ def test_apply_keeps_the_fingerprint_guard_only_for_inputs_that_are_not_plain_da
     from marin.execution.errors import StepFailedError
     from marin.execution.lazy import OUT
     from marin.execution.pipeline.canonical import register_fingerprint
-    from marin.execution.pipeline.handles import _FingerprintGuard
+    from marin.execution.pipeline.lower import _FingerprintGuard
 
     plain = lower(apply("plain", train, version="v0", lr=0.5))
     assert not isinstance(plain.run, _FingerprintGuard)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from marin.execution.pipeline.remote.local_job import start_time
+from marin.execution.remote.local_job import start_time
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
 from tests.reliability.conftest import REPO, child_env

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from marin.execution.build.commit import build_step
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.request import BuildRequest
 from marin.execution.lazy import OUT, apply
 from marin.execution.store.lease import Heartbeat, Lease, LeaseInfo, heartbeat, lease_store
 from marin.execution.store.lease.heartbeat import _COMPACT_SLACK
@@ -268,7 +269,7 @@ def test_racing_builders_run_fn_once_and_agree(store_prefix: str) -> None:
 
     def build(_: int) -> Any:
         barrier.wait()
-        return build_step(spec, location)
+        return build_step(BuildRequest(spec, location))
 
     with ThreadPoolExecutor(6) as pool:
         outcomes = list(pool.map(build, range(6)))

@@ -18,7 +18,7 @@ from fsspec.implementations.dirfs import DirFileSystem
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from marin.execution.build.output_tree import SCHEME, OutputDigest, output_digest, same_output
+from marin.execution.builder.output_tree import SCHEME, OutputDigest, output_digest, same_output
 from marin.execution.store.location import Location, open_prefix
 
 from .faulty_fs import FAULTS

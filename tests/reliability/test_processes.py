@@ -314,8 +314,9 @@ PREFECT_RUNNER = """
 import json, sys
 from marin_testing.prefect import isolate_prefect_home
 isolate_prefect_home()
+from marin.execution.plan.options import RunOptions
 from marin_prefect import to_prefect_flow
-flow = to_prefect_flow("tests/reliability/pipelines.py:race", prefix=sys.argv[1], max_concurrent=4)
+flow = to_prefect_flow("tests/reliability/pipelines.py:race", prefix=sys.argv[1], options=RunOptions(max_concurrent=4))
 print(json.dumps(flow()), flush=True)
 """
 

@@ -1,7 +1,7 @@
 """The registry on every store (issue 57): two racing ``register`` calls of one id, exactly one
 wins (``O_EXCL``-like ``link`` on local disk, ``If-None-Match`` on moto S3, ``ifGenerationMatch=0``
 on fake-gcs), in separate processes with their own cwd, HOME and TMPDIR; and ``Artifact.from_id``
-resolves with one request to the store."""
+resolves with one request for its manifest and two for the record it checks."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def _race_threads(location: Any, reg_id: str) -> list[str]:
     return winners
 
 
-def test_from_id_is_one_request_to_s3(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_from_id_reads_the_manifest_then_the_record_on_s3(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import uuid
 
     import s3fs
@@ -125,5 +125,6 @@ def test_from_id_is_one_request_to_s3(s3_server: Any, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
     found = Artifact.from_id("rel/data/v1", prefix=prefix)
-    assert requests == ["get_object"], requests
+    # One GET of the manifest; the step's record (still the registered build?, finding 6).
+    assert requests == ["get_object", "head_object", "get_object"], requests
     assert found.url == f"{prefix}/rel/data/v1" and found.result == {"ok": "yes"}

@@ -16,11 +16,11 @@ import pytest
 
 from marin.execution.errors import InvalidStepError
 from marin.execution.lazy import OUT, apply, lower
-from marin.execution.pipeline.remote.job_record import JobRecord, create_job, read_job
-from marin.execution.pipeline.remote.procs import start_time
+from marin.execution.remote.procs import start_time
 from marin.execution.run.remote_slots import Slots
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
+from marin.execution.store.step_folder import JobRecord, create_job, read_job
 from tests.reliability import remote_pipelines
 from tests.reliability.conftest import REPO, child_env
 from tests.reliability.pipelines import wait_for_file
@@ -325,8 +325,9 @@ def test_the_example_trains_as_a_local_job(tmp_path: Path) -> None:
 def test_a_hostile_job_record_is_never_followed(tmp_path: Path) -> None:
     """job.json is untrusted: a record naming a folder or id Marin never writes is replaced by
     a job of the build's own, and nothing is read from where it points."""
-    from marin.execution.build.commit import build_step
-    from marin.execution.pipeline.remote.job_record import job_path
+    from marin.execution.builder.commit import build_step
+    from marin.execution.builder.request import BuildRequest
+    from marin.execution.store.step_folder import job_path
 
     evil = tmp_path / "evil"
     evil.mkdir()
@@ -336,7 +337,7 @@ def test_a_hostile_job_record_is_never_followed(tmp_path: Path) -> None:
     spec = spec.with_options(remote="local").lower()
     hostile = JobRecord("local", "evil", "b", "now", {"workdir": str(tmp_path)})
     create_job(location, spec.output_path, hostile)
-    outcome = build_step(spec, location)
+    outcome = build_step(BuildRequest(spec, location))
     assert outcome.record.provenance["job"]["job_id"] != "evil"
     assert json.loads(Path(location.path(job_path(spec.output_path))).read_text())["job_id"] != (
         "evil"

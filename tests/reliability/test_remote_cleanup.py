@@ -1,5 +1,5 @@
 """A finished ``local`` job's folder is removed only when it is provably this build's job's
-(``pipeline/remote/cleanup.py``); the committed and failed paths are in ``test_remote.py``."""
+(``remote/cleanup.py``); the committed and failed paths are in ``test_remote.py``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from marin.execution.pipeline.remote.cleanup import forget_failed, release_job
-from marin.execution.pipeline.remote.job_record import JobRecord, create_job, read_job
+from marin.execution.remote.cleanup import forget_failed, release_job
 from marin.execution.store.location import open_prefix
+from marin.execution.store.step_folder import JobRecord, create_job, read_job
 
 ID, OTHER = "marin-" + "a" * 20, "marin-" + "b" * 20
 

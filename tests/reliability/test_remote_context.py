@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from marin.execution.build.commit import build_step
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.request import BuildRequest
 from marin.execution.lazy import OUT, apply
 from marin.execution.pipeline.context import current_context
+from marin.execution.plan.options import RunOptions
 from marin.execution.step_runner import StepRunner
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
@@ -64,11 +66,11 @@ def _build(tmp_path: Path, name: str, runner: bool = False) -> Any:
     spec = apply(name, seen, version="v1", out_path=OUT).with_options(remote="local").lower()
     location = open_prefix(str(tmp_path / "prefix"))
     if runner:
-        StepRunner(2, str(tmp_path / "prefix")).run([spec])
+        StepRunner(RunOptions(max_concurrent=2), prefix=str(tmp_path / "prefix")).run([spec])
         record = read_record(location, spec.output_path)
         assert record is not None
         return record.result
-    return build_step(spec, location).record.result
+    return build_step(BuildRequest(spec, location)).record.result
 
 
 def test_context_variables_reach_the_job_and_what_cannot_travel_warns_once(
@@ -94,7 +96,7 @@ def test_context_variables_reach_the_job_and_what_cannot_travel_warns_once(
 
 
 def test_the_search_for_variables_never_resolves_a_lazy_proxy() -> None:
-    from marin.execution.pipeline.remote.context_vars import capture
+    from marin.execution.remote.context_vars import capture
 
     _Proxy.resolved = 0  # pytest's collection asked it things
     token = TAG.set({"run": "proxy"})

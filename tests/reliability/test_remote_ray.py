@@ -19,11 +19,11 @@ import pytest
 
 from marin.execution.ids import new_id
 from marin.execution.lazy import lower
-from marin.execution.pipeline.remote.job_record import read_job
-from marin.execution.pipeline.remote.protocol import job_owner
-from marin.execution.pipeline.remote.ray import outcome_line
+from marin.execution.remote.protocol import job_owner
+from marin.execution.remote.ray import outcome_line
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
+from marin.execution.store.step_folder import read_job
 from tests.reliability import remote_pipelines
 from tests.reliability.pipelines import wait_for_file
 from tests.reliability.test_remote import (
@@ -99,8 +99,8 @@ def test_ray_backend_cancel_stops_the_job(
     controls: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What a lost lease calls: Ray's stop_job ends a running job (status ``stopped``)."""
-    from marin.execution.pipeline.remote.protocol import JobSpec
-    from marin.execution.pipeline.remote.ray import RayBackend
+    from marin.execution.remote.protocol import JobSpec
+    from marin.execution.remote.ray import RayBackend
     from marin.execution.vocabulary import JobState
 
     monkeypatch.setenv("RAY_ADDRESS", controls["RAY_ADDRESS"])
@@ -143,15 +143,17 @@ def test_a_killed_ray_job_whose_log_looks_like_an_outcome_is_never_built(
     cluster: tuple[Path, dict[str, str]],
 ) -> None:
     """``fn`` logs text holding outcome markers (old and new forms) and is then SIGKILLed (an
-    OOM kill): the job ended FAILED, so the step fails, nothing is committed and no pickle from
-    the log is loaded (once: built, with that text's pickle run in the driver)."""
+    OOM kill): the job is lost (Ray: FAILED, exit code -9), and with ``max_preemptions=0`` the
+    step fails, nothing is committed and no pickle from the log is loaded (once: built, with
+    that text's pickle run in the driver)."""
     tmp_path, controls = cluster
     (tmp_path / "gate").touch()
     marker, forge = tmp_path / "marker", tmp_path / "forge"
     forge.write_text(_forged(marker))
     try:
         prefix = str(tmp_path / "forged")
-        code = finish(marin_run("chain", prefix, controls, tmp_path / "forged.err"))
+        env = {**controls, "MARIN_TEST_MAX_PREEMPTIONS": "0"}
+        code = finish(marin_run("chain", prefix, env, tmp_path / "forged.err"))
     finally:
         forge.unlink()
     err = (tmp_path / "forged.err").read_text()

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from marin.execution.lazy import lower
-from marin.execution.pipeline.remote.procs import start_time
-from marin.execution.pipeline.remote.protocol import job_owner
 from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.remote.procs import start_time
+from marin.execution.remote.protocol import job_owner
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
 from tests.reliability import remote_pipelines

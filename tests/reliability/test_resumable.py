@@ -233,12 +233,13 @@ def test_plan_says_resume_or_error_on_code_drift(tmp_path: Path) -> None:
     from dataclasses import replace
 
     from marin.execution.digest.code import CodeDigest
+    from marin.execution.plan.options import RunOptions
     from marin.execution.plan.read import read_stored_step
-    from marin.execution.plan.resume import Attempt, attempt_path
     from marin.execution.run.runner import StepRunner
+    from marin.execution.store.step_folder import Attempt, attempt_path
 
     def plan(handle: Any, prefix: str, on_code_drift: str = "warn") -> Any:
-        return StepRunner(prefix=prefix, on_code_drift=on_code_drift).plan(lower(handle))[0]
+        return StepRunner(RunOptions(on_code_drift=on_code_drift), prefix=prefix).plan(lower(handle))[0]
 
     prefix = str(tmp_path / "prefix")
     handle = resumable_pipeline.counting_step("ckpt")
@@ -280,7 +281,7 @@ def test_options_are_checked_once() -> None:
 def test_a_takeover_of_a_thread_of_this_process_is_not_resumed(tmp_path: Path) -> None:
     """An in-thread ``fn`` cannot be stopped: while it runs here, an attempt that took its
     lease over clears instead of resuming what that thread may still write."""
-    from marin.execution.build.resume import TAKEN_OVER_IN_THREAD, running_here, start_attempt
+    from marin.execution.builder.attempt import TAKEN_OVER_IN_THREAD, running_here, start_attempt
     from marin.execution.store.lease import Lease
     from marin.execution.vocabulary import Leftover
 
@@ -310,3 +311,89 @@ def test_keep_checkpoints_keeps_the_folder_after_the_commit(tmp_path: Path) -> N
     run(step.with_options(resumable=True, keep_checkpoints=True, retries=1), prefix=str(tmp_path))
     assert (tmp_path / "keep/v1.marin/checkpoints/state").read_text() == "100"
     assert not (tmp_path / "keep/v1.marin/attempt.json").exists()
+
+
+def test_force_clears_a_partial_output_and_a_retry_of_the_forced_run_resumes(
+    tmp_path: Path,
+) -> None:
+    """Red team round 5, finding 8: ``--force`` of a resumable step resumed its (damaged)
+    partial output; forcing repairs, so it starts afresh, and says so in the plan. A retry
+    within the forced run resumes what that run wrote."""
+    from tests.ux.helpers import marin
+
+    prefix, counter = str(tmp_path / "prefix"), tmp_path / "counter"
+    target = "tests/reliability/resumable_pipeline.py:counting"
+    env = child_env(MARIN_TEST_COUNTER=str(counter))
+    killed = marin("run", target, "--prefix", prefix, env={**env, "MARIN_TEST_KILL_AT": "55"})
+    assert killed.returncode == -9 and iterations(counter) == list(range(55))
+    plan = marin("plan", target, "--prefix", prefix, "--force", "count", env=env)
+    assert "clear: partial output from attempt 1 (" in plan.stdout, plan.stdout
+    assert "is cleared: --force rebuilds the step from scratch" in plan.stdout, plan.stdout
+    counter.unlink()
+    kill_once = {"MARIN_TEST_KILL_AT": "30", "MARIN_TEST_KILL_ONCE": str(tmp_path / "once")}
+    forced = marin("run", target, "--prefix", prefix, "--force", "count", env={**env, **kill_once})
+    assert forced.returncode == -9  # the forced run's first attempt dies at 30: from 0, not 50
+    assert iterations(counter) == list(range(30))
+    again = marin("run", target, "--prefix", prefix, env=env)  # its attempt is the repair's
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert iterations(counter) == list(range(30)) + list(range(30, 101))
+
+
+def test_a_retry_within_a_forced_run_resumes_its_own_attempt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from marin.execution.lazy import OUT, apply
+
+    prefix = f"memory://resume-forced-{time.time_ns()}"
+    step = apply("retry", fail_once, version="v1", out=OUT, upto=100, where="ckpt")
+    step = step.with_options(resumable=True, retries=1)
+    ran.clear()
+    run(step, prefix=prefix)  # built once
+    ran.clear()
+    FAILED_ONCE.clear()
+    with caplog.at_level(logging.INFO, logger="marin"):
+        run(step, prefix=prefix, force=["retry"])
+    assert list(range(55)) + list(range(50, 101)) == ran  # the retry resumed at 50
+    assert "resume retry@v1: partial output from attempt 1" in caplog.text
+
+
+def test_code_reached_through_a_registry_or_a_local_import_never_resumes_old_code(
+    tmp_path: Path,
+) -> None:
+    """Finding 7: a tokenizer reached through ``TOKENIZERS[name]`` (a registry dict filled by a
+    decorator), or through ``import lazyhelp`` inside the step function, was invisible to the
+    code digest: after an edit, ``--on-code-drift rebuild`` resumed the old code's partial
+    output and committed both tokenizers' results. The registry's functions are code (drift);
+    a module imported inside the function that the driver has not imported is unseen, so the
+    digest is unknown, never "unchanged": both partials are cleared."""
+    from tests.ux.helpers import marin
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[project]\nname = "r7"\nversion = "0.1"\n')
+    source = (REPO / "tests/reliability/code_registry_pipeline.py").read_text()
+    (project / "pipe.py").write_text(source)
+    (project / "lazyhelp.py").write_text('def split(text):\n    return text.split(" ")\n')
+    env = child_env(MARIN_USER="alice")
+    env["PYTHONPATH"] = os.pathsep.join([str(project), env["PYTHONPATH"]])
+    argv = ["pipe.py:pipeline", "--prefix", "P", "--no-progress"]
+    failed = marin("run", *argv, env={**env, "FAIL_ONCE": "1"}, cwd=project)
+    assert failed.returncode == 1 and "preempted" in failed.stdout + failed.stderr
+    for name in ("pipe.py", "lazyhelp.py"):  # both tokenizers now split on commas too
+        path = project / name
+        path.write_text(path.read_text().replace(
+            'return text.split(" ")', 'return text.replace(",", " ").split(" ")'))  # fmt: skip
+    plan = marin("plan", *argv[:3], "--on-code-drift", "error", env=env, cwd=project)
+    assert plan.returncode == 1
+    assert "code changed since the partial output of attempt 1" in plan.stderr
+    assert "code: words changed (pipe.py" in plan.stderr
+    rebuilt = marin("run", *argv, "--on-code-drift", "rebuild", "-v", env=env, cwd=project)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    log = rebuilt.stderr
+    assert "clear r7/words@v1: partial output from attempt 1" in log and "ran other code" in log
+    assert "clear r7/lazy@v1: partial output from attempt 1" in log
+    assert "unseen: lazyhelp (imported inside the function" in log
+    assert "resume r7/" not in log
+    for step in ("words", "lazy"):
+        record = read_record(open_prefix(str(project / "P")), f"r7/{step}/v1")
+        assert record is not None and record.result == ['["a", "b", "c"]'], step

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from marin.execution.build.remote_fence import fence_previous
-from marin.execution.build.resume import start_attempt
+from marin.execution.builder.attempt import start_attempt
 from marin.execution.digest.code import code_digest
 from marin.execution.errors import RemoteJobError
 from marin.execution.ids import new_id
@@ -22,20 +21,22 @@ from marin.execution.lazy import lower
 from marin.execution.pipeline.context import StepContext
 from marin.execution.pipeline.isolation import call_payload
 from marin.execution.pipeline.provenance import now_iso
-from marin.execution.pipeline.remote import fence
-from marin.execution.pipeline.remote.fence import JobCheck, stop_job
-from marin.execution.pipeline.remote.job_record import (
-    JobRecord,
-    create_job,
-    delete_job,
-    read_job,
-)
-from marin.execution.pipeline.remote.local import LocalBackend
-from marin.execution.pipeline.remote.protocol import JobHandle, JobSpec, job_owner
-from marin.execution.plan.resume import Attempt, attempt_path, read_attempt_record
+from marin.execution.remote import fence
+from marin.execution.remote.fence import JobCheck, UnseenJobError, fence_previous, stop_job
+from marin.execution.remote.local import LocalBackend
+from marin.execution.remote.protocol import JobHandle, JobSpec, job_owner
 from marin.execution.store.lease import Lease
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
+from marin.execution.store.step_folder import (
+    Attempt,
+    JobRecord,
+    attempt_path,
+    create_job,
+    delete_job,
+    read_attempt_record,
+    read_job,
+)
 from marin.execution.vocabulary import JobState, Leftover
 from tests.reliability.conftest import child_env
 from tests.reliability.pipelines import wait_for_file
@@ -212,7 +213,10 @@ def test_the_fence_cancels_only_this_steps_job_that_no_record_reattaches(
         stranger = dataclasses.replace(job, build_id="build-2")  # its job vouches for build-1
         delete_job(location, spec.output_path)
         assert not check()  # the job's still_holds_lease() says False once the record is gone
-        fence_previous(location, spec, dataclasses.replace(previous, job=stranger))
+        # A record naming another build of a job that writes this output (edited by hand):
+        # the build stops, the job is never touched (red-team round 1, finding 9).
+        with pytest.raises(UnseenJobError, match="it writes this output for build build-1"):
+            fence_previous(location, spec, dataclasses.replace(previous, job=stranger))
         assert backend.status(job.handle).state == JobState.RUNNING  # never another's job
         monkeypatch.setattr(fence, "STOP_WAIT_S", 0.3)
         with pytest.raises(RemoteJobError, match="still runs 0.3s after it was cancelled") as err:

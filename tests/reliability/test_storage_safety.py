@@ -13,9 +13,11 @@ from typing import Any
 import fsspec
 import pytest
 
-from marin.execution.build.commit import build_step
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.request import BuildRequest
 from marin.execution.errors import DuplicateStepError, InvalidStepError, StepFailedError
 from marin.execution.lazy import OUT, apply, lower, resolve
+from marin.execution.plan.options import Policy
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record, read_status, status_path, write_status
 
@@ -132,9 +134,9 @@ def test_build_never_clears_a_folder_holding_another_steps_metadata(store_prefix
 
 def test_a_folder_marin_never_wrote_is_not_cleared(store_prefix: str) -> None:
     location = open_prefix(store_prefix)
-    put(location, "users/data/v0/precious.txt", b"precious")
-    mine = location.path("users/data/v0/precious.txt")
-    step = apply("users/data", write_value, version="v0", value="x", out_path=OUT)
+    put(location, "team/data/v0/precious.txt", b"precious")
+    mine = location.path("team/data/v0/precious.txt")
+    step = apply("team/data", write_value, version="v0", value="x", out_path=OUT)
     if store_prefix.startswith("memory://"):
         # Private to this process, so only its own code wrote there: not scanned, never cleared.
         resolve(step, prefix=store_prefix)
@@ -147,9 +149,9 @@ def test_a_folder_marin_never_wrote_is_not_cleared(store_prefix: str) -> None:
     assert location.fs.cat_file(mine) == b"precious"
     # Nothing was written for the refused attempt (it refused before taking the lease): no
     # metadata folder claims the output for Marin, so the next attempt refuses too.
-    assert not location.has_file(location.path(status_path("users/data/v0")))
-    assert not location.exists(location.path("users/data/v0.marin"))
-    assert read_record(location, "users/data/v0") is None
+    assert not location.has_file(location.path(status_path("team/data/v0")))
+    assert not location.exists(location.path("team/data/v0.marin"))
+    assert read_record(location, "team/data/v0") is None
     with pytest.raises(StepFailedError, match="was not written by Marin"):
         resolve(step, prefix=store_prefix)
     assert location.fs.cat_file(mine) == b"precious"
@@ -161,9 +163,9 @@ def test_forced_rebuild_says_replacing_and_retry_says_debris(
     step = apply("s", write_value, version="v0", value="x", out_path=OUT)
     spec = step.lower()
     location = open_prefix(store_prefix)
-    build_step(spec, location)
+    build_step(BuildRequest(spec, location))
     caplog.set_level(logging.INFO, logger="marin")
-    build_step(spec, location, force=True)
+    build_step(BuildRequest(spec, location, policy=Policy(force=frozenset({spec.step_id}))))
     cleared = [r.getMessage() for r in caplog.records if r.getMessage().startswith("clear ")]
     assert len(cleared) == 1 and "replacing the previous build" in cleared[0], cleared
     caplog.clear()
@@ -171,8 +173,8 @@ def test_forced_rebuild_says_replacing_and_retry_says_debris(
     switch.touch()
     flaky = apply("f", fails_once, version="v0", switch=str(switch), out_path=OUT).lower()
     with pytest.raises(RuntimeError):
-        build_step(flaky, location)
-    build_step(flaky, location)
+        build_step(BuildRequest(flaky, location))
+    build_step(BuildRequest(flaky, location))
     cleared = [r.getMessage() for r in caplog.records if r.getMessage().startswith("clear ")]
     assert len(cleared) == 1 and "removing debris from an earlier attempt" in cleared[0], cleared
 

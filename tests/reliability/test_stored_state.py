@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 
 from marin import catalog
-from marin.execution.build.commit import build_step
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.request import BuildRequest
 from marin.execution.errors import ForeignRecordError, MarinError, SymlinkError
 from marin.execution.plan.decide import Policy, Stored, decide
+from marin.execution.plan.options import RunOptions
 from marin.execution.plan.read import read_stored_step
 from marin.execution.step_runner import StepRunner
 from marin.execution.store.location import open_prefix
@@ -99,9 +101,9 @@ def test_a_payload_that_is_no_object_is_rebuilt_on_every_store(
     changed = pipelines.s_changed.lower()
     for on_drift, force in (("warn", ()), ("error", ()), ("rebuild", ()), ("warn", ("s",))):
         _corrupt_payload(location, payload)
-        plan, _ = StepRunner(prefix=store_prefix, on_drift=on_drift).plan([changed], force=force)
+        plan, _ = StepRunner(RunOptions(on_drift=on_drift, force=force), prefix=store_prefix).plan([changed])
         assert plan.of(changed).action == Action.BUILD and plan.of(changed).record is None
-        StepRunner(prefix=store_prefix, on_drift=on_drift).run([changed], force=force)
+        StepRunner(RunOptions(on_drift=on_drift, force=force), prefix=store_prefix).run([changed])
         rebuilt = read_record(location, "s/v0")
         assert rebuilt is not None and rebuilt.result == "s-changed"
 
@@ -165,7 +167,7 @@ def test_another_steps_record_is_refused_on_every_store(store_prefix: str) -> No
 
     for force in ((), ("s",)):
         with pytest.raises(MarinError) as failed:  # the run's failure, caused by the refusal
-            StepRunner(prefix=store_prefix).run([s, t], force=force, keep_going=True)
+            StepRunner(RunOptions(force=force, keep_going=True), prefix=store_prefix).run([s, t])
         assert isinstance(failed.value.__cause__, ForeignRecordError)
         assert location.fs.cat_file(location.path(record_path("s/v0"))) == copied
         assert read_record(location, "t/v0") is not None
@@ -174,7 +176,7 @@ def test_another_steps_record_is_refused_on_every_store(store_prefix: str) -> No
     planned = decide(s, Stored(), [], Policy(), needed=True)
     _copy_record(location, "other/v0", "s/v0")
     with pytest.raises(ForeignRecordError, match="record belongs to other@v0"):
-        build_step(s, location, decision=planned, upstream=[])
+        build_step(BuildRequest(s, location, decision=planned, upstream=[]))
     assert location.fs.cat_file(location.path(record_path("s/v0"))) == copied
 
 
@@ -234,7 +236,7 @@ def test_a_linked_metadata_folder_is_refused_and_what_it_points_to_survives(
     location, spec = open_prefix(str(prefix)), pipelines.s.lower()
     forced = decide(spec, Stored(), [], Policy(force=frozenset({"s@v0"})), needed=True)
     with pytest.raises(SymlinkError, match="is a symbolic link"):
-        build_step(spec, location, decision=forced, upstream=[])
+        build_step(BuildRequest(spec, location, decision=forced, upstream=[]))
     assert _tree(elsewhere) == before
 
 
@@ -256,7 +258,7 @@ def test_a_linked_metadata_file_is_never_read_written_or_deleted(tmp_path: Path,
             catalog.show_record(location, "s/v0")
     forced = decide(spec, Stored(), [], Policy(force=frozenset({"s@v0"})), needed=True)
     with pytest.raises(SymlinkError, match=f"{name} is a symbolic link"):
-        build_step(spec, location, decision=forced, upstream=[])
+        build_step(BuildRequest(spec, location, decision=forced, upstream=[]))
     assert outside.read_bytes() == original
     assert (meta / name).is_symlink()
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from marin.cli import build_parser, main
-from marin.execution.build.commit import build_step
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.request import BuildRequest
 from marin.execution.lazy import OUT, apply
 from marin.execution.store.lease import CLOCK_SKEW_S, Lease, LeaseInfo
 from marin.execution.store.location import Location, open_prefix
@@ -105,7 +106,7 @@ def test_unlock_breaks_a_planted_lease_and_says_who_held_it(
     status = read_status(location, "s/v0") or {}
     assert status.get("state") == "FAILED" and "marin unlock" in status.get("error", "")
     spec = apply("s", lambda out_path: "x", version="v0", out_path=OUT).lower()
-    assert build_step(spec, location).action == "built"  # no wait: the step is free
+    assert build_step(BuildRequest(spec, location)).action == "built"  # no wait: the step is free
 
 
 def test_unlock_of_a_skewed_lease_needs_no_force(

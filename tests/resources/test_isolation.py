@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from marin.execution.build.commit import build_step
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.request import BuildRequest
 from marin.execution.errors import InvalidStepError
 from marin.execution.lazy import OUT, ArtifactStep, apply, lower
 from marin.execution.pipeline.context import assigned_devices, current_context
@@ -48,7 +49,7 @@ def _run_with_pool(specs: Sequence[StepSpec], pool: ResourcePool, location: Loca
                 changed.wait(30)
         try:
             with assigned_devices(grant.devices):
-                build_step(spec, location)
+                build_step(BuildRequest(spec, location))
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -117,7 +118,7 @@ def test_isolated_step_runs_in_a_subprocess_and_commits_through_build_step(
     location: Location,
 ) -> None:
     spec = lower(apply("who", rp.whoami, version="v1", out_path=OUT).with_options(isolate=True))
-    outcome = build_step(spec, location)
+    outcome = build_step(BuildRequest(spec, location))
     assert outcome.action == "built"
     assert outcome.record.result["pid"] != os.getpid()
     assert outcome.record.result["cuda"] == ""  # asked for no GPU: sees none
@@ -128,7 +129,7 @@ def test_isolated_step_runs_in_a_subprocess_and_commits_through_build_step(
 def test_isolated_errors_and_output_reach_the_runner_and_the_step_log(location: Location) -> None:
     spec = lower(apply("bad", rp.fail, version="v1", message="boom").with_options(isolate=True))
     with pytest.raises(KeyError, match="boom") as info:
-        build_step(spec, location)
+        build_step(BuildRequest(spec, location))
     assert any("raised in the isolated process" in n for n in info.value.__notes__)
     assert read_record(location, spec.output_path) is None
     status = read_status(location, spec.output_path)
@@ -147,7 +148,7 @@ def test_isolated_timeout_kills_the_process_and_commits_nothing(
         )
     )
     with pytest.raises(StepTimeoutError) as info:
-        build_step(spec, location)
+        build_step(BuildRequest(spec, location))
     assert "timeout of 3s; its process was killed (step hang@v1)" in str(info.value)
     pid = int(open(pid_file).read())
     with pytest.raises(ProcessLookupError):
@@ -166,7 +167,7 @@ def test_a_timeout_without_isolation_fails_the_step(location: Location) -> None:
     )
     try:
         with pytest.raises(StepTimeoutError, match="cannot be killed"):
-            build_step(spec, location)
+            build_step(BuildRequest(spec, location))
     finally:
         rp.RELEASE.set()  # let the abandoned thread finish
     assert read_record(location, spec.output_path) is None
@@ -185,7 +186,7 @@ def test_a_file_loaded_pipeline_runs_isolated(location: Location, tmp_path: obje
             "pipeline = apply('pid', pid, version='v1', out_path=OUT).with_options(isolate=True)\n"
         )
     (handle,) = load_target(f"{path}:pipeline")
-    outcome = build_step(lower(handle), location)
+    outcome = build_step(BuildRequest(lower(handle), location))
     assert outcome.record.result != os.getpid()
 
 
@@ -226,7 +227,7 @@ def test_devices_reach_the_context_of_a_thread_step(location: Location) -> None:
         ArtifactStep("ctx", "v1", run=lambda config: seen.append(current_context().devices))
     )
     with assigned_devices((1, 3)):
-        build_step(spec, location)
+        build_step(BuildRequest(spec, location))
     assert seen == [(1, 3)]
 
 
@@ -273,7 +274,7 @@ def test_an_isolated_step_that_leaves_helpers_running_ends_them_and_does_not_wai
     step = apply("serve", rp.start_helpers, version="v1", pid_file=pid_file)
     spec = lower(step.with_options(isolate=True, timeout=120))
     done = threading.Event()
-    builder = threading.Thread(target=lambda: (build_step(spec, location), done.set()), daemon=True)
+    builder = threading.Thread(target=lambda: (build_step(BuildRequest(spec, location)), done.set()), daemon=True)
     builder.start()
     finished = done.wait(60)
     in_group, own_session, _ = _helper_pids(pid_file)
@@ -298,7 +299,7 @@ def test_an_isolated_step_that_times_out_ends_its_helpers_too(
     started = time.monotonic()
     try:
         with pytest.raises(StepTimeoutError, match="timeout of 3s; its process was killed"):
-            build_step(spec, location)
+            build_step(BuildRequest(spec, location))
         assert time.monotonic() - started < 30
         in_group, _, child = _helper_pids(pid_file)
         assert exits_within(child, 30) and exits_within(in_group, 30)
@@ -343,7 +344,7 @@ def test_a_timed_out_thread_holds_the_lease_until_it_returns(
         apply("late", rp.write_per_attempt, version="v1", out_path=OUT).with_options(timeout=0.5)
     )
     with pytest.raises(StepTimeoutError, match="cannot be killed"):
-        build_step(spec, location)
+        build_step(BuildRequest(spec, location))
     held = read_lease(location, spec.output_path)
     assert held is not None and not held.expired  # the abandoned fn still runs
     done = threading.Event()
@@ -351,7 +352,7 @@ def test_a_timed_out_thread_holds_the_lease_until_it_returns(
 
     def build_again() -> None:
         try:
-            outcome["built"] = build_step(spec, location).action
+            outcome["built"] = build_step(BuildRequest(spec, location)).action
         except BaseException as exc:
             outcome["error"] = exc
         done.set()
@@ -368,7 +369,7 @@ def test_an_isolated_error_the_runner_cannot_unpickle_keeps_its_type_and_message
     """Issue 43 item 12: the parent's unpickling TypeError hid the real error."""
     spec = lower(apply("odd", rp.fail_oddly, version="v1").with_options(isolate=True))
     with pytest.raises(RuntimeError) as info:
-        build_step(spec, location)
+        build_step(BuildRequest(spec, location))
     assert str(info.value) == (
         "tests.resources.resource_pipelines.NeedsTwo: tokenize failed: no vocab"
     )

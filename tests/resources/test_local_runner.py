@@ -28,6 +28,7 @@ def test_local_runner_never_exceeds_capacity_and_assigns_devices(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Capacity gpu=2 on this CPU-only machine; isolated steps see CUDA_VISIBLE_DEVICES."""
+    from marin.execution.plan.options import RunOptions
     from marin.execution.step_runner import StepRunner
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -35,9 +36,7 @@ def test_local_runner_never_exceeds_capacity_and_assigns_devices(
     monkeypatch.setenv(CALLS_ENV, str(calls))
     handles = [h.with_options(isolate=True) for h in rp.gpu_cap()]
     specs = lower(handles)
-    runner = StepRunner(
-        max_concurrent=8, prefix=str(tmp_path / "p"), resources=parse_capacity("cpu=2,gpu=2")
-    )
+    runner = StepRunner(RunOptions(max_concurrent=8), prefix=str(tmp_path / "p"), resources=parse_capacity("cpu=2,gpu=2"))
     runner.run(specs)
     timeline = rp.gpu_in_use(read_calls(str(calls)), rp.GPU_CAP)
     assert max(timeline) == 2 and len(timeline) == 10

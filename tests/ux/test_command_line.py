@@ -15,6 +15,7 @@ import pytest
 
 from marin.cli import build_parser
 from marin.execution.lazy import OUT, apply
+from marin.execution.plan.options import RunOptions
 from marin.execution.step_runner import StepRunner
 from tests.ux.helpers import EXAMPLE, marin
 
@@ -218,7 +219,7 @@ def test_concurrent_partial_writes_never_split_a_line_between_steps(
         apply(f"half/{m}", half_lines, version="v1", marker=m, out_path=OUT).lower()
         for m in ("A", "B")
     ]
-    StepRunner(max_concurrent=2, prefix=str(tmp_path)).run(steps)
+    StepRunner(RunOptions(max_concurrent=2), prefix=str(tmp_path)).run(steps)
     lines = capsys.readouterr().out.splitlines()
     for m in ("A", "B"):
         mine = [line for line in lines if line.startswith(f"half/{m}@v1 | ")]
@@ -232,7 +233,7 @@ def test_concurrent_partial_writes_never_split_a_line_between_steps(
 def test_step_log_records_carry_the_step_label_on_the_terminal() -> None:
     import logging
 
-    from marin.execution.build.step_logs import (
+    from marin.execution.builder.step_logs import (
         StepLabelFilter,
         capture_step_output,
         terminal_formatter,

@@ -10,7 +10,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from marin.execution.build.commit import build_step
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.request import BuildRequest
 from marin.execution.lazy import OUT, apply, lower
 from marin.execution.pipeline.provenance import current_engine, engine_run
 from marin.execution.store.location import open_prefix
@@ -35,10 +36,10 @@ def _build(prefix: Path, name: str, engine: dict[str, Any] | None) -> Any:
     spec = lower(apply(name, write_out, version="v1", out_path=OUT, n=1))
     location = open_prefix(str(prefix))
     if engine is None:
-        build_step(spec, location)
+        build_step(BuildRequest(spec, location))
     else:
         with engine_run(engine.pop("name"), engine):
-            build_step(spec, location)
+            build_step(BuildRequest(spec, location))
     return read_record(location, spec.output_path)
 
 

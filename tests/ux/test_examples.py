@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from marin.execution.pipeline.remote.job_record import read_job
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
+from marin.execution.store.step_folder import read_job
 from tests.ux.helpers import ROOT, marin
 
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import fsspec
 
-from marin.execution.build.step_logs import PASS_THROUGH, capture_step_output, set_echo
+from marin.execution.builder.step_logs import PASS_THROUGH, capture_step_output, set_echo
 from marin.execution.lazy import OUT, apply
+from marin.execution.plan.options import RunOptions
 from marin.execution.step_runner import StepRunner
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import log_path
@@ -47,7 +48,7 @@ def test_eight_concurrent_steps_each_log_only_their_own_markers(prefix: str) -> 
         for i, m in enumerate(markers)
     ]
     specs = [s.lower() for s in steps]
-    StepRunner(max_concurrent=N_STEPS, prefix=prefix).run(specs)
+    StepRunner(RunOptions(max_concurrent=N_STEPS), prefix=prefix).run(specs)
     location = open_prefix(prefix)
     for spec, marker in zip(specs, markers, strict=True):
         with location.fs.open(location.path(log_path(spec.output_path)), "r") as f:

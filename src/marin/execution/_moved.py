@@ -18,8 +18,10 @@ from types import ModuleType
 
 MOVED: dict[str, str] = {
     "marin.execution.artifact": "marin.execution.pipeline.artifact",
-    "marin.execution.artifact_names": "marin.execution.build.lineage.names",
-    "marin.execution.build": "marin.execution.build.commit",
+    "marin.execution.artifact_names": "marin.execution.builder.lineage.names",
+    "marin.execution.build": "marin.execution.builder",
+    "marin.execution.build.remote_fence": "marin.execution.remote.fence",
+    "marin.execution.build.resume": "marin.execution.builder.attempt",
     "marin.execution.canonical": "marin.execution.pipeline.canonical",
     "marin.execution.code_digest": "marin.execution.digest.code",
     "marin.execution.code_drift": "marin.execution.digest.code_drift",
@@ -34,15 +36,19 @@ MOVED: dict[str, str] = {
     "marin.execution.isolated_child": "marin.execution.pipeline.isolated_child",
     "marin.execution.isolation": "marin.execution.pipeline.isolation",
     "marin.execution.lease": "marin.execution.store.lease",
-    "marin.execution.lineage": "marin.execution.build.lineage",
-    "marin.execution.lineage_events": "marin.execution.build.lineage.openlineage",
-    "marin.execution.lineage_http": "marin.execution.build.lineage.http",
-    "marin.execution.lineage_model": "marin.execution.build.lineage.model",
-    "marin.execution.lineage_sender": "marin.execution.build.lineage.sender",
+    "marin.execution.lineage": "marin.execution.builder.lineage",
+    "marin.execution.lineage_events": "marin.execution.builder.lineage.openlineage",
+    "marin.execution.lineage_http": "marin.execution.builder.lineage.http",
+    "marin.execution.lineage_model": "marin.execution.builder.lineage.model",
+    "marin.execution.lineage_sender": "marin.execution.builder.lineage.sender",
     "marin.execution.options": "marin.execution.plan.options",
     "marin.execution.orchestrate": "marin.execution.run.loop",
-    "marin.execution.output_digest": "marin.execution.build.output_tree",
+    "marin.execution.output_digest": "marin.execution.builder.output_tree",
     "marin.execution.output_value": "marin.execution.digest.output",
+    "marin.execution.pipeline.remote": "marin.execution.remote",
+    "marin.execution.pipeline.remote.checks": "marin.execution.pipeline.remote_option",
+    "marin.execution.pipeline.remote.job_record": "marin.execution.store.step_folder",
+    "marin.execution.plan.resume": "marin.execution.plan.resume_verdict",
     "marin.execution.prefix_policy": "marin.execution.store.prefix_policy",
     "marin.execution.provenance": "marin.execution.pipeline.provenance",
     "marin.execution.records": "marin.execution.store.records",
@@ -50,21 +56,16 @@ MOVED: dict[str, str] = {
     "marin.execution.resources": "marin.execution.pipeline.resources",
     "marin.execution.run_api": "marin.execution.run.api",
     "marin.execution.scheduler": "marin.execution.run.scheduler",
-    "marin.execution.step_logs": "marin.execution.build.step_logs",
+    "marin.execution.step_logs": "marin.execution.builder.step_logs",
     "marin.execution.storage": "marin.execution.store.location",
     "marin.execution.storage_probe": "marin.execution.store.probe",
     "marin.execution.targets": "marin.execution.pipeline.targets",
 }
 """Old dotted name -> new dotted name."""
 
-SHADOWED: frozenset[str] = frozenset({"marin.execution.build"})
-"""Old modules whose name a new package has: that package forwards their attributes."""
-
 
 def new_name(old: str) -> str | None:
     """Where the module once named ``old`` lives now, or None when it did not move."""
-    if old in SHADOWED:
-        return None
     if old in MOVED:
         return MOVED[old]
     parent, _, leaf = old.rpartition(".")

@@ -207,22 +207,6 @@ class OptionError(InvalidStepError):
     A subclass of ``InvalidStepError`` (a ``ValueError``), which these checks raised before."""
 
 
-class Deferred(Exception):
-    """A build that did not start: another runner's live lease holds the step right now.
-
-    Raised by ``build_step(..., defer_if_held=True)`` before it writes anything; an executor
-    reports it as ``CompletionKind.DEFERRED`` (with this as the completion's ``error``), never as
-    a failure. ``expires_at`` (the holder's clock, seconds since the epoch) is when the lease
-    may be taken over if its holder stops renewing it.
-    """
-
-    def __init__(self, step_id: str, holder: str, expires_at: float) -> None:
-        super().__init__(f"{step_id}: lease held by {holder}")
-        self.step_id = step_id
-        self.holder = holder
-        self.expires_at = expires_at
-
-
 def one_line(exc: BaseException) -> str:
     """``exc`` as ``Type: message`` on one line of at most about 300 characters."""
     text = " ".join(str(exc).split()) or type(exc).__name__

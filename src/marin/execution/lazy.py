@@ -1,5 +1,5 @@
 """Marin's import path, a real module (not deprecated): the code is in
-``marin.execution.pipeline.handles`` and ``marin.execution.run.api``.
+``marin.execution.pipeline.handles``, ``.pipeline.lower`` and ``marin.execution.run.api``.
 """
 
 from marin.execution.pipeline.artifact import (
@@ -17,9 +17,9 @@ from marin.execution.pipeline.handles import (
     adopt,
     apply,
     current_context,
-    lower,
     register_fingerprint,
 )
+from marin.execution.pipeline.lower import lower
 from marin.execution.pipeline.sweep import Sweep, grid, point_name, sweep
 from marin.execution.pipeline.versions import DEFER, VersionCodex, build_context
 from marin.execution.run.api import materialized_config, resolve, run

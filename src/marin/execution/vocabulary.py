@@ -69,6 +69,19 @@ class BuildOutcomeKind(StrEnum):
     """Another runner built it while this one waited for the lease."""
 
 
+class Wait(StrEnum):
+    """How ``build_step`` waits for what another party must finish first: another runner's
+    lease on the step, or the step's remote job (``BuildRequest.wait``)."""
+
+    BLOCK = "block"
+    """Wait here, on this thread: the build ends, with an outcome or an error."""
+    RETURN = "return"
+    """Return ``Pending`` for either: the caller waits, and resumes it (the run loop)."""
+    RETURN_JOB = "return-job"
+    """Wait here for a lease; return ``Pending`` for a running job (a task that defers:
+    Airflow's, whose worker slot is given back while the job runs)."""
+
+
 class RunResult(StrEnum):
     """What happened to one step in a run (``action`` in ``marin run --json``)."""
 

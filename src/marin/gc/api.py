@@ -17,9 +17,9 @@ from marin.gc import roots
 from marin.gc.collect import age_too_large, check_keep_versions, decide, parse_age
 from marin.gc.delete import adopted, being_built, delete_step
 from marin.gc.orphans import check_job
-from marin.gc.registry import is_registry_folder, registry_roots
+from marin.gc.registry import RegistryWatch, is_registry_folder, registry_roots
 from marin.gc.report import Collected, GcReport, Left
-from marin.gc.walk import Listing, Slot, list_prefix, owner_of, tree_size
+from marin.gc.walk import Listing, Slot, list_prefix, owner_of, tree_listing, tree_size
 
 Target = Any
 """A handle (``ArtifactStep``), a ``StepSpec``, or a target string ``file.py:attr``."""
@@ -27,7 +27,7 @@ Target = Any
 
 def _graph(targets: Sequence[Target], versions: VersionCodex | None) -> Graph:
     """The targets' graph, lowered as ``marin plan`` lowers it (with the run's codex)."""
-    from marin.execution.pipeline.handles import lower_graph
+    from marin.execution.pipeline.lower import lower_graph
     from marin.execution.pipeline.targets import load_target
 
     handles: list[Any] = []
@@ -60,6 +60,8 @@ class _Options:
 
     dry_run: bool
     cancel_orphans: bool
+    registry: RegistryWatch
+    """Read again under each step's lease before it is deleted."""
 
 
 def collect_garbage(
@@ -97,8 +99,7 @@ def collect_garbage(
             ``$MARIN_STORAGE_PROBE_TIMEOUT``, or cannot be listed (``SymlinkError`` for a link
             where Marin must not follow one).
     """
-    keep = check_keep_versions(keep_versions)
-    cutoff = _cutoff(older_than)
+    keep, cutoff = check_keep_versions(keep_versions), _cutoff(older_than)
     graph = _graph(list(targets), versions)
     location = prefix if isinstance(prefix, Location) else open_reachable(prefix)
     listing = list_prefix(location)
@@ -109,6 +110,7 @@ def collect_garbage(
     # The roots: everything kept for its own sake, every kind in this one place.
     kept_roots = roots.merged(
         roots.served(graph, location, scope, users),
+        roots.other_versions(listing.slots, graph, users),
         registry.roots,
         roots.left_alone(listing.slots, others),
         roots.recent(listing.slots, keep, cutoff),
@@ -116,8 +118,8 @@ def collect_garbage(
     decision = decide(listing.slots, kept_roots)
     report = _report(location, listing, decision.kept, others, dry_run)
     report.gone, report.registry = decision.gone + registry.notes, registry.kept
-    options = _Options(dry_run, cancel_orphans)
-    for slot in decision.collect:
+    options = _Options(dry_run, cancel_orphans, RegistryWatch(location))
+    for slot in decision.collect:  # one RegistryWatch: each manifest is read once
         deleted = _collect_one(location, slot, report, options)
         if deleted is not None and on_deleted is not None:
             on_deleted(deleted, len(report.collected), len(decision.collect))
@@ -154,14 +156,25 @@ def _collect_one(
     location: Location, slot: Slot, report: GcReport, options: _Options
 ) -> Collected | None:
     """Measure, then delete (a dry run: check the lease and the job only) one step, into
-    ``report``; what it deleted, if it did."""
-    size = tree_size(location, metadata_dir(slot.output_path))
-    if not adopted(slot):
-        size += tree_size(location, slot.output_path)
+    ``report``; what it deleted, if it did. A step whose output holds another step's build
+    (found by the listing that measures it) is never deleted, as a build never clears it."""
+    size, nested = (0, None) if adopted(slot) else tree_listing(location, slot.output_path)
+    if nested is not None:
+        why = (
+            f"its output holds another step's build ({nested}): deleting it would delete "
+            "that build too; move one of the two, then run gc again"
+        )
+        report.skipped.append(Left(slot.output_path, why, slot.step_id))
+        return None
+    size += tree_size(location, metadata_dir(slot.output_path))
     item = Collected(slot.step_id, slot.output_path, _state(slot), size)
 
     def stop_its_job() -> str:
-        """An orphaned job is listed; its step stays unless it was cancelled."""
+        """Under the step's lease: a build registered since gc read the registry stays; an
+        orphaned job is listed, and its step stays unless it was cancelled."""
+        registered = options.registry.why_kept(slot) if not options.dry_run else ""
+        if registered:
+            return registered
         orphan = check_job(location, slot, cancel=options.cancel_orphans, dry_run=options.dry_run)
         if orphan is None:
             return ""

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from marin.execution.errors import MarinError
+from marin.run_flags import usage_checked
 
 PROGRESS_MIN_STEPS = 20
 """A real run deleting at least this many steps shows a progress bar (on a terminal)."""
@@ -17,9 +17,11 @@ Delete every step under the prefix that no TARGET needs. Kept: every step the
 targets' plans serve (placed as `marin plan` places them, with the same
 --version, --override and --scope), every build their records were made from,
 and what --keep-versions and --older-than keep. Another user's folder
-(users/<user>/) is left alone unless --all-users. Only folders holding Marin's
-record, status or a crashed build's leftovers are deleted; a step being built
-(a live lease) is skipped, and so is one whose remote job still runs."""
+(users/<user>/) is left alone unless --all-users; every user folder is left
+alone when the plan places no step there (no --scope user). Only folders
+holding Marin's record, status or a crashed build's leftovers are deleted; a
+step being built (a live lease) is skipped, and so is one whose remote job
+still runs."""
 _EPILOG = """examples:
   marin gc examples/ngram.py:pipeline --dry-run   # what would go, with sizes
   marin gc examples/ngram.py:pipeline --keep-versions 2 --older-than 30d
@@ -41,10 +43,7 @@ def _keep_versions(text: str) -> int:
 def _age(text: str) -> str:
     from marin.gc.collect import parse_age
 
-    try:
-        parse_age(text)
-    except MarinError as exc:
-        raise argparse.ArgumentTypeError(f"{exc.what}: {exc.fix}") from None
+    usage_checked(parse_age, text)
     return text
 
 
@@ -64,7 +63,8 @@ def add_gc_parser(commands: Any, add_global: Any, add_versions: Any) -> None:
     gc.add_argument(
         "--all-users",
         action="store_true",
-        help="also collect in every user's folder, keeping what each user's plan serves",
+        help="also collect in every user's folder, keeping what each user's placement serves "
+        "(and another user's builds of a deferred step at another --version)",
     )
     gc.add_argument(
         "--cancel-orphans",

@@ -4,7 +4,9 @@ with ``--cancel-orphans`` it cancels the job through the step's backend, then de
 
 A job is asked about only when ``job.json`` names an id of Marin's form and its backend vouches
 that it was submitted for this step (``fence.is_this_steps``): a record naming another job is
-never followed to a backend, and its step is deleted like any other.
+never followed to a backend, and its step is deleted like any other. A job this gc cannot see
+(submitted on another host or by another user, whose backend here does not know it) may run:
+it is listed, never cancelled, and its step left alone.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from marin.execution.errors import one_line
-from marin.execution.pipeline.remote.fence import is_this_steps
-from marin.execution.pipeline.remote.job_record import JOB_ID, JobRecord, load_job
-from marin.execution.pipeline.remote.protocol import JobHandle, RemoteBackend
-from marin.execution.pipeline.remote.registry import get_backend
+from marin.execution.remote.fence import UnseenJobError, is_this_steps
+from marin.execution.remote.protocol import JobHandle, RemoteBackend
+from marin.execution.remote.registry import get_backend
 from marin.execution.store.location import Location
+from marin.execution.store.step_folder import JOB_ID, JobRecord, load_job
 from marin.execution.vocabulary import JobState
 from marin.gc.walk import Slot
 
@@ -24,6 +26,7 @@ LEFT_RUNNING = "left running"
 CANCELLED = "cancelled"
 WOULD_CANCEL = "would cancel"
 UNKNOWN = "unknown"
+UNSEEN = "unseen"
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,9 @@ class Orphan:
     backend: str
     job_id: str
     state: str
-    """``running``, or ``unknown`` when its backend could not be asked."""
+    """``running``; ``unknown`` when its backend could not be asked; ``unseen`` when it may run
+    where this gc cannot see it (another host, user or jobs root; a backend not available here;
+    an edited record): never cancelled from here, its step left alone."""
     action: str
     """``left running``, ``cancelled``, ``would cancel`` (a dry run), or why a cancel failed."""
 
@@ -80,6 +85,9 @@ def check_job(location: Location, slot: Slot, *, cancel: bool, dry_run: bool) ->
             return None  # its backend does not vouch for it: never asked about, never stopped
         backend = get_backend(job.backend, slot.step_id)
         state = str(backend.status(job.handle).state)
+    except UnseenJobError as exc:  # not visible from here (another host or user): it may run
+        action = f"left alone: this gc cannot see it ({exc.why}); run gc there"
+        return Orphan(slot.step_id, slot.output_path, job.backend, job.job_id, UNSEEN, action)
     except Exception:  # an unreachable cluster: it may still run
         state = UNKNOWN
     if state not in (JobState.RUNNING, UNKNOWN):

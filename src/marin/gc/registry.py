@@ -12,9 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from marin.execution.store.location import Location
-from marin.execution.store.registry import REGISTRY_FOLDER, ArtifactRegistryError, list_manifests
+from marin.execution.store.registry import (
+    REGISTRY_FOLDER,
+    ArtifactRegistryError,
+    Manifest,
+    list_manifests,
+    manifest_file,
+    manifest_files,
+)
 from marin.gc.report import Left
-from marin.gc.walk import Foreign, Listing
+from marin.gc.walk import Foreign, Listing, Slot
 
 
 @dataclass
@@ -71,6 +78,35 @@ def registry_roots(location: Location, listing: Listing) -> RegistryRoots:
             if made_from is not None:
                 found.roots.setdefault(made_from.output_path, f"{manifest.id} was made from it")
     return found
+
+
+class RegistryWatch:
+    """The registry read again under a step's lease, just before gc deletes it: a build
+    registered since gc read the registry is kept (``marin register`` holds the step's lease
+    while it writes its manifest, so the two exclude each other). One listing per deleted step;
+    each manifest is read once per gc."""
+
+    def __init__(self, location: Location) -> None:
+        self.location = location
+        self._read: dict[str, Manifest | str] = {}
+
+    def why_kept(self, slot: Slot) -> str:
+        """Why ``slot`` must not be deleted now ('' if nothing registered names its build):
+        a manifest naming it, or one gc cannot read (it may name it)."""
+        if slot.record is None:
+            return ""  # only a build is ever registered
+        for rel in manifest_files(self.location):
+            if rel not in self._read:
+                try:
+                    self._read[rel] = manifest_file(self.location, rel)
+                except ArtifactRegistryError as exc:
+                    self._read[rel] = exc.what
+            found = self._read[rel]
+            if isinstance(found, str):
+                return f"the registry holds what gc cannot read ({found}): it may name this build"
+            if found.output_path == slot.output_path and found.build_id == slot.record.build_id:
+                return f"registered as {found.id} while gc ran"
+        return ""
 
 
 def is_registry_folder(entry: Foreign) -> bool:

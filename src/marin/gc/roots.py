@@ -8,7 +8,11 @@ in one place:
 - **registered** (``gc/registry.py``): every build ``marin register`` named, whatever the
   targets;
 - **other users'**: every build in the folder of a user gc does not look after (without
-  ``--all-users``: everyone but the user running it), never touched;
+  ``--all-users``: everyone but the user running it; with or without it, every user folder when
+  the plan places no step in one), never touched; with ``--all-users``, another user's build of
+  a step whose version comes from the run (``version=None``) at a version other than the one
+  this gc's ``--version``/``--override`` give it (that user's own codex, which gc was not
+  given: ``provenance.lowered.versions`` in its record says which);
 - **recent**: with ``--keep-versions N`` each name's N newest builds, with ``--older-than`` every
   build more recent (or of unknown age).
 """
@@ -23,7 +27,7 @@ from marin.execution.pipeline.graph import Graph, collect_steps
 from marin.execution.pipeline.scope import current_user, user_named
 from marin.execution.plan.scope import needs_user, place_pins, resolve_scopes
 from marin.execution.store.location import Location
-from marin.execution.store.records import USERS_FOLDER, parse_stored_time
+from marin.execution.store.records import USERS_FOLDER, parse_stored_time, user_scoped_tail
 from marin.gc.walk import Slot, built_at, name_of, owner_of
 
 Roots = dict[str, str]
@@ -56,24 +60,27 @@ def gc_users(
     owners: Iterable[str], all_users: bool, placed: bool = True
 ) -> tuple[list[str], dict[str, str]]:
     """The users whose folders gc looks after, and the user folders it leaves alone (folder ->
-    why). Without ``all_users``: the user running it (``$MARIN_USER``, else the OS user; none
-    for a service account), and only when the plan places steps in user folders (``placed``:
-    a shared plan proves nothing about what the user's own ``--scope user`` runs serve); with
-    it, each user folder found (``owners``) whose name is a user.
+    why). One rule for every user folder: it is looked after only when the plan places steps
+    in user folders (``placed``: a shared plan proves nothing about what a user's own
+    ``--scope user`` runs serve). Then, without ``all_users``: the user running it
+    (``$MARIN_USER``, else the OS user; none for a service account); with it, each user folder
+    found (``owners``) whose name is a user.
 
     Raises:
         InvalidStepError: ``$MARIN_USER`` (or the OS user) is not a valid user name.
     """
     me = current_user()
-    mine = [me] if me and (placed or all_users) else []
+    mine = [me] if me and placed else []
     left: dict[str, str] = {}
     for owner in sorted(set(owners)):
         folder = f"{USERS_FOLDER}/{owner}"
+        if not placed:
+            whose = "your" if owner == me else f"{owner}'s"
+            left[folder] = f"{whose} user builds: this plan places nothing there (--scope user)"
+            continue
         if not all_users:
             if owner != me:
                 left[folder] = "another user's builds (--all-users collects them too)"
-            elif not placed:
-                left[folder] = "your user builds: this plan places nothing there (--scope user)"
             continue
         try:
             valid = user_named(owner) == owner
@@ -84,6 +91,29 @@ def gc_users(
         else:
             left[folder] = "not a user's folder (its name is no user name)"
     return sorted(set(mine)), left
+
+
+def other_versions(slots: Sequence[Slot], graph: Graph, users: Iterable[str]) -> Roots:
+    """In the folders of ``users`` other than the one running gc: every build of a step the
+    targets defer (``version=None``) at a version other than this gc's codex gives it. Its
+    version is that user's ``--version``/``--override`` (its record names the codex), which
+    this gc was not given: it cannot know whether that user's plan serves it."""
+    me = current_user()
+    others = set(users) - {me}
+    if not others:
+        return {}
+    deferred = {s.name: s.version for s in graph.steps if "version_from" in s.provenance}
+    kept: Roots = {}
+    for slot in slots:
+        if slot.owner not in others:
+            continue
+        name, _, version = user_scoped_tail(slot.output_path).rpartition("/")
+        if name in deferred and version != deferred[name]:
+            kept[slot.output_path] = (
+                f"{slot.owner}'s build at another version than this gc's codex gives "
+                f"{name} ({deferred[name]}): that user's own --version, not this gc's to judge"
+            )
+    return kept
 
 
 def left_alone(slots: Sequence[Slot], folders: Iterable[str]) -> Roots:

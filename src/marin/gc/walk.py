@@ -246,31 +246,45 @@ def _unmarked_folders(empty: dict[str, bool], parents: dict[str, str]) -> list[F
 
 def tree_size(location: Location, relative: str) -> int:
     """Bytes stored at or under ``relative`` (links counted as themselves, never followed)."""
+    return tree_listing(location, relative)[0]
+
+
+def tree_listing(location: Location, relative: str) -> tuple[int, str | None]:
+    """Bytes stored at or under ``relative``, and the first metadata folder (``*.marin``) found
+    below it, relative to the prefix: another step's build inside this output, which deleting
+    it would delete (None: none). One listing, the one that measures it."""
     path = location.path(relative)
     if location.is_local:
         try:
             info = os.lstat(path)
         except FileNotFoundError:
-            return 0
+            return 0, None
         if not os.path.isdir(path) or os.path.islink(path):
-            return info.st_size
-        total = 0
-        for root, _, files in os.walk(path):  # os.walk never follows links by default
+            return info.st_size, None
+        total, nested = 0, None
+        for root, dirs, files in os.walk(path):  # os.walk never follows links by default
+            inner = next((d for d in sorted(dirs) if d.endswith(METADATA_SUFFIX)), None)
+            if nested is None and inner is not None:
+                nested = f"{relative}/{os.path.relpath(os.path.join(root, inner), path)}"
             for name in files:
                 try:
                     total += os.lstat(os.path.join(root, name)).st_size
                 except FileNotFoundError:
                     continue
-        return total
+        return total, nested
     base = path.rstrip("/")
     try:
         found = with_retries(
             lambda: location.fs.find(base, withdirs=False, detail=True), f"list {base}"
         )
     except (FileNotFoundError, NotADirectoryError):
-        return 0
-    return sum(
-        int(info.get("size") or 0)
-        for name, info in found.items()
-        if name.rstrip("/") == base or name.startswith(base + "/")
-    )
+        return 0, None
+    below = {n: i for n, i in found.items() if n.rstrip("/") == base or n.startswith(base + "/")}
+    folders = (n[len(base) + 1 :].split("/")[:-1] for n in sorted(below))
+    nested = next((f for f in folders if any(p.endswith(METADATA_SUFFIX) for p in f)), None)
+    if nested is not None:
+        end = next(i for i, p in enumerate(nested) if p.endswith(METADATA_SUFFIX))
+        nested_path: str | None = "/".join([relative, *nested[: end + 1]])
+    else:
+        nested_path = None
+    return sum(int(info.get("size") or 0) for info in below.values()), nested_path

@@ -33,6 +33,7 @@ import ast
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import re
 import sys
 import threading
@@ -45,12 +46,14 @@ from typing import Any, Generic, TypeVar
 from marin.execution.digest.source import (
     References,
     SourceIndex,
+    assignment_source,
     clear_source_cache,
     constant_source,
     display_path,
     dump,
     first_line,
     is_project_module,
+    is_project_name,
     module_file,
     module_index,
     module_namespace,
@@ -60,10 +63,13 @@ from marin.execution.digest.source import (
     warn_once,
 )
 
-SCHEME = "ast2"
+SCHEME = "ast3"
 """Stored with every digest; a record of another scheme compares as unknown, never as drift.
 ``ast2``: which callees are followed is decided by module name (``ast1``: by file location),
-so an ``ast1`` record of code that is now followed must not read as drift."""
+so an ``ast1`` record of code that is now followed must not read as drift. ``ast3``: code held
+in module-level containers (a registry dict) and modules imported inside a function are
+followed, and non-literal module-level assignments count by their source."""
+_MAX_CONTAINER = 100_000
 _STATEMENT_CHARS = 12
 _MAX_PARTS = 10_000
 _MAX_TEXT = 1_000
@@ -157,6 +163,20 @@ class CodeDigest:
 
 def unknown_digest(reason: str) -> CodeDigest:
     return CodeDigest(None, (), reason)
+
+
+def mixed_digest(before: CodeDigest, now: CodeDigest) -> CodeDigest:
+    """The code of an output made partly by ``before`` and partly by ``now`` (a partial output
+    resumed across a code change): ``now`` when they are one code; else a digest that is
+    neither (it shows as code drift against any code, never as unchanged), with ``before``'s
+    parts so that drift names what changed since; unknown when either is."""
+    if before.digest == now.digest and before.scheme == now.scheme:
+        return now
+    if before.digest is None or now.digest is None or before.scheme != now.scheme:
+        why = before.unknown or now.unknown or "digests of two schemes"
+        return unknown_digest(f"made partly by code that cannot be compared ({why})")
+    mixed = hashlib.sha256(f"mixed:{before.digest}:{now.digest}".encode()).hexdigest()
+    return CodeDigest(mixed, before.parts, None, now.scheme)
 
 
 def _text(value: Any, what: str, optional: bool = False) -> Any:
@@ -321,13 +341,25 @@ def _where(obj: Any) -> tuple[str, str, str, Mapping[str, Any]]:
     return module, module_file(found), _TYPE_QUALNAME.__get__(obj, type), namespace
 
 
+class _Unseen:
+    """A callee the digest knows of but cannot read (a project module imported inside a
+    function and not imported in this process): an unknown part, never "unchanged"."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name, self.reason = name, reason
+
+
 def _find(obj: Any) -> _Found | None:
     """The part of a function or class; None when it is not the project's (not followed)."""
+    if type(obj) is _Unseen:
+        return _Found(_unknown_part(obj.name, "?", 0, obj.reason), ())
     module, filename, qualname, namespace = _where(obj)
     closure: dict[str, Any] = {}
     if type(obj) is types.FunctionType:
         cells = (_cell(c) for c in obj.__closure__ or ())
         closure = dict(zip(obj.__code__.co_freevars, cells, strict=False))
+    if filename.startswith("<frozen "):
+        return None  # a frozen module of the standard library (os, posixpath): not followed
     if filename.startswith("<"):
         return _Found(_unknown_part(qualname, filename, 0, f"defined at run time ({filename})"), ())
     if not is_project_module(module, filename):
@@ -348,7 +380,9 @@ def _find(obj: Any) -> _Found | None:
         headers.append(header)
         statements += [sha(dump(s, references))[:_STATEMENT_CHARS] for s in body]
         lines += [getattr(s, "lineno", 0) for s in body]
-    constants, callees = _resolve_all(list(references), namespace, closure, index)
+    local = _local_imports(nodes)
+    scope = {**namespace, **local} if local else namespace
+    constants, callees = _resolve_all(list(references), scope, closure, index)
     header = sha("\n".join(headers))[:_STATEMENT_CHARS]
     constants_hash = sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
     digest = sha("\n".join([SCHEME, header, *statements, constants_hash]))
@@ -358,6 +392,66 @@ def _find(obj: Any) -> _Found | None:
         statement_lines=tuple(lines),
     )  # fmt: skip
     return _Found(part, tuple(callees))
+
+
+def _local_imports(nodes: list[Any]) -> dict[str, Any]:
+    """The names that ``import`` statements inside the definition bind, resolved from
+    ``sys.modules`` (never imported here: that would run code). A project module that is not
+    imported in this process (kept off the driver) is unseen, so the step's code is unknown."""
+    bound: dict[str, Any] = {}
+    for node in (n for top in nodes for n in ast.walk(top)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.asname or alias.name.partition(".")[0]
+                module = alias.name if alias.asname else name
+                bound[name] = _imported(module, None)
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            for alias in node.names:
+                bound[alias.asname or alias.name] = _imported(module, alias.name)
+    return {k: v for k, v in bound.items() if v is not _MISSING}
+
+
+def _imported(module: str, attr: str | None) -> Any:
+    """``module`` (or its ``attr``) as this process has it; ``_Unseen`` for a project module
+    it does not have; ``_MISSING`` for another package's."""
+    found = sys.modules.get(module) if not module.startswith(".") else None
+    if found is None:
+        if module.startswith(".") or is_project_name(module):
+            why = f"imported inside the function, not in this process: {module} is not seen"
+            return _Unseen(module + (f".{attr}" if attr else ""), why)
+        return _MISSING
+    if attr is None:
+        return found
+    members = module_namespace(found)
+    inner = members.get(attr, _MISSING) if members is not None else _MISSING
+    return sys.modules.get(f"{module}.{attr}", _MISSING) if inner is _MISSING else inner
+
+
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def _in_container(obj: Any) -> list[Any] | None:
+    """The functions and classes a plain dict, list, tuple or set holds, at any depth (a
+    registry of tokenizers, a dispatch table); None when it holds over ``_MAX_CONTAINER``
+    items (not read: unseen). Only these exact types are read, so no user code runs."""
+    found: list[Any] = []
+    stack, seen, budget = [obj], {id(obj)}, _MAX_CONTAINER
+    while stack:
+        current = stack.pop()
+        if type(current) not in _CONTAINERS:
+            continue
+        items = [*current.keys(), *current.values()] if type(current) is dict else [*current]
+        budget -= len(items)
+        if budget < 0:
+            return None
+        for item in items:
+            if type(item) in _CONTAINERS and id(item) not in seen:
+                seen.add(id(item))
+                stack.append(item)
+            elif type(item) is _Unseen or _is_code(_unwrap(item)):
+                found.append(_unwrap(item))
+    return found
 
 
 def _cell(cell: Any) -> Any:
@@ -421,13 +515,19 @@ def _resolve_all(
                 owner_index, obj = None, inner
             else:
                 break
-        target = _callee(obj)
-        if target is not None:
-            callees.setdefault(id(target), target)
-        elif owner_index is not None and module_namespace(obj) is None:
+        held = _in_container(obj)  # also a literal: `TOKENIZERS = {}` is filled at import
+        if held is None:
+            held = [_Unseen(".".join(chain), f"a container of over {_MAX_CONTAINER} items")]
+        target = obj if type(obj) is _Unseen else _callee(obj)
+        for code in [target, *held] if target is not None else held:
+            callees.setdefault(id(code), code)
+        if target is None and owner_index is not None and module_namespace(obj) is None:
             values = constant_source(owner_index, owner_name)
             if values:
                 constants.append(f"{'.'.join(chain)}=" + "|".join(values))
+        source = assignment_source(owner_index, owner_name) if owner_index is not None else None
+        if source:
+            constants.append(f"{'.'.join(chain)}:=" + "|".join(source))
     return constants, list(callees.values())
 
 

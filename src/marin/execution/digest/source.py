@@ -82,15 +82,7 @@ def is_project_module(module: str, filename: str) -> bool:
     """
     if not filename.endswith(".py") or filename.startswith("<"):
         return False
-    top = module.partition(".")[0]
-    if not top or top in sys.stdlib_module_names or top in _ENGINE:
-        return False
-    providers = _installed().get(top)
-    try:
-        here = os.getcwd()
-    except OSError:  # the working folder was deleted: no project of its own
-        return not providers
-    return not providers or bool(providers & _own_distributions(here))
+    return is_project_name(module)
 
 
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -156,6 +148,11 @@ class SourceIndex:
     """Top-level names assigned anything but a literal (run-time data, not code)."""
     imports: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Top-level ``from module import name [as alias]``: alias -> (module, name)."""
+    star_imports: list[str] = field(default_factory=list)
+    """Top-level ``from module import *``: the modules, in source order."""
+    sources: dict[str, list[str]] = field(default_factory=dict)
+    """The source of each top-level non-literal assignment (``P = partial(h, 2)``): an edit of
+    that expression is seen even though its value is run-time data."""
 
 
 def _index_tree(tree: ast.Module) -> SourceIndex:
@@ -188,7 +185,10 @@ def _index_tree(tree: ast.Module) -> SourceIndex:
 def _index_assignment(statement: ast.stmt, index: SourceIndex) -> None:
     if isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
         for alias in statement.names:
-            index.imports[alias.asname or alias.name] = (statement.module, alias.name)
+            if alias.name == "*":
+                index.star_imports.append(statement.module)
+            else:
+                index.imports[alias.asname or alias.name] = (statement.module, alias.name)
         return
     if isinstance(statement, ast.Assign):
         targets, value = statement.targets, statement.value
@@ -206,6 +206,7 @@ def _index_assignment(statement: ast.stmt, index: SourceIndex) -> None:
             index.constants.setdefault(target.id, []).append(dump(value))
         else:
             index.assigned.add(target.id)
+            index.sources.setdefault(target.id, []).append(dump(statement))
 
 
 def _is_literal(node: ast.expr) -> bool:
@@ -414,7 +415,32 @@ def constant_source(index: SourceIndex, name: str) -> list[str] | None:
         other = module_index(module) if module is not None else None
         if other is not None and original not in other.assigned:
             values = other.constants.get(original)
+    for module_name in reversed(index.star_imports) if values is None else ():
+        module = sys.modules.get(module_name)  # ``from config import *``: the last one wins
+        other = module_index(module) if module is not None else None
+        if other is not None and name in other.constants and name not in other.assigned:
+            return other.constants[name]
     return values
+
+
+def assignment_source(index: SourceIndex, name: str) -> list[str] | None:
+    """The source of a module-level name assigned something other than a literal (a call, an
+    expression): its value is run-time data, but an edit of the expression is seen."""
+    return index.sources.get(name)
+
+
+def is_project_name(module: str) -> bool:
+    """``is_project_module`` for a module that may not be imported yet (no file known): not the
+    standard library, not the engine, not another installed distribution's package."""
+    top = module.partition(".")[0]
+    if not top or top in sys.stdlib_module_names or top in _ENGINE:
+        return False
+    providers = _installed().get(top)
+    try:
+        here = os.getcwd()
+    except OSError:  # the working folder was deleted: no project of its own
+        return not providers
+    return not providers or bool(providers & _own_distributions(here))
 
 
 def module_file(module: Any) -> str:

@@ -76,23 +76,27 @@ class Artifact:
         prefix: str | None = None,
     ) -> Any:
         """The build registered as ``id`` (``"ns/name/tag"``, or Marin's ``("ns/name",
-        "tag")``) under ``prefix`` (default ``$MARIN_PREFIX``), resolved with one read: its
-        manifest holds the record as registered. With a typed ``artifact_type``
-        (``JsonArtifact`` subclass, ``Dataset``, ...) the typed value, else an ``Artifact``.
+        "tag")``) under ``prefix`` (default ``$MARIN_PREFIX``), resolved with two reads: its
+        manifest, which holds the record as registered, and the step's record, which must
+        still name that build (a rebuild in place or a deletion is refused, never served
+        with the registered record). With a typed ``artifact_type`` (``JsonArtifact``
+        subclass, ``Dataset``, ...) the typed value, else an ``Artifact``.
 
         Raises:
             InvalidArtifactIdError: ``id`` is not ``namespace/name/tag``.
             ArtifactNotFoundError: nothing is registered as ``id`` under the prefix.
+            RegisteredBuildGoneError: the registered build was rebuilt in place or deleted.
             ArtifactRegistryError: its manifest cannot be trusted.
             StorageError: the prefix cannot be opened, or storage kept failing.
             ValueError: a typed ``artifact_type`` whose fields the recorded value lacks.
         """
         from marin.execution.store.location import open_prefix
-        from marin.execution.store.registry import RegistryId, lookup
+        from marin.execution.store.registry import RegistryId, check_stored, lookup
 
         reg_id = RegistryId.parse(id, version)
         location = open_prefix(prefix)
         manifest = lookup(location, reg_id)
+        check_stored(location, manifest)
         artifact = cls(None, manifest.url(location), manifest.record)
         if isinstance(artifact_type, type) and issubclass(artifact_type, TypedArtifact):
             return artifact_type.of(artifact)

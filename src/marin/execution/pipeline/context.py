@@ -108,6 +108,10 @@ class StepContext:
     keeps it; None for a step that is not resumable. Created by the step, not by Marin."""
     lease_check: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
     """Set by the build: answers ``still_holds_lease()``."""
+    rank: int = 0
+    """This process's rank in a gang step's job (``with_options(ranks=N)``): 0 to N-1."""
+    world_size: int = 1
+    """The number of ranks of a gang step's job (1 for every other step)."""
 
     def still_holds_lease(self) -> bool:
         """Whether this attempt still holds its step's lease: one small read of the lease file.

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.digest.config_drift import explain_drift
-from marin.execution.errors import CycleError, DuplicateStepError
+from marin.execution.errors import CycleError, DuplicateStepError, InvalidStepError
 from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.store.records import USERS_FOLDER
+from marin.execution.vocabulary import OutputScope
 
 
 def collect_steps(targets: Iterable[StepSpec]) -> list[StepSpec]:
@@ -23,6 +25,8 @@ def collect_steps(targets: Iterable[StepSpec]) -> list[StepSpec]:
         DuplicateStepError: two specs of one output path differ in fingerprint or in the
             function they run, or one step's output is (up to letter case) or contains
             another's (``check_disjoint_outputs``).
+        InvalidStepError: a shared step's path lies in the users' folder
+            (``check_disjoint_outputs``).
     """
     by_path: dict[str, StepSpec] = {}
     order: list[StepSpec] = []
@@ -180,14 +184,20 @@ def check_disjoint_outputs(steps: list[StepSpec]) -> None:
     total path depth), shortest first. ``lower()`` runs this on every graph, so the paths are
     made once and the ancestors are slices at each ``/`` rather than split-and-join.
 
+    A shared step's path (name and version, or its pin) may not start with ``users/``: that
+    folder holds every user's scoped builds (``users@alice`` would be alice's whole folder).
+
     Raises:
         DuplicateStepError: two steps write one folder (two pins, or names that differ only in
             letter case), or one step's output folder contains another's.
+        InvalidStepError: a step not in user scope whose path starts with ``users/``.
     """
     # spec.output_path, inlined; case-folded (see above)
     paths = [(spec.pin or f"{spec.name}/{spec.version}").casefold() for spec in steps]
     by_path: dict[str, StepSpec] = {}
     for path, spec in zip(paths, steps, strict=True):
+        if path.startswith(_USERS) and spec.scope != OutputScope.USER:
+            _in_users_folder(spec)
         other = by_path.setdefault(path, spec)
         if other is spec:
             continue
@@ -216,6 +226,19 @@ def check_disjoint_outputs(steps: list[StepSpec]) -> None:
                     outer.step_id,
                 )
             end = path.find("/", end + 1)
+
+
+_USERS = USERS_FOLDER + "/"
+
+
+def _in_users_folder(spec: StepSpec) -> None:
+    raise InvalidStepError(
+        f"{spec.step_id} writes {spec.pin or f'{spec.name}/{spec.version}'}, inside the users' "
+        f"folder {_USERS} that user-scope steps write (a shared step's path may not start "
+        f"with {_USERS})",
+        f"rename the step (or its pin) so that its path does not start with {_USERS!r}",
+        spec.step_id,
+    )
 
 
 def canonical_deps(steps: list[StepSpec]) -> dict[str, list[StepSpec]]:

@@ -1,8 +1,8 @@
-"""Lazy handles and their lowering into ``StepSpec`` graphs.
+"""Lazy handles: ``ArtifactStep``, ``apply`` and ``adopt``.
 
-A handle (``ArtifactStep``) is a recipe: creating one does no I/O and runs nothing. ``lower``
-turns a handle graph into specs, purely; ``run``/``resolve`` lower and then hand the specs to the
-``StepRunner``.
+A handle (``ArtifactStep``) is a recipe: creating one does no I/O and runs nothing, and checks
+its options at once. ``lower`` (``lower.py``) turns a handle graph into specs, purely;
+``run``/``resolve`` lower and then hand the specs to the ``StepRunner``.
 
 A handle is built as ``run(build_config(ctx))``: ``build_config`` makes the config from a
 ``StepContext`` (placeholders while fingerprinting, live paths at run time) and ``run``
@@ -15,33 +15,18 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import gc
 import inspect
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast, overload
+from typing import Any, ClassVar, cast
 
-from marin.execution.digest.code import code_digest
-from marin.execution.errors import (
-    ApplyInputsError,
-    CycleError,
-    DuplicateStepError,
-    FingerprintMismatchError,
-    InvalidStepError,
-)
-from marin.execution.names import is_mutable_version, validate_name, validate_version
+from marin.execution.errors import ApplyInputsError, InvalidStepError
+from marin.execution.names import validate_name, validate_version
 from marin.execution.pipeline.artifact import Artifact
-from marin.execution.pipeline.canonical import register_fingerprint, to_canonical
-from marin.execution.pipeline.context import (
-    StepContext,
-    bound_context,
-    current_context,
-    fingerprint_context,
-)
-from marin.execution.pipeline.graph import Graph, check_same_run
-from marin.execution.pipeline.provenance import collect_provenance
+from marin.execution.pipeline.canonical import register_fingerprint
+from marin.execution.pipeline.context import StepContext, current_context
 from marin.execution.pipeline.resources import (
     NO_RESOURCES,
     Resources,
@@ -49,8 +34,8 @@ from marin.execution.pipeline.resources import (
     parse_resources,
 )
 from marin.execution.pipeline.scope import check_scope
-from marin.execution.pipeline.step_spec import StepSpec, fingerprint_of, is_absolute_location
-from marin.execution.pipeline.versions import Deferred, VersionCodex, active_codex
+from marin.execution.pipeline.step_spec import StepSpec, is_absolute_location
+from marin.execution.pipeline.versions import Deferred, VersionCodex
 from marin.execution.suggest import close_names
 from marin.execution.vocabulary import OutputScope
 
@@ -61,7 +46,6 @@ __all__ = [
     "adopt",
     "apply",
     "current_context",
-    "lower",
     "register_fingerprint",
 ]
 
@@ -102,7 +86,8 @@ class ArtifactStep:
         InvalidStepError: when made (or copied by ``with_options``) with a field that cannot
             form a step: a name or version outside the grammar, a dependency that is not a
             handle, a bad ``retries``, pin, adopted source, ``runtime_args``, ``scope`` or
-            placement option (resources, timeout, queue, ``isolate``, ``resumable``, ``remote``).
+            placement option (resources, timeout, queue, ``isolate``, ``resumable``, ``remote``,
+            ``ranks``, ``max_preemptions``).
     """
 
     name: str
@@ -132,6 +117,11 @@ class ArtifactStep:
     """A resumable step's ``checkpoint_path`` is kept after the commit (default: removed)."""
     remote: str | None = None
     """A backend name (``"local"``, ``"ray"``): ``fn`` runs as a durable job (docs/remote.md)."""
+    ranks: int | None = None
+    """A remote step's gang: ``fn`` runs as this many ranks of one job (docs/remote.md)."""
+    max_preemptions: int | None = None
+    """How many times a remote step's lost job (killed by a signal, its node gone) is submitted
+    again, apart from ``retries`` (None: ``DEFAULT_MAX_PREEMPTIONS``)."""
     runtime_args: Mapping[str, Any] | None = None
     """Values ``build_config`` reads with ``ctx.runtime_arg(key)``: live at run time,
     placeholders in the fingerprint, so changing one never changes the step's identity."""
@@ -156,7 +146,7 @@ class ArtifactStep:
         if self.version is not None:
             validate_version(self.version, self.name)
         if type(self.artifact_type) is not str:
-            _type_label(self.artifact_type, self)  # a class, kept; anything else is refused
+            type_label(self.artifact_type, self)  # a class, kept; anything else is refused
         if (
             self.runtime_args is not None
             or self.override_path is not None
@@ -187,13 +177,19 @@ class ArtifactStep:
     def lower(
         self, memo: dict[Any, Any] | None = None, *, versions: VersionCodex | None = None
     ) -> StepSpec:
-        """This handle's spec (``lower(handle)`` without the whole-graph output check).
+        """This handle's spec: ``lower(handle)``.
+
+        Lowering sits beside the handles and reads them (``lower.py``): it is reached at call
+        time through the package's front door (``marin.execution``), never imported here.
 
         Raises:
             MarinError: what ``lower`` raises (``InvalidStepError``, ``CycleError``,
                 ``DuplicateStepError``, ``ConfigError``, ``FingerprintMismatchError``).
         """
-        return lower_with_codex([self], memo, versions, check=False)[0]
+        import marin.execution
+
+        spec: StepSpec = marin.execution.lower(self, memo=memo, versions=versions)
+        return spec
 
     def fingerprint(self) -> str:
         """The step's fingerprint (the same under every prefix); lowers the graph, runs nothing.
@@ -284,6 +280,8 @@ class ArtifactStep:
         keep_checkpoints: bool | None = None,
         scope: str | None = None,
         remote: str | None = None,
+        ranks: int | None = None,
+        max_preemptions: int | None = None,
     ) -> ArtifactStep:
         """A copy with scheduling options, which the adapters map to their engines' own.
 
@@ -294,7 +292,8 @@ class ArtifactStep:
         fingerprint, and ``keep_checkpoints`` keeps its ``checkpoint_path`` after the commit.
         ``scope="user"``: built under ``<prefix>/users/<user>/`` (the step and its dependents).
         ``remote`` (a backend name) runs ``fn`` as a job that outlives this process
-        (docs/remote.md).
+        (docs/remote.md); ``ranks=N`` makes that job a gang of N processes, and
+        ``max_preemptions`` bounds how often a job lost to a signal is submitted again.
 
         Raises:
             InvalidStepError: an option that is not valid, naming it (a timeout with retries
@@ -313,6 +312,8 @@ class ArtifactStep:
             "keep_checkpoints": keep_checkpoints,
             "scope": scope,
             "remote": remote,
+            "ranks": ranks,
+            "max_preemptions": max_preemptions,
         }
         changes = {name: value for name, value in given.items() if value is not None}
         return dataclasses.replace(self, **changes)
@@ -329,7 +330,7 @@ class ArtifactStep:
 _QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 
 
-def _type_label(kind: Any, handle: ArtifactStep) -> str:
+def type_label(kind: Any, handle: ArtifactStep) -> str:
     """An ``artifact_type`` given as a class (as Marin passes one) is named by its qualname."""
     if isinstance(kind, str):
         return kind
@@ -492,6 +493,8 @@ def _check_placement(handle: ArtifactStep) -> None:
         and handle.resumable is False
         and handle.keep_checkpoints is False
         and handle.remote is None
+        and handle.ranks is None
+        and handle.max_preemptions is None
     ):
         return  # the common case, kept cheap for graphs of 100,000 steps
     step_id = handle.step_id
@@ -523,9 +526,10 @@ def _check_placement(handle: ArtifactStep) -> None:
         from marin.execution.pipeline.isolation import check_importable
 
         check_importable(handle.run, step_id)
-    if handle.remote is not None:
-        from marin.execution.pipeline.remote.checks import check_remote
+    from marin.execution.pipeline.remote_option import check_gang, check_remote
 
+    check_gang(handle.remote, handle.ranks, handle.max_preemptions, step_id)
+    if handle.remote is not None:
         check_remote(handle.remote, handle.run, cast("float | None", handle.timeout), step_id)
 
 
@@ -625,7 +629,7 @@ def _materialise(value: Any, ctx: StepContext) -> Any:
 
 
 @dataclass(frozen=True)
-class _ApplyCall:
+class ApplyCall:
     """``apply()``'s ``build_config``/``run`` pair: ``config(ctx)`` replaces handles and ``OUT``
     in ``fn``'s inputs by paths, and calling it with that config calls ``fn(**config)``."""
 
@@ -710,7 +714,7 @@ def apply(
             raise _inputs_mismatch(fn, signature, inputs, str(exc), step_id) from None
     deps: dict[int, ArtifactStep | StepSpec] = {}
     frozen = {key: _freeze(value, deps) for key, value in inputs.items()}
-    call = _ApplyCall(fn, frozen, all(_is_fixed(value) for value in frozen.values()))
+    call = ApplyCall(fn, frozen, all(_is_fixed(value) for value in frozen.values()))
     return ArtifactStep(
         name=name,
         version=version,
@@ -776,487 +780,3 @@ def _inputs_mismatch(
         fix = f"rename {', '.join(renames)}; {fix}"
     what = "; ".join(problems) if problems else reason
     return ApplyInputsError(f"apply() inputs do not fit {fn_name}: {what}", fix, step_id)
-
-
-# --- lowering --------------------------------------------------------------------------------
-
-
-class _FingerprintGuard:
-    """``run`` that first checks the config still is the one that was fingerprinted.
-
-    ``apply()`` snapshots its literals, but a hand-made ``ArtifactStep`` may compute its config
-    from state that changes between ``lower()`` and the build; building then would store
-    another config's output under this fingerprint. One extra config evaluation per build.
-
-    A plain slotted class, not a frozen dataclass: lowering makes one per step, and a frozen
-    dataclass's ``__init__`` costs twice as much. Nothing assigns to it after construction.
-    """
-
-    __slots__ = ("arg_keys", "build_config", "config", "deps", "run", "step_id")
-    wraps_field = "run"
-
-    def __init__(
-        self,
-        run: Callable[[StepContext], Any],
-        build_config: Callable[[StepContext], Any],
-        deps: tuple[StepSpec, ...],
-        config: Any,
-        step_id: str,
-        arg_keys: tuple[str, ...] = (),
-    ) -> None:
-        self.run = run
-        self.build_config = build_config
-        self.deps = deps
-        self.config = config
-        self.step_id = step_id
-        self.arg_keys = arg_keys
-
-    def __repr__(self) -> str:
-        return f"_FingerprintGuard({self.step_id}, run={self.run!r})"
-
-    @property
-    def wrapped_fn(self) -> Any:
-        return getattr(self.run, "wrapped_fn", self.run)
-
-    def __call__(self, ctx: StepContext) -> Any:
-        now = to_canonical(
-            self.build_config(fingerprint_context(self.deps, self.arg_keys)),
-            "config",
-            self.step_id,
-        )
-        if now != self.config:
-            from marin.execution.errors import ConfigError
-
-            raise ConfigError(
-                "the config changed after the step was lowered; building it would store "
-                "another config's output under the old fingerprint",
-                "do not mutate a config after apply()/lower(); lower the pipeline again",
-                self.step_id,
-            )
-        return self.run(ctx)
-
-
-class _ConfigCall:
-    """A spec's ``run(ctx)`` for a handle: ``handle.run(handle.build_config(ctx))``, with
-    ``ctx`` bound for ``current_context()`` meanwhile. Slotted: lowering makes one per step."""
-
-    __slots__ = ("build_config", "run")
-    wraps_field = "run"
-
-    def __init__(
-        self, run: Callable[[Any], Any], build_config: Callable[[StepContext], Any]
-    ) -> None:
-        self.run = run
-        self.build_config = build_config
-
-    def __repr__(self) -> str:
-        return f"_ConfigCall(run={self.run!r})"
-
-    @property
-    def wrapped_fn(self) -> Any:
-        return getattr(self.run, "wrapped_fn", self.run)
-
-    def parts(self, ctx: StepContext) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
-        """``(function, args, kwargs)`` of the user's call, for a subprocess to make it."""
-        config = self.build_config(ctx)
-        if isinstance(self.run, _ApplyCall):
-            return self.run.fn, (), dict(config)
-        return self.run, (config,), {}
-
-    def __call__(self, ctx: StepContext) -> Any:
-        with bound_context(ctx):
-            return self.run(self.build_config(ctx))
-
-    def with_config(self, ctx: StepContext, config: Any) -> Any:
-        """``self(ctx)`` with ``config`` made already by this spec's ``build_config(ctx)``: the
-        build makes it once for the record and for ``fn``. The record keeps its canonical copy,
-        so a ``fn`` that mutates its config cannot change what the record says."""
-        with bound_context(ctx):
-            return self.run(config)
-
-
-def _spec_for(
-    handle: ArtifactStep,
-    deps: tuple[StepSpec, ...],
-    provenance: Mapping[str, Any],
-    memo: dict[Any, Any],
-    created: list[StepSpec],
-) -> StepSpec:
-    """The spec of ``handle``; a new one is also appended to ``created``."""
-    name = handle.name
-    version = handle.version
-    if version is None:  # deferred: the run's codex says (see versions.py)
-        version, provenance = _codex_version(name, provenance, memo)
-    step_id = f"{name}@{version}"
-    arg_keys = tuple(handle.runtime_args) if handle.runtime_args else ()
-    config = to_canonical(
-        handle.build_config(fingerprint_context(deps, arg_keys)), "config", step_id
-    )
-    payload: dict[str, Any] = {
-        "name": name,
-        "version": version,
-        "config": config,
-        "deps": _dep_versions(step_id, version, deps, handle),
-    }
-    if handle.override_path is not None:
-        payload["pin"] = handle.override_path  # a moved output is another artifact
-    elif handle.adopt_source is not None:
-        payload["source"] = handle.adopt_source  # other data is another artifact
-    fingerprint, payload_json = fingerprint_of(payload)
-    _check_pinned(handle, fingerprint, payload_json, step_id)
-    known: StepSpec | None = memo.get(("step", step_id))
-    if known is not None:
-        return _same_definition(known, handle, fingerprint, payload_json, step_id)
-    run = _guarded_run(handle, deps, config, step_id, arg_keys)
-    spec = _new_spec(handle, version, deps, (fingerprint, payload_json), provenance, run)
-    memo[("step", step_id)] = spec
-    created.append(spec)
-    return spec
-
-
-def _dep_versions(
-    step_id: str, version: str, deps: tuple[StepSpec, ...], handle: ArtifactStep
-) -> dict[str, str]:
-    """Each dependency's version by name (by step id when two share a name), for the payload.
-    A fixed version over a mutable dependency is an ``InvalidStepError``."""
-    dep_versions: dict[str, str] = {}
-    mutable = is_mutable_version(version)
-    for dep in deps:
-        dep_name = dep.name
-        dep_versions[dep_name if dep_name not in dep_versions else dep.step_id] = dep.version
-        if not mutable and dep.mutable:
-            raise InvalidStepError(
-                f"{step_id} has a fixed version but depends on {dep.step_id}, whose version is "
-                f"mutable: {dep.step_id} rebuilds on every run, so {step_id} would too",
-                f"give {handle.name} a mutable version as well (e.g. 'dev' or '{version}-dev'), "
-                f"or give {dep.name} a fixed one",
-                step_id,
-            )
-    return dep_versions
-
-
-def _check_pinned(handle: ArtifactStep, fingerprint: str, payload_json: str, step_id: str) -> None:
-    """Raise ``FingerprintMismatchError`` when ``expected_fingerprint`` pins another one."""
-    expected = handle.expected_fingerprint
-    if expected is not None and expected != fingerprint:
-        raise FingerprintMismatchError(
-            f"the fingerprint is {fingerprint}, but expected_fingerprint pins {expected} "
-            f"(payload: {payload_json[:300]})",
-            "if the change is meant, bump the version and set expected_fingerprint to the new "
-            "handle.fingerprint(); otherwise undo the config change",
-            step_id,
-        )
-
-
-def _same_definition(
-    known: StepSpec, handle: ArtifactStep, fingerprint: str, payload_json: str, step_id: str
-) -> StepSpec:
-    """``known``, the spec lowered already under ``step_id``, when ``handle`` defines the same
-    step; else a ``DuplicateStepError`` that says what differs."""
-    if known.fingerprint == fingerprint:
-        check_same_run(step_id, known.run, handle.run)
-        return known  # an identical definition: one spec, built once
-    from marin.execution.digest.config_drift import explain_drift
-
-    diff = "; ".join(explain_drift(known.fingerprint_payload, payload_json, limit=5))
-    raise DuplicateStepError(
-        f"two different definitions of {step_id} in one graph ({diff})",
-        "give one of them another name or bump its version",
-        step_id,
-    )
-
-
-def _new_spec(
-    handle: ArtifactStep,
-    version: str,
-    deps: tuple[StepSpec, ...],
-    fingerprinted: tuple[str, str],
-    provenance: Mapping[str, Any],
-    run: Callable[[StepContext], Any],
-) -> StepSpec:
-    """``handle``'s spec at ``version``, with its fingerprint and payload (``fingerprinted``)."""
-    fingerprint, payload_json = fingerprinted
-    return StepSpec(
-        name=handle.name,
-        version=version,
-        deps=deps,
-        fingerprint=fingerprint,
-        fingerprint_payload=payload_json,
-        provenance=provenance,
-        run=run,
-        build_config=handle.build_config,
-        artifact_type=_type_label(handle.artifact_type, handle),
-        retries=handle.retries,
-        pool=handle.pool,
-        resources=cast(Resources, handle.resources),
-        timeout=cast("float | None", handle.timeout),
-        queue=handle.queue,
-        isolate=handle.isolate,
-        resumable=handle.resumable,
-        keep_checkpoints=handle.keep_checkpoints,
-        remote=handle.remote,
-        runtime_args=handle.runtime_args,
-        pin=handle.override_path,
-        source=handle.adopt_source,
-        scope=OutputScope(handle.scope),
-        pinned_fingerprint=handle.expected_fingerprint is not None,
-        point=handle.point,
-        # Cached per function object (one parse per process): apply()'s call object holds the
-        # user's function, the cache's key (``type() is``: never a user object's __class__).
-        code=code_digest(handle.run.fn if type(handle.run) is _ApplyCall else handle.run),
-    )
-
-
-_CODEX, _DEFERRED = ("versions", "codex"), ("versions", "deferred")
-"""Memo keys: the lowering's codex, and the names of the deferred steps it resolved."""
-
-
-def _codex_version(
-    name: str, provenance: Mapping[str, Any], memo: dict[Any, Any]
-) -> tuple[str, Mapping[str, Any]]:
-    """A deferred step's version from the lowering's codex, and its provenance saying so."""
-    codex: VersionCodex | None = memo.get(_CODEX)
-    if codex is None:
-        codex = VersionCodex()  # no codex: version_for raises, naming the step and the fix
-    version = codex.version_for(name)
-    memo.setdefault(_DEFERRED, set()).add(name)
-    source = "override" if name in codex.overrides else "default"
-    return version, {**provenance, "versions": codex.as_data(), "version_from": source}
-
-
-def _guarded_run(
-    handle: ArtifactStep,
-    deps: tuple[StepSpec, ...],
-    config: Any,
-    step_id: str,
-    arg_keys: tuple[str, ...],
-) -> Callable[[StepContext], Any]:
-    """The spec's ``run``: under a ``_FingerprintGuard`` unless it is ``apply()``'s own call on
-    plain-data inputs, whose config provably is the fingerprinted one (the guard would evaluate
-    it once more per build for nothing)."""
-    run = _placed_run(handle)
-    call = handle.run
-    if (
-        isinstance(call, _ApplyCall)
-        and call.fixed
-        and getattr(handle.build_config, "__self__", None) is call
-    ):
-        return run
-    return _FingerprintGuard(run, handle.build_config, deps, config, step_id, arg_keys)
-
-
-def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
-    """``run(build_config(ctx))``, wrapped to run isolated or under a timeout when asked."""
-    call = _ConfigCall(handle.run, handle.build_config)
-    if handle.remote is not None:
-        from marin.execution.pipeline.remote.call import RemoteCall
-
-        gpus = cast(Resources, handle.resources).gpu
-        return RemoteCall(call, handle.step_id, handle.remote, gpus)
-    if not handle.isolate and handle.timeout is None:
-        return call
-    from marin.execution.pipeline.isolation import wrap_run
-
-    return wrap_run(
-        call,
-        handle.step_id,
-        isolate=handle.isolate,
-        timeout=cast("float | None", handle.timeout),
-        gpus=cast(Resources, handle.resources).gpu,
-    )
-
-
-def _lower_and_check(
-    handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any] | None, check: bool = False
-) -> Graph:
-    """Iterative post-order walk, so a chain 100,000 steps deep lowers without recursion.
-
-    With ``check``, the lowered graph is also checked as ``collect_steps`` checks it at run time
-    (one output inside another, two definitions of one step), so that ``lower()`` refuses it.
-    """
-    # Lowering allocates several objects per step and frees almost none, which makes the cyclic
-    # garbage collector run over and over for nothing (about 15% of the time at 100,000 steps).
-    # The check runs inside too: after 100,000 new specs, its walk would trigger full collections.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        if memo is None:
-            memo = {}
-        fresh = all(key == _CODEX for key in memo)  # a codex alone: still fresh
-        created: list[StepSpec] = []
-        specs, saw_spec = _lower_walk(handles, memo, created)
-        if not check:
-            return Graph(tuple(specs), ())
-        return _check_lowered(specs, created, exact=fresh and not saw_spec)
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def _check_lowered(specs: list[StepSpec], created: list[StepSpec], exact: bool) -> Graph:
-    """Refuse a bad graph at ``lower()`` time, with the errors ``collect_steps`` raises.
-
-    When the walk started from an empty memo and met no ``StepSpec`` (``exact``), ``created`` is
-    exactly the graph, in ``collect_steps`` order: every handle was lowered here, one spec per
-    ``name@version`` (``_spec_for`` already refused two definitions of one), and specs made from
-    an acyclic walk are acyclic. Only the nested-output check is left, a second walk saved.
-    Otherwise (a shared memo, or specs lowered elsewhere whose deps were never walked here),
-    ``collect_steps`` walks the whole graph.
-    """
-    from marin.execution.pipeline.graph import check_disjoint_outputs
-
-    if exact:
-        check_disjoint_outputs(created)
-        return Graph(tuple(specs), tuple(created))
-    return Graph.of(specs)
-
-
-def _lower_walk(
-    handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any], created: list[StepSpec]
-) -> tuple[list[StepSpec], bool]:
-    """Lower ``handles`` through ``memo``; also say whether any ``StepSpec`` was met."""
-    provenance = collect_provenance()
-    saw_spec = False
-    for handle in handles:
-        if isinstance(handle, StepSpec):
-            saw_spec = True
-            memo.setdefault(("step", handle.step_id), handle)
-    on_path: list[ArtifactStep] = []
-    on_path_ids: set[int] = set()
-    for root in handles:
-        if isinstance(root, StepSpec) or root in memo:
-            continue
-        if not isinstance(root, ArtifactStep):
-            raise InvalidStepError(
-                f"lower() got a {type(root).__name__}",
-                "pass ArtifactStep handles (from apply()) or StepSpecs",
-            )
-        stack: list[tuple[ArtifactStep, bool]] = [(root, False)]
-        while stack:
-            handle, expanded = stack.pop()
-            if expanded:
-                on_path.pop()
-                on_path_ids.discard(id(handle))
-                deps = tuple([d if isinstance(d, StepSpec) else memo[d] for d in handle.deps])
-                memo[handle] = _spec_for(handle, deps, provenance, memo, created)
-                continue
-            if handle in memo:
-                continue
-            if id(handle) in on_path_ids:
-                start = next(i for i, h in enumerate(on_path) if h is handle)
-                raise CycleError([h.step_id for h in on_path[start:]] + [handle.step_id])
-            on_path.append(handle)
-            on_path_ids.add(id(handle))
-            stack.append((handle, True))
-            for dep in reversed(handle.deps):
-                if not isinstance(dep, ArtifactStep):
-                    saw_spec = True  # a spec lowered elsewhere: its deps are never walked here
-                elif dep not in memo:
-                    if id(dep) in on_path_ids:
-                        start = next(i for i, h in enumerate(on_path) if h is dep)
-                        raise CycleError([h.step_id for h in on_path[start:]] + [dep.step_id])
-                    stack.append((dep, False))
-    return [h if isinstance(h, StepSpec) else memo[h] for h in handles], saw_spec
-
-
-def _flatten(handles: Iterable[Any]) -> tuple[list[Any], bool]:
-    items = list(handles)
-    if len(items) == 1 and isinstance(items[0], list | tuple):
-        return list(items[0]), True
-    return items, len(items) != 1
-
-
-def lower_graph(
-    *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
-    versions: VersionCodex | None = None,
-) -> Graph:
-    """Lower handles to one checked ``Graph``: the targets' specs and every step they need.
-
-    What the entry points (``marin run``, the engines) take, once per run.
-
-    Raises:
-        MarinError: what ``lower`` raises, for the same reasons.
-    """
-    items, _ = _flatten(handles)
-    return _graph_with_codex(items, None, versions, check=True)
-
-
-@overload
-def lower(
-    handle: ArtifactStep | StepSpec,
-    /,
-    *,
-    memo: dict[Any, Any] | None = None,
-    versions: VersionCodex | None = None,
-) -> StepSpec: ...
-
-
-@overload
-def lower(
-    handles: Sequence[ArtifactStep | StepSpec],
-    /,
-    *,
-    memo: dict[Any, Any] | None = None,
-    versions: VersionCodex | None = None,
-) -> list[StepSpec]: ...
-
-
-@overload
-def lower(
-    first: ArtifactStep | StepSpec,
-    second: ArtifactStep | StepSpec,
-    /,
-    *more: ArtifactStep | StepSpec,
-    memo: dict[Any, Any] | None = None,
-    versions: VersionCodex | None = None,
-) -> list[StepSpec]: ...
-
-
-def lower(
-    *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
-    memo: dict[Any, Any] | None = None,
-    versions: VersionCodex | None = None,
-) -> StepSpec | list[StepSpec]:
-    """Lower handles to specs: one handle gives one ``StepSpec``; a list of handles, or several
-    handles, give a list.
-
-    ``versions``: the run's ``VersionCodex`` for handles with ``version=None`` (default: the
-    ambient ``build_context``'s). An override naming no deferred step is an error.
-
-    Raises:
-        InvalidStepError: something that is not a handle, a deferred version the codex gives no
-            version for, an override of ``versions`` that names no deferred step, or a fixed
-            version that depends on a mutable (``dev``) one.
-        CycleError: the handles' dependencies form a cycle.
-        DuplicateStepError: two different definitions of one ``name@version``, or one step's
-            output inside (or, up to letter case, equal to) another's.
-        ConfigError: a config value with no canonical JSON form, naming the field.
-        FingerprintMismatchError: a handle's fingerprint differs from its
-            ``expected_fingerprint``.
-    """
-    items, many = _flatten(handles)
-    # check: refuse a bad graph here (e.g. one output inside another), not at run time
-    specs = lower_with_codex(items, memo, versions, check=True)
-    return specs if many else specs[0]
-
-
-def lower_with_codex(
-    items: list[Any], memo: dict[Any, Any] | None, versions: VersionCodex | None, check: bool
-) -> list[StepSpec]:
-    """The targets' specs, lowered with the run's codex (see ``_graph_with_codex``)."""
-    return list(_graph_with_codex(items, memo, versions, check).targets)
-
-
-def _graph_with_codex(
-    items: list[Any], memo: dict[Any, Any] | None, versions: VersionCodex | None, check: bool
-) -> Graph:
-    """``_lower_and_check`` with the run's codex (``versions``, else the ambient one); an
-    override of ``versions`` that no deferred step asked for is refused afterwards."""
-    memo = {} if memo is None else memo
-    codex = active_codex(versions)
-    if codex is not None:
-        memo[_CODEX] = codex
-    graph = _lower_and_check(items, memo, check)
-    if versions is not None:  # an ambient codex's caller checks (it may lower part by part)
-        versions.check_used(memo.get(_DEFERRED, ()))
-    return graph

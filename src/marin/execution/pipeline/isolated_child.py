@@ -4,8 +4,12 @@ OUT``.
 ``IN`` holds two pickles: first plain data (the parent's ``sys.path`` and the files of modules
 a fresh interpreter may not find by name), then the call (``fn`` by reference, its arguments
 and the step's run-time context, bound for ``current_context()``); a remote job's, a third:
-the caller's context variables (``remote/context_vars.py``). ``IN`` is written by the process
-that starts this one, in a folder only its user can write. The child makes ``fn``'s module
+what to do before ``fn`` runs (``before_fn``: functions of ``execution/remote/``, called with
+the call's target: set the caller's context variables, check the job runs the code it was
+submitted for). ``IN`` is written by the process
+that starts this one, in a folder only its user can write; it is opened without following a
+link, and unpickled only if it is a regular file of this user that no one else can write
+(``_open_payload``). The child makes ``fn``'s module
 importable, runs the call, and writes its **outcome** to ``OUT`` as JSON, never a pickle (the
 runner reads it back, and a remote job's outcome crosses a folder or a log):
 ``{"ok": true, "result": <canonical JSON>}`` or ``{"ok": false, "type", "message",
@@ -19,12 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import importlib
 import importlib.util
 import json
 import os
 import pickle
 import signal
+import stat
 import sys
 import traceback
 from typing import Any
@@ -72,7 +78,7 @@ def _prepare(meta: dict[str, Any]) -> None:
 
 
 def _extra(f: Any) -> dict[str, Any]:
-    """The optional third pickle (a remote job's context variables), or nothing."""
+    """The optional third pickle (a remote job's ``before_fn``), or nothing."""
     try:
         extra = pickle.load(f)
     except EOFError:
@@ -80,21 +86,59 @@ def _extra(f: Any) -> dict[str, Any]:
     return extra if isinstance(extra, dict) else {}
 
 
+def _open_payload(path: str) -> Any:
+    """``IN``, opened without following a link and refused unless it is a regular file of this
+    user that no one else can write: it is unpickled, so a file another user could have put
+    or swapped there (a folder above it renamed) never is.
+
+    Raises:
+        PermissionError: it is a link, not a regular file, another user's, or writable by
+            others.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise PermissionError(f"the call {path} is a symbolic link: never unpickled") from None
+    f = os.fdopen(fd, "rb")
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        f.close()
+        raise PermissionError(
+            f"the call {path} is not a file of this user that only it can write (owner uid "
+            f"{info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}): never unpickled"
+        )
+    return f
+
+
+RANK_ENV, WORLD_ENV = "MARIN_GANG_RANK", "MARIN_GANG_SIZE"
+"""Set by a gang's launcher for each rank (``execution/remote/gang.py``)."""
+
+
+def _ranked(context: Any) -> Any:
+    """The call's context with this process's rank and the gang's size, when it is a rank."""
+    rank, size = os.environ.get(RANK_ENV), os.environ.get(WORLD_ENV)
+    if context is None or rank is None or size is None:
+        return context
+    import dataclasses
+
+    from marin.execution.pipeline import jax_gang
+
+    jax_gang.install()  # jax.distributed.initialize() finds the gang with no arguments
+
+    return dataclasses.replace(context, rank=int(rank), world_size=int(size))
+
+
 def _run(call_path: str) -> dict[str, Any]:
     try:
-        with open(call_path, "rb") as f:
+        with _open_payload(call_path) as f:
             _prepare(pickle.load(f))
             call = pickle.load(f)
             extra = _extra(f)
-        if extra.get("context_vars"):  # a remote job: the caller's context variables
-            from marin.execution.pipeline.remote.context_vars import restore
-
-            restore(extra["context_vars"])
-        if extra.get("expect_code"):  # a remote job runs the code it was submitted for
-            from marin.execution.pipeline.remote.code_check import check_code
-
-            check_code(call["target"], extra["expect_code"])
-        context = call.get("context")
+        for before in extra.get("before_fn", ()):  # a remote job's own set-up and checks
+            before(call["target"])
+        context = _ranked(call.get("context"))
         if context is None:
             result = call["target"](*call["args"], **call["kwargs"])
         else:

@@ -4,12 +4,12 @@ Lowering wraps ``spec.run`` in one of these calls; everything else about a build
 ``build_step`` still takes the lease, writes the status, and commits the record in the runner's
 process. Only the ``fn`` call moves:
 
-- ``IsolatedCall`` starts ``python -m marin.execution.pipeline.isolated_child`` (a fresh
-interpreter, as
-  multiprocessing's spawn does), sends it ``fn`` *by reference*, its config (made by
-  ``build_config`` here, in the runner: paths and plain data) and the run-time context, which the
-  child binds for ``current_context()``, and copies the child's stdout and stderr into the
-  step's log.
+- ``IsolatedCall`` starts ``python -P -m marin.execution.pipeline.isolated_child`` (a fresh
+  interpreter, as multiprocessing's spawn does; ``-P``: nothing is imported from its working
+  folder, which may be anyone's ``/tmp``, before the runner's ``sys.path`` is restored), sends
+  it ``fn`` *by reference*, its config (made by ``build_config`` here, in the runner: paths
+  and plain data) and the run-time context, which the child binds for ``current_context()``,
+  and copies the child's stdout and stderr into the step's log.
   The child's ``CUDA_VISIBLE_DEVICES`` names exactly the devices assigned to the build. The
   child runs in its own process group, which is killed when the step ends (``fn`` returned,
   raised or ran past its timeout): helper processes ``fn`` started end with it, and the runner
@@ -204,13 +204,15 @@ class IsolatedCall:
         with tempfile.TemporaryDirectory(prefix="marin-isolated-") as tmp:
             payload_path = os.path.join(tmp, "call.pkl")
             result_path = os.path.join(tmp, "result.json")
-            with open(payload_path, "wb") as f:
+            # Only this user may write what the child unpickles (it checks: _open_payload).
+            fd = os.open(payload_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
                 f.write(payload)
             return self._spawn(ctx, payload_path, result_path)
 
     def _spawn(self, ctx: StepContext, payload_path: str, result_path: str) -> Any:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", CHILD_MODULE, payload_path, result_path],
+        proc = subprocess.Popen(  # -P: never a module of the working folder (anyone's /tmp)
+            [sys.executable, "-P", "-m", CHILD_MODULE, payload_path, result_path],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

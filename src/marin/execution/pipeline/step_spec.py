@@ -51,12 +51,12 @@ class StepSpec:
     """``fn`` runs in a fresh subprocess (lowering wraps ``run``); see ``isolation.py``."""
     resumable: bool = False
     """A failed attempt's partial output is kept for the next attempt of the same fingerprint
-    (``marin.execution.build.resume``); never part of the fingerprint."""
+    (``marin.execution.builder.attempt``); never part of the fingerprint."""
     keep_checkpoints: bool = False
     """A resumable step's ``checkpoint_path`` outlives its commit."""
     remote: str | None = None
     """The backend that runs ``fn`` as a durable job (``"local"``, ``"ray"``); see
-    ``pipeline/remote/``. Placement, not identity: never in the fingerprint."""
+    ``execution/remote/``. Placement, not identity: never in the fingerprint."""
     runtime_args: Mapping[str, Any] | None = None
     """Values ``build_config`` reads with ``ctx.runtime_arg(key)`` at run time; never identity."""
     pin: str | None = None

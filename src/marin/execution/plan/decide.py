@@ -58,7 +58,7 @@ from marin.execution.heap import frozen_heap
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.options import Policy as Policy  # declared with RunOptions; re-exported
 from marin.execution.plan.options import resolve_force as resolve_force
-from marin.execution.plan.resume import Attempt, ResumeVerdict, judge
+from marin.execution.plan.resume_verdict import ResumeVerdict, judge
 from marin.execution.store.identity import LINEAGE_NONE as LINEAGE_NONE
 from marin.execution.store.identity import LINEAGE_OK as LINEAGE_OK
 from marin.execution.store.identity import LINEAGE_STALE as LINEAGE_STALE
@@ -72,7 +72,14 @@ from marin.execution.store.identity import (
     judge_claim,
 )
 from marin.execution.store.identity import Upstream as Upstream  # defined with the identity rule
-from marin.execution.store.records import FAILED, RUNNING, ArtifactRecord, ForeignRecord
+from marin.execution.store.records import (
+    FAILED,
+    RUNNING,
+    ArtifactRecord,
+    ForeignRecord,
+    replaced_build,
+)
+from marin.execution.store.step_folder import Attempt
 from marin.execution.vocabulary import Action, StoredStatus
 
 ACTIONS = tuple(Action)
@@ -92,6 +99,18 @@ class Stored:
     """A record of another step where this step's record belongs (``record`` is None then)."""
     attempt: Attempt | None = None
     """A resumable step's last attempt (``attempt.json``), read only when it has no record."""
+    shared: str = ""
+    """Placed in a user's folder with no record there: its shared build (``shared_build``)."""
+
+    @property
+    def replaced(self) -> str:
+        """Without a record: the build an unfinished rebuild deleted (``replaced_build``)."""
+        return "" if self.record is not None else replaced_build(self.status)
+
+    def as_upstream(self, step_id: str, rebuilt: bool = False) -> Upstream:
+        """The step as a dependent's input: its record, or the build a rebuild deleted."""
+        shared = self.shared if self.record is None else ""
+        return Upstream(step_id, self.record, rebuilt, replaced=self.replaced, shared=shared)
 
 
 NOTHING_STORED = Stored()
@@ -134,6 +153,13 @@ class Decision:
     recipe: Recipe | None = None
     """The static part of the recipe a build of the step makes (``store/identity.py``),
     computed once by the plan; a build completes it with the input builds it reads."""
+    shared: str = ""
+    """``Stored.shared``: the shared build of a user-placed step with no record of its own."""
+
+    def as_upstream(self, rebuilt: bool = False) -> Upstream:
+        """The step as a dependent's input, as the plan read it (``Stored.as_upstream``)."""
+        stored = Stored(self.record, self.stored_status, shared=self.shared)
+        return stored.as_upstream(self.spec.step_id, rebuilt)
 
     def raise_if_refused(self) -> None:
         if self.refusal is not None:
@@ -211,7 +237,7 @@ def decide(
             )
         return Decision(
             spec, action, status, reason, record, stored.status, drift, forced=forced,
-            lineage=lineage, code_drift=code_drift, recipe=static, **extra,
+            lineage=lineage, code_drift=code_drift, recipe=static, shared=stored.shared, **extra,
         )  # fmt: skip
 
     if stored.foreign is not None:
@@ -409,7 +435,7 @@ class Plan:
         """The recipe the plan expects a build of ``spec`` to make: its input builds are the
         records the plan read, an input the plan builds being a new build."""
         upstream = [
-            Upstream(d.step_id, self.of(d).record, self.of(d).action == Action.BUILD)
+            self.of(d).as_upstream(self.of(d).action == Action.BUILD)
             for d in dict.fromkeys(spec.deps)
         ]
         static = self.of(spec).recipe or Recipe.of(spec)
@@ -425,7 +451,7 @@ class Plan:
             if record is not None:
                 ups[dep.step_id] = Upstream(dep.step_id, record, rebuilt=True, committed=True)
             else:
-                ups[dep.step_id] = Upstream(dep.step_id, self.decisions[dep.output_path].record)
+                ups[dep.step_id] = self.decisions[dep.output_path].as_upstream()
         return list(ups.values())
 
 
@@ -489,10 +515,7 @@ class _FixedPoint:
         """Each step's static recipe, once (``store/identity.py``)."""
         # Upstream views are frozen, so one per (dependency, rebuilt) serves every dependent.
         self.as_upstream = {
-            p: (
-                Upstream(s.step_id, self.own[p].record),
-                Upstream(s.step_id, self.own[p].record, True),
-            )
+            p: (self.own[p].as_upstream(s.step_id), self.own[p].as_upstream(s.step_id, True))
             for p, s in self.by_path.items()
         }
         self.last: dict[str, Decision] = {}

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marin.execution.errors import InvalidStepError, OptionError, list_names
+from marin.execution.pipeline.versions import VersionCodex
 from marin.execution.suggest import did_you_mean
+from marin.execution.vocabulary import OutputScope
 
 if TYPE_CHECKING:
     from marin.execution.pipeline.step_spec import StepSpec
@@ -115,7 +117,8 @@ class RunOptions:
         OptionError: when made (or copied with ``dataclasses.replace``) with a field that is
             not valid: a drift policy not in ``DRIFT_POLICIES``, a ``force`` that is not a list
             of names, a flag that is not a bool, a ``max_concurrent`` or ``max_remote`` that is
-            not a whole number >= 1. The message names the option and the fix.
+            not a whole number >= 1, a ``scope`` that is not ``shared`` or ``user``, ``versions``
+            that is not a ``VersionCodex``. The message names the option and the fix.
     """
 
     on_drift: str = DEFAULT_ON_DRIFT
@@ -129,6 +132,13 @@ class RunOptions:
     """A built step whose code changed since its record: warn (serve it), rebuild or error."""
     max_remote: int = DEFAULT_MAX_REMOTE
     """Remote steps' jobs in flight at once (they hold no ``max_concurrent`` slot)."""
+    scope: str = OutputScope.SHARED
+    """The run-wide output scope (an ``OutputScope``): ``user`` places every step under
+    ``<prefix>/users/<user>/`` (``plan/scope.py``); ``shared`` leaves it to each step's
+    ``with_options(scope=...)``. Resolved once per run, by whoever runs it."""
+    versions: VersionCodex | None = None
+    """The codex of steps with ``version=None`` (``--version``/``--override``): the runner
+    lowers handles under it (a lowered graph already has its versions)."""
 
     def __post_init__(self) -> None:
         check_drift_policy(self.on_drift)
@@ -139,6 +149,11 @@ class RunOptions:
         check_max_remote(self.max_remote)
         check_flag("keep_going", self.keep_going)
         check_flag("force_run_failed", self.force_run_failed)
+        if self.scope not in OutputScope.__members__.values():
+            raise OptionError(f"scope={_short(self.scope)}", f"use one of {', '.join(OutputScope)}")
+        object.__setattr__(self, "scope", OutputScope(self.scope))
+        if self.versions is not None and not isinstance(self.versions, VersionCodex):
+            raise OptionError(f"versions={_short(self.versions)}", "pass a VersionCodex (or None)")
 
     @classmethod
     def from_params(
@@ -153,16 +168,13 @@ class RunOptions:
         A missing, ``None`` or empty-string parameter takes its value from ``defaults`` (the
         exported or deployed choice: options, or a mapping of some of them, checked with the
         rest), else the default; any other value must be valid: ``on_drift=0`` is an error, not
-        the default. Keys that are not run options are ignored.
+        the default. Keys that are not run options are ignored, and so are ``scope`` and
+        ``versions``: each engine takes those its own way (the exported ones only).
 
         Raises:
             OptionError: ``params`` is not a mapping, or a value in it (or in ``defaults``) is
                 not valid for its option.
         """
-        if isinstance(defaults, RunOptions):
-            base = {name: getattr(defaults, name) for name in _FIELDS}
-        else:  # the fields' own defaults, under the engine's: all checked below, once
-            base = {f.name: f.default for f in dataclasses.fields(cls)} | dict(defaults or {})
         if params is not None and not isinstance(params, Mapping):
             raise OptionError(
                 f"run parameters {_short(params)}", "pass a mapping of option names to values"
@@ -171,7 +183,10 @@ class RunOptions:
         given = {
             k: v for k, v in (params or {}).items() if k in _FIELDS and v is not None and v != ""
         }
-        return cls(**{name: given.get(name, base[name]) for name in _FIELDS})
+        if isinstance(defaults, RunOptions):
+            return dataclasses.replace(defaults, **given)
+        # The fields' own defaults, under the engine's: all checked when made, once.
+        return cls(**{**{k: v for k, v in dict(defaults or {}).items() if k in _FIELDS}, **given})
 
     def policy(self, steps: Sequence[StepSpec]) -> Policy:
         """The core ``Policy`` these options make for ``steps`` (force names resolved).

@@ -16,7 +16,6 @@ from marin.execution.pipeline.graph import Graph
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import NOTHING_STORED, Plan, Stored, plan_graph
 from marin.execution.plan.options import RunOptions, check_prefix_fits
-from marin.execution.plan.resume import read_attempt_record
 from marin.execution.store.location import Location
 from marin.execution.store.records import (
     ArtifactRecord,
@@ -24,8 +23,10 @@ from marin.execution.store.records import (
     load_record,
     read_attempt,
     record_path,
+    shared_build,
     status_path,
 )
+from marin.execution.store.step_folder import read_attempt_record
 
 IO_PARALLELISM = 64
 SERIAL_MAX_S = 200e-6
@@ -35,18 +36,22 @@ _FIRST_PROBE, _PROBE_EVERY = 2, 16
 
 def read_stored_step(spec: StepSpec, location: Location) -> Stored:
     """The step's record, and (only when there is no record) its status, which explains why,
-    and a record of another step found in its place."""
+    a record of another step found in its place, and (placed in a user's folder) the shared
+    build."""
     if location.is_memory and not (
         location.has_file(location.path(record_path(spec.output_path)))
         or location.has_file(location.path(status_path(spec.output_path)))
         or location.has_file(location.path(lease_path(spec.output_path)))
     ):
-        return NOTHING_STORED  # three dict lookups instead of three raised FileNotFoundErrors
+        if not spec.user_home:
+            return NOTHING_STORED  # three dict lookups instead of three raised FileNotFoundErrors
+        return Stored(shared=shared_build(location, spec.output_path, spec.user_home))
     found = load_record(location, spec.output_path)
     if isinstance(found, ArtifactRecord):
         return Stored(found)
     attempt = read_attempt_record(location, spec.output_path) if spec.resumable else None
-    return Stored(None, read_attempt(location, spec.output_path), found, attempt)
+    shared = shared_build(location, spec.output_path, spec.user_home)
+    return Stored(None, read_attempt(location, spec.output_path), found, attempt, shared)
 
 
 def read_stored(specs: Iterable[StepSpec], location: Location) -> dict[str, Stored]:

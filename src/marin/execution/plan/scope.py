@@ -3,10 +3,13 @@
 A run with a step in user scope (``with_options(scope="user")``, or a run-wide
 ``scope="user"``) is that user's run, and every step it builds belongs to the user: it writes
 ``<prefix>/users/<user>/<name>/<version>``. When that folder holds nothing of the step yet, and
-the shared ``<prefix>/<name>/<version>`` holds a build of the same fingerprint, the step reads the
-shared build instead (Marin's fallback); whatever the user has built wins for that user. A
-shared upstream that is missing, or forced, is built in the user's folder too. A shared build
-is only ever read here, so a user's run never writes, replaces or races a shared artifact.
+the shared ``<prefix>/<name>/<version>`` holds a build of the same fingerprint that the run would
+serve (the one decision, ``decide``, under the run's policy), the step reads the shared build
+instead (Marin's fallback); whatever the user has built wins for that user. A shared upstream
+that is missing, forced, or that the run would rebuild (its code changed under
+``on_code_drift="rebuild"``, or it is stale) is built in the user's folder too: a shared build
+is only ever read here, so a user's run never writes, replaces or races a shared artifact, and
+the plan shows where the run writes.
 
 The result is a copy of the graph whose specs say it (``StepSpec.user_home``): the planner, the
 run loop and ``build_step`` then see ordinary output paths.
@@ -16,21 +19,24 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from marin.execution.errors import InvalidStepError
+from marin.execution.errors import InvalidStepError, MarinError
 from marin.execution.pipeline.graph import collect_steps
 from marin.execution.pipeline.scope import SET_USER, check_scope, required_user, run_user
 from marin.execution.pipeline.step_spec import StepSpec, is_absolute_location
+from marin.execution.plan.decide import Stored, Upstream, decide
+from marin.execution.plan.options import Policy
 from marin.execution.store.location import Location
 from marin.execution.store.records import (
     USERS_FOLDER,
+    ArtifactRecord,
     lease_path,
     read_record,
     record_path,
     status_path,
 )
-from marin.execution.vocabulary import OutputScope
+from marin.execution.vocabulary import Action, OutputScope
 
 
 def resolve_scopes(
@@ -39,29 +45,28 @@ def resolve_scopes(
     scope: str = OutputScope.SHARED,
     force: Iterable[str] = (),
     user: str | None = None,
+    policy: Policy | None = None,
 ) -> list[StepSpec]:
     """``targets`` with every user-scope step placed (see the module); the same specs when no
     step is in user scope. Specs placed already (``user_home`` set) are kept as they are.
     A forced step (``force``: names or ids) is the user's own build, never the shared one.
-    ``user``: whose folder (an engine's run user, checked); else ``$MARIN_USER`` or the OS user."""
+    ``user``: whose folder (an engine's run user, checked); else ``$MARIN_USER`` or the OS user.
+    ``policy``: the run's (drift, code drift, cascade), which says whether a shared build is
+    served or rebuilt; the defaults when None."""
     scope = check_scope(scope)
     targets = place_pins(targets, location)
     if not needs_user(targets, scope):
         return list(targets)  # no step in user scope: nothing to place, no graph walk
     steps = collect_steps(targets)
-    forced = set(force)
+    placing = _Placing(location, set(force), policy or Policy())
     placed: dict[str, StepSpec] = {}
-    home: str | None = None
     for spec in steps:  # dependencies first: every step of a user's run is placed
         deps = tuple(placed[d.output_path] for d in spec.deps)
         if spec.user_home is not None:  # placed already (and checked then)
             new = spec if deps == spec.deps else dataclasses.replace(spec, deps=deps)
         else:
-            if scope != OutputScope.USER and spec.scope != OutputScope.USER:
-                _check_not_in_users(spec)  # a shared step: its shared path is read
-            home = home or f"{USERS_FOLDER}/{required_user(spec.step_id, user)}"
-            own = spec.name in forced or spec.step_id in forced
-            new = _place(spec, deps, home, location, own)
+            placing.home = placing.home or f"{USERS_FOLDER}/{required_user(spec.step_id, user)}"
+            new = placing.place(spec, deps)
         placed[spec.output_path] = new
     return [placed[t.output_path] for t in targets]
 
@@ -141,30 +146,66 @@ class RunScope:
         return user
 
     def place(
-        self, targets: Sequence[StepSpec], location: Location, force: Iterable[str] = ()
+        self,
+        targets: Sequence[StepSpec],
+        location: Location,
+        force: Iterable[str] = (),
+        policy: Policy | None = None,
     ) -> tuple[list[StepSpec], str | None]:
         """``resolve_scopes`` for this run (the function ``marin run`` uses), and the user it
-        placed steps for (None: no step needed one, and ``targets`` are returned as they are)."""
+        placed steps for (None: no step needed one, and ``targets`` are returned as they are).
+        ``policy``: the run's, as the plan task and every step task of the run apply it."""
         user = self.user_for(targets)
         if user is None:
             return place_pins(targets, location), None
-        return resolve_scopes(targets, location, self.scope, force, user), user
+        return resolve_scopes(targets, location, self.scope, force, user, policy), user
 
 
-def _place(
-    spec: StepSpec, deps: tuple[StepSpec, ...], home: str, location: Location, own: bool
-) -> StepSpec:
-    """``spec`` in user scope: the user's folder, unless only a shared build of it exists and
-    every dependency is read from the shared builds too (what that build consumed)."""
-    mine = dataclasses.replace(spec, deps=deps, scope=OutputScope.USER, user_home=home)
-    if own or spec.mutable or any(d.user_home for d in deps):
-        return mine  # forced, dev (always rebuilt), or built from the user's own inputs
-    if _anything_at(location, mine.output_path):
-        return mine  # the user's own build (or attempt, or lease) wins
-    shared = read_record(location, spec.output_path)
-    if shared is not None and shared.fingerprint == spec.fingerprint:
+@dataclass
+class _Placing:
+    """One placement of a user's run: where the user's folder is, what is forced, the run's
+    policy, and the shared records read so far (a dependency's, for its dependents)."""
+
+    location: Location
+    forced: set[str]
+    policy: Policy
+    home: str = ""
+    shared: dict[str, ArtifactRecord] = field(default_factory=dict)
+    """Output path -> the shared build a step placed so far reads."""
+
+    def place(self, spec: StepSpec, deps: tuple[StepSpec, ...]) -> StepSpec:
+        """``spec`` in user scope: the user's folder, unless only a shared build of it exists,
+        the run would serve it as it is, and every dependency is read from the shared builds
+        too (what that build consumed)."""
+        mine = dataclasses.replace(spec, deps=deps, scope=OutputScope.USER, user_home=self.home)
+        own = spec.name in self.forced or spec.step_id in self.forced
+        if own or spec.mutable or any(d.user_home for d in deps):
+            return mine  # forced, dev (always rebuilt), or built from the user's own inputs
+        if _anything_at(self.location, mine.output_path):
+            return mine  # the user's own build (or attempt, or lease) wins
+        shared = read_record(self.location, spec.output_path)
+        if shared is None or shared.fingerprint != spec.fingerprint:
+            return mine
+        if not self._served(spec, shared):
+            return mine  # the run rebuilds it: in the user's folder, never the shared one
+        self.shared[spec.output_path] = shared
         return dataclasses.replace(mine, user_home="")  # read the shared build
-    return mine
+
+    def _served(self, spec: StepSpec, shared: ArtifactRecord) -> bool:
+        """Whether the run would serve ``shared`` as ``spec``'s build: the one decision, on
+        the shared build, whose dependencies are the shared builds read (none is rebuilt)."""
+        upstream = {d.step_id: Upstream(d.step_id, self._record(d)) for d in spec.deps}
+        try:
+            decision = decide(spec, Stored(shared), list(upstream.values()), self.policy,
+                              needed=True)  # fmt: skip
+        except MarinError:
+            return True  # placed on the shared build, the plan raises the same error for it
+        return decision.action != Action.BUILD
+
+    def _record(self, dep: StepSpec) -> ArtifactRecord | None:
+        """The shared build a dependency placed on it reads (read here if placed earlier)."""
+        found = self.shared.get(dep.output_path)
+        return found if found is not None else read_record(self.location, dep.output_path)
 
 
 def refuse_shared_write(spec: StepSpec) -> None:
@@ -184,16 +225,6 @@ def _anything_at(location: Location, output_path: str) -> bool:
         location.has_file(location.path(f(output_path)))
         for f in (record_path, status_path, lease_path)
     )
-
-
-def _check_not_in_users(spec: StepSpec) -> None:
-    if spec.output_path.split("/", 1)[0] == USERS_FOLDER:
-        raise InvalidStepError(
-            f"{spec.step_id} writes {spec.output_path}, inside the users' folder "
-            f"{USERS_FOLDER}/ that user-scope steps write",
-            "rename the step (or its pin) so its path does not start with 'users/'",
-            spec.step_id,
-        )
 
 
 def scope_of(spec: StepSpec) -> tuple[str, str]:

@@ -10,15 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from marin.execution.build.commit import run_context
+from marin.execution.builder.commit import run_context
 from marin.execution.pipeline.artifact import Artifact, TypedArtifact
-from marin.execution.pipeline.handles import ArtifactStep, _flatten, lower_with_codex
+from marin.execution.pipeline.handles import ArtifactStep
+from marin.execution.pipeline.lower import flatten_handles, lower_with_codex
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.pipeline.versions import VersionCodex
-from marin.execution.plan.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT
-from marin.execution.plan.scope import place_pins, resolve_scopes
+from marin.execution.plan.options import DEFAULT_MAX_CONCURRENT, DEFAULT_ON_DRIFT, RunOptions
+from marin.execution.plan.scope import place_pins
 from marin.execution.run.runner import StepRunner
 from marin.execution.store.location import open_prefix
+from marin.execution.vocabulary import OutputScope
 
 __all__ = ["materialized_config", "resolve", "run"]
 
@@ -34,9 +36,10 @@ def run(
     region: str | None = None,
     force_run_failed: bool = True,
     versions: VersionCodex | None = None,
-    scope: str = "shared",
+    scope: str = OutputScope.SHARED,
 ) -> list[Artifact]:
-    """Lower and build ``handles``; return one artifact per handle, in order.
+    """Lower and build ``handles``; return one artifact per handle, in order. Marin's loose
+    keywords are made one ``RunOptions`` here, once; the prefix is opened once.
 
     ``force_run_failed=False``: a needed step whose last attempt failed is not retried; the
     run fails (``FailedBeforeError``) naming it, before anything is built. ``versions``: the
@@ -65,21 +68,18 @@ def run(
             ``keep_going``.
         PipelineFailedError: under ``keep_going``, the steps that failed, all at once.
     """
-    items, _ = _flatten(handles)
-    specs = lower_with_codex(items, None, versions, check=False)
-    # Placed here, so that each artifact returned is the one this user reads.
-    specs = resolve_scopes(specs, open_prefix(prefix), scope, force)
-    runner = StepRunner(
-        max_concurrent=max_concurrent, prefix=prefix, on_drift=on_drift, region=region
+    options = RunOptions(
+        on_drift=on_drift, force=tuple(force), max_concurrent=max_concurrent,
+        keep_going=keep_going, force_run_failed=force_run_failed, scope=scope, versions=versions,
+    )  # fmt: skip
+    items, _ = flatten_handles(handles)
+    specs = lower_with_codex(items, None, options.versions, check=False)
+    location = open_prefix(prefix)
+    report = StepRunner(options, prefix=prefix, region=region).run(
+        specs, dry_run=dry_run, location=location
     )
-    report = runner.run(
-        specs,
-        dry_run=dry_run,
-        keep_going=keep_going,
-        force=tuple(force),
-        force_run_failed=force_run_failed,
-    )
-    return [report.artifact(spec) for spec in specs]
+    # Each artifact is the one this user reads: the run's targets, placed for its scope.
+    return [report.artifact(spec) for spec in report.targets]
 
 
 def resolve(handle: ArtifactStep | StepSpec, **kwargs: Any) -> Any:

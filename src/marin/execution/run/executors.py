@@ -8,33 +8,26 @@ this process (``StepRunner``); ``marin_prefect.compile.PrefectExecutor`` runs ea
 task run (threads or Dask, whatever the flow's task runner is).
 
 A later executor plugs in here, not in a new loop (one that spreads steps over machines, say).
-Drivers that share one prefix cooperate through this seam too: a build the loop asked to defer
-raises ``Deferred`` when another runner's live lease holds its step, the executor reports
-``CompletionKind.DEFERRED``, and the loop frees the slot, goes on with other ready steps and
-comes back to that one later (``marin.execution.run.loop``).
+An executor says how its builds wait (``wait``): the thread executor's return ``Pending`` (a
+step another runner's lease holds, a remote job running), which the loop holds until what it
+waits for is over (``marin.execution.run.waiting``); a Prefect task waits in its thread.
 """
 
 from __future__ import annotations
 
 import contextvars
-import dataclasses
-import functools
-import logging
 import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import Protocol
 
-from marin.execution.build.commit import build_step
-from marin.execution.build.request import BuildRequest
-from marin.execution.errors import Deferred
-from marin.execution.pipeline.remote.wait import JobParked, park_waits
-
-if TYPE_CHECKING:
-    from marin.execution.build.commit import BuildOutcome
-    from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.builder.commit import build_step
+from marin.execution.builder.outcome import BuildOutcome, Pending
+from marin.execution.builder.request import BuildRequest
+from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.vocabulary import Wait
 
 
 class CompletionKind(StrEnum):
@@ -44,12 +37,9 @@ class CompletionKind(StrEnum):
     """Built, or served (its ``outcome`` says which)."""
     FAILED = "failed"
     """Raised ``error``; the loop retries it if the executor does not retry by itself."""
-    DEFERRED = "deferred"
-    """Not attempted now (another runner holds the step; ``error`` may be the ``Deferred``):
-    the loop frees its slot and submits it again later, without counting an attempt."""
-    JOB_ENDED = "job-ended"
-    """A parked remote build's job ended (``pipeline/remote/wait.py``): its ``job`` carries
-    the build's second phase, which the loop submits at once (the same attempt)."""
+    PENDING = "pending"
+    """Not done yet (``pending`` says why): the loop holds it until it can go on, without
+    counting an attempt."""
 
 
 @dataclass(frozen=True)
@@ -67,13 +57,13 @@ class StepJob:
     attempt: int
     """1 for the first attempt; the loop's own retries count up from there."""
     request: BuildRequest
-    parked: JobParked | None = None
-    """A remote build parked while its job ran: ``build`` runs its second phase."""
+    resume: Callable[[], BuildOutcome | Pending] | None = None
+    """A pending build going on (``Pending.resume``): ``build`` runs it instead."""
 
-    def build(self) -> BuildOutcome:
+    def build(self) -> BuildOutcome | Pending:
         """Build the request here, in the calling thread (raises what ``build_step`` raises)."""
-        if self.parked is not None and self.parked.resume is not None:
-            return cast("BuildOutcome", self.parked.resume())
+        if self.resume is not None:
+            return self.resume()
         return build_step(self.request)
 
 
@@ -85,6 +75,7 @@ class Completion:
     kind: CompletionKind
     outcome: BuildOutcome | None = None
     error: BaseException | None = None
+    pending: Pending | None = None
 
 
 OnDone = Callable[[Completion], None]
@@ -98,9 +89,12 @@ class Executor(Protocol):
     """True if the engine retries a failed attempt itself (``StepSpec.retries``), so the loop
     must not retry it again; False: the loop retries, with a short backoff."""
 
+    wait: Wait
+    """How the builds it runs wait for another runner's lease and a remote job:
+    ``Wait.RETURN`` hands the loop a ``Pending``; ``Wait.BLOCK`` waits in the build's thread."""
+
     def submit(self, job: StepJob, on_done: OnDone) -> None:
-        """Start ``job`` (do not wait for it); call ``on_done`` exactly once when it ends (or,
-        for a parked remote build, when its job ends: ``JOB_ENDED``)."""
+        """Start ``job`` (do not wait for it); call ``on_done`` exactly once when it ends."""
         ...
 
     def shutdown(self, *, wait: bool) -> None:
@@ -114,14 +108,12 @@ class ThreadExecutor:
     Unlike ``ThreadPoolExecutor``, whose worker threads the interpreter joins at exit, daemon
     threads never keep an interrupted run alive while a step's ``fn`` is still blocked; and a
     submit is only a queue put (the loop already caps how many steps run at once). There is no
-    ``Future`` per job: the loop only needs the completion.
-
-    A remote step's build holds a thread only to start and to commit: while its job runs it is
-    parked (``JobParked``) on the process's one poller, which reports ``JOB_ENDED``; the loop
-    then submits the build's second phase (``StepJob.parked``).
+    ``Future`` per job: the loop only needs the completion. Its builds return ``Pending``
+    rather than wait, so a waiting step (a held lease, a running job) holds no thread.
     """
 
     retries_steps = False
+    wait = Wait.RETURN
 
     def __init__(self, size: int, name: str = "marin-step") -> None:
         self._size = size
@@ -130,12 +122,10 @@ class ThreadExecutor:
             queue.SimpleQueue()
         )
         self._threads: list[threading.Thread] = []
-        self._parked = _ParkedBuilds()
 
     def submit(self, job: StepJob, on_done: OnDone) -> None:
         # The submitter's context variables (the caller's: the loop runs on its thread) go with
         # the job, as a task runner's do; a thread of its own would start with none of them.
-        self._parked.claim(job)
         self._jobs.put((job, on_done, contextvars.copy_context()))
         if len(self._threads) < self._size:
             thread = threading.Thread(
@@ -153,93 +143,20 @@ class ThreadExecutor:
             job, on_done, context = item
             del item
             try:
-                outcome = context.run(_parking, job)
-            except JobParked as parked:
-                self._parked.park(job, on_done, parked, context)
-            except Deferred as held:
-                on_done(Completion(job, CompletionKind.DEFERRED, error=held))
+                result = context.run(job.build)
             except BaseException as exc:
                 on_done(Completion(job, CompletionKind.FAILED, error=exc))
             else:
-                on_done(Completion(job, CompletionKind.DONE, outcome=outcome))
-                del outcome
+                if isinstance(result, Pending):
+                    on_done(Completion(job, CompletionKind.PENDING, pending=result))
+                else:
+                    on_done(Completion(job, CompletionKind.DONE, outcome=result))
+                del result
             del job, on_done, context
 
     def shutdown(self, *, wait: bool) -> None:
-        self._parked.close()
         for _ in self._threads:
             self._jobs.put(None)
         if wait:
             for thread in self._threads:
                 thread.join()
-
-
-class _ParkedBuilds:
-    """A thread executor's parked remote builds, until the loop submits their second phase.
-
-    When a job ends, the loop gets ``JOB_ENDED``; once the executor is shut down (the loop
-    left: a second Ctrl-C), a parked build's second phase runs on a thread of its own instead,
-    never committing an abandoned build and releasing its lease, as a build whose thread
-    waited would have."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._waiting: dict[int, tuple[StepJob, contextvars.Context]] = {}
-        self._closed = False
-
-    def park(
-        self, job: StepJob, on_done: OnDone, parked: JobParked, context: contextvars.Context
-    ) -> None:
-        """Hand ``parked`` to the poller; its job's end is reported through ``on_done``."""
-        resumed = dataclasses.replace(job, parked=parked)
-        with self._lock:
-            self._waiting[id(parked)] = (resumed, context)
-
-        def ended() -> None:
-            with self._lock:  # a shut-down executor's loop reads no more completions
-                if not self._closed:
-                    on_done(Completion(resumed, CompletionKind.JOB_ENDED))
-                    return
-            self._finish_alone(id(parked))
-
-        parked.when_ended(ended)
-
-    def claim(self, job: StepJob) -> None:
-        """The loop submitted ``job``'s second phase: it is no longer waiting here."""
-        if job.parked is not None:
-            with self._lock:
-                self._waiting.pop(id(job.parked), None)
-
-    def close(self) -> None:
-        """No loop reads completions now: builds whose job ended unclaimed finish alone."""
-        with self._lock:
-            self._closed = True
-            ended = [k for k, (job, _) in self._waiting.items() if _ended(job)]
-        for key in ended:
-            self._finish_alone(key)
-
-    def _finish_alone(self, key: int) -> None:
-        with self._lock:
-            found = self._waiting.pop(key, None)
-        if found is not None:
-            job, context = found
-            run = functools.partial(context.run, _parking, job)
-            threading.Thread(target=_quietly, args=(run,), daemon=True).start()
-
-
-def _ended(job: StepJob) -> bool:
-    return job.parked is not None and job.parked.watch.done.is_set()
-
-
-def _parking(job: StepJob) -> BuildOutcome:
-    """``job.build()``, a remote wait parked instead of holding this thread."""
-    with park_waits():
-        return job.build()
-
-
-def _quietly(run: Callable[[], object]) -> None:
-    """An abandoned build's second phase: how it ends is its own status file's business."""
-    try:
-        run()
-    except BaseException as exc:  # no loop is left to report it to
-        logging.getLogger("marin").info("an abandoned remote build ended: %s", exc)

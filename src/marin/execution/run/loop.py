@@ -12,11 +12,14 @@
   may have deleted it since the plan read it): a vanished one is built first (or fails);
 - retries a failed attempt ``spec.retries`` times with a short backoff, unless the executor's
   engine retries by itself (Prefect);
-- with ``share_work`` (drivers sharing one prefix), a step another runner's live lease holds is
-  reported ``deferred`` by the executor: its slot is freed for other ready steps, and it is made
-  ready again after a bounded backoff (never past the holder's lease expiry), when its build
-  serves the other runner's record (``built-by-other``) or takes over a lease that expired;
-- on Ctrl-C starts nothing new and lets running steps finish (a second one abandons them);
+- holds every step that cannot go on now in one structure (``run/waiting.py``), keyed by what
+  wakes it: a retry's or a deferred step's deadline (a step another runner's live lease holds,
+  with an executor whose builds return ``Pending``: drivers sharing one prefix; its slot is
+  freed for other ready steps until it is made ready again, when its build serves the other
+  runner's record, ``built-by-other``, or takes over a lease that expired), a remote job's end
+  (posted to the inbox by the process's one poller), a served dependency's rebuild;
+- on Ctrl-C starts nothing new and lets running steps finish (a second one abandons them, and
+  gives up every build pending on its job: the job runs on);
 - words every "not run" reason (``marin.execution.run.report``), for the caller to raise.
 
 ``StepRunner`` is this loop plus a ``ThreadExecutor``; the compiled Prefect flow is this loop
@@ -33,32 +36,33 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from marin.execution.build.commit import (
-    BuildOutcome,
-    mark_interrupted,
-)
-from marin.execution.build.lineage import pipeline_finished, pipeline_started
-from marin.execution.build.request import BuildRequest
+from marin.execution.builder.commit import mark_interrupted
+from marin.execution.builder.lineage import pipeline_finished, pipeline_started
+from marin.execution.builder.outcome import BuildOutcome, LeaseHeld, Pending
+from marin.execution.builder.request import BuildRequest
 from marin.execution.errors import AbandonedError
 from marin.execution.heap import frozen_heap
-from marin.execution.pipeline.remote.call import warn_running_jobs
 from marin.execution.pipeline.resources import Grant, ResourcePool
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Plan, Upstream
 from marin.execution.plan.options import DEFAULT_MAX_REMOTE
-from marin.execution.run.backoff import Backoff
+from marin.execution.remote.call import running_jobs, warn_running_jobs
 from marin.execution.run.executors import Completion, CompletionKind, Executor, StepJob
 from marin.execution.run.remote_slots import Slots
 from marin.execution.run.report import (
+    INTERRUPTED_JOB_REASON,
     INTERRUPTED_REASON,
+    INTERRUPTED_RUNNING_REASON,
     KEEP_GOING_CLI,
+    RunInterrupted,
     RunReport,
     blocked_reason,
     stopped_reason,
 )
 from marin.execution.run.scheduler import Scheduler
+from marin.execution.run.waiting import Waiting
 from marin.execution.store.lease import release_all_held, ttl_from_env
 from marin.execution.store.location import Location
 from marin.execution.store.records import ArtifactRecord, log_path, read_record
@@ -95,26 +99,38 @@ def _launch_settings() -> tuple[float, str | None]:
 @dataclass
 class _ServedChecks:
     """Served steps re-checked when a step that reads them starts (their record may have
-    vanished since the plan), and the rebuilds of the vanished ones."""
+    vanished since the plan); the steps waiting for a rebuild are in ``Waiting``."""
 
     checked: set[str] = field(default_factory=set)
     """Served steps re-checked already (present, or rebuilt in this run)."""
-    held: dict[str, set[str]] = field(default_factory=dict)
-    """A step to build -> the served dependencies it waits for (their records vanished)."""
-    rebuilding: dict[str, list[str]] = field(default_factory=dict)
-    """A vanished served step being rebuilt -> the steps held for it."""
     failed_as: dict[str, str] = field(default_factory=dict)
     """A step that could not run because its served dependency's rebuild failed -> it."""
     failed: set[str] = field(default_factory=set)
     """Vanished served steps whose rebuild failed."""
 
 
+def _abandoned(spec: StepSpec) -> AbandonedError:
+    """The end of a build the loop gives up while it waits for its job (the loop left)."""
+    return AbandonedError(
+        "abandoned after an interrupt while its job ran: nothing is committed; the job runs on",
+        "run again: the next run reattaches to the job",
+        spec.step_id,
+    )
+
+
 class _Interrupt:
     """Put in the inbox by the first Ctrl-C, which the loop then handles between two steps."""
 
 
+@dataclass(frozen=True)
+class _JobEnded:
+    """Put in the inbox by the poller: the job of ``path``'s pending build ended."""
+
+    path: str
+
+
 _INTERRUPT = _Interrupt()
-_Item = Completion | _Interrupt
+_Item = Completion | _Interrupt | _JobEnded
 
 
 class RunLoop:
@@ -144,25 +160,14 @@ class RunLoop:
         keep_going_hint: str = KEEP_GOING_CLI,
         retry_delay_s: float = RETRY_FIRST_DELAY_S,
         targets: Iterable[str] = (),
-        share_work: bool = False,
     ) -> None:
         """``targets``: the output paths the caller asked for; a served one is re-checked once
-        the other steps are done, and built again if its record vanished meanwhile.
-        ``share_work``: builds do not wait for another runner's lease in a slot; they are
-        deferred instead (see the module docstring)."""
-        self.plan = plan
-        self.report = report
-        self.executor = executor
-        self.max_concurrent = max_concurrent
-        self.keep_going = keep_going
-        self.resources = resources
-        self.region = region
-        self.listener = listener
-        self.exit_on_interrupt = exit_on_interrupt
-        self.keep_going_hint = keep_going_hint
-        self.retry_delay_s = retry_delay_s
+        the other steps are done, and built again if its record vanished meanwhile."""
+        self.plan, self.report, self.executor = plan, report, executor
+        self.keep_going, self.keep_going_hint = keep_going, keep_going_hint
+        self.resources, self.region, self.listener = resources, region, listener
+        self.exit_on_interrupt, self.retry_delay_s = exit_on_interrupt, retry_delay_s
         self.lease_ttl, self.working_dir = _launch_settings()
-        self.share_work = share_work
         self._decisions = plan.decisions
         self._to_build = plan.to_build
         self.scheduler = Scheduler(
@@ -171,7 +176,10 @@ class RunLoop:
             order=order,
             label=lambda p: self._decisions[p].spec.step_id,
         )
+        self.waiting = Waiting(self.scheduler)
+        """Every step that waits: retries, deferred steps, pending jobs, served rebuilds."""
         self._inbox: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._left, self._left_lock = False, threading.Lock()  # the loop has left (_post)
         self._abandon = threading.Event()
         self._interrupted = False
         self._started: dict[str, float] = {}
@@ -181,8 +189,6 @@ class RunLoop:
         self.served = _ServedChecks()
         self._targets = list(targets)
         self._targets_checked = False
-        self.waiting = Backoff(self.scheduler)
-        """Retries and deferred steps, until their deadline."""
         self._slots = Slots.for_decisions(max_concurrent, max_remote, self._decisions)
 
     # -- the loop ---------------------------------------------------------------------------
@@ -208,11 +214,9 @@ class RunLoop:
             while self._active():
                 try:
                     for item in self._wait():
-                        if isinstance(item, _Interrupt):
-                            self._on_interrupt()
-                        else:
-                            self._collect(item)
-                    self._fire_due_retries()
+                        self._handle(item)
+                    for job in self.waiting.due():
+                        self._resubmit(job)
                     self._dispatch()
                 except KeyboardInterrupt:
                     if sigint is not None:
@@ -221,6 +225,8 @@ class RunLoop:
             if sigint is not None and sigint.count:
                 self._interrupted = True  # pressed as the last step finished: still one
         except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                self._word_interrupted()
             self._leave()
             pipeline_finished(pipeline, exc)  # ABORT (after its open builds' ABORTs), or FAIL
             raise
@@ -241,12 +247,13 @@ class RunLoop:
         step failed, else ``KeyboardInterrupt`` if a first Ctrl-C stopped it."""
         self.report.raise_failures(self.keep_going, not_run_in_message=not_run_in_message)
         if self._interrupted:
-            raise KeyboardInterrupt
+            self.report.interrupted = True
+            raise RunInterrupted(self.report)
 
     def _active(self) -> bool:
-        """Something runs, waits to retry, or can start; once nothing does, the caller's served
-        targets are re-checked (once): a vanished one is rebuilt, and the loop goes on for it."""
-        if self.scheduler.is_active() or self.served.rebuilding or self.waiting.pending:
+        """Something runs, waits, or can start; once nothing does, the caller's served targets
+        are re-checked (once): a vanished one is rebuilt, and the loop goes on for it."""
+        if self.scheduler.is_active() or self.waiting.active:
             return True
         if self._targets_checked:
             return False
@@ -257,36 +264,68 @@ class RunLoop:
             served = self._decisions[path].action == Action.SKIP
             if served and path not in self.served.checked and self._record_gone(path):
                 self._rebuild_served(path, None)
-        return bool(self.served.rebuilding)
+        return bool(self.waiting.rebuilding)
 
     def _wait(self) -> list[_Item]:
-        """Block until something ends (or the next retry is due), then take all that has."""
+        """Block until something ends (or the next deadline is due), then take all that has."""
         try:
-            items = [self._inbox.get(timeout=self.waiting.timeout())]
+            first = self._inbox.get(timeout=self.waiting.timeout())
         except queue.Empty:
             return []
-        while True:
-            try:
-                items.append(self._inbox.get_nowait())
-            except queue.Empty:
-                return items
+        return [first, *self._drain()]
+
+    def _handle(self, item: _Item) -> None:
+        if isinstance(item, _Interrupt):
+            self._on_interrupt()
+        elif isinstance(item, _JobEnded):
+            job = self.waiting.job_ended(item.path)
+            if job is not None:  # its build goes on: collect the job, commit
+                self.executor.submit(job, self._post)
+        else:
+            self._collect(item)
+
+    def _post(self, item: _Item) -> None:
+        """The executor's and the poller's callback: into the inbox, or, once the loop has
+        left, a pending build given up at once (nobody would resume it)."""
+        with self._left_lock:
+            if not self._left:
+                self._inbox.put(item)
+                return
+        if isinstance(item, Completion) and item.pending is not None:
+            item.pending.release(_abandoned(item.pending.spec))
 
     def _leave(self) -> None:
         warn_running_jobs()
-        if (self.scheduler.running or self.served.rebuilding) and not self.exit_on_interrupt:
+        with self._left_lock:
+            self._left = True
+        pending = [i for i in self._drain() if isinstance(i, Completion) and i.pending]
+        for done in pending:
+            self.waiting.job_running(done.job, cast(Pending, done.pending))
+        if (self.scheduler.running or self.waiting.rebuilding) and not self.exit_on_interrupt:
             # Leaving while fn still runs in this process (a second Ctrl-C, or any error here):
-            # those builds keep their leases until fn returns, and never commit.
+            # those builds keep their leases until fn returns, and never commit; builds pending
+            # on a job give theirs up now (the job runs on: the next run reattaches to it).
             self._abandon.set()
             log.warning(
                 "interrupted again: abandoning %d running step(s); they keep their leases "
                 "until their threads end, and never commit",
                 len(self.scheduler.running),
             )
+            self.waiting.release_all(_abandoned)
         else:
             # The process exits now, ending every fn: leave nothing RUNNING, no lease held.
             mark_interrupted()
             release_all_held()
         self.executor.shutdown(wait=False)
+
+    def _drain(self) -> list[_Item]:
+        """Whatever the inbox holds now."""
+        items = []
+        while True:
+            try:
+                items.append(self._inbox.get_nowait())
+            except queue.Empty:
+                return items
 
     def _on_interrupt(self) -> None:
         """A first Ctrl-C: start nothing new and let the running steps finish."""
@@ -342,7 +381,6 @@ class RunLoop:
                 continue
             vanished = self._vanished_deps(spec)
             if vanished:
-                self.served.held[path] = set(vanished)
                 for dep in vanished:
                     self._rebuild_served(dep, path)
                 continue
@@ -351,17 +389,25 @@ class RunLoop:
     def _submit(self, path: str, attempt: int) -> None:
         decision = self._decisions[path]
         spec = decision.spec
-        if path in self.served.rebuilding:  # a vanished served step: decided again from storage
+        if path in self.waiting.rebuilding:  # a vanished served step: decided again from storage
             request = self._build_request(spec, None, None, self._devices_for(path))
         else:
             upstream = self.plan.upstream(spec, self._built)
             request = self._build_request(spec, decision, upstream, self._devices_for(path))
         self.report.attempts[path] = attempt
-        self.executor.submit(StepJob(path, spec, attempt, request), self._inbox.put)
+        self.executor.submit(StepJob(path, spec, attempt, request), self._post)
+
+    def _resubmit(self, job: StepJob) -> None:
+        """A job whose deadline is due, in its slot: a retry, or a served step's rebuild."""
+        self.report.attempts[job.path] = job.attempt
+        if job.attempt > 1:
+            log.info("start %s (attempt %d of %d)", job.spec.step_id, job.attempt,
+                     job.spec.retries + 1)  # fmt: skip
+        self.executor.submit(job, self._post)
 
     def _devices_for(self, path: str) -> tuple[int, ...]:
         grant = self._grants.get(path)
-        held = self.served.rebuilding.get(path)
+        held = self.waiting.rebuilding.get(path)
         if grant is None and held:  # a served step's rebuild runs in its first dependent's slot
             grant = self._grants.get(held[0])
         return grant.devices if grant is not None else ()
@@ -381,7 +427,7 @@ class RunLoop:
             decision,
             upstream,
             self._abandon,
-            self.share_work,
+            self.executor.wait,
             self.lease_ttl,
             self.working_dir,
             devices,
@@ -396,8 +442,8 @@ class RunLoop:
         vanished = []
         for dep in spec.deps:
             path = dep.output_path
-            if path in self.served.checked or path in self.served.rebuilding:
-                if path in self.served.rebuilding:
+            if path in self.served.checked or path in self.waiting.rebuilding:
+                if path in self.waiting.rebuilding:
                     vanished.append(path)
                 continue
             if self._decisions[path].action == Action.SKIP and self._record_gone(path):
@@ -412,16 +458,13 @@ class RunLoop:
     def _rebuild_served(self, path: str, held: str | None) -> None:
         """Build a served step whose record vanished, for ``held`` (a step waiting for it), or
         for the caller (``None``: a requested target)."""
-        if path in self.served.rebuilding:
-            if held is not None:
-                self.served.rebuilding[path].append(held)
+        if not self.waiting.rebuild(path, held):
             return
         spec = self._decisions[path].spec
         log.warning(
             "build %s: planned to be served, but its record is gone (deleted since the plan)",
             spec.step_id,
         )
-        self.served.rebuilding[path] = [held] if held is not None else []
         self._started[path] = time.perf_counter()
         if self.listener:
             self.listener.on_start(spec)
@@ -430,28 +473,20 @@ class RunLoop:
     def _served_ended(self, path: str, error: BaseException | None) -> None:
         if error is not None:
             self.served.failed.add(path)
-        for held in self.served.rebuilding.pop(path):
-            waiting = self.served.held[held]
-            if error is not None:
-                self.served.failed_as[held] = path
-                self.served.held.pop(held)
-                self._release(held)
-                self.scheduler.failed(held)
-                continue
-            waiting.discard(path)
-            if not waiting:
-                self.served.held.pop(held)
+        for held in self.waiting.rebuilt(path, ok=error is None):
+            if error is None:
                 self._submit(held, 1)
+                continue
+            self.served.failed_as[held] = path
+            self._release(held)
+            self.scheduler.failed(held)
 
     # -- completions ------------------------------------------------------------------------
 
     def _collect(self, done: Completion) -> None:
         job = done.job
-        if done.kind == CompletionKind.JOB_ENDED:  # a parked remote build: now its commit
-            self.executor.submit(job, self._inbox.put)
-            return
-        if done.kind == CompletionKind.DEFERRED:
-            self._defer(job, done.error)
+        if done.kind == CompletionKind.PENDING:
+            self._pending(job, cast(Pending, done.pending))
             return
         if done.kind == CompletionKind.FAILED:
             assert done.error is not None
@@ -469,11 +504,24 @@ class RunLoop:
             log.info("finish %s in %.2fs", job.spec.step_id, duration)
         if self.listener:
             self.listener.on_finish(outcome)
-        if path in self.served.rebuilding:
+        if path in self.waiting.rebuilding:
             self._served_ended(path, None)
             return
         self._release(path)
         self.scheduler.done(path)
+
+    def _pending(self, job: StepJob, pending: Pending) -> None:
+        """``job``'s build waits: for another runner's lease (a deadline; its slot is freed,
+        unless a served step's rebuild holds its dependent's), or for its job's end."""
+        why = pending.why
+        if isinstance(why, LeaseHeld):
+            keep_slot = job.path in self.waiting.rebuilding
+            if not keep_slot:
+                self._release(job.path)
+            self.waiting.lease_held(job, why, keep_slot=keep_slot)
+            return
+        self.waiting.job_running(job, pending)
+        why.when_ended(lambda: self._post(_JobEnded(job.path)))
 
     def _retry(self, job: StepJob, error: BaseException) -> bool:
         """Schedule another attempt if the step has retries left and the loop owns retries."""
@@ -499,25 +547,6 @@ class RunLoop:
         self.waiting.retry(StepJob(job.path, job.spec, job.attempt + 1, job.request), delay, error)
         return True
 
-    def _defer(self, job: StepJob, why: BaseException | None) -> None:
-        """Another runner holds ``job``'s step: free its slot, and make it ready again after a
-        backoff (``Backoff.deferral_delay``). A served step being rebuilt keeps its dependent's
-        slot."""
-        delay = self.waiting.deferral_delay(job, why)
-        if job.path in self.served.rebuilding:
-            self.waiting.later(job, delay)
-            return
-        self._release(job.path)
-        self.waiting.park(job, delay)
-
-    def _fire_due_retries(self) -> None:
-        for job in self.waiting.due():
-            self.report.attempts[job.path] = job.attempt
-            if job.attempt > 1:
-                log.info("start %s (attempt %d of %d)", job.spec.step_id, job.attempt,
-                         job.spec.retries + 1)  # fmt: skip
-            self.executor.submit(job, self._inbox.put)
-
     def _fail(self, path: str, error: BaseException) -> None:
         spec = self._decisions[path].spec
         duration = time.perf_counter() - self._started[path]
@@ -533,7 +562,7 @@ class RunLoop:
         )
         if self.listener:
             self.listener.on_fail(spec, error)
-        if path in self.served.rebuilding:
+        if path in self.waiting.rebuilding:
             self._served_ended(path, error)
             return
         self._release(path)
@@ -545,6 +574,22 @@ class RunLoop:
             self.resources.release(grant)
 
     # -- how it ended -----------------------------------------------------------------------
+
+    def _word_interrupted(self) -> None:
+        """A Ctrl-C ends the run here: each step to build that did not end says why (a step
+        whose job runs on, one cut short, one never started)."""
+        self.report.interrupted = True
+        jobs = running_jobs()
+        report = self.report
+        for path in self._to_build:
+            if path in report.outcomes or path in report.failures or path in report.not_run:
+                continue
+            if self._decisions[path].spec.step_id in jobs:
+                report.not_run[path] = INTERRUPTED_JOB_REASON
+            elif path in self._started:
+                report.not_run[path] = INTERRUPTED_RUNNING_REASON
+            else:
+                report.not_run[path] = INTERRUPTED_REASON
 
     def _word_not_run(self) -> None:
         outcome = self.scheduler.finish()

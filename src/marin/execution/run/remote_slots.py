@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 REMOTE_PHASE_THREADS = 4
 """Threads for remote steps' two short phases (submit or reattach, then collect and commit):
-their waits hold none (``pipeline/remote/wait.py``)."""
+their waits hold none (``remote/wait.py``)."""
 
 
 def executor_threads(max_concurrent: int, max_remote: int) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from marin.execution.build.commit import BuildOutcome
+from marin.execution.builder.commit import BuildOutcome
 from marin.execution.errors import PipelineFailedError, StepFailedError, list_names, step_failed
 from marin.execution.pipeline.artifact import Artifact
 from marin.execution.pipeline.step_spec import StepSpec
@@ -40,6 +40,20 @@ def stopped_reason(failed: str, keep_going: str = KEEP_GOING_CLI) -> str:
 
 
 INTERRUPTED_REASON = "not started: the run was interrupted"
+INTERRUPTED_RUNNING_REASON = "interrupted while it ran: nothing was committed"
+INTERRUPTED_JOB_REASON = (
+    "interrupted while its job ran: the job keeps running; the next run reattaches to it"
+)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A Ctrl-C ended the run; ``report`` says what it did until then (``interrupted``)."""
+
+    def __init__(self, report: RunReport) -> None:
+        super().__init__()
+        self.report = report
+
+
 NOT_STARTED_REASON = "not started"
 """A step planned to build when the run ended before it could start (a dry run)."""
 
@@ -77,6 +91,8 @@ class RunReport:
 
     location: Location
     plan: Plan | None = None
+    targets: list[StepSpec] = field(default_factory=list)
+    """The steps the run was asked for, in order, placed where the run wrote them."""
     outcomes: dict[str, BuildOutcome] = field(default_factory=dict)
     """The steps built (or found built by another runner) in this run."""
     failures: dict[str, BaseException] = field(default_factory=dict)
@@ -85,6 +101,8 @@ class RunReport:
     durations: dict[str, float] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)
     """How many attempts each step that ran took (1 unless it was retried)."""
+    interrupted: bool = False
+    """A Ctrl-C ended the run: what did not end is in ``not_run``, saying so."""
 
     @property
     def to_build(self) -> list[str]:
@@ -153,13 +171,14 @@ class RunReport:
         return {
             "schema": RUN_REPORT_SCHEMA,
             "prefix": self.location.url,
-            "ok": not self.failures,
+            "ok": not self.failures and not self.interrupted,
             "options": {
                 "on_drift": policy.on_drift,
                 "force": sorted(policy.force),
                 "cascade": policy.cascade,
                 "on_code_drift": policy.on_code_drift,
             },
+            **({"interrupted": True} if self.interrupted else {}),
             "summary": {"total": len(results), **counts},
             **self._sweep_json(),
             "steps": [

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from marin.execution.build.commit import warn_if_served_stale
+from marin.execution.builder.commit import warn_if_served_stale
 from marin.execution.errors import InvalidStepError
 from marin.execution.pipeline.graph import Graph, as_graph
 from marin.execution.pipeline.resources import ResourcePool, Resources, capacity_from, check_fits
@@ -40,21 +40,11 @@ from marin.execution.run.loop import (
     served_targets_gone,
 )
 from marin.execution.run.remote_slots import executor_threads
-from marin.execution.run.report import RUN_ACTIONS, RUN_REPORT_SCHEMA, RunReport, StepResult
+from marin.execution.run.report import RunInterrupted, RunReport
 from marin.execution.run.scheduler import READY_ORDERS
 from marin.execution.run.stream import StreamHook, is_stream, run_stream
 from marin.execution.store.location import Location, open_prefix
 from marin.execution.vocabulary import Action
-
-__all__ = [
-    "READY_ORDERS",
-    "RUN_ACTIONS",
-    "RUN_REPORT_SCHEMA",
-    "RunListener",
-    "RunReport",
-    "StepResult",
-    "StepRunner",
-]
 
 log = logging.getLogger("marin")
 
@@ -77,54 +67,36 @@ class StepRunner:
     lives on, so by default a first Ctrl-C waits for the running steps and a second one abandons
     them: their leases stay held until their threads end, and they never commit."""
 
-    scope: str = "shared"
-    """The run-wide output scope: ``user`` places every step under ``<prefix>/users/<user>/``
-    (``plan/scope.py``); ``shared`` leaves it to each step's ``with_options(scope=...)``."""
-
     retry_delay_s: float = RETRY_FIRST_DELAY_S
     """The first backoff before retrying a failed step (``with_options(retries=N)``); doubled
     for each further attempt, at most ``marin.execution.run.loop.RETRY_MAX_DELAY_S``."""
 
     def __init__(
         self,
-        max_concurrent: int | None = None,
-        prefix: str | None = None,
-        *,
         options: RunOptions | None = None,
-        on_drift: str | None = None,
-        cascade: bool | None = None,
+        *,
+        prefix: str | None = None,
         region: str | None = None,
-        on_code_drift: str | None = None,
         listener: RunListener | None = None,
         resources: Resources | Mapping[str, Any] | str | None = None,
-        max_remote: int | None = None,
     ) -> None:
-        """``options``: the run's options, whole (``RunOptions``); or the older keywords
-        ``max_concurrent``, ``on_drift``, ``cascade`` and ``on_code_drift``, made into one
-        ``RunOptions`` here (not both). ``resources``: the machine's capacity for steps'
-        declared resources (default: this machine's CPUs, memory and visible GPUs; see
+        """``options``: the run's options, whole and checked (``RunOptions``; default: the
+        defaults). ``resources``: the machine's capacity for steps' declared resources
+        (default: this machine's CPUs, memory and visible GPUs; see
         ``marin.execution.pipeline.resources``). A step starts only when its resources are free,
         besides ``max_concurrent``.
 
         Raises:
-            OptionError: a bad option, checked now rather than at run time.
-            InvalidStepError: ``options`` given together with the older keywords, or a
-                ``resources`` capacity that does not parse.
+            InvalidStepError: ``options`` is not a ``RunOptions`` (the options a runner once
+                took as keywords go in it: ``StepRunner(RunOptions(max_concurrent=2))``), or a
+                ``resources`` capacity does not parse.
         """
-        loose = {
-            "max_concurrent": max_concurrent,
-            "max_remote": max_remote,
-            "on_drift": on_drift,
-            "cascade": cascade,
-            "on_code_drift": on_code_drift,
-        }
-        given: dict[str, Any] = {k: v for k, v in loose.items() if v is not None}
-        if options is not None and given:
+        if options is not None and not isinstance(options, RunOptions):
             raise InvalidStepError(
-                f"StepRunner(options=..., {', '.join(given)}=...)",
-                "put every option in RunOptions(...), or pass only the keywords",
+                f"StepRunner({options!r}) takes the run's options as a RunOptions",
+                "pass StepRunner(RunOptions(max_concurrent=..., on_drift=...), prefix=...)",
             )
-        self.options = options if options is not None else RunOptions(**given)
+        self.options = options if options is not None else RunOptions()
         self.prefix = prefix
         self.region = region
         self.listener = listener
@@ -139,25 +111,17 @@ class StepRunner:
         """The runner's options with this call's own choices (None: the runner's); checked
         again only when a call changes one."""
         changed = {k: v for k, v in overrides.items() if v is not None}
-        if isinstance(changed.get("force"), str):
-            changed["force"] = tuple(changed["force"].split(","))
         return dataclasses.replace(self.options, **changed) if changed else self.options
 
     def plan(
-        self,
-        steps: Graph | StepSpec | Sequence[StepSpec],
-        *,
-        force: Iterable[str] | None = None,
-        force_run_failed: bool | None = None,
-        location: Location | None = None,
+        self, steps: Graph | StepSpec | Sequence[StepSpec], *, location: Location | None = None
     ) -> tuple[Plan, Location]:
-        """What ``run`` with the same arguments would do (``marin plan`` is this).
+        """What ``run`` with the same steps would do (``marin plan`` is this).
 
         ``location``: the prefix, opened and checked by the caller (else ``prefix`` is opened
         here).
 
         Raises:
-            OptionError: a bad ``force`` or ``force_run_failed``.
             StorageError: the prefix cannot be opened or read.
             CycleError: ``steps`` (a list) hold a dependency cycle.
             DuplicateStepError: ``steps`` (a list) hold two definitions of one step.
@@ -165,8 +129,7 @@ class StepRunner:
                 ``force`` name, ``DriftError``, ``FailedBeforeError``, ...), and
                 ``InvalidStepError`` for a user-scope step without a valid user name.
         """
-        options = self._options_for(force=force, force_run_failed=force_run_failed)
-        return self._plan(as_graph(steps), options, location)
+        return self._plan(as_graph(steps), self.options, location)
 
     def _plan(
         self, graph: Graph, options: RunOptions, location: Location | None
@@ -180,7 +143,10 @@ class StepRunner:
         """``graph`` with each step where it reads and writes for this user (plan/scope.py;
         placed specs stay), and the prefix opened."""
         location = open_prefix(self.prefix) if location is None else location
-        targets = resolve_scopes(list(graph.targets), location, self.scope, options.force)
+        targets = resolve_scopes(
+            list(graph.targets), location, options.scope, options.force,
+            policy=options.policy(list(graph.steps)),
+        )  # fmt: skip
         return (graph if targets == list(graph.targets) else Graph.of(targets)), location
 
     def run(
@@ -190,17 +156,15 @@ class StepRunner:
         dry_run: bool = False,
         force_run_failed: bool | None = None,
         max_concurrent: int | None = None,
-        keep_going: bool | None = None,
-        force: Iterable[str] | None = None,
         location: Location | None = None,
     ) -> RunReport:
         """Plan and build ``steps`` (a ``Graph``, or one spec or a list, collected once here).
 
-        ``force_run_failed=False``: a needed step whose last attempt failed is not retried, and
-        the run fails naming it (``decide`` says so). ``max_concurrent``, ``keep_going``,
-        ``force`` and ``force_run_failed`` override the runner's options for this run only
-        (None: the runner's). ``location``: the prefix, opened and checked by the caller. Any
-        other iterable (a generator) is consumed lazily, ``max_concurrent`` steps ahead.
+        Marin's signature: ``force_run_failed=False``: a needed step whose last attempt failed
+        is not retried, and the run fails naming it (``decide`` says so); it and
+        ``max_concurrent`` override the runner's options for this run only (None: the
+        runner's). ``location``: the prefix, opened and checked by the caller. Any other
+        iterable (a generator) is consumed lazily, ``max_concurrent`` steps ahead.
 
         Raises:
             MarinError: what ``plan`` raises, before anything is built.
@@ -215,21 +179,24 @@ class StepRunner:
                 f"ready_order={self.ready_order!r}", f"use one of {', '.join(READY_ORDERS)}"
             )
         options = self._options_for(
-            force=force,
-            force_run_failed=force_run_failed,
-            max_concurrent=max_concurrent,
-            keep_going=keep_going,
+            force_run_failed=force_run_failed, max_concurrent=max_concurrent
         )
-        if is_stream(steps):
-            return run_stream(
-                StreamHook(self.run, self.plan), steps, location or open_prefix(self.prefix),
-                lookahead=options.max_concurrent, dry_run=dry_run,
-                keep_going=options.keep_going, force=options.force,
-                force_run_failed=options.force_run_failed,
-            )  # fmt: skip
-        graph, location = self._placed(as_graph(steps), options, location)  # its paths: placed
+        location = open_prefix(self.prefix) if location is None else location
+        if not is_stream(steps):
+            return self._run(as_graph(steps), options, location, dry_run)
+        hook = StreamHook(
+            lambda specs: self._run(as_graph(specs), options, location, dry_run),
+            lambda specs: self._plan(as_graph(specs), options, location),
+        )
+        return run_stream(hook, steps, location, lookahead=options.max_concurrent,
+                          keep_going=options.keep_going)  # fmt: skip
+
+    def _run(
+        self, graph: Graph, options: RunOptions, location: Location, dry_run: bool
+    ) -> RunReport:
+        graph, location = self._placed(graph, options, location)  # its paths: placed
         plan = plan_run(graph, location, options)
-        report = RunReport(location, plan)
+        report = RunReport(location, plan, targets=list(graph.targets))
         self._log_plan(plan, report)
         if dry_run:
             for path in report.to_build:
@@ -239,7 +206,13 @@ class StepRunner:
         # Nothing to build: the served targets are re-checked here, before success is reported
         # (one record read each); one deleted since the plan is rebuilt by the loop.
         if report.to_build or served_targets_gone(plan, location, graph.target_paths):
-            self._build(plan, report, options, graph.target_paths)
+            try:
+                self._build(plan, report, options, graph.target_paths)
+            except RunInterrupted:
+                raise
+            except KeyboardInterrupt as exc:  # what ran so far, for the caller's summary
+                report.interrupted = True
+                raise RunInterrupted(report) from exc
         return report
 
     def _log_plan(self, plan: Plan, report: RunReport) -> None:
@@ -279,7 +252,6 @@ class StepRunner:
             exit_on_interrupt=self.exit_on_interrupt,
             retry_delay_s=self.retry_delay_s,
             targets=targets,
-            share_work=True,
         )
         loop.run()
         loop.raise_if_failed()

@@ -11,7 +11,8 @@ local ``StepRunner`` and the Prefect flow body only decide *how* a step runs, ne
 - fail-fast (the default): after a failure nothing new starts; steps already running finish.
   ``keep_going=True``: independent branches go on;
 - a running step that could not start after all (another driver holds it) is ``defer``red: it
-  stops counting as running until the caller ``resume``s it, when it is ready again.
+  stops counting as running until the caller ``resume``s it, when it is ready again (the run
+  loop's ``Waiting`` holds it meanwhile, ``run/waiting.py``).
 
 Nodes are opaque strings (the runners use output paths). The caller caps how many run at once by
 asking ``get_ready(limit)``, and may ``admit`` only some (resource limits).
@@ -75,7 +76,6 @@ class Scheduler:
         self._ready: list[tuple[int, int, str]] = []
         self._sequence = 0
         self.running: set[str] = set()
-        self._parked: set[str] = set()
         self.outcome = Outcome()
         self._finished: set[str] = set()
         self._stopped = False
@@ -155,21 +155,18 @@ class Scheduler:
 
     def defer(self, node: str) -> None:
         """A running ``node`` did not start after all: it no longer counts as running (its slot
-        is free) and waits, neither running nor ready, until ``resume``."""
+        is free) and is neither running nor ready until ``resume`` (the caller holds it)."""
         if node not in self.running:
             raise ValueError(f"{self._label(node)} is not running")
         self.running.discard(node)
-        self._parked.add(node)
 
     def resume(self, node: str) -> None:
         """A deferred ``node`` is ready again, at its old rank; once stopped, it stays not
         started."""
-        if node not in self._parked:
+        if node in self.running or node in self._finished:
             raise ValueError(f"{self._label(node)} is not deferred")
-        if self._stopped:
-            return
-        self._parked.discard(node)
-        self._make_ready([node])
+        if not self._stopped:
+            self._make_ready([node])
 
     def stop(self) -> None:
         """Start nothing more (an interrupt); running nodes still report done or failed."""
@@ -181,8 +178,9 @@ class Scheduler:
         return self._stopped
 
     def is_active(self) -> bool:
-        """Something is running, or something can still start (a deferred node too)."""
-        return bool(self.running) or (bool(self._ready or self._parked) and not self._stopped)
+        """Something is running, or something ready can still start (a deferred node is the
+        caller's to count)."""
+        return bool(self.running) or (bool(self._ready) and not self._stopped)
 
     def finish(self) -> Outcome:
         """Once inactive: every node that neither finished nor is blocked was not started."""

@@ -30,11 +30,10 @@ from typing import Any, TypeGuard
 
 from marin.execution.errors import InvalidStepError
 from marin.execution.pipeline.graph import Graph, check_same_step, collect_steps
-from marin.execution.pipeline.handles import lower
+from marin.execution.pipeline.lower import lower
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.pipeline.versions import VersionCodex, build_context
 from marin.execution.plan.decide import Plan
-from marin.execution.plan.scope import resolve_scopes
 from marin.execution.run.report import RunReport, blocked_reason
 from marin.execution.store.location import Location
 
@@ -44,7 +43,7 @@ class StreamHook:
     """How the stream reaches a runner: ``run`` plans and builds one sub-graph (a list, as
     ``StepRunner.run``), ``plan`` plans one (``StepRunner.plan``)."""
 
-    run: Callable[..., RunReport]
+    run: Callable[[list[StepSpec]], RunReport]
     plan: Callable[[list[StepSpec]], tuple[Plan, Location]]
 
 
@@ -54,20 +53,19 @@ def is_stream(steps: object) -> TypeGuard[Iterable[Any]]:
 
 
 def iter_stream(
-    hook: StreamHook, steps: Iterable[Any], *, lookahead: int, **options: Any
+    hook: StreamHook, steps: Iterable[Any], *, lookahead: int, keep_going: bool = False
 ) -> Iterator[RunReport]:
     """Pull ``steps`` while fewer than ``lookahead`` are in flight; yield each sub-run's report
     as it ends (completion order; sub-runs that ended together in the order they arrived, so a
     shared step's owner comes before the sub-runs that waited for it). Closing this iterator
     (the consumer stops) stops pulling, waits for the sub-runs in flight and closes ``steps``
-    if it is a generator. ``options`` go to each sub-run's ``hook.run``.
+    if it is a generator. ``keep_going``: a failed sub-run does not stop the pulling.
 
     Raises:
         DuplicateStepError: an arriving step is another definition (config or function) of a
             step that arrived before, as ``lower()`` refuses it in a list.
         InvalidStepError: a bad ``lookahead``, or the stream yields something not a step.
     """
-    keep_going = bool(options.get("keep_going"))
     if not isinstance(lookahead, int) or lookahead < 1:
         raise InvalidStepError(f"lookahead={lookahead!r}", "use a whole number >= 1")
     source = iter(steps)
@@ -83,7 +81,7 @@ def iter_stream(
                 if item is _END:
                     exhausted = True
                     break
-                in_flight[_submit(pool, hook, _as_spec(item), owner, known, options)] = None
+                in_flight[_submit(pool, hook, _as_spec(item), owner, known)] = None
             if not in_flight:
                 break
             done, _ = cf.wait(in_flight, return_when=cf.FIRST_COMPLETED)
@@ -120,7 +118,6 @@ def _submit(
     spec: StepSpec,
     owner: dict[str, cf.Future[RunReport]],
     known: dict[str, StepSpec],
-    options: dict[str, Any],
 ) -> cf.Future[RunReport]:
     """One sub-run for ``spec``'s sub-graph, after the earlier sub-runs holding its steps;
     ``known``: every step arrived so far (a step arriving with another definition is refused).
@@ -133,16 +130,14 @@ def _submit(
         if step.output_path in known:
             check_same_step(known[step.output_path], step)
     earlier = {owner[s.output_path] for s in steps if s.output_path in owner}
-    future = pool.submit(_after, earlier, hook, spec, options)
+    future = pool.submit(_after, earlier, hook, spec)
     for step in steps:
         owner.setdefault(step.output_path, future)  # the first sub-run keeps its decision
         known.setdefault(step.output_path, step)
     return future
 
 
-def _after(
-    earlier: set[cf.Future[RunReport]], hook: StreamHook, spec: StepSpec, options: dict[str, Any]
-) -> RunReport:
+def _after(earlier: set[cf.Future[RunReport]], hook: StreamHook, spec: StepSpec) -> RunReport:
     earlier_reports = [_report_of(f) for f in earlier]
     failed = {
         path: report.plan.decisions[path].spec.step_id
@@ -151,7 +146,7 @@ def _after(
         for path in (*report.failures, *report.not_run)
     }
     if not failed:
-        return hook.run([spec], **options)
+        return hook.run([spec])
     # Decided by the earlier sub-run: failed, and never retried by a later one.
     plan, location = hook.plan([spec])
     report = RunReport(location, plan)
@@ -182,22 +177,13 @@ class LoweredStream:
         self._source = source
         self._versions = versions
         self._memo: dict[Any, Any] = {}  # a shared dependency is lowered once
-        self._scope: tuple[Location, str] | None = None
         self.targets: list[StepSpec] = []
-        """The steps the stream yielded so far, in order (placed for the run's scope)."""
-
-    def place_in(self, location: Location, scope: str) -> LoweredStream:
-        """Place each step for this user as it arrives (``plan/scope.py``), as ``marin run``
-        places a list before planning it."""
-        self._scope = (location, scope)
-        return self
+        """The steps the stream yielded so far, in order (the run places each for its scope)."""
 
     def __iter__(self) -> Iterator[StepSpec]:
         try:
             for item in self._source:
                 spec = self._lower(item)
-                if self._scope is not None:
-                    spec = resolve_scopes([spec], *self._scope)[0]
                 self.targets.append(spec)
                 yield spec
         finally:  # the run stopped pulling: the user's generator is closed too
@@ -221,12 +207,12 @@ class LoweredStream:
 
 
 def run_stream(
-    hook: StreamHook, steps: Iterable[Any], location: Location, *, lookahead: int, **options: Any
+    hook: StreamHook, steps: Iterable[Any], location: Location, *, lookahead: int, keep_going: bool
 ) -> RunReport:
     """``StepRunner.run`` of a stream: every sub-run to the end, one merged report; the
     stream's first failure (every failure under ``keep_going``) is raised as a list's is."""
-    report = merged(iter_stream(hook, steps, lookahead=lookahead, **options), location)
-    report.raise_failures(bool(options.get("keep_going")))
+    report = merged(iter_stream(hook, steps, lookahead=lookahead, keep_going=keep_going), location)
+    report.raise_failures(keep_going)
     return report
 
 
@@ -240,6 +226,7 @@ def merged(reports: Iterable[RunReport], location: Any) -> RunReport:
             policy = policy or report.plan.policy
             for path, decision in report.plan.decisions.items():
                 decisions.setdefault(path, decision)
+        out.targets.extend(report.targets)
         out.outcomes.update(report.outcomes)
         out.failures.update(report.failures)
         out.not_run.update(report.not_run)

@@ -52,6 +52,12 @@ class Upstream:
     committed: bool = False
     """Rebuilt and committed already: ``record`` is the new build, so a dependent can compare
     its output with the one it consumed (early cutoff) instead of assuming it changed."""
+    replaced: str = ""
+    """Without a record: the build an unfinished rebuild deleted (its status names it; "":
+    none). What read that build is stale: the step is being replaced, not merely missing."""
+    shared: str = ""
+    """Without a record, placed in a user's folder: the shared build of the step (its
+    ``shared_build``). What read that build is stale: the user's run builds its own."""
 
 
 class _Spec(Protocol):
@@ -229,6 +235,8 @@ def _code_unknown(stored: CodeDigest, current: CodeDigest) -> str:
     for digest in (current, stored):
         if digest.digest is None:
             return digest.unknown or "no code digest"
+        if digest.unseen:  # a callee whose changes cannot be seen: never "unchanged"
+            return "unseen: " + ", ".join(digest.unseen[:3])
     if stored.scheme != current.scheme:
         return f"digests of two schemes ({stored.scheme}, {current.scheme})"
     return ""
@@ -240,8 +248,11 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
 
     An input of the recipe rebuilt in this run and not committed yet is a new build no claim
     can have read (stale, pending its output); a missing input (not built, not rebuilt) leaves
-    the claim valid (an intermediate that is pruned); an input whose build the claim did not
-    record is unknown, unless it is rebuilt (then it changed, as planned).
+    the claim valid (an intermediate that is pruned), unless a rebuild of it deleted its record
+    and did not finish (``replaced``: the build the claim read is gone, replaced by one to
+    come: stale), or the claim read the shared build of an input a user's run now places in the
+    user's folder (``shared``: stale); an input whose build the claim did not record is
+    unknown, unless it is rebuilt (then it changed, as planned).
     """
     if recipe.inputs is None:
         return NO_LINEAGE
@@ -255,9 +266,13 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
             if dep.step_id not in recipe.repaired:
                 pending.append(dep.step_id)
             continue
-        if dep.record is None:
-            continue
         consumed = claimed.inputs.get(dep.step_id)
+        if dep.record is None:
+            if dep.replaced and consumed is not None:
+                stale.append(f"upstream {dep.step_id} was being rebuilt and did not finish")
+            elif dep.shared and consumed == dep.shared:
+                stale.append(f"upstream {dep.step_id} is built in the user's folder now")
+            continue
         if consumed is None:
             if dep.rebuilt:
                 stale.append(f"upstream {dep.step_id} is rebuilt in this run")

@@ -533,8 +533,36 @@ _STATUS_TYPES = {
     "started_at": str,
     "finished_at": str,
     "traceback": str,
+    "replaces": str,
 }
 """The fields a status file may have: ``write_status``'s callers write these, as strings."""
+
+REPLACES = "replaces"
+"""A status field: the build id of the record a rebuild deleted, until a new build commits.
+
+A rebuild deletes the step's record before it clears the output; had it killed or failed
+there, nothing would say the step was being replaced, and what read the deleted build would
+look current (a step merely missing, as if pruned). The status keeps that build's id instead
+(``_clear_earlier`` writes it, every later status of the step keeps it, the commit drops it),
+so its readers are stale (``identity._lineage``)."""
+
+
+def replaced_build(status: Mapping[str, Any] | None) -> str:
+    """The build id a status says an unfinished rebuild deleted ("" when none)."""
+    value = (status or {}).get(REPLACES)
+    return value if isinstance(value, str) else ""
+
+
+def shared_build(location: Location, output_path: str, user_home: str | None) -> str:
+    """For a step placed in a user's folder (``user_home``) that has no record there: the
+    build id of its shared record ("" when none, or not placed so). A record that read that
+    build read what the user's run no longer reads (``identity._lineage``)."""
+    if not user_home or not output_path.startswith(f"{user_home}/"):
+        return ""
+    record = read_record(location, output_path[len(user_home) + 1 :])
+    return record.build_id if record is not None else ""
+
+
 _LEASE_TYPES = {"holder": str, "started_at": str}
 """The lease fields a status reader uses (``lease.LeaseInfo.parse`` checks the rest)."""
 
@@ -543,8 +571,9 @@ def read_status_file(location: Location, output_path: str) -> dict[str, Any] | N
     """The status file, or None when absent or corrupt (not a JSON object with a string state,
     or a field of the wrong type).
 
-    Builds write one only when an attempt fails (``FAILED``); versions before the lean commit
-    path also wrote ``RUNNING`` and ``SUCCESS``, which still read.
+    Builds write one when an attempt fails (``FAILED``), and ``RUNNING`` while a rebuild
+    replaces a committed build (naming it: ``REPLACES``); versions before the lean commit path
+    also wrote ``RUNNING`` and ``SUCCESS``, which still read.
 
     Raises:
         SymlinkError: a folder on the way to the file, or the file itself, is a symbolic link
@@ -613,11 +642,17 @@ folder is Marin's meanwhile, and, to a build that read the step, who deleted its
 
 def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:
     """Write the step's status file: ``state`` and ``details``, atomically (``write_atomic``).
+    A status that does not say which build it replaces keeps what the one it overwrites says
+    (``REPLACES``: one read, on these failure paths only).
 
     Raises:
         SymlinkError: as ``write_atomic``.
         StorageError: as ``write_atomic``.
     """
+    if REPLACES not in details:
+        replaced = replaced_build(read_status_file(location, output_path))
+        if replaced:
+            details[REPLACES] = replaced
     body = {"state": state, **details}
     write_atomic(
         location,

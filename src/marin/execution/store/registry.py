@@ -4,7 +4,8 @@
 ``<prefix>/registry.marin/<ns>/<name>/<tag>.json`` (a folder no step can take: a name segment
 ending in ``.marin`` is reserved). The manifest holds the build's record as it was registered
 (its ``build_id``, fingerprint, config, result and inputs), so ``Artifact.from_id`` resolves an
-id with one read, and ``marin gc`` keeps the build and everything it was made from.
+id with one read, plus the step's record (``check_stored``: still that build?), and ``marin gc``
+keeps the build and everything it was made from.
 
 A manifest is created only if none is there, atomically on every backend that can: a temporary
 file ``link``-ed into place on local disk (``link`` fails when the name exists, as ``O_EXCL``
@@ -23,6 +24,7 @@ import contextlib
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,9 +46,12 @@ __all__ = [
     "ArtifactRegistryError",
     "InvalidArtifactIdError",
     "Manifest",
+    "RegisteredBuildGoneError",
     "RegistryId",
     "list_manifests",
     "lookup",
+    "manifest_file",
+    "manifest_files",
     "register",
     "registered_by",
 ]
@@ -64,6 +69,11 @@ class ArtifactAlreadyExistsError(ArtifactRegistryError):
     """The id is registered already; ``existing`` is its manifest (never overwritten)."""
 
     existing: Manifest | None = None
+
+
+class RegisteredBuildGoneError(ArtifactRegistryError):
+    """The registered build is no longer stored: its path holds another build (rebuilt in
+    place) or none (deleted). Its data is gone; the manifest is kept, never served."""
 
 
 class InvalidArtifactIdError(ArtifactRegistryError, ValueError):
@@ -169,17 +179,66 @@ class Manifest:
         return cls(record=record, **texts)  # type: ignore[arg-type]
 
 
+_LEASE_PATIENCE_S = 10.0
+"""How long a registration waits for a step's lease another registration (a moment) or a
+build or gc (longer: refused once this passes) holds."""
+
+
 def register(
     location: Location, output_path: str, reg_id: RegistryId, registered_by: str
 ) -> Manifest:
-    """Register the build at ``output_path`` (relative to the prefix) as ``reg_id``.
+    """Register the build at ``output_path`` (relative to the prefix) as ``reg_id``, holding the
+    step's lease: a ``marin gc`` deleting the step (it holds that lease, and reads the
+    registry again under it) and a registration exclude each other, so gc never deletes a
+    build registered meanwhile, nor does a registration name a build gc is deleting.
 
     Raises:
         ArtifactNotFoundError: nothing is built at ``output_path`` (no record of its step).
-        ArtifactRegistryError: the build's record predates build ids (rebuild it first).
+        ArtifactRegistryError: the build's record predates build ids (rebuild it first), or
+            the step's lease is live (being built, or deleted by gc): nothing written.
         ArtifactAlreadyExistsError: ``reg_id`` is registered already (its manifest attached).
         StorageError: the storage has no conditional create, or kept failing.
     """
+    from marin.execution.store.lease import Lease
+
+    first = _built_record(location, output_path)  # nothing built: refused before the lease
+    lease = Lease(location, output_path)
+    holder = lease.try_acquire()
+    deadline = time.monotonic() + _LEASE_PATIENCE_S
+    while holder is not None and time.monotonic() < deadline:
+        # Another registration holds it for a moment: the id may be taken meanwhile.
+        if location.exists(location.path(reg_id.manifest_path)):
+            raise _taken(location, reg_id, first.step_id)
+        time.sleep(0.2)
+        holder = lease.try_acquire()
+    if holder is not None:
+        raise ArtifactRegistryError(
+            f"{location.url_for(output_path)} is being built or deleted (its lease is held by "
+            f"{holder.holder}): the build to register may change or vanish",
+            "register it once that ends (marin show NAME@VERSION says whether it is built)",
+            None,
+        )
+    try:
+        record = _built_record(location, output_path)  # again, under the lease
+        manifest = Manifest(
+            id=str(reg_id),
+            step=record.step_id,
+            output_path=output_path,
+            build_id=record.build_id,
+            registered_at=_now(),
+            registered_by=registered_by,
+            token=new_id(),
+            record=record,
+        )
+        if not create_once(location, reg_id.manifest_path, manifest.to_bytes()):
+            raise _taken(location, reg_id, record.step_id)
+    finally:
+        lease.release()
+    return manifest
+
+
+def _built_record(location: Location, output_path: str) -> ArtifactRecord:
+    """The record of the build at ``output_path``, which must have a build id."""
     record = read_record(location, output_path)
     if record is None:
         raise ArtifactNotFoundError(
@@ -193,27 +252,19 @@ def register(
             f"rebuild it (marin run ... --force {record.name}), then register it",
             record.step_id,
         )
-    manifest = Manifest(
-        id=str(reg_id),
-        step=record.step_id,
-        output_path=output_path,
-        build_id=record.build_id,
-        registered_at=_now(),
-        registered_by=registered_by,
-        token=new_id(),
-        record=record,
+    return record
+
+
+def _taken(location: Location, reg_id: RegistryId, step_id: str) -> ArtifactAlreadyExistsError:
+    existing = _existing(location, reg_id)
+    error = ArtifactAlreadyExistsError(
+        f"{reg_id} is registered already"
+        + (f" (to {existing.step}, build {existing.build_id})" if existing else ""),
+        "a registration is never replaced: register this build under a new tag",
+        step_id,
     )
-    if not create_once(location, reg_id.manifest_path, manifest.to_bytes()):
-        existing = _existing(location, reg_id)
-        error = ArtifactAlreadyExistsError(
-            f"{reg_id} is registered already"
-            + (f" (to {existing.step}, build {existing.build_id})" if existing else ""),
-            "a registration is never replaced: register this build under a new tag",
-            record.step_id,
-        )
-        error.existing = existing
-        raise error
-    return manifest
+    error.existing = existing
+    return error
 
 
 def _existing(location: Location, reg_id: RegistryId) -> Manifest | None:
@@ -258,6 +309,34 @@ def lookup(location: Location, reg_id: RegistryId) -> Manifest:
         ) from None
 
 
+def check_stored(location: Location, manifest: Manifest) -> None:
+    """Refuse a manifest whose build is no longer the one stored at its path: one more read
+    (the step's record). A registered id never serves a record of one build with another
+    build's data.
+
+    Raises:
+        RegisteredBuildGoneError: the path holds another build, or none.
+        StorageError: storage kept failing.
+    """
+    found = read_record(location, manifest.output_path)
+    if found is not None and found.build_id == manifest.build_id:
+        return
+    where = location.url_for(manifest.output_path)
+    now = (
+        f"{where} now holds build {found.build_id} (rebuilt in place: --force, or a drift "
+        "rebuild of the same name@version)"
+        if found is not None
+        else f"nothing is built at {where} any more (deleted by hand or by gc)"
+    )
+    raise RegisteredBuildGoneError(
+        f"{manifest.id} is {manifest.step} build {manifest.build_id}, which is gone: {now}; "
+        "a registered id never serves another build's data",
+        "register the build you want under a new tag (marin register NAME@VERSION --id "
+        "ns/name/newtag); to keep a release, release a version nobody rebuilds",
+        manifest.step,
+    )
+
+
 def _read_once(location: Location, path: str) -> bytes:
     """A manifest's bytes in one request: S3 and GCS get a single GET (fsspec's ``cat_file``
     asks for the object's size first)."""
@@ -283,21 +362,41 @@ def list_manifests(location: Location) -> tuple[list[Manifest], list[str]]:
     """
     found: list[Manifest] = []
     problems: list[str] = []
-    root = location.path(REGISTRY_FOLDER)
-    for path in sorted(location.list_tree(root)):
-        rel = path[len(root.rstrip("/")) + 1 :]
-        if ".json.tmp-" in rel:
-            continue  # a registration that crashed before its link: never a manifest
+    for rel in manifest_files(location):
         try:
-            reg_id = RegistryId.parse(rel.removesuffix(".json"))
-        except InvalidArtifactIdError:
-            problems.append(f"{REGISTRY_FOLDER}/{rel} is not a manifest's name")
-            continue
-        try:
-            found.append(lookup(location, reg_id))
+            found.append(manifest_file(location, rel))
         except ArtifactRegistryError as exc:
             problems.append(exc.what)
     return found, problems
+
+
+def manifest_files(location: Location) -> list[str]:
+    """The registry's files (relative to its folder), sorted: one listing.
+
+    Raises:
+        StorageError: storage kept failing (``SymlinkError``: a link in the registry folder).
+    """
+    root = location.path(REGISTRY_FOLDER)
+    found = (path[len(root.rstrip("/")) + 1 :] for path in location.list_tree(root))
+    # A temporary file is a registration that crashed before its link: never a manifest.
+    return sorted(rel for rel in found if ".json.tmp-" not in rel)
+
+
+def manifest_file(location: Location, rel: str) -> Manifest:
+    """The manifest at ``rel`` in the registry's folder (``manifest_files``).
+
+    Raises:
+        ArtifactRegistryError: not a manifest's name, or a manifest that cannot be trusted.
+        StorageError: storage kept failing.
+    """
+    try:
+        reg_id = RegistryId.parse(rel.removesuffix(".json"))
+    except InvalidArtifactIdError:
+        raise ArtifactRegistryError(
+            f"{REGISTRY_FOLDER}/{rel} is not a manifest's name",
+            "look at the file: marin register names each manifest ns/name/tag.json",
+        ) from None
+    return lookup(location, reg_id)
 
 
 def create_once(location: Location, relative: str, data: bytes) -> bool:

@@ -157,6 +157,13 @@ class JobRecord:
     """Each dependency's step id -> the build the job reads (empty: not recorded)."""
     placement: str = ""
     """The output path (below the prefix) it writes ("" : not recorded)."""
+    scope: dict[str, str] = field(default_factory=dict)
+    """Where its backend can see it, as the backend said before the submit (a ``local`` job's
+    host, user and jobs root); empty: not recorded. A driver elsewhere cannot tell a lost job
+    from one it cannot see (``fence.is_this_steps``)."""
+    preemptions: int = 0
+    """How many jobs of this build were lost (killed by a signal, their node gone) before
+    this one was submitted: the preemptions the build survived."""
 
     @property
     def handle(self) -> JobHandle:
@@ -173,7 +180,9 @@ class JobRecord:
             "fingerprint": self.fingerprint,
             "placement": self.placement,
             "inputs": dict(self.inputs),
+            "scope": dict(self.scope),
             "data": dict(self.data),
+            "preemptions": self.preemptions,
             **({"code": self.code.to_record()} if code else {}),
         }
 
@@ -183,11 +192,15 @@ class JobRecord:
         if not isinstance(raw, dict):
             return None
         fields = [raw.get(k) for k in ("backend", "job_id", "build_id", "submitted_at")]
-        data = raw.get("data", {})
+        data, scope = raw.get("data", {}), raw.get("scope", {})
         if not all(isinstance(f, str) and f for f in fields) or not _strings(data):
             return None
+        if not _strings(scope):  # where the job runs, garbled: unreadable, never "anywhere"
+            return None
         fingerprint, placement = raw.get("fingerprint", ""), raw.get("placement", "")
-        code = raw.get("code")
+        code, preempted = raw.get("code"), raw.get("preemptions", 0)
+        if not isinstance(preempted, int) or isinstance(preempted, bool) or preempted < 0:
+            preempted = 0
         backend, job_id, build_id, submitted_at = (str(f) for f in fields)
         return cls(
             backend, job_id, build_id, submitted_at, dict(data),
@@ -195,6 +208,7 @@ class JobRecord:
             unknown_digest(_NO_JOB_CODE) if code is None else CodeDigest.from_record(code),
             _inputs(raw.get("inputs")),
             placement if isinstance(placement, str) else "",
+            dict(scope), min(preempted, 1 << 30),
         )  # fmt: skip
 
 

@@ -1,0 +1,135 @@
+"""What is at a step's output path before a build, and clearing it: only what Marin provably
+wrote there, literally (never a glob), never another step's metadata, never an adopted step's
+data. ``build_step`` asks before it takes the lease (``output_left_by_marin``), and its lease
+holder clears (``earlier_attempt``, ``check_clearable``, ``clear_output``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from marin.execution.errors import StorageError
+from marin.execution.names import METADATA_SUFFIX
+from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.store.lease import Lease
+from marin.execution.store.location import Location, with_retries
+from marin.execution.store.records import metadata_dir
+from marin.execution.store.step_folder import RECORD_FILE, STATUS_FILE
+from marin.execution.vocabulary import Leftover
+
+log = logging.getLogger("marin")
+
+
+def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
+    """Whether something is at the output path; fail, having written nothing, if it is not
+    provably Marin's.
+
+    An output path may be cleared only when Marin provably wrote there: its metadata folder
+    beside it (``<output>.marin/``: a record, a status, a lease, a log). Checked before the lease
+    is taken, so that a held or taken-over lease is itself that proof (``earlier_attempt``):
+    any attempt that held it had passed this check. ``memory://`` lives in this process, where
+    only its own code writes, and a folder check there scans the whole store (quadratic over a
+    run): it answers False, and only a record, status or taken-over lease clears there.
+
+    Raises:
+        StorageError: something is there that Marin did not write.
+    """
+    if location.is_memory or spec.source is not None:
+        return False  # an adopted step writes nothing there (see clear_output)
+    out = location.path(spec.output_path)
+    if not location.exists(out):
+        return False  # the common first build: nothing there
+    if location.exists(location.path(metadata_dir(spec.output_path))):
+        return True
+    raise StorageError(
+        f"output path {location.url_for(spec.output_path)} already exists and was not "
+        f"written by Marin (no {metadata_dir(spec.output_path).rsplit('/', 1)[-1]} folder "
+        "beside it)",
+        "move it away (or delete it yourself), then run again; Marin never deletes "
+        f"data it did not write (to serve that data as {spec.step_id}, adopt it where it is: "
+        f"ArtifactStep.adopt({spec.name!r}, {spec.version!r}, {spec.output_path!r}))",
+        spec.step_id,
+    )
+
+
+def earlier_attempt(present: set[str], lease: Lease, output_seen: bool) -> Leftover | None:
+    """What an earlier attempt left at the output path: a build, debris, or nothing (None).
+
+    Asked by the lease holder, from the metadata files ``present`` beside the output. A record
+    means an earlier build; a status file (a FAILED attempt, or one of an older version), a
+    lease taken over from an attempt that died, or an output ``output_left_by_marin`` saw
+    before the lease means debris may be there. With none of these, nothing is cleared.
+    """
+    if RECORD_FILE in present:
+        return Leftover.BUILD
+    if STATUS_FILE in present or lease.took_over or output_seen:
+        return Leftover.DEBRIS
+    return None
+
+
+def check_clearable(location: Location, spec: StepSpec) -> None:
+    """Refuse, before anything is written, to clear a folder holding another step's metadata.
+
+    Raises:
+        StorageError: the output path holds another step's metadata folder.
+    """
+    if spec.source is not None:
+        return  # nothing is cleared (clear_output), and its data may be large
+    out = location.path(spec.output_path)
+    foreign = _foreign_metadata(out, location.list_tree(out))
+    if foreign is not None:
+        raise StorageError(
+            f"output path {location.url_for(spec.output_path)} holds another step's "
+            f"metadata ({foreign}); clearing it would delete that step's artifact",
+            "rename one of the two steps so that neither output is inside the other",
+            spec.step_id,
+        )
+
+
+def refuse_inside_another(location: Location, spec: StepSpec) -> None:
+    """Refuse, before anything is written, to build inside another step's output (a folder
+    ``A`` above the output with ``A.marin`` beside it): the build would change that step's
+    committed artifact, and deleting that step (gc) would delete this build. ``lower()``
+    refuses this within one graph; this catches two pipelines on one prefix.
+
+    Raises:
+        StorageError: the output lies inside another step's output.
+    """
+    if spec.source is not None:
+        return  # an adopted step's build writes only its record
+    parts = spec.output_path.split("/")
+    for end in range(1, len(parts)):
+        outer = "/".join(parts[:end])
+        if location.exists(location.path(metadata_dir(outer))):
+            raise StorageError(
+                f"output path {location.url_for(spec.output_path)} lies inside another "
+                f"step's output {location.url_for(outer)} (its metadata {outer}"
+                f"{METADATA_SUFFIX} is there); building it would change that step's artifact",
+                "rename one of the two steps so that neither output is inside the other",
+                spec.step_id,
+            )
+
+
+def clear_output(location: Location, spec: StepSpec, built: bool) -> None:
+    """Remove the output path, literally (never as a glob); ``built`` picks the message."""
+    if spec.source is not None:
+        # An adopted step's build writes only its record: its output path may be the adopted
+        # data itself (adopted in place), or hold or lie inside it. Never Marin's to delete.
+        return
+    out = location.path(spec.output_path)
+    if location.exists(out):
+        if built:
+            log.info("clear %s: replacing the previous build at %s", spec.step_id, out)
+        else:
+            log.info("clear %s: removing debris from an earlier attempt at %s", spec.step_id, out)
+        with_retries(lambda: location.remove_tree(out), f"clear {out}")
+
+
+def _foreign_metadata(out: str, files: list[str]) -> str | None:
+    """The first file under ``out`` that sits in a ``*.marin`` metadata folder, if any."""
+    base = out.rstrip("/") + "/"
+    for file in files:
+        relative = file[len(base) :] if file.startswith(base) else ""
+        if any(part.endswith(METADATA_SUFFIX) for part in relative.split("/")[:-1]):
+            return file
+    return None

@@ -1,0 +1,1091 @@
+"""``build_step``: the one build/commit path that every runner uses.
+
+The local ``StepRunner``, the Prefect tasks and the Airflow tasks all call this function, so a
+local run, a Prefect run and an Airflow run on one prefix share one lease, one record and one
+status file, and see each other's results.
+
+The order of writes is the whole crash-safety story:
+0. wait out any dependency whose lease another runner holds (it is being rebuilt), and read each
+   dependency's record afresh: the builds this one consumes (``_inputs_at_start``);
+1. refuse an output path that holds data Marin did not write, then take the lease (held, it is
+   the step's RUNNING status: no status file is written), then re-check: another runner may
+   have finished meanwhile;
+2. if an earlier attempt left anything (a record, a status file, or a lease this one took
+   over), drop its status file and record, then clear the output path (only then: see
+   ``_earlier_attempt``);
+3. run ``fn`` under a lease heartbeat (``log.txt`` is created only if it prints);
+4. check every dependency still holds the build this one started from (a rebuilder deletes the
+   record before it touches the output, so this proves ``fn`` read whole inputs), and that the
+   lease is still ours (a runner whose lease was taken over must not commit);
+5. write the record (the commit point, and the SUCCESS status) under ``Lease.commit``, which
+   re-proves ownership, then release the lease. A failure writes a FAILED status instead.
+A crash anywhere before 5 leaves no record, so the step is simply not built, and leaves its
+lease, which the next attempt takes over. A corrupt record reads as "not built"; a crashed local
+record write leaves only a temporary file, cleared in 2. ``benchmarks/README.md`` counts the
+storage calls this makes. ``marin.execution.faults`` names the crash points the tests kill
+processes at.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import os
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, Literal, cast
+
+from marin.execution.builder.attempt import (
+    LeaseCheck,
+    attempt_provenance,
+    checkpoint_url,
+    finish_attempt,
+    running_here,
+    start_attempt,
+)
+from marin.execution.builder.clearing import (
+    check_clearable,
+    clear_output,
+    earlier_attempt,
+    output_left_by_marin,
+    refuse_inside_another,
+)
+from marin.execution.builder.lineage import build_finished, build_started
+from marin.execution.builder.outcome import BuildOutcome, LeaseHeld, Pending
+from marin.execution.builder.output_tree import OutputDigest, is_output_digest, output_digest
+from marin.execution.builder.request import BuildRequest
+from marin.execution.builder.step_logs import LazyLogFile, capture_step_output, lines_writer
+from marin.execution.digest.code import mixed_digest
+from marin.execution.errors import (
+    AbandonedError,
+    ConfigError,
+    InputChangedError,
+    LeaseLostError,
+    LeaseVanishedError,
+    ReentrantBuildError,
+    StorageError,
+)
+from marin.execution.faults import crash_point
+from marin.execution.ids import jitter, new_id
+from marin.execution.pipeline.artifact import load_dependency
+from marin.execution.pipeline.artifact_types import payload_of
+from marin.execution.pipeline.canonical import Canonical, to_canonical
+from marin.execution.pipeline.context import StepContext, assigned_devices
+from marin.execution.pipeline.isolation import StepTimeoutError
+from marin.execution.pipeline.provenance import collect_provenance, now_iso
+from marin.execution.pipeline.remote_option import JobToRun
+from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.plan.decide import Decision, Policy, Stored, Upstream, decide
+from marin.execution.plan.read import read_stored_step
+from marin.execution.plan.scope import refuse_shared_write
+from marin.execution.remote.call import RemoteBuild, pending_job, refuse_unreadable_job, run_job
+from marin.execution.remote.cleanup import release_committed
+from marin.execution.remote.fence import remote_attempt
+from marin.execution.remote.wait import JobRunning
+from marin.execution.store.identity import Recipe
+from marin.execution.store.lease import (
+    Heartbeat,
+    Lease,
+    LeaseInfo,
+    enclosing,
+    held_by_enclosing_build,
+    read_lease,
+    ttl_from_env,
+)
+from marin.execution.store.location import Location, durable
+from marin.execution.store.records import (
+    FAILED,
+    GC_DELETING,
+    REPLACES,
+    RUNNING,
+    ArtifactRecord,
+    ForeignRecord,
+    clear_status,
+    delete_record,
+    lease_path,
+    load_record,
+    log_path,
+    metadata_dir,
+    metadata_files,
+    read_record,
+    read_status_file,
+    replaced_build,
+    shared_build,
+    write_record,
+    write_status,
+)
+from marin.execution.store.step_folder import RECORD_FILE
+from marin.execution.vocabulary import Action, BuildOutcomeKind, Leftover, Wait
+
+__all__ = ["BuildOutcome", "BuildRequest", "LeaseHeld", "Pending", "build_step"]
+
+log = logging.getLogger("marin")
+
+LEASE_WAIT_FIRST_DELAY_S = 0.02
+LEASE_WAIT_MAX_DELAY_S = 1.0
+LEASE_WAIT_LOG_EVERY_S = 30.0
+
+
+def run_context(
+    spec: StepSpec, location: Location, region: str | None = None, lease: Lease | None = None
+) -> StepContext:
+    """The run-time context of a build of ``spec``; ``lease`` answers ``still_holds_lease()``."""
+    return StepContext(
+        output_path=location.url_for(spec.output_path),
+        prefix=location.url,
+        region=region,
+        dep_paths={dep.step_id: dep.data_url(location.url) for dep in spec.deps},
+        runtime_args=spec.runtime_args or {},
+        loader=functools.partial(load_dependency, location, spec),
+        checkpoint_path=checkpoint_url(spec, location),
+        lease_check=None if lease is None else LeaseCheck(lease),
+    )
+
+
+def warn_if_served_stale(decision: Decision) -> None:
+    """The one warning for a step served although drifted (``warn``) or stale (no cascade)."""
+    if not decision.served_with_warning:
+        return
+    for what, lines, joined in (
+        ("drift %s: config changed without a version bump; serving the cached artifact (bump "
+         "the version, or use the drift policy rebuild):\n  %s", decision.drift, "\n  "),
+        ("stale %s: served without rebuilding (no cascade): %s", decision.stale, "; "),
+        ("code drift %s: its code changed since it was built; serving the cached artifact "
+         "(bump the version, --force it, or use the code drift policy rebuild):\n  %s",
+         decision.code_drift, "\n  "),
+    ):  # fmt: skip
+        if lines:
+            log.warning(what, decision.spec.step_id, joined.join(lines))
+
+
+def read_upstream(spec: StepSpec, location: Location) -> list[Upstream]:
+    """Each dependency's current record, for the decision and for the new record's lineage
+    (without one, the build an unfinished rebuild of it deleted: its status, one more read)."""
+    unique = {dep.step_id: dep for dep in spec.deps}
+    return [_upstream_now(step_id, dep, location) for step_id, dep in unique.items()]
+
+
+def _upstream_now(step_id: str, dep: StepSpec, location: Location) -> Upstream:
+    record = read_record(location, dep.output_path)
+    if record is not None:
+        return Upstream(step_id, record)
+    status = read_status_file(location, dep.output_path)
+    shared = shared_build(location, dep.output_path, dep.user_home)
+    return Upstream(step_id, None, replaced=replaced_build(status), shared=shared)
+
+
+def build_step(request: BuildRequest) -> BuildOutcome | Pending:
+    """Make sure ``request.spec`` is built under ``request.location``; build it here if nobody
+    has. Returns what it did (``BuildOutcome``), or, when it must wait for someone else and
+    ``request.wait`` says not to wait here, ``Pending`` (``builder/outcome.py``).
+
+    ``request.policy`` is the run's policy. ``request.decision`` is the plan's decision to build
+    this step; without one, the step is decided here first, from its own record and ``upstream``
+    (each dependency's current record; read when not given).
+    Either way, after taking the lease the step is decided again if its record changed since,
+    so a step another runner just built is served, not rebuilt.
+
+    If this runner's lease is taken over while ``fn`` runs (it stalled past the TTL), its result
+    is discarded, never committed; it then waits for the new holder and serves that runner's
+    record ("built-by-other"), or raises ``LeaseLostError`` if the new holder did not commit.
+
+    ``abandon``: once set (a second Ctrl-C in library mode), a build whose ``fn`` is still
+    running keeps its lease until ``fn`` returns, and then never commits.
+
+    Inputs: a build never starts from a dependency another runner is rebuilding (it waits for
+    that runner's lease, then reads the dependency's record afresh: the new record's build is
+    what this build consumes), and never commits when a dependency's build changed while it ran
+    (``InputChangedError``, naming the dependency; nothing is committed).
+
+    The other fields of ``request`` (``BuildRequest``):
+
+    ``wait``: ``BLOCK`` waits here for another runner's lease on the step and for the step's
+    remote job; ``RETURN`` returns ``Pending`` for both (having written nothing, for a lease:
+    a run loop goes on with other steps meanwhile, drivers sharing one prefix); ``RETURN_JOB``
+    for a job only.
+
+    ``lease_ttl``: the lease duration; None reads ``$MARIN_LEASE_TTL`` once, here, before
+    ``fn`` runs (a runner reads it once per run and passes it).
+
+    ``working_dir``: the directory whose checkout the record's provenance names (its git state);
+    None reads this process's working directory at the build. A run loop reads it once, when
+    the run starts: the checkout the pipeline was launched from, even if a step's ``fn``
+    changes directory meanwhile (a ``getcwd`` per build also handed the GIL to another build's
+    thread, a cost on every build of a run).
+
+    Raises:
+        Exception: the step's own error (``fn`` raised: FAILED status, no record).
+        DriftError: a drifted step under ``on_drift="error"`` (``CodeDriftError``: its code).
+        ForeignRecordError: another step's record is in the way (nothing is written).
+        LeaseLostError: the lease was taken over and the new holder did not commit.
+        AbandonedError: ``abandon`` was set before the commit.
+        InputChangedError: a dependency's build changed while this one ran.
+    """
+    if request.devices is None:
+        return _build(request)
+    with assigned_devices(request.devices):
+        return _build(request)
+
+
+def _build(request: BuildRequest) -> BuildOutcome | Pending:
+    spec, location, policy = request.spec, request.location, request.policy
+    decision, upstream = request.decision, request.upstream
+    lease_ttl = request.lease_ttl
+    if lease_ttl is None:  # read once, here, before fn runs
+        lease_ttl = ttl_from_env()
+        request = dataclasses.replace(request, lease_ttl=lease_ttl)
+    url = location.url_for(spec.output_path)
+    ups = list(upstream) if upstream is not None else read_upstream(spec, location)
+    if decision is not None and decision.unless_unchanged:
+        # Planned only because upstream steps are rebuilt in this run: now that they have
+        # committed, the one decision function says whether their output changed (early cutoff).
+        decision = decide(
+            spec, Stored(decision.record, decision.stored_status), ups, policy, needed=True
+        )
+        if decision.action != Action.BUILD:
+            log.info("skip %s: %s", spec.step_id, decision.reason)
+    if decision is None:
+        decision = decide(spec, read_stored_step(spec, location), ups, policy, needed=True)
+    if decision.action != Action.BUILD:
+        warn_if_served_stale(decision)
+        record = decision.record
+        assert record is not None  # needed=True: only a record is ever served
+        return BuildOutcome(
+            spec,
+            BuildOutcomeKind.CACHED,
+            record,
+            url,
+            drift=decision.drift,
+            reason=decision.reason,
+        )
+    decision.raise_if_refused()  # another step's record is in the way: nothing is written
+    refuse_shared_write(spec)  # a user-scope run only ever reads a shared build
+    refuse_inside_another(location, spec)
+
+    ups = _inputs_at_start(spec, location, ups, lease_ttl)
+    crash_point("before-lease", spec.step_id)
+    try:
+        return _lease_and_build(request, decision, ups)
+    except LeaseLostError as lost:
+        return _after_lease_lost(request, ups, lost)
+
+
+def _after_lease_lost(
+    request: BuildRequest, ups: Sequence[Upstream], lost: LeaseLostError
+) -> BuildOutcome:
+    """This build's lease was taken over: wait for the runner that took over, and serve its
+    record if it committed this very build; else raise ``lost``."""
+    spec, location = request.spec, request.location
+    log.warning("discard %s: %s", spec.step_id, lost.what)
+    lease = Lease(location, spec.output_path, ttl=request.lease_ttl)
+    _acquire(lease, spec)  # wait for the runner that took over
+    try:
+        record = read_record(location, spec.output_path)
+        if record is None and lease.took_over:
+            # That runner died too; keep the proof that Marin wrote here for the next one.
+            _best_effort_status(location, spec, FAILED, error="interrupted (lease expired)")
+    finally:
+        lease.release()
+    # The runner that took over finished this very build: serve it, even if it was forced.
+    if record is not None and _served_from_other(
+        spec, record, ups, _unforced(request.policy, spec)
+    ):
+        log.info("skip %s: built by another runner", spec.step_id)
+        url = location.url_for(spec.output_path)
+        return BuildOutcome(
+            spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
+        )
+    raise lost
+
+
+def _lease_and_build(
+    request: BuildRequest, decision: Decision, upstream: Sequence[Upstream]
+) -> BuildOutcome | Pending:
+    """Take the step's lease, decide again if its record changed since, then build holding it
+    (the lease is released when the build ends, not while it is pending).
+
+    ``decision`` and ``upstream`` are the caller's, checked (not the request's: no copy of the
+    request per build)."""
+    spec, location, policy = request.spec, request.location, request.policy
+    url = location.url_for(spec.output_path)
+    output_seen = output_left_by_marin(location, spec)  # before the lease: see there
+    lease = Lease(location, spec.output_path, ttl=request.lease_ttl)
+    holder = _acquire(lease, spec, request.wait)
+    if holder is not None:  # another runner's live lease: nothing written, nothing held
+        why = LeaseHeld(holder.holder, holder.expires_at)
+        return Pending(spec, why, functools.partial(build_step, request))
+    hold = _Kept()
+    hold.callback(lambda: _release_after(lease, hold.still_running))
+    with hold:
+        crash_point("after-lease", spec.step_id)
+        present = metadata_files(location, spec.output_path)
+        found = load_record(location, spec.output_path) if RECORD_FILE in present else None
+        if isinstance(found, ForeignRecord):
+            # Copied in after the plan: refused like any other step's record, never replaced.
+            decide(spec, Stored(foreign=found), upstream, policy, needed=True).raise_if_refused()
+            raise AssertionError(f"decide() must refuse to build over {found.path}")
+        record = found
+        # Someone committed after this run decided: decide again on that record. A build that
+        # another runner committed since counts as this run's, even a forced one (two
+        # concurrent `--force s` build s once), as on the lease-lost path.
+        changed = _build_id(record) != _build_id(decision.record)
+        unforced = _unforced(policy, spec)
+        if changed and record is not None and _served_from_other(spec, record, upstream, unforced):
+            log.info("skip %s: built by another runner", spec.step_id)
+            return BuildOutcome(
+                spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
+            )
+        earlier = earlier_attempt(present, lease, output_seen)
+        # The recipe this build makes: the plan's static part, with the input builds it read.
+        recipe = (decision.recipe or Recipe.of(spec)).consuming(upstream, policy.force)
+        held = _Holding(request, lease, hold, upstream, decision.reason, earlier, record, recipe)
+        try:
+            return _build_holding(held)
+        except StepTimeoutError as timed_out:
+            hold.still_running, timed_out.still_running = timed_out.still_running, None
+            raise
+
+
+def _release_after(lease: Lease, still_running: threading.Event | None) -> None:
+    """Release the lease, or, while a timed-out ``fn`` still runs on its abandoned thread, keep
+    it (renewed) until that ``fn`` returns: no build may clear or fill an output that ``fn`` can
+    still write into (its late files would be committed with the other build's)."""
+    if still_running is None or still_running.is_set():
+        lease.release()
+        return
+
+    def hold() -> None:
+        with Heartbeat(lease):
+            still_running.wait()
+        lease.release()
+
+    threading.Thread(target=hold, name=f"marin-fence-{lease.path}", daemon=True).start()
+
+
+def _served_from_other(
+    spec: StepSpec, record: ArtifactRecord, upstream: Sequence[Upstream], policy: Policy
+) -> bool:
+    """Whether another runner's ``record`` may be served, by the one decision function.
+
+    Judged on the record's own lineage: an upstream rebuilt in this run is a known build by now,
+    so only one whose record is missing still counts as "rebuilt".
+    """
+    known = [
+        dataclasses.replace(u, rebuilt=u.rebuilt and u.record is None, committed=False)
+        for u in upstream
+    ]
+    return decide(spec, Stored(record), known, policy, needed=True).action != Action.BUILD
+
+
+def _unforced(policy: Policy, spec: StepSpec) -> Policy:
+    """``policy`` without forcing ``spec``: for judging a build another runner committed after
+    this run decided, which is the forced build this run asked for."""
+    if spec.step_id not in policy.force:
+        return policy
+    return dataclasses.replace(policy, force=policy.force - {spec.step_id})
+
+
+def _build_id(record: ArtifactRecord | None) -> str | None:
+    return None if record is None else record.build_id
+
+
+def _acquire(lease: Lease, spec: StepSpec, wait: Wait = Wait.BLOCK) -> LeaseInfo | None:
+    """Take the lease, waiting with bounded, jittered backoff while someone else holds it; under
+    ``Wait.RETURN``, return the live holder at once instead (None: taken)."""
+    here = wait != Wait.RETURN
+    return _wait_out(spec, spec.step_id, lease.try_acquire, "lease held by", here=here)
+
+
+def _wait_out(
+    spec: StepSpec,
+    waited_for: str,
+    probe: Callable[[], LeaseInfo | None],
+    what: str,
+    *,
+    here: bool = True,
+) -> LeaseInfo | None:
+    """Call ``probe`` until it returns None (no live holder), with bounded, jittered backoff,
+    logging who holds the lease. A lease held by the build whose ``fn`` made this very call
+    would never be released: that is a ``ReentrantBuildError`` at once, not a hang. Not
+    ``here``: another runner's live lease is returned at once instead of waited out."""
+    delay = LEASE_WAIT_FIRST_DELAY_S
+    last_holder: str | None = None
+    last_log = 0.0
+    while True:
+        holder = probe()
+        if holder is None:
+            return None
+        if held_by_enclosing_build(holder):
+            raise ReentrantBuildError(
+                f"{waited_for} is being built by the very build whose fn asked for it "
+                "(run() called from inside its own fn): waiting for its lease would never end",
+                "don't run a step, or anything that reads it, from inside its own fn; make the "
+                "other steps its dependencies, or run them after it",
+                spec.step_id,
+            )
+        if not here:
+            return holder
+        now = time.monotonic()
+        if holder.holder != last_holder or now - last_log > LEASE_WAIT_LOG_EVERY_S:
+            log.info("wait %s: %s %s", spec.step_id, what, holder.describe())
+            last_holder, last_log = holder.holder, now
+        time.sleep(delay * (0.5 + jitter() / 2))
+        delay = min(delay * 2, LEASE_WAIT_MAX_DELAY_S)
+
+
+def _inputs_at_start(
+    spec: StepSpec, location: Location, upstream: Sequence[Upstream], lease_ttl: float
+) -> list[Upstream]:
+    """Each dependency's build as this build starts from it: never one being rebuilt.
+
+    A dependency whose lease is live is being rebuilt by its holder, who deletes its record
+    before it touches its output, then writes it anew: wait for that build to end. Then the
+    dependency's record is read afresh: that build is the one this build consumes and records in
+    its ``inputs``. A dependency that had a record when the run decided and has none now was
+    being rebuilt and did not commit: this build fails, naming it, before ``fn`` runs.
+
+    One record read per dependency; the lease is read only when that record is not the build
+    the run knows (missing, or another build). A record still holding the known build proves no
+    rebuild has got past its first write: one that took the lease since will delete this very
+    record before it touches the output, and ``_check_inputs_unchanged`` then refuses to commit.
+    """
+    if not upstream:
+        return []
+    deps = {dep.step_id: dep for dep in spec.deps}
+    fresh: list[Upstream] = []
+    for up in upstream:
+        dep = deps.get(up.step_id)
+        if dep is None:
+            fresh.append(up)
+            continue
+        record = read_record(location, dep.output_path, up.record)
+        known = None if up.record is None else up.record.build_id
+        if record is None or record.build_id != known:
+
+            def live(dep: StepSpec = dep) -> LeaseInfo | None:
+                info = read_lease(location, dep.output_path, lease_ttl)
+                return info if info is not None and info.live else None
+
+            _wait_out(
+                spec, dep.step_id, live, f"input {dep.step_id} is being rebuilt; lease held by"
+            )
+            record = read_record(location, dep.output_path)
+        if record is None and up.record is not None:
+            raise InputChangedError(
+                f"input {dep.step_id} has no record any more: it {_input_gone(location, dep)} "
+                "after this run decided",
+                f"build {dep.step_id} again (or wait for the runner rebuilding it), then run "
+                "this step again; nothing was started for it",
+                spec.step_id,
+            )
+        kept = (up.replaced, up.shared) if record is None else ("", "")
+        fresh.append(Upstream(up.step_id, record, up.rebuilt, up.committed, *kept))
+    return fresh
+
+
+def _check_inputs_unchanged(
+    spec: StepSpec, location: Location, upstream: Sequence[Upstream]
+) -> None:
+    """Right before the commit: every dependency still holds the build this one started from.
+
+    A rebuilder deletes a dependency's record before it touches that dependency's output, so an
+    unchanged record here proves ``fn`` read a whole, committed input. One record read per
+    dependency.
+    """
+    if not upstream:
+        return
+    deps = {dep.step_id: dep for dep in spec.deps}
+    for up in upstream:
+        dep = deps.get(up.step_id)
+        if dep is None or up.record is None:
+            continue
+        now = read_record(location, dep.output_path, up.record)
+        if now is None or now.build_id != up.record.build_id:
+            became = (
+                _input_gone(location, dep)
+                if now is None
+                else "was rebuilt by another runner (it holds a new build now)"
+            )
+            raise InputChangedError(
+                f"input {dep.step_id} {became} while this step was being built from it; this "
+                "attempt is discarded",
+                f"nothing was committed for this step; run again to build it from the new "
+                f"{dep.step_id}",
+                spec.step_id,
+            )
+
+
+def _input_gone(location: Location, dep: StepSpec) -> str:
+    """What happened to a dependency whose record is gone, as its folder says: deleted by
+    ``marin gc`` (its mark), being rebuilt (a live lease), a rebuild that failed (a status),
+    else deleted by gc or by hand (nothing left)."""
+    try:
+        status = read_status_file(location, dep.output_path)
+        if status is not None and status.get("error") == GC_DELETING:
+            return "was deleted by `marin gc`"
+        info = read_lease(location, dep.output_path)
+    except OSError:  # storage failing now: say what is certain
+        return "lost its record"
+    if info is not None and info.live:
+        return "is being rebuilt by another runner (no record while it builds)"
+    if status is not None:
+        return "was being rebuilt by another runner, which did not commit"
+    return "had its record deleted (by `marin gc`, or by hand)"
+
+
+@contextlib.contextmanager
+def _step_log(location: Location, spec: StepSpec, earlier: bool) -> Iterator[IO[str]]:
+    """The step's ``log.txt``, only if it printed something: streamed on local disk, written
+    once at the end elsewhere. An ``earlier`` attempt's log is removed when this one is silent,
+    so a log beside a record is always that build's."""
+    path = location.path(log_path(spec.output_path))
+    if location.is_local:
+        lazy = LazyLogFile(path)
+        try:
+            yield cast(IO[str], lazy)  # write and flush: all capture_step_output needs
+        finally:
+            if not lazy.close() and earlier:
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                    os.unlink(path)
+        return
+    # On disk past a MiB: a remote job's log streams in for as long as the job runs.
+    with tempfile.SpooledTemporaryFile(1 << 20, "w+", encoding="utf-8", errors="replace") as buf:
+        try:
+            yield cast(IO[str], buf)
+        finally:
+            try:
+                buf.seek(0)
+                text = buf.read()
+                if text:
+                    location.put_file(path, text.encode())
+                elif earlier:
+                    with contextlib.suppress(FileNotFoundError):
+                        location.fs.rm_file(path)
+            except OSError as exc:
+                log.warning("could not write the log of %s: %s", spec.step_id, exc)
+
+
+_MEMORY_FIRST_BUILD = (
+    "memory:// digests an output when it is rebuilt only (finding a first build's files "
+    "would scan the whole process-wide store, for every step)"
+)
+
+
+def _output_digest(
+    location: Location, spec: StepSpec, first_build: bool, result: Any
+) -> OutputDigest:
+    """The digest this build commits: of what its readers get, or unknown where it cannot be
+    cheap."""
+    if spec.source is not None:
+        return OutputDigest(None, unknown="an adopted step's data was not built by Marin")
+    if location.is_memory and first_build:
+        return OutputDigest(None, unknown=_MEMORY_FIRST_BUILD)
+    return output_digest(
+        location, location.path(spec.output_path), result=result, artifact_type=spec.artifact_type
+    )
+
+
+def _replaced_digest(
+    location: Location, spec: StepSpec, previous: ArtifactRecord | None, lease: Lease
+) -> dict[str, str]:
+    """The build being replaced -> its output digest, when its bytes are still the ones its
+    record claims: digested now, before they are cleared.
+
+    Its dependents were built from what was there, not from what the record claims: an output
+    changed after its commit (a hand edit, another step's ``fn``) gives nothing here, so they
+    are not cut off (``decide._consumed_digest``). A record that claims no digest (or one of an
+    older scheme) cannot be checked, and is not digested at all.
+    """
+    if previous is None or not previous.build_id or spec.source is not None:
+        return {}
+    claimed = previous.output.digest
+    if claimed is None or not is_output_digest(claimed):
+        return {}
+    with Heartbeat(lease):  # hashing a large local output takes a while
+        there = output_digest(
+            location,
+            location.path(spec.output_path),
+            result=previous.result,
+            artifact_type=previous.artifact_type,
+        )
+    if there.digest != claimed:
+        # Changed bytes are news (a hand edit, another step's fn); an unknown digest is not.
+        log.log(
+            logging.INFO if there.digest is None else logging.WARNING,
+            "clear %s: its output is not what its record claimed (%s); what was built from it "
+            "is rebuilt",
+            spec.step_id,
+            there.unknown or "changed since its commit",
+        )
+        return {}
+    return {**_same_bytes_before(previous, claimed), previous.build_id: claimed}
+
+
+_REPLACED_KEPT = 32
+"""How many earlier builds of identical bytes a record names (oldest dropped first)."""
+
+
+def _same_bytes_before(previous: ArtifactRecord, claimed: str) -> dict[str, str]:
+    """The builds ``previous`` replaced whose bytes were, verified, the ones it holds now.
+
+    Their readers read exactly these bytes, so they are cut off as its own readers are: the
+    chain of verified identical outputs carries over a rebuild (otherwise a reader served by
+    cutoff is rebuilt at the next rebuild of its upstream). A build of other bytes ends it.
+    """
+    same = [
+        (build, digest)
+        for build, digest in previous.replaced.items()
+        if isinstance(build, str) and digest == claimed and build != previous.build_id
+    ]
+    return dict(same[-(_REPLACED_KEPT - 1) :])
+
+
+def _fsync_tree(path: str) -> None:
+    """Durable mode: flush an output (file or folder) to disk before the record commits it."""
+    targets = [path]
+    if os.path.isdir(path):
+        targets = [os.path.join(root, name) for root, dirs, files in os.walk(path)
+                   for name in [*files, *dirs]] + [path]  # fmt: skip
+    for target in targets:
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _canonical_result(raw_result: Any, spec: StepSpec) -> Any:
+    """``fn``'s returned value as the record keeps it (plain JSON data), or a clear error."""
+    if isinstance(raw_result, Canonical):  # made by the process fn ran in (a job's outcome)
+        return raw_result.value
+    try:
+        # A typed artifact (Marin's ``run`` returns one) is recorded as its value's fields.
+        return to_canonical(payload_of(raw_result), "result", spec.step_id)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"fn returned a value with no JSON form ({exc.what})",
+            "return plain data (str, numbers, lists, dicts) or None; write big values "
+            "to the output path",
+            spec.step_id,
+        ) from None
+
+
+def _best_effort_status(location: Location, spec: StepSpec, state: str, **details: Any) -> None:
+    """A status write that must not hide the error being reported (storage may be failing)."""
+    try:
+        write_status(location, spec.output_path, state, **details)
+    except OSError as exc:
+        log.warning("could not write %s status for %s: %s", state, spec.step_id, exc)
+
+
+def _run_with_config(spec: StepSpec, config: Any) -> Callable[[StepContext], Any]:
+    """``spec.run``, given the config the build has made already when ``run`` would only make
+    the same one again (``apply()``'s plain call: no guard, no isolation, no timeout)."""
+    with_config = getattr(spec.run, "with_config", None)
+    if with_config is None or getattr(spec.run, "build_config", None) != spec.build_config:
+        return spec.run
+    return lambda ctx: with_config(ctx, config)
+
+
+class _Kept(contextlib.ExitStack):
+    """An exit stack a pending build leaves open (``keep``): its ``resume`` enters it again, and
+    it closes when the build ends. (Nothing in it swallows an exception.)"""
+
+    keep = False
+    still_running: threading.Event | None = None
+    """A timed-out ``fn`` still running on its abandoned thread (``_release_after``)."""
+
+    def __exit__(self, *exc_info: Any) -> Literal[False]:
+        if exc_info[1] is not None or not self.keep:
+            self.keep = False
+            super().__exit__(*exc_info)
+        return False
+
+
+@dataclass(eq=False)
+class _Holding:
+    """One attempt at a build under its held lease: what its phases share. A remote step's
+    build pending while its job runs (``remote/wait.py``) is picked up from here by its
+    ``resume``, on another thread."""
+
+    request: BuildRequest
+    lease: Lease
+    kept: _Kept
+    """Open until the attempt ends: the lease (released last) and its place in
+    ``_running_here``."""
+    upstream: Sequence[Upstream]
+    reason: str
+    earlier: Leftover | None
+    previous: ArtifactRecord | None
+    recipe: Recipe
+    """What this build makes (``store/identity.py``): an attempt or a job is reused only for it."""
+    started_at: str = field(default_factory=now_iso)
+    t0: float = field(default_factory=time.perf_counter)
+    build_id: str = field(default_factory=new_id)
+    """Known from the start: the OpenLineage run id."""
+    running: _Kept = field(default_factory=_Kept)
+    """Open until fn's output is digested: the lease's heartbeat and the step's log."""
+    replaced: dict[str, str] = field(default_factory=dict)
+    replacing: str = ""
+    """The build id this attempt replaces (``_mark_replacing``): its status names it."""
+    attempt: Any = None
+    """A resumable step's attempt (``start_attempt``), else None."""
+    remote: RemoteBuild | None = None
+    ctx: StepContext = field(init=False)
+    lineage_run: Any = field(init=False)
+    config: Any = field(init=False)
+    heartbeat: Heartbeat = field(init=False)
+    step_log: IO[str] = field(init=False)
+
+    @property
+    def spec(self) -> StepSpec:
+        return self.request.spec
+
+    @property
+    def location(self) -> Location:
+        return self.request.location
+
+
+def _build_holding(held: _Holding) -> BuildOutcome | Pending:
+    """Build the step holding its lease: clear what an earlier attempt left, run ``fn``,
+    commit its record (a remote step's build may be pending meanwhile, while its job runs)."""
+    spec, location, request = held.spec, held.location, held.request
+    if held.earlier is not None:
+        _refuse_unclearable(location, spec, held.lease)
+    if spec.remote is not None:  # its job may still write the output: nothing is cleared
+        refuse_unreadable_job(location, spec.output_path, spec.step_id, spec.remote)
+    held.kept.enter_context(_started_here(location, spec.output_path))
+    _clear_earlier(held)
+    # No folder to make: the lease's folder sits beside the output, so its parent exists.
+    held.ctx = run_context(spec, location, request.region, held.lease)
+    held.lineage_run = build_started(spec, location, held.upstream, held.build_id)  # None: off
+    return _committed(held, functools.partial(_start_fn, held))
+
+
+def _refuse_unclearable(location: Location, spec: StepSpec, lease: Lease) -> None:
+    """``check_clearable``, keeping a dead attempt's proof that Marin wrote here if it refuses
+    (nothing else is written then)."""
+    try:
+        check_clearable(location, spec)
+    except StorageError as exc:
+        if lease.took_over:
+            _best_effort_status(location, spec, FAILED, error=exc.what)
+        raise
+
+
+def _clear_earlier(held: _Holding) -> None:
+    """Digest the build being replaced, start a resumable step's attempt, and clear what an
+    earlier attempt left (its status, its record, then its output)."""
+    spec, location, earlier = held.spec, held.location, held.earlier
+    held.replaced = _replaced_digest(location, spec, held.previous, held.lease)
+    on_code_drift = held.request.policy.on_code_drift
+    held.attempt = start_attempt(location, spec, held.lease, earlier, on_code_drift, held.recipe)
+    if earlier is None:
+        return
+    # A remote step's unfinished job may be writing its output: it is reattached.
+    keep = spec.remote is not None and pending_job(
+        location, spec.output_path, built=earlier == Leftover.BUILD
+    )
+    _mark_replacing(held)
+    delete_record(location, spec.output_path)
+    if (held.attempt is None or not held.attempt.resumed) and not keep:
+        clear_output(location, spec, built=earlier == Leftover.BUILD)
+
+
+def _mark_replacing(held: _Holding) -> None:
+    """Before the record goes: a RUNNING status naming the build this one replaces (the
+    record's, or the one an earlier unfinished attempt named), so that what read it stays
+    stale if this attempt never commits (``records.REPLACES``); else no status: the held
+    lease says RUNNING."""
+    location, path = held.location, held.spec.output_path
+    previous = held.previous
+    if previous is not None and previous.build_id:
+        held.replacing = previous.build_id
+    else:
+        held.replacing = replaced_build(read_status_file(location, path))
+    if not held.replacing:
+        clear_status(location, path)
+        return
+    write_status(location, path, RUNNING, holder=held.lease.holder, started_at=held.started_at,
+                 **{REPLACES: held.replacing})  # fmt: skip
+
+
+def _committed(held: _Holding, value: Callable[[], Any]) -> BuildOutcome | Pending:
+    """Get fn's value from ``value`` (``_start_fn``; or a running job's collection), commit it
+    as the step's record, and end the attempt: BUILT, or FAILED if anything raises. A build
+    whose job runs keeps everything open and returns ``Pending``."""
+    spec = held.spec
+    try:
+        with held.running:  # the heartbeat: hashing a large local output takes a while
+            raw_result = value()
+            if isinstance(raw_result, JobRunning):
+                return _pending(held, raw_result)
+            if durable() and held.location.is_local:
+                _fsync_tree(held.location.path(spec.output_path))
+            result = _canonical_result(raw_result, spec)
+            output = _output_digest(held.location, spec, held.previous is None, result)
+        crash_point("after-output", spec.step_id)
+        record = _record_of(held, result, output)
+        _commit(held, record)
+    except BaseException as exc:
+        _attempt_failed(held, exc)
+        raise
+    build_finished(held.lineage_run, None, record)
+    crash_point("after-record", spec.step_id)
+    return BuildOutcome(spec, BuildOutcomeKind.BUILT, record, held.ctx.output_path,
+                        duration_s=record.duration_s, reason=held.reason)  # fmt: skip
+
+
+def _pending(held: _Holding, running: JobRunning) -> Pending:
+    """The build waits for its job: everything it holds stays open until ``resume`` (or
+    ``release``); a build abandoned meanwhile gives up at once instead."""
+    abandon = held.request.abandon
+    if abandon is not None and abandon.is_set():
+        running.forget()
+        raise AbandonedError(
+            f"abandoned after an interrupt while {running.job.backend} job "
+            f"{running.job.job_id} ran: nothing is committed; the job runs on",
+            "run again: the next run reattaches to the job",
+            held.spec.step_id,
+        )
+    held.kept.keep = held.running.keep = True
+    resume = functools.partial(_resumed, held, running)
+    return Pending(held.spec, running, resume, functools.partial(_given_up, held, running))
+
+
+def _start_fn(held: _Holding) -> Any:
+    """Make the config, then call ``fn`` under the lease's heartbeat, into the step's log; a
+    remote step's call is run as its job (``remote/call.py``)."""
+    spec, ctx = held.spec, held.ctx
+    made = spec.build_config(ctx)
+    held.config = to_canonical(made, "config", spec.step_id)  # a copy: fn may mutate made
+    run = _run_with_config(spec, made)
+    held.heartbeat = held.running.enter_context(Heartbeat(held.lease))
+    held.step_log = held.running.enter_context(
+        _step_log(held.location, spec, held.earlier is not None)
+    )
+
+    def call() -> Any:
+        value = run(ctx)
+        if not isinstance(value, JobToRun):
+            return value
+        request, location = held.request, held.location
+        held.remote = RemoteBuild(location, spec.output_path, held.build_id, held.heartbeat.lost,
+                                  held.recipe, request.policy.on_code_drift, request.wait,
+                                  on_lines=lines_writer(),
+                                  **remote_attempt(location, spec, held.attempt))  # fmt: skip
+        return run_job(value, held.remote)
+
+    return _into_step_log(held, call)
+
+
+def _into_step_log(held: _Holding, value: Callable[[], Any]) -> Any:
+    """``value()`` with its prints in the step's log (and its traceback, if it raises), marked
+    as running under the step's lease."""
+    spec, location = held.spec, held.location
+    with (
+        capture_step_output(held.step_log, label=spec.step_id),
+        enclosing(held.lease),
+        running_here(location, spec),
+    ):
+        try:
+            return value()
+        except BaseException:
+            # Into the file only: the error message points here for the details.
+            held.step_log.write(traceback.format_exc())
+            raise
+
+
+def _resumed(held: _Holding, running: JobRunning) -> BuildOutcome | Pending:
+    """A pending remote build, once its job ended (or its lease was lost): collect the job and
+    commit, on whatever thread resumes it, as ``build_step`` would have on one thread."""
+    request = held.request
+    devices = request.devices
+    held.kept.keep = held.running.keep = False
+    try:
+        with (
+            contextlib.nullcontext() if devices is None else assigned_devices(devices),
+            held.kept,
+        ):
+            return _committed(held, lambda: _into_step_log(held, running.collect))
+    except LeaseLostError as lost:
+        return _after_lease_lost(request, held.upstream, lost)
+
+
+def _given_up(held: _Holding, running: JobRunning, error: BaseException | None) -> None:
+    """``Pending.release``: the build never commits; its lease, heartbeat and log go, and its
+    end is recorded (``error``), or nothing is when it is built again later (None)."""
+    running.forget()
+    held.kept.keep = held.running.keep = False
+    try:
+        _attempt_failed(held, error)
+    finally:
+        held.running.close()
+        held.kept.close()
+
+
+def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRecord:
+    """The record this build commits."""
+    spec, location, upstream, ctx = held.spec, held.location, held.upstream, held.ctx
+    duration = time.perf_counter() - held.t0
+    finished_at = now_iso()
+    provenance: dict[str, Any] = {
+        **collect_provenance(finished_at, held.request.working_dir),
+        "lowered": dict(spec.provenance),
+        **attempt_provenance(held.attempt),
+    }
+    code = held.recipe.code
+    if held.remote is not None and held.remote.job is not None:
+        provenance["job"] = held.remote.job.to_json(code=False)  # which job built it
+        code = held.remote.job.code  # the code it ran (other, reattached under warn: drift)
+    if held.attempt is not None and held.attempt.resumed:
+        code = mixed_digest(held.attempt.code, code)  # resumed across a code change: both
+    return ArtifactRecord(
+        name=spec.name,
+        version=spec.version,
+        fingerprint=spec.fingerprint,
+        fingerprint_payload=spec.fingerprint_payload,
+        config=held.config,
+        dep_paths=dict(ctx.dep_paths),
+        output_path=ctx.output_path,
+        result=result,
+        provenance=provenance,
+        started_at=held.started_at,
+        finished_at=finished_at,
+        duration_s=round(duration, 6),
+        artifact_type=spec.artifact_type,
+        build_id=held.build_id,
+        inputs={u.step_id: u.record.build_id for u in upstream if u.record is not None},
+        code=code,
+        output=output,
+        input_digests={
+            u.step_id: u.record.output.digest
+            for u in upstream
+            if u.record is not None and u.record.output.digest is not None
+        },
+        replaced=held.replaced,
+        source=spec.data_url(location.url) if spec.source is not None else None,
+    )
+
+
+def _commit(held: _Holding, record: ArtifactRecord) -> None:
+    """Write the record, the commit point, only while provably holding the lease, with every
+    input still the build it started from and no interrupt abandoning it."""
+    spec, location, lease = held.spec, held.location, held.lease
+    abandon = held.request.abandon
+    if abandon is not None and abandon.is_set():
+        raise AbandonedError(
+            "abandoned after an interrupt: fn finished, but its result is not committed",
+            "run again to build it",
+            spec.step_id,
+        )
+    _check_inputs_unchanged(spec, location, held.upstream)
+    if held.heartbeat.lost.is_set() or not lease.commit(
+        lambda: write_record(location, record, spec.output_path),
+        release=not spec.resumable,  # its checkpoints go first, under the lease
+    ):
+        raise _lost(location, spec, lease)
+    if held.replacing:  # committed: the status naming the build it replaced is done
+        try:
+            clear_status(location, spec.output_path)
+        except OSError as exc:
+            log.warning("could not remove the status of %s: %s", spec.step_id, exc)
+    finish_attempt(location, spec)
+    release_committed(held.remote)  # the job's files (payload, log, result) go
+
+
+def _attempt_failed(held: _Holding, exc: BaseException | None) -> None:
+    """The attempt ended with ``exc``: its lineage FAIL/ABORT, and its FAILED status (not for a
+    lost lease, whose new holder owns the status). None: it did not end, it was put off (an
+    Airflow task deferring while its job runs): a lineage ABORT only, its resume starts anew."""
+    if exc is None:
+        build_finished(held.lineage_run, abort="deferred while its job runs")
+        return
+    build_finished(held.lineage_run, exc)
+    if isinstance(exc, LeaseLostError):
+        return
+    spec = held.spec
+    _best_effort_status(
+        held.location,
+        spec,
+        FAILED,
+        holder=held.lease.holder,
+        started_at=held.started_at,
+        finished_at=now_iso(),
+        error=f"{type(exc).__name__}: {exc}",
+        traceback="".join(traceback.format_exception(exc, limit=20)),
+        **({REPLACES: held.replacing} if held.replacing else {}),
+    )
+
+
+def _lost(location: Location, spec: StepSpec, lease: Lease) -> LeaseLostError | LeaseVanishedError:
+    """Why this build no longer holds its lease, truthfully: another runner took it over
+    (``LeaseLostError``: the caller then serves that runner's build), or it was deleted and
+    nobody took over (``LeaseVanishedError``). Only this rare path looks at storage for it."""
+    taken = LeaseLostError(
+        "lost the lease while building; another runner took over",
+        "nothing was committed by this runner; its result is discarded",
+        spec.step_id,
+    )
+    if not lease.vanished:
+        return taken
+    folder = metadata_dir(spec.output_path)
+    url = location.url_for(folder)
+    # No lease file. On local disk the lease's lock found whether its whole folder went.
+    gone = lease.folder_gone or (
+        not location.is_local and not location.exists(location.path(folder))
+    )
+    if not gone:
+        # A runner that took over and finished released the lease: its record or its FAILED
+        # status is there (a status left by `marin unlock` says so).
+        if read_record(location, spec.output_path) is not None:
+            return taken
+        status = read_status_file(location, spec.output_path)
+        if status is not None and "marin unlock" not in str(status.get("error", "")):
+            return taken
+    if gone:
+        what = f"the step's metadata folder {url} was deleted while fn ran (by fn, or by hand)"
+        fix = "write only at the output path, never under its .marin folder; then run again"
+    else:
+        what = (
+            f"the step's lease {location.url_for(lease_path(spec.output_path))} was deleted "
+            "while fn ran (broken with `marin unlock`, or by hand)"
+        )
+        fix = "run again; nothing was committed by this attempt"
+    return LeaseVanishedError(what + "; its result is discarded", fix, spec.step_id)
+
+
+@contextlib.contextmanager
+def _started_here(location: Location, output_path: str) -> Iterator[None]:
+    """While this process's attempt runs (past its checks, lease held): see ``mark_interrupted``."""
+    with _running_lock:
+        _running_here[(location.url, output_path)] = location
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _running_here.pop((location.url, output_path), None)
+
+
+_running_lock = threading.Lock()
+_running_here: dict[tuple[str, str], Location] = {}
+"""Steps whose attempt this process started (past its checks) and that have not ended."""
+
+
+def mark_interrupted() -> None:
+    """The process is about to exit mid-build: mark FAILED exactly the attempts it started.
+
+    Only attempts past their checks are marked: a step still waiting for its lease wrote
+    nothing, and a FAILED status would wrongly claim Marin wrote its output folder.
+    """
+    with _running_lock:
+        attempts = list(_running_here.items())
+    for (_, path), location in attempts:
+        with contextlib.suppress(OSError):
+            write_status(location, path, FAILED, error="interrupted")

@@ -1,0 +1,50 @@
+"""``BuildRequest``: everything one ``build_step`` call needs, as one value.
+
+A run loop makes one per attempt (its ``StepJob`` carries it to the executor); an engine's task
+(the Airflow step task, a Dask worker) makes its own; so does a direct caller
+(``build_step(BuildRequest(spec, location))``). An executor that builds elsewhere reads its
+fields and sends what can travel (not ``abandon`` nor the open ``location``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.plan.decide import Decision, Upstream
+from marin.execution.plan.options import Policy
+from marin.execution.store.location import Location
+from marin.execution.vocabulary import Wait
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """One step to build under one opened prefix, with the run's policy and what it knows.
+
+    Making one checks no field and raises nothing: ``build_step`` raises what a build raises.
+    """
+
+    spec: StepSpec
+    location: Location
+    """The prefix, opened and checked once by the run."""
+    policy: Policy = field(default_factory=Policy)
+    """The run's policy (``RunOptions.policy``); the default serves what is built."""
+    region: str | None = None
+    decision: Decision | None = None
+    """The plan's decision; None: decided here first, from storage (a vanished served step)."""
+    upstream: Sequence[Upstream] | None = None
+    """Each dependency's current record (lineage, and the decision); None: read at the build."""
+    abandon: threading.Event | None = None
+    """Once set (a second Ctrl-C in library mode), a build whose ``fn`` still runs never
+    commits."""
+    wait: Wait = Wait.BLOCK
+    """Wait here for another runner's lease and for the step's remote job (``BLOCK``), or
+    return ``Pending`` for both (``RETURN``: the run loop) or for a job only (``RETURN_JOB``)."""
+    lease_ttl: float | None = None
+    """Read once per run (``$MARIN_LEASE_TTL``); None: ``build_step`` reads it."""
+    working_dir: str | None = None
+    """The checkout the record's provenance names; None: this process's working directory."""
+    devices: tuple[int, ...] | None = None
+    """The GPU devices the runner's grant assigned (``ctx.devices``); None: none assigned here."""

@@ -1,0 +1,518 @@
+"""Lowering: handle graphs into checked ``StepSpec`` graphs, purely.
+
+``lower`` walks the handles (``handles.py``) once, iteratively, and makes one frozen spec per
+``name@version``: its canonical config (context values as placeholders), fingerprint, deps,
+provenance and the ``run`` the build calls (guarded so a config mutated after lowering is
+refused, and wrapped to run isolated, under a timeout or as a remote job when asked).
+``lower_graph`` is the entry points' form: one checked ``Graph`` per run.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast, overload
+
+from marin.execution.digest.code import code_digest
+from marin.execution.errors import (
+    CycleError,
+    DuplicateStepError,
+    FingerprintMismatchError,
+    InvalidStepError,
+)
+from marin.execution.names import is_mutable_version
+from marin.execution.pipeline.canonical import to_canonical
+from marin.execution.pipeline.context import StepContext, bound_context, fingerprint_context
+from marin.execution.pipeline.graph import Graph, check_same_run
+from marin.execution.pipeline.handles import ApplyCall, ArtifactStep, type_label
+from marin.execution.pipeline.provenance import collect_provenance
+from marin.execution.pipeline.resources import Resources
+from marin.execution.pipeline.step_spec import StepSpec, fingerprint_of
+from marin.execution.pipeline.versions import VersionCodex, active_codex
+from marin.execution.vocabulary import OutputScope
+
+__all__ = ["lower", "lower_graph", "lower_with_codex"]
+
+
+class _FingerprintGuard:
+    """``run`` that first checks the config still is the one that was fingerprinted.
+
+    ``apply()`` snapshots its literals, but a hand-made ``ArtifactStep`` may compute its config
+    from state that changes between ``lower()`` and the build; building then would store
+    another config's output under this fingerprint. One extra config evaluation per build.
+
+    A plain slotted class, not a frozen dataclass: lowering makes one per step, and a frozen
+    dataclass's ``__init__`` costs twice as much. Nothing assigns to it after construction.
+    """
+
+    __slots__ = ("arg_keys", "build_config", "config", "deps", "run", "step_id")
+    wraps_field = "run"
+
+    def __init__(
+        self,
+        run: Callable[[StepContext], Any],
+        build_config: Callable[[StepContext], Any],
+        deps: tuple[StepSpec, ...],
+        config: Any,
+        step_id: str,
+        arg_keys: tuple[str, ...] = (),
+    ) -> None:
+        self.run = run
+        self.build_config = build_config
+        self.deps = deps
+        self.config = config
+        self.step_id = step_id
+        self.arg_keys = arg_keys
+
+    def __repr__(self) -> str:
+        return f"_FingerprintGuard({self.step_id}, run={self.run!r})"
+
+    @property
+    def wrapped_fn(self) -> Any:
+        return getattr(self.run, "wrapped_fn", self.run)
+
+    def __call__(self, ctx: StepContext) -> Any:
+        now = to_canonical(
+            self.build_config(fingerprint_context(self.deps, self.arg_keys)),
+            "config",
+            self.step_id,
+        )
+        if now != self.config:
+            from marin.execution.errors import ConfigError
+
+            raise ConfigError(
+                "the config changed after the step was lowered; building it would store "
+                "another config's output under the old fingerprint",
+                "do not mutate a config after apply()/lower(); lower the pipeline again",
+                self.step_id,
+            )
+        return self.run(ctx)
+
+
+class _ConfigCall:
+    """A spec's ``run(ctx)`` for a handle: ``handle.run(handle.build_config(ctx))``, with
+    ``ctx`` bound for ``current_context()`` meanwhile. Slotted: lowering makes one per step."""
+
+    __slots__ = ("build_config", "run")
+    wraps_field = "run"
+
+    def __init__(
+        self, run: Callable[[Any], Any], build_config: Callable[[StepContext], Any]
+    ) -> None:
+        self.run = run
+        self.build_config = build_config
+
+    def __repr__(self) -> str:
+        return f"_ConfigCall(run={self.run!r})"
+
+    @property
+    def wrapped_fn(self) -> Any:
+        return getattr(self.run, "wrapped_fn", self.run)
+
+    def parts(self, ctx: StepContext) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+        """``(function, args, kwargs)`` of the user's call, for a subprocess to make it."""
+        config = self.build_config(ctx)
+        if isinstance(self.run, ApplyCall):
+            return self.run.fn, (), dict(config)
+        return self.run, (config,), {}
+
+    def __call__(self, ctx: StepContext) -> Any:
+        with bound_context(ctx):
+            return self.run(self.build_config(ctx))
+
+    def with_config(self, ctx: StepContext, config: Any) -> Any:
+        """``self(ctx)`` with ``config`` made already by this spec's ``build_config(ctx)``: the
+        build makes it once for the record and for ``fn``. The record keeps its canonical copy,
+        so a ``fn`` that mutates its config cannot change what the record says."""
+        with bound_context(ctx):
+            return self.run(config)
+
+
+def _spec_for(
+    handle: ArtifactStep,
+    deps: tuple[StepSpec, ...],
+    provenance: Mapping[str, Any],
+    memo: dict[Any, Any],
+    created: list[StepSpec],
+) -> StepSpec:
+    """The spec of ``handle``; a new one is also appended to ``created``."""
+    name = handle.name
+    version = handle.version
+    if version is None:  # deferred: the run's codex says (see versions.py)
+        version, provenance = _codex_version(name, provenance, memo)
+    step_id = f"{name}@{version}"
+    arg_keys = tuple(handle.runtime_args) if handle.runtime_args else ()
+    config = to_canonical(
+        handle.build_config(fingerprint_context(deps, arg_keys)), "config", step_id
+    )
+    payload: dict[str, Any] = {
+        "name": name,
+        "version": version,
+        "config": config,
+        "deps": _dep_versions(step_id, version, deps, handle),
+    }
+    if handle.override_path is not None:
+        payload["pin"] = handle.override_path  # a moved output is another artifact
+    elif handle.adopt_source is not None:
+        payload["source"] = handle.adopt_source  # other data is another artifact
+    fingerprint, payload_json = fingerprint_of(payload)
+    _check_pinned(handle, fingerprint, payload_json, step_id)
+    known: StepSpec | None = memo.get(("step", step_id))
+    if known is not None:
+        return _same_definition(known, handle, fingerprint, payload_json, step_id)
+    run = _guarded_run(handle, deps, config, step_id, arg_keys)
+    spec = _new_spec(handle, version, deps, (fingerprint, payload_json), provenance, run)
+    memo[("step", step_id)] = spec
+    created.append(spec)
+    return spec
+
+
+def _dep_versions(
+    step_id: str, version: str, deps: tuple[StepSpec, ...], handle: ArtifactStep
+) -> dict[str, str]:
+    """Each dependency's version by name (by step id when two share a name), for the payload.
+    A fixed version over a mutable dependency is an ``InvalidStepError``."""
+    dep_versions: dict[str, str] = {}
+    mutable = is_mutable_version(version)
+    for dep in deps:
+        dep_name = dep.name
+        dep_versions[dep_name if dep_name not in dep_versions else dep.step_id] = dep.version
+        if not mutable and dep.mutable:
+            raise InvalidStepError(
+                f"{step_id} has a fixed version but depends on {dep.step_id}, whose version is "
+                f"mutable: {dep.step_id} rebuilds on every run, so {step_id} would too",
+                f"give {handle.name} a mutable version as well (e.g. 'dev' or '{version}-dev'), "
+                f"or give {dep.name} a fixed one",
+                step_id,
+            )
+    return dep_versions
+
+
+def _check_pinned(handle: ArtifactStep, fingerprint: str, payload_json: str, step_id: str) -> None:
+    """Raise ``FingerprintMismatchError`` when ``expected_fingerprint`` pins another one."""
+    expected = handle.expected_fingerprint
+    if expected is not None and expected != fingerprint:
+        raise FingerprintMismatchError(
+            f"the fingerprint is {fingerprint}, but expected_fingerprint pins {expected} "
+            f"(payload: {payload_json[:300]})",
+            "if the change is meant, bump the version and set expected_fingerprint to the new "
+            "handle.fingerprint(); otherwise undo the config change",
+            step_id,
+        )
+
+
+def _same_definition(
+    known: StepSpec, handle: ArtifactStep, fingerprint: str, payload_json: str, step_id: str
+) -> StepSpec:
+    """``known``, the spec lowered already under ``step_id``, when ``handle`` defines the same
+    step; else a ``DuplicateStepError`` that says what differs."""
+    if known.fingerprint == fingerprint:
+        check_same_run(step_id, known.run, handle.run)
+        return known  # an identical definition: one spec, built once
+    from marin.execution.digest.config_drift import explain_drift
+
+    diff = "; ".join(explain_drift(known.fingerprint_payload, payload_json, limit=5))
+    raise DuplicateStepError(
+        f"two different definitions of {step_id} in one graph ({diff})",
+        "give one of them another name or bump its version",
+        step_id,
+    )
+
+
+def _new_spec(
+    handle: ArtifactStep,
+    version: str,
+    deps: tuple[StepSpec, ...],
+    fingerprinted: tuple[str, str],
+    provenance: Mapping[str, Any],
+    run: Callable[[StepContext], Any],
+) -> StepSpec:
+    """``handle``'s spec at ``version``, with its fingerprint and payload (``fingerprinted``)."""
+    fingerprint, payload_json = fingerprinted
+    return StepSpec(
+        name=handle.name,
+        version=version,
+        deps=deps,
+        fingerprint=fingerprint,
+        fingerprint_payload=payload_json,
+        provenance=provenance,
+        run=run,
+        build_config=handle.build_config,
+        artifact_type=type_label(handle.artifact_type, handle),
+        retries=handle.retries,
+        pool=handle.pool,
+        resources=cast(Resources, handle.resources),
+        timeout=cast("float | None", handle.timeout),
+        queue=handle.queue,
+        isolate=handle.isolate,
+        resumable=handle.resumable,
+        keep_checkpoints=handle.keep_checkpoints,
+        remote=handle.remote,
+        runtime_args=handle.runtime_args,
+        pin=handle.override_path,
+        source=handle.adopt_source,
+        scope=OutputScope(handle.scope),
+        pinned_fingerprint=handle.expected_fingerprint is not None,
+        point=handle.point,
+        # Cached per function object (one parse per process): apply()'s call object holds the
+        # user's function, the cache's key (``type() is``: never a user object's __class__).
+        code=code_digest(handle.run.fn if type(handle.run) is ApplyCall else handle.run),
+    )
+
+
+_CODEX, _DEFERRED = ("versions", "codex"), ("versions", "deferred")
+"""Memo keys: the lowering's codex, and the names of the deferred steps it resolved."""
+
+
+def _codex_version(
+    name: str, provenance: Mapping[str, Any], memo: dict[Any, Any]
+) -> tuple[str, Mapping[str, Any]]:
+    """A deferred step's version from the lowering's codex, and its provenance saying so."""
+    codex: VersionCodex | None = memo.get(_CODEX)
+    if codex is None:
+        codex = VersionCodex()  # no codex: version_for raises, naming the step and the fix
+    version = codex.version_for(name)
+    memo.setdefault(_DEFERRED, set()).add(name)
+    source = "override" if name in codex.overrides else "default"
+    return version, {**provenance, "versions": codex.as_data(), "version_from": source}
+
+
+def _guarded_run(
+    handle: ArtifactStep,
+    deps: tuple[StepSpec, ...],
+    config: Any,
+    step_id: str,
+    arg_keys: tuple[str, ...],
+) -> Callable[[StepContext], Any]:
+    """The spec's ``run``: under a ``_FingerprintGuard`` unless it is ``apply()``'s own call on
+    plain-data inputs, whose config provably is the fingerprinted one (the guard would evaluate
+    it once more per build for nothing)."""
+    run = _placed_run(handle)
+    call = handle.run
+    if (
+        isinstance(call, ApplyCall)
+        and call.fixed
+        and getattr(handle.build_config, "__self__", None) is call
+    ):
+        return run
+    return _FingerprintGuard(run, handle.build_config, deps, config, step_id, arg_keys)
+
+
+def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
+    """``run(build_config(ctx))``, wrapped to run isolated or under a timeout when asked."""
+    call = _ConfigCall(handle.run, handle.build_config)
+    if handle.remote is not None:
+        from marin.execution.pipeline.remote_option import RemoteRun, preemptions_allowed
+
+        gpus = cast(Resources, handle.resources).gpu
+        return RemoteRun(call, handle.step_id, handle.remote, gpus, handle.ranks or 1,
+                         preemptions_allowed(handle.max_preemptions))  # fmt: skip
+    if not handle.isolate and handle.timeout is None:
+        return call
+    from marin.execution.pipeline.isolation import wrap_run
+
+    return wrap_run(
+        call,
+        handle.step_id,
+        isolate=handle.isolate,
+        timeout=cast("float | None", handle.timeout),
+        gpus=cast(Resources, handle.resources).gpu,
+    )
+
+
+def _lower_and_check(
+    handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any] | None, check: bool = False
+) -> Graph:
+    """Iterative post-order walk, so a chain 100,000 steps deep lowers without recursion.
+
+    With ``check``, the lowered graph is also checked as ``collect_steps`` checks it at run time
+    (one output inside another, two definitions of one step), so that ``lower()`` refuses it.
+    """
+    # Lowering allocates several objects per step and frees almost none, which makes the cyclic
+    # garbage collector run over and over for nothing (about 15% of the time at 100,000 steps).
+    # The check runs inside too: after 100,000 new specs, its walk would trigger full collections.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        if memo is None:
+            memo = {}
+        fresh = all(key == _CODEX for key in memo)  # a codex alone: still fresh
+        created: list[StepSpec] = []
+        specs, saw_spec = _lower_walk(handles, memo, created)
+        if not check:
+            return Graph(tuple(specs), ())
+        return _check_lowered(specs, created, exact=fresh and not saw_spec)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _check_lowered(specs: list[StepSpec], created: list[StepSpec], exact: bool) -> Graph:
+    """Refuse a bad graph at ``lower()`` time, with the errors ``collect_steps`` raises.
+
+    When the walk started from an empty memo and met no ``StepSpec`` (``exact``), ``created`` is
+    exactly the graph, in ``collect_steps`` order: every handle was lowered here, one spec per
+    ``name@version`` (``_spec_for`` already refused two definitions of one), and specs made from
+    an acyclic walk are acyclic. Only the nested-output check is left, a second walk saved.
+    Otherwise (a shared memo, or specs lowered elsewhere whose deps were never walked here),
+    ``collect_steps`` walks the whole graph.
+    """
+    from marin.execution.pipeline.graph import check_disjoint_outputs
+
+    if exact:
+        check_disjoint_outputs(created)
+        return Graph(tuple(specs), tuple(created))
+    return Graph.of(specs)
+
+
+def _lower_walk(
+    handles: list[ArtifactStep | StepSpec], memo: dict[Any, Any], created: list[StepSpec]
+) -> tuple[list[StepSpec], bool]:
+    """Lower ``handles`` through ``memo``; also say whether any ``StepSpec`` was met."""
+    provenance = collect_provenance()
+    saw_spec = False
+    for handle in handles:
+        if isinstance(handle, StepSpec):
+            saw_spec = True
+            memo.setdefault(("step", handle.step_id), handle)
+    on_path: list[ArtifactStep] = []
+    on_path_ids: set[int] = set()
+    for root in handles:
+        if isinstance(root, StepSpec) or root in memo:
+            continue
+        if not isinstance(root, ArtifactStep):
+            raise InvalidStepError(
+                f"lower() got a {type(root).__name__}",
+                "pass ArtifactStep handles (from apply()) or StepSpecs",
+            )
+        stack: list[tuple[ArtifactStep, bool]] = [(root, False)]
+        while stack:
+            handle, expanded = stack.pop()
+            if expanded:
+                on_path.pop()
+                on_path_ids.discard(id(handle))
+                deps = tuple([d if isinstance(d, StepSpec) else memo[d] for d in handle.deps])
+                memo[handle] = _spec_for(handle, deps, provenance, memo, created)
+                continue
+            if handle in memo:
+                continue
+            if id(handle) in on_path_ids:
+                start = next(i for i, h in enumerate(on_path) if h is handle)
+                raise CycleError([h.step_id for h in on_path[start:]] + [handle.step_id])
+            on_path.append(handle)
+            on_path_ids.add(id(handle))
+            stack.append((handle, True))
+            for dep in reversed(handle.deps):
+                if not isinstance(dep, ArtifactStep):
+                    saw_spec = True  # a spec lowered elsewhere: its deps are never walked here
+                elif dep not in memo:
+                    if id(dep) in on_path_ids:
+                        start = next(i for i, h in enumerate(on_path) if h is dep)
+                        raise CycleError([h.step_id for h in on_path[start:]] + [dep.step_id])
+                    stack.append((dep, False))
+    return [h if isinstance(h, StepSpec) else memo[h] for h in handles], saw_spec
+
+
+def flatten_handles(handles: Iterable[Any]) -> tuple[list[Any], bool]:
+    """``lower``'s arguments as a list, and whether they name several steps (a list or several
+    handles) rather than one."""
+    items = list(handles)
+    if len(items) == 1 and isinstance(items[0], list | tuple):
+        return list(items[0]), True
+    return items, len(items) != 1
+
+
+def lower_graph(
+    *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
+    versions: VersionCodex | None = None,
+) -> Graph:
+    """Lower handles to one checked ``Graph``: the targets' specs and every step they need.
+
+    What the entry points (``marin run``, the engines) take, once per run.
+
+    Raises:
+        MarinError: what ``lower`` raises, for the same reasons.
+    """
+    items, _ = flatten_handles(handles)
+    return _graph_with_codex(items, None, versions, check=True)
+
+
+@overload
+def lower(
+    handle: ArtifactStep | StepSpec,
+    /,
+    *,
+    memo: dict[Any, Any] | None = None,
+    versions: VersionCodex | None = None,
+) -> StepSpec: ...
+
+
+@overload
+def lower(
+    handles: Sequence[ArtifactStep | StepSpec],
+    /,
+    *,
+    memo: dict[Any, Any] | None = None,
+    versions: VersionCodex | None = None,
+) -> list[StepSpec]: ...
+
+
+@overload
+def lower(
+    first: ArtifactStep | StepSpec,
+    second: ArtifactStep | StepSpec,
+    /,
+    *more: ArtifactStep | StepSpec,
+    memo: dict[Any, Any] | None = None,
+    versions: VersionCodex | None = None,
+) -> list[StepSpec]: ...
+
+
+def lower(
+    *handles: ArtifactStep | StepSpec | Sequence[ArtifactStep | StepSpec],
+    memo: dict[Any, Any] | None = None,
+    versions: VersionCodex | None = None,
+) -> StepSpec | list[StepSpec]:
+    """Lower handles to specs: one handle gives one ``StepSpec``; a list of handles, or several
+    handles, give a list.
+
+    ``versions``: the run's ``VersionCodex`` for handles with ``version=None`` (default: the
+    ambient ``build_context``'s). An override naming no deferred step is an error.
+
+    Raises:
+        InvalidStepError: something that is not a handle, a deferred version the codex gives no
+            version for, an override of ``versions`` that names no deferred step, or a fixed
+            version that depends on a mutable (``dev``) one.
+        CycleError: the handles' dependencies form a cycle.
+        DuplicateStepError: two different definitions of one ``name@version``, or one step's
+            output inside (or, up to letter case, equal to) another's.
+        ConfigError: a config value with no canonical JSON form, naming the field.
+        FingerprintMismatchError: a handle's fingerprint differs from its
+            ``expected_fingerprint``.
+    """
+    items, many = flatten_handles(handles)
+    # check: refuse a bad graph here (e.g. one output inside another), not at run time
+    specs = lower_with_codex(items, memo, versions, check=True)
+    return specs if many else specs[0]
+
+
+def lower_with_codex(
+    items: list[Any], memo: dict[Any, Any] | None, versions: VersionCodex | None, check: bool
+) -> list[StepSpec]:
+    """The targets' specs, lowered with the run's codex (see ``_graph_with_codex``)."""
+    return list(_graph_with_codex(items, memo, versions, check).targets)
+
+
+def _graph_with_codex(
+    items: list[Any], memo: dict[Any, Any] | None, versions: VersionCodex | None, check: bool
+) -> Graph:
+    """``_lower_and_check`` with the run's codex (``versions``, else the ambient one); an
+    override of ``versions`` that no deferred step asked for is refused afterwards."""
+    memo = {} if memo is None else memo
+    codex = active_codex(versions)
+    if codex is not None:
+        memo[_CODEX] = codex
+    graph = _lower_and_check(items, memo, check)
+    if versions is not None:  # an ambient codex's caller checks (it may lower part by part)
+        versions.check_used(memo.get(_DEFERRED, ()))
+    return graph

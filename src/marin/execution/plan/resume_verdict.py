@@ -1,0 +1,116 @@
+"""Resumable steps at plan time: what an earlier attempt left, and whether it may be resumed.
+
+A resumable step's attempt writes ``<output>.marin/attempt.json`` before ``fn`` runs: the recipe
+it ran for (placement, fingerprint and its payload, code digest, the input builds it read), its
+number, when it
+started, its holder and (a remote step) its job. The store names and parses the file
+(``store/step_folder.py``). Its partial output (the output path and
+``<output>.marin/checkpoints/``) is kept only for a later attempt of the same recipe, which the
+one identity rule says (``store/identity.py``); ``judge`` words it, one pure function used by
+``marin plan``, ``marin why``, ``build_step`` and any runner that starts attempts elsewhere
+(remote jobs). The file is untrusted data: anything malformed reads as "no attempt record", so
+the partial output is cleared, never resumed on a guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from marin.execution.digest.config_drift import explain_drift
+from marin.execution.errors import CodeDriftError
+from marin.execution.store.identity import Recipe, claim_of, judge_claim
+from marin.execution.store.step_folder import Attempt
+from marin.execution.vocabulary import Claim, Mismatch
+
+
+def _other_recipe(previous: Attempt, recipe: Recipe, payload: str | None) -> str:
+    """Why a partial output of another fingerprint is cleared: the changed fields, as drift
+    names them (``config.lr: 0.1 -> 0.2``), when the attempt kept its payload and ``payload``
+    (the step's fingerprint payload now) is given."""
+    fields = [f"{previous.fingerprint[:12]}, now {recipe.fingerprint[:12]}"]
+    if previous.payload is not None and payload is not None:
+        fields = explain_drift(previous.payload, payload, limit=5) or fields
+    return (
+        f"has another fingerprint: the config or version changed ({'; '.join(fields)}); "
+        "it is cleared"
+    )
+
+
+@dataclass(frozen=True)
+class ResumeVerdict:
+    """Whether a resumable step's partial output is resumed or cleared, and why (one line)."""
+
+    resume: bool
+    reason: str
+    previous: Attempt | None = None
+
+    @property
+    def next_number(self) -> int:
+        """The number of the attempt that starts now: one more than the one it resumes."""
+        return self.previous.number + 1 if self.resume and self.previous else 1
+
+    def line(self) -> str:
+        """``resume: ...`` or ``clear: ...``, as ``marin plan`` and ``marin why`` print it."""
+        return ("resume: " if self.resume else "clear: ") + self.reason
+
+
+FORCED = "--force rebuilds the step from scratch"
+
+
+def judge(
+    recipe: Recipe,
+    previous: Attempt | None,
+    on_code_drift: str,
+    payload: str | None = None,
+    forced: bool | None = None,
+) -> ResumeVerdict:
+    """Resume ``previous``'s partial output only when it is ``recipe``'s (``judge_claim``).
+    ``payload``: the step's fingerprint payload, to name the config fields that changed.
+
+    A forced step (``forced``; None: the recipe's own step is among its ``repaired``, the run's
+    ``--force`` names) clears it: forcing repairs, and a damaged checkpoint is what it repairs.
+    Another fingerprint, placement or input build clears it; so does an unknown (an attempt
+    that did not record its input builds). A changed code digest follows ``on_code_drift``:
+    ``warn`` resumes and says so, ``rebuild`` clears, ``error`` raises ``CodeDriftError`` (at
+    plan time: before anything runs). Pure.
+    """
+    if previous is None:
+        return ResumeVerdict(False, "partial output without an attempt record is cleared")
+    which = f"attempt {previous.number} ({previous.age()}"
+    if forced is None:
+        forced = recipe.step_id in recipe.repaired
+    if forced:
+        return ResumeVerdict(False, f"partial output from {which}) is cleared: {FORCED}", previous)
+    verdict = judge_claim(recipe, claim_of(previous), on_code_drift)
+    if verdict.differs == Mismatch.CONFIG:
+        return ResumeVerdict(
+            False,
+            f"partial output from {which}) {_other_recipe(previous, recipe, payload)}",
+            previous,
+        )
+    changed = "; ".join(verdict.code_drift)
+    if verdict.claim == Claim.OURS and not verdict.code_drift:
+        return ResumeVerdict(True, f"partial output from {which}, same fingerprint)", previous)
+    if verdict.claim == Claim.OURS:
+        return ResumeVerdict(
+            True,
+            f"partial output from {which}, same fingerprint; code changed: {changed}; resumed "
+            "anyway (on_code_drift=warn)",
+            previous,
+        )
+    if verdict.differs == Mismatch.CODE:
+        if on_code_drift == "error":
+            raise CodeDriftError(
+                f"code changed since the partial output of {which}) was written: {changed}",
+                "resume it anyway with --on-code-drift warn, clear it with --on-code-drift "
+                "rebuild, or restore the code",
+                recipe.step_id,
+            )
+        return ResumeVerdict(
+            False,
+            f"partial output from {which}) ran other code ({changed}); it is cleared "
+            "(on_code_drift=rebuild)",
+            previous,
+        )
+    why = verdict.reason.removeprefix(f"attempt {previous.number}").strip()
+    return ResumeVerdict(False, f"partial output from {which}) {why}; it is cleared", previous)

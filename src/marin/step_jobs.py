@@ -1,0 +1,238 @@
+"""A step's remote job from the command line: ``marin logs`` and ``marin cancel`` (issue 55).
+
+Both start from the step's folder under the prefix, never from a pipeline: ``job.json`` names
+the job, and it is untrusted (anyone who can write the prefix can plant one), so a job is read
+or cancelled only once its backend vouches that it was submitted for this step's build
+(``is_this_steps``). ``cancel`` stops the job through its backend, then releases what the step
+holds when no live driver holds it (a live one sees its job stopped, fails the step and
+releases its lease itself). What a job printed is shown with its control characters escaped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from marin.execution.errors import MarinError
+from marin.execution.remote.fence import UnseenJobError, is_this_steps, stop_job
+from marin.execution.remote.registry import get_backend
+from marin.execution.remote.view import job_age, short_duration
+from marin.execution.store.lease import break_lease, read_lease
+from marin.execution.store.location import Location, open_local
+from marin.execution.store.records import FAILED, read_record, write_status
+from marin.execution.store.step_folder import JobRecord, UnreadableJob, delete_job, load_job
+from marin.execution.vocabulary import JobState
+from marin.terminal_text import safe_text
+from marin.unlock import describe_lease
+
+FOLLOW_POLL_S = 0.5
+
+
+class JobRefusedError(MarinError):
+    """A step's recorded job cannot be read or vouched for: nothing of it is touched."""
+
+
+@dataclass(frozen=True)
+class StepJob:
+    """A step's recorded job, vouched for by its backend, and its state now."""
+
+    job: JobRecord
+    state: str
+    """A ``JobState``, or ``unknown`` when the backend cannot be asked now."""
+
+    def describe(self) -> str:
+        """``local job marin-ab12, running 3m``."""
+        age = job_age(self.job)
+        since = "" if age is None else f" {short_duration(age)}"
+        return f"{self.job.backend} job {self.job.job_id}, {self.state}{since}"
+
+
+def step_job(location: Location, output_path: str, step: str) -> StepJob | None:
+    """The job ``job.json`` records for the step (None without one).
+
+    Raises:
+        JobRefusedError: the record cannot be read, or its backend does not vouch that the
+            job it names is this step's (or cannot be asked).
+    """
+    found = load_job(location, output_path)
+    if found is None:
+        return None
+    if isinstance(found, UnreadableJob):
+        refusal = found.refusal(step)
+        raise JobRefusedError(refusal.what, refusal.fix, step)
+    try:
+        ours = is_this_steps(found, location, output_path, step)
+    except UnseenJobError as exc:  # it may run where this driver cannot see: never touched
+        raise JobRefusedError(exc.what, exc.fix, step) from exc
+    except Exception as exc:  # an outage is never taken for "ours"
+        raise JobRefusedError(
+            f"cannot ask {found.backend} about job {found.job_id} ({exc})",
+            "check that the backend is reachable (Ray: $RAY_ADDRESS), then try again",
+            step,
+        ) from exc
+    if not ours:
+        raise JobRefusedError(
+            f"job.json names {found.backend} job {found.job_id}, which its backend does not "
+            "know as this step's: it is left alone",
+            "if you know the job, stop it in its backend; `marin run` replaces the record",
+            step,
+        )
+    try:
+        state = str(get_backend(found.backend).status(found.handle).state)
+    except Exception:  # advisory: shown as unknown
+        state = "unknown"
+    return StepJob(found, state)
+
+
+def cancel_step(location: Location, output_path: str, step: str) -> str:
+    """Cancel the step's running job and release what the step holds; what was done, in words.
+
+    Raises:
+        JobRefusedError: see ``step_job``; or no job is recorded for the step.
+        RemoteJobError: the job still runs after it was cancelled.
+    """
+    found = step_job(location, output_path, step)
+    if found is None:
+        info = read_lease(location, output_path)
+        held = f"; it is {describe_lease(info)}" if info is not None and info.live else ""
+        raise JobRefusedError(
+            f"{step} has no remote job recorded{held}",
+            "only a remote step's job can be cancelled; stop a local build's process instead",
+            step,
+        )
+    backend = get_backend(found.job.backend, step)
+    if found.state == JobState.RUNNING:
+        stop_job(backend, found.job, step, "cancel %s: stop %s job %s")
+        done = f"cancelled {step}: stopped {found.describe()}"
+    else:
+        done = f"{step}: nothing to stop, its job is not running ({found.describe()})"
+    return done + _release(location, output_path, found.job)
+
+
+def _release(location: Location, output_path: str, job: JobRecord) -> str:
+    """Release the step's lease and job record when no live driver holds them."""
+    info = read_lease(location, output_path)
+    if info is not None and info.live:
+        return (
+            f"; the driver holding its lease ({info.who()}) sees the job stopped, fails the "
+            "step and releases the lease"
+        )
+    released = ""
+    if info is not None and break_lease(location, output_path, info):
+        released = f"; removed its lease ({describe_lease(info)})"
+    delete_job(location, output_path)
+    if read_record(location, output_path) is None:
+        cancelled = f"cancelled by `marin cancel`: {job.backend} job {job.job_id}"
+        write_status(location, output_path, FAILED, error=cancelled)
+    return released + "; removed its job record (the next run submits a new job)"
+
+
+def follow_job_log(
+    found: StepJob, write: Callable[[str], None], *, follow: bool, lines: int
+) -> str:
+    """Write the job's log (escaped) with ``write``: its last ``lines`` lines, or with
+    ``follow`` all of it as it grows until the job ends. The job's state at the end.
+
+    Raises:
+        JobRefusedError: the backend cannot follow the job's log.
+        OSError: ``write`` failed (a reader that went away: ``marin logs -f | head``).
+    """
+    backend = get_backend(found.job.backend)
+    if not follow or found.state != JobState.RUNNING:
+        text = backend.logs(found.job.handle, lines)
+        for line in text.splitlines():
+            write(safe_text(line) + "\n")
+        return found.state
+    opener = getattr(backend, "follow", None)
+    if not callable(opener):
+        raise JobRefusedError(
+            f"the {found.job.backend} backend cannot follow a job's log",
+            "run `marin logs` without -f for its last lines",
+        )
+    from marin.execution.remote.follow import JobLog, LiveJob
+
+    broken: list[OSError] = []
+
+    def on_lines(shown: list[str]) -> None:
+        try:
+            write("".join(safe_text(line) + "\n" for line in shown))
+        except OSError as exc:  # a reader that went away (``| head``): stop following
+            broken.append(exc)
+
+    tail = JobLog(opener(found.job.handle), on_lines, LiveJob(found.job, ""))
+    state = found.state
+    while state == JobState.RUNNING:
+        tail.pump()
+        if broken:
+            tail.cursor.close()
+            raise broken[0]
+        time.sleep(FOLLOW_POLL_S)  # polling: neither a file nor Ray's stream offers an event here
+        try:
+            state = str(backend.status(found.job.handle).state)
+        except Exception:  # an outage: keep following
+            continue
+    tail.finish()
+    return state
+
+
+def follow_step_log(
+    location: Location,
+    output_path: str,
+    write: Callable[[str], None],
+    *,
+    follow: bool,
+    lines: int | None,
+) -> bool:
+    """Write the step's ``log.txt`` (escaped): its last ``lines`` lines (None: all), and with
+    ``follow`` on local disk, what is added while the step's lease is live. Whether there was
+    a log.
+
+    Raises:
+        StorageError: the log cannot be read.
+    """
+    from marin.execution.store.records import log_path
+
+    path = location.path(log_path(output_path))
+    if not location.has_file(path):
+        return False
+    data = location.read_file(path)
+    shown = data.decode(errors="replace").splitlines()
+    for line in shown if lines is None else shown[-lines:] if lines else []:
+        write(safe_text(line) + "\n")
+    if not (follow and location.is_local):
+        return True
+    offset, partial = len(data), b""
+    while True:
+        info = read_lease(location, output_path)
+        with open_local(path, "rb") as f:  # never through a link; grows while the step builds
+            f.seek(offset)
+            added = f.read(1 << 20)
+        offset += len(added)
+        *done, partial = (partial + added).split(b"\n")
+        for line in done:
+            write(safe_text(line.decode(errors="replace")) + "\n")
+        if not added and (info is None or not info.live):
+            return True
+        if not added:
+            time.sleep(FOLLOW_POLL_S)  # polling: a file offers no event here
+
+
+def running_job_notes(location: Location, output_path: str, step: str) -> list[str]:
+    """The jobs that still run for ``step`` or another version of it (a version bumped under a
+    job), each with how to stop it: what ``marin unlock`` says beside the lease. Advisory."""
+    from marin.execution.remote.view import other_version_jobs
+
+    notes = []
+    try:
+        found = step_job(location, output_path, step)
+    except JobRefusedError:
+        found = None
+    if found is not None and found.state == JobState.RUNNING:
+        notes.append(f"note: its {found.describe()} still runs: `marin cancel {step}` stops it")
+    for other in other_version_jobs(location, output_path):
+        notes.append(
+            f"note: {other['backend']} job {other['job_id']} of {other['step']} (another "
+            f"version) still runs: `marin cancel {other['step']}` stops it"
+        )
+    return notes

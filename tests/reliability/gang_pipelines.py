@@ -1,0 +1,109 @@
+"""Gang steps (``with_options(remote=..., ranks=3)``) for ``test_gang.py``.
+
+Controlled through environment variables, which the jobs and their ranks inherit:
+- ``MARIN_TEST_CALLS``: each rank appends ``<step> rank <K> pid <pid>`` when it starts;
+- ``MARIN_TEST_GATE``: a rank waits for this file (after the gang met) before it finishes;
+- ``MARIN_TEST_FAIL``: a file; while it exists, rank 1 removes it and raises (the retry
+  succeeds);
+- ``MARIN_TEST_BACKEND``: the gangs' backend (default ``local``);
+- ``MARIN_TEST_UNITS``: ``trained``'s number of units (default 6).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from marin.execution.lazy import OUT, apply
+from marin.execution.pipeline.context import current_context
+from tests.reliability.pipelines import append_line, wait_for_file
+
+BACKEND = os.environ.get("MARIN_TEST_BACKEND", "local")
+
+
+def _started(step: str) -> None:
+    ctx, env = current_context(), os.environ
+    if env.get("MARIN_TEST_CALLS"):
+        append_line(env["MARIN_TEST_CALLS"], f"{step} rank {ctx.rank} pid {os.getpid()}")
+
+
+def all_reduce(out_path: str) -> dict[str, object]:
+    """Meet the other ranks through ``jax.distributed.initialize()`` (from the gang's
+    environment alone) and sum ``rank + 1`` over the gang on CPU."""
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(initialization_timeout=120)
+    ctx = current_context()
+    _started("gang/jax")
+    if os.environ.get("MARIN_TEST_GATE"):
+        wait_for_file(os.environ["MARIN_TEST_GATE"], timeout=120)
+    fail = os.environ.get("MARIN_TEST_FAIL")
+    if fail and ctx.rank == 1 and os.path.exists(fail):
+        os.unlink(fail)
+        raise RuntimeError("rank 1 diverged")
+    gathered = multihost_utils.process_allgather(jnp.array([ctx.rank + 1.0]))
+    os.makedirs(out_path, exist_ok=True)
+    with open(os.path.join(out_path, f"rank-{ctx.rank}.json"), "w") as f:
+        json.dump({"process_index": jax.process_index(), "devices": jax.device_count()}, f)
+    jax.distributed.shutdown()
+    return {"sum": float(gathered.sum()), "rank": ctx.rank, "world_size": ctx.world_size,
+            "env": {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                               "JAX_PROCESS_ID", "JAX_NUM_PROCESSES")}}  # fmt: skip
+
+
+def train_units(units: int, out_path: str) -> dict[str, object]:
+    """``units`` units of work; rank 0 keeps a checkpoint (the next unit) after each, and
+    every rank starts from it: a resubmitted gang resumes."""
+    ctx = current_context()
+    _started("gang/units")
+    assert ctx.checkpoint_path is not None
+    state = os.path.join(ctx.checkpoint_path, "next_unit")
+    start = int(open(state).read()) if os.path.exists(state) else 0
+    for unit in range(start, units):
+        time.sleep(0.2)  # one unit of training
+        append_line(os.environ["MARIN_TEST_UNITS_LOG"], f"rank {ctx.rank} unit {unit}")
+        if ctx.rank == 0 and ctx.still_holds_lease():
+            os.makedirs(ctx.checkpoint_path, exist_ok=True)
+            with open(state + ".tmp", "w") as f:
+                f.write(str(unit + 1))
+            os.replace(state + ".tmp", state)
+    os.makedirs(out_path, exist_ok=True)
+    with open(os.path.join(out_path, f"rank-{ctx.rank}.txt"), "w") as f:
+        f.write(f"started at unit {start}")
+    return {"started_at": start, "rank": ctx.rank}
+
+
+jax_gang = [
+    apply("gang/jax", all_reduce, version="v1", out_path=OUT).with_options(
+        remote=BACKEND, ranks=3, retries=int(os.environ.get("MARIN_TEST_RETRIES", "0"))
+    )
+]
+_UNITS = int(os.environ.get("MARIN_TEST_UNITS", "6"))
+units_gang = [
+    apply("gang/units", train_units, version="v1", units=_UNITS, out_path=OUT).with_options(
+        remote=BACKEND, ranks=3, resumable=True
+    )
+]
+
+
+def devices(out_path: str) -> int:
+    """Each rank writes what it sees: its devices and the torch.distributed environment."""
+    ctx = current_context()
+    os.makedirs(out_path, exist_ok=True)
+    seen = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT",
+                                           "RANK", "LOCAL_RANK", "WORLD_SIZE")}  # fmt: skip
+    with open(os.path.join(out_path, f"rank-{ctx.rank}.json"), "w") as f:
+        json.dump(seen, f)
+    return ctx.rank
+
+
+devices_gang = [
+    apply("gang/devices", devices, version="v1", out_path=OUT).with_options(
+        remote="local", ranks=3, resources={"gpu": 2}
+    )
+]

@@ -1,0 +1,239 @@
+"""Gang steps (``with_options(remote="local", ranks=3)``): real drivers, real detached jobs,
+three real ranks that meet through ``jax.distributed.initialize()`` on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from marin.execution.errors import InvalidStepError
+from marin.execution.lazy import OUT, apply, lower
+from marin.execution.remote.local import LocalBackend
+from marin.execution.remote.procs import start_time
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
+from marin.execution.store.step_folder import read_job
+from tests.reliability.conftest import REPO
+from tests.reliability.gang_pipelines import all_reduce
+from tests.reliability.test_remote import job_folders, marin_cli, setup, wait_for_text
+
+pytest.importorskip("jax")
+
+GANG = "tests/reliability/gang_pipelines.py"
+JAX = "gang/jax/v1"
+
+
+def gang_run(target: str, prefix: str, env: dict[str, str], err: Path, *extra: str):
+    cli = [sys.executable, "-m", "marin.cli", "run", f"{GANG}:{target}", "--prefix", prefix]
+    return subprocess.Popen(
+        [*cli, *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err.open("w"),
+        text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def gang_plan(prefix: str, env: dict[str, str], *extra: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "marin.cli", "plan", f"{GANG}:jax_gang", "--prefix", prefix,
+         *extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def rank_starts(tmp_path: Path, count: int, timeout: float = 120) -> list[int]:
+    """The pids of the first ``count`` rank starts, once there are that many."""
+    path = tmp_path / "calls"
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = path.read_text().splitlines() if path.exists() else []
+        if len(lines) >= count:
+            return [int(line.split()[-1]) for line in lines[:count]]
+        assert time.monotonic() < deadline, f"{len(lines)} of {count} ranks started"
+        time.sleep(0.02)
+
+
+def wait_gone(pids: list[int], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while any(start_time(pid) is not None for pid in pids):
+        assert time.monotonic() < deadline, "a rank outlived its gang"
+        time.sleep(0.02)
+
+
+def test_a_jax_gang_all_reduces_and_commits_once(tmp_path: Path) -> None:
+    """Three ranks meet through ``jax.distributed.initialize()`` (no arguments) and sum
+    ``rank + 1``: one job, one record, rank 0's value, every rank's files in one output."""
+    prefix, env = setup(tmp_path)
+    (tmp_path / "gate").touch()
+    proc = gang_run("jax_gang", prefix, env, tmp_path / "err", "--json")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (tmp_path / "err").read_text()
+    record = read_record(open_prefix(prefix), JAX)
+    assert record is not None
+    assert record.result["sum"] == 6.0 and record.result["rank"] == 0
+    assert record.result["world_size"] == 3
+    assert record.result["env"] == {"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0",
+                                    "MASTER_ADDR": "127.0.0.1", "JAX_PROCESS_ID": "0",
+                                    "JAX_NUM_PROCESSES": "3"}  # fmt: skip
+    output = Path(prefix) / JAX
+    for rank in range(3):
+        seen = json.loads((output / f"rank-{rank}.json").read_text())
+        assert seen == {"process_index": rank, "devices": 3}  # one JAX cluster of three
+    assert len(rank_starts(tmp_path, 3)) == 3 and len((tmp_path / "calls").read_text().split("\n")) == 4
+    step = json.loads(out)["steps"][0]
+    assert step["job"]["job_id"] == record.provenance["job"]["job_id"]
+    assert step["job"]["preemptions"] == 0
+    log = (Path(prefix) / "gang/jax/v1.marin/log.txt").read_text()
+    assert all(f"[rank {rank}]" in log for rank in range(3))
+    assert job_folders(prefix) == []  # committed: the job's files (ranks' too) are gone
+
+
+def test_a_killed_rank_ends_every_rank_and_the_gang_is_resubmitted_once(tmp_path: Path) -> None:
+    """SIGKILL rank 1 while the gang runs: ranks 0 and 2 end too, the job is lost (a
+    preemption, not a failure: retries=0), one new gang runs, one record says so."""
+    prefix, env = setup(tmp_path)
+    proc = gang_run("jax_gang", prefix, env, tmp_path / "err", "--json")
+    first = rank_starts(tmp_path, 3)
+    os.kill(first[1], signal.SIGKILL)
+    wait_gone(first)  # all three ended
+    second = rank_starts(tmp_path, 6)[3:]  # one new gang of three
+    assert not set(second) & set(first)
+    plan = json.loads(gang_plan(prefix, env, "--json"))
+    job = plan["steps"][0]["job"]
+    assert job["preemptions"] == 1  # the running gang's record says so
+    assert [(r["rank"], r["state"]) for r in job["ranks"]] == [(0, "running"), (1, "running"),
+                                                              (2, "running")]  # fmt: skip
+    text = gang_plan(prefix, env)
+    assert "after 1 preemption; ranks: 0 running on " in text, text
+    (tmp_path / "gate").touch()
+    out, _ = proc.communicate(timeout=300)
+    err = (tmp_path / "err").read_text()
+    assert proc.returncode == 0, err
+    assert "preempted gang/jax@v1" in err and "was killed by SIGKILL" in err
+    record = read_record(open_prefix(prefix), JAX)
+    assert record is not None and record.result["sum"] == 6.0
+    assert record.provenance["job"]["preemptions"] == 1
+    assert json.loads(out)["steps"][0]["job"]["preemptions"] == 1
+    assert len((tmp_path / "calls").read_text().splitlines()) == 6  # two gangs, never three
+    assert "preemptions  1" in _show(prefix, env)
+
+
+def _show(prefix: str, env: dict[str, str]) -> str:
+    return marin_cli("show", "", f"{prefix}/{JAX}", env)
+
+
+def test_cancelling_a_gang_ends_every_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backend's ``cancel`` (what a lost lease does) kills the supervisor's whole group:
+    all three ranks end, and the driver never commits."""
+    prefix, env = setup(tmp_path)
+    proc = gang_run("jax_gang", prefix, env, tmp_path / "err")
+    ranks = rank_starts(tmp_path, 3)
+    job = read_job(open_prefix(prefix), JAX)
+    assert job is not None
+    monkeypatch.setenv("MARIN_LOCAL_JOBS", env["MARIN_LOCAL_JOBS"])
+    LocalBackend().cancel(job.handle)
+    wait_gone(ranks)
+    assert proc.wait(timeout=120) != 0
+    assert "was stopped (cancelled)" in (tmp_path / "err").read_text()  # watch: no cause to fix
+    assert read_record(open_prefix(prefix), JAX) is None
+
+
+def test_a_rank_that_raises_fails_the_attempt_and_retries_count_it(tmp_path: Path) -> None:
+    """Rank 1's ``fn`` raises: the gang fails as one (every rank ends) and ``retries=1``
+    submits one new gang, which builds; no preemption is counted."""
+    prefix, env = setup(tmp_path, MARIN_TEST_FAIL=str(tmp_path / "fail"), MARIN_TEST_RETRIES="1")
+    (tmp_path / "fail").touch()
+    (tmp_path / "gate").touch()
+    proc = gang_run("jax_gang", prefix, env, tmp_path / "err")
+    assert proc.wait(timeout=300) == 0, (tmp_path / "err").read_text()
+    assert "rank 1: rank 1 diverged" in (tmp_path / "err").read_text()
+    wait_gone(rank_starts(tmp_path, 6))
+    record = read_record(open_prefix(prefix), JAX)
+    assert record is not None and record.result["sum"] == 6.0
+    assert record.provenance["job"]["preemptions"] == 0
+
+
+def test_a_killed_driver_reattaches_to_its_one_gang(tmp_path: Path) -> None:
+    """SIGKILL ``marin run`` while the gang runs: the next run reattaches to that gang (its
+    three ranks), never starting a second."""
+    prefix, env = setup(tmp_path)
+    first = gang_run("jax_gang", prefix, env, tmp_path / "first.err")
+    ranks = rank_starts(tmp_path, 3)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert all(start_time(pid) is not None for pid in ranks)  # the gang outlived its driver
+    second = gang_run("jax_gang", prefix, env, tmp_path / "second.err")
+    wait_for_text(tmp_path / "second.err", "reattach gang/jax@v1")
+    (tmp_path / "gate").touch()
+    assert second.wait(timeout=300) == 0, (tmp_path / "second.err").read_text()
+    assert len((tmp_path / "calls").read_text().splitlines()) == 3  # one gang
+    job = read_job(open_prefix(prefix), JAX)
+    record = read_record(open_prefix(prefix), JAX)
+    assert record is not None and job is not None and record.result["sum"] == 6.0
+    assert record.provenance["job"]["job_id"] == job.job_id
+
+
+def test_a_preempted_resumable_gang_resumes(tmp_path: Path) -> None:
+    """A resumable gang whose rank is SIGKILLed after its third unit is submitted again and
+    resumes from rank 0's checkpoint: no unit before it runs twice in the new gang."""
+    prefix, env = setup(tmp_path, MARIN_TEST_UNITS="8",
+                        MARIN_TEST_UNITS_LOG=str(tmp_path / "units"))  # fmt: skip
+    proc = gang_run("units_gang", prefix, env, tmp_path / "err")
+    first = rank_starts(tmp_path, 3)
+    checkpoint = Path(prefix) / "gang/units/v1.marin/checkpoints/next_unit"
+    deadline = time.monotonic() + 120
+    while not (checkpoint.exists() and int(checkpoint.read_text() or 0) >= 3):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(first[2], signal.SIGKILL)
+    assert proc.wait(timeout=300) == 0, (tmp_path / "err").read_text()
+    record = read_record(open_prefix(prefix), "gang/units/v1")
+    assert record is not None and record.result["started_at"] >= 3
+    assert record.provenance["job"]["preemptions"] == 1
+    done = (tmp_path / "units").read_text().splitlines()
+    assert sum(line.startswith("rank 0 ") for line in done) < 8 * 1.5  # the work was kept
+
+
+def test_each_rank_sees_its_own_gpus_and_one_master(tmp_path: Path) -> None:
+    """``resources={"gpu": 2}`` is per rank: of the 6 devices the job sees, rank K gets the
+    K-th pair; every rank has the same torch master and its own RANK."""
+    prefix, env = setup(tmp_path, CUDA_VISIBLE_DEVICES="10,11,12,13,14,15")
+    proc = gang_run("devices_gang", prefix, env, tmp_path / "err")
+    assert proc.wait(timeout=120) == 0, (tmp_path / "err").read_text()
+    seen = [json.loads((Path(prefix) / f"gang/devices/v1/rank-{k}.json").read_text())
+            for k in range(3)]  # fmt: skip
+    assert [s["CUDA_VISIBLE_DEVICES"] for s in seen] == ["10,11", "12,13", "14,15"]
+    assert [s["RANK"] for s in seen] == [s["LOCAL_RANK"] for s in seen] == ["0", "1", "2"]
+    assert {s["MASTER_PORT"] for s in seen} != {None} and len({s["MASTER_PORT"] for s in seen}) == 1
+    assert {s["WORLD_SIZE"] for s in seen} == {"3"}
+    record = read_record(open_prefix(prefix), "gang/devices/v1")
+    assert record is not None and record.result == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"remote": "local", "ranks": 0}, "ranks=0"),
+        ({"remote": "local", "ranks": "3"}, "ranks='3'"),
+        ({"remote": "local", "ranks": True}, "ranks=True"),
+        ({"ranks": 3}, "ranks=3 without remote"),
+        ({"remote": "local", "max_preemptions": -1}, "max_preemptions=-1"),
+        ({"max_preemptions": 2}, "max_preemptions=2 without remote"),
+    ],
+)
+def test_gang_options_are_checked_once_naming_step_field_and_fix(
+    options: dict[str, object], field: str
+) -> None:
+    with pytest.raises(InvalidStepError) as caught:
+        lower([apply("gang/bad", all_reduce, version="v1", out_path=OUT).with_options(**options)])
+    message = str(caught.value)
+    assert field in message and "gang/bad@v1" in message
+    assert "use " in message or "add remote=" in message

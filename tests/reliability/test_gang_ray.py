@@ -1,0 +1,84 @@
+"""Gang steps on a real 3-node Ray cluster on loopback (one CPU a node): a placement group of
+one bundle per rank, three ranks that meet through ``jax.distributed.initialize()``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
+from tests.reliability.test_gang import JAX, gang_run, rank_starts, wait_gone
+from tests.reliability.test_remote import setup
+
+pytest.importorskip("ray.job_submission")
+pytest.importorskip("jax")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A head and two worker nodes of one CPU each: a 3-rank gang fills the cluster."""
+    from marin_testing.ray import RayCluster
+
+    root = tmp_path_factory.mktemp("ray")
+    _, env = setup(root, MARIN_TEST_BACKEND="ray")
+    with RayCluster(env, num_cpus=1, workers=2) as ray:
+        yield root, {**env, "RAY_ADDRESS": ray.address}
+
+
+def fresh(root: Path, tmp_path: Path) -> str:
+    """A new prefix; the cluster's control files (shared by the module) cleared."""
+    for name in ("calls", "gate"):
+        (root / name).unlink(missing_ok=True)
+    return str(tmp_path / "prefix")
+
+
+def test_a_ray_gang_all_reduces_in_one_placement_group(
+    cluster: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """Three ranks, one per node (one bundle each), meet and sum ``rank + 1``: one Ray job,
+    one record, rank 0's value."""
+    root, env = cluster
+    prefix = fresh(root, tmp_path)
+    (root / "gate").touch()
+    proc = gang_run("jax_gang", prefix, env, tmp_path / "err", "--json")
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, (tmp_path / "err").read_text()
+    record = read_record(open_prefix(prefix), JAX)
+    assert record is not None and record.result["sum"] == 6.0 and record.result["rank"] == 0
+    assert record.provenance["job"]["backend"] == "ray"
+    for rank in range(3):
+        seen = json.loads((Path(prefix) / JAX / f"rank-{rank}.json").read_text())
+        assert seen == {"process_index": rank, "devices": 3}
+    assert len((root / "calls").read_text().splitlines()) == 3
+    log = (Path(prefix) / "gang/jax/v1.marin/log.txt").read_text()
+    assert "gang of 3: placement group reserved in" in log
+    assert json.loads(out)["steps"][0]["job"]["preemptions"] == 0
+
+
+def test_a_killed_ray_rank_ends_the_gang_and_it_is_resubmitted_once(
+    cluster: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """SIGKILL one rank's process: every rank ends, the Ray job is lost (not failed), and one
+    new gang builds the step."""
+    root, env = cluster
+    prefix = fresh(root, tmp_path)
+    proc = gang_run("jax_gang", prefix, env, tmp_path / "err")
+    first = rank_starts(root, 3, timeout=300)
+    os.kill(first[0], signal.SIGKILL)
+    wait_gone(first)
+    second = rank_starts(root, 6, timeout=300)[3:]
+    assert not set(second) & set(first)
+    (root / "gate").touch()
+    assert proc.wait(timeout=600) == 0, (tmp_path / "err").read_text()
+    assert "preempted gang/jax@v1" in (tmp_path / "err").read_text()
+    record = read_record(open_prefix(prefix), JAX)
+    assert record is not None and record.result["sum"] == 6.0
+    assert record.provenance["job"]["preemptions"] == 1
+    assert len((root / "calls").read_text().splitlines()) == 6

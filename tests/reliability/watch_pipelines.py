@@ -1,0 +1,48 @@
+"""A remote step whose job prints while it runs, for ``test_watch.py`` (issue 55).
+
+``MARIN_TEST_BACKEND`` picks the backend (default ``local``). The job prints ``tick 0``, a line
+with a terminal escape sequence, then waits for ``$MARIN_TEST_GATE`` (while printing a tick each
+0.2 s), prints ``done ticking`` and returns; ``MARIN_TEST_FAIL`` set makes it raise instead.
+``MARIN_TEST_VERSION`` (default v1) versions the job's step and its reader; ``watch/prep``
+stands apart (served once built).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from marin.execution.lazy import OUT, apply
+
+
+def ticker(out_path: str) -> str:
+    print("tick 0", flush=True)
+    print("colour \x1b[31mred\x1b[0m and a bell \x07", flush=True)
+    gate, n = os.environ.get("MARIN_TEST_GATE", ""), 1
+    while gate and not os.path.exists(gate) and n < 1500:  # at most 5 minutes, left alone
+        time.sleep(0.2)
+        print(f"tick {n}", flush=True)
+        n += 1
+    print("done ticking", flush=True)
+    if os.environ.get("MARIN_TEST_FAIL"):
+        raise RuntimeError("told to fail")
+    os.makedirs(out_path, exist_ok=True)
+    return "ticked"
+
+
+def summarize(model: str) -> str:
+    return f"read {model}"
+
+
+def prepare() -> str:
+    return "prepared"
+
+
+_version = os.environ.get("MARIN_TEST_VERSION", "v1")
+_train = apply("watch/train", ticker, version=_version, out_path=OUT).with_options(
+    remote=os.environ.get("MARIN_TEST_BACKEND", "local")
+)
+pipeline = [
+    apply("watch/prep", prepare, version="v1"),
+    apply("watch/report", summarize, version=_version, model=_train),
+]
