@@ -39,6 +39,10 @@ def _isolate_xdist_worker() -> None:
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
     for name in ("home", "tmp", "jobs"):
         os.mkdir(os.path.join(root, name), 0o700)
+    # Searchable, not listable, by others: as root, the PostgreSQL harness runs its server as
+    # the postgres user in a folder under TMPDIR, which it must be able to reach.
+    for folder in (root, os.path.join(root, "tmp")):
+        os.chmod(folder, 0o711)
     os.environ["HOME"] = os.path.join(root, "home")
     os.environ["TMPDIR"] = os.path.join(root, "tmp")
     os.environ["MARIN_LOCAL_JOBS"] = os.path.join(root, "jobs")
