@@ -94,6 +94,26 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.numprocesses = workers
         if config.option.dist == "no":
             config.option.dist = "loadfile"
+            # Files go out in the order pytest_collection_modifyitems below gives them, not
+            # xdist's (most tests first, which leaves the few long end-to-end files for last).
+            config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker, the files with the most ``slow`` tests (servers, engines,
+    subprocesses) come first, then those with the most tests: a worker that is handed the last
+    file is handed a short one, so neither waits long for the other at the end."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    weight: dict[str, tuple[int, int]] = {}
+    for item in items:
+        slow, count = weight.get(_file_of(item), (0, 0))
+        weight[_file_of(item)] = (slow - (item.get_closest_marker("slow") is not None), count - 1)
+    items.sort(key=lambda item: weight[_file_of(item)])  # stable: in-file order holds
+
+
+def _file_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 @pytest.fixture(autouse=True)
