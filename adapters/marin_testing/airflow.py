@@ -1,9 +1,10 @@
 """A throw-away Airflow installation for tests: temporary ``AIRFLOW_HOME``, SQLite, no examples.
 
 ``airflow db migrate`` costs seconds, so the first sandbox of a process migrates a template
-database and later sandboxes copy it. Every Airflow command runs in a subprocess
-(``python -m airflow``), so the test process never imports Airflow's heavy machinery and
-sandboxes never share state.
+database and later sandboxes copy it. Every Airflow command runs in a process of its own, so
+the test process never imports Airflow's heavy machinery and sandboxes never share state:
+``python -m airflow``, or for ``airflow dags test`` a child forked from the sandbox's fork server,
+which has Airflow and its execution API loaded already (:mod:`marin_testing.airflow_fork`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from marin_testing.airflow_fork import ForkServer
 
 _template_lock = threading.Lock()
 _template_db: str | None = None
@@ -50,6 +53,7 @@ class AirflowSandbox:
         self.pythonpath = [os.path.abspath(p) for p in pythonpath]
         os.makedirs(self.home, exist_ok=True)
         self._migrated = False
+        self._fork_server: ForkServer | None = None
 
     @property
     def db_path(self) -> str:
@@ -125,12 +129,29 @@ class AirflowSandbox:
         env: Mapping[str, str] | None = None,
         timeout: float = 300,
     ) -> subprocess.CompletedProcess[str]:
-        """``airflow dags test DAG_ID`` (tasks run one by one, in-process); returns the result."""
+        """``airflow dags test DAG_ID`` (tasks run one by one, in-process); returns the result.
+
+        It runs in a child forked from this sandbox's fork server (:mod:`.airflow_fork`: Airflow
+        and its execution API loaded once), unless its Airflow settings differ from the
+        server's: then in a plain ``python -m airflow`` process.
+        """
         self.migrate()
         args = ["dags", "test", dag_id]
         if conf is not None:
             args += ["--conf", json.dumps(dict(conf))]
+        command_env = self.env(dags_folder, env)
+        if self._fork_server is None:
+            log = os.path.join(self.root, "airflow-fork-server.log")
+            self._fork_server = ForkServer(self.env(dags_folder), self.root, log)
+        if self._fork_server.accepts(command_env, self.root):
+            return self._fork_server.run(args, command_env, timeout)
         return self.airflow(*args, dags_folder=dags_folder, env=env, timeout=timeout)
+
+    def close(self) -> None:
+        """Stop this sandbox's fork server, if it started one (it also stops at exit)."""
+        if self._fork_server is not None:
+            self._fork_server.close()
+            self._fork_server = None
 
     # --- reading results back --------------------------------------------------------------
 
@@ -169,11 +190,24 @@ an outgoing connection, is never one of these, so a port found free stays free m
 until the server that needs it binds."""
 
 
+def _port_range() -> tuple[int, int]:
+    """``_PORT_RANGE``, or this pytest-xdist worker's slice of it: two workers of one test run
+    never pick the same port."""
+    low, high = _PORT_RANGE
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if count <= 1 or not worker[2:].isdigit():
+        return low, high
+    span = (high - low) // count
+    low += int(worker[2:]) % count * span
+    return low, low + span
+
+
 def free_port() -> int:
     """A loopback port free now, outside the ephemeral range when one can be found there."""
     rng = random.Random()
     for _ in range(50):
-        port = rng.randrange(*_PORT_RANGE)
+        port = rng.randrange(*_port_range())
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -221,22 +255,29 @@ def stop_session(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
     SIGTERM, then a second SIGTERM (Airflow's scheduler can hang on the first: "Signal
     again..."), then SIGKILL for whatever is left. Only that session's processes are signalled.
     """
-    sid = proc.pid
+    stop_sessions([proc], grace)
+
+
+def stop_sessions(procs: Sequence[subprocess.Popen[Any]], grace: float = 10.0) -> None:
+    """:func:`stop_session` for several sessions at once: each step signals every session
+    still running, so stopping them all takes as long as the slowest, not the sum."""
+    left = list(procs)
 
     def signal_all(sig: int) -> None:
-        for pid in session_members(sid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
+        for proc in left:
+            for pid in session_members(proc.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
 
     def wait_empty(seconds: float) -> bool:
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=0.1)
-            if not session_members(sid):
-                return True
+        while True:
+            for proc in left:
+                proc.poll()  # reaps a leader that has exited
+            left[:] = [proc for proc in left if session_members(proc.pid)]
+            if not left or time.monotonic() > deadline:
+                return not left
             time.sleep(0.1)
-        return not session_members(sid)
 
     for sig in (signal.SIGTERM, signal.SIGTERM):
         signal_all(sig)
@@ -245,8 +286,9 @@ def stop_session(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
     else:
         signal_all(signal.SIGKILL)
         wait_empty(grace)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace)
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
 
 
 class AirflowServices:
@@ -294,6 +336,7 @@ class AirflowServices:
         self._procs: dict[str, subprocess.Popen[Any]] = {}
         self._logs: list[Any] = []
         self._triggered = 0
+        self._token: str | None = None
         # Components started one by one each invent a JWT secret unless they share one, and the
         # execution API then rejects the workers' tokens ("Signature verification failed").
         self._jwt_secret = secrets.token_hex(32)
@@ -313,7 +356,10 @@ class AirflowServices:
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+                # New DAG files are found within about a second (defaults: 300 s, checked
+                # every 5 s).
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "1",
+                "AIRFLOW__DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL": "1",
                 **self._extra,
             },
         )
@@ -406,9 +452,8 @@ class AirflowServices:
         self.stop()
 
     def stop(self) -> None:
-        """Stop every component and everything it started, by session."""
-        for proc in reversed(list(self._procs.values())):
-            stop_session(proc)
+        """Stop every component and everything it started, by session, all at once."""
+        stop_sessions(list(self._procs.values()))
         self._procs.clear()
         for log in self._logs:
             log.close()
@@ -460,16 +505,35 @@ class AirflowServices:
         return None
 
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
-        """Trigger a run through the CLI (it talks to the same database); return its run id."""
+        """Trigger a run with a run id of ours through the REST API; return the run id."""
         self._triggered += 1
         run_id = f"marin_test_{self._triggered}_{os.getpid()}_{time.time_ns()}"
-        args = ["dags", "trigger", dag_id, "--run-id", run_id]
-        if conf is not None:
-            args += ["--conf", json.dumps(dict(conf))]
-        proc = self.airflow(*args)
-        if proc.returncode != 0:
-            raise RuntimeError(f"airflow dags trigger failed:\n{proc.stdout[-3000:]}{proc.stderr}")
-        return run_id
+        body = {"dag_run_id": run_id, "logical_date": None, "conf": dict(conf or {})}
+        return str(self.rest("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)["dag_run_id"])
+
+    def rest(self, method: str, path: str, body: Any = None) -> Any:
+        """One call of the api-server's REST API as a user makes it (bearer token), as JSON.
+
+        The harness runs the simple auth manager with every user an admin, so ``GET
+        /auth/token`` hands out a token without credentials.
+        """
+        import json
+        import urllib.request
+
+        base = f"http://127.0.0.1:{self.port}"
+        if self._token is None:
+            with urllib.request.urlopen(f"{base}/auth/token", timeout=30) as response:
+                self._token = str(json.load(response)["access_token"])
+        request = urllib.request.Request(
+            f"{base}{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.load(response)
+
+    trigger_rest = trigger
 
     def airflow(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         """The ``airflow`` command against these services (their environment and folder)."""

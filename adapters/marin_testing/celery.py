@@ -196,7 +196,6 @@ class CeleryServices(AirflowServices):
         self._redis: ServiceProcess | None = None
         self._postgres: PostgresServer | None = None
         self._workers: dict[str, ServiceProcess] = {}
-        self._token: str | None = None
         self.sessions: list[int] = []
         """Every session this harness started (lost workers too): empty after :meth:`stop`."""
 
@@ -291,33 +290,6 @@ class CeleryServices(AirflowServices):
                 return f"{self.celery_host(name)} ready." in f.read()
 
         wait_for(f"Celery worker {name}", ready, timeout, worker.check_alive)
-
-    def rest(self, method: str, path: str, body: Any = None) -> Any:
-        """One call of the api-server's REST API as a user makes it (bearer token), as JSON.
-
-        The harness runs the simple auth manager with every user an admin, so ``GET
-        /auth/token`` hands out a token without credentials.
-        """
-        import json
-        import urllib.request
-
-        base = f"http://127.0.0.1:{self.port}"
-        if self._token is None:
-            with urllib.request.urlopen(f"{base}/auth/token", timeout=30) as response:
-                self._token = str(json.load(response)["access_token"])
-        request = urllib.request.Request(
-            f"{base}{path}",
-            method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.load(response)
-
-    def trigger_rest(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
-        """Trigger a run with ``POST /api/v2/dags/ID/dagRuns``; return its run id."""
-        body = {"logical_date": None, "conf": dict(conf or {})}
-        return str(self.rest("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)["dag_run_id"])
 
     def celery_host(self, name: str) -> str:
         return f"{name}@{socket.gethostname()}"

@@ -33,7 +33,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 
-HARNESS_STARTUP_TIMEOUT_S = 60
+HARNESS_STARTUP_TIMEOUT_S = 120  # two test workers may start theirs at once
 
 _lock = threading.Lock()
 _stack: ExitStack | None = None

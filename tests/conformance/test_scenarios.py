@@ -67,24 +67,6 @@ def test_rerun_skips_everything(
     assert [os.stat(p).st_mtime_ns for p in records] == mtimes
 
 
-def test_concurrency_reaches_but_never_exceeds_limit(
-    runner: Any, local_prefix: str, env: dict[str, str], calls_file: str
-) -> None:
-    if not runner.supports("concurrency"):
-        pytest.skip(f"{runner.name} runs tasks one at a time here")
-    limit = 3
-    env = {**env, LIMIT_ENV: str(limit)}  # the leaves meet at the limit by events, not timing
-    assert runner.run(f"{S}:wide", prefix=local_prefix, max_concurrent=limit, env=env)
-    calls = read_calls(calls_file)
-    timeline = sorted((c["t"], 1 if c["event"] == "start" else -1) for c in calls)
-    running = peak = 0
-    for _, delta in timeline:
-        running += delta
-        peak = max(peak, running)
-    assert peak == limit
-    assert len(events(calls, "end")) == WIDE_LEAVES + 2
-
-
 def test_failure_stops_dependents_and_new_steps(
     runner: Any, local_prefix: str, env: dict[str, str], calls_file: str
 ) -> None:
@@ -168,3 +150,23 @@ def test_every_record_says_who_built_it(
         assert unit == {key: expected[key] for key in unit}, (unit, expected)
         units.add(json.dumps(prov["engine"], sort_keys=True))
     assert runner.engine is None or len(units) == 4, units
+
+
+# Last: its limit is a variable of the workers' environment, so the Airflow runner restarts its
+# shared services for it (and would again for every scenario after it).
+def test_concurrency_reaches_but_never_exceeds_limit(
+    runner: Any, local_prefix: str, env: dict[str, str], calls_file: str
+) -> None:
+    if not runner.supports("concurrency"):
+        pytest.skip(f"{runner.name} runs tasks one at a time here")
+    limit = 3
+    env = {**env, LIMIT_ENV: str(limit)}  # the leaves meet at the limit by events, not timing
+    assert runner.run(f"{S}:wide", prefix=local_prefix, max_concurrent=limit, env=env)
+    calls = read_calls(calls_file)
+    timeline = sorted((c["t"], 1 if c["event"] == "start" else -1) for c in calls)
+    running = peak = 0
+    for _, delta in timeline:
+        running += delta
+        peak = max(peak, running)
+    assert peak == limit
+    assert len(events(calls, "end")) == WIDE_LEAVES + 2

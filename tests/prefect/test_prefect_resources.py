@@ -25,6 +25,8 @@ from tests.conformance.scenarios import read_calls
 from tests.prefect.prefect_helpers import flow_run_id, task_runs
 from tests.resources import resource_pipelines as rp
 
+ROOT = Path(__file__).resolve().parents[2]
+
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
@@ -120,7 +122,7 @@ def test_timeout_becomes_timeout_seconds_and_fails_the_step(tmp_path: Path) -> N
 def test_export_create_limits_sizes_the_limits_the_pipeline_uses() -> None:
     from marin_prefect.cli import ExportError, resource_limits
 
-    target = "tests/resources/resource_pipelines.py:placed"  # asks for cpu, memory, gpu, tpu
+    target = f"{ROOT}/tests/resources/resource_pipelines.py:placed"  # cpu, memory, gpu, tpu
     hint = resource_limits(target, None)
     assert "  prefect gcl create marin-tpu --limit <capacity>" in hint
     with pytest.raises(ExportError, match="no capacity for tpu.*,tpu=N"):

@@ -25,7 +25,7 @@ from tests.reliability.conftest import child_env
 from tests.sweeps import pipelines
 
 ROOT = Path(__file__).resolve().parents[2]
-TARGET = "tests/sweeps/pipelines.py:points"
+TARGET = f"{ROOT}/tests/sweeps/pipelines.py:points"  # absolute: a worker's cwd is its own
 LINE = "sweep of 16 points: 35 unique of 80 requested"
 
 
@@ -180,7 +180,7 @@ def test_three_drivers_on_one_prefix_build_each_unique_step_once(tmp_path: Path)
         env = child_env(HOME=str(home), TMPDIR=str(home / "tmp"))
         env[pipelines.CALLS_ENV] = str(calls)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env["PYTHONPATH"]])
-        args = ["run", f"{ROOT}/{TARGET}", "--prefix", str(prefix), "--no-progress",
+        args = ["run", TARGET, "--prefix", str(prefix), "--no-progress",
                 "--max-concurrent", "4"]  # fmt: skip
         procs.append(subprocess.Popen(
             [sys.executable, "-c", code, *args], cwd=home, env=env,
