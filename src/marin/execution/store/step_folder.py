@@ -365,6 +365,9 @@ class Attempt:
     payload: str | None = None
     """The canonical config its fingerprint hashes: what a later attempt of another config
     compares field by field. None when absent, or when it does not hash to ``fingerprint``."""
+    first_started_at: str = ""
+    """When attempt 1 of the attempts this one resumes began ("": this is the first, or not
+    recorded): what a resumed build's note says the earlier attempts took."""
 
     def to_json(self) -> bytes:
         body: dict[str, Any] = {
@@ -381,6 +384,8 @@ class Attempt:
             body["job"] = self.job.to_json()
         if self.payload is not None:
             body["payload"] = self.payload
+        if self.first_started_at:
+            body["first_started_at"] = self.first_started_at
         return (json.dumps(body, sort_keys=True) + "\n").encode()
 
     @classmethod
@@ -398,12 +403,13 @@ class Attempt:
             return None
         if not isinstance(started, str) or not isinstance(holder, str):
             return None
-        placement = data.get("placement")
+        placement, first = data.get("placement"), data.get("first_started_at", "")
         return cls(
             number, fingerprint, CodeDigest.from_record(data.get("code")), started, holder,
             data.get("resumed") is True, JobRecord.from_json(data.get("job")),
             _inputs(data.get("inputs")), placement if isinstance(placement, str) else "",
             _payload_of(data.get("payload"), fingerprint),
+            first[:64] if isinstance(first, str) else "",
         )  # fmt: skip
 
     def age(self, now: float | None = None) -> str:
