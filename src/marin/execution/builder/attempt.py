@@ -245,12 +245,13 @@ def finish_attempt(location: Location, spec: StepSpec) -> None:
 
 
 def attempt_provenance(attempt: Attempt | None) -> dict[str, Any]:
-    """The record's ``provenance.attempt``: which attempt committed, and whether it resumed."""
+    """The record's ``provenance.attempt``: which attempt committed, and whether it resumed;
+    for a resumed one, ``provenance.earlier_attempts_s``: how long before it attempt 1 began."""
     if attempt is None:
         return {}
-    body: dict[str, Any] = {"number": attempt.number, "resumed": attempt.resumed}
+    found: dict[str, Any] = {"attempt": {"number": attempt.number, "resumed": attempt.resumed}}
     start = parse_stored_time(attempt.started_at)
     first = parse_stored_time(attempt.first_started_at)
     if attempt.resumed and start is not None and first is not None and first <= start:
-        body["earlier_s"] = round((start - first).total_seconds(), 3)  # the attempts it resumed
-    return {"attempt": body}
+        found["earlier_attempts_s"] = round((start - first).total_seconds(), 3)  # timing.py
+    return found

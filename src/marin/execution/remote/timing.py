@@ -54,9 +54,10 @@ def _job_span(job: dict[str, Any], finished_at: str) -> float | None:
     return (end - start).total_seconds()
 
 
-def _earlier(attempt: dict[str, Any]) -> str:
-    """`` (attempts 1-2 began 12m earlier)``: when the attempts this one resumed began."""
-    number, earlier = attempt.get("number"), attempt.get("earlier_s")
+def _earlier(attempt: dict[str, Any], earlier: object) -> str:
+    """`` (attempts 1-2 began 12m earlier)``: when the attempts this one resumed began
+    (``earlier``: the record's ``provenance.earlier_attempts_s``)."""
+    number = attempt.get("number")
     if type(number) is not int or number < 2 or not isinstance(earlier, int | float):
         return ""
     if isinstance(earlier, bool) or not math.isfinite(earlier) or earlier < 0:
@@ -86,7 +87,7 @@ def build_timing(
     if isinstance(attempt, dict) and attempt.get("resumed") is True:
         number = attempt.get("number")
         resumed = f"resumed attempt {number}" if type(number) is int else "resumed"
-        notes.append(resumed + _earlier(attempt))
+        notes.append(resumed + _earlier(attempt, prov.get("earlier_attempts_s")))
     return BuildTiming(duration, here, "; ".join(notes))
 
 
