@@ -244,6 +244,8 @@ def _foreign_status(found: ForeignRecord) -> dict[str, Any]:
 
 
 def ls_json(location: Location, entries: list[Entry]) -> dict[str, Any]:
+    from marin.execution.remote.timing import record_timing
+
     return {
         "prefix": location.url,
         "artifacts": [
@@ -255,7 +257,7 @@ def ls_json(location: Location, entries: list[Entry]) -> dict[str, Any]:
                 "output_path": location.url_for(e.output_path),
                 "fingerprint": e.record.fingerprint,
                 "finished_at": e.record.finished_at,
-                "duration_s": e.record.duration_s,
+                **record_timing(e.record).to_json(),  # a reattached job's own time
                 "user": (e.record.provenance or {}).get("user"),
                 "host": (e.record.provenance or {}).get("host"),
                 "pid": (e.record.provenance or {}).get("pid"),
@@ -281,6 +283,8 @@ def ls_json(location: Location, entries: list[Entry]) -> dict[str, Any]:
 
 def _built_row(e: Entry, where: bool, scoped: bool) -> list[str]:
     """One built step's cells, as plain (safe) text."""
+    from marin.execution.remote.timing import record_timing
+
     assert e.record is not None
     row = [
         safe_text(e.step_id),
@@ -288,7 +292,7 @@ def _built_row(e: Entry, where: bool, scoped: bool) -> list[str]:
         safe_text(human_time(e.record.finished_at)),
         safe_text(who(e.record)),
         human_size(e.size),
-        f"{e.record.duration_s:.2f}s",
+        f"{record_timing(e.record).duration_s:.2f}s",
     ]
     if where:
         row += [
@@ -391,13 +395,13 @@ def _lease_gone(info: LeaseInfo | None) -> str:
     return f"its lease expired {time.time() - info.expires_at:.0f}s ago"
 
 
-def _duration_note(record: ArtifactRecord) -> str:
-    """`` (this build's part: reattached to its job, submitted 25s before the commit)``: what
-    a record's duration leaves out, or ""."""
-    from marin.execution.remote.view import build_note
+def _duration_text(record: ArtifactRecord) -> str:
+    """``25.300s (reattached: the job's time; 0.2s waited here)``: a record's duration
+    (``record_timing``) and what it means."""
+    from marin.execution.remote.timing import record_timing
 
-    note = build_note(record.provenance, record.build_id, record.finished_at)
-    return f" (this build's part: {note})" if note else ""
+    timing = record_timing(record)
+    return f"{timing.duration_s:.3f}s" + (f" ({timing.note})" if timing.note else "")
 
 
 def _job_lines(location: Location, output_path: str) -> list[str]:
@@ -677,7 +681,7 @@ def _built_lines(
         f"  type         {record.artifact_type}",
         f"  fingerprint  {record.fingerprint}",
         f"  built        {human_time(record.started_at)} -> {human_time(record.finished_at)}",
-        f"  duration     {record.duration_s:.3f}s{_duration_note(record)}",
+        f"  duration     {_duration_text(record)}",
         f"  by           {who(record)} (pid {prov.get('pid', '?')})",
         f"  engine       {engine_text(record)}",
         *([f"  job          {job_text(record)}"] if job_text(record) else []),

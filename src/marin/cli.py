@@ -288,8 +288,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     location, output_path = resolve_show_target(args.what, args.prefix)
     if args.json:
         record = read_record(location, output_path)
-        if record is not None:
-            sys.stdout.write(safe_json(record.to_json(indent=2)))
+        if record is not None:  # the record, and its timing as every view reads it
+            from marin.execution.remote.timing import record_timing
+
+            shown = {**json.loads(record.to_json()), "timing": record_timing(record).to_json()}
+            text = json.dumps(shown, sort_keys=True, indent=2, ensure_ascii=False)
+            sys.stdout.write(safe_json(text) + "\n")
             return EXIT_OK
     text, code = show_record(location, output_path)
     sys.stdout.write(text)
@@ -777,7 +781,7 @@ def _add_show_command(commands: Any) -> None:
         help="name@version (ngram/dataset@v1), a name (ngram/dataset), or an output's path/URL",
     )
     _add_global(show)
-    show.add_argument("--json", action="store_true", help="the raw record.json")
+    show.add_argument("--json", action="store_true", help="the record (record.json) and its timing")
     show.set_defaults(func=cmd_show)
 
 

@@ -28,8 +28,8 @@ from marin.execution.builder.step_logs import (
 )
 from marin.execution.plan.decide import BUILT_REASON
 from marin.execution.remote.follow import LiveJob, live_jobs
-from marin.execution.remote.view import build_note
-from marin.execution.store.records import log_path
+from marin.execution.remote.timing import record_timing
+from marin.execution.store.records import ArtifactRecord, log_path
 from marin.execution.vocabulary import BuildOutcomeKind, RunResult
 from marin.terminal_text import cell_width, cut_middle, safe_rich, safe_text, table_lines
 
@@ -322,11 +322,10 @@ def summary_rows(
     skipped_reason: dict[str, str] = {}
     not_run: dict[str, str] = {}
     unchanged_reason: dict[str, str] = {}
-    built_note: dict[str, str] = {}  # a reattached job's age, a resumed attempt
+    committed: dict[str, ArtifactRecord] = {}  # its timing: a reattached job's, a resumed attempt
     if report is not None:
         for path, outcome in report.outcomes.items():
-            record = outcome.record
-            built_note[path] = build_note(record.provenance, record.build_id, record.finished_at)
+            committed[path] = outcome.record
         for result in report.results():
             path = result.spec.output_path
             if result.action == RunResult.SKIPPED:
@@ -354,8 +353,8 @@ def summary_rows(
     for spec in steps:
         run = runs.get(spec.step_id)
         if run is not None:
-            notes = (unchanged_reason.get(spec.output_path, ""), built_note.get(spec.output_path))
-            row = _row_of_run(spec, run, *notes)
+            row = _row_of_run(spec, run, unchanged_reason.get(spec.output_path, ""),
+                              committed.get(spec.output_path))  # fmt: skip
             if row.result == INTERRUPTED_LABEL:  # cut short: why, and whether its job runs on
                 row = SummaryRow(row.step, row.result, None, not_run.get(spec.output_path, ""))
             rows.append(row)
@@ -371,10 +370,11 @@ def summary_rows(
 
 
 def _row_of_run(
-    spec: StepSpec, run: StepRun, unchanged_note: str, built_note: str | None
+    spec: StepSpec, run: StepRun, unchanged_note: str, record: ArtifactRecord | None
 ) -> SummaryRow:
     """The row of a step the runner started: its result in ``marin run --json``'s words;
-    ``built_note``: what its duration does not say (``build_note``)."""
+    ``record``: what it committed, whose timing (``record_timing``) its duration and note are
+    (a reattached job's own time, this run's share said in the note)."""
     if run.action == RunResult.FAILED:
         error = run.error
         note = f"{type(error).__name__}: {error}" if error is not None else ""
@@ -385,8 +385,10 @@ def _row_of_run(
         # Early cutoff: checked, not built; its few milliseconds are no build time.
         return SummaryRow(spec.step_id, RunResult.UNCHANGED, None, unchanged_note)
     result = RunResult.BUILT if run.action == BuildOutcomeKind.BUILT else RunResult.BUILT_BY_OTHER
-    note = built_note or "" if result == RunResult.BUILT else ""  # another runner's is theirs
-    return SummaryRow(spec.step_id, result, run.duration, note)
+    if result != RunResult.BUILT or record is None or run.duration is None:
+        return SummaryRow(spec.step_id, result, run.duration)  # another runner's is theirs
+    timing = record_timing(record, run.duration)
+    return SummaryRow(spec.step_id, result, timing.duration_s, timing.note)
 
 
 def _unchanged_note(reason: str) -> str:

@@ -11,6 +11,8 @@ releases its lease itself). What a job printed is shown with its control charact
 
 from __future__ import annotations
 
+import io
+import os
 import re
 import time
 from collections.abc import Callable
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 from marin.execution.errors import MarinError
 from marin.execution.remote.fence import UnseenJobError, is_this_steps, stop_job
+from marin.execution.remote.log_tail import each_line, tail_lines
 from marin.execution.remote.protocol import log_lines
 from marin.execution.remote.registry import get_backend
 from marin.execution.remote.view import job_age, short_duration
@@ -247,13 +250,16 @@ def follow_step_log(
     path = location.path(log_path(output_path))
     if not location.has_file(path):
         return False
-    data = location.read_file(path)
-    shown = log_lines(data.decode(errors="replace"))
-    for line in shown if lines is None else shown[-lines:] if lines else []:
-        write(safe_text(line) + "\n")
+    # By lines, a long one cut: on local disk never the whole log in memory.
+    local = location.is_local
+    with open_local(path, "rb") if local else io.BytesIO(location.read_file(path)) as f:
+        offset = f.seek(0, os.SEEK_END)
+        f.seek(0)
+        for line in each_line(f) if lines is None else tail_lines(f, lines):
+            write(safe_text(line) + "\n")
     if not (follow and location.is_local):
         return True
-    offset, partial = len(data), b""
+    partial = b""
     while True:
         info = read_lease(location, output_path)
         with open_local(path, "rb") as f:  # never through a link; grows while the step builds

@@ -36,6 +36,7 @@ from marin.execution.remote.fence import fence_cleared, fence_previous
 from marin.execution.store.identity import Recipe
 from marin.execution.store.lease import Heartbeat, Lease
 from marin.execution.store.location import Location, with_retries
+from marin.execution.store.records import parse_stored_time
 from marin.execution.store.step_folder import (
     Attempt,
     checkpoint_dir,
@@ -200,10 +201,11 @@ def start_attempt(
     resumed = verdict is not None and verdict.resume
     if not resumed:
         remove_checkpoints(location, spec)
-    code = recipe.code
+    code, first = recipe.code, ""
     if resumed and verdict is not None and verdict.previous is not None:
         # Resumed across a code change (under warn): what it makes is made by both codes.
         code = mixed_digest(verdict.previous.code, code)
+        first = verdict.previous.first_started_at or verdict.previous.started_at
     attempt = Attempt(
         number=verdict.next_number if verdict is not None else 1,
         fingerprint=recipe.fingerprint,
@@ -215,6 +217,7 @@ def start_attempt(
         placement=recipe.placement,
         payload=spec.fingerprint_payload,
         ranks=ranks_of(spec.run),
+        first_started_at=first,
     )
     write_attempt(location, spec.output_path, attempt)
     if recipe.step_id in recipe.repaired:
@@ -245,7 +248,13 @@ def finish_attempt(location: Location, spec: StepSpec) -> None:
 
 
 def attempt_provenance(attempt: Attempt | None) -> dict[str, Any]:
-    """The record's ``provenance.attempt``: which attempt committed, and whether it resumed."""
+    """The record's ``provenance.attempt``: which attempt committed, and whether it resumed;
+    for a resumed one, ``provenance.earlier_attempts_s``: how long before it attempt 1 began."""
     if attempt is None:
         return {}
-    return {"attempt": {"number": attempt.number, "resumed": attempt.resumed}}
+    found: dict[str, Any] = {"attempt": {"number": attempt.number, "resumed": attempt.resumed}}
+    start = parse_stored_time(attempt.started_at)
+    first = parse_stored_time(attempt.first_started_at)
+    if attempt.resumed and start is not None and first is not None and first <= start:
+        found["earlier_attempts_s"] = round((start - first).total_seconds(), 3)  # timing.py
+    return found

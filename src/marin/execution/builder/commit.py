@@ -949,6 +949,8 @@ def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRec
     if held.remote is not None and held.remote.job is not None:
         provenance["job"] = held.remote.job.to_json(code=False)  # which job built it
         provenance["job"].update(held.remote.gang)  # a gang's ranks: host, state of each
+        if held.remote.job_ended_at:
+            provenance["job"]["ended_at"] = held.remote.job_ended_at  # its own end: timing.py
         code = held.remote.job.code  # the code it ran (other, reattached under warn: drift)
     if held.attempt is not None and held.attempt.resumed:
         code = mixed_digest(held.attempt.code, code)  # resumed across a code change: both

@@ -39,6 +39,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from marin.execution.errors import CodeDriftError, LeaseLostError, RemoteJobError
@@ -111,6 +112,9 @@ class RemoteBuild:
     gang: dict[str, Any] = field(default_factory=dict)
     """A gang's ranks as its job ended (``ranks``: host and state of each) and their
     ``rank_placement``: the record keeps them beside its job."""
+    job_ended_at: str = ""
+    """When its job ended (ISO), as the backend says, else as this driver saw it: the record
+    keeps it beside its job (a collected job's duration is the job's, ``timing.py``)."""
     on_lines: Callable[[list[str]], None] | None = field(default=None)
     """Where the job's output goes while it runs (the step's log and the terminal), from
     any thread; None: only its tail, once it ended."""
@@ -475,6 +479,7 @@ class _RemoteCall:
         if tail and not followed:  # a followed job's output is in the log already
             sys.stdout.write(f"[{job.backend} job {job.job_id}]\n{tail}\n")  # into log.txt
         if status.state == JobState.SUCCEEDED and status.result is not None:
+            build.job_ended_at = _iso(status.ended_at) or now_iso()
             try:
                 outcome = Outcome.parse(status.result)
             except ValueError as exc:
@@ -504,6 +509,15 @@ class _RemoteCall:
             detail += (f", after {job.preemptions} preemptions (max_preemptions="
                        f"{self.remote.max_preemptions})")  # fmt: skip
         raise _failed(self.step_id, job, detail, tail)
+
+
+def _iso(epoch: float | None) -> str:
+    """``epoch`` as a stored time ("" for None, or a value no clock gives)."""
+    try:
+        when = None if epoch is None else datetime.fromtimestamp(epoch, UTC)
+        return "" if when is None else when.isoformat("T", "milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return ""
 
 
 def _job_record(

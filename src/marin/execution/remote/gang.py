@@ -56,14 +56,27 @@ def _die_with_supervisor() -> None:
     _libc.prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
+RANK_LINE_MOST = 4 << 20
+"""A rank's line is copied into the job's log by pieces of at most this (a progress bar
+without a newline never grows the supervisor's memory): each piece a labelled line."""
+_write_lock = threading.Lock()
+
+
 def _copy(source: IO[bytes], rank_log: str, rank: int) -> None:
-    """A rank's output: into its own log, and into the job's with its rank."""
+    """A rank's output: into its own log, and into the job's with its rank, whole lines
+    only: a piece without its newline (a long line's, or the rank's partial last line) is
+    ended with one there, so two ranks' lines never merge."""
+    piece = b""
     with open(rank_log, "ab") as own:
-        for line in iter(source.readline, b""):
-            own.write(line)
+        for piece in iter(lambda: source.readline(RANK_LINE_MOST), b""):
+            own.write(piece)
             own.flush()
-            sys.stdout.buffer.write(b"[rank %d] " % rank + line)
-            sys.stdout.flush()
+            line = piece if piece.endswith(b"\n") else piece + b"\n"
+            with _write_lock:  # one write per line: the copiers' lines never interleave
+                sys.stdout.buffer.write(b"[rank %d] " % rank + line)
+                sys.stdout.flush()
+        if piece and not piece.endswith(b"\n"):
+            own.write(b"\n")  # the rank ended in mid-line: its own log's last line is whole
 
 
 def _start(folder: str, size: int, gpus: int) -> list[subprocess.Popen[bytes]]:

@@ -32,19 +32,17 @@ import subprocess
 import sys
 import threading
 import time
-from typing import BinaryIO
 
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.errors import RemoteJobError
+from marin.execution.remote.log_tail import tail_lines
 from marin.execution.remote.procs import JOB_ENV, end_group, runs_in
-from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus, log_lines
+from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus
 from marin.execution.store.step_folder import JOB_ID
 from marin.execution.vocabulary import JobState
 
 JOBS_ENV = "MARIN_LOCAL_JOBS"
 _KILL_WAIT_S = 5.0
-LOG_TAIL_BYTES = 256 * 1024
-"""The most of a job's log the driver reads (from its end) for the lines it shows."""
 CALL, OWNER, RESULT, LOG, PID, CANCELLED, LOST, RANKS = (
     "call.pkl", "owner.json", "result.json", "log.txt", "pid.json", "cancelled", "lost.json",
     "ranks.json",
@@ -238,7 +236,8 @@ class LocalBackend:
         """``fn`` ended (returned or raised): ``isolated_child`` wrote its outcome."""
         try:
             with open(os.path.join(folder, RESULT), "rb") as f:
-                return JobStatus(JobState.SUCCEEDED, result=f.read())
+                ended = os.fstat(f.fileno()).st_mtime  # written once, as fn ended
+                return JobStatus(JobState.SUCCEEDED, result=f.read(), ended_at=ended)
         except FileNotFoundError:
             return None
 
@@ -246,12 +245,11 @@ class LocalBackend:
         folder = _folder_of(handle)
         if folder is None:
             return ""
-        try:
+        try:  # by lines, from its end: a huge line is cut, never hides those before it
             with open(os.path.join(folder, LOG), "rb") as f:
-                data = _read_tail(f, LOG_TAIL_BYTES)
+                return "\n".join(tail_lines(f, tail))
         except OSError:
             return ""
-        return "\n".join(log_lines(data.decode(errors="replace"))[-tail:])
 
     def log_location(self, handle: JobHandle) -> str:
         """The job's log file (``marin show``)."""
@@ -389,14 +387,3 @@ def _lost_detail(folder: str) -> str:
         return f"rank {int(lost['rank'])} {killed}" if "rank" in lost else f"its process {killed}"
     except (OSError, ValueError, KeyError, TypeError):
         return "its process ended without a result"
-
-
-def _read_tail(f: BinaryIO, most: int) -> bytes:
-    """At most the last ``most`` bytes of the open file ``f``, from the first whole line."""
-    size = os.fstat(f.fileno()).st_size
-    if size <= most:
-        return f.read(most)
-    f.seek(size - most)
-    data = f.read(most)
-    cut = data.find(b"\n")
-    return data[cut + 1 :] if cut >= 0 else data

@@ -75,6 +75,9 @@ class JobStatus:
     """``isolated_child``'s outcome (JSON, read back from where only the job writes), once
     ``fn`` returned or raised (state SUCCEEDED)."""
     detail: str = ""
+    ended_at: float | None = None
+    """When the job ended (seconds since the epoch), where the backend knows it: a build that
+    collects a job long ended reports the job's own time (``timing.py``), not its commit's."""
 
 
 @runtime_checkable

@@ -168,7 +168,9 @@ class RayBackend:
             if expected and secrets.compare_digest(_digest(found.group(1)), expected):
                 with contextlib.suppress(binascii.Error, ValueError):
                     data = base64.b64decode(found.group(2), validate=True)
-                    return _lost(data) or JobStatus(JobState.SUCCEEDED, result=data)
+                    ended = info.end_time / 1000 if isinstance(info.end_time, int) else None
+                    return _lost(data) or JobStatus(JobState.SUCCEEDED, result=data,
+                                                    ended_at=ended)  # fmt: skip
         return JobStatus(JobState.FAILED, detail="Ray job SUCCEEDED without Marin's outcome")
 
     def _tail(self, job_id: str, info: Any, lines: int, most: int) -> str:

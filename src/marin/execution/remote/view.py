@@ -143,29 +143,6 @@ def job_age(job: JobRecord) -> float | None:
         return None
 
 
-def build_note(provenance: object, build_id: str, finished_at: str) -> str:
-    """What a committed build's own duration does not say (a record's ``provenance``,
-    ``build_id`` and ``finished_at``): that it reattached to a job an earlier driver submitted,
-    and how long before the commit that was, or that it resumed an earlier attempt's partial
-    output. "" for a build that did all its work itself. Stored data is untrusted: whatever is
-    malformed is left out."""
-    prov = provenance if isinstance(provenance, dict) else {}
-    notes = []
-    job, attempt = prov.get("job"), prov.get("attempt")
-    if isinstance(job, dict) and job.get("build_id") not in (None, build_id):
-        notes.append("reattached to its job")  # submitted by another build: an earlier driver
-        try:
-            span = datetime.fromisoformat(finished_at) - datetime.fromisoformat(job["submitted_at"])
-            ago = short_duration(max(0.0, span.total_seconds()))
-            notes[-1] += f", submitted {ago} before the commit"
-        except (KeyError, TypeError, ValueError):
-            pass
-    if isinstance(attempt, dict) and attempt.get("resumed") is True:
-        number = attempt.get("number")
-        notes.append(f"resumed attempt {number}" if isinstance(number, int) else "resumed")
-    return "; ".join(notes)
-
-
 def other_version_jobs(location: Location, output_path: str) -> list[dict[str, Any]]:
     """The running jobs of the same step at another version (``<name>/<other>.marin/job.json``,
     one listing of the name's folder): left behind by a version bump, they run on for nothing.

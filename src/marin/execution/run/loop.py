@@ -49,7 +49,7 @@ from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Plan, Upstream
 from marin.execution.plan.options import DEFAULT_MAX_REMOTE
 from marin.execution.remote.call import running_jobs, warn_running_jobs
-from marin.execution.remote.view import build_note
+from marin.execution.remote.timing import record_timing
 from marin.execution.run.executors import Completion, CompletionKind, Executor, StepJob
 from marin.execution.run.remote_slots import Slots
 from marin.execution.run.report import (
@@ -502,9 +502,9 @@ class RunLoop:
         self.report.outcomes[path] = outcome
         self._built[path] = outcome.record
         if outcome.action == BuildOutcomeKind.BUILT and outcome.record is not None:
-            record = outcome.record  # a reattached job's age, a resumed attempt: not in it
-            note = build_note(record.provenance, record.build_id, record.finished_at)
-            log.info("finish %s in %.2fs%s", job.spec.step_id, duration, note and f" ({note})")
+            timing = record_timing(outcome.record, duration)  # a reattached job's own time
+            log.info("finish %s in %.2fs%s", job.spec.step_id, timing.duration_s,
+                     timing.note and f" ({timing.note})")  # fmt: skip
         if self.listener:
             self.listener.on_finish(outcome)
         if path in self.waiting.rebuilding:

@@ -12,6 +12,7 @@ from marin.execution.errors import PipelineFailedError, StepFailedError, list_na
 from marin.execution.pipeline.artifact import Artifact
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Plan, Policy
+from marin.execution.remote.timing import record_timing
 from marin.execution.store.location import Location
 from marin.execution.store.records import log_path
 from marin.execution.vocabulary import Action, BuildOutcomeKind, RunResult
@@ -186,7 +187,7 @@ class RunReport:
                     "step": r.spec.step_id,
                     "action": r.action,
                     "reason": r.reason,
-                    "duration_s": None if r.duration_s is None else round(r.duration_s, 6),
+                    **self._timing_json(r),
                     "output_path": r.output_url,
                     "attempts": r.attempts,
                     **self._resumed(r.spec.output_path),
@@ -195,6 +196,14 @@ class RunReport:
                 for r in results
             ],
         }
+
+    def _timing_json(self, r: StepResult) -> dict[str, Any]:
+        """``duration_s`` (a reattached job's own time), ``duration_here_s`` (this run's share)
+        and ``duration_note`` of a step built here (``record_timing``); others' ``duration_s``."""
+        outcome = self.outcomes.get(r.spec.output_path)
+        if r.duration_s is None or outcome is None or outcome.action != BuildOutcomeKind.BUILT:
+            return {"duration_s": None if r.duration_s is None else round(r.duration_s, 6)}
+        return record_timing(outcome.record, r.duration_s).to_json()
 
     def _resumed(self, path: str) -> dict[str, Any]:
         """A resumable step built in this run: which attempt of its build committed (counting

@@ -371,6 +371,9 @@ class Attempt:
     ranks: int = 0
     """The world size its job ran with (1: no gang; 0: not recorded). Placement, not
     identity: a later attempt of another world size still resumes, and says so."""
+    first_started_at: str = ""
+    """When attempt 1 of the attempts this one resumes began ("": this is the first, or not
+    recorded): what a resumed build's note says the earlier attempts took."""
 
     def to_json(self) -> bytes:
         body: dict[str, Any] = {
@@ -389,6 +392,8 @@ class Attempt:
             body["payload"] = self.payload
         if self.ranks:
             body["ranks"] = self.ranks
+        if self.first_started_at:
+            body["first_started_at"] = self.first_started_at
         return (json.dumps(body, sort_keys=True) + "\n").encode()
 
     @classmethod
@@ -409,11 +414,13 @@ class Attempt:
         placement, ranks = data.get("placement"), data.get("ranks")
         if type(ranks) is not int or not 1 <= ranks <= 1 << 30:
             ranks = 0  # not recorded, or not a world size: unknown, never a guess
+        first = data.get("first_started_at", "")
         return cls(
             number, fingerprint, CodeDigest.from_record(data.get("code")), started, holder,
             data.get("resumed") is True, JobRecord.from_json(data.get("job")),
             _inputs(data.get("inputs")), placement if isinstance(placement, str) else "",
             _payload_of(data.get("payload"), fingerprint), ranks,
+            first[:64] if isinstance(first, str) else "",
         )  # fmt: skip
 
     def age(self, now: float | None = None) -> str:
