@@ -547,14 +547,16 @@ class Executor:
         excused: list[str],
     ) -> None:
         """Each config the sweep yielded is served its own clean build; a record from before
-        the run may be served drifted under ``warn``, and a build from inputs allowed to differ
-        may differ (docs/caching.md)."""
+        the run may be served drifted under ``warn``, an output damaged by hand is served as it
+        is, and a build from inputs allowed to differ may differ (docs/caching.md)."""
         model = self.world.model
         for (k, version), path in zip(wanted, paths, strict=True):
             want = ORACLE.expected(model.replace(step, k=k))[step]
             got = stored(self.world.path("prefix", path))
-            old = got.record is not None and got.record.get("build_id") == before.get(path)
-            if got.found == want or (old and opts.on_drift == "warn") or excused:
+            build = (got.record or {}).get("build_id")
+            old = got.record is not None and build == before.get(path)
+            damaged = old and str(build) in self.world.hand.outputs
+            if got.found == want or (old and opts.on_drift == "warn") or damaged or excused:
                 continue
             self.add(
                 [

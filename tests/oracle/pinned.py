@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from tests.oracle.history import History
 from tests.oracle.ops import (
+    DeleteOutput,
     EditCode,
     EditConfig,
     FailRun,
@@ -198,6 +199,17 @@ PINNED: dict[str, Pinned] = {
         "the checker's own bug: a swept config built now from an input served drifted under "
         "--on-drift warn differs as that input does (docs/caching.md, exception 4); the stream "
         "check allowed drift only from a record made before the run",
+    ),
+    "a-swept-config-whose-output-was-deleted-by-hand-is-served-as-it-is": Pinned(
+        "wrong-artifact:stream",
+        History(
+            chain(2),
+            (Run(WARN), DeleteOutput(27), Stream(1, ((0, False),), RunOpts(on_drift="rebuild"))),
+        ),
+        "1183 (the soak profile)",
+        "the checker's own bug: an output damaged by hand is served as it is, the record being "
+        "the commit point (docs/caching.md, exception 3); the stream check allowed it only to "
+        "runs, not to a sweep's configs",
     ),
     "a-job-json-planted-over-a-running-jobs-is-refused-as-the-plan-says": Pinned(
         "run-failed:other",

@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
