@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from marin.execution.errors import MarinError
+from marin.execution.errors import MarinError, is_final
 from marin.execution.pipeline.versions import (
     active_codex,
     codex_json,
@@ -720,6 +720,7 @@ def _build(context: Any | None, spec: Any, location: Any, policy: Any) -> dict[s
     except BaseException as exc:
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)
         _announce_failure(context, step)
+        _fail_without_retry_if_final(exc)
         raise
     if isinstance(outcome, Pending):  # its job runs: the operator defers (not an end)
         return outcome
@@ -727,6 +728,19 @@ def _build(context: Any | None, spec: Any, location: Any, policy: Any) -> dict[s
         record_built(context, step, outcome.output_url, outcome.record)
         _record_datasets(context, inputs.values(), output)
     return _step_result(step, spec, outcome)
+
+
+def _fail_without_retry_if_final(error: BaseException) -> None:
+    """An error no retry changes (the core's ``is_final``: a cancelled remote job, an unplaced
+    gang) fails the task without Airflow's retries, as the run loop spends none on it.
+
+    Raises:
+        AirflowFailException: ``error`` is final (chained to it).
+    """
+    if is_final(error):
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(f"{error} (not retried: no retry changes it)") from error
 
 
 def _current_spec(resolved: str, target: str, step: str, fingerprint: str, fix: str) -> Any:

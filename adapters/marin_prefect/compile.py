@@ -72,6 +72,7 @@ from prefect.states import Completed, Pending, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from marin.execution.builder.outcome import waited_here
+from marin.execution.errors import is_final
 from marin.execution.pipeline.graph import Graph
 from marin.execution.pipeline.scope import check_scope
 from marin.execution.plan.decide import Plan, Policy
@@ -516,9 +517,7 @@ class PrefectExecutor:
 
         spec = self._specs[path]
         if self._options.remote:  # a module-level function: the worker imports it
-            return _task(
-                spec, marin_remote_step, retries=spec.retries, timeout_seconds=spec.timeout
-            )
+            return _task(spec, marin_remote_step, **_attempts(spec))
 
         def marin_step() -> Any:
             with self._lock:
@@ -536,13 +535,26 @@ class PrefectExecutor:
                 describe_build(spec, self._location, outcome)  # the materialization's metadata
             return _step_result(spec.step_id, spec.fingerprint, outcome, outcome.output_url)
 
-        return _task(
-            spec,
-            marin_step,
-            materialize=self._location,
-            retries=spec.retries,
-            timeout_seconds=spec.timeout,
-        )
+        return _task(spec, marin_step, materialize=self._location, **_attempts(spec))
+
+
+def _attempts(spec: StepSpec) -> dict[str, Any]:
+    """A build task's attempts: the step's ``retries`` and ``timeout``, and no retry of an
+    error the core calls final (``retry_unless_final``)."""
+    return {
+        "retries": spec.retries,
+        "retry_condition_fn": retry_unless_final,
+        "timeout_seconds": spec.timeout,
+    }
+
+
+def retry_unless_final(task: Any, task_run: Any, state: State[Any]) -> bool:
+    """A build task's ``retry_condition_fn``: Prefect retries a failed attempt (within the
+    step's ``retries``) unless the core says no retry changes its error (``is_final``: a
+    cancelled remote job, an unplaced gang), as the run loop does. A plain function: Prefect
+    calls only those (``inspect.isfunction``)."""
+    error = state.result(raise_on_failure=False)
+    return not (isinstance(error, BaseException) and is_final(error))
 
 
 def _step_result(step_id: str, fingerprint: str, outcome: Any, data: Any) -> Any:

@@ -42,7 +42,7 @@ from marin.execution.builder.commit import mark_interrupted
 from marin.execution.builder.lineage import pipeline_finished, pipeline_started
 from marin.execution.builder.outcome import BuildOutcome, LeaseHeld, Pending
 from marin.execution.builder.request import BuildRequest
-from marin.execution.errors import AbandonedError, RemoteJobError
+from marin.execution.errors import AbandonedError, is_final
 from marin.execution.heap import frozen_heap
 from marin.execution.pipeline.resources import Grant, ResourcePool
 from marin.execution.pipeline.step_spec import StepSpec
@@ -533,8 +533,7 @@ class RunLoop:
             or job.attempt > job.spec.retries
             or self._interrupted
             or not isinstance(error, Exception)
-            or isinstance(error, AbandonedError)
-            or (isinstance(error, RemoteJobError) and error.final)  # not fn's error
+            or is_final(error)  # not fn's error: a cancelled job, an abandoned build
         ):
             return False
         delay = min(RETRY_MAX_DELAY_S, self.retry_delay_s * 2 ** (job.attempt - 1))
