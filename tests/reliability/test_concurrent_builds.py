@@ -84,10 +84,10 @@ class Source:
 
 
 def _pipeline(source: Source, reader: Callable[..., Any]) -> tuple[Any, Any]:
-    # Functions over the objects: an object as a step's fn is config (its fields are
-    # fingerprinted), and an Event has no JSON form (docs/caching.md).
-    s = apply("s", lambda out_path: source(out_path), version="v0", out_path=OUT)
-    use = apply("use", lambda src, out_path: reader(src, out_path), version="v0", src=s, out_path=OUT)
+    # The objects as fns: their Events and counters are in the code digest, unseen (never
+    # refused: docs/caching.md).
+    s = apply("s", source, version="v0", out_path=OUT)
+    use = apply("use", reader, version="v0", src=s, out_path=OUT)
     return s.lower(), use.lower()
 
 

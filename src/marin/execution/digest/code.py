@@ -22,7 +22,9 @@ like config drift. It never enters a path or a fingerprint.
   function is unknown has no digest; an unknown callee is named in ``CodeDigest.unseen``.
 
 Computed once per function object per process (``code_digest`` caches by the object), so a
-pipeline of 100,000 steps sharing one ``fn`` parses it once. Where the source is and what its
+pipeline of 100,000 steps sharing one ``fn`` parses it once. The fields of the object a bound
+method or callable instance carries are a part of its own, read at each call (by the closure
+rule: ``instance.py``), so a digest holds their values at lowering. Where the source is and what its
 normalised syntax is comes from ``code_source.py``; comparing two digests, from
 ``code_drift.py``.
 """
@@ -46,6 +48,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
+from marin.execution.digest.instance import bound_objects, instance_fields
 from marin.execution.digest.source import (
     DYNAMIC,
     GLOBALS,
@@ -69,7 +72,7 @@ from marin.execution.digest.source import (
     warn_once,
 )
 
-SCHEME = "ast5"
+SCHEME = "ast6"
 """Stored with every digest; a record of another scheme compares as unknown, never as drift.
 ``ast2``: which callees are followed is decided by module name (``ast1``: by file location),
 so an ``ast1`` record of code that is now followed must not read as drift. ``ast3``: code held
@@ -78,7 +81,11 @@ followed, and non-literal module-level assignments count by their source. ``ast4
 cell values, code reached through a constant string (``getattr(m, "h")``, ``import_module``,
 ``globals()``, ``sys.modules``), instances in containers and ``SimpleNamespace`` members.
 ``ast5``: a ``functools.wraps`` wrapper is followed beside what it wraps, ``singledispatch``
-overloads, any reference to a function that looks code up by name is unseen."""
+overloads, any reference to a function that looks code up by name is unseen. ``ast6``: the
+fields of a bound method's or callable instance's object (``OBJECT_STATE``)."""
+OBJECT_STATE = ".<self>"
+"""The suffix of the part holding the fields of a step function's object (``Trainer.<self>``):
+a bound method's ``__self__`` or a callable instance, through partials too."""
 _MAX_CONTAINER = 100_000
 _STATEMENT_CHARS = 12
 _MAX_PARTS = 10_000
@@ -328,7 +335,12 @@ def _layers(obj: Any) -> list[Any]:
 
 
 def _step_function(run: Any) -> Any:
-    """The user's code behind a spec's ``run``: lowering's wrappers and ``apply()``'s call
+    """The function or class whose code runs behind a spec's ``run``."""
+    return _unwrap(_user_callable(run))
+
+
+def _user_callable(run: Any) -> Any:
+    """The user's callable behind a spec's ``run``: lowering's wrappers and ``apply()``'s call
     object hold it in the field their class names in ``wraps_field`` (a function may name it
     as ``wrapped_fn``, as ``graph.fn_identity`` reads it)."""
     for _ in range(100):
@@ -342,7 +354,7 @@ def _step_function(run: Any) -> Any:
         if inner is run:
             break
         run = inner
-    return _unwrap(run)
+    return run
 
 
 def _is_code(obj: Any) -> bool:
@@ -375,6 +387,37 @@ def _where(obj: Any) -> tuple[str, str, str, Mapping[str, Any]]:
     return module, module_file(found), _TYPE_QUALNAME.__get__(obj, type), namespace
 
 
+class _ObjectState:
+    """The fields of an object a step function carries, as a part of its code (the closure
+    rule: ``_object_part``)."""
+
+    def __init__(self, holder: Any) -> None:
+        self.holder = holder
+
+
+def _object_part(holder: Any) -> _Found:
+    """The part of a step function's object: its fields' values as constants (plain data by
+    value, code by name), a field of any other value unseen, as ``_closure_values`` treats a
+    closure's cells; its class and the code its fields hold are followed. Read at each call:
+    an object's fields may change, so the value at lowering counts."""
+    kind = type(holder)
+    qualname = _TYPE_QUALNAME.__get__(kind, type)
+    fields = instance_fields(holder)
+    constants, opaque = _closure_values(qualname, fields, "self", "its object")
+    callees: list[Any] = [kind, *opaque]
+    for value in fields.values():
+        code = _callee(value)  # a function or an instance's class (only the project's count)
+        callees += [code] if code is not None else []
+        callees += _in_container(value) or []
+    constants.sort()
+    where = _found(kind)
+    file, line = (where.part.file, where.part.line) if where is not None else ("?", 0)
+    digest = sha("\n".join([SCHEME, OBJECT_STATE, *constants]))
+    held = sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
+    part = CodePart(qualname + OBJECT_STATE, file, line, digest, constants=held)
+    return _Found(part, tuple(callees))
+
+
 class _Unseen:
     """A callee the digest knows of but cannot read (a project module imported inside a
     function and not imported in this process): an unknown part, never "unchanged"."""
@@ -387,6 +430,8 @@ def _find(obj: Any) -> _Found | None:
     """The part of a function or class; None when it is not the project's (not followed)."""
     if type(obj) is _Unseen:
         return _Found(_unknown_part(obj.name, "?", 0, obj.reason), ())
+    if type(obj) is _ObjectState:
+        return _object_part(obj.holder)
     module, filename, qualname, namespace = _where(obj)
     closure: dict[str, Any] = {}
     if type(obj) is types.FunctionType:
@@ -547,10 +592,13 @@ def _in_container(obj: Any) -> list[Any] | None:
     return found
 
 
-def _closure_values(qualname: str, closure: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
+def _closure_values(
+    qualname: str, closure: Mapping[str, Any], kind: str = "closure", holder: str = "its closure"
+) -> tuple[list[str], list[Any]]:
     """What a closure's cells hold (``make(0.1)``'s ``lr``), as constants of its code: plain
     data by value, functions and classes by name (and followed); any other value (an object,
-    an open file) is run-time state the digest cannot compare: an unseen part."""
+    an open file) is run-time state the digest cannot compare: an unseen part. An object's
+    fields are read by the same rule (``kind`` ``self``, ``holder`` ``its object``)."""
     constants: list[str] = []
     opaque: list[Any] = []
     for name, value in closure.items():
@@ -558,11 +606,11 @@ def _closure_values(qualname: str, closure: Mapping[str, Any]) -> tuple[list[str
             continue
         text = _plain_text(value, [_MAX_CONTAINER], 0)
         if text is None:
-            kind = _TYPE_QUALNAME.__get__(type(value), type)
-            why = f"its closure holds a {kind} ({name}): a run-time value, not compared"
-            opaque.append(_Unseen(f"{qualname}.<closure {name}>", why))
+            what = _TYPE_QUALNAME.__get__(type(value), type)
+            why = f"{holder} holds a {what} ({name}): a run-time value, not compared"
+            opaque.append(_Unseen(f"{qualname}.<{kind} {name}>", why))
         else:
-            constants.append(f"<closure>{name}={text}")
+            constants.append(f"<{kind}>{name}={text}")
     return constants, opaque
 
 
@@ -838,22 +886,26 @@ def _walk(root: Any, wrappers: list[Any]) -> Iterator[tuple[CodePart, str | None
 
 def code_digest(fn: Callable[..., Any] | Any) -> CodeDigest:
     """The code digest of a step's function (or callable object, or a spec's ``run``), once per
-    object per process. Never raises and never runs user code: it is advisory, so any problem
-    makes it unknown, with one warning."""
+    object per process (the fields of an object it carries: at each call). Never raises and
+    never runs user code: it is advisory, so any problem makes it unknown, with one warning."""
     cached = _DIGESTS.get(fn)  # the common case, without unwrapping or the lock
     if cached is not None:
         return cached
+    objects: list[Any] = []
     try:
-        digest = _root_digest(fn)
+        objects = bound_objects(_user_callable(fn))
+        digest = _root_digest(fn, objects)
     except Exception as exc:
         problem = f"the code of {_name_of(fn)} could not be digested ({type(exc).__name__})"
         warn_once(problem)
         digest = unknown_digest(problem)
-    _DIGESTS.put(fn, digest)
+    if not objects:  # an object's fields are read at each call: they may have changed
+        _DIGESTS.put(fn, digest)
     return digest
 
 
-def _root_digest(fn: Any) -> CodeDigest:
+def _root_digest(fn: Any, objects: list[Any]) -> CodeDigest:
+    """``fn``'s digest, with the fields of the ``objects`` it carries (``bound_objects``)."""
     outer = _step_function(fn)
     if not _is_code(outer):
         outer = _callee(outer)
@@ -861,13 +913,15 @@ def _root_digest(fn: Any) -> CodeDigest:
             what = _name_of(_unwrap(fn))
             return unknown_digest(f"{what} is a builtin or C function: no Python source")
     with _LOCK:
-        cached = _DIGESTS.get(outer)  # by the outermost wrapper: two wrappers of one function
+        cached = None if objects else _DIGESTS.get(outer)  # by the outermost wrapper
         if cached is not None:
             return cached
         layers = _layers(outer)
         root = _innermost(outer)  # the step's own function names the digest
-        digest = _digest_of(root, [layer for layer in layers if layer is not root])
-        _DIGESTS.put(outer, digest)
+        extra = [layer for layer in layers if layer is not root]
+        digest = _digest_of(root, extra + [_ObjectState(obj) for obj in objects])
+        if not objects:
+            _DIGESTS.put(outer, digest)
         return digest
 
 

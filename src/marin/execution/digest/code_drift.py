@@ -8,7 +8,7 @@ digests of one scheme are compared: an unknown digest is never drift.
 
 from __future__ import annotations
 
-from marin.execution.digest.code import CodeDigest, CodePart
+from marin.execution.digest.code import OBJECT_STATE, CodeDigest, CodePart
 
 
 def code_drifted(stored: CodeDigest, current: CodeDigest) -> bool:
@@ -34,7 +34,12 @@ def explain_code_drift(stored: CodeDigest, current: CodeDigest, limit: int = 20)
         old = before.get(part.name)
         if old is None:
             lines.append(f"code: {part.via or part.name} now calls {part.name} ({_where(part)})")
-        elif old.digest != part.digest and old.digest is not None and part.digest is not None:
+        elif old.digest is None or part.digest is None or old.digest == part.digest:
+            continue
+        elif part.name.endswith(OBJECT_STATE):  # a field of the object a step function carries
+            lines.append(f"code: {part.name} changed (a field's value; {_where(part)}), "
+                         f"the object of {part.via}")  # fmt: skip
+        else:
             line, why = _changed_line(old, part)
             text = f"code: {part.name} changed ({part.file}, line {line}{why})"
             lines.append(text + (f", called by {part.via}" if part.via else ""))

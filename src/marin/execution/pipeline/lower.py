@@ -195,8 +195,8 @@ def _bound_arguments(handle: ArtifactStep, step_id: str) -> dict[str, Any]:
         args = [*_PARTIAL_SLOTS["args"].__get__(fn), *args]
         keywords = {**_PARTIAL_SLOTS["keywords"].__get__(fn), **keywords}
         fn = _PARTIAL_SLOTS["func"].__get__(fn)
-    # The object of a bound method or callable instance is not fingerprinted yet (red team
-    # round 3, finding 1: open): its mutable state (a lock, counters) is not config as is.
+    # The object of a bound method or callable instance is not config: it may hold a lock or
+    # a counter. Its fields are in the code digest, by the closure rule (digest/instance.py).
     bound = {k: v for k, v in (("args", args), ("keywords", keywords)) if v}
     try:
         return cast(dict[str, Any], to_canonical(bound, "fn", step_id))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from marin.execution.digest.code import CodeDigest, code_digest
+from marin.execution.digest.code import OBJECT_STATE, CodeDigest, code_digest
 from marin.execution.errors import RemoteJobError
 
 
@@ -45,8 +45,10 @@ def check_code(target: Any, expected: Any) -> None:
         return
     seen = {p.name: p.digest for p in now.parts if p.digest is not None}
     changed = [
-        name for name, digest in expected["parts"].items() if name in seen and seen[name] != digest
-    ]
+        name
+        for name, digest in expected["parts"].items()
+        if name in seen and seen[name] != digest and not name.endswith(OBJECT_STATE)
+    ]  # an object's fields travel with the call, as they were at submit: not a source edit
     if now.name != expected.get("root"):
         changed.insert(0, f"{expected.get('root')} (now {now.name})")
     if not changed:

@@ -1,0 +1,72 @@
+"""The objects a step function carries and their fields, read without running user code.
+
+A bound method (``Trainer(103).train``), a callable instance (``Trainer(103)``) or a
+``functools.partial`` over either carries an object whose values decide the output as a
+closure's cells do. ``code.py`` digests them by the closure rule (docs/caching.md): a field of
+plain data by value, any other value unseen. Reading them never calls ``__getstate__``,
+``__repr__``, ``__getattr__`` or a property: the instance dict and the slots are read through
+the C-level descriptors of their classes, as lowering reads a partial's slots.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from typing import Any
+
+_TYPE_MODULE = type.__dict__["__module__"]
+_TYPE_MRO = type.__dict__["__mro__"]
+_TYPE_DICT = type.__dict__["__dict__"]
+_PARTIAL_FUNC = functools.partial.__dict__["func"]
+_METHOD_SELF = types.MethodType.__dict__["__self__"]
+_METHOD_FUNC = types.MethodType.__dict__["__func__"]
+
+_NO_STATE = ("builtins", "functools", "types", "marin", "marin_airflow", "marin_prefect")
+"""Modules whose objects carry no user state (the engine's own wrappers, C types)."""
+
+
+def bound_objects(fn: Any) -> list[Any]:
+    """The objects behind ``fn`` whose fields the step reads: each bound method's ``__self__``
+    through any partials, and ``fn`` itself (or what the partials wrap) when it is a callable
+    instance; never a function, a class, a module or an object of the engine or of a C type."""
+    found: list[Any] = []
+    for _ in range(100):  # a cycle of partials ends somewhere
+        kind = type(fn)
+        if issubclass(kind, functools.partial):
+            fn = _PARTIAL_FUNC.__get__(fn, kind)
+        elif kind is types.MethodType:
+            found.append(_METHOD_SELF.__get__(fn, kind))
+            fn = _METHOD_FUNC.__get__(fn, kind)
+        else:
+            break
+    found.append(fn)
+    return [obj for obj in found if _has_state(obj)]
+
+
+def _has_state(obj: Any) -> bool:
+    kind = type(obj)
+    if issubclass(kind, type | types.ModuleType | types.FunctionType):
+        return False
+    module = _TYPE_MODULE.__get__(kind, type)
+    return type(module) is str and module.partition(".")[0] not in _NO_STATE
+
+
+def instance_fields(obj: Any) -> dict[str, Any]:
+    """``obj``'s attributes: its slots (each class's member descriptors, an unassigned one
+    left out) and its instance dict, by name. Raises nothing but what a corrupt object would."""
+    fields: dict[str, Any] = {}
+    members: Any = None
+    for klass in reversed(_TYPE_MRO.__get__(type(obj), type)):
+        if _TYPE_MODULE.__get__(klass, type) == "builtins":
+            continue  # object, or a builtin base: its members are the interpreter's
+        for name, slot in _TYPE_DICT.__get__(klass, type).items():
+            if type(slot) is types.MemberDescriptorType:
+                try:
+                    fields[name] = slot.__get__(obj, klass)
+                except AttributeError:  # a slot never assigned
+                    continue
+            elif name == "__dict__" and type(slot) is types.GetSetDescriptorType:
+                members = slot.__get__(obj, klass)
+    if type(members) is dict:
+        fields.update({str(k): v for k, v in list(members.items())})
+    return fields
