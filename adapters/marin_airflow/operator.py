@@ -61,7 +61,10 @@ class MarinOperator(BaseOperator):
         """What this task's run read and wrote (``record_datasets``); None until it knows."""
 
     def execute(self, context: Any) -> dict[str, Any] | None:
-        result = self.marin_call(**self.marin_kwargs)
+        return self._call(self.marin_kwargs)
+
+    def _call(self, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+        result = self.marin_call(**kwargs)
         if isinstance(result, dict):
             return result
         # A step's build pending on its remote job (``Pending``): the task defers instead of
@@ -79,8 +82,13 @@ class MarinOperator(BaseOperator):
         )
 
     def execute_complete(self, context: Any, event: Any = None) -> dict[str, Any] | None:
-        """The job ended (the trigger fired): build again, which collects it and commits."""
-        return self.execute(context)
+        """The job ended (the trigger fired): build again, which collects it and commits. The
+        build waits for that job (``awaited_job``): found stopped, the step ends cancelled,
+        never with a new job."""
+        job_id = event.get("job_id") if isinstance(event, dict) else None
+        if not isinstance(job_id, str):  # the event is stored data: only a string is a job id
+            return self.execute(context)
+        return self._call({**self.marin_kwargs, "awaited_job": job_id[:200]})
 
     def record_datasets(self, datasets: TaskDatasets) -> None:
         """Called by the task runtime (on this task's own operator, ``context["task"]``, the

@@ -629,6 +629,7 @@ def run_step(
     shared_prefix_only: bool = False,
     versions: str | None = None,
     scope: str = OutputScope.SHARED,
+    awaited_job: str = "",
     **newer: Any,
 ) -> dict[str, Any] | Any:
     """Build one Marin step (or find it built) and return what happened, for XCom; or, while its
@@ -640,6 +641,8 @@ def run_step(
     Only this step and its ancestors are lowered. ``graph_digest`` (passed by DAG files of older
     exporters) is not checked here: the ``marin-plan`` task checks it for the whole graph.
     ``scope``: the export's; the step is placed for the run's user as the plan task placed it.
+    ``awaited_job``: the job the task deferred on (``MarinOperator.execute_complete``): found
+    stopped, the step fails as cancelled (``BuildRequest.awaited_job``), never resubmitted.
     """
     context = _airflow_context()
     _warn_newer(newer, context)
@@ -668,7 +671,7 @@ def run_step(
         log.info("marin: step %s pruned: not built, and nothing being built needs it", step)
         return _pruned_result(step, spec, location)
     _stop_if_the_run_failed(context)
-    return _build(context, spec, location, policy)
+    return _build(context, spec, location, policy, awaited_job)
 
 
 def _pruned_result(step: str, spec: Any, location: Any) -> dict[str, Any]:
@@ -693,7 +696,9 @@ def _stop_if_the_run_failed(context: Any | None) -> None:
         raise AirflowSkipException(stopped_reason(stopped_by, KEEP_GOING_AIRFLOW))
 
 
-def _build(context: Any | None, spec: Any, location: Any, policy: Any) -> dict[str, Any] | Any:
+def _build(
+    context: Any | None, spec: Any, location: Any, policy: Any, awaited_job: str = ""
+) -> dict[str, Any] | Any:
     """Build the step with the core's ``build_step`` (the same decision as the plan's, from the
     records now), with its datasets, assets and provenance for Airflow; its XCom, or the
     ``Pending`` build while its remote job runs (the operator defers on it)."""
@@ -715,7 +720,8 @@ def _build(context: Any | None, spec: Any, location: Any, policy: Any) -> dict[s
             engine_run("airflow", ids) if ids is not None else contextlib.nullcontext(),
             dag_run_lineage(context),  # the OpenLineage parent: this DAG run
         ):
-            request = BuildRequest(spec, location, policy, upstream=upstream, wait=Wait.RETURN_JOB)
+            request = BuildRequest(spec, location, policy, upstream=upstream, wait=Wait.RETURN_JOB,
+                                   awaited_job=awaited_job)  # fmt: skip
             outcome = build_step(request)
     except BaseException as exc:
         log.error("marin: step %s failed: %s: %s", step, type(exc).__name__, exc)

@@ -5,8 +5,9 @@ the job, and it is untrusted (anyone who can write the prefix can plant one), so
 or cancelled only once its backend vouches that it was submitted for this step's build
 (``is_this_steps``). ``cancel`` records the cancel for a live driver (``cancel.json``: it
 never submits the job again), stops the job through its backend, then releases what the step
-holds when no live driver holds it (a live one sees its job stopped, fails the step and
-releases its lease itself). What a job printed is shown with its control characters escaped.
+holds when no live driver holds it, its mark then naming the job for a task deferred on it (a
+live driver sees its job stopped, fails the step and releases its lease itself). What a job
+printed is shown with its control characters escaped.
 """
 
 from __future__ import annotations
@@ -150,7 +151,9 @@ def cancel_step(location: Location, output_path: str, step: str) -> str:
 
 
 def _mark_cancelled(location: Location, output_path: str, lease_token: str) -> None:
-    """Record the cancel for the build holding the lease ``lease_token`` (``CancelMark``)."""
+    """Record the cancel for the build holding the lease ``lease_token`` (``CancelMark``);
+    "": for the build that waits for the job ``job.json`` names (an Airflow task deferred on
+    it, holding no lease), which finds no record of it once it is released."""
     from marin.execution.pipeline.provenance import now_iso
     from marin.execution.pipeline.scope import current_user
 
@@ -160,6 +163,8 @@ def _mark_cancelled(location: Location, output_path: str, lease_token: str) -> N
         user = ""
     found = load_job(location, output_path)
     job_id = found.job_id if isinstance(found, JobRecord) and JOB_ID.fullmatch(found.job_id) else ""
+    if not (lease_token or job_id):
+        return  # it would name no build
     mark = CancelMark(lease_token, job_id, now_iso(), user)
     write_cancel_mark(location, output_path, mark)
 
@@ -175,6 +180,7 @@ def _release(location: Location, output_path: str, job: JobRecord) -> str:
     released = ""
     if info is not None and break_lease(location, output_path, info):
         released = f"; removed its lease ({describe_lease(info)})"
+    _mark_cancelled(location, output_path, "")  # a task deferred on the job stops, never resubmits
     delete_job(location, output_path)
     if read_record(location, output_path) is None:
         cancelled = f"cancelled by `marin cancel`: {job.backend} job {job.job_id}"

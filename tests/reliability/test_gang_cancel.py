@@ -123,8 +123,22 @@ def test_a_torn_or_planted_cancel_mark_names_no_build() -> None:
     good = CancelMark("0" * 32, "marin-" + "a" * 20, "now", "alice")
     assert CancelMark.parse(good.to_json()) == good
     for raw in (good.to_json()[:20], b"[]", b'{"lease": "../../x"}', b'{"lease": 7}',
-                b'{"lease": "' + b"a" * 32 + b'", "job_id": "rm -rf"}', b"\xff"):  # fmt: skip
+                b'{"lease": "' + b"a" * 32 + b'", "job_id": "rm -rf"}', b"\xff",
+                b'{"lease": ""}', b'{"lease": "", "job_id": ""}'):  # fmt: skip
         assert CancelMark.parse(raw) is None, raw
+
+
+def test_a_mark_made_while_no_lease_was_held_stops_only_a_build_waiting_for_its_job() -> None:
+    """Made for no lease (a task deferred on the job), a mark names the job: only a build that
+    waits for that job is stopped, never a new build (which waits for none) or another lease's."""
+    job = "marin-" + "b" * 20
+    mark = CancelMark.parse(CancelMark("", job, "now", "bob").to_json())
+    assert mark is not None and mark.lease == "" and mark.job_id == job
+    assert mark.stops("f" * 32, job)
+    assert not mark.stops("f" * 32, "") and not mark.stops("f" * 32, "marin-" + "c" * 20)
+    leased = CancelMark("0" * 32, job)
+    assert leased.stops("0" * 32, "") and leased.stops("f" * 32, job)
+    assert not leased.stops("f" * 32, "")
 
 
 def test_cancel_with_no_driver_and_no_job_records_nothing(tmp_path: Path) -> None:

@@ -168,6 +168,15 @@ def test_a_killed_driver_is_no_longer_running_and_its_jobs_are_named_and_cancell
     assert f"{TRAIN} (FAILED: cancelled by `marin cancel`: local job marin-" in listed, listed
     nothing = marin(env, "cancel", TRAIN, "--prefix", str(prefix))
     assert nothing.returncode == 1 and "has no remote job recorded" in nothing.stderr
+    # The cancel's mark names the job (no driver held the lease); a new run waits for no job
+    # of it, so it builds the step with a new job, and the stale mark goes.
+    stopped = re.search(r"stopped local job (marin-\w+)", done.stdout)
+    mark = prefix / "watch/train/v1.marin/cancel.json"
+    assert stopped is not None and stopped.group(1) in mark.read_text()
+    again = marin(env, "run", PIPELINE, "--prefix", str(prefix))
+    assert again.returncode == 0, again.stderr
+    assert re.search(rf"submit {TRAIN}: local job marin-\w+", again.stderr), again.stderr
+    assert stopped.group(1) not in again.stderr and not mark.exists()
 
 
 def test_ctrl_c_keeps_served_steps_and_the_json_report_says_interrupted(tmp_path: Path) -> None:

@@ -882,6 +882,7 @@ def _start_fn(held: _Holding) -> Any:
                                   held.recipe, request.policy.on_code_drift, request.wait,
                                   on_lines=lines_writer(), holds=held.lease.renew,
                                   lease_token=held.lease.token,
+                                  awaited_job=request.awaited_job,
                                   **remote_attempt(location, spec, held.attempt))  # fmt: skip
         return run_job(value, held.remote)
 

@@ -48,3 +48,7 @@ class BuildRequest:
     """The checkout the record's provenance names; None: this process's working directory."""
     devices: tuple[int, ...] | None = None
     """The GPU devices the runner's grant assigned (``ctx.devices``); None: none assigned here."""
+    awaited_job: str = ""
+    """The id of the remote job this build waits for though it did not submit it (an Airflow
+    task resuming from its deferral on it): found stopped, it ends the build as cancelled
+    (``RemoteBuild.awaited_job``). "": a new build."""

@@ -26,6 +26,10 @@ location, the build and its lost-lease event, how it waits). ``run_job``:
    ``job.json`` counts the preemptions (``_preempted``). Before every submission (and right
    after it) a ``marin cancel`` recorded for this build's lease (``cancel.json``) ends the
    build as stopped (cancelled) instead (``_stop_if_cancelled``).
+   A build that waits for a job it did not submit (``awaited_job``: an Airflow task resuming
+   from its deferral) and finds that job stopped, or a cancel mark naming it, ends the same
+   way: a job stopped while nobody held the lease was cancelled, never a dead driver's
+   leftover to replace (``_stop_awaited``). A new build finding a stopped job replaces it.
 The caller (``build_step``) commits the record, as for any step.
 """
 
@@ -125,6 +129,11 @@ class RemoteBuild:
     lease_token: str = ""
     """The token of the step's lease this build holds: a ``marin cancel`` mark naming it
     stops this build before (and right after) it submits a job ("": no mark is read)."""
+    awaited_job: str = ""
+    """The id of the job this build waits for though it did not submit it (an Airflow task
+    resuming from its deferral on it): found stopped, or named by a ``marin cancel`` mark, it
+    ends the build as stopped (cancelled) instead of a new job being submitted. "": none (a
+    new build, which replaces a stopped job it finds)."""
 
 
 def running_jobs() -> dict[str, JobRecord]:
@@ -340,6 +349,8 @@ class _RemoteCall:
                 watch.status = status
                 self._collect(found, watch)  # raises: lost once more than the budget allows
             preempted = found.preemptions + lost
+            if status.state == JobState.STOPPED and found.job_id == build.awaited_job:
+                self._stop_awaited(found, status)
             self._stop_if_cancelled(found, str(status.state))
             self._refuse_unrecorded(found)
             self._drop(found, keep_output=build.resumed)
@@ -426,10 +437,11 @@ class _RemoteCall:
 
     def _stop_if_cancelled(self, job: JobRecord | None, was: str) -> None:
         """Before a job is submitted (and right after, for a cancel that raced the submit): a
-        ``marin cancel`` mark for this build's lease ends the build as stopped (cancelled),
-        ``job`` (a lost one, or the one just submitted) stopped and forgotten; a mark of
-        another lease is an earlier build's, removed. ``marin cancel`` writes its mark before
-        it looks at the job, so a submit it did not see is caught here.
+        ``marin cancel`` mark for this build's lease, or for the job it waits for
+        (``awaited_job``), ends the build as stopped (cancelled), ``job`` (a lost one, or the
+        one just submitted) stopped and forgotten; any other mark is an earlier build's,
+        removed. ``marin cancel`` writes its mark before it looks at the job, so a submit it
+        did not see is caught here.
 
         Raises:
             RemoteJobError: the build was cancelled (``final``: not retried).
@@ -439,16 +451,38 @@ class _RemoteCall:
         if mark is None or not build.lease_token:
             return
         remove_cancel_mark(build.location, build.output_path)
-        if mark.lease != build.lease_token:
+        if not mark.stops(build.lease_token, build.awaited_job):
             return  # an earlier build's: this driver holds the lease now
         by = f" by {mark.by}" if mark.by else ""
-        if job is None:
+        if job is None and mark.job_id and mark.job_id == build.awaited_job:  # its record gone
+            what = (f"{self.remote.backend} job {mark.job_id} was stopped (cancelled{by}) while "
+                    "this build waited for it, and no new job is submitted")  # fmt: skip
+        elif job is None:
             what = f"the build was stopped (cancelled{by}) before its job was submitted"
         else:  # it ended (a lost job's whole group too) before its record goes
             stop_job(self.backend, job, self.step_id, "cancel %s: stop %s job %s")
             forget_failed(build.location, build.output_path, job)
             what = (f"{job.backend} job {job.job_id} was stopped (cancelled{by}): it was {was} "
                     "when `marin cancel` ran, and no new job is submitted")  # fmt: skip
+        log.warning("cancelled %s: %s", self.step_id, what)
+        raise _final(what, "run again to submit a new job", self.step_id, job)
+
+    def _stop_awaited(self, job: JobRecord, status: JobStatus) -> None:
+        """The job this build waits for (``awaited_job``) was found stopped (``marin cancel``,
+        or its backend): the build ends as stopped (cancelled), as a driver that submitted it
+        does, its record forgotten; never a new job (a cancel mark naming it is honoured too).
+
+        Raises:
+            RemoteJobError: always (``final``: not retried).
+        """
+        build = self.build
+        mark = read_cancel_mark(build.location, build.output_path)
+        if mark is not None:
+            remove_cancel_mark(build.location, build.output_path)
+        by = f" by {mark.by}" if mark is not None and mark.by else ""
+        forget_failed(build.location, build.output_path, job)
+        what = (f"{job.backend} job {job.job_id} was stopped ({status.detail or 'by its backend'}"
+                f"{by}) while this build waited for it, and no new job is submitted")  # fmt: skip
         log.warning("cancelled %s: %s", self.step_id, what)
         raise _final(what, "run again to submit a new job", self.step_id, job)
 

@@ -476,18 +476,27 @@ def remove_attempt(location: Location, output_path: str) -> None:
 
 @dataclass(frozen=True)
 class CancelMark:
-    """``marin cancel`` of a build whose job was not running (lost, about to be resubmitted):
-    the driver holding the lease reads it before it submits a job and stops the build. It
-    names the lease it was made for (``lease``: the holder's token, stable for one build), so
-    a mark left from an earlier build never stops a later one (another lease, another token)."""
+    """``marin cancel`` of a build: the driver holding the lease reads it before it submits a
+    job and stops the build. It names the lease it was made for (``lease``: the holder's
+    token, stable for one build), so a mark left from an earlier build never stops a later one
+    (another lease, another token). Made while no driver held the lease (an Airflow task
+    deferred on its job), it names no lease, only the job: it stops only a build that waits
+    for that very job (``stops``), never a new one."""
 
     lease: str
-    """The token of the lease whose build is cancelled."""
+    """The token of the lease whose build is cancelled ("": none was held)."""
     job_id: str = ""
     """The job ``job.json`` named when the mark was made ("" : none)."""
     at: str = ""
     by: str = ""
     """Who cancelled (``MARIN_USER``): shown, never trusted."""
+
+    def stops(self, lease: str, awaited_job: str) -> bool:
+        """Whether this mark cancels the build holding the lease token ``lease`` that waits
+        for the job ``awaited_job`` ("": none): made for that lease, or naming that job."""
+        return bool(self.lease and self.lease == lease) or bool(
+            self.job_id and self.job_id == awaited_job
+        )
 
     def to_json(self) -> bytes:
         body = {"lease": self.lease, "job_id": self.job_id, "at": self.at, "by": self.by}
@@ -505,10 +514,12 @@ class CancelMark:
             return None
         lease, job_id = data.get("lease"), data.get("job_id", "")
         at, by = data.get("at", ""), data.get("by", "")
-        if not (isinstance(lease, str) and re.fullmatch(r"[0-9a-f]{8,64}", lease)):
-            return None  # a lease token is a hex id: anything else names no build
         if not isinstance(job_id, str) or (job_id and not JOB_ID.fullmatch(job_id)):
             return None
+        if not (isinstance(lease, str) and re.fullmatch(r"[0-9a-f]{8,64}|", lease)):
+            return None  # a lease token is a hex id: anything else names no build
+        if not (lease or job_id):
+            return None  # names neither a lease nor a job: no build
         text = [v[:80] if isinstance(v, str) else "" for v in (at, by)]
         return cls(lease, job_id, *text)
 
@@ -519,7 +530,7 @@ def cancel_path(output_path: str) -> str:
 
 
 def write_cancel_mark(location: Location, output_path: str, mark: CancelMark) -> None:
-    """Record ``marin cancel``'s intent for the build holding lease ``mark.lease``."""
+    """Record ``marin cancel``'s intent for the build ``mark`` names (``CancelMark.stops``)."""
     write_atomic(location, location.path(cancel_path(output_path)), mark.to_json())
 
 
