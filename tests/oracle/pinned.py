@@ -259,6 +259,24 @@ PINNED: dict[str, Pinned] = {
         "from s1's old build) and reclaimed the status of s1's unfinished rebuild that kept it "
         "stale; s1 then read as pruned and s2 was served as current under rebuild/rebuild",
     ),
+    "a-user-run-serves-its-reader-of-a-shared-step-whose-rebuild-failed": Pinned(
+        "wrong-artifact:below-unfinished-rebuild",
+        History(
+            chain(2),
+            (
+                Run(WARN),
+                EditConfig(1, False, False),
+                Run(RunOpts(Context("bob", "user"))),
+                EditCode(0, True),
+                FailRun(0, CODE_REBUILD),
+                Run(RunOpts(Context("bob", "user"), on_code_drift="rebuild")),
+            ),
+        ),
+        "arranged from the table (red team round 4, finding 5)",
+        "red team round 4, finding 5: users/bob/o/s1 read the shared o/s0, whose rebuild "
+        "deleted its record and failed; bob's --scope user plan placed s0 in his folder "
+        "(nothing there: pruned) and served his s1, also under rebuild/rebuild",
+    ),
     "a-gang-whose-rank-raises-fails-as-one": Pinned(
         "gang-rank-survived",
         History(

@@ -102,6 +102,7 @@ from marin.execution.store.location import Location, durable
 from marin.execution.store.records import (
     FAILED,
     GC_DELETING,
+    NO_SHARED_BUILD,
     REPLACES,
     RUNNING,
     ArtifactRecord,
@@ -484,7 +485,7 @@ def _inputs_at_start(
                 "this step again; nothing was started for it",
                 spec.step_id,
             )
-        kept = (up.replaced, up.shared) if record is None else ("", "")
+        kept = (up.replaced, up.shared) if record is None else ("", NO_SHARED_BUILD)
         fresh.append(Upstream(up.step_id, record, up.rebuilt, up.committed, *kept))
     return fresh
 

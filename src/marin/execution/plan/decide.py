@@ -75,9 +75,11 @@ from marin.execution.store.identity import (
 from marin.execution.store.identity import Upstream as Upstream  # defined with the identity rule
 from marin.execution.store.records import (
     FAILED,
+    NO_SHARED_BUILD,
     RUNNING,
     ArtifactRecord,
     ForeignRecord,
+    SharedBuild,
     replaced_build,
 )
 from marin.execution.store.step_folder import Attempt
@@ -100,8 +102,9 @@ class Stored:
     """A record of another step where this step's record belongs (``record`` is None then)."""
     attempt: Attempt | None = None
     """A resumable step's last attempt (``attempt.json``), read only when it has no record."""
-    shared: str = ""
-    """Placed in a user's folder with no record there: its shared build (``shared_build``)."""
+    shared: SharedBuild = NO_SHARED_BUILD
+    """Placed in a user's folder with no record there: what its shared placement holds
+    (``shared_build``)."""
 
     @property
     def replaced(self) -> str:
@@ -110,7 +113,7 @@ class Stored:
 
     def as_upstream(self, step_id: str, rebuilt: bool = False) -> Upstream:
         """The step as a dependent's input: its record, or the build a rebuild deleted."""
-        shared = self.shared if self.record is None else ""
+        shared = self.shared if self.record is None else NO_SHARED_BUILD
         return Upstream(step_id, self.record, rebuilt, replaced=self.replaced, shared=shared)
 
 
@@ -154,8 +157,9 @@ class Decision:
     recipe: Recipe | None = None
     """The static part of the recipe a build of the step makes (``store/identity.py``),
     computed once by the plan; a build completes it with the input builds it reads."""
-    shared: str = ""
-    """``Stored.shared``: the shared build of a user-placed step with no record of its own."""
+    shared: SharedBuild = NO_SHARED_BUILD
+    """``Stored.shared``: what the shared placement of a user-placed step with no record of
+    its own holds."""
 
     def as_upstream(self, rebuilt: bool = False) -> Upstream:
         """The step as a dependent's input, as the plan read it (``Stored.as_upstream``)."""

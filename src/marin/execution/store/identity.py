@@ -32,7 +32,12 @@ from typing import Any, Protocol
 from marin.execution.digest.code import CodeDigest, code_digest
 from marin.execution.digest.code_drift import explain_code_drift
 from marin.execution.digest.output import same_digest
-from marin.execution.store.records import UNKNOWN_BUILD, ArtifactRecord
+from marin.execution.store.records import (
+    NO_SHARED_BUILD,
+    UNKNOWN_BUILD,
+    ArtifactRecord,
+    SharedBuild,
+)
 from marin.execution.store.step_folder import Attempt, JobRecord
 from marin.execution.vocabulary import Claim, Mismatch
 
@@ -55,9 +60,10 @@ class Upstream:
     replaced: str = ""
     """Without a record: the build an unfinished rebuild deleted (its status names it; "":
     none). What read that build is stale: the step is being replaced, not merely missing."""
-    shared: str = ""
-    """Without a record, placed in a user's folder: the shared build of the step (its
-    ``shared_build``). What read that build is stale: the user's run builds its own."""
+    shared: SharedBuild = NO_SHARED_BUILD
+    """Without a record, placed in a user's folder: what the step's shared placement holds
+    (``shared_build``: a record, or an unfinished rebuild's status). What read the step is
+    stale: the user's run builds its own."""
 
 
 class _Spec(Protocol):
@@ -248,10 +254,7 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
 
     An input of the recipe rebuilt in this run and not committed yet is a new build no claim
     can have read (stale, pending its output); a missing input (not built, not rebuilt) leaves
-    the claim valid (an intermediate that is pruned), unless a rebuild of it deleted its record
-    and did not finish (``replaced``: the build the claim read is gone, replaced by one to
-    come: stale; a corrupt status may have said so: stale too), or the claim read the shared
-    build of an input a user's run now places in the user's folder (``shared``: stale); an
+    the claim valid (an intermediate that is pruned), unless ``_gone_input`` says otherwise; an
     input whose build the claim did not record is unknown, unless it is rebuilt (then it
     changed, as planned).
     """
@@ -269,12 +272,9 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
             continue
         consumed = claimed.inputs.get(dep.step_id)
         if dep.record is None:
-            if dep.replaced == UNKNOWN_BUILD and consumed is not None:
-                stale.append(f"upstream {dep.step_id} has a corrupt status (it may be rebuilt)")
-            elif dep.replaced and consumed is not None:
-                stale.append(f"upstream {dep.step_id} was being rebuilt and did not finish")
-            elif dep.shared and consumed == dep.shared:
-                stale.append(f"upstream {dep.step_id} is built in the user's folder now")
+            gone = _gone_input(dep, consumed)
+            if gone:
+                stale.append(gone)
             continue
         if consumed is None:
             if dep.rebuilt:
@@ -296,6 +296,26 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
     if unchanged:
         return Lineage(LINEAGE_UNKNOWN if unknown else LINEAGE_OK, unchanged=tuple(unchanged))
     return _UNKNOWN if unknown else _OK  # the common cases, made once
+
+
+def _gone_input(dep: Upstream, consumed: str | None) -> str:
+    """Why a claim that read ``consumed`` of ``dep``, which has no record where it is placed,
+    is stale ("": a pruned intermediate, the claim stands). One rule for every placement: a
+    status naming the build an unfinished rebuild deleted (``replaced``; a status that cannot
+    be read may have named one) makes what read the step stale, whether it is the step's own
+    status or, for a step a user's run places in her folder, its shared one; so does a shared
+    build of such a step (``shared``), which her run no longer reads. Either way the claim
+    read a build that is not the step's current one here."""
+    if consumed is None:
+        return ""
+    for replaced in (dep.replaced, dep.shared.replaced):
+        if replaced == UNKNOWN_BUILD:
+            return f"upstream {dep.step_id} has a corrupt status (it may be rebuilt)"
+        if replaced:
+            return f"upstream {dep.step_id} was being rebuilt and did not finish"
+    if dep.shared.build:
+        return f"upstream {dep.step_id} is built in the user's folder now"
+    return ""
 
 
 def _consumed_digest(claimed: Claimed, dep_id: str, dep: ArtifactRecord) -> str | None:

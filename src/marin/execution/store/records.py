@@ -576,14 +576,38 @@ def replaced_build(status: Mapping[str, Any] | None) -> str:
     return value if isinstance(value, str) else ""
 
 
-def shared_build(location: Location, output_path: str, user_home: str | None) -> str:
-    """For a step placed in a user's folder (``user_home``) that has no record there: the
-    build id of its shared record ("" when none, or not placed so). A record that read that
-    build read what the user's run no longer reads (``identity._lineage``)."""
+@dataclass(frozen=True, slots=True)
+class SharedBuild:
+    """For a step placed in a user's folder with no record there: what its shared placement
+    holds for the builds that read it (``shared_build``). Either field makes every record that
+    read the step stale (``identity._gone_input``): the user's run builds its own now."""
+
+    build: str = ""
+    """The shared record's ``build_id`` ("": none)."""
+    replaced: str = ""
+    """Without a shared record: the build an unfinished rebuild of it deleted, as its shared
+    status names it (``replaced_build``; ``UNKNOWN_BUILD`` for a status that cannot be read)."""
+
+
+NO_SHARED_BUILD = SharedBuild()
+
+
+def shared_build(location: Location, output_path: str, user_home: str | None) -> SharedBuild:
+    """For a step placed in a user's folder (``user_home``) that has no record there: what its
+    shared placement holds, read as the shared plan reads it (its record, else its status);
+    nothing when not placed so.
+
+    Raises:
+        SymlinkError: a folder on the way to the shared status is a symbolic link (local disk).
+        StorageError: storage kept failing, or the status is not a regular file.
+    """
     if not user_home or not output_path.startswith(f"{user_home}/"):
-        return ""
-    record = read_record(location, output_path[len(user_home) + 1 :])
-    return record.build_id if record is not None else ""
+        return NO_SHARED_BUILD
+    shared = output_path[len(user_home) + 1 :]
+    record = read_record(location, shared)
+    if record is not None:
+        return SharedBuild(build=record.build_id)
+    return SharedBuild(replaced=replaced_build(read_status_file(location, shared)))
 
 
 _LEASE_TYPES = {"holder": str, "started_at": str}
