@@ -705,3 +705,214 @@ def test_round3_finding_5_a_project_module_with_a_standard_library_name_is_the_p
         assert code_drifted(digests[0], digests[1])
     finally:
         cd.clear_cache()
+
+
+# --- red team round four: values set by later statements, look-ups by name, registries, caches --
+
+STEP_OF = "from {helpers} import h\n\n\ndef step(x):\n    return h(x)\n"
+"""A step calling ``h`` (its text does not name the module: each load imports another)."""
+
+ROUND4_VALUES = {
+    "subscript": ('LIMITS = {{"a": 1}}\nLIMITS["a"] = 2\n\n\ndef h(x):\n    return x * LIMITS["a"]\n',
+                  'LIMITS["a"] = 2', 'LIMITS["a"] = 5'),
+    "tuple": ("A, B = 2, 3\n\n\ndef h(x):\n    return x * A\n", "A, B = 2, 3", "A, B = 5, 3"),
+    "try": ("try:\n    SCALE = 2\nexcept Exception:\n    SCALE = 3\n\n\ndef h(x):\n"
+            "    return x * SCALE\n", "SCALE = 2", "SCALE = 5"),
+    "global": ("SCALE = 1\n\n\ndef _setup():\n    global SCALE\n    SCALE = 2\n\n\n_setup()\n\n\n"
+               "def h(x):\n    return x * SCALE\n", "SCALE = 2", "SCALE = 5"),
+    "class_attr": ("class Cfg:\n    k = 1\n\n\nCfg.k = 2\n\n\ndef h(x):\n    return x * Cfg.k\n",
+                   "Cfg.k = 2", "Cfg.k = 5"),
+    "instance_attr": ("class Cfg:\n    k = 1\n\n\nCfg.k = 2\n\n\ndef h(x):\n"
+                      "    return x * Cfg().k\n", "Cfg.k = 2", "Cfg.k = 5"),
+    "setattr": ("import sys\n\nsetattr(sys.modules[__name__], 'SCALE', 2)\n\n\ndef h(x):\n"
+                "    return x * SCALE  # noqa\n", "'SCALE', 2", "'SCALE', 5"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(ROUND4_VALUES))
+def test_round4_finding_1_a_module_value_set_by_a_later_statement_is_code(
+    project: Project, case: str
+) -> None:
+    """``r4-repro-1.sh``, ``1b``: a module-level (or class-level) plain value counts by its value
+    at lowering, so a statement after its assignment that changes it is seen."""
+    source, old, new = ROUND4_VALUES[case]
+    before = code_digest(project.load(helpers=source, pipe=STEP_OF)["pipe"].step)
+    again = code_digest(project.load(helpers=source, pipe=STEP_OF)["pipe"].step)
+    after = code_digest(project.load(helpers=source.replace(old, new), pipe=STEP_OF)["pipe"].step)
+    assert not before.unseen and unchanged(before, again), [p.name for p in before.parts]
+    assert code_drifted(before, after), case
+
+
+ROUND4_RUNTIME = """\
+import uuid
+
+START = uuid.uuid4().hex
+CACHE = {{}}
+
+
+PATHS = {{"root": "."}}
+PATHS["root"] = uuid.uuid4().hex  # a path of this host, say
+RUN = None
+
+
+class Model:
+    made = uuid.uuid4().hex
+    seen = []
+
+
+Model.tag = uuid.uuid4().hex
+
+
+def _init():
+    global RUN
+    RUN = uuid.uuid4().hex
+
+
+_init()
+
+
+def h(x):
+    CACHE[x] = START  # the step fills module- and class-level data while it runs
+    Model.seen.append((Model.made, Model.tag, PATHS, RUN))
+    return x
+"""
+
+
+def test_round4_finding_1_values_computed_at_import_or_moved_by_the_step_are_not_drift(
+    project: Project,
+) -> None:
+    """A value computed at import (``uuid4()``: another in every process), also into an item, a
+    class attribute or under ``global``, counts by its source; what the step puts in ``CACHE``
+    while it runs is not in a later, fresh lowering's digest."""
+    first = project.load(helpers=ROUND4_RUNTIME, pipe=STEP_OF)
+    before = code_digest(first["pipe"].step)
+    first["pipe"].step(1)
+    again = code_digest(project.load(helpers=ROUND4_RUNTIME, pipe=STEP_OF)["pipe"].step)
+    assert not before.unseen and unchanged(before, again)
+
+
+def test_round4_finding_1_through_the_cli_a_later_statement_is_code_drift(tmp_path: Path) -> None:
+    """``r4-repro-1.sh`` as the user meets it: the run that fills ``SEEN`` changes no later
+    plan; ``LIMITS["a"] = 2`` -> ``5`` is rebuilt under ``rebuild``."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "r4"\nversion = "0"\n')
+    helpers = 'LIMITS = {"a": 1}\nLIMITS["a"] = 2\nSEEN = []\n\n\ndef h(x):\n' + (
+        "    SEEN.append(x)\n    return x * LIMITS['a']\n"
+    )
+    (tmp_path / "helpers.py").write_text(helpers)
+    (tmp_path / "pipe.py").write_text(
+        "import os\nfrom marin.execution.lazy import OUT, apply\nfrom helpers import h\n\n\n"
+        "def step(out_path):\n    os.makedirs(out_path, exist_ok=True)\n"
+        "    open(os.path.join(out_path, 'v.txt'), 'w').write(str(h(10)))\n\n\n"
+        "pipeline = apply('c/step', step, version='v1', out_path=OUT)\n"
+    )
+    target, prefix = f"{tmp_path / 'pipe.py'}:pipeline", str(tmp_path / "P")
+    policy = ("--on-code-drift", "error")
+    assert (
+        marin_cli("run", target, "--prefix", prefix, "--no-progress", cwd=tmp_path).returncode == 0
+    )
+    again = marin_cli("run", target, "--prefix", prefix, "--no-progress", *policy, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    (tmp_path / "helpers.py").write_text(helpers.replace('["a"] = 2', '["a"] = 5'))
+    plan = marin_cli("plan", target, "--prefix", prefix, "--on-code-drift", "rebuild", cwd=tmp_path)
+    assert "code changed: rebuilding" in " ".join(plan.stdout.split()), plan.stdout
+    done = marin_cli("run", target, "--prefix", prefix, "--no-progress", "--on-code-drift",
+                     "rebuild", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "P" / "c" / "step" / "v1" / "v.txt").read_text() == "50"
+
+
+ROUND4_LOOKUPS = {
+    "getattr_static": "import inspect\n\n\ndef step(x, name='g'):\n"
+                      "    return inspect.getattr_static({helpers}, name)(x)\n",
+    "resolve_name": "import pkgutil\n\n\ndef step(x, name='g'):\n"
+                    "    return pkgutil.resolve_name('{helpers}:' + name)(x)\n",
+    "fn_globals": "def step(x, name='g'):\n    return {helpers}.h.__globals__[name](x)\n",
+    "object_getattribute": "def step(x, name='g'):\n"
+                           "    return object.__getattribute__({helpers}, name)(x)\n",
+    "module_getattribute": "def step(x, name='g'):\n    return {helpers}.__getattribute__(name)(x)\n",
+    "getmembers": "import inspect\n\n\ndef step(x, name='g'):\n"
+                  "    return dict(inspect.getmembers({helpers}))[name](x)\n",
+    "subclasses_of_a_computed_class": "def step(x):\n"
+                                      "    return [c for c in type(x).__subclasses__()]\n",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(ROUND4_LOOKUPS))
+def test_round4_finding_2_more_look_ups_by_name_are_unseen(project: Project, case: str) -> None:
+    """``r4-repro-2.sh``: each reached ``g`` by a computed name and was "unchanged"."""
+    helpers = "def g(x):\n    return x * 2\n\n\ndef h(x):\n    return x\n"
+    pipe = "import {helpers}\n" + ROUND4_LOOKUPS[case]
+    digest = code_digest(project.load(helpers=helpers, pipe=pipe)["pipe"].step)
+    assert digest.digest is not None and digest.unseen, [p.name for p in digest.parts]
+    assert _code_unknown(digest, digest).startswith("unseen: ")
+
+
+def test_round4_finding_2_a_modules_getattr_is_followed(project: Project) -> None:
+    """A PEP 562 ``__getattr__`` decides what ``helpers.g`` is: its code (and ``_impl``) count."""
+    helpers = (
+        "def _impl(x):\n    return x * 2\n\n\ndef __getattr__(name):\n    if name == 'g':\n"
+        "        return _impl\n    raise AttributeError(name)\n"
+    )
+    pipe = "import {helpers} as helpers\n\n\ndef step(x):\n    return helpers.g(x)\n"
+    before = code_digest(project.load(helpers=helpers, pipe=pipe)["pipe"].step)
+    again = code_digest(project.load(helpers=helpers, pipe=pipe)["pipe"].step)
+    after = code_digest(project.load(helpers=helpers.replace("* 2", "* 5"), pipe=pipe)["pipe"].step)
+    assert {"__getattr__", "_impl"} <= {p.name for p in before.parts}
+    assert unchanged(before, again) and code_drifted(before, after)
+
+
+ROUND4_REGISTRIES = {
+    "subclasses": "class Base:\n    def f(self, x):\n        return x\n\n\nclass A(Base):\n"
+                  "    def f(self, x):\n        return x * 2\n\n\ndef h(x):\n"
+                  "    return sum(c().f(x) for c in Base.__subclasses__())\n",
+    "init_subclass": "class Base:\n    REG = {{}}\n\n    def __init_subclass__(cls, **kw):\n"
+                     "        Base.REG[cls.__name__] = cls\n\n\nclass A(Base):\n"
+                     "    def f(self, x):\n        return x * 2\n\n\ndef h(x, name='A'):\n"
+                     "    return Base.REG[name]().f(x)\n",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(ROUND4_REGISTRIES))
+def test_round4_finding_3_a_classs_subclasses_are_followed(project: Project, case: str) -> None:
+    """``r4-repro-3.sh``: ``Base.__subclasses__()`` and a registry ``__init_subclass__`` fills."""
+    source = ROUND4_REGISTRIES[case]
+    before = code_digest(project.load(helpers=source, pipe=STEP_OF)["pipe"].step)
+    again = code_digest(project.load(helpers=source, pipe=STEP_OF)["pipe"].step)
+    edited = source.replace("x * 2", "x * 5")
+    after = code_digest(project.load(helpers=edited, pipe=STEP_OF)["pipe"].step)
+    assert "A" in {p.name for p in before.parts} and not before.unseen
+    assert unchanged(before, again) and code_drifted(before, after)
+
+
+ROUND4_WRAPPERS = {
+    "lru_cache": "import functools\n\n\n@functools.lru_cache(maxsize=None)\n",
+    "cache": "import functools\n\n\n@functools.cache\n",
+    "update_wrapper_class": "import functools\n\n\nclass Wrap:\n    def __init__(self, f):\n"
+                            "        functools.update_wrapper(self, f)\n        self.f = f\n\n"
+                            "    def __call__(self, *a):\n        return self.f(*a)\n\n\n@Wrap\n",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(ROUND4_WRAPPERS))
+def test_round4_finding_4_a_cached_or_wrapped_helper_is_followed(
+    project: Project, case: str
+) -> None:
+    """``r4-repro-4.sh``: ``__wrapped__`` of ``lru_cache``, ``cache`` and a class calling
+    ``functools.update_wrapper`` is followed, as a ``functools.wraps`` function's is."""
+    source = ROUND4_WRAPPERS[case] + "def g(x):\n    return x * 2\n\n\ndef h(x):\n    return g(x)\n"
+    before = code_digest(project.load(helpers=source, pipe=STEP_OF)["pipe"].step)
+    again = code_digest(project.load(helpers=source, pipe=STEP_OF)["pipe"].step)
+    edited = source.replace("x * 2", "x * 5")
+    after = code_digest(project.load(helpers=edited, pipe=STEP_OF)["pipe"].step)
+    assert "g" in {p.name for p in before.parts} and not before.unseen
+    assert unchanged(before, again) and code_drifted(before, after)
+
+
+def test_round4_finding_4_a_wrapped_callable_without_source_is_unseen(project: Project) -> None:
+    """What ``__wrapped__`` holds, made at run time, is named unseen, never "unchanged"."""
+    helpers = (
+        "import functools\n\nexec('def made(x):\\n    return x\\n')\n"
+        "g = functools.lru_cache(made)  # noqa: F821\n\n\ndef h(x):\n    return g(x)\n"
+    )
+    digest = code_digest(project.load(helpers=helpers, pipe=STEP_OF)["pipe"].step)
+    assert digest.unseen == ["made (defined at run time (<string>))"], digest.unseen

@@ -15,8 +15,9 @@ like config drift. It never enters a path or a fingerprint.
 - **Advisory**: it never raises, blocks or runs user code (types are read with ``type()``,
   attributes from namespaces, never through ``getattr``: a lazy proxy stays unresolved); a
   part that cannot be digested is unknown, with one warning.
-- **Module-level constants** a function reads (``SCALE = 3`` at the top of its module) count
-  when the source assigns them a literal; a name assigned anything else is run-time data.
+- **Module-level values** a function reads count by their value at lowering when plain data
+  (``LIMITS = {...}`` then ``LIMITS["a"] = 5``; a class's own attributes likewise); a name the
+  source assigns a computed value counts by the source of those statements (``counts_by_value``).
 - **Unknown** is said, never guessed: a builtin, a function made at run time (``exec``, a
   notebook's ``<string>``), a source file edited since it was imported. A step whose own
   function is unknown has no digest; an unknown callee is named in ``CodeDigest.unseen``.
@@ -37,7 +38,10 @@ import dataclasses
 import functools
 import hashlib
 import importlib
+import importlib.util
+import inspect
 import operator
+import pkgutil
 import re
 import runpy
 import sys
@@ -48,16 +52,19 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
-from marin.execution.digest.instance import bound_objects, instance_fields
+from marin.execution.digest.instance import bound_objects, carried_field, instance_fields
 from marin.execution.digest.source import (
     DYNAMIC,
     GLOBALS,
     IMPORT,
+    SUBCLASSES,
     References,
     SourceIndex,
     assignment_source,
     clear_source_cache,
+    computed_names,
     constant_source,
+    counts_by_value,
     display_path,
     dump,
     first_line,
@@ -72,7 +79,7 @@ from marin.execution.digest.source import (
     warn_once,
 )
 
-SCHEME = "ast6"
+SCHEME = "ast7"
 """Stored with every digest; a record of another scheme compares as unknown, never as drift.
 ``ast2``: which callees are followed is decided by module name (``ast1``: by file location),
 so an ``ast1`` record of code that is now followed must not read as drift. ``ast3``: code held
@@ -82,7 +89,9 @@ cell values, code reached through a constant string (``getattr(m, "h")``, ``impo
 ``globals()``, ``sys.modules``), instances in containers and ``SimpleNamespace`` members.
 ``ast5``: a ``functools.wraps`` wrapper is followed beside what it wraps, ``singledispatch``
 overloads, any reference to a function that looks code up by name is unseen. ``ast6``: the
-fields of a bound method's or callable instance's object (``OBJECT_STATE``)."""
+fields of a bound method's or callable instance's object (``OBJECT_STATE``). ``ast7``: a
+module-level or class-level value of plain data by its value at lowering, ``__wrapped__`` of
+any callable (``lru_cache``), a class's subclasses, more look-ups by name unseen."""
 OBJECT_STATE = ".<self>"
 """The suffix of the part holding the fields of a step function's object (``Trainer.<self>``):
 a bound method's ``__self__`` or a callable instance, through partials too."""
@@ -407,7 +416,7 @@ def _object_part(holder: Any) -> _Found:
     callees: list[Any] = [kind, *opaque]
     for value in fields.values():
         code = _callee(value)  # a function or an instance's class (only the project's count)
-        callees += [code] if code is not None else []
+        callees += ([code] if code is not None else []) + _wrapped_chain(value)
         callees += _in_container(value) or []
     constants.sort()
     where = _found(kind)
@@ -459,12 +468,37 @@ def _find(obj: Any) -> _Found | None:
     cell_values, opaque = _closure_values(qualname, closure)
     constants += cell_values
     callees += opaque
+    if _is_class(obj):
+        assigned = {n.partition(".")[2] for n in index.assigned if n.startswith(qualname + ".")}
+        class_values, held = _class_values(obj, syntax.computed | assigned)
+        constants += class_values
+        callees += held
     constants_hash = sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
     part = CodePart(
         qualname, file, syntax.line, syntax.digest(constants_hash), syntax.header,
         syntax.statements, constants_hash, statement_lines=syntax.lines,
     )  # fmt: skip
     return _Found(part, tuple(callees))
+
+
+def _class_values(cls: type, computed: frozenset[str]) -> tuple[list[str], list[Any]]:
+    """A class's own attributes of plain data, by their value (``Cfg.k = 2`` after the class
+    is seen; a name its body assigns a computed value counts by its source), and the code they
+    hold (a registry ``__init_subclass__`` fills); every subclass when it defines
+    ``__init_subclass__`` (its subclasses decide what it registers). Read from ``vars(cls)``."""
+    constants: list[str] = []
+    held: list[Any] = []
+    for name, value in _TYPE_DICT.__get__(cls, type).items():
+        dunder = name.startswith("__") and name.endswith("__")
+        if dunder or name in computed or _is_code(_unwrap(value)):
+            continue
+        text = _plain_text(value, [_MAX_CONTAINER], 0)
+        if text is not None:
+            constants.append(f"<class>{name}=={text}")
+            held += _in_container(value) or []
+    if "__init_subclass__" in _TYPE_DICT.__get__(cls, type):
+        held += _subclasses(cls)
+    return constants, held
 
 
 @dataclass
@@ -480,6 +514,8 @@ class _Syntax:
     references: list[tuple[str, ...]]
     imports: tuple[tuple[str, str, str | None], ...]
     """What ``import`` statements inside the definition bind: (name, module, attribute)."""
+    computed: frozenset[str] = frozenset()
+    """A class body's names assigned a computed value (their source counts, not their value)."""
     digests: dict[str, str] = field(default_factory=dict)
     """The part's digest by the hash of the constants it reads."""
 
@@ -510,9 +546,13 @@ def _syntax(obj: Any, qualname: str, index: SourceIndex) -> _Syntax | None:
         lines += [getattr(s, "lineno", 0) for s in body]
     line = first_line(nodes[0]) if not isinstance(nodes[0], ast.Lambda) else nodes[0].lineno
     header = sha("\n".join(headers))[:_STATEMENT_CHARS]
+    computed = {
+        n for node in nodes if isinstance(node, ast.ClassDef) for n in computed_names(node.body)
+    }
     syntax = _Syntax(
-        index, line, header, tuple(statements), tuple(lines), list(references), _imports(nodes)
-    )
+        index, line, header, tuple(statements), tuple(lines), list(references), _imports(nodes),
+        frozenset(computed),
+    )  # fmt: skip
     _SYNTAX.put(key, syntax)
     return syntax
 
@@ -587,8 +627,7 @@ def _in_container(obj: Any) -> list[Any] | None:
                 found.append(item)
             elif type(item) not in _PLAIN:  # an instance (``MODELS = {"a": Model()}``): its class
                 code = _callee(item)
-                if code is not None:
-                    found.append(code)
+                found += [code, *_wrapped_chain(item)] if code is not None else _wrapped_chain(item)
     return found
 
 
@@ -616,7 +655,7 @@ def _closure_values(
 
 def _plain_text(value: Any, budget: list[int], depth: int) -> str | None:
     """A canonical text of plain data (exact builtin types, containers of them), functions and
-    classes (by module and name), modules and partials of plain arguments; None for anything
+    classes (by qualified name), modules and partials of plain arguments; None for anything
     else, or past 100,000 items or 50 levels. Reads only exact types: no user code runs."""
     kind = type(value)
     budget[0] -= 1
@@ -633,9 +672,8 @@ def _plain_text(value: Any, budget: list[int], depth: int) -> str | None:
         keywords = _plain_text(_PARTIAL_KEYWORDS.__get__(value, kind), budget, depth + 1)
         ok = None not in (func, args, keywords)
         return f"<partial {func} {args} {keywords}>" if ok else None
-    if _is_code(value):
-        module, _, qualname, _ = _where(value)
-        return f"<code {module}:{qualname}>"
+    if _is_code(value):  # by name only: the module a runner imports a file as may differ
+        return f"<code {_where(value)[2]}>"  # (its code is a part of its own, named by file)
     if kind in _CONTAINERS:
         items = [*value.items()] if kind is dict else [*value]
         texts = [_plain_text(item, budget, depth + 1) for item in items]
@@ -682,55 +720,130 @@ def _resolve_all(
     closure: Mapping[str, Any],
     index: SourceIndex,
 ) -> tuple[list[str], list[Any]]:
-    """The literal constants (``name=dump``) and the callee objects that ``references`` name."""
+    """The constants (a module-level plain value, ``name==value``; else the literal source,
+    ``name=dump``, and a non-literal's source, ``name:=dump``) and the callee objects that
+    ``references`` name."""
     constants: list[str] = []
     callees: dict[int, Any] = {}
     for chain in references:
-        head = chain[0]
+        name = ".".join(chain)
         obj, rest = _head(chain, namespace, closure)
-        if obj is _MISSING:
-            continue  # a builtin, a local or a name not yet bound
-        owner_index: SourceIndex | None = index if head not in closure else None
-        owner_name = head
-        for attr in rest:
-            members = module_namespace(obj)
-            if attr in (DYNAMIC, "__dict__"):  # getattr(m, name), m.__dict__: not known
-                obj = _dynamic_target(".".join(c for c in chain[:-1] if c != IMPORT), obj)
-                break
-            if type(obj) is types.SimpleNamespace:
-                members = _namespace_dict(obj)
-            if members is not None:
-                inner = members.get(attr, _MISSING)
-                if inner is _MISSING:
-                    break
-                found = module_index(obj) if type(obj) is not types.SimpleNamespace else None
-                owner_index, owner_name, obj = found, attr, inner
-            elif _is_class(obj):
-                inner = _static_attr(obj, attr)
-                if inner is _MISSING or not _is_code(_unwrap(inner)):
-                    break
-                owner_index, obj = None, inner
+        if obj is _MISSING:  # a builtin, a local or a name not yet bound
+            if "__subclasses__" in chain:
+                obj = _Unseen(name, "it lists the subclasses of a class known at run time only")
             else:
-                break
+                continue
+        owner = (index if chain[0] not in closure else None), chain[0]
+        obj, owner, extra = _follow(chain, obj, rest, owner)
         if obj is sys.modules:  # any module, by a name known at run time only
-            obj = _Unseen(".".join(chain), "it reads sys.modules by a computed name")
+            obj = _Unseen(name, "it reads sys.modules by a computed name")
         elif _DYNAMIC_FUNCTIONS.get(id(obj), _MISSING) is obj:  # an alias too: `g = getattr`
             why = "it refers to a function that looks code up by a name (getattr, eval, ...)"
-            obj = _Unseen(".".join(chain), why)
+            obj = _Unseen(name, why)
         held = _in_container(obj)  # also a literal: `TOKENIZERS = {}` is filled at import
         if held is None:
-            held = [_Unseen(".".join(chain), f"a container of over {_MAX_CONTAINER} items")]
+            held = [_Unseen(name, f"a container of over {_MAX_CONTAINER} items")]
         target = obj if type(obj) is _Unseen else _callee(obj)
-        for code in [target, *held] if target is not None else held:
-            callees.setdefault(id(code), code)
+        for code in [target, *_wrapped_chain(obj), *held, *extra]:
+            if code is not None:
+                callees.setdefault(id(code), code)
+        owner_index, owner_name = owner
         if target is None and owner_index is not None and module_namespace(obj) is None:
-            values = constant_source(owner_index, owner_name)
-            if values:
-                constants.append(f"{'.'.join(chain)}=" + "|".join(values))
+            constants += _module_value(name, obj, owner_index, owner_name)
         source = assignment_source(owner_index, owner_name) if owner_index is not None else None
         if source:
-            constants.append(f"{'.'.join(chain)}:=" + "|".join(source))
+            constants.append(f"{name}:=" + "|".join(source))
     return constants, list(callees.values())
+
+
+def _module_value(name: str, obj: Any, index: SourceIndex, owner_name: str) -> list[str]:
+    """A module-level value a function reads: plain data by its value at lowering (a later
+    statement that changes it is seen: ``counts_by_value``), else a literal by its source."""
+    if counts_by_value(index, owner_name):
+        text = _plain_text(obj, [_MAX_CONTAINER], 0)
+        if text is not None:
+            return [f"{name}=={text}"]
+    values = constant_source(index, owner_name)
+    return [f"{name}=" + "|".join(values)] if values else []
+
+
+_DYNAMIC_ATTRS = (DYNAMIC, "__dict__", "__globals__")
+"""Attributes that reach a namespace by a computed name (``getattr(m, name)``, ``m.__dict__``,
+``f.__globals__``)."""
+_LOOKUP_ATTRS = ("__getattribute__", "__getattr__")
+
+
+def _follow(
+    chain: tuple[str, ...], obj: Any, rest: tuple[str, ...], owner: tuple[SourceIndex | None, str]
+) -> tuple[Any, tuple[SourceIndex | None, str], list[Any]]:
+    """What ``obj.rest`` names, the module index and name it is read from (None: not a
+    project module's), and code that reading it reaches besides (a class's subclasses)."""
+    owner_index, owner_name = owner
+    for position, attr in enumerate(rest, len(chain) - len(rest)):
+        members = module_namespace(obj)
+        prefix = ".".join(c for c in chain[:position] if c != IMPORT)
+        if attr in _DYNAMIC_ATTRS:  # getattr(m, name), m.__dict__: not known
+            return _dynamic_target(prefix, obj, attr), (None, attr), []
+        if attr in _LOOKUP_ATTRS:  # m.__getattribute__(name): as getattr
+            unseen = _dynamic_target(prefix, obj, attr)
+            if unseen is not None:
+                return unseen, (None, attr), []
+        if type(obj) is types.SimpleNamespace:
+            members = _namespace_dict(obj)
+        if members is not None:
+            inner = members.get(attr, _MISSING)
+            found = module_index(obj) if type(obj) is not types.SimpleNamespace else None
+            if inner is _MISSING:  # a module's ``__getattr__`` (PEP 562) decides: its code
+                hook = members.get("__getattr__") if found is not None else None
+                return (hook if type(hook) is types.FunctionType else obj), (None, attr), []
+            owner_index, owner_name, obj = found, attr, inner
+        elif _is_class(obj):
+            if attr == "__subclasses__":
+                return obj, (None, attr), _subclasses(obj)
+            inner = _static_attr(obj, attr)
+            dynamic = _DYNAMIC_FUNCTIONS.get(id(inner), _MISSING) is inner
+            if inner is _MISSING or not (dynamic or _is_code(_unwrap(inner))):
+                break
+            owner_index, obj = None, inner
+        else:
+            break
+    return obj, (owner_index, owner_name), []
+
+
+_TYPE_SUBCLASSES = type.__dict__["__subclasses__"]
+
+
+def _subclasses(cls: type) -> list[Any]:
+    """Every subclass of ``cls`` this process has, at any depth (read from the type's own list:
+    no user code runs); over ``_MAX_CONTAINER``, unseen."""
+    found: list[Any] = []
+    stack, seen = [cls], {id(cls)}
+    while stack:
+        for sub in _TYPE_SUBCLASSES(stack.pop()):
+            if id(sub) not in seen:
+                seen.add(id(sub))
+                found.append(sub)
+                stack.append(sub)
+        if len(found) > _MAX_CONTAINER:
+            why = f"over {_MAX_CONTAINER} subclasses"
+            return [_Unseen(f"{_TYPE_QUALNAME.__get__(cls, type)}.__subclasses__()", why)]
+    return found
+
+
+def _wrapped_chain(obj: Any) -> list[Any]:
+    """The code a callable object that is not a function wraps: what ``__wrapped__`` holds in
+    its own namespace or slots (``functools.lru_cache``, a class calling
+    ``functools.update_wrapper``), read without running user code (``carried_field``)."""
+    found: list[Any] = []
+    for _ in range(100):  # a cycle of wrappers ends somewhere
+        if type(obj) is types.FunctionType or _is_class(obj) or type(obj) is _Unseen:
+            break
+        inner = carried_field(obj, "__wrapped__")
+        if inner is None or any(inner is f for f in found):
+            break
+        found.append(inner)
+        obj = inner
+    return [code for code in map(_callee, found) if code is not None]
 
 
 def _head(
@@ -742,6 +855,9 @@ def _head(
     head = chain[0]
     if head == GLOBALS:
         return _Unseen("globals()[...]", "it reads globals() by a computed name"), ()
+    if head == SUBCLASSES:
+        why = "it lists the subclasses of a class known at run time only"
+        return _Unseen("<class>.__subclasses__()", why), ()
     if head == IMPORT:
         module = chain[1]
         if DYNAMIC not in module:
@@ -753,17 +869,23 @@ def _head(
         return _MISSING, ()  # import_module(name): any module, as data (docs: a blind spot)
     found = closure.get(head, _MISSING) if head in closure else namespace.get(head, _MISSING)
     if found is _MISSING:  # a builtin: only those that look code up by a name count
-        found = _DYNAMIC_BUILTINS.get(head, _MISSING)
+        found = _BUILTIN_HEADS.get(head, _MISSING)
     return found, chain[1:]
 
 
 _DYNAMIC_BUILTINS = {f.__name__: f for f in (getattr, globals, vars, eval, exec, __import__)}
+_BUILTIN_HEADS: dict[str, Any] = {**_DYNAMIC_BUILTINS, "object": object, "type": type}
+"""Builtins a reference may start with: those that look code up by a name, and the classes
+whose ``__getattribute__`` does (``object.__getattribute__(m, name)``)."""
 _DYNAMIC_FUNCTIONS: dict[int, Any] = {
     id(f): f
     for f in (
         *_DYNAMIC_BUILTINS.values(), importlib.import_module, importlib.reload,
-        importlib.__import__, operator.attrgetter, operator.methodcaller, runpy.run_path,
-        runpy.run_module,
+        importlib.__import__, importlib.util.spec_from_file_location, operator.attrgetter,
+        operator.methodcaller, runpy.run_path, runpy.run_module, inspect.getattr_static,
+        inspect.getmembers, inspect.getmembers_static, pkgutil.resolve_name,
+        vars(object)["__getattribute__"], vars(type)["__getattribute__"],
+        vars(types.ModuleType)["__getattribute__"],
     )
 }  # fmt: skip
 """What reaches code by a name known at run time: a reference to one of them (an alias, an
@@ -771,7 +893,7 @@ argument to ``map``, a call other than the constant shapes ``source._dynamic`` f
 the referring part's code unseen. Keyed by identity: these live as long as the process."""
 
 
-def _dynamic_target(name: str, obj: Any) -> Any:
+def _dynamic_target(name: str, obj: Any, how: str = DYNAMIC) -> Any:
     """What ``getattr(obj, <computed name>)`` contributes: unseen when ``obj`` holds the
     project's code (a project module, class or instance, a namespace, a container), else
     nothing (a library's attribute is the environment's business)."""
@@ -785,7 +907,7 @@ def _dynamic_target(name: str, obj: Any) -> Any:
     else:
         code = _callee(obj)
         project = code is not None and _found(code) is not None
-    reason = "it reads an attribute by a computed name (getattr)"
+    reason = f"it reads an attribute by a computed name ({'getattr' if how == DYNAMIC else how})"
     return _Unseen(f"{name}.*", reason) if project else None
 
 

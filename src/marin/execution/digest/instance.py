@@ -70,3 +70,22 @@ def instance_fields(obj: Any) -> dict[str, Any]:
     if type(members) is dict:
         fields.update({str(k): v for k, v in list(members.items())})
     return fields
+
+
+def carried_field(obj: Any, name: str) -> Any:
+    """The attribute ``name`` that ``obj`` itself holds (its instance dict or a slot), or None;
+    read as ``instance_fields`` reads them: no ``__getattr__``, property or descriptor of the
+    user's runs (``functools.lru_cache``'s wrapper keeps ``__wrapped__`` in its instance dict)."""
+    for klass in _TYPE_MRO.__get__(type(obj), type):
+        slot = _TYPE_DICT.__get__(klass, type).get(name)
+        if type(slot) is types.MemberDescriptorType:
+            try:
+                return slot.__get__(obj, klass)
+            except AttributeError:  # a slot never assigned
+                return None
+    for klass in _TYPE_MRO.__get__(type(obj), type):
+        slot = _TYPE_DICT.__get__(klass, type).get("__dict__")
+        if type(slot) is types.GetSetDescriptorType:
+            members = slot.__get__(obj, klass)
+            return members.get(name) if type(members) is dict else None
+    return None

@@ -228,7 +228,8 @@ class SourceIndex:
     lambdas: dict[int, list[ast.Lambda]] = field(default_factory=dict)
     constants: dict[str, list[str]] = field(default_factory=dict)
     assigned: set[str] = field(default_factory=set)
-    """Top-level names assigned anything but a literal (run-time data, not code)."""
+    """Names the module's statements (or a function, under ``global``) assign anything but a
+    literal, and ``Class.attr`` set so after the class: run-time data, counted by source."""
     imports: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Top-level ``from module import name [as alias]``: alias -> (module, name)."""
     star_imports: list[str] = field(default_factory=list)
@@ -250,6 +251,7 @@ def _index_tree(tree: ast.Module) -> SourceIndex:
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                 qualname = prefix + child.name
                 index.functions.setdefault(qualname, []).append(child)
+                _index_globals(child, index)
                 todo.append((child, qualname + ".<locals>."))
             elif isinstance(child, ast.ClassDef):
                 qualname = prefix + child.name
@@ -260,9 +262,27 @@ def _index_tree(tree: ast.Module) -> SourceIndex:
                     index.lambdas.setdefault(child.lineno, []).append(child)
                 todo.append((child, prefix))
         stack.extend(reversed(todo))
-    for statement in tree.body:
-        _index_assignment(statement, index)
+    _index_statements(tree.body, index)
     return index
+
+
+_BLOCKS = (ast.If, ast.Try, ast.TryStar, ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While)
+"""Module-level statements whose bodies run at import too (``try: SCALE = 2``)."""
+
+
+def _index_statements(body: list[ast.stmt], index: SourceIndex) -> None:
+    for statement in body:
+        if isinstance(statement, _BLOCKS):
+            if isinstance(statement, ast.For | ast.AsyncFor):  # its target: computed
+                for name in _target_names(statement.target):
+                    index.assigned.add(name)
+                    index.sources.setdefault(name, []).append(dump(statement.iter))
+            for inner in ("body", "orelse", "finalbody"):
+                _index_statements(getattr(statement, inner, []), index)
+            for handler in getattr(statement, "handlers", []):
+                _index_statements(handler.body, index)
+        else:
+            _index_assignment(statement, index)
 
 
 def _index_assignment(statement: ast.stmt, index: SourceIndex) -> None:
@@ -277,19 +297,76 @@ def _index_assignment(statement: ast.stmt, index: SourceIndex) -> None:
         targets, value = statement.targets, statement.value
     elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
         targets, value = [statement.target], statement.value
-    elif isinstance(statement, ast.AugAssign):
-        targets, value = [statement.target], None
+    elif isinstance(statement, ast.AugAssign | ast.Delete):
+        targets, value = (
+            [statement.target] if isinstance(statement, ast.AugAssign) else statement.targets,
+            None,
+        )
     else:
         return
+    literal = value is not None and _is_literal(value)
     for target in targets:
-        if not isinstance(target, ast.Name):
-            continue
-        literal = value is not None and len(targets) == 1 and _is_literal(value)
-        if literal and value is not None:
+        if isinstance(target, ast.Name) and literal and len(targets) == 1 and value is not None:
             index.constants.setdefault(target.id, []).append(dump(value))
-        else:
-            index.assigned.add(target.id)
-            index.sources.setdefault(target.id, []).append(dump(statement))
+            continue
+        stored = _target_names(target)
+        for name in stored or _stored_in(target):  # `LIMITS["a"] = 2`, `Cfg.k = 2`: its source
+            index.sources.setdefault(name, []).append(dump(statement))
+            if not literal:  # `PATHS["root"] = os.getcwd()`: a value of this host only
+                index.assigned.add(name if stored else _attribute_key(target))
+
+
+def _target_names(target: ast.expr) -> list[str]:
+    """The names an assignment target binds (``A, (B, *C) = ...``)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    if isinstance(target, ast.Tuple | ast.List):
+        return [name for element in target.elts for name in _target_names(element)]
+    return []
+
+
+def _attribute_key(target: ast.expr) -> str:
+    """``Cfg.k`` for a store to ``Cfg.k`` (a class attribute set after the class), else the
+    name whose item is stored."""
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+        return f"{target.value.id}.{target.attr}"
+    return _stored_in(target)[0]
+
+
+def _index_globals(function: ast.FunctionDef | ast.AsyncFunctionDef, index: SourceIndex) -> None:
+    """A module-level name a function assigns under ``global``: its value may be anything the
+    function computes, so it counts by the source of those assignments."""
+    names = {n for node in ast.walk(function) if isinstance(node, ast.Global) for n in node.names}
+    for node in ast.walk(function) if names else ():
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for name in {n for t in targets for n in _target_names(t)} & names:
+                index.assigned.add(name)
+                index.sources.setdefault(name, []).append(dump(node))
+
+
+def _stored_in(target: ast.expr) -> list[str]:
+    """The name whose value an item or attribute store changes (``LIMITS["a"] = 2``)."""
+    while isinstance(target, ast.Subscript | ast.Attribute):
+        target = target.value
+    return [target.id] if isinstance(target, ast.Name) else []
+
+
+def computed_names(body: list[ast.stmt]) -> set[str]:
+    """The names a class body assigns a computed value (``t = time.time()``): their value may
+    differ in every process, so their source counts, not their value."""
+    names: set[str] = set()
+    for statement in body:
+        if isinstance(statement, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            value = statement.value
+            if value is None or not _is_literal(value) or isinstance(statement, ast.AugAssign):
+                targets = (
+                    statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                )
+                names.update(n for t in targets for n in _target_names(t))
+    return names
 
 
 def _is_literal(node: ast.expr) -> bool:
@@ -496,6 +573,8 @@ IMPORT = "<import>"
 ``sys.modules["helpers"]``); ``helpers.<dynamic>`` when only its start is constant."""
 GLOBALS = "<globals>"
 """A reference to ``globals()`` other than with a constant key."""
+SUBCLASSES = "<subclasses>"
+"""A reference to ``__subclasses__`` of a class computed in place (``type(self)``)."""
 _DYNAMIC_NODES = (ast.Call, ast.Subscript, ast.Attribute)
 _IMPORTERS = {("importlib", "import_module"), ("import_module",), ("__import__",)}
 
@@ -517,6 +596,8 @@ def _dynamic(node: ast.AST, refs: References, consumed: set[int]) -> None:
         refs.setdefault((*head, *(attrs or bare)), None)
         return
     if attrs:
+        if "__subclasses__" in attrs and not isinstance(base, ast.Name):
+            refs.setdefault((SUBCLASSES,), None)  # ``type(self).__subclasses__()``
         return
     if isinstance(node, ast.Call):
         _dynamic_call(node, refs, consumed)
@@ -601,6 +682,36 @@ def constant_source(index: SourceIndex, name: str) -> list[str] | None:
         if other is not None and name in other.constants and name not in other.assigned:
             return other.constants[name]
     return values
+
+
+def counts_by_value(index: SourceIndex, name: str) -> bool:
+    """Whether the plain value of the module-level ``name`` counts (read at lowering, so a
+    later ``LIMITS["a"] = 5``, ``A, B = 5, 3``, ``setattr`` or ``global`` is seen): a name of
+    the project, not a dunder (``__file__`` differs by host), and not assigned a computed value
+    (``START = time.time()`` differs in every process: its source counts). Follows ``from m
+    import name`` and star imports to the module that assigns it; another package's is not the
+    project's (its version is the environment's)."""
+    for _ in range(20):  # a cycle of imports ends somewhere
+        if (name.startswith("__") and name.endswith("__")) or name in index.assigned:
+            return False
+        if name in index.constants:
+            return True
+        if name in index.imports:
+            module_name, name = index.imports[name]
+        else:
+            stars = [m for m in reversed(index.star_imports) if name in _namespace_of(m)]
+            if not stars:
+                return True  # set by a statement other than an assignment (setattr, a global)
+            module_name = stars[0]
+        other = module_index(sys.modules.get(module_name))
+        if other is None:
+            return False
+        index = other
+    return False
+
+
+def _namespace_of(module_name: str) -> dict[str, Any]:
+    return module_namespace(sys.modules.get(module_name)) or {}
 
 
 def assignment_source(index: SourceIndex, name: str) -> list[str] | None:
