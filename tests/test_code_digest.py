@@ -176,7 +176,7 @@ def test_a_module_constant_a_helper_reads_is_code(project: Project) -> None:
     new = code_digest(after["pipe"].train_model)
     file = new.parts[2].file
     assert explain_code_drift(old, new) == [
-        f"code: weight changed ({file}, line 9: a module-level constant it reads), "
+        f"code: weight changed ({file}, line 9: a module- or class-level value it reads), "
         "called by train_model"
     ]
 
@@ -197,7 +197,7 @@ def test_a_constant_imported_by_name_from_a_project_module_is_code(project: Proj
     assert code_digest(same["pipe"].step).digest == old.digest
     new = code_digest(after["pipe"].step)
     assert explain_code_drift(old, new) == [
-        f"code: step changed ({new.parts[0].file}, line 4: a module-level constant it reads)"
+        f"code: step changed ({new.parts[0].file}, line 4: a module- or class-level value it reads)"
     ]
 
 

@@ -359,9 +359,9 @@ def test_round3_finding_1_an_objects_fields_are_in_the_code_digest_not_the_finge
         owner = root.partition(".")[0]
         assert [p.name for p in low.parts][:2] == [root, f"{owner}.<self>"]
         assert owner in {p.name for p in low.parts}  # the class's code: every method
+        field = "lr" if owner == "Fit" else "scale"
         assert explain_code_drift(low, high) == [
-            f"code: {owner}.<self> changed (a field's value; {low.parts[1].file}, line "
-            f"{low.parts[1].line}), the object of {root}"
+            f"code: {owner}.<self> changed (a field's value: {field}), the object of {root}"
         ]
     plain = code_digest(pipe.Trainer.train)  # the function alone: no object
     assert ".<self>" not in str([p.name for p in plain.parts])
@@ -515,8 +515,8 @@ def test_round3_finding_1_through_the_cli_a_changed_object_is_code_drift(tmp_pat
     warned = " ".join((served.stdout + served.stderr).split())
     assert served.returncode == 0 and warned.count("WARNING code drift t/") == 4, warned
     assert (
-        "code: Trainer.<self> changed (a field's value; pipe.py, line 12), the object of "
-        "Trainer.train" in warned
+        "code: Trainer.<self> changed (a field's value: scale), the object of Trainer.train"
+        in warned
     ), warned
     assert (tmp_path / "P" / "t" / "bound" / "v1" / "r.json").read_text() == "103"  # warn
     plan = marin_cli("plan", target, "--prefix", prefix, *policy, cwd=tmp_path)
@@ -916,3 +916,185 @@ def test_round4_finding_4_a_wrapped_callable_without_source_is_unseen(project: P
     )
     digest = code_digest(project.load(helpers=helpers, pipe=STEP_OF)["pipe"].step)
     assert digest.unseen == ["made (defined at run time (<string>))"], digest.unseen
+
+
+# --- red team round five: a step function's object (class state, __dict__, classmethods) -------
+
+ROUND5_CLASS_STATE = {
+    "type_self": ("class Trainer:\n    K = 0\n\n    def __init__(self, k):\n"
+                  "        type(self).K = k\n\n    def train(self, out_path):\n        return self.K\n\n\n"
+                  "FN = Trainer(103).train\n", "Trainer(103)"),
+    "classmethod": ("class Trainer:\n    K = 0\n\n    @classmethod\n    def configure(cls, k):\n"
+                    "        cls.K = k\n\n    @classmethod\n    def train(cls, out_path):\n"
+                    "        return cls.K\n\n\nTrainer.configure(103)\nFN = Trainer.train\n",
+                    "configure(103)"),
+    "subclass_literal": ("class Base:\n    K = 0\n\n    @classmethod\n    def train(cls, out_path):\n"
+                         "        return cls.K\n\n\nclass Sub(Base):\n    pass\n\n\nSub.K = 103\n"
+                         "FN = Sub.train\n", "Sub.K = 103"),
+    "subclass_computed": ("class Base:\n    K = 0\n\n    @classmethod\n    def train(cls, out_path):\n"
+                          "        return cls.K\n\n\nclass Sub(Base):\n    pass\n\n\n"
+                          "Sub.K = int('103')\nFN = Sub.train\n", "int('103')"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(ROUND5_CLASS_STATE))
+def test_round5_finding_1_3_state_kept_on_the_class_is_compared(
+    project: Project, case: str
+) -> None:
+    """``r5-repro-1.sh``, ``r5-repro-3.sh``: state an object keeps on its class, and a bound
+    classmethod's class (its object), count: ``103 -> 903`` is drift, a fresh lowering of the
+    same code is not."""
+    source, old = ROUND5_CLASS_STATE[case]
+    before = fingerprint_and_code(project.load(pipe=source)["pipe"].FN)[1]
+    again = fingerprint_and_code(project.load(pipe=source)["pipe"].FN)[1]
+    after = fingerprint_and_code(
+        project.load(pipe=source.replace(old, old.replace("103", "903")))["pipe"].FN
+    )[1]
+    assert not before.unseen and unchanged(before, again), [p.name for p in before.parts]
+    assert code_drifted(before, after), case
+    owner = "Sub" if case.startswith("subclass") else "Trainer"
+    lines = explain_code_drift(before, after)
+    assert any(line.startswith(f"code: {owner} changed") for line in lines), lines
+
+
+WEAK_STATE = """\
+import weakref
+
+_STATE = weakref.WeakKeyDictionary()
+
+
+class Trainer:
+    _own = weakref.WeakKeyDictionary()
+
+    def __init__(self, k):
+        _STATE[self] = k
+        Trainer._own[self] = k
+
+    def train(self, out_path):
+        return _STATE[self]
+
+    def train_own(self, out_path):
+        return type(self)._own[self]
+"""
+
+
+def test_round5_finding_1_a_weak_registry_keyed_by_the_object_is_unseen(project: Project) -> None:
+    """State kept in a module- or class-level ``WeakKeyDictionary`` keyed by ``self`` is
+    run-time state of live objects: the code is unseen (named), never "unchanged"."""
+    pipe = project.load(pipe=WEAK_STATE)["pipe"]
+    module_level = code_digest(pipe.Trainer(103).train)
+    assert "_STATE (a weak-reference registry" in str(module_level.unseen), module_level.unseen
+    assert not unchanged(module_level, code_digest(pipe.Trainer(103).train))
+    class_level = code_digest(pipe.Trainer(103).train_own)
+    assert "Trainer._own (a weak-reference registry" in str(class_level.unseen)
+
+
+HIDDEN_DICT = """\
+RAN = []
+
+
+class Trainer:
+    def __init__(self, k):
+        object.__setattr__(self, "k", k)
+
+    @property
+    def __dict__(self):
+        RAN.append("__dict__")
+        return {{}}
+
+    def train(self, out_path):
+        return self.k
+
+
+class Hidden(Trainer):
+    pass
+
+
+class Failed(Exception):
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def train(self, out_path):
+        return self.k
+"""
+
+
+def test_round5_finding_2_an_instance_dict_hidden_by_a_property_is_unseen(project: Project) -> None:
+    """``r5-repro-2.sh``: a class whose ``__dict__`` is a property keeps its fields where no
+    C-level descriptor reads them: they are an unseen part, and the property never runs; an
+    ``Exception`` subclass's fields (its dict is a builtin base's) are read and compared."""
+    pipe = project.load(pipe=HIDDEN_DICT)["pipe"]
+    for kind in (pipe.Trainer, pipe.Hidden):
+        code = code_digest(kind(103).train)
+        name = kind.__qualname__
+        assert code.unseen == [
+            f"{name}.<self __dict__> (its class replaces __dict__, so its fields are not read: "
+            "not compared)"
+        ]
+    assert pipe.RAN == []
+    low, high = code_digest(pipe.Failed(103).train), code_digest(pipe.Failed(903).train)
+    assert not low.unseen and code_drifted(low, high)
+    assert unchanged(low, code_digest(pipe.Failed(103).train))
+
+
+def test_round5_finding_4_a_dict_fields_key_order_is_compared(project: Project) -> None:
+    """``r5-repro-4.sh``: code's values are compared by value, a dict's key order included
+    (``list(self.layers)`` depends on it); a set's order (the hash seed's) is not."""
+    pipe = project.load(pipe=TRAINER)["pipe"]
+
+    def digest(value: object) -> CodeDigest:
+        return code_digest(pipe.Trainer(value).train)
+
+    ab, ba = digest({"a": 1, "b": 2}), digest({"b": 2, "a": 1})
+    assert code_drifted(ab, ba) and unchanged(ab, digest({"a": 1, "b": 2}))
+    assert unchanged(digest({"x", "y", "z"}), digest({"z", "y", "x"}))
+
+
+def test_round5_finding_5_a_changed_field_is_named_without_a_misleading_line(
+    project: Project,
+) -> None:
+    """``r5-repro-5.sh``: the drift of an object's field names the field (the object was made
+    at run time: no line of its class is "the changed statement")."""
+    pipe = project.load(pipe=TRAINER)["pipe"]
+    low = code_digest(functools.partial(pipe.Trainer(103).train_lr, lr=1))
+    high = code_digest(functools.partial(pipe.Trainer(903).train_lr, lr=1))
+    assert explain_code_drift(low, high) == [
+        "code: Trainer.<self> changed (a field's value: scale), the object of Trainer.train_lr"
+    ]
+
+
+METACLASS_EQ = """\
+RAN = []
+
+
+class Meta(type):
+    def __eq__(cls, other):
+        RAN.append("__eq__")
+        return NotImplemented
+
+    __hash__ = type.__hash__
+
+
+class Obj(metaclass=Meta):
+    pass
+
+
+ITEMS = [Obj()]
+
+
+class Trainer:
+    def __init__(self):
+        self.x = Obj()
+
+    def train(self, out_path):
+        return [self.x, ITEMS]
+"""
+
+
+def test_round5_a_metaclass_eq_never_runs_while_digesting(project: Project) -> None:
+    """Types are compared by identity: ``type(x) in (dict, list)`` would ask a user
+    metaclass's ``__eq__`` first."""
+    pipe = project.load(pipe=METACLASS_EQ)["pipe"]
+    code = code_digest(pipe.Trainer().train)
+    assert "Trainer.<self x>" in str(code.unseen) and pipe.RAN == []

@@ -79,7 +79,7 @@ from marin.execution.digest.source import (
     warn_once,
 )
 
-SCHEME = "ast7"
+SCHEME = "ast8"
 """Stored with every digest; a record of another scheme compares as unknown, never as drift.
 ``ast2``: which callees are followed is decided by module name (``ast1``: by file location),
 so an ``ast1`` record of code that is now followed must not read as drift. ``ast3``: code held
@@ -91,7 +91,9 @@ cell values, code reached through a constant string (``getattr(m, "h")``, ``impo
 overloads, any reference to a function that looks code up by name is unseen. ``ast6``: the
 fields of a bound method's or callable instance's object (``OBJECT_STATE``). ``ast7``: a
 module-level or class-level value of plain data by its value at lowering, ``__wrapped__`` of
-any callable (``lru_cache``), a class's subclasses, more look-ups by name unseen."""
+any callable (``lru_cache``), a class's subclasses, more look-ups by name unseen. ``ast8``: a
+dict value by its key order, a bound classmethod's class followed, a class's later statements
+(``Cfg.k = f()``) by source, an object's fields one statement each (drift names them)."""
 OBJECT_STATE = ".<self>"
 """The suffix of the part holding the fields of a step function's object (``Trainer.<self>``):
 a bound method's ``__self__`` or a callable instance, through partials too."""
@@ -125,6 +127,8 @@ class CodePart:
     """The part that refers to this one (None for the step's own function)."""
     statement_lines: tuple[int, ...] = field(default=(), compare=False)
     """Each statement's line in the current source (this process only, never stored)."""
+    labels: tuple[str, ...] = field(default=(), compare=False)
+    """Each statement's name, for an object's fields (this process only, never stored)."""
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -411,9 +415,12 @@ def _object_part(holder: Any) -> _Found:
     an object's fields may change, so the value at lowering counts."""
     kind = type(holder)
     qualname = _TYPE_QUALNAME.__get__(kind, type)
-    fields = instance_fields(holder)
+    fields, hidden = instance_fields(holder)
     constants, opaque = _closure_values(qualname, fields, "self", "its object")
     callees: list[Any] = [kind, *opaque]
+    if hidden:  # its class replaced ``__dict__``: the real one is not read (that runs its code)
+        why = "its class replaces __dict__, so its fields are not read: not compared"
+        callees.append(_Unseen(f"{qualname}.<self __dict__>", why))
     for value in fields.values():
         code = _callee(value)  # a function or an instance's class (only the project's count)
         callees += ([code] if code is not None else []) + _wrapped_chain(value)
@@ -423,7 +430,14 @@ def _object_part(holder: Any) -> _Found:
     file, line = (where.part.file, where.part.line) if where is not None else ("?", 0)
     digest = sha("\n".join([SCHEME, OBJECT_STATE, *constants]))
     held = sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
-    part = CodePart(qualname + OBJECT_STATE, file, line, digest, constants=held)
+    labels = tuple(c.removeprefix("<self>").partition("=")[0] for c in constants)
+    half = _STATEMENT_CHARS // 2  # each field: the hash of its name, then of its value
+    statements = tuple(
+        sha(n)[:half] + sha(c)[:half] for n, c in zip(labels, constants, strict=True)
+    )
+    part = CodePart(
+        qualname + OBJECT_STATE, file, line, digest, "", statements, held, labels=labels
+    )
     return _Found(part, tuple(callees))
 
 
@@ -471,7 +485,8 @@ def _find(obj: Any) -> _Found | None:
     if _is_class(obj):
         assigned = {n.partition(".")[2] for n in index.assigned if n.startswith(qualname + ".")}
         class_values, held = _class_values(obj, syntax.computed | assigned)
-        constants += class_values
+        later = assignment_source(index, qualname)  # `Cfg.k = f()` after the class: its source
+        constants += class_values + ([f"<class>:={'|'.join(later)}"] if later else [])
         callees += held
     constants_hash = sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
     part = CodePart(
@@ -490,6 +505,8 @@ def _class_values(cls: type, computed: frozenset[str]) -> tuple[list[str], list[
     held: list[Any] = []
     for name, value in _TYPE_DICT.__get__(cls, type).items():
         dunder = name.startswith("__") and name.endswith("__")
+        if _one_of(type(value), _WEAK_REGISTRIES):  # however it was made
+            held.append(_weak_registry(f"{_TYPE_QUALNAME.__get__(cls, type)}.{name}"))
         if dunder or name in computed or _is_code(_unwrap(value)):
             continue
         text = _plain_text(value, [_MAX_CONTAINER], 0)
@@ -595,6 +612,12 @@ def _imported(module: str, attr: str | None) -> Any:
     return sys.modules.get(f"{module}.{attr}", _MISSING) if inner is _MISSING else inner
 
 
+def _one_of(kind: type, kinds: tuple[type, ...]) -> bool:
+    """``kind in kinds`` by identity: ``in`` compares with ``==``, which runs the ``__eq__`` of
+    a user's metaclass (a subclass of ``type`` is asked first)."""
+    return any(kind is k for k in kinds)
+
+
 _CONTAINERS = (dict, list, tuple, set, frozenset)
 _HOLDERS = (*_CONTAINERS, types.SimpleNamespace)
 _PLAIN = (str, int, float, bool, type(None), bytes, complex)
@@ -612,7 +635,7 @@ def _in_container(obj: Any) -> list[Any] | None:
             items = [*_namespace_dict(current).values()]
         elif type(current) is dict:
             items = [*current.keys(), *current.values()]
-        elif type(current) in _CONTAINERS:
+        elif _one_of(type(current), _CONTAINERS):
             items = [*current]
         else:
             continue
@@ -620,12 +643,12 @@ def _in_container(obj: Any) -> list[Any] | None:
         if budget < 0:
             return None
         for item in items:
-            if type(item) in _HOLDERS and id(item) not in seen:
+            if _one_of(type(item), _HOLDERS) and id(item) not in seen:
                 seen.add(id(item))
                 stack.append(item)
             elif type(item) is _Unseen:
                 found.append(item)
-            elif type(item) not in _PLAIN:  # an instance (``MODELS = {"a": Model()}``): its class
+            elif not _one_of(type(item), _PLAIN):  # an instance (``MODELS = {"a": Model()}``)
                 code = _callee(item)
                 found += [code, *_wrapped_chain(item)] if code is not None else _wrapped_chain(item)
     return found
@@ -654,14 +677,15 @@ def _closure_values(
 
 
 def _plain_text(value: Any, budget: list[int], depth: int) -> str | None:
-    """A canonical text of plain data (exact builtin types, containers of them), functions and
+    """A canonical text of plain data (exact builtin types, containers of them, a dict's keys in
+    their order), functions and
     classes (by qualified name), modules and partials of plain arguments; None for anything
     else, or past 100,000 items or 50 levels. Reads only exact types: no user code runs."""
     kind = type(value)
     budget[0] -= 1
     if budget[0] < 0 or depth > 50:
         return None
-    if kind in _PLAIN:
+    if _one_of(kind, _PLAIN):
         return repr(value)
     if issubclass(kind, types.ModuleType):
         name = (module_namespace(value) or {}).get("__name__")
@@ -674,12 +698,14 @@ def _plain_text(value: Any, budget: list[int], depth: int) -> str | None:
         return f"<partial {func} {args} {keywords}>" if ok else None
     if _is_code(value):  # by name only: the module a runner imports a file as may differ
         return f"<code {_where(value)[2]}>"  # (its code is a part of its own, named by file)
-    if kind in _CONTAINERS:
+    if _one_of(kind, _CONTAINERS):
         items = [*value.items()] if kind is dict else [*value]
         texts = [_plain_text(item, budget, depth + 1) for item in items]
         if None in texts:
             return None
-        ordered = sorted(texts) if kind in (set, frozenset, dict) else texts  # type: ignore[type-var]
+        # A dict in its key order (code iterates it: ``for layer in LAYERS``); a set sorted
+        # (its order is the hash seed's, another in every process).
+        ordered = sorted(texts) if kind is set or kind is frozenset else texts  # type: ignore[type-var]
         return f"{kind.__name__}[{','.join(ordered)}]"  # type: ignore[arg-type]
     return None
 
@@ -740,6 +766,8 @@ def _resolve_all(
         elif _DYNAMIC_FUNCTIONS.get(id(obj), _MISSING) is obj:  # an alias too: `g = getattr`
             why = "it refers to a function that looks code up by a name (getattr, eval, ...)"
             obj = _Unseen(name, why)
+        elif _one_of(type(obj), _WEAK_REGISTRIES):
+            obj = _weak_registry(name)
         held = _in_container(obj)  # also a literal: `TOKENIZERS = {}` is filled at import
         if held is None:
             held = [_Unseen(name, f"a container of over {_MAX_CONTAINER} items")]
@@ -754,6 +782,15 @@ def _resolve_all(
         if source:
             constants.append(f"{name}:=" + "|".join(source))
     return constants, list(callees.values())
+
+
+_WEAK_REGISTRIES = (weakref.WeakKeyDictionary, weakref.WeakValueDictionary, weakref.WeakSet)
+"""Registries of live objects (state an object keeps about itself: ``_STATE[self] = k``):
+run-time state whatever statement made them, so unseen."""
+
+
+def _weak_registry(name: str) -> _Unseen:
+    return _Unseen(name, "a weak-reference registry: run-time state of live objects, not compared")
 
 
 def _module_value(name: str, obj: Any, index: SourceIndex, owner_name: str) -> list[str]:
@@ -902,7 +939,7 @@ def _dynamic_target(name: str, obj: Any, how: str = DYNAMIC) -> Any:
     members = module_namespace(obj)
     if members is not None:
         project = module_index(obj) is not None
-    elif type(obj) in (*_CONTAINERS, types.SimpleNamespace):
+    elif _one_of(type(obj), _HOLDERS):
         project = True
     else:
         code = _callee(obj)
@@ -982,7 +1019,7 @@ def _name_of(obj: Any) -> str:
     """A function's or class's qualified name (else its type's), read without running code."""
     if type(obj) is types.FunctionType:
         return str(obj.__code__.co_qualname)
-    if type(obj) in _C_FUNCTIONS:  # their names are C-level slots
+    if _one_of(type(obj), _C_FUNCTIONS):  # their names are C-level slots
         return str(obj.__qualname__)
     return str(_TYPE_QUALNAME.__get__(obj if _is_class(obj) else type(obj), type))
 
@@ -1041,7 +1078,8 @@ def _root_digest(fn: Any, objects: list[Any]) -> CodeDigest:
         layers = _layers(outer)
         root = _innermost(outer)  # the step's own function names the digest
         extra = [layer for layer in layers if layer is not root]
-        digest = _digest_of(root, extra + [_ObjectState(obj) for obj in objects])
+        held = [obj if _is_class(obj) else _ObjectState(obj) for obj in objects]
+        digest = _digest_of(root, extra + held)  # a classmethod's class: code, followed
         if not objects:
             _DIGESTS.put(outer, digest)
         return digest

@@ -37,7 +37,7 @@ def explain_code_drift(stored: CodeDigest, current: CodeDigest, limit: int = 20)
         elif old.digest is None or part.digest is None or old.digest == part.digest:
             continue
         elif part.name.endswith(OBJECT_STATE):  # a field of the object a step function carries
-            lines.append(f"code: {part.name} changed (a field's value; {_where(part)}), "
+            lines.append(f"code: {part.name} changed ({_fields_changed(old, part)}), "
                          f"the object of {part.via}")  # fmt: skip
         else:
             line, why = _changed_line(old, part)
@@ -57,6 +57,22 @@ def _where(part: CodePart) -> str:
     return f"{part.file}, line {part.line}"
 
 
+def _fields_changed(old: CodePart, new: CodePart) -> str:
+    """Which fields of an object changed, by name: each statement of its part is the hash of a
+    field's name, then of its value (no line: the object was made at run time)."""
+    half = len(new.statements[0]) // 2 if new.statements else 0
+    before = {s[:half]: s for s in old.statements}
+    changed = [
+        n for s, n in zip(new.statements, new.labels, strict=False) if before.get(s[:half]) != s
+    ]
+    if len(changed) == 1:
+        return f"a field's value: {changed[0]}"
+    if changed:
+        return f"fields' values: {', '.join(changed)}"
+    gone = {s[:half] for s in old.statements} - {s[:half] for s in new.statements}
+    return "a field removed" if gone and half else "a field's value"
+
+
 def _changed_line(old: CodePart, new: CodePart) -> tuple[int, str]:
     """The current line of the first difference, and a note when it is not in the syntax."""
     if old.header != new.header:
@@ -67,4 +83,4 @@ def _changed_line(old: CodePart, new: CodePart) -> tuple[int, str]:
     if len(old.statements) > len(new.statements):
         last = new.statement_lines[-1] if new.statement_lines else new.line
         return last, ": statements removed at the end"
-    return new.line, ": a module-level constant it reads"
+    return new.line, ": a module- or class-level value it reads"

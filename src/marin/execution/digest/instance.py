@@ -5,7 +5,8 @@ A bound method (``Trainer(103).train``), a callable instance (``Trainer(103)``) 
 closure's cells do. ``code.py`` digests them by the closure rule (docs/caching.md): a field of
 plain data by value, any other value unseen. Reading them never calls ``__getstate__``,
 ``__repr__``, ``__getattr__`` or a property: the instance dict and the slots are read through
-the C-level descriptors of their classes, as lowering reads a partial's slots.
+the C-level descriptors of their classes, as lowering reads a partial's slots. A bound
+classmethod's object is its class: code, followed with its attributes' values (``code.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 _TYPE_MODULE = type.__dict__["__module__"]
 _TYPE_MRO = type.__dict__["__mro__"]
 _TYPE_DICT = type.__dict__["__dict__"]
+_TYPE_DICTOFFSET = type.__dict__["__dictoffset__"]
 _PARTIAL_FUNC = functools.partial.__dict__["func"]
 _METHOD_SELF = types.MethodType.__dict__["__self__"]
 _METHOD_FUNC = types.MethodType.__dict__["__func__"]
@@ -27,49 +29,55 @@ _NO_STATE = ("builtins", "functools", "types", "marin", "marin_airflow", "marin_
 
 def bound_objects(fn: Any) -> list[Any]:
     """The objects behind ``fn`` whose fields the step reads: each bound method's ``__self__``
-    through any partials, and ``fn`` itself (or what the partials wrap) when it is a callable
-    instance; never a function, a class, a module or an object of the engine or of a C type."""
+    through any partials (a class, for a bound classmethod), and ``fn`` itself (or what the
+    partials wrap) when it is a callable instance; never a function, a module or an object of
+    the engine or of a C type."""
     found: list[Any] = []
     for _ in range(100):  # a cycle of partials ends somewhere
         kind = type(fn)
         if issubclass(kind, functools.partial):
             fn = _PARTIAL_FUNC.__get__(fn, kind)
         elif kind is types.MethodType:
-            found.append(_METHOD_SELF.__get__(fn, kind))
+            owner = _METHOD_SELF.__get__(fn, kind)
+            found += [owner] if _has_state(owner, issubclass(type(owner), type)) else []
             fn = _METHOD_FUNC.__get__(fn, kind)
         else:
             break
-    found.append(fn)
-    return [obj for obj in found if _has_state(obj)]
+    return found + ([fn] if _has_state(fn) else [])
 
 
-def _has_state(obj: Any) -> bool:
-    kind = type(obj)
-    if issubclass(kind, type | types.ModuleType | types.FunctionType):
+def _has_state(obj: Any, is_class: bool = False) -> bool:
+    """Whether ``obj`` is the user's object (a class too when ``is_class``: a bound
+    classmethod's), not a function, a module, the engine's or a C type's."""
+    kind = obj if is_class else type(obj)
+    if not is_class and issubclass(kind, type | types.ModuleType | types.FunctionType):
         return False
     module = _TYPE_MODULE.__get__(kind, type)
     return type(module) is str and module.partition(".")[0] not in _NO_STATE
 
 
-def instance_fields(obj: Any) -> dict[str, Any]:
+def instance_fields(obj: Any) -> tuple[dict[str, Any], bool]:
     """``obj``'s attributes: its slots (each class's member descriptors, an unassigned one
-    left out) and its instance dict, by name. Raises nothing but what a corrupt object would."""
+    left out) and its instance dict, by name; and whether it has an instance dict that no
+    C-level ``__dict__`` descriptor reads (its class replaced ``__dict__`` by a property:
+    reading it would run that code). Raises nothing but what a corrupt object would."""
     fields: dict[str, Any] = {}
     members: Any = None
-    for klass in reversed(_TYPE_MRO.__get__(type(obj), type)):
-        if _TYPE_MODULE.__get__(klass, type) == "builtins":
-            continue  # object, or a builtin base: its members are the interpreter's
+    kind = type(obj)
+    for klass in reversed(_TYPE_MRO.__get__(kind, type)):
+        module = _TYPE_MODULE.__get__(klass, type)
+        builtin = type(module) is str and module == "builtins"  # a str's ``==`` only
         for name, slot in _TYPE_DICT.__get__(klass, type).items():
-            if type(slot) is types.MemberDescriptorType:
+            if type(slot) is types.MemberDescriptorType and not builtin:  # not the interpreter's
                 try:
                     fields[name] = slot.__get__(obj, klass)
                 except AttributeError:  # a slot never assigned
                     continue
             elif name == "__dict__" and type(slot) is types.GetSetDescriptorType:
-                members = slot.__get__(obj, klass)
+                members = slot.__get__(obj, klass)  # a builtin base's too (an Exception's)
     if type(members) is dict:
         fields.update({str(k): v for k, v in list(members.items())})
-    return fields
+    return fields, members is None and _TYPE_DICTOFFSET.__get__(kind, type) != 0
 
 
 def carried_field(obj: Any, name: str) -> Any:
