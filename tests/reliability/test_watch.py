@@ -179,6 +179,50 @@ def test_a_killed_driver_is_no_longer_running_and_its_jobs_are_named_and_cancell
     assert stopped.group(1) not in again.stderr and not mark.exists()
 
 
+def test_a_version_bumped_under_a_live_drivers_job_is_named_and_cancelled(
+    tmp_path: Path,
+) -> None:
+    """Issue 55.5 with the old driver alive: driver A runs ``watch/train@v1`` (``version=None``,
+    ``--version v1``); the pipeline is bumped to v2. ``plan`` names A's v1 job and how to stop
+    it; ``unlock`` of v1 refuses A's live lease and names the job; ``cancel`` of v1 stops it and
+    A fails the step ``stopped (cancelled)``; nothing of v2 is touched."""
+    env, prefix, err = env_for(tmp_path), tmp_path / "p", tmp_path / "a.err"
+    target = PIPELINE.replace(":pipeline", ":deferred")
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "marin.cli", "run", target, "--version", "v1", "--prefix",
+         str(prefix)], cwd=REPO, env=env, stdout=out(err).open("w"), stderr=err.open("w"),
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for_text(out(err), f"{TRAIN} | tick 0")
+        pid, (job,) = job_pid(tmp_path), [p.name for p in (tmp_path / "jobs").iterdir()]
+        plan = marin(env, "plan", target, "--version", "v2", "--prefix", str(prefix)).stdout
+        assert re.search(rf"local job {job} of version v1 still\s+runs", plan), plan
+        assert re.search(rf"`marin cancel {TRAIN}`\s+stops it", plan), plan
+        assert re.search(r"build\s+run\s+watch/train@v2", plan), plan
+        unlocked = marin(env, "unlock", TRAIN, "--prefix", str(prefix))
+        assert unlocked.returncode == 1 and "refusing to unlock" in unlocked.stderr
+        assert re.search(rf"{job}, running \w+ still runs: `marin cancel {TRAIN}` "
+                         "stops it", unlocked.stderr), unlocked.stderr  # fmt: skip
+        assert start_time(pid) is not None and driver.poll() is None  # nothing stranded
+        done = marin(env, "cancel", TRAIN, "--prefix", str(prefix))
+        assert done.returncode == 0, done.stderr
+        assert f"stopped local job {job}" in done.stdout, done.stdout
+        assert "sees the job stopped, fails the step" in done.stdout, done.stdout
+        assert start_time(pid) is None
+        assert driver.wait(timeout=60) == 1
+    finally:
+        (tmp_path / "gate").touch()
+        driver.kill()
+    text = err.read_text()
+    assert f"local job {job} was stopped (cancelled) (step {TRAIN})" in text, text
+    assert f"submit {TRAIN}: local job {job}" in text  # its resolved version
+    assert "@?" not in text and "v2" not in text
+    assert sorted(p.name for p in (prefix / "watch/train").iterdir()) == ["v1.marin"]
+    listed = marin(env, "ls", "--prefix", str(prefix)).stdout
+    assert f"not built: {TRAIN} (FAILED: RemoteJobError" in listed and "@v2" not in listed
+
+
 def test_ctrl_c_keeps_served_steps_and_the_json_report_says_interrupted(tmp_path: Path) -> None:
     env, prefix = env_for(tmp_path), tmp_path / "p"
     (tmp_path / "gate").touch()

@@ -4,7 +4,8 @@
 with a terminal escape sequence, then waits for ``$MARIN_TEST_GATE`` (while printing a tick each
 0.2 s), prints ``done ticking`` and returns; ``MARIN_TEST_FAIL`` set makes it raise instead.
 ``MARIN_TEST_VERSION`` (default v1) versions the job's step and its reader; ``watch/prep``
-stands apart (served once built).
+stands apart (served once built). ``deferred`` is the same pipeline with ``version=None``: the
+run's ``--version`` names the version, as the README shows.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from marin.execution.lazy import OUT, apply
+from marin.execution.lazy import OUT, ArtifactStep, apply
 
 
 def ticker(out_path: str) -> str:
@@ -38,11 +39,15 @@ def prepare() -> str:
     return "prepared"
 
 
-_version = os.environ.get("MARIN_TEST_VERSION", "v1")
-_train = apply("watch/train", ticker, version=_version, out_path=OUT).with_options(
-    remote=os.environ.get("MARIN_TEST_BACKEND", "local")
-)
-pipeline = [
-    apply("watch/prep", prepare, version="v1"),
-    apply("watch/report", summarize, version=_version, model=_train),
-]
+def _pipeline(version: str | None) -> list[ArtifactStep]:
+    train = apply("watch/train", ticker, version=version, out_path=OUT).with_options(
+        remote=os.environ.get("MARIN_TEST_BACKEND", "local")
+    )
+    return [
+        apply("watch/prep", prepare, version="v1"),
+        apply("watch/report", summarize, version=version, model=train),
+    ]
+
+
+pipeline = _pipeline(os.environ.get("MARIN_TEST_VERSION", "v1"))
+deferred = _pipeline(None)
