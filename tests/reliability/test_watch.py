@@ -4,6 +4,7 @@ bumped under a running job, and what an interrupted run reports."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pexpect
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from marin.execution.remote.procs import start_time
 from tests.reliability.conftest import REPO, child_env
@@ -34,11 +37,13 @@ def marin(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.Co
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
-def start(env: dict[str, str], prefix: Path, err: Path, *extra: str) -> subprocess.Popen[str]:
-    """``marin run`` of the pipeline in a session of its own (a SIGKILL of it spares the job):
+def start(
+    env: dict[str, str], prefix: Path, err: Path, *extra: str, target: str = PIPELINE
+) -> subprocess.Popen[str]:
+    """``marin run`` of ``target`` in a session of its own (a SIGKILL of it spares the job):
     its stderr into ``err``, its stdout (the steps' labelled lines) beside it (``out``)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "marin.cli", "run", PIPELINE, "--prefix", str(prefix), *extra],
+        [sys.executable, "-m", "marin.cli", "run", target, "--prefix", str(prefix), *extra],
         cwd=REPO, env=env, stdout=out(err).open("w"), stderr=err.open("w"), text=True,
         start_new_session=True,
     )  # fmt: skip
@@ -179,6 +184,46 @@ def test_a_killed_driver_is_no_longer_running_and_its_jobs_are_named_and_cancell
     assert stopped.group(1) not in again.stderr and not mark.exists()
 
 
+def test_a_version_bumped_under_a_live_drivers_job_is_named_and_cancelled(
+    tmp_path: Path,
+) -> None:
+    """Issue 55.5 with the old driver alive: driver A runs ``watch/train@v1`` (``version=None``,
+    ``--version v1``); the pipeline is bumped to v2. ``plan`` names A's v1 job and how to stop
+    it; ``unlock`` of v1 refuses A's live lease and names the job; ``cancel`` of v1 stops it and
+    A fails the step ``stopped (cancelled)``; nothing of v2 is touched."""
+    env, prefix, err = env_for(tmp_path), tmp_path / "p", tmp_path / "a.err"
+    target = PIPELINE.replace(":pipeline", ":deferred")
+    driver = start(env, prefix, err, "--version", "v1", target=target)
+    try:
+        wait_for_text(out(err), f"{TRAIN} | tick 0")
+        pid, (job,) = job_pid(tmp_path), [p.name for p in (tmp_path / "jobs").iterdir()]
+        plan = marin(env, "plan", target, "--version", "v2", "--prefix", str(prefix)).stdout
+        assert re.search(rf"local job {job} of version v1 still\s+runs", plan), plan
+        assert re.search(rf"`marin cancel {TRAIN}`\s+stops it", plan), plan
+        assert re.search(r"build\s+run\s+watch/train@v2", plan), plan
+        unlocked = marin(env, "unlock", TRAIN, "--prefix", str(prefix))
+        assert unlocked.returncode == 1 and "refusing to unlock" in unlocked.stderr
+        assert re.search(rf"{job}, running \w+ still runs: `marin cancel {TRAIN}` "
+                         "stops it", unlocked.stderr), unlocked.stderr  # fmt: skip
+        assert start_time(pid) is not None and driver.poll() is None  # nothing stranded
+        done = marin(env, "cancel", TRAIN, "--prefix", str(prefix))
+        assert done.returncode == 0, done.stderr
+        assert f"stopped local job {job}" in done.stdout, done.stdout
+        assert "sees the job stopped, fails the step" in done.stdout, done.stdout
+        assert start_time(pid) is None
+        assert driver.wait(timeout=60) == 1
+    finally:
+        (tmp_path / "gate").touch()
+        driver.kill()
+    text = err.read_text()
+    assert f"local job {job} was stopped (cancelled) (step {TRAIN})" in text, text
+    assert f"submit {TRAIN}: local job {job}" in text  # its resolved version
+    assert "@?" not in text and "v2" not in text
+    assert sorted(p.name for p in (prefix / "watch/train").iterdir()) == ["v1.marin"]
+    listed = marin(env, "ls", "--prefix", str(prefix)).stdout
+    assert f"not built: {TRAIN} (FAILED: RemoteJobError" in listed and "@v2" not in listed
+
+
 def test_ctrl_c_keeps_served_steps_and_the_json_report_says_interrupted(tmp_path: Path) -> None:
     env, prefix = env_for(tmp_path), tmp_path / "p"
     (tmp_path / "gate").touch()
@@ -248,3 +293,32 @@ def test_a_job_printing_a_huge_line_is_followed_in_bounded_memory(
         tracemalloc.stop()
     assert got == ["x" * LINE_MOST + " [line cut]", "after the long line"]
     assert peak < 8 * READ_MOST, f"{peak / (1 << 20):.1f} MiB held for a 64 MiB line"
+
+
+_LOG_PARTS = st.sampled_from([b"", b"a", b"\r", b"xyz" * 7000, "é".encode() * 9000])
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(
+    parts=st.lists(_LOG_PARTS, max_size=8),
+    end=st.sampled_from([b"", b"\n", b"\n\n"]),
+    cuts=st.lists(st.integers(1, 70_000), max_size=20),
+    count=st.integers(0, 5),
+)
+@example(parts=[b"a", b"xyz" * 7000, b"a"], end=b"", cuts=[5, 100], count=3)
+def test_a_streamed_logs_last_lines_are_a_files(
+    parts: list[bytes], end: bytes, cuts: list[int], count: int
+) -> None:
+    """``LastLines`` (Ray's log as its API streams it, in chunks of any size) gives the lines
+    ``tail_lines`` gives of the same log as a file (``local``): a huge line cut, not hiding
+    the lines before it."""
+    from marin.execution.remote.log_tail import LastLines, tail_lines
+
+    log = b"\n".join(parts) + end
+    chunks, at = [], 0
+    for size in [*cuts, len(log)]:
+        chunks.append(log[at : at + size])
+        at += size
+    streamed = LastLines(count)
+    streamed.feed(chunks)
+    assert streamed.result() == tail_lines(io.BytesIO(log), count)

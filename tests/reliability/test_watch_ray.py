@@ -1,7 +1,7 @@
 """Watching and steering a Ray job from the command line (issue 55), on a real single-node Ray
 cluster on loopback (``marin_testing.ray``): the job's output streams into the step's log and
-the terminal while it runs (``tail_job_logs``), ``marin logs [-f]`` and ``show`` read it, and
-``marin cancel`` stops it through Ray."""
+the terminal while it runs (``tail_job_logs``), ``marin logs [-f]`` and ``show`` read it (by
+lines: a huge one cut), and ``marin cancel`` stops it through Ray."""
 
 from __future__ import annotations
 
@@ -103,3 +103,28 @@ def test_the_live_display_names_a_running_ray_job_and_its_last_line(
         (root / "gate").touch()
         child.close()
     assert child.exitstatus == 0, child.before
+
+
+def test_logs_of_a_running_ray_job_show_the_lines_around_a_huge_one(
+    ray_env: tuple[Path, dict[str, str]],
+) -> None:
+    """``marin logs -n 3`` of a running Ray job whose last lines are a line, a 3 MB line and a
+    line shows all three, the long one cut (``... (N bytes)``), as on ``local``."""
+    from marin.execution.remote.log_tail import LINE_CAP
+
+    root, env = ray_env
+    (root / "gate").unlink(missing_ok=True)  # the tests before leave it open
+    prefix, err, step = root / "long", root / "long.err", "watch/long@v1"
+    driver = start(env, prefix, err, target=PIPELINE.replace(":pipeline", ":long_line"))
+    try:
+        wait_for_text(out(err), f"{step} | after the long line", timeout=180)
+        logs = marin(env, "logs", step, "--prefix", str(prefix), "-n", "3")
+        assert driver.poll() is None and "running" in logs.stderr, logs.stderr
+        assert logs.stdout.splitlines() == [
+            "before the long line",
+            "x" * LINE_CAP + " ... (3000000 bytes)",
+            "after the long line",
+        ], logs.stdout[:300]
+    finally:
+        (root / "gate").touch()
+    assert driver.wait(timeout=120) == 0, err.read_text()[-2000:]

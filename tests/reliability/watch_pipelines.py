@@ -4,7 +4,9 @@
 with a terminal escape sequence, then waits for ``$MARIN_TEST_GATE`` (while printing a tick each
 0.2 s), prints ``done ticking`` and returns; ``MARIN_TEST_FAIL`` set makes it raise instead.
 ``MARIN_TEST_VERSION`` (default v1) versions the job's step and its reader; ``watch/prep``
-stands apart (served once built).
+stands apart (served once built). ``deferred`` is the same pipeline with ``version=None``: the
+run's ``--version`` names the version, as the README shows. ``long_line``'s job prints a
+line, a 3 MB line and a line, then waits for the gate in silence.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 
-from marin.execution.lazy import OUT, apply
+from marin.execution.lazy import OUT, ArtifactStep, apply
 
 
 def ticker(out_path: str) -> str:
@@ -30,6 +32,18 @@ def ticker(out_path: str) -> str:
     return "ticked"
 
 
+def long_liner(out_path: str) -> str:
+    print("before the long line", flush=True)
+    print("x" * 3_000_000, flush=True)
+    print("after the long line", flush=True)
+    gate, waited = os.environ.get("MARIN_TEST_GATE", ""), 0
+    while gate and not os.path.exists(gate) and waited < 1500:  # at most 5 minutes
+        time.sleep(0.2)
+        waited += 1
+    os.makedirs(out_path, exist_ok=True)
+    return "printed"
+
+
 def summarize(model: str) -> str:
     return f"read {model}"
 
@@ -38,11 +52,20 @@ def prepare() -> str:
     return "prepared"
 
 
-_version = os.environ.get("MARIN_TEST_VERSION", "v1")
-_train = apply("watch/train", ticker, version=_version, out_path=OUT).with_options(
-    remote=os.environ.get("MARIN_TEST_BACKEND", "local")
-)
-pipeline = [
-    apply("watch/prep", prepare, version="v1"),
-    apply("watch/report", summarize, version=_version, model=_train),
+def _pipeline(version: str | None) -> list[ArtifactStep]:
+    train = apply("watch/train", ticker, version=version, out_path=OUT).with_options(
+        remote=os.environ.get("MARIN_TEST_BACKEND", "local")
+    )
+    return [
+        apply("watch/prep", prepare, version="v1"),
+        apply("watch/report", summarize, version=version, model=train),
+    ]
+
+
+pipeline = _pipeline(os.environ.get("MARIN_TEST_VERSION", "v1"))
+deferred = _pipeline(None)
+long_line = [
+    apply("watch/long", long_liner, version="v1", out_path=OUT).with_options(
+        remote=os.environ.get("MARIN_TEST_BACKEND", "local")
+    )
 ]

@@ -331,7 +331,7 @@ def _guarded_run(
     """The spec's ``run``: under a ``_FingerprintGuard`` unless it is ``apply()``'s own call on
     plain-data inputs, whose config provably is the fingerprinted one (the guard would evaluate
     it once more per build for nothing)."""
-    run = _placed_run(handle)
+    run = _placed_run(handle, step_id)
     call = handle.run
     if (
         isinstance(call, ApplyCall)
@@ -342,8 +342,9 @@ def _guarded_run(
     return _FingerprintGuard(run, handle.build_config, deps, config, step_id, arg_keys)
 
 
-def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
-    """``run(build_config(ctx))``, wrapped to run isolated or under a timeout when asked."""
+def _placed_run(handle: ArtifactStep, step_id: str) -> Callable[[StepContext], Any]:
+    """``run(build_config(ctx))``, wrapped to run isolated or under a timeout when asked;
+    ``step_id`` names the step with its version resolved (a deferred one's, never ``name@?``)."""
     call = _ConfigCall(handle.run, handle.build_config)
     if handle.remote is not None:
         from marin.execution.pipeline.remote_option import (
@@ -356,17 +357,17 @@ def _placed_run(handle: ArtifactStep) -> Callable[[StepContext], Any]:
 
         gpus = cast(Resources, handle.resources).gpu
         placement = RankPlacement(handle.rank_placement or DEFAULT_RANK_PLACEMENT)
-        return RemoteRun(call, handle.step_id, handle.remote, gpus, handle.ranks or 1,
+        return RemoteRun(call, step_id, handle.remote, gpus, handle.ranks or 1,
                          preemptions_allowed(handle.max_preemptions), placement,
                          placement_timeout_s(handle.ranks, handle.placement_timeout,
-                                             handle.step_id))  # fmt: skip
+                                             step_id))  # fmt: skip
     if not handle.isolate and handle.timeout is None:
         return call
     from marin.execution.pipeline.isolation import wrap_run
 
     return wrap_run(
         call,
-        handle.step_id,
+        step_id,
         isolate=handle.isolate,
         timeout=cast("float | None", handle.timeout),
         gpus=cast(Resources, handle.resources).gpu,

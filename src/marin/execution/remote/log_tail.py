@@ -3,13 +3,15 @@
 A job prints anything: a progress bar without a newline makes one line of megabytes. Lines are
 cut at ``LINE_CAP`` bytes (``... (N bytes)`` says how long the line was), so one huge line never
 hides the lines before it, and never more than ``SCAN_MOST`` bytes of a log are looked at
-(``tail_lines`` reads from the end, by blocks; ``each_line`` from the start).
+(``tail_lines`` reads from the end, by blocks; ``each_line`` from the start; ``LastLines``
+from a stream, as a backend's log API sends it).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import IO
 
 LINE_CAP = 16 * 1024
@@ -72,3 +74,38 @@ def each_line(f: IO[bytes]) -> Iterator[str]:
                 head += b"\n"
         ended = head.endswith(b"\n")
         yield shown_line(head[:-1] if ended else head, length - ended)
+
+
+class LastLines:
+    """The last ``count`` lines of a log streamed in chunks of any size (split on newlines
+    only), each ``shown_line``: at most ``count`` cut lines and one line's head are held, and
+    ``feed`` stops taking chunks after ``SCAN_MOST`` bytes."""
+
+    def __init__(self, count: int) -> None:
+        self.lines: deque[str] = deque(maxlen=max(count, 0))
+        self.head, self.length, self.seen = b"", 0, 0
+
+    def feed(self, chunks: Iterable[bytes]) -> None:
+        """Take ``chunks`` in order, until they end or ``SCAN_MOST`` bytes were taken."""
+        for chunk in chunks:
+            start = 0
+            while (newline := chunk.find(b"\n", start)) >= 0:
+                self._add(chunk[start:newline])
+                self.lines.append(shown_line(self.head, self.length))
+                self.head, self.length, start = b"", 0, newline + 1
+            self._add(chunk[start:])
+            self.seen += len(chunk)
+            if self.seen >= SCAN_MOST:
+                return
+
+    def _add(self, part: bytes) -> None:
+        if len(self.head) <= LINE_CAP:
+            self.head += part[: LINE_CAP + 1 - len(self.head)]
+        self.length += len(part)
+
+    def result(self) -> list[str]:
+        """The lines taken, the last one (without its newline) too."""
+        found = list(self.lines)
+        if self.length:
+            found.append(shown_line(self.head, self.length))
+        return found[-self.lines.maxlen :] if self.lines.maxlen else []

@@ -9,7 +9,7 @@ removes before ``fn`` runs, and whose SHA-256 the driver keeps in the job's Ray 
 the job's owner (``JobSpec.owner``). So what ``fn`` prints can never pass for the outcome, an
 outcome is read only from a job Ray reports SUCCEEDED (a killed or failed job is never built),
 and a job is vouched for (``owner``) by what its submitter set in Ray, never by ``job.json``.
-Logs are read from their end, bounded (``_tail``). The
+Logs are read from their end, by lines, bounded (``_log_stream``, ``log_tail``). The
 pipeline's modules must be importable on the cluster (on one machine: the same environment).
 Promises: at most one job per key; ``cancel`` is Ray's ``stop_job``.
 """
@@ -29,10 +29,12 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
+from marin.execution.remote.log_tail import LastLines
 from marin.execution.remote.procs import signal_name
-from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus, log_lines
+from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus
 from marin.execution.vocabulary import JobState
 
 ADDRESS_ENV = "RAY_ADDRESS"
@@ -40,11 +42,11 @@ CALL_ENV, NONCE_ENV, GANG_ENV = "MARIN_CALL", "MARIN_OUTCOME_NONCE", "MARIN_GANG
 OWNER_KEY, NONCE_KEY = "marin_owner", "marin_outcome_sha256"
 BEGIN, END = "<<<marin-outcome ", "<<<end-marin-outcome>>>"
 _OUTCOME = re.compile(re.escape(BEGIN) + r"([0-9a-f]{32})>>>([A-Za-z0-9+/=]*)" + re.escape(END))
+_OUTCOME_START = re.compile(re.escape(BEGIN) + r"[0-9a-f]{32}>>>")
+"""An outcome's line, whole or cut (``marin logs`` never shows it)."""
 _ENTRY = "python -m marin.execution.remote.ray_entry"
 _RANK_ACTOR = re.compile(r"rank-(\d{1,6})")
 """A gang's rank's actor's name in its Ray job (``ray_gang``)."""
-LOG_TAIL_BYTES = 256 * 1024
-"""The most of a job's log kept for the lines a failure shows."""
 OUTCOME_MAX_BYTES = 64 * 1024 * 1024
 """The most of a job's log kept while looking for its outcome (its last line)."""
 TAIL_BUFFER_BYTES = 4 * 1024 * 1024
@@ -174,12 +176,26 @@ class RayBackend:
         return JobStatus(JobState.FAILED, detail="Ray job SUCCEEDED without Marin's outcome")
 
     def _tail(self, job_id: str, info: Any, lines: int, most: int) -> str:
-        """The last ``lines`` lines of the job's log, at most ``most`` bytes of them, read from
-        the end by the dashboard (the log endpoint ``ray.util.state.get_log`` asks, which
-        takes a bootstrap address where ``$RAY_ADDRESS`` is the dashboard's): never the whole
-        log, as ``get_job_logs`` returns it."""
+        """The last ``lines`` lines of the job's log, at most ``most`` bytes of them (the
+        outcome's search: its last line whole)."""
+        kept = bytearray()
+        with self._log_stream(job_id, info, lines) as chunks:
+            for chunk in chunks:
+                kept += chunk
+                if len(kept) > most:
+                    del kept[: len(kept) - most]
+        return kept.decode(errors="replace")
+
+    @contextlib.contextmanager
+    def _log_stream(self, job_id: str, info: Any, lines: int) -> Iterator[Iterator[bytes]]:
+        """The job's last ``lines`` lines as the dashboard streams them, in chunks: found from
+        the end of the log by Ray's log API (``/api/v0/logs/file``, which Ray's ``get_log``
+        asks, but with a bootstrap address where ``$RAY_ADDRESS`` is the dashboard's). Not
+        ``get_job_logs`` (the whole log in one answer) nor ``tail_job_logs`` (the log from its
+        start, which never ends while the job runs)."""
         if not getattr(info, "driver_node_id", None):
-            return ""  # its driver never started: no log
+            yield iter(())  # its driver never started: no log
+            return
         params = {"submission_id": job_id, "node_id": info.driver_node_id, "lines": lines}
         response = self._client()._do_request(
             "GET", "/api/v0/logs/file", params={**params, "timeout": 30}, stream=True
@@ -187,12 +203,7 @@ class RayBackend:
         with response:
             if response.status_code != 200:
                 raise RuntimeError(f"Ray's log API answered {response.status_code}")
-            kept = bytearray()
-            for chunk in response.iter_content(chunk_size=1 << 16):
-                kept += chunk
-                if len(kept) > most:
-                    del kept[: len(kept) - most]
-        return kept.decode(errors="replace")
+            yield response.iter_content(chunk_size=1 << 16)
 
     def ranks(self, handle: JobHandle) -> list[dict[str, object]]:
         """A gang job's ranks as Ray's state API knows its actors (``rank-K``, ``ray_gang``):
@@ -222,11 +233,13 @@ class RayBackend:
 
     def logs(self, handle: JobHandle, tail: int = 40) -> str:
         info = self._info(handle.job_id)
+        found = LastLines(tail + 4)  # by lines, a huge one cut: never hides those before it
         try:
-            text = self._tail(handle.job_id, info, tail + 4, LOG_TAIL_BYTES)
+            with self._log_stream(handle.job_id, info, tail + 4) as chunks:
+                found.feed(chunks)
         except Exception:  # no log (yet), an outage: nothing to show
             return ""
-        lines = [line for line in log_lines(text) if not _OUTCOME.search(line)]
+        lines = [line for line in found.result() if not _OUTCOME_START.search(line)]
         return "\n".join(lines[-tail:])
 
     def log_location(self, handle: JobHandle) -> str:
