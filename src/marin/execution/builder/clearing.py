@@ -27,12 +27,15 @@ def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
     An output path may be cleared only when Marin provably wrote there: its metadata folder
     beside it (``<output>.marin/``: a record, a status, a lease, a log). Checked before the lease
     is taken, so that a held or taken-over lease is itself that proof (``earlier_attempt``):
-    any attempt that held it had passed this check.
+    any attempt that held it had passed this check. ``memory://`` lives in this process, where
+    only its own code writes: it answers False, and only a record, status or taken-over lease
+    clears there (so a build whose record was deleted by hand is rebuilt in place, as on disk,
+    where the emptied metadata folder stays).
 
     Raises:
         StorageError: something is there that Marin did not write.
     """
-    if spec.source is not None:
+    if location.is_memory or spec.source is not None:
         return False  # an adopted step writes nothing there (see clear_output)
     out = location.path(spec.output_path)
     if not location.exists(out):
