@@ -355,6 +355,11 @@ class Location:
         if self.is_memory:
             index_store(self.fs)  # a folder's existence in one lookup (memory_folders)
 
+    @property
+    def reads_in_process(self) -> bool:
+        """``memory://`` read straight from its dict: no I/O for threads to overlap."""
+        return self._reads_store
+
     def check_no_links(self, path: str) -> bool:
         """Refuse (``SymlinkError``) when ``path`` or a folder on the way to it, below the
         prefix, is a symbolic link. Local disk only: object stores have no links. False when the
