@@ -161,7 +161,10 @@ def _in_site_folder(filename: str) -> bool:
     metadata: the only folders ``_roots_on`` can name (``importlib.metadata`` finds a
     distribution there and locates its files from there), so a file anywhere else is no
     distribution's. An entry that is not a folder (a zip) counts as one."""
-    here = os.getcwd()
+    try:
+        here = os.getcwd()
+    except OSError:  # the working folder was deleted: the distributions are asked
+        return True
     path = tuple(os.path.join(here, entry) for entry in sys.path)
     real = os.path.realpath(filename)
     return any(real.startswith(folder) for folder in _site_folders(path))
