@@ -28,8 +28,9 @@ def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
     beside it (``<output>.marin/``: a record, a status, a lease, a log). Checked before the lease
     is taken, so that a held or taken-over lease is itself that proof (``earlier_attempt``):
     any attempt that held it had passed this check. ``memory://`` lives in this process, where
-    only its own code writes, and a folder check there scans the whole store (quadratic over a
-    run): it answers False, and only a record, status or taken-over lease clears there.
+    only its own code writes: it answers False, and only a record, status or taken-over lease
+    clears there (so a build whose record was deleted by hand is rebuilt in place, as on disk,
+    where the emptied metadata folder stays).
 
     Raises:
         StorageError: something is there that Marin did not write.

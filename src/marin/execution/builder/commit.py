@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import io
 import logging
 import os
 import tempfile
@@ -555,10 +556,9 @@ def _step_log(location: Location, spec: StepSpec, earlier: bool) -> Iterator[IO[
                 with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                     os.unlink(path)
         return
-    # On disk past a MiB: a remote job's log streams in for as long as the job runs.
-    with tempfile.SpooledTemporaryFile(1 << 20, "w+", encoding="utf-8", errors="replace") as buf:
+    with _log_buffer(spec) as buf:
         try:
-            yield cast(IO[str], buf)
+            yield buf
         finally:
             try:
                 buf.seek(0)
@@ -570,6 +570,16 @@ def _step_log(location: Location, spec: StepSpec, earlier: bool) -> Iterator[IO[
                         location.fs.rm_file(path)
             except OSError as exc:
                 log.warning("could not write the log of %s: %s", spec.step_id, exc)
+
+
+def _log_buffer(spec: StepSpec) -> IO[str]:
+    """Where a step's prints wait for ``log.txt`` off local disk: memory for ``fn``'s own, a
+    file past a MiB for a remote job's, which streams in for as long as the job runs."""
+    if spec.remote is None:
+        return io.StringIO()
+    # Closed by _step_log's with.
+    spooled = tempfile.SpooledTemporaryFile(1 << 20, "w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+    return cast(IO[str], spooled)
 
 
 _MEMORY_FIRST_BUILD = (
@@ -743,14 +753,11 @@ class _Holding:
     config: Any = field(init=False)
     heartbeat: Heartbeat = field(init=False)
     step_log: IO[str] = field(init=False)
+    spec: StepSpec = field(init=False)
+    location: Location = field(init=False)
 
-    @property
-    def spec(self) -> StepSpec:
-        return self.request.spec
-
-    @property
-    def location(self) -> Location:
-        return self.request.location
+    def __post_init__(self) -> None:
+        self.spec, self.location = self.request.spec, self.request.location  # read often
 
 
 def _build_holding(held: _Holding) -> BuildOutcome | Pending:

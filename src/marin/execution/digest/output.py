@@ -8,7 +8,7 @@ so that the records and the decision can use it without importing storage.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 SCHEME = "tree2"
@@ -30,7 +30,7 @@ class OutputDigest:
     ``crc32c`` (the store's), joined by ``+`` when mixed; shown, never compared."""
 
     def to_record(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in self.__slots__}  # no asdict deep copy
 
     @classmethod
     def from_record(cls, data: Any) -> OutputDigest:

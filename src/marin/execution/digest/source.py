@@ -100,25 +100,30 @@ def is_project_module(module: str, filename: str) -> bool:
     distribution is installed: a project's own ``tools.py`` is the project's even when a wheel
     also ships a top-level ``tools``. Only Python source files are followed.
     """
-    if not filename.endswith(".py") or filename.startswith("<"):
+    if not filename.endswith(".py") or filename.startswith("<") or _not_followed(module, filename):
         return False
+    if not _in_site_folder(filename):
+        return True  # no distribution is installed there: none is asked (a scan of them all)
     providers = _foreign_providers(module, filename)
-    if providers is None:
-        return False
     return not providers or not _installed_file(filename, providers)
+
+
+def _not_followed(module: str, filename: str | None) -> bool:
+    """The standard library and the engine. A module with a standard-library name is the
+    standard library's only when it is loaded from the interpreter's library folder: a
+    project's ``statistics.py`` is the project's."""
+    top = module.partition(".")[0]
+    if not top or top in _ENGINE:
+        return True
+    return top in sys.stdlib_module_names and _stdlib_file(filename or _loaded_file(top))
 
 
 def _foreign_providers(module: str, filename: str | None = None) -> frozenset[str] | None:
     """None for the standard library and the engine; else the installed distributions other
-    than the project's own that provide ``module``'s top-level name (empty: none does). A
-    module with a standard-library name is the standard library's only when it is loaded from
-    the interpreter's library folder: a project's ``statistics.py`` is the project's."""
-    top = module.partition(".")[0]
-    if not top or top in _ENGINE:
+    than the project's own that provide ``module``'s top-level name (empty: none does)."""
+    if _not_followed(module, filename):
         return None
-    if top in sys.stdlib_module_names and _stdlib_file(filename or _loaded_file(top)):
-        return None
-    providers = _providers(top)
+    providers = _providers(module.partition(".")[0])
     try:
         here = os.getcwd()
     except OSError:  # the working folder was deleted: no project of its own
@@ -149,6 +154,35 @@ def _stdlib_file(filename: str | None) -> bool:
     if f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path:
         return False
     return any(path.startswith(os.path.join(root, "")) for root in _stdlib_folders())
+
+
+def _in_site_folder(filename: str) -> bool:
+    """Whether ``filename`` lies in a folder on ``sys.path`` that holds installed distributions'
+    metadata: the only folders ``_roots_on`` can name (``importlib.metadata`` finds a
+    distribution there and locates its files from there), so a file anywhere else is no
+    distribution's. An entry that is not a folder (a zip) counts as one."""
+    try:
+        here = os.getcwd()
+    except OSError:  # the working folder was deleted: the distributions are asked
+        return True
+    path = tuple(os.path.join(here, entry) for entry in sys.path)
+    real = os.path.realpath(filename)
+    return any(real.startswith(folder) for folder in _site_folders(path))
+
+
+@functools.lru_cache(maxsize=16)
+def _site_folders(path: tuple[str, ...]) -> tuple[str, ...]:
+    found = []
+    for entry in path:
+        try:
+            names = os.listdir(entry)
+        except NotADirectoryError:
+            names = [".dist-info"]  # a zip on sys.path: may hold distributions
+        except OSError:
+            continue
+        if any(n.endswith((".dist-info", ".egg-info")) or n == "EGG-INFO" for n in names):
+            found.append(os.path.join(os.path.realpath(entry), ""))
+    return tuple(found)
 
 
 def _installed_file(filename: str, distributions: frozenset[str]) -> bool:
@@ -763,5 +797,6 @@ def clear_source_cache() -> None:
     _providers_on.cache_clear()
     is_project_module.cache_clear()
     _roots_on.cache_clear()
+    _site_folders.cache_clear()
     _project_root.cache_clear()
     display_path.cache_clear()

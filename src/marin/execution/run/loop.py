@@ -501,7 +501,8 @@ class RunLoop:
         self.report.durations[path] = duration
         self.report.outcomes[path] = outcome
         self._built[path] = outcome.record
-        if outcome.action == BuildOutcomeKind.BUILT and outcome.record is not None:
+        built = outcome.action == BuildOutcomeKind.BUILT and outcome.record is not None
+        if built and log.isEnabledFor(logging.INFO):
             timing = record_timing(outcome.record, duration)  # a reattached job's own time
             log.info("finish %s in %.2fs%s", job.spec.step_id, timing.duration_s,
                      timing.note and f" ({timing.note})")  # fmt: skip

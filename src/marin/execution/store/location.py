@@ -45,6 +45,7 @@ from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
 
 from marin.execution.errors import StorageError, SymlinkError, one_line
 from marin.execution.ids import jitter
+from marin.execution.store.memory_folders import folder_exists, index_store
 from marin.execution.store.prefix_policy import check_prefix
 
 log = logging.getLogger("marin")
@@ -351,6 +352,13 @@ class Location:
         object.__setattr__(self, "is_memory", isinstance(self.fs, MemoryFileSystem))
         reads_store = self.is_memory and type(self.fs).cat_file is MemoryFileSystem.cat_file
         object.__setattr__(self, "_reads_store", reads_store)
+        if self.is_memory:
+            index_store(self.fs)  # a folder's existence in one lookup (memory_folders)
+
+    @property
+    def reads_in_process(self) -> bool:
+        """``memory://`` read straight from its dict: no I/O for threads to overlap."""
+        return self._reads_store
 
     def check_no_links(self, path: str) -> bool:
         """Refuse (``SymlinkError``) when ``path`` or a folder on the way to it, below the
@@ -446,7 +454,7 @@ class Location:
         os.unlink(path)
 
     def has_file(self, path: str) -> bool:
-        """Whether a metadata file exists (O(1) on ``memory://``, whose ``exists`` scans).
+        """Whether a metadata file exists (one lookup on ``memory://``).
 
         Raises:
             SymlinkError: a folder between the prefix and ``path`` is a symbolic link (local
@@ -490,12 +498,8 @@ class Location:
             # A missing folder on the way answers without a second look (a first build's output).
             return self._check_parent(path) and os.path.lexists(path)
         if self.is_memory:
-            store, folder = self.fs.store, path.rstrip("/") + "/"
-            return (
-                path in store
-                or path in self.fs.pseudo_dirs
-                or any(key.startswith(folder) for key in list(store))
-            )
+            fs = self.fs
+            return path in fs.store or path in fs.pseudo_dirs or folder_exists(fs, path)
         return bool(with_retries(lambda: self.fs.exists(path), f"check {path}"))
 
     def list_tree(self, path: str) -> list[str]:
