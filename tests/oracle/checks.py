@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,10 +268,12 @@ def check_report(
     expected: dict[int, Expected],
     hand: Hand,
     op: int,
+    log: str = "",
 ) -> list[Violation]:
     """Every step a run reports current is its clean build, or allowed to differ by the plan
-    made just before it with the same options; an allowed one's own reason is in the run's."""
-    plan = pre_plan or {"steps": []}
+    made just before it with the same options (with the resume verdicts the run's ``log``
+    says it reached instead); an allowed one's own reason is in the run's."""
+    plan = with_run_resumes(pre_plan or {"steps": []}, report, log)
     allowed = allowances(plan, policy, hand, differences(plan, expected))
     out = []
     kinds: dict[str, str] = {}
@@ -309,6 +312,41 @@ def check_report(
                 )
             )
     return out
+
+
+RESUME_LINE = re.compile(r"^\S+\s+INFO\s+resume (\S+): (.*)$", re.MULTILINE)
+PENDING = re.compile(r"upstream (\S+) is rebuilt in this run")
+
+
+def with_run_resumes(plan: dict[str, Any], report: dict[str, Any], log: str) -> dict[str, Any]:
+    """``plan`` with the resume verdict the run logged for a step it reports resumed, where
+    the plan cleared the partial output only because its inputs "are rebuilt in this run" and
+    the run kept each of them (early cutoff: ``unchanged``). The build judges the partial
+    output again then, and resumes it, under ``warn`` also across a code change, saying so in
+    its log (docs/reliability.md, "Resumable steps": "``warn`` resumes and says so";
+    docs/caching.md, "Whose work is it": input builds and code digest)."""
+    said = {m.group(1): m.group(2) for m in RESUME_LINE.finditer(log)}
+    kept = {
+        s["step"] for s in report.get("steps", []) if s.get("action") in ("unchanged", "skipped")
+    }
+    resumed = {s["step"] for s in report.get("steps", []) if s.get("resumed")}
+
+    def rejudged(step: dict[str, Any]) -> bool:
+        planned = str((step.get("resume") or {}).get("reason", ""))
+        why = planned.partition(" read other input builds: ")[2].split("; ")
+        inputs = [PENDING.fullmatch(w) for w in why if w and w != "it is cleared"]
+        return (
+            step["step"] in resumed
+            and step["step"] in said
+            and bool(inputs)
+            and all(m is not None and m.group(1) in kept for m in inputs)
+        )
+
+    steps = [
+        {**s, "resume": {"resume": True, "reason": said[s["step"]]}} if rejudged(s) else s
+        for s in plan.get("steps", [])
+    ]
+    return {**plan, "steps": steps}
 
 
 def _resume_line(plan: dict[str, Any], step: dict[str, Any]) -> str:

@@ -206,7 +206,9 @@ class Executor:
             return
         report = call.json() or {}
         expected = self.expected()
-        found = check_report(report, pre.json(), opts.policy, expected, self.world.hand, self.op)
+        found = check_report(
+            report, pre.json(), opts.policy, expected, self.world.hand, self.op, call.err
+        )
         self.add(found, self._clean_check(found))
         refused = refuses(pre, report)
         ok = {0} | ({1} if injected or refused else set()) | ({pre.rc} if pre.rc else set())

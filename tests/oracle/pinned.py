@@ -320,6 +320,32 @@ PINNED: dict[str, Pinned] = {
         "('after 0 preemptions'), the run never reports success, nothing is committed",
         event="past-budget",
     ),
+    "a-checkpoint-of-old-code-resumed-once-its-input-is-unchanged": Pinned(
+        "wrong-artifact:below-unfinished-rebuild",
+        History(
+            PipelineModel(
+                (
+                    StepModel(0, (), k=2),
+                    StepModel(1, (0,), k=2),
+                    StepModel(2, (0,)),
+                    StepModel(3, (1, 2), k=2),
+                    StepModel(4, (3,), k=3, user_scope=True),
+                    StepModel(5, (3,), k=2, resumable=True),
+                )
+            ),
+            (
+                FailRun(5, RunOpts(Context("bob", "user"))),
+                FailRun(0, RunOpts(Context("bob"), force=(0,))),
+                EditCode(5, True),
+                Run(RunOpts(Context("bob"))),
+            ),
+        ),
+        "4076 (the soak profile)",
+        "the checker's own bug: the plan clears s5's checkpoint of old code (`upstream o/s3@v1 "
+        "is rebuilt in this run`); s1 and s2 are rebuilt into the same bytes, s3 is unchanged, "
+        "and the run resumes it under warn and logs `code changed ...; resumed anyway` "
+        "(docs/caching.md, Whose work is it); the checker read only the plan's verdict",
+    ),
 }
 
 ON_AN_ENGINE = Pinned(
