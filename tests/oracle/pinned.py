@@ -192,6 +192,20 @@ PINNED: dict[str, Pinned] = {
         "resumed (docs/caching.md, the identity table), which the plan's `resume` says; the "
         "checker allowed code drift only from a record",
     ),
+    "a-second-forced-run-in-one-process-resumes-the-first-ones-attempt": Pinned(
+        "wrong-artifact:resumed",
+        History(
+            PipelineModel(
+                (StepModel(0, (), k=2), StepModel(1, (0,), k=3), StepModel(2, (0,), resumable=True))
+            ),
+            (FailRun(2, RunOpts(force=(2,))), EditCode(2, True), Run(RunOpts(force=(2,)))),
+        ),
+        "2580 (the soak profile)",
+        "new finding: the memo of attempts a forced run started was per process, so a second "
+        "--force run in one process (the checker's in-process CLI, a notebook, a Prefect "
+        "worker) resumed the first forced run's partial output, of other code, and committed "
+        'a mix of two attempts; --force clears it (docs/reliability.md, "Bound to the recipe")',
+    ),
     "a-swept-config-built-from-an-input-served-drifted-under-warn": Pinned(
         "wrong-artifact:stream",
         History(chain(3), (Run(WARN), EditConfig(0, True, False), Stream(2, ((0, True),), WARN))),

@@ -357,6 +357,32 @@ def test_a_retry_within_a_forced_run_resumes_its_own_attempt(
     assert "resume retry@v1: partial output from attempt 1" in caplog.text
 
 
+def test_a_later_forced_run_in_the_same_process_clears_an_earlier_forced_runs_attempt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by the random-history checker (seed 2580, soak): the memo of forced attempts was
+    per process, so a second ``--force`` run in one process (a notebook, a Prefect worker, the
+    checker's in-process CLI) resumed the first forced run's partial output, even of other code,
+    and committed a mix of two attempts. Only a retry of the forced run that wrote it resumes."""
+    from marin.execution.lazy import OUT, apply
+
+    prefix = f"memory://force-twice-{time.time_ns()}"
+    step = apply("twice", fail_once, version="v1", out=OUT, upto=100, where="ckpt")
+    step = step.with_options(resumable=True)  # no retries: the first forced run fails at 55
+    ran.clear()
+    FAILED_ONCE.clear()
+    with pytest.raises(Exception, match="preempted at 55"):
+        run(step, prefix=prefix, force=["twice"])
+    assert ran == list(range(55))
+    ran.clear()
+    with caplog.at_level(logging.INFO, logger="marin"):
+        run(step, prefix=prefix, force=["twice"])
+    assert ran == list(range(101))  # from scratch: not resumed at 50
+    assert "clear twice@v1: partial output from attempt 1" in caplog.text
+    assert "is cleared: --force rebuilds the step from scratch" in caplog.text
+    assert "resume twice@v1" not in caplog.text
+
+
 def test_code_reached_through_a_registry_or_a_local_import_never_resumes_old_code(
     tmp_path: Path,
 ) -> None:

@@ -127,12 +127,14 @@ def verdict_for(
     earlier: Leftover | None,
     on_code_drift: str,
     recipe: Recipe,
+    run: str = "",
 ) -> ResumeVerdict | None:
-    """Whether the lease holder resumes what an earlier attempt left (None: nothing is there)."""
+    """Whether the lease holder resumes what an earlier attempt left (None: nothing is there).
+    ``run``: the build's run (``BuildRequest.run``)."""
     if earlier != Leftover.DEBRIS:
         return None  # nothing left, or a committed build that is replaced whole
     previous = read_attempt_record(location, spec.output_path)
-    forced = recipe.step_id in recipe.repaired and not _forced_here(location, spec, previous)
+    forced = recipe.step_id in recipe.repaired and not _forced_here(location, spec, previous, run)
     verdict = judge(recipe, previous, on_code_drift, spec.fingerprint_payload, forced,
                     ranks_of(spec.run))  # fmt: skip
     if spec.remote is not None:
@@ -148,18 +150,19 @@ def verdict_for(
     return verdict
 
 
-_started_forced: dict[tuple[str, str], tuple[int, str, str]] = {}
-"""Attempts this process started for a forced step (``--force``): the partial output they
-leave is the repair's own, so a retry in the same run resumes it instead of clearing it again."""
+_started_forced: dict[tuple[str, str], tuple[str, int, str, str]] = {}
+"""Attempts a run of this process started for a forced step (``--force``), with the run: the
+partial output they leave is the repair's own, so a retry in the same run resumes it instead of
+clearing it again. Another run forcing the step (a later run of this process) clears it."""
 
 
-def _forced_here(location: Location, spec: StepSpec, previous: Attempt | None) -> bool:
-    """Whether ``previous`` is an attempt this process started after forcing the step."""
-    if previous is None:
+def _forced_here(location: Location, spec: StepSpec, previous: Attempt | None, run: str) -> bool:
+    """Whether ``previous`` is an attempt the run ``run`` started after forcing the step."""
+    if previous is None or not run:
         return False
     with _lock:
         started = _started_forced.get((location.url, spec.output_path))
-    return started == (previous.number, previous.started_at, previous.holder)
+    return started == (run, previous.number, previous.started_at, previous.holder)
 
 
 def _let_the_displaced_stop(lease: Lease) -> None:
@@ -182,6 +185,7 @@ def start_attempt(
     earlier: Leftover | None,
     on_code_drift: str,
     recipe: Recipe | None = None,
+    run: str = "",
 ) -> Attempt | None:
     """For a resumable step (else None): resume or clear, then write this attempt's record.
 
@@ -189,13 +193,15 @@ def start_attempt(
     the returned attempt ``resumed``; a resumed attempt's ``code`` is the mix of the code that
     made the partial output and the recipe's (``mixed_digest``). ``recipe`` is the build's,
     with the input builds it read (without one, the step's static recipe: input builds are
-    then not compared). Raises ``CodeDriftError`` under ``on_code_drift="error"`` for a
-    partial output of other code (nothing is written then).
+    then not compared). ``run``: the build's run (``BuildRequest.run``): a forced step's
+    partial output is resumed only by a retry of the run that started it. Raises
+    ``CodeDriftError`` under ``on_code_drift="error"`` for a partial output of other code
+    (nothing is written then).
     """
     if not spec.resumable:
         return None
     recipe = recipe or Recipe.of(spec)
-    verdict = verdict_for(location, spec, lease, earlier, on_code_drift, recipe)
+    verdict = verdict_for(location, spec, lease, earlier, on_code_drift, recipe, run)
     if verdict is not None:
         log.info("%s %s: %s", "resume" if verdict.resume else "clear", spec.step_id, verdict.reason)
     resumed = verdict is not None and verdict.resume
@@ -223,7 +229,7 @@ def start_attempt(
     if recipe.step_id in recipe.repaired:
         with _lock:
             key = (location.url, spec.output_path)
-            _started_forced[key] = (attempt.number, attempt.started_at, attempt.holder)
+            _started_forced[key] = (run, attempt.number, attempt.started_at, attempt.holder)
     return attempt
 
 

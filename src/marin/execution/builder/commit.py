@@ -793,7 +793,8 @@ def _clear_earlier(held: _Holding) -> None:
     spec, location, earlier = held.spec, held.location, held.earlier
     held.replaced = _replaced_digest(location, spec, held.previous, held.lease)
     on_code_drift = held.request.policy.on_code_drift
-    held.attempt = start_attempt(location, spec, held.lease, earlier, on_code_drift, held.recipe)
+    held.attempt = start_attempt(location, spec, held.lease, earlier, on_code_drift, held.recipe,
+                                 held.request.run)  # fmt: skip
     if earlier is None:
         return
     # A remote step's unfinished job may be writing its output: it is reattached.

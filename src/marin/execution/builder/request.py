@@ -52,3 +52,6 @@ class BuildRequest:
     """The id of the remote job this build waits for though it did not submit it (an Airflow
     task resuming from its deferral on it): found stopped, it ends the build as cancelled
     (``RemoteBuild.awaited_job``). "": a new build."""
+    run: str = ""
+    """The run this build belongs to (a run loop's token): a forced step's partial output is
+    resumed only by a retry of the forced run that wrote it. "": no such retry (cleared)."""

@@ -34,6 +34,7 @@ import queue
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -182,6 +183,7 @@ class RunLoop:
         self._inbox: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._left, self._left_lock = False, threading.Lock()  # the loop has left (_post)
         self._abandon = threading.Event()
+        self._run_token = uuid.uuid4().hex  # a forced step's retry resumes only this run's attempt
         self._interrupted = False
         self._started: dict[str, float] = {}
         self._grants: dict[str, Grant] = {}
@@ -432,6 +434,7 @@ class RunLoop:
             self.lease_ttl,
             self.working_dir,
             devices,
+            run=self._run_token,
         )
 
     # -- served steps, re-checked when served -----------------------------------------------
