@@ -539,10 +539,13 @@ class _RemoteCall:
                 self.step_id,
                 job,
             )
-        if status.state == JobState.LOST:
+        lost = status.state == JobState.LOST
+        if lost:
             detail += (f", after {job.preemptions} preemptions (max_preemptions="
                        f"{self.remote.max_preemptions})")  # fmt: skip
-        raise _failed(self.step_id, job, detail, tail)
+        error = _failed(self.step_id, job, detail, tail)
+        error.final = lost  # past max_preemptions: not fn's error, so retries never spend it
+        raise error
 
 
 def _iso(epoch: float | None) -> str:
