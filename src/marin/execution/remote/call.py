@@ -340,14 +340,14 @@ class _RemoteCall:
                          found.job_id, status.state)  # fmt: skip
                 _known(build, found)
                 return found, status
-            log.info("resubmit %s: %s job %s is %s", self.step_id, found.backend, found.job_id,
-                     status.state)  # fmt: skip
             # a job lost while no driver waited was preempted too: the build's count goes on
             lost = status.state == JobState.LOST
             if lost and found.preemptions >= self.remote.max_preemptions:
                 watch = Watch(backend, found.handle, build.lost)
                 watch.status = status
                 self._collect(found, watch)  # raises: lost once more than the budget allows
+            log.info("resubmit %s: %s job %s is %s", self.step_id, found.backend, found.job_id,
+                     status.state)  # fmt: skip
             preempted = found.preemptions + lost
             if status.state == JobState.STOPPED and found.job_id == build.awaited_job:
                 self._stop_awaited(found, status)
