@@ -189,12 +189,34 @@ def test_a_mark_made_while_no_lease_was_held_stops_only_a_build_waiting_for_its_
     assert not leased.stops("f" * 32, "")
 
 
+def test_cancel_before_the_submit_is_recorded_and_exits_0(tmp_path: Path) -> None:
+    """Red team gang2 F6: the driver holds the lease and has submitted nothing yet: `cancel`
+    records the mark for it and exits 0 (as --help says), without "error:"; the driver then
+    stops the build before any job is submitted."""
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    prefix, env = setup(tmp_path)
+    run = start_run("gang", prefix, {**env, "MARIN_FAULT_HOLD": f"before-submit:{hold}"},
+                    tmp_path / "a.err")  # fmt: skip
+    wait_for(hold / "held")
+    done = cli("cancel", "cancel/gang@v1", "--prefix", prefix, env=env)
+    assert done.returncode == 0 and "error" not in done.stderr, done
+    assert "cancel recorded for cancel/gang@v1: no job is submitted yet" in done.stdout, done
+    (hold / "go").touch()
+    run.communicate(timeout=120)
+    err = (tmp_path / "a.err").read_text()
+    assert run.returncode == 1 and "before its job was submitted" in err, err
+    assert not (tmp_path / "calls").exists()  # no rank ever ran
+    assert read_record(open_prefix(prefix), "cancel/gang/v1") is None
+
+
 def test_cancel_with_no_driver_and_no_job_records_nothing(tmp_path: Path) -> None:
     """With no live lease there is no build to stop later: cancel refuses, and writes no mark."""
     prefix, env = setup(tmp_path)
     (Path(prefix) / "cancel/gang/v1.marin").mkdir(parents=True)
     done = cli("cancel", "cancel/gang@v1", "--prefix", prefix, env=env)
     assert done.returncode == 1 and "no remote job recorded" in done.stderr, done.stderr
+    assert done.stderr.startswith("error: cancel/gang@v1 has no"), done.stderr  # one "error:"
     assert read_cancel_mark(open_prefix(prefix), "cancel/gang/v1") is None
 
 

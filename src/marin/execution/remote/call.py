@@ -355,6 +355,7 @@ class _RemoteCall:
             self._refuse_unrecorded(found)
             self._drop(found, keep_output=build.resumed)
             return self._submit(preempted), None
+        hold_point("before-submit")
         self._stop_if_cancelled(None, "")
         self._refuse_unrecorded(found)
         if found is not None:  # another recipe's, or not this step's: its debris goes
