@@ -227,7 +227,7 @@ class RemoteJobError(MarinError, RuntimeError):
 def is_final(error: BaseException) -> bool:
     """Whether a step's attempt ended in a way no retry changes, so ``retries`` are not spent:
     a remote job cancelled, its gang never placed or lost past ``max_preemptions``
-    (``RemoteJobError.final``), or a build
-    abandoned by a second interrupt. The one rule every runner asks: the run loop, and the
-    engines' own task retries (Prefect's ``retry_condition_fn``, Airflow's fail-without-retry)."""
+    (``RemoteJobError.final``), or a build abandoned by a second interrupt. The one rule
+    every runner asks: the run loop, and the engines' own task retries (Prefect's
+    ``retry_condition_fn``, Airflow's fail-without-retry)."""
     return isinstance(error, AbandonedError) or (isinstance(error, RemoteJobError) and error.final)

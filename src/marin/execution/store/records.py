@@ -451,7 +451,7 @@ def metadata_files(location: Location, output_path: str) -> set[str]:
 
     Raises:
         SymlinkError: the metadata folder, a folder on the way to it, or an entry in it is a
-            symbolic link (local disk); a link at ``cancel.json`` is only no cancel mark.
+            symbolic link (local disk), but for ``cancel.json`` (a link there is no mark).
         StorageError: storage kept failing (object stores).
     """
     names = (RECORD_FILE, STATUS_FILE)
