@@ -473,7 +473,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             try:
                 print(safe_text(cancel_step(location, output_path, step)))
             except JobRefusedError as exc:
-                print(safe_text(f"error: {exc}", keep_newlines=True), file=sys.stderr)
+                print(safe_text(str(exc), keep_newlines=True), file=sys.stderr)  # error: ...
                 code = EXIT_FAILED
     return code
 

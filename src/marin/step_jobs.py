@@ -114,7 +114,8 @@ def cancel_step(location: Location, output_path: str, step: str) -> str:
     meanwhile is either seen running here (and stopped) or stopped by the driver.
 
     Raises:
-        JobRefusedError: see ``step_job``; or no job is recorded for the step.
+        JobRefusedError: see ``step_job``; or no job is recorded for the step and no live
+            driver holds its lease.
         RemoteJobError: the job still runs after it was cancelled.
     """
     info = read_lease(location, output_path)
@@ -122,16 +123,16 @@ def cancel_step(location: Location, output_path: str, step: str) -> str:
     if live and info is not None:
         _mark_cancelled(location, output_path, info.token)
     found = step_job(location, output_path, step)
-    if found is None:
-        held = f"; it is {describe_lease(info)}" if live and info is not None else ""
-        marked = (
-            "; if it is a remote step, its driver stops it before it submits a job "
-            "(recorded in its cancel.json)"
-            if live
-            else ""
+    if found is None and live and info is not None:  # recorded: exit 0, as --help says
+        return (
+            f"cancel recorded for {step}: no job is submitted yet; the driver holding its lease "
+            f"({info.who()}) stops the build before it submits one (recorded in its "
+            "cancel.json; a step run in the driver's own process is not remote: stop that "
+            "process)"
         )
+    if found is None:
         raise JobRefusedError(
-            f"{step} has no remote job recorded{held}{marked}",
+            f"{step} has no remote job recorded",
             "only a remote step's job can be cancelled; stop a local build's process instead",
             step,
         )

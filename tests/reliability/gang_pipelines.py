@@ -7,6 +7,7 @@ Controlled through environment variables, which the jobs and their ranks inherit
   succeeds);
 - ``MARIN_TEST_BACKEND``: the gangs' backend (default ``local``);
 - ``MARIN_TEST_UNITS``: ``trained``'s number of units (default 6);
+- ``MARIN_TEST_MAX_PREEMPTIONS``: set, ``units_gang``'s ``max_preemptions``;
 - ``MARIN_TEST_RANK_PLACEMENT``: ``jax_gang``'s ``rank_placement`` (default: none given);
 - ``MARIN_TEST_PLACEMENT_TIMEOUT``: ``jax_gang``'s ``placement_timeout`` (default: none given).
 """
@@ -96,7 +97,9 @@ fragile_gang = [  # no preemption allowed: a lost gang fails the step
 _UNITS = int(os.environ.get("MARIN_TEST_UNITS", "6"))
 units_gang = [
     apply("gang/units", train_units, version="v1", units=_UNITS, out_path=OUT).with_options(
-        remote=BACKEND, ranks=3, resumable=True
+        remote=BACKEND, ranks=3, resumable=True,
+        **({"max_preemptions": int(m)} if (m := os.environ.get("MARIN_TEST_MAX_PREEMPTIONS"))
+           else {}),
     )
 ]
 

@@ -265,6 +265,39 @@ def test_a_preempted_resumable_gang_resumes(tmp_path: Path) -> None:
     assert sum(line.startswith("rank 0 ") for line in done) < 8 * 1.5  # the work was kept
 
 
+@pytest.mark.parametrize("budget", [0, 1])
+def test_a_gang_lost_while_no_driver_watches_counts_as_a_preemption(
+    tmp_path: Path, budget: int
+) -> None:
+    """Red team gang2 F1: the driver SIGKILLed, then a rank of its resumable gang (after
+    ``budget`` preemptions the live driver counted): ``plan`` says lost, and the next run
+    counts it too (it was read "stopped", uncounted, and the gang was resubmitted past
+    ``max_preemptions``): past the budget, it fails and submits nothing."""
+    prefix, env = setup(tmp_path, MARIN_TEST_UNITS="400", MARIN_TEST_MAX_PREEMPTIONS=str(budget),
+                        MARIN_TEST_UNITS_LOG=str(tmp_path / "units"))  # fmt: skip
+    first = gang_run("units_gang", prefix, env, tmp_path / "first.err")
+    ranks = rank_starts(tmp_path, 3)
+    if budget:  # one preemption the live driver counts, in job.json
+        os.kill(ranks[1], signal.SIGKILL)
+        ranks = rank_starts(tmp_path, 6)[3:]
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    os.kill(ranks[1], signal.SIGKILL)  # preempted while no driver watches
+    wait_gone(ranks)
+    plan = subprocess.run(
+        [sys.executable, "-m", "marin.cli", "plan", f"{GANG}:units_gang", "--prefix", prefix],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "resubmit: local job marin-" in plan.stdout and ", lost " in plan.stdout, plan
+    second = gang_run("units_gang", prefix, env, tmp_path / "second.err")
+    assert second.wait(timeout=120) == 1
+    err = (tmp_path / "second.err").read_text()
+    assert f"after {budget} preemptions (max_preemptions={budget})" in err, err
+    assert " submit gang/units@v1" not in err, err
+    assert len((tmp_path / "calls").read_text().splitlines()) == 3 * (budget + 1)
+    assert read_record(open_prefix(prefix), "gang/units/v1") is None
+
+
 def test_each_rank_sees_its_own_gpus_and_one_master(tmp_path: Path) -> None:
     """``resources={"gpu": 2}`` is per rank: of the 6 devices the job sees, rank K gets the
     K-th pair; every rank has the same torch master and its own RANK."""

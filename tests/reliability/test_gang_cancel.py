@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from marin.execution.errors import RemoteJobError
+from marin.execution.errors import RemoteJobError, SymlinkError
 from marin.execution.remote.gang_rules import placement_failure, unplaced_outcome
 from marin.execution.remote.procs import start_time
 from marin.execution.store.location import open_prefix
-from marin.execution.store.records import read_record
+from marin.execution.store.records import metadata_files, read_record
 from marin.execution.store.step_folder import (
     CancelMark,
     read_attempt_record,
@@ -128,6 +128,54 @@ def test_a_torn_or_planted_cancel_mark_names_no_build() -> None:
         assert CancelMark.parse(raw) is None, raw
 
 
+def _plant(folder: Path, kind: str, target: Path) -> None:
+    """A ``cancel.json`` in ``folder`` that is no file ``marin cancel`` writes."""
+    mark = folder / "cancel.json"
+    if kind == "link":  # to a mark that would stop the build, were it followed
+        os.symlink(target, mark)
+    elif kind == "dangling":
+        os.symlink(folder / "nowhere", mark)
+    elif kind == "fifo":
+        os.mkfifo(mark)
+    else:
+        mark.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["link", "dangling", "fifo", "folder"])
+def test_a_cancel_mark_that_is_no_regular_file_is_no_mark(tmp_path: Path, kind: str) -> None:
+    """Red team gang2 F4: a link is never followed, a FIFO never opened (``lstat`` first):
+    neither is a mark, and the step folder's other checks do not refuse it either."""
+    location = open_prefix(str(tmp_path / "p"))
+    folder = tmp_path / "p/s/v1.marin"
+    folder.mkdir(parents=True)
+    target = tmp_path / "mark.json"
+    target.write_bytes(CancelMark("0" * 32, "marin-" + "a" * 20, "now", "eve").to_json())
+    _plant(folder, kind, target)
+    assert read_cancel_mark(location, "s/v1") is None
+    assert metadata_files(location, "s/v1") == set()  # no SymlinkError for this one name
+    os.symlink(target, folder / "other.json")
+    with pytest.raises(SymlinkError):  # any other link in the folder is still refused
+        metadata_files(location, "s/v1")
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_planted_cancel_mark_link_or_fifo_stops_no_build(tmp_path: Path, kind: str) -> None:
+    """Planted before the run, a link or a FIFO at ``cancel.json`` is ignored: the step builds."""
+    prefix, env = setup(tmp_path)
+    folder = Path(prefix) / "cancel/single/v1.marin"
+    folder.mkdir(parents=True)
+    target = tmp_path / "mark.json"
+    target.write_bytes(b"{}")
+    _plant(folder, kind, target)
+    (tmp_path / "gate").touch()
+    run = start_run("single", prefix, env, tmp_path / "err")
+    run.communicate(timeout=180)
+    err = (tmp_path / "err").read_text()
+    assert run.returncode == 0, err
+    assert "cancel.json: not a regular file, so not a cancel mark" in err, err
+    assert read_record(open_prefix(prefix), "cancel/single/v1") is not None
+
+
 def test_a_mark_made_while_no_lease_was_held_stops_only_a_build_waiting_for_its_job() -> None:
     """Made for no lease (a task deferred on the job), a mark names the job: only a build that
     waits for that job is stopped, never a new build (which waits for none) or another lease's."""
@@ -141,12 +189,34 @@ def test_a_mark_made_while_no_lease_was_held_stops_only_a_build_waiting_for_its_
     assert not leased.stops("f" * 32, "")
 
 
+def test_cancel_before_the_submit_is_recorded_and_exits_0(tmp_path: Path) -> None:
+    """Red team gang2 F6: the driver holds the lease and has submitted nothing yet: `cancel`
+    records the mark for it and exits 0 (as --help says), without "error:"; the driver then
+    stops the build before any job is submitted."""
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    prefix, env = setup(tmp_path)
+    run = start_run("gang", prefix, {**env, "MARIN_FAULT_HOLD": f"before-submit:{hold}"},
+                    tmp_path / "a.err")  # fmt: skip
+    wait_for(hold / "held")
+    done = cli("cancel", "cancel/gang@v1", "--prefix", prefix, env=env)
+    assert done.returncode == 0 and "error" not in done.stderr, done
+    assert "cancel recorded for cancel/gang@v1: no job is submitted yet" in done.stdout, done
+    (hold / "go").touch()
+    run.communicate(timeout=120)
+    err = (tmp_path / "a.err").read_text()
+    assert run.returncode == 1 and "before its job was submitted" in err, err
+    assert not (tmp_path / "calls").exists()  # no rank ever ran
+    assert read_record(open_prefix(prefix), "cancel/gang/v1") is None
+
+
 def test_cancel_with_no_driver_and_no_job_records_nothing(tmp_path: Path) -> None:
     """With no live lease there is no build to stop later: cancel refuses, and writes no mark."""
     prefix, env = setup(tmp_path)
     (Path(prefix) / "cancel/gang/v1.marin").mkdir(parents=True)
     done = cli("cancel", "cancel/gang@v1", "--prefix", prefix, env=env)
     assert done.returncode == 1 and "no remote job recorded" in done.stderr, done.stderr
+    assert done.stderr.startswith("error: cancel/gang@v1 has no"), done.stderr  # one "error:"
     assert read_cancel_mark(open_prefix(prefix), "cancel/gang/v1") is None
 
 

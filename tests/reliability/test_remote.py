@@ -270,6 +270,26 @@ def test_a_job_killed_by_a_signal_names_it(tmp_path: Path) -> None:
     assert "its process was killed by SIGKILL" in listed.stdout, listed
 
 
+def test_a_preemption_past_max_preemptions_is_not_retried_under_retries(
+    tmp_path: Path,
+) -> None:
+    """Red team gang2 F3: ``max_preemptions=0, retries=2`` and the job SIGKILLed: the step
+    fails at once, one job submitted; ``retries`` count only ``fn``'s errors, never a loss
+    past its budget (the error is final, ``is_final``, on every runner)."""
+    prefix, env = setup(tmp_path, MARIN_TEST_MAX_PREEMPTIONS="0", MARIN_TEST_RETRIES="2")
+    driver = marin_run("chain", prefix, env, tmp_path / "err")
+    started = tmp_path / "started" / "remote_train"
+    wait_for_file(str(started), timeout=60)
+    wait_for_text(started, "\n")
+    os.kill(int(started.read_text().split()[0]), signal.SIGKILL)
+    (tmp_path / "gate").touch()  # a wrongful retry's job would now succeed
+    assert driver.wait(timeout=60) == 1
+    err = (tmp_path / "err").read_text()
+    assert "after 0 preemptions (max_preemptions=0)" in err, err
+    assert "retry remote/train@v1" not in err, err
+    assert len(calls(tmp_path)) == 1 and read_record(open_prefix(prefix), TRAIN) is None
+
+
 def test_lost_lease_cancels_the_job_and_never_commits(tmp_path: Path) -> None:
     """A stalls (heartbeat paused) until B takes over and reattaches; A wakes, finds its lease
     lost, cancels its job and commits nothing; B sees the job stopped, submits anew, commits."""

@@ -219,14 +219,15 @@ class RemoteJobError(MarinError, RuntimeError):
     job: dict[str, Any] | None = None
     """The job's record (``job.json``), for ``run --json``."""
     final: bool = False
-    """The job ended in a way no retry changes: cancelled (``marin cancel``), or its gang not
-    placed within ``placement_timeout``. ``retries`` count only errors raised by ``fn``: the
-    run loop does not retry it."""
+    """The job ended in a way no retry changes: cancelled (``marin cancel``), its gang not
+    placed within ``placement_timeout``, or lost once more than ``max_preemptions`` allows.
+    ``retries`` count only errors raised by ``fn``: no runner retries it."""
 
 
 def is_final(error: BaseException) -> bool:
     """Whether a step's attempt ended in a way no retry changes, so ``retries`` are not spent:
-    a remote job cancelled or its gang never placed (``RemoteJobError.final``), or a build
-    abandoned by a second interrupt. The one rule every runner asks: the run loop, and the
-    engines' own task retries (Prefect's ``retry_condition_fn``, Airflow's fail-without-retry)."""
+    a remote job cancelled, its gang never placed or lost past ``max_preemptions``
+    (``RemoteJobError.final``), or a build abandoned by a second interrupt. The one rule
+    every runner asks: the run loop, and the engines' own task retries (Prefect's
+    ``retry_condition_fn``, Airflow's fail-without-retry)."""
     return isinstance(error, AbandonedError) or (isinstance(error, RemoteJobError) and error.final)

@@ -21,7 +21,8 @@ with it, elsewhere it is still held). A remote step also passes ``after-submit``
 ``CRASH_POINTS``, which every build passes): its job submitted and named in ``job.json``.
 
 ``MARIN_FAULT_HOLD=<point>:<folder>`` holds this process at ``hold_point(point)`` (a remote
-step's ``before-resubmit``: its job was lost, not yet submitted again): it creates
+step's ``before-resubmit``: its job was lost, not yet submitted again; ``before-submit``: it
+holds the lease, and no job is recorded yet): it creates
 ``<folder>/held`` and waits until ``<folder>/go`` exists, so a test acts in that window.
 """
 

@@ -340,14 +340,14 @@ class _RemoteCall:
                          found.job_id, status.state)  # fmt: skip
                 _known(build, found)
                 return found, status
-            log.info("resubmit %s: %s job %s is %s", self.step_id, found.backend, found.job_id,
-                     status.state)  # fmt: skip
             # a job lost while no driver waited was preempted too: the build's count goes on
             lost = status.state == JobState.LOST
             if lost and found.preemptions >= self.remote.max_preemptions:
                 watch = Watch(backend, found.handle, build.lost)
                 watch.status = status
                 self._collect(found, watch)  # raises: lost once more than the budget allows
+            log.info("resubmit %s: %s job %s is %s", self.step_id, found.backend, found.job_id,
+                     status.state)  # fmt: skip
             preempted = found.preemptions + lost
             if status.state == JobState.STOPPED and found.job_id == build.awaited_job:
                 self._stop_awaited(found, status)
@@ -355,6 +355,7 @@ class _RemoteCall:
             self._refuse_unrecorded(found)
             self._drop(found, keep_output=build.resumed)
             return self._submit(preempted), None
+        hold_point("before-submit")
         self._stop_if_cancelled(None, "")
         self._refuse_unrecorded(found)
         if found is not None:  # another recipe's, or not this step's: its debris goes
@@ -539,10 +540,13 @@ class _RemoteCall:
                 self.step_id,
                 job,
             )
-        if status.state == JobState.LOST:
+        lost = status.state == JobState.LOST
+        if lost:
             detail += (f", after {job.preemptions} preemptions (max_preemptions="
                        f"{self.remote.max_preemptions})")  # fmt: skip
-        raise _failed(self.step_id, job, detail, tail)
+        error = _failed(self.step_id, job, detail, tail)
+        error.final = lost  # past max_preemptions: not fn's error, so retries never spend it
+        raise error
 
 
 def _iso(epoch: float | None) -> str:

@@ -282,15 +282,18 @@ def fence_previous(location: Location, spec: StepSpec, previous: Attempt | None)
     """Before a remote step resumes ``previous``'s partial output: its job has ended.
 
     Only a job of this step is touched (``is_this_steps``, on the step's own backend). A job
-    that ``job.json`` names as this very build's and that runs is left to be reattached.
+    that ``job.json`` names as this very build's and that runs is left to be reattached; one
+    that was lost is left to ``run_job``, which counts the preemption (and stops it) before it
+    submits again: cancelled here, it would read as stopped, and go uncounted.
     Raises ``RemoteJobError`` when a cancelled job does not end.
     """
     job = _this_steps_job(location, spec, previous)
     if job is None:
         return
     backend = get_backend(str(spec.remote), spec.step_id)
-    if _recorded(location, spec, job) and backend.status(job.handle).state == JobState.RUNNING:
-        return  # the build's job runs on: reattached, nothing is resumed under it
+    left = (JobState.RUNNING, JobState.LOST)
+    if _recorded(location, spec, job) and backend.status(job.handle).state in left:
+        return  # reattached (nothing is resumed under it), or counted lost and stopped there
     stop_job(backend, job, spec.step_id)
 
 

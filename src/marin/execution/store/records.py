@@ -32,7 +32,7 @@ from marin.execution.store.location import (
 from marin.execution.store.metadata_io import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from marin.execution.store.metadata_io import parse_json as parse_json
 from marin.execution.store.metadata_io import write_atomic as write_atomic
-from marin.execution.store.step_folder import RECORD_FILE, STATUS_FILE
+from marin.execution.store.step_folder import CANCEL_FILE, RECORD_FILE, STATUS_FILE
 from marin.execution.store.step_folder import lease_path as lease_path
 from marin.execution.store.step_folder import log_path as log_path
 from marin.execution.store.step_folder import metadata_dir as metadata_dir
@@ -451,7 +451,7 @@ def metadata_files(location: Location, output_path: str) -> set[str]:
 
     Raises:
         SymlinkError: the metadata folder, a folder on the way to it, or an entry in it is a
-            symbolic link (local disk).
+            symbolic link (local disk), but for ``cancel.json`` (a link there is no mark).
         StorageError: storage kept failing (object stores).
     """
     names = (RECORD_FILE, STATUS_FILE)
@@ -467,7 +467,8 @@ def metadata_files(location: Location, output_path: str) -> set[str]:
             listing = {entry.name: entry.is_symlink() for entry in entries}
     except (FileNotFoundError, NotADirectoryError):
         return set()
-    link = next((name for name, is_link in listing.items() if is_link), None)
+    # cancel.json is anyone's to plant and never followed (``read_cancel_mark``): no mark
+    link = next((n for n, is_link in listing.items() if is_link and n != CANCEL_FILE), None)
     if link is not None:
         raise symlink_refused(os.path.join(folder, link))
     for name in listing:

@@ -32,7 +32,7 @@ from typing import Any
 
 from marin.execution.atomic_file import TMP_MARK, write_file_atomically
 from marin.execution.digest.code import CodeDigest, unknown_digest
-from marin.execution.errors import RemoteJobError
+from marin.execution.errors import RemoteJobError, StorageError
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.store.location import Location, with_retries
 from marin.execution.store.metadata_io import parse_json, write_atomic
@@ -536,11 +536,27 @@ def write_cancel_mark(location: Location, output_path: str, mark: CancelMark) ->
 
 def read_cancel_mark(location: Location, output_path: str) -> CancelMark | None:
     """The step's cancel mark; None when absent or malformed (logged: a planted or torn file
-    cancels nothing)."""
+    cancels nothing). On local disk only a regular file is read (``has_file``: ``lstat``):
+    a link, a FIFO or a folder under its name is no mark `marin cancel` writes, and never
+    followed or opened.
+
+    Raises:
+        SymlinkError: a folder on the way to the step folder is a symbolic link (local disk).
+        StorageError: storage kept failing.
+    """
     path = location.path(cancel_path(output_path))
+    if location.is_local and not location.has_file(path):
+        if os.path.lexists(path):
+            log.warning("ignoring %s: not a regular file, so not a cancel mark", path)
+        return None
     try:
         raw = location.read_file(path)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    except StorageError as exc:  # local: made a link or a FIFO since the look
+        if not location.is_local:
+            raise
+        log.warning("ignoring %s: %s", path, exc.what)
         return None
     mark = CancelMark.parse(raw[:4096])
     if mark is None:
