@@ -103,6 +103,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     import fsspec.config
     import s3fs
 
+    # The session's own moto server (tests/conftest.py) may have set s3's endpoint in this
+    # process already: it is put back as it was, not removed, when this cluster stops.
+    s3_conf = dict(fsspec.config.conf.get("s3", {}))
     fsspec.config.set_conf_env(fsspec.config.conf)
     s3fs.S3FileSystem.clear_instance_cache()
     events_dir = root / "events"
@@ -139,7 +142,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
         left = {sid: session_members(sid) for sid in [*services.sessions, moto.proc.pid]}
         assert not any(left.values()), f"processes left running: {left}"
-        fsspec.config.conf.get("s3", {}).pop("endpoint_url", None)
+        fsspec.config.conf["s3"] = s3_conf
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
