@@ -52,7 +52,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
-from marin.execution.digest.instance import bound_objects, carried_field, instance_fields
+from marin.execution.digest.instance import (
+    PARTIAL_FUNC,
+    TYPE_DICT,
+    TYPE_MODULE,
+    TYPE_MRO,
+    bound_objects,
+    carried_field,
+    instance_fields,
+)
 from marin.execution.digest.source import (
     DYNAMIC,
     GLOBALS,
@@ -282,11 +290,7 @@ class _Found:
 # Reading a user object never runs its code: its type is read with ``type()`` (``isinstance``
 # falls back to ``obj.__class__``, which resolves a lazy proxy), and attributes come from the
 # C-level slots of functions, methods, partials and classes, never through ``getattr``.
-_TYPE_MODULE = type.__dict__["__module__"]
 _TYPE_QUALNAME = type.__dict__["__qualname__"]
-_TYPE_MRO = type.__dict__["__mro__"]
-_TYPE_DICT = type.__dict__["__dict__"]
-_PARTIAL_FUNC = functools.partial.__dict__["func"]
 _PARTIAL_ARGS = functools.partial.__dict__["args"]
 _PARTIAL_KEYWORDS = functools.partial.__dict__["keywords"]
 
@@ -296,14 +300,14 @@ def _is_class(obj: Any) -> bool:
 
 
 def _class_module(cls: type) -> str:
-    value = _TYPE_MODULE.__get__(cls, type)
+    value = TYPE_MODULE.__get__(cls, type)
     return value if type(value) is str else ""
 
 
 def _static_attr(cls: type, attr: str) -> Any:
     """``attr`` as the class (or a base) stores it: a descriptor is not called."""
-    for klass in _TYPE_MRO.__get__(cls, type):
-        namespace = _TYPE_DICT.__get__(klass, type)
+    for klass in TYPE_MRO.__get__(cls, type):
+        namespace = TYPE_DICT.__get__(klass, type)
         if attr in namespace:
             return namespace[attr]
     return _MISSING
@@ -315,7 +319,7 @@ def _unwrap(obj: Any) -> Any:
     for _ in range(100):  # a cycle of partials ends somewhere
         kind = type(obj)
         if issubclass(kind, functools.partial):
-            obj = _PARTIAL_FUNC.__get__(obj, kind)
+            obj = PARTIAL_FUNC.__get__(obj, kind)
         elif kind is types.MethodType:
             obj = obj.__func__
         else:
@@ -503,7 +507,7 @@ def _class_values(cls: type, computed: frozenset[str]) -> tuple[list[str], list[
     ``__init_subclass__`` (its subclasses decide what it registers). Read from ``vars(cls)``."""
     constants: list[str] = []
     held: list[Any] = []
-    for name, value in _TYPE_DICT.__get__(cls, type).items():
+    for name, value in TYPE_DICT.__get__(cls, type).items():
         dunder = name.startswith("__") and name.endswith("__")
         if _one_of(type(value), _WEAK_REGISTRIES):  # however it was made
             held.append(_weak_registry(f"{_TYPE_QUALNAME.__get__(cls, type)}.{name}"))
@@ -513,7 +517,7 @@ def _class_values(cls: type, computed: frozenset[str]) -> tuple[list[str], list[
         if text is not None:
             constants.append(f"<class>{name}=={text}")
             held += _in_container(value) or []
-    if "__init_subclass__" in _TYPE_DICT.__get__(cls, type):
+    if "__init_subclass__" in TYPE_DICT.__get__(cls, type):
         held += _subclasses(cls)
     return constants, held
 
@@ -691,7 +695,7 @@ def _plain_text(value: Any, budget: list[int], depth: int) -> str | None:
         name = (module_namespace(value) or {}).get("__name__")
         return f"<module {name if type(name) is str else '?'}>"
     if issubclass(kind, functools.partial):
-        func = _plain_text(_PARTIAL_FUNC.__get__(value, kind), budget, depth + 1)
+        func = _plain_text(PARTIAL_FUNC.__get__(value, kind), budget, depth + 1)
         args = _plain_text(_PARTIAL_ARGS.__get__(value, kind), budget, depth + 1)
         keywords = _plain_text(_PARTIAL_KEYWORDS.__get__(value, kind), budget, depth + 1)
         ok = None not in (func, args, keywords)

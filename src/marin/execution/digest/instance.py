@@ -15,11 +15,12 @@ import functools
 import types
 from typing import Any
 
-_TYPE_MODULE = type.__dict__["__module__"]
-_TYPE_MRO = type.__dict__["__mro__"]
-_TYPE_DICT = type.__dict__["__dict__"]
+# The C-level slots read instead of getattr (never user code); code.py reads them too.
+TYPE_MODULE = type.__dict__["__module__"]
+TYPE_MRO = type.__dict__["__mro__"]
+TYPE_DICT = type.__dict__["__dict__"]
 _TYPE_DICTOFFSET = type.__dict__["__dictoffset__"]
-_PARTIAL_FUNC = functools.partial.__dict__["func"]
+PARTIAL_FUNC = functools.partial.__dict__["func"]
 _METHOD_SELF = types.MethodType.__dict__["__self__"]
 _METHOD_FUNC = types.MethodType.__dict__["__func__"]
 
@@ -36,7 +37,7 @@ def bound_objects(fn: Any) -> list[Any]:
     for _ in range(100):  # a cycle of partials ends somewhere
         kind = type(fn)
         if issubclass(kind, functools.partial):
-            fn = _PARTIAL_FUNC.__get__(fn, kind)
+            fn = PARTIAL_FUNC.__get__(fn, kind)
         elif kind is types.MethodType:
             owner = _METHOD_SELF.__get__(fn, kind)
             found += [owner] if _has_state(owner, issubclass(type(owner), type)) else []
@@ -52,7 +53,7 @@ def _has_state(obj: Any, is_class: bool = False) -> bool:
     kind = obj if is_class else type(obj)
     if not is_class and issubclass(kind, type | types.ModuleType | types.FunctionType):
         return False
-    module = _TYPE_MODULE.__get__(kind, type)
+    module = TYPE_MODULE.__get__(kind, type)
     return type(module) is str and module.partition(".")[0] not in _NO_STATE
 
 
@@ -64,10 +65,10 @@ def instance_fields(obj: Any) -> tuple[dict[str, Any], bool]:
     fields: dict[str, Any] = {}
     members: Any = None
     kind = type(obj)
-    for klass in reversed(_TYPE_MRO.__get__(kind, type)):
-        module = _TYPE_MODULE.__get__(klass, type)
+    for klass in reversed(TYPE_MRO.__get__(kind, type)):
+        module = TYPE_MODULE.__get__(klass, type)
         builtin = type(module) is str and module == "builtins"  # a str's ``==`` only
-        for name, slot in _TYPE_DICT.__get__(klass, type).items():
+        for name, slot in TYPE_DICT.__get__(klass, type).items():
             if type(slot) is types.MemberDescriptorType and not builtin:  # not the interpreter's
                 try:
                     fields[name] = slot.__get__(obj, klass)
@@ -84,15 +85,15 @@ def carried_field(obj: Any, name: str) -> Any:
     """The attribute ``name`` that ``obj`` itself holds (its instance dict or a slot), or None;
     read as ``instance_fields`` reads them: no ``__getattr__``, property or descriptor of the
     user's runs (``functools.lru_cache``'s wrapper keeps ``__wrapped__`` in its instance dict)."""
-    for klass in _TYPE_MRO.__get__(type(obj), type):
-        slot = _TYPE_DICT.__get__(klass, type).get(name)
+    for klass in TYPE_MRO.__get__(type(obj), type):
+        slot = TYPE_DICT.__get__(klass, type).get(name)
         if type(slot) is types.MemberDescriptorType:
             try:
                 return slot.__get__(obj, klass)
             except AttributeError:  # a slot never assigned
                 return None
-    for klass in _TYPE_MRO.__get__(type(obj), type):
-        slot = _TYPE_DICT.__get__(klass, type).get("__dict__")
+    for klass in TYPE_MRO.__get__(type(obj), type):
+        slot = TYPE_DICT.__get__(klass, type).get("__dict__")
         if type(slot) is types.GetSetDescriptorType:
             members = slot.__get__(obj, klass)
             return members.get(name) if type(members) is dict else None

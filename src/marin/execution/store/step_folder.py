@@ -347,6 +347,15 @@ def _create(location: Location, path: str, data: bytes) -> bool:
 # --- attempt.json: a resumable step's latest attempt --------------------------------------------
 
 
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    """A step-folder file's JSON object, or None for anything else (never raises)."""
+    try:
+        data = parse_json(raw.decode())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 @dataclass(frozen=True)
 class Attempt:
     """One attempt of a resumable step, as ``attempt.json`` keeps it, with the recipe it ran
@@ -399,11 +408,8 @@ class Attempt:
     @classmethod
     def parse(cls, raw: bytes) -> Attempt | None:
         """The attempt, or None for anything malformed (never raises)."""
-        try:
-            data = parse_json(raw.decode())
-        except (ValueError, UnicodeDecodeError):
-            return None
-        if not isinstance(data, dict):
+        data = _json_object(raw)
+        if data is None:
             return None
         number, fingerprint = data.get("number"), data.get("fingerprint")
         started, holder = data.get("started_at"), data.get("holder")
@@ -506,11 +512,8 @@ class CancelMark:
     def parse(cls, raw: bytes) -> CancelMark | None:
         """The mark, or None for anything malformed (never raises): a torn or planted file
         is no mark, never a cancel of an unnamed build."""
-        try:
-            data = parse_json(raw.decode())
-        except (ValueError, UnicodeDecodeError):
-            return None
-        if not isinstance(data, dict):
+        data = _json_object(raw)
+        if data is None:
             return None
         lease, job_id = data.get("lease"), data.get("job_id", "")
         at, by = data.get("at", ""), data.get("by", "")
