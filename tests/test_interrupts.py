@@ -180,3 +180,50 @@ def test_a_first_interrupt_while_a_step_is_being_started_is_still_the_first(
     assert record is not None and record.result == "a", "the step being started was abandoned"
     assert read_record(location, "intr/b/v1") is None
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "handler not restored"
+
+
+class _PressOnStart:
+    """A progress listener that presses Ctrl-C ``times`` times while the run loop hands a step
+    out, and notes whether the loop's own code went on past the presses."""
+
+    def __init__(self, times: int) -> None:
+        self.times, self.went_on = times, False
+
+    def on_plan(self, total: int, skipped: int) -> None:
+        pass
+
+    def on_start(self, spec: Any) -> None:
+        for _ in range(self.times):
+            os.kill(os.getpid(), signal.SIGINT)  # delivered here, on the run loop's own thread
+        self.went_on = True
+
+    def on_finish(self, outcome: Any) -> None:
+        pass
+
+    def on_fail(self, spec: Any, error: BaseException) -> None:
+        pass
+
+
+def test_a_second_interrupt_is_handled_between_two_items_never_where_it_lands(
+    tmp_path: Path,
+) -> None:
+    # CI caught this race: a second Ctrl-C raised just after the loop took a build pending on
+    # its job from its inbox, before it was waiting; that build then kept its lease.
+    presses = _PressOnStart(2)
+    runner = StepRunner(RunOptions(max_concurrent=1), prefix=str(tmp_path / "p"), listener=presses)
+    a = apply("intr/a", quick, version="v1", tag="a", out_path=OUT)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(list(lower([a])))
+    assert presses.went_on, "the second interrupt cut the loop's bookkeeping in half"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "handler not restored"
+
+
+def test_a_third_interrupt_raises_where_it_lands(tmp_path: Path) -> None:
+    """The way out of a loop that hangs."""
+    presses = _PressOnStart(3)
+    runner = StepRunner(RunOptions(max_concurrent=1), prefix=str(tmp_path / "p"), listener=presses)
+    a = apply("intr/a", quick, version="v1", tag="a", out_path=OUT)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(list(lower([a])))
+    assert not presses.went_on
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "handler not restored"

@@ -28,6 +28,7 @@ plus a ``PrefectExecutor``. The Airflow runtime has no loop: Airflow's scheduler
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import queue
@@ -121,7 +122,7 @@ def _abandoned(spec: StepSpec) -> AbandonedError:
 
 
 class _Interrupt:
-    """Put in the inbox by the first Ctrl-C, which the loop then handles between two steps."""
+    """Put in the inbox by a first or second Ctrl-C, which the loop handles between two items."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,8 @@ class RunLoop:
         self.waiting = Waiting(self.scheduler)
         """Every step that waits: retries, deferred steps, pending jobs, served rebuilds."""
         self._inbox: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._taken: collections.deque[_Item] = collections.deque()
+        """Taken from the inbox, not yet handled: the loop leaving meanwhile still sees them."""
         self._left, self._left_lock = False, threading.Lock()  # the loop has left (_post)
         self._abandon = threading.Event()
         self._run_token = uuid.uuid4().hex  # a forced step's retry resumes only this run's attempt
@@ -216,8 +219,10 @@ class RunLoop:
             self._dispatch()
             while self._active():
                 try:
-                    for item in self._wait():
-                        self._handle(item)
+                    self._taken.extend(self._wait())
+                    while self._taken:
+                        self._handle(self._taken[0])
+                        self._taken.popleft()
                     for job in self.waiting.due():
                         self._resubmit(job)
                     self._dispatch()
@@ -301,7 +306,8 @@ class RunLoop:
         warn_running_jobs()
         with self._left_lock:
             self._left = True
-        pending = [i for i in self._drain() if isinstance(i, Completion) and i.pending]
+        taken, self._taken = [*self._taken, *self._drain()], collections.deque()
+        pending = [i for i in taken if isinstance(i, Completion) and i.pending]
         for done in pending:
             self.waiting.job_running(done.job, cast(Pending, done.pending))
         if (self.scheduler.running or self.waiting.rebuilding) and not self.exit_on_interrupt:
@@ -632,11 +638,14 @@ def served_targets_gone(plan: Plan, location: Location, targets: Iterable[str]) 
 
 
 class _QueuedInterrupts:
-    """The run loop's SIGINT handler while steps run: the first Ctrl-C is queued, a second raises.
+    """The run loop's SIGINT handler while steps run: a first and a second Ctrl-C are queued,
+    a third raises where it lands.
 
-    Raised where it lands, a first ``KeyboardInterrupt`` could cut the loop's bookkeeping in
-    half (a step handed to a worker but not yet counted as running) and be taken for the second
-    one, abandoning steps the user meant to let finish. Queued, it is handled between two steps.
+    Raised where it lands, a ``KeyboardInterrupt`` could cut the loop's bookkeeping in half: a
+    first one, a step handed to a worker but not yet counted as running (then taken for the
+    second, abandoning steps the user meant to let finish); a second one, a build pending on its
+    job taken from the inbox but not yet waiting (its lease then held until the process ends).
+    Queued, each is handled between two items; a third is the way out of a loop that hangs.
     Installed only from the main thread and over Python's own handler: a caller's handler wins.
     """
 
@@ -656,7 +665,7 @@ class _QueuedInterrupts:
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         self.count += 1
-        if self.count > 1:
+        if self.count > 2:
             raise KeyboardInterrupt
         self._inbox.put(_INTERRUPT)  # SimpleQueue.put is safe to call from a signal handler
 
