@@ -465,8 +465,7 @@ class _RemoteCall:
             forget_failed(build.location, build.output_path, job)
             what = (f"{job.backend} job {job.job_id} was stopped (cancelled{by}): it was {was} "
                     "when `marin cancel` ran, and no new job is submitted")  # fmt: skip
-        log.warning("cancelled %s: %s", self.step_id, what)
-        raise _final(what, "run again to submit a new job", self.step_id, job)
+        raise self._cancelled(what, job)
 
     def _stop_awaited(self, job: JobRecord, status: JobStatus) -> None:
         """The job this build waits for (``awaited_job``) was found stopped (``marin cancel``,
@@ -484,8 +483,12 @@ class _RemoteCall:
         forget_failed(build.location, build.output_path, job)
         what = (f"{job.backend} job {job.job_id} was stopped ({status.detail or 'by its backend'}"
                 f"{by}) while this build waited for it, and no new job is submitted")  # fmt: skip
+        raise self._cancelled(what, job)
+
+    def _cancelled(self, what: str, job: JobRecord | None) -> RemoteJobError:
+        """The build's end as stopped (cancelled), said in the log: final, never retried."""
         log.warning("cancelled %s: %s", self.step_id, what)
-        raise _final(what, "run again to submit a new job", self.step_id, job)
+        return _final(what, "run again to submit a new job", self.step_id, job)
 
     def _job_spec(self, ctx: StepContext) -> JobSpec:
         """What the backend runs: the call, what the job does before it (the caller's context
