@@ -52,18 +52,25 @@ def wait_until(check: Callable[[], object], what: str, timeout: float = 90) -> o
     return found
 
 
-@pytest.mark.parametrize("as_json", [False, True])
-def test_a_reattached_build_reports_its_jobs_own_duration(tmp_path: Path, as_json: bool) -> None:
+@pytest.mark.parametrize(
+    ("as_json", "target"),
+    [(False, "timed"), (True, "timed"), (True, "timed_resumable")],
+)
+def test_a_reattached_build_reports_its_jobs_own_duration(
+    tmp_path: Path, as_json: bool, target: str
+) -> None:
     """The driver is SIGKILLed while its job runs; a second ``marin run`` reattaches and
     waits only for the job's end: its row (or ``--json``), ``show``, ``show --json`` and
-    ``ls --json`` give the job's duration (>= ``MIN_JOB_S``), with this run's share beside."""
+    ``ls --json`` give the job's duration (>= ``MIN_JOB_S``), with this run's share beside.
+    A resumable step's second attempt that reattaches resumed nothing: the one job ran from
+    start to end, and it is never said to be resumed (red team gang 2, F5)."""
     env, prefix = env_for(tmp_path), str(tmp_path / "p")
-    first = start(env, tmp_path, "timed", "first")
+    first = start(env, tmp_path, target, "first")
     try:
         wait_until((tmp_path / "started").exists, "the job started")  # the job wrote it
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
-        second = start(env, tmp_path, "timed", "second", *(["--json"] if as_json else []))
+        second = start(env, tmp_path, target, "second", *(["--json"] if as_json else []))
         wait_for_text(tmp_path / "second.err", "reattach timed/train@v1: local job")
     finally:
         (tmp_path / "gate").touch()
@@ -74,6 +81,7 @@ def test_a_reattached_build_reports_its_jobs_own_duration(tmp_path: Path, as_jso
         assert step["action"] == "built" and step["duration_s"] >= MIN_JOB_S, step
         assert step["duration_here_s"] < step["duration_s"], step
         assert step["duration_note"].startswith("reattached: the job's time; "), step
+        assert "resumed" not in step["duration_note"] and not step.get("resumed"), step
     else:
         row = re.search(r"timed/train@v1 +built +(\S+)s +reattached: the job's time; (\S+)s "
                         r"waited here$", out, re.M)  # fmt: skip
@@ -86,6 +94,7 @@ def test_a_reattached_build_reports_its_jobs_own_duration(tmp_path: Path, as_jso
     assert raw["timing"]["duration_s"] >= MIN_JOB_S > raw["duration_s"], raw["timing"]
     assert raw["timing"]["duration_here_s"] == raw["duration_s"]
     assert raw["provenance"]["job"]["ended_at"] <= raw["finished_at"]
+    assert raw["provenance"].get("attempt", {}).get("resumed") in (None, False), raw["provenance"]
     (listed,) = json.loads(marin(env, "ls", "--prefix", prefix, "--json").stdout)["artifacts"]
     assert listed["duration_s"] == raw["timing"]["duration_s"], listed
     assert listed["duration_note"] == raw["timing"]["duration_note"], listed

@@ -2,7 +2,7 @@
 huge line.
 
 ``timed``: a ``local`` job that writes ``$MARIN_TEST_STARTED``, waits for ``$MARIN_TEST_GATE``
-and runs at least ``MIN_JOB_S`` in all. ``logs``: a plain job and a gang of two that each print
+and runs at least ``MIN_JOB_S`` in all (``timed_resumable``: the same step, resumable). ``logs``: a plain job and a gang of two that each print
 a line, a 3 MB line (a progress bar would make one), then a partial line, and wait for the gate.
 """
 
@@ -47,6 +47,11 @@ def printer(out: str) -> str:
 
 
 timed = [apply("timed/train", long_job, version="v1", out=OUT).with_options(remote="local")]
+timed_resumable = [
+    apply("timed/train", long_job, version="v1", out=OUT).with_options(
+        remote="local", resumable=True
+    )
+]
 logs = [
     apply("logs/plain", printer, version="v1", out=OUT).with_options(remote="local"),
     apply("logs/gang", printer, version="v1", out=OUT).with_options(remote="local", ranks=2),

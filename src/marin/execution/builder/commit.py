@@ -962,6 +962,11 @@ def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRec
         if held.remote.job_ended_at:
             provenance["job"]["ended_at"] = held.remote.job_ended_at  # its own end: timing.py
         code = held.remote.job.code  # the code it ran (other, reattached under warn: drift)
+        if held.remote.job.build_id != held.build_id and "attempt" in provenance:
+            # Reattached to (or collected) an earlier driver's job: that one job ran from
+            # start to end, so this attempt resumed nothing (its code is still mixed below).
+            provenance["attempt"] = {**provenance["attempt"], "resumed": False}
+            provenance.pop("earlier_attempts_s", None)
     if held.attempt is not None and held.attempt.resumed:
         code = mixed_digest(held.attempt.code, code)  # resumed across a code change: both
     return ArtifactRecord(
