@@ -43,7 +43,7 @@ def _world(previous: Attempt, ranks: int) -> str:
         return ""
     return (
         f", written by {previous.ranks} ranks, now {ranks} (ranks is placement, not identity: "
-        "resumed; fn sees the new world_size)"
+        f"kept; a new job runs {ranks} ranks, a job of it still running is reattached as it is)"
     )
 
 
