@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from marin.execution.errors import MarinError
 from marin.execution.remote.fence import UnseenJobError, is_this_steps, stop_job
 from marin.execution.remote.log_tail import each_line, tail_lines
-from marin.execution.remote.protocol import log_lines
+from marin.execution.remote.protocol import log_lines, peek
 from marin.execution.remote.registry import get_backend
 from marin.execution.remote.view import job_age, short_duration
 from marin.execution.store.lease import break_lease, read_lease
@@ -100,7 +100,7 @@ def step_job(location: Location, output_path: str, step: str) -> StepJob | None:
             step,
         )
     try:
-        state = str(get_backend(found.backend).status(found.handle).state)
+        state = str(peek(get_backend(found.backend), found.handle).state)
     except Exception:  # advisory: shown as unknown
         state = "unknown"
     return StepJob(found, state)
@@ -230,7 +230,7 @@ def follow_job_log(
             raise broken[0]
         time.sleep(FOLLOW_POLL_S)  # polling: neither a file nor Ray's stream offers an event here
         try:
-            state = str(backend.status(found.job.handle).state)
+            state = str(peek(backend, found.job.handle).state)
         except Exception:  # an outage: keep following
             continue
     tail.finish()

@@ -85,3 +85,52 @@ def test_a_lost_or_failed_job_ends_what_its_ranks_started(
         for pid in _helpers(folder):  # a helper that outlived its job (the bug): this test's
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_looking_at_a_dead_gang_never_kills_what_it_left_and_cancel_stops_it(
+    tmp_path: Path,
+) -> None:
+    """The driver, then the gang's supervisor, are SIGKILLed: the ranks die, their helpers
+    write on. ``marin show`` and ``marin plan`` only look (red team gang 2, F2): the job counts
+    as running while its group does, and nothing is signalled; ``marin cancel`` stops it (exit
+    0), and every helper is gone."""
+    folder = tmp_path / "leak"
+    folder.mkdir()
+    prefix, env = setup(tmp_path, MARIN_TEST_LEAK_DIR=str(folder), MARIN_TEST_LEAK="kill")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "marin.cli", "run", f"{PIPELINES}:gang", "--prefix", prefix,
+         "--no-progress"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+    def marin(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "marin.cli", *args, "--prefix", prefix],
+                              cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+
+    try:
+        ready = _lines(folder / "ready", 2, proc)
+        helpers = _helpers(folder)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        supervisor = _parent(int(ready[0].split()[1]))
+        os.kill(supervisor, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while any(start_time(int(line.split()[1])) for line in ready):
+            assert time.monotonic() < deadline, "the ranks outlived their supervisor"
+            time.sleep(0.02)
+        shown = marin("show", "leak/gang@v1")
+        assert "running" in shown.stdout and "lost" not in shown.stdout, shown.stdout
+        planned = marin("plan", f"{PIPELINES}:gang")
+        assert planned.returncode == 0, planned.stderr
+        alive = [pid for pid in helpers if start_time(pid) is not None]
+        assert alive == helpers, "a command that only looks killed a process"
+        cancelled = marin("cancel", "leak/gang@v1")
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert [start_time(pid) for pid in helpers] == [None, None], cancelled.stderr
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in _helpers(folder):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -36,7 +36,7 @@ import time
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.errors import RemoteJobError
 from marin.execution.remote.log_tail import tail_lines
-from marin.execution.remote.procs import JOB_ENV, end_group, runs_in
+from marin.execution.remote.procs import JOB_ENV, end_group, group_members, runs_in
 from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus
 from marin.execution.store.step_folder import JOB_ID
 from marin.execution.vocabulary import JobState
@@ -193,14 +193,15 @@ class LocalBackend:
 
     def running_jobs(self) -> dict[str, str]:
         """Each job of the jobs root that runs now, with its owner (whatever ``job.json``
-        files say): a second job for the same output is never started beside one."""
+        files say): a second job for the same output is never started beside one. Only
+        looked at (``peek``): ``plan`` asks too, and a dead job's leftovers still write."""
         found = {}
         for name in sorted(os.listdir(jobs_root())):
             if not JOB_ID.fullmatch(name):
                 continue
             handle = JobHandle(self.name, name, {})
             owner = self.owner(handle)
-            if owner and self.status(handle).state == JobState.RUNNING:
+            if owner and self.peek(handle).state == JobState.RUNNING:
                 found[name] = owner
         return found
 
@@ -215,6 +216,15 @@ class LocalBackend:
             return ""
 
     def status(self, handle: JobHandle) -> JobStatus:
+        """The job's state; a dead job's leftover processes are killed first (the poller of a
+        driver waiting for it asks this: a job is not ended while its group runs)."""
+        return self._state(handle, reap=True)
+
+    def peek(self, handle: JobHandle) -> JobStatus:
+        """``status`` without a signal: leftovers of a dead job count as running (``peek``)."""
+        return self._state(handle, reap=False)
+
+    def _state(self, handle: JobHandle, reap: bool) -> JobStatus:
         folder = _folder_of(handle)
         if folder is None or not os.path.isdir(folder):
             return JobStatus(JobState.LOST, detail="its folder is gone")
@@ -226,7 +236,7 @@ class LocalBackend:
         # supervisor does before it writes the result.
         if alive and (done is None or "watcher" in _pid_info(folder)):
             return JobStatus(JobState.RUNNING)
-        if not alive and not self._group_ended(folder):
+        if not alive and not self._group_ended(folder, reap):
             return JobStatus(JobState.RUNNING)  # a process of its group still runs
         lost = JobStatus(JobState.LOST, detail=_lost_detail(folder))
         return done or self._result(folder) or lost  # it may have ended between the looks
@@ -272,7 +282,7 @@ class LocalBackend:
             deadline = time.monotonic() + _KILL_WAIT_S
             while self._alive(folder) and time.monotonic() < deadline:
                 time.sleep(0.01)  # a killed process is gone in milliseconds
-        self._group_ended(folder)  # what the job started and its watcher could not end
+        self._group_ended(folder, reap=True)  # what the job started and its watcher could not end
         if os.path.isdir(folder):  # after the kill: STOPPED means nothing of it runs any more
             write_file_atomically(os.path.join(folder, CANCELLED), b"")
 
@@ -318,12 +328,14 @@ class LocalBackend:
             return None
         return pid
 
-    def _group_ended(self, folder: str) -> bool:
-        """Kill what is left of the job's process group (its recorded pid is the group's id;
-        a member is the job's only while its environment names the job's folder) and say
-        whether the group is empty: a job is not ended while a process it started runs."""
+    def _group_ended(self, folder: str, reap: bool) -> bool:
+        """Kill (``reap``) what is left of the job's process group (its recorded pid is the
+        group's id; a member is the job's only while its environment names the job's folder)
+        and say whether the group is empty: a job is not ended while a process it started runs."""
         pid = _pid_info(folder).get("pid")
-        return end_group(pid, folder, _KILL_WAIT_S) if isinstance(pid, int) else True
+        if not isinstance(pid, int):
+            return True
+        return end_group(pid, folder, _KILL_WAIT_S) if reap else not group_members(pid, folder)
 
     def _alive(self, folder: str) -> bool:
         """The job runs, or its watcher (``local_job``) has not yet said how it ended."""

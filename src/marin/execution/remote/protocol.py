@@ -123,6 +123,15 @@ class RemoteBackend(Protocol):
 # - ``release(handle)``: remove an ended job's files (``cleanup.py``).
 
 
+def peek(backend: RemoteBackend, handle: JobHandle) -> JobStatus:
+    """``backend.status`` for a command that only looks (``plan``, ``show``, ``logs``,
+    ``cancel`` before it stops anything): a backend whose ``status`` also reaps what a dead job
+    left running (``local`` ends an orphaned process group) answers by its ``peek``, which
+    never signals anything; such leftovers count as running."""
+    look = getattr(backend, "peek", None)
+    return look(handle) if callable(look) else backend.status(handle)
+
+
 def log_lines(text: str) -> list[str]:
     """A log's lines: split on newlines only (``\\r``, U+2028 or ``\\x1e`` in a job's output
     is data, shown escaped within its line: never a line of its own)."""

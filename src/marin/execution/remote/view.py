@@ -10,6 +10,7 @@ from typing import Any
 
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.remote.fence import UnseenJobError, is_this_steps, unrecorded_writer
+from marin.execution.remote.protocol import peek
 from marin.execution.remote.registry import get_backend
 from marin.execution.store.identity import Recipe, claim_of, judge_claim
 from marin.execution.store.location import Location
@@ -45,7 +46,7 @@ def job_view(
     try:
         if not is_this_steps(job, location, output_path):
             return None  # a record the run would ignore: its job is never touched
-        state: str = get_backend(job.backend).status(job.handle).state
+        state: str = peek(get_backend(job.backend), job.handle).state
     except UnseenJobError as exc:  # it may run where this driver cannot see: the run refuses
         unseen = {"state": "unseen", "why": exc.why, "fix": exc.fix, "age_s": job_age(job)}
         return {**job.to_json(code=False), **unseen}
@@ -83,7 +84,7 @@ def job_note(location: Location, output_path: str) -> str:
     try:
         if not is_this_steps(job, location, output_path):
             return ""
-        state = get_backend(job.backend).status(job.handle).state
+        state = peek(get_backend(job.backend), job.handle).state
     except UnseenJobError as exc:
         return (
             f"{what} may still run where this driver cannot see it ({exc.why}): a run from "
@@ -163,7 +164,7 @@ def other_version_jobs(location: Location, output_path: str) -> list[dict[str, A
             job = load_job(location, path)
             if not isinstance(job, JobRecord) or not is_this_steps(job, location, path):
                 continue  # none, unreadable, or not this step's: never asked about
-            state = str(get_backend(job.backend).status(job.handle).state)
+            state = str(peek(get_backend(job.backend), job.handle).state)
         except Exception as exc:  # an unreachable cluster: say nothing
             log.debug("could not ask about the job of %s: %s", path, exc)
             continue
