@@ -146,42 +146,6 @@ def test_second_interrupt_abandons_but_keeps_the_lease_until_fn_ends(tmp_path: P
     assert CALLS == ["a"]
 
 
-class _InterruptOnStart:
-    """A progress listener that presses Ctrl-C while the run loop is handing a step out."""
-
-    def on_plan(self, total: int, skipped: int) -> None:
-        pass
-
-    def on_start(self, spec: Any) -> None:
-        os.kill(os.getpid(), signal.SIGINT)  # delivered here, on the run loop's own thread
-
-    def on_finish(self, outcome: Any) -> None:
-        pass
-
-    def on_fail(self, spec: Any, error: BaseException) -> None:
-        pass
-
-
-def test_a_first_interrupt_while_a_step_is_being_started_is_still_the_first(
-    tmp_path: Path,
-) -> None:
-    # CI caught this race: Ctrl-C landing while the loop was starting a step was taken for the
-    # second one, which abandoned a step the user meant to let finish.
-    prefix = str(tmp_path / "p")
-    runner = StepRunner(RunOptions(max_concurrent=1), prefix=prefix, listener=_InterruptOnStart())
-    runner.ready_order = "fifo"
-    a = apply("intr/a", quick, version="v1", tag="a", out_path=OUT)
-    b = apply("intr/b", quick, version="v1", tag="b", out_path=OUT)
-    with pytest.raises(KeyboardInterrupt):
-        runner.run(list(lower([a, b])))
-    assert CALLS == ["a"], "a step started after the interrupt"
-    location = open_prefix(prefix)
-    record = read_record(location, "intr/a/v1")
-    assert record is not None and record.result == "a", "the step being started was abandoned"
-    assert read_record(location, "intr/b/v1") is None
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "handler not restored"
-
-
 class _PressOnStart:
     """A progress listener that presses Ctrl-C ``times`` times while the run loop hands a step
     out, and notes whether the loop's own code went on past the presses."""
@@ -202,6 +166,26 @@ class _PressOnStart:
 
     def on_fail(self, spec: Any, error: BaseException) -> None:
         pass
+
+
+def test_a_first_interrupt_while_a_step_is_being_started_is_still_the_first(
+    tmp_path: Path,
+) -> None:
+    # CI caught this race: Ctrl-C landing while the loop was starting a step was taken for the
+    # second one, which abandoned a step the user meant to let finish.
+    prefix = str(tmp_path / "p")
+    runner = StepRunner(RunOptions(max_concurrent=1), prefix=prefix, listener=_PressOnStart(1))
+    runner.ready_order = "fifo"
+    a = apply("intr/a", quick, version="v1", tag="a", out_path=OUT)
+    b = apply("intr/b", quick, version="v1", tag="b", out_path=OUT)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(list(lower([a, b])))
+    assert CALLS == ["a"], "a step started after the interrupt"
+    location = open_prefix(prefix)
+    record = read_record(location, "intr/a/v1")
+    assert record is not None and record.result == "a", "the step being started was abandoned"
+    assert read_record(location, "intr/b/v1") is None
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "handler not restored"
 
 
 def test_a_second_interrupt_is_handled_between_two_items_never_where_it_lands(
