@@ -13,8 +13,9 @@ _EPILOG = """examples:
   marin register ngram/dataset@v1 --id datasets/ngram/v1 --prefix /tmp/marin
   marin register ngram/models/bigram-add-k@v1 --id models/bigram/2026.11 --json
 
-In Python: Artifact.from_id("datasets/ngram/v1") resolves the id (two reads);
-it refuses a registered build rebuilt in place or deleted since.
+In Python: Artifact.from_id("datasets/ngram/v1") resolves the id (one read).
+A registered build is frozen: marin run --force (or a drift rebuild) of its
+name@version is refused; bump the version instead.
 A registration is never replaced: an id is taken once. Registered builds, and
 every build they were made from, are kept by marin gc whatever its targets.
 exit status: 0 registered, 1 the id is taken already, 2 any other error

@@ -5,6 +5,9 @@ targets. Real file systems (local disk and ``memory://``)."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 
 import marin.execution.store.location as location_module
 from marin.cli import main
+from marin.execution.errors import RegisteredBuildFrozenError, StepFailedError
 from marin.execution.lazy import JsonArtifact, run
 from marin.execution.pipeline.artifact import Artifact
 from marin.execution.store.location import open_prefix
@@ -26,8 +30,8 @@ from marin.execution.store.registry import (
     ArtifactNotFoundError,
     ArtifactRegistryError,
     InvalidArtifactIdError,
-    RegisteredBuildGoneError,
     RegistryId,
+    frozen_ids,
     register,
 )
 from marin.gc import collect_garbage
@@ -45,7 +49,7 @@ def _plant(location: Any, relative: str, data: bytes) -> None:
     location.put_file(path, data)
 
 
-def test_register_then_from_id_with_two_reads(prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_register_then_from_id_with_one_read(prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     artifacts = run(scratch(), prefix=prefix)  # raw -> scratch
     location = open_prefix(prefix)
     manifest = register(location, "gc/scratch/v1", RegistryId.parse("exp/scratch/v1"), "me@h")
@@ -60,15 +64,15 @@ def test_register_then_from_id_with_two_reads(prefix: str, monkeypatch: pytest.M
 
     monkeypatch.setattr(location_module.Location, "read_file", counted)
     found = Artifact.from_id("exp/scratch/v1", prefix=prefix)
-    # The manifest, then the step's record (still the registered build: finding 6).
-    assert len(reads) == 2 and reads[0].endswith(f"{REGISTRY_FOLDER}/exp/scratch/v1.json")
-    assert reads[1].endswith("gc/scratch/v1.marin/record.json")
+    # The manifest alone: a registered build is frozen, so its record is the step's.
+    assert reads == [location.path(f"{REGISTRY_FOLDER}/exp/scratch/v1.json")]
     assert found.url == f"{prefix.rstrip('/')}/gc/scratch/v1"
+    assert found.record == read_record(location, "gc/scratch/v1")
     assert found.record is not None and found.record.build_id == manifest.build_id
     assert found.result == {"text": "scratch"} and found.spec is None
     typed = Artifact.from_id("exp/scratch", "v1", Built, prefix=prefix)  # Marin's arguments
     assert isinstance(typed, Built) and typed.text == "scratch" and typed.path == found.url
-    assert len(reads) == 4
+    assert len(reads) == 3  # read_record above, then one read for the typed lookup
 
 
 def test_a_second_registration_of_an_id_is_refused_and_never_written(prefix: str) -> None:
@@ -83,6 +87,11 @@ def test_a_second_registration_of_an_id_is_refused_and_never_written(prefix: str
     assert info.value.existing is not None and info.value.existing.token == first.token
     assert "new tag" in info.value.fix
     assert location.read_file(path) == before
+    # The loser's freeze mark names an id whose manifest is another build's: it freezes nothing.
+    raw, train = read_record(location, "gc/raw/v1"), read_record(location, "gc/train/v1")
+    assert raw is not None and train is not None
+    assert frozen_ids(location, "gc/raw/v1", raw) == []
+    assert frozen_ids(location, "gc/train/v1", train) == ["exp/train/v1"]
 
 
 @pytest.mark.parametrize(
@@ -119,26 +128,6 @@ def test_from_id_of_an_unknown_or_untrusted_manifest_is_a_clear_error(prefix: st
             Artifact.from_id(bad, prefix=prefix)
 
 
-def test_from_id_serves_the_steps_record_never_an_edited_copy_in_the_manifest(
-    prefix: str,
-) -> None:
-    """Red team round 3, finding 7: the manifest's copy of the record is untrusted."""
-    run(scratch(), prefix=prefix)
-    location = open_prefix(prefix)
-    manifest = register(location, "gc/raw/v1", RegistryId.parse("exp/raw/v1"), "me@h")
-    data = json.loads(manifest.to_bytes())
-    data["record"]["result"] = {"accuracy": 0.99}
-    data["record"]["config"] = {**data["record"].get("config", {}), "planted": True}
-    path = location.path(f"{REGISTRY_FOLDER}/exp/raw/v1.json")
-    location.fs.rm_file(path)
-    _plant(location, f"{REGISTRY_FOLDER}/exp/raw/v1.json", json.dumps(data).encode())
-    served = Artifact.from_id("exp/raw/v1", prefix=prefix)
-    stored = read_record(location, "gc/raw/v1")
-    assert stored is not None and served.record == stored
-    assert served.result == stored.result != {"accuracy": 0.99}
-    assert "planted" not in served.record.config
-
-
 def test_marin_register_on_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -162,35 +151,135 @@ def test_marin_register_on_the_command_line(
     assert "3 artifact(s)" in listed and "registry" not in listed  # the registry is no step
 
 
-def test_from_id_of_a_registered_build_rebuilt_in_place_or_deleted_is_refused(
-    prefix: str, capsys: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Finding 6: after ``--force`` rebuilt a registered build in place, ``from_id`` returned
-    the registered record (its build id, its result) with a path holding the new build's bytes.
-    A registered id never serves another build's data: it names what happened instead."""
+# --- a registered build is frozen: never rebuilt in place ---------------------------------------
+
+FROZEN = "tests/registry/frozen_pipelines.py:pipeline"
+MODEL = "frozen/model/v1"
+FIX = (
+    "a registered build is never rebuilt in place: bump the version (or register a new build "
+    "under a new tag)"
+)
+
+
+def _release(prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *ids: str) -> Path:
+    """Build the frozen pipeline and register ``frozen/model@v1`` under ``ids``; the calls file."""
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
-    target = "tests/gc/pipelines.py:scratch"
-    assert main(["run", target, "--prefix", prefix, "--no-progress"]) == 0
-    assert main(["register", "gc/scratch@v1", "--id", "exp/scratch/r1", "--prefix", prefix]) == 0
-    registered = Artifact.from_id("exp/scratch/r1", prefix=prefix).record.build_id
-    argv = ["run", target, "--prefix", prefix, "--force", "gc/scratch", "--no-progress"]
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("MARIN_TEST_FROZEN_CALLS", str(calls))
+    assert main(["run", FROZEN, "--prefix", prefix, "--no-progress"]) == 0
+    for reg_id in ids:
+        assert main(["register", "frozen/model@v1", "--id", reg_id, "--prefix", prefix]) == 0
+    return calls
+
+
+def _stored(prefix: str, *ids: str) -> dict[str, bytes | None]:
+    """The bytes of the model's record, output, status and the ids' manifests (None: absent)."""
+    location = open_prefix(prefix)
+    paths = [f"{MODEL}.marin/record.json", f"{MODEL}.marin/status.json", f"{MODEL}/weights.txt"]
+    paths += [RegistryId.parse(i).manifest_path for i in ids]
+    found: dict[str, bytes | None] = {}
+    for path in paths:
+        try:
+            found[path] = location.read_file(location.path(path))
+        except FileNotFoundError:
+            found[path] = None
+    return found
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], ids: str) -> None:
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"is registered as {ids}: this run would rebuild it in place" in err, err
+    assert "(step frozen/model@v1)" in err and FIX in err, err
+    assert "retry frozen/model@v1" not in err  # final: retries=2 spends none
+
+
+@pytest.mark.parametrize("how", ["force", "drift"])
+def test_a_registered_build_is_never_rebuilt_in_place(
+    how: str,
+    prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--force``, or ``--on-drift rebuild`` after a config edit without a version bump, of a
+    registered ``name@version``: refused before anything is cleared or written, exit 1, and
+    final (``retries=2``: ``fn`` runs zero times). A new version builds."""
+    ids = ("models/m/v1", "models/m/best")
+    calls = _release(prefix, tmp_path, monkeypatch, *ids)
+    before = _stored(prefix, *ids)
+    assert before[f"{MODEL}.marin/record.json"] and before[f"{MODEL}/weights.txt"] == b"lr=0.1"
+    argv = ["run", FROZEN, "--prefix", prefix, "--no-progress"]
+    if how == "force":
+        argv += ["--force", "frozen/model"]
+    else:
+        monkeypatch.setenv("MARIN_TEST_FROZEN_LR", "0.2")  # the config, same version
+        argv += ["--on-drift", "rebuild"]
+    capsys.readouterr()
+    _refused(argv, capsys, "models/m/v1, models/m/best")
+    assert calls.read_text().splitlines() == ["model 0.1"]  # never run again, never retried
+    assert _stored(prefix, *ids) == before  # record, output, status and manifests untouched
+    _refused_in_library(prefix, "is registered as models/m/v1")  # the library too
+    assert _stored(prefix, *ids) == before
+    found = Artifact.from_id("models/m/best", prefix=prefix)
+    assert found.record == read_record(open_prefix(prefix), MODEL)
+    monkeypatch.setenv("MARIN_TEST_FROZEN_VERSION", "v2")  # the fix: a new version builds
     assert main(argv) == 0
-    rebuilt = read_record(open_prefix(prefix), "gc/scratch/v1")
-    assert rebuilt is not None and rebuilt.build_id != registered
-    with pytest.raises(RegisteredBuildGoneError) as gone:
-        Artifact.from_id("exp/scratch/r1", prefix=prefix)
-    assert f"build {registered}, which is gone" in gone.value.what
-    assert f"now holds build {rebuilt.build_id} (rebuilt in place" in gone.value.what
-    with pytest.raises(RegisteredBuildGoneError):  # typed too
-        Artifact.from_id("exp/scratch/r1", None, Built, prefix=prefix)
-    # The current build, registered under a new tag, is served.
-    assert main(["register", "gc/scratch@v1", "--id", "exp/scratch/r2", "--prefix", prefix]) == 0
-    found = Artifact.from_id("exp/scratch/r2", prefix=prefix)
-    assert found.record is not None and found.record.build_id == rebuilt.build_id
-    # Deleted (by hand, or by a gc): said so, never a path to nothing.
-    open_prefix(prefix).remove_tree(open_prefix(prefix).path("gc/scratch/v1.marin"))
-    with pytest.raises(RegisteredBuildGoneError, match="nothing is built at .* any more"):
-        Artifact.from_id("exp/scratch/r2", prefix=prefix)
+    assert read_record(open_prefix(prefix), "frozen/model/v2") is not None
+    assert _stored(prefix, *ids) == before
+
+
+def _refused_in_library(prefix: str, what: str) -> None:
+    """``run(..., force=...)`` of the model: its step fails with the frozen build's error."""
+    from tests.registry.frozen_pipelines import pipeline as frozen
+
+    with pytest.raises(StepFailedError) as refused:
+        run(frozen(), prefix=prefix, force=["frozen/model"])
+    assert isinstance(refused.value.__cause__, RegisteredBuildFrozenError)
+    assert what in refused.value.__cause__.what
+
+
+def test_a_registration_that_crashed_before_its_manifest_freezes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``marin register`` killed (SIGKILL) after its freeze mark, before its manifest: the id
+    is not registered, and ``--force`` rebuilds the step (the mark never blocks forever)."""
+    from marin.execution.store.step_folder import read_registered_mark
+    from tests.reliability.conftest import child_env
+
+    prefix = str(tmp_path / "p")
+    calls = _release(prefix, tmp_path, monkeypatch)
+    location = open_prefix(prefix)
+    built = read_record(location, MODEL)
+    assert built is not None
+    home = tmp_path / "home"
+    (home / "tmp").mkdir(parents=True)
+    env = child_env(HOME=str(home), TMPDIR=str(home / "tmp"),
+                    MARIN_FAULT_CRASH="register-before-manifest")  # fmt: skip
+    argv = ["register", "frozen/model@v1", "--id", "models/m/v1", "--prefix", prefix]
+    killed = subprocess.run([sys.executable, "-m", "marin.cli", *argv], env=env, cwd=home,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    mark = read_registered_mark(location, MODEL)
+    assert mark is not None and (mark.build_id, mark.ids) == (built.build_id, ("models/m/v1",))
+    with pytest.raises(ArtifactNotFoundError):
+        Artifact.from_id("models/m/v1", prefix=prefix)
+    argv = ["run", FROZEN, "--prefix", prefix, "--force", "frozen/model", "--no-progress"]
+    assert main(argv) == 0
+    rebuilt = read_record(location, MODEL)
+    assert rebuilt is not None and rebuilt.build_id != built.build_id
+    assert calls.read_text().splitlines() == ["model 0.1", "model 0.1"]
+    # Registered now, the new build is frozen: the stale mark was replaced, not extended.
+    assert main(["register", "frozen/model@v1", "--id", "models/m/v1", "--prefix", prefix]) == 0
+    mark = read_registered_mark(location, MODEL)
+    assert mark is not None and (mark.build_id, mark.ids) == (rebuilt.build_id, ("models/m/v1",))
+    _refused_in_library(prefix, f"the build {rebuilt.build_id} at ")
+
+
+def test_is_final_says_a_frozen_build_is_never_retried() -> None:
+    from marin.execution.errors import is_final
+
+    assert is_final(RegisteredBuildFrozenError("x", "y", "s@v1"))
 
 
 # --- gc keeps what is registered, whatever its targets ------------------------------------------
@@ -204,7 +293,11 @@ def test_a_registered_build_rebuilt_in_place_is_said_gone_and_its_inputs_kept(
     register(location, "gc/train/v1", RegistryId.parse("models/train/v1"), "me@h")
     tok_v1 = read_record(location, "gc/tok/v1")
     monkeypatch.setenv("MARIN_TEST_GC_TOK", "v2")  # the pipeline moved on: train drifts
-    run(pipeline(), prefix=prefix, on_drift="rebuild")  # rebuilt in place, over the release
+    with pytest.raises(StepFailedError) as refused:  # frozen: never rebuilt in place
+        run(pipeline(), prefix=prefix, on_drift="rebuild")
+    assert isinstance(refused.value.__cause__, RegisteredBuildFrozenError)
+    location.rm_file(location.path("gc/train/v1.marin/record.json"))  # deleted by hand
+    run(pipeline(), prefix=prefix, on_drift="rebuild")  # so rebuilt: the mark names another
     report = collect_garbage(pipeline(), location)
     assert any("models/train/v1 names gc/train@v1 build" in n for n in report.gone)
     kept = {k.step: k.why for k in report.kept}

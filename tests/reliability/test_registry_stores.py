@@ -1,7 +1,8 @@
 """The registry on every store (issue 57): two racing ``register`` calls of one id, exactly one
 wins (``O_EXCL``-like ``link`` on local disk, ``If-None-Match`` on moto S3, ``ifGenerationMatch=0``
-on fake-gcs), in separate processes with their own cwd, HOME and TMPDIR; and ``Artifact.from_id``
-resolves with one request for its manifest and two for the record it checks."""
+on fake-gcs), in separate processes with their own cwd, HOME and TMPDIR; ``Artifact.from_id``
+resolves with one request, its manifest's GET; and a registered build is never rebuilt in place
+there."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from typing import Any
 
 import pytest
 
+from marin.execution.errors import RegisteredBuildFrozenError, StepFailedError
 from marin.execution.lazy import OUT, apply, run
 from marin.execution.pipeline.artifact import Artifact
 from marin.execution.store.location import open_prefix
+from marin.execution.store.records import read_record
 from marin.execution.store.registry import (
     ArtifactAlreadyExistsError,
     RegistryId,
@@ -34,7 +37,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _built(prefix: str) -> None:
+def _built(prefix: str, *, force: bool = False) -> None:
     def write(out_path: str) -> dict[str, str]:
         import fsspec
 
@@ -42,7 +45,8 @@ def _built(prefix: str) -> None:
             f.write("released")
         return {"ok": "yes"}
 
-    run([apply("rel/data", write, version="v1", out_path=OUT)], prefix=prefix)
+    step = apply("rel/data", write, version="v1", out_path=OUT)
+    run([step], prefix=prefix, force=["rel/data"] if force else ())
 
 
 def _race_processes(prefix: str, reg_id: str, tmp_path: Path) -> list[subprocess.Popen[str]]:
@@ -108,14 +112,18 @@ def _race_threads(location: Any, reg_id: str) -> list[str]:
     return winners
 
 
-def test_from_id_reads_the_manifest_then_the_record_on_s3(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_from_id_is_one_get_and_the_build_is_frozen_on_s3(
+    s3_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import uuid
 
     import s3fs
 
     prefix = f"s3://marin-tests/{uuid.uuid4().hex[:10]}"
     _built(prefix)
-    register(open_prefix(prefix), "rel/data/v1", RegistryId.parse("rel/data/v1"), "me@h")
+    location = open_prefix(prefix)
+    register(location, "rel/data/v1", RegistryId.parse("rel/data/v1"), "me@h")
+    record = read_record(location, "rel/data/v1")
     requests: list[str] = []
     original = s3fs.S3FileSystem._call_s3
 
@@ -125,6 +133,12 @@ def test_from_id_reads_the_manifest_then_the_record_on_s3(s3_server: Any, monkey
 
     monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
     found = Artifact.from_id("rel/data/v1", prefix=prefix)
-    # One GET of the manifest; the step's record (still the registered build?, finding 6).
-    assert requests == ["get_object", "head_object", "get_object"], requests
+    assert requests == ["get_object"], requests  # the manifest, nothing else
     assert found.url == f"{prefix}/rel/data/v1" and found.result == {"ok": "yes"}
+    assert found.record == record
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", original)
+    with pytest.raises(StepFailedError) as refused:  # --force of the registered build
+        _built(prefix, force=True)
+    assert isinstance(refused.value.__cause__, RegisteredBuildFrozenError)
+    assert "is registered as rel/data/v1" in refused.value.__cause__.what
+    assert read_record(location, "rel/data/v1") == record

@@ -161,6 +161,12 @@ class AbandonedError(MarinError, RuntimeError):
     """A build abandoned by a second interrupt: its ``fn`` ended, and nothing was committed."""
 
 
+class RegisteredBuildFrozenError(MarinError, RuntimeError):
+    """A build would replace in place a build ``marin register`` released (a registered build
+    is frozen: its id resolves with its manifest alone). Refused before anything is cleared
+    or written, and final: no retry changes it."""
+
+
 def brief(value: object, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters: errors repeat untrusted input only so far."""
     text = repr(value)
@@ -227,7 +233,10 @@ class RemoteJobError(MarinError, RuntimeError):
 def is_final(error: BaseException) -> bool:
     """Whether a step's attempt ended in a way no retry changes, so ``retries`` are not spent:
     a remote job cancelled, its gang never placed or lost past ``max_preemptions``
-    (``RemoteJobError.final``), or a build abandoned by a second interrupt. The one rule
-    every runner asks: the run loop, and the engines' own task retries (Prefect's
-    ``retry_condition_fn``, Airflow's fail-without-retry)."""
-    return isinstance(error, AbandonedError) or (isinstance(error, RemoteJobError) and error.final)
+    (``RemoteJobError.final``), a build abandoned by a second interrupt, or a registered
+    build it would replace in place. The one rule every runner asks: the run loop, and the
+    engines' own task retries (Prefect's ``retry_condition_fn``, Airflow's
+    fail-without-retry)."""
+    if isinstance(error, (AbandonedError, RegisteredBuildFrozenError)):
+        return True
+    return isinstance(error, RemoteJobError) and error.final

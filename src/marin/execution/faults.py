@@ -19,6 +19,7 @@ atomic), ``record-torn`` (half of the record written at its final path, as a non
 could), ``after-record`` (record committed; on local disk and ``memory://`` the lease is released
 with it, elsewhere it is still held). A remote step also passes ``after-submit`` (not in
 ``CRASH_POINTS``, which every build passes): its job submitted and named in ``job.json``.
+``marin register`` passes ``register-before-manifest``: its freeze mark written, no manifest.
 
 ``MARIN_FAULT_HOLD=<point>:<folder>`` holds this process at ``hold_point(point)`` (a remote
 step's ``before-resubmit``: its job was lost, not yet submitted again; ``before-submit``: it

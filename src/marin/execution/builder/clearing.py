@@ -1,19 +1,21 @@
 """What is at a step's output path before a build, and clearing it: only what Marin provably
 wrote there, literally (never a glob), never another step's metadata, never an adopted step's
 data. ``build_step`` asks before it takes the lease (``output_left_by_marin``), and its lease
-holder clears (``earlier_attempt``, ``check_clearable``, ``clear_output``).
+holder clears (``earlier_attempt``, ``check_clearable``, ``clear_output``), unless the build
+there is registered (``refuse_frozen``).
 """
 
 from __future__ import annotations
 
 import logging
 
-from marin.execution.errors import StorageError
+from marin.execution.errors import RegisteredBuildFrozenError, StorageError
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.store.lease import Lease
 from marin.execution.store.location import Location, with_retries
-from marin.execution.store.records import metadata_dir
+from marin.execution.store.records import ArtifactRecord, metadata_dir
+from marin.execution.store.registry import frozen_ids
 from marin.execution.store.step_folder import RECORD_FILE, STATUS_FILE
 from marin.execution.vocabulary import Leftover
 
@@ -66,6 +68,32 @@ def earlier_attempt(present: set[str], lease: Lease, output_seen: bool) -> Lefto
     if STATUS_FILE in present or lease.took_over or output_seen:
         return Leftover.DEBRIS
     return None
+
+
+def refuse_frozen(location: Location, spec: StepSpec, committed: ArtifactRecord | None) -> None:
+    """Refuse, before anything is cleared or written, to replace the ``committed`` build in
+    place when ``marin register`` released it (its freeze mark and a manifest name it). Asked
+    by the lease holder, which ``marin register`` also takes: free when nothing is committed,
+    else the mark (and, when it names this build, its manifests).
+
+    Raises:
+        RegisteredBuildFrozenError: the committed build is registered (final: never retried).
+        ArtifactRegistryError: a manifest the mark lists cannot be trusted.
+        StorageError: storage kept failing.
+    """
+    if committed is None:
+        return
+    ids = frozen_ids(location, spec.output_path, committed)
+    if not ids:
+        return
+    raise RegisteredBuildFrozenError(
+        f"the build {committed.build_id} at {location.url_for(spec.output_path)} is registered "
+        f"as {', '.join(ids)}: this run would rebuild it in place (--force, a drift rebuild or "
+        "a rebuilt input); nothing was cleared or written",
+        "a registered build is never rebuilt in place: bump the version (or register a new "
+        "build under a new tag)",
+        spec.step_id,
+    )
 
 
 def check_clearable(location: Location, spec: StepSpec) -> None:

@@ -55,6 +55,7 @@ from marin.execution.builder.clearing import (
     clear_output,
     earlier_attempt,
     output_left_by_marin,
+    refuse_frozen,
     refuse_inside_another,
 )
 from marin.execution.builder.lineage import build_finished, build_started
@@ -764,6 +765,7 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
     """Build the step holding its lease: clear what an earlier attempt left, run ``fn``,
     commit its record (a remote step's build may be pending meanwhile, while its job runs)."""
     spec, location, request = held.spec, held.location, held.request
+    refuse_frozen(location, spec, held.previous)  # a registered build is never replaced
     if held.earlier is not None:
         _refuse_unclearable(location, spec, held.lease)
     if spec.remote is not None:  # its job may still write the output: nothing is cleared

@@ -76,28 +76,27 @@ class Artifact:
         prefix: str | None = None,
     ) -> Any:
         """The build registered as ``id`` (``"ns/name/tag"``, or Marin's ``("ns/name",
-        "tag")``) under ``prefix`` (default ``$MARIN_PREFIX``), resolved with two reads: its
-        manifest, which names the step and build, and the step's record, which must still
-        name that build (a rebuild in place or a deletion is refused) and is what is served
-        (an edited copy in the manifest never is). With a typed ``artifact_type`` (``JsonArtifact``
-        subclass, ``Dataset``, ...) the typed value, else an ``Artifact``.
+        "tag")``) under ``prefix`` (default ``$MARIN_PREFIX``), resolved with one read: its
+        manifest, which names the step and build and holds that build's record, served as
+        registered. A registered build is frozen (no commit replaces it in place), so the
+        manifest alone says what is stored; a build deleted by hand is only seen when its data
+        is read. With a typed ``artifact_type`` (``JsonArtifact`` subclass, ``Dataset``, ...)
+        the typed value, else an ``Artifact``.
 
         Raises:
             InvalidArtifactIdError: ``id`` is not ``namespace/name/tag``.
             ArtifactNotFoundError: nothing is registered as ``id`` under the prefix.
-            RegisteredBuildGoneError: the registered build was rebuilt in place or deleted.
             ArtifactRegistryError: its manifest cannot be trusted.
             StorageError: the prefix cannot be opened, or storage kept failing.
             ValueError: a typed ``artifact_type`` whose fields the recorded value lacks.
         """
         from marin.execution.store.location import open_prefix
-        from marin.execution.store.registry import RegistryId, check_stored, lookup
+        from marin.execution.store.registry import RegistryId, lookup
 
         reg_id = RegistryId.parse(id, version)
         location = open_prefix(prefix)
-        manifest = lookup(location, reg_id)
-        record = check_stored(location, manifest)  # the step's record, not the manifest's copy
-        artifact = cls(None, manifest.url(location), record)
+        manifest = lookup(location, reg_id)  # the one read: its record is checked on parse
+        artifact = cls(None, manifest.url(location), manifest.record)
         if isinstance(artifact_type, type) and issubclass(artifact_type, TypedArtifact):
             return artifact_type.of(artifact)
         return artifact

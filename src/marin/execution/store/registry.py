@@ -4,8 +4,13 @@
 ``<prefix>/registry.marin/<ns>/<name>/<tag>.json`` (a folder no step can take: a name segment
 ending in ``.marin`` is reserved). The manifest holds the build's record as it was registered
 (its ``build_id``, fingerprint, config, result and inputs); ``Artifact.from_id`` resolves an
-id with it and serves the step's own record (``check_stored``: still that build?), and ``marin gc``
-keeps the build and everything it was made from.
+id with that one read, and ``marin gc`` keeps the build and everything it was made from.
+
+A registered build is frozen at the source: before its first manifest, ``register`` writes a
+freeze mark in the step's folder (``registered.json``, naming the build and its ids) under the
+step's lease, and the one commit path refuses to replace a build that a mark and one of its
+manifests name (``frozen_ids``). So a manifest's build is the one stored at its path, unless
+someone deleted it by hand.
 
 A manifest is created only if none is there, atomically on every backend that can: a temporary
 file ``link``-ed into place on local disk (``link`` fails when the name exists, as ``O_EXCL``
@@ -29,10 +34,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from marin.execution.errors import MarinError, StorageError
+from marin.execution.faults import crash_point
 from marin.execution.ids import new_id
 from marin.execution.names import validate_name
 from marin.execution.store.location import Location, durable, with_retries
 from marin.execution.store.records import ArtifactRecord, parse_json, read_record
+from marin.execution.store.step_folder import (
+    RegisteredMark,
+    read_registered_mark,
+    write_registered_mark,
+)
 
 REGISTRY_FOLDER = "registry.marin"
 """Under the prefix: a segment ending in ``.marin`` is never a step's (``names.py``)."""
@@ -46,8 +57,8 @@ __all__ = [
     "ArtifactRegistryError",
     "InvalidArtifactIdError",
     "Manifest",
-    "RegisteredBuildGoneError",
     "RegistryId",
+    "frozen_ids",
     "list_manifests",
     "lookup",
     "manifest_file",
@@ -69,11 +80,6 @@ class ArtifactAlreadyExistsError(ArtifactRegistryError):
     """The id is registered already; ``existing`` is its manifest (never overwritten)."""
 
     existing: Manifest | None = None
-
-
-class RegisteredBuildGoneError(ArtifactRegistryError):
-    """The registered build is no longer stored: its path holds another build (rebuilt in
-    place) or none (deleted). Its data is gone; the manifest is kept, never served."""
 
 
 class InvalidArtifactIdError(ArtifactRegistryError, ValueError):
@@ -222,9 +228,46 @@ def register(
             token=new_id(),
             record=record,
         )
+        _freeze(location, output_path, record.build_id, reg_id)  # before the manifest
+        crash_point("register-before-manifest", record.step_id)
         if not create_once(location, reg_id.manifest_path, manifest.to_bytes()):
             raise _taken(location, reg_id, record.step_id)
     return manifest
+
+
+def _freeze(location: Location, output_path: str, build_id: str, reg_id: RegistryId) -> None:
+    """Mark the build at ``output_path`` registered as ``reg_id`` (the caller holds the step's
+    lease, as a build does: no build commits between this and the manifest)."""
+    mark = read_registered_mark(location, output_path) or RegisteredMark(build_id, ())
+    write_registered_mark(location, output_path, mark.adding(build_id, str(reg_id)))
+
+
+def frozen_ids(location: Location, output_path: str, record: ArtifactRecord) -> list[str]:
+    """The ids under which the build ``record`` (stored at ``output_path``) is registered: those
+    its freeze mark names whose manifest names this very build. Empty when there is no mark,
+    it names another build (stale), or no manifest it lists names this build (a registration
+    that crashed before its manifest, or lost its id to another): the mark, then its manifests.
+
+    Raises:
+        ArtifactRegistryError: a manifest the mark lists cannot be trusted (look at it: a
+            registration's manifest is never changed).
+        StorageError: storage kept failing.
+    """
+    if not record.build_id:  # predates build ids: never registered (register refuses it)
+        return []
+    mark = read_registered_mark(location, output_path)
+    if mark is None or mark.build_id != record.build_id:
+        return []
+    found = []
+    for text in mark.ids:
+        try:
+            manifest = lookup(location, RegistryId.parse(text))
+        except (InvalidArtifactIdError, ArtifactNotFoundError):
+            continue  # not an id, or never registered: freezes nothing
+        named = (manifest.step, manifest.output_path, manifest.build_id)
+        if named == (record.step_id, output_path, record.build_id):
+            found.append(manifest.id)
+    return found
 
 
 def _lineage(location: Location, output_path: str, record: ArtifactRecord) -> dict[str, str]:
@@ -349,35 +392,6 @@ def lookup(location: Location, reg_id: RegistryId) -> Manifest:
             "look at the file: manifests are written once by marin register and never changed",
             None,
         ) from None
-
-
-def check_stored(location: Location, manifest: Manifest) -> ArtifactRecord:
-    """The step's record of the registered build (one more read), which is what is served:
-    the manifest's own copy of the record is untrusted (anyone who can write the prefix can
-    edit it), and a build id names one build. A registered id never serves a record of one
-    build with another build's data.
-
-    Raises:
-        RegisteredBuildGoneError: the path holds another build, or none.
-        StorageError: storage kept failing.
-    """
-    found = read_record(location, manifest.output_path)
-    if found is not None and found.build_id == manifest.build_id:
-        return found
-    where = location.url_for(manifest.output_path)
-    now = (
-        f"{where} now holds build {found.build_id} (rebuilt in place: --force, or a drift "
-        "rebuild of the same name@version)"
-        if found is not None
-        else f"nothing is built at {where} any more (deleted by hand or by gc)"
-    )
-    raise RegisteredBuildGoneError(
-        f"{manifest.id} is {manifest.step} build {manifest.build_id}, which is gone: {now}; "
-        "a registered id never serves another build's data",
-        "register the build you want under a new tag (marin register NAME@VERSION --id "
-        "ns/name/newtag); to keep a release, release a version nobody rebuilds",
-        manifest.step,
-    )
 
 
 def _read_once(location: Location, path: str) -> bytes:

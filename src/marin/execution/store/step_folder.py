@@ -3,7 +3,8 @@
 Named here, once: ``record.json`` (the commit point) and ``status.json`` (parsed in
 ``records``), ``lease.json`` and its ``lease.json.guard`` (``lease/``), ``log.txt`` (the step's
 prints), ``job.json`` (a remote step's job), ``attempt.json`` (a resumable step's attempt),
-``cancel.json`` (``marin cancel``'s intent, ``CancelMark``) and ``checkpoints/``. The two files
+``cancel.json`` (``marin cancel``'s intent, ``CancelMark``), ``registered.json`` (``marin
+register``'s freeze mark, ``RegisteredMark``) and ``checkpoints/``. The two files
 a build reuses work by, ``job.json`` and ``attempt.json``, are
 parsed and validated here into typed values (``JobRecord``, ``Attempt``), each stating the
 recipe it was made for; whether that is the current recipe is ``identity.judge_claim``'s answer.
@@ -47,6 +48,7 @@ LOG_FILE = "log.txt"
 JOB_FILE = "job.json"
 ATTEMPT_FILE = "attempt.json"
 CANCEL_FILE = "cancel.json"
+REGISTERED_FILE = "registered.json"
 CHECKPOINTS_DIR = "checkpoints"
 
 JOB_ID = re.compile(r"marin-[0-9a-f]{20}")
@@ -55,10 +57,10 @@ Marin's, and is never followed to a folder or a cluster."""
 
 _OWN_FILES = frozenset(
     {RECORD_FILE, STATUS_FILE, LEASE_FILE, LEASE_GUARD_FILE, LOG_FILE, JOB_FILE, ATTEMPT_FILE,
-     CANCEL_FILE}
+     CANCEL_FILE, REGISTERED_FILE}
 )  # fmt: skip
 _OWN_TEMPORARY = re.compile(
-    r"(?:(?:record|status|lease|job|attempt|cancel)\.json" + re.escape(TMP_MARK) + r".+"
+    r"(?:(?:record|status|lease|job|attempt|cancel|registered)\.json" + re.escape(TMP_MARK) + r".+"
     r"|\.job\..+\.tmp)"
 )
 """A crashed atomic write's temporary sibling (``record.json.tmp-<hex>``, ``.job.<x>.tmp``)."""
@@ -105,7 +107,8 @@ def checkpoint_dir(output_path: str) -> str:
 
 def marins_own(names: Iterable[str]) -> list[str]:
     """The entries of a step folder (names, not paths) that are Marin's own files: the record,
-    status, lease (and its guard), log, ``job.json``, ``attempt.json``, the checkpoint folder, a
+    status, lease (and its guard), log, ``job.json``, ``attempt.json``, ``cancel.json``,
+    ``registered.json``, the checkpoint folder, a
     crashed write's temporary sibling of one of those, and a ``local`` job's folder (named by
     its job id). A folder holding any of them was written by Marin (``gc`` asks this)."""
     return sorted(
@@ -571,3 +574,79 @@ def remove_cancel_mark(location: Location, output_path: str) -> None:
     """Remove the step's cancel mark, if it is there (honoured, or stale)."""
     with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
         location.rm_file(location.path(cancel_path(output_path)))
+
+
+# --- registered.json: ``marin register``'s freeze mark ------------------------------------------
+
+
+_MARK_IDS_KEPT = 256
+"""How many ids a mark names at most (a planted mark never costs more reads than this)."""
+
+
+@dataclass(frozen=True)
+class RegisteredMark:
+    """``marin register`` froze the build ``build_id`` of this step: it writes the mark, under
+    the step's lease, before each manifest it creates, naming every id registered for that
+    build. A build commit asks it before replacing a committed build in place
+    (``builder/clearing.py``); a mark naming another build, or whose ids' manifests do not name
+    this build (a registration that crashed before its manifest), freezes nothing."""
+
+    build_id: str
+    ids: tuple[str, ...]
+    """The registered ids (``ns/name/tag``, checked by the registry when read)."""
+
+    def to_json(self) -> bytes:
+        body = {"build_id": self.build_id, "ids": list(self.ids)}
+        return (json.dumps(body, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def parse(cls, raw: bytes) -> RegisteredMark | None:
+        """The mark, or None for anything malformed (never raises)."""
+        data = _json_object(raw)
+        if data is None:
+            return None
+        build_id, ids = data.get("build_id"), data.get("ids")
+        if not isinstance(build_id, str) or not build_id or not isinstance(ids, list):
+            return None
+        named = tuple(dict.fromkeys(i for i in ids if isinstance(i, str) and len(i) <= 400))
+        return cls(build_id, named[:_MARK_IDS_KEPT])
+
+    def adding(self, build_id: str, reg_id: str) -> RegisteredMark:
+        """This mark with ``reg_id`` added for ``build_id`` (a mark of another build is stale:
+        it is replaced)."""
+        kept = self.ids if self.build_id == build_id else ()
+        return RegisteredMark(build_id, tuple(dict.fromkeys((*kept, reg_id))))
+
+
+def registered_path(output_path: str) -> str:
+    """``<output>.marin/registered.json``: the build ``marin register`` froze."""
+    return _in_folder(output_path, REGISTERED_FILE)
+
+
+def read_registered_mark(location: Location, output_path: str) -> RegisteredMark | None:
+    """The step's freeze mark; None when absent or malformed (logged).
+
+    Raises:
+        SymlinkError: ``registered.json`` or a folder on the way to it is a symbolic link
+            (local disk).
+        StorageError: storage kept failing.
+    """
+    path = location.path(registered_path(output_path))
+    try:
+        raw = location.read_file(path)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    mark = RegisteredMark.parse(raw[: 1 << 16])
+    if mark is None:
+        log.warning("ignoring %s: not a mark `marin register` writes", path)
+    return mark
+
+
+def write_registered_mark(location: Location, output_path: str, mark: RegisteredMark) -> None:
+    """Write the step's freeze mark atomically (``marin register``, under the step's lease).
+
+    Raises:
+        SymlinkError: a folder on the way to the file is a symbolic link (local disk).
+        StorageError: storage kept failing.
+    """
+    write_atomic(location, location.path(registered_path(output_path)), mark.to_json())
