@@ -399,6 +399,80 @@ def test_an_adopted_steps_data_is_never_deleted(tmp_path: Path) -> None:
     assert not (prefix / "gc/inplace/v1.marin").exists()
 
 
+def test_gc_keeps_an_adopted_steps_source_under_the_prefix(tmp_path: Path) -> None:
+    """Red team r6-4: ``adopt("gc/imported", "v1", "gc/raw/v1")`` keeps serving an old build
+    after raw moved to v2; gc deleted ``gc/raw/v1`` under the adopted step it kept, with the
+    plan, a pipeline not built yet, and a kept record each naming that source."""
+    from marin.execution.lazy import ArtifactStep
+
+    prefix = str(tmp_path / "p")
+    run([step("raw", "v1")], prefix=prefix)
+
+    def later() -> list[ArtifactStep]:
+        imported = ArtifactStep.adopt("gc/imported", "v1", "gc/raw/v1")
+        return [step("train", "v2", step("raw", "v2")), step("old", "v1", imported)]
+
+    report = collect_garbage(later(), prefix, dry_run=True)  # adopted by the plan, not built
+    assert "gc/raw/v1" not in [c.output_path for c in report.collected]
+    run(later(), prefix=prefix)
+    report = collect_garbage(later(), prefix)
+    assert report.collected == []
+    kept = {k.path: k.why for k in report.kept}
+    assert kept["gc/raw/v1"] == "gc/imported@v1 adopts it (its source)"
+    assert (tmp_path / "p/gc/raw/v1/data.txt").read_text() == "raw<-"
+    # A kept record alone (kept by --keep-versions, not by the plan) keeps its source too.
+    report = collect_garbage([], prefix, keep_versions=1, dry_run=True)
+    kept = {k.path: k.why for k in report.kept}
+    assert kept["gc/raw/v1"] == "gc/imported@v1 adopts it (its source)"
+    decisions = _plan(later(), open_prefix(prefix)).decisions.values()
+    assert {d.spec.step_id: d.action for d in decisions}["gc/imported@v1"] == Action.SKIP
+
+
+def test_a_rebuild_never_clears_data_adopted_in_place(tmp_path: Path) -> None:
+    """Red team r6-5: data adopted in place at ``gc/corpus/v1``, then the same name@version
+    made a built step: ``--force`` (and ``--on-drift rebuild``) deleted the user's files. The
+    build is refused before anything is touched, and no retry tries again."""
+    from marin.execution.errors import AdoptedDataError, is_final
+    from marin.execution.lazy import ArtifactStep
+
+    prefix = tmp_path / "p"
+    (prefix / "gc/corpus/v1").mkdir(parents=True)
+    (prefix / "gc/corpus/v1/data.txt").write_text("PRECIOUS")
+    run([ArtifactStep.adopt("gc/corpus", "v1", "gc/corpus/v1")], prefix=str(prefix))
+    before = stored_files(open_prefix(str(prefix)))
+    built = apply("gc/corpus", write_step_plain, version="v1", out_path=OUT).with_options(
+        retries=2
+    )
+    options: list[dict[str, Any]] = [{"force": ["gc/corpus"]}, {"on_drift": "rebuild"}]
+    for option in options:
+        with pytest.raises(Exception) as raised:
+            run([built], prefix=str(prefix), **option)
+        error = _cause(raised.value, AdoptedDataError)
+        assert error.step == "gc/corpus@v1" and is_final(error)
+        assert "source" in error.what and "bump gc/corpus's version" in error.fix
+        assert stored_files(open_prefix(str(prefix))) == before  # nothing touched
+    # Moved away first, the adoption's path is empty: the build goes ahead.
+    shutil.move(prefix / "gc/corpus/v1", tmp_path / "moved")
+    run([built], prefix=str(prefix), on_drift="rebuild")
+    assert (tmp_path / "moved/data.txt").read_text() == "PRECIOUS"
+    assert read_record(open_prefix(str(prefix)), "gc/corpus/v1").source is None
+
+
+def write_step_plain(out_path: str) -> None:
+    os.makedirs(out_path, exist_ok=True)
+    Path(out_path, "new.txt").write_text("built")
+
+
+def _cause(error: BaseException, kind: type[BaseException]) -> Any:
+    """``error`` or the first error of its kind in its causes (a failed run wraps it)."""
+    seen: BaseException | None = error
+    while seen is not None and not isinstance(seen, kind):
+        inner = getattr(seen, "failures", None)
+        seen = next(iter(inner.values())) if inner else (seen.__cause__ or seen.__context__)
+    assert seen is not None, f"no {kind.__name__} in {error!r}"
+    return seen
+
+
 def test_stored_times_are_read_by_one_public_parser() -> None:
     """``marin gc``'s ages and ``marin ls --after/--before`` read a record's times with the
     store's ``parse_stored_time``: a zone-less time is UTC, and hostile data is unknown."""

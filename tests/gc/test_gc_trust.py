@@ -21,7 +21,7 @@ from marin.cli import main
 from marin.execution.lazy import run
 from marin.execution.store.lease import Lease
 from marin.execution.store.location import open_prefix
-from marin.execution.store.records import read_record, record_path
+from marin.execution.store.records import read_record, record_path, write_status
 from tests.gc.pipelines import pipeline, scratch, step
 from tests.reliability.conftest import REPO, child_env
 from tests.reliability.pipelines import wait_for_file
@@ -223,6 +223,46 @@ def test_a_killed_builds_leftovers_are_reclaimed(tmp_path: Path) -> None:
     assert {(c["step"], c["state"]) for c in report["collected"]} == {("gc/crash@v1", "unfinished")}
     assert report["not_marins"] == []
     assert not (prefix / "gc/crash").exists()
+
+
+@pytest.mark.parametrize(
+    "plant",
+    ["copied status", "bare status", "lone log", "old lease"],
+)
+def test_metadata_naming_no_step_never_gets_user_data_deleted(
+    plant: str, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Red team r6-11: a status names no step, so one copied from a failed build's folder (or
+    a bare ``{"state": "FAILED"}``, a lone ``log.txt``, a lease naming no output) beside the
+    user's own files made gc delete them. Only a record, status, lease or job naming that very
+    output proves a folder is Marin's build of it; the rest is kept and reported."""
+    monkeypatch.chdir(REPO)
+    prefix = tmp_path / "p"
+    location = open_prefix(str(prefix))
+    write_status(location, "gc/failed/v0", "FAILED", error="boom")  # a failed build's own
+    run(pipeline(), prefix=str(prefix))
+    (prefix / "gc/corpus/v1").mkdir(parents=True)
+    (prefix / "gc/corpus/v1/data.txt").write_text("PRECIOUS")
+    meta = prefix / "gc/corpus/v1.marin"
+    meta.mkdir()
+    if plant == "copied status":
+        shutil.copy(prefix / "gc/failed/v0.marin/status.json", meta / "status.json")
+    elif plant == "bare status":
+        (meta / "status.json").write_text('{"state": "FAILED"}')
+    elif plant == "lone log":
+        (meta / "log.txt").write_text("some log\n")
+    else:
+        lease = Lease(location, "gc/corpus/v1", ttl=1)
+        assert lease.try_acquire() is None
+        body = json.loads((meta / "lease.json").read_text())
+        (meta / "lease.json").write_text(json.dumps({**body, "output_path": None}))
+        lease.release()  # not its own any more: left where it is
+    report = gc_json(capsys, TARGET, "--prefix", str(prefix))
+    assert (prefix / "gc/corpus/v1/data.txt").read_text() == "PRECIOUS"
+    assert "gc/corpus@v1" not in [c["step"] for c in report["collected"]]
+    (left,) = [n for n in report["not_marins"] if n["path"] == "gc/corpus/v1"]
+    assert "does not name this output" in left["why"]
+    assert [c["step"] for c in report["collected"]] == ["gc/failed@v0"]  # its own: named
 
 
 def test_an_orphaned_job_is_listed_and_cancelled_on_request(tmp_path: Path) -> None:

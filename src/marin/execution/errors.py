@@ -110,6 +110,12 @@ class ForeignRecordError(MarinError, RuntimeError):
     that record, so the build is refused (``decide`` says so; ``build_step`` raises this)."""
 
 
+class AdoptedDataError(MarinError, RuntimeError):
+    """A build would clear an output path that holds adopted data (``ArtifactStep.adopt``
+    in place): not Marin's to delete, so the build is refused before anything is touched.
+    Final (``is_final``): no retry changes it."""
+
+
 class TargetError(MarinError, ValueError):
     """A CLI target that does not name a pipeline."""
 
@@ -233,10 +239,11 @@ class RemoteJobError(MarinError, RuntimeError):
 def is_final(error: BaseException) -> bool:
     """Whether a step's attempt ended in a way no retry changes, so ``retries`` are not spent:
     a remote job cancelled, its gang never placed or lost past ``max_preemptions``
-    (``RemoteJobError.final``), a build abandoned by a second interrupt, or a registered
-    build it would replace in place. The one rule every runner asks: the run loop, and the
-    engines' own task retries (Prefect's ``retry_condition_fn``, Airflow's
+    (``RemoteJobError.final``), a build abandoned by a second interrupt, or one refused
+    because it would replace a registered build in place (``RegisteredBuildFrozenError``) or
+    clear adopted data (``AdoptedDataError``). The one rule every runner asks: the run loop,
+    and the engines' own task retries (Prefect's ``retry_condition_fn``, Airflow's
     fail-without-retry)."""
-    if isinstance(error, (AbandonedError, RegisteredBuildFrozenError)):
+    if isinstance(error, AbandonedError | RegisteredBuildFrozenError | AdoptedDataError):
         return True
     return isinstance(error, RemoteJobError) and error.final

@@ -80,14 +80,14 @@ def collect_garbage(
     """Delete what Marin wrote under ``prefix`` that ``targets`` do not need.
 
     Kept (``roots.py``): what the targets' plans serve, lowered with ``versions`` and placed as
-    ``marin plan --scope scope`` places them, for the user running it (``$MARIN_USER``) or,
-    with ``all_users``, for each user folder; registered builds; user folders the plan does
-    not place steps in (unless ``all_users``); the newest ``keep_versions`` of each name; what
-    was built within ``older_than`` (``"30d"`` or a ``timedelta``); every build a kept record
-    was made from. Only Marin's folders are deleted; a live lease is skipped, and so is a step
-    whose remote job still runs (an orphan; ``cancel_orphans`` cancels it first). ``dry_run``
-    deletes nothing; ``on_deleted(item, done, total)`` follows each deletion; a failure is
-    reported, not raised.
+    ``marin plan --scope scope`` places them, for the user running it (``$MARIN_USER``) or, with
+    ``all_users``, for each user folder; registered builds; user folders the plan does not place
+    steps in (unless ``all_users``); the newest ``keep_versions`` of each name; what was built
+    within ``older_than`` (``"30d"`` or a ``timedelta``); every build a kept record was made
+    from, and every build an adopted step reads (its source, under the prefix). Only Marin's
+    folders are deleted; a live lease is skipped, and so is a step whose remote job still runs
+    (an orphan; ``cancel_orphans`` cancels it first). ``dry_run`` deletes nothing;
+    ``on_deleted(item, done, total)`` follows each deletion; a failure is reported, not raised.
 
     Raises:
         OptionError: a bad ``keep_versions`` or ``older_than``, before anything is read.
@@ -113,7 +113,8 @@ def collect_garbage(
         roots.left_alone(listing.slots, others),
         roots.recent(listing.slots, keep, cutoff),
     )
-    decision = decide(listing.slots, kept_roots)
+    sources = roots.adopted_sources(graph, location)
+    decision = decide(listing.slots, kept_roots, sources, location.url)
     report = _report(location, listing, decision.kept, others, dry_run)
     report.gone, report.registry = decision.gone + registry.notes, registry.kept
     options = _Options(dry_run, cancel_orphans, RegistryWatch(location, listing.slots))

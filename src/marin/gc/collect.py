@@ -2,14 +2,16 @@
 
 Kept: the roots (``roots.py``: what the targets' plans serve, other users' builds, the newest N
 versions, recent builds); every build a kept record was made from, by build id, transitively
-through records' ``inputs``. Everything else Marin wrote is collected. A kept record's input is
-the exact build it names: when its path now holds another build, the old one's data is gone
-already, and that is said (never "kept"); when its path holds an unfinished rebuild whose status
-names that build, the status is kept (the proof that the reader is stale).
+through records' ``inputs``; every build an adopted step's source (the plan's, or a kept
+record's) lies in or holds, under the prefix. Everything else Marin wrote is collected. A kept
+record's input is the exact build it names: when its path now holds another build, the old one's
+data is gone already, and that is said (never "kept"); when its path holds an unfinished rebuild
+whose status names that build, the status is kept (the proof that the reader is stale).
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import re
 from collections.abc import Mapping
@@ -78,8 +80,31 @@ class Decision:
     """Inputs of kept builds that are no longer stored: one sentence each."""
 
 
-def _add_inputs(slots: list[Slot], kept: dict[str, str]) -> list[str]:
-    """Keep every build a kept record was made from, transitively; say which are gone."""
+class _Holders:
+    """The slots an adopted step's source (a URL) lies in, is, or holds, under the prefix:
+    deleting any of them would delete data that step serves."""
+
+    def __init__(self, slots: list[Slot], prefix_url: str) -> None:
+        self.base = prefix_url.rstrip("/") + "/"
+        self.by_path = {s.output_path: s for s in slots}
+        self.paths = sorted(self.by_path)
+
+    def __call__(self, source: str) -> list[Slot]:
+        if not self.base.strip("/") or not source.startswith(self.base):
+            return []  # elsewhere: not this prefix's to keep
+        parts = source[len(self.base) :].strip("/").split("/")
+        found = ["/".join(parts[:end]) for end in range(1, len(parts) + 1)]
+        inside = "/".join(parts) + "/"
+        at = bisect.bisect_left(self.paths, inside)
+        while at < len(self.paths) and self.paths[at].startswith(inside):
+            found.append(self.paths[at])
+            at += 1
+        return [self.by_path[p] for p in found if p in self.by_path]
+
+
+def _add_inputs(slots: list[Slot], kept: dict[str, str], holders: _Holders) -> list[str]:
+    """Keep every build a kept record was made from or adopts, transitively; say which of
+    the builds it was made from are gone."""
     by_step: dict[str, list[Slot]] = {}
     for slot in slots:
         if slot.record is not None:
@@ -92,6 +117,10 @@ def _add_inputs(slots: list[Slot], kept: dict[str, str]) -> list[str]:
         record = slot.record
         if record is None:
             continue
+        for found in holders(record.source) if record.source is not None else []:
+            if found.output_path not in kept:
+                kept[found.output_path] = f"{record.step_id} adopts it (its source)"
+                todo.append(found.output_path)
         for dep in sorted(set(record.dep_paths) | set(record.inputs)):
             build = record.inputs.get(dep)
             stored = by_step.get(dep, [])
@@ -134,11 +163,22 @@ def _replacing(slots: list[Slot], dep_url: str, build: str) -> Slot | None:
     return None
 
 
-def decide(slots: list[Slot], roots: Mapping[str, str]) -> Decision:
+def decide(
+    slots: list[Slot],
+    roots: Mapping[str, str],
+    sources: Mapping[str, str] | None = None,
+    prefix_url: str = "",
+) -> Decision:
     """Split ``slots`` into kept and collected. ``roots``: output path -> why it is kept for
-    its own sake (``roots.py``); every build a kept record was made from is kept too."""
+    its own sake (``roots.py``); ``sources``: the URL of each source the plan adopts -> why.
+    Kept too: every build a kept record was made from, and every build under ``prefix_url``
+    that an adopted source (a kept record's, or one of ``sources``) lies in, is, or holds."""
     kept = {s.output_path: roots[s.output_path] for s in slots if s.output_path in roots}
-    gone = _add_inputs(slots, kept)
+    holders = _Holders(slots, prefix_url)
+    for source, why in (sources or {}).items():
+        for slot in holders(source):
+            kept.setdefault(slot.output_path, why)
+    gone = _add_inputs(slots, kept, holders)
     collect = [s for s in slots if s.output_path not in kept]
     return Decision(kept, _deletion_order(collect), gone)
 

@@ -16,12 +16,12 @@ _DESCRIPTION = """\
 Delete every step under the prefix that no TARGET needs. Kept: every step the
 targets' plans serve (placed as `marin plan` places them, with the same
 --version, --override and --scope), every build their records were made from,
-and what --keep-versions and --older-than keep. Another user's folder
-(users/<user>/) is left alone unless --all-users; every user folder is left
-alone when the plan places no step there (no --scope user). Only folders
-holding Marin's record, status or a crashed build's leftovers are deleted; a
-step being built (a live lease) is skipped, and so is one whose remote job
-still runs."""
+every build an adopted step reads (its source), and what --keep-versions and
+--older-than keep. Another user's folder (users/<user>/) is left alone unless
+--all-users; every user folder is left alone when the plan places no step
+there (no --scope user). Only folders whose record, status or crashed build's
+lease names that very step are deleted; a step being built (a live lease) is
+skipped, and so is one whose remote job still runs."""
 _EPILOG = """examples:
   marin gc examples/ngram.py:pipeline --dry-run   # what would go, with sizes
   marin gc examples/ngram.py:pipeline --keep-versions 2 --older-than 30d

@@ -2,6 +2,7 @@
 a kept record was made from). Each kind of root is one function here, and ``api`` lists them
 in one place:
 
+- **adopted**: every build an adopted step of the targets reads (``adopted_sources``);
 - **served**: every step the targets' plans serve, as each plan places it (``plan/scope.py``,
   the function ``marin plan`` and ``run`` use): the shared graph, and for each user gc looks
   after, that user's placement (``users/<user>/...``, or the shared build it reads);
@@ -75,6 +76,17 @@ def looked_after(
     roots, unplaced = served(graph, location, scope, users)
     left = {owner_of(folder) for folder in unplaced}
     return [u for u in users if u not in left], {**others, **unplaced}, roots
+
+
+def adopted_sources(graph: Graph, location: Location) -> Roots:
+    """Where each adopted step of the targets reads its data (its ``source``, as its consumers
+    resolve it; URL -> why): the builds under the prefix it lies in or holds are kept
+    (``collect.decide``), as the plan serves them through that step."""
+    return {
+        spec.data_url(location.url): f"{spec.step_id} adopts it (its source)"
+        for spec in graph.steps
+        if spec.source is not None
+    }
 
 
 def user_folders(listing: Listing) -> list[str]:

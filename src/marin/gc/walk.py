@@ -4,10 +4,10 @@ The walk lists folders only, one listing per folder (a delimiter listing on obje
 output beside a metadata folder ``X.marin`` is never listed, so a prefix of N steps costs about
 N + (number of name folders) list calls whatever the outputs hold. Links are never followed
 (local disk): a link anywhere below the prefix is reported, not entered. Only slots whose
-metadata folder holds a record or a status of *that* step, or nothing but the files a build
-of Marin's writes there (a crash's leftovers: a lease, a log, ``attempt.json``, ``job.json``;
-one more listing each), are Marin's; everything else found is listed as not Marin's and never
-touched.
+metadata folder holds a record or a status naming *that* step's output, or nothing but the
+files a build of Marin's writes there (a crash's leftovers: a lease, a log, ``attempt.json``,
+``job.json``; one more listing each) with a lease or ``job.json`` naming it (or no output
+beside them), are Marin's; everything else found is listed as not Marin's and never touched.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from marin.catalog import Entry
 from marin.execution.names import METADATA_SUFFIX
+from marin.execution.store.lease import read_lease
 from marin.execution.store.location import Location, with_retries
 from marin.execution.store.records import (
     UNKNOWN_BUILD,
@@ -28,13 +29,16 @@ from marin.execution.store.records import (
     metadata_dir,
     read_status_file,
     replaced_build,
+    status_names,
 )
 from marin.execution.store.step_folder import (
     CHECKPOINTS_DIR,
     JOB_ID,
     LEASE_FILE,
     LEASE_GUARD_FILE,
+    job_path,
     marins_own,
+    names_output,
 )
 
 IO_PARALLELISM = 32
@@ -196,14 +200,40 @@ def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot |
         return Slot(output_path, found, None, None)
     status = read_status_file(location, output_path)
     if status is not None and replaced_build(status) != UNKNOWN_BUILD:
-        return Slot(output_path, None, status, None)
+        if status_names(status, output_path):
+            return Slot(output_path, None, status, None)
+        return Foreign(output_path, UNATTRIBUTED.format("status"))
     # A corrupt status proves nothing, but is kept as read: it may keep a reader stale.
     entries = _entries(location, location.path(metadata_dir(output_path)))
-    if entries and all(is_marin_file(name, kind) for name, kind in entries):
-        return Slot(output_path, None, status, None, tuple(sorted(name for name, _ in entries)))
     if not entries:
         return Foreign(output_path, "its metadata folder is empty")
-    return Foreign(output_path, "its metadata folder holds files Marin does not write")
+    if not all(is_marin_file(name, kind) for name, kind in entries):
+        return Foreign(output_path, "its metadata folder holds files Marin does not write")
+    # Unnamed leftovers with no output beside them (an older gc's lease guard) hold nothing
+    # but Marin's own files: they go. Beside an output, only a lease or job naming it proves it.
+    if output_kind and not _leftovers_named(location, output_path):
+        return Foreign(output_path, UNATTRIBUTED.format("lease or job"))
+    return Slot(output_path, None, status, None, tuple(sorted(name for name, _ in entries)))
+
+
+UNATTRIBUTED = (
+    "no record, and its {} does not name this output (a copy, or one an older Marin wrote): "
+    "not provably Marin's build of it"
+)
+
+
+def _leftovers_named(location: Location, output_path: str) -> bool:
+    """Whether a crash's leftovers are provably this step's: its lease (held while a build
+    runs, left behind by one that died) or its remote job's ``job.json`` names this output.
+    A log or an attempt file names nothing."""
+    lease = read_lease(location, output_path)
+    if lease is not None and names_output(lease.raw, output_path):
+        return True
+    try:
+        job = location.read_file(location.path(job_path(output_path)))
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return False
+    return names_output(job, output_path)
 
 
 def list_prefix(location: Location) -> Listing:

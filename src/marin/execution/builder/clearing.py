@@ -1,15 +1,16 @@
-"""What is at a step's output path before a build, and clearing it: only what Marin provably
-wrote there, literally (never a glob), never another step's metadata, never an adopted step's
-data. ``build_step`` asks before it takes the lease (``output_left_by_marin``), and its lease
-holder clears (``earlier_attempt``, ``check_clearable``, ``clear_output``), unless the build
-there is registered (``refuse_frozen``).
+"""What is at a step's output path before a build, and clearing it: only what Marin provably wrote
+there, literally (never a glob), never another step's metadata, never an adopted step's data
+(``refuse_clearing_adopted``: not even once the step is built instead), never a registered
+build (``refuse_frozen``). ``build_step`` asks before it takes the lease
+(``output_left_by_marin``), and its lease holder clears (``earlier_attempt``,
+``check_clearable``, ``clear_output``).
 """
 
 from __future__ import annotations
 
 import logging
 
-from marin.execution.errors import RegisteredBuildFrozenError, StorageError
+from marin.execution.errors import AdoptedDataError, RegisteredBuildFrozenError, StorageError
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.store.lease import Lease
@@ -51,6 +52,32 @@ def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
         "move it away (or delete it yourself), then run again; Marin never deletes "
         f"data it did not write (to serve that data as {spec.step_id}, adopt it where it is: "
         f"ArtifactStep.adopt({spec.name!r}, {spec.version!r}, {spec.output_path!r}))",
+        spec.step_id,
+    )
+
+
+def refuse_clearing_adopted(
+    location: Location, spec: StepSpec, previous: ArtifactRecord | None
+) -> None:
+    """Refuse, before anything is written, to build over an adopted step's output path that
+    holds data (adopted in place, or put there since): an adoption writes only its record,
+    so whatever is there is not Marin's to clear. Nothing is refused when the path is empty
+    (the data is elsewhere), nor for another adoption (it clears nothing).
+
+    Raises:
+        AdoptedDataError: ``previous``, the step's current record, is an adoption and its
+            output path holds data.
+    """
+    if spec.source is not None or previous is None or previous.source is None:
+        return
+    if not location.exists(location.path(spec.output_path)):
+        return
+    raise AdoptedDataError(
+        f"{spec.step_id} is now built, but its output path "
+        f"{location.url_for(spec.output_path)} holds data it adopted (its record's source is "
+        f"{previous.source}); building would delete that data, which Marin never wrote",
+        f"bump {spec.name}'s version (the adopted data stays where it is), or move the data "
+        "away first (adopt it from its new place if you still need it)",
         spec.step_id,
     )
 

@@ -55,6 +55,7 @@ from marin.execution.builder.clearing import (
     clear_output,
     earlier_attempt,
     output_left_by_marin,
+    refuse_clearing_adopted,
     refuse_frozen,
     refuse_inside_another,
 )
@@ -226,6 +227,8 @@ def build_step(request: BuildRequest) -> BuildOutcome | Pending:
         Exception: the step's own error (``fn`` raised: FAILED status, no record).
         DriftError: a drifted step under ``on_drift="error"`` (``CodeDriftError``: its code).
         ForeignRecordError: another step's record is in the way (nothing is written).
+        AdoptedDataError: the step's output path holds data its current record adopted
+            (nothing is written; final, never retried).
         LeaseLostError: the lease was taken over and the new holder did not commit.
         AbandonedError: ``abandon`` was set before the commit.
         InputChangedError: a dependency's build changed while this one ran.
@@ -270,6 +273,7 @@ def _build(request: BuildRequest) -> BuildOutcome | Pending:
     decision.raise_if_refused()  # another step's record is in the way: nothing is written
     refuse_shared_write(spec)  # a user-scope run only ever reads a shared build
     refuse_inside_another(location, spec)
+    refuse_clearing_adopted(location, spec, decision.record)  # again under the lease
 
     ups = _inputs_at_start(spec, location, ups, lease_ttl)
     crash_point("before-lease", spec.step_id)
@@ -766,6 +770,7 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
     commit its record (a remote step's build may be pending meanwhile, while its job runs)."""
     spec, location, request = held.spec, held.location, held.request
     refuse_frozen(location, spec, held.previous)  # a registered build is never replaced
+    refuse_clearing_adopted(location, spec, held.previous)
     if held.earlier is not None:
         _refuse_unclearable(location, spec, held.lease)
     if spec.remote is not None:  # its job may still write the output: nothing is cleared

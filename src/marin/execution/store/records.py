@@ -32,7 +32,12 @@ from marin.execution.store.location import (
 from marin.execution.store.metadata_io import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from marin.execution.store.metadata_io import parse_json as parse_json
 from marin.execution.store.metadata_io import write_atomic as write_atomic
-from marin.execution.store.step_folder import CANCEL_FILE, RECORD_FILE, STATUS_FILE
+from marin.execution.store.step_folder import (
+    CANCEL_FILE,
+    OWNER_FIELD,
+    RECORD_FILE,
+    STATUS_FILE,
+)
 from marin.execution.store.step_folder import lease_path as lease_path
 from marin.execution.store.step_folder import log_path as log_path
 from marin.execution.store.step_folder import metadata_dir as metadata_dir
@@ -553,6 +558,7 @@ _STATUS_TYPES = {
     "finished_at": str,
     "traceback": str,
     "replaces": str,
+    OWNER_FIELD: str,
 }
 """The fields a status file may have: ``write_status``'s callers write these, as strings."""
 
@@ -698,8 +704,16 @@ GC_DELETING = "marin gc was deleting this step and did not finish: run `marin gc
 folder is Marin's meanwhile, and, to a build that read the step, who deleted its record."""
 
 
+def status_names(status: Mapping[str, Any] | None, output_path: str) -> bool:
+    """Whether ``status`` was written for the step at ``output_path`` (relative to the prefix).
+    A status names its step as a record does (``owner_mismatch``): one copied beside another
+    output, or written before it named one, is not provably that step's."""
+    return status is not None and status.get(OWNER_FIELD) == output_path
+
+
 def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:
-    """Write the step's status file: ``state`` and ``details``, atomically (``write_atomic``).
+    """Write the step's status file: ``state``, the output path it is of (``OWNER_FIELD``) and
+    ``details``, atomically (``write_atomic``).
     The one owner of ``REPLACES``: only a rebuild that deletes a record names it
     (``_mark_replacing``); every other status keeps what the one it overwrites names (one read,
     on these failure paths only), until a commit drops the status.
@@ -712,7 +726,7 @@ def write_status(location: Location, output_path: str, state: str, **details: An
         replaced = replaced_build(read_status_file(location, output_path))
         if replaced:
             details[REPLACES] = replaced
-    body = {"state": state, **details}
+    body = {"state": state, OWNER_FIELD: output_path, **details}
     write_atomic(
         location,
         location.path(status_path(output_path)),

@@ -50,6 +50,9 @@ ATTEMPT_FILE = "attempt.json"
 CANCEL_FILE = "cancel.json"
 REGISTERED_FILE = "registered.json"
 CHECKPOINTS_DIR = "checkpoints"
+OWNER_FIELD = "output_path"
+"""The field of a lease, status or ``job.json`` naming the output (relative to the prefix) of
+the step that wrote it."""
 
 JOB_ID = re.compile(r"marin-[0-9a-f]{20}")
 """The ids Marin gives jobs (a backend's idempotency key); a record naming another is not
@@ -291,7 +294,7 @@ def create_job(
         RemoteJobError: a file is there that is not a job record (``UnreadableJob.refusal``).
     """
     path = location.path(job_path(output_path))
-    data = json.dumps(record.to_json()).encode()
+    data = _job_bytes(record, output_path)
     found: JobRecord | UnreadableJob | None = None
     for _ in range(2):  # a record removed between the two looks: one more try
         if _create(location, path, data):
@@ -306,12 +309,27 @@ def create_job(
 
 def replace_job(location: Location, output_path: str, record: JobRecord) -> None:
     """Overwrite the record (the lease holder, adding what ``submit`` returned)."""
-    data = json.dumps(record.to_json()).encode()
+    data = _job_bytes(record, output_path)
     path = location.path(job_path(output_path))
     if location.is_local:
         write_file_atomically(path, data)
     else:
         location.put_file(path, data)
+
+
+def _job_bytes(record: JobRecord, output_path: str) -> bytes:
+    """``job.json``'s bytes: the record, naming the output it is of (``marin gc`` proves a
+    crashed build's leftovers are that step's by it, as by a lease)."""
+    return json.dumps({**record.to_json(), OWNER_FIELD: output_path}).encode()
+
+
+def names_output(raw: bytes, output_path: str) -> bool:
+    """Whether a lease's or ``job.json``'s bytes name ``output_path`` (``OWNER_FIELD``)."""
+    try:
+        data = parse_json(raw.decode())
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(data, dict) and data.get(OWNER_FIELD) == output_path
 
 
 def delete_job(location: Location, output_path: str) -> None:

@@ -19,6 +19,7 @@ from marin.execution.store.lease.local_store import MetadataFolderGone
 from marin.execution.store.lease.settings import ttl_from_env
 from marin.execution.store.location import Location
 from marin.execution.store.records import lease_path
+from marin.execution.store.step_folder import OWNER_FIELD
 
 log = logging.getLogger("marin")
 
@@ -69,6 +70,8 @@ class Lease:
         self.location = location
         self.store = lease_store(location)
         self.path = location.path(lease_path(output_path))
+        self.output_path = output_path
+        """Written into the lease: a crash's leftovers name their step (``marin gc``)."""
         self.ttl = ttl_from_env() if ttl is None else ttl
         self.token = new_id()
         self.holder = _holder_id()
@@ -94,6 +97,7 @@ class Lease:
     def _body(self) -> bytes:
         info = {
             "holder": self.holder,
+            OWNER_FIELD: self.output_path,
             "token": self.token,
             "expires_at": time.time() + self.ttl,
             "process": self.process,
