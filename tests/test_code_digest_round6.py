@@ -61,6 +61,8 @@ ROUND6_CAPTURED = {
                          "    k: int = K\n\n\nK = 5\n\n\ndef step(x):\n    return x * Cfg().k\n",
     "partial": "import functools\nimport operator\n\nP = functools.partial(operator.mul, K)\n"
                "K = 5\n\n\ndef step(x):\n    return P(x)\n",
+    "global": "def helper(x, k=K):\n    return x * k\n\n\ndef _setup():\n    global K\n"
+              "    K = 5\n\n\n_setup()\n\n\ndef step(x):\n    return helper(x)\n",
     "derived": "J = K + 1\n\n\ndef helper(x, j=J):\n    return x * j\n\n\nK = 5\n\n\n"
                "def step(x):\n    return helper(x)\n",
 }  # fmt: skip
@@ -78,6 +80,17 @@ def test_round6_finding_1_a_value_captured_before_a_rebinding_is_code(
     )
     assert not before.unseen and unchanged(before, again), before.unseen
     assert code_drifted(before, after), case
+
+
+def test_round6_finding_1_a_function_captured_before_its_name_is_redefined(
+    project: Project,
+) -> None:
+    """``def impl`` twice, a default capturing the first: an edit of the first is drift."""
+    source = "def impl(x):\n    return x * 30\n\n\ndef helper(x, f=impl):\n    return f(x)\n\n\n"
+    source += "def impl(x):\n    return x\n\n\ndef step(x):\n    return helper(x)\n"
+    before, again, after = versions(project, "x * 30", "x * 40", pipe=source)
+    assert not before.unseen and unchanged(before, again)
+    assert code_drifted(before, after)
 
 
 def test_round6_finding_1_a_name_bound_once_still_counts_by_its_value(project: Project) -> None:
@@ -139,6 +152,8 @@ ROUND6_HELD = {
                    "def step():\n    return D['x']()\n",
     "deque": "import collections\n\nPIPE = collections.deque([helpers.Scale(10)])\n\n\n"
              "def step():\n    return [s(1) for s in PIPE]\n",
+    "library_instance": "import argparse\n\nNS = argparse.Namespace(f=helpers.a)\n\n\n"
+                        "def step():\n    return NS.f()\n",
     "held_instance": "class Holder:\n    def __init__(self, f):\n        self.f = f\n\n\n"
                      "H = Holder(helpers.Scale(10))\n\n\ndef step():\n    return H.f(1)\n",
 }  # fmt: skip
@@ -228,18 +243,19 @@ class Service:
 
 
 SERVICE = Service("s")
+SERVICE.words = list(range(200_000))  # a vocabulary loaded at import: too large to compare
 
 
 def step():
     LOG.info("start")
     with SERVICE.lock:
-        return helpers.a(), SERVICE.name
+        return helpers.a(), SERVICE.name, len(SERVICE.words)
 """
 
 
 def test_round6_ordinary_module_level_code_stays_comparable(project: Project) -> None:
-    """A ``logging.basicConfig()`` call, a logger, an instance holding a lock and a module read
-    by attribute neither make the step unseen nor read as drift."""
+    """A ``logging.basicConfig()`` call, a logger, an instance holding a lock or a large list
+    and a module read by attribute neither make the step unseen nor read as drift."""
     before, again, after = versions(project, "return 30", "return 40", helpers=HELPER_A,
                                     pipe=ORDINARY)  # fmt: skip
     assert not before.unseen and unchanged(before, again), before.unseen

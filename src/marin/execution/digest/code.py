@@ -865,26 +865,33 @@ def _module_as_value(
 
 
 def _instance_state(name: str, obj: Any, depth: int = 0) -> tuple[list[str], list[Any]]:
-    """The fields of an instance of a project class held at module or class level
-    (``B = Box(K)``, ``setattr(B, "v", 30)``, ``R.f = helpers.a``): plain data by value, the
-    code they hold followed, an instance's fields in turn (4 levels); a field of any other value
-    (a lock, a client) is not compared, as before. Read as ``instance_fields`` reads: no user
-    code runs."""
+    """The fields of an instance held at module or class level (``B = Box(K)``,
+    ``setattr(B, "v", 30)``, ``R.f = helpers.a``): of a project class, plain data by value
+    and an instance's fields in turn (4 levels); of any class, the code they hold followed (a
+    function, an instance's class, a container's). A field of any other value (a lock, a
+    client, a container of over ``_MAX_CONTAINER`` items) is not compared: the statement that
+    made the instance counts by its source. Read as ``instance_fields`` reads: no user code
+    runs."""
     kind = type(obj)
-    if depth > 4 or _is_class(obj) or not _is_project_class(kind):
+    project = _is_project_class(kind)
+    if depth > 4 or _is_class(obj) or not (project or (depth == 0 and _has_fields(kind))):
         return [], []
     fields, hidden = instance_fields(obj)
     constants: list[str] = []
-    callees: list[Any] = [kind]
-    if hidden:
+    callees: list[Any] = [kind] if project else []
+    if hidden and project:
         why = "its class replaces __dict__, so its fields are not read: not compared"
         callees.append(_Unseen(f"{name}.<__dict__>", why))
     for key, value in fields.items():
         label = f"{name}.{key}"
+        code = _callee(value)
+        callees += ([code] if code is not None else []) + _wrapped_chain(value)
+        callees += _in_container(value) or []
+        if not project:
+            continue
         text = _plain_text(value, [_MAX_CONTAINER], 0)
         if text is not None and not (key.startswith("__") and key.endswith("__")):
             constants.append(f"{label}=={text}")  # (``__module__``: the name it was loaded as)
-        callees += _held_code(label, value)
         if text is None:
             inner = _instance_state(label, value, depth + 1)
             constants += inner[0]
@@ -892,16 +899,10 @@ def _instance_state(name: str, obj: Any, depth: int = 0) -> tuple[list[str], lis
     return sorted(constants), callees
 
 
-def _held_code(label: str, value: Any) -> list[Any]:
-    """The code a held value runs: a function, an instance's class, what a container holds."""
-    code = _callee(value)
-    found = ([code] if code is not None else []) + _wrapped_chain(value)
-    held = _in_container(value)
-    return found + (
-        held
-        if held is not None
-        else [_Unseen(label, f"a container of over {_MAX_CONTAINER} items")]
-    )
+def _has_fields(kind: type) -> bool:
+    """A library's class whose instances may hold the project's code (not a C type's)."""
+    module = _class_module(kind)
+    return module.partition(".")[0] not in ("builtins", "types", "marin", "")
 
 
 def _is_project_class(kind: type) -> bool:

@@ -271,11 +271,10 @@ class SourceIndex:
     sources: dict[str, list[str]] = field(default_factory=dict)
     """The source of each top-level non-literal assignment (``P = partial(h, 2)``): an edit of
     that expression is seen even though its value is run-time data."""
-    bindings: dict[str, list[str]] = field(default_factory=dict)
-    """The source of every top-level statement that binds or stores into a name, in order
-    (``K = 3`` ... ``K = 5``): a statement run between two of them captured an earlier value."""
-    reads: dict[str, set[str]] = field(default_factory=dict)
-    """The names those statements read (``B = Box(K)`` reads ``Box`` and ``K``)."""
+    bindings: dict[str, list[ast.AST]] = field(default_factory=dict)
+    """Every top-level statement that binds or stores into a name, in order (``K = 3`` ...
+    ``K = 5``, a ``def``, an import, a function's ``global`` assignment): a statement run
+    between two of them captured an earlier value. Dumped only when read (``bound_earlier``)."""
 
 
 def _index_tree(tree: ast.Module) -> SourceIndex:
@@ -323,6 +322,17 @@ def _index_statements(body: list[ast.stmt], index: SourceIndex) -> None:
                 _index_statements(handler.body, index)
         else:
             _index_assignment(statement, index)
+            for name in _bound_by(statement):
+                _index_binding(name, statement, index)
+
+
+def _bound_by(statement: ast.stmt) -> list[str]:
+    """The names a ``def``, ``class`` or import binds (an assignment's: ``_index_assignment``)."""
+    if isinstance(statement, DEFINITIONS):
+        return [statement.name]
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        return [a.asname or a.name.partition(".")[0] for a in statement.names if a.name != "*"]
+    return []
 
 
 def _index_assignment(statement: ast.stmt, index: SourceIndex) -> None:
@@ -359,9 +369,7 @@ def _index_assignment(statement: ast.stmt, index: SourceIndex) -> None:
 
 
 def _index_binding(name: str, statement: ast.AST, index: SourceIndex) -> None:
-    refs: References = {}
-    index.bindings.setdefault(name, []).append(dump(statement, refs))
-    index.reads.setdefault(name, set()).update(c[0] for c in refs if c[0] != VALUE)
+    index.bindings.setdefault(name, []).append(statement)
 
 
 def bound_earlier(index: SourceIndex, name: str) -> list[str]:
@@ -377,10 +385,12 @@ def bound_earlier(index: SourceIndex, name: str) -> list[str]:
             continue
         seen.add(current)
         statements = index.bindings.get(current, [])
-        if len(statements) > 1:
-            found += [f"{current}:{text}" for text in statements]
-        if len(statements) > 1 or current in index.assigned:
-            stack += sorted(index.reads.get(current, ()))
+        if len(statements) < 2 and current not in index.assigned:
+            continue
+        refs: References = {}
+        texts = [dump(statement, refs) for statement in statements]
+        found += [f"{current}:{text}" for text in texts] if len(statements) > 1 else []
+        stack += sorted({chain[0] for chain in refs if chain[0] != VALUE})
     return found
 
 
@@ -413,6 +423,7 @@ def _index_globals(function: ast.FunctionDef | ast.AsyncFunctionDef, index: Sour
             for name in {n for t in targets for n in _target_names(t)} & names:
                 index.assigned.add(name)
                 index.sources.setdefault(name, []).append(dump(node))
+                _index_binding(name, node, index)
 
 
 def _stored_in(target: ast.expr) -> list[str]:
