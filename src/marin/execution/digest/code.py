@@ -663,6 +663,9 @@ _LIBRARY_HOLDERS = (
 _HOLDERS = (*_CONTAINERS, *_LIBRARY_HOLDERS, types.SimpleNamespace)
 _DEFAULT_FACTORY = collections.defaultdict.__dict__["default_factory"]
 _PLAIN = (str, int, float, bool, type(None), bytes, complex)
+_HOLDER_IDS = frozenset(id(kind) for kind in _HOLDERS)
+_PLAIN_IDS = frozenset(id(kind) for kind in _PLAIN)
+"""By identity (no ``__hash__`` or ``__eq__`` of a user's metaclass runs), for the hot loops."""
 
 
 def _in_container(obj: Any) -> list[Any] | None:
@@ -675,11 +678,11 @@ def _in_container(obj: Any) -> list[Any] | None:
         current = stack.pop()
         if type(current) is types.SimpleNamespace:
             items = [*_namespace_dict(current).values()]
-        elif issubclass(type(current), dict) and _one_of(type(current), _HOLDERS):
+        elif issubclass(type(current), dict) and id(type(current)) in _HOLDER_IDS:
             items = [*dict.keys(current), *dict.values(current)]
             if type(current) is collections.defaultdict:  # its factory runs on a missing key
                 items.append(_DEFAULT_FACTORY.__get__(current, collections.defaultdict))
-        elif _one_of(type(current), _HOLDERS):
+        elif id(type(current)) in _HOLDER_IDS:
             items = [*current]
         else:
             continue
@@ -687,7 +690,10 @@ def _in_container(obj: Any) -> list[Any] | None:
         if budget < 0:
             return None
         for item in items:
-            if _one_of(type(item), _HOLDERS) and id(item) not in seen:
+            kind = id(type(item))
+            if kind in _PLAIN_IDS:
+                continue
+            if kind in _HOLDER_IDS and id(item) not in seen:
                 seen.add(id(item))
                 stack.append(item)
             elif type(item) is _Unseen:
@@ -697,7 +703,7 @@ def _in_container(obj: Any) -> list[Any] | None:
                 found.append(
                     _Unseen(f"<module {(module_namespace(item) or {}).get('__name__')}>", why)
                 )
-            elif not _one_of(type(item), _PLAIN):  # an instance (``MODELS = {"a": Model()}``)
+            else:  # an instance (``MODELS = {"a": Model()}``)
                 code = _callee(item)
                 found += [code, *_wrapped_chain(item)] if code is not None else _wrapped_chain(item)
     return found
@@ -1223,11 +1229,16 @@ def _also_code(values: Sequence[Any]) -> tuple[Any, ...]:
     ``_MAX_CONTAINER`` items); nothing of the engine's."""
     found: dict[int, Any] = {}
     for value in values:
-        function = _step_function(value)
+        kind = id(type(value))
+        if kind in _PLAIN_IDS or _class_module(type(value)).startswith("marin."):
+            continue  # (``OUT``, a handle's placeholder: the engine's)
+        function = _step_function(value) if kind not in _HOLDER_IDS else value
         if _is_code(function):
             code = [function]
+        elif kind in _HOLDER_IDS:
+            code = _in_container(value) or []
         else:
-            code = _instance_state("<config>", value)[1] + (_in_container(value) or [])
+            code = _instance_state("<config>", value)[1]
         for item in code:
             if type(item) is _Unseen or _found(item) is not None:
                 found.setdefault(id(item), item)
