@@ -63,6 +63,8 @@ ROUND6_CAPTURED = {
                "K = 5\n\n\ndef step(x):\n    return P(x)\n",
     "global": "def helper(x, k=K):\n    return x * k\n\n\ndef _setup():\n    global K\n"
               "    K = 5\n\n\n_setup()\n\n\ndef step(x):\n    return helper(x)\n",
+    "globals_item": "def helper(x, k=K):\n    return x * k\n\n\nglobals()['K'] = 5\n\n\n"
+                    "def step(x):\n    return helper(x)\n",
     "derived": "J = K + 1\n\n\ndef helper(x, j=J):\n    return x * j\n\n\nK = 5\n\n\n"
                "def step(x):\n    return helper(x)\n",
 }  # fmt: skip
@@ -152,6 +154,9 @@ ROUND6_HELD = {
                    "def step():\n    return D['x']()\n",
     "deque": "import collections\n\nPIPE = collections.deque([helpers.Scale(10)])\n\n\n"
              "def step():\n    return [s(1) for s in PIPE]\n",
+    "partialmethod": "import functools\n\n\nclass M:\n    pass\n\n\n"
+                     "M.c = functools.partialmethod(lambda self: helpers.a())\n\n\n"
+                     "def step():\n    return M().c()\n",
     "library_instance": "import argparse\n\nNS = argparse.Namespace(f=helpers.a)\n\n\n"
                         "def step():\n    return NS.f()\n",
     "held_instance": "class Holder:\n    def __init__(self, f):\n        self.f = f\n\n\n"
@@ -195,6 +200,17 @@ def test_round6_finding_7_a_module_level_instances_fields_count_by_value(
     before, again, after = versions(project, "30", "40", helpers=CONFIGURE, pipe=pipe)
     assert not before.unseen and unchanged(before, again)
     assert code_drifted(before, after), case
+
+
+def test_round6_finding_7_an_instance_in_a_library_object_counts_by_value(
+    project: Project,
+) -> None:
+    """A project instance held by a library's object (``argparse.Namespace``): its fields."""
+    pipe = BOX + "import argparse\n\nNS = argparse.Namespace(b=B)\nsetattr(NS.b, 'v', 30)\n"
+    pipe += "\n\ndef step():\n    return NS.b.v\n"
+    before, again, after = versions(project, "30", "40", pipe=pipe)
+    assert not before.unseen and unchanged(before, again)
+    assert code_drifted(before, after)
 
 
 # --- finding 6: a project module used as a value -------------------------------------------------

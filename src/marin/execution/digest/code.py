@@ -523,15 +523,15 @@ def _class_values(cls: type, computed: frozenset[str]) -> tuple[list[str], list[
             if not function.__qualname__.startswith(qualname + "."):  # (dataclass's own name it)
                 held.append(function)
             continue
-        if dunder or name in computed or _is_code(function):
+        if dunder or _is_code(function):
             continue
         text = _plain_text(value, [_MAX_CONTAINER], 0)
         if text is not None:
-            constants.append(f"<class>{name}=={text}")
+            constants += [f"<class>{name}=={text}"] if name not in computed else []
             held += _in_container(value) or []
-        else:  # ``box = Box(K)``: an instance's class and fields
+        else:  # ``box = Box(K)``, ``c = partialmethod(_c)``: an instance's class, fields, code
             fields, code = _instance_state(f"<class>{name}", value)
-            constants += fields
+            constants += fields if name not in computed else []
             held += code
     if "__init_subclass__" in TYPE_DICT.__get__(cls, type):
         held += _subclasses(cls)
@@ -893,12 +893,11 @@ def _instance_state(name: str, obj: Any, depth: int = 0) -> tuple[list[str], lis
         code = _callee(value)
         callees += ([code] if code is not None else []) + _wrapped_chain(value)
         callees += _in_container(value) or []
-        if not project:
-            continue
         text = _plain_text(value, [_MAX_CONTAINER], 0)
-        if text is not None and not (key.startswith("__") and key.endswith("__")):
+        dunder = key.startswith("__") and key.endswith("__")
+        if project and text is not None and not dunder:
             constants.append(f"{label}=={text}")  # (``__module__``: the name it was loaded as)
-        if text is None:
+        if text is None:  # a project instance's fields (a library object's: only its code)
             inner = _instance_state(label, value, depth + 1)
             constants += inner[0]
             callees += inner[1]

@@ -25,7 +25,7 @@ import tokenize
 import tomllib
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 log = logging.getLogger("marin")
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -402,6 +402,10 @@ def _target_names(target: ast.expr) -> list[str]:
         return _target_names(target.value)
     if isinstance(target, ast.Tuple | ast.List):
         return [name for element in target.elts for name in _target_names(element)]
+    value = target.value if isinstance(target, ast.Subscript) else None
+    if isinstance(value, ast.Call) and _chain(value.func) == ("globals",):  # globals()["K"] = 5
+        name = _constant_str(cast(ast.Subscript, target).slice)
+        return [name] if name else []
     return []
 
 
