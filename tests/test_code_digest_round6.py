@@ -346,3 +346,41 @@ def test_round6_finding_9_a_build_configs_code_is_the_steps_code(project: Projec
     assert {"run", "build_config"} <= {p.name for p in before.parts}
     assert not before.unseen and unchanged(before, again)
     assert code_drifted(before, after)
+
+
+DECORATED = """\
+import logging
+
+LOG = logging.getLogger("x")
+
+
+def traced(logger):
+    def deco(f):
+        def wrapper(*a):
+            logger.info("call")
+            return f(*a)
+
+        return wrapper
+
+    return deco
+
+
+class Model:
+    @traced(LOG)
+    def compute(self):
+        return 30
+
+
+def step():
+    return Model().compute()
+"""
+
+
+def test_round6_finding_2_a_decorators_wrapper_in_the_class_body_is_not_a_patch(
+    project: Project,
+) -> None:
+    """A method a decorator replaced (no ``functools.wraps``) is code of the class body and
+    the decorator: its wrapper's closure (a logger) does not make the step unseen."""
+    before, again, after = versions(project, "return 30", "return 40", pipe=DECORATED)
+    assert not before.unseen and unchanged(before, again), before.unseen
+    assert code_drifted(before, after)

@@ -494,7 +494,7 @@ def _find(obj: Any) -> _Found | None:
     callees += opaque
     if _is_class(obj):
         assigned = {n.partition(".")[2] for n in index.assigned if n.startswith(qualname + ".")}
-        class_values, held = _class_values(obj, syntax.computed | assigned)
+        class_values, held = _class_values(obj, syntax.computed | assigned, syntax.decorated)
         later = assignment_source(index, qualname)  # `Cfg.k = f()` after the class: its source
         constants += class_values + ([f"<class>:={'|'.join(later)}"] if later else [])
         callees += held
@@ -506,7 +506,9 @@ def _find(obj: Any) -> _Found | None:
     return _Found(part, tuple(callees))
 
 
-def _class_values(cls: type, computed: frozenset[str]) -> tuple[list[str], list[Any]]:
+def _class_values(
+    cls: type, computed: frozenset[str], decorated: frozenset[str] = frozenset()
+) -> tuple[list[str], list[Any]]:
     """A class's own attributes of plain data, by their value (``Cfg.k = 2`` after the class
     is seen; a name its body assigns a computed value counts by its source), and the code they
     hold (a registry ``__init_subclass__`` fills); every subclass when it defines
@@ -520,7 +522,7 @@ def _class_values(cls: type, computed: frozenset[str]) -> tuple[list[str], list[
             held.append(_weak_registry(f"{qualname}.{name}"))
         function = _unwrap(_method_function(value))
         if type(function) is types.FunctionType:  # ``Model.compute = _compute``: its code
-            if not function.__qualname__.startswith(qualname + "."):  # (dataclass's own name it)
+            if _assigned_onto(function, qualname, name in decorated):
                 held.append(function)
             continue
         if dunder or _is_code(function):
@@ -536,6 +538,15 @@ def _class_values(cls: type, computed: frozenset[str]) -> tuple[list[str], list[
     if "__init_subclass__" in TYPE_DICT.__get__(cls, type):
         held += _subclasses(cls)
     return constants, held
+
+
+def _assigned_onto(function: types.FunctionType, qualname: str, decorated: bool) -> bool:
+    """Whether a function in class ``qualname``'s namespace was put there from outside its body
+    (``Model.compute = _compute``): not one it defines (a dataclass names its own methods
+    so too), nor the wrapper a decorator in its body made (its source is the decorator's)."""
+    if function.__qualname__.startswith(qualname + "."):
+        return False
+    return not (decorated and "<locals>" in function.__code__.co_qualname)
 
 
 _STATIC_FUNC = staticmethod.__dict__["__func__"]
@@ -567,6 +578,8 @@ class _Syntax:
     """What ``import`` statements inside the definition bind: (name, module, attribute)."""
     computed: frozenset[str] = frozenset()
     """A class body's names assigned a computed value (their source counts, not their value)."""
+    decorated: frozenset[str] = frozenset()
+    """A class body's methods with decorators (a wrapper a decorator made replaces them)."""
     digests: dict[str, str] = field(default_factory=dict)
     """The part's digest by the hash of the constants it reads."""
 
@@ -597,12 +610,15 @@ def _syntax(obj: Any, qualname: str, index: SourceIndex) -> _Syntax | None:
         lines += [getattr(s, "lineno", 0) for s in body]
     line = first_line(nodes[0]) if not isinstance(nodes[0], ast.Lambda) else nodes[0].lineno
     header = sha("\n".join(headers))[:_STATEMENT_CHARS]
-    computed = {
-        n for node in nodes if isinstance(node, ast.ClassDef) for n in computed_names(node.body)
-    }
+    bodies = [n.body for n in nodes if isinstance(n, ast.ClassDef)]
+    computed = {n for body in bodies for n in computed_names(body)}
+    decorated = {
+        d.name for body in bodies for d in body
+        if isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef) and d.decorator_list
+    }  # fmt: skip
     syntax = _Syntax(
         index, line, header, tuple(statements), tuple(lines), list(references), _imports(nodes),
-        frozenset(computed),
+        frozenset(computed), frozenset(decorated),
     )  # fmt: skip
     _SYNTAX.put(key, syntax)
     return syntax
