@@ -33,6 +33,7 @@ normalised syntax is comes from ``code_source.py``; comparing two digests, from
 from __future__ import annotations
 
 import ast
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -48,7 +49,7 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
@@ -66,9 +67,11 @@ from marin.execution.digest.source import (
     GLOBALS,
     IMPORT,
     SUBCLASSES,
+    VALUE,
     References,
     SourceIndex,
     assignment_source,
+    bound_earlier,
     clear_source_cache,
     computed_names,
     constant_source,
@@ -87,7 +90,7 @@ from marin.execution.digest.source import (
     warn_once,
 )
 
-SCHEME = "ast8"
+SCHEME = "ast9"
 """Stored with every digest; a record of another scheme compares as unknown, never as drift.
 ``ast2``: which callees are followed is decided by module name (``ast1``: by file location),
 so an ``ast1`` record of code that is now followed must not read as drift. ``ast3``: code held
@@ -101,7 +104,10 @@ fields of a bound method's or callable instance's object (``OBJECT_STATE``). ``a
 module-level or class-level value of plain data by its value at lowering, ``__wrapped__`` of
 any callable (``lru_cache``), a class's subclasses, more look-ups by name unseen. ``ast8``: a
 dict value by its key order, a bound classmethod's class followed, a class's later statements
-(``Cfg.k = f()``) by source, an object's fields one statement each (drift names them)."""
+(``Cfg.k = f()``) by source, an object's fields one statement each (drift names them).
+``ast9``: every binding statement of a module name bound more than once, a module-level
+instance's fields, functions assigned onto a class, a ``build_config`` and a config object's
+class; a project module used as a value is unseen."""
 OBJECT_STATE = ".<self>"
 """The suffix of the part holding the fields of a step function's object (``Trainer.<self>``):
 a bound method's ``__self__`` or a callable instance, through partials too."""
@@ -488,7 +494,7 @@ def _find(obj: Any) -> _Found | None:
     callees += opaque
     if _is_class(obj):
         assigned = {n.partition(".")[2] for n in index.assigned if n.startswith(qualname + ".")}
-        class_values, held = _class_values(obj, syntax.computed | assigned)
+        class_values, held = _class_values(obj, syntax.computed | assigned, syntax.decorated)
         later = assignment_source(index, qualname)  # `Cfg.k = f()` after the class: its source
         constants += class_values + ([f"<class>:={'|'.join(later)}"] if later else [])
         callees += held
@@ -500,26 +506,61 @@ def _find(obj: Any) -> _Found | None:
     return _Found(part, tuple(callees))
 
 
-def _class_values(cls: type, computed: frozenset[str]) -> tuple[list[str], list[Any]]:
+def _class_values(
+    cls: type, computed: frozenset[str], decorated: frozenset[str] = frozenset()
+) -> tuple[list[str], list[Any]]:
     """A class's own attributes of plain data, by their value (``Cfg.k = 2`` after the class
     is seen; a name its body assigns a computed value counts by its source), and the code they
     hold (a registry ``__init_subclass__`` fills); every subclass when it defines
     ``__init_subclass__`` (its subclasses decide what it registers). Read from ``vars(cls)``."""
     constants: list[str] = []
     held: list[Any] = []
+    qualname = _TYPE_QUALNAME.__get__(cls, type)
     for name, value in TYPE_DICT.__get__(cls, type).items():
         dunder = name.startswith("__") and name.endswith("__")
         if _one_of(type(value), _WEAK_REGISTRIES):  # however it was made
-            held.append(_weak_registry(f"{_TYPE_QUALNAME.__get__(cls, type)}.{name}"))
-        if dunder or name in computed or _is_code(_unwrap(value)):
+            held.append(_weak_registry(f"{qualname}.{name}"))
+        function = _unwrap(_method_function(value))
+        if type(function) is types.FunctionType:  # ``Model.compute = _compute``: its code
+            if _assigned_onto(function, qualname, name in decorated):
+                held.append(function)
+            continue
+        if dunder or _is_code(function):
             continue
         text = _plain_text(value, [_MAX_CONTAINER], 0)
         if text is not None:
-            constants.append(f"<class>{name}=={text}")
+            constants += [f"<class>{name}=={text}"] if name not in computed else []
             held += _in_container(value) or []
+        else:  # ``box = Box(K)``, ``c = partialmethod(_c)``: an instance's class, fields, code
+            fields, code = _instance_state(f"<class>{name}", value)
+            constants += fields if name not in computed else []
+            held += code
     if "__init_subclass__" in TYPE_DICT.__get__(cls, type):
         held += _subclasses(cls)
     return constants, held
+
+
+def _assigned_onto(function: types.FunctionType, qualname: str, decorated: bool) -> bool:
+    """Whether a function in class ``qualname``'s namespace was put there from outside its body
+    (``Model.compute = _compute``): not one it defines (a dataclass names its own methods
+    so too), nor the wrapper a decorator in its body made (its source is the decorator's)."""
+    if function.__qualname__.startswith(qualname + "."):
+        return False
+    return not (decorated and "<locals>" in function.__code__.co_qualname)
+
+
+_STATIC_FUNC = staticmethod.__dict__["__func__"]
+_CLASS_FUNC = classmethod.__dict__["__func__"]
+
+
+def _method_function(value: Any) -> Any:
+    """What a ``staticmethod`` or ``classmethod`` in a class's namespace holds (C-level slots)."""
+    kind = type(value)
+    if kind is staticmethod:
+        return _STATIC_FUNC.__get__(value, kind)
+    if kind is classmethod:
+        return _CLASS_FUNC.__get__(value, kind)
+    return value
 
 
 @dataclass
@@ -537,6 +578,8 @@ class _Syntax:
     """What ``import`` statements inside the definition bind: (name, module, attribute)."""
     computed: frozenset[str] = frozenset()
     """A class body's names assigned a computed value (their source counts, not their value)."""
+    decorated: frozenset[str] = frozenset()
+    """A class body's methods with decorators (a wrapper a decorator made replaces them)."""
     digests: dict[str, str] = field(default_factory=dict)
     """The part's digest by the hash of the constants it reads."""
 
@@ -567,12 +610,15 @@ def _syntax(obj: Any, qualname: str, index: SourceIndex) -> _Syntax | None:
         lines += [getattr(s, "lineno", 0) for s in body]
     line = first_line(nodes[0]) if not isinstance(nodes[0], ast.Lambda) else nodes[0].lineno
     header = sha("\n".join(headers))[:_STATEMENT_CHARS]
-    computed = {
-        n for node in nodes if isinstance(node, ast.ClassDef) for n in computed_names(node.body)
-    }
+    bodies = [n.body for n in nodes if isinstance(n, ast.ClassDef)]
+    computed = {n for body in bodies for n in computed_names(body)}
+    decorated = {
+        d.name for body in bodies for d in body
+        if isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef) and d.decorator_list
+    }  # fmt: skip
     syntax = _Syntax(
         index, line, header, tuple(statements), tuple(lines), list(references), _imports(nodes),
-        frozenset(computed),
+        frozenset(computed), frozenset(decorated),
     )  # fmt: skip
     _SYNTAX.put(key, syntax)
     return syntax
@@ -623,8 +669,19 @@ def _one_of(kind: type, kinds: tuple[type, ...]) -> bool:
 
 
 _CONTAINERS = (dict, list, tuple, set, frozenset)
-_HOLDERS = (*_CONTAINERS, types.SimpleNamespace)
+_LIBRARY_HOLDERS = (
+    collections.deque,
+    collections.defaultdict,
+    collections.OrderedDict,
+    collections.Counter,
+)
+"""The standard library's containers, read by their exact type (C code, or dict's own)."""
+_HOLDERS = (*_CONTAINERS, *_LIBRARY_HOLDERS, types.SimpleNamespace)
+_DEFAULT_FACTORY = collections.defaultdict.__dict__["default_factory"]
 _PLAIN = (str, int, float, bool, type(None), bytes, complex)
+_HOLDER_IDS = frozenset(id(kind) for kind in _HOLDERS)
+_PLAIN_IDS = frozenset(id(kind) for kind in _PLAIN)
+"""By identity (no ``__hash__`` or ``__eq__`` of a user's metaclass runs), for the hot loops."""
 
 
 def _in_container(obj: Any) -> list[Any] | None:
@@ -637,9 +694,11 @@ def _in_container(obj: Any) -> list[Any] | None:
         current = stack.pop()
         if type(current) is types.SimpleNamespace:
             items = [*_namespace_dict(current).values()]
-        elif type(current) is dict:
-            items = [*current.keys(), *current.values()]
-        elif _one_of(type(current), _CONTAINERS):
+        elif issubclass(type(current), dict) and id(type(current)) in _HOLDER_IDS:
+            items = [*dict.keys(current), *dict.values(current)]
+            if type(current) is collections.defaultdict:  # its factory runs on a missing key
+                items.append(_DEFAULT_FACTORY.__get__(current, collections.defaultdict))
+        elif id(type(current)) in _HOLDER_IDS:
             items = [*current]
         else:
             continue
@@ -647,12 +706,20 @@ def _in_container(obj: Any) -> list[Any] | None:
         if budget < 0:
             return None
         for item in items:
-            if _one_of(type(item), _HOLDERS) and id(item) not in seen:
+            kind = id(type(item))
+            if kind in _PLAIN_IDS:
+                continue
+            if kind in _HOLDER_IDS and id(item) not in seen:
                 seen.add(id(item))
                 stack.append(item)
             elif type(item) is _Unseen:
                 found.append(item)
-            elif not _one_of(type(item), _PLAIN):  # an instance (``MODELS = {"a": Model()}``)
+            elif module_index(item) is not None:  # ``MODS = {"m": other}``: read by a key
+                why = "a project module held in a container: what is read from it is not followed"
+                found.append(
+                    _Unseen(f"<module {(module_namespace(item) or {}).get('__name__')}>", why)
+                )
+            else:  # an instance (``MODELS = {"a": Model()}``)
                 code = _callee(item)
                 found += [code, *_wrapped_chain(item)] if code is not None else _wrapped_chain(item)
     return found
@@ -756,6 +823,11 @@ def _resolve_all(
     constants: list[str] = []
     callees: dict[int, Any] = {}
     for chain in references:
+        if chain[-1] == VALUE:  # ``helpers = other``: a project module as a value is unseen
+            module = _module_as_value(chain[:-1], namespace, closure)
+            if module is not None:
+                callees.setdefault(id(module), module)
+            continue
         name = ".".join(chain)
         obj, rest = _head(chain, namespace, closure)
         if obj is _MISSING:  # a builtin, a local or a name not yet bound
@@ -780,12 +852,83 @@ def _resolve_all(
             if code is not None:
                 callees.setdefault(id(code), code)
         owner_index, owner_name = owner
-        if target is None and owner_index is not None and module_namespace(obj) is None:
+        if owner_index is None:
+            continue
+        if target is None and module_namespace(obj) is None:
             constants += _module_value(name, obj, owner_index, owner_name)
-        source = assignment_source(owner_index, owner_name) if owner_index is not None else None
+        elif type(obj) is not _Unseen and target is type(obj):  # a module-level instance
+            fields, held_code = _instance_state(name, obj)
+            constants += fields
+            for code in held_code:
+                callees.setdefault(id(code), code)
+        source = assignment_source(owner_index, owner_name)
         if source:
             constants.append(f"{name}:=" + "|".join(source))
+        earlier = bound_earlier(owner_index, owner_name)
+        if earlier:  # ``K = 3``, ``def h(k=K)``, ``K = 5``: what h captured is K's first value
+            constants.append(f"{name}<=" + "|".join(earlier))
     return constants, list(callees.values())
+
+
+def _module_as_value(
+    chain: tuple[str, ...], namespace: Mapping[str, Any], closure: Mapping[str, Any]
+) -> _Unseen | None:
+    """Unseen when ``chain`` names a project module used as a value (``helpers = other``, a
+    ``global`` rebinding it, ``impl = other`` in a class): what is read from it later goes by
+    another name, which the digest does not follow."""
+    obj, rest = _head(chain, namespace, closure)
+    if obj is _MISSING or type(obj) is _Unseen:
+        return None
+    obj = _follow(chain, obj, rest, (None, chain[0]))[0]
+    if module_index(obj) is None:
+        return None
+    why = "a project module used as a value: what is read from it is not followed"
+    return _Unseen(".".join(chain), why)
+
+
+def _instance_state(name: str, obj: Any, depth: int = 0) -> tuple[list[str], list[Any]]:
+    """The fields of an instance held at module or class level (``B = Box(K)``,
+    ``setattr(B, "v", 30)``, ``R.f = helpers.a``): of a project class, plain data by value
+    and an instance's fields in turn (4 levels); of any class, the code they hold followed (a
+    function, an instance's class, a container's). A field of any other value (a lock, a
+    client, a container of over ``_MAX_CONTAINER`` items) is not compared: the statement that
+    made the instance counts by its source. Read as ``instance_fields`` reads: no user code
+    runs."""
+    kind = type(obj)
+    project = _is_project_class(kind)
+    if depth > 4 or _is_class(obj) or not (project or (depth == 0 and _has_fields(kind))):
+        return [], []
+    fields, hidden = instance_fields(obj)
+    constants: list[str] = []
+    callees: list[Any] = [kind] if project else []
+    if hidden and project:
+        why = "its class replaces __dict__, so its fields are not read: not compared"
+        callees.append(_Unseen(f"{name}.<__dict__>", why))
+    for key, value in fields.items():
+        label = f"{name}.{key}"
+        code = _callee(value)
+        callees += ([code] if code is not None else []) + _wrapped_chain(value)
+        callees += _in_container(value) or []
+        text = _plain_text(value, [_MAX_CONTAINER], 0)
+        dunder = key.startswith("__") and key.endswith("__")
+        if project and text is not None and not dunder:
+            constants.append(f"{label}=={text}")  # (``__module__``: the name it was loaded as)
+        if text is None:  # a project instance's fields (a library object's: only its code)
+            inner = _instance_state(label, value, depth + 1)
+            constants += inner[0]
+            callees += inner[1]
+    return sorted(constants), callees
+
+
+def _has_fields(kind: type) -> bool:
+    """A library's class whose instances may hold the project's code (not a C type's)."""
+    module = _class_module(kind)
+    return module.partition(".")[0] not in ("builtins", "types", "marin", "")
+
+
+def _is_project_class(kind: type) -> bool:
+    module = _class_module(kind)
+    return bool(module) and is_project_module(module, module_file(sys.modules.get(module)))
 
 
 _WEAK_REGISTRIES = (weakref.WeakKeyDictionary, weakref.WeakValueDictionary, weakref.WeakSet)
@@ -994,6 +1137,8 @@ _PARTS: _ByObject[_Found | None] = _ByObject()
 _SYNTAX: _ByObject[_Syntax] = _ByObject()
 _NOT_FOLLOWED = _Found(CodePart("", "", 0, None), ())
 _DIGESTS: _ByObject[CodeDigest] = _ByObject()
+_WITH: _ByObject[tuple[tuple[Any, ...], CodeDigest]] = _ByObject()
+"""Digests with ``also`` code, by the step function: the last ``also`` it was digested with."""
 
 
 def _found(obj: Any) -> _Found | None:
@@ -1047,28 +1192,77 @@ def _walk(root: Any, wrappers: list[Any]) -> Iterator[tuple[CodePart, str | None
                 stack.append((callee, found.part.name, []))
 
 
-def code_digest(fn: Callable[..., Any] | Any) -> CodeDigest:
+def code_digest(fn: Callable[..., Any] | Any, also: Sequence[Any] = ()) -> CodeDigest:
     """The code digest of a step's function (or callable object, or a spec's ``run``), once per
-    object per process (the fields of an object it carries: at each call). Never raises and
-    never runs user code: it is advisory, so any problem makes it unknown, with one warning."""
-    cached = _DIGESTS.get(fn)  # the common case, without unwrapping or the lock
+    object per process (the fields of an object it carries: at each call). ``also``: what else
+    runs the step's code: a handle's ``build_config`` (its run-time branch makes the config)
+    and the values of its config (a config object's class: its methods and class constants).
+    Never raises and never runs user code: it is advisory, so any problem makes it unknown,
+    with one warning."""
+    extra: tuple[Any, ...] = ()
+    if also:
+        try:
+            with _LOCK:
+                extra = _also_code(also)
+        except Exception as exc:
+            extra = (_Unseen("<config>", f"its digest failed ({type(exc).__name__})"),)
+    cached = _cached(fn, extra)  # the common case, without unwrapping or the lock
     if cached is not None:
         return cached
     objects: list[Any] = []
     try:
         objects = bound_objects(_user_callable(fn))
-        digest = _root_digest(fn, objects)
+        digest = _root_digest(fn, objects, extra)
     except Exception as exc:
         problem = f"the code of {_name_of(fn)} could not be digested ({type(exc).__name__})"
         warn_once(problem)
         digest = unknown_digest(problem)
     if not objects:  # an object's fields are read at each call: they may have changed
-        _DIGESTS.put(fn, digest)
+        _cache(fn, extra, digest)
     return digest
 
 
-def _root_digest(fn: Any, objects: list[Any]) -> CodeDigest:
-    """``fn``'s digest, with the fields of the ``objects`` it carries (``bound_objects``)."""
+def _cached(fn: Any, extra: tuple[Any, ...]) -> CodeDigest | None:
+    if not extra:
+        return _DIGESTS.get(fn)
+    known = _WITH.get(fn)
+    if known is None or len(known[0]) != len(extra):
+        return None
+    return known[1] if all(a is b for a, b in zip(known[0], extra, strict=True)) else None
+
+
+def _cache(fn: Any, extra: tuple[Any, ...], digest: CodeDigest) -> None:
+    if extra:
+        _WITH.put(fn, (extra, digest))
+    else:
+        _DIGESTS.put(fn, digest)
+
+
+def _also_code(values: Sequence[Any]) -> tuple[Any, ...]:
+    """The project's code behind ``values`` (``code_digest``'s ``also``): a function's, and the
+    classes of the instances a config holds (their fields' too; in a container of at most
+    ``_MAX_CONTAINER`` items); nothing of the engine's."""
+    found: dict[int, Any] = {}
+    for value in values:
+        kind = id(type(value))
+        if kind in _PLAIN_IDS or _class_module(type(value)).startswith("marin."):
+            continue  # (``OUT``, a handle's placeholder: the engine's)
+        function = _step_function(value) if kind not in _HOLDER_IDS else value
+        if _is_code(function):
+            code = [function]
+        elif kind in _HOLDER_IDS:
+            code = _in_container(value) or []
+        else:
+            code = _instance_state("<config>", value)[1]
+        for item in code:
+            if type(item) is _Unseen or _found(item) is not None:
+                found.setdefault(id(item), item)
+    return tuple(found.values())
+
+
+def _root_digest(fn: Any, objects: list[Any], extra: tuple[Any, ...] = ()) -> CodeDigest:
+    """``fn``'s digest, with the fields of the ``objects`` it carries (``bound_objects``), and
+    the ``extra`` code that runs with it (``code_digest``'s ``also``)."""
     outer = _step_function(fn)
     if not _is_code(outer):
         outer = _callee(outer)
@@ -1076,16 +1270,16 @@ def _root_digest(fn: Any, objects: list[Any]) -> CodeDigest:
             what = _name_of(_unwrap(fn))
             return unknown_digest(f"{what} is a builtin or C function: no Python source")
     with _LOCK:
-        cached = None if objects else _DIGESTS.get(outer)  # by the outermost wrapper
+        cached = None if objects else _cached(outer, extra)  # by the outermost wrapper
         if cached is not None:
             return cached
         layers = _layers(outer)
         root = _innermost(outer)  # the step's own function names the digest
-        extra = [layer for layer in layers if layer is not root]
+        wrappers = [layer for layer in layers if layer is not root]
         held = [obj if _is_class(obj) else _ObjectState(obj) for obj in objects]
-        digest = _digest_of(root, extra + held)  # a classmethod's class: code, followed
+        digest = _digest_of(root, wrappers + held + [*extra])  # a classmethod's class: followed
         if not objects:
-            _DIGESTS.put(outer, digest)
+            _cache(outer, extra, digest)
         return digest
 
 
@@ -1126,4 +1320,5 @@ def clear_cache() -> None:
         _PARTS.clear()
         _SYNTAX.clear()
         _DIGESTS.clear()
+        _WITH.clear()
         clear_source_cache()

@@ -25,7 +25,7 @@ import tokenize
 import tomllib
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 log = logging.getLogger("marin")
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -271,6 +271,10 @@ class SourceIndex:
     sources: dict[str, list[str]] = field(default_factory=dict)
     """The source of each top-level non-literal assignment (``P = partial(h, 2)``): an edit of
     that expression is seen even though its value is run-time data."""
+    bindings: dict[str, list[ast.AST]] = field(default_factory=dict)
+    """Every top-level statement that binds or stores into a name, in order (``K = 3`` ...
+    ``K = 5``, a ``def``, an import, a function's ``global`` assignment): a statement run
+    between two of them captured an earlier value. Dumped only when read (``bound_earlier``)."""
 
 
 def _index_tree(tree: ast.Module) -> SourceIndex:
@@ -311,12 +315,24 @@ def _index_statements(body: list[ast.stmt], index: SourceIndex) -> None:
                 for name in _target_names(statement.target):
                     index.assigned.add(name)
                     index.sources.setdefault(name, []).append(dump(statement.iter))
+                    _index_binding(name, statement.iter, index)
             for inner in ("body", "orelse", "finalbody"):
                 _index_statements(getattr(statement, inner, []), index)
             for handler in getattr(statement, "handlers", []):
                 _index_statements(handler.body, index)
         else:
             _index_assignment(statement, index)
+            for name in _bound_by(statement):
+                _index_binding(name, statement, index)
+
+
+def _bound_by(statement: ast.stmt) -> list[str]:
+    """The names a ``def``, ``class`` or import binds (an assignment's: ``_index_assignment``)."""
+    if isinstance(statement, DEFINITIONS):
+        return [statement.name]
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        return [a.asname or a.name.partition(".")[0] for a in statement.names if a.name != "*"]
+    return []
 
 
 def _index_assignment(statement: ast.stmt, index: SourceIndex) -> None:
@@ -338,6 +354,8 @@ def _index_assignment(statement: ast.stmt, index: SourceIndex) -> None:
         )
     else:
         return
+    for name in {n for t in targets for n in _target_names(t) or _stored_in(t)}:
+        _index_binding(name, statement, index)
     literal = value is not None and _is_literal(value)
     for target in targets:
         if isinstance(target, ast.Name) and literal and len(targets) == 1 and value is not None:
@@ -350,6 +368,32 @@ def _index_assignment(statement: ast.stmt, index: SourceIndex) -> None:
                 index.assigned.add(name if stored else _attribute_key(target))
 
 
+def _index_binding(name: str, statement: ast.AST, index: SourceIndex) -> None:
+    index.bindings.setdefault(name, []).append(statement)
+
+
+def bound_earlier(index: SourceIndex, name: str) -> list[str]:
+    """The source of every top-level statement binding a name that ``name``'s value may have
+    captured an earlier value of: ``name`` itself and, transitively, each name its computed
+    value reads, when that name is bound more than once (``K = 3``, ``def h(k=K)`` or
+    ``B = Box(K)``, then ``K = 5``: the value at lowering, 5, hides an edit of ``K = 3``)."""
+    found: list[str] = []
+    stack, seen = [name], set()
+    while stack:
+        current = stack.pop()
+        if current in seen or (current.startswith("__") and current.endswith("__")):
+            continue
+        seen.add(current)
+        statements = index.bindings.get(current, [])
+        if len(statements) < 2 and current not in index.assigned:
+            continue
+        refs: References = {}
+        texts = [dump(statement, refs) for statement in statements]
+        found += [f"{current}:{text}" for text in texts] if len(statements) > 1 else []
+        stack += sorted({chain[0] for chain in refs if chain[0] != VALUE})
+    return found
+
+
 def _target_names(target: ast.expr) -> list[str]:
     """The names an assignment target binds (``A, (B, *C) = ...``)."""
     if isinstance(target, ast.Name):
@@ -358,6 +402,10 @@ def _target_names(target: ast.expr) -> list[str]:
         return _target_names(target.value)
     if isinstance(target, ast.Tuple | ast.List):
         return [name for element in target.elts for name in _target_names(element)]
+    value = target.value if isinstance(target, ast.Subscript) else None
+    if isinstance(value, ast.Call) and _chain(value.func) == ("globals",):  # globals()["K"] = 5
+        name = _constant_str(cast(ast.Subscript, target).slice)
+        return [name] if name else []
     return []
 
 
@@ -379,6 +427,7 @@ def _index_globals(function: ast.FunctionDef | ast.AsyncFunctionDef, index: Sour
             for name in {n for t in targets for n in _target_names(t)} & names:
                 index.assigned.add(name)
                 index.sources.setdefault(name, []).append(dump(node))
+                _index_binding(name, node, index)
 
 
 def _stored_in(target: ast.expr) -> list[str]:
@@ -529,6 +578,7 @@ def _write(root: Any, out: list[str], refs: References, skip: str = "") -> None:
     """
     stack: list[str | tuple[Any, str]] = [(root, skip)]
     consumed: set[int] = set()  # nodes read as part of a dynamic reference (``_dynamic``)
+    inner: set[int] = set()  # an attribute's object, a call's function: not a value of its own
     while stack:
         item = stack.pop()
         if isinstance(item, str):  # text to write; a node (or a value) is always in a tuple
@@ -538,10 +588,13 @@ def _write(root: Any, out: list[str], refs: References, skip: str = "") -> None:
         if isinstance(node, ast.AST):
             if isinstance(node, _DYNAMIC_NODES) and id(node) not in consumed:
                 _dynamic(node, refs, consumed)
+                _inner_nodes(node, consumed, inner)
             if isinstance(node, ast.Name | ast.Attribute) and id(node) not in consumed:
                 chain = _chain(node)
                 if chain:
                     refs.setdefault(chain, None)
+                    if id(node) not in inner:  # ``helpers = other``: a module as a value
+                        refs.setdefault((*chain, VALUE), None)
             todo: list[str | tuple[Any, str]] = [type(node).__name__, "("]
             for name in node._fields:
                 if name == "type_comment" or name == skip_field:
@@ -560,6 +613,17 @@ def _write(root: Any, out: list[str], refs: References, skip: str = "") -> None:
             stack.extend(reversed([*todo, "]"]))
         else:
             out.append(repr(node))
+
+
+def _inner_nodes(node: ast.AST, consumed: set[int], inner: set[int]) -> None:
+    """The nodes of ``node`` that are read only as a part of it: an attribute's object, a
+    call's function, and the object ``getattr(m, "h")`` or ``vars(m)`` reads from."""
+    if isinstance(node, ast.Attribute):
+        inner.add(id(node.value))
+    elif isinstance(node, ast.Call):
+        inner.add(id(node.func))
+        if id(node.func) in consumed and node.args:  # a look-up by name: ``_dynamic_call``
+            inner.add(id(node.args[0]))
 
 
 def dump(node: Any, refs: References | None = None) -> str:
@@ -607,6 +671,9 @@ IMPORT = "<import>"
 ``sys.modules["helpers"]``); ``helpers.<dynamic>`` when only its start is constant."""
 GLOBALS = "<globals>"
 """A reference to ``globals()`` other than with a constant key."""
+VALUE = "<value>"
+"""A reference's last item when the name is used as a value (``helpers = other``, ``f(other)``),
+not as the object of an attribute or a call: a project module so used is not followed."""
 SUBCLASSES = "<subclasses>"
 """A reference to ``__subclasses__`` of a class computed in place (``type(self)``)."""
 _DYNAMIC_NODES = (ast.Call, ast.Subscript, ast.Attribute)

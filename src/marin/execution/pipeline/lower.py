@@ -300,8 +300,17 @@ def _new_spec(
         point=handle.point,
         # Cached per function object (one parse per process): apply()'s call object holds the
         # user's function, the cache's key (``type() is``: never a user object's __class__).
-        code=code_digest(handle.run.fn if type(handle.run) is ApplyCall else handle.run),
+        # Its build_config and its config's objects run the step's code too.
+        code=code_digest(*_step_code(handle)),
     )
+
+
+def _step_code(handle: ArtifactStep) -> tuple[Any, tuple[Any, ...]]:
+    """What ``code_digest`` digests for ``handle``: its function, and what else runs with it
+    (a hand-made ``build_config``; the objects in ``apply()``'s inputs)."""
+    if type(handle.run) is ApplyCall:
+        return handle.run.fn, tuple(handle.run.inputs.values())
+    return handle.run, (handle.build_config,)
 
 
 _CODEX, _DEFERRED = ("versions", "codex"), ("versions", "deferred")
