@@ -360,6 +360,26 @@ PINNED: dict[str, Pinned] = {
         "and the run resumes it under warn and logs `code changed ...; resumed anyway` "
         "(docs/caching.md, Whose work is it); the checker read only the plan's verdict",
     ),
+    "a-killed-drivers-job-writing-during-a-dry-run-gc-is-not-gcs-doing": Pinned(
+        "gc-dry-run-changed",
+        History(
+            PipelineModel(
+                (
+                    StepModel(0, (), 3, remote=True),
+                    StepModel(1, (), 2, remote=True, resumable=True, user_scope=True),
+                    StepModel(2, (), 1, remote=True),
+                    StepModel(3, (0, 1, 2), 3),
+                )
+            ),
+            (
+                KillDriver(1, "before", RunOpts(on_drift="rebuild")),
+                Gc(Context(), dry_run=True, teammate=True),
+            ),
+        ),
+        "4995 (the soak profile)",
+        "the checker's own bug: the jobs of a killed driver run on and write their outputs "
+        "while a teammate's `gc --dry-run` runs; the check took their new data files for gc's",
+    ),
 }
 
 ON_AN_ENGINE = Pinned(
