@@ -258,7 +258,8 @@ def diff(got: Expected | None, want: Expected) -> str:
 
 
 CURRENT = ("built", "skipped", "unchanged", "built-by-other")
-SAYS = {"drift": "version bump", "code drift": "code changed", "no-cascade": "stale"}
+SAYS = {"drift": ("version bump",), "code drift": ("code changed", "ran other code"),
+        "no-cascade": ("stale",)}  # fmt: skip
 
 
 def check_report(
@@ -300,8 +301,8 @@ def check_report(
                 )
             )
             continue
-        said = str(step.get("reason")) + _resume_line(plan, step)
-        unsaid = [r for r in reasons if r in SAYS and SAYS[r] not in said]
+        said = str(step.get("reason")) + _resume_line(plan, step) + _job_line(log, step)
+        unsaid = [r for r in reasons if r in SAYS and not any(w in said for w in SAYS[r])]
         if unsaid and unsaid == reasons:
             out.append(
                 Violation(
@@ -319,7 +320,8 @@ PENDING = re.compile(r"upstream (\S+) is rebuilt in this run")
 
 
 def with_run_resumes(plan: dict[str, Any], report: dict[str, Any], log: str) -> dict[str, Any]:
-    """``plan`` with the resume verdict the run logged for a step it reports resumed, where
+    """``plan`` with what the run logged it reused (a job of other code, under ``warn``:
+    code drift), and with the resume verdict the run logged for a step it reports resumed, where
     the plan cleared the partial output only because its inputs "are rebuilt in this run" and
     the run kept each of them (early cutoff: ``unchanged``). The build judges the partial
     output again then, and resumes it, under ``warn`` also across a code change, saying so in
@@ -346,7 +348,27 @@ def with_run_resumes(plan: dict[str, Any], report: dict[str, Any], log: str) -> 
         {**s, "resume": {"resume": True, "reason": said[s["step"]]}} if rejudged(s) else s
         for s in plan.get("steps", [])
     ]
+    reused = {m.group(1) for m in JOB_OF_OTHER_CODE.finditer(log)}
+    steps = [  # a job of other code the run reattached to or collected under warn
+        {**s, "code_drift": s.get("code_drift") or ["its job ran other code"]}
+        if s["step"] in reused else s
+        for s in steps
+    ]  # fmt: skip
     return {**plan, "steps": steps}
+
+
+JOB_OF_OTHER_CODE = re.compile(
+    r"^\S+\s+WARNING\s+code drift (\S+): (.* ran other code .*; reused \(on_code_drift=warn\))$",
+    re.MULTILINE,
+)
+"""The run's note of a job of other code it reused under ``warn`` (docs/caching.md, "Whose
+work is it": the code digest row; the next plan shows the record's code drift; seed 5958)."""
+
+
+def _job_line(log: str, step: dict[str, Any]) -> str:
+    """The run's note that it reused ``step``'s job of other code, if it did."""
+    found = [m.group(2) for m in JOB_OF_OTHER_CODE.finditer(log) if m.group(1) == step["step"]]
+    return " " + found[0] if found else ""
 
 
 def _resume_line(plan: dict[str, Any], step: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ from tests.oracle.ops import (
     Run,
     RunOpts,
     Stream,
+    TwoDrivers,
 )
 from tests.oracle.pipeline import PipelineModel, StepModel
 from tests.oracle.world import Context
@@ -379,6 +380,57 @@ PINNED: dict[str, Pinned] = {
         "4995 (the soak profile)",
         "the checker's own bug: the jobs of a killed driver run on and write their outputs "
         "while a teammate's `gc --dry-run` runs; the check took their new data files for gc's",
+    ),
+    "a-job-of-other-code-reused-under-warn-is-code-drift-the-run-names": Pinned(
+        "wrong-artifact:remote-job",
+        History(
+            PipelineModel(
+                (
+                    StepModel(0, (), 3),
+                    StepModel(1, (), 2),
+                    StepModel(2, (0, 1), 3, remote=True),
+                    StepModel(3, (2,), 1),
+                    StepModel(4, (3,), 2, remote=True),
+                )
+            ),
+            (
+                KillDriver(2, "before", RunOpts(on_drift="rebuild")),
+                EditCode(2, True),
+                Run(WARN),
+            ),
+        ),
+        "5958 (the soak profile)",
+        "the checker's own bug: the run collects the job of old code its killed driver left "
+        "and logs `code drift ...: local job ... ran other code (...); reused "
+        "(on_code_drift=warn)` (docs/caching.md, Whose work is it); the checker read only the "
+        "plan made before the run, which cannot know the job's code",
+    ),
+    "a-sweep-point-served-by-older-code-under-warn-is-code-drift": Pinned(
+        "wrong-artifact:stream",
+        History(
+            PipelineModel(
+                (
+                    StepModel(0, (), 3),
+                    StepModel(1, (0,), 1),
+                    StepModel(2, (1,), 1, resumable=True),
+                    StepModel(3, (1,), 2, resumable=True),
+                    StepModel(4, (0, 2), 2, resumable=True),
+                    StepModel(5, (0, 4), 1),
+                    StepModel(6, (2, 4), 3),
+                )
+            ),
+            (
+                Run(RunOpts(on_code_drift="error")),
+                EditCode(6, True),
+                EditCode(4, False),
+                TwoDrivers(WARN),
+                Stream(6, ((0, False), (1, True), (2, True)), RunOpts(on_drift="rebuild")),
+            ),
+        ),
+        "5952 (the soak profile)",
+        "the checker's own bug: a sweep under `--on-code-drift warn` serves the record of one "
+        "of its configs built by older code (docs/caching.md, exception 1); the stream check "
+        "allowed config drift only",
     ),
 }
 
