@@ -100,23 +100,24 @@ def earlier_attempt(present: set[str], lease: Lease, output_seen: bool) -> Lefto
 def refuse_frozen(location: Location, spec: StepSpec, committed: ArtifactRecord | None) -> None:
     """Refuse, before anything is cleared or written, to replace the ``committed`` build in
     place when ``marin register`` released it (its freeze mark and a manifest name it). Asked
-    by the lease holder, which ``marin register`` also takes: free when nothing is committed,
-    else the mark (and, when it names this build, its manifests).
+    by the lease holder, which ``marin register`` also takes: free when there is no mark, else
+    the mark's manifests. With no readable record (``committed`` None: torn or deleted), a mark
+    and a manifest naming this step's output still freeze the build stored there.
 
     Raises:
-        RegisteredBuildFrozenError: the committed build is registered (final: never retried).
+        RegisteredBuildFrozenError: the stored build is registered (final: never retried).
         ArtifactRegistryError: a manifest the mark lists cannot be trusted.
         StorageError: storage kept failing.
     """
-    if committed is None:
-        return
-    ids = frozen_ids(location, spec.output_path, committed)
+    ids = frozen_ids(location, spec.output_path, committed, spec.step_id)
     if not ids:
         return
+    build = f"build {committed.build_id}" if committed is not None else "build"
+    damaged = "" if committed is not None else " (its record is unreadable or gone)"
     raise RegisteredBuildFrozenError(
-        f"the build {committed.build_id} at {location.url_for(spec.output_path)} is registered "
-        f"as {', '.join(ids)}: this run would rebuild it in place (--force, a drift rebuild or "
-        "a rebuilt input); nothing was cleared or written",
+        f"the {build} at {location.url_for(spec.output_path)}{damaged} is registered "
+        f"as {', '.join(ids)}: this run would rebuild it in place (--force, a drift rebuild, "
+        "a rebuilt input or a lost record); nothing was cleared or written",
         "a registered build is never rebuilt in place: bump the version (or register a new "
         "build under a new tag)",
         spec.step_id,
