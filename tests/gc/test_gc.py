@@ -486,6 +486,33 @@ def test_a_rebuild_never_clears_data_adopted_in_place(tmp_path: Path) -> None:
     assert read_record(open_prefix(str(prefix)), "gc/corpus/v1").source is None
 
 
+def test_a_failed_adoptions_status_never_makes_user_data_deletable(tmp_path: Path) -> None:
+    """Red team r7-6: an in-place adopt run before the data was there failed and left a status
+    beside ``gc/corpus/v1``; the data the user put there next was cleared by a build of that
+    name@version as a failed attempt's debris, and deleted by gc. An adoption never writes its
+    output path: its status proves nothing there."""
+    from marin.execution.errors import StepFailedError, StorageError
+    from marin.execution.lazy import ArtifactStep
+
+    prefix = tmp_path / "p"
+    with pytest.raises(StepFailedError):
+        run([ArtifactStep.adopt("gc/corpus", "v1", "gc/corpus/v1")], prefix=str(prefix))
+    status = read_status_file(open_prefix(str(prefix)), "gc/corpus/v1")
+    assert status is not None and status["adoption"] == "gc/corpus/v1"
+    (prefix / "gc/corpus/v1").mkdir(parents=True)
+    (prefix / "gc/corpus/v1/data.txt").write_text("PRECIOUS")
+    built = apply("gc/corpus", write_step_plain, version="v1", out_path=OUT)
+    with pytest.raises(StepFailedError) as raised:
+        run([built], prefix=str(prefix))
+    error = _cause(raised.value, StorageError)
+    assert "holds only the status of an adoption" in error.what and "move it away" in error.fix
+    assert os.listdir(prefix / "gc/corpus/v1") == ["data.txt"]  # nothing cleared, nothing built
+    report = collect_garbage(pipeline(), str(prefix))  # another pipeline's gc
+    assert [(c.step, c.state) for c in report.collected] == [("gc/corpus@v1", "failed")]
+    assert (prefix / "gc/corpus/v1/data.txt").read_text() == "PRECIOUS"  # only .marin went
+    assert not (prefix / "gc/corpus/v1.marin").exists()
+
+
 def write_step_plain(out_path: str) -> None:
     os.makedirs(out_path, exist_ok=True)
     Path(out_path, "new.txt").write_text("built")

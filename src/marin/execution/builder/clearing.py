@@ -15,9 +15,15 @@ from marin.execution.names import METADATA_SUFFIX
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.store.lease import Lease
 from marin.execution.store.location import Location, with_retries
-from marin.execution.store.records import ArtifactRecord, metadata_dir
+from marin.execution.store.records import (
+    ArtifactRecord,
+    adoption_status,
+    metadata_dir,
+    metadata_files,
+    read_status_file,
+)
 from marin.execution.store.registry import frozen_ids
-from marin.execution.store.step_folder import RECORD_FILE, STATUS_FILE
+from marin.execution.store.step_folder import RECORD_FILE, STATUS_FILE, lease_path
 from marin.execution.vocabulary import Leftover
 
 log = logging.getLogger("marin")
@@ -43,17 +49,30 @@ def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
     out = location.path(spec.output_path)
     if not location.exists(out):
         return False  # the common first build: nothing there
+    folder = metadata_dir(spec.output_path).rsplit("/", 1)[-1]
+    why = f"no {folder} folder beside it"
     if location.exists(location.path(metadata_dir(spec.output_path))):
-        return True
+        if not _adoption_only(location, spec.output_path):
+            return True
+        why = f"{folder} holds only the status of an adoption, which never writes there"
     raise StorageError(
         f"output path {location.url_for(spec.output_path)} already exists and was not "
-        f"written by Marin (no {metadata_dir(spec.output_path).rsplit('/', 1)[-1]} folder "
-        "beside it)",
+        f"written by Marin ({why})",
         "move it away (or delete it yourself), then run again; Marin never deletes "
         f"data it did not write (to serve that data as {spec.step_id}, adopt it where it is: "
         f"ArtifactStep.adopt({spec.name!r}, {spec.version!r}, {spec.output_path!r}))",
         spec.step_id,
     )
+
+
+def _adoption_only(location: Location, output_path: str) -> bool:
+    """Whether the metadata folder beside ``output_path`` proves nothing about it: no record,
+    no lease, and a status an adopted step's attempt wrote (``adoption_status``)."""
+    if RECORD_FILE in metadata_files(location, output_path):
+        return False
+    if location.has_file(location.path(lease_path(output_path))):
+        return False
+    return adoption_status(read_status_file(location, output_path))
 
 
 def refuse_clearing_adopted(

@@ -103,6 +103,7 @@ from marin.execution.store.lease import (
 )
 from marin.execution.store.location import Location, durable
 from marin.execution.store.records import (
+    ADOPTION,
     FAILED,
     GC_DELETING,
     NO_SHARED_BUILD,
@@ -697,7 +698,10 @@ def _canonical_result(raw_result: Any, spec: StepSpec) -> Any:
 
 
 def _best_effort_status(location: Location, spec: StepSpec, state: str, **details: Any) -> None:
-    """A status write that must not hide the error being reported (storage may be failing)."""
+    """A status write that must not hide the error being reported (storage may be failing).
+    An adopted step's says so (``ADOPTION``): its attempt never wrote the output path."""
+    if spec.source is not None:
+        details[ADOPTION] = spec.source
     try:
         write_status(location, spec.output_path, state, **details)
     except OSError as exc:

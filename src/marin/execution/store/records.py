@@ -727,6 +727,18 @@ def status_names(status: Mapping[str, Any] | None, output_path: str) -> bool:
     return status is not None and status.get(OWNER_FIELD) == output_path
 
 
+ADOPTION = "adoption"
+"""In a status an adopted step's attempt wrote: the source it adopts. Such an attempt never
+writes its output path, so its status proves nothing about what lies there (a build never
+clears it, gc never deletes it: ``adoption_status``)."""
+
+
+def adoption_status(status: object) -> bool:
+    """Whether ``status`` (a status file's content, untrusted) is an adopted step's attempt's:
+    it never wrote the output path, so the status is no proof that Marin did."""
+    return isinstance(status, dict) and isinstance(status.get(ADOPTION), str)
+
+
 def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:
     """Write the step's status file: ``state``, the output path it is of (``OWNER_FIELD``) and
     ``details``, atomically (``write_atomic``).
