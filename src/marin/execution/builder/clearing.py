@@ -116,18 +116,24 @@ def earlier_attempt(present: set[str], lease: Lease, output_seen: bool) -> Lefto
     return None
 
 
-def refuse_frozen(location: Location, spec: StepSpec, committed: ArtifactRecord | None) -> None:
+def refuse_frozen(
+    location: Location, spec: StepSpec, committed: ArtifactRecord | None, leftover: bool
+) -> None:
     """Refuse, before anything is cleared or written, to replace the ``committed`` build in
     place when ``marin register`` released it (its freeze mark and a manifest name it). Asked
-    by the lease holder, which ``marin register`` also takes: free when there is no mark, else
-    the mark's manifests. With no readable record (``committed`` None: torn or deleted), a mark
-    and a manifest naming this step's output still freeze the build stored there.
+    by the lease holder, which ``marin register`` also takes: free when nothing is there, else
+    the mark (and, when it names the build, its manifests). With no readable record
+    (``committed`` None: torn or deleted) but something left at the output (``leftover``:
+    ``earlier_attempt`` found it), a mark and a manifest naming this step's output still freeze
+    the build stored there.
 
     Raises:
         RegisteredBuildFrozenError: the stored build is registered (final: never retried).
         ArtifactRegistryError: a manifest the mark lists cannot be trusted.
         StorageError: storage kept failing.
     """
+    if committed is None and not leftover and not location.is_memory:
+        return  # a first build: nothing to freeze, and no read (memory:// sees no leftover)
     ids = frozen_ids(location, spec.output_path, committed, spec.step_id)
     if not ids:
         return

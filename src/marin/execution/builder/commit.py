@@ -777,7 +777,8 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
     """Build the step holding its lease: clear what an earlier attempt left, run ``fn``,
     commit its record (a remote step's build may be pending meanwhile, while its job runs)."""
     spec, location, request = held.spec, held.location, held.request
-    refuse_frozen(location, spec, held.previous)  # a registered build is never replaced
+    # A registered build is never replaced (nor one whose record was lost: its leftovers).
+    refuse_frozen(location, spec, held.previous, held.earlier is not None)
     refuse_clearing_adopted(location, spec, held.previous)
     if held.earlier is not None:
         _refuse_unclearable(location, spec, held.lease)
