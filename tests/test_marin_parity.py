@@ -313,6 +313,34 @@ def test_a_pin_inside_or_onto_another_steps_output_is_refused_at_lower() -> None
         lower([corpus, onto])
 
 
+def test_a_step_pinned_onto_another_pipelines_build_neither_serves_nor_replaces_it(
+    prefix: str,
+) -> None:
+    """r7 #14: the pin check of ``lower()`` sees one graph only; a step of another pipeline
+    pinned onto ``corpus/v1`` finds corpus@v1's record there, which is not its own."""
+    from marin.execution.store.location import open_prefix
+    from marin.execution.store.records import read_record
+
+    run(source_step(text="corpus"), prefix=prefix)
+    onto = apply("y", _write, version="v1", path=OUT, text="pinned", pin="corpus/v1")
+    before = sorted(os.listdir(f"{prefix}/corpus/v1.marin")) if "://" not in prefix else []
+    for rebuild in ({}, {"on_drift": "rebuild"}, {"force": ["y"]}):
+        with pytest.raises(StepFailedError) as info:
+            run(onto, prefix=prefix, **rebuild)  # type: ignore[arg-type]
+        text = str(info.value.__cause__ or info.value)
+        assert "pin 'corpus/v1' is the output of corpus@v1" in text and "another pin" in text
+    assert _read(f"{prefix}/corpus/v1") == "corpus"  # corpus@v1's build is intact
+    if before:
+        assert sorted(os.listdir(f"{prefix}/corpus/v1.marin")) == before
+    kept = read_record(open_prefix(prefix), "corpus/v1", step=("corpus", "v1"))
+    assert kept is not None and kept.step_id == "corpus@v1"
+    # The reverse: a pinned step's build is never served as the step its path names.
+    fresh = apply("z", _write, version="v1", path=OUT, text="z", pin="w/v1")
+    run(fresh, prefix=prefix)
+    assert read_record(open_prefix(prefix), "w/v1", step=("w", "v1")) is None
+    assert read_record(open_prefix(prefix), "w/v1", step=("z", "v1")) is not None
+
+
 def test_adopting_and_pinning_together_is_an_error() -> None:
     adopted = ArtifactStep.adopt("raw", "v1", "/data/raw")
     with pytest.raises(InvalidStepError, match="both adopted .* and pinned") as info:

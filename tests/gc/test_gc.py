@@ -428,6 +428,34 @@ def test_gc_keeps_an_adopted_steps_source_under_the_prefix(tmp_path: Path) -> No
     assert {d.spec.step_id: d.action for d in decisions}["gc/imported@v1"] == Action.SKIP
 
 
+@pytest.mark.parametrize(
+    "spelling", ["gc/raw//v1", "{real}//gc/raw/v1", "gc//raw/v1/", "{link}/gc/raw/v1"]
+)
+@pytest.mark.parametrize("via", ["real", "link"])
+def test_gc_keeps_an_adopted_source_however_it_is_spelled(
+    tmp_path: Path, spelling: str, via: str
+) -> None:
+    """Red team r7-5: an adopted source spelled ``raw//v1``, or reached through a link to the
+    prefix while gc was given the real path (or the reverse), was taken for "elsewhere": gc
+    deleted the build the plan still serves."""
+    from marin.execution.lazy import ArtifactStep
+
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    link.symlink_to(real)
+    prefix = str(real if via == "real" else link)
+    run([step("raw", "v1")], prefix=prefix)
+    source = spelling.format(real=real, link=link)
+    handles = [step("old", "v1", ArtifactStep.adopt("gc/imported", "v1", source))]
+    run(handles, prefix=prefix)
+    report = collect_garbage(handles, prefix)
+    assert "gc/raw/v1" not in [c.output_path for c in report.collected]
+    assert {k.path: k.why for k in report.kept}["gc/raw/v1"] == (
+        "gc/imported@v1 adopts it (its source)"
+    )
+    assert (real / "gc/raw/v1/data.txt").read_text() == "raw<-"
+
+
 def test_a_rebuild_never_clears_data_adopted_in_place(tmp_path: Path) -> None:
     """Red team r6-5: data adopted in place at ``gc/corpus/v1``, then the same name@version
     made a built step: ``--force`` (and ``--on-drift rebuild``) deleted the user's files. The
@@ -456,6 +484,33 @@ def test_a_rebuild_never_clears_data_adopted_in_place(tmp_path: Path) -> None:
     run([built], prefix=str(prefix), on_drift="rebuild")
     assert (tmp_path / "moved/data.txt").read_text() == "PRECIOUS"
     assert read_record(open_prefix(str(prefix)), "gc/corpus/v1").source is None
+
+
+def test_a_failed_adoptions_status_never_makes_user_data_deletable(tmp_path: Path) -> None:
+    """Red team r7-6: an in-place adopt run before the data was there failed and left a status
+    beside ``gc/corpus/v1``; the data the user put there next was cleared by a build of that
+    name@version as a failed attempt's debris, and deleted by gc. An adoption never writes its
+    output path: its status proves nothing there."""
+    from marin.execution.errors import StepFailedError, StorageError
+    from marin.execution.lazy import ArtifactStep
+
+    prefix = tmp_path / "p"
+    with pytest.raises(StepFailedError):
+        run([ArtifactStep.adopt("gc/corpus", "v1", "gc/corpus/v1")], prefix=str(prefix))
+    status = read_status_file(open_prefix(str(prefix)), "gc/corpus/v1")
+    assert status is not None and status["adoption"] == "gc/corpus/v1"
+    (prefix / "gc/corpus/v1").mkdir(parents=True)
+    (prefix / "gc/corpus/v1/data.txt").write_text("PRECIOUS")
+    built = apply("gc/corpus", write_step_plain, version="v1", out_path=OUT)
+    with pytest.raises(StepFailedError) as raised:
+        run([built], prefix=str(prefix))
+    error = _cause(raised.value, StorageError)
+    assert "holds only the status of an adoption" in error.what and "move it away" in error.fix
+    assert os.listdir(prefix / "gc/corpus/v1") == ["data.txt"]  # nothing cleared, nothing built
+    report = collect_garbage(pipeline(), str(prefix))  # another pipeline's gc
+    assert [(c.step, c.state) for c in report.collected] == [("gc/corpus@v1", "failed")]
+    assert (prefix / "gc/corpus/v1/data.txt").read_text() == "PRECIOUS"  # only .marin went
+    assert not (prefix / "gc/corpus/v1.marin").exists()
 
 
 def write_step_plain(out_path: str) -> None:

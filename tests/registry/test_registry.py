@@ -239,6 +239,33 @@ def _refused_in_library(prefix: str, what: str) -> None:
     assert what in refused.value.__cause__.what
 
 
+@pytest.mark.parametrize("damage", ["torn", "deleted"])
+def test_a_registered_build_whose_record_is_lost_is_never_rebuilt_in_place(
+    damage: str, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r7-7: the record of a registered build torn or deleted by hand; the next run
+    took the build for an earlier attempt's leftovers and rebuilt it in place, and ``from_id``
+    served the new bytes under the registered build id. The mark and the manifest (which holds
+    the record's copy) still name the build: refused, nothing cleared."""
+    calls = _release(prefix, tmp_path, monkeypatch, "models/m/v1")
+    location = open_prefix(prefix)
+    record_file = location.path(f"{MODEL}.marin/record.json")
+    if damage == "torn":
+        location.put_file(record_file, location.read_file(record_file)[:10])
+    else:
+        location.rm_file(record_file)
+    before = _stored(prefix, "models/m/v1")
+    from tests.registry.frozen_pipelines import pipeline as frozen
+
+    with pytest.raises(StepFailedError) as refused:
+        run(frozen(), prefix=prefix)
+    error = refused.value.__cause__
+    assert isinstance(error, RegisteredBuildFrozenError) and error.step == "frozen/model@v1"
+    assert "its record is unreadable or gone" in error.what and "bump the version" in error.fix
+    assert calls.read_text().splitlines() == ["model 0.1"]  # fn never ran again
+    assert _stored(prefix, "models/m/v1") == before  # output, status and manifest untouched
+
+
 def test_a_registration_that_crashed_before_its_manifest_freezes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -297,7 +324,11 @@ def test_a_registered_build_rebuilt_in_place_is_said_gone_and_its_inputs_kept(
         run(pipeline(), prefix=prefix, on_drift="rebuild")
     assert isinstance(refused.value.__cause__, RegisteredBuildFrozenError)
     location.rm_file(location.path("gc/train/v1.marin/record.json"))  # deleted by hand
-    run(pipeline(), prefix=prefix, on_drift="rebuild")  # so rebuilt: the mark names another
+    with pytest.raises(StepFailedError) as refused:  # the mark and manifest still freeze it
+        run(pipeline(), prefix=prefix, on_drift="rebuild")
+    assert isinstance(refused.value.__cause__, RegisteredBuildFrozenError)
+    location.rm_file(location.path("gc/train/v1.marin/registered.json"))  # the mark too
+    run(pipeline(), prefix=prefix, on_drift="rebuild")  # so rebuilt: the manifest's is gone
     report = collect_garbage(pipeline(), location)
     assert any("models/train/v1 names gc/train@v1 build" in n for n in report.gone)
     kept = {k.step: k.why for k in report.kept}

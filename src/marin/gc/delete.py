@@ -32,6 +32,7 @@ from marin.execution.store.records import (
     FAILED,
     GC_DELETING,
     ArtifactRecord,
+    adoption_status,
     delete_record,
     load_record,
     metadata_dir,
@@ -58,8 +59,11 @@ class Outcome:
 
 def adopted(slot: Slot) -> bool:
     """An adopted step (``ArtifactStep.adopt``): its data is not Marin's (adopted in place, it
-    is never moved or deleted), so only its record and metadata folder go."""
-    return slot.record is not None and slot.record.source is not None
+    is never moved or deleted), so only its record and metadata folder go. So too with no
+    record but an adoption attempt's status: that attempt never wrote the output path."""
+    if slot.record is not None:
+        return slot.record.source is not None
+    return adoption_status(slot.status)
 
 
 def _changed(location: Location, slot: Slot, files: list[str]) -> str:

@@ -15,9 +15,15 @@ from marin.execution.names import METADATA_SUFFIX
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.store.lease import Lease
 from marin.execution.store.location import Location, with_retries
-from marin.execution.store.records import ArtifactRecord, metadata_dir
+from marin.execution.store.records import (
+    ArtifactRecord,
+    adoption_status,
+    metadata_dir,
+    metadata_files,
+    read_status_file,
+)
 from marin.execution.store.registry import frozen_ids
-from marin.execution.store.step_folder import RECORD_FILE, STATUS_FILE
+from marin.execution.store.step_folder import RECORD_FILE, STATUS_FILE, lease_path
 from marin.execution.vocabulary import Leftover
 
 log = logging.getLogger("marin")
@@ -43,17 +49,30 @@ def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
     out = location.path(spec.output_path)
     if not location.exists(out):
         return False  # the common first build: nothing there
+    folder = metadata_dir(spec.output_path).rsplit("/", 1)[-1]
+    why = f"no {folder} folder beside it"
     if location.exists(location.path(metadata_dir(spec.output_path))):
-        return True
+        if not _adoption_only(location, spec.output_path):
+            return True
+        why = f"{folder} holds only the status of an adoption, which never writes there"
     raise StorageError(
         f"output path {location.url_for(spec.output_path)} already exists and was not "
-        f"written by Marin (no {metadata_dir(spec.output_path).rsplit('/', 1)[-1]} folder "
-        "beside it)",
+        f"written by Marin ({why})",
         "move it away (or delete it yourself), then run again; Marin never deletes "
         f"data it did not write (to serve that data as {spec.step_id}, adopt it where it is: "
         f"ArtifactStep.adopt({spec.name!r}, {spec.version!r}, {spec.output_path!r}))",
         spec.step_id,
     )
+
+
+def _adoption_only(location: Location, output_path: str) -> bool:
+    """Whether the metadata folder beside ``output_path`` proves nothing about it: no record,
+    no lease, and a status an adopted step's attempt wrote (``adoption_status``)."""
+    if RECORD_FILE in metadata_files(location, output_path):
+        return False
+    if location.has_file(location.path(lease_path(output_path))):
+        return False
+    return adoption_status(read_status_file(location, output_path))
 
 
 def refuse_clearing_adopted(
@@ -97,26 +116,33 @@ def earlier_attempt(present: set[str], lease: Lease, output_seen: bool) -> Lefto
     return None
 
 
-def refuse_frozen(location: Location, spec: StepSpec, committed: ArtifactRecord | None) -> None:
+def refuse_frozen(
+    location: Location, spec: StepSpec, committed: ArtifactRecord | None, leftover: bool
+) -> None:
     """Refuse, before anything is cleared or written, to replace the ``committed`` build in
     place when ``marin register`` released it (its freeze mark and a manifest name it). Asked
-    by the lease holder, which ``marin register`` also takes: free when nothing is committed,
-    else the mark (and, when it names this build, its manifests).
+    by the lease holder, which ``marin register`` also takes: free when nothing is there, else
+    the mark (and, when it names the build, its manifests). With no readable record
+    (``committed`` None: torn or deleted) but something left at the output (``leftover``:
+    ``earlier_attempt`` found it), a mark and a manifest naming this step's output still freeze
+    the build stored there.
 
     Raises:
-        RegisteredBuildFrozenError: the committed build is registered (final: never retried).
+        RegisteredBuildFrozenError: the stored build is registered (final: never retried).
         ArtifactRegistryError: a manifest the mark lists cannot be trusted.
         StorageError: storage kept failing.
     """
-    if committed is None:
-        return
-    ids = frozen_ids(location, spec.output_path, committed)
+    if committed is None and not leftover and not location.is_memory:
+        return  # a first build: nothing to freeze, and no read (memory:// sees no leftover)
+    ids = frozen_ids(location, spec.output_path, committed, spec.step_id)
     if not ids:
         return
+    build = f"build {committed.build_id}" if committed is not None else "build"
+    damaged = "" if committed is not None else " (its record is unreadable or gone)"
     raise RegisteredBuildFrozenError(
-        f"the build {committed.build_id} at {location.url_for(spec.output_path)} is registered "
-        f"as {', '.join(ids)}: this run would rebuild it in place (--force, a drift rebuild or "
-        "a rebuilt input); nothing was cleared or written",
+        f"the {build} at {location.url_for(spec.output_path)}{damaged} is registered "
+        f"as {', '.join(ids)}: this run would rebuild it in place (--force, a drift rebuild, "
+        "a rebuilt input or a lost record); nothing was cleared or written",
         "a registered build is never rebuilt in place: bump the version (or register a new "
         "build under a new tag)",
         spec.step_id,

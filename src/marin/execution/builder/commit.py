@@ -103,6 +103,7 @@ from marin.execution.store.lease import (
 )
 from marin.execution.store.location import Location, durable
 from marin.execution.store.records import (
+    ADOPTION,
     FAILED,
     GC_DELETING,
     NO_SHARED_BUILD,
@@ -176,7 +177,7 @@ def read_upstream(spec: StepSpec, location: Location) -> list[Upstream]:
 
 
 def _upstream_now(step_id: str, dep: StepSpec, location: Location) -> Upstream:
-    record = read_record(location, dep.output_path)
+    record = read_record(location, dep.output_path, step=(dep.name, dep.version))
     if record is not None:
         return Upstream(step_id, record)
     status = read_status_file(location, dep.output_path)
@@ -293,7 +294,7 @@ def _after_lease_lost(
     lease = Lease(location, spec.output_path, ttl=request.lease_ttl)
     _acquire(lease, spec)  # wait for the runner that took over
     try:
-        record = read_record(location, spec.output_path)
+        record = read_record(location, spec.output_path, step=(spec.name, spec.version))
         if record is None and lease.took_over:
             # That runner died too; keep the proof that Marin wrote here for the next one.
             _best_effort_status(location, spec, FAILED, error="interrupted (lease expired)")
@@ -332,7 +333,11 @@ def _lease_and_build(
     with hold:
         crash_point("after-lease", spec.step_id)
         present = metadata_files(location, spec.output_path)
-        found = load_record(location, spec.output_path) if RECORD_FILE in present else None
+        found = (
+            load_record(location, spec.output_path, step=(spec.name, spec.version))
+            if RECORD_FILE in present
+            else None
+        )
         if isinstance(found, ForeignRecord):
             # Copied in after the plan: refused like any other step's record, never replaced.
             decide(spec, Stored(foreign=found), upstream, policy, needed=True).raise_if_refused()
@@ -471,7 +476,7 @@ def _inputs_at_start(
         if dep is None:
             fresh.append(up)
             continue
-        record = read_record(location, dep.output_path, up.record)
+        record = read_record(location, dep.output_path, up.record, (dep.name, dep.version))
         known = None if up.record is None else up.record.build_id
         if record is None or record.build_id != known:
 
@@ -482,7 +487,7 @@ def _inputs_at_start(
             _wait_out(
                 spec, dep.step_id, live, f"input {dep.step_id} is being rebuilt; lease held by"
             )
-            record = read_record(location, dep.output_path)
+            record = read_record(location, dep.output_path, step=(dep.name, dep.version))
         if record is None and up.record is not None:
             raise InputChangedError(
                 f"input {dep.step_id} has no record any more: it {_input_gone(location, dep)} "
@@ -512,7 +517,7 @@ def _check_inputs_unchanged(
         dep = deps.get(up.step_id)
         if dep is None or up.record is None:
             continue
-        now = read_record(location, dep.output_path, up.record)
+        now = read_record(location, dep.output_path, up.record, (dep.name, dep.version))
         if now is None or now.build_id != up.record.build_id:
             became = (
                 _input_gone(location, dep)
@@ -693,7 +698,10 @@ def _canonical_result(raw_result: Any, spec: StepSpec) -> Any:
 
 
 def _best_effort_status(location: Location, spec: StepSpec, state: str, **details: Any) -> None:
-    """A status write that must not hide the error being reported (storage may be failing)."""
+    """A status write that must not hide the error being reported (storage may be failing).
+    An adopted step's says so (``ADOPTION``): its attempt never wrote the output path."""
+    if spec.source is not None:
+        details[ADOPTION] = spec.source
     try:
         write_status(location, spec.output_path, state, **details)
     except OSError as exc:
@@ -769,7 +777,8 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
     """Build the step holding its lease: clear what an earlier attempt left, run ``fn``,
     commit its record (a remote step's build may be pending meanwhile, while its job runs)."""
     spec, location, request = held.spec, held.location, held.request
-    refuse_frozen(location, spec, held.previous)  # a registered build is never replaced
+    # A registered build is never replaced (nor one whose record was lost: its leftovers).
+    refuse_frozen(location, spec, held.previous, held.earlier is not None)
     refuse_clearing_adopted(location, spec, held.previous)
     if held.earlier is not None:
         _refuse_unclearable(location, spec, held.lease)
@@ -1073,7 +1082,7 @@ def _lost(location: Location, spec: StepSpec, lease: Lease) -> LeaseLostError | 
     if not gone:
         # A runner that took over and finished released the lease: its record or its FAILED
         # status is there (a status left by `marin unlock` says so).
-        if read_record(location, spec.output_path) is not None:
+        if read_record(location, spec.output_path, step=(spec.name, spec.version)) is not None:
             return taken
         status = read_status_file(location, spec.output_path)
         if status is not None and "marin unlock" not in str(status.get("error", "")):

@@ -117,7 +117,7 @@ def load_dependency(location: Location, spec: StepSpec, step_id: str) -> Artifac
     from marin.execution.store.records import read_record
 
     dep = next(d for d in spec.deps if d.step_id == step_id)
-    record = read_record(location, dep.output_path)
+    record = read_record(location, dep.output_path, step=(dep.name, dep.version))
     if record is None:
         raise StorageError(
             f"dependency {step_id} has no record at {location.url_for(dep.output_path)} any more",

@@ -355,6 +355,13 @@ def _over_foreign(
             f"move {file} (or its whole folder) away, then run again: Marin never "
             "serves or deletes another step's record",
         )
+        if spec.pin is not None:  # pinned onto another step's build (another pipeline's)
+            refusal = (
+                f"pin {spec.pin!r} is the output of {foreign.record.step_id} ({file}); "
+                f"{spec.step_id} would serve or replace that build",
+                f"give {spec.step_id} another pin, or read {foreign.record.step_id}'s build "
+                "through ArtifactStep.adopt: Marin never serves or replaces another step's record",
+            )
         return Action.BUILD, f"{why}: a run refuses to build over it", refusal
     return Action.PRUNE, f"pruned: not built ({why}), and nothing that runs needs it", None
 

@@ -46,7 +46,7 @@ def read_stored_step(spec: StepSpec, location: Location) -> Stored:
         if not spec.user_home:
             return NOTHING_STORED  # three dict lookups instead of three raised FileNotFoundErrors
         return Stored(shared=shared_build(location, spec.output_path, spec.user_home))
-    found = load_record(location, spec.output_path)
+    found = load_record(location, spec.output_path, step=(spec.name, spec.version))
     if isinstance(found, ArtifactRecord):
         return Stored(found)
     attempt = read_attempt_record(location, spec.output_path) if spec.resumable else None

@@ -183,7 +183,7 @@ class _Placing:
             return mine  # forced, dev (always rebuilt), or built from the user's own inputs
         if _anything_at(self.location, mine.output_path):
             return mine  # the user's own build (or attempt, or lease) wins
-        shared = read_record(self.location, spec.output_path)
+        shared = read_record(self.location, spec.output_path, step=(spec.name, spec.version))
         if shared is None or shared.fingerprint != spec.fingerprint:
             return mine
         if not self._served(spec, shared):
@@ -205,7 +205,11 @@ class _Placing:
     def _record(self, dep: StepSpec) -> ArtifactRecord | None:
         """The shared build a dependency placed on it reads (read here if placed earlier)."""
         found = self.shared.get(dep.output_path)
-        return found if found is not None else read_record(self.location, dep.output_path)
+        return (
+            found
+            if found is not None
+            else read_record(self.location, dep.output_path, step=(dep.name, dep.version))
+        )
 
 
 def refuse_shared_write(spec: StepSpec) -> None:

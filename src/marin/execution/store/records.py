@@ -185,9 +185,13 @@ class ArtifactRecord:
         # An absolute pin is placed under the prefix by the run (``plan/scope.place_pins``).
         return isinstance(pin, str) and (pin == output_path or pin.endswith("/" + output_path))
 
-    def owner_mismatch(self, output_path: str) -> str | None:
+    def owner_mismatch(self, output_path: str, step: tuple[str, str] | None = None) -> str | None:
         """Why this record is not the record of the step at ``output_path`` (``name/version``,
         relative to the prefix), or None when it is.
+
+        ``step``: the ``(name, version)`` of the step that reads it, when the caller knows the
+        step. Its record must name exactly that step: a step pinned onto another step's output
+        (``pin="a/v1"``, say from another pipeline) never takes ``a@v1``'s record for its own.
 
         A record names its step and its output; one copied or moved beside another step's
         output (a user "renaming" a step by copying folders) names the step it was built for.
@@ -199,7 +203,10 @@ class ArtifactRecord:
         # A user-scope output (``users/<user>/<name>/<version>``) is that step's too.
         own = user_scoped_tail(output_path)
         name, _, version = own.rpartition("/")
-        if (self.version != version or (name and self.name != name)) and not self._pinned_at(own):
+        if step is not None:
+            if (self.name, self.version) != step:
+                return f"record belongs to {self.step_id}"
+        elif (self.version != version or (name and self.name != name)) and not self._pinned_at(own):
             return f"record belongs to {self.step_id}"
         if not (self.output_path == output_path or self.output_path.endswith("/" + output_path)):
             return f"record was written for the output {self.output_path}"
@@ -299,7 +306,10 @@ def _remember_stored(record: ArtifactRecord, raw: bytes) -> None:
 
 
 def load_record(
-    location: Location, output_path: str, known: ArtifactRecord | None = None
+    location: Location,
+    output_path: str,
+    known: ArtifactRecord | None = None,
+    step: tuple[str, str] | None = None,
 ) -> ArtifactRecord | ForeignRecord | None:
     """The one reader of ``record.json``: the step's committed record, a ``ForeignRecord``
     when the file holds another step's, or None (no record, or a corrupt one).
@@ -309,6 +319,9 @@ def load_record(
     ``known`` itself is the answer, with no parse: a run re-reads each
     dependency's record at every dependent's start and again before its commit, and a long
     run's records fall out of the parse cache.
+
+    ``step``: the ``(name, version)`` of the step reading it (``owner_mismatch``); without it,
+    the step is the one ``output_path`` names (or a step pinned there).
 
     A corrupt record counts as not built, with a warning naming the file (once per process):
     the next build replaces it, so no person has to delete anything.
@@ -339,14 +352,17 @@ def load_record(
             return None
         _remember_stored(record, raw)
         _PARSED.put(raw, record)
-    why = record.owner_mismatch(output_path)
+    why = record.owner_mismatch(output_path, step)
     if why is None:
         return record
     return ForeignRecord(path, record, why)
 
 
 def read_record(
-    location: Location, output_path: str, known: ArtifactRecord | None = None
+    location: Location,
+    output_path: str,
+    known: ArtifactRecord | None = None,
+    step: tuple[str, str] | None = None,
 ) -> ArtifactRecord | None:
     """The step's committed record, or None: not built, corrupt, or another step's (warned
     about once per process; ``load_record`` says which, and what ``known`` saves).
@@ -356,10 +372,10 @@ def read_record(
             (local disk).
         StorageError: storage kept failing, or the file is not a regular file.
     """
-    found = load_record(location, output_path, known)
+    found = load_record(location, output_path, known, step)
     if isinstance(found, ForeignRecord):
         if _first_sighting(found.path, found.why.encode()):
-            name, _, version = output_path.rpartition("/")
+            name, version = step or user_scoped_tail(output_path).rpartition("/")[::2]
             log.warning(
                 "foreign record %s (%s): %s@%s is not built",
                 found.path, found.why, name, version,
@@ -709,6 +725,18 @@ def status_names(status: Mapping[str, Any] | None, output_path: str) -> bool:
     A status names its step as a record does (``owner_mismatch``): one copied beside another
     output, or written before it named one, is not provably that step's."""
     return status is not None and status.get(OWNER_FIELD) == output_path
+
+
+ADOPTION = "adoption"
+"""In a status an adopted step's attempt wrote: the source it adopts. Such an attempt never
+writes its output path, so its status proves nothing about what lies there (a build never
+clears it, gc never deletes it: ``adoption_status``)."""
+
+
+def adoption_status(status: object) -> bool:
+    """Whether ``status`` (a status file's content, untrusted) is an adopted step's attempt's:
+    it never wrote the output path, so the status is no proof that Marin did."""
+    return isinstance(status, dict) and isinstance(status.get(ADOPTION), str)
 
 
 def write_status(location: Location, output_path: str, state: str, **details: Any) -> None:

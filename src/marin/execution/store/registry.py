@@ -242,21 +242,30 @@ def _freeze(location: Location, output_path: str, build_id: str, reg_id: Registr
     write_registered_mark(location, output_path, mark.adding(build_id, str(reg_id)))
 
 
-def frozen_ids(location: Location, output_path: str, record: ArtifactRecord) -> list[str]:
+def frozen_ids(
+    location: Location, output_path: str, record: ArtifactRecord | None, step_id: str = ""
+) -> list[str]:
     """The ids under which the build ``record`` (stored at ``output_path``) is registered: those
     its freeze mark names whose manifest names this very build. Empty when there is no mark,
     it names another build (stale), or no manifest it lists names this build (a registration
     that crashed before its manifest, or lost its id to another): the mark, then its manifests.
+
+    ``record`` None (no readable record: torn or deleted): the build the mark names, when a
+    manifest names it as ``step_id``'s at ``output_path``. The manifest holds the record's copy:
+    the registered build is still the one stored there, whatever happened to its record.
 
     Raises:
         ArtifactRegistryError: a manifest the mark lists cannot be trusted (look at it: a
             registration's manifest is never changed).
         StorageError: storage kept failing.
     """
-    if not record.build_id:  # predates build ids: never registered (register refuses it)
+    if record is not None and not record.build_id:  # predates build ids: never registered
         return []
     mark = read_registered_mark(location, output_path)
-    if mark is None or mark.build_id != record.build_id:
+    if mark is None:
+        return []
+    step, build = (step_id, mark.build_id) if record is None else (record.step_id, record.build_id)
+    if mark.build_id != build:
         return []
     found = []
     for text in mark.ids:
@@ -264,8 +273,7 @@ def frozen_ids(location: Location, output_path: str, record: ArtifactRecord) -> 
             manifest = lookup(location, RegistryId.parse(text))
         except (InvalidArtifactIdError, ArtifactNotFoundError):
             continue  # not an id, or never registered: freezes nothing
-        named = (manifest.step, manifest.output_path, manifest.build_id)
-        if named == (record.step_id, output_path, record.build_id):
+        if (manifest.step, manifest.output_path, manifest.build_id) == (step, output_path, build):
             found.append(manifest.id)
     return found
 
