@@ -200,7 +200,8 @@ def test_finding_2_code_reached_through_a_string_or_a_holder_is_followed(
     after = project.load(helpers=HELPERS.replace("+ 1", "+ 2"), pipe=DYNAMIC.replace("+ 1", "+ 2"))
     old, new = code_digest(getattr(before["pipe"], step)), code_digest(getattr(after["pipe"], step))
     assert old.digest is not None and not old.unseen, old.unseen
-    assert [p.name for p in old.parts] == [step, callee]
+    held = ".<carried>"  # an instance's fields in the dict (round 7): a part of their own
+    assert [p.name for p in old.parts if not p.name.endswith(held)] == [step, callee]
     changed = [p.name for p, q in zip(old.parts, new.parts, strict=True) if p.digest != q.digest]
     assert callee in changed and code_drifted(old, new)
 

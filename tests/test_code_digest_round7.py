@@ -234,3 +234,56 @@ def test_round7_finding_15_what_a_partial_or_bound_method_carries_counts(
     before, again, after = versions(project, "30", "40", helpers=HELD, pipe=pipe)
     assert not before.unseen and unchanged(before, again), before.unseen
     assert code_drifted(before, after), case
+
+
+# --- findings 2, 9, 10: state the digest neither followed nor called unseen ----------------------
+
+STATE_HELPERS = "def configure(b):\n    b.v = 30\n\n\ndef configure2(r):\n    r['v'] = 30\n\n\n"
+STATE_HELPERS += "def a(n):\n    return n + 30\n"
+ROUND7_HELD_STATE = {
+    "instance_as_class_attr": "class Box:\n    pass\n\n\nclass Cfg:\n    b = Box()\n\n\n"
+                              "helpers.configure(Cfg.b)\n\n\ndef step(n):\n    return Cfg.b.v\n",
+    "instance_in_module_list": "class Box:\n    pass\n\n\nL = [Box()]\nhelpers.configure(L[0])\n"
+                               "\n\ndef step(n):\n    return L[0].v\n",
+    "dict_subclass_value": "class Reg(dict):\n    pass\n\n\nR = Reg()\nhelpers.configure2(R)\n"
+                           "\n\ndef step(n):\n    return R['v']\n",
+    "list_subclass_code": "class Seq(list):\n    pass\n\n\nR = Seq()\nR.append(helpers.a)\n"
+                          "\n\ndef step(n):\n    return R[0](n)\n",
+    "library_class_patched": "import fractions\n\n\ndef _add(self, other):\n    return 30\n\n\n"
+                             "fractions.Fraction.__add__ = _add\n\n\n"
+                             "def step(n):\n    return fractions.Fraction(n) + 1\n",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(ROUND7_HELD_STATE))
+def test_round7_findings_2_10_held_state_and_patched_library_classes_count(
+    project: Project, case: str
+) -> None:
+    """``r7-repro-2.sh``, ``r7-repro-10.sh``: a project instance held as a class attribute or
+    in a list, a project dict/list subclass's items, a project function patched onto a
+    library class: an edit of what they hold is drift."""
+    pipe = "import {helpers} as helpers\n" + ROUND7_HELD_STATE[case]
+    before, again, after = versions(project, "30", "40", helpers=STATE_HELPERS, pipe=pipe)
+    assert not before.unseen and unchanged(before, again), before.unseen
+    assert code_drifted(before, after), case
+
+
+@pytest.mark.parametrize(
+    "holder",
+    [
+        "class Ctx:\n    pass\n\n\nC = Ctx()\nC.mod = helpers\n\n\ndef step(n):\n    return C.mod.a(n)\n",
+        "class Ctx:\n    pass\n\n\nsetattr(Ctx, 'mod', helpers)\n\n\n"
+        "def step(n):\n    return Ctx.mod.a(n)\n",
+        "def carrier():\n    pass\n\n\ncarrier.m = helpers\n\n\ndef step(n):\n    return carrier.m.a(n)\n",
+    ],
+)
+def test_round7_finding_9_a_project_module_held_as_a_field_is_followed_and_unseen(
+    project: Project, holder: str
+) -> None:
+    """``r7-repro-9.sh``: a project module held by an instance, a class or a function: what
+    a chain reads from it (``C.mod.a``) is followed, so its edit is drift; the holder's field
+    itself is unseen (an alias of it is not followed), never "unchanged"."""
+    pipe = "import {helpers} as helpers\n" + holder
+    before, _, after = versions(project, "n + 30", "n + 40", helpers=STATE_HELPERS, pipe=pipe)
+    assert any("project module held" in u for u in before.unseen), before.unseen
+    assert code_drifted(before, after)

@@ -110,7 +110,9 @@ instance's fields, functions assigned onto a class, a ``build_config`` and a con
 class; a project module used as a value is unseen. ``ast10``: more binding forms (a walrus, ``with
 as``, ``match``, ``setattr`` on the module, ``globals().update``), an imported binding's source,
 ``exec`` at module level unseen, a function's defaults and attributes by value, code swapped into
-a class, what a module-level partial or bound method carries, a ``build_config``'s object."""
+a class, what a module-level partial or bound method carries, a ``build_config``'s object, an
+instance's fields in a container or a class attribute, a dict/list subclass's items, a library
+class the project patched; a project module held as a field is unseen."""
 OBJECT_STATE = ".<self>"
 """The suffix of the part holding the fields of a step function's object (``Trainer.<self>``):
 a bound method's ``__self__`` or a callable instance, through partials too."""
@@ -480,7 +482,7 @@ def _find(obj: Any) -> _Found | None:
     if filename.startswith("<"):
         return _Found(_unknown_part(qualname, filename, 0, f"defined at run time ({filename})"), ())
     if not is_project_module(module, filename):
-        return None
+        return _patched_library_class(obj) if _is_class(obj) else None
     file = display_path(filename)
     first = obj.__code__.co_firstlineno if type(obj) is types.FunctionType else 0
     index = source_index(filename)
@@ -534,6 +536,7 @@ def _function_state(qualname: str, function: types.FunctionType) -> tuple[list[s
     for key, value in values:
         label = f"{qualname}.{key}"
         text = _plain_text(value, [_MAX_CONTAINER], 0)
+        callees += _module_field(label, value)
         if text is not None:
             constants.append(f"{label}=={text}")
             continue
@@ -541,6 +544,31 @@ def _function_state(qualname: str, function: types.FunctionType) -> tuple[list[s
         constants += fields
         callees += code
     return constants, callees
+
+
+_PATCHED = ".<patched>"
+
+
+def _patched_library_class(cls: type) -> _Found | None:
+    """A library class the project patched (``fractions.Fraction.__add__ = _add``): the
+    project's functions in its namespace are followed; None when there are none (a library's
+    class is not followed)."""
+    patched: dict[str, Any] = {}
+    for name, value in TYPE_DICT.__get__(cls, type).items():
+        function = _unwrap(_method_function(value))
+        if type(function) is not types.FunctionType:
+            continue
+        module = function.__module__
+        code = function.__code__
+        if type(module) is str and is_project_module(module, code.co_filename):
+            patched[name] = function
+    if not patched:
+        return None
+    qualname = _TYPE_QUALNAME.__get__(cls, type)
+    names = sorted(patched)
+    part = CodePart(qualname + _PATCHED, "?", 0, sha("\n".join([SCHEME, *names])), "", (),
+                    sha("\n".join(names))[:_STATEMENT_CHARS])  # fmt: skip
+    return _Found(part, tuple(patched.values()))
 
 
 def _class_values(
@@ -566,12 +594,13 @@ def _class_values(
         if dunder or _is_code(function):
             continue
         text = _plain_text(value, [_MAX_CONTAINER], 0)
+        held += _module_field(f"{qualname}.{name}", value)
         if text is not None:
             constants += [f"<class>{name}=={text}"] if name not in computed else []
             held += _in_container(value) or []
-        else:  # ``box = Box(K)``, ``c = partialmethod(_c)``: an instance's class, fields, code
-            fields, code = _instance_state(f"<class>{name}", value)
-            constants += fields if name not in computed else []
+        else:  # ``box = Box()``, ``c = partialmethod(_c)``: an instance's class, fields, code
+            fields, code = _instance_state(f"<class>{name}", value)  # (by value, as at module
+            constants += fields  # level: ``configure(Cfg.box)`` counts)
             held += code
     if "__init_subclass__" in TYPE_DICT.__get__(cls, type):
         held += _subclasses(cls)
@@ -760,7 +789,7 @@ def _in_container(obj: Any) -> list[Any] | None:
                     _Unseen(f"<module {(module_namespace(item) or {}).get('__name__')}>", why)
                 )
             else:  # an instance (``MODELS = {"a": Model()}``)
-                if _carries(item):  # ``{"x": make().get}``: its object's fields, by value
+                if _carries(item) or _is_project_class(type(item)):  # ``[Box()]``: its fields
                     found.append(_Carried(item))
                 code = _callee(item)
                 found += [code, *_wrapped_chain(item)] if code is not None else _wrapped_chain(item)
@@ -949,11 +978,14 @@ def _instance_state(name: str, obj: Any, depth: int = 0) -> tuple[list[str], lis
     if hidden and project:
         why = "its class replaces __dict__, so its fields are not read: not compared"
         callees.append(_Unseen(f"{name}.<__dict__>", why))
+    if project:  # ``class Reg(dict)``: its items, as a plain dict's or list's
+        fields = {**fields, **_builtin_items(obj)}
     for key, value in fields.items():
         label = f"{name}.{key}"
         code = _callee(value)
         callees += ([code] if code is not None else []) + _wrapped_chain(value)
         callees += _in_container(value) or []
+        callees += _module_field(label, value)
         text = _plain_text(value, [_MAX_CONTAINER], 0)
         dunder = key.startswith("__") and key.endswith("__")
         if project and text is not None and not dunder:
@@ -1024,12 +1056,32 @@ class _Carried:
 
 def _carried_part(holder: Any) -> _Found:
     name = _name_of(_unwrap(holder))
-    constants, callees = _carried_state(name, holder)
+    carried = _carried_state if _carries(holder) else _instance_state
+    constants, callees = carried(name, holder)
     constants.sort()
     held = sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
     digest = sha("\n".join([SCHEME, "<carried>", *constants]))
     part = CodePart(f"{name}.<carried>", "?", 0, digest, "", (), held)
     return _Found(part, tuple(callees))
+
+
+def _builtin_items(obj: Any) -> dict[str, Any]:
+    """The items of an instance of a project ``dict`` or ``list`` subclass, as a plain copy
+    read by the builtin type's own C methods (no user code runs)."""
+    if issubclass(type(obj), dict):
+        return {"<items>": dict(dict.items(obj))}
+    if issubclass(type(obj), list):
+        return {"<items>": list(list.__iter__(obj))}
+    return {}
+
+
+def _module_field(label: str, value: Any) -> list[Any]:
+    """A project module held as a field or attribute (``C.mod = helpers``): what is read from
+    it goes by another name, not followed, so unseen."""
+    if type(value) is _Unseen or module_index(value) is None:
+        return []
+    why = "a project module held as a field or attribute: what is read from it is not followed"
+    return [_Unseen(label, why)]
 
 
 def _has_fields(kind: type) -> bool:
@@ -1098,12 +1150,28 @@ def _follow(
                 return obj, (None, attr), _subclasses(obj)
             inner = _static_attr(obj, attr)
             dynamic = _DYNAMIC_FUNCTIONS.get(id(inner), _MISSING) is inner
-            if inner is _MISSING or not (dynamic or _is_code(_unwrap(inner))):
+            held = module_index(inner) is not None  # ``setattr(Ctx, "mod", helpers)``
+            if inner is _MISSING or not (dynamic or held or _is_code(_unwrap(inner))):
                 break
             owner_index, obj = None, inner
-        else:
-            break
+        else:  # a project module held as a field or a function's attribute: read from it
+            inner = _held_module(obj, attr)
+            if inner is None:
+                break
+            owner_index, obj = None, inner
     return obj, (owner_index, owner_name), []
+
+
+def _held_module(obj: Any, attr: str) -> Any:
+    """The project module ``obj`` holds as ``attr`` (``C.mod = helpers``, ``f.m = helpers``),
+    read as ``instance_fields`` reads (no user code runs); else None."""
+    if type(obj) is types.FunctionType:
+        inner = obj.__dict__.get(attr)
+    elif _is_project_class(type(obj)):
+        inner = instance_fields(obj)[0].get(attr)
+    else:
+        return None
+    return inner if module_index(inner) is not None else None
 
 
 _TYPE_SUBCLASSES = type.__dict__["__subclasses__"]
@@ -1264,8 +1332,9 @@ def _found(obj: Any) -> _Found | None:
         reason = f"its digest failed ({type(exc).__name__})"
         warn_once(f"{name}: {reason}")
         result = _Found(_unknown_part(name, "?", 0, reason), ())
-    _PARTS.put(obj, _NOT_FOLLOWED if result is None else result)
-    return result
+    if not (_is_class(obj) and (result is None or result.part.name.endswith(_PATCHED))):
+        _PARTS.put(obj, _NOT_FOLLOWED if result is None else result)  # (a library class may
+    return result  # be patched later: read again)
 
 
 _C_FUNCTIONS = (
