@@ -200,7 +200,8 @@ def test_finding_2_code_reached_through_a_string_or_a_holder_is_followed(
     after = project.load(helpers=HELPERS.replace("+ 1", "+ 2"), pipe=DYNAMIC.replace("+ 1", "+ 2"))
     old, new = code_digest(getattr(before["pipe"], step)), code_digest(getattr(after["pipe"], step))
     assert old.digest is not None and not old.unseen, old.unseen
-    assert [p.name for p in old.parts] == [step, callee]
+    held = ".<carried>"  # an instance's fields in the dict (round 7): a part of their own
+    assert [p.name for p in old.parts if not p.name.endswith(held)] == [step, callee]
     changed = [p.name for p, q in zip(old.parts, new.parts, strict=True) if p.digest != q.digest]
     assert callee in changed and code_drifted(old, new)
 
@@ -915,7 +916,8 @@ def test_round4_finding_4_a_wrapped_callable_without_source_is_unseen(project: P
         "g = functools.lru_cache(made)  # noqa: F821\n\n\ndef h(x):\n    return g(x)\n"
     )
     digest = code_digest(project.load(helpers=helpers, pipe=STEP_OF)["pipe"].step)
-    assert digest.unseen == ["made (defined at run time (<string>))"], digest.unseen
+    assert digest.unseen[0] == "made (defined at run time (<string>))", digest.unseen
+    assert all("made" in u or "globals" in u for u in digest.unseen)  # (exec: its globals too)
 
 
 # --- red team round five: a step function's object (class state, __dict__, classmethods) -------

@@ -90,7 +90,7 @@ from marin.execution.digest.source import (
     warn_once,
 )
 
-SCHEME = "ast9"
+SCHEME = "ast10"
 """Stored with every digest; a record of another scheme compares as unknown, never as drift.
 ``ast2``: which callees are followed is decided by module name (``ast1``: by file location),
 so an ``ast1`` record of code that is now followed must not read as drift. ``ast3``: code held
@@ -107,7 +107,12 @@ dict value by its key order, a bound classmethod's class followed, a class's lat
 (``Cfg.k = f()``) by source, an object's fields one statement each (drift names them).
 ``ast9``: every binding statement of a module name bound more than once, a module-level
 instance's fields, functions assigned onto a class, a ``build_config`` and a config object's
-class; a project module used as a value is unseen."""
+class; a project module used as a value is unseen. ``ast10``: more binding forms (a walrus, ``with
+as``, ``match``, ``setattr`` on the module, ``globals().update``), an imported binding's source,
+``exec`` at module level unseen, a function's defaults and attributes by value, code swapped into
+a class, what a module-level partial or bound method carries, a ``build_config``'s object, an
+instance's fields in a container or a class attribute, a dict/list subclass's items, a library
+class the project patched; a project module held as a field is unseen."""
 OBJECT_STATE = ".<self>"
 """The suffix of the part holding the fields of a step function's object (``Trainer.<self>``):
 a bound method's ``__self__`` or a callable instance, through partials too."""
@@ -465,6 +470,8 @@ def _find(obj: Any) -> _Found | None:
         return _Found(_unknown_part(obj.name, "?", 0, obj.reason), ())
     if type(obj) is _ObjectState:
         return _object_part(obj.holder)
+    if type(obj) is _Carried:
+        return _carried_part(obj.holder)
     module, filename, qualname, namespace = _where(obj)
     closure: dict[str, Any] = {}
     if type(obj) is types.FunctionType:
@@ -475,7 +482,7 @@ def _find(obj: Any) -> _Found | None:
     if filename.startswith("<"):
         return _Found(_unknown_part(qualname, filename, 0, f"defined at run time ({filename})"), ())
     if not is_project_module(module, filename):
-        return None
+        return _patched_library_class(obj) if _is_class(obj) else None
     file = display_path(filename)
     first = obj.__code__.co_firstlineno if type(obj) is types.FunctionType else 0
     index = source_index(filename)
@@ -492,6 +499,10 @@ def _find(obj: Any) -> _Found | None:
     cell_values, opaque = _closure_values(qualname, closure)
     constants += cell_values
     callees += opaque
+    if type(obj) is types.FunctionType:  # ``h.__defaults__ = (...)``, ``configure(h)``
+        held_values, held_code = _function_state(qualname, obj)
+        constants += held_values
+        callees += held_code
     if _is_class(obj):
         assigned = {n.partition(".")[2] for n in index.assigned if n.startswith(qualname + ".")}
         class_values, held = _class_values(obj, syntax.computed | assigned, syntax.decorated)
@@ -506,6 +517,60 @@ def _find(obj: Any) -> _Found | None:
     return _Found(part, tuple(callees))
 
 
+def _function_state(qualname: str, function: types.FunctionType) -> tuple[list[str], list[Any]]:
+    """A function's defaults and attributes, by value at lowering (what a later
+    ``h.__defaults__ = ...`` or another module's ``configure(h)`` set, which its source does
+    not show): plain data by value, a project instance by its fields (``_instance_state``),
+    the code they hold followed."""
+    constants: list[str] = []
+    callees: list[Any] = []
+    kwdefaults = function.__kwdefaults__
+    values: list[tuple[str, Any]] = [
+        *((f"<default {i}>", v) for i, v in enumerate(function.__defaults__ or ())),
+        *((f"<default {k}>", v) for k, v in (kwdefaults or {}).items()),
+        *(
+            (k, v) for k, v in function.__dict__.items()
+            if not (k.startswith("__") and k.endswith("__")) and k != "registry"
+        ),
+    ]  # fmt: skip
+    for key, value in values:
+        label = f"{qualname}.{key}"
+        text = _plain_text(value, [_MAX_CONTAINER], 0)
+        callees += _module_field(label, value)
+        if text is not None:
+            constants.append(f"{label}=={text}")
+            continue
+        fields, code = _instance_state(label, value)
+        constants += fields
+        callees += code
+    return constants, callees
+
+
+_PATCHED = ".<patched>"
+
+
+def _patched_library_class(cls: type) -> _Found | None:
+    """A library class the project patched (``fractions.Fraction.__add__ = _add``): the
+    project's functions in its namespace are followed; None when there are none (a library's
+    class is not followed)."""
+    patched: dict[str, Any] = {}
+    for name, value in TYPE_DICT.__get__(cls, type).items():
+        function = _unwrap(_method_function(value))
+        if type(function) is not types.FunctionType:
+            continue
+        module = function.__module__
+        code = function.__code__
+        if type(module) is str and is_project_module(module, code.co_filename):
+            patched[name] = function
+    if not patched:
+        return None
+    qualname = _TYPE_QUALNAME.__get__(cls, type)
+    names = sorted(patched)
+    part = CodePart(qualname + _PATCHED, "?", 0, sha("\n".join([SCHEME, *names])), "", (),
+                    sha("\n".join(names))[:_STATEMENT_CHARS])  # fmt: skip
+    return _Found(part, tuple(patched.values()))
+
+
 def _class_values(
     cls: type, computed: frozenset[str], decorated: frozenset[str] = frozenset()
 ) -> tuple[list[str], list[Any]]:
@@ -516,35 +581,39 @@ def _class_values(
     constants: list[str] = []
     held: list[Any] = []
     qualname = _TYPE_QUALNAME.__get__(cls, type)
+    file = _where(cls)[1]
     for name, value in TYPE_DICT.__get__(cls, type).items():
         dunder = name.startswith("__") and name.endswith("__")
         if _one_of(type(value), _WEAK_REGISTRIES):  # however it was made
             held.append(_weak_registry(f"{qualname}.{name}"))
         function = _unwrap(_method_function(value))
         if type(function) is types.FunctionType:  # ``Model.compute = _compute``: its code
-            if _assigned_onto(function, qualname, name in decorated):
+            if _assigned_onto(function, qualname, name in decorated, file):
                 held.append(function)
             continue
         if dunder or _is_code(function):
             continue
         text = _plain_text(value, [_MAX_CONTAINER], 0)
+        held += _module_field(f"{qualname}.{name}", value)
         if text is not None:
             constants += [f"<class>{name}=={text}"] if name not in computed else []
             held += _in_container(value) or []
-        else:  # ``box = Box(K)``, ``c = partialmethod(_c)``: an instance's class, fields, code
-            fields, code = _instance_state(f"<class>{name}", value)
-            constants += fields if name not in computed else []
+        else:  # ``box = Box()``, ``c = partialmethod(_c)``: an instance's class, fields, code
+            fields, code = _instance_state(f"<class>{name}", value)  # (by value, as at module
+            constants += fields  # level: ``configure(Cfg.box)`` counts)
             held += code
     if "__init_subclass__" in TYPE_DICT.__get__(cls, type):
         held += _subclasses(cls)
     return constants, held
 
 
-def _assigned_onto(function: types.FunctionType, qualname: str, decorated: bool) -> bool:
+def _assigned_onto(function: types.FunctionType, qualname: str, decorated: bool, file: str) -> bool:
     """Whether a function in class ``qualname``'s namespace was put there from outside its body
     (``Model.compute = _compute``): not one it defines (a dataclass names its own methods
     so too), nor the wrapper a decorator in its body made (its source is the decorator's)."""
-    if function.__qualname__.startswith(qualname + "."):
+    code = function.__code__  # ``Model.compute.__code__ = _other.__code__``: _other's code
+    swapped = code.co_filename == file and not code.co_qualname.startswith(qualname + ".")
+    if function.__qualname__.startswith(qualname + ".") and not swapped:
         return False
     return not (decorated and "<locals>" in function.__code__.co_qualname)
 
@@ -720,6 +789,8 @@ def _in_container(obj: Any) -> list[Any] | None:
                     _Unseen(f"<module {(module_namespace(item) or {}).get('__name__')}>", why)
                 )
             else:  # an instance (``MODELS = {"a": Model()}``)
+                if _carries(item) or _is_project_class(type(item)):  # ``[Box()]``: its fields
+                    found.append(_Carried(item))
                 code = _callee(item)
                 found += [code, *_wrapped_chain(item)] if code is not None else _wrapped_chain(item)
     return found
@@ -854,10 +925,13 @@ def _resolve_all(
         owner_index, owner_name = owner
         if owner_index is None:
             continue
+        if owner_index.dynamic:  # ``exec(...)``, ``globals().update(d)``: one part per module
+            why = "its module binds names known at run time only (exec, globals().update)"
+            callees.setdefault(id(owner_index), _Unseen(f"{name} (globals)", why))
         if target is None and module_namespace(obj) is None:
             constants += _module_value(name, obj, owner_index, owner_name)
-        elif type(obj) is not _Unseen and target is type(obj):  # a module-level instance
-            fields, held_code = _instance_state(name, obj)
+        else:  # a module-level instance, ``P = partial(f, cfg.K)``, ``G = make().get``
+            fields, held_code = _held_state(name, obj, target)
             constants += fields
             for code in held_code:
                 callees.setdefault(id(code), code)
@@ -904,11 +978,14 @@ def _instance_state(name: str, obj: Any, depth: int = 0) -> tuple[list[str], lis
     if hidden and project:
         why = "its class replaces __dict__, so its fields are not read: not compared"
         callees.append(_Unseen(f"{name}.<__dict__>", why))
+    if project:  # ``class Reg(dict)``: its items, as a plain dict's or list's
+        fields = {**fields, **_builtin_items(obj)}
     for key, value in fields.items():
         label = f"{name}.{key}"
         code = _callee(value)
         callees += ([code] if code is not None else []) + _wrapped_chain(value)
         callees += _in_container(value) or []
+        callees += _module_field(label, value)
         text = _plain_text(value, [_MAX_CONTAINER], 0)
         dunder = key.startswith("__") and key.endswith("__")
         if project and text is not None and not dunder:
@@ -918,6 +995,93 @@ def _instance_state(name: str, obj: Any, depth: int = 0) -> tuple[list[str], lis
             constants += inner[0]
             callees += inner[1]
     return sorted(constants), callees
+
+
+def _held_state(name: str, obj: Any, target: Any) -> tuple[list[str], list[Any]]:
+    """What a module-level value holds besides its code: an instance's fields, a partial's
+    arguments, a bound method's object (plain data by value at lowering)."""
+    if type(obj) is not _Unseen and target is type(obj):
+        return _instance_state(name, obj)
+    return _carried_state(name, obj)
+
+
+def _carries(obj: Any) -> bool:
+    kind = type(obj)
+    return issubclass(kind, functools.partial) or kind is types.MethodType
+
+
+def _carried_state(name: str, obj: Any) -> tuple[list[str], list[Any]]:
+    """What a partial or bound method held at module level carries besides its code (``P =
+    partial(f, cfg.K)``, ``G = make().get``): each partial's arguments and each bound object's
+    fields, by ``_instance_state``'s rule (plain data by value at lowering)."""
+    constants: list[str] = []
+    callees: list[Any] = []
+    for _ in range(100):  # a cycle of partials ends somewhere
+        kind = type(obj)
+        if issubclass(kind, functools.partial):
+            args = _PARTIAL_ARGS.__get__(obj, kind)
+            keywords = _PARTIAL_KEYWORDS.__get__(obj, kind)
+            items = [*enumerate(args if type(args) is tuple else ())]
+            items += [*keywords.items()] if type(keywords) is dict else []
+            for key, value in items:
+                label = f"{name}.<partial {key}>"
+                text = _plain_text(value, [_MAX_CONTAINER], 0)
+                if text is not None:
+                    constants.append(f"{label}=={text}")
+                    callees += _in_container(value) or []
+                else:
+                    fields, code = _instance_state(label, value)
+                    constants += fields
+                    callees += code + ([c] if (c := _callee(value)) is not None else [])
+            obj = PARTIAL_FUNC.__get__(obj, kind)
+        elif kind is types.MethodType:
+            owner = obj.__self__
+            if not _is_class(owner):
+                fields, code = _instance_state(f"{name}.<self>", owner)
+                constants += fields
+                callees += code
+            obj = obj.__func__
+        else:
+            break
+    return constants, callees
+
+
+class _Carried:
+    """A partial or bound method held in a module-level container: what it carries
+    (``_carried_state``) as a part of its own."""
+
+    def __init__(self, holder: Any) -> None:
+        self.holder = holder
+
+
+def _carried_part(holder: Any) -> _Found:
+    name = _name_of(_unwrap(holder))
+    carried = _carried_state if _carries(holder) else _instance_state
+    constants, callees = carried(name, holder)
+    constants.sort()
+    held = sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
+    digest = sha("\n".join([SCHEME, "<carried>", *constants]))
+    part = CodePart(f"{name}.<carried>", "?", 0, digest, "", (), held)
+    return _Found(part, tuple(callees))
+
+
+def _builtin_items(obj: Any) -> dict[str, Any]:
+    """The items of an instance of a project ``dict`` or ``list`` subclass, as a plain copy
+    read by the builtin type's own C methods (no user code runs)."""
+    if issubclass(type(obj), dict):
+        return {"<items>": dict(dict.items(obj))}
+    if issubclass(type(obj), list):
+        return {"<items>": list(list.__iter__(obj))}
+    return {}
+
+
+def _module_field(label: str, value: Any) -> list[Any]:
+    """A project module held as a field or attribute (``C.mod = helpers``): what is read from
+    it goes by another name, not followed, so unseen."""
+    if type(value) is _Unseen or module_index(value) is None:
+        return []
+    why = "a project module held as a field or attribute: what is read from it is not followed"
+    return [_Unseen(label, why)]
 
 
 def _has_fields(kind: type) -> bool:
@@ -986,12 +1150,28 @@ def _follow(
                 return obj, (None, attr), _subclasses(obj)
             inner = _static_attr(obj, attr)
             dynamic = _DYNAMIC_FUNCTIONS.get(id(inner), _MISSING) is inner
-            if inner is _MISSING or not (dynamic or _is_code(_unwrap(inner))):
+            held = module_index(inner) is not None  # ``setattr(Ctx, "mod", helpers)``
+            if inner is _MISSING or not (dynamic or held or _is_code(_unwrap(inner))):
                 break
             owner_index, obj = None, inner
-        else:
-            break
+        else:  # a project module held as a field or a function's attribute: read from it
+            inner = _held_module(obj, attr)
+            if inner is None:
+                break
+            owner_index, obj = None, inner
     return obj, (owner_index, owner_name), []
+
+
+def _held_module(obj: Any, attr: str) -> Any:
+    """The project module ``obj`` holds as ``attr`` (``C.mod = helpers``, ``f.m = helpers``),
+    read as ``instance_fields`` reads (no user code runs); else None."""
+    if type(obj) is types.FunctionType:
+        inner = obj.__dict__.get(attr)
+    elif _is_project_class(type(obj)):
+        inner = instance_fields(obj)[0].get(attr)
+    else:
+        return None
+    return inner if module_index(inner) is not None else None
 
 
 _TYPE_SUBCLASSES = type.__dict__["__subclasses__"]
@@ -1152,8 +1332,9 @@ def _found(obj: Any) -> _Found | None:
         reason = f"its digest failed ({type(exc).__name__})"
         warn_once(f"{name}: {reason}")
         result = _Found(_unknown_part(name, "?", 0, reason), ())
-    _PARTS.put(obj, _NOT_FOLLOWED if result is None else result)
-    return result
+    if not (_is_class(obj) and (result is None or result.part.name.endswith(_PATCHED))):
+        _PARTS.put(obj, _NOT_FOLLOWED if result is None else result)  # (a library class may
+    return result  # be patched later: read again)
 
 
 _C_FUNCTIONS = (
@@ -1192,26 +1373,32 @@ def _walk(root: Any, wrappers: list[Any]) -> Iterator[tuple[CodePart, str | None
                 stack.append((callee, found.part.name, []))
 
 
-def code_digest(fn: Callable[..., Any] | Any, also: Sequence[Any] = ()) -> CodeDigest:
+def code_digest(
+    fn: Callable[..., Any] | Any, also: Sequence[Any] = (), runs: Sequence[Any] = ()
+) -> CodeDigest:
     """The code digest of a step's function (or callable object, or a spec's ``run``), once per
     object per process (the fields of an object it carries: at each call). ``also``: what else
-    runs the step's code: a handle's ``build_config`` (its run-time branch makes the config)
-    and the values of its config (a config object's class: its methods and class constants).
-    Never raises and never runs user code: it is advisory, so any problem makes it unknown,
-    with one warning."""
+    runs the step's code: the values of its config (a config object's class: its methods and
+    class constants). ``runs``: callables that run with ``fn`` and count as it does, the object
+    of a bound method or callable instance by its fields (a handle's ``build_config``: its
+    run-time branch makes the config). Never raises and never runs user code: it is advisory,
+    so any problem makes it unknown, with one warning."""
     extra: tuple[Any, ...] = ()
-    if also:
+    if also or runs:
         try:
             with _LOCK:
-                extra = _also_code(also)
+                extra = _also_code([*runs, *also])
         except Exception as exc:
             extra = (_Unseen("<config>", f"its digest failed ({type(exc).__name__})"),)
-    cached = _cached(fn, extra)  # the common case, without unwrapping or the lock
+    cached = None if runs else _cached(fn, extra)  # the common case: no lock, no unwrapping
     if cached is not None:
         return cached
     objects: list[Any] = []
     try:
-        objects = bound_objects(_user_callable(fn))
+        objects = [
+            *bound_objects(_user_callable(fn)),
+            *(o for run in runs for o in bound_objects(_user_callable(run))),
+        ]
         digest = _root_digest(fn, objects, extra)
     except Exception as exc:
         problem = f"the code of {_name_of(fn)} could not be digested ({type(exc).__name__})"

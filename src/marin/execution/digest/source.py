@@ -273,8 +273,15 @@ class SourceIndex:
     that expression is seen even though its value is run-time data."""
     bindings: dict[str, list[ast.AST]] = field(default_factory=dict)
     """Every top-level statement that binds or stores into a name, in order (``K = 3`` ...
-    ``K = 5``, a ``def``, an import, a function's ``global`` assignment): a statement run
-    between two of them captured an earlier value. Dumped only when read (``bound_earlier``)."""
+    ``K = 5``, a ``def``, an import, a function's ``global`` assignment, a walrus, ``with ...
+    as K``, a ``match`` capture, ``setattr(sys.modules[__name__], "K", 5)``,
+    ``globals().update(K=5)``): a statement run between two of them captured an earlier value.
+    Dumped only when read (``bound_earlier``)."""
+    modules: dict[str, str] = field(default_factory=dict)
+    """Top-level ``import module [as name]``: name -> module."""
+    dynamic: list[str] = field(default_factory=list)
+    """Top-level statements that bind names known at run time only (``exec(...)``,
+    ``globals().update(d)``): what reads this module's globals is unknown."""
 
 
 def _index_tree(tree: ast.Module) -> SourceIndex:
@@ -310,6 +317,17 @@ _BLOCKS = (ast.If, ast.Try, ast.TryStar, ast.With, ast.AsyncWith, ast.For, ast.A
 
 def _index_statements(body: list[ast.stmt], index: SourceIndex) -> None:
     for statement in body:
+        _index_expressions(statement, index)
+        if isinstance(statement, ast.Match):
+            for case in statement.cases:
+                for name in _captures(case.pattern):
+                    _index_computed(name, statement, index)
+                _index_statements(case.body, index)
+            continue
+        if isinstance(statement, ast.With | ast.AsyncWith):
+            for item in statement.items:
+                for name in _target_names(item.optional_vars) if item.optional_vars else ():
+                    _index_computed(name, statement, index)
         if isinstance(statement, _BLOCKS):
             if isinstance(statement, ast.For | ast.AsyncFor):  # its target: computed
                 for name in _target_names(statement.target):
@@ -326,6 +344,127 @@ def _index_statements(body: list[ast.stmt], index: SourceIndex) -> None:
                 _index_binding(name, statement, index)
 
 
+def _index_computed(name: str, node: ast.AST, index: SourceIndex) -> None:
+    """``name`` bound by ``node`` to a computed value (a walrus, ``with ... as``, a capture)."""
+    index.assigned.add(name)
+    index.sources.setdefault(name, []).append(dump(node))
+    _index_binding(name, node, index)
+
+
+def _captures(pattern: ast.AST) -> list[str]:
+    """The names a ``match`` pattern binds (``case K``, ``case [*K]``, ``case {**K}``)."""
+    found: list[str] = []
+    for node in ast.walk(pattern):
+        if isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+            found.append(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            found.append(node.rest)
+    return found
+
+
+_NESTED_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _own_expressions(statement: ast.stmt) -> list[ast.AST]:
+    """The expressions a module-level statement evaluates in the module's scope: not its
+    nested statements (indexed on their own), nor a function's or lambda's body (a
+    definition's decorators, defaults and bases are)."""
+    if isinstance(statement, DEFINITIONS):
+        roots: list[ast.AST] = [*statement.decorator_list]
+        if isinstance(statement, ast.ClassDef):
+            roots += [*statement.bases, *statement.keywords]
+        else:
+            roots += [*statement.args.defaults, *(d for d in statement.args.kw_defaults if d)]
+    else:
+        roots = [
+            child for name, value in ast.iter_fields(statement) if name not in _NESTED_BODIES
+            for child in (value if isinstance(value, list) else [value])
+            if isinstance(child, ast.AST)
+        ]  # fmt: skip
+    found: list[ast.AST] = []
+    stack = roots
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        if isinstance(node, ast.Lambda):
+            stack += [*node.args.defaults, *(d for d in node.args.kw_defaults if d)]
+        else:
+            stack += ast.iter_child_nodes(node)
+    return found
+
+
+_EXECUTORS = {("exec",), ("eval",), ("builtins", "exec"), ("builtins", "eval")}
+_NAMESPACES = {("globals",), ("vars",), ("builtins", "globals"), ("builtins", "vars")}
+
+
+def _index_expressions(statement: ast.stmt, index: SourceIndex) -> None:
+    """Names a module-level statement binds inside an expression: a walrus (also in a
+    comprehension), ``setattr(sys.modules[__name__], "K", v)``, ``globals().update(K=v)``,
+    ``globals().__setitem__("K", v)``; ``exec``/``eval`` or a computed name make the module's
+    globals ``dynamic``."""
+    for node in _own_expressions(statement):
+        if isinstance(node, ast.NamedExpr):
+            _index_computed(node.target.id, statement, index)
+        elif isinstance(node, ast.Call):
+            for name in _call_bindings(node, index, statement):
+                _index_binding(name, statement, index)
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Store)
+            and _is_namespace(node.value)
+            and _constant_str(node.slice) is None
+        ):
+            index.dynamic.append(dump(statement))  # ``globals()[name] = v``
+
+
+def _call_bindings(node: ast.Call, index: SourceIndex, statement: ast.stmt) -> list[str]:
+    function = _chain(node.func)
+    args = node.args
+    if function in _EXECUTORS:
+        index.dynamic.append(dump(statement))
+        return []
+    if function == ("setattr",) and len(args) >= 2 and _is_this_module(args[0]):
+        name = _constant_str(args[1])
+    elif isinstance(node.func, ast.Attribute) and _is_namespace(node.func.value):
+        method = node.func.attr
+        if method == "update":
+            names = [k.arg for k in node.keywords]
+            for arg in args:
+                keys = arg.keys if isinstance(arg, ast.Dict) else [None]
+                names += [_constant_str(k) if k is not None else None for k in keys]
+            if None not in names:
+                return cast(list[str], names)
+            name = None
+        elif method in ("__setitem__", "setdefault") and args:
+            name = _constant_str(args[0])
+        else:
+            return []
+    else:
+        return []
+    if name is None:
+        index.dynamic.append(dump(statement))
+        return []
+    return [name]
+
+
+def _is_this_module(node: ast.AST) -> bool:
+    """``sys.modules[__name__]``: the module itself."""
+    return (
+        isinstance(node, ast.Subscript)
+        and _chain(node.value) == ("sys", "modules")
+        and isinstance(node.slice, ast.Name)
+        and node.slice.id == "__name__"
+    )
+
+
+def _is_namespace(node: ast.AST) -> bool:
+    """``globals()``, ``vars()`` or ``sys.modules[__name__].__dict__``: the module's names."""
+    if isinstance(node, ast.Call) and not node.args and _chain(node.func) in _NAMESPACES:
+        return True
+    attribute = isinstance(node, ast.Attribute) and node.attr == "__dict__"
+    return attribute and _is_this_module(cast(ast.Attribute, node).value)
+
+
 def _bound_by(statement: ast.stmt) -> list[str]:
     """The names a ``def``, ``class`` or import binds (an assignment's: ``_index_assignment``)."""
     if isinstance(statement, DEFINITIONS):
@@ -336,6 +475,14 @@ def _bound_by(statement: ast.stmt) -> list[str]:
 
 
 def _index_assignment(statement: ast.stmt, index: SourceIndex) -> None:
+    if isinstance(statement, ast.Import):
+        for alias in statement.names:
+            if alias.asname:
+                index.modules[alias.asname] = alias.name
+            else:
+                top = alias.name.partition(".")[0]
+                index.modules[top] = top
+        return
     if isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
         for alias in statement.names:
             if alias.name == "*":
@@ -372,7 +519,7 @@ def _index_binding(name: str, statement: ast.AST, index: SourceIndex) -> None:
     index.bindings.setdefault(name, []).append(statement)
 
 
-def bound_earlier(index: SourceIndex, name: str) -> list[str]:
+def bound_earlier(index: SourceIndex, name: str, depth: int = 0) -> list[str]:
     """The source of every top-level statement binding a name that ``name``'s value may have
     captured an earlier value of: ``name`` itself and, transitively, each name its computed
     value reads, when that name is bound more than once (``K = 3``, ``def h(k=K)`` or
@@ -389,8 +536,38 @@ def bound_earlier(index: SourceIndex, name: str) -> list[str]:
             continue
         refs: References = {}
         texts = [dump(statement, refs) for statement in statements]
-        found += [f"{current}:{text}" for text in texts] if len(statements) > 1 else []
+        if len(statements) > 1:
+            found += [f"{current}:{text}" for text in texts]
+            found += _imported_bindings(index, current, statements, refs, depth)
         stack += sorted({chain[0] for chain in refs if chain[0] != VALUE})
+    return found
+
+
+def _imported_bindings(
+    index: SourceIndex, name: str, statements: list[ast.AST], refs: References, depth: int
+) -> list[str]:
+    """What the binding statements of ``name`` import from another project module
+    (``from cfg import K``, ``K = cfg.K``): that module's statements binding it, since what ran
+    in between captured the value they made (``from cfg import K; def h(k=K); from cfg2
+    import K``: an edit of cfg.py)."""
+    wanted: list[tuple[str, str]] = []
+    for statement in statements:
+        if isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
+            wanted += [
+                (statement.module, a.name) for a in statement.names if (a.asname or a.name) == name
+            ]
+    for chain in refs:
+        if len(chain) > 1 and chain[0] in index.modules and chain[1] != VALUE:
+            wanted.append((index.modules[chain[0]], chain[1]))
+    found: list[str] = []
+    for module_name, attr in wanted:
+        other = module_index(sys.modules.get(module_name))
+        if other is None or other is index or depth > 10:  # (a cycle of imports ends)
+            continue
+        texts = other.constants.get(attr, []) + other.sources.get(attr, [])
+        texts += [dump(s) for s in other.bindings.get(attr, []) if isinstance(s, DEFINITIONS)]
+        found += [f"{name}<{attr}:{text}" for text in texts]  # (the import says from where)
+        found += [f"{name}<{text}" for text in bound_earlier(other, attr, depth + 1)]
     return found
 
 
@@ -403,9 +580,11 @@ def _target_names(target: ast.expr) -> list[str]:
     if isinstance(target, ast.Tuple | ast.List):
         return [name for element in target.elts for name in _target_names(element)]
     value = target.value if isinstance(target, ast.Subscript) else None
-    if isinstance(value, ast.Call) and _chain(value.func) == ("globals",):  # globals()["K"] = 5
+    if value is not None and _is_namespace(value):  # globals()["K"] = 5, vars()["K"] = 5
         name = _constant_str(cast(ast.Subscript, target).slice)
         return [name] if name else []
+    if isinstance(target, ast.Attribute) and _is_this_module(target.value):
+        return [target.attr]  # ``sys.modules[__name__].K = 5``
     return []
 
 

@@ -159,9 +159,13 @@ def _spec_for(
         payload["pin"] = handle.override_path  # a moved output is another artifact
     elif handle.adopt_source is not None:
         payload["source"] = handle.adopt_source  # other data is another artifact
-    bound = _bound_arguments(handle, step_id)
+    fn: Any = handle.run.fn if type(handle.run) is ApplyCall else handle.run
+    bound = _bound_arguments(fn, step_id, "fn")
     if bound:
         payload["fn"] = bound  # what a partial binds is config, not code
+    made = _bound_arguments(handle.build_config, step_id, "build_config")
+    if made:  # a hand-made ``build_config=partial(bc, extra=1)``: as ``fn``'s
+        payload["build_config"] = made
     fingerprint, payload_json = fingerprint_of(payload)
     _check_pinned(handle, fingerprint, payload_json, step_id)
     known: StepSpec | None = memo.get(("step", step_id))
@@ -179,8 +183,9 @@ _PARTIAL_SLOTS = functools.partial.__dict__
 user code, are never called)."""
 
 
-def _bound_arguments(handle: ArtifactStep, step_id: str) -> dict[str, Any]:
-    """What a ``functools.partial`` step function binds (``partial(train, lr=0.1)``), canonical:
+def _bound_arguments(fn: Any, step_id: str, what: str) -> dict[str, Any]:
+    """What a ``functools.partial`` step function (or ``build_config``, ``what``) binds
+    (``partial(train, lr=0.1)``), canonical:
     ``{"args": [...], "keywords": {...}}``, empty parts left out (nothing for a plain function,
     so its fingerprint is unchanged). It decides the output as much as the config does, so it is
     fingerprinted like config; a value without a JSON form is refused like one in config.
@@ -188,7 +193,6 @@ def _bound_arguments(handle: ArtifactStep, step_id: str) -> dict[str, Any]:
     Raises:
         ConfigError: a bound value has no canonical JSON form (named ``fn.keywords.<name>``).
     """
-    fn: Any = handle.run.fn if type(handle.run) is ApplyCall else handle.run
     args: list[Any] = []
     keywords: dict[str, Any] = {}
     while issubclass(type(fn), functools.partial):  # the outer partial's values come last
@@ -199,7 +203,7 @@ def _bound_arguments(handle: ArtifactStep, step_id: str) -> dict[str, Any]:
     # a counter. Its fields are in the code digest, by the closure rule (digest/instance.py).
     bound = {k: v for k, v in (("args", args), ("keywords", keywords)) if v}
     try:
-        return cast(dict[str, Any], to_canonical(bound, "fn", step_id))
+        return cast(dict[str, Any], to_canonical(bound, what, step_id))
     except ConfigError as exc:
         raise ConfigError(
             f"{exc.what} (bound by functools.partial)",
@@ -305,12 +309,13 @@ def _new_spec(
     )
 
 
-def _step_code(handle: ArtifactStep) -> tuple[Any, tuple[Any, ...]]:
-    """What ``code_digest`` digests for ``handle``: its function, and what else runs with it
-    (a hand-made ``build_config``; the objects in ``apply()``'s inputs)."""
+def _step_code(handle: ArtifactStep) -> tuple[Any, tuple[Any, ...], tuple[Any, ...]]:
+    """What ``code_digest`` digests for ``handle``: its function, what else runs with it (the
+    objects in ``apply()``'s inputs), and a hand-made ``build_config`` (digested as ``fn``
+    is: a bound method's object counts)."""
     if type(handle.run) is ApplyCall:
-        return handle.run.fn, tuple(handle.run.inputs.values())
-    return handle.run, (handle.build_config,)
+        return handle.run.fn, tuple(handle.run.inputs.values()), ()
+    return handle.run, (), (handle.build_config,)
 
 
 _CODEX, _DEFERRED = ("versions", "codex"), ("versions", "deferred")
