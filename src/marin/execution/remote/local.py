@@ -47,6 +47,9 @@ CALL, OWNER, RESULT, LOG, PID, CANCELLED, LOST, RANKS = (
     "call.pkl", "owner.json", "result.json", "log.txt", "pid.json", "cancelled", "lost.json",
     "ranks.json",
 )  # fmt: skip
+CANCELLING = "cancelling"
+"""Written before ``cancel`` kills: a job that dies meanwhile was stopped, never lost (a
+driver polling then would take it for a preemption and submit it again)."""
 _LAUNCHER = "marin.execution.remote.local_job"
 
 _checked: set[str] = set()
@@ -238,7 +241,10 @@ class LocalBackend:
             return JobStatus(JobState.RUNNING)
         if not alive and not self._group_ended(folder, reap):
             return JobStatus(JobState.RUNNING)  # a process of its group still runs
-        lost = JobStatus(JobState.LOST, detail=_lost_detail(folder))
+        if os.path.exists(os.path.join(folder, CANCELLING)):
+            lost = JobStatus(JobState.STOPPED, detail="cancelled")  # nothing of it runs now
+        else:
+            lost = JobStatus(JobState.LOST, detail=_lost_detail(folder))
         return done or self._result(folder) or lost  # it may have ended between the looks
 
     @staticmethod
@@ -277,6 +283,7 @@ class LocalBackend:
             return
         pid = self._pid(folder)
         if pid is not None:
+            write_file_atomically(os.path.join(folder, CANCELLING), b"")
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)  # its own session: pid is its group's id
             deadline = time.monotonic() + _KILL_WAIT_S
