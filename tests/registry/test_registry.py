@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import marin.execution.store.location as location_module
 from marin.cli import main
 from marin.execution.errors import RegisteredBuildFrozenError, StepFailedError
-from marin.execution.lazy import JsonArtifact, run
+from marin.execution.lazy import ArtifactStep, JsonArtifact, run
 from marin.execution.pipeline.artifact import Artifact
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
@@ -307,6 +307,36 @@ def test_is_final_says_a_frozen_build_is_never_retried() -> None:
     from marin.execution.errors import is_final
 
     assert is_final(RegisteredBuildFrozenError("x", "y", "s@v1"))
+
+
+def test_registering_an_adoption_freezes_the_build_its_data_lies_in(prefix: str) -> None:
+    """Red team r7-12: ``adopt("data", "v1", "gc/raw/v1")``, another step's build under the
+    prefix, registered; ``--force`` of that step rebuilt it in place and the registered id
+    served the new bytes. ``marin register`` freezes the source build too: refused, final."""
+    from marin.execution.errors import is_final
+    from marin.execution.store.step_folder import read_registered_mark
+
+    run([step("raw", "v1", text="one")], prefix=prefix)
+    data = ArtifactStep.adopt("data", "v1", "gc/raw/v1")
+    run([step("c", "v1", data)], prefix=prefix)
+    assert main(["register", "data@v1", "--id", "ds/data/t1", "--prefix", prefix]) == 0
+    location = open_prefix(prefix)
+    mark = read_registered_mark(location, "gc/raw/v1")
+    raw = read_record(location, "gc/raw/v1")
+    assert mark is not None and raw is not None
+    assert (mark.build_id, mark.ids) == (raw.build_id, ("ds/data/t1",))
+    assert frozen_ids(location, "gc/raw/v1", raw) == ["ds/data/t1"]
+    with pytest.raises(StepFailedError) as refused:
+        run([step("raw", "v1", text="two")], prefix=prefix, force=["gc/raw"])
+    error = refused.value.__cause__
+    assert isinstance(error, RegisteredBuildFrozenError) and is_final(error)
+    assert error.step == "gc/raw@v1" and "is registered as ds/data/t1" in error.what
+    assert location.read_file(location.path("gc/raw/v1/data.txt")) == b"one<-"
+    assert read_record(location, "gc/raw/v1") == raw
+    found = Artifact.from_id("ds/data/t1", prefix=prefix)
+    with fsspec.open(f"{found.url}/data.txt", "rb") as f:
+        assert f.read() == b"one<-"
+    assert frozen_ids(location, "gc/c/v1", read_record(location, "gc/c/v1")) == []
 
 
 # --- gc keeps what is registered, whatever its targets ------------------------------------------

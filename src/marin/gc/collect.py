@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import bisect
 import datetime
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from marin.execution.errors import OptionError
+from marin.execution.store.placement import spellings
 from marin.execution.store.records import UNKNOWN_BUILD, replaced_build
 from marin.gc.walk import Slot
 
@@ -86,18 +86,18 @@ class _Holders:
     deleting any of them would delete data that step serves.
 
     A source and the prefix are compared in every spelling that names the same place
-    (``_spellings``: ``raw//v1`` is ``raw/v1``; on local disk, a link's real path too), so a
+    (``spellings``: ``raw//v1`` is ``raw/v1``; on local disk, a link's real path too), so a
     source is never taken for "elsewhere" because it is spelled otherwise. One whose place
     cannot be known (a ``..`` in a URL) holds every slot: nothing is deleted on a guess."""
 
     def __init__(self, slots: list[Slot], prefix_url: str) -> None:
-        self.bases = {b.rstrip("/") + "/" for b in _spellings(prefix_url) if b.strip("/")}
+        self.bases = {b.rstrip("/") + "/" for b in spellings(prefix_url) if b.strip("/")}
         self.by_path = {s.output_path: s for s in slots}
         self.paths = sorted(self.by_path)
 
     def __call__(self, source: str) -> list[Slot]:
         found: dict[str, Slot] = {}
-        for spelling in _spellings(source):
+        for spelling in spellings(source):
             if "/../" in spelling + "/":
                 return list(self.by_path.values())  # cannot be placed: keep everything
             for base in self.bases:
@@ -115,21 +115,6 @@ class _Holders:
             found.append(self.paths[at])
             at += 1
         return [self.by_path[p] for p in found if p in self.by_path]
-
-
-def _spellings(url: str) -> set[str]:
-    """``url`` with doubled slashes and ``.`` segments collapsed, and on local disk (a path or
-    ``file://``) its real path too (links resolved, ``..`` applied)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
-    lead = "/" if rest.startswith("/") else ""
-    path = lead + "/".join(p for p in rest.split("/") if p not in ("", "."))
-    found = {f"{scheme}://{path}" if sep else path}
-    if not sep or scheme == "file":
-        real = os.path.realpath(path)
-        found.add(f"file://{real}" if sep else real)
-    return found
 
 
 def _add_inputs(slots: list[Slot], kept: dict[str, str], holders: _Holders) -> list[str]:

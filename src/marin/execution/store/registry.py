@@ -10,7 +10,9 @@ A registered build is frozen at the source: before its first manifest, ``registe
 freeze mark in the step's folder (``registered.json``, naming the build and its ids) under the
 step's lease, and the one commit path refuses to replace a build that a mark and one of its
 manifests name (``frozen_ids``). So a manifest's build is the one stored at its path, unless
-someone deleted it by hand.
+someone deleted it by hand. An adoption whose source lies in another step's build under the
+prefix freezes that build too (its own mark, naming the same ids): its data is the registered
+data.
 
 A manifest is created only if none is there, atomically on every backend that can: a temporary
 file ``link``-ed into place on local disk (``link`` fails when the name exists, as ``O_EXCL``
@@ -38,6 +40,7 @@ from marin.execution.faults import crash_point
 from marin.execution.ids import new_id
 from marin.execution.names import validate_name
 from marin.execution.store.location import Location, durable, with_retries
+from marin.execution.store.placement import relative_under
 from marin.execution.store.records import ArtifactRecord, parse_json, read_record
 from marin.execution.store.step_folder import (
     RegisteredMark,
@@ -229,6 +232,9 @@ def register(
             record=record,
         )
         _freeze(location, output_path, record.build_id, reg_id)  # before the manifest
+        for path, build in seen.items():  # the build an adopted source lies in, if any
+            if path != output_path and _holds_source(location, path, record, output_path):
+                _freeze(location, path, build, reg_id)
         crash_point("register-before-manifest", record.step_id)
         if not create_once(location, reg_id.manifest_path, manifest.to_bytes()):
             raise _taken(location, reg_id, record.step_id)
@@ -275,14 +281,55 @@ def frozen_ids(
             continue  # not an id, or never registered: freezes nothing
         if (manifest.step, manifest.output_path, manifest.build_id) == (step, output_path, build):
             found.append(manifest.id)
+        elif _holds_source(location, output_path, manifest.record, manifest.output_path):
+            found.append(manifest.id)  # its data lies in this build (the mark names it)
     return found
+
+
+def _holds_source(
+    location: Location, output_path: str, adoption: ArtifactRecord, adopted_at: str
+) -> bool:
+    """Whether the source of ``adoption`` (the record stored at ``adopted_at``) lies in the
+    build at ``output_path`` (is it, or inside it), placed under the prefix as ``marin gc``
+    places an adopted source; never the adoption's own output (adopted in place)."""
+    if adoption.source is None or output_path == adopted_at:
+        return False
+    inside = output_path.rstrip("/") + "/"
+    return any(
+        (rel + "/").startswith(inside) for rel in relative_under(adoption.source, location.url)
+    )
+
+
+def _adopted_source(location: Location, output_path: str, record: ArtifactRecord) -> dict[str, str]:
+    """The build (output path -> build id) the adoption ``record``'s source lies in, when that
+    is another step's build under the prefix: registering the adoption freezes it too, since
+    rebuilding it in place would change the registered data."""
+    if record.source is None:
+        return {}
+    for rel in relative_under(record.source, location.url):
+        parts = rel.split("/")
+        for end in range(len(parts), 0, -1):
+            path = "/".join(parts[:end])
+            try:
+                path = validate_name(path)
+            except MarinError:
+                continue
+            if path == output_path:
+                continue  # adopted in place: the adoption's own record
+            stored = read_record(location, path)
+            if stored is not None and stored.build_id:
+                return {path: stored.build_id}
+    return {}
 
 
 def _lineage(location: Location, output_path: str, record: ArtifactRecord) -> dict[str, str]:
     from marin.execution.store.registry_lineage import LineageGone, lineage
 
     try:
-        return lineage(location, output_path, record)
+        return {
+            **lineage(location, output_path, record),
+            **_adopted_source(location, output_path, record),
+        }
     except LineageGone as gone:
         raise ArtifactRegistryError(
             f"{gone}: a registered build is kept with everything it was made from, and that "
