@@ -36,7 +36,7 @@ from marin.execution.store.step_folder import (
     JOB_ID,
     LEASE_FILE,
     LEASE_GUARD_FILE,
-    job_path,
+    job_names_output,
     marins_own,
     names_output,
 )
@@ -229,11 +229,7 @@ def _leftovers_named(location: Location, output_path: str) -> bool:
     lease = read_lease(location, output_path)
     if lease is not None and names_output(lease.raw, output_path):
         return True
-    try:
-        job = location.read_file(location.path(job_path(output_path)))
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return False
-    return names_output(job, output_path)
+    return job_names_output(location, output_path)
 
 
 def list_prefix(location: Location) -> Listing:

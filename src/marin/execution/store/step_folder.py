@@ -325,11 +325,17 @@ def _job_bytes(record: JobRecord, output_path: str) -> bytes:
 
 def names_output(raw: bytes, output_path: str) -> bool:
     """Whether a lease's or ``job.json``'s bytes name ``output_path`` (``OWNER_FIELD``)."""
+    data = _json_object(raw)
+    return data is not None and data.get(OWNER_FIELD) == output_path
+
+
+def job_names_output(location: Location, output_path: str) -> bool:
+    """Whether the step's ``job.json`` is there and names ``output_path``."""
     try:
-        data = parse_json(raw.decode())
-    except (ValueError, UnicodeDecodeError):
+        raw = location.read_file(location.path(job_path(output_path)))
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return False
-    return isinstance(data, dict) and data.get(OWNER_FIELD) == output_path
+    return names_output(raw, output_path)
 
 
 def delete_job(location: Location, output_path: str) -> None:
