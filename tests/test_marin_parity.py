@@ -396,6 +396,41 @@ def test_adopting_data_in_place_records_it_and_never_moves_it(prefix: str, spell
     assert again.record is not None and again.record.build_id != built.record.build_id
 
 
+def _built_raw(current: dict[str, str], prefix: str) -> ArtifactStep:
+    """``raw@v1``, built: it writes ``current["text"]`` (changed by a test, then forced)."""
+
+    def write(out: str) -> None:
+        _write(out, current["text"])
+
+    raw = apply("raw", write, version="v1", out=OUT)
+    run(raw, prefix=prefix)
+    return raw
+
+
+def test_rebuilding_the_build_an_adoption_lies_in_makes_it_and_its_readers_stale(
+    prefix: str,
+) -> None:
+    """Red team r7-12(b): ``adopt("data", "v1", "raw/v1")`` of another step's build, which a
+    ``--force raw@v1`` then rebuilt in place with new bytes, kept the adoption and its reader
+    served with the old bytes. The adoption records the build its data lies in as its input;
+    a rebuild of that build makes the adoption, and so its readers, stale."""
+    current = {"text": "one"}
+    raw = _built_raw(current, prefix)
+    adopted = ArtifactStep.adopt("data", "v1", "raw/v1")
+    reader = apply("read", _read, version="v1", path=adopted)
+    first, read = run(adopted, reader, prefix=prefix)
+    assert read.result == "one"
+    raw_record = resolve(raw, prefix=prefix, dry_run=True).record
+    assert first.record is not None and raw_record is not None
+    assert first.record.inputs == {"raw@v1": raw_record.build_id}
+    assert run(adopted, reader, prefix=prefix)[0].record == first.record  # served as it is
+    current["text"] = "two"
+    run(raw, prefix=prefix, force=["raw@v1"])
+    again, read = run(adopted, reader, prefix=prefix)
+    assert read.result == "two"
+    assert again.record is not None and again.record.build_id != first.record.build_id
+
+
 def test_an_adopted_record_names_its_source_and_marin_show_prints_it(
     prefix: str, tmp_path: Any
 ) -> None:
@@ -433,7 +468,47 @@ def test_data_where_a_step_writes_is_refused_with_advice_that_works(tmp_path: An
     assert call, message
     name, version, source = (ast.literal_eval(part.strip()) for part in call.group(1).split(","))
     adopted = ArtifactStep.adopt(name, version, source)
-    assert resolve(apply("read", _read, version="v1", path=adopted), prefix=prefix).result == "theirs"
+    assert (
+        resolve(apply("read", _read, version="v1", path=adopted), prefix=prefix).result == "theirs"
+    )
+
+
+def test_an_adoption_never_records_itself_inside_another_steps_build(tmp_path: Any) -> None:
+    """Red team r8-4: ``adopt("corpus/v1/sub", "v1", ...)``, named inside another pipeline's
+    build ``corpus@v1``, wrote its record there: corpus's artifact changed, and ``--force
+    corpus@v1`` was refused from then on. Refused as a built step there is."""
+    prefix = str(tmp_path / "prefix")
+    resolve(source_step(), prefix=prefix)
+    before = sorted(p.name for p in (tmp_path / "prefix/corpus/v1").iterdir())
+    elsewhere = str(tmp_path / "elsewhere")
+    _write(elsewhere, "theirs")
+    with pytest.raises(StepFailedError, match="lies inside another step's output"):
+        resolve(ArtifactStep.adopt("corpus/v1/sub", "v1", elsewhere), prefix=prefix)
+    assert sorted(p.name for p in (tmp_path / "prefix/corpus/v1").iterdir()) == before
+    resolve(source_step(), prefix=prefix, force=["corpus@v1"])  # still repairable
+
+
+@pytest.mark.parametrize("source", ["train/v1.marin/checkpoints", "/data/x.marin/ckpt"])
+def test_an_adopted_source_in_a_metadata_folder_is_refused(source: str) -> None:
+    """Red team r8-5: a step's kept checkpoints (``train/v1.marin/checkpoints``) adopted as
+    data: gc deleted them with their build, and a registration of the adoption froze nothing.
+    A metadata folder is Marin's state, never another step's data."""
+    with pytest.raises(InvalidStepError, match="lies in a step's metadata folder"):
+        lower(ArtifactStep.adopt("ckpts", "v1", source))
+
+
+def test_an_adoption_holding_a_build_is_stale_once_that_build_is_rebuilt(prefix: str) -> None:
+    """Red team r7-12(b), the source holding the build (``raw``, the folder of its versions)
+    rather than lying in it: the builds it holds are recorded as its inputs when it commits."""
+    current = {"text": "one"}
+    raw = _built_raw(current, prefix)
+    adopted = ArtifactStep.adopt("data", "v1", "raw")
+    first = run(adopted, prefix=prefix)[0]
+    assert first.record is not None and list(first.record.inputs) == ["raw@v1"]
+    current["text"] = "two"
+    run(raw, prefix=prefix, force=["raw@v1"])
+    again = run(adopted, prefix=prefix)[0]
+    assert again.record is not None and again.record.build_id != first.record.build_id
 
 
 def test_adopting_data_that_is_not_there_fails_the_step_and_records_nothing(
@@ -656,7 +731,9 @@ def test_a_step_under_a_timeout_reaches_its_context_on_the_helper_thread(prefix:
 
 _json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=6),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 

@@ -167,6 +167,19 @@ def test_a_shared_step_may_not_write_inside_the_users_folder(tmp_path, monkeypat
         run(squatter, scope_pipeline.variant, prefix=str(tmp_path))
 
 
+def test_a_shared_step_pinned_onto_the_users_folder_itself_is_refused(
+    tmp_path, monkeypatch
+) -> None:
+    """Red team r8-3: ``pin="users"`` (the folder itself, not a path under it) was built, and
+    every user's run on the prefix was refused from then on."""
+    monkeypatch.setenv("MARIN_USER", "alice")
+    for pin in ("users", "Users"):
+        squatter = apply("x", scope_pipeline.make, version="v1", n=1, pin=pin)
+        with pytest.raises(InvalidStepError, match="at or inside the users' folder"):
+            run(squatter, prefix=str(tmp_path / "p"))
+    assert not (tmp_path / "p").exists()
+
+
 @pytest.mark.parametrize("name, version", [("users", "alice"), ("Users/bob/x", "v1")])
 def test_a_shared_step_whose_name_and_version_make_a_users_path_is_refused(
     tmp_path, monkeypatch, name: str, version: str

@@ -31,6 +31,7 @@ from marin.run_flags import PREFIX_HELP, add_run_flags, prefix_arg, run_options,
 from marin.terminal_text import safe_json, safe_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_BROKEN_PIPE = 141  # as a shell reports a process ended by SIGPIPE (128 + 13)
 
 log = logging.getLogger("marin")
 
@@ -1038,6 +1039,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         return _dispatch(args)
+    except BrokenPipeError:
+        # The reader of stdout went away (``marin plan --json | head``): not an error of ours.
+        # Point stdout at /dev/null so that flushing it at exit raises nothing more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     finally:
         undo_routing()
 

@@ -52,6 +52,11 @@ def other() -> list[ArtifactStep]:
     return [step("other", "v1")]
 
 
+def corpus_adopted() -> list[ArtifactStep]:
+    """``gc/corpus@v1`` adopted in place: the user's data at the step's own output path."""
+    return [ArtifactStep.adopt("gc/corpus", "v1", "gc/corpus/v1")]
+
+
 def scoped() -> list[ArtifactStep]:
     """raw (shared) -> model (user scope): each user's model is built in their own folder."""
     return [step("model", "v1", step("raw", "v1")).with_options(scope="user")]

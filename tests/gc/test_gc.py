@@ -33,6 +33,7 @@ from tests.ux.helpers import marin, spawn_80, strip_ansi
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = "tests/gc/pipelines.py:pipeline"
+OTHER = "tests/gc/pipelines.py:other"
 
 
 def stored_files(location: Location) -> dict[str, bytes]:
@@ -219,11 +220,13 @@ def test_a_candidate_with_a_live_lease_is_skipped(prefix: str) -> None:
     assert [c.step for c in collect_garbage(pipeline(), location).collected] == ["gc/scratch@v1"]
 
 
-def _gc_process(prefix: str, target: str, crash: str) -> subprocess.CompletedProcess[str]:
+def _gc_process(
+    prefix: str, target: str, crash: str, command: str = "gc"
+) -> subprocess.CompletedProcess[str]:
     env = child_env(MARIN_FAULT_CRASH=crash)
     code = "import sys; from marin.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run(
-        [sys.executable, "-c", code, "gc", target, "--prefix", prefix],
+        [sys.executable, "-c", code, command, target, "--prefix", prefix],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
@@ -429,7 +432,15 @@ def test_gc_keeps_an_adopted_steps_source_under_the_prefix(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(
-    "spelling", ["gc/raw//v1", "{real}//gc/raw/v1", "gc//raw/v1/", "{link}/gc/raw/v1"]
+    "spelling",
+    [
+        "gc/raw//v1",
+        "{real}//gc/raw/v1",
+        "gc//raw/v1/",
+        "{link}/gc/raw/v1",
+        "file://{real}/gc/raw/v1",
+        "local://{link}/gc/raw//v1",
+    ],
 )
 @pytest.mark.parametrize("via", ["real", "link"])
 def test_gc_keeps_an_adopted_source_however_it_is_spelled(
@@ -437,7 +448,7 @@ def test_gc_keeps_an_adopted_source_however_it_is_spelled(
 ) -> None:
     """Red team r7-5: an adopted source spelled ``raw//v1``, or reached through a link to the
     prefix while gc was given the real path (or the reverse), was taken for "elsewhere": gc
-    deleted the build the plan still serves."""
+    deleted the build the plan still serves. Red team r8-1: so was a ``file://`` URL."""
     from marin.execution.lazy import ArtifactStep
 
     real, link = tmp_path / "real", tmp_path / "link"
@@ -468,9 +479,7 @@ def test_a_rebuild_never_clears_data_adopted_in_place(tmp_path: Path) -> None:
     (prefix / "gc/corpus/v1/data.txt").write_text("PRECIOUS")
     run([ArtifactStep.adopt("gc/corpus", "v1", "gc/corpus/v1")], prefix=str(prefix))
     before = stored_files(open_prefix(str(prefix)))
-    built = apply("gc/corpus", write_step_plain, version="v1", out_path=OUT).with_options(
-        retries=2
-    )
+    built = apply("gc/corpus", write_step_plain, version="v1", out_path=OUT).with_options(retries=2)
     options: list[dict[str, Any]] = [{"force": ["gc/corpus"]}, {"on_drift": "rebuild"}]
     for option in options:
         with pytest.raises(Exception) as raised:
@@ -484,6 +493,36 @@ def test_a_rebuild_never_clears_data_adopted_in_place(tmp_path: Path) -> None:
     run([built], prefix=str(prefix), on_drift="rebuild")
     assert (tmp_path / "moved/data.txt").read_text() == "PRECIOUS"
     assert read_record(open_prefix(str(prefix)), "gc/corpus/v1").source is None
+
+
+@pytest.mark.parametrize("killed", ["an adoption holding its lease", "gc deleting an adoption"])
+def test_an_adoptions_leftovers_never_make_its_data_deletable(tmp_path: Path, killed: str) -> None:
+    """Red team r9-2 and r9-3: data adopted in place; the adoption killed holding its lease (a
+    lease naming the output, nothing saying "adoption"), or a gc killed while it deleted the
+    adoption's record (its FAILED status, the same): the next gc deleted the data, and a build
+    of that name@version cleared it as debris. An adoption's lease and every status written
+    for one say so."""
+    from marin.execution.errors import StepFailedError
+    from tests.gc.pipelines import corpus_adopted
+
+    prefix = tmp_path / "p"
+    (prefix / "gc/corpus/v1").mkdir(parents=True)
+    (prefix / "gc/corpus/v1/data.txt").write_text("PRECIOUS")
+    adoption = "tests/gc/pipelines.py:corpus_adopted"
+    if killed == "an adoption holding its lease":
+        crashed = _gc_process(str(prefix), adoption, "after-lease@gc/corpus", command="run")
+    else:
+        run(corpus_adopted(), prefix=str(prefix))
+        crashed = _gc_process(str(prefix), OTHER, "gc-after-record@gc/corpus")
+    assert crashed.returncode == -9, crashed.stderr
+    assert read_record(open_prefix(str(prefix)), "gc/corpus/v1") is None
+    with pytest.raises(StepFailedError, match="holds only an adoption's lease or status"):
+        run([step("corpus", "v1")], prefix=str(prefix))
+    assert os.listdir(prefix / "gc/corpus/v1") == ["data.txt"]
+    finished = _gc_process(str(prefix), OTHER, "")
+    assert finished.returncode == 0, finished.stderr
+    assert (prefix / "gc/corpus/v1/data.txt").read_text() == "PRECIOUS"
+    assert not (prefix / "gc/corpus/v1.marin").exists()  # its metadata went
 
 
 def test_a_failed_adoptions_status_never_makes_user_data_deletable(tmp_path: Path) -> None:
@@ -505,7 +544,7 @@ def test_a_failed_adoptions_status_never_makes_user_data_deletable(tmp_path: Pat
     with pytest.raises(StepFailedError) as raised:
         run([built], prefix=str(prefix))
     error = _cause(raised.value, StorageError)
-    assert "holds only the status of an adoption" in error.what and "move it away" in error.fix
+    assert "holds only an adoption's lease or status" in error.what and "move it away" in error.fix
     assert os.listdir(prefix / "gc/corpus/v1") == ["data.txt"]  # nothing cleared, nothing built
     report = collect_garbage(pipeline(), str(prefix))  # another pipeline's gc
     assert [(c.step, c.state) for c in report.collected] == [("gc/corpus@v1", "failed")]

@@ -958,10 +958,11 @@ def _records(prefix: str) -> list[str]:
 
 
 def _changed_by_gc(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    """The files a ``gc --dry-run`` changed: any deleted, and any new or rewritten one but a
-    job's: a killed driver's job runs on and may write its output's data or its checkpoints
-    meanwhile (seed 4995 of the soak profile)."""
-    gone = [k for k in before if k not in after]
+    """The files a ``gc --dry-run`` changed: any deleted, new or rewritten one but a job's: a
+    killed driver's job runs on and may write (or remove) its output's data or its checkpoints
+    meanwhile (seed 4995 of the soak profile: a resumable job removed its ``partial.txt``).
+    gc deletes a step's metadata with its data, and that is never a job's to touch."""
+    gone = [k for k in before if k not in after and not _jobs_to_write(k)]
     written = [k for k, v in after.items() if before.get(k) != v and not _jobs_to_write(k)]
     return sorted(gone + written)
 

@@ -82,7 +82,9 @@ def test_a_second_registration_of_an_id_is_refused_and_never_written(prefix: str
     first = register(location, "gc/train/v1", reg_id, "alice@h")
     path = location.path(reg_id.manifest_path)
     before = location.read_file(path)
-    with pytest.raises(ArtifactAlreadyExistsError, match="exp/train/v1 is registered already") as info:
+    with pytest.raises(
+        ArtifactAlreadyExistsError, match="exp/train/v1 is registered already"
+    ) as info:
         register(location, "gc/raw/v1", reg_id, "bob@h")
     assert info.value.existing is not None and info.value.existing.token == first.token
     assert "new tag" in info.value.fix
@@ -123,7 +125,10 @@ def test_from_id_of_an_unknown_or_untrusted_manifest_is_a_clear_error(prefix: st
     _plant(location, f"{REGISTRY_FOLDER}/exp/copy/v1.json", manifest.to_bytes())
     data["id"], data["output_path"] = "exp/moved/v1", "gc/scratch/v1"
     _plant(location, f"{REGISTRY_FOLDER}/exp/moved/v1.json", json.dumps(data).encode())
-    for bad, why in (("exp/copy/v1", "manifest of 'exp/raw/v1'"), ("exp/moved/v1", "not the record")):
+    for bad, why in (
+        ("exp/copy/v1", "manifest of 'exp/raw/v1'"),
+        ("exp/moved/v1", "not the record"),
+    ):
         with pytest.raises(ArtifactRegistryError, match=why):
             Artifact.from_id(bad, prefix=prefix)
 
@@ -141,7 +146,8 @@ def test_marin_register_on_the_command_line(
     assert main(again) == 1
     assert "models/train/v1 is registered already (to gc/train@v1" in capsys.readouterr().err
     assert main(["register", "gc/none@v1", "--id", "models/none/v1", "--prefix", prefix]) == 2
-    assert "nothing is built at" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("error: nothing is built at") and "'" not in err  # said once, unquoted
     assert main(["register", "gc/tok@v1", "--id", "bad", "--prefix", prefix]) == 2
     assert main(["register", "gc/tok", "--id", "m/tok/v1", "--prefix", prefix, "--json"]) == 0
     fields = json.loads(capsys.readouterr().out)
@@ -149,6 +155,19 @@ def test_marin_register_on_the_command_line(
     assert main(["ls", "--prefix", prefix]) == 0
     listed = capsys.readouterr().out
     assert "3 artifact(s)" in listed and "registry" not in listed  # the registry is no step
+
+
+def test_a_mutable_version_is_never_registered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Red team r7 (minor): ``marin register a@dev`` was accepted, and every later run of
+    ``a@dev`` (which rebuilds a mutable version) then failed on the frozen build."""
+    prefix = str(tmp_path / "p")
+    run(step("wip", "dev"), prefix=prefix)
+    assert main(["register", "gc/wip@dev", "--id", "models/wip/t1", "--prefix", prefix]) == 2
+    assert "gc/wip@dev has a mutable version ('dev')" in capsys.readouterr().err
+    run(step("wip", "dev"), prefix=prefix)  # still rebuilt as every run rebuilds it
+    assert not (tmp_path / "p/gc/wip/dev.marin/registered.json").exists()
 
 
 # --- a registered build is frozen: never rebuilt in place ---------------------------------------
@@ -337,6 +356,24 @@ def test_registering_an_adoption_freezes_the_build_its_data_lies_in(prefix: str)
     with fsspec.open(f"{found.url}/data.txt", "rb") as f:
         assert f.read() == b"one<-"
     assert frozen_ids(location, "gc/c/v1", read_record(location, "gc/c/v1")) == []
+
+
+@pytest.mark.parametrize("spelling", ["holding it", "as a URL"])
+def test_registering_an_adoption_freezes_the_build_however_its_source_is_spelled(
+    spelling: str, tmp_path: Path
+) -> None:
+    """Red team r8-2: a registered adoption whose source holds the build (``gc/raw``, the
+    folder of raw's versions) or names it as a ``file://`` URL froze nothing: ``--force``
+    rebuilt ``gc/raw@v1`` and the registered id served the new bytes."""
+    prefix = str(tmp_path / "p")
+    run([step("raw", "v1", text="one")], prefix=prefix)
+    source = "gc/raw" if spelling == "holding it" else f"file://{prefix}/gc/raw/v1"
+    run([ArtifactStep.adopt("data", "v1", source)], prefix=prefix)
+    assert main(["register", "data@v1", "--id", "ds/data/t1", "--prefix", prefix]) == 0
+    with pytest.raises(StepFailedError) as refused:
+        run([step("raw", "v1", text="two")], prefix=prefix, force=["gc/raw"])
+    assert isinstance(refused.value.__cause__, RegisteredBuildFrozenError)
+    assert (tmp_path / "p/gc/raw/v1/data.txt").read_text() == "one<-"
 
 
 # --- gc keeps what is registered, whatever its targets ------------------------------------------

@@ -5,9 +5,10 @@ file's mode, what a link inside it points to, the output being a link, an empty 
 value it returned, its artifact type); its reader must be rebuilt, and ``marin plan`` afterwards
 must call the reader current only because it was made from the current upstream. The control
 (nothing changed) shows the cutoff is live in this very set-up, so the other tests are not
-vacuous. The rebuild is a drift rebuild (``on_drift="rebuild"``: a config field the step ignores
-changes), not ``--force``: a forced upstream is never cut off (item 2), which would hide what
-the digest sees. Local disk, ``memory://`` and S3 (moto) where the thing exists there.
+vacuous. The rebuild is a cascade: a root step's config changes (``on_drift="rebuild"``) and
+its new bytes make the upstream stale, whose own config never changes (a changed config is
+never cut off: a reader gets it through ``ctx.resolved``). Not ``--force``: a forced upstream
+is never cut off (item 2), which would hide what the digest sees. Local disk, ``memory://`` and S3 (moto) where the thing exists there.
 """
 
 from __future__ import annotations
@@ -28,14 +29,19 @@ from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
 from marin.execution.vocabulary import Action
 
-UP, READER = "cut/up@v1", "cut/reader@v1"
+SEED, UP, READER = "cut/seed@v1", "cut/up@v1", "cut/reader@v1"
 CALLS: list[str] = []
 Writer = Callable[[str], Any]
 WRITER: dict[str, Writer] = {}
 """How the upstream writes its output (given its URL) and what it returns, set by each test."""
 
 
-def upstream(salt: int, out_path: str) -> Any:
+def seed(salt: int, out_path: str) -> None:
+    with fsspec.open(out_path + "/salt.txt", "w", auto_mkdir=True) as f:
+        f.write(str(salt))
+
+
+def upstream(seed: str, out_path: str) -> Any:
     CALLS.append("up")
     return WRITER["up"](out_path)
 
@@ -47,7 +53,8 @@ def reader(up: str, out_path: str) -> None:
 
 
 def pipeline(salt: int, kind: str = "artifact") -> Any:
-    up = apply("cut/up", upstream, version="v1", salt=salt, out_path=OUT, artifact_type=kind)
+    root = apply("cut/seed", seed, version="v1", salt=salt, out_path=OUT)
+    up = apply("cut/up", upstream, version="v1", seed=root, out_path=OUT, artifact_type=kind)
     return apply("cut/reader", reader, version="v1", up=up, out_path=OUT)
 
 
@@ -72,7 +79,7 @@ def assert_plan_is_honest(
     """Everything is current: the reader was made from the upstream's current build, or (only
     when it was ``cut_off``) the plan says the upstream's output is the one it consumed."""
     plan, _ = StepRunner(prefix=prefix).plan(lower(pipeline(salt, kind)))
-    decisions = {d.spec.step_id: d for d in plan.decisions.values()}
+    decisions = {d.spec.step_id: d for d in plan.decisions.values() if d.spec.step_id != SEED}
     assert {i: d.action for i, d in decisions.items()} == {UP: Action.SKIP, READER: Action.SKIP}
     up, seen = decisions[UP].record, decisions[READER].record
     assert up is not None and seen is not None

@@ -132,3 +132,28 @@ def test_plan_takes_run_options_and_previews_a_forced_cascade(built_example: str
     assert report["action"] == "skip" and report["stale"]
     unknown = marin("plan", EXAMPLE, "--prefix", built_example, "--force", "ngram/nope")
     assert unknown.returncode == 2 and "--force names no step" in unknown.stderr
+
+
+def test_json_into_a_reader_that_stops_early_is_no_traceback(tmp_path: Path) -> None:
+    """Red team r7 (minor): ``marin plan --json | head -c 10`` ended in a ``BrokenPipeError``
+    traceback; a reader that has read enough is no error of the pipeline's."""
+    import subprocess
+    import sys
+
+    for command in ("plan", "ls"):
+        args = [command, EXAMPLE, "--prefix", str(tmp_path / "p"), "--json"]
+        if command == "ls":
+            args.remove(EXAMPLE)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "marin.cli", *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            bufsize=0,
+        )
+        assert child.stdout is not None and child.stderr is not None
+        assert child.stdout.read(1) == b"{"
+        child.stdout.close()  # the reader stops: the child's next write meets a broken pipe
+        err = child.stderr.read().decode()
+        assert child.wait(timeout=120) in (0, 141), err
+        assert "Traceback" not in err, err

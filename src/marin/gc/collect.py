@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from marin.execution.errors import OptionError
+from marin.execution.names import METADATA_SUFFIX
 from marin.execution.store.placement import spellings
 from marin.execution.store.records import UNKNOWN_BUILD, replaced_build
 from marin.gc.walk import Slot
@@ -109,6 +110,8 @@ class _Holders:
         """The slots ``relative`` (below the prefix) lies in, is, or holds."""
         parts = [p for p in relative.split("/") if p]
         found = ["/".join(parts[:end]) for end in range(1, len(parts) + 1)]
+        # In a build's metadata folder (its kept checkpoints): that build's, deleted with it.
+        found += [p.removesuffix(METADATA_SUFFIX) for p in found if p.endswith(METADATA_SUFFIX)]
         inside = "/".join(parts) + "/" if parts else ""
         at = bisect.bisect_left(self.paths, inside)
         while at < len(self.paths) and self.paths[at].startswith(inside):

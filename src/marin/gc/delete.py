@@ -29,6 +29,7 @@ from marin.execution import faults
 from marin.execution.store.lease import Heartbeat, Lease, LeaseInfo
 from marin.execution.store.location import Location
 from marin.execution.store.records import (
+    ADOPTION,
     FAILED,
     GC_DELETING,
     ArtifactRecord,
@@ -60,10 +61,17 @@ class Outcome:
 def adopted(slot: Slot) -> bool:
     """An adopted step (``ArtifactStep.adopt``): its data is not Marin's (adopted in place, it
     is never moved or deleted), so only its record and metadata folder go. So too with no
-    record but an adoption attempt's status: that attempt never wrote the output path."""
+    record but an adoption attempt's status or lease: that attempt never wrote the output."""
     if slot.record is not None:
         return slot.record.source is not None
-    return adoption_status(slot.status)
+    return slot.adoption or adoption_status(slot.status)
+
+
+def _source_of(slot: Slot) -> str:
+    if slot.record is not None and slot.record.source is not None:
+        return slot.record.source
+    found = (slot.status or {}).get(ADOPTION)
+    return found if isinstance(found, str) else "unknown"
 
 
 def _changed(location: Location, slot: Slot, files: list[str]) -> str:
@@ -105,7 +113,10 @@ def delete_step(location: Location, slot: Slot, before: Callable[[], str] | None
             why = why or (before() if before is not None else "")
             if why:
                 return Outcome(False, skipped=why)
-            write_status(location, slot.output_path, FAILED, error=MARKER)
+            # An adoption's mark says so, so that a gc killed here never leaves its data
+            # looking like Marin's for the next gc (or a build) to delete.
+            mark = {ADOPTION: _source_of(slot)} if adopted(slot) else {}
+            write_status(location, slot.output_path, FAILED, error=MARKER, **mark)
             delete_record(location, slot.output_path)
             faults.crash_point(GC_CRASH_POINT, slot.step_id)
             if not adopted(slot):

@@ -25,6 +25,7 @@ from marin.execution.store.records import (
     UNKNOWN_BUILD,
     USERS_FOLDER,
     ForeignRecord,
+    adoption_status,
     load_record,
     metadata_dir,
     read_status_file,
@@ -37,6 +38,7 @@ from marin.execution.store.step_folder import (
     LEASE_FILE,
     LEASE_GUARD_FILE,
     job_names_output,
+    json_object,
     marins_own,
     names_output,
 )
@@ -54,6 +56,8 @@ class Slot(Entry):
 
     leftovers: tuple[str, ...] = ()
     """With no record and no readable status: the files found in the metadata folder."""
+    adoption: bool = False
+    """With no record: its lease is an adoption's (``marin gc`` deletes its metadata only)."""
 
     @property
     def owner(self) -> str | None:
@@ -213,13 +217,21 @@ def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot |
     # but Marin's own files: they go. Beside an output, only a lease or job naming it proves it.
     if output_kind and not _leftovers_named(location, output_path):
         return Foreign(output_path, UNATTRIBUTED.format("lease or job"))
-    return Slot(output_path, None, status, None, tuple(sorted(name for name, _ in entries)))
+    names = tuple(sorted(name for name, _ in entries))
+    return Slot(output_path, None, status, None, names, _adoptions_lease(location, output_path))
 
 
 UNATTRIBUTED = (
     "no record, and its {} does not name this output (a copy, or one an older Marin wrote): "
     "not provably Marin's build of it"
 )
+
+
+def _adoptions_lease(location: Location, output_path: str) -> bool:
+    """Whether the step's lease is an adopted step's attempt's (killed holding it): that
+    attempt never wrote the output path."""
+    lease = read_lease(location, output_path)
+    return lease is not None and adoption_status(json_object(lease.raw))
 
 
 def _leftovers_named(location: Location, output_path: str) -> bool:

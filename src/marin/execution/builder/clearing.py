@@ -13,7 +13,7 @@ import logging
 from marin.execution.errors import AdoptedDataError, RegisteredBuildFrozenError, StorageError
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.pipeline.step_spec import StepSpec
-from marin.execution.store.lease import Lease
+from marin.execution.store.lease import Lease, read_lease
 from marin.execution.store.location import Location, with_retries
 from marin.execution.store.records import (
     ArtifactRecord,
@@ -23,7 +23,7 @@ from marin.execution.store.records import (
     read_status_file,
 )
 from marin.execution.store.registry import frozen_ids
-from marin.execution.store.step_folder import RECORD_FILE, STATUS_FILE, lease_path
+from marin.execution.store.step_folder import RECORD_FILE, STATUS_FILE, json_object
 from marin.execution.vocabulary import Leftover
 
 log = logging.getLogger("marin")
@@ -52,9 +52,10 @@ def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
     folder = metadata_dir(spec.output_path).rsplit("/", 1)[-1]
     why = f"no {folder} folder beside it"
     if location.exists(location.path(metadata_dir(spec.output_path))):
-        if not _adoption_only(location, spec.output_path):
+        why = _proves_nothing(location, spec.output_path)
+        if not why:
             return True
-        why = f"{folder} holds only the status of an adoption, which never writes there"
+        refuse_frozen(location, spec, None, leftover=True)  # a registered build, record torn
     raise StorageError(
         f"output path {location.url_for(spec.output_path)} already exists and was not "
         f"written by Marin ({why})",
@@ -65,14 +66,21 @@ def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
     )
 
 
-def _adoption_only(location: Location, output_path: str) -> bool:
-    """Whether the metadata folder beside ``output_path`` proves nothing about it: no record,
-    no lease, and a status an adopted step's attempt wrote (``adoption_status``)."""
+def _proves_nothing(location: Location, output_path: str) -> str:
+    """Why the metadata folder beside ``output_path`` proves nothing about what lies there, or
+    "" when it shows a Marin attempt worked there. With no record (a corrupt one counts as
+    one: "not built", rebuilt in place), it proves nothing when its lease or status is an
+    adoption's (``adoption_status``): an adoption never writes its output path, whether it
+    failed, was killed holding its lease, or was being deleted by ``marin gc``."""
+    folder = metadata_dir(output_path).rsplit("/", 1)[-1]
     if RECORD_FILE in metadata_files(location, output_path):
-        return False
-    if location.has_file(location.path(lease_path(output_path))):
-        return False
-    return adoption_status(read_status_file(location, output_path))
+        return ""
+    lease = read_lease(location, output_path)
+    if adoption_status(read_status_file(location, output_path)) or (
+        lease is not None and adoption_status(json_object(lease.raw))
+    ):
+        return f"{folder} holds only an adoption's lease or status (an adoption never writes there)"
+    return ""
 
 
 def refuse_clearing_adopted(
@@ -177,8 +185,8 @@ def refuse_inside_another(location: Location, spec: StepSpec) -> None:
     Raises:
         StorageError: the output lies inside another step's output.
     """
-    if spec.source is not None:
-        return  # an adopted step's build writes only its record
+    # An adopted step's build writes only its record, but that record (beside its output
+    # path) would still lie inside the other step's artifact: refused the same way.
     parts = spec.output_path.split("/")
     for end in range(1, len(parts)):
         outer = "/".join(parts[:end])

@@ -78,7 +78,7 @@ from marin.execution.faults import crash_point
 from marin.execution.ids import jitter, new_id
 from marin.execution.pipeline.artifact import load_dependency
 from marin.execution.pipeline.artifact_types import payload_of
-from marin.execution.pipeline.canonical import Canonical, to_canonical
+from marin.execution.pipeline.canonical import Canonical, as_stored, to_canonical
 from marin.execution.pipeline.context import StepContext, assigned_devices
 from marin.execution.pipeline.isolation import StepTimeoutError
 from marin.execution.pipeline.provenance import collect_provenance, now_iso
@@ -102,6 +102,7 @@ from marin.execution.store.lease import (
     ttl_from_env,
 )
 from marin.execution.store.location import Location, durable
+from marin.execution.store.placement import adopted_builds, adopted_inputs
 from marin.execution.store.records import (
     ADOPTION,
     FAILED,
@@ -291,7 +292,7 @@ def _after_lease_lost(
     record if it committed this very build; else raise ``lost``."""
     spec, location = request.spec, request.location
     log.warning("discard %s: %s", spec.step_id, lost.what)
-    lease = Lease(location, spec.output_path, ttl=request.lease_ttl)
+    lease = Lease(location, spec.output_path, ttl=request.lease_ttl, adoption=spec.source)
     _acquire(lease, spec)  # wait for the runner that took over
     try:
         record = read_record(location, spec.output_path, step=(spec.name, spec.version))
@@ -323,7 +324,7 @@ def _lease_and_build(
     spec, location, policy = request.spec, request.location, request.policy
     url = location.url_for(spec.output_path)
     output_seen = output_left_by_marin(location, spec)  # before the lease: see there
-    lease = Lease(location, spec.output_path, ttl=request.lease_ttl)
+    lease = Lease(location, spec.output_path, ttl=request.lease_ttl, adoption=spec.source)
     holder = _acquire(lease, spec, request.wait)
     if holder is not None:  # another runner's live lease: nothing written, nothing held
         why = LeaseHeld(holder.holder, holder.expires_at)
@@ -608,7 +609,11 @@ def _output_digest(
     if location.is_memory and first_build:
         return OutputDigest(None, unknown=_MEMORY_FIRST_BUILD)
     return output_digest(
-        location, location.path(spec.output_path), result=result, artifact_type=spec.artifact_type
+        location,
+        location.path(spec.output_path),
+        result=result,
+        artifact_type=spec.artifact_type,
+        fingerprint=spec.fingerprint,
     )
 
 
@@ -634,6 +639,7 @@ def _replaced_digest(
             location.path(spec.output_path),
             result=previous.result,
             artifact_type=previous.artifact_type,
+            fingerprint=previous.fingerprint,
         )
     if there.digest != claimed:
         # Changed bytes are news (a hand edit, another step's fn); an unknown digest is not.
@@ -784,7 +790,7 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
         _refuse_unclearable(location, spec, held.lease)
     if spec.remote is not None:  # its job may still write the output: nothing is cleared
         refuse_unreadable_job(location, spec.output_path, spec.step_id, spec.remote)
-    held.kept.enter_context(_started_here(location, spec.output_path))
+    held.kept.enter_context(_started_here(location, spec.output_path, spec.source))
     _clear_earlier(held)
     # No folder to make: the lease's folder sits beside the output, so its parent exists.
     held.ctx = run_context(spec, location, request.region, held.lease)
@@ -839,8 +845,9 @@ def _mark_replacing(held: _Holding) -> None:
     if not held.replacing:
         clear_status(location, path)
         return
+    adoption = {ADOPTION: held.spec.source} if held.spec.source is not None else {}
     write_status(location, path, RUNNING, holder=held.lease.holder, started_at=held.started_at,
-                 **{REPLACES: held.replacing})  # fmt: skip
+                 **{REPLACES: held.replacing}, **adoption)  # fmt: skip
 
 
 def _committed(held: _Holding, value: Callable[[], Any]) -> BuildOutcome | Pending:
@@ -985,22 +992,29 @@ def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRec
             provenance.pop("earlier_attempts_s", None)
     if held.attempt is not None and held.attempt.resumed:
         code = mixed_digest(held.attempt.code, code)  # resumed across a code change: both
+    inputs = {u.step_id: u.record.build_id for u in upstream if u.record is not None}
+    dep_paths = dict(ctx.dep_paths)
+    source = spec.data_url(location.url) if spec.source is not None else None
+    # The builds the adopted data lies in or holds: a rebuild of one makes this stale.
+    adopted = {} if source is None else adopted_builds(location, spec.output_path, source)
+    inputs.update(adopted_inputs(adopted))
+    dep_paths.update({record.step_id: location.url_for(path) for path, record in adopted.items()})
     return ArtifactRecord(
         name=spec.name,
         version=spec.version,
         fingerprint=spec.fingerprint,
         fingerprint_payload=spec.fingerprint_payload,
-        config=held.config,
-        dep_paths=dict(ctx.dep_paths),
+        config=as_stored(held.config),
+        dep_paths=dep_paths,
         output_path=ctx.output_path,
-        result=result,
+        result=as_stored(result),
         provenance=provenance,
         started_at=held.started_at,
         finished_at=finished_at,
         duration_s=round(duration, 6),
         artifact_type=spec.artifact_type,
         build_id=held.build_id,
-        inputs={u.step_id: u.record.build_id for u in upstream if u.record is not None},
+        inputs=inputs,
         code=code,
         output=output,
         input_digests={
@@ -1009,7 +1023,7 @@ def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRec
             if u.record is not None and u.record.output.digest is not None
         },
         replaced=held.replaced,
-        source=spec.data_url(location.url) if spec.source is not None else None,
+        source=source,
     )
 
 
@@ -1100,10 +1114,10 @@ def _lost(location: Location, spec: StepSpec, lease: Lease) -> LeaseLostError | 
 
 
 @contextlib.contextmanager
-def _started_here(location: Location, output_path: str) -> Iterator[None]:
+def _started_here(location: Location, output_path: str, adoption: str | None) -> Iterator[None]:
     """While this process's attempt runs (past its checks, lease held): see ``mark_interrupted``."""
     with _running_lock:
-        _running_here[(location.url, output_path)] = location
+        _running_here[(location.url, output_path)] = (location, adoption)
     try:
         yield
     finally:
@@ -1112,7 +1126,7 @@ def _started_here(location: Location, output_path: str) -> Iterator[None]:
 
 
 _running_lock = threading.Lock()
-_running_here: dict[tuple[str, str], Location] = {}
+_running_here: dict[tuple[str, str], tuple[Location, str | None]] = {}
 """Steps whose attempt this process started (past its checks) and that have not ended."""
 
 
@@ -1124,6 +1138,7 @@ def mark_interrupted() -> None:
     """
     with _running_lock:
         attempts = list(_running_here.items())
-    for (_, path), location in attempts:
-        with contextlib.suppress(OSError):
-            write_status(location, path, FAILED, error="interrupted")
+    for (_, path), (location, adoption) in attempts:
+        with contextlib.suppress(OSError):  # an adoption's says so: it never wrote the output
+            mark = {ADOPTION: adoption} if adoption is not None else {}
+            write_status(location, path, FAILED, error="interrupted", **mark)

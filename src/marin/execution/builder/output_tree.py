@@ -1,12 +1,13 @@
 """The output digest of a step: one hash of everything a reader of it can consume, for early cutoff.
 
-A reader gets three things from a dependency: its output tree, the value its ``fn`` returned
-(the record's ``result``, read through ``ctx.resolved(dep).result``) and its artifact type. The
-digest covers all three: the artifact type, the result as canonical JSON, and the relative
-name, kind and content of every entry at or under the output path. When a rebuilt step's new
-digest equals the one its dependents consumed, nothing they can read changed and they need not
-be rebuilt. Comparing is only safe in one direction, so everything that is not certain makes
-the digest **unknown** (no cutoff, the cascade happens as today).
+A reader gets four things from a dependency: its output tree, the value its ``fn`` returned
+(the record's ``result``, read through ``ctx.resolved(dep).result``), its artifact type and
+its config (``ctx.resolved(dep).record.config``, which its fingerprint covers). The digest
+covers all four: the artifact type, the result as canonical JSON, the fingerprint, and the
+relative name, kind and content of every entry at or under the output path. When a rebuilt
+step's new digest equals the one its dependents consumed, nothing they can read changed and
+they need not be rebuilt. Comparing is only safe in one direction, so everything that is
+not certain makes the digest **unknown** (no cutoff, the cascade happens as today).
 
 - **Local disk** hashes the content (SHA-256), each file's and folder's permission bits, and
   every folder (an empty one too). A symbolic link anywhere in the output, or an output path
@@ -28,8 +29,8 @@ the digest **unknown** (no cutoff, the cascade happens as today).
 
 A result with no canonical JSON form makes the digest unknown. Paths are literal (``find``
 lists by prefix; only the path itself and paths under ``path/`` are kept, never a sibling that
-shares a prefix). The scheme (``tree2:``) is part of every digest, so a digest of an older
-scheme (``tree1:``, which covered the files only) never equals a new one.
+shares a prefix). The scheme (``tree3:``) is part of every digest, so a digest of an older
+scheme (``tree2:`` had no config, ``tree1:`` covered the files only) never equals a new one.
 """
 
 from __future__ import annotations
@@ -53,11 +54,16 @@ _CHUNK = 1 << 20
 
 
 def output_digest(
-    location: Location, path: str, *, result: Any = None, artifact_type: str = "artifact"
+    location: Location,
+    path: str,
+    *,
+    result: Any = None,
+    artifact_type: str = "artifact",
+    fingerprint: str = "",
 ) -> OutputDigest:
     """The digest of what a reader of the build at ``path`` consumes: the artifact type, the
-    returned value ``result`` (canonical JSON) and everything at or under ``path`` (the file
-    system's syntax), literally.
+    returned value ``result`` (canonical JSON), the config (its ``fingerprint``) and
+    everything at or under ``path`` (the file system's syntax), literally.
 
     A path with nothing there has the digest of an empty tree (a step may write nothing).
     Storage that fails, a file with no checksum, a link, or a result with no canonical JSON
@@ -65,7 +71,7 @@ def output_digest(
     knowing it is always safe.
     """
     try:
-        header = _reader_view(result, artifact_type)
+        header = _reader_view(result, artifact_type, fingerprint)
         if location.is_local:
             entries = list(_local_entries(path))
         elif location.is_memory:
@@ -91,12 +97,13 @@ def output_digest(
     return OutputDigest(f"{SCHEME}:{h.hexdigest()}", files, total, None, "+".join(sorted(kinds)))
 
 
-def _reader_view(result: Any, artifact_type: str) -> bytes:
-    """The artifact type and the result, as the digest's first line: a reader gets both through
-    ``ctx.resolved(dep)``. Entry lines start with a quoted name, so the two cannot be confused."""
+def _reader_view(result: Any, artifact_type: str, fingerprint: str) -> bytes:
+    """The artifact type, the result and the config's fingerprint, as the digest's first line:
+    a reader gets all three through ``ctx.resolved(dep)``. Entry lines start with a quoted
+    name, so the two cannot be confused."""
     try:
         text = json.dumps(
-            [artifact_type, result],
+            [artifact_type, result, fingerprint],
             sort_keys=True,
             separators=(",", ":"),
             ensure_ascii=False,

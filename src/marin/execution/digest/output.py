@@ -11,10 +11,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-SCHEME = "tree2"
+SCHEME = "tree3"
 _CHECKSUMS = re.compile(r"^[a-z0-9+]{0,40}$")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-"""The 64 hex digits after ``tree2:`` (``fullmatch``: nothing more, no trailing newline)."""
+"""The 64 hex digits after ``tree3:`` (``fullmatch``: nothing more, no trailing newline)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,6 +108,18 @@ def to_canonical(value: Any, path: str = "config", step: str | None = None) -> A
         ) from None
 
 
+def as_stored(value: Any) -> Any:
+    """A canonical form as a record stores it and every later reader parses it: each dict's
+    keys in sorted order. A reader in the same run gets this too, never the order ``fn`` or
+    ``build_config`` happened to build (which the record, the output digest and early cutoff
+    do not see)."""
+    if isinstance(value, dict):
+        return {key: as_stored(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [as_stored(item) for item in value]
+    return value
+
+
 def _canonical(value: Any, path: str | None, step: str | None) -> Any:
     """``value``'s canonical form; ``path`` is None on the first, fast pass (``to_canonical``)."""
     kind = type(value)

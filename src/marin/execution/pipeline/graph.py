@@ -184,8 +184,9 @@ def check_disjoint_outputs(steps: list[StepSpec]) -> None:
     total path depth), shortest first. ``lower()`` runs this on every graph, so the paths are
     made once and the ancestors are slices at each ``/`` rather than split-and-join.
 
-    A shared step's path (name and version, or its pin) may not start with ``users/``: that
-    folder holds every user's scoped builds (``users@alice`` would be alice's whole folder).
+    A shared step's path (name and version, or its pin) may not start with ``users/`` nor be
+    ``users``: that folder holds every user's scoped builds (``users@alice`` would be alice's
+    whole folder).
 
     Raises:
         DuplicateStepError: two steps write one folder (two pins, or names that differ only in
@@ -196,7 +197,7 @@ def check_disjoint_outputs(steps: list[StepSpec]) -> None:
     paths = [(spec.pin or f"{spec.name}/{spec.version}").casefold() for spec in steps]
     by_path: dict[str, StepSpec] = {}
     for path, spec in zip(paths, steps, strict=True):
-        if path.startswith(_USERS) and spec.scope != OutputScope.USER:
+        if (path + "/").startswith(_USERS) and spec.scope != OutputScope.USER:  # or ``users``
             _in_users_folder(spec)
         other = by_path.setdefault(path, spec)
         if other is spec:
@@ -233,9 +234,9 @@ _USERS = USERS_FOLDER + "/"
 
 def _in_users_folder(spec: StepSpec) -> None:
     raise InvalidStepError(
-        f"{spec.step_id} writes {spec.pin or f'{spec.name}/{spec.version}'}, inside the users' "
-        f"folder {_USERS} that user-scope steps write (a shared step's path may not start "
-        f"with {_USERS})",
+        f"{spec.step_id} writes {spec.pin or f'{spec.name}/{spec.version}'}, at or inside "
+        f"the users' folder {_USERS} that user-scope steps write (a shared step's path may "
+        f"not start with {_USERS})",
         f"rename the step (or its pin) so that its path does not start with {_USERS!r}",
         spec.step_id,
     )

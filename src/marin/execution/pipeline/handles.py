@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 from marin.execution.errors import ApplyInputsError, InvalidStepError
-from marin.execution.names import validate_name, validate_version
+from marin.execution.names import METADATA_SUFFIX, validate_name, validate_version
 from marin.execution.pipeline.artifact import Artifact
 from marin.execution.pipeline.canonical import register_fingerprint
 from marin.execution.pipeline.context import StepContext, current_context
@@ -460,6 +460,16 @@ def _check_source(source: Any, step_id: str) -> None:
     path = source.partition("://")[2] if "://" in source else source
     if any(segment in (".", "..") for segment in path.split("/")):
         raise InvalidStepError(f"adopt source {source!r} has a '.' or '..' segment", fix, step_id)
+    if any(segment.endswith(METADATA_SUFFIX) for segment in path.split("/")):
+        # A step's metadata folder (its kept checkpoints too) is Marin's state, deleted and
+        # replaced with the build it belongs to: never another step's data.
+        raise InvalidStepError(
+            f"adopt source {source!r} lies in a step's metadata folder (a {METADATA_SUFFIX} "
+            "folder: Marin's own state, deleted with its build)",
+            "copy what you need out of it (a checkpoint, say) and adopt the copy, or read it "
+            "from that step as a dependency",
+            step_id,
+        )
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,9 @@ class Stored:
     shared: SharedBuild = NO_SHARED_BUILD
     """Placed in a user's folder with no record there: what its shared placement holds
     (``shared_build``)."""
+    adopts: Mapping[str, str] | None = None
+    """For an adoption's record: the build its source lies in now, as its ``inputs`` name it
+    (``adopted_inputs``: empty when it lies in no build under the prefix; None: not read)."""
 
     @property
     def replaced(self) -> str:
@@ -232,6 +235,7 @@ def decide(
     forced, static = spec.step_id in policy.force, recipe or Recipe.of(spec)
     verdict, found = _judged(static, record, upstream, policy)
     lineage, stale, pending, unchanged = found.state, found.stale, found.pending, found.unchanged
+    stale += _source_rebuilt(record, stored.adopts)
     code_drift = _code_drift(verdict, status)
 
     def decision(action: Action, reason: str, **extra: Any) -> Decision:
@@ -263,6 +267,18 @@ def decide(
         return decision(Action.BUILD, reason, stale=stale, unless_unchanged=pending)
     why += _served_anyway(stale, unchanged)
     return decision(Action.SKIP, why, stale=stale, unchanged=unchanged)
+
+
+def _source_rebuilt(
+    record: ArtifactRecord | None, adopts: Mapping[str, str] | None
+) -> tuple[str, ...]:
+    """Why an adoption's record is stale: the build its data lies in is not the one it
+    adopted (rebuilt in place, or gone), or its data lies in a build it did not record."""
+    if record is None or adopts is None or dict(record.inputs) == dict(adopts):
+        return ()
+    if not adopts:
+        return (f"the build its adopted source lay in ({', '.join(record.inputs)}) is gone",)
+    return (f"adopted source {', '.join(adopts)} was rebuilt after this adoption",)
 
 
 def _served_anyway(stale: Sequence[str], unchanged: Sequence[str]) -> str:

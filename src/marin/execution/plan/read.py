@@ -17,6 +17,7 @@ from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import NOTHING_STORED, Plan, Stored, plan_graph
 from marin.execution.plan.options import RunOptions, check_prefix_fits
 from marin.execution.store.location import Location
+from marin.execution.store.placement import adopted_now
 from marin.execution.store.records import (
     ArtifactRecord,
     lease_path,
@@ -48,6 +49,8 @@ def read_stored_step(spec: StepSpec, location: Location) -> Stored:
         return Stored(shared=shared_build(location, spec.output_path, spec.user_home))
     found = load_record(location, spec.output_path, step=(spec.name, spec.version))
     if isinstance(found, ArtifactRecord):
+        if spec.source is not None and found.source is not None:
+            return Stored(found, adopts=adopted_now(location, spec.output_path, found))
         return Stored(found)
     attempt = read_attempt_record(location, spec.output_path) if spec.resumable else None
     shared = shared_build(location, spec.output_path, spec.user_home)

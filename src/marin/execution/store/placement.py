@@ -1,10 +1,19 @@
 """Where a URL an adoption names (a record's ``source``) lies under a prefix, in every spelling
 that names the same place: ``raw//v1`` is ``raw/v1``; on local disk, a link's real path too.
-``marin gc`` keeps the builds an adopted source lies in, and ``marin register`` freezes them."""
+``marin gc`` keeps the builds an adopted source lies in, ``marin register`` freezes them, and an
+adoption records the build it adopts (``source_build``): rebuilding that build makes it stale."""
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+from marin.execution.errors import MarinError
+from marin.execution.names import validate_name
+
+if TYPE_CHECKING:
+    from marin.execution.store.location import Location
+    from marin.execution.store.records import ArtifactRecord
 
 
 def spellings(url: str) -> set[str]:
@@ -16,10 +25,15 @@ def spellings(url: str) -> set[str]:
     lead = "/" if rest.startswith("/") else ""
     path = lead + "/".join(p for p in rest.split("/") if p not in ("", "."))
     found = {f"{scheme}://{path}" if sep else path}
-    if not sep or scheme == "file":
+    if not sep or scheme in _LOCAL_SCHEMES:
         real = os.path.realpath(path)
         found.add(f"file://{real}" if sep else real)
+        if sep:  # a local URL names the bare path too (a prefix is mostly given as one)
+            found |= {path, real}
     return found
+
+
+_LOCAL_SCHEMES = ("file", "local")
 
 
 def relative_under(url: str, prefix_url: str) -> list[str]:
@@ -34,3 +48,77 @@ def relative_under(url: str, prefix_url: str) -> list[str]:
             if spelling.startswith(base) and spelling[len(base) :].strip("/"):
                 found.add(spelling[len(base) :].strip("/"))
     return sorted(found)
+
+
+def adopted_builds(
+    location: Location, output_path: str, source_url: str
+) -> dict[str, ArtifactRecord]:
+    """The builds under the prefix (output path -> record) that the data an adoption at
+    ``output_path`` reads from ``source_url`` lies in (the source, or a folder above it) or
+    holds (found by listing the source: asked when an adoption commits and when one is
+    registered, never while planning). Never the adoption's own output (adopted in place)."""
+    from marin.execution.store.records import read_record
+
+    found: dict[str, ArtifactRecord] = {}
+    for rel in relative_under(source_url, location.url):
+        found.update(_lying_in(location, output_path, rel))
+        for path in _held_builds(location, rel):
+            stored = read_record(location, path) if path != output_path else None
+            if stored is not None and stored.build_id:
+                found[path] = stored
+    return found
+
+
+def _held_builds(location: Location, relative: str) -> list[str]:
+    """The output paths of builds whose record lies under ``relative`` (one literal listing)."""
+    from marin.execution.names import METADATA_SUFFIX
+    from marin.execution.store.step_folder import RECORD_FILE
+
+    base = location.path(relative)
+    tail = f"{METADATA_SUFFIX}/{RECORD_FILE}"
+    return [
+        relative + file[len(base) : -len(tail)]
+        for file in location.list_tree(base)
+        if file.endswith(tail) and file.startswith(base + "/")
+    ]
+
+
+def adopted_inputs(builds: dict[str, ArtifactRecord]) -> dict[str, str]:
+    """``adopted_builds`` as an adoption's record names them in ``inputs`` (step id -> build)."""
+    return {record.step_id: record.build_id for record in builds.values()}
+
+
+def adopted_now(location: Location, output_path: str, record: ArtifactRecord) -> dict[str, str]:
+    """What the adoption ``record`` (at ``output_path``) would name as its inputs now, as
+    cheaply as a plan must: each build it names, read again where its ``dep_paths`` places it
+    (absent when it is gone or replaced by another step's), and the build its source lies in.
+    A rebuild of any of them changes the answer, so the adoption is stale (``decide``)."""
+    from marin.execution.store.records import read_record
+
+    now: dict[str, str] = {}
+    for step_id in record.inputs:
+        for rel in relative_under(record.dep_paths.get(step_id, ""), location.url)[:1]:
+            stored = read_record(location, rel)
+            if stored is not None and stored.step_id == step_id and stored.build_id:
+                now[step_id] = stored.build_id
+    source = record.source
+    for rel in relative_under(source, location.url) if source is not None else []:
+        now.update(adopted_inputs(_lying_in(location, output_path, rel)))
+    return now
+
+
+def _lying_in(location: Location, output_path: str, relative: str) -> dict[str, ArtifactRecord]:
+    """The build ``relative`` (below the prefix) is, or lies in: the nearest folder at or
+    above it with a record beside it, other than ``output_path``; empty when none."""
+    from marin.execution.store.records import read_record
+
+    parts = relative.split("/")
+    for end in range(len(parts), 0, -1):
+        try:
+            path = validate_name("/".join(parts[:end]))
+        except MarinError:
+            continue
+        stored = read_record(location, path) if path != output_path else None
+        if stored is not None and stored.build_id:
+            return {path: stored}
+    return {}

@@ -32,6 +32,7 @@ from marin.execution.store.location import (
 from marin.execution.store.metadata_io import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from marin.execution.store.metadata_io import parse_json as parse_json
 from marin.execution.store.metadata_io import write_atomic as write_atomic
+from marin.execution.store.step_folder import ADOPTION as ADOPTION
 from marin.execution.store.step_folder import (
     CANCEL_FILE,
     OWNER_FIELD,
@@ -725,12 +726,6 @@ def status_names(status: Mapping[str, Any] | None, output_path: str) -> bool:
     A status names its step as a record does (``owner_mismatch``): one copied beside another
     output, or written before it named one, is not provably that step's."""
     return status is not None and status.get(OWNER_FIELD) == output_path
-
-
-ADOPTION = "adoption"
-"""In a status an adopted step's attempt wrote: the source it adopts. Such an attempt never
-writes its output path, so its status proves nothing about what lies there (a build never
-clears it, gc never deletes it: ``adoption_status``)."""
 
 
 def adoption_status(status: object) -> bool:

@@ -38,9 +38,9 @@ from typing import Any
 from marin.execution.errors import MarinError, StorageError
 from marin.execution.faults import crash_point
 from marin.execution.ids import new_id
-from marin.execution.names import validate_name
+from marin.execution.names import is_mutable_version, validate_name
 from marin.execution.store.location import Location, durable, with_retries
-from marin.execution.store.placement import relative_under
+from marin.execution.store.placement import adopted_builds, relative_under
 from marin.execution.store.records import ArtifactRecord, parse_json, read_record
 from marin.execution.store.step_folder import (
     RegisteredMark,
@@ -77,6 +77,9 @@ class ArtifactRegistryError(MarinError):
 
 class ArtifactNotFoundError(ArtifactRegistryError, KeyError):
     """No manifest for this id under the prefix."""
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)  # the message, never ``KeyError``'s quoted repr of it
 
 
 class ArtifactAlreadyExistsError(ArtifactRegistryError):
@@ -204,13 +207,22 @@ def register(
 
     Raises:
         ArtifactNotFoundError: nothing is built at ``output_path`` (no record of its step).
-        ArtifactRegistryError: the build's record predates build ids (rebuild it first), a
+        ArtifactRegistryError: the step's version is mutable (``dev``), the build's record
+            predates build ids (rebuild it first), a
             build it was made from is no longer stored, or a lease is live (being built, or
             deleted by gc): nothing written.
         ArtifactAlreadyExistsError: ``reg_id`` is registered already (its manifest attached).
         StorageError: the storage has no conditional create, or kept failing.
     """
     first = _built_record(location, output_path)  # nothing built: refused before any lease
+    if is_mutable_version(first.version):
+        raise ArtifactRegistryError(
+            f"{first.step_id} has a mutable version ({first.version!r}): every run rebuilds "
+            "it, and a registered build is never rebuilt in place, so every later run of it "
+            "would fail",
+            "give the step a fixed version (v1, 2026-12-06, ...), build it, and register that",
+            first.step_id,
+        )
     seen = _lineage(location, output_path, first)
     with _hold_leases(location, sorted(seen), reg_id, first.step_id):
         record = _built_record(location, output_path)  # again, under the leases
@@ -290,13 +302,14 @@ def _holds_source(
     location: Location, output_path: str, adoption: ArtifactRecord, adopted_at: str
 ) -> bool:
     """Whether the source of ``adoption`` (the record stored at ``adopted_at``) lies in the
-    build at ``output_path`` (is it, or inside it), placed under the prefix as ``marin gc``
-    places an adopted source; never the adoption's own output (adopted in place)."""
+    build at ``output_path`` (is it, or inside it) or holds it, placed under the prefix as
+    ``marin gc`` places an adopted source; never the adoption's own output (adopted in place)."""
     if adoption.source is None or output_path == adopted_at:
         return False
     inside = output_path.rstrip("/") + "/"
     return any(
-        (rel + "/").startswith(inside) for rel in relative_under(adoption.source, location.url)
+        (rel + "/").startswith(inside) or inside.startswith(rel + "/")  # lies in it, or holds it
+        for rel in relative_under(adoption.source, location.url)
     )
 
 
@@ -306,20 +319,8 @@ def _adopted_source(location: Location, output_path: str, record: ArtifactRecord
     rebuilding it in place would change the registered data."""
     if record.source is None:
         return {}
-    for rel in relative_under(record.source, location.url):
-        parts = rel.split("/")
-        for end in range(len(parts), 0, -1):
-            path = "/".join(parts[:end])
-            try:
-                path = validate_name(path)
-            except MarinError:
-                continue
-            if path == output_path:
-                continue  # adopted in place: the adoption's own record
-            stored = read_record(location, path)
-            if stored is not None and stored.build_id:
-                return {path: stored.build_id}
-    return {}
+    found = adopted_builds(location, output_path, record.source)
+    return {path: stored.build_id for path, stored in found.items()}
 
 
 def _lineage(location: Location, output_path: str, record: ArtifactRecord) -> dict[str, str]:

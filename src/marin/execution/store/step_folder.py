@@ -54,6 +54,11 @@ OWNER_FIELD = "output_path"
 """The field of a lease, status or ``job.json`` naming the output (relative to the prefix) of
 the step that wrote it."""
 
+ADOPTION = "adoption"
+"""In a lease or status an adopted step's attempt (or ``marin gc`` deleting an adoption) wrote:
+the source it adopts. Such an attempt never writes its output path, so its files prove nothing
+about what lies there (a build never clears it, gc never deletes it: ``adoption_status``)."""
+
 JOB_ID = re.compile(r"marin-[0-9a-f]{20}")
 """The ids Marin gives jobs (a backend's idempotency key); a record naming another is not
 Marin's, and is never followed to a folder or a cluster."""
@@ -325,7 +330,7 @@ def _job_bytes(record: JobRecord, output_path: str) -> bytes:
 
 def names_output(raw: bytes, output_path: str) -> bool:
     """Whether a lease's or ``job.json``'s bytes name ``output_path`` (``OWNER_FIELD``)."""
-    data = _json_object(raw)
+    data = json_object(raw)
     return data is not None and data.get(OWNER_FIELD) == output_path
 
 
@@ -374,7 +379,7 @@ def _create(location: Location, path: str, data: bytes) -> bool:
 # --- attempt.json: a resumable step's latest attempt --------------------------------------------
 
 
-def _json_object(raw: bytes) -> dict[str, Any] | None:
+def json_object(raw: bytes) -> dict[str, Any] | None:
     """A step-folder file's JSON object, or None for anything else (never raises)."""
     try:
         data = parse_json(raw.decode())
@@ -435,7 +440,7 @@ class Attempt:
     @classmethod
     def parse(cls, raw: bytes) -> Attempt | None:
         """The attempt, or None for anything malformed (never raises)."""
-        data = _json_object(raw)
+        data = json_object(raw)
         if data is None:
             return None
         number, fingerprint = data.get("number"), data.get("fingerprint")
@@ -539,7 +544,7 @@ class CancelMark:
     def parse(cls, raw: bytes) -> CancelMark | None:
         """The mark, or None for anything malformed (never raises): a torn or planted file
         is no mark, never a cancel of an unnamed build."""
-        data = _json_object(raw)
+        data = json_object(raw)
         if data is None:
             return None
         lease, job_id = data.get("lease"), data.get("job_id", "")
@@ -626,7 +631,7 @@ class RegisteredMark:
     @classmethod
     def parse(cls, raw: bytes) -> RegisteredMark | None:
         """The mark, or None for anything malformed (never raises)."""
-        data = _json_object(raw)
+        data = json_object(raw)
         if data is None:
             return None
         build_id, ids = data.get("build_id"), data.get("ids")

@@ -19,7 +19,7 @@ from marin.execution.store.lease.local_store import MetadataFolderGone
 from marin.execution.store.lease.settings import ttl_from_env
 from marin.execution.store.location import Location
 from marin.execution.store.records import lease_path
-from marin.execution.store.step_folder import OWNER_FIELD
+from marin.execution.store.step_folder import ADOPTION, OWNER_FIELD
 
 log = logging.getLogger("marin")
 
@@ -66,8 +66,17 @@ class Lease:
     Only its holder (the token) may renew, commit under, or release it; an expired one, or
     one whose local holder died, is taken over. A held lease is the RUNNING status."""
 
-    def __init__(self, location: Location, output_path: str, ttl: float | None = None) -> None:
+    def __init__(
+        self,
+        location: Location,
+        output_path: str,
+        ttl: float | None = None,
+        adoption: str | None = None,
+    ) -> None:
         self.location = location
+        self.adoption = adoption
+        """An adopted step's source: written into the lease, so that a crash's leftovers say
+        the attempt never wrote the output path (a build never clears it, gc never deletes it)."""
         self.store = lease_store(location)
         self.path = location.path(lease_path(output_path))
         self.output_path = output_path
@@ -104,6 +113,8 @@ class Lease:
             "started_at": self.started_at,
             "ttl": self.ttl,
         }
+        if self.adoption is not None:
+            info[ADOPTION] = self.adoption
         self._written = json.dumps(info, sort_keys=True).encode()
         return self._written
 
