@@ -61,8 +61,8 @@ PROGRESS_ENV = "ORACLE_PROGRESS"
 def _one(job: tuple[int, Profile, bool]) -> tuple[int, Outcome]:
     seed, profile, keep = job
     outcome, _ = run_history(seeded(seed, profile))
-    if not keep:
-        outcome.script = ""
+    if not keep and not outcome.violations:
+        outcome.script = ""  # a failing history's is kept: a rerun may not fail again
     return seed, outcome
 
 

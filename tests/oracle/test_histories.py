@@ -49,14 +49,21 @@ def fast_tally() -> Tally:
 
 
 def _failure(tally: Tally, kind: str, profile: object = FAST) -> str:
+    """The first failing seed of ``kind``: what it found when it failed (a rerun under other
+    load may not fail again), its history, and its script."""
     seeds = tally.seeds[kind]
     history = seeded(seeds[0], profile)  # type: ignore[arg-type]
-    _, ex = run_history(history)
+    failed = tally.outcomes[seeds[0]]
+    found = "\n".join(f"  {v}" for v in failed.violations)
+    script = failed.script
+    if not script:
+        _, ex = run_history(history)
+        script = ex.report(kind)
     return (
         f"{kind} (finding {FINDINGS.get(kind, '?')}) in {len(seeds)} of {tally.count} "
-        f"histories, seeds {seeds[:10]}; the first, seed {seeds[0]}:\n{history.describe()}\n"
-        f"its script (shrink it: python -m tests.oracle.tally --seeds {seeds[0]}:"
-        f"{seeds[0] + 1} --script {kind} --shrink):\n{ex.report(kind)}"
+        f"histories, seeds {seeds[:10]}; the first, seed {seeds[0]}, found:\n{found}\n"
+        f"{history.describe()}\nits script (shrink it: python -m tests.oracle.tally --seeds "
+        f"{seeds[0]}:{seeds[0] + 1} --script {kind} --shrink):\n{script}"
     )
 
 
