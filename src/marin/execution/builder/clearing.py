@@ -55,7 +55,6 @@ def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
         why = _proves_nothing(location, spec.output_path)
         if not why:
             return True
-        refuse_frozen(location, spec, None, leftover=True)  # a registered build, record torn
     raise StorageError(
         f"output path {location.url_for(spec.output_path)} already exists and was not "
         f"written by Marin ({why})",

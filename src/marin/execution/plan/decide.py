@@ -106,8 +106,9 @@ class Stored:
     """Placed in a user's folder with no record there: what its shared placement holds
     (``shared_build``)."""
     adopts: Mapping[str, str] | None = None
-    """For an adoption's record: the build its source lies in now, as its ``inputs`` name it
-    (``adopted_inputs``: empty when it lies in no build under the prefix; None: not read)."""
+    """For an adoption's record: the builds it would name as its ``inputs`` now
+    (``adopted_now``: empty when its source lies in no build under the prefix; None: not
+    read)."""
 
     @property
     def replaced(self) -> str:
@@ -272,7 +273,7 @@ def decide(
 def _source_rebuilt(
     record: ArtifactRecord | None, adopts: Mapping[str, str] | None
 ) -> tuple[str, ...]:
-    """Why an adoption's record is stale: the build its data lies in is not the one it
+    """Why an adoption's record is stale: a build its data lies in or holds is not the one it
     adopted (rebuilt in place, or gone), or its data lies in a build it did not record."""
     if record is None or adopts is None or dict(record.inputs) == dict(adopts):
         return ()

@@ -1,7 +1,7 @@
 """Where a URL an adoption names (a record's ``source``) lies under a prefix, in every spelling
 that names the same place: ``raw//v1`` is ``raw/v1``; on local disk, a link's real path too.
 ``marin gc`` keeps the builds an adopted source lies in, ``marin register`` freezes them, and an
-adoption records the build it adopts (``source_build``): rebuilding that build makes it stale."""
+adoption records the builds it adopts (``adopted_builds``): rebuilding one makes it stale."""
 
 from __future__ import annotations
 
