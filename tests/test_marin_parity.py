@@ -497,6 +497,28 @@ def test_an_adopted_source_in_a_metadata_folder_is_refused(source: str) -> None:
         lower(ArtifactStep.adopt("ckpts", "v1", source))
 
 
+def test_an_adoption_holding_two_builds_of_one_step_is_stale_when_either_is_rebuilt(
+    prefix: str,
+) -> None:
+    """Red team r10-1: an adopted folder holding two builds of ``raw@v1`` (two pins) recorded
+    one of them (its inputs are keyed by step): the other's rebuild left it served. The
+    builds it adopts are recorded by output path."""
+    current = {"text": "one"}
+
+    def write(out: str) -> None:
+        _write(out, current["text"])
+
+    for pin in ("data/r1", "data/r2"):
+        run(apply("raw", write, version="v1", out=OUT, pin=pin), prefix=prefix)
+    adopted = ArtifactStep.adopt("imported", "v1", "data")
+    first = run(adopted, prefix=prefix)[0]
+    assert first.record is not None
+    current["text"] = "two"
+    run(apply("raw", write, version="v1", out=OUT, pin="data/r2"), prefix=prefix, force=["raw"])
+    again = run(adopted, prefix=prefix)[0]
+    assert again.record is not None and again.record.build_id != first.record.build_id
+
+
 def test_an_adoption_holding_a_build_is_stale_once_that_build_is_rebuilt(prefix: str) -> None:
     """Red team r7-12(b), the source holding the build (``raw``, the folder of its versions)
     rather than lying in it: the builds it holds are recorded as its inputs when it commits."""

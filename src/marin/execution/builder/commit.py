@@ -102,7 +102,7 @@ from marin.execution.store.lease import (
     ttl_from_env,
 )
 from marin.execution.store.location import Location, durable
-from marin.execution.store.placement import adopted_builds, adopted_inputs
+from marin.execution.store.placement import ADOPTED, adopted_builds, adopted_inputs
 from marin.execution.store.records import (
     ADOPTION,
     FAILED,
@@ -999,6 +999,9 @@ def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRec
     adopted = {} if source is None else adopted_builds(location, spec.output_path, source)
     inputs.update(adopted_inputs(adopted))
     dep_paths.update({record.step_id: location.url_for(path) for path, record in adopted.items()})
+    extra = (
+        {ADOPTED: {path: record.build_id for path, record in adopted.items()}} if adopted else {}
+    )
     return ArtifactRecord(
         name=spec.name,
         version=spec.version,
@@ -1024,6 +1027,7 @@ def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRec
         },
         replaced=held.replaced,
         source=source,
+        extra=extra,
     )
 
 

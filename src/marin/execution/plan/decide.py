@@ -73,6 +73,7 @@ from marin.execution.store.identity import (
     judge_claim,
 )
 from marin.execution.store.identity import Upstream as Upstream  # defined with the identity rule
+from marin.execution.store.placement import recorded_adoption
 from marin.execution.store.records import (
     FAILED,
     NO_SHARED_BUILD,
@@ -106,7 +107,7 @@ class Stored:
     """Placed in a user's folder with no record there: what its shared placement holds
     (``shared_build``)."""
     adopts: Mapping[str, str] | None = None
-    """For an adoption's record: the builds it would name as its ``inputs`` now
+    """For an adoption's record: the builds it adopts now, output path -> build id
     (``adopted_now``: empty when its source lies in no build under the prefix; None: not
     read)."""
 
@@ -275,11 +276,14 @@ def _source_rebuilt(
 ) -> tuple[str, ...]:
     """Why an adoption's record is stale: a build its data lies in or holds is not the one it
     adopted (rebuilt in place, or gone), or its data lies in a build it did not record."""
-    if record is None or adopts is None or dict(record.inputs) == dict(adopts):
+    if record is None or adopts is None:
         return ()
-    if not adopts:
-        return (f"the build its adopted source lay in ({', '.join(record.inputs)}) is gone",)
-    return (f"adopted source {', '.join(adopts)} was rebuilt after this adoption",)
+    was = recorded_adoption(record)
+    if was == dict(adopts):
+        return ()
+    changed = sorted(p for p in set(was) | set(adopts) if was.get(p) != adopts.get(p))
+    return (f"the build at {', '.join(changed)}, which its adopted source lies in or holds, "
+            "changed since this adoption (rebuilt, gone, or new)",)  # fmt: skip
 
 
 def _served_anyway(stale: Sequence[str], unchanged: Sequence[str]) -> str:

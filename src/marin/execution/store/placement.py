@@ -84,26 +84,45 @@ def _held_builds(location: Location, relative: str) -> list[str]:
 
 
 def adopted_inputs(builds: dict[str, ArtifactRecord]) -> dict[str, str]:
-    """``adopted_builds`` as an adoption's record names them in ``inputs`` (step id -> build)."""
+    """``adopted_builds`` as an adoption's record names them in ``inputs`` (step id -> build,
+    for lineage: two builds of one step, two pins say, are one entry there)."""
     return {record.step_id: record.build_id for record in builds.values()}
 
 
+ADOPTED = "adopted"
+"""The key of an adoption record's ``extra``: each build it adopts, output path -> build id."""
+
+
+def recorded_adoption(record: ArtifactRecord) -> dict[str, str]:
+    """The builds the adoption ``record`` adopted (output path -> build id), as stored (untrusted:
+    anything malformed is none, which a plan then finds stale if its source lies in a build)."""
+    found = record.extra.get(ADOPTED)
+    if not isinstance(found, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in found.items()
+    ):
+        return {}
+    return dict(found)
+
+
 def adopted_now(location: Location, output_path: str, record: ArtifactRecord) -> dict[str, str]:
-    """What the adoption ``record`` (at ``output_path``) would name as its inputs now, as
-    cheaply as a plan must: each build it names, read again where its ``dep_paths`` places it
-    (absent when it is gone or replaced by another step's), and the build its source lies in.
-    A rebuild of any of them changes the answer, so the adoption is stale (``decide``)."""
+    """The builds the adoption ``record`` (at ``output_path``) adopts now, output path ->
+    build id, as cheaply as a plan must: each build it recorded, read again where it lies
+    (absent when it is gone), and the build its source lies in. A rebuild of any of them
+    changes the answer, so the adoption is stale (``decide``)."""
     from marin.execution.store.records import read_record
 
     now: dict[str, str] = {}
-    for step_id in record.inputs:
-        for rel in relative_under(record.dep_paths.get(step_id, ""), location.url)[:1]:
-            stored = read_record(location, rel)
-            if stored is not None and stored.step_id == step_id and stored.build_id:
-                now[step_id] = stored.build_id
+    for path in recorded_adoption(record):
+        try:
+            path = validate_name(path)  # relative and literal: never a URL from the record
+        except MarinError:
+            continue
+        stored = read_record(location, path) if path != output_path else None
+        if stored is not None and stored.build_id:
+            now[path] = stored.build_id
     source = record.source
     for rel in relative_under(source, location.url) if source is not None else []:
-        now.update(adopted_inputs(_lying_in(location, output_path, rel)))
+        now.update({p: r.build_id for p, r in _lying_in(location, output_path, rel).items()})
     return now
 
 
