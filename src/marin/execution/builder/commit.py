@@ -995,13 +995,7 @@ def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRec
     inputs = {u.step_id: u.record.build_id for u in upstream if u.record is not None}
     dep_paths = dict(ctx.dep_paths)
     source = spec.data_url(location.url) if spec.source is not None else None
-    # The builds the adopted data lies in or holds: a rebuild of one makes this stale.
-    adopted = {} if source is None else adopted_builds(location, spec.output_path, source)
-    inputs.update(adopted_inputs(adopted))
-    dep_paths.update({record.step_id: location.url_for(path) for path, record in adopted.items()})
-    extra = (
-        {ADOPTED: {path: record.build_id for path, record in adopted.items()}} if adopted else {}
-    )
+    extra = _adopted_into(location, spec.output_path, source, inputs, dep_paths)
     return ArtifactRecord(
         name=spec.name,
         version=spec.version,
@@ -1029,6 +1023,22 @@ def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRec
         source=source,
         extra=extra,
     )
+
+
+def _adopted_into(
+    location: Location,
+    output_path: str,
+    source: str | None,
+    inputs: dict[str, str],
+    dep_paths: dict[str, str],
+) -> dict[str, Any]:
+    """Add the builds an adoption's data lies in or holds to its record's ``inputs`` and
+    ``dep_paths`` (lineage); return its ``extra``, which names each by output path (a rebuild
+    of one makes the adoption stale). Nothing for a step that is not adopted."""
+    adopted = {} if source is None else adopted_builds(location, output_path, source)
+    inputs.update(adopted_inputs(adopted))
+    dep_paths.update({record.step_id: location.url_for(path) for path, record in adopted.items()})
+    return {ADOPTED: {path: r.build_id for path, r in adopted.items()}} if adopted else {}
 
 
 def _commit(held: _Holding, record: ArtifactRecord) -> None:
