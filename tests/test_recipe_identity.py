@@ -104,15 +104,18 @@ def test_an_input_build_not_recorded_is_unknown() -> None:
 
 
 def test_an_input_rebuilt_into_the_same_bytes_is_the_same_input_unless_forced() -> None:
-    """Early cutoff: the new build replaced exactly the build the claim read, and verified its
-    bytes were the ones it now holds; ``--force`` of that input repairs, so never cut off."""
+    """Early cutoff: the new build replaced exactly the build a record read, and verified its
+    bytes were the ones it now holds; ``--force`` of that input repairs, so never cut off.
+    Red team r10-2: an attempt (or a job) is never cut off: it may have read that input while
+    it was being rebuilt, and only a record's commit checked its inputs."""
     new = dep("build-2", replaced={"build-1": OLD}, digest=OLD)
     rebuilt = Upstream("a@v1", new, rebuilt=True, committed=True)
-    cut = judge_claim(reading(rebuilt), claim_of(attempt()), "rebuild")
+    record = dataclasses.replace(claim_of(attempt()), what="record", url=True)
+    cut = judge_claim(reading(rebuilt), record, "rebuild")
     assert cut.claim == Claim.OURS and cut.lineage.unchanged == ("a@v1",)
-    forced = judge_claim(
-        reading(rebuilt, repaired=frozenset({"a@v1"})), claim_of(attempt()), "warn"
-    )
+    partial = judge_claim(reading(rebuilt), claim_of(attempt()), "rebuild")
+    assert partial.claim == Claim.NOT_OURS and partial.differs == Mismatch.INPUTS
+    forced = judge_claim(reading(rebuilt, repaired=frozenset({"a@v1"})), record, "warn")
     assert forced.differs == Mismatch.INPUTS
     pending = Upstream("a@v1", dep("build-1"), rebuilt=True)  # rebuilt in this run, not yet
     waiting = judge_claim(reading(pending), claim_of(attempt()), "warn")

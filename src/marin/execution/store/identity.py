@@ -8,9 +8,11 @@ resuming a partial attempt; ``gc`` keeps what a recipe claims), and each asks on
 ``judge_claim``, whether a stored thing (a record, an ``attempt.json``, a ``job.json``) claims
 the recipe at hand. Its verdict:
 
-- **ours**: the same placement, config, input builds and code; a dependency rebuilt into the
-  very bytes the thing read counts as the same input (early cutoff; never an input named by
-  ``--force``). Under ``on_code_drift="warn"`` a code change is advisory: ours, with a note.
+- **ours**: the same placement, config, input builds and code; for a record, a dependency
+  rebuilt into the very bytes it read counts as the same input (early cutoff; never an input
+  named by ``--force``; never for an attempt or a job, which may have read that input while
+  it was being rebuilt: their commit is what checks their inputs). Under
+  ``on_code_drift="warn"`` a code change is advisory: ours, with a note.
 - **not ours**, with a one-line reason: another placement, config, input build, or (under
   ``rebuild`` and ``error``) other code.
 - **unknown**: what the thing claims cannot be compared: it did not record the input builds it
@@ -134,7 +136,10 @@ class Claimed:
     """Dependency -> the output digest of the build it read (where known)."""
     url: bool = False
     """``placement`` is a URL (a record's ``output_path``): compared by its tail below the
-    prefix, so that a prefix moved as a whole keeps its records (as ``load_record`` does)."""
+    prefix, so that a prefix moved as a whole keeps its records (as ``load_record`` does).
+    Only a record is committed work: its commit checked that each input was still the build
+    it read, so only a record is cut off into an input rebuilt into the same bytes (an attempt
+    or a job may have read that input while it was being rebuilt)."""
 
 
 def claim_of(thing: ArtifactRecord | Attempt | JobRecord) -> Claimed:
@@ -282,8 +287,12 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
             else:
                 unknown = True
         elif consumed != dep.record.build_id:
-            if dep.step_id not in recipe.repaired and same_digest(
-                _consumed_digest(claimed, dep.step_id, dep.record), dep.record.output
+            if (
+                claimed.url
+                and dep.step_id not in recipe.repaired
+                and same_digest(
+                    _consumed_digest(claimed, dep.step_id, dep.record), dep.record.output
+                )
             ):
                 unchanged.append(dep.step_id)  # early cutoff: the bytes it read are still there
             elif dep.rebuilt or dep.step_id in recipe.repaired:
