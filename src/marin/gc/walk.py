@@ -19,13 +19,12 @@ from dataclasses import dataclass
 
 from marin.catalog import Entry
 from marin.execution.names import METADATA_SUFFIX
-from marin.execution.store.lease import read_lease
+from marin.execution.store.lease import LeaseInfo, read_lease
 from marin.execution.store.location import Location, with_retries
 from marin.execution.store.records import (
     UNKNOWN_BUILD,
     USERS_FOLDER,
     ForeignRecord,
-    adoption_status,
     load_record,
     metadata_dir,
     read_status_file,
@@ -38,8 +37,8 @@ from marin.execution.store.step_folder import (
     LEASE_FILE,
     LEASE_GUARD_FILE,
     job_names_output,
-    json_object,
     marins_own,
+    names_adoption,
     names_output,
 )
 
@@ -215,10 +214,12 @@ def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot |
         return Foreign(output_path, "its metadata folder holds files Marin does not write")
     # Unnamed leftovers with no output beside them (an older gc's lease guard) hold nothing
     # but Marin's own files: they go. Beside an output, only a lease or job naming it proves it.
-    if output_kind and not _leftovers_named(location, output_path):
+    lease = read_lease(location, output_path)
+    if output_kind and not _leftovers_named(location, output_path, lease):
         return Foreign(output_path, UNATTRIBUTED.format("lease or job"))
     names = tuple(sorted(name for name, _ in entries))
-    return Slot(output_path, None, status, None, names, _adoptions_lease(location, output_path))
+    adoption = lease is not None and names_adoption(lease.raw)  # its data is not Marin's
+    return Slot(output_path, None, status, None, names, adoption)
 
 
 UNATTRIBUTED = (
@@ -227,18 +228,10 @@ UNATTRIBUTED = (
 )
 
 
-def _adoptions_lease(location: Location, output_path: str) -> bool:
-    """Whether the step's lease is an adopted step's attempt's (killed holding it): that
-    attempt never wrote the output path."""
-    lease = read_lease(location, output_path)
-    return lease is not None and adoption_status(json_object(lease.raw))
-
-
-def _leftovers_named(location: Location, output_path: str) -> bool:
-    """Whether a crash's leftovers are provably this step's: its lease (held while a build
+def _leftovers_named(location: Location, output_path: str, lease: LeaseInfo | None) -> bool:
+    """Whether a crash's leftovers are provably this step's: its ``lease`` (held while a build
     runs, left behind by one that died) or its remote job's ``job.json`` names this output.
     A log or an attempt file names nothing."""
-    lease = read_lease(location, output_path)
     if lease is not None and names_output(lease.raw, output_path):
         return True
     return job_names_output(location, output_path)

@@ -23,7 +23,7 @@ from marin.execution.store.records import (
     read_status_file,
 )
 from marin.execution.store.registry import frozen_ids
-from marin.execution.store.step_folder import RECORD_FILE, STATUS_FILE, json_object
+from marin.execution.store.step_folder import RECORD_FILE, STATUS_FILE, names_adoption
 from marin.execution.vocabulary import Leftover
 
 log = logging.getLogger("marin")
@@ -76,7 +76,7 @@ def _proves_nothing(location: Location, output_path: str) -> str:
         return ""
     lease = read_lease(location, output_path)
     if adoption_status(read_status_file(location, output_path)) or (
-        lease is not None and adoption_status(json_object(lease.raw))
+        lease is not None and names_adoption(lease.raw)
     ):
         return f"{folder} holds only an adoption's lease or status (an adoption never writes there)"
     return ""

@@ -10,9 +10,9 @@ A registered build is frozen at the source: before its first manifest, ``registe
 freeze mark in the step's folder (``registered.json``, naming the build and its ids) under the
 step's lease, and the one commit path refuses to replace a build that a mark and one of its
 manifests name (``frozen_ids``). So a manifest's build is the one stored at its path, unless
-someone deleted it by hand. An adoption whose source lies in another step's build under the
-prefix freezes that build too (its own mark, naming the same ids): its data is the registered
-data.
+someone deleted it by hand. An adoption whose source lies in or holds other steps' builds
+under the prefix freezes them too (each its own mark, naming the same ids): their data is the
+registered data.
 
 A manifest is created only if none is there, atomically on every backend that can: a temporary
 file ``link``-ed into place on local disk (``link`` fails when the name exists, as ``O_EXCL``
@@ -244,7 +244,7 @@ def register(
             record=record,
         )
         _freeze(location, output_path, record.build_id, reg_id)  # before the manifest
-        for path, build in seen.items():  # the build an adopted source lies in, if any
+        for path, build in seen.items():  # the builds an adopted source lies in or holds
             if path != output_path and _holds_source(location, path, record, output_path):
                 _freeze(location, path, build, reg_id)
         crash_point("register-before-manifest", record.step_id)
@@ -314,9 +314,9 @@ def _holds_source(
 
 
 def _adopted_source(location: Location, output_path: str, record: ArtifactRecord) -> dict[str, str]:
-    """The build (output path -> build id) the adoption ``record``'s source lies in, when that
-    is another step's build under the prefix: registering the adoption freezes it too, since
-    rebuilding it in place would change the registered data."""
+    """The builds (output path -> build id) under the prefix that the adoption ``record``'s
+    source lies in or holds: registering the adoption freezes them too, since rebuilding one
+    in place would change the registered data."""
     if record.source is None:
         return {}
     found = adopted_builds(location, output_path, record.source)

@@ -334,6 +334,13 @@ def names_output(raw: bytes, output_path: str) -> bool:
     return data is not None and data.get(OWNER_FIELD) == output_path
 
 
+def names_adoption(raw: bytes) -> bool:
+    """Whether a lease's bytes say an adopted step's attempt took it (``ADOPTION``): killed
+    holding it, that attempt still never wrote the output path."""
+    data = json_object(raw)
+    return data is not None and isinstance(data.get(ADOPTION), str)
+
+
 def job_names_output(location: Location, output_path: str) -> bool:
     """Whether the step's ``job.json`` is there and names ``output_path``."""
     try:
