@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from marin import catalog
 from marin.execution import atomic_file
+from marin.execution.builder.clearing import output_left_by_marin
 from marin.execution.builder.commit import build_step
 from marin.execution.builder.output_tree import OutputDigest
 from marin.execution.builder.request import BuildRequest
@@ -137,6 +138,27 @@ def test_a_leftover_that_fills_the_disk_is_cleared_before_the_first_write(
     assert artifact.record is not None and artifact.record.result == "x"
     assert disk.injected == 0, "a status write ran while the leftover still filled the disk"
     assert [n for n in os.listdir(folder) if records.TMP_MARK in n] == []
+
+
+def test_a_runner_without_the_lease_never_removes_the_holders_write_in_flight(
+    tmp_path: Path,
+) -> None:
+    """Eight processes raced one step: one wrote ``record.json.tmp-*`` under its lease while
+    another, before asking for the lease, looked at the metadata folder and swept it, and the
+    holder's rename failed (CI, stop 63). Only the lease holder removes temporaries."""
+    prefix = str(tmp_path / "prefix")
+    spec = apply("s", write_value, version="v0", value="x", out_path=OUT).lower()
+    location = open_prefix(prefix)
+    folder = Path(prefix) / metadata_dir("s/v0")
+    folder.mkdir(parents=True)
+    (Path(prefix) / "s/v0").mkdir()
+    in_flight = folder / f"record.json{records.TMP_MARK}0123abcd"
+    in_flight.write_text("{}")  # the holder's write, between its create and its rename
+    (folder / "status.json").write_text(json.dumps({"state": "RUNNING"}))
+    assert output_left_by_marin(location, spec)  # the look before the lease
+    assert in_flight.exists()
+    assert records.metadata_files(location, "s/v0", remove_temporaries=True) == {"status.json"}
+    assert not in_flight.exists()  # the holder's own look still clears a crash's leftover
 
 
 # -- item 10: malformed stored JSON --------------------------------------------------------------

@@ -333,7 +333,7 @@ def _lease_and_build(
     hold.callback(lambda: _release_after(lease, hold.still_running))
     with hold:
         crash_point("after-lease", spec.step_id)
-        present = metadata_files(location, spec.output_path)
+        present = metadata_files(location, spec.output_path, remove_temporaries=True)
         found = (
             load_record(location, spec.output_path, step=(spec.name, spec.version))
             if RECORD_FILE in present

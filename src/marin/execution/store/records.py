@@ -461,15 +461,18 @@ def write_record(location: Location, record: ArtifactRecord, output_path: str) -
     _PARSED.put(data, record)
 
 
-def metadata_files(location: Location, output_path: str) -> set[str]:
-    """Which of ``record.json`` and ``status.json`` sit beside the output: the lease holder's
-    look at what earlier attempts left, before its first write.
+def metadata_files(
+    location: Location, output_path: str, *, remove_temporaries: bool = False
+) -> set[str]:
+    """Which of ``record.json`` and ``status.json`` sit beside the output.
 
-    On local disk one listing answers both, and removes the temporary record and status files a
-    crashed write left there (a leftover of a crash in the middle of a big record write may be
-    what fills the disk, so it goes first). Only this module's own temporary names
-    (``record.json.tmp-*``, ``status.json.tmp-*``) are touched, and only the lease holder writes
-    those. Object stores and ``memory://`` write in one put: no temporary files, two checks.
+    On local disk one listing answers both. The lease holder's look, before its first write,
+    passes ``remove_temporaries``: the temporary record and status files a crashed write left
+    there go (a leftover of a crash in the middle of a big record write may be what fills the
+    disk, so it goes first). Only this module's own temporary names (``record.json.tmp-*``,
+    ``status.json.tmp-*``) are touched, and only the lease holder writes those: anyone else who
+    removed them would delete the holder's write in flight. Object stores and ``memory://``
+    write in one put: no temporary files, two checks.
 
     Raises:
         SymlinkError: the metadata folder, a folder on the way to it, or an entry in it is a
@@ -493,7 +496,7 @@ def metadata_files(location: Location, output_path: str) -> set[str]:
     link = next((n for n, is_link in listing.items() if is_link and n != CANCEL_FILE), None)
     if link is not None:
         raise symlink_refused(os.path.join(folder, link))
-    for name in listing:
+    for name in listing if remove_temporaries else ():
         if name.startswith((RECORD_FILE + TMP_MARK, STATUS_FILE + TMP_MARK)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(folder, name))
