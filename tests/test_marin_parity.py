@@ -544,7 +544,13 @@ def test_adopting_data_that_is_not_there_fails_the_step_and_records_nothing(
 
 @pytest.mark.parametrize(
     ("source", "message"),
-    [("gs://b/x*", "glob character"), ("simplecache::gs://b/x", "'::'"), ("/d/../x", "'..'")],
+    [
+        ("gs://b/x*", "glob character"),
+        ("simplecache::gs://b/x", "'::'"),
+        ("/d/../x", "'..'"),
+        ("file:/d/raw/v1", "reads as a URL without '//'"),  # red team r9: read under the prefix
+        ("FILE:///d/raw/v1", "protocol 'FILE', which fsspec does not know"),  # r9: a traceback
+    ],
 )
 def test_an_adopted_source_is_literal(source: str, message: str) -> None:
     with pytest.raises(InvalidStepError, match=message):

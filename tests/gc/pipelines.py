@@ -57,6 +57,11 @@ def corpus_adopted() -> list[ArtifactStep]:
     return [ArtifactStep.adopt("gc/corpus", "v1", "gc/corpus/v1")]
 
 
+def corpus_built() -> list[ArtifactStep]:
+    """``gc/corpus@v1`` made a built step (what ``corpus_adopted`` adopts, built instead)."""
+    return [step("corpus", "v1")]
+
+
 def scoped() -> list[ArtifactStep]:
     """raw (shared) -> model (user scope): each user's model is built in their own folder."""
     return [step("model", "v1", step("raw", "v1")).with_options(scope="user")]

@@ -495,6 +495,60 @@ def test_a_rebuild_never_clears_data_adopted_in_place(tmp_path: Path) -> None:
     assert read_record(open_prefix(str(prefix)), "gc/corpus/v1").source is None
 
 
+def test_data_put_at_the_path_of_an_adoption_from_elsewhere_is_said_to_be_so(
+    tmp_path: Path,
+) -> None:
+    """Red team r9 (minor): the refusal said such data was adopted "(its record's source is
+    /elsewhere)"; it was put there since, and the refusal names that."""
+    from marin.execution.errors import AdoptedDataError
+    from marin.execution.lazy import ArtifactStep
+
+    prefix = tmp_path / "p"
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere/data.txt").write_text("ADOPTED")
+    run([ArtifactStep.adopt("gc/corpus", "v1", str(tmp_path / "elsewhere"))], prefix=str(prefix))
+    (prefix / "gc/corpus/v1").mkdir(parents=True)
+    (prefix / "gc/corpus/v1/data.txt").write_text("PUT THERE")
+    with pytest.raises(Exception) as raised:
+        run([step("corpus", "v1")], prefix=str(prefix), force=["gc/corpus"])
+    error = _cause(raised.value, AdoptedDataError)
+    assert f"holds data put there since it was adopted from {tmp_path}/elsewhere" in error.what
+    assert (prefix / "gc/corpus/v1/data.txt").read_text() == "PUT THERE"
+
+
+@pytest.mark.parametrize("damage", ["torn", "emptied", "deleted"])
+def test_a_lost_adoption_record_never_makes_data_adopted_in_place_clearable(
+    tmp_path: Path, damage: str
+) -> None:
+    """Red team r9-1: data adopted in place, then its record torn (a copy cut short), emptied
+    or deleted: a build of that name@version took the record's metadata folder as proof that
+    Marin wrote the data, and cleared it. The adoption marks the folder before its record
+    (``adopted.json``); once the data is moved away, the build goes ahead and drops the mark."""
+    prefix = tmp_path / "p"
+    (prefix / "gc/corpus/v1").mkdir(parents=True)
+    (prefix / "gc/corpus/v1/data.txt").write_text("PRECIOUS")
+    args = ("--prefix", str(prefix))
+    assert marin("run", "tests/gc/pipelines.py:corpus_adopted", *args).returncode == 0
+    record = prefix / "gc/corpus/v1.marin/record.json"
+    if damage == "deleted":
+        record.unlink()
+    else:
+        record.write_bytes(record.read_bytes()[:300] if damage == "torn" else b"")
+    for more in ([], ["--force", "gc/corpus"]):
+        refused = marin("run", "tests/gc/pipelines.py:corpus_built", *args, *more)
+        assert refused.returncode == 1, refused.stderr
+        assert "holds data adopted in place (gc/corpus/v1.marin/adopted.json says so)" in (
+            refused.stdout + refused.stderr
+        )
+        assert os.listdir(prefix / "gc/corpus/v1") == ["data.txt"]
+    assert (prefix / "gc/corpus/v1/data.txt").read_text() == "PRECIOUS"
+    shutil.move(prefix / "gc/corpus/v1", tmp_path / "moved")
+    for more in ([], ["--force", "gc/corpus"]):  # built, then rebuilt in place: no mark left
+        assert marin("run", "tests/gc/pipelines.py:corpus_built", *args, *more).returncode == 0
+    assert not (prefix / "gc/corpus/v1.marin/adopted.json").exists()
+    assert (tmp_path / "moved/data.txt").read_text() == "PRECIOUS"
+
+
 @pytest.mark.parametrize("killed", ["an adoption holding its lease", "gc deleting an adoption"])
 def test_an_adoptions_leftovers_never_make_its_data_deletable(tmp_path: Path, killed: str) -> None:
     """Red team r9-2 and r9-3: data adopted in place; the adoption killed holding its lease (a

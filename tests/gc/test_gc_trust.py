@@ -289,10 +289,11 @@ def _orphan_is_listed_then_cancelled(prefix: Path, env: dict[str, str], job_pid:
     plan = marin("plan", REMOTE, "--prefix", str(prefix), "--json", env=bumped)
     assert plan.returncode == 0, plan.stderr
     (train,) = [s for s in json.loads(plan.stdout)["steps"] if s["step"] == "gc/rtrain@v2"]
-    (other,) = train["other_jobs"]
-    assert (other["version"], other["state"]) == ("v1", "running")
+    (running,) = train["other_jobs"]
+    assert (running["version"], running["state"]) == ("v1", "running")
+    other_job = running["job_id"]
     table = marin("plan", REMOTE, "--prefix", str(prefix), env={**bumped, "COLUMNS": "200"})
-    assert f"job {other['job_id']} of version v1 still runs" in table.stdout, table.stdout
+    assert f"job {other_job} of version v1 still runs" in table.stdout, table.stdout
     listed = marin("gc", REMOTE, "--prefix", str(prefix), "--json", env=bumped)
     assert listed.returncode == 0, listed.stderr
     report = json.loads(listed.stdout)
@@ -302,12 +303,18 @@ def _orphan_is_listed_then_cancelled(prefix: Path, env: dict[str, str], job_pid:
     ]
     assert "--cancel-orphans cancels it" in report["skipped"][0]["why"]
     assert start_time(job_pid) is not None and (prefix / "gc/rtrain/v1.marin").is_dir()
+    # Red team r10 (minor): gc of another pipeline deleted the running job's input.
+    other = marin("gc", "tests/gc/pipelines.py:other", "--prefix", str(prefix), "--json", env=env)
+    assert other.returncode == 0, other.stderr
+    kept = {k["path"]: k["why"] for k in json.loads(other.stdout)["kept"]}
+    assert kept["gc/rdata/v1"] == f"read by local job {other_job} of gc/rtrain@v1, which may run"
+    assert built(prefix, "gc/rdata/v1") and start_time(job_pid) is not None
     dry = marin("gc", REMOTE, "--prefix", str(prefix), "--cancel-orphans", "--dry-run", env=bumped)
     assert "would delete gc/rtrain@v1" in dry.stdout and "would cancel" in dry.stdout
     assert start_time(job_pid) is not None
     cancelled = marin("gc", REMOTE, "--prefix", str(prefix), "--cancel-orphans", env=bumped)
     assert cancelled.returncode == 0, cancelled.stderr
-    assert f"local job {other['job_id']} of gc/rtrain@v1 (running): cancelled" in cancelled.stdout
+    assert f"local job {other_job} of gc/rtrain@v1 (running): cancelled" in cancelled.stdout
     assert "deleted gc/rtrain@v1" in cancelled.stdout
     assert start_time(job_pid) is None  # the job is gone
     assert not (prefix / "gc/rtrain/v1.marin").exists()

@@ -130,6 +130,7 @@ def _twins(step: tuple[str, str]) -> list[tuple[str, str]]:
         (name, version + ".marin"),
         (f"{name}/{version}", "v0"),
         (name.rsplit("/", 1)[0], name.rsplit("/", 1)[-1]),
+        (name.rpartition("@")[0], f"{name.rpartition('@')[2]}@{version}"),
     ]
     return [twin for twin in twins if twin != step]
 
@@ -162,6 +163,7 @@ def _found(test: Any) -> Any:
         ((("Data", "v1"), ("data", "v1")), ""),
         ((("x", "v1"), ("x", "v1.MARIN")), ""),
         ((("x", "v1"), ("x", "v1.")), ""),
+        ((("a@b", "v1"), ("a", "b@v1")), ""),  # one id, a@b@v1, for two locations
         ((("s", "v0"), ("t", "v0")), "::"),
         ((("s", "v0"), ("t", "v0")), "./"),
     ]:
@@ -206,6 +208,8 @@ def _one_location_case(
         if isinstance(exc, InvalidStepError):  # its suggested fix is itself valid
             _validate(exc.what.split(" ", 1)[0], _suggestion(exc))
         return
+    # Every accepted id reads back as its own name and version: two locations, two ids.
+    assert all(f"{n}@{v}".rpartition("@")[::2] == (n, v) for n, v in unique), unique
     # Deep enough that no '..' in a drawn tail (8 characters: at most three) leaves ``tmp_path``.
     base = (
         str(tmp_path / uuid.uuid4().hex / "d1" / "d2" / "d3" / "p")

@@ -24,7 +24,7 @@ DID_YOU_MEAN = re.compile(r"did you mean (.+?)\?")
 
 BAD_NAMES = ["", "a b", "tok\\wiki", "grid[0]", "a/**", "gs://bucket/x", "/abs", "a/../b",
              "x.marin/y", "zero\u200bwidth", "cafe\u0301"]  # fmt: skip
-BAD_VERSIONS = ["", "v 1", "v1\t", "a/b", "v[1]", "..", "v1.marin", "x" * 300]
+BAD_VERSIONS = ["", "v 1", "v1\t", "a/b", "v[1]", "..", "v1.marin", "x" * 300, "b@v1"]
 
 
 def suggestions(message: str) -> list[str]:

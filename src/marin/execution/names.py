@@ -33,8 +33,9 @@ it is. Each segment:
 
 The whole name must not look like a URL (``gs://...``) or start with ``/``. Anything else
 (letters of any script, digits, ``-``, ``_``, ``.`` inside a segment, ``=``, ``,``, ``@``...) is
-allowed. Case is kept, but two steps of one graph whose paths differ only in case (``Data@v1``
-and ``data@v1``) are refused by ``lower()`` (``graph.check_disjoint_outputs``): on macOS and
+allowed, but for ``@`` in a version: a step's id is ``name@version``, read at its last ``@``.
+Case is kept, but two steps of one graph whose paths differ only in case (``Data@v1`` and
+``data@v1``) are refused by ``lower()`` (``graph.check_disjoint_outputs``): on macOS and
 Windows disks they are one folder. The prefix, which is not a name, is checked in
 ``storage.resolve_prefix``.
 """
@@ -221,6 +222,13 @@ def _problem(value: str, field: str) -> _Problem | None:
     if found is not None:
         return found
     segments = value.split("/")
+    if field == "version" and "@" in value:
+        return (
+            f"{field} {value!r} contains '@'",
+            "a step's id is name@version, so an '@' in the version would give two steps one id "
+            "(a@b with version v1, a with version b@v1); use - or . instead",
+            lambda v: v.replace("@", "-"),
+        )
     if field == "version" and len(segments) > 1:
         return (
             f"{field} {value!r} contains '/'",

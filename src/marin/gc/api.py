@@ -115,6 +115,10 @@ def collect_garbage(
     )
     sources = roots.adopted_sources(graph, location)
     decision = decide(listing.slots, kept_roots, sources, location.url)
+    jobs_read = roots.read_by_jobs(location, decision.collect, listing.slots)
+    if jobs_read:  # kept in their turn, with what they were built from
+        kept_roots = roots.merged(kept_roots, jobs_read)
+        decision = decide(listing.slots, kept_roots, sources, location.url)
     report = _report(location, listing, decision.kept, others, dry_run)
     report.gone, report.registry = decision.gone + registry.notes, registry.kept
     options = _Options(dry_run, cancel_orphans, RegistryWatch(location, listing.slots))

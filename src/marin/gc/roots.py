@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from marin.execution.errors import MarinError, SymlinkError
 from marin.execution.pipeline.graph import Graph, collect_steps
@@ -29,7 +30,8 @@ from marin.execution.pipeline.scope import current_user, user_named
 from marin.execution.plan.scope import needs_user, place_pins, resolve_scopes
 from marin.execution.store.location import Location
 from marin.execution.store.records import USERS_FOLDER, parse_stored_time, user_scoped_tail
-from marin.gc.walk import LINKED, Listing, Slot, built_at, name_of, owner_of
+from marin.execution.store.step_folder import JobRecord, load_job
+from marin.gc.walk import IO_PARALLELISM, LINKED, Listing, Slot, built_at, name_of, owner_of
 
 Roots = dict[str, str]
 """Output path -> why it is kept."""
@@ -201,6 +203,25 @@ def recent(
             elif when >= cutoff:
                 kept.setdefault(slot.output_path, "built more recently than the cutoff")
     return kept
+
+
+def read_by_jobs(location: Location, candidates: Sequence[Slot], slots: Sequence[Slot]) -> Roots:
+    """The builds the remote job of a step gc would delete reads (its ``job.json``'s inputs,
+    by build id): the job may still run (an orphan, left alone), or a next run may collect
+    it, checking that its inputs are still those builds. Kept until its step is gone."""
+    with ThreadPoolExecutor(IO_PARALLELISM, "marin-gc") as pool:
+        jobs = list(pool.map(lambda s: load_job(location, s.output_path), candidates))
+    by_build = {s.record.build_id: s for s in slots if s.record is not None and s.record.build_id}
+    roots: Roots = {}
+    for slot, job in zip(candidates, jobs, strict=True):
+        if not isinstance(job, JobRecord):
+            continue
+        for build_id in job.inputs.values():
+            read = by_build.get(build_id)
+            if read is not None:
+                why = f"read by {job.backend} job {job.job_id} of {slot.step_id}, which may run"
+                roots.setdefault(read.output_path, why)
+    return roots
 
 
 def merged(*parts: Roots) -> Roots:

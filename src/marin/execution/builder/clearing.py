@@ -15,6 +15,7 @@ from marin.execution.names import METADATA_SUFFIX
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.store.lease import Lease, read_lease
 from marin.execution.store.location import Location, with_retries
+from marin.execution.store.placement import overlaps_output
 from marin.execution.store.records import (
     ArtifactRecord,
     adoption_status,
@@ -23,7 +24,13 @@ from marin.execution.store.records import (
     read_status_file,
 )
 from marin.execution.store.registry import frozen_ids
-from marin.execution.store.step_folder import RECORD_FILE, STATUS_FILE, names_adoption
+from marin.execution.store.step_folder import (
+    ADOPTED_FILE,
+    RECORD_FILE,
+    STATUS_FILE,
+    has_adoption_mark,
+    names_adoption,
+)
 from marin.execution.vocabulary import Leftover
 
 log = logging.getLogger("marin")
@@ -83,27 +90,42 @@ def _proves_nothing(location: Location, output_path: str) -> str:
 
 
 def refuse_clearing_adopted(
-    location: Location, spec: StepSpec, previous: ArtifactRecord | None
+    location: Location, spec: StepSpec, previous: ArtifactRecord | None, leftover: bool
 ) -> None:
     """Refuse, before anything is written, to build over an adopted step's output path that
     holds data (adopted in place, or put there since): an adoption writes only its record,
     so whatever is there is not Marin's to clear. Nothing is refused when the path is empty
-    (the data is elsewhere), nor for another adoption (it clears nothing).
+    (the data is elsewhere), nor for another adoption (it clears nothing). With no record
+    (``previous`` None: torn or deleted) and something left there (``leftover``), the mark an
+    adoption in place writes before its record (``adopted.json``) refuses too.
 
     Raises:
-        AdoptedDataError: ``previous``, the step's current record, is an adoption and its
-            output path holds data.
+        AdoptedDataError: the step's current record is an adoption, or it has none and the
+            adoption mark is there, and its output path holds data.
     """
-    if spec.source is not None or previous is None or previous.source is None:
+    if spec.source is not None:
+        return
+    adopted = previous is not None and previous.source is not None
+    # A record that is torn or gone (None) says nothing: the mark an adoption in place wrote
+    # before its record does. Beside a build's record, a mark is an older adoption's, moot.
+    if not adopted and not (
+        previous is None and leftover and has_adoption_mark(location, spec.output_path)
+    ):
         return
     if not location.exists(location.path(spec.output_path)):
         return
+    out = location.url_for(spec.output_path)
+    if previous is None or previous.source is None:
+        held = f"data adopted in place ({metadata_dir(spec.output_path)}/{ADOPTED_FILE} says so)"
+    elif overlaps_output(location, spec.output_path, previous.source):
+        held = f"data it adopted in place (its record's source is {previous.source})"
+    else:
+        held = f"data put there since it was adopted from {previous.source}"
     raise AdoptedDataError(
-        f"{spec.step_id} is now built, but its output path "
-        f"{location.url_for(spec.output_path)} holds data it adopted (its record's source is "
-        f"{previous.source}); building would delete that data, which Marin never wrote",
-        f"bump {spec.name}'s version (the adopted data stays where it is), or move the data "
-        "away first (adopt it from its new place if you still need it)",
+        f"{spec.step_id} is now built, but its output path {out} holds {held}; building "
+        "would delete that data, which Marin never wrote",
+        f"bump {spec.name}'s version (the data stays where it is), or move the data away "
+        "first (adopt it from its new place if you still need it)",
         spec.step_id,
     )
 

@@ -102,7 +102,12 @@ from marin.execution.store.lease import (
     ttl_from_env,
 )
 from marin.execution.store.location import Location, durable
-from marin.execution.store.placement import ADOPTED, adopted_builds, adopted_inputs
+from marin.execution.store.placement import (
+    ADOPTED,
+    adopted_builds,
+    adopted_inputs,
+    overlaps_output,
+)
 from marin.execution.store.records import (
     ADOPTION,
     FAILED,
@@ -126,7 +131,11 @@ from marin.execution.store.records import (
     write_record,
     write_status,
 )
-from marin.execution.store.step_folder import RECORD_FILE
+from marin.execution.store.step_folder import (
+    RECORD_FILE,
+    remove_adoption_mark,
+    write_adoption_mark,
+)
 from marin.execution.vocabulary import Action, BuildOutcomeKind, Leftover, Wait
 
 __all__ = ["BuildOutcome", "BuildRequest", "LeaseHeld", "Pending", "build_step"]
@@ -275,7 +284,7 @@ def _build(request: BuildRequest) -> BuildOutcome | Pending:
     decision.raise_if_refused()  # another step's record is in the way: nothing is written
     refuse_shared_write(spec)  # a user-scope run only ever reads a shared build
     refuse_inside_another(location, spec)
-    refuse_clearing_adopted(location, spec, decision.record)  # again under the lease
+    refuse_clearing_adopted(location, spec, decision.record, False)  # again under the lease
 
     ups = _inputs_at_start(spec, location, ups, lease_ttl)
     crash_point("before-lease", spec.step_id)
@@ -785,7 +794,7 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
     spec, location, request = held.spec, held.location, held.request
     # A registered build is never replaced (nor one whose record was lost: its leftovers).
     refuse_frozen(location, spec, held.previous, held.earlier is not None)
-    refuse_clearing_adopted(location, spec, held.previous)
+    refuse_clearing_adopted(location, spec, held.previous, held.earlier is not None)
     if held.earlier is not None:
         _refuse_unclearable(location, spec, held.lease)
     if spec.remote is not None:  # its job may still write the output: nothing is cleared
@@ -827,6 +836,8 @@ def _clear_earlier(held: _Holding) -> None:
         raise _lost(location, spec, held.lease)  # never deletes what a new holder committed
     _mark_replacing(held)
     delete_record(location, spec.output_path)
+    if spec.source is None:  # refuse_clearing_adopted let it clear: no adopted data is there
+        remove_adoption_mark(location, spec.output_path)
     if (held.attempt is None or not held.attempt.resumed) and not keep:
         clear_output(location, spec, built=earlier == Leftover.BUILD)
 
@@ -1053,6 +1064,9 @@ def _commit(held: _Holding, record: ArtifactRecord) -> None:
             spec.step_id,
         )
     _check_inputs_unchanged(spec, location, held.upstream)
+    if record.source is not None and overlaps_output(location, spec.output_path, record.source):
+        # Before the record: a torn or deleted record still leaves the data marked adopted.
+        write_adoption_mark(location, spec.output_path, record.source)
     if held.heartbeat.lost.is_set() or not lease.commit(
         lambda: write_record(location, record, spec.output_path),
         release=not spec.resumable,  # its checkpoints go first, under the lease

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
+import fsspec
+
 from marin.execution.errors import ApplyInputsError, InvalidStepError
 from marin.execution.names import METADATA_SUFFIX, validate_name, validate_version
 from marin.execution.pipeline.artifact import Artifact
@@ -457,7 +459,20 @@ def _check_source(source: Any, step_id: str) -> None:
         raise InvalidStepError(
             f"adopt source {source!r} contains the glob character {glob!r}", fix, step_id
         )
-    path = source.partition("://")[2] if "://" in source else source
+    scheme, sep, path = source.partition("://")
+    if not sep:
+        scheme, path = "", source
+        if ":" in source.split("/", 1)[0]:  # fsspec reads 'file:/d' as a URL, 'a:b' as one
+            raise InvalidStepError(
+                f"adopt source {source!r} reads as a URL without '//'", fix, step_id
+            )
+    if scheme and scheme not in fsspec.available_protocols():
+        raise InvalidStepError(
+            f"adopt source {source!r} names the storage protocol {scheme!r}, which fsspec does "
+            "not know (protocols are lower case)",
+            fix,
+            step_id,
+        )
     if any(segment in (".", "..") for segment in path.split("/")):
         raise InvalidStepError(f"adopt source {source!r} has a '.' or '..' segment", fix, step_id)
     if any(segment.endswith(METADATA_SUFFIX) for segment in path.split("/")):

@@ -50,6 +50,16 @@ def relative_under(url: str, prefix_url: str) -> list[str]:
     return sorted(found)
 
 
+def overlaps_output(location: Location, output_path: str, source_url: str) -> bool:
+    """Whether an adoption's data at ``source_url`` is its own output path (adopted in place),
+    or holds it or lies inside it: clearing that output path would delete adopted data."""
+    out = output_path.strip("/")
+    return any(
+        rel == out or rel.startswith(out + "/") or out.startswith(rel + "/")
+        for rel in relative_under(source_url, location.url)
+    )
+
+
 def adopted_builds(
     location: Location, output_path: str, source_url: str
 ) -> dict[str, ArtifactRecord]:

@@ -4,7 +4,8 @@ Named here, once: ``record.json`` (the commit point) and ``status.json`` (parsed
 ``records``), ``lease.json`` and its ``lease.json.guard`` (``lease/``), ``log.txt`` (the step's
 prints), ``job.json`` (a remote step's job), ``attempt.json`` (a resumable step's attempt),
 ``cancel.json`` (``marin cancel``'s intent, ``CancelMark``), ``registered.json`` (``marin
-register``'s freeze mark, ``RegisteredMark``) and ``checkpoints/``. The two files
+register``'s freeze mark, ``RegisteredMark``), ``adopted.json`` (data adopted in place lies at
+the output: the mark outlives a torn record) and ``checkpoints/``. The two files
 a build reuses work by, ``job.json`` and ``attempt.json``, are
 parsed and validated here into typed values (``JobRecord``, ``Attempt``), each stating the
 recipe it was made for; whether that is the current recipe is ``identity.judge_claim``'s answer.
@@ -49,6 +50,7 @@ JOB_FILE = "job.json"
 ATTEMPT_FILE = "attempt.json"
 CANCEL_FILE = "cancel.json"
 REGISTERED_FILE = "registered.json"
+ADOPTED_FILE = "adopted.json"
 CHECKPOINTS_DIR = "checkpoints"
 OWNER_FIELD = "output_path"
 """The field of a lease, status or ``job.json`` naming the output (relative to the prefix) of
@@ -65,10 +67,12 @@ Marin's, and is never followed to a folder or a cluster."""
 
 _OWN_FILES = frozenset(
     {RECORD_FILE, STATUS_FILE, LEASE_FILE, LEASE_GUARD_FILE, LOG_FILE, JOB_FILE, ATTEMPT_FILE,
-     CANCEL_FILE, REGISTERED_FILE}
+     CANCEL_FILE, REGISTERED_FILE, ADOPTED_FILE}
 )  # fmt: skip
 _OWN_TEMPORARY = re.compile(
-    r"(?:(?:record|status|lease|job|attempt|cancel|registered)\.json" + re.escape(TMP_MARK) + r".+"
+    r"(?:(?:record|status|lease|job|attempt|cancel|registered|adopted)\.json"
+    + re.escape(TMP_MARK)
+    + r".+"
     r"|\.job\..+\.tmp)"
 )
 """A crashed atomic write's temporary sibling (``record.json.tmp-<hex>``, ``.job.<x>.tmp``)."""
@@ -116,7 +120,7 @@ def checkpoint_dir(output_path: str) -> str:
 def marins_own(names: Iterable[str]) -> list[str]:
     """The entries of a step folder (names, not paths) that are Marin's own files: the record,
     status, lease (and its guard), log, ``job.json``, ``attempt.json``, ``cancel.json``,
-    ``registered.json``, the checkpoint folder, a
+    ``registered.json``, ``adopted.json``, the checkpoint folder, a
     crashed write's temporary sibling of one of those, and a ``local`` job's folder (named by
     its job id). A folder holding any of them was written by Marin (``gc`` asks this)."""
     return sorted(
@@ -686,3 +690,36 @@ def write_registered_mark(location: Location, output_path: str, mark: Registered
         StorageError: storage kept failing.
     """
     write_atomic(location, location.path(registered_path(output_path)), mark.to_json())
+
+
+# --- adopted.json: data adopted in place lies at the output ---------------------------------------
+
+
+def adopted_mark_path(output_path: str) -> str:
+    """``<output>.marin/adopted.json``: written by an adoption whose source overlaps its own
+    output path (adopted in place, or holding or lying inside it), before its record."""
+    return _in_folder(output_path, ADOPTED_FILE)
+
+
+def write_adoption_mark(location: Location, output_path: str, source: str) -> None:
+    """Say, beside the output, that data adopted from ``source`` lies there: a build never
+    clears it, even when the adoption's record is torn or deleted (``refuse_clearing_adopted``).
+
+    Raises:
+        SymlinkError: a folder on the way to the file is a symbolic link (local disk).
+        StorageError: storage kept failing.
+    """
+    body = (json.dumps({ADOPTION: source}, sort_keys=True) + "\n").encode()
+    write_atomic(location, location.path(adopted_mark_path(output_path)), body)
+
+
+def has_adoption_mark(location: Location, output_path: str) -> bool:
+    """Whether ``adopted.json`` is beside the output. Its presence is the mark, whatever it
+    holds: a planted or torn one only makes a build refuse to clear (never delete)."""
+    return location.has_file(location.path(adopted_mark_path(output_path)))
+
+
+def remove_adoption_mark(location: Location, output_path: str) -> None:
+    """Remove the mark (a build that may clear the output path: the data it marked is gone)."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        location.rm_file(location.path(adopted_mark_path(output_path)))
