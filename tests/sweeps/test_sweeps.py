@@ -114,6 +114,10 @@ def test_point_name_says_the_point_and_refuses_what_a_name_cannot_hold() -> None
     assert point_name("train", lr=3e-4, layers=4, act="gelu") == "train/lr=0.0003,layers=4,act=gelu"
     with pytest.raises(InvalidStepError, match="contains ':'"):
         point_name("train", data="b:x")
+    # Red team r8 (minor): x="a,b=c" and (x="a", b="c") were one name.
+    with pytest.raises(InvalidStepError, match="holds ',' or '='"):
+        point_name("s", x="a,b=c")
+    assert point_name("s", x="a", b="c") == "s/x=a,b=c"
 
 
 # --- one build per unique step, on the local runner --------------------------------------------

@@ -104,9 +104,19 @@ def point_name(base: str, **point: Any) -> str:
     """``base/lr=0.001,wd=0.1``: a step name that says its point.
 
     Raises:
-        InvalidStepError: a value whose text is not allowed in a name (``/``, ``:``, ``*``...).
+        InvalidStepError: a value whose text is not allowed in a name (``/``, ``:``, ``*``...),
+            or holds ``,`` or ``=`` (``x="a,b=c"`` would read as two keys: one name, two points).
     """
     parts = [f"{key}={value!r}" if isinstance(value, float) else f"{key}={value}" for key, value
              in point.items()]  # fmt: skip
+    for key, part in zip(point, parts, strict=True):
+        if part.count("=") > 1 or "," in part:
+            raise InvalidStepError(
+                f"the point's {key}={point[key]!r} holds ',' or '=': its name "
+                f"{base}/{part} would read as another point's",
+                "name the step yourself (a value without ',' or '=', or an index: "
+                "f'{base}/point-{i}')",
+                base,
+            )
     name = f"{base}/{','.join(parts)}" if parts else base
     return validate_name(name)
