@@ -776,8 +776,8 @@ def _in_container(obj: Any) -> list[Any] | None:
             return None
         for item in items:
             kind = id(type(item))
-            if kind in _PLAIN_IDS:
-                continue
+            if kind in _PLAIN_IDS or _class_module(type(item)).startswith("marin."):
+                continue  # (a handle among a step's ``deps``: the engine's, as in _also_code)
             if kind in _HOLDER_IDS and id(item) not in seen:
                 seen.add(id(item))
                 stack.append(item)
