@@ -14,7 +14,7 @@ from marin.execution.store.location import Location
 from marin.execution.store.probe import open_reachable
 from marin.execution.store.records import metadata_dir
 from marin.gc import roots
-from marin.gc.collect import age_too_large, check_keep_versions, decide, parse_age
+from marin.gc.collect import Decision, age_too_large, check_keep_versions, decide, parse_age
 from marin.gc.delete import adopted, being_built, delete_step
 from marin.gc.orphans import check_job
 from marin.gc.registry import RegistryWatch, is_registry_folder, registry_roots
@@ -114,11 +114,7 @@ def collect_garbage(
         roots.recent(listing.slots, keep, cutoff),
     )
     sources = roots.adopted_sources(graph, location)
-    decision = decide(listing.slots, kept_roots, sources, location.url)
-    jobs_read = roots.read_by_jobs(location, decision.collect, listing.slots)
-    if jobs_read:  # kept in their turn, with what they were built from
-        kept_roots = roots.merged(kept_roots, jobs_read)
-        decision = decide(listing.slots, kept_roots, sources, location.url)
+    decision = _decide_with_jobs(location, listing, kept_roots, sources)
     report = _report(location, listing, decision.kept, others, dry_run)
     report.gone, report.registry = decision.gone + registry.notes, registry.kept
     options = _Options(dry_run, cancel_orphans, RegistryWatch(location, listing.slots))
@@ -127,6 +123,18 @@ def collect_garbage(
         if deleted is not None and on_deleted is not None:
             on_deleted(deleted, len(report.collected), len(decision.collect))
     return report
+
+
+def _decide_with_jobs(
+    location: Location, listing: Listing, kept_roots: roots.Roots, sources: roots.Roots
+) -> Decision:
+    """``decide``, then keep too what the remote jobs of the steps it would delete read
+    (``roots.read_by_jobs``), with what those were built from."""
+    decision = decide(listing.slots, kept_roots, sources, location.url)
+    jobs_read = roots.read_by_jobs(location, decision.collect, listing.slots)
+    if not jobs_read:
+        return decision
+    return decide(listing.slots, roots.merged(kept_roots, jobs_read), sources, location.url)
 
 
 def _report(
