@@ -3,6 +3,7 @@ left alone, as the text the command prints and as ``--json``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,19 +116,16 @@ def render(report: GcReport, *, listed: bool = True) -> str:
     lines: list[str] = []
     if listed:
         lines += [collected_line(c, report.dry_run) for c in report.collected]
-    for x in report.skipped:
-        lines.append(safe_text(f"skipped {x.step or x.path}: {x.why}"))
-    for x in report.failed:
-        lines.append(safe_text(f"error: could not delete {x.step or x.path}: {x.why}"))
-    for x in report.registry:
-        lines.append(safe_text(f"kept for the registry: {x.step} ({x.why})"))
-    for note in report.gone:
-        lines.append(safe_text(f"note: {note}"))
-    for x in report.not_marins:
-        lines.append(safe_text(f"not Marin's, left alone: {x.path} ({x.why})"))
-    for x in report.other_users:
-        lines.append(safe_text(f"left alone: {x.path}/ ({x.why})"))
-    lines += [safe_text(orphan_line(o)) for o in report.orphans]
+    sections: list[tuple[Sequence[Any], Callable[[Any], str]]] = [
+        (report.skipped, lambda x: f"skipped {x.step or x.path}: {x.why}"),
+        (report.failed, lambda x: f"error: could not delete {x.step or x.path}: {x.why}"),
+        (report.registry, lambda x: f"kept for the registry: {x.step} ({x.why})"),
+        (report.gone, lambda note: f"note: {note}"),
+        (report.not_marins, lambda x: f"not Marin's, left alone: {x.path} ({x.why})"),
+        (report.other_users, lambda x: f"left alone: {x.path}/ ({x.why})"),
+        (report.orphans, orphan_line),
+    ]
+    lines += [safe_text(line(item)) for items, line in sections for item in items]
     verb = "would free" if report.dry_run else "freed"
     lines.append(
         f"{len(report.collected)} step(s) {'to delete' if report.dry_run else 'deleted'}, "
