@@ -431,6 +431,44 @@ def test_rebuilding_the_build_an_adoption_lies_in_makes_it_and_its_readers_stale
     assert again.record is not None and again.record.build_id != first.record.build_id
 
 
+def test_a_reader_of_an_adoption_never_commits_from_a_build_rebuilt_meanwhile(
+    prefix: str,
+) -> None:
+    """Red team r11-2: ``adopt("data", "v1", "raw/v1")``; while its reader ran, another runner
+    started a ``--force raw@v1`` (its lease, then raw's record gone, then its output cleared):
+    the reader was committed from the cleared folder, and so was an adoption made meanwhile.
+    The adopted builds are inputs like any other: checked at the start and before the commit,
+    and an adoption is never recorded while a build its data lies in is under way."""
+    from marin.execution.store.lease import Lease
+    from marin.execution.store.location import open_prefix
+    from marin.execution.store.records import delete_record
+
+    current = {"text": "one"}
+    raw = _built_raw(current, prefix)
+    adopted = ArtifactStep.adopt("data", "v1", "raw/v1")
+    run(adopted, prefix=prefix)
+    location = open_prefix(prefix)
+    rebuilds: list[Any] = []
+
+    def read_while_raw_is_rebuilt(path: str) -> str:
+        rebuilds.append(Lease(location, "raw/v1", ttl=600))  # another runner's --force raw@v1
+        assert rebuilds[-1].try_acquire() is None
+        delete_record(location, "raw/v1")
+        return _read(path)
+
+    reader = apply("read", read_while_raw_is_rebuilt, version="v1", path=adopted)
+    with pytest.raises(StepFailedError, match="adopts data .* rebuilt or removed while"):
+        run(adopted, reader, prefix=prefix)
+    assert resolve(reader, prefix=prefix, dry_run=True).record is None
+    with pytest.raises(StepFailedError, match="which another runner is building now"):
+        run(adopted, prefix=prefix)  # re-adopting while raw's rebuild is under way
+    rebuilds[0].release()
+    current["text"] = "two"
+    run(raw, prefix=prefix, force=["raw@v1"])
+    again, read = run(adopted, apply("read", _read, version="v1", path=adopted), prefix=prefix)
+    assert read.result == "two" and again.record is not None
+
+
 def test_an_adopted_record_names_its_source_and_marin_show_prints_it(
     prefix: str, tmp_path: Any
 ) -> None:

@@ -106,7 +106,10 @@ from marin.execution.store.placement import (
     ADOPTED,
     adopted_builds,
     adopted_inputs,
+    adopted_now,
+    builds_under_way,
     overlaps_output,
+    recorded_adoption,
 )
 from marin.execution.store.records import (
     ADOPTION,
@@ -506,6 +509,8 @@ def _inputs_at_start(
                 "this step again; nothing was started for it",
                 spec.step_id,
             )
+        if record is not None:
+            _check_adopted_unchanged(spec, location, dep, record)
         kept = (up.replaced, up.shared) if record is None else ("", NO_SHARED_BUILD)
         fresh.append(Upstream(up.step_id, record, up.rebuilt, up.committed, *kept))
     return fresh
@@ -528,7 +533,9 @@ def _check_inputs_unchanged(
         if dep is None or up.record is None:
             continue
         now = read_record(location, dep.output_path, up.record, (dep.name, dep.version))
-        if now is None or now.build_id != up.record.build_id:
+        if now is not None and now.build_id == up.record.build_id:
+            _check_adopted_unchanged(spec, location, dep, now)
+        else:
             became = (
                 _input_gone(location, dep)
                 if now is None
@@ -541,6 +548,27 @@ def _check_inputs_unchanged(
                 f"{dep.step_id}",
                 spec.step_id,
             )
+
+
+def _check_adopted_unchanged(
+    spec: StepSpec, location: Location, dep: StepSpec, record: ArtifactRecord
+) -> None:
+    """An adoption among the inputs still adopts the builds it recorded: its data lies in (or
+    holds) builds another runner may rebuild, clearing what this step reads.
+
+    Raises:
+        InputChangedError: one of them was rebuilt, removed, or is being built now.
+    """
+    if record.source is None:
+        return
+    if adopted_now(location, dep.output_path, record) == recorded_adoption(record):
+        return
+    raise InputChangedError(
+        f"input {dep.step_id} adopts data ({record.source}) in a build that was rebuilt or "
+        "removed while this step was being built from it; this attempt is discarded",
+        "nothing was committed for this step; run again to adopt it anew and build from it",
+        spec.step_id,
+    )
 
 
 def _input_gone(location: Location, dep: StepSpec) -> str:
@@ -1006,7 +1034,7 @@ def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRec
     inputs = {u.step_id: u.record.build_id for u in upstream if u.record is not None}
     dep_paths = dict(ctx.dep_paths)
     source = spec.data_url(location.url) if spec.source is not None else None
-    extra = _adopted_into(location, spec.output_path, source, inputs, dep_paths)
+    extra = _adopted_into(location, spec, source, inputs, dep_paths)
     return ArtifactRecord(
         name=spec.name,
         version=spec.version,
@@ -1038,15 +1066,31 @@ def _record_of(held: _Holding, result: Any, output: OutputDigest) -> ArtifactRec
 
 def _adopted_into(
     location: Location,
-    output_path: str,
+    spec: StepSpec,
     source: str | None,
     inputs: dict[str, str],
     dep_paths: dict[str, str],
 ) -> dict[str, Any]:
     """Add the builds an adoption's data lies in or holds to its record's ``inputs`` and
     ``dep_paths`` (lineage); return its ``extra``, which names each by output path (a rebuild
-    of one makes the adoption stale). Nothing for a step that is not adopted."""
-    adopted = {} if source is None else adopted_builds(location, output_path, source)
+    of one makes the adoption stale). Nothing for a step that is not adopted.
+
+    Raises:
+        InputChangedError: a build the data lies in or holds is being built now.
+    """
+    if source is None:
+        return {}
+    output_path = spec.output_path
+    under_way = builds_under_way(location, output_path, source)
+    if under_way:
+        raise InputChangedError(
+            f"the data it adopts ({source}) lies in or holds "
+            f"{', '.join(location.url_for(p) for p in under_way)}, which another runner is "
+            "building now (a live lease, no record yet); nothing was recorded",
+            "run again once that build is committed",
+            spec.step_id,
+        )
+    adopted = adopted_builds(location, output_path, source)
     inputs.update(adopted_inputs(adopted))
     dep_paths.update({record.step_id: location.url_for(path) for path, record in adopted.items()})
     return {ADOPTED: {path: r.build_id for path, r in adopted.items()}} if adopted else {}

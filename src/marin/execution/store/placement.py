@@ -79,18 +79,43 @@ def adopted_builds(
     return found
 
 
-def _held_builds(location: Location, relative: str) -> list[str]:
-    """The output paths of builds whose record lies under ``relative`` (one literal listing)."""
+def _held_builds(location: Location, relative: str, name: str = "") -> list[str]:
+    """The output paths of builds whose record (or the file ``name`` of their metadata
+    folder) lies under ``relative`` (one literal listing)."""
     from marin.execution.names import METADATA_SUFFIX
     from marin.execution.store.step_folder import RECORD_FILE
 
     base = location.path(relative)
-    tail = f"{METADATA_SUFFIX}/{RECORD_FILE}"
+    tail = f"{METADATA_SUFFIX}/{name or RECORD_FILE}"
     return [
         relative + file[len(base) : -len(tail)]
         for file in location.list_tree(base)
         if file.endswith(tail) and file.startswith(base + "/")
     ]
+
+
+def builds_under_way(location: Location, output_path: str, source_url: str) -> list[str]:
+    """The output paths the data an adoption at ``output_path`` reads from ``source_url`` lies
+    in or holds that a runner is building now (a live lease, no record yet): a rebuild has
+    cleared, or is writing, what the adoption would record. Asked when it commits."""
+    from marin.execution.store.lease import read_lease
+    from marin.execution.store.records import read_record
+
+    found: set[str] = set()
+    for rel in relative_under(source_url, location.url):
+        parts = rel.split("/")
+        above = ["/".join(parts[:end]) for end in range(1, len(parts) + 1)]
+        for path in [*above, *_held_builds(location, rel, "lease.json")]:
+            if path == output_path or path in found:
+                continue
+            try:
+                path = validate_name(path)
+            except MarinError:
+                continue
+            info = read_lease(location, path)
+            if info is not None and info.live and read_record(location, path) is None:
+                found.add(path)
+    return sorted(found)
 
 
 def adopted_inputs(builds: dict[str, ArtifactRecord]) -> dict[str, str]:
