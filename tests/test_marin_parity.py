@@ -469,6 +469,28 @@ def test_a_reader_of_an_adoption_never_commits_from_a_build_rebuilt_meanwhile(
     assert read.result == "two" and again.record is not None
 
 
+def test_data_in_a_failed_steps_output_path_is_never_adopted(prefix: str) -> None:
+    """Red team r11-1: ``s@v1`` failed (its status beside ``s/v1``); the user put data at
+    ``s/v1`` and adopted it as ``d@v1``; the next build of ``s`` cleared it as the failed
+    attempt's debris. The adoption is refused, naming that step's output path."""
+    from marin.execution.errors import AdoptedDataError, is_final
+
+    def fail(out: str) -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(StepFailedError):
+        run(apply("s", fail, version="v1", out=OUT), prefix=prefix)
+    _write(f"{prefix.rstrip('/')}/s/v1", "precious")
+    for source in ("s/v1", "s"):  # the output path itself, or a folder holding it
+        with pytest.raises(StepFailedError) as info:
+            run(ArtifactStep.adopt("d", "v1", source), prefix=prefix)
+        error = info.value.__cause__
+        assert isinstance(error, AdoptedDataError) and is_final(error), info.value
+        assert "the output path of a step with no build there" in error.what
+    assert resolve(ArtifactStep.adopt("d", "v1", "s"), prefix=prefix, dry_run=True).record is None
+    assert _read(f"{prefix.rstrip('/')}/s/v1") == "precious"
+
+
 def test_an_adopted_record_names_its_source_and_marin_show_prints_it(
     prefix: str, tmp_path: Any
 ) -> None:

@@ -226,6 +226,32 @@ def test_two_concurrent_forced_rebuilds_build_the_step_once(
     assert b.record.build_id == a.record.build_id != old.build_id
 
 
+def _write_k(out_path: str, k: int) -> int:
+    _write(out_path, f"k={k}")
+    return k
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_a_build_another_runner_commits_of_another_config_is_never_this_runs(
+    store_prefix: str, forced: bool
+) -> None:
+    """Red team r11-4: run B planned ``a`` with ``k=2`` while run A built it with ``k=1``;
+    after A's lease, B served A's build as built-by-other (under ``--on-drift warn``), with no
+    drift said, and its readers read ``k=1``. Drift is served only from a record committed
+    before the run: B builds its own config (both runs ``--force a`` too)."""
+    location = open_prefix(store_prefix)
+    a1 = apply("a", _write_k, version="v1", out_path=OUT, k=1).lower()
+    a2 = apply("a", _write_k, version="v1", out_path=OUT, k=2).lower()
+    old = build_step(BuildRequest(a1, location)).record if forced else None
+    policy = Policy(force=frozenset({a2.step_id} if forced else ()))
+    planned = decide(a2, Stored(old), [], policy, needed=True)  # B's plan, before A commits
+    a_built = build_step(BuildRequest(a1, location, policy=Policy(force=policy.force)))
+    assert a_built.action == "built"
+    b_built = build_step(BuildRequest(a2, location, policy=policy, decision=planned))
+    assert b_built.action == "built" and b_built.record.config["k"] == 2
+    assert _read(f"{location.url_for(a2.output_path)}") == "k=2"
+
+
 # -- item 8: fn runs its own step ------------------------------------------------------------------
 
 

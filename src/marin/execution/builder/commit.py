@@ -67,6 +67,7 @@ from marin.execution.builder.step_logs import LazyLogFile, capture_step_output, 
 from marin.execution.digest.code import mixed_digest
 from marin.execution.errors import (
     AbandonedError,
+    AdoptedDataError,
     ConfigError,
     InputChangedError,
     LeaseLostError,
@@ -107,9 +108,9 @@ from marin.execution.store.placement import (
     adopted_builds,
     adopted_inputs,
     adopted_now,
-    builds_under_way,
     overlaps_output,
     recorded_adoption,
+    unbuilt_step_folders,
 )
 from marin.execution.store.records import (
     ADOPTION,
@@ -399,13 +400,20 @@ def _served_from_other(
     """Whether another runner's ``record`` may be served, by the one decision function.
 
     Judged on the record's own lineage: an upstream rebuilt in this run is a known build by now,
-    so only one whose record is missing still counts as "rebuilt".
+    so only one whose record is missing still counts as "rebuilt". Drift is served under
+    ``warn`` only from a record committed before the run: one another runner committed since,
+    of another config or code, is not this run's build, so ``warn`` judges it as ``rebuild``.
     """
     known = [
         dataclasses.replace(u, rebuilt=u.rebuilt and u.record is None, committed=False)
         for u in upstream
     ]
-    return decide(spec, Stored(record), known, policy, needed=True).action != Action.BUILD
+    strict = dataclasses.replace(
+        policy,
+        on_drift="rebuild" if policy.on_drift == "warn" else policy.on_drift,
+        on_code_drift="rebuild" if policy.on_code_drift == "warn" else policy.on_code_drift,
+    )
+    return decide(spec, Stored(record), known, strict, needed=True).action != Action.BUILD
 
 
 def _unforced(policy: Policy, spec: StepSpec) -> Policy:
@@ -1077,23 +1085,38 @@ def _adopted_into(
 
     Raises:
         InputChangedError: a build the data lies in or holds is being built now.
+        AdoptedDataError: it lies in or holds a step's output path with no build (a failed
+            or crashed attempt's): that step's next build would clear it.
     """
     if source is None:
         return {}
     output_path = spec.output_path
-    under_way = builds_under_way(location, output_path, source)
-    if under_way:
+    unbuilt = unbuilt_step_folders(location, output_path, source)
+    if any(unbuilt.values()):
         raise InputChangedError(
             f"the data it adopts ({source}) lies in or holds "
-            f"{', '.join(location.url_for(p) for p in under_way)}, which another runner is "
-            "building now (a live lease, no record yet); nothing was recorded",
+            f"{_urls(location, [p for p, live in unbuilt.items() if live])}, which another "
+            "runner is building now (a live lease, no record yet); nothing was recorded",
             "run again once that build is committed",
+            spec.step_id,
+        )
+    if unbuilt:
+        raise AdoptedDataError(
+            f"the data it adopts ({source}) lies in or holds {_urls(location, list(unbuilt))}, "
+            "the output path of a step with no build there (an attempt of it failed or "
+            "crashed): that step's next build would clear it; nothing was recorded",
+            "move the data out of that step's output path first (or adopt it in place, as "
+            "that very step's name and version)",
             spec.step_id,
         )
     adopted = adopted_builds(location, output_path, source)
     inputs.update(adopted_inputs(adopted))
     dep_paths.update({record.step_id: location.url_for(path) for path, record in adopted.items()})
     return {ADOPTED: {path: r.build_id for path, r in adopted.items()}} if adopted else {}
+
+
+def _urls(location: Location, paths: list[str]) -> str:
+    return ", ".join(location.url_for(p) for p in paths)
 
 
 def _commit(held: _Holding, record: ArtifactRecord) -> None:

@@ -79,43 +79,54 @@ def adopted_builds(
     return found
 
 
-def _held_builds(location: Location, relative: str, name: str = "") -> list[str]:
-    """The output paths of builds whose record (or the file ``name`` of their metadata
-    folder) lies under ``relative`` (one literal listing)."""
+def _held_builds(location: Location, relative: str) -> list[str]:
+    """The output paths of builds whose record lies under ``relative`` (one literal listing)."""
+    return [path for path, built in _step_folders(location, relative).items() if built]
+
+
+def _step_folders(location: Location, relative: str) -> dict[str, bool]:
+    """The output paths under ``relative`` with a metadata folder beside them -> whether it
+    holds a record (one literal listing)."""
     from marin.execution.names import METADATA_SUFFIX
     from marin.execution.store.step_folder import RECORD_FILE
 
     base = location.path(relative)
-    tail = f"{METADATA_SUFFIX}/{name or RECORD_FILE}"
-    return [
-        relative + file[len(base) : -len(tail)]
-        for file in location.list_tree(base)
-        if file.endswith(tail) and file.startswith(base + "/")
-    ]
+    found: dict[str, bool] = {}
+    for file in location.list_tree(base):
+        folder, _, name = file[len(base) :].rpartition("/")
+        if file.startswith(base + "/") and folder.endswith(METADATA_SUFFIX):
+            path = relative + folder[: -len(METADATA_SUFFIX)]
+            found[path] = found.get(path, False) or name == RECORD_FILE
+    return found
 
 
-def builds_under_way(location: Location, output_path: str, source_url: str) -> list[str]:
+def unbuilt_step_folders(location: Location, output_path: str, source_url: str) -> dict[str, bool]:
     """The output paths the data an adoption at ``output_path`` reads from ``source_url`` lies
-    in or holds that a runner is building now (a live lease, no record yet): a rebuild has
-    cleared, or is writing, what the adoption would record. Asked when it commits."""
+    in or holds whose metadata folder holds no record (output path -> whether a runner builds
+    it now: a live lease): that step's next build, or the one under way, clears what lies
+    there. Asked when an adoption commits."""
+    from marin.execution.names import METADATA_SUFFIX
     from marin.execution.store.lease import read_lease
-    from marin.execution.store.records import read_record
+    from marin.execution.store.step_folder import record_path
 
-    found: set[str] = set()
+    found: dict[str, bool] = {}
     for rel in relative_under(source_url, location.url):
         parts = rel.split("/")
         above = ["/".join(parts[:end]) for end in range(1, len(parts) + 1)]
-        for path in [*above, *_held_builds(location, rel, "lease.json")]:
+        candidates = [p for p in above if location.exists(location.path(p + METADATA_SUFFIX))]
+        candidates += [p for p, built in _step_folders(location, rel).items() if not built]
+        for path in candidates:
             if path == output_path or path in found:
                 continue
             try:
                 path = validate_name(path)
             except MarinError:
                 continue
+            if location.has_file(location.path(record_path(path))):
+                continue
             info = read_lease(location, path)
-            if info is not None and info.live and read_record(location, path) is None:
-                found.add(path)
-    return sorted(found)
+            found[path] = info is not None and info.live
+    return found
 
 
 def adopted_inputs(builds: dict[str, ArtifactRecord]) -> dict[str, str]:
