@@ -491,6 +491,19 @@ def test_data_in_a_failed_steps_output_path_is_never_adopted(prefix: str) -> Non
     assert _read(f"{prefix.rstrip('/')}/s/v1") == "precious"
 
 
+@pytest.mark.parametrize("source", ["raw/v1", "raw/v1/part", "raw", "raw//v1"])
+def test_adopting_another_steps_output_in_one_graph_is_refused(source: str) -> None:
+    """Red team r11-5: ``[raw, reader]`` with ``reader`` reading ``adopt("ad", "v1",
+    "raw/v1")``: ``--force raw`` left the adoption and its reader served from the old bytes in
+    that run, and a first run could adopt before raw was built. Refused at ``lower()``."""
+    raw = apply("raw", _write, version="v1", path=OUT, text="one")
+    reader = apply("read", _read, version="v1", path=ArtifactStep.adopt("ad", "v1", source))
+    with pytest.raises(InvalidStepError, match="a step of this graph") as info:
+        lower([raw, reader])
+    assert info.value.step == "ad@v1" and "as a dependency" in info.value.fix
+    lower([reader])  # alone (raw built by another pipeline), the next plan sees its rebuilds
+
+
 def test_an_adopted_record_names_its_source_and_marin_show_prints_it(
     prefix: str, tmp_path: Any
 ) -> None:

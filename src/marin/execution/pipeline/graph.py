@@ -9,7 +9,7 @@ from typing import Any
 
 from marin.execution.digest.config_drift import explain_drift
 from marin.execution.errors import CycleError, DuplicateStepError, InvalidStepError
-from marin.execution.pipeline.step_spec import StepSpec
+from marin.execution.pipeline.step_spec import StepSpec, is_absolute_location
 from marin.execution.store.records import USERS_FOLDER
 from marin.execution.vocabulary import OutputScope
 
@@ -191,7 +191,8 @@ def check_disjoint_outputs(steps: list[StepSpec]) -> None:
     Raises:
         DuplicateStepError: two steps write one folder (two pins, or names that differ only in
             letter case), or one step's output folder contains another's.
-        InvalidStepError: a step not in user scope whose path starts with ``users/``.
+        InvalidStepError: a step not in user scope whose path starts with ``users/``; an
+            adoption of another step's output (``_check_adoptions``).
     """
     # spec.output_path, inlined; case-folded (see above)
     paths = [(spec.pin or f"{spec.name}/{spec.version}").casefold() for spec in steps]
@@ -227,6 +228,35 @@ def check_disjoint_outputs(steps: list[StepSpec]) -> None:
                     outer.step_id,
                 )
             end = path.find("/", end + 1)
+    _check_adoptions(steps, by_path)
+
+
+def _check_adoptions(steps: list[StepSpec], by_path: dict[str, StepSpec]) -> None:
+    """Refuse an adoption whose (relative) source is, lies in or holds the output of another
+    step of the graph: the adoption would be neither ordered after it nor rebuilt with it in a
+    run (its next plan finds it stale). Reading that step's build is a dependency."""
+    for spec in steps:
+        source = spec.source
+        if source is None or is_absolute_location(source):
+            continue  # an absolute one is placed at run time (the next plan sees a rebuild)
+        path = "/".join(p for p in source.split("/") if p).casefold()
+        inside = [by_path[path[:end]] for end in _slashes(path) if path[:end] in by_path]
+        held = [s for p, s in by_path.items() if p.startswith(path + "/")]
+        other = next((s for s in [*inside, *held] if s is not spec), None)
+        if other is not None:
+            raise InvalidStepError(
+                f"{spec.step_id} adopts {source}, which is, lies in or holds the output of "
+                f"{other.step_id}, a step of this graph: a run would neither order the adoption "
+                "after it nor adopt its rebuild",
+                f"read {other.step_id} as a dependency (pass its handle to the steps that read "
+                "it) instead of adopting its output path",
+                spec.step_id,
+            )
+
+
+def _slashes(path: str) -> list[int]:
+    """The ends of ``path``'s ancestors and of ``path`` itself (``a/b/c``: 1, 3, 5)."""
+    return [i for i, c in enumerate(path) if c == "/"] + [len(path)]
 
 
 _USERS = USERS_FOLDER + "/"
