@@ -514,6 +514,13 @@ def test_data_put_at_the_path_of_an_adoption_from_elsewhere_is_said_to_be_so(
     error = _cause(raised.value, AdoptedDataError)
     assert f"holds data put there since it was adopted from {tmp_path}/elsewhere" in error.what
     assert (prefix / "gc/corpus/v1/data.txt").read_text() == "PUT THERE"
+    # Its record torn (red team r11, r9-1's variant): the adoption's mark still refuses.
+    record = prefix / "gc/corpus/v1.marin/record.json"
+    record.write_bytes(record.read_bytes()[:100])
+    with pytest.raises(Exception) as raised:
+        run([step("corpus", "v1")], prefix=str(prefix))
+    assert "never Marin's" in _cause(raised.value, AdoptedDataError).what
+    assert (prefix / "gc/corpus/v1/data.txt").read_text() == "PUT THERE"
 
 
 @pytest.mark.parametrize("damage", ["torn", "emptied", "deleted"])
@@ -537,7 +544,7 @@ def test_a_lost_adoption_record_never_makes_data_adopted_in_place_clearable(
     for more in ([], ["--force", "gc/corpus"]):
         refused = marin("run", "tests/gc/pipelines.py:corpus_built", *args, *more)
         assert refused.returncode == 1, refused.stderr
-        assert "holds data adopted in place (gc/corpus/v1.marin/adopted.json says so)" in (
+        assert "left there, never Marin's (gc/corpus/v1.marin/adopted.json says so)" in (
             refused.stdout + refused.stderr
         )
         assert os.listdir(prefix / "gc/corpus/v1") == ["data.txt"]

@@ -97,7 +97,7 @@ def refuse_clearing_adopted(
     so whatever is there is not Marin's to clear. Nothing is refused when the path is empty
     (the data is elsewhere), nor for another adoption (it clears nothing). With no record
     (``previous`` None: torn or deleted) and something left there (``leftover``), the mark an
-    adoption in place writes before its record (``adopted.json``) refuses too.
+    adoption writes before its record (``adopted.json``) refuses too.
 
     Raises:
         AdoptedDataError: the step's current record is an adoption, or it has none and the
@@ -106,8 +106,8 @@ def refuse_clearing_adopted(
     if spec.source is not None:
         return
     adopted = previous is not None and previous.source is not None
-    # A record that is torn or gone (None) says nothing: the mark an adoption in place wrote
-    # before its record does. Beside a build's record, a mark is an older adoption's, moot.
+    # A record that is torn or gone (None) says nothing: the mark an adoption wrote before
+    # its record does. Beside a build's record, a mark is an older adoption's, moot.
     if not adopted and not (
         previous is None and leftover and has_adoption_mark(location, spec.output_path)
     ):
@@ -116,7 +116,8 @@ def refuse_clearing_adopted(
         return
     out = location.url_for(spec.output_path)
     if previous is None or previous.source is None:
-        held = f"data adopted in place ({metadata_dir(spec.output_path)}/{ADOPTED_FILE} says so)"
+        mark = f"{metadata_dir(spec.output_path)}/{ADOPTED_FILE}"
+        held = f"data an adoption left there, never Marin's ({mark} says so)"
     elif overlaps_output(location, spec.output_path, previous.source):
         held = f"data it adopted in place (its record's source is {previous.source})"
     else:

@@ -108,7 +108,6 @@ from marin.execution.store.placement import (
     adopted_builds,
     adopted_inputs,
     adopted_now,
-    overlaps_output,
     recorded_adoption,
     unbuilt_step_folders,
 )
@@ -1131,8 +1130,9 @@ def _commit(held: _Holding, record: ArtifactRecord) -> None:
             spec.step_id,
         )
     _check_inputs_unchanged(spec, location, held.upstream)
-    if record.source is not None and overlaps_output(location, spec.output_path, record.source):
-        # Before the record: a torn or deleted record still leaves the data marked adopted.
+    if record.source is not None:
+        # Before the record: with it torn or deleted, the mark still says that whatever lies
+        # at the output path (the data, adopted in place, or put there since) is not Marin's.
         write_adoption_mark(location, spec.output_path, record.source)
     if held.heartbeat.lost.is_set() or not lease.commit(
         lambda: write_record(location, record, spec.output_path),

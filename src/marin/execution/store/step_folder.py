@@ -4,8 +4,8 @@ Named here, once: ``record.json`` (the commit point) and ``status.json`` (parsed
 ``records``), ``lease.json`` and its ``lease.json.guard`` (``lease/``), ``log.txt`` (the step's
 prints), ``job.json`` (a remote step's job), ``attempt.json`` (a resumable step's attempt),
 ``cancel.json`` (``marin cancel``'s intent, ``CancelMark``), ``registered.json`` (``marin
-register``'s freeze mark, ``RegisteredMark``), ``adopted.json`` (data adopted in place lies at
-the output: the mark outlives a torn record) and ``checkpoints/``. The two files
+register``'s freeze mark, ``RegisteredMark``), ``adopted.json`` (an adoption's: what lies at
+the output path is not Marin's; the mark outlives a torn record) and ``checkpoints/``. The two files
 a build reuses work by, ``job.json`` and ``attempt.json``, are
 parsed and validated here into typed values (``JobRecord``, ``Attempt``), each stating the
 recipe it was made for; whether that is the current recipe is ``identity.judge_claim``'s answer.
@@ -692,17 +692,17 @@ def write_registered_mark(location: Location, output_path: str, mark: Registered
     write_atomic(location, location.path(registered_path(output_path)), mark.to_json())
 
 
-# --- adopted.json: data adopted in place lies at the output ---------------------------------------
+# --- adopted.json: an adoption's step, whose output path Marin never wrote -----------------------
 
 
 def adopted_mark_path(output_path: str) -> str:
-    """``<output>.marin/adopted.json``: written by an adoption whose source overlaps its own
-    output path (adopted in place, or holding or lying inside it), before its record."""
+    """``<output>.marin/adopted.json``: written by an adoption before its record."""
     return _in_folder(output_path, ADOPTED_FILE)
 
 
 def write_adoption_mark(location: Location, output_path: str, source: str) -> None:
-    """Say, beside the output, that data adopted from ``source`` lies there: a build never
+    """Say, beside the output path, that the step adopts ``source``: whatever lies there
+    (that data, adopted in place, or data put there since) is not Marin's, and a build never
     clears it, even when the adoption's record is torn or deleted (``refuse_clearing_adopted``).
 
     Raises:
