@@ -104,7 +104,10 @@ def test_a_second_registration_of_an_id_is_refused_and_never_written(prefix: str
         ("exp/../v1", "segment '..'"),
         ("exp/tr ain/v1", "segment 'tr ain'"),
         ("exp/train/v1.", "segment 'v1.'"),
-        ("exp/train/v1.marin", "not 3 segments"),
+        ("exp/train/v1.marin", "segment 'v1.marin'"),
+        ("exp/x.MARIN/v1", "segment 'x.MARIN'"),  # red team r11 (minor): any segment
+        ("CON/train/v1", "segment 'CON'"),
+        ("exp/nul.txt/v1", "segment 'nul.txt'"),
         ("gs://b/x", "segment 'gs:'"),
     ],
 )

@@ -38,7 +38,12 @@ from typing import Any
 from marin.execution.errors import MarinError, StorageError
 from marin.execution.faults import crash_point
 from marin.execution.ids import new_id
-from marin.execution.names import is_mutable_version, validate_name
+from marin.execution.names import (
+    DEVICE_NAMES,
+    METADATA_SUFFIX,
+    is_mutable_version,
+    validate_name,
+)
 from marin.execution.store.location import Location, durable, with_retries
 from marin.execution.store.placement import adopted_builds, relative_under
 from marin.execution.store.records import ArtifactRecord, parse_json, read_record
@@ -88,6 +93,18 @@ class ArtifactAlreadyExistsError(ArtifactRegistryError):
     existing: Manifest | None = None
 
 
+def _portable_segment(segment: str) -> bool:
+    """An id segment names one file on every disk: the id alphabet, no trailing ``.``, no
+    metadata folder's ``.marin`` ending, no Windows device name (``CON``, ``nul.txt``)."""
+    folded = segment.casefold()
+    return (
+        bool(_SEGMENT.fullmatch(segment))
+        and not segment.endswith(".")
+        and not folded.endswith(METADATA_SUFFIX)
+        and folded.split(".", 1)[0] not in DEVICE_NAMES
+    )
+
+
 class InvalidArtifactIdError(ArtifactRegistryError, ValueError):
     """An id that is not ``namespace/name/tag``."""
 
@@ -117,8 +134,8 @@ class RegistryId:
             raise InvalidArtifactIdError(f"artifact id {text!r} is not a string", _ID_FIX)
         full = f"{text}/{tag}" if tag is not None else text
         parts = full.split("/")
-        bad = next((p for p in parts if not _SEGMENT.fullmatch(p) or p.endswith(".")), None)
-        if len(parts) != 3 or bad is not None or parts[2].casefold().endswith(".marin"):
+        bad = next((p for p in parts if not _portable_segment(p)), None)
+        if len(parts) != 3 or bad is not None:
             why = f"segment {bad!r} is not allowed" if bad is not None else "not 3 segments"
             raise InvalidArtifactIdError(f"artifact id {full!r}: {why}", _ID_FIX)
         return cls(*parts)
