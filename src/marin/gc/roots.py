@@ -30,7 +30,7 @@ from marin.execution.pipeline.scope import current_user, user_named
 from marin.execution.plan.scope import needs_user, place_pins, resolve_scopes
 from marin.execution.store.location import Location
 from marin.execution.store.records import USERS_FOLDER, parse_stored_time, user_scoped_tail
-from marin.execution.store.step_folder import JobRecord, load_job
+from marin.execution.store.step_folder import JOB_FILE, JobRecord, load_job
 from marin.gc.walk import IO_PARALLELISM, LINKED, Listing, Slot, built_at, name_of, owner_of
 
 Roots = dict[str, str]
@@ -208,7 +208,15 @@ def recent(
 def read_by_jobs(location: Location, candidates: Sequence[Slot], slots: Sequence[Slot]) -> Roots:
     """The builds the remote job of a step gc would delete reads (its ``job.json``'s inputs,
     by build id): the job may still run (an orphan, left alone), or a next run may collect
-    it, checking that its inputs are still those builds. Kept until its step is gone."""
+    it, checking that its inputs are still those builds. Kept until its step is gone.
+
+    Only a step with no record can have a job in flight (a rebuild deletes the record before
+    it submits one): the leftovers the listing named, or its status, say which to read."""
+    candidates = [
+        s
+        for s in candidates
+        if s.record is None and (JOB_FILE in s.leftovers or s.status is not None)
+    ]
     with ThreadPoolExecutor(IO_PARALLELISM, "marin-gc") as pool:
         jobs = list(pool.map(lambda s: load_job(location, s.output_path), candidates))
     by_build = {s.record.build_id: s for s in slots if s.record is not None and s.record.build_id}
