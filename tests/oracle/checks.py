@@ -51,6 +51,12 @@ FINDINGS: dict[str, str] = {
     "run-hung": "- (a run did not end, nothing planted)",
     "gc-dry-run-changed": "- (marin gc --dry-run changed files)",
     "crash": "new (marin raised an error it does not mean to: a traceback)",
+    "adopted-data-touched": "new (a run or gc changed or deleted data a step adopted, which "
+    "Marin never wrote: docs/reliability.md, 'Marin deletes only what it provably wrote')",
+    "wrong-artifact:adoption": "new (an adoption served with a record of other data)",
+    "wrong-artifact:adoption-reader": "new (a reader of an adoption served with what other "
+    "data than its adopted data makes)",
+    "run-failed:adopted-data": "new (AdoptedDataError where no built step replaces an adoption)",
 }
 """Violation kind -> the trust finding (issue 53) it is an instance of."""
 
@@ -111,12 +117,40 @@ def step_index(step: dict[str, Any]) -> int:
 
 def kind_of(plan: dict[str, Any], step_id: str, record: dict[str, Any] | None, hand: Hand) -> str:
     """The kind of a wrong artifact: how it was committed, or that it sits below a rebuild
-    that failed or was killed (which deleted the record that said it was stale)."""
+    that failed or was killed (which deleted the record that said it was stale), or that it
+    is an adoption or reads one."""
     if "planted" in str((record or {}).get("result")):
         return "planted:result-committed"
     if below_unfinished(plan, step_id, hand):
         return "wrong-artifact:below-unfinished-rebuild"
+    if (record or {}).get("source") is not None:
+        return "wrong-artifact:adoption"
+    if reads_adoption(plan, step_id):
+        return "wrong-artifact:adoption-reader"
     return f"wrong-artifact:{mechanism(record)}"
+
+
+def reads_adoption(plan: dict[str, Any], step_id: str) -> bool:
+    """Whether a step ``step_id`` reads (transitively) is recorded as an adoption."""
+    by_id = {s["step"]: s for s in plan.get("steps", [])}
+    todo, seen = list(by_id.get(step_id, {}).get("deps", [])), set()
+    while todo:
+        dep = todo.pop()
+        if dep in seen or dep not in by_id:
+            continue
+        seen.add(dep)
+        if (read_record(by_id[dep]["output_path"]) or {}).get("source") is not None:
+            return True
+        todo.extend(by_id[dep].get("deps", []))
+    return False
+
+
+def matches(got: Stored, want: Expected) -> bool:
+    """Whether what is stored is the clean build: byte for byte, or for an adoption, a record
+    of the data it adopts (its bytes lie elsewhere: its readers are compared instead)."""
+    if want.adopted:
+        return str((got.record or {}).get("source") or "").endswith(want.adopted)
+    return got.found == want
 
 
 def mechanism(record: dict[str, Any] | None) -> str:
@@ -160,7 +194,7 @@ def allowances(
     allowed: dict[str, list[str]] = {}
     for step in plan.get("steps", []):
         reasons = own_reasons(step, policy, hand.outputs)
-        if not step.get("build_id") and step["output_path"] in hand.records:
+        if not step.get("build_id") and hand.removed(step["output_path"]):
             allowed[step["step"]] = ["record removed by hand"]
             continue
         for dep in step.get("deps", []):
@@ -178,6 +212,14 @@ class Hand:
     outputs: set[str] = field(default_factory=set)
     records: set[str] = field(default_factory=set)
 
+    def removed(self, output_path: str) -> bool:
+        """Whether the record of ``output_path`` was removed by hand, at that placement or at
+        the shared one a user's placement reads when hers holds nothing (docs/caching.md)."""
+        return output_path in self.records or USER_FOLDER.sub("/", output_path, 1) in self.records
+
+
+USER_FOLDER = re.compile(r"/users/[^/]+/")
+
 
 def below_unfinished(plan: dict[str, Any], step_id: str, hand: Hand) -> bool:
     """Whether a step ``step_id`` reads (transitively) has no record because an attempt to
@@ -190,7 +232,7 @@ def below_unfinished(plan: dict[str, Any], step_id: str, hand: Hand) -> bool:
             continue
         seen.add(dep)
         unbuilt = by_id[dep].get("status") in ("failed-before", "run")
-        if unbuilt and by_id[dep]["output_path"] not in hand.records:
+        if unbuilt and not hand.removed(by_id[dep]["output_path"]):
             return True
         todo.extend(by_id[dep].get("deps", []))
     return False
@@ -201,8 +243,9 @@ def differences(plan: dict[str, Any], expected: dict[int, Expected]) -> dict[str
     out = {}
     for step in plan.get("steps", []):
         got = stored(step["output_path"])
-        if got.record is not None:
-            out[step["step"]] = got.found != expected[step_index(step)]
+        want = expected[step_index(step)]
+        if got.record is not None and not want.adopted:  # an adoption's data: unknown
+            out[step["step"]] = got.found != want
     return out
 
 
@@ -223,7 +266,7 @@ def check_served(
             continue
         got = stored(step["output_path"])
         want = expected[step_index(step)]
-        if got.found != want and not allowed.get(step["step"]):
+        if not matches(got, want) and not allowed.get(step["step"]):
             kind = kinds[step["step"]] = inherited(step, kinds) or kind_of(
                 plan, step["step"], got.record, hand
             )
@@ -233,7 +276,7 @@ def check_served(
                     op,
                     f"{label}: {step['step']} is served "
                     f"({step.get('reason')}) but differs from a clean build: "
-                    f"stored {diff(got.found, want)}",
+                    f"stored {diff(got, want)}",
                 )
             )
     return out
@@ -244,7 +287,11 @@ def inherited(step: dict[str, Any], kinds: dict[str, str]) -> str | None:
     return next((kinds[d] for d in step.get("deps", []) if d in kinds), None)
 
 
-def diff(got: Expected | None, want: Expected) -> str:
+def diff(stored: Stored, want: Expected) -> str:
+    got = stored.found
+    if want.adopted:
+        source = (stored.record or {}).get("source")
+        return f"a record of source {source}, not of ...{want.adopted}"
     if got is None:
         return "nothing"
     parts = []
@@ -283,7 +330,7 @@ def check_report(
             continue
         got = stored(step["output_path"])
         want = expected[step_index(step)]
-        if got.found == want:
+        if matches(got, want):
             continue
         reasons = allowed.get(step["step"], [])
         if not reasons:
@@ -297,7 +344,7 @@ def check_report(
                     op,
                     f"the run reports {step['step']} {step['action']} "
                     f"({step.get('reason')}) but it differs from a clean build: "
-                    f"stored {diff(got.found, want)}",
+                    f"stored {diff(got, want)}",
                 )
             )
             continue

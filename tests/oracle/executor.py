@@ -23,10 +23,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.oracle import sweep
+from tests.oracle import adoption, sweep
 from tests.oracle.checks import (
     STRICT,
     Policy,
+    Stored,
     Violation,
     allowances,
     check_once,
@@ -102,6 +103,7 @@ class Executor:
     # --- the loop ---------------------------------------------------------------------------
 
     def execute(self, ops: Any) -> None:
+        adoption.setup(self)
         for i, op in enumerate(ops):
             self.op = i
             self.script.comment(f"op {i}: {op!r}")
@@ -173,7 +175,11 @@ class Executor:
         extra: dict[str, str] | None = None,
         start: bool = False,
     ) -> str:
-        names = {self.world.target: "TARGET", self.world.teammate: "TEAMMATE"}
+        names = {
+            self.world.target: "TARGET",
+            self.world.teammate: "TEAMMATE",
+            self.world.feeder: "FEEDER",
+        }
         args = ", ".join(names.get(a, repr(a)) for a in argv)
         more = "".join(f", {k}={v!r}" for k, v in (extra or {}).items())
         fn = "start" if start else "marin"
@@ -210,7 +216,7 @@ class Executor:
             report, pre.json(), opts.policy, expected, self.world.hand, self.op, call.err
         )
         self.add(found, self._clean_check(found))
-        refused = refuses(pre, report)
+        refused = refuses(pre, report) or adoption.refused_over_adopted(report, self.world.model)
         ok = {0} | ({1} if injected or refused else set()) | ({pre.rc} if pre.rc else set())
         if crash:
             ok.add(-9)
@@ -569,7 +575,7 @@ class Executor:
                         self.op,
                         (
                             f"a stream yielded o/s{step}@{version} with k={k} and was served "
-                            f"{diff(got.found, want)}"
+                            f"{diff(Stored(got, None), want)}"
                         ),
                     )
                 ],
@@ -713,13 +719,19 @@ class Executor:
             json.dump(info, f)
         return proc.pid
 
-    def pick_built(self, pick: int) -> dict[str, Any] | None:
-        """A step the last context's plan finds built (with a record), chosen by ``pick``."""
+    def pick_built(
+        self, pick: int, adopted: bool = True, only: int | None = None
+    ) -> dict[str, Any] | None:
+        """A step the last context's plan finds built (with a record), chosen by ``pick``
+        (``adopted=False``: never an adoption, whose data is the user's; ``only``: that step)."""
         plan = self.plan(self.last, Policy()).json() or {}
         built = [
             s
             for s in plan.get("steps", [])
-            if s.get("build_id") and read_record(s["output_path"]) is not None
+            if s.get("build_id")
+            and (record := read_record(s["output_path"])) is not None
+            and (adopted or not record.get("source"))
+            and only in (None, step_index(s))
         ]
         return built[pick % len(built)] if built else None
 
@@ -756,6 +768,7 @@ class Executor:
                     f"expect({var}.poll() is None, 'the decoy process lives')",
                 )
         self._outside_checks()
+        adoption.check_user_data(self)
         self._strict_checks()
 
     def _outside_checks(self) -> None:
@@ -860,6 +873,7 @@ FAILURES = {
     "not a job record; delete it by hand": "run-failed:torn-job",
     "job.json cannot be read": "run-failed:torn-job",
     "never writes a shared artifact": "run-failed:user-scope-shared",
+    "AdoptedDataError": "run-failed:adopted-data",
 }
 
 

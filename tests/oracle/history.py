@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.oracle import adoption
 from tests.oracle.choose import Chooser, DrawChooser, RandomChooser
 from tests.oracle.ops import (
     ENGINE_OPERATIONS,
@@ -41,6 +42,9 @@ class Profile:
     p_deferred: float = 0.2
     p_gang: float = 0.0
     """Chance a remote step is a gang of two ranks (0: never drawn, the stream unchanged)."""
+    p_adopt: float = 0.0
+    """Chance a history makes a root step an adoption (``adoption.adopt``; drawn after all the
+    rest, so a history without one is drawn as before; 0: never drawn)."""
     operations: tuple[type[Any], ...] = OPERATIONS
     scale: dict[str, float] = field(default_factory=dict)
     """Operation name -> a factor on its weight."""
@@ -51,6 +55,10 @@ FAST = Profile(
 )
 """Subprocesses (a killed driver, a crash, two drivers) cost a second each: fewer of them."""
 SOAK = Profile(steps=(5, 8), ops=(3, 10), p_remote=0.35)
+ADOPT = Profile(ops=(2, 6), p_remote=0.2, p_adopt=1.0, scale=FAST.scale)
+"""Every history has an adoption (``adoption.adopt``): its data outside the prefix, in place,
+or in another pipeline's build; edited by hand, turned into a built step and back, its record
+torn, forced, gc'd, its driver killed at a crash point."""
 ENGINE = Profile(
     steps=(4, 5),
     ops=(3, 5),
@@ -90,7 +98,8 @@ class History:
     def describe(self) -> str:
         steps = "\n".join(f"  {s}" for s in self.model.steps)
         ops = "\n".join(f"  {i}: {op!r}" for i, op in enumerate(self.ops))
-        return f"pipeline:\n{steps}\noperations:\n{ops}"
+        adopted = f"  {self.model.adoption}\n" if self.model.adoption else ""
+        return f"pipeline:\n{steps}\n{adopted}operations:\n{ops}"
 
 
 def generate_pipeline(ch: Chooser, profile: Profile) -> PipelineModel:
@@ -134,7 +143,10 @@ def generate(ch: Chooser, profile: Profile = FAST) -> History:
         op = cls.draw(ch, model, last)
         ops.append(op)
         last = op.last_context(last)
-    return History(model, tuple(ops))
+    history = History(model, tuple(ops))
+    if profile.p_adopt and ch.boolean(profile.p_adopt):
+        history = adoption.adopt(ch, history)
+    return history
 
 
 def seeded(seed: int, profile: Profile = FAST) -> History:

@@ -480,7 +480,7 @@ class DeleteOutput(Op):
         return DeleteOutput(ch.integer(0, 99))
 
     def execute(self, ex: Executor) -> None:
-        step = ex.pick_built(self.pick)
+        step = ex.pick_built(self.pick, adopted=False)  # adopted data is the user's
         if step is None:
             return
         shutil.rmtree(step["output_path"], ignore_errors=True)
@@ -599,12 +599,17 @@ def wait_for(path: str, proc: subprocess.Popen[str], timeout: float = 60) -> boo
 
 
 def served_state(plan: dict[str, Any]) -> dict[str, tuple[str, dict[str, str]]]:
-    """Output path -> (build id, output tree) of every step ``plan`` serves."""
+    """Output path -> (build id, output tree) of every step ``plan`` serves, and of the data
+    a served adoption reads (the folder of an adopted file)."""
     out = {}
     for step in plan.get("steps", []):
         if step.get("action") == "skip":
             record = read_record(step["output_path"]) or {}
             out[step["output_path"]] = (str(record.get("build_id")), snapshot(step["output_path"]))
+            source = record.get("source")
+            if isinstance(source, str) and os.path.exists(source):  # an adoption's data
+                where = source if os.path.isdir(source) else os.path.dirname(source)
+                out[where] = (str((read_record(where) or {}).get("build_id")), snapshot(where))
     return out
 
 

@@ -22,7 +22,15 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from tests.oracle.pipeline import PipelineModel, render, source_digest
+from tests.oracle.pipeline import (
+    FEED,
+    NAME_PREFIX,
+    Adoption,
+    PipelineModel,
+    render,
+    source_digest,
+    user_data_files,
+)
 
 _ENV_SCRUBBED = ("ORACLE_CONTROL", "ORACLE_COUNTER", "ORACLE_RUN", "MARIN_USER")
 
@@ -35,6 +43,9 @@ class Expected:
     folders: tuple[str, ...]
     result: str
     """The returned value as canonical JSON."""
+    adopted: str = ""
+    """An adopted step: how its record's ``source`` ends (its bytes are its data's, where
+    they lie: its readers are compared instead)."""
 
     def describe(self) -> str:
         return f"files={dict(self.files)} result={self.result}"
@@ -108,16 +119,19 @@ class Oracle:
         spec.loader.exec_module(module)
         root = os.path.join(self._root, stem)
         out: dict[int, Expected] = {}
+        data = {s.idx: os.path.join(root, s.short) for s in model.steps}
         saved = {k: os.environ.pop(k) for k in _ENV_SCRUBBED if k in os.environ}
         try:
             for s in model.steps:  # inputs come first
                 where = os.path.join(root, s.short)
+                if model.adopted(s.idx):
+                    assert model.adoption is not None
+                    data[s.idx], out[s.idx] = _adopted(module, root, model.adoption)
+                    continue
                 ctx = StepContext(output_path=where, prefix=root, region=None)
                 with bound_context(ctx):
                     value = getattr(module, f"f_{s.short}")(
-                        out=where,
-                        cfg={"k": s.k, "note": 0},
-                        ins=[os.path.join(root, f"s{d}") for d in s.deps],
+                        out=where, cfg={"k": s.k, "note": 0}, ins=[data[d] for d in s.deps]
                     )
                 files, folders = read_tree(where)
                 out[s.idx] = Expected(files, folders, canonical(value))
@@ -126,6 +140,25 @@ class Oracle:
         shutil.rmtree(root, ignore_errors=True)
         os.remove(path)
         return out
+
+
+def _adopted(module: Any, root: str, a: Adoption) -> tuple[str, Expected]:
+    """Where a clean build's adopted data lies, and the adoption's :class:`Expected`: the
+    user's data as the history wrote it last, or the feeder's clean build (the part adopted)."""
+    from marin.execution.pipeline.context import StepContext, bound_context
+
+    if a.user_data:
+        where = os.path.join(root, f"s{a.step}")
+        for rel, data in user_data_files(a.step, a.data_rev).items():
+            os.makedirs(os.path.dirname(os.path.join(where, rel)), exist_ok=True)
+            with open(os.path.join(where, rel), "wb") as f:
+                f.write(data)
+        tail = f"outside/s{a.step}" if a.shape == "outside" else f"{NAME_PREFIX}/s{a.step}/v1"
+        return where, Expected((), (), "null", adopted=tail)
+    feed = os.path.join(root, "feed")
+    with bound_context(StepContext(output_path=feed, prefix=root, region=None)):
+        module.f_feed(out=feed, cfg={"k": a.feed_k, "note": 0}, ins=[])
+    return feed + a.sub, Expected((), (), "null", adopted=f"{FEED}/v1{a.sub}")
 
 
 ORACLE = Oracle()

@@ -58,11 +58,69 @@ class StepModel:
         return f"s{self.idx}"
 
 
+SHAPES_ADOPTED = ("outside", "in-place", "in-build")
+"""Where an adopted step's data is (``Adoption.shape``): a folder outside the prefix, the
+step's own output path ``<prefix>/o/s<N>/v1`` (adopted in place), or in the feeder's build."""
+
+SUBS = ("", "/parts", "/data.txt")
+"""What of the feeder's build ``o/feed/v1`` an ``in-build`` adoption reads: all of it, a
+sub-folder, or one file."""
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """One step that is ``ArtifactStep.adopt(name, version, source)`` of existing data
+    (docs/marin.md, the adopt row): user data the history writes before its first run
+    (``outside``, ``in-place``), or part of the build of another pipeline's step, the feeder
+    (``in-build``). ``built``: the step is a built step of the same name@version instead."""
+
+    step: int
+    shape: str
+    sub: str = ""
+    data_rev: int = 0
+    """The user data's revision: each hand edit of its bytes adds one."""
+    feed_k: int = 1
+    """The feeder's config ``k`` (its bytes)."""
+    built: bool = False
+
+    @property
+    def user_data(self) -> bool:
+        """Whether the data is the user's (never Marin's to change or delete)."""
+        return self.shape != "in-build"
+
+    def source(self) -> str:
+        """The ``source`` the pipeline file passes to ``adopt`` (a Python expression)."""
+        if self.shape == "outside":
+            return f'os.path.join(os.environ["ORACLE_OUTSIDE"], "s{self.step}")'
+        if self.shape == "in-place":
+            return f'"{NAME_PREFIX}/s{self.step}/v1"'
+        return f'"{FEED}/v1{self.sub}"'
+
+
+FEED = f"{NAME_PREFIX}/feed"
+"""The feeder step's name: another pipeline's (the target ``feeder``), built before the first run
+of a history whose adoption lies in its build."""
+
+
+def user_data_files(idx: int, rev: int) -> dict[str, bytes]:
+    """The files of step ``idx``'s adopted user data at revision ``rev`` (a hand edit changes a
+    file's bytes, and adds or removes another)."""
+    files = {
+        "data.txt": f"user data of s{idx}, revision {rev}\n".encode(),
+        "more/a.bin": hashlib.sha256(f"a{idx}|{rev}".encode()).digest(),
+    }
+    if rev % 2:
+        files["more/b.bin"] = hashlib.sha256(f"b{idx}|{rev}".encode()).digest()
+    return files
+
+
 @dataclass(frozen=True)
 class PipelineModel:
-    """The pipeline a history runs: its steps, in an order where inputs come first."""
+    """The pipeline a history runs: its steps, in an order where inputs come first, and the
+    step that is an adoption, if any."""
 
     steps: tuple[StepModel, ...]
+    adoption: Adoption | None = None
 
     @property
     def targets(self) -> tuple[int, ...]:
@@ -80,11 +138,24 @@ class PipelineModel:
     def replace(self, idx: int, **changes: int | bool) -> PipelineModel:
         steps = list(self.steps)
         steps[idx] = dataclasses.replace(steps[idx], **changes)  # type: ignore[arg-type]
-        return PipelineModel(tuple(steps))
+        return dataclasses.replace(self, steps=tuple(steps))
 
-    def content_key(self) -> tuple[tuple[int, tuple[int, ...], int, int], ...]:
-        """What a clean build's bytes depend on: the graph, each ``k`` and each ``REV``."""
-        return tuple((s.idx, s.deps, s.k, s.rev) for s in self.steps)
+    def adopted(self, idx: int) -> bool:
+        """Whether step ``idx`` is an adoption now (not turned into a built step)."""
+        a = self.adoption
+        return a is not None and a.step == idx and not a.built
+
+    def with_adoption(self, **changes: int | bool | str) -> PipelineModel:
+        assert self.adoption is not None
+        return dataclasses.replace(
+            self,
+            adoption=dataclasses.replace(self.adoption, **changes),  # type: ignore[arg-type]
+        )
+
+    def content_key(self) -> tuple[object, ...]:
+        """What a clean build's bytes depend on: the graph, each ``k`` and each ``REV``, and
+        the adoption (its shape, its data's revision, the feeder's ``k``)."""
+        return (tuple((s.idx, s.deps, s.k, s.rev) for s in self.steps), self.adoption)
 
     def readers(self, idx: int) -> list[int]:
         return [s.idx for s in self.steps if idx in s.deps]
@@ -134,7 +205,7 @@ import json
 import os
 import time
 
-from marin.execution.lazy import DEFER, OUT, apply, current_context
+from marin.execution.lazy import DEFER, OUT, ArtifactStep, apply, current_context
 
 
 def _write(path, data):
@@ -189,6 +260,9 @@ def _work(name, out, cfg, rev, ins):
         return None  # a gang's other ranks: rank 0 builds, and its value is the step's
     blob = bytearray()
     for path in ins:
+        if os.path.isfile(path):  # an adopted file
+            with open(path, "rb") as f:
+                blob += b"\\0" + f.read() + b"\\0"
         for root, dirs, files in os.walk(path):
             dirs.sort()
             for file in sorted(files):
@@ -263,17 +337,46 @@ def _step_source(s: StepModel, placement: bool) -> str:
     return f"# --- {s.short} ---\n" + "".join(lines) + f"# --- end {s.short} ---\n\n\n"
 
 
+def _adopted_source(s: StepModel, a: Adoption) -> str:
+    """An adopted step's block: ``ArtifactStep.adopt`` of its data, its config recorded."""
+    cfg = f'{{"k": {s.k}, "note": {s.note}}}'
+    return (
+        f"# --- {s.short} ---\n"
+        f"REV_{s.short} = {s.rev}\n\n"
+        f's{s.idx} = ArtifactStep.adopt("{s.name}", "v{s.version}", {a.source()}, config={cfg})\n'
+        f"# --- end {s.short} ---\n\n\n"
+    )
+
+
+def _feeder_source(a: Adoption) -> str:
+    """The feeder: another pipeline's step (target ``feeder``) whose build the adoption reads."""
+    return (
+        f"# --- feed ---\nREV_feed = 0\n\n\n"
+        f"def f_feed(out, cfg, ins):\n"
+        f'    return _work("feed", out, cfg, REV_feed, ins)\n\n\n'
+        f'feed = apply("{FEED}", f_feed, version="v1", out=OUT, cfg={{"k": {a.feed_k}, '
+        f'"note": 0}}, ins=[])\nfeeder = [feed]\n# --- end feed ---\n\n\n'
+    )
+
+
 def render(model: PipelineModel, placement: bool = True) -> str:
     """The pipeline file. ``placement=False`` (the oracle's copy) leaves out what is not
     identity and cannot change bytes: remote, ranks, resumable, scope, notes, pads and
-    versions."""
+    versions (and an adoption: the oracle places adopted data itself)."""
+    a = model.adoption
     if not placement:
         model = PipelineModel(
             tuple(dataclasses.replace(s, note=0, pad=0, version=1) for s in model.steps)
         )
-    body = "".join(_step_source(s, placement) for s in model.steps)
+    feeder = _feeder_source(a) if a is not None and a.shape == "in-build" else ""
+    body = "".join(
+        _adopted_source(s, a) if a is not None and model.adopted(s.idx)
+        else _step_source(s, placement)
+        for s in model.steps
+    )  # fmt: skip
     targets = ", ".join(f"s{t}" for t in model.targets)
-    return HEADER + "\n\n" + body + f"pipeline = [{targets}]\n" + (TEAMMATE if placement else "")
+    tail = f"pipeline = [{targets}]\n" + (TEAMMATE if placement else "")
+    return HEADER + "\n\n" + feeder + body + tail
 
 
 TEAMMATE = """

@@ -43,6 +43,9 @@ for d in (PREFIX, CONTROL, JOBS, MARKERS, os.path.join(ROOT, "pipe")):
 PIPE = os.path.join(ROOT, "pipe", "repro.py")
 TARGET = PIPE + ":pipeline"
 TEAMMATE = PIPE + ":teammate"
+FEEDER = PIPE + ":feeder"
+OUTSIDE = os.path.join(ROOT, "outside")
+IN_PLACE = []
 COUNTER = os.path.join(ROOT, "counter.jsonl")
 FAILED = []
 
@@ -65,8 +68,22 @@ def set_step(i, block):
 def env(user, run, **extra):
     e = {k: v for k, v in os.environ.items() if not k.startswith(("MARIN_", "ORACLE_"))}
     e.update(MARIN_USER=user, ORACLE_CONTROL=CONTROL, ORACLE_COUNTER=COUNTER, ORACLE_RUN=run,
-             MARIN_LOCAL_JOBS=JOBS, **extra)
+             MARIN_LOCAL_JOBS=JOBS, ORACLE_OUTSIDE=OUTSIDE, **extra)
     return e
+
+
+def put_data(where, files):
+    """Write an adoption's data by hand: exactly ``files`` (relative path -> bytes)."""
+    for rel in tree(where):
+        if rel not in files:
+            os.remove(os.path.join(where, rel))
+    for rel, data in files.items():
+        os.makedirs(os.path.dirname(os.path.join(where, rel)), exist_ok=True)
+        with open(os.path.join(where, rel), "wb") as f:
+            f.write(data)
+    rel = os.path.relpath(where, PREFIX)
+    if not rel.startswith("..") and rel not in IN_PLACE:
+        IN_PLACE.append(rel)
 
 
 def start(*args, user="alice", run="r", **extra):
@@ -195,8 +212,12 @@ def clean_build():
     with open(os.path.join(root, "clean.py"), "w") as f:
         f.write(text)
     e = {k: v for k, v in os.environ.items() if not k.startswith(("MARIN_", "ORACLE_"))}
-    subprocess.run([sys.executable, "-m", "marin.cli", "run", root + "/clean.py:pipeline",
-                    "--prefix", root + "/p"], env=e, capture_output=True, check=True)
+    e["ORACLE_OUTSIDE"] = OUTSIDE  # adopted data, as it is now (in place: copied)
+    for rel in IN_PLACE:
+        shutil.copytree(os.path.join(PREFIX, rel), os.path.join(root, "p", rel))
+    for target in (["feeder"] if "\nfeeder = [" in text else []) + ["pipeline"]:
+        subprocess.run([sys.executable, "-m", "marin.cli", "run", root + "/clean.py:" + target,
+                        "--prefix", root + "/p"], env=e, capture_output=True, check=True)
     return root + "/p"
 
 
@@ -268,6 +289,10 @@ class Script:
 
     def comment(self, text: str) -> None:
         self.lines.append(f"# {text}")
+
+    def rewrite(self, new: PipelineModel) -> None:
+        """The whole file anew (an adoption turned into a built step, the feeder edited)."""
+        self.lines.append(f"write(r'''{render(new)}''')")
 
     def edit(self, new: PipelineModel, idx: int) -> None:
         block = step_block(new, idx)

@@ -17,7 +17,6 @@ from typing import Any
 from tests.oracle.executor import run_history
 from tests.oracle.history import History
 from tests.oracle.ops import Run, RunOpts
-from tests.oracle.pipeline import PipelineModel
 from tests.oracle.world import Context
 
 
@@ -122,4 +121,4 @@ def _without_last_step(h: History) -> History | None:
         override = getattr(getattr(opts, "ctx", None) or getattr(op, "ctx", None), "override", None)
         if last in fields or last in forced or (override and override[0] == last):
             return None
-    return History(PipelineModel(h.model.steps[:last]), h.ops)
+    return History(dataclasses.replace(h.model, steps=h.model.steps[:last]), h.ops)

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 
 from tests.oracle.checks import FINDINGS
 from tests.oracle.executor import Outcome, run_history
-from tests.oracle.history import FAST, Profile, seeded
+from tests.oracle.history import ADOPT, FAST, GANG, SOAK, Profile, seeded
+
+PROFILES = {"fast": FAST, "soak": SOAK, "gang": GANG, "adopt": ADOPT}
 
 
 @dataclass
@@ -104,15 +106,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--script", metavar="KIND", help="print the first history of KIND")
     parser.add_argument("--shrink", action="store_true", help="shrink it first")
     parser.add_argument("--pinned", metavar="DIR", help="write each pinned history's script")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="fast")
     args = parser.parse_args(argv)
+    profile = PROFILES[args.profile]
     if args.pinned:
         return write_pinned(args.pinned)
     a, b = (int(x) for x in args.seeds.split(":"))
-    tally = run_seeds(range(a, b), keep=True)
+    tally = run_seeds(range(a, b), profile, keep=True)
     print(tally.table())
     if args.script and args.script in tally.seeds:
         seed = tally.seeds[args.script][0]
-        history = seeded(seed)
+        history = seeded(seed, profile)
         if args.shrink:
             from tests.oracle.shrink import shrink
 

@@ -9,6 +9,7 @@ Everything a history touches lives under one temporary folder::
     root/bystander/         files outside the prefix that nothing may touch
     root/jobs/              $MARIN_LOCAL_JOBS
     root/markers/           files that appear only if planted code ran
+    root/outside/s<N>/      data an adoption adopts from outside the prefix (the user's)
 
 ``marin`` runs in this process (``marin.cli.main``, fast) or as a subprocess (``python -m
 marin.cli``: needed to kill a driver, run two at once, or bound a run that may hang).
@@ -32,9 +33,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.oracle.checks import Hand
+from tests.oracle.checks import Hand, snapshot
 from tests.oracle.oracle import scratch
-from tests.oracle.pipeline import PipelineModel, render
+from tests.oracle.pipeline import NAME_PREFIX, PipelineModel, render, user_data_files
 
 RUN_TIMEOUT_S = float(os.environ.get("ORACLE_RUN_TIMEOUT_S", "12"))
 """A subprocess run of these small pipelines takes a second or two, even with a remote job:
@@ -124,12 +125,46 @@ class World:
     drivers: list[subprocess.Popen[str]] = field(default_factory=list)
     timers: list[threading.Timer] = field(default_factory=list)
 
+    user_data: dict[str, str] = field(default_factory=dict)
+    """The adopted user data as the history last wrote it (relative path -> sha256), which
+    no run or gc may change: empty without an adoption of the user's data."""
+
     def __post_init__(self) -> None:
-        for sub in ("prefix", "control", "bystander", "jobs", "markers", "tmp"):
+        for sub in ("prefix", "control", "bystander", "jobs", "markers", "tmp", "outside"):
             os.makedirs(os.path.join(self.root, sub), exist_ok=True)
         with open(os.path.join(self.root, "bystander", "notes.txt"), "w") as f:
             f.write("not Marin's\n")
         self.write_pipeline(self.model)
+        if self.model.adoption is not None and self.model.adoption.user_data:
+            self.write_user_data(self.model.adoption.data_rev)
+
+    # --- adopted user data ----------------------------------------------------------------
+
+    @property
+    def data_path(self) -> str | None:
+        """Where the adopted user data lies (outside the prefix, or at the adopted step's own
+        output path ``o/s<N>/v1``); None without such an adoption."""
+        a = self.model.adoption
+        if a is None or not a.user_data:
+            return None
+        if a.shape == "outside":
+            return self.path("outside", f"s{a.step}")
+        return os.path.join(self.prefix, NAME_PREFIX, f"s{a.step}", "v1")
+
+    def write_user_data(self, rev: int) -> dict[str, bytes]:
+        """Write the user data of revision ``rev`` by hand (the files it no longer has go);
+        the files written."""
+        a, where = self.model.adoption, self.data_path
+        assert a is not None and where is not None
+        files = user_data_files(a.step, rev)
+        for rel in set(snapshot(where)) - set(files):
+            os.remove(os.path.join(where, rel))
+        for rel, data in files.items():
+            os.makedirs(os.path.dirname(os.path.join(where, rel)), exist_ok=True)
+            with open(os.path.join(where, rel), "wb") as f:
+                f.write(data)
+        self.user_data = snapshot(where)
+        return files
 
     # --- paths ------------------------------------------------------------------------------
 
@@ -147,6 +182,11 @@ class World:
     @property
     def target(self) -> str:
         return f"{self.pipeline_file}:pipeline"
+
+    @property
+    def feeder(self) -> str:
+        """The feeder's pipeline (``pipeline.FEED``): the build an adoption's data lies in."""
+        return f"{self.pipeline_file}:feeder"
 
     @property
     def teammate(self) -> str:
@@ -177,6 +217,7 @@ class World:
             "ORACLE_RUN": run_id,
             "MARIN_LOCAL_JOBS": self.path("jobs"),
             "MARIN_REMOTE_POLL_MAX_S": "0.1",
+            "ORACLE_OUTSIDE": self.path("outside"),
         }
 
     def marin(
