@@ -77,6 +77,7 @@ class EditAdopted(Op):
             return
         world.model = world.model.with_adoption(data_rev=a.data_rev + 1)
         files = world.write_user_data(a.data_rev + 1)
+        ex.event("data-edited")
         ex.script.emit(f"put_data({_data_expr(world.model.adoption)}, {files!r})  # by hand")
         for record in adoption_records(world.prefix, a.step):
             world.hand.outputs.add(str(record.get("build_id")))
@@ -125,6 +126,7 @@ class TearAdoption(Op):
                 "open(p, 'wb').write(data[: len(data) // 2])  # a torn record",
             )
         ex.world.hand.records.add(found["output_path"])
+        ex.event("record-deleted" if self.delete else "record-torn")
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ class RebuildFeed(Op):
             ex.world.write_pipeline(model)
             ex.script.rewrite(model)
         run_feeder(ex, ["--force", FEED])
+        ex.event("feed-rebuilt")
 
 
 @dataclass(frozen=True)
@@ -193,11 +196,23 @@ def adopt(ch: Chooser, history: History) -> History:
     ops = [op for op in history.ops if not (isinstance(op, Stream) and op.step == idx)]
     for _ in range(ch.integer(2, 5)):
         at = ch.integer(1, len(ops))
-        op = draw_operation(ch, model, idx)
-        ops[at:at] = [op, Run(RunOpts.draw(ch, model, op.last_context(Context())))] if (
-            not isinstance(op, (Run, Crash)) and ch.boolean(0.6)
-        ) else [op]  # fmt: skip
+        ops[at:at] = with_runs(ch, model, draw_operation(ch, model, idx))
     return History(model, tuple(ops))
+
+
+def with_runs(ch: Chooser, model: PipelineModel, op: Any) -> list[Any]:
+    """``op``, mostly followed by a run: after a toggle one under ``--on-drift rebuild`` most
+    of the time (which builds the step, or refuses to over adopted data), and then a toggle
+    back now and then (``warn`` serves the other kind's record as drift)."""
+    if isinstance(op, (Run, Crash)) or not ch.boolean(0.7):
+        return [op]
+    run = RunOpts.draw(ch, model, op.last_context(Context()))
+    if not isinstance(op, ToggleAdoption):
+        return [op, Run(run)]
+    if ch.boolean(0.7):
+        run = dataclasses.replace(run, on_drift="rebuild")
+    back = [op, Run(RunOpts.draw(ch, model, run.ctx))] if ch.boolean(0.4) else []
+    return [op, Run(run), *back]
 
 
 def draw_operation(ch: Chooser, model: PipelineModel, idx: int) -> Any:
@@ -205,9 +220,9 @@ def draw_operation(ch: Chooser, model: PipelineModel, idx: int) -> Any:
     a = model.adoption
     assert a is not None
     table: dict[str, float] = {
-        "edit-adopted": 3 if a.user_data else 0,
-        "rebuild-feed": 3 if a.shape == "in-build" else 0,
-        "toggle": 2.5,
+        "edit-adopted": 4 if a.user_data else 0,
+        "rebuild-feed": 4 if a.shape == "in-build" else 0,
+        "toggle": 3,
         "tear": 2,
         "force": 2,
         "rebuild-run": 2,

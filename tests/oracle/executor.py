@@ -96,6 +96,11 @@ class Executor:
     0 ran), ``lease-lost`` (a second driver took the lease of a running gang), ``past-budget``
     (a job preempted past ``max_preemptions=0``)."""
 
+    adopt_events: dict[str, int] = field(default_factory=dict)
+    """How often an adoption operation did what it is for (``adoption``): ``data-edited``,
+    ``record-torn``, ``record-deleted``, ``feed-rebuilt``, ``refused`` (a build of the
+    adoption's name@version refused over data at its path)."""
+
     def __post_init__(self) -> None:
         self.script = Script(self.world.model)
         self._bystander = snapshot(self.world.path("bystander"))
@@ -121,6 +126,9 @@ class Executor:
         cut = Script(self.script.model, self.script.lines[: self._cut[first]])
         cut.checks = [c for v, c in self._checks if v.op == first and v in wanted]
         return cut.render()
+
+    def event(self, name: str) -> None:
+        self.adopt_events[name] = self.adopt_events.get(name, 0) + 1
 
     def add(self, violations: list[Violation], check: str | None = None) -> None:
         for v in violations:
@@ -216,7 +224,10 @@ class Executor:
             report, pre.json(), opts.policy, expected, self.world.hand, self.op, call.err
         )
         self.add(found, self._clean_check(found))
-        refused = refuses(pre, report) or adoption.refused_over_adopted(report, self.world.model)
+        over_adopted = adoption.refused_over_adopted(report, self.world.model)
+        if over_adopted:
+            self.event("refused")
+        refused = refuses(pre, report) or over_adopted
         ok = {0} | ({1} if injected or refused else set()) | ({pre.rc} if pre.rc else set())
         if crash:
             ok.add(-9)

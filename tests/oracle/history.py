@@ -51,10 +51,13 @@ class Profile:
 
 
 FAST = Profile(
-    ops=(2, 7), p_remote=0.25, scale={"kill-driver": 0.6, "crash": 0.6, "two-drivers": 0.5}
+    ops=(2, 7),
+    p_remote=0.25,
+    scale={"kill-driver": 0.6, "crash": 0.6, "two-drivers": 0.5},
+    p_adopt=0.1,
 )
 """Subprocesses (a killed driver, a crash, two drivers) cost a second each: fewer of them."""
-SOAK = Profile(steps=(5, 8), ops=(3, 10), p_remote=0.35)
+SOAK = Profile(steps=(5, 8), ops=(3, 10), p_remote=0.35, p_adopt=0.1)
 ADOPT = Profile(ops=(2, 6), p_remote=0.2, p_adopt=1.0, scale=FAST.scale)
 """Every history has an adoption (``adoption.adopt``): its data outside the prefix, in place,
 or in another pipeline's build; edited by hand, turned into a built step and back, its record

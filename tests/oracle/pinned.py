@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tests.oracle.adoption import RebuildFeed, ToggleAdoption
 from tests.oracle.history import History
 from tests.oracle.ops import (
     DeleteOutput,
@@ -25,9 +26,10 @@ from tests.oracle.ops import (
     Run,
     RunOpts,
     Stream,
+    TearRecord,
     TwoDrivers,
 )
-from tests.oracle.pipeline import PipelineModel, StepModel
+from tests.oracle.pipeline import Adoption, PipelineModel, StepModel
 from tests.oracle.world import Context
 
 
@@ -431,6 +433,46 @@ PINNED: dict[str, Pinned] = {
         "the checker's own bug: a sweep under `--on-code-drift warn` serves the record of one "
         "of its configs built by older code (docs/caching.md, exception 1); the stream check "
         "allowed config drift only",
+    ),
+    "a-user-scope-run-over-a-stale-shared-adoption-fails-every-time": Pinned(
+        "run-failed:user-scope-shared",
+        History(
+            PipelineModel((StepModel(0, (), 2),), Adoption(0, "in-build", "/parts")),
+            (Run(WARN), RebuildFeed(True), Run(RunOpts(Context("alice", "user")))),
+        ),
+        "154 (the adopt profile), shrunk",
+        "new finding: an adoption of a sub-folder of another pipeline's build, that build "
+        "rebuilt, then `marin run --scope user`: the plan shows the adoption `stale ... shared "
+        "-> user`, but the run places it on the shared record (the user-scope placement asks "
+        "`decide` without the adoption's builds, so it finds it current) and `build_step` "
+        "refuses: `o/s0@v1 is in user scope and its shared build o/s0/v1 must be rebuilt (it "
+        "changed or vanished since the plan) ... run again`: every run fails the same way "
+        "(/work/notes/redteam/oracle-adopt-1.py)",
+        open=True,
+    ),
+    "a-record-torn-at-the-shared-placement-is-removed-by-hand-for-a-user-too": Pinned(
+        "wrong-artifact:below-unfinished-rebuild",
+        History(
+            PipelineModel(
+                (
+                    StepModel(0, (), 1),
+                    StepModel(1, (), 3),
+                    StepModel(2, (), 1),
+                    StepModel(3, (0, 1, 2), 3),
+                ),
+                Adoption(1, "outside"),
+            ),
+            (
+                KillDriver(2, "during", WARN),
+                Run(RunOpts(Context("alice", "user"))),
+                TearRecord(41),
+                ToggleAdoption(),
+            ),
+        ),
+        "65 (the adopt profile), shrunk",
+        "the checker's own bug: a record torn at the shared placement, read by a user-scope "
+        "plan that places the step in the user's folder (nothing there): its readers are "
+        "served as built (docs/caching.md, exception 3); the check knew the shared path only",
     ),
 }
 

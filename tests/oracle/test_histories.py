@@ -1,6 +1,7 @@
 """The random-history checker's tests (issue 52; the package docstring says how it works).
 
-- Fast subset: 200 fixed-seed histories run once (``fast_tally``), then one test per kind of
+- Fast subset: 200 fixed-seed histories run once (``fast_tally``; a tenth of them with an
+  adoption), then one test per kind of
   violation, so a failure names the broken promise, its count and the first history's script.
   Kinds today's main still shows are strict xfails naming the trust finding (issue 53): a fix
   makes the test pass, and the strict xfail then fails until its mark is removed.
@@ -24,7 +25,7 @@ import pytest
 from tests.oracle import pinned
 from tests.oracle.checks import FINDINGS
 from tests.oracle.executor import run_history
-from tests.oracle.history import ENGINE, FAST, GANG, SOAK, History, histories, seeded
+from tests.oracle.history import ADOPT, ENGINE, FAST, GANG, SOAK, History, histories, seeded
 from tests.oracle.oracle import ORACLE
 from tests.oracle.tally import Tally, run_seeds
 
@@ -32,6 +33,9 @@ FAST_SEEDS = range(200)
 SOAK_SEEDS = range(1000, 6000)
 ENGINE_SEEDS = {"prefect": range(6), "airflow": range(3)}
 GANG_SEEDS = range(8)
+ADOPT_SEEDS = range(80, 100)
+"""Adoption histories whose operations do what they are for: data edited by hand, the
+feeder rebuilt, records torn, a build refused over data adopted in place (seeds 86, 88, 96)."""
 
 TODAY: dict[str, str] = {}
 """Kinds of violation the fast subset finds on today's main, with the finding."""
@@ -99,6 +103,25 @@ def test_gang_and_preemption_histories_keep_every_promise() -> None:
     )
     assert preempted >= 3 and gangs >= 3, (preempted, gangs)
     assert set(events) == {"rank-fail", "lease-lost", "past-budget"}, events
+
+
+def test_adoption_histories_keep_every_promise() -> None:
+    """Fixed-seed histories with an adoption (``adoption.py``): no broken promise beyond
+    today's known findings, and the adoption operations really happened: the user's data
+    edited, the feeder rebuilt, a record torn or deleted, a build refused over adopted data."""
+    found, events = {}, Counter[str]()
+    for seed in ADOPT_SEEDS:
+        history = seeded(seed, ADOPT)
+        outcome, ex = run_history(history)
+        events.update(ex.adopt_events)
+        for kind in outcome.kinds - set(TODAY):
+            found.setdefault(kind, (seed, history, ex.report(kind)))
+    assert not found, "\n".join(
+        f"{kind}, seed {seed}:\n{history.describe()}\n{script}"
+        for kind, (seed, history, script) in found.items()
+    )
+    assert {"data-edited", "feed-rebuilt", "refused"} <= set(events), events
+    assert events["record-torn"] + events["record-deleted"], events
 
 
 def _pinned_param(name: str) -> object:
