@@ -30,6 +30,7 @@ from tests.oracle.pipeline import (
     render,
     source_digest,
     user_data_files,
+    write_files,
 )
 
 _ENV_SCRUBBED = ("ORACLE_CONTROL", "ORACLE_COUNTER", "ORACLE_RUN", "MARIN_USER")
@@ -149,10 +150,7 @@ def _adopted(module: Any, root: str, a: Adoption) -> tuple[str, Expected]:
 
     if a.user_data:
         where = os.path.join(root, f"s{a.step}")
-        for rel, data in user_data_files(a.step, a.data_rev).items():
-            os.makedirs(os.path.dirname(os.path.join(where, rel)), exist_ok=True)
-            with open(os.path.join(where, rel), "wb") as f:
-                f.write(data)
+        write_files(where, user_data_files(a.step, a.data_rev))
         tail = f"outside/s{a.step}" if a.shape == "outside" else f"{NAME_PREFIX}/s{a.step}/v1"
         return where, Expected((), (), "null", adopted=tail)
     feed = os.path.join(root, "feed")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from dataclasses import dataclass
 
 NAME_PREFIX = "o"
@@ -112,6 +113,18 @@ def user_data_files(idx: int, rev: int) -> dict[str, bytes]:
     if rev % 2:
         files["more/b.bin"] = hashlib.sha256(f"b{idx}|{rev}".encode()).digest()
     return files
+
+
+def write_files(where: str, files: dict[str, bytes]) -> None:
+    """Make the folder ``where`` hold exactly ``files`` (relative path -> bytes)."""
+    for folder, _, names in os.walk(where):
+        for name in names:
+            if os.path.relpath(os.path.join(folder, name), where) not in files:
+                os.remove(os.path.join(folder, name))
+    for rel, data in files.items():
+        os.makedirs(os.path.dirname(os.path.join(where, rel)), exist_ok=True)
+        with open(os.path.join(where, rel), "wb") as f:
+            f.write(data)
 
 
 @dataclass(frozen=True)

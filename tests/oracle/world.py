@@ -35,7 +35,13 @@ from typing import Any
 
 from tests.oracle.checks import Hand, snapshot
 from tests.oracle.oracle import scratch
-from tests.oracle.pipeline import NAME_PREFIX, PipelineModel, render, user_data_files
+from tests.oracle.pipeline import (
+    NAME_PREFIX,
+    PipelineModel,
+    render,
+    user_data_files,
+    write_files,
+)
 
 RUN_TIMEOUT_S = float(os.environ.get("ORACLE_RUN_TIMEOUT_S", "12"))
 """A subprocess run of these small pipelines takes a second or two, even with a remote job:
@@ -157,12 +163,7 @@ class World:
         a, where = self.model.adoption, self.data_path
         assert a is not None and where is not None
         files = user_data_files(a.step, rev)
-        for rel in set(snapshot(where)) - set(files):
-            os.remove(os.path.join(where, rel))
-        for rel, data in files.items():
-            os.makedirs(os.path.dirname(os.path.join(where, rel)), exist_ok=True)
-            with open(os.path.join(where, rel), "wb") as f:
-                f.write(data)
+        write_files(where, files)
         self.user_data = snapshot(where)
         return files
 
