@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -27,6 +28,7 @@ from tests.oracle.checks import FINDINGS
 from tests.oracle.executor import run_history
 from tests.oracle.history import ADOPT, ENGINE, FAST, GANG, SOAK, History, histories, seeded
 from tests.oracle.oracle import ORACLE
+from tests.oracle.pipeline import Adoption, PipelineModel, StepModel
 from tests.oracle.tally import Tally, run_seeds
 
 FAST_SEEDS = range(200)
@@ -150,7 +152,7 @@ def test_the_oracle_is_what_marin_builds_on_an_empty_prefix(seed: int, tmp_path)
     from tests.oracle.oracle import canonical, read_tree
     from tests.oracle.pipeline import render
 
-    model = seeded(seed, FAST).model
+    model = dataclasses.replace(seeded(seed, FAST).model, adoption=None)  # (below)
     path = tmp_path / f"clean_{seed}.py"
     path.write_text(render(model, placement=False))
     run(*load_target(f"{path}:pipeline"), prefix=str(tmp_path / "p"))
@@ -162,6 +164,33 @@ def test_the_oracle_is_what_marin_builds_on_an_empty_prefix(seed: int, tmp_path)
         record = json.loads((tmp_path / "p" / s.name / "v1.marin" / "record.json").read_text())
         assert canonical(record["result"]) == expected[s.idx].result, s.name
     sys.modules.pop(f"marin_target_clean_{seed}", None)
+
+
+@pytest.mark.parametrize(
+    "adopted",
+    [Adoption(0, "outside"), Adoption(0, "in-place"), Adoption(0, "in-build", "/data.txt")],
+)
+def test_the_oracle_of_an_adoption_is_what_marin_builds(adopted: Adoption) -> None:
+    """With the user's data (or the feeder's build) in place, what ``marin run`` builds from
+    the adoption is the oracle's clean build, and the adoption records that data."""
+    from tests.oracle.checks import matches, stored
+    from tests.oracle.world import World
+
+    model = PipelineModel(
+        (StepModel(0, (), 2), StepModel(1, (0,), 1), StepModel(2, (0, 1), 3)), adopted
+    )
+    world = World(model)
+    try:
+        for target in ([world.feeder] if adopted.shape == "in-build" else []) + [world.target]:
+            call = world.marin(["run", target, "--json"], "alice")
+            assert call.rc == 0, call.err[-2000:]
+        expected = ORACLE.expected(model)
+        for s in model.steps:
+            got = stored(os.path.join(world.prefix, s.name, "v1"))
+            assert matches(got, expected[s.idx]), (s.name, got, expected[s.idx])
+        assert expected[0].adopted and not expected[1].adopted
+    finally:
+        world.close()
 
 
 def test_a_history_that_keeps_every_promise_replays_as_its_script(tmp_path) -> None:
