@@ -450,6 +450,27 @@ PINNED: dict[str, Pinned] = {
         "(/work/notes/redteam/oracle-adopt-1.py)",
         open=True,
     ),
+    "a-reader-of-a-built-record-served-as-an-adoption-reads-the-source": Pinned(
+        "wrong-artifact:other",
+        History(
+            PipelineModel((StepModel(0, (), 1), StepModel(1, (0,), 2)), Adoption(0, "in-build")),
+            (
+                Run(WARN),
+                ToggleAdoption(),
+                Run(RunOpts(on_drift="rebuild", cascade=False)),
+                ToggleAdoption(),
+                Run(WARN),
+                ToggleAdoption(),
+            ),
+        ),
+        "472 (the adopt profile), shrunk",
+        "new finding: a built record of the adoption's name@version served as the adoption "
+        "(drift under warn); its reader is rebuilt from the adoption's source but records "
+        "that build as its input, so once the step is the built one again the reader is "
+        "served under rebuild/rebuild with bytes no clean build makes "
+        "(/work/notes/redteam/oracle-adopt-2.py)",
+        open=True,
+    ),
     "a-record-torn-at-the-shared-placement-is-removed-by-hand-for-a-user-too": Pinned(
         "wrong-artifact:below-unfinished-rebuild",
         History(
