@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.oracle.adoption import RebuildFeed, ToggleAdoption
+from tests.oracle.adoption import GcOther, RebuildFeed, ToggleAdoption
 from tests.oracle.history import History
 from tests.oracle.ops import (
     DeleteOutput,
@@ -469,6 +469,34 @@ PINNED: dict[str, Pinned] = {
         "that build as its input, so once the step is the built one again the reader is "
         "served under rebuild/rebuild with bytes no clean build makes "
         "(/work/notes/redteam/oracle-adopt-2.py)",
+        open=True,
+    ),
+    "gc-keeps-a-jobs-input-but-not-what-it-was-made-from": Pinned(
+        "wrong-artifact:below-unfinished-rebuild",
+        History(
+            PipelineModel(
+                (
+                    StepModel(0, ()),
+                    StepModel(1, (), 1),
+                    StepModel(2, (), 2),
+                    StepModel(3, (0, 1, 2), 3),
+                    StepModel(4, (3,), 3),
+                    StepModel(5, (4,), 3, remote=True),
+                )
+            ),
+            (
+                Run(WARN),
+                Run(RunOpts(force=(1,))),
+                GcOther(ALICE),
+                EditConfig(1, True, False),
+                Run(RunOpts(on_drift="rebuild")),
+            ),
+        ),
+        "414 (the adopt profile), shrunk, then without its adoption",
+        "new finding: a teammate's gc collects s3 but keeps s4 as the input of s5's finished "
+        "local job ('which may run'), not what s4 was made from; s3 then reads as never "
+        "built and is pruned, so after an upstream edit s4 is served under rebuild/rebuild "
+        "with bytes of the old upstream (/work/notes/redteam/oracle-adopt-3.py)",
         open=True,
     ),
     "a-record-torn-at-the-shared-placement-is-removed-by-hand-for-a-user-too": Pinned(
