@@ -441,14 +441,11 @@ PINNED: dict[str, Pinned] = {
             (Run(WARN), RebuildFeed(True), Run(RunOpts(Context("alice", "user")))),
         ),
         "154 (the adopt profile), shrunk",
-        "new finding: an adoption of a sub-folder of another pipeline's build, that build "
-        "rebuilt, then `marin run --scope user`: the plan shows the adoption `stale ... shared "
-        "-> user`, but the run places it on the shared record (the user-scope placement asks "
-        "`decide` without the adoption's builds, so it finds it current) and `build_step` "
-        "refuses: `o/s0@v1 is in user scope and its shared build o/s0/v1 must be rebuilt (it "
-        "changed or vanished since the plan) ... run again`: every run fails the same way "
-        "(/work/notes/redteam/oracle-adopt-1.py)",
-        open=True,
+        "an adoption of a sub-folder of another pipeline's build, that build rebuilt, then "
+        "`marin run --scope user`: the plan showed the adoption `stale ... shared -> user`, "
+        "but the run placed it on the shared record (the user-scope placement asked `decide` "
+        "without the adoption's builds) and `build_step` refused, on every run: the placement "
+        "now judges the shared build as the plan does (/work/notes/redteam/oracle-adopt-1.py)",
     ),
     "a-reader-of-a-built-record-served-as-an-adoption-reads-the-source": Pinned(
         "wrong-artifact:other",
@@ -493,11 +490,11 @@ PINNED: dict[str, Pinned] = {
             ),
         ),
         "414 (the adopt profile), shrunk, then without its adoption",
-        "new finding: a teammate's gc collects s3 but keeps s4 as the input of s5's finished "
-        "local job ('which may run'), not what s4 was made from; s3 then reads as never "
-        "built and is pruned, so after an upstream edit s4 is served under rebuild/rebuild "
-        "with bytes of the old upstream (/work/notes/redteam/oracle-adopt-3.py)",
-        open=True,
+        "a teammate's gc collected s3 but kept s4 as the input of s5's finished local job "
+        "('which may run'), not what s4 was made from; s3 then read as never built and was "
+        "pruned, so after an upstream edit s4 was served under rebuild/rebuild with bytes of "
+        "the old upstream: gc now keeps a job's inputs only for a step with no record (a job "
+        "in flight) (/work/notes/redteam/oracle-adopt-3.py)",
     ),
     "a-record-torn-at-the-shared-placement-is-removed-by-hand-for-a-user-too": Pinned(
         "wrong-artifact:below-unfinished-rebuild",

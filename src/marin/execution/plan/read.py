@@ -49,12 +49,18 @@ def read_stored_step(spec: StepSpec, location: Location) -> Stored:
         return Stored(shared=shared_build(location, spec.output_path, spec.user_home))
     found = load_record(location, spec.output_path, step=(spec.name, spec.version))
     if isinstance(found, ArtifactRecord):
-        if spec.source is not None and found.source is not None:
-            return Stored(found, adopts=adopted_now(location, spec.output_path, found))
-        return Stored(found)
+        return stored_build(location, spec, found)
     attempt = read_attempt_record(location, spec.output_path) if spec.resumable else None
     shared = shared_build(location, spec.output_path, spec.user_home)
     return Stored(None, read_attempt(location, spec.output_path), found, attempt, shared)
+
+
+def stored_build(location: Location, spec: StepSpec, record: ArtifactRecord) -> Stored:
+    """A committed ``record`` as ``decide`` judges it for ``spec``: an adoption's with the
+    builds it adopts now (a rebuild of one makes it stale)."""
+    if spec.source is not None and record.source is not None:
+        return Stored(record, adopts=adopted_now(location, spec.output_path, record))
+    return Stored(record)
 
 
 def read_stored(specs: Iterable[StepSpec], location: Location) -> dict[str, Stored]:

@@ -25,8 +25,9 @@ from marin.execution.errors import InvalidStepError, MarinError
 from marin.execution.pipeline.graph import collect_steps
 from marin.execution.pipeline.scope import SET_USER, check_scope, required_user, run_user
 from marin.execution.pipeline.step_spec import StepSpec, is_absolute_location
-from marin.execution.plan.decide import Stored, Upstream, decide
+from marin.execution.plan.decide import Upstream, decide
 from marin.execution.plan.options import Policy
+from marin.execution.plan.read import stored_build
 from marin.execution.store.location import Location
 from marin.execution.store.records import (
     USERS_FOLDER,
@@ -196,8 +197,8 @@ class _Placing:
         the shared build, whose dependencies are the shared builds read (none is rebuilt)."""
         upstream = {d.step_id: Upstream(d.step_id, self._record(d)) for d in spec.deps}
         try:
-            decision = decide(spec, Stored(shared), list(upstream.values()), self.policy,
-                              needed=True)  # fmt: skip
+            stored = stored_build(self.location, spec, shared)  # an adoption: what it adopts
+            decision = decide(spec, stored, list(upstream.values()), self.policy, needed=True)
         except MarinError:
             return True  # placed on the shared build, the plan raises the same error for it
         return decision.action != Action.BUILD
