@@ -504,6 +504,27 @@ def test_adopting_another_steps_output_in_one_graph_is_refused(source: str) -> N
     lower([reader])  # alone (raw built by another pipeline), the next plan sees its rebuilds
 
 
+def test_an_adoptions_record_and_a_builds_never_stand_for_each_other(
+    prefix: str, tmp_path: Any
+) -> None:
+    """The checker's seed 472: a built record of ``raw@v1`` was served as its adoption under
+    ``--on-drift warn`` (drift), so its reader read the source but recorded the build as its
+    input. A record of the other kind is replaced, under every policy."""
+    elsewhere = str(tmp_path / "elsewhere")
+    _write(elsewhere, "adopted")
+    adopted = ArtifactStep.adopt("raw", "v1", elsewhere)
+    built = apply("raw", _write, version="v1", path=OUT, text="built")
+    first = resolve(adopted, prefix=prefix)
+    as_built = resolve(built, prefix=prefix)  # default: on_drift warn
+    assert as_built.record is not None and as_built.record.source is None
+    assert as_built.record.build_id != (first.record.build_id if first.record else None)
+    back = resolve(adopted, prefix=prefix)
+    assert back.record is not None and back.record.source == elsewhere
+    assert resolve(apply("read", _read, version="v1", path=adopted), prefix=prefix).result == (
+        "adopted"
+    )
+
+
 def test_an_adopted_record_names_its_source_and_marin_show_prints_it(
     prefix: str, tmp_path: Any
 ) -> None:

@@ -461,12 +461,11 @@ PINNED: dict[str, Pinned] = {
             ),
         ),
         "472 (the adopt profile), shrunk",
-        "new finding: a built record of the adoption's name@version served as the adoption "
-        "(drift under warn); its reader is rebuilt from the adoption's source but records "
-        "that build as its input, so once the step is the built one again the reader is "
-        "served under rebuild/rebuild with bytes no clean build makes "
-        "(/work/notes/redteam/oracle-adopt-2.py)",
-        open=True,
+        "a built record of the adoption's name@version was served as the adoption (drift "
+        "under warn); its reader, rebuilt from the adoption's source, recorded that build as "
+        "its input, so once the step was the built one again the reader was served under "
+        "rebuild/rebuild with bytes no clean build makes: an adoption's record and a build's "
+        "never stand for each other (/work/notes/redteam/oracle-adopt-2.py)",
     ),
     "gc-keeps-a-jobs-input-but-not-what-it-was-made-from": Pinned(
         "wrong-artifact:below-unfinished-rebuild",

@@ -257,6 +257,11 @@ def decide(
         return decision(Action.BUILD, "forced (--force)")
     if status == StoredStatus.DEV:
         return decision(Action.BUILD, why)
+    if record is not None and (record.source is None) != (spec.source is None):
+        # Not drift: an adoption served as a build (or the reverse) gives readers other data
+        # than its record's lineage names, under every policy.
+        was = "an adoption" if record.source is not None else "a build"
+        return decision(Action.BUILD, f"its record is {was}, and the step is not: replaced")
     rebuild = _rebuild_or_raise(spec, record, status, why, drift, code_drift, policy)
     if rebuild is not None:
         return decision(Action.BUILD, rebuild)
