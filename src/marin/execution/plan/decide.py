@@ -257,12 +257,9 @@ def decide(
         return decision(Action.BUILD, "forced (--force)")
     if status == StoredStatus.DEV:
         return decision(Action.BUILD, why)
-    if record is not None and (record.source is None) != (spec.source is None):
-        # Not drift: an adoption served as a build (or the reverse) gives readers other data
-        # than its record's lineage names, under every policy.
-        was = "an adoption" if record.source is not None else "a build"
-        return decision(Action.BUILD, f"its record is {was}, and the step is not: replaced")
-    rebuild = _rebuild_or_raise(spec, record, status, why, drift, code_drift, policy)
+    rebuild = _other_kind(spec, record) or _rebuild_or_raise(
+        spec, record, status, why, drift, code_drift, policy
+    )
     if rebuild is not None:
         return decision(Action.BUILD, rebuild)
     if record is None:
@@ -274,6 +271,15 @@ def decide(
         return decision(Action.BUILD, reason, stale=stale, unless_unchanged=pending)
     why += _served_anyway(stale, unchanged)
     return decision(Action.SKIP, why, stale=stale, unchanged=unchanged)
+
+
+def _other_kind(spec: StepSpec, record: ArtifactRecord | None) -> str:
+    """Why ``record`` is replaced whatever the policy: an adoption's for a built step, or the
+    reverse. Not drift: serving it gives readers other data than its lineage names."""
+    if record is None or (record.source is None) == (spec.source is None):
+        return ""
+    was = "an adoption" if record.source is not None else "a build"
+    return f"its record is {was}, and the step is not: replaced"
 
 
 def _source_rebuilt(

@@ -104,10 +104,11 @@ def unbuilt_step_folders(location: Location, output_path: str, source_url: str) 
     """The output paths the data an adoption at ``output_path`` reads from ``source_url`` lies
     in or holds whose metadata folder holds no record (output path -> whether a runner builds
     it now: a live lease): that step's next build, or the one under way, clears what lies
-    there. Asked when an adoption commits."""
+    there. An adoption's folder (its mark, or its lease) is none: no build clears it. Asked
+    when an adoption commits."""
     from marin.execution.names import METADATA_SUFFIX
     from marin.execution.store.lease import read_lease
-    from marin.execution.store.step_folder import record_path
+    from marin.execution.store.step_folder import has_adoption_mark, names_adoption, record_path
 
     found: dict[str, bool] = {}
     for rel in relative_under(source_url, location.url):
@@ -122,9 +123,13 @@ def unbuilt_step_folders(location: Location, output_path: str, source_url: str) 
                 path = validate_name(path)
             except MarinError:
                 continue
-            if location.has_file(location.path(record_path(path))):
-                continue
+            if location.has_file(location.path(record_path(path))) or has_adoption_mark(
+                location, path
+            ):
+                continue  # a build; or an adoption's folder, whose mark no build clears
             info = read_lease(location, path)
+            if info is not None and names_adoption(info.raw):
+                continue  # an adoption under way: it never writes there
             found[path] = info is not None and info.live
     return found
 
