@@ -218,12 +218,10 @@ def decide(
     needed: bool,
     recipe: Recipe | None = None,
 ) -> Decision:
-    """Build, skip or prune ``spec``, and why. Pure: no I/O.
-
-    ``upstream``: one entry per dependency; ``needed``: a target, or read by a step built in
-    this run (``plan_graph`` re-decides when either changes). Whether the record (and an
-    attempt) is the step's ``recipe``'s (``Recipe.of(spec)``, once per plan) is the identity
-    rule's answer (``store/identity.py``). A forced or mutable step rebuilds: none raise.
+    """Build, skip or prune ``spec``, and why. Pure: no I/O. ``upstream``: one entry per
+    dependency; ``needed``: a target, or read by a step built in this run (``plan_graph``
+    re-decides when either changes). Whether the record (and an attempt) is the ``recipe``'s
+    is ``store/identity.py``'s answer. A forced or mutable step rebuilds: none raise.
 
     Raises:
         DriftError: a drifted record under ``on_drift="error"``.
