@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +133,14 @@ def kind_of(plan: dict[str, Any], step_id: str, record: dict[str, Any] | None, h
 
 def reads_adoption(plan: dict[str, Any], step_id: str) -> bool:
     """Whether a step ``step_id`` reads (transitively) is recorded as an adoption."""
+    return any(
+        (read_record(dep["output_path"]) or {}).get("source") is not None
+        for dep in upstream_of(plan, step_id)
+    )
+
+
+def upstream_of(plan: dict[str, Any], step_id: str) -> Iterator[dict[str, Any]]:
+    """The steps of ``plan --json`` that ``step_id`` reads, transitively, each once."""
     by_id = {s["step"]: s for s in plan.get("steps", [])}
     todo, seen = list(by_id.get(step_id, {}).get("deps", [])), set()
     while todo:
@@ -139,10 +148,8 @@ def reads_adoption(plan: dict[str, Any], step_id: str) -> bool:
         if dep in seen or dep not in by_id:
             continue
         seen.add(dep)
-        if (read_record(by_id[dep]["output_path"]) or {}).get("source") is not None:
-            return True
+        yield by_id[dep]
         todo.extend(by_id[dep].get("deps", []))
-    return False
 
 
 def matches(got: Stored, want: Expected) -> bool:
@@ -224,18 +231,10 @@ USER_FOLDER = re.compile(r"/users/[^/]+/")
 def below_unfinished(plan: dict[str, Any], step_id: str, hand: Hand) -> bool:
     """Whether a step ``step_id`` reads (transitively) has no record because an attempt to
     build it failed or was cut short (not because its record was removed by hand)."""
-    by_id = {s["step"]: s for s in plan.get("steps", [])}
-    todo, seen = list(by_id.get(step_id, {}).get("deps", [])), set()
-    while todo:
-        dep = todo.pop()
-        if dep in seen or dep not in by_id:
-            continue
-        seen.add(dep)
-        unbuilt = by_id[dep].get("status") in ("failed-before", "run")
-        if unbuilt and not hand.removed(by_id[dep]["output_path"]):
-            return True
-        todo.extend(by_id[dep].get("deps", []))
-    return False
+    return any(
+        dep.get("status") in ("failed-before", "run") and not hand.removed(dep["output_path"])
+        for dep in upstream_of(plan, step_id)
+    )
 
 
 def differences(plan: dict[str, Any], expected: dict[int, Expected]) -> dict[str, bool]:
