@@ -999,3 +999,29 @@ def test_marin_plan_run_and_export_work_with_one_warning(tmp_path: Path) -> None
         marin_ok("run", target, "--prefix", prefix, "--on-code-drift", policy)
         marin_ok("plan", target, "--prefix", prefix, "--on-code-drift", policy)
     assert marker.exists()  # running a step resolves the proxy, as it should
+
+
+def _patched_add(self: Any, other: Any) -> Any:
+    return NotImplemented
+
+
+def test_a_library_class_patched_after_it_was_read_is_read_again() -> None:
+    """A library class's reading is kept only while its namespace holds the same names and
+    objects: a project function patched onto it later is followed by the next digest."""
+    import fractions
+
+    from marin.execution.digest.code import code_digest
+
+    def before() -> Any:
+        return fractions.Fraction(1, 2)
+
+    def after() -> Any:
+        return fractions.Fraction(1, 2)
+
+    assert not any(p.name.endswith(".<patched>") for p in code_digest(before).parts)
+    fractions.Fraction._marin_probe = _patched_add  # type: ignore[attr-defined]
+    try:
+        parts = code_digest(after).parts
+    finally:
+        del fractions.Fraction._marin_probe  # type: ignore[attr-defined]
+    assert any(p.name == "Fraction.<patched>" for p in parts), [p.name for p in parts]

@@ -552,9 +552,21 @@ _PATCHED = ".<patched>"
 def _patched_library_class(cls: type) -> _Found | None:
     """A library class the project patched (``fractions.Fraction.__add__ = _add``): the
     project's functions in its namespace are followed; None when there are none (a library's
-    class is not followed)."""
+    class is not followed). Read again whenever its namespace holds other names or objects
+    (the cache keeps the objects, so an unchanged one is the same objects)."""
+    namespace = TYPE_DICT.__get__(cls, type)
+    keys, values = tuple(namespace), tuple(namespace.values())
+    known = _LIBRARY_CLASSES.get(cls)
+    if known is not None and known[0] == keys and all(map(operator.is_, known[1], values)):
+        return known[2]
+    found = _patched_part(cls, dict(zip(keys, values, strict=True)))
+    _LIBRARY_CLASSES.put(cls, (keys, values, found))
+    return found
+
+
+def _patched_part(cls: type, namespace: Mapping[str, Any]) -> _Found | None:
     patched: dict[str, Any] = {}
-    for name, value in TYPE_DICT.__get__(cls, type).items():
+    for name, value in namespace.items():
         function = _unwrap(_method_function(value))
         if type(function) is not types.FunctionType:
             continue
@@ -751,6 +763,21 @@ _PLAIN = (str, int, float, bool, type(None), bytes, complex)
 _HOLDER_IDS = frozenset(id(kind) for kind in _HOLDERS)
 _PLAIN_IDS = frozenset(id(kind) for kind in _PLAIN)
 """By identity (no ``__hash__`` or ``__eq__`` of a user's metaclass runs), for the hot loops."""
+_SEQUENCE_IDS = frozenset(id(kind) for kind in (list, tuple))
+_SKIPPED: dict[int, type] = {id(kind): kind for kind in _PLAIN}
+"""Plain data's classes and the engine's met so far, by identity (each kept alive here, so its
+id is never another's): a handle among a step's ``deps`` is skipped without reading its
+module again."""
+
+
+def _skipped(kind: type) -> bool:
+    """Plain data, or a value of the engine's own (``OUT``, a handle): no project code."""
+    if id(kind) in _SKIPPED:
+        return True
+    if _class_module(kind).startswith("marin."):
+        _SKIPPED[id(kind)] = kind
+        return True
+    return False
 
 
 def _in_container(obj: Any) -> list[Any] | None:
@@ -775,9 +802,9 @@ def _in_container(obj: Any) -> list[Any] | None:
         if budget < 0:
             return None
         for item in items:
-            kind = id(type(item))
-            if kind in _PLAIN_IDS or _class_module(type(item)).startswith("marin."):
+            if _skipped(type(item)):
                 continue  # (a handle among a step's ``deps``: the engine's, as in _also_code)
+            kind = id(type(item))
             if kind in _HOLDER_IDS and id(item) not in seen:
                 seen.add(id(item))
                 stack.append(item)
@@ -1317,6 +1344,8 @@ _PARTS: _ByObject[_Found | None] = _ByObject()
 _SYNTAX: _ByObject[_Syntax] = _ByObject()
 _NOT_FOLLOWED = _Found(CodePart("", "", 0, None), ())
 _DIGESTS: _ByObject[CodeDigest] = _ByObject()
+_LIBRARY_CLASSES: _ByObject[tuple[tuple[str, ...], tuple[Any, ...], _Found | None]] = _ByObject()
+"""``_patched_library_class`` by class, with the namespace it read."""
 _WITH: _ByObject[tuple[tuple[Any, ...], CodeDigest]] = _ByObject()
 """Digests with ``also`` code, by the step function: the last ``also`` it was digested with."""
 
@@ -1431,9 +1460,11 @@ def _also_code(values: Sequence[Any]) -> tuple[Any, ...]:
     ``_MAX_CONTAINER`` items); nothing of the engine's."""
     found: dict[int, Any] = {}
     for value in values:
-        kind = id(type(value))
-        if kind in _PLAIN_IDS or _class_module(type(value)).startswith("marin."):
+        if _skipped(type(value)):
             continue  # (``OUT``, a handle's placeholder: the engine's)
+        kind = id(type(value))
+        if kind in _SEQUENCE_IDS and all(id(type(item)) in _SKIPPED for item in value):
+            continue  # a step's ``deps``: handles only (``_in_container`` would find nothing)
         function = _step_function(value) if kind not in _HOLDER_IDS else value
         if _is_code(function):
             code = [function]
@@ -1508,4 +1539,5 @@ def clear_cache() -> None:
         _SYNTAX.clear()
         _DIGESTS.clear()
         _WITH.clear()
+        _LIBRARY_CLASSES.clear()
         clear_source_cache()

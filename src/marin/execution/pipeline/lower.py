@@ -193,6 +193,8 @@ def _bound_arguments(fn: Any, step_id: str, what: str) -> dict[str, Any]:
     Raises:
         ConfigError: a bound value has no canonical JSON form (named ``fn.keywords.<name>``).
     """
+    if not issubclass(type(fn), functools.partial):
+        return {}  # the common case: nothing bound
     args: list[Any] = []
     keywords: dict[str, Any] = {}
     while issubclass(type(fn), functools.partial):  # the outer partial's values come last
