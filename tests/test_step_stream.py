@@ -77,7 +77,9 @@ def test_a_shared_step_keeps_its_first_decision_and_a_failure_is_not_retried(tmp
     shared = apply("shared", shared_fn, version="v1")
     runs = [apply(f"use/{i}", square, version="v1", x=shared) for i in range(3)]
     with pytest.raises(PipelineFailedError, match="shared@v1") as caught:
-        StepRunner(RunOptions(max_concurrent=3, keep_going=True), prefix=str(tmp_path)).run(iter(runs))
+        StepRunner(RunOptions(max_concurrent=3, keep_going=True), prefix=str(tmp_path)).run(
+            iter(runs)
+        )
     assert calls == ["shared"]  # planned once, failed once; no later sub-run retried it
     report = caught.value.report
     assert set(report.not_run) == {"use/0/v1", "use/1/v1", "use/2/v1"}
@@ -107,3 +109,38 @@ def test_a_stream_yielding_two_configs_of_one_step_is_refused_as_a_list_is(tmp_p
     # The same step (one config) arriving twice is one step, built once.
     report = StepRunner(prefix=str(tmp_path / "same")).run(iter(configs()[:1] * 3))
     assert len(report.outcomes) == 1
+
+
+def reads(src: object) -> object:
+    return src
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"scope": "user"}, {"artifact_type": "checkpoint"}],
+    ids=["scope", "artifact_type"],
+)
+def test_two_handles_of_one_step_with_another_placement_or_type_are_refused(
+    tmp_path, monkeypatch, option: dict[str, str]
+) -> None:
+    """Red team round 12, findings 3 and 5: ``[team_eval, mine]`` where ``mine`` reads
+    ``a.with_options(scope="user")`` built ``a``, ``mine`` and all in the shared folder (the
+    reversed list: all in the user's), and two artifact types of one step were one build.
+    Refused in a list, in either order, and in a stream, naming the option; nothing is built."""
+    from marin.execution.errors import DuplicateStepError
+    from marin.execution.lazy import run
+
+    monkeypatch.setenv("MARIN_USER", "alice")
+    a = apply("a", square, version="v1", x=2)
+    team = apply("team_eval", reads, version="v1", src=a)
+    mine = apply("mine", reads, version="v1", src=a.with_options(**option))
+    for order in ([team, mine], [mine, team]):
+        with pytest.raises(DuplicateStepError, match=f"differ in {next(iter(option))}"):
+            run(order, prefix=str(tmp_path / "list"))
+    with pytest.raises(DuplicateStepError, match=f"differ in {next(iter(option))}"):
+        StepRunner(prefix=str(tmp_path / "stream")).run(iter([team, mine]))
+    assert not (tmp_path / "list").exists() or not any((tmp_path / "list").rglob("record.json"))
+    report = StepRunner(prefix=str(tmp_path / "one")).run(
+        iter([team, apply("b", reads, version="v1", src=a)])
+    )
+    assert len(report.outcomes) == 3  # one handle's two readers: one build of a

@@ -25,6 +25,7 @@ from marin.execution.remote.view import (
     other_version_jobs,
 )
 from marin.execution.store.location import Location
+from marin.execution.store.records import GC_WAS_DELETING, gc_was_deleting
 from marin.execution.vocabulary import Action, ShownStatus, StoredStatus
 from marin.terminal_text import safe_rich, safe_text
 
@@ -203,7 +204,13 @@ def _job(d: Decision, location: Location, plan: Plan) -> dict[str, Any] | None:
     if d.spec.remote is None or d.action != Action.BUILD:
         return None
     recipe = plan.recipe(d.spec)
-    return job_view(location, d.spec.output_path, recipe, plan.policy.on_code_drift, d.spec.remote)
+    not_reused = ""
+    if d.forced:
+        not_reused = "forced"
+    elif gc_was_deleting(d.stored_status):
+        not_reused = GC_WAS_DELETING
+    return job_view(location, d.spec.output_path, recipe, plan.policy.on_code_drift, d.spec.remote,
+                    not_reused)  # fmt: skip
 
 
 def _other_jobs(d: Decision, location: Location) -> list[dict[str, Any]]:

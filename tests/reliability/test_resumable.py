@@ -239,7 +239,9 @@ def test_plan_says_resume_or_error_on_code_drift(tmp_path: Path) -> None:
     from marin.execution.store.step_folder import Attempt, attempt_path
 
     def plan(handle: Any, prefix: str, on_code_drift: str = "warn") -> Any:
-        return StepRunner(RunOptions(on_code_drift=on_code_drift), prefix=prefix).plan(lower(handle))[0]
+        return StepRunner(RunOptions(on_code_drift=on_code_drift), prefix=prefix).plan(
+            lower(handle)
+        )[0]
 
     prefix = str(tmp_path / "prefix")
     handle = resumable_pipeline.counting_step("ckpt")
@@ -423,3 +425,32 @@ def test_code_reached_through_a_registry_or_a_local_import_never_resumes_old_cod
     for step in ("words", "lazy"):
         record = read_record(open_prefix(str(project / "P")), f"r7/{step}/v1")
         assert record is not None and record.result == ['["a", "b", "c"]'], step
+
+
+def test_a_partial_output_gc_was_deleting_is_never_resumed(tmp_path: Path) -> None:
+    """Red team round 12, finding 1: the runner dies at 55; a teammate's ``marin gc`` of
+    another pipeline dies while deleting the step (its output half deleted, its attempt
+    record and checkpoints left beside gc's mark): the next run starts from 0, and the plan
+    says why."""
+    from marin.execution.store.records import GC_DELETING, read_status_file
+    from tests.ux.helpers import marin
+
+    prefix, counter = str(tmp_path / "prefix"), tmp_path / "counter"
+    target = "tests/reliability/resumable_pipeline.py:counting"
+    env = child_env(MARIN_TEST_COUNTER=str(counter))
+    killed = marin("run", target, "--prefix", prefix, env={**env, "MARIN_TEST_KILL_AT": "55"})
+    assert killed.returncode == -9 and iterations(counter) == list(range(55))
+    other = "tests/reliability/remote_pipelines.py:fan"
+    crash = {**env, "MARIN_FAULT_CRASH": "gc-after-record@count"}
+    gc = marin("gc", other, "--prefix", prefix, env=crash)
+    assert gc.returncode == -9, gc.stderr[-2000:]
+    assert read_status_file(open_prefix(prefix), "count/v1")["error"] == GC_DELETING
+    assert os.path.exists(f"{prefix}/count/v1.marin/attempt.json")
+    plan = marin("plan", target, "--prefix", prefix, env=env)
+    assert "is cleared: marin gc was deleting the step and did not finish" in plan.stdout, (
+        plan.stdout + plan.stderr
+    )
+    counter.unlink()
+    again = marin("run", target, "--prefix", prefix, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert iterations(counter) == list(range(101))  # from 0: nothing half deleted resumed

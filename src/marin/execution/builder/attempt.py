@@ -36,7 +36,7 @@ from marin.execution.remote.fence import fence_cleared, fence_previous
 from marin.execution.store.identity import Recipe
 from marin.execution.store.lease import Heartbeat, Lease
 from marin.execution.store.location import Location, with_retries
-from marin.execution.store.records import parse_stored_time
+from marin.execution.store.records import gc_was_deleting, parse_stored_time, read_status_file
 from marin.execution.store.step_folder import (
     Attempt,
     checkpoint_dir,
@@ -135,8 +135,9 @@ def verdict_for(
         return None  # nothing left, or a committed build that is replaced whole
     previous = read_attempt_record(location, spec.output_path)
     forced = recipe.step_id in recipe.repaired and not _forced_here(location, spec, previous, run)
+    half_deleted = gc_was_deleting(read_status_file(location, spec.output_path))
     verdict = judge(recipe, previous, on_code_drift, spec.fingerprint_payload, forced,
-                    ranks_of(spec.run))  # fmt: skip
+                    ranks_of(spec.run), half_deleted)  # fmt: skip
     if spec.remote is not None:
         fence = fence_previous if verdict.resume else fence_cleared
         with Heartbeat(lease):  # a backend may take a while to confirm a cancel

@@ -87,10 +87,11 @@ from marin.execution.pipeline.remote_option import JobToRun
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Policy, Stored, Upstream, decide
 from marin.execution.plan.read import read_stored_step
+from marin.execution.plan.resume_verdict import FORCED
 from marin.execution.plan.scope import refuse_shared_write
 from marin.execution.remote.call import RemoteBuild, pending_job, refuse_unreadable_job, run_job
 from marin.execution.remote.cleanup import release_committed
-from marin.execution.remote.fence import remote_attempt
+from marin.execution.remote.fence import fence_recorded, remote_attempt
 from marin.execution.remote.wait import JobRunning
 from marin.execution.store.identity import Recipe
 from marin.execution.store.lease import (
@@ -115,6 +116,7 @@ from marin.execution.store.records import (
     ADOPTION,
     FAILED,
     GC_DELETING,
+    GC_WAS_DELETING,
     NO_SHARED_BUILD,
     REPLACES,
     RUNNING,
@@ -122,6 +124,7 @@ from marin.execution.store.records import (
     ForeignRecord,
     clear_status,
     delete_record,
+    gc_was_deleting,
     lease_path,
     load_record,
     log_path,
@@ -136,6 +139,7 @@ from marin.execution.store.records import (
 )
 from marin.execution.store.step_folder import (
     RECORD_FILE,
+    read_job,
     remove_adoption_mark,
     write_adoption_mark,
 )
@@ -863,6 +867,8 @@ def _clear_earlier(held: _Holding) -> None:
                                  held.request.run)  # fmt: skip
     if earlier is None:
         return
+    if spec.remote is not None:
+        _fence_unreusable_job(held)
     # A remote step's unfinished job may be writing its output: it is reattached.
     keep = spec.remote is not None and pending_job(
         location, spec.output_path, built=earlier == Leftover.BUILD
@@ -875,6 +881,22 @@ def _clear_earlier(held: _Holding) -> None:
         remove_adoption_mark(location, spec.output_path)
     if (held.attempt is None or not held.attempt.resumed) and not keep:
         clear_output(location, spec, built=earlier == Leftover.BUILD)
+
+
+def _fence_unreusable_job(held: _Holding) -> None:
+    """A remote step's recorded job is never reattached or collected by a forced build (not
+    this run's own: forcing repairs, and the job's output is what it repairs; the job an
+    Airflow task resumes from deferral is its own), nor over an output ``marin gc`` was
+    deleting (half deleted): it is cancelled and forgotten, and the output cleared."""
+    spec, request = held.spec, held.request
+    forced = held.recipe.step_id in held.recipe.repaired
+    if forced and request.awaited_job:
+        forced = request.awaited_job != getattr(read_job(held.location, spec.output_path),
+                                                "job_id", None)  # fmt: skip
+    if forced:
+        fence_recorded(held.location, spec, FORCED)
+    elif gc_was_deleting(read_status_file(held.location, spec.output_path)):
+        fence_recorded(held.location, spec, f"{GC_WAS_DELETING} and did not finish")
 
 
 def _mark_replacing(held: _Holding) -> None:

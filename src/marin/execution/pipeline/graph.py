@@ -145,6 +145,30 @@ def check_same_step(known: StepSpec, spec: StepSpec) -> None:
             spec.step_id,
         )
     check_same_fn(known, spec)
+    check_same_kind(known, spec.scope, spec.artifact_type, spec.name)
+
+
+def check_same_kind(known: StepSpec, scope: OutputScope, artifact_type: str, name: str) -> None:
+    """Check that a second definition of ``known``'s step (one config, one function) has its
+    placement and artifact type: else whichever arrived first would decide for both where
+    it builds (a user's folder or the shared one) and how its readers read it.
+
+    Raises:
+        DuplicateStepError: they differ in ``scope`` or ``artifact_type``, named.
+    """
+    differ = {
+        "scope": (OutputScope(known.scope).value, OutputScope(scope).value),
+        "artifact_type": (known.artifact_type, artifact_type),
+    }
+    for option, (first, second) in differ.items():
+        if first != second:
+            raise DuplicateStepError(
+                f"two definitions of {known.step_id} in one graph differ in {option} "
+                f"({first!r} and {second!r}): it would be built once, as the first says",
+                f"give every handle of {name} the same {option} (with_options({option}=...)), "
+                "or give one of them another name or version",
+                known.step_id,
+            )
 
 
 def check_same_fn(known: StepSpec, spec: StepSpec) -> None:

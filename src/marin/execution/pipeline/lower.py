@@ -25,7 +25,7 @@ from marin.execution.errors import (
 from marin.execution.names import is_mutable_version
 from marin.execution.pipeline.canonical import to_canonical
 from marin.execution.pipeline.context import StepContext, bound_context, fingerprint_context
-from marin.execution.pipeline.graph import Graph, check_same_run
+from marin.execution.pipeline.graph import Graph, check_same_kind, check_same_run
 from marin.execution.pipeline.handles import ApplyCall, ArtifactStep, type_label
 from marin.execution.pipeline.provenance import collect_provenance
 from marin.execution.pipeline.resources import Resources
@@ -257,6 +257,8 @@ def _same_definition(
     step; else a ``DuplicateStepError`` that says what differs."""
     if known.fingerprint == fingerprint:
         check_same_run(step_id, known.run, handle.run)
+        scope, kind = OutputScope(handle.scope), type_label(handle.artifact_type, handle)
+        check_same_kind(known, scope, kind, handle.name)
         return known  # an identical definition: one spec, built once
     from marin.execution.digest.config_drift import explain_drift
 

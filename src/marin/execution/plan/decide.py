@@ -81,6 +81,7 @@ from marin.execution.store.records import (
     ArtifactRecord,
     ForeignRecord,
     SharedBuild,
+    gc_was_deleting,
     replaced_build,
 )
 from marin.execution.store.step_folder import Attempt
@@ -242,7 +243,8 @@ def decide(
         if action == Action.BUILD and stored.attempt is not None:
             now = static.consuming(upstream, policy.force)
             extra["resume"] = judge(now, stored.attempt, policy.on_code_drift,
-                                    spec.fingerprint_payload, ranks=ranks_of(spec.run))  # fmt: skip
+                                    spec.fingerprint_payload, ranks=ranks_of(spec.run),
+                                    half_deleted=gc_was_deleting(stored.status))  # fmt: skip
         return Decision(
             spec, action, status, reason, record, stored.status, drift, forced=forced,
             lineage=lineage, code_drift=code_drift, recipe=static, shared=stored.shared, **extra,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from marin.execution.digest.config_drift import explain_drift
 from marin.execution.errors import CodeDriftError
 from marin.execution.store.identity import Recipe, claim_of, judge_claim
+from marin.execution.store.records import GC_WAS_DELETING
 from marin.execution.store.step_folder import Attempt
 from marin.execution.vocabulary import Claim, Mismatch
 
@@ -75,6 +76,7 @@ def judge(
     payload: str | None = None,
     forced: bool | None = None,
     ranks: int = 0,
+    half_deleted: bool = False,
 ) -> ResumeVerdict:
     """Resume ``previous``'s partial output only when it is ``recipe``'s (``judge_claim``).
     ``payload``: the step's fingerprint payload, to name the config fields that changed.
@@ -84,7 +86,8 @@ def judge(
     Another fingerprint, placement or input build clears it; so does an unknown (an attempt
     that did not record its input builds). A changed code digest follows ``on_code_drift``:
     ``warn`` resumes and says so, ``rebuild`` clears, ``error`` raises ``CodeDriftError`` (at
-    plan time: before anything runs). Another world size (``ranks``) resumes, saying so. Pure.
+    plan time: before anything runs). Another world size (``ranks``) resumes, saying so. A
+    partial output ``marin gc`` was deleting (``half_deleted``: its mark) is cleared. Pure.
     """
     if previous is None:
         return ResumeVerdict(False, "partial output without an attempt record is cleared")
@@ -93,6 +96,9 @@ def judge(
         forced = recipe.step_id in recipe.repaired
     if forced:
         return ResumeVerdict(False, f"partial output from {which}) is cleared: {FORCED}", previous)
+    if half_deleted:
+        why = f"{GC_WAS_DELETING} and did not finish"
+        return ResumeVerdict(False, f"partial output from {which}) is cleared: {why}", previous)
     verdict = judge_claim(recipe, claim_of(previous), on_code_drift)
     if verdict.differs == Mismatch.CONFIG:
         return ResumeVerdict(

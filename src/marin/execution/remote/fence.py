@@ -16,7 +16,9 @@ at once. The fences, on both sides:
   ``attempt.json`` as soon as it submits or reattaches (``note_job``); ``fence_previous``
   stops an earlier attempt's job before a resume, unless ``job.json`` still names it and it
   runs (a takeover of a running job is a reattach, never a second writer); ``fence_cleared``
-  stops it, and forgets it, before its partial output is cleared instead.
+  stops it, and forgets it, before its partial output is cleared instead; ``fence_recorded``
+  does the same for the job ``job.json`` records when a build must not reuse it (forced, or
+  its output half deleted by ``marin gc``).
 
 Only a job ``is_this_steps`` is ever cancelled: its id in Marin's form, and its backend vouching
 that it was submitted for this step's build (records are untrusted data).
@@ -309,6 +311,22 @@ def fence_cleared(location: Location, spec: StepSpec, previous: Attempt | None) 
     stop_job(get_backend(str(spec.remote), spec.step_id), job, spec.step_id)
     if _recorded(location, spec, job):
         delete_job(location, spec.output_path)
+
+
+def fence_recorded(location: Location, spec: StepSpec, why: str) -> None:
+    """Before a remote step builds anew without reusing the job ``job.json`` records
+    (``why``: it is forced, or ``marin gc`` was deleting its output): that job, if provably
+    this step's, is cancelled and confirmed ended, and ``job.json`` forgets it, so the build
+    clears the output and submits a job of its own instead of reattaching or collecting.
+    Raises ``RemoteJobError`` when a cancelled job does not end."""
+    job = read_job(location, spec.output_path)
+    if job is None or not JOB_ID.fullmatch(job.job_id):
+        return  # no job (a blank or foreign record is the remote call's to judge)
+    if not is_this_steps(job, location, spec.output_path, spec.step_id):  # raises if unseen
+        return
+    log.info("fence %s: %s job %s is not reused (%s)", spec.step_id, job.backend, job.job_id, why)
+    stop_job(get_backend(job.backend, spec.step_id), job, spec.step_id)
+    delete_job(location, spec.output_path)
 
 
 def _this_steps_job(

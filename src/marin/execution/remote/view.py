@@ -26,6 +26,7 @@ def job_view(
     recipe: Recipe,
     on_code_drift: str = "warn",
     remote: str | None = None,
+    not_reused: str = "",
 ) -> dict[str, Any] | None:
     """The step's recorded job with its state now and its age in seconds; None without one.
     ``other_config``: the job is not ``recipe``'s by the one identity rule (``other_recipe``
@@ -33,7 +34,9 @@ def job_view(
     such (``state: unreadable``), and so is a job this driver cannot see or judge (``state:
     unseen``, ``why``: another host or user, an unknown backend, an edited record), and a job
     of the step's backend (``remote``) that writes the output though the record does not name
-    it (``state: unrecorded``): the next run refuses to build the step over any of them."""
+    it (``state: unrecorded``): the next run refuses to build the step over any of them.
+    ``not_reused``: why the next run cancels or replaces the job whatever its recipe
+    (``forced``; ``marin gc`` was deleting the step)."""
     job = load_job(location, output_path)
     if isinstance(job, UnreadableJob):
         return {"backend": "?", "job_id": job.job_id or "?", "state": "unreadable",
@@ -55,14 +58,16 @@ def job_view(
         state = "unknown"
     age = job_age(job)
     verdict = judge_claim(recipe, claim_of(job), on_code_drift)
-    other = verdict.claim != Claim.OURS
+    other = verdict.claim != Claim.OURS or bool(not_reused)
     view = {**job.to_json(), "state": state, "age_s": age, "other_config": other}
     ranks = job_ranks(job)
     if ranks:
         view["ranks"] = ranks  # a gang: each rank's host and state
     if verdict.differs == Mismatch.CODE and on_code_drift == "error":
         view["refused"] = "it runs other code (on_code_drift=error)"  # the run stops there
-    if other:
+    if not_reused:
+        view["other_recipe"] = view["differs"] = not_reused
+    elif other:
         view["other_recipe"] = verdict.reason
         view["differs"] = _DIFFERS[verdict.differs] if verdict.differs else "another recipe"
     elif verdict.note:

@@ -724,6 +724,18 @@ GC_DELETING = "marin gc was deleting this step and did not finish: run `marin gc
 folder is Marin's meanwhile, and, to a build that read the step, who deleted its record."""
 
 
+GC_WAS_DELETING = "marin gc was deleting the step"
+"""Why nothing a half-deleted step's folder holds (a partial attempt, a job) is reused."""
+
+
+def gc_was_deleting(status: Mapping[str, Any] | None) -> bool:
+    """Whether ``status`` (a status file's content) is ``marin gc``'s mark that it was deleting
+    the step and did not finish: its output is half deleted, so an attempt's partial output or
+    a job's output there is never resumed or collected (a copied or planted mark only makes
+    the step build from scratch)."""
+    return isinstance(status, Mapping) and status.get("error") == GC_DELETING
+
+
 def status_names(status: Mapping[str, Any] | None, output_path: str) -> bool:
     """Whether ``status`` was written for the step at ``output_path`` (relative to the prefix).
     A status names its step as a record does (``owner_mismatch``): one copied beside another
