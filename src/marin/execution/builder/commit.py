@@ -865,10 +865,10 @@ def _clear_earlier(held: _Holding) -> None:
     on_code_drift = held.request.policy.on_code_drift
     held.attempt = start_attempt(location, spec, held.lease, earlier, on_code_drift, held.recipe,
                                  held.request.run)  # fmt: skip
+    if spec.remote is not None:  # (``earlier`` None: a job.json may still be there)
+        _fence_unreusable_job(held)
     if earlier is None:
         return
-    if spec.remote is not None:
-        _fence_unreusable_job(held)
     # A remote step's unfinished job may be writing its output: it is reattached.
     keep = spec.remote is not None and pending_job(
         location, spec.output_path, built=earlier == Leftover.BUILD
