@@ -5,7 +5,7 @@ Controlled through environment variables, which the ``local`` jobs inherit from 
 - ``MARIN_TEST_STARTED``: a folder; a remote ``fn`` creates ``<step>`` there when it starts;
 - ``MARIN_TEST_GATE``: a remote ``fn`` waits for this file before it finishes;
 - ``MARIN_TEST_FAIL``: a file; while it exists, a remote ``fn`` prints and raises;
-- ``MARIN_TEST_BACKEND``: ``chain``'s remote backend (default ``local``);
+- ``MARIN_TEST_BACKEND``: ``chain``'s remote backend (default ``local``; empty: not remote);
 - ``MARIN_TEST_BARRIER``: a folder; ``fan``'s three steps each wait there for all three (the
   ``fan/`` steps only);
 - ``MARIN_TEST_VARIANT``: set, it is ``chain``'s training config ``variant`` (a new fingerprint);
@@ -85,7 +85,7 @@ _model = apply(
     step="remote/train",
     **({"variant": v} if (v := os.environ.get("MARIN_TEST_VARIANT")) else {}),
 ).with_options(
-    remote=os.environ.get("MARIN_TEST_BACKEND", "local"),
+    remote=os.environ.get("MARIN_TEST_BACKEND", "local") or None,
     retries=int(os.environ.get("MARIN_TEST_RETRIES", "0")),
     **({"max_preemptions": int(m)} if (m := os.environ.get("MARIN_TEST_MAX_PREEMPTIONS")) else {}),
 )

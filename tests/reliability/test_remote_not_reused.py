@@ -23,6 +23,7 @@ from tests.reliability.test_remote import (
     marin_cli,
     marin_run,
     setup,
+    wait_for_text,
 )
 
 
@@ -96,4 +97,29 @@ def test_a_job_whose_output_gc_was_deleting_is_never_collected(tmp_path: Path) -
     record = read_record(location, TRAIN)
     assert record is not None and record.result["pid"] != old_pid
     assert (Path(prefix) / TRAIN / "model.txt").read_text().startswith("model from")
+    assert len(calls(tmp_path)) == 2
+
+
+def test_a_build_that_no_longer_runs_remotely_stops_the_orphaned_job_first(
+    tmp_path: Path,
+) -> None:
+    """Red team round 13, finding 1: the driver dies while its job runs; the step's ``remote``
+    option is removed and it is built here. That build cleared the output while the old job
+    still wrote, and committed the job's late files as its own: the job is cancelled and
+    confirmed ended (and forgotten) before anything is cleared."""
+    prefix, env = setup(tmp_path)
+    old_pid = driver_killed_while_its_job_runs(tmp_path, prefix, env)
+    here = {**env, "MARIN_TEST_BACKEND": ""}
+    second = marin_run("chain", prefix, here, tmp_path / "second.err")
+    wait_for_text(tmp_path / "started" / "remote_train", f"{second.pid}\n")  # fn runs here
+    assert (
+        "is not reused (the step no longer runs as a remote"
+        in (tmp_path / "second.err").read_text()
+    )
+    assert start_time(old_pid) is None  # ended before the output was cleared
+    assert read_job(open_prefix(prefix), TRAIN) is None  # forgotten: no later run collects it
+    (tmp_path / "gate").touch()
+    assert second.wait(timeout=90) == 0, (tmp_path / "second.err").read_text()
+    record = read_record(open_prefix(prefix), TRAIN)
+    assert record is not None and record.result["pid"] == second.pid
     assert len(calls(tmp_path)) == 2

@@ -836,7 +836,9 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
     refuse_clearing_adopted(location, spec, held.previous, held.earlier is not None)
     if held.earlier is not None:
         _refuse_unclearable(location, spec, held.lease)
-    if spec.remote is not None:  # its job may still write the output: nothing is cleared
+    # A job may still write the output: a remote step's, or one an earlier remote build of a
+    # step that runs here now left (only where something is left: no read for a first build).
+    if spec.remote is not None or held.earlier is not None:
         refuse_unreadable_job(location, spec.output_path, spec.step_id, spec.remote)
     held.kept.enter_context(_started_here(location, spec.output_path, spec.source))
     _clear_earlier(held)
@@ -862,11 +864,11 @@ def _clear_earlier(held: _Holding) -> None:
     earlier attempt left (its status, its record, then its output)."""
     spec, location, earlier = held.spec, held.location, held.earlier
     held.replaced = _replaced_digest(location, spec, held.previous, held.lease)
+    if spec.remote is not None or earlier is not None:  # before a resume: no job writes then
+        _fence_unreusable_job(held)
     on_code_drift = held.request.policy.on_code_drift
     held.attempt = start_attempt(location, spec, held.lease, earlier, on_code_drift, held.recipe,
                                  held.request.run)  # fmt: skip
-    if spec.remote is not None:  # (``earlier`` None: a job.json may still be there)
-        _fence_unreusable_job(held)
     if earlier is None:
         return
     # A remote step's unfinished job may be writing its output: it is reattached.
@@ -887,8 +889,13 @@ def _fence_unreusable_job(held: _Holding) -> None:
     """A remote step's recorded job is never reattached or collected by a forced build (not
     this run's own: forcing repairs, and the job's output is what it repairs; the job an
     Airflow task resumes from deferral is its own), nor over an output ``marin gc`` was
-    deleting (half deleted): it is cancelled and forgotten, and the output cleared."""
+    deleting (half deleted), nor by a build of a step that no longer runs remotely (its
+    ``remote`` option was removed: the job would write under it): it is cancelled, confirmed
+    ended and forgotten, and the output cleared or resumed only then."""
     spec, request = held.spec, held.request
+    if spec.remote is None:
+        fence_recorded(held.location, spec, "the step no longer runs as a remote job")
+        return
     forced = held.recipe.step_id in held.recipe.repaired
     if forced and request.awaited_job:
         forced = request.awaited_job != getattr(read_job(held.location, spec.output_path),
