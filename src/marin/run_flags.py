@@ -25,6 +25,7 @@ from marin.execution.plan.options import (
     DRIFT_POLICIES,
     RunOptions,
     check_patterns,
+    split_names,
 )
 from marin.execution.vocabulary import OutputScope
 
@@ -59,7 +60,7 @@ EXCLUDE_HELP = "leave out the steps matching this glob, and every step that read
 
 def _names(text: str) -> list[str]:
     """One ``--force`` value: a name, or a comma list of names (empty items are errors)."""
-    names = [part.strip() for part in text.split(",")]
+    names = split_names(text)
     if not all(names):
         raise argparse.ArgumentTypeError(
             f"{text!r} has an empty name: use --force NAME, repeated or as a comma list a,b"

@@ -85,7 +85,9 @@ def test_two_points_of_one_name_version_are_refused() -> None:
     def careless(lr: float) -> Any:
         return apply("train", pipelines.train, version="v1", data="d", lr=lr, wd=0, out_path=OUT)
 
-    with pytest.raises(InvalidStepError, match="the points .*lr': 0.1.* and .*lr': 0.2.* both make train@v1") as info:
+    with pytest.raises(
+        InvalidStepError, match="the points .*lr': 0.1.* and .*lr': 0.2.* both make train@v1"
+    ) as info:
         sweep(careless, lr=[0.1, 0.2])
     assert "point_name" in info.value.fix
 
@@ -259,7 +261,10 @@ def test_results_plot_writes_a_png_of_a_metric_against_an_axis(
     run(pipelines.points(), prefix=prefix)
     args = ["results", TARGET, "--prefix", prefix, "--plot", "loss", "--x", "lr", "-o", str(png)]
     assert main(args) == 0
-    assert "wrote " + str(png) + ": result.loss vs lr, 16 points in 4 line(s)" in capsys.readouterr().err
+    assert (
+        "wrote " + str(png) + ": result.loss vs lr, 16 points in 4 line(s)"
+        in capsys.readouterr().err
+    )
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with Image.open(png) as image:
         image.load()
@@ -277,3 +282,36 @@ def test_results_plot_writes_a_png_of_a_metric_against_an_axis(
     assert main([*args[:-4], "--plot", "los"]) == 2  # a misspelt field: usage error
     err = capsys.readouterr().err
     assert "'los' is not a column" in err and "did you mean" in err
+
+
+def test_a_point_is_named_whole_in_force_select_and_exclude(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Red team round 13, finding 2: ``--force``, ``--select`` and ``--exclude`` split a value
+    at every comma, so a point (``sweep/eval/lr=0.0001,wd=0.0``) could not be named at all,
+    and the suggestion was the refused name. A ``key=value`` item continues the point."""
+    from marin.execution.plan.options import split_names
+
+    point = point_name("sweep/eval", lr=pipelines.LR[0], wd=pipelines.WD[0])
+    assert split_names(f"{point}, sweep/raw,{point}@v1") == [point, "sweep/raw", f"{point}@v1"]
+
+    def plan(*flags: str) -> set[str]:
+        argv = ["plan", TARGET, "--prefix", str(tmp_path / "p"), "--json", *flags]
+        assert main(argv) == 0
+        return {s["step"] for s in json.loads(capsys.readouterr().out)["steps"]}
+
+    assert f"{point}@v1" in plan("--select", point) and len(plan("--select", point)) == 5
+    assert f"{point}@v1" not in plan("--exclude", point)
+    argv = [
+        "plan",
+        TARGET,
+        "--prefix",
+        str(tmp_path / "p"),
+        "--json",
+        "--force",
+        f"sweep/raw,{point}",
+    ]
+    assert main(argv) == 0
+    steps = {s["step"]: s for s in json.loads(capsys.readouterr().out)["steps"]}
+    forced = {step for step, s in steps.items() if s["reason"] == "forced (--force)"}
+    assert forced == {f"{point}@v1", "sweep/raw@v1"}, forced

@@ -74,11 +74,26 @@ def check_flag(name: str, value: object) -> bool:
     return value
 
 
+def split_names(text: str) -> list[str]:
+    """A comma list of step names or globs, each stripped; a sweep point's name stays whole
+    (``point_name`` joins its keys with commas: ``sw/train/lr=0.1,wd=0.5``): an item that
+    holds ``=`` and no ``/`` continues the one before it. Empty items are kept (the callers
+    name them as errors)."""
+    names: list[str] = []
+    for part in text.split(","):
+        item = part.strip()
+        if names and names[-1] and "=" in item and "/" not in item:
+            names[-1] = f"{names[-1]},{item}"
+        else:
+            names.append(item)
+    return names
+
+
 def check_force(force: object) -> tuple[str, ...]:
     """Step names to rebuild: a list of strings, or one comma-separated string (a CLI or a
     form field); blanks are dropped."""
     if isinstance(force, str):
-        force = force.split(",")
+        force = split_names(force)
     if not isinstance(force, list | tuple | frozenset | set) or not all(
         isinstance(f, str) for f in force
     ):
@@ -97,7 +112,7 @@ def check_patterns(patterns: object, name: str | None = None) -> tuple[str, ...]
     label = f"{name}={_short(patterns)}" if name else _short(patterns)
     if not isinstance(given, list | tuple) or not all(isinstance(p, str) for p in given):
         raise OptionError(label, "use a list of globs on step names, such as ['ngram/eval/*']")
-    stripped = [part.strip() for p in given for part in p.split(",")]
+    stripped = [part for p in given for part in split_names(p)]
     if not all(stripped):
         raise OptionError(
             f"{label} has an empty pattern",
