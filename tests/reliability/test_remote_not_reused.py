@@ -123,3 +123,22 @@ def test_a_build_that_no_longer_runs_remotely_stops_the_orphaned_job_first(
     record = read_record(open_prefix(prefix), TRAIN)
     assert record is not None and record.result["pid"] == second.pid
     assert len(calls(tmp_path)) == 2
+
+
+def test_a_forced_run_never_serves_an_earlier_job_another_run_collected(tmp_path: Path) -> None:
+    """Red team round 13, finding 3: while a plain run reattaches to an earlier driver's job,
+    a ``--force`` run waits for the lease; the plain run commits the job's output, and the
+    forced run served it as "built by another runner": that is not the repair it asked for."""
+    prefix, env = setup(tmp_path)
+    old_pid = driver_killed_while_its_job_runs(tmp_path, prefix, env)
+    plain = marin_run("chain", prefix, env, tmp_path / "plain.err")
+    wait_for_text(tmp_path / "plain.err", "reattach remote/train@v1")
+    forced = marin_run("chain", prefix, env, tmp_path / "forced.err", "--force", "remote/train")
+    wait_for_text(tmp_path / "forced.err", "wait remote/train@v1")
+    (tmp_path / "gate").touch()
+    assert plain.wait(timeout=90) == 0, (tmp_path / "plain.err").read_text()
+    assert forced.wait(timeout=90) == 0, (tmp_path / "forced.err").read_text()
+    assert "built by another runner" not in (tmp_path / "forced.err").read_text()
+    record = read_record(open_prefix(prefix), TRAIN)
+    assert record is not None and record.result["pid"] != old_pid
+    assert len(calls(tmp_path)) == 2

@@ -365,7 +365,12 @@ def _lease_and_build(
         # concurrent `--force s` build s once), as on the lease-lost path.
         changed = _build_id(record) != _build_id(decision.record)
         unforced = _unforced(policy, spec)
-        if changed and record is not None and _served_from_other(spec, record, upstream, unforced):
+        if (
+            changed
+            and record is not None
+            and not (spec.step_id in policy.force and _collected_earlier_job(record))
+            and _served_from_other(spec, record, upstream, unforced)
+        ):
             log.info("skip %s: built by another runner", spec.step_id)
             return BuildOutcome(
                 spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
@@ -417,6 +422,14 @@ def _served_from_other(
         on_code_drift="rebuild" if policy.on_code_drift == "warn" else policy.on_code_drift,
     )
     return decide(spec, Stored(record), known, strict, needed=True).action != Action.BUILD
+
+
+def _collected_earlier_job(record: ArtifactRecord) -> bool:
+    """Whether ``record`` was committed from a job an earlier build submitted (reattached or
+    collected): never the forced build a ``--force`` run asked for, since forcing repairs that
+    job's output. Read from the record (untrusted: a wrong answer only rebuilds)."""
+    job = record.provenance.get("job") if isinstance(record.provenance, dict) else None
+    return isinstance(job, dict) and job.get("build_id") not in (None, record.build_id)
 
 
 def _unforced(policy: Policy, spec: StepSpec) -> Policy:
