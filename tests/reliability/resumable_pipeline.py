@@ -133,3 +133,6 @@ if __name__ == "__main__":
 
 counting = counting_step("out")
 """The CLI's target: ``marin plan tests/reliability/resumable_pipeline.py:counting``."""
+
+counting_plain = counting_step("ckpt").with_options(resumable=False)
+"""``counting_step("ckpt")`` without ``resumable``: one step whose option was switched off."""

@@ -283,15 +283,22 @@ def test_options_are_checked_once() -> None:
 def test_a_takeover_of_a_thread_of_this_process_is_not_resumed(tmp_path: Path) -> None:
     """An in-thread ``fn`` cannot be stopped: while it runs here, an attempt that took its
     lease over clears instead of resuming what that thread may still write."""
-    from marin.execution.builder.attempt import TAKEN_OVER_IN_THREAD, running_here, start_attempt
+    from marin.execution.builder.attempt import (
+        TAKEN_OVER_IN_THREAD,
+        record_attempt,
+        running_here,
+        start_attempt,
+    )
+    from marin.execution.store.identity import Recipe
     from marin.execution.store.lease import Lease
     from marin.execution.vocabulary import Leftover
 
     location = open_prefix(str(tmp_path))
     spec = lower(resumable_pipeline.counting_step(), memo={})
+    recipe = Recipe.of(spec)
     first = Lease(location, spec.output_path, ttl=60)
     assert first.try_acquire() is None
-    start_attempt(location, spec, first, None, "warn")
+    record_attempt(location, spec, start_attempt(location, spec, first, None, "warn"), recipe, "")
     first.release()
     taker = Lease(location, spec.output_path, ttl=60)
     assert taker.try_acquire() is None
@@ -299,7 +306,7 @@ def test_a_takeover_of_a_thread_of_this_process_is_not_resumed(tmp_path: Path) -
     with running_here(location, spec):  # the displaced attempt's fn, still on its thread
         refused = start_attempt(location, spec, taker, Leftover.DEBRIS, "warn")
     assert refused is not None and not refused.resumed and refused.number == 1
-    start_attempt(location, spec, taker, None, "warn")
+    record_attempt(location, spec, start_attempt(location, spec, taker, None, "warn"), recipe, "")
     resumed = start_attempt(location, spec, taker, Leftover.DEBRIS, "warn")
     assert resumed is not None and resumed.resumed and resumed.number == 2
     assert "cleared" in TAKEN_OVER_IN_THREAD
@@ -454,3 +461,50 @@ def test_a_partial_output_gc_was_deleting_is_never_resumed(tmp_path: Path) -> No
     again = marin("run", target, "--prefix", prefix, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert iterations(counter) == list(range(101))  # from 0: nothing half deleted resumed
+
+
+def test_a_rebuild_killed_before_it_clears_leaves_no_attempt_to_resume(tmp_path: Path) -> None:
+    """Red team round 14, finding 1: a rebuild of a built resumable step wrote its attempt
+    record before it cleared the old output; killed while clearing, the next run resumed the
+    old output (its checkpoint at 100: nothing ran) and committed it as the new build. The
+    record is written once the output is cleared: the next run starts from 0."""
+    from tests.ux.helpers import marin
+
+    prefix, counter = str(tmp_path / "prefix"), tmp_path / "counter"
+    target = "tests/reliability/resumable_pipeline.py:counting"
+    env = child_env(MARIN_TEST_COUNTER=str(counter))
+    assert marin("run", target, "--prefix", prefix, env=env).returncode == 0
+    crash = {**env, "MARIN_FAULT_CRASH": "before-clear@count"}
+    killed = marin("run", target, "--prefix", prefix, "--force", "count", env=crash)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not os.path.exists(f"{prefix}/count/v1.marin/attempt.json")
+    assert os.path.exists(f"{prefix}/count/v1/checkpoints/state.json")  # the old build's
+    plan = marin("plan", target, "--prefix", prefix, env=env)
+    assert plan.returncode == 0 and "resume:" not in plan.stdout, plan.stdout + plan.stderr
+    counter.unlink()
+    again = marin("run", target, "--prefix", prefix, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert iterations(counter) == list(range(101))  # from 0: the old output was never resumed
+
+
+def test_a_run_without_resumable_retires_an_earlier_attempt(tmp_path: Path) -> None:
+    """Red team round 14, finding 2: a run of the step without ``resumable`` cleared the output
+    but left the earlier attempt's record and checkpoints; once it failed, the next resumable
+    run resumed that old checkpoint (at 50) over the other run's files. The record and the
+    checkpoints go before the output is cleared: the next run starts from 0."""
+    from tests.ux.helpers import marin
+
+    prefix, counter = str(tmp_path / "prefix"), tmp_path / "counter"
+    env = child_env(MARIN_TEST_COUNTER=str(counter))
+    code, _, err = finish(runner(prefix, {**env, "MARIN_TEST_KILL_AT": "55"}, "ckpt"))
+    assert code == -9, err[-3000:]
+    assert os.path.exists(f"{prefix}/count/v1.marin/checkpoints")
+    plain = "tests/reliability/resumable_pipeline.py:counting_plain"
+    died = marin("run", plain, "--prefix", prefix, env=env)  # no checkpoint path: it fails
+    assert died.returncode == 1 and "fail count@v1" in died.stderr, died.stderr[-2000:]
+    assert not os.path.exists(f"{prefix}/count/v1.marin/attempt.json")
+    assert not os.path.exists(f"{prefix}/count/v1.marin/checkpoints")
+    counter.unlink()
+    code, _, err = finish(runner(prefix, env, "ckpt"))
+    assert code == 0, err[-3000:]
+    assert iterations(counter) == list(range(101))  # from 0, not from the checkpoint at 50

@@ -18,7 +18,9 @@ record's bytes written: to the temporary file on local disk, where the rename ma
 atomic), ``record-torn`` (half of the record written at its final path, as a non-atomic store
 could), ``after-record`` (record committed; on local disk and ``memory://`` the lease is released
 with it, elsewhere it is still held). A remote step also passes ``after-submit`` (not in
-``CRASH_POINTS``, which every build passes): its job submitted and named in ``job.json``.
+``CRASH_POINTS``, which every build passes): its job submitted and named in ``job.json``; a
+rebuild over a record or leftovers passes ``before-clear``: the record deleted, the output
+not yet cleared.
 ``marin register`` passes ``register-before-manifest``: its freeze mark written, no manifest.
 
 ``MARIN_FAULT_HOLD=<point>:<folder>`` holds this process at ``hold_point(point)`` (a remote

@@ -188,11 +188,15 @@ def start_attempt(
     recipe: Recipe | None = None,
     run: str = "",
 ) -> Attempt | None:
-    """For a resumable step (else None): resume or clear, then write this attempt's record.
+    """For a resumable step (else None): resume or clear. The attempt's record is written by
+    ``record_attempt`` once the output is cleared, never before: a holder killed while it
+    clears leaves no record of the recipe beside a half-cleared output (it would be resumed).
 
     Called holding the lease, before the output path is cleared: the caller clears it unless
     the returned attempt ``resumed``; a resumed attempt's ``code`` is the mix of the code that
-    made the partial output and the recipe's (``mixed_digest``). ``recipe`` is the build's,
+    made the partial output and the recipe's (``mixed_digest``). An attempt that is not
+    resumed retires what an earlier one left first (its record, then its checkpoints), as a
+    build of a step that is not resumable does over leftovers. ``recipe`` is the build's,
     with the input builds it read (without one, the step's static recipe: input builds are
     then not compared). ``run``: the build's run (``BuildRequest.run``): a forced step's
     partial output is resumed only by a retry of the run that started it. Raises
@@ -200,6 +204,8 @@ def start_attempt(
     (nothing is written then).
     """
     if not spec.resumable:
+        if earlier is not None:  # a resumable attempt of this step's earlier options
+            retire_attempt(location, spec)
         return None
     recipe = recipe or Recipe.of(spec)
     verdict = verdict_for(location, spec, lease, earlier, on_code_drift, recipe, run)
@@ -207,13 +213,13 @@ def start_attempt(
         log.info("%s %s: %s", "resume" if verdict.resume else "clear", spec.step_id, verdict.reason)
     resumed = verdict is not None and verdict.resume
     if not resumed:
-        remove_checkpoints(location, spec)
+        retire_attempt(location, spec)
     code, first = recipe.code, ""
     if resumed and verdict is not None and verdict.previous is not None:
         # Resumed across a code change (under warn): what it makes is made by both codes.
         code = mixed_digest(verdict.previous.code, code)
         first = verdict.previous.first_started_at or verdict.previous.started_at
-    attempt = Attempt(
+    return Attempt(
         number=verdict.next_number if verdict is not None else 1,
         fingerprint=recipe.fingerprint,
         code=code,
@@ -226,12 +232,27 @@ def start_attempt(
         ranks=ranks_of(spec.run),
         first_started_at=first,
     )
+
+
+def record_attempt(
+    location: Location, spec: StepSpec, attempt: Attempt | None, recipe: Recipe, run: str
+) -> None:
+    """Write ``start_attempt``'s attempt (none: not resumable), once the output is cleared (or
+    resumed), and remember a forced run's own attempt (``_started_forced``)."""
+    if attempt is None:
+        return
     write_attempt(location, spec.output_path, attempt)
     if recipe.step_id in recipe.repaired:
         with _lock:
             key = (location.url, spec.output_path)
             _started_forced[key] = (run, attempt.number, attempt.started_at, attempt.holder)
-    return attempt
+
+
+def retire_attempt(location: Location, spec: StepSpec) -> None:
+    """Before an output is cleared: an earlier attempt's record goes, then its checkpoints, so
+    that no claim of a recipe outlives the output it described."""
+    remove_attempt(location, spec.output_path)
+    remove_checkpoints(location, spec)
 
 
 def remove_checkpoints(location: Location, spec: StepSpec) -> None:

@@ -47,6 +47,7 @@ from marin.execution.builder.attempt import (
     attempt_provenance,
     checkpoint_url,
     finish_attempt,
+    record_attempt,
     running_here,
     start_attempt,
 )
@@ -882,8 +883,16 @@ def _clear_earlier(held: _Holding) -> None:
     on_code_drift = held.request.policy.on_code_drift
     held.attempt = start_attempt(location, spec, held.lease, earlier, on_code_drift, held.recipe,
                                  held.request.run)  # fmt: skip
-    if earlier is None:
-        return
+    if earlier is not None:
+        _clear_leftovers(held)
+    # Only now, the output cleared: a crash while clearing leaves no attempt to resume.
+    record_attempt(location, spec, held.attempt, held.recipe, held.request.run)
+
+
+def _clear_leftovers(held: _Holding) -> None:
+    """Clear what an earlier attempt left: its status, its record, then its output (kept when
+    resumed, or while a remote step's job may write it)."""
+    spec, location, earlier = held.spec, held.location, held.earlier
     # A remote step's unfinished job may be writing its output: it is reattached.
     keep = spec.remote is not None and pending_job(
         location, spec.output_path, built=earlier == Leftover.BUILD
@@ -895,6 +904,7 @@ def _clear_earlier(held: _Holding) -> None:
     if spec.source is None:  # refuse_clearing_adopted let it clear: no adopted data is there
         remove_adoption_mark(location, spec.output_path)
     if (held.attempt is None or not held.attempt.resumed) and not keep:
+        crash_point("before-clear", spec.step_id)  # the record gone, the output not yet
         clear_output(location, spec, built=earlier == Leftover.BUILD)
 
 
