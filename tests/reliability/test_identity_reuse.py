@@ -186,7 +186,9 @@ def test_force_with_rebuild_never_collects_a_finished_job_of_old_code(tmp_path: 
     target = code_pipeline(tmp_path, "NEW-CODE")
     args = ("--prefix", prefix, "--force", "code/train", "--on-code-drift", "rebuild")
     plan = marin("plan", target, *args, env=env)
-    assert "replace (other code): local job marin-" in plan.stdout, plan.stdout + plan.stderr
+    assert "replace (forced): local job marin-" in plan.stdout, plan.stdout + plan.stderr
+    unforced = marin("plan", target, *args[:2], *args[4:], env=env)
+    assert "replace (other code): local job marin-" in unforced.stdout, unforced.stdout
     ran = marin("run", target, *args, env=env)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert "submit code/train@v1" in ran.stderr

@@ -850,9 +850,7 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
     refuse_clearing_adopted(location, spec, held.previous, held.earlier is not None)
     if held.earlier is not None:
         _refuse_unclearable(location, spec, held.lease)
-    # A job may still write the output: a remote step's, or one an earlier remote build of a
-    # step that runs here now left (only where something is left: no read for a first build).
-    if spec.remote is not None or held.earlier is not None:
+    if spec.remote is not None:  # its job may still write the output: nothing is cleared
         refuse_unreadable_job(location, spec.output_path, spec.step_id, spec.remote)
     held.kept.enter_context(_started_here(location, spec.output_path, spec.source))
     _clear_earlier(held)

@@ -241,10 +241,7 @@ def decide(
 
     def decision(action: Action, reason: str, **extra: Any) -> Decision:
         if action == Action.BUILD and stored.attempt is not None:
-            now = static.consuming(upstream, policy.force)
-            extra["resume"] = judge(now, stored.attempt, policy.on_code_drift,
-                                    spec.fingerprint_payload, ranks=ranks_of(spec.run),
-                                    half_deleted=gc_was_deleting(stored.status))  # fmt: skip
+            extra["resume"] = _resume(spec, stored, static, upstream, policy)
         return Decision(
             spec, action, status, reason, record, stored.status, drift, forced=forced,
             lineage=lineage, code_drift=code_drift, recipe=static, shared=stored.shared, **extra,
@@ -271,6 +268,16 @@ def decide(
         return decision(Action.BUILD, reason, stale=stale, unless_unchanged=pending)
     why += _served_anyway(stale, unchanged)
     return decision(Action.SKIP, why, stale=stale, unchanged=unchanged)
+
+
+def _resume(
+    spec: StepSpec, stored: Stored, static: Recipe, upstream: Sequence[Upstream], policy: Policy
+) -> ResumeVerdict:
+    """Whether a build of ``spec`` resumes the partial output of ``stored.attempt``."""
+    assert stored.attempt is not None
+    now = static.consuming(upstream, policy.force)
+    return judge(now, stored.attempt, policy.on_code_drift, spec.fingerprint_payload,
+                 ranks=ranks_of(spec.run), half_deleted=gc_was_deleting(stored.status))  # fmt: skip
 
 
 def _other_kind(spec: StepSpec, record: ArtifactRecord | None) -> str:

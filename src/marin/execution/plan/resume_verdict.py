@@ -80,25 +80,20 @@ def judge(
 ) -> ResumeVerdict:
     """Resume ``previous``'s partial output only when it is ``recipe``'s (``judge_claim``).
     ``payload``: the step's fingerprint payload, to name the config fields that changed.
-
-    A forced step (``forced``; None: the recipe's own step is among its ``repaired``, the run's
-    ``--force`` names) clears it: forcing repairs, and a damaged checkpoint is what it repairs.
+    A forced step (``forced``; None: the recipe's step is among its ``repaired``, ``--force``
+    names) clears it: forcing repairs, and a damaged checkpoint is what it repairs.
     Another fingerprint, placement or input build clears it; so does an unknown (an attempt
     that did not record its input builds). A changed code digest follows ``on_code_drift``:
     ``warn`` resumes and says so, ``rebuild`` clears, ``error`` raises ``CodeDriftError`` (at
-    plan time: before anything runs). Another world size (``ranks``) resumes, saying so. A
-    partial output ``marin gc`` was deleting (``half_deleted``: its mark) is cleared. Pure.
-    """
+    plan time: before anything runs). Another world size (``ranks``) resumes, saying so. One
+    ``marin gc`` was deleting (``half_deleted``: its mark) is cleared. Pure."""
     if previous is None:
         return ResumeVerdict(False, "partial output without an attempt record is cleared")
     which = f"attempt {previous.number} ({previous.age()}"
-    if forced is None:
-        forced = recipe.step_id in recipe.repaired
-    if forced:
-        return ResumeVerdict(False, f"partial output from {which}) is cleared: {FORCED}", previous)
-    if half_deleted:
-        why = f"{GC_WAS_DELETING} and did not finish"
-        return ResumeVerdict(False, f"partial output from {which}) is cleared: {why}", previous)
+    forced = recipe.step_id in recipe.repaired if forced is None else forced
+    cleared = FORCED if forced else f"{GC_WAS_DELETING} and did not finish" if half_deleted else ""
+    if cleared:
+        return ResumeVerdict(False, f"partial output from {which}) is cleared: {cleared}", previous)
     verdict = judge_claim(recipe, claim_of(previous), on_code_drift)
     if verdict.differs == Mismatch.CONFIG:
         return ResumeVerdict(

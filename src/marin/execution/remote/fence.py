@@ -42,8 +42,10 @@ from marin.execution.store.step_folder import (
     JOB_ID,
     Attempt,
     JobRecord,
+    UnreadableJob,
     delete_job,
     job_path,
+    load_job,
     read_job,
     write_attempt,
 )
@@ -319,7 +321,11 @@ def fence_recorded(location: Location, spec: StepSpec, why: str) -> None:
     this step's, is cancelled and confirmed ended, and ``job.json`` forgets it, so the build
     clears the output and submits a job of its own instead of reattaching or collecting.
     Raises ``RemoteJobError`` when a cancelled job does not end."""
-    job = read_job(location, spec.output_path)
+    job = load_job(location, spec.output_path)
+    if isinstance(job, UnreadableJob):  # a remote step refused it before (refuse_unreadable_job)
+        log.warning("fence %s: %s cannot be read (%s); ignored: the step runs here now",
+                    spec.step_id, job.path, job.why)  # fmt: skip
+        return
     if job is None or not JOB_ID.fullmatch(job.job_id):
         return  # no job (a blank or foreign record is the remote call's to judge)
     if not is_this_steps(job, location, spec.output_path, spec.step_id):  # raises if unseen
