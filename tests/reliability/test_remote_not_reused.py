@@ -142,3 +142,24 @@ def test_a_forced_run_never_serves_an_earlier_job_another_run_collected(tmp_path
     record = read_record(open_prefix(prefix), TRAIN)
     assert record is not None and record.result["pid"] != old_pid
     assert len(calls(tmp_path)) == 2
+
+
+def test_a_build_here_refuses_a_local_job_that_writes_its_output_unrecorded(
+    tmp_path: Path,
+) -> None:
+    """Red team round 15, finding 1: the driver dies while its job runs; ``job.json`` is deleted
+    by hand; the step is then built here (its ``remote`` option removed): that build cleared
+    the output under the running job and committed its late files. It is refused, as a remote
+    step's build is, naming the job; nothing is cleared."""
+    prefix, env = setup(tmp_path)
+    old_pid = driver_killed_while_its_job_runs(tmp_path, prefix, env)
+    (Path(prefix) / f"{TRAIN}.marin" / "job.json").unlink()
+    here = {**env, "MARIN_TEST_BACKEND": ""}
+    refused = marin_run("chain", prefix, here, tmp_path / "here.err")
+    assert refused.wait(timeout=90) != 0
+    err = (tmp_path / "here.err").read_text()
+    assert "still runs and writes this step's output" in err, err
+    assert start_time(old_pid) is not None  # left alone: the user stops it
+    assert read_record(open_prefix(prefix), TRAIN) is None
+    (tmp_path / "gate").touch()
+    _job_ended(old_pid)

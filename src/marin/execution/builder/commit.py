@@ -92,7 +92,7 @@ from marin.execution.plan.resume_verdict import FORCED
 from marin.execution.plan.scope import refuse_shared_write
 from marin.execution.remote.call import RemoteBuild, pending_job, refuse_unreadable_job, run_job
 from marin.execution.remote.cleanup import release_committed
-from marin.execution.remote.fence import fence_recorded, remote_attempt
+from marin.execution.remote.fence import fence_recorded, refuse_local_writer, remote_attempt
 from marin.execution.remote.wait import JobRunning
 from marin.execution.store.identity import Recipe
 from marin.execution.store.lease import (
@@ -852,6 +852,8 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
         _refuse_unclearable(location, spec, held.lease)
     if spec.remote is not None:  # its job may still write the output: nothing is cleared
         refuse_unreadable_job(location, spec.output_path, spec.step_id, spec.remote)
+    elif held.earlier is not None:  # a job of its earlier remote builds may still write it
+        refuse_local_writer(location, spec)
     held.kept.enter_context(_started_here(location, spec.output_path, spec.source))
     _clear_earlier(held)
     # No folder to make: the lease's folder sits beside the output, so its parent exists.

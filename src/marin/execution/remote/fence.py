@@ -152,12 +152,21 @@ def refuse_unrecorded_writer(
         found = unrecorded_writer(backend, location, output_path, recorded)
     except RemoteJobError as exc:  # the backend cannot list its jobs (an unsafe jobs root)
         raise for_step(exc, step_id) from None
-    if found is None:
-        return
+    if found is not None:
+        raise _writing_unrecorded(backend, location, output_path, found, step_id)
+
+
+def _writing_unrecorded(
+    backend: RemoteBackend,
+    location: Location,
+    output_path: str,
+    found: tuple[str, str],
+    step_id: str,
+) -> RemoteJobError:
     job_id, build_id = found
     path = location.url_for(job_path(output_path))
     name = getattr(backend, "name", "remote")
-    raise RemoteJobError(
+    return RemoteJobError(
         f"{name} job {job_id} still runs and writes this step's output (for build "
         f"{build_id}), but {path} does not name it (edited or deleted by hand?); nothing was "
         "cleared or submitted beside it",
@@ -165,6 +174,25 @@ def refuse_unrecorded_writer(
         "then run again",
         step_id,
     )
+
+
+def refuse_local_writer(location: Location, spec: StepSpec) -> None:
+    """For a step that runs here over leftovers: a ``local`` job that still writes its output
+    though ``job.json`` does not name it (deleted by hand, or the step's ``remote`` option
+    removed) stops the build before anything is cleared, as a remote step's build does. A
+    jobs root that cannot be listed safely is the remote steps' concern: not asked here.
+
+    Raises:
+        RemoteJobError: such a job runs (named, with how to stop it).
+    """
+    job = read_job(location, spec.output_path)
+    try:
+        backend = get_backend("local", spec.step_id)
+        found = unrecorded_writer(backend, location, spec.output_path, job.job_id if job else "")
+    except RemoteJobError:
+        return
+    if found is not None:
+        raise _writing_unrecorded(backend, location, spec.output_path, found, spec.step_id)
 
 
 def for_step(exc: RemoteJobError, step_id: str) -> RemoteJobError:
