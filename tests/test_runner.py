@@ -477,3 +477,34 @@ def test_records_name_the_checkout_the_run_was_launched_from(
         record = read_record(location, step)
         assert record is not None
         assert record.provenance["git_commit"] == head, step
+
+
+def _make_or_fail(out_path: str, fail: bool) -> str:
+    if fail:
+        raise RuntimeError("this version fails")
+    with fsspec.open(f"{out_path}/data.txt", "w", auto_mkdir=True) as f:
+        f.write("made")
+    return "made"
+
+
+def test_another_versions_failure_at_a_shared_pin_is_not_this_versions(tmp_path) -> None:
+    """Red team round 15, finding 3: a pinned step's versions share its output path; c@v1
+    failed there, and c@v2 (which never ran) read as ``failed-before`` and was refused under
+    ``force_run_failed=False``. A status names the attempt's step: another's is not this one's."""
+    from marin.execution.errors import StepFailedError
+    from marin.execution.pipeline.graph import Graph
+    from marin.execution.plan.read import plan_run
+    from marin.execution.store.location import open_prefix
+    from marin.execution.vocabulary import StoredStatus
+
+    prefix = str(tmp_path / "p")
+    v1 = apply("c", _make_or_fail, version="v1", out_path=OUT, fail=True, pin="ckpt/base")
+    with pytest.raises(StepFailedError):
+        run(v1, prefix=prefix)
+    v2 = apply("c", _make_or_fail, version="v2", out_path=OUT, fail=False, pin="ckpt/base")
+    graph = Graph.of([v2.lower()])
+    plan = plan_run(graph, open_prefix(prefix), RunOptions(force_run_failed=False))
+    decision = plan.decisions["ckpt/base"]
+    assert decision.status == StoredStatus.RUN and "c@v1" in decision.reason, decision.reason
+    run(v2, prefix=prefix, force_run_failed=False)
+    assert (tmp_path / "p/ckpt/base/data.txt").read_text() == "made"

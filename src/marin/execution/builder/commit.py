@@ -121,6 +121,7 @@ from marin.execution.store.records import (
     NO_SHARED_BUILD,
     REPLACES,
     RUNNING,
+    STEP_FIELD,
     ArtifactRecord,
     ForeignRecord,
     clear_status,
@@ -770,6 +771,7 @@ def _best_effort_status(location: Location, spec: StepSpec, state: str, **detail
     An adopted step's says so (``ADOPTION``): its attempt never wrote the output path."""
     if spec.source is not None:
         details[ADOPTION] = spec.source
+    details.setdefault(STEP_FIELD, spec.step_id)
     try:
         write_status(location, spec.output_path, state, **details)
     except OSError as exc:

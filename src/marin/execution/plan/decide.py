@@ -78,6 +78,7 @@ from marin.execution.store.records import (
     FAILED,
     NO_SHARED_BUILD,
     RUNNING,
+    STEP_FIELD,
     ArtifactRecord,
     ForeignRecord,
     SharedBuild,
@@ -191,6 +192,9 @@ def _own_status(spec: StepSpec, stored: Stored) -> tuple[StoredStatus, str, tupl
         return StoredStatus.DEV, f"version {spec.version!r} is mutable: rebuilds every run", ()
     if record is None:
         state = (stored.status or {}).get("state")
+        other = (stored.status or {}).get(STEP_FIELD, spec.step_id)
+        if state == FAILED and other != spec.step_id:  # another version's, at a shared pin
+            return StoredStatus.RUN, f"a failed attempt of {other} is at its output", ()
         if state == FAILED:
             error = str((stored.status or {}).get("error", ""))
             return StoredStatus.FAILED_BEFORE, f"previous failure: {error}", ()
