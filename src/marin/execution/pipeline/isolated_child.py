@@ -45,13 +45,26 @@ def _import_file(name: str, path: str) -> None:
     spec.loader.exec_module(module)
 
 
+_RUNNER_GONE = signal.SIGRTMIN + 2
+"""The signal the kernel sends this process when its runner dies (a real-time one: user code
+does not handle it)."""
+
+
+def _end_group(signum: int, frame: Any) -> None:
+    """End this process's group: this child, and the helper processes ``fn`` started in it
+    (a data loader, an async writer), which would go on writing the output."""
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
 def _die_with(parent: int) -> None:
-    """Die with the runner (Linux ``PR_SET_PDEATHSIG``): a resumable step's child must not go
-    on writing checkpoints after its runner was killed, while the next attempt resumes them."""
+    """Die with the runner (Linux ``PR_SET_PDEATHSIG``), and end the helper processes ``fn``
+    started too (this child leads its own process group): a killed runner leaves nothing
+    writing the output, or the checkpoints, that the next attempt clears or resumes."""
     try:
+        signal.signal(_RUNNER_GONE, _end_group)
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
+        libc.prctl(1, _RUNNER_GONE)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError, ValueError):
         return  # not Linux: the lease check (still_holds_lease) is what remains
     if os.getppid() != parent:
         os._exit(1)  # the runner died before the prctl took effect

@@ -198,9 +198,8 @@ class IsolatedCall:
         return _function_of(self.run)
 
     def __call__(self, ctx: StepContext) -> Any:
-        # A resumable step's child dies with this process (see isolated_child._die_with).
-        die_with = os.getpid() if ctx.checkpoint_path is not None else None
-        payload = call_payload(self.run, ctx, self.step_id, die_with=die_with)
+        # The child, and what it started, dies with this process (isolated_child._die_with).
+        payload = call_payload(self.run, ctx, self.step_id, die_with=os.getpid())
         with tempfile.TemporaryDirectory(prefix="marin-isolated-") as tmp:
             payload_path = os.path.join(tmp, "call.pkl")
             result_path = os.path.join(tmp, "result.json")
