@@ -248,7 +248,8 @@ def test_plan_says_resume_or_error_on_code_drift(tmp_path: Path) -> None:
     spec = lower(handle, memo={})
     location = open_prefix(prefix)
     os.makedirs(f"{prefix}/count/v1.marin")
-    attempt = Attempt(2, spec.fingerprint, spec.code or CodeDigest(None), "2026-01-01T00:00Z", "h")
+    attempt = Attempt(2, spec.fingerprint, spec.code or CodeDigest(None), "2026-01-01T00:00Z", "h",
+                      placement=spec.output_path)  # fmt: skip
     location.put_file(location.path(attempt_path(spec.output_path)), attempt.to_json())
     location.put_file(location.path("count/v1.marin/status.json"), b'{"state": "FAILED"}')
     decision = plan(handle, prefix=prefix).decisions["count/v1"]
@@ -508,3 +509,27 @@ def test_a_run_without_resumable_retires_an_earlier_attempt(tmp_path: Path) -> N
     code, _, err = finish(runner(prefix, env, "ckpt"))
     assert code == 0, err[-3000:]
     assert iterations(counter) == list(range(101))  # from 0, not from the checkpoint at 50
+
+
+@pytest.mark.parametrize("placement", [None, 7, ""])
+def test_an_attempt_without_a_readable_placement_is_never_resumed(
+    tmp_path: Path, placement: object
+) -> None:
+    """Red team round 15, finding 4: an ``attempt.json`` whose placement was missing, null or a
+    number was resumed as "same fingerprint": where it was made is unknown, never the same."""
+    from tests.ux.helpers import marin
+
+    prefix, counter = str(tmp_path / "prefix"), tmp_path / "counter"
+    target = "tests/reliability/resumable_pipeline.py:counting"
+    env = child_env(MARIN_TEST_COUNTER=str(counter))
+    killed = marin("run", target, "--prefix", prefix, env={**env, "MARIN_TEST_KILL_AT": "55"})
+    assert killed.returncode == -9
+    path = Path(prefix) / "count/v1.marin/attempt.json"
+    data = json.loads(path.read_text())
+    data["placement"] = placement
+    path.write_text(json.dumps(data))
+    plan = marin("plan", target, "--prefix", prefix, env=env)
+    assert "it did not record where it was made (placement)" in plan.stdout, plan.stdout
+    counter.unlink()
+    assert marin("run", target, "--prefix", prefix, env=env).returncode == 0
+    assert iterations(counter) == list(range(101))

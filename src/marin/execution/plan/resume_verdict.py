@@ -69,6 +69,16 @@ class ResumeVerdict:
 FORCED = "--force rebuilds the step from scratch"
 
 
+def _cleared_first(previous: Attempt, forced: bool, half_deleted: bool) -> str:
+    """Why ``previous`` is cleared whatever its recipe ('' if it is judged by it): forced, half
+    deleted by ``marin gc``, or no placement recorded (where it was made is unknown)."""
+    if forced:
+        return FORCED
+    if half_deleted:
+        return f"{GC_WAS_DELETING} and did not finish"
+    return "" if previous.placement else "it did not record where it was made (placement)"
+
+
 def judge(
     recipe: Recipe,
     previous: Attempt | None,
@@ -91,7 +101,7 @@ def judge(
         return ResumeVerdict(False, "partial output without an attempt record is cleared")
     which = f"attempt {previous.number} ({previous.age()}"
     forced = recipe.step_id in recipe.repaired if forced is None else forced
-    cleared = FORCED if forced else f"{GC_WAS_DELETING} and did not finish" if half_deleted else ""
+    cleared = _cleared_first(previous, forced, half_deleted)
     if cleared:
         return ResumeVerdict(False, f"partial output from {which}) is cleared: {cleared}", previous)
     verdict = judge_claim(recipe, claim_of(previous), on_code_drift)
