@@ -570,6 +570,10 @@ def _read_json_file(
     return data
 
 
+STEP_FIELD = "step"
+"""A status field: the ``name@version`` of the attempt that wrote it. A pinned step's output
+path is shared by its versions: another version's failure there is not this one's."""
+
 _STATUS_TYPES = {
     "state": str,
     "error": str,
@@ -578,14 +582,10 @@ _STATUS_TYPES = {
     "finished_at": str,
     "traceback": str,
     "replaces": str,
-    "step": str,
+    STEP_FIELD: str,
     OWNER_FIELD: str,
 }
 """The fields a status file may have: ``write_status``'s callers write these, as strings."""
-
-STEP_FIELD = "step"
-"""A status field: the ``name@version`` of the attempt that wrote it. A pinned step's output
-path is shared by its versions: another version's failure there is not this one's."""
 
 REPLACES = "replaces"
 """A status field: the build id of the record a rebuild deleted, until a new build commits.
