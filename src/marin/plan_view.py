@@ -18,6 +18,7 @@ from marin.execution.plan.decide import ACTIONS, STATUSES, Decision, Plan
 from marin.execution.plan.resume_verdict import ResumeVerdict
 from marin.execution.plan.scope import scope_of
 from marin.execution.plan.sweep_counts import sweep_counts
+from marin.execution.remote.fence import job_not_reused
 from marin.execution.remote.view import (
     describe_job,
     describe_other_job,
@@ -25,7 +26,6 @@ from marin.execution.remote.view import (
     other_version_jobs,
 )
 from marin.execution.store.location import Location
-from marin.execution.store.records import GC_WAS_DELETING, gc_was_deleting
 from marin.execution.vocabulary import Action, ShownStatus, StoredStatus
 from marin.terminal_text import safe_rich, safe_text
 
@@ -204,11 +204,7 @@ def _job(d: Decision, location: Location, plan: Plan) -> dict[str, Any] | None:
     if d.spec.remote is None or d.action != Action.BUILD:
         return None
     recipe = plan.recipe(d.spec)
-    not_reused = ""
-    if d.forced:
-        not_reused = "forced"
-    elif gc_was_deleting(d.stored_status):
-        not_reused = GC_WAS_DELETING
+    not_reused = job_not_reused(d.forced, d.stored_status)
     return job_view(location, d.spec.output_path, recipe, plan.policy.on_code_drift, d.spec.remote,
                     not_reused)  # fmt: skip
 

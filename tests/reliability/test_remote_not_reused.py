@@ -53,7 +53,7 @@ def test_a_forced_build_never_reattaches_nor_collects_an_earlier_drivers_job(
     forced = marin_run("chain", prefix, env, tmp_path / "forced.err", "--force", "remote/train")
     assert forced.wait(timeout=90) == 0, (tmp_path / "forced.err").read_text()
     err = (tmp_path / "forced.err").read_text()
-    assert "is not reused (--force" in err and "reattach remote/train" not in err, err
+    assert "is not reused (forced)" in err and "reattach remote/train" not in err, err
     assert start_time(old_pid) is None
     record = read_record(open_prefix(prefix), TRAIN)
     assert record is not None and record.result["pid"] != old_pid

@@ -88,11 +88,15 @@ from marin.execution.pipeline.remote_option import JobToRun
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.plan.decide import Decision, Policy, Stored, Upstream, decide
 from marin.execution.plan.read import read_stored_step
-from marin.execution.plan.resume_verdict import FORCED
 from marin.execution.plan.scope import refuse_shared_write
 from marin.execution.remote.call import RemoteBuild, pending_job, refuse_unreadable_job, run_job
 from marin.execution.remote.cleanup import release_committed
-from marin.execution.remote.fence import fence_recorded, refuse_local_writer, remote_attempt
+from marin.execution.remote.fence import (
+    fence_local_build,
+    fence_recorded,
+    job_not_reused,
+    remote_attempt,
+)
 from marin.execution.remote.wait import JobRunning
 from marin.execution.store.identity import Recipe
 from marin.execution.store.lease import (
@@ -117,7 +121,6 @@ from marin.execution.store.records import (
     ADOPTION,
     FAILED,
     GC_DELETING,
-    GC_WAS_DELETING,
     NO_SHARED_BUILD,
     REPLACES,
     RUNNING,
@@ -126,7 +129,6 @@ from marin.execution.store.records import (
     ForeignRecord,
     clear_status,
     delete_record,
-    gc_was_deleting,
     lease_path,
     load_record,
     log_path,
@@ -855,7 +857,7 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
     if spec.remote is not None:  # its job may still write the output: nothing is cleared
         refuse_unreadable_job(location, spec.output_path, spec.step_id, spec.remote)
     elif held.earlier is not None:  # a job of its earlier remote builds may still write it
-        refuse_local_writer(location, spec)
+        fence_local_build(location, spec)
     held.kept.enter_context(_started_here(location, spec.output_path, spec.source))
     _clear_earlier(held)
     # No folder to make: the lease's folder sits beside the output, so its parent exists.
@@ -880,7 +882,7 @@ def _clear_earlier(held: _Holding) -> None:
     earlier attempt left (its status, its record, then its output)."""
     spec, location, earlier = held.spec, held.location, held.earlier
     held.replaced = _replaced_digest(location, spec, held.previous, held.lease)
-    if spec.remote is not None or earlier is not None:  # before a resume: no job writes then
+    if spec.remote is not None:  # before a resume: no job it must not reuse writes then
         _fence_unreusable_job(held)
     on_code_drift = held.request.policy.on_code_drift
     held.attempt = start_attempt(location, spec, held.lease, earlier, on_code_drift, held.recipe,
@@ -912,23 +914,17 @@ def _clear_leftovers(held: _Holding) -> None:
 
 def _fence_unreusable_job(held: _Holding) -> None:
     """A remote step's recorded job is never reattached or collected by a forced build (not
-    this run's own: forcing repairs, and the job's output is what it repairs; the job an
-    Airflow task resumes from deferral is its own), nor over an output ``marin gc`` was
-    deleting (half deleted), nor by a build of a step that no longer runs remotely (its
-    ``remote`` option was removed: the job would write under it): it is cancelled, confirmed
-    ended and forgotten, and the output cleared or resumed only then."""
+    this run's own: the job an Airflow task resumes from deferral is its own), nor over an
+    output ``marin gc`` was deleting (``job_not_reused``): it is cancelled, confirmed ended
+    and forgotten, and the output cleared or resumed only then."""
     spec, request = held.spec, held.request
-    if spec.remote is None:
-        fence_recorded(held.location, spec, "the step no longer runs as a remote job")
-        return
     forced = held.recipe.step_id in held.recipe.repaired
     if forced and request.awaited_job:
         forced = request.awaited_job != getattr(read_job(held.location, spec.output_path),
                                                 "job_id", None)  # fmt: skip
-    if forced:
-        fence_recorded(held.location, spec, FORCED)
-    elif gc_was_deleting(read_status_file(held.location, spec.output_path)):
-        fence_recorded(held.location, spec, f"{GC_WAS_DELETING} and did not finish")
+    why = job_not_reused(forced, read_status_file(held.location, spec.output_path))
+    if why:
+        fence_recorded(held.location, spec, why)
 
 
 def _mark_replacing(held: _Holding) -> None:

@@ -17,8 +17,8 @@ at once. The fences, on both sides:
   stops an earlier attempt's job before a resume, unless ``job.json`` still names it and it
   runs (a takeover of a running job is a reattach, never a second writer); ``fence_cleared``
   stops it, and forgets it, before its partial output is cleared instead; ``fence_recorded``
-  does the same for the job ``job.json`` records when a build must not reuse it (forced, or
-  its output half deleted by ``marin gc``).
+  does the same for the job ``job.json`` records when a build must not reuse it
+  (``job_not_reused``), and ``fence_local_build`` before a step that runs here now.
 
 Only a job ``is_this_steps`` is ever cancelled: its id in Marin's form, and its backend vouching
 that it was submitted for this step's build (records are untrusted data).
@@ -31,6 +31,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from marin.execution.errors import InvalidStepError, RemoteJobError
@@ -38,6 +39,7 @@ from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.remote.protocol import RemoteBackend, parse_owner
 from marin.execution.remote.registry import get_backend
 from marin.execution.store.location import Location
+from marin.execution.store.records import GC_WAS_DELETING, gc_was_deleting
 from marin.execution.store.step_folder import (
     JOB_ID,
     Attempt,
@@ -176,23 +178,32 @@ def _writing_unrecorded(
     )
 
 
-def refuse_local_writer(location: Location, spec: StepSpec) -> None:
-    """For a step that runs here over leftovers: a ``local`` job that still writes its output
-    though ``job.json`` does not name it (deleted by hand, or the step's ``remote`` option
-    removed) stops the build before anything is cleared, as a remote step's build does. A
-    jobs root that cannot be listed safely is the remote steps' concern: not asked here.
+def fence_local_build(location: Location, spec: StepSpec) -> None:
+    """Before a step that runs here (not remote) clears or resumes what an earlier attempt
+    left: no job of its earlier remote builds writes the output meanwhile. The job
+    ``job.json`` records, if provably this step's, is cancelled, confirmed ended and
+    forgotten; a ``local`` job that writes the output though ``job.json`` does not name it
+    (deleted by hand) stops the build, as a remote step's build does. An unreadable
+    ``job.json`` is ignored, with a warning (nothing of it can be stopped), and so is a jobs
+    root that cannot be listed safely (the remote steps' concern).
 
     Raises:
-        RemoteJobError: such a job runs (named, with how to stop it).
+        RemoteJobError: such a job runs, or a cancelled job does not end.
     """
-    job = read_job(location, spec.output_path)
+    job = load_job(location, spec.output_path)
+    if isinstance(job, UnreadableJob):
+        log.warning("fence %s: %s cannot be read (%s); ignored: the step runs here now",
+                    spec.step_id, job.path, job.why)  # fmt: skip
+        job = None
     try:
         backend = get_backend("local", spec.step_id)
         found = unrecorded_writer(backend, location, spec.output_path, job.job_id if job else "")
     except RemoteJobError:
-        return
+        found = None
     if found is not None:
         raise _writing_unrecorded(backend, location, spec.output_path, found, spec.step_id)
+    if job is not None:
+        _stop_and_forget(location, spec, job, "the step no longer runs as a remote job")
 
 
 def for_step(exc: RemoteJobError, step_id: str) -> RemoteJobError:
@@ -343,19 +354,32 @@ def fence_cleared(location: Location, spec: StepSpec, previous: Attempt | None) 
         delete_job(location, spec.output_path)
 
 
+def job_not_reused(forced: bool, status: Mapping[str, Any] | None) -> str:
+    """Why a remote step's recorded job is not reused whatever its recipe ('' when the one
+    identity rule judges it): a forced build (forcing repairs that job's output), or an
+    output ``marin gc`` was deleting (``status``: its mark; half deleted). Asked by the
+    build (``fence_recorded``) and by the plan, which shows it."""
+    if forced:
+        return "forced"
+    return GC_WAS_DELETING if gc_was_deleting(status) else ""
+
+
 def fence_recorded(location: Location, spec: StepSpec, why: str) -> None:
     """Before a remote step builds anew without reusing the job ``job.json`` records
-    (``why``: it is forced, or ``marin gc`` was deleting its output): that job, if provably
-    this step's, is cancelled and confirmed ended, and ``job.json`` forgets it, so the build
-    clears the output and submits a job of its own instead of reattaching or collecting.
+    (``why``: ``job_not_reused``'s answer): that job, if provably this step's, is cancelled
+    and confirmed ended, and ``job.json`` forgets it, so the build clears the output and
+    submits a job of its own instead of reattaching or collecting. (An unreadable record
+    stopped the build before: ``refuse_unreadable_job``.)
     Raises ``RemoteJobError`` when a cancelled job does not end."""
-    job = load_job(location, spec.output_path)
-    if isinstance(job, UnreadableJob):  # a remote step refused it before (refuse_unreadable_job)
-        log.warning("fence %s: %s cannot be read (%s); ignored: the step runs here now",
-                    spec.step_id, job.path, job.why)  # fmt: skip
-        return
-    if job is None or not JOB_ID.fullmatch(job.job_id):
-        return  # no job (a blank or foreign record is the remote call's to judge)
+    job = read_job(location, spec.output_path)
+    if job is not None:
+        _stop_and_forget(location, spec, job, why)
+
+
+def _stop_and_forget(location: Location, spec: StepSpec, job: JobRecord, why: str) -> None:
+    """Cancel ``job``, when provably this step's, confirm it ended, and delete ``job.json``."""
+    if not JOB_ID.fullmatch(job.job_id):
+        return  # a blank or foreign record: the remote call's to judge
     if not is_this_steps(job, location, spec.output_path, spec.step_id):  # raises if unseen
         return
     log.info("fence %s: %s job %s is not reused (%s)", spec.step_id, job.backend, job.job_id, why)
