@@ -297,8 +297,8 @@ def test_a_handle_in_the_config_that_is_not_a_dependency_fails_as_before() -> No
         lower(stray)
 
 
-def test_config_key_collision_and_bad_values_still_name_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"config.x has keys 1 and '1'"):
-        lower(apply("s", fn, version="v0", x={1: "a", "1": "b"}))
+def test_bad_config_keys_and_values_still_name_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"config.x.k has a key of type object"):
+        lower(apply("s", fn, version="v0", x={"k": {object(): "a"}}))
     with pytest.raises(ConfigError, match=r"config.x.inner\[1\]\{\} holds a .*object"):
         lower(apply("s", fn, version="v0", x={"inner": [1, {object()}]}))

@@ -2,7 +2,9 @@
 
 - Two different ``fn``s with one ``name@version`` and one config used to be merged silently (one
   handle returned the other's result): now a ``DuplicateStepError`` naming both functions.
-- Config keys that collide as strings (``{1: "a", "1": "b"}``) used to drop one: now rejected.
+- Config keys that collide as strings (``{1: "a", "1": "b"}``) used to drop one: rejected, then
+  (red team round 16) kept apart: a config key keeps its type, so ``{0: x}`` and ``{"0": x}``
+  are two configs; a result's keys become text, and colliding ones are still refused.
 - A config changed after ``apply()`` or after ``lower()`` used to run ``fn`` with the new values
   under the old fingerprint: ``apply()`` now snapshots every literal.
 
@@ -58,17 +60,92 @@ def test_same_function_twice_is_still_one_step(prefix: str) -> None:
     assert len(collect_steps(lower([a, b, c]))) == 1
 
 
-@pytest.mark.parametrize(
-    "config",
-    [{1: "a", "1": "b"}, {"outer": {True: 1, "True": 2}}, [{2: "x", "2": "y"}]],
-)
-def test_config_keys_colliding_as_strings_are_rejected(config: Any) -> None:
+KEYED_ALIKE = [
+    ({0: "x"}, {"0": "x"}),
+    ({True: "x"}, {"True": "x"}),
+    ({1.0: "x"}, {"1.0": "x"}),
+    ({1: "x"}, {1.0: "x"}),  # one key to Python (1 == 1.0): still a float against an int
+    ({"outer": {2: "x"}}, {"outer": {"2": "x"}}),
+]
+
+
+@pytest.mark.parametrize(("one", "other"), KEYED_ALIKE)
+def test_config_keys_of_another_type_are_another_config(one: Any, other: Any) -> None:
+    """``r16-repro-1.sh``: ``{0: x}`` and ``{"0": x}`` had one fingerprint, so switching between
+    them served the other config's build, even under ``--on-drift error``."""
+
     def fn(config: Any) -> None:
         return None
 
-    with pytest.raises(ConfigError, match="both become") as info:
-        lower(apply("keys", fn, version="v0", config=config))
-    assert "keys@v0" in str(info.value)
+    first = lower(apply("keys", fn, version="v0", config=one))
+    second = lower(apply("keys", fn, version="v0", config=other))
+    assert first.fingerprint != second.fingerprint
+
+
+def test_an_enum_key_is_not_its_members_name() -> None:
+    import enum
+
+    class Split(enum.Enum):
+        TRAIN = "train"
+
+    def fn(config: Any) -> None:
+        return None
+
+    as_enum = lower(apply("keys", fn, version="v0", config={Split.TRAIN: 1}))
+    as_name = lower(apply("keys", fn, version="v0", config={"TRAIN": 1}))
+    assert as_enum.fingerprint != as_name.fingerprint
+
+
+def test_config_keys_that_would_collide_as_strings_are_both_kept(prefix: str) -> None:
+    seen: list[Any] = []
+
+    def fn(config: Any) -> None:
+        seen.append(config)
+
+    config = {1: "a", "1": "b", "outer": {True: 1, "True": 2}}
+    run(apply("keys", fn, version="v0", config=config), prefix=prefix)
+    assert seen == [config]
+    record = json.loads(_read(f"{prefix}/keys/v0.marin/record.json"))
+    # Sorted by each key's JSON: '"1"' < '"outer"' < '1'.
+    assert record["config"]["config"]["__map__"] == [["1", "b"], ["outer", {
+        "__map__": [["True", 2], [True, 1]]}], [1, "a"]]  # fmt: skip
+
+
+def test_a_switch_between_keys_of_two_types_is_drift_not_served(tmp_path: Any) -> None:
+    """Through the CLI: under ``--on-drift error`` the other config is drift, never served."""
+    from marin.cli import main
+
+    body = (
+        "from marin.execution.lazy import apply\n"
+        "def fn(config):\n    return sorted(map(repr, config))\n"
+        "pipeline = apply('keys', fn, version='v0', config=CONFIG)\n"
+    )
+    prefix = str(tmp_path / "store")
+    first, second = tmp_path / "first.py", tmp_path / "second.py"
+    first.write_text("CONFIG = {0: 'x'}\n" + body)
+    second.write_text("CONFIG = {'0': 'x'}\n" + body)
+    assert main(["run", f"{first}:pipeline", "--prefix", prefix]) == 0
+    assert main(["run", f"{second}:pipeline", "--prefix", prefix, "--on-drift", "error"]) != 0
+    record = json.loads(_read(f"{prefix}/keys/v0.marin/record.json"))
+    assert record["result"] == ["0"]  # still the first config's build, not served as the other
+
+
+@pytest.mark.parametrize("value", [{1: "a", "1": "b"}, {"outer": {True: 1, "True": 2}}])
+def test_result_keys_colliding_as_strings_are_rejected(prefix: str, value: Any) -> None:
+    from marin.execution.errors import StepFailedError
+
+    def fn() -> Any:
+        return value
+
+    with pytest.raises((ConfigError, StepFailedError), match="both become"):
+        run(apply("keys", fn, version="v0"), prefix=prefix)
+
+
+def _read(url: str) -> str:
+    import fsspec
+
+    with fsspec.open(url, "r") as handle:
+        return str(handle.read())
 
 
 @dataclasses.dataclass
@@ -207,3 +284,18 @@ def fsspec_for(prefix: str) -> tuple[Any, str]:
     import fsspec
 
     return fsspec.core.url_to_fs(prefix)
+
+
+def test_drift_between_key_types_names_each_key_by_its_type() -> None:
+    from marin.execution.digest.config_drift import explain_drift
+
+    def fn(config: Any) -> None:
+        return None
+
+    old = lower(apply("keys", fn, version="v0", config={0: "x", "b": 1}))
+    new = lower(apply("keys", fn, version="v0", config={"0": "x", "b": 2}))
+    assert explain_drift(old.fingerprint_payload, new.fingerprint_payload) == [
+        "config.config.0: added x",
+        "config.config[0]: removed (was x)",
+        "config.config.b: 1 -> 2",
+    ]

@@ -758,7 +758,7 @@ def _canonical_result(raw_result: Any, spec: StepSpec) -> Any:
         return raw_result.value
     try:
         # A typed artifact (Marin's ``run`` returns one) is recorded as its value's fields.
-        return to_canonical(payload_of(raw_result), "result", spec.step_id)
+        return to_canonical(payload_of(raw_result), "result", spec.step_id, text_keys=True)
     except ConfigError as exc:
         raise ConfigError(
             f"fn returned a value with no JSON form ({exc.what})",

@@ -31,10 +31,27 @@ def _short(value: Any) -> str:
     return text[: MAX_VALUE_CHARS - 3] + "..."
 
 
+def _keyed(value: Any) -> Any:
+    """A typed map (``{"__map__": [[key, item], ...]}``: a config dict with a key that is not a
+    string) as a dict by each key's display: a string as itself, another key as ``[<its
+    JSON>]`` (``config.sizes[0]``, not ``config.sizes.0``, which is the key ``"0"``)."""
+    if not (isinstance(value, dict) and len(value) == 1 and isinstance(value.get("__map__"), list)):
+        return value
+    try:
+        return {
+            key if isinstance(key, str) else f"[{json.dumps(key, sort_keys=True)}]": item
+            for key, item in value["__map__"]
+        }
+    except (TypeError, ValueError):  # a stored payload is untrusted: shown as it is
+        return value
+
+
 def _walk(old: Any, new: Any, path: str, out: list[str]) -> None:
+    old, new = _keyed(old), _keyed(new)
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(set(old) | set(new)):
-            _walk(old.get(key, _MISSING), new.get(key, _MISSING), f"{path}.{key}", out)
+            at = f"{path}{key}" if key.startswith("[") else f"{path}.{key}"
+            _walk(old.get(key, _MISSING), new.get(key, _MISSING), at, out)
         return
     if isinstance(old, list) and isinstance(new, list):
         # Element by element; a longer or shorter list shows as items added or removed at the end.

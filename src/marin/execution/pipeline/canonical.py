@@ -31,7 +31,7 @@ _BUILT_IN = (str, int, float, bool, type(None), list, tuple, dict, set, frozense
 _TAGS = frozenset(
     f"__{tag}__"
     for tag in ("set", "datetime", "date", "bytes", "float", "enum", "dataclass", "registered")
-) | {"__dict__"}
+) | {"__dict__", "__map__"}
 
 _registered: dict[type, Callable[[Any], Any]] = {}
 _lookup_cache: dict[type, tuple[type, Callable[[Any], Any]] | None] = {}
@@ -90,21 +90,39 @@ class _NeedsPath(Exception):
     """Raised by the path-free pass when a value is rejected: redo it, naming the field."""
 
 
-def to_canonical(value: Any, path: str = "config", step: str | None = None) -> Any:
-    """Return a JSON-ready structure for ``value``; ``path`` names the field in errors."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Walk:
+    """What one canonicalisation is for: the step named in errors, and whether dict keys become
+    JSON text (a result, which readers get as JSON) or keep their type (a config, which ``fn``
+    gets as it is: ``{0: x}`` and ``{"0": x}`` are two configs)."""
+
+    step: str | None
+    text_keys: bool
+
+
+def to_canonical(
+    value: Any, path: str = "config", step: str | None = None, *, text_keys: bool = False
+) -> Any:
+    """Return a JSON-ready structure for ``value``; ``path`` names the field in errors.
+
+    A dict with a key that is not a string is ``{"__map__": [[key, item], ...]}`` (sorted by
+    the key's JSON) unless ``text_keys`` (a result), which spells every key as text
+    (``str(key)``, an enum member's name) and refuses keys that would collide as text.
+    """
+    walk = _Walk(step, text_keys)
     # Lowering 100,000 steps canonicalises half a million values, so the first pass does not
     # build a dotted path for every field; only a rejected value pays for a second, naming pass.
     try:
         try:
-            return _canonical(value, None, step)
+            return _canonical(value, None, walk)
         except _NeedsPath:
-            return _canonical(value, path, step)
+            return _canonical(value, path, walk)
     except RecursionError:
         raise ConfigError(
             f"{path} is nested too deeply to fingerprint, or the forms register_fingerprint "
             "functions return lead back to one another",
             "flatten the value, and make each register_fingerprint function return plain data",
-            step,
+            walk.step,
         ) from None
 
 
@@ -120,41 +138,34 @@ def as_stored(value: Any) -> Any:
     return value
 
 
-def _canonical(value: Any, path: str | None, step: str | None) -> Any:
+def _canonical(value: Any, path: str | None, walk: _Walk) -> Any:
     """``value``'s canonical form; ``path`` is None on the first, fast pass (``to_canonical``)."""
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:
         return value
     if kind is list or kind is tuple:
         if path is None:
-            return [_canonical(item, None, step) for item in value]
-        return [_canonical(item, f"{path}[{i}]", step) for i, item in enumerate(value)]
+            return [_canonical(item, None, walk) for item in value]
+        return [_canonical(item, f"{path}[{i}]", walk) for i, item in enumerate(value)]
     if kind is dict:
-        return _canonical_dict(value, path, step)
+        return _canonical_dict(value, path, walk)
     if _registered:
         found = _registered_for(kind)
         if found is not None:
-            return _registered_form(value, found, path, step)
-    return _canonical_other(value, path, step)
+            return _registered_form(value, found, path, walk)
+    return _canonical_other(value, path, walk)
 
 
-def _canonical_dict(value: dict[Any, Any], path: str | None, step: str | None) -> dict[str, Any]:
-    """A dict with its keys as JSON strings (escaped as ``{"__dict__": ...}`` if they spell a
-    type tag); keys that are not plain data, or that collide as strings, are a ``ConfigError``."""
+def _canonical_dict(value: dict[Any, Any], path: str | None, walk: _Walk) -> Any:
+    """A dict of string keys as a JSON object (escaped as ``{"__dict__": ...}`` if a key spells
+    a type tag); any other dict as ``_typed_map`` makes it, unless ``walk.text_keys``."""
+    if not walk.text_keys and not all(_is_text_key(key) for key in value):
+        return _typed_map(value, path, walk)
     out = {}
     for key, item in value.items():
-        if type(key) is not str:
-            if isinstance(key, enum.Enum):
-                key = key.name
-            if not isinstance(key, str | int | float | bool):
-                if path is None:
-                    raise _NeedsPath
-                raise ConfigError(
-                    f"{path} has a key of type {type(key).__name__}",
-                    "use string keys in configs",
-                    step,
-                )
-        text = str(key)
+        if not _is_text_key(key) and not isinstance(key, enum.Enum | int | float):
+            raise _key_error(key, path, walk)
+        text = _key_text(key)
         if text in out:
             if path is None:
                 raise _NeedsPath
@@ -162,14 +173,49 @@ def _canonical_dict(value: dict[Any, Any], path: str | None, step: str | None) -
             raise ConfigError(
                 f"{path} has keys {first!r} and {key!r}, which both become {text!r}",
                 "use keys that stay distinct as strings; JSON keys are strings",
-                step,
+                walk.step,
             )
-        out[text] = _canonical(item, None if path is None else f"{path}.{key}", step)
+        out[text] = _canonical(item, None if path is None else f"{path}.{key}", walk)
     # A dict that spells a type tag is wrapped, so it never means what the tag means.
     return out if _TAGS.isdisjoint(out) else {"__dict__": out}
 
 
-def _canonical_other(value: Any, path: str | None, step: str | None) -> Any:
+def _typed_map(value: dict[Any, Any], path: str | None, walk: _Walk) -> dict[str, Any]:
+    """A config dict with a key that is not a string: ``{"__map__": [[key, item], ...]}``,
+    each key in its own canonical form (``0``, ``0.0``, ``false``, ``{"__enum__": ...}``) and
+    sorted by its JSON, so that ``{0: x}``, ``{"0": x}`` and ``{False: x}`` stay three configs
+    (``fn`` tells them apart) and key order still does not matter."""
+    pairs: dict[str, tuple[Any, Any]] = {}
+    for key, item in value.items():
+        if not _is_text_key(key) and not isinstance(key, enum.Enum | int | float):
+            raise _key_error(key, path, walk)
+        form = key if _is_text_key(key) else _canonical(key, path, walk)
+        text = json.dumps(form, sort_keys=True)
+        if text in pairs:  # two NaN keys: one form, two entries
+            if path is None:
+                raise _NeedsPath
+            raise ConfigError(
+                f"{path} has two keys that are both {key!r}", "use distinct keys", walk.step
+            )
+        pairs[text] = (form, _canonical(item, None if path is None else f"{path}.{key}", walk))
+    return {"__map__": [list(pairs[text]) for text in sorted(pairs)]}
+
+
+def _is_text_key(key: Any) -> bool:
+    return type(key) is str or (isinstance(key, str) and not isinstance(key, enum.Enum))
+
+
+def _key_error(key: Any, path: str | None, walk: _Walk) -> Exception:
+    if path is None:
+        return _NeedsPath()
+    return ConfigError(
+        f"{path} has a key of type {type(key).__name__}",
+        "use keys that are strings, numbers, booleans or enum members",
+        walk.step,
+    )
+
+
+def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     """The canonical form of a value that is not exactly a str, int, bool, None, list, tuple or
     dict, nor of a registered type: tagged where its JSON would be ambiguous."""
     if isinstance(value, _SCALARS):
@@ -189,18 +235,18 @@ def _canonical_other(value: Any, path: str | None, step: str | None) -> Any:
     if isinstance(value, bytes):
         return {"__bytes__": value.hex()}
     if isinstance(value, dict):
-        return _canonical(dict(value), path, step)
+        return _canonical(dict(value), path, walk)
     if isinstance(value, list | tuple):
-        return _canonical(list(value), path, step)
+        return _canonical(list(value), path, walk)
     if isinstance(value, set | frozenset):
         # Tagged (issue 49): its members, in no order, are not a list; a set and a frozenset
         # of the same members are one value (as in Marin).
-        items = [_canonical(item, None if path is None else f"{path}{{}}", step) for item in value]
+        items = [_canonical(item, None if path is None else f"{path}{{}}", walk) for item in value]
         return {"__set__": sorted(items, key=lambda item: json.dumps(item, sort_keys=True))}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {
             f.name: _canonical(
-                getattr(value, f.name), None if path is None else f"{path}.{f.name}", step
+                getattr(value, f.name), None if path is None else f"{path}.{f.name}", walk
             )
             for f in dataclasses.fields(value)
         }
@@ -212,12 +258,12 @@ def _canonical_other(value: Any, path: str | None, step: str | None) -> Any:
         "which has no stable JSON form",
         "pass plain data (str, numbers, lists, dicts, dataclasses, enums, paths) "
         "or a step handle instead",
-        step,
+        walk.step,
     )
 
 
 def _registered_form(
-    value: Any, found: tuple[type, Callable[[Any], Any]], path: str | None, step: str | None
+    value: Any, found: tuple[type, Callable[[Any], Any]], path: str | None, walk: _Walk
 ) -> Any:
     base, fn = found
     try:
@@ -229,7 +275,7 @@ def _registered_form(
             f"{path}: the fingerprint function registered for {base.__qualname__} raised "
             f"{type(exc).__name__}: {exc}",
             "fix the function passed to register_fingerprint",
-            step,
+            walk.step,
         ) from None
     if _registered_for(type(form)) == found:  # it would be encoded by fn again, for ever
         if path is None:
@@ -239,9 +285,9 @@ def _registered_form(
             f"{type(form).__qualname__}, which that same function would encode again",
             "return plain data from the function passed to register_fingerprint (a dict of its "
             "fields, a string)",
-            step,
+            walk.step,
         )
-    return {"__registered__": base.__qualname__, "value": _canonical(form, path, step)}
+    return {"__registered__": base.__qualname__, "value": _canonical(form, path, walk)}
 
 
 def _key_text(key: Any) -> str:

@@ -209,7 +209,7 @@ def _encode(outcome: dict[str, Any]) -> bytes:
     from marin.execution.pipeline.canonical import to_canonical
 
     try:
-        value = to_canonical(outcome["result"], "result")
+        value = to_canonical(outcome["result"], "result", text_keys=True)
         return json.dumps({"ok": True, "result": value}, allow_nan=False).encode()
     except (ConfigError, ValueError, TypeError, RecursionError) as exc:
         what = exc.what if isinstance(exc, ConfigError) else str(exc)
