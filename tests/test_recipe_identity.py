@@ -167,3 +167,23 @@ def test_a_job_record_that_cannot_be_read_is_never_no_job(
     assert err.value.step == "s@v1" and path.read_bytes() == content
     if content.startswith(b'{"job_id"'):
         assert found.job_id == "marin-0123456789abcdef0123"  # a lead to the job
+
+
+def test_an_attempt_or_a_job_naming_an_input_the_step_lacks_is_not_ours() -> None:
+    """Red team round 16: an attempt whose inputs named one more input than the step has
+    (planted, or from a version of the step with another dependency) was ours: only the
+    step's own inputs were compared. Exact input builds are the same set of inputs. A record
+    may name more (the builds its adopted data lies in): still ours."""
+    same = reading(Upstream("a@v1", dep("build-1")))
+    extra = {"a@v1": "build-1", "ghost@v1": "build-9"}
+    job = JobRecord("local", "marin-" + "0" * 20, "b1", "now", {}, "fb", code("aaaaaaaaaaaa"),
+                    extra, "b/v1")  # fmt: skip
+    for claimed in (claim_of(attempt(inputs=extra)), claim_of(job)):
+        verdict = judge_claim(same, claimed, "warn")
+        assert (verdict.claim, verdict.differs) == (Claim.NOT_OURS, Mismatch.INPUTS)
+        assert "upstream 'ghost@v1' is not an input of this step" in verdict.reason
+        assert verdict.lineage.pending == ()  # no commit of an upstream makes it ours
+    lone = judge_claim(reading(), claim_of(attempt()), "warn")  # a step without inputs now
+    assert lone.differs == Mismatch.INPUTS and "'a@v1' is not an input" in lone.reason
+    record = dataclasses.replace(claim_of(attempt(inputs=extra)), what="record", url=True)
+    assert judge_claim(same, record, "warn").ours

@@ -561,4 +561,49 @@ def test_a_link_in_users_is_listed_and_gc_goes_on(users: Path, capsys, monkeypat
     ]  # fmt: skip
     for path in ("gc/raw/v1", "users/alice/gc/model/v1", "users/bob/gc/model/v1"):
         assert built(users, path), path
-    assert (users / "users" / "mallory").is_symlink() and (users / "users" / "eve" / "gc").is_symlink()
+    assert (users / "users" / "mallory").is_symlink() and (
+        users / "users" / "eve" / "gc"
+    ).is_symlink()
+
+
+def test_a_stalled_build_gc_reclaimed_is_told_what_happened(tmp_path: Path) -> None:
+    """Red team round 16, finding 3: a build whose heartbeat stalled past its lease's TTL
+    looks dead; ``marin gc`` reclaims its folder, and the build, waking up, was told its
+    metadata folder was deleted "by fn, or by hand". It is told that ``marin gc`` can have
+    reclaimed it (its lease went unrenewed past its TTL), and what to do."""
+    from marin.execution.store.lease import read_lease
+
+    prefix, started, release, wake = (tmp_path / n for n in ("p", "started", "release", "wake"))
+    env = child_env(
+        MARIN_LEASE_TTL="1",
+        MARIN_FAULT_PAUSE_HEARTBEAT=f"until:{wake}",  # a stalled holder: alive, not renewing
+        MARIN_TEST_HOLD=f"held/one:{started}:{release}",
+    )
+    build = subprocess.Popen(
+        [sys.executable, "-m", "marin.cli", "run", "tests/reliability/pipelines.py:held",
+         "--prefix", str(prefix), "--no-progress"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for_file(str(started))
+        location = open_prefix(str(prefix))
+        deadline = time.monotonic() + 30
+        while not (read_lease(location, "held/one/v1", ttl=1) or pytest.fail("no lease")).expired:
+            assert time.monotonic() < deadline, "the stalled lease never expired"
+            time.sleep(0.02)
+        gc = marin("gc", "tests/gc/pipelines.py:other", "--prefix", str(prefix), "--json", env=env)
+        assert gc.returncode == 0, gc.stderr[-2000:]
+        collected = {c["step"] for c in json.loads(gc.stdout)["collected"]}
+        assert collected == {"held/one@v1"}, gc.stdout
+        assert not (prefix / "held/one/v1.marin").exists()
+    finally:
+        wake.touch()
+        release.touch()
+        _, err = build.communicate(timeout=60)
+    assert build.returncode == 1, err[-3000:]
+    assert "was deleted while fn ran" in err, err[-3000:]
+    assert "its lease went unrenewed for " in err and "past its TTL of 1s" in err, err[-3000:]
+    assert "`marin gc` reclaims the folder of a build whose lease looked dead" in err
+    assert "run again" in err and "use a longer lease (MARIN_LEASE_TTL)" in err, err[-3000:]
+    assert "by fn, or by hand)" not in err
+    assert read_record(location, "held/one/v1") is None

@@ -533,3 +533,75 @@ def test_an_attempt_without_a_readable_placement_is_never_resumed(
     counter.unlink()
     assert marin("run", target, "--prefix", prefix, env=env).returncode == 0
     assert iterations(counter) == list(range(101))
+
+
+def _killed_at_55(prefix: str, counter: Path) -> tuple[str, dict[str, str], Path]:
+    """The counting step's runner killed at 55 (``marin run``): the CLI target, the
+    environment and its ``attempt.json``."""
+    from tests.ux.helpers import marin
+
+    target = "tests/reliability/resumable_pipeline.py:counting"
+    env = child_env(MARIN_TEST_COUNTER=str(counter))
+    killed = marin("run", target, "--prefix", prefix, env={**env, "MARIN_TEST_KILL_AT": "55"})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    return target, env, Path(prefix) / "count/v1.marin/attempt.json"
+
+
+def test_an_attempt_naming_an_input_the_step_lacks_is_never_resumed(tmp_path: Path) -> None:
+    """Red team round 16, finding 1: an ``attempt.json`` whose inputs named one the step does
+    not have (planted, or from a version of the step with another dependency) was resumed:
+    only the step's own inputs were compared. Exact input builds are the same set of inputs:
+    the plan says why it is cleared, and the run starts from 0."""
+    from tests.ux.helpers import marin
+
+    prefix, counter = str(tmp_path / "prefix"), tmp_path / "counter"
+    target, env, path = _killed_at_55(prefix, counter)
+    data = json.loads(path.read_text())
+    assert data["inputs"] == {}  # the step has no inputs
+    data["inputs"] = {"ghost@v1": "b" * 32}
+    path.write_text(json.dumps(data))
+    plan = marin("plan", target, "--prefix", prefix, env=env)
+    words = "read other input builds: upstream 'ghost@v1' is not an input of this step"
+    assert "clear: partial output from attempt 1 (" in plan.stdout, plan.stdout + plan.stderr
+    assert words in plan.stdout and "resume:" not in plan.stdout
+    counter.unlink()
+    ran = marin("run", target, "--prefix", prefix, env=env)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert words in ran.stderr and "resume count@v1" not in ran.stderr
+    assert iterations(counter) == list(range(101))  # from 0, not from the checkpoint at 50
+
+
+@pytest.mark.parametrize(
+    ("planted", "why"),
+    [
+        (b'{"number": 1, "fingerp', "not a JSON object: torn, or edited by hand"),
+        (b"[1, 2]", "not a JSON object: torn, or edited by hand"),
+        ({"number": "1"}, "its number is missing or not a whole number above 0"),
+        ({"fingerprint": 7}, "its fingerprint is missing or not a string"),
+        ({"holder": None}, "its holder is missing or not a string"),
+    ],
+)
+def test_the_plan_says_an_unreadable_attempt_is_cleared(
+    tmp_path: Path, planted: bytes | dict[str, Any], why: str
+) -> None:
+    """Red team round 16, finding 2: a torn ``attempt.json``, or one of wrong types, is cleared
+    by the run (its recipe is unknown), but ``marin plan`` said nothing of it. The plan (and
+    ``--json``) says it is cleared, and why, in the words the run logs."""
+    from tests.ux.helpers import marin
+
+    prefix, counter = str(tmp_path / "prefix"), tmp_path / "counter"
+    target, env, path = _killed_at_55(prefix, counter)
+    if isinstance(planted, dict):
+        planted = json.dumps({**json.loads(path.read_text()), **planted}).encode()
+    path.write_bytes(planted)
+    words = f"partial output with an unreadable attempt.json ({why}) is cleared"
+    plan = marin("plan", target, "--prefix", prefix, env=env)
+    assert f"clear: {words}" in plan.stdout, plan.stdout + plan.stderr
+    shown = marin("plan", target, "--prefix", prefix, "--json", env=env)
+    (step,) = [s for s in json.loads(shown.stdout)["steps"] if s.get("resume")]
+    assert step["resume"]["resume"] is False and words in step["resume"]["reason"]
+    counter.unlink()
+    ran = marin("run", target, "--prefix", prefix, env=env)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert f"clear count@v1: {words}" in ran.stderr, ran.stderr[-3000:]
+    assert iterations(counter) == list(range(101))

@@ -151,8 +151,10 @@ class LeaseLostError(MarinError, RuntimeError):
 
 
 class LeaseVanishedError(MarinError, RuntimeError):
-    """A step's lease file was deleted while it built (by its own ``fn``, by hand, or by
-    ``marin unlock``): nobody took over, but the build can no longer prove it is the only one."""
+    """A step's lease file was deleted while it built (by its own ``fn``, by hand, by ``marin
+    unlock``, or by ``marin gc`` reclaiming a build whose lease looked dead: its heartbeat
+    stalled past the TTL): nobody took over, but the build can no longer prove it is the only
+    one."""
 
 
 class InputChangedError(MarinError, RuntimeError):

@@ -39,8 +39,9 @@ from marin.execution.store.location import Location, with_retries
 from marin.execution.store.records import gc_was_deleting, parse_stored_time, read_status_file
 from marin.execution.store.step_folder import (
     Attempt,
+    UnreadableAttempt,
     checkpoint_dir,
-    read_attempt_record,
+    load_attempt,
     remove_attempt,
     write_attempt,
 )
@@ -133,7 +134,7 @@ def verdict_for(
     ``run``: the build's run (``BuildRequest.run``)."""
     if earlier != Leftover.DEBRIS:
         return None  # nothing left, or a committed build that is replaced whole
-    previous = read_attempt_record(location, spec.output_path)
+    previous = load_attempt(location, spec.output_path)
     forced = recipe.step_id in recipe.repaired and not _forced_here(location, spec, previous, run)
     half_deleted = gc_was_deleting(read_status_file(location, spec.output_path))
     verdict = judge(recipe, previous, on_code_drift, spec.fingerprint_payload, forced,
@@ -157,9 +158,11 @@ partial output they leave is the repair's own, so a retry in the same run resume
 clearing it again. Another run forcing the step (a later run of this process) clears it."""
 
 
-def _forced_here(location: Location, spec: StepSpec, previous: Attempt | None, run: str) -> bool:
+def _forced_here(
+    location: Location, spec: StepSpec, previous: Attempt | UnreadableAttempt | None, run: str
+) -> bool:
     """Whether ``previous`` is an attempt the run ``run`` started after forcing the step."""
-    if previous is None or not run:
+    if not isinstance(previous, Attempt) or not run:
         return False
     with _lock:
         started = _started_forced.get((location.url, spec.output_path))

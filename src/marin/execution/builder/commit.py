@@ -100,6 +100,7 @@ from marin.execution.remote.fence import (
 from marin.execution.remote.wait import JobRunning
 from marin.execution.store.identity import Recipe
 from marin.execution.store.lease import (
+    TTL_ENV,
     Heartbeat,
     Lease,
     LeaseInfo,
@@ -1247,8 +1248,7 @@ def _lost(location: Location, spec: StepSpec, lease: Lease) -> LeaseLostError | 
         if status is not None and "marin unlock" not in str(status.get("error", "")):
             return taken
     if gone:
-        what = f"the step's metadata folder {url} was deleted while fn ran (by fn, or by hand)"
-        fix = "write only at the output path, never under its .marin folder; then run again"
+        what, fix = _folder_deleted(url, lease)
     else:
         what = (
             f"the step's lease {location.url_for(lease_path(spec.output_path))} was deleted "
@@ -1256,6 +1256,35 @@ def _lost(location: Location, spec: StepSpec, lease: Lease) -> LeaseLostError | 
         )
         fix = "run again; nothing was committed by this attempt"
     return LeaseVanishedError(what + "; its result is discarded", fix, spec.step_id)
+
+
+GC_RECLAIMS = "reclaims the folder of a build whose lease looked dead"
+KEEP_THE_LEASE = (
+    f"use a longer lease ({TTL_ENV}) and keep its heartbeat renewing it (a process that is not "
+    "paused, suspended or starved of CPU), so that `marin gc` never takes a live build for a "
+    "dead one"
+)
+
+
+def _folder_deleted(url: str, lease: Lease) -> tuple[str, str]:
+    """What and fix of a build whose metadata folder was deleted while ``fn`` ran: by ``marin
+    gc`` reclaiming what looked like a dead build (its lease unrenewed past its TTL: the
+    heartbeat stalled), by ``fn`` itself, or by hand. A lapsed lease names gc first."""
+    what = f"the step's metadata folder {url} was deleted while fn ran"
+    lapsed = time.monotonic() - lease.renewed_at
+    if lease.renewed_at and lapsed > lease.ttl:
+        return (
+            f"{what}: its lease went unrenewed for {lapsed:.0f}s, past its TTL of "
+            f"{lease.ttl:g}s, and `marin gc` {GC_RECLAIMS} (else fn, or someone by hand, "
+            "deleted it)",
+            f"run again (nothing was committed by this attempt); {KEEP_THE_LEASE}",
+        )
+    return (
+        f"{what}: by fn, by hand, or by `marin gc`, which {GC_RECLAIMS} (expired, or its "
+        "holder's process gone)",
+        "run again; fn must write only at the output path, never under its .marin folder; if "
+        f"`marin gc` reclaimed it, {KEEP_THE_LEASE}",
+    )
 
 
 @contextlib.contextmanager

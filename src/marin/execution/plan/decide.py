@@ -85,7 +85,7 @@ from marin.execution.store.records import (
     gc_was_deleting,
     replaced_build,
 )
-from marin.execution.store.step_folder import Attempt
+from marin.execution.store.step_folder import Attempt, UnreadableAttempt
 from marin.execution.vocabulary import Action, StoredStatus
 
 ACTIONS = tuple(Action)
@@ -103,8 +103,9 @@ class Stored:
     status: Mapping[str, Any] | None = None
     foreign: ForeignRecord | None = None
     """A record of another step where this step's record belongs (``record`` is None then)."""
-    attempt: Attempt | None = None
-    """A resumable step's last attempt (``attempt.json``), read only when it has no record."""
+    attempt: Attempt | UnreadableAttempt | None = None
+    """A resumable step's last attempt (``attempt.json``; ``UnreadableAttempt`` when it is there
+    but malformed), read only when it has no record."""
     shared: SharedBuild = NO_SHARED_BUILD
     """Placed in a user's folder with no record there: what its shared placement holds
     (``shared_build``)."""

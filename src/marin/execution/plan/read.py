@@ -27,7 +27,7 @@ from marin.execution.store.records import (
     shared_build,
     status_path,
 )
-from marin.execution.store.step_folder import read_attempt_record
+from marin.execution.store.step_folder import load_attempt
 
 IO_PARALLELISM = 64
 SERIAL_MAX_S = 200e-6
@@ -50,7 +50,7 @@ def read_stored_step(spec: StepSpec, location: Location) -> Stored:
     found = load_record(location, spec.output_path, step=(spec.name, spec.version))
     if isinstance(found, ArtifactRecord):
         return stored_build(location, spec, found)
-    attempt = read_attempt_record(location, spec.output_path) if spec.resumable else None
+    attempt = load_attempt(location, spec.output_path) if spec.resumable else None
     shared = shared_build(location, spec.output_path, spec.user_home)
     return Stored(None, read_attempt(location, spec.output_path), found, attempt, shared)
 

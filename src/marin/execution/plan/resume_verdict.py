@@ -8,8 +8,9 @@ started, its holder and (a remote step) its job. The store names and parses the 
 ``<output>.marin/checkpoints/``) is kept only for a later attempt of the same recipe, which the
 one identity rule says (``store/identity.py``); ``judge`` words it, one pure function used by
 ``marin plan``, ``marin why``, ``build_step`` and any runner that starts attempts elsewhere
-(remote jobs). The file is untrusted data: anything malformed reads as "no attempt record", so
-the partial output is cleared, never resumed on a guess.
+(remote jobs). The file is untrusted data: anything malformed (``UnreadableAttempt``) leaves
+the partial output's recipe unknown, so it is cleared, never resumed on a guess, and the plan
+says so as the run's log does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from marin.execution.digest.config_drift import explain_drift
 from marin.execution.errors import CodeDriftError
 from marin.execution.store.identity import Recipe, claim_of, judge_claim
 from marin.execution.store.records import GC_WAS_DELETING
-from marin.execution.store.step_folder import Attempt
+from marin.execution.store.step_folder import Attempt, UnreadableAttempt
 from marin.execution.vocabulary import Claim, Mismatch
 
 
@@ -79,9 +80,21 @@ def _cleared_first(previous: Attempt, forced: bool, half_deleted: bool) -> str:
     return "" if previous.placement else "it did not record where it was made (placement)"
 
 
+def without_attempt(found: UnreadableAttempt | None) -> ResumeVerdict:
+    """The verdict on a partial output without an attempt record, or beside an
+    ``attempt.json`` that is no attempt (``found``): cleared, its recipe unknown."""
+    if found is None:
+        return ResumeVerdict(False, "partial output without an attempt record is cleared")
+    return ResumeVerdict(
+        False,
+        f"partial output with an unreadable attempt.json ({found.why}) is cleared: the recipe "
+        "that made it is unknown",
+    )
+
+
 def judge(
     recipe: Recipe,
-    previous: Attempt | None,
+    previous: Attempt | UnreadableAttempt | None,
     on_code_drift: str,
     payload: str | None = None,
     forced: bool | None = None,
@@ -96,9 +109,9 @@ def judge(
     that did not record its input builds). A changed code digest follows ``on_code_drift``:
     ``warn`` resumes and says so, ``rebuild`` clears, ``error`` raises ``CodeDriftError`` (at
     plan time: before anything runs). Another world size (``ranks``) resumes, saying so. One
-    ``marin gc`` was deleting (``half_deleted``: its mark) is cleared. Pure."""
-    if previous is None:
-        return ResumeVerdict(False, "partial output without an attempt record is cleared")
+    ``marin gc`` was deleting (``half_deleted``), or with no readable attempt, is cleared. Pure."""
+    if not isinstance(previous, Attempt):
+        return without_attempt(previous)
     which = f"attempt {previous.number} ({previous.age()}"
     forced = recipe.step_id in recipe.repaired if forced is None else forced
     cleared = _cleared_first(previous, forced, half_deleted)

@@ -14,7 +14,9 @@ the recipe at hand. Its verdict:
   it was being rebuilt: their commit is what checks their inputs). Under
   ``on_code_drift="warn"`` a code change is advisory: ours, with a note.
 - **not ours**, with a one-line reason: another placement, config, input build, or (under
-  ``rebuild`` and ``error``) other code.
+  ``rebuild`` and ``error``) other code. An attempt or a job that names an input the step
+  does not have read another set of inputs: not ours either (exact input builds are the
+  same set; a record may also name the builds its adopted data lies in).
 - **unknown**: what the thing claims cannot be compared: it did not record the input builds it
   read (written by an older version), or a code digest is unknown (under ``rebuild`` and
   ``error``). Unknown is never "unchanged": a caller reuses unknown work only where its policy
@@ -261,7 +263,8 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
     can have read (stale, pending its output); a missing input (not built, not rebuilt) leaves
     the claim valid (an intermediate that is pruned), unless ``_gone_input`` says otherwise; an
     input whose build the claim did not record is unknown, unless it is rebuilt (then it
-    changed, as planned).
+    changed, as planned). An attempt or a job naming an input the recipe lacks is stale
+    (``_not_inputs``).
     """
     if recipe.inputs is None:
         return NO_LINEAGE
@@ -299,12 +302,26 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
                 stale.append(f"upstream {dep.step_id} is rebuilt in this run")
             else:
                 stale.append(f"upstream {dep.step_id} was rebuilt after this step")
+    stale += _not_inputs(recipe, claimed)
     if stale:
         only_pending = len(pending) == len(stale)
         return Lineage(LINEAGE_STALE, tuple(stale), tuple(pending) if only_pending else ())
     if unchanged:
         return Lineage(LINEAGE_UNKNOWN if unknown else LINEAGE_OK, unchanged=tuple(unchanged))
     return _UNKNOWN if unknown else _OK  # the common cases, made once
+
+
+def _not_inputs(recipe: Recipe, claimed: Claimed) -> list[str]:
+    """Why an attempt or a job that names inputs the recipe does not have is stale: exact input
+    builds are the same set of inputs (planted, or from another version of the step: never
+    this recipe's). A record may name more (the builds its adopted data lies in, which
+    ``decide`` checks itself), so only non-records are judged here."""
+    if claimed.url or recipe.inputs is None:
+        return []
+    extra = sorted(set(claimed.inputs) - {dep.step_id for dep in recipe.inputs})
+    return [f"upstream {step[:80]!r} is not an input of this step" for step in extra[:3]] + (
+        [f"and {len(extra) - 3} more"] if len(extra) > 3 else []
+    )
 
 
 def _gone_input(dep: Upstream, consumed: str | None) -> str:

@@ -11,10 +11,10 @@ parsed and validated here into typed values (``JobRecord``, ``Attempt``), each s
 recipe it was made for; whether that is the current recipe is ``identity.judge_claim``'s answer.
 
 Everything read here is untrusted (anyone who can write the bucket can plant a file): a
-malformed ``attempt.json`` reads as no attempt (its partial output is cleared, never resumed on a
-guess); a ``job.json`` that cannot be read is ``UnreadableJob``, never "no job", because a job
-it named may still be writing the output. ``marins_own`` says which names in a folder are
-Marin's own files (``gc`` asks it).
+malformed ``attempt.json`` is ``UnreadableAttempt`` (its partial output is cleared, never resumed
+on a guess, and ``marin plan`` says why); a ``job.json`` that cannot be read is
+``UnreadableJob``, never "no job", because a job it named may still be writing the output.
+``marins_own`` says which names in a folder are Marin's own files (``gc`` asks it).
 """
 
 from __future__ import annotations
@@ -452,14 +452,10 @@ class Attempt:
     def parse(cls, raw: bytes) -> Attempt | None:
         """The attempt, or None for anything malformed (never raises)."""
         data = json_object(raw)
-        if data is None:
+        if data is None or attempt_flaw(data):
             return None
-        number, fingerprint = data.get("number"), data.get("fingerprint")
-        started, holder = data.get("started_at"), data.get("holder")
-        if type(number) is not int or number < 1 or not isinstance(fingerprint, str):
-            return None
-        if not isinstance(started, str) or not isinstance(holder, str):
-            return None
+        number, fingerprint = data["number"], data["fingerprint"]
+        started, holder = data["started_at"], data["holder"]
         placement, ranks = data.get("placement"), data.get("ranks")
         if type(ranks) is not int or not 1 <= ranks <= 1 << 30:
             ranks = 0  # not recorded, or not a world size: unknown, never a guess
@@ -487,6 +483,28 @@ class Attempt:
         return f"{int(seconds)}s ago"
 
 
+def attempt_flaw(data: dict[str, Any] | None) -> str:
+    """Why ``attempt.json``'s parsed ``data`` is no attempt ("": it is one): what a torn,
+    hand-edited or planted file lacks, as ``marin plan`` and the run's log name it."""
+    if data is None:
+        return "not a JSON object: torn, or edited by hand"
+    number = data.get("number")
+    if type(number) is not int or number < 1:
+        return "its number is missing or not a whole number above 0"
+    for key in ("fingerprint", "started_at", "holder"):
+        if not isinstance(data.get(key), str):
+            return f"its {key} is missing or not a string"
+    return ""
+
+
+@dataclass(frozen=True)
+class UnreadableAttempt:
+    """An ``attempt.json`` that is there but is no attempt (``why``): the recipe of the partial
+    output beside it is unknown, so that output is cleared, never resumed on a guess."""
+
+    why: str
+
+
 def _payload_of(payload: Any, fingerprint: str) -> str | None:
     """``payload`` when it is the one ``fingerprint`` hashes (the file is untrusted: a planted
     payload would name fields that never changed), else None."""
@@ -499,13 +517,23 @@ def _payload_of(payload: Any, fingerprint: str) -> str | None:
     return payload if digest == fingerprint else None
 
 
-def read_attempt_record(location: Location, output_path: str) -> Attempt | None:
-    """The step's ``attempt.json``, or None when absent or malformed."""
+def load_attempt(location: Location, output_path: str) -> Attempt | UnreadableAttempt | None:
+    """The step's ``attempt.json``: the attempt, ``UnreadableAttempt`` when it is there but
+    malformed (torn, hand-edited, wrong types), or None when absent."""
     try:
         raw = location.read_file(location.path(attempt_path(output_path)))
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
-    return Attempt.parse(raw)
+    found = Attempt.parse(raw)
+    if found is not None:
+        return found
+    return UnreadableAttempt(attempt_flaw(json_object(raw)) or "malformed")
+
+
+def read_attempt_record(location: Location, output_path: str) -> Attempt | None:
+    """The step's ``attempt.json``, or None when absent or malformed."""
+    found = load_attempt(location, output_path)
+    return found if isinstance(found, Attempt) else None
 
 
 def write_attempt(location: Location, output_path: str, attempt: Attempt) -> None:
