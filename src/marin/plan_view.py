@@ -7,14 +7,20 @@ version fields are only ever added, never renamed, removed or retyped
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import Counter
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from marin.execution.builder.clearing import refusal_before_writing
 from marin.execution.builder.lineage.names import artifact_names
+from marin.execution.errors import MarinError
 from marin.execution.pipeline.resources import describe_placement, placement_of
 from marin.execution.plan.decide import ACTIONS, STATUSES, Decision, Plan
+from marin.execution.plan.read import IO_PARALLELISM
 from marin.execution.plan.resume_verdict import ResumeVerdict
 from marin.execution.plan.scope import scope_of
 from marin.execution.plan.sweep_counts import sweep_counts
@@ -25,12 +31,15 @@ from marin.execution.remote.view import (
     job_view,
     other_version_jobs,
 )
+from marin.execution.store.listed_folders import ListedFolders
 from marin.execution.store.location import Location
 from marin.execution.vocabulary import Action, ShownStatus, StoredStatus
 from marin.terminal_text import safe_rich, safe_text
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+log = logging.getLogger("marin")
 
 PLAN_SCHEMA = 1
 SHOWN = tuple(ShownStatus)
@@ -80,8 +89,53 @@ def shown_status(d: Decision) -> ShownStatus:
     return ShownStatus(d.status)
 
 
-def plan_summary(plan: Plan) -> str:
-    """``11 steps: 6 built, 4 drift, 1 pruned; a run would build 0, skip 10, prune 1``.
+Refusals = Mapping[str, MarinError]
+"""By output path: the error a run raises for a step the plan builds, before writing anything."""
+
+
+def build_refusals(plan: Plan, location: Location) -> dict[str, MarinError]:
+    """What a run refuses to build, of the steps the plan builds, and why (by output path):
+    another step's record in the way (``Decision.refused``), or a rule a build asks before it
+    writes anything (``refusal_before_writing``: inside another step's output, data Marin
+    never wrote, a registered build, ...). Only steps decided ``build`` are looked at, so a
+    plan of a built pipeline reads nothing more; each folder above them is listed once
+    (``ListedFolders``), however many steps share it. Advisory: a look that fails to read
+    shows nothing (the run will say)."""
+    listed = ListedFolders(location)
+    building = [d for d in plan.decisions.values() if d.action == Action.BUILD]
+    slow = not (location.is_local or location.is_memory) and len(building) > 1
+    if slow:  # an object store: the steps' reads overlap, the listings are still once each
+        with ThreadPoolExecutor(min(IO_PARALLELISM, len(building)), "marin-refusals") as pool:
+            found = dict(pool.map(lambda d: _refusal(d, location, listed), building))
+    else:
+        found = dict(_refusal(d, location, listed) for d in building)
+    return {path: refusal for path, refusal in found.items() if refusal is not None}
+
+
+def _refusal(
+    d: Decision, location: Location, listed: ListedFolders
+) -> tuple[str, MarinError | None]:
+    """``d``'s output path, with the refusal a run raises for it (None: none, or unreadable)."""
+    path = d.spec.output_path
+    refused = d.refused()
+    if refused is not None:
+        return path, refused
+    try:
+        return path, refusal_before_writing(
+            location, d.spec, d.record, d.stored_status, listed.exists
+        )
+    except OSError as exc:  # storage that cannot be read (a StorageError too): nothing to say
+        log.debug("could not look at %s before a run: %s", d.spec.step_id, exc)
+    except MarinError as exc:
+        return path, exc  # a manifest a build cannot trust: a run raises it too
+    except Exception as exc:  # advisory: never fails the plan
+        log.debug("could not look at %s before a run: %s", d.spec.step_id, exc)
+    return path, None
+
+
+def plan_summary(plan: Plan, refused: Refusals | None = None) -> str:
+    """``11 steps: 6 built, 4 drift, 1 pruned; a run would build 0, skip 10, prune 1``, with
+    ``build 2 (1 refused)`` when a run refuses to build a step it builds (``refused``).
 
     The statuses are those of the table, so each one belongs to one action and the two halves
     count the same steps two ways, never one thing in both."""
@@ -89,7 +143,7 @@ def plan_summary(plan: Plan) -> str:
     counts = Counter(shown_status(d) for d in decisions)
     actions = Counter(d.action for d in decisions)
     parts = [f"{counts[s]} {'to run' if s == ShownStatus.RUN else s}" for s in SHOWN if counts[s]]
-    would = [f"build {actions[Action.BUILD]}"]
+    would = [f"build {actions[Action.BUILD]}" + (f" ({len(refused)} refused)" if refused else "")]
     would += [f"{a} {actions[a]}" for a in (Action.SKIP, Action.PRUNE) if actions[a]]
     return f"{len(decisions)} steps: " + ", ".join(parts) + "; a run would " + ", ".join(would)
 
@@ -105,7 +159,9 @@ def would_change_anything(plan: Plan) -> bool:
 
 
 def plan_json(plan: Plan, location: Location) -> dict[str, Any]:
+    """The plan as ``marin plan --json`` prints it (docs/plan-json.md)."""
     decisions = list(plan.decisions.values())
+    refused = build_refusals(plan, location)
     counts = Counter(d.status for d in decisions)
     actions = Counter(d.action for d in decisions)
     return {
@@ -123,8 +179,13 @@ def plan_json(plan: Plan, location: Location) -> dict[str, Any]:
             "actions": {a: actions[a] for a in ACTIONS},
             # Steps whose code changed since their record, whatever a run does with them.
             "code_drift": sum(1 for d in decisions if d.code_drift),
+            # Steps a run would build, and refuses to before writing anything.
+            "refused": len(refused),
         },
-        "steps": [_step_json(d, location, _scoped(plan), plan) for d in decisions],
+        "steps": [
+            _step_json(d, location, _scoped(plan), plan, refused.get(d.spec.output_path))
+            for d in decisions
+        ],
         **_sweep_json(plan),
     }
 
@@ -134,7 +195,9 @@ def _sweep_json(plan: Plan) -> dict[str, Any]:
     return {} if counts is None else {"sweep": counts.to_json()}
 
 
-def _step_json(d: Decision, location: Location, scoped: bool, plan: Plan) -> dict[str, Any]:
+def _step_json(
+    d: Decision, location: Location, scoped: bool, plan: Plan, refused: MarinError | None
+) -> dict[str, Any]:
     return {
         "step": d.spec.step_id,
         "name": d.spec.name,
@@ -174,7 +237,14 @@ def _step_json(d: Decision, location: Location, scoped: bool, plan: Plan) -> dic
         **({"job": job} if (job := _job(d, location, plan)) is not None else {}),
         # Only for a remote step with a job of another version still running (issue 53.10).
         **({"other_jobs": others} if (others := _other_jobs(d, location)) else {}),
+        # Only for a step a run would build and refuses to (build_refusals): the run's error.
+        **({"refusal": refusal_json(refused)} if refused is not None else {}),
     }
+
+
+def refusal_json(refused: MarinError) -> dict[str, str]:
+    """A run's refusal in ``plan --json``: the error's type, what is wrong and the fix."""
+    return {"error": type(refused).__name__, "what": refused.what, "fix": refused.fix}
 
 
 def _scoped(plan: Plan) -> bool:
@@ -250,9 +320,11 @@ def plan_table(
     width = width or terminal_width()
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     columns = _add_columns(table, width, _scoped(plan))
+    refused = build_refusals(plan, location)
     for state in plan.decisions.values():
-        shown = shown_status(state)
-        cells = _row_cells(state, location, columns, plan)
+        refusal = refused.get(state.spec.output_path)
+        shown = ShownStatus.FOREIGN if refusal is not None else shown_status(state)
+        cells = _row_cells(state, location, columns, plan, refusal)
         table.add_row(*cells, style=STYLES[shown] if color else None)
     lines = _render(table, width, color)
     where = (
@@ -261,7 +333,7 @@ def plan_table(
     head = f"prefix: {safe_text(location.url)} ({where})\n" + codex_note(plan)
     counts = sweep_counts(plan)
     sweep = "" if counts is None else counts.line() + "\n"
-    return head + "\n".join(lines) + "\n" + plan_summary(plan) + "\n" + sweep
+    return head + "\n".join(lines) + "\n" + plan_summary(plan, refused) + "\n" + sweep
 
 
 @dataclass(frozen=True)
@@ -296,9 +368,14 @@ def _add_columns(table: Table, width: int, scoped: bool) -> _Columns:
     return _Columns(fingerprint=with_fingerprint, output=with_output, scope=scoped)
 
 
-def _reason_lines(state: Decision, location: Location, plan: Plan) -> str:
-    """The reason cell: the reason, then drift, code drift, resume and a remote job, one a line."""
+def _reason_lines(
+    state: Decision, location: Location, plan: Plan, refused: MarinError | None = None
+) -> str:
+    """The reason cell: the reason, then a run's refusal, drift, code drift, resume and a remote
+    job, one a line."""
     reason = safe_text(state.reason)
+    if refused is not None:
+        reason += f"\n  a run refuses it: {safe_text(refused.what)}: {safe_text(refused.fix)}"
     if state.drift:
         reason += "".join(f"\n  {safe_text(line)}" for line in state.drift)
     if state.code_drift:
@@ -313,12 +390,19 @@ def _reason_lines(state: Decision, location: Location, plan: Plan) -> str:
     return reason
 
 
-def _row_cells(state: Decision, location: Location, columns: _Columns, plan: Plan) -> list[str]:
-    """One step's row, cell by cell, for the columns the table has."""
+def _row_cells(
+    state: Decision,
+    location: Location,
+    columns: _Columns,
+    plan: Plan,
+    refused: MarinError | None = None,
+) -> list[str]:
+    """One step's row, cell by cell, for the columns the table has (a step a run refuses to
+    build wears ``foreign``'s mark)."""
     placement = describe_placement(state.spec)
     shown = shown_status(state)
     return [
-        SYMBOLS[shown],
+        SYMBOLS[ShownStatus.FOREIGN if refused is not None else shown],
         state.action,
         shown,
         safe_rich(
@@ -328,7 +412,7 @@ def _row_cells(state: Decision, location: Location, columns: _Columns, plan: Pla
         *([state.spec.fingerprint[:12]] if columns.fingerprint else []),
         *([safe_rich(state.spec.output_path)] if columns.output else []),
         *([safe_rich(" -> ".join(scope_of(state.spec)))] if columns.scope else []),
-        safe_rich(_reason_lines(state, location, plan), keep_newlines=True),
+        safe_rich(_reason_lines(state, location, plan, refused), keep_newlines=True),
     ]
 
 

@@ -4,13 +4,25 @@ there, literally (never a glob), never another step's metadata, never an adopted
 build (``refuse_frozen``). ``build_step`` asks before it takes the lease
 (``output_left_by_marin``), and its lease holder clears (``earlier_attempt``,
 ``check_clearable``, ``clear_output``).
+
+Each rule is one function that returns its refusal (``inside_another``, ``adopted_data``,
+``output_not_marins``, ``frozen_build``, ``metadata_inside``): a build raises it (the
+``refuse_*`` forms), and ``marin plan`` shows it before any run (``refusal_before_writing``,
+which asks them as a build does, through a plan's memoized listings).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from marin.execution.errors import AdoptedDataError, RegisteredBuildFrozenError, StorageError
+from marin.execution.errors import (
+    AdoptedDataError,
+    MarinError,
+    RegisteredBuildFrozenError,
+    StorageError,
+)
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.store.lease import Lease, read_lease
@@ -29,40 +41,109 @@ from marin.execution.store.step_folder import (
     RECORD_FILE,
     STATUS_FILE,
     has_adoption_mark,
+    lease_path,
     names_adoption,
 )
 from marin.execution.vocabulary import Leftover
 
 log = logging.getLogger("marin")
 
+Exists = Callable[[str], bool]
+"""Whether anything is at a path below the prefix (relative to it): ``exists_in`` for a build,
+a plan's memoized listings (``ListedFolders.exists``) for its advisory look."""
+
+
+def exists_in(location: Location) -> Exists:
+    """``location.exists`` for paths relative to its prefix: a build's own look."""
+    return lambda relative: location.exists(location.path(relative))
+
+
+def refusal_before_writing(
+    location: Location,
+    spec: StepSpec,
+    record: ArtifactRecord | None,
+    status: Mapping[str, Any] | None,
+    exists: Exists,
+) -> MarinError | None:
+    """What a build of ``spec`` would be refused with, having written nothing, given what a
+    plan read (``record``: its committed record; ``status``: its status, read without one);
+    None when no rule of this module refuses it. The rules, asked in ``build_step``'s order:
+    before the lease, inside another step's output and adopted data (``_build``), then data
+    Marin never wrote (``output_left_by_marin``); under the lease, a registered build, adopted
+    data with what an earlier attempt left, and another step's metadata in the output
+    (``_build_holding``). Read only: ``marin plan`` shows the refusal a run would raise.
+
+    Raises:
+        OSError: a read failed.
+        ArtifactRegistryError: a manifest a freeze mark lists cannot be trusted (as a build
+            would raise).
+    """
+    refusal: MarinError | None = inside_another(location, spec, exists) or adopted_data(
+        location, spec, record, False, exists
+    )
+    if refusal is not None:
+        return refusal
+    seen, refusal = output_not_marins(location, spec, exists)
+    if refusal is not None:
+        return refusal
+    leftover = record is not None or status is not None or seen
+    leftover = leftover or _metadata_left(location, spec, exists)
+    return (
+        frozen_build(location, spec, record, leftover)
+        or adopted_data(location, spec, record, leftover, exists)
+        or (metadata_inside(location, spec) if leftover else None)
+    )
+
+
+def _metadata_left(location: Location, spec: StepSpec, exists: Exists) -> bool:
+    """Whether a record, status or lease is beside the output, for a plan that read neither a
+    record nor a status there (a torn record, a lease alone): what ``earlier_attempt`` counts
+    as an earlier attempt's (a lease is taken over, or its holder leaves a record or status).
+    """
+    if not exists(metadata_dir(spec.output_path)):
+        return False  # a new step's: no read
+    lease = location.has_file(location.path(lease_path(spec.output_path)))
+    return lease or bool(metadata_files(location, spec.output_path))
+
 
 def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
     """Whether something is at the output path; fail, having written nothing, if it is not
-    provably Marin's.
-
-    An output path may be cleared only when Marin provably wrote there: its metadata folder
-    beside it (``<output>.marin/``: a record, a status, a lease, a log). Checked before the lease
-    is taken, so that a held or taken-over lease is itself that proof (``earlier_attempt``):
-    any attempt that held it had passed this check. ``memory://`` lives in this process, where
-    only its own code writes: it answers False, and only a record, status or taken-over lease
-    clears there (so a build whose record was deleted by hand is rebuilt in place, as on disk,
-    where the emptied metadata folder stays).
+    provably Marin's (``output_not_marins``).
 
     Raises:
         StorageError: something is there that Marin did not write.
     """
+    seen, refusal = output_not_marins(location, spec, exists_in(location))
+    if refusal is not None:
+        raise refusal
+    return seen
+
+
+def output_not_marins(
+    location: Location, spec: StepSpec, exists: Exists
+) -> tuple[bool, StorageError | None]:
+    """Whether something is at the output path, and the refusal when it is not provably
+    Marin's (None: nothing there, or Marin's).
+
+    An output path may be cleared only when Marin provably wrote there: its metadata folder
+    beside it (``<output>.marin/``: a record, a status, a lease, a log). Asked before the lease
+    is taken, so that a held or taken-over lease is itself that proof (``earlier_attempt``):
+    any attempt that held it had passed this check. ``memory://`` lives in this process, where
+    only its own code writes: nothing is seen there, and only a record, status or taken-over
+    lease clears there (so a build whose record was deleted by hand is rebuilt in place, as on
+    disk, where the emptied metadata folder stays).
+    """
     if location.is_memory or spec.source is not None:
-        return False  # an adopted step writes nothing there (see clear_output)
-    out = location.path(spec.output_path)
-    if not location.exists(out):
-        return False  # the common first build: nothing there
+        return False, None  # an adopted step writes nothing there (see clear_output)
+    if not exists(spec.output_path):
+        return False, None  # the common first build: nothing there
     folder = metadata_dir(spec.output_path).rsplit("/", 1)[-1]
     why = f"no {folder} folder beside it"
-    if location.exists(location.path(metadata_dir(spec.output_path))):
+    if exists(metadata_dir(spec.output_path)):
         why = _proves_nothing(location, spec.output_path)
         if not why:
-            return True
-    raise StorageError(
+            return True, None
+    return True, StorageError(
         f"output path {location.url_for(spec.output_path)} already exists and was not "
         f"written by Marin ({why})",
         "move it away (or delete it yourself), then run again; Marin never deletes "
@@ -93,27 +174,41 @@ def refuse_clearing_adopted(
     location: Location, spec: StepSpec, previous: ArtifactRecord | None, leftover: bool
 ) -> None:
     """Refuse, before anything is written, to build over an adopted step's output path that
-    holds data (adopted in place, or put there since): an adoption writes only its record,
-    so whatever is there is not Marin's to clear. Nothing is refused when the path is empty
-    (the data is elsewhere), nor for another adoption (it clears nothing). With no record
-    (``previous`` None: torn or deleted) and something left there (``leftover``), the mark an
-    adoption writes before its record (``adopted.json``) refuses too.
+    holds data (``adopted_data``).
 
     Raises:
         AdoptedDataError: the step's current record is an adoption, or it has none and the
             adoption mark is there, and its output path holds data.
     """
+    refusal = adopted_data(location, spec, previous, leftover, exists_in(location))
+    if refusal is not None:
+        raise refusal
+
+
+def adopted_data(
+    location: Location,
+    spec: StepSpec,
+    previous: ArtifactRecord | None,
+    leftover: bool,
+    exists: Exists,
+) -> AdoptedDataError | None:
+    """Why a build must not clear the output path, when it holds an adopted step's data
+    (adopted in place, or put there since): an adoption writes only its record, so whatever
+    is there is not Marin's to clear. None when the path is empty (the data is elsewhere), or
+    for another adoption (it clears nothing). With no record (``previous`` None: torn or
+    deleted) and something left there (``leftover``), the mark an adoption writes before its
+    record (``adopted.json``) refuses too."""
     if spec.source is not None:
-        return
+        return None
     adopted = previous is not None and previous.source is not None
     # A record that is torn or gone (None) says nothing: the mark an adoption wrote before
     # its record does. Beside a build's record, a mark is an older adoption's, moot.
     if not adopted and not (
         previous is None and leftover and has_adoption_mark(location, spec.output_path)
     ):
-        return
-    if not location.exists(location.path(spec.output_path)):
-        return
+        return None
+    if not exists(spec.output_path):
+        return None
     out = location.url_for(spec.output_path)
     if previous is None or previous.source is None:
         mark = f"{metadata_dir(spec.output_path)}/{ADOPTED_FILE}"
@@ -122,7 +217,7 @@ def refuse_clearing_adopted(
         held = f"data it adopted in place (its record's source is {previous.source})"
     else:
         held = f"data put there since it was adopted from {previous.source}"
-    raise AdoptedDataError(
+    return AdoptedDataError(
         f"{spec.step_id} is now built, but its output path {out} holds {held}; building "
         "would delete that data, which Marin never wrote",
         f"bump {spec.name}'s version (the data stays where it is), or move the data away "
@@ -149,27 +244,41 @@ def earlier_attempt(present: set[str], lease: Lease, output_seen: bool) -> Lefto
 def refuse_frozen(
     location: Location, spec: StepSpec, committed: ArtifactRecord | None, leftover: bool
 ) -> None:
-    """Refuse, before anything is cleared or written, to replace the ``committed`` build in
-    place when ``marin register`` released it (its freeze mark and a manifest name it). Asked
-    by the lease holder, which ``marin register`` also takes: free when nothing is there, else
-    the mark (and, when it names the build, its manifests). With no readable record
-    (``committed`` None: torn or deleted) but something left at the output (``leftover``:
-    ``earlier_attempt`` found it), a mark and a manifest naming this step's output still freeze
-    the build stored there.
+    """Refuse, before anything is cleared or written, to replace a registered build in place
+    (``frozen_build``). Asked by the lease holder, which ``marin register`` also takes.
 
     Raises:
         RegisteredBuildFrozenError: the stored build is registered (final: never retried).
         ArtifactRegistryError: a manifest the mark lists cannot be trusted.
         StorageError: storage kept failing.
     """
+    refusal = frozen_build(location, spec, committed, leftover)
+    if refusal is not None:
+        raise refusal
+
+
+def frozen_build(
+    location: Location, spec: StepSpec, committed: ArtifactRecord | None, leftover: bool
+) -> RegisteredBuildFrozenError | None:
+    """Why the ``committed`` build may not be replaced in place: ``marin register`` released
+    it (its freeze mark and a manifest name it); None when it may. Free when nothing is
+    there, else the mark (and, when it names the build, its manifests). With no readable
+    record (``committed`` None: torn or deleted) but something left at the output
+    (``leftover``: ``earlier_attempt`` found it), a mark and a manifest naming this step's
+    output still freeze the build stored there.
+
+    Raises:
+        ArtifactRegistryError: a manifest the mark lists cannot be trusted.
+        StorageError: storage kept failing.
+    """
     if committed is None and not leftover and not location.is_memory:
-        return  # a first build: nothing to freeze, and no read (memory:// sees no leftover)
+        return None  # a first build: nothing to freeze, and no read (memory:// sees no leftover)
     ids = frozen_ids(location, spec.output_path, committed, spec.step_id)
     if not ids:
-        return
+        return None
     build = f"build {committed.build_id}" if committed is not None else "build"
     damaged = "" if committed is not None else " (its record is unreadable or gone)"
-    raise RegisteredBuildFrozenError(
+    return RegisteredBuildFrozenError(
         f"the {build} at {location.url_for(spec.output_path)}{damaged} is registered "
         f"as {', '.join(ids)}: this run would rebuild it in place (--force, a drift rebuild, "
         "a rebuilt input or a lost record); nothing was cleared or written",
@@ -180,46 +289,65 @@ def refuse_frozen(
 
 
 def check_clearable(location: Location, spec: StepSpec) -> None:
-    """Refuse, before anything is written, to clear a folder holding another step's metadata.
+    """Refuse, before anything is written, to clear a folder holding another step's metadata
+    (``metadata_inside``).
 
     Raises:
         StorageError: the output path holds another step's metadata folder.
     """
+    refusal = metadata_inside(location, spec)
+    if refusal is not None:
+        raise refusal
+
+
+def metadata_inside(location: Location, spec: StepSpec) -> StorageError | None:
+    """Why the output path may not be cleared: it holds another step's metadata folder (one
+    listing of everything under it); None when it may."""
     if spec.source is not None:
-        return  # nothing is cleared (clear_output), and its data may be large
+        return None  # nothing is cleared (clear_output), and its data may be large
     out = location.path(spec.output_path)
     foreign = _foreign_metadata(out, location.list_tree(out))
-    if foreign is not None:
-        raise StorageError(
-            f"output path {location.url_for(spec.output_path)} holds another step's "
-            f"metadata ({foreign}); clearing it would delete that step's artifact",
-            "rename one of the two steps so that neither output is inside the other",
-            spec.step_id,
-        )
+    if foreign is None:
+        return None
+    return StorageError(
+        f"output path {location.url_for(spec.output_path)} holds another step's "
+        f"metadata ({foreign}); clearing it would delete that step's artifact",
+        "rename one of the two steps so that neither output is inside the other",
+        spec.step_id,
+    )
 
 
 def refuse_inside_another(location: Location, spec: StepSpec) -> None:
-    """Refuse, before anything is written, to build inside another step's output (a folder
-    ``A`` above the output with ``A.marin`` beside it): the build would change that step's
-    committed artifact, and deleting that step (gc) would delete this build. ``lower()``
-    refuses this within one graph; this catches two pipelines on one prefix.
+    """Refuse, before anything is written, to build inside another step's output
+    (``inside_another``).
 
     Raises:
         StorageError: the output lies inside another step's output.
     """
+    refusal = inside_another(location, spec, exists_in(location))
+    if refusal is not None:
+        raise refusal
+
+
+def inside_another(location: Location, spec: StepSpec, exists: Exists) -> StorageError | None:
+    """Why the step may not be built: its output lies inside another step's output (a folder
+    ``A`` above the output with ``A.marin`` beside it), so the build would change that step's
+    committed artifact, and deleting that step (gc) would delete this build; None when it does
+    not. ``lower()`` refuses this within one graph; this catches two pipelines on one prefix."""
     # An adopted step's build writes only its record, but that record (beside its output
     # path) would still lie inside the other step's artifact: refused the same way.
     parts = spec.output_path.split("/")
     for end in range(1, len(parts)):
         outer = "/".join(parts[:end])
-        if location.exists(location.path(metadata_dir(outer))):
-            raise StorageError(
+        if exists(metadata_dir(outer)):
+            return StorageError(
                 f"output path {location.url_for(spec.output_path)} lies inside another "
                 f"step's output {location.url_for(outer)} (its metadata {outer}"
                 f"{METADATA_SUFFIX} is there); building it would change that step's artifact",
                 "rename one of the two steps so that neither output is inside the other",
                 spec.step_id,
             )
+    return None
 
 
 def clear_output(location: Location, spec: StepSpec, built: bool) -> None:

@@ -19,7 +19,11 @@ The rule, per step:
 A record of another step at a step's path (``foreign``: copied there, say) is never served, and
 never replaced: a step that would be built over one is decided ``build`` with a ``refusal``,
 which ``build_step`` raises before it writes anything; the other steps go on as after any
-failed step. Not needed, such a step is pruned.
+failed step. Not needed, such a step is pruned. What else a build refuses before writing
+anything depends on what lies around its output path (``builder/clearing.py``'s rules: inside
+another step's output, data Marin never wrote, a registered build), which ``decide`` never
+reads: ``marin plan`` asks those rules of the steps decided ``build``
+(``plan_view.build_refusals``).
 
 Under ``on_drift="error"`` a drifted step raises ``DriftError``, wherever it sits in the graph.
 
@@ -174,9 +178,18 @@ class Decision:
         stored = Stored(self.record, self.stored_status, shared=self.shared)
         return stored.as_upstream(self.spec.step_id, rebuilt)
 
+    def refused(self) -> ForeignRecordError | None:
+        """The error ``build_step`` raises for ``refusal``, before writing anything (None
+        without one)."""
+        if self.refusal is None:
+            return None
+        return ForeignRecordError(*self.refusal, self.spec.step_id)
+
     def raise_if_refused(self) -> None:
-        if self.refusal is not None:
-            raise ForeignRecordError(*self.refusal, self.spec.step_id)
+        """Raise ``refused()``, if any."""
+        refused = self.refused()
+        if refused is not None:
+            raise refused
 
     @property
     def served_with_warning(self) -> bool:

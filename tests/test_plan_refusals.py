@@ -1,0 +1,200 @@
+"""Red team r16-2: ``marin plan`` said ``build ... new`` for steps a run then refuses to build,
+having written nothing (``builder/clearing.py``'s rules: inside another step's output, data
+Marin never wrote, another step's metadata in the output, a registered build). The plan names
+the run's refusal, in the table and in ``--json`` (``refusal``), and the run refuses with it.
+
+Two pipelines on one prefix: no one graph's ``lower()`` sees the clash, only storage does.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from marin.cli import main
+from marin.execution.store.location import open_prefix
+from marin.execution.store.records import write_status
+from tests.reliability.faulty_fs import FAULTS
+from tests.ux.helpers import ROOT, marin
+
+PIPELINES = str(ROOT / "tests" / "plan_refusal_pipelines.py")
+OPS = ("ls", "exists", "info", "cat_file", "open")
+
+
+def _plan(target: str, prefix: Path, *more: str) -> tuple[str, dict[str, Any]]:
+    """``marin plan`` of ``target``: the table, and ``--json``."""
+    args = ("--prefix", str(prefix), *more)
+    table = marin("plan", f"{PIPELINES}:{target}", *args, env={"COLUMNS": "2000"})
+    assert table.returncode == 0, table.stderr
+    data = marin("plan", f"{PIPELINES}:{target}", *args, "--json")
+    assert data.returncode == 0, data.stderr
+    return table.stdout, json.loads(data.stdout)
+
+
+def _refused(target: str, prefix: Path, *more: str) -> tuple[dict[str, Any], str]:
+    """The one step ``marin plan`` says a run refuses to build (its ``--json``) and its table
+    row's text, checked against what ``marin run`` then says, having written nothing."""
+    table, data = _plan(target, prefix, *more)
+    refused = [s for s in data["steps"] if "refusal" in s]
+    assert len(refused) == 1 and data["summary"]["refused"] == 1, data["steps"]
+    step = refused[0]
+    assert step["action"] == "build" and step["refusal"]["fix"], step
+    what, fix = step["refusal"]["what"], step["refusal"]["fix"]
+    assert f"a run refuses it: {what}: {fix}" in table
+    assert "(1 refused)" in table
+    before = sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*"))
+    ran = marin("run", f"{PIPELINES}:{target}", "--prefix", str(prefix), *more)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert f"error: {what} (step {step['step']}): {fix}" in ran.stderr
+    after = sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*"))
+    output = step["output_path"][len(str(prefix)) + 1 :]
+    new = [p for p in after if p not in before and p.startswith(output)]
+    assert [p for p in new if not p.endswith(".guard")] == []  # a lease's guard, if it took one
+    return step, table
+
+
+@pytest.mark.parametrize(
+    "target, inside",
+    [
+        ("pinned_inside", "corpus/v1/sub"),  # pinned inside another pipeline's build
+        ("nested", "corpus/v1/v0"),  # named so that its output lies in that build
+    ],
+)
+def test_a_step_inside_another_pipelines_build_is_planned_as_refused(
+    tmp_path: Path, target: str, inside: str
+) -> None:
+    prefix = tmp_path / "p"
+    assert marin("run", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
+    step, _ = _refused(target, prefix)
+    assert step["output_path"] == f"{prefix}/{inside}"
+    assert "lies inside another step's output" in step["refusal"]["what"]
+    assert "corpus/v1.marin is there" in step["refusal"]["what"]
+    assert step["refusal"]["error"] == "StorageError"
+    assert (prefix / "corpus/v1/data.txt").read_text() == "corpus"
+    assert sorted(p.name for p in (prefix / "corpus/v1").iterdir()) == ["data.txt"]
+
+
+@pytest.mark.parametrize("record", ["kept", "deleted", "torn"])
+def test_a_build_over_adopted_data_is_planned_as_refused(tmp_path: Path, record: str) -> None:
+    """``raw@v1`` adopted in place, then made a built step: its data is not Marin's to
+    clear, whether the adoption's record is there or only its mark (``adopted.json``)."""
+    prefix = tmp_path / "p"
+    (prefix / "raw/v1").mkdir(parents=True)
+    (prefix / "raw/v1/data.txt").write_text("PRECIOUS")
+    assert marin("run", f"{PIPELINES}:raw_adopted", "--prefix", str(prefix)).returncode == 0
+    stored = prefix / "raw/v1.marin/record.json"
+    if record == "deleted":
+        stored.unlink()
+    elif record == "torn":
+        stored.write_bytes(stored.read_bytes()[:100])
+    step, _ = _refused("raw_built", prefix)
+    assert step["refusal"]["error"] == "AdoptedDataError"
+    held = {
+        "kept": "holds data it adopted in place",
+        "deleted": "left there, never Marin's (raw/v1.marin/adopted.json says so)",
+        "torn": "left there, never Marin's (raw/v1.marin/adopted.json says so)",
+    }[record]
+    assert held in step["refusal"]["what"]
+    assert [p.name for p in (prefix / "raw/v1").iterdir()] == ["data.txt"]
+    # Moved away, the data no longer stops a build: the plan says a plain build, and it is.
+    shutil.move(prefix / "raw/v1", tmp_path / "moved")
+    table, data = _plan("raw_built", prefix)
+    assert "refusal" not in data["steps"][0] and "refuses" not in table
+    assert marin("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix)).returncode == 0
+    assert (tmp_path / "moved/data.txt").read_text() == "PRECIOUS"
+
+
+def test_data_marin_never_wrote_is_planned_as_refused(tmp_path: Path) -> None:
+    prefix = tmp_path / "p"
+    (prefix / "raw/v1").mkdir(parents=True)
+    (prefix / "raw/v1/data.txt").write_text("theirs")
+    step, _ = _refused("raw_built", prefix)
+    assert "already exists and was not written by Marin" in step["refusal"]["what"]
+    assert "ArtifactStep.adopt('raw', 'v1', 'raw/v1')" in step["refusal"]["fix"]
+
+
+def test_a_build_over_another_steps_metadata_is_planned_as_refused(tmp_path: Path) -> None:
+    """``team@exp`` failed once (its status says Marin was there), and ``team/exp@v0`` was
+    built inside its output since: clearing it would delete that build."""
+    prefix = tmp_path / "p"
+    assert marin("run", f"{PIPELINES}:inner", "--prefix", str(prefix)).returncode == 0
+    write_status(open_prefix(str(prefix)), "team/exp", "FAILED", error="an earlier attempt")
+    step, _ = _refused("outer", prefix)
+    assert "holds another step's metadata" in step["refusal"]["what"]
+    assert "team/exp/v0.marin/" in step["refusal"]["what"]
+    assert (prefix / "team/exp/v0/data.txt").read_text() == "inner"
+
+
+def test_a_registered_build_forced_is_planned_as_refused(tmp_path: Path) -> None:
+    prefix = tmp_path / "p"
+    args = ("--prefix", str(prefix))
+    assert marin("run", f"{PIPELINES}:corpus", *args).returncode == 0
+    assert marin("register", "corpus@v1", "--id", "team/corpus/r1", *args).returncode == 0
+    table, data = _plan("corpus", prefix)  # served: nothing to refuse
+    assert data["summary"]["refused"] == 0 and "refuses" not in table
+    step, _ = _refused("corpus", prefix, "--force", "corpus")
+    assert step["refusal"]["error"] == "RegisteredBuildFrozenError"
+    assert "is registered as team/corpus/r1" in step["refusal"]["what"]
+
+
+@pytest.fixture
+def faulty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A ``faulty://`` prefix (the local disk, as an object store is asked: through fsspec),
+    counting each operation by name; its local path."""
+    FAULTS.clear()
+    monkeypatch.setattr("marin.execution.store.location.RETRY_BASE_DELAY", 0.001)
+    for op in OPS:
+        FAULTS.add(op, ".", times=0)  # never fails: counts
+    yield tmp_path / "p"
+    FAULTS.clear()
+
+
+def _counted_plan(target: str, prefix: Path, capsys: pytest.CaptureFixture[str]) -> Counter[str]:
+    """The storage operations of one ``marin plan`` in this process, by name."""
+    for rule in FAULTS.rules:
+        rule.seen = 0
+    capsys.readouterr()
+    assert main(["plan", f"{PIPELINES}:{target}", "--prefix", f"faulty://{prefix}"]) == 0
+    return Counter({next(iter(r.ops)): r.seen for r in FAULTS.rules if r.times == 0})
+
+
+def test_a_plan_of_many_new_steps_lists_each_folder_above_them_once(
+    faulty: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """41 new steps under ``wide/``, beside a folder there: the look for refusals lists the
+    prefix and ``wide`` (the only folders above them that exist), and nothing else; a plan of
+    the built pipeline reads nothing more than without the look."""
+    (faulty / "wide/keep").mkdir(parents=True)
+    with_look = _counted_plan("many", faulty, capsys)
+    assert "41 steps: 41 to run; a run would build 41\n" in capsys.readouterr().out
+    monkeypatch.setattr("marin.plan_view.build_refusals", lambda plan, location: {})
+    without = _counted_plan("many", faulty, capsys)
+    extra = with_look - without
+    assert extra == Counter(ls=2), (with_look, without)
+    monkeypatch.undo()
+    monkeypatch.setattr("marin.execution.store.location.RETRY_BASE_DELAY", 0.001)
+    assert main(["run", f"{PIPELINES}:many", "--prefix", f"faulty://{faulty}"]) == 0
+    built_with_look = _counted_plan("many", faulty, capsys)
+    monkeypatch.setattr("marin.plan_view.build_refusals", lambda plan, location: {})
+    assert built_with_look == _counted_plan("many", faulty, capsys)
+
+
+def test_a_look_that_cannot_read_never_fails_the_plan(
+    faulty: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Advisory: every listing fails, so the plan shows the step as planned, and exits 0."""
+    assert main(["run", f"{PIPELINES}:corpus", "--prefix", f"faulty://{faulty}"]) == 0
+    FAULTS.add("ls", ".", times=None)
+    capsys.readouterr()
+    assert main(["plan", f"{PIPELINES}:pinned_inside", "--prefix", f"faulty://{faulty}"]) == 0
+    out = capsys.readouterr().out
+    assert "a run would build 2\n" in out and "refuses" not in out
+    assert FAULTS.injected["ls"] > 0
+    FAULTS.rules.pop()
+    assert main(["plan", f"{PIPELINES}:pinned_inside", "--prefix", f"faulty://{faulty}"]) == 0
+    assert "a run would build 2 (1 refused)" in capsys.readouterr().out
