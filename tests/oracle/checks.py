@@ -41,7 +41,9 @@ FINDINGS: dict[str, str] = {
     "wrong-artifact:below-unfinished-rebuild": "new (a rebuild that failed or was killed "
     "deletes the record that made its readers stale; they are then served as current, also "
     "under rebuild/rebuild)",
-    "wrong-artifact:other": "- (a wrong artifact served by another path)",
+    "wrong-artifact:other": "- (a wrong artifact served by another path; r16-1 on 61aa72e: a "
+    "config whose dict key changed only its type served the other key's build, fast seeds 47, "
+    "78, 83, 132, 183)",
     "not-said": "- (a stale artifact served without the run or plan saying so)",
     "fn-ran-twice": "- (fn ran twice for one recipe in one run)",
     "run-failed:torn-job": "7 (a torn job.json fails the step: 'delete it by hand')",

@@ -50,7 +50,7 @@ from tests.oracle.ops import (
     wait_for,
 )
 from tests.oracle.oracle import ORACLE, Expected
-from tests.oracle.pipeline import PipelineModel
+from tests.oracle.pipeline import PipelineModel, key_value
 from tests.oracle.script import Script
 from tests.oracle.world import Call, Context, World
 
@@ -467,7 +467,13 @@ class Executor:
         if s.deferred and codex is not None:
             version = codex[1].get(s.name, codex[0])
         wanted = sweep.variant_specs(s.k, version, variants)
-        info = {"note": s.note, "remote": s.remote, "resumable": s.resumable}
+        # The key itself (its repr in the script keeps its type): what pipeline.config gives.
+        info = {
+            "note": s.note,
+            "key": key_value(s.key),
+            "remote": s.remote,
+            "resumable": s.resumable,
+        }
         # Shared, or the user's folder (a user-scope step upstream places it there).
         places = [f"{r}{s.name}/{v}" for _, v in wanted for r in ("", f"users/{opts.ctx.user}/")]
         before = {

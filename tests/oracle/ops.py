@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from marin.execution import faults
 from tests.oracle.checks import Policy, Violation, read_record, snapshot
 from tests.oracle.choose import Chooser
-from tests.oracle.pipeline import PipelineModel
+from tests.oracle.pipeline import KEY_EDITS, PipelineModel
 from tests.oracle.world import Context
 
 if TYPE_CHECKING:
@@ -103,15 +103,25 @@ class Op:
 # --- edits ---------------------------------------------------------------------------------------
 
 
+CONFIG_EDITS = {"k": 6, "key": 1, "note": 3}
+"""What an ``EditConfig`` changes, and how often: ``k``, the type of the ``keyed`` dict's key
+(listed second: a key edit takes part of the range where ``k`` edits were drawn before it
+existed, so a fixed-seed history without one is drawn as it was), or the ignored ``note``."""
+
+
 @dataclass(frozen=True)
 class EditConfig(Op):
-    """Change a step's config: its output-changing ``k`` or the ignored ``note``; ``bump``
-    also bumps its version (a deferred step's version is the run's: no bump)."""
+    """Change a step's config: its output-changing ``k`` or the ignored ``note``; or, with
+    ``retype``, only the type of its ``keyed`` dict's key (``{0: 1}`` to ``{"0": 1}``,
+    ``{0.0: 1}`` or ``{False: 1}``...: ``pipeline.KEY_EDITS``, the ``retype``-th modulo their
+    number), which its output shows. ``bump`` also bumps its version (a deferred step's
+    version is the run's: no bump)."""
 
     name: ClassVar[str] = "edit-config"
     step: int
     changes_output: bool
     bump: bool
+    retype: int | None = None
 
     @staticmethod
     def weight(model: PipelineModel) -> float:
@@ -119,11 +129,18 @@ class EditConfig(Op):
 
     @staticmethod
     def draw(ch: Chooser, model: PipelineModel, last: Context) -> EditConfig:
-        return EditConfig(ch.integer(0, len(model.steps) - 1), ch.boolean(0.7), ch.boolean(0.3))
+        step = ch.integer(0, len(model.steps) - 1)
+        what = ch.weighted(list(CONFIG_EDITS), list(CONFIG_EDITS.values()))
+        bump = ch.boolean(0.3)
+        retype = ch.integer(0, 3) if what == "key" else None  # half: the key that prints alike
+        return EditConfig(step, what != "note", bump, retype)
 
     def execute(self, ex: Executor) -> None:
         s = ex.world.model.step(self.step)
         changes: dict[str, Any] = {"k": s.k + 1} if self.changes_output else {"note": s.note + 1}
+        if self.retype is not None:
+            options = KEY_EDITS[s.key]
+            changes = {"key": options[self.retype % len(options)]}
         if self.bump and not s.deferred:
             changes["version"] = s.version + 1
         ex.edit(self.step, **changes)
@@ -385,7 +402,8 @@ class TwoDrivers(Op):
 @dataclass(frozen=True)
 class Stream(Op):
     """A sweep: ``StepRunner.run`` over a generator yielding the pipeline's targets, then
-    configs of one step (``k`` + delta), each at a new version or not (a forgotten bump)."""
+    configs of one step (``k`` + delta, its ``note`` and key as they are), each at a new
+    version or not (a forgotten bump)."""
 
     name: ClassVar[str] = "stream"
     step: int

@@ -5,8 +5,8 @@ identity (``remote``, ``resumable``, ``scope``; docs/remote.md and docs/marin.md
 them changes what is built), imports it, and calls each step's ``fn`` in order on empty
 folders, each with its inputs' folders: a clean build that trusts nothing of the engine (no
 record, no cache, no skip). It keeps each step's output tree and returned value (as canonical
-JSON, the record's form). Memoised per content key (the graph, each ``k`` and ``REV``) for the
-whole process. ``tests/oracle/test_histories.py`` checks once that it equals what ``marin run``
+JSON, the record's form). Memoised per content key (the graph, each ``k``, key and ``REV``) for
+the whole process. ``tests/oracle/test_histories.py`` checks once that it equals what ``marin run``
 builds on an empty prefix.
 """
 
@@ -27,6 +27,8 @@ from tests.oracle.pipeline import (
     NAME_PREFIX,
     Adoption,
     PipelineModel,
+    config,
+    feed_config,
     render,
     source_digest,
     user_data_files,
@@ -132,7 +134,7 @@ class Oracle:
                 ctx = StepContext(output_path=where, prefix=root, region=None)
                 with bound_context(ctx):
                     value = getattr(module, f"f_{s.short}")(
-                        out=where, cfg={"k": s.k, "note": 0}, ins=[data[d] for d in s.deps]
+                        out=where, cfg=config(s, note=0), ins=[data[d] for d in s.deps]
                     )
                 files, folders = read_tree(where)
                 out[s.idx] = Expected(files, folders, canonical(value))
@@ -155,7 +157,7 @@ def _adopted(module: Any, root: str, a: Adoption) -> tuple[str, Expected]:
         return where, Expected((), (), "null", adopted=tail)
     feed = os.path.join(root, "feed")
     with bound_context(StepContext(output_path=feed, prefix=root, region=None)):
-        module.f_feed(out=feed, cfg={"k": a.feed_k, "note": 0}, ins=[])
+        module.f_feed(out=feed, cfg=feed_config(a.feed_k), ins=[])
     return feed + a.sub, Expected((), (), "null", adopted=f"{FEED}/v1{a.sub}")
 
 

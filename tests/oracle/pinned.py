@@ -519,6 +519,18 @@ PINNED: dict[str, Pinned] = {
         "plan that places the step in the user's folder (nothing there): its readers are "
         "served as built (docs/caching.md, exception 3); the check knew the shared path only",
     ),
+    "a-config-whose-key-changed-type-is-served-the-other-keys-build": Pinned(
+        "wrong-artifact:other",
+        History(
+            chain(2),
+            (Run(WARN), EditConfig(1, True, False, retype=0), Run(RunOpts(on_drift="error"))),
+        ),
+        "47, 78, 83, 132, 183 on 61aa72e; 78 shrunk, then run under --on-drift error",
+        "red team round 16, finding 1: a config dict's key lost its type in the fingerprint, so "
+        "s1's config {'keyed': {0: 1}} edited to {'keyed': {'0': 1}} (its fn sees the "
+        "difference) kept its fingerprint and was served the build of the other config under "
+        "rebuild/rebuild, and the run under --on-drift error skipped it (fixed in 1276a4f)",
+    ),
 }
 
 ON_AN_ENGINE = Pinned(

@@ -4,26 +4,32 @@ A :class:`PipelineModel` is plain, hashable data: 5-8 steps in a chain, a diamon
 a random DAG. :func:`render` writes it as a real Python file (the target ``pipeline``), so a
 code edit is a real source edit that the code digest sees. Every step's ``fn`` calls one helper,
 ``_work``, written into the file: a deterministic function of the step's config ``k``, its code
-revision ``REV_<step>`` (a module-level constant the digest covers) and its inputs' bytes. It
-writes ``data.txt`` and a few files under ``parts/``, returns a small JSON value, and works in
-three chunks with a checkpoint after each when ``current_context().checkpoint_path`` is set (a
-resumable step), so resuming a checkpoint made from other inputs gives other bytes. Outside the
-prefix it appends its start to ``$ORACLE_COUNTER`` and obeys ``$ORACLE_CONTROL``: ``fail-<step>``
-makes it raise after its first checkpoint, ``hold-<step>`` (holding a token) makes it write
+revision ``REV_<step>`` (a module-level constant the digest covers), the type of the one key of
+its config's ``keyed`` dict (``StepModel.key``) and its inputs' bytes. It writes ``data.txt``
+and a few files under ``parts/``, returns a small JSON value, and works in three chunks with a
+checkpoint after each when ``current_context().checkpoint_path`` is set (a resumable step), so
+resuming a checkpoint made from other inputs gives other bytes. Outside the prefix it appends
+its start to ``$ORACLE_COUNTER`` and obeys ``$ORACLE_CONTROL``: ``fail-<step>`` makes it raise
+after its first checkpoint, ``hold-<step>`` (holding a token) makes it write
 ``started-<token>`` (its pid) there and wait for ``release-<token>``. A gang's rank K > 0 obeys
 ``hold-<step>-rK`` the same way, and ``fail-<step>-rK`` (holding a token) once: it takes the
 file, waits for ``go-<token>`` and raises.
 
 ``note`` (a config field the output ignores) and ``pad`` (a statement that changes the code but
-not the output) are the edits that change a recipe without changing its bytes.
+not the output) are the edits that change a recipe without changing its bytes; ``key`` (the
+type of the ``keyed`` dict's key: ``0``, ``"0"``, ``0.0``, ``False``...) changes the bytes
+but not the key's text (``0`` and ``"0"``: red team round 16, finding 1) or its equality
+(``0 == 0.0 == False``).
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass
+from typing import Any
 
 NAME_PREFIX = "o"
 """Step names are ``o/s0``, ``o/s1``...: short, and the same in every history."""
@@ -37,6 +43,9 @@ class StepModel:
     deps: tuple[int, ...]
     k: int = 1
     note: int = 0
+    key: str = "0"
+    """The key of the config's ``keyed`` dict, as Python source (``0``, ``'0'``, ``0.0``,
+    ``False``...; ``KEY_EDITS``): text, as the keys themselves compare and hash alike."""
     version: int = 1
     rev: int = 0
     pad: int = 0
@@ -57,6 +66,35 @@ class StepModel:
     @property
     def short(self) -> str:
         return f"s{self.idx}"
+
+
+KEY_EDITS: dict[str, tuple[str, ...]] = {
+    "0": ("'0'", "0.0", "False"),
+    "'0'": ("0",),
+    "0.0": ("'0.0'", "0", "False"),
+    "'0.0'": ("0.0",),
+    "False": ("'False'", "0", "0.0"),
+    "'False'": ("False",),
+}
+"""What a key-type edit may make of a step's ``key``: a key of another type that prints alike
+(first: red team round 16, finding 1 gave ``{0: x}`` and ``{"0": x}`` one fingerprint), or
+that compares alike (``0 == 0.0 == False``: one dict key in Python)."""
+
+
+def config(s: StepModel, note: int | None = None) -> dict[str, Any]:
+    """Step ``s``'s config as its ``fn`` gets it (``note``: instead of its own); the pipeline
+    file spells it as this dict's ``repr``, so both keep the key's type."""
+    return {"k": s.k, "note": s.note if note is None else note, "keyed": {key_value(s.key): 1}}
+
+
+def key_value(key: str) -> Any:
+    """The key ``StepModel.key`` spells."""
+    return ast.literal_eval(key)
+
+
+def feed_config(k: int) -> dict[str, Any]:
+    """The feeder's config (``Adoption.feed_k``)."""
+    return {"k": k, "note": 0, "keyed": {0: 1}}
 
 
 SHAPES_ADOPTED = ("outside", "in-place", "in-build")
@@ -148,7 +186,7 @@ class PipelineModel:
     def step(self, idx: int) -> StepModel:
         return self.steps[idx]
 
-    def replace(self, idx: int, **changes: int | bool) -> PipelineModel:
+    def replace(self, idx: int, **changes: int | bool | str) -> PipelineModel:
         steps = list(self.steps)
         steps[idx] = dataclasses.replace(steps[idx], **changes)  # type: ignore[arg-type]
         return dataclasses.replace(self, steps=tuple(steps))
@@ -166,9 +204,9 @@ class PipelineModel:
         )
 
     def content_key(self) -> tuple[object, ...]:
-        """What a clean build's bytes depend on: the graph, each ``k`` and each ``REV``, and
-        the adoption (its shape, its data's revision, the feeder's ``k``)."""
-        return (tuple((s.idx, s.deps, s.k, s.rev) for s in self.steps), self.adoption)
+        """What a clean build's bytes depend on: the graph, each ``k``, ``key`` and ``REV``,
+        and the adoption (its shape, its data's revision, the feeder's ``k``)."""
+        return (tuple((s.idx, s.deps, s.k, s.key, s.rev) for s in self.steps), self.adoption)
 
     def readers(self, idx: int) -> list[int]:
         return [s.idx for s in self.steps if idx in s.deps]
@@ -283,9 +321,11 @@ def _work(name, out, cfg, rev, ins):
                     data = f.read()
                 rel = os.path.relpath(os.path.join(root, file), path)
                 blob += rel.encode() + b"\\0" + data + b"\\0"
+    key = type(next(iter(cfg["keyed"]))).__name__  # {0: 1} and {"0": 1}: other bytes
     if os.environ.get("ORACLE_COUNTER"):
         line = {"run": os.environ.get("ORACLE_RUN", ""), "step": name, "pid": os.getpid(),
-                "recipe": "%s|%s|%s" % (cfg["k"], rev, hashlib.sha256(blob).hexdigest()[:16])}
+                "recipe": "%s|%s|%s|%s" % (cfg["k"], key, rev,
+                                           hashlib.sha256(blob).hexdigest()[:16])}
         fd = os.open(os.environ["ORACLE_COUNTER"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.write(fd, (json.dumps(line, sort_keys=True) + "\\n").encode())
         os.close(fd)
@@ -298,7 +338,7 @@ def _work(name, out, cfg, rev, ins):
             state = json.load(f)
     third = (len(blob) + 2) // 3
     for i in range(state["done"], 3):
-        salt = "%s|%s|%s|%s|" % (name, cfg["k"], rev, i)
+        salt = "%s|%s|%s|%s|%s|" % (name, cfg["k"], key, rev, i)
         state["acc"].append(hashlib.sha256(salt.encode() + blob[i * third:(i + 1) * third])
                             .hexdigest()[:16])
         state["done"] = i + 1
@@ -308,7 +348,7 @@ def _work(name, out, cfg, rev, ins):
             os.replace(os.path.join(ckpt, "state.json.tmp"), os.path.join(ckpt, "state.json"))
         if i == 0:
             _control(name)
-    text = json.dumps({"acc": state["acc"], "k": cfg["k"], "rev": rev, "step": name},
+    text = json.dumps({"acc": state["acc"], "k": cfg["k"], "key": key, "rev": rev, "step": name},
                       sort_keys=True)
     _write(os.path.join(out, "data.txt"), text)
     os.makedirs(os.path.join(out, "parts"), exist_ok=True)
@@ -324,7 +364,7 @@ def _step_source(s: StepModel, placement: bool) -> str:
     pad = f"    _pad = {s.pad}\n" if s.pad else ""
     version = "DEFER" if s.deferred and placement else f'"v{s.version if placement else 1}"'
     ins = ", ".join(f"s{d}" for d in s.deps)
-    cfg = f'{{"k": {s.k}, "note": {s.note}}}'
+    cfg = repr(config(s))
     lines = [
         f"REV_{s.short} = {s.rev}\n\n",
         f"def f_{s.short}(out, cfg, ins):\n{pad}"
@@ -352,7 +392,7 @@ def _step_source(s: StepModel, placement: bool) -> str:
 
 def _adopted_source(s: StepModel, a: Adoption) -> str:
     """An adopted step's block: ``ArtifactStep.adopt`` of its data, its config recorded."""
-    cfg = f'{{"k": {s.k}, "note": {s.note}}}'
+    cfg = repr(config(s))
     return (
         f"# --- {s.short} ---\n"
         f"REV_{s.short} = {s.rev}\n\n"
@@ -367,8 +407,8 @@ def _feeder_source(a: Adoption) -> str:
         f"# --- feed ---\nREV_feed = 0\n\n\n"
         f"def f_feed(out, cfg, ins):\n"
         f'    return _work("feed", out, cfg, REV_feed, ins)\n\n\n'
-        f'feed = apply("{FEED}", f_feed, version="v1", out=OUT, cfg={{"k": {a.feed_k}, '
-        f'"note": 0}}, ins=[])\nfeeder = [feed]\n# --- end feed ---\n\n\n'
+        f'feed = apply("{FEED}", f_feed, version="v1", out=OUT, cfg={feed_config(a.feed_k)!r}, '
+        f"ins=[])\nfeeder = [feed]\n# --- end feed ---\n\n\n"
     )
 
 

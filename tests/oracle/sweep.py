@@ -18,8 +18,8 @@ def variant_specs(k, version, variants):
 
 def run_sweep(module, prefix, idx, wanted, step, on_drift, on_code_drift, codex):
     """``StepRunner.run`` over a generator: ``module.pipeline``, then step ``idx`` (``step``:
-    its ``note``, ``remote`` and ``resumable``) at each ``(k, version)`` of ``wanted``; its
-    report."""
+    its ``note``, its ``keyed`` dict's ``key`` as it is, ``remote`` and ``resumable``) at each
+    ``(k, version)`` of ``wanted``; its report."""
     from marin.execution.lazy import OUT, VersionCodex, apply, build_context
     from marin.execution.plan.options import RunOptions
     from marin.execution.run.runner import StepRunner
@@ -34,7 +34,7 @@ def run_sweep(module, prefix, idx, wanted, step, on_drift, on_code_drift, codex)
     def handles():
         yield from module.pipeline
         for k, version in wanted:
-            cfg = {"k": k, "note": step["note"]}
+            cfg = {"k": k, "note": step["note"], "keyed": {step["key"]: 1}}
             handle = apply(f"o/s{idx}", fn, version=version, out=OUT, cfg=cfg, ins=list(base.deps))
             yield handle.with_options(**step_options) if step_options else handle
 

@@ -6,6 +6,10 @@
   Kinds today's main still shows are strict xfails naming the trust finding (issue 53): a fix
   makes the test pass, and the strict xfail then fails until its mark is removed.
 - The pinned histories (``pinned.py``): the shrunk history of every bug found, one test each.
+  Red team round 16's finding 1 (a config dict's key lost its type in the fingerprint: the
+  ``EditConfig`` of a key's type, ``retype``) is found on 61aa72e by fast seeds 47, 78, 83,
+  132 and 183 (``wrong-artifact:other``), and by the pinned
+  ``a-config-whose-key-changed-type-is-served-the-other-keys-build``.
 - The oracle itself: its clean build is what ``marin run`` builds on an empty prefix; and a
   history without a broken promise replays as its script, which exits 0.
 - ``slow``: fixed-seed histories on the compiled Prefect flow and ``airflow dags test``.
@@ -28,7 +32,7 @@ from tests.oracle.checks import FINDINGS
 from tests.oracle.executor import run_history
 from tests.oracle.history import ADOPT, ENGINE, FAST, GANG, SOAK, History, histories, seeded
 from tests.oracle.oracle import ORACLE
-from tests.oracle.pipeline import Adoption, PipelineModel, StepModel
+from tests.oracle.pipeline import KEY_EDITS, Adoption, PipelineModel, StepModel
 from tests.oracle.tally import Tally, run_seeds
 
 FAST_SEEDS = range(200)
@@ -153,6 +157,9 @@ def test_the_oracle_is_what_marin_builds_on_an_empty_prefix(seed: int, tmp_path)
     from tests.oracle.pipeline import render
 
     model = dataclasses.replace(seeded(seed, FAST).model, adoption=None)  # (below)
+    keys = list(KEY_EDITS)  # every key type: the oracle's config keeps it as the file does
+    for s in model.steps:
+        model = model.replace(s.idx, key=keys[(s.idx + seed) % len(keys)])
     path = tmp_path / f"clean_{seed}.py"
     path.write_text(render(model, placement=False))
     run(*load_target(f"{path}:pipeline"), prefix=str(tmp_path / "p"))
