@@ -19,7 +19,7 @@ from typing import Any
 
 from marin.execution.pipeline.targets import load_target
 from marin.execution.step_spec import fingerprint_of
-from tests.fingerprint_cases import fingerprints, rich_cases
+from tests.fingerprint_cases import Level, fingerprints, rich_cases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,7 +50,7 @@ RICH = {
     "rich/keys@v0": "698d8f69b8fd9b12b0dc1339ee9d701220b702b9858810e36fb85bbde6d822d5",
     "rich/no-config@v0": "3520fc99a889e811b18738231874244d98b6491b988b094d2238a6d317585e83",
     "rich/options@v0": "e5d7419b3d11cd4505a3fbcebc488094761c928cae08917132a9d09d9f98ace4",
-    "rich/rich@v0": "75606f85a345da1530cf19c4054175b979190e70f49bd75e3f713766c12dbb61",
+    "rich/rich@v0": "0660703d50d0ba66b05e37f7a70a34ebcbae868390d678116dcbba74c139de11",
     "rich/same-name@v0": "0d1d697a6d48ae6fd261335b98bfab01e803eb8c73093289682ccbb18db14939",
     "rich/scalars@v0": "eedc7b8e6a4db4a8cfbd6f0484a805a413df033d6946d943f4c918dbb70d18ba",
     "rich/unicode@v0": "b1216865319806ee9c9c4f952e9832a5ed6fa4734684c29381f1d0e64188d7b1",
@@ -104,4 +104,7 @@ def test_only_the_tagged_values_changed() -> None:
     assert tagged["set"] == {"__set__": [1, 2, 3]} and tagged["fs"] == {"__set__": ["a", "b"]}
     assert tagged["dt"] == {"__datetime__": "2026-01-02T03:04:05+00:00"}
     assert tagged["date"] == {"__date__": "2026-11-30"}
+    # Red team round 17: an IntEnum member is tagged as an enum too; before, it was its value.
+    assert tagged["intenum"] == {"__enum__": "Level.LOW"}
+    tagged["intenum"] = Level.LOW.value
     assert fingerprint_of(_untagged(payload))[0] == RICH_BEFORE_ISSUE_49

@@ -299,3 +299,68 @@ def test_drift_between_key_types_names_each_key_by_its_type() -> None:
         "config.config[0]: removed (was x)",
         "config.config.b: 1 -> 2",
     ]
+
+
+def _fingerprint(**config: Any) -> str:
+    def fn(**_: Any) -> None:
+        return None
+
+    return lower(apply("keys", fn, version="v0", **config)).fingerprint
+
+
+def test_an_enum_member_that_is_an_int_or_str_is_not_its_value() -> None:
+    """``r17-repro-1.sh``: ``IntEnum``, ``StrEnum``-like and ``HTTPStatus`` members had their
+    plain value's fingerprint, as values and as dict keys, so switching served the other."""
+    import enum
+    import http
+
+    class Level(enum.IntEnum):
+        LOW = 0
+
+    class Mode(str, enum.Enum):  # noqa: UP042 (the mixin form the finding used)
+        FAST = "fast"
+
+    assert _fingerprint(status=http.HTTPStatus.OK) != _fingerprint(status=200)
+    assert _fingerprint(level=Level.LOW) != _fingerprint(level=0)
+    assert _fingerprint(mode=Mode.FAST) != _fingerprint(mode="fast")
+    assert _fingerprint(keys={Level.LOW: 1}) != _fingerprint(keys={0: 1})
+    assert _fingerprint(keys={Mode.FAST: 1}) != _fingerprint(keys={"fast": 1})
+
+
+def test_a_string_that_spells_a_placeholder_is_not_the_path() -> None:
+    """``r17-repro-3.sh``: ``note=OUT`` and ``note="{OUT}"`` (and a handle against the text of
+    its placeholder) had one fingerprint; ``fn`` gets a path in one, the text in the other."""
+    from marin.execution.lazy import OUT
+
+    def make(**_: Any) -> None:
+        return None
+
+    a = apply("a", make, version="v0", out=OUT)
+    assert _fingerprint(note=OUT) != _fingerprint(note="{OUT}")
+    handle = lower(apply("b", make, version="v0", a=a, x=a))
+    text = lower(apply("b", make, version="v0", a=a, x="{DEP:a}"))
+    assert handle.fingerprint != text.fingerprint
+    # Text that only looks like a placeholder around it keeps its fingerprint-free spelling.
+    assert json.loads(text.fingerprint_payload)["config"]["x"] == {"__str__": "{DEP:a}"}
+    assert json.loads(handle.fingerprint_payload)["config"]["x"] == "{DEP:a}"
+    assert _fingerprint(note="{not a placeholder}") == _fingerprint(note="{not a placeholder}")
+
+
+def test_a_path_built_from_the_output_placeholder_is_spelled_as_before() -> None:
+    """A ``build_config`` that formats ``ctx.output_path`` into a string gets ``{OUT}/...`` in
+    the fingerprint, as before round 17 (no pipeline's fingerprint changed), and the same text
+    written literally is another config."""
+    from marin.execution.lazy import ArtifactStep
+
+    def fn(config: Any) -> None:
+        return None
+
+    def made(ctx: Any) -> dict[str, str]:
+        return {"ckpt": f"{ctx.output_path}/ckpt"}
+
+    spec = ArtifactStep(name="p", version="v0", run=fn, build_config=made).lower()
+    assert json.loads(spec.fingerprint_payload)["config"] == {"ckpt": "{OUT}/ckpt"}
+    literal = lower(apply("p", fn, version="v0", config={"ckpt": "{OUT}/ckpt"}))
+    assert json.loads(literal.fingerprint_payload)["config"]["config"] == {
+        "ckpt": {"__str__": "{OUT}/ckpt"}
+    }

@@ -16,10 +16,12 @@ import enum
 import json
 import math
 import pathlib
+import re
 from collections.abc import Callable
 from typing import Any
 
 from marin.execution.errors import ConfigError
+from marin.execution.pipeline.context import PLACEHOLDER_MARK as MARK
 
 _SCALARS = (str, int, bool, type(None))
 
@@ -31,7 +33,7 @@ _BUILT_IN = (str, int, float, bool, type(None), list, tuple, dict, set, frozense
 _TAGS = frozenset(
     f"__{tag}__"
     for tag in ("set", "datetime", "date", "bytes", "float", "enum", "dataclass", "registered")
-) | {"__dict__", "__map__"}
+) | {"__dict__", "__map__", "__str__"}
 
 _registered: dict[type, Callable[[Any], Any]] = {}
 _lookup_cache: dict[type, tuple[type, Callable[[Any], Any]] | None] = {}
@@ -141,7 +143,9 @@ def as_stored(value: Any) -> Any:
 def _canonical(value: Any, path: str | None, walk: _Walk) -> Any:
     """``value``'s canonical form; ``path`` is None on the first, fast pass (``to_canonical``)."""
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is str:
+        return value if "{" not in value and MARK not in value else _canonical_text(value)
+    if kind is int or kind is bool or value is None:
         return value
     if kind is list or kind is tuple:
         if path is None:
@@ -154,6 +158,23 @@ def _canonical(value: Any, path: str | None, walk: _Walk) -> Any:
         if found is not None:
             return _registered_form(value, found, path, walk)
     return _canonical_other(value, path, walk)
+
+
+_SPELLED = r"(OUT|PREFIX|REGION|ARG:[^{}]*|DEP:[^{}]*)\}"
+_PLACEHOLDER = re.compile(r"\{" + MARK + _SPELLED)
+_LOOKS_LIKE_ONE = re.compile(r"\{" + _SPELLED)
+
+
+def _canonical_text(value: str) -> Any:
+    """A string with a brace or the placeholder mark in it: the placeholders a fingerprinting
+    context handed ``build_config`` (``ctx.output_path``, ``f"{ctx.output_path}/ckpt"``) spelled
+    as ``{OUT}``, as always; a string that spells a placeholder itself (``"{OUT}"``,
+    ``"{DEP:a}"``) or holds the mark elsewhere is ``{"__str__": value}``, never a path's form."""
+    if _LOOKS_LIKE_ONE.search(value) is None:
+        spelled = _PLACEHOLDER.sub(r"{\1}", value) if MARK in value else value
+        if MARK not in spelled:
+            return spelled
+    return {"__str__": value}
 
 
 def _canonical_dict(value: dict[Any, Any], path: str | None, walk: _Walk) -> Any:
@@ -218,12 +239,14 @@ def _key_error(key: Any, path: str | None, walk: _Walk) -> Exception:
 def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     """The canonical form of a value that is not exactly a str, int, bool, None, list, tuple or
     dict, nor of a registered type: tagged where its JSON would be ambiguous."""
+    # An enum member before its mixin's type: ``IntEnum``, ``StrEnum``, ``HTTPStatus`` members
+    # are ints or strs too, but not their values (``fn`` sees ``.name``, ``repr``, the class).
+    if isinstance(value, enum.Enum):
+        return {"__enum__": f"{type(value).__qualname__}.{value.name}"}
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else {"__float__": repr(value)}
-    if isinstance(value, enum.Enum):
-        return {"__enum__": f"{type(value).__qualname__}.{value.name}"}
     if isinstance(value, pathlib.PurePath):
         return value.as_posix()
     # Tagged (issue 49): a point in time is not the string that spells it, nor a day. Naive and

@@ -20,19 +20,24 @@ from typing import Any, TypeVar
 
 from marin.execution.errors import MarinError
 
-OUTPUT_PLACEHOLDER = "{OUT}"
-PREFIX_PLACEHOLDER = "{PREFIX}"
-REGION_PLACEHOLDER = "{REGION}"
+PLACEHOLDER_MARK = "\ue000"
+"""Opens every placeholder a fingerprinting context hands ``build_config`` (``{<mark>OUT}``): a
+private-use character no config spells by accident, so that a config's own text ``"{OUT}"`` is
+never taken for the output path. The canonical form spells each placeholder as ``{OUT}`` and
+tags a string that spells one itself (``pipeline/canonical.py``)."""
+OUTPUT_PLACEHOLDER = "{" + PLACEHOLDER_MARK + "OUT}"
+PREFIX_PLACEHOLDER = "{" + PLACEHOLDER_MARK + "PREFIX}"
+REGION_PLACEHOLDER = "{" + PLACEHOLDER_MARK + "REGION}"
 
 
 def runtime_arg_placeholder(key: str) -> str:
-    return "{ARG:" + key + "}"
+    return "{" + PLACEHOLDER_MARK + "ARG:" + key + "}"
 
 
 def dep_placeholder(name: str) -> str:
     # The dependency's version is part of the fingerprint payload's `deps` section; keeping it out
     # of the placeholder means a version bump is explained once, as `deps.<name>: v1 -> v2`.
-    return "{DEP:" + name + "}"
+    return "{" + PLACEHOLDER_MARK + "DEP:" + name + "}"
 
 
 _assigned_devices: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
