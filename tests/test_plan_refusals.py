@@ -51,6 +51,9 @@ def _refused(target: str, prefix: Path, *more: str) -> tuple[dict[str, Any], str
     ran = marin("run", f"{PIPELINES}:{target}", "--prefix", str(prefix), *more)
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert f"error: {what} (step {step['step']}): {fix}" in ran.stderr
+    # The run names the step's log only if there is one: a refused build writes none.
+    log = Path(f"{step['output_path']}.marin/log.txt")
+    assert ("log.txt" in ran.stdout + ran.stderr) == log.exists(), ran.stdout + ran.stderr
     after = sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*"))
     output = step["output_path"][len(str(prefix)) + 1 :]
     new = [p for p in after if p not in before and p.startswith(output)]
@@ -125,9 +128,40 @@ def test_a_build_over_another_steps_metadata_is_planned_as_refused(tmp_path: Pat
     assert marin("run", f"{PIPELINES}:inner", "--prefix", str(prefix)).returncode == 0
     write_status(open_prefix(str(prefix)), "team/exp", "FAILED", error="an earlier attempt")
     step, _ = _refused("outer", prefix)
-    assert "holds another step's metadata" in step["refusal"]["what"]
-    assert "team/exp/v0.marin/" in step["refusal"]["what"]
+    what = step["refusal"]["what"]
+    assert "holds another step's build team/exp@v0 (its metadata team/exp/v0.marin)" in what
     assert (prefix / "team/exp/v0/data.txt").read_text() == "inner"
+
+
+def test_a_folder_holding_another_steps_build_is_refused_as_such(tmp_path: Path) -> None:
+    """Red team round 17, finding 8a: ``team/exp@v0`` built, ``team@exp`` (whose output
+    ``team/exp`` holds it, with no ``exp.marin`` beside it) was refused as data "not written by
+    Marin" to adopt where it is; Marin wrote it, and adopting it is refused too. The plan and
+    the run name the build inside and the fix, renaming a step."""
+    prefix = tmp_path / "p"
+    assert marin("run", f"{PIPELINES}:inner", "--prefix", str(prefix)).returncode == 0
+    step, _ = _refused("outer", prefix)
+    what, fix = step["refusal"]["what"], step["refusal"]["fix"]
+    assert step["refusal"]["error"] == "StorageError"
+    assert f"output path {prefix}/team/exp holds another step's build team/exp@v0" in what
+    assert "(its metadata team/exp/v0.marin)" in what
+    assert "not written by Marin" not in what and "adopt" not in fix, step
+    assert "rename one of the two steps" in fix
+    assert (prefix / "team/exp/v0/data.txt").read_text() == "inner"
+    assert not (prefix / "team/exp.marin").exists()
+
+
+def test_a_refused_build_names_no_log_it_never_wrote(tmp_path: Path) -> None:
+    """Red team round 17, finding 8b: a build refused before writing anything (``lies inside
+    another step's output``) printed ``log: .../v1.marin/log.txt``, a file nobody wrote."""
+    prefix = tmp_path / "p"
+    assert marin("run", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
+    ran = marin("run", f"{PIPELINES}:nested", "--prefix", str(prefix), "--no-progress")
+    out = ran.stdout + ran.stderr
+    assert ran.returncode == 1 and "lies inside another step's output" in out, out
+    assert "failed: corpus/v1@v0" in out, out
+    assert "log:" not in out and "log.txt" not in out, out
+    assert not (prefix / "corpus/v1/v0.marin").exists()
 
 
 def test_a_registered_build_forced_is_planned_as_refused(tmp_path: Path) -> None:

@@ -25,11 +25,12 @@ from marin.execution.builder.step_logs import (
     real_stream,
     set_echo,
     terminal_formatter,
+    written_log_url,
 )
 from marin.execution.plan.decide import BUILT_REASON
 from marin.execution.remote.follow import LiveJob, live_jobs
 from marin.execution.remote.timing import record_timing
-from marin.execution.store.records import ArtifactRecord, log_path
+from marin.execution.store.records import ArtifactRecord
 from marin.execution.vocabulary import BuildOutcomeKind, RunResult
 from marin.terminal_text import cell_width, cut_middle, safe_rich, safe_text, table_lines
 
@@ -165,8 +166,9 @@ class RunObserver:
             "failed": sum(1 for r in runs if r.action == RunResult.FAILED),
         }
 
-    def log_url(self, spec: StepSpec) -> str:
-        return self.location.url_for(log_path(spec.output_path))
+    def log_url(self, spec: StepSpec) -> str | None:
+        """The step's ``log.txt``, or None when its build never wrote one (``written_log_url``)."""
+        return written_log_url(self.location, spec.output_path)
 
     # -- the live display ---------------------------------------------------------------------
 
@@ -481,7 +483,9 @@ def render_summary(
             where = _where(error)
             if where:
                 lines.append(f"  at:    {safe_text(where)}")
-        lines.append(f"  log:   {safe_text(observer.log_url(run.spec))}")
+        written = observer.log_url(run.spec)
+        if written is not None:  # a build refused before fn ran wrote none
+            lines.append(f"  log:   {safe_text(written)}")
     return "\n".join(lines) + "\n"
 
 

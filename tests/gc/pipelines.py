@@ -114,3 +114,23 @@ def outer() -> list[ArtifactStep]:
 def inner() -> list[ArtifactStep]:
     """Another pipeline's step whose output lies inside ``outer``'s: ``gc/corpus/v1/model/v2``."""
     return [step("corpus/v1/model", "v2")]
+
+
+def stalling_step(out_path: str) -> str:
+    """Writes half its output, says it started, waits for the gate, then writes the other half
+    beside the first: a FileNotFoundError if its output folder was deleted meanwhile."""
+    from tests.reliability.pipelines import append_line, wait_for_file
+
+    os.makedirs(out_path, exist_ok=True)
+    with open(os.path.join(out_path, "part-0"), "w") as f:
+        f.write("half")
+    append_line(os.path.join(os.environ["MARIN_TEST_STARTED"], "gc_stalling"), str(os.getpid()))
+    wait_for_file(os.environ["MARIN_TEST_GATE"], timeout=120)
+    with open(os.path.join(out_path, "part-1"), "w") as f:
+        f.write("rest")
+    return "done"
+
+
+def stalling() -> list[ArtifactStep]:
+    """A step that writes its output in two goes, a gate apart (red team round 17, finding 7)."""
+    return [apply("gc/stalling", stalling_step, version="v1", out_path=OUT)]

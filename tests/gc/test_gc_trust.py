@@ -607,3 +607,53 @@ def test_a_stalled_build_gc_reclaimed_is_told_what_happened(tmp_path: Path) -> N
     assert "run again" in err and "use a longer lease (MARIN_LEASE_TTL)" in err, err[-3000:]
     assert "by fn, or by hand)" not in err
     assert read_record(location, "held/one/v1") is None
+
+
+def test_a_stalled_build_whose_fn_fails_on_its_reclaimed_folder_is_told_why(tmp_path) -> None:
+    """Red team round 17, finding 7: as above, but ``fn``, woken up, goes on writing into its
+    output folder, which ``marin gc`` deleted: the step failed with ``FileNotFoundError ... fix
+    it and run again``, blaming fn. The error is the lost lease (gc reclaimed the folder), with
+    fn's error named as what followed; the step still fails and commits nothing."""
+    prefix, started, gate, wake = (tmp_path / n for n in ("p", "started", "gate", "wake"))
+    started.mkdir()
+    env = child_env(
+        MARIN_LEASE_TTL="1",
+        MARIN_FAULT_PAUSE_HEARTBEAT=f"until:{wake}",  # a stalled holder: alive, not renewing
+        MARIN_TEST_STARTED=str(started),
+        MARIN_TEST_GATE=str(gate),
+    )
+    build = subprocess.Popen(
+        [sys.executable, "-m", "marin.cli", "run", "tests/gc/pipelines.py:stalling",
+         "--prefix", str(prefix), "--no-progress"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for_file(str(started / "gc_stalling"))
+        location = open_prefix(str(prefix))
+        _wait_expired(location, "gc/stalling/v1")
+        gc = marin("gc", "tests/gc/pipelines.py:other", "--prefix", str(prefix), "--json", env=env)
+        assert gc.returncode == 0, gc.stderr[-2000:]
+        assert {c["step"] for c in json.loads(gc.stdout)["collected"]} == {"gc/stalling@v1"}
+        assert not (prefix / "gc/stalling/v1").exists()
+    finally:
+        wake.touch()
+        gate.touch()
+        _, err = build.communicate(timeout=60)
+    assert build.returncode == 1, err[-3000:]
+    error = next(line for line in err.splitlines() if line.startswith("error: "))
+    assert "was deleted while fn ran" in error and "past its TTL of 1s" in error, error
+    assert "`marin gc` reclaims the folder of a build whose lease looked dead" in error, error
+    assert "fn then failed (FileNotFoundError: " in error and "part-1" in error, error
+    assert "use a longer lease (MARIN_LEASE_TTL)" in error, error
+    assert "fix it and run again" not in error, error
+    assert read_record(location, "gc/stalling/v1") is None
+
+
+def _wait_expired(location: Any, output_path: str) -> None:
+    """Until the step's lease (a TTL of 1 s, its heartbeat paused) has expired."""
+    from marin.execution.store.lease import read_lease
+
+    deadline = time.monotonic() + 30
+    while not (read_lease(location, output_path, ttl=1) or pytest.fail("no lease")).expired:
+        assert time.monotonic() < deadline, "the stalled lease never expired"
+        time.sleep(0.02)

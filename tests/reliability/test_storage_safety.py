@@ -124,7 +124,7 @@ def test_build_never_clears_a_folder_holding_another_steps_metadata(store_prefix
     location = open_prefix(store_prefix)
     write_status(location, "team/exp", "FAILED", error="an earlier attempt")  # Marin was here
     outer = apply("team", write_value, version="exp", value="outer", out_path=OUT)
-    with pytest.raises(StepFailedError, match="holds another step's metadata"):
+    with pytest.raises(StepFailedError, match="holds another step's build team/exp@v0"):
         resolve(outer, prefix=store_prefix)
     assert location.fs.cat_file(location.path("team/exp/v0/data.txt")) == b"inner"
     assert read_record(location, "team/exp/v0") is not None

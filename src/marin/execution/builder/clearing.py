@@ -33,6 +33,7 @@ from marin.execution.store.records import (
     adoption_status,
     metadata_dir,
     metadata_files,
+    read_record,
     read_status_file,
 )
 from marin.execution.store.registry import frozen_ids
@@ -143,6 +144,9 @@ def output_not_marins(
         why = _proves_nothing(location, spec.output_path)
         if not why:
             return True, None
+    inside = metadata_inside(location, spec)  # Marin wrote what is there: another step's build
+    if inside is not None:
+        return True, inside
     return True, StorageError(
         f"output path {location.url_for(spec.output_path)} already exists and was not "
         f"written by Marin ({why})",
@@ -311,10 +315,26 @@ def metadata_inside(location: Location, spec: StepSpec) -> StorageError | None:
         return None
     return StorageError(
         f"output path {location.url_for(spec.output_path)} holds another step's "
-        f"metadata ({foreign}); clearing it would delete that step's artifact",
+        f"{_nested_build(location, spec.output_path, foreign)}; clearing it would delete that "
+        "step's artifact",
         "rename one of the two steps so that neither output is inside the other",
         spec.step_id,
     )
+
+
+def _nested_build(location: Location, output_path: str, found: str) -> str:
+    """``build <step> (its metadata <folder>)`` for the metadata file ``found`` (a listing's
+    path) inside ``output_path``; ``metadata <folder>`` when no record there names its step."""
+    parts = found[len(location.path(output_path)) :].strip("/").split("/")
+    depth = next(i for i, part in enumerate(parts) if part.endswith(METADATA_SUFFIX))
+    folder = "/".join([output_path, *parts[: depth + 1]])
+    try:
+        record = read_record(location, folder[: -len(METADATA_SUFFIX)])
+    except (MarinError, OSError):  # a refusal all the same: it names the folder
+        record = None
+    if record is None:
+        return f"metadata ({folder})"
+    return f"build {record.name}@{record.version} (its metadata {folder})"
 
 
 def refuse_inside_another(location: Location, spec: StepSpec) -> None:

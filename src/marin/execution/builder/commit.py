@@ -73,8 +73,10 @@ from marin.execution.errors import (
     InputChangedError,
     LeaseLostError,
     LeaseVanishedError,
+    MarinError,
     ReentrantBuildError,
     StorageError,
+    one_line,
 )
 from marin.execution.faults import crash_point
 from marin.execution.ids import jitter, new_id
@@ -973,6 +975,34 @@ def _committed(held: _Holding, value: Callable[[], Any]) -> BuildOutcome | Pendi
                         duration_s=record.duration_s, reason=held.reason)  # fmt: skip
 
 
+def _lost_under_fn(
+    held: _Holding, exc: BaseException
+) -> LeaseLostError | LeaseVanishedError | None:
+    """The error of a build whose fn raised ``exc`` after the build lost its lease (None: fn's
+    error stands): ``marin gc`` reclaimed its folder (its heartbeat stalled past the TTL), or
+    another runner took over and cleared its output, so fn may have failed only because its
+    files vanished. The loss is the error, ``exc`` named as what followed. Marin's own errors
+    keep their own say."""
+    if not isinstance(exc, Exception) or isinstance(exc, MarinError) or not _lease_lost(held):
+        return None
+    return _lost(held.location, held.spec, held.lease, raised=exc)
+
+
+def _lease_lost(held: _Holding) -> bool:
+    """Whether this build no longer holds its lease, as its heartbeat saw or one renewal
+    proves now (fn may fail before the heartbeat's next beat). Unknown (storage failing, fn
+    never started, or the lease released under it by a Ctrl-C): False, fn's error stands."""
+    heartbeat = getattr(held, "heartbeat", None)
+    if heartbeat is None or not held.lease.held_here:
+        return False
+    if heartbeat.lost.is_set():
+        return True
+    try:
+        return not held.lease.renew()
+    except OSError:
+        return False
+
+
 def _pending(held: _Holding, running: JobRunning) -> Pending:
     """The build waits for its job: everything it holds stays open until ``resume`` (or
     ``release``); a build abandoned meanwhile gives up at once instead."""
@@ -1031,7 +1061,10 @@ def _into_step_log(held: _Holding, value: Callable[[], Any]) -> Any:
             return value()
         except LeaseLostError:
             raise  # the step's log is the new holder's now: nothing is written into it
-        except BaseException:
+        except BaseException as exc:
+            lost = _lost_under_fn(held, exc)  # asked first: a log write re-creates the folder
+            if lost is not None:  # the folder is gc's or the new holder's: nothing written there
+                raise lost from exc
             # Into the file only: the error message points here for the details.
             held.step_log.write(traceback.format_exc())
             raise
@@ -1222,12 +1255,16 @@ def _attempt_failed(held: _Holding, exc: BaseException | None) -> None:
     )  # keeps the REPLACES of the RUNNING status it overwrites (``write_status``)
 
 
-def _lost(location: Location, spec: StepSpec, lease: Lease) -> LeaseLostError | LeaseVanishedError:
+def _lost(
+    location: Location, spec: StepSpec, lease: Lease, raised: BaseException | None = None
+) -> LeaseLostError | LeaseVanishedError:
     """Why this build no longer holds its lease, truthfully: another runner took it over
     (``LeaseLostError``: the caller then serves that runner's build), or it was deleted and
-    nobody took over (``LeaseVanishedError``). Only this rare path looks at storage for it."""
+    nobody took over (``LeaseVanishedError``). Only this rare path looks at storage for it.
+    ``raised``: fn's exception, when fn failed after the loss (named as what followed it)."""
+    then = "" if raised is None else f"; fn then failed ({one_line(raised)})"
     taken = LeaseLostError(
-        "lost the lease while building; another runner took over",
+        f"lost the lease while building; another runner took over{then}",
         "nothing was committed by this runner; its result is discarded",
         spec.step_id,
     )
@@ -1255,7 +1292,7 @@ def _lost(location: Location, spec: StepSpec, lease: Lease) -> LeaseLostError | 
             "while fn ran (broken with `marin unlock`, or by hand)"
         )
         fix = "run again; nothing was committed by this attempt"
-    return LeaseVanishedError(what + "; its result is discarded", fix, spec.step_id)
+    return LeaseVanishedError(what + then + "; its result is discarded", fix, spec.step_id)
 
 
 GC_RECLAIMS = "reclaims the folder of a build whose lease looked dead"

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from marin.execution.printable import safe_text
-from marin.execution.store.location import open_local
+from marin.execution.store.location import Location, open_local
+from marin.execution.store.step_folder import log_path
 
 LABEL_SEPARATOR = " | "
 
@@ -311,3 +312,15 @@ class LazyLogFile:
                 return False
             self._file.close()
             return True
+
+
+def written_log_url(location: Location, output_path: str) -> str | None:
+    """The URL of the step's ``log.txt``, or None when no build wrote one: a build refused
+    before ``fn`` ran writes none (and one whose ``fn`` neither printed nor raised). A failure
+    names only a log that is there; one that cannot be checked (storage failing) is named."""
+    path = log_path(output_path)
+    try:
+        written = location.has_file(location.path(path))
+    except OSError:  # StorageError and SymlinkError are OSErrors too
+        written = True
+    return location.url_for(path) if written else None

@@ -44,6 +44,7 @@ from marin.execution.builder.commit import mark_interrupted
 from marin.execution.builder.lineage import pipeline_finished, pipeline_started
 from marin.execution.builder.outcome import BuildOutcome, LeaseHeld, Pending
 from marin.execution.builder.request import BuildRequest
+from marin.execution.builder.step_logs import written_log_url
 from marin.execution.errors import AbandonedError, is_final
 from marin.execution.heap import frozen_heap
 from marin.execution.pipeline.resources import Grant, ResourcePool
@@ -68,7 +69,7 @@ from marin.execution.run.scheduler import Scheduler
 from marin.execution.run.waiting import Waiting
 from marin.execution.store.lease import release_all_held, ttl_from_env
 from marin.execution.store.location import Location
-from marin.execution.store.records import ArtifactRecord, log_path, read_record
+from marin.execution.store.records import ArtifactRecord, read_record
 from marin.execution.vocabulary import Action, BuildOutcomeKind
 
 log = logging.getLogger("marin")
@@ -565,13 +566,14 @@ class RunLoop:
         duration = time.perf_counter() - self._started[path]
         self.report.durations[path] = duration
         self.report.failures[path] = error
+        written = written_log_url(self.report.location, spec.output_path)  # None: refused
         log.error(
-            "fail %s after %.2fs: %s: %s (log: %s)",
+            "fail %s after %.2fs: %s: %s%s",
             spec.step_id,
             duration,
             type(error).__name__,
             error,
-            self.report.location.url_for(log_path(spec.output_path)),
+            "" if written is None else f" (log: {written})",
         )
         if self.listener:
             self.listener.on_fail(spec, error)

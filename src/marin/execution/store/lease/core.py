@@ -238,6 +238,13 @@ class Lease:
         current = self.read()
         return current is not None and current.token == self.token
 
+    @property
+    def held_here(self) -> bool:
+        """Whether this process took the lease and has not released it since (a Ctrl-C
+        releases every held lease under running builds: ``release_all_held``)."""
+        with _held_lock:
+            return self in _held
+
     def release(self) -> None:
         with _held_lock:
             _held.discard(self)
