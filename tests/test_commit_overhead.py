@@ -363,8 +363,9 @@ def test_a_metadata_read_still_reads_whole_files_and_refuses_what_is_not_a_file(
     tmp_path: Path,
 ) -> None:
     """The premise: a short read of a regular file is its end. A file larger than the first
-    read is read on to its end, an empty one is empty, a folder is ``IsADirectoryError``, and
-    a FIFO (with no writer: an open that must not hang) is refused as not a regular file."""
+    read is read on to its end, an empty one is empty, and a folder or a FIFO (with no
+    writer: an open that must not hang) is refused as not a regular file (red team r17-6: a
+    folder was ``IsADirectoryError``, read as "no such file")."""
     from marin.execution.errors import StorageError
     from marin.execution.store import location as storage
 
@@ -378,9 +379,9 @@ def test_a_metadata_read_still_reads_whole_files_and_refuses_what_is_not_a_file(
     empty = tmp_path / "empty.json"
     empty.write_bytes(b"")
     assert storage.read_no_follow(str(empty)) == b""
-    with pytest.raises(IsADirectoryError) as folder:
+    with pytest.raises(StorageError, match="not a regular file") as folder:
         storage.read_no_follow(str(tmp_path))
-    assert folder.value.filename == str(tmp_path)
+    assert folder.value.what == f"{tmp_path} is not a regular file"
     fifo = tmp_path / "record.json"
     os.mkfifo(fifo)
     with pytest.raises(StorageError, match="not a regular file"):

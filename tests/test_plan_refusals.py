@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from marin.cli import main
+from marin.execution.pipeline.artifact import Artifact
 from marin.execution.store.location import open_prefix
-from marin.execution.store.records import write_status
+from marin.execution.store.records import read_record, write_status
 from tests.reliability.faulty_fs import FAULTS
 from tests.ux.helpers import ROOT, marin
 
@@ -174,6 +175,65 @@ def test_a_registered_build_forced_is_planned_as_refused(tmp_path: Path) -> None
     step, _ = _refused("corpus", prefix, "--force", "corpus")
     assert step["refusal"]["error"] == "RegisteredBuildFrozenError"
     assert "is registered as team/corpus/r1" in step["refusal"]["what"]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "empty", "wrong types", "folder", "deleted"])
+def test_a_registered_build_whose_freeze_mark_is_damaged_is_planned_as_refused(
+    tmp_path: Path, damage: str
+) -> None:
+    """Red team r17-4: with ``registered.json`` torn, ``{}`` or deleted while the manifest
+    still names the build, ``--force`` rebuilt the registered build in place (the plan said a
+    plain build) and ``from_id`` served the registered record over the new data. A mark that
+    cannot be read freezes the build; without one, the registry itself is asked."""
+    prefix = tmp_path / "p"
+    args = ("--prefix", str(prefix))
+    assert marin("run", f"{PIPELINES}:corpus", *args).returncode == 0
+    assert marin("register", "corpus@v1", "--id", "team/corpus/r1", *args).returncode == 0
+    mark, record = (
+        prefix / "corpus/v1.marin/registered.json",
+        prefix / "corpus/v1.marin/record.json",
+    )
+    mark.unlink()
+    if damage == "folder":
+        mark.mkdir()
+    elif damage != "deleted":
+        mark.write_text(
+            {"garbage": "garb", "empty": "{}", "wrong types": '{"build_id": 1}'}[damage]
+        )
+    stored = record.read_bytes()
+    step, _ = _refused("corpus", prefix, "--force", "corpus")
+    what = step["refusal"]["what"]
+    if damage == "folder":  # refused as any step-folder file that is no regular file
+        assert what == f"{mark} is not a regular file"
+    else:
+        assert step["refusal"]["error"] == "RegisteredBuildFrozenError"
+        assert (
+            "is registered as team/corpus/r1" in what
+            and "bump the version" in step["refusal"]["fix"]
+        )
+        unreadable = f"has a freeze mark that cannot be read ({mark}: not a mark marin register"
+        assert (unreadable in what) == (damage != "deleted"), what
+    assert (prefix / "corpus/v1/data.txt").read_text() == "corpus" and record.read_bytes() == stored
+    found = Artifact.from_id("team/corpus/r1", prefix=str(prefix))
+    assert found.record == read_record(open_prefix(str(prefix)), "corpus/v1")
+
+
+def test_a_damaged_freeze_mark_no_manifest_names_is_refused_until_deleted(tmp_path: Path) -> None:
+    """A torn mark whose manifest is gone (a registration that crashed before it, say): still
+    refused, since a damaged mark is never read as "not registered"; the fix names the mark,
+    and once it is deleted the build is rebuilt."""
+    prefix = tmp_path / "p"
+    args = ("--prefix", str(prefix))
+    assert marin("run", f"{PIPELINES}:corpus", *args).returncode == 0
+    assert marin("register", "corpus@v1", "--id", "team/corpus/r1", *args).returncode == 0
+    (prefix / "registry.marin/team/corpus/r1.json").unlink()
+    mark = prefix / "corpus/v1.marin/registered.json"
+    mark.write_text('{"build_id": "')
+    step, _ = _refused("corpus", prefix, "--force", "corpus")
+    assert "may be registered" in step["refusal"]["what"]
+    assert f"if it was never registered, delete {mark} and run again" in step["refusal"]["fix"]
+    mark.unlink()
+    assert marin("run", f"{PIPELINES}:corpus", *args, "--force", "corpus").returncode == 0
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from marin.execution.errors import RegisteredBuildFrozenError, StepFailedError
 from marin.execution.lazy import ArtifactStep, JsonArtifact, run
 from marin.execution.pipeline.artifact import Artifact
 from marin.execution.store.location import open_prefix
-from marin.execution.store.records import read_record
+from marin.execution.store.records import REPLACES, read_record, write_status
 from marin.execution.store.registry import (
     REGISTRY_FOLDER,
     ArtifactAlreadyExistsError,
@@ -49,7 +49,7 @@ def _plant(location: Any, relative: str, data: bytes) -> None:
     location.put_file(path, data)
 
 
-def test_register_then_from_id_with_one_read(prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_register_then_from_id_with_two_reads(prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     artifacts = run(scratch(), prefix=prefix)  # raw -> scratch
     location = open_prefix(prefix)
     manifest = register(location, "gc/scratch/v1", RegistryId.parse("exp/scratch/v1"), "me@h")
@@ -64,15 +64,18 @@ def test_register_then_from_id_with_one_read(prefix: str, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(location_module.Location, "read_file", counted)
     found = Artifact.from_id("exp/scratch/v1", prefix=prefix)
-    # The manifest alone: a registered build is frozen, so its record is the step's.
-    assert reads == [location.path(f"{REGISTRY_FOLDER}/exp/scratch/v1.json")]
+    # The manifest, whose record is served, and the record at its path: still that build.
+    assert reads == [
+        location.path(f"{REGISTRY_FOLDER}/exp/scratch/v1.json"),
+        location.path("gc/scratch/v1.marin/record.json"),
+    ]
     assert found.url == f"{prefix.rstrip('/')}/gc/scratch/v1"
     assert found.record == read_record(location, "gc/scratch/v1")
     assert found.record is not None and found.record.build_id == manifest.build_id
     assert found.result == {"text": "scratch"} and found.spec is None
     typed = Artifact.from_id("exp/scratch", "v1", Built, prefix=prefix)  # Marin's arguments
     assert isinstance(typed, Built) and typed.text == "scratch" and typed.path == found.url
-    assert len(reads) == 3  # read_record above, then one read for the typed lookup
+    assert len(reads) == 5  # read_record above, then two reads for the typed lookup
 
 
 def test_a_second_registration_of_an_id_is_refused_and_never_written(prefix: str) -> None:
@@ -288,6 +291,57 @@ def test_a_registered_build_whose_record_is_lost_is_never_rebuilt_in_place(
     assert _stored(prefix, "models/m/v1") == before  # output, status and manifest untouched
 
 
+def test_a_registered_build_deleted_and_built_again_by_hand_is_never_served_by_from_id(
+    prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r17-4: ``from_id`` served the manifest's record whatever build its path held.
+    The registered build deleted by hand (all of it) and built again: ``from_id`` says the
+    registered build is gone. Its record lost then too, the manifest naming its output freezes
+    what is there, unless the step's status says a rebuild replaced another build there."""
+    from tests.registry.frozen_pipelines import pipeline as frozen
+
+    _release(prefix, tmp_path, monkeypatch, "models/m/v1")
+    location = open_prefix(prefix)
+    registered = read_record(location, MODEL)
+    assert registered is not None
+    location.remove_tree(location.path(MODEL))
+    location.remove_tree(location.path(f"{MODEL}.marin"))
+    run(frozen(), prefix=prefix)  # a first build: nothing there to freeze
+    rebuilt = read_record(location, MODEL)
+    assert rebuilt is not None and rebuilt.build_id != registered.build_id
+    with pytest.raises(ArtifactRegistryError) as gone:
+        Artifact.from_id("models/m/v1", prefix=prefix)
+    assert f"names frozen/model@v1 build {registered.build_id}, which is no longer stored" in (
+        gone.value.what
+    )
+    assert f"holds frozen/model@v1 build {rebuilt.build_id}" in gone.value.what
+    location.rm_file(location.path(f"{MODEL}.marin/record.json"))  # which build is there now?
+    with pytest.raises(StepFailedError) as refused:
+        run(frozen(), prefix=prefix)
+    assert isinstance(refused.value.__cause__, RegisteredBuildFrozenError)
+    write_status(location, MODEL, "FAILED", error="killed", **{REPLACES: rebuilt.build_id})
+    run(frozen(), prefix=prefix)  # a rebuild of another build left it: not the registered one
+    assert read_record(location, MODEL) is not None
+
+
+def test_a_manifest_that_cannot_be_trusted_stops_a_rebuild_in_place(prefix: str) -> None:
+    """With no freeze mark, the registry is asked before a build is replaced in place: a
+    manifest that cannot be read may name it, so the rebuild is refused, naming the file."""
+    run([step("raw", "v1", text="one")], prefix=prefix)
+    location = open_prefix(prefix)
+    _plant(location, f"{REGISTRY_FOLDER}/ds/data/t1.json", b"{torn")
+    with pytest.raises(StepFailedError) as refused:
+        run([step("raw", "v1", text="two")], prefix=prefix, force=["gc/raw"])
+    error = refused.value.__cause__
+    assert isinstance(error, ArtifactRegistryError), error
+    assert "the manifest of ds/data/t1" in error.what and "cannot be trusted" in error.what
+    assert "it may name the build at" in error.what and "restore or remove the file" in error.fix
+    assert location.read_file(location.path("gc/raw/v1/data.txt")) == b"one<-"
+    location.rm_file(location.path(f"{REGISTRY_FOLDER}/ds/data/t1.json"))
+    run([step("raw", "v1", text="two")], prefix=prefix, force=["gc/raw"])
+    assert location.read_file(location.path("gc/raw/v1/data.txt")) == b"two<-"
+
+
 def test_a_registration_that_crashed_before_its_manifest_freezes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -398,6 +452,11 @@ def test_a_registered_build_rebuilt_in_place_is_said_gone_and_its_inputs_kept(
         run(pipeline(), prefix=prefix, on_drift="rebuild")
     assert isinstance(refused.value.__cause__, RegisteredBuildFrozenError)
     location.rm_file(location.path("gc/train/v1.marin/registered.json"))  # the mark too
+    with pytest.raises(StepFailedError) as refused:  # the manifest still names its output
+        run(pipeline(), prefix=prefix, on_drift="rebuild")
+    assert isinstance(refused.value.__cause__, RegisteredBuildFrozenError)
+    location.remove_tree(location.path("gc/train/v1"))  # the build deleted by hand: all of it
+    location.remove_tree(location.path("gc/train/v1.marin"))
     run(pipeline(), prefix=prefix, on_drift="rebuild")  # so rebuilt: the manifest's is gone
     report = collect_garbage(pipeline(), location)
     assert any("models/train/v1 names gc/train@v1 build" in n for n in report.gone)

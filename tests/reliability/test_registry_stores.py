@@ -1,8 +1,8 @@
 """The registry on every store (issue 57): two racing ``register`` calls of one id, exactly one
 wins (``O_EXCL``-like ``link`` on local disk, ``If-None-Match`` on moto S3, ``ifGenerationMatch=0``
 on fake-gcs), in separate processes with their own cwd, HOME and TMPDIR; ``Artifact.from_id``
-resolves with one request, its manifest's GET; and a registered build is never rebuilt in place
-there."""
+resolves with two requests, its manifest's GET and the GET of the record at its path; and a
+registered build is never rebuilt in place there."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def _race_threads(location: Any, reg_id: str) -> list[str]:
     return winners
 
 
-def test_from_id_is_one_get_and_the_build_is_frozen_on_s3(
+def test_from_id_is_two_gets_and_the_build_is_frozen_on_s3(
     s3_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import uuid
@@ -133,7 +133,8 @@ def test_from_id_is_one_get_and_the_build_is_frozen_on_s3(
 
     monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", counted)
     found = Artifact.from_id("rel/data/v1", prefix=prefix)
-    assert requests == ["get_object"], requests  # the manifest, nothing else
+    # The manifest, then the record at its path (still that build?): one GET each.
+    assert requests == ["get_object", "get_object"], requests
     assert found.url == f"{prefix}/rel/data/v1" and found.result == {"ok": "yes"}
     assert found.record == record
     monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", original)

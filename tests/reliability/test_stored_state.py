@@ -101,7 +101,9 @@ def test_a_payload_that_is_no_object_is_rebuilt_on_every_store(
     changed = pipelines.s_changed.lower()
     for on_drift, force in (("warn", ()), ("error", ()), ("rebuild", ()), ("warn", ("s",))):
         _corrupt_payload(location, payload)
-        plan, _ = StepRunner(RunOptions(on_drift=on_drift, force=force), prefix=store_prefix).plan([changed])
+        plan, _ = StepRunner(RunOptions(on_drift=on_drift, force=force), prefix=store_prefix).plan(
+            [changed]
+        )
         assert plan.of(changed).action == Action.BUILD and plan.of(changed).record is None
         StepRunner(RunOptions(on_drift=on_drift, force=force), prefix=store_prefix).run([changed])
         rebuilt = read_record(location, "s/v0")
@@ -160,10 +162,16 @@ def test_another_steps_record_is_refused_on_every_store(store_prefix: str) -> No
 
     plan, _ = StepRunner(prefix=store_prefix).plan([s, t])
     decision = plan.of(s)
-    assert (decision.status, decision.action, decision.record) == (StoredStatus.FOREIGN, Action.BUILD, None)
+    assert (decision.status, decision.action, decision.record) == (
+        StoredStatus.FOREIGN,
+        Action.BUILD,
+        None,
+    )
     assert decision.refusal is not None
     # Not needed (a dependent is served from its own record): pruned, still not served.
-    assert decide(s, read_stored_step(s, location), [], Policy(), needed=False).action == Action.PRUNE
+    assert (
+        decide(s, read_stored_step(s, location), [], Policy(), needed=False).action == Action.PRUNE
+    )
 
     for force in ((), ("s",)):
         with pytest.raises(MarinError) as failed:  # the run's failure, caused by the refusal
@@ -190,7 +198,10 @@ def test_a_record_naming_another_output_is_foreign(tmp_path: Path) -> None:
     location.fs.pipe_file(path, json.dumps({**data, "output_path": "/else/x/v0"}).encode())
     plan, _ = StepRunner(prefix=prefix).plan([pipelines.s.lower()])
     decision = plan.of(pipelines.s.lower())
-    assert decision.status == StoredStatus.FOREIGN and "written for the output /else/x/v0" in decision.reason
+    assert (
+        decision.status == StoredStatus.FOREIGN
+        and "written for the output /else/x/v0" in decision.reason
+    )
     # A prefix moved as a whole keeps its records: only the part below the prefix is compared.
     moved = str(tmp_path / "moved")
     os.rename(prefix, moved)
@@ -286,3 +297,50 @@ def test_a_linked_name_folder_never_serves_or_clears_another_prefix(tmp_path: Pa
     (tmp_path / "B-link").symlink_to(b)
     show = marin("show", "other@v0", "--prefix", str(tmp_path / "B-link"))
     assert show.returncode == 0 and show.stdout.startswith("other@v0")
+
+
+@pytest.mark.parametrize(
+    ("name", "read_by_plan"),
+    [
+        ("record.json", True),  # read by every plan (and a run plans first)
+        ("status.json", True),  # read by a plan, without a record
+        ("attempt.json", False),  # cleared by a build, listed before
+        ("lease.json", False),  # taken by a build (a plan reads it only without a status)
+        ("log.txt", False),  # written by a build
+    ],
+)
+def test_a_metadata_file_that_is_a_folder_is_refused_alike_by_plan_and_run(
+    tmp_path: Path, name: str, read_by_plan: bool
+) -> None:
+    """Red team r17-6: a folder at a step folder's file (a FIFO or a link there was refused
+    already): ``marin plan`` showed a plain build, and every run failed with a raw
+    ``IsADirectoryError``. A folder is refused as a FIFO is, naming the file and the fix: where
+    a plan reads the file, both stop (exit 2); else the plan names the refusal a run raises
+    before writing anything (exit 1)."""
+    prefix = tmp_path / "p"
+    args = (f"{PIPELINES}:failing", "--prefix", str(prefix))
+    failed = marin("run", *args, "--no-progress", env={"MARIN_TEST_FAIL": "1"})
+    assert failed.returncode == 1 and "failed on purpose" in failed.stderr, failed.stderr
+    meta = prefix / "f" / "v0.marin"
+    (meta / name).unlink(missing_ok=True)
+    (meta / name).mkdir()
+    before = _tree(prefix)
+    what = f"{meta / name} is not a regular file"
+    fix = "remove it: Marin's metadata files are plain files it writes itself"
+    plan = marin("plan", *args, env={"COLUMNS": "2000"})
+    as_json = marin("plan", *args, "--json")
+    ran = marin("run", *args, "--no-progress")
+    if read_by_plan:
+        for result in (plan, as_json, ran):
+            assert_clean_error(result, 2, f"error: {what}: {fix}")
+    else:
+        assert plan.returncode == 0 and f"a run refuses it: {what}: {fix}" in plan.stdout
+        refusal = json.loads(as_json.stdout)["steps"][0]["refusal"]
+        assert (refusal["error"], refusal["what"], refusal["fix"]) == (
+            "NotRegularFileError",
+            what,
+            fix,
+        )
+        assert_clean_error(ran, 1, f"error: {what} (step f@v0): {fix}")
+    assert "IsADirectoryError" not in plan.stderr + ran.stderr
+    assert _tree(prefix) == before and (meta / name).is_dir()  # nothing written or cleared

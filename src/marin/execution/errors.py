@@ -105,6 +105,11 @@ class SymlinkError(StorageError):
     writes, reads as state, or deletes (``Location.check_no_links``)."""
 
 
+class NotRegularFileError(StorageError):
+    """A metadata file of a step folder that is not a regular file (a folder, a FIFO, a
+    device): Marin never reads, replaces or deletes it as its own file."""
+
+
 class ForeignRecordError(MarinError, RuntimeError):
     """A step's metadata folder holds another step's record: building the step would replace
     that record, so the build is refused (``decide`` says so; ``build_step`` raises this)."""

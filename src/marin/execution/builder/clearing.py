@@ -6,9 +6,10 @@ build (``refuse_frozen``). ``build_step`` asks before it takes the lease
 ``check_clearable``, ``clear_output``).
 
 Each rule is one function that returns its refusal (``inside_another``, ``adopted_data``,
-``output_not_marins``, ``frozen_build``, ``metadata_inside``): a build raises it (the
-``refuse_*`` forms), and ``marin plan`` shows it before any run (``refusal_before_writing``,
-which asks them as a build does, through a plan's memoized listings).
+``odd_metadata``, ``output_not_marins``, ``frozen_build``, ``metadata_inside``): a build raises
+it (the ``refuse_*`` forms, or the listing and reads they stand for), and ``marin plan`` shows it
+before any run (``refusal_before_writing``, which asks them as a build does, through a plan's
+memoized listings).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from typing import Any
 from marin.execution.errors import (
     AdoptedDataError,
     MarinError,
+    NotRegularFileError,
     RegisteredBuildFrozenError,
     StorageError,
+    SymlinkError,
 )
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.pipeline.step_spec import StepSpec
@@ -36,7 +39,7 @@ from marin.execution.store.records import (
     read_record,
     read_status_file,
 )
-from marin.execution.store.registry import frozen_ids
+from marin.execution.store.registry import REGISTRY_FOLDER, frozen
 from marin.execution.store.step_folder import (
     ADOPTED_FILE,
     RECORD_FILE,
@@ -69,19 +72,23 @@ def refusal_before_writing(
     """What a build of ``spec`` would be refused with, having written nothing, given what a
     plan read (``record``: its committed record; ``status``: its status, read without one);
     None when no rule of this module refuses it. The rules, asked in ``build_step``'s order:
-    before the lease, inside another step's output and adopted data (``_build``), then data
-    Marin never wrote (``output_left_by_marin``); under the lease, a registered build, adopted
-    data with what an earlier attempt left, and another step's metadata in the output
-    (``_build_holding``). Read only: ``marin plan`` shows the refusal a run would raise.
+    before the lease, inside another step's output and adopted data (``_build``), then a
+    step-folder file that is not a regular file (``odd_metadata``: its listing, or the read
+    of the lease) and data Marin never wrote (``output_left_by_marin``); under the lease, a
+    registered build (or an unreadable freeze mark), adopted data with what an earlier
+    attempt left, and another step's metadata in the output (``_build_holding``). Read only:
+    ``marin plan`` shows the refusal a run would raise.
 
     Raises:
         OSError: a read failed.
-        ArtifactRegistryError: a manifest a freeze mark lists cannot be trusted (as a build
-            would raise).
+        ArtifactRegistryError: a manifest cannot be trusted (as a build would raise).
     """
     refusal: MarinError | None = inside_another(location, spec, exists) or adopted_data(
         location, spec, record, False, exists
     )
+    if refusal is not None:
+        return refusal
+    refusal = odd_metadata(location, spec, exists)
     if refusal is not None:
         return refusal
     seen, refusal = output_not_marins(location, spec, exists)
@@ -94,6 +101,21 @@ def refusal_before_writing(
         or adopted_data(location, spec, record, leftover, exists)
         or (metadata_inside(location, spec) if leftover else None)
     )
+
+
+def odd_metadata(location: Location, spec: StepSpec, exists: Exists) -> StorageError | None:
+    """Why a build fails before writing: a file of the step folder that Marin reads, replaces
+    or deletes is not a regular file (a folder at ``log.txt``, a FIFO at ``lease.json``), or is
+    a link. A build meets it in its listing of the folder (``metadata_files``, before it clears
+    anything) or in its read of the lease; a plan reads neither file unless asked here. Local
+    disk only: an object store has no folders or FIFOs at a file's name."""
+    if not location.is_local or not exists(metadata_dir(spec.output_path)):
+        return None
+    try:
+        metadata_files(location, spec.output_path)
+    except (NotRegularFileError, SymlinkError) as exc:
+        return exc
+    return None
 
 
 def _metadata_left(location: Location, spec: StepSpec, exists: Exists) -> bool:
@@ -265,31 +287,55 @@ def frozen_build(
     location: Location, spec: StepSpec, committed: ArtifactRecord | None, leftover: bool
 ) -> RegisteredBuildFrozenError | None:
     """Why the ``committed`` build may not be replaced in place: ``marin register`` released
-    it (its freeze mark and a manifest name it); None when it may. Free when nothing is
-    there, else the mark (and, when it names the build, its manifests). With no readable
-    record (``committed`` None: torn or deleted) but something left at the output
-    (``leftover``: ``earlier_attempt`` found it), a mark and a manifest naming this step's
-    output still freeze the build stored there.
+    it (a manifest names it; ``registry.frozen`` asks its freeze mark, then the registry), or
+    its freeze mark is there but cannot be read; None when it may. Free, with no read, when
+    nothing is there. With no readable record (``committed`` None: torn or deleted) but
+    something left at the output (``leftover``: ``earlier_attempt`` found it), a manifest
+    naming this step's output still freezes the build stored there.
 
     Raises:
-        ArtifactRegistryError: a manifest the mark lists cannot be trusted.
+        ArtifactRegistryError: a manifest cannot be trusted (it may name this build).
         StorageError: storage kept failing.
     """
-    if committed is None and not leftover and not location.is_memory:
-        return None  # a first build: nothing to freeze, and no read (memory:// sees no leftover)
-    ids = frozen_ids(location, spec.output_path, committed, spec.step_id)
-    if not ids:
+    # memory:// sees no leftover (``output_not_marins``): its data there is one (a lookup).
+    if not (committed is not None or leftover or _memory_output(location, spec)):
+        return None  # a first build: nothing to freeze, and no read
+    found = frozen(location, spec.output_path, committed, spec.step_id, scan=not spec.mutable)
+    if not found:
         return None
-    build = f"build {committed.build_id}" if committed is not None else "build"
+    out = location.url_for(spec.output_path)
+    build = f"build {committed.build_id}" if committed and committed.build_id else "build"
     damaged = "" if committed is not None else " (its record is unreadable or gone)"
-    return RegisteredBuildFrozenError(
-        f"the {build} at {location.url_for(spec.output_path)}{damaged} is registered "
-        f"as {', '.join(ids)}: this run would rebuild it in place (--force, a drift rebuild, "
-        "a rebuilt input or a lost record); nothing was cleared or written",
+    fix = (
         "a registered build is never rebuilt in place: bump the version (or register a new "
-        "build under a new tag)",
+        "build under a new tag)"
+    )
+    if found.unreadable_mark is not None:
+        mark = found.unreadable_mark
+        damaged += f" has a freeze mark that cannot be read ({mark.path}: {mark.why}) and"
+        if not found.ids:
+            return RegisteredBuildFrozenError(
+                f"the {build} at {out}{damaged} may be registered: this run would rebuild it "
+                "in place, and a damaged mark is never read as 'not registered'; nothing was "
+                "cleared or written",
+                f"no manifest under {location.url_for(REGISTRY_FOLDER)} names this build now: "
+                f"if it was never registered, delete {mark.path} and run again; else bump "
+                "the version",
+                spec.step_id,
+            )
+    return RegisteredBuildFrozenError(
+        f"the {build} at {out}{damaged} is registered as {', '.join(found.ids)}: this run "
+        "would rebuild it in place (--force, a drift rebuild, a rebuilt input or a lost "
+        "record); nothing was cleared or written",
+        fix,
         spec.step_id,
     )
+
+
+def _memory_output(location: Location, spec: StepSpec) -> bool:
+    """Whether ``spec``'s output holds data on ``memory://`` (one lookup there; False
+    elsewhere, where ``earlier_attempt`` sees it)."""
+    return location.is_memory and location.exists(location.path(spec.output_path))
 
 
 def check_clearable(location: Location, spec: StepSpec) -> None:

@@ -76,26 +76,28 @@ class Artifact:
         prefix: str | None = None,
     ) -> Any:
         """The build registered as ``id`` (``"ns/name/tag"``, or Marin's ``("ns/name",
-        "tag")``) under ``prefix`` (default ``$MARIN_PREFIX``), resolved with one read: its
+        "tag")``) under ``prefix`` (default ``$MARIN_PREFIX``), resolved with two reads: its
         manifest, which names the step and build and holds that build's record, served as
-        registered. A registered build is frozen (no commit replaces it in place), so the
-        manifest alone says what is stored; a build deleted by hand is only seen when its data
-        is read. With a typed ``artifact_type`` (``JsonArtifact`` subclass, ``Dataset``, ...)
-        the typed value, else an ``Artifact``.
+        registered, and the record at its path, which must not be another build's. A
+        registered build is frozen (no commit replaces it in place); one replaced by hand is
+        refused, and one deleted by hand is only seen when its data is read. With a typed
+        ``artifact_type`` (``JsonArtifact`` subclass, ``Dataset``, ...) the typed value, else
+        an ``Artifact``.
 
         Raises:
             InvalidArtifactIdError: ``id`` is not ``namespace/name/tag``.
             ArtifactNotFoundError: nothing is registered as ``id`` under the prefix.
-            ArtifactRegistryError: its manifest cannot be trusted.
+            ArtifactRegistryError: its manifest cannot be trusted, or its path holds another
+                build now (the registered build is gone).
             StorageError: the prefix cannot be opened, or storage kept failing.
             ValueError: a typed ``artifact_type`` whose fields the recorded value lacks.
         """
         from marin.execution.store.location import open_prefix
-        from marin.execution.store.registry import RegistryId, lookup
+        from marin.execution.store.registry import RegistryId, resolve
 
         reg_id = RegistryId.parse(id, version)
         location = open_prefix(prefix)
-        manifest = lookup(location, reg_id)  # the one read: its record is checked on parse
+        manifest = resolve(location, reg_id)  # its record is checked on parse, then its path
         artifact = cls(None, manifest.url(location), manifest.record)
         if isinstance(artifact_type, type) and issubclass(artifact_type, TypedArtifact):
             return artifact_type.of(artifact)

@@ -43,7 +43,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
 
-from marin.execution.errors import StorageError, SymlinkError, one_line
+from marin.execution.errors import NotRegularFileError, StorageError, SymlinkError, one_line
 from marin.execution.ids import jitter
 from marin.execution.store.memory_folders import folder_exists, index_store
 from marin.execution.store.prefix_policy import check_prefix
@@ -115,7 +115,7 @@ def read_no_follow(path: str) -> bytes:
     """A local metadata file's bytes, never through a symbolic link (``SymlinkError``).
 
     ``O_NONBLOCK`` so a FIFO planted under a metadata file's name cannot hang the reader. A
-    folder is ``IsADirectoryError``, as ``open`` would say.
+    folder there is refused as a FIFO is (``not_a_regular_file``): never "no such file".
 
     One ``read`` in the common case, with no ``fstat`` before it (every system call hands the
     GIL to another thread, and each build reads its inputs' records twice): a regular file's
@@ -130,22 +130,28 @@ def read_no_follow(path: str) -> bytes:
         try:
             data = os.read(fd, _FIRST_READ)
         except IsADirectoryError:
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", path) from None
+            raise not_a_regular_file(path) from None
         except BlockingIOError:  # a FIFO with a writer and nothing written yet
             data = b""
         if 0 < len(data) < _FIRST_READ:
             return data
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise StorageError(
-                f"{path} is not a regular file",
-                "remove it: Marin's metadata files are plain files it writes itself",
-            )
+            raise not_a_regular_file(path)
         chunks = [data]
         while data and (chunk := os.read(fd, 1 << 20)):
             chunks.append(chunk)
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def not_a_regular_file(path: str) -> NotRegularFileError:
+    """The one refusal of a metadata file that is a folder, a FIFO or a device, wherever it is
+    met (a read, or a listing of the step folder): ``marin plan`` and a run say the same."""
+    return NotRegularFileError(
+        f"{path} is not a regular file",
+        "remove it: Marin's metadata files are plain files it writes itself",
+    )
 
 
 def symlink_refused(path: str) -> SymlinkError:
@@ -337,6 +343,9 @@ class Location:
     """The prefix in the file system's own path syntax."""
     _real_dirs: set[str] = field(default_factory=set, compare=False, repr=False)
     """Local folders below the prefix already seen to be real folders, not links (this run's)."""
+    manifests_read: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The registry's manifests already read and trusted, by path (``registry.registered_at``):
+    a manifest is written once, by conditional create, and never changed."""
     is_local: bool = field(init=False, compare=False, repr=False)
     """Local disk: links are checked, and writes are a temporary file renamed into place."""
     is_memory: bool = field(init=False, compare=False, repr=False)
@@ -420,8 +429,9 @@ class Location:
         Raises:
             FileNotFoundError: nothing is at ``path``.
             SymlinkError: ``path``, or a folder on the way to it, is a symbolic link.
-            StorageError: ``path`` is not a regular file (a FIFO, a device), or storage kept
-                failing.
+            NotRegularFileError: ``path`` is not a regular file (a folder, a FIFO, a device:
+                local disk).
+            StorageError: storage kept failing.
         """
         if self._reads_store:
             # Straight from the store, as put_file writes it (cat_file's protocol stripping and

@@ -27,6 +27,7 @@ from marin.execution.digest.output import OutputDigest, is_output_digest
 from marin.execution.store.location import (
     Location,
     durable,
+    not_a_regular_file,
     symlink_refused,
 )
 from marin.execution.store.metadata_io import MAX_JSON_DEPTH as MAX_JSON_DEPTH
@@ -36,6 +37,7 @@ from marin.execution.store.step_folder import ADOPTION as ADOPTION
 from marin.execution.store.step_folder import (
     CANCEL_FILE,
     OWNER_FIELD,
+    PLAIN_FILES,
     RECORD_FILE,
     STATUS_FILE,
 )
@@ -477,6 +479,8 @@ def metadata_files(
     Raises:
         SymlinkError: the metadata folder, a folder on the way to it, or an entry in it is a
             symbolic link (local disk), but for ``cancel.json`` (a link there is no mark).
+        NotRegularFileError: one of Marin's files in it (``PLAIN_FILES``) is a folder, a FIFO
+            or a device (local disk): as a read of it says, so plan and run refuse alike.
         StorageError: storage kept failing (object stores).
     """
     names = (RECORD_FILE, STATUS_FILE)
@@ -488,14 +492,17 @@ def metadata_files(
     # or delete, and the listing says which entries are links at no extra system call.
     location.check_no_links(folder)
     try:
-        with os.scandir(folder) as entries:
-            listing = {entry.name: entry.is_symlink() for entry in entries}
+        with os.scandir(folder) as entries:  # the kinds come with the names (d_type)
+            listing = {e.name: (e.is_symlink(), e.is_file(follow_symlinks=False)) for e in entries}
     except (FileNotFoundError, NotADirectoryError):
         return set()
     # cancel.json is anyone's to plant and never followed (``read_cancel_mark``): no mark
-    link = next((n for n, is_link in listing.items() if is_link and n != CANCEL_FILE), None)
+    link = next((n for n, (is_link, _) in listing.items() if is_link and n != CANCEL_FILE), None)
     if link is not None:
         raise symlink_refused(os.path.join(folder, link))
+    odd = next((n for n, (_, is_file) in listing.items() if not is_file and n in PLAIN_FILES), None)
+    if odd is not None:  # a folder at log.txt, say: every build would fail on it
+        raise not_a_regular_file(os.path.join(folder, odd))
     for name in listing if remove_temporaries else ():
         if name.startswith((RECORD_FILE + TMP_MARK, STATUS_FILE + TMP_MARK)):
             with contextlib.suppress(FileNotFoundError):

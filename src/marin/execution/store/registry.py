@@ -4,15 +4,18 @@
 ``<prefix>/registry.marin/<ns>/<name>/<tag>.json`` (a folder no step can take: a name segment
 ending in ``.marin`` is reserved). The manifest holds the build's record as it was registered
 (its ``build_id``, fingerprint, config, result and inputs); ``Artifact.from_id`` resolves an
-id with that one read, and ``marin gc`` keeps the build and everything it was made from.
+id with that read and one of the record at its path (``resolve``), and ``marin gc`` keeps the
+build and everything it was made from.
 
 A registered build is frozen at the source: before its first manifest, ``register`` writes a
 freeze mark in the step's folder (``registered.json``, naming the build and its ids) under the
-step's lease, and the one commit path refuses to replace a build that a mark and one of its
-manifests name (``frozen_ids``). So a manifest's build is the one stored at its path, unless
-someone deleted it by hand. An adoption whose source lies in or holds other steps' builds
-under the prefix freezes them too (each its own mark, naming the same ids): their data is the
-registered data.
+step's lease, and the one commit path refuses to replace a build that a manifest names
+(``frozen``: the mark's ids first; when they name none, one listing of the registry, since a
+mark may be deleted or damaged by hand), or whose mark is there but cannot be read. So a
+manifest's build is the one stored at its path, unless someone deleted or replaced it by hand
+(``resolve`` then refuses a build replaced). An adoption whose source lies in or holds other
+steps' builds under the prefix freezes them too (each its own mark, naming the same ids):
+their data is the registered data.
 
 A manifest is created only if none is there, atomically on every backend that can: a temporary
 file ``link``-ed into place on local disk (``link`` fails when the name exists, as ``O_EXCL``
@@ -46,9 +49,19 @@ from marin.execution.names import (
 )
 from marin.execution.store.location import Location, durable, with_retries
 from marin.execution.store.placement import adopted_builds, relative_under
-from marin.execution.store.records import ArtifactRecord, parse_json, read_record
+from marin.execution.store.records import (
+    UNKNOWN_BUILD,
+    ArtifactRecord,
+    parse_json,
+    read_record,
+    read_status_file,
+    record_path,
+    replaced_build,
+)
 from marin.execution.store.step_folder import (
     RegisteredMark,
+    UnreadableMark,
+    load_registered_mark,
     read_registered_mark,
     write_registered_mark,
 )
@@ -63,16 +76,20 @@ __all__ = [
     "ArtifactAlreadyExistsError",
     "ArtifactNotFoundError",
     "ArtifactRegistryError",
+    "Frozen",
     "InvalidArtifactIdError",
     "Manifest",
     "RegistryId",
+    "frozen",
     "frozen_ids",
     "list_manifests",
     "lookup",
     "manifest_file",
     "manifest_files",
     "register",
+    "registered_at",
     "registered_by",
+    "resolve",
 ]
 
 
@@ -277,29 +294,89 @@ def _freeze(location: Location, output_path: str, build_id: str, reg_id: Registr
     write_registered_mark(location, output_path, mark.adding(build_id, str(reg_id)))
 
 
+@dataclass(frozen=True)
+class Frozen:
+    """What freezes the build stored at an output path (``frozen``); false when nothing
+    does: it may be replaced in place."""
+
+    ids: tuple[str, ...] = ()
+    """The ids registered for it: their manifests name it."""
+    unreadable_mark: UnreadableMark | None = None
+    """Its freeze mark, there but no mark: the build stays frozen even when no manifest names
+    it now (a damaged mark is never read as "not registered")."""
+
+    def __bool__(self) -> bool:
+        return bool(self.ids) or self.unreadable_mark is not None
+
+
 def frozen_ids(
     location: Location, output_path: str, record: ArtifactRecord | None, step_id: str = ""
 ) -> list[str]:
-    """The ids under which the build ``record`` (stored at ``output_path``) is registered: those
-    its freeze mark names whose manifest names this very build. Empty when there is no mark,
-    it names another build (stale), or no manifest it lists names this build (a registration
-    that crashed before its manifest, or lost its id to another): the mark, then its manifests.
-
-    ``record`` None (no readable record: torn or deleted): the build the mark names, when a
-    manifest names it as ``step_id``'s at ``output_path``. The manifest holds the record's copy:
-    the registered build is still the one stored there, whatever happened to its record.
+    """The ids under which the build ``record`` (stored at ``output_path``) is registered
+    (``frozen``'s ids).
 
     Raises:
-        ArtifactRegistryError: a manifest the mark lists cannot be trusted (look at it: a
-            registration's manifest is never changed).
+        ArtifactRegistryError: a manifest cannot be trusted (it may name this build).
         StorageError: storage kept failing.
     """
-    if record is not None and not record.build_id:  # predates build ids: never registered
-        return []
-    mark = read_registered_mark(location, output_path)
-    if mark is None:
-        return []
-    step, build = (step_id, mark.build_id) if record is None else (record.step_id, record.build_id)
+    return list(frozen(location, output_path, record, step_id).ids)
+
+
+def frozen(
+    location: Location,
+    output_path: str,
+    record: ArtifactRecord | None,
+    step_id: str = "",
+    *,
+    scan: bool = True,
+) -> Frozen:
+    """Whether the build ``record`` (stored at ``output_path``) is registered, so never to be
+    replaced in place. First the freeze mark: the ids it lists whose manifests name this very
+    build (one read each). When it names none (absent, a stale mark of another build, a
+    registration that crashed before its manifest, an edited one), the registry itself: one
+    listing of its folder, each manifest read once per ``Location`` (``registered_at``); the
+    mark is only the fast answer, never the one that unlocks. A mark that is there but cannot
+    be read freezes the build whatever the registry says (``Frozen.unreadable_mark``).
+    ``scan=False`` (a mutable version, never registered) asks the mark alone.
+
+    ``record`` None (no readable record: torn or deleted), or one without a build id: the
+    build the mark names, when a manifest names it as ``step_id``'s at ``output_path``; else
+    any manifest naming ``output_path`` (``registered_at``). The manifest holds the record's
+    copy: the registered build is still the one stored there, whatever happened to its record.
+
+    Raises:
+        ArtifactRegistryError: a manifest cannot be trusted (look at it: a registration's
+            manifest is never changed; it may name this build).
+        StorageError: storage kept failing.
+    """
+    built = record if record is not None and record.build_id else None
+    mark = load_registered_mark(location, output_path)
+    if isinstance(mark, RegisteredMark):
+        ids = _marked_ids(location, output_path, mark, built, step_id)
+        if ids:
+            return Frozen(tuple(ids))
+    unreadable = mark if isinstance(mark, UnreadableMark) else None
+    if not scan and unreadable is None:
+        return Frozen()
+    ids = registered_at(location, output_path, built.build_id if built else None)
+    return Frozen(tuple(ids), unreadable)
+
+
+def _marked_ids(
+    location: Location,
+    output_path: str,
+    mark: RegisteredMark,
+    built: ArtifactRecord | None,
+    step_id: str,
+) -> list[str]:
+    """The ids ``mark`` lists whose manifests name the build ``built`` (None: the build the
+    mark names, as ``step_id``'s), or whose adopted data lies in it.
+
+    Raises:
+        ArtifactRegistryError: a manifest the mark lists cannot be trusted.
+        StorageError: storage kept failing.
+    """
+    step, build = (step_id, mark.build_id) if built is None else (built.step_id, built.build_id)
     if mark.build_id != build:
         return []
     found = []
@@ -313,6 +390,61 @@ def frozen_ids(
         elif _holds_source(location, output_path, manifest.record, manifest.output_path):
             found.append(manifest.id)  # its data lies in this build (the mark names it)
     return found
+
+
+def registered_at(location: Location, output_path: str, build_id: str | None) -> list[str]:
+    """The ids whose manifests name the build ``build_id`` stored at ``output_path``, or hold
+    an adoption whose data lies in it or holds it, asked of the registry itself: one listing
+    of its folder, and each manifest read once per ``Location`` (none is ever changed).
+
+    ``build_id`` None (no readable record there): any manifest naming ``output_path``, unless
+    the step's status says an unfinished rebuild replaced another build there (``REPLACES``:
+    the registered one was gone before it).
+
+    Raises:
+        ArtifactRegistryError: a manifest cannot be trusted: it may name this build.
+        StorageError: storage kept failing.
+    """
+    named: list[Manifest] = []
+    for rel in manifest_files(location):
+        manifest = _manifest_once(location, rel, output_path)
+        here = manifest.output_path == output_path and build_id in (None, manifest.build_id)
+        if here or _holds_source(location, output_path, manifest.record, manifest.output_path):
+            named.append(manifest)  # it names this build, or its adopted data lies in it
+    if build_id is None and named:
+        replaced = replaced_build(read_status_file(location, output_path))
+        if replaced and replaced != UNKNOWN_BUILD:  # a build of its own was there since
+            named = [m for m in named if m.output_path != output_path or m.build_id == replaced]
+    return [m.id for m in named]
+
+
+def _manifest_once(location: Location, rel: str, output_path: str) -> Manifest:
+    """The manifest at ``rel`` in the registry's folder, read once per ``Location``.
+
+    Raises:
+        ArtifactRegistryError: it cannot be trusted: it may name the build at ``output_path``.
+        StorageError: storage kept failing.
+    """
+    memo = location.manifests_read
+    found = memo.get(rel)
+    if isinstance(found, Manifest):
+        return found
+    try:
+        manifest = manifest_file(location, rel)
+    except ArtifactRegistryError as exc:
+        raise ArtifactRegistryError(
+            f"{exc.what}: it may name the build at {location.url_for(output_path)}, which a "
+            "registration freezes",
+            f"{exc.fix}; restore or remove the file (nothing was cleared or written)",
+            exc.step,
+        ) from None
+    if len(memo) < _MANIFESTS_KEPT:
+        memo[rel] = manifest
+    return manifest
+
+
+_MANIFESTS_KEPT = 100_000
+"""How many manifests a ``Location`` keeps read (a few KiB each)."""
 
 
 def _holds_source(
@@ -465,6 +597,37 @@ def lookup(location: Location, reg_id: RegistryId) -> Manifest:
             "look at the file: manifests are written once by marin register and never changed",
             None,
         ) from None
+
+
+def resolve(location: Location, reg_id: RegistryId) -> Manifest:
+    """The manifest of ``reg_id`` (``lookup``), checked against the record stored at its path
+    (a second read): the build it names must still be the one stored there. A registered build
+    is frozen, but one deleted by hand and built again, or replaced by hand, is not that build;
+    a record torn or deleted says nothing (the manifest holds its copy).
+
+    Raises:
+        ArtifactNotFoundError: no manifest for ``reg_id`` under the prefix.
+        ArtifactRegistryError: the manifest cannot be trusted, or the record at its path is
+            another build's (the registered build is gone).
+        StorageError: storage kept failing.
+    """
+    manifest = lookup(location, reg_id)
+    try:  # one request, as the manifest's (S3 and GCS: a single GET)
+        raw = _read_once(location, location.path(record_path(manifest.output_path)))
+        other = ArtifactRecord.from_json(raw.decode())
+    except (FileNotFoundError, NotADirectoryError, ValueError, TypeError, UnicodeDecodeError):
+        return manifest  # no record, or a torn one: the manifest holds its copy
+    if other.build_id == manifest.build_id:
+        return manifest
+    raise ArtifactRegistryError(
+        f"{reg_id} names {manifest.step} build {manifest.build_id}, which is no longer stored: "
+        f"{location.url_for(manifest.output_path)} holds {other.step_id} build "
+        f"{other.build_id or '(no build id)'} (the registered build was deleted or replaced "
+        "by hand)",
+        "the registered data is gone: register the build stored there now under a new tag "
+        "if it is the one you want, or rebuild the registered one under a new version",
+        None,
+    )
 
 
 def _read_once(location: Location, path: str) -> bytes:

@@ -34,7 +34,7 @@ from typing import Any
 
 from marin.execution.atomic_file import TMP_MARK, write_file_atomically
 from marin.execution.digest.code import CodeDigest, unknown_digest
-from marin.execution.errors import RemoteJobError, StorageError
+from marin.execution.errors import NotRegularFileError, RemoteJobError, StorageError
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.store.location import Location, with_retries
 from marin.execution.store.metadata_io import parse_json, write_atomic
@@ -69,6 +69,10 @@ _OWN_FILES = frozenset(
     {RECORD_FILE, STATUS_FILE, LEASE_FILE, LEASE_GUARD_FILE, LOG_FILE, JOB_FILE, ATTEMPT_FILE,
      CANCEL_FILE, REGISTERED_FILE, ADOPTED_FILE}
 )  # fmt: skip
+PLAIN_FILES = _OWN_FILES - {CANCEL_FILE}
+"""The step folder's files Marin reads, replaces or deletes as its own: each must be a regular
+file (a folder, a FIFO or a device there is refused, ``records.metadata_files``); a
+``cancel.json`` is anyone's to plant and never followed, so it is ignored instead."""
 _OWN_TEMPORARY = re.compile(
     r"(?:(?:record|status|lease|job|attempt|cancel|registered|adopted)\.json"
     + re.escape(TMP_MARK)
@@ -691,8 +695,21 @@ def registered_path(output_path: str) -> str:
     return _in_folder(output_path, REGISTERED_FILE)
 
 
-def read_registered_mark(location: Location, output_path: str) -> RegisteredMark | None:
-    """The step's freeze mark; None when absent or malformed (logged).
+@dataclass(frozen=True)
+class UnreadableMark:
+    """A ``registered.json`` that is there but is no mark: torn, ``{}``, fields of the wrong
+    type, a folder or a FIFO. It may have frozen a registered build, so it never reads as "not
+    registered" (``registry.frozen``)."""
+
+    path: str
+    why: str
+
+
+def load_registered_mark(
+    location: Location, output_path: str
+) -> RegisteredMark | UnreadableMark | None:
+    """The step's freeze mark; ``UnreadableMark`` when the file is there but is not one; None
+    when it is absent.
 
     Raises:
         SymlinkError: ``registered.json`` or a folder on the way to it is a symbolic link
@@ -702,11 +719,27 @@ def read_registered_mark(location: Location, output_path: str) -> RegisteredMark
     path = location.path(registered_path(output_path))
     try:
         raw = location.read_file(path)
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except (NotRegularFileError, IsADirectoryError):
+        return UnreadableMark(path, "not a regular file")
     mark = RegisteredMark.parse(raw[: 1 << 16])
-    if mark is None:
-        log.warning("ignoring %s: not a mark `marin register` writes", path)
+    return mark if mark is not None else UnreadableMark(path, "not a mark marin register writes")
+
+
+def read_registered_mark(location: Location, output_path: str) -> RegisteredMark | None:
+    """The step's freeze mark; None when absent or unreadable (logged): what ``marin
+    register`` extends, replacing an unreadable one.
+
+    Raises:
+        SymlinkError: ``registered.json`` or a folder on the way to it is a symbolic link
+            (local disk).
+        StorageError: storage kept failing.
+    """
+    mark = load_registered_mark(location, output_path)
+    if isinstance(mark, UnreadableMark):
+        log.warning("ignoring %s: %s", mark.path, mark.why)
+        return None
     return mark
 
 
