@@ -14,7 +14,9 @@ Everything read here is untrusted (anyone who can write the bucket can plant a f
 malformed ``attempt.json`` is ``UnreadableAttempt`` (its partial output is cleared, never resumed
 on a guess, and ``marin plan`` says why); a ``job.json`` that cannot be read is
 ``UnreadableJob``, never "no job", because a job it named may still be writing the output.
-``marins_own`` says which names in a folder are Marin's own files (``gc`` asks it).
+``marins_own`` says which names in a folder are Marin's own files (``gc`` asks it), and
+``no_attempt_shown`` whether they show that an attempt worked at the output beside them (a
+build, ``marin plan`` and ``gc`` ask it before calling what is there Marin's).
 """
 
 from __future__ import annotations
