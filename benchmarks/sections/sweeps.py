@@ -50,12 +50,14 @@ def bench(h: Harness) -> None:
     if r:
         h.judge(
             "sweeps",
-            f"Artifact.from_id: reads beyond one per lookup ({r['lookups']} lookups)",
-            r["reads"] - r["lookups"],
+            f"Artifact.from_id: reads beyond two per lookup ({r['lookups']} lookups)",
+            r["reads"] - 2 * r["lookups"],
             "reads",
             "sweeps.from_id_extra",
             0,
-            note=f"{r['reads']} reads on local disk: the manifest (a registered build is frozen)",
+            # The record at the manifest's path is read too: a build made there since is never
+            # served as the registered one (red team r17-4).
+            note=f"{r['reads']} reads on local disk: the manifest, and the record it names",
         )
         h.add("sweeps", "Artifact.from_id, local disk", r["median_us"], "us", note="median")
 
