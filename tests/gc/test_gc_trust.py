@@ -571,8 +571,6 @@ def test_a_stalled_build_gc_reclaimed_is_told_what_happened(tmp_path: Path) -> N
     looks dead; ``marin gc`` reclaims its folder, and the build, waking up, was told its
     metadata folder was deleted "by fn, or by hand". It is told that ``marin gc`` can have
     reclaimed it (its lease went unrenewed past its TTL), and what to do."""
-    from marin.execution.store.lease import read_lease
-
     prefix, started, release, wake = (tmp_path / n for n in ("p", "started", "release", "wake"))
     env = child_env(
         MARIN_LEASE_TTL="1",
@@ -587,10 +585,7 @@ def test_a_stalled_build_gc_reclaimed_is_told_what_happened(tmp_path: Path) -> N
     try:
         wait_for_file(str(started))
         location = open_prefix(str(prefix))
-        deadline = time.monotonic() + 30
-        while not (read_lease(location, "held/one/v1", ttl=1) or pytest.fail("no lease")).expired:
-            assert time.monotonic() < deadline, "the stalled lease never expired"
-            time.sleep(0.02)
+        _wait_expired(location, "held/one/v1")
         gc = marin("gc", "tests/gc/pipelines.py:other", "--prefix", str(prefix), "--json", env=env)
         assert gc.returncode == 0, gc.stderr[-2000:]
         collected = {c["step"] for c in json.loads(gc.stdout)["collected"]}
