@@ -441,7 +441,13 @@ def test_a_reader_of_an_adoption_never_commits_from_a_build_rebuilt_meanwhile(
     and an adoption is never recorded while a build its data lies in is under way."""
     from marin.execution.store.lease import Lease
     from marin.execution.store.location import open_prefix
-    from marin.execution.store.records import delete_record
+    from marin.execution.store.records import (
+        REPLACES,
+        RUNNING,
+        delete_record,
+        read_record,
+        write_status,
+    )
 
     current = {"text": "one"}
     raw = _built_raw(current, prefix)
@@ -453,6 +459,9 @@ def test_a_reader_of_an_adoption_never_commits_from_a_build_rebuilt_meanwhile(
     def read_while_raw_is_rebuilt(path: str) -> str:
         rebuilds.append(Lease(location, "raw/v1", ttl=600))  # another runner's --force raw@v1
         assert rebuilds[-1].try_acquire() is None
+        built = read_record(location, "raw/v1")
+        assert built is not None  # as that rebuild does: its status names the build it replaces
+        write_status(location, "raw/v1", RUNNING, **{REPLACES: built.build_id})
         delete_record(location, "raw/v1")
         return _read(path)
 

@@ -292,3 +292,67 @@ def test_a_look_that_cannot_read_never_fails_the_plan(
     FAULTS.rules.pop()
     assert main(["plan", f"{PIPELINES}:pinned_inside", "--prefix", f"faulty://{faulty}"]) == 0
     assert "a run would build 2 (1 refused)" in capsys.readouterr().out
+
+
+def _metadata_folder(prefix: Path, kind: str) -> None:
+    """``raw/v1.marin/`` beside someone's data at ``raw/v1``, holding no file of an attempt's:
+    nothing, only a lease's guard (a lock, no state), or only an empty checkpoints folder."""
+    folder = prefix / "raw/v1.marin"
+    folder.mkdir(parents=True)
+    if kind == "guard only":
+        (folder / "lease.json.guard").touch()
+    elif kind == "empty checkpoints":
+        (folder / "checkpoints").mkdir()
+
+
+@pytest.mark.parametrize("kind", ["empty", "guard only", "empty checkpoints"])
+def test_data_beside_a_metadata_folder_of_no_attempt_is_refused(tmp_path: Path, kind: str) -> None:
+    """Red team r17-2: such a folder was taken as proof that Marin wrote the data beside it,
+    and the build deleted that data as an earlier attempt's debris, while ``marin plan`` said
+    ``new`` and ``marin gc`` called it not Marin's. One rule for all three: refused, kept."""
+    prefix = tmp_path / "p"
+    (prefix / "raw/v1").mkdir(parents=True)
+    (prefix / "raw/v1/precious.bin").write_text("theirs")
+    _metadata_folder(prefix, kind)
+    step, _ = _refused("raw_built", prefix)  # the plan's refusal, the run's error
+    what = step["refusal"]["what"]
+    assert "raw/v1 already exists and was not written by Marin" in what
+    shown = "is empty" if kind == "empty" else "holds none of the files a Marin attempt leaves"
+    assert f"(its v1.marin folder {shown}" in what and step["refusal"]["error"] == "StorageError"
+    assert "ArtifactStep.adopt('raw', 'v1', 'raw/v1')" in step["refusal"]["fix"]
+    assert not (prefix / "raw/v1.marin/record.json").exists()  # nothing marked built
+    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
+    assert gc.returncode == 0, gc.stderr  # the same rule, in the same words
+    assert f"not Marin's, left alone: raw/v1 (its metadata folder {shown}" in gc.stdout
+    assert marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
+    assert [p.name for p in (prefix / "raw/v1").iterdir()] == ["precious.bin"]
+    assert (prefix / "raw/v1/precious.bin").read_text() == "theirs"
+
+
+@pytest.mark.parametrize("left", ["status", "lease", "log"])
+def test_an_earlier_attempts_leftovers_are_still_cleared_and_rebuilt(
+    tmp_path: Path, left: str
+) -> None:
+    """What an earlier attempt of Marin's left beside its partial output (a FAILED status, an
+    expired lease of a holder gone, its log) still proves the output Marin's: cleared, built."""
+    prefix = tmp_path / "p"
+    (prefix / "raw/v1").mkdir(parents=True)
+    (prefix / "raw/v1/partial.bin").write_text("half")
+    location = open_prefix(str(prefix))
+    folder = prefix / "raw/v1.marin"
+    folder.mkdir(parents=True)
+    (folder / "lease.json.guard").touch()
+    if left == "status":
+        write_status(location, "raw/v1", "FAILED", error="an earlier attempt")
+    elif left == "lease":
+        lease = {"holder": "otherhost:4242:99", "token": "t", "ttl": 600, "expires_at": 1.0,
+                 "started_at": "2026-01-01T00:00:00Z", "output_path": "raw/v1"}  # fmt: skip
+        (folder / "lease.json").write_text(json.dumps(lease))
+    else:
+        (folder / "log.txt").write_text("working on shard 2\n")
+    table, data = _plan("raw_built", prefix)
+    assert "refusal" not in data["steps"][0] and "refuses" not in table
+    ran = marin("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert sorted(p.name for p in (prefix / "raw/v1").iterdir()) == ["data.txt"]
+    assert (folder / "record.json").exists()

@@ -255,8 +255,8 @@ def test_metadata_naming_no_step_never_gets_user_data_deleted(
         lease = Lease(location, "gc/corpus/v1", ttl=1)
         assert lease.try_acquire() is None
         body = json.loads((meta / "lease.json").read_text())
+        lease.release()  # its own goes (only its guard stays: gc says it proves nothing)
         (meta / "lease.json").write_text(json.dumps({**body, "output_path": None}))
-        lease.release()  # not its own any more: left where it is
     report = gc_json(capsys, TARGET, "--prefix", str(prefix))
     assert (prefix / "gc/corpus/v1/data.txt").read_text() == "PRECIOUS"
     assert "gc/corpus@v1" not in [c["step"] for c in report["collected"]]

@@ -99,7 +99,10 @@ def test_a_step_that_prints_gets_its_log_and_a_silent_rebuild_drops_it(store_pre
     # Rebuilt by a step that prints nothing: the old log must not stay beside the new record
     # as if this build had printed it.
     silent = apply("lean/talk", chatty, version="v0", words="", out_path=OUT).lower()
-    assert build_step(BuildRequest(silent, location, policy=Policy(on_drift="rebuild"))).action == "built"
+    assert (
+        build_step(BuildRequest(silent, location, policy=Policy(on_drift="rebuild"))).action
+        == "built"
+    )
     assert not _exists(location, log_path(loud.output_path))
 
 
@@ -158,13 +161,25 @@ def test_a_held_lease_reads_as_running_with_its_holder(store_prefix: str) -> Non
     assert (read_status(location, spec.output_path) or {}).get("state") == SUCCESS
 
 
-def test_a_record_lost_by_hand_is_rebuilt_over_the_old_output(tmp_path: Path) -> None:
-    """No status file is left after a build, so the metadata folder is what proves the output
-    is Marin's once its record is gone: the rebuild clears it instead of refusing."""
-    location = open_prefix(str(tmp_path / "p"))
+def test_a_record_lost_by_hand_leaves_no_proof_but_a_log(store_prefix: str) -> None:
+    """No status file is left after a build: with its record deleted by hand, nothing beside
+    the output proves it Marin's (on local disk only the lease's guard, a lock holding no
+    state, red team r17-2; on object stores nothing at all), so the rebuild refuses to clear
+    it, and it stays. A log the step printed there proves it: rebuilt in place. ``memory://``
+    (in this process: no one else writes there) rebuilds it in place."""
+    from marin.execution.errors import StorageError
+
+    location = open_prefix(store_prefix)
     spec = apply("lean/lost", quiet, version="v0", out_path=OUT).lower()
     build_step(BuildRequest(spec, location))
-    os.unlink(location.path(f"{spec.output_path}.marin/record.json"))
+    location.rm_file(location.path(f"{spec.output_path}.marin/record.json"))
+    if location.is_memory:
+        assert build_step(BuildRequest(spec, location)).action == "built"
+        return
+    with pytest.raises(StorageError, match="already exists and was not written by Marin"):
+        build_step(BuildRequest(spec, location))
+    assert location.read_file(location.path(spec.output_path)) == b"x"
+    location.put_file(location.path(log_path(spec.output_path)), b"printed\n")
     assert build_step(BuildRequest(spec, location)).action == "built"
 
 
@@ -191,7 +206,9 @@ def test_a_record_the_reader_already_holds_is_recognised_by_its_bytes_without_a_
     )
     assert records.read_record(location, spec.output_path, built) is built
     assert parses == []
-    again = build_step(BuildRequest(spec, location, policy=Policy(force=frozenset({spec.step_id})))).record  # new bytes at the same path
+    again = build_step(
+        BuildRequest(spec, location, policy=Policy(force=frozenset({spec.step_id})))
+    ).record  # new bytes at the same path
     monkeypatch.setattr(records, "_PARSED", records._ParsedRecords(4))
     parses.clear()
     now = records.read_record(location, spec.output_path, built)

@@ -33,18 +33,22 @@ from marin.execution.store.records import (
 )
 from marin.execution.store.step_folder import (
     CHECKPOINTS_DIR,
+    DIR,
+    FILE,
     JOB_ID,
     LEASE_FILE,
     LEASE_GUARD_FILE,
+    LINK,
+    folder_entries,
     job_names_output,
     marins_own,
     names_adoption,
     names_output,
+    no_attempt_shown,
 )
 
 IO_PARALLELISM = 32
 
-DIR, FILE, LINK = "dir", "file", "link"
 LINKED = "a symbolic link (never followed)"
 
 
@@ -112,34 +116,6 @@ class Listing:
     foreign: list[Foreign]
 
 
-def _entries(location: Location, folder: str) -> list[tuple[str, str]]:
-    """``(name, kind)`` of each entry of ``folder`` (a file system path): one listing."""
-    if location.is_local:
-        try:
-            with os.scandir(folder) as found:
-                return [(e.name, _local_kind(e)) for e in found]
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-    try:
-        listed = with_retries(lambda: location.fs.ls(folder, detail=True), f"list {folder}")
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    base = folder.rstrip("/") + "/"
-    out = []
-    for entry in listed:
-        name = str(entry["name"]).rstrip("/")
-        if not name.startswith(base) or "/" in name[len(base) :]:
-            continue  # not a direct child (a key spelled with '//', the folder itself)
-        out.append((name[len(base) :], DIR if entry.get("type") == "directory" else FILE))
-    return out
-
-
-def _local_kind(entry: os.DirEntry[str]) -> str:
-    if entry.is_symlink():
-        return LINK
-    return DIR if entry.is_dir(follow_symlinks=False) else FILE
-
-
 def _join(folder: str, name: str) -> str:
     return f"{folder}/{name}" if folder else name
 
@@ -177,7 +153,7 @@ def walk(
     frontier = [""]
     with ThreadPoolExecutor(IO_PARALLELISM, "marin-gc") as pool:
         while frontier:
-            listings = pool.map(lambda rel: _entries(location, location.path(rel)), frontier)
+            listings = pool.map(lambda rel: folder_entries(location, location.path(rel)), frontier)
             following: list[str] = []
             for folder, entries in zip(frontier, listings, strict=True):
                 found: list[Foreign] = []
@@ -207,11 +183,17 @@ def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot |
             return Slot(output_path, None, status, None)
         return Foreign(output_path, UNATTRIBUTED.format("status"))
     # A corrupt status proves nothing, but is kept as read: it may keep a reader stale.
-    entries = _entries(location, location.path(metadata_dir(output_path)))
+    entries = folder_entries(location, location.path(metadata_dir(output_path)))
     if not entries:
         return Foreign(output_path, "its metadata folder is empty")
     if not all(is_marin_file(name, kind) for name, kind in entries):
         return Foreign(output_path, "its metadata folder holds files Marin does not write")
+    # The rule a build asks before clearing an output (``output_not_marins``): with no file an
+    # attempt leaves (only the lease's guard, an empty checkpoints folder), the output is not
+    # Marin's. Without an output beside them, such leftovers are Marin's own, and go.
+    why = no_attempt_shown(name for name, _ in entries)
+    if output_kind and why:
+        return Foreign(output_path, why)
     # Unnamed leftovers with no output beside them (an older gc's lease guard) hold nothing
     # but Marin's own files: they go. Beside an output, only a lease or job naming it proves it.
     lease = read_lease(location, output_path)

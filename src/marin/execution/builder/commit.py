@@ -75,6 +75,7 @@ from marin.execution.errors import (
     LeaseVanishedError,
     MarinError,
     ReentrantBuildError,
+    RemoteJobError,
     StorageError,
     one_line,
 )
@@ -855,12 +856,7 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
     # A registered build is never replaced (nor one whose record was lost: its leftovers).
     refuse_frozen(location, spec, held.previous, held.earlier is not None)
     refuse_clearing_adopted(location, spec, held.previous, held.earlier is not None)
-    if held.earlier is not None:
-        _refuse_unclearable(location, spec, held.lease)
-    if spec.remote is not None:  # its job may still write the output: nothing is cleared
-        refuse_unreadable_job(location, spec.output_path, spec.step_id, spec.remote)
-    elif held.earlier is not None:  # a job of its earlier remote builds may still write it
-        fence_local_build(location, spec)
+    _refuse_unclearable(held)
     held.kept.enter_context(_started_here(location, spec.output_path, spec.source))
     _clear_earlier(held)
     # No folder to make: the lease's folder sits beside the output, so its parent exists.
@@ -869,13 +865,22 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
     return _committed(held, functools.partial(_start_fn, held))
 
 
-def _refuse_unclearable(location: Location, spec: StepSpec, lease: Lease) -> None:
-    """``check_clearable``, keeping a dead attempt's proof that Marin wrote here if it refuses
-    (nothing else is written then)."""
+def _refuse_unclearable(held: _Holding) -> None:
+    """Refuse to clear an output that holds another step's metadata (``check_clearable``) or
+    that a job may still write (a ``job.json`` that cannot be read, a job of an earlier remote
+    build still running), keeping a dead attempt's proof that Marin wrote here if one refuses
+    (nothing else is written then): its lease, taken over, goes when this one is released, and
+    the next run, once the job is stopped, must still find the output Marin's to clear."""
+    spec, location, earlier = held.spec, held.location, held.earlier
     try:
-        check_clearable(location, spec)
-    except StorageError as exc:
-        if lease.took_over:
+        if earlier is not None:
+            check_clearable(location, spec)
+        if spec.remote is not None:  # its job may still write the output: nothing is cleared
+            refuse_unreadable_job(location, spec.output_path, spec.step_id, spec.remote)
+        elif earlier is not None:  # a job of its earlier remote builds may still write it
+            fence_local_build(location, spec)
+    except (StorageError, RemoteJobError) as exc:
+        if held.lease.took_over:
             _best_effort_status(location, spec, FAILED, error=exc.what)
         raise
 

@@ -14,7 +14,9 @@ Everything read here is untrusted (anyone who can write the bucket can plant a f
 malformed ``attempt.json`` is ``UnreadableAttempt`` (its partial output is cleared, never resumed
 on a guess, and ``marin plan`` says why); a ``job.json`` that cannot be read is
 ``UnreadableJob``, never "no job", because a job it named may still be writing the output.
-``marins_own`` says which names in a folder are Marin's own files (``gc`` asks it).
+``marins_own`` says which names in a folder are Marin's own files (``gc`` asks it), and
+``no_attempt_shown`` whether they show that an attempt worked at the output beside them (a
+build, ``marin plan`` and ``gc`` ask it before calling what is there Marin's).
 """
 
 from __future__ import annotations
@@ -140,6 +142,69 @@ def marins_own(names: Iterable[str]) -> list[str]:
 def is_marins(names: Iterable[str]) -> bool:
     """Whether a step folder holding these entries is provably Marin's (``marins_own``)."""
     return bool(marins_own(names))
+
+
+ATTEMPT_FILES = frozenset(
+    {RECORD_FILE, STATUS_FILE, LEASE_FILE, LOG_FILE, JOB_FILE, ATTEMPT_FILE, REGISTERED_FILE,
+     ADOPTED_FILE}
+)  # fmt: skip
+"""The files of a step folder that show a Marin attempt worked at the output beside it (a
+build, or an adoption, or ``marin register`` beside a build, each of whose own rules then
+refuses what it must). Not the lease's guard: a lock holding no state, the one file a build
+that went well leaves on local disk besides its record, and on object stores not there at all.
+Not ``cancel.json`` (anyone's intent), nor an empty ``checkpoints/`` folder."""
+
+
+def no_attempt_shown(names: Iterable[str], folder: str = "its metadata folder") -> str:
+    """Why a step folder holding the entries ``names`` does not show that a Marin attempt
+    worked at the output beside it ("" when one of ``ATTEMPT_FILES`` is there): what is at that
+    output path is then not Marin's to clear (a build refuses it, ``marin plan`` says so, and
+    ``marin gc`` leaves it alone). ``folder`` names the folder in the sentence."""
+    listed = set(names)
+    if listed & ATTEMPT_FILES:
+        return ""
+    if not listed:
+        return f"{folder} is empty"
+    return (
+        f"{folder} holds none of the files a Marin attempt leaves there: a record, a status, "
+        "a lease, a log, attempt.json or job.json"
+    )
+
+
+DIR, FILE, LINK = "dir", "file", "link"
+
+
+def folder_entries(location: Location, folder: str) -> list[tuple[str, str]]:
+    """``(name, kind)`` of each entry directly in ``folder`` (a file system path; kind ``DIR``,
+    ``FILE`` or ``LINK``, never followed): one listing, ``[]`` when there is no such folder.
+
+    Raises:
+        StorageError: storage kept failing (object stores).
+    """
+    if location.is_local:
+        try:
+            with os.scandir(folder) as found:
+                return [(e.name, _local_kind(e)) for e in found]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+    try:
+        listed = with_retries(lambda: location.fs.ls(folder, detail=True), f"list {folder}")
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    base = folder.rstrip("/") + "/"
+    out = []
+    for entry in listed:
+        name = str(entry["name"]).rstrip("/")
+        if not name.startswith(base) or "/" in name[len(base) :]:
+            continue  # not a direct child (a key spelled with '//', the folder itself)
+        out.append((name[len(base) :], DIR if entry.get("type") == "directory" else FILE))
+    return out
+
+
+def _local_kind(entry: os.DirEntry[str]) -> str:
+    if entry.is_symlink():
+        return LINK
+    return DIR if entry.is_dir(follow_symlinks=False) else FILE
 
 
 # --- job.json: the one job of a remote step's build ---------------------------------------------
