@@ -356,3 +356,27 @@ def test_an_earlier_attempts_leftovers_are_still_cleared_and_rebuilt(
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert sorted(p.name for p in (prefix / "raw/v1").iterdir()) == ["data.txt"]
     assert (folder / "record.json").exists()
+
+
+def test_a_look_at_a_metadata_folder_never_hides_a_later_record(s3_server: dict[str, str]) -> None:
+    """The look that asks whether an attempt worked at an output lists its metadata folder; on
+    S3 that listing was left in s3fs's cache, so the lease holder's later look at the record
+    (``isfile``) missed the record another runner had written since, and rebuilt its build as
+    debris (processes racing one S3 prefix built steps twice)."""
+    import uuid
+
+    import s3fs
+
+    from marin.execution.store.step_folder import folder_entries
+
+    location = open_prefix(f"s3://marin-tests/look-{uuid.uuid4().hex[:10]}")
+    folder = location.path("raw/v1.marin")
+    location.put_file(f"{folder}/lease.json", b"{}")
+    assert [name for name, _ in folder_entries(location, folder)] == ["lease.json"]
+    another_runner = s3fs.S3FileSystem(skip_instance_cache=True)
+    another_runner.pipe_file(f"{folder}/record.json", b"{}")
+    assert location.has_file(f"{folder}/record.json")
+    assert sorted(name for name, _ in folder_entries(location, folder)) == [
+        "lease.json",
+        "record.json",
+    ]

@@ -95,7 +95,7 @@ def refusal_before_writing(
         return refusal
     seen, refusal = output_not_marins(location, spec, exists)
     if refusal is not None:
-        return refusal
+        return frozen_build(location, spec, None, True) or refusal
     leftover = record is not None or status is not None or seen
     leftover = leftover or _metadata_left(location, spec, exists)
     return (
@@ -136,11 +136,14 @@ def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
     provably Marin's (``output_not_marins``).
 
     Raises:
+        RegisteredBuildFrozenError: what is there, unproven, is a build a manifest names.
+        ArtifactRegistryError: a manifest cannot be trusted (it may name this build).
         StorageError: something is there that Marin did not write.
     """
     seen, refusal = output_not_marins(location, spec, exists_in(location))
     if refusal is not None:
-        raise refusal
+        # A registered build whose record and files were lost by hand is named as such.
+        raise frozen_build(location, spec, None, True) or refusal
     return seen
 
 

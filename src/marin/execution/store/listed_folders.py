@@ -14,7 +14,7 @@ import os
 import threading
 from concurrent.futures import Future
 
-from marin.execution.store.location import Location, with_retries
+from marin.execution.store.location import Location
 
 
 class ListedFolders:
@@ -65,15 +65,9 @@ class ListedFolders:
             except (FileNotFoundError, NotADirectoryError):
                 return frozenset()
         try:
-            found = with_retries(lambda: location.fs.ls(path, detail=False), f"list {path}")
+            found = location.list_folder(path)
         except (FileNotFoundError, NotADirectoryError):
             return frozenset()
-        finally:
-            # Never leave a listing cached in the file system object: a later look in this
-            # process (a run after a plan) must see what was written since.
-            invalidate = getattr(location.fs, "invalidate_cache", None)
-            if invalidate is not None:
-                invalidate(path)
         base = path.rstrip("/") + "/"
         names = (str(entry).rstrip("/") for entry in found)
         # Only direct children: a file lists as itself, and a key spelled with '//' is no entry.

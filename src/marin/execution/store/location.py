@@ -512,6 +512,25 @@ class Location:
             return path in fs.store or path in fs.pseudo_dirs or folder_exists(fs, path)
         return bool(with_retries(lambda: self.fs.exists(path), f"check {path}"))
 
+    def list_folder(self, path: str, *, detail: bool = False) -> list[Any]:
+        """One listing of the folder ``path`` on an object store or ``memory://``, as
+        ``fs.ls`` gives it, never served from nor left in the file system's listing cache: a
+        later look in this process (the lease holder's, a run after a plan) must see what other
+        runners wrote since (s3fs and gcsfs answer ``isfile`` from a cached parent listing).
+
+        Raises:
+            FileNotFoundError: no such folder.
+            StorageError: storage kept failing.
+        """
+        invalidate = getattr(self.fs, "invalidate_cache", None)
+        try:
+            if invalidate is not None:
+                invalidate(path)
+            return list(with_retries(lambda: self.fs.ls(path, detail=detail), f"list {path}"))
+        finally:
+            if invalidate is not None:
+                invalidate(path)
+
     def list_tree(self, path: str) -> list[str]:
         """Every file at or under ``path`` (literal), in the file system's syntax.
 

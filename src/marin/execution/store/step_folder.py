@@ -188,7 +188,7 @@ def folder_entries(location: Location, folder: str) -> list[tuple[str, str]]:
         except (FileNotFoundError, NotADirectoryError):
             return []
     try:
-        listed = with_retries(lambda: location.fs.ls(folder, detail=True), f"list {folder}")
+        listed = location.list_folder(folder, detail=True)
     except (FileNotFoundError, NotADirectoryError):
         return []
     base = folder.rstrip("/") + "/"
