@@ -9,6 +9,10 @@ Migration (issue 49): sets, frozensets, datetimes and dates got type tags, so a 
 the list of its members nor a datetime its ISO string. Only ``rich/rich@v0``, whose config holds
 those four values, changed; ``test_only_the_tagged_values_changed`` proves that untagging them
 gives back its old fingerprint byte for byte.
+
+Migration (red team round 17): an enum member's tag holds its value (``{"__enum__":
+"Level.LOW", "value": 1}``). Only ``rich/rich@v0`` and ``rich/keys@v0`` hold enum members;
+taking the values off gives back their fingerprints before, byte for byte.
 """
 
 from __future__ import annotations
@@ -47,10 +51,10 @@ RICH = {
     "rich/floats@v0": "7d30e06a5c548f880e6b4f433f327d5f488df24df755e86d96402ea9a8d3c734",
     "rich/hand-made@v9": "34a100e7046430dba2b4f920e7daa2ed4ac385689336735b9c92d75e49bc48e9",
     "rich/handles@v0": "6c1362fa73870a970a89d4d120c4562364478cbab23feeda73f85d4c1ec7a37a",
-    "rich/keys@v0": "698d8f69b8fd9b12b0dc1339ee9d701220b702b9858810e36fb85bbde6d822d5",
+    "rich/keys@v0": "e0757917f72b7e778b6d5bc3df68cf0ddcd5147e3efe07a5562d05f7e59824a8",
     "rich/no-config@v0": "3520fc99a889e811b18738231874244d98b6491b988b094d2238a6d317585e83",
     "rich/options@v0": "e5d7419b3d11cd4505a3fbcebc488094761c928cae08917132a9d09d9f98ace4",
-    "rich/rich@v0": "0660703d50d0ba66b05e37f7a70a34ebcbae868390d678116dcbba74c139de11",
+    "rich/rich@v0": "044415f116e63de8f626e24c27349efe4054ae7474f46e5938e6c2ae0f99e1fa",
     "rich/same-name@v0": "0d1d697a6d48ae6fd261335b98bfab01e803eb8c73093289682ccbb18db14939",
     "rich/scalars@v0": "eedc7b8e6a4db4a8cfbd6f0484a805a413df033d6946d943f4c918dbb70d18ba",
     "rich/unicode@v0": "b1216865319806ee9c9c4f952e9832a5ed6fa4734684c29381f1d0e64188d7b1",
@@ -88,10 +92,38 @@ def _untagged(value: Any) -> Any:
     if isinstance(value, dict):
         if len(value) == 1 and next(iter(value)) in TAGS:
             return _untagged(next(iter(value.values())))
-        return {k: _untagged(v) for k, v in value.items()}
+        return {k: _untagged(v) for k, v in _no_enum_value(value).items()}
     if isinstance(value, list):
         return [_untagged(v) for v in value]
     return value
+
+
+def _no_enum_value(form: dict[str, Any]) -> dict[str, Any]:
+    """An enum member's form as it was before red team round 17 (its name, not its value)."""
+    if "__enum__" in form:
+        return {"__enum__": form["__enum__"]}
+    return form
+
+
+def _without_enum_values(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_enum_values(v) for k, v in _no_enum_value(value).items()}
+    if isinstance(value, list):
+        return [_without_enum_values(v) for v in value]
+    return value
+
+
+RICH_KEYS_BEFORE_ROUND_17 = "698d8f69b8fd9b12b0dc1339ee9d701220b702b9858810e36fb85bbde6d822d5"
+
+
+def test_only_the_enum_values_changed_the_keys_case() -> None:
+    from marin.execution.lazy import lower
+    from marin.execution.pipeline.graph import collect_steps
+
+    spec = next(s for s in collect_steps(lower(rich_cases())) if s.step_id == "rich/keys@v0")
+    payload = json.loads(spec.fingerprint_payload)
+    assert '"value":' in spec.fingerprint_payload  # its enum keys carry their values
+    assert fingerprint_of(_without_enum_values(payload))[0] == RICH_KEYS_BEFORE_ROUND_17
 
 
 def test_only_the_tagged_values_changed() -> None:
@@ -105,6 +137,6 @@ def test_only_the_tagged_values_changed() -> None:
     assert tagged["dt"] == {"__datetime__": "2026-01-02T03:04:05+00:00"}
     assert tagged["date"] == {"__date__": "2026-11-30"}
     # Red team round 17: an IntEnum member is tagged as an enum too; before, it was its value.
-    assert tagged["intenum"] == {"__enum__": "Level.LOW"}
+    assert tagged["intenum"] == {"__enum__": "Level.LOW", "value": 1}
     tagged["intenum"] = Level.LOW.value
     assert fingerprint_of(_untagged(payload))[0] == RICH_BEFORE_ISSUE_49

@@ -161,13 +161,34 @@ def test_canonical_config_handles_rich_types() -> None:
     assert apply("s", fn, version="v0", x=reordered).lower().fingerprint == step.lower().fingerprint
 
 
+def _color(value: Any) -> Any:
+    return enum.Enum("Color", {"RED": value})
+
+
+def test_an_enum_members_value_is_part_of_the_config() -> None:
+    """Red team r17-5: a member was its class's name and its own name alone, so a member whose
+    value was edited (or a class of the same name elsewhere) was the same config, though ``fn``
+    sees the value. A value with no stable form leaves the name alone standing for it."""
+    prints = {
+        v: apply("s", fn, version="v0", x=_color(v).RED).lower().fingerprint
+        for v in ("r", "red", 1)
+    }
+    assert len(set(prints.values())) == 3
+    assert apply("s", fn, version="v0", x=_color("r").RED).lower().fingerprint == prints["r"]
+    key = apply("s", fn, version="v0", x={_color("r").RED: 1}).lower().fingerprint
+    assert key != apply("s", fn, version="v0", x={_color("red").RED: 1}).lower().fingerprint
+    thing = _color(object()).RED
+    payload = apply("s", fn, version="v0", x=thing).lower().fingerprint_payload
+    assert '"x":{"__enum__":"Color.RED"}' in payload
+
+
 @pytest.mark.parametrize(
     "tagged, spelled",
     [
         ({1, 2}, {"__set__": [1, 2]}),
         (datetime.date(2020, 1, 2), {"__date__": "2020-01-02"}),
         (b"\x01", {"__bytes__": "01"}),
-        (Color.RED, {"__enum__": "Color.RED"}),
+        (Color.RED, {"__enum__": "Color.RED", "value": 1}),
         (Opt(0.1, pathlib.Path("/x")), {"__dataclass__": "Opt", "lr": 0.1, "path": "/x"}),
         ({"__dict__": {}}, {"__dict__": {"__dict__": {}}}),
     ],

@@ -10,6 +10,7 @@ it is rejected with the dotted path of the field that holds it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import enum
@@ -236,13 +237,26 @@ def _key_error(key: Any, path: str | None, walk: _Walk) -> Exception:
     )
 
 
+def _enum_form(member: enum.Enum, walk: _Walk) -> dict[str, Any]:
+    """An enum member: its class's qualified name, its name and its value (``fn`` sees the
+    value: a member whose value was edited, or a class of the same name elsewhere whose member
+    has another value, is another config). The module is left out: it depends on how a runner
+    loads the pipeline file (``__main__``, a file path), and a fingerprint may not. A value with
+    no stable form is left out too: then the name alone stands for it, as before."""
+    form: dict[str, Any] = {"__enum__": f"{type(member).__qualname__}.{member.name}"}
+    # An object as a member's value has no stable form (the code digest sees its class).
+    with contextlib.suppress(ConfigError, _NeedsPath):
+        form["value"] = _canonical(member.value, "value", walk)
+    return form
+
+
 def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     """The canonical form of a value that is not exactly a str, int, bool, None, list, tuple or
     dict, nor of a registered type: tagged where its JSON would be ambiguous."""
     # An enum member before its mixin's type: ``IntEnum``, ``StrEnum``, ``HTTPStatus`` members
     # are ints or strs too, but not their values (``fn`` sees ``.name``, ``repr``, the class).
     if isinstance(value, enum.Enum):
-        return {"__enum__": f"{type(value).__qualname__}.{value.name}"}
+        return _enum_form(value, walk)
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, float):
