@@ -364,3 +364,80 @@ def test_a_path_built_from_the_output_placeholder_is_spelled_as_before() -> None
     assert json.loads(literal.fingerprint_payload)["config"]["config"] == {
         "ckpt": {"__str__": "{OUT}/ckpt"}
     }
+
+
+class _Text(str):
+    """A library's ``str`` subclass (``numpy.str_``), with a ``__str__`` of its own."""
+
+    def __str__(self) -> str:
+        return "something else"
+
+
+def test_a_path_or_str_subclass_spelling_a_placeholder_is_not_the_path() -> None:
+    """``r18-repro-1.sh``: round 17 tagged only a plain ``str``; a ``Path``, a ``str`` subclass
+    and a string holding the mark a fingerprinting context once used had ``OUT``'s fingerprint
+    (and two such handles in one graph were one step)."""
+    import pathlib
+
+    from marin.execution.lazy import OUT, ArtifactStep
+
+    out = _fingerprint(note=OUT)
+    for spelled in (pathlib.PurePosixPath("{OUT}"), _Text("{OUT}"), "{\ue000OUT}"):
+        assert _fingerprint(note=spelled) != out, repr(spelled)
+    # A path and a str subclass are their own text, as they were.
+    assert _fingerprint(note=pathlib.PurePosixPath("/a/{b}")) == _fingerprint(note="/a/{b}")
+    assert _fingerprint(note=_Text("{OUT}")) == _fingerprint(note="{OUT}")
+    assert _fingerprint(keys={_Text("{OUT}"): 1}) == _fingerprint(keys={"{OUT}": 1})
+
+    def fn(config: Any) -> None:
+        return None
+
+    def made(ctx: Any) -> dict[str, Any]:
+        root = pathlib.PurePosixPath(ctx.output_path)
+        return {"ckpt": root / "ckpt", ctx.output_path: 1}
+
+    spec = ArtifactStep(name="p", version="v0", run=fn, build_config=made).lower()
+    assert json.loads(spec.fingerprint_payload)["config"] == {"ckpt": "{OUT}/ckpt", "{OUT}": 1}
+    literal = lower(apply("p", fn, version="v0", config={"ckpt": "{OUT}/ckpt", "{OUT}": 1}))
+    assert literal.fingerprint != spec.fingerprint
+
+
+def test_a_flag_without_a_member_name_is_its_value() -> None:
+    """``r18-repro-2.sh``: ``Perm(0)``, ``Perm(8)`` and ``Perm(16)`` (no member of that name)
+    were all ``{"__enum__": "Perm.None"}`` after round 17; their values tell them apart."""
+    import enum
+
+    class Perm(enum.IntFlag):
+        R = 4
+        W = 2
+
+    prints = {_fingerprint(perm=Perm(v)) for v in (0, 8, 16, 6)}
+    assert len(prints) == 4
+
+
+def test_a_time_zone_with_rules_and_fold_are_in_the_fingerprint() -> None:
+    """Red team r18-4: an aware datetime kept only its UTC offset: UTC and Europe/London (the
+    same offset in winter) were one config, though ``fn`` gets other times from them."""
+    import datetime
+    import zoneinfo
+
+    winter = datetime.datetime(2026, 1, 5, 12, 0)
+    utc = winter.replace(tzinfo=datetime.UTC)
+    london = winter.replace(tzinfo=zoneinfo.ZoneInfo("Europe/London"))
+    assert utc.utcoffset() == london.utcoffset()
+    assert _fingerprint(at=utc) != _fingerprint(at=london)
+    assert _fingerprint(at=london) == _fingerprint(at=london.replace())
+    assert _fingerprint(at=london) != _fingerprint(at=london.replace(fold=1))
+    assert _fingerprint(at=utc) == _fingerprint(at=winter.replace(tzinfo=datetime.timezone(datetime.timedelta(0))))
+
+
+def test_a_dataclass_field_named_like_a_tag_is_escaped() -> None:
+    """Red team r18-5: a dataclass with a field ``__dataclass__="A"`` was dataclass ``A``."""
+
+    @dataclasses.dataclass
+    class A:
+        x: int
+
+    fields = {"__dataclass__": str, "x": int}
+    B = dataclasses.make_dataclass("B", list(fields.items()))
+    assert _fingerprint(v=A(1)) != _fingerprint(v=B(A.__qualname__, 1))

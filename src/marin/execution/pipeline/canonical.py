@@ -162,7 +162,7 @@ def _canonical(value: Any, path: str | None, walk: _Walk) -> Any:
 
 
 _SPELLED = r"(OUT|PREFIX|REGION|ARG:[^{}]*|DEP:[^{}]*)\}"
-_PLACEHOLDER = re.compile(r"\{" + MARK + _SPELLED)
+_PLACEHOLDER = re.compile(r"\{" + re.escape(MARK) + _SPELLED)
 _LOOKS_LIKE_ONE = re.compile(r"\{" + _SPELLED)
 
 
@@ -181,17 +181,17 @@ def _canonical_text(value: str) -> Any:
 def _canonical_dict(value: dict[Any, Any], path: str | None, walk: _Walk) -> Any:
     """A dict of string keys as a JSON object (escaped as ``{"__dict__": ...}`` if a key spells
     a type tag); any other dict as ``_typed_map`` makes it, unless ``walk.text_keys``."""
-    if not walk.text_keys and not all(_is_text_key(key) for key in value):
+    if not walk.text_keys and not all(_is_plain_key(key) for key in value):
         return _typed_map(value, path, walk)
     out = {}
     for key, item in value.items():
         if not _is_text_key(key) and not isinstance(key, enum.Enum | int | float):
             raise _key_error(key, path, walk)
-        text = _key_text(key)
+        text = _key_text(key, walk)
         if text in out:
             if path is None:
                 raise _NeedsPath
-            first = next(k for k in value if k is not key and _key_text(k) == text)
+            first = next(k for k in value if k is not key and _key_text(k, walk) == text)
             raise ConfigError(
                 f"{path} has keys {first!r} and {key!r}, which both become {text!r}",
                 "use keys that stay distinct as strings; JSON keys are strings",
@@ -211,7 +211,7 @@ def _typed_map(value: dict[Any, Any], path: str | None, walk: _Walk) -> dict[str
     for key, item in value.items():
         if not _is_text_key(key) and not isinstance(key, enum.Enum | int | float):
             raise _key_error(key, path, walk)
-        form = key if _is_text_key(key) else _canonical(key, path, walk)
+        form = _text_form(key) if _is_text_key(key) else _canonical(key, path, walk)
         text = json.dumps(form, sort_keys=True)
         if text in pairs:  # two NaN keys: one form, two entries
             if path is None:
@@ -225,6 +225,21 @@ def _typed_map(value: dict[Any, Any], path: str | None, walk: _Walk) -> dict[str
 
 def _is_text_key(key: Any) -> bool:
     return type(key) is str or (isinstance(key, str) and not isinstance(key, enum.Enum))
+
+
+def _is_plain_key(key: Any) -> bool:
+    """A config key that is a JSON object's key as it is: text, not spelling a placeholder
+    itself (``"{OUT}"`` is ``{"__str__": ...}``, which only ``_typed_map`` can hold)."""
+    if type(key) is str and "{" not in key and MARK not in key:
+        return True
+    return _is_text_key(key) and isinstance(_text_form(key), str)
+
+
+def _text_form(key: str) -> Any:
+    """A text key's canonical form: its text (a ``str`` subclass's own, never its ``__str__``),
+    with a context's placeholders spelled ``{OUT}`` (``ctx.output_path`` as a key)."""
+    text = str.__str__(key)
+    return text if "{" not in text and MARK not in text else _canonical_text(text)
 
 
 def _key_error(key: Any, path: str | None, walk: _Walk) -> Exception:
@@ -250,6 +265,21 @@ def _enum_form(member: enum.Enum, walk: _Walk) -> dict[str, Any]:
     return form
 
 
+def _datetime_form(value: datetime.datetime) -> dict[str, Any]:
+    """Tagged (issue 49): a point in time is not the string that spells it, nor a day. Naive
+    and aware datetimes differ by the offset their ISO form carries; a time zone with rules
+    (``ZoneInfo("Europe/London")``, not a fixed offset) is named too, since ``fn`` gets other
+    times from it than from UTC, and so is ``fold`` (which of a repeated hour) when it is 1."""
+    form: dict[str, Any] = {"__datetime__": value.isoformat()}
+    zone = value.tzinfo
+    if zone is not None and not isinstance(zone, datetime.timezone):
+        name = getattr(zone, "key", None) or getattr(zone, "zone", None)
+        form["zone"] = str(name) if name else f"{type(zone).__qualname__}:{zone.tzname(value)}"
+    if value.fold:
+        form["fold"] = 1
+    return form
+
+
 def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     """The canonical form of a value that is not exactly a str, int, bool, None, list, tuple or
     dict, nor of a registered type: tagged where its JSON would be ambiguous."""
@@ -257,16 +287,18 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     # are ints or strs too, but not their values (``fn`` sees ``.name``, ``repr``, the class).
     if isinstance(value, enum.Enum):
         return _enum_form(value, walk)
+    # A str subclass (``numpy.str_``) and a path are their text, placeholders and all: a path
+    # spelling ``{OUT}`` is tagged as that text is (red team r18-1).
+    if isinstance(value, str):
+        return _canonical(str.__str__(value), path, walk)
+    if isinstance(value, pathlib.PurePath):
+        return _canonical(value.as_posix(), path, walk)
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else {"__float__": repr(value)}
-    if isinstance(value, pathlib.PurePath):
-        return value.as_posix()
-    # Tagged (issue 49): a point in time is not the string that spells it, nor a day. Naive and
-    # aware datetimes differ already, by the offset their ISO form carries.
     if isinstance(value, datetime.datetime):
-        return {"__datetime__": value.isoformat()}
+        return _datetime_form(value)
     if isinstance(value, datetime.date):
         return {"__date__": value.isoformat()}
     if isinstance(value, bytes):
@@ -287,6 +319,8 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
             )
             for f in dataclasses.fields(value)
         }
+        if not _TAGS.isdisjoint(fields):  # a field named like a tag (red team r18-5)
+            return {"__dataclass__": type(value).__qualname__, "__dict__": fields}
         return {"__dataclass__": type(value).__qualname__, **fields}
     if path is None:
         raise _NeedsPath
@@ -327,5 +361,9 @@ def _registered_form(
     return {"__registered__": base.__qualname__, "value": _canonical(form, path, walk)}
 
 
-def _key_text(key: Any) -> str:
-    return key.name if isinstance(key, enum.Enum) and type(key) is not str else str(key)
+def _key_text(key: Any, walk: _Walk) -> str:
+    if isinstance(key, enum.Enum) and type(key) is not str:
+        return key.name
+    if isinstance(key, str):  # its own text, never a subclass's ``__str__``
+        return str.__str__(key) if walk.text_keys else str(_text_form(key))
+    return str(key)
