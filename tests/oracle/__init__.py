@@ -12,10 +12,11 @@ How it works, module by module:
   revision constant and their inputs' bytes (code edits are real source edits);
 - ``ops``: the operation table (edits of code and config, a config key's type among them,
   runs under every policy, failures, killed drivers, crash points, two drivers, a sweep
-  stream, gc, planted and torn files, hand damage, a remote job preempted): one dataclass per
-  operation, with its weight, its random arguments and what it does; remote steps may be
-  gangs of two ranks (``history.GANG``), whose operations (a rank that raises, a lost lease)
-  ``gangs`` runs and checks;
+  stream, gc, planted and torn files, hand damage, a remote job preempted, a user's data at an
+  output path beside a metadata folder no attempt left, which ``userdata`` puts, moves and
+  checks): one dataclass per operation, with its weight, its random arguments and what it
+  does; remote steps may be gangs of two ranks (``history.GANG``), whose operations (a rank
+  that raises, a lost lease) ``gangs`` runs and checks;
 - ``choose`` and ``history``: one generator of histories, fed by ``random.Random(seed)``
   (fixed-seed history N) or by hypothesis (which shrinks);
 - ``world`` and ``executor``: a history's sandbox (prefix, control files, counter, bystander

@@ -56,6 +56,10 @@ FINDINGS: dict[str, str] = {
     "crash": "new (marin raised an error it does not mean to: a traceback)",
     "adopted-data-touched": "new (a run or gc changed or deleted data a step adopted, which "
     "Marin never wrote: docs/reliability.md, 'Marin deletes only what it provably wrote')",
+    "user-data-touched": "r17-2 (a run or gc changed or deleted data a user put at a step's "
+    "output path beside a metadata folder no Marin attempt left: empty, only the lease's guard, "
+    "or an empty checkpoints/; a build cleared it as an earlier attempt's debris, fast seeds "
+    "0, 49, 52, 64, 69, 119 on f438e3d)",
     "wrong-artifact:adoption": "new (an adoption served with a record of other data)",
     "wrong-artifact:adoption-reader": "new (a reader of an adoption served with what other "
     "data than its adopted data makes)",

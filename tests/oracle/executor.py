@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.oracle import adoption, sweep
+from tests.oracle import adoption, sweep, userdata
 from tests.oracle.checks import (
     STRICT,
     Policy,
@@ -99,7 +99,8 @@ class Executor:
     adopt_events: dict[str, int] = field(default_factory=dict)
     """How often an adoption operation did what it is for (``adoption``): ``data-edited``,
     ``record-torn``, ``record-deleted``, ``feed-rebuilt``, ``refused`` (a build of the
-    adoption's name@version refused over data at its path)."""
+    adoption's name@version refused over data at its path); and a user's data operation
+    (``userdata``): ``user-data-put``, ``user-data-refused``, ``user-data-moved``."""
 
     def __post_init__(self) -> None:
         self.script = Script(self.world.model)
@@ -227,7 +228,7 @@ class Executor:
         over_adopted = adoption.refused_over_adopted(report, self.world.model)
         if over_adopted:
             self.event("refused")
-        refused = refuses(pre, report) or over_adopted
+        refused = refuses(pre, report, userdata.refused_steps(report, self)) or over_adopted
         ok = {0} | ({1} if injected or refused else set()) | ({pre.rc} if pre.rc else set())
         if crash:
             ok.add(-9)
@@ -663,7 +664,9 @@ class Executor:
     def plant(self, kind: str, pick: int) -> None:
         world = self.world
         plan = self.plan(self.last, Policy()).json() or {}
-        step = _plant_target(plan, world.model, pick)
+        # Never beside a user's data: a planted job.json would make it look Marin's.
+        steps = [s for s in plan.get("steps", []) if s["output_path"] not in world.refused_outputs]
+        step = _plant_target({"steps": steps}, world.model, pick)
         if step is None:
             return
         meta = step["output_path"] + ".marin"
@@ -786,6 +789,7 @@ class Executor:
                 )
         self._outside_checks()
         adoption.check_user_data(self)
+        userdata.check(self)
         self._strict_checks()
 
     def _outside_checks(self) -> None:
@@ -899,11 +903,13 @@ REFUSED_JOB_STATES = ("unreadable", "refuse", "unrecorded", "unseen")
 writing the output that job.json does not name, a job this driver cannot see)."""
 
 
-def refuses(plan: Call, report: dict[str, Any]) -> bool:
+def refuses(plan: Call, report: dict[str, Any], excused: set[str] | None = None) -> bool:
     """Whether every step the run failed is one its plan, made just before, said it refuses
     (a foreign record; a ``job.json`` it cannot read or that does not name the job writing the
-    output, a job it cannot see: ``REFUSED_JOB_STATES``, shown as ``refuse: ...``): the run then fails those steps, as documented (docs/reliability.md, the
-    catalogue; docs/remote.md), and that is no broken promise. Any other failed step is."""
+    output, a job it cannot see: ``REFUSED_JOB_STATES``, shown as ``refuse: ...``), or is
+    ``excused`` (refused over a user's data: ``userdata``): the run then fails those steps, as
+    documented (docs/reliability.md, the catalogue; docs/remote.md), and that is no broken
+    promise. Any other failed step is."""
     refused = {
         s["step"]
         for s in (plan.json() or {}).get("steps", [])
@@ -912,7 +918,7 @@ def refuses(plan: Call, report: dict[str, Any]) -> bool:
         or (s.get("job") or {}).get("refused")
     }
     failed = {s["step"] for s in report.get("steps", []) if s.get("action") == "failed"}
-    return bool(failed) and failed <= refused
+    return bool(failed) and failed <= refused | (excused or set())
 
 
 def copied_recipe(plan: dict[str, Any], step: dict[str, Any], prefix: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 from tests.oracle import adoption
 from tests.oracle.choose import Chooser, DrawChooser, RandomChooser
 from tests.oracle.ops import (
+    BUILT_AFTER,
     ENGINE_OPERATIONS,
     GANG_OPERATIONS,
     OPENERS,
@@ -136,11 +137,13 @@ def generate(ch: Chooser, profile: Profile = FAST) -> History:
     openers = [c for c in classes if OPENERS.get(c.name) and c.weight(model)]
     first = ch.weighted(openers, [OPENERS[c.name] for c in openers])
     ops: list[Any] = [first.draw(ch, model, last)]
-    if first.name == "plant":
+    if first.name in BUILT_AFTER:
         ops.append(Run(RunOpts.draw(ch, model, last)))
     for op in ops:
         last = op.last_context(last)
-    weights = [cls.weight(model) * profile.scale.get(cls.name, 1.0) for cls in classes]
+    weights = carve(
+        classes, [cls.weight(model) * profile.scale.get(cls.name, 1.0) for cls in classes]
+    )
     for _ in range(ch.integer(*profile.ops)):
         cls = ch.weighted(classes, weights)
         op = cls.draw(ch, model, last)
@@ -150,6 +153,19 @@ def generate(ch: Chooser, profile: Profile = FAST) -> History:
     if profile.p_adopt and ch.boolean(profile.p_adopt):
         history = adoption.adopt(ch, history)
     return history
+
+
+def carve(classes: tuple[type[Any], ...], weights: list[float]) -> list[float]:
+    """``weights`` with each operation's taken from the one it is carved from
+    (``Op.carved_from``, listed just before it): the others' ranges of the draw stay where
+    they were, so a fixed-seed history that never draws a carved operation is drawn exactly
+    as before it existed."""
+    names = [cls.name for cls in classes]
+    out = list(weights)
+    for i, cls in enumerate(classes):
+        if cls.carved_from in names:
+            out[names.index(cls.carved_from)] -= out[i]
+    return out
 
 
 def seeded(seed: int, profile: Profile = FAST) -> History:

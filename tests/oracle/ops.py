@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from marin.execution import faults
+from tests.oracle import userdata
 from tests.oracle.checks import Policy, Violation, read_record, snapshot
 from tests.oracle.choose import Chooser
 from tests.oracle.pipeline import KEY_EDITS, PipelineModel
@@ -91,6 +92,10 @@ class Op:
     """The interface of every operation (see the module docstring)."""
 
     name: ClassVar[str]
+    carved_from: ClassVar[str] = ""
+    """The operation whose weight this one's is taken from (listed just before it in
+    ``OPERATIONS``; ``history.carve``): a fixed-seed history that never draws this one is
+    drawn exactly as before it existed."""
 
     def execute(self, ex: Executor) -> None:
         raise NotImplementedError
@@ -431,6 +436,53 @@ class Stream(Op):
 
 
 @dataclass(frozen=True)
+class PutUserData(Op):
+    """A user's file by hand at the output path of a step with nothing there yet, beside a
+    metadata folder no attempt left (``shape``: empty, the lease's guard only, an empty
+    ``checkpoints/`` only): a build there is refused, and no run or gc may touch it
+    (``userdata``; red team round 17, finding 2)."""
+
+    name: ClassVar[str] = "user-data"
+    carved_from: ClassVar[str] = "run"
+    shape: str
+    pick: int
+
+    @staticmethod
+    def weight(model: PipelineModel) -> float:
+        return 1
+
+    @staticmethod
+    def draw(ch: Chooser, model: PipelineModel, last: Context) -> PutUserData:
+        return PutUserData(
+            userdata.SHAPES[ch.integer(0, len(userdata.SHAPES) - 1)], ch.integer(0, 99)
+        )
+
+    def execute(self, ex: Executor) -> None:
+        userdata.put(ex, self.shape, self.pick)
+
+
+@dataclass(frozen=True)
+class MoveUserData(Op):
+    """The user moves the data a build was refused over out of the prefix, by hand (as the
+    refusal says): the step then builds normally (``userdata``)."""
+
+    name: ClassVar[str] = "move-user-data"
+    carved_from: ClassVar[str] = "run"
+    pick: int
+
+    @staticmethod
+    def weight(model: PipelineModel) -> float:
+        return 0.5
+
+    @staticmethod
+    def draw(ch: Chooser, model: PipelineModel, last: Context) -> MoveUserData:
+        return MoveUserData(ch.integer(0, 99))
+
+    def execute(self, ex: Executor) -> None:
+        userdata.move(ex, self.pick)
+
+
+@dataclass(frozen=True)
 class Gc(Op):
     """``marin gc TARGET --json`` as a user (with ``--scope``/``--version``/``--override``
     where gc takes them), or ``--dry-run``; or (``teammate``) a teammate's gc of another
@@ -541,6 +593,8 @@ class TearRecord(Op):
 
 OPERATIONS: tuple[type[Any], ...] = (
     Run,
+    PutUserData,
+    MoveUserData,
     EditConfig,
     EditCode,
     FailRun,
@@ -553,18 +607,24 @@ OPERATIONS: tuple[type[Any], ...] = (
     DeleteOutput,
     TearRecord,
 )
-"""Every operation, simplest first (hypothesis shrinks toward the first)."""
+"""Every operation, simplest first (hypothesis shrinks toward the first); an operation whose
+weight is carved from another's (``Op.carved_from``) right after it."""
 
 OPENERS: dict[str, float] = {
-    "run": 8,
+    "run": 7.5,
+    "user-data": 0.5,  # carved from "run"'s 8 (see ``Op.carved_from``)
     "fail": 2,
     "kill-driver": 2,
     "crash": 1,
     "plant": 1.5,
     "preempt": 2,
 }
-"""The first operation: a first build, one that fails or is killed, or storage planted
-before anything is built (then a first build follows)."""
+"""The first operation: a first build, one that fails or is killed, or storage planted (job
+files, or a user's data beside a metadata folder no attempt left) before anything is built
+(then a first build follows: ``BUILT_AFTER``)."""
+
+BUILT_AFTER = ("plant", "user-data")
+"""The openers a first build follows."""
 
 ENGINE_OPERATIONS: tuple[type[Any], ...] = (
     Run,

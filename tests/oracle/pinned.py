@@ -20,8 +20,10 @@ from tests.oracle.ops import (
     Gc,
     KillDriver,
     LeaseLost,
+    MoveUserData,
     Plant,
     PreemptPastBudget,
+    PutUserData,
     RankFail,
     Run,
     RunOpts,
@@ -43,7 +45,8 @@ class Pinned:
     finding: str
     open: bool = False
     event: str = ""
-    """A gang operation the history must really do (``Executor.gang_events``)."""
+    """An operation the history must really do (``Executor.gang_events``, or
+    ``adopt_events``: a user's data moved away), breaking no promise."""
 
 
 def chain(n: int, **flags: dict[str, bool]) -> PipelineModel:
@@ -530,6 +533,24 @@ PINNED: dict[str, Pinned] = {
         "s1's config {'keyed': {0: 1}} edited to {'keyed': {'0': 1}} (its fn sees the "
         "difference) kept its fingerprint and was served the build of the other config under "
         "rebuild/rebuild, and the run under --on-drift error skipped it (fixed in 1276a4f)",
+    ),
+    "a-users-data-beside-an-empty-metadata-folder-is-cleared-as-debris": Pinned(
+        "user-data-touched",
+        History(chain(1), (PutUserData("empty", 0), Run(WARN))),
+        "0, 49, 52, 64, 69, 119 on f438e3d; 64 shrunk",
+        "red team round 17, finding 2: a user's data at o/s0/v1 beside an empty v1.marin/ "
+        "(or one holding only lease.json.guard, or an empty checkpoints/: seeds 49, 52) was "
+        "cleared by the build as an earlier attempt's debris; the build now refuses it "
+        "('already exists and was not written by Marin'), as marin plan says",
+    ),
+    "a-users-data-beside-the-lease-guard-is-refused-until-moved-away": Pinned(
+        "user-data-touched",
+        History(chain(2), (PutUserData("guard", 0), Run(WARN), MoveUserData(0), Run(WARN))),
+        "arranged from the table (the user-data operations, the guard's shape)",
+        "red team round 17, finding 2: beside only lease.json.guard the build of o/s0 is "
+        "refused and its reader blocked, the data left as it is; moved away by hand, as the "
+        "refusal says, o/s0 and o/s1 build",
+        event="user-data-moved",
     ),
 }
 

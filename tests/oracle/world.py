@@ -10,6 +10,7 @@ Everything a history touches lives under one temporary folder::
     root/jobs/              $MARIN_LOCAL_JOBS
     root/markers/           files that appear only if planted code ran
     root/outside/s<N>/      data an adoption adopts from outside the prefix (the user's)
+    root/outside/moved-<N>/ a user's data moved out of an output path by hand (``userdata``)
 
 ``marin`` runs in this process (``marin.cli.main``, fast) or as a subprocess (``python -m
 marin.cli``: needed to kill a driver, run two at once, or bound a run that may hang).
@@ -134,6 +135,12 @@ class World:
     user_data: dict[str, str] = field(default_factory=dict)
     """The adopted user data as the history last wrote it (relative path -> sha256), which
     no run or gc may change: empty without an adoption of the user's data."""
+    users_own: dict[str, dict[str, str]] = field(default_factory=dict)
+    """A user's data put by hand at an output path beside a metadata folder no attempt left
+    (``userdata``): where it lies now -> its files (relative path -> sha256), which no run or
+    gc may change."""
+    refused_outputs: set[str] = field(default_factory=set)
+    """The output paths such data lies at (until moved away): a build there is refused."""
 
     def __post_init__(self) -> None:
         for sub in ("prefix", "control", "bystander", "jobs", "markers", "tmp", "outside"):
