@@ -9,6 +9,7 @@ Two pipelines on one prefix: no one graph's ``lower()`` sees the clash, only sto
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -380,3 +381,118 @@ def test_a_look_at_a_metadata_folder_never_hides_a_later_record(s3_server: dict[
         "lease.json",
         "record.json",
     ]
+
+
+@pytest.mark.parametrize(
+    "case, culprit",
+    [
+        ("step folder a file, data kept", "raw/v1.marin"),  # built, then its folder replaced
+        ("step folder a file", "raw/v1.marin"),
+        ("a file above the output", "raw"),
+    ],
+)
+def test_a_file_where_a_folder_must_be_is_planned_as_refused(
+    tmp_path: Path, case: str, culprit: str
+) -> None:
+    """Red team r18-3: with a file at ``raw/v1.marin`` (or at ``raw``), the plan said a plain
+    build and the run failed with a raw ``NotADirectoryError`` (or called the data not Marin's,
+    its "folder" empty), naming a log it never wrote. Plan and run refuse alike, naming the
+    file and the fix; the file and the data are left as they were."""
+    prefix = tmp_path / "p"
+    if case == "step folder a file, data kept":
+        assert marin("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix)).returncode == 0
+        shutil.rmtree(prefix / "raw/v1.marin")
+    prefix.mkdir(exist_ok=True)
+    (prefix / culprit).parent.mkdir(parents=True, exist_ok=True)
+    (prefix / culprit).write_text("someone's notes")
+    step, _ = _refused("raw_built", prefix)
+    what, fix = step["refusal"]["what"], step["refusal"]["fix"]
+    assert step["refusal"]["error"] == "NotAFolderError" and step["step"] == "raw@v1"
+    assert what.startswith(f"{prefix}/{culprit} is not a folder: raw@v1"), what
+    assert fix.startswith("move it away (or delete it yourself), then run again"), fix
+    assert (prefix / culprit).read_text() == "someone's notes"
+    if case == "step folder a file, data kept":
+        assert (prefix / "raw/v1/data.txt").read_text() == "raw"
+        return  # with its step folder gone, that data proves nothing: refused as not Marin's
+    (prefix / culprit).unlink()  # moved away: built
+    assert marin("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix)).returncode == 0
+    assert (prefix / "raw/v1.marin/record.json").exists()
+
+
+def test_an_object_at_a_step_folders_name_is_in_nobodys_way(s3_server: dict[str, str]) -> None:
+    """r18-3 on an object store: a folder is only a prefix of keys, so objects at ``raw`` and
+    ``raw/v1.marin`` stop nothing (plan and run agree: built) and are kept."""
+    import uuid
+
+    import s3fs
+
+    prefix = f"s3://marin-tests/in-the-way-{uuid.uuid4().hex[:10]}"
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    for key in ("raw", "raw/v1.marin"):
+        fs.pipe_file(f"{prefix[5:]}/{key}", b"someone's notes")
+    table, data = _plan("raw_built", Path(prefix))
+    assert data["summary"]["refused"] == 0 and "refuses" not in table, table
+    ran = marin("run", f"{PIPELINES}:raw_built", "--prefix", prefix)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert fs.cat_file(f"{prefix[5:]}/raw/v1.marin") == b"someone's notes"
+    assert fs.cat_file(f"{prefix[5:]}/raw/v1/data.txt") == b"raw"
+    assert fs.isfile(f"{prefix[5:]}/raw/v1.marin/record.json")
+
+
+UPSTREAM = """import os, pathlib
+def make(out_path):
+    pathlib.Path(out_path).mkdir(parents=True, exist_ok=True)
+    pathlib.Path(out_path, "data.txt").write_text(os.environ.get("SRC_TEXT", "src"))
+"""
+READER = """import pathlib
+from marin.execution.lazy import OUT, apply
+from upstream import make
+def read(out_path, src):
+    pathlib.Path(out_path).mkdir(parents=True, exist_ok=True)
+    pathlib.Path(out_path, "data.txt").write_text(pathlib.Path(src, "data.txt").read_text() + "!")
+src = apply("src", make, version="v1", out_path=OUT)
+pipeline = apply("reader", read, version="v1", out_path=OUT, src=src)
+"""
+
+
+def test_a_refusal_only_a_changed_upstream_output_makes_is_planned_as_conditional(
+    tmp_path: Path,
+) -> None:
+    """Red team r18-2: ``reader@v1`` registered, its input ``src@v1``'s code changed and
+    rebuilt (``--on-code-drift rebuild``): the plan said ``a run refuses it`` and counted it in
+    ``summary.refused``, and the run rebuilt ``src`` into the same bytes, served ``reader``
+    unchanged (early cutoff) and exited 0. The plan says the refusal holds only if the upstream
+    output changes (``refusal.conditional``, out of ``summary.refused``); and it does then."""
+    (tmp_path / "upstream.py").write_text(UPSTREAM)
+    (tmp_path / "pipe.py").write_text(READER)
+    target, prefix = f"{tmp_path}/pipe.py:pipeline", tmp_path / "p"
+    args = ("--prefix", str(prefix), "--on-code-drift", "rebuild")
+    assert marin("run", target, *args).returncode == 0
+    registered = marin("register", "reader@v1", "--id", "team/reader/r1", *args[:2])
+    assert registered.returncode == 0, registered.stderr
+    (tmp_path / "upstream.py").write_text(
+        UPSTREAM.replace("    pathlib", "    unused = 1\n    pathlib", 1)
+    )
+    table = marin("plan", target, *args, env={"COLUMNS": "2000"}).stdout
+    data = json.loads(marin("plan", target, *args, "--json").stdout)
+    reader = next(s for s in data["steps"] if s["step"] == "reader@v1")
+    assert reader["unless_unchanged"] == ["src@v1"] and reader["refusal"]["conditional"] is True
+    assert reader["refusal"]["error"] == "RegisteredBuildFrozenError"
+    assert data["summary"]["refused"] == 0, data["summary"]
+    assert "a run refuses it if the output of src@v1 changes: the build " in table, table
+    assert "a run would build 2 (1 refused if an upstream output changes)" in table
+    assert "a run refuses it:" not in table and "(1 refused)" not in table
+    ran = marin("run", target, *args)  # rebuilt into the same bytes: served, unrefused
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert re.search(r"reader@v1 +unchanged", ran.stdout), ran.stdout
+    # Changed again, into other bytes this time: refused, as the plan said it would be.
+    again = UPSTREAM.replace("    pathlib", "    unused = 2\n    pathlib", 1)
+    (tmp_path / "upstream.py").write_text(again)
+    changed = marin("run", target, *args, env={"SRC_TEXT": "new"})
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert "is registered as team/reader/r1" in changed.stderr
+    assert (prefix / "reader/v1/data.txt").read_text() == "src!"
+    # Whatever the upstream makes, a forced rebuild is refused: unconditional, and counted.
+    forced = json.loads(marin("plan", target, *args, "--force", "reader", "--json").stdout)
+    reader = next(s for s in forced["steps"] if s["step"] == "reader@v1")
+    assert reader["refusal"]["conditional"] is False and forced["summary"]["refused"] == 1

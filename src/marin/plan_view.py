@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from marin.execution.builder.clearing import refusal_before_writing
 from marin.execution.builder.lineage.names import artifact_names
-from marin.execution.errors import MarinError
+from marin.execution.errors import MarinError, list_names
 from marin.execution.pipeline.resources import describe_placement, placement_of
 from marin.execution.plan.decide import ACTIONS, STATUSES, Decision, Plan
 from marin.execution.plan.read import IO_PARALLELISM
@@ -93,6 +93,17 @@ Refusals = Mapping[str, MarinError]
 """By output path: the error a run raises for a step the plan builds, before writing anything."""
 
 
+def refused_if(d: Decision) -> str:
+    """When a run refuses ``d``'s build: "" (whenever it runs), or ``if the output of X
+    changes`` for a build that only an upstream rebuilt in this run makes (``unless_unchanged``):
+    the run decides it again once that upstream commits, and serves it, unrefused, when the
+    output is unchanged (early cutoff)."""
+    ids = d.unless_unchanged
+    if not ids:
+        return ""
+    return f"if {'the output of' if len(ids) == 1 else 'an output of'} {list_names(ids)} changes"
+
+
 def build_refusals(plan: Plan, location: Location) -> dict[str, MarinError]:
     """What a run refuses to build, of the steps the plan builds, and why (by output path):
     another step's record in the way (``Decision.refused``), or a rule a build asks before it
@@ -143,9 +154,20 @@ def plan_summary(plan: Plan, refused: Refusals | None = None) -> str:
     counts = Counter(shown_status(d) for d in decisions)
     actions = Counter(d.action for d in decisions)
     parts = [f"{counts[s]} {'to run' if s == ShownStatus.RUN else s}" for s in SHOWN if counts[s]]
-    would = [f"build {actions[Action.BUILD]}" + (f" ({len(refused)} refused)" if refused else "")]
+    would = [f"build {actions[Action.BUILD]}" + _refused_counts(plan, refused or {})]
     would += [f"{a} {actions[a]}" for a in (Action.SKIP, Action.PRUNE) if actions[a]]
     return f"{len(decisions)} steps: " + ", ".join(parts) + "; a run would " + ", ".join(would)
+
+
+def _refused_counts(plan: Plan, refused: Refusals) -> str:
+    """`` (1 refused)``, `` (1 refused, 2 more if an upstream output changes)``, or ""."""
+    maybe = sum(
+        1 for d in plan.decisions.values() if d.spec.output_path in refused and refused_if(d)
+    )
+    parts = [f"{len(refused) - maybe} refused"] if len(refused) > maybe else []
+    if maybe:
+        parts.append(f"{maybe} {'more ' if parts else ''}refused if an upstream output changes")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def would_change_anything(plan: Plan) -> bool:
@@ -179,8 +201,11 @@ def plan_json(plan: Plan, location: Location) -> dict[str, Any]:
             "actions": {a: actions[a] for a in ACTIONS},
             # Steps whose code changed since their record, whatever a run does with them.
             "code_drift": sum(1 for d in decisions if d.code_drift),
-            # Steps a run would build, and refuses to before writing anything.
-            "refused": len(refused),
+            # Steps a run would build, and refuses to before writing anything (not those it
+            # refuses only if an upstream output changes: ``refusal.conditional``).
+            "refused": sum(
+                1 for d in decisions if d.spec.output_path in refused and not refused_if(d)
+            ),
         },
         "steps": [
             _step_json(d, location, _scoped(plan), plan, refused.get(d.spec.output_path))
@@ -238,13 +263,19 @@ def _step_json(
         # Only for a remote step with a job of another version still running (issue 53.10).
         **({"other_jobs": others} if (others := _other_jobs(d, location)) else {}),
         # Only for a step a run would build and refuses to (build_refusals): the run's error.
-        **({"refusal": refusal_json(refused)} if refused is not None else {}),
+        **({"refusal": refusal_json(refused, d)} if refused is not None else {}),
     }
 
 
-def refusal_json(refused: MarinError) -> dict[str, str]:
-    """A run's refusal in ``plan --json``: the error's type, what is wrong and the fix."""
-    return {"error": type(refused).__name__, "what": refused.what, "fix": refused.fix}
+def refusal_json(refused: MarinError, d: Decision) -> dict[str, Any]:
+    """A run's refusal in ``plan --json``: the error's type, what is wrong and the fix, and
+    whether the run refuses only if an upstream output changes (``refused_if``)."""
+    return {
+        "error": type(refused).__name__,
+        "what": refused.what,
+        "fix": refused.fix,
+        "conditional": bool(refused_if(d)),
+    }
 
 
 def _scoped(plan: Plan) -> bool:
@@ -323,7 +354,7 @@ def plan_table(
     refused = build_refusals(plan, location)
     for state in plan.decisions.values():
         refusal = refused.get(state.spec.output_path)
-        shown = ShownStatus.FOREIGN if refusal is not None else shown_status(state)
+        shown = ShownStatus.FOREIGN if _surely(refusal, state) else shown_status(state)
         cells = _row_cells(state, location, columns, plan, refusal)
         table.add_row(*cells, style=STYLES[shown] if color else None)
     lines = _render(table, width, color)
@@ -375,7 +406,8 @@ def _reason_lines(
     job, one a line."""
     reason = safe_text(state.reason)
     if refused is not None:
-        reason += f"\n  a run refuses it: {safe_text(refused.what)}: {safe_text(refused.fix)}"
+        when = f" {refused_if(state)}" if refused_if(state) else ""
+        reason += f"\n  a run refuses it{when}: {safe_text(refused.what)}: {safe_text(refused.fix)}"
     if state.drift:
         reason += "".join(f"\n  {safe_text(line)}" for line in state.drift)
     if state.code_drift:
@@ -398,11 +430,11 @@ def _row_cells(
     refused: MarinError | None = None,
 ) -> list[str]:
     """One step's row, cell by cell, for the columns the table has (a step a run refuses to
-    build wears ``foreign``'s mark)."""
+    build wears ``foreign``'s mark; one it refuses only if an upstream output changes, its own)."""
     placement = describe_placement(state.spec)
     shown = shown_status(state)
     return [
-        SYMBOLS[ShownStatus.FOREIGN if refused is not None else shown],
+        SYMBOLS[ShownStatus.FOREIGN if _surely(refused, state) else shown],
         state.action,
         shown,
         safe_rich(
@@ -414,6 +446,12 @@ def _row_cells(
         *([safe_rich(" -> ".join(scope_of(state.spec)))] if columns.scope else []),
         safe_rich(_reason_lines(state, location, plan, refused), keep_newlines=True),
     ]
+
+
+def _surely(refused: MarinError | None, state: Decision) -> bool:
+    """Whether a run refuses ``state``'s build whenever it runs (not only if an upstream output
+    changes, ``refused_if``)."""
+    return refused is not None and not refused_if(state)
 
 
 def _render(table: Table, width: int, color: bool) -> list[str]:

@@ -110,6 +110,12 @@ class NotRegularFileError(StorageError):
     device): Marin never reads, replaces or deletes it as its own file."""
 
 
+class NotAFolderError(StorageError):
+    """A file (anything but a folder or a link) where a build must make a folder: its step
+    folder ``<output>.marin``, or a folder above its output. Refused before anything is
+    written; Marin never deletes a file it did not write."""
+
+
 class ForeignRecordError(MarinError, RuntimeError):
     """A step's metadata folder holds another step's record: building the step would replace
     that record, so the build is refused (``decide`` says so; ``build_step`` raises this)."""

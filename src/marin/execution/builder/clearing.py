@@ -21,6 +21,7 @@ from typing import Any
 from marin.execution.errors import (
     AdoptedDataError,
     MarinError,
+    NotAFolderError,
     NotRegularFileError,
     RegisteredBuildFrozenError,
     StorageError,
@@ -75,7 +76,8 @@ def refusal_before_writing(
     plan read (``record``: its committed record; ``status``: its status, read without one);
     None when no rule of this module refuses it. The rules, asked in ``build_step``'s order:
     before the lease, inside another step's output and adopted data (``_build``), then a
-    step-folder file that is not a regular file (``odd_metadata``: its listing, or the read
+    file where the step folder or a folder above the output must be (``folder_in_the_way``),
+    a step-folder file that is not a regular file (``odd_metadata``: its listing, or the read
     of the lease) and data Marin never wrote (``output_left_by_marin``); under the lease, a
     registered build (or an unreadable freeze mark), adopted data with what an earlier
     attempt left, and another step's metadata in the output (``_build_holding``). Read only:
@@ -90,12 +92,12 @@ def refusal_before_writing(
     )
     if refusal is not None:
         return refusal
-    refusal = odd_metadata(location, spec, exists)
+    refusal = folder_in_the_way(location, spec) or odd_metadata(location, spec, exists)
     if refusal is not None:
         return refusal
     seen, refusal = output_not_marins(location, spec, exists)
     if refusal is not None:
-        return frozen_build(location, spec, None, True) or refusal
+        return _or_frozen(location, spec, refusal)
     leftover = record is not None or status is not None or seen
     leftover = leftover or _metadata_left(location, spec, exists)
     return (
@@ -120,6 +122,43 @@ def odd_metadata(location: Location, spec: StepSpec, exists: Exists) -> StorageE
     return None
 
 
+def folder_in_the_way(location: Location, spec: StepSpec) -> NotAFolderError | None:
+    """Why a build fails before writing: a file (or a FIFO, a device) is where it must make a
+    folder, its step folder ``<output>.marin`` or a folder above the output (``rt``, for step
+    ``rt/s``); its lease, the first thing it writes, could only fail with ``NotADirectoryError``.
+    A build meets it in its listing of the step folder (``output_not_marins``, when something
+    is at the output) or at its lease (``_lease_and_build``): no look of its own, so a first
+    build pays nothing for it; a plan asks it of each step it builds (one ``lstat``).
+
+    Local disk only: on an object store (and ``memory://``) a folder is only a prefix of keys,
+    so an object at ``.../v1.marin`` or ``rt`` is in nobody's way: the keys below it are
+    written and read all the same, by a plan and a run alike."""
+    found = location.non_folder_on_the_way(location.path(metadata_dir(spec.output_path)))
+    if found is None:
+        return None
+    root = location.path("").rstrip("/")
+    url = location.url_for(found[len(root) + 1 :])
+    if found == location.path(metadata_dir(spec.output_path)):
+        where = f"{spec.step_id} keeps its metadata (record, status, lease) in a folder there"
+    else:
+        out = location.url_for(spec.output_path)
+        where = f"{spec.step_id}'s output {out} and its metadata folder lie below it"
+    return NotAFolderError(
+        f"{url} is not a folder: {where}",
+        "move it away (or delete it yourself), then run again; Marin never deletes a file it "
+        "did not write",
+        spec.step_id,
+    )
+
+
+def _or_frozen(location: Location, spec: StepSpec, refusal: StorageError) -> MarinError:
+    """``refusal`` of data at the output that Marin did not provably write, or, when that data
+    is a build a manifest names (its record and files lost by hand), that build's refusal."""
+    if isinstance(refusal, NotAFolderError):
+        return refusal  # no step folder there: no freeze mark to read
+    return frozen_build(location, spec, None, True) or refusal
+
+
 def _metadata_left(location: Location, spec: StepSpec, exists: Exists) -> bool:
     """Whether a record, status or lease is beside the output, for a plan that read neither a
     record nor a status there (a torn record, a lease alone): what ``earlier_attempt`` counts
@@ -138,12 +177,13 @@ def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
     Raises:
         RegisteredBuildFrozenError: what is there, unproven, is a build a manifest names.
         ArtifactRegistryError: a manifest cannot be trusted (it may name this build).
-        StorageError: something is there that Marin did not write.
+        StorageError: something is there that Marin did not write (``NotAFolderError``: a
+            file where its step folder must be).
     """
     seen, refusal = output_not_marins(location, spec, exists_in(location))
     if refusal is not None:
         # A registered build whose record and files were lost by hand is named as such.
-        raise frozen_build(location, spec, None, True) or refusal
+        raise _or_frozen(location, spec, refusal)
     return seen
 
 
@@ -171,6 +211,9 @@ def output_not_marins(
     folder = metadata_dir(spec.output_path).rsplit("/", 1)[-1]
     why = f"no {folder} folder beside it"
     if exists(metadata_dir(spec.output_path)):
+        not_a_folder = folder_in_the_way(location, spec)  # a file there lists as an empty folder
+        if not_a_folder is not None:
+            return True, not_a_folder
         why = _proves_nothing(location, spec.output_path)
         if not why:
             return True, None

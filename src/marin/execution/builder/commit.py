@@ -55,6 +55,7 @@ from marin.execution.builder.clearing import (
     check_clearable,
     clear_output,
     earlier_attempt,
+    folder_in_the_way,
     output_left_by_marin,
     refuse_clearing_adopted,
     refuse_frozen,
@@ -349,7 +350,7 @@ def _lease_and_build(
     url = location.url_for(spec.output_path)
     output_seen = output_left_by_marin(location, spec)  # before the lease: see there
     lease = Lease(location, spec.output_path, ttl=request.lease_ttl, adoption=spec.source)
-    holder = _acquire(lease, spec, request.wait)
+    holder = _first_acquire(lease, spec, location, request.wait)
     if holder is not None:  # another runner's live lease: nothing written, nothing held
         why = LeaseHeld(holder.holder, holder.expires_at)
         return Pending(spec, why, functools.partial(build_step, request))
@@ -450,6 +451,25 @@ def _unforced(policy: Policy, spec: StepSpec) -> Policy:
 
 def _build_id(record: ArtifactRecord | None) -> str | None:
     return None if record is None else record.build_id
+
+
+def _first_acquire(
+    lease: Lease, spec: StepSpec, location: Location, wait: Wait
+) -> LeaseInfo | None:
+    """``_acquire``, the build's first write, refusing a file where the step folder (or a
+    folder above the output) must be as a plan does (``folder_in_the_way``): looked for only
+    once the lease fails on it, so that no other build pays a look for it.
+
+    Raises:
+        NotAFolderError: such a file is there (nothing was written).
+    """
+    try:
+        return _acquire(lease, spec, wait)
+    except NotADirectoryError:
+        refusal = folder_in_the_way(location, spec)
+        if refusal is None:
+            raise
+        raise refusal from None
 
 
 def _acquire(lease: Lease, spec: StepSpec, wait: Wait = Wait.BLOCK) -> LeaseInfo | None:

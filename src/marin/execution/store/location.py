@@ -411,6 +411,31 @@ class Location:
             known.add(current)
         return True
 
+    def non_folder_on_the_way(self, path: str) -> str | None:
+        """The first entry at ``path`` or on the way to it (below the prefix) that is there
+        but is neither a folder nor a link (links are ``check_no_links``'s), or None. Local
+        disk only (None elsewhere). One ``lstat`` of ``path``; the folders above it are walked
+        only when that ``lstat`` says one of them is not a folder (``ENOTDIR``)."""
+        root = self.root.rstrip("/")
+        if not self.is_local or not path.startswith(root + "/"):
+            return None
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            current = root
+            for part in path[len(root) + 1 :].split("/"):
+                current = f"{current}/{part}"
+                try:
+                    mode = os.lstat(current).st_mode
+                except OSError:
+                    return None  # gone since: nothing in the way now
+                if not stat.S_ISDIR(mode):
+                    return None if stat.S_ISLNK(mode) else current
+            return None
+        return None if stat.S_ISDIR(mode) or stat.S_ISLNK(mode) else path
+
     def _check_parent(self, path: str) -> bool:
         """``check_no_links`` of ``path``'s folder: False when that folder is not there."""
         parent = path.rpartition("/")[0]
