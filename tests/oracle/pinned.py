@@ -552,6 +552,22 @@ PINNED: dict[str, Pinned] = {
         "refusal says, o/s0 and o/s1 build",
         event="user-data-moved",
     ),
+    "a-reader-of-a-stale-adoption-builds-under-no-cascade": Pinned(
+        "run-failed:other",
+        History(
+            PipelineModel(
+                (StepModel(0, ()), StepModel(1, (0,))), Adoption(0, "in-build", "/parts")
+            ),
+            (KillDriver(1, "kill", WARN), RebuildFeed(True), Run(RunOpts(cascade=False))),
+        ),
+        "24 with the user-data weight at 1.5 (7 steps, s6 reading s0 and s2), shrunk by hand",
+        "red team round 18: s0 adopts o/feed/v1/parts; its reader's driver was killed, the feed "
+        "rebuilt with other bytes, and every `marin run --no-cascade` failed the reader with "
+        "'... rebuilt or removed while this step was being built from it': the builder took a "
+        "change made before the run for a race. The stale adoption is served and its reader "
+        "built from the data as it is; a partial attempt or a job made before the change is "
+        "not resumed (tests/reliability/test_adoption_no_cascade.py)",
+    ),
 }
 
 ON_AN_ENGINE = Pinned(

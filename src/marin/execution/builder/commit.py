@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 
@@ -561,10 +561,9 @@ def _inputs_at_start(
                 "this step again; nothing was started for it",
                 spec.step_id,
             )
-        if record is not None:
-            _check_adopted_unchanged(spec, location, dep, record)
+        adopts = None if record is None else _adopted_at_start(spec, location, dep, record)
         kept = (up.replaced, up.shared) if record is None else ("", NO_SHARED_BUILD)
-        fresh.append(Upstream(up.step_id, record, up.rebuilt, up.committed, *kept))
+        fresh.append(Upstream(up.step_id, record, up.rebuilt, up.committed, *kept, adopts=adopts))
     return fresh
 
 
@@ -586,7 +585,7 @@ def _check_inputs_unchanged(
             continue
         now = read_record(location, dep.output_path, up.record, (dep.name, dep.version))
         if now is not None and now.build_id == up.record.build_id:
-            _check_adopted_unchanged(spec, location, dep, now)
+            _check_adopted_unchanged(spec, location, dep, now, up.adopts)
         else:
             became = (
                 _input_gone(location, dep)
@@ -602,23 +601,60 @@ def _check_inputs_unchanged(
             )
 
 
-def _check_adopted_unchanged(
+def _adopted_at_start(
     spec: StepSpec, location: Location, dep: StepSpec, record: ArtifactRecord
+) -> dict[str, str] | None:
+    """For an adoption among the inputs: the builds its data lies in or holds as this build
+    starts from it (None: not an adoption), which the commit checks again.
+
+    Builds other than the ones its record names were rebuilt before this build started: the
+    plan's business (a stale adoption served under ``--no-cascade``, or a shared one a user's
+    run reads), never a reason to refuse, or no run could build its reader. One of them being
+    built now, or left with no build, is: its data is not whole.
+
+    Raises:
+        InputChangedError: a build its data lies in or holds is being built now, or has none.
+    """
+    if record.source is None:
+        return None
+    now = adopted_now(location, dep.output_path, record)
+    if now == recorded_adoption(record):
+        return now
+    unbuilt = unbuilt_step_folders(location, dep.output_path, record.source)
+    if not unbuilt:
+        return now
+    doing = "another runner is building now" if any(unbuilt.values()) else "has no build"
+    raise InputChangedError(
+        f"input {dep.step_id} adopts data ({record.source}) in a build that {doing} "
+        f"({_urls(location, list(unbuilt))}); nothing was started for this step",
+        "run again once that build is committed (`marin run` with it among the steps)",
+        spec.step_id,
+    )
+
+
+def _check_adopted_unchanged(
+    spec: StepSpec,
+    location: Location,
+    dep: StepSpec,
+    record: ArtifactRecord,
+    started: Mapping[str, str] | None,
 ) -> None:
-    """An adoption among the inputs still adopts the builds it recorded: its data lies in (or
-    holds) builds another runner may rebuild, clearing what this step reads.
+    """An adoption among the inputs still adopts the builds it did when this build started
+    (``started``; None: the ones its record names): its data lies in (or holds) builds another
+    runner may rebuild, clearing what this step reads.
 
     Raises:
         InputChangedError: one of them was rebuilt, removed, or is being built now.
     """
     if record.source is None:
         return
-    if adopted_now(location, dep.output_path, record) == recorded_adoption(record):
+    was = dict(started) if started is not None else recorded_adoption(record)
+    if adopted_now(location, dep.output_path, record) == was:
         return
     raise InputChangedError(
         f"input {dep.step_id} adopts data ({record.source}) in a build that was rebuilt or "
         "removed while this step was being built from it; this attempt is discarded",
-        "nothing was committed for this step; run again to adopt it anew and build from it",
+        "nothing was committed for this step; run again to build it from the new data",
         spec.step_id,
     )
 

@@ -126,7 +126,8 @@ class Stored:
     def as_upstream(self, step_id: str, rebuilt: bool = False) -> Upstream:
         """The step as a dependent's input: its record, or the build a rebuild deleted."""
         shared = self.shared if self.record is None else NO_SHARED_BUILD
-        return Upstream(step_id, self.record, rebuilt, replaced=self.replaced, shared=shared)
+        return Upstream(step_id, self.record, rebuilt, replaced=self.replaced, shared=shared,
+                        adopts=self.adopts)  # fmt: skip
 
 
 NOTHING_STORED = Stored()

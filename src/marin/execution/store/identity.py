@@ -16,7 +16,9 @@ the recipe at hand. Its verdict:
 - **not ours**, with a one-line reason: another placement, config, input build, or (under
   ``rebuild`` and ``error``) other code. An attempt or a job that names an input the step
   does not have read another set of inputs: not ours either (exact input builds are the
-  same set; a record may also name the builds its adopted data lies in).
+  same set; a record may also name the builds its adopted data lies in), and so is one that
+  read an adoption whose source was rebuilt since its record (``Upstream.moved``): it may
+  have read the old data.
 - **unknown**: what the thing claims cannot be compared: it did not record the input builds it
   read (written by an older version), or a code digest is unknown (under ``rebuild`` and
   ``error``). Unknown is never "unchanged": a caller reuses unknown work only where its policy
@@ -36,6 +38,7 @@ from typing import Any, Protocol
 from marin.execution.digest.code import CodeDigest, code_digest
 from marin.execution.digest.code_drift import explain_code_drift
 from marin.execution.digest.output import same_digest
+from marin.execution.store.placement import recorded_adoption
 from marin.execution.store.records import (
     NO_SHARED_BUILD,
     UNKNOWN_BUILD,
@@ -68,6 +71,19 @@ class Upstream:
     """Without a record, placed in a user's folder: what the step's shared placement holds
     (``shared_build``: a record, or an unfinished rebuild's status). What read the step is
     stale: the user's run builds its own."""
+    adopts: Mapping[str, str] | None = field(default=None, compare=False)
+    """For an adoption's record: the builds its data lies in or holds as the run read them
+    (``placement.adopted_now``; None: not read). Other than the ones the record names
+    (``moved``), the data changed since it was adopted, before this run: its record may
+    still be served (``--no-cascade``), but what an attempt or a job read of it may be
+    the old data."""
+
+    @property
+    def moved(self) -> bool:
+        """An adoption whose source's builds changed since its record was written."""
+        if self.adopts is None or self.record is None or self.record.source is None:
+            return False
+        return dict(self.adopts) != recorded_adoption(self.record)
 
 
 class _Spec(Protocol):
@@ -302,7 +318,7 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
                 stale.append(f"upstream {dep.step_id} is rebuilt in this run")
             else:
                 stale.append(f"upstream {dep.step_id} was rebuilt after this step")
-    stale += _not_inputs(recipe, claimed)
+    stale += _not_inputs(recipe, claimed) + _moved_adoptions(recipe, claimed)
     if stale:
         only_pending = len(pending) == len(stale)
         return Lineage(LINEAGE_STALE, tuple(stale), tuple(pending) if only_pending else ())
@@ -322,6 +338,20 @@ def _not_inputs(recipe: Recipe, claimed: Claimed) -> list[str]:
     return [f"upstream {step[:80]!r} is not an input of this step" for step in extra[:3]] + (
         [f"and {len(extra) - 3} more"] if len(extra) > 3 else []
     )
+
+
+def _moved_adoptions(recipe: Recipe, claimed: Claimed) -> list[str]:
+    """Why an attempt or a job that read an adoption whose source's builds changed since its
+    record (``Upstream.moved``) is stale: it may have read the data before the change, which
+    the input build (the adoption's record, the same) does not show. A record stands: what
+    was built from a stale input, served as its readers are (``decide``)."""
+    if claimed.url or recipe.inputs is None:
+        return []
+    return [
+        f"upstream {dep.step_id} adopts data in a build rebuilt since it was adopted"
+        for dep in recipe.inputs
+        if dep.moved and dep.step_id in claimed.inputs
+    ]
 
 
 def _gone_input(dep: Upstream, consumed: str | None) -> str:
