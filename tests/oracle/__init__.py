@@ -29,7 +29,10 @@ How it works, module by module:
   by ``python -m tests.oracle.tally --pinned tests/oracle/repros``);
 - ``engines``: the same histories' runs on the compiled Prefect flow and ``airflow dags test``.
 
-Tests (``test_histories.py``): the fast subset (120 fixed-seed histories, one test per kind
-of violation, and the pinned histories), 8 gang histories (gangs, preempted jobs), ``slow`` (Prefect and Airflow), ``soak`` (5,000
-histories and hypothesis's own generation and shrinking; deselected unless ``-m soak``).
+Tests, three files so that two pytest-xdist workers share them (``subsets.py``):
+``test_histories.py``, the fast subset (120 fixed-seed histories, one test per kind of
+violation), the oracle's own checks and ``soak`` (5,000 histories and hypothesis's own
+generation and shrinking; deselected unless ``-m soak``); ``test_histories_remote.py``, 8 gang
+histories (gangs, preempted jobs), 20 adoption histories and the pinned histories;
+``test_histories_engines.py``, ``slow`` (Prefect and Airflow).
 """

@@ -5,7 +5,6 @@
   violation, so a failure names the broken promise, its count and the first history's script.
   Kinds today's main still shows are strict xfails naming the trust finding (issue 53): a fix
   makes the test pass, and the strict xfail then fails until its mark is removed.
-- The pinned histories (``pinned.py``): the shrunk history of every bug found, one test each.
   Red team round 16's finding 1 (a config dict's key lost its type in the fingerprint: the
   ``EditConfig`` of a key's type, ``retype``) is found on 61aa72e by fast seeds 47, 78, 83
   (and 132, 183, past the fast subset's 120) (``wrong-artifact:other``), and by the pinned
@@ -16,8 +15,10 @@
   ``a-users-data-beside-an-empty-metadata-folder-is-cleared-as-debris``.
 - The oracle itself: its clean build is what ``marin run`` builds on an empty prefix; and a
   history without a broken promise replays as its script, which exits 0.
-- ``slow``: fixed-seed histories on the compiled Prefect flow and ``airflow dags test``.
 - ``soak`` (deselected unless ``-m soak``): 5,000 histories; hypothesis's own histories, shrunk.
+
+The gang, adoption and pinned histories are ``test_histories_remote.py``; the engine subset
+(``slow``) is ``test_histories_engines.py`` (``subsets.py`` says why three files).
 """
 
 from __future__ import annotations
@@ -27,29 +28,17 @@ import json
 import os
 import subprocess
 import sys
-from collections import Counter
 
 import pytest
 
 from tests.oracle import pinned
 from tests.oracle.checks import FINDINGS
 from tests.oracle.executor import run_history
-from tests.oracle.history import ADOPT, ENGINE, FAST, GANG, SOAK, History, histories, seeded
+from tests.oracle.history import FAST, SOAK, History, histories, seeded
 from tests.oracle.oracle import ORACLE
 from tests.oracle.pipeline import KEY_EDITS, Adoption, PipelineModel, StepModel
+from tests.oracle.subsets import FAST_SEEDS, SOAK_SEEDS, TODAY, failure
 from tests.oracle.tally import Tally, run_seeds
-
-FAST_SEEDS = range(120)
-"""A budget CI can pay (about 1.2 s a history); the soak is where breadth lives."""
-SOAK_SEEDS = range(1000, 6000)
-ENGINE_SEEDS = {"prefect": range(6), "airflow": range(3)}
-GANG_SEEDS = range(8)
-ADOPT_SEEDS = range(80, 100)
-"""Adoption histories whose operations do what they are for: data edited by hand, the
-feeder rebuilt, records torn, a build refused over data adopted in place (seeds 86, 88, 96)."""
-
-TODAY: dict[str, str] = {}
-"""Kinds of violation the fast subset finds on today's main, with the finding."""
 
 
 def _kind_param(kind: str) -> object:
@@ -63,96 +52,17 @@ def fast_tally() -> Tally:
     return run_seeds(FAST_SEEDS, FAST)
 
 
-def _failure(tally: Tally, kind: str, profile: object = FAST) -> str:
-    """The first failing seed of ``kind``: what it found when it failed (a rerun under other
-    load may not fail again), its history, and its script."""
-    seeds = tally.seeds[kind]
-    history = seeded(seeds[0], profile)  # type: ignore[arg-type]
-    failed = tally.outcomes[seeds[0]]
-    found = "\n".join(f"  {v}" for v in failed.violations)
-    script = failed.script
-    if not script:
-        _, ex = run_history(history)
-        script = ex.report(kind)
-    return (
-        f"{kind} (finding {FINDINGS.get(kind, '?')}) in {len(seeds)} of {tally.count} "
-        f"histories, seeds {seeds[:10]}; the first, seed {seeds[0]}, found:\n{found}\n"
-        f"{history.describe()}\nits script (shrink it: python -m tests.oracle.tally --seeds "
-        f"{seeds[0]}:{seeds[0] + 1} --script {kind} --shrink):\n{script}"
-    )
-
-
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("kind", [_kind_param(k) for k in sorted(FINDINGS)])
 def test_fixed_seed_histories_never(fast_tally: Tally, kind: str) -> None:
     """No history of the 200 breaks this promise (kinds: ``checks.FINDINGS``)."""
     assert fast_tally.count == len(FAST_SEEDS)
-    assert kind not in fast_tally.seeds, _failure(fast_tally, kind)
+    assert kind not in fast_tally.seeds, failure(fast_tally, kind)
 
 
 def test_fixed_seed_histories_find_no_other_kind(fast_tally: Tally) -> None:
     unknown = sorted(set(fast_tally.seeds) - set(FINDINGS))
-    assert not unknown, _failure(fast_tally, unknown[0])
-
-
-def test_gang_and_preemption_histories_keep_every_promise() -> None:
-    """Fixed-seed histories of remote steps, gangs of two and preempted jobs (issue 56):
-    no broken promise beyond today's known findings; jobs were really preempted (once past
-    their budget), a gang's rank really raised, and a gang's lease was really lost."""
-    preempted, gangs, found, events = 0, 0, {}, Counter[str]()
-    for seed in GANG_SEEDS:
-        history = seeded(seed, GANG)
-        outcome, ex = run_history(history)
-        preempted += ex.preempted
-        events.update(ex.gang_events)
-        gangs += sum(s.ranks > 1 for s in history.model.steps)
-        for kind in outcome.kinds - set(TODAY):
-            found.setdefault(kind, (seed, history, ex.report(kind)))
-    assert not found, "\n".join(
-        f"{kind}, seed {seed}:\n{history.describe()}\n{script}"
-        for kind, (seed, history, script) in found.items()
-    )
-    assert preempted >= 3 and gangs >= 3, (preempted, gangs)
-    assert set(events) == {"rank-fail", "lease-lost", "past-budget"}, events
-
-
-def test_adoption_histories_keep_every_promise() -> None:
-    """Fixed-seed histories with an adoption (``adoption.py``): no broken promise beyond
-    today's known findings, and the adoption operations really happened: the user's data
-    edited, the feeder rebuilt, a record torn or deleted, a build refused over adopted data."""
-    found, events = {}, Counter[str]()
-    for seed in ADOPT_SEEDS:
-        history = seeded(seed, ADOPT)
-        outcome, ex = run_history(history)
-        events.update(ex.adopt_events)
-        for kind in outcome.kinds - set(TODAY):
-            found.setdefault(kind, (seed, history, ex.report(kind)))
-    assert not found, "\n".join(
-        f"{kind}, seed {seed}:\n{history.describe()}\n{script}"
-        for kind, (seed, history, script) in found.items()
-    )
-    assert {"data-edited", "feed-rebuilt", "refused"} <= set(events), events
-    assert events["record-torn"] + events["record-deleted"], events
-
-
-def _pinned_param(name: str) -> object:
-    case = pinned.PINNED[name]
-    mark = pytest.mark.xfail(strict=True, reason=case.finding) if case.open else ()
-    return pytest.param(name, marks=mark, id=name)
-
-
-@pytest.mark.parametrize("name", [_pinned_param(n) for n in sorted(pinned.PINNED)])
-def test_pinned_history(name: str) -> None:
-    """The shrunk history of a bug the checker found: found on every run until it is fixed."""
-    case = pinned.PINNED[name]
-    outcome, ex = run_history(case.history)
-    assert case.kind not in outcome.kinds, (
-        f"{name}: {case.kind}\n{case.history.describe()}\n{ex.report(case.kind)}"
-    )
-    if case.event:  # an operation's history: it really happened, and broke no promise
-        events = {**ex.gang_events, **ex.adopt_events}
-        assert events.get(case.event), (name, events)
-        assert not outcome.violations, [str(v) for v in outcome.violations]
+    assert not unknown, failure(fast_tally, unknown[0])
 
 
 @pytest.mark.parametrize("seed", [0, 7, 23])
@@ -222,49 +132,12 @@ def test_a_history_that_keeps_every_promise_replays_as_its_script(tmp_path) -> N
     )
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1800)
-@pytest.mark.parametrize("engine", sorted(ENGINE_SEEDS))
-def test_fixed_seed_histories_on_an_engine(engine: str) -> None:
-    """The engine subset: the same checks after each run of the compiled Prefect flow or of
-    ``airflow dags test``; kinds today's main shows are listed, not failed."""
-    pytest.importorskip("prefect" if engine == "prefect" else "airflow.sdk")
-    from tests.oracle.engines import ENGINES
-
-    runner = ENGINES[engine]()
-    tally = Tally()
-    for seed in ENGINE_SEEDS[engine]:
-        outcome, _ = run_history(seeded(seed, ENGINE), runner)
-        tally.add(seed, outcome)
-    new = sorted(set(tally.seeds) - set(TODAY))
-    assert tally.count == len(ENGINE_SEEDS[engine])
-    assert not new, tally.table() + "\n" + _failure_on(tally, new[0], runner)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("engine", sorted(ENGINE_SEEDS))
-def test_pinned_history_on_an_engine(engine: str) -> None:
-    pytest.importorskip("prefect" if engine == "prefect" else "airflow.sdk")
-    from tests.oracle.engines import ENGINES
-
-    case = pinned.ON_AN_ENGINE
-    outcome, ex = run_history(case.history, ENGINES[engine]())
-    assert case.kind not in outcome.kinds, ex.report(case.kind)
-
-
-def _failure_on(tally: Tally, kind: str, runner: object) -> str:
-    seed = tally.seeds[kind][0]
-    _, ex = run_history(seeded(seed, ENGINE), runner)
-    return f"seed {seed}:\n{ex.report(kind)}"
-
-
 @pytest.mark.soak
 @pytest.mark.timeout(6 * 3600)
 def test_soak_histories() -> None:
     tally = run_seeds(SOAK_SEEDS, SOAK)
     print(tally.table())
-    assert not tally.seeds, tally.table() + "\n" + _failure(tally, sorted(tally.seeds)[0], SOAK)
+    assert not tally.seeds, tally.table() + "\n" + failure(tally, sorted(tally.seeds)[0], SOAK)
 
 
 @pytest.mark.soak

@@ -48,8 +48,9 @@ def _hold(i: int) -> None:
     if not at or int(at) != i:
         return
     started, _, release = files.partition(":")
-    with open(started, "w") as f:
+    with open(started + ".tmp", "w") as f:
         f.write(str(os.getpid()))
+    os.replace(started + ".tmp", started)  # whole: a test reads the pid once the file is there
     wait_for_file(release)
 
 

@@ -34,7 +34,7 @@ from typing import IO
 
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.remote.gang_rules import EXIT_GRACE_S, free_port, judge_rank, rank_env
-from marin.execution.remote.local import CALL, LOG, LOST, RANKS, RESULT, rank_folder
+from marin.execution.remote.job_files import CALL, LOG, LOST, RANKS, RESULT, rank_folder
 from marin.execution.remote.procs import GROUP_WAIT_S, end_group, start_time
 
 CHILD_MODULE = "marin.execution.pipeline.isolated_child"

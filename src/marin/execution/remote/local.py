@@ -35,6 +35,17 @@ import time
 
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.errors import RemoteJobError
+from marin.execution.remote.job_files import (
+    CALL,
+    CANCELLED,
+    LOG,
+    LOST,
+    OWNER,
+    PID,
+    RANKS,
+    RESULT,
+    rank_folder,
+)
 from marin.execution.remote.log_tail import tail_lines
 from marin.execution.remote.procs import JOB_ENV, end_group, group_members, runs_in
 from marin.execution.remote.protocol import JobHandle, JobSpec, JobStatus
@@ -43,10 +54,6 @@ from marin.execution.vocabulary import JobState
 
 JOBS_ENV = "MARIN_LOCAL_JOBS"
 _KILL_WAIT_S = 5.0
-CALL, OWNER, RESULT, LOG, PID, CANCELLED, LOST, RANKS = (
-    "call.pkl", "owner.json", "result.json", "log.txt", "pid.json", "cancelled", "lost.json",
-    "ranks.json",
-)  # fmt: skip
 CANCELLING = "cancelling"
 """Written before ``cancel`` kills: a job that dies meanwhile was stopped, never lost (a
 driver polling then would take it for a preemption and submit it again)."""
@@ -137,11 +144,6 @@ def _unsafe_parent(path: str) -> str:
         else:
             here = step
     return ""
-
-
-def rank_folder(folder: str, rank: int) -> str:
-    """A gang job's rank's own files (its outcome, its log): ``<job folder>/rank-K``."""
-    return os.path.join(folder, f"rank-{rank}")
 
 
 def _folder_of(handle: JobHandle) -> str | None:

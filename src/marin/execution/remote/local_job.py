@@ -28,10 +28,10 @@ import time
 
 from marin.execution.atomic_file import write_file_atomically
 from marin.execution.remote.gang_rules import EXIT_GRACE_S
+from marin.execution.remote.job_files import CALL, LOG, LOST, PID, RESULT
 from marin.execution.remote.procs import GROUP_WAIT_S, end_group, signal_name, start_time
 
 CHILD_MODULE = "marin.execution.pipeline.isolated_child"
-CALL, RESULT, LOG, PID, LOST = "call.pkl", "result.json", "log.txt", "pid.json", "lost.json"
 
 
 GANG_MODULE = "marin.execution.remote.gang"
