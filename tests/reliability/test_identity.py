@@ -374,15 +374,15 @@ class _Text(str):
 
 
 def test_a_path_or_str_subclass_spelling_a_placeholder_is_not_the_path() -> None:
-    """``r18-repro-1.sh``: round 17 tagged only a plain ``str``; a ``Path``, a ``str`` subclass
-    and a string holding the mark a fingerprinting context once used had ``OUT``'s fingerprint
-    (and two such handles in one graph were one step)."""
+    """``r18-repro-1.sh``: round 17 tagged only a plain ``str``; a ``Path`` and a ``str``
+    subclass spelling ``{OUT}`` had ``OUT``'s fingerprint (and two such handles in one graph
+    were one step)."""
     import pathlib
 
     from marin.execution.lazy import OUT, ArtifactStep
 
     out = _fingerprint(note=OUT)
-    for spelled in (pathlib.PurePosixPath("{OUT}"), _Text("{OUT}"), "{\ue000OUT}"):
+    for spelled in (pathlib.PurePosixPath("{OUT}"), _Text("{OUT}")):
         assert _fingerprint(note=spelled) != out, repr(spelled)
     # A path and a str subclass are their own text, as they were.
     assert _fingerprint(note=pathlib.PurePosixPath("/a/{b}")) == _fingerprint(note="/a/{b}")
@@ -428,7 +428,9 @@ def test_a_time_zone_with_rules_and_fold_are_in_the_fingerprint() -> None:
     assert _fingerprint(at=utc) != _fingerprint(at=london)
     assert _fingerprint(at=london) == _fingerprint(at=london.replace())
     assert _fingerprint(at=london) != _fingerprint(at=london.replace(fold=1))
-    assert _fingerprint(at=utc) == _fingerprint(at=winter.replace(tzinfo=datetime.timezone(datetime.timedelta(0))))
+    assert _fingerprint(at=utc) == _fingerprint(
+        at=winter.replace(tzinfo=datetime.timezone(datetime.timedelta(0)))
+    )
 
 
 def test_a_dataclass_field_named_like_a_tag_is_escaped() -> None:
@@ -441,3 +443,79 @@ def test_a_dataclass_field_named_like_a_tag_is_escaped() -> None:
     fields = {"__dataclass__": str, "x": int}
     B = dataclasses.make_dataclass("B", list(fields.items()))
     assert _fingerprint(v=A(1)) != _fingerprint(v=B(A.__qualname__, 1))
+
+
+def test_an_enum_members_value_without_a_canonical_form_is_still_told_apart() -> None:
+    """Red team r19-1: a member whose value has no canonical form (a ``Decimal``, a class)
+    was its name alone: ``Decimal("1.5")`` and ``Decimal("2.5")`` were one config."""
+    import decimal
+    import enum
+
+    def mode(value: Any) -> Any:
+        return enum.Enum("Mode", {"FAST": value}).FAST
+
+    class Relu:  # a class as a member's value (a function would be a method)
+        pass
+
+    class Gelu:
+        pass
+
+    values = (
+        decimal.Decimal("1.5"),
+        decimal.Decimal("2.5"),
+        (1, decimal.Decimal("1.5")),
+        Relu,
+        Gelu,
+    )
+    assert len({_fingerprint(m=mode(v)) for v in values}) == len(values)
+    assert _fingerprint(m=mode(Relu)) == _fingerprint(m=mode(Relu))
+
+
+def test_a_zone_without_a_key_is_told_apart_by_its_rules() -> None:
+    """Red team r19-2: a zone with no key (dateutil's, one read from a file) was named by its
+    abbreviation: Phoenix and Denver (both MST in January) were one config, though ``fn``'s
+    arithmetic crosses Denver's summer time. A fixed offset's own name is kept too."""
+    import datetime
+    import zoneinfo
+
+    def from_file(name: str) -> datetime.tzinfo:
+        with open(f"/usr/share/zoneinfo/{name}", "rb") as f:
+            return zoneinfo.ZoneInfo.from_file(f)
+
+    day = datetime.datetime(2024, 1, 1)
+    phoenix, denver = (
+        day.replace(tzinfo=from_file(n)) for n in ("America/Phoenix", "America/Denver")
+    )
+    assert phoenix.isoformat() == denver.isoformat()
+    assert _fingerprint(at=phoenix) != _fingerprint(at=denver)
+    again = day.replace(tzinfo=from_file("America/Denver"))
+    assert _fingerprint(at=denver) == _fingerprint(at=again)
+    gmt = day.replace(tzinfo=datetime.timezone(datetime.timedelta(0), "GMT"))
+    assert _fingerprint(at=gmt) != _fingerprint(at=day.replace(tzinfo=datetime.UTC))
+
+
+def test_a_transformed_placeholder_has_one_fingerprint_in_every_process(tmp_path: Any) -> None:
+    """Red team r19-3: with a placeholder mark drawn anew in each process, a ``build_config``
+    that serialises ``ctx.output_path`` (``json.dumps``, ``.upper()``) drifted on every run."""
+    import subprocess
+    import sys
+
+    (tmp_path / "pipe19.py").write_text(
+        "import json\n"
+        "from marin.execution.lazy import ArtifactStep\n"
+        "def train(cfg):\n    return None\n"
+        "def made(ctx):\n"
+        "    return {'args': json.dumps({'out': ctx.output_path}), 'up': ctx.output_path.upper()}\n"
+        "step = ArtifactStep(name='rt/js', version='v1', run=train, build_config=made)\n"
+        "print(step.lower().fingerprint)\n"
+    )
+    prints = {
+        subprocess.run(
+            [sys.executable, str(tmp_path / "pipe19.py")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for _ in range(2)
+    }
+    assert len(prints) == 1, prints

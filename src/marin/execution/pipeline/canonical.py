@@ -10,7 +10,6 @@ it is rejected with the dotted path of the field that holds it.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import enum
@@ -34,7 +33,7 @@ _BUILT_IN = (str, int, float, bool, type(None), list, tuple, dict, set, frozense
 _TAGS = frozenset(
     f"__{tag}__"
     for tag in ("set", "datetime", "date", "bytes", "float", "enum", "dataclass", "registered")
-) | {"__dict__", "__map__", "__str__"}
+) | {"__dict__", "__map__", "__str__", "__text__"}
 
 _registered: dict[type, Callable[[Any], Any]] = {}
 _lookup_cache: dict[type, tuple[type, Callable[[Any], Any]] | None] = {}
@@ -257,27 +256,71 @@ def _enum_form(member: enum.Enum, walk: _Walk) -> dict[str, Any]:
     value: a member whose value was edited, or a class of the same name elsewhere whose member
     has another value, is another config). The module is left out: it depends on how a runner
     loads the pipeline file (``__main__``, a file path), and a fingerprint may not. A value with
-    no stable form is left out too: then the name alone stands for it, as before."""
+    no canonical form is spelled as ``_value_text`` says."""
     form: dict[str, Any] = {"__enum__": f"{type(member).__qualname__}.{member.name}"}
-    # An object as a member's value has no stable form (the code digest sees its class).
-    with contextlib.suppress(ConfigError, _NeedsPath):
+    try:
         form["value"] = _canonical(member.value, "value", walk)
+    except (ConfigError, _NeedsPath):
+        text = _value_text(member.value)
+        if text is not None:
+            form["value"] = {"__text__": text}
     return form
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _value_text(value: Any) -> str | None:
+    """An enum member's value that has no canonical form (red team r19-1: ``Decimal("1.5")``,
+    a function, a class), as text that tells such values apart: a function's or a class's
+    qualified name, else its ``repr`` unless that names a memory address. None then: the name
+    alone stands for the member, and the code digest sees the class that defines it."""
+    if callable(value) and isinstance(getattr(value, "__qualname__", None), str):
+        return f"{type(value).__qualname__}:{value.__qualname__}"
+    try:
+        text = repr(value)
+    except Exception:
+        return None
+    return None if _ADDRESS.search(text) else text
 
 
 def _datetime_form(value: datetime.datetime) -> dict[str, Any]:
     """Tagged (issue 49): a point in time is not the string that spells it, nor a day. Naive
     and aware datetimes differ by the offset their ISO form carries; a time zone with rules
-    (``ZoneInfo("Europe/London")``, not a fixed offset) is named too, since ``fn`` gets other
-    times from it than from UTC, and so is ``fold`` (which of a repeated hour) when it is 1."""
+    (``ZoneInfo("Europe/London")``, not a fixed offset) is named too (``_zone``), since ``fn``
+    gets other times from it than from UTC, and so is ``fold`` (which of a repeated hour)."""
     form: dict[str, Any] = {"__datetime__": value.isoformat()}
-    zone = value.tzinfo
-    if zone is not None and not isinstance(zone, datetime.timezone):
-        name = getattr(zone, "key", None) or getattr(zone, "zone", None)
-        form["zone"] = str(name) if name else f"{type(zone).__qualname__}:{zone.tzname(value)}"
+    if value.tzinfo is not None:
+        zone = _zone(value.tzinfo, value)
+        if zone is not None:
+            form["zone"] = zone
     if value.fold:
         form["fold"] = 1
     return form
+
+
+def _zone(zone: datetime.tzinfo, value: datetime.datetime) -> Any:
+    """What tells a time zone apart beyond the offset the ISO form carries: a fixed offset's
+    own name (``timezone(timedelta(0), "GMT")``, None for a default one); a zone's key (a
+    ``ZoneInfo``'s, pytz's); else (dateutil's, one read from a file, a class of one's own: red
+    team r19-2) its offsets through the datetime's year and the next, the rules ``fn``'s
+    arithmetic meets (a file's path would differ between machines)."""
+    if isinstance(zone, datetime.timezone):
+        name = zone.tzname(None)
+        return None if name == datetime.timezone(zone.utcoffset(None)).tzname(None) else name
+    for attribute in ("key", "zone"):
+        key = getattr(zone, attribute, None)
+        if isinstance(key, str) and key:
+            return key
+    instants = [
+        datetime.datetime(value.year + year, month, day, tzinfo=zone)
+        for year in (0, 1)
+        for month in range(1, 13)
+        for day in (1, 15)
+        if value.year + year <= datetime.MAXYEAR
+    ]
+    offsets = [moment.utcoffset() for moment in instants]
+    return {type(zone).__qualname__: [None if o is None else o.total_seconds() for o in offsets]}
 
 
 def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:

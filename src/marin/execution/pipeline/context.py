@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import secrets
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -21,12 +20,14 @@ from typing import Any, TypeVar
 
 from marin.execution.errors import MarinError
 
-PLACEHOLDER_MARK = "\ue000" + secrets.token_hex(8) + "\ue000"
-"""Opens every placeholder a fingerprinting context hands ``build_config`` (``{<mark>OUT}``):
-private-use characters around a token drawn anew in every process, so that no config's own
-text (``"{OUT}"``, or one that copies a mark seen elsewhere) is taken for the output path.
-Placeholders never leave the process that lowers: the canonical form spells each as ``{OUT}``
-and tags a string that spells one itself (``pipeline/canonical.py``)."""
+PLACEHOLDER_MARK = "\ue000"
+"""Opens every placeholder a fingerprinting context hands ``build_config`` (``{<mark>OUT}``): a
+private-use character no config spells by accident, so that a config's own text ``"{OUT}"``
+(or a ``Path`` of it) is never taken for the output path. The same in every process, so that a
+placeholder ``build_config`` transforms (``json.dumps``, ``.upper()``) has a stable
+fingerprint (red team r19-3). The canonical form spells each placeholder as ``{OUT}`` and tags
+a string that spells one itself (``pipeline/canonical.py``); text spelling ``{<mark>OUT}``
+itself is reserved."""
 OUTPUT_PLACEHOLDER = "{" + PLACEHOLDER_MARK + "OUT}"
 PREFIX_PLACEHOLDER = "{" + PLACEHOLDER_MARK + "PREFIX}"
 REGION_PLACEHOLDER = "{" + PLACEHOLDER_MARK + "REGION}"
