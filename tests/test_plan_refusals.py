@@ -496,3 +496,27 @@ def test_a_refusal_only_a_changed_upstream_output_makes_is_planned_as_conditiona
     forced = json.loads(marin("plan", target, *args, "--force", "reader", "--json").stdout)
     reader = next(s for s in forced["steps"] if s["step"] == "reader@v1")
     assert reader["refusal"]["conditional"] is False and forced["summary"]["refused"] == 1
+
+
+def test_a_reader_of_an_upstream_with_a_new_config_is_refused_unconditionally(
+    tmp_path: Path,
+) -> None:
+    """Red team r19-4: an upstream rebuilt for its changed config (``--on-drift rebuild``) is
+    never cut off (its output digest covers the config), yet the plan called the refusal of
+    its registered reader conditional and left it out of ``summary.refused``; the run refused."""
+    (tmp_path / "upstream.py").write_text(
+        UPSTREAM.replace("def make(out_path)", "def make(out_path, n)")
+    )
+    with_n = READER.replace('version="v1", out_path=OUT)', 'version="v1", out_path=OUT, n=N)', 1)
+    n_from_env = "import os\nfrom upstream import make\nN = int(os.environ.get('N', '1'))"
+    (tmp_path / "pipe.py").write_text(with_n.replace("from upstream import make", n_from_env))
+    target, prefix = f"{tmp_path}/pipe.py:pipeline", tmp_path / "p"
+    args = ("--prefix", str(prefix), "--on-drift", "rebuild")
+    assert marin("run", target, *args).returncode == 0
+    assert marin("register", "reader@v1", "--id", "team/reader/r1", *args[:2]).returncode == 0
+    data = json.loads(marin("plan", target, *args, "--json", env={"N": "2"}).stdout)
+    reader = next(s for s in data["steps"] if s["step"] == "reader@v1")
+    assert reader["unless_unchanged"] == [] and reader["refusal"]["conditional"] is False
+    assert data["summary"]["refused"] == 1, data["summary"]
+    ran = marin("run", target, *args, env={"N": "2"})
+    assert ran.returncode == 1 and "is registered as team/reader/r1" in ran.stderr

@@ -123,11 +123,16 @@ class Stored:
         """Without a record: the build an unfinished rebuild deleted (``replaced_build``)."""
         return "" if self.record is not None else replaced_build(self.status)
 
-    def as_upstream(self, step_id: str, rebuilt: bool = False) -> Upstream:
-        """The step as a dependent's input: its record, or the build a rebuild deleted."""
+    def as_upstream(self, spec: StepSpec, rebuilt: bool = False) -> Upstream:
+        """The step as a dependent's input: its record, or the build a rebuild deleted. Rebuilt
+        with another config than its record's, its output digest (which covers the config)
+        changes whatever its bytes: no early cutoff (``Upstream.new_config``)."""
         shared = self.shared if self.record is None else NO_SHARED_BUILD
-        return Upstream(step_id, self.record, rebuilt, replaced=self.replaced, shared=shared,
-                        adopts=self.adopts)  # fmt: skip
+        new_config = (
+            rebuilt and self.record is not None and (self.record.fingerprint != spec.fingerprint)
+        )
+        return Upstream(spec.step_id, self.record, rebuilt, replaced=self.replaced,
+                        shared=shared, adopts=self.adopts, new_config=new_config)  # fmt: skip
 
 
 NOTHING_STORED = Stored()
@@ -177,7 +182,7 @@ class Decision:
     def as_upstream(self, rebuilt: bool = False) -> Upstream:
         """The step as a dependent's input, as the plan read it (``Stored.as_upstream``)."""
         stored = Stored(self.record, self.stored_status, shared=self.shared)
-        return stored.as_upstream(self.spec.step_id, rebuilt)
+        return stored.as_upstream(self.spec, rebuilt)
 
     def refused(self) -> ForeignRecordError | None:
         """The error ``build_step`` raises for ``refusal``, before writing anything (None
@@ -584,7 +589,7 @@ class _FixedPoint:
         """Each step's static recipe, once (``store/identity.py``)."""
         # Upstream views are frozen, so one per (dependency, rebuilt) serves every dependent.
         self.as_upstream = {
-            p: (self.own[p].as_upstream(s.step_id), self.own[p].as_upstream(s.step_id, True))
+            p: (self.own[p].as_upstream(s), self.own[p].as_upstream(s, True))
             for p, s in self.by_path.items()
         }
         self.last: dict[str, Decision] = {}

@@ -71,6 +71,9 @@ class Upstream:
     """Without a record, placed in a user's folder: what the step's shared placement holds
     (``shared_build``: a record, or an unfinished rebuild's status). What read the step is
     stale: the user's run builds its own."""
+    new_config: bool = False
+    """Rebuilt in this run with another config than its record's: its output digest covers
+    the config, so a dependent is never cut off (its build is not pending that output)."""
     adopts: Mapping[str, str] | None = field(default=None, compare=False)
     """For an adoption's record: the builds its data lies in or holds as the run read them
     (``placement.adopted_now``; None: not read). Other than the ones the record names
@@ -291,7 +294,7 @@ def _lineage(recipe: Recipe, claimed: Claimed) -> Lineage:
     for dep in recipe.inputs:
         if dep.rebuilt and not dep.committed:
             stale.append(f"upstream {dep.step_id} is rebuilt in this run")
-            if dep.step_id not in recipe.repaired:
+            if dep.step_id not in recipe.repaired and not dep.new_config:
                 pending.append(dep.step_id)
             continue
         consumed = claimed.inputs.get(dep.step_id)
