@@ -35,3 +35,15 @@ def pipeline() -> list[ArtifactStep]:
     lr = os.environ.get("MARIN_TEST_FROZEN_LR", "0.1")
     model = apply("frozen/model", train, version=version, lr=lr, data=raw, out_path=OUT)
     return [model.with_options(retries=2)]
+
+
+def score(n: int, out_path: str) -> dict[str, Any]:
+    """A step whose artifact is only its returned value: nothing is written at its output."""
+    with open(os.environ["MARIN_TEST_FROZEN_CALLS"], "a") as f:
+        f.write(f"score {n}\n")
+    return {"score": os.environ.get("MARIN_TEST_FROZEN_SCORE", "0.5")}
+
+
+def scored() -> list[ArtifactStep]:
+    """``frozen/score@v1``: no output path, ever (red team r19-6)."""
+    return [apply("frozen/score", score, version="v1", n=1, out_path=OUT)]

@@ -291,6 +291,74 @@ def test_a_registered_build_whose_record_is_lost_is_never_rebuilt_in_place(
     assert _stored(prefix, "models/m/v1") == before  # output, status and manifest untouched
 
 
+def test_gc_says_a_registered_build_whose_record_is_lost_is_kept_not_gone(
+    prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r19-10: with only the record of a registered build deleted by hand, gc said its
+    data "is gone already" while it was still there. It is kept, and gc says so."""
+    _release(prefix, tmp_path, monkeypatch, "models/m/v1")
+    location = open_prefix(prefix)
+    location.rm_file(location.path(f"{MODEL}.marin/record.json"))
+    before = _stored(prefix, "models/m/v1")
+    from tests.gc.pipelines import other
+
+    report = collect_garbage(other(), location)
+    assert report.ok and report.gone == [], report.gone  # nothing said gone: it is not
+    why = "registered as models/m/v1 (its record was lost: its folder and data are kept, still "
+    assert [(x.step, x.why) for x in report.registry] == [("frozen/model@v1", why + "frozen)")]
+    assert "frozen/model@v1" not in {c.step for c in report.collected}
+    assert _stored(prefix, "models/m/v1") == before and before[f"{MODEL}/weights.txt"]
+    assert location.has_file(location.path(f"{MODEL}.marin/registered.json"))
+
+
+SCORED = "tests/registry/frozen_pipelines.py:scored"
+SCORE = "frozen/score/v1"
+
+
+def test_a_registered_build_with_no_output_whose_record_is_lost_is_never_rebuilt_in_place(
+    prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Red team r19-6: a registered build whose artifact is only its returned value (nothing at
+    its output path) and whose record was deleted by hand: ``marin plan`` said "build new", the
+    run rebuilt it beside its freeze mark, and gc then deleted the mark. Its freeze mark is
+    something there: plan and run refuse it, and gc keeps its folder, mark included."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("MARIN_TEST_FROZEN_CALLS", str(calls))
+    assert main(["run", SCORED, "--prefix", prefix, "--no-progress"]) == 0
+    assert main(["register", "frozen/score@v1", "--id", "ns/s/one", "--prefix", prefix]) == 0
+    location = open_prefix(prefix)
+    assert not location.exists(location.path(SCORE))  # no output path: the value is all
+    location.rm_file(location.path(f"{SCORE}.marin/record.json"))  # deleted by hand
+    mark = location.path(f"{SCORE}.marin/registered.json")
+    capsys.readouterr()
+    assert main(["plan", SCORED, "--prefix", prefix, "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["steps"]
+    assert [s["refusal"]["error"] for s in planned] == ["RegisteredBuildFrozenError"], planned
+    assert "is registered as ns/s/one" in planned[0]["refusal"]["what"]
+    monkeypatch.setenv("MARIN_TEST_FROZEN_SCORE", "0.9")
+    from tests.registry.frozen_pipelines import scored
+
+    with pytest.raises(StepFailedError) as refused:
+        run(scored(), prefix=prefix)
+    error = refused.value.__cause__
+    assert isinstance(error, RegisteredBuildFrozenError) and error.step == "frozen/score@v1"
+    assert "its record is unreadable or gone) is registered as ns/s/one" in error.what
+    assert calls.read_text().splitlines() == ["score 1"]  # fn never ran again
+    assert read_record(location, SCORE) is None  # nothing written in its place
+    from tests.gc.pipelines import other
+
+    report = collect_garbage(other(), location)
+    assert report.ok and "frozen/score@v1" not in {c.step for c in report.collected}
+    assert location.has_file(mark)  # the freeze mark stays: the build is still frozen
+    with pytest.raises(StepFailedError) as refused:
+        run(scored(), prefix=prefix)
+    assert isinstance(refused.value.__cause__, RegisteredBuildFrozenError)
+
+
 def test_a_registered_build_deleted_and_built_again_by_hand_is_never_served_by_from_id(
     prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

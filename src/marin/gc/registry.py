@@ -2,9 +2,11 @@
 
 Every build registered under the prefix (``marin register``, ``store/registry.py``) is a root:
 kept with everything its record was made from, by build id, transitively (``collect.decide``
-follows the inputs). A registered build whose path now holds another build is gone already; gc
-says so and still keeps the builds it was made from. A manifest gc cannot read or trust stops it
-before anything is deleted: it cannot know what that manifest protects.
+follows the inputs). A registered build whose record alone was lost (deleted or torn by hand)
+is kept as it is, freeze mark and data: a build there is still refused. One whose path now
+holds another build is gone already; gc says so and still keeps the builds it was made from.
+A manifest gc cannot read or trust stops it before anything is deleted: it cannot know what
+that manifest protects.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from marin.execution.store.location import Location
+from marin.execution.store.records import UNKNOWN_BUILD, replaced_build
 from marin.execution.store.registry import (
     REGISTRY_FOLDER,
     ArtifactRegistryError,
@@ -57,6 +60,7 @@ def registry_roots(location: Location, listing: Listing) -> RegistryRoots:
         )
     found = RegistryRoots()
     by_path = {s.output_path: s for s in slots}
+    foreign = {f.path for f in listing.foreign}  # left alone: what a lost record leaves there
     by_build = {(s.record.step_id, s.record.build_id): s for s in slots if s.record is not None}
     for manifest in manifests:
         why = f"registered as {manifest.id}"
@@ -69,6 +73,11 @@ def registry_roots(location: Location, listing: Listing) -> RegistryRoots:
             found.roots.setdefault(manifest.output_path, why)
             found.kept.append(Left(manifest.output_path, why, manifest.step))
             continue
+        if _record_lost(slot, manifest) if slot else manifest.output_path in foreign:
+            why += " (its record was lost: its folder and data are kept, still frozen)"
+            found.roots.setdefault(manifest.output_path, why)
+            found.kept.append(Left(manifest.output_path, why, manifest.step))
+            continue
         found.notes.append(
             f"{manifest.id} names {manifest.step} build {manifest.build_id}, which is no longer "
             "stored (its path holds another build, or nothing): that data is gone already"
@@ -78,6 +87,19 @@ def registry_roots(location: Location, listing: Listing) -> RegistryRoots:
             if made_from is not None:
                 found.roots.setdefault(made_from.output_path, f"{manifest.id} was made from it")
     return found
+
+
+def _record_lost(slot: Slot, manifest: Manifest) -> bool:
+    """Whether ``slot``, at ``manifest``'s output path with no record, may still be the build
+    it names, its record deleted or torn by hand: what a build there is refused as
+    (``registry.registered_at``), unless the step's status says an unfinished rebuild
+    replaced another build there (the registered one was gone before it). Its freeze mark and
+    whatever is at its path are then kept: deleting them would unfreeze it. (With data at its
+    output, the walk finds no slot there but what it leaves alone: the same, and so said.)"""
+    if slot.record is not None:
+        return False
+    replaced = replaced_build(slot.status)
+    return not replaced or replaced in (UNKNOWN_BUILD, manifest.build_id)
 
 
 class RegistryWatch:

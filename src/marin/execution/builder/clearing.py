@@ -44,12 +44,14 @@ from marin.execution.store.registry import REGISTRY_FOLDER, frozen
 from marin.execution.store.step_folder import (
     ADOPTED_FILE,
     RECORD_FILE,
+    REGISTERED_FILE,
     STATUS_FILE,
     folder_entries,
     has_adoption_mark,
     lease_path,
     names_adoption,
     no_attempt_shown,
+    registered_path,
 )
 from marin.execution.vocabulary import Leftover
 
@@ -167,7 +169,23 @@ def _metadata_left(location: Location, spec: StepSpec, exists: Exists) -> bool:
     if not exists(metadata_dir(spec.output_path)):
         return False  # a new step's: no read
     lease = location.has_file(location.path(lease_path(spec.output_path)))
-    return lease or bool(metadata_files(location, spec.output_path))
+    present = metadata_files(location, spec.output_path)
+    return lease or bool(present) or freeze_mark_beside(location, spec, present)
+
+
+def freeze_mark_beside(location: Location, spec: StepSpec, present: set[str]) -> bool:
+    """Whether ``marin register``'s freeze mark (``registered.json``) is in the step folder,
+    asked when no record or status there (``present``, from ``metadata_files``) says an
+    earlier attempt worked: a registered build whose record was lost, and whose artifact is
+    only its returned value (no output path: nothing else shows it), leaves only its mark and
+    its log. On local disk the listing ``present`` came from says so at no cost; on
+    ``memory://`` the lookup ``_memory_output`` makes answers; on an object store it is one
+    more lookup, made only when neither a record nor a status is there."""
+    if location.is_local:
+        return REGISTERED_FILE in present
+    if location.is_memory or RECORD_FILE in present or STATUS_FILE in present:
+        return False  # memory: ``_memory_output``; a record or status: already a leftover
+    return location.has_file(location.path(registered_path(spec.output_path)))
 
 
 def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
@@ -389,9 +407,14 @@ def frozen_build(
 
 
 def _memory_output(location: Location, spec: StepSpec) -> bool:
-    """Whether ``spec``'s output holds data on ``memory://`` (one lookup there; False
-    elsewhere, where ``earlier_attempt`` sees it)."""
-    return location.is_memory and location.exists(location.path(spec.output_path))
+    """Whether ``spec``'s output holds data, or its step folder a freeze mark (a registered
+    build whose record was lost), on ``memory://`` (in-process lookups there; False elsewhere,
+    where ``earlier_attempt`` and ``freeze_mark_beside`` see them)."""
+    if not location.is_memory:
+        return False
+    mark = location.path(registered_path(spec.output_path))
+    # A file is one key of the store (as ``has_file`` reads it there): a dict lookup, no call.
+    return location.exists(location.path(spec.output_path)) or mark in location.fs.store
 
 
 def check_clearable(location: Location, spec: StepSpec) -> None:

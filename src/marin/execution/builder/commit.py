@@ -56,6 +56,7 @@ from marin.execution.builder.clearing import (
     clear_output,
     earlier_attempt,
     folder_in_the_way,
+    freeze_mark_beside,
     output_left_by_marin,
     refuse_clearing_adopted,
     refuse_frozen,
@@ -385,9 +386,13 @@ def _lease_and_build(
                 spec, BuildOutcomeKind.BUILT_BY_OTHER, record, url, reason="built by another runner"
             )
         earlier = earlier_attempt(present, lease, output_seen)
+        # A freeze mark alone (a registered build with no output path, its record lost) is
+        # still a build the registry may name: frozen_build asks it.
+        marked = earlier is None and freeze_mark_beside(location, spec, present)
         # The recipe this build makes: the plan's static part, with the input builds it read.
         recipe = (decision.recipe or Recipe.of(spec)).consuming(upstream, policy.force)
         held = _Holding(request, lease, hold, upstream, decision.reason, earlier, record, recipe)
+        held.marked = marked
         try:
             return _build_holding(held)
         except StepTimeoutError as timed_out:
@@ -892,6 +897,9 @@ class _Holding:
     """The build id this attempt replaces (``_mark_replacing``): its status names it."""
     attempt: Any = None
     """A resumable step's attempt (``start_attempt``), else None."""
+    marked: bool = False
+    """A freeze mark with no record or status beside it (``freeze_mark_beside``): the lost
+    record of a build that may be registered, refused as one (``refuse_frozen``)."""
     remote: RemoteBuild | None = None
     ctx: StepContext = field(init=False)
     lineage_run: Any = field(init=False)
@@ -910,7 +918,7 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
     commit its record (a remote step's build may be pending meanwhile, while its job runs)."""
     spec, location, request = held.spec, held.location, held.request
     # A registered build is never replaced (nor one whose record was lost: its leftovers).
-    refuse_frozen(location, spec, held.previous, held.earlier is not None)
+    refuse_frozen(location, spec, held.previous, held.earlier is not None or held.marked)
     refuse_clearing_adopted(location, spec, held.previous, held.earlier is not None)
     _refuse_unclearable(held)
     held.kept.enter_context(_started_here(location, spec.output_path, spec.source))

@@ -39,6 +39,7 @@ from marin.execution.store.step_folder import (
     OWNER_FIELD,
     PLAIN_FILES,
     RECORD_FILE,
+    REGISTERED_FILE,
     STATUS_FILE,
 )
 from marin.execution.store.step_folder import lease_path as lease_path
@@ -466,9 +467,11 @@ def write_record(location: Location, record: ArtifactRecord, output_path: str) -
 def metadata_files(
     location: Location, output_path: str, *, remove_temporaries: bool = False
 ) -> set[str]:
-    """Which of ``record.json`` and ``status.json`` sit beside the output.
+    """Which of ``record.json`` and ``status.json`` sit beside the output; on local disk,
+    ``registered.json`` too (``marin register``'s freeze mark), which the same listing shows at
+    no cost (elsewhere a caller that needs it asks, ``clearing.freeze_mark_beside``).
 
-    On local disk one listing answers both. The lease holder's look, before its first write,
+    On local disk one listing answers all three. The lease holder's look, before its first write,
     passes ``remove_temporaries``: the temporary record and status files a crashed write left
     there go (a leftover of a crash in the middle of a big record write may be what fills the
     disk, so it goes first). Only this module's own temporary names (``record.json.tmp-*``,
@@ -507,7 +510,7 @@ def metadata_files(
         if name.startswith((RECORD_FILE + TMP_MARK, STATUS_FILE + TMP_MARK)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(folder, name))
-    return {n for n in names if n in listing}
+    return {n for n in (*names, REGISTERED_FILE) if n in listing}
 
 
 def delete_record(location: Location, output_path: str) -> None:
