@@ -57,3 +57,10 @@ def many() -> list[ArtifactStep]:
     """Forty new steps under ``wide/``, and one more there that reads them all."""
     firsts = [apply(f"wide/s{i}", write, version="v1", text="s", out_path=OUT) for i in range(40)]
     return [apply("wide/all", write, version="v1", text="all", out_path=OUT, inputs=firsts)]
+
+
+def raw_resumable() -> list[ArtifactStep]:
+    """``raw@v1`` built as a resumable step (its checkpoint folder ``raw/v1.marin/checkpoints``)."""
+    return [
+        apply("raw", write, version="v1", text="raw", out_path=OUT).with_options(resumable=True)
+    ]

@@ -359,6 +359,86 @@ def test_an_earlier_attempts_leftovers_are_still_cleared_and_rebuilt(
     assert (folder / "record.json").exists()
 
 
+COPIED = {
+    "status": ("status.json", {"state": "FAILED", "output_path": "raw/v0", "error": "boom"}),
+    "lease": ("lease.json", {"holder": "otherhost:4242:99", "token": "t", "ttl": 600,
+                             "expires_at": 1.0, "started_at": "2026-01-01T00:00:00Z",
+                             "output_path": "raw/v0"}),
+    "attempt": ("attempt.json", {"number": 1, "fingerprint": "f", "started_at": "t",
+                                 "holder": "h", "placement": "raw/v0"}),
+    "job": ("job.json", {"job_id": "marin-00000000000000000000", "output_path": "raw/v0"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("copied", sorted(COPIED))
+def test_a_file_naming_another_output_proves_nothing_about_the_data_beside_it(
+    tmp_path: Path, copied: str
+) -> None:
+    """Red team r19-8: a status, lease or ``attempt.json`` copied from another step's folder
+    (it names ``raw/v0``) into ``raw/v1.marin/`` beside someone's data at ``raw/v1`` was taken
+    as proof that Marin wrote that data: the run deleted it as debris, while ``marin gc``
+    called it not Marin's and the plan named the other step. One rule for the three: a file
+    naming another output is no proof. Refused, kept, said alike."""
+    prefix = tmp_path / "p"
+    (prefix / "raw/v1").mkdir(parents=True)
+    (prefix / "raw/v1/precious.bin").write_text("theirs")
+    folder = prefix / "raw/v1.marin"
+    folder.mkdir()
+    name, body = COPIED[copied]
+    (folder / name).write_text(json.dumps(body))
+    (folder / "log.txt").write_text("copied too\n")  # a file naming nothing proves no more
+    step, _ = _refused("raw_built", prefix)  # the plan's refusal, the run's error
+    what = step["refusal"]["what"]
+    assert "raw/v1 already exists and was not written by Marin" in what
+    said = f"{name} does not name this output: it names 'raw/v0' (copied from that step's folder"
+    assert f"(its v1.marin folder's {said}" in what and step["refusal"]["error"] == "StorageError"
+    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
+    assert gc.returncode == 0, gc.stderr  # the same rule, in the same words
+    assert f"not Marin's, left alone: raw/v1 (its metadata folder's {said}" in gc.stdout
+    assert marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
+    assert [p.name for p in (prefix / "raw/v1").iterdir()] == ["precious.bin"]
+    assert (prefix / "raw/v1/precious.bin").read_text() == "theirs"
+
+
+def test_a_status_naming_the_output_beside_a_lease_naming_another_is_no_proof(
+    tmp_path: Path,
+) -> None:
+    """One foreign file is enough: beside it, a status naming this output (planted, or
+    copied too) does not make the folder an attempt of this step, for a build as for gc."""
+    prefix = tmp_path / "p"
+    (prefix / "raw/v1").mkdir(parents=True)
+    (prefix / "raw/v1/precious.bin").write_text("theirs")
+    write_status(open_prefix(str(prefix)), "raw/v1", "FAILED", error="an earlier attempt")
+    name, body = COPIED["lease"]
+    (prefix / "raw/v1.marin" / name).write_text(json.dumps(body))
+    step, _ = _refused("raw_built", prefix)
+    assert "lease.json does not name this output: it names 'raw/v0'" in step["refusal"]["what"]
+    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
+    assert "left alone: raw/v1 (its metadata folder's lease.json does not name" in gc.stdout
+    assert (prefix / "raw/v1/precious.bin").read_text() == "theirs"
+
+
+@pytest.mark.parametrize("left", ["file", "folder"])
+def test_a_first_builds_clearing_of_its_checkpoint_folder_is_said(
+    tmp_path: Path, left: str
+) -> None:
+    """Red team r19-5: a resumable step's first build deleted whatever was at its checkpoint
+    folder without a word. Still cleared (it is Marin's metadata folder), but the log says so."""
+    prefix = tmp_path / "p"
+    checkpoints = prefix / "raw/v1.marin/checkpoints"
+    if left == "folder":
+        checkpoints.mkdir(parents=True)
+        (checkpoints / "user.txt").write_text("mine")
+    else:
+        checkpoints.parent.mkdir(parents=True)
+        checkpoints.write_text("mine")
+    ran = marin("run", f"{PIPELINES}:raw_resumable", "--prefix", str(prefix))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    said = f"clear raw@v1: removing what was left at its checkpoint folder {checkpoints}"
+    assert said in ran.stdout + ran.stderr
+    assert not checkpoints.exists() and (prefix / "raw/v1/data.txt").read_text() == "raw"
+
+
 def test_a_look_at_a_metadata_folder_never_hides_a_later_record(s3_server: dict[str, str]) -> None:
     """The look that asks whether an attempt worked at an output lists its metadata folder; on
     S3 that listing was left in s3fs's cache, so the lease holder's later look at the record

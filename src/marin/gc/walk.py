@@ -7,7 +7,9 @@ N + (number of name folders) list calls whatever the outputs hold. Links are nev
 metadata folder holds a record or a status naming *that* step's output, or nothing but the
 files a build of Marin's writes there (a crash's leftovers: a lease, a log, ``attempt.json``,
 ``job.json``; one more listing each) with a lease or ``job.json`` naming it (or no output
-beside them), are Marin's; everything else found is listed as not Marin's and never touched.
+beside them), are Marin's, and beside an output only when no file there names another output
+(``attempt_not_shown``, the rule a build asks); everything else found is listed as not Marin's
+and never touched.
 """
 
 from __future__ import annotations
@@ -39,12 +41,12 @@ from marin.execution.store.step_folder import (
     LEASE_FILE,
     LEASE_GUARD_FILE,
     LINK,
+    attempt_not_shown,
     folder_entries,
     job_names_output,
     marins_own,
     names_adoption,
     names_output,
-    no_attempt_shown,
 )
 
 IO_PARALLELISM = 32
@@ -179,29 +181,41 @@ def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot |
         return Slot(output_path, found, None, None)
     status = read_status_file(location, output_path)
     if status is not None and replaced_build(status) != UNKNOWN_BUILD:
-        if status_names(status, output_path):
-            return Slot(output_path, None, status, None)
-        return Foreign(output_path, UNATTRIBUTED.format("status"))
+        # Beside an output, the build's rule first (in its words): no file there may name
+        # another output; then the status must name this one.
+        why = _not_shown_beside(location, output_path) if output_kind else ""
+        if why or not status_names(status, output_path):
+            return Foreign(output_path, why or UNATTRIBUTED.format("status"))
+        return Slot(output_path, None, status, None)
     # A corrupt status proves nothing, but is kept as read: it may keep a reader stale.
     entries = folder_entries(location, location.path(metadata_dir(output_path)))
+    names = [name for name, _ in entries]
     if not entries:
         return Foreign(output_path, "its metadata folder is empty")
     if not all(is_marin_file(name, kind) for name, kind in entries):
         return Foreign(output_path, "its metadata folder holds files Marin does not write")
     # The rule a build asks before clearing an output (``output_not_marins``): with no file an
-    # attempt leaves (only the lease's guard, an empty checkpoints folder), the output is not
-    # Marin's. Without an output beside them, such leftovers are Marin's own, and go.
-    why = no_attempt_shown(name for name, _ in entries)
-    if output_kind and why:
+    # attempt leaves (only the lease's guard, an empty checkpoints folder), or with one naming
+    # another output (a copy), the output is not Marin's. With no output beside them, such
+    # leftovers are Marin's own, and go.
+    why = attempt_not_shown(location, output_path, names) if output_kind else ""
+    if why:
         return Foreign(output_path, why)
     # Unnamed leftovers with no output beside them (an older gc's lease guard) hold nothing
     # but Marin's own files: they go. Beside an output, only a lease or job naming it proves it.
     lease = read_lease(location, output_path)
     if output_kind and not _leftovers_named(location, output_path, lease):
         return Foreign(output_path, UNATTRIBUTED.format("lease or job"))
-    names = tuple(sorted(name for name, _ in entries))
+    leftovers = tuple(sorted(names))
     adoption = lease is not None and names_adoption(lease.raw)  # its data is not Marin's
-    return Slot(output_path, None, status, None, names, adoption)
+    return Slot(output_path, None, status, None, leftovers, adoption)
+
+
+def _not_shown_beside(location: Location, output_path: str) -> str:
+    """``attempt_not_shown`` of a slot with a status and an output beside it (one more
+    listing): a status, lease or attempt file there naming another output makes it a copy."""
+    entries = folder_entries(location, location.path(metadata_dir(output_path)))
+    return attempt_not_shown(location, output_path, (name for name, _ in entries))
 
 
 UNATTRIBUTED = (

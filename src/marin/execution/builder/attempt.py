@@ -255,14 +255,21 @@ def retire_attempt(location: Location, spec: StepSpec) -> None:
     """Before an output is cleared: an earlier attempt's record goes, then its checkpoints, so
     that no claim of a recipe outlives the output it described."""
     remove_attempt(location, spec.output_path)
-    remove_checkpoints(location, spec)
+    if remove_checkpoints(location, spec):
+        # Said, never silent: on a first build no earlier attempt is named for it.
+        where = location.url_for(checkpoint_dir(spec.output_path))
+        log.info(
+            "clear %s: removing what was left at its checkpoint folder %s", spec.step_id, where
+        )
 
 
-def remove_checkpoints(location: Location, spec: StepSpec) -> None:
-    """Remove the step's checkpoint folder (a literal path), if it is there."""
+def remove_checkpoints(location: Location, spec: StepSpec) -> bool:
+    """Remove the step's checkpoint folder (a literal path), if it is there: whether it was."""
     folder = location.path(checkpoint_dir(spec.output_path))
-    if location.exists(folder):
-        with_retries(lambda: location.remove_tree(folder), f"clear {folder}")
+    if not location.exists(folder):
+        return False
+    with_retries(lambda: location.remove_tree(folder), f"clear {folder}")
+    return True
 
 
 def finish_attempt(location: Location, spec: StepSpec) -> None:

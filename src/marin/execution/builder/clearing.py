@@ -46,11 +46,11 @@ from marin.execution.store.step_folder import (
     RECORD_FILE,
     REGISTERED_FILE,
     STATUS_FILE,
+    attempt_not_shown,
     folder_entries,
     has_adoption_mark,
     lease_path,
     names_adoption,
-    no_attempt_shown,
     registered_path,
 )
 from marin.execution.vocabulary import Leftover
@@ -214,7 +214,8 @@ def output_not_marins(
     An output path may be cleared only when Marin provably wrote there: its metadata folder
     beside it (``<output>.marin/``) holds a file an attempt leaves (a record, a status, a
     lease, a log: ``ATTEMPT_FILES``), never just the lease's guard, an empty ``checkpoints/``
-    or nothing (``marin gc`` asks the same, ``no_attempt_shown``). Asked before the lease is
+    or nothing, and none of its files names another output (``marin gc`` asks the same,
+    ``attempt_not_shown``). Asked before the lease is
     taken (which makes that folder and the guard), so that a held or taken-over lease is
     itself that proof (``earlier_attempt``): any attempt that held it had passed this check.
     ``memory://`` lives in this process, where only its own code writes: nothing is seen
@@ -252,14 +253,16 @@ def _proves_nothing(location: Location, output_path: str) -> str:
     """Why the metadata folder beside ``output_path`` proves nothing about what lies there, or
     "" when it shows a Marin attempt worked there. With no record (a corrupt one counts as
     one: "not built", rebuilt in place), it proves nothing when it holds no file an attempt
-    leaves (``no_attempt_shown``), or when its lease or status is an adoption's
-    (``adoption_status``): an adoption never writes its output path, whether it failed, was
-    killed holding its lease, or was being deleted by ``marin gc``."""
+    leaves or one of its files names another output (``attempt_not_shown``), or when its
+    lease or status is an adoption's (``adoption_status``): an adoption never writes its
+    output path, whether it failed, was killed holding its lease, or was being deleted by
+    ``marin gc``."""
     folder = metadata_dir(output_path).rsplit("/", 1)[-1]
     if RECORD_FILE in metadata_files(location, output_path):
         return ""
     entries = folder_entries(location, location.path(metadata_dir(output_path)))
-    why = no_attempt_shown((name for name, _ in entries), f"its {folder} folder")
+    names = (name for name, _ in entries)
+    why = attempt_not_shown(location, output_path, names, f"its {folder} folder")
     if why:
         return why
     lease = read_lease(location, output_path)

@@ -15,8 +15,9 @@ malformed ``attempt.json`` is ``UnreadableAttempt`` (its partial output is clear
 on a guess, and ``marin plan`` says why); a ``job.json`` that cannot be read is
 ``UnreadableJob``, never "no job", because a job it named may still be writing the output.
 ``marins_own`` says which names in a folder are Marin's own files (``gc`` asks it), and
-``no_attempt_shown`` whether they show that an attempt worked at the output beside them (a
-build, ``marin plan`` and ``gc`` ask it before calling what is there Marin's).
+``attempt_not_shown`` whether they show that an attempt worked at the output beside them (one
+of the files an attempt leaves, none naming another output: a build, ``marin plan`` and ``gc``
+ask it before calling what is there Marin's).
 """
 
 from __future__ import annotations
@@ -169,6 +170,48 @@ def no_attempt_shown(names: Iterable[str], folder: str = "its metadata folder") 
         f"{folder} holds none of the files a Marin attempt leaves there: a record, a status, "
         "a lease, a log, attempt.json or job.json"
     )
+
+
+_NAME_FIELDS = {STATUS_FILE: OWNER_FIELD, LEASE_FILE: OWNER_FIELD, JOB_FILE: OWNER_FIELD,
+                ATTEMPT_FILE: "placement"}  # fmt: skip
+"""The step-folder files that name the output they were written for, and their field."""
+
+
+def attempt_not_shown(
+    location: Location, output_path: str, names: Iterable[str], folder: str = "its metadata folder"
+) -> str:
+    """Why the step folder beside ``output_path``, holding the entries ``names``, is no proof
+    that a Marin attempt worked at that output ("" when it is): ``no_attempt_shown``, or one of
+    its files names another output (a status, lease, ``job.json`` or ``attempt.json`` copied
+    from another step's folder, or planted). A file that names nothing (a log, or one an older
+    Marin wrote) names no other output. The one rule a build, ``marin plan`` and ``marin gc``
+    ask before calling what lies at an output Marin's; a record is judged by its own rule."""
+    listed = set(names)
+    why = no_attempt_shown(listed, folder)
+    if why:
+        return why
+    for name in sorted(listed & _NAME_FIELDS.keys()):
+        named = _named_output(location, output_path, name)
+        if named is not None and named != output_path:
+            return (
+                f"{folder}'s {name} does not name this output: it names {named[:120]!r} "
+                "(copied from that step's folder, or planted), no proof that Marin wrote this one"
+            )
+    return ""
+
+
+def _named_output(location: Location, output_path: str, name: str) -> str | None:
+    """The output the step folder's file ``name`` says it was written for (None: the file is
+    gone, unreadable as a JSON object, or names none: a value that is no path, as a hand-edited
+    ``attempt.json``'s, names no output, and such an attempt is judged by its own rule)."""
+    try:
+        raw = location.read_file(location.path(_in_folder(output_path, name)))
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    data = json_object(raw)
+    named = None if data is None else data.get(_NAME_FIELDS[name])
+    # "": an attempt that did not record its placement.
+    return named if isinstance(named, str) and named else None
 
 
 DIR, FILE, LINK = "dir", "file", "link"
