@@ -94,10 +94,7 @@ def reference(
     building: set[str] = set()
 
     def current(s: StepSpec) -> Decision:
-        ups = {
-            d.step_id: Upstream(d.step_id, stored[d.output_path].record, d.output_path in building)
-            for d in s.deps
-        }
+        ups = {d.step_id: _upstream(d, stored[d.output_path].record, building) for d in s.deps}
         needed = s.output_path in target_paths or any(
             p in building for p in dependents[s.output_path]
         )
@@ -141,6 +138,14 @@ def cases(draw: st.DrawFn) -> tuple[list[StepSpec], list[StepSpec], dict[str, St
         draw(st.sampled_from(("warn", "rebuild", "error"))), frozenset(force), draw(st.booleans())
     )
     return steps, targets, stored, policy
+
+
+def _upstream(dep: StepSpec, record: Any, building: set[str]) -> Upstream:
+    """A dependency as the plain solver sees it: rebuilt with another config than its record's,
+    it is never cut off (``Upstream.new_config``)."""
+    rebuilt = dep.output_path in building
+    new_config = rebuilt and record is not None and record.fingerprint != dep.fingerprint
+    return Upstream(dep.step_id, record, rebuilt, new_config=new_config)
 
 
 @settings(max_examples=400, deadline=None, derandomize=True)

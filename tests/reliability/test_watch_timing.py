@@ -86,7 +86,8 @@ def test_a_reattached_build_reports_its_jobs_own_duration(
         row = re.search(r"timed/train@v1 +built +(\S+)s +reattached: the job's time; (\S+)s "
                         r"waited here$", out, re.M)  # fmt: skip
         assert row is not None, out
-        assert float(row.group(1)) >= MIN_JOB_S > float(row.group(2)), out
+        # This run's share is less than the job's time (a faster reattach leaves it near it).
+        assert float(row.group(1)) >= MIN_JOB_S and float(row.group(2)) < float(row.group(1)), out
     shown = marin(env, "show", "timed/train@v1", "--prefix", prefix).stdout
     found = re.search(r"duration +(\S+)s \(reattached: the job's time; \S+s waited here\)", shown)
     assert found is not None and float(found.group(1)) >= MIN_JOB_S, shown
