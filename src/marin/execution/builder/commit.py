@@ -391,8 +391,9 @@ def _lease_and_build(
         marked = earlier is None and freeze_mark_beside(location, spec, present)
         # The recipe this build makes: the plan's static part, with the input builds it read.
         recipe = (decision.recipe or Recipe.of(spec)).consuming(upstream, policy.force)
-        held = _Holding(request, lease, hold, upstream, decision.reason, earlier, record, recipe)
-        held.marked = marked
+        held = _Holding(
+            request, lease, hold, upstream, decision.reason, earlier, record, recipe, marked=marked
+        )
         try:
             return _build_holding(held)
         except StepTimeoutError as timed_out:
