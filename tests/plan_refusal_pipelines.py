@@ -43,6 +43,11 @@ def raw_built() -> list[ArtifactStep]:
     return [apply("raw", write, version="v1", text="raw", out_path=OUT)]
 
 
+def raw_v0() -> list[ArtifactStep]:
+    """``raw@v0``: the version before ``raw_built``'s, whose record a user may copy."""
+    return [apply("raw", write, version="v0", text="raw", out_path=OUT)]
+
+
 def inner() -> list[ArtifactStep]:
     """``team/exp@v0``, whose output ``team/exp/v0`` lies where ``outer`` writes."""
     return [apply("team/exp", write, version="v0", text="inner", out_path=OUT)]

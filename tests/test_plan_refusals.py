@@ -330,12 +330,13 @@ def test_data_beside_a_metadata_folder_of_no_attempt_is_refused(tmp_path: Path, 
     assert (prefix / "raw/v1/precious.bin").read_text() == "theirs"
 
 
-@pytest.mark.parametrize("left", ["status", "lease", "log"])
+@pytest.mark.parametrize("left", ["status", "lease"])
 def test_an_earlier_attempts_leftovers_are_still_cleared_and_rebuilt(
     tmp_path: Path, left: str
 ) -> None:
     """What an earlier attempt of Marin's left beside its partial output (a FAILED status, an
-    expired lease of a holder gone, its log) still proves the output Marin's: cleared, built."""
+    expired lease of a holder gone, each naming it) still proves the output Marin's: cleared,
+    built. A log alone names nothing (``test_a_file_that_cannot_prove_the_output_marins_...``)."""
     prefix = tmp_path / "p"
     (prefix / "raw/v1").mkdir(parents=True)
     (prefix / "raw/v1/partial.bin").write_text("half")
@@ -345,12 +346,11 @@ def test_an_earlier_attempts_leftovers_are_still_cleared_and_rebuilt(
     (folder / "lease.json.guard").touch()
     if left == "status":
         write_status(location, "raw/v1", "FAILED", error="an earlier attempt")
-    elif left == "lease":
+    else:
         lease = {"holder": "otherhost:4242:99", "token": "t", "ttl": 600, "expires_at": 1.0,
                  "started_at": "2026-01-01T00:00:00Z", "output_path": "raw/v1"}  # fmt: skip
         (folder / "lease.json").write_text(json.dumps(lease))
-    else:
-        (folder / "log.txt").write_text("working on shard 2\n")
+    (folder / "log.txt").write_text("working on shard 2\n")
     table, data = _plan("raw_built", prefix)
     assert "refusal" not in data["steps"][0] and "refuses" not in table
     ran = marin("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix))
@@ -418,12 +418,68 @@ def test_a_status_naming_the_output_beside_a_lease_naming_another_is_no_proof(
     assert (prefix / "raw/v1/precious.bin").read_text() == "theirs"
 
 
+def _copied_record(prefix: Path, how: str) -> bytes:
+    """``raw@v0``'s record, as copied beside ``raw/v1``: damaged, or of a newer Marin."""
+    assert marin("run", f"{PIPELINES}:raw_v0", "--prefix", str(prefix)).returncode == 0
+    raw = (prefix / "raw/v0.marin/record.json").read_bytes()
+    if how == "torn":
+        return raw[: len(raw) // 2]
+    data = json.loads(raw)
+    if how == "newer schema":
+        data["schema"] = 2
+    else:
+        del data["fingerprint"]
+    return json.dumps(data).encode()
+
+
+@pytest.mark.parametrize(
+    "file, content",
+    [
+        ("record.json", "newer schema"),  # a copy of raw@v0's record a newer Marin wrote
+        ("record.json", "a field missing"),
+        ("record.json", "torn"),
+        ("record.json", "{}"),
+        ("status.json", "{}"),
+        ("status.json", '{"state": "FAILED", "error": "boom"}'),  # names no output
+        ("lease.json", "{"),
+        ("job.json", "{}"),
+        ("log.txt", "working on shard 2\n"),
+    ],
+)
+def test_a_file_that_cannot_prove_the_output_marins_leaves_the_data(
+    tmp_path: Path, file: str, content: str
+) -> None:
+    """Red team r20-1 and r20-3: a record that cannot be read as this step's (a damaged copy of
+    another step's, or one of a newer schema), a status, lease or ``job.json`` that cannot be
+    read or names no output, or a log alone, was proof enough for a build, which deleted the
+    data beside it as "the previous build" or debris, while ``marin gc`` called it not Marin's
+    and ``marin plan`` said nothing. One rule for all three: refused, kept."""
+    prefix = tmp_path / "p"
+    data = (
+        _copied_record(prefix, content)
+        if file == "record.json" and content != "{}"
+        else content.encode()
+    )
+    (prefix / "raw/v1.marin").mkdir(parents=True)
+    (prefix / f"raw/v1.marin/{file}").write_bytes(data)
+    (prefix / "raw/v1").mkdir()
+    (prefix / "raw/v1/precious.bin").write_text("theirs")
+    step, _ = _refused("raw_built", prefix)
+    assert "raw/v1 already exists and was not written by Marin" in step["refusal"]["what"]
+    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
+    assert gc.returncode == 0 and "not Marin's, left alone: raw/v1 (" in gc.stdout, gc.stdout
+    assert marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
+    assert (prefix / "raw/v1/precious.bin").read_text() == "theirs"
+    assert (prefix / f"raw/v1.marin/{file}").read_bytes() == data
+
+
 @pytest.mark.parametrize("left", ["file", "folder"])
 def test_a_first_builds_clearing_of_its_checkpoint_folder_is_said(
     tmp_path: Path, left: str
 ) -> None:
     """Red team r19-5: a resumable step's first build deleted whatever was at its checkpoint
-    folder without a word. Still cleared (it is Marin's metadata folder), but the log says so."""
+    folder without a word. Still cleared (it is Marin's metadata folder), but ``marin plan``
+    says so first, and the run's log says so."""
     prefix = tmp_path / "p"
     checkpoints = prefix / "raw/v1.marin/checkpoints"
     if left == "folder":
@@ -432,6 +488,9 @@ def test_a_first_builds_clearing_of_its_checkpoint_folder_is_said(
     else:
         checkpoints.parent.mkdir(parents=True)
         checkpoints.write_text("mine")
+    table, data = _plan("raw_resumable", prefix)
+    cleared = "clear: what is at its checkpoint folder was left by no attempt Marin recorded"
+    assert cleared in table and data["steps"][0]["resume"]["reason"].startswith(cleared)
     ran = marin("run", f"{PIPELINES}:raw_resumable", "--prefix", str(prefix))
     assert ran.returncode == 0, ran.stdout + ran.stderr
     said = f"clear raw@v1: removing what was left at its checkpoint folder {checkpoints}"
@@ -517,6 +576,43 @@ def test_an_object_at_a_step_folders_name_is_in_nobodys_way(s3_server: dict[str,
     assert fs.cat_file(f"{prefix[5:]}/raw/v1.marin") == b"someone's notes"
     assert fs.cat_file(f"{prefix[5:]}/raw/v1/data.txt") == b"raw"
     assert fs.isfile(f"{prefix[5:]}/raw/v1.marin/record.json")
+
+
+@pytest.mark.parametrize(
+    "planted, error",
+    [
+        ("raw/v1/precious.bin", "StorageError"),  # no step folder beside it
+        ("raw/v1.marin/lease.json.guard", "StorageError"),  # a folder that shows no attempt
+        ("raw/v1.marin/checkpoints/step1", "StorageError"),
+        ("raw/v1.marin", "NotAFolderError"),  # a key where the step folder must be
+        ("raw", "NotAFolderError"),  # a key above the output
+        ("raw/v1", "StorageError"),  # a key at the output path itself
+    ],
+)
+def test_memory_data_marin_never_wrote_is_refused_and_kept(
+    planted: str, error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Red team r19-7: on ``memory://`` the look was skipped: the run built into the user's
+    data (or beside a key at its step folder's name) and ``marin gc`` then deleted it with the
+    build. Plan, run and gc ask the same rule there as on disk: refused, kept."""
+    import uuid
+
+    import fsspec
+
+    prefix = f"memory://refusals-{uuid.uuid4().hex[:10]}"
+    fs = fsspec.filesystem("memory")
+    theirs = f"{prefix[len('memory://') :]}/{planted}"
+    if planted != "raw/v1":  # data at the output beside the planted key
+        fs.pipe(f"{prefix[len('memory://') :]}/raw/v1/precious.bin", b"theirs")
+    fs.pipe(theirs, b"theirs")
+    before = sorted(fs.find(prefix))
+    assert main(["plan", f"{PIPELINES}:raw_built", "--prefix", prefix, "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)["steps"]
+    assert steps[0]["refusal"]["error"] == error, steps
+    assert main(["run", f"{PIPELINES}:raw_built", "--prefix", prefix, "--no-progress"]) == 1
+    assert steps[0]["refusal"]["what"] in capsys.readouterr().err
+    assert main(["gc", f"{PIPELINES}:corpus", "--prefix", prefix]) == 0
+    assert sorted(fs.find(prefix)) == before and fs.cat(theirs) == b"theirs"
 
 
 UPSTREAM = """import os, pathlib

@@ -281,6 +281,10 @@ def test_corrupt_record_counts_as_not_built(prefix: str, caplog: Any) -> None:
     location = open_prefix(prefix)
     location.fs.pipe_file(location.path("s/v0.marin/record.json"), b'{"schema": 1, "name": "s"')
     with caplog.at_level("WARNING", logger="marin"):
+        # Torn, it names no build: no proof that the data beside it is Marin's (r20-1).
+        with pytest.raises(StepFailedError, match="already exists and was not written by Marin"):
+            resolve(step, prefix=prefix)
+        location.remove_tree(location.path("s/v0"))
         resolve(step, prefix=prefix)
     assert "corrupt record" in caplog.text and log.order == ["s", "s"]
 

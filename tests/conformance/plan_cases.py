@@ -10,7 +10,9 @@ Store states a step can be put in (``STATES``):
 - ``built``: built with its current config;
 - ``missing``: no record and no output;
 - ``drifted``: built with another ``value`` at the same version;
-- ``corrupt``: garbage bytes in ``record.json``;
+- ``corrupt``: a ``record.json`` this Marin cannot read that still names the build (another
+  schema): not built, its data replaced (torn bytes name no build, so the data beside them is
+  refused as not Marin's: ``tests/test_plan_refusals.py``);
 - ``failed``: a FAILED status and no record;
 - ``stale``: built, then its first dependency rebuilt after it (its lineage names an old build);
 - ``old``: built, then ``build_id``/``inputs`` stripped from its record (written before lineage);
@@ -45,7 +47,6 @@ BUILD, SKIP, PRUNE = Action.BUILD, Action.SKIP, Action.PRUNE
 TARGET = "tests.conformance.random_graph:pipeline"
 STATES = ("built", "missing", "drifted", "corrupt", "failed", "stale", "old", "interrupted")
 DRIFT_OFFSET = 1000
-GARBAGE = b"\x00\xffnot json{"
 
 
 @dataclass
@@ -124,8 +125,10 @@ def set_up_store(case: Case, prefix: str, setup_calls: str) -> None:
             remove(os.path.join(prefix, out))
             remove(os.path.dirname(record_file))
         elif state == "corrupt":
-            with open(record_file, "wb") as f:
-                f.write(GARBAGE)
+            with open(record_file) as f:
+                data = json.load(f)
+            with open(record_file, "w") as f:
+                json.dump({**data, "schema": 99}, f)
         elif state == "failed":
             os.remove(record_file)
             write_status(location, out, FAILED, error="RuntimeError: boom (set up by the test)")

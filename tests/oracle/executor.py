@@ -100,7 +100,8 @@ class Executor:
     """How often an adoption operation did what it is for (``adoption``): ``data-edited``,
     ``record-torn``, ``record-deleted``, ``feed-rebuilt``, ``refused`` (a build of the
     adoption's name@version refused over data at its path); and a user's data operation
-    (``userdata``): ``user-data-put``, ``user-data-refused``, ``user-data-moved``."""
+    (``userdata``): ``user-data-put``, ``user-data-refused``, ``user-data-moved``,
+    ``torn-record-refused`` (a torn record beside its data: that data refused, kept)."""
 
     def __post_init__(self) -> None:
         self.script = Script(self.world.model)

@@ -584,6 +584,7 @@ class TearRecord(Op):
         with open(path, "wb") as f:
             f.write(data[: len(data) // 2])
         ex.world.hand.records.add(step["output_path"])
+        userdata.record_torn(ex, step["output_path"])
         rel = os.path.relpath(path, ex.world.prefix)
         ex.script.emit(
             f"p = os.path.join(PREFIX, {rel!r}); data = open(p, 'rb').read()",

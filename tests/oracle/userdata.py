@@ -22,6 +22,7 @@ attempt leaves, which makes the data look Marin's (the planted operations' own c
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from typing import TYPE_CHECKING, Any
@@ -77,6 +78,33 @@ def put(ex: Executor, shape: str, pick: int) -> None:
         f"open(os.path.join(PREFIX, {rel!r}, {FILE!r}), 'wb').write({data!r})  # the user's",
         f"{made[shape]}  # a metadata folder no attempt left ({shape})",
     )
+
+
+def record_torn(ex: Executor, out: str) -> None:
+    """A built step's record at ``out`` was torn by hand (``ops.TearRecord``): naming no build,
+    it proves nothing about the data beside it (red team r20-1), which is then refused and
+    kept like a user's (unless a status, lease or ``job.json`` there names ``out``), until
+    ``MoveUserData`` moves it away."""
+    meta = out + ".marin"
+    if not os.path.lexists(out) or any(_names(os.path.join(meta, f), out) for f in _PROOFS):
+        return
+    ex.world.users_own[out] = snapshot(out)
+    ex.world.refused_outputs.add(out)
+    ex.event("torn-record-refused")
+
+
+_PROOFS = ("status.json", "lease.json", "job.json")
+
+
+def _names(path: str, out: str) -> bool:
+    """Whether the step-folder file at ``path`` names the output ``out`` (relative to the
+    prefix, as Marin writes it, or whole)."""
+    try:
+        with open(path, "rb") as f:
+            named = json.loads(f.read()).get("output_path")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(named, str) and bool(named) and out.endswith("/" + named.lstrip("/"))
 
 
 def move(ex: Executor, pick: int) -> None:

@@ -139,6 +139,28 @@ def test_from_id_of_an_unknown_or_untrusted_manifest_is_a_clear_error(prefix: st
             Artifact.from_id(bad, prefix=prefix)
 
 
+@pytest.mark.parametrize("culprit", ["registry.marin", "registry.marin/models"])
+def test_a_file_where_the_registry_folder_must_be_is_refused_before_any_mark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], culprit: str
+) -> None:
+    """Red team r19-9: with a file at ``registry.marin``, ``marin register`` wrote the build's
+    freeze mark, then failed with a raw ``NotADirectoryError``. Refused first, naming the file
+    and the fix; nothing written; once it is moved away, registered."""
+    prefix = tmp_path / "p"
+    run(pipeline(), prefix=str(prefix))
+    (prefix / culprit).parent.mkdir(parents=True, exist_ok=True)
+    (prefix / culprit).write_text("someone's notes")
+    args = ["register", "gc/train@v1", "--id", "models/train/v1", "--prefix", str(prefix)]
+    assert main(args) == 2  # refused, as a bad input is, having written nothing
+    err = capsys.readouterr().err
+    assert f"error: {prefix}/{culprit} is not a folder: the registry keeps" in err, err
+    assert "move it away" in err and "Traceback" not in err
+    assert not (prefix / "gc/train/v1.marin/registered.json").exists()
+    assert (prefix / culprit).read_text() == "someone's notes"
+    (prefix / culprit).unlink()
+    assert main(args) == 0
+
+
 def test_marin_register_on_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -161,25 +161,25 @@ def test_a_held_lease_reads_as_running_with_its_holder(store_prefix: str) -> Non
     assert (read_status(location, spec.output_path) or {}).get("state") == SUCCESS
 
 
-def test_a_record_lost_by_hand_leaves_no_proof_but_a_log(store_prefix: str) -> None:
+def test_a_record_lost_by_hand_leaves_no_proof_not_even_a_log(store_prefix: str) -> None:
     """No status file is left after a build: with its record deleted by hand, nothing beside
     the output proves it Marin's (on local disk only the lease's guard, a lock holding no
     state, red team r17-2; on object stores nothing at all), so the rebuild refuses to clear
-    it, and it stays. A log the step printed there proves it: rebuilt in place. ``memory://``
-    (in this process: no one else writes there) rebuilds it in place."""
+    it, and it stays. A log the step printed names nothing: no proof either (red team r20-3,
+    where ``marin gc`` already said so). The same on ``memory://`` (red team r19-7: rebuilt
+    in place there, and gc then deleted it). Moved away, it is built again."""
     from marin.execution.errors import StorageError
 
     location = open_prefix(store_prefix)
     spec = apply("lean/lost", quiet, version="v0", out_path=OUT).lower()
     build_step(BuildRequest(spec, location))
     location.rm_file(location.path(f"{spec.output_path}.marin/record.json"))
-    if location.is_memory:
-        assert build_step(BuildRequest(spec, location)).action == "built"
-        return
-    with pytest.raises(StorageError, match="already exists and was not written by Marin"):
-        build_step(BuildRequest(spec, location))
-    assert location.read_file(location.path(spec.output_path)) == b"x"
-    location.put_file(location.path(log_path(spec.output_path)), b"printed\n")
+    for _ in ("guard only", "a log too"):
+        with pytest.raises(StorageError, match="already exists and was not written by Marin"):
+            build_step(BuildRequest(spec, location))
+        assert location.read_file(location.path(spec.output_path)) == b"x"
+        location.put_file(location.path(log_path(spec.output_path)), b"printed\n")
+    location.remove_tree(location.path(spec.output_path))
     assert build_step(BuildRequest(spec, location)).action == "built"
 
 

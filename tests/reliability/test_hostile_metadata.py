@@ -30,6 +30,7 @@ from marin.execution.errors import (
     DriftError,
     InvalidStepError,
     MarinError,
+    StepFailedError,
 )
 from marin.execution.lazy import OUT, apply, resolve
 from marin.execution.pipeline.graph import Graph
@@ -131,7 +132,7 @@ def test_a_leftover_that_fills_the_disk_is_cleared_before_the_first_write(
     folder = Path(prefix) / metadata_dir("big/v0")
     folder.mkdir(parents=True)
     (folder / f"record.json{records.TMP_MARK}0123abcd").write_bytes(b"{" * 4096)
-    (folder / "status.json").write_text(json.dumps({"state": "RUNNING"}))  # the crashed attempt
+    (folder / "status.json").write_text(json.dumps({"state": "RUNNING", "output_path": "s/v0"}))  # the crashed attempt
     disk = _full_disk(monkeypatch)
     disk.fail_record, disk.full_while_leftover = False, True
     artifact = resolve(step, prefix=prefix)
@@ -154,7 +155,7 @@ def test_a_runner_without_the_lease_never_removes_the_holders_write_in_flight(
     (Path(prefix) / "s/v0").mkdir()
     in_flight = folder / f"record.json{records.TMP_MARK}0123abcd"
     in_flight.write_text("{}")  # the holder's write, between its create and its rename
-    (folder / "status.json").write_text(json.dumps({"state": "RUNNING"}))
+    (folder / "status.json").write_text(json.dumps({"state": "RUNNING", "output_path": "s/v0"}))
     assert output_left_by_marin(location, spec)  # the look before the lease
     assert in_flight.exists()
     assert records.metadata_files(location, "s/v0", remove_temporaries=True) == {"status.json"}
@@ -207,8 +208,12 @@ def test_deeply_nested_metadata_is_corrupt_not_a_crash(
     corrupt = read_status(location, "s/v0")  # fails closed: it may have named a replaced build
     assert corrupt is not None and corrupt["state"] == "FAILED"
     assert LeaseInfo.parse(bad).garbled
-    # The step rebuilds: a corrupt record is "not built", and the status is rewritten.
+    # A corrupt record is "not built"; naming no build, it proves nothing about the data beside
+    # it (red team r20-1): refused until that is moved away, then rebuilt, the status rewritten.
     step = apply("s", write_value, version="v0", value="x", out_path=OUT)
+    with pytest.raises(StepFailedError, match="already exists and was not written by Marin"):
+        resolve(step, prefix=prefix)
+    location.remove_tree(location.path("s/v0"))
     assert resolve(step, prefix=prefix).record is not None
     assert (read_status(location, "s/v0") or {}).get("state") == "SUCCESS"
 
@@ -227,6 +232,9 @@ def test_record_with_wrong_field_types_is_corrupt(
     caplog.clear()
     step = apply("s", write_value, version="v0", value="x", out_path=OUT)
     location.fs.pipe_file(location.path(record_path("s/v0")), b"[" * 5000 + b"x")
+    with pytest.raises(StepFailedError, match="already exists and was not written by Marin"):
+        resolve(step, prefix=prefix)  # a torn record names no build: no proof (r20-1)
+    location.remove_tree(location.path("s/v0"))
     assert resolve(step, prefix=prefix).record is not None  # rebuilt
     warnings = [r for r in caplog.records if "corrupt record" in r.getMessage()]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]

@@ -494,6 +494,38 @@ def test_a_zone_without_a_key_is_told_apart_by_its_rules() -> None:
     assert _fingerprint(at=gmt) != _fingerprint(at=day.replace(tzinfo=datetime.UTC))
 
 
+def test_a_tz_file_zone_is_told_apart_by_all_its_rules() -> None:
+    """Red team r20-2: dateutil's zones were told apart by their offsets through the
+    datetime's year and the next only: New York and Indianapolis (alike from 2006 on) were one
+    config at 2006-06-01, though a three-year lookback in ``fn`` differs by an hour. A tz file
+    zone is its whole transition table; one without readable rules is sampled from 1850 to
+    2100 too. The same zone read twice is one config."""
+    import datetime
+    import zoneinfo
+
+    from dateutil import tz
+
+    day = datetime.datetime(2006, 6, 1)
+    new_york, indianapolis = (
+        day.replace(tzinfo=tz.gettz(n))
+        for n in ("America/New_York", "America/Indiana/Indianapolis")
+    )
+    assert new_york.isoformat() == indianapolis.isoformat()
+    assert _fingerprint(at=new_york) != _fingerprint(at=indianapolis)
+    again = day.replace(tzinfo=tz.tzfile("/usr/share/zoneinfo/America/New_York"))
+    assert _fingerprint(at=new_york) == _fingerprint(at=again)
+
+    def from_file(name: str) -> datetime.tzinfo:
+        with open(f"/usr/share/zoneinfo/{name}", "rb") as f:
+            return zoneinfo.ZoneInfo.from_file(f)
+
+    read = [
+        day.replace(tzinfo=from_file(n))
+        for n in ("America/New_York", "America/Indiana/Indianapolis")
+    ]
+    assert _fingerprint(at=read[0]) != _fingerprint(at=read[1])
+
+
 def test_a_transformed_placeholder_has_one_fingerprint_in_every_process(tmp_path: Any) -> None:
     """Red team r19-3: with a placeholder mark drawn anew in each process, a ``build_config``
     that serialises ``ctx.output_path`` (``json.dumps``, ``.upper()``) drifted on every run."""

@@ -35,10 +35,12 @@ from marin.execution.store.placement import overlaps_output
 from marin.execution.store.records import (
     ArtifactRecord,
     adoption_status,
+    load_record,
     metadata_dir,
     metadata_files,
     read_record,
     read_status_file,
+    unread_record_names,
 )
 from marin.execution.store.registry import REGISTRY_FOLDER, frozen
 from marin.execution.store.step_folder import (
@@ -132,9 +134,10 @@ def folder_in_the_way(location: Location, spec: StepSpec) -> NotAFolderError | N
     is at the output) or at its lease (``_lease_and_build``): no look of its own, so a first
     build pays nothing for it; a plan asks it of each step it builds (one ``lstat``).
 
-    Local disk only: on an object store (and ``memory://``) a folder is only a prefix of keys,
-    so an object at ``.../v1.marin`` or ``rt`` is in nobody's way: the keys below it are
-    written and read all the same, by a plan and a run alike."""
+    Local disk and ``memory://`` (whose own writes refuse a key above them; a build asks there
+    before its lease, in a few dict lookups, since Marin's writes go straight into the store):
+    on an object store a folder is only a prefix of keys, so an object at ``.../v1.marin`` or
+    ``rt`` is in nobody's way: the keys below it are written and read all the same."""
     found = location.non_folder_on_the_way(location.path(metadata_dir(spec.output_path)))
     if found is None:
         return None
@@ -155,10 +158,15 @@ def folder_in_the_way(location: Location, spec: StepSpec) -> NotAFolderError | N
 
 def _or_frozen(location: Location, spec: StepSpec, refusal: StorageError) -> MarinError:
     """``refusal`` of data at the output that Marin did not provably write, or, when that data
-    is a build a manifest names (its record and files lost by hand), that build's refusal."""
+    is a build a manifest names (its record and files lost by hand), that build's refusal, or
+    when an adoption's mark says so, the adoption's (its record torn or lost)."""
     if isinstance(refusal, NotAFolderError):
         return refusal  # no step folder there: no freeze mark to read
-    return frozen_build(location, spec, None, True) or refusal
+    return (
+        frozen_build(location, spec, None, True)
+        or adopted_data(location, spec, None, True, exists_in(location))
+        or refusal
+    )
 
 
 def _metadata_left(location: Location, spec: StepSpec, exists: Exists) -> bool:
@@ -178,13 +186,13 @@ def freeze_mark_beside(location: Location, spec: StepSpec, present: set[str]) ->
     asked when no record or status there (``present``, from ``metadata_files``) says an
     earlier attempt worked: a registered build whose record was lost, and whose artifact is
     only its returned value (no output path: nothing else shows it), leaves only its mark and
-    its log. On local disk the listing ``present`` came from says so at no cost; on
-    ``memory://`` the lookup ``_memory_output`` makes answers; on an object store it is one
-    more lookup, made only when neither a record nor a status is there."""
+    its log. On local disk the listing ``present`` came from says so at no cost; elsewhere it
+    is one more lookup (a dict lookup on ``memory://``), made only when neither a record nor a
+    status is there."""
     if location.is_local:
         return REGISTERED_FILE in present
-    if location.is_memory or RECORD_FILE in present or STATUS_FILE in present:
-        return False  # memory: ``_memory_output``; a record or status: already a leftover
+    if RECORD_FILE in present or STATUS_FILE in present:
+        return False  # already a leftover
     return location.has_file(location.path(registered_path(spec.output_path)))
 
 
@@ -198,6 +206,10 @@ def output_left_by_marin(location: Location, spec: StepSpec) -> bool:
         StorageError: something is there that Marin did not write (``NotAFolderError``: a
             file where its step folder must be).
     """
+    if location.is_memory:  # Marin's writes there skip the parent checks fsspec's make
+        in_the_way = folder_in_the_way(location, spec)
+        if in_the_way is not None:
+            raise in_the_way
     seen, refusal = output_not_marins(location, spec, exists_in(location))
     if refusal is not None:
         # A registered build whose record and files were lost by hand is named as such.
@@ -218,12 +230,9 @@ def output_not_marins(
     ``attempt_not_shown``). Asked before the lease is
     taken (which makes that folder and the guard), so that a held or taken-over lease is
     itself that proof (``earlier_attempt``): any attempt that held it had passed this check.
-    ``memory://`` lives in this process, where only its own code writes: nothing is seen
-    there, and only a record, status or taken-over lease clears there (so a build whose record
-    was deleted by hand is rebuilt in place; on disk, where only the guard stays beside it, it
-    is refused, as on object stores, where nothing stays).
+    The same on every backend, ``memory://`` too (where ``exists`` is one lookup).
     """
-    if location.is_memory or spec.source is not None:
+    if spec.source is not None:
         return False, None  # an adopted step writes nothing there (see clear_output)
     if not exists(spec.output_path):
         return False, None  # the common first build: nothing there
@@ -233,7 +242,7 @@ def output_not_marins(
         not_a_folder = folder_in_the_way(location, spec)  # a file there lists as an empty folder
         if not_a_folder is not None:
             return True, not_a_folder
-        why = _proves_nothing(location, spec.output_path)
+        why = _proves_nothing(location, spec)
         if not why:
             return True, None
     inside = metadata_inside(location, spec)  # Marin wrote what is there: another step's build
@@ -249,17 +258,31 @@ def output_not_marins(
     )
 
 
-def _proves_nothing(location: Location, output_path: str) -> str:
-    """Why the metadata folder beside ``output_path`` proves nothing about what lies there, or
-    "" when it shows a Marin attempt worked there. With no record (a corrupt one counts as
-    one: "not built", rebuilt in place), it proves nothing when it holds no file an attempt
-    leaves or one of its files names another output (``attempt_not_shown``), or when its
-    lease or status is an adoption's (``adoption_status``): an adoption never writes its
-    output path, whether it failed, was killed holding its lease, or was being deleted by
-    ``marin gc``."""
+def _proves_nothing(location: Location, spec: StepSpec) -> str:
+    """Why the metadata folder beside ``spec``'s output proves nothing about what lies there,
+    or "" when it shows a Marin attempt worked there. A record read as this step's proves it,
+    and so does one this Marin cannot read that still names this very build (a newer schema, a
+    damaged field: ``unread_record_names``); another step's, whole or damaged, or one naming
+    nothing (torn, ``{}``) proves nothing. Else the one rule
+    (``attempt_not_shown``: a status, lease or ``job.json`` naming this output, none naming
+    another), and no adoption's lease or status (``adoption_status``): an adoption never
+    writes its output path, whether it failed, was killed holding its lease, or was being
+    deleted by ``marin gc``."""
+    output_path = spec.output_path
     folder = metadata_dir(output_path).rsplit("/", 1)[-1]
-    if RECORD_FILE in metadata_files(location, output_path):
+    step = (spec.name, spec.version)
+    found = load_record(location, output_path, step=step)
+    if isinstance(found, ArtifactRecord):
         return ""
+    # A record this Marin cannot read is proof only when it still names this very build.
+    unread = unread_record_names(location, output_path, step) if found is None else False
+    if unread:
+        return ""
+    if unread is False:
+        return (
+            f"its {folder} folder holds a record of another step or output (a copy, whole, "
+            "damaged or of a newer Marin): no proof that Marin wrote this one"
+        )
     entries = folder_entries(location, location.path(metadata_dir(output_path)))
     names = (name for name, _ in entries)
     why = attempt_not_shown(location, output_path, names, f"its {folder} folder")
@@ -374,8 +397,7 @@ def frozen_build(
         ArtifactRegistryError: a manifest cannot be trusted (it may name this build).
         StorageError: storage kept failing.
     """
-    # memory:// sees no leftover (``output_not_marins``): its data there is one (a lookup).
-    if not (committed is not None or leftover or _memory_output(location, spec)):
+    if not (committed is not None or leftover):
         return None  # a first build: nothing to freeze, and no read
     found = frozen(location, spec.output_path, committed, spec.step_id, scan=not spec.mutable)
     if not found:
@@ -407,17 +429,6 @@ def frozen_build(
         fix,
         spec.step_id,
     )
-
-
-def _memory_output(location: Location, spec: StepSpec) -> bool:
-    """Whether ``spec``'s output holds data, or its step folder a freeze mark (a registered
-    build whose record was lost), on ``memory://`` (in-process lookups there; False elsewhere,
-    where ``earlier_attempt`` and ``freeze_mark_beside`` see them)."""
-    if not location.is_memory:
-        return False
-    mark = location.path(registered_path(spec.output_path))
-    # A file is one key of the store (as ``has_file`` reads it there): a dict lookup, no call.
-    return location.exists(location.path(spec.output_path)) or mark in location.fs.store
 
 
 def check_clearable(location: Location, spec: StepSpec) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import hashlib
 import json
 import math
 import pathlib
@@ -302,9 +303,11 @@ def _datetime_form(value: datetime.datetime) -> dict[str, Any]:
 def _zone(zone: datetime.tzinfo, value: datetime.datetime) -> Any:
     """What tells a time zone apart beyond the offset the ISO form carries: a fixed offset's
     own name (``timezone(timedelta(0), "GMT")``, None for a default one); a zone's key (a
-    ``ZoneInfo``'s, pytz's); else (dateutil's, one read from a file, a class of one's own: red
-    team r19-2) its offsets through the datetime's year and the next, the rules ``fn``'s
-    arithmetic meets (a file's path would differ between machines)."""
+    ``ZoneInfo``'s, pytz's); a zone read from a tz file (dateutil's ``tzfile``, red team r20-2:
+    ``America/New_York`` and ``America/Indiana/Indianapolis`` agree from 2006 on) a digest of
+    its whole transition table (its file's path would differ between machines); else (one
+    read with ``ZoneInfo.from_file``, a class of one's own: red team r19-2) its offsets
+    sampled (``_sampled_offsets``)."""
     if isinstance(zone, datetime.timezone):
         name = zone.tzname(None)
         return None if name == datetime.timezone(zone.utcoffset(None)).tzname(None) else name
@@ -312,15 +315,50 @@ def _zone(zone: datetime.tzinfo, value: datetime.datetime) -> Any:
         key = getattr(zone, attribute, None)
         if isinstance(key, str) and key:
             return key
-    instants = [
-        datetime.datetime(value.year + year, month, day, tzinfo=zone)
-        for year in (0, 1)
+    rules = _transitions(zone)
+    if rules is not None:
+        return {type(zone).__qualname__: rules}
+    return {type(zone).__qualname__: _sampled_offsets(zone, value.year)}
+
+
+def _sampled_offsets(zone: datetime.tzinfo, year: int) -> str:
+    """A digest of a zone's offsets on the 1st and 15th of every month of ``year`` and the
+    next, and in January and July of every year from 1850 to 2100 (summer time, and a zone's
+    offset, in each): what a zone whose rules cannot be read shows of them."""
+    near = [
+        (near_year, month, day)
+        for near_year in (year, year + 1)
         for month in range(1, 13)
         for day in (1, 15)
-        if value.year + year <= datetime.MAXYEAR
+        if near_year <= datetime.MAXYEAR
     ]
-    offsets = [moment.utcoffset() for moment in instants]
-    return {type(zone).__qualname__: [None if o is None else o.total_seconds() for o in offsets]}
+    far = [(far_year, month, 1) for far_year in range(1850, 2101) for month in (1, 7)]
+    offsets = [datetime.datetime(*day, tzinfo=zone).utcoffset() for day in near + far]
+    text = json.dumps([None if o is None else o.total_seconds() for o in offsets])
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _transitions(zone: datetime.tzinfo) -> str | None:
+    """A digest of a tz file's rules as dateutil's ``tzfile`` holds them: every transition
+    (UTC seconds) and the offset, DST flag and name after it, and those before the first and
+    after the last; None for a zone without them."""
+    times, infos = getattr(zone, "_trans_list_utc", None), getattr(zone, "_trans_idx", None)
+    if not isinstance(times, (list, tuple)) or not isinstance(infos, (list, tuple)):
+        return None
+
+    def spelled(info: Any) -> Any:
+        if info is None:
+            return None
+        fields = ("offset", "delta", "isdst", "abbr", "dstoffset")
+        return [str(getattr(info, name, None)) for name in fields]
+
+    ends = [
+        spelled(getattr(zone, name, None))
+        for name in ("_ttinfo_before", "_ttinfo_std", "_ttinfo_dst")
+    ]
+    table = [[int(t), spelled(i)] for t, i in zip(times, infos, strict=False)]
+    text = json.dumps([table, ends], separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:

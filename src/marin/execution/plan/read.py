@@ -27,7 +27,13 @@ from marin.execution.store.records import (
     shared_build,
     status_path,
 )
-from marin.execution.store.step_folder import load_attempt
+from marin.execution.store.step_folder import (
+    CHECKPOINTS_WITHOUT_ATTEMPT,
+    Attempt,
+    UnreadableAttempt,
+    checkpoint_dir,
+    load_attempt,
+)
 
 IO_PARALLELISM = 64
 SERIAL_MAX_S = 200e-6
@@ -50,9 +56,18 @@ def read_stored_step(spec: StepSpec, location: Location) -> Stored:
     found = load_record(location, spec.output_path, step=(spec.name, spec.version))
     if isinstance(found, ArtifactRecord):
         return stored_build(location, spec, found)
-    attempt = load_attempt(location, spec.output_path) if spec.resumable else None
+    attempt = _attempt(location, spec) if spec.resumable else None
     shared = shared_build(location, spec.output_path, spec.user_home)
     return Stored(None, read_attempt(location, spec.output_path), found, attempt, shared)
+
+
+def _attempt(location: Location, spec: StepSpec) -> Attempt | UnreadableAttempt | None:
+    """A resumable step's ``attempt.json``; with none, ``CHECKPOINTS_WITHOUT_ATTEMPT`` when its
+    checkpoint folder is there (one more lookup), which its build clears, as the plan says."""
+    found = load_attempt(location, spec.output_path)
+    if found is None and location.exists(location.path(checkpoint_dir(spec.output_path))):
+        return CHECKPOINTS_WITHOUT_ATTEMPT
+    return found
 
 
 def stored_build(location: Location, spec: StepSpec, record: ArtifactRecord) -> Stored:

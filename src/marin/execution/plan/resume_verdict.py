@@ -21,7 +21,11 @@ from marin.execution.digest.config_drift import explain_drift
 from marin.execution.errors import CodeDriftError
 from marin.execution.store.identity import Recipe, claim_of, judge_claim
 from marin.execution.store.records import GC_WAS_DELETING
-from marin.execution.store.step_folder import Attempt, UnreadableAttempt
+from marin.execution.store.step_folder import (
+    CHECKPOINTS_WITHOUT_ATTEMPT,
+    Attempt,
+    UnreadableAttempt,
+)
 from marin.execution.vocabulary import Claim, Mismatch
 
 
@@ -85,6 +89,12 @@ def without_attempt(found: UnreadableAttempt | None) -> ResumeVerdict:
     ``attempt.json`` that is no attempt (``found``): cleared, its recipe unknown."""
     if found is None:
         return ResumeVerdict(False, "partial output without an attempt record is cleared")
+    if found == CHECKPOINTS_WITHOUT_ATTEMPT:
+        return ResumeVerdict(
+            False,
+            "what is at its checkpoint folder was left by no attempt Marin recorded (no "
+            "attempt.json): it is cleared",
+        )
     return ResumeVerdict(
         False,
         f"partial output with an unreadable attempt.json ({found.why}) is cleared: the recipe "

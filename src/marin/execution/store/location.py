@@ -414,10 +414,18 @@ class Location:
     def non_folder_on_the_way(self, path: str) -> str | None:
         """The first entry at ``path`` or on the way to it (below the prefix) that is there
         but is neither a folder nor a link (links are ``check_no_links``'s), or None. Local
-        disk only (None elsewhere). One ``lstat`` of ``path``; the folders above it are walked
-        only when that ``lstat`` says one of them is not a folder (``ENOTDIR``)."""
+        disk: one ``lstat`` of ``path``; the folders above it are walked only when that
+        ``lstat`` says one of them is not a folder (``ENOTDIR``). ``memory://``: a key at
+        ``path`` or above it (one dict lookup each), which fsspec's own writes below it refuse.
+        None elsewhere: on an object store a key is in no folder's way."""
         root = self.root.rstrip("/")
-        if not self.is_local or not path.startswith(root + "/"):
+        if not path.startswith(root + "/"):
+            return None
+        if self.is_memory:
+            parts = path[len(root) + 1 :].split("/")
+            on_the_way = (f"{root}/{'/'.join(parts[: n + 1])}" for n in range(len(parts)))
+            return next((key for key in on_the_way if key in self.fs.store), None)
+        if not self.is_local:
             return None
         try:
             mode = os.lstat(path).st_mode

@@ -298,6 +298,29 @@ class ForeignRecord:
     """``record belongs to other@v0``, or the output it was written for."""
 
 
+def unread_record_names(location: Location, output_path: str, step: tuple[str, str]) -> bool | None:
+    """Whose a ``record.json`` is that ``load_record`` cannot read (a newer schema, a field
+    damaged, torn): True when its JSON object still names ``step`` (``(name, version)``) and
+    ``output_path``, False when it names another step or output (a copy), None when it names
+    none (torn, not an object, those fields gone) or there is no such file. Asked only to
+    tell whether the data beside it is Marin's build (``clearing``): never read as a build."""
+    try:
+        raw = location.read_file(location.path(record_path(output_path)))
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    try:
+        data = parse_json(raw.decode())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    named = (data.get("name"), data.get("version"), data.get("output_path"))
+    if not all(isinstance(value, str) and value for value in named):
+        return None
+    out = str(named[2])
+    return named[:2] == step and (out == output_path or out.endswith("/" + output_path))
+
+
 def _remember_stored(record: ArtifactRecord, raw: bytes) -> None:
     """Keep on ``record`` the bytes it was read from or written as.
 

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from marin.execution.errors import MarinError, StorageError
+from marin.execution.errors import MarinError, NotAFolderError, StorageError
 from marin.execution.faults import crash_point
 from marin.execution.ids import new_id
 from marin.execution.names import (
@@ -246,9 +246,11 @@ def register(
             build it was made from is no longer stored, or a lease is live (being built, or
             deleted by gc): nothing written.
         ArtifactAlreadyExistsError: ``reg_id`` is registered already (its manifest attached).
+        NotAFolderError: a file is where the manifest's folder must be: nothing written.
         StorageError: the storage has no conditional create, or kept failing.
     """
     first = _built_record(location, output_path)  # nothing built: refused before any lease
+    _refuse_file_in_the_way(location, reg_id, first.step_id)
     if is_mutable_version(first.version):
         raise ArtifactRegistryError(
             f"{first.step_id} has a mutable version ({first.version!r}): every run rebuilds "
@@ -285,6 +287,28 @@ def register(
         if not create_once(location, reg_id.manifest_path, manifest.to_bytes()):
             raise _taken(location, reg_id, record.step_id)
     return manifest
+
+
+def _refuse_file_in_the_way(location: Location, reg_id: RegistryId, step: str) -> None:
+    """Refuse, before the freeze mark is written, a file where the manifest's folder must be
+    (``registry.marin`` itself, or a namespace; red team r19-9: a raw ``NotADirectoryError``
+    after the mark). Local disk and ``memory://``: on an object store a key is in no way.
+
+    Raises:
+        NotAFolderError: a file is there (move it away).
+    """
+    folder = location.path(reg_id.manifest_path.rpartition("/")[0])
+    found = location.non_folder_on_the_way(folder)
+    if found is None:
+        return
+    root = location.path("").rstrip("/")
+    raise NotAFolderError(
+        f"{location.url_for(found[len(root) + 1 :])} is not a folder: the registry keeps "
+        f"{reg_id}'s manifest below it ({location.url_for(reg_id.manifest_path)})",
+        "move it away (or delete it yourself), then run marin register again; nothing was "
+        "registered",
+        step,
+    )
 
 
 def _freeze(location: Location, output_path: str, build_id: str, reg_id: RegistryId) -> None:

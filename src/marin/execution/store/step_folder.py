@@ -177,26 +177,40 @@ _NAME_FIELDS = {STATUS_FILE: OWNER_FIELD, LEASE_FILE: OWNER_FIELD, JOB_FILE: OWN
 """The step-folder files that name the output they were written for, and their field."""
 
 
+_PROOF_FILES = (STATUS_FILE, LEASE_FILE, JOB_FILE)
+"""The step-folder files whose naming of the output proves a Marin attempt worked there: a
+build's status (failed, unlocked, or gc deleting it), its lease (held, or left by a crash),
+its remote job's ``job.json``. An attempt file names its placement but is never alone."""
+
+
 def attempt_not_shown(
     location: Location, output_path: str, names: Iterable[str], folder: str = "its metadata folder"
 ) -> str:
-    """Why the step folder beside ``output_path``, holding the entries ``names``, is no proof
-    that a Marin attempt worked at that output ("" when it is): ``no_attempt_shown``, or one of
-    its files names another output (a status, lease, ``job.json`` or ``attempt.json`` copied
-    from another step's folder, or planted). A file that names nothing (a log, or one an older
-    Marin wrote) names no other output. The one rule a build, ``marin plan`` and ``marin gc``
-    ask before calling what lies at an output Marin's; a record is judged by its own rule."""
+    """Why the step folder beside ``output_path``, holding the entries ``names`` (its record
+    not read as this step's: absent, unreadable or another step's), is no proof that a Marin
+    attempt worked at that output ("" when it is): ``no_attempt_shown``; one of its files names
+    another output (a status, lease, ``job.json`` or ``attempt.json`` copied from another step's
+    folder, or planted); or none of ``_PROOF_FILES`` names this one (a log alone, a file that
+    cannot be read, or one that names nothing proves nothing). The one rule a build,
+    ``marin plan`` and ``marin gc`` ask before calling what lies at an output Marin's."""
     listed = set(names)
     why = no_attempt_shown(listed, folder)
     if why:
         return why
-    for name in sorted(listed & _NAME_FIELDS.keys()):
-        named = _named_output(location, output_path, name)
-        if named is not None and named != output_path:
+    named = {
+        n: _named_output(location, output_path, n) for n in sorted(listed & _NAME_FIELDS.keys())
+    }
+    for name, other in named.items():
+        if other is not None and other != output_path:
             return (
-                f"{folder}'s {name} does not name this output: it names {named[:120]!r} "
+                f"{folder}'s {name} does not name this output: it names {other[:120]!r} "
                 "(copied from that step's folder, or planted), no proof that Marin wrote this one"
             )
+    if not any(named.get(name) == output_path for name in _PROOF_FILES):
+        return (
+            f"{folder} holds no readable record, status, lease or job.json naming this output "
+            "(a log alone, a file that cannot be read, or one naming no output proves nothing)"
+        )
     return ""
 
 
@@ -615,6 +629,11 @@ class UnreadableAttempt:
     output beside it is unknown, so that output is cleared, never resumed on a guess."""
 
     why: str
+
+
+CHECKPOINTS_WITHOUT_ATTEMPT = UnreadableAttempt("no attempt.json beside its checkpoint folder")
+"""What ``marin plan`` reads for a resumable step with no record and no ``attempt.json`` but a
+``checkpoints/`` folder: what is there is cleared by its first build (red team r19-5)."""
 
 
 def _payload_of(payload: Any, fingerprint: str) -> str | None:
