@@ -12,12 +12,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from marin.execution.errors import InvalidStepError
+from marin.execution.errors import InvalidStepError, MarinError
 from marin.execution.names import validate_name, validate_version
+from marin.execution.pipeline.scope import current_user
 from marin.execution.remote.view import job_note
 from marin.execution.store.lease import LeaseInfo, break_lease, read_lease
 from marin.execution.store.location import Location
-from marin.execution.store.records import FAILED, lease_path, read_record, write_status
+from marin.execution.store.records import (
+    FAILED,
+    USERS_FOLDER,
+    lease_path,
+    read_record,
+    write_status,
+)
 from marin.terminal_text import safe_text
 
 
@@ -64,6 +71,29 @@ def describe_lease(info: LeaseInfo) -> str:
     return f"held by {info.who()} ({state})"
 
 
+def _user_hint(location: Location, output_path: str, step: str) -> str:
+    """Where the lease is when ``step`` is placed in the current user's folder (``--scope
+    user``; red team r21-2): `` (a lease of it is in users/<user>/: marin unlock ...)``, or ""."""
+    try:
+        user = current_user()
+    except InvalidStepError:
+        return ""
+    if user is None:
+        return ""
+    placed = f"{USERS_FOLDER}/{user}/{output_path}"
+    try:
+        there = location.has_file(location.path(lease_path(placed)))
+    except MarinError:
+        return ""
+    if not there:
+        return ""
+    name, _, version = step.rpartition("@")
+    return (
+        f"; the lease of its build in your folder is at {location.url_for(lease_path(placed))}: "
+        f"marin unlock {USERS_FOLDER}/{user}/{name}@{version}"
+    )
+
+
 def unlock(location: Location, output_path: str, step: str, *, force: bool) -> UnlockResult:
     """Remove ``step``'s lease under ``location`` unless it is live and not ``force``d.
 
@@ -73,7 +103,8 @@ def unlock(location: Location, output_path: str, step: str, *, force: bool) -> U
     url = location.url_for(lease_path(output_path))
     info = read_lease(location, output_path)
     if info is None:
-        return UnlockResult(f"{step} has no lease ({url}): nothing to unlock", True)
+        hint = _user_hint(location, output_path, step)
+        return UnlockResult(f"{step} has no lease ({url}): nothing to unlock{hint}", True)
     held = safe_text(describe_lease(info))
     if info.live and not force:
         return UnlockResult(

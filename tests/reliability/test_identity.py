@@ -526,6 +526,49 @@ def test_a_tz_file_zone_is_told_apart_by_all_its_rules() -> None:
     assert _fingerprint(at=read[0]) != _fingerprint(at=read[1])
 
 
+@pytest.mark.parametrize(
+    "one, other",
+    [
+        ("EET-2EEST,M3.4.4/50,M10.4.4/50", "EET-2EEST,M3.5.0/0,M10.5.0/0"),  # Gaza, Beirut
+        ("EST5EDT,M3.2.0,M11.1.0", "EST5EDT,M3.2.0,M11.1.6"),  # summer time ends a day later
+        ("EST5EDT,M3.2.0,M11.1.0", "CST5CDT,M3.2.0,M11.1.0"),  # the names alone differ
+    ],
+)
+def test_a_posix_rule_zone_is_told_apart_by_its_rules(one: str, other: str) -> None:
+    """Red team r21-1: a zone made from a POSIX TZ string (``gettz("EET-2EEST,...")``) was
+    told apart by offsets sampled twice a month, and not by its names: Gaza's and Beirut's
+    rules (two days apart) were one config. Its rules' fields are its identity; a zone whose
+    rules cannot be read is walked week by week, each change placed to the second."""
+    import datetime
+
+    from dateutil import tz
+
+    day = datetime.datetime(2024, 1, 1)
+    first, second = (day.replace(tzinfo=tz.gettz(rule)) for rule in (one, other))
+    assert _fingerprint(at=first) != _fingerprint(at=second)
+    assert _fingerprint(at=first) == _fingerprint(at=day.replace(tzinfo=tz.gettz(one)))
+
+    class Custom(datetime.tzinfo):
+        """A class of one's own: summer time from ``start`` to November, an hour."""
+
+        def __init__(self, start: int) -> None:
+            self.start = start
+
+        def utcoffset(self, dt: datetime.datetime | None) -> datetime.timedelta:
+            return datetime.timedelta(hours=-5) + self.dst(dt)
+
+        def dst(self, dt: datetime.datetime | None) -> datetime.timedelta:
+            summer = dt is not None and (3, self.start) <= (dt.month, dt.day) < (11, 1)
+            return datetime.timedelta(hours=1 if summer else 0)
+
+        def tzname(self, dt: datetime.datetime | None) -> str:
+            return "X"
+
+    assert _fingerprint(at=day.replace(tzinfo=Custom(10))) != _fingerprint(
+        at=day.replace(tzinfo=Custom(11))
+    )
+
+
 def test_a_transformed_placeholder_has_one_fingerprint_in_every_process(tmp_path: Any) -> None:
     """Red team r19-3: with a placeholder mark drawn anew in each process, a ``build_config``
     that serialises ``ctx.output_path`` (``json.dumps``, ``.upper()``) drifted on every run."""

@@ -152,6 +152,25 @@ def test_unlock_without_a_lease_and_with_bad_input(
         assert err.startswith("error:") and len(err.splitlines()) == 1, err
 
 
+def test_unlock_of_a_step_in_your_folder_says_where_its_lease_is(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r21-2: a step built with ``--scope user`` keeps its lease in the user's
+    folder; ``marin unlock name@version`` looked in the shared one and said "has no lease"
+    alone. It says where the lease is, and that command unlocks it."""
+    monkeypatch.setenv("MARIN_USER", "alice")
+    prefix = str(tmp_path / "p")
+    location = open_prefix(prefix)
+    held = Lease(location, "users/alice/s/v0", ttl=1)
+    assert held.try_acquire() is None
+    assert main(["unlock", "s@v0", "--prefix", prefix]) == 0
+    said = capsys.readouterr().out
+    assert "s@v0 has no lease" in said and "marin unlock users/alice/s@v0" in said, said
+    assert main(["unlock", "users/alice/s@v0", "--prefix", prefix, "--force"]) == 0
+    assert "unlocked users/alice/s@v0" in capsys.readouterr().out
+    assert not location.has_file(location.path(lease_path("users/alice/s/v0")))
+
+
 def test_unlock_help_explains_itself() -> None:
     parser = build_parser()
     commands = next(a for a in parser._actions if a.dest == "command")

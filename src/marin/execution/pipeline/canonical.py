@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import functools
 import hashlib
 import json
 import math
@@ -292,7 +293,7 @@ def _datetime_form(value: datetime.datetime) -> dict[str, Any]:
     gets other times from it than from UTC, and so is ``fold`` (which of a repeated hour)."""
     form: dict[str, Any] = {"__datetime__": value.isoformat()}
     if value.tzinfo is not None:
-        zone = _zone(value.tzinfo, value)
+        zone = _zone(value.tzinfo)
         if zone is not None:
             form["zone"] = zone
     if value.fold:
@@ -300,14 +301,13 @@ def _datetime_form(value: datetime.datetime) -> dict[str, Any]:
     return form
 
 
-def _zone(zone: datetime.tzinfo, value: datetime.datetime) -> Any:
+def _zone(zone: datetime.tzinfo) -> Any:
     """What tells a time zone apart beyond the offset the ISO form carries: a fixed offset's
     own name (``timezone(timedelta(0), "GMT")``, None for a default one); a zone's key (a
-    ``ZoneInfo``'s, pytz's); a zone read from a tz file (dateutil's ``tzfile``, red team r20-2:
-    ``America/New_York`` and ``America/Indiana/Indianapolis`` agree from 2006 on) a digest of
-    its whole transition table (its file's path would differ between machines); else (one
-    read with ``ZoneInfo.from_file``, a class of one's own: red team r19-2) its offsets
-    sampled (``_sampled_offsets``)."""
+    ``ZoneInfo``'s, pytz's); else a digest of its rules: a tz file's whole transition table
+    (dateutil's ``tzfile``, whose path would differ between machines: red team r20-2), a POSIX
+    rule's fields (``tzstr``, ``tzrange``: r21-1), or what a walk over 1850-2100 finds it
+    does (``_scanned``: ``ZoneInfo.from_file``, a class of one's own, r19-2)."""
     if isinstance(zone, datetime.timezone):
         name = zone.tzname(None)
         return None if name == datetime.timezone(zone.utcoffset(None)).tzname(None) else name
@@ -315,26 +315,12 @@ def _zone(zone: datetime.tzinfo, value: datetime.datetime) -> Any:
         key = getattr(zone, attribute, None)
         if isinstance(key, str) and key:
             return key
-    rules = _transitions(zone)
-    if rules is not None:
-        return {type(zone).__qualname__: rules}
-    return {type(zone).__qualname__: _sampled_offsets(zone, value.year)}
+    rules = _transitions(zone) or _posix_rules(zone) or _scanned(zone)
+    return {type(zone).__qualname__: rules}
 
 
-def _sampled_offsets(zone: datetime.tzinfo, year: int) -> str:
-    """A digest of a zone's offsets on the 1st and 15th of every month of ``year`` and the
-    next, and in January and July of every year from 1850 to 2100 (summer time, and a zone's
-    offset, in each): what a zone whose rules cannot be read shows of them."""
-    near = [
-        (near_year, month, day)
-        for near_year in (year, year + 1)
-        for month in range(1, 13)
-        for day in (1, 15)
-        if near_year <= datetime.MAXYEAR
-    ]
-    far = [(far_year, month, 1) for far_year in range(1850, 2101) for month in (1, 7)]
-    offsets = [datetime.datetime(*day, tzinfo=zone).utcoffset() for day in near + far]
-    text = json.dumps([None if o is None else o.total_seconds() for o in offsets])
+def _digest(value: Any) -> str:
+    text = json.dumps(value, separators=(",", ":"), default=repr)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -356,9 +342,65 @@ def _transitions(zone: datetime.tzinfo) -> str | None:
         spelled(getattr(zone, name, None))
         for name in ("_ttinfo_before", "_ttinfo_std", "_ttinfo_dst")
     ]
-    table = [[int(t), spelled(i)] for t, i in zip(times, infos, strict=False)]
-    text = json.dumps([table, ends], separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return _digest([[[int(t), spelled(i)] for t, i in zip(times, infos, strict=False)], ends])
+
+
+_POSIX_FIELDS = ("_std_abbr", "_dst_abbr", "_std_offset", "_dst_offset", "_start_delta",
+                 "_end_delta", "_dst_base_offset_", "hasdst")  # fmt: skip
+
+
+def _posix_rules(zone: datetime.tzinfo) -> str | None:
+    """A digest of a rule-defined zone's rules as dateutil's ``tzrange`` and ``tzstr`` (a
+    POSIX TZ string, ``EST5EDT,M3.2.0,M11.1.0``) hold them: names, offsets, and when summer
+    time starts and ends (red team r21-1: Gaza's and Beirut's rules, two days apart, were one
+    config); None for a zone without them."""
+    if not all(hasattr(zone, name) for name in _POSIX_FIELDS):
+        return None
+    return _digest([repr(getattr(zone, name)) for name in _POSIX_FIELDS])
+
+
+_SCANNED: dict[int, tuple[datetime.tzinfo, str]] = {}
+_FIRST, _LAST = datetime.datetime(1850, 1, 1), datetime.datetime(2101, 1, 1)
+
+
+def _scanned(zone: datetime.tzinfo) -> str:
+    """A digest of what a zone whose rules cannot be read (``ZoneInfo.from_file``, a class of
+    one's own, the machine's ``tzlocal``) does from 1850 to 2100: its offset, summer time and
+    name, and each change of them, found on a weekly walk and placed to the second. Worked out
+    once per zone object in a process (a few milliseconds)."""
+    kept = _SCANNED.get(id(zone))
+    if kept is not None and kept[0] is zone:
+        return kept[1]
+    state = functools.partial(_state, zone)
+    changes: list[Any] = []
+    week = datetime.timedelta(days=7)
+    at, now = _FIRST, state(_FIRST)
+    while at < _LAST:
+        ahead = min(at + week, _LAST)
+        if state(ahead) == now:
+            at = ahead
+            continue
+        low, high = at, ahead  # the state at ``low`` is ``now``; at ``high`` it is not
+        while high - low > datetime.timedelta(seconds=1):
+            middle = (low + (high - low) / 2).replace(microsecond=0)
+            low, high = (middle, high) if state(middle) == now else (low, middle)
+        at, now = high, state(high)
+        changes.append([high.isoformat(), now])
+    found = _digest([state(_FIRST), changes])
+    if len(_SCANNED) > 256:
+        _SCANNED.clear()
+    _SCANNED[id(zone)] = (zone, found)
+    return found
+
+
+def _state(zone: datetime.tzinfo, wall: datetime.datetime) -> tuple[Any, Any, Any]:
+    moment = wall.replace(tzinfo=zone)
+    offset, summer = moment.utcoffset(), moment.dst()
+    return (
+        None if offset is None else offset.total_seconds(),
+        None if summer is None else summer.total_seconds(),
+        moment.tzname(),
+    )
 
 
 def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
