@@ -425,8 +425,11 @@ def _copied_record(prefix: Path, how: str) -> bytes:
     if how == "torn":
         return raw[: len(raw) // 2]
     data = json.loads(raw)
-    if how == "newer schema":
+    if how.endswith("newer schema"):
         data["schema"] = 2
+    if how.startswith("this build's"):
+        out = str(data["output_path"])
+        data.update(version="v1", output_path=out[: -len("v0")] + "v1")
     else:
         del data["fingerprint"]
     return json.dumps(data).encode()
@@ -436,6 +439,7 @@ def _copied_record(prefix: Path, how: str) -> bytes:
     "file, content",
     [
         ("record.json", "newer schema"),  # a copy of raw@v0's record a newer Marin wrote
+        ("record.json", "this build's, newer schema"),  # raw@v1's own, of a newer Marin (r22-3)
         ("record.json", "a field missing"),
         ("record.json", "torn"),
         ("record.json", "{}"),

@@ -10,9 +10,8 @@ Store states a step can be put in (``STATES``):
 - ``built``: built with its current config;
 - ``missing``: no record and no output;
 - ``drifted``: built with another ``value`` at the same version;
-- ``corrupt``: a ``record.json`` this Marin cannot read that still names the build (another
-  schema): not built, its data replaced (torn bytes name no build, so the data beside them is
-  refused as not Marin's: ``tests/test_plan_refusals.py``);
+- ``corrupt``: garbage bytes in ``record.json``, its output moved away (data beside a record
+  that cannot be read is refused as not provably Marin's: ``tests/test_plan_refusals.py``);
 - ``failed``: a FAILED status and no record;
 - ``stale``: built, then its first dependency rebuilt after it (its lineage names an old build);
 - ``old``: built, then ``build_id``/``inputs`` stripped from its record (written before lineage);
@@ -125,10 +124,9 @@ def set_up_store(case: Case, prefix: str, setup_calls: str) -> None:
             remove(os.path.join(prefix, out))
             remove(os.path.dirname(record_file))
         elif state == "corrupt":
-            with open(record_file) as f:
-                data = json.load(f)
-            with open(record_file, "w") as f:
-                json.dump({**data, "schema": 99}, f)
+            with open(record_file, "wb") as f:
+                f.write(b"\x00\xffnot json{")
+            remove(os.path.join(prefix, out))
         elif state == "failed":
             os.remove(record_file)
             write_status(location, out, FAILED, error="RuntimeError: boom (set up by the test)")

@@ -96,12 +96,12 @@ def test_corrupt_record_is_not_built_with_a_warning(prefix: str, kind: str, capl
     location.fs.pipe_file(path, CORRUPTIONS[kind](location.fs.cat_file(path)))
     with caplog.at_level("WARNING", logger="marin"):
         assert read_record(location, "s/v0") is None
-        if kind != "wrong schema":  # still naming this very build: its data is Marin's
-            # Naming no build, it proves nothing about the data beside it (red team r20-1).
-            with pytest.raises(StepFailedError, match="already exists and was not written by"):
-                resolve(step, prefix=prefix)
-            assert location.fs.cat_file(location.path("s/v0")) == b"x"
-            location.remove_tree(location.path("s/v0"))  # the fix the error names
+        # Unreadable (even naming this build), it proves nothing about the data beside it
+        # (red team r20-1, r22-3): refused and kept, until moved away as the error says.
+        with pytest.raises(StepFailedError, match="already exists and was not written by"):
+            resolve(step, prefix=prefix)
+        assert location.fs.cat_file(location.path("s/v0")) == b"x"
+        location.remove_tree(location.path("s/v0"))
         artifact = resolve(step, prefix=prefix)  # rebuilt, not a crash
     assert "corrupt record" in caplog.text and "treating s/v0 as not built" in caplog.text
     assert artifact.record is not None and read_record(location, "s/v0") is not None

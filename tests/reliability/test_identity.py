@@ -569,6 +569,30 @@ def test_a_posix_rule_zone_is_told_apart_by_its_rules(one: str, other: str) -> N
     )
 
 
+def test_pytz_and_zoneinfo_and_a_datetime_subclass_are_other_configs() -> None:
+    """Red team r22-1: ``pytz``'s ``localize`` and ``ZoneInfo`` of one key were one config,
+    though pytz keeps the offset it localized to through later arithmetic; r22-2: a
+    ``pendulum.DateTime`` was the plain ``datetime`` it wraps, though it adds a day across a
+    change of summer time otherwise. Each is its own config, and the same in every process."""
+    import datetime
+    import zoneinfo
+
+    import pendulum
+    import pytz
+
+    day = datetime.datetime(2024, 1, 1)
+    localized = pytz.timezone("America/New_York").localize(day)
+    zoned = day.replace(tzinfo=zoneinfo.ZoneInfo("America/New_York"))
+    assert localized.isoformat() == zoned.isoformat()
+    assert _fingerprint(at=localized) != _fingerprint(at=zoned)
+    again = pytz.timezone("America/New_York").localize(day)
+    assert _fingerprint(at=localized) == _fingerprint(at=again)
+    wrapped = pendulum.instance(zoned)
+    assert wrapped.isoformat() == zoned.isoformat() and not wrapped.fold
+    assert _fingerprint(at=wrapped) != _fingerprint(at=zoned)
+    assert _fingerprint(on=pendulum.date(2024, 1, 1)) != _fingerprint(on=datetime.date(2024, 1, 1))
+
+
 def test_a_transformed_placeholder_has_one_fingerprint_in_every_process(tmp_path: Any) -> None:
     """Red team r19-3: with a placeholder mark drawn anew in each process, a ``build_config``
     that serialises ``ctx.output_path`` (``json.dumps``, ``.upper()``) drifted on every run."""

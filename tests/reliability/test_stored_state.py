@@ -60,9 +60,12 @@ PAYLOADS = {
 
 
 def _corrupt_payload(location: Any, payload: str) -> None:
+    """The record made unreadable, its data moved away as the refusal of data beside an
+    unreadable record says (``tests/test_plan_refusals.py``, red team r22-3)."""
     path = location.path(record_path("s/v0"))
     data = json.loads(location.fs.cat_file(path))
     location.fs.pipe_file(path, json.dumps({**data, "fingerprint_payload": payload}).encode())
+    location.remove_tree(location.path("s/v0"))
 
 
 CLI_PAYLOADS = {k: v for k, v in PAYLOADS.items() if k != "deep-closed"}

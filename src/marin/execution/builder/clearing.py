@@ -260,10 +260,10 @@ def output_not_marins(
 
 def _proves_nothing(location: Location, spec: StepSpec) -> str:
     """Why the metadata folder beside ``spec``'s output proves nothing about what lies there,
-    or "" when it shows a Marin attempt worked there. A record read as this step's proves it,
-    and so does one this Marin cannot read that still names this very build (a newer schema, a
-    damaged field: ``unread_record_names``); another step's, whole or damaged, or one naming
-    nothing (torn, ``{}``) proves nothing. Else the one rule
+    or "" when it shows a Marin attempt worked there. A record read as this step's proves it;
+    another step's, whole or damaged (``unread_record_names``), disproves it; one this Marin
+    cannot read that names this build, or nothing, proves nothing, as ``marin gc`` reads it
+    (a newer Marin's on a shared bucket, a damaged or torn one). Else the one rule
     (``attempt_not_shown``: a status, lease or ``job.json`` naming this output, none naming
     another), and no adoption's lease or status (``adoption_status``): an adoption never
     writes its output path, whether it failed, was killed holding its lease, or was being
@@ -274,11 +274,9 @@ def _proves_nothing(location: Location, spec: StepSpec) -> str:
     found = load_record(location, output_path, step=step)
     if isinstance(found, ArtifactRecord):
         return ""
-    # A record this Marin cannot read is proof only when it still names this very build.
-    unread = unread_record_names(location, output_path, step) if found is None else False
-    if unread:
-        return ""
-    if unread is False:
+    # A record this Marin cannot read proves nothing, even naming this build (a newer Marin's
+    # on a shared bucket, or damaged), as ``marin gc`` reads it: the other files may prove it.
+    if found is not None or unread_record_names(location, output_path, step) is False:
         return (
             f"its {folder} folder holds a record of another step or output (a copy, whole, "
             "damaged or of a newer Marin): no proof that Marin wrote this one"

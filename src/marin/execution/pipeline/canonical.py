@@ -286,12 +286,22 @@ def _value_text(value: Any) -> str | None:
     return None if _ADDRESS.search(text) else text
 
 
+def _subclass(value: datetime.date) -> dict[str, str]:
+    """``{"class": ...}`` for a subclass of ``date`` or ``datetime`` (its qualified name: the
+    module depends on how a pipeline file is loaded), else nothing."""
+    if type(value) in (datetime.date, datetime.datetime):
+        return {}
+    return {"class": type(value).__qualname__}
+
+
 def _datetime_form(value: datetime.datetime) -> dict[str, Any]:
     """Tagged (issue 49): a point in time is not the string that spells it, nor a day. Naive
     and aware datetimes differ by the offset their ISO form carries; a time zone with rules
     (``ZoneInfo("Europe/London")``, not a fixed offset) is named too (``_zone``), since ``fn``
-    gets other times from it than from UTC, and so is ``fold`` (which of a repeated hour)."""
-    form: dict[str, Any] = {"__datetime__": value.isoformat()}
+    gets other times from it than from UTC, and so is ``fold`` (which of a repeated hour). A
+    subclass's name is kept (red team r22-2: ``pendulum.DateTime`` adds a day across a change
+    of summer time otherwise than ``datetime``)."""
+    form: dict[str, Any] = {"__datetime__": value.isoformat(), **_subclass(value)}
     if value.tzinfo is not None:
         zone = _zone(value.tzinfo)
         if zone is not None:
@@ -311,10 +321,14 @@ def _zone(zone: datetime.tzinfo) -> Any:
     if isinstance(zone, datetime.timezone):
         name = zone.tzname(None)
         return None if name == datetime.timezone(zone.utcoffset(None)).tzname(None) else name
-    for attribute in ("key", "zone"):
-        key = getattr(zone, attribute, None)
-        if isinstance(key, str) and key:
-            return key
+    key = getattr(zone, "key", None)
+    if isinstance(key, str) and key:
+        return key
+    key = getattr(zone, "zone", None)
+    if isinstance(key, str) and key:
+        # pytz: ``localize`` gives the datetime one fixed offset of its zone, which later
+        # arithmetic keeps (red team r22-1: not ``ZoneInfo``'s behaviour); its repr names both.
+        return {type(zone).__qualname__: _value_text(zone) or key}
     rules = _transitions(zone) or _posix_rules(zone) or _scanned(zone)
     return {type(zone).__qualname__: rules}
 
@@ -423,7 +437,7 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     if isinstance(value, datetime.datetime):
         return _datetime_form(value)
     if isinstance(value, datetime.date):
-        return {"__date__": value.isoformat()}
+        return {"__date__": value.isoformat(), **_subclass(value)}
     if isinstance(value, bytes):
         return {"__bytes__": value.hex()}
     if isinstance(value, dict):
