@@ -477,6 +477,40 @@ def test_a_file_that_cannot_prove_the_output_marins_leaves_the_data(
     assert (prefix / f"raw/v1.marin/{file}").read_bytes() == data
 
 
+def test_a_record_committed_while_the_folder_is_looked_at_proves_the_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four processes racing one S3 prefix: a runner looked at a step's folder while another
+    committed it (its record written, then its lease released) between the first read of the
+    record and the read of the lease: neither proved the output, and the build was refused as
+    someone's data. The record is read once more, last: the committer's is there by then."""
+    from marin.execution.builder import clearing
+    from marin.execution.builder.commit import build_step
+    from marin.execution.builder.request import BuildRequest
+    from marin.execution.lazy import OUT, apply
+    from marin.execution.store.lease import Lease
+    from tests.plan_refusal_pipelines import write
+
+    prefix = str(tmp_path / "p")
+    location = open_prefix(prefix)
+    spec = apply("raw", write, version="v1", text="raw", out_path=OUT).lower()
+    build_step(BuildRequest(spec, location))  # the committer's build, as it will stand
+    record = (tmp_path / "p/raw/v1.marin/record.json").read_bytes()
+    (tmp_path / "p/raw/v1.marin/record.json").unlink()
+    other = Lease(location, "raw/v1", ttl=60)
+    assert other.try_acquire() is None  # the committer, building: its lease names the output
+    listed = clearing.folder_entries
+
+    def commits_meanwhile(location: Any, folder: str) -> list[tuple[str, str]]:
+        entries = listed(location, folder)
+        (tmp_path / "p/raw/v1.marin/record.json").write_bytes(record)  # its commit, then
+        other.release()  # its lease goes, before this runner reads it
+        return entries
+
+    monkeypatch.setattr(clearing, "folder_entries", commits_meanwhile)
+    assert clearing.output_left_by_marin(location, spec)  # Marin's: no refusal
+
+
 @pytest.mark.parametrize("left", ["file", "folder"])
 def test_a_first_builds_clearing_of_its_checkpoint_folder_is_said(
     tmp_path: Path, left: str

@@ -48,7 +48,8 @@ class PrefectEngine:
                 cascade=opts.cascade,
             )
             flow = to_prefect_flow(world.target, options=options, prefix=world.prefix)
-            ok = bool(flow(return_state=True).is_completed())
+            state = flow(return_state=True)
+            ok, said = bool(state.is_completed()), str(state.message or "")
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -63,7 +64,7 @@ class PrefectEngine:
             f"on_code_drift={opts.on_code_drift!r}, force={force!r}, "
             f"cascade={opts.cascade!r}))(return_state=True)",
         )
-        ex.check_engine_run(opts, run_id, ok, injected, self.name)
+        ex.check_engine_run(opts, run_id, ok, injected, self.name, said)
 
 
 class AirflowEngine:

@@ -276,7 +276,12 @@ class Executor:
             )
             for v in found:
                 self.add([v], self._expect_clean_line(v.message.split(": ", 1)[1].split(" ")[0]))
-        if not ok and not injected:
+        # Refused over data that is not provably Marin's (a user's, or beside a torn record):
+        # a failure the checker expects, as on the CLI (``userdata.refused_steps``).
+        refused = userdata.REFUSAL in output and any(
+            o in output for o in self.world.refused_outputs
+        )
+        if not ok and not injected and not refused:
             self.add(
                 [
                     Violation(

@@ -593,6 +593,22 @@ def test_pytz_and_zoneinfo_and_a_datetime_subclass_are_other_configs() -> None:
     assert _fingerprint(on=pendulum.date(2024, 1, 1)) != _fingerprint(on=datetime.date(2024, 1, 1))
 
 
+def test_a_number_of_a_subclass_is_not_the_plain_number() -> None:
+    """Red team r23-1: ``numpy.float64(0.001)`` (a ``np.logspace`` sweep's) was the float
+    ``0.001``, though numpy promotes ``lr * float32_array`` to float64 and a float does not;
+    a number of any subclass is tagged with its class. Plain numbers and bools are as before."""
+    import numpy as np
+
+    class Count(int):
+        pass
+
+    assert _fingerprint(lr=np.float64(0.001)) != _fingerprint(lr=0.001)
+    assert _fingerprint(lr=np.float64(0.001)) == _fingerprint(lr=np.float64(0.001))
+    assert _fingerprint(n=Count(3)) != _fingerprint(n=3)
+    assert _fingerprint(lr=np.float64("nan")) != _fingerprint(lr=float("nan"))
+    assert _fingerprint(n=Count(10**400)) == _fingerprint(n=Count(10**400))
+
+
 def test_a_transformed_placeholder_has_one_fingerprint_in_every_process(tmp_path: Any) -> None:
     """Red team r19-3: with a placeholder mark drawn anew in each process, a ``build_config``
     that serialises ``ctx.output_path`` (``json.dumps``, ``.upper()``) drifted on every run."""

@@ -285,7 +285,10 @@ def _proves_nothing(location: Location, spec: StepSpec) -> str:
     names = (name for name, _ in entries)
     why = attempt_not_shown(location, output_path, names, f"its {folder} folder")
     if why:
-        return why
+        # The record once more, last: a runner building the step commits its record before it
+        # releases its lease, so a lease gone when read above means that record is there now.
+        committed = isinstance(load_record(location, output_path, step=step), ArtifactRecord)
+        return "" if committed else why
     lease = read_lease(location, output_path)
     if adoption_status(read_status_file(location, output_path)) or (
         lease is not None and names_adoption(lease.raw)
