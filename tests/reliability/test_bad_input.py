@@ -107,6 +107,29 @@ def test_corrupt_record_is_not_built_with_a_warning(prefix: str, kind: str, capl
     assert artifact.record is not None and read_record(location, "s/v0") is not None
 
 
+def _nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("where", ["result", "config"])
+def test_a_record_too_deep_to_read_back_is_never_written(prefix: str, where: str) -> None:
+    """Red team r23-3: a value ``fn`` returned (or a config) nested past the depth a record is
+    read back at was written as the record, and every later run then refused the build beside
+    it as not provably Marin's. Refused at the commit, nothing committed, naming the fix."""
+    deep = _nested(205 if where == "result" else 199)
+    if where == "result":
+        step = apply("deep", lambda out_path: deep, version="v0", out_path=OUT)
+    else:
+        step = apply("deep", lambda cfg, out_path: 1, version="v0", cfg=deep, out_path=OUT)
+    with pytest.raises(StepFailedError, match=r"nested deeper than 200 levels.*return a flatter"):
+        resolve(step, prefix=prefix)
+    assert read_record(open_prefix(prefix), "deep/v0") is None
+    assert not open_prefix(prefix).has_file(open_prefix(prefix).path("deep/v0.marin/record.json"))
+
+
 def test_corrupt_status_and_lease_files_do_not_block(prefix: str) -> None:
     step = apply("s", write_value, version="v0", value="x", out_path=OUT)
     location = open_prefix(prefix)

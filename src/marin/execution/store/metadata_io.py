@@ -43,6 +43,12 @@ def _depth(text: str) -> int:
     return deepest
 
 
+def too_deep(text: str) -> bool:
+    """Whether JSON ``text`` nests deeper than :data:`MAX_JSON_DEPTH` (what ``parse_json``
+    refuses to read): two counts, and a walk only when they allow it."""
+    return text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(text) > MAX_JSON_DEPTH
+
+
 def parse_json(text: str) -> Any:
     """``json.loads`` for stored metadata.
 
@@ -50,7 +56,7 @@ def parse_json(text: str) -> Any:
         ValueError: malformed JSON, or nested deeper than :data:`MAX_JSON_DEPTH` (never a
             ``RecursionError``).
     """
-    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(text) > MAX_JSON_DEPTH:
+    if too_deep(text):
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         return json.loads(text)

@@ -24,6 +24,7 @@ from typing import Any
 from marin.execution.atomic_file import TMP_MARK
 from marin.execution.digest.code import CodeDigest
 from marin.execution.digest.output import OutputDigest, is_output_digest
+from marin.execution.errors import ConfigError
 from marin.execution.store.location import (
     Location,
     durable,
@@ -32,6 +33,7 @@ from marin.execution.store.location import (
 )
 from marin.execution.store.metadata_io import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from marin.execution.store.metadata_io import parse_json as parse_json
+from marin.execution.store.metadata_io import too_deep
 from marin.execution.store.metadata_io import write_atomic as write_atomic
 from marin.execution.store.step_folder import ADOPTION as ADOPTION
 from marin.execution.store.step_folder import (
@@ -470,10 +472,23 @@ def write_record(location: Location, record: ArtifactRecord, output_path: str) -
     """Commit ``record`` beside the output at ``output_path``, atomically (``write_atomic``).
 
     Raises:
+        ConfigError: the record would nest deeper than any reader reads (``MAX_JSON_DEPTH``):
+            nothing is written (red team r23-3: such a record was written, then every later
+            run refused the build beside it as not provably Marin's).
         SymlinkError: as ``write_atomic``.
         StorageError: as ``write_atomic``.
     """
-    data = record.to_json().encode()
+    text = record.to_json()
+    if too_deep(text):
+        raise ConfigError(
+            f"the record of {record.step_id} would be nested deeper than {MAX_JSON_DEPTH} "
+            "levels (its config or the value fn returned), deeper than Marin reads back; "
+            "nothing was committed",
+            "return a flatter value (write a deep structure to the output path as a file), "
+            "or flatten the config",
+            record.step_id,
+        )
+    data = text.encode()
     write_atomic(
         location,
         location.path(record_path(output_path)),
