@@ -306,6 +306,17 @@ def _metadata_folder(prefix: Path, kind: str) -> None:
         (folder / "checkpoints").mkdir()
 
 
+def _left_alone_by_gc(prefix: Path, why: str) -> None:
+    """``marin gc`` of another pipeline calls ``raw/v1`` not Marin's (``why``: the start of
+    the build's own reason, in the same words) and leaves the user's ``precious.bin``."""
+    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
+    assert gc.returncode == 0, gc.stderr
+    assert f"not Marin's, left alone: raw/v1 ({why}" in gc.stdout, gc.stdout
+    assert marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
+    assert [p.name for p in (prefix / "raw/v1").iterdir()] == ["precious.bin"]
+    assert (prefix / "raw/v1/precious.bin").read_text() == "theirs"
+
+
 @pytest.mark.parametrize("kind", ["empty", "guard only", "empty checkpoints"])
 def test_data_beside_a_metadata_folder_of_no_attempt_is_refused(tmp_path: Path, kind: str) -> None:
     """Red team r17-2: such a folder was taken as proof that Marin wrote the data beside it,
@@ -322,12 +333,7 @@ def test_data_beside_a_metadata_folder_of_no_attempt_is_refused(tmp_path: Path, 
     assert f"(its v1.marin folder {shown}" in what and step["refusal"]["error"] == "StorageError"
     assert "ArtifactStep.adopt('raw', 'v1', 'raw/v1')" in step["refusal"]["fix"]
     assert not (prefix / "raw/v1.marin/record.json").exists()  # nothing marked built
-    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
-    assert gc.returncode == 0, gc.stderr  # the same rule, in the same words
-    assert f"not Marin's, left alone: raw/v1 (its metadata folder {shown}" in gc.stdout
-    assert marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
-    assert [p.name for p in (prefix / "raw/v1").iterdir()] == ["precious.bin"]
-    assert (prefix / "raw/v1/precious.bin").read_text() == "theirs"
+    _left_alone_by_gc(prefix, f"its metadata folder {shown}")
 
 
 @pytest.mark.parametrize("left", ["status", "lease"])
@@ -392,12 +398,7 @@ def test_a_file_naming_another_output_proves_nothing_about_the_data_beside_it(
     assert "raw/v1 already exists and was not written by Marin" in what
     said = f"{name} does not name this output: it names 'raw/v0' (copied from that step's folder"
     assert f"(its v1.marin folder's {said}" in what and step["refusal"]["error"] == "StorageError"
-    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
-    assert gc.returncode == 0, gc.stderr  # the same rule, in the same words
-    assert f"not Marin's, left alone: raw/v1 (its metadata folder's {said}" in gc.stdout
-    assert marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
-    assert [p.name for p in (prefix / "raw/v1").iterdir()] == ["precious.bin"]
-    assert (prefix / "raw/v1/precious.bin").read_text() == "theirs"
+    _left_alone_by_gc(prefix, f"its metadata folder's {said}")
 
 
 def test_a_status_naming_the_output_beside_a_lease_naming_another_is_no_proof(
@@ -470,10 +471,7 @@ def test_a_file_that_cannot_prove_the_output_marins_leaves_the_data(
     (prefix / "raw/v1/precious.bin").write_text("theirs")
     step, _ = _refused("raw_built", prefix)
     assert "raw/v1 already exists and was not written by Marin" in step["refusal"]["what"]
-    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
-    assert gc.returncode == 0 and "not Marin's, left alone: raw/v1 (" in gc.stdout, gc.stdout
-    assert marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
-    assert (prefix / "raw/v1/precious.bin").read_text() == "theirs"
+    _left_alone_by_gc(prefix, "")
     assert (prefix / f"raw/v1.marin/{file}").read_bytes() == data
 
 

@@ -73,7 +73,8 @@ def describe_lease(info: LeaseInfo) -> str:
 
 def _user_hint(location: Location, output_path: str, step: str) -> str:
     """Where the lease is when ``step`` is placed in the current user's folder (``--scope
-    user``; red team r21-2): `` (a lease of it is in users/<user>/: marin unlock ...)``, or ""."""
+    user``; red team r21-2): ``; the lease of its build in your folder is at ...: marin unlock
+    users/<user>/<step>``, or "" (no such lease)."""
     try:
         user = current_user()
     except InvalidStepError:

@@ -138,12 +138,11 @@ def folder_in_the_way(location: Location, spec: StepSpec) -> NotAFolderError | N
     before its lease, in a few dict lookups, since Marin's writes go straight into the store):
     on an object store a folder is only a prefix of keys, so an object at ``.../v1.marin`` or
     ``rt`` is in nobody's way: the keys below it are written and read all the same."""
-    found = location.non_folder_on_the_way(location.path(metadata_dir(spec.output_path)))
+    found = location.non_folder_on_the_way(metadata_dir(spec.output_path))
     if found is None:
         return None
-    root = location.path("").rstrip("/")
-    url = location.url_for(found[len(root) + 1 :])
-    if found == location.path(metadata_dir(spec.output_path)):
+    url = location.url_for(found)
+    if found == metadata_dir(spec.output_path):
         where = f"{spec.step_id} keeps its metadata (record, status, lease) in a folder there"
     else:
         out = location.url_for(spec.output_path)

@@ -411,38 +411,34 @@ class Location:
             known.add(current)
         return True
 
-    def non_folder_on_the_way(self, path: str) -> str | None:
-        """The first entry at ``path`` or on the way to it (below the prefix) that is there
-        but is neither a folder nor a link (links are ``check_no_links``'s), or None. Local
-        disk: one ``lstat`` of ``path``; the folders above it are walked only when that
-        ``lstat`` says one of them is not a folder (``ENOTDIR``). ``memory://``: a key at
-        ``path`` or above it (one dict lookup each), which fsspec's own writes below it refuse.
-        None elsewhere: on an object store a key is in no folder's way."""
-        root = self.root.rstrip("/")
-        if not path.startswith(root + "/"):
+    def non_folder_on_the_way(self, relative: str) -> str | None:
+        """The first entry at ``relative`` (a path below the prefix, relative to it) or on the
+        way to it that is there but is neither a folder nor a link (links are
+        ``check_no_links``'s), relative to the prefix, or None. Local disk: one ``lstat`` of
+        the path; the folders above it are walked only when that ``lstat`` says one of them is
+        not a folder (``ENOTDIR``). ``memory://``: a key at the path or above it (one dict
+        lookup each), which fsspec's own writes below it refuse. None elsewhere: on an object
+        store a key is in no folder's way."""
+        if not relative or not (self.is_local or self.is_memory):
             return None
+        parts = relative.split("/")
+        on_the_way = ["/".join(parts[: n + 1]) for n in range(len(parts))]
         if self.is_memory:
-            parts = path[len(root) + 1 :].split("/")
-            on_the_way = (f"{root}/{'/'.join(parts[: n + 1])}" for n in range(len(parts)))
-            return next((key for key in on_the_way if key in self.fs.store), None)
-        if not self.is_local:
-            return None
+            return next((p for p in on_the_way if self.path(p) in self.fs.store), None)
         try:
-            mode = os.lstat(path).st_mode
+            mode = os.lstat(self.path(relative)).st_mode
         except FileNotFoundError:
             return None
         except NotADirectoryError:
-            current = root
-            for part in path[len(root) + 1 :].split("/"):
-                current = f"{current}/{part}"
+            for part in on_the_way:
                 try:
-                    mode = os.lstat(current).st_mode
+                    mode = os.lstat(self.path(part)).st_mode
                 except OSError:
                     return None  # gone since: nothing in the way now
                 if not stat.S_ISDIR(mode):
-                    return None if stat.S_ISLNK(mode) else current
+                    return None if stat.S_ISLNK(mode) else part
             return None
-        return None if stat.S_ISDIR(mode) or stat.S_ISLNK(mode) else path
+        return None if stat.S_ISDIR(mode) or stat.S_ISLNK(mode) else relative
 
     def _check_parent(self, path: str) -> bool:
         """``check_no_links`` of ``path``'s folder: False when that folder is not there."""

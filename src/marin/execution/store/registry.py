@@ -297,13 +297,11 @@ def _refuse_file_in_the_way(location: Location, reg_id: RegistryId, step: str) -
     Raises:
         NotAFolderError: a file is there (move it away).
     """
-    folder = location.path(reg_id.manifest_path.rpartition("/")[0])
-    found = location.non_folder_on_the_way(folder)
+    found = location.non_folder_on_the_way(reg_id.manifest_path.rpartition("/")[0])
     if found is None:
         return
-    root = location.path("").rstrip("/")
     raise NotAFolderError(
-        f"{location.url_for(found[len(root) + 1 :])} is not a folder: the registry keeps "
+        f"{location.url_for(found)} is not a folder: the registry keeps "
         f"{reg_id}'s manifest below it ({location.url_for(reg_id.manifest_path)})",
         "move it away (or delete it yourself), then run marin register again; nothing was "
         "registered",
