@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from marin.execution.errors import ConfigError, DuplicateStepError
+from marin.execution.errors import ConfigError, DriftError, DuplicateStepError
 from marin.execution.lazy import apply, lower, run
 from marin.execution.pipeline.graph import collect_steps
 
@@ -443,6 +443,62 @@ def test_a_dataclass_field_named_like_a_tag_is_escaped() -> None:
     fields = {"__dataclass__": str, "x": int}
     B = dataclasses.make_dataclass("B", list(fields.items()))
     assert _fingerprint(v=A(1)) != _fingerprint(v=B(A.__qualname__, 1))
+
+
+@dataclasses.dataclass
+class Schedule:
+    """A schedule whose warmup ``__post_init__`` sets from an ``InitVar``, not a field."""
+
+    steps: int
+    warmup_frac: dataclasses.InitVar[float] = 0.1
+
+    def __post_init__(self, warmup_frac: float) -> None:
+        self.warmup = int(self.steps * warmup_frac)
+
+    @functools.cached_property
+    def half(self) -> int:
+        return self.steps // 2
+
+
+def test_state_a_dataclass_sets_from_an_init_var_is_in_the_fingerprint(prefix: str) -> None:
+    """Red team r23-2: ``Schedule(1000, warmup_frac=0.1)`` and ``(..., 0.3)`` were one config,
+    and the first build was served for the second. A ``cached_property`` read in between does
+    not change the fingerprint; state no ``InitVar`` can set is left out, as before."""
+    short, long = Schedule(1000, 0.1), Schedule(1000, 0.3)
+    assert _fingerprint(s=short) != _fingerprint(s=long)
+    before = _fingerprint(s=short)
+    assert short.half == 500
+    assert _fingerprint(s=short) == before
+
+    def warmup(s: Schedule) -> int:
+        return s.warmup
+
+    run(apply("sched", warmup, version="v1", s=short), prefix=prefix)
+    with pytest.raises(
+        DriftError, match=r"config\.s\.__state__\.warmup: 100 -> 300 \(step sched@v1\)"
+    ):
+        run(apply("sched", warmup, version="v1", s=long), prefix=prefix, on_drift="error")
+
+    @dataclasses.dataclass
+    class Derived:
+        steps: int
+
+        def __post_init__(self) -> None:
+            self.half = self.steps // 2
+
+    derived = Derived(4)
+    del derived.half  # without an InitVar the state derives from the fields: left out, as before
+    assert _fingerprint(d=derived) == _fingerprint(d=Derived(4))
+
+    @dataclasses.dataclass
+    class Opaque:
+        seed: dataclasses.InitVar[int]
+
+        def __post_init__(self, seed: int) -> None:
+            self.rng = object()
+
+    with pytest.raises(ConfigError, match=r"config\.o\.rng"):
+        _fingerprint(o=Opaque(1))
 
 
 def test_an_enum_members_value_without_a_canonical_form_is_still_told_apart() -> None:

@@ -456,15 +456,7 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
         items = [_canonical(item, None if path is None else f"{path}{{}}", walk) for item in value]
         return {"__set__": sorted(items, key=lambda item: json.dumps(item, sort_keys=True))}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {
-            f.name: _canonical(
-                getattr(value, f.name), None if path is None else f"{path}.{f.name}", walk
-            )
-            for f in dataclasses.fields(value)
-        }
-        if not _TAGS.isdisjoint(fields):  # a field named like a tag (red team r18-5)
-            return {"__dataclass__": type(value).__qualname__, "__dict__": fields}
-        return {"__dataclass__": type(value).__qualname__, **fields}
+        return _dataclass_form(value, path, walk)
     if path is None:
         raise _NeedsPath
     raise ConfigError(
@@ -474,6 +466,45 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
         "or a step handle instead",
         walk.step,
     )
+
+
+def _dataclass_form(value: Any, path: str | None, walk: _Walk) -> dict[str, Any]:
+    """A dataclass instance: its class's qualified name and its fields, and, when the class
+    takes ``InitVar`` arguments, the state ``__post_init__`` set from them (red team r23-2)."""
+
+    def spelled(name: str, item: Any) -> Any:
+        return _canonical(item, None if path is None else f"{path}.{name}", walk)
+
+    kind = type(value)
+    fields = {f.name: spelled(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)}
+    state = {name: spelled(name, item) for name, item in _init_var_state(value).items()}
+    if state:
+        return {"__dataclass__": kind.__qualname__, "__dict__": fields, "__state__": state}
+    if not _TAGS.isdisjoint(fields):  # a field named like a tag (red team r18-5)
+        return {"__dataclass__": kind.__qualname__, "__dict__": fields}
+    return {"__dataclass__": kind.__qualname__, **fields}
+
+
+def _init_var_state(value: Any) -> dict[str, Any]:
+    """The attributes of a dataclass that takes ``InitVar`` arguments which are not fields:
+    ``__post_init__`` may set them from what no field keeps (``Schedule(1000,
+    warmup_frac=0.1)``), so ``fn`` sees a config its fields do not show. A class without
+    ``InitVar`` arguments can only derive such attributes from its fields (left out, as ever);
+    a ``cached_property`` is computed from the instance whenever it is read, so it is left out
+    too (else reading it would change the fingerprint)."""
+    declared = getattr(type(value), "__dataclass_fields__", {})
+    # The field kind dataclasses marks an ``InitVar`` with; its type may be a string (a module
+    # with ``from __future__ import annotations``), which only dataclasses itself resolves.
+    initvar = dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]
+    if not any(f._field_type is initvar for f in declared.values()):
+        return {}
+    kind = type(value)
+    return {
+        name: item
+        for name, item in sorted(getattr(value, "__dict__", {}).items())
+        if name not in declared
+        and not isinstance(getattr(kind, name, None), functools.cached_property)
+    }
 
 
 def _registered_form(
