@@ -649,6 +649,22 @@ def test_pytz_and_zoneinfo_and_a_datetime_subclass_are_other_configs() -> None:
     assert _fingerprint(on=pendulum.date(2024, 1, 1)) != _fingerprint(on=datetime.date(2024, 1, 1))
 
 
+def test_pytz_offsets_differing_only_in_summer_time_are_other_configs() -> None:
+    """Red team r23-5: two of Cordoba's ``-02`` summer-time offsets, with one and two hours of
+    it, have one ``repr``; a datetime in either was one config though ``dst()`` differs."""
+    import datetime
+
+    import pytz
+
+    zone = pytz.timezone("America/Argentina/Cordoba")
+    day = datetime.datetime(2008, 1, 1)
+    at = [day.replace(tzinfo=info) for info in zone._tzinfos.values()]
+    summers = {moment.dst(): moment for moment in at if moment.tzname() == "-02"}
+    one, two = summers[datetime.timedelta(hours=1)], summers[datetime.timedelta(hours=2)]
+    assert repr(one.tzinfo) == repr(two.tzinfo) and one.isoformat() == two.isoformat()
+    assert _fingerprint(at=one) != _fingerprint(at=two)
+
+
 def test_a_number_of_a_subclass_is_not_the_plain_number() -> None:
     """Red team r23-1: ``numpy.float64(0.001)`` (a ``np.logspace`` sweep's) was the float
     ``0.001``, though numpy promotes ``lr * float32_array`` to float64 and a float does not;

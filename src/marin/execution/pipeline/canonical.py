@@ -327,8 +327,14 @@ def _zone(zone: datetime.tzinfo) -> Any:
     key = getattr(zone, "zone", None)
     if isinstance(key, str) and key:
         # pytz: ``localize`` gives the datetime one fixed offset of its zone, which later
-        # arithmetic keeps (red team r22-1: not ``ZoneInfo``'s behaviour); its repr names both.
-        return {type(zone).__qualname__: _value_text(zone) or key}
+        # arithmetic keeps (red team r22-1: not ``ZoneInfo``'s behaviour); its repr names both,
+        # but not the summer time that offset holds (r23-5: Argentina's ``-02`` is one or two
+        # hours of it), which ``dst()`` gives (pytz answers for the tzinfo a datetime holds).
+        summer = datetime.datetime(2000, 1, 1, tzinfo=zone).dst()
+        return {
+            type(zone).__qualname__: _value_text(zone) or key,
+            "dst": None if summer is None else summer.total_seconds(),
+        }
     rules = _transitions(zone) or _posix_rules(zone) or _scanned(zone)
     return {type(zone).__qualname__: rules}
 
