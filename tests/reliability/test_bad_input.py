@@ -13,8 +13,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from marin.execution.errors import StepFailedError
-from marin.execution.lazy import OUT, apply, resolve, run
+from marin.execution.errors import ConfigError, StepFailedError
+from marin.execution.lazy import OUT, apply, lower, resolve, run
 from marin.execution.store.lease import Lease
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import (
@@ -149,3 +149,21 @@ def test_result_that_is_not_json_leaves_no_record_and_no_lease(prefix: str) -> N
     location = open_prefix(prefix)
     assert read_record(location, "obj/v0") is None
     assert not location.fs.exists(location.path(lease_path("obj/v0")))
+
+
+def test_text_that_is_not_unicode_is_refused_by_its_field(prefix: str) -> None:
+    """Red team r23-4: a lone surrogate in a config raised the encoder's ``UnicodeEncodeError``
+    from lowering, and in a returned value from the record's write; each is a ``ConfigError``
+    naming the field now, and nothing is recorded."""
+    with pytest.raises(
+        ConfigError, match=r"config\.opts\[1\]\['\\udc80k'\] holds text that is not"
+    ):
+        lower(apply("cfg", lambda opts: None, version="v0", opts=["ok", {"\udc80k": 1}]))
+    with pytest.raises(ConfigError, match=r"config\.label holds text that is not valid Unicode"):
+        lower(apply("cfg", lambda label: None, version="v0", label="a\ud800"))
+    step = apply("txt", lambda out_path: {"r": ["ok", "\ud800"]}, version="v0", out_path=OUT)
+    with pytest.raises(
+        StepFailedError, match=r"not valid Unicode.* at result\.r\[1\] \(step txt@v0\)"
+    ):
+        run(step, prefix=prefix)
+    assert read_record(open_prefix(prefix), "txt/v0") is None

@@ -85,7 +85,7 @@ from marin.execution.faults import crash_point
 from marin.execution.ids import jitter, new_id
 from marin.execution.pipeline.artifact import load_dependency
 from marin.execution.pipeline.artifact_types import payload_of
-from marin.execution.pipeline.canonical import Canonical, as_stored, to_canonical
+from marin.execution.pipeline.canonical import Canonical, as_stored, not_utf8, to_canonical
 from marin.execution.pipeline.context import StepContext, assigned_devices
 from marin.execution.pipeline.isolation import StepTimeoutError
 from marin.execution.pipeline.provenance import collect_provenance, now_iso
@@ -821,17 +821,26 @@ def _fsync_tree(path: str) -> None:
 def _canonical_result(raw_result: Any, spec: StepSpec) -> Any:
     """``fn``'s returned value as the record keeps it (plain JSON data), or a clear error."""
     if isinstance(raw_result, Canonical):  # made by the process fn ran in (a job's outcome)
-        return raw_result.value
-    try:
-        # A typed artifact (Marin's ``run`` returns one) is recorded as its value's fields.
-        return to_canonical(payload_of(raw_result), "result", spec.step_id, text_keys=True)
-    except ConfigError as exc:
+        value = raw_result.value
+    else:
+        try:
+            # A typed artifact (Marin's ``run`` returns one) is recorded as its value's fields.
+            value = to_canonical(payload_of(raw_result), "result", spec.step_id, text_keys=True)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"fn returned a value with no JSON form ({exc.what})",
+                "return plain data (str, numbers, lists, dicts) or None; write big values "
+                "to the output path",
+                spec.step_id,
+            ) from None
+    where = not_utf8(value, "result")
+    if where is not None:  # else the record's write fails with the encoder's own error
         raise ConfigError(
-            f"fn returned a value with no JSON form ({exc.what})",
-            "return plain data (str, numbers, lists, dicts) or None; write big values "
-            "to the output path",
+            f"fn returned text that is not valid Unicode (a lone surrogate) at {where}",
+            "return text that encodes as UTF-8, and bytes as bytes",
             spec.step_id,
-        ) from None
+        )
+    return value
 
 
 def _best_effort_status(location: Location, spec: StepSpec, state: str, **details: Any) -> None:

@@ -513,6 +513,32 @@ def _init_var_state(value: Any) -> dict[str, Any]:
     }
 
 
+def not_utf8(form: Any, path: str = "") -> str | None:
+    """The dotted path in a canonical form (a lowered payload) of the first key or string that
+    UTF-8 cannot encode (a lone surrogate), or None."""
+
+    def bad(text: str) -> bool:
+        return not text.isascii() and any("\ud800" <= char <= "\udfff" for char in text)
+
+    if isinstance(form, str):
+        return (path or "the value") if bad(form) else None
+    items = (
+        form.items()
+        if isinstance(form, dict)
+        else enumerate(form)
+        if isinstance(form, list)
+        else ()
+    )
+    for key, item in items:
+        where = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key
+        if isinstance(key, str) and bad(key):
+            return f"{path}[{key!r}]"  # escaped: the key itself cannot be printed
+        found = not_utf8(item, where)
+        if found is not None:
+            return found
+    return None
+
+
 def _registered_form(
     value: Any, found: tuple[type, Callable[[Any], Any]], path: str | None, walk: _Walk
 ) -> Any:

@@ -23,7 +23,7 @@ from marin.execution.errors import (
     InvalidStepError,
 )
 from marin.execution.names import is_mutable_version
-from marin.execution.pipeline.canonical import to_canonical
+from marin.execution.pipeline.canonical import not_utf8, to_canonical
 from marin.execution.pipeline.context import StepContext, bound_context, fingerprint_context
 from marin.execution.pipeline.graph import Graph, check_same_kind, check_same_run
 from marin.execution.pipeline.handles import ApplyCall, ArtifactStep, type_label
@@ -166,7 +166,7 @@ def _spec_for(
     made = _bound_arguments(handle.build_config, step_id, "build_config")
     if made:  # a hand-made ``build_config=partial(bc, extra=1)``: as ``fn``'s
         payload["build_config"] = made
-    fingerprint, payload_json = fingerprint_of(payload)
+    fingerprint, payload_json = _fingerprinted(payload, step_id)
     _check_pinned(handle, fingerprint, payload_json, step_id)
     known: StepSpec | None = memo.get(("step", step_id))
     if known is not None:
@@ -176,6 +176,21 @@ def _spec_for(
     memo[("step", step_id)] = spec
     created.append(spec)
     return spec
+
+
+def _fingerprinted(payload: dict[str, Any], step_id: str) -> tuple[str, str]:
+    """``fingerprint_of(payload)``, or a ``ConfigError`` naming text no file or hash can hold
+    (a lone surrogate, ``"\\ud800"``: red team r23-4), not the encoder's own error."""
+    try:
+        return fingerprint_of(payload)
+    except UnicodeEncodeError:
+        raise ConfigError(
+            f"{not_utf8(payload) or 'the config'} holds text that is not valid Unicode "
+            "(a lone surrogate)",
+            "pass text that encodes as UTF-8, and what was read with "
+            "errors='surrogateescape' as bytes",
+            step_id,
+        ) from None
 
 
 _PARTIAL_SLOTS = functools.partial.__dict__
