@@ -225,6 +225,8 @@ def list_entries(location: Location, *, sizes: bool = True) -> list[Entry]:
         if isinstance(found, ForeignRecord):
             return Entry(path, None, _foreign_status(found), None)
         status = None if found is not None else judged(location, path, read_attempt(location, path))
+        if found is None and status is None:
+            status = unread_record_status(location, path)
         size = _size(location, path) if sizes and found is not None else None
         return Entry(path, found, status, size)
 
@@ -236,6 +238,22 @@ def list_entries(location: Location, *, sizes: bool = True) -> list[Entry]:
 
 FOREIGN_STATE = "FOREIGN"
 """The state ``ls`` and ``show`` give a step whose folder holds another step's record."""
+
+
+UNREADABLE_STATE = "UNREADABLE"
+"""The state ``ls`` and ``show`` give a step whose record this Marin cannot read (red team
+r23-4: it said "no record", and ``show`` suggested the very name typed)."""
+
+
+def unread_record_status(location: Location, output_path: str) -> dict[str, Any] | None:
+    """With no readable record and no status: ``UNREADABLE`` when a ``record.json`` is there
+    (a newer Marin's, or damaged: a build reads it as not built and refuses its data), else
+    None."""
+    path = record_path(output_path)
+    if not location.has_file(location.path(path)):
+        return None
+    why = "this Marin cannot read its record (a newer Marin's, or damaged)"
+    return {"state": UNREADABLE_STATE, "error": f"{why}: {location.url_for(path)}"}
 
 
 def _foreign_status(found: ForeignRecord) -> dict[str, Any]:
@@ -551,6 +569,11 @@ def _not_built_hint(location: Location, name: str, version: str) -> str:
     if not name:
         return fallback
     versions = _versions_of(location, name)
+    if version in versions:  # its folder, holding no record or attempt: never "did you mean" it
+        return (
+            f"{name}@{version}'s folder holds no record or status (a run that never started, "
+            f"or files left by hand): `marin plan` says what a run would do with it"
+        )
     if versions:
         pick = close_names(version, versions, n=1) or [
             latest_built_version(location, name, versions) or versions[-1]
@@ -610,6 +633,8 @@ def show_record(location: Location, output_path: str) -> tuple[str, int]:
     status = judged(location, output_path, read_attempt(location, output_path))
     if isinstance(found, ForeignRecord):
         status = {**(status or {}), **_foreign_status(found)}
+    elif found is None and status is None:
+        status = unread_record_status(location, output_path)
     url = location.url_for(output_path)
     log = _log_lines(location, output_path)
     if record is not None:

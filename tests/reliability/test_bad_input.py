@@ -13,6 +13,7 @@ from typing import Any
 import fsspec
 import pytest
 
+from marin.catalog import NotFoundError, list_entries, ls_table, show_record
 from marin.execution.errors import ConfigError, StepFailedError
 from marin.execution.lazy import OUT, apply, lower, resolve, run
 from marin.execution.store.lease import Lease
@@ -97,9 +98,19 @@ def test_corrupt_record_is_not_built_with_a_warning(prefix: str, kind: str, capl
     with caplog.at_level("WARNING", logger="marin"):
         assert read_record(location, "s/v0") is None
         # Unreadable (even naming this build), it proves nothing about the data beside it
-        # (red team r20-1, r22-3): refused and kept, until moved away as the error says.
-        with pytest.raises(StepFailedError, match="already exists and was not written by"):
+        # (red team r20-1, r22-3): refused and kept, until moved away as the error says; one
+        # naming this build is told as such, with no advice to adopt (r23-4).
+        refusal = (
+            "already exists beside a record naming this build that this Marin cannot read"
+            if kind == "wrong schema"
+            else "already exists and was not written by"
+        )
+        with pytest.raises(StepFailedError, match=refusal):
             resolve(step, prefix=prefix)
+        listed = ls_table(location, list_entries(location))
+        assert "not built: s@v0 (UNREADABLE: this Marin cannot read its record" in listed
+        shown, code = show_record(location, "s/v0")
+        assert code == 1 and shown.startswith("s@v0: not built (UNREADABLE)")
         assert location.fs.cat_file(location.path("s/v0")) == b"x"
         location.remove_tree(location.path("s/v0"))
         artifact = resolve(step, prefix=prefix)  # rebuilt, not a crash
@@ -167,3 +178,15 @@ def test_text_that_is_not_unicode_is_refused_by_its_field(prefix: str) -> None:
     ):
         run(step, prefix=prefix)
     assert read_record(open_prefix(prefix), "txt/v0") is None
+
+
+def test_show_of_a_folder_without_a_record_never_suggests_itself(tmp_path: Path) -> None:
+    """Red team r23-4: ``marin show s@v0`` of a step folder holding no record or status said
+    "v0 of s exists here: did you mean s@v0?", the very name typed."""
+    location = open_prefix(str(tmp_path))
+    (tmp_path / "s" / "v0.marin").mkdir(parents=True)
+    (tmp_path / "s" / "v0.marin" / "log.txt").write_text("started\n")
+    with pytest.raises(NotFoundError) as info:
+        show_record(location, "s/v0")
+    assert "did you mean" not in str(info.value)
+    assert "s@v0's folder holds no record or status" in str(info.value)

@@ -247,6 +247,13 @@ def output_not_marins(
     inside = metadata_inside(location, spec)  # Marin wrote what is there: another step's build
     if inside is not None:
         return True, inside
+    if why.startswith(UNREAD_RECORD):
+        return True, StorageError(
+            f"output path {location.url_for(spec.output_path)} already exists {why}",
+            "run it with the Marin that wrote that record, or move the data away (or delete it "
+            "yourself) and run again; Marin never deletes data it cannot prove is this build",
+            spec.step_id,
+        )
     return True, StorageError(
         f"output path {location.url_for(spec.output_path)} already exists and was not "
         f"written by Marin ({why})",
@@ -255,6 +262,10 @@ def output_not_marins(
         f"ArtifactStep.adopt({spec.name!r}, {spec.version!r}, {spec.output_path!r}))",
         spec.step_id,
     )
+
+
+UNREAD_RECORD = "beside a record"
+"""How ``_proves_nothing`` starts the reason for a record naming this build it cannot read."""
 
 
 def _proves_nothing(location: Location, spec: StepSpec) -> str:
@@ -275,7 +286,8 @@ def _proves_nothing(location: Location, spec: StepSpec) -> str:
         return ""
     # A record this Marin cannot read proves nothing, even naming this build (a newer Marin's
     # on a shared bucket, or damaged), as ``marin gc`` reads it: the other files may prove it.
-    if found is not None or unread_record_names(location, output_path, step) is False:
+    named = unread_record_names(location, output_path, step) if found is None else False
+    if named is False:
         return (
             f"its {folder} folder holds a record of another step or output (a copy, whole, "
             "damaged or of a newer Marin): no proof that Marin wrote this one"
@@ -287,7 +299,14 @@ def _proves_nothing(location: Location, spec: StepSpec) -> str:
         # The record once more, last: a runner building the step commits its record before it
         # releases its lease, so a lease gone when read above means that record is there now.
         committed = isinstance(load_record(location, output_path, step=step), ArtifactRecord)
-        return "" if committed else why
+        if committed:
+            return ""
+        if named:  # red team r23-4: not "not written by Marin", nor advice to adopt it
+            return (
+                f"{UNREAD_RECORD} naming this build that this Marin cannot read (a newer "
+                "Marin's, or damaged), and nothing else proves the data is this build"
+            )
+        return why
     lease = read_lease(location, output_path)
     if adoption_status(read_status_file(location, output_path)) or (
         lease is not None and names_adoption(lease.raw)
