@@ -649,6 +649,28 @@ def test_pytz_and_zoneinfo_and_a_datetime_subclass_are_other_configs() -> None:
     assert _fingerprint(on=pendulum.date(2024, 1, 1)) != _fingerprint(on=datetime.date(2024, 1, 1))
 
 
+def test_a_time_zone_that_raises_for_some_year_is_a_config_error() -> None:
+    """A ``tzinfo`` of one's own that raises for a year the rules walk asks about failed
+    lowering with its own exception; a ``ConfigError`` names the field and the fix now."""
+    import datetime
+
+    class Modern(datetime.tzinfo):
+        def utcoffset(self, dt: datetime.datetime | None) -> datetime.timedelta:
+            if dt is not None and dt.year < 1900:
+                raise ValueError("no rules before 1900")
+            return datetime.timedelta(hours=1)
+
+        def dst(self, dt: datetime.datetime | None) -> datetime.timedelta:
+            return datetime.timedelta(0)
+
+        def tzname(self, dt: datetime.datetime | None) -> str:
+            return "M"
+
+    at = datetime.datetime(2024, 1, 1, tzinfo=Modern())
+    with pytest.raises(ConfigError, match=r"config\.at: its time zone Modern raised ValueError"):
+        _fingerprint(at=at)
+
+
 def test_pytz_offsets_differing_only_in_summer_time_are_other_configs() -> None:
     """Red team r23-5: two of Cordoba's ``-02`` summer-time offsets, with one and two hours of
     it, have one ``repr``; a datetime in either was one config though ``dst()`` differs."""

@@ -447,7 +447,18 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else {"__float__": repr(value)}
     if isinstance(value, datetime.datetime):
-        return _datetime_form(value)
+        try:
+            return _datetime_form(value)
+        except Exception as exc:  # a tzinfo of one's own, asked about 1850-2100 (``_scanned``)
+            if path is None:
+                raise _NeedsPath from None
+            raise ConfigError(
+                f"{path}: its time zone {type(value.tzinfo).__qualname__} raised "
+                f"{type(exc).__name__}: {exc} when asked its offset, summer time or name "
+                "between 1850 and 2100",
+                "make the tzinfo answer for any date, or use a zoneinfo.ZoneInfo",
+                walk.step,
+            ) from None
     if isinstance(value, datetime.date):
         return {"__date__": value.isoformat(), **_subclass(value)}
     if isinstance(value, bytes):
