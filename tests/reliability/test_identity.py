@@ -667,7 +667,7 @@ def test_a_time_zone_that_raises_for_some_year_is_a_config_error() -> None:
             return "M"
 
     at = datetime.datetime(2024, 1, 1, tzinfo=Modern())
-    with pytest.raises(ConfigError, match=r"config\.at: its time zone Modern raised ValueError"):
+    with pytest.raises(ConfigError, match=r"config\.at: its time zone .*Modern raised ValueError"):
         _fingerprint(at=at)
 
 
