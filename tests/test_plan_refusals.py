@@ -336,13 +336,15 @@ def test_data_beside_a_metadata_folder_of_no_attempt_is_refused(tmp_path: Path, 
     _left_alone_by_gc(prefix, f"its metadata folder {shown}")
 
 
-@pytest.mark.parametrize("left", ["status", "lease"])
+@pytest.mark.parametrize("left", ["status", "status replacing an unknown build", "lease"])
 def test_an_earlier_attempts_leftovers_are_still_cleared_and_rebuilt(
     tmp_path: Path, left: str
 ) -> None:
     """What an earlier attempt of Marin's left beside its partial output (a FAILED status, an
     expired lease of a holder gone, each naming it) still proves the output Marin's: cleared,
-    built. A log alone names nothing (``test_a_file_that_cannot_prove_the_output_marins_...``)."""
+    built, and ``marin gc`` would delete it (it asked a lease or ``job.json`` of a status whose
+    replaced build is unknown, which a build takes as proof). A log alone names nothing
+    (``test_a_file_that_cannot_prove_the_output_marins_...``)."""
     prefix = tmp_path / "p"
     (prefix / "raw/v1").mkdir(parents=True)
     (prefix / "raw/v1/partial.bin").write_text("half")
@@ -350,8 +352,9 @@ def test_an_earlier_attempts_leftovers_are_still_cleared_and_rebuilt(
     folder = prefix / "raw/v1.marin"
     folder.mkdir(parents=True)
     (folder / "lease.json.guard").touch()
-    if left == "status":
-        write_status(location, "raw/v1", "FAILED", error="an earlier attempt")
+    if left.startswith("status"):
+        replaces = {"replaces": "unknown"} if "unknown" in left else {}
+        write_status(location, "raw/v1", "FAILED", error="an earlier attempt", **replaces)
     else:
         lease = {"holder": "otherhost:4242:99", "token": "t", "ttl": 600, "expires_at": 1.0,
                  "started_at": "2026-01-01T00:00:00Z", "output_path": "raw/v1"}  # fmt: skip
@@ -359,6 +362,8 @@ def test_an_earlier_attempts_leftovers_are_still_cleared_and_rebuilt(
     (folder / "log.txt").write_text("working on shard 2\n")
     table, data = _plan("raw_built", prefix)
     assert "refusal" not in data["steps"][0] and "refuses" not in table
+    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
+    assert "would delete raw@v1" in gc.stdout and "not Marin's, left" not in gc.stdout, gc.stdout
     ran = marin("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix))
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert sorted(p.name for p in (prefix / "raw/v1").iterdir()) == ["data.txt"]

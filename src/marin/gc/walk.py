@@ -202,9 +202,11 @@ def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot |
     if why:
         return Foreign(output_path, why)
     # Unnamed leftovers with no output beside them (an older gc's lease guard) hold nothing
-    # but Marin's own files: they go. Beside an output, only a lease or job naming it proves it.
+    # but Marin's own files: they go. Beside an output, a status, lease or job naming it proves
+    # it, as a build reads them (a status whose replaced build is unknown names it too).
     lease = read_lease(location, output_path)
-    if output_kind and not _leftovers_named(location, output_path, lease):
+    named = status is not None and status_names(status, output_path)
+    if output_kind and not named and not _leftovers_named(location, output_path, lease):
         return Foreign(output_path, UNATTRIBUTED.format("lease or job"))
     leftovers = tuple(sorted(names))
     adoption = lease is not None and names_adoption(lease.raw)  # its data is not Marin's
