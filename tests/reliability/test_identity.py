@@ -701,6 +701,9 @@ def test_a_number_of_a_subclass_is_not_the_plain_number() -> None:
     assert _fingerprint(n=Count(3)) != _fingerprint(n=3)
     assert _fingerprint(lr=np.float64("nan")) != _fingerprint(lr=float("nan"))
     assert _fingerprint(n=Count(10**400)) == _fingerprint(n=Count(10**400))
+    # Red team r24-1: a plain dict spelling the tag is escaped, as every tag's is.
+    spelled = {"__number__": 0.001, "class": "float64"}
+    assert _fingerprint(lr=spelled) != _fingerprint(lr=np.float64(0.001))
 
 
 def test_a_transformed_placeholder_has_one_fingerprint_in_every_process(tmp_path: Any) -> None:

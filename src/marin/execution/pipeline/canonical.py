@@ -34,7 +34,17 @@ _BUILT_IN = (str, int, float, bool, type(None), list, tuple, dict, set, frozense
 # The keys of the type tags below; a plain dict holding one is escaped as ``{"__dict__": ...}``.
 _TAGS = frozenset(
     f"__{tag}__"
-    for tag in ("set", "datetime", "date", "bytes", "float", "enum", "dataclass", "registered")
+    for tag in (
+        "set",
+        "datetime",
+        "date",
+        "bytes",
+        "float",
+        "number",
+        "enum",
+        "dataclass",
+        "registered",
+    )
 ) | {"__dict__", "__map__", "__str__", "__text__"}
 
 _registered: dict[type, Callable[[Any], Any]] = {}
