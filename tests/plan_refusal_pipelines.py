@@ -43,6 +43,16 @@ def raw_built() -> list[ArtifactStep]:
     return [apply("raw", write, version="v1", text="raw", out_path=OUT)]
 
 
+def valued(text: str) -> dict[str, Any]:
+    """A step whose artifact is its returned value: it writes nothing at its output path."""
+    return {"text": text}
+
+
+def raw_value() -> list[ArtifactStep]:
+    """``raw@v1`` whose artifact is its value alone (no folder is made at ``raw/v1``)."""
+    return [apply("raw", valued, version="v1", text="raw")]
+
+
 def raw_v0() -> list[ArtifactStep]:
     """``raw@v0``: the version before ``raw_built``'s, whose record a user may copy."""
     return [apply("raw", write, version="v0", text="raw", out_path=OUT)]

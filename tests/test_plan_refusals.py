@@ -336,6 +336,27 @@ def test_data_beside_a_metadata_folder_of_no_attempt_is_refused(tmp_path: Path, 
     _left_alone_by_gc(prefix, f"its metadata folder {shown}")
 
 
+def test_data_put_later_where_a_value_only_step_wrote_nothing_is_kept(tmp_path: Path) -> None:
+    """Red team r24-3: a step whose artifact is its returned value makes no folder at its
+    output path; someone's data put there later was deleted by ``--force`` and by ``marin gc``
+    as that step's output, though its record says it wrote no file there (the same data there
+    before the first build was refused and kept). Now refused and kept alike."""
+    prefix = tmp_path / "p"
+    built = marin("run", f"{PIPELINES}:raw_value", "--prefix", str(prefix))
+    assert built.returncode == 0 and not (prefix / "raw/v1").exists(), built.stderr
+    (prefix / "raw/v1").mkdir()
+    (prefix / "raw/v1/precious.bin").write_text("theirs")
+    step, _ = _refused("raw_value", prefix, "--force", "raw")
+    said = "its record says the build wrote no file there (its artifact is its returned value)"
+    assert f"raw/v1 already exists and was not written by Marin ({said}" in step["refusal"]["what"]
+    _left_alone_by_gc(prefix, said)
+    (prefix / "raw/v1/precious.bin").unlink()  # an empty folder left there is no one's data
+    assert (
+        marin("run", f"{PIPELINES}:raw_value", "--prefix", str(prefix), "--force", "raw").returncode
+        == 0
+    )
+
+
 @pytest.mark.parametrize("left", ["status", "status replacing an unknown build", "lease"])
 def test_an_earlier_attempts_leftovers_are_still_cleared_and_rebuilt(
     tmp_path: Path, left: str

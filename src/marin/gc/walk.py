@@ -30,6 +30,7 @@ from marin.execution.store.records import (
     load_record,
     metadata_dir,
     read_status_file,
+    record_disowns_output,
     replaced_build,
     status_names,
 )
@@ -178,7 +179,8 @@ def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot |
             output_path, f"its metadata folder holds another step's record ({found.why})"
         )
     if found is not None:
-        return Slot(output_path, found, None, None)
+        why = record_disowns_output(location, output_path, found) if output_kind else ""
+        return Foreign(output_path, why) if why else Slot(output_path, found, None, None)
     status = read_status_file(location, output_path)
     if status is not None and replaced_build(status) != UNKNOWN_BUILD:
         # Beside an output, the build's rule first (in its words): no file there may name

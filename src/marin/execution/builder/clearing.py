@@ -40,6 +40,7 @@ from marin.execution.store.records import (
     metadata_files,
     read_record,
     read_status_file,
+    record_disowns_output,
     unread_record_names,
 )
 from marin.execution.store.registry import REGISTRY_FOLDER, frozen
@@ -283,7 +284,7 @@ def _proves_nothing(location: Location, spec: StepSpec) -> str:
     step = (spec.name, spec.version)
     found = load_record(location, output_path, step=step)
     if isinstance(found, ArtifactRecord):
-        return ""
+        return record_disowns_output(location, output_path, found)
     # A record this Marin cannot read proves nothing, even naming this build (a newer Marin's
     # on a shared bucket, or damaged), as ``marin gc`` reads it: the other files may prove it.
     named = unread_record_names(location, output_path, step) if found is None else False
@@ -298,9 +299,9 @@ def _proves_nothing(location: Location, spec: StepSpec) -> str:
     if why:
         # The record once more, last: a runner building the step commits its record before it
         # releases its lease, so a lease gone when read above means that record is there now.
-        committed = isinstance(load_record(location, output_path, step=step), ArtifactRecord)
-        if committed:
-            return ""
+        committed = load_record(location, output_path, step=step)
+        if isinstance(committed, ArtifactRecord):
+            return record_disowns_output(location, output_path, committed)
         if named:  # red team r23-4: not "not written by Marin", nor advice to adopt it
             return (
                 f"{UNREAD_RECORD} naming this build that this Marin cannot read (a newer "

@@ -300,6 +300,27 @@ class ForeignRecord:
     """``record belongs to other@v0``, or the output it was written for."""
 
 
+def record_disowns_output(location: Location, output_path: str, record: ArtifactRecord) -> str:
+    """Why data at ``output_path`` is not the build ``record`` (this build's, read) made, or ""
+    (red team r24-3): the record says the build wrote no file there (a step whose artifact is
+    its returned value; its digest known), and a file is there now, put by someone later. Asked
+    wherever a record proves the output Marin's (a build's look before clearing, ``marin gc``);
+    one listing, only for such a record."""
+    if record.output.digest is None or record.output.files or record.output.bytes:
+        return ""
+    path = location.path(output_path)
+    try:
+        found = location.fs.find(path, withdirs=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    if not found:
+        return ""
+    return (
+        "its record says the build wrote no file there (its artifact is its returned value), "
+        "and files are there now: put there since"
+    )
+
+
 def unread_record_names(location: Location, output_path: str, step: tuple[str, str]) -> bool | None:
     """Whose a ``record.json`` is that ``load_record`` cannot read (a newer schema, a field
     damaged, torn): True when its JSON object still names ``step`` (``(name, version)``) and
