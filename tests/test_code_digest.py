@@ -100,7 +100,7 @@ def train_model(text, out_path):
 """
 
 
-def test_comments_docstrings_and_formatting_do_not_count(project: Project) -> None:
+def test_comments_and_formatting_do_not_count(project: Project) -> None:
     before = project.load(helpers=HELPERS, pipe=PIPE)
     after = project.load(
         helpers='''\
@@ -109,7 +109,6 @@ def test_comments_docstrings_and_formatting_do_not_count(project: Project) -> No
 
 
         def tokenize(text):
-            """Split and lower-case (a docstring that was not there)."""
             # a comment line
             words = text.split(   )
             return [w.lower()
@@ -141,12 +140,44 @@ def test_comments_docstrings_and_formatting_do_not_count(project: Project) -> No
     assert explain_code_drift(old, new) == []
 
 
+def test_a_docstring_is_code(project: Project) -> None:
+    """Red team r24-2: docstrings did not count, but code reads them (a DSPy signature's
+    docstring is the instruction sent to the model, ``inspect.getdoc``, a tool's description):
+    an edited prompt in one was served under ``--on-code-drift error``. Added, edited or
+    removed, a function's or a class's docstring is drift naming it."""
+    pipe = '''\
+        import inspect
+
+
+        class Signature:
+            """Answer the question in one word."""
+
+
+        def evaluate(question, out_path):
+            """Ask the model."""
+            return inspect.getdoc(Signature) + question
+        '''
+    before = code_digest(project.load(pipe=pipe)["pipe"].evaluate)
+    edits = {
+        "class": pipe.replace("in one word.", "in French, in one full sentence."),
+        "function": pipe.replace("Ask the model.", "Ask the model twice."),
+        "removed": pipe.replace('"""Ask the model."""', "pass"),
+    }
+    for what, edited in edits.items():
+        after = code_digest(project.load(pipe=edited)["pipe"].evaluate)
+        assert code_drifted(before, after), what
+        named = "Signature" if what == "class" else "evaluate"
+        assert any(named in line for line in explain_code_drift(before, after)), what
+
+
 def test_a_changed_constant_in_a_same_project_helper_is_drift_naming_the_helper(
     project: Project,
 ) -> None:
     before = project.load(helpers=HELPERS, pipe=PIPE)
     after = project.load(
-        helpers=HELPERS.replace("return [w.lower() for w in words]", "return [w.lower() for w in words[:2]]"),
+        helpers=HELPERS.replace(
+            "return [w.lower() for w in words]", "return [w.lower() for w in words[:2]]"
+        ),
         pipe=PIPE,
     )
     old = code_digest(before["pipe"].train_model)
@@ -275,7 +306,9 @@ def test_a_callee_made_at_run_time_is_named_unseen(project: Project) -> None:
 _PIPELINE = Path(__file__).parent / "reliability/code_registry_pipeline.py"
 """test_resumable.py's project: ``TOKENIZERS``, filled by a decorator (braces kept from
 ``Project.load``'s ``str.format``), and a dispatch table beside it."""
-REGISTRY = _PIPELINE.read_text().replace("{", "{{").replace("}", "}}") + """
+REGISTRY = (
+    _PIPELINE.read_text().replace("{", "{{").replace("}", "}}")
+    + """
 
 def up(x):
     return x.upper()
@@ -287,6 +320,7 @@ TABLE = {{"up": up, "nested": [up]}}
 def step(text):
     return TOKENIZERS["words"](text), TABLE["up"](text)
 """
+)
 
 
 def test_functions_in_a_module_level_registry_or_dispatch_dict_are_code(project: Project) -> None:
@@ -406,8 +440,12 @@ def test_callees_are_followed_transitively_and_named_with_their_caller(project: 
 
 def test_added_and_removed_callees(project: Project) -> None:
     helpers = "def a(x):\n    return x\n\n\ndef b(x):\n    return -x\n"
-    before = project.load(helpers=helpers, pipe="from {helpers} import a, b\n\ndef f(x):\n    return a(x)\n")
-    after = project.load(helpers=helpers, pipe="from {helpers} import a, b\n\ndef f(x):\n    return b(x)\n")
+    before = project.load(
+        helpers=helpers, pipe="from {helpers} import a, b\n\ndef f(x):\n    return a(x)\n"
+    )
+    after = project.load(
+        helpers=helpers, pipe="from {helpers} import a, b\n\ndef f(x):\n    return b(x)\n"
+    )
     old = code_digest(before["pipe"].f)
     new = code_digest(after["pipe"].f)
     lines = explain_code_drift(old, new)
@@ -607,11 +645,23 @@ def test_a_stored_digest_round_trips(project: Project) -> None:
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=80),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 _FIELDS = ("scheme", "digest", "unknown", "parts")
-_PART_FIELDS = ("name", "file", "line", "digest", "header", "statements", "constants", "unknown", "via")
+_PART_FIELDS = (
+    "name",
+    "file",
+    "line",
+    "digest",
+    "header",
+    "statements",
+    "constants",
+    "unknown",
+    "via",
+)
 
 
 def _corrupt(record: dict[str, Any], where: str, field: str, value: Any) -> dict[str, Any]:
@@ -642,7 +692,12 @@ _corruptions = given(
 )
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @_corruptions
 @example(where="part", field="line", value=True)  # bool is an int in Python: not a line number
 @example(where="part", field="statements", value=["zz"])
@@ -653,7 +708,9 @@ def test_a_corrupt_stored_digest_loads_as_unknown_or_valid(
     _check_corrupt(valid_record, where, field, value)
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @_corruptions
 def test_a_corrupt_stored_digest_random_run(
     valid_record: dict[str, Any], where: str, field: str, value: Any
@@ -701,7 +758,12 @@ _layouts = given(
 )
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @_layouts
 def test_relayout_and_comments_never_change_the_digest(
     tmp_path: Path, comments: list[int], blank: list[int]
@@ -709,7 +771,9 @@ def test_relayout_and_comments_never_change_the_digest(
     _check_layout(tmp_path, comments, blank)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @_layouts
 def test_relayout_and_comments_never_change_the_digest_random_run(
     tmp_path: Path, comments: list[int], blank: list[int]
@@ -842,7 +906,9 @@ def test_a_part_that_fails_is_unknown_with_one_warning(
     digest = code_digest(modules["pipe"].train_model)
     assert digest.digest is not None
     assert digest.unseen == ["tokenize (its digest failed (RecursionError))"]
-    again = code_digest(apply("x", modules["pipe"].train_model, version="v1", text="a", out_path=OUT).run)
+    again = code_digest(
+        apply("x", modules["pipe"].train_model, version="v1", text="a", out_path=OUT).run
+    )
     assert again is digest
     warnings = [r.getMessage() for r in caplog.records if "code digest" in r.getMessage()]
     assert warnings == ["code digest: tokenize: its digest failed (RecursionError); "

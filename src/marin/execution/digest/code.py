@@ -6,7 +6,8 @@ hash of the normalised syntax tree of ``fn`` and of every function and class of 
 it refers to, transitively, stored in each record so that a changed function can be reported
 like config drift. It never enters a path or a fingerprint.
 
-- **Normalised**: comments, docstrings, formatting and line numbers do not count; the serialiser
+- **Normalised**: comments, formatting and line numbers do not count (docstrings do: code reads
+  them, as a DSPy signature's instructions or a tool's description); the serialiser
   skips empty fields, so the digest does not move between Python versions that only add fields.
 - **Same project** (``source.is_project_module``): not the standard library, not the engine,
   not a package of an installed distribution other than the project's own, loaded from where
@@ -90,7 +91,7 @@ from marin.execution.digest.source import (
     warn_once,
 )
 
-SCHEME = "ast10"
+SCHEME = "ast11"
 """Stored with every digest; a record of another scheme compares as unknown, never as drift.
 ``ast2``: which callees are followed is decided by module name (``ast1``: by file location),
 so an ``ast1`` record of code that is now followed must not read as drift. ``ast3``: code held
@@ -112,7 +113,8 @@ as``, ``match``, ``setattr`` on the module, ``globals().update``), an imported b
 ``exec`` at module level unseen, a function's defaults and attributes by value, code swapped into
 a class, what a module-level partial or bound method carries, a ``build_config``'s object, an
 instance's fields in a container or a class attribute, a dict/list subclass's items, a library
-class the project patched; a project module held as a field is unseen."""
+class the project patched; a project module held as a field is unseen. ``ast11``: docstrings
+count (a prompt in a DSPy signature's, a tool's description: code reads them)."""
 OBJECT_STATE = ".<self>"
 """The suffix of the part holding the fields of a step function's object (``Trainer.<self>``):
 a bound method's ``__self__`` or a callable instance, through partials too."""

@@ -1,4 +1,4 @@
-"""Where a function's source is, and its syntax with comments, docstrings and layout removed.
+"""Where a function's source is, and its syntax with comments and layout removed.
 
 The code digest (``code_digest.py``) is built from what this module answers: whether a module is
 the project's (not the standard library, not an installed package, not the engine),
@@ -731,23 +731,13 @@ def source_index(filename: str) -> SourceIndex | str:
 # --- normalised syntax --------------------------------------------------------------------------
 
 
-def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
-    first = body[0] if body else None
-    if (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
-        return body[1:]
-    return body
-
-
 References = dict[tuple[str, ...], None]
 """Every ``name`` and ``name.attr.attr`` a definition reads, in order, without repeats."""
 
 
 def _write(root: Any, out: list[str], refs: References, skip: str = "") -> None:
-    """A canonical text of ``root`` (field names and values, no positions, no docstrings),
+    """A canonical text of ``root`` (field names and values, no positions; docstrings count:
+    code reads them, as a DSPy signature's instructions or a tool's description, red team r24-2),
     collecting the names it reads into ``refs`` on the way (one pass over the tree).
 
     ``skip`` names a field of ``root`` itself to leave out (a definition's body, for its header).
@@ -779,8 +769,6 @@ def _write(root: Any, out: list[str], refs: References, skip: str = "") -> None:
                 if name == "type_comment" or name == skip_field:
                     continue
                 value = getattr(node, name, None)
-                if name == "body" and isinstance(node, DEFINITIONS):
-                    value = _without_docstring(node.body)
                 if value is None or value == []:
                     continue  # fields a later Python adds (type_params=[]) do not move it
                 todo += [name, "=", (value, ""), ","]
@@ -827,7 +815,7 @@ def split_definition(node: ast.AST, refs: References) -> tuple[str, list[ast.AST
     assert isinstance(node, DEFINITIONS)
     out: list[str] = []
     _write(node, out, refs, skip="body")
-    return "".join(out), list(_without_docstring(node.body))
+    return "".join(out), list(node.body)
 
 
 # --- names a definition refers to ---------------------------------------------------------------
