@@ -649,6 +649,17 @@ def test_pytz_and_zoneinfo_and_a_datetime_subclass_are_other_configs() -> None:
     assert _fingerprint(on=pendulum.date(2024, 1, 1)) != _fingerprint(on=datetime.date(2024, 1, 1))
 
 
+def test_a_windows_path_is_the_text_fn_opens() -> None:
+    """Red team r24-5: ``PureWindowsPath("a\\b")`` was ``"a/b"``, though on Linux ``fn`` opens
+    a file named ``a\\b``; a POSIX path is still its text."""
+    import pathlib
+
+    windows = pathlib.PureWindowsPath("a\\b")
+    assert _fingerprint(p=windows) != _fingerprint(p="a/b")
+    assert _fingerprint(p=windows) == _fingerprint(p="a\\b")
+    assert _fingerprint(p=pathlib.PurePosixPath("a/b")) == _fingerprint(p="a/b")
+
+
 def test_a_time_zone_that_raises_for_some_year_is_a_config_error() -> None:
     """A ``tzinfo`` of one's own that raises for a year the rules walk asks about failed
     lowering with its own exception; a ``ConfigError`` names the field and the fix now."""

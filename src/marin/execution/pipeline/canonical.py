@@ -17,6 +17,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 import pathlib
 import re
 from collections.abc import Callable
@@ -444,6 +445,9 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     # spelling ``{OUT}`` is tagged as that text is (red team r18-1).
     if isinstance(value, str):
         return _canonical(str.__str__(value), path, walk)
+    if isinstance(value, pathlib.PureWindowsPath) and os.name != "nt":
+        # ``fn`` opens its own text here (``a\\b``, one name), not ``a/b`` (red team r24-5).
+        return _canonical(str(value), path, walk)
     if isinstance(value, pathlib.PurePath):
         return _canonical(value.as_posix(), path, walk)
     if isinstance(value, int | float) and type(value) not in (int, float, bool):
