@@ -10,7 +10,11 @@ and the step's build arguments, pickled. The worker loads the target first, with
 ``load_target``, which registers a file's module under the same name as on the driver
 (``marin_target_<stem>``), so the pickled functions resolve to the worker's own copy of the
 pipeline code. A worker that cannot load the pipeline fails the step at once with one error
-naming the worker and the target (``WorkerImportError``), never a task left ``Pending``.
+naming the worker and the target (``WorkerImportError``), never a task left ``Pending``. A
+worker whose copy differs from the code the driver lowered (a source edited since, a worker
+started from another checkout) fails the step before ``fn`` runs, as a remote job does
+(``remote/code_check.py``): the record names the driver's code digest, so the worker must run
+that code.
 
 Placement: a step's accelerators (``resources`` other than ``cpu`` and ``memory``) become Dask
 worker resources in upper case, so a ``gpu=1`` step runs only on a worker started with
@@ -195,6 +199,21 @@ def unpack(target: str | None, payload: bytes, identity: dict[str, Any]) -> Remo
     return build
 
 
+def check_worker_code(build: RemoteBuild) -> None:
+    """Before the build: the code this worker imported is the code the driver lowered, which
+    the record names (the recipe's code digest), or the step fails naming the step and the fix.
+
+    Raises:
+        CodeChangedError: a function or class of the step changed since the driver lowered it.
+    """
+    from marin.execution.remote.code_check import check_code, expected_code
+
+    spec, recipe = build.spec, build.decision.recipe if build.decision else None
+    code = recipe.code if recipe is not None else spec.code
+    if code is not None:  # None: the worker's build digests its own code, which it records
+        check_code(spec.run, expected_code(spec.step_id, code), where="Dask worker")
+
+
 def build_remote(target: str | None, payload: bytes) -> RemoteOutcome:
     """A step's build on this worker: ``build_step`` with the driver's arguments, holding the
     flow's Prefect concurrency slots as a local build does. The record names this worker."""
@@ -208,6 +227,7 @@ def build_remote(target: str | None, payload: bytes) -> RemoteOutcome:
     identity = worker_identity()
     build = unpack(target, payload, identity)
     spec = build.spec
+    check_worker_code(build)
     # The worker's own prefix policy (MARIN_ALLOWED_PREFIXES) applies to what the driver sent.
     location = open_prefix(build.prefix)
     # The loop's own build request, rebuilt from what the driver sent: no devices assigned

@@ -90,7 +90,12 @@ def test_steps_build_once_spread_over_both_workers_gpu_steps_on_the_gpu_worker(
     dask, log = cluster
     prefix = f"s3://marin-tests/dask-{uuid.uuid4().hex[:10]}"
     specs = collect_steps(lower(list(load_target(TARGET))))
-    flow = to_prefect_flow(TARGET, prefix=prefix, task_runner=runner(dask.address), options=RunOptions(max_concurrent=4))
+    flow = to_prefect_flow(
+        TARGET,
+        prefix=prefix,
+        task_runner=runner(dask.address),
+        options=RunOptions(max_concurrent=4),
+    )
     state = flow(return_state=True)
     assert state.is_completed(), state
 
@@ -116,7 +121,12 @@ def test_steps_build_once_spread_over_both_workers_gpu_steps_on_the_gpu_worker(
     shards = {built_on[f"dask/shard-{i}@v1"] for i in range(4)}
     assert shards == {"cpu", "gpu"}, built_on  # spread over both (they ran side by side)
 
-    again = to_prefect_flow(TARGET, prefix=prefix, task_runner=runner(dask.address), options=RunOptions(max_concurrent=4))
+    again = to_prefect_flow(
+        TARGET,
+        prefix=prefix,
+        task_runner=runner(dask.address),
+        options=RunOptions(max_concurrent=4),
+    )
     second = again(return_state=True)
     assert second.is_completed(), second
     runs = task_runs(flow_run_id(second), expected=len(specs))
@@ -150,6 +160,32 @@ def test_a_worker_that_cannot_load_the_pipeline_fails_the_step_naming_it(
     assert "cannot load the pipeline" in message and f"{folder}/lonely.py:pipeline" in message
     assert "Dask worker" in message and ("cpu at tcp://" in message or "gpu at tcp://" in message)
     assert time.monotonic() - t0 < 60
+
+
+def test_a_worker_that_imports_code_edited_after_the_driver_lowered_it_fails_the_step(
+    cluster: tuple[DaskCluster, Path], tmp_path: Path
+) -> None:
+    """Round 24 finding 4: a worker loads the pipeline file when its task starts, while the
+    record names the code digest the driver lowered. The file edited in between made the worker
+    build the edited code under the driver's digest; it now checks, as a remote job does: the
+    step fails before ``fn`` runs, naming the step and the fix, and nothing is committed."""
+    dask, _ = cluster
+    path = tmp_path / "edited_dask.py"
+    path.write_text(
+        "from marin.execution.lazy import OUT, apply\n"
+        "def word(out_path):\n"
+        "    return 'ORIGINAL'\n"
+        "pipeline = [apply('edited/word', word, version='v1', out_path=OUT)]\n"
+    )
+    prefix = str(tmp_path / "p")
+    flow = to_prefect_flow(f"{path}:pipeline", prefix=prefix, task_runner=runner(dask.address))
+    path.write_text(path.read_text().replace("'ORIGINAL'", "'EDITED'"))
+    state = flow(return_state=True)
+    assert state.is_failed(), state
+    message = str(state.message)
+    assert "the Dask worker runs other code than the run lowered: word changed" in message
+    assert "(step edited/word@v1)" in message and "run again" in message
+    assert read_record(open_prefix(prefix), "edited/word/v1") is None
 
 
 def test_a_worker_killed_mid_build_is_recovered_on_the_other_with_one_commit(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -190,6 +191,41 @@ def test_a_file_loaded_pipeline_runs_isolated(location: Location, tmp_path: obje
     assert outcome.record.result != os.getpid()
 
 
+def test_an_isolated_step_whose_source_was_edited_after_lowering_fails_and_commits_nothing(
+    location: Location, tmp_path: Path
+) -> None:
+    """Round 24 finding 4: the child imports ``fn`` when the step starts, while the record names
+    the code digest of the lowering. The source edited in between (a long run) made the child
+    build the edited code under the lowered code's digest; it now checks, as a remote job
+    does, and the attempt fails naming the step and the fix, with nothing committed."""
+    from marin.execution.pipeline.targets import load_target
+
+    path = tmp_path / "edited_pipe.py"
+    path.write_text(
+        "from marin.execution.lazy import OUT, apply\n"
+        "def word(out_path):\n"
+        "    return 'ORIGINAL'\n"
+        "pipeline = apply('word', word, version='v1', out_path=OUT).with_options(isolate=True)\n"
+    )
+    (handle,) = load_target(f"{path}:pipeline")
+    spec = lower(handle)
+    path.write_text(path.read_text().replace("'ORIGINAL'", "'EDITED'"))
+    with pytest.raises(RuntimeError) as info:
+        build_step(BuildRequest(spec, location))
+    text = str(info.value)
+    assert text.startswith("marin.execution.errors.CodeChangedError: error: the isolated process")
+    assert "runs other code than the run lowered: word changed after the run lowered" in text
+    assert "(step word@v1)" in text and "run again" in text
+    assert read_record(location, spec.output_path) is None
+    status = read_status(location, spec.output_path)
+    assert (
+        status is not None and status["state"] == FAILED and "CodeChangedError" in status["error"]
+    )
+    sys.modules.pop("marin_target_edited_pipe")  # the next run (a new process) lowers the edit
+    (again,) = load_target(f"{path}:pipeline")
+    assert build_step(BuildRequest(lower(again), location)).record.result == "EDITED"
+
+
 def test_gpu_steps_get_distinct_devices_and_cuda_visible_devices(
     location: Location, tmp_path: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -274,7 +310,9 @@ def test_an_isolated_step_that_leaves_helpers_running_ends_them_and_does_not_wai
     step = apply("serve", rp.start_helpers, version="v1", pid_file=pid_file)
     spec = lower(step.with_options(isolate=True, timeout=120))
     done = threading.Event()
-    builder = threading.Thread(target=lambda: (build_step(BuildRequest(spec, location)), done.set()), daemon=True)
+    builder = threading.Thread(
+        target=lambda: (build_step(BuildRequest(spec, location)), done.set()), daemon=True
+    )
     builder.start()
     finished = done.wait(60)
     in_group, own_session, _ = _helper_pids(pid_file)

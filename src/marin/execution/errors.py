@@ -96,6 +96,11 @@ class CodeDriftError(DriftError):
     """A built step's code changed since its record under ``on_code_drift='error'``."""
 
 
+class CodeChangedError(MarinError, RuntimeError):
+    """The process that runs a step's ``fn`` (an isolated step's child, a Dask worker) imported
+    other code than the run lowered, which the record would name: a source edit meanwhile."""
+
+
 class StorageError(MarinError, OSError):
     """A prefix or path that cannot be opened or written."""
 

@@ -96,6 +96,7 @@ from marin.execution.plan.read import read_stored_step
 from marin.execution.plan.scope import refuse_shared_write
 from marin.execution.remote.call import RemoteBuild, pending_job, refuse_unreadable_job, run_job
 from marin.execution.remote.cleanup import release_committed
+from marin.execution.remote.code_check import check_code, expected_code
 from marin.execution.remote.fence import (
     fence_local_build,
     fence_recorded,
@@ -165,9 +166,20 @@ LEASE_WAIT_LOG_EVERY_S = 30.0
 
 
 def run_context(
-    spec: StepSpec, location: Location, region: str | None = None, lease: Lease | None = None
+    spec: StepSpec,
+    location: Location,
+    region: str | None = None,
+    lease: Lease | None = None,
+    recipe: Recipe | None = None,
 ) -> StepContext:
-    """The run-time context of a build of ``spec``; ``lease`` answers ``still_holds_lease()``."""
+    """The run-time context of a build of ``spec``; ``lease`` answers ``still_holds_lease()``;
+    an isolated step's process checks it imported the code of ``recipe`` (``code_check``)."""
+    expect = None
+    if recipe is not None and spec.isolate:  # its process imports fn when the step starts
+        expect = expected_code(spec.step_id, recipe.code)
+    check = None
+    if expect is not None:
+        check = functools.partial(check_code, expected=expect, where="isolated process")
     return StepContext(
         output_path=location.url_for(spec.output_path),
         prefix=location.url,
@@ -177,6 +189,7 @@ def run_context(
         loader=functools.partial(load_dependency, location, spec),
         checkpoint_path=checkpoint_url(spec, location),
         lease_check=None if lease is None else LeaseCheck(lease),
+        code_check=check,
     )
 
 
@@ -934,7 +947,7 @@ def _build_holding(held: _Holding) -> BuildOutcome | Pending:
     held.kept.enter_context(_started_here(location, spec.output_path, spec.source))
     _clear_earlier(held)
     # No folder to make: the lease's folder sits beside the output, so its parent exists.
-    held.ctx = run_context(spec, location, request.region, held.lease)
+    held.ctx = run_context(spec, location, request.region, held.lease, held.recipe)
     held.lineage_run = build_started(spec, location, held.upstream, held.build_id)  # None: off
     return _committed(held, functools.partial(_start_fn, held))
 

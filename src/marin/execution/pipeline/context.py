@@ -120,6 +120,10 @@ class StepContext:
     """This process's rank in a gang step's job (``with_options(ranks=N)``): 0 to N-1."""
     world_size: int = 1
     """The number of ranks of a gang step's job (1 for every other step)."""
+    code_check: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
+    """Set by the build of an isolated step: called with ``fn`` in its fresh process, before
+    ``fn`` runs, it raises unless that process imported the code the run lowered (which the
+    record names: ``remote/code_check.py``). Never sent in the child's own context."""
 
     def still_holds_lease(self) -> bool:
         """Whether this attempt still holds its step's lease: one small read of the lease file.

@@ -3,10 +3,11 @@ OUT``.
 
 ``IN`` holds two pickles: first plain data (the parent's ``sys.path`` and the files of modules
 a fresh interpreter may not find by name), then the call (``fn`` by reference, its arguments
-and the step's run-time context, bound for ``current_context()``); a remote job's, a third:
-what to do before ``fn`` runs (``before_fn``: functions of ``execution/remote/``, called with
-the call's target: set the caller's context variables, check the job runs the code it was
-submitted for). ``IN`` is written by the process
+and the step's run-time context, bound for ``current_context()``); a remote job's (and an
+isolated step's whose build checks its code), a third: what to do before ``fn`` runs
+(``before_fn``: functions of ``execution/remote/``, called with the call's target: set the
+caller's context variables, check this process imported the code the run lowered, which the
+record names). ``IN`` is written by the process
 that starts this one, in a folder only its user can write; it is opened without following a
 link, and unpickled only if it is a regular file of this user that no one else can write
 (``_open_payload``). The child makes ``fn``'s module
@@ -91,7 +92,8 @@ def _prepare(meta: dict[str, Any]) -> None:
 
 
 def _extra(f: Any) -> dict[str, Any]:
-    """The optional third pickle (a remote job's ``before_fn``), or nothing."""
+    """The optional third pickle (``before_fn``: a remote job's, an isolated step's code
+    check), or nothing."""
     try:
         extra = pickle.load(f)
     except EOFError:
@@ -149,7 +151,7 @@ def _run(call_path: str) -> dict[str, Any]:
             _prepare(pickle.load(f))
             call = pickle.load(f)
             extra = _extra(f)
-        for before in extra.get("before_fn", ()):  # a remote job's own set-up and checks
+        for before in extra.get("before_fn", ()):  # set-up and checks (a job's, the code's)
             before(call["target"])
         context = _ranked(call.get("context"))
         if context is None:

@@ -161,6 +161,7 @@ def call_payload(
         runtime_args=dict(ctx.runtime_args),
         devices=tuple(range(len(ctx.devices))),
         lease_check=ctx.lease_check if ctx.checkpoint_path is not None else None,
+        code_check=None,
     )
     meta = {
         "sys_path": list(sys.path),
@@ -200,6 +201,8 @@ class IsolatedCall:
     def __call__(self, ctx: StepContext) -> Any:
         # The child, and what it started, dies with this process (isolated_child._die_with).
         payload = call_payload(self.run, ctx, self.step_id, die_with=os.getpid())
+        if ctx.code_check is not None:  # the child imports fn now: the code the run lowered?
+            payload += pickle.dumps({"before_fn": [ctx.code_check]}, pickle.HIGHEST_PROTOCOL)
         with tempfile.TemporaryDirectory(prefix="marin-isolated-") as tmp:
             payload_path = os.path.join(tmp, "call.pkl")
             result_path = os.path.join(tmp, "result.json")

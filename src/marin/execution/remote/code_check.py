@@ -9,6 +9,10 @@ are imported and before ``fn`` runs, digests ``fn`` again (``check_code``, calle
 naming the step and the fix. Only what both sides can see is compared: a part that one side
 cannot digest (no source there, or a module the job's host installs as a library) is not, and a
 job whose ``fn`` has no digest at all runs unchecked, with a line in its log.
+
+The same rule holds wherever ``fn`` runs in a process that imports the pipeline itself: an
+``isolate=True`` step's child (the build hands its check to ``isolated_child``) and a Prefect
+build on a Dask worker (``marin_prefect.dask``). Each fails with ``CodeChangedError`` there.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import sys
 from typing import Any
 
 from marin.execution.digest.code import OBJECT_STATE, CodeDigest, code_digest
-from marin.execution.errors import RemoteJobError
+from marin.execution.errors import CodeChangedError, MarinError, RemoteJobError
 
 
 def expected_code(step_id: str, code: CodeDigest) -> dict[str, Any] | None:
@@ -28,18 +32,20 @@ def expected_code(step_id: str, code: CodeDigest) -> dict[str, Any] | None:
     return {"step": step_id, "digest": code.digest, "root": code.name, "parts": parts}
 
 
-def check_code(target: Any, expected: Any) -> None:
+def check_code(target: Any, expected: Any, where: str = "job") -> None:
     """In the job, before ``fn`` runs: raise unless ``target`` is the code it was submitted
-    for (see the module docstring). ``expected`` comes from the call file, as sent.
+    for (see the module docstring). ``expected`` comes from the call file, as sent; ``where``
+    names the process that checks (``job``, or ``isolated process``, ``Dask worker``).
 
     Raises:
         RemoteJobError: a function or class of the step's code changed since the submit.
+        CodeChangedError: the same, in a process other than a job.
     """
     if not isinstance(expected, dict) or not isinstance(expected.get("parts"), dict):
         return
     now = code_digest(target)
     if now.digest is None:
-        print(f"marin: the job's code was not checked ({now.unknown})", file=sys.stderr)
+        print(f"marin: the {where}'s code was not checked ({now.unknown})", file=sys.stderr)
         return
     if now.digest == expected.get("digest"):
         return
@@ -53,10 +59,27 @@ def check_code(target: Any, expected: Any) -> None:
         changed.insert(0, f"{expected.get('root')} (now {now.name})")
     if not changed:
         return  # only parts one side cannot see differ (a library on the job's host)
-    raise RemoteJobError(
-        f"the job runs other code than it was submitted for: {', '.join(changed)} changed "
-        "after the run lowered the pipeline (the source was edited before the job imported it)",
-        "run again: the run submits a job of the code as it is now (leave the source as it is "
-        "while a run submits jobs)",
-        str(expected.get("step", "?")),
+    raise _changed(", ".join(changed), where, str(expected.get("step", "?")))
+
+
+def _changed(changed: str, where: str, step: str) -> MarinError:
+    """The error of a process that imported other code than the run lowered."""
+    if where == "job":
+        return RemoteJobError(
+            f"the job runs other code than it was submitted for: {changed} changed after the "
+            "run lowered the pipeline (the source was edited before the job imported it)",
+            "run again: the run submits a job of the code as it is now (leave the source as it "
+            "is while a run submits jobs)",
+            step,
+        )
+    also = ""
+    if where == "Dask worker":  # a worker keeps the pipeline module it loaded first
+        also = "; every worker needs the driver's code: restart workers that loaded an older copy"
+    return CodeChangedError(
+        f"the {where} runs other code than the run lowered: {changed} changed after the run "
+        f"lowered the pipeline (the source was edited before the {where} imported it); "
+        "nothing was committed",
+        f"run again: the run lowers the code as it is now (leave the source as it is while a "
+        f"run runs{also})",
+        step,
     )
