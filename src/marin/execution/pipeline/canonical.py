@@ -500,15 +500,17 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
 
 
 def _dataclass_form(value: Any, path: str | None, walk: _Walk) -> dict[str, Any]:
-    """A dataclass instance: its class's qualified name and its fields, and, when the class
-    takes ``InitVar`` arguments, the state ``__post_init__`` set from them (red team r23-2)."""
+    """A dataclass instance: its class's qualified name and its fields, and its other state
+    (``_instance_state``) as ``__state__`` (red team r23-2, r25-2, r25-4)."""
 
     def spelled(name: str, item: Any) -> Any:
         return _canonical(item, None if path is None else f"{path}.{name}", walk)
 
     kind = type(value)
     fields = {f.name: spelled(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)}
-    state = {name: spelled(name, item) for name, item in _init_var_state(value).items()}
+    state = {
+        name: _state_form(value, name, item, path, walk) for name, item in _instance_state(value)
+    }
     if state:
         return {"__dataclass__": kind.__qualname__, "__dict__": fields, "__state__": state}
     if not _TAGS.isdisjoint(fields):  # a field named like a tag (red team r18-5)
@@ -516,26 +518,49 @@ def _dataclass_form(value: Any, path: str | None, walk: _Walk) -> dict[str, Any]
     return {"__dataclass__": kind.__qualname__, **fields}
 
 
-def _init_var_state(value: Any) -> dict[str, Any]:
-    """The attributes of a dataclass that takes ``InitVar`` arguments which are not fields:
-    ``__post_init__`` may set them from what no field keeps (``Schedule(1000,
-    warmup_frac=0.1)``), so ``fn`` sees a config its fields do not show. A class without
-    ``InitVar`` arguments can only derive such attributes from its fields (left out, as ever);
-    a ``cached_property`` is computed from the instance whenever it is read, so it is left out
-    too (else reading it would change the fingerprint)."""
+def _instance_state(value: Any) -> list[tuple[str, Any]]:
+    """A dataclass instance's attributes that are not fields, sorted by name: what
+    ``__post_init__`` set from an ``InitVar``, a hand-written ``__init__`` or a classmethod
+    set, a ``cached_property`` read (or shadowed), one set later, in ``__dict__`` or a slot a
+    base class declares. ``fn`` sees them all, so the fingerprint does: a config with such
+    state has a fingerprint of its own (with none, the form is as before)."""
     declared = getattr(type(value), "__dataclass_fields__", {})
-    # The field kind dataclasses marks an ``InitVar`` with; its type may be a string (a module
-    # with ``from __future__ import annotations``), which only dataclasses itself resolves.
-    initvar = dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]
-    if not any(f._field_type is initvar for f in declared.values()):
-        return {}
-    kind = type(value)
-    return {
-        name: item
-        for name, item in sorted(getattr(value, "__dict__", {}).items())
-        if name not in declared
-        and not isinstance(getattr(kind, name, None), functools.cached_property)
+    found = {
+        name: item for name, item in getattr(value, "__dict__", {}).items() if name not in declared
     }
+    for klass in type(value).__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name in declared or name in ("__dict__", "__weakref__"):
+                continue
+            stored = f"_{klass.__name__.lstrip('_')}{name}" if _mangled(name) else name
+            try:
+                found.setdefault(stored, object.__getattribute__(value, stored))
+            except AttributeError:
+                continue  # a slot never set
+    return sorted(found.items())
+
+
+def _mangled(name: str) -> bool:
+    return name.startswith("__") and not name.endswith("__")
+
+
+def _state_form(value: Any, name: str, item: Any, path: str | None, walk: _Walk) -> Any:
+    """The canonical form of one attribute of ``_instance_state``, or an error saying it is
+    state, not a field, and how to give it a form."""
+    if path is None:
+        return _canonical(item, None, walk)
+    try:
+        return _canonical(item, f"{path}.{name}", walk)
+    except ConfigError as exc:
+        kind = type(value).__qualname__
+        raise ConfigError(
+            f"{path}.{name} is state of {kind} that is not a field (set by __init__, "
+            f"__post_init__, a cached_property or later; fn sees it): {exc.what}",
+            f"make it a field, compute it in fn, or give {kind} a canonical form with "
+            "register_fingerprint",
+            walk.step,
+        ) from None
 
 
 def not_utf8(form: Any, path: str = "") -> str | None:
