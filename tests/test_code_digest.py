@@ -170,6 +170,48 @@ def test_a_docstring_is_code(project: Project) -> None:
         assert any(named in line for line in explain_code_drift(before, after)), what
 
 
+def test_a_docstrings_layout_is_not_code(project: Project) -> None:
+    """Red team r25-7: re-indenting a docstring's lines or stripping their trailing spaces
+    (what formatters do) was drift; its text, cleaned as ``inspect.cleandoc`` does, counts."""
+    pipe = '''\
+        def evaluate(question):
+            """Answer in one word.
+                Be brief.
+            """
+            return question
+        '''.replace("Be brief.", "Be brief." + " " * 3)
+    before = code_digest(project.load(pipe=pipe)["pipe"].evaluate)
+    reflowed = pipe.replace("    Be brief.   ", "Be brief.")
+    assert not code_drifted(before, code_digest(project.load(pipe=reflowed)["pipe"].evaluate))
+    reworded = pipe.replace("Be brief.", "Be long.")
+    assert code_drifted(before, code_digest(project.load(pipe=reworded)["pipe"].evaluate))
+
+
+def test_a_module_docstring_read_as_data_is_code(project: Project) -> None:
+    """Red team r25-3: a module docstring read as ``__doc__`` (a model card, a prompt), its
+    own module's or a project module's, was not in the digest."""
+    helpers = '''\
+        """Answer in one word."""
+        '''
+    pipe = '''\
+        """Model card: English only."""
+        import {helpers} as helpers
+
+
+        def card(out_path):
+            return __doc__ + helpers.__doc__
+        '''
+    before = code_digest(project.load(helpers=helpers, pipe=pipe)["pipe"].card)
+    again = code_digest(project.load(helpers=helpers, pipe=pipe)["pipe"].card)
+    assert not code_drifted(before, again)
+    for edited in (
+        {"helpers": helpers, "pipe": pipe.replace("English", "French")},
+        {"helpers": helpers.replace("one word", "French"), "pipe": pipe},
+    ):
+        after = code_digest(project.load(**edited)["pipe"].card)
+        assert code_drifted(before, after), edited
+
+
 def test_a_changed_constant_in_a_same_project_helper_is_drift_naming_the_helper(
     project: Project,
 ) -> None:

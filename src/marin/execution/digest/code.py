@@ -42,6 +42,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import json
 import operator
 import pkgutil
 import re
@@ -929,6 +930,8 @@ def _resolve_all(
                 callees.setdefault(id(module), module)
             continue
         name = ".".join(chain)
+        if chain[-1] == "__doc__":  # a module's docstring read as data (red team r25-3)
+            constants += _module_doc(name, chain, namespace, closure)
         obj, rest = _head(chain, namespace, closure)
         if obj is _MISSING:  # a builtin, a local or a name not yet bound
             if "__subclasses__" in chain:
@@ -971,6 +974,25 @@ def _resolve_all(
         if earlier:  # ``K = 3``, ``def h(k=K)``, ``K = 5``: what h captured is K's first value
             constants.append(f"{name}<=" + "|".join(earlier))
     return constants, list(callees.values())
+
+
+def _module_doc(
+    name: str, chain: tuple[str, ...], namespace: Mapping[str, Any], closure: Mapping[str, Any]
+) -> list[str]:
+    """``__doc__`` (the function's own module's docstring) or ``m.__doc__`` of a project module,
+    by its text: code reads it as data, a model card, a prompt. A class's or function's is in
+    its own digest already; a library module's is the environment's."""
+    if len(chain) == 1:
+        doc = namespace.get("__doc__")
+    else:
+        obj, rest = _head(chain[:-1], namespace, closure)
+        if obj is _MISSING or type(obj) is _Unseen:
+            return []
+        obj = _follow(chain[:-1], obj, rest, (None, chain[0]))[0]
+        if module_index(obj) is None:
+            return []
+        doc = getattr(obj, "__doc__", None)
+    return [f"{name}=={json.dumps(doc)}"] if isinstance(doc, str) else []
 
 
 def _module_as_value(

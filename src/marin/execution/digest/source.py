@@ -12,6 +12,7 @@ import ast
 import functools
 import hashlib
 import importlib.metadata
+import inspect
 import io
 import linecache
 import logging
@@ -731,6 +732,21 @@ def source_index(filename: str) -> SourceIndex | str:
 # --- normalised syntax --------------------------------------------------------------------------
 
 
+def with_clean_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    """``body`` with its docstring's indentation and trailing spaces normalised
+    (``inspect.cleandoc``): what a formatter changes is layout, what the text says is code."""
+    first = body[0] if body else None
+    if not (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        return body
+    lines = inspect.cleandoc(first.value.value).splitlines()
+    text = "\n".join(line.rstrip() for line in lines)
+    return [ast.Expr(ast.Constant(text)), *body[1:]]
+
+
 References = dict[tuple[str, ...], None]
 """Every ``name`` and ``name.attr.attr`` a definition reads, in order, without repeats."""
 
@@ -769,6 +785,8 @@ def _write(root: Any, out: list[str], refs: References, skip: str = "") -> None:
                 if name == "type_comment" or name == skip_field:
                     continue
                 value = getattr(node, name, None)
+                if name == "body" and isinstance(node, DEFINITIONS):
+                    value = with_clean_docstring(node.body)
                 if value is None or value == []:
                     continue  # fields a later Python adds (type_params=[]) do not move it
                 todo += [name, "=", (value, ""), ","]
@@ -815,7 +833,7 @@ def split_definition(node: ast.AST, refs: References) -> tuple[str, list[ast.AST
     assert isinstance(node, DEFINITIONS)
     out: list[str] = []
     _write(node, out, refs, skip="body")
-    return "".join(out), list(node.body)
+    return "".join(out), list[ast.AST](with_clean_docstring(node.body))
 
 
 # --- names a definition refers to ---------------------------------------------------------------
