@@ -357,6 +357,20 @@ def test_data_put_later_where_a_value_only_step_wrote_nothing_is_kept(tmp_path: 
     )
 
 
+def test_gc_leaves_a_value_only_build_whose_record_it_cannot_read(tmp_path: Path) -> None:
+    """Red team r25-5: a step whose artifact is its returned value is its record alone; one a
+    newer Marin wrote (a schema this Marin cannot read) was deleted by gc as "unfinished",
+    though gc keeps it when it reads it and leaves such a record beside output data."""
+    prefix = tmp_path / "p"
+    assert marin("run", f"{PIPELINES}:raw_value", "--prefix", str(prefix)).returncode == 0
+    record = prefix / "raw/v1.marin/record.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "schema": 2}))
+    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix))
+    assert gc.returncode == 0, gc.stderr
+    assert "not Marin's, left alone: raw/v1 (its record cannot be read by this Marin" in gc.stdout
+    assert json.loads(record.read_text())["schema"] == 2
+
+
 @pytest.mark.parametrize("left", ["status", "status replacing an unknown build", "lease"])
 def test_an_earlier_attempts_leftovers_are_still_cleared_and_rebuilt(
     tmp_path: Path, left: str

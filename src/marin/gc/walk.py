@@ -42,6 +42,7 @@ from marin.execution.store.step_folder import (
     LEASE_FILE,
     LEASE_GUARD_FILE,
     LINK,
+    RECORD_FILE,
     attempt_not_shown,
     folder_entries,
     job_names_output,
@@ -196,6 +197,8 @@ def _read_slot(location: Location, output_path: str, output_kind: str) -> Slot |
         return Foreign(output_path, "its metadata folder is empty")
     if not all(is_marin_file(name, kind) for name, kind in entries):
         return Foreign(output_path, "its metadata folder holds files Marin does not write")
+    if RECORD_FILE in names:  # a newer Marin's or damaged: maybe a build (red team r25-5)
+        return Foreign(output_path, UNREADABLE_RECORD)
     # The rule a build asks before clearing an output (``output_not_marins``): with no file an
     # attempt leaves (only the lease's guard, an empty checkpoints folder), or with one naming
     # another output (a copy), the output is not Marin's. With no output beside them, such
@@ -222,6 +225,10 @@ def _not_shown_beside(location: Location, output_path: str) -> str:
     return attempt_not_shown(location, output_path, (name for name, _ in entries))
 
 
+UNREADABLE_RECORD = (
+    "its record cannot be read by this Marin (a newer Marin's, or damaged): it may be a build "
+    "(a step's returned value is its record alone)"
+)
 UNATTRIBUTED = (
     "no record, and its {} does not name this output (a copy, or one an older Marin wrote): "
     "not provably Marin's build of it"
