@@ -190,3 +190,19 @@ def test_show_of_a_folder_without_a_record_never_suggests_itself(tmp_path: Path)
         show_record(location, "s/v0")
     assert "did you mean" not in str(info.value)
     assert "s@v0's folder holds no record or status" in str(info.value)
+
+
+def test_files_put_where_a_value_only_step_wrote_nothing_are_kept(prefix: str) -> None:
+    """Red team r24-3, r25-6: a step whose artifact is its returned value writes nothing at its
+    output path; files put there later were deleted by ``--force`` as its output (on
+    ``memory://`` a first build's record named no digest, so the rule could not hold)."""
+    step = apply("val", lambda k: {"score": k * 2}, version="v1", k=3)
+    run(step, prefix=prefix)
+    location = open_prefix(prefix)
+    record = read_record(location, "val/v1")
+    assert record is not None and record.output.digest is not None and record.output.files == 0
+    location.fs.makedirs(location.path("val/v1"), exist_ok=True)
+    location.fs.pipe_file(location.path("val/v1/user.txt"), b"theirs")
+    with pytest.raises(StepFailedError, match="its record says the build wrote no file there"):
+        run(step, prefix=prefix, force=["val"])
+    assert location.fs.cat_file(location.path("val/v1/user.txt")) == b"theirs"

@@ -750,7 +750,9 @@ def _output_digest(
     cheap."""
     if spec.source is not None:
         return OutputDigest(None, unknown="an adopted step's data was not built by Marin")
-    if location.is_memory and first_build:
+    if location.is_memory and first_build and location.exists(location.path(spec.output_path)):
+        # Nothing there is one lookup, and a digest of no files: what proves later files at the
+        # output path are not this build's (red team r25-6).
         return OutputDigest(None, unknown=_MEMORY_FIRST_BUILD)
     return output_digest(
         location,

@@ -74,8 +74,8 @@ def output_digest(
         header = _reader_view(result, artifact_type, fingerprint)
         if location.is_local:
             entries = list(_local_entries(path))
-        elif location.is_memory:
-            entries = _memory_entries(location, path)
+        elif location.is_memory:  # a scan of the process-wide store, unless nothing is there
+            entries = _memory_entries(location, path) if location.exists(path) else []
         else:
             entries = _store_entries(location, path)
     except _Unknown as exc:
