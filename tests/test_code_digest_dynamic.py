@@ -1100,3 +1100,25 @@ def test_round5_a_metaclass_eq_never_runs_while_digesting(project: Project) -> N
     pipe = project.load(pipe=METACLASS_EQ)["pipe"]
     code = code_digest(pipe.Trainer().train)
     assert "Trainer.<self x>" in str(code.unseen) and pipe.RAN == []
+
+
+def test_code_imported_before_an_edit_fails_the_check(project: Project) -> None:
+    """A process that keeps running (a Dask worker) checked the code it imported, then the
+    file was edited in place, keeping every definition where it was: the digest read the new
+    file, matched the driver's new code and let the old code run. A file changed since this
+    process first checked it is a change; one whose definition moved away is too."""
+    from marin.execution.errors import CodeChangedError
+
+    source = "def train(x):\n    return x + 1\n"
+    pipe = project.load(pipe=source)["pipe"]  # the worker's import
+    check_code(pipe.train, expected_code("p@v1", code_digest(pipe.train)), "Dask worker")
+    edited = source.replace("x + 1", "x + 2")
+    Path(pipe.__file__).write_text(edited)
+    expected = expected_code("p@v1", code_digest(project.load(pipe=edited)["pipe"].train))
+    with pytest.raises(CodeChangedError, match=r"the Dask worker runs other code .*train changed"):
+        check_code(pipe.train, expected, "Dask worker")
+    moved = project.load(pipe=source)["pipe"]  # never checked; its def moves down a line
+    Path(moved.__file__).write_text("\n" + edited)
+    expected = expected_code("p@v1", code_digest(project.load(pipe="\n" + edited)["pipe"].train))
+    with pytest.raises(CodeChangedError, match=r"train changed"):
+        check_code(moved.train, expected, "Dask worker")

@@ -493,7 +493,7 @@ def _find(obj: Any) -> _Found | None:
         return _Found(_unknown_part(qualname, file, first, index), ())
     syntax = _syntax(obj, qualname, index)
     if syntax is None:
-        reason = "its source does not match the running code (edited since it was imported?)"
+        reason = SOURCE_EDITED
         return _Found(_unknown_part(qualname, file, first, reason), ())
     # What the names refer to is resolved for each object: closures of one code differ.
     local = _local_imports(syntax.imports)
@@ -887,6 +887,11 @@ def _cell(cell: Any) -> Any:
         return cell.cell_contents
     except ValueError:  # an empty cell (the name is assigned after the closure is made)
         return _MISSING
+
+
+SOURCE_EDITED = "its source does not match the running code (edited since it was imported?)"
+"""Why a part is unknown whose file no longer holds the code that runs (``code_check`` reads
+it as a change: the process that imported it runs other code than the file now says)."""
 
 
 def _unknown_part(name: str, file: str, line: int, reason: str) -> CodePart:

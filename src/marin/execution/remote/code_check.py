@@ -13,14 +13,20 @@ job whose ``fn`` has no digest at all runs unchecked, with a line in its log.
 The same rule holds wherever ``fn`` runs in a process that imports the pipeline itself: an
 ``isolate=True`` step's child (the build hands its check to ``isolated_child``) and a Prefect
 build on a Dask worker (``marin_prefect.dask``). Each fails with ``CodeChangedError`` there.
+
+A process that keeps running (a Dask worker) keeps the modules it imported, while the digest
+reads the files as they are now: an edit that leaves a definition where it was would digest as
+the driver's new code while the old one runs. So each part's file is also compared with the
+file as this process's first check of it found it (``_edited_since_first_check``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
-from marin.execution.digest.code import OBJECT_STATE, CodeDigest, code_digest
+from marin.execution.digest.code import OBJECT_STATE, SOURCE_EDITED, CodeDigest, code_digest
 from marin.execution.errors import CodeChangedError, MarinError, RemoteJobError
 
 
@@ -44,7 +50,15 @@ def check_code(target: Any, expected: Any, where: str = "job") -> None:
     if not isinstance(expected, dict) or not isinstance(expected.get("parts"), dict):
         return
     now = code_digest(target)
+    edited = [name for name in _edited_since_first_check(now) if name in expected["parts"]]
+    if edited:
+        raise _changed(", ".join(edited), where, str(expected.get("step", "?")))
     if now.digest is None:
+        # A part known at lowering whose file no longer holds the code this process runs: it
+        # imported the code before an edit the run lowered after, or the other way round.
+        edited = [p.name for p in now.parts if p.unknown == SOURCE_EDITED]
+        if any(name in expected["parts"] for name in edited):
+            raise _changed(", ".join(edited), where, str(expected.get("step", "?")))
         print(f"marin: the {where}'s code was not checked ({now.unknown})", file=sys.stderr)
         return
     if now.digest == expected.get("digest"):
@@ -60,6 +74,28 @@ def check_code(target: Any, expected: Any, where: str = "job") -> None:
     if not changed:
         return  # only parts one side cannot see differ (a library on the job's host)
     raise _changed(", ".join(changed), where, str(expected.get("step", "?")))
+
+
+_FIRST_CHECKED: dict[str, tuple[int, int]] = {}
+"""Each source file's modification time (ns) and size when this process first checked code
+in it: a process imports a module once, so a later change is code it does not run."""
+
+
+def _edited_since_first_check(code: CodeDigest) -> list[str]:
+    """The parts of ``code`` whose file changed since this process's first check of it."""
+    changed = []
+    for part in code.parts:
+        if not part.file or part.file.startswith("<"):
+            continue
+        path = os.path.abspath(part.file)
+        try:
+            stat = os.stat(path)
+        except OSError:
+            continue
+        seen = (stat.st_mtime_ns, stat.st_size)
+        if _FIRST_CHECKED.setdefault(path, seen) != seen:
+            changed.append(part.name)
+    return changed
 
 
 def _changed(changed: str, where: str, step: str) -> MarinError:
