@@ -188,8 +188,9 @@ def _read_from(
     (``identity._lineage``): none is deleted while the reader is kept."""
     dep_url = dep_paths.get(dep, "")
     paths = input_paths(reader, dep, dep_url, prefix_url)
-    suffixed = [p for p in by_path if dep_url == p or dep_url.endswith("/" + p)]
-    paths += sorted(suffixed, key=len)[-1:]  # the longest: its own slot, not a shorter one
+    parts = dep_url.split("/")
+    suffixes = ("/".join(parts[start:]) for start in range(len(parts)))  # the longest first
+    paths += [p for p in suffixes if p in by_path][:1]  # its own slot, not a shorter one's
     return [by_path[p] for p in dict.fromkeys(paths) if p in by_path]
 
 
