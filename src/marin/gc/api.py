@@ -84,7 +84,8 @@ def collect_garbage(
     ``all_users``, for each user folder; registered builds; user folders the plan does not place
     steps in (unless ``all_users``); the newest ``keep_versions`` of each name; what was built
     within ``older_than`` (``"30d"`` or a ``timedelta``); every build a kept record was made
-    from, and every build an adopted step reads (its source, under the prefix). Only Marin's
+    from, and whatever the paths it read them from hold now (what keeps a stale reader stale);
+    every build an adopted step reads (its source, under the prefix). Only Marin's
     folders are deleted; a live lease is skipped, and so is a step whose remote job still runs
     (an orphan; ``cancel_orphans`` cancels it first). ``dry_run`` deletes nothing;
     ``on_deleted(item, done, total)`` follows each deletion; a failure is reported, not raised.

@@ -4,9 +4,11 @@ Kept: the roots (``roots.py``: what the targets' plans serve, other users' build
 versions, recent builds); every build a kept record was made from, by build id, transitively
 through records' ``inputs``; every build an adopted step's source (the plan's, or a kept
 record's) lies in or holds, under the prefix. Everything else Marin wrote is collected. A kept
-record's input is the exact build it names: when its path now holds another build, the old one's
-data is gone already, and that is said (never "kept"); when its path holds an unfinished rebuild
-whose status names that build, the status is kept (the proof that the reader is stale).
+record's input is the exact build it names (kept wherever it is stored); and every slot a kept
+record read an input from is kept too, whatever it holds now (that build, a newer one, an
+unfinished rebuild's status, a corrupt status): it is what keeps a stale reader stale, and
+without it the reader would read as made from a pruned intermediate, and be served. When that
+slot no longer holds the build read, its data is gone already, and that is said.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from dataclasses import dataclass
 from marin.execution.errors import OptionError
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.store.placement import spellings
-from marin.execution.store.records import UNKNOWN_BUILD, replaced_build
+from marin.execution.store.records import replaced_build
+from marin.execution.store.registry_lineage import input_paths
 from marin.gc.walk import Slot
 
 _AGE = re.compile(r"\s*(\d+)\s*([smhdw])\s*")
@@ -120,9 +123,11 @@ class _Holders:
         return [self.by_path[p] for p in found if p in self.by_path]
 
 
-def _add_inputs(slots: list[Slot], kept: dict[str, str], holders: _Holders) -> list[str]:
-    """Keep every build a kept record was made from or adopts, transitively; say which of
-    the builds it was made from are gone."""
+def _add_inputs(
+    slots: list[Slot], kept: dict[str, str], holders: _Holders, prefix_url: str
+) -> list[str]:
+    """Keep every build a kept record was made from or adopts, and every slot it read an input
+    from (``_read_from``), transitively; say which of the builds it was made from are gone."""
     by_step: dict[str, list[Slot]] = {}
     for slot in slots:
         if slot.record is not None:
@@ -130,55 +135,80 @@ def _add_inputs(slots: list[Slot], kept: dict[str, str], holders: _Holders) -> l
     by_path = {s.output_path: s for s in slots}
     gone: list[str] = []
     todo = list(kept)
+    only_read_from: set[str] = set()  # kept only as a slot read from: a closer reason wins
+
+    def keep(found: Slot, why: str, read_from: bool = False) -> None:
+        path = found.output_path
+        if path in kept and (path not in only_read_from or read_from):
+            return
+        if path not in kept:
+            todo.append(path)
+        kept[path] = why
+        (only_read_from.add if read_from else only_read_from.discard)(path)
+
     while todo:
         slot = by_path[todo.pop()]
         record = slot.record
         if record is None:
             continue
         for found in holders(record.source) if record.source is not None else []:
-            if found.output_path not in kept:
-                kept[found.output_path] = f"{record.step_id} adopts it (its source)"
-                todo.append(found.output_path)
+            keep(found, f"{record.step_id} adopts it (its source)")
         for dep in sorted(set(record.dep_paths) | set(record.inputs)):
             build = record.inputs.get(dep)
-            stored = by_step.get(dep, [])
             # Pre-lineage records name no build: keep whatever that step has stored.
-            match = [s for s in stored if build is None or s.record.build_id == build]  # type: ignore[union-attr]
+            match = [s for s in by_step.get(dep, []) if build is None or s.record.build_id == build]  # type: ignore[union-attr]
             for found in match:
-                if found.output_path not in kept:
-                    kept[found.output_path] = f"{record.step_id} was built from it"
-                    todo.append(found.output_path)
+                keep(found, f"{record.step_id} was built from it")
+            read_from = _read_from(by_path, slot.output_path, record.dep_paths, dep, prefix_url)
+            for found in read_from:
+                keep(found, _READ_FROM.format(record.step_id, build or "unknown"), True)
             if not match and build is not None:
-                marker = _replacing(slots, record.dep_paths.get(dep, ""), build)
-                if marker is not None:
-                    kept.setdefault(marker.output_path, _UNFINISHED.format(record.step_id, build))
-                    continue
-                now = "another build" if stored else "nothing"
-                gone.append(
-                    f"{record.step_id} was built from {dep} build {build}, which is no longer "
-                    f"stored (its path holds {now}): that data is gone already"
-                )
+                gone.extend(_gone(record.step_id, dep, build, read_from))
     return sorted(set(gone))
 
 
-_UNFINISHED = (
-    "{} was built from build {}, which an unfinished rebuild of this step replaced: its status "
-    "keeps that reader stale"
+_READ_FROM = (
+    "{} read build {} from here: whatever it holds now (a newer build, an unfinished rebuild's "
+    "status) keeps that reader stale; without it the reader would look current"
 )
 
 
-def _replacing(slots: list[Slot], dep_url: str, build: str) -> Slot | None:
-    """The slot at a kept record's input path (``dep_url``, from its ``dep_paths``) whose
-    status says an unfinished rebuild replaced ``build`` (or may have: a corrupt status).
-    Without it, that reader would read as made from a merely missing intermediate, and be
-    served (``identity._lineage``)."""
-    at_path = [
-        s for s in slots if dep_url == s.output_path or dep_url.endswith("/" + s.output_path)
+def _read_from(
+    by_path: Mapping[str, Slot],
+    reader: str,
+    dep_paths: Mapping[str, str],
+    dep: str,
+    prefix_url: str,
+) -> list[Slot]:
+    """Every slot the kept build at ``reader`` may have read its input ``dep`` from, whatever
+    it holds now: the path its record names (``dep_paths``), the step's own path in the
+    reader's user folder and in the shared folder (``input_paths``, where the plan looks), and
+    the slot the recorded URL ends with (the prefix spelled another way). Deleting one would
+    make the reader read as made from a merely missing (pruned) intermediate, and be served
+    (``identity._lineage``): none is deleted while the reader is kept."""
+    dep_url = dep_paths.get(dep, "")
+    paths = input_paths(reader, dep, dep_url, prefix_url)
+    parts = dep_url.split("/")
+    suffixes = ("/".join(parts[start:]) for start in range(len(parts)))  # the longest first
+    paths += [p for p in suffixes if p in by_path][:1]  # its own slot, not a shorter one's
+    return [by_path[p] for p in dict.fromkeys(paths) if p in by_path]
+
+
+def _gone(step_id: str, dep: str, build: str, read_from: list[Slot]) -> list[str]:
+    """The note that a kept record's input build is no longer stored (none when an unfinished
+    rebuild's status there names that build: the status says so itself)."""
+    if any(s.record is None and replaced_build(s.status) == build for s in read_from):
+        return []
+    if any(s.record is not None for s in read_from):
+        now = "another build, kept: it keeps that reader stale"
+    elif read_from:
+        now = "an unfinished build's status or leftovers, kept: they keep that reader stale"
+    else:
+        now = "nothing"
+    return [
+        f"{step_id} was built from {dep} build {build}, which is no longer stored (its path "
+        f"holds {now}): that data is gone already"
     ]
-    for slot in sorted(at_path, key=lambda s: -len(s.output_path))[:1]:
-        if slot.record is None and replaced_build(slot.status) in (build, UNKNOWN_BUILD):
-            return slot
-    return None
 
 
 def decide(
@@ -196,7 +226,7 @@ def decide(
     for source, why in (sources or {}).items():
         for slot in holders(source):
             kept.setdefault(slot.output_path, why)
-    gone = _add_inputs(slots, kept, holders)
+    gone = _add_inputs(slots, kept, holders, prefix_url)
     collect = [s for s in slots if s.output_path not in kept]
     return Decision(kept, _deletion_order(collect), gone)
 

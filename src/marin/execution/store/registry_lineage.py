@@ -43,7 +43,7 @@ def lineage(location: Location, output_path: str, record: ArtifactRecord) -> Lin
     while todo:
         path, made = todo.pop()
         for dep, build in sorted(made.inputs.items()):
-            candidates = _candidates(path, dep, made.dep_paths.get(dep, ""), location.url)
+            candidates = input_paths(path, dep, made.dep_paths.get(dep, ""), location.url)
             if any(found.get(p) == build for p in candidates):
                 continue  # met already through another reader
             stored = next(
@@ -70,7 +70,7 @@ def _under(url: str, prefix_url: str) -> bool:
     return not url or url.startswith(prefix_url.rstrip("/") + "/")
 
 
-def _candidates(reader: str, dep: str, dep_url: str, prefix_url: str) -> list[str]:
+def input_paths(reader: str, dep: str, dep_url: str, prefix_url: str) -> list[str]:
     """Where the build of ``dep`` read by the step at ``reader`` may be stored under the prefix
     (relative, literal paths only: never a URL from the record): the path the reader's record
     names (a pin under the prefix), the reader's user folder, the shared folder."""
