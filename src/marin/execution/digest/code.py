@@ -931,12 +931,10 @@ def _resolve_all(
     for chain in references:
         if chain[-1] == VALUE:  # ``helpers = other``: a project module as a value is unseen
             module = _module_as_value(chain[:-1], namespace, closure)
-            if module is not None:
-                callees.setdefault(id(module), module)
+            callees.update({} if module is None else {id(module): module})
             continue
         name = ".".join(chain)
-        if chain[-1] == "__doc__":  # a module's docstring read as data (red team r25-3)
-            constants += _module_doc(name, chain, namespace, closure)
+        constants += _module_doc(name, chain, namespace, closure)  # ``__doc__`` read (r25-3)
         obj, rest = _head(chain, namespace, closure)
         if obj is _MISSING:  # a builtin, a local or a name not yet bound
             if "__subclasses__" in chain:
@@ -986,7 +984,10 @@ def _module_doc(
 ) -> list[str]:
     """``__doc__`` (the function's own module's docstring) or ``m.__doc__`` of a project module,
     by its text: code reads it as data, a model card, a prompt. A class's or function's is in
-    its own digest already; a library module's is the environment's."""
+    its own digest already; a library module's is the environment's. Nothing for any other
+    reference."""
+    if chain[-1] != "__doc__":
+        return []
     if len(chain) == 1:
         doc = namespace.get("__doc__")
     else:

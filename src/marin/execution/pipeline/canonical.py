@@ -461,18 +461,7 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else {"__float__": repr(value)}
     if isinstance(value, datetime.datetime):
-        try:
-            return _datetime_form(value)
-        except Exception as exc:  # a tzinfo of one's own, asked about 1850-2100 (``_scanned``)
-            if path is None:
-                raise _NeedsPath from None
-            raise ConfigError(
-                f"{path}: its time zone {type(value.tzinfo).__qualname__} raised "
-                f"{type(exc).__name__}: {exc} when asked its offset, summer time or name "
-                "between 1850 and 2100",
-                "make the tzinfo answer for any date, or use a zoneinfo.ZoneInfo",
-                walk.step,
-            ) from None
+        return _datetime_checked(value, path, walk)
     if isinstance(value, datetime.date):
         return {"__date__": value.isoformat(), **_subclass(value)}
     if isinstance(value, bytes):
@@ -497,6 +486,22 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
         "or a step handle instead",
         walk.step,
     )
+
+
+def _datetime_checked(value: datetime.datetime, path: str | None, walk: _Walk) -> Any:
+    """``_datetime_form``, or a ``ConfigError`` naming the field when its time zone raises."""
+    try:
+        return _datetime_form(value)
+    except Exception as exc:  # a tzinfo of one's own, asked about 1850-2100 (``_scanned``)
+        if path is None:
+            raise _NeedsPath from None
+        raise ConfigError(
+            f"{path}: its time zone {type(value.tzinfo).__qualname__} raised "
+            f"{type(exc).__name__}: {exc} when asked its offset, summer time or name "
+            "between 1850 and 2100",
+            "make the tzinfo answer for any date, or use a zoneinfo.ZoneInfo",
+            walk.step,
+        ) from None
 
 
 def _dataclass_form(value: Any, path: str | None, walk: _Walk) -> dict[str, Any]:
