@@ -18,7 +18,6 @@ from marin.execution.store.records import read_record, read_status
 from tests.airflow.test_airflow_remote import _wait_for_state
 from tests.reliability.test_gang import rank_starts, wait_gone
 
-pytest.importorskip("jax")
 pytest.importorskip("airflow.sdk")
 ROOT = Path(__file__).resolve().parents[2]
 GANGS = ROOT / "tests" / "reliability" / "gang_pipelines.py"
@@ -43,7 +42,7 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, An
     box = AirflowSandbox(str(tmp / "services"), pythonpath=[str(ROOT)])
     box.migrate()
     dags = tmp / "services" / "dags"
-    for target, dag_id in (("jax_gang", "gang"), ("fragile_gang", "fragile")):
+    for target, dag_id in (("tcp_gang", "gang"), ("fragile_gang", "fragile")):
         write_export(build_export(f"{GANGS}:{target}", str(dags), dag_id=dag_id))
     with AirflowServices(box, str(dags), env=env, triggerer=True) as services:
         services.wait_for_dags(["gang", "fragile"])
@@ -72,7 +71,7 @@ def test_a_rank_killed_while_its_task_is_deferred_is_a_preemption(
     rank_starts(tmp, 6, timeout=300)  # the new gang met
     (tmp / "gate").touch()
     assert services.wait_for_run("gang", run_id) == "success", services.log_tail(8000)
-    record = read_record(open_prefix(str(tmp / "prefix")), "gang/jax/v1")
+    record = read_record(open_prefix(str(tmp / "prefix")), "gang/tcp/v1")
     assert record is not None and record.result["sum"] == 6.0
     assert record.provenance["job"]["preemptions"] == 1
     assert record.provenance["engine"]["run_id"] == run_id

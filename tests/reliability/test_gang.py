@@ -1,5 +1,6 @@
 """Gang steps (``with_options(remote="local", ranks=3)``): real drivers, real detached jobs,
-three real ranks that meet through ``jax.distributed.initialize()`` on CPU."""
+three real ranks that meet through ``jax.distributed.initialize()`` on CPU (the first test), or
+over TCP at the gang's torch master (``tcp_gang``: the same gang without JAX's start-up)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,9 @@ from tests.reliability.conftest import REPO
 from tests.reliability.gang_pipelines import all_reduce
 from tests.reliability.test_remote import job_folders, marin_cli, setup, wait_for_text
 
-pytest.importorskip("jax")
-
 GANG = "tests/reliability/gang_pipelines.py"
 JAX = "gang/jax/v1"
+TCP = "gang/tcp/v1"
 
 
 def gang_run(target: str, prefix: str, env: dict[str, str], err: Path, *extra: str):
@@ -41,9 +41,9 @@ def gang_run(target: str, prefix: str, env: dict[str, str], err: Path, *extra: s
     )  # fmt: skip
 
 
-def gang_plan(prefix: str, env: dict[str, str], *extra: str) -> str:
+def gang_plan(prefix: str, env: dict[str, str], *extra: str, target: str = "tcp_gang") -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "marin.cli", "plan", f"{GANG}:jax_gang", "--prefix", prefix,
+        [sys.executable, "-m", "marin.cli", "plan", f"{GANG}:{target}", "--prefix", prefix,
          *extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -72,6 +72,7 @@ def wait_gone(pids: list[int], timeout: float = 30) -> None:
 def test_a_jax_gang_all_reduces_and_commits_once(tmp_path: Path) -> None:
     """Three ranks meet through ``jax.distributed.initialize()`` (no arguments) and sum
     ``rank + 1``: one job, one record, rank 0's value, every rank's files in one output."""
+    pytest.importorskip("jax")
     prefix, env = setup(tmp_path)
     (tmp_path / "gate").touch()
     proc = gang_run("jax_gang", prefix, env, tmp_path / "err", "--json")
@@ -104,23 +105,23 @@ def test_a_jax_gang_all_reduces_and_commits_once(tmp_path: Path) -> None:
     assert_rank_log(prefix, env, 1)
 
 
-def assert_rank_log(prefix: str, env: dict[str, str], rank: int) -> None:
+def assert_rank_log(prefix: str, env: dict[str, str], rank: int, step: str = "gang/jax") -> None:
     """``marin logs --rank K`` prints rank K's lines alone, unlabelled; a rank the gang does
     not have is an error."""
-    mine = rank_log(prefix, env, rank)
+    mine = rank_log(prefix, env, rank, step)
     assert f"rank {rank} of 3 met" in mine.splitlines(), mine
     assert not any(f"rank {k} of 3 met" in mine for k in range(3) if k != rank), mine
     assert "[rank " not in mine
     done = subprocess.run(
-        [sys.executable, "-m", "marin.cli", "logs", "gang/jax", "--prefix", prefix, "--rank", "7"],
+        [sys.executable, "-m", "marin.cli", "logs", step, "--prefix", prefix, "--rank", "7"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 1 and "no line of rank 7" in done.stderr, done.stderr
 
 
-def rank_log(prefix: str, env: dict[str, str], rank: int) -> str:
+def rank_log(prefix: str, env: dict[str, str], rank: int, step: str = "gang/jax") -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "marin.cli", "logs", "gang/jax", "--prefix", prefix, "--rank",
+        [sys.executable, "-m", "marin.cli", "logs", step, "--prefix", prefix, "--rank",
          str(rank)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -131,7 +132,7 @@ def test_a_killed_rank_ends_every_rank_and_the_gang_is_resubmitted_once(tmp_path
     """SIGKILL rank 1 while the gang runs: ranks 0 and 2 end too, the job is lost (a
     preemption, not a failure: retries=0), one new gang runs, one record says so."""
     prefix, env = setup(tmp_path)
-    proc = gang_run("jax_gang", prefix, env, tmp_path / "err", "--json")
+    proc = gang_run("tcp_gang", prefix, env, tmp_path / "err", "--json")
     first = rank_starts(tmp_path, 3)
     os.kill(first[1], signal.SIGKILL)
     wait_gone(first)  # all three ended
@@ -144,24 +145,25 @@ def test_a_killed_rank_ends_every_rank_and_the_gang_is_resubmitted_once(tmp_path
                                                               (2, "running")]  # fmt: skip
     text = gang_plan(prefix, env)
     assert "after 1 preemption; ranks: 0 running on " in text, text
-    running = _show(prefix, env, built=False)  # not built: its job's ranks, each rank's log on its own
+    # not built: its job's ranks, each rank's log on its own
+    running = _show(prefix, env, built=False, step=TCP)
     assert "ranks        0 running on " in running and "2 running on " in running, running
-    assert "rank 2 of 3 met" in rank_log(prefix, env, 2)
+    assert "rank 2 of 3 met" in rank_log(prefix, env, 2, "gang/tcp")
     (tmp_path / "gate").touch()
     out, _ = proc.communicate(timeout=300)
     err = (tmp_path / "err").read_text()
     assert proc.returncode == 0, err
-    assert "preempted gang/jax@v1" in err and "was killed by SIGKILL" in err
-    record = read_record(open_prefix(prefix), JAX)
+    assert "preempted gang/tcp@v1" in err and "was killed by SIGKILL" in err
+    record = read_record(open_prefix(prefix), TCP)
     assert record is not None and record.result["sum"] == 6.0
     assert record.provenance["job"]["preemptions"] == 1
     assert json.loads(out)["steps"][0]["job"]["preemptions"] == 1
     assert len((tmp_path / "calls").read_text().splitlines()) == 6  # two gangs, never three
-    assert "preemptions  1" in _show(prefix, env)
+    assert "preemptions  1" in _show(prefix, env, step=TCP)
 
 
-def _show(prefix: str, env: dict[str, str], built: bool = True) -> str:
-    return marin_cli("show", "", f"{prefix}/{JAX}", env, ok=built)
+def _show(prefix: str, env: dict[str, str], built: bool = True, step: str = JAX) -> str:
+    return marin_cli("show", "", f"{prefix}/{step}", env, ok=built)
 
 
 def test_cancelling_a_gang_ends_every_rank(
@@ -170,16 +172,16 @@ def test_cancelling_a_gang_ends_every_rank(
     """The backend's ``cancel`` (what a lost lease does) kills the supervisor's whole group:
     all three ranks end, and the driver never commits."""
     prefix, env = setup(tmp_path)
-    proc = gang_run("jax_gang", prefix, env, tmp_path / "err")
+    proc = gang_run("tcp_gang", prefix, env, tmp_path / "err")
     ranks = rank_starts(tmp_path, 3)
-    job = read_job(open_prefix(prefix), JAX)
+    job = read_job(open_prefix(prefix), TCP)
     assert job is not None
     monkeypatch.setenv("MARIN_LOCAL_JOBS", env["MARIN_LOCAL_JOBS"])
     LocalBackend().cancel(job.handle)
     wait_gone(ranks)
     assert proc.wait(timeout=120) != 0
     assert "was stopped (cancelled)" in (tmp_path / "err").read_text()  # watch: no cause to fix
-    assert read_record(open_prefix(prefix), JAX) is None
+    assert read_record(open_prefix(prefix), TCP) is None
 
 
 def test_a_lost_lease_cancels_every_rank_of_the_gang(tmp_path: Path) -> None:
@@ -188,13 +190,13 @@ def test_a_lost_lease_cancels_every_rank_of_the_gang(tmp_path: Path) -> None:
     job stopped, submits one new gang and commits it; A commits nothing."""
     prefix, env = setup(tmp_path, MARIN_LEASE_TTL="1")
     resume = tmp_path / "resume"
-    a = gang_run("jax_gang", prefix, {**env, "MARIN_FAULT_PAUSE_HEARTBEAT": f"until:{resume}"},
+    a = gang_run("tcp_gang", prefix, {**env, "MARIN_FAULT_PAUSE_HEARTBEAT": f"until:{resume}"},
                  tmp_path / "a.err")  # fmt: skip
     first = rank_starts(tmp_path, 3)
-    job = read_job(open_prefix(prefix), JAX)
+    job = read_job(open_prefix(prefix), TCP)
     assert job is not None
-    b = gang_run("jax_gang", prefix, env, tmp_path / "b.err")
-    wait_for_text(tmp_path / "b.err", f"reattach gang/jax@v1: local job {job.job_id}", 120)
+    b = gang_run("tcp_gang", prefix, env, tmp_path / "b.err")
+    wait_for_text(tmp_path / "b.err", f"reattach gang/tcp@v1: local job {job.job_id}", 120)
     resume.touch()
     wait_gone(first)  # A cancelled the gang: every rank, not only the supervisor
     second = rank_starts(tmp_path, 6)[3:]
@@ -203,7 +205,7 @@ def test_a_lost_lease_cancels_every_rank_of_the_gang(tmp_path: Path) -> None:
     assert b.wait(timeout=300) == 0, (tmp_path / "b.err").read_text()
     a.wait(timeout=120)
     assert "lost the lease while local job" in (tmp_path / "a.err").read_text()
-    record = read_record(open_prefix(prefix), JAX)
+    record = read_record(open_prefix(prefix), TCP)
     assert record is not None and record.result["sum"] == 6.0
     assert record.provenance["job"]["job_id"] != job.job_id
     assert len((tmp_path / "calls").read_text().splitlines()) == 6  # two gangs, never three
@@ -215,11 +217,12 @@ def test_a_rank_that_raises_fails_the_attempt_and_retries_count_it(tmp_path: Pat
     prefix, env = setup(tmp_path, MARIN_TEST_FAIL=str(tmp_path / "fail"), MARIN_TEST_RETRIES="1")
     (tmp_path / "fail").touch()
     (tmp_path / "gate").touch()
-    proc = gang_run("jax_gang", prefix, env, tmp_path / "err")
+    proc = gang_run("tcp_gang", prefix, env, tmp_path / "err")
+    wait_gone(rank_starts(tmp_path, 3))  # the failed gang, all of it: none left in the sum
     assert proc.wait(timeout=300) == 0, (tmp_path / "err").read_text()
     assert "rank 1: rank 1 diverged" in (tmp_path / "err").read_text()
     wait_gone(rank_starts(tmp_path, 6))
-    record = read_record(open_prefix(prefix), JAX)
+    record = read_record(open_prefix(prefix), TCP)
     assert record is not None and record.result["sum"] == 6.0
     assert record.provenance["job"]["preemptions"] == 0
 
@@ -228,18 +231,18 @@ def test_a_killed_driver_reattaches_to_its_one_gang(tmp_path: Path) -> None:
     """SIGKILL ``marin run`` while the gang runs: the next run reattaches to that gang (its
     three ranks), never starting a second."""
     prefix, env = setup(tmp_path)
-    first = gang_run("jax_gang", prefix, env, tmp_path / "first.err")
+    first = gang_run("tcp_gang", prefix, env, tmp_path / "first.err")
     ranks = rank_starts(tmp_path, 3)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     assert all(start_time(pid) is not None for pid in ranks)  # the gang outlived its driver
-    second = gang_run("jax_gang", prefix, env, tmp_path / "second.err")
-    wait_for_text(tmp_path / "second.err", "reattach gang/jax@v1")
+    second = gang_run("tcp_gang", prefix, env, tmp_path / "second.err")
+    wait_for_text(tmp_path / "second.err", "reattach gang/tcp@v1")
     (tmp_path / "gate").touch()
     assert second.wait(timeout=300) == 0, (tmp_path / "second.err").read_text()
     assert len((tmp_path / "calls").read_text().splitlines()) == 3  # one gang
-    job = read_job(open_prefix(prefix), JAX)
-    record = read_record(open_prefix(prefix), JAX)
+    job = read_job(open_prefix(prefix), TCP)
+    record = read_record(open_prefix(prefix), TCP)
     assert record is not None and job is not None and record.result["sum"] == 6.0
     assert record.provenance["job"]["job_id"] == job.job_id
 

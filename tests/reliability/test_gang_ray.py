@@ -1,5 +1,6 @@
 """Gang steps on a real 3-node Ray cluster on loopback (one CPU a node): a placement group of
-one bundle per rank, three ranks that meet through ``jax.distributed.initialize()``."""
+one bundle per rank, three ranks that meet through ``jax.distributed.initialize()`` (the first
+test), or over TCP at the gang's torch master (``tcp_gang``: no JAX start-up in each rank)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from marin.execution.remote.procs import start_time
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
-from tests.reliability.test_gang import JAX, assert_rank_log, gang_run, rank_starts, wait_gone
+from tests.reliability.test_gang import JAX, TCP, assert_rank_log, gang_run, rank_starts, wait_gone
 from tests.reliability.test_remote import setup, wait_for_text
 
 pytest.importorskip("ray.job_submission")
@@ -78,11 +79,11 @@ def test_a_ray_rank_that_raises_ends_every_rank_and_retries_count_it(
     prefix = fresh(root, tmp_path)
     (root / "fail").touch()
     (root / "gate").touch()
-    proc = gang_run("jax_gang", prefix, {**env, "MARIN_TEST_RETRIES": "1"}, tmp_path / "err")
+    proc = gang_run("tcp_gang", prefix, {**env, "MARIN_TEST_RETRIES": "1"}, tmp_path / "err")
     wait_gone(rank_starts(root, 3, timeout=300), timeout=120)  # the failed gang, all of it
     assert proc.wait(timeout=600) == 0, (tmp_path / "err").read_text()
     assert "rank 1: rank 1 diverged" in (tmp_path / "err").read_text()
-    record = read_record(open_prefix(prefix), JAX)
+    record = read_record(open_prefix(prefix), TCP)
     assert record is not None and record.result["sum"] == 6.0
     assert record.provenance["job"]["preemptions"] == 0
     assert len((root / "calls").read_text().splitlines()) == 6  # two gangs: the retry's
@@ -95,17 +96,17 @@ def test_a_killed_driver_reattaches_to_its_one_ray_gang(
     reattaches to that Ray job (one gang, never two) and commits its value."""
     root, env = cluster
     prefix = fresh(root, tmp_path)
-    first = gang_run("jax_gang", prefix, env, tmp_path / "first.err")
+    first = gang_run("tcp_gang", prefix, env, tmp_path / "first.err")
     ranks = rank_starts(root, 3, timeout=300)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     assert all(start_time(pid) is not None for pid in ranks)  # the gang outlived its driver
-    second = gang_run("jax_gang", prefix, env, tmp_path / "second.err")
-    wait_for_text(tmp_path / "second.err", "reattach gang/jax@v1", timeout=120)
+    second = gang_run("tcp_gang", prefix, env, tmp_path / "second.err")
+    wait_for_text(tmp_path / "second.err", "reattach gang/tcp@v1", timeout=120)
     (root / "gate").touch()
     assert second.wait(timeout=600) == 0, (tmp_path / "second.err").read_text()
     assert len((root / "calls").read_text().splitlines()) == 3  # one gang
-    record = read_record(open_prefix(prefix), JAX)
+    record = read_record(open_prefix(prefix), TCP)
     assert record is not None and record.result["sum"] == 6.0
     assert record.provenance["job"]["backend"] == "ray"
     assert record.provenance["job"]["preemptions"] == 0
@@ -118,7 +119,7 @@ def test_a_killed_ray_rank_ends_the_gang_and_it_is_resubmitted_once(
     new gang builds the step."""
     root, env = cluster
     prefix = fresh(root, tmp_path)
-    proc = gang_run("jax_gang", prefix, env, tmp_path / "err")
+    proc = gang_run("tcp_gang", prefix, env, tmp_path / "err")
     first = rank_starts(root, 3, timeout=300)
     os.kill(first[0], signal.SIGKILL)
     wait_gone(first)
@@ -126,8 +127,8 @@ def test_a_killed_ray_rank_ends_the_gang_and_it_is_resubmitted_once(
     assert not set(second) & set(first)
     (root / "gate").touch()
     assert proc.wait(timeout=600) == 0, (tmp_path / "err").read_text()
-    assert "preempted gang/jax@v1" in (tmp_path / "err").read_text()
-    record = read_record(open_prefix(prefix), JAX)
+    assert "preempted gang/tcp@v1" in (tmp_path / "err").read_text()
+    record = read_record(open_prefix(prefix), TCP)
     assert record is not None and record.result["sum"] == 6.0
     assert record.provenance["job"]["preemptions"] == 1
     assert len((root / "calls").read_text().splitlines()) == 6
