@@ -708,6 +708,25 @@ def test_pytz_and_zoneinfo_and_a_datetime_subclass_are_other_configs() -> None:
     assert _fingerprint(on=pendulum.date(2024, 1, 1)) != _fingerprint(on=datetime.date(2024, 1, 1))
 
 
+def test_a_namedtuples_class_is_in_the_fingerprint() -> None:
+    """Red team r26-3: ``Adam(0.1, 0.9)`` and ``Sgd(0.1, 0.9)`` (namedtuples) were one config,
+    though a step may dispatch on the class; a plain dict spelling the tag is escaped."""
+
+    class Adam(typing.NamedTuple):
+        lr: float
+        beta: float
+
+    class Sgd(typing.NamedTuple):
+        lr: float
+        momentum: float
+
+    assert _fingerprint(o=Adam(0.1, 0.9)) != _fingerprint(o=Sgd(0.1, 0.9))
+    assert _fingerprint(o=Adam(0.1, 0.9)) != _fingerprint(o=(0.1, 0.9))
+    assert _fingerprint(o=Adam(0.1, 0.9)) == _fingerprint(o=Adam(0.1, 0.9))
+    spelled = {"__tuple__": Adam.__qualname__, "items": [0.1, 0.9]}
+    assert _fingerprint(o=spelled) != _fingerprint(o=Adam(0.1, 0.9))
+
+
 def test_a_windows_path_is_the_text_fn_opens() -> None:
     """Red team r24-5: ``PureWindowsPath("a\\b")`` was ``"a/b"``, though on Linux ``fn`` opens
     a file named ``a\\b``; a POSIX path is still its text."""
