@@ -187,6 +187,35 @@ def test_a_docstrings_layout_is_not_code(project: Project) -> None:
     assert code_drifted(before, code_digest(project.load(pipe=reworded)["pipe"].evaluate))
 
 
+def test_what_a_computed_module_name_reads_is_code(project: Project) -> None:
+    """Red team r26-1: a module-level name set by an expression counted by its own line only:
+    ``K = cfg.BASE`` missed an edit of ``BASE``, ``PROMPT = __doc__`` one of the docstring,
+    ``CARD = helpers.card()`` one of ``card``. What the expression reads counts as the step's
+    own reads (by value, or as code)."""
+    cfg = "BASE = 3\n\n\ndef card():\n    return 'one'\n"
+    pipe = '''\
+        """Answer in one word."""
+        import {cfg} as cfg
+
+        K = cfg.BASE * 2
+        PROMPT = __doc__.strip()
+        CARD = cfg.card()
+
+
+        def step(out_path):
+            return K, PROMPT, CARD
+        '''
+    before = code_digest(project.load(cfg=cfg, pipe=pipe)["pipe"].step)
+    assert not code_drifted(before, code_digest(project.load(cfg=cfg, pipe=pipe)["pipe"].step))
+    for edited in (
+        {"cfg": cfg.replace("BASE = 3", "BASE = 5"), "pipe": pipe},
+        {"cfg": cfg, "pipe": pipe.replace("one word", "French")},
+        {"cfg": cfg.replace("'one'", "'two'"), "pipe": pipe},
+    ):
+        after = code_digest(project.load(**edited)["pipe"].step)
+        assert code_drifted(before, after), edited
+
+
 def test_a_module_docstring_read_as_data_is_code(project: Project) -> None:
     """Red team r25-3: a module docstring read as ``__doc__`` (a model card, a prompt), its
     own module's or a project module's, was not in the digest."""
@@ -895,7 +924,9 @@ def test_lazy_proxy_globals_are_never_resolved(project: Project, model: str) -> 
     digest = code_digest(pipe.step)
     spec = lower(apply("lazy/step", pipe.step, version="v1", x=1, out_path=OUT))
     assert pipe.RESOLVED == []  # no factory ran
-    assert digest.digest is not None and [p.name for p in digest.parts] == ["step"]
+    # The factories are code the module-level names read (red team r26-1), never called.
+    names = [p.name for p in digest.parts]
+    assert digest.digest is not None and names == ["step", "_load_model", "_load_settings"]
     assert spec.code == digest
 
 

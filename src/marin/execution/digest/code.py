@@ -922,10 +922,11 @@ def _resolve_all(
     namespace: Mapping[str, Any],
     closure: Mapping[str, Any],
     index: SourceIndex,
+    seen: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[Any]]:
     """The constants (a module-level plain value, ``name==value``; else the literal source,
-    ``name=dump``, and a non-literal's source, ``name:=dump``) and the callee objects that
-    ``references`` name."""
+    ``name=dump``, and a non-literal's source, ``name:=dump``, with what it reads) and the
+    callee objects that ``references`` name; ``seen``: computed names being followed."""
     constants: list[str] = []
     callees: dict[int, Any] = {}
     for chain in references:
@@ -966,17 +967,59 @@ def _resolve_all(
         if target is None and module_namespace(obj) is None:
             constants += _module_value(name, obj, owner_index, owner_name)
         else:  # a module-level instance, ``P = partial(f, cfg.K)``, ``G = make().get``
-            fields, held_code = _held_state(name, obj, target)
-            constants += fields
-            for code in held_code:
-                callees.setdefault(id(code), code)
-        source = assignment_source(owner_index, owner_name)
-        if source:
-            constants.append(f"{name}:=" + "|".join(source))
-        earlier = bound_earlier(owner_index, owner_name)
-        if earlier:  # ``K = 3``, ``def h(k=K)``, ``K = 5``: what h captured is K's first value
-            constants.append(f"{name}<=" + "|".join(earlier))
+            _merge(_held_state(name, obj, target), constants, callees)
+        _merge(_bindings(name, owner_index, owner_name, namespace, index, seen), constants, callees)
     return constants, list(callees.values())
+
+
+def _bindings(
+    name: str,
+    owner: SourceIndex,
+    owner_name: str,
+    namespace: Mapping[str, Any],
+    index: SourceIndex,
+    seen: frozenset[str],
+) -> tuple[list[str], list[Any]]:
+    """What a module-level name's statements say beyond its value: the source of a computed
+    one (``name:=dump``) and what that source reads (``_assigned_reads``), and the values it
+    was bound to before (``K = 3``, ``def h(k=K)``, ``K = 5``: what h captured is the first)."""
+    constants: list[str] = []
+    callees: list[Any] = []
+    source = assignment_source(owner, owner_name)
+    if source:
+        constants.append(f"{name}:=" + "|".join(source))
+        reads, callees = _assigned_reads(owner, owner_name, namespace, index, seen)
+        constants += reads
+    earlier = bound_earlier(owner, owner_name)
+    if earlier:
+        constants.append(f"{name}<=" + "|".join(earlier))
+    return constants, callees
+
+
+def _assigned_reads(
+    owner: SourceIndex,
+    name: str,
+    namespace: Mapping[str, Any],
+    index: SourceIndex,
+    seen: frozenset[str],
+) -> tuple[list[str], list[Any]]:
+    """What a module-level name assigned a computed value reads in its source (``K =
+    cfg.BASE``, ``PROMPT = __doc__``, ``CARD = helpers.card()``): resolved as the reader's own
+    reads, its constants labelled with the name (red team r26-1). Only a name of the reader's
+    own module (whose namespace it has), each once along a chain."""
+    if owner is not index or name in seen:
+        return [], []
+    reads = [chain for chain in owner.source_refs.get(name, {}) if chain[0] != name]
+    constants, callees = _resolve_all(reads, namespace, {}, index, seen | {name})
+    return [f"{name}<-{c}" for c in constants], callees
+
+
+def _merge(
+    found: tuple[list[str], list[Any]], constants: list[str], callees: dict[int, Any]
+) -> None:
+    constants += found[0]
+    for code in found[1]:
+        callees.setdefault(id(code), code)
 
 
 def _module_doc(

@@ -280,6 +280,8 @@ class SourceIndex:
     Dumped only when read (``bound_earlier``)."""
     modules: dict[str, str] = field(default_factory=dict)
     """Top-level ``import module [as name]``: name -> module."""
+    source_refs: dict[str, References] = field(default_factory=dict)
+    """What each name of ``sources`` reads, in its source: followed as the reader's own reads."""
     dynamic: list[str] = field(default_factory=list)
     """Top-level statements that bind names known at run time only (``exec(...)``,
     ``globals().update(d)``): what reads this module's globals is unknown."""
@@ -333,7 +335,7 @@ def _index_statements(body: list[ast.stmt], index: SourceIndex) -> None:
             if isinstance(statement, ast.For | ast.AsyncFor):  # its target: computed
                 for name in _target_names(statement.target):
                     index.assigned.add(name)
-                    index.sources.setdefault(name, []).append(dump(statement.iter))
+                    _add_source(index, name, statement.iter)
                     _index_binding(name, statement.iter, index)
             for inner in ("body", "orelse", "finalbody"):
                 _index_statements(getattr(statement, inner, []), index)
@@ -348,7 +350,7 @@ def _index_statements(body: list[ast.stmt], index: SourceIndex) -> None:
 def _index_computed(name: str, node: ast.AST, index: SourceIndex) -> None:
     """``name`` bound by ``node`` to a computed value (a walrus, ``with ... as``, a capture)."""
     index.assigned.add(name)
-    index.sources.setdefault(name, []).append(dump(node))
+    _add_source(index, name, node)
     _index_binding(name, node, index)
 
 
@@ -511,9 +513,31 @@ def _index_assignment(statement: ast.stmt, index: SourceIndex) -> None:
             continue
         stored = _target_names(target)
         for name in stored or _stored_in(target):  # `LIMITS["a"] = 2`, `Cfg.k = 2`: its source
-            index.sources.setdefault(name, []).append(dump(statement))
+            _add_source(index, name, statement)
             if not literal:  # `PATHS["root"] = os.getcwd()`: a value of this host only
                 index.assigned.add(name if stored else _attribute_key(target))
+
+
+def _add_source(index: SourceIndex, name: str, node: ast.AST) -> None:
+    """``name``'s source (``node``, dumped) and the names its value reads (red team r26-1:
+    ``K = cfg.BASE`` counts what ``cfg.BASE`` is, not only its own line). Only the value's:
+    where it is stored (``vars()["K"] = 5``, ``sys.modules[__name__].K = 5``) is the binding's
+    business, not a read."""
+    index.sources.setdefault(name, []).append(dump(node))
+    refs = index.source_refs.setdefault(name, {})
+    for value in _values_of(node):
+        dump(value, refs)
+
+
+def _values_of(node: ast.AST) -> list[ast.AST]:
+    """The expressions a binding statement computes its value from."""
+    if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.NamedExpr):
+        return [node.value] if node.value is not None else []
+    if isinstance(node, ast.With | ast.AsyncWith):
+        return [item.context_expr for item in node.items]
+    if isinstance(node, ast.Match):
+        return [node.subject]
+    return [node]
 
 
 def _index_binding(name: str, statement: ast.AST, index: SourceIndex) -> None:
@@ -606,7 +630,7 @@ def _index_globals(function: ast.FunctionDef | ast.AsyncFunctionDef, index: Sour
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for name in {n for t in targets for n in _target_names(t)} & names:
                 index.assigned.add(name)
-                index.sources.setdefault(name, []).append(dump(node))
+                _add_source(index, name, node)
                 _index_binding(name, node, index)
 
 
