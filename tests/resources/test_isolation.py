@@ -214,7 +214,7 @@ def test_an_isolated_step_whose_source_was_edited_after_lowering_fails_and_commi
         build_step(BuildRequest(spec, location))
     text = str(info.value)
     assert text.startswith("marin.execution.errors.CodeChangedError: error: the isolated process")
-    assert "runs other code than the run lowered: word changed after the run lowered" in text
+    assert "runs other code than the run lowered: word changed between the run's lowering" in text
     assert "(step word@v1)" in text and "run again" in text
     assert read_record(location, spec.output_path) is None
     status = read_status(location, spec.output_path)

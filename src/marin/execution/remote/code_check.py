@@ -112,9 +112,9 @@ def _changed(changed: str, where: str, step: str) -> MarinError:
     if where == "Dask worker":  # a worker keeps the pipeline module it loaded first
         also = "; every worker needs the driver's code: restart workers that loaded an older copy"
     return CodeChangedError(
-        f"the {where} runs other code than the run lowered: {changed} changed after the run "
-        f"lowered the pipeline (the source was edited before the {where} imported it); "
-        "nothing was committed",
+        f"the {where} runs other code than the run lowered: {changed} changed between the "
+        f"run's lowering and the {where}'s import of it, or since that import; nothing was "
+        "committed",
         f"run again: the run lowers the code as it is now (leave the source as it is while a "
         f"run runs{also})",
         step,
