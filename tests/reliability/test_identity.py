@@ -497,6 +497,22 @@ class Box(typing.Generic[typing.TypeVar("T")]):
     item: int
 
 
+@dataclasses.dataclass
+class Shadowed:
+    """A ``cached_property`` default that ``__post_init__`` overrides from an ``InitVar``."""
+
+    total: int
+    warmup: dataclasses.InitVar[int | None] = None
+
+    def __post_init__(self, warmup: int | None) -> None:
+        if warmup is not None:
+            self.warmup_steps = warmup
+
+    @functools.cached_property
+    def warmup_steps(self) -> int:
+        return self.total // 10
+
+
 @dataclasses.dataclass(init=False)
 class HandMade:
     """A dataclass with its own ``__init__`` that keeps a value no field holds."""
@@ -528,9 +544,12 @@ def test_every_state_of_a_dataclass_beyond_its_fields_is_in_the_fingerprint() ->
     hand-written ``__init__``'s, a base class's slot's, one set later were left out. ``fn``
     sees each, so each counts; a dataclass with none has the form it had. A
     ``cached_property`` read before ``apply()`` (r26-2: it drifted, or was refused holding a
-    tokenizer) and a generic's ``__orig_class__`` are not config. State with no JSON form is
+    tokenizer) and a generic's ``__orig_class__`` are not config, but one the class's own
+    ``__post_init__`` sets is (r25-2). State with no JSON form is
     refused naming it as state and the fixes."""
     assert _fingerprint(s=HandMade(1000, 0.1)) != _fingerprint(s=HandMade(1000, 0.3))
+    # r25-2: a cached_property its own __post_init__ sets is state, not a cache.
+    assert _fingerprint(s=Shadowed(1000)) != _fingerprint(s=Shadowed(1000, 300))
     assert _fingerprint(s=SlottedSchedule(10, 0.5)) != _fingerprint(s=SlottedSchedule(10, 0.2))
     later = Cached(1000)
     later.note = "set later"  # type: ignore[attr-defined]

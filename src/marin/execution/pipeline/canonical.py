@@ -10,16 +10,19 @@ it is rejected with the dotted path of the field that holds it.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import datetime
 import enum
 import functools
 import hashlib
+import inspect
 import json
 import math
 import os
 import pathlib
 import re
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -536,8 +539,8 @@ def _instance_state(value: Any) -> list[tuple[str, Any]]:
     the fingerprint does: a config with such state has a fingerprint of its own (with none, the
     form is as before). A ``cached_property``'s value is left out: it is computed from the
     instance whenever it is first read, so reading it before ``apply()`` (or caching a
-    tokenizer there) must not change or refuse the config (red team r26-2); one that
-    ``__post_init__`` shadows is not seen (r25-2: give that value a field)."""
+    tokenizer there) must not change or refuse the config (red team r26-2), unless the class's
+    ``__init__`` or ``__post_init__`` sets that name itself (r25-2: it shadows the property)."""
     declared = getattr(type(value), "__dataclass_fields__", {})
     kind = type(value)
     found = {
@@ -545,7 +548,10 @@ def _instance_state(value: Any) -> list[tuple[str, Any]]:
         for name, item in getattr(value, "__dict__", {}).items()
         if name not in declared
         and name != "__orig_class__"  # ``Box[int](1)``: Python's own
-        and not isinstance(getattr(kind, name, None), functools.cached_property)
+        and (
+            not isinstance(getattr(kind, name, None), functools.cached_property)
+            or name in _set_when_made(kind)
+        )
     }
     for klass in type(value).__mro__:
         slots = klass.__dict__.get("__slots__", ())
@@ -558,6 +564,58 @@ def _instance_state(value: Any) -> list[tuple[str, Any]]:
             except AttributeError:
                 continue  # a slot never set
     return sorted(found.items())
+
+
+_SET_WHEN_MADE: dict[type, frozenset[str] | None] = {}
+
+
+def _set_when_made(kind: type) -> frozenset[str] | AllNames:
+    """The attributes a class's own ``__init__`` and ``__post_init__`` assign on the instance
+    (``self.x = ...``, ``setattr(self, "x", ...)``, ``object.__setattr__(self, "x", ...)``), read
+    from their source once per class; every name when a source cannot be read."""
+    if kind not in _SET_WHEN_MADE:
+        names: set[str] = set()
+        for method in (getattr(kind, "__init__", None), getattr(kind, "__post_init__", None)):
+            code = getattr(method, "__code__", None)
+            if method is None or code is None:
+                continue
+            try:
+                tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
+            except (OSError, TypeError, SyntaxError):
+                if "<string>" in code.co_filename:  # the __init__ dataclasses made: fields
+                    continue
+                _SET_WHEN_MADE[kind] = None
+                break
+            names |= _assigned_on(tree, code.co_varnames[:1])
+        else:
+            _SET_WHEN_MADE[kind] = frozenset(names)
+    found = _SET_WHEN_MADE[kind]
+    return ALL_NAMES if found is None else found
+
+
+class AllNames:
+    """Every name: what a class whose constructor's source cannot be read may set."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+ALL_NAMES = AllNames()
+
+
+def _assigned_on(tree: ast.AST, receiver: tuple[str, ...]) -> set[str]:
+    """The attribute names ``tree`` assigns on its first argument (``self``)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id in receiver:
+                names.add(node.attr)
+        elif isinstance(node, ast.Call) and len(node.args) >= 2:
+            target, attr = node.args[0], node.args[1]
+            on_self = isinstance(target, ast.Name) and target.id in receiver
+            if on_self and isinstance(attr, ast.Constant) and isinstance(attr.value, str):
+                names.add(attr.value)  # setattr(self, "x", v), object.__setattr__(...)
+    return names
 
 
 def _mangled(name: str) -> bool:
