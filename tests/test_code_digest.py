@@ -216,6 +216,28 @@ def test_what_a_computed_module_name_reads_is_code(project: Project) -> None:
         assert code_drifted(before, after), edited
 
 
+def test_a_parameter_named_like_a_computed_global_does_not_read_its_value(
+    project: Project,
+) -> None:
+    """A step function's parameter that shadows a module-level handle (``def read(src)``
+    beside ``src = apply("src", make, ...)``): following what that global's value reads put
+    the other step's ``make`` in this step's digest, so editing ``make`` was code drift of the
+    reader too (the full suite's registered-reader test caught it)."""
+    cfg = "def make():\n    return 'one'\n"
+    pipe = """\
+        import {cfg} as cfg
+
+        src = cfg.make()
+
+
+        def read(src):
+            return src + "!"
+        """
+    before = code_digest(project.load(cfg=cfg, pipe=pipe)["pipe"].read)
+    edited = project.load(cfg=cfg.replace("'one'", "'two'"), pipe=pipe)["pipe"].read
+    assert not code_drifted(before, code_digest(edited))
+
+
 def test_a_module_docstring_read_as_data_is_code(project: Project) -> None:
     """Red team r25-3: a module docstring read as ``__doc__`` (a model card, a prompt), its
     own module's or a project module's, was not in the digest."""

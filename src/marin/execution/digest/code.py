@@ -498,7 +498,7 @@ def _find(obj: Any) -> _Found | None:
     # What the names refer to is resolved for each object: closures of one code differ.
     local = _local_imports(syntax.imports)
     scope = {**namespace, **local} if local else namespace
-    constants, callees = _resolve_all(syntax.references, scope, closure, index)
+    constants, callees = _resolve_all(syntax.references, scope, closure, index, _locals(obj))
     cell_values, opaque = _closure_values(qualname, closure)
     constants += cell_values
     callees += opaque
@@ -926,7 +926,8 @@ def _resolve_all(
 ) -> tuple[list[str], list[Any]]:
     """The constants (a module-level plain value, ``name==value``; else the literal source,
     ``name=dump``, and a non-literal's source, ``name:=dump``, with what it reads) and the
-    callee objects that ``references`` name; ``seen``: computed names being followed."""
+    callee objects that ``references`` name; ``seen``: names whose value's reads are not
+    followed (being followed already, or a local of the reader: ``_locals``)."""
     constants: list[str] = []
     callees: dict[int, Any] = {}
     for chain in references:
@@ -994,6 +995,20 @@ def _bindings(
     if earlier:
         constants.append(f"{name}<=" + "|".join(earlier))
     return constants, callees
+
+
+def _locals(obj: Any) -> frozenset[str]:
+    """The parameters and locals of a function and of the functions defined in it: a global
+    they shadow (``def read(src)`` beside ``src = apply(...)``) is taken for a read of the
+    global (``References``), by its source, but what that global's value reads is not followed
+    (``_assigned_reads``): it would put another step's code in this one's digest."""
+    codes = [obj.__code__] if type(obj) is types.FunctionType else []
+    names: set[str] = set()
+    while codes:
+        code = codes.pop()
+        names.update(code.co_varnames, code.co_cellvars)
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return frozenset(names)
 
 
 def _assigned_reads(
