@@ -238,6 +238,29 @@ def test_a_parameter_named_like_a_computed_global_does_not_read_its_value(
     assert not code_drifted(before, code_digest(edited))
 
 
+def test_a_name_bound_in_a_nested_scope_shadows_nothing_in_the_step(project: Project) -> None:
+    """Red team r27-1: a nested function's parameter, a lambda's or a comprehension's variable
+    named like a computed global turned off following that global's reads, though the step's
+    own body reads the global."""
+    cfg = "def card():\n    return 'one'\n"
+    pipe = """\
+        import {cfg} as cfg
+
+        prompt = cfg.card()
+
+
+        def step(out_path):
+            def render(prompt):
+                return "[" + prompt + "]"
+
+            upper = [prompt.upper() for prompt in ("a",)]
+            return render(prompt), upper, (lambda prompt: prompt)(1)
+        """
+    before = code_digest(project.load(cfg=cfg, pipe=pipe)["pipe"].step)
+    edited = project.load(cfg=cfg.replace("'one'", "'two'"), pipe=pipe)["pipe"].step
+    assert code_drifted(before, code_digest(edited))
+
+
 def test_a_module_docstring_read_as_data_is_code(project: Project) -> None:
     """Red team r25-3: a module docstring read as ``__doc__`` (a model card, a prompt), its
     own module's or a project module's, was not in the digest."""

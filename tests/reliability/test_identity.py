@@ -513,6 +513,21 @@ class Shadowed:
         return self.total // 10
 
 
+@dataclasses.dataclass(frozen=True)
+class PreSet:
+    """A frozen config that pre-sets its ``cached_property`` through ``self.__dict__``."""
+
+    total: int
+    warmup: dataclasses.InitVar[int] = 100
+
+    def __post_init__(self, warmup: int) -> None:
+        self.__dict__["warmup_steps"] = warmup
+
+    @functools.cached_property
+    def warmup_steps(self) -> int:
+        return self.total // 10
+
+
 @dataclasses.dataclass(init=False)
 class HandMade:
     """A dataclass with its own ``__init__`` that keeps a value no field holds."""
@@ -550,6 +565,7 @@ def test_every_state_of_a_dataclass_beyond_its_fields_is_in_the_fingerprint() ->
     assert _fingerprint(s=HandMade(1000, 0.1)) != _fingerprint(s=HandMade(1000, 0.3))
     # r25-2: a cached_property its own __post_init__ sets is state, not a cache.
     assert _fingerprint(s=Shadowed(1000)) != _fingerprint(s=Shadowed(1000, 300))
+    assert _fingerprint(s=PreSet(1000, 500)) != _fingerprint(s=PreSet(1000, 300))  # r27-2
     assert _fingerprint(s=SlottedSchedule(10, 0.5)) != _fingerprint(s=SlottedSchedule(10, 0.2))
     later = Cached(1000)
     later.note = "set later"  # type: ignore[attr-defined]

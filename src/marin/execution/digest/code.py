@@ -998,17 +998,14 @@ def _bindings(
 
 
 def _locals(obj: Any) -> frozenset[str]:
-    """The parameters and locals of a function and of the functions defined in it: a global
-    they shadow (``def read(src)`` beside ``src = apply(...)``) is taken for a read of the
-    global (``References``), by its source, but what that global's value reads is not followed
-    (``_assigned_reads``): it would put another step's code in this one's digest."""
-    codes = [obj.__code__] if type(obj) is types.FunctionType else []
-    names: set[str] = set()
-    while codes:
-        code = codes.pop()
-        names.update(code.co_varnames, code.co_cellvars)
-        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-    return frozenset(names)
+    """A function's own parameters and locals: a global one shadows (``def read(src)`` beside
+    ``src = apply(...)``) is taken for a read of the global (``References``), by its source,
+    but what that global's value reads is not followed (``_assigned_reads``): it would put
+    another step's code in this one's digest. Only the function's own: a name bound in a
+    nested function, lambda or comprehension shadows nothing in the body (red team r27-1)."""
+    if type(obj) is not types.FunctionType:
+        return frozenset()
+    return frozenset(obj.__code__.co_varnames) | frozenset(obj.__code__.co_cellvars)
 
 
 def _assigned_reads(

@@ -610,6 +610,17 @@ def _assigned_on(tree: ast.AST, receiver: tuple[str, ...]) -> set[str]:
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
             if isinstance(node.value, ast.Name) and node.value.id in receiver:
                 names.add(node.attr)
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            held, key = node.value, node.slice  # ``self.__dict__["x"] = v`` (r27-2)
+            if (
+                isinstance(held, ast.Attribute)
+                and held.attr == "__dict__"
+                and isinstance(held.value, ast.Name)
+                and held.value.id in receiver
+                and isinstance(key, ast.Constant)
+                and isinstance(key.value, str)
+            ):
+                names.add(key.value)
         elif isinstance(node, ast.Call) and len(node.args) >= 2:
             target, attr = node.args[0], node.args[1]
             on_self = isinstance(target, ast.Name) and target.id in receiver
