@@ -261,6 +261,27 @@ def test_a_name_bound_in_a_nested_scope_shadows_nothing_in_the_step(project: Pro
     assert code_drifted(before, code_digest(edited))
 
 
+def test_a_global_read_by_name_through_globals_is_never_shadowed(project: Project) -> None:
+    """Red team r27-1's variant: a step with a parameter ``prompt`` whose nested function reads
+    ``globals()["prompt"]`` reads the module's computed ``prompt``: its reads are followed."""
+    cfg = "def card():\n    return 'one'\n"
+    pipe = """\
+        import {cfg} as cfg
+
+        prompt = cfg.card()
+
+
+        def step(out_path, prompt=None):
+            def render():
+                return "[" + globals()["prompt"] + "]"
+
+            return render()
+        """
+    before = code_digest(project.load(cfg=cfg, pipe=pipe)["pipe"].step)
+    edited = project.load(cfg=cfg.replace("'one'", "'two'"), pipe=pipe)["pipe"].step
+    assert code_drifted(before, code_digest(edited))
+
+
 def test_a_module_docstring_read_as_data_is_code(project: Project) -> None:
     """Red team r25-3: a module docstring read as ``__doc__`` (a model card, a prompt), its
     own module's or a project module's, was not in the digest."""

@@ -15,8 +15,9 @@ Migration (red team round 17): an enum member's tag holds its value (``{"__enum_
 taking the values off gives back their fingerprints before, byte for byte.
 
 Migration (red team round 26): a namedtuple in a config is tagged with its class
-(``{"__tuple__": "Point", "items": [...]}``); only ``rich/rich@v0`` holds one, and taking the
-tag off gives back its fingerprint before, byte for byte.
+(``{"__tuple__": "Point", "fields": [...], "items": [...]}``, field names since r27-3); only
+``rich/rich@v0`` holds one, and taking the tag off gives back its fingerprint before, byte for
+byte.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ RICH = {
     "rich/keys@v0": "e0757917f72b7e778b6d5bc3df68cf0ddcd5147e3efe07a5562d05f7e59824a8",
     "rich/no-config@v0": "3520fc99a889e811b18738231874244d98b6491b988b094d2238a6d317585e83",
     "rich/options@v0": "e5d7419b3d11cd4505a3fbcebc488094761c928cae08917132a9d09d9f98ace4",
-    "rich/rich@v0": "e66f8b7826f5c560ef03ba9dbfb4175736fa1ff5e34c5d9c7cebc58136f1869e",
+    "rich/rich@v0": "20d08d479deef150db65c85034287e0dae62b47a6516bdf8f0cb92d0792512f2",
     "rich/same-name@v0": "0d1d697a6d48ae6fd261335b98bfab01e803eb8c73093289682ccbb18db14939",
     "rich/scalars@v0": "eedc7b8e6a4db4a8cfbd6f0484a805a413df033d6946d943f4c918dbb70d18ba",
     "rich/unicode@v0": "b1216865319806ee9c9c4f952e9832a5ed6fa4734684c29381f1d0e64188d7b1",
@@ -96,7 +97,7 @@ def _untagged(value: Any) -> Any:
     if isinstance(value, dict):
         if len(value) == 1 and next(iter(value)) in TAGS:
             return _untagged(next(iter(value.values())))
-        if set(value) == {"__tuple__", "items"}:  # red team round 26
+        if set(value) == {"__tuple__", "fields", "items"}:  # red team rounds 26, 27
             return _untagged(value["items"])
         return {k: _untagged(v) for k, v in _no_enum_value(value).items()}
     if isinstance(value, list):

@@ -758,8 +758,19 @@ def test_a_namedtuples_class_is_in_the_fingerprint() -> None:
     assert _fingerprint(o=Adam(0.1, 0.9)) != _fingerprint(o=Sgd(0.1, 0.9))
     assert _fingerprint(o=Adam(0.1, 0.9)) != _fingerprint(o=(0.1, 0.9))
     assert _fingerprint(o=Adam(0.1, 0.9)) == _fingerprint(o=Adam(0.1, 0.9))
-    spelled = {"__tuple__": Adam.__qualname__, "items": [0.1, 0.9]}
+    spelled = {"__tuple__": Adam.__qualname__, "fields": ["lr", "beta"], "items": [0.1, 0.9]}
     assert _fingerprint(o=spelled) != _fingerprint(o=Adam(0.1, 0.9))
+
+
+def test_a_namedtuples_field_names_are_in_the_fingerprint() -> None:
+    """Red team r27-3: ``N(lr, wd)`` and ``N(wd, lr)`` of one class name and equal values were
+    one config, though a dataclass's fields are keyed by name."""
+    import collections
+
+    first = collections.namedtuple("N", "lr wd")
+    swapped = collections.namedtuple("N", "wd lr")
+    assert _fingerprint(o=first(0.1, 0.9)) != _fingerprint(o=swapped(0.1, 0.9))
+    assert _fingerprint(o=first(0.1, 0.9)) == _fingerprint(o=first(0.1, 0.9))
 
 
 def test_a_windows_path_is_the_text_fn_opens() -> None:

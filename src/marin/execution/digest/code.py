@@ -498,7 +498,8 @@ def _find(obj: Any) -> _Found | None:
     # What the names refer to is resolved for each object: closures of one code differ.
     local = _local_imports(syntax.imports)
     scope = {**namespace, **local} if local else namespace
-    constants, callees = _resolve_all(syntax.references, scope, closure, index, _locals(obj))
+    shadowed = _locals(obj) - syntax.named_globals
+    constants, callees = _resolve_all(syntax.references, scope, closure, index, shadowed)
     cell_values, opaque = _closure_values(qualname, closure)
     constants += cell_values
     callees += opaque
@@ -660,6 +661,8 @@ class _Syntax:
     references: list[tuple[str, ...]]
     imports: tuple[tuple[str, str, str | None], ...]
     """What ``import`` statements inside the definition bind: (name, module, attribute)."""
+    named_globals: frozenset[str] = frozenset()
+    """Globals read by their name through ``globals()``: no local of the reader shadows them."""
     computed: frozenset[str] = frozenset()
     """A class body's names assigned a computed value (their source counts, not their value)."""
     decorated: frozenset[str] = frozenset()
@@ -700,9 +703,10 @@ def _syntax(obj: Any, qualname: str, index: SourceIndex) -> _Syntax | None:
         d.name for body in bodies for d in body
         if isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef) and d.decorator_list
     }  # fmt: skip
+    named = frozenset(chain[0] for chain, by_name in references.items() if by_name)
     syntax = _Syntax(
         index, line, header, tuple(statements), tuple(lines), list(references), _imports(nodes),
-        frozenset(computed), frozenset(decorated),
+        named, frozenset(computed), frozenset(decorated),
     )  # fmt: skip
     _SYNTAX.put(key, syntax)
     return syntax

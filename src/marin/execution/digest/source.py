@@ -771,8 +771,9 @@ def with_clean_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
     return [ast.Expr(ast.Constant(text)), *body[1:]]
 
 
-References = dict[tuple[str, ...], None]
-"""Every ``name`` and ``name.attr.attr`` a definition reads, in order, without repeats."""
+References = dict[tuple[str, ...], bool | None]
+"""Every ``name`` and ``name.attr.attr`` a definition reads, in order, without repeats; True
+marks a global read by its name through ``globals()`` (no local shadows it)."""
 
 
 def _write(root: Any, out: list[str], refs: References, skip: str = "") -> None:
@@ -903,7 +904,11 @@ def _dynamic(node: ast.AST, refs: References, consumed: set[int]) -> None:
     head = _string_reference(base, consumed)
     if head is not None:  # a module used as a value (``m = import_module("m")``) is dynamic
         bare = (DYNAMIC,) if head[0] == IMPORT else ()
-        refs.setdefault((*head, *(attrs or bare)), None)
+        chain = (*head, *(attrs or bare))
+        if head[0] in (IMPORT, GLOBALS):
+            refs.setdefault(chain, None)
+        else:  # ``globals()["K"]``: the module's K, whatever local has that name
+            refs[chain] = True
         return
     if attrs:
         if "__subclasses__" in attrs and not isinstance(base, ast.Name):

@@ -474,9 +474,12 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
         return _canonical(dict(value), path, walk)
     if isinstance(value, tuple) and hasattr(type(value), "_fields") and not walk.text_keys:
         # A config's namedtuple's class: a step may dispatch on it (``Adam`` or ``Sgd`` of equal
-        # values: red team r26-3); its module is left out, as a dataclass's is. A returned one
-        # is its items, as its readers have always read it.
-        return {"__tuple__": type(value).__qualname__, "items": _canonical(list(value), path, walk)}
+        # values: red team r26-3), and its field names, as a dataclass's count (``N(lr, wd)``
+        # and ``N(wd, lr)``: r27-3); its module is left out, as a dataclass's is. A returned
+        # one is its items, as its readers have always read it.
+        fields = [str(name) for name in type(value)._fields]
+        items = _canonical(list(value), path, walk)
+        return {"__tuple__": type(value).__qualname__, "fields": fields, "items": items}
     if isinstance(value, list | tuple):
         return _canonical(list(value), path, walk)
     if isinstance(value, set | frozenset):
