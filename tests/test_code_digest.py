@@ -168,6 +168,11 @@ def test_a_docstring_is_code(project: Project) -> None:
         assert code_drifted(before, after), what
         named = "Signature" if what == "class" else "evaluate"
         assert any(named in line for line in explain_code_drift(before, after)), what
+    # The docstring's own line is named, not line 0.
+    after = code_digest(project.load(pipe=edits["function"])["pipe"].evaluate)
+    assert [line for line in explain_code_drift(before, after) if "line 9)" in line], (
+        explain_code_drift(before, after)
+    )
 
 
 def test_a_docstrings_layout_is_not_code(project: Project) -> None:

@@ -768,7 +768,8 @@ def with_clean_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
         return body
     lines = inspect.cleandoc(first.value.value).splitlines()
     text = "\n".join(line.rstrip() for line in lines)
-    return [ast.Expr(ast.Constant(text)), *body[1:]]
+    # Its line kept: a drift of the docstring is reported where it is (not at line 0).
+    return [ast.copy_location(ast.Expr(ast.Constant(text)), first), *body[1:]]
 
 
 References = dict[tuple[str, ...], bool | None]
