@@ -138,6 +138,9 @@ def _add_inputs(
     only_read_from: set[str] = set()  # kept only as a slot read from: a closer reason wins
 
     def keep(found: Slot, why: str, read_from: bool = False) -> None:
+        """Keep ``found``, walked once for its own inputs, for ``why``. A slot first kept only
+        because a build read from it takes a closer reason found later (a build was made from
+        it, or adopts it); no reason replaces a closer one."""
         path = found.output_path
         if path in kept and (path not in only_read_from or read_from):
             return
