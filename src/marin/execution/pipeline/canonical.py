@@ -477,8 +477,8 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
         # values: red team r26-3), and its field names, as a dataclass's count (``N(lr, wd)``
         # and ``N(wd, lr)``: r27-3); its module is left out, as a dataclass's is. A returned
         # one is its items, as its readers have always read it.
-        names: tuple[Any, ...] = getattr(type(value), "_fields", ())
-        fields = [str(name) for name in names]
+        names = getattr(type(value), "_fields", ())
+        fields = [str(name) for name in names] if isinstance(names, tuple) else [repr(names)]
         items = _canonical(list(value), path, walk)
         return {"__tuple__": type(value).__qualname__, "fields": fields, "items": items}
     if isinstance(value, list | tuple):
