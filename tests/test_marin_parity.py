@@ -700,11 +700,41 @@ def test_register_fingerprint_gives_a_user_type_an_exact_form(
     }
     assert step.fingerprint() == _tokenize_step(Tokenizer("gpt2", 50257)).fingerprint()
     assert step.fingerprint() != _tokenize_step(Tokenizer("gpt2", 1)).fingerprint()
-    # A subclass is matched along its MRO:
-    assert _tokenize_step(FastTokenizer("gpt2", 50257)).fingerprint() == step.fingerprint()
+    # A subclass is matched along its MRO, but is its own config (red team r28-1: an
+    # ``np.matrix`` under an ``ndarray`` registration was the array's build):
+    fast = _tokenize_step(FastTokenizer("gpt2", 50257))
+    assert json.loads(fast.fingerprint_payload())["config"]["tokenizer"] == {
+        "__registered__": "FastTokenizer",
+        "value": {"name": "gpt2", "vocab": 50257},
+    }
+    assert fast.fingerprint() != step.fingerprint()
     assert step.path(prefix) == f"{prefix.rstrip('/')}/tok/v1"
     # The public module re-exports the one implementation:
     assert public_fingerprint.register_fingerprint is register_fingerprint
+
+
+@dataclasses.dataclass(frozen=True)
+class Named:
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(Named):
+    lr: float
+
+
+def test_a_registered_bases_dataclass_subclass_keeps_its_own_fields(clean_registry: Any) -> None:
+    """Red team r28-1: a function registered for a base knows only the base's fields, so
+    ``TrainConfig("run", 0.1)`` and ``TrainConfig("run", 0.2)`` were one config."""
+    register_fingerprint(Named, lambda named: {"name": named.name})
+
+    def fingerprint(config: Named) -> str:
+        step = apply("train", lambda config, out: None, version="v1", config=config, out=OUT)
+        return step.fingerprint()
+
+    assert fingerprint(TrainConfig("run", 0.1)) != fingerprint(TrainConfig("run", 0.2))
+    assert fingerprint(TrainConfig("run", 0.1)) == fingerprint(TrainConfig("run", 0.1))
+    assert fingerprint(TrainConfig("run", 0.1)) != fingerprint(Named("run"))
 
 
 def test_register_fingerprint_refuses_built_in_types_and_reports_a_failing_function(

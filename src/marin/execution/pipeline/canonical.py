@@ -62,7 +62,8 @@ def register_fingerprint(kind: type, fn: Callable[[Any], Any]) -> None:
     ``fn`` returns plain data that says exactly what the value means (``fn(value)`` is itself
     canonicalised); the fingerprint then holds ``{"__registered__": "<qualname>", "value":
     ...}``, so it is stable across processes instead of being refused. A subclass uses the
-    nearest registered class along its MRO. Registering a class again replaces its function.
+    nearest registered class along its MRO, tagged with its own name (and the dataclass fields
+    it declares itself). Registering a class again replaces its function.
 
     Raises:
         ConfigError: ``kind`` is not a class, ``fn`` is not callable, or ``kind`` already has a
@@ -706,7 +707,25 @@ def _registered_form(
             "fields, a string)",
             walk.step,
         )
-    return {"__registered__": base.__qualname__, "value": _canonical(form, path, walk)}
+    kind = type(value)
+    tagged = {"__registered__": kind.__qualname__, "value": _canonical(form, path, walk)}
+    if kind is not base:  # a subclass is its own config (an ``np.matrix`` is no ``ndarray``)
+        own = _fields_below(value, base, path, walk)
+        if own:
+            tagged["fields"] = own
+    return tagged
+
+
+def _fields_below(value: Any, base: type, path: str | None, walk: _Walk) -> dict[str, Any]:
+    """The dataclass fields a subclass of a registered ``base`` declares itself: the function
+    registered for ``base`` does not know them (red team r28-1)."""
+    inherited = getattr(base, "__dataclass_fields__", {})
+    declared = getattr(type(value), "__dataclass_fields__", {})
+    return {
+        name: _canonical(getattr(value, name), None if path is None else f"{path}.{name}", walk)
+        for name in sorted(declared)
+        if name not in inherited
+    }
 
 
 def _key_text(key: Any, walk: _Walk) -> str:
