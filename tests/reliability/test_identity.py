@@ -23,6 +23,7 @@ import pytest
 
 from marin.execution.errors import ConfigError, DriftError, DuplicateStepError
 from marin.execution.lazy import apply, lower, run
+from marin.execution.pipeline.canonical import to_canonical
 from marin.execution.pipeline.graph import collect_steps
 
 
@@ -866,3 +867,38 @@ def test_a_transformed_placeholder_has_one_fingerprint_in_every_process(tmp_path
         for _ in range(2)
     }
     assert len(prints) == 1, prints
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rates:
+    lrs: dict[str, float]
+
+
+def test_a_dict_that_answers_a_missing_key_is_refused_naming_the_field() -> None:
+    """Red team r28-5: a ``defaultdict``'s factory, a ``Counter``'s zero or a ``__missing__`` of
+    one's own was dropped from the fingerprint (``defaultdict(lambda: 0.1)`` and ``(lambda:
+    0.2)`` were one config; in a dataclass field ``fn`` gets the factory as it is)."""
+    import collections
+
+    with pytest.raises(ConfigError, match=r"config\.lrs is a collections\.defaultdict"):
+        _fingerprint(lrs=collections.defaultdict(lambda: 0.1, {"head": 1.0}))
+    with pytest.raises(ConfigError, match=r"config\.rates\.lrs is a collections\.defaultdict"):
+        _fingerprint(rates=_Rates(collections.defaultdict(lambda: 0.1)))
+    with pytest.raises(ConfigError, match=r"config\.counts is a collections\.Counter"):
+        _fingerprint(counts=collections.Counter(a=1))
+
+    class Tagged(dict):  # type: ignore[type-arg]
+        pass
+
+    tagged = Tagged(a=1)
+    tagged.default = 0.1  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="keeps attributes of its own"):
+        _fingerprint(lrs=tagged)
+    # A dict by another class that behaves as one is its items, as before:
+    plain = _fingerprint(lrs={"a": 1.0})
+    assert _fingerprint(lrs=collections.defaultdict(None, {"a": 1.0})) == plain
+    assert _fingerprint(lrs=collections.OrderedDict(a=1.0)) == plain
+    assert _fingerprint(lrs=Tagged(a=1.0)) == plain
+
+    # A returned one is data, as a JSON reader gets it:
+    assert to_canonical(collections.Counter(a=2), "result", text_keys=True) == {"a": 2}

@@ -11,6 +11,7 @@ it is rejected with the dotted path of the field that holds it.
 from __future__ import annotations
 
 import ast
+import collections
 import dataclasses
 import datetime
 import enum
@@ -472,6 +473,8 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     if isinstance(value, bytes):
         return {"__bytes__": value.hex()}
     if isinstance(value, dict):
+        if not walk.text_keys:
+            _refuse_dict_behaviour(value, path, walk)
         return _canonical(dict(value), path, walk)
     if isinstance(value, tuple) and hasattr(type(value), "_fields") and not walk.text_keys:
         # A config's namedtuple's class: a step may dispatch on it (``Adam`` or ``Sgd`` of equal
@@ -498,6 +501,38 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
         "which has no stable JSON form",
         "pass plain data (str, numbers, lists, dicts, dataclasses, enums, paths) "
         "or a step handle instead",
+        walk.step,
+    )
+
+
+def dict_behaviour(value: dict[Any, Any]) -> str | None:
+    """What a dict's class adds that its items do not say, or None: it answers a missing key
+    (``defaultdict``'s factory, ``Counter``, a ``__missing__`` of one's own) or keeps attributes.
+    Such a config is refused (red team r28-5: ``defaultdict(lambda: 0.1)`` and ``(lambda:
+    0.2)`` were one config, though a dataclass field hands ``fn`` the factory as it is)."""
+    if type(value) is dict:
+        return None
+    no_factory = isinstance(value, collections.defaultdict) and value.default_factory is None
+    if getattr(type(value), "__missing__", None) is not None and not no_factory:
+        return "answers a missing key (__missing__, a default factory)"
+    if getattr(value, "__dict__", None):
+        return "keeps attributes of its own"
+    return None
+
+
+def _refuse_dict_behaviour(value: dict[Any, Any], path: str | None, walk: _Walk) -> None:
+    """A ``ConfigError`` naming the field of a dict with ``dict_behaviour``."""
+    what = dict_behaviour(value)
+    if what is None:
+        return
+    if path is None:
+        raise _NeedsPath
+    kind = type(value)
+    raise ConfigError(
+        f"{path} is a {kind.__module__}.{kind.__qualname__}, a dict that {what}, which its "
+        "items do not say",
+        "pass a plain dict of its items, or give the class a canonical form with "
+        "register_fingerprint",
         walk.step,
     )
 
