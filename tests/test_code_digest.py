@@ -287,6 +287,36 @@ def test_a_global_read_by_name_through_globals_is_never_shadowed(project: Projec
     assert code_drifted(before, code_digest(edited))
 
 
+def test_a_relative_import_inside_a_step_is_compared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r28-3: ``from .cfg import BASE`` (and ``from . import cfg``) inside a step of a
+    package was always unseen, "not in this process", though the process had ``pk.cfg``."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    steps = """\
+def gen(out_path):
+    from .cfg import BASE
+    from . import cfg
+
+    return BASE, cfg.SCALE
+"""
+
+    def load(base: int, scale: int) -> CodeDigest:
+        package = f"relpk_{uuid.uuid4().hex[:8]}"
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+        (tmp_path / package / "cfg.py").write_text(f"BASE = {base}\nSCALE = {scale}\n")
+        (tmp_path / package / "steps.py").write_text(steps)
+        importlib.import_module(f"{package}.cfg")
+        return code_digest(importlib.import_module(f"{package}.steps").gen)
+
+    before = load(3, 1)
+    assert before.unseen == [] and before.unknown is None, before
+    assert not code_drifted(before, load(3, 1))
+    assert code_drifted(before, load(5, 1))
+    assert code_drifted(before, load(3, 2))
+
+
 def test_a_module_docstring_read_as_data_is_code(project: Project) -> None:
     """Red team r25-3: a module docstring read as ``__doc__`` (a model card, a prompt), its
     own module's or a project module's, was not in the digest."""

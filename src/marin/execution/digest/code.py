@@ -496,7 +496,7 @@ def _find(obj: Any) -> _Found | None:
         reason = SOURCE_EDITED
         return _Found(_unknown_part(qualname, file, first, reason), ())
     # What the names refer to is resolved for each object: closures of one code differ.
-    local = _local_imports(syntax.imports)
+    local = _local_imports(syntax.imports, namespace.get("__package__"))
     scope = {**namespace, **local} if local else namespace
     shadowed = _locals(obj) - syntax.named_globals
     constants, callees = _resolve_all(syntax.references, scope, closure, index, shadowed)
@@ -726,12 +726,27 @@ def _imports(nodes: list[Any]) -> tuple[tuple[str, str, str | None], ...]:
     return tuple(bound)
 
 
-def _local_imports(imports: tuple[tuple[str, str, str | None], ...]) -> dict[str, Any]:
+def _local_imports(
+    imports: tuple[tuple[str, str, str | None], ...], package: Any
+) -> dict[str, Any]:
     """The names that ``import`` statements inside the definition bind, resolved from
-    ``sys.modules`` (never imported here: that would run code). A project module that is not
-    imported in this process (kept off the driver) is unseen, so the step's code is unknown."""
-    bound = {name: _imported(module, attr) for name, module, attr in imports}
+    ``sys.modules`` (never imported here: that would run code); a relative one against the
+    definition's ``package`` (red team r28-3: ``from .cfg import BASE`` was never compared). A
+    project module that is not imported in this process (kept off the driver) is unseen, so
+    the step's code is unknown."""
+    bound = {name: _imported(_absolute(module, package), attr) for name, module, attr in imports}
     return {k: v for k, v in bound.items() if v is not _MISSING}
+
+
+def _absolute(module: str, package: Any) -> str:
+    """``module`` made absolute against ``package`` (its module's ``__package__``); as it is
+    when it cannot be (no package, or above the top level: unseen)."""
+    if not module.startswith(".") or not isinstance(package, str) or not package:
+        return module
+    try:
+        return importlib.util.resolve_name(module, package)
+    except ValueError:
+        return module
 
 
 def _imported(module: str, attr: str | None) -> Any:
