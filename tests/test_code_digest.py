@@ -221,6 +221,55 @@ def test_what_a_computed_module_name_reads_is_code(project: Project) -> None:
         assert code_drifted(before, after), edited
 
 
+def test_what_another_modules_computed_name_reads_is_code(project: Project) -> None:
+    """Red team round 28: ``cfg.CARD`` read by the step, with ``CARD = helpers.card()`` in
+    cfg, missed an edit of ``card`` (only the step's own module's computed names were
+    followed); the step's own parameter of that name shadows nothing in cfg."""
+    helpers = "def card():\n    return 'one'\n"
+    cfg = """\
+        import {helpers} as helpers
+
+        BASE = helpers.card()
+        CARD = BASE.upper()
+        """
+    pipe = """\
+        import {cfg} as cfg
+
+
+        def step(out_path, CARD=None, BASE=None):
+            return cfg.CARD
+        """
+    before = code_digest(project.load(helpers=helpers, cfg=cfg, pipe=pipe)["pipe"].step)
+    same = project.load(helpers=helpers, cfg=cfg, pipe=pipe)["pipe"].step
+    assert not code_drifted(before, code_digest(same))
+    edited = helpers.replace("'one'", "'two'")
+    after = project.load(helpers=edited, cfg=cfg, pipe=pipe)["pipe"].step
+    assert code_drifted(before, code_digest(after))
+
+
+def test_computed_names_reading_each_other_across_modules_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two modules importing each other, each computing a name from the other's: following
+    what they read ends, and an edit of either is seen."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def load(seed: int) -> CodeDigest:
+        a, b = f"cyc_a_{uuid.uuid4().hex[:8]}", f"cyc_b_{uuid.uuid4().hex[:8]}"
+        (tmp_path / f"{a}.py").write_text(
+            f"import {b} as b\n\nX = b.Y if hasattr(b, 'Y') else 1\n\n\n"
+            "def step(out_path):\n    return X\n"
+        )
+        (tmp_path / f"{b}.py").write_text(
+            f"import {a} as a\n\nY = a.X if hasattr(a, 'X') else {seed}\n"
+        )
+        return code_digest(importlib.import_module(a).step)
+
+    before = load(2)
+    assert not code_drifted(before, load(2))
+    assert code_drifted(before, load(3))
+
+
 def test_a_parameter_named_like_a_computed_global_does_not_read_its_value(
     project: Project,
 ) -> None:

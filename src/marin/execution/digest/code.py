@@ -962,7 +962,7 @@ def _resolve_all(
                 obj = _Unseen(name, "it lists the subclasses of a class known at run time only")
             else:
                 continue
-        owner = (index if chain[0] not in closure else None), chain[0]
+        owner: _Owner = (index if chain[0] not in closure else None), chain[0], namespace
         obj, owner, extra = _follow(chain, obj, rest, owner)
         if obj is sys.modules:  # any module, by a name known at run time only
             obj = _Unseen(name, "it reads sys.modules by a computed name")
@@ -978,7 +978,7 @@ def _resolve_all(
         for code in [target, *_wrapped_chain(obj), *held, *extra]:
             if code is not None:
                 callees.setdefault(id(code), code)
-        owner_index, owner_name = owner
+        owner_index, owner_name, owner_scope = owner
         if owner_index is None:
             continue
         if owner_index.dynamic:  # ``exec(...)``, ``globals().update(d)``: one part per module
@@ -988,7 +988,8 @@ def _resolve_all(
             constants += _module_value(name, obj, owner_index, owner_name)
         else:  # a module-level instance, ``P = partial(f, cfg.K)``, ``G = make().get``
             _merge(_held_state(name, obj, target), constants, callees)
-        _merge(_bindings(name, owner_index, owner_name, namespace, index, seen), constants, callees)
+        bindings = _bindings(name, owner_index, owner_name, owner_scope, index, seen)
+        _merge(bindings, constants, callees)
     return constants, list(callees.values())
 
 
@@ -1036,12 +1037,16 @@ def _assigned_reads(
 ) -> tuple[list[str], list[Any]]:
     """What a module-level name assigned a computed value reads in its source (``K =
     cfg.BASE``, ``PROMPT = __doc__``, ``CARD = helpers.card()``): resolved as the reader's own
-    reads, its constants labelled with the name (red team r26-1). Only a name of the reader's
-    own module (whose namespace it has), each once along a chain."""
-    if owner is not index or name in seen:
+    reads, in ``namespace`` (its module's), its constants labelled with the name (red team
+    r26-1; another module's, read as ``cfg.X``: round 28). Each once along a chain: ``seen``
+    holds the reader's shadowed names and ``<module>:<name>`` of each one followed."""
+    key = f"{id(owner)}:{name}"
+    if key in seen or (owner is index and name in seen):
         return [], []
+    # In another module, the reader's own names shadow nothing: only the chain's keys go on.
+    carried = seen if owner is index else frozenset(s for s in seen if ":" in s)
     reads = [chain for chain in owner.source_refs.get(name, {}) if chain[0] != name]
-    constants, callees = _resolve_all(reads, namespace, {}, index, seen | {name})
+    constants, callees = _resolve_all(reads, namespace, {}, owner, carried | {name, key})
     return [f"{name}<-{c}" for c in constants], callees
 
 
@@ -1068,7 +1073,7 @@ def _module_doc(
         obj, rest = _head(chain[:-1], namespace, closure)
         if obj is _MISSING or type(obj) is _Unseen:
             return []
-        obj = _follow(chain[:-1], obj, rest, (None, chain[0]))[0]
+        obj = _follow(chain[:-1], obj, rest, (None, chain[0], {}))[0]
         if module_index(obj) is None:
             return []
         doc = getattr(obj, "__doc__", None)
@@ -1084,7 +1089,7 @@ def _module_as_value(
     obj, rest = _head(chain, namespace, closure)
     if obj is _MISSING or type(obj) is _Unseen:
         return None
-    obj = _follow(chain, obj, rest, (None, chain[0]))[0]
+    obj = _follow(chain, obj, rest, (None, chain[0], {}))[0]
     if module_index(obj) is None:
         return None
     why = "a project module used as a value: what is read from it is not followed"
@@ -1252,21 +1257,26 @@ _DYNAMIC_ATTRS = (DYNAMIC, "__dict__", "__globals__")
 _LOOKUP_ATTRS = ("__getattribute__", "__getattr__")
 
 
+_Owner = tuple[SourceIndex | None, str, Mapping[str, Any]]
+"""Where a module-level name is read from: its module's index (None: not a project module's),
+the name, and that module's namespace."""
+
+
 def _follow(
-    chain: tuple[str, ...], obj: Any, rest: tuple[str, ...], owner: tuple[SourceIndex | None, str]
-) -> tuple[Any, tuple[SourceIndex | None, str], list[Any]]:
-    """What ``obj.rest`` names, the module index and name it is read from (None: not a
-    project module's), and code that reading it reaches besides (a class's subclasses)."""
-    owner_index, owner_name = owner
+    chain: tuple[str, ...], obj: Any, rest: tuple[str, ...], owner: _Owner
+) -> tuple[Any, _Owner, list[Any]]:
+    """What ``obj.rest`` names, the module (``_Owner``) it is read from, and code that reading
+    it reaches besides (a class's subclasses)."""
+    owner_index, owner_name, owner_scope = owner
     for position, attr in enumerate(rest, len(chain) - len(rest)):
         members = module_namespace(obj)
         prefix = ".".join(c for c in chain[:position] if c != IMPORT)
         if attr in _DYNAMIC_ATTRS:  # getattr(m, name), m.__dict__: not known
-            return _dynamic_target(prefix, obj, attr), (None, attr), []
+            return _dynamic_target(prefix, obj, attr), (None, attr, {}), []
         if attr in _LOOKUP_ATTRS:  # m.__getattribute__(name): as getattr
             unseen = _dynamic_target(prefix, obj, attr)
             if unseen is not None:
-                return unseen, (None, attr), []
+                return unseen, (None, attr, {}), []
         if type(obj) is types.SimpleNamespace:
             members = _namespace_dict(obj)
         if members is not None:
@@ -1274,11 +1284,11 @@ def _follow(
             found = module_index(obj) if type(obj) is not types.SimpleNamespace else None
             if inner is _MISSING:  # a module's ``__getattr__`` (PEP 562) decides: its code
                 hook = members.get("__getattr__") if found is not None else None
-                return (hook if type(hook) is types.FunctionType else obj), (None, attr), []
-            owner_index, owner_name, obj = found, attr, inner
+                return (hook if type(hook) is types.FunctionType else obj), (None, attr, {}), []
+            owner_index, owner_name, owner_scope, obj = found, attr, members, inner
         elif _is_class(obj):
             if attr == "__subclasses__":
-                return obj, (None, attr), _subclasses(obj)
+                return obj, (None, attr, {}), _subclasses(obj)
             inner = _static_attr(obj, attr)
             dynamic = _DYNAMIC_FUNCTIONS.get(id(inner), _MISSING) is inner
             held = module_index(inner) is not None  # ``setattr(Ctx, "mod", helpers)``
@@ -1290,7 +1300,7 @@ def _follow(
             if inner is None:
                 break
             owner_index, obj = None, inner
-    return obj, (owner_index, owner_name), []
+    return obj, (owner_index, owner_name, owner_scope), []
 
 
 def _held_module(obj: Any, attr: str) -> Any:
