@@ -892,7 +892,7 @@ def test_a_dict_that_answers_a_missing_key_is_refused_naming_the_field() -> None
 
     tagged = Tagged(a=1)
     tagged.default = 0.1  # type: ignore[attr-defined]
-    with pytest.raises(ConfigError, match="keeps attributes of its own"):
+    with pytest.raises(ConfigError, match=r"keeps state of its own \(default\)"):
         _fingerprint(lrs=tagged)
     # A dict by another class that behaves as one is its items, as before:
     plain = _fingerprint(lrs={"a": 1.0})
@@ -902,3 +902,43 @@ def test_a_dict_that_answers_a_missing_key_is_refused_naming_the_field() -> None
 
     # A returned one is data, as a JSON reader gets it:
     assert to_canonical(collections.Counter(a=2), "result", text_keys=True) == {"a": 2}
+
+
+def test_a_built_in_types_subclass_with_state_or_its_own_reads_is_refused() -> None:
+    """Red team r29-1, r29-2: a dict subclass keeping state in ``__slots__``, a list, str or int
+    subclass with attributes, a dict reading its items its own way (``__getitem__``) were
+    their contents only; in a dataclass field ``fn`` gets the object, so ``Scaled(2, a=1)``
+    was served for ``Scaled(3, a=1)``."""
+
+    class Scaled(dict):  # type: ignore[type-arg]
+        __slots__ = ("scale",)
+
+        def __init__(self, scale: int, **items: int) -> None:
+            super().__init__(**items)
+            self.scale = scale
+
+    class WithDefault(dict):  # type: ignore[type-arg]
+        def __getitem__(self, key: str) -> Any:
+            return dict.get(self, key, 0.1)
+
+    class Layers(list):  # type: ignore[type-arg]
+        pass
+
+    class Seconds(int):
+        pass
+
+    layers, seconds = Layers([64]), Seconds(3)
+    layers.act = "relu"  # type: ignore[attr-defined]
+    seconds.unit = "s"  # type: ignore[attr-defined]
+    for value, what in (
+        (Scaled(2, a=1), r"keeps state of its own \(scale\)"),
+        (WithDefault(a=1), r"reads its items its own way \(__getitem__\)"),
+        (layers, r"keeps state of its own \(act\)"),
+        (seconds, r"keeps state of its own \(unit\)"),
+    ):
+        with pytest.raises(ConfigError, match=r"config\.rates\.lrs is a .*" + what):
+            _fingerprint(rates=_Rates(value))  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=what):
+            _fingerprint(lrs=value)
+    # Subclasses that add nothing are their contents, as before:
+    assert _fingerprint(lrs=Layers([64])) == _fingerprint(lrs=[64])

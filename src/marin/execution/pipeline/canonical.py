@@ -447,6 +447,8 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     # are ints or strs too, but not their values (``fn`` sees ``.name``, ``repr``, the class).
     if isinstance(value, enum.Enum):
         return _enum_form(value, walk)
+    if not walk.text_keys:  # a returned one is its contents, as a JSON reader gets it
+        _refuse_own_behaviour(value, path, walk)
     # A str subclass (``numpy.str_``) and a path are their text, placeholders and all: a path
     # spelling ``{OUT}`` is tagged as that text is (red team r18-1).
     if isinstance(value, str):
@@ -473,8 +475,6 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     if isinstance(value, bytes):
         return {"__bytes__": value.hex()}
     if isinstance(value, dict):
-        if not walk.text_keys:
-            _refuse_dict_behaviour(value, path, walk)
         return _canonical(dict(value), path, walk)
     if isinstance(value, tuple) and hasattr(type(value), "_fields") and not walk.text_keys:
         # A config's namedtuple's class: a step may dispatch on it (``Adam`` or ``Sgd`` of equal
@@ -505,33 +505,74 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     )
 
 
-def dict_behaviour(value: dict[Any, Any]) -> str | None:
-    """What a dict's class adds that its items do not say, or None: it answers a missing key
-    (``defaultdict``'s factory, ``Counter``, a ``__missing__`` of one's own) or keeps attributes.
-    Such a config is refused (red team r28-5: ``defaultdict(lambda: 0.1)`` and ``(lambda:
-    0.2)`` were one config, though a dataclass field hands ``fn`` the factory as it is)."""
-    if type(value) is dict:
+_BUILT_IN_BASES = (dict, list, tuple, set, frozenset, str, bytes, int, float, pathlib.PurePath)
+"""Types whose subclasses' values are canonicalised as the base's: what a subclass adds of its
+own (``own_behaviour``) is refused, never dropped."""
+_DICT_READS = frozenset(
+    {"__missing__", "__getitem__", "get", "__contains__", "__iter__", "keys", "items", "values",
+     "__len__"}
+)  # fmt: skip
+"""A dict subclass defining one of these reads its items its own way (``WithDefault``)."""
+_STANDARD = frozenset(
+    {object, *_BUILT_IN_BASES, collections.OrderedDict, collections.defaultdict,
+     pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.Path, pathlib.PosixPath,
+     pathlib.WindowsPath}
+)  # fmt: skip
+"""Classes whose own slots and methods are the standard ones (an ``OrderedDict``'s, a path's)."""
+
+
+def own_behaviour(value: Any) -> str | None:
+    """What a value of a subclass of a built-in type (``_BUILT_IN_BASES``) adds that its items,
+    text or number do not say, or None: state of its own (attributes, slots set), or, for a
+    dict, items answered its own way (a ``defaultdict``'s factory, ``Counter``, a
+    ``__missing__``, ``__getitem__`` or ``get`` of its own). Such a config is refused (red team
+    r28-5, r29-1, r29-2: ``Scaled(2, a=1)`` and ``Scaled(3, a=1)`` were one config, though a
+    dataclass field hands ``fn`` the object as it is)."""
+    kind = type(value)
+    if kind in _BUILT_IN_BASES or not isinstance(value, _BUILT_IN_BASES):
         return None
-    no_factory = isinstance(value, collections.defaultdict) and value.default_factory is None
-    if getattr(type(value), "__missing__", None) is not None and not no_factory:
-        return "answers a missing key (__missing__, a default factory)"
-    if getattr(value, "__dict__", None):
-        return "keeps attributes of its own"
+    own = [c for c in kind.__mro__ if c not in _STANDARD]
+    if isinstance(value, dict):
+        reads = {name for c in own for name in vars(c)} & _DICT_READS
+        if isinstance(value, collections.defaultdict) and value.default_factory is not None:
+            reads.add("a default factory")
+        if reads:
+            return f"reads its items its own way ({', '.join(sorted(reads))})"
+    state = sorted(getattr(value, "__dict__", None) or ()) + _slots_set(value, own)
+    if state:
+        return f"keeps state of its own ({', '.join(state)})"
     return None
 
 
-def _refuse_dict_behaviour(value: dict[Any, Any], path: str | None, walk: _Walk) -> None:
-    """A ``ConfigError`` naming the field of a dict with ``dict_behaviour``."""
-    what = dict_behaviour(value)
+def _slots_set(value: Any, classes: list[type]) -> list[str]:
+    """The ``__slots__`` of ``classes`` that ``value`` has set, read without running its code."""
+    found = []
+    for klass in classes:
+        slots = klass.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            descriptor = klass.__dict__.get(name)
+            if name in ("__dict__", "__weakref__") or descriptor is None:
+                continue
+            try:
+                descriptor.__get__(value, klass)
+            except AttributeError:
+                continue  # a slot never set
+            found.append(name)
+    return found
+
+
+def _refuse_own_behaviour(value: Any, path: str | None, walk: _Walk) -> None:
+    """A ``ConfigError`` naming the field of a value with ``own_behaviour``."""
+    what = own_behaviour(value)
     if what is None:
         return
     if path is None:
         raise _NeedsPath
     kind = type(value)
     raise ConfigError(
-        f"{path} is a {kind.__module__}.{kind.__qualname__}, a dict that {what}, which its "
-        "items do not say",
-        "pass a plain dict of its items, or give the class a canonical form with "
+        f"{path} is a {kind.__module__}.{kind.__qualname__}, which {what}: the fingerprint "
+        "would see only its contents",
+        "pass a plain dict, list, str or number, or give the class a canonical form with "
         "register_fingerprint",
         walk.step,
     )

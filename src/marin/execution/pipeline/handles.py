@@ -27,7 +27,7 @@ import fsspec
 from marin.execution.errors import ApplyInputsError, InvalidStepError
 from marin.execution.names import METADATA_SUFFIX, validate_name, validate_version
 from marin.execution.pipeline.artifact import Artifact
-from marin.execution.pipeline.canonical import dict_behaviour, register_fingerprint
+from marin.execution.pipeline.canonical import own_behaviour, register_fingerprint
 from marin.execution.pipeline.context import StepContext, current_context
 from marin.execution.pipeline.resources import (
     NO_RESOURCES,
@@ -637,11 +637,11 @@ def _freeze(value: Any, deps: dict[int, ArtifactStep | StepSpec]) -> Any:
         return value
     if value is OUT:
         return value
-    if isinstance(value, list):
+    if isinstance(value, list) and own_behaviour(value) is None:
         return [_freeze(item, deps) for item in value]
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+    if isinstance(value, tuple) and not hasattr(value, "_fields") and own_behaviour(value) is None:
         return tuple(_freeze(item, deps) for item in value)
-    if isinstance(value, dict) and dict_behaviour(value) is None:
+    if isinstance(value, dict) and own_behaviour(value) is None:
         return {key: _freeze(item, deps) for key, item in value.items()}
     return _snapshot(value)  # a ``defaultdict`` keeps its factory: the fingerprint refuses it
 
@@ -671,11 +671,11 @@ def _materialise(value: Any, ctx: StepContext) -> Any:
         return ctx.output_path
     if isinstance(value, _HANDLES):
         return ctx.dep_path(value)
-    if isinstance(value, list):
+    if isinstance(value, list) and own_behaviour(value) is None:
         return [_materialise(item, ctx) for item in value]
-    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+    if isinstance(value, tuple) and not hasattr(value, "_fields") and own_behaviour(value) is None:
         return tuple(_materialise(item, ctx) for item in value)
-    if isinstance(value, dict) and dict_behaviour(value) is None:
+    if isinstance(value, dict) and own_behaviour(value) is None:
         return {key: _materialise(item, ctx) for key, item in value.items()}
     # fn gets its own copy: a fn that mutates its config cannot change a retry's, nor the config
     # that a later lowering in this process fingerprints.
