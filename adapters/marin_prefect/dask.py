@@ -206,12 +206,14 @@ def check_worker_code(build: RemoteBuild) -> None:
     Raises:
         CodeChangedError: a function or class of the step changed since the driver lowered it.
     """
+    from marin.execution.pipeline.lower import code_inputs
     from marin.execution.remote.code_check import check_code, expected_code
 
     spec, recipe = build.spec, build.decision.recipe if build.decision else None
     code = recipe.code if recipe is not None else spec.code
     if code is not None:  # None: the worker's build digests its own code, which it records
-        check_code(spec.run, expected_code(spec.step_id, code), where="Dask worker")
+        expected = expected_code(spec.step_id, code)
+        check_code(spec.run, code_inputs(spec.run), expected=expected, where="Dask worker")
 
 
 def build_remote(target: str | None, payload: bytes) -> RemoteOutcome:

@@ -226,6 +226,53 @@ def test_an_isolated_step_whose_source_was_edited_after_lowering_fails_and_commi
     assert build_step(BuildRequest(lower(again), location)).record.result == "EDITED"
 
 
+def test_a_config_class_edited_after_lowering_fails_an_isolated_step_and_a_worker_check(
+    location: Location, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r29-3: the child checked ``fn``'s code only, not the methods of its config's
+    classes, which the record's digest counts: ``Cfg.scaled`` edited while the step started
+    was built under the lowered digest (and served once the edit was reverted)."""
+    from marin.execution.errors import CodeChangedError
+    from marin.execution.pipeline.lower import code_inputs
+    from marin.execution.pipeline.targets import load_target
+    from marin.execution.remote.code_check import check_code, expected_code
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = tmp_path / "scaled_cfg.py"
+    cfg.write_text(
+        "from dataclasses import dataclass\n\n\n@dataclass(frozen=True)\nclass Cfg:\n"
+        "    k: int\n\n    def scaled(self):\n        return self.k * 10\n"
+    )
+    path = tmp_path / "scaled_pipe.py"
+    path.write_text(
+        "from marin.execution.lazy import OUT, apply\n"
+        "from scaled_cfg import Cfg\n"
+        "def gen(out_path, cfg):\n"
+        "    return cfg.scaled()\n"
+        "plain = apply('gen', gen, version='v1', out_path=OUT, cfg=Cfg(1))\n"
+        "pipeline = plain.with_options(isolate=True)\n"
+    )
+    (handle,) = load_target(f"{path}:pipeline")
+    spec = lower(handle)
+    assert spec.code is not None and [p.name for p in spec.code.parts] == ["gen", "Cfg"]
+    sent = lower(load_target(f"{path}:plain")[0])  # a Dask worker's spec runs fn in-process
+    assert sent.code is not None
+    check_code(sent.run, code_inputs(sent.run), expected=expected_code(sent.step_id, sent.code))
+    cfg.write_text(cfg.read_text().replace("* 10", "* 20"))
+    later = cfg.stat().st_mtime_ns + 10**9  # an edit a second later (not within mtime's tick)
+    os.utime(cfg, ns=(later, later))
+    with pytest.raises(RuntimeError) as info:
+        build_step(BuildRequest(spec, location))
+    assert "CodeChangedError" in str(info.value) and "Cfg changed" in str(info.value)
+    assert read_record(location, spec.output_path) is None
+    # The same check a Dask worker makes of the spec it was sent:
+    with pytest.raises(CodeChangedError, match="Cfg"):
+        check_code(
+            sent.run, code_inputs(sent.run), expected=expected_code(sent.step_id, sent.code),
+            where="Dask worker",
+        )  # fmt: skip
+
+
 def test_gpu_steps_get_distinct_devices_and_cuda_visible_devices(
     location: Location, tmp_path: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -44,6 +44,7 @@ import importlib.util
 import inspect
 import json
 import operator
+import os
 import pkgutil
 import re
 import runpy
@@ -151,6 +152,9 @@ class CodePart:
     """Each statement's line in the current source (this process only, never stored)."""
     labels: tuple[str, ...] = field(default=(), compare=False)
     """Each statement's name, for an object's fields (this process only, never stored)."""
+    source: str = field(default="", compare=False)
+    """The file's absolute path (this process only, never stored): ``file`` is relative to
+    the project, whatever this process's working folder."""
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -517,6 +521,7 @@ def _find(obj: Any) -> _Found | None:
     part = CodePart(
         qualname, file, syntax.line, syntax.digest(constants_hash), syntax.header,
         syntax.statements, constants_hash, statement_lines=syntax.lines,
+        source=os.path.abspath(filename),
     )  # fmt: skip
     return _Found(part, tuple(callees))
 

@@ -151,8 +151,9 @@ def _run(call_path: str) -> dict[str, Any]:
             _prepare(pickle.load(f))
             call = pickle.load(f)
             extra = _extra(f)
+        inputs = (*call["args"], *call["kwargs"].values())  # its config's objects: code too
         for before in extra.get("before_fn", ()):  # set-up and checks (a job's, the code's)
-            before(call["target"])
+            before(call["target"], inputs)
         context = _ranked(call.get("context"))
         if context is None:
             result = call["target"](*call["args"], **call["kwargs"])

@@ -337,6 +337,14 @@ def _step_code(handle: ArtifactStep) -> tuple[Any, tuple[Any, ...], tuple[Any, .
     return handle.run, (), (handle.build_config,)
 
 
+def code_inputs(run: Any) -> tuple[Any, ...]:
+    """The objects of ``apply()``'s inputs that a spec's ``run`` calls ``fn`` with, which its
+    code digest counts (``_step_code``): for a process that checks the code it imported."""
+    while type(run) is _FingerprintGuard or type(run) is _ConfigCall:
+        run = run.run
+    return tuple(run.inputs.values()) if type(run) is ApplyCall else ()
+
+
 _CODEX, _DEFERRED = ("versions", "codex"), ("versions", "deferred")
 """Memo keys: the lowering's codex, and the names of the deferred steps it resolved."""
 

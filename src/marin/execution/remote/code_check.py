@@ -4,11 +4,12 @@ A job imports the pipeline's source when it starts, not when it is submitted: a 
 moment later, a queued cluster job hours later. If the source was edited in between, the job
 would run other code than its ``job.json`` (and the record it commits) names. So the submit
 sends the code digest of the build's recipe (``expected_code``), and the job, once its modules
-are imported and before ``fn`` runs, digests ``fn`` again (``check_code``, called by
-``isolated_child``): a function or class whose digest differs fails the job with an error
-naming the step and the fix. Only what both sides can see is compared: a part that one side
-cannot digest (no source there, or a module the job's host installs as a library) is not, and a
-job whose ``fn`` has no digest at all runs unchecked, with a line in its log.
+are imported and before ``fn`` runs, digests ``fn`` and its config's objects again
+(``check_code``, called by ``isolated_child``): a function or class whose digest differs fails
+the job with an error naming the step and the fix. Only what both sides can see is compared: a
+part that one side cannot digest (no source there, or a module the job's host installs as a
+library) is not, and a job whose ``fn`` has no digest at all runs unchecked, with a line in its
+log.
 
 The same rule holds wherever ``fn`` runs in a process that imports the pipeline itself: an
 ``isolate=True`` step's child (the build hands its check to ``isolated_child``) and a Prefect
@@ -38,10 +39,14 @@ def expected_code(step_id: str, code: CodeDigest) -> dict[str, Any] | None:
     return {"step": step_id, "digest": code.digest, "root": code.name, "parts": parts}
 
 
-def check_code(target: Any, expected: Any, where: str = "job") -> None:
-    """In the job, before ``fn`` runs: raise unless ``target`` is the code it was submitted
-    for (see the module docstring). ``expected`` comes from the call file, as sent; ``where``
-    names the process that checks (``job``, or ``isolated process``, ``Dask worker``).
+def check_code(
+    target: Any, inputs: tuple[Any, ...] = (), *, expected: Any, where: str = "job"
+) -> None:
+    """In the job, before ``fn`` runs: raise unless ``target``, with the objects of the config
+    it is called with (``inputs``: their classes' methods are the step's code too, red team
+    r29-3), is the code it was submitted for (see the module docstring). ``expected`` comes
+    from the call file, as sent; ``where`` names the process that checks (``job``, or
+    ``isolated process``, ``Dask worker``).
 
     Raises:
         RemoteJobError: a function or class of the step's code changed since the submit.
@@ -49,7 +54,7 @@ def check_code(target: Any, expected: Any, where: str = "job") -> None:
     """
     if not isinstance(expected, dict) or not isinstance(expected.get("parts"), dict):
         return
-    now = code_digest(target)
+    now = code_digest(target, inputs)
     edited = [name for name in _edited_since_first_check(now) if name in expected["parts"]]
     if edited:
         raise _changed(", ".join(edited), where, str(expected.get("step", "?")))
@@ -85,9 +90,9 @@ def _edited_since_first_check(code: CodeDigest) -> list[str]:
     """The parts of ``code`` whose file changed since this process's first check of it."""
     changed = []
     for part in code.parts:
-        if not part.file or part.file.startswith("<"):
+        path = part.source  # ``file`` is relative to the project, not to this working folder
+        if not path:
             continue
-        path = os.path.abspath(part.file)
         try:
             stat = os.stat(path)
         except OSError:

@@ -147,7 +147,7 @@ def payload(step_id: str, expect_code: dict[str, Any] | None = None) -> bytes:
     return pickle.dumps({"before_fn": before}, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def restore(carried: Carried, target: Any = None) -> None:
+def restore(carried: Carried, target: Any = None, inputs: tuple[Any, ...] = ()) -> None:
     """In the job, before ``fn`` (``target``) runs: set each carried variable; one that cannot
     be found or unpickled here is reported on stderr (the job's log) and skipped."""
     for module_name, name, data in carried:
