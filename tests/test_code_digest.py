@@ -327,11 +327,12 @@ def test_a_global_read_by_name_through_globals_is_never_shadowed(project: Projec
 
         def step(out_path, prompt=None):
             def render():
-                return "[" + globals()["prompt"] + "]"
+                return "[" + globals()["prompt"] + globals().get("prompt", "") + "]"
 
             return render()
         """
     before = code_digest(project.load(cfg=cfg, pipe=pipe)["pipe"].step)
+    assert before.unseen == [], before.unseen  # ``globals().get("prompt")``: a constant name
     edited = project.load(cfg=cfg.replace("'one'", "'two'"), pipe=pipe)["pipe"].step
     assert code_drifted(before, code_digest(edited))
 

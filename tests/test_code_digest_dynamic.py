@@ -436,7 +436,7 @@ def test_round3_finding_1_a_remote_jobs_code_check_ignores_its_objects_fields(
     counter) is no source edit, so the job's code check does not fail on it."""
     pipe = project.load(pipe=TRAINER)["pipe"]
     expected = expected_code("p@v1", code_digest(pipe.Trainer(103).train))
-    check_code(pipe.Trainer(104).train, expected)  # does not raise
+    check_code(pipe.Trainer(104).train, expected=expected)  # does not raise
 
 
 CLI_TRAINER = """\
@@ -1111,14 +1111,16 @@ def test_code_imported_before_an_edit_fails_the_check(project: Project) -> None:
 
     source = "def train(x):\n    return x + 1\n"
     pipe = project.load(pipe=source)["pipe"]  # the worker's import
-    check_code(pipe.train, expected_code("p@v1", code_digest(pipe.train)), "Dask worker")
+    check_code(
+        pipe.train, expected=expected_code("p@v1", code_digest(pipe.train)), where="Dask worker"
+    )
     edited = source.replace("x + 1", "x + 2")
     Path(pipe.__file__).write_text(edited)
     expected = expected_code("p@v1", code_digest(project.load(pipe=edited)["pipe"].train))
     with pytest.raises(CodeChangedError, match=r"the Dask worker runs other code .*train changed"):
-        check_code(pipe.train, expected, "Dask worker")
+        check_code(pipe.train, expected=expected, where="Dask worker")
     moved = project.load(pipe=source)["pipe"]  # never checked; its def moves down a line
     Path(moved.__file__).write_text("\n" + edited)
     expected = expected_code("p@v1", code_digest(project.load(pipe="\n" + edited)["pipe"].train))
     with pytest.raises(CodeChangedError, match=r"train changed"):
-        check_code(moved.train, expected, "Dask worker")
+        check_code(moved.train, expected=expected, where="Dask worker")

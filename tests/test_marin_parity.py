@@ -708,6 +708,9 @@ def test_register_fingerprint_gives_a_user_type_an_exact_form(
         "value": {"name": "gpt2", "vocab": 50257},
     }
     assert fast.fingerprint() != step.fingerprint()
+    # One of the same name in another module too (red team r29-4):
+    same_name = type("Tokenizer", (Tokenizer,), {"__module__": "fancy.tokenizers"})
+    assert _tokenize_step(same_name("gpt2", 50257)).fingerprint() != step.fingerprint()
     assert step.path(prefix) == f"{prefix.rstrip('/')}/tok/v1"
     # The public module re-exports the one implementation:
     assert public_fingerprint.register_fingerprint is register_fingerprint

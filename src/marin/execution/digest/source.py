@@ -947,6 +947,12 @@ def _string_reference(node: ast.AST, consumed: set[int]) -> tuple[str, ...] | No
     if isinstance(node, ast.Call) and _chain(node.func) in _IMPORTERS and node.args:
         consumed.update((id(node), id(node.func)))
         return IMPORT, _module_name(node.args[0])
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+        inner = node.func.value  # ``globals().get("h")`` reads ``h`` (red team r29-5)
+        if node.func.attr == "get" and isinstance(inner, ast.Call) and _is_globals(inner):
+            consumed.update((id(node), id(node.func), id(inner), id(inner.func)))
+            constant = _constant_str(node.args[0])
+            return (constant,) if constant else (GLOBALS,)
     if isinstance(node, ast.Subscript):
         inner = node.value
         key = node.slice
@@ -954,11 +960,16 @@ def _string_reference(node: ast.AST, consumed: set[int]) -> tuple[str, ...] | No
         if _chain(inner) == ("sys", "modules") and DYNAMIC not in name:
             consumed.update((id(node), id(inner)))  # else sys.modules itself: unseen
             return IMPORT, name
-        if isinstance(inner, ast.Call) and _chain(inner.func) == ("globals",):
+        if isinstance(inner, ast.Call) and _is_globals(inner):
             consumed.update((id(node), id(inner), id(inner.func)))
             constant = _constant_str(key)
             return (constant,) if constant else (GLOBALS,)
     return None
+
+
+def _is_globals(call: ast.Call) -> bool:
+    """``globals()``, called with nothing."""
+    return _chain(call.func) == ("globals",) and not call.args and not call.keywords
 
 
 def _constant_str(node: ast.AST) -> str | None:

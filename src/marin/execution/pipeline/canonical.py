@@ -784,7 +784,10 @@ def _registered_form(
             walk.step,
         )
     kind = type(value)
-    tagged = {"__registered__": kind.__qualname__, "value": _canonical(form, path, walk)}
+    name = kind.__qualname__
+    if kind is not base and name == base.__qualname__:  # ``fancy.Tok(base.Tok)``: r29-4
+        name = f"{kind.__module__}.{name}"
+    tagged = {"__registered__": name, "value": _canonical(form, path, walk)}
     if kind is not base:  # a subclass is its own config (an ``np.matrix`` is no ``ndarray``)
         own = _fields_below(value, base, path, walk)
         if own:
