@@ -477,14 +477,7 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     if isinstance(value, dict):
         return _canonical(dict(value), path, walk)
     if isinstance(value, tuple) and hasattr(type(value), "_fields") and not walk.text_keys:
-        # A config's namedtuple's class: a step may dispatch on it (``Adam`` or ``Sgd`` of equal
-        # values: red team r26-3), and its field names, as a dataclass's count (``N(lr, wd)``
-        # and ``N(wd, lr)``: r27-3); its module is left out, as a dataclass's is. A returned
-        # one is its items, as its readers have always read it.
-        names = getattr(type(value), "_fields", ())
-        fields = [str(name) for name in names] if isinstance(names, tuple) else [repr(names)]
-        items = _canonical(list(value), path, walk)
-        return {"__tuple__": type(value).__qualname__, "fields": fields, "items": items}
+        return _namedtuple_form(value, path, walk)  # a returned one is its items
     if isinstance(value, list | tuple):
         return _canonical(list(value), path, walk)
     if isinstance(value, set | frozenset):
@@ -519,6 +512,16 @@ _STANDARD = frozenset(
      pathlib.WindowsPath}
 )  # fmt: skip
 """Classes whose own slots and methods are the standard ones (an ``OrderedDict``'s, a path's)."""
+
+
+def _namedtuple_form(value: tuple[Any, ...], path: str | None, walk: _Walk) -> dict[str, Any]:
+    """A config's namedtuple: its class, as a step may dispatch on it (``Adam`` or ``Sgd`` of
+    equal values: red team r26-3), its field names, as a dataclass's count (``N(lr, wd)`` and
+    ``N(wd, lr)``: r27-3), and its items; its module is left out, as a dataclass's is."""
+    names = getattr(type(value), "_fields", ())
+    fields = [str(name) for name in names] if isinstance(names, tuple) else [repr(names)]
+    items = _canonical(list(value), path, walk)
+    return {"__tuple__": type(value).__qualname__, "fields": fields, "items": items}
 
 
 def own_behaviour(value: Any) -> str | None:
