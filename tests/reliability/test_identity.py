@@ -529,6 +529,34 @@ class PreSet:
         return self.total // 10
 
 
+@dataclasses.dataclass(frozen=True)
+class Helped:
+    """A ``cached_property`` a helper method sets, and one a classmethod constructor sets."""
+
+    total: int
+    warmup: dataclasses.InitVar[int] = 100
+
+    def __post_init__(self, warmup: int) -> None:
+        self._set_warmup(warmup)
+
+    def _set_warmup(self, warmup: int) -> None:
+        object.__setattr__(self, "warmup_steps", warmup)
+
+    @classmethod
+    def make(cls, total: int, decay: int) -> Helped:
+        made = cls(total)
+        made.__dict__["decay_steps"] = decay
+        return made
+
+    @functools.cached_property
+    def warmup_steps(self) -> int:
+        return self.total // 10
+
+    @functools.cached_property
+    def decay_steps(self) -> int:
+        return self.total // 2
+
+
 @dataclasses.dataclass(init=False)
 class HandMade:
     """A dataclass with its own ``__init__`` that keeps a value no field holds."""
@@ -567,6 +595,9 @@ def test_every_state_of_a_dataclass_beyond_its_fields_is_in_the_fingerprint() ->
     # r25-2: a cached_property its own __post_init__ sets is state, not a cache.
     assert _fingerprint(s=Shadowed(1000)) != _fingerprint(s=Shadowed(1000, 300))
     assert _fingerprint(s=PreSet(1000, 500)) != _fingerprint(s=PreSet(1000, 300))  # r27-2
+    # ... and one a helper method or a classmethod constructor sets (r27-2's other forms):
+    assert _fingerprint(s=Helped(1000, 500)) != _fingerprint(s=Helped(1000, 300))
+    assert _fingerprint(s=Helped.make(1000, 9)) != _fingerprint(s=Helped.make(1000, 7))
     assert _fingerprint(s=SlottedSchedule(10, 0.5)) != _fingerprint(s=SlottedSchedule(10, 0.2))
     later = Cached(1000)
     later.note = "set later"  # type: ignore[attr-defined]

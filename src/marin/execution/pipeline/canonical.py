@@ -623,8 +623,8 @@ def _instance_state(value: Any) -> list[tuple[str, Any]]:
     the fingerprint does: a config with such state has a fingerprint of its own (with none, the
     form is as before). A ``cached_property``'s value is left out: it is computed from the
     instance whenever it is first read, so reading it before ``apply()`` (or caching a
-    tokenizer there) must not change or refuse the config (red team r26-2), unless the class's
-    ``__init__`` or ``__post_init__`` sets that name itself (r25-2: it shadows the property)."""
+    tokenizer there) must not change or refuse the config (red team r26-2), unless a function
+    of the class sets that name itself (r25-2, r27-2: it shadows the property)."""
     declared = getattr(type(value), "__dataclass_fields__", {})
     kind = type(value)
     found = {
@@ -654,25 +654,26 @@ _SET_WHEN_MADE: dict[type, frozenset[str] | None] = {}
 
 
 def _set_when_made(kind: type) -> frozenset[str] | AllNames:
-    """The attributes a class's own ``__init__`` and ``__post_init__`` assign on the instance
-    (``self.x = ...``, ``setattr(self, "x", ...)``, ``object.__setattr__(self, "x", ...)``), read
-    from their source once per class; every name when a source cannot be read."""
+    """The attributes any function of a class or of its bases assigns on an object (``self.x =
+    ...``, ``obj.__dict__["x"] = ...``, ``setattr(obj, "x", ...)``, ``object.__setattr__``): its
+    ``__init__``, a helper its ``__post_init__`` calls, a classmethod constructor (red team
+    r27-2). Read from the source once per class, never run; every name when the class's own
+    source cannot be read."""
     if kind not in _SET_WHEN_MADE:
         names: set[str] = set()
-        for method in (getattr(kind, "__init__", None), getattr(kind, "__post_init__", None)):
-            code = getattr(method, "__code__", None)
-            if method is None or code is None:
+        readable = True
+        for klass in kind.__mro__:
+            if klass is object or klass.__module__ == "builtins":
                 continue
             try:
-                tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
+                tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
             except (OSError, TypeError, SyntaxError):
-                if "<string>" in code.co_filename:  # the __init__ dataclasses made: fields
-                    continue
-                _SET_WHEN_MADE[kind] = None
-                break
-            names |= _assigned_on(tree, code.co_varnames[:1])
-        else:
-            _SET_WHEN_MADE[kind] = frozenset(names)
+                readable = klass is not kind  # a library's base without source: its own
+                if not readable:
+                    break
+                continue
+            names |= _assigned_on(tree)
+        _SET_WHEN_MADE[kind] = frozenset(names) if readable else None
     found = _SET_WHEN_MADE[kind]
     return ALL_NAMES if found is None else found
 
@@ -687,12 +688,12 @@ class AllNames:
 ALL_NAMES = AllNames()
 
 
-def _assigned_on(tree: ast.AST, receiver: tuple[str, ...]) -> set[str]:
-    """The attribute names ``tree`` assigns on its first argument (``self``)."""
+def _assigned_on(tree: ast.AST) -> set[str]:
+    """The attribute names ``tree`` assigns on a named object (``self``, ``obj``)."""
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-            if isinstance(node.value, ast.Name) and node.value.id in receiver:
+            if isinstance(node.value, ast.Name):
                 names.add(node.attr)
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
             held, key = node.value, node.slice  # ``self.__dict__["x"] = v`` (r27-2)
@@ -700,15 +701,14 @@ def _assigned_on(tree: ast.AST, receiver: tuple[str, ...]) -> set[str]:
                 isinstance(held, ast.Attribute)
                 and held.attr == "__dict__"
                 and isinstance(held.value, ast.Name)
-                and held.value.id in receiver
                 and isinstance(key, ast.Constant)
                 and isinstance(key.value, str)
             ):
                 names.add(key.value)
         elif isinstance(node, ast.Call) and len(node.args) >= 2:
             target, attr = node.args[0], node.args[1]
-            on_self = isinstance(target, ast.Name) and target.id in receiver
-            if on_self and isinstance(attr, ast.Constant) and isinstance(attr.value, str):
+            on_named = isinstance(target, ast.Name)
+            if on_named and isinstance(attr, ast.Constant) and isinstance(attr.value, str):
                 names.add(attr.value)  # setattr(self, "x", v), object.__setattr__(...)
     return names
 
