@@ -247,6 +247,26 @@ def test_what_another_modules_computed_name_reads_is_code(project: Project) -> N
     assert code_drifted(before, code_digest(after))
 
 
+def test_what_an_imported_computed_name_reads_is_code(project: Project) -> None:
+    """``from cfg import CARD`` with ``CARD = helpers.card()`` in cfg: an edit of ``card`` was
+    counted by cfg's source line only, so it was missed (the attribute spelling: round 28)."""
+    helpers = "def card():\n    return 'one'\n"
+    cfg = "import {helpers} as helpers\n\nCARD = helpers.card()\n"
+    pipe = """\
+        from {cfg} import CARD
+
+
+        def step(out_path):
+            return CARD
+        """
+    before = code_digest(project.load(helpers=helpers, cfg=cfg, pipe=pipe)["pipe"].step)
+    same = project.load(helpers=helpers, cfg=cfg, pipe=pipe)["pipe"].step
+    assert not code_drifted(before, code_digest(same))
+    edited = helpers.replace("'one'", "'two'")
+    after = project.load(helpers=edited, cfg=cfg, pipe=pipe)["pipe"].step
+    assert code_drifted(before, code_digest(after))
+
+
 def test_computed_names_reading_each_other_across_modules_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

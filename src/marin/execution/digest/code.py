@@ -1007,8 +1007,9 @@ def _bindings(
     seen: frozenset[str],
 ) -> tuple[list[str], list[Any]]:
     """What a module-level name's statements say beyond its value: the source of a computed
-    one (``name:=dump``) and what that source reads (``_assigned_reads``), and the values it
-    was bound to before (``K = 3``, ``def h(k=K)``, ``K = 5``: what h captured is the first)."""
+    one (``name:=dump``) and what that source reads (``_assigned_reads``), also of one imported
+    from another module (``from cfg import CARD``: red team round 28), and the values it was
+    bound to before (``K = 3``, ``def h(k=K)``, ``K = 5``: what h captured is the first)."""
     constants: list[str] = []
     callees: list[Any] = []
     source = assignment_source(owner, owner_name)
@@ -1016,6 +1017,14 @@ def _bindings(
         constants.append(f"{name}:=" + "|".join(source))
         reads, callees = _assigned_reads(owner, owner_name, namespace, index, seen)
         constants += reads
+    imported = owner.imports.get(owner_name)
+    if imported is not None and not (owner is index and owner_name in seen):
+        module = sys.modules.get(imported[0])
+        other, scope = module_index(module), module_namespace(module)
+        if other is not None and other is not owner and scope is not None:
+            reads, more = _assigned_reads(other, imported[1], scope, index, seen)
+            constants += reads
+            callees += more
     earlier = bound_earlier(owner, owner_name)
     if earlier:
         constants.append(f"{name}<=" + "|".join(earlier))
