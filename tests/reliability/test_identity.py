@@ -386,9 +386,10 @@ def test_a_path_or_str_subclass_spelling_a_placeholder_is_not_the_path() -> None
     out = _fingerprint(note=OUT)
     for spelled in (pathlib.PurePosixPath("{OUT}"), _Text("{OUT}")):
         assert _fingerprint(note=spelled) != out, repr(spelled)
-    # A path and a str subclass are their own text, as they were.
+    # A path is its own text, as it was; a str subclass is tagged with its class since round
+    # 30 (its own ``__str__`` is what ``fn`` meets: r30-2).
     assert _fingerprint(note=pathlib.PurePosixPath("/a/{b}")) == _fingerprint(note="/a/{b}")
-    assert _fingerprint(note=_Text("{OUT}")) == _fingerprint(note="{OUT}")
+    assert _fingerprint(note=_Text("{OUT}")) != _fingerprint(note="{OUT}")
     assert _fingerprint(keys={_Text("{OUT}"): 1}) == _fingerprint(keys={"{OUT}": 1})
 
     def fn(config: Any) -> None:
@@ -973,3 +974,45 @@ def test_a_built_in_types_subclass_with_state_or_its_own_reads_is_refused() -> N
             _fingerprint(lrs=value)
     # Subclasses that add nothing are their contents, as before:
     assert _fingerprint(lrs=Layers([64])) == _fingerprint(lrs=[64])
+
+
+def test_a_built_in_types_subclass_is_tagged_with_its_class_and_read_from_what_it_holds() -> None:
+    """Red team r30-1, r30-2: a list subclass iterating without ``None`` was the list it
+    iterated as (``Layers([64, None, 32])`` was ``Layers([64, 32])``), a namedtuple iterating as
+    a summary row was that row, an endless ``__iter__`` hung lowering, and a subclass reading
+    its items its own way (``Rev``, ``Loud``) was its plain contents: switching to one was
+    code drift only. Each is its class and what it holds."""
+    import itertools
+
+    class Layers(list):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            return (item for item in list.__iter__(self) if item is not None)
+
+    class Endless(list):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            return itertools.cycle(list.__iter__(self))
+
+    class Stage(typing.NamedTuple):
+        width: int
+        depth: int
+
+        def __iter__(self) -> Any:
+            return iter([self.width * self.depth])
+
+    class Loud(str):
+        def __str__(self) -> str:
+            return str.upper(self)
+
+    def held(value: Any) -> str:
+        return _fingerprint(rates=_Rates(value))
+
+    def form(value: Any) -> Any:  # (``apply()`` snapshots a config with ``copy.deepcopy``)
+        return to_canonical(_Rates(value))
+
+    assert form(Layers([64, None, 32])) != form(Layers([64, 32]))
+    endless = form(Endless([1, 2]))["lrs"]
+    assert endless["__subclass__"].endswith("Endless") and endless["value"] == [1, 2]
+    assert held(Layers([64, 32])) != held([64, 32])
+    assert held(Stage(4, 8)) != held(Stage(8, 4))
+    assert held(Loud("gpt")) != held("gpt")
+    assert _fingerprint(layers=Layers([64, None])) == _fingerprint(layers=[64, None])

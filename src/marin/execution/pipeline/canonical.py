@@ -50,6 +50,7 @@ _TAGS = frozenset(
         "dataclass",
         "registered",
         "tuple",
+        "subclass",
     )
 ) | {"__dict__", "__map__", "__str__", "__text__"}
 
@@ -449,6 +450,8 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
         return _enum_form(value, walk)
     if not walk.text_keys:  # a returned one is its contents, as a JSON reader gets it
         _refuse_own_behaviour(value, path, walk)
+        if _user_subclass(type(value)):
+            return _subclass_form(value, path, walk)
     # A str subclass (``numpy.str_``) and a path are their text, placeholders and all: a path
     # spelling ``{OUT}`` is tagged as that text is (red team r18-1).
     if isinstance(value, str):
@@ -461,7 +464,8 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
     if isinstance(value, int | float) and type(value) not in (int, float, bool):
         # A number of a subclass (``numpy.float64``): ``fn`` meets that type's arithmetic and
         # promotion rules, not a float's (red team r23-1): tagged with its class's name.
-        number = float(value) if isinstance(value, float) else int(value)
+        # Read from the value itself: a subclass's own ``__float__`` is not what it holds.
+        number = float.__float__(value) if isinstance(value, float) else int.__int__(value)
         spelled = number if isinstance(number, int) or math.isfinite(number) else repr(number)
         return {"__number__": spelled, "class": type(value).__qualname__}
     if isinstance(value, _SCALARS):
@@ -514,13 +518,51 @@ _STANDARD = frozenset(
 """Classes whose own slots and methods are the standard ones (an ``OrderedDict``'s, a path's)."""
 
 
+def _user_subclass(kind: type) -> bool:
+    """A class of a project or a library derived from a built-in container, text or path type
+    (``class Layers(list)``, ``numpy.str_``), not from the standard library's own classes; a
+    number's (tagged by ``__number__``) and a namedtuple's (``_namedtuple_form``) have forms
+    of their own."""
+    if kind in _STANDARD or not issubclass(kind, _CONTAINERS_AND_TEXT):
+        return False
+    return not issubclass(kind, int | float) and not hasattr(kind, "_fields")
+
+
+_CONTAINERS_AND_TEXT = (dict, list, tuple, set, frozenset, str, bytes, pathlib.PurePath)
+
+
+def _subclass_form(value: Any, path: str | None, walk: _Walk) -> dict[str, Any]:
+    """A user subclass of a built-in type: its class, as its methods are what ``fn`` meets
+    (``Rev([1, 2])`` reads backwards: red team r30-2), and what it holds, read from the value
+    itself, never through its own ``__iter__`` or ``__str__`` (r30-1: ``Layers([64, None])``
+    iterating without ``None`` was ``Layers([64])``)."""
+    return {"__subclass__": type(value).__qualname__, "value": _canonical(_held(value), path, walk)}
+
+
+def _held(value: Any) -> Any:
+    """What a value of a subclass of a built-in type holds, as that built-in type."""
+    if isinstance(value, dict):
+        return dict(dict.items(value))
+    if isinstance(value, list):
+        return list.__getitem__(value, slice(None))
+    if isinstance(value, tuple):
+        return tuple.__getitem__(value, slice(None))
+    if isinstance(value, set | frozenset):
+        return set(value)  # copied from its table, not through its ``__iter__``
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bytes):
+        return bytes(memoryview(value))
+    return pathlib.PurePath.__str__(value)
+
+
 def _namedtuple_form(value: tuple[Any, ...], path: str | None, walk: _Walk) -> dict[str, Any]:
     """A config's namedtuple: its class, as a step may dispatch on it (``Adam`` or ``Sgd`` of
     equal values: red team r26-3), its field names, as a dataclass's count (``N(lr, wd)`` and
     ``N(wd, lr)``: r27-3), and its items; its module is left out, as a dataclass's is."""
     names = getattr(type(value), "_fields", ())
     fields = [str(name) for name in names] if isinstance(names, tuple) else [repr(names)]
-    items = _canonical(list(value), path, walk)
+    items = _canonical(list(tuple.__iter__(value)), path, walk)  # never its own ``__iter__``
     return {"__tuple__": type(value).__qualname__, "fields": fields, "items": items}
 
 

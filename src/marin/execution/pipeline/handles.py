@@ -637,12 +637,13 @@ def _freeze(value: Any, deps: dict[int, ArtifactStep | StepSpec]) -> Any:
         return value
     if value is OUT:
         return value
+    # What a container holds, read from it, never through a subclass's own ``__iter__``.
     if isinstance(value, list) and own_behaviour(value) is None:
-        return [_freeze(item, deps) for item in value]
+        return [_freeze(item, deps) for item in list.__iter__(value)]
     if isinstance(value, tuple) and not hasattr(value, "_fields") and own_behaviour(value) is None:
-        return tuple(_freeze(item, deps) for item in value)
+        return tuple(_freeze(item, deps) for item in tuple.__iter__(value))
     if isinstance(value, dict) and own_behaviour(value) is None:
-        return {key: _freeze(item, deps) for key, item in value.items()}
+        return {key: _freeze(item, deps) for key, item in dict.items(value)}
     return _snapshot(value)  # a ``defaultdict`` keeps its factory: the fingerprint refuses it
 
 
