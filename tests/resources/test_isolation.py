@@ -191,6 +191,30 @@ def test_a_file_loaded_pipeline_runs_isolated(location: Location, tmp_path: obje
     assert outcome.record.result != os.getpid()
 
 
+def test_a_partial_of_a_file_loaded_pipelines_function_runs_isolated(
+    location: Location, tmp_path: Path
+) -> None:
+    """Red team r30-3: ``partial(gen, k=1)`` from a pipeline loaded by its file failed every
+    time in the child (``No module named 'marin_target_...'``): the child loaded the module of
+    the partial's type (``functools``), not of its function."""
+    from marin.execution.pipeline.targets import load_target
+
+    path = tmp_path / "partial_pipe.py"
+    path.write_text(
+        "import dataclasses, functools\n"
+        "from marin.execution.lazy import OUT, apply\n"
+        "@dataclasses.dataclass(frozen=True)\n"
+        "class Scale:\n"
+        "    k: int\n"
+        "def gen(out_path, k, scale):\n"
+        "    return k * scale.k\n"
+        "pipeline = apply('gen', functools.partial(gen, k=3), version='v1', out_path=OUT,\n"
+        "                 scale=functools.partial(Scale, 2)()).with_options(isolate=True)\n"
+    )
+    (handle,) = load_target(f"{path}:pipeline")
+    assert build_step(BuildRequest(lower(handle), location)).record.result == 6
+
+
 def test_an_isolated_step_whose_source_was_edited_after_lowering_fails_and_commits_nothing(
     location: Location, tmp_path: Path
 ) -> None:

@@ -27,6 +27,7 @@ import builtins
 import codecs
 import contextvars
 import dataclasses
+import functools
 import inspect
 import io
 import json
@@ -103,18 +104,33 @@ def check_importable(run: Callable[..., Any], step_id: str) -> None:
         ) from None
 
 
-def _module_files(fn: Callable[..., Any]) -> dict[str, str]:
-    """Files of the modules ``fn`` lives in that a fresh interpreter may not find by name.
+def _module_files(fn: Callable[..., Any], inputs: tuple[Any, ...] = ()) -> dict[str, str]:
+    """Files of the modules ``fn`` and its ``inputs`` live in that a fresh interpreter may not
+    find by name: a ``functools.partial``'s function and arguments, a bound method's object,
+    the config's values (red team r30-3: a partial of a file-loaded pipeline's function).
 
     Pipelines loaded from a file (``marin run path/to/file.py:attr``) are registered under a
     made-up module name; the child loads such a module from its file under the same name.
     """
-    names = {getattr(fn, "__module__", None), getattr(type(fn), "__module__", None)}
+    names: set[str] = set()
+    todo: list[Any] = [fn, *inputs]
+    for _ in range(1000):  # a partial of a partial ends somewhere
+        if not todo:
+            break
+        obj = todo.pop()
+        kind = type(obj)
+        names.add(kind.__module__)
+        if kind is functools.partial:
+            todo += [obj.func, *obj.args, *obj.keywords.values()]
+        elif inspect.ismethod(obj):
+            todo.append(obj.__self__)
+        elif inspect.isfunction(obj) or inspect.isclass(obj):
+            names.add(obj.__module__)
     files: dict[str, str] = {}
     for name in names:
-        module = sys.modules.get(name) if name else None
+        module = sys.modules.get(name) if isinstance(name, str) else None
         path = getattr(module, "__file__", None)
-        if name and path:
+        if path:
             files[name] = os.path.abspath(path)
     return files
 
@@ -165,7 +181,7 @@ def call_payload(
     )
     meta = {
         "sys_path": list(sys.path),
-        "module_files": _module_files(target),
+        "module_files": _module_files(target, (*args, *kwargs.values())),
         "die_with": die_with,
     }
     buffer = io.BytesIO()
