@@ -103,6 +103,14 @@ def _edited_since_first_check(code: CodeDigest) -> list[str]:
     return changed
 
 
+_SAME_VALUE = (
+    "; if nothing was edited, a module-level value it reads differs between processes (a set's "
+    "order: run with PYTHONHASHSEED=0; data read at import): make it the same in every process "
+    "or pass it in the config"
+)
+"""Said with every code check failure: such a value fails every attempt (red team r30-4)."""
+
+
 def _changed(changed: str, where: str, step: str) -> MarinError:
     """The error of a process that imported other code than the run lowered."""
     if where == "job":
@@ -110,7 +118,7 @@ def _changed(changed: str, where: str, step: str) -> MarinError:
             f"the job runs other code than it was submitted for: {changed} changed after the "
             "run lowered the pipeline (the source was edited before the job imported it)",
             "run again: the run submits a job of the code as it is now (leave the source as it "
-            "is while a run submits jobs)",
+            f"is while a run submits jobs){_SAME_VALUE}",
             step,
         )
     also = ""
@@ -121,6 +129,6 @@ def _changed(changed: str, where: str, step: str) -> MarinError:
         f"run's lowering and the {where}'s import of it, or since that import; nothing was "
         "committed",
         f"run again: the run lowers the code as it is now (leave the source as it is while a "
-        f"run runs{also})",
+        f"run runs{also}){_SAME_VALUE}",
         step,
     )
