@@ -41,7 +41,7 @@ from marin.execution.pipeline.artifact import (
     ArtifactTypeMismatchError,
     FingerprintMismatchError,
 )
-from marin.execution.pipeline.canonical import _lookup_cache, _registered
+from marin.execution.pipeline.canonical import _lookup_cache, _registered, to_canonical
 from marin.execution.pipeline.context import (
     FingerprintTimeError,
     NoStepContextError,
@@ -711,6 +711,9 @@ def test_register_fingerprint_gives_a_user_type_an_exact_form(
     # One of the same name in another module too (red team r29-4):
     same_name = type("Tokenizer", (Tokenizer,), {"__module__": "fancy.tokenizers"})
     assert _tokenize_step(same_name("gpt2", 50257)).fingerprint() != step.fingerprint()
+    # ... or of an unregistered class between them (r30-5):
+    again = type("FastTokenizer", (FastTokenizer,), {"__module__": "fancy.tokenizers"})
+    assert _tokenize_step(again("gpt2", 50257)).fingerprint() != fast.fingerprint()
     assert step.path(prefix) == f"{prefix.rstrip('/')}/tok/v1"
     # The public module re-exports the one implementation:
     assert public_fingerprint.register_fingerprint is register_fingerprint
@@ -738,6 +741,13 @@ def test_a_registered_bases_dataclass_subclass_keeps_its_own_fields(clean_regist
     assert fingerprint(TrainConfig("run", 0.1)) != fingerprint(TrainConfig("run", 0.2))
     assert fingerprint(TrainConfig("run", 0.1)) == fingerprint(TrainConfig("run", 0.1))
     assert fingerprint(TrainConfig("run", 0.1)) != fingerprint(Named("run"))
+    # An ``InitVar`` is no field: it was recorded as its class default (r30-6).
+    assert "warm" not in json.dumps(to_canonical(Scheduled("run", 0.1, 5)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheduled(TrainConfig):
+    warm: dataclasses.InitVar[int] = 0
 
 
 def test_register_fingerprint_refuses_built_in_types_and_reports_a_failing_function(

@@ -830,8 +830,8 @@ def _registered_form(
         )
     kind = type(value)
     name = kind.__qualname__
-    if kind is not base and name == base.__qualname__:  # ``fancy.Tok(base.Tok)``: r29-4
-        name = f"{kind.__module__}.{name}"
+    if kind is not base and any(c.__qualname__ == name for c in kind.__mro__[1:]):
+        name = f"{kind.__module__}.{name}"  # ``fancy.Tok(base.Tok)``: r29-4, r30-5
     tagged = {"__registered__": name, "value": _canonical(form, path, walk)}
     if kind is not base:  # a subclass is its own config (an ``np.matrix`` is no ``ndarray``)
         own = _fields_below(value, base, path, walk)
@@ -844,7 +844,9 @@ def _fields_below(value: Any, base: type, path: str | None, walk: _Walk) -> dict
     """The dataclass fields a subclass of a registered ``base`` declares itself: the function
     registered for ``base`` does not know them (red team r28-1)."""
     inherited = getattr(base, "__dataclass_fields__", {})
-    declared = getattr(type(value), "__dataclass_fields__", {})
+    if not dataclasses.is_dataclass(value):
+        return {}
+    declared = [f.name for f in dataclasses.fields(value)]  # no ``InitVar``: r30-6
     return {
         name: _canonical(getattr(value, name), None if path is None else f"{path}.{name}", walk)
         for name in sorted(declared)
