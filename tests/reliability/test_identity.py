@@ -390,7 +390,7 @@ def test_a_path_or_str_subclass_spelling_a_placeholder_is_not_the_path() -> None
     # 30 (its own ``__str__`` is what ``fn`` meets: r30-2).
     assert _fingerprint(note=pathlib.PurePosixPath("/a/{b}")) == _fingerprint(note="/a/{b}")
     assert _fingerprint(note=_Text("{OUT}")) != _fingerprint(note="{OUT}")
-    assert _fingerprint(keys={_Text("{OUT}"): 1}) == _fingerprint(keys={"{OUT}": 1})
+    assert _fingerprint(keys={_Text("{OUT}"): 1}) != _fingerprint(keys={"{OUT}": 1})  # r31-1
 
     def fn(config: Any) -> None:
         return None
@@ -1016,3 +1016,26 @@ def test_a_built_in_types_subclass_is_tagged_with_its_class_and_read_from_what_i
     assert held(Stage(4, 8)) != held(Stage(8, 4))
     assert held(Loud("gpt")) != held("gpt")
     assert _fingerprint(layers=Layers([64, None])) == _fingerprint(layers=[64, None])
+
+
+def test_a_str_subclass_as_a_dict_key_is_its_class_too() -> None:
+    """Red team r31-1: a ``str`` subclass was tagged as a value but was its plain text as a
+    key, its state dropped: ``{Loud("a"): 1, "b": 2}`` and ``{"a": 1, Loud("b"): 2}`` were one
+    config, though ``fn`` formats the keys each its own way."""
+
+    class Loud(str):
+        def __format__(self, spec: str) -> str:
+            return str.upper(self)
+
+    class Column(str):
+        kind: str
+
+    typed = Column("a")
+    typed.kind = "int"
+    assert _fingerprint(m={Loud("a"): 1, "b": 2}) != _fingerprint(m={"a": 1, Loud("b"): 2})
+    assert _fingerprint(m={Loud("a"): 1}) != _fingerprint(m={"a": 1})
+    assert _fingerprint(m={Loud("a"): 1}) == _fingerprint(m={Loud("a"): 1})
+    with pytest.raises(ConfigError, match=r"keeps state of its own \(kind\)"):
+        _fingerprint(m={typed: 1})
+    # A returned dict's keys are text, as a JSON reader gets them:
+    assert to_canonical({Loud("a"): 1}, "result", text_keys=True) == {"a": 1}

@@ -230,7 +230,8 @@ def _typed_map(value: dict[Any, Any], path: str | None, walk: _Walk) -> dict[str
     for key, item in value.items():
         if not _is_text_key(key) and not isinstance(key, enum.Enum | int | float):
             raise _key_error(key, path, walk)
-        form = _text_form(key) if _is_text_key(key) else _canonical(key, path, walk)
+        plain = _is_text_key(key) and not _user_subclass(type(key))
+        form = _text_form(key) if plain else _canonical(key, path, walk)
         text = json.dumps(form, sort_keys=True)
         if text in pairs:  # two NaN keys: one form, two entries
             if path is None:
@@ -251,6 +252,8 @@ def _is_plain_key(key: Any) -> bool:
     itself (``"{OUT}"`` is ``{"__str__": ...}``, which only ``_typed_map`` can hold)."""
     if type(key) is str and "{" not in key and MARK not in key:
         return True
+    if _user_subclass(type(key)):  # ``Loud("a")``: its class, as a value's (red team r31-1)
+        return False
     return _is_text_key(key) and isinstance(_text_form(key), str)
 
 
