@@ -1039,3 +1039,46 @@ def test_a_str_subclass_as_a_dict_key_is_its_class_too() -> None:
         _fingerprint(m={typed: 1})
     # A returned dict's keys are text, as a JSON reader gets them:
     assert to_canonical({Loud("a"): 1}, "result", text_keys=True) == {"a": 1}
+
+
+def _fill(config: Any, value: int) -> None:
+    config.__dict__["scaled"] = value
+
+
+@dataclasses.dataclass(frozen=True)
+class _Updated:
+    """``cached_property`` values set in the shapes red team r31-2 found left out."""
+
+    total: int
+    factor: dataclasses.InitVar[int] = 1
+
+    def __post_init__(self, factor: int) -> None:
+        self.__dict__.update(scaled=self.total * factor)
+
+    @functools.cached_property
+    def scaled(self) -> int:
+        return self.total
+
+
+@dataclasses.dataclass(frozen=True)
+class _Helped:
+    total: int
+    factor: dataclasses.InitVar[int] = 1
+
+    def __post_init__(self, factor: int) -> None:
+        _fill(self, self.total * factor)
+
+    @functools.cached_property
+    def scaled(self) -> int:
+        return self.total
+
+
+def test_a_cached_property_set_in_any_shape_its_class_may_use_is_state() -> None:
+    """Red team r31-2: ``self.__dict__.update(scaled=...)``, a module helper the class hands
+    itself to, a computed ``setattr`` name: ``Cfg(1, factor=2)`` and ``Cfg(1, factor=3)`` were
+    one config. A cached value its class never sets stays out (r26-2)."""
+    assert _fingerprint(c=_Updated(1, 2)) != _fingerprint(c=_Updated(1, 3))
+    assert _fingerprint(c=_Helped(1, 2)) != _fingerprint(c=_Helped(1, 3))
+    read = Cached(1000)
+    assert read.warmup_steps == 100
+    assert _fingerprint(s=read) == _fingerprint(s=Cached(1000))

@@ -702,23 +702,27 @@ def _set_when_made(kind: type) -> frozenset[str] | AllNames:
     """The attributes any function of a class or of its bases assigns on an object (``self.x =
     ...``, ``obj.__dict__["x"] = ...``, ``setattr(obj, "x", ...)``, ``object.__setattr__``): its
     ``__init__``, a helper its ``__post_init__`` calls, a classmethod constructor (red team
-    r27-2). Read from the source once per class, never run; every name when the class's own
-    source cannot be read."""
+    r27-2, r31-2: ``_assigned_on``). Read from the source once per class, never run; every
+    name when the class's own source cannot be read or sets names computed at run time."""
     if kind not in _SET_WHEN_MADE:
         names: set[str] = set()
-        readable = True
+        known = True  # else: every name
         for klass in kind.__mro__:
             if klass is object or klass.__module__ == "builtins":
                 continue
             try:
                 tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
             except (OSError, TypeError, SyntaxError):
-                readable = klass is not kind  # a library's base without source: its own
-                if not readable:
+                known = klass is not kind  # a library's base without source: its own
+                if not known:
                     break
                 continue
-            names |= _assigned_on(tree)
-        _SET_WHEN_MADE[kind] = frozenset(names) if readable else None
+            assigned = _assigned_on(tree)
+            if assigned is None:
+                known = False
+                break
+            names |= assigned
+        _SET_WHEN_MADE[kind] = frozenset(names) if known else None
     found = _SET_WHEN_MADE[kind]
     return ALL_NAMES if found is None else found
 
@@ -733,29 +737,43 @@ class AllNames:
 ALL_NAMES = AllNames()
 
 
-def _assigned_on(tree: ast.AST) -> set[str]:
-    """The attribute names ``tree`` assigns on a named object (``self``, ``obj``)."""
+def _assigned_on(tree: ast.AST) -> set[str] | None:
+    """The attribute names ``tree`` (a class's source) may set on an object, or None for any
+    name: an attribute stored (``self.x =``), and every string and keyword name it spells
+    (``setattr(self, "x", v)``, ``self.__dict__.update(x=v)``, ``vars(self).setdefault("x")``:
+    red team r31-2); any name when it sets one computed at run time (``setattr(self, name,
+    v)``, ``self.__dict__.update(d)``) or hands its object to a function (``fill(self)``)."""
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-            if isinstance(node.value, ast.Name):
-                names.add(node.attr)
-        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
-            held, key = node.value, node.slice  # ``self.__dict__["x"] = v`` (r27-2)
-            if (
-                isinstance(held, ast.Attribute)
-                and held.attr == "__dict__"
-                and isinstance(held.value, ast.Name)
-                and isinstance(key, ast.Constant)
-                and isinstance(key.value, str)
-            ):
-                names.add(key.value)
-        elif isinstance(node, ast.Call) and len(node.args) >= 2:
-            target, attr = node.args[0], node.args[1]
-            on_named = isinstance(target, ast.Name)
-            if on_named and isinstance(attr, ast.Constant) and isinstance(attr.value, str):
-                names.add(attr.value)  # setattr(self, "x", v), object.__setattr__(...)
+            names.add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)
+        elif isinstance(node, ast.keyword) and node.arg is not None:
+            names.add(node.arg)
+        elif isinstance(node, ast.Call) and _sets_any_name(node):
+            return None
     return names
+
+
+_SETTERS = frozenset({"setattr", "__setattr__", "update", "setdefault", "__ior__", "__or__"})
+"""Calls that set a name given at run time (with a name or a mapping not spelled out)."""
+
+
+def _sets_any_name(call: ast.Call) -> bool:
+    """``setattr(self, name, v)``, ``self.__dict__.update(d)``, ``fill(self)``: a call that
+    may set an attribute whose name the source does not spell."""
+    func = call.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    values = [*call.args, *(k.value for k in call.keywords if k.arg is None)]
+    if called in _SETTERS:
+        spelled = (ast.Constant, ast.Dict) if called != "setattr" else (ast.Constant,)
+        named = call.args[1:2] if called in ("setattr", "__setattr__") else values
+        return any(not isinstance(arg, spelled) for arg in named)
+    # Its object handed to a function of the module (not a method of its own):
+    return isinstance(func, ast.Name) and any(
+        isinstance(arg, ast.Name) and arg.id in ("self", "cls", "obj") for arg in call.args
+    )
 
 
 def _mangled(name: str) -> bool:
