@@ -506,8 +506,9 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
 
 
 _BUILT_IN_BASES = (dict, list, tuple, set, frozenset, str, bytes, int, float, pathlib.PurePath)
-"""Types whose subclasses' values are canonicalised as the base's: what a subclass adds of its
-own (``own_behaviour``) is refused, never dropped."""
+"""Types whose subclasses' values are read as the base's: state a subclass adds of its own
+(``own_behaviour``) is refused, never dropped; its class is tagged (``_subclass_form``)."""
+_CONTAINERS_AND_TEXT = (dict, list, tuple, set, frozenset, str, bytes, pathlib.PurePath)
 _DICT_READS = frozenset(
     {"__missing__", "__getitem__", "get", "__contains__", "__iter__", "keys", "items", "values",
      "__len__"}
@@ -529,9 +530,6 @@ def _user_subclass(kind: type) -> bool:
     if kind in _STANDARD or not issubclass(kind, _CONTAINERS_AND_TEXT):
         return False
     return not issubclass(kind, int | float) and not hasattr(kind, "_fields")
-
-
-_CONTAINERS_AND_TEXT = (dict, list, tuple, set, frozenset, str, bytes, pathlib.PurePath)
 
 
 def _subclass_form(value: Any, path: str | None, walk: _Walk) -> dict[str, Any]:
@@ -753,10 +751,14 @@ def _assigned_on(tree: ast.AST) -> set[str] | None:
             names.add(node.arg)
         elif isinstance(node, ast.Call) and _sets_any_name(node):
             return None
+        elif isinstance(node, ast.AugAssign) and not isinstance(node.value, ast.Dict):
+            target = node.target  # ``self.__dict__ |= d``: names known at run time
+            if isinstance(target, ast.Attribute) and target.attr == "__dict__":
+                return None
     return names
 
 
-_SETTERS = frozenset({"setattr", "__setattr__", "update", "setdefault", "__ior__", "__or__"})
+_SETTERS = frozenset({"setattr", "__setattr__", "update", "setdefault", "__ior__"})
 """Calls that set a name given at run time (with a name or a mapping not spelled out)."""
 
 
