@@ -1082,3 +1082,26 @@ def test_a_cached_property_set_in_any_shape_its_class_may_use_is_state() -> None
     read = Cached(1000)
     assert read.warmup_steps == 100
     assert _fingerprint(s=read) == _fingerprint(s=Cached(1000))
+
+
+def _post(self: Any, factor: int) -> None:
+    object.__setattr__(self, "scaled", self.total * factor)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Attached:
+    """A ``__post_init__`` defined outside the class body (red team r32-1)."""
+
+    total: int
+    factor: dataclasses.InitVar[int] = 1
+    __post_init__ = _post
+
+    @functools.cached_property
+    def scaled(self) -> int:
+        return self.total
+
+
+def test_a_cached_property_set_by_a_function_attached_to_the_class_is_state() -> None:
+    """Red team r32-1: ``__post_init__ = _post`` (or a decorator attaching it) was not in the
+    class's source, so the value it sets was left out."""
+    assert _fingerprint(c=_Attached(1, 2)) != _fingerprint(c=_Attached(1, 3))

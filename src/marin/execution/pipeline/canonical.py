@@ -708,21 +708,40 @@ def _set_when_made(kind: type) -> frozenset[str] | AllNames:
         for klass in kind.__mro__:
             if klass is object or klass.__module__ == "builtins":
                 continue
-            try:
-                tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-            except (OSError, TypeError, SyntaxError):
+            trees = _class_trees(klass)
+            if trees is None:
                 known = klass is not kind  # a library's base without source: its own
                 if not known:
                     break
                 continue
-            assigned = _assigned_on(tree)
-            if assigned is None:
-                known = False
+            for tree in trees:
+                assigned = _assigned_on(tree)
+                if assigned is None:
+                    known = False
+                    break
+                names |= assigned
+            if not known:
                 break
-            names |= assigned
         _SET_WHEN_MADE[kind] = frozenset(names) if known else None
     found = _SET_WHEN_MADE[kind]
     return ALL_NAMES if found is None else found
+
+
+def _class_trees(klass: type) -> list[ast.AST] | None:
+    """The parsed source of ``klass`` and of each function it holds that is defined elsewhere
+    (``__post_init__ = _post``, a decorator's ``cls.__post_init__ = _post``, ``make =
+    classmethod(_make)``: red team r32-1); None when one of them has no source."""
+    functions: list[Any] = []
+    for held in vars(klass).values():
+        function = getattr(held, "__func__", held)  # a classmethod's or staticmethod's
+        if inspect.isfunction(function) and not function.__qualname__.startswith(
+            f"{klass.__qualname__}."
+        ):
+            functions.append(function)
+    try:
+        return [ast.parse(textwrap.dedent(inspect.getsource(o))) for o in [klass, *functions]]
+    except (OSError, TypeError, SyntaxError):
+        return None
 
 
 class AllNames:
