@@ -221,6 +221,31 @@ def test_what_a_computed_module_name_reads_is_code(project: Project) -> None:
         assert code_drifted(before, after), edited
 
 
+def test_the_class_of_an_object_a_partial_binds_is_code(project: Project) -> None:
+    """Red team r33-3: ``partial(gen, cfg=Cfg(1))`` (also positional, also nested): an edit of
+    ``Cfg.tag`` was neither drift nor "code not compared", though ``apply(..., cfg=Cfg(1))``
+    counted it."""
+    cfg = "class Cfg:\n    def __init__(self, n):\n        self.n = n\n\n    def tag(self):\n        return 'old'\n"
+    pipe = """\
+        import functools
+        from {cfg} import Cfg
+
+
+        def gen(out_path, cfg, extra=None):
+            return cfg.tag()
+
+
+        keyword = functools.partial(gen, cfg=Cfg(1))
+        nested = functools.partial(functools.partial(gen, None, Cfg(1)))
+        """
+    before = project.load(cfg=cfg, pipe=pipe)["pipe"]
+    after = project.load(cfg=cfg.replace("'old'", "'new'"), pipe=pipe)["pipe"]
+    for name in ("keyword", "nested"):
+        old, new = code_digest(getattr(before, name)), code_digest(getattr(after, name))
+        assert [p.name for p in old.parts] == ["gen", "Cfg"], name
+        assert code_drifted(old, new), name
+
+
 def test_what_another_modules_computed_name_reads_is_code(project: Project) -> None:
     """Red team round 28: ``cfg.CARD`` read by the step, with ``CARD = helpers.card()`` in
     cfg, missed an edit of ``card`` (only the step's own module's computed names were

@@ -605,7 +605,11 @@ def test_every_state_of_a_dataclass_beyond_its_fields_is_in_the_fingerprint() ->
     assert _fingerprint(s=later) != _fingerprint(s=Cached(1000))
     read = Cached(1000)
     assert read.warmup_steps == 100 and read.tokenizer is not None
-    assert _fingerprint(s=read) == _fingerprint(s=Cached(1000))
+    # A cached value read before ``apply()`` counts since r33-1 (``fn`` sees it, and whether
+    # its class set it is not provable); a cache with no JSON form (a tokenizer) does not.
+    cached = Cached(1000)
+    cached.__dict__["warmup_steps"] = 100
+    assert _fingerprint(s=read) == _fingerprint(s=cached) != _fingerprint(s=Cached(1000))
     assert _fingerprint(b=Box[int](1)) == _fingerprint(b=Box(1))
 
     @dataclasses.dataclass
@@ -1076,12 +1080,12 @@ class _Helped:
 def test_a_cached_property_set_in_any_shape_its_class_may_use_is_state() -> None:
     """Red team r31-2: ``self.__dict__.update(scaled=...)``, a module helper the class hands
     itself to, a computed ``setattr`` name: ``Cfg(1, factor=2)`` and ``Cfg(1, factor=3)`` were
-    one config. A cached value its class never sets stays out (r26-2)."""
+    one config. A cache with no JSON form its class never sets stays out (r26-2)."""
     assert _fingerprint(c=_Updated(1, 2)) != _fingerprint(c=_Updated(1, 3))
     assert _fingerprint(c=_Helped(1, 2)) != _fingerprint(c=_Helped(1, 3))
-    read = Cached(1000)
-    assert read.warmup_steps == 100
-    assert _fingerprint(s=read) == _fingerprint(s=Cached(1000))
+    opaque = Cached(1000)
+    assert opaque.tokenizer is not None  # a cache with no JSON form stays out
+    assert _fingerprint(s=opaque) == _fingerprint(s=Cached(1000))
 
 
 def _post(self: Any, factor: int) -> None:
@@ -1105,3 +1109,25 @@ def test_a_cached_property_set_by_a_function_attached_to_the_class_is_state() ->
     """Red team r32-1: ``__post_init__ = _post`` (or a decorator attaching it) was not in the
     class's source, so the value it sets was left out."""
     assert _fingerprint(c=_Attached(1, 2)) != _fingerprint(c=_Attached(1, 3))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Computed:
+    """A cached value set under a name computed at run time (red team r33-1)."""
+
+    total: int
+    factor: dataclasses.InitVar[int] = 1
+
+    def __post_init__(self, factor: int) -> None:
+        self.__dict__["scal" + "ed"] = self.total * factor
+
+    @functools.cached_property
+    def scaled(self) -> int:
+        return self.total
+
+
+def test_a_cached_property_value_present_at_apply_counts_whoever_set_it() -> None:
+    """Red team r33-1: shapes the class scan cannot see (a computed key, a helper reached
+    through another name, a ``partialmethod``) left the value out; a value with a JSON form
+    counts whoever set it."""
+    assert _fingerprint(c=_Computed(1, 2)) != _fingerprint(c=_Computed(1, 3))

@@ -1541,6 +1541,7 @@ def code_digest(
     run-time branch makes the config). Never raises and never runs user code: it is advisory,
     so any problem makes it unknown, with one warning."""
     extra: tuple[Any, ...] = ()
+    also = (*also, *_partial_values(fn))  # ``partial(gen, cfg=Cfg(1))``: red team r33-3
     if also or runs:
         try:
             with _LOCK:
@@ -1564,6 +1565,23 @@ def code_digest(
     if not objects:  # an object's fields are read at each call: they may have changed
         _cache(fn, extra, digest)
     return digest
+
+
+def _partial_values(fn: Any) -> tuple[Any, ...]:
+    """The arguments the partials behind a step's function bind (``partial(gen, cfg=Cfg(1))``):
+    its config as much as ``apply()``'s inputs are, read without running user code."""
+    values: list[Any] = []
+    obj = _user_callable(fn)
+    for _ in range(100):  # a cycle of partials ends somewhere
+        kind = type(obj)
+        if not issubclass(kind, functools.partial):
+            break
+        args = _PARTIAL_ARGS.__get__(obj, kind)
+        keywords = _PARTIAL_KEYWORDS.__get__(obj, kind)
+        values += [*args] if type(args) is tuple else []
+        values += [*keywords.values()] if type(keywords) is dict else []
+        obj = PARTIAL_FUNC.__get__(obj, kind)
+    return tuple(values)
 
 
 def _cached(fn: Any, extra: tuple[Any, ...]) -> CodeDigest | None:

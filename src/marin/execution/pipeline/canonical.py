@@ -664,10 +664,10 @@ def _instance_state(value: Any) -> list[tuple[str, Any]]:
     ``__post_init__`` set from an ``InitVar``, a hand-written ``__init__`` or a classmethod
     set, one set later, in ``__dict__`` or a slot a base class declares. ``fn`` sees them, so
     the fingerprint does: a config with such state has a fingerprint of its own (with none, the
-    form is as before). A ``cached_property``'s value is left out: it is computed from the
-    instance whenever it is first read, so reading it before ``apply()`` (or caching a
-    tokenizer there) must not change or refuse the config (red team r26-2), unless a function
-    of the class sets that name itself (r25-2, r27-2: it shadows the property)."""
+    form is as before). A ``cached_property``'s value counts too, whoever set it (its class
+    in whatever shape, ``fn`` sees it: red team r33-1), unless it has no JSON form and its
+    class does not visibly set it: a cache of a tokenizer read before ``apply()`` is no config
+    (r26-2) and must not refuse it."""
     declared = getattr(type(value), "__dataclass_fields__", {})
     kind = type(value)
     found = {
@@ -677,6 +677,7 @@ def _instance_state(value: Any) -> list[tuple[str, Any]]:
         and name != "__orig_class__"  # ``Box[int](1)``: Python's own
         and (
             not isinstance(getattr(kind, name, None), functools.cached_property)
+            or _has_form(item)
             or name in _set_when_made(kind)
         )
     }
@@ -691,6 +692,15 @@ def _instance_state(value: Any) -> list[tuple[str, Any]]:
             except AttributeError:
                 continue  # a slot never set
     return sorted(found.items())
+
+
+def _has_form(item: Any) -> bool:
+    """Whether ``item`` has a canonical form (a config's, never a returned value's)."""
+    try:
+        _canonical(item, None, _Walk(None, False))
+    except (ConfigError, _NeedsPath):
+        return False
+    return True
 
 
 _SET_WHEN_MADE: dict[type, frozenset[str] | None] = {}
