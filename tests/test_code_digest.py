@@ -246,6 +246,33 @@ def test_the_class_of_an_object_a_partial_binds_is_code(project: Project) -> Non
         assert code_drifted(old, new), name
 
 
+def test_the_class_of_an_object_a_partial_build_config_binds_is_code(project: Project) -> None:
+    """Red team r34-1: a hand-made step's ``build_config=partial(bc, cfg=Cfg(1))``: an edit of
+    ``Cfg.tag``, which ``bc`` calls, was not drift (``run=`` partials were, round 33)."""
+    cfg = "class Cfg:\n    def tag(self):\n        return 'old'\n"
+    pipe = """\
+        import functools
+        from {cfg} import Cfg
+
+
+        def run(config):
+            return config
+
+
+        def bc(ctx, cfg):
+            return {{"tag": cfg.tag()}}
+
+
+        build = functools.partial(bc, cfg=Cfg())
+        """
+    before = project.load(cfg=cfg, pipe=pipe)["pipe"]
+    after = project.load(cfg=cfg.replace("'old'", "'new'"), pipe=pipe)["pipe"]
+    old = code_digest(before.run, (), (before.build,))
+    new = code_digest(after.run, (), (after.build,))
+    assert "Cfg" in [p.name for p in old.parts]
+    assert code_drifted(old, new)
+
+
 def test_what_another_modules_computed_name_reads_is_code(project: Project) -> None:
     """Red team round 28: ``cfg.CARD`` read by the step, with ``CARD = helpers.card()`` in
     cfg, missed an edit of ``card`` (only the step's own module's computed names were

@@ -1541,7 +1541,8 @@ def code_digest(
     run-time branch makes the config). Never raises and never runs user code: it is advisory,
     so any problem makes it unknown, with one warning."""
     extra: tuple[Any, ...] = ()
-    also = (*also, *_partial_values(fn))  # ``partial(gen, cfg=Cfg(1))``: red team r33-3
+    # What partials bind (``partial(gen, cfg=Cfg(1))``, a ``build_config`` too): r33-3, r34-1.
+    also = (*also, *_partial_values(fn), *(v for run in runs for v in _partial_values(run)))
     if also or runs:
         try:
             with _LOCK:

@@ -10,20 +10,17 @@ it is rejected with the dotted path of the field that holds it.
 
 from __future__ import annotations
 
-import ast
 import collections
 import dataclasses
 import datetime
 import enum
 import functools
 import hashlib
-import inspect
 import json
 import math
 import os
 import pathlib
 import re
-import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -664,22 +661,14 @@ def _instance_state(value: Any) -> list[tuple[str, Any]]:
     ``__post_init__`` set from an ``InitVar``, a hand-written ``__init__`` or a classmethod
     set, one set later, in ``__dict__`` or a slot a base class declares. ``fn`` sees them, so
     the fingerprint does: a config with such state has a fingerprint of its own (with none, the
-    form is as before). A ``cached_property``'s value counts too, whoever set it (its class
-    in whatever shape, ``fn`` sees it: red team r33-1), unless it has no JSON form and its
-    class does not visibly set it: a cache of a tokenizer read before ``apply()`` is no config
-    (r26-2) and must not refuse it."""
+    form is as before). A ``cached_property``'s value present when ``apply()`` takes the config
+    counts too, whoever set it: whether its class set it (and in which shape) cannot be told
+    from its source (red team rounds 27, 31-34); one with no JSON form is refused as state."""
     declared = getattr(type(value), "__dataclass_fields__", {})
-    kind = type(value)
     found = {
         name: item
         for name, item in getattr(value, "__dict__", {}).items()
-        if name not in declared
-        and name != "__orig_class__"  # ``Box[int](1)``: Python's own
-        and (
-            not isinstance(getattr(kind, name, None), functools.cached_property)
-            or _has_form(item)
-            or name in _set_when_made(kind)
-        )
+        if name not in declared and name != "__orig_class__"  # ``Box[int](1)``: Python's own
     }
     for klass in type(value).__mro__:
         slots = klass.__dict__.get("__slots__", ())
@@ -692,119 +681,6 @@ def _instance_state(value: Any) -> list[tuple[str, Any]]:
             except AttributeError:
                 continue  # a slot never set
     return sorted(found.items())
-
-
-def _has_form(item: Any) -> bool:
-    """Whether ``item`` has a canonical form (a config's, never a returned value's)."""
-    try:
-        _canonical(item, None, _Walk(None, False))
-    except (ConfigError, _NeedsPath):
-        return False
-    return True
-
-
-_SET_WHEN_MADE: dict[type, frozenset[str] | None] = {}
-
-
-def _set_when_made(kind: type) -> frozenset[str] | AllNames:
-    """The attributes any function of a class or of its bases assigns on an object (``self.x =
-    ...``, ``obj.__dict__["x"] = ...``, ``setattr(obj, "x", ...)``, ``object.__setattr__``): its
-    ``__init__``, a helper its ``__post_init__`` calls, a classmethod constructor (red team
-    r27-2, r31-2: ``_assigned_on``). Read from the source once per class, never run; every
-    name when the class's own source cannot be read or sets names computed at run time."""
-    if kind not in _SET_WHEN_MADE:
-        names: set[str] = set()
-        known = True  # else: every name
-        for klass in kind.__mro__:
-            if klass is object or klass.__module__ == "builtins":
-                continue
-            trees = _class_trees(klass)
-            if trees is None:
-                known = klass is not kind  # a library's base without source: its own
-                if not known:
-                    break
-                continue
-            for tree in trees:
-                assigned = _assigned_on(tree)
-                if assigned is None:
-                    known = False
-                    break
-                names |= assigned
-            if not known:
-                break
-        _SET_WHEN_MADE[kind] = frozenset(names) if known else None
-    found = _SET_WHEN_MADE[kind]
-    return ALL_NAMES if found is None else found
-
-
-def _class_trees(klass: type) -> list[ast.AST] | None:
-    """The parsed source of ``klass`` and of each function it holds that is defined elsewhere
-    (``__post_init__ = _post``, a decorator's ``cls.__post_init__ = _post``, ``make =
-    classmethod(_make)``: red team r32-1); None when one of them has no source."""
-    functions: list[Any] = []
-    for held in vars(klass).values():
-        function = getattr(held, "__func__", held)  # a classmethod's or staticmethod's
-        if inspect.isfunction(function) and not function.__qualname__.startswith(
-            f"{klass.__qualname__}."
-        ):
-            functions.append(function)
-    try:
-        return [ast.parse(textwrap.dedent(inspect.getsource(o))) for o in [klass, *functions]]
-    except (OSError, TypeError, SyntaxError):
-        return None
-
-
-class AllNames:
-    """Every name: what a class whose constructor's source cannot be read may set."""
-
-    def __contains__(self, name: object) -> bool:
-        return True
-
-
-ALL_NAMES = AllNames()
-
-
-def _assigned_on(tree: ast.AST) -> set[str] | None:
-    """The attribute names ``tree`` (a class's source) may set on an object, or None for any
-    name: an attribute stored (``self.x =``), and every string and keyword name it spells
-    (``setattr(self, "x", v)``, ``self.__dict__.update(x=v)``, ``vars(self).setdefault("x")``:
-    red team r31-2); any name when it sets one computed at run time (``setattr(self, name,
-    v)``, ``self.__dict__.update(d)``) or hands its object to a function (``fill(self)``)."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-            names.add(node.attr)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            names.add(node.value)
-        elif isinstance(node, ast.keyword) and node.arg is not None:
-            names.add(node.arg)
-        elif isinstance(node, ast.Call) and _sets_any_name(node):
-            return None
-        elif isinstance(node, ast.AugAssign) and not isinstance(node.value, ast.Dict):
-            target = node.target  # ``self.__dict__ |= d``: names known at run time
-            if isinstance(target, ast.Attribute) and target.attr == "__dict__":
-                return None
-    return names
-
-
-_SETTERS = frozenset({"setattr", "__setattr__", "update", "setdefault", "__ior__"})
-"""Calls that set a name given at run time (with a name or a mapping not spelled out)."""
-
-
-def _sets_any_name(call: ast.Call) -> bool:
-    """``setattr(self, name, v)``, ``self.__dict__.update(d)``, ``fill(self)``: a call that
-    may set an attribute whose name the source does not spell."""
-    func = call.func
-    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    values = [*call.args, *(k.value for k in call.keywords if k.arg is None)]
-    if called in _SETTERS:
-        spelled = (ast.Constant, ast.Dict) if called != "setattr" else (ast.Constant,)
-        named = call.args[1:2] if called in ("setattr", "__setattr__") else values
-        return any(not isinstance(arg, spelled) for arg in named)
-    # Its object handed to a function of the module (not a method of its own):
-    return isinstance(func, ast.Name) and any(
-        isinstance(arg, ast.Name) and arg.id in ("self", "cls", "obj") for arg in call.args
-    )
 
 
 def _mangled(name: str) -> bool:
@@ -823,8 +699,8 @@ def _state_form(value: Any, name: str, item: Any, path: str | None, walk: _Walk)
         raise ConfigError(
             f"{path}.{name} is state of {kind} that is not a field (set by __init__, "
             f"__post_init__, a cached_property or later; fn sees it): {exc.what}",
-            f"make it a field, compute it in fn, or give {kind} a canonical form with "
-            "register_fingerprint",
+            f"make it a field, compute it in fn (read a cached_property after apply()), or "
+            f"give {kind} a canonical form with register_fingerprint",
             walk.step,
         ) from None
 
