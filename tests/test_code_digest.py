@@ -1387,3 +1387,44 @@ def test_a_library_class_patched_after_it_was_read_is_read_again() -> None:
     finally:
         del fractions.Fraction._marin_probe  # type: ignore[attr-defined]
     assert any(p.name == "Fraction.<patched>" for p in parts), [p.name for p in parts]
+
+
+def test_a_registry_keyed_by_an_enum_member_or_a_dataclass_is_read_by_value(
+    project: Project,
+) -> None:
+    """Red team r35-1: a module-level registry filled by calls (``register(Size.S, 0.1)``) was
+    plain data only while every key was: an enum member or a dataclass key dropped it from the
+    digest, so an edit of ``0.1`` was served under ``--on-code-drift error``."""
+    sizes = """\
+        import dataclasses
+        import enum
+
+
+        class Size(enum.Enum):
+            S = "s"
+
+
+        @dataclasses.dataclass(frozen=True)
+        class Spec:
+            name: str
+
+
+        LRS = {{}}
+        BY_SPEC = {{}}
+
+
+        def register(size, spec, lr):
+            LRS[size] = lr
+            BY_SPEC[spec] = lr
+
+
+        register(Size.S, Spec("s"), 0.1)
+
+
+        def gen(out_path):
+            return LRS[Size.S], BY_SPEC[Spec("s")]
+        """
+    before = code_digest(project.load(sizes=sizes)["sizes"].gen)
+    assert not code_drifted(before, code_digest(project.load(sizes=sizes)["sizes"].gen))
+    after = code_digest(project.load(sizes=sizes.replace("0.1)", "0.2)"))["sizes"].gen)
+    assert code_drifted(before, after)

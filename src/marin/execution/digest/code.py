@@ -37,6 +37,7 @@ import ast
 import collections
 import contextlib
 import dataclasses
+import enum
 import functools
 import hashlib
 import importlib
@@ -894,6 +895,11 @@ def _plain_text(value: Any, budget: list[int], depth: int) -> str | None:
         return f"<partial {func} {args} {keywords}>" if ok else None
     if _is_code(value):  # by name only: the module a runner imports a file as may differ
         return f"<code {_where(value)[2]}>"  # (its code is a part of its own, named by file)
+    if issubclass(kind, enum.Enum):  # ``REGISTRY[Size.S] = 0.1``: by name (red team r35-1)
+        name = object.__getattribute__(value, "_name_")
+        return f"<enum {kind.__qualname__}.{name}>" if type(name) is str else None
+    if dataclasses.is_dataclass(kind) and "__dataclass_fields__" in kind.__dict__:
+        return _dataclass_text(value, budget, depth)
     if _one_of(kind, _CONTAINERS):
         items = [*value.items()] if kind is dict else [*value]
         texts = [_plain_text(item, budget, depth + 1) for item in items]
@@ -904,6 +910,25 @@ def _plain_text(value: Any, budget: list[int], depth: int) -> str | None:
         ordered = sorted(texts) if kind is set or kind is frozenset else texts  # type: ignore[type-var]
         return f"{kind.__name__}[{','.join(ordered)}]"  # type: ignore[arg-type]
     return None
+
+
+def _dataclass_text(value: Any, budget: list[int], depth: int) -> str | None:
+    """A dataclass instance of plain fields (a registry's key ``Spec("s", 1)``), read from its
+    ``__dict__`` without running its code; None when a field is not plain or not there."""
+    kind = type(value)
+    try:
+        held = object.__getattribute__(value, "__dict__")
+    except AttributeError:  # a slotted dataclass
+        return None
+    if type(held) is not dict:
+        return None
+    texts = []
+    for name in kind.__dict__["__dataclass_fields__"]:
+        text = _plain_text(held.get(name, _MISSING), budget, depth + 1)
+        if text is None:
+            return None
+        texts.append(f"{name}={text}")
+    return f"<{kind.__qualname__} {','.join(texts)}>"
 
 
 def _cell(cell: Any) -> Any:
