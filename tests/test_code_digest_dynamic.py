@@ -423,7 +423,10 @@ def test_round3_finding_1_an_object_holding_a_lock_lowers_and_compares_as_unknow
     assert _code_unknown(code, code).startswith("unseen: Guarded.<self lock>")
     assert not unchanged(code, fingerprint_and_code(pipe.Guarded(103).train)[1])
     nested = fingerprint_and_code(pipe.Guarded(103, pipe.Config(0.1)).train)[1]
-    assert "Guarded.<self config>" in str(nested.unseen)  # a nested object: as in a closure
+    # A nested dataclass of plain fields is read by value (red team r35-1), no longer unseen:
+    assert "Guarded.<self config>" not in str(nested.unseen)
+    other = fingerprint_and_code(pipe.Guarded(103, pipe.Config(0.2)).train)[1]
+    assert nested.parts != other.parts
     trapped = code_digest(pipe.Trap(5))  # (apply() itself inspects its signature)
     assert trapped.digest is not None and trapped.parts[1].name == "Trap.<self>"
     assert code_drifted(trapped, code_digest(pipe.Trap(6)))

@@ -920,10 +920,11 @@ def _dataclass_text(value: Any, budget: list[int], depth: int) -> str | None:
         held = object.__getattribute__(value, "__dict__")
     except AttributeError:  # a slotted dataclass
         return None
-    if type(held) is not dict:
-        return None
+    fields = kind.__dict__["__dataclass_fields__"]
+    if type(held) is not dict or not held.keys() <= fields.keys():
+        return None  # state beyond its fields (``__post_init__``'s): not plain
     texts = []
-    for name in kind.__dict__["__dataclass_fields__"]:
+    for name in fields:
         text = _plain_text(held.get(name, _MISSING), budget, depth + 1)
         if text is None:
             return None
