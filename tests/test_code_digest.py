@@ -273,44 +273,33 @@ def test_the_class_of_an_object_a_partial_build_config_binds_is_code(project: Pr
     assert code_drifted(old, new)
 
 
-def test_what_another_modules_computed_name_reads_is_code(project: Project) -> None:
-    """Red team round 28: ``cfg.CARD`` read by the step, with ``CARD = helpers.card()`` in
-    cfg, missed an edit of ``card`` (only the step's own module's computed names were
-    followed); the step's own parameter of that name shadows nothing in cfg."""
-    helpers = "def card():\n    return 'one'\n"
-    cfg = """\
-        import {helpers} as helpers
-
-        BASE = helpers.card()
-        CARD = BASE.upper()
-        """
-    pipe = """\
+_READS_CARD = {
+    "attribute": """\
         import {cfg} as cfg
 
 
         def step(out_path, CARD=None, BASE=None):
             return cfg.CARD
-        """
-    before = code_digest(project.load(helpers=helpers, cfg=cfg, pipe=pipe)["pipe"].step)
-    same = project.load(helpers=helpers, cfg=cfg, pipe=pipe)["pipe"].step
-    assert not code_drifted(before, code_digest(same))
-    edited = helpers.replace("'one'", "'two'")
-    after = project.load(helpers=edited, cfg=cfg, pipe=pipe)["pipe"].step
-    assert code_drifted(before, code_digest(after))
-
-
-def test_what_an_imported_computed_name_reads_is_code(project: Project) -> None:
-    """``from cfg import CARD`` with ``CARD = helpers.card()`` in cfg: an edit of ``card`` was
-    counted by cfg's source line only, so it was missed (the attribute spelling: round 28)."""
-    helpers = "def card():\n    return 'one'\n"
-    cfg = "import {helpers} as helpers\n\nCARD = helpers.card()\n"
-    pipe = """\
+        """,
+    "imported": """\
         from {cfg} import CARD
 
 
         def step(out_path):
             return CARD
-        """
+        """,
+}
+
+
+@pytest.mark.parametrize("spelling", sorted(_READS_CARD))
+def test_what_another_modules_computed_name_reads_is_code(project: Project, spelling: str) -> None:
+    """Red team round 28: ``cfg.CARD`` read by the step, or ``from cfg import CARD``, with
+    ``CARD`` computed in cfg from ``helpers.card()``, missed an edit of ``card`` (only the step's
+    own module's computed names were followed); the step's own parameter of that name shadows
+    nothing in cfg."""
+    helpers = "def card():\n    return 'one'\n"
+    cfg = "import {helpers} as helpers\n\nBASE = helpers.card()\nCARD = BASE.upper()\n"
+    pipe = _READS_CARD[spelling]
     before = code_digest(project.load(helpers=helpers, cfg=cfg, pipe=pipe)["pipe"].step)
     same = project.load(helpers=helpers, cfg=cfg, pipe=pipe)["pipe"].step
     assert not code_drifted(before, code_digest(same))
