@@ -428,6 +428,48 @@ def gen(out_path):
     assert code_drifted(before, load(3, 2))
 
 
+def test_a_relative_import_module_with_its_package_is_compared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r33-4: ``importlib.import_module("..cfg", __package__)`` inside a step was
+    unseen, "not in this process", though ``pk.cfg`` was imported; a relative name against
+    any other package is unseen as a computed name."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    steps = """\
+import importlib
+
+
+def gen(out_path):
+    return importlib.import_module("..cfg", __package__).BASE
+
+
+def other(out_path, package):
+    return importlib.import_module("..cfg", package).BASE
+"""
+
+    def load(base: int) -> tuple[CodeDigest, CodeDigest]:
+        package = f"relim_{uuid.uuid4().hex[:8]}"
+        (tmp_path / package / "sub").mkdir(parents=True)
+        for init in (
+            tmp_path / package / "__init__.py",
+            tmp_path / package / "sub" / "__init__.py",
+        ):
+            init.write_text("")
+        (tmp_path / package / "cfg.py").write_text(f"BASE = {base}\n")
+        (tmp_path / package / "sub" / "steps.py").write_text(steps)
+        importlib.import_module(f"{package}.cfg")
+        module = importlib.import_module(f"{package}.sub.steps")
+        return code_digest(module.gen), code_digest(module.other)
+
+    before, other = load(3)
+    assert before.unseen == [] and before.unknown is None, before
+    assert not code_drifted(before, load(3)[0])
+    assert code_drifted(before, load(5)[0])
+    assert [u.split(" ", 1)[1] for u in other.unseen] == [
+        "(it imports a module of the project by a computed name)"
+    ], other.unseen
+
+
 def test_a_module_docstring_read_as_data_is_code(project: Project) -> None:
     """Red team r25-3: a module docstring read as ``__doc__`` (a model card, a prompt), its
     own module's or a project module's, was not in the digest."""
@@ -1417,3 +1459,41 @@ def test_a_registry_keyed_by_an_enum_member_or_a_dataclass_is_read_by_value(
     assert not code_drifted(before, code_digest(project.load(sizes=sizes)["sizes"].gen))
     after = code_digest(project.load(sizes=sizes.replace("0.1)", "0.2)"))["sizes"].gen)
     assert code_drifted(before, after)
+
+
+def test_a_changed_object_in_a_registry_names_what_changed_not_a_line_0(
+    project: Project,
+) -> None:
+    """Red team r35-2: the drift of an object's state held in a module-level registry was
+    located at ``(?, line 0: ...)``, a placeholder, not a file and line."""
+    from marin.execution.digest.code_drift import explain_code_drift
+
+    boxes = """\
+        class Box:
+            def __init__(self, lr):
+                self.lr = lr
+
+            def scaled(self):
+                return self.lr * 2
+
+
+        BOXES = {{}}
+
+
+        def register(name, lr):
+            BOXES[name] = Box(lr)
+
+
+        register("s", 0.1)
+
+
+        def gen(out_path):
+            return BOXES["s"].scaled()
+        """
+    before = code_digest(project.load(boxes=boxes)["boxes"].gen)
+    after = code_digest(project.load(boxes=boxes.replace("0.1)", "0.2)"))["boxes"].gen)
+    lines = explain_code_drift(before, after)
+    assert lines == [
+        "code: Box.<carried> changed (the state of an object a module-level value holds)"
+        ", called by gen"
+    ], lines

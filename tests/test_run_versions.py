@@ -128,3 +128,26 @@ def test_version_none_is_the_spelling_the_docs_and_errors_use(tmp_path) -> None:
     assert "version=None to take it from the run" in info.value.fix
     help_text = marin("run", "--help").stdout
     assert "(version=None)" in help_text and "DEFER" not in help_text
+
+
+def test_a_record_of_another_inputs_version_names_it_not_an_older_marin(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """Red team r34-3: a record that read ``tok/bpe@v4`` was said to be "written before build
+    ids" when planned against ``tok/bpe@v3``: it names the builds it read instead."""
+    mod = tmp_path / "pipe_r34.py"
+    mod.write_text(
+        "from tests.test_run_versions import pipeline\npipe = pipeline()\n", encoding="utf-8"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    common = [f"{mod}:pipe", "--prefix", str(tmp_path / "out"), "--version", "v3"]
+    assert main(["run", *common, "--no-progress"]) == 0
+    moved = ["--override", "tok/bpe=v4", "--force", "tok/bpe", "--on-drift", "rebuild"]
+    assert main(["run", *common, *moved, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["plan", *common, "--json"]) == 0
+    steps = {s["step"]: s for s in json.loads(capsys.readouterr().out)["steps"]}
+    reason = steps["train@v3"]["reason"]
+    assert steps["train@v3"]["lineage"] == "unknown", steps["train@v3"]
+    assert "written before build ids" not in reason, reason
+    assert "lineage unknown (the record names the builds of tok/bpe@v4" in reason, reason

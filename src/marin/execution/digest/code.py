@@ -1403,12 +1403,12 @@ def _head(
     if head == SUBCLASSES:
         why = "it lists the subclasses of a class known at run time only"
         return _Unseen("<class>.__subclasses__()", why), ()
-    if head == IMPORT:
-        module = chain[1]
+    if head == IMPORT:  # a relative name is its module's package's (red team r33-4)
+        module = _absolute(chain[1], namespace.get("__package__"))
         if DYNAMIC not in module:
             return _imported(module, None), chain[2:]
         package = module.partition(".")[0]
-        if package != DYNAMIC and is_project_name(package):
+        if module.startswith(".") or (package != DYNAMIC and is_project_name(package)):
             reason = "it imports a module of the project by a computed name"
             return _Unseen(module.replace(DYNAMIC, "*"), reason), ()
         return _MISSING, ()  # import_module(name): any module, as data (docs: a blind spot)

@@ -39,6 +39,9 @@ def explain_code_drift(stored: CodeDigest, current: CodeDigest, limit: int = 20)
         elif part.name.endswith(OBJECT_STATE):  # a field of the object a step function carries
             lines.append(f"code: {part.name} changed ({_fields_changed(old, part)}), "
                          f"the object of {part.via}")  # fmt: skip
+        elif part.file == _NO_FILE:  # made at run time: no line to name (red team r35-2)
+            text = f"code: {part.name} changed ({_where(part)})"
+            lines.append(text + (f", called by {part.via}" if part.via else ""))
         else:
             line, why = _changed_line(old, part)
             text = f"code: {part.name} changed ({part.file}, line {line}{why})"
@@ -53,7 +56,15 @@ def explain_code_drift(stored: CodeDigest, current: CodeDigest, limit: int = 20)
     return lines
 
 
+_NO_FILE = "?"
+"""A part's file when it has none: the state of an object made at run time."""
+
+
 def _where(part: CodePart) -> str:
+    if part.file == _NO_FILE and part.name.endswith(".<patched>"):
+        return "project functions set on a library class"
+    if part.file == _NO_FILE:
+        return "the state of an object a module-level value holds"
     return f"{part.file}, line {part.line}"
 
 

@@ -946,7 +946,12 @@ def _string_reference(node: ast.AST, consumed: set[int]) -> tuple[str, ...] | No
     None when ``node`` is no such expression. Its inner nodes are ``consumed``."""
     if isinstance(node, ast.Call) and _chain(node.func) in _IMPORTERS and node.args:
         consumed.update((id(node), id(node.func)))
-        return IMPORT, _module_name(node.args[0])
+        name = _module_name(node.args[0])
+        package = node.args[1] if len(node.args) > 1 else None
+        own = isinstance(package, ast.Name) and package.id == "__package__"
+        if name.startswith(".") and not own:  # relative to a package only known at run time
+            name = "." + DYNAMIC
+        return IMPORT, name
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
         inner = node.func.value  # ``globals().get("h")`` reads ``h`` (red team r29-5)
         if node.func.attr == "get" and isinstance(inner, ast.Call) and _is_globals(inner):

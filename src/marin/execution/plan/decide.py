@@ -286,7 +286,9 @@ def decide(
     if record is None:
         return decision(*_without_record(spec, status, why, needed, policy))
     hint = _bump_hint(spec, record) if status == StoredStatus.DRIFT else ""
-    why = _served_note(why, status, code_drift, lineage, verdict, policy, hint)
+    why = _served_note(
+        why, status, code_drift, _unknown_lineage(lineage, record), verdict, policy, hint
+    )
     if stale and policy.cascade:
         reason = "stale: " + "; ".join(stale) + (f" ({UNLESS_UNCHANGED})" if pending else "")
         return decision(Action.BUILD, reason, stale=stale, unless_unchanged=pending)
@@ -358,7 +360,7 @@ def _served_note(
     why: str,
     status: StoredStatus,
     code_drift: tuple[str, ...],
-    lineage: str,
+    unknown_lineage: str,
     verdict: Verdict | None,
     policy: Policy,
     bump_hint: str = "",
@@ -372,9 +374,18 @@ def _served_note(
     elif verdict is not None and verdict.code_unknown and policy.on_code_drift != "warn":
         # A record's code is advisory: served, but never called unchanged.
         why += f"; code not compared ({verdict.code_unknown})"
-    if lineage == LINEAGE_UNKNOWN:
-        why += "; lineage unknown (record written before build ids)"
-    return why
+    return why + (f"; lineage unknown ({unknown_lineage})" if unknown_lineage else "")
+
+
+def _unknown_lineage(lineage: str, record: ArtifactRecord) -> str:
+    """Why a record's input builds are unknown ("" when they are not): it has none (an older
+    Marin), or names other inputs' builds (another version of an input: red team r34-3)."""
+    if lineage != LINEAGE_UNKNOWN:
+        return ""
+    if not record.inputs:
+        return "record written before build ids"
+    named = ", ".join(sorted(record.inputs))
+    return f"the record names the builds of {named}, not of every current input"
 
 
 def _bump_hint(spec: StepSpec, record: ArtifactRecord) -> str:
