@@ -65,6 +65,7 @@ from marin.execution.digest.instance import (
     bound_objects,
     carried_field,
     instance_fields,
+    unwrapped,
 )
 from marin.execution.digest.source import (
     DYNAMIC,
@@ -335,15 +336,7 @@ def _static_attr(cls: type, attr: str) -> Any:
 def _unwrap(obj: Any) -> Any:
     """The function whose code runs behind a partial or a bound method (a decorator's wrapper
     is code of its own: ``_layers`` follows it and what it wraps)."""
-    for _ in range(100):  # a cycle of partials ends somewhere
-        kind = type(obj)
-        if issubclass(kind, functools.partial):
-            obj = PARTIAL_FUNC.__get__(obj, kind)
-        elif kind is types.MethodType:
-            obj = obj.__func__
-        else:
-            break
-    return obj
+    return unwrapped(obj)[1]
 
 
 _DISPATCH_CODE = cast(types.FunctionType, functools.singledispatch(lambda _: None)).__code__
@@ -1192,33 +1185,21 @@ def _carried_state(name: str, obj: Any) -> tuple[list[str], list[Any]]:
     fields, by ``_instance_state``'s rule (plain data by value at lowering)."""
     constants: list[str] = []
     callees: list[Any] = []
-    for _ in range(100):  # a cycle of partials ends somewhere
-        kind = type(obj)
-        if issubclass(kind, functools.partial):
-            args = _PARTIAL_ARGS.__get__(obj, kind)
-            keywords = _PARTIAL_KEYWORDS.__get__(obj, kind)
-            items = [*enumerate(args if type(args) is tuple else ())]
-            items += [*keywords.items()] if type(keywords) is dict else []
-            for key, value in items:
-                label = f"{name}.<partial {key}>"
-                text = _plain_text(value, [_MAX_CONTAINER], 0)
-                if text is not None:
-                    constants.append(f"{label}=={text}")
-                    callees += _in_container(value) or []
-                else:
-                    fields, code = _instance_state(label, value)
-                    constants += fields
-                    callees += code + ([c] if (c := _callee(value)) is not None else [])
-            obj = PARTIAL_FUNC.__get__(obj, kind)
-        elif kind is types.MethodType:
-            owner = obj.__self__
-            if not _is_class(owner):
-                fields, code = _instance_state(f"{name}.<self>", owner)
+    for layer in unwrapped(obj)[0]:
+        if layer.is_method and not _is_class(layer.owner):
+            fields, code = _instance_state(f"{name}.<self>", layer.owner)
+            constants += fields
+            callees += code
+        for key, value in layer.arguments:
+            label = f"{name}.<partial {key}>"
+            text = _plain_text(value, [_MAX_CONTAINER], 0)
+            if text is not None:
+                constants.append(f"{label}=={text}")
+                callees += _in_container(value) or []
+            else:
+                fields, code = _instance_state(label, value)
                 constants += fields
-                callees += code
-            obj = obj.__func__
-        else:
-            break
+                callees += code + ([c] if (c := _callee(value)) is not None else [])
     return constants, callees
 
 
@@ -1597,18 +1578,7 @@ def code_digest(
 def _partial_values(fn: Any) -> tuple[Any, ...]:
     """The arguments the partials behind a step's function bind (``partial(gen, cfg=Cfg(1))``):
     its config as much as ``apply()``'s inputs are, read without running user code."""
-    values: list[Any] = []
-    obj = _user_callable(fn)
-    for _ in range(100):  # a cycle of partials ends somewhere
-        kind = type(obj)
-        if not issubclass(kind, functools.partial):
-            break
-        args = _PARTIAL_ARGS.__get__(obj, kind)
-        keywords = _PARTIAL_KEYWORDS.__get__(obj, kind)
-        values += [*args] if type(args) is tuple else []
-        values += [*keywords.values()] if type(keywords) is dict else []
-        obj = PARTIAL_FUNC.__get__(obj, kind)
-    return tuple(values)
+    return tuple(v for layer in unwrapped(_user_callable(fn))[0] for _, v in layer.arguments)
 
 
 def _cached(fn: Any, extra: tuple[Any, ...]) -> CodeDigest | None:

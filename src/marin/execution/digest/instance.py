@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import types
+from dataclasses import dataclass
 from typing import Any
 
 # The C-level slots read instead of getattr (never user code); code.py reads them too.
@@ -21,6 +22,8 @@ TYPE_MRO = type.__dict__["__mro__"]
 TYPE_DICT = type.__dict__["__dict__"]
 _TYPE_DICTOFFSET = type.__dict__["__dictoffset__"]
 PARTIAL_FUNC = functools.partial.__dict__["func"]
+_PARTIAL_ARGS = functools.partial.__dict__["args"]
+_PARTIAL_KEYWORDS = functools.partial.__dict__["keywords"]
 _METHOD_SELF = types.MethodType.__dict__["__self__"]
 _METHOD_FUNC = types.MethodType.__dict__["__func__"]
 
@@ -28,22 +31,46 @@ _NO_STATE = ("builtins", "functools", "types", "marin", "marin_airflow", "marin_
 """Modules whose objects carry no user state (the engine's own wrappers, C types)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Wrapper:
+    """One layer around a step's callable: a ``functools.partial`` (its bound arguments, by
+    position or keyword) or a bound method (``is_method``, its object ``owner``)."""
+
+    arguments: tuple[tuple[int | str, Any], ...] = ()
+    owner: Any = None
+    is_method: bool = False
+
+
+def unwrapped(fn: Any) -> tuple[list[Wrapper], Any]:
+    """The partials and bound methods around ``fn``, outermost first, and the callable they
+    wrap; read through the C-level slots (never user code). Every walk of the layers around a
+    step's function is this one."""
+    layers: list[Wrapper] = []
+    for _ in range(100):  # a cycle of partials ends somewhere
+        kind = type(fn)
+        if issubclass(kind, functools.partial):
+            args = _PARTIAL_ARGS.__get__(fn, kind)
+            keywords = _PARTIAL_KEYWORDS.__get__(fn, kind)
+            bound: list[tuple[int | str, Any]] = [*enumerate(args if type(args) is tuple else ())]
+            bound += [*keywords.items()] if type(keywords) is dict else []
+            layers.append(Wrapper(tuple(bound)))
+            fn = PARTIAL_FUNC.__get__(fn, kind)
+        elif kind is types.MethodType:
+            layers.append(Wrapper(owner=_METHOD_SELF.__get__(fn, kind), is_method=True))
+            fn = _METHOD_FUNC.__get__(fn, kind)
+        else:
+            break
+    return layers, fn
+
+
 def bound_objects(fn: Any) -> list[Any]:
     """The objects behind ``fn`` whose fields the step reads: each bound method's ``__self__``
     through any partials (a class, for a bound classmethod), and ``fn`` itself (or what the
     partials wrap) when it is a callable instance; never a function, a module or an object of
     the engine or of a C type."""
-    found: list[Any] = []
-    for _ in range(100):  # a cycle of partials ends somewhere
-        kind = type(fn)
-        if issubclass(kind, functools.partial):
-            fn = PARTIAL_FUNC.__get__(fn, kind)
-        elif kind is types.MethodType:
-            owner = _METHOD_SELF.__get__(fn, kind)
-            found += [owner] if _has_state(owner, issubclass(type(owner), type)) else []
-            fn = _METHOD_FUNC.__get__(fn, kind)
-        else:
-            break
+    layers, fn = unwrapped(fn)
+    owners = [layer.owner for layer in layers if layer.is_method]
+    found = [o for o in owners if _has_state(o, issubclass(type(o), type))]
     return found + ([fn] if _has_state(fn) else [])
 
 

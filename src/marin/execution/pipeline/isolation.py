@@ -27,7 +27,6 @@ import builtins
 import codecs
 import contextvars
 import dataclasses
-import functools
 import inspect
 import io
 import json
@@ -44,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, cast
 
+from marin.execution.digest.instance import unwrapped
 from marin.execution.errors import InvalidStepError, LeaseLostError, MarinError, _restore_error
 from marin.execution.pipeline.canonical import Canonical
 from marin.execution.pipeline.context import StepContext
@@ -114,18 +114,16 @@ def _module_files(fn: Callable[..., Any], inputs: tuple[Any, ...] = ()) -> dict[
     """
     names: set[str] = set()
     todo: list[Any] = [fn, *inputs]
-    for _ in range(1000):  # a partial of a partial ends somewhere
+    for _ in range(1000):  # a partial bound to a partial ends somewhere
         if not todo:
             break
         obj = todo.pop()
-        kind = type(obj)
-        names.add(kind.__module__)
-        if kind is functools.partial:
-            todo += [obj.func, *obj.args, *obj.keywords.values()]
-        elif inspect.ismethod(obj):
-            todo.append(obj.__self__)
-        elif inspect.isfunction(obj) or inspect.isclass(obj):
-            names.add(obj.__module__)
+        layers, inner = unwrapped(obj)
+        todo += [v for layer in layers for _, v in layer.arguments]
+        todo += [layer.owner for layer in layers if layer.is_method]
+        names.update((type(obj).__module__, type(inner).__module__))
+        if inspect.isfunction(inner) or inspect.isclass(inner):
+            names.add(inner.__module__)
     files: dict[str, str] = {}
     for name in names:
         module = sys.modules.get(name) if isinstance(name, str) else None
