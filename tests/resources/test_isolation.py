@@ -239,7 +239,7 @@ def test_an_isolated_step_whose_source_was_edited_after_lowering_fails_and_commi
     text = str(info.value)
     assert text.startswith("marin.execution.errors.CodeChangedError: error: the isolated process")
     assert "runs other code than the run lowered: word changed between the run's lowering" in text
-    assert "(step word@v1)" in text and "run again" in text
+    assert "(step word@v1)" in text and "run again" in text and "PYTHONHASHSEED=0" in text
     assert read_record(location, spec.output_path) is None
     status = read_status(location, spec.output_path)
     assert (
@@ -290,11 +290,12 @@ def test_a_config_class_edited_after_lowering_fails_an_isolated_step_and_a_worke
     assert "CodeChangedError" in str(info.value) and "Cfg changed" in str(info.value)
     assert read_record(location, spec.output_path) is None
     # The same check a Dask worker makes of the spec it was sent:
-    with pytest.raises(CodeChangedError, match="Cfg"):
+    with pytest.raises(CodeChangedError, match="Cfg") as edited:
         check_code(
             sent.run, code_inputs(sent.run), expected=expected_code(sent.step_id, sent.code),
             where="Dask worker",
         )  # fmt: skip
+    assert "PYTHONHASHSEED" not in str(edited.value)  # an edit was seen: no other cause to name
 
 
 def test_gpu_steps_get_distinct_devices_and_cuda_visible_devices(

@@ -57,13 +57,15 @@ def check_code(
     now = code_digest(target, inputs)
     edited = [name for name in _edited_since_first_check(now) if name in expected["parts"]]
     if edited:
-        raise _changed(", ".join(edited), where, str(expected.get("step", "?")))
+        raise _changed(", ".join(edited), where, str(expected.get("step", "?")), seen_edited=True)
     if now.digest is None:
         # A part known at lowering whose file no longer holds the code this process runs: it
         # imported the code before an edit the run lowered after, or the other way round.
         edited = [p.name for p in now.parts if p.unknown == SOURCE_EDITED]
         if any(name in expected["parts"] for name in edited):
-            raise _changed(", ".join(edited), where, str(expected.get("step", "?")))
+            raise _changed(
+                ", ".join(edited), where, str(expected.get("step", "?")), seen_edited=True
+            )
         print(f"marin: the {where}'s code was not checked ({now.unknown})", file=sys.stderr)
         return
     if now.digest == expected.get("digest"):
@@ -108,17 +110,20 @@ _SAME_VALUE = (
     "order: run with PYTHONHASHSEED=0; data read at import): make it the same in every process "
     "or pass it in the config"
 )
-"""Said with every code check failure: such a value fails every attempt (red team r30-4)."""
+"""Said with a code check failure no file edit explains: such a value fails every attempt
+(red team r30-4)."""
 
 
-def _changed(changed: str, where: str, step: str) -> MarinError:
-    """The error of a process that imported other code than the run lowered."""
+def _changed(changed: str, where: str, step: str, seen_edited: bool = False) -> MarinError:
+    """The error of a process that imported other code than the run lowered (``seen_edited``:
+    a file of that code was seen to change, so no value differing between processes is)."""
+    hint = "" if seen_edited else _SAME_VALUE
     if where == "job":
         return RemoteJobError(
             f"the job runs other code than it was submitted for: {changed} changed after the "
             "run lowered the pipeline (the source was edited before the job imported it)",
             "run again: the run submits a job of the code as it is now (leave the source as it "
-            f"is while a run submits jobs){_SAME_VALUE}",
+            f"is while a run submits jobs){hint}",
             step,
         )
     also = ""
@@ -129,6 +134,6 @@ def _changed(changed: str, where: str, step: str) -> MarinError:
         f"run's lowering and the {where}'s import of it, or since that import; nothing was "
         "committed",
         f"run again: the run lowers the code as it is now (leave the source as it is while a "
-        f"run runs{also}){_SAME_VALUE}",
+        f"run runs{also}){hint}",
         step,
     )
