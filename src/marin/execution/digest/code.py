@@ -67,6 +67,7 @@ from marin.execution.digest.instance import (
     instance_fields,
     unwrapped,
 )
+from marin.execution.digest.library_values import library_text, read_by_value
 from marin.execution.digest.source import (
     DYNAMIC,
     GLOBALS,
@@ -866,11 +867,16 @@ def _closure_values(
     return constants, opaque
 
 
-def _plain_text(value: Any, budget: list[int], depth: int) -> str | None:
+def _plain_text(
+    value: Any, budget: list[int], depth: int, holes: list[str] | None = None
+) -> str | None:
     """A canonical text of plain data (exact builtin types, containers of them, a dict's keys in
-    their order), functions and
+    their order, the standard library's and numpy's values: ``library_values``), functions and
     classes (by qualified name), modules and partials of plain arguments; None for anything
-    else, or past 100,000 items or 50 levels. Reads only exact types: no user code runs."""
+    else, or past 100,000 items or 50 levels. Reads only exact types: no user code runs.
+    With ``holes``, a value it cannot read is a hole, not a reason to give up: an instance of
+    the project, a partial or a bound method (its state is a part of its own: ``_in_container``)
+    and any other, whose type is added to ``holes`` (not compared)."""
     kind = type(value)
     budget[0] -= 1
     if budget[0] < 0 or depth > 50:
@@ -881,31 +887,49 @@ def _plain_text(value: Any, budget: list[int], depth: int) -> str | None:
         name = (module_namespace(value) or {}).get("__name__")
         return f"<module {name if type(name) is str else '?'}>"
     if issubclass(kind, functools.partial):
-        func = _plain_text(PARTIAL_FUNC.__get__(value, kind), budget, depth + 1)
-        args = _plain_text(_PARTIAL_ARGS.__get__(value, kind), budget, depth + 1)
-        keywords = _plain_text(_PARTIAL_KEYWORDS.__get__(value, kind), budget, depth + 1)
+        func = _plain_text(PARTIAL_FUNC.__get__(value, kind), budget, depth + 1, holes)
+        args = _plain_text(_PARTIAL_ARGS.__get__(value, kind), budget, depth + 1, holes)
+        keywords = _plain_text(_PARTIAL_KEYWORDS.__get__(value, kind), budget, depth + 1, holes)
         ok = None not in (func, args, keywords)
-        return f"<partial {func} {args} {keywords}>" if ok else None
+        return f"<partial {func} {args} {keywords}>" if ok else _hole(value, holes)
     if _is_code(value):  # by name only: the module a runner imports a file as may differ
         return f"<code {_where(value)[2]}>"  # (its code is a part of its own, named by file)
     if issubclass(kind, enum.Enum):  # ``REGISTRY[Size.S] = 0.1``: by name (red team r35-1)
         name = object.__getattribute__(value, "_name_")
         return f"<enum {kind.__qualname__}.{name}>" if type(name) is str else None
     if dataclasses.is_dataclass(kind) and "__dataclass_fields__" in kind.__dict__:
-        return _dataclass_text(value, budget, depth)
+        text = _dataclass_text(value, budget, depth, holes)
+        return _hole(value, holes) if text is None else text
     if _one_of(kind, _CONTAINERS):
         items = [*value.items()] if kind is dict else [*value]
-        texts = [_plain_text(item, budget, depth + 1) for item in items]
+        texts = [_plain_text(item, budget, depth + 1, holes) for item in items]
         if None in texts:
             return None
         # A dict in its key order (code iterates it: ``for layer in LAYERS``); a set sorted
         # (its order is the hash seed's, another in every process).
         ordered = sorted(texts) if kind is set or kind is frozenset else texts  # type: ignore[type-var]
         return f"{kind.__name__}[{','.join(ordered)}]"  # type: ignore[arg-type]
-    return None
+    text = library_text(value, lambda inner: _plain_text(inner, budget, depth + 1, holes))
+    return _hole(value, holes) if text is None else text
 
 
-def _dataclass_text(value: Any, budget: list[int], depth: int) -> str | None:
+def _hole(value: Any, holes: list[str] | None) -> str | None:
+    """``value``'s place in a text with ``holes`` (None without): a project instance, a partial
+    or a bound method, whose state ``_in_container`` makes a part of its own, is held; any
+    other value is not read, and its type is added to ``holes``."""
+    if holes is None:
+        return None
+    kind = type(value)
+    what = _TYPE_QUALNAME.__get__(kind, type)
+    if _carries(value) or _is_project_class(kind):
+        return f"<held {what}>"
+    holes.append(what)
+    return f"<unread {what}>"
+
+
+def _dataclass_text(
+    value: Any, budget: list[int], depth: int, holes: list[str] | None
+) -> str | None:
     """A dataclass instance of plain fields (a registry's key ``Spec("s", 1)``), read from its
     ``__dict__`` without running its code; None when a field is not plain or not there."""
     kind = type(value)
@@ -918,7 +942,7 @@ def _dataclass_text(value: Any, budget: list[int], depth: int) -> str | None:
         return None  # state beyond its fields (``__post_init__``'s): not plain
     texts = []
     for name in fields:
-        text = _plain_text(held.get(name, _MISSING), budget, depth + 1)
+        text = _plain_text(held.get(name, _MISSING), budget, depth + 1, holes)
         if text is None:
             return None
         texts.append(f"{name}={text}")
@@ -1008,8 +1032,8 @@ def _resolve_all(
         if owner_index.dynamic:  # ``exec(...)``, ``globals().update(d)``: one part per module
             why = "its module binds names known at run time only (exec, globals().update)"
             callees.setdefault(id(owner_index), _Unseen(f"{name} (globals)", why))
-        if target is None and module_namespace(obj) is None:
-            constants += _module_value(name, obj, owner_index, owner_name)
+        if (target is None or read_by_value(target)) and module_namespace(obj) is None:
+            _merge(_module_value(name, obj, owner_index, owner_name), constants, callees)
         else:  # a module-level instance, ``P = partial(f, cfg.K)``, ``G = make().get``
             _merge(_held_state(name, obj, target), constants, callees)
         bindings = _bindings(name, owner_index, owner_name, owner_scope, index, seen)
@@ -1261,15 +1285,24 @@ def _weak_registry(name: str) -> _Unseen:
     return _Unseen(name, "a weak-reference registry: run-time state of live objects, not compared")
 
 
-def _module_value(name: str, obj: Any, index: SourceIndex, owner_name: str) -> list[str]:
+def _module_value(
+    name: str, obj: Any, index: SourceIndex, owner_name: str
+) -> tuple[list[str], list[Any]]:
     """A module-level value a function reads: plain data by its value at lowering (a later
-    statement that changes it is seen: ``counts_by_value``), else a literal by its source."""
+    statement that changes it is seen: ``counts_by_value``), the instances a container holds
+    as parts of their own (``_in_container``); a value that cannot be so read is unseen (red
+    team r36-2: it was its literal's source, ``{}``, which a ``register()`` call leaves as it
+    is). Any other (computed at import) by its source."""
     if counts_by_value(index, owner_name):
-        text = _plain_text(obj, [_MAX_CONTAINER], 0)
-        if text is not None:
-            return [f"{name}=={text}"]
+        unread: list[str] = []
+        text = _plain_text(obj, [_MAX_CONTAINER], 0, unread)
+        if text is not None and not unread:
+            return [f"{name}=={text}"], []
+        what = ", ".join(sorted(set(unread))) or f"over {_MAX_CONTAINER} items"
+        why = f"a module-level value changed after its statement holds {what}: not compared"
+        return ([f"{name}=={text}"] if text is not None else []), [_Unseen(name, why)]
     values = constant_source(index, owner_name)
-    return [f"{name}=" + "|".join(values)] if values else []
+    return ([f"{name}=" + "|".join(values)] if values else []), []
 
 
 _DYNAMIC_ATTRS = (DYNAMIC, "__dict__", "__globals__")

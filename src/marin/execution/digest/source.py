@@ -656,7 +656,22 @@ def computed_names(body: list[ast.stmt]) -> set[str]:
     return names
 
 
+_CONTAINER_CALLS = {"dict", "list", "set", "frozenset", "tuple", "OrderedDict", "defaultdict"}
+_CONTAINER_CALLS |= {"deque", "Counter", "SimpleNamespace"}
+
+
 def _is_literal(node: ast.expr) -> bool:
+    """A literal, or a container made by a call of literals (``dict()``, ``defaultdict(list)``):
+    a registry filled later, whose value counts as a ``{}``'s does (red team r36-2)."""
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name not in _CONTAINER_CALLS:
+            return False
+        factory = node.args[:1] if name == "defaultdict" else []  # ``defaultdict(list)``
+        named = all(isinstance(a, ast.Name | ast.Attribute) or _is_literal(a) for a in factory)
+        rest = [*node.args[len(factory) :], *(k.value for k in node.keywords)]
+        return named and all(_is_literal(a) for a in rest)
     try:
         ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
