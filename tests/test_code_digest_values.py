@@ -39,9 +39,15 @@ VALUES = [
     ("Name('s')", "Name('t')"),
     ("collections.OrderedDict(a=1)", "collections.OrderedDict(a=2)"),
     ("collections.deque([1])", "collections.deque([2])"),
+    # Round 37: an array's memory order and write flag (r37-3), a NaN's sign (r37-4).
+    ("np.arange(6.0).reshape(2, 3).T", "np.ascontiguousarray(np.arange(6.0).reshape(2, 3).T)"),
+    ("np.zeros(2)", "_read_only(np.zeros(2))"),
+    ("float('nan')", "-float('nan')"),
+    ("np.float64('nan')", "-np.float64('nan')"),
 ]
 """A value before and after an edit, registered through a call, so no statement's source
 changes: ``Name`` is a ``str`` subclass of the project."""
+
 
 def _escaped(value: str) -> str:
     return value.replace("{", "{{").replace("}", "}}")  # (``Project.load`` formats sources)
@@ -56,16 +62,43 @@ HEADER = """\
         pass
 
 
+    def _read_only(array):
+        array.setflags(write=False)
+        return array
+
+
 """
 
 
+REGISTRIES = [
+    "{{}}",
+    "dict()",
+    "collections.OrderedDict()",
+    # Round 37 (r37-2): a container made by any other statement is read by value too.
+    "collections.defaultdict(lambda: 0.0)",
+    "_new()",
+    "{{}}.copy()",
+    "{{**BASE}}",
+    "{{}} if True else None",
+]
+
+
 @pytest.mark.parametrize(("before", "after"), VALUES)
-@pytest.mark.parametrize("registry", ["{{}}", "dict()", "collections.OrderedDict()"])
+@pytest.mark.parametrize("registry", REGISTRIES)
 def test_a_registry_filled_by_a_call_is_read_by_value(
     project: Project, registry: str, before: str, after: str
 ) -> None:
     """A value, and a plain float beside it in the same registry: each edit is drift."""
-    source = HEADER + f"""\
+    source = (
+        HEADER
+        + f"""\
+    BASE = {{{{}}}}
+
+
+    def _new():
+        return {{{{}}}}
+
+
     TABLE = {registry}
 
 
@@ -80,6 +113,7 @@ def test_a_registry_filled_by_a_call_is_read_by_value(
     def gen(out_path):
         return TABLE["v"], TABLE["lr"]
     """
+    )
 
     def digest(value: str, lr: str) -> object:
         text = source.replace("VALUE_", _escaped(value)).replace("LR_", lr)
@@ -99,7 +133,9 @@ def test_a_value_another_module_sets_is_read_by_value(
 ) -> None:
     """An object's field, a class attribute and a function's default set by a ``configure``
     call elsewhere: each edit is drift."""
-    hp = HEADER + """\
+    hp = (
+        HEADER
+        + """\
     class Box:
         v = None
 
@@ -114,6 +150,7 @@ def test_a_value_another_module_sets_is_read_by_value(
     def gen(out_path):
         return BOX.v, Box.v, scale(1)
     """
+    )
     set_it = {
         "field": "hp.BOX.v = VALUE_",
         "class": "hp.Box.v = VALUE_",
@@ -156,3 +193,80 @@ def test_a_value_the_digest_cannot_read_is_unseen_and_hides_nothing(project: Pro
     assert "lock" in first.unseen[0] or "Lock" in first.unseen[0], first.unseen
     second = code_digest(project.load(hp=source.replace("LR", "0.2"))["hp"].gen)
     assert code_drifted(first, second)
+
+
+@pytest.mark.parametrize(
+    "configure",
+    [
+        "global LR\n        LR = value",
+        "global LR\n        LR += value",
+        "global TABLE\n        TABLE |= {{'lr': value}}",
+        "global TABLE\n        TABLE = {{**TABLE, 'lr': value}}",
+    ],
+)
+def test_a_name_a_function_sets_under_global_is_read_by_value(
+    project: Project, configure: str
+) -> None:
+    """Red team r37-1: ``configure(0.1)`` setting ``LR`` under ``global`` counted by the source
+    of ``LR = value`` only, so ``configure(0.2)`` was served."""
+    hp = f"""\
+    LR = 0.0
+    TABLE = {{{{}}}}
+
+
+    def configure(value):
+        {configure}
+
+
+    def gen(out_path):
+        return LR, TABLE
+    """
+    pipe = "import {hp} as hp\n\nhp.configure(VALUE_)\n"
+
+    def digest(value: str) -> object:
+        return code_digest(project.load(hp=hp, pipe=pipe.replace("VALUE_", value))["hp"].gen)
+
+    first = digest("0.1")
+    assert first.unseen == [], first.unseen
+    assert not code_drifted(first, digest("0.1"))
+    assert code_drifted(first, digest("0.2")), configure
+
+
+def test_a_nans_sign_is_its_own_fingerprint_and_the_usual_nan_keeps_its_form() -> None:
+    """Red team r37-4: ``nan`` and ``-nan`` had one fingerprint; ``fn`` writes their bytes."""
+    import numpy as np
+
+    from marin.execution.pipeline.canonical import to_canonical
+
+    assert to_canonical(float("nan")) == {"__float__": "nan"}  # stored fingerprints hold
+    assert to_canonical(-float("nan")) == {"__float__": "nan:fff8000000000000"}
+    assert to_canonical(np.float64("nan")) != to_canonical(-np.float64("nan"))
+    assert to_canonical(float("inf")) == {"__float__": "inf"}
+
+
+def test_a_collections_namedtuple_in_a_registry_is_read_by_its_fields(project: Project) -> None:
+    """Red team r37-5: a ``collections.namedtuple`` in a registry was unseen on every plan,
+    "edited since it was imported?"; its fields are read by value, its class is the library's."""
+    source = """\
+    import collections
+
+    NT = collections.namedtuple("NT", "a b")
+    TABLE = {{}}
+
+
+    def register(key, value):
+        TABLE[key] = value
+
+
+    register("lr", NT(1, LR_))
+
+
+    def gen(out_path):
+        return TABLE["lr"].b, NT(3, 4)
+    """
+    first = code_digest(project.load(hp=source.replace("LR_", "0.1"))["hp"].gen)
+    assert first.unseen == [], first.unseen
+    assert not code_drifted(
+        first, code_digest(project.load(hp=source.replace("LR_", "0.1"))["hp"].gen)
+    )
+    assert code_drifted(first, code_digest(project.load(hp=source.replace("LR_", "0.2"))["hp"].gen))

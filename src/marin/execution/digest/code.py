@@ -67,7 +67,7 @@ from marin.execution.digest.instance import (
     instance_fields,
     unwrapped,
 )
-from marin.execution.digest.library_values import library_text, read_by_value
+from marin.execution.digest.library_values import float_text, library_text, read_by_value
 from marin.execution.digest.source import (
     DYNAMIC,
     GLOBALS,
@@ -483,7 +483,7 @@ def _find(obj: Any) -> _Found | None:
         return None  # a frozen module of the standard library (os, posixpath): not followed
     if filename.startswith("<"):
         return _Found(_unknown_part(qualname, filename, 0, f"defined at run time ({filename})"), ())
-    if not is_project_module(module, filename):
+    if not is_project_module(module, filename) or (_is_class(obj) and _made_by_namedtuple(obj)):
         return _patched_library_class(obj) if _is_class(obj) else None
     file = display_path(filename)
     first = obj.__code__.co_firstlineno if type(obj) is types.FunctionType else 0
@@ -882,7 +882,7 @@ def _plain_text(
     if budget[0] < 0 or depth > 50:
         return None
     if _one_of(kind, _PLAIN):
-        return repr(value)
+        return float_text(value) if kind is float else repr(value)
     if issubclass(kind, types.ModuleType):
         name = (module_namespace(value) or {}).get("__name__")
         return f"<module {name if type(name) is str else '?'}>"
@@ -897,6 +897,10 @@ def _plain_text(
     if issubclass(kind, enum.Enum):  # ``REGISTRY[Size.S] = 0.1``: by name (red team r35-1)
         name = object.__getattribute__(value, "_name_")
         return f"<enum {kind.__qualname__}.{name}>" if type(name) is str else None
+    if issubclass(kind, tuple) and kind is not tuple:  # a named tuple's fields (red team r37-5)
+        text = _namedtuple_text(value, budget, depth, holes)
+        if text is not None:
+            return text
     if dataclasses.is_dataclass(kind) and "__dataclass_fields__" in kind.__dict__:
         text = _dataclass_text(value, budget, depth, holes)
         return _hole(value, holes) if text is None else text
@@ -947,6 +951,35 @@ def _dataclass_text(
             return None
         texts.append(f"{name}={text}")
     return f"<{kind.__qualname__} {','.join(texts)}>"
+
+
+def _namedtuple_text(
+    value: Any, budget: list[int], depth: int, holes: list[str] | None
+) -> str | None:
+    """A named tuple holding its fields alone, by their names and values (read through
+    ``tuple``'s own iterator); None for any other tuple subclass."""
+    kind = type(value)
+    fields = _static_attr(kind, "_fields")
+    if type(fields) is not tuple or not all(type(name) is str for name in fields):
+        return None
+    state, hidden = instance_fields(value)
+    items = [*tuple.__iter__(value)]
+    if state or hidden or len(items) != len(fields):
+        return None
+    texts = [_plain_text(item, budget, depth + 1, holes) for item in items]
+    if None in texts:
+        return None
+    named = ",".join(f"{name}={text}" for name, text in zip(fields, texts, strict=True))
+    return f"<{_TYPE_QUALNAME.__get__(kind, type)} {named}>"
+
+
+def _made_by_namedtuple(cls: Any) -> bool:
+    """A class ``collections.namedtuple`` made: the library's code (its ``__new__`` is
+    compiled from a string), with no definition in the project's source to read."""
+    new = TYPE_DICT.__get__(cls, type).get("__new__")
+    function = new.__func__ if type(new) is staticmethod else None
+    module = function.__module__ if type(function) is types.FunctionType else None
+    return type(module) is str and module.startswith("namedtuple_")
 
 
 def _cell(cell: Any) -> Any:
@@ -1294,15 +1327,31 @@ def _module_value(
     team r36-2: it was its literal's source, ``{}``, which a ``register()`` call leaves as it
     is). Any other (computed at import) by its source."""
     if counts_by_value(index, owner_name):
-        unread: list[str] = []
-        text = _plain_text(obj, [_MAX_CONTAINER], 0, unread)
-        if text is not None and not unread:
-            return [f"{name}=={text}"], []
-        what = ", ".join(sorted(set(unread))) or f"over {_MAX_CONTAINER} items"
-        why = f"a module-level value changed after its statement holds {what}: not compared"
-        return ([f"{name}=={text}"] if text is not None else []), [_Unseen(name, why)]
+        return _by_value(name, obj)
     values = constant_source(index, owner_name)
-    return ([f"{name}=" + "|".join(values)] if values else []), []
+    constants = [f"{name}=" + "|".join(values)] if values else []
+    if owner_name in index.rebound or _one_of(type(obj), _MUTABLE):
+        # Set by a call (``global LR`` in ``configure``, r37-1) or a container however it was
+        # made (``defaultdict(lambda: 0.0)`` filled by ``register()``, r37-2): its value too.
+        found = _by_value(name, obj)
+        return constants + found[0], found[1]
+    return constants, []
+
+
+_MUTABLE = (dict, list, set, *_LIBRARY_HOLDERS, types.SimpleNamespace)
+"""Module-level containers whose value calls may change after the statement that made them."""
+
+
+def _by_value(name: str, obj: Any) -> tuple[list[str], list[Any]]:
+    """``name==value`` of a module-level value; what it holds that cannot be read makes it
+    unseen (red team r36-2), its plain items still compared."""
+    unread: list[str] = []
+    text = _plain_text(obj, [_MAX_CONTAINER], 0, unread)
+    if text is not None and not unread:
+        return [f"{name}=={text}"], []
+    what = ", ".join(sorted(set(unread))) or f"over {_MAX_CONTAINER} items"
+    why = f"a module-level value changed after its statement holds {what}: not compared"
+    return ([f"{name}=={text}"] if text is not None else []), [_Unseen(name, why)]
 
 
 _DYNAMIC_ATTRS = (DYNAMIC, "__dict__", "__globals__")

@@ -16,6 +16,7 @@ import decimal
 import fractions
 import hashlib
 import pathlib
+import struct
 import sys
 import types
 import uuid
@@ -122,12 +123,28 @@ def _numpy_text(value: Any, kind: type) -> str | None:
     numpy, module = sys.modules.get("numpy"), TYPE_MODULE.__get__(kind, type)
     if numpy is None or type(module) is not str or module != "numpy":
         return None
-    if issubclass(kind, numpy.generic) and not value.dtype.hasobject:
-        return f"<numpy {kind.__name__} {value.item()!r}>"
+    if issubclass(kind, numpy.generic) and not value.dtype.hasobject:  # by its bytes: -0.0, a NaN's
+        return f"<numpy {kind.__name__} {value.dtype.str} {value.tobytes().hex()}>"
     if kind is numpy.ndarray and not value.dtype.hasobject and value.nbytes <= _MAX_ARRAY_BYTES:
         digest = hashlib.sha256(numpy.ascontiguousarray(value).tobytes()).hexdigest()
-        return f"<ndarray {value.dtype.str} {value.shape} {digest}>"
+        flags = value.flags  # its memory order and whether it can be written (red team r37-3)
+        layout = ("F" if flags.f_contiguous and not flags.c_contiguous else "C") + (
+            "w" if flags.writeable else "r"
+        )
+        return f"<ndarray {value.dtype.str} {value.shape} {layout} {digest}>"
     return None
+
+
+_QUIET_NAN = struct.pack("<d", float("nan"))
+
+
+def float_text(value: float) -> str:
+    """``repr(value)``, but a NaN other than the usual quiet one by its bits: its sign and
+    payload reach what ``fn`` writes (red team r37-4). Read from the value alone."""
+    if value == value:
+        return repr(value)
+    bits = struct.pack("<d", value)
+    return "nan" if bits == _QUIET_NAN else f"nan:{bits[::-1].hex()}"
 
 
 def _text_subclass(value: Any, kind: type) -> str | None:

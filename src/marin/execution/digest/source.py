@@ -265,6 +265,9 @@ class SourceIndex:
     assigned: set[str] = field(default_factory=set)
     """Names the module's statements (or a function, under ``global``) assign anything but a
     literal, and ``Class.attr`` set so after the class: run-time data, counted by source."""
+    rebound: set[str] = field(default_factory=set)
+    """Names a function assigns under ``global`` (``configure(0.1)``): set by a call that the
+    source of those statements does not show, so their value counts too (red team r37-1)."""
     imports: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Top-level ``from module import name [as alias]``: alias -> (module, name)."""
     star_imports: list[str] = field(default_factory=list)
@@ -630,6 +633,7 @@ def _index_globals(function: ast.FunctionDef | ast.AsyncFunctionDef, index: Sour
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for name in {n for t in targets for n in _target_names(t)} & names:
                 index.assigned.add(name)
+                index.rebound.add(name)
                 _add_source(index, name, node)
                 _index_binding(name, node, index)
 

@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from marin.execution.digest.library_values import float_text
 from marin.execution.errors import ConfigError
 from marin.execution.pipeline.context import PLACEHOLDER_MARK as MARK
 
@@ -466,12 +467,13 @@ def _canonical_other(value: Any, path: str | None, walk: _Walk) -> Any:
         # promotion rules, not a float's (red team r23-1): tagged with its class's name.
         # Read from the value itself: a subclass's own ``__float__`` is not what it holds.
         number = float.__float__(value) if isinstance(value, float) else int.__int__(value)
-        spelled = number if isinstance(number, int) or math.isfinite(number) else repr(number)
+        finite = isinstance(number, int) or math.isfinite(number)
+        spelled = number if finite else float_text(number)  # a NaN's sign: red team r37-4
         return {"__number__": spelled, "class": type(value).__qualname__}
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, float):
-        return value if math.isfinite(value) else {"__float__": repr(value)}
+        return value if math.isfinite(value) else {"__float__": float_text(value)}
     if isinstance(value, datetime.datetime):
         return _datetime_checked(value, path, walk)
     if isinstance(value, datetime.date):
