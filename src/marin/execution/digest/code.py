@@ -508,7 +508,9 @@ def _find(obj: Any) -> _Found | None:
         callees += held_code
     if _is_class(obj):
         assigned = {n.partition(".")[2] for n in index.assigned if n.startswith(qualname + ".")}
-        class_values, held = _class_values(obj, syntax.computed | assigned, syntax.decorated)
+        # ``Model.REG[k] = v`` in a function (red team r37-2): every value counts as it is.
+        computed = frozenset() if qualname in index.filled else syntax.computed | assigned
+        class_values, held = _class_values(obj, computed, syntax.decorated)
         later = assignment_source(index, qualname)  # `Cfg.k = f()` after the class: its source
         constants += class_values + ([f"<class>:={'|'.join(later)}"] if later else [])
         callees += held
@@ -609,8 +611,8 @@ def _class_values(
             continue
         if dunder or _is_code(function):
             continue
-        text = _plain_text(value, [_MAX_CONTAINER], 0)
         held += _module_field(f"{qualname}.{name}", value)
+        text = _plain_text(value, [_MAX_CONTAINER], 0)
         if text is not None:
             constants += [f"<class>{name}=={text}"] if name not in computed else []
             held += _in_container(value) or []
@@ -1330,16 +1332,10 @@ def _module_value(
         return _by_value(name, obj)
     values = constant_source(index, owner_name)
     constants = [f"{name}=" + "|".join(values)] if values else []
-    if owner_name in index.rebound or _one_of(type(obj), _MUTABLE):
-        # Set by a call (``global LR`` in ``configure``, r37-1) or a container however it was
-        # made (``defaultdict(lambda: 0.0)`` filled by ``register()``, r37-2): its value too.
+    if owner_name in index.filled:  # what a call put there (red team r37-1, r37-2)
         found = _by_value(name, obj)
         return constants + found[0], found[1]
     return constants, []
-
-
-_MUTABLE = (dict, list, set, *_LIBRARY_HOLDERS, types.SimpleNamespace)
-"""Module-level containers whose value calls may change after the statement that made them."""
 
 
 def _by_value(name: str, obj: Any) -> tuple[list[str], list[Any]]:

@@ -265,9 +265,11 @@ class SourceIndex:
     assigned: set[str] = field(default_factory=set)
     """Names the module's statements (or a function, under ``global``) assign anything but a
     literal, and ``Class.attr`` set so after the class: run-time data, counted by source."""
-    rebound: set[str] = field(default_factory=set)
-    """Names a function assigns under ``global`` (``configure(0.1)``): set by a call that the
-    source of those statements does not show, so their value counts too (red team r37-1)."""
+    filled: set[str] = field(default_factory=set)
+    """Module-level names a function sets from what it is called with: under ``global``
+    (``configure(0.1)``: ``LR = lr``), or an item of (``register("lr", 0.1)``: ``T[k] = v``,
+    ``T.append(v)``). What a call puts there its statements' source does not show, so their
+    value counts too (red team r37-1, r37-2)."""
     imports: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Top-level ``from module import name [as alias]``: alias -> (module, name)."""
     star_imports: list[str] = field(default_factory=list)
@@ -626,16 +628,56 @@ def _attribute_key(target: ast.expr) -> str:
 
 def _index_globals(function: ast.FunctionDef | ast.AsyncFunctionDef, index: SourceIndex) -> None:
     """A module-level name a function assigns under ``global``: its value may be anything the
-    function computes, so it counts by the source of those assignments."""
+    function computes, so it counts by the source of those assignments, and by its value when
+    that is made from what the function is called with (``index.filled``)."""
     names = {n for node in ast.walk(function) if isinstance(node, ast.Global) for n in node.names}
-    for node in ast.walk(function) if names else ():
+    local = _function_locals(function) - names
+    for node in ast.walk(function):
         if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for name in {n for t in targets for n in _target_names(t)} & names:
                 index.assigned.add(name)
-                index.rebound.add(name)
                 _add_source(index, name, node)
                 _index_binding(name, node, index)
+                if node.value is not None and _reads(node.value) & local:
+                    index.filled.add(name)
+        index.filled.update(_items_set(node, local))
+
+
+_MUTATORS = {"append", "extend", "insert", "update", "setdefault", "add", "__setitem__"}
+"""The methods by which a function puts what it is called with into a container."""
+
+
+def _items_set(node: ast.AST, local: set[str]) -> list[str]:
+    """The non-local names ``node`` puts a value read from ``local`` names into (``T[k] = v``,
+    ``T.append(v)``, ``T |= {k: v}``)."""
+    if isinstance(node, ast.Assign | ast.AugAssign) and node.value is not None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        stored = [t for t in targets if isinstance(t, ast.Subscript)]
+        if stored and (_reads(node.value) | {n for t in stored for n in _reads(t.slice)}) & local:
+            return [n for t in stored for n in _stored_in(t) if n not in local]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        owner = node.func.value
+        arguments = [*node.args, *(k.value for k in node.keywords)]
+        named = isinstance(owner, ast.Name) and owner.id not in local
+        if node.func.attr in _MUTATORS and named and any(_reads(a) & local for a in arguments):
+            return [cast(ast.Name, owner).id]
+    return []
+
+
+def _reads(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _function_locals(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Its parameters and the names it binds (a nested definition's too: over-eager)."""
+    arguments = function.args
+    names = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+    names |= {a.arg for a in (arguments.vararg, arguments.kwarg) if a is not None}
+    stores = (
+        n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    )
+    return names | set(stores)
 
 
 def _stored_in(target: ast.expr) -> list[str]:
@@ -665,17 +707,16 @@ _CONTAINER_CALLS |= {"deque", "Counter", "SimpleNamespace"}
 
 
 def _is_literal(node: ast.expr) -> bool:
-    """A literal, or a container made by a call of literals (``dict()``, ``defaultdict(list)``):
-    a registry filled later, whose value counts as a ``{}``'s does (red team r36-2)."""
+    """A literal, or a container made by a call of literals (``dict()``, ``OrderedDict()``,
+    ``defaultdict`` of any factory: ``defaultdict(lambda: 0.0)``): a registry filled later,
+    whose value counts as a ``{}``'s does (red team r36-2, r37-2)."""
     if isinstance(node, ast.Call):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
         if name not in _CONTAINER_CALLS:
             return False
-        factory = node.args[:1] if name == "defaultdict" else []  # ``defaultdict(list)``
-        named = all(isinstance(a, ast.Name | ast.Attribute) or _is_literal(a) for a in factory)
-        rest = [*node.args[len(factory) :], *(k.value for k in node.keywords)]
-        return named and all(_is_literal(a) for a in rest)
+        rest = node.args[1:] if name == "defaultdict" else node.args  # its factory is code
+        return all(_is_literal(a) for a in (*rest, *(k.value for k in node.keywords)))
     try:
         ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
