@@ -312,3 +312,26 @@ def test_a_class_level_registry_however_made_is_read_by_value(project: Project, 
     assert first.unseen == [], first.unseen
     assert not code_drifted(first, digest("0.1"))
     assert code_drifted(first, digest("0.2")), made
+
+
+def test_a_typing_namedtuple_class_keeps_its_methods_followed(project: Project) -> None:
+    """A ``typing.NamedTuple`` class is made by ``collections.namedtuple`` too, but has a
+    definition: its methods are code (only a class with no definition is the library's)."""
+    source = """\
+    from typing import NamedTuple
+
+
+    class Cfg(NamedTuple):
+        k: int
+
+        def scaled(self):
+            return self.k * 10
+
+
+    def gen(out_path):
+        return Cfg(1).scaled()
+    """
+    first = code_digest(project.load(hp=source)["hp"].gen)
+    assert first.unseen == [] and [p.name for p in first.parts] == ["gen", "Cfg"], first.parts
+    edited = code_digest(project.load(hp=source.replace("* 10", "* 20"))["hp"].gen)
+    assert code_drifted(first, edited)

@@ -483,13 +483,15 @@ def _find(obj: Any) -> _Found | None:
         return None  # a frozen module of the standard library (os, posixpath): not followed
     if filename.startswith("<"):
         return _Found(_unknown_part(qualname, filename, 0, f"defined at run time ({filename})"), ())
-    if not is_project_module(module, filename) or (_is_class(obj) and _made_by_namedtuple(obj)):
+    if not is_project_module(module, filename):
         return _patched_library_class(obj) if _is_class(obj) else None
     file = display_path(filename)
     first = obj.__code__.co_firstlineno if type(obj) is types.FunctionType else 0
     index = source_index(filename)
     if isinstance(index, str):
         return _Found(_unknown_part(qualname, file, first, index), ())
+    if _is_class(obj) and qualname not in index.classes and _made_by_namedtuple(obj):
+        return _patched_library_class(obj)  # ``NT = namedtuple("NT", "a b")``: no source
     syntax = _syntax(obj, qualname, index)
     if syntax is None:
         reason = SOURCE_EDITED
