@@ -335,3 +335,70 @@ def test_a_typing_namedtuple_class_keeps_its_methods_followed(project: Project) 
     assert first.unseen == [] and [p.name for p in first.parts] == ["gen", "Cfg"], first.parts
     edited = code_digest(project.load(hp=source.replace("* 10", "* 20"))["hp"].gen)
     assert code_drifted(first, edited)
+
+
+def test_two_lambdas_on_one_line_and_a_class_in_two_branches_are_told_apart(
+    project: Project,
+) -> None:
+    """Red team r39-1: two lambdas on one line (a one-line table ``{"inc": lambda x: x + 1,
+    "dbl": lambda x: x * 2}``) and a class defined in two branches were hashed together, so
+    choosing the other one was no change."""
+    source = """\
+    ACT = {{"inc": lambda x: x + 1, "dbl": lambda x: x * 2}}
+    FAST = True
+    if FAST:
+        class Model:
+            def out(self):
+                return "fast"
+    else:
+        class Model:
+            def out(self):
+                return "slow"
+
+
+    def gen(out_path):
+        return ACT["inc"](1), Model().out()
+    """
+
+    def digest(text: str) -> object:
+        module = project.load(hp=text)["hp"]
+        return code_digest(module.ACT["inc"]), code_digest(module.Model)
+
+    (inc, fast) = digest(source)
+    slow = digest(source.replace("FAST = True", "FAST = False"))[1]
+    assert inc.unseen == [] and fast.unseen == [], (inc, fast)
+    assert code_drifted(inc, code_digest(project.load(hp=source)["hp"].ACT["dbl"]))
+    assert code_drifted(fast, slow)
+    assert not code_drifted(fast, digest(source)[1])
+
+
+def test_two_objects_state_in_a_registry_are_named_without_a_placeholder(
+    project: Project,
+) -> None:
+    """Red team r39-2: the second of two objects' states in a registry was named
+    ``E.<carried> (?)``, a placeholder, in drift messages."""
+    source = """\
+    import enum
+
+
+    class E(enum.Enum):
+        A = 1
+        B = 2
+
+
+    REG = []
+
+
+    def register(member):
+        REG.append(member)
+
+
+    register(E.A)
+    register(E.B)
+
+
+    def gen(out_path):
+        return REG
+    """
+    names = [p.name for p in code_digest(project.load(hp=source)["hp"].gen).parts]
+    assert len(names) == len(set(names)) and not any("(?)" in n for n in names), names

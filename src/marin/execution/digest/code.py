@@ -1003,17 +1003,50 @@ def _unknown_part(name: str, file: str, line: int, reason: str) -> CodePart:
 
 
 def _nodes(obj: Any, qualname: str, index: SourceIndex) -> list[Any]:
-    """The definition(s) of ``obj`` in its file. Several candidates (two lambdas on one line,
-    a class defined in two branches) are hashed together: over-eager, never blind."""
+    """The definition(s) of ``obj`` in its file: of several candidates (two lambdas on one
+    line, a class defined in two branches), the one holding where its code is (red team r39-1:
+    hashed together, a swap of one for the other was no change); else all of them, hashed
+    together: over-eager, never blind."""
     if _is_class(obj):
-        return list(index.classes.get(qualname, []))
+        classes = list(index.classes.get(qualname, []))
+        own = [c for c in _method_codes(obj) if c.co_qualname.startswith(qualname + ".")]
+        lines = [c.co_firstlineno for c in own]
+        return _holding(classes, [(line, -1) for line in lines]) or classes
     code = obj.__code__
     if qualname.endswith("<lambda>"):
         names = list(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
         found = index.lambdas.get(code.co_firstlineno, [])
-        matching = [n for n in found if _lambda_args(n) == names]
-        return matching or found
+        matching = [n for n in found if _lambda_args(n) == names] or found
+        where = [(p[0], p[2]) for p in code.co_positions() if p[0] is not None and p[2]]
+        return _holding(matching, where) or matching
     return [n for n in index.functions.get(qualname, []) if first_line(n) == code.co_firstlineno]
+
+
+def _holding(nodes: list[Any], where: list[tuple[int, int]]) -> list[Any]:
+    """The one of several ``nodes`` whose span holds every ``(line, column)`` (column -1: any),
+    as a list; empty when not exactly one does (or there is nothing to place)."""
+    if len(nodes) < 2 or not where:
+        return []
+
+    def holds(node: ast.expr | ast.stmt, line: int, column: int) -> bool:
+        start = (node.lineno, node.col_offset)
+        end = (node.end_lineno or node.lineno, node.end_col_offset or 0)
+        if column < 0:
+            return start[0] <= line <= end[0]
+        return start <= (line, column) <= end
+
+    found = [n for n in nodes if all(holds(n, line, column) for line, column in where)]
+    return found if len(found) == 1 else []
+
+
+def _method_codes(cls: type) -> list[types.CodeType]:
+    """The code of the functions a class defines itself (read from its namespace)."""
+    codes = []
+    for value in TYPE_DICT.__get__(cls, type).values():
+        function = _method_function(value)
+        if type(function) is types.FunctionType:
+            codes.append(function.__code__)
+    return codes
 
 
 def _lambda_args(node: ast.Lambda) -> list[str]:
@@ -1739,8 +1772,9 @@ def _digest_of(root: Any, wrappers: list[Any]) -> CodeDigest:
     names: set[str] = set()
     for part, via in _walk(root, wrappers):
         name = part.name
-        if name in names:  # one qualname in two files: tell them apart by file
-            name = f"{name} ({part.file})"
+        if name in names:  # one qualname in two files: tell them apart by file (or by order,
+            # for the state of objects made at run time: red team r39-2)
+            name = f"{name} ({part.file})" if part.file != "?" else f"{name} ({len(names)})"
         names.add(name)
         parts.append(dataclasses.replace(part, name=name, via=via))
     if not parts:
