@@ -402,3 +402,65 @@ def test_two_objects_state_in_a_registry_are_named_without_a_placeholder(
     """
     names = [p.name for p in code_digest(project.load(hp=source)["hp"].gen).parts]
     assert len(names) == len(set(names)) and not any("(?)" in n for n in names), names
+
+
+def test_a_class_a_function_makes_counts_its_values_bases_and_cells(project: Project) -> None:
+    """Red team r40-1, r40-2: a class made inside a function (a factory, a decorator returning
+    a subclass) was its ``class`` statement's source alone: the arguments it was made from (a
+    class attribute, a method's closure cell) and its base (a parameter) were not compared."""
+    hp = """\
+    def make_cls(k):
+        class C:
+            K = k
+
+            def f(self):
+                return self.K * k
+
+        return C
+
+
+    def with_scale(s):
+        def deco(cls):
+            class Scaled(cls):
+                S = s
+
+            return Scaled
+
+        return deco
+
+
+    CLASSES = [make_cls(1), make_cls(2)]
+    TABLE = {{}}
+
+
+    def register(key, value):
+        TABLE[key] = value
+    """
+    pipe = """\
+    import {hp} as hp
+
+    hp.register("c", hp.CLASSES[PICK_])
+
+
+    @hp.with_scale(SCALE_)
+    class Model:
+        S = 0
+
+        def f(self):
+            return self.S * 10
+
+
+    def gen(out_path):
+        return hp.TABLE["c"]().f(), Model().f()
+    """
+
+    def digest(pick: str = "0", scale: str = "1", body: str = "* 10") -> object:
+        text = pipe.replace("PICK_", pick).replace("SCALE_", scale).replace("* 10", body)
+        return code_digest(project.load(hp=hp, pipe=text)["pipe"].gen)
+
+    first = digest()
+    assert first.unseen == [], first.unseen
+    assert not code_drifted(first, digest())
+    assert code_drifted(first, digest(pick="1"))  # the other class the factory made
+    assert code_drifted(first, digest(scale="2"))  # the decorator's argument
+    assert code_drifted(first, digest(body="* 100"))  # the decorated class's own body

@@ -312,6 +312,7 @@ class _Found:
 # falls back to ``obj.__class__``, which resolves a lazy proxy), and attributes come from the
 # C-level slots of functions, methods, partials and classes, never through ``getattr``.
 _TYPE_QUALNAME = type.__dict__["__qualname__"]
+_TYPE_BASES = type.__dict__["__bases__"]
 _PARTIAL_ARGS = functools.partial.__dict__["args"]
 _PARTIAL_KEYWORDS = functools.partial.__dict__["keywords"]
 
@@ -509,12 +510,8 @@ def _find(obj: Any) -> _Found | None:
         constants += held_values
         callees += held_code
     if _is_class(obj):
-        assigned = {n.partition(".")[2] for n in index.assigned if n.startswith(qualname + ".")}
-        # ``Model.REG[k] = v`` in a function (red team r37-2): every value counts as it is.
-        computed = frozenset() if qualname in index.filled else syntax.computed | assigned
-        class_values, held = _class_values(obj, computed, syntax.decorated)
-        later = assignment_source(index, qualname)  # `Cfg.k = f()` after the class: its source
-        constants += class_values + ([f"<class>:={'|'.join(later)}"] if later else [])
+        class_values, held = _class_state(obj, qualname, index, syntax)
+        constants += class_values
         callees += held
     constants_hash = sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
     part = CodePart(
@@ -1022,6 +1019,41 @@ def _nodes(obj: Any, qualname: str, index: SourceIndex) -> list[Any]:
     return [n for n in index.functions.get(qualname, []) if first_line(n) == code.co_firstlineno]
 
 
+def _class_state(
+    cls: type, qualname: str, index: SourceIndex, syntax: _Syntax
+) -> tuple[list[str], list[Any]]:
+    """A class's values (``_class_values``), what statements after it set (their source), and
+    what it holds that its source does not name (``_class_objects``)."""
+    assigned = {n.partition(".")[2] for n in index.assigned if n.startswith(qualname + ".")}
+    # ``Model.REG[k] = v`` in a function (red team r37-2), a class a function makes (one
+    # statement, a class per call: r40-2): every value counts as it is.
+    made = qualname in index.filled or "<locals>" in qualname
+    computed = frozenset() if made else syntax.computed | assigned
+    constants, held = _class_values(cls, computed, syntax.decorated)
+    later = assignment_source(index, qualname)  # `Cfg.k = f()` after the class: its source
+    constants += [f"<class>:={'|'.join(later)}"] if later else []
+    objects = _class_objects(cls, qualname)
+    return constants + objects[0], held + objects[1]
+
+
+def _class_objects(cls: type, qualname: str) -> tuple[list[str], list[Any]]:
+    """What a class holds that its source does not name (red team r40): its bases as objects
+    (``class Scaled(cls)`` in a decorator: a parameter), and its methods' closure cells (the
+    arguments of the function that made it), by the closure rule."""
+    constants: list[str] = []
+    callees: list[Any] = list(_TYPE_BASES.__get__(cls, type))
+    for function in _own_functions(cls):
+        code = function.__code__
+        if not code.co_qualname.startswith(qualname + "."):
+            continue  # put there from outside its body (followed as code of its own)
+        cells = dict(zip(code.co_freevars, map(_cell, function.__closure__ or ()), strict=False))
+        cells.pop("__class__", None)  # ``super()``'s: the class itself
+        found = _closure_values(f"{qualname}.{code.co_name}", cells)
+        constants += found[0]
+        callees += found[1]
+    return constants, callees
+
+
 def _holding(nodes: list[Any], where: list[tuple[int, int]]) -> list[Any]:
     """The one of several ``nodes`` whose span holds every ``(line, column)`` (column -1: any),
     as a list; empty when not exactly one does (or there is nothing to place)."""
@@ -1040,13 +1072,13 @@ def _holding(nodes: list[Any], where: list[tuple[int, int]]) -> list[Any]:
 
 
 def _method_codes(cls: type) -> list[types.CodeType]:
-    """The code of the functions a class defines itself (read from its namespace)."""
-    codes = []
-    for value in TYPE_DICT.__get__(cls, type).values():
-        function = _method_function(value)
-        if type(function) is types.FunctionType:
-            codes.append(function.__code__)
-    return codes
+    """The code of the functions in a class's own namespace."""
+    return [f.__code__ for f in _own_functions(cls)]
+
+
+def _own_functions(cls: type) -> list[types.FunctionType]:
+    functions = (_method_function(v) for v in TYPE_DICT.__get__(cls, type).values())
+    return [f for f in functions if type(f) is types.FunctionType]
 
 
 def _lambda_args(node: ast.Lambda) -> list[str]:
