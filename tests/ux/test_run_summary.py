@@ -4,6 +4,7 @@ middle; and a Ctrl-C summary that a second interrupt cannot cut short."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -110,7 +111,9 @@ def test_two_quick_interrupts_never_lose_the_summary(
     os.kill(child.pid, signal.SIGINT)
     if second == "as the display stops":
         child.expect_exact("\x1b[?25h")  # the cursor is shown again: the summary comes next
-    os.kill(child.pid, signal.SIGINT)
+    # It may have drawn its summary and exited already (a loaded machine): nothing to lose then.
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(child.pid, signal.SIGINT)
     raw = child.read()
     child.close()
     assert child.exitstatus == 130, raw
