@@ -7,6 +7,7 @@ any other is unseen, never unchanged, and never hides the plain values beside it
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -464,3 +465,21 @@ def test_a_class_a_function_makes_counts_its_values_bases_and_cells(project: Pro
     assert code_drifted(first, digest(pick="1"))  # the other class the factory made
     assert code_drifted(first, digest(scale="2"))  # the decorator's argument
     assert code_drifted(first, digest(body="* 100"))  # the decorated class's own body
+
+
+def test_a_function_whose_globals_have_no_module_name_is_followed(tmp_path: Path) -> None:
+    """Red team r41-1: a project file run by ``exec(compile(src, path, "exec"), {})`` (a plugin
+    or config loader) made functions with no module name: treated as library code, left out."""
+
+    def loaded(scale: int) -> Any:
+        path = tmp_path / f"plugin_{scale}.py"
+        path.write_text(f"def h(x):\n    return x * {scale}\n")
+        namespace: dict[str, Any] = {}
+        exec(compile(path.read_text(), str(path), "exec"), namespace)
+        return namespace["h"]
+
+    three = loaded(3)
+    assert three.__module__ is None
+    digest = code_digest(three)
+    assert digest.digest is not None and digest.unseen == [], digest
+    assert code_drifted(digest, code_digest(loaded(5)))

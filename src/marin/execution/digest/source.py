@@ -114,7 +114,14 @@ def _not_followed(module: str, filename: str | None) -> bool:
     standard library's only when it is loaded from the interpreter's library folder: a
     project's ``statistics.py`` is the project's."""
     top = module.partition(".")[0]
-    if not top or top in _ENGINE:
+    if not top:  # code with no module name (``exec`` of a file into ``{}``): by its file alone
+        return (
+            filename is None
+            or _stdlib_file(filename)
+            or _in_site_folder(filename)
+            or (_engine_file(filename))
+        )  # (red team r41-1: it was never followed, so never compared)
+    if top in _ENGINE:
         return True
     return top in sys.stdlib_module_names and _stdlib_file(filename or _loaded_file(top))
 
@@ -144,6 +151,15 @@ def _stdlib_folders() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     found = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib") if k in paths}
     return tuple(sorted(found))
+
+
+def _engine_file(filename: str) -> bool:
+    path = os.path.realpath(filename)
+    for name in _ENGINE:
+        for folder in getattr(sys.modules.get(name), "__path__", ()):
+            if path.startswith(os.path.join(os.path.realpath(folder), "")):
+                return True
+    return False
 
 
 def _stdlib_file(filename: str | None) -> bool:
