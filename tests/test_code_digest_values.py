@@ -483,3 +483,43 @@ def test_a_function_whose_globals_have_no_module_name_is_followed(tmp_path: Path
     digest = code_digest(three)
     assert digest.digest is not None and digest.unseen == [], digest
     assert code_drifted(digest, code_digest(loaded(5)))
+
+
+def test_an_imported_alias_of_library_code_and_an_abc_registration_are_compared(
+    project: Project,
+) -> None:
+    """Red team r42-1: ``from hp import act`` with ``act = math.floor`` in hp was not followed
+    back to hp's statement (only to what it reads, and math is not the project's). r42-2:
+    ``Marker.register(float)`` (whom ``isinstance`` accepts) was in no digest."""
+    hp = """\
+    import abc
+    import math
+
+    act = math.floor
+    Num = int
+
+
+    class Marker(abc.ABC):
+        pass
+
+
+    Marker.register(int)
+    """
+    pipe = """\
+    from {hp} import Marker, Num, act
+
+
+    def gen(out_path):
+        return act(1.5), Num(1), [isinstance(v, Marker) for v in (1, 2.0)]
+    """
+
+    def digest(text: str) -> object:
+        return code_digest(project.load(hp=text, pipe=pipe)["pipe"].gen)
+
+    first = digest(hp)
+    assert first.unseen == [], first.unseen
+    assert not code_drifted(first, digest(hp))
+    assert code_drifted(first, digest(hp.replace("math.floor", "math.ceil")))
+    assert code_drifted(first, digest(hp.replace("Num = int", "Num = float")))
+    registered = "Marker.register(int)\n    Marker.register(float)"
+    assert code_drifted(first, digest(hp.replace("Marker.register(int)", registered)))

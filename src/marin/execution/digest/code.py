@@ -33,6 +33,7 @@ normalised syntax is comes from ``code_source.py``; comparing two digests, from
 
 from __future__ import annotations
 
+import abc
 import ast
 import collections
 import contextlib
@@ -610,6 +611,9 @@ def _class_values(
             continue
         if dunder or _is_code(function):
             continue
+        if name == "_abc_impl":  # ``Marker.register(float)``: whom ``isinstance`` accepts (r42-2)
+            constants.append(f"<class>registered=={_abc_registered(cls)}")
+            continue
         held += _module_field(f"{qualname}.{name}", value)
         text = _plain_text(value, [_MAX_CONTAINER], 0)
         if text is not None:
@@ -622,6 +626,17 @@ def _class_values(
     if "__init_subclass__" in TYPE_DICT.__get__(cls, type):
         held += _subclasses(cls)
     return constants, held
+
+
+def _abc_registered(cls: type) -> str:
+    """The classes an abstract class registered as its virtual subclasses, by name, read from
+    its registry (``abc._get_dump``: the interpreter's own table, no user code runs)."""
+    try:
+        registry = abc._get_dump(cls)[0]  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # not an ``abc.ABCMeta`` class after all
+        return "?"
+    classes = (ref() for ref in registry)
+    return ",".join(sorted(_TYPE_QUALNAME.__get__(c, type) for c in classes if _is_class(c)))
 
 
 def _assigned_onto(function: types.FunctionType, qualname: str, decorated: bool, file: str) -> bool:
@@ -1167,6 +1182,8 @@ def _bindings(
         module = sys.modules.get(imported[0])
         other, scope = module_index(module), module_namespace(module)
         if other is not None and other is not owner and scope is not None:
+            source = assignment_source(other, imported[1])  # ``act = math.floor``: r42-1
+            constants += [f"{name}:=" + "|".join(source)] if source else []
             reads, more = _assigned_reads(other, imported[1], scope, index, seen)
             constants += reads
             callees += more
