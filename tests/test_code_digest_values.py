@@ -523,3 +523,32 @@ def test_an_imported_alias_of_library_code_and_an_abc_registration_are_compared(
     assert code_drifted(first, digest(hp.replace("Num = int", "Num = float")))
     registered = "Marker.register(int)\n    Marker.register(float)"
     assert code_drifted(first, digest(hp.replace("Marker.register(int)", registered)))
+
+
+@pytest.mark.parametrize(
+    ("layers", "edit"),
+    [
+        ("FAST = True\nif FAST:\n    act = math.floor\nelse:\n    act = math.ceil\n",
+         ("FAST = True", "FAST = False")),
+        ("from {ops} import act\n", ("math.floor", "math.ceil")),
+        ("from {ops} import *\n", ("math.floor", "math.ceil")),
+    ],
+)  # fmt: skip
+def test_which_library_function_a_project_name_holds_is_compared(
+    project: Project, layers: str, edit: tuple[str, str]
+) -> None:
+    """Red team r43-1, r43-2: a library function chosen by a branch, re-exported by another
+    project module or star-imported: what decides it was no statement the digest read."""
+    ops = "import math\n\nact = math.floor\n"
+    pipe = "import math\n\nfrom {layers} import act\n\n\ndef gen(out_path):\n    return act(1.5)\n"
+
+    def digest(ops_text: str, layers_text: str) -> object:
+        modules = project.load(ops=ops_text, layers="import math\n" + layers_text, pipe=pipe)
+        return code_digest(modules["pipe"].gen)
+
+    first = digest(ops, layers)
+    assert first.unseen == [], first.unseen
+    assert not code_drifted(first, digest(ops, layers))
+    old, new = edit
+    edited = digest(ops.replace(old, new), layers.replace(old, new))
+    assert code_drifted(first, edited), layers

@@ -1146,6 +1146,8 @@ def _resolve_all(
         owner_index, owner_name, owner_scope = owner
         if owner_index is None:
             continue
+        identity = _library_identity(obj, owner_index, owner_name)
+        constants += [f"{name}=={identity}"] if identity else []
         if owner_index.dynamic:  # ``exec(...)``, ``globals().update(d)``: one part per module
             why = "its module binds names known at run time only (exec, globals().update)"
             callees.setdefault(id(owner_index), _Unseen(f"{name} (globals)", why))
@@ -1156,6 +1158,31 @@ def _resolve_all(
         bindings = _bindings(name, owner_index, owner_name, owner_scope, index, seen)
         _merge(bindings, constants, callees)
     return constants, list(callees.values())
+
+
+def _library_identity(obj: Any, owner: SourceIndex, owner_name: str) -> str | None:
+    """Which library function or class a project module's name holds (``act = F.gelu`` in a
+    branch, a star import, a re-export: red team r43), by its module and name: what decides it
+    may be no statement the digest reads. None for the project's code (a part of its own) and
+    for a name its own module imports from a library (``from math import floor``: its line
+    says which)."""
+    imported = owner.imports.get(owner_name)
+    if imported is not None and not is_project_name(imported[0]):
+        return None
+    kind = type(obj)
+    if kind is types.BuiltinFunctionType:
+        module, qualname = obj.__module__, obj.__qualname__
+    elif kind is types.FunctionType:
+        module, qualname = obj.__module__, obj.__code__.co_qualname
+        if is_project_module(module if type(module) is str else "", obj.__code__.co_filename):
+            return None
+    elif _is_class(obj):
+        module, qualname = _class_module(obj), _TYPE_QUALNAME.__get__(obj, type)
+        if _is_project_class(obj):
+            return None
+    else:
+        return None
+    return f"<library {module}.{qualname}>" if type(module) is str else None
 
 
 def _bindings(
