@@ -1434,11 +1434,11 @@ def _weak_registry(name: str) -> _Unseen:
 def _module_value(
     name: str, obj: Any, index: SourceIndex, owner_name: str
 ) -> tuple[list[str], list[Any]]:
-    """A module-level value a function reads: plain data by its value at lowering (a later
-    statement that changes it is seen: ``counts_by_value``), the instances a container holds
-    as parts of their own (``_in_container``); a value that cannot be so read is unseen (red
-    team r36-2: it was its literal's source, ``{}``, which a ``register()`` call leaves as it
-    is). Any other (computed at import) by its source."""
+    """A module-level value a function reads: a literal's (``counts_by_value``) by its value at
+    lowering, so a later statement that changes it is seen; one computed at import by its
+    source, and by its value too when a function puts what it is called with there
+    (``SourceIndex.filled``: red team r37). What the value holds that cannot be read is unseen
+    (r36-2: ``{}``'s source was all a ``register()`` call left to compare)."""
     if counts_by_value(index, owner_name):
         return _by_value(name, obj)
     values = constant_source(index, owner_name)
