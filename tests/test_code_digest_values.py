@@ -552,3 +552,55 @@ def test_which_library_function_a_project_name_holds_is_compared(
     old, new = edit
     edited = digest(ops.replace(old, new), layers.replace(old, new))
     assert code_drifted(first, edited), layers
+
+
+@pytest.mark.parametrize(
+    ("ops", "edit"),
+    [
+        ("FAST = True\nif FAST:\n    act = np.floor\nelse:\n    act = np.ceil\n",
+         ("FAST = True", "FAST = False")),
+        ("FAST = True\nif FAST:\n    act = str.upper\nelse:\n    act = str.lower\n",
+         ("FAST = True", "FAST = False")),
+        ("DT = np.dtype('float16')\n", ("float16", "float32")),
+        ("FAST = True\nif FAST:\n    act = re.compile('a')\nelse:\n    act = re.compile('b')\n",
+         ("FAST = True", "FAST = False")),
+    ],
+)  # fmt: skip
+def test_library_objects_a_branch_or_a_re_export_picks_are_compared(
+    project: Project, ops: str, edit: tuple[str, str]
+) -> None:
+    """Red team r44-1, r44-2: a ufunc or a C class's method picked by a branch, a library object
+    re-exported through a second module or picked by a branch: what decides it (the ``if``'s
+    test, the statement two imports away) was read by no digest."""
+    name = "DT" if "DT" in ops else "act"
+    pipe = f"from {{layers}} import {name}\n\n\ndef gen(out_path):\n    return {name}\n"
+
+    def digest(text: str) -> object:
+        modules = project.load(
+            ops="import re\n\nimport numpy as np\n\n" + text,
+            layers=f"from {{ops}} import {name}\n",
+            pipe=pipe,
+        )
+        return code_digest(modules["pipe"].gen)
+
+    first = digest(ops)
+    assert not code_drifted(first, digest(ops))
+    assert code_drifted(first, digest(ops.replace(*edit))), ops
+
+
+def test_a_class_a_file_exec_into_a_bare_namespace_makes_is_followed(tmp_path: Path) -> None:
+    """Red team r44-3: ``exec(compile(src, path, "exec"), {})`` makes classes whose module is
+    ``builtins``: taken for the interpreter's, never compared."""
+
+    def loaded(scale: int) -> Any:
+        path = tmp_path / f"plugin_cls_{scale}.py"
+        path.write_text(f"class Scaler:\n    def f(self, x):\n        return x * {scale}\n")
+        namespace: dict[str, Any] = {}
+        exec(compile(path.read_text(), str(path), "exec"), namespace)
+        return namespace["Scaler"]
+
+    three = loaded(3)
+    assert three.__module__ == "builtins"
+    digest = code_digest(three)
+    assert digest.digest is not None and digest.unseen == [], digest
+    assert code_drifted(digest, code_digest(loaded(5)))

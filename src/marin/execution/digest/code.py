@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import abc
 import ast
+import builtins
 import collections
 import contextlib
 import dataclasses
@@ -414,9 +415,14 @@ def _where(obj: Any) -> tuple[str, str, str, Mapping[str, Any]]:
         return (module if type(module) is str else "", code.co_filename, code.co_qualname,
                 obj.__globals__)  # fmt: skip
     module = _class_module(obj)
+    qualname = _TYPE_QUALNAME.__get__(obj, type)
+    if module == "builtins" and vars(builtins).get(qualname) is not obj:
+        # Made by ``exec`` of a file into ``{}`` (red team r44-3): its methods know the file.
+        for function in _own_functions(obj):
+            return "", function.__code__.co_filename, qualname, function.__globals__
     found = sys.modules.get(module)
     namespace = module_namespace(found) or {}
-    return module, module_file(found), _TYPE_QUALNAME.__get__(obj, type), namespace
+    return module, module_file(found), qualname, namespace
 
 
 class _ObjectState:
@@ -1160,6 +1166,25 @@ def _resolve_all(
     return constants, list(callees.values())
 
 
+def _import_chain(
+    owner: SourceIndex, imported: tuple[str, str]
+) -> Iterator[tuple[SourceIndex, Mapping[str, Any], str]]:
+    """The project modules a ``from m import name`` reaches, hop by hop (``layers`` importing
+    it from ``ops`` in turn), each with its namespace and the name it binds there."""
+    seen = {id(owner)}
+    for _ in range(20):  # a cycle of imports ends somewhere
+        module = sys.modules.get(imported[0])
+        other, scope = module_index(module), module_namespace(module)
+        if other is None or scope is None or id(other) in seen:
+            return
+        seen.add(id(other))
+        yield other, scope, imported[1]
+        following = other.imports.get(imported[1])
+        if following is None:
+            return
+        imported = following
+
+
 def _library_identity(obj: Any, owner: SourceIndex, owner_name: str) -> str | None:
     """Which library function or class a project module's name holds (``act = F.gelu`` in a
     branch, a star import, a re-export: red team r43), by its module and name: what decides it
@@ -1170,7 +1195,12 @@ def _library_identity(obj: Any, owner: SourceIndex, owner_name: str) -> str | No
     if imported is not None and not is_project_name(imported[0]):
         return None
     kind = type(obj)
-    if kind is types.BuiltinFunctionType:
+    if _one_of(kind, _DESCRIPTORS):  # ``str.upper``: its class's and its own name (r44-1)
+        owner_class = obj.__objclass__
+        module, qualname = _class_module(owner_class), f"{owner_class.__qualname__}.{obj.__name__}"
+    elif _is_ufunc(obj):  # ``np.floor``
+        module, qualname = "numpy", obj.__name__
+    elif kind is types.BuiltinFunctionType:
         module, qualname = obj.__module__, obj.__qualname__
     elif kind is types.FunctionType:
         module, qualname = obj.__module__, obj.__code__.co_qualname
@@ -1183,6 +1213,19 @@ def _library_identity(obj: Any, owner: SourceIndex, owner_name: str) -> str | No
     else:
         return None
     return f"<library {module}.{qualname}>" if type(module) is str else None
+
+
+_DESCRIPTORS = (
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.ClassMethodDescriptorType,
+)
+"""A C class's methods read from the class (``str.upper``)."""
+
+
+def _is_ufunc(obj: Any) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and type(obj) is numpy.ufunc
 
 
 def _bindings(
@@ -1206,12 +1249,10 @@ def _bindings(
         constants += reads
     imported = owner.imports.get(owner_name)
     if imported is not None and not (owner is index and owner_name in seen):
-        module = sys.modules.get(imported[0])
-        other, scope = module_index(module), module_namespace(module)
-        if other is not None and other is not owner and scope is not None:
-            source = assignment_source(other, imported[1])  # ``act = math.floor``: r42-1
+        for other, scope, other_name in _import_chain(owner, imported):  # a re-export: r44-2
+            source = assignment_source(other, other_name)  # ``act = math.floor``: r42-1
             constants += [f"{name}:=" + "|".join(source)] if source else []
-            reads, more = _assigned_reads(other, imported[1], scope, index, seen)
+            reads, more = _assigned_reads(other, other_name, scope, index, seen)
             constants += reads
             callees += more
     earlier = bound_earlier(owner, owner_name)

@@ -352,6 +352,9 @@ def _index_statements(body: list[ast.stmt], index: SourceIndex) -> None:
             for item in statement.items:
                 for name in _target_names(item.optional_vars) if item.optional_vars else ():
                     _index_computed(name, statement, index)
+        if isinstance(statement, ast.If | ast.While):  # which branch binds it (red team r44-2)
+            for name in _bound_in(statement.body + statement.orelse):
+                _add_source(index, name, statement.test)
         if isinstance(statement, _BLOCKS):
             if isinstance(statement, ast.For | ast.AsyncFor):  # its target: computed
                 for name in _target_names(statement.target):
@@ -366,6 +369,24 @@ def _index_statements(body: list[ast.stmt], index: SourceIndex) -> None:
             _index_assignment(statement, index)
             for name in _bound_by(statement):
                 _index_binding(name, statement, index)
+
+
+def _bound_in(body: list[ast.stmt]) -> set[str]:
+    """The module-level names the statements of a block bind (not inside a definition)."""
+    names: set[str] = set()
+    todo: list[ast.AST] = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+            continue
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).partition(".")[0] for a in node.names)
+        if not isinstance(node, ast.Lambda):
+            todo.extend(ast.iter_child_nodes(node))
+    return names
 
 
 def _index_computed(name: str, node: ast.AST, index: SourceIndex) -> None:
