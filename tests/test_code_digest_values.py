@@ -467,24 +467,6 @@ def test_a_class_a_function_makes_counts_its_values_bases_and_cells(project: Pro
     assert code_drifted(first, digest(body="* 100"))  # the decorated class's own body
 
 
-def test_a_function_whose_globals_have_no_module_name_is_followed(tmp_path: Path) -> None:
-    """Red team r41-1: a project file run by ``exec(compile(src, path, "exec"), {})`` (a plugin
-    or config loader) made functions with no module name: treated as library code, left out."""
-
-    def loaded(scale: int) -> Any:
-        path = tmp_path / f"plugin_{scale}.py"
-        path.write_text(f"def h(x):\n    return x * {scale}\n")
-        namespace: dict[str, Any] = {}
-        exec(compile(path.read_text(), str(path), "exec"), namespace)
-        return namespace["h"]
-
-    three = loaded(3)
-    assert three.__module__ is None
-    digest = code_digest(three)
-    assert digest.digest is not None and digest.unseen == [], digest
-    assert code_drifted(digest, code_digest(loaded(5)))
-
-
 def test_an_imported_alias_of_library_code_and_an_abc_registration_are_compared(
     project: Project,
 ) -> None:
@@ -588,19 +570,29 @@ def test_library_objects_a_branch_or_a_re_export_picks_are_compared(
     assert code_drifted(first, digest(ops.replace(*edit))), ops
 
 
-def test_a_class_a_file_exec_into_a_bare_namespace_makes_is_followed(tmp_path: Path) -> None:
-    """Red team r44-3: ``exec(compile(src, path, "exec"), {})`` makes classes whose module is
-    ``builtins``: taken for the interpreter's, never compared."""
+@pytest.mark.parametrize(
+    ("source", "name", "module"),
+    [
+        ("def h(x):\n    return x * SCALE_\n", "h", None),
+        ("class Scaler:\n    def f(self, x):\n        return x * SCALE_\n", "Scaler", "builtins"),
+    ],
+)
+def test_code_a_file_exec_into_a_bare_namespace_makes_is_followed(
+    tmp_path: Path, source: str, name: str, module: str | None
+) -> None:
+    """Red team r41-1, r44-3: ``exec(compile(src, path, "exec"), {})`` (a plugin or config
+    loader) makes functions with no module name and classes whose module is ``builtins``: taken
+    for library code or the interpreter's, never compared."""
 
     def loaded(scale: int) -> Any:
-        path = tmp_path / f"plugin_cls_{scale}.py"
-        path.write_text(f"class Scaler:\n    def f(self, x):\n        return x * {scale}\n")
+        path = tmp_path / f"plugin_{name}_{scale}.py"
+        path.write_text(source.replace("SCALE_", str(scale)))
         namespace: dict[str, Any] = {}
         exec(compile(path.read_text(), str(path), "exec"), namespace)
-        return namespace["Scaler"]
+        return namespace[name]
 
     three = loaded(3)
-    assert three.__module__ == "builtins"
+    assert three.__module__ == module
     digest = code_digest(three)
     assert digest.digest is not None and digest.unseen == [], digest
     assert code_drifted(digest, code_digest(loaded(5)))
