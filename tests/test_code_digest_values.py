@@ -6,6 +6,8 @@ any other is unseen, never unchanged, and never hides the plain values beside it
 
 from __future__ import annotations
 
+import importlib
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -596,3 +598,35 @@ def test_code_a_file_exec_into_a_bare_namespace_makes_is_followed(
     digest = code_digest(three)
     assert digest.digest is not None and digest.unseen == [], digest
     assert code_drifted(digest, code_digest(loaded(5)))
+
+
+def test_a_match_case_a_star_import_and_a_relative_re_export_are_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r45: which ``case`` of a module-level ``match`` binds a name (r45-1), a library
+    object reached through ``from hp import *`` (r45-2) or re-exported by a package's
+    ``__init__`` with ``from .impl import DT`` (r45-3): what decides it was read by no digest."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def digest(mode: str, dtype: str) -> Any:
+        package = f"r45_{uuid.uuid4().hex[:8]}"
+        folder = tmp_path / package
+        (folder / "pkg").mkdir(parents=True)
+        (folder / "__init__.py").write_text("")
+        (folder / "pkg" / "__init__.py").write_text("from .impl import DT\n")
+        (folder / "pkg" / "impl.py").write_text(f"import numpy as np\n\nDT = np.dtype('{dtype}')\n")
+        (folder / "hp.py").write_text(
+            f"import re\n\nMODE = '{mode}'\nmatch MODE:\n    case 'digits':\n"
+            "        PAT = re.compile('[0-9]')\n    case _:\n        PAT = re.compile('[0-9]+')\n"
+        )
+        (folder / "star.py").write_text(f"from {package}.pkg import DT\n")
+        (folder / "pipe.py").write_text(
+            f"from {package}.hp import PAT\nfrom {package}.star import *\n\n\n"
+            "def gen(out_path):\n    return PAT, DT\n"
+        )
+        return code_digest(importlib.import_module(f"{package}.pipe").gen)
+
+    first = digest("digits", "float16")
+    assert not code_drifted(first, digest("digits", "float16"))
+    assert code_drifted(first, digest("numbers", "float16"))
+    assert code_drifted(first, digest("digits", "float32"))

@@ -1179,10 +1179,27 @@ def _import_chain(
             return
         seen.add(id(other))
         yield other, scope, imported[1]
-        following = other.imports.get(imported[1])
+        following = _imported_from(other, imported[1], scope)
         if following is None:
             return
         imported = following
+
+
+def _imported_from(
+    index: SourceIndex, name: str, namespace: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """Where a module's ``name`` is imported from: ``from m import name``, ``from .m import
+    name`` (against the module's package: red team r45-3), or the last ``from m import *``
+    whose module has it (r45-2); None when the module binds it itself."""
+    if name in index.imports:
+        return index.imports[name]
+    if name in index.relative_imports:
+        module, original = index.relative_imports[name]
+        return _absolute(module, namespace.get("__package__")), original
+    for module_name in reversed(index.star_imports):
+        if name in (module_namespace(sys.modules.get(module_name)) or {}):
+            return module_name, name
+    return None
 
 
 def _library_identity(obj: Any, owner: SourceIndex, owner_name: str) -> str | None:
@@ -1247,7 +1264,7 @@ def _bindings(
         constants.append(f"{name}:=" + "|".join(source))
         reads, callees = _assigned_reads(owner, owner_name, namespace, index, seen)
         constants += reads
-    imported = owner.imports.get(owner_name)
+    imported = _imported_from(owner, owner_name, namespace)
     if imported is not None and not (owner is index and owner_name in seen):
         for other, scope, other_name in _import_chain(owner, imported):  # a re-export: r44-2
             source = assignment_source(other, other_name)  # ``act = math.floor``: r42-1

@@ -288,6 +288,9 @@ class SourceIndex:
     value counts too (red team r37-1, r37-2)."""
     imports: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Top-level ``from module import name [as alias]``: alias -> (module, name)."""
+    relative_imports: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Top-level ``from .m import name``: alias -> (``.m``, name), resolved against the
+    module's package where it is read (a package ``__init__``'s re-export: red team r45-3)."""
     star_imports: list[str] = field(default_factory=list)
     """Top-level ``from module import *``: the modules, in source order."""
     sources: dict[str, list[str]] = field(default_factory=dict)
@@ -346,6 +349,9 @@ def _index_statements(body: list[ast.stmt], index: SourceIndex) -> None:
             for case in statement.cases:
                 for name in _captures(case.pattern):
                     _index_computed(name, statement, index)
+                for name in _bound_in(case.body):  # which case binds it (red team r45-1)
+                    _add_source(index, name, statement.subject)
+                    _add_source(index, name, case.pattern)
                 _index_statements(case.body, index)
             continue
         if isinstance(statement, ast.With | ast.AsyncWith):
@@ -527,6 +533,12 @@ def _index_assignment(statement: ast.stmt, index: SourceIndex) -> None:
             else:
                 top = alias.name.partition(".")[0]
                 index.modules[top] = top
+        return
+    if isinstance(statement, ast.ImportFrom) and statement.level > 0:
+        relative = "." * statement.level + (statement.module or "")
+        for alias in statement.names:
+            if alias.name != "*":
+                index.relative_imports[alias.asname or alias.name] = (relative, alias.name)
         return
     if isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
         for alias in statement.names:
