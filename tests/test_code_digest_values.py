@@ -630,3 +630,37 @@ def test_a_match_case_a_star_import_and_a_relative_re_export_are_followed(
     assert not code_drifted(first, digest("digits", "float16"))
     assert code_drifted(first, digest("numbers", "float16"))
     assert code_drifted(first, digest("digits", "float32"))
+
+
+def test_a_match_guard_a_relative_star_import_and_a_library_module_alias_are_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r46: the guard of a module-level ``match`` case (r46-1), a library object a
+    package ``__init__`` exposes with ``from .impl import *`` (r46-2), and which library module
+    a project name holds (``import numpy as xp`` in ``backend``, r46-3) were in no digest."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def digest(guard: str, dtype: str, backend: str) -> Any:
+        package = f"r46_{uuid.uuid4().hex[:8]}"
+        folder = tmp_path / package
+        (folder / "pkg").mkdir(parents=True)
+        (folder / "__init__.py").write_text("")
+        (folder / "pkg" / "__init__.py").write_text("from .impl import *\n")
+        (folder / "pkg" / "impl.py").write_text(f"import numpy as np\n\nDT = np.dtype('{dtype}')\n")
+        (folder / "backend.py").write_text(f"import {backend} as xp\n")
+        (folder / "hp.py").write_text(
+            f"GUARD = {guard}\nmatch 'fast':\n    case 'fast' if GUARD:\n        K = 1\n"
+            "    case _:\n        K = 2\n"
+        )
+        (folder / "pipe.py").write_text(
+            f"from {package} import backend\nfrom {package}.hp import K\n"
+            f"from {package}.pkg import DT\n\n\n"
+            "def gen(out_path):\n    return K, DT, backend.xp.sqrt(4)\n"
+        )
+        return code_digest(importlib.import_module(f"{package}.pipe").gen)
+
+    first = digest("True", "float16", "math")
+    assert not code_drifted(first, digest("True", "float16", "math"))
+    assert code_drifted(first, digest("False", "float16", "math"))
+    assert code_drifted(first, digest("True", "float32", "math"))
+    assert code_drifted(first, digest("True", "float16", "cmath"))

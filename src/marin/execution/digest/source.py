@@ -352,6 +352,8 @@ def _index_statements(body: list[ast.stmt], index: SourceIndex) -> None:
                 for name in _bound_in(case.body):  # which case binds it (red team r45-1)
                     _add_source(index, name, statement.subject)
                     _add_source(index, name, case.pattern)
+                    if case.guard is not None:  # ``case "fast" if flags.GUARD``: r46-1
+                        _add_source(index, name, case.guard)
                 _index_statements(case.body, index)
             continue
         if isinstance(statement, ast.With | ast.AsyncWith):
@@ -537,7 +539,9 @@ def _index_assignment(statement: ast.stmt, index: SourceIndex) -> None:
     if isinstance(statement, ast.ImportFrom) and statement.level > 0:
         relative = "." * statement.level + (statement.module or "")
         for alias in statement.names:
-            if alias.name != "*":
+            if alias.name == "*":  # ``from .impl import *`` in a package ``__init__``: r46-2
+                index.star_imports.append(relative)
+            else:
                 index.relative_imports[alias.asname or alias.name] = (relative, alias.name)
         return
     if isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
