@@ -7,6 +7,7 @@ any other is unseen, never unchanged, and never hides the plain values beside it
 from __future__ import annotations
 
 import importlib
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -664,3 +665,27 @@ def test_a_match_guard_a_relative_star_import_and_a_library_module_alias_are_fol
     assert code_drifted(first, digest("False", "float16", "math"))
     assert code_drifted(first, digest("True", "float32", "math"))
     assert code_drifted(first, digest("True", "float16", "cmath"))
+
+
+def test_an_import_inside_a_function_adds_nothing_only_this_process_can_see(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The full suite's finding on round 46's fix: a library module or function a step imports
+    inside its body resolves only where that library is loaded (the driver, not an isolated
+    process), so naming it made the two digests differ and every isolated check fail."""
+    import json.decoder
+
+    from marin.execution.digest.code import clear_cache
+
+    source = """\
+    def gen(out_path):
+        from json import decoder
+        from json.decoder import scanstring
+
+        return decoder.JSONDecoder, scanstring
+    """
+    loaded = code_digest(project.load(hp=source)["hp"].gen)
+    monkeypatch.delitem(sys.modules, "json.decoder")
+    clear_cache()
+    unloaded = code_digest(project.load(hp=source)["hp"].gen)
+    assert json.decoder is not None and unloaded.digest == loaded.digest, (loaded, unloaded)

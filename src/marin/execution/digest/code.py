@@ -1128,7 +1128,7 @@ def _resolve_all(
         name = ".".join(chain)
         constants += _module_doc(name, chain, namespace, closure)  # ``__doc__`` read (r25-3)
         obj, rest = _head(chain, namespace, closure)
-        constants += _library_modules(chain, obj, rest, index, chain[0] not in closure)
+        constants += _library_modules(chain, obj, rest, index, namespace, chain[0] not in closure)
         if obj is _MISSING:  # a builtin, a local or a name not yet bound
             if "__subclasses__" in chain:
                 obj = _Unseen(name, "it lists the subclasses of a class known at run time only")
@@ -1153,13 +1153,14 @@ def _resolve_all(
         owner_index, owner_name, owner_scope = owner
         if owner_index is None:
             continue
-        identity = _library_identity(obj, owner_index, owner_name)
+        identity = _library_identity(obj, owner_index, owner_name, owner_scope)
         constants += [f"{name}=={identity}"] if identity else []
         if owner_index.dynamic:  # ``exec(...)``, ``globals().update(d)``: one part per module
             why = "its module binds names known at run time only (exec, globals().update)"
             callees.setdefault(id(owner_index), _Unseen(f"{name} (globals)", why))
         if (target is None or read_by_value(target)) and module_namespace(obj) is None:
-            _merge(_module_value(name, obj, owner_index, owner_name), constants, callees)
+            found = _module_value(name, obj, owner_index, owner_name, owner_scope)
+            _merge(found, constants, callees)
         else:  # a module-level instance, ``P = partial(f, cfg.K)``, ``G = make().get``
             _merge(_held_state(name, obj, target), constants, callees)
         bindings = _bindings(name, owner_index, owner_name, owner_scope, index, seen)
@@ -1204,8 +1205,23 @@ def _imported_from(
     return None
 
 
+def _bound_at_module_level(index: SourceIndex, name: str, namespace: Mapping[str, Any]) -> bool:
+    """Whether a module's own top-level statements bind ``name``: an import inside a function
+    resolves only where its module is loaded (the driver, not an isolated process), so what it
+    names must not be in a digest the two compare."""
+    top_level = (index.sources, index.constants, index.imports, index.relative_imports)
+    return any(name in bound for bound in top_level) or (
+        _imported_from(index, name, namespace) is not None
+    )
+
+
 def _library_modules(
-    chain: tuple[str, ...], obj: Any, rest: tuple[str, ...], index: SourceIndex, head: bool
+    chain: tuple[str, ...],
+    obj: Any,
+    rest: tuple[str, ...],
+    index: SourceIndex,
+    namespace: Mapping[str, Any],
+    head: bool,
 ) -> list[str]:
     """Which library module a project module's name holds along a reference (``import numpy
     as xp`` in ``backend``, read as ``backend.xp.sqrt`` or ``from backend import xp``: red team
@@ -1214,7 +1230,8 @@ def _library_modules(
     position = len(chain) - len(rest)
     imported = index.imports.get(chain[0])
     own = chain[0] in index.modules or (imported is not None and not is_project_name(imported[0]))
-    if head and not own and _library_module(obj):  # (``from os import path``: its own line)
+    bound = _bound_at_module_level(index, chain[0], namespace)  # not an import in a function
+    if head and bound and not own and _library_module(obj):  # (``from os import path``: its line)
         return [f"{chain[0]}=={_library_module(obj)}"]
     for attr in rest:
         members = module_namespace(obj) if module_index(obj) is not None else None
@@ -1235,7 +1252,9 @@ def _library_module(obj: Any) -> str:
     return f"<module {name}>" if type(name) is str else ""
 
 
-def _library_identity(obj: Any, owner: SourceIndex, owner_name: str) -> str | None:
+def _library_identity(
+    obj: Any, owner: SourceIndex, owner_name: str, namespace: Mapping[str, Any]
+) -> str | None:
     """Which library function or class a project module's name holds (``act = F.gelu`` in a
     branch, a star import, a re-export: red team r43), by its module and name: what decides it
     may be no statement the digest reads. None for the project's code (a part of its own) and
@@ -1243,6 +1262,8 @@ def _library_identity(obj: Any, owner: SourceIndex, owner_name: str) -> str | No
     says which)."""
     imported = owner.imports.get(owner_name)
     if imported is not None and not is_project_name(imported[0]):
+        return None
+    if not _bound_at_module_level(owner, owner_name, namespace):
         return None
     kind = type(obj)
     if _one_of(kind, _DESCRIPTORS):  # ``str.upper``: its class's and its own name (r44-1)
@@ -1523,14 +1544,20 @@ def _weak_registry(name: str) -> _Unseen:
 
 
 def _module_value(
-    name: str, obj: Any, index: SourceIndex, owner_name: str
+    name: str, obj: Any, index: SourceIndex, owner_name: str, namespace: Mapping[str, Any]
 ) -> tuple[list[str], list[Any]]:
     """A module-level value a function reads: a literal's (``counts_by_value``) by its value at
     lowering, so a later statement that changes it is seen; one computed at import by its
     source, and by its value too when a function puts what it is called with there
     (``SourceIndex.filled``: red team r37). What the value holds that cannot be read is unseen
     (r36-2: ``{}``'s source was all a ``register()`` call left to compare)."""
-    if counts_by_value(index, owner_name):
+    by_value = counts_by_value(index, owner_name)
+    if by_value and not _bound_at_module_level(index, owner_name, namespace):
+        # An import inside the function: what this process has loaded, which another (an
+        # isolated one) may not have: plain data only, as both can read it.
+        text = _plain_text(obj, [_MAX_CONTAINER], 0)
+        return ([f"{name}=={text}"] if text is not None else []), []
+    if by_value:
         return _by_value(name, obj)
     values = constant_source(index, owner_name)
     constants = [f"{name}=" + "|".join(values)] if values else []
