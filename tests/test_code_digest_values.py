@@ -601,6 +601,18 @@ def test_code_a_file_exec_into_a_bare_namespace_makes_is_followed(
     assert code_drifted(digest, code_digest(loaded(5)))
 
 
+def _dtype_package(tmp_path: Path, init: str, dtype: str) -> tuple[str, Path]:
+    """A fresh package whose ``pkg/impl.py`` binds ``DT`` and whose ``pkg/__init__.py`` is
+    ``init``: its name and folder."""
+    package = f"digest_{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / package
+    (folder / "pkg").mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    (folder / "pkg" / "__init__.py").write_text(init)
+    (folder / "pkg" / "impl.py").write_text(f"import numpy as np\n\nDT = np.dtype('{dtype}')\n")
+    return package, folder
+
+
 def test_a_match_case_a_star_import_and_a_relative_re_export_are_followed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -610,12 +622,7 @@ def test_a_match_case_a_star_import_and_a_relative_re_export_are_followed(
     monkeypatch.syspath_prepend(str(tmp_path))
 
     def digest(mode: str, dtype: str) -> Any:
-        package = f"r45_{uuid.uuid4().hex[:8]}"
-        folder = tmp_path / package
-        (folder / "pkg").mkdir(parents=True)
-        (folder / "__init__.py").write_text("")
-        (folder / "pkg" / "__init__.py").write_text("from .impl import DT\n")
-        (folder / "pkg" / "impl.py").write_text(f"import numpy as np\n\nDT = np.dtype('{dtype}')\n")
+        package, folder = _dtype_package(tmp_path, "from .impl import DT\n", dtype)
         (folder / "hp.py").write_text(
             f"import re\n\nMODE = '{mode}'\nmatch MODE:\n    case 'digits':\n"
             "        PAT = re.compile('[0-9]')\n    case _:\n        PAT = re.compile('[0-9]+')\n"
@@ -642,12 +649,7 @@ def test_a_match_guard_a_relative_star_import_and_a_library_module_alias_are_fol
     monkeypatch.syspath_prepend(str(tmp_path))
 
     def digest(guard: str, dtype: str, backend: str) -> Any:
-        package = f"r46_{uuid.uuid4().hex[:8]}"
-        folder = tmp_path / package
-        (folder / "pkg").mkdir(parents=True)
-        (folder / "__init__.py").write_text("")
-        (folder / "pkg" / "__init__.py").write_text("from .impl import *\n")
-        (folder / "pkg" / "impl.py").write_text(f"import numpy as np\n\nDT = np.dtype('{dtype}')\n")
+        package, folder = _dtype_package(tmp_path, "from .impl import *\n", dtype)
         (folder / "backend.py").write_text(f"import {backend} as xp\n")
         (folder / "hp.py").write_text(
             f"GUARD = {guard}\nmatch 'fast':\n    case 'fast' if GUARD:\n        K = 1\n"
