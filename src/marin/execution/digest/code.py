@@ -64,12 +64,18 @@ from marin.execution.digest.instance import (
     TYPE_DICT,
     TYPE_MODULE,
     TYPE_MRO,
+    TYPE_QUALNAME,
     bound_objects,
     carried_field,
     instance_fields,
     unwrapped,
 )
-from marin.execution.digest.library_values import float_text, library_text, read_by_value
+from marin.execution.digest.library_values import (
+    LIBRARY_CONTAINERS,
+    float_text,
+    library_text,
+    read_by_value,
+)
 from marin.execution.digest.source import (
     DYNAMIC,
     GLOBALS,
@@ -313,7 +319,6 @@ class _Found:
 # Reading a user object never runs its code: its type is read with ``type()`` (``isinstance``
 # falls back to ``obj.__class__``, which resolves a lazy proxy), and attributes come from the
 # C-level slots of functions, methods, partials and classes, never through ``getattr``.
-_TYPE_QUALNAME = type.__dict__["__qualname__"]
 _TYPE_BASES = type.__dict__["__bases__"]
 _PARTIAL_ARGS = functools.partial.__dict__["args"]
 _PARTIAL_KEYWORDS = functools.partial.__dict__["keywords"]
@@ -415,7 +420,7 @@ def _where(obj: Any) -> tuple[str, str, str, Mapping[str, Any]]:
         return (module if type(module) is str else "", code.co_filename, code.co_qualname,
                 obj.__globals__)  # fmt: skip
     module = _class_module(obj)
-    qualname = _TYPE_QUALNAME.__get__(obj, type)
+    qualname = TYPE_QUALNAME.__get__(obj, type)
     if module == "builtins" and vars(builtins).get(qualname) is not obj:
         # Made by ``exec`` of a file into ``{}`` (red team r44-3): its methods know the file.
         for function in _own_functions(obj):
@@ -439,7 +444,7 @@ def _object_part(holder: Any) -> _Found:
     closure's cells; its class and the code its fields hold are followed. Read at each call:
     an object's fields may change, so the value at lowering counts."""
     kind = type(holder)
-    qualname = _TYPE_QUALNAME.__get__(kind, type)
+    qualname = TYPE_QUALNAME.__get__(kind, type)
     fields, hidden = instance_fields(holder)
     constants, opaque = _closure_values(qualname, fields, "self", "its object")
     callees: list[Any] = [kind, *opaque]
@@ -588,7 +593,7 @@ def _patched_part(cls: type, namespace: Mapping[str, Any]) -> _Found | None:
             patched[name] = function
     if not patched:
         return None
-    qualname = _TYPE_QUALNAME.__get__(cls, type)
+    qualname = TYPE_QUALNAME.__get__(cls, type)
     names = sorted(patched)
     part = CodePart(qualname + _PATCHED, "?", 0, sha("\n".join([SCHEME, *names])), "", (),
                     sha("\n".join(names))[:_STATEMENT_CHARS])  # fmt: skip
@@ -604,7 +609,7 @@ def _class_values(
     ``__init_subclass__`` (its subclasses decide what it registers). Read from ``vars(cls)``."""
     constants: list[str] = []
     held: list[Any] = []
-    qualname = _TYPE_QUALNAME.__get__(cls, type)
+    qualname = TYPE_QUALNAME.__get__(cls, type)
     file = _where(cls)[1]
     for name, value in TYPE_DICT.__get__(cls, type).items():
         dunder = name.startswith("__") and name.endswith("__")
@@ -642,7 +647,7 @@ def _abc_registered(cls: type) -> str:
     except (AttributeError, TypeError):  # not an ``abc.ABCMeta`` class after all
         return "?"
     classes = (ref() for ref in registry)
-    return ",".join(sorted(_TYPE_QUALNAME.__get__(c, type) for c in classes if _is_class(c)))
+    return ",".join(sorted(TYPE_QUALNAME.__get__(c, type) for c in classes if _is_class(c)))
 
 
 def _assigned_onto(function: types.FunctionType, qualname: str, decorated: bool, file: str) -> bool:
@@ -794,14 +799,7 @@ def _one_of(kind: type, kinds: tuple[type, ...]) -> bool:
 
 
 _CONTAINERS = (dict, list, tuple, set, frozenset)
-_LIBRARY_HOLDERS = (
-    collections.deque,
-    collections.defaultdict,
-    collections.OrderedDict,
-    collections.Counter,
-)
-"""The standard library's containers, read by their exact type (C code, or dict's own)."""
-_HOLDERS = (*_CONTAINERS, *_LIBRARY_HOLDERS, types.SimpleNamespace)
+_HOLDERS = (*_CONTAINERS, *LIBRARY_CONTAINERS, types.SimpleNamespace)
 _DEFAULT_FACTORY = collections.defaultdict.__dict__["default_factory"]
 _PLAIN = (str, int, float, bool, type(None), bytes, complex)
 _HOLDER_IDS = frozenset(id(kind) for kind in _HOLDERS)
@@ -881,7 +879,7 @@ def _closure_values(
             continue
         text = _plain_text(value, [_MAX_CONTAINER], 0)
         if text is None:
-            what = _TYPE_QUALNAME.__get__(type(value), type)
+            what = TYPE_QUALNAME.__get__(type(value), type)
             why = f"{holder} holds a {what} ({name}): a run-time value, not compared"
             opaque.append(_Unseen(f"{qualname}.<{kind} {name}>", why))
         else:
@@ -946,7 +944,7 @@ def _hole(value: Any, holes: list[str] | None) -> str | None:
     if holes is None:
         return None
     kind = type(value)
-    what = _TYPE_QUALNAME.__get__(kind, type)
+    what = TYPE_QUALNAME.__get__(kind, type)
     if _carries(value) or _is_project_class(kind):
         return f"<held {what}>"
     holes.append(what)
@@ -992,7 +990,7 @@ def _namedtuple_text(
     if None in texts:
         return None
     named = ",".join(f"{name}={text}" for name, text in zip(fields, texts, strict=True))
-    return f"<{_TYPE_QUALNAME.__get__(kind, type)} {named}>"
+    return f"<{TYPE_QUALNAME.__get__(kind, type)} {named}>"
 
 
 def _made_by_namedtuple(cls: Any) -> bool:
@@ -1228,11 +1226,9 @@ def _library_modules(
     r46-3), by its name: what decides it may be no statement the digest reads. Not a name the
     reading module imports from a library by its own statement (its line says which)."""
     position = len(chain) - len(rest)
-    imported = index.imports.get(chain[0])
-    own = chain[0] in index.modules or (imported is not None and not is_project_name(imported[0]))
-    bound = _bound_at_module_level(index, chain[0], namespace)  # not an import in a function
-    if head and bound and not own and _library_module(obj):  # (``from os import path``: its line)
-        return [f"{chain[0]}=={_library_module(obj)}"]
+    held = _library_module(obj) if head else ""
+    if held and chain[0] not in index.modules and _set_by_project(index, chain[0], namespace):
+        return [f"{chain[0]}=={held}"]
     for attr in rest:
         members = module_namespace(obj) if module_index(obj) is not None else None
         if members is None:
@@ -1260,11 +1256,6 @@ def _library_identity(
     may be no statement the digest reads. None for the project's code (a part of its own) and
     for a name its own module imports from a library (``from math import floor``: its line
     says which)."""
-    imported = owner.imports.get(owner_name)
-    if imported is not None and not is_project_name(imported[0]):
-        return None
-    if not _bound_at_module_level(owner, owner_name, namespace):
-        return None
     kind = type(obj)
     if _one_of(kind, _DESCRIPTORS):  # ``str.upper``: its class's and its own name (r44-1)
         owner_class = obj.__objclass__
@@ -1278,12 +1269,25 @@ def _library_identity(
         if is_project_module(module if type(module) is str else "", obj.__code__.co_filename):
             return None
     elif _is_class(obj):
-        module, qualname = _class_module(obj), _TYPE_QUALNAME.__get__(obj, type)
+        module, qualname = _class_module(obj), TYPE_QUALNAME.__get__(obj, type)
         if _is_project_class(obj):
             return None
     else:
         return None
-    return f"<library {module}.{qualname}>" if type(module) is str else None
+    if type(module) is not str or not _set_by_project(owner, owner_name, namespace):
+        return None
+    return f"<library {module}.{qualname}>"
+
+
+def _set_by_project(index: SourceIndex, name: str, namespace: Mapping[str, Any]) -> bool:
+    """Whether a module's top-level statements bind ``name`` other than by importing it from
+    a library (``from math import floor``: that line says which): a project module's import,
+    a star import, an assignment. Not an import inside a function either: it resolves only
+    where its module is loaded (the driver, not an isolated process)."""
+    imported = index.imports.get(name)
+    if imported is not None and not is_project_name(imported[0]):
+        return False
+    return _bound_at_module_level(index, name, namespace)
 
 
 _DESCRIPTORS = (
@@ -1659,7 +1663,7 @@ def _subclasses(cls: type) -> list[Any]:
                 stack.append(sub)
         if len(found) > _MAX_CONTAINER:
             why = f"over {_MAX_CONTAINER} subclasses"
-            return [_Unseen(f"{_TYPE_QUALNAME.__get__(cls, type)}.__subclasses__()", why)]
+            return [_Unseen(f"{TYPE_QUALNAME.__get__(cls, type)}.__subclasses__()", why)]
     return found
 
 
@@ -1822,7 +1826,7 @@ def _name_of(obj: Any) -> str:
         return str(obj.__code__.co_qualname)
     if _one_of(type(obj), _C_FUNCTIONS):  # their names are C-level slots
         return str(obj.__qualname__)
-    return str(_TYPE_QUALNAME.__get__(obj if _is_class(obj) else type(obj), type))
+    return str(TYPE_QUALNAME.__get__(obj if _is_class(obj) else type(obj), type))
 
 
 def _walk(root: Any, wrappers: list[Any]) -> Iterator[tuple[CodePart, str | None]]:

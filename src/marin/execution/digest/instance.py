@@ -18,6 +18,7 @@ from typing import Any
 
 # The C-level slots read instead of getattr (never user code); code.py reads them too.
 TYPE_MODULE = type.__dict__["__module__"]
+TYPE_QUALNAME = type.__dict__["__qualname__"]
 TYPE_MRO = type.__dict__["__mro__"]
 TYPE_DICT = type.__dict__["__dict__"]
 _TYPE_DICTOFFSET = type.__dict__["__dictoffset__"]

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from marin.execution.digest.instance import TYPE_MODULE, instance_fields
+from marin.execution.digest.instance import TYPE_MODULE, TYPE_QUALNAME, instance_fields
 
 Render = Callable[[Any], "str | None"]
 """Reads a value held inside another (a slice's bounds, a container's items) by the digest's
@@ -46,13 +46,13 @@ _BY_REPR: tuple[type, ...] = (
 _WITH_ZONE: tuple[type, ...] = (datetime.datetime, datetime.time)
 """Read by their ``repr`` when their zone is none or a fixed offset (a user's ``tzinfo`` has
 a ``__repr__`` of its own)."""
-_CONTAINERS: tuple[type, ...] = (
+LIBRARY_CONTAINERS: tuple[type, ...] = (
+    collections.deque,
+    collections.defaultdict,
     collections.OrderedDict,
     collections.Counter,
-    collections.defaultdict,
-    collections.deque,
 )
-_TYPE_QUALNAME = type.__dict__["__qualname__"]
+"""The standard library's containers, read by their exact type (C code, or dict's own)."""
 _MAX_ARRAY_BYTES = 64 << 20
 """A larger array is not hashed while planning: unseen."""
 
@@ -62,7 +62,10 @@ def read_by_value(kind: Any) -> bool:
     one is data, not an object whose class is code."""
     if not isinstance(kind, type):
         return False
-    if any(kind is k for k in (*_BY_REPR, *_WITH_ZONE, *_CONTAINERS, slice, types.SimpleNamespace)):
+    if any(
+        kind is k
+        for k in (*_BY_REPR, *_WITH_ZONE, *LIBRARY_CONTAINERS, slice, types.SimpleNamespace)
+    ):
         return True
     numpy, module = sys.modules.get("numpy"), TYPE_MODULE.__get__(kind, type)
     return numpy is not None and type(module) is str and module == "numpy"
@@ -85,7 +88,7 @@ def library_text(value: Any, render: Render) -> str | None:
     if kind is slice:
         bounds = [render(value.start), render(value.stop), render(value.step)]
         return None if None in bounds else f"<slice {','.join(bounds)}>"  # type: ignore[arg-type]
-    if any(kind is k for k in _CONTAINERS):
+    if any(kind is k for k in LIBRARY_CONTAINERS):
         return _container_text(value, kind, render)
     if kind is types.SimpleNamespace:
         return _items_text("namespace", list(vars(value).items()), render)
@@ -155,5 +158,5 @@ def _text_subclass(value: Any, kind: type) -> str | None:
             fields, hidden = instance_fields(value)
             if fields or hidden:
                 return None  # state of its own: not the value alone
-            return f"<{_TYPE_QUALNAME.__get__(kind, type)} {read(value)!r}>"
+            return f"<{TYPE_QUALNAME.__get__(kind, type)} {read(value)!r}>"
     return None

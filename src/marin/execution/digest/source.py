@@ -115,12 +115,9 @@ def _not_followed(module: str, filename: str | None) -> bool:
     project's ``statistics.py`` is the project's."""
     top = module.partition(".")[0]
     if not top:  # code with no module name (``exec`` of a file into ``{}``): by its file alone
-        return (
-            filename is None
-            or _stdlib_file(filename)
-            or _in_site_folder(filename)
-            or (_engine_file(filename))
-        )  # (red team r41-1: it was never followed, so never compared)
+        # (red team r41-1: it was taken for library code, so never compared)
+        files = (_stdlib_file, _in_site_folder, _engine_file)
+        return filename is None or any(found(filename) for found in files)
     if top in _ENGINE:
         return True
     return top in sys.stdlib_module_names and _stdlib_file(filename or _loaded_file(top))
