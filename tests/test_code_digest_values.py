@@ -691,3 +691,67 @@ def test_an_import_inside_a_function_adds_nothing_only_this_process_can_see(
     clear_cache()
     unloaded = code_digest(project.load(hp=source)["hp"].gen)
     assert json.decoder is not None and unloaded.digest == loaded.digest, (loaded, unloaded)
+
+
+R47_STATE = [
+    ("PARSER = argparse.ArgumentParser()\nPARSER.add_argument('--lr', default=0.1)\n",
+     "vars(PARSER.parse_args([]))", ("0.1", "0.2")),
+    ("RNG = random.Random(1)\nRNG.seed(2)\n", "RNG.random()", ("seed(2)", "seed(3)")),
+    ("H = hashlib.sha256()\nH.update(b'salt-v1')\n", "H.copy().hexdigest()", ("v1", "v2")),
+    ("VAR = contextvars.ContextVar('v', default=3)\nVAR.set(4)\n", "VAR.get()", ("4", "5")),
+    ("P = argparse.ArgumentParser()\nP.add_argument_group('g').add_argument('--x', default=1)\n",
+     "vars(P.parse_args([]))", ("default=1", "default=2")),
+    ("FAST = True\nP = argparse.ArgumentParser()\nif FAST:\n    P.add_argument('--x')\n",
+     "vars(P.parse_args([]))", ("FAST = True", "FAST = False")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("state", "read", "edit"), R47_STATE)
+@pytest.mark.parametrize("where", ["own", "other"])
+def test_a_module_level_call_that_sets_a_library_objects_state_is_its_source(
+    project: Project, state: str, read: str, edit: tuple[str, str], where: str
+) -> None:
+    """Red team r47-1: ``PARSER.add_argument(...)``, ``RNG.seed(2)``, ``H.update(salt)`` at
+    module level change what the name holds after its statement (an attribute store did count):
+    a method call on a module-level name counts as its source, so does the ``if`` around it."""
+    imports = "import argparse, contextvars, hashlib, random\n"
+    step = f"\n\ndef gen(out_path):\n    return {read}\n"
+
+    def digest(text: str) -> object:
+        if where == "own":
+            return code_digest(project.load(pipe=imports + text + step)["pipe"].gen)
+        pipe = imports + "from {state} import *\n" + step  # (a star import of the holder)
+        return code_digest(project.load(state=imports + text, pipe=pipe)["pipe"].gen)
+
+    first = digest(state)
+    assert not code_drifted(first, digest(state))
+    assert code_drifted(first, digest(state.replace(*edit))), (state, edit)
+
+
+def test_a_project_function_a_module_level_call_hands_a_library_object_is_followed(
+    project: Project,
+) -> None:
+    """Red team r47-2: ``P.add_argument("--x", type=helpers.parse)`` keeps ``parse`` deep in
+    the parser's state, where the digest does not look; the call's source reads it, so it is
+    followed from there."""
+    pipe = """\
+    import argparse
+
+    import {helpers} as helpers
+
+    P = argparse.ArgumentParser()
+    P.add_argument("--x", type=helpers.parse)
+
+
+    def gen(out_path):
+        return vars(P.parse_args(["--x", "3"]))
+    """
+
+    def digest(body: str) -> object:
+        helpers = f"def parse(s):\n    return {body}\n"
+        return code_digest(project.load(helpers=helpers, pipe=pipe)["pipe"].gen)
+
+    first = digest("int(s) * 2")
+    assert first.unseen == [], first.unseen
+    assert not code_drifted(first, digest("int(s) * 2"))
+    assert code_drifted(first, digest("int(s) * 3"))

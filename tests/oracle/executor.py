@@ -127,7 +127,9 @@ class Executor:
         first = wanted[0].op
         cut = Script(self.script.model, self.script.lines[: self._cut[first]])
         cut.checks = [c for v, c in self._checks if v.op == first and v in wanted]
-        return cut.render()
+        # what was seen comes first: a failure message shows only the start of the script
+        seen = "".join(f"# {line}\n" for v in wanted for line in str(v).splitlines())
+        return seen + cut.render()
 
     def event(self, name: str) -> None:
         self.adopt_events[name] = self.adopt_events.get(name, 0) + 1

@@ -62,13 +62,23 @@ from typing import Any, Generic, TypeVar, cast
 from marin.execution.digest.instance import (
     PARTIAL_FUNC,
     TYPE_DICT,
-    TYPE_MODULE,
     TYPE_MRO,
     TYPE_QUALNAME,
     bound_objects,
     carried_field,
+    class_module,
     instance_fields,
+    is_class,
+    one_of,
     unwrapped,
+)
+from marin.execution.digest.library_names import (
+    bound_at_module_level,
+    import_chain,
+    imported_from,
+    is_project_class,
+    library_identity,
+    library_modules,
 )
 from marin.execution.digest.library_values import (
     LIBRARY_CONTAINERS,
@@ -84,6 +94,7 @@ from marin.execution.digest.source import (
     VALUE,
     References,
     SourceIndex,
+    absolute_module,
     assignment_source,
     bound_earlier,
     clear_source_cache,
@@ -324,15 +335,6 @@ _PARTIAL_ARGS = functools.partial.__dict__["args"]
 _PARTIAL_KEYWORDS = functools.partial.__dict__["keywords"]
 
 
-def _is_class(obj: Any) -> bool:
-    return issubclass(type(obj), type)
-
-
-def _class_module(cls: type) -> str:
-    value = TYPE_MODULE.__get__(cls, type)
-    return value if type(value) is str else ""
-
-
 def _static_attr(cls: type, attr: str) -> Any:
     """``attr`` as the class (or a base) stores it: a descriptor is not called."""
     for klass in TYPE_MRO.__get__(cls, type):
@@ -387,7 +389,7 @@ def _user_callable(run: Any) -> Any:
             inner = run.__dict__.get("wrapped_fn", run)
         else:
             name = _static_attr(kind, "wraps_field")
-            engine = _class_module(kind).startswith("marin.")
+            engine = class_module(kind).startswith("marin.")
             inner = object.__getattribute__(run, name) if engine and type(name) is str else run
         if inner is run:
             break
@@ -396,7 +398,7 @@ def _user_callable(run: Any) -> Any:
 
 
 def _is_code(obj: Any) -> bool:
-    return type(obj) is types.FunctionType or _is_class(obj)
+    return type(obj) is types.FunctionType or is_class(obj)
 
 
 def _callee(obj: Any) -> Any:
@@ -407,7 +409,7 @@ def _callee(obj: Any) -> Any:
     kind = type(obj)
     if obj is None or issubclass(kind, types.ModuleType) or kind is types.BuiltinFunctionType:
         return None
-    if _class_module(kind) not in ("builtins", "types"):
+    if class_module(kind) not in ("builtins", "types"):
         return kind  # an instance (a configured model object): its class is its code
     return None
 
@@ -419,7 +421,7 @@ def _where(obj: Any) -> tuple[str, str, str, Mapping[str, Any]]:
         module = obj.__module__
         return (module if type(module) is str else "", code.co_filename, code.co_qualname,
                 obj.__globals__)  # fmt: skip
-    module = _class_module(obj)
+    module = class_module(obj)
     qualname = TYPE_QUALNAME.__get__(obj, type)
     if module == "builtins" and vars(builtins).get(qualname) is not obj:
         # Made by ``exec`` of a file into ``{}`` (red team r44-3): its methods know the file.
@@ -497,13 +499,13 @@ def _find(obj: Any) -> _Found | None:
     if filename.startswith("<"):
         return _Found(_unknown_part(qualname, filename, 0, f"defined at run time ({filename})"), ())
     if not is_project_module(module, filename):
-        return _patched_library_class(obj) if _is_class(obj) else None
+        return _patched_library_class(obj) if is_class(obj) else None
     file = display_path(filename)
     first = obj.__code__.co_firstlineno if type(obj) is types.FunctionType else 0
     index = source_index(filename)
     if isinstance(index, str):
         return _Found(_unknown_part(qualname, file, first, index), ())
-    if _is_class(obj) and qualname not in index.classes and _made_by_namedtuple(obj):
+    if is_class(obj) and qualname not in index.classes and _made_by_namedtuple(obj):
         return _patched_library_class(obj)  # ``NT = namedtuple("NT", "a b")``: no source
     syntax = _syntax(obj, qualname, index)
     if syntax is None:
@@ -521,7 +523,7 @@ def _find(obj: Any) -> _Found | None:
         held_values, held_code = _function_state(qualname, obj)
         constants += held_values
         callees += held_code
-    if _is_class(obj):
+    if is_class(obj):
         class_values, held = _class_state(obj, qualname, index, syntax)
         constants += class_values
         callees += held
@@ -613,7 +615,7 @@ def _class_values(
     file = _where(cls)[1]
     for name, value in TYPE_DICT.__get__(cls, type).items():
         dunder = name.startswith("__") and name.endswith("__")
-        if _one_of(type(value), _WEAK_REGISTRIES):  # however it was made
+        if one_of(type(value), _WEAK_REGISTRIES):  # however it was made
             held.append(_weak_registry(f"{qualname}.{name}"))
         function = _unwrap(_method_function(value))
         if type(function) is types.FunctionType:  # ``Model.compute = _compute``: its code
@@ -647,7 +649,7 @@ def _abc_registered(cls: type) -> str:
     except (AttributeError, TypeError):  # not an ``abc.ABCMeta`` class after all
         return "?"
     classes = (ref() for ref in registry)
-    return ",".join(sorted(TYPE_QUALNAME.__get__(c, type) for c in classes if _is_class(c)))
+    return ",".join(sorted(TYPE_QUALNAME.__get__(c, type) for c in classes if is_class(c)))
 
 
 def _assigned_onto(function: types.FunctionType, qualname: str, decorated: bool, file: str) -> bool:
@@ -761,19 +763,10 @@ def _local_imports(
     definition's ``package`` (red team r28-3: ``from .cfg import BASE`` was never compared). A
     project module that is not imported in this process (kept off the driver) is unseen, so
     the step's code is unknown."""
-    bound = {name: _imported(_absolute(module, package), attr) for name, module, attr in imports}
+    bound = {
+        name: _imported(absolute_module(module, package), attr) for name, module, attr in imports
+    }
     return {k: v for k, v in bound.items() if v is not _MISSING}
-
-
-def _absolute(module: str, package: Any) -> str:
-    """``module`` made absolute against ``package`` (its module's ``__package__``); as it is
-    when it cannot be (no package, or above the top level: unseen)."""
-    if not module.startswith(".") or not isinstance(package, str) or not package:
-        return module
-    try:
-        return importlib.util.resolve_name(module, package)
-    except ValueError:
-        return module
 
 
 def _imported(module: str, attr: str | None) -> Any:
@@ -790,12 +783,6 @@ def _imported(module: str, attr: str | None) -> Any:
     members = module_namespace(found)
     inner = members.get(attr, _MISSING) if members is not None else _MISSING
     return sys.modules.get(f"{module}.{attr}", _MISSING) if inner is _MISSING else inner
-
-
-def _one_of(kind: type, kinds: tuple[type, ...]) -> bool:
-    """``kind in kinds`` by identity: ``in`` compares with ``==``, which runs the ``__eq__`` of
-    a user's metaclass (a subclass of ``type`` is asked first)."""
-    return any(kind is k for k in kinds)
 
 
 _CONTAINERS = (dict, list, tuple, set, frozenset)
@@ -816,7 +803,7 @@ def _skipped(kind: type) -> bool:
     """Plain data, or a value of the engine's own (``OUT``, a handle): no project code."""
     if id(kind) in _SKIPPED:
         return True
-    if _class_module(kind).startswith("marin."):
+    if class_module(kind).startswith("marin."):
         _SKIPPED[id(kind)] = kind
         return True
     return False
@@ -858,7 +845,7 @@ def _in_container(obj: Any) -> list[Any] | None:
                     _Unseen(f"<module {(module_namespace(item) or {}).get('__name__')}>", why)
                 )
             else:  # an instance (``MODELS = {"a": Model()}``)
-                if _carries(item) or _is_project_class(type(item)):  # ``[Box()]``: its fields
+                if _carries(item) or is_project_class(type(item)):  # ``[Box()]``: its fields
                     found.append(_Carried(item))
                 code = _callee(item)
                 found += [code, *_wrapped_chain(item)] if code is not None else _wrapped_chain(item)
@@ -901,7 +888,7 @@ def _plain_text(
     budget[0] -= 1
     if budget[0] < 0 or depth > 50:
         return None
-    if _one_of(kind, _PLAIN):
+    if one_of(kind, _PLAIN):
         return float_text(value) if kind is float else repr(value)
     if issubclass(kind, types.ModuleType):
         name = (module_namespace(value) or {}).get("__name__")
@@ -924,7 +911,7 @@ def _plain_text(
     if dataclasses.is_dataclass(kind) and "__dataclass_fields__" in kind.__dict__:
         text = _dataclass_text(value, budget, depth, holes)
         return _hole(value, holes) if text is None else text
-    if _one_of(kind, _CONTAINERS):
+    if one_of(kind, _CONTAINERS):
         items = [*value.items()] if kind is dict else [*value]
         texts = [_plain_text(item, budget, depth + 1, holes) for item in items]
         if None in texts:
@@ -945,7 +932,7 @@ def _hole(value: Any, holes: list[str] | None) -> str | None:
         return None
     kind = type(value)
     what = TYPE_QUALNAME.__get__(kind, type)
-    if _carries(value) or _is_project_class(kind):
+    if _carries(value) or is_project_class(kind):
         return f"<held {what}>"
     holes.append(what)
     return f"<unread {what}>"
@@ -1023,7 +1010,7 @@ def _nodes(obj: Any, qualname: str, index: SourceIndex) -> list[Any]:
     line, a class defined in two branches), the one holding where its code is (red team r39-1:
     hashed together, a swap of one for the other was no change); else all of them, hashed
     together: over-eager, never blind."""
-    if _is_class(obj):
+    if is_class(obj):
         classes = list(index.classes.get(qualname, []))
         own = [c for c in _method_codes(obj) if c.co_qualname.startswith(qualname + ".")]
         lines = [c.co_firstlineno for c in own]
@@ -1126,7 +1113,7 @@ def _resolve_all(
         name = ".".join(chain)
         constants += _module_doc(name, chain, namespace, closure)  # ``__doc__`` read (r25-3)
         obj, rest = _head(chain, namespace, closure)
-        constants += _library_modules(chain, obj, rest, index, namespace, chain[0] not in closure)
+        constants += library_modules(chain, obj, rest, index, namespace, chain[0] not in closure)
         if obj is _MISSING:  # a builtin, a local or a name not yet bound
             if "__subclasses__" in chain:
                 obj = _Unseen(name, "it lists the subclasses of a class known at run time only")
@@ -1139,7 +1126,7 @@ def _resolve_all(
         elif _DYNAMIC_FUNCTIONS.get(id(obj), _MISSING) is obj:  # an alias too: `g = getattr`
             why = "it refers to a function that looks code up by a name (getattr, eval, ...)"
             obj = _Unseen(name, why)
-        elif _one_of(type(obj), _WEAK_REGISTRIES):
+        elif one_of(type(obj), _WEAK_REGISTRIES):
             obj = _weak_registry(name)
         held = _in_container(obj)  # also a literal: `TOKENIZERS = {}` is filled at import
         if held is None:
@@ -1151,7 +1138,7 @@ def _resolve_all(
         owner_index, owner_name, owner_scope = owner
         if owner_index is None:
             continue
-        identity = _library_identity(obj, owner_index, owner_name, owner_scope)
+        identity = library_identity(obj, owner_index, owner_name, owner_scope)
         constants += [f"{name}=={identity}"] if identity else []
         if owner_index.dynamic:  # ``exec(...)``, ``globals().update(d)``: one part per module
             why = "its module binds names known at run time only (exec, globals().update)"
@@ -1164,143 +1151,6 @@ def _resolve_all(
         bindings = _bindings(name, owner_index, owner_name, owner_scope, index, seen)
         _merge(bindings, constants, callees)
     return constants, list(callees.values())
-
-
-def _import_chain(
-    owner: SourceIndex, imported: tuple[str, str]
-) -> Iterator[tuple[SourceIndex, Mapping[str, Any], str]]:
-    """The project modules a ``from m import name`` reaches, hop by hop (``layers`` importing
-    it from ``ops`` in turn), each with its namespace and the name it binds there."""
-    seen = {id(owner)}
-    for _ in range(20):  # a cycle of imports ends somewhere
-        module = sys.modules.get(imported[0])
-        other, scope = module_index(module), module_namespace(module)
-        if other is None or scope is None or id(other) in seen:
-            return
-        seen.add(id(other))
-        yield other, scope, imported[1]
-        following = _imported_from(other, imported[1], scope)
-        if following is None:
-            return
-        imported = following
-
-
-def _imported_from(
-    index: SourceIndex, name: str, namespace: Mapping[str, Any]
-) -> tuple[str, str] | None:
-    """Where a module's ``name`` is imported from: ``from m import name``, ``from .m import
-    name`` (against the module's package: red team r45-3), or the last ``from m import *``
-    whose module has it (r45-2); None when the module binds it itself."""
-    if name in index.imports:
-        return index.imports[name]
-    if name in index.relative_imports:
-        module, original = index.relative_imports[name]
-        return _absolute(module, namespace.get("__package__")), original
-    for module_name in reversed(index.star_imports):
-        module_name = _absolute(module_name, namespace.get("__package__"))
-        if name in (module_namespace(sys.modules.get(module_name)) or {}):
-            return module_name, name
-    return None
-
-
-def _bound_at_module_level(index: SourceIndex, name: str, namespace: Mapping[str, Any]) -> bool:
-    """Whether a module's own top-level statements bind ``name``: an import inside a function
-    resolves only where its module is loaded (the driver, not an isolated process), so what it
-    names must not be in a digest the two compare."""
-    top_level = (index.sources, index.constants, index.imports, index.relative_imports)
-    return any(name in bound for bound in top_level) or (
-        _imported_from(index, name, namespace) is not None
-    )
-
-
-def _library_modules(
-    chain: tuple[str, ...],
-    obj: Any,
-    rest: tuple[str, ...],
-    index: SourceIndex,
-    namespace: Mapping[str, Any],
-    head: bool,
-) -> list[str]:
-    """Which library module a project module's name holds along a reference (``import numpy
-    as xp`` in ``backend``, read as ``backend.xp.sqrt`` or ``from backend import xp``: red team
-    r46-3), by its name: what decides it may be no statement the digest reads. Not a name the
-    reading module imports from a library by its own statement (its line says which)."""
-    position = len(chain) - len(rest)
-    held = _library_module(obj) if head else ""
-    if held and chain[0] not in index.modules and _set_by_project(index, chain[0], namespace):
-        return [f"{chain[0]}=={held}"]
-    for attr in rest:
-        members = module_namespace(obj) if module_index(obj) is not None else None
-        if members is None:
-            return []
-        obj = members.get(attr, _MISSING)
-        position += 1
-        if _library_module(obj):
-            return [f"{'.'.join(chain[:position])}=={_library_module(obj)}"]
-    return []
-
-
-def _library_module(obj: Any) -> str:
-    """``<module numpy>`` for a module that is not the project's; "" for anything else."""
-    if not issubclass(type(obj), types.ModuleType) or module_index(obj) is not None:
-        return ""
-    name = (module_namespace(obj) or {}).get("__name__")
-    return f"<module {name}>" if type(name) is str else ""
-
-
-def _library_identity(
-    obj: Any, owner: SourceIndex, owner_name: str, namespace: Mapping[str, Any]
-) -> str | None:
-    """Which library function or class a project module's name holds (``act = F.gelu`` in a
-    branch, a star import, a re-export: red team r43), by its module and name: what decides it
-    may be no statement the digest reads. None for the project's code (a part of its own) and
-    for a name its own module imports from a library (``from math import floor``: its line
-    says which)."""
-    kind = type(obj)
-    if _one_of(kind, _DESCRIPTORS):  # ``str.upper``: its class's and its own name (r44-1)
-        owner_class = obj.__objclass__
-        module, qualname = _class_module(owner_class), f"{owner_class.__qualname__}.{obj.__name__}"
-    elif _is_ufunc(obj):  # ``np.floor``
-        module, qualname = "numpy", obj.__name__
-    elif kind is types.BuiltinFunctionType:
-        module, qualname = obj.__module__, obj.__qualname__
-    elif kind is types.FunctionType:
-        module, qualname = obj.__module__, obj.__code__.co_qualname
-        if is_project_module(module if type(module) is str else "", obj.__code__.co_filename):
-            return None
-    elif _is_class(obj):
-        module, qualname = _class_module(obj), TYPE_QUALNAME.__get__(obj, type)
-        if _is_project_class(obj):
-            return None
-    else:
-        return None
-    if type(module) is not str or not _set_by_project(owner, owner_name, namespace):
-        return None
-    return f"<library {module}.{qualname}>"
-
-
-def _set_by_project(index: SourceIndex, name: str, namespace: Mapping[str, Any]) -> bool:
-    """Whether a module's top-level statements bind ``name`` other than by importing it from
-    a library (``from math import floor``: that line says which): a project module's import,
-    a star import, an assignment. Not an import inside a function either: it resolves only
-    where its module is loaded (the driver, not an isolated process)."""
-    imported = index.imports.get(name)
-    if imported is not None and not is_project_name(imported[0]):
-        return False
-    return _bound_at_module_level(index, name, namespace)
-
-
-_DESCRIPTORS = (
-    types.MethodDescriptorType,
-    types.WrapperDescriptorType,
-    types.ClassMethodDescriptorType,
-)
-"""A C class's methods read from the class (``str.upper``)."""
-
-
-def _is_ufunc(obj: Any) -> bool:
-    numpy = sys.modules.get("numpy")
-    return numpy is not None and type(obj) is numpy.ufunc
 
 
 def _bindings(
@@ -1322,9 +1172,9 @@ def _bindings(
         constants.append(f"{name}:=" + "|".join(source))
         reads, callees = _assigned_reads(owner, owner_name, namespace, index, seen)
         constants += reads
-    imported = _imported_from(owner, owner_name, namespace)
+    imported = imported_from(owner, owner_name, namespace)
     if imported is not None and not (owner is index and owner_name in seen):
-        for other, scope, other_name in _import_chain(owner, imported):  # a re-export: r44-2
+        for other, scope, other_name in import_chain(owner, imported):  # a re-export: r44-2
             source = assignment_source(other, other_name)  # ``act = math.floor``: r42-1
             constants += [f"{name}:=" + "|".join(source)] if source else []
             reads, more = _assigned_reads(other, other_name, scope, index, seen)
@@ -1424,8 +1274,8 @@ def _instance_state(name: str, obj: Any, depth: int = 0) -> tuple[list[str], lis
     made the instance counts by its source. Read as ``instance_fields`` reads: no user code
     runs."""
     kind = type(obj)
-    project = _is_project_class(kind)
-    if depth > 4 or _is_class(obj) or not (project or (depth == 0 and _has_fields(kind))):
+    project = is_project_class(kind)
+    if depth > 4 or is_class(obj) or not (project or (depth == 0 and _has_fields(kind))):
         return [], []
     fields, hidden = instance_fields(obj)
     constants: list[str] = []
@@ -1472,7 +1322,7 @@ def _carried_state(name: str, obj: Any) -> tuple[list[str], list[Any]]:
     constants: list[str] = []
     callees: list[Any] = []
     for layer in unwrapped(obj)[0]:
-        if layer.is_method and not _is_class(layer.owner):
+        if layer.is_method and not is_class(layer.owner):
             fields, code = _instance_state(f"{name}.<self>", layer.owner)
             constants += fields
             callees += code
@@ -1529,13 +1379,8 @@ def _module_field(label: str, value: Any) -> list[Any]:
 
 def _has_fields(kind: type) -> bool:
     """A library's class whose instances may hold the project's code (not a C type's)."""
-    module = _class_module(kind)
+    module = class_module(kind)
     return module.partition(".")[0] not in ("builtins", "types", "marin", "")
-
-
-def _is_project_class(kind: type) -> bool:
-    module = _class_module(kind)
-    return bool(module) and is_project_module(module, module_file(sys.modules.get(module)))
 
 
 _WEAK_REGISTRIES = (weakref.WeakKeyDictionary, weakref.WeakValueDictionary, weakref.WeakSet)
@@ -1556,7 +1401,7 @@ def _module_value(
     (``SourceIndex.filled``: red team r37). What the value holds that cannot be read is unseen
     (r36-2: ``{}``'s source was all a ``register()`` call left to compare)."""
     by_value = counts_by_value(index, owner_name)
-    if by_value and not _bound_at_module_level(index, owner_name, namespace):
+    if by_value and not bound_at_module_level(index, owner_name, namespace):
         # An import inside the function: what this process has loaded, which another (an
         # isolated one) may not have: plain data only, as both can read it.
         text = _plain_text(obj, [_MAX_CONTAINER], 0)
@@ -1618,7 +1463,7 @@ def _follow(
                 hook = members.get("__getattr__") if found is not None else None
                 return (hook if type(hook) is types.FunctionType else obj), (None, attr, {}), []
             owner_index, owner_name, owner_scope, obj = found, attr, members, inner
-        elif _is_class(obj):
+        elif is_class(obj):
             if attr == "__subclasses__":
                 return obj, (None, attr, {}), _subclasses(obj)
             inner = _static_attr(obj, attr)
@@ -1640,7 +1485,7 @@ def _held_module(obj: Any, attr: str) -> Any:
     read as ``instance_fields`` reads (no user code runs); else None."""
     if type(obj) is types.FunctionType:
         inner = obj.__dict__.get(attr)
-    elif _is_project_class(type(obj)):
+    elif is_project_class(type(obj)):
         inner = instance_fields(obj)[0].get(attr)
     else:
         return None
@@ -1673,7 +1518,7 @@ def _wrapped_chain(obj: Any) -> list[Any]:
     ``functools.update_wrapper``), read without running user code (``carried_field``)."""
     found: list[Any] = []
     for _ in range(100):  # a cycle of wrappers ends somewhere
-        if type(obj) is types.FunctionType or _is_class(obj) or type(obj) is _Unseen:
+        if type(obj) is types.FunctionType or is_class(obj) or type(obj) is _Unseen:
             break
         inner = carried_field(obj, "__wrapped__")
         if inner is None or any(inner is f for f in found):
@@ -1696,7 +1541,7 @@ def _head(
         why = "it lists the subclasses of a class known at run time only"
         return _Unseen("<class>.__subclasses__()", why), ()
     if head == IMPORT:  # a relative name is its module's package's (red team r33-4)
-        module = _absolute(chain[1], namespace.get("__package__"))
+        module = absolute_module(chain[1], namespace.get("__package__"))
         if DYNAMIC not in module:
             return _imported(module, None), chain[2:]
         package = module.partition(".")[0]
@@ -1739,7 +1584,7 @@ def _dynamic_target(name: str, obj: Any, how: str = DYNAMIC) -> Any:
     members = module_namespace(obj)
     if members is not None:
         project = module_index(obj) is not None
-    elif _one_of(type(obj), _HOLDERS):
+    elif one_of(type(obj), _HOLDERS):
         project = True
     else:
         code = _callee(obj)
@@ -1807,7 +1652,7 @@ def _found(obj: Any) -> _Found | None:
         reason = f"its digest failed ({type(exc).__name__})"
         warn_once(f"{name}: {reason}")
         result = _Found(_unknown_part(name, "?", 0, reason), ())
-    if not (_is_class(obj) and (result is None or result.part.name.endswith(_PATCHED))):
+    if not (is_class(obj) and (result is None or result.part.name.endswith(_PATCHED))):
         _PARTS.put(obj, _NOT_FOLLOWED if result is None else result)  # (a library class may
     return result  # be patched later: read again)
 
@@ -1824,9 +1669,9 @@ def _name_of(obj: Any) -> str:
     """A function's or class's qualified name (else its type's), read without running code."""
     if type(obj) is types.FunctionType:
         return str(obj.__code__.co_qualname)
-    if _one_of(type(obj), _C_FUNCTIONS):  # their names are C-level slots
+    if one_of(type(obj), _C_FUNCTIONS):  # their names are C-level slots
         return str(obj.__qualname__)
-    return str(TYPE_QUALNAME.__get__(obj if _is_class(obj) else type(obj), type))
+    return str(TYPE_QUALNAME.__get__(obj if is_class(obj) else type(obj), type))
 
 
 def _walk(root: Any, wrappers: list[Any]) -> Iterator[tuple[CodePart, str | None]]:
@@ -1948,7 +1793,7 @@ def _root_digest(fn: Any, objects: list[Any], extra: tuple[Any, ...] = ()) -> Co
         layers = _layers(outer)
         root = _innermost(outer)  # the step's own function names the digest
         wrappers = [layer for layer in layers if layer is not root]
-        held = [obj if _is_class(obj) else _ObjectState(obj) for obj in objects]
+        held = [obj if is_class(obj) else _ObjectState(obj) for obj in objects]
         digest = _digest_of(root, wrappers + held + [*extra])  # a classmethod's class: followed
         if not objects:
             _cache(outer, extra, digest)

@@ -126,3 +126,20 @@ def carried_field(obj: Any, name: str) -> Any:
             members = slot.__get__(obj, klass)
             return members.get(name) if type(members) is dict else None
     return None
+
+
+def is_class(obj: Any) -> bool:
+    """Whether ``obj`` is a class (its metaclass's ``__instancecheck__`` does not run)."""
+    return issubclass(type(obj), type)
+
+
+def class_module(cls: type) -> str:
+    """The module a class names as its own (``""`` when that is not a string)."""
+    value = TYPE_MODULE.__get__(cls, type)
+    return value if type(value) is str else ""
+
+
+def one_of(kind: type, kinds: tuple[type, ...]) -> bool:
+    """``kind in kinds`` by identity: ``in`` compares with ``==``, which runs the ``__eq__`` of
+    a user's metaclass (a subclass of ``type`` is asked first)."""
+    return any(kind is k for k in kinds)

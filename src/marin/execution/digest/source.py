@@ -12,6 +12,7 @@ import ast
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import inspect
 import io
 import linecache
@@ -358,7 +359,8 @@ def _index_statements(body: list[ast.stmt], index: SourceIndex) -> None:
                 for name in _target_names(item.optional_vars) if item.optional_vars else ():
                     _index_computed(name, statement, index)
         if isinstance(statement, ast.If | ast.While):  # which branch binds it (red team r44-2)
-            for name in _bound_in(statement.body + statement.orelse):
+            block = statement.body + statement.orelse
+            for name in _bound_in(block) | (_receivers_in(block) - index.modules.keys()):
                 _add_source(index, name, statement.test)
         if isinstance(statement, _BLOCKS):
             if isinstance(statement, ast.For | ast.AsyncFor):  # its target: computed
@@ -392,6 +394,32 @@ def _bound_in(body: list[ast.stmt]) -> set[str]:
         if not isinstance(node, ast.Lambda):
             todo.extend(ast.iter_child_nodes(node))
     return names
+
+
+def _receiver(call: ast.Call) -> str | None:
+    """The name whose method a call runs (``PARSER.add_argument(...)``, ``RNG.seed(2)``,
+    ``P.add_argument_group("g").add_argument(...)``): at module level, such a call may change
+    the value that name holds after its statement, so it counts as that name's source."""
+    node: ast.AST = call.func
+    if not isinstance(node, ast.Attribute):
+        return None
+    while isinstance(node, ast.Attribute | ast.Subscript | ast.Call):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _receivers_in(body: list[ast.stmt]) -> set[str]:
+    """The names whose methods the module-level statements of a block call (``_receiver``)."""
+    found: set[str] = set()
+    todo: list[ast.AST] = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Call):
+            receiver = _receiver(node)
+            found.update([receiver] if receiver is not None else [])
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            todo.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def _index_computed(name: str, node: ast.AST, index: SourceIndex) -> None:
@@ -458,6 +486,9 @@ def _index_expressions(statement: ast.stmt, index: SourceIndex) -> None:
         elif isinstance(node, ast.Call):
             for name in _call_bindings(node, index, statement):
                 _index_binding(name, statement, index)
+            receiver = _receiver(node)
+            if receiver is not None and receiver not in index.modules:
+                _add_source(index, receiver, node)  # ``PARSER.add_argument(...)``: red team r47
         elif (
             isinstance(node, ast.Subscript)
             and isinstance(node.ctx, ast.Store)
@@ -1208,3 +1239,14 @@ def clear_source_cache() -> None:
     _site_folders.cache_clear()
     _project_root.cache_clear()
     display_path.cache_clear()
+
+
+def absolute_module(module: str, package: Any) -> str:
+    """``module`` made absolute against ``package`` (its module's ``__package__``); as it is
+    when it cannot be (no package, or above the top level: unseen)."""
+    if not module.startswith(".") or not isinstance(package, str) or not package:
+        return module
+    try:
+        return importlib.util.resolve_name(module, package)
+    except ValueError:
+        return module

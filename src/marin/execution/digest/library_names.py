@@ -1,0 +1,171 @@
+"""Which library object or module a project module's name holds, and where it was imported from.
+
+A project's name can hold a library function, class or module (``act = F.gelu`` in a branch,
+``import numpy as xp`` in a backend module, a star import, a re-export through several modules):
+what decides which may be no statement the code digest reads, so ``code.py`` compares the held
+object by its module and name. A name a module imports from a library by its own statement
+(``from math import floor``) keeps that line instead: the line says which. Only names a module's
+top-level statements bind count: an import inside a function resolves only where its module is
+loaded (the driver, not an isolated process).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from marin.execution.digest.instance import TYPE_QUALNAME, class_module, is_class, one_of
+from marin.execution.digest.source import (
+    SourceIndex,
+    absolute_module,
+    is_project_module,
+    is_project_name,
+    module_file,
+    module_index,
+    module_namespace,
+)
+
+
+def is_project_class(kind: type) -> bool:
+    """Whether a class is defined by the project (not a library's, not the engine's)."""
+    module = class_module(kind)
+    return bool(module) and is_project_module(module, module_file(sys.modules.get(module)))
+
+
+def import_chain(
+    owner: SourceIndex, imported: tuple[str, str]
+) -> Iterator[tuple[SourceIndex, Mapping[str, Any], str]]:
+    """The project modules a ``from m import name`` reaches, hop by hop (``layers`` importing
+    it from ``ops`` in turn), each with its namespace and the name it binds there."""
+    seen = {id(owner)}
+    for _ in range(20):  # a cycle of imports ends somewhere
+        module = sys.modules.get(imported[0])
+        other, scope = module_index(module), module_namespace(module)
+        if other is None or scope is None or id(other) in seen:
+            return
+        seen.add(id(other))
+        yield other, scope, imported[1]
+        following = imported_from(other, imported[1], scope)
+        if following is None:
+            return
+        imported = following
+
+
+def imported_from(
+    index: SourceIndex, name: str, namespace: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """Where a module's ``name`` is imported from: ``from m import name``, ``from .m import
+    name`` (against the module's package: red team r45-3), or the last ``from m import *``
+    whose module has it (r45-2); None when the module binds it itself."""
+    if name in index.imports:
+        return index.imports[name]
+    if name in index.relative_imports:
+        module, original = index.relative_imports[name]
+        return absolute_module(module, namespace.get("__package__")), original
+    for module_name in reversed(index.star_imports):
+        module_name = absolute_module(module_name, namespace.get("__package__"))
+        if name in (module_namespace(sys.modules.get(module_name)) or {}):
+            return module_name, name
+    return None
+
+
+def bound_at_module_level(index: SourceIndex, name: str, namespace: Mapping[str, Any]) -> bool:
+    """Whether a module's own top-level statements bind ``name``: an import inside a function
+    resolves only where its module is loaded (the driver, not an isolated process), so what it
+    names must not be in a digest the two compare."""
+    top_level = (index.sources, index.constants, index.imports, index.relative_imports)
+    return any(name in bound for bound in top_level) or (
+        imported_from(index, name, namespace) is not None
+    )
+
+
+def set_by_project(index: SourceIndex, name: str, namespace: Mapping[str, Any]) -> bool:
+    """Whether a module's top-level statements bind ``name`` other than by importing it from
+    a library (``from math import floor``: that line says which): a project module's import,
+    a star import, an assignment. Not an import inside a function either: it resolves only
+    where its module is loaded (the driver, not an isolated process)."""
+    imported = index.imports.get(name)
+    if imported is not None and not is_project_name(imported[0]):
+        return False
+    return bound_at_module_level(index, name, namespace)
+
+
+def library_modules(
+    chain: tuple[str, ...],
+    obj: Any,
+    rest: tuple[str, ...],
+    index: SourceIndex,
+    namespace: Mapping[str, Any],
+    head: bool,
+) -> list[str]:
+    """Which library module a project module's name holds along a reference (``import numpy
+    as xp`` in ``backend``, read as ``backend.xp.sqrt`` or ``from backend import xp``: red team
+    r46-3), by its name: what decides it may be no statement the digest reads. Not a name the
+    reading module imports from a library by its own statement (its line says which)."""
+    position = len(chain) - len(rest)
+    held = _library_module(obj) if head else ""
+    if held and chain[0] not in index.modules and set_by_project(index, chain[0], namespace):
+        return [f"{chain[0]}=={held}"]
+    for attr in rest:
+        members = module_namespace(obj) if module_index(obj) is not None else None
+        if members is None:
+            return []
+        obj = members.get(attr)
+        position += 1
+        if _library_module(obj):
+            return [f"{'.'.join(chain[:position])}=={_library_module(obj)}"]
+    return []
+
+
+def _library_module(obj: Any) -> str:
+    """``<module numpy>`` for a module that is not the project's; "" for anything else."""
+    if not issubclass(type(obj), types.ModuleType) or module_index(obj) is not None:
+        return ""
+    name = (module_namespace(obj) or {}).get("__name__")
+    return f"<module {name}>" if type(name) is str else ""
+
+
+def library_identity(
+    obj: Any, owner: SourceIndex, owner_name: str, namespace: Mapping[str, Any]
+) -> str | None:
+    """Which library function or class a project module's name holds (``act = F.gelu`` in a
+    branch, a star import, a re-export: red team r43), by its module and name: what decides it
+    may be no statement the digest reads. None for the project's code (a part of its own) and
+    for a name its own module imports from a library (``from math import floor``: its line
+    says which)."""
+    kind = type(obj)
+    if one_of(kind, _DESCRIPTORS):  # ``str.upper``: its class's and its own name (r44-1)
+        owner_class = obj.__objclass__
+        module, qualname = class_module(owner_class), f"{owner_class.__qualname__}.{obj.__name__}"
+    elif _is_ufunc(obj):  # ``np.floor``
+        module, qualname = "numpy", obj.__name__
+    elif kind is types.BuiltinFunctionType:
+        module, qualname = obj.__module__, obj.__qualname__
+    elif kind is types.FunctionType:
+        module, qualname = obj.__module__, obj.__code__.co_qualname
+        if is_project_module(module if type(module) is str else "", obj.__code__.co_filename):
+            return None
+    elif is_class(obj):
+        module, qualname = class_module(obj), TYPE_QUALNAME.__get__(obj, type)
+        if is_project_class(obj):
+            return None
+    else:
+        return None
+    if type(module) is not str or not set_by_project(owner, owner_name, namespace):
+        return None
+    return f"<library {module}.{qualname}>"
+
+
+_DESCRIPTORS = (
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.ClassMethodDescriptorType,
+)
+"""A C class's methods read from the class (``str.upper``)."""
+
+
+def _is_ufunc(obj: Any) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and type(obj) is numpy.ufunc
