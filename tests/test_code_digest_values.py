@@ -635,6 +635,7 @@ def test_a_match_case_a_star_import_and_a_relative_re_export_are_followed(
         return code_digest(importlib.import_module(f"{package}.pipe").gen)
 
     first = digest("digits", "float16")
+    assert first.unseen == [], first.unseen
     assert not code_drifted(first, digest("digits", "float16"))
     assert code_drifted(first, digest("numbers", "float16"))
     assert code_drifted(first, digest("digits", "float32"))
@@ -663,6 +664,7 @@ def test_a_match_guard_a_relative_star_import_and_a_library_module_alias_are_fol
         return code_digest(importlib.import_module(f"{package}.pipe").gen)
 
     first = digest("True", "float16", "math")
+    assert first.unseen == [], first.unseen  # nothing changed DT after its statement: r46-4
     assert not code_drifted(first, digest("True", "float16", "math"))
     assert code_drifted(first, digest("False", "float16", "math"))
     assert code_drifted(first, digest("True", "float32", "math"))
@@ -755,3 +757,88 @@ def test_a_project_function_a_module_level_call_hands_a_library_object_is_follow
     assert first.unseen == [], first.unseen
     assert not code_drifted(first, digest("int(s) * 2"))
     assert code_drifted(first, digest("int(s) * 3"))
+
+
+@pytest.mark.parametrize("init", ["from .impl import *\n", "from .impl import act\n"])
+def test_a_library_function_a_package_re_exports_is_compared_not_unseen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, init: str
+) -> None:
+    """Red team r46-4: ``act = np.floor`` re-exported by a package ``__init__`` (a relative
+    import, star or not) was read by value, as if a later statement had changed it, so it was
+    unseen ("changed after its statement holds ufunc"): it is followed to its statement."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def digest(act: str) -> Any:
+        package, folder = _dtype_package(tmp_path, init, "float16")
+        (folder / "pkg" / "impl.py").write_text(f"import numpy as np\n\nact = np.{act}\n")
+        (folder / "pipe.py").write_text(
+            f"from {package}.pkg import act\n\n\ndef gen(out_path):\n    return act(1.5)\n"
+        )
+        return code_digest(importlib.import_module(f"{package}.pipe").gen)
+
+    first = digest("floor")
+    assert first.unseen == [], first.unseen
+    assert not code_drifted(first, digest("floor"))
+    assert code_drifted(first, digest("ceil"))
+
+
+def test_a_registry_of_library_functions_filled_by_calls_is_compared(project: Project) -> None:
+    """Red team r44-4: ``reg("floor", math.floor)`` filled a registry a step reads with C
+    functions the digest could not read, so the step was never compared ("changed after its
+    statement"); one its module holds under its own name compares by that name. A bound
+    method of a library object (``random.random``) holds that object's state: still unseen."""
+    source = """\
+    import math
+    import random
+
+    import numpy as np
+
+    REG = dict()
+
+
+    def reg(name, f):
+        REG[name] = f
+
+
+    reg("act", math.{act})
+    reg("u", np.{act})
+    reg("m", str.upper)
+    {extra}
+
+
+    def gen(out_path):
+        return REG["act"](1.5), REG["u"](1.5)
+    """
+
+    def digest(act: str, extra: str = "") -> Any:
+        return code_digest(project.load(hp=source.format(act=act, extra=extra))["hp"].gen)
+
+    first = digest("floor")
+    assert first.unseen == [], first.unseen
+    assert not code_drifted(first, digest("floor"))
+    assert code_drifted(first, digest("ceil"))
+    bound = digest("floor", 'reg("r", random.random)')
+    assert len(bound.unseen) == 1 and "REG" in bound.unseen[0], bound.unseen
+
+
+def test_a_class_type_makes_is_not_said_to_be_edited(project: Project) -> None:
+    """Red team r45-4: ``Dyn = type("Dyn", (), {...})`` has no ``class`` statement, which
+    read as "edited since it was imported?" with nothing edited; its statement counts."""
+    helpers = "def fwd(x):\n    return x * {k}\n"
+    pipe = """\
+    import {helpers} as helpers
+
+    Dyn = type("Dyn", (), {{"forward": staticmethod(helpers.fwd)}})
+
+
+    def gen(out_path):
+        return Dyn().forward(2)
+    """
+
+    def digest(k: int) -> Any:
+        return code_digest(project.load(helpers=helpers.format(k=k), pipe=pipe)["pipe"].gen)
+
+    first = digest(2)
+    assert len(first.unseen) == 1 and "not by a class statement" in first.unseen[0], first.unseen
+    assert "edited" not in first.unseen[0]
+    assert code_drifted(first, digest(3))

@@ -74,8 +74,8 @@ from marin.execution.digest.instance import (
 )
 from marin.execution.digest.library_names import (
     bound_at_module_level,
+    c_object_text,
     import_chain,
-    imported_from,
     is_project_class,
     library_identity,
     library_modules,
@@ -104,6 +104,7 @@ from marin.execution.digest.source import (
     display_path,
     dump,
     first_line,
+    imported_from,
     is_project_module,
     is_project_name,
     module_file,
@@ -509,7 +510,8 @@ def _find(obj: Any) -> _Found | None:
         return _patched_library_class(obj)  # ``NT = namedtuple("NT", "a b")``: no source
     syntax = _syntax(obj, qualname, index)
     if syntax is None:
-        reason = SOURCE_EDITED
+        made = is_class(obj) and qualname not in index.classes and qualname in index.sources
+        reason = MADE_BY_A_CALL if made else SOURCE_EDITED  # ``type("Dyn", ...)``: r45-4
         return _Found(_unknown_part(qualname, file, first, reason), ())
     # What the names refer to is resolved for each object: closures of one code differ.
     local = _local_imports(syntax.imports, namespace.get("__package__"))
@@ -921,6 +923,7 @@ def _plain_text(
         ordered = sorted(texts) if kind is set or kind is frozenset else texts  # type: ignore[type-var]
         return f"{kind.__name__}[{','.join(ordered)}]"  # type: ignore[arg-type]
     text = library_text(value, lambda inner: _plain_text(inner, budget, depth + 1, holes))
+    text = c_object_text(value) if text is None else text
     return _hole(value, holes) if text is None else text
 
 
@@ -999,6 +1002,10 @@ def _cell(cell: Any) -> Any:
 SOURCE_EDITED = "its source does not match the running code (edited since it was imported?)"
 """Why a part is unknown whose file no longer holds the code that runs (``code_check`` reads
 it as a change: the process that imported it runs other code than the file now says)."""
+MADE_BY_A_CALL = (
+    "a class made by a call (type(...)), not by a class statement: the statement making it"
+    " counts by its source"
+)
 
 
 def _unknown_part(name: str, file: str, line: int, reason: str) -> CodePart:
@@ -1400,11 +1407,13 @@ def _module_value(
     source, and by its value too when a function puts what it is called with there
     (``SourceIndex.filled``: red team r37). What the value holds that cannot be read is unseen
     (r36-2: ``{}``'s source was all a ``register()`` call left to compare)."""
-    by_value = counts_by_value(index, owner_name)
+    by_value = counts_by_value(index, owner_name, namespace)
     if by_value and not bound_at_module_level(index, owner_name, namespace):
         # An import inside the function: what this process has loaded, which another (an
-        # isolated one) may not have: plain data only, as both can read it.
-        text = _plain_text(obj, [_MAX_CONTAINER], 0)
+        # isolated one) may not have: plain data only, as both can read it (not a library's
+        # C function: ``from json.decoder import scanstring`` resolves only where it is loaded).
+        library = c_object_text(obj) is not None
+        text = None if library else _plain_text(obj, [_MAX_CONTAINER], 0)
         return ([f"{name}=={text}"] if text is not None else []), []
     if by_value:
         return _by_value(name, obj)

@@ -16,10 +16,10 @@ import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from marin.execution.digest.instance import TYPE_QUALNAME, class_module, is_class, one_of
+from marin.execution.digest.instance import TYPE_DICT, TYPE_QUALNAME, class_module, is_class, one_of
 from marin.execution.digest.source import (
     SourceIndex,
-    absolute_module,
+    imported_from,
     is_project_module,
     is_project_name,
     module_file,
@@ -51,24 +51,6 @@ def import_chain(
         if following is None:
             return
         imported = following
-
-
-def imported_from(
-    index: SourceIndex, name: str, namespace: Mapping[str, Any]
-) -> tuple[str, str] | None:
-    """Where a module's ``name`` is imported from: ``from m import name``, ``from .m import
-    name`` (against the module's package: red team r45-3), or the last ``from m import *``
-    whose module has it (r45-2); None when the module binds it itself."""
-    if name in index.imports:
-        return index.imports[name]
-    if name in index.relative_imports:
-        module, original = index.relative_imports[name]
-        return absolute_module(module, namespace.get("__package__")), original
-    for module_name in reversed(index.star_imports):
-        module_name = absolute_module(module_name, namespace.get("__package__"))
-        if name in (module_namespace(sys.modules.get(module_name)) or {}):
-            return module_name, name
-    return None
 
 
 def bound_at_module_level(index: SourceIndex, name: str, namespace: Mapping[str, Any]) -> bool:
@@ -136,13 +118,9 @@ def library_identity(
     for a name its own module imports from a library (``from math import floor``: its line
     says which)."""
     kind = type(obj)
-    if one_of(kind, _DESCRIPTORS):  # ``str.upper``: its class's and its own name (r44-1)
-        owner_class = obj.__objclass__
-        module, qualname = class_module(owner_class), f"{owner_class.__qualname__}.{obj.__name__}"
-    elif _is_ufunc(obj):  # ``np.floor``
-        module, qualname = "numpy", obj.__name__
-    elif kind is types.BuiltinFunctionType:
-        module, qualname = obj.__module__, obj.__qualname__
+    named = _c_name(obj)
+    if named is not None:
+        module, qualname = named
     elif kind is types.FunctionType:
         module, qualname = obj.__module__, obj.__code__.co_qualname
         if is_project_module(module if type(module) is str else "", obj.__code__.co_filename):
@@ -156,6 +134,39 @@ def library_identity(
     if type(module) is not str or not set_by_project(owner, owner_name, namespace):
         return None
     return f"<library {module}.{qualname}>"
+
+
+def c_object_text(obj: Any) -> str | None:
+    """``<library math.floor>`` for a C function, a ufunc or a C class's method that its own
+    module holds under its own name (a registry filled with ``register("floor", math.floor)``:
+    red team r44-4), so which one it is compares; None for anything else (a bound method of
+    an object, ``random.random``, holds that object's state)."""
+    named = _c_name(obj)
+    if named is None or type(named[0]) is not str or type(named[1]) is not str:
+        return None
+    module, qualname = named
+    held: Any = module_namespace(sys.modules.get(module))
+    for part in qualname.split("."):
+        if type(held) is dict:
+            held = held.get(part)
+        elif is_class(held):
+            held = TYPE_DICT.__get__(held, type).get(part)
+        else:
+            return None
+    return f"<library {module}.{qualname}>" if held is obj else None
+
+
+def _c_name(obj: Any) -> tuple[Any, Any] | None:
+    """A C function's, a ufunc's or a C class's method's module and qualified name."""
+    kind = type(obj)
+    if one_of(kind, _DESCRIPTORS):  # ``str.upper``: its class's and its own name (r44-1)
+        owner_class = obj.__objclass__
+        return class_module(owner_class), f"{owner_class.__qualname__}.{obj.__name__}"
+    if _is_ufunc(obj):  # ``np.floor``
+        return "numpy", obj.__name__
+    if kind is types.BuiltinFunctionType:
+        return obj.__module__, obj.__qualname__
+    return None
 
 
 _DESCRIPTORS = (

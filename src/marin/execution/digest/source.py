@@ -26,6 +26,7 @@ import threading
 import tokenize
 import tomllib
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -1157,34 +1158,46 @@ def constant_source(index: SourceIndex, name: str) -> list[str] | None:
     return values
 
 
-def counts_by_value(index: SourceIndex, name: str) -> bool:
+def imported_from(
+    index: SourceIndex, name: str, namespace: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """Where a module's ``name`` is imported from: ``from m import name``, ``from .m import
+    name`` (against the module's package: red team r45-3), or the last ``from m import *``
+    whose module has it (r45-2); None when the module binds it itself."""
+    if name in index.imports:
+        return index.imports[name]
+    if name in index.relative_imports:
+        module, original = index.relative_imports[name]
+        return absolute_module(module, namespace.get("__package__")), original
+    for module_name in reversed(index.star_imports):
+        module_name = absolute_module(module_name, namespace.get("__package__"))
+        if name in (module_namespace(sys.modules.get(module_name)) or {}):
+            return module_name, name
+    return None
+
+
+def counts_by_value(index: SourceIndex, name: str, namespace: Mapping[str, Any]) -> bool:
     """Whether the plain value of the module-level ``name`` counts (read at lowering, so a
     later ``LIMITS["a"] = 5``, ``A, B = 5, 3``, ``setattr`` or ``global`` is seen): a name of
     the project, not a dunder (``__file__`` differs by host), and not assigned a computed value
     (``START = time.time()`` differs in every process: its source counts). Follows ``from m
-    import name`` and star imports to the module that assigns it; another package's is not the
-    project's (its version is the environment's)."""
+    import name``, relative and star imports (``namespace``: the module's, for its package) to
+    the module that assigns it; another package's is not the project's (its version is the
+    environment's)."""
     for _ in range(20):  # a cycle of imports ends somewhere
         if (name.startswith("__") and name.endswith("__")) or name in index.assigned:
             return False
         if name in index.constants:
             return True
-        if name in index.imports:
-            module_name, name = index.imports[name]
-        else:
-            stars = [m for m in reversed(index.star_imports) if name in _namespace_of(m)]
-            if not stars:
-                return True  # set by a statement other than an assignment (setattr, a global)
-            module_name = stars[0]
-        other = module_index(sys.modules.get(module_name))
-        if other is None:
+        imported = imported_from(index, name, namespace)
+        if imported is None:
+            return True  # set by a statement other than an assignment (setattr, a global)
+        module = sys.modules.get(imported[0])
+        other, scope = module_index(module), module_namespace(module)
+        if other is None or scope is None:
             return False
-        index = other
+        index, name, namespace = other, imported[1], scope
     return False
-
-
-def _namespace_of(module_name: str) -> dict[str, Any]:
-    return module_namespace(sys.modules.get(module_name)) or {}
 
 
 def assignment_source(index: SourceIndex, name: str) -> list[str] | None:
