@@ -568,6 +568,13 @@ PINNED: dict[str, Pinned] = {
         "built from the data as it is; a partial attempt or a job made before the change is "
         "not resumed (tests/reliability/test_adoption_no_cascade.py)",
     ),
+    "a-library-object-a-module-level-call-configures-is-served-after-an-edit": Pinned(
+        "wrong-artifact:other",
+        History(chain(4), (Run(WARN), EditCode(2, True), Run(WARN))),
+        "arranged (s2's REV is a ConfigParser its read_string call fills: REV_SHAPES)",
+        "red team r47-1: an edit of a module-level call configuring a library object "
+        "(`REV.read_string(...)`) was no code drift: s2, then s3, served as current",
+    ),
 }
 
 ON_AN_ENGINE = Pinned(
