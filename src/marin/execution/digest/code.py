@@ -27,7 +27,8 @@ Computed once per function object per process (``code_digest`` caches by the obj
 pipeline of 100,000 steps sharing one ``fn`` parses it once. The fields of the object a bound
 method or callable instance carries are a part of its own, read at each call (by the closure
 rule: ``instance.py``), so a digest holds their values at lowering. Where the source is and what its
-normalised syntax is comes from ``code_source.py``; comparing two digests, from
+normalised syntax is comes from ``source.py``; a value's text, from ``value_text.py``; which
+library object a name holds, from ``library_names.py``; comparing two digests, from
 ``code_drift.py``.
 """
 
@@ -39,7 +40,6 @@ import builtins
 import collections
 import contextlib
 import dataclasses
-import enum
 import functools
 import hashlib
 import importlib
@@ -60,16 +60,16 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
 from marin.execution.digest.instance import (
-    PARTIAL_FUNC,
     TYPE_DICT,
-    TYPE_MRO,
     TYPE_QUALNAME,
     bound_objects,
     carried_field,
+    carries,
     class_module,
     instance_fields,
     is_class,
     one_of,
+    static_attr,
     unwrapped,
 )
 from marin.execution.digest.library_names import (
@@ -82,8 +82,6 @@ from marin.execution.digest.library_names import (
 )
 from marin.execution.digest.library_values import (
     LIBRARY_CONTAINERS,
-    float_text,
-    library_text,
     read_by_value,
 )
 from marin.execution.digest.source import (
@@ -115,6 +113,7 @@ from marin.execution.digest.source import (
     split_definition,
     warn_once,
 )
+from marin.execution.digest.value_text import CONTAINERS, PLAIN, plain_text
 
 SCHEME = "ast11"
 """Stored with every digest; a record of another scheme compares as unknown, never as drift.
@@ -332,17 +331,6 @@ class _Found:
 # falls back to ``obj.__class__``, which resolves a lazy proxy), and attributes come from the
 # C-level slots of functions, methods, partials and classes, never through ``getattr``.
 _TYPE_BASES = type.__dict__["__bases__"]
-_PARTIAL_ARGS = functools.partial.__dict__["args"]
-_PARTIAL_KEYWORDS = functools.partial.__dict__["keywords"]
-
-
-def _static_attr(cls: type, attr: str) -> Any:
-    """``attr`` as the class (or a base) stores it: a descriptor is not called."""
-    for klass in TYPE_MRO.__get__(cls, type):
-        namespace = TYPE_DICT.__get__(klass, type)
-        if attr in namespace:
-            return namespace[attr]
-    return _MISSING
 
 
 def _unwrap(obj: Any) -> Any:
@@ -389,7 +377,7 @@ def _user_callable(run: Any) -> Any:
         if kind is types.FunctionType:
             inner = run.__dict__.get("wrapped_fn", run)
         else:
-            name = _static_attr(kind, "wraps_field")
+            name = static_attr(kind, "wraps_field", _MISSING)
             engine = class_module(kind).startswith("marin.")
             inner = object.__getattribute__(run, name) if engine and type(name) is str else run
         if inner is run:
@@ -556,7 +544,7 @@ def _function_state(qualname: str, function: types.FunctionType) -> tuple[list[s
     ]  # fmt: skip
     for key, value in values:
         label = f"{qualname}.{key}"
-        text = _plain_text(value, [_MAX_CONTAINER], 0)
+        text = plain_text(value, [_MAX_CONTAINER], 0)
         callees += _module_field(label, value)
         if text is not None:
             constants.append(f"{label}=={text}")
@@ -630,7 +618,7 @@ def _class_values(
             constants.append(f"<class>registered=={_abc_registered(cls)}")
             continue
         held += _module_field(f"{qualname}.{name}", value)
-        text = _plain_text(value, [_MAX_CONTAINER], 0)
+        text = plain_text(value, [_MAX_CONTAINER], 0)
         if text is not None:
             constants += [f"<class>{name}=={text}"] if name not in computed else []
             held += _in_container(value) or []
@@ -787,15 +775,13 @@ def _imported(module: str, attr: str | None) -> Any:
     return sys.modules.get(f"{module}.{attr}", _MISSING) if inner is _MISSING else inner
 
 
-_CONTAINERS = (dict, list, tuple, set, frozenset)
-_HOLDERS = (*_CONTAINERS, *LIBRARY_CONTAINERS, types.SimpleNamespace)
+_HOLDERS = (*CONTAINERS, *LIBRARY_CONTAINERS, types.SimpleNamespace)
 _DEFAULT_FACTORY = collections.defaultdict.__dict__["default_factory"]
-_PLAIN = (str, int, float, bool, type(None), bytes, complex)
 _HOLDER_IDS = frozenset(id(kind) for kind in _HOLDERS)
-_PLAIN_IDS = frozenset(id(kind) for kind in _PLAIN)
+_PLAIN_IDS = frozenset(id(kind) for kind in PLAIN)
 """By identity (no ``__hash__`` or ``__eq__`` of a user's metaclass runs), for the hot loops."""
 _SEQUENCE_IDS = frozenset(id(kind) for kind in (list, tuple))
-_SKIPPED: dict[int, type] = {id(kind): kind for kind in _PLAIN}
+_SKIPPED: dict[int, type] = {id(kind): kind for kind in PLAIN}
 """Plain data's classes and the engine's met so far, by identity (each kept alive here, so its
 id is never another's): a handle among a step's ``deps`` is skipped without reading its
 module again."""
@@ -847,7 +833,7 @@ def _in_container(obj: Any) -> list[Any] | None:
                     _Unseen(f"<module {(module_namespace(item) or {}).get('__name__')}>", why)
                 )
             else:  # an instance (``MODELS = {"a": Model()}``)
-                if _carries(item) or is_project_class(type(item)):  # ``[Box()]``: its fields
+                if carries(item) or is_project_class(type(item)):  # ``[Box()]``: its fields
                     found.append(_Carried(item))
                 code = _callee(item)
                 found += [code, *_wrapped_chain(item)] if code is not None else _wrapped_chain(item)
@@ -866,7 +852,7 @@ def _closure_values(
     for name, value in closure.items():
         if value is _MISSING:
             continue
-        text = _plain_text(value, [_MAX_CONTAINER], 0)
+        text = plain_text(value, [_MAX_CONTAINER], 0)
         if text is None:
             what = TYPE_QUALNAME.__get__(type(value), type)
             why = f"{holder} holds a {what} ({name}): a run-time value, not compared"
@@ -874,113 +860,6 @@ def _closure_values(
         else:
             constants.append(f"<{kind}>{name}={text}")
     return constants, opaque
-
-
-def _plain_text(
-    value: Any, budget: list[int], depth: int, holes: list[str] | None = None
-) -> str | None:
-    """A canonical text of plain data (exact builtin types, containers of them, a dict's keys in
-    their order, the standard library's and numpy's values: ``library_values``), functions and
-    classes (by qualified name), modules and partials of plain arguments; None for anything
-    else, or past 100,000 items or 50 levels. Reads only exact types: no user code runs.
-    With ``holes``, a value it cannot read is a hole, not a reason to give up: an instance of
-    the project, a partial or a bound method (its state is a part of its own: ``_in_container``)
-    and any other, whose type is added to ``holes`` (not compared)."""
-    kind = type(value)
-    budget[0] -= 1
-    if budget[0] < 0 or depth > 50:
-        return None
-    if one_of(kind, _PLAIN):
-        return float_text(value) if kind is float else repr(value)
-    if issubclass(kind, types.ModuleType):
-        name = (module_namespace(value) or {}).get("__name__")
-        return f"<module {name if type(name) is str else '?'}>"
-    if issubclass(kind, functools.partial):
-        func = _plain_text(PARTIAL_FUNC.__get__(value, kind), budget, depth + 1, holes)
-        args = _plain_text(_PARTIAL_ARGS.__get__(value, kind), budget, depth + 1, holes)
-        keywords = _plain_text(_PARTIAL_KEYWORDS.__get__(value, kind), budget, depth + 1, holes)
-        ok = None not in (func, args, keywords)
-        return f"<partial {func} {args} {keywords}>" if ok else _hole(value, holes)
-    if _is_code(value):  # by name only: the module a runner imports a file as may differ
-        return f"<code {_where(value)[2]}>"  # (its code is a part of its own, named by file)
-    if issubclass(kind, enum.Enum):  # ``REGISTRY[Size.S] = 0.1``: by name (red team r35-1)
-        name = object.__getattribute__(value, "_name_")
-        return f"<enum {kind.__qualname__}.{name}>" if type(name) is str else None
-    if issubclass(kind, tuple) and kind is not tuple:  # a named tuple's fields (red team r37-5)
-        text = _namedtuple_text(value, budget, depth, holes)
-        if text is not None:
-            return text
-    if dataclasses.is_dataclass(kind) and "__dataclass_fields__" in kind.__dict__:
-        text = _dataclass_text(value, budget, depth, holes)
-        return _hole(value, holes) if text is None else text
-    if one_of(kind, _CONTAINERS):
-        items = [*value.items()] if kind is dict else [*value]
-        texts = [_plain_text(item, budget, depth + 1, holes) for item in items]
-        if None in texts:
-            return None
-        # A dict in its key order (code iterates it: ``for layer in LAYERS``); a set sorted
-        # (its order is the hash seed's, another in every process).
-        ordered = sorted(texts) if kind is set or kind is frozenset else texts  # type: ignore[type-var]
-        return f"{kind.__name__}[{','.join(ordered)}]"  # type: ignore[arg-type]
-    text = library_text(value, lambda inner: _plain_text(inner, budget, depth + 1, holes))
-    text = c_object_text(value) if text is None else text
-    return _hole(value, holes) if text is None else text
-
-
-def _hole(value: Any, holes: list[str] | None) -> str | None:
-    """``value``'s place in a text with ``holes`` (None without): a project instance, a partial
-    or a bound method, whose state ``_in_container`` makes a part of its own, is held; any
-    other value is not read, and its type is added to ``holes``."""
-    if holes is None:
-        return None
-    kind = type(value)
-    what = TYPE_QUALNAME.__get__(kind, type)
-    if _carries(value) or is_project_class(kind):
-        return f"<held {what}>"
-    holes.append(what)
-    return f"<unread {what}>"
-
-
-def _dataclass_text(
-    value: Any, budget: list[int], depth: int, holes: list[str] | None
-) -> str | None:
-    """A dataclass instance of plain fields (a registry's key ``Spec("s", 1)``), read from its
-    ``__dict__`` without running its code; None when a field is not plain or not there."""
-    kind = type(value)
-    try:
-        held = object.__getattribute__(value, "__dict__")
-    except AttributeError:  # a slotted dataclass
-        return None
-    fields = kind.__dict__["__dataclass_fields__"]
-    if type(held) is not dict or not held.keys() <= fields.keys():
-        return None  # state beyond its fields (``__post_init__``'s): not plain
-    texts = []
-    for name in fields:
-        text = _plain_text(held.get(name, _MISSING), budget, depth + 1, holes)
-        if text is None:
-            return None
-        texts.append(f"{name}={text}")
-    return f"<{kind.__qualname__} {','.join(texts)}>"
-
-
-def _namedtuple_text(
-    value: Any, budget: list[int], depth: int, holes: list[str] | None
-) -> str | None:
-    """A named tuple holding its fields alone, by their names and values (read through
-    ``tuple``'s own iterator); None for any other tuple subclass."""
-    kind = type(value)
-    fields = _static_attr(kind, "_fields")
-    if type(fields) is not tuple or not all(type(name) is str for name in fields):
-        return None
-    state, hidden = instance_fields(value)
-    items = [*tuple.__iter__(value)]
-    if state or hidden or len(items) != len(fields):
-        return None
-    texts = [_plain_text(item, budget, depth + 1, holes) for item in items]
-    if None in texts:
-        return None
-    named = ",".join(f"{name}={text}" for name, text in zip(fields, texts, strict=True))
-    return f"<{TYPE_QUALNAME.__get__(kind, type)} {named}>"
 
 
 def _made_by_namedtuple(cls: Any) -> bool:
@@ -1298,7 +1177,7 @@ def _instance_state(name: str, obj: Any, depth: int = 0) -> tuple[list[str], lis
         callees += ([code] if code is not None else []) + _wrapped_chain(value)
         callees += _in_container(value) or []
         callees += _module_field(label, value)
-        text = _plain_text(value, [_MAX_CONTAINER], 0)
+        text = plain_text(value, [_MAX_CONTAINER], 0)
         dunder = key.startswith("__") and key.endswith("__")
         if project and text is not None and not dunder:
             constants.append(f"{label}=={text}")  # (``__module__``: the name it was loaded as)
@@ -1317,11 +1196,6 @@ def _held_state(name: str, obj: Any, target: Any) -> tuple[list[str], list[Any]]
     return _carried_state(name, obj)
 
 
-def _carries(obj: Any) -> bool:
-    kind = type(obj)
-    return issubclass(kind, functools.partial) or kind is types.MethodType
-
-
 def _carried_state(name: str, obj: Any) -> tuple[list[str], list[Any]]:
     """What a partial or bound method held at module level carries besides its code (``P =
     partial(f, cfg.K)``, ``G = make().get``): each partial's arguments and each bound object's
@@ -1335,7 +1209,7 @@ def _carried_state(name: str, obj: Any) -> tuple[list[str], list[Any]]:
             callees += code
         for key, value in layer.arguments:
             label = f"{name}.<partial {key}>"
-            text = _plain_text(value, [_MAX_CONTAINER], 0)
+            text = plain_text(value, [_MAX_CONTAINER], 0)
             if text is not None:
                 constants.append(f"{label}=={text}")
                 callees += _in_container(value) or []
@@ -1356,7 +1230,7 @@ class _Carried:
 
 def _carried_part(holder: Any) -> _Found:
     name = _name_of(_unwrap(holder))
-    carried = _carried_state if _carries(holder) else _instance_state
+    carried = _carried_state if carries(holder) else _instance_state
     constants, callees = carried(name, holder)
     constants.sort()
     held = sha("\n".join(constants))[:_STATEMENT_CHARS] if constants else ""
@@ -1413,7 +1287,7 @@ def _module_value(
         # isolated one) may not have: plain data only, as both can read it (not a library's
         # C function: ``from json.decoder import scanstring`` resolves only where it is loaded).
         library = c_object_text(obj) is not None
-        text = None if library else _plain_text(obj, [_MAX_CONTAINER], 0)
+        text = None if library else plain_text(obj, [_MAX_CONTAINER], 0)
         return ([f"{name}=={text}"] if text is not None else []), []
     if by_value:
         return _by_value(name, obj)
@@ -1429,7 +1303,7 @@ def _by_value(name: str, obj: Any) -> tuple[list[str], list[Any]]:
     """``name==value`` of a module-level value; what it holds that cannot be read makes it
     unseen (red team r36-2), its plain items still compared."""
     unread: list[str] = []
-    text = _plain_text(obj, [_MAX_CONTAINER], 0, unread)
+    text = plain_text(obj, [_MAX_CONTAINER], 0, unread)
     if text is not None and not unread:
         return [f"{name}=={text}"], []
     what = ", ".join(sorted(set(unread))) or f"over {_MAX_CONTAINER} items"
@@ -1475,7 +1349,7 @@ def _follow(
         elif is_class(obj):
             if attr == "__subclasses__":
                 return obj, (None, attr, {}), _subclasses(obj)
-            inner = _static_attr(obj, attr)
+            inner = static_attr(obj, attr, _MISSING)
             dynamic = _DYNAMIC_FUNCTIONS.get(id(inner), _MISSING) is inner
             held = module_index(inner) is not None  # ``setattr(Ctx, "mod", helpers)``
             if inner is _MISSING or not (dynamic or held or _is_code(_unwrap(inner))):

@@ -143,3 +143,18 @@ def one_of(kind: type, kinds: tuple[type, ...]) -> bool:
     """``kind in kinds`` by identity: ``in`` compares with ``==``, which runs the ``__eq__`` of
     a user's metaclass (a subclass of ``type`` is asked first)."""
     return any(kind is k for k in kinds)
+
+
+def static_attr(cls: type, attr: str, default: Any) -> Any:
+    """``attr`` as the class (or a base) stores it: a descriptor is not called."""
+    for klass in TYPE_MRO.__get__(cls, type):
+        namespace = TYPE_DICT.__get__(klass, type)
+        if attr in namespace:
+            return namespace[attr]
+    return default
+
+
+def carries(obj: Any) -> bool:
+    """A partial or a bound method: it carries arguments or an object besides its code."""
+    kind = type(obj)
+    return issubclass(kind, functools.partial) or kind is types.MethodType
