@@ -842,3 +842,45 @@ def test_a_class_type_makes_is_not_said_to_be_edited(project: Project) -> None:
     assert len(first.unseen) == 1 and "not by a class statement" in first.unseen[0], first.unseen
     assert "edited" not in first.unseen[0]
     assert code_drifted(first, digest(3))
+
+
+@pytest.mark.parametrize(
+    ("state", "read"),
+    [
+        ("BUF = bytearray(3)\n\n\ndef _fill():\n    BUF[0] = {v}\n", "bytes(BUF)"),
+        ("A = array.array('i', [0])\n\n\ndef _fill():\n    A[0] = {v}\n", "A[0]"),
+        ("CM = collections.ChainMap({{}}, {{'k': 0}})\n\n\ndef _fill():\n    CM['k'] = {v}\n",
+         "CM['k']"),
+        ("U = collections.UserList()\n\n\ndef _fill():\n    U.append({v})\n", "U[0]"),
+    ],
+)  # fmt: skip
+def test_a_container_a_function_fills_at_import_is_read_by_value(
+    project: Project, state: str, read: str
+) -> None:
+    """Red team r49-2: a ``bytearray``, ``array.array``, ``ChainMap`` or ``UserList`` a function
+    fills at import was neither compared nor unseen (a ``list`` filled so is read by value)."""
+    head = "import array\nimport collections\n\n"
+    step = f"\n\n_fill()\n\n\ndef gen(out_path):\n    return {read}\n"
+
+    def digest(v: int) -> Any:
+        source = head + state.format(v=v) + step
+        return code_digest(project.load(hp=source.replace("{", "{{").replace("}", "}}"))["hp"].gen)
+
+    first = digest(202)
+    assert first.unseen == [], first.unseen
+    assert not code_drifted(first, digest(202))
+    assert code_drifted(first, digest(203))
+
+
+def test_a_module_made_at_run_time_is_unseen(project: Project) -> None:
+    """Red team r49-1: ``sys.modules["m"] = types.ModuleType("m")`` and ``m.K = 2`` in a
+    project module: a module with no file read as a library's, so ``K`` was compared nowhere."""
+    name = f"made_{uuid.uuid4().hex[:8]}"
+    maker = f"import sys, types\n\n_m = types.ModuleType({name!r})\n_m.K = 202\nsys.modules[{name!r}] = _m\n"
+    pipe = f"import {{maker}}\n\n\ndef gen(out_path):\n    import {name}\n\n    return {name}.K\n"
+    try:
+        modules = project.load(maker=maker.replace("{", "{{").replace("}", "}}"), pipe=pipe)
+        digest = code_digest(modules["pipe"].gen)
+    finally:
+        sys.modules.pop(name, None)
+    assert len(digest.unseen) == 1 and "made at run time" in digest.unseen[0], digest.unseen

@@ -105,6 +105,7 @@ from marin.execution.digest.source import (
     imported_from,
     is_project_module,
     is_project_name,
+    made_at_run_time,
     module_file,
     module_index,
     module_namespace,
@@ -1342,6 +1343,9 @@ def _follow(
         if members is not None:
             inner = members.get(attr, _MISSING)
             found = module_index(obj) if type(obj) is not types.SimpleNamespace else None
+            if found is None and made_at_run_time(obj):
+                why = "a module made at run time, with no file: what it holds is not compared"
+                return _Unseen(prefix, why), (None, attr, {}), []
             if inner is _MISSING:  # a module's ``__getattr__`` (PEP 562) decides: its code
                 hook = members.get("__getattr__") if found is not None else None
                 return (hook if type(hook) is types.FunctionType else obj), (None, attr, {}), []

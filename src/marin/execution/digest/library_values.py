@@ -10,6 +10,7 @@ that gives their value; a value none of them reads is unseen (``code.py``), neve
 
 from __future__ import annotations
 
+import array
 import collections
 import datetime
 import decimal
@@ -36,6 +37,7 @@ _BY_REPR: tuple[type, ...] = (
     datetime.timedelta,
     datetime.timezone,
     range,
+    bytearray,
     uuid.UUID,
     pathlib.PurePosixPath,
     pathlib.PureWindowsPath,
@@ -53,6 +55,14 @@ LIBRARY_CONTAINERS: tuple[type, ...] = (
     collections.Counter,
 )
 """The standard library's containers, read by their exact type (C code, or dict's own)."""
+_MAPPINGS: tuple[type, ...] = (
+    array.array,
+    collections.ChainMap,
+    collections.UserDict,
+    collections.UserList,
+)
+"""Containers a function may fill at import as it fills a list (red team r49-2): an array by
+its type code and bytes, the others by the maps or the data they keep."""
 _MAX_ARRAY_BYTES = 64 << 20
 """A larger array is not hashed while planning: unseen."""
 
@@ -64,7 +74,14 @@ def read_by_value(kind: Any) -> bool:
         return False
     if any(
         kind is k
-        for k in (*_BY_REPR, *_WITH_ZONE, *LIBRARY_CONTAINERS, slice, types.SimpleNamespace)
+        for k in (
+            *_BY_REPR,
+            *_WITH_ZONE,
+            *LIBRARY_CONTAINERS,
+            *_MAPPINGS,
+            slice,
+            types.SimpleNamespace,
+        )
     ):
         return True
     numpy, module = sys.modules.get("numpy"), TYPE_MODULE.__get__(kind, type)
@@ -92,6 +109,8 @@ def library_text(value: Any, render: Render) -> str | None:
         return _container_text(value, kind, render)
     if kind is types.SimpleNamespace:
         return _items_text("namespace", list(vars(value).items()), render)
+    if any(kind is k for k in _MAPPINGS):
+        return _mapping_text(value, kind, render)
     numpy = _numpy_text(value, kind)
     if numpy is not None:
         return numpy
@@ -108,6 +127,16 @@ def _container_text(value: Any, kind: type, render: Render) -> str | None:
         factory = render(value.default_factory)  # it runs on a missing key: code read by name
         return None if factory is None else f"{text}<factory {factory}>"
     return text
+
+
+def _mapping_text(value: Any, kind: type, render: Render) -> str | None:
+    if kind is array.array:
+        size = value.buffer_info()[1] * value.itemsize
+        if size > _MAX_ARRAY_BYTES:
+            return None
+        return f"<array {value.typecode} {hashlib.sha256(value.tobytes()).hexdigest()}>"
+    held = render(value.maps if kind is collections.ChainMap else value.data)
+    return None if held is None else f"<{kind.__name__} {held}>"
 
 
 def _items_text(name: str, items: list[tuple[Any, Any]], render: Render) -> str | None:

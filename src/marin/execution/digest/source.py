@@ -785,7 +785,8 @@ def computed_names(body: list[ast.stmt]) -> set[str]:
 
 
 _CONTAINER_CALLS = {"dict", "list", "set", "frozenset", "tuple", "OrderedDict", "defaultdict"}
-_CONTAINER_CALLS |= {"deque", "Counter", "SimpleNamespace"}
+_CONTAINER_CALLS |= {"deque", "Counter", "SimpleNamespace", "bytearray", "array", "ChainMap"}
+_CONTAINER_CALLS |= {"UserDict", "UserList"}
 
 
 def _is_literal(node: ast.expr) -> bool:
@@ -1230,6 +1231,17 @@ def module_namespace(module: Any) -> dict[str, Any] | None:
 
 
 _MODULE_DICT = vars(types.ModuleType)["__dict__"]
+
+
+def made_at_run_time(module: Any) -> bool:
+    """A module of the project's name with no file and no package path (``sys.modules["cfg"] =
+    types.ModuleType("cfg")``, then ``cfg.K = 2``: red team r49-1): what it holds was set by
+    code at run time, no source says what."""
+    namespace = module_namespace(module)
+    if namespace is None or module_file(module) or "__path__" in namespace:
+        return False
+    name = namespace.get("__name__")
+    return type(name) is str and name not in sys.builtin_module_names and is_project_name(name)
 
 
 def module_index(module: Any) -> SourceIndex | None:
