@@ -785,7 +785,7 @@ def computed_names(body: list[ast.stmt]) -> set[str]:
 
 
 _CONTAINER_CALLS = {"dict", "list", "set", "frozenset", "tuple", "OrderedDict", "defaultdict"}
-_CONTAINER_CALLS |= {"deque", "Counter", "SimpleNamespace", "bytearray", "array", "ChainMap"}
+_CONTAINER_CALLS |= {"deque", "Counter", "SimpleNamespace", "bytearray", "ChainMap"}
 _CONTAINER_CALLS |= {"UserDict", "UserList"}
 
 
@@ -796,8 +796,8 @@ def _is_literal(node: ast.expr) -> bool:
     if isinstance(node, ast.Call):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-        if name not in _CONTAINER_CALLS:
-            return False
+        if name not in _CONTAINER_CALLS and _chain(func) != ("array", "array"):
+            return False  # (not ``np.array(...)``: an array of another library is not read)
         rest = node.args[1:] if name == "defaultdict" else node.args  # its factory is code
         return all(_is_literal(a) for a in (*rest, *(k.value for k in node.keywords)))
     try:
