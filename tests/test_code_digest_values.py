@@ -884,3 +884,48 @@ def test_a_module_made_at_run_time_is_unseen(project: Project) -> None:
     finally:
         sys.modules.pop(name, None)
     assert len(digest.unseen) == 1 and "made at run time" in digest.unseen[0], digest.unseen
+
+
+def test_what_a_module_puts_into_builtins_is_followed_or_unseen(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r50-1: ``builtins.K = 202`` and ``builtins.abs = _abs`` in a project module,
+    read as bare names by a step: a function is followed, a value is unseen (it was neither)."""
+    import builtins
+
+    patch = "import builtins\n\nbuiltins.R50_K = 202\n\n\ndef _abs(x):\n    return x + {k}\n\n\nbuiltins.abs = _abs\n"
+    pipe = "import {patch}\n\n\ndef gen(out_path):\n    return R50_K, abs(1)\n"
+    monkeypatch.setattr(builtins, "abs", builtins.abs)  # restored after the test
+    monkeypatch.setattr(builtins, "R50_K", None, raising=False)
+
+    def digest(k: int) -> Any:
+        text = patch.replace("{k}", str(k))
+        return code_digest(project.load(patch=text, pipe=pipe)["pipe"].gen)
+
+    first = digest(1)
+    assert len(first.unseen) == 1 and "builtins.R50_K" in first.unseen[0], first.unseen
+    assert not code_drifted(first, digest(1))
+    assert code_drifted(first, digest(2))
+
+
+def test_a_project_module_imported_from_a_zip_is_unseen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r50-2: a project module imported from a zip archive: its functions were unseen,
+    but a value read from it was compared nowhere (taken for a library's)."""
+    import zipfile
+
+    name = f"zipped_{uuid.uuid4().hex[:8]}"
+    with zipfile.ZipFile(tmp_path / "lib.zip", "w") as archive:
+        archive.writestr(f"{name}.py", "K = 202\n")
+    (tmp_path / "pipe_zip.py").write_text(
+        f"import {name}\n\n\ndef gen(out_path):\n    return {name}.K\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "lib.zip"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        digest = code_digest(importlib.import_module("pipe_zip").gen)
+    finally:
+        sys.modules.pop(name, None)
+        sys.modules.pop("pipe_zip", None)
+    assert len(digest.unseen) == 1 and "cannot be read" in digest.unseen[0], digest.unseen

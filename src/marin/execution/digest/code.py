@@ -105,13 +105,13 @@ from marin.execution.digest.source import (
     imported_from,
     is_project_module,
     is_project_name,
-    made_at_run_time,
     module_file,
     module_index,
     module_namespace,
     sha,
     source_index,
     split_definition,
+    unreadable_module,
     warn_once,
 )
 from marin.execution.digest.value_text import CONTAINERS, PLAIN, plain_text
@@ -1343,8 +1343,9 @@ def _follow(
         if members is not None:
             inner = members.get(attr, _MISSING)
             found = module_index(obj) if type(obj) is not types.SimpleNamespace else None
-            if found is None and made_at_run_time(obj):
-                why = "a module made at run time, with no file: what it holds is not compared"
+            unreadable = unreadable_module(obj) if found is None else None
+            if unreadable is not None:
+                why = f"{unreadable}: what it holds is not compared"
                 return _Unseen(prefix, why), (None, attr, {}), []
             if inner is _MISSING:  # a module's ``__getattr__`` (PEP 562) decides: its code
                 hook = members.get("__getattr__") if found is not None else None
@@ -1439,7 +1440,37 @@ def _head(
     found = closure.get(head, _MISSING) if head in closure else namespace.get(head, _MISSING)
     if found is _MISSING:  # a builtin: only those that look code up by a name count
         found = _BUILTIN_HEADS.get(head, _MISSING)
+    if found is _MISSING:
+        found = _put_in_builtins(head)
     return found, chain[1:]
+
+
+_BUILTINS_AT_START = dict(vars(builtins))
+"""The builtins as the engine found them (the interpreter's, a notebook's)."""
+_BUILTIN_CONSTANTS = (None, True, False, Ellipsis, NotImplemented)
+
+
+def _put_in_builtins(name: str) -> Any:
+    """What a module put into ``builtins`` under ``name`` (``builtins.K = 2``, ``builtins.abs =
+    _abs``: red team r50-1): code is followed, any other value is unseen; ``_MISSING`` for the
+    interpreter's own (a C function or class, a constant, ``site``'s ``exit``), as the engine
+    found them, whichever was imported first."""
+    value = vars(builtins).get(name, _MISSING)
+    if value is _MISSING:
+        return _MISSING
+    kind = type(value)
+    own = (
+        kind is types.BuiltinFunctionType
+        or (is_class(value) and class_module(value) == "builtins")
+        or class_module(kind) == "_sitebuiltins"
+        or any(value is constant for constant in _BUILTIN_CONSTANTS)
+        or name.startswith("__")
+    )
+    if own and value is _BUILTINS_AT_START.get(name, _MISSING):
+        return _MISSING
+    if _callee(value) is not None and (_is_code(_unwrap(value)) or carries(value)):
+        return value
+    return _Unseen(f"builtins.{name}", "a value put into builtins at run time: not compared")
 
 
 _DYNAMIC_BUILTINS = {f.__name__: f for f in (getattr, globals, vars, eval, exec, __import__)}

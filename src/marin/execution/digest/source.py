@@ -1233,15 +1233,23 @@ def module_namespace(module: Any) -> dict[str, Any] | None:
 _MODULE_DICT = vars(types.ModuleType)["__dict__"]
 
 
-def made_at_run_time(module: Any) -> bool:
-    """A module of the project's name with no file and no package path (``sys.modules["cfg"] =
-    types.ModuleType("cfg")``, then ``cfg.K = 2``: red team r49-1): what it holds was set by
-    code at run time, no source says what."""
+def unreadable_module(module: Any) -> str | None:
+    """Why a project module's values cannot be compared, or None: it was made at run time with
+    no file and no package path (``sys.modules["cfg"] = types.ModuleType("cfg")``, then ``cfg.K
+    = 2``: red team r49-1), or its source cannot be read (imported from a zip archive: r50-2).
+    A library's module, or a project module whose source is read, is None."""
     namespace = module_namespace(module)
-    if namespace is None or module_file(module) or "__path__" in namespace:
-        return False
-    name = namespace.get("__name__")
-    return type(name) is str and name not in sys.builtin_module_names and is_project_name(name)
+    name = namespace.get("__name__") if namespace is not None else None
+    if namespace is None or type(name) is not str or name in sys.builtin_module_names:
+        return None
+    filename = module_file(module)
+    if not filename:
+        made = "__path__" not in namespace and is_project_name(name)
+        return "a module made at run time, with no file" if made else None
+    if not is_project_module(name, filename):
+        return None
+    index = source_index(filename)
+    return index if isinstance(index, str) else None
 
 
 def module_index(module: Any) -> SourceIndex | None:
