@@ -886,24 +886,32 @@ def test_a_module_made_at_run_time_is_unseen(project: Project) -> None:
     assert len(digest.unseen) == 1 and "made at run time" in digest.unseen[0], digest.unseen
 
 
-def test_what_a_module_puts_into_builtins_is_followed_or_unseen(
+def test_what_a_module_puts_into_builtins_is_followed_or_compared(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Red team r50-1: ``builtins.K = 202`` and ``builtins.abs = _abs`` in a project module,
-    read as bare names by a step: a function is followed, a value is unseen (it was neither)."""
+    """Red team r50-1, r51-2: ``builtins.K = 202``, ``builtins.abs = _abs`` and ``builtins.print
+    = partial(print, flush=True)`` in a project module, read as bare names by a step: a function
+    is followed, plain data compared by value (they were neither), an object unseen."""
     import builtins
 
-    patch = "import builtins\n\nbuiltins.R50_K = 202\n\n\ndef _abs(x):\n    return x + {k}\n\n\nbuiltins.abs = _abs\n"
-    pipe = "import {patch}\n\n\ndef gen(out_path):\n    return R50_K, abs(1)\n"
-    monkeypatch.setattr(builtins, "abs", builtins.abs)  # restored after the test
-    monkeypatch.setattr(builtins, "R50_K", None, raising=False)
+    patch = (
+        "import builtins, functools, threading\n\nbuiltins.R50_K = {k}\n"
+        "builtins.print = functools.partial(print, flush=True)\n"
+        "builtins.R50_LOCK = threading.Lock()\n\n\n"
+        "def _abs(x):\n    return x + {k}\n\n\nbuiltins.abs = _abs\n"
+    )
+    pipe = "import {patch}\n\n\ndef gen(out_path):\n    print(R50_LOCK)\n    return R50_K, abs(1)\n"
+    for name in ("abs", "print"):
+        monkeypatch.setattr(builtins, name, getattr(builtins, name))  # restored after the test
+    for name in ("R50_K", "R50_LOCK"):
+        monkeypatch.setattr(builtins, name, None, raising=False)
 
     def digest(k: int) -> Any:
         text = patch.replace("{k}", str(k))
         return code_digest(project.load(patch=text, pipe=pipe)["pipe"].gen)
 
     first = digest(1)
-    assert len(first.unseen) == 1 and "builtins.R50_K" in first.unseen[0], first.unseen
+    assert len(first.unseen) == 1 and "builtins.R50_LOCK" in first.unseen[0], first.unseen
     assert not code_drifted(first, digest(1))
     assert code_drifted(first, digest(2))
 
@@ -929,3 +937,23 @@ def test_a_project_module_imported_from_a_zip_is_unseen(
         sys.modules.pop(name, None)
         sys.modules.pop("pipe_zip", None)
     assert len(digest.unseen) == 1 and "cannot be read" in digest.unseen[0], digest.unseen
+
+
+def test_a_submodule_a_step_imports_from_a_loaded_package_is_unseen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r51-1: ``from pkg import sub`` inside a step, with ``pkg`` loaded and ``sub``
+    not: nothing was said, so an edit of ``sub`` was served (``import sub`` was unseen)."""
+    package = f"subpkg_{uuid.uuid4().hex[:8]}"
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / package / "sub.py").write_text("K = 202\n")
+    (tmp_path / package / "pipe.py").write_text(
+        "def gen(out_path):\n    from . import sub\n\n    return sub.K\n\n\n"
+        f"def gen2(out_path):\n    from {package} import sub as s\n\n    return s.K\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pipe = importlib.import_module(f"{package}.pipe")
+    for gen in (pipe.gen, pipe.gen2):
+        digest = code_digest(gen)
+        assert len(digest.unseen) == 1 and f"{package}.sub" in digest.unseen[0], digest.unseen

@@ -73,6 +73,7 @@ from marin.execution.digest.instance import (
     unwrapped,
 )
 from marin.execution.digest.library_names import (
+    BUILTINS_AT_START,
     bound_at_module_level,
     c_object_text,
     import_chain,
@@ -773,7 +774,12 @@ def _imported(module: str, attr: str | None) -> Any:
         return found
     members = module_namespace(found)
     inner = members.get(attr, _MISSING) if members is not None else _MISSING
-    return sys.modules.get(f"{module}.{attr}", _MISSING) if inner is _MISSING else inner
+    if inner is _MISSING:
+        inner = sys.modules.get(f"{module}.{attr}", _MISSING)
+    if inner is _MISSING and is_project_name(module):  # ``from pkg import sub``: red team r51-1
+        why = f"imported inside the function, not in this process: {module}.{attr} is not seen"
+        return _Unseen(f"{module}.{attr}", why)
+    return inner
 
 
 _HOLDERS = (*CONTAINERS, *LIBRARY_CONTAINERS, types.SimpleNamespace)
@@ -1000,6 +1006,8 @@ def _resolve_all(
         name = ".".join(chain)
         constants += _module_doc(name, chain, namespace, closure)  # ``__doc__`` read (r25-3)
         obj, rest = _head(chain, namespace, closure)
+        if chain[0] not in closure and chain[0] not in namespace:
+            constants += _builtin_value(chain[0])  # ``builtins.K = 2`` by a module: r51-2
         constants += library_modules(chain, obj, rest, index, namespace, chain[0] not in closure)
         if obj is _MISSING:  # a builtin, a local or a name not yet bound
             if "__subclasses__" in chain:
@@ -1445,19 +1453,36 @@ def _head(
     return found, chain[1:]
 
 
-_BUILTINS_AT_START = dict(vars(builtins))
-"""The builtins as the engine found them (the interpreter's, a notebook's)."""
 _BUILTIN_CONSTANTS = (None, True, False, Ellipsis, NotImplemented)
 
 
 def _put_in_builtins(name: str) -> Any:
-    """What a module put into ``builtins`` under ``name`` (``builtins.K = 2``, ``builtins.abs =
-    _abs``: red team r50-1): code is followed, any other value is unseen; ``_MISSING`` for the
-    interpreter's own (a C function or class, a constant, ``site``'s ``exit``), as the engine
-    found them, whichever was imported first."""
-    value = vars(builtins).get(name, _MISSING)
+    """What a module put into ``builtins`` under ``name`` (``builtins.abs = _abs``: red team
+    r50-1): code is followed; a value of plain data (``builtins.print = partial(print,
+    flush=True)``: r51-2) is compared by ``_builtin_value``, any other is unseen; ``_MISSING``
+    for the interpreter's own."""
+    value = _builtin(name)
     if value is _MISSING:
         return _MISSING
+    if _callee(value) is not None and (_is_code(_unwrap(value)) or carries(value)):
+        return value
+    if plain_text(value, [_MAX_CONTAINER], 0) is not None:
+        return _MISSING
+    return _Unseen(f"builtins.{name}", "a value put into builtins at run time: not compared")
+
+
+def _builtin_value(name: str) -> list[str]:
+    """``builtins.name==text`` of plain data a module put into ``builtins``."""
+    value = _builtin(name)
+    text = plain_text(value, [_MAX_CONTAINER], 0) if value is not _MISSING else None
+    return [f"builtins.{name}=={text}"] if text is not None else []
+
+
+def _builtin(name: str) -> Any:
+    """``builtins.name`` when a module put it there; ``_MISSING`` when it is not there or is
+    the interpreter's own (a C function or class, a constant, ``site``'s ``exit``), as the
+    engine found it, whichever was imported first."""
+    value = vars(builtins).get(name, _MISSING)
     kind = type(value)
     own = (
         kind is types.BuiltinFunctionType
@@ -1466,11 +1491,7 @@ def _put_in_builtins(name: str) -> Any:
         or any(value is constant for constant in _BUILTIN_CONSTANTS)
         or name.startswith("__")
     )
-    if own and value is _BUILTINS_AT_START.get(name, _MISSING):
-        return _MISSING
-    if _callee(value) is not None and (_is_code(_unwrap(value)) or carries(value)):
-        return value
-    return _Unseen(f"builtins.{name}", "a value put into builtins at run time: not compared")
+    return _MISSING if own and value is BUILTINS_AT_START.get(name, _MISSING) else value
 
 
 _DYNAMIC_BUILTINS = {f.__name__: f for f in (getattr, globals, vars, eval, exec, __import__)}

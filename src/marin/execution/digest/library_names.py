@@ -11,6 +11,7 @@ loaded (the driver, not an isolated process).
 
 from __future__ import annotations
 
+import builtins
 import sys
 import types
 from collections.abc import Iterator, Mapping
@@ -146,6 +147,8 @@ def c_object_text(obj: Any) -> str | None:
         return None
     module, qualname = named
     held: Any = module_namespace(sys.modules.get(module))
+    if module == "builtins":  # ``print`` once a module replaced it (red team r51-2)
+        held = BUILTINS_AT_START
     for part in qualname.split("."):
         if type(held) is dict:
             held = held.get(part)
@@ -154,6 +157,10 @@ def c_object_text(obj: Any) -> str | None:
         else:
             return None
     return f"<library {module}.{qualname}>" if held is obj else None
+
+
+BUILTINS_AT_START = dict(vars(builtins))
+"""The builtins as the engine found them (the interpreter's, a notebook's)."""
 
 
 def _c_name(obj: Any) -> tuple[Any, Any] | None:
