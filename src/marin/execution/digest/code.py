@@ -1016,13 +1016,7 @@ def _resolve_all(
                 continue
         owner: _Owner = (index if chain[0] not in closure else None), chain[0], namespace
         obj, owner, extra = _follow(chain, obj, rest, owner)
-        if obj is sys.modules:  # any module, by a name known at run time only
-            obj = _Unseen(name, "it reads sys.modules by a computed name")
-        elif _DYNAMIC_FUNCTIONS.get(id(obj), _MISSING) is obj:  # an alias too: `g = getattr`
-            why = "it refers to a function that looks code up by a name (getattr, eval, ...)"
-            obj = _Unseen(name, why)
-        elif one_of(type(obj), _WEAK_REGISTRIES):
-            obj = _weak_registry(name)
+        obj = _lookup_unseen(name, obj)
         held = _in_container(obj)  # also a literal: `TOKENIZERS = {}` is filled at import
         if held is None:
             held = [_Unseen(name, f"a container of over {_MAX_CONTAINER} items")]
@@ -1046,6 +1040,18 @@ def _resolve_all(
         bindings = _bindings(name, owner_index, owner_name, owner_scope, index, seen)
         _merge(bindings, constants, callees)
     return constants, list(callees.values())
+
+
+def _lookup_unseen(name: str, obj: Any) -> Any:
+    """``obj``, or what it is unseen as: ``sys.modules`` (any module, by a name known at run
+    time only), a function that looks code up by a name (an alias too: ``g = getattr``), a
+    weak-reference registry."""
+    if obj is sys.modules:
+        return _Unseen(name, "it reads sys.modules by a computed name")
+    if _DYNAMIC_FUNCTIONS.get(id(obj), _MISSING) is obj:
+        why = "it refers to a function that looks code up by a name (getattr, eval, ...)"
+        return _Unseen(name, why)
+    return _weak_registry(name) if one_of(type(obj), _WEAK_REGISTRIES) else obj
 
 
 def _bindings(
