@@ -6,7 +6,7 @@ status file, and see each other's results.
 
 The order of writes is the whole crash-safety story:
 0. wait out any dependency whose lease another runner holds (it is being rebuilt), and read each
-   dependency's record afresh: the builds this one consumes (``_inputs_at_start``);
+   dependency's record afresh: the builds this one consumes (``inputs.py``);
 1. refuse an output path that holds data Marin did not write, then take the lease (held, it is
    the step's RUNNING status: no status file is written), then re-check: another runner may
    have finished meanwhile;
@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 
@@ -62,6 +62,8 @@ from marin.execution.builder.clearing import (
     refuse_frozen,
     refuse_inside_another,
 )
+from marin.execution.builder.inputs import check_inputs_unchanged, inputs_at_start, urls
+from marin.execution.builder.lease_wait import wait_out
 from marin.execution.builder.lineage import build_finished, build_started
 from marin.execution.builder.outcome import BuildOutcome, LeaseHeld, Pending
 from marin.execution.builder.output_tree import OutputDigest, is_output_digest, output_digest
@@ -76,13 +78,12 @@ from marin.execution.errors import (
     LeaseLostError,
     LeaseVanishedError,
     MarinError,
-    ReentrantBuildError,
     RemoteJobError,
     StorageError,
     one_line,
 )
 from marin.execution.faults import crash_point
-from marin.execution.ids import jitter, new_id
+from marin.execution.ids import new_id
 from marin.execution.pipeline.artifact import load_dependency
 from marin.execution.pipeline.artifact_types import payload_of
 from marin.execution.pipeline.canonical import Canonical, as_stored, not_utf8, to_canonical
@@ -111,8 +112,6 @@ from marin.execution.store.lease import (
     Lease,
     LeaseInfo,
     enclosing,
-    held_by_enclosing_build,
-    read_lease,
     ttl_from_env,
 )
 from marin.execution.store.location import Location, durable
@@ -120,15 +119,11 @@ from marin.execution.store.placement import (
     ADOPTED,
     adopted_builds,
     adopted_inputs,
-    adopted_now,
-    recorded_adoption,
     unbuilt_step_folders,
 )
 from marin.execution.store.records import (
     ADOPTION,
     FAILED,
-    GC_DELETING,
-    NO_SHARED_BUILD,
     REPLACES,
     RUNNING,
     STEP_FIELD,
@@ -159,10 +154,6 @@ from marin.execution.vocabulary import Action, BuildOutcomeKind, Leftover, Wait
 __all__ = ["BuildOutcome", "BuildRequest", "LeaseHeld", "Pending", "build_step"]
 
 log = logging.getLogger("marin")
-
-LEASE_WAIT_FIRST_DELAY_S = 0.02
-LEASE_WAIT_MAX_DELAY_S = 1.0
-LEASE_WAIT_LOG_EVERY_S = 30.0
 
 
 def run_context(
@@ -316,7 +307,7 @@ def _build(request: BuildRequest) -> BuildOutcome | Pending:
     refuse_inside_another(location, spec)
     refuse_clearing_adopted(location, spec, decision.record, False)  # again under the lease
 
-    ups = _inputs_at_start(spec, location, ups, lease_ttl)
+    ups = inputs_at_start(spec, location, ups, lease_ttl)
     crash_point("before-lease", spec.step_id)
     try:
         return _lease_and_build(request, decision, ups)
@@ -495,205 +486,7 @@ def _acquire(lease: Lease, spec: StepSpec, wait: Wait = Wait.BLOCK) -> LeaseInfo
     """Take the lease, waiting with bounded, jittered backoff while someone else holds it; under
     ``Wait.RETURN``, return the live holder at once instead (None: taken)."""
     here = wait != Wait.RETURN
-    return _wait_out(spec, spec.step_id, lease.try_acquire, "lease held by", here=here)
-
-
-def _wait_out(
-    spec: StepSpec,
-    waited_for: str,
-    probe: Callable[[], LeaseInfo | None],
-    what: str,
-    *,
-    here: bool = True,
-) -> LeaseInfo | None:
-    """Call ``probe`` until it returns None (no live holder), with bounded, jittered backoff,
-    logging who holds the lease. A lease held by the build whose ``fn`` made this very call
-    would never be released: that is a ``ReentrantBuildError`` at once, not a hang. Not
-    ``here``: another runner's live lease is returned at once instead of waited out."""
-    delay = LEASE_WAIT_FIRST_DELAY_S
-    last_holder: str | None = None
-    last_log = 0.0
-    while True:
-        holder = probe()
-        if holder is None:
-            return None
-        if held_by_enclosing_build(holder):
-            raise ReentrantBuildError(
-                f"{waited_for} is being built by the very build whose fn asked for it "
-                "(run() called from inside its own fn): waiting for its lease would never end",
-                "don't run a step, or anything that reads it, from inside its own fn; make the "
-                "other steps its dependencies, or run them after it",
-                spec.step_id,
-            )
-        if not here:
-            return holder
-        now = time.monotonic()
-        if holder.holder != last_holder or now - last_log > LEASE_WAIT_LOG_EVERY_S:
-            log.info("wait %s: %s %s", spec.step_id, what, holder.describe())
-            last_holder, last_log = holder.holder, now
-        time.sleep(delay * (0.5 + jitter() / 2))
-        delay = min(delay * 2, LEASE_WAIT_MAX_DELAY_S)
-
-
-def _inputs_at_start(
-    spec: StepSpec, location: Location, upstream: Sequence[Upstream], lease_ttl: float
-) -> list[Upstream]:
-    """Each dependency's build as this build starts from it: never one being rebuilt.
-
-    A dependency whose lease is live is being rebuilt by its holder, who deletes its record
-    before it touches its output, then writes it anew: wait for that build to end. Then the
-    dependency's record is read afresh: that build is the one this build consumes and records in
-    its ``inputs``. A dependency that had a record when the run decided and has none now was
-    being rebuilt and did not commit: this build fails, naming it, before ``fn`` runs.
-
-    One record read per dependency; the lease is read only when that record is not the build
-    the run knows (missing, or another build). A record still holding the known build proves no
-    rebuild has got past its first write: one that took the lease since will delete this very
-    record before it touches the output, and ``_check_inputs_unchanged`` then refuses to commit.
-    """
-    if not upstream:
-        return []
-    deps = {dep.step_id: dep for dep in spec.deps}
-    fresh: list[Upstream] = []
-    for up in upstream:
-        dep = deps.get(up.step_id)
-        if dep is None:
-            fresh.append(up)
-            continue
-        record = read_record(location, dep.output_path, up.record, (dep.name, dep.version))
-        known = None if up.record is None else up.record.build_id
-        if record is None or record.build_id != known:
-
-            def live(dep: StepSpec = dep) -> LeaseInfo | None:
-                info = read_lease(location, dep.output_path, lease_ttl)
-                return info if info is not None and info.live else None
-
-            _wait_out(
-                spec, dep.step_id, live, f"input {dep.step_id} is being rebuilt; lease held by"
-            )
-            record = read_record(location, dep.output_path, step=(dep.name, dep.version))
-        if record is None and up.record is not None:
-            raise InputChangedError(
-                f"input {dep.step_id} has no record any more: it {_input_gone(location, dep)} "
-                "after this run decided",
-                f"build {dep.step_id} again (or wait for the runner rebuilding it), then run "
-                "this step again; nothing was started for it",
-                spec.step_id,
-            )
-        adopts = None if record is None else _adopted_at_start(spec, location, dep, record)
-        kept = (up.replaced, up.shared) if record is None else ("", NO_SHARED_BUILD)
-        fresh.append(Upstream(up.step_id, record, up.rebuilt, up.committed, *kept, adopts=adopts))
-    return fresh
-
-
-def _check_inputs_unchanged(
-    spec: StepSpec, location: Location, upstream: Sequence[Upstream]
-) -> None:
-    """Right before the commit: every dependency still holds the build this one started from.
-
-    A rebuilder deletes a dependency's record before it touches that dependency's output, so an
-    unchanged record here proves ``fn`` read a whole, committed input. One record read per
-    dependency.
-    """
-    if not upstream:
-        return
-    deps = {dep.step_id: dep for dep in spec.deps}
-    for up in upstream:
-        dep = deps.get(up.step_id)
-        if dep is None or up.record is None:
-            continue
-        now = read_record(location, dep.output_path, up.record, (dep.name, dep.version))
-        if now is not None and now.build_id == up.record.build_id:
-            _check_adopted_unchanged(spec, location, dep, now, up.adopts)
-        else:
-            became = (
-                _input_gone(location, dep)
-                if now is None
-                else "was rebuilt by another runner (it holds a new build now)"
-            )
-            raise InputChangedError(
-                f"input {dep.step_id} {became} while this step was being built from it; this "
-                "attempt is discarded",
-                f"nothing was committed for this step; run again to build it from the new "
-                f"{dep.step_id}",
-                spec.step_id,
-            )
-
-
-def _adopted_at_start(
-    spec: StepSpec, location: Location, dep: StepSpec, record: ArtifactRecord
-) -> dict[str, str] | None:
-    """For an adoption among the inputs: the builds its data lies in or holds as this build
-    starts from it (None: not an adoption), which the commit checks again.
-
-    Builds other than the ones its record names were rebuilt before this build started: the
-    plan's business (a stale adoption served under ``--no-cascade``, or a shared one a user's
-    run reads), never a reason to refuse, or no run could build its reader. One of them being
-    built now, or left with no build, is: its data is not whole.
-
-    Raises:
-        InputChangedError: a build its data lies in or holds is being built now, or has none.
-    """
-    if record.source is None:
-        return None
-    now = adopted_now(location, dep.output_path, record)
-    if now == recorded_adoption(record):
-        return now
-    unbuilt = unbuilt_step_folders(location, dep.output_path, record.source)
-    if not unbuilt:
-        return now
-    doing = "another runner is building now" if any(unbuilt.values()) else "has no build"
-    raise InputChangedError(
-        f"input {dep.step_id} adopts data ({record.source}) in a build that {doing} "
-        f"({_urls(location, list(unbuilt))}); nothing was started for this step",
-        "run again once that build is committed (`marin run` with it among the steps)",
-        spec.step_id,
-    )
-
-
-def _check_adopted_unchanged(
-    spec: StepSpec,
-    location: Location,
-    dep: StepSpec,
-    record: ArtifactRecord,
-    started: Mapping[str, str] | None,
-) -> None:
-    """An adoption among the inputs still adopts the builds it did when this build started
-    (``started``; None: the ones its record names): its data lies in (or holds) builds another
-    runner may rebuild, clearing what this step reads.
-
-    Raises:
-        InputChangedError: one of them was rebuilt, removed, or is being built now.
-    """
-    if record.source is None:
-        return
-    was = dict(started) if started is not None else recorded_adoption(record)
-    if adopted_now(location, dep.output_path, record) == was:
-        return
-    raise InputChangedError(
-        f"input {dep.step_id} adopts data ({record.source}) in a build that was rebuilt or "
-        "removed while this step was being built from it; this attempt is discarded",
-        "nothing was committed for this step; run again to build it from the new data",
-        spec.step_id,
-    )
-
-
-def _input_gone(location: Location, dep: StepSpec) -> str:
-    """What happened to a dependency whose record is gone, as its folder says: deleted by
-    ``marin gc`` (its mark), being rebuilt (a live lease), a rebuild that failed (a status),
-    else deleted by gc or by hand (nothing left)."""
-    try:
-        status = read_status_file(location, dep.output_path)
-        if status is not None and status.get("error") == GC_DELETING:
-            return "was deleted by `marin gc`"
-        info = read_lease(location, dep.output_path)
-    except OSError:  # storage failing now: say what is certain
-        return "lost its record"
-    if info is not None and info.live:
-        return "is being rebuilt by another runner (no record while it builds)"
-    if status is not None:
-        return "was being rebuilt by another runner, which did not commit"
-    return "had its record deleted (by `marin gc`, or by hand)"
+    return wait_out(spec, spec.step_id, lease.try_acquire, "lease held by", here=here)
 
 
 @contextlib.contextmanager
@@ -1272,14 +1065,14 @@ def _adopted_into(
     if any(unbuilt.values()):
         raise InputChangedError(
             f"the data it adopts ({source}) lies in or holds "
-            f"{_urls(location, [p for p, live in unbuilt.items() if live])}, which another "
+            f"{urls(location, [p for p, live in unbuilt.items() if live])}, which another "
             "runner is building now (a live lease, no record yet); nothing was recorded",
             "run again once that build is committed",
             spec.step_id,
         )
     if unbuilt:
         raise AdoptedDataError(
-            f"the data it adopts ({source}) lies in or holds {_urls(location, list(unbuilt))}, "
+            f"the data it adopts ({source}) lies in or holds {urls(location, list(unbuilt))}, "
             "the output path of a step with no build there (an attempt of it failed or "
             "crashed): that step's next build would clear it; nothing was recorded",
             "move the data out of that step's output path first (or adopt it in place, as "
@@ -1290,10 +1083,6 @@ def _adopted_into(
     inputs.update(adopted_inputs(adopted))
     dep_paths.update({record.step_id: location.url_for(path) for path, record in adopted.items()})
     return {ADOPTED: {path: r.build_id for path, r in adopted.items()}} if adopted else {}
-
-
-def _urls(location: Location, paths: list[str]) -> str:
-    return ", ".join(location.url_for(p) for p in paths)
 
 
 def _commit(held: _Holding, record: ArtifactRecord) -> None:
@@ -1307,7 +1096,7 @@ def _commit(held: _Holding, record: ArtifactRecord) -> None:
             "run again to build it",
             spec.step_id,
         )
-    _check_inputs_unchanged(spec, location, held.upstream)
+    check_inputs_unchanged(spec, location, held.upstream)
     if record.source is not None:
         # Before the record: with it torn or deleted, the mark still says that whatever lies
         # at the output path (the data, adopted in place, or put there since) is not Marin's.

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from marin.execution.builder.commit import LEASE_WAIT_FIRST_DELAY_S, LEASE_WAIT_MAX_DELAY_S
+from marin.execution.builder.lease_wait import LEASE_WAIT_FIRST_DELAY_S, LEASE_WAIT_MAX_DELAY_S
 from marin.execution.builder.outcome import LeaseHeld, Pending
 from marin.execution.pipeline.step_spec import StepSpec
 from marin.execution.run.executors import StepJob
