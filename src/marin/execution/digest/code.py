@@ -77,7 +77,6 @@ from marin.execution.digest.library_names import (
     bound_at_module_level,
     c_object_text,
     import_chain,
-    is_project_class,
     library_identity,
     library_modules,
 )
@@ -104,6 +103,7 @@ from marin.execution.digest.source import (
     dump,
     first_line,
     imported_from,
+    is_project_class,
     is_project_module,
     is_project_name,
     module_file,

@@ -21,18 +21,12 @@ from marin.execution.digest.instance import TYPE_DICT, TYPE_QUALNAME, class_modu
 from marin.execution.digest.source import (
     SourceIndex,
     imported_from,
+    is_project_class,
     is_project_module,
     is_project_name,
-    module_file,
     module_index,
     module_namespace,
 )
-
-
-def is_project_class(kind: type) -> bool:
-    """Whether a class is defined by the project (not a library's, not the engine's)."""
-    module = class_module(kind)
-    return bool(module) and is_project_module(module, module_file(sys.modules.get(module)))
 
 
 def import_chain(

@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from marin.execution.digest.instance import class_module
+
 log = logging.getLogger("marin")
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
@@ -1250,6 +1252,12 @@ def unreadable_module(module: Any) -> str | None:
         return None
     index = source_index(filename)
     return index if isinstance(index, str) else None
+
+
+def is_project_class(kind: type) -> bool:
+    """Whether a class is defined by the project (not a library's, not the engine's)."""
+    module = class_module(kind)
+    return bool(module) and is_project_module(module, module_file(sys.modules.get(module)))
 
 
 def module_index(module: Any) -> SourceIndex | None:

@@ -25,9 +25,9 @@ from marin.execution.digest.instance import (
     one_of,
     static_attr,
 )
-from marin.execution.digest.library_names import c_object_text, is_project_class
+from marin.execution.digest.library_names import c_object_text
 from marin.execution.digest.library_values import float_text, library_text
-from marin.execution.digest.source import module_namespace
+from marin.execution.digest.source import is_project_class, module_namespace
 
 _ABSENT = object()
 _PARTIAL_ARGS = functools.partial.__dict__["args"]
