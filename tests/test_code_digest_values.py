@@ -957,3 +957,43 @@ def test_a_submodule_a_step_imports_from_a_loaded_package_is_unseen(
     for gen in (pipe.gen, pipe.gen2):
         digest = code_digest(gen)
         assert len(digest.unseen) == 1 and f"{package}.sub" in digest.unseen[0], digest.unseen
+
+
+def test_a_second_lowering_in_one_process_digests_reloaded_code_afresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r52-1: the digest was cached per function object for the whole process, so a
+    second run in one interpreter (a notebook) served a step after ``importlib.reload`` of its
+    helper, or after its code was swapped in place (``%autoreload``), as unchanged."""
+    import os
+    import time
+
+    from marin.execution.lazy import OUT, apply, lower
+
+    name = f"reloaded_{uuid.uuid4().hex[:8]}"
+    helper = tmp_path / f"{name}.py"
+    helper.write_text("K = 202\n\n\ndef f():\n    return K\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module(name)
+
+    def step(out: str) -> int:
+        return module.f()
+
+    def other(out: str) -> int:
+        return 1
+
+    handle = apply("rt/reloaded", step, version="v1", out=OUT)
+    swapped = apply("rt/swapped", other, version="v1", out=OUT)
+    first, first_swapped = lower([handle, swapped])
+    helper.write_text("K = 303\n\n\ndef f():\n    return K\n")
+    os.utime(helper, ns=(time.time_ns() + 10**9,) * 2)  # (a new version, even within a tick)
+    importlib.reload(module)
+    other.__code__ = (lambda out: 2).__code__
+    try:
+        again, again_swapped = lower([handle, swapped])
+    finally:
+        sys.modules.pop(name, None)
+    assert first.code is not None and again.code is not None
+    assert code_drifted(first.code, again.code), (first.code, again.code)
+    assert first_swapped.code is not None and again_swapped.code is not None
+    assert code_drifted(first_swapped.code, again_swapped.code)

@@ -23,8 +23,9 @@ like config drift. It never enters a path or a fingerprint.
   notebook's ``<string>``), a source file edited since it was imported. A step whose own
   function is unknown has no digest; an unknown callee is named in ``CodeDigest.unseen``.
 
-Computed once per function object per process (``code_digest`` caches by the object), so a
-pipeline of 100,000 steps sharing one ``fn`` parses it once. The fields of the object a bound
+Computed once per function object per process (``code_digest`` caches by the object; a
+lowering after a source file was edited starts afresh: ``new_lowering``), so a pipeline of
+100,000 steps sharing one ``fn`` parses it once. The fields of the object a bound
 method or callable instance carries are a part of its own, read at each call (by the closure
 rule: ``instance.py``), so a digest holds their values at lowering. Where the source is and what its
 normalised syntax is comes from ``source.py``; a value's text, from ``value_text.py``; which
@@ -111,6 +112,7 @@ from marin.execution.digest.source import (
     module_namespace,
     sha,
     source_index,
+    sources_changed,
     split_definition,
     unreadable_module,
     warn_once,
@@ -1574,6 +1576,11 @@ class _ByObject(Generic[_V]):
     def clear(self) -> None:
         self._items.clear()
 
+    def live(self) -> list[tuple[Any, _V]]:
+        """The objects still alive, with their values."""
+        pairs = [(ref(), value) for ref, value in list(self._items.values())]
+        return [(obj, value) for obj, value in pairs if obj is not None]
+
 
 _LOCK = threading.RLock()
 _PARTS: _ByObject[_Found | None] = _ByObject()
@@ -1584,12 +1591,17 @@ _LIBRARY_CLASSES: _ByObject[tuple[tuple[str, ...], tuple[Any, ...], _Found | Non
 """``_patched_library_class`` by class, with the namespace it read."""
 _WITH: _ByObject[tuple[tuple[Any, ...], CodeDigest]] = _ByObject()
 """Digests with ``also`` code, by the step function: the last ``also`` it was digested with."""
+_CODES: _ByObject[types.CodeType] = _ByObject()
+"""The code object each function digested had: one swapped in place since (``%autoreload``)
+makes ``new_lowering`` forget every digest."""
 
 
 def _found(obj: Any) -> _Found | None:
     known = _PARTS.get(obj)
     if known is not None:
         return None if known is _NOT_FOLLOWED else known
+    if type(obj) is types.FunctionType:
+        _CODES.put(obj, obj.__code__)
     try:
         result = _find(obj)
     except Exception as exc:  # advisory: a part that cannot be digested is unknown, said once
@@ -1775,6 +1787,22 @@ def _digest_of(root: Any, wrappers: list[Any]) -> CodeDigest:
         return CodeDigest(None, (parts[0],), f"{parts[0].name}: {parts[0].unknown}")
     tokens = sorted(p.digest or f"unknown:{p.name}" for p in parts)
     return CodeDigest(sha("\n".join([SCHEME, *tokens])), tuple(parts))
+
+
+def new_lowering() -> None:
+    """Before a lowering: forget every digest when a source file digested so far was edited
+    since (a module reloaded in a notebook, ``importlib.reload``) or a function's code was
+    swapped in place (``%autoreload``): a second run in one process digests the code it now
+    runs (red team r52-1). Otherwise digests are kept, so a value a step changes while it runs
+    (``RESULTS.append(x)``) is not taken for an edit."""
+    with _LOCK:
+        swapped = any(function.__code__ is not code for function, code in _CODES.live())
+        if swapped or sources_changed():
+            _PARTS.clear()
+            _DIGESTS.clear()
+            _WITH.clear()
+            _LIBRARY_CLASSES.clear()
+            _CODES.clear()
 
 
 def clear_cache() -> None:

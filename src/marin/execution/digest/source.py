@@ -866,6 +866,18 @@ def _check_regular(filename: str, st: os.stat_result, size: int | None = None) -
         raise _Problem(f"{display_path(filename)} is larger than {_MAX_SOURCE >> 20} MiB")
 
 
+def sources_changed() -> bool:
+    """Whether a file parsed so far was edited since (one ``stat`` each)."""
+    for filename, (version, _) in list(_INDEX.items()):
+        try:
+            now = _version(os.stat(filename))
+        except OSError:  # gone, or a notebook cell's lines (no file): as it was
+            now = ()
+        if version and now != version:
+            return True
+    return False
+
+
 def source_index(filename: str) -> SourceIndex | str:
     """The parsed file, once per version of it; a string says why there is none.
 

@@ -14,7 +14,7 @@ import gc
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast, overload
 
-from marin.execution.digest.code import code_digest
+from marin.execution.digest.code import code_digest, new_lowering
 from marin.execution.errors import (
     ConfigError,
     CycleError,
@@ -347,6 +347,8 @@ def code_inputs(run: Any) -> tuple[Any, ...]:
 
 _CODEX, _DEFERRED = ("versions", "codex"), ("versions", "deferred")
 """Memo keys: the lowering's codex, and the names of the deferred steps it resolved."""
+_LOWERING = ("code", "lowering")
+"""Memo key: this memo's lowering has begun (the code digests of an earlier one forgotten)."""
 
 
 def _codex_version(
@@ -431,7 +433,7 @@ def _lower_and_check(
     try:
         if memo is None:
             memo = {}
-        fresh = all(key == _CODEX for key in memo)  # a codex alone: still fresh
+        fresh = all(key in (_CODEX, _LOWERING) for key in memo)  # still fresh
         created: list[StepSpec] = []
         specs, saw_spec = _lower_walk(handles, memo, created)
         if not check:
@@ -604,6 +606,9 @@ def _graph_with_codex(
     """``_lower_and_check`` with the run's codex (``versions``, else the ambient one); an
     override of ``versions`` that no deferred step asked for is refused afterwards."""
     memo = {} if memo is None else memo
+    if _LOWERING not in memo:  # a new lowering, not the next part of one (a step stream)
+        memo[_LOWERING] = True
+        new_lowering()
     codex = active_codex(versions)
     if codex is not None:
         memo[_CODEX] = codex
