@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from marin.execution.digest.code import code_digest
+from marin.execution.digest.code import code_digest, new_lowering
 from marin.execution.digest.code_drift import code_drifted
 from tests.test_code_digest import Project
 
@@ -997,3 +997,60 @@ def test_a_second_lowering_in_one_process_digests_reloaded_code_afresh(
     assert code_drifted(first.code, again.code), (first.code, again.code)
     assert first_swapped.code is not None and again_swapped.code is not None
     assert code_drifted(first_swapped.code, again_swapped.code)
+
+
+def test_a_function_kept_from_before_a_reload_is_not_digested_by_the_new_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r53-1: ``from helper import f``, then ``helper.py`` edited and reloaded: the
+    step still runs the old ``f`` but was digested by the new source, so a build of old code
+    was recorded as the new recipe; it is unseen ("does not match the running code")."""
+    import os
+    import time
+
+    name = f"kept_{uuid.uuid4().hex[:8]}"
+    helper = tmp_path / f"{name}.py"
+    helper.write_text("def f():\n    return 202\n")
+    (tmp_path / f"{name}_pipe.py").write_text(
+        f"from {name} import f\n\n\ndef gen(out_path):\n    return f()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pipe = importlib.import_module(f"{name}_pipe")
+    try:
+        assert code_digest(pipe.gen).unseen == []
+        helper.write_text("def f():\n    return 303\n")
+        os.utime(helper, ns=(time.time_ns() + 10**9,) * 2)
+        importlib.reload(sys.modules[name])
+        new_lowering()
+        digest = code_digest(pipe.gen)
+    finally:
+        sys.modules.pop(name, None)
+        sys.modules.pop(f"{name}_pipe", None)
+    assert len(digest.unseen) == 1 and "does not match the running code" in digest.unseen[0]
+
+
+def test_a_project_module_imported_between_two_lowerings_starts_afresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team r53-2: a notebook cell's ``import patches`` rebinds what another module holds
+    (``helper.f = g``) with no file edited and no code swapped: the next lowering digests anew."""
+    name = f"patched_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("def f():\n    return 202\n")
+    (tmp_path / f"{name}_patch.py").write_text(
+        f"import {name}\n\n\ndef g():\n    return 303\n\n\n{name}.f = g\n"
+    )
+    (tmp_path / f"{name}_pipe.py").write_text(
+        f"import {name}\n\n\ndef gen(out_path):\n    return {name}.f()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pipe = importlib.import_module(f"{name}_pipe")
+    try:
+        new_lowering()
+        first = code_digest(pipe.gen)
+        importlib.import_module(f"{name}_patch")
+        new_lowering()
+        again = code_digest(pipe.gen)
+    finally:
+        for module in (name, f"{name}_patch", f"{name}_pipe"):
+            sys.modules.pop(module, None)
+    assert code_drifted(first, again), (first, again)

@@ -382,6 +382,7 @@ def test_the_airflow_plan_task_reports_code_drift_and_fails_under_error(
     task = result.tasks[0]
     runtime.run_step(target=target, step=task.step_id, fingerprint=task.fingerprint, dag_dir=dags)
     path.write_text(AIRFLOW_TOY.replace("text.split()", "text.split()[::-1]"))
+    sys.modules.pop("marin_target_af_pipe", None)  # as a new worker process imports it
     runtime.clear_cache()
     clear_cache()
     planned = runtime.plan_steps(target=target, dag_dir=dags)
@@ -410,6 +411,7 @@ def test_the_prefect_flow_reports_code_drift_and_fails_under_error(tmp_path: Pat
     prefix = str(tmp_path / "p")
     to_prefect_flow(f"{path}:pipeline", prefix=prefix)()
     path.write_text(AIRFLOW_TOY.replace("text.split()", "text.split()[::-1]"))
+    sys.modules.pop("marin_target_pf_pipe", None)  # as a new flow run's process imports it
     clear_cache()
     with pytest.raises(CodeDriftError, match=r"code: tokenize changed"):
         to_prefect_flow(

@@ -501,6 +501,8 @@ def _find(obj: Any) -> _Found | None:
     if is_class(obj) and qualname not in index.classes and _made_by_namedtuple(obj):
         return _patched_library_class(obj)  # ``NT = namedtuple("NT", "a b")``: no source
     syntax = _syntax(obj, qualname, index)
+    if syntax is not None and not _runs_this_source(obj, index):
+        syntax = None  # the function runs code its file no longer holds (red team r53-1)
     if syntax is None:
         made = is_class(obj) and qualname not in index.classes and qualname in index.sources
         reason = MADE_BY_A_CALL if made else SOURCE_EDITED  # ``type("Dyn", ...)``: r45-4
@@ -699,6 +701,19 @@ class _Syntax:
             text = "\n".join([SCHEME, self.header, *self.statements, constants_hash])
             known = self.digests[constants_hash] = sha(text)
         return known
+
+
+def _runs_this_source(obj: Any, index: SourceIndex) -> bool:
+    """A function's code is what its file now compiles to (once per code object and file
+    version); a class's methods are checked as parts of their own."""
+    if type(obj) is not types.FunctionType:
+        return True
+    code = obj.__code__
+    known = _MATCHES.get(code)
+    if known is None or known[0] is not index:
+        known = (index, index.runs_this_source(code))
+        _MATCHES.put(code, known)
+    return known[1]
 
 
 def _syntax(obj: Any, qualname: str, index: SourceIndex) -> _Syntax | None:
@@ -1591,6 +1606,8 @@ _LIBRARY_CLASSES: _ByObject[tuple[tuple[str, ...], tuple[Any, ...], _Found | Non
 """``_patched_library_class`` by class, with the namespace it read."""
 _WITH: _ByObject[tuple[tuple[Any, ...], CodeDigest]] = _ByObject()
 """Digests with ``also`` code, by the step function: the last ``also`` it was digested with."""
+_MATCHES: _ByObject[tuple[SourceIndex, bool]] = _ByObject()
+"""Whether a code object is what a version of its file compiles to."""
 _CODES: _ByObject[types.CodeType] = _ByObject()
 """The code object each function digested had: one swapped in place since (``%autoreload``)
 makes ``new_lowering`` forget every digest."""
@@ -1789,6 +1806,20 @@ def _digest_of(root: Any, wrappers: list[Any]) -> CodeDigest:
     return CodeDigest(sha("\n".join([SCHEME, *tokens])), tuple(parts))
 
 
+_MODULES_SEEN: set[str] = set()
+
+
+def _new_project_modules() -> bool:
+    """Whether a project module was imported since the last lowering (a notebook cell's
+    ``import patches`` may rebind what other modules hold: red team r53-2)."""
+    names = set(sys.modules)
+    new = names - _MODULES_SEEN
+    _MODULES_SEEN.update(new)
+    return any(
+        is_project_module(name, module_file(sys.modules.get(name))) for name in sorted(new)
+    ) and bool(_PARTS.live())
+
+
 def new_lowering() -> None:
     """Before a lowering: forget every digest when a source file digested so far was edited
     since (a module reloaded in a notebook, ``importlib.reload``) or a function's code was
@@ -1797,7 +1828,7 @@ def new_lowering() -> None:
     (``RESULTS.append(x)``) is not taken for an edit."""
     with _LOCK:
         swapped = any(function.__code__ is not code for function, code in _CODES.live())
-        if swapped or sources_changed():
+        if swapped or _new_project_modules() or sources_changed():
             _PARTS.clear()
             _DIGESTS.clear()
             _WITH.clear()
@@ -1810,6 +1841,7 @@ def clear_cache() -> None:
     with _LOCK:
         _PARTS.clear()
         _SYNTAX.clear()
+        _MATCHES.clear()
         _DIGESTS.clear()
         _WITH.clear()
         _LIBRARY_CLASSES.clear()

@@ -34,6 +34,8 @@ def explain_code_drift(stored: CodeDigest, current: CodeDigest, limit: int = 20)
         old = before.get(part.name)
         if old is None:
             lines.append(f"code: {part.via or part.name} now calls {part.name} ({_where(part)})")
+        elif part.digest is None and old.digest is not None and part.unknown:
+            lines.append(f"code: {part.name} not compared now ({part.unknown})")
         elif old.digest is None or part.digest is None or old.digest == part.digest:
             continue
         elif part.name.endswith(OBJECT_STATE):  # a field of the object a step function carries

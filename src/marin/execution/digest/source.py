@@ -7,6 +7,7 @@ definition's syntax tree in which only what the code does counts.
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
 import functools
@@ -17,6 +18,7 @@ import inspect
 import io
 import linecache
 import logging
+import operator
 import os
 import re
 import stat
@@ -310,6 +312,21 @@ class SourceIndex:
     dynamic: list[str] = field(default_factory=list)
     """Top-level statements that bind names known at run time only (``exec(...)``,
     ``globals().update(d)``): what reads this module's globals is unknown."""
+    tree: ast.Module | None = None
+    filename: str = ""
+    _codes: dict[str, list[types.CodeType]] | None = None
+
+    def runs_this_source(self, code: types.CodeType) -> bool:
+        """Whether ``code`` is what this version of the file compiles to (line numbers
+        aside): a function imported before its file was edited, kept by a module that did
+        ``from m import f`` while ``m`` was reloaded (red team r53-1), runs other code than
+        the file says. True when the file cannot be compiled (nothing to say)."""
+        if self._codes is None:
+            self._codes = _compiled_codes(self.tree, self.filename)
+        known = self._codes.get(code.co_qualname)
+        if known is None:
+            return not self._codes  # (an empty map: the file did not compile)
+        return any(same_code(code, other) for other in known)
 
 
 def _index_tree(tree: ast.Module) -> SourceIndex:
@@ -866,6 +883,54 @@ def _check_regular(filename: str, st: os.stat_result, size: int | None = None) -
         raise _Problem(f"{display_path(filename)} is larger than {_MAX_SOURCE >> 20} MiB")
 
 
+def _compiled_codes(tree: ast.Module | None, filename: str) -> dict[str, list[types.CodeType]]:
+    """Every code object a parsed file compiles to, by qualified name; empty when it does not
+    compile (``return`` at module level parses)."""
+    try:
+        module = compile(tree, filename, "exec", dont_inherit=True) if tree is not None else None
+    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
+        module = None
+    found: dict[str, list[types.CodeType]] = {}
+    stack = [module] if module is not None else []
+    while stack:
+        code = stack.pop()
+        found.setdefault(code.co_qualname, []).append(code)
+        stack += [c for c in code.co_consts if type(c) is types.CodeType]
+    return found
+
+
+_FUTURE_FLAGS = functools.reduce(
+    operator.or_, (getattr(__future__, f).compiler_flag for f in __future__.all_feature_names)
+)
+"""``from __future__`` flags: what compiled a function may pass them on (``exec`` inherits the
+caller's), without changing what the function's own code does."""
+
+
+def same_code(a: types.CodeType, b: types.CodeType) -> bool:
+    """Whether two code objects do the same, line numbers aside: their bytecode, names,
+    flags and constants (nested code objects compared the same way)."""
+    if (
+        a.co_code != b.co_code
+        or a.co_names != b.co_names
+        or a.co_varnames != b.co_varnames
+        or a.co_freevars != b.co_freevars
+        or a.co_cellvars != b.co_cellvars
+        or a.co_flags & ~_FUTURE_FLAGS != b.co_flags & ~_FUTURE_FLAGS
+        or a.co_argcount != b.co_argcount
+        or a.co_posonlyargcount != b.co_posonlyargcount
+        or a.co_kwonlyargcount != b.co_kwonlyargcount
+        or len(a.co_consts) != len(b.co_consts)
+    ):
+        return False
+    for x, y in zip(a.co_consts, b.co_consts, strict=True):
+        if type(x) is types.CodeType and type(y) is types.CodeType:
+            if not same_code(x, y):
+                return False
+        elif type(x) is not type(y) or repr(x) != repr(y):
+            return False
+    return True
+
+
 def sources_changed() -> bool:
     """Whether a file parsed so far was edited since (one ``stat`` each)."""
     for filename, (version, _) in list(_INDEX.items()):
@@ -900,7 +965,9 @@ def source_index(filename: str) -> SourceIndex | str:
         result = f"its source file {display_path(filename)} cannot be read"
     else:
         try:
-            result = _index_tree(ast.parse(text, filename))
+            tree = ast.parse(text, filename)
+            result = _index_tree(tree)
+            result.tree, result.filename = tree, filename
         except (SyntaxError, ValueError):
             result = f"its source file {display_path(filename)} does not parse"
         except (RecursionError, MemoryError) as exc:  # nested past what the parser takes
