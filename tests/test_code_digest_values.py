@@ -1026,7 +1026,46 @@ def test_a_function_kept_from_before_a_reload_is_not_digested_by_the_new_source(
     finally:
         sys.modules.pop(name, None)
         sys.modules.pop(f"{name}_pipe", None)
-    assert len(digest.unseen) == 1 and "does not match the running code" in digest.unseen[0]
+    assert any("does not match the running code" in u for u in digest.unseen), digest.unseen
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "read"),
+    [
+        ("if True:\n    def f():\n        return 202\nelse:\n    def f():\n        return 303\n",
+         "if True:\n    def f():\n        return 303\nelse:\n    def f():\n        return 202\n",
+         "f()"),
+        ("K = int('202')\n", "K = int('303')\n", "K"),
+    ],
+)  # fmt: skip
+def test_what_a_module_holds_from_before_a_reload_is_unseen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: str, after: str, read: str
+) -> None:
+    """Red team r54: ``from helper import f`` (or ``K``), then ``helper.py`` edited and
+    reloaded: an old ``f`` matched the file's other ``def f`` (bodies of an ``if`` swapped:
+    r54-1), and a computed ``K`` was compared by the new source (r54-2); both are unseen."""
+    import os
+    import time
+
+    name = f"held_{uuid.uuid4().hex[:8]}"
+    helper = tmp_path / f"{name}.py"
+    helper.write_text(before)
+    (tmp_path / f"{name}_pipe.py").write_text(
+        f"from {name} import {read.rstrip('()')}\n\n\ndef gen(out_path):\n    return {read}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pipe = importlib.import_module(f"{name}_pipe")
+    try:
+        assert code_digest(pipe.gen).unseen == []
+        helper.write_text(after)
+        os.utime(helper, ns=(time.time_ns() + 10**9,) * 2)
+        importlib.reload(sys.modules[name])
+        new_lowering()
+        digest = code_digest(pipe.gen)
+    finally:
+        sys.modules.pop(name, None)
+        sys.modules.pop(f"{name}_pipe", None)
+    assert digest.unseen, digest
 
 
 def test_a_project_module_imported_between_two_lowerings_starts_afresh(

@@ -1092,12 +1092,17 @@ def _bindings(
         constants += reads
     imported = imported_from(owner, owner_name, namespace)
     if imported is not None and not (owner is index and owner_name in seen):
+        held, now = namespace.get(owner_name, _MISSING), _MISSING
         for other, scope, other_name in import_chain(owner, imported):  # a re-export: r44-2
             source = assignment_source(other, other_name)  # ``act = math.floor``: r42-1
             constants += [f"{name}:=" + "|".join(source)] if source else []
             reads, more = _assigned_reads(other, other_name, scope, index, seen)
             constants += reads
             callees += more
+            now = scope.get(other_name, _MISSING)
+        if now is not _MISSING and now is not held and len(owner.bindings.get(owner_name, [])) < 2:
+            why = "it holds what its module held before it was reloaded or rebound: not compared"
+            callees.append(_Unseen(name, why))  # ``from m import K``, then m reloaded: r54-2
     earlier = bound_earlier(owner, owner_name)
     if earlier:
         constants.append(f"{name}<=" + "|".join(earlier))

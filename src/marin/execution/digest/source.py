@@ -317,15 +317,17 @@ class SourceIndex:
     _codes: dict[str, list[types.CodeType]] | None = None
 
     def runs_this_source(self, code: types.CodeType) -> bool:
-        """Whether ``code`` is what this version of the file compiles to (line numbers
-        aside): a function imported before its file was edited, kept by a module that did
-        ``from m import f`` while ``m`` was reloaded (red team r53-1), runs other code than
-        the file says. True when the file cannot be compiled (nothing to say)."""
+        """Whether ``code`` is what this version of the file compiles to at its line (other
+        line numbers aside): a function imported before its file was edited, kept by a module
+        that did ``from m import f`` while ``m`` was reloaded (red team r53-1), runs other code
+        than the file says. True when the file cannot be compiled (nothing to say)."""
         if self._codes is None:
             self._codes = _compiled_codes(self.tree, self.filename)
-        known = self._codes.get(code.co_qualname)
-        if known is None:
-            return not self._codes  # (an empty map: the file did not compile)
+        if not self._codes:
+            return True  # the file did not compile: nothing to say
+        # The definition at the code's own line, which the digest reads (another of the same
+        # name, ``if``/``else`` bodies swapped, is not it: red team r54-1).
+        known = self._codes.get(f"{code.co_qualname}:{code.co_firstlineno}", [])
         return any(same_code(code, other) for other in known)
 
 
@@ -884,8 +886,8 @@ def _check_regular(filename: str, st: os.stat_result, size: int | None = None) -
 
 
 def _compiled_codes(tree: ast.Module | None, filename: str) -> dict[str, list[types.CodeType]]:
-    """Every code object a parsed file compiles to, by qualified name; empty when it does not
-    compile (``return`` at module level parses)."""
+    """Every code object a parsed file compiles to, by qualified name and first line; empty
+    when it does not compile (``return`` at module level parses)."""
     try:
         module = compile(tree, filename, "exec", dont_inherit=True) if tree is not None else None
     except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
@@ -894,7 +896,7 @@ def _compiled_codes(tree: ast.Module | None, filename: str) -> dict[str, list[ty
     stack = [module] if module is not None else []
     while stack:
         code = stack.pop()
-        found.setdefault(code.co_qualname, []).append(code)
+        found.setdefault(f"{code.co_qualname}:{code.co_firstlineno}", []).append(code)
         stack += [c for c in code.co_consts if type(c) is types.CodeType]
     return found
 
