@@ -1093,3 +1093,19 @@ def test_a_project_module_imported_between_two_lowerings_starts_afresh(
         for module in (name, f"{name}_patch", f"{name}_pipe"):
             sys.modules.pop(module, None)
     assert code_drifted(first, again), (first, again)
+
+
+def test_a_part_not_compared_when_built_is_named_as_such_once_it_is() -> None:
+    """Red team r55-1: a record built while a name was held from before a reload (a part not
+    compared) read, once that name was compared again, as ``code: gen no longer calls SEED``;
+    the drift names what happened."""
+    from marin.execution.digest.code import CodeDigest, CodePart
+    from marin.execution.digest.code_drift import explain_code_drift
+
+    root = CodePart("gen", "pipe.py", 4, "d1")
+    held = CodePart("SEED", "?", 0, None, unknown="it holds what its module held before")
+    stored = CodeDigest("a" * 64, (root, held))
+    current = CodeDigest("b" * 64, (root,))
+    assert explain_code_drift(stored, current) == [
+        "code: SEED was not compared when it was built (it holds what its module held before)"
+    ]

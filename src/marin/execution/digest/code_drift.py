@@ -49,7 +49,11 @@ def explain_code_drift(stored: CodeDigest, current: CodeDigest, limit: int = 20)
             text = f"code: {part.name} changed ({part.file}, line {line}{why})"
             lines.append(text + (f", called by {part.via}" if part.via else ""))
     for old in stored.parts:
-        if old.name not in now:
+        if old.name in now:
+            continue
+        if old.digest is None and old.unknown:  # (held from before a reload: red team r55-1)
+            lines.append(f"code: {old.name} was not compared when it was built ({old.unknown})")
+        else:
             lines.append(f"code: {old.via or current.name} no longer calls {old.name}")
     if not lines:
         lines.append(f"code: {current.name} changed")
