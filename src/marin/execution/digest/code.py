@@ -1817,12 +1817,11 @@ _MODULES_SEEN: set[str] = set()
 def _new_project_modules() -> bool:
     """Whether a project module was imported since the last lowering (a notebook cell's
     ``import patches`` may rebind what other modules hold: red team r53-2)."""
-    names = set(sys.modules)
-    new = names - _MODULES_SEEN
+    new = sys.modules.keys() - _MODULES_SEEN
     _MODULES_SEEN.update(new)
-    return any(
-        is_project_module(name, module_file(sys.modules.get(name))) for name in sorted(new)
-    ) and bool(_PARTS.live())
+    if not _PARTS.live():  # nothing digested yet (a command's first lowering): nothing stale
+        return False
+    return any(is_project_module(name, module_file(sys.modules.get(name))) for name in new)
 
 
 def new_lowering() -> None:
