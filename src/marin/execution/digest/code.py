@@ -1833,20 +1833,23 @@ def new_lowering() -> None:
     with _LOCK:
         swapped = any(function.__code__ is not code for function, code in _CODES.live())
         if swapped or _new_project_modules() or sources_changed():
-            _PARTS.clear()
-            _DIGESTS.clear()
-            _WITH.clear()
-            _LIBRARY_CLASSES.clear()
-            _CODES.clear()
+            _forget_digests()
+
+
+def _forget_digests() -> None:
+    """Forget every digest and part (parsed files and their syntax stay: each is checked by
+    its file's version when read again)."""
+    _PARTS.clear()
+    _DIGESTS.clear()
+    _WITH.clear()
+    _LIBRARY_CLASSES.clear()
+    _CODES.clear()
 
 
 def clear_cache() -> None:
     """Forget every digest and parsed file (tests that edit a source file in place use it)."""
     with _LOCK:
-        _PARTS.clear()
+        _forget_digests()
         _SYNTAX.clear()
         _MATCHES.clear()
-        _DIGESTS.clear()
-        _WITH.clear()
-        _LIBRARY_CLASSES.clear()
         clear_source_cache()
