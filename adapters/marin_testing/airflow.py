@@ -258,9 +258,13 @@ def stop_session(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
     stop_sessions([proc], grace)
 
 
-def stop_sessions(procs: Sequence[subprocess.Popen[Any]], grace: float = 10.0) -> None:
+def stop_sessions(
+    procs: Sequence[subprocess.Popen[Any]], grace: float = 10.0, *, graceful: bool = True
+) -> None:
     """:func:`stop_session` for several sessions at once: each step signals every session
-    still running, so stopping them all takes as long as the slowest, not the sum."""
+    still running, so stopping them all takes as long as the slowest, not the sum.
+    ``graceful=False``: SIGKILL at once (services a test throws away: a scheduler's own
+    shutdown takes seconds, and nothing of theirs is read afterwards but their logs)."""
     left = list(procs)
 
     def signal_all(sig: int) -> None:
@@ -279,7 +283,7 @@ def stop_sessions(procs: Sequence[subprocess.Popen[Any]], grace: float = 10.0) -
                 return not left
             time.sleep(0.1)
 
-    for sig in (signal.SIGTERM, signal.SIGTERM):
+    for sig in (signal.SIGTERM, signal.SIGTERM) if graceful else ():
         signal_all(sig)
         if wait_empty(grace):
             break
@@ -455,8 +459,8 @@ class AirflowServices:
         self.stop()
 
     def stop(self) -> None:
-        """Stop every component and everything it started, by session, all at once."""
-        stop_sessions(list(self._procs.values()))
+        """Kill every component and everything it started, by session, all at once."""
+        stop_sessions(list(self._procs.values()), graceful=False)
         self._procs.clear()
         for log in self._logs:
             log.close()

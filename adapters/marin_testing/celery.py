@@ -10,14 +10,13 @@ API) and the object store the artifacts live on.
 The metadata database is PostgreSQL, as in a deployment (Airflow calls SQLite development-only):
 Debian's server, started by the harness on a Unix socket in a temporary directory of its own
 (:class:`~marin_testing.postgres.PostgresServer`), migrated once per harness, and removed
-at teardown. Every service is its own process in its own session, stopped by session: SIGTERM,
-SIGTERM again, then SIGKILL (:func:`~marin_testing.airflow.stop_session`).
+at teardown. Every service is its own process in its own session, killed by session at
+teardown (:func:`~marin_testing.airflow.stop_sessions`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import shutil
 import signal
@@ -35,6 +34,7 @@ from marin_testing.airflow import (
     free_port,
     session_members,
     stop_session,
+    stop_sessions,
 )
 from marin_testing.postgres import PostgresServer
 
@@ -252,11 +252,6 @@ class CeleryServices(AirflowServices):
         """The worker's machine: its working directory, with ``home``, ``tmp``, ``airflow``."""
         return os.path.join(self.sandbox.root, "machines", name)
 
-    def start_worker(self, name: str) -> None:
-        """Start (or restart) worker ``name``; return once Celery says it is ready."""
-        self._launch_worker(name)
-        self._wait_for_worker(name)
-
     def _launch_worker(self, name: str) -> None:
         spec = self.workers[name]
         root = self.worker_root(name)
@@ -317,13 +312,10 @@ class CeleryServices(AirflowServices):
             raise RuntimeError(f"airflow celery {' '.join(args)}:\n{proc.stdout}{proc.stderr}")
 
     def stop(self) -> None:
-        """Stop every worker and Airflow component at once (each by its session), then Redis."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        stops = [w.stop for w in self._workers.values()]
-        stops += [functools.partial(stop_session, p) for p in self._procs.values()]
-        with ThreadPoolExecutor(max(1, len(stops))) as pool:
-            list(pool.map(lambda stop: stop(), stops))
+        """Kill every worker and Airflow component (each by its session), then stop Redis."""
+        for worker in self._workers.values():
+            worker.kill_session()
+        stop_sessions(list(self._procs.values()), graceful=False)
         self._workers.clear()
         super().stop()  # nothing left to signal: closes the component logs
         if self._redis is not None:

@@ -89,10 +89,6 @@ def isolate_prefect_home() -> str | None:
         return _isolated_home
 
 
-def harness_running() -> bool:
-    return _stack is not None
-
-
 def start_harness() -> None:
     """Enter ``prefect_test_harness`` once for this process (later calls do nothing)."""
     global _stack

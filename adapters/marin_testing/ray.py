@@ -1,9 +1,9 @@
 """A real single-node Ray cluster on loopback for tests: ``ray start --head --block``.
 
 Free ports, its own ``--temp-dir`` (short: Ray's socket paths have a length limit), usage stats
-off, the dashboard (which serves the Jobs API) on 127.0.0.1. Stopped by ending the ``--block``
-process's own process group (never ``ray stop``, which stops every Ray cluster of this user on
-the machine). Jobs run with the environment given here (``PATH`` decides their ``python``).
+off, the dashboard (which serves the Jobs API) on 127.0.0.1. Stopped by killing the ``--block``
+process's session (never ``ray stop``, which stops every Ray cluster of this user on the
+machine). Jobs run with the environment given here (``PATH`` decides their ``python``).
 
 Usage::
 
@@ -26,6 +26,8 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from marin_testing.airflow import session_members
+
 STARTUP_TIMEOUT_S = 90.0
 
 
@@ -35,29 +37,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _session_members(sid: int) -> list[int]:
-    """The processes of session ``sid`` (``/proc/PID/stat`` field 6): only what it started."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            fields = stat[stat.rfind(")") + 2 :].split()
-            if int(fields[3]) == sid:
-                found.append(int(entry))
-    return found
-
-
-def _end_session(proc: subprocess.Popen[bytes]) -> None:
-    """End ``ray start --block`` and whatever it started in its session."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(10)
-    for pid in _session_members(proc.pid):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+def _kill_session(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``ray start --block`` and whatever it started in its session (Ray's workers
+    and jobs have groups of their own there): a cluster a test throws away needs no shutdown,
+    which took seconds."""
+    while members := session_members(proc.pid):
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(0.2)
+    proc.wait()
 
 
 class RayCluster:
@@ -154,22 +144,8 @@ class RayCluster:
         return ""
 
     def stop(self) -> None:
-        for worker in self._workers:
-            _end_session(worker)
-        proc = self._proc
-        if proc is not None:
-            for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, sig)
-                try:
-                    proc.wait(wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            # Ray's workers have groups of their own, in the session ``ray start`` began.
-            for pid in _session_members(proc.pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+        for proc in [*self._workers, *([self._proc] if self._proc is not None else [])]:
+            _kill_session(proc)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def __exit__(

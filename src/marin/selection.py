@@ -43,20 +43,6 @@ def _matching(patterns: Sequence[str], steps: Sequence[StepSpec], option: str) -
     return found
 
 
-def select_steps(
-    targets: Sequence[StepSpec],
-    select: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    *,
-    options: tuple[str, str] = ("--select", "--exclude"),
-) -> list[StepSpec]:
-    """The targets a selection leaves: ``targets`` unchanged when both are empty (see
-    ``select_graph``, which the runners use; this walks the graph of ``targets`` first)."""
-    if not select and not exclude:
-        return list(targets)
-    return list(select_graph(Graph.of(targets), select, exclude, options=options).targets)
-
-
 def select_graph(
     graph: Graph,
     select: Sequence[str] = (),

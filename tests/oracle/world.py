@@ -253,7 +253,7 @@ class World:
         os.environ.update(env)
         out, err = io.StringIO(), io.StringIO()
         parser = _parser()
-        build_parser, cli.build_parser = cli.build_parser, lambda: parser  # made once
+        build_parser, cli.build_parser = cli.build_parser, lambda **_: parser  # made once
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 try:

@@ -11,6 +11,7 @@ import sys
 import uuid
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import fsspec
 import pytest
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import marin.execution.store.location as location_module
+import marin.execution.store.registry as registry_module
 from marin.cli import main
 from marin.execution.errors import RegisteredBuildFrozenError, StepFailedError
 from marin.execution.lazy import ArtifactStep, JsonArtifact, run
@@ -650,8 +652,11 @@ def _refused_while_held(location: Any, held_path: str, path: str, reg_id: str) -
 
     held = Lease(location, held_path)
     assert held.try_acquire() is None
+    # A held lease is waited for (another registration's is let go in a moment): a shorter
+    # patience refuses the same, sooner.
+    patience = mock.patch.object(registry_module, "_LEASE_PATIENCE_S", 0.5)
     try:
-        with pytest.raises(ArtifactRegistryError, match=f"{held_path} is being built or deleted"):
+        with patience, pytest.raises(ArtifactRegistryError, match=f"{held_path} is being built"):
             register(location, path, RegistryId.parse(reg_id), "me@h")
     finally:
         held.release()

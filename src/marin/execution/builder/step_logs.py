@@ -90,17 +90,6 @@ def label_lines(lines: list[str], label: str | None) -> str:
     return "".join(f"{prefix}{line}\n" for line in lines)
 
 
-def current_label() -> str | None:
-    """The label of the step running in this context (``name@version``), or None."""
-    sink = _current.get()
-    return None if sink is None else sink.label
-
-
-def in_step() -> bool:
-    """True while a step's ``fn`` runs in this context."""
-    return _current.get() is not None
-
-
 class _RoutingStream:
     def __init__(self, real: Any) -> None:
         self._real = real
