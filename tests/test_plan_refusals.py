@@ -22,7 +22,7 @@ from marin.execution.pipeline.artifact import Artifact
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record, write_status
 from tests.reliability.faulty_fs import FAULTS
-from tests.ux.helpers import ROOT, marin
+from tests.ux.helpers import ROOT, marin, marin_here
 
 PIPELINES = str(ROOT / "tests" / "plan_refusal_pipelines.py")
 OPS = ("ls", "exists", "info", "cat_file", "open")
@@ -31,9 +31,9 @@ OPS = ("ls", "exists", "info", "cat_file", "open")
 def _plan(target: str, prefix: Path, *more: str) -> tuple[str, dict[str, Any]]:
     """``marin plan`` of ``target``: the table, and ``--json``."""
     args = ("--prefix", str(prefix), *more)
-    table = marin("plan", f"{PIPELINES}:{target}", *args, env={"COLUMNS": "2000"})
+    table = marin_here("plan", f"{PIPELINES}:{target}", *args, env={"COLUMNS": "2000"})
     assert table.returncode == 0, table.stderr
-    data = marin("plan", f"{PIPELINES}:{target}", *args, "--json")
+    data = marin_here("plan", f"{PIPELINES}:{target}", *args, "--json")
     assert data.returncode == 0, data.stderr
     return table.stdout, json.loads(data.stdout)
 
@@ -74,7 +74,7 @@ def test_a_step_inside_another_pipelines_build_is_planned_as_refused(
     tmp_path: Path, target: str, inside: str
 ) -> None:
     prefix = tmp_path / "p"
-    assert marin("run", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
+    assert marin_here("run", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
     step, _ = _refused(target, prefix)
     assert step["output_path"] == f"{prefix}/{inside}"
     assert "lies inside another step's output" in step["refusal"]["what"]
@@ -91,7 +91,7 @@ def test_a_build_over_adopted_data_is_planned_as_refused(tmp_path: Path, record:
     prefix = tmp_path / "p"
     (prefix / "raw/v1").mkdir(parents=True)
     (prefix / "raw/v1/data.txt").write_text("PRECIOUS")
-    assert marin("run", f"{PIPELINES}:raw_adopted", "--prefix", str(prefix)).returncode == 0
+    assert marin_here("run", f"{PIPELINES}:raw_adopted", "--prefix", str(prefix)).returncode == 0
     stored = prefix / "raw/v1.marin/record.json"
     if record == "deleted":
         stored.unlink()
@@ -110,7 +110,7 @@ def test_a_build_over_adopted_data_is_planned_as_refused(tmp_path: Path, record:
     shutil.move(prefix / "raw/v1", tmp_path / "moved")
     table, data = _plan("raw_built", prefix)
     assert "refusal" not in data["steps"][0] and "refuses" not in table
-    assert marin("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix)).returncode == 0
+    assert marin_here("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix)).returncode == 0
     assert (tmp_path / "moved/data.txt").read_text() == "PRECIOUS"
 
 
@@ -127,7 +127,7 @@ def test_a_build_over_another_steps_metadata_is_planned_as_refused(tmp_path: Pat
     """``team@exp`` failed once (its status says Marin was there), and ``team/exp@v0`` was
     built inside its output since: clearing it would delete that build."""
     prefix = tmp_path / "p"
-    assert marin("run", f"{PIPELINES}:inner", "--prefix", str(prefix)).returncode == 0
+    assert marin_here("run", f"{PIPELINES}:inner", "--prefix", str(prefix)).returncode == 0
     write_status(open_prefix(str(prefix)), "team/exp", "FAILED", error="an earlier attempt")
     step, _ = _refused("outer", prefix)
     what = step["refusal"]["what"]
@@ -141,7 +141,7 @@ def test_a_folder_holding_another_steps_build_is_refused_as_such(tmp_path: Path)
     Marin" to adopt where it is; Marin wrote it, and adopting it is refused too. The plan and
     the run name the build inside and the fix, renaming a step."""
     prefix = tmp_path / "p"
-    assert marin("run", f"{PIPELINES}:inner", "--prefix", str(prefix)).returncode == 0
+    assert marin_here("run", f"{PIPELINES}:inner", "--prefix", str(prefix)).returncode == 0
     step, _ = _refused("outer", prefix)
     what, fix = step["refusal"]["what"], step["refusal"]["fix"]
     assert step["refusal"]["error"] == "StorageError"
@@ -157,8 +157,8 @@ def test_a_refused_build_names_no_log_it_never_wrote(tmp_path: Path) -> None:
     """Red team round 17, finding 8b: a build refused before writing anything (``lies inside
     another step's output``) printed ``log: .../v1.marin/log.txt``, a file nobody wrote."""
     prefix = tmp_path / "p"
-    assert marin("run", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
-    ran = marin("run", f"{PIPELINES}:nested", "--prefix", str(prefix), "--no-progress")
+    assert marin_here("run", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
+    ran = marin_here("run", f"{PIPELINES}:nested", "--prefix", str(prefix), "--no-progress")
     out = ran.stdout + ran.stderr
     assert ran.returncode == 1 and "lies inside another step's output" in out, out
     assert "failed: corpus/v1@v0" in out, out
@@ -169,8 +169,8 @@ def test_a_refused_build_names_no_log_it_never_wrote(tmp_path: Path) -> None:
 def test_a_registered_build_forced_is_planned_as_refused(tmp_path: Path) -> None:
     prefix = tmp_path / "p"
     args = ("--prefix", str(prefix))
-    assert marin("run", f"{PIPELINES}:corpus", *args).returncode == 0
-    assert marin("register", "corpus@v1", "--id", "team/corpus/r1", *args).returncode == 0
+    assert marin_here("run", f"{PIPELINES}:corpus", *args).returncode == 0
+    assert marin_here("register", "corpus@v1", "--id", "team/corpus/r1", *args).returncode == 0
     table, data = _plan("corpus", prefix)  # served: nothing to refuse
     assert data["summary"]["refused"] == 0 and "refuses" not in table
     step, _ = _refused("corpus", prefix, "--force", "corpus")
@@ -188,8 +188,8 @@ def test_a_registered_build_whose_freeze_mark_is_damaged_is_planned_as_refused(
     cannot be read freezes the build; without one, the registry itself is asked."""
     prefix = tmp_path / "p"
     args = ("--prefix", str(prefix))
-    assert marin("run", f"{PIPELINES}:corpus", *args).returncode == 0
-    assert marin("register", "corpus@v1", "--id", "team/corpus/r1", *args).returncode == 0
+    assert marin_here("run", f"{PIPELINES}:corpus", *args).returncode == 0
+    assert marin_here("register", "corpus@v1", "--id", "team/corpus/r1", *args).returncode == 0
     mark, record = (
         prefix / "corpus/v1.marin/registered.json",
         prefix / "corpus/v1.marin/record.json",
@@ -225,8 +225,8 @@ def test_a_damaged_freeze_mark_no_manifest_names_is_refused_until_deleted(tmp_pa
     and once it is deleted the build is rebuilt."""
     prefix = tmp_path / "p"
     args = ("--prefix", str(prefix))
-    assert marin("run", f"{PIPELINES}:corpus", *args).returncode == 0
-    assert marin("register", "corpus@v1", "--id", "team/corpus/r1", *args).returncode == 0
+    assert marin_here("run", f"{PIPELINES}:corpus", *args).returncode == 0
+    assert marin_here("register", "corpus@v1", "--id", "team/corpus/r1", *args).returncode == 0
     (prefix / "registry.marin/team/corpus/r1.json").unlink()
     mark = prefix / "corpus/v1.marin/registered.json"
     mark.write_text('{"build_id": "')
@@ -234,7 +234,7 @@ def test_a_damaged_freeze_mark_no_manifest_names_is_refused_until_deleted(tmp_pa
     assert "may be registered" in step["refusal"]["what"]
     assert f"if it was never registered, delete {mark} and run again" in step["refusal"]["fix"]
     mark.unlink()
-    assert marin("run", f"{PIPELINES}:corpus", *args, "--force", "corpus").returncode == 0
+    assert marin_here("run", f"{PIPELINES}:corpus", *args, "--force", "corpus").returncode == 0
 
 
 @pytest.fixture
@@ -309,10 +309,10 @@ def _metadata_folder(prefix: Path, kind: str) -> None:
 def _left_alone_by_gc(prefix: Path, why: str) -> None:
     """``marin gc`` of another pipeline calls ``raw/v1`` not Marin's (``why``: the start of
     the build's own reason, in the same words) and leaves the user's ``precious.bin``."""
-    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
+    gc = marin_here("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
     assert gc.returncode == 0, gc.stderr
     assert f"not Marin's, left alone: raw/v1 ({why}" in gc.stdout, gc.stdout
-    assert marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
+    assert marin_here("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix)).returncode == 0
     assert [p.name for p in (prefix / "raw/v1").iterdir()] == ["precious.bin"]
     assert (prefix / "raw/v1/precious.bin").read_text() == "theirs"
 
@@ -342,7 +342,7 @@ def test_data_put_later_where_a_value_only_step_wrote_nothing_is_kept(tmp_path: 
     as that step's output, though its record says it wrote no file there (the same data there
     before the first build was refused and kept). Now refused and kept alike."""
     prefix = tmp_path / "p"
-    built = marin("run", f"{PIPELINES}:raw_value", "--prefix", str(prefix))
+    built = marin_here("run", f"{PIPELINES}:raw_value", "--prefix", str(prefix))
     assert built.returncode == 0 and not (prefix / "raw/v1").exists(), built.stderr
     (prefix / "raw/v1").mkdir()
     (prefix / "raw/v1/precious.bin").write_text("theirs")
@@ -352,7 +352,9 @@ def test_data_put_later_where_a_value_only_step_wrote_nothing_is_kept(tmp_path: 
     _left_alone_by_gc(prefix, said)
     (prefix / "raw/v1/precious.bin").unlink()  # an empty folder left there is no one's data
     assert (
-        marin("run", f"{PIPELINES}:raw_value", "--prefix", str(prefix), "--force", "raw").returncode
+        marin_here(
+            "run", f"{PIPELINES}:raw_value", "--prefix", str(prefix), "--force", "raw"
+        ).returncode
         == 0
     )
 
@@ -362,10 +364,10 @@ def test_gc_leaves_a_value_only_build_whose_record_it_cannot_read(tmp_path: Path
     newer Marin wrote (a schema this Marin cannot read) was deleted by gc as "unfinished",
     though gc keeps it when it reads it and leaves such a record beside output data."""
     prefix = tmp_path / "p"
-    assert marin("run", f"{PIPELINES}:raw_value", "--prefix", str(prefix)).returncode == 0
+    assert marin_here("run", f"{PIPELINES}:raw_value", "--prefix", str(prefix)).returncode == 0
     record = prefix / "raw/v1.marin/record.json"
     record.write_text(json.dumps({**json.loads(record.read_text()), "schema": 2}))
-    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix))
+    gc = marin_here("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix))
     assert gc.returncode == 0, gc.stderr
     assert "not Marin's, left alone: raw/v1 (its record cannot be read by this Marin" in gc.stdout
     assert json.loads(record.read_text())["schema"] == 2
@@ -397,9 +399,9 @@ def test_an_earlier_attempts_leftovers_are_still_cleared_and_rebuilt(
     (folder / "log.txt").write_text("working on shard 2\n")
     table, data = _plan("raw_built", prefix)
     assert "refusal" not in data["steps"][0] and "refuses" not in table
-    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
+    gc = marin_here("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
     assert "would delete raw@v1" in gc.stdout and "not Marin's, left" not in gc.stdout, gc.stdout
-    ran = marin("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix))
+    ran = marin_here("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix))
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert sorted(p.name for p in (prefix / "raw/v1").iterdir()) == ["data.txt"]
     assert (folder / "record.json").exists()
@@ -454,14 +456,14 @@ def test_a_status_naming_the_output_beside_a_lease_naming_another_is_no_proof(
     (prefix / "raw/v1.marin" / name).write_text(json.dumps(body))
     step, _ = _refused("raw_built", prefix)
     assert "lease.json does not name this output: it names 'raw/v0'" in step["refusal"]["what"]
-    gc = marin("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
+    gc = marin_here("gc", f"{PIPELINES}:corpus", "--prefix", str(prefix), "--dry-run")
     assert "left alone: raw/v1 (its metadata folder's lease.json does not name" in gc.stdout
     assert (prefix / "raw/v1/precious.bin").read_text() == "theirs"
 
 
 def _copied_record(prefix: Path, how: str) -> bytes:
     """``raw@v0``'s record, as copied beside ``raw/v1``: damaged, or of a newer Marin."""
-    assert marin("run", f"{PIPELINES}:raw_v0", "--prefix", str(prefix)).returncode == 0
+    assert marin_here("run", f"{PIPELINES}:raw_v0", "--prefix", str(prefix)).returncode == 0
     raw = (prefix / "raw/v0.marin/record.json").read_bytes()
     if how == "torn":
         return raw[: len(raw) // 2]
@@ -572,7 +574,7 @@ def test_a_first_builds_clearing_of_its_checkpoint_folder_is_said(
     table, data = _plan("raw_resumable", prefix)
     cleared = "clear: what is at its checkpoint folder was left by no attempt Marin recorded"
     assert cleared in table and data["steps"][0]["resume"]["reason"].startswith(cleared)
-    ran = marin("run", f"{PIPELINES}:raw_resumable", "--prefix", str(prefix))
+    ran = marin_here("run", f"{PIPELINES}:raw_resumable", "--prefix", str(prefix))
     assert ran.returncode == 0, ran.stdout + ran.stderr
     said = f"clear raw@v1: removing what was left at its checkpoint folder {checkpoints}"
     assert said in ran.stdout + ran.stderr
@@ -620,7 +622,7 @@ def test_a_file_where_a_folder_must_be_is_planned_as_refused(
     file and the fix; the file and the data are left as they were."""
     prefix = tmp_path / "p"
     if case == "step folder a file, data kept":
-        assert marin("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix)).returncode == 0
+        assert marin_here("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix)).returncode == 0
         shutil.rmtree(prefix / "raw/v1.marin")
     prefix.mkdir(exist_ok=True)
     (prefix / culprit).parent.mkdir(parents=True, exist_ok=True)
@@ -635,7 +637,7 @@ def test_a_file_where_a_folder_must_be_is_planned_as_refused(
         assert (prefix / "raw/v1/data.txt").read_text() == "raw"
         return  # with its step folder gone, that data proves nothing: refused as not Marin's
     (prefix / culprit).unlink()  # moved away: built
-    assert marin("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix)).returncode == 0
+    assert marin_here("run", f"{PIPELINES}:raw_built", "--prefix", str(prefix)).returncode == 0
     assert (prefix / "raw/v1.marin/record.json").exists()
 
 
@@ -652,7 +654,7 @@ def test_an_object_at_a_step_folders_name_is_in_nobodys_way(s3_server: dict[str,
         fs.pipe_file(f"{prefix[5:]}/{key}", b"someone's notes")
     table, data = _plan("raw_built", Path(prefix))
     assert data["summary"]["refused"] == 0 and "refuses" not in table, table
-    ran = marin("run", f"{PIPELINES}:raw_built", "--prefix", prefix)
+    ran = marin_here("run", f"{PIPELINES}:raw_built", "--prefix", prefix)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert fs.cat_file(f"{prefix[5:]}/raw/v1.marin") == b"someone's notes"
     assert fs.cat_file(f"{prefix[5:]}/raw/v1/data.txt") == b"raw"
@@ -720,6 +722,8 @@ def test_a_refusal_only_a_changed_upstream_output_makes_is_planned_as_conditiona
     ``summary.refused``, and the run rebuilt ``src`` into the same bytes, served ``reader``
     unchanged (early cutoff) and exited 0. The plan says the refusal holds only if the upstream
     output changes (``refusal.conditional``, out of ``summary.refused``); and it does then."""
+    # Subprocesses: the pipeline imports a module of its own folder (``upstream``), and each
+    # edit of it must be imported afresh.
     (tmp_path / "upstream.py").write_text(UPSTREAM)
     (tmp_path / "pipe.py").write_text(READER)
     target, prefix = f"{tmp_path}/pipe.py:pipeline", tmp_path / "p"

@@ -16,11 +16,13 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from marin.execution.remote.poller import poll_max_s
+
 SETTLE_S = 5.0
 """The first look waits this long: Airflow 3.3's scheduler fails a resumed task whose trigger
 fired before it processed the deferral's own exit (apache/airflow#71580, #72716)."""
 FIRST_DELAY_S = 0.5
-MAX_DELAY_S = 30.0
+MAX_DELAY_S = poll_max_s(30.0)
 
 
 class RemoteJobTrigger(BaseTrigger):

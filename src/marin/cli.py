@@ -643,7 +643,7 @@ def _add_versions(parser: argparse.ArgumentParser) -> None:
 def build_parser(exporters: bool = True) -> argparse.ArgumentParser:
     """The ``marin`` command's parser: the global options, then one function per sub-command.
     ``exporters=False`` leaves ``marin export``'s engines out (finding them scans every
-    installed distribution's entry points: a tenth of a second in a large environment)."""
+    installed distribution's entry points: tens of milliseconds in a large environment)."""
     from marin.arg_parser import SuggestingParser  # did-you-mean for usage errors
 
     parser = SuggestingParser(

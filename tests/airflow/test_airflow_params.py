@@ -5,6 +5,9 @@ Airflow needed)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +101,18 @@ def test_a_keep_going_param_that_is_not_a_boolean_is_an_error(keep_going: Any) -
     """The string "false" was truthy, so fail-fast was silently switched off."""
     with pytest.raises(InvalidStepError, match="keep_going="):
         runtime.failed_task_in_run({"params": {"keep_going": keep_going}})
+
+
+@pytest.mark.parametrize("setting", [None, "0.25"])
+def test_a_deferred_tasks_trigger_waits_at_most_the_poll_setting(setting: str | None) -> None:
+    """``MARIN_REMOTE_POLL_MAX_S`` bounds the trigger's backoff as the poller's (30 s unset):
+    the trigger is made in the task's process, whose environment the deployment sets."""
+    code = (
+        "from marin_airflow.trigger import RemoteJobTrigger\n"
+        "print(RemoteJobTrigger('local', 'j', {}).serialize()[1]['max_delay_s'])"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MARIN_REMOTE_POLL_MAX_S"}
+    env.update({} if setting is None else {"MARIN_REMOTE_POLL_MAX_S": setting})
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) == (30.0 if setting is None else 0.25)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,9 +32,11 @@ SLOW_RUNNERS = {"airflow"}
         pytest.param(name, marks=pytest.mark.slow) if name in SLOW_RUNNERS else name
         for name in sorted(RUNNERS)
     ],
-    scope="session",
+    scope="module",
 )
-def runner(request: pytest.FixtureRequest) -> Any:
+def runner(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The runner, closed after its module (an xdist worker never runs ``atexit``: an
+    Airflow runner's services would idle on, a tenth of a core, to the suite's end)."""
     module_name, class_name, engine = RUNNERS[request.param]
     if engine is not None:
         pytest.importorskip(engine)
@@ -43,7 +46,9 @@ def runner(request: pytest.FixtureRequest) -> Any:
         if exc.name == module_name:
             pytest.skip(f"no {request.param} runner yet")
         raise
-    return getattr(module, class_name)()
+    made = getattr(module, class_name)()
+    yield made
+    getattr(made, "close", lambda: None)()
 
 
 @pytest.fixture

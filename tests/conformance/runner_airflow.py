@@ -29,7 +29,7 @@ from typing import Any
 
 from marin_airflow.export import build_export, write_export
 from marin_testing.airflow import AirflowSandbox, AirflowServices
-from tests.conformance.scenarios import CALLS_ENV
+from tests.conformance.scenarios import CALLS_ENV, LIMIT_ENV, LIMIT_FILE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 RETRY_DELAY_ENV = "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY"
@@ -45,6 +45,7 @@ class AirflowRunner:
         self._sandbox = AirflowSandbox(os.path.join(self._root, "sandbox"), pythonpath=[str(ROOT)])
         self._dags = os.path.join(self._root, "dags")
         self._calls = os.path.join(self._root, "calls.jsonl")
+        self._limit = os.path.join(self._root, "limit")
         os.makedirs(self._dags, exist_ok=True)
         self._services: AirflowServices | None = None
         self._services_env: dict[str, str] = {}
@@ -57,12 +58,16 @@ class AirflowRunner:
         return True
 
     def _ensure_services(self, env: dict[str, str]) -> AirflowServices:
-        wanted = {k: v for k, v in env.items() if k != CALLS_ENV}
+        # The limit goes in a file the workers read: a variable would restart the services.
+        with open(self._limit, "w") as f:
+            f.write(env.get(LIMIT_ENV, ""))
+        wanted = {k: v for k, v in env.items() if k not in (CALLS_ENV, LIMIT_ENV)}
         if self._services is not None and wanted != self._services_env:
             self.close()
         if self._services is None:
             # A task's retry waits 300 s by default; the retry scenario needs seconds.
-            worker_env = {**wanted, CALLS_ENV: self._calls, RETRY_DELAY_ENV: "1"}
+            worker_env = {**wanted, CALLS_ENV: self._calls, RETRY_DELAY_ENV: "1",
+                          LIMIT_FILE_ENV: self._limit}  # fmt: skip
             self._services = AirflowServices(self._sandbox, self._dags, env=worker_env).start()
             self._services_env = wanted
         return self._services

@@ -41,8 +41,13 @@ class LocalRunner:
         try:
             specs = lower(load_target(target))
             self.last_report = None
-            options = RunOptions(max_concurrent=max_concurrent, on_drift=on_drift, cascade=cascade,
-                                 keep_going=keep_going, force=force)
+            options = RunOptions(
+                max_concurrent=max_concurrent,
+                on_drift=on_drift,
+                cascade=cascade,
+                keep_going=keep_going,
+                force=force,
+            )
             self.last_report = StepRunner(options, prefix=prefix).run(specs)
             return True
         except MarinError as exc:

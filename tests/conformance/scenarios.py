@@ -22,6 +22,19 @@ CALLS_ENV = "MARIN_TEST_CALLS"
 SLEEP_ENV = "MARIN_TEST_SLEEP"
 LIMIT_ENV = "MARIN_TEST_LIMIT"
 """The concurrency limit a test runs with: peer steps wait until that many of them run at once."""
+LIMIT_FILE_ENV = "MARIN_TEST_LIMIT_FILE"
+"""Or a file holding it: a runner whose workers' environment is fixed (Airflow's services)."""
+
+
+def _limit() -> int:
+    """``$MARIN_TEST_LIMIT``, else what ``$MARIN_TEST_LIMIT_FILE`` holds, else 0."""
+    if LIMIT_ENV in os.environ or LIMIT_FILE_ENV not in os.environ:
+        return int(os.environ.get(LIMIT_ENV, "0"))
+    try:
+        with open(os.environ[LIMIT_FILE_ENV]) as f:
+            return int(f.read() or "0")
+    except FileNotFoundError:
+        return 0
 
 
 def record_call(step: str, event: str, **extra: Any) -> None:
@@ -85,7 +98,7 @@ def wait_for_peers(group: str, size: int, timeout: float = WAIT_TIMEOUT_S) -> No
     """With ``$MARIN_TEST_LIMIT`` = L, block until as many steps of ``group`` (name prefix) run at
     once as the limit allows: started >= min(size, ended + L). The runner's cap is then reached
     by events, whatever each step's start-up costs (threads, or an Airflow task process)."""
-    limit = int(os.environ.get(LIMIT_ENV, "0"))
+    limit = _limit()
     if limit <= 1:
         return
     path = os.environ[CALLS_ENV]

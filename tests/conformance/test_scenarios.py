@@ -152,8 +152,6 @@ def test_every_record_says_who_built_it(
     assert runner.engine is None or len(units) == 4, units
 
 
-# Last: its limit is a variable of the workers' environment, so the Airflow runner restarts its
-# shared services for it (and would again for every scenario after it).
 def test_concurrency_reaches_but_never_exceeds_limit(
     runner: Any, local_prefix: str, env: dict[str, str], calls_file: str
 ) -> None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import difflib
+import io
 import os
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 import pytest
 
@@ -37,6 +40,21 @@ def marin(
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+
+
+def marin_here(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI in this process (``marin.cli.main``), as :func:`marin` runs it in a subprocess:
+    exit code, stdout, stderr. A fraction of a subprocess's cost, for the calls a test makes to
+    set up or to look, not the call whose process it checks."""
+    from marin.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.dict(os.environ, env or {}), redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse: a usage error, or --help
+            code = exc.code if isinstance(exc.code, int) else 2
+    return subprocess.CompletedProcess(["marin", *args], code, out.getvalue(), err.getvalue())
 
 
 def spawn_80(*args: str, sleep: str = "0", command: str = "run") -> pexpect.spawn:

@@ -26,8 +26,17 @@ from marin.execution.vocabulary import JobState
 
 log = logging.getLogger("marin")
 
+POLL_MAX_ENV = "MARIN_REMOTE_POLL_MAX_S"
+
+
+def poll_max_s(default: float) -> float:
+    """The longest wait between two looks at a job: ``$MARIN_REMOTE_POLL_MAX_S`` when set (a
+    test's jobs end within seconds), else ``default`` (2 s here; an Airflow trigger's 30 s)."""
+    return float(os.environ.get(POLL_MAX_ENV, default))
+
+
 FIRST_DELAY_S = 0.05
-MAX_DELAY_S = float(os.environ.get("MARIN_REMOTE_POLL_MAX_S", "2.0"))
+MAX_DELAY_S = poll_max_s(2.0)
 FOLLOW_DELAY_S = 1.0
 """A followed job is looked at at least every second: its output shows while it runs."""
 
