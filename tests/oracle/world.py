@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import io
 import itertools
 import json
 import os
@@ -248,26 +247,15 @@ class World:
 
     def _in_process(self, argv: list[str], env: dict[str, str], run_id: str) -> Call:
         from marin import cli
+        from tests.ux.helpers import marin_here
 
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        out, err = io.StringIO(), io.StringIO()
         parser = _parser()
         build_parser, cli.build_parser = cli.build_parser, lambda **_: parser  # made once
         try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                try:
-                    rc = cli.main(argv)
-                except SystemExit as exc:  # argparse: a usage error
-                    rc = exc.code if isinstance(exc.code, int) else 2
+            done = marin_here(*argv, env=env)
         finally:
             cli.build_parser = build_parser
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        return Call(argv, env, rc, out.getvalue(), err.getvalue(), run_id, False)
+        return Call(argv, env, done.returncode, done.stdout, done.stderr, run_id, False)
 
     def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
         child = {k: v for k, v in os.environ.items() if not k.startswith(("MARIN_", "ORACLE_"))}

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from unittest import mock
 
 import pytest
 
@@ -48,12 +47,23 @@ def marin_here(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
     set up or to look, not the call whose process it checks."""
     from marin.cli import main
 
+    # Only ``env``'s variables are set and put back: never the whole environment cleared and
+    # refilled, which a thread still running (a job's poller) could read half-way.
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
     out, err = io.StringIO(), io.StringIO()
-    with mock.patch.dict(os.environ, env or {}), redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exc:  # argparse: a usage error, or --help
-            code = exc.code if isinstance(exc.code, int) else 2
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse: a usage error, or --help
+                code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return subprocess.CompletedProcess(["marin", *args], code, out.getvalue(), err.getvalue())
 
 
