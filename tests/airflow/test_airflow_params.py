@@ -116,3 +116,17 @@ def test_a_deferred_tasks_trigger_waits_at_most_the_poll_setting(setting: str | 
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert float(out.stdout) == (30.0 if setting is None else 0.25)
+
+
+@pytest.mark.parametrize("setting", ["soon", "-1", "0", "nan", "inf", ""])
+def test_a_poll_setting_that_is_not_positive_seconds_warns_and_keeps_the_default(
+    setting: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A typo in ``MARIN_REMOTE_POLL_MAX_S`` failed every import of the poller (the CLI's
+    too) with a bare ``ValueError``; zero or a negative number would have polled in a loop."""
+    from marin.execution.remote.poller import POLL_MAX_ENV, poll_max_s
+
+    monkeypatch.setenv(POLL_MAX_ENV, setting)
+    with caplog.at_level("WARNING", logger="marin"):
+        assert poll_max_s(30.0) == 30.0
+    assert POLL_MAX_ENV in caplog.text and "positive number of seconds" in caplog.text

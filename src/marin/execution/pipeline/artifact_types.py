@@ -16,10 +16,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, ClassVar, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, get_type_hints
 
-from marin.execution.store.location import open_prefix
-from marin.execution.store.records import ArtifactRecord, parse_json, read_record
+if TYPE_CHECKING:
+    from marin.execution.store.records import ArtifactRecord
+
+# The store (fsspec, the records) is imported where it is used: a job process imports its
+# pipeline file, hence this module, and most jobs never read a record.
 
 T = TypeVar("T", bound="TypedArtifact")
 J = TypeVar("J", bound="JsonArtifact")
@@ -44,6 +47,9 @@ def record_at(url: str) -> ArtifactRecord | None:
     Raises:
         StorageError: the location cannot be opened or read.
     """
+    from marin.execution.store.location import open_prefix
+    from marin.execution.store.records import read_record
+
     if "://" not in url and not url.startswith("/"):
         return read_record(open_prefix(None), url.strip("/"))
     parent, _, leaf = url.rstrip("/").rpartition("/")
@@ -59,16 +65,16 @@ class TypedArtifact:
     """
 
     path: str
-    _record: ArtifactRecord | None
-    _record_read: bool
 
     def __init__(self, path: str = "", record: ArtifactRecord | None = None) -> None:
         self._bind(path, record)
 
     def _bind(self, path: str, record: ArtifactRecord | None) -> None:
         self.path = path
-        self._record = record
-        self._record_read = record is not None
+        # Declared here, not on the class: a subclass's type hints (``model_validate``) would
+        # need ``ArtifactRecord``, which this module imports only for type checking.
+        self._record: ArtifactRecord | None = record
+        self._record_read: bool = record is not None
 
     @property
     def record(self) -> ArtifactRecord | None:
@@ -284,6 +290,9 @@ def read_artifact(output_path: str, schema: type[T] | Any) -> Any:
 
 def _read_payload_file(output_path: str) -> Any:
     import fsspec
+
+    from marin.execution.store.location import open_prefix
+    from marin.execution.store.records import parse_json
 
     path = f"{output_path.rstrip('/')}/{PAYLOAD_FILE}"
     if "://" not in path and not path.startswith("/"):

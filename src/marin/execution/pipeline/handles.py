@@ -22,8 +22,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
-import fsspec
-
 from marin.execution.errors import ApplyInputsError, InvalidStepError
 from marin.execution.names import METADATA_SUFFIX, validate_name, validate_version
 from marin.execution.pipeline.artifact import Artifact
@@ -466,7 +464,7 @@ def _check_source(source: Any, step_id: str) -> None:
             raise InvalidStepError(
                 f"adopt source {source!r} reads as a URL without '//'", fix, step_id
             )
-    if scheme and scheme not in fsspec.available_protocols():
+    if scheme and scheme not in _fsspec_protocols():
         raise InvalidStepError(
             f"adopt source {source!r} names the storage protocol {scheme!r}, which fsspec does "
             "not know (protocols are lower case)",
@@ -485,6 +483,14 @@ def _check_source(source: Any, step_id: str) -> None:
             "from that step as a dependency",
             step_id,
         )
+
+
+def _fsspec_protocols() -> list[str]:
+    """fsspec's known protocols (imported here: a job process imports its pipeline file, and
+    with it this module, but needs no file system of Marin's)."""
+    import fsspec
+
+    return list(fsspec.available_protocols())
 
 
 @dataclass(frozen=True)

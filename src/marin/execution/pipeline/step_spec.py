@@ -11,13 +11,15 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from marin.execution.digest.code import CodeDigest
 from marin.execution.names import is_mutable_version
 from marin.execution.pipeline.context import StepContext
 from marin.execution.pipeline.resources import NO_RESOURCES, Resources
 from marin.execution.vocabulary import OutputScope
+
+if TYPE_CHECKING:
+    from marin.execution.digest.code import CodeDigest
 
 _set = object.__setattr__  # a frozen spec's derived fields are set once, in __post_init__
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import os
 import threading
 import time
@@ -31,8 +32,26 @@ POLL_MAX_ENV = "MARIN_REMOTE_POLL_MAX_S"
 
 def poll_max_s(default: float) -> float:
     """The longest wait between two looks at a job: ``$MARIN_REMOTE_POLL_MAX_S`` when set (a
-    test's jobs end within seconds), else ``default`` (2 s here; an Airflow trigger's 30 s)."""
-    return float(os.environ.get(POLL_MAX_ENV, default))
+    test's jobs end within seconds), else ``default`` (2 s here; an Airflow trigger's 30 s).
+    A setting that is not a positive number of seconds is warned of and ``default`` kept: a
+    tuning knob never stops an import, nor a job from being watched."""
+    text = os.environ.get(POLL_MAX_ENV)
+    if text is None:
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        log.warning(
+            "%s=%r is not a positive number of seconds: polling waits up to %s s (unset it, "
+            "or set it to e.g. 0.5)",
+            POLL_MAX_ENV,
+            text[:100],
+            default,
+        )
+        return default
+    return seconds
 
 
 FIRST_DELAY_S = 0.05
