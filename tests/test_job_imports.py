@@ -1,7 +1,7 @@
 """A remote step's job imports its pipeline file, hence ``marin.execution.lazy``: that import
-stays free of the store, the code digest and fsspec, which a job never needs (they tripled a
-``local`` job's start, 0.87 s -> 0.36 s from submit to its end with them left out). Names that
-need them (``lower``, ``run``, ``resolve``) are imported on first use, and still work."""
+stays free of the store, the code digest and fsspec, which a job never needs (they were most
+of a ``local`` job's start-up). Names that need them (``lower``, ``run``, ``resolve``) are
+imported on first use, and still work."""
 
 from __future__ import annotations
 
