@@ -118,7 +118,7 @@ def test_a_deferred_tasks_trigger_waits_at_most_the_poll_setting(setting: str | 
     assert float(out.stdout) == (30.0 if setting is None else 0.25)
 
 
-@pytest.mark.parametrize("setting", ["soon", "-1", "0", "nan", "inf", ""])
+@pytest.mark.parametrize("setting", ["soon", "-1", "0", "nan", "inf"])
 def test_a_poll_setting_that_is_not_positive_seconds_warns_and_keeps_the_default(
     setting: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -130,3 +130,12 @@ def test_a_poll_setting_that_is_not_positive_seconds_warns_and_keeps_the_default
     with caplog.at_level("WARNING", logger="marin"):
         assert poll_max_s(30.0) == 30.0
     assert POLL_MAX_ENV in caplog.text and "positive number of seconds" in caplog.text
+
+
+def test_an_empty_poll_setting_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    from marin.execution.remote.poller import POLL_MAX_ENV, poll_max_s
+
+    monkeypatch.setenv(POLL_MAX_ENV, "")
+    assert poll_max_s(30.0) == 30.0
+    monkeypatch.setenv(POLL_MAX_ENV, "0.25")
+    assert poll_max_s(30.0) == 0.25

@@ -34,9 +34,9 @@ def poll_max_s(default: float) -> float:
     """The longest wait between two looks at a job: ``$MARIN_REMOTE_POLL_MAX_S`` when set (a
     test's jobs end within seconds), else ``default`` (2 s here; an Airflow trigger's 30 s).
     A setting that is not a positive number of seconds is warned of and ``default`` kept: a
-    tuning knob never stops an import, nor a job from being watched."""
+    tuning knob never stops an import, nor a job from being watched. Set but empty is unset."""
     text = os.environ.get(POLL_MAX_ENV)
-    if text is None:
+    if not text:
         return default
     try:
         seconds = float(text)
