@@ -20,11 +20,10 @@ Store states a step can be put in (``STATES``):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +39,7 @@ from marin.execution.store.records import FAILED, RUNNING, read_record, record_p
 from marin.execution.vocabulary import Action
 from tests.conformance.random_graph import GRAPH_ENV, PREFIX, build
 from tests.conformance.scenarios import CALLS_ENV, read_calls
+from tests.ux.helpers import environ
 
 BUILD, SKIP, PRUNE = Action.BUILD, Action.SKIP, Action.PRUNE
 
@@ -86,20 +86,6 @@ def step_name(step_id_or_name: str) -> str:
 
 def output_path(name: str) -> str:
     return f"{PREFIX}/{name}/v1"
-
-
-@contextlib.contextmanager
-def environ(values: Mapping[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def set_up_store(case: Case, prefix: str, setup_calls: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +10,7 @@ from marin.execution.lazy import lower
 from marin.execution.pipeline.targets import load_target
 from marin.execution.plan.options import RunOptions
 from marin.execution.step_runner import StepRunner
+from tests.ux.helpers import environ
 
 
 class LocalRunner:
@@ -36,27 +36,20 @@ class LocalRunner:
         force: Sequence[str] = (),
         cascade: bool = True,
     ) -> bool:
-        saved = {key: os.environ.get(key) for key in env or {}}
-        os.environ.update(env or {})
-        try:
-            specs = lower(load_target(target))
-            self.last_report = None
-            options = RunOptions(
-                max_concurrent=max_concurrent,
-                on_drift=on_drift,
-                cascade=cascade,
-                keep_going=keep_going,
-                force=force,
-            )
-            self.last_report = StepRunner(options, prefix=prefix).run(specs)
-            return True
-        except MarinError as exc:
-            self.last_error = exc
-            self.last_report = getattr(exc, "report", None)
-            return False
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        with environ(env or {}):
+            try:
+                specs = lower(load_target(target))
+                self.last_report = None
+                options = RunOptions(
+                    max_concurrent=max_concurrent,
+                    on_drift=on_drift,
+                    cascade=cascade,
+                    keep_going=keep_going,
+                    force=force,
+                )
+                self.last_report = StepRunner(options, prefix=prefix).run(specs)
+                return True
+            except MarinError as exc:
+                self.last_error = exc
+                self.last_report = getattr(exc, "report", None)
+                return False

@@ -7,7 +7,6 @@ of the session (``tests/prefect``'s session fixture, or at exit).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ isolate_prefect_home()
 
 from marin.execution.errors import MarinError  # noqa: E402
 from marin.execution.plan.options import RunOptions  # noqa: E402
+from tests.ux.helpers import environ  # noqa: E402
 
 
 class PrefectRunner:
@@ -55,9 +55,7 @@ class PrefectRunner:
         start_harness()
         from marin_prefect import to_prefect_flow
 
-        saved = {key: os.environ.get(key) for key in env or {}}
-        os.environ.update(env or {})
-        try:
+        with environ(env or {}):
             try:
                 options = RunOptions(
                     max_concurrent=max_concurrent, keep_going=keep_going, on_drift=on_drift,
@@ -68,9 +66,3 @@ class PrefectRunner:
                 return False
             state = pipeline(return_state=True)
             return bool(state.is_completed())
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value

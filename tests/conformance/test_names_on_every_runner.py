@@ -25,9 +25,10 @@ from marin.execution.names import validate_name
 from marin.execution.store.location import open_prefix
 from marin.execution.store.records import read_record
 from tests.conformance.conftest import RUNNERS
-from tests.conformance.plan_cases import TARGET, environ, output_path
+from tests.conformance.plan_cases import TARGET, output_path
 from tests.conformance.random_graph import GRAPH_ENV
 from tests.conformance.scenarios import CALLS_ENV, read_calls
+from tests.ux.helpers import environ
 
 ODD_NAMES = ["evals/o'brien-0", "sweep/lr=3e-4", "e/café", "e/run#1", "e/50%", "e/a+b", "c{0}"]
 ODD_GRAPH = {

@@ -15,6 +15,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from tests.oracle.ops import RunOpts
+from tests.ux.helpers import environ
 
 if TYPE_CHECKING:
     from tests.oracle.executor import Executor
@@ -37,10 +38,8 @@ class PrefectEngine:
         world = ex.world
         run_id = world.new_run_id()
         env = world.env(opts.ctx.user, run_id)
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
         force = [f"o/s{i}" for i in opts.force]
-        try:
+        with environ(env):
             options = RunOptions(
                 on_drift=opts.on_drift,
                 on_code_drift=opts.on_code_drift,
@@ -50,12 +49,6 @@ class PrefectEngine:
             flow = to_prefect_flow(world.target, options=options, prefix=world.prefix)
             state = flow(return_state=True)
             ok, said = bool(state.is_completed()), str(state.message or "")
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         ex.script.emit(
             "from marin_prefect import to_prefect_flow  # Prefect's harness or server needed",
             "from marin.execution.plan.options import RunOptions",

@@ -53,6 +53,7 @@ from tests.oracle.oracle import ORACLE, Expected
 from tests.oracle.pipeline import PipelineModel, key_value
 from tests.oracle.script import Script
 from tests.oracle.world import Call, Context, World
+from tests.ux.helpers import environ
 
 
 @dataclass
@@ -535,41 +536,34 @@ class Executor:
         from marin.execution.pipeline.targets import load_target
 
         env = self.world.env(opts.ctx.user, self.world.new_run_id())
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            load_target(self.world.target)
-            module = sys.modules[f"marin_target_{self.world.stem}"]
-            return sweep.run_sweep(
-                module,
-                self.world.prefix,
-                step,
-                wanted,
-                info,
-                opts.on_drift,
-                opts.on_code_drift,
-                codex,
-            )
-        except MarinError:
-            return None
-        except Exception as exc:  # not an error Marin means to raise: a crash
-            self.add(
-                [
-                    Violation(
-                        "crash",
-                        self.op,
-                        f"the sweep raised {type(exc).__name__}: {exc} (not a MarinError)",
-                    )
-                ],
-                "expect(False, 'the sweep crashed (see its traceback)')",
-            )
-            return None
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        with environ(env):
+            try:
+                load_target(self.world.target)
+                module = sys.modules[f"marin_target_{self.world.stem}"]
+                return sweep.run_sweep(
+                    module,
+                    self.world.prefix,
+                    step,
+                    wanted,
+                    info,
+                    opts.on_drift,
+                    opts.on_code_drift,
+                    codex,
+                )
+            except MarinError:
+                return None
+            except Exception as exc:  # not an error Marin means to raise: a crash
+                self.add(
+                    [
+                        Violation(
+                            "crash",
+                            self.op,
+                            f"the sweep raised {type(exc).__name__}: {exc} (not a MarinError)",
+                        )
+                    ],
+                    "expect(False, 'the sweep crashed (see its traceback)')",
+                )
+                return None
 
     def _check_variants(
         self,

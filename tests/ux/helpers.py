@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import io
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,29 +42,40 @@ def marin(
     )
 
 
-def marin_here(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The CLI in this process (``marin.cli.main``), as :func:`marin` runs it in a subprocess:
-    exit code, stdout, stderr. A fraction of a subprocess's cost, for the calls a test makes to
-    set up or to look, not the call whose process it checks."""
-    from marin.cli import main
-
-    # Only ``env``'s variables are set and put back: never the whole environment cleared and
-    # refilled, which a thread still running (a job's poller) could read half-way.
-    saved = {k: os.environ.get(k) for k in env or {}}
-    os.environ.update(env or {})
-    out, err = io.StringIO(), io.StringIO()
+@contextlib.contextmanager
+def environ(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` set in ``os.environ``, and only those put back after: never the whole
+    environment cleared and refilled, which a thread still running (a job's poller) could read
+    half-way."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as exc:  # argparse: a usage error, or --help
-                code = exc.code if isinstance(exc.code, int) else 2
+        yield
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def marin_here(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI in this process (``marin.cli.main``), as :func:`marin` runs it in a subprocess:
+    exit code, stdout, stderr. A fraction of a subprocess's cost, for the calls a test makes to
+    set up or to look, not the call whose process it checks."""
+    from marin.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    # Loading a pipeline file puts its folder first on sys.path for good: a later first import
+    # of ``airflow`` or ``prefect`` in this process would find a folder of that name there.
+    path = list(sys.path)
+    with environ(env or {}), redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse: a usage error, or --help
+            code = exc.code if isinstance(exc.code, int) else 2
+        finally:
+            sys.path[:] = path
     return subprocess.CompletedProcess(["marin", *args], code, out.getvalue(), err.getvalue())
 
 
